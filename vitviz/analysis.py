@@ -1,0 +1,219 @@
+"""analyze(model, image) -> Analysis: the one entry point of the window, the CLI and notebooks.
+
+One forward pass with attention capture gives logits, every layer's attention, block outputs
+and head statistics. Maps are computed on demand from the stored attention; the gradient
+methods run their own forward + backward, only when asked, cached per class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import Tensor
+
+from vitviz import explain
+from vitviz.checkpoints import LoadedModel
+from vitviz.devices import resolve_device
+from vitviz.imaging import PatchGeometry, Preprocessing, load_image, prepare_image
+from vitviz.imaging.preprocess import denormalize
+
+
+@dataclass
+class Prediction:
+    index: int
+    name: str
+    probability: float
+    logit: float
+
+
+@dataclass
+class Analysis:
+    """What one image did inside one model. Shapes are for the single image (no batch axis).
+
+    Token layout: [CLS, (dist), (registers...), patches row-major over ``grid``].
+    """
+
+    input: Tensor  # (3, H, W) float32, normalised: exactly what the model saw
+    pixels: np.ndarray  # (H, W, 3) uint8, the model input before normalisation
+    geometry: PatchGeometry  # model input <-> source image pixels
+    source: Image.Image | None  # the image as loaded (RGB), None for a tensor input
+    logits: Tensor  # (C,) float32
+    probs: Tensor  # (C,) float32
+    class_names: list[str]
+    attention: Tensor  # (L, H, N, N) post-softmax, rows = queries (float32 unless asked)
+    token_norms: Tensor  # (L, N) float32
+    mean_distance: Tensor  # (L, H) pixels of the model input
+    entropy: Tensor  # (L, H) nats
+    prefix_share: Tensor  # (L, H)
+    grid: tuple[int, int]  # (gh, gw)
+    num_prefix_tokens: int
+    patch_size: int
+    device: str
+    loaded: LoadedModel | None = field(default=None, repr=False)
+    _gradients: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)
+
+    # -- predictions --------------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return self.attention.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.attention.shape[1]
+
+    @property
+    def has_head(self) -> bool:
+        return self.logits.numel() > 0 and len(self.class_names) == self.logits.numel()
+
+    @property
+    def top_class(self) -> int:
+        return int(self.logits.argmax()) if self.has_head else -1
+
+    def top_k(self, k: int = 5) -> list[Prediction]:
+        """The k most probable classes, best first."""
+        if not self.has_head:
+            return []
+        k = min(k, self.probs.numel())
+        probs, idx = self.probs.topk(k)
+        return [Prediction(int(i), self.class_names[int(i)], float(p), float(self.logits[i]))
+                for p, i in zip(probs, idx, strict=True)]
+
+    # -- queries ------------------------------------------------------------------------------
+    def query_token(self, patch: tuple[int, int] | None = None) -> int | None:
+        """Token index for a (row, col) patch, or CLS for None (mean of patches without one)."""
+        return explain.query_token(patch, self.grid, self.num_prefix_tokens)
+
+    def _layers(self) -> list[Tensor]:
+        return [a.float()[None] for a in self.attention]  # L × (1, H, N, N)
+
+    # -- maps (all (gh, gw) float32 unless said) ----------------------------------------------
+    def attention_maps(self, layer: int, patch: tuple[int, int] | None = None) -> Tensor:
+        """Raw attention of one layer for the query, every head: (H, gh, gw)."""
+        a = self.attention[layer].float()[None]
+        return explain.attention_maps(a, self.grid, self.num_prefix_tokens,
+                                      self.query_token(patch))[0]
+
+    def all_attention_maps(self, patch: tuple[int, int] | None = None) -> Tensor:
+        """Raw attention of every layer and head for the query: (L, H, gh, gw)."""
+        a = self.attention.float()  # (L, H, N, N) taken as a batch of L
+        return explain.attention_maps(a, self.grid, self.num_prefix_tokens,
+                                      self.query_token(patch))
+
+    def prefix_attention(self, patch: tuple[int, int] | None = None) -> Tensor:
+        """Attention the query gives each prefix token: (L, H, num_prefix)."""
+        return explain.prefix_attention(self.attention.float(), self.num_prefix_tokens,
+                                        self.query_token(patch))
+
+    def rollout(self, patch: tuple[int, int] | None = None, fusion: str = "mean",
+                heads: Sequence[int] | None = None, discard_ratio: float = 0.0,
+                start_layer: int = 0) -> Tensor:
+        return explain.rollout(self._layers(), self.grid, self.num_prefix_tokens,
+                               self.query_token(patch), fusion, heads, discard_ratio,
+                               start_layer)[0]
+
+    def gradient_rollout(self, target_class: int | None = None,
+                         patch: tuple[int, int] | None = None, discard_ratio: float = 0.0,
+                         start_layer: int = 0) -> Tensor:
+        grads = self.gradients(target_class)
+        return explain.gradient_rollout(self._layers(), grads, self.grid, self.num_prefix_tokens,
+                                        self.query_token(patch), discard_ratio, start_layer)[0]
+
+    def relevance(self, target_class: int | None = None, patch: tuple[int, int] | None = None,
+                  start_layer: int = 0) -> Tensor:
+        grads = self.gradients(target_class)
+        return explain.relevance(self._layers(), grads, self.grid, self.num_prefix_tokens,
+                                 self.query_token(patch), start_layer)[0]
+
+    def dino_masks(self, layer: int = -1, threshold: float = 0.6,
+                   patch: tuple[int, int] | None = None) -> Tensor:
+        """Per head, the fewest patches holding ``threshold`` of the query's mass: (H, gh, gw)."""
+        a = self.attention[layer].float()[None]
+        return explain.dino_masks(a, self.grid, self.num_prefix_tokens, threshold,
+                                  self.query_token(patch))[0]
+
+    # -- gradients ----------------------------------------------------------------------------
+    def gradients(self, target_class: int | None = None) -> list[Tensor]:
+        """G_l = ∂y_c/∂A_l for every layer, L × (1, H, N, N) on the CPU, cached per class."""
+        c = self.top_class if target_class is None else int(target_class)
+        if not self.has_head:
+            raise ValueError("this model has no classification head, so there is no class to "
+                             "explain; gradient rollout and relevance need one")
+        if not 0 <= c < self.logits.numel():
+            raise ValueError(f"class {c} is out of range: the model has {self.logits.numel()} "
+                             f"classes (0..{self.logits.numel() - 1})")
+        if c not in self._gradients:
+            if self.loaded is None:
+                raise ValueError("this Analysis has no model attached to compute gradients")
+            model = self.loaded.model
+            device = next(model.parameters()).device
+            result = explain.attention_gradients(model, self.input[None].to(device), c)
+            self._gradients[c] = [g.float().cpu() for g in result.gradients]
+        return self._gradients[c]
+
+
+def analyze(
+    loaded: LoadedModel,
+    image: Any,
+    *,
+    device: str | torch.device | None = None,
+    preprocessing: Preprocessing | None = None,
+    attention_dtype: torch.dtype = torch.float32,
+) -> Analysis:
+    """Run ``loaded``'s model on ``image`` with attention capture.
+
+    ``image``: a path, bytes, PIL image, uint8 array, or an already normalised tensor
+    (3, H, W) / (1, 3, H, W). ``device``: None keeps the model where it is; "auto", "cpu",
+    "cuda", "mps" move it. Maps are computed later, on demand, from the returned Analysis.
+    """
+    model = loaded.model
+    if device is not None:
+        model.to(resolve_device(device))
+    model.eval()
+    dev = next(model.parameters()).device
+    prep = preprocessing or loaded.preprocessing
+    patch = model.config.patch_size
+    if isinstance(image, Tensor):
+        x = image.detach().float()
+        x = x[0] if x.ndim == 4 else x
+        if x.ndim != 3:
+            raise ValueError(f"an input tensor must be (3, H, W) or (1, 3, H, W), got {tuple(image.shape)}")
+        geometry = PatchGeometry.identity((x.shape[1], x.shape[2]), patch)
+        pixels = denormalize(x, prep)
+        source = None
+    else:
+        source = load_image(image)
+        prepared = prepare_image(source, prep, patch)
+        x, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
+    with torch.inference_mode():
+        out = model.forward_explained(x[None].to(dev), capture_attention=True, hidden_states=True)
+        logits = out.logits[0].float()
+        attn = torch.stack([a[0] for a in out.attentions])  # (L, H, N, N)
+        stats = explain.head_statistics([a for a in out.attentions], out.grid,
+                                        out.num_prefix_tokens, patch)
+        norms = explain.token_norms(out.hidden_states)[0]  # (L, N)
+    has_head = model.config.num_classes > 0
+    probs = logits.softmax(-1) if has_head else torch.empty(0)
+    return Analysis(
+        input=x.cpu(),
+        pixels=pixels,
+        geometry=geometry,
+        source=source,
+        logits=logits.cpu() if has_head else torch.empty(0),
+        probs=probs.cpu(),
+        class_names=list(loaded.class_names) if has_head else [],
+        attention=attn.to("cpu", attention_dtype),
+        token_norms=norms.float().cpu(),
+        mean_distance=stats.mean_distance[0].float().cpu(),
+        entropy=stats.entropy[0].float().cpu(),
+        prefix_share=stats.prefix_share[0].float().cpu(),
+        grid=out.grid,
+        num_prefix_tokens=out.num_prefix_tokens,
+        patch_size=patch,
+        device=str(dev),
+        loaded=loaded,
+    )

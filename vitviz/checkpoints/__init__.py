@@ -1,0 +1,10 @@
+"""Safe loading, family detection, conversion to the one model, the native format, labels."""
+
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.load import load_checkpoint
+from vitviz.checkpoints.loaded import LoadedModel
+from vitviz.checkpoints.native import save_checkpoint
+from vitviz.checkpoints.reading import CHECKPOINT_SUFFIXES, is_checkpoint_path, read_checkpoint
+
+__all__ = ["CHECKPOINT_SUFFIXES", "CheckpointError", "LoadedModel", "is_checkpoint_path",
+           "load_checkpoint", "read_checkpoint", "save_checkpoint"]

@@ -1,0 +1,33 @@
+"""LoadedModel: a model ready for analysis, with everything its checkpoint said about it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitviz.imaging import Preprocessing
+from vitviz.model import VisionTransformer
+
+
+@dataclass
+class LoadedModel:
+    model: VisionTransformer  # in eval mode
+    class_names: list[str]
+    preprocessing: Preprocessing
+    family: str  # "vitviz", "torchvision", "timm", ...
+    path: Path | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the conversion did or dropped
+
+    @property
+    def config(self):  # noqa: ANN201 - ViTConfig
+        return self.model.config
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path is not None else self.family
+
+
+def default_class_names(num_classes: int) -> list[str]:
+    return [f"class {i}" for i in range(num_classes)]

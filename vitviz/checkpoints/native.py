@@ -1,0 +1,124 @@
+"""vitviz's own checkpoint format: one self-describing .safetensors file (DESIGN §4).
+
+Metadata (all JSON strings): ``format`` = "vitviz", ``format_version``, ``config`` (ViTConfig),
+``class_names``, ``preprocessing`` (imaging.Preprocessing), ``provenance`` (how it was made).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from vitviz.checkpoints.atomic import atomic_path
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.loaded import LoadedModel, default_class_names
+from vitviz.imaging import Preprocessing
+from vitviz.model import VisionTransformer, ViTConfig
+
+FORMAT_NAME = "vitviz"
+FORMAT_VERSION = "1"
+
+
+def default_preprocessing(config: ViTConfig) -> Preprocessing:
+    """Centre crop at the trained size, normalised to [-1, 1]."""
+    return Preprocessing(image_size=tuple(config.image_size), resize="crop", crop_pct=1.0,
+                         mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), interpolation="bicubic")
+
+
+def save_checkpoint(
+    model: VisionTransformer,
+    path: str | os.PathLike[str],
+    class_names: Sequence[str] | None = None,
+    preprocessing: Preprocessing | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``model`` to ``path`` atomically in the native format; returns the path."""
+    config = model.config
+    names = list(class_names) if class_names is not None else default_class_names(
+        config.num_classes)
+    if len(names) != config.num_classes:
+        raise ValueError(f"{len(names)} class names for a model with {config.num_classes} classes")
+    prep = preprocessing or default_preprocessing(config)
+    from vitviz import __version__
+
+    prov = {"vitviz_version": __version__,
+            "saved_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            **dict(provenance or {})}
+    metadata = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "config": json.dumps(config.to_dict()),
+        "class_names": json.dumps(names),
+        "preprocessing": json.dumps(prep.to_dict()),
+        "provenance": json.dumps(prov, default=str),
+    }
+    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    target = Path(path)
+    with atomic_path(target) as tmp:
+        save_file(state, str(tmp), metadata=metadata)
+    return target
+
+
+def is_native(metadata: Mapping[str, str] | None) -> bool:
+    return bool(metadata) and metadata.get("format") == FORMAT_NAME
+
+
+def build_model(config: ViTConfig, state: Mapping[str, torch.Tensor]) -> VisionTransformer:
+    """A model in eval mode holding exactly ``state`` (no second copy of the weights).
+
+    Raises CheckpointError naming missing, unexpected and mis-shaped keys.
+    """
+    with torch.device("meta"):
+        model = VisionTransformer(config)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = [f"{k} {tuple(state[k].shape)} (model needs {tuple(expected[k].shape)})"
+             for k in expected if k in state and state[k].shape != expected[k].shape]
+    if missing or unexpected or wrong:
+        parts = []
+        if missing:
+            parts.append(f"missing {_few(missing)}")
+        if unexpected:
+            parts.append(f"unexpected {_few(unexpected)}")
+        if wrong:
+            parts.append(f"wrong shape {_few(wrong)}")
+        raise CheckpointError("The weights do not fit the model: " + "; ".join(parts) + ".")
+    model.load_state_dict(dict(state), strict=True, assign=True)
+    return model.eval()
+
+
+def _few(items: Sequence[str], n: int = 4) -> str:
+    shown = ", ".join(items[:n])
+    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def load_native(state: Mapping[str, torch.Tensor], metadata: Mapping[str, str],
+                path: Path | None = None) -> LoadedModel:
+    """Rebuild a LoadedModel from a native file's tensors and metadata."""
+    version = metadata.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(f"This vitviz checkpoint has format version {version}; this vitviz "
+                              f"reads version {FORMAT_VERSION}. Update vitviz to open it.")
+    try:
+        config = ViTConfig.from_dict(json.loads(metadata["config"]))
+        names = [str(n) for n in json.loads(metadata.get("class_names", "null")
+                                            or "null") or []]
+        prep_raw = metadata.get("preprocessing")
+        prep = (Preprocessing.from_dict(json.loads(prep_raw)) if prep_raw
+                else default_preprocessing(config))
+        provenance = json.loads(metadata.get("provenance", "{}"))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise CheckpointError(f"The vitviz metadata of this checkpoint is damaged ({exc}).") from exc
+    if len(names) != config.num_classes:
+        names = default_class_names(config.num_classes)
+    model = build_model(config, state)
+    return LoadedModel(model=model, class_names=names, preprocessing=prep, family="vitviz",
+                       path=path, provenance=provenance)

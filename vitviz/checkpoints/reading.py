@@ -1,0 +1,151 @@
+"""Safe reading of checkpoint files: safetensors, or torch.load(weights_only=True). Nothing runs."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+import struct
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from vitviz.checkpoints.errors import CheckpointError
+
+CHECKPOINT_SUFFIXES = frozenset({".safetensors", ".pth", ".pt", ".bin", ".ckpt"})
+ACCEPTED = ("Accepted: vitviz .safetensors files, and ViT state dicts saved with torch.save "
+            "(.pth/.pt/.bin) or as .safetensors.")
+_LFS_MAGIC = b"version https://git-lfs"
+_WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
+_PREFIXES = ("module.", "_orig_mod.")
+
+
+@dataclass
+class RawCheckpoint:
+    """Tensors of a checkpoint file, unwrapped, plus what else the file said."""
+
+    state: dict[str, torch.Tensor]
+    metadata: dict[str, str] = field(default_factory=dict)  # safetensors header metadata
+    extra: dict[str, Any] = field(default_factory=dict)  # non-tensor entries of a .pth dict
+    path: Path | None = None
+
+
+def is_checkpoint_path(path: str | Path) -> bool:
+    """By suffix only: is this a file the window should treat as a checkpoint?"""
+    return Path(path).suffix.lower() in CHECKPOINT_SUFFIXES
+
+
+def read_checkpoint(path: str | Path) -> RawCheckpoint:
+    """Read ``path`` safely; raise CheckpointError with a plain message on anything else."""
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"{p.name}: no such file.")
+    if p.is_dir():
+        raise CheckpointError(f"{p.name} is a folder, not a checkpoint file. {ACCEPTED}")
+    size = p.stat().st_size
+    if size == 0:
+        raise CheckpointError(f"{p.name} is empty (0 bytes). {ACCEPTED}")
+    with open(p, "rb") as f:
+        head = f.read(64)
+    if head.startswith(_LFS_MAGIC):
+        raise CheckpointError(f"{p.name} is a Git LFS pointer, not the weights: fetch the real file "
+                              "with `git lfs pull` and open that.")
+    if p.suffix.lower() == ".safetensors" or _looks_like_safetensors(head, size):
+        raw = _read_safetensors(p)
+    else:
+        raw = _read_torch(p)
+    raw.path = p
+    return raw
+
+
+def _looks_like_safetensors(head: bytes, size: int) -> bool:
+    if len(head) < 9:
+        return False
+    (n,) = struct.unpack("<Q", head[:8])
+    return 0 < n < size and head[8:9] == b"{"
+
+
+def _read_safetensors(p: Path) -> RawCheckpoint:
+    try:
+        with safe_open(str(p), framework="pt", device="cpu") as f:
+            metadata = dict(f.metadata() or {})
+            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no iter
+    except (SafetensorError, OSError, ValueError, json.JSONDecodeError, RuntimeError) as exc:
+        raise CheckpointError(f"{p.name} is not a readable .safetensors file (it may be truncated "
+                              f"or damaged: {_short(exc)}). {ACCEPTED}") from exc
+    return RawCheckpoint(state=_strip_prefixes(state), metadata=metadata)
+
+
+def _read_torch(p: Path) -> RawCheckpoint:
+    try:
+        obj = torch.load(p, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(p))
+    except pickle.UnpicklingError as exc:
+        needs = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+        if needs:
+            raise _refused_pickle(p, needs.group(1)) from exc
+        raise _unreadable(p) from exc
+    except Exception as exc:  # noqa: BLE001 - any failure to parse is the user's file, not a bug
+        raise _unreadable(p, exc) from exc
+    return _unwrap(obj, p)
+
+
+def _unreadable(p: Path, exc: BaseException | None = None) -> CheckpointError:
+    why = f": {_short(exc)}" if exc is not None else ""
+    return CheckpointError(f"{p.name} is not a PyTorch or safetensors checkpoint, or it is "
+                           f"truncated or damaged{why}. {ACCEPTED}")
+
+
+def _refused_pickle(p: Path, global_name: str) -> CheckpointError:
+    return CheckpointError(
+        f"{p.name} is a pickle that needs code to load (it holds {global_name}), such as a whole "
+        "saved model or a training script's objects. vitviz loads weights only and never runs "
+        "code from a file. Save a state dict instead: torch.save(model.state_dict(), "
+        "'weights.pth').")
+
+
+def _unwrap(obj: Any, p: Path) -> RawCheckpoint:
+    """Find the state dict inside common wrappers ({'model': sd}, {'state_dict': sd}, ...)."""
+    extra: dict[str, Any] = {}
+    for _ in range(3):
+        if not isinstance(obj, dict):
+            break
+        if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return RawCheckpoint(state=_strip_prefixes(obj), extra=extra)
+        inner = next((obj[k] for k in _WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
+        extra.update({k: v for k, v in obj.items() if not isinstance(v, (dict, torch.Tensor))})
+        extra.update({k: v for k, v in obj.items()
+                      if isinstance(v, dict) and v is not inner and not _has_tensors(v)})
+        if inner is None:
+            break
+        obj = inner
+    if isinstance(obj, dict):
+        tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+        if tensors:
+            return RawCheckpoint(state=_strip_prefixes(tensors), extra=extra)
+    kind = type(obj).__name__
+    raise CheckpointError(f"{p.name} holds a {kind} without model weights in it. {ACCEPTED}")
+
+
+def _has_tensors(d: dict) -> bool:
+    return any(isinstance(v, torch.Tensor) for v in d.values())
+
+
+def _strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Drop wrapper prefixes ('module.', '_orig_mod.') shared by every key."""
+    changed = True
+    while changed and state:
+        changed = False
+        for prefix in _PREFIXES:
+            if all(k.startswith(prefix) for k in state):
+                state = {k[len(prefix):]: v for k, v in state.items()}
+                changed = True
+    return state
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,174 @@
+"""vitviz-cli: the headless twin of the window (explain, info).
+
+Exit status: 0 all done; 1 some inputs failed (the others were still written); 2 nothing could
+be done (bad arguments, unreadable checkpoint, no device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
+
+
+class CliError(Exception):
+    """A user mistake the CLI reports in one line and exits 2 for."""
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vitviz-cli", description="Look inside Vision Transformers, headless.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ex = sub.add_parser("explain", help="analyse images: .npz of every number + overlay PNGs")
+    ex.add_argument("images", nargs="+", type=Path, help="image files (any format PIL reads)")
+    ex.add_argument("--checkpoint", required=True, type=Path, help="checkpoint file")
+    ex.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    ex.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    ex.add_argument("--class", dest="target_class", type=int, default=None,
+                    help="class index to explain (default: the top prediction)")
+    ex.add_argument("--fusion", default="mean", choices=("mean", "max", "min"))
+    ex.add_argument("--discard", type=float, default=0.0, help="rollout discard ratio in [0, 1)")
+    ex.add_argument("--start-layer", type=int, default=0)
+    ex.add_argument("--colormap", default="viridis")
+    ex.add_argument("--out", type=Path, default=Path("vitviz-out"), help="output folder")
+    ex.set_defaults(func=cmd_explain)
+
+    info = sub.add_parser("info", help="what a checkpoint holds: family, config, classes")
+    info.add_argument("checkpoint", type=Path)
+    info.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.set_defaults(func=cmd_info)
+    return parser
+
+
+def _load(path: Path, config_path: Path | None) -> Any:
+    from vitviz.checkpoints import CheckpointError, load_checkpoint
+
+    config = None
+    if config_path is not None:
+        try:
+            config = json.loads(config_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise CliError(f"--config {config_path}: not a readable JSON file ({exc})") from exc
+    try:
+        return load_checkpoint(path, config=config)
+    except CheckpointError as exc:
+        raise CliError(str(exc)) from exc
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from vitviz.analysis import analyze
+    from vitviz.devices import resolve_device
+    from vitviz.export import MapSettings, compute_maps, write_npz, write_pngs
+    from vitviz.imaging import ImageLoadError
+    from vitviz.imaging.colormaps import COLORMAPS
+
+    if not 0.0 <= args.discard < 1.0:
+        raise CliError(f"--discard must be in [0, 1), got {args.discard}")
+    if args.colormap not in COLORMAPS:
+        raise CliError(f"--colormap must be one of {', '.join(COLORMAPS)}")
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    loaded = _load(args.checkpoint, args.config)
+    loaded.model.to(device)
+    cfg = loaded.model.config
+    if args.target_class is not None and not 0 <= args.target_class < cfg.num_classes:
+        raise CliError(f"--class {args.target_class} is out of range: the model has "
+                       f"{cfg.num_classes} classes (0..{cfg.num_classes - 1})")
+    if not 0 <= args.start_layer < cfg.depth:
+        raise CliError(f"--start-layer {args.start_layer} is out of range: the model has "
+                       f"{cfg.depth} layers (0..{cfg.depth - 1})")
+    settings = MapSettings(args.fusion, args.discard, args.start_layer, args.target_class)
+    args.out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    stems: dict[str, int] = {}
+    for i, path in enumerate(args.images, 1):
+        stem = path.stem
+        stems[stem] = stems.get(stem, 0) + 1
+        if stems[stem] > 1:
+            stem = f"{stem}-{stems[stem]}"
+        try:
+            analysis = analyze(loaded, path)
+        except ImageLoadError as exc:
+            _say(f"vitviz-cli: skipped {path}: {exc}")
+            failed += 1
+            continue
+        maps = compute_maps(analysis, settings)
+        write_npz(analysis, maps, args.out / f"{stem}.npz")
+        write_pngs(analysis, maps, args.out, stem, args.colormap)
+        best = analysis.top_k(1)
+        said = f"{best[0].name} ({best[0].probability:.1%})" if best else "no head"
+        _say(f"[{i}/{len(args.images)}] {path.name}: {said} -> {args.out / stem}.npz")
+    if failed == len(args.images):
+        return EXIT_FAILED
+    return EXIT_PARTIAL if failed else EXIT_OK
+
+
+def describe(loaded: Any) -> dict[str, Any]:
+    """JSON-able summary of a LoadedModel."""
+    cfg = loaded.model.config
+    return {
+        "path": str(loaded.path) if loaded.path else None,
+        "family": loaded.family,
+        "config": cfg.to_dict(),
+        "num_classes": cfg.num_classes,
+        "class_names": loaded.class_names[:10],
+        "preprocessing": loaded.preprocessing.to_dict(),
+        "num_parameters": sum(p.numel() for p in loaded.model.parameters()),
+        "provenance": loaded.provenance,
+        "notes": loaded.notes,
+    }
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    d = describe(_load(args.checkpoint, args.config))
+    if args.json:
+        print(json.dumps(d, indent=2, default=str))
+        return EXIT_OK
+    cfg = d["config"]
+    prep = d["preprocessing"]
+    names = ", ".join(d["class_names"]) + (" …" if d["num_classes"] > 10 else "")
+    lines = [
+        f"file:           {d['path']}",
+        f"family:         {d['family']}",
+        f"architecture:   dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}, "
+        f"patch {cfg['patch_size']}, image {cfg['image_size'][0]}×{cfg['image_size'][1]}, "
+        f"{d['num_parameters']:,} parameters",
+        f"classes:        {d['num_classes']} ({names})",
+        f"preprocessing:  {prep['resize']} to {prep['image_size'][0]}×{prep['image_size'][1]}, "
+        f"crop_pct {prep['crop_pct']}, mean {prep['mean']}, std {prep['std']}, "
+        f"{prep['interpolation']}",
+    ]
+    if d["provenance"]:
+        lines.append("provenance:     " + json.dumps(d["provenance"], default=str))
+    lines += [f"note:           {n}" for n in d["notes"]]
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as exc:
+        _say(f"vitviz-cli: {exc}")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        _say("vitviz-cli: interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

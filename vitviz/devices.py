@@ -1,0 +1,44 @@
+"""Compute devices: what is present, and turning a user's choice into a torch.device."""
+
+from __future__ import annotations
+
+import torch
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
+
+
+def available_devices() -> list[str]:
+    """Devices usable here, CPU first: e.g. ['cpu', 'cuda:0', 'cuda:1', 'mps']."""
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        found.append("mps")
+    return found
+
+
+def resolve_device(choice: str | torch.device | None = "auto") -> torch.device:
+    """'auto' picks CUDA, then MPS, then CPU; an absent device raises ValueError plainly."""
+    if isinstance(choice, torch.device):
+        return choice
+    name = (choice or "auto").strip().lower()
+    if name == "auto":
+        present = available_devices()
+        pick = next((d for d in present if d.startswith("cuda")), None) or (
+            "mps" if "mps" in present else "cpu")
+        return torch.device(pick)
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(f"unknown device {choice!r}; use one of {', '.join(DEVICE_CHOICES)}"
+                         ) from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("CUDA was asked for but no CUDA GPU is available here; use --device cpu")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"{name} asked for but only {torch.cuda.device_count()} CUDA GPU(s) exist")
+    if device.type == "mps" and name not in available_devices():
+        raise ValueError("MPS (Apple GPU) was asked for but is not available here; use cpu")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"unsupported device {choice!r}; use one of {', '.join(DEVICE_CHOICES)}")
+    return device

@@ -1,0 +1,52 @@
+"""G_l = ∂y_c/∂A_l: the gradient of a class logit with respect to each layer's attention."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from vitviz.model.vit import VisionTransformer
+
+
+@dataclass
+class AttentionGradients:
+    logits: Tensor  # (B, C), detached
+    attentions: list[Tensor]  # L × (B, H, N, N), detached
+    gradients: list[Tensor]  # L × (B, H, N, N); gradients[l] pairs with attentions[l]
+    target: Tensor  # (B,) long, the class c of each image
+
+
+def attention_gradients(
+    model: VisionTransformer, x: Tensor, target: int | Tensor | None = None
+) -> AttentionGradients:
+    """One forward pass with captured attention and one backward pass for logit y_c.
+
+    x: (B, C, H, W). ``target`` is a class index, a (B,) tensor of them, or None for the top
+    prediction of each image. Only the attention gradients are computed (no weight gradients).
+    """
+    with torch.enable_grad():
+        x = x.detach().requires_grad_(True)  # makes the graph exist even for frozen weights
+        out = model.forward_explained(x, capture_attention=True)
+        logits = out.logits
+        if logits.ndim != 2 or logits.shape[1] == 0:
+            raise ValueError("this model has no classification head: gradient methods need one")
+        B, C = logits.shape
+        if target is None:
+            target_t = logits.detach().argmax(dim=1)
+        else:
+            target_t = torch.as_tensor(target, device=logits.device).long().reshape(-1)
+            target_t = target_t.expand(B) if target_t.numel() == 1 else target_t
+            if target_t.min() < 0 or target_t.max() >= C:
+                raise ValueError(
+                    f"class index out of range: the model has {C} classes (0..{C - 1})"
+                )
+        y = logits.gather(1, target_t[:, None]).sum()
+        grads = torch.autograd.grad(y, out.attentions)
+    return AttentionGradients(
+        logits=logits.detach(),
+        attentions=[a.detach() for a in out.attentions],
+        gradients=[g.detach() for g in grads],
+        target=target_t.detach(),
+    )

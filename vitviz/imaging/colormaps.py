@@ -1,0 +1,83 @@
+"""Colormaps without matplotlib: evenly spaced anchor colours, linear interpolation between them.
+
+This is the single source of colours: exports use ``apply_colormap``, the window builds its
+colormaps from ``lookup_table``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["COLORMAPS", "apply_colormap", "lookup_table"]
+
+# Anchors sit at 0, 1/(k-1), ..., 1.
+_ANCHORS: dict[str, tuple[str, ...]] = {
+    "viridis": (
+        "#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c",
+        "#28ae80", "#5ec962", "#addc30", "#fde725",
+    ),
+    "inferno": (
+        "#000004", "#1f0c48", "#550f6d", "#88226a", "#ba3655",
+        "#e35933", "#f98e09", "#f9c932", "#fcffa4",
+    ),
+    "magma": (
+        "#000004", "#1c1044", "#4f127b", "#812581", "#b5367a",
+        "#e55064", "#fb8861", "#fec287", "#fcfdbf",
+    ),
+    "jet": (
+        "#000080", "#0000ff", "#0080ff", "#15ffe2", "#7bff7b",
+        "#e2ff15", "#ff9700", "#ff2100", "#800000",
+    ),
+    "grey": ("#000000", "#ffffff"),
+}  # fmt: skip
+
+COLORMAPS: tuple[str, ...] = tuple(_ANCHORS)
+
+
+def _check_name(name: str) -> tuple[str, ...]:
+    if name not in _ANCHORS:
+        raise ValueError(f"unknown colormap {name!r}; known: {', '.join(COLORMAPS)}")
+    return _ANCHORS[name]
+
+
+def _hex_to_rgb(code: str) -> tuple[int, int, int]:
+    code = code.lstrip("#")
+    return int(code[0:2], 16), int(code[2:4], 16), int(code[4:6], 16)
+
+
+@lru_cache(maxsize=32)
+def _table(name: str, n: int) -> np.ndarray:
+    anchors = np.array([_hex_to_rgb(c) for c in _check_name(name)], dtype=np.float64)
+    where = np.linspace(0.0, 1.0, len(anchors))
+    t = np.linspace(0.0, 1.0, n)
+    table = np.stack([np.interp(t, where, anchors[:, c]) for c in range(3)], axis=1)
+    out = np.clip(np.rint(table), 0, 255).astype(np.uint8)
+    out.flags.writeable = False
+    return out
+
+
+def lookup_table(name: str, n: int = 256) -> np.ndarray:
+    """(n, 3) uint8 colours from value 0 to value 1. Unknown name -> ValueError."""
+    if n < 2:
+        raise ValueError(f"a lookup table needs at least 2 entries, got {n}")
+    return _table(name, int(n)).copy()
+
+
+def apply_colormap(values: np.ndarray, name: str = "viridis", *, alpha: bool = False) -> np.ndarray:
+    """Colour values in [0, 1] (clipped): (...) float -> (..., 3) uint8.
+
+    NaN gives black; with ``alpha=True`` the result is (..., 4) with alpha 0 at NaN and 255
+    elsewhere, so NaN can be drawn transparent.
+    """
+    table = _table(name, 256)
+    v = np.asarray(values, dtype=np.float64)
+    nan = np.isnan(v)
+    idx = np.rint(np.clip(np.where(nan, 0.0, v), 0.0, 1.0) * 255).astype(np.intp)
+    rgb = table[idx]
+    rgb[nan] = 0
+    if not alpha:
+        return rgb
+    a = np.where(nan, 0, 255).astype(np.uint8)[..., None]
+    return np.concatenate([rgb, a], axis=-1)

@@ -1,0 +1,132 @@
+"""ViTConfig: every number and switch needed to rebuild the one ViT of vitviz."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+POS_EMBED_KINDS = ("learned", "sincos", "sincos2d", "none")
+POOLS = ("token", "avg")
+ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu")
+
+
+def _pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+    if isinstance(value, int):
+        return (value, value)
+    h, w = value
+    return (int(h), int(w))
+
+
+@dataclass
+class ViTConfig:
+    """Architecture of a Vision Transformer (DESIGN §3).
+
+    ``image_size`` is the size the position embedding was trained at, (H, W) or one int for a
+    square; other input sizes work, the position embedding is interpolated over the patch grid.
+    """
+
+    image_size: tuple[int, int] = (224, 224)
+    patch_size: int = 16
+    in_channels: int = 3
+    num_classes: int = 1000
+    dim: int = 768
+    depth: int = 12
+    heads: int = 12
+    mlp_ratio: float = 4.0
+    qkv_bias: bool = True
+    # Family options.
+    mlp_hidden_dim: int | None = None  # overrides mlp_ratio when the hidden size is not dim·ratio
+    pos_embed: str = "learned"  # learned | sincos (1-D over tokens) | sincos2d (grid) | none
+    class_token: bool = True
+    distill_token: bool = False  # DeiT distilled: second prefix token with its own head
+    num_register_tokens: int = 0
+    no_embed_class: bool = False  # position embedding covers the patches only, not prefix tokens
+    layer_scale_init: float | None = None  # LayerScale (ls1/ls2) when set
+    global_pool: str = "token"  # "token" (CLS) | "avg" (mean of patch tokens)
+    fc_norm: bool = False  # LayerNorm after pooling instead of before (timm avg-pool models)
+    pre_norm: bool = False  # LayerNorm before the blocks (CLIP-style norm_pre)
+    norm_eps: float = 1e-6
+    activation: str = "gelu"
+    head_hidden_dim: int | None = None  # torchvision pre_logits: Linear + tanh before the head
+    # Training-only regularisation (no effect in eval mode).
+    drop_rate: float = 0.0
+    attn_drop_rate: float = 0.0
+    drop_path_rate: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.image_size = _pair(self.image_size)
+        self.validate()
+
+    # -- derived ----------------------------------------------------------------------------------
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        """(gh, gw): the patch grid at the trained image size."""
+        return (self.image_size[0] // self.patch_size, self.image_size[1] // self.patch_size)
+
+    @property
+    def num_patches(self) -> int:
+        gh, gw = self.grid_size
+        return gh * gw
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patches: CLS, distillation, registers."""
+        return int(self.class_token) + int(self.distill_token) + self.num_register_tokens
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+    @property
+    def hidden_dim(self) -> int:
+        return self.mlp_hidden_dim or int(self.dim * self.mlp_ratio)
+
+    # -- checks and (de)serialisation -----------------------------------------------------------
+    def validate(self) -> None:
+        """Raise ValueError with a plain message when the settings can't build a working ViT."""
+        problems = []
+        for name in ("patch_size", "in_channels", "dim", "depth", "heads"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.num_classes < 0:
+            problems.append(f"num_classes must be 0 or more (got {self.num_classes})")
+        if self.heads >= 1 and self.dim % self.heads:
+            problems.append(f"dim {self.dim} is not divisible by heads {self.heads}")
+        h, w = self.image_size
+        if self.patch_size >= 1 and (h % self.patch_size or w % self.patch_size):
+            problems.append(f"image size {h}×{w} is not divisible by patch size {self.patch_size}")
+        if self.pos_embed not in POS_EMBED_KINDS:
+            problems.append(f"pos_embed must be one of {POS_EMBED_KINDS} (got {self.pos_embed!r})")
+        if self.global_pool not in POOLS:
+            problems.append(f"global_pool must be one of {POOLS} (got {self.global_pool!r})")
+        if self.activation not in ACTIVATIONS:
+            problems.append(f"activation must be one of {ACTIVATIONS} (got {self.activation!r})")
+        if self.global_pool == "token" and not self.class_token:
+            problems.append("global_pool 'token' needs class_token=True")
+        if self.distill_token and not self.class_token:
+            problems.append("distill_token needs class_token=True")
+        if self.num_register_tokens < 0:
+            problems.append("num_register_tokens must be 0 or more")
+        for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                problems.append(f"{name} must be in [0, 1) (got {getattr(self, name)})")
+        if problems:
+            raise ValueError("Invalid ViT config: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["image_size"] = list(self.image_size)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ViTConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"Unknown ViT config fields: {', '.join(unknown)}")
+        return cls(**d)
+
+    def replace(self, **changes: Any) -> ViTConfig:
+        return dataclasses.replace(self, **changes)

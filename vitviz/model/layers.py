@@ -1,0 +1,142 @@
+"""Building blocks of the ViT: patch embedding, attention with explicit capture, MLP, block."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vitviz.model.config import ViTConfig
+
+
+class PatchEmbed(nn.Module):
+    """Conv2d with kernel = stride = patch: (B, C, H, W) -> (B, gh·gw, dim), row-major patches."""
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        self.patch_size = config.patch_size
+        p = config.patch_size
+        self.proj = nn.Conv2d(config.in_channels, config.dim, kernel_size=p, stride=p)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, tuple[int, int]]:
+        H, W = x.shape[-2:]
+        p = self.patch_size
+        if H % p or W % p:
+            raise ValueError(f"input {H}×{W} is not divisible by the patch size {p}")
+        x = self.proj(x)  # (B, dim, gh, gw)
+        grid = (x.shape[2], x.shape[3])
+        return x.flatten(2).transpose(1, 2), grid  # (B, gh·gw, dim)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with one fused qkv Linear.
+
+    With ``capture=True`` the probabilities softmax(QKᵀ/√d) are computed explicitly and returned,
+    shape (B, heads, N, N), rows = queries; otherwise the fused scaled_dot_product_attention runs
+    and ``None`` is returned. Both paths give the same output.
+    """
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        self.heads = config.heads
+        self.head_dim = config.head_dim
+        self.scale = self.head_dim**-0.5
+        self.qkv = nn.Linear(config.dim, 3 * config.dim, bias=config.qkv_bias)
+        self.attn_drop = nn.Dropout(config.attn_drop_rate)
+        self.proj = nn.Linear(config.dim, config.dim)
+        self.proj_drop = nn.Dropout(config.drop_rate)
+
+    def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # each (B, nh, N, hd)
+        attn: Tensor | None = None
+        if capture:
+            scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, nh, N, N)
+            attn = scores.softmax(dim=-1)
+            out = self.attn_drop(attn) @ v  # (B, nh, N, hd)
+        else:
+            p = self.attn_drop.p if self.training else 0.0
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+        out = out.transpose(1, 2).reshape(B, N, C)
+        return self.proj_drop(self.proj(out)), attn
+
+
+def make_activation(name: str) -> nn.Module:
+    if name == "gelu":
+        return nn.GELU()
+    if name == "gelu_tanh":
+        return nn.GELU(approximate="tanh")
+    if name == "quick_gelu":
+        return QuickGELU()
+    if name == "relu":
+        return nn.ReLU()
+    raise ValueError(f"unknown activation {name!r}")
+
+
+class QuickGELU(nn.Module):
+    """x·sigmoid(1.702x), the GELU approximation of CLIP."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+class Mlp(nn.Module):
+    """Linear -> activation -> dropout -> Linear -> dropout: (B, N, dim) -> (B, N, dim)."""
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(config.dim, config.hidden_dim)
+        self.act = make_activation(config.activation)
+        self.fc2 = nn.Linear(config.hidden_dim, config.dim)
+        self.drop = nn.Dropout(config.drop_rate)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class LayerScale(nn.Module):
+    """Per-channel learned scale (CaiT / DINOv2): x·gamma."""
+
+    def __init__(self, dim: int, init: float) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((dim,), float(init)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.gamma
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: drops the whole residual branch per sample while training."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        keep = 1.0 - self.p
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
+        return x * mask / keep
+
+
+class Block(nn.Module):
+    """Pre-norm encoder block: x + attn(norm1(x)); x + mlp(norm2(x))."""
+
+    def __init__(self, config: ViTConfig, drop_path: float = 0.0) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(config.dim, eps=config.norm_eps)
+        self.attn = Attention(config)
+        self.norm2 = nn.LayerNorm(config.dim, eps=config.norm_eps)
+        self.mlp = Mlp(config)
+        ls = config.layer_scale_init
+        self.ls1 = LayerScale(config.dim, ls) if ls is not None else nn.Identity()
+        self.ls2 = LayerScale(config.dim, ls) if ls is not None else nn.Identity()
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+
+    def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
+        y, attn = self.attn(self.norm1(x), capture=capture)
+        x = x + self.drop_path(self.ls1(y))
+        x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
+        return x, attn

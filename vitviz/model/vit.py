@@ -1,0 +1,162 @@
+"""VisionTransformer: the one ViT that every checkpoint family is converted into (DESIGN §3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from vitviz.model.config import ViTConfig
+from vitviz.model.layers import Block, PatchEmbed
+from vitviz.model.posembed import resample_grid_embedding, sincos_1d, sincos_2d
+
+
+@dataclass
+class ViTOutput:
+    """Everything one forward pass can report.
+
+    Token layout: [CLS, (dist), (registers...), patches row-major over the gh × gw grid].
+    """
+
+    logits: Tensor  # (B, C); the pooled features (B, D) when the model has no head
+    attentions: list[Tensor]  # L × (B, heads, N, N) post-softmax, rows = queries; [] if not asked
+    hidden_states: list[Tensor]  # L × (B, N, D) output of each block; [] if not asked
+    grid: tuple[int, int]  # (gh, gw)
+    num_prefix_tokens: int
+
+
+class VisionTransformer(nn.Module):
+    """Conv2d patch embedding, prefix tokens, position embedding, pre-norm blocks, head."""
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        config.validate()
+        self.config = config
+        D = config.dim
+        self.patch_embed = PatchEmbed(config)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.class_token else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, D)) if config.distill_token else None
+        R = config.num_register_tokens
+        self.reg_token = nn.Parameter(torch.zeros(1, R, D)) if R else None
+        if config.pos_embed == "learned":
+            n_pos = config.num_patches + (0 if config.no_embed_class else config.num_prefix_tokens)
+            self.pos_embed: nn.Parameter | None = nn.Parameter(torch.zeros(1, n_pos, D))
+        else:
+            self.pos_embed = None
+        self.pos_drop = nn.Dropout(config.drop_rate)
+        self.norm_pre = nn.LayerNorm(D, eps=config.norm_eps) if config.pre_norm else nn.Identity()
+        L = config.depth
+        rates = [config.drop_path_rate * i / max(L - 1, 1) for i in range(L)]  # linear
+        self.blocks = nn.ModuleList(Block(config, drop_path=r) for r in rates)
+        self.norm = nn.Identity() if config.fc_norm else nn.LayerNorm(D, eps=config.norm_eps)
+        self.fc_norm = nn.LayerNorm(D, eps=config.norm_eps) if config.fc_norm else nn.Identity()
+        if config.head_hidden_dim:
+            self.pre_logits: nn.Module = nn.Sequential(
+                nn.Linear(D, config.head_hidden_dim), nn.Tanh()
+            )
+            head_in = config.head_hidden_dim
+        else:
+            self.pre_logits = nn.Identity()
+            head_in = D
+        self.head_drop = nn.Dropout(config.drop_rate)
+        C = config.num_classes
+        self.head = nn.Linear(head_in, C) if C else nn.Identity()
+        self.head_dist = nn.Linear(D, C) if (config.distill_token and C) else None
+        self.init_weights()
+
+    # -- initialisation ---------------------------------------------------------------------------
+    def init_weights(self) -> None:
+        """Truncated-normal (std 0.02) Linear weights and position table, zero biases."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        if self.pos_embed is not None:
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        for token in (self.cls_token, self.dist_token, self.reg_token):
+            if token is not None:
+                nn.init.normal_(token, std=1e-6)
+
+    # -- forward ----------------------------------------------------------------------------------
+    @property
+    def num_prefix_tokens(self) -> int:
+        return self.config.num_prefix_tokens
+
+    def _prefix_tokens(self, B: int) -> list[Tensor]:
+        tokens = [t for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
+        return [t.expand(B, -1, -1) for t in tokens]
+
+    def _patch_pos_embed(self, grid: tuple[int, int]) -> Tensor:
+        """Learned patch position table resampled to ``grid``: (1, gh·gw, D)."""
+        assert self.pos_embed is not None
+        start = 0 if self.config.no_embed_class else self.num_prefix_tokens
+        return resample_grid_embedding(self.pos_embed[:, start:], self.config.grid_size, grid)
+
+    def embed(self, x: Tensor) -> tuple[Tensor, tuple[int, int]]:
+        """(B, C, H, W) image -> (B, N, D) tokens with position embedding, and the grid."""
+        patches, grid = self.patch_embed(x)  # (B, gh·gw, D)
+        B = patches.shape[0]
+        prefix = self._prefix_tokens(B)
+        kind = self.config.pos_embed
+        if kind == "learned":
+            pos = self._patch_pos_embed(grid)
+            if self.config.no_embed_class or not prefix:
+                tokens = torch.cat([*prefix, patches + pos], dim=1)
+            else:
+                prefix_pos = self.pos_embed[:, : self.num_prefix_tokens]  # type: ignore[index]
+                tokens = torch.cat([*prefix, patches], dim=1) + torch.cat([prefix_pos, pos], dim=1)
+        elif kind == "sincos":
+            tokens = torch.cat([*prefix, patches], dim=1)
+            tokens = tokens + sincos_1d(tokens.shape[1], tokens.shape[2]).to(tokens)
+        elif kind == "sincos2d":
+            tokens = torch.cat(
+                [*prefix, patches + sincos_2d(grid, patches.shape[2]).to(patches)], 1
+            )
+        else:
+            tokens = torch.cat([*prefix, patches], dim=1)
+        return self.norm_pre(self.pos_drop(tokens)), grid
+
+    def forward_features(
+        self, x: Tensor, capture_attention: bool = False, hidden_states: bool = False
+    ) -> tuple[Tensor, list[Tensor], list[Tensor], tuple[int, int]]:
+        """Tokens after the final norm (B, N, D), attentions, block outputs and the grid."""
+        tokens, grid = self.embed(x)
+        attentions: list[Tensor] = []
+        hidden: list[Tensor] = []
+        for block in self.blocks:
+            tokens, attn = block(tokens, capture=capture_attention)
+            if attn is not None:
+                attentions.append(attn)
+            if hidden_states:
+                hidden.append(tokens)
+        return self.norm(tokens), attentions, hidden, grid
+
+    def forward_head(self, tokens: Tensor) -> Tensor:
+        """(B, N, D) final tokens -> (B, C) logits (DeiT distilled: mean of both heads)."""
+        if self.config.global_pool == "avg":
+            pooled = tokens[:, self.num_prefix_tokens :].mean(dim=1)
+        else:
+            pooled = tokens[:, 0]
+        pooled = self.head_drop(self.pre_logits(self.fc_norm(pooled)))
+        logits = self.head(pooled)
+        if self.head_dist is not None:
+            logits = (logits + self.head_dist(tokens[:, 1])) / 2
+        return logits
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, C_in, H, W) -> (B, num_classes) logits; the fused attention path."""
+        tokens, _, _, _ = self.forward_features(x)
+        return self.forward_head(tokens)
+
+    def forward_explained(
+        self, x: Tensor, capture_attention: bool = True, hidden_states: bool = False
+    ) -> ViTOutput:
+        """Forward pass that also hands back each layer's attention (and block outputs)."""
+        tokens, attentions, hidden, grid = self.forward_features(
+            x, capture_attention=capture_attention, hidden_states=hidden_states
+        )
+        return ViTOutput(
+            self.forward_head(tokens), attentions, hidden, grid, self.num_prefix_tokens
+        )
