@@ -155,11 +155,22 @@ def test_rollout_matches_full_matrix_reference(num_prefix, query_kind, start, ra
     assert q == (0 if query_kind == "cls" else num_prefix + 1 * 5 + 3)
     attn = random_attention(num_prefix, q, seed=num_prefix + 7 * start)
     got_map = rollout(
-        attn, GRID, num_prefix, query=q, fusion=fusion, heads=heads, discard_ratio=ratio,
+        attn,
+        GRID,
+        num_prefix,
+        query=q,
+        fusion=fusion,
+        heads=heads,
+        discard_ratio=ratio,
         start_layer=start,
     )
     got_row = rollout_row(
-        attn, query=q, num_prefix=num_prefix, fusion=fusion, heads=heads, discard_ratio=ratio,
+        attn,
+        query=q,
+        num_prefix=num_prefix,
+        fusion=fusion,
+        heads=heads,
+        discard_ratio=ratio,
         start_layer=start,
     )
     ref_maps = []
@@ -211,8 +222,9 @@ def test_rollout_batch_independence():
     attn = random_attention(3, 0, seed=4)
     full = rollout(attn, GRID, 3, query=0, discard_ratio=0.3, fusion="max")
     for b in range(B):
-        alone = rollout([a[b : b + 1] for a in attn], GRID, 3, query=0, discard_ratio=0.3,
-                        fusion="max")
+        alone = rollout(
+            [a[b : b + 1] for a in attn], GRID, 3, query=0, discard_ratio=0.3, fusion="max"
+        )
         assert torch.allclose(full[b], alone[0], atol=1e-14)
 
 
@@ -285,10 +297,10 @@ def test_gradient_rollout_matches_reference(num_prefix, query_kind, start, ratio
     for b in range(B):
         A = [a[b].tolist() for a in attn]
         G = [g[b].tolist() for g in grads]
-        fused = [ref_grad_fused(A[l], G[l]) for l in range(L)]
+        fused = [ref_grad_fused(A[i], G[i]) for i in range(L)]
         R = ref_rollout_matrix(fused, ratio, start, protected={q})
         ref_maps.append(ref_map(R, q, num_prefix))
-        swapped = [ref_grad_fused(A[l], G[L - 1 - l]) for l in range(L)]
+        swapped = [ref_grad_fused(A[i], G[L - 1 - i]) for i in range(L)]
         Rs = ref_rollout_matrix(swapped, ratio, start, protected={q})
         ref_maps_swapped.append(ref_map(Rs, q, num_prefix))
     assert_map_equal(got, ref_maps)

@@ -43,7 +43,12 @@ def _load(path: Path) -> np.ndarray:
 
 
 def _png_chunk(kind: bytes, payload: bytes) -> bytes:
-    return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+    return (
+        struct.pack(">I", len(payload))
+        + kind
+        + payload
+        + struct.pack(">I", zlib.crc32(kind + payload))
+    )
 
 
 def _png_header_only(width: int, height: int) -> bytes:
@@ -92,7 +97,8 @@ def test_simple_modes_match_pil_conversion(tmp_path: Path, cat: np.ndarray, mode
     source = Image.fromarray(cat).convert(mode)
     if mode == "YCbCr":
         path = _save(tmp_path, "cat.jpg", source, quality=95)
-        assert Image.open(path).mode in ("RGB", "YCbCr")
+        with Image.open(path) as raw:
+            assert raw.mode in ("RGB", "YCbCr")
         loaded = _load(path)
         assert np.abs(loaded.astype(int) - cat).mean() < 4
         return
@@ -293,3 +299,14 @@ def test_list_images_natural_order(tmp_path: Path) -> None:
     assert found == ["IMG1.jpg", "img2.png", "img2b.bmp", "img10.png"]
     with pytest.raises(ImageLoadError, match="not a folder"):
         list_images(tmp_path / "img2.png")
+
+
+def test_lazy_pil_image_that_fails_to_decode(cat: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    Image.fromarray(cat).save(buffer, format="JPEG")
+    raw = buffer.getvalue()
+    with (
+        Image.open(io.BytesIO(raw[: len(raw) // 3])) as lazy,
+        pytest.raises(ImageLoadError, match="could not be decoded"),
+    ):
+        load_image(lazy)

@@ -1,4 +1,4 @@
-"""The one ViT (DESIGN §3) checked against an independent float64 forward written from its weights."""
+"""The one ViT (DESIGN §3), checked against an independent float64 forward from its weights."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitviz.model import VARIANT_NAMES, ViTConfig, VisionTransformer, create_model, vit_config
+from vitviz.model import VARIANT_NAMES, VisionTransformer, ViTConfig, create_model, vit_config
 from vitviz.model.layers import LayerScale
 
 BASE = dict(image_size=32, patch_size=8, num_classes=7, dim=32, depth=2, heads=4)

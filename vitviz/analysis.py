@@ -80,8 +80,10 @@ class Analysis:
             return []
         k = min(k, self.probs.numel())
         probs, idx = self.probs.topk(k)
-        return [Prediction(int(i), self.class_names[int(i)], float(p), float(self.logits[i]))
-                for p, i in zip(probs, idx, strict=True)]
+        return [
+            Prediction(int(i), self.class_names[int(i)], float(p), float(self.logits[i]))
+            for p, i in zip(probs, idx, strict=True)
+        ]
 
     # -- queries ------------------------------------------------------------------------------
     def query_token(self, patch: tuple[int, int] | None = None) -> int | None:
@@ -95,57 +97,97 @@ class Analysis:
     def attention_maps(self, layer: int, patch: tuple[int, int] | None = None) -> Tensor:
         """Raw attention of one layer for the query, every head: (H, gh, gw)."""
         a = self.attention[layer].float()[None]
-        return explain.attention_maps(a, self.grid, self.num_prefix_tokens,
-                                      self.query_token(patch))[0]
+        return explain.attention_maps(
+            a, self.grid, self.num_prefix_tokens, self.query_token(patch)
+        )[0]
 
     def all_attention_maps(self, patch: tuple[int, int] | None = None) -> Tensor:
         """Raw attention of every layer and head for the query: (L, H, gh, gw)."""
         a = self.attention.float()  # (L, H, N, N) taken as a batch of L
-        return explain.attention_maps(a, self.grid, self.num_prefix_tokens,
-                                      self.query_token(patch))
+        return explain.attention_maps(a, self.grid, self.num_prefix_tokens, self.query_token(patch))
 
     def prefix_attention(self, patch: tuple[int, int] | None = None) -> Tensor:
         """Attention the query gives each prefix token: (L, H, num_prefix)."""
-        return explain.prefix_attention(self.attention.float(), self.num_prefix_tokens,
-                                        self.query_token(patch))
+        return explain.prefix_attention(
+            self.attention.float(), self.num_prefix_tokens, self.query_token(patch)
+        )
 
-    def rollout(self, patch: tuple[int, int] | None = None, fusion: str = "mean",
-                heads: Sequence[int] | None = None, discard_ratio: float = 0.0,
-                start_layer: int = 0) -> Tensor:
-        return explain.rollout(self._layers(), self.grid, self.num_prefix_tokens,
-                               self.query_token(patch), fusion, heads, discard_ratio,
-                               start_layer)[0]
+    def rollout(
+        self,
+        patch: tuple[int, int] | None = None,
+        fusion: str = "mean",
+        heads: Sequence[int] | None = None,
+        discard_ratio: float = 0.0,
+        start_layer: int = 0,
+    ) -> Tensor:
+        return explain.rollout(
+            self._layers(),
+            self.grid,
+            self.num_prefix_tokens,
+            self.query_token(patch),
+            fusion,
+            heads,
+            discard_ratio,
+            start_layer,
+        )[0]
 
-    def gradient_rollout(self, target_class: int | None = None,
-                         patch: tuple[int, int] | None = None, discard_ratio: float = 0.0,
-                         start_layer: int = 0) -> Tensor:
+    def gradient_rollout(
+        self,
+        target_class: int | None = None,
+        patch: tuple[int, int] | None = None,
+        discard_ratio: float = 0.0,
+        start_layer: int = 0,
+    ) -> Tensor:
         grads = self.gradients(target_class)
-        return explain.gradient_rollout(self._layers(), grads, self.grid, self.num_prefix_tokens,
-                                        self.query_token(patch), discard_ratio, start_layer)[0]
+        return explain.gradient_rollout(
+            self._layers(),
+            grads,
+            self.grid,
+            self.num_prefix_tokens,
+            self.query_token(patch),
+            discard_ratio,
+            start_layer,
+        )[0]
 
-    def relevance(self, target_class: int | None = None, patch: tuple[int, int] | None = None,
-                  start_layer: int = 0) -> Tensor:
+    def relevance(
+        self,
+        target_class: int | None = None,
+        patch: tuple[int, int] | None = None,
+        start_layer: int = 0,
+    ) -> Tensor:
         grads = self.gradients(target_class)
-        return explain.relevance(self._layers(), grads, self.grid, self.num_prefix_tokens,
-                                 self.query_token(patch), start_layer)[0]
+        return explain.relevance(
+            self._layers(),
+            grads,
+            self.grid,
+            self.num_prefix_tokens,
+            self.query_token(patch),
+            start_layer,
+        )[0]
 
-    def dino_masks(self, layer: int = -1, threshold: float = 0.6,
-                   patch: tuple[int, int] | None = None) -> Tensor:
+    def dino_masks(
+        self, layer: int = -1, threshold: float = 0.6, patch: tuple[int, int] | None = None
+    ) -> Tensor:
         """Per head, the fewest patches holding ``threshold`` of the query's mass: (H, gh, gw)."""
         a = self.attention[layer].float()[None]
-        return explain.dino_masks(a, self.grid, self.num_prefix_tokens, threshold,
-                                  self.query_token(patch))[0]
+        return explain.dino_masks(
+            a, self.grid, self.num_prefix_tokens, threshold, self.query_token(patch)
+        )[0]
 
     # -- gradients ----------------------------------------------------------------------------
     def gradients(self, target_class: int | None = None) -> list[Tensor]:
         """G_l = ∂y_c/∂A_l for every layer, L × (1, H, N, N) on the CPU, cached per class."""
         c = self.top_class if target_class is None else int(target_class)
         if not self.has_head:
-            raise ValueError("this model has no classification head, so there is no class to "
-                             "explain; gradient rollout and relevance need one")
+            raise ValueError(
+                "this model has no classification head, so there is no class to "
+                "explain; gradient rollout and relevance need one"
+            )
         if not 0 <= c < self.logits.numel():
-            raise ValueError(f"class {c} is out of range: the model has {self.logits.numel()} "
-                             f"classes (0..{self.logits.numel() - 1})")
+            raise ValueError(
+                f"class {c} is out of range: the model has {self.logits.numel()} "
+                f"classes (0..{self.logits.numel() - 1})"
+            )
         if c not in self._gradients:
             if self.loaded is None:
                 raise ValueError("this Analysis has no model attached to compute gradients")
@@ -181,7 +223,9 @@ def analyze(
         x = image.detach().float()
         x = x[0] if x.ndim == 4 else x
         if x.ndim != 3:
-            raise ValueError(f"an input tensor must be (3, H, W) or (1, 3, H, W), got {tuple(image.shape)}")
+            raise ValueError(
+                f"an input tensor must be (3, H, W) or (1, 3, H, W), got {tuple(image.shape)}"
+            )
         geometry = PatchGeometry.identity((x.shape[1], x.shape[2]), patch)
         pixels = denormalize(x, prep)
         source = None
@@ -193,8 +237,9 @@ def analyze(
         out = model.forward_explained(x[None].to(dev), capture_attention=True, hidden_states=True)
         logits = out.logits[0].float()
         attn = torch.stack([a[0] for a in out.attentions])  # (L, H, N, N)
-        stats = explain.head_statistics([a for a in out.attentions], out.grid,
-                                        out.num_prefix_tokens, patch)
+        stats = explain.head_statistics(
+            [a for a in out.attentions], out.grid, out.num_prefix_tokens, patch
+        )
         norms = explain.token_norms(out.hidden_states)[0]  # (L, N)
     has_head = model.config.num_classes > 0
     probs = logits.softmax(-1) if has_head else torch.empty(0)

@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(func=cmd_info)
+
+    # Commands of their own subsystems (each module adds its sub-parser).
+    # -- more commands --
     return parser
 
 

@@ -26,13 +26,15 @@ def resolve_device(choice: str | torch.device | None = "auto") -> torch.device:
     if name == "auto":
         present = available_devices()
         pick = next((d for d in present if d.startswith("cuda")), None) or (
-            "mps" if "mps" in present else "cpu")
+            "mps" if "mps" in present else "cpu"
+        )
         return torch.device(pick)
     try:
         device = torch.device(name)
     except RuntimeError as exc:
-        raise ValueError(f"unknown device {choice!r}; use one of {', '.join(DEVICE_CHOICES)}"
-                         ) from exc
+        raise ValueError(
+            f"unknown device {choice!r}; use one of {', '.join(DEVICE_CHOICES)}"
+        ) from exc
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("CUDA was asked for but no CUDA GPU is available here; use --device cpu")
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():

@@ -13,9 +13,21 @@ from vitviz.analysis import Analysis
 from vitviz.checkpoints.atomic import atomic_path
 from vitviz.imaging.overlay import head_grid_image, overlay_on_image, save_png
 
-NPZ_KEYS = ("input", "logits", "probs", "class_names", "attention", "grid", "num_prefix_tokens",
-            "rollout", "gradient_rollout", "relevance", "target_class", "mean_distance",
-            "entropy")
+NPZ_KEYS = (
+    "input",
+    "logits",
+    "probs",
+    "class_names",
+    "attention",
+    "grid",
+    "num_prefix_tokens",
+    "rollout",
+    "gradient_rollout",
+    "relevance",
+    "target_class",
+    "mean_distance",
+    "entropy",
+)
 
 
 @dataclass(frozen=True)
@@ -38,17 +50,22 @@ class ExplainedMaps:
 
 def compute_maps(analysis: Analysis, settings: MapSettings = MapSettings()) -> ExplainedMaps:
     """Rollout, gradient rollout and relevance of the CLS query with ``settings``."""
-    roll = analysis.rollout(fusion=settings.fusion, discard_ratio=settings.discard_ratio,
-                            start_layer=settings.start_layer).numpy()
+    roll = analysis.rollout(
+        fusion=settings.fusion,
+        discard_ratio=settings.discard_ratio,
+        start_layer=settings.start_layer,
+    ).numpy()
     if not analysis.has_head:
         nan = np.full(analysis.grid, np.nan, dtype=np.float32)
         return ExplainedMaps(roll.astype(np.float32), nan, nan.copy(), -1)
     c = analysis.top_class if settings.target_class is None else settings.target_class
-    grad_roll = analysis.gradient_rollout(c, discard_ratio=settings.discard_ratio,
-                                          start_layer=settings.start_layer).numpy()
+    grad_roll = analysis.gradient_rollout(
+        c, discard_ratio=settings.discard_ratio, start_layer=settings.start_layer
+    ).numpy()
     rel = analysis.relevance(c, start_layer=settings.start_layer).numpy()
-    return ExplainedMaps(roll.astype(np.float32), grad_roll.astype(np.float32),
-                         rel.astype(np.float32), int(c))
+    return ExplainedMaps(
+        roll.astype(np.float32), grad_roll.astype(np.float32), rel.astype(np.float32), int(c)
+    )
 
 
 def write_npz(analysis: Analysis, maps: ExplainedMaps, path: str | os.PathLike[str]) -> Path:
@@ -75,24 +92,35 @@ def write_npz(analysis: Analysis, maps: ExplainedMaps, path: str | os.PathLike[s
     return target
 
 
-def map_overlay(analysis: Analysis, map_: np.ndarray, colormap: str = "viridis",
-                opacity: float = 0.6) -> Image.Image:
+def map_overlay(
+    analysis: Analysis, map_: np.ndarray, colormap: str = "viridis", opacity: float = 0.6
+) -> Image.Image:
     """A (gh, gw) map over the source image at its own resolution (or the model input)."""
     if analysis.source is not None:
-        return overlay_on_image(analysis.source, map_, geometry=analysis.geometry,
-                                colormap=colormap, opacity=opacity)
+        return overlay_on_image(
+            analysis.source, map_, geometry=analysis.geometry, colormap=colormap, opacity=opacity
+        )
     return overlay_on_image(analysis.pixels, map_, colormap=colormap, opacity=opacity)
 
 
-def heads_grid(analysis: Analysis, colormap: str = "viridis", opacity: float = 0.6,
-               patch: tuple[int, int] | None = None) -> Image.Image:
+def heads_grid(
+    analysis: Analysis,
+    colormap: str = "viridis",
+    opacity: float = 0.6,
+    patch: tuple[int, int] | None = None,
+) -> Image.Image:
     """The layer × head grid of the query's (default CLS) maps with one shared colour scale."""
     maps = analysis.all_attention_maps(patch).numpy()
     return head_grid_image(maps, analysis.pixels, colormap=colormap, opacity=opacity)
 
 
-def write_pngs(analysis: Analysis, maps: ExplainedMaps, folder: str | os.PathLike[str],
-               stem: str, colormap: str = "viridis") -> list[Path]:
+def write_pngs(
+    analysis: Analysis,
+    maps: ExplainedMaps,
+    folder: str | os.PathLike[str],
+    stem: str,
+    colormap: str = "viridis",
+) -> list[Path]:
     """<stem>_rollout.png, <stem>_relevance.png (if the model has a head), <stem>_heads.png."""
     out = Path(folder)
     written = []

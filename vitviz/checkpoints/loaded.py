@@ -21,7 +21,7 @@ class LoadedModel:
     notes: list[str] = field(default_factory=list)  # what the conversion did or dropped
 
     @property
-    def config(self):  # noqa: ANN201 - ViTConfig
+    def config(self):
         return self.model.config
 
     @property

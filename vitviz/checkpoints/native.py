@@ -28,8 +28,14 @@ FORMAT_VERSION = "1"
 
 def default_preprocessing(config: ViTConfig) -> Preprocessing:
     """Centre crop at the trained size, normalised to [-1, 1]."""
-    return Preprocessing(image_size=tuple(config.image_size), resize="crop", crop_pct=1.0,
-                         mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), interpolation="bicubic")
+    return Preprocessing(
+        image_size=tuple(config.image_size),
+        resize="crop",
+        crop_pct=1.0,
+        mean=(0.5, 0.5, 0.5),
+        std=(0.5, 0.5, 0.5),
+        interpolation="bicubic",
+    )
 
 
 def save_checkpoint(
@@ -41,16 +47,19 @@ def save_checkpoint(
 ) -> Path:
     """Write ``model`` to ``path`` atomically in the native format; returns the path."""
     config = model.config
-    names = list(class_names) if class_names is not None else default_class_names(
-        config.num_classes)
+    names = (
+        list(class_names) if class_names is not None else default_class_names(config.num_classes)
+    )
     if len(names) != config.num_classes:
         raise ValueError(f"{len(names)} class names for a model with {config.num_classes} classes")
     prep = preprocessing or default_preprocessing(config)
     from vitviz import __version__
 
-    prov = {"vitviz_version": __version__,
-            "saved_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            **dict(provenance or {})}
+    prov = {
+        "vitviz_version": __version__,
+        "saved_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **dict(provenance or {}),
+    }
     metadata = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -80,8 +89,11 @@ def build_model(config: ViTConfig, state: Mapping[str, torch.Tensor]) -> VisionT
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
-    wrong = [f"{k} {tuple(state[k].shape)} (model needs {tuple(expected[k].shape)})"
-             for k in expected if k in state and state[k].shape != expected[k].shape]
+    wrong = [
+        f"{k} {tuple(state[k].shape)} (model needs {tuple(expected[k].shape)})"
+        for k in expected
+        if k in state and state[k].shape != expected[k].shape
+    ]
     if missing or unexpected or wrong:
         parts = []
         if missing:
@@ -100,25 +112,38 @@ def _few(items: Sequence[str], n: int = 4) -> str:
     return shown + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
-def load_native(state: Mapping[str, torch.Tensor], metadata: Mapping[str, str],
-                path: Path | None = None) -> LoadedModel:
+def load_native(
+    state: Mapping[str, torch.Tensor], metadata: Mapping[str, str], path: Path | None = None
+) -> LoadedModel:
     """Rebuild a LoadedModel from a native file's tensors and metadata."""
     version = metadata.get("format_version")
     if version != FORMAT_VERSION:
-        raise CheckpointError(f"This vitviz checkpoint has format version {version}; this vitviz "
-                              f"reads version {FORMAT_VERSION}. Update vitviz to open it.")
+        raise CheckpointError(
+            f"This vitviz checkpoint has format version {version}; this vitviz "
+            f"reads version {FORMAT_VERSION}. Update vitviz to open it."
+        )
     try:
         config = ViTConfig.from_dict(json.loads(metadata["config"]))
-        names = [str(n) for n in json.loads(metadata.get("class_names", "null")
-                                            or "null") or []]
+        names = [str(n) for n in json.loads(metadata.get("class_names", "null") or "null") or []]
         prep_raw = metadata.get("preprocessing")
-        prep = (Preprocessing.from_dict(json.loads(prep_raw)) if prep_raw
-                else default_preprocessing(config))
+        prep = (
+            Preprocessing.from_dict(json.loads(prep_raw))
+            if prep_raw
+            else default_preprocessing(config)
+        )
         provenance = json.loads(metadata.get("provenance", "{}"))
     except (KeyError, ValueError, TypeError) as exc:
-        raise CheckpointError(f"The vitviz metadata of this checkpoint is damaged ({exc}).") from exc
+        raise CheckpointError(
+            f"The vitviz metadata of this checkpoint is damaged ({exc})."
+        ) from exc
     if len(names) != config.num_classes:
         names = default_class_names(config.num_classes)
     model = build_model(config, state)
-    return LoadedModel(model=model, class_names=names, preprocessing=prep, family="vitviz",
-                       path=path, provenance=provenance)
+    return LoadedModel(
+        model=model,
+        class_names=names,
+        preprocessing=prep,
+        family="vitviz",
+        path=path,
+        provenance=provenance,
+    )

@@ -88,7 +88,7 @@ def _read_torch(p: Path) -> RawCheckpoint:
         if needs:
             raise _refused_pickle(p, needs.group(1)) from exc
         raise _unreadable(p) from exc
-    except Exception as exc:  # noqa: BLE001 - any failure to parse is the user's file, not a bug
+    except Exception as exc:
         raise _unreadable(p, exc) from exc
     return _unwrap(obj, p)
 

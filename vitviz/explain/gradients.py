@@ -26,18 +26,21 @@ def attention_gradients(
     x: (B, C, H, W). ``target`` is a class index, a (B,) tensor of them, or None for the top
     prediction of each image. Only the attention gradients are computed (no weight gradients).
     """
+    if model.config.num_classes == 0:
+        raise ValueError("this model has no classification head: gradient methods need one")
     with torch.enable_grad():
         x = x.detach().requires_grad_(True)  # makes the graph exist even for frozen weights
         out = model.forward_explained(x, capture_attention=True)
         logits = out.logits
-        if logits.ndim != 2 or logits.shape[1] == 0:
-            raise ValueError("this model has no classification head: gradient methods need one")
         B, C = logits.shape
         if target is None:
             target_t = logits.detach().argmax(dim=1)
         else:
             target_t = torch.as_tensor(target, device=logits.device).long().reshape(-1)
-            target_t = target_t.expand(B) if target_t.numel() == 1 else target_t
+            if target_t.numel() == 1:
+                target_t = target_t.expand(B)
+            if target_t.numel() != B:
+                raise ValueError(f"{target_t.numel()} target classes for a batch of {B} images")
             if target_t.min() < 0 or target_t.max() >= C:
                 raise ValueError(
                     f"class index out of range: the model has {C} classes (0..{C - 1})"

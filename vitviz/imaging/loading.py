@@ -11,6 +11,8 @@ import io
 import os
 import re
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -151,10 +153,53 @@ def _bomb_message(name: str, size: tuple[int, int] | None, limit: int) -> str:
     )
 
 
-def _size_from_pil_message(message: str) -> tuple[int, int] | None:
-    """PIL's bomb error says 'Image size (W x H pixels) exceeds ...'; recover (W, H)."""
-    match = re.search(r"\((\d+)\s*x\s*(\d+)\s*pixels\)", message)
-    return (int(match.group(1)), int(match.group(2))) if match else None
+def _header_size(stream: BinaryIO) -> tuple[int, int] | None:
+    """(W, H) from the image header, read by PIL's format plugins without its size check.
+
+    Used only to name the size of an image PIL itself refused as a decompression bomb.
+    """
+    try:
+        stream.seek(0)
+        prefix = stream.read(16)
+        for fmt in Image.ID:
+            factory, accept = Image.OPEN[fmt]
+            verdict = True if accept is None else accept(prefix)
+            if isinstance(verdict, str) or not verdict:
+                continue
+            stream.seek(0)
+            try:
+                return tuple(factory(stream, None).size)  # type: ignore[return-value]
+            except Exception:
+                continue
+    except Exception:
+        return None
+    return None
+
+
+def _quiet() -> warnings.catch_warnings:
+    """Silence PIL's decoding warnings (bomb size, corrupt EXIF, ...): each problem that matters
+    becomes an ``ImageLoadError`` instead, and nothing else has a reader.
+
+    ``catch_warnings`` swaps process-wide filters, so a warning raised by another thread in the
+    same instant may be hidden too; that is harmless here.
+    """
+    guard = warnings.catch_warnings()
+    guard.__enter__()
+    guard.__exit__(None, None, None)
+    return guard
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence PIL's decoding warnings (bomb size, corrupt EXIF, ...): each problem that matters
+    becomes an ``ImageLoadError`` instead, and nothing else has a reader.
+
+    ``catch_warnings`` swaps process-wide filters, so a warning raised by another thread in the
+    same instant may be hidden too; that is harmless here.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def _check_size(name: str, size: tuple[int, int], max_pixels: int) -> None:
@@ -182,17 +227,17 @@ def _decode_stream(stream: BinaryIO, name: str, max_pixels: int) -> Image.Image:
     """Open, check the header size, decode and convert one image from a binary stream."""
     pil_limit = Image.MAX_IMAGE_PIXELS
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(stream) as image:
-                _check_size(name, image.size, max_pixels)
-                image.load()
-                return _finish(image, name, max_pixels)
+        with _quiet(), Image.open(stream) as image:
+            _check_size(name, image.size, max_pixels)
+            image.load()
+            return _finish(image, name, max_pixels)
     except ImageLoadError:
         raise
     except Image.DecompressionBombError as exc:
         limit = min(max_pixels, 2 * pil_limit) if pil_limit else max_pixels
-        raise ImageLoadError(_bomb_message(name, _size_from_pil_message(str(exc)), limit)) from exc
+        with _quiet():
+            size = _header_size(stream)
+        raise ImageLoadError(_bomb_message(name, size, limit)) from exc
     except UnidentifiedImageError as exc:
         raise ImageLoadError(f"{name} is not an image PIL can read. {ACCEPTED}.") from exc
     except Exception as exc:
@@ -249,10 +294,13 @@ def load_image(source: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> 
     if isinstance(source, Image.Image):
         _check_size("The image", source.size, max_pixels)
         try:
-            source.load()
+            with _quiet():
+                source.load()
+                return _finish(source, "The image", max_pixels)
+        except ImageLoadError:
+            raise
         except Exception as exc:
             raise ImageLoadError(f"The image could not be decoded ({exc}). {ACCEPTED}.") from exc
-        return _finish(source, "The image", max_pixels)
     if isinstance(source, np.ndarray):
         return _from_array(source, max_pixels)
     if isinstance(source, (bytes, bytearray, memoryview)):

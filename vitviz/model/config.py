@@ -9,6 +9,12 @@ from typing import Any
 POS_EMBED_KINDS = ("learned", "sincos", "sincos2d", "none")
 POOLS = ("token", "avg")
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu")
+PATCH_EMBEDS = ("conv", "linear")
+# How a learned position table is resampled to another grid (each library does it its own way):
+# "bicubic" (vitviz, timm checkpoint load, HF ViT/DeiT/Dinov2): size-based, no antialias;
+# "bicubic_antialias" (timm dynamic size, HF Dinov2WithRegisters, DINOv2 with registers);
+# "bicubic_offset" (original DINO / DINOv2): scale factor (g + 0.1) / g0, no antialias.
+POS_EMBED_INTERPS = ("bicubic", "bicubic_antialias", "bicubic_offset")
 
 
 def _pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -49,6 +55,16 @@ class ViTConfig:
     norm_eps: float = 1e-6
     activation: str = "gelu"
     head_hidden_dim: int | None = None  # torchvision pre_logits: Linear + tanh before the head
+    # Options of foreign families (defaults keep the classic layout above).
+    norm_first: bool = True  # pre-norm blocks; False: post-norm (nn.TransformerEncoderLayer default)
+    final_norm: bool = True  # LayerNorm after the blocks (or after pooling with fc_norm)
+    pos_embed_prefix: int | None = None  # prefix tokens with a position entry; None: no_embed_class
+    pos_embed_interp: str = "bicubic"  # see POS_EMBED_INTERPS
+    attn_head_dim: int | None = None  # per-head width when heads·head_dim != dim (vit-pytorch)
+    pool_include_prefix: bool = False  # "avg" pool over every token, prefix tokens included
+    patch_embed: str = "conv"  # "conv" (Conv2d) | "linear" (Linear over (p1 p2 c) patch vectors)
+    patch_norm_pre: bool = False  # LayerNorm over each flattened patch before the Linear
+    patch_norm_post: bool = False  # LayerNorm after the patch embedding
     # Training-only regularisation (no effect in eval mode).
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
@@ -76,8 +92,20 @@ class ViTConfig:
         return int(self.class_token) + int(self.distill_token) + self.num_register_tokens
 
     @property
+    def num_pos_prefix_tokens(self) -> int:
+        """How many prefix tokens (from the front) get an entry of the learned position table."""
+        if self.pos_embed_prefix is not None:
+            return self.pos_embed_prefix
+        return 0 if self.no_embed_class else self.num_prefix_tokens
+
+    @property
     def head_dim(self) -> int:
-        return self.dim // self.heads
+        return self.attn_head_dim or self.dim // self.heads
+
+    @property
+    def attn_dim(self) -> int:
+        """Width of q, k and v together over the heads: heads · head_dim (usually dim)."""
+        return self.heads * self.head_dim
 
     @property
     def hidden_dim(self) -> int:
@@ -92,7 +120,9 @@ class ViTConfig:
                 problems.append(f"{name} must be at least 1 (got {getattr(self, name)})")
         if self.num_classes < 0:
             problems.append(f"num_classes must be 0 or more (got {self.num_classes})")
-        if self.heads >= 1 and self.dim % self.heads:
+        if self.attn_head_dim is not None and self.attn_head_dim < 1:
+            problems.append(f"attn_head_dim must be at least 1 (got {self.attn_head_dim})")
+        if self.attn_head_dim is None and self.heads >= 1 and self.dim % self.heads:
             problems.append(f"dim {self.dim} is not divisible by heads {self.heads}")
         h, w = self.image_size
         if self.patch_size >= 1 and (h % self.patch_size or w % self.patch_size):
@@ -109,6 +139,19 @@ class ViTConfig:
             problems.append("distill_token needs class_token=True")
         if self.num_register_tokens < 0:
             problems.append("num_register_tokens must be 0 or more")
+        if self.pos_embed_prefix is not None:
+            if not 0 <= self.pos_embed_prefix <= self.num_prefix_tokens:
+                problems.append(f"pos_embed_prefix must be in 0..{self.num_prefix_tokens} "
+                                f"(got {self.pos_embed_prefix})")
+            elif self.no_embed_class and self.pos_embed_prefix:
+                problems.append("no_embed_class contradicts pos_embed_prefix > 0")
+        if self.pos_embed_interp not in POS_EMBED_INTERPS:
+            problems.append(f"pos_embed_interp must be one of {POS_EMBED_INTERPS} "
+                            f"(got {self.pos_embed_interp!r})")
+        if self.patch_embed not in PATCH_EMBEDS:
+            problems.append(f"patch_embed must be one of {PATCH_EMBEDS} (got {self.patch_embed!r})")
+        if self.patch_norm_pre and self.patch_embed != "linear":
+            problems.append("patch_norm_pre needs patch_embed 'linear'")
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 problems.append(f"{name} must be in [0, 1) (got {getattr(self, name)})")

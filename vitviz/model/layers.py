@@ -10,22 +10,44 @@ from vitviz.model.config import ViTConfig
 
 
 class PatchEmbed(nn.Module):
-    """Conv2d with kernel = stride = patch: (B, C, H, W) -> (B, gh·gw, dim), row-major patches."""
+    """Patches -> tokens: (B, C, H, W) -> (B, gh·gw, dim), row-major patches.
+
+    ``patch_embed="conv"``: Conv2d with kernel = stride = patch. ``"linear"``: each patch flattened
+    in (p1 p2 c) order (einops ``b c (h p1) (w p2) -> b (h w) (p1 p2 c)``), optionally
+    LayerNorm-ed (``patch_norm_pre``), then a Linear. ``patch_norm_post``: LayerNorm after either.
+    """
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.patch_size = config.patch_size
+        self.linear = config.patch_embed == "linear"
         p = config.patch_size
-        self.proj = nn.Conv2d(config.in_channels, config.dim, kernel_size=p, stride=p)
+        patch_dim = config.in_channels * p * p
+        eps = config.norm_eps
+        self.norm_pre: nn.Module = (
+            nn.LayerNorm(patch_dim, eps=eps) if config.patch_norm_pre else nn.Identity()
+        )
+        self.proj: nn.Module = (
+            nn.Linear(patch_dim, config.dim)
+            if self.linear
+            else nn.Conv2d(config.in_channels, config.dim, kernel_size=p, stride=p)
+        )
+        self.norm: nn.Module = (
+            nn.LayerNorm(config.dim, eps=eps) if config.patch_norm_post else nn.Identity()
+        )
 
     def forward(self, x: Tensor) -> tuple[Tensor, tuple[int, int]]:
-        H, W = x.shape[-2:]
+        B, C, H, W = x.shape
         p = self.patch_size
         if H % p or W % p:
             raise ValueError(f"input {H}×{W} is not divisible by the patch size {p}")
-        x = self.proj(x)  # (B, dim, gh, gw)
-        grid = (x.shape[2], x.shape[3])
-        return x.flatten(2).transpose(1, 2), grid  # (B, gh·gw, dim)
+        grid = (H // p, W // p)
+        if self.linear:
+            x = x.reshape(B, C, grid[0], p, grid[1], p).permute(0, 2, 4, 3, 5, 1)
+            x = self.proj(self.norm_pre(x.reshape(B, grid[0] * grid[1], p * p * C)))
+        else:
+            x = self.proj(x).flatten(2).transpose(1, 2)  # (B, dim, gh, gw) -> (B, gh·gw, dim)
+        return self.norm(x), grid
 
 
 class Attention(nn.Module):
@@ -40,10 +62,11 @@ class Attention(nn.Module):
         super().__init__()
         self.heads = config.heads
         self.head_dim = config.head_dim
+        self.attn_dim = config.attn_dim
         self.scale = self.head_dim**-0.5
-        self.qkv = nn.Linear(config.dim, 3 * config.dim, bias=config.qkv_bias)
+        self.qkv = nn.Linear(config.dim, 3 * self.attn_dim, bias=config.qkv_bias)
         self.attn_drop = nn.Dropout(config.attn_drop_rate)
-        self.proj = nn.Linear(config.dim, config.dim)
+        self.proj = nn.Linear(self.attn_dim, config.dim)
         self.proj_drop = nn.Dropout(config.drop_rate)
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -58,7 +81,7 @@ class Attention(nn.Module):
         else:
             p = self.attn_drop.p if self.training else 0.0
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
-        out = out.transpose(1, 2).reshape(B, N, C)
+        out = out.transpose(1, 2).reshape(B, N, self.attn_dim)
         return self.proj_drop(self.proj(out)), attn
 
 
@@ -122,7 +145,11 @@ class DropPath(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm encoder block: x + attn(norm1(x)); x + mlp(norm2(x))."""
+    """Encoder block. Pre-norm (default): x + attn(norm1(x)); x + mlp(norm2(x)).
+
+    Post-norm (``norm_first=False``, nn.TransformerEncoderLayer's default):
+    norm1(x + attn(x)); norm2(x + mlp(x)).
+    """
 
     def __init__(self, config: ViTConfig, drop_path: float = 0.0) -> None:
         super().__init__()
@@ -134,8 +161,14 @@ class Block(nn.Module):
         self.ls1 = LayerScale(config.dim, ls) if ls is not None else nn.Identity()
         self.ls2 = LayerScale(config.dim, ls) if ls is not None else nn.Identity()
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm_first = config.norm_first
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
+        if not self.norm_first:
+            y, attn = self.attn(x, capture=capture)
+            x = self.norm1(x + self.drop_path(self.ls1(y)))
+            x = self.norm2(x + self.drop_path(self.ls2(self.mlp(x))))
+            return x, attn
         y, attn = self.attn(self.norm1(x), capture=capture)
         x = x + self.drop_path(self.ls1(y))
         x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))

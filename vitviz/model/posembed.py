@@ -46,9 +46,18 @@ def sincos_2d(grid: tuple[int, int], dim: int, temperature: float = 10000.0) -> 
 
 
 def resample_grid_embedding(
-    pos: Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int], antialias: bool = False
+    pos: Tensor,
+    old_grid: tuple[int, int],
+    new_grid: tuple[int, int],
+    antialias: bool = False,
+    method: str = "bicubic",
 ) -> Tensor:
-    """Bicubic resampling of a patch position table (1, gh0·gw0, D) -> (1, gh·gw, D)."""
+    """Bicubic resampling of a patch position table (1, gh0·gw0, D) -> (1, gh·gw, D).
+
+    ``method``: "bicubic" (to the new size; ``antialias`` as given), "bicubic_antialias" (the
+    same with antialias) or "bicubic_offset" (original DINO/DINOv2: scale factor
+    (g + 0.1) / g0 per axis, which samples slightly differently from a size).
+    """
     if tuple(old_grid) == tuple(new_grid):
         return pos
     gh0, gw0 = old_grid
@@ -59,13 +68,19 @@ def resample_grid_embedding(
         )
     table = pos.reshape(1, gh0, gw0, D).permute(0, 3, 1, 2)  # (1, D, gh0, gw0)
     dtype = table.dtype
-    table = F.interpolate(
-        table.float(),
-        size=tuple(new_grid),
-        mode="bicubic",
-        align_corners=False,
-        antialias=antialias,
-    )
+    if method == "bicubic_offset":
+        scale = ((new_grid[0] + 0.1) / gh0, (new_grid[1] + 0.1) / gw0)
+        table = F.interpolate(table.float(), scale_factor=scale, mode="bicubic")
+        if tuple(table.shape[-2:]) != tuple(new_grid):
+            raise ValueError(f"offset resampling gave {tuple(table.shape[-2:])}, not {new_grid}")
+    else:
+        table = F.interpolate(
+            table.float(),
+            size=tuple(new_grid),
+            mode="bicubic",
+            align_corners=False,
+            antialias=antialias or method == "bicubic_antialias",
+        )
     return table.to(dtype).permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], D)
 
 

@@ -40,7 +40,7 @@ class VisionTransformer(nn.Module):
         R = config.num_register_tokens
         self.reg_token = nn.Parameter(torch.zeros(1, R, D)) if R else None
         if config.pos_embed == "learned":
-            n_pos = config.num_patches + (0 if config.no_embed_class else config.num_prefix_tokens)
+            n_pos = config.num_patches + config.num_pos_prefix_tokens
             self.pos_embed: nn.Parameter | None = nn.Parameter(torch.zeros(1, n_pos, D))
         else:
             self.pos_embed = None
@@ -49,8 +49,9 @@ class VisionTransformer(nn.Module):
         L = config.depth
         rates = [config.drop_path_rate * i / max(L - 1, 1) for i in range(L)]  # linear
         self.blocks = nn.ModuleList(Block(config, drop_path=r) for r in rates)
-        self.norm = nn.Identity() if config.fc_norm else nn.LayerNorm(D, eps=config.norm_eps)
-        self.fc_norm = nn.LayerNorm(D, eps=config.norm_eps) if config.fc_norm else nn.Identity()
+        final, fc = config.final_norm and not config.fc_norm, config.final_norm and config.fc_norm
+        self.norm = nn.LayerNorm(D, eps=config.norm_eps) if final else nn.Identity()
+        self.fc_norm = nn.LayerNorm(D, eps=config.norm_eps) if fc else nn.Identity()
         if config.head_hidden_dim:
             self.pre_logits: nn.Module = nn.Sequential(
                 nn.Linear(D, config.head_hidden_dim), nn.Tanh()
@@ -91,8 +92,11 @@ class VisionTransformer(nn.Module):
     def _patch_pos_embed(self, grid: tuple[int, int]) -> Tensor:
         """Learned patch position table resampled to ``grid``: (1, gh·gw, D)."""
         assert self.pos_embed is not None
-        start = 0 if self.config.no_embed_class else self.num_prefix_tokens
-        return resample_grid_embedding(self.pos_embed[:, start:], self.config.grid_size, grid)
+        start = self.config.num_pos_prefix_tokens
+        return resample_grid_embedding(
+            self.pos_embed[:, start:], self.config.grid_size, grid,
+            method=self.config.pos_embed_interp,
+        )
 
     def embed(self, x: Tensor) -> tuple[Tensor, tuple[int, int]]:
         """(B, C, H, W) image -> (B, N, D) tokens with position embedding, and the grid."""
@@ -101,12 +105,16 @@ class VisionTransformer(nn.Module):
         prefix = self._prefix_tokens(B)
         kind = self.config.pos_embed
         if kind == "learned":
-            pos = self._patch_pos_embed(grid)
-            if self.config.no_embed_class or not prefix:
-                tokens = torch.cat([*prefix, patches + pos], dim=1)
-            else:
-                prefix_pos = self.pos_embed[:, : self.num_prefix_tokens]  # type: ignore[index]
-                tokens = torch.cat([*prefix, patches], dim=1) + torch.cat([prefix_pos, pos], dim=1)
+            patches = patches + self._patch_pos_embed(grid)
+            k = self.config.num_pos_prefix_tokens  # leading prefix tokens with a table entry
+            if prefix and k:
+                head = torch.cat(prefix, dim=1)  # (B, P, D)
+                prefix_pos = self.pos_embed[:, :k]  # type: ignore[index]
+                if k == head.shape[1]:
+                    prefix = [head + prefix_pos]
+                else:
+                    prefix = [head[:, :k] + prefix_pos, head[:, k:]]
+            tokens = torch.cat([*prefix, patches], dim=1)
         elif kind == "sincos":
             tokens = torch.cat([*prefix, patches], dim=1)
             tokens = tokens + sincos_1d(tokens.shape[1], tokens.shape[2]).to(tokens)
@@ -136,7 +144,8 @@ class VisionTransformer(nn.Module):
     def forward_head(self, tokens: Tensor) -> Tensor:
         """(B, N, D) final tokens -> (B, C) logits (DeiT distilled: mean of both heads)."""
         if self.config.global_pool == "avg":
-            pooled = tokens[:, self.num_prefix_tokens :].mean(dim=1)
+            start = 0 if self.config.pool_include_prefix else self.num_prefix_tokens
+            pooled = tokens[:, start:].mean(dim=1)
         else:
             pooled = tokens[:, 0]
         pooled = self.head_drop(self.pre_logits(self.fc_norm(pooled)))

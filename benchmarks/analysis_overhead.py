@@ -1,0 +1,185 @@
+"""What looking inside costs: a full analysis against the bare fused forward pass.
+
+ViT-B/16 at 224 with random weights on the CPU, batch 1, one process, measured in turns:
+
+  (a) baseline: ``model(x)``, the fused SDPA forward under ``torch.inference_mode()``;
+  (b) ``analyze(loaded, x)`` + ``rollout()`` + ``all_attention_maps()``: attention capture,
+      head statistics, token norms, the rollout map and every layer's CLS maps;
+  (c) ``analyze(loaded, x)`` + ``relevance()``: relevance on request (forward + backward).
+
+Targets: median(b) / median(a) ≤ 1.15 and median(c) / median(a) ≤ 3.5. Info rows: (b) from a
+PIL photo-sized image (preprocessing included) and the capture forward alone.
+
+    .venv/bin/python benchmarks/analysis_overhead.py [--quick] [--no-check] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from _common import (
+    Check,
+    Stats,
+    environment,
+    finish,
+    fmt_seconds,
+    interleaved,
+    parser,
+    peak_rss_mib,
+    print_table,
+)
+from PIL import Image
+
+from vitviz.analysis import analyze
+from vitviz.checkpoints.loaded import LoadedModel
+from vitviz.checkpoints.native import default_preprocessing
+from vitviz.model import VARIANT_NAMES, create_model
+
+TARGET_ANALYSIS = 1.15  # (b) / (a), at most
+TARGET_RELEVANCE = 3.5  # (c) / (a), at most
+PHOTO_SIZE = (500, 375)  # (W, H) of the PIL input: a typical ImageNet photo
+
+
+def build(variant: str, seed: int = 0) -> LoadedModel:
+    """A randomly initialised model of ``variant`` in eval mode, as the window would hold it."""
+    torch.manual_seed(seed)
+    model = create_model(variant).eval()
+    names = [f"class {i}" for i in range(model.config.num_classes)]
+    return LoadedModel(
+        model=model,
+        class_names=names,
+        preprocessing=default_preprocessing(model.config),
+        family="vitviz",
+    )
+
+
+def make_cases(
+    loaded: LoadedModel, x: torch.Tensor, photo: Image.Image
+) -> dict[str, Callable[[], object]]:
+    """The measured calls by row key; ``x`` is a normalised (1, 3, H, W) input."""
+    model = loaded.model
+
+    def bare_forward() -> object:
+        with torch.inference_mode():
+            return model(x)
+
+    def analysis_maps() -> object:
+        analysis = analyze(loaded, x[0])
+        return analysis.rollout(), analysis.all_attention_maps()
+
+    def analysis_relevance() -> object:
+        return analyze(loaded, x[0]).relevance()
+
+    def analysis_maps_photo() -> object:
+        analysis = analyze(loaded, photo)
+        return analysis.rollout(), analysis.all_attention_maps()
+
+    def capture_forward() -> object:
+        with torch.inference_mode():
+            return model.forward_explained(x, capture_attention=True, hidden_states=True)
+
+    return {
+        "a": bare_forward,
+        "b": analysis_maps,
+        "c": analysis_relevance,
+        "b-photo": analysis_maps_photo,
+        "capture": capture_forward,
+    }
+
+
+LABELS = {
+    "a": "(a) model(x), fused SDPA, inference_mode",
+    "b": "(b) analyze + rollout + all CLS maps",
+    "c": "(c) analyze + relevance",
+    "b-photo": "(b') as (b), from a {w}×{h} PIL image",
+    "capture": "forward_explained(capture, hidden) only",
+}
+
+
+def check_results(loaded: LoadedModel, x: torch.Tensor) -> list[str]:
+    """The analysis must see what the fused forward sees: same logits, every layer captured."""
+    wrong = []
+    model = loaded.model
+    with torch.inference_mode():
+        fused = model(x)[0]
+    analysis = analyze(loaded, x[0])
+    diff = float((analysis.logits - fused).abs().max())
+    if diff > 1e-4:
+        wrong.append(f"analysis logits differ from the fused forward by {diff:.2e}")
+    if analysis.num_layers != model.config.depth:
+        wrong.append(f"{analysis.num_layers} layers captured of {model.config.depth}")
+    maps = analysis.all_attention_maps()
+    if not torch.isfinite(maps).all() or not torch.isfinite(analysis.relevance()).all():
+        wrong.append("maps with non-finite values")
+    return wrong
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument(
+        "--model",
+        choices=VARIANT_NAMES,
+        default=None,
+        help="variant to measure (default vit-base; cifar10-tutorial with --quick)",
+    )
+    args = p.parse_args(argv)
+    variant = args.model or ("cifar10-tutorial" if args.quick else "vit-base")
+    repeats = args.repeats or (3 if args.quick else 15)
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+
+    loaded = build(variant)
+    cfg = loaded.config
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(1, cfg.in_channels, *cfg.image_size, generator=gen)
+    rng = np.random.default_rng(2)
+    w, h = PHOTO_SIZE
+    photo = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB")
+
+    wrong = check_results(loaded, x)
+    cases = make_cases(loaded, x, photo)
+    times = interleaved(cases, repeats, warmup)
+    stats = {k: Stats.of(v) for k, v in times.items()}
+
+    base = stats["a"].median
+    checks = {
+        "b": Check("(b) analysis / bare forward", stats["b"].median / base, TARGET_ANALYSIS, True),
+        "c": Check(
+            "(c) relevance / bare forward", stats["c"].median / base, TARGET_RELEVANCE, True
+        ),
+    }
+    rows = []
+    for key, s in stats.items():
+        check = checks.get(key)
+        rows.append(
+            [
+                LABELS[key].format(w=w, h=h),
+                fmt_seconds(s.median),
+                fmt_seconds(s.p90),
+                fmt_seconds(s.min),
+                "1.00" if key == "a" else f"{s.median / base:.2f}",
+                check.target if check else ("baseline" if key == "a" else "info"),
+                check.verdict if check else "",
+            ]
+        )
+
+    print(
+        f"# Analysis overhead: {variant} at {cfg.image_size[0]}×{cfg.image_size[1]}, "
+        f"{cfg.depth} layers × {cfg.heads} heads, {cfg.num_classes} classes, CPU, batch 1"
+    )
+    print(environment())
+    print(
+        f"{repeats} timed repeats of each case in turns, after {warmup} warm-up turns"
+        + (" (--quick: timings are not meaningful)" if args.quick else "")
+    )
+    print()
+    print_table(["case", "median", "p90", "min", "× (a)", "target", "verdict"], rows)
+    print()
+    print(f"peak RSS: {peak_rss_mib():.0f} MiB")
+    return finish(list(checks.values()), args.no_check, wrong)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

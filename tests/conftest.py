@@ -1,0 +1,60 @@
+"""Shared fixtures for core tests: a tiny random ViT, its native checkpoint, real photos."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+
+from vitviz.model import VisionTransformer, ViTConfig
+
+TINY = dict(image_size=32, patch_size=8, dim=32, depth=2, heads=2, num_classes=5)
+CLASS_NAMES = ["tabby", "rocket", "coffee", "astronaut", "teapot"]
+
+
+def random_vit(seed: int = 0, **overrides) -> VisionTransformer:
+    """A tiny ViT with weights large enough for peaked attention and distinct logits."""
+    torch.manual_seed(seed)
+    model = VisionTransformer(ViTConfig(**{**TINY, **overrides}))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            for name, p in module.named_parameters(recurse=False):
+                offset = 1.0 if isinstance(module, nn.LayerNorm) and name == "weight" else 0.0
+                p.copy_(offset + 0.3 * torch.randn(p.shape, generator=g))
+    return model.eval()
+
+
+@pytest.fixture
+def tiny_model() -> VisionTransformer:
+    return random_vit()
+
+
+@pytest.fixture
+def tiny_ckpt(tmp_path: Path, tiny_model: VisionTransformer) -> Path:
+    """A native checkpoint of ``tiny_model`` with CLASS_NAMES."""
+    from vitviz.checkpoints import save_checkpoint
+
+    return save_checkpoint(tiny_model, tmp_path / "tiny.safetensors", class_names=CLASS_NAMES)
+
+
+def _photo(name: str) -> np.ndarray:
+    import skimage.data
+
+    return getattr(skimage.data, name)()
+
+
+@pytest.fixture(scope="session")
+def photo_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real photos written to disk: chelsea.png (451×300), rocket.jpg, coffee.png."""
+    folder = tmp_path_factory.mktemp("photos")
+    out = {}
+    for name, suffix in (("chelsea", ".png"), ("rocket", ".jpg"), ("coffee", ".png")):
+        path = folder / f"{name}{suffix}"
+        Image.fromarray(_photo(name)).save(path)
+        out[name] = path
+    return out

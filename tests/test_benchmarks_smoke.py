@@ -1,0 +1,56 @@
+"""The benchmark scripts run at --quick sizes and print their tables; no timing is asserted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_quick(script: str) -> str:
+    """Run ``benchmarks/<script> --quick --no-check``; fail with its output if it fails."""
+    env = {**os.environ, "PYTHONWARNINGS": "error"}
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--quick", "--no-check"],
+        cwd=BENCHMARKS.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def table_rows(out: str) -> list[list[str]]:
+    """Cells of the markdown table rows (header and separator dropped)."""
+    lines = [line for line in out.splitlines() if line.startswith("|")]
+    assert len(lines) >= 3, f"no table printed:\n{out}"
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def test_analysis_overhead_quick() -> None:
+    out = run_quick("analysis_overhead.py")
+    rows = table_rows(out)
+    targets = {r[0].split(" ")[0]: r[5] for r in rows}  # "(a)", "(b)", ... -> target cell
+    assert targets["(a)"] == "baseline"
+    assert targets["(b)"] == "≤ 1.15"
+    assert targets["(c)"] == "≤ 3.5"
+    assert targets["(b')"] == "info"  # from a PIL image, preprocessing included
+    assert "peak RSS:" in out
+    assert "WRONG RESULT" not in out
+
+
+def test_rollout_quick_values_agree() -> None:
+    out = run_quick("rollout.py")
+    rows = table_rows(out)
+    assert len(rows) == 4  # two sizes, raw and fused attention
+    for row in rows:
+        diff = float(row[6])
+        assert diff <= 1e-5, f"row method and full product disagree: {row}"
+        assert row[7] != "WRONG"
+    assert "WRONG RESULT" not in out

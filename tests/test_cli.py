@@ -1,0 +1,358 @@
+"""vitviz-cli: explain writes every number and the overlays; info describes a checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import CLASS_NAMES
+from PIL import Image
+
+from vitviz.analysis import Analysis, analyze
+from vitviz.checkpoints import load_checkpoint
+from vitviz.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+EXPECTED = {  # key: numpy dtype kind (shapes are checked in _check_npz)
+    "input": "f",
+    "logits": "f",
+    "probs": "f",
+    "class_names": "U",
+    "attention": "f",
+    "grid": "i",
+    "num_prefix_tokens": "i",
+    "rollout": "f",
+    "gradient_rollout": "f",
+    "relevance": "f",
+    "target_class": "i",
+    "mean_distance": "f",
+    "entropy": "f",
+}
+
+
+def _explain(ckpt: Path, images: list[Path], out: Path, *extra: str) -> int:
+    argv = [
+        "explain",
+        *map(str, images),
+        "--checkpoint",
+        str(ckpt),
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        *extra,
+    ]
+    return main(argv)
+
+
+def _check_npz(npz: Path, a: Analysis, target: int, rollout: np.ndarray) -> None:
+    with np.load(npz, allow_pickle=False) as z:
+        data = {k: z[k] for k in z.files}
+    assert set(data) == set(EXPECTED)
+    for key, kind in EXPECTED.items():
+        assert data[key].dtype.kind == kind, key
+        if kind == "f":
+            assert data[key].dtype == np.float32, key
+    gh, gw = a.grid
+    L, H, N, _ = a.attention.shape
+    C = len(CLASS_NAMES)
+    assert data["input"].shape == tuple(a.input.shape)
+    assert data["input"].shape[0] == 3
+    assert data["logits"].shape == data["probs"].shape == (C,)
+    assert data["class_names"].tolist() == CLASS_NAMES
+    assert data["attention"].shape == (L, H, N, N)
+    assert data["grid"].tolist() == [gh, gw]
+    assert data["num_prefix_tokens"].shape == ()
+    assert int(data["num_prefix_tokens"]) == a.num_prefix_tokens == N - gh * gw
+    for key in ("rollout", "gradient_rollout", "relevance"):
+        assert data[key].shape == (gh, gw), key
+    assert data["target_class"].shape == ()
+    assert int(data["target_class"]) == target
+    assert data["mean_distance"].shape == data["entropy"].shape == (L, H)
+
+    np.testing.assert_allclose(data["input"], a.input.numpy(), atol=1e-6)
+    np.testing.assert_allclose(data["logits"], a.logits.numpy(), atol=1e-5)
+    np.testing.assert_allclose(data["probs"], a.probs.numpy(), atol=1e-6)
+    np.testing.assert_allclose(data["attention"], a.attention.numpy(), atol=1e-6)
+    np.testing.assert_allclose(data["rollout"], rollout, atol=1e-5)
+    np.testing.assert_allclose(
+        data["gradient_rollout"], a.gradient_rollout(target).numpy(), atol=1e-5
+    )
+    np.testing.assert_allclose(data["relevance"], a.relevance(target).numpy(), atol=1e-5)
+    np.testing.assert_allclose(data["mean_distance"], a.mean_distance.numpy(), atol=1e-4)
+    np.testing.assert_allclose(data["entropy"], a.entropy.numpy(), atol=1e-5)
+
+
+def test_explain_writes_npz_and_pngs_with_defaults(
+    tmp_path: Path, tiny_ckpt: Path, photo_files: dict[str, Path], capsys: pytest.CaptureFixture
+) -> None:
+    images = [photo_files["chelsea"], photo_files["rocket"]]
+    out = tmp_path / "out"
+    assert _explain(tiny_ckpt, images, out) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{stem}{suffix}"
+        for stem in ("chelsea", "rocket")
+        for suffix in (".npz", "_rollout.png", "_relevance.png", "_heads.png")
+    )
+    loaded = load_checkpoint(tiny_ckpt)
+    for image in images:
+        a = analyze(loaded, image)
+        _check_npz(out / f"{image.stem}.npz", a, a.top_class, a.rollout().numpy())
+    err = capsys.readouterr().err
+    assert "chelsea" in err and "rocket" in err
+
+
+def test_explain_honours_class_fusion_discard_and_start_layer(
+    tmp_path: Path, tiny_ckpt: Path, photo_files: dict[str, Path]
+) -> None:
+    image = photo_files["coffee"]
+    out = tmp_path / "out"
+    loaded = load_checkpoint(tiny_ckpt)
+    a = analyze(loaded, image)
+    target = int(a.logits.argmin())  # never the default
+    assert target != a.top_class
+    code = _explain(
+        tiny_ckpt,
+        [image],
+        out,
+        "--class",
+        str(target),
+        "--fusion",
+        "max",
+        "--discard",
+        "0.3",
+        "--start-layer",
+        "1",
+    )
+    assert code == 0
+    rollout = a.rollout(fusion="max", discard_ratio=0.3, start_layer=1).numpy()
+    assert not np.allclose(rollout, a.rollout().numpy())  # the options change the map
+    with np.load(out / "coffee.npz") as z:
+        np.testing.assert_allclose(
+            z["gradient_rollout"],
+            a.gradient_rollout(target, discard_ratio=0.3, start_layer=1).numpy(),
+            atol=1e-5,
+        )
+        np.testing.assert_allclose(
+            z["relevance"], a.relevance(target, start_layer=1).numpy(), atol=1e-5
+        )
+        np.testing.assert_allclose(z["rollout"], rollout, atol=1e-5)
+        assert int(z["target_class"]) == target
+
+
+def test_one_bad_image_is_reported_and_the_others_written(
+    tmp_path: Path, tiny_ckpt: Path, photo_files: dict[str, Path], capsys: pytest.CaptureFixture
+) -> None:
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"this is not a picture at all")
+    missing = tmp_path / "gone.jpg"
+    out = tmp_path / "out"
+    images = [photo_files["chelsea"], bad, missing, photo_files["rocket"]]
+    assert _explain(tiny_ckpt, images, out) == 1
+    err = capsys.readouterr().err
+    assert "broken.png" in err
+    assert "gone.jpg" in err
+    names = {p.name for p in out.iterdir()}
+    for stem in ("chelsea", "rocket"):
+        assert {
+            f"{stem}.npz",
+            f"{stem}_rollout.png",
+            f"{stem}_relevance.png",
+            f"{stem}_heads.png",
+        } <= names
+    assert not any(n.startswith(("broken", "gone")) for n in names)
+    assert not any(n.endswith(".tmp") for n in names)
+
+
+def test_all_bad_images_exit_2(
+    tmp_path: Path, tiny_ckpt: Path, capsys: pytest.CaptureFixture
+) -> None:
+    bad = tmp_path / "a.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    code = _explain(tiny_ckpt, [bad, tmp_path / "b.png"], tmp_path / "out")
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "a.png" in err and "b.png" in err
+    assert not list((tmp_path / "out").glob("*.npz"))
+
+
+def _one_line_error(capsys: pytest.CaptureFixture) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    return lines[0]
+
+
+def test_missing_checkpoint_exits_2_with_one_line(
+    tmp_path: Path, photo_files: dict[str, Path], capsys: pytest.CaptureFixture
+) -> None:
+    code = _explain(tmp_path / "absent.safetensors", [photo_files["chelsea"]], tmp_path / "out")
+    assert code == 2
+    line = _one_line_error(capsys)
+    assert "absent.safetensors" in line
+    assert "no such file" in line.lower()
+
+
+def test_unreadable_checkpoint_exits_2_with_one_line(
+    tmp_path: Path, photo_files: dict[str, Path], capsys: pytest.CaptureFixture
+) -> None:
+    ckpt = tmp_path / "junk.pth"
+    ckpt.write_bytes(os.urandom(2048))
+    assert _explain(ckpt, [photo_files["chelsea"]], tmp_path / "out") == 2
+    line = _one_line_error(capsys)
+    assert "junk.pth" in line
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--class", "5"], ["--class 5", "out of range", "5 classes"]),
+        (["--class", "-1"], ["--class -1", "out of range"]),
+        (["--discard", "1.0"], ["--discard", "1.0"]),
+        (["--discard", "-0.1"], ["--discard", "-0.1"]),
+        (["--start-layer", "2"], ["--start-layer 2", "out of range"]),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(
+    tmp_path: Path,
+    tiny_ckpt: Path,
+    photo_files: dict[str, Path],
+    capsys: pytest.CaptureFixture,
+    extra: list[str],
+    words: list[str],
+) -> None:
+    out = tmp_path / "out"
+    assert _explain(tiny_ckpt, [photo_files["chelsea"]], out, *extra) == 2
+    line = _one_line_error(capsys)
+    for word in words:
+        assert word in line
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_info_prints_family_and_config(tiny_ckpt: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["info", str(tiny_ckpt)]) == 0
+    text = capsys.readouterr().out
+    assert "vitviz" in text
+    assert "dim 32" in text
+    assert "depth 2" in text
+    assert "heads 2" in text
+    assert "patch 8" in text
+    assert "5" in text and CLASS_NAMES[0] in text
+
+
+def test_info_json(tiny_ckpt: Path, tiny_model, capsys: pytest.CaptureFixture) -> None:
+    assert main(["info", str(tiny_ckpt), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    loaded = load_checkpoint(tiny_ckpt)
+    assert d["family"] == "vitviz"
+    assert d["config"] == tiny_model.config.to_dict()
+    assert d["num_classes"] == 5
+    assert d["preprocessing"] == loaded.preprocessing.to_dict()
+    assert d["class_names"] == CLASS_NAMES
+    assert d["num_parameters"] == sum(p.numel() for p in tiny_model.parameters())
+
+
+def test_info_on_a_bad_checkpoint_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    empty = tmp_path / "empty.safetensors"
+    empty.touch()
+    assert main(["info", str(empty)]) == 2
+    line = _one_line_error(capsys)
+    assert "empty.safetensors" in line
+
+
+def test_console_entry_point_end_to_end(
+    tmp_path: Path, tiny_ckpt: Path, photo_files: dict[str, Path]
+) -> None:
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vitviz.cli",
+            "explain",
+            str(photo_files["chelsea"]),
+            "--checkpoint",
+            str(tiny_ckpt),
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "chelsea" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "chelsea.npz",
+        "chelsea_heads.png",
+        "chelsea_relevance.png",
+        "chelsea_rollout.png",
+    ]
+    a = analyze(load_checkpoint(tiny_ckpt), photo_files["chelsea"])
+    with np.load(out / "chelsea.npz") as z:
+        assert torch.allclose(torch.from_numpy(z["logits"]), a.logits, atol=1e-5)
+        assert int(z["target_class"]) == a.top_class
+    with Image.open(out / "chelsea_rollout.png") as im:
+        assert im.size == (451, 300)  # skimage's chelsea, not the model's 32 × 32
+
+
+def test_unknown_device_and_unreadable_config_exit_2(
+    tmp_path: Path, tiny_ckpt: Path, photo_files: dict[str, Path], capsys: pytest.CaptureFixture
+) -> None:
+    image = str(photo_files["chelsea"])
+    argv = ["explain", image, "--checkpoint", str(tiny_ckpt), "--out", str(tmp_path / "o")]
+    assert main([*argv, "--device", "abacus"]) == 2
+    assert "abacus" in _one_line_error(capsys)
+    assert main([*argv, "--device", "cpu", "--config", str(tmp_path / "nope.json")]) == 2
+    assert "nope.json" in _one_line_error(capsys)
+
+
+def test_output_folder_that_is_a_file_exits_2_with_one_line(
+    tmp_path: Path, tiny_ckpt: Path, photo_files: dict[str, Path], capsys: pytest.CaptureFixture
+) -> None:
+    """Exit 2 means 'nothing could be done'; a bad --out must not end in a traceback."""
+    not_a_folder = tmp_path / "results"
+    not_a_folder.write_text("an ordinary file")
+    assert _explain(tiny_ckpt, [photo_files["chelsea"]], not_a_folder) == 2
+    assert "results" in _one_line_error(capsys)
+    assert not_a_folder.read_text() == "an ordinary file"
+
+
+def test_same_stem_twice_gets_two_outputs(
+    tmp_path: Path, tiny_ckpt: Path, photo_files: dict[str, Path]
+) -> None:
+    other = tmp_path / "elsewhere" / "chelsea.png"
+    other.parent.mkdir()
+    with Image.open(photo_files["coffee"]) as im:
+        im.convert("RGB").save(other)
+    out = tmp_path / "out"
+    assert _explain(tiny_ckpt, [photo_files["chelsea"], other], out) == 0
+    npzs = sorted(out.glob("*.npz"))
+    assert len(npzs) == 2
+    loaded = load_checkpoint(tiny_ckpt)
+    inputs = {
+        tuple(analyze(loaded, p).input.flatten()[:64].tolist())
+        for p in (photo_files["chelsea"], other)
+    }
+    written = set()
+    for npz in npzs:
+        with np.load(npz) as z:
+            written.add(tuple(z["input"].flatten()[:64].tolist()))
+    assert written == inputs  # neither image overwrote the other

@@ -1,0 +1,173 @@
+"""Export: the .npz of every number and the overlay PNGs, shared by the CLI and the window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import skimage.data
+import torch
+from conftest import CLASS_NAMES, random_vit
+from PIL import Image
+
+from vitviz.analysis import Analysis, analyze
+from vitviz.checkpoints import LoadedModel, load_checkpoint, save_checkpoint
+from vitviz.export import NPZ_KEYS, MapSettings, compute_maps, write_npz, write_pngs
+from vitviz.imaging import Preprocessing
+
+
+@pytest.fixture
+def loaded(tiny_ckpt: Path) -> LoadedModel:
+    return load_checkpoint(tiny_ckpt)
+
+
+def _loaded(tmp_path: Path, depth: int, heads: int) -> LoadedModel:
+    model = random_vit(depth=depth, heads=heads)
+    return load_checkpoint(save_checkpoint(model, tmp_path / f"d{depth}h{heads}.safetensors"))
+
+
+def _runs(line: np.ndarray, min_len: int = 20) -> int:
+    """Number of runs of non-white pixels at least ``min_len`` long along a line of RGB pixels.
+
+    Tiles are colour overlays (never pure white), gaps and margins are white; label glyphs are
+    far narrower than ``min_len``.
+    """
+    filled = ~(line == 255).all(axis=-1)
+    count, length = 0, 0
+    for f in [*filled.tolist(), False]:
+        if f:
+            length += 1
+        else:
+            count += length >= min_len
+            length = 0
+    return count
+
+
+def test_npz_keys_are_exactly_the_documented_ones(tmp_path: Path, loaded: LoadedModel) -> None:
+    photo = Image.fromarray(skimage.data.astronaut())
+    a = analyze(loaded, photo)
+    maps = compute_maps(a)
+    path = write_npz(a, maps, tmp_path / "out" / "astronaut.npz")
+    with np.load(path, allow_pickle=False) as z:
+        assert set(z.files) == set(NPZ_KEYS)
+        assert set(NPZ_KEYS) == {
+            "input",
+            "logits",
+            "probs",
+            "class_names",
+            "attention",
+            "grid",
+            "num_prefix_tokens",
+            "rollout",
+            "gradient_rollout",
+            "relevance",
+            "target_class",
+            "mean_distance",
+            "entropy",
+        }
+        assert z["class_names"].tolist() == CLASS_NAMES
+        assert int(z["target_class"]) == a.top_class
+        np.testing.assert_array_equal(z["rollout"], a.rollout().numpy())
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["astronaut.npz"]
+
+
+def test_compute_maps_follows_the_settings(loaded: LoadedModel) -> None:
+    a = analyze(loaded, torch.randn(3, 16, 40, generator=torch.Generator().manual_seed(0)))
+    settings = MapSettings(fusion="min", discard_ratio=0.2, start_layer=1, target_class=3)
+    maps = compute_maps(a, settings)
+    assert maps.target_class == 3
+    for m in (maps.rollout, maps.gradient_rollout, maps.relevance):
+        assert m.shape == (2, 5)
+        assert m.dtype == np.float32
+    np.testing.assert_array_equal(
+        maps.rollout, a.rollout(fusion="min", discard_ratio=0.2, start_layer=1).numpy()
+    )
+    np.testing.assert_array_equal(
+        maps.gradient_rollout, a.gradient_rollout(3, discard_ratio=0.2, start_layer=1).numpy()
+    )
+    np.testing.assert_array_equal(maps.relevance, a.relevance(3, start_layer=1).numpy())
+    assert compute_maps(a).target_class == a.top_class
+
+
+@pytest.mark.parametrize("name", ["chelsea", "rocket"])
+def test_overlays_are_pngs_at_the_photos_resolution(
+    tmp_path: Path, loaded: LoadedModel, name: str
+) -> None:
+    rgb = getattr(skimage.data, name)()
+    h, w = rgb.shape[:2]
+    a = analyze(loaded, Image.fromarray(rgb))
+    written = write_pngs(a, compute_maps(a), tmp_path, name)
+    assert sorted(p.name for p in written) == sorted(
+        f"{name}_{kind}.png" for kind in ("rollout", "relevance", "heads")
+    )
+    for kind in ("rollout", "relevance"):
+        with Image.open(tmp_path / f"{name}_{kind}.png") as im:
+            assert im.format == "PNG"
+            assert im.size == (w, h)  # the source photo, not the model's 32 × 32
+            pixels = np.asarray(im.convert("RGB"))
+        # It is an overlay of the photo, not the photo itself nor a blank image.
+        assert not np.array_equal(pixels, rgb)
+        assert pixels.std() > 5
+    with Image.open(tmp_path / f"{name}_heads.png") as im:
+        assert im.format == "PNG"
+        im.load()
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*"))
+
+
+def test_rollout_png_of_a_fit_input_covers_the_whole_photo(
+    tmp_path: Path, loaded: LoadedModel
+) -> None:
+    rgb = skimage.data.coffee()  # 600 × 400
+    prep = Preprocessing(image_size=(32, 32), resize="fit")
+    a = analyze(loaded, Image.fromarray(rgb), preprocessing=prep)
+    assert a.grid[1] > a.grid[0]
+    write_pngs(a, compute_maps(a), tmp_path, "coffee")
+    with Image.open(tmp_path / "coffee_rollout.png") as im:
+        assert im.size == (600, 400)
+
+
+def test_tensor_input_overlays_the_model_input(tmp_path: Path, loaded: LoadedModel) -> None:
+    a = analyze(loaded, torch.randn(3, 16, 40, generator=torch.Generator().manual_seed(1)))
+    write_pngs(a, compute_maps(a), tmp_path, "t")
+    with Image.open(tmp_path / "t_rollout.png") as im:
+        assert im.size == (40, 16)
+
+
+def test_heads_png_has_one_tile_per_layer_and_head(tmp_path: Path) -> None:
+    photo = Image.fromarray(skimage.data.chelsea())
+    sizes = {}
+    for depth, heads in ((2, 2), (2, 4), (3, 4)):
+        a = analyze(_loaded(tmp_path, depth, heads), photo)
+        assert a.attention.shape[:2] == (depth, heads)
+        stem = f"d{depth}h{heads}"
+        write_pngs(a, compute_maps(a), tmp_path, stem)
+        with Image.open(tmp_path / f"{stem}_heads.png") as im:
+            grid = np.asarray(im.convert("RGB"))
+        H, W = grid.shape[:2]
+        sizes[(depth, heads)] = (W, H)
+        # A line through the last row of tiles crosses `heads` tiles; a line through the
+        # last column crosses `depth` tiles.
+        assert _runs(grid[H - 5]) == heads
+        assert _runs(grid[:, W - 5]) == depth
+    assert sizes[(2, 4)][0] > sizes[(2, 2)][0]  # more heads: wider
+    assert sizes[(2, 4)][1] == sizes[(2, 2)][1]
+    assert sizes[(3, 4)][1] > sizes[(2, 4)][1]  # more layers: taller
+    assert sizes[(3, 4)][0] == sizes[(2, 4)][0]
+
+
+def test_map_without_a_head_is_nan_and_no_relevance_png(tmp_path: Path) -> None:
+    model = random_vit(num_classes=0)
+    loaded = load_checkpoint(save_checkpoint(model, tmp_path / "nohead.safetensors"))
+    a: Analysis = analyze(
+        loaded, torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(2))
+    )
+    assert a.top_k(5) == []
+    maps = compute_maps(a)
+    assert maps.target_class == -1
+    assert np.isnan(maps.relevance).all() and np.isnan(maps.gradient_rollout).all()
+    assert np.isfinite(maps.rollout).all()
+    names = sorted(p.name for p in write_pngs(a, maps, tmp_path, "x"))
+    assert names == ["x_heads.png", "x_rollout.png"]
+    with pytest.raises(ValueError, match="no classification head"):
+        a.relevance()

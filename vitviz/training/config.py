@@ -1,0 +1,193 @@
+"""TrainConfig: every setting of a training run, and the dataset spec it names.
+
+Torch-free, so the window and the CLI can build, check and store a config before torch loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+DATASET_KINDS = ("shapes", "random", "folder", "cifar10")
+AMP_MODES = ("auto", "off", "bf16", "fp16")
+POS_EMBEDS = ("learned", "sincos", "sincos2d")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A parsed ``--dataset`` value: ``shapes``, ``random``, ``folder:PATH`` or ``cifar10:PATH``."""
+
+    kind: str
+    path: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.path}" if self.path else self.kind
+
+
+def parse_dataset(spec: str) -> DatasetSpec:
+    """``"folder:/data/pets"`` -> DatasetSpec("folder", "/data/pets"); ValueError if unknown."""
+    kind, sep, path = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind not in DATASET_KINDS:
+        raise ValueError(
+            f"unknown dataset {spec!r}; use shapes, random, folder:PATH or cifar10:PATH"
+        )
+    if kind in ("folder", "cifar10"):
+        if not path.strip():
+            raise ValueError(f"dataset {kind} needs a path: {kind}:PATH")
+        return DatasetSpec(kind, path.strip())
+    if sep and path.strip():
+        raise ValueError(f"dataset {kind} takes no path (got {spec!r})")
+    return DatasetSpec(kind)
+
+
+# Generated datasets get these sizes when train_size / val_size are not set.
+DEFAULT_SIZES = {"shapes": (10_000, 1_000), "random": (512, 128)}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A training run. Defaults: the tutorials' CIFAR-10 ViT (32 px, patch 8, dim 64, depth 4,
+    heads 4, MLP ratio 4) with AdamW, warmup + cosine, label smoothing and stochastic depth."""
+
+    dataset: str = "shapes"  # shapes | random | folder:PATH | cifar10:PATH
+    name: str = ""  # run name, the suffix of the run folder; default: the dataset kind
+    out_dir: str | None = None  # run folder; None: a new one under runs_dir()
+    # -- model -----------------------------------------------------------------------------------
+    image_size: int = 32
+    patch_size: int = 8
+    dim: int = 64
+    depth: int = 4
+    heads: int = 4
+    mlp_ratio: float = 4.0
+    pos_embed: str = "learned"
+    drop_path_rate: float = 0.1
+    # -- data ------------------------------------------------------------------------------------
+    train_size: int | None = None  # generated: how many; folder/CIFAR: at most this many
+    val_size: int | None = None
+    val_fraction: float = 0.1  # folder without train/ and val/: the seeded validation share
+    data_seed: int | None = None  # None: the run's seed
+    fresh_each_epoch: bool = True  # generated datasets: new training images every epoch
+    augment: bool = True  # random crop with padding + horizontal flip, on whole batches
+    crop_padding: int | None = None  # None: image_size // 8
+    # -- optimisation ----------------------------------------------------------------------------
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr: float = 1e-5
+    warmup_epochs: float = 1.0
+    weight_decay: float = 0.05
+    label_smoothing: float = 0.1
+    grad_clip: float = 1.0  # max gradient norm; 0 turns clipping off
+    amp: str = "auto"  # CUDA only: auto (bf16 where supported, else fp16) | off | bf16 | fp16
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    threads: int | None = None  # CPU threads for torch; None: torch's default
+    seed: int = 0
+    # -- reporting -------------------------------------------------------------------------------
+    step_report_interval_s: float = 0.25  # at most one step event per interval (0: every step)
+    probe: bool = True  # attention snapshot of a fixed validation image after every epoch
+    command: str = ""  # how the run was started (provenance); empty: the equivalent CLI command
+
+    # -- derived ---------------------------------------------------------------------------------
+    @property
+    def dataset_spec(self) -> DatasetSpec:
+        return parse_dataset(self.dataset)
+
+    @property
+    def run_name(self) -> str:
+        return self.name or self.dataset_spec.kind
+
+    @property
+    def effective_data_seed(self) -> int:
+        return self.seed if self.data_seed is None else self.data_seed
+
+    @property
+    def effective_crop_padding(self) -> int:
+        return self.image_size // 8 if self.crop_padding is None else self.crop_padding
+
+    def model_kwargs(self, num_classes: int) -> dict[str, Any]:
+        """Keyword arguments of vitviz.model.ViTConfig for this run."""
+        return dict(
+            image_size=self.image_size,
+            patch_size=self.patch_size,
+            num_classes=num_classes,
+            dim=self.dim,
+            depth=self.depth,
+            heads=self.heads,
+            mlp_ratio=self.mlp_ratio,
+            pos_embed=self.pos_embed,
+            drop_path_rate=self.drop_path_rate,
+        )
+
+    # -- (de)serialisation -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown training settings: {', '.join(unknown)}")
+        return cls(**d)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+
+# A ViT that learns the synthetic shapes well on a laptop CPU: 64 px, 8 × 8 patches of 8 px.
+SHAPES_PRESET: dict[str, Any] = dict(
+    dataset="shapes",
+    image_size=64,
+    patch_size=8,
+    dim=96,
+    depth=4,
+    heads=4,
+    train_size=10_000,
+    val_size=1_000,
+    epochs=30,
+    batch_size=128,
+    lr=1e-3,
+    warmup_epochs=2.0,
+    drop_path_rate=0.05,
+)
+
+PRESETS: dict[str, dict[str, Any]] = {"tutorial": {}, "shapes": SHAPES_PRESET}
+
+
+def preset_config(name: str, **overrides: Any) -> TrainConfig:
+    """The config of a named preset (``tutorial`` or ``shapes``) with fields overridden."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    return TrainConfig(**{**PRESETS[name], **overrides})
+
+
+def equivalent_command(config: TrainConfig) -> str:
+    """The ``vitviz-cli train`` command line that repeats ``config`` (for provenance)."""
+    import shlex
+
+    default = TrainConfig()
+    flags = [
+        ("dataset", "--dataset"),
+        ("epochs", "--epochs"),
+        ("image_size", "--image-size"),
+        ("patch_size", "--patch-size"),
+        ("dim", "--dim"),
+        ("depth", "--depth"),
+        ("heads", "--heads"),
+        ("batch_size", "--batch-size"),
+        ("lr", "--lr"),
+        ("device", "--device"),
+        ("seed", "--seed"),
+        ("train_size", "--train-size"),
+        ("val_size", "--val-size"),
+    ]
+    parts = ["vitviz-cli", "train"]
+    for field_name, flag in flags:
+        value = getattr(config, field_name)
+        if field_name == "dataset" or (value is not None and value != getattr(default, field_name)):
+            parts += [flag, str(value)]
+    if config.out_dir:
+        parts += ["--out", config.out_dir]
+    return shlex.join(parts)

@@ -1,0 +1,1 @@
+"""The window: PySide6 + pyqtgraph. Widgets ask the engine (vitviz.workers) for all compute."""

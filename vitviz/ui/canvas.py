@@ -1,0 +1,193 @@
+"""ImageCanvas: an image at its true aspect ratio with a patch map, the patch grid and the query."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QPainterPath, QPen
+from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem
+
+from vitviz.ui.colors import colormap
+
+
+class ImageCanvas(pg.GraphicsLayoutWidget):
+    """Shows an RGB image with a (gh, gw) map stretched over ``region`` (l, t, r, b).
+
+    Hover reports (row, col, value); a click on a patch emits ``patchClicked(row, col)``.
+    """
+
+    patchHovered = Signal(object)  # (row, col, value) or None when outside the grid
+    patchClicked = Signal(int, int)
+
+    def __init__(self, title: str = "", colorbar: bool = True, parent=None) -> None:
+        super().__init__(parent=parent)
+        self.setAcceptDrops(False)  # drops go to the main window, which recognises the kind
+        self.setBackground("#202020")
+        self.ci.layout.setContentsMargins(2, 2, 2, 2)
+        if title:
+            self.addLabel(title, row=0, col=0, colspan=2, color="#dddddd", size="9pt")
+        self.vb: pg.ViewBox = self.addViewBox(
+            row=1, col=0, lockAspect=True, invertY=True, enableMenu=False
+        )
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.overlay = pg.ImageItem(axisOrder="row-major")
+        self.overlay.setZValue(10)
+        self.vb.addItem(self.image)
+        self.vb.addItem(self.overlay)
+        self.dim = QGraphicsPathItem()
+        self.dim.setBrush(QBrush(QColor(0, 0, 0, 150)))
+        self.dim.setPen(QPen(Qt.PenStyle.NoPen))
+        self.dim.setZValue(15)
+        self.vb.addItem(self.dim)
+        self.grid_lines = pg.PlotCurveItem(
+            connect="pairs", pen=pg.mkPen(255, 255, 255, 70, width=1)
+        )
+        self.grid_lines.setZValue(20)
+        self.vb.addItem(self.grid_lines)
+        self.query_box = QGraphicsRectItem()
+        pen = QPen(QColor(255, 60, 60))
+        pen.setCosmetic(True)
+        pen.setWidthF(2.0)
+        self.query_box.setPen(pen)
+        self.query_box.setZValue(30)
+        self.query_box.hide()
+        self.vb.addItem(self.query_box)
+        self.colorbar: pg.ColorBarItem | None = None
+        if colorbar:
+            self.colorbar = pg.ColorBarItem(
+                values=(0, 1), colorMap=colormap("viridis"), interactive=False, width=14
+            )
+            self.colorbar.setImageItem(self.overlay)
+            self.addItem(self.colorbar, row=1, col=1)
+        else:
+            self.overlay.setColorMap(colormap("viridis"))
+        self.region = (0.0, 0.0, 1.0, 1.0)
+        self.grid = (1, 1)
+        self._map: np.ndarray | None = None
+        self._cmap_name = "viridis"
+        self.scene().sigMouseMoved.connect(self._on_move)
+        self.scene().sigMouseClicked.connect(self._on_click)
+
+    # -- content ---------------------------------------------------------------------------------
+    def set_image(
+        self, rgb: np.ndarray, region: tuple[float, float, float, float], grid: tuple[int, int]
+    ) -> None:
+        """Show ``rgb`` (h, w, 3) uint8; the model's grid covers ``region`` of it."""
+        same_size = self.image.image is not None and self.image.image.shape == rgb.shape
+        self.image.setImage(rgb, autoLevels=False, levels=(0, 255))
+        self.region, self.grid = tuple(float(v) for v in region), tuple(grid)
+        self._draw_grid()
+        self._draw_dim(rgb.shape[1], rgb.shape[0])
+        left, top, right, bottom = self.region
+        self.overlay.setRect(QRectF(left, top, right - left, bottom - top))
+        if not same_size:
+            self.vb.autoRange(padding=0.02)
+
+    def set_map(
+        self,
+        values: np.ndarray | None,
+        levels: tuple[float, float] | None = None,
+        cmap: str | None = None,
+        opacity: float | None = None,
+    ) -> None:
+        """Show a (gh, gw) float map over the region (None hides it)."""
+        if cmap is not None and cmap != self._cmap_name:
+            self._cmap_name = cmap
+            if self.colorbar is not None:
+                self.colorbar.setColorMap(colormap(cmap))
+            else:
+                self.overlay.setColorMap(colormap(cmap))
+        if opacity is not None:
+            self.overlay.setOpacity(opacity)
+        self._map = values
+        if values is None:
+            self.overlay.hide()
+            return
+        lo, hi = levels if levels is not None else _finite_range(values)
+        self.overlay.setImage(values, autoLevels=False, levels=(lo, hi))
+        if self.colorbar is not None:
+            self.colorbar.setLevels((lo, hi))
+        left, top, right, bottom = self.region
+        self.overlay.setRect(QRectF(left, top, right - left, bottom - top))
+        self.overlay.show()
+
+    def set_query(self, patch: tuple[int, int] | None) -> None:
+        if patch is None:
+            self.query_box.hide()
+            return
+        self.query_box.setRect(self.patch_rect(*patch))
+        self.query_box.show()
+
+    def set_grid_visible(self, visible: bool) -> None:
+        self.grid_lines.setVisible(visible)
+
+    # -- geometry --------------------------------------------------------------------------------
+    def patch_rect(self, row: int, col: int) -> QRectF:
+        left, top, right, bottom = self.region
+        gh, gw = self.grid
+        cw, ch = (right - left) / gw, (bottom - top) / gh
+        return QRectF(left + col * cw, top + row * ch, cw, ch)
+
+    def patch_at(self, x: float, y: float) -> tuple[int, int] | None:
+        left, top, right, bottom = self.region
+        if not (left <= x < right and top <= y < bottom):
+            return None
+        gh, gw = self.grid
+        col = min(gw - 1, math.floor((x - left) / (right - left) * gw))
+        row = min(gh - 1, math.floor((y - top) / (bottom - top) * gh))
+        return row, col
+
+    def value_at(self, row: int, col: int) -> float:
+        if self._map is None or not self.overlay.isVisible():
+            return float("nan")
+        return float(self._map[row, col])
+
+    def _draw_grid(self) -> None:
+        left, top, right, bottom = self.region
+        gh, gw = self.grid
+        xs = np.linspace(left, right, gw + 1)
+        ys = np.linspace(top, bottom, gh + 1)
+        vx = np.repeat(xs, 2)
+        vy = np.tile([top, bottom], gw + 1)
+        hx = np.tile([left, right], gh + 1)
+        hy = np.repeat(ys, 2)
+        self.grid_lines.setData(np.concatenate([vx, hx]), np.concatenate([vy, hy]))
+
+    def _draw_dim(self, width: int, height: int) -> None:
+        """Darken what the model did not see (outside the region)."""
+        path = QPainterPath()
+        path.addRect(QRectF(0, 0, width, height))
+        left, top, right, bottom = self.region
+        inner = QPainterPath()
+        inner.addRect(QRectF(left, top, right - left, bottom - top))
+        self.dim.setPath(path.subtracted(inner))
+
+    # -- mouse ---------------------------------------------------------------------------------
+    def _scene_to_patch(self, scene_pos: QPointF) -> tuple[int, int] | None:
+        if self.image.image is None or not self.vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        p = self.vb.mapSceneToView(scene_pos)
+        return self.patch_at(p.x(), p.y())
+
+    def _on_move(self, scene_pos: QPointF) -> None:
+        patch = self._scene_to_patch(scene_pos)
+        self.patchHovered.emit(None if patch is None else (*patch, self.value_at(*patch)))
+
+    def _on_click(self, event) -> None:
+        if event.button() != Qt.MouseButton.LeftButton or event.double():
+            return
+        patch = self._scene_to_patch(event.scenePos())
+        if patch is not None:
+            event.accept()
+            self.patchClicked.emit(*patch)
+
+
+def _finite_range(values: np.ndarray) -> tuple[float, float]:
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return 0.0, 1.0
+    lo, hi = float(finite.min()), float(finite.max())
+    return (lo, hi) if hi > lo else (lo, lo + 1e-6)

@@ -1,0 +1,469 @@
+"""MainWindow: menus, toolbar, drag-and-drop, the tabs, status bar, settings, one error path."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QTabWidget,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from vitviz import __version__
+from vitviz.filekinds import CHECKPOINT_SUFFIXES, file_kind
+from vitviz.imaging.loading import IMAGE_EXTENSIONS, list_images
+from vitviz.ui.errors import ErrorNotifier, MessageBar
+from vitviz.ui.settings import AppSettings
+from vitviz.ui.viewer_tab import ViewerTab
+from vitviz.workers import jobs
+from vitviz.workers.engine import EngineClient
+from vitviz.workers.messages import ImageResult, MapsResult, ModelSummary, UserError
+
+IMAGE_FILTER = "Images (" + " ".join(f"*{s}" for s in sorted(IMAGE_EXTENSIONS)) + ")"
+CHECKPOINT_FILTER = "Checkpoints (" + " ".join(f"*{s}" for s in sorted(CHECKPOINT_SUFFIXES)) + ")"
+BUSY_DELAY_MS = 500
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, settings: AppSettings | None = None) -> None:
+        super().__init__()
+        self.setWindowTitle("vitviz")
+        self.setAcceptDrops(True)
+        self.settings = settings or AppSettings()
+        self.client = EngineClient(self)
+        self.model: ModelSummary | None = None
+        self.devices: list[str] = []
+        self._requested_source: object = None  # the newest image asked for
+        self._shown_source: object = None  # the image on screen
+        self._requested_label = ""
+        self._shown_label = ""
+        self.folder_images: list[Path] = []
+        self.folder_index = -1
+
+        self.message_bar = MessageBar()
+        self.notifier = ErrorNotifier(self.message_bar, self)
+        self.viewer = ViewerTab(self.client)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.viewer, "Viewer")
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self.message_bar)
+        layout.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
+
+        self._make_status_bar()
+        self._make_actions()
+        self._make_menus_and_toolbar()
+        self._restore_settings()
+
+        self.client.resultReady.connect(self._on_result)
+        self.client.userError.connect(self._on_user_error)
+        self.client.failed.connect(self._on_failed)
+        self.client.busyChanged.connect(self._on_busy)
+        self.viewer.hoverText.connect(self.hover_label.setText)
+
+    # -- construction -------------------------------------------------------------------------
+    def _make_status_bar(self) -> None:
+        bar = self.statusBar()
+        self.hover_label = QLabel("")
+        self.model_label = QLabel("no model")
+        self.device_label = QLabel("device: starting…")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setMaximumWidth(120)
+        self.progress.hide()
+        bar.addWidget(self.hover_label, 1)
+        bar.addPermanentWidget(self.progress)
+        bar.addPermanentWidget(self.model_label)
+        bar.addPermanentWidget(self.device_label)
+        self._busy_timer = QTimer(self, singleShot=True, interval=BUSY_DELAY_MS)
+        self._busy_timer.timeout.connect(self.progress.show)
+
+    def _action(
+        self, text: str, slot, shortcut: QKeySequence | str | None = None, tip: str = ""
+    ) -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        action.setStatusTip(tip or text)
+        action.triggered.connect(slot)
+        self.addAction(action)
+        return action
+
+    def _make_actions(self) -> None:
+        a = self._action
+        self.act_open_image = a("Open &image…", self.open_image_dialog, "Ctrl+O")
+        self.act_open_ckpt = a("Open &checkpoint…", self.open_checkpoint_dialog, "Ctrl+Shift+O")
+        self.act_open_folder = a("Open image &folder…", self.open_folder_dialog, "Ctrl+Alt+O")
+        self.act_paste = a("&Paste image", self.paste, "Ctrl+V")
+        self.act_prev = a("Previous image", partial(self.step_folder, -1), "Alt+Left")
+        self.act_next = a("Next image", partial(self.step_folder, 1), "Alt+Right")
+        self.act_export_view = a(
+            "&Export view as PNG…", partial(self.export_dialog, "view"), "Ctrl+E"
+        )
+        self.act_export_heads = a(
+            "Export head grid as PNG…", partial(self.export_dialog, "heads"), "Ctrl+Shift+E"
+        )
+        self.act_export_npz = a(
+            "Export numbers (.npz)…", partial(self.export_dialog, "npz"), "Ctrl+Alt+E"
+        )
+        self.act_quit = a("&Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.act_about = a("&About vitviz", self.about)
+        ctl = self.viewer.controls
+        self.act_head_prev = a("Previous head", partial(ctl.step_head, -1), "Left")
+        self.act_head_next = a("Next head", partial(ctl.step_head, 1), "Right")
+        self.act_layer_prev = a("Previous layer", partial(ctl.step_layer, -1), "PgUp")
+        self.act_layer_next = a("Next layer", partial(ctl.step_layer, 1), "PgDown")
+        self.act_layer_up = a("Layer up", partial(ctl.step_layer, -1), "Up")
+        self.act_layer_down = a("Layer down", partial(ctl.step_layer, 1), "Down")
+        for act in (self.act_head_prev, self.act_head_next, self.act_layer_up, self.act_layer_down):
+            act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+
+    def _make_menus_and_toolbar(self) -> None:
+        menu = self.menuBar().addMenu("&File")
+        for act in (self.act_open_image, self.act_open_ckpt, self.act_open_folder, self.act_paste):
+            menu.addAction(act)
+        self.recent_menu = menu.addMenu("Open &recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent)
+        menu.addSeparator()
+        for act in (self.act_export_view, self.act_export_heads, self.act_export_npz):
+            menu.addAction(act)
+        menu.addSeparator()
+        menu.addAction(self.act_quit)
+        view = self.menuBar().addMenu("&View")
+        for act in (
+            self.act_prev,
+            self.act_next,
+            self.act_head_prev,
+            self.act_head_next,
+            self.act_layer_prev,
+            self.act_layer_next,
+        ):
+            view.addAction(act)
+        self.menuBar().addMenu("&Help").addAction(self.act_about)
+
+        tb = QToolBar("Main")
+        tb.setObjectName("mainToolbar")
+        tb.setMovable(False)
+        for act in (self.act_open_image, self.act_open_ckpt, self.act_open_folder):
+            tb.addAction(act)
+        tb.addSeparator()
+        tb.addAction(self.act_prev)
+        tb.addAction(self.act_next)
+        tb.addSeparator()
+        tb.addAction(self.act_export_view)
+        tb.addSeparator()
+        tb.addWidget(QLabel(" Device: "))
+        self.device_combo = QComboBox()
+        self.device_combo.addItem("cpu")
+        self.device_combo.setEnabled(False)
+        self.device_combo.currentTextChanged.connect(self.set_device)
+        tb.addWidget(self.device_combo)
+        self.addToolBar(tb)
+
+    def _restore_settings(self) -> None:
+        geometry = self.settings.get("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1400, 900)
+        ctl = self.viewer.controls
+        cmap = self.settings.get("view/colormap", "viridis", str)
+        if ctl.colormap.findText(cmap) >= 0:
+            ctl.colormap.setCurrentText(cmap)
+        ctl.opacity.setValue(self.settings.get("view/opacity", 60, int))
+        method = ctl.method.findData(self.settings.get("view/method", "attention", str))
+        ctl.method.setCurrentIndex(max(method, 0))
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        s = self.settings
+        s.set("window/geometry", self.saveGeometry())
+        ctl = self.viewer.controls
+        s.set("view/colormap", ctl.colormap_name())
+        s.set("view/opacity", ctl.opacity.value())
+        s.set("view/method", ctl.method.currentData())
+        s.set("device", self.device_combo.currentText())
+        self.client.shutdown()
+        super().closeEvent(event)
+
+    # -- start ----------------------------------------------------------------------------------
+    def start(self, paths: list[str] | None = None) -> None:
+        """Import torch in the engine thread (the window is already up), then open ``paths``."""
+        self.client.submit("warmup", lambda state: jobs.warm_up())
+        if paths:
+            self.open_paths(paths)
+
+    # -- opening things -----------------------------------------------------------------------
+    def open_paths(self, paths: list[str | Path]) -> None:
+        """Open whatever was given: checkpoints first, then images / folders."""
+        checkpoints, images, unknown = [], [], []
+        for path in paths:
+            kind = file_kind(path)
+            if kind in ("checkpoint", "checkpoint_folder"):
+                checkpoints.append(Path(path))
+            elif kind in ("image", "image_folder"):
+                images.append(Path(path))
+            elif kind == "missing":
+                unknown.append(f"{Path(path).name}: no such file")
+            else:
+                unknown.append(f"{Path(path).name} is neither an image nor a checkpoint")
+        if unknown:
+            self.notifier.user_error(
+                "; ".join(unknown) + ". Accepted: images (PNG, JPEG, …), "
+                "checkpoints (.safetensors, .pth, .pt, .bin) and folders."
+            )
+        if checkpoints:
+            self.open_checkpoint(checkpoints[-1])
+        for path in images:
+            if path.is_dir():
+                self.open_folder(path)
+            else:
+                self.open_image(path)
+
+    def open_checkpoint(self, path: str | Path) -> int:
+        path = Path(path)
+        self.model_label.setText(f"loading {path.name}…")
+        return self.client.submit("model", partial(jobs.load_model, path=path))
+
+    def open_image(self, source: object, label: str | None = None) -> int:
+        if isinstance(source, (str, Path)):
+            label = label or Path(source).name
+            self.settings.add_recent("images", source)
+        self._requested_source, self._requested_label = source, label or "image"
+        return self.client.submit(
+            "image", partial(jobs.analyze_image, source=source, label=self._requested_label)
+        )
+
+    def open_folder(self, folder: str | Path) -> None:
+        try:
+            images = list_images(folder)
+        except ValueError as exc:
+            self.notifier.user_error(str(exc))
+            return
+        if not images:
+            self.notifier.user_error(f"{Path(folder).name} holds no images vitviz can read.")
+            return
+        self.folder_images, self.folder_index = images, 0
+        self.open_image(images[0])
+
+    def step_folder(self, delta: int) -> None:
+        if not self.folder_images:
+            return
+        self.folder_index = (self.folder_index + delta) % len(self.folder_images)
+        self.open_image(self.folder_images[self.folder_index])
+
+    def open_image_dialog(self) -> None:
+        start = self.settings.get("dirs/images", "", str)
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open image", start, f"{IMAGE_FILTER};;All files (*)"
+        )
+        if path:
+            self.settings.set("dirs/images", str(Path(path).parent))
+            self.folder_images = []
+            self.open_image(path)
+
+    def open_checkpoint_dialog(self) -> None:
+        start = self.settings.get("dirs/checkpoints", "", str)
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open checkpoint", start, f"{CHECKPOINT_FILTER};;All files (*)"
+        )
+        if path:
+            self.settings.set("dirs/checkpoints", str(Path(path).parent))
+            self.open_checkpoint(path)
+
+    def open_folder_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(
+            self, "Open a folder of images", self.settings.get("dirs/images", "", str)
+        )
+        if folder:
+            self.settings.set("dirs/images", folder)
+            self.open_folder(folder)
+
+    def paste(self) -> None:
+        data = QApplication.clipboard().mimeData()
+        if data is None:
+            return
+        if data.hasUrls() and any(u.isLocalFile() for u in data.urls()):
+            self.open_paths([u.toLocalFile() for u in data.urls() if u.isLocalFile()])
+        elif data.hasImage():
+            image = QApplication.clipboard().image()
+            buffer = QBuffer()
+            buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+            image.save(buffer, "PNG")
+            self.open_image(bytes(QByteArray(buffer.data())), "clipboard")
+        else:
+            self.notifier.user_error("The clipboard holds no image.")
+
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        for kind in ("checkpoints", "images"):
+            for path in self.settings.recent(kind):
+                act = self.recent_menu.addAction(f"{Path(path).name}  ({kind[:-1]})")
+                act.setToolTip(path)
+                act.triggered.connect(partial(self.open_paths, [path]))
+        if self.recent_menu.isEmpty():
+            self.recent_menu.addAction("(nothing yet)").setEnabled(False)
+
+    # -- drag and drop ----------------------------------------------------------------------
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if event.mimeData().hasUrls() or event.mimeData().hasImage():
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        data = event.mimeData()
+        paths = [u.toLocalFile() for u in data.urls() if u.isLocalFile()]
+        if paths:
+            event.acceptProposedAction()
+            self.open_paths(paths)
+        elif data.hasImage():
+            event.acceptProposedAction()
+            self.paste_image_data(data.imageData())
+        else:
+            event.ignore()
+
+    def paste_image_data(self, image) -> None:
+        buffer = QBuffer()
+        buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+        image.save(buffer, "PNG")
+        self.open_image(bytes(QByteArray(buffer.data())), "dropped image")
+
+    # -- device -------------------------------------------------------------------------------
+    def set_device(self, device: str) -> None:
+        if not device or not self.device_combo.isEnabled():
+            return
+        self.client.submit("device", partial(jobs.set_device, device=device))
+
+    # -- export -------------------------------------------------------------------------------
+    def export_dialog(self, what: str) -> None:
+        if self.viewer.image is None:
+            self.notifier.user_error("Nothing to export yet: open an image and a checkpoint.")
+            return
+        stem = Path(self.viewer.image.label).stem
+        suffix = {"view": "_map.png", "heads": "_heads.png", "npz": ".npz"}[what]
+        filt = "NumPy archive (*.npz)" if what == "npz" else "PNG image (*.png)"
+        start = str(Path(self.settings.get("dirs/export", "", str) or ".") / f"{stem}{suffix}")
+        path, _ = QFileDialog.getSaveFileName(self, "Export", start, filt)
+        if path:
+            self.settings.set("dirs/export", str(Path(path).parent))
+            self.export_to(path, what)
+
+    def export_to(self, path: str | Path, what: str) -> int:
+        """Export the view ('view'), the head grid ('heads') or the numbers ('npz') to path."""
+        ctl = self.viewer.controls
+        params = ctl.params(self.viewer.query, self.viewer.target_class)
+        values, _ = self.viewer.current_map()
+        return self.client.submit(
+            "export",
+            partial(
+                jobs.export,
+                path=path,
+                what=what,
+                params=params,
+                current_map=None if values is None else values.copy(),
+                colormap=ctl.colormap_name(),
+                opacity=ctl.opacity_value(),
+            ),
+        )
+
+    # -- results ------------------------------------------------------------------------------
+    def _on_result(self, channel: str, result: object) -> None:
+        if channel == "warmup":
+            self.devices = list(result)  # type: ignore[arg-type]
+            self._fill_devices()
+        elif channel == "model":
+            self._apply_model(result)  # type: ignore[arg-type]
+        elif channel == "image":
+            self._apply_image(result)  # type: ignore[arg-type]
+        elif channel == "maps":
+            self.viewer.apply_maps(result)  # type: ignore[arg-type]
+        elif channel == "export":
+            self.notifier.info(f"Saved {result}")
+        elif channel == "device":
+            self.device_label.setText(f"device: {result}")
+            if self._shown_source is not None:
+                self.open_image(self._shown_source, self._shown_label)
+
+    def _fill_devices(self) -> None:
+        saved = self.settings.get("device", "cpu", str)
+        self.device_combo.blockSignals(True)
+        self.device_combo.clear()
+        self.device_combo.addItems(self.devices)
+        self.device_combo.setCurrentText(saved if saved in self.devices else "cpu")
+        self.device_combo.setEnabled(len(self.devices) > 1)
+        self.device_combo.blockSignals(False)
+        self.device_label.setText(f"device: {self.device_combo.currentText()}")
+        if self.device_combo.currentText() != "cpu":
+            self.client.submit(
+                "device", partial(jobs.set_device, device=self.device_combo.currentText())
+            )
+
+    def _apply_model(self, summary: ModelSummary) -> None:
+        self.model = summary
+        self.model_label.setText(
+            f"{summary.name} ({summary.family}, {summary.depth} layers × "
+            f"{summary.heads} heads, {summary.num_classes} classes)"
+        )
+        self.device_label.setText(f"device: {summary.device}")
+        if summary.path is not None:
+            self.settings.add_recent("checkpoints", summary.path)
+        self.setWindowTitle(f"vitviz — {summary.name}")
+        self.viewer.target_class = None
+        source = self._requested_source
+        if source is not None:
+            self.open_image(source, self._requested_label)
+
+    def _apply_image(self, result: ImageResult) -> None:
+        self._shown_source, self._shown_label = self._requested_source, result.label
+        self.viewer.apply_image(result)
+        self.device_label.setText(f"device: {result.device}")
+        self.hover_label.setText(f"{result.label}: analysed in {result.seconds:.2f} s")
+
+    def _on_user_error(self, channel: str, error: UserError) -> None:
+        if channel == "image":
+            self._requested_source = self._shown_source  # forget the bad one
+            self._requested_label = self._shown_label
+        if channel == "model":
+            self.model_label.setText(
+                "no model" if self.model is None else f"{self.model.name} ({self.model.family})"
+            )
+        self.notifier.user_error(error.message)
+
+    def _on_failed(self, channel: str, details: str) -> None:
+        last = details.strip().splitlines()[-1] if details.strip() else "unknown error"
+        self.notifier.bug(f"An unexpected error stopped the {channel} job: {last}", details)
+
+    def _on_busy(self, busy: bool) -> None:
+        if busy:
+            self._busy_timer.start()
+        else:
+            self._busy_timer.stop()
+            self.progress.hide()
+
+    def about(self) -> None:
+        QMessageBox.about(
+            self,
+            "About vitviz",
+            f"<b>vitviz {__version__}</b><p>Look inside Vision Transformers: "
+            "attention of every layer and head, rollout and relevance over your "
+            "images.</p><p>Drop an image and a checkpoint on the window.</p>",
+        )
+
+    # -- test helpers -------------------------------------------------------------------------
+    def map_result(self) -> MapsResult | None:
+        return self.viewer.maps

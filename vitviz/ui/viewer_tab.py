@@ -1,0 +1,230 @@
+"""The Viewer tab: the model input with its grid, the large map, the head grid, predictions,
+controls and head statistics. Results arrive from the engine; nothing here touches torch."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QLabel, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
+
+from vitviz.ui.canvas import ImageCanvas
+from vitviz.ui.charts import HeadStatsView, PredictionsChart
+from vitviz.ui.controls import MEAN, ViewControls
+from vitviz.ui.head_grid import HeadGrid
+from vitviz.workers import jobs
+from vitviz.workers.engine import EngineClient
+from vitviz.workers.messages import ImageResult, MapsResult
+
+PLACEHOLDER = (
+    "Drop an image and a ViT checkpoint here\n(or use File ▸ Open image… "
+    "and File ▸ Open checkpoint…)"
+)
+
+
+class ViewerTab(QWidget):
+    hoverText = Signal(str)  # for the status bar
+
+    def __init__(self, client: EngineClient, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.client = client
+        self.image: ImageResult | None = None
+        self.maps: MapsResult | None = None
+        self.query: tuple[int, int] | None = None
+        self.target_class: int | None = None
+
+        self.input_view = ImageCanvas("Model input and patch grid", colorbar=False)
+        self.map_view = ImageCanvas("Map over the image")
+        self.head_grid = HeadGrid()
+        self.predictions = PredictionsChart()
+        self.predictions.setMinimumHeight(150)
+        self.stats = HeadStatsView()
+        self.controls = ViewControls()
+        self.placeholder = QLabel(PLACEHOLDER)
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.placeholder.setStyleSheet("color: #888; font-size: 15px;")
+
+        views = QSplitter(Qt.Orientation.Horizontal)
+        views.addWidget(self.input_view)
+        views.addWidget(self.map_view)
+        views.setSizes([400, 600])
+        left = QSplitter(Qt.Orientation.Vertical)
+        left.addWidget(views)
+        left.addWidget(self.head_grid)
+        left.setSizes([520, 380])
+        self.views_splitter, self.left_splitter = views, left
+
+        right_tabs = QTabWidget()
+        panel = QWidget()
+        panel_layout = QVBoxLayout(panel)
+        panel_layout.setContentsMargins(4, 4, 4, 4)
+        panel_layout.addWidget(QLabel("<b>Predictions</b> (click a bar to explain that class)"))
+        panel_layout.addWidget(self.predictions)
+        panel_layout.addWidget(self.controls, 1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(panel)
+        right_tabs.addTab(scroll, "Explain")
+        right_tabs.addTab(self.stats, "Head statistics")
+        self.right_tabs = right_tabs
+
+        main = QSplitter(Qt.Orientation.Horizontal)
+        main.addWidget(left)
+        main.addWidget(right_tabs)
+        main.setSizes([1000, 380])
+        self.main_splitter = main
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.placeholder)
+        layout.addWidget(main, 1)
+        main.hide()
+
+        self.controls.paramsChanged.connect(self.request_maps)
+        self.controls.displayChanged.connect(self.refresh_display)
+        self.controls.queryResetRequested.connect(lambda: self.set_query(None))
+        self.controls.classResetRequested.connect(lambda: self.set_target_class(None))
+        self.input_view.patchClicked.connect(lambda r, c: self.set_query((r, c)))
+        self.map_view.patchClicked.connect(lambda r, c: self.set_query((r, c)))
+        self.input_view.patchHovered.connect(self._on_hover)
+        self.map_view.patchHovered.connect(self._on_hover)
+        self.head_grid.cellClicked.connect(lambda layer, head: self.controls.select(layer, head))
+        self.predictions.classClicked.connect(self.set_target_class)
+
+    # -- results from the engine -----------------------------------------------------------------
+    def apply_image(self, result: ImageResult) -> None:
+        same_grid = self.image is not None and self.image.grid == result.grid
+        self.image = result
+        self.maps = None
+        if not same_grid:
+            self.query = None
+        self.placeholder.hide()
+        self.main_splitter.show()
+        self.controls.set_shape(result.num_layers, result.num_heads)
+        gh, gw = result.grid
+        self.input_view.set_image(
+            result.input_pixels, (0, 0, gw * result.patch_size, gh * result.patch_size), result.grid
+        )
+        self.map_view.set_image(result.display, result.region, result.grid)
+        self.head_grid.set_layout(
+            result.num_layers, result.num_heads, result.grid, result.input_pixels
+        )
+        if result.class_names:
+            self.predictions.set_predictions(result.probs, result.class_names, self._shown_class())
+        else:
+            self.predictions.clear_predictions()
+        self.stats.set_statistics(
+            result.mean_distance,
+            result.entropy,
+            result.prefix_share,
+            result.token_norms,
+            result.num_prefix_tokens,
+        )
+        self._update_query_widgets()
+        self._update_class_label()
+        self.request_maps()
+
+    def apply_maps(self, result: MapsResult) -> None:
+        self.maps = result
+        self.refresh_display()
+
+    # -- user choices ---------------------------------------------------------------------------
+    def request_maps(self) -> int | None:
+        if self.image is None:
+            return None
+        params = self.controls.params(self.query, self.target_class)
+        return self.client.submit("maps", partial(jobs.compute_maps, params=params))
+
+    def set_query(self, patch: tuple[int, int] | None) -> None:
+        self.query = patch
+        self._update_query_widgets()
+        self.request_maps()
+
+    def set_target_class(self, index: int | None) -> None:
+        self.target_class = index
+        self._update_class_label()
+        self.predictions.set_selected(self._shown_class())
+        self.request_maps()
+
+    def _shown_class(self) -> int | None:
+        if self.image is None or not self.image.class_names:
+            return None
+        return self.image.top_class if self.target_class is None else self.target_class
+
+    # -- drawing ----------------------------------------------------------------------------------
+    def current_map(self) -> tuple[np.ndarray | None, tuple[float, float] | None]:
+        """The map of the large view and its colour levels (None before results arrive)."""
+        m = self.maps
+        if m is None:
+            return None, None
+        method = m.params.method
+        layer, head = self.controls.selected_layer(), self.controls.selected_head()
+        layer = min(layer, m.head_maps.shape[0] - 1)
+        if method == "attention":
+            values = m.mean_maps[layer] if head == MEAN else m.head_maps[layer, head]
+            return values, None
+        if method == "dino_masks" and m.masks is not None:
+            masks = m.masks[layer]
+            values = masks.mean(axis=0) if head == MEAN else masks[head]
+            return values.astype(np.float32), (0.0, 1.0)
+        if m.method_map is not None:
+            return m.method_map, (0.0, 1.0)
+        return None, None
+
+    def refresh_display(self) -> None:
+        """Apply the current maps with the current layer, head, colour map and opacity."""
+        m = self.maps
+        if m is None or self.image is None:
+            return
+        cmap, opacity = self.controls.colormap_name(), self.controls.opacity_value()
+        values, levels = self.current_map()
+        self.map_view.set_map(values, levels, cmap, opacity)
+        self.input_view.set_map(values, levels, cmap, opacity)
+        self.head_grid.set_maps(m.head_maps, m.mean_maps, m.levels, cmap, opacity)
+        self.head_grid.set_selection(self.controls.selected_layer(), self.controls.selected_head())
+        self._update_prefix_label()
+        if m.error:
+            self.hoverText.emit(m.error)
+
+    def _update_query_widgets(self) -> None:
+        self.input_view.set_query(self.query)
+        self.map_view.set_query(self.query)
+        if self.query is None:
+            has_cls = self.image is not None and self.image.num_prefix_tokens > 0
+            self.controls.query_label.setText("CLS token" if has_cls else "mean of patches")
+        else:
+            r, c = self.query
+            gw = self.image.grid[1] if self.image else 1
+            self.controls.query_label.setText(f"patch row {r}, col {c} (#{r * gw + c})")
+
+    def _update_class_label(self) -> None:
+        c = self._shown_class()
+        if c is None:
+            self.controls.class_label.setText("(model has no classes)")
+            return
+        name = self.image.class_names[c] if self.image else str(c)
+        suffix = " (top prediction)" if self.target_class is None else ""
+        self.controls.class_label.setText(f"{name}{suffix}")
+
+    def _update_prefix_label(self) -> None:
+        if self.maps is None or self.image is None or self.image.num_prefix_tokens == 0:
+            self.controls.prefix_label.setText("")
+            return
+        layer, head = self.controls.selected_layer(), self.controls.selected_head()
+        pa = self.maps.prefix_attention[min(layer, self.maps.prefix_attention.shape[0] - 1)]
+        share = pa.mean(axis=0) if head == MEAN else pa[head]  # (num_prefix,)
+        self.controls.prefix_label.setText(
+            f"Prefix tokens take {share.sum():.1%} of this query's attention in this layer "
+            f"(share over all patch queries: {self.image.prefix_share[layer].mean():.1%})."
+        )
+
+    def _on_hover(self, info: object) -> None:
+        if info is None or self.image is None:
+            self.hoverText.emit("")
+            return
+        r, c, value = info  # type: ignore[misc]
+        gw = self.image.grid[1]
+        text = f"patch row {r}, col {c}, index {r * gw + c}"
+        if np.isfinite(value):
+            text += f", value {value:.4g}"
+        self.hoverText.emit(text)

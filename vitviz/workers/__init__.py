@@ -1,0 +1,1 @@
+"""The only bridge between the core and Qt: the engine thread, its jobs and their messages."""

@@ -1,0 +1,116 @@
+"""The engine thread: runs the jobs off the GUI thread, newest request wins, one error path.
+
+The window talks to ``EngineClient`` only. Every request gets an id on its channel ("model",
+"image", "maps", "export", "device"); the engine skips a request that a newer one on the same
+channel has already superseded, and the client drops results that are no longer the newest.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from vitviz.workers import jobs
+from vitviz.workers.messages import UserError
+
+CHANNELS = ("warmup", "model", "image", "maps", "export", "device")
+
+
+class Engine(QObject):
+    """Lives in the engine thread; each slot call runs one job."""
+
+    finished = Signal(int, str, object)  # request id, channel, result
+    userError = Signal(int, str, object)  # request id, channel, UserError
+    failed = Signal(int, str, str)  # request id, channel, traceback text
+    skipped = Signal(int, str)  # request id, channel: superseded, not run
+
+    def __init__(self, latest: dict[str, int]) -> None:
+        super().__init__()
+        self._latest = latest  # written by the GUI thread; reading an int is atomic
+        self.state = jobs.EngineState()
+
+    @Slot(int, str, object)
+    def run(self, req_id: int, channel: str, job: Callable[[jobs.EngineState], Any]) -> None:
+        if req_id < self._latest.get(channel, 0):
+            self.skipped.emit(req_id, channel)  # superseded before it started
+            return
+        try:
+            result = job(self.state)
+        except jobs.UserFacingError as exc:
+            self.userError.emit(req_id, channel, UserError(str(exc), exc.kind))
+        except Exception:
+            self.failed.emit(req_id, channel, traceback.format_exc())
+        else:
+            self.finished.emit(req_id, channel, result)
+
+
+class EngineClient(QObject):
+    """GUI-side handle: submit jobs, get only the newest result of each channel back."""
+
+    resultReady = Signal(str, object)  # channel, result
+    userError = Signal(str, object)  # channel, UserError
+    failed = Signal(str, str)  # channel, traceback text
+    busyChanged = Signal(bool)
+    _submit = Signal(int, str, object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._latest: dict[str, int] = dict.fromkeys(CHANNELS, 0)
+        self._next_id = 0
+        self._pending = 0
+        self._thread = QThread()
+        self._thread.setObjectName("vitviz-engine")
+        self._engine = Engine(self._latest)
+        self._engine.moveToThread(self._thread)
+        self._submit.connect(self._engine.run)
+        self._engine.finished.connect(self._on_finished)
+        self._engine.userError.connect(self._on_user_error)
+        self._engine.failed.connect(self._on_failed)
+        self._engine.skipped.connect(self._settle)
+        self._thread.start()
+
+    # -- requests -------------------------------------------------------------------------------
+    def submit(self, channel: str, job: Callable[[jobs.EngineState], Any]) -> int:
+        """Queue ``job`` on ``channel``; it supersedes any older request there."""
+        if channel not in self._latest:
+            raise ValueError(f"unknown channel {channel!r}")
+        self._next_id += 1
+        self._latest[channel] = self._next_id
+        self._pending += 1
+        if self._pending == 1:
+            self.busyChanged.emit(True)
+        self._submit.emit(self._next_id, channel, job)
+        return self._next_id
+
+    def is_busy(self) -> bool:
+        return self._pending > 0
+
+    def shutdown(self, timeout_ms: int = 5000) -> None:
+        self._thread.quit()
+        self._thread.wait(timeout_ms)
+
+    # -- results (GUI thread) --------------------------------------------------------------------
+    def _settle(self, *_: object) -> None:
+        self._pending = max(0, self._pending - 1)
+        if self._pending == 0:
+            self.busyChanged.emit(False)
+
+    def _current(self, req_id: int, channel: str) -> bool:
+        return req_id >= self._latest[channel]
+
+    def _on_finished(self, req_id: int, channel: str, result: object) -> None:
+        self._settle()
+        if self._current(req_id, channel):
+            self.resultReady.emit(channel, result)
+
+    def _on_user_error(self, req_id: int, channel: str, error: UserError) -> None:
+        self._settle()
+        if self._current(req_id, channel):
+            self.userError.emit(channel, error)
+
+    def _on_failed(self, req_id: int, channel: str, text: str) -> None:
+        self._settle()
+        self.failed.emit(channel, text)

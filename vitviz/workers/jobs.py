@@ -1,0 +1,234 @@
+"""The engine's jobs as plain functions over an EngineState: no Qt, no threads, unit-testable.
+
+The engine thread calls these; each either returns a message for the window or raises. A
+UserFacingError carries a short message for an expected mistake; anything else is a bug and
+goes to the error dialog with its traceback.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitviz.workers.messages import ImageResult, MapParams, MapsResult, ModelSummary
+
+DISPLAY_MAX_SIDE = 2048  # larger source images are shown downscaled (maps are unaffected)
+
+
+class UserFacingError(Exception):
+    """An expected mistake with a short message for the window (nothing changes)."""
+
+    def __init__(self, message: str, kind: str = "error") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class EngineState:
+    """What the engine thread holds between requests."""
+
+    loaded: Any = None  # LoadedModel
+    analysis: Any = None  # Analysis
+    source: Any = None  # what the current image was loaded from
+    label: str = ""
+    device: str = "cpu"
+
+
+def warm_up() -> list[str]:
+    """Import torch and the core (2-3 s) and list the devices present."""
+    from vitviz import analysis  # noqa: F401
+    from vitviz.devices import available_devices
+
+    return available_devices()
+
+
+def summarize(loaded: Any, device: str) -> ModelSummary:
+    cfg = loaded.model.config
+    return ModelSummary(
+        name=loaded.name,
+        family=loaded.family,
+        path=loaded.path,
+        num_classes=cfg.num_classes,
+        depth=cfg.depth,
+        heads=cfg.heads,
+        patch_size=cfg.patch_size,
+        image_size=tuple(cfg.image_size),
+        num_prefix_tokens=cfg.num_prefix_tokens,
+        device=device,
+        preprocessing=loaded.preprocessing.to_dict(),
+        notes=tuple(loaded.notes),
+    )
+
+
+def load_model(state: EngineState, path: str | Path) -> ModelSummary:
+    """Open a checkpoint; the current model stays if this one can't be opened."""
+    from vitviz.checkpoints import CheckpointError, load_checkpoint
+
+    try:
+        loaded = load_checkpoint(path)
+    except CheckpointError as exc:
+        raise UserFacingError(str(exc), "checkpoint") from exc
+    return use_model(state, loaded)
+
+
+def use_model(state: EngineState, loaded: Any) -> ModelSummary:
+    """Make ``loaded`` the current model (on the current device)."""
+    from vitviz.devices import resolve_device
+
+    loaded.model.to(resolve_device(state.device)).eval()
+    state.loaded = loaded
+    state.analysis = None
+    return summarize(loaded, state.device)
+
+
+def set_device(state: EngineState, device: str) -> str:
+    from vitviz.devices import resolve_device
+
+    try:
+        dev = resolve_device(device)
+    except ValueError as exc:
+        raise UserFacingError(str(exc), "device") from exc
+    if state.loaded is not None:
+        state.loaded.model.to(dev)
+    state.device = str(dev)
+    return state.device
+
+
+def analyze_image(state: EngineState, source: Any, label: str) -> ImageResult:
+    """Analyse ``source`` (path, bytes or uint8 array) with the current model."""
+    from vitviz.analysis import analyze
+    from vitviz.imaging import ImageLoadError, load_image
+
+    if state.loaded is None:
+        raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
+    start = time.perf_counter()
+    try:
+        image = load_image(source)
+    except ImageLoadError as exc:
+        raise UserFacingError(str(exc), "image") from exc
+    try:
+        analysis = analyze(state.loaded, image)
+    except ValueError as exc:  # e.g. an image smaller than one patch after preprocessing
+        raise UserFacingError(f"{label}: {exc}", "image") from exc
+    state.analysis, state.source, state.label = analysis, source, label
+    display, scale = _display_copy(image)
+    left, top, right, bottom = analysis.geometry.region
+    return ImageResult(
+        label=label,
+        source_path=Path(source) if isinstance(source, (str, Path)) else None,
+        display=display,
+        display_scale=scale,
+        region=(left * scale, top * scale, right * scale, bottom * scale),
+        input_pixels=analysis.pixels,
+        grid=analysis.grid,
+        patch_size=analysis.patch_size,
+        num_prefix_tokens=analysis.num_prefix_tokens,
+        num_layers=analysis.num_layers,
+        num_heads=analysis.num_heads,
+        class_names=list(analysis.class_names),
+        probs=analysis.probs.numpy(),
+        logits=analysis.logits.numpy(),
+        top_class=analysis.top_class,
+        mean_distance=analysis.mean_distance.numpy(),
+        entropy=analysis.entropy.numpy(),
+        prefix_share=analysis.prefix_share.numpy(),
+        token_norms=analysis.token_norms.numpy(),
+        device=analysis.device,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _display_copy(image: Any) -> tuple[np.ndarray, float]:
+    """(h, w, 3) uint8 of the source for display, at most DISPLAY_MAX_SIDE on its long side."""
+    from PIL import Image
+
+    w, h = image.size
+    scale = min(1.0, DISPLAY_MAX_SIDE / max(w, h))
+    if scale < 1.0:
+        image = image.resize(
+            (max(1, round(w * scale)), max(1, round(h * scale))), Image.Resampling.BILINEAR
+        )
+        scale = image.size[0] / w
+    return np.asarray(image, dtype=np.uint8).copy(), scale
+
+
+def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
+    """Raw maps of the query for every layer and head, plus the chosen method's map."""
+    a = state.analysis
+    if a is None:
+        raise UserFacingError("No image has been analysed yet.", "image")
+    patch = params.query
+    head_maps = a.all_attention_maps(patch).numpy()  # (L, H, gh, gw)
+    mean_maps = head_maps.mean(axis=1)
+    target = a.top_class if params.target_class is None else params.target_class
+    method_map = masks = None
+    error = None
+    try:
+        if params.method == "rollout":
+            method_map = a.rollout(
+                patch, params.fusion, None, params.discard_ratio, params.start_layer
+            ).numpy()
+        elif params.method == "gradient_rollout":
+            method_map = a.gradient_rollout(
+                target, patch, params.discard_ratio, params.start_layer
+            ).numpy()
+        elif params.method == "relevance":
+            method_map = a.relevance(target, patch, params.start_layer).numpy()
+        elif params.method == "dino_masks":
+            masks = np.stack(
+                [
+                    a.dino_masks(layer, params.threshold, patch).numpy()
+                    for layer in range(a.num_layers)
+                ]
+            )
+    except ValueError as exc:
+        error = str(exc)
+    lo = float(min(head_maps.min(), mean_maps.min()))
+    hi = float(max(head_maps.max(), mean_maps.max()))
+    return MapsResult(
+        params=params,
+        head_maps=head_maps,
+        mean_maps=mean_maps,
+        method_map=method_map,
+        masks=masks,
+        target_class=target,
+        prefix_attention=a.prefix_attention(patch).numpy(),
+        levels=(lo, hi if hi > lo else lo + 1e-6),
+        error=error,
+    )
+
+
+def export(
+    state: EngineState,
+    path: str | Path,
+    what: str,
+    params: MapParams,
+    current_map: np.ndarray | None,
+    colormap: str,
+    opacity: float,
+) -> Path:
+    """Write the current view ('view' PNG), the head grid ('heads' PNG) or the numbers (.npz)."""
+    from vitviz import export as ex
+    from vitviz.imaging.overlay import save_png
+
+    a = state.analysis
+    if a is None:
+        raise UserFacingError("Nothing to export yet: open an image and a checkpoint.", "export")
+    target = Path(path)
+    try:
+        if what == "npz":
+            settings = ex.MapSettings(
+                params.fusion, params.discard_ratio, params.start_layer, params.target_class
+            )
+            return ex.write_npz(a, ex.compute_maps(a, settings), target)
+        if what == "heads":
+            return save_png(ex.heads_grid(a, colormap, opacity, params.query), target)
+        if current_map is None:
+            raise UserFacingError("There is no map on screen to export.", "export")
+        return save_png(ex.map_overlay(a, current_map, colormap, opacity), target)
+    except OSError as exc:
+        raise UserFacingError(f"Could not write {target}: {exc.strerror or exc}", "export") from exc
