@@ -26,7 +26,8 @@ def _say(message: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="vitviz-cli", description="Look inside Vision Transformers, headless.")
+        prog="vitviz-cli", description="Look inside Vision Transformers, headless."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     ex = sub.add_parser("explain", help="analyse images: .npz of every number + overlay PNGs")
@@ -34,8 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--checkpoint", required=True, type=Path, help="checkpoint file")
     ex.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
     ex.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
-    ex.add_argument("--class", dest="target_class", type=int, default=None,
-                    help="class index to explain (default: the top prediction)")
+    ex.add_argument(
+        "--class",
+        dest="target_class",
+        type=int,
+        default=None,
+        help="class index to explain (default: the top prediction)",
+    )
     ex.add_argument("--fusion", default="mean", choices=("mean", "max", "min"))
     ex.add_argument("--discard", type=float, default=0.0, help="rollout discard ratio in [0, 1)")
     ex.add_argument("--start-layer", type=int, default=0)
@@ -88,13 +94,22 @@ def cmd_explain(args: argparse.Namespace) -> int:
     loaded.model.to(device)
     cfg = loaded.model.config
     if args.target_class is not None and not 0 <= args.target_class < cfg.num_classes:
-        raise CliError(f"--class {args.target_class} is out of range: the model has "
-                       f"{cfg.num_classes} classes (0..{cfg.num_classes - 1})")
+        raise CliError(
+            f"--class {args.target_class} is out of range: the model has "
+            f"{cfg.num_classes} classes (0..{cfg.num_classes - 1})"
+        )
     if not 0 <= args.start_layer < cfg.depth:
-        raise CliError(f"--start-layer {args.start_layer} is out of range: the model has "
-                       f"{cfg.depth} layers (0..{cfg.depth - 1})")
+        raise CliError(
+            f"--start-layer {args.start_layer} is out of range: the model has "
+            f"{cfg.depth} layers (0..{cfg.depth - 1})"
+        )
     settings = MapSettings(args.fusion, args.discard, args.start_layer, args.target_class)
-    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(
+            f"--out {args.out}: cannot create the output folder ({exc.strerror or exc})"
+        ) from exc
     failed = 0
     stems: dict[str, int] = {}
     for i, path in enumerate(args.images, 1):

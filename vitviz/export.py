@@ -123,6 +123,7 @@ def write_pngs(
 ) -> list[Path]:
     """<stem>_rollout.png, <stem>_relevance.png (if the model has a head), <stem>_heads.png."""
     out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, m in (("rollout", maps.rollout), ("relevance", maps.relevance)):
         if np.isnan(m).all():

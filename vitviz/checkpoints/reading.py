@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import pickle
+import pickletools
 import re
 import struct
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +19,10 @@ from safetensors import SafetensorError, safe_open
 from vitviz.checkpoints.errors import CheckpointError
 
 CHECKPOINT_SUFFIXES = frozenset({".safetensors", ".pth", ".pt", ".bin", ".ckpt"})
-ACCEPTED = ("Accepted: vitviz .safetensors files, and ViT state dicts saved with torch.save "
-            "(.pth/.pt/.bin) or as .safetensors.")
+ACCEPTED = (
+    "Accepted: vitviz .safetensors files, and ViT state dicts saved with torch.save "
+    "(.pth/.pt/.bin) or as .safetensors."
+)
 _LFS_MAGIC = b"version https://git-lfs"
 _WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
 _PREFIXES = ("module.", "_orig_mod.")
@@ -52,8 +56,10 @@ def read_checkpoint(path: str | Path) -> RawCheckpoint:
     with open(p, "rb") as f:
         head = f.read(64)
     if head.startswith(_LFS_MAGIC):
-        raise CheckpointError(f"{p.name} is a Git LFS pointer, not the weights: fetch the real file "
-                              "with `git lfs pull` and open that.")
+        raise CheckpointError(
+            f"{p.name} is a Git LFS pointer, not the weights: fetch the real file "
+            "with `git lfs pull` and open that."
+        )
     if p.suffix.lower() == ".safetensors" or _looks_like_safetensors(head, size):
         raw = _read_safetensors(p)
     else:
@@ -75,28 +81,57 @@ def _read_safetensors(p: Path) -> RawCheckpoint:
             metadata = dict(f.metadata() or {})
             state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no iter
     except (SafetensorError, OSError, ValueError, json.JSONDecodeError, RuntimeError) as exc:
-        raise CheckpointError(f"{p.name} is not a readable .safetensors file (it may be truncated "
-                              f"or damaged: {_short(exc)}). {ACCEPTED}") from exc
+        raise CheckpointError(
+            f"{p.name} is not a readable .safetensors file (it may be truncated "
+            f"or damaged: {_short(exc)}). {ACCEPTED}"
+        ) from exc
     return RawCheckpoint(state=_strip_prefixes(state), metadata=metadata)
 
 
 def _read_torch(p: Path) -> RawCheckpoint:
+    is_zip = zipfile.is_zipfile(p)
     try:
-        obj = torch.load(p, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(p))
-    except pickle.UnpicklingError as exc:
-        needs = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": we say it ourselves
+            warnings.simplefilter("ignore")
+            obj = torch.load(p, map_location="cpu", weights_only=True, mmap=is_zip)
+    except Exception as exc:  # any failure to parse is the user's file, not a bug
+        needs = re.search(r"GLOBAL ([\w.]+)", str(exc))
         if needs:
             raise _refused_pickle(p, needs.group(1)) from exc
-        raise _unreadable(p) from exc
-    except Exception as exc:
-        raise _unreadable(p, exc) from exc
+        if not is_zip:
+            global_name = _pickle_global(p)
+            if global_name is not None:
+                raise _refused_pickle(p, global_name) from exc
+        raise _unreadable(p, None if isinstance(exc, pickle.UnpicklingError) else exc) from exc
     return _unwrap(obj, p)
+
+
+def _pickle_global(p: Path) -> str | None:
+    """The first Python object a raw pickle would import, found by reading its opcodes only.
+
+    Returns None when the file is not a pickle or refers to no object. Nothing is executed.
+    """
+    strings: list[str] = []
+    try:
+        with open(p, "rb") as f:
+            for opcode, arg, _ in pickletools.genops(f):
+                if opcode.name in ("GLOBAL", "INST") and isinstance(arg, str):
+                    return arg.replace(" ", ".")
+                if opcode.name == "STACK_GLOBAL":
+                    return ".".join(strings[-2:]) if len(strings) >= 2 else "a Python object"
+                if isinstance(arg, str):
+                    strings.append(arg)
+    except Exception:  # noqa: BLE001 - not a pickle at all
+        return None
+    return None
 
 
 def _unreadable(p: Path, exc: BaseException | None = None) -> CheckpointError:
     why = f": {_short(exc)}" if exc is not None else ""
-    return CheckpointError(f"{p.name} is not a PyTorch or safetensors checkpoint, or it is "
-                           f"truncated or damaged{why}. {ACCEPTED}")
+    return CheckpointError(
+        f"{p.name} is not a PyTorch or safetensors checkpoint, or it is "
+        f"truncated or damaged{why}. {ACCEPTED}"
+    )
 
 
 def _refused_pickle(p: Path, global_name: str) -> CheckpointError:
@@ -104,7 +139,8 @@ def _refused_pickle(p: Path, global_name: str) -> CheckpointError:
         f"{p.name} is a pickle that needs code to load (it holds {global_name}), such as a whole "
         "saved model or a training script's objects. vitviz loads weights only and never runs "
         "code from a file. Save a state dict instead: torch.save(model.state_dict(), "
-        "'weights.pth').")
+        "'weights.pth')."
+    )
 
 
 def _unwrap(obj: Any, p: Path) -> RawCheckpoint:
@@ -117,8 +153,13 @@ def _unwrap(obj: Any, p: Path) -> RawCheckpoint:
             return RawCheckpoint(state=_strip_prefixes(obj), extra=extra)
         inner = next((obj[k] for k in _WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
         extra.update({k: v for k, v in obj.items() if not isinstance(v, (dict, torch.Tensor))})
-        extra.update({k: v for k, v in obj.items()
-                      if isinstance(v, dict) and v is not inner and not _has_tensors(v)})
+        extra.update(
+            {
+                k: v
+                for k, v in obj.items()
+                if isinstance(v, dict) and v is not inner and not _has_tensors(v)
+            }
+        )
         if inner is None:
             break
         obj = inner
@@ -141,7 +182,7 @@ def _strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         changed = False
         for prefix in _PREFIXES:
             if all(k.startswith(prefix) for k in state):
-                state = {k[len(prefix):]: v for k, v in state.items()}
+                state = {k[len(prefix) :]: v for k, v in state.items()}
                 changed = True
     return state
 

@@ -169,9 +169,9 @@ def _header_size(stream: BinaryIO) -> tuple[int, int] | None:
             stream.seek(0)
             try:
                 return tuple(factory(stream, None).size)  # type: ignore[return-value]
-            except Exception:
+            except Exception:  # noqa: BLE001 - a format plugin that rejects the header
                 continue
-    except Exception:
+    except Exception:  # noqa: BLE001 - an unreadable header: let the decoder say why
         return None
     return None
 
@@ -213,7 +213,7 @@ def _orient(image: Image.Image) -> Image.Image:
     """Apply the EXIF orientation; a broken EXIF block leaves the image as stored."""
     try:
         return ImageOps.exif_transpose(image)
-    except Exception:
+    except Exception:  # noqa: BLE001 - broken EXIF: show the image as stored
         return image
 
 

@@ -41,7 +41,7 @@ class Engine(QObject):
             result = job(self.state)
         except jobs.UserFacingError as exc:
             self.userError.emit(req_id, channel, UserError(str(exc), exc.kind))
-        except Exception:
+        except Exception:  # noqa: BLE001 - every bug goes to the one error dialog
             self.failed.emit(req_id, channel, traceback.format_exc())
         else:
             self.finished.emit(req_id, channel, result)

@@ -1,0 +1,76 @@
+"""What a family converter gets (Source), what it hands back (Conversion), and the registry entry.
+
+A converter turns a foreign state dict into the state dict and ViTConfig of vitviz's one model.
+It renames (no copy), reshapes (views) and fuses q/k/v (the one necessary copy, freeing the
+originals as it goes), and says in ``notes`` what it assumed or dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from vitviz.imaging import Preprocessing
+from vitviz.model import ViTConfig
+
+
+@dataclass
+class Source:
+    """A checkpoint as read, plus what came beside it and what the user said about it."""
+
+    state: dict[str, Tensor]  # unwrapped tensors; converters pop what they use
+    path: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # non-tensor entries of a .pth dict
+    metadata: dict[str, str] = field(default_factory=dict)  # safetensors header metadata
+    folder_config: dict[str, Any] | None = None  # config.json beside the weights (HF or timm)
+    preprocessor: dict[str, Any] | None = None  # HF preprocessor_config.json
+    user: dict[str, Any] = field(default_factory=dict)  # sidecar / --config / config=
+
+    @property
+    def name(self) -> str:
+        """The file (or folder) name used in messages."""
+        return self.path.name if self.path is not None else "This checkpoint"
+
+    @property
+    def sidecar_name(self) -> str:
+        return f"{self.path.name if self.path is not None else 'checkpoint'}.vitviz.json"
+
+    @property
+    def hf_config(self) -> dict[str, Any] | None:
+        """config.json of a Hugging Face transformers folder (it has ``model_type``)."""
+        cfg = self.folder_config
+        return cfg if isinstance(cfg, dict) and "model_type" in cfg else None
+
+    @property
+    def timm_config(self) -> dict[str, Any] | None:
+        """config.json written by timm (``architecture`` + ``pretrained_cfg``)."""
+        cfg = self.folder_config
+        if isinstance(cfg, dict) and "architecture" in cfg and "model_type" not in cfg:
+            return cfg
+        return None
+
+
+@dataclass
+class Conversion:
+    """The one model's config and state dict, with what the checkpoint said around them."""
+
+    family: str
+    config: ViTConfig
+    state: dict[str, Tensor]
+    class_names: list[str]
+    preprocessing: Preprocessing
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One registry entry: recognised by ``detect`` (key names), turned into the one model by
+    ``convert``."""
+
+    name: str
+    detect: Callable[[Source], bool]
+    convert: Callable[[Source], Conversion]

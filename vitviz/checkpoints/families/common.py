@@ -1,0 +1,205 @@
+"""Helpers every family converter shares: taking tensors, fusing q/k/v, finishing the config."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.families.base import Conversion, Source
+from vitviz.checkpoints.labels import resolve_class_names
+from vitviz.imaging import Preprocessing
+from vitviz.model import ViTConfig
+
+CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(ViTConfig))
+USER_EXTRAS = frozenset({"class_names", "preprocessing"})
+
+# Heads of the standard ViT sizes, by width (ViT-Ti/S/M/B/L/H/g/G, DINOv2-g).
+STANDARD_HEADS = {192: 3, 384: 6, 512: 8, 640: 10, 768: 12, 1024: 16, 1280: 16, 1408: 16,
+                  1536: 24, 1664: 16}
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+INCEPTION_MEAN = (0.5, 0.5, 0.5)
+INCEPTION_STD = (0.5, 0.5, 0.5)
+
+
+class Taker:
+    """Takes tensors out of ``source.state`` (so each original is freed once converted).
+
+    ``take(*names)`` returns the first name present and raises a CheckpointError naming the
+    first one when none is; ``maybe(*names)`` returns None instead.
+    """
+
+    def __init__(self, source: Source, looks_like: str) -> None:
+        self.source = source
+        self.state = source.state
+        self.looks_like = looks_like
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.state
+
+    def maybe(self, *names: str) -> Tensor | None:
+        for name in names:
+            if name in self.state:
+                return self.state.pop(name)
+        return None
+
+    def take(self, *names: str) -> Tensor:
+        t = self.maybe(*names)
+        if t is None:
+            raise CheckpointError(f"{self.source.name} looks like {self.looks_like}, but "
+                                  f"{names[0]} is missing.")
+        return t
+
+    def drop(self, keys: Iterable[str]) -> list[str]:
+        """Remove ``keys`` (those present); returns the removed names."""
+        gone = [k for k in keys if k in self.state]
+        for k in gone:
+            del self.state[k]
+        return gone
+
+    def refuse_leftovers(self) -> None:
+        refuse_leftovers(self.source, self.state, self.looks_like)
+
+
+def fuse_qkv(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Separate q, k, v projections -> one (3·out, ...) tensor (the only copy a conversion makes)."""
+    return torch.cat([q, k, v], dim=0)
+
+
+def block_indices(state: Mapping[str, Tensor], pattern: str) -> list[int]:
+    """Sorted block numbers N of keys matching ``pattern`` (a regex with one (\\d+) group)."""
+    rx = re.compile(pattern)
+    found = {int(m.group(1)) for k in state if (m := rx.match(k))}
+    return sorted(found)
+
+
+def check_depth(source: Source, indices: Sequence[int]) -> int:
+    """Blocks must be numbered 0..L-1; returns L."""
+    if not indices:
+        raise CheckpointError(f"{source.name}: no transformer blocks found.")
+    if list(indices) != list(range(len(indices))):
+        raise CheckpointError(f"{source.name}: transformer blocks are not numbered 0..L-1 "
+                              f"(found {_few([str(i) for i in indices])}).")
+    return len(indices)
+
+
+def grid_from_table(n: int) -> tuple[int, int] | None:
+    """A square grid with ``n`` cells, or None."""
+    side = math.isqrt(n)
+    return (side, side) if side * side == n and n > 0 else None
+
+
+def standard_heads(dim: int) -> int | None:
+    return STANDARD_HEADS.get(dim)
+
+
+def need_message(source: Source, looks_like: str, missing: Mapping[str, Any]) -> str:
+    """The one-line message naming exactly the settings a sidecar must give."""
+    fields = ", ".join(missing)
+    example = json.dumps(dict(missing))
+    return (f"{source.name} looks like {looks_like}; the weights don't say: {fields}. "
+            f"Put them in {source.sidecar_name}, e.g. {example} (or give the file with "
+            f"--config FILE).")
+
+
+def ask(source: Source, looks_like: str, required: Mapping[str, Any],
+        known: Mapping[str, Any] | None = None) -> None:
+    """Raise the need message for the ``required`` fields neither known nor given by the user."""
+    have = dict(known or {})
+    missing = {k: v for k, v in required.items() if k not in source.user and k not in have}
+    if missing:
+        raise CheckpointError(need_message(source, looks_like, missing))
+
+
+def dropped(keys: Sequence[str], what: str) -> str:
+    """A note for tensors left out of the model."""
+    return f"dropped {_few(list(keys))} ({what})"
+
+
+def refuse_leftovers(source: Source, state: Mapping[str, Tensor], looks_like: str) -> None:
+    """Tensors no rule consumed: the model can't express them, so refuse rather than guess."""
+    if state:
+        keys = sorted(state)
+        raise CheckpointError(
+            f"{source.name} looks like {looks_like}, but it has parts vitviz's ViT can't "
+            f"express: {_few(keys)}. Accepted: plain ViTs (torchvision, timm, Hugging Face, "
+            f"DINO/DINOv2, DeiT, tutorial models).")
+
+
+def finish(
+    source: Source,
+    *,
+    family: str,
+    looks_like: str,
+    inferred: dict[str, Any],
+    required: Mapping[str, Any],
+    state: dict[str, Tensor],
+    class_names: Sequence[str] | None,
+    preprocessing: dict[str, Any],
+    notes: list[str],
+    imagenet_if_1000: bool = False,
+) -> Conversion:
+    """Merge what the weights said with the user's settings, check and build the Conversion.
+
+    ``required``: fields the weights can't say, with an example value each; those the user
+    didn't give make one CheckpointError naming them all. User settings win over inferred
+    ones (noted when they differ).
+    """
+    user = dict(source.user)
+    unknown = sorted(set(user) - CONFIG_FIELDS - USER_EXTRAS - set(required))
+    if unknown:
+        raise CheckpointError(f"{source.name}: unknown settings {', '.join(unknown)} in the "
+                              f"model settings; accepted: ViT config fields, class_names, "
+                              f"preprocessing.")
+    ask(source, looks_like, required, inferred)
+    fields = dict(inferred)
+    for key in sorted(set(user) & CONFIG_FIELDS):
+        value = user[key]
+        if key in fields and _norm(fields[key]) != _norm(value):
+            notes.append(f"{key} {value!r} from the settings given (the checkpoint suggests "
+                         f"{fields[key]!r})")
+        fields[key] = value
+    try:
+        config = ViTConfig(**fields)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{source.name}: the model settings are invalid: {exc}") from exc
+    given = user.get("class_names")
+    if given is not None and (not isinstance(given, list) or len(given) != config.num_classes):
+        raise CheckpointError(f"{source.name}: class_names must be a list of "
+                              f"{config.num_classes} names (one per class of the head).")
+    names = resolve_class_names(config.num_classes, user.get("class_names"), class_names,
+                                imagenet_if_1000)
+    prep = {"image_size": list(config.image_size), **preprocessing}
+    user_prep = user.get("preprocessing")
+    if user_prep is not None:
+        if not isinstance(user_prep, dict):
+            raise CheckpointError(f"{source.name}: preprocessing must be a JSON object.")
+        prep.update(user_prep)
+    try:
+        prepared = Preprocessing.from_dict(prep)
+    except ValueError as exc:
+        raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
+    return Conversion(family=family, config=config, state=state, class_names=names,
+                      preprocessing=prepared, notes=notes)
+
+
+def user_value(source: Source, key: str, default: Any = None) -> Any:
+    return source.user.get(key, default)
+
+
+def _norm(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _few(items: Sequence[str], n: int = 4) -> str:
+    shown = ", ".join(items[:n])
+    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
