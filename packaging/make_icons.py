@@ -1,6 +1,6 @@
 """Draw the vitviz icon: a 4 × 4 patch grid coloured like an attention map (SVG + PNG sizes).
 
-    python packaging/make_icons.py   # writes resources/icons/vitviz.svg and vitviz-<N>.png
+python packaging/make_icons.py   # writes resources/icons/vitviz.svg and vitviz-<N>.png
 """
 
 from __future__ import annotations
@@ -37,12 +37,16 @@ def cells() -> list[tuple[float, float, float, tuple[int, int, int]]]:
 
 
 def svg() -> str:
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {VIEW} {VIEW}" '
-             f'width="{VIEW}" height="{VIEW}">',
-             f'<rect width="{VIEW}" height="{VIEW}" rx="{RADIUS}" fill="#1e1e2a"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {VIEW} {VIEW}" '
+        f'width="{VIEW}" height="{VIEW}">',
+        f'<rect width="{VIEW}" height="{VIEW}" rx="{RADIUS}" fill="#1e1e2a"/>',
+    ]
     for x, y, s, (r, g, b) in cells():
-        parts.append(f'<rect x="{x:.2f}" y="{y:.2f}" width="{s:.2f}" height="{s:.2f}" rx="1.5" '
-                     f'fill="#{r:02x}{g:02x}{b:02x}"/>')
+        parts.append(
+            f'<rect x="{x:.2f}" y="{y:.2f}" width="{s:.2f}" height="{s:.2f}" rx="1.5" '
+            f'fill="#{r:02x}{g:02x}{b:02x}"/>'
+        )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
@@ -52,11 +56,15 @@ def png(size: int) -> Image.Image:
     scale = size * k / VIEW
     image = Image.new("RGBA", (size * k, size * k), (0, 0, 0, 0))
     draw = ImageDraw.Draw(image)
-    draw.rounded_rectangle((0, 0, size * k - 1, size * k - 1), radius=RADIUS * scale,
-                           fill=(30, 30, 42, 255))
+    draw.rounded_rectangle(
+        (0, 0, size * k - 1, size * k - 1), radius=RADIUS * scale, fill=(30, 30, 42, 255)
+    )
     for x, y, s, rgb in cells():
-        draw.rounded_rectangle((x * scale, y * scale, (x + s) * scale, (y + s) * scale),
-                               radius=1.5 * scale, fill=(*rgb, 255))
+        draw.rounded_rectangle(
+            (x * scale, y * scale, (x + s) * scale, (y + s) * scale),
+            radius=1.5 * scale,
+            fill=(*rgb, 255),
+        )
     return image.resize((size, size), Image.Resampling.LANCZOS)
 
 

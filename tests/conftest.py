@@ -58,3 +58,18 @@ def photo_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         Image.fromarray(_photo(name)).save(path)
         out[name] = path
     return out
+
+
+# ---- Qt tests (UI helper's block) ---------------------------------------------------------------
+# Widget tests run without a display unless the caller chose a platform. Nothing above imports Qt,
+# and pytest-qt creates the QApplication only when a test first asks for it, so this is early
+# enough. The ``xvfb`` marker tags the test that starts a real X server (CI installs Xvfb).
+import os  # noqa: E402
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "xvfb: starts a real X server (Xvfb) and the app on it; fails if Xvfb is missing"
+    )

@@ -12,7 +12,20 @@ from pathlib import Path
 
 import vitviz
 
-CORE = ("model", "checkpoints", "imaging", "explain", "analysis", "training", "cli")
+CORE = (
+    "model",
+    "checkpoints",
+    "imaging",
+    "explain",
+    "analysis",
+    "training",
+    "cli",
+    "modelcode",
+    "export",
+    "devices",
+    "filekinds",
+    "resources",
+)
 QT_ROOTS = ("PySide6", "PySide2", "PyQt5", "PyQt6", "pyqtgraph", "shiboken6", "shiboken2", "qtpy")
 QT_PACKAGES_OF_VITVIZ = ("vitviz.ui", "vitviz.workers")  # the only places allowed to touch Qt
 

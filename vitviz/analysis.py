@@ -240,7 +240,10 @@ def analyze(
         stats = explain.head_statistics(
             [a for a in out.attentions], out.grid, out.num_prefix_tokens, patch
         )
-        norms = explain.token_norms(out.hidden_states)[0]  # (L, N)
+        if out.hidden_states:
+            norms = explain.token_norms(out.hidden_states)[0]  # (L, N)
+        else:  # a model whose block outputs are unknown (model code): zeros
+            norms = torch.zeros(attn.shape[0], attn.shape[-1])
     has_head = model.config.num_classes > 0
     probs = logits.softmax(-1) if has_head else torch.empty(0)
     return Analysis(

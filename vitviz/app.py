@@ -1,16 +1,38 @@
-"""vitviz (the gui-script): open the window first, then load torch and the model behind it."""
+"""vitviz (the gui-script): open the window first, then load torch and the model behind it.
+
+Two hooks for smoke tests and ``benchmarks/startup.py``, off unless asked for:
+
+- ``--quit-after-ms N`` closes the window (as the user would) N ms after the work asked for at
+  start is done and on screen: the files given are shown, or have failed with a message.
+- ``VITVIZ_TIMING=1`` prints ``first-paint <s>`` once the window has painted and
+  ``first-prediction <s>`` once the predictions of the first image have painted, in seconds since
+  ``VITVIZ_TIMING_T0`` (a ``time.time()`` value the spawning process sets just before it starts
+  this one), or since this module was imported when that is not set.
+"""
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-from collections.abc import Sequence
+import time
+
+_T0 = time.time()  # before anything heavy is imported
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from typing import Any  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="vitviz", description="Look inside Vision Transformers.")
     parser.add_argument("files", nargs="*", help="images, checkpoints or folders to open")
+    parser.add_argument(
+        "--quit-after-ms",
+        type=int,
+        default=None,
+        metavar="N",
+        help="close the window N ms after the files given are shown (for smoke tests)",
+    )
     return parser.parse_args(argv)
 
 
@@ -27,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("vitviz")
     app.setOrganizationName("vitviz")
+    _set_icon(app)
     import pyqtgraph as pg
 
     pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)
@@ -34,11 +57,86 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     window = MainWindow()
     window.notifier.install_excepthook()
+    if os.environ.get("VITVIZ_TIMING"):
+        _install_timing(window)
     window.show()
     from PySide6.QtCore import QTimer
 
-    QTimer.singleShot(0, lambda: window.start([os.path.abspath(f) for f in args.files]))
+    files = [os.path.abspath(f) for f in args.files]
+    QTimer.singleShot(0, lambda: window.start(files, defaults=not files))
+    if args.quit_after_ms is not None:
+        _quit_when_idle(window, max(0, args.quit_after_ms))
     return app.exec()
+
+
+def _quit_when_idle(window: Any, delay_ms: int) -> None:
+    """Close ``window`` ``delay_ms`` after the engine first goes idle with nothing left to apply."""
+    from PySide6.QtCore import QTimer
+
+    def check() -> None:  # a result applied after going idle may have asked for more work
+        if not window.client.is_busy():
+            window.client.busyChanged.disconnect(on_busy)
+            QTimer.singleShot(delay_ms, window.close)
+
+    def on_busy(busy: bool) -> None:
+        if not busy:
+            QTimer.singleShot(0, check)
+
+    window.client.busyChanged.connect(on_busy)
+
+
+def _install_timing(window: Any) -> None:
+    """Print ``first-paint`` and ``first-prediction`` (see the module docstring) to stdout."""
+    from PySide6.QtCore import QEvent, QObject, QTimer
+
+    try:
+        t0 = float(os.environ.get("VITVIZ_TIMING_T0", ""))
+    except ValueError:
+        t0 = _T0
+
+    def report(what: str) -> None:
+        print(f"{what} {time.time() - t0:.4f}", flush=True)
+
+    class PaintWatch(QObject):
+        """Reports ``what`` once, just after the first paint of ``target`` (when armed)."""
+
+        def __init__(self, target: Any, what: str, armed: bool) -> None:
+            super().__init__(window)
+            self.target, self.what, self.armed, self.done = target, what, armed, False
+            target.installEventFilter(self)
+
+        def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802 (Qt's name)
+            if self.armed and obj is self.target and event.type() == QEvent.Type.Paint:
+                self.armed, self.done = False, True
+                self.target.removeEventFilter(self)
+                QTimer.singleShot(0, lambda: report(self.what))  # after the paint completes
+            return False
+
+    window._paint_watch = PaintWatch(window, "first-paint", armed=True)
+    chart = window.viewer.predictions.viewport()
+    window._prediction_watch = watch = PaintWatch(chart, "first-prediction", armed=False)
+
+    def on_result(channel: str, _result: object) -> None:
+        if channel == "image" and not watch.done:
+            watch.armed = True
+            chart.update()
+
+    window.client.resultReady.connect(on_result)
+
+
+def _set_icon(app: Any) -> None:
+    """The window icon from the shipped resources (no icon if they are missing)."""
+    from PySide6.QtGui import QIcon
+
+    from vitviz import resources
+
+    try:
+        icon = QIcon()
+        for size in (16, 24, 32, 48, 64, 128, 256):
+            icon.addFile(str(resources.icon_path(size)))
+        app.setWindowIcon(icon)
+    except FileNotFoundError:
+        pass
 
 
 if __name__ == "__main__":

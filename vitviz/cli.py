@@ -32,7 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("explain", help="analyse images: .npz of every number + overlay PNGs")
     ex.add_argument("images", nargs="+", type=Path, help="image files (any format PIL reads)")
-    ex.add_argument("--checkpoint", required=True, type=Path, help="checkpoint file")
+    ex.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="checkpoint file (with --model-code: the model's state dict, optional)",
+    )
     ex.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
     ex.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
     ex.add_argument(
@@ -47,32 +51,93 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--start-layer", type=int, default=0)
     ex.add_argument("--colormap", default="viridis")
     ex.add_argument("--out", type=Path, default=Path("vitviz-out"), help="output folder")
+    _add_model_code_options(ex)
     ex.set_defaults(func=cmd_explain)
 
     info = sub.add_parser("info", help="what a checkpoint holds: family, config, classes")
-    info.add_argument("checkpoint", type=Path)
+    info.add_argument(
+        "checkpoint",
+        type=Path,
+        nargs="?",
+        help="checkpoint file (with --model-code: the model's state dict, optional)",
+    )
     info.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _add_model_code_options(info)
     info.set_defaults(func=cmd_info)
 
     # Commands of their own subsystems (each module adds its sub-parser).
     # -- more commands --
+    conv = sub.add_parser("convert", help="write any supported checkpoint as a vitviz .safetensors")
+    conv.add_argument("source", type=Path, help="checkpoint file or model folder")
+    conv.add_argument("target", type=Path, help="output .safetensors file")
+    conv.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    conv.set_defaults(func=cmd_convert)
+    __import__("vitviz.training.command", fromlist=["add_parser"]).add_parser(sub)
     return parser
+
+
+def _add_model_code_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model-code",
+        metavar="FILE.py:NAME",
+        help="open a model written in a Python file (it runs with your rights): its "
+        "class or factory NAME; --config may give image_size, mean, std, patch_size, "
+        "num_prefix_tokens, class_names",
+    )
+    p.add_argument(
+        "--model-args",
+        metavar="JSON",
+        help="keyword arguments of NAME as a JSON object (or @file.json), e.g. '{\"dim\": 64}'",
+    )
+
+
+def _load_for(args: argparse.Namespace) -> Any:
+    """The model of --model-code, else of the checkpoint argument."""
+    if args.model_code is None:
+        if args.model_args is not None:
+            raise CliError("--model-args needs --model-code FILE.py:NAME")
+        if args.checkpoint is None:
+            raise CliError("give a checkpoint (or --model-code FILE.py:NAME)")
+        return _load(args.checkpoint, args.config)
+    from vitviz.modelcode import (
+        ModelCodeError,
+        load_model_code,
+        make_spec,
+        parse_args_text,
+        parse_target,
+    )
+
+    try:
+        file, name = parse_target(args.model_code)
+        arguments = parse_args_text(args.model_args)
+        spec = make_spec(file, name, arguments, args.checkpoint, _read_config(args.config))
+        return load_model_code(spec)
+    except ModelCodeError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def _load(path: Path, config_path: Path | None) -> Any:
     from vitviz.checkpoints import CheckpointError, load_checkpoint
 
-    config = None
-    if config_path is not None:
-        try:
-            config = json.loads(config_path.read_text())
-        except (OSError, ValueError) as exc:
-            raise CliError(f"--config {config_path}: not a readable JSON file ({exc})") from exc
+    config = _read_config(config_path)
     try:
         return load_checkpoint(path, config=config)
     except CheckpointError as exc:
         raise CliError(str(exc)) from exc
+
+
+def _read_config(config_path: Path | None) -> dict[str, Any] | None:
+    """--config FILE: a JSON object of model settings (they win over <checkpoint>.vitviz.json)."""
+    if config_path is None:
+        return None
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CliError(f"--config {config_path}: not a readable JSON file ({exc})") from exc
+    if not isinstance(config, dict):
+        raise CliError(f'--config {config_path}: must hold a JSON object, e.g. {{"heads": 4}}')
+    return config
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -90,7 +155,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         device = resolve_device(args.device)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    loaded = _load(args.checkpoint, args.config)
+    loaded = _load_for(args)
     loaded.model.to(device)
     cfg = loaded.model.config
     if args.target_class is not None and not 0 <= args.target_class < cfg.num_classes:
@@ -147,11 +212,35 @@ def describe(loaded: Any) -> dict[str, Any]:
         "num_parameters": sum(p.numel() for p in loaded.model.parameters()),
         "provenance": loaded.provenance,
         "notes": loaded.notes,
+        "dropped": [n.removeprefix("dropped ") for n in loaded.notes if n.startswith("dropped ")],
     }
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from vitviz.checkpoints import CheckpointError, convert_checkpoint
+
+    if args.target.suffix.lower() != ".safetensors":
+        raise CliError(f"the output must be a .safetensors file, got {args.target.name}")
+    config = _read_config(args.config)
+    try:
+        loaded = convert_checkpoint(args.source, args.target, config=config)
+    except CheckpointError as exc:
+        raise CliError(str(exc)) from exc
+    cfg = loaded.model.config
+    _say(
+        f"{args.source.name} ({loaded.family}, dim {cfg.dim}, depth {cfg.depth}, heads "
+        f"{cfg.heads}, {cfg.num_classes} classes) -> {args.target}"
+    )
+    for note in loaded.notes:
+        _say(
+            f"  {'dropped:' if note.startswith('dropped ') else 'note:'} "
+            f"{note.removeprefix('dropped ')}"
+        )
+    return EXIT_OK
+
+
 def cmd_info(args: argparse.Namespace) -> int:
-    d = describe(_load(args.checkpoint, args.config))
+    d = describe(_load_for(args))
     if args.json:
         print(json.dumps(d, indent=2, default=str))
         return EXIT_OK
@@ -171,7 +260,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     ]
     if d["provenance"]:
         lines.append("provenance:     " + json.dumps(d["provenance"], default=str))
-    lines += [f"note:           {n}" for n in d["notes"]]
+    lines += [
+        f"dropped:        {n.removeprefix('dropped ')}"
+        if n.startswith("dropped ")
+        else f"note:           {n}"
+        for n in d["notes"]
+    ]
     print("\n".join(lines))
     return EXIT_OK
 

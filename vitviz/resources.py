@@ -51,5 +51,8 @@ def sample_images() -> list[Path]:
     folder = resource_dir() / "samples"
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg")
-                  and not p.stem.endswith("_mask"))
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.suffix.lower() in (".png", ".jpg", ".jpeg") and not p.stem.endswith("_mask")
+    )

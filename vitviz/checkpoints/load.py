@@ -1,64 +1,86 @@
-"""load_checkpoint: any supported checkpoint file -> LoadedModel (the one model, eval mode)."""
+"""load_checkpoint: any supported checkpoint file or folder -> LoadedModel (the one model, eval).
+
+Dispatch: a vitviz native file loads directly; a folder with config.json is read as a Hugging
+Face or timm folder; anything else is matched against the family registry by its key names
+and converted (see ``vitviz.checkpoints.families``).
+"""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.loaded import LoadedModel, default_class_names
-from vitviz.checkpoints.native import build_model, default_preprocessing, is_native, load_native
-from vitviz.checkpoints.reading import ACCEPTED, RawCheckpoint, read_checkpoint
-from vitviz.imaging import Preprocessing
-from vitviz.model import ViTConfig
+from vitviz.checkpoints.families import Family, Source, find_family
+from vitviz.checkpoints.folders import FOLDER_ACCEPTED, beside, read_folder
+from vitviz.checkpoints.loaded import LoadedModel
+from vitviz.checkpoints.native import build_model, is_native, load_native
+from vitviz.checkpoints.reading import ACCEPTED, read_checkpoint
+from vitviz.checkpoints.sidecar import user_settings
 
 
-def load_checkpoint(path: str | Path, config: dict[str, Any] | None = None) -> LoadedModel:
-    """Open a checkpoint safely and convert it to the one model.
+def load_checkpoint(path: str | Path, config: Mapping[str, Any] | None = None) -> LoadedModel:
+    """Open a checkpoint (file or model folder) safely and convert it to the one model.
 
-    ``config`` supplies what the weights can't say (a ViTConfig dict, optionally with
-    ``class_names`` and ``preprocessing``) for a plain state dict of vitviz's own layout.
+    ``config`` supplies what the weights can't say (ViTConfig fields, ``class_names``,
+    ``preprocessing``); it updates ``<checkpoint>.vitviz.json`` when that file is there.
+    Raises CheckpointError with a one-line message for anything that can't be opened.
     """
-    raw = read_checkpoint(path)
+    p = Path(path)
+    raw = read_folder(p) if p.is_dir() else read_checkpoint(p)
     if is_native(raw.metadata):
         return load_native(raw.state, raw.metadata, raw.path)
-    spec = config if config is not None else _embedded_config(raw)
-    if spec is not None and "patch_embed.proj.weight" in raw.state:
-        return _load_own_layout(raw, spec)
-    raise CheckpointError(_not_understood(raw))
-
-
-def _embedded_config(raw: RawCheckpoint) -> dict[str, Any] | None:
-    """A ViTConfig dict stored beside the weights (e.g. {'model': sd, 'config': {...}})."""
-    cfg = raw.extra.get("config")
-    if isinstance(cfg, str):
-        try:
-            cfg = json.loads(cfg)
-        except ValueError:
-            return None
-    return cfg if isinstance(cfg, dict) else None
-
-
-def _load_own_layout(raw: RawCheckpoint, spec: dict[str, Any]) -> LoadedModel:
-    spec = dict(spec)
-    names = spec.pop("class_names", None)
-    prep = spec.pop("preprocessing", None)
-    try:
-        config = ViTConfig.from_dict(spec)
-        preprocessing = Preprocessing.from_dict(prep) if prep else default_preprocessing(config)
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"The model settings given for this checkpoint are invalid: {exc}"
-                              ) from exc
-    model = build_model(config, raw.state)
-    names = [str(n) for n in names] if names else default_class_names(config.num_classes)
-    return LoadedModel(model=model, class_names=names, preprocessing=preprocessing,
-                       family="vitviz-state-dict", path=raw.path)
-
-
-def _not_understood(raw: RawCheckpoint) -> str:
-    name = raw.path.name if raw.path else "This checkpoint"
+    folder_config, preprocessor = beside(p) if p.exists() else (None, None)
+    source = Source(
+        state=raw.state,
+        path=p,
+        extra=raw.extra,
+        metadata=raw.metadata,
+        folder_config=folder_config,
+        preprocessor=preprocessor,
+        user=user_settings(p, config),
+    )
     keys = list(raw.state)
+    family, prefix = _find_family_under_prefixes(source)
+    if family is None:
+        raise CheckpointError(_not_understood(keys, p))
+    conversion = family.convert(source)
+    if prefix:
+        conversion.notes.insert(0, f"weights read from under the key prefix {prefix!r}")
+    model = build_model(conversion.config, conversion.state)
+    return LoadedModel(
+        model=model,
+        class_names=conversion.class_names,
+        preprocessing=conversion.preprocessing,
+        family=conversion.family,
+        path=p,
+        notes=conversion.notes,
+    )
+
+
+def _find_family_under_prefixes(source: Source) -> tuple[Family | None, str]:
+    """The family of the state dict, or of what sits under a prefix every key shares (e.g. a
+    Lightning module's ``model.``), up to two levels deep; the prefix found ("" for none)."""
+    stripped = ""
+    for _ in range(3):
+        family = find_family(source)
+        if family is not None:
+            return family, stripped
+        heads = {k.split(".", 1)[0] for k in source.state}
+        if len(heads) != 1 or not all("." in k for k in source.state):
+            break
+        head = heads.pop() + "."
+        for key in list(source.state):  # in place: no second reference to any tensor
+            source.state[key[len(head) :]] = source.state.pop(key)
+        stripped += head
+    return None, stripped
+
+
+def _not_understood(keys: list[str], p: Path) -> str:
     shown = ", ".join(keys[:5]) + (f" … ({len(keys)} tensors)" if len(keys) > 5 else "")
-    return (f"{name}: vitviz does not recognise this layout of weights (first keys: {shown}). "
-            f"{ACCEPTED}")
+    extra = f" {FOLDER_ACCEPTED}" if p.is_dir() else ""
+    return (
+        f"{p.name}: vitviz does not recognise this layout of weights (first keys: {shown}). "
+        f"{ACCEPTED}{extra}"
+    )

@@ -21,8 +21,14 @@ from vitviz.checkpoints.families.common import (
 )
 
 # PIL resampling codes used by Hugging Face image processors.
-_HF_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "bilinear",
-                5: "bilinear"}
+_HF_RESAMPLE = {
+    0: "nearest",
+    1: "lanczos",
+    2: "bilinear",
+    3: "bicubic",
+    4: "bilinear",
+    5: "bilinear",
+}
 _INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos")
 
 
@@ -37,14 +43,25 @@ def crop_pct_for(crop: int, resize: int) -> float:
 def torchvision_preprocessing(image_size: tuple[int, int]) -> dict[str, Any]:
     """The transforms of torchvision's ViT weights for a model trained at ``image_size``."""
     if tuple(image_size) == (224, 224):
-        return {"resize": "crop", "crop_pct": crop_pct_for(224, 256), "interpolation": "bilinear",
-                "mean": IMAGENET_MEAN, "std": IMAGENET_STD}
-    return {"resize": "crop", "crop_pct": 1.0, "interpolation": "bicubic",
-            "mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+        return {
+            "resize": "crop",
+            "crop_pct": crop_pct_for(224, 256),
+            "interpolation": "bilinear",
+            "mean": IMAGENET_MEAN,
+            "std": IMAGENET_STD,
+        }
+    return {
+        "resize": "crop",
+        "crop_pct": 1.0,
+        "interpolation": "bicubic",
+        "mean": IMAGENET_MEAN,
+        "std": IMAGENET_STD,
+    }
 
 
-def timm_preprocessing(pretrained_cfg: Mapping[str, Any] | None,
-                       defaults: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def timm_preprocessing(
+    pretrained_cfg: Mapping[str, Any] | None, defaults: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
     """timm ``pretrained_cfg`` -> Preprocessing fields (``defaults`` fill what it lacks)."""
     cfg = dict(pretrained_cfg or {})
     notes: list[str] = []
@@ -72,24 +89,57 @@ def timm_preprocessing(pretrained_cfg: Mapping[str, Any] | None,
     return out, notes
 
 
-TIMM_VIT_DEFAULTS = {"resize": "crop", "crop_pct": 0.9, "interpolation": "bicubic",
-                     "mean": INCEPTION_MEAN, "std": INCEPTION_STD}
-TIMM_DEIT_DEFAULTS = {"resize": "crop", "crop_pct": 0.875, "interpolation": "bicubic",
-                      "mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+TIMM_VIT_DEFAULTS = {
+    "resize": "crop",
+    "crop_pct": 0.9,
+    "interpolation": "bicubic",
+    "mean": INCEPTION_MEAN,
+    "std": INCEPTION_STD,
+}
+TIMM_DEIT_DEFAULTS = {
+    "resize": "crop",
+    "crop_pct": 0.875,
+    "interpolation": "bicubic",
+    "mean": IMAGENET_MEAN,
+    "std": IMAGENET_STD,
+}
 # DINO / DINOv2 linear evaluation: Resize(256, bicubic) + CenterCrop(224), ImageNet mean/std.
-DINO_DEFAULTS = {"image_size": [224, 224], "resize": "crop", "crop_pct": 0.875,
-                 "interpolation": "bicubic", "mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+DINO_DEFAULTS = {
+    "image_size": [224, 224],
+    "resize": "crop",
+    "crop_pct": 0.875,
+    "interpolation": "bicubic",
+    "mean": IMAGENET_MEAN,
+    "std": IMAGENET_STD,
+}
 
 # Hugging Face image processors' defaults, by model_type, when no preprocessor_config.json is there.
 HF_DEFAULTS: dict[str, dict[str, Any]] = {
-    "vit": {"do_resize": True, "size": {"height": 224, "width": 224}, "resample": 2,
-            "image_mean": INCEPTION_MEAN, "image_std": INCEPTION_STD},
-    "deit": {"do_resize": True, "size": {"height": 256, "width": 256}, "resample": 3,
-             "do_center_crop": True, "crop_size": {"height": 224, "width": 224},
-             "image_mean": IMAGENET_MEAN, "image_std": IMAGENET_STD},
-    "dinov2": {"do_resize": True, "size": {"shortest_edge": 256}, "resample": 3,
-               "do_center_crop": True, "crop_size": {"height": 224, "width": 224},
-               "image_mean": IMAGENET_MEAN, "image_std": IMAGENET_STD},
+    "vit": {
+        "do_resize": True,
+        "size": {"height": 224, "width": 224},
+        "resample": 2,
+        "image_mean": INCEPTION_MEAN,
+        "image_std": INCEPTION_STD,
+    },
+    "deit": {
+        "do_resize": True,
+        "size": {"height": 256, "width": 256},
+        "resample": 3,
+        "do_center_crop": True,
+        "crop_size": {"height": 224, "width": 224},
+        "image_mean": IMAGENET_MEAN,
+        "image_std": IMAGENET_STD,
+    },
+    "dinov2": {
+        "do_resize": True,
+        "size": {"shortest_edge": 256},
+        "resample": 3,
+        "do_center_crop": True,
+        "crop_size": {"height": 224, "width": 224},
+        "image_mean": IMAGENET_MEAN,
+        "image_std": IMAGENET_STD,
+    },
 }
 
 
@@ -101,8 +151,9 @@ def _hw(value: Any) -> tuple[int, int] | None:
     return None
 
 
-def hf_preprocessing(proc: Mapping[str, Any], model_size: tuple[int, int]
-                     ) -> tuple[dict[str, Any], list[str]]:
+def hf_preprocessing(
+    proc: Mapping[str, Any], model_size: tuple[int, int]
+) -> tuple[dict[str, Any], list[str]]:
     """preprocessor_config.json -> Preprocessing fields, and notes on what differs."""
     notes: list[str] = []
     out: dict[str, Any] = {"interpolation": _HF_RESAMPLE.get(proc.get("resample", 2), "bilinear")}
@@ -123,17 +174,23 @@ def hf_preprocessing(proc: Mapping[str, Any], model_size: tuple[int, int]
     elif crop is not None and (shortest or square):
         resize_to = int(shortest) if shortest else min(square)  # type: ignore[arg-type]
         pct = proc.get("crop_pct")
-        crop_pct = float(pct) if isinstance(pct, (int, float)) else crop_pct_for(min(crop),
-                                                                                    resize_to)
+        crop_pct = (
+            float(pct) if isinstance(pct, (int, float)) else crop_pct_for(min(crop), resize_to)
+        )
         out.update(image_size=list(crop), resize="crop", crop_pct=crop_pct)
         if square and square[0] == square[1] and not shortest:
-            notes.append(f"the image processor squashes to {square[0]}×{square[1]} before the "
-                         f"centre crop; vitviz keeps the aspect ratio (same for square images)")
+            notes.append(
+                f"the image processor squashes to {square[0]}×{square[1]} before the "
+                f"centre crop; vitviz keeps the aspect ratio (same for square images)"
+            )
     elif square is not None:
         out.update(image_size=list(square), resize="squash")
     elif shortest:
-        out.update(image_size=list(model_size), resize="crop",
-                   crop_pct=crop_pct_for(min(model_size), int(shortest)))
+        out.update(
+            image_size=list(model_size),
+            resize="crop",
+            crop_pct=crop_pct_for(min(model_size), int(shortest)),
+        )
     else:
         out.update(image_size=list(model_size), resize="squash")
     return out, notes

@@ -20,11 +20,23 @@ from vitviz.checkpoints.errors import CheckpointError
 
 CHECKPOINT_SUFFIXES = frozenset({".safetensors", ".pth", ".pt", ".bin", ".ckpt"})
 ACCEPTED = (
-    "Accepted: vitviz .safetensors files, and ViT state dicts saved with torch.save "
-    "(.pth/.pt/.bin) or as .safetensors."
+    "Accepted: vitviz .safetensors files; ViT state dicts (.pth/.pt/.bin/.safetensors) of "
+    "torchvision, timm, DeiT, DINO/DINOv2, vit-pytorch and tutorial models; Hugging Face and timm "
+    "folders (config.json + weights)."
 )
 _LFS_MAGIC = b"version https://git-lfs"
-_WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
+# Dicts that hold the weights in training checkpoints; DINO's "teacher" is what DINO evaluates.
+_WRAPPER_KEYS = (
+    "state_dict",
+    "model_state_dict",
+    "model",
+    "module",
+    "net",
+    "network",
+    "teacher",
+    "student",
+)
+MIN_TORCH = (2, 6)
 _PREFIXES = ("module.", "_orig_mod.")
 
 
@@ -39,8 +51,12 @@ class RawCheckpoint:
 
 
 def is_checkpoint_path(path: str | Path) -> bool:
-    """By suffix only: is this a file the window should treat as a checkpoint?"""
-    return Path(path).suffix.lower() in CHECKPOINT_SUFFIXES
+    """Should the window treat ``path`` as a checkpoint? Files by suffix only; a folder when it
+    holds config.json (a Hugging Face or timm model folder)."""
+    p = Path(path)
+    if p.suffix.lower() in CHECKPOINT_SUFFIXES:
+        return True
+    return p.is_dir() and (p / "config.json").is_file()
 
 
 def read_checkpoint(path: str | Path) -> RawCheckpoint:
@@ -88,7 +104,20 @@ def _read_safetensors(p: Path) -> RawCheckpoint:
     return RawCheckpoint(state=_strip_prefixes(state), metadata=metadata)
 
 
+def check_torch_version(version: str | None = None) -> None:
+    """Refuse to unpickle with a torch whose weights_only loader has known escapes (< 2.6)."""
+    text = version if version is not None else torch.__version__
+    m = re.match(r"(\d+)\.(\d+)", str(text))
+    if m is None or (int(m.group(1)), int(m.group(2))) < MIN_TORCH:
+        raise CheckpointError(
+            f"vitviz needs torch {MIN_TORCH[0]}.{MIN_TORCH[1]} or newer to open .pth/.pt/.bin "
+            f"files safely (older torch.load(weights_only=True) can be made to run code, "
+            f"CVE-2025-32434); this is torch {text}. Update torch, or open a .safetensors file."
+        )
+
+
 def _read_torch(p: Path) -> RawCheckpoint:
+    check_torch_version()
     is_zip = zipfile.is_zipfile(p)
     try:
         with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": we say it ourselves
@@ -151,7 +180,10 @@ def _unwrap(obj: Any, p: Path) -> RawCheckpoint:
             break
         if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
             return RawCheckpoint(state=_strip_prefixes(obj), extra=extra)
-        inner = next((obj[k] for k in _WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
+        key = next((k for k in _WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
+        inner = obj[key] if key is not None else None
+        if key is not None:
+            extra.setdefault("wrapped_in", []).append(key)
         extra.update({k: v for k, v in obj.items() if not isinstance(v, (dict, torch.Tensor))})
         extra.update(
             {

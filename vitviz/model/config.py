@@ -56,7 +56,7 @@ class ViTConfig:
     activation: str = "gelu"
     head_hidden_dim: int | None = None  # torchvision pre_logits: Linear + tanh before the head
     # Options of foreign families (defaults keep the classic layout above).
-    norm_first: bool = True  # pre-norm blocks; False: post-norm (nn.TransformerEncoderLayer default)
+    norm_first: bool = True  # pre-norm; False: post-norm (nn.TransformerEncoderLayer default)
     final_norm: bool = True  # LayerNorm after the blocks (or after pooling with fc_norm)
     pos_embed_prefix: int | None = None  # prefix tokens with a position entry; None: no_embed_class
     pos_embed_interp: str = "bicubic"  # see POS_EMBED_INTERPS
@@ -141,13 +141,17 @@ class ViTConfig:
             problems.append("num_register_tokens must be 0 or more")
         if self.pos_embed_prefix is not None:
             if not 0 <= self.pos_embed_prefix <= self.num_prefix_tokens:
-                problems.append(f"pos_embed_prefix must be in 0..{self.num_prefix_tokens} "
-                                f"(got {self.pos_embed_prefix})")
+                problems.append(
+                    f"pos_embed_prefix must be in 0..{self.num_prefix_tokens} "
+                    f"(got {self.pos_embed_prefix})"
+                )
             elif self.no_embed_class and self.pos_embed_prefix:
                 problems.append("no_embed_class contradicts pos_embed_prefix > 0")
         if self.pos_embed_interp not in POS_EMBED_INTERPS:
-            problems.append(f"pos_embed_interp must be one of {POS_EMBED_INTERPS} "
-                            f"(got {self.pos_embed_interp!r})")
+            problems.append(
+                f"pos_embed_interp must be one of {POS_EMBED_INTERPS} "
+                f"(got {self.pos_embed_interp!r})"
+            )
         if self.patch_embed not in PATCH_EMBEDS:
             problems.append(f"patch_embed must be one of {PATCH_EMBEDS} (got {self.patch_embed!r})")
         if self.patch_norm_pre and self.patch_embed != "linear":

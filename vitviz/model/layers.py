@@ -70,7 +70,7 @@ class Attention(nn.Module):
         self.proj_drop = nn.Dropout(config.drop_rate)
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
-        B, N, C = x.shape
+        B, N, _ = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (B, nh, N, hd)
         attn: Tensor | None = None

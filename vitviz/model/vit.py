@@ -94,7 +94,9 @@ class VisionTransformer(nn.Module):
         assert self.pos_embed is not None
         start = self.config.num_pos_prefix_tokens
         return resample_grid_embedding(
-            self.pos_embed[:, start:], self.config.grid_size, grid,
+            self.pos_embed[:, start:],
+            self.config.grid_size,
+            grid,
             method=self.config.pos_embed_interp,
         )
 

@@ -26,11 +26,22 @@ class CifarError(ValueError):
     """A CIFAR-10 folder or batch that can't be used; the message says what is wrong."""
 
 
+def _latin1_encode(text: str, encoding: str = "latin1") -> bytes:
+    """``_codecs.encode`` as Python 3 protocol-2 pickles use it for bytes: latin-1 only."""
+    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
+        raise pickle.UnpicklingError(f"_codecs.encode with {encoding!r} is not allowed")
+    return text.encode("latin1")
+
+
 def _allowed_globals() -> dict[tuple[str, str], Any]:
     """The numpy callables an ndarray pickle needs, under their old and new module names."""
     reconstruct = np.empty(0).__reduce__()[0]  # numpy(._)core.multiarray._reconstruct
     scalar = np.float64(0).__reduce__()[0]  # numpy(._)core.multiarray.scalar
-    allowed: dict[tuple[str, str], Any] = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype}
+    allowed: dict[tuple[str, str], Any] = {
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        ("_codecs", "encode"): _latin1_encode,  # bytes in pickles re-written by Python 3
+    }
     for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
         allowed[(module, "_reconstruct")] = reconstruct
         allowed[(module, "scalar")] = scalar
@@ -63,8 +74,16 @@ def missing_cifar_files(folder: str | Path) -> list[str]:
 def _read_dict(path: Path) -> dict[Any, Any]:
     try:
         obj = safe_unpickle(path.read_bytes())
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-            IndexError, KeyError, OverflowError) as exc:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        OverflowError,
+    ) as exc:
         raise CifarError(f"{path.name} is not a readable CIFAR-10 batch ({exc})") from exc
     except OSError as exc:
         raise CifarError(f"{path} could not be read ({exc.strerror or exc})") from exc
@@ -86,8 +105,12 @@ def read_batch(path: Path, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     batch = _read_dict(path)
     data = batch.get(b"data", batch.get("data"))
     labels = batch.get(b"labels", batch.get("labels"))
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 \
-            or data.shape[1] != 3 * CIFAR_SIZE * CIFAR_SIZE:
+    if (
+        not isinstance(data, np.ndarray)
+        or data.dtype != np.uint8
+        or data.ndim != 2
+        or data.shape[1] != 3 * CIFAR_SIZE * CIFAR_SIZE
+    ):
         shape = getattr(data, "shape", None)
         raise CifarError(f"{path.name}: b'data' must be a uint8 array (N, 3072), got {shape}")
     try:
@@ -95,16 +118,15 @@ def read_batch(path: Path, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     except (TypeError, ValueError) as exc:
         raise CifarError(f"{path.name}: b'labels' is not a list of class numbers") from exc
     if label_array.shape[0] != data.shape[0]:
-        raise CifarError(
-            f"{path.name}: {data.shape[0]} images but {label_array.shape[0]} labels"
-        )
+        raise CifarError(f"{path.name}: {data.shape[0]} images but {label_array.shape[0]} labels")
     if label_array.size and (label_array.min() < 0 or label_array.max() >= num_classes):
         raise CifarError(f"{path.name}: labels outside 0..{num_classes - 1}")
     return data.reshape(-1, 3, CIFAR_SIZE, CIFAR_SIZE), label_array
 
 
-def read_cifar10(folder: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                               list[str]]:
+def read_cifar10(
+    folder: str | Path,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """The whole folder: train images/labels (data_batch_1..5), test images/labels, names.
 
     Images are (N, 3, 32, 32) uint8, labels (N,) int64. Raises CifarError.

@@ -68,8 +68,11 @@ def scan_image_folder(path: str | Path) -> tuple[FolderScan | None, list[str]]:
             problems.append(f"{root / 'val'} has classes that train/ lacks: {', '.join(extra)}")
         if not any(val.values()):
             problems.append(f"{root / 'val'} holds no images in class sub-folders")
-    elif sum(len(f) for f in train.values()) < 2:
-        problems.append(f"dataset folder {root} needs at least two images")
+    elif not problems and max(len(f) for f in train.values()) < 2:
+        problems.append(
+            f"dataset folder {root} has one image per class: a class needs two or more so one "
+            "can be held out for validation (or give the folder train/ and val/ sub-folders)"
+        )
     scan = FolderScan(
         root,
         usable,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 
-def lr_at(step: int, base_lr: float, total_steps: int, warmup_steps: int = 0,
-          min_lr: float = 0.0) -> float:
+def lr_at(
+    step: int, base_lr: float, total_steps: int, warmup_steps: int = 0, min_lr: float = 0.0
+) -> float:
     """Learning rate for optimizer step ``step`` (0-based) of ``total_steps``.
 
     Warmup: base_lr·(step + 1)/warmup_steps for step < warmup_steps, so the first step already

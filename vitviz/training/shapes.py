@@ -38,7 +38,7 @@ _RADIUS = (0.20, 0.34)  # object radius as a share of the image side
 _LINES = 3  # faint clutter lines per image
 _NOISE = 0.03  # pixel noise standard deviation (intensity 0..1)
 
-# -- inside tests in the object's own frame: (u, v) in units of the object radius ------------------
+# -- inside tests in the object's own frame: (u, v) in units of the object radius ------------
 
 
 def _regular_polygon(u: Tensor, v: Tensor, sides: int, apothem: float) -> Tensor:
@@ -114,7 +114,7 @@ _INSIDE: tuple[Callable[[Tensor, Tensor], Tensor], ...] = (
     _arrow,
 )
 
-# -- per-image parameters ---------------------------------------------------------------------------
+# -- per-image parameters -------------------------------------------------------------------
 
 
 def _parameters(n: int, size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -124,16 +124,24 @@ def _parameters(n: int, size: int, rng: np.random.Generator) -> dict[str, np.nda
     cx = rng.uniform(radius, size - radius)
     cy = rng.uniform(radius, size - radius)
     angle = rng.uniform(0, 2 * math.pi, n)
-    base = rng.uniform(0.1, 0.9, (n, 3))  # background colour
-    # Object colour: every channel 0.3-0.45 away from the background, on a side that fits.
+    # Object lighter than the background in every channel, or darker in every channel (edges
+    # of either polarity, as in photos); hues random. Every channel differs by 0.3-0.45.
+    lighter = rng.random((n, 1)) < 0.5
+    base = np.where(lighter, rng.uniform(0.05, 0.5, (n, 3)), rng.uniform(0.5, 0.95, (n, 3)))
     delta = rng.uniform(0.3, 0.45, (n, 3))
-    up_ok, down_ok = base + delta <= 1.0, base - delta >= 0.0
-    up = np.where(up_ok & down_ok, rng.random((n, 3)) < 0.5, up_ok)
-    colour = np.where(up, base + delta, base - delta)
+    colour = np.where(lighter, base + delta, base - delta)
     lines = rng.uniform(0, size, (n, _LINES, 4))  # x0, y0, x1, y1
     line_colour = np.clip(base[:, None, :] + rng.uniform(-0.25, 0.25, (n, _LINES, 3)), 0, 1)
-    out = dict(radius=radius, cx=cx, cy=cy, angle=angle, base=base, colour=colour, lines=lines,
-               line_colour=line_colour)
+    out = dict(
+        radius=radius,
+        cx=cx,
+        cy=cy,
+        angle=angle,
+        base=base,
+        colour=colour,
+        lines=lines,
+        line_colour=line_colour,
+    )
     params = {k: v.astype(np.float32) for k, v in out.items()}
     params["labels"] = labels.astype(np.int64)
     return params

@@ -11,6 +11,7 @@ from PySide6.QtGui import QBrush, QColor, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem
 
 from vitviz.ui.colors import colormap
+from vitviz.ui.image_item import ImageItem
 
 
 class ImageCanvas(pg.GraphicsLayoutWidget):
@@ -32,8 +33,8 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.vb: pg.ViewBox = self.addViewBox(
             row=1, col=0, lockAspect=True, invertY=True, enableMenu=False
         )
-        self.image = pg.ImageItem(axisOrder="row-major")
-        self.overlay = pg.ImageItem(axisOrder="row-major")
+        self.image = ImageItem(axisOrder="row-major")
+        self.overlay = ImageItem(axisOrder="row-major")
         self.overlay.setZValue(10)
         self.vb.addItem(self.image)
         self.vb.addItem(self.overlay)
@@ -108,8 +109,8 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
             return
         lo, hi = levels if levels is not None else _finite_range(values)
         self.overlay.setImage(values, autoLevels=False, levels=(lo, hi))
-        if self.colorbar is not None:
-            self.colorbar.setLevels((lo, hi))
+        if self.colorbar is not None and tuple(self.colorbar.levels()) != (lo, hi):
+            self.colorbar.setLevels((lo, hi))  # redraws the axis: only when the scale changes
         left, top, right, bottom = self.region
         self.overlay.setRect(QRectF(left, top, right - left, bottom - top))
         self.overlay.show()

@@ -14,6 +14,7 @@ from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsRectItem
 
 from vitviz.ui.colors import colormap
+from vitviz.ui.image_item import ImageItem
 
 GAP = 1  # cells between tiles
 MEAN = -1  # head index of the mean-of-heads column
@@ -90,8 +91,8 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.vb: pg.ViewBox = self.addViewBox(
             row=0, col=0, lockAspect=True, invertY=True, enableMenu=False
         )
-        self.base = pg.ImageItem(axisOrder="row-major")
-        self.maps = pg.ImageItem(axisOrder="row-major")
+        self.base = ImageItem(axisOrder="row-major")
+        self.maps = ImageItem(axisOrder="row-major")
         self.maps.setZValue(10)
         self.vb.addItem(self.base)
         self.vb.addItem(self.maps)
@@ -112,6 +113,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.grid = (1, 1)
         self.layers_on_x = False  # more layers than heads: layers run across
         self._cmap = "viridis"
+        self._shown: tuple | None = None  # what set_maps last drew (arrays compared by identity)
         self.scene().sigMouseClicked.connect(self._on_click)
 
     def set_layout(
@@ -168,6 +170,11 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         cmap: str,
         opacity: float,
     ) -> None:
+        shown = (head_maps, mean_maps, (tuple(levels), cmap, opacity, self.shape, self.grid))
+        last = self._shown
+        if last and last[0] is head_maps and last[1] is mean_maps and last[2] == shown[2]:
+            return  # a new layer or head only moves the selection: nothing to redraw here
+        self._shown = shown
         if cmap != self._cmap:
             self._cmap = cmap
             self.colorbar.setColorMap(colormap(cmap))

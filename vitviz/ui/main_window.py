@@ -21,10 +21,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from vitviz import __version__
+from vitviz import __version__, resources
 from vitviz.filekinds import CHECKPOINT_SUFFIXES, file_kind
 from vitviz.imaging.loading import IMAGE_EXTENSIONS, list_images
 from vitviz.ui.errors import ErrorNotifier, MessageBar
+from vitviz.ui.model_code_dialog import ModelCodeDialog
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.viewer_tab import ViewerTab
 from vitviz.workers import jobs
@@ -108,6 +109,12 @@ class MainWindow(QMainWindow):
         a = self._action
         self.act_open_image = a("Open &image…", self.open_image_dialog, "Ctrl+O")
         self.act_open_ckpt = a("Open &checkpoint…", self.open_checkpoint_dialog, "Ctrl+Shift+O")
+        self.act_open_code = a(
+            "Open model &code…",
+            self.open_model_code_dialog,
+            "Ctrl+Shift+M",
+            "Open a ViT written in a Python file (class or function, arguments, state dict)",
+        )
         self.act_open_folder = a("Open image &folder…", self.open_folder_dialog, "Ctrl+Alt+O")
         self.act_paste = a("&Paste image", self.paste, "Ctrl+V")
         self.act_prev = a("Previous image", partial(self.step_folder, -1), "Alt+Left")
@@ -135,7 +142,13 @@ class MainWindow(QMainWindow):
 
     def _make_menus_and_toolbar(self) -> None:
         menu = self.menuBar().addMenu("&File")
-        for act in (self.act_open_image, self.act_open_ckpt, self.act_open_folder, self.act_paste):
+        for act in (
+            self.act_open_image,
+            self.act_open_ckpt,
+            self.act_open_code,
+            self.act_open_folder,
+            self.act_paste,
+        ):
             menu.addAction(act)
         self.recent_menu = menu.addMenu("Open &recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent)
@@ -154,6 +167,8 @@ class MainWindow(QMainWindow):
             self.act_layer_next,
         ):
             view.addAction(act)
+        self.samples_menu = self.menuBar().addMenu("&Samples")
+        self._fill_samples()
         self.menuBar().addMenu("&Help").addAction(self.act_about)
 
         tb = QToolBar("Main")
@@ -200,12 +215,44 @@ class MainWindow(QMainWindow):
         self.client.shutdown()
         super().closeEvent(event)
 
+    def _fill_samples(self) -> None:
+        """The shipped model (always one click away) and the sample images."""
+        menu = self.samples_menu
+        menu.clear()
+        model = resources.default_model_path()
+        act = menu.addAction("Default model (shapes ViT)")
+        act.setEnabled(model is not None)
+        if model is not None:
+            act.triggered.connect(partial(self.open_checkpoint, model))
+        menu.addSeparator()
+        for path in resources.sample_images():
+            menu.addAction(path.stem.replace("_", " ")).triggered.connect(
+                partial(self._open_sample, path)
+            )
+
+    def _open_sample(self, path: Path) -> None:
+        self.folder_images = []
+        self.open_image(path)
+
+    def open_defaults(self) -> None:
+        """First launch: the shipped model with the first sample image."""
+        model = resources.default_model_path()
+        samples = resources.sample_images()
+        if model is None:
+            return
+        self.open_checkpoint(model)
+        if samples:
+            self.open_image(samples[0])
+
     # -- start ----------------------------------------------------------------------------------
-    def start(self, paths: list[str] | None = None) -> None:
-        """Import torch in the engine thread (the window is already up), then open ``paths``."""
+    def start(self, paths: list[str] | None = None, defaults: bool = False) -> None:
+        """Import torch in the engine thread (the window is already up), then open ``paths``
+        (or, with ``defaults``, the shipped model and a sample)."""
         self.client.submit("warmup", lambda state: jobs.warm_up())
         if paths:
             self.open_paths(paths)
+        elif defaults:
+            self.open_defaults()
 
     # -- opening things -----------------------------------------------------------------------
     def open_paths(self, paths: list[str | Path]) -> None:
@@ -284,6 +331,15 @@ class MainWindow(QMainWindow):
         if path:
             self.settings.set("dirs/checkpoints", str(Path(path).parent))
             self.open_checkpoint(path)
+
+    def open_model_code_dialog(self) -> None:
+        spec = ModelCodeDialog.get_spec(self, self.settings)
+        if spec is not None:
+            self.open_model_code(spec)
+
+    def open_model_code(self, spec: object) -> int:
+        self.model_label.setText(f"loading {spec.file.name}…")  # type: ignore[attr-defined]
+        return self.client.submit("model", partial(jobs.load_model_code, spec=spec))
 
     def open_folder_dialog(self) -> None:
         folder = QFileDialog.getExistingDirectory(
@@ -420,7 +476,7 @@ class MainWindow(QMainWindow):
             f"{summary.heads} heads, {summary.num_classes} classes)"
         )
         self.device_label.setText(f"device: {summary.device}")
-        if summary.path is not None:
+        if summary.path is not None and summary.family != "model-code":
             self.settings.add_recent("checkpoints", summary.path)
         self.setWindowTitle(f"vitviz — {summary.name}")
         self.viewer.target_class = None
@@ -435,9 +491,10 @@ class MainWindow(QMainWindow):
         self.hover_label.setText(f"{result.label}: analysed in {result.seconds:.2f} s")
 
     def _on_user_error(self, channel: str, error: UserError) -> None:
-        if channel == "image":
+        if channel == "image" and error.kind != "checkpoint":
             self._requested_source = self._shown_source  # forget the bad one
             self._requested_label = self._shown_label
+        # kind "checkpoint": no model yet; keep the image, _apply_model opens it with the model
         if channel == "model":
             self.model_label.setText(
                 "no model" if self.model is None else f"{self.model.name} ({self.model.family})"

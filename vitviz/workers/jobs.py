@@ -232,3 +232,16 @@ def export(
         return save_png(ex.map_overlay(a, current_map, colormap, opacity), target)
     except OSError as exc:
         raise UserFacingError(f"Could not write {target}: {exc.strerror or exc}", "export") from exc
+
+
+def load_model_code(state: EngineState, spec: Any) -> ModelSummary:
+    """Open a model written in a Python file (a ModelCodeSpec); the current model stays if the
+    file can't be imported, built, weighted or shows no attention."""
+    from vitviz.modelcode import ModelCodeError
+    from vitviz.modelcode import load_model_code as load_code
+
+    try:
+        loaded = load_code(spec)
+    except ModelCodeError as exc:
+        raise UserFacingError(str(exc), "checkpoint") from exc
+    return use_model(state, loaded)

@@ -19,11 +19,21 @@ from vitviz.imaging import Preprocessing
 from vitviz.model import ViTConfig
 
 CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(ViTConfig))
-USER_EXTRAS = frozenset({"class_names", "preprocessing"})
+USER_EXTRAS = frozenset({"class_names", "preprocessing", "patch_order"})  # patch_order: tutorials
 
 # Heads of the standard ViT sizes, by width (ViT-Ti/S/M/B/L/H/g/G, DINOv2-g).
-STANDARD_HEADS = {192: 3, 384: 6, 512: 8, 640: 10, 768: 12, 1024: 16, 1280: 16, 1408: 16,
-                  1536: 24, 1664: 16}
+STANDARD_HEADS = {
+    192: 3,
+    384: 6,
+    512: 8,
+    640: 10,
+    768: 12,
+    1024: 16,
+    1280: 16,
+    1408: 16,
+    1536: 24,
+    1664: 16,
+}
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -55,8 +65,9 @@ class Taker:
     def take(self, *names: str) -> Tensor:
         t = self.maybe(*names)
         if t is None:
-            raise CheckpointError(f"{self.source.name} looks like {self.looks_like}, but "
-                                  f"{names[0]} is missing.")
+            raise CheckpointError(
+                f"{self.source.name} looks like {self.looks_like}, but {names[0]} is missing."
+            )
         return t
 
     def drop(self, keys: Iterable[str]) -> list[str]:
@@ -71,7 +82,7 @@ class Taker:
 
 
 def fuse_qkv(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """Separate q, k, v projections -> one (3·out, ...) tensor (the only copy a conversion makes)."""
+    """Separate q, k, v projections -> one (3·out, ...) tensor: the one copy a conversion makes."""
     return torch.cat([q, k, v], dim=0)
 
 
@@ -87,8 +98,10 @@ def check_depth(source: Source, indices: Sequence[int]) -> int:
     if not indices:
         raise CheckpointError(f"{source.name}: no transformer blocks found.")
     if list(indices) != list(range(len(indices))):
-        raise CheckpointError(f"{source.name}: transformer blocks are not numbered 0..L-1 "
-                              f"(found {_few([str(i) for i in indices])}).")
+        raise CheckpointError(
+            f"{source.name}: transformer blocks are not numbered 0..L-1 "
+            f"(found {_few([str(i) for i in indices])})."
+        )
     return len(indices)
 
 
@@ -106,13 +119,19 @@ def need_message(source: Source, looks_like: str, missing: Mapping[str, Any]) ->
     """The one-line message naming exactly the settings a sidecar must give."""
     fields = ", ".join(missing)
     example = json.dumps(dict(missing))
-    return (f"{source.name} looks like {looks_like}; the weights don't say: {fields}. "
-            f"Put them in {source.sidecar_name}, e.g. {example} (or give the file with "
-            f"--config FILE).")
+    return (
+        f"{source.name} looks like {looks_like}; the weights don't say: {fields}. "
+        f"Put them in {source.sidecar_name}, e.g. {example} (or give the file with "
+        f"--config FILE)."
+    )
 
 
-def ask(source: Source, looks_like: str, required: Mapping[str, Any],
-        known: Mapping[str, Any] | None = None) -> None:
+def ask(
+    source: Source,
+    looks_like: str,
+    required: Mapping[str, Any],
+    known: Mapping[str, Any] | None = None,
+) -> None:
     """Raise the need message for the ``required`` fields neither known nor given by the user."""
     have = dict(known or {})
     missing = {k: v for k, v in required.items() if k not in source.user and k not in have}
@@ -132,7 +151,8 @@ def refuse_leftovers(source: Source, state: Mapping[str, Tensor], looks_like: st
         raise CheckpointError(
             f"{source.name} looks like {looks_like}, but it has parts vitviz's ViT can't "
             f"express: {_few(keys)}. Accepted: plain ViTs (torchvision, timm, Hugging Face, "
-            f"DINO/DINOv2, DeiT, tutorial models).")
+            f"DINO/DINOv2, DeiT, tutorial models)."
+        )
 
 
 def finish(
@@ -157,16 +177,19 @@ def finish(
     user = dict(source.user)
     unknown = sorted(set(user) - CONFIG_FIELDS - USER_EXTRAS - set(required))
     if unknown:
-        raise CheckpointError(f"{source.name}: unknown settings {', '.join(unknown)} in the "
-                              f"model settings; accepted: ViT config fields, class_names, "
-                              f"preprocessing.")
+        raise CheckpointError(
+            f"{source.name}: unknown settings {', '.join(unknown)} in the "
+            f"model settings; accepted: ViT config fields, class_names, "
+            f"preprocessing."
+        )
     ask(source, looks_like, required, inferred)
     fields = dict(inferred)
     for key in sorted(set(user) & CONFIG_FIELDS):
         value = user[key]
         if key in fields and _norm(fields[key]) != _norm(value):
-            notes.append(f"{key} {value!r} from the settings given (the checkpoint suggests "
-                         f"{fields[key]!r})")
+            notes.append(
+                f"{key} {value!r} from the settings given (the checkpoint suggests {fields[key]!r})"
+            )
         fields[key] = value
     try:
         config = ViTConfig(**fields)
@@ -174,10 +197,13 @@ def finish(
         raise CheckpointError(f"{source.name}: the model settings are invalid: {exc}") from exc
     given = user.get("class_names")
     if given is not None and (not isinstance(given, list) or len(given) != config.num_classes):
-        raise CheckpointError(f"{source.name}: class_names must be a list of "
-                              f"{config.num_classes} names (one per class of the head).")
-    names = resolve_class_names(config.num_classes, user.get("class_names"), class_names,
-                                imagenet_if_1000)
+        raise CheckpointError(
+            f"{source.name}: class_names must be a list of "
+            f"{config.num_classes} names (one per class of the head)."
+        )
+    names = resolve_class_names(
+        config.num_classes, user.get("class_names"), class_names, imagenet_if_1000
+    )
     prep = {"image_size": list(config.image_size), **preprocessing}
     user_prep = user.get("preprocessing")
     if user_prep is not None:
@@ -188,8 +214,14 @@ def finish(
         prepared = Preprocessing.from_dict(prep)
     except ValueError as exc:
         raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
-    return Conversion(family=family, config=config, state=state, class_names=names,
-                      preprocessing=prepared, notes=notes)
+    return Conversion(
+        family=family,
+        config=config,
+        state=state,
+        class_names=names,
+        preprocessing=prepared,
+        notes=notes,
+    )
 
 
 def user_value(source: Source, key: str, default: Any = None) -> Any:

@@ -42,8 +42,13 @@ def convert(source: Source) -> Conversion:
     out["pos_embed"] = pos = t.take("encoder.pos_embedding")  # (1, 1 + P, D)
     for i in range(depth):
         a, b = f"{_LAYER}{i}.", f"blocks.{i}."
-        for new, old in (("norm1", "ln_1"), ("norm2", "ln_2"), ("attn.proj", "self_attention.out_proj"),
-                         ("mlp.fc1", "mlp.0"), ("mlp.fc2", "mlp.3")):
+        for new, old in (
+            ("norm1", "ln_1"),
+            ("norm2", "ln_2"),
+            ("attn.proj", "self_attention.out_proj"),
+            ("mlp.fc1", "mlp.0"),
+            ("mlp.fc2", "mlp.3"),
+        ):
             legacy = {"mlp.0": "mlp.linear_1", "mlp.3": "mlp.linear_2"}.get(old, old)
             for kind in ("weight", "bias"):
                 out[f"{b}{new}.{kind}"] = t.take(f"{a}{old}.{kind}", f"{a}{legacy}.{kind}")
@@ -65,23 +70,41 @@ def convert(source: Source) -> Conversion:
         num_classes = out["head.weight"].shape[0]
     t.refuse_leftovers()
 
-    inferred = dict(patch_size=p, in_channels=C, dim=D, depth=depth, num_classes=num_classes,
-                    mlp_hidden_dim=hidden, norm_eps=1e-6, activation="gelu",
-                    head_hidden_dim=head_hidden)
+    inferred = dict(
+        patch_size=p,
+        in_channels=C,
+        dim=D,
+        depth=depth,
+        num_classes=num_classes,
+        mlp_hidden_dim=hidden,
+        norm_eps=1e-6,
+        activation="gelu",
+        head_hidden_dim=head_hidden,
+    )
     grid = grid_from_table(pos.shape[1] - 1)
     if grid is not None:
         inferred["image_size"] = (grid[0] * p, grid[1] * p)
     if D in _NAMED_HEADS:
         inferred["heads"] = _NAMED_HEADS[D]
         if "heads" not in source.user:
-            notes.append(f"heads {_NAMED_HEADS[D]} assumed (torchvision's ViT of width {D}); "
-                         f"set heads in {source.sidecar_name} if yours differs")
+            notes.append(
+                f"heads {_NAMED_HEADS[D]} assumed (torchvision's ViT of width {D}); "
+                f"set heads in {source.sidecar_name} if yours differs"
+            )
     size = source.user.get("image_size", inferred.get("image_size", (224, 224)))
     size = (size, size) if isinstance(size, int) else tuple(size)
-    return finish(source, family="torchvision", looks_like=LOOKS_LIKE, inferred=inferred,
-                  required={"heads": 12, "image_size": 224}, state=out, class_names=None,
-                  preprocessing=torchvision_preprocessing(size), notes=notes,
-                  imagenet_if_1000=True)
+    return finish(
+        source,
+        family="torchvision",
+        looks_like=LOOKS_LIKE,
+        inferred=inferred,
+        required={"heads": 12, "image_size": 224},
+        state=out,
+        class_names=None,
+        preprocessing=torchvision_preprocessing(size),
+        notes=notes,
+        imagenet_if_1000=True,
+    )
 
 
 FAMILY = Family("torchvision", detect, convert)

@@ -1,0 +1,220 @@
+"""Training throughput: vitviz's loop against the tutorials' loop, same model, data and steps.
+
+The tutorials' CIFAR-10 ViT (32 px, patch 8, dim 64, depth 4, heads 4) on CIFAR-10-shaped
+generated data (uint8 32 × 32 RGB, 10 classes), batch 64, on the CPU (or the GPU with --device):
+
+  (a) the tutorials' loop: a map-style Dataset of uint8 HWC arrays whose __getitem__ makes a PIL
+      image and applies torchvision RandomCrop(32, padding=4), RandomHorizontalFlip, ToTensor,
+      Normalize; DataLoader(batch_size=64, shuffle=True, num_workers=2); AdamW; cross-entropy.
+  (b) vitviz.training.run_training: uint8 tensors in memory, batched crop + flip, AdamW (fused),
+      warmup + cosine, label smoothing, gradient clipping, stochastic depth.
+
+Each loop runs in its own subprocess (so peak RSS is its own), the runs alternate, and images
+per second are taken over the same optimizer steps after a warm-up. Target: (b) ≥ 2 × (a).
+
+    .venv/bin/python benchmarks/train_throughput.py [--quick] [--no-check] [--steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import Check, environment, finish, parser, peak_rss_mib, print_table
+
+TARGET = 2.0  # (b) / (a) images per second, at least
+BATCH = 64
+IMAGE = 32
+CLASSES = 10
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.2470, 0.2435, 0.2616)
+
+
+def cifar_like(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Generated CIFAR-10-shaped data: uint8 (n, 32, 32, 3) HWC images, int64 (n,) labels."""
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, (n, IMAGE, IMAGE, 3), dtype=np.uint8)
+    return images, rng.integers(0, CLASSES, n).astype(np.int64)
+
+
+def children_peak_rss_mib() -> float:
+    """Largest peak RSS among this process's finished children (the DataLoader workers), MiB."""
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def tutorial_loop(steps: int, device: str) -> list[float]:
+    """The tutorials' loop for ``steps`` steps; perf_counter after every step."""
+    import torch
+    import torch.nn.functional as F
+    import torchvision.transforms as T
+    from PIL import Image
+    from torch.utils.data import DataLoader, Dataset
+
+    from vitviz.model import create_model
+
+    class CifarLike(Dataset):
+        """Like torchvision.datasets.CIFAR10: uint8 HWC arrays, a PIL image per sample."""
+
+        def __init__(self, images: np.ndarray, labels: np.ndarray, transform: T.Compose) -> None:
+            self.images, self.labels, self.transform = images, labels, transform
+
+        def __len__(self) -> int:
+            return len(self.labels)
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+            return self.transform(Image.fromarray(self.images[i])), int(self.labels[i])
+
+    transform = T.Compose(
+        [
+            T.RandomCrop(IMAGE, padding=4),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            T.Normalize(CIFAR_MEAN, CIFAR_STD),
+        ]
+    )
+    images, labels = cifar_like(steps * BATCH)
+    loader = DataLoader(
+        CifarLike(images, labels, transform), batch_size=BATCH, shuffle=True, num_workers=2
+    )
+    torch.manual_seed(0)
+    dev = torch.device(device)
+    model = create_model("cifar10-tutorial").to(dev).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    stamps = [time.perf_counter()]
+    for x, y in loader:
+        x, y = x.to(dev), y.to(dev)
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        loss.item()  # the tutorials log the loss every step
+        stamps.append(time.perf_counter())
+    return stamps
+
+
+def vitviz_loop(steps: int, device: str) -> list[float]:
+    """vitviz.training.run_training over the same number of steps; perf_counter per step."""
+    from vitviz.training.config import TrainConfig
+    from vitviz.training.loop import run_training
+
+    stamps = [time.perf_counter()]
+
+    def record(event: object) -> None:
+        if getattr(event, "kind", "") == "step":
+            stamps.append(time.perf_counter())
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = TrainConfig(
+            dataset="random",
+            train_size=steps * BATCH,
+            val_size=BATCH,
+            epochs=1,
+            batch_size=BATCH,
+            image_size=IMAGE,
+            device=device,
+            probe=False,
+            step_report_interval_s=0.0,  # an event (and a loss sync) after every step
+            out_dir=str(Path(tmp) / "run"),
+        )
+        run_training(cfg, record)
+    return stamps
+
+
+def worker(kind: str, steps: int, warmup: int, device: str) -> dict:
+    """Run one loop in this process; the measurement as a dict."""
+    stamps = (tutorial_loop if kind == "tutorial" else vitviz_loop)(steps, device)
+    if len(stamps) != steps + 1:
+        raise RuntimeError(f"{kind}: {len(stamps) - 1} steps recorded, expected {steps}")
+    seconds = stamps[-1] - stamps[warmup]
+    return {
+        "kind": kind,
+        "steps": steps - warmup,
+        "images_per_s": (steps - warmup) * BATCH / seconds,
+        "seconds": seconds,
+        "peak_rss_mib": peak_rss_mib(),
+        "workers_peak_rss_mib": children_peak_rss_mib(),
+    }
+
+
+def run_worker(kind: str, steps: int, warmup: int, device: str) -> dict:
+    """One loop in a fresh subprocess (its own peak RSS); its JSON result."""
+    cmd = [sys.executable, __file__, "--worker", kind, "--steps", str(steps)]
+    cmd += ["--warmup", str(warmup), "--device", device]
+    env = {**os.environ, "VITVIZ_DATA_DIR": tempfile.gettempdir()}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} loop failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (300)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | mps (both loops)")
+    p.add_argument("--worker", choices=("tutorial", "vitviz"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    steps = args.steps or (12 if args.quick else 300)
+    warmup = args.warmup if args.warmup is not None else (2 if args.quick else 20)
+    if args.worker:
+        print(json.dumps(worker(args.worker, steps, warmup, args.device)))
+        return 0
+    repeats = args.repeats or (1 if args.quick else 2)
+    results: dict[str, list[dict]] = {"tutorial": [], "vitviz": []}
+    for _ in range(repeats):  # in turns, so drift in the machine's load hits both alike
+        for kind in results:
+            results[kind].append(run_worker(kind, steps, warmup, args.device))
+
+    def median(kind: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[kind])
+
+    base = median("tutorial", "images_per_s")
+    ratio = median("vitviz", "images_per_s") / base
+    check = Check("(b) vitviz / (a) tutorial images per second", ratio, TARGET, at_most=False)
+    labels = {
+        "tutorial": "(a) tutorial: PIL transforms, DataLoader(num_workers=2)",
+        "vitviz": "(b) vitviz run_training: batched uint8 augmentation",
+    }
+    rows = []
+    for kind in results:
+        ips = median(kind, "images_per_s")
+        workers = median(kind, "workers_peak_rss_mib")
+        rows.append(
+            [
+                labels[kind],
+                f"{ips:,.0f}",
+                "1.00" if kind == "tutorial" else f"{ips / base:.2f}",
+                f"{median(kind, 'peak_rss_mib'):.0f} MiB",
+                f"2 × {workers:.0f} MiB" if kind == "tutorial" else "none",
+                "baseline" if kind == "tutorial" else check.target,
+                "" if kind == "tutorial" else check.verdict,
+            ]
+        )
+    print(
+        f"# Training throughput: cifar10-tutorial ViT, {IMAGE} px, {CLASSES} classes, batch "
+        f"{BATCH}, {args.device}"
+    )
+    print(environment())
+    print(
+        f"{repeats} run(s) of each loop in turns, each in its own subprocess; images/s over "
+        f"{steps - warmup} steps after {warmup} warm-up steps (median of runs)"
+        + (" (--quick: timings are not meaningful)" if args.quick else "")
+    )
+    print()
+    headers = ["loop", "images/s", "× (a)", "peak RSS", "workers' peak RSS", "target", "verdict"]
+    print_table(headers, rows)
+    print()
+    return finish([check], args.no_check)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""UI latency: a change of head, of layer or of query patch until every visible view has repainted.
+
+The real window (offscreen), ViT-B/16 at 224 with random weights, one 400 × 300 image. Each timed
+change is what a click or a key does: ``controls.step_head(1)``, ``controls.select(layer=...)``,
+``viewer.set_query(patch)``. A query change round-trips through the engine thread (new maps for
+every layer and head), so its time runs until the new maps are applied. Then every visible view
+(model input, large map, head grid, predictions) is repainted synchronously
+(``viewport().repaint()``) and pending events are processed; the clock stops when that returns.
+Baseline: the same repaint with no change. 100 changes of each kind, taken in turns.
+
+Targets (absolute, from issue #4): median ≤ 16 ms and p95 ≤ 33 ms for each kind of change.
+
+    .venv/bin/python benchmarks/ui_latency.py [--quick] [--no-check] [--repeats N] [--profile]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+from _common import Check, environment, finish, fmt_seconds, parser, print_table
+
+TARGET_MEDIAN_MS = 16.0
+TARGET_P95_MS = 33.0
+
+
+def p95(times: list[float]) -> float:
+    ordered = sorted(times)
+    return ordered[max(1, -(-95 * len(ordered) // 100)) - 1]  # nearest rank
+
+
+def sample_image(height: int = 300, width: int = 400) -> np.ndarray:
+    """A smooth, colourful (h, w, 3) uint8 picture (no downloads, no test data needed)."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    r = 128 + 120 * np.sin(x / 23.0) * np.cos(y / 31.0)
+    g = 128 + 120 * np.sin((x + y) / 41.0)
+    b = 128 + 120 * np.cos(np.hypot(x - width / 2, y - height / 2) / 19.0)
+    return np.clip(np.stack([r, g, b], axis=-1), 0, 255).astype(np.uint8)
+
+
+class Rig:
+    """The window with a model and an image on screen, and the timed changes."""
+
+    def __init__(self, variant: str, settings_file: Path) -> None:
+        import pyqtgraph as pg
+        from PySide6.QtCore import QSettings
+        from PySide6.QtWidgets import QApplication
+
+        self.app = QApplication.instance() or QApplication([])
+        pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)  # as vitviz.app does
+        from vitviz.ui.main_window import MainWindow
+        from vitviz.ui.settings import AppSettings
+
+        self.window = MainWindow(
+            AppSettings(QSettings(str(settings_file), QSettings.Format.IniFormat))
+        )
+        self.window.resize(1400, 900)
+        self.window.show()
+        self.window.start([])
+        self._load(variant)
+        v = self.window.viewer
+        self.views = [v.input_view, v.map_view, v.head_grid, v.predictions]
+        self.layers = v.image.num_layers
+        self.grid = v.image.grid
+        self.step = 0
+
+    def _load(self, variant: str) -> None:
+        import torch
+
+        from vitviz.checkpoints import LoadedModel
+        from vitviz.imaging import Preprocessing
+        from vitviz.model import create_model
+        from vitviz.workers import jobs
+
+        torch.manual_seed(0)
+        model = create_model(variant).eval()
+        cfg = model.config
+        loaded = LoadedModel(
+            model=model,
+            class_names=[f"class {i}" for i in range(cfg.num_classes)],
+            preprocessing=Preprocessing(image_size=cfg.image_size),
+            family="vitviz",
+        )
+        w = self.window
+        w.client.submit("model", partial(jobs.use_model, loaded=loaded))
+        self.wait(lambda: w.model is not None)
+        w.open_image(sample_image(), "sample")
+        self.wait(self.settled)
+
+    # -- waiting ---------------------------------------------------------------------------------
+    def settled(self) -> bool:
+        v = self.window.viewer
+        return (
+            not self.window.client.is_busy()
+            and v.maps is not None
+            and v.maps.params == v.controls.params(v.query, v.target_class)
+        )
+
+    def wait(self, done: Callable[[], bool], timeout: float = 300.0) -> None:
+        from PySide6.QtCore import QEventLoop
+
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the window did not settle")
+            self.app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 50)
+
+    def wait_maps(self, query: tuple[int, int] | None) -> None:
+        """Block until maps for ``query`` are applied (woken by the result, not by polling)."""
+        from PySide6.QtCore import QEventLoop
+
+        v = self.window.viewer
+        if v.maps is not None and v.maps.params.query == query:
+            return
+        loop = QEventLoop()
+
+        def on_result(channel: str, _result: object) -> None:
+            if channel == "maps" and v.maps is not None and v.maps.params.query == query:
+                loop.quit()
+
+        self.window.client.resultReady.connect(on_result)
+        try:
+            loop.exec()
+        finally:
+            self.window.client.resultReady.disconnect(on_result)
+
+    def repaint(self) -> None:
+        for view in self.views:
+            view.viewport().repaint()
+        self.app.processEvents()
+
+    # -- the changes -----------------------------------------------------------------------------
+    def baseline(self) -> None:
+        self.repaint()
+
+    def head(self) -> None:
+        self.window.viewer.controls.step_head(1)
+        self.repaint()
+
+    def layer(self) -> None:
+        ctl = self.window.viewer.controls
+        ctl.select(layer=(ctl.selected_layer() + 1) % self.layers)
+        self.repaint()
+
+    def query(self) -> None:
+        gh, gw = self.grid
+        self.step += 1
+        patch = ((self.step * 5) % gh, (self.step * 3) % gw)
+        if patch == self.window.viewer.query:
+            patch = ((patch[0] + 1) % gh, patch[1])
+        self.window.viewer.set_query(patch)
+        self.wait_maps(patch)
+        self.repaint()
+
+    def close(self) -> None:
+        self.window.close()
+        self.app.processEvents()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--profile", action="store_true", help="cProfile the timed loop; print the top")
+    args = p.parse_args(argv)
+    variant = "cifar10-tutorial" if args.quick else "vit-base"
+    repeats = args.repeats or (5 if args.quick else 100)
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 5)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rig = Rig(variant, Path(tmp) / "settings.ini")
+        cases: dict[str, Callable[[], None]] = {
+            "baseline: repaint, no change": rig.baseline,
+            "head (step_head)": rig.head,
+            "layer (select)": rig.layer,
+            "query patch (set_query, engine round trip)": rig.query,
+        }
+        for _ in range(warmup):
+            for fn in cases.values():
+                fn()
+        profiler = None
+        if args.profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(repeats):
+            for name, fn in cases.items():
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+        if profiler is not None:
+            import pstats
+
+            profiler.disable()
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(35)
+        image = rig.window.viewer.image
+        size = rig.window.size()
+        rig.close()
+
+    base = statistics.median(times["baseline: repaint, no change"])
+    rows, checks = [], []
+    for name, ts in times.items():
+        med, q95 = statistics.median(ts), p95(ts)
+        is_base = name.startswith("baseline")
+        if not is_base:
+            checks.append(Check(f"{name} median (ms)", med * 1e3, TARGET_MEDIAN_MS, True))
+            checks.append(Check(f"{name} p95 (ms)", q95 * 1e3, TARGET_P95_MS, True))
+        verdict = "" if is_base else ("ok" if checks[-1].ok and checks[-2].ok else "MISSED")
+        rows.append(
+            [
+                name,
+                fmt_seconds(med),
+                fmt_seconds(q95),
+                fmt_seconds(max(ts)),
+                "1.0×" if is_base else f"{med / base:.1f}×",
+                "baseline" if is_base else f"≤ {TARGET_MEDIAN_MS:g} ms / ≤ {TARGET_P95_MS:g} ms",
+                verdict,
+            ]
+        )
+
+    print("# UI latency: change → every visible view repainted (offscreen, real MainWindow)")
+    print(environment())
+    print(
+        f"model {variant}: {image.num_layers} layers × {image.num_heads} heads, grid "
+        f"{image.grid[0]}×{image.grid[1]}; window {size.width()}×{size.height()}; "
+        f"{repeats} changes of each kind, in turns, after {warmup} warm-up turns"
+        + (" (--quick: timings are not meaningful)" if args.quick else "")
+    )
+    print()
+    print_table(
+        ["change", "median", "p95", "max", "vs baseline", "target (median / p95)", "verdict"],
+        rows,
+    )
+    print()
+    return finish([] if args.quick else checks, args.no_check)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

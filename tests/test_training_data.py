@@ -1,0 +1,231 @@
+"""Training data: CIFAR-10 batches (restricted unpickling), image folders, batched augmentation."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitviz.training.augment import Normalizer, random_crop_flip
+from vitviz.training.cifar import CifarError, read_cifar10, safe_unpickle
+from vitviz.training.config import TrainConfig
+from vitviz.training.datasets import DatasetError, channel_stats, load_dataset
+from vitviz.training.folder import scan_image_folder
+
+CIFAR_NAMES = [
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+]
+
+
+class _Py2Pickler(pickle._Pickler):
+    """Writes bytes as Python 2 ``str`` (SHORT_BINSTRING / BINSTRING), as cPickle did."""
+
+    dispatch = pickle._Pickler.dispatch.copy()
+
+    def save_py2_str(self, obj: bytes) -> None:
+        if len(obj) < 256:
+            self.write(pickle.SHORT_BINSTRING + bytes([len(obj)]) + obj)
+        else:
+            self.write(pickle.BINSTRING + struct.pack("<i", len(obj)) + obj)
+        self.memoize(obj)
+
+    dispatch[bytes] = save_py2_str
+
+
+def _py2_style(obj: object) -> bytes:
+    """Pickle as the CIFAR-10 files are (Python 2 cPickle, protocol 2): str keys and array data
+    as BINSTRING, numpy under its old module name."""
+    buffer = io.BytesIO()
+    _Py2Pickler(buffer, protocol=2).dump(obj)
+    return buffer.getvalue().replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+
+
+def write_cifar(root: Path, per_batch: int = 20, seed: int = 0) -> dict[str, np.ndarray]:
+    """A cifar-10-batches-py folder in the real format with ``per_batch`` images per batch."""
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    written = {}
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        data = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
+        labels = [int(v) for v in rng.integers(0, 10, per_batch)]
+        batch = {
+            b"batch_label": name.encode(),
+            b"labels": labels,
+            b"data": data,
+            b"filenames": [f"img_{i}.png".encode() for i in range(per_batch)],
+        }
+        (root / name).write_bytes(_py2_style(batch))
+        written[name] = data
+        written[name + "_labels"] = np.array(labels)
+    meta = {
+        b"num_cases_per_batch": per_batch,
+        b"label_names": [n.encode() for n in CIFAR_NAMES],
+        b"num_vis": 3072,
+    }
+    (root / "batches.meta").write_bytes(_py2_style(meta))
+    return written
+
+
+def test_cifar_folder_is_read_in_its_real_format(tmp_path: Path) -> None:
+    written = write_cifar(tmp_path / "cifar-10-batches-py")
+    assert (
+        b"numpy.core.multiarray" in (tmp_path / "cifar-10-batches-py" / "test_batch").read_bytes()
+    )
+    train_x, _, test_x, test_y, names = read_cifar10(tmp_path / "cifar-10-batches-py")
+    assert names == CIFAR_NAMES
+    assert train_x.shape == (100, 3, 32, 32) and train_x.dtype == np.uint8
+    assert test_x.shape == (20, 3, 32, 32)
+    # Row layout: 1024 red, then green, then blue values, each row-major 32 × 32.
+    first = written["data_batch_1"][0]
+    assert np.array_equal(train_x[0, 0], first[:1024].reshape(32, 32))
+    assert np.array_equal(train_x[0, 2], first[2048:].reshape(32, 32))
+    assert np.array_equal(test_y, written["test_batch_labels"])
+
+    data = load_dataset(
+        TrainConfig(dataset=f"cifar10:{tmp_path / 'cifar-10-batches-py'}", train_size=50)
+    )
+    assert data.class_names == CIFAR_NAMES
+    assert data.train_images.shape == (50, 3, 32, 32)
+    assert data.val_images.shape == (20, 3, 32, 32)
+    assert data.resize == "crop"
+
+
+def test_cifar_batch_rewritten_by_python3_is_read(tmp_path: Path) -> None:
+    root = tmp_path / "cifar"
+    written = write_cifar(root)
+    batch = {b"data": written["test_batch"], b"labels": list(written["test_batch_labels"])}
+    (root / "test_batch").write_bytes(pickle.dumps(batch, protocol=2))  # bytes via _codecs
+    assert b"_codecs" in (root / "test_batch").read_bytes()
+    test_x = read_cifar10(root)[2]
+    assert np.array_equal(test_x.reshape(-1, 3072), written["test_batch"])
+
+
+def test_cifar_pickle_that_would_run_code_is_refused(tmp_path: Path) -> None:
+    class Evil:
+        def __reduce__(self) -> tuple:
+            return (print, ("pwned",))
+
+    with pytest.raises(pickle.UnpicklingError, match=r"builtins\.print is not allowed"):
+        safe_unpickle(pickle.dumps({b"data": Evil()}))
+    root = tmp_path / "cifar"
+    write_cifar(root)
+    (root / "data_batch_3").write_bytes(pickle.dumps({b"data": Evil(), b"labels": []}))
+    with pytest.raises(CifarError, match="data_batch_3 is not a readable CIFAR-10 batch"):
+        read_cifar10(root)
+    with pytest.raises(DatasetError, match="data_batch_3"):
+        load_dataset(TrainConfig(dataset=f"cifar10:{root}"))
+
+
+def test_cifar_batch_with_wrong_contents_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "cifar"
+    write_cifar(root)
+    bad = {b"data": np.zeros((4, 100), dtype=np.uint8), b"labels": [0, 1, 2, 3]}
+    (root / "test_batch").write_bytes(_py2_style(bad))
+    with pytest.raises(CifarError, match=r"uint8 array \(N, 3072\)"):
+        read_cifar10(root)
+
+
+def _write_class_folder(root: Path, classes: dict[str, int], size: int = 24) -> None:
+    rng = np.random.default_rng(0)
+    for c, (name, count) in enumerate(classes.items()):
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            pixels = np.full((size, size + 8, 3), 40 * c, dtype=np.uint8)  # not square
+            pixels += rng.integers(0, 20, pixels.shape, dtype=np.uint8)
+            Image.fromarray(pixels).save(root / name / f"{i}.png")
+
+
+def test_folder_without_split_gets_a_seeded_per_class_split(tmp_path: Path) -> None:
+    _write_class_folder(tmp_path / "pets", {"cat": 10, "dog": 10, "eel": 5})
+    (tmp_path / "pets" / "dog" / "notes.txt").write_text("not an image")
+    cfg = TrainConfig(dataset=f"folder:{tmp_path / 'pets'}", image_size=16, val_fraction=0.2)
+    data = load_dataset(cfg)
+    assert data.class_names == ["cat", "dog", "eel"]
+    assert data.train_images.shape == (20, 3, 16, 16) and data.train_images.dtype == torch.uint8
+    assert data.val_labels.bincount(minlength=3).tolist() == [2, 2, 1]
+    assert data.description["split"] == "seeded"
+    again = load_dataset(cfg)
+    assert torch.equal(again.val_images, data.val_images)
+    other = load_dataset(cfg.replace(seed=1))
+    assert not torch.equal(other.val_images, data.val_images)
+    # Colour per class survives loading: class c was painted 40·c (+ noise < 20).
+    means = data.train_images.float().mean(dim=(1, 2, 3))
+    assert torch.all((means - 40 * data.train_labels - 9.5).abs() < 3)
+
+
+def test_folder_with_train_and_val_uses_them(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    _write_class_folder(root / "train", {"a": 4, "b": 3})
+    _write_class_folder(root / "val", {"a": 2, "b": 1})
+    (root / "train" / "b" / "broken.png").write_bytes(b"not a png")
+    data = load_dataset(TrainConfig(dataset=f"folder:{root}", image_size=16))
+    assert data.class_names == ["a", "b"]
+    assert len(data.train_labels) == 7 and len(data.val_labels) == 3
+    assert data.val_labels.tolist() == [0, 0, 1]
+    assert data.description["split"] == "folders"
+    assert any("broken.png" in note for note in data.notes)
+
+
+def test_folder_scan_refuses_empty_and_one_class_folders(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    assert "at least two class sub-folders" in scan_image_folder(tmp_path / "empty")[1][0]
+    _write_class_folder(tmp_path / "one", {"only": 3})
+    (tmp_path / "one" / "hollow").mkdir()  # a class folder without images doesn't count
+    assert "(found 1: only)" in scan_image_folder(tmp_path / "one")[1][0]
+    assert "does not exist" in scan_image_folder(tmp_path / "nowhere")[1][0]
+
+
+def test_random_dataset_and_channel_stats() -> None:
+    data = load_dataset(TrainConfig(dataset="random", train_size=64, val_size=16, image_size=16))
+    assert data.train_images.shape == (64, 3, 16, 16) and len(data.class_names) == 10
+    mean, std = channel_stats(data.train_images)
+    assert all(abs(m - 0.5) < 0.02 for m in mean) and all(abs(s - 0.289) < 0.02 for s in std)
+
+
+def _reference_crop_flip(img: torch.Tensor, oy: int, ox: int, flip: bool, pad: int) -> torch.Tensor:
+    padded = torch.nn.functional.pad(img, (pad, pad, pad, pad))
+    H, W = img.shape[-2:]
+    out = padded[:, oy : oy + H, ox : ox + W]
+    return out.flip(-1) if flip else out
+
+
+def test_random_crop_flip_matches_crop_then_flip_per_image() -> None:
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (64, 3, 8, 10), generator=g, dtype=torch.uint8)
+    out = random_crop_flip(images, padding=2, flip=True, generator=torch.Generator().manual_seed(1))
+    assert out.shape == images.shape and out.dtype == torch.uint8
+    for i in range(len(images)):  # some (oy, ox, flip) must reproduce each output
+        found = any(
+            torch.equal(out[i], _reference_crop_flip(images[i], oy, ox, flip, 2))
+            for oy in range(5)
+            for ox in range(5)
+            for flip in (False, True)
+        )
+        assert found, i
+    unchanged = sum(torch.equal(out[i], images[i]) for i in range(len(images)))
+    assert unchanged < 16  # it does augment
+    assert torch.equal(random_crop_flip(images, 0, False), images)
+
+
+def test_normalizer_is_to_tensor_then_normalize() -> None:
+    x = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
+    mean, std = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
+    expected = (x.float() / 255 - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(
+        1, 3, 1, 1
+    )
+    torch.testing.assert_close(Normalizer(mean, std)(x), expected, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,87 @@
+"""Shared by the checkpoint-zoo tests: random weights for reference models, inputs, comparisons."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor, nn
+
+LOGIT_ATOL = 1e-4
+ATTN_ATOL = 1e-5
+
+
+def randomize_(model: nn.Module, seed: int = 0, scale: float = 0.2) -> nn.Module:
+    """Every parameter random (LayerNorm weights and layer scales around 1), model in eval mode.
+
+    Big enough for peaked attention and distinct logits; small enough to stay well conditioned.
+    """
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
+            leaf = name.rsplit(".", 1)[-1]
+            is_norm_weight = leaf == "weight" and p.ndim == 1 and "norm" in name.lower()
+            is_norm_weight = is_norm_weight or (
+                leaf == "weight"
+                and p.ndim == 1
+                and ("ln" in name or "layer_norm" in name or "layernorm" in name)
+            )
+            offset = 1.0 if is_norm_weight or leaf in ("gamma", "lambda1") else 0.0
+            p.copy_(offset + scale * noise)
+    return model.eval()
+
+
+def images(b: int, h: int, w: int, seed: int = 0) -> Tensor:
+    g = torch.Generator().manual_seed(1000 + seed)
+    return torch.randn(b, 3, h, w, generator=g)
+
+
+def max_diff(a: Tensor, b: Tensor) -> float:
+    return float((a.detach().double() - b.detach().double()).abs().max())
+
+
+def ours(loaded, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """Logits (fused path) and per-layer attention (capture path) of a loaded model."""
+    with torch.no_grad():
+        logits = loaded.model(x)
+        out = loaded.model.forward_explained(x, capture_attention=True, hidden_states=True)
+    assert max_diff(out.logits, logits) < 1e-5, "capture path differs from the fused path"
+    return logits, out.attentions
+
+
+def assert_close(name: str, a: Tensor, b: Tensor, atol: float) -> float:
+    assert a.shape == b.shape, f"{name}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
+    d = max_diff(a, b)
+    log = os.environ.get("VITVIZ_ZOO_DIFFS")  # optional: collect every difference for a report
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?')}\t{name}\t{d:.3g}\n")
+    assert d <= atol, f"{name}: max difference {d:.3g} > {atol}"
+    return d
+
+
+def assert_attention(ref: list[Tensor], got: list[Tensor]) -> float:
+    assert len(ref) == len(got) and ref, "no attention to compare"
+    return max(
+        assert_close(f"attention layer {i}", r, g, ATTN_ATOL)
+        for i, (r, g) in enumerate(zip(ref, got, strict=True))
+    )
+
+
+def mha_attention(mha: nn.MultiheadAttention, x: Tensor) -> Tensor:
+    """Per-head attention probabilities (B, H, N, N) of ``mha`` on ``x`` as the module gets it
+    ((B, N, D) batch-first, else (N, B, D))."""
+    with torch.no_grad():
+        _, w = mha(x, x, x, need_weights=True, average_attn_weights=False)
+    return w
+
+
+def capture_inputs(modules: list[nn.Module]) -> tuple[list[Tensor], list]:
+    """Record the first positional input of each module on the next forward (hooks removed by
+    the caller through the returned handles)."""
+    seen: list[Tensor] = []
+    handles = [
+        m.register_forward_pre_hook(lambda _m, args: seen.append(args[0].detach())) for m in modules
+    ]
+    return seen, handles

@@ -1,0 +1,249 @@
+"""Hugging Face transformers folders: ViTForImageClassification, ViTModel, DeiT (with teacher),
+Dinov2Model, Dinov2WithRegistersModel (config.json + model.safetensors or pytorch_model.bin, and
+preprocessor_config.json).
+
+Saved key names (``{vit,deit,dinov2,...}.embeddings.*``, ``encoder.layer.N.attention.attention.
+{query,key,value}``, ``attention.output.dense``, ``intermediate.dense``, ``output.dense``,
+``layernorm_before/after`` or ``norm1/2`` + ``layer_scale1/2.lambda1``) and transformers 5's
+in-memory names (``layers.N.attention.q_proj``, ``mlp.fc1``, ...) are both read. The separate
+query/key/value are fused into vitviz's one qkv.
+
+Token layout: DINOv2 with registers puts the registers after CLS *after* adding the position
+embedding (CLS has one, registers none): ``pos_embed_prefix = 1``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from torch import Tensor
+
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.common import (
+    Taker,
+    check_depth,
+    dropped,
+    finish,
+    fuse_qkv,
+    grid_from_table,
+    standard_heads,
+)
+from vitviz.checkpoints.labels import names_from_id2label
+from vitviz.checkpoints.preprocessing import HF_DEFAULTS, hf_preprocessing
+
+LOOKS_LIKE = "a Hugging Face ViT"
+_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "quick_gelu": "quick_gelu",
+    "relu": "relu",
+}
+_EPS = {"vit": 1e-12, "deit": 1e-12, "dinov2": 1e-6, "dinov2_with_registers": 1e-6}
+_LAYER = re.compile(r"^(.*?)(?:encoder\.layer|layers|encoder\.layers)\.(\d+)\.")
+# Each role of a layer's tensors, by the names transformers saves and holds in memory.
+_ROLES = {
+    "q": ("attention.attention.query", "attention.q_proj"),
+    "k": ("attention.attention.key", "attention.k_proj"),
+    "v": ("attention.attention.value", "attention.v_proj"),
+    "attn.proj": ("attention.output.dense", "attention.o_proj"),
+    "norm1": ("layernorm_before", "norm1"),
+    "norm2": ("layernorm_after", "norm2"),
+    "mlp.fc1": ("intermediate.dense", "mlp.fc1"),
+    "mlp.fc2": ("output.dense", "mlp.fc2"),
+}
+
+
+def detect(source: Source) -> bool:
+    return any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in source.state)
+
+
+def _base_prefix(state: dict[str, Tensor]) -> str:
+    key = next(k for k in state if k.endswith("embeddings.patch_embeddings.projection.weight"))
+    return key[: -len("embeddings.patch_embeddings.projection.weight")]
+
+
+def _layer_prefixes(state: dict[str, Tensor], base: str) -> dict[int, str]:
+    found: dict[int, str] = {}
+    for key in state:
+        m = _LAYER.match(key)
+        if m and m.group(1) == base:
+            found[int(m.group(2))] = key[: m.end()]
+    return found
+
+
+def _model_type(source: Source, state: dict[str, Tensor], base: str) -> str:
+    cfg = source.hf_config
+    if cfg is not None:
+        return str(cfg["model_type"])
+    if f"{base}embeddings.register_tokens" in state:
+        return "dinov2_with_registers"
+    if any(".layer_scale1.lambda1" in k for k in state):
+        return "dinov2"
+    if f"{base}embeddings.distillation_token" in state:
+        return "deit"
+    return "vit"
+
+
+def convert(source: Source) -> Conversion:
+    cfg: dict[str, Any] = dict(source.hf_config or {})
+    t = Taker(source, LOOKS_LIKE)
+    notes: list[str] = []
+    out: dict[str, Tensor] = {}
+    base = _base_prefix(t.state)
+    model_type = _model_type(source, t.state, base)
+    if model_type not in _EPS:
+        raise CheckpointError(
+            f"{source.name}: Hugging Face model_type {model_type!r} is not "
+            f"supported (supported: {', '.join(_EPS)})."
+        )
+    if cfg.get("use_swiglu_ffn"):
+        raise CheckpointError(
+            f"{source.name}: DINOv2 with a SwiGLU MLP (giant) is not supported by vitviz's ViT."
+        )
+    layers = _layer_prefixes(t.state, base)
+    depth = check_depth(source, sorted(layers))
+    e = base + "embeddings."
+    out["patch_embed.proj.weight"] = patch = t.take(e + "patch_embeddings.projection.weight")
+    out["patch_embed.proj.bias"] = t.take(e + "patch_embeddings.projection.bias")
+    D, C, p, p2 = patch.shape
+    if p != p2:
+        raise CheckpointError(f"{source.name}: non-square patches {p}×{p2} are not supported.")
+    out["cls_token"] = t.take(e + "cls_token")
+    dist = t.maybe(e + "distillation_token")
+    if dist is not None:
+        out["dist_token"] = dist
+    regs = t.maybe(e + "register_tokens")
+    if regs is not None:
+        out["reg_token"] = regs
+    out["pos_embed"] = pos = t.take(e + "position_embeddings")  # (1, 1 (+1) + P, D)
+    if t.drop([e + "mask_token"]):
+        notes.append(dropped(["mask_token"], "used only for masked-image pre-training"))
+    qkv_bias = True
+    layer_scale = False
+    for i in range(depth):
+        a, b = layers[i], f"blocks.{i}."
+        weights = {r: t.take(*(f"{a}{n}.weight" for n in names)) for r, names in _ROLES.items()}
+        biases = {r: t.maybe(*(f"{a}{n}.bias" for n in names)) for r, names in _ROLES.items()}
+        out[b + "attn.qkv.weight"] = fuse_qkv(weights.pop("q"), weights.pop("k"), weights.pop("v"))
+        qkv = [biases.pop(r) for r in ("q", "k", "v")]
+        qkv_bias = all(x is not None for x in qkv)
+        if qkv_bias:
+            out[b + "attn.qkv.bias"] = fuse_qkv(*qkv)  # type: ignore[arg-type]
+        for role, w in weights.items():
+            out[f"{b}{role}.weight"] = w
+            if biases[role] is None:
+                raise CheckpointError(f"{source.name}: {a}{_ROLES[role][0]}.bias is missing.")
+            out[f"{b}{role}.bias"] = biases[role]  # type: ignore[assignment]
+        for j in (1, 2):
+            gamma = t.maybe(f"{a}layer_scale{j}.lambda1")
+            if gamma is not None:
+                out[f"{b}ls{j}.gamma"] = gamma
+                layer_scale = True
+    out["norm.weight"] = t.take(base + "layernorm.weight")
+    out["norm.bias"] = t.take(base + "layernorm.bias")
+    num_classes, head_hidden = _take_head(t, base, out, cfg, notes)
+    t.refuse_leftovers()
+
+    act = cfg.get("hidden_act", "gelu")
+    if act not in _ACTIVATIONS:
+        raise CheckpointError(
+            f"{source.name}: hidden_act {act!r} is not supported "
+            f"(supported: {', '.join(_ACTIVATIONS)})."
+        )
+    prefix = 1 + (dist is not None)
+    inferred: dict[str, Any] = dict(
+        patch_size=p,
+        in_channels=C,
+        dim=D,
+        depth=depth,
+        num_classes=num_classes,
+        distill_token=dist is not None,
+        qkv_bias=qkv_bias,
+        num_register_tokens=0 if regs is None else regs.shape[1],
+        layer_scale_init=1.0 if layer_scale else None,
+        activation=_ACTIVATIONS[act],
+        norm_eps=float(cfg.get("layer_norm_eps", _EPS[model_type])),
+        mlp_hidden_dim=out["blocks.0.mlp.fc1.weight"].shape[0],
+        head_hidden_dim=head_hidden,
+    )
+    if regs is not None:
+        inferred["pos_embed_prefix"] = 1  # CLS only: registers join after the position embedding
+        inferred["pos_embed_interp"] = "bicubic_antialias"
+    if "num_attention_heads" in cfg:
+        inferred["heads"] = int(cfg["num_attention_heads"])
+    elif standard_heads(D):
+        inferred["heads"] = standard_heads(D)
+        notes.append(f"no config.json: heads {inferred['heads']} assumed for width {D}")
+    size = cfg.get("image_size")
+    if size is None:
+        grid = grid_from_table(pos.shape[1] - prefix)
+        size = None if grid is None else (grid[0] * p, grid[1] * p)
+    if size is not None:
+        inferred["image_size"] = size
+    names = names_from_id2label(cfg.get("id2label"), num_classes)
+
+    model_size = inferred.get("image_size", 224)
+    model_size = (model_size, model_size) if isinstance(model_size, int) else tuple(model_size)
+    proc = source.preprocessor
+    if proc is None:
+        proc = HF_DEFAULTS["dinov2" if model_type.startswith("dinov2") else model_type]
+        notes.append(
+            f"no preprocessor_config.json: the {model_type} image processor's defaults are used"
+        )
+    prep, prep_notes = hf_preprocessing(proc, model_size)
+    notes += prep_notes
+    return finish(
+        source,
+        family=f"huggingface-{model_type}",
+        looks_like=LOOKS_LIKE,
+        inferred=inferred,
+        required={"heads": 12, "image_size": 224},
+        state=out,
+        class_names=names,
+        preprocessing=prep,
+        notes=notes,
+    )
+
+
+def _take_head(
+    t: Taker, base: str, out: dict[str, Tensor], cfg: dict[str, Any], notes: list[str]
+) -> tuple[int, int | None]:
+    """Classifier(s) or pooler -> head / head_dist / pre_logits; returns (classes, head hidden)."""
+    if "cls_classifier.weight" in t:  # DeiTForImageClassificationWithTeacher
+        out["head.weight"] = t.take("cls_classifier.weight")
+        out["head.bias"] = t.take("cls_classifier.bias")
+        out["head_dist.weight"] = t.take("distillation_classifier.weight")
+        out["head_dist.bias"] = t.take("distillation_classifier.bias")
+        notes.append(
+            "DeiT with teacher: the logits are the mean of the CLS and distillation "
+            "classifiers, as transformers gives them"
+        )
+        return out["head.weight"].shape[0], None
+    if "classifier.weight" in t:
+        w = t.state["classifier.weight"]
+        if w.shape[1] != out["norm.weight"].shape[0]:
+            raise CheckpointError(
+                f"{t.source.name}: a classifier over {w.shape[1]} features (Dinov2 for image "
+                f"classification reads CLS and the mean of the patches) is not supported; the "
+                f"backbone (Dinov2Model) is."
+            )
+        out["head.weight"] = t.take("classifier.weight")
+        out["head.bias"] = t.take("classifier.bias")
+        return out["head.weight"].shape[0], None
+    if f"{base}pooler.dense.weight" in t:
+        if cfg.get("pooler_act", "tanh") == "tanh":
+            out["pre_logits.0.weight"] = t.take(f"{base}pooler.dense.weight")
+            out["pre_logits.0.bias"] = t.take(f"{base}pooler.dense.bias")
+            notes.append(
+                "no classifier: the output is the pooler (dense + tanh on CLS), as pooler_output"
+            )
+            return 0, out["pre_logits.0.weight"].shape[0]
+        gone = t.drop([f"{base}pooler.dense.weight", f"{base}pooler.dense.bias"])
+        notes.append(dropped(gone, "pooler with an activation vitviz does not have"))
+    return 0, None
+
+
+FAMILY = Family("huggingface", detect, convert)

@@ -1,0 +1,247 @@
+"""timm ``VisionTransformer`` (and DeiT's ``VisionTransformerDistilled``) state dicts, .pth or
+model.safetensors, with timm's config.json when it is next to them.
+
+Keys: ``patch_embed.proj``, ``cls_token``, ``reg_token``, ``dist_token``, ``pos_embed``,
+``norm_pre``, ``blocks.N.{norm1, attn.qkv, attn.proj, ls1.gamma, norm2, mlp.fc1, mlp.fc2,
+ls2.gamma}``, ``norm``, ``fc_norm``, ``head``, ``head_dist``: already vitviz's own names, so
+the conversion renames nothing but old DeiT-3 ``gamma_1/2``. What the weights don't say comes
+from config.json (``model_args``, ``pretrained_cfg``) or is inferred and noted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.common import (
+    Taker,
+    block_indices,
+    check_depth,
+    dropped,
+    finish,
+    grid_from_table,
+    standard_heads,
+)
+from vitviz.checkpoints.labels import names_from_timm
+from vitviz.checkpoints.preprocessing import (
+    TIMM_DEIT_DEFAULTS,
+    TIMM_VIT_DEFAULTS,
+    timm_preprocessing,
+)
+
+LOOKS_LIKE = "a timm VisionTransformer"
+_ACTIVATIONS = {
+    None: "gelu",
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_tanh",
+    "quick_gelu": "quick_gelu",
+    "relu": "relu",
+}
+_BLOCK = r"blocks\.(\d+)\.attn\.qkv\.weight$"
+
+
+def detect(source: Source) -> bool:
+    s = source.state
+    return "patch_embed.proj.weight" in s and any(
+        k.endswith(".attn.qkv.weight") and k.startswith("blocks.") for k in s
+    )
+
+
+def take_blocks(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:
+    """Move ``blocks.N.*`` of timm's layout into ``out``; returns what they say about the config."""
+    layer_scale = False
+    qkv_bias = True
+    for i in range(depth):
+        b = f"blocks.{i}."
+        for name in ("norm1", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2"):
+            out[f"{b}{name}.weight"] = t.take(f"{b}{name}.weight")
+            out[f"{b}{name}.bias"] = t.take(f"{b}{name}.bias")
+        out[b + "attn.qkv.weight"] = t.take(b + "attn.qkv.weight")
+        bias = t.maybe(b + "attn.qkv.bias")
+        if bias is not None:
+            out[b + "attn.qkv.bias"] = bias
+        qkv_bias = bias is not None
+        for j in (1, 2):
+            gamma = t.maybe(f"{b}ls{j}.gamma", f"{b}gamma_{j}")
+            if gamma is not None:
+                out[f"{b}ls{j}.gamma"] = gamma
+                layer_scale = True
+    return {
+        "qkv_bias": qkv_bias,
+        "layer_scale_init": 1.0 if layer_scale else None,
+        "mlp_hidden_dim": out["blocks.0.mlp.fc1.weight"].shape[0],
+    }
+
+
+def take_patch_embed(
+    t: Taker, out: dict[str, Tensor], in_channels: int, notes: list[str]
+) -> tuple[int, int, int]:
+    """``patch_embed.proj`` (Conv2d, or an old 2-D Linear) -> (dim, in_channels, patch)."""
+    w = t.take("patch_embed.proj.weight")
+    if w.ndim == 2:  # timm's first ViTs: Linear over (c p1 p2) patches, the same as the conv
+        D, n = w.shape
+        p = round((n / in_channels) ** 0.5)
+        if in_channels * p * p != n:
+            raise CheckpointError(
+                f"{t.source.name}: can't read the patch size from "
+                f"patch_embed.proj.weight {tuple(w.shape)}."
+            )
+        w = w.reshape(D, in_channels, p, p)
+    out["patch_embed.proj.weight"] = w
+    D, C, p, _ = w.shape
+    bias = t.maybe("patch_embed.proj.bias")
+    if bias is None:  # CLIP-style norm_pre models have no patch bias: adding 0 changes nothing
+        bias = torch.zeros(D, dtype=w.dtype)
+        notes.append("patch_embed.proj has no bias: a zero bias is used")
+    out["patch_embed.proj.bias"] = bias
+    return D, C, p
+
+
+def _image_size(source: Source, args: dict[str, Any], pretrained: dict[str, Any]) -> Any:
+    if args.get("img_size") is not None:
+        return args["img_size"]
+    size = pretrained.get("input_size")
+    if isinstance(size, (list, tuple)) and len(size) == 3:
+        return [int(size[1]), int(size[2])]
+    return None
+
+
+def convert(source: Source) -> Conversion:
+    cfg = source.timm_config or {}
+    args: dict[str, Any] = dict(cfg.get("model_args") or {})
+    pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
+    t = Taker(source, LOOKS_LIKE)
+    notes: list[str] = []
+    out: dict[str, Tensor] = {}
+    depth = check_depth(source, block_indices(t.state, _BLOCK))
+    D, C, p = take_patch_embed(t, out, int(args.get("in_chans", 3)), notes)
+    prefix = 0
+    for name in ("cls_token", "dist_token", "reg_token"):
+        token = t.maybe(name)
+        if token is not None:
+            out[name] = token
+            prefix += token.shape[1]
+    pos = t.maybe("pos_embed")
+    if pos is not None:
+        out["pos_embed"] = pos
+    for name in ("norm_pre", "norm", "fc_norm"):
+        if f"{name}.weight" in t:
+            out[f"{name}.weight"] = t.take(f"{name}.weight")
+            out[f"{name}.bias"] = t.take(f"{name}.bias")
+    block_info = take_blocks(t, depth, out)
+    num_classes = 0
+    if "head.weight" in t:
+        out["head.weight"] = t.take("head.weight")
+        out["head.bias"] = t.take("head.bias")
+        num_classes = out["head.weight"].shape[0]
+    if "head_dist.weight" in t:
+        out["head_dist.weight"] = t.take("head_dist.weight")
+        out["head_dist.bias"] = t.take("head_dist.bias")
+        notes.append(
+            "DeiT distilled: the logits are the mean of head and head_dist, as timm "
+            "gives them in eval mode"
+        )
+    gone = t.drop([k for k in list(t.state) if k.startswith("pre_logits.")])
+    if gone:
+        notes.append(dropped(gone, "timm's unused representation layer"))
+    t.refuse_leftovers()
+
+    has_cls, has_dist = "cls_token" in out, "dist_token" in out
+    pool = cfg.get("global_pool", args.get("global_pool"))
+    if pool is None:
+        pool = "avg" if ("fc_norm.weight" in out or not has_cls) else "token"
+    if pool not in ("token", "avg"):
+        raise CheckpointError(
+            f"{source.name}: timm global_pool {pool!r} is not supported "
+            f"(vitviz pools with 'token' or 'avg')."
+        )
+    act = args.get("act_layer")
+    if act not in _ACTIVATIONS:
+        raise CheckpointError(
+            f"{source.name}: timm act_layer {act!r} is not supported "
+            f"(supported: gelu, gelu_tanh, quick_gelu, relu)."
+        )
+    if args.get("qk_norm") or args.get("scale_attn_norm") or args.get("scale_mlp_norm"):
+        raise CheckpointError(f"{source.name}: timm qk_norm/scale_norm ViTs are not supported.")
+    inferred: dict[str, Any] = dict(
+        patch_size=p,
+        in_channels=C,
+        dim=D,
+        depth=depth,
+        num_classes=num_classes,
+        class_token=has_cls,
+        distill_token=has_dist,
+        num_register_tokens=out["reg_token"].shape[1] if "reg_token" in out else 0,
+        pos_embed="learned" if pos is not None else "none",
+        global_pool=pool,
+        fc_norm="fc_norm.weight" in out,
+        pre_norm="norm_pre.weight" in out,
+        final_norm="norm.weight" in out or "fc_norm.weight" in out,
+        activation=_ACTIVATIONS[act],
+        norm_eps=1e-6,
+        pos_embed_interp="bicubic_antialias",
+        **block_info,
+    )
+    if args.get("init_values") is not None and block_info["layer_scale_init"] is not None:
+        inferred["layer_scale_init"] = float(args["init_values"])
+    heads = args.get("num_heads") or standard_heads(D)
+    if heads is not None:
+        inferred["heads"] = int(heads)
+        if "num_heads" not in args and "heads" not in source.user:
+            notes.append(
+                f"heads {heads} assumed (timm's standard ViT of width {D}); set heads "
+                f"in {source.sidecar_name} if yours differs"
+            )
+    size = _image_size(source, args, pretrained)
+    no_embed_class = args.get("no_embed_class")
+    if pos is not None:
+        n = pos.shape[1]
+        if size is not None:
+            hw = (size, size) if isinstance(size, int) else tuple(size)
+            patches = (hw[0] // p) * (hw[1] // p)
+            if no_embed_class is None:
+                no_embed_class = n == patches and prefix > 0
+        else:
+            with_prefix, without = grid_from_table(n - prefix), grid_from_table(n)
+            if no_embed_class is None:
+                no_embed_class = with_prefix is None and without is not None and prefix > 0
+            grid = without if no_embed_class else with_prefix
+            if grid is not None:
+                size = (grid[0] * p, grid[1] * p)
+                notes.append(
+                    f"image size {size[0]}×{size[1]} inferred from the square position "
+                    f"table; set image_size in {source.sidecar_name} if it was not "
+                    f"square"
+                )
+    if size is not None:
+        inferred["image_size"] = size
+    inferred["no_embed_class"] = bool(no_embed_class)
+
+    defaults = TIMM_DEIT_DEFAULTS if has_dist else TIMM_VIT_DEFAULTS
+    prep, prep_notes = timm_preprocessing(pretrained, defaults)
+    notes += prep_notes
+    if not pretrained:
+        which = "DeiT" if has_dist else "ViT"
+        notes.append(
+            f"no timm config.json beside the file: preprocessing is timm's {which} "
+            f"default (set preprocessing in {source.sidecar_name} to change it)"
+        )
+    return finish(
+        source,
+        family="timm",
+        looks_like=LOOKS_LIKE,
+        inferred=inferred,
+        required={"heads": 12, "image_size": 224},
+        state=out,
+        class_names=names_from_timm(cfg, num_classes),
+        preprocessing=prep,
+        notes=notes,
+        imagenet_if_1000=True,
+    )
+
+
+FAMILY = Family("timm", detect, convert)

@@ -1,0 +1,235 @@
+"""Record every attention probability tensor a forward pass makes, without editing its code.
+
+While ``capture_attention`` is active (a TorchFunctionMode, so it is scoped to the calling
+thread and to the ``with`` block; nothing is patched and no hook is registered):
+
+- a softmax over the last axis (``torch.softmax``, ``Tensor.softmax``, ``F.softmax``,
+  ``nn.Softmax``) whose result is (B, H, N, N), or (B·H, N, N) with the heads inferred, is
+  recorded as (B, H, N, N);
+- ``F.scaled_dot_product_attention`` over a square score matrix is computed explicitly,
+  softmax(QKᵀ·scale + mask) @ V, so its probabilities exist and are recorded;
+- ``nn.MultiheadAttention`` (and so ``nn.TransformerEncoderLayer``) is asked for per-head
+  weights whatever its caller passed; the caller still gets what it asked for, and the fused
+  fast path is switched off for the duration.
+
+Every recorded tensor lies on the path from the input to the output, so gradients with
+respect to it (∂y/∂A) can be taken. Recording changes no output value.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+_SOFTMAXES = frozenset({torch.softmax, torch.Tensor.softmax, F.softmax, torch.special.softmax})
+_SDPA = F.scaled_dot_product_attention
+_MHA = F.multi_head_attention_forward
+_MHA_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
+_SDPA_NAMES = (
+    "query",
+    "key",
+    "value",
+    "attn_mask",
+    "dropout_p",
+    "is_causal",
+    "scale",
+    "enable_gqa",
+)
+
+
+@dataclass
+class CaptureLog:
+    """What one captured forward pass saw, in call order."""
+
+    batch: int  # B of the model input
+    attentions: list[Tensor] = field(default_factory=list)  # each (B, H, N, N), rows = queries
+    sources: list[str] = field(default_factory=list)  # what made each: softmax / sdpa / mha
+    softmax_calls: int = 0
+    sdpa_calls: int = 0
+    mha_calls: int = 0
+    other_shapes: list[tuple[int, ...]] = field(default_factory=list)  # not square attention
+
+    def add(self, attention: Tensor, source: str) -> None:
+        self.attentions.append(attention)
+        self.sources.append(source)
+
+    def note_other(self, shape: tuple[int, ...]) -> None:
+        if len(self.other_shapes) < 8 and shape not in self.other_shapes:
+            self.other_shapes.append(shape)
+
+    def summary(self) -> str:
+        """'3 softmax calls, 0 scaled_dot_product_attention calls, ...' for messages."""
+        text = (
+            f"{self.softmax_calls} softmax, {self.sdpa_calls} scaled_dot_product_attention "
+            f"and {self.mha_calls} MultiheadAttention calls"
+        )
+        if self.other_shapes:
+            shapes = ", ".join("×".join(map(str, s)) for s in self.other_shapes)
+            text += f"; results that were not square attention: {shapes}"
+        return text
+
+
+def _record(log: CaptureLog, p: Tensor, source: str, heads: int | None = None) -> Tensor:
+    """Record probabilities ``p`` if they are square attention; returns what the caller uses.
+
+    (B, H, N, N) is recorded as it is. (B·H, N, N) is recorded as its (B, H, N, N) view and the
+    caller gets that view flattened back, so the recorded tensor is the one the model goes on
+    with (gradients reach it).
+    """
+    shape = tuple(p.shape)
+    if p.ndim not in (3, 4) or shape[-1] != shape[-2]:
+        log.note_other(shape)
+        return p
+    if p.ndim == 4:
+        if shape[0] != log.batch:
+            log.note_other(shape)
+            return p
+        log.add(p, source)
+        return p
+    lead = shape[0]
+    if heads:
+        B, H = lead // heads, heads
+    else:
+        B = log.batch
+        H = lead // B if lead % B == 0 else 0
+    if H < 1 or lead != B * H:
+        log.note_other(shape)
+        return p
+    a = p.unflatten(0, (B, H))  # (B, H, N, N)
+    log.add(a, source)
+    return a.flatten(0, 1)
+
+
+def _explicit_sdpa(log: CaptureLog, call: dict[str, Any]) -> Tensor:
+    """softmax(QKᵀ·scale + mask) @ V, recording the probabilities (torch's reference maths)."""
+    q, k, v = call["query"], call["key"], call["value"]
+    mask = call.get("attn_mask")
+    L, S = q.shape[-2], k.shape[-2]
+    scale = call.get("scale")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if call.get("enable_gqa") and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        repeat = q.shape[-3] // k.shape[-3]
+        k = k.repeat_interleave(repeat, dim=-3)
+        v = v.repeat_interleave(repeat, dim=-3)
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., L, S)
+    if call.get("is_causal"):
+        causal = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+    p = _record(log, torch.softmax(scores, dim=-1), "scaled_dot_product_attention")
+    dropout = call.get("dropout_p") or 0.0
+    if dropout > 0.0:
+        p = F.dropout(p, dropout, training=True)
+    return p @ v
+
+
+def _value_heads(a: dict[str, Any]) -> Tensor:
+    """V of nn.MultiheadAttention's self-attention split into heads: (B, H, S, d)."""
+    value, E, H = a["value"], a["embed_dim_to_check"], a["num_heads"]
+    separate = a.get("use_separate_proj_weight")
+    w = a["v_proj_weight"] if separate else a["in_proj_weight"][2 * E :]
+    bias = a.get("in_proj_bias")
+    v = F.linear(value, w, None if bias is None else bias[2 * E :])  # (S, B, E) or (S, E)
+    if v.ndim == 2:
+        v = v[:, None]
+    S, B, _ = v.shape
+    return v.reshape(S, B, H, E // H).permute(1, 2, 0, 3)  # (B, H, S, d)
+
+
+def _attention_path(a: dict[str, Any], weights: Tensor, out: Tensor) -> tuple[Tensor, Tensor]:
+    """Make the module output depend on a recorded copy of ``weights`` (values unchanged).
+
+    ``weights`` (B, H, L, S) is a view made after torch used the probabilities, so it is off
+    the gradient path. T, a detached copy, enters the output as g(T) − g(T).detach() with
+    g(T) = out_proj(T @ V): exactly zero in value, and ∂out/∂T is the true derivative.
+    """
+    T = weights.detach().requires_grad_(True)
+    v = _value_heads(a).detach()  # (B, H, S, d)
+    mixed = (T @ v).permute(2, 0, 1, 3).flatten(2)  # (L, B, E)
+    g = F.linear(mixed, a["out_proj_weight"].detach())
+    if out.ndim == 2:
+        g = g[:, 0]
+    return T, out + (g - g.detach())
+
+
+def _multihead(log: CaptureLog, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """F.multi_head_attention_forward with per-head weights recorded; same result to caller."""
+    bound = _MHA_SIGNATURE.bind(*args, **kwargs)
+    a = bound.arguments
+    wanted = a.get("need_weights", True)
+    average = a.get("average_attn_weights", True)
+    a["need_weights"], a["average_attn_weights"] = True, False
+    out, weights = _MHA(*bound.args, **bound.kwargs)  # weights (B, H, L, S) or (H, L, S)
+    log.mha_calls += 1
+    per_head = weights if weights.ndim == 4 else weights[None]
+    square = per_head.shape[-1] == per_head.shape[-2] and a.get("bias_k") is None
+    if square and per_head.shape[0] == log.batch and not a.get("add_zero_attn"):
+        if torch.is_grad_enabled() and out.requires_grad:
+            per_head, out = _attention_path(a, per_head, out)
+        log.add(per_head, "multihead_attention")
+    else:
+        log.note_other(tuple(per_head.shape))
+    if not wanted:
+        return out, None
+    return out, (weights.mean(dim=-3) if average else weights)
+
+
+class _Interceptor(TorchFunctionMode):
+    """Routes softmax, scaled_dot_product_attention and MultiheadAttention calls to the log."""
+
+    def __init__(self, log: CaptureLog) -> None:
+        super().__init__()
+        self.log = log
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        kwargs = kwargs or {}
+        if func in _SOFTMAXES:
+            out = func(*args, **kwargs)
+            self.log.softmax_calls += 1
+            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            if isinstance(out, Tensor) and isinstance(dim, int) and dim in (-1, out.ndim - 1):
+                return _record(self.log, out, "softmax")
+            if isinstance(out, Tensor):
+                self.log.note_other(tuple(out.shape))
+            return out
+        if func is _SDPA:
+            self.log.sdpa_calls += 1
+            call = dict(zip(_SDPA_NAMES, args, strict=False)) | kwargs
+            q, k = call.get("query"), call.get("key")
+            if isinstance(q, Tensor) and isinstance(k, Tensor) and q.shape[-2] == k.shape[-2]:
+                return _explicit_sdpa(self.log, call)
+            return func(*args, **kwargs)
+        if func is _MHA:
+            return _multihead(self.log, args, kwargs)
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def capture_attention(batch: int) -> Iterator[CaptureLog]:
+    """Within the block, every attention the current thread computes lands in the log.
+
+    ``batch`` is the batch size B of the model input (to split (B·H, N, N) into heads).
+    The MultiheadAttention fast path is off inside the block and restored after, even when the
+    block raises.
+    """
+    log = CaptureLog(batch=batch)
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with _Interceptor(log):
+            yield log
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)

@@ -1,0 +1,170 @@
+"""``vitviz-cli train``: a training run from the command line, progress on stderr.
+
+Exit status: 0 trained; 2 settings or data that can't work (nothing trained); 130 stopped by
+Ctrl-C (the last complete epoch's checkpoints stay). Importing this module does not load torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from vitviz.training.config import PRESETS, TrainConfig, preset_config
+from vitviz.training.events import Event
+from vitviz.training.validate import validate_training_config
+
+EXIT_OK, EXIT_BAD_SETTINGS, EXIT_INTERRUPTED = 0, 2, 130
+
+# (flag, TrainConfig field, type, help)
+_OPTIONS: tuple[tuple[str, str, type, str], ...] = (
+    ("--epochs", "epochs", int, "passes over the training set (default 10)"),
+    ("--image-size", "image_size", int, "input side in pixels (default 32)"),
+    ("--patch-size", "patch_size", int, "patch side in pixels (default 8)"),
+    ("--dim", "dim", int, "token width (default 64)"),
+    ("--depth", "depth", int, "encoder blocks (default 4)"),
+    ("--heads", "heads", int, "attention heads; must divide --dim (default 4)"),
+    ("--batch-size", "batch_size", int, "images per step (default 64)"),
+    ("--lr", "lr", float, "peak learning rate of AdamW (default 1e-3)"),
+    ("--seed", "seed", int, "seed of initialisation, shuffling, augmentation and data"),
+    ("--train-size", "train_size", int, "generated data: how many; otherwise at most this many"),
+    ("--val-size", "val_size", int, "validation images (same rule as --train-size)"),
+    ("--threads", "threads", int, "CPU threads for torch (default: torch's choice)"),
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``train`` on the CLI's sub-parsers."""
+    p = subparsers.add_parser(
+        "train",
+        help="train a small ViT on shapes, random data, an image folder or CIFAR-10",
+        description="Train a small ViT. Writes OUT/config.json, OUT/metrics.jsonl and the "
+        "checkpoints OUT/last.safetensors and OUT/best.safetensors (by validation accuracy), "
+        "which `vitviz-cli explain` opens.",
+    )
+    p.add_argument(
+        "--dataset",
+        default="shapes",
+        help="shapes | random | folder:PATH (one sub-folder per class, optionally "
+        "train/ and val/) | cifar10:PATH (cifar-10-batches-py); default shapes",
+    )
+    p.add_argument(
+        "--preset",
+        choices=tuple(PRESETS),
+        default="tutorial",
+        help="starting settings: tutorial (the tutorials' CIFAR-10 ViT, 32 px) or "
+        "shapes (64 px, dim 96, 30 epochs); the options below override them",
+    )
+    for flag, dest, kind, help_text in _OPTIONS:
+        p.add_argument(flag, dest=dest, type=kind, default=None, help=help_text)
+    p.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N | mps")
+    p.add_argument(
+        "--no-augment",
+        dest="augment",
+        action="store_false",
+        default=None,
+        help="no random crop / flip",
+    )
+    p.add_argument("--name", default=None, help="run name (the default run folder's suffix)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="run folder (default: a new folder under the runs directory)",
+    )
+    p.set_defaults(func=cmd_train)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The TrainConfig the arguments ask for (ValueError for an unknown preset/dataset field)."""
+    fields = [dest for _, dest, _, _ in _OPTIONS] + ["device", "augment", "name"]
+    overrides = {k: getattr(args, k) for k in fields if getattr(args, k, None) is not None}
+    overrides["dataset"] = args.dataset
+    if args.out is not None:
+        overrides["out_dir"] = str(args.out)
+    return preset_config(args.preset, step_report_interval_s=2.0, **overrides)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def print_event(event: Event) -> None:
+    """One progress line on stderr per event worth telling."""
+    kind = event.kind
+    e: Any = event
+    if kind == "started":
+        _say(
+            f"training on {e.device}: {e.num_train} training / {e.num_val} validation images, "
+            f"{len(e.class_names)} classes, {e.num_parameters:,} parameters, {e.epochs} epochs "
+            f"of {e.steps_per_epoch} steps -> {e.run_dir}"
+        )
+    elif kind == "step":
+        _say(
+            f"  epoch {e.epoch} step {e.step}/{e.total_steps}  loss {e.loss:.3f}  "
+            f"{e.images_per_s:,.0f} img/s  ETA {_duration(e.eta_s)}"
+        )
+    elif kind == "epoch":
+        _say(
+            f"epoch {e.epoch}/{e.epochs}: train loss {e.train_loss:.3f} acc {e.train_acc:.1%}"
+            f" | val loss {e.val_loss:.3f} acc {e.val_acc:.1%} | {e.images_per_s:,.0f} img/s"
+            f" | {e.epoch_time_s:.1f} s{'  (best)' if e.is_best else ''}"
+        )
+    elif kind == "log":
+        _say(f"  {e.message}")
+    elif kind == "finished":
+        _say(f"{e.status}: {e.message}")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    try:
+        config = config_from_args(args)
+    except (TypeError, ValueError) as exc:
+        _say(f"vitviz-cli: can't train: {exc}")
+        return EXIT_BAD_SETTINGS
+    problems = validate_training_config(config)
+    if problems:
+        for problem in problems:
+            _say(f"vitviz-cli: can't train: {problem}")
+        return EXIT_BAD_SETTINGS
+    from vitviz.training.datasets import DatasetError
+    from vitviz.training.loop import run_training
+
+    stop = threading.Event()
+    previous = _install_interrupt(stop)
+    started = time.perf_counter()
+    try:
+        result = run_training(config, print_event, stop)
+    except DatasetError as exc:
+        _say(f"vitviz-cli: can't train on {config.dataset}: {exc}")
+        return EXIT_BAD_SETTINGS
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    _say(f"run folder: {result.run_dir} ({_duration(time.perf_counter() - started)})")
+    return EXIT_OK if result.status == "completed" else EXIT_INTERRUPTED
+
+
+def _install_interrupt(stop: threading.Event) -> Any:
+    """First Ctrl-C: stop after the current step; a second one: the usual KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        _say("stopping after this step (Ctrl-C again to abort at once)")
+
+    return signal.signal(signal.SIGINT, handler)

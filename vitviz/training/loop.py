@@ -1,0 +1,402 @@
+"""The training loop as a plain function: ``run_training(config, reporter, stop_flag)``.
+
+It reports events to ``reporter`` (any callable, e.g. ``list.append`` or ``queue.put``) and
+checks ``stop_flag`` (anything with ``is_set()``, e.g. threading.Event / multiprocessing.Event,
+or a zero-argument callable) before every step. No threads or processes of its own: the window
+runs it in a child process (vitviz.training.process), the CLI in its own process, tests directly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from vitviz.checkpoints import save_checkpoint
+from vitviz.devices import resolve_device
+from vitviz.imaging import Preprocessing
+from vitviz.model import VisionTransformer, ViTConfig
+from vitviz.training.augment import Normalizer, random_crop_flip
+from vitviz.training.config import TrainConfig, equivalent_command
+from vitviz.training.datasets import DatasetError, TrainData, channel_stats, load_dataset
+from vitviz.training.events import (
+    CheckpointEvent,
+    EpochEvent,
+    Event,
+    FinishedEvent,
+    LogEvent,
+    ProbeEvent,
+    RunStarted,
+    RunStatus,
+    StepEvent,
+)
+from vitviz.training.optim import AmpSettings, amp_settings, make_optimizer
+from vitviz.training.probe import probe_maps
+from vitviz.training.runs import (
+    BEST_CHECKPOINT,
+    LAST_CHECKPOINT,
+    append_metrics,
+    prepare_run_dir,
+    write_status,
+)
+from vitviz.training.schedule import lr_at
+from vitviz.training.validate import check_training_config
+
+Reporter = Callable[[Event], Any]
+
+
+class StopFlag(Protocol):
+    def is_set(self) -> bool: ...
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    status: RunStatus
+    epochs_done: int
+    best_val_acc: float | None
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _stop_requested(stop_flag: StopFlag | Callable[[], bool] | None) -> bool:
+    if stop_flag is None:
+        return False
+    is_set = getattr(stop_flag, "is_set", None)
+    return bool(is_set() if is_set is not None else stop_flag())  # type: ignore[operator]
+
+
+def _no_report(event: Event) -> None:
+    return None
+
+
+def run_training(
+    config: TrainConfig,
+    reporter: Reporter | None = None,
+    stop_flag: StopFlag | Callable[[], bool] | None = None,
+    *,
+    run_dir: Path | None = None,
+) -> RunResult:
+    """Train as ``config`` says, writing the run folder; returns how it ended.
+
+    Settings that can't work raise TrainingConfigError before anything is created. ``run_dir``:
+    an already prepared run folder (start_run prepares it in the parent process). A stop request
+    ends the run at the next step with status "cancelled"; the last complete epoch's checkpoint
+    stays. Data problems raise DatasetError, anything else its own error, after a "failed"
+    FinishedEvent and status.
+    """
+    report = reporter or _no_report
+    if run_dir is None:
+        check_training_config(config)
+        run_dir = prepare_run_dir(config)
+    config = config.replace(out_dir=str(run_dir))
+    try:
+        return _Run(config, run_dir, report, stop_flag).run()
+    except DatasetError as exc:
+        _failed(run_dir, report, str(exc), "")
+        raise
+    except Exception as exc:
+        _failed(run_dir, report, f"training failed: {exc}", traceback.format_exc())
+        raise
+
+
+def _failed(run_dir: Path, report: Reporter, message: str, details: str) -> None:
+    write_status(run_dir, "failed", message=message)
+    report(FinishedEvent("failed", str(run_dir), 0, None, message, details))
+
+
+def evaluate(
+    model: VisionTransformer,
+    images: Tensor,
+    labels: Tensor,
+    normalize: Normalizer,
+    batch_size: int,
+    amp: AmpSettings,
+    stop: Callable[[], bool] = lambda: False,
+) -> tuple[float, float] | None:
+    """Mean cross-entropy and accuracy over (N, 3, S, S) uint8 images; None if stopped."""
+    device = normalize.scale.device
+    was_training = model.training
+    model.eval()
+    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+    correct = torch.zeros((), device=device, dtype=torch.int64)
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(labels), batch_size):
+                if stop():
+                    return None
+                x = normalize(images[start : start + batch_size].to(device, non_blocking=True))
+                y = labels[start : start + batch_size].to(device, non_blocking=True)
+                with amp.autocast():
+                    logits = model(x)
+                loss_sum += F.cross_entropy(logits.float(), y, reduction="sum")
+                correct += (logits.argmax(dim=-1) == y).sum()
+    finally:
+        model.train(was_training)
+    n = max(len(labels), 1)
+    return float(loss_sum) / n, int(correct) / n
+
+
+class _Run:
+    """One run's state; ``run()`` is the loop. Private: the function above is the API."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        run_dir: Path,
+        report: Reporter,
+        stop_flag: StopFlag | Callable[[], bool] | None,
+    ) -> None:
+        self.cfg, self.run_dir, self.report = cfg, run_dir, report
+        self.stop = lambda: _stop_requested(stop_flag)
+        self.metrics: list[dict[str, Any]] = []
+        self.best_acc: float | None = None
+
+    # -- set-up ----------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        cfg = self.cfg
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.device = resolve_device(cfg.device)
+        self.data: TrainData = load_dataset(cfg)
+        for note in self.data.notes[:20]:
+            self.report(LogEvent(note))
+        mean, std = channel_stats(self.data.train_images)
+        self.prep = Preprocessing(
+            image_size=cfg.image_size,
+            resize=self.data.resize,
+            mean=mean,
+            std=std,
+            interpolation="bicubic",
+        )
+        torch.manual_seed(cfg.seed)
+        model_cfg = ViTConfig(**cfg.model_kwargs(len(self.data.class_names)))
+        self.model = VisionTransformer(model_cfg).to(self.device).train()
+        self.optimizer = make_optimizer(self.model, cfg.lr, cfg.weight_decay, self.device)
+        self.amp = amp_settings(cfg.amp, self.device)
+        self.normalize = Normalizer(mean, std, self.device)
+        self.shuffle_gen = torch.Generator().manual_seed(cfg.seed)
+        self.aug_gen = torch.Generator(device=self.device).manual_seed(cfg.seed + 1)
+        n = len(self.data.train_labels)
+        self.steps_per_epoch = math.ceil(n / cfg.batch_size)
+        self.total_steps = self.steps_per_epoch * cfg.epochs
+        self.warmup_steps = min(self.total_steps, round(cfg.warmup_epochs * self.steps_per_epoch))
+        self.val_x = self.data.val_images.to(self.device)
+        self.val_y = self.data.val_labels.to(self.device)
+
+    # -- one optimizer step ------------------------------------------------------------------------
+    def _step(self, x: Tensor, y: Tensor, step: int) -> tuple[Tensor, Tensor]:
+        """Augment, forward, backward, update: x (B, 3, S, S) uint8 on the device, y (B,).
+        Returns the loss (scalar tensor) and the number of correct predictions (no sync)."""
+        cfg = self.cfg
+        if cfg.augment:
+            x = random_crop_flip(x, cfg.effective_crop_padding, True, self.aug_gen)
+        lr = lr_at(step, cfg.lr, self.total_steps, self.warmup_steps, cfg.min_lr)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        with self.amp.autocast():
+            logits = self.model(self.normalize(x))  # (B, C)
+            loss = F.cross_entropy(logits.float(), y, label_smoothing=cfg.label_smoothing)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.amp.backward_and_step(loss, self.optimizer, self.model, cfg.grad_clip)
+        return loss.detach(), (logits.detach().argmax(dim=-1) == y).sum()
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        threads = torch.get_num_threads()
+        try:
+            return self._run()
+        finally:
+            torch.set_num_threads(threads)  # cfg.threads is for this run only
+
+    def _run(self) -> RunResult:
+        self._setup()
+        cfg = self.cfg
+        params = sum(p.numel() for p in self.model.parameters())
+        self.report(
+            RunStarted(
+                str(self.run_dir),
+                cfg.epochs,
+                self.steps_per_epoch,
+                self.total_steps,
+                list(self.data.class_names),
+                len(self.data.train_labels),
+                len(self.data.val_labels),
+                str(self.device),
+                params,
+            )
+        )
+        self.t_start = time.perf_counter()
+        status: RunStatus = "completed"
+        for epoch in range(1, cfg.epochs + 1):
+            if not self._epoch(epoch):
+                status = "cancelled"
+                break
+        done = len(self.metrics)
+        best = self.best_acc
+        if status == "completed":
+            message = f"{done} epochs, best validation accuracy {best:.1%}"
+        else:
+            message = f"cancelled after {done} complete epoch{'s' if done != 1 else ''}"
+        write_status(self.run_dir, status, epochs_done=done, best_val_acc=best, message=message)
+        self.report(FinishedEvent(status, str(self.run_dir), done, best, message))
+        return RunResult(self.run_dir, status, done, best, list(self.metrics))
+
+    def _eta(self, steps_done: int) -> float:
+        elapsed = time.perf_counter() - self.t_start
+        return elapsed / max(steps_done, 1) * (self.total_steps - steps_done)
+
+    def _epoch(self, epoch: int) -> bool:
+        """Train one epoch, validate, checkpoint, report; False if stopped part-way."""
+        cfg, dev = self.cfg, self.device
+        if self.stop():
+            return False
+        images, labels = self.data.train_set(epoch)
+        images, labels = images.to(dev), labels.to(dev)
+        order = torch.randperm(len(labels), generator=self.shuffle_gen).to(dev)
+        loss_sum = torch.zeros((), device=dev)
+        correct = torch.zeros((), device=dev, dtype=torch.int64)
+        window_loss = torch.zeros((), device=dev)
+        window_steps, window_images = 0, 0
+        t_epoch = t_window = time.perf_counter()
+        base = (epoch - 1) * self.steps_per_epoch
+        for i in range(self.steps_per_epoch):
+            if self.stop():
+                return False
+            idx = order[i * cfg.batch_size : (i + 1) * cfg.batch_size]
+            loss, right = self._step(images[idx], labels[idx], base + i)
+            loss_sum += loss
+            window_loss += loss
+            correct += right
+            window_steps += 1
+            window_images += len(idx)
+            now = time.perf_counter()
+            last = i == self.steps_per_epoch - 1
+            if last or now - t_window >= cfg.step_report_interval_s:
+                mean_loss = float(window_loss) / window_steps  # syncs the device
+                now = time.perf_counter()
+                step = base + i + 1
+                self.report(
+                    StepEvent(
+                        epoch,
+                        step,
+                        self.total_steps,
+                        mean_loss,
+                        lr_at(base + i, cfg.lr, self.total_steps, self.warmup_steps, cfg.min_lr),
+                        window_images / max(now - t_window, 1e-9),
+                        now - self.t_start,
+                        self._eta(step),
+                    )
+                )
+                window_loss.zero_()
+                window_steps, window_images, t_window = 0, 0, now
+        train_time = time.perf_counter() - t_epoch
+        evaluated = evaluate(
+            self.model,
+            self.val_x,
+            self.val_y,
+            self.normalize,
+            max(2 * cfg.batch_size, 256),
+            self.amp,
+            self.stop,
+        )
+        if evaluated is None:
+            return False
+        self._finish_epoch(
+            epoch,
+            float(loss_sum) / self.steps_per_epoch,
+            int(correct) / len(labels),
+            evaluated,
+            len(labels) / train_time,
+            time.perf_counter() - t_epoch,
+        )
+        return True
+
+    def _finish_epoch(
+        self,
+        epoch: int,
+        train_loss: float,
+        train_acc: float,
+        evaluated: tuple[float, float],
+        images_per_s: float,
+        epoch_time: float,
+    ) -> None:
+        cfg = self.cfg
+        val_loss, val_acc = evaluated
+        is_best = self.best_acc is None or val_acc > self.best_acc
+        if is_best:
+            self.best_acc = val_acc
+        step = epoch * self.steps_per_epoch
+        row = dict(
+            epoch=epoch,
+            step=step,
+            train_loss=train_loss,
+            train_acc=train_acc,
+            val_loss=val_loss,
+            val_acc=val_acc,
+            lr=lr_at(step - 1, cfg.lr, self.total_steps, self.warmup_steps, cfg.min_lr),
+            images_per_s=images_per_s,
+            epoch_time_s=epoch_time,
+            elapsed_s=time.perf_counter() - self.t_start,
+        )
+        provenance = dict(
+            trained_by="vitviz.training",
+            command=cfg.command or equivalent_command(cfg),
+            dataset=self.data.description,
+            train_config=cfg.to_dict(),
+            epoch=epoch,
+            epochs=cfg.epochs,
+            metrics=row,
+            best_val_acc=self.best_acc,
+            device=str(self.device),
+        )
+        last = self._save(self.run_dir / LAST_CHECKPOINT, provenance)
+        if is_best:
+            best = self._save(self.run_dir / BEST_CHECKPOINT, provenance)
+        append_metrics(self.run_dir, row)
+        self.metrics.append(row)
+        self.report(
+            EpochEvent(
+                epoch,
+                cfg.epochs,
+                train_loss,
+                train_acc,
+                val_loss,
+                val_acc,
+                images_per_s,
+                epoch_time,
+                self._eta(step),
+                is_best,
+            )
+        )
+        self.report(CheckpointEvent(epoch, str(last), False))
+        if is_best:
+            self.report(CheckpointEvent(epoch, str(best), True))
+        if cfg.probe:
+            self._probe(epoch)
+
+    def _save(self, path: Path, provenance: dict[str, Any]) -> Path:
+        return save_checkpoint(self.model, path, self.data.class_names, self.prep, provenance)
+
+    def _probe(self, epoch: int) -> None:
+        x = self.normalize(self.val_x[:1])  # (1, 3, S, S)
+        rollout, cls_map, predicted = probe_maps(self.model, x)
+        masks = self.data.val_masks
+        self.report(
+            ProbeEvent(
+                epoch,
+                self.data.val_images[0].permute(1, 2, 0).contiguous().numpy(),
+                rollout,
+                cls_map,
+                int(self.data.val_labels[0]),
+                predicted,
+                None if masks is None else masks[0].numpy().copy(),
+            )
+        )
