@@ -4,8 +4,9 @@ Two hooks for smoke tests and ``benchmarks/startup.py``, off unless asked for:
 
 - ``--quit-after-ms N`` closes the window (as the user would) N ms after the work asked for at
   start is done and on screen: the files given are shown, or have failed with a message.
-- ``VITVIZ_TIMING=1`` prints ``first-paint <s>`` once the window has painted and
-  ``first-prediction <s>`` once the predictions of the first image have painted, in seconds since
+- ``VITVIZ_TIMING=1`` prints ``first-paint <s> (...)`` once the window has painted and
+  ``first-prediction <s> (...)`` once the predictions of the first image have painted (the
+  parenthesis says whether torch was imported by then), in seconds since
   ``VITVIZ_TIMING_T0`` (a ``time.time()`` value the spawning process sets just before it starts
   this one), or since this module was imported when that is not set.
 """
@@ -60,13 +61,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("VITVIZ_TIMING"):
         _install_timing(window)
     window.show()
-    from PySide6.QtCore import QTimer
 
     files = [os.path.abspath(f) for f in args.files]
-    QTimer.singleShot(0, lambda: window.start(files, defaults=not files))
+    _after_first_paint(window, lambda: window.start(files, defaults=not files))
     if args.quit_after_ms is not None:
         _quit_when_idle(window, max(0, args.quit_after_ms))
     return app.exec()
+
+
+def _after_first_paint(window: Any, start: Any, fallback_ms: int = 1000) -> None:
+    """Call ``start`` once the window has painted (so torch's import can't delay the first paint;
+    DESIGN §2.6), or after ``fallback_ms`` if no paint comes (e.g. started minimised)."""
+    from PySide6.QtCore import QEvent, QObject, QTimer
+
+    class FirstPaint(QObject):
+        done = False
+
+        def fire(self) -> None:
+            if not self.done:
+                self.done = True
+                window.removeEventFilter(self)
+                start()
+
+        def eventFilter(self, obj: Any, event: Any) -> bool:  # noqa: N802 (Qt's name)
+            if not self.done and event.type() == QEvent.Type.Paint:
+                QTimer.singleShot(0, self.fire)  # after this paint has reached the screen
+            return False
+
+    watch = FirstPaint(window)
+    window.installEventFilter(watch)
+    QTimer.singleShot(fallback_ms, watch.fire)
 
 
 def _quit_when_idle(window: Any, delay_ms: int) -> None:
@@ -94,8 +118,9 @@ def _install_timing(window: Any) -> None:
     except ValueError:
         t0 = _T0
 
-    def report(what: str) -> None:
-        print(f"{what} {time.time() - t0:.4f}", flush=True)
+    def report(what: str, torch_loaded: bool) -> None:
+        torch = "torch loaded" if torch_loaded else "torch not loaded"
+        print(f"{what} {time.time() - t0:.4f} ({torch})", flush=True)
 
     class PaintWatch(QObject):
         """Reports ``what`` once, just after the first paint of ``target`` (when armed)."""
@@ -109,7 +134,8 @@ def _install_timing(window: Any) -> None:
             if self.armed and obj is self.target and event.type() == QEvent.Type.Paint:
                 self.armed, self.done = False, True
                 self.target.removeEventFilter(self)
-                QTimer.singleShot(0, lambda: report(self.what))  # after the paint completes
+                loaded = "torch" in sys.modules  # as the paint starts
+                QTimer.singleShot(0, lambda: report(self.what, loaded))  # after the paint
             return False
 
     window._paint_watch = PaintWatch(window, "first-paint", armed=True)

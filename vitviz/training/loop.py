@@ -125,7 +125,7 @@ def evaluate(
     device = normalize.scale.device
     was_training = model.training
     model.eval()
-    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+    loss_sum = torch.zeros((), device=device)  # float32: MPS has no float64
     correct = torch.zeros((), device=device, dtype=torch.int64)
     try:
         with torch.inference_mode():

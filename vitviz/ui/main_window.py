@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from vitviz import __version__, resources
 from vitviz.filekinds import CHECKPOINT_SUFFIXES, file_kind
 from vitviz.imaging.loading import IMAGE_EXTENSIONS, list_images
+from vitviz.ui.cache_dialog import CacheDialog
 from vitviz.ui.errors import ErrorNotifier, MessageBar
 from vitviz.ui.model_code_dialog import ModelCodeDialog
 from vitviz.ui.settings import AppSettings
@@ -115,6 +116,12 @@ class MainWindow(QMainWindow):
             "Ctrl+Shift+M",
             "Open a ViT written in a Python file (class or function, arguments, state dict)",
         )
+        self.act_open_cache = a(
+            "Open from &cache…",
+            lambda: self.client.submit("cache", jobs.list_cache),
+            None,
+            "Checkpoints already in the Hugging Face and torch hub caches on this disk",
+        )
         self.act_open_folder = a("Open image &folder…", self.open_folder_dialog, "Ctrl+Alt+O")
         self.act_paste = a("&Paste image", self.paste, "Ctrl+V")
         self.act_prev = a("Previous image", partial(self.step_folder, -1), "Alt+Left")
@@ -146,6 +153,7 @@ class MainWindow(QMainWindow):
             self.act_open_image,
             self.act_open_ckpt,
             self.act_open_code,
+            self.act_open_cache,
             self.act_open_folder,
             self.act_paste,
         ):
@@ -448,12 +456,25 @@ class MainWindow(QMainWindow):
             self._apply_image(result)  # type: ignore[arg-type]
         elif channel == "maps":
             self.viewer.apply_maps(result)  # type: ignore[arg-type]
+        elif channel == "cache":
+            self._show_cache(result)  # type: ignore[arg-type]
         elif channel == "export":
             self.notifier.info(f"Saved {result}")
         elif channel == "device":
             self.device_label.setText(f"device: {result}")
             if self._shown_source is not None:
                 self.open_image(self._shown_source, self._shown_label)
+
+    def _show_cache(self, entries: list) -> None:
+        dialog = CacheDialog(entries, self)
+        self.cache_dialog = dialog  # kept for tests
+        dialog.accepted.connect(lambda: self._open_cached(dialog))
+        dialog.open()
+
+    def _open_cached(self, dialog: CacheDialog) -> None:
+        path = dialog.selected_path()
+        if path is not None:
+            self.open_checkpoint(path)
 
     def _fill_devices(self) -> None:
         saved = self.settings.get("device", "cpu", str)

@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from vitviz.workers import jobs
 from vitviz.workers.messages import UserError
 
-CHANNELS = ("warmup", "model", "image", "maps", "export", "device")
+CHANNELS = ("warmup", "model", "image", "maps", "export", "device", "cache")
 
 
 class Engine(QObject):

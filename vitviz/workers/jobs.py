@@ -245,3 +245,10 @@ def load_model_code(state: EngineState, spec: Any) -> ModelSummary:
     except ModelCodeError as exc:
         raise UserFacingError(str(exc), "checkpoint") from exc
     return use_model(state, loaded)
+
+
+def list_cache(state: EngineState) -> list:
+    """Checkpoints already in the Hugging Face and torch hub caches (nothing is downloaded)."""
+    from vitviz.checkpoints.cache import list_cached_checkpoints
+
+    return list_cached_checkpoints()
