@@ -4,4 +4,5 @@ import sys
 
 from vitviz.app import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a spawned training process re-imports this module
+    sys.exit(main())

@@ -69,6 +69,8 @@ class VisionTransformer(nn.Module):
     # -- initialisation ---------------------------------------------------------------------------
     def init_weights(self) -> None:
         """Truncated-normal (std 0.02) Linear weights and position table, zero biases."""
+        if any(p.is_meta for p in self.parameters()):
+            return  # shapes only (a checkpoint's weights are about to be assigned)
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.trunc_normal_(m.weight, std=0.02)

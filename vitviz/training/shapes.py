@@ -37,6 +37,7 @@ _SUPERSAMPLE = 2  # k × k samples per pixel
 _RADIUS = (0.20, 0.34)  # object radius as a share of the image side
 _LINES = 3  # faint clutter lines per image
 _NOISE = 0.03  # pixel noise standard deviation (intensity 0..1)
+_FIELD = 0.12  # strength of the smooth background colour field
 
 # -- inside tests in the object's own frame: (u, v) in units of the object radius ------------
 
@@ -181,7 +182,7 @@ def _lines_alpha(lines: Tensor, size: int) -> Tensor:
 def _background(p: dict[str, Tensor], size: int, g: torch.Generator) -> Tensor:
     """Smooth colour field around the base colour, crossed by faint lines: (B, 3, S, S)."""
     B = p["base"].shape[0]
-    low = torch.randn(B, 3, 4, 4, generator=g) * 0.12
+    low = torch.randn(B, 3, 4, 4, generator=g) * _FIELD
     field = F.interpolate(low, size=(size, size), mode="bicubic", align_corners=False)
     bg = p["base"].view(B, 3, 1, 1) + field
     alpha = _lines_alpha(p["lines"], size)  # (B, L, S, S)

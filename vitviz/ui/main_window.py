@@ -28,6 +28,7 @@ from vitviz.ui.cache_dialog import CacheDialog
 from vitviz.ui.errors import ErrorNotifier, MessageBar
 from vitviz.ui.model_code_dialog import ModelCodeDialog
 from vitviz.ui.settings import AppSettings
+from vitviz.ui.training_tab import TrainingTab
 from vitviz.ui.viewer_tab import ViewerTab
 from vitviz.workers import jobs
 from vitviz.workers.engine import EngineClient
@@ -59,6 +60,10 @@ class MainWindow(QMainWindow):
         self.viewer = ViewerTab(self.client)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.viewer, "Viewer")
+        self.training = TrainingTab()
+        self.tabs.addTab(self.training, "Training")
+        self.training.openCheckpoint.connect(self.open_trained)
+        self.training.message.connect(lambda text: self.notifier.user_error(text))
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -220,6 +225,7 @@ class MainWindow(QMainWindow):
         s.set("view/opacity", ctl.opacity.value())
         s.set("view/method", ctl.method.currentData())
         s.set("device", self.device_combo.currentText())
+        self.training.runner.shutdown()
         self.client.shutdown()
         super().closeEvent(event)
 
@@ -293,6 +299,17 @@ class MainWindow(QMainWindow):
         path = Path(path)
         self.model_label.setText(f"loading {path.name}…")
         return self.client.submit("model", partial(jobs.load_model, path=path))
+
+    def open_trained(self, path: Path) -> None:
+        """A checkpoint from the Training tab: show it in the viewer on the current image."""
+        self.tabs.setCurrentWidget(self.viewer)
+        self.open_checkpoint(path)
+        if self._requested_source is None:
+            samples = resources.sample_images()
+            if samples:
+                self.open_image(samples[0])
+            else:
+                self.notifier.info("Model opened: drop or open an image to see its attention.")
 
     def open_image(self, source: object, label: str | None = None) -> int:
         if isinstance(source, (str, Path)):
@@ -516,6 +533,8 @@ class MainWindow(QMainWindow):
             self._requested_source = self._shown_source  # forget the bad one
             self._requested_label = self._shown_label
         # kind "checkpoint": no model yet; keep the image, _apply_model opens it with the model
+        if channel == "maps" and error.kind == "no_image":
+            return  # a new model's re-analysis is under way; its maps are asked for on arrival
         if channel == "model":
             self.model_label.setText(
                 "no model" if self.model is None else f"{self.model.name} ({self.model.family})"

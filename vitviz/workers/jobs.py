@@ -160,7 +160,8 @@ def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
     """Raw maps of the query for every layer and head, plus the chosen method's map."""
     a = state.analysis
     if a is None:
-        raise UserFacingError("No image has been analysed yet.", "image")
+        # after a model change, until the image is analysed again with it (the window waits)
+        raise UserFacingError("No image has been analysed yet.", "no_image")
     patch = params.query
     head_maps = a.all_attention_maps(patch).numpy()  # (L, H, gh, gw)
     mean_maps = head_maps.mean(axis=1)

@@ -97,4 +97,4 @@ class UserError:
     """An expected mistake (not an image, unknown checkpoint): a short message, nothing changes."""
 
     message: str
-    kind: str = "error"  # "image" | "checkpoint" | "export" | "device" | "error"
+    kind: str = "error"  # "image" | "checkpoint" | "export" | "device" | "no_image" | "error"

@@ -1,0 +1,160 @@
+"""Make the README's screenshot: the main window with an image, a model and its maps.
+
+Runs the real window offscreen (no display needed), opens an image and a checkpoint the way
+``vitviz IMAGE CHECKPOINT`` does, waits until the predictions and maps are on screen, grabs the
+window and writes a small palette PNG (default ``resources/screenshot.png``, kept < 300 KB).
+
+Defaults: the shipped model and first sample image (vitviz.resources) where they exist; else a
+generated tiny ViT (random weights scaled so its attention is peaked) and scikit-image's
+"chelsea" photo (or a generated picture without scikit-image).
+
+    .venv/bin/python packaging/screenshot.py [--image IMG] [--checkpoint CKPT] [--out PNG]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+MAX_BYTES = 300_000
+
+
+def default_checkpoint(folder: Path) -> Path:
+    from vitviz import resources
+
+    shipped = resources.default_model_path()
+    if shipped is not None:
+        return shipped
+    import torch
+    from torch import nn
+
+    from vitviz.checkpoints import save_checkpoint
+    from vitviz.model import create_model
+
+    torch.manual_seed(3)
+    model = create_model("cifar10-tutorial", image_size=64).eval()
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # larger random weights: peaked attention, distinct predictions
+        for module in model.modules():
+            for name, p in module.named_parameters(recurse=False):
+                ln = isinstance(module, nn.LayerNorm) and name == "weight"
+                p.copy_((1.0 if ln else 0.0) + 0.25 * torch.randn(p.shape, generator=g))
+    names = [f"class {i}" for i in range(10)]  # untrained: no real class names
+    return save_checkpoint(model, folder / "demo-tiny.safetensors", class_names=names)
+
+
+def default_image(folder: Path) -> Path:
+    import numpy as np
+    from PIL import Image
+
+    from vitviz import resources
+
+    samples = resources.sample_images()
+    if samples:
+        return samples[0]
+    try:
+        import skimage.data
+
+        rgb = skimage.data.chelsea()
+    except ImportError:
+        y, x = np.mgrid[0:300, 0:450]
+        rgb = np.stack([x * 255 // 450, y * 255 // 300, (x ^ y) % 256], -1).astype(np.uint8)
+    path = folder / "chelsea.png"
+    Image.fromarray(rgb).save(path)
+    return path
+
+
+def shoot(image: Path, checkpoint: Path, out: Path, size: tuple[int, int], method: str) -> Path:
+    import pyqtgraph as pg
+    from PIL import Image
+    from PySide6.QtCore import QBuffer, QIODevice, QSettings
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("vitviz")
+    pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)  # as vitviz.app does
+    from vitviz.ui.main_window import MainWindow
+    from vitviz.ui.settings import AppSettings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = AppSettings(QSettings(str(Path(tmp) / "s.ini"), QSettings.Format.IniFormat))
+        window = MainWindow(settings)
+        window.resize(*size)
+        window.show()
+        window.start([str(checkpoint), str(image)])
+        v = window.viewer
+        ctl = v.controls
+
+        def settled() -> bool:
+            return (
+                not window.client.is_busy()
+                and v.maps is not None
+                and v.maps.params == ctl.params(v.query, v.target_class)
+            )
+
+        def wait(done, timeout: float = 120.0) -> None:
+            deadline = time.monotonic() + timeout
+            while not done():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the window did not show the maps in time")
+                app.processEvents()
+                time.sleep(0.01)
+
+        wait(settled)
+        errors = window.message_bar.text()
+        if errors:
+            raise RuntimeError(f"the window reported: {errors}")
+        ctl.select(layer=v.image.num_layers - 1, head=-1)  # the last layer, mean of heads
+        ctl.method.setCurrentIndex(max(0, ctl.method.findData(method)))
+        wait(settled)
+        for _ in range(5):  # let every view repaint
+            app.processEvents()
+            time.sleep(0.05)
+        pixmap = window.grab()
+        window.close()
+        app.processEvents()
+
+    buffer = QBuffer()
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    pixmap.save(buffer, "PNG")
+    import io
+
+    shot = Image.open(io.BytesIO(bytes(buffer.data()))).convert("RGB")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shot.save(out, optimize=True)
+    for colors in (256, 128, 64):  # too large as RGB: a palette PNG
+        if out.stat().st_size <= MAX_BYTES:
+            break
+        shot.quantize(colors=colors, method=Image.Quantize.FASTOCTREE).save(out, optimize=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--image", type=Path, help="image to show (default: a sample or chelsea)")
+    p.add_argument("--checkpoint", type=Path, help="checkpoint (default: shipped or tiny demo)")
+    p.add_argument("--out", type=Path, default=REPO / "resources" / "screenshot.png")
+    p.add_argument("--size", default="1400x900", help="window size, WxH (default 1400x900)")
+    p.add_argument("--method", default="attention", help="attention, rollout, relevance, ...")
+    args = p.parse_args(argv)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        checkpoint = args.checkpoint or default_checkpoint(folder)
+        image = args.image or default_image(folder)
+        out = shoot(image, checkpoint, args.out, (width, height), args.method)
+    print(f"wrote {out} ({out.stat().st_size / 1000:.0f} KB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
