@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             "baseline: repaint, no change": rig.baseline,
             "head (step_head)": rig.head,
             "layer (select)": rig.layer,
-            "query patch (set_query, engine round trip)": rig.query,
+            "query patch (set_query)": rig.query,
         }
         for _ in range(warmup):
             for fn in cases.values():

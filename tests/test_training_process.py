@@ -89,8 +89,7 @@ def test_cancel_mid_epoch_leaves_the_last_checkpoint_loadable(
     assert [e.kind for e in events].count("epoch") == 1
     assert read_run(handle.run_dir).status == "cancelled"
     assert not list(handle.run_dir.glob(".*.tmp"))
-    if grace_s > 0:  # the child stopped at its next step and said so itself
-        assert finished.epochs_done == 1 and "after 1 complete epoch" in finished.message
+    assert finished.epochs_done == 1 and "after 1 complete epoch" in finished.message
 
 
 WRITER = """
@@ -139,3 +138,34 @@ def test_sigkill_during_a_checkpoint_write_keeps_the_previous_one(tmp_path: Path
     loaded = load_checkpoint(target)
     assert loaded.provenance["i"] in (2, 3)
     assert loaded.model.config.dim == 384
+
+
+class ListQueue(list):
+    """Stands in for the multiprocessing queue in the child's own code."""
+
+    def put(self, event: Event) -> None:
+        self.append(event)
+
+
+def test_child_reports_a_failure_with_its_traceback(tmp_path: Path) -> None:
+    from vitviz.training.process import run_child
+
+    events = ListQueue()
+    code = run_child({"dataset": "random", "bogus": 1}, str(tmp_path), events, None)
+    assert code == 1 and len(events) == 1
+    end = events[0]
+    assert end.kind == "finished" and end.status == "failed"
+    assert "unknown training settings: bogus" in end.message
+    assert "Traceback" in end.traceback
+
+    broken = tmp_path / "broken"
+    for name in ("a", "b"):
+        (broken / name).mkdir(parents=True)
+        (broken / name / "x.png").write_bytes(b"not an image")
+        (broken / name / "y.png").write_bytes(b"not an image")
+    events = ListQueue()
+    cfg = TrainConfig(dataset=f"folder:{broken}", out_dir=str(tmp_path / "run"))
+    (tmp_path / "run").mkdir()
+    assert run_child(cfg.to_dict(), str(tmp_path / "run"), events, None) == 1
+    assert [e.kind for e in events] == ["finished"]  # the loop's own report, not a second one
+    assert "no readable images" in events[0].message and events[0].traceback == ""

@@ -20,16 +20,22 @@ from typing import Any
 
 from vitviz.training.config import TrainConfig
 from vitviz.training.events import Event, FinishedEvent
-from vitviz.training.runs import prepare_run_dir, remove_stray_temporaries, write_status
+from vitviz.training.runs import (
+    prepare_run_dir,
+    read_metrics,
+    remove_stray_temporaries,
+    write_status,
+)
 from vitviz.training.validate import check_training_config
 
 DEFAULT_GRACE_S = 0.5
 
 
-def _child_main(config: dict[str, Any], run_dir: str, events: Any, stop: Any) -> None:
-    """Entry point of the child process: run the loop, send every event to the queue."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is the parent's to handle
-    code = 0
+def run_child(config: dict[str, Any], run_dir: str, events: Any, stop: Any) -> int:
+    """The child's work: run the loop, send every event to ``events``; returns the exit code.
+
+    Whatever goes wrong ends with a "failed" FinishedEvent (with the traceback) in the queue.
+    """
     finished = False
 
     def put(event: Event) -> None:
@@ -45,10 +51,18 @@ def _child_main(config: dict[str, Any], run_dir: str, events: Any, stop: Any) ->
             cfg = cfg.replace(threads=max(1, (os.cpu_count() or 2) - 1))
         run_training(cfg, put, stop, run_dir=Path(run_dir))
     except BaseException as exc:  # noqa: BLE001 - whatever it was, the parent must hear of it
-        code = 1
         if not finished:
             message = f"training failed: {exc!r}"
             events.put(FinishedEvent("failed", run_dir, 0, None, message, traceback.format_exc()))
+        return 1
+    return 0
+
+
+def _child_main(config: dict[str, Any], run_dir: str, events: Any, stop: Any) -> None:
+    """Entry point of the spawned process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is the parent's to handle
+    try:
+        code = run_child(config, run_dir, events, stop)
     finally:
         events.close()
         events.join_thread()  # every event is in the pipe before the process ends
@@ -122,16 +136,17 @@ class RunHandle:
             return out
 
     def _synthesized_end(self) -> FinishedEvent:
-        code = self._process.exitcode
+        """The end of a child that could not say it itself, from what its run folder holds."""
+        metrics = read_metrics(self.run_dir)
+        accs = [m["val_acc"] for m in metrics if isinstance(m.get("val_acc"), (int, float))]
+        best = max(accs) if accs else None
+        done = len(metrics)
         if self._cancelled:
-            return FinishedEvent("cancelled", str(self.run_dir), -1, None, "cancelled")
-        return FinishedEvent(
-            "failed",
-            str(self.run_dir),
-            -1,
-            None,
-            f"the training process ended unexpectedly (exit code {code})",
-        )
+            message = f"cancelled after {done} complete epoch{'s' if done != 1 else ''}"
+            return FinishedEvent("cancelled", str(self.run_dir), done, best, message)
+        message = f"the training process ended unexpectedly (exit code {self._process.exitcode})"
+        write_status(self.run_dir, "failed", message=message)
+        return FinishedEvent("failed", str(self.run_dir), done, best, message)
 
     def cancel(self, grace_s: float = DEFAULT_GRACE_S, wait: bool = True) -> None:
         """Stop the run now: ask the child to stop, terminate it if it is still running after
@@ -162,7 +177,9 @@ class RunHandle:
             if self._process.is_alive():
                 self._process.kill()
                 self._process.join(2.0)
-            write_status(self.run_dir, "cancelled", message="cancelled (process terminated)")
+            done = len(read_metrics(self.run_dir))
+            message = f"cancelled after {done} complete epoch{'s' if done != 1 else ''}"
+            write_status(self.run_dir, "cancelled", message=message, epochs_done=done)
         remove_stray_temporaries(self.run_dir)
 
     def join(self, timeout: float | None = None) -> bool:

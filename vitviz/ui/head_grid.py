@@ -44,13 +44,14 @@ def build_mosaic(
 ) -> np.ndarray:
     """(L, H, gh, gw) + (L, gh, gw) -> one float32 mosaic, NaN between tiles."""
     L, H, gh, gw = head_maps.shape
-    out = np.full(mosaic_shape(L, H, (gh, gw), layers_on_x), np.nan, dtype=np.float32)
-    tiles = np.concatenate([mean_maps[:, None], head_maps], axis=1)  # (L, H+1, gh, gw)
-    for c in range(H + 1):
-        for layer in range(L):
-            x, y = tile_origin(layer, c, (gh, gw), layers_on_x)
-            out[y : y + gh, x : x + gw] = tiles[layer, c]
-    return out
+    padded = np.full((L, H + 1, gh + GAP, gw + GAP), np.nan, dtype=np.float32)
+    padded[:, 0, :gh, :gw] = mean_maps
+    padded[:, 1:, :gh, :gw] = head_maps
+    if layers_on_x:  # rows of tiles = columns (mean, heads), across = layers
+        grid = padded.transpose(1, 2, 0, 3).reshape((H + 1) * (gh + GAP), L * (gw + GAP))
+    else:  # rows of tiles = layers, across = columns
+        grid = padded.transpose(0, 2, 1, 3).reshape(L * (gh + GAP), (H + 1) * (gw + GAP))
+    return grid[:-GAP, :-GAP] if GAP else grid
 
 
 def build_base(

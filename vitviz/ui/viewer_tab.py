@@ -15,7 +15,7 @@ from vitviz.ui.controls import MEAN, ViewControls
 from vitviz.ui.head_grid import HeadGrid
 from vitviz.workers import jobs
 from vitviz.workers.engine import EngineClient
-from vitviz.workers.messages import ImageResult, MapsResult
+from vitviz.workers.messages import ImageResult, MapParams, MapsResult
 
 PLACEHOLDER = (
     "Drop an image and a ViT checkpoint here\n(or use File ▸ Open image… "
@@ -130,10 +130,34 @@ class ViewerTab(QWidget):
 
     # -- user choices ---------------------------------------------------------------------------
     def request_maps(self) -> int | None:
+        """New maps for the current settings: computed here when they are plain attention of
+        an attention array the window holds (no round trip), else by the engine."""
         if self.image is None:
             return None
         params = self.controls.params(self.query, self.target_class)
+        if params.method == "attention" and self.image.attention is not None:
+            self.client.supersede("maps")
+            self.apply_maps(self._local_maps(params))
+            return None
         return self.client.submit("maps", partial(jobs.compute_maps, params=params))
+
+    def _local_maps(self, params: MapParams) -> MapsResult:
+        image = self.image
+        assert image is not None and image.attention is not None
+        head, mean, prefix = jobs.raw_maps(
+            image.attention, params.query, image.grid, image.num_prefix_tokens
+        )
+        target = image.top_class if params.target_class is None else params.target_class
+        return MapsResult(
+            params=params,
+            head_maps=head,
+            mean_maps=mean,
+            method_map=None,
+            masks=None,
+            target_class=target,
+            prefix_attention=prefix,
+            levels=jobs.maps_levels(head, mean),
+        )
 
     def set_query(self, patch: tuple[int, int] | None) -> None:
         self.query = patch

@@ -85,6 +85,11 @@ class EngineClient(QObject):
         self._submit.emit(self._next_id, channel, job)
         return self._next_id
 
+    def supersede(self, channel: str) -> None:
+        """Make every request queued on ``channel`` stale (its newer result came another way)."""
+        self._next_id += 1
+        self._latest[channel] = self._next_id
+
     def is_busy(self) -> bool:
         return self._pending > 0
 

@@ -17,6 +17,7 @@ import numpy as np
 from vitviz.workers.messages import ImageResult, MapParams, MapsResult, ModelSummary
 
 DISPLAY_MAX_SIDE = 2048  # larger source images are shown downscaled (maps are unaffected)
+LOCAL_ATTENTION_BYTES = 96 * 2**20  # attention up to this size goes to the window (fast path)
 
 
 class UserFacingError(Exception):
@@ -137,9 +138,21 @@ def analyze_image(state: EngineState, source: Any, label: str) -> ImageResult:
         entropy=analysis.entropy.numpy(),
         prefix_share=analysis.prefix_share.numpy(),
         token_norms=analysis.token_norms.numpy(),
+        attention=_shareable_attention(analysis),
         device=analysis.device,
         seconds=time.perf_counter() - start,
     )
+
+
+def _shareable_attention(analysis: Any) -> np.ndarray | None:
+    """The attention as a read-only float32 array for the window's fast path (query changes
+    without a round trip to the engine), or None when it is too large to hand over."""
+    att = analysis.attention
+    if str(att.dtype) != "torch.float32" or att.numel() * 4 > LOCAL_ATTENTION_BYTES:
+        return None
+    array = att.numpy()
+    array.flags.writeable = False
+    return array
 
 
 def _display_copy(image: Any) -> tuple[np.ndarray, float]:
@@ -156,6 +169,35 @@ def _display_copy(image: Any) -> tuple[np.ndarray, float]:
     return np.asarray(image, dtype=np.uint8).copy(), scale
 
 
+def raw_maps(
+    attention: np.ndarray, query: tuple[int, int] | None, grid: tuple[int, int], num_prefix: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The query's attention, numpy only (cheap enough for the GUI thread).
+
+    attention (L, H, N, N) -> head maps (L, H, gh, gw), mean over heads (L, gh, gw) and the
+    attention given to each prefix token (L, H, num_prefix). ``query`` None: CLS, or the mean
+    of all patch queries for a model without prefix tokens.
+    """
+    L, H = attention.shape[:2]
+    gh, gw = grid
+    if query is None:
+        rows = attention[:, :, 0, :] if num_prefix else attention[:, :, num_prefix:, :].mean(2)
+    else:
+        r, c = query
+        if not (0 <= r < gh and 0 <= c < gw):
+            raise UserFacingError(f"patch ({r}, {c}) is outside the {gh}×{gw} grid", "image")
+        rows = attention[:, :, num_prefix + r * gw + c, :]  # (L, H, N)
+    head = np.ascontiguousarray(rows[..., num_prefix:], dtype=np.float32).reshape(L, H, gh, gw)
+    return head, head.mean(axis=1), np.array(rows[..., :num_prefix], dtype=np.float32)
+
+
+def maps_levels(head_maps: np.ndarray, mean_maps: np.ndarray) -> tuple[float, float]:
+    """One colour scale for every thumbnail of the head grid."""
+    lo = float(min(head_maps.min(), mean_maps.min()))
+    hi = float(max(head_maps.max(), mean_maps.max()))
+    return lo, (hi if hi > lo else lo + 1e-6)
+
+
 def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
     """Raw maps of the query for every layer and head, plus the chosen method's map."""
     a = state.analysis
@@ -163,8 +205,9 @@ def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
         # after a model change, until the image is analysed again with it (the window waits)
         raise UserFacingError("No image has been analysed yet.", "no_image")
     patch = params.query
-    head_maps = a.all_attention_maps(patch).numpy()  # (L, H, gh, gw)
-    mean_maps = head_maps.mean(axis=1)
+    head_maps, mean_maps, prefix = raw_maps(
+        a.attention.float().numpy(), patch, a.grid, a.num_prefix_tokens
+    )
     target = a.top_class if params.target_class is None else params.target_class
     method_map = masks = None
     error = None
@@ -188,8 +231,6 @@ def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
             )
     except ValueError as exc:
         error = str(exc)
-    lo = float(min(head_maps.min(), mean_maps.min()))
-    hi = float(max(head_maps.max(), mean_maps.max()))
     return MapsResult(
         params=params,
         head_maps=head_maps,
@@ -197,8 +238,8 @@ def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
         method_map=method_map,
         masks=masks,
         target_class=target,
-        prefix_attention=a.prefix_attention(patch).numpy(),
-        levels=(lo, hi if hi > lo else lo + 1e-6),
+        prefix_attention=prefix,
+        levels=maps_levels(head_maps, mean_maps),
         error=error,
     )
 

@@ -74,6 +74,7 @@ class ImageResult:
     token_norms: np.ndarray  # (L, N)
     device: str
     seconds: float
+    attention: np.ndarray | None = None  # (L, H, N, N) float32, read-only; None when large
 
 
 @dataclass

@@ -1,0 +1,100 @@
+"""The engine's jobs as plain functions (no thread, no Qt): what the window gets is what
+analyze() computes, and expected mistakes become short UserFacingErrors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vitviz.analysis import analyze
+from vitviz.checkpoints import load_checkpoint
+from vitviz.workers import jobs
+from vitviz.workers.messages import MapParams
+
+
+@pytest.fixture
+def state(tiny_ckpt: Path) -> jobs.EngineState:
+    s = jobs.EngineState()
+    jobs.load_model(s, tiny_ckpt)
+    return s
+
+
+def test_image_result_matches_analyze(
+    state: jobs.EngineState, tiny_ckpt: Path, photo_files
+) -> None:
+    result = jobs.analyze_image(state, photo_files["chelsea"], "chelsea.png")
+    reference = analyze(load_checkpoint(tiny_ckpt), photo_files["chelsea"])
+    np.testing.assert_allclose(result.probs, reference.probs.numpy(), atol=1e-6)
+    assert result.top_class == reference.top_class
+    assert result.grid == reference.grid
+    np.testing.assert_allclose(result.attention, reference.attention.numpy(), atol=1e-6)
+    assert not result.attention.flags.writeable  # shared with the window read-only
+    h, w = result.display.shape[:2]
+    assert (w, h) == reference.source.size  # the source at its own aspect ratio
+
+
+@pytest.mark.parametrize("query", [None, (0, 0), (2, 3)])
+def test_raw_maps_equal_the_analysis_maps(state: jobs.EngineState, photo_files, query) -> None:
+    jobs.analyze_image(state, photo_files["coffee"], "coffee.png")
+    a = state.analysis
+    head, mean, prefix = jobs.raw_maps(a.attention.numpy(), query, a.grid, a.num_prefix_tokens)
+    np.testing.assert_array_equal(head, a.all_attention_maps(query).numpy())
+    np.testing.assert_allclose(mean, a.all_attention_maps(query).numpy().mean(1), atol=1e-7)
+    np.testing.assert_array_equal(prefix, a.prefix_attention(query).numpy())
+
+
+def test_raw_maps_without_prefix_tokens_average_the_patch_queries() -> None:
+    rng = np.random.default_rng(0)
+    att = rng.random((2, 3, 6, 6)).astype(np.float32)
+    head, _, prefix = jobs.raw_maps(att, None, (2, 3), 0)
+    np.testing.assert_allclose(head, att.mean(axis=2).reshape(2, 3, 2, 3), rtol=1e-6)
+    assert prefix.shape == (2, 3, 0)
+
+
+@pytest.mark.parametrize("method", ["rollout", "gradient_rollout", "relevance", "dino_masks"])
+def test_compute_maps_follows_the_method(state: jobs.EngineState, photo_files, method: str) -> None:
+    jobs.analyze_image(state, photo_files["chelsea"], "chelsea.png")
+    a = state.analysis
+    params = MapParams(
+        query=(1, 2),
+        method=method,
+        fusion="max",
+        discard_ratio=0.2,
+        start_layer=1,
+        target_class=3,
+        threshold=0.5,
+    )
+    result = jobs.compute_maps(state, params)
+    expected = {
+        "rollout": lambda: a.rollout((1, 2), "max", None, 0.2, 1),
+        "gradient_rollout": lambda: a.gradient_rollout(3, (1, 2), 0.2, 1),
+        "relevance": lambda: a.relevance(3, (1, 2), 1),
+    }
+    if method == "dino_masks":
+        masks = torch.stack([a.dino_masks(layer, 0.5, (1, 2)) for layer in range(a.num_layers)])
+        np.testing.assert_array_equal(result.masks, masks.numpy())
+    else:
+        np.testing.assert_allclose(result.method_map, expected[method]().numpy(), atol=1e-6)
+    assert result.target_class == 3
+
+
+def test_expected_mistakes_are_short_messages(tmp_path: Path, tiny_ckpt: Path) -> None:
+    s = jobs.EngineState()
+    with pytest.raises(jobs.UserFacingError, match="Open a checkpoint first"):
+        jobs.analyze_image(s, tmp_path / "x.png", "x.png")
+    bad = tmp_path / "broken.safetensors"
+    bad.write_bytes(b"\x00" * 10)
+    with pytest.raises(jobs.UserFacingError, match=r"broken\.safetensors") as info:
+        jobs.load_model(s, bad)
+    assert info.value.kind == "checkpoint" and s.loaded is None
+    jobs.load_model(s, tiny_ckpt)
+    not_image = tmp_path / "notes.png"
+    not_image.write_text("hello")
+    with pytest.raises(jobs.UserFacingError, match=r"notes\.png") as info:
+        jobs.analyze_image(s, not_image, "notes.png")
+    assert info.value.kind == "image"
+    with pytest.raises(jobs.UserFacingError):
+        jobs.set_device(s, "cuda:7")
