@@ -28,8 +28,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.setAcceptDrops(False)  # drops go to the main window, which recognises the kind
         self.setBackground("#202020")
         self.ci.layout.setContentsMargins(2, 2, 2, 2)
-        if title:
-            self.addLabel(title, row=0, col=0, colspan=2, color="#dddddd", size="9pt")
+        self.title = self.addLabel(title, row=0, col=0, colspan=2, color="#dddddd", size="9pt")
         self.vb: pg.ViewBox = self.addViewBox(
             row=1, col=0, lockAspect=True, invertY=True, enableMenu=False
         )
@@ -114,6 +113,9 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         left, top, right, bottom = self.region
         self.overlay.setRect(QRectF(left, top, right - left, bottom - top))
         self.overlay.show()
+
+    def set_title(self, text: str) -> None:
+        self.title.setText(text, color="#dddddd", size="9pt")
 
     def set_query(self, patch: tuple[int, int] | None) -> None:
         if patch is None:

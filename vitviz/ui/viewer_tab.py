@@ -202,6 +202,7 @@ class ViewerTab(QWidget):
             return
         cmap, opacity = self.controls.colormap_name(), self.controls.opacity_value()
         values, levels = self.current_map()
+        self.map_view.set_title(self._map_title(m))
         self.map_view.set_map(values, levels, cmap, opacity)
         self.input_view.set_map(values, levels, cmap, opacity)
         self.head_grid.set_maps(m.head_maps, m.mean_maps, m.levels, cmap, opacity)
@@ -209,6 +210,26 @@ class ViewerTab(QWidget):
         self._update_prefix_label()
         if m.error:
             self.hoverText.emit(m.error)
+
+    def _map_title(self, m: MapsResult) -> str:
+        """What the large view shows, in words."""
+        layer, head = self.controls.selected_layer(), self.controls.selected_head()
+        heads = "mean of heads" if head == MEAN else f"head {head + 1}"
+        query = "CLS" if self.query is None else f"patch ({self.query[0]}, {self.query[1]})"
+        method = m.params.method
+        if method == "attention":
+            return f"Attention · layer {layer + 1} · {heads} · query {query}"
+        if method == "dino_masks":
+            return f"DINO masks ({m.params.threshold:.0%}) · layer {layer + 1} · {heads}"
+        names = self.image.class_names if self.image else []
+        cls = names[m.target_class] if 0 <= m.target_class < len(names) else str(m.target_class)
+        if method == "rollout":
+            return (
+                f"Rollout ({m.params.fusion} of heads, discard {m.params.discard_ratio:.2f}, "
+                f"from layer {m.params.start_layer + 1}) · query {query}"
+            )
+        label = "Gradient rollout" if method == "gradient_rollout" else "Relevance"
+        return f"{label} for class “{cls}” · from layer {m.params.start_layer + 1}"
 
     def _update_query_widgets(self) -> None:
         self.input_view.set_query(self.query)
