@@ -48,7 +48,7 @@ def test_analysis_overhead_quick() -> None:
 def test_rollout_quick_values_agree() -> None:
     out = run_quick("rollout.py")
     rows = table_rows(out)
-    assert len(rows) == 4  # two sizes, raw and fused attention
+    assert len(rows) == 6  # two sizes × (raw, fused, prepared Ã_l)
     for row in rows:
         diff = float(row[6])
         assert diff <= 1e-5, f"row method and full product disagree: {row}"

@@ -144,3 +144,22 @@ def test_config_round_trips_through_a_dict() -> None:
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ValueError, match="unknown training settings: bogus"):
         TrainConfig.from_dict({"bogus": 1})
+
+
+def test_equivalent_command_rebuilds_the_config() -> None:
+    import shlex
+
+    from vitviz.cli import build_parser
+    from vitviz.training.command import config_from_args
+    from vitviz.training.config import equivalent_command
+
+    configs = [
+        preset_config("shapes", out_dir="/runs/a b", seed=4),
+        TrainConfig(dataset="random", dim=32, heads=2, epochs=3, augment=False),
+        TrainConfig(dataset="folder:/data/my pets", lr=5e-4, device="cpu", name="pets"),
+    ]
+    for cfg in configs:
+        argv = shlex.split(equivalent_command(cfg))
+        assert argv[:2] == ["vitviz-cli", "train"]
+        rebuilt = config_from_args(build_parser().parse_args(argv[1:]))
+        assert rebuilt.replace(step_report_interval_s=cfg.step_report_interval_s) == cfg

@@ -7,7 +7,7 @@ methods run their own forward + backward, only when asked, cached per class.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,8 @@ from vitviz.checkpoints import LoadedModel
 from vitviz.devices import resolve_device
 from vitviz.imaging import PatchGeometry, Preprocessing, load_image, prepare_image
 from vitviz.imaging.preprocess import denormalize
+
+ROLLOUT_CACHE_SIZE = 4  # prepared rollouts kept per analysis (settings × classes)
 
 
 @dataclass
@@ -56,6 +58,7 @@ class Analysis:
     device: str
     loaded: LoadedModel | None = field(default=None, repr=False)
     _gradients: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)
+    _rollouts: dict[tuple, explain.PreparedRollout] = field(default_factory=dict, repr=False)
 
     # -- predictions --------------------------------------------------------------------------
     @property
@@ -120,16 +123,11 @@ class Analysis:
         discard_ratio: float = 0.0,
         start_layer: int = 0,
     ) -> Tensor:
-        return explain.rollout(
-            self._layers(),
-            self.grid,
-            self.num_prefix_tokens,
-            self.query_token(patch),
-            fusion,
-            heads,
-            discard_ratio,
-            start_layer,
-        )[0]
+        key = ("rollout", fusion, None if heads is None else tuple(heads), discard_ratio)
+        prepared = self._prepared(
+            key, lambda: explain.prepare_rollout(self._layers(), fusion, heads, discard_ratio)
+        )
+        return self._rollout_map(prepared, patch, start_layer)
 
     def gradient_rollout(
         self,
@@ -139,14 +137,30 @@ class Analysis:
         start_layer: int = 0,
     ) -> Tensor:
         grads = self.gradients(target_class)
-        return explain.gradient_rollout(
-            self._layers(),
-            grads,
-            self.grid,
-            self.num_prefix_tokens,
-            self.query_token(patch),
-            discard_ratio,
-            start_layer,
+        c = self.top_class if target_class is None else int(target_class)
+        prepared = self._prepared(
+            ("gradient_rollout", c, discard_ratio),
+            lambda: explain.prepare_gradient_rollout(self._layers(), grads, discard_ratio),
+        )
+        return self._rollout_map(prepared, patch, start_layer)
+
+    def _prepared(
+        self, key: tuple, build: Callable[[], explain.PreparedRollout]
+    ) -> explain.PreparedRollout:
+        """Layer matrices of a rollout, kept for the next queries (a few settings at a time)."""
+        if key not in self._rollouts:
+            if len(self._rollouts) >= ROLLOUT_CACHE_SIZE:
+                self._rollouts.pop(next(iter(self._rollouts)))
+            self._rollouts[key] = build()
+        return self._rollouts[key]
+
+    def _rollout_map(
+        self, prepared: explain.PreparedRollout, patch: tuple[int, int] | None, start_layer: int
+    ) -> Tensor:
+        if not 0 <= start_layer < self.num_layers:
+            raise ValueError(f"start layer {start_layer} out of range for {self.num_layers} layers")
+        return explain.rollout_map(
+            prepared, self.grid, self.num_prefix_tokens, self.query_token(patch), start_layer
         )[0]
 
     def relevance(

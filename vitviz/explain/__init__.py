@@ -5,10 +5,14 @@ from vitviz.explain.gradients import AttentionGradients, attention_gradients
 from vitviz.explain.maps import attention_maps, prefix_attention
 from vitviz.explain.masks import dino_masks
 from vitviz.explain.rollout import (
+    PreparedRollout,
     gradient_rollout,
+    prepare_gradient_rollout,
+    prepare_rollout,
     relevance,
     relevance_row,
     rollout,
+    rollout_map,
     rollout_row,
 )
 from vitviz.explain.stats import (
@@ -25,6 +29,7 @@ __all__ = [
     "FUSIONS",
     "AttentionGradients",
     "HeadStatistics",
+    "PreparedRollout",
     "attention_entropy",
     "attention_gradients",
     "attention_maps",
@@ -35,10 +40,13 @@ __all__ = [
     "mean_attention_distance",
     "prefix_attention",
     "prefix_share",
+    "prepare_gradient_rollout",
+    "prepare_rollout",
     "query_token",
     "relevance",
     "relevance_row",
     "rollout",
+    "rollout_map",
     "rollout_row",
     "token_norms",
 ]

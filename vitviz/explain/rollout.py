@@ -29,20 +29,30 @@ def discard_smallest(fused: Tensor, ratio: float, protected: Tensor) -> Tensor:
 
     fused: (B, N, N); protected: (B, N) bool, queries q whose q→q entry is never zeroed.
     """
+    kept, dropped = _discard(fused, ratio)
+    diag = torch.diagonal(kept, dim1=-2, dim2=-1)  # (B, N) view
+    restore = protected & (dropped > 0)
+    diag[restore] = torch.diagonal(fused, dim1=-2, dim2=-1)[restore]
+    return kept
+
+
+def _discard(fused: Tensor, ratio: float) -> tuple[Tensor, Tensor]:
+    """The matrices with their ⌊ratio·N²⌋ smallest entries zeroed: (B, N, N), and the value
+    each discarded diagonal entry had (0 where the diagonal was kept): (B, N)."""
     if not 0.0 <= ratio < 1.0:
         raise ValueError(f"discard ratio must be in [0, 1) (got {ratio})")
     B, N, _ = fused.shape
     k = math.floor(ratio * N * N)
     if k == 0:
-        return fused
+        return fused, torch.zeros(B, N, dtype=fused.dtype, device=fused.device)
     flat = fused.reshape(B, N * N).clone()
     idx = flat.topk(k, dim=1, largest=False).indices  # (B, k)
-    keep = torch.zeros_like(flat, dtype=torch.bool)
-    keep.scatter_(1, idx, True)
-    diag = torch.arange(N, device=fused.device) * (N + 1)  # flat index of q→q
-    keep[:, diag] &= ~protected  # protected diagonal entries are not zeroed
-    flat[keep] = 0
-    return flat.reshape(B, N, N)
+    drop = torch.zeros_like(flat, dtype=torch.bool)
+    drop.scatter_(1, idx, True)
+    flat[drop] = 0
+    diag_dropped = torch.diagonal(drop.reshape(B, N, N), dim1=-2, dim2=-1)
+    dropped = torch.where(diag_dropped, torch.diagonal(fused, dim1=-2, dim2=-1), 0)
+    return flat.reshape(B, N, N), dropped
 
 
 def add_identity_rownorm(m: Tensor) -> Tensor:
@@ -50,6 +60,79 @@ def add_identity_rownorm(m: Tensor) -> Tensor:
     eye = torch.eye(m.shape[-1], dtype=m.dtype, device=m.device)
     m = m + eye
     return m / m.sum(dim=-1, keepdim=True)
+
+
+class PreparedRollout:
+    """The per-layer matrices of a rollout, normalised once, ready for any query.
+
+    Ã_l = rownorm(discard(Â_l) + I) is stored without the protection of the query's q→q entry;
+    a query's row then costs one vector-matrix product per layer (O(L·N²)) plus an exact O(N)
+    correction for protected rows whose diagonal was discarded:
+    with d = the discarded Â_l[q, q] and S = the row's sum before it, row q becomes
+    Ã_l[q] + d/(S + d)·(e_q − Ã_l[q]), so r·Ã_l(protected) = (r − w)·Ã_l + w, w = r·d/(S + d).
+    """
+
+    def __init__(self, fused: Sequence[Tensor], discard_ratio: float = 0.0) -> None:
+        """fused: L × (B, N, N) head-fused layer matrices Â_l (non-negative)."""
+        if not fused:
+            raise ValueError("no attention layers were given")
+        self.normalized: list[Tensor] = []  # L × (B, N, N)
+        self.restore: list[Tensor] = []  # L × (B, N): d/(S + d), 0 where nothing to restore
+        for layer in fused:
+            kept, dropped = _discard(layer, discard_ratio)
+            eye = torch.eye(kept.shape[-1], dtype=kept.dtype, device=kept.device)
+            kept = kept + eye
+            sums = kept.sum(dim=-1)  # (B, N) = S
+            self.normalized.append(kept / sums[..., None])
+            self.restore.append(dropped / (sums + dropped))
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.normalized)
+
+    def row(self, query: int | None, num_prefix: int, start_layer: int = 0) -> Tensor:
+        """Row q of Ã_L ⋯ Ã_s (q→q protected): (B, N)."""
+        L = self.num_layers
+        if not 0 <= start_layer < L:
+            raise ValueError(f"start layer {start_layer} out of range for {L} layers")
+        B, N, _ = self.normalized[-1].shape
+        r = start_vector(query, N, num_prefix, B, self.normalized[-1])  # (B, N)
+        protected = (r > 0).to(r.dtype)
+        for l in range(L - 1, start_layer - 1, -1):  # noqa: E741 - the layer index of DESIGN §5
+            w = r * protected * self.restore[l]
+            r = ((r - w).unsqueeze(1) @ self.normalized[l]).squeeze(1) + w
+        return r
+
+
+def prepare_rollout(
+    attentions: Sequence[Tensor],
+    fusion: str = "mean",
+    heads: Sequence[int] | None = None,
+    discard_ratio: float = 0.0,
+) -> PreparedRollout:
+    """Attention rollout's layer matrices from L × (B, H, N, N) attention, for many queries."""
+    return PreparedRollout([fuse_heads(a, fusion, heads) for a in attentions], discard_ratio)
+
+
+def prepare_gradient_rollout(
+    attentions: Sequence[Tensor], gradients: Sequence[Tensor], discard_ratio: float = 0.0
+) -> PreparedRollout:
+    """Gradient rollout's layer matrices, Â_l = (mean_h(A_l ⊙ G_l))⁺, for many queries."""
+    _check_pairs(attentions, gradients)
+    fused = [(a * g).mean(dim=1).clamp_min(0) for a, g in zip(attentions, gradients, strict=True)]
+    return PreparedRollout(fused, discard_ratio)
+
+
+def rollout_map(
+    prepared: PreparedRollout,
+    grid: tuple[int, int],
+    num_prefix: int,
+    query: int | None = 0,
+    start_layer: int = 0,
+) -> Tensor:
+    """The map R[q, patches] of a prepared rollout, scaled to max 1: (B, gh, gw)."""
+    row = prepared.row(query, num_prefix, start_layer)
+    return scale_to_max(patch_part(row, grid, num_prefix))
 
 
 def _rollout_row(
@@ -61,13 +144,7 @@ def _rollout_row(
 ) -> Tensor:
     """Row q of Ã_L ⋯ Ã_s for fused layer matrices Â_l (B, N, N): (B, N)."""
     _check_layers(per_layer, start_layer)
-    B, N, _ = per_layer[-1].shape
-    r = start_vector(query, N, num_prefix, B, per_layer[-1])  # (B, N)
-    protected = r > 0
-    for fused in reversed(per_layer[start_layer:]):
-        fused = discard_smallest(fused, discard_ratio, protected)
-        r = (r.unsqueeze(1) @ add_identity_rownorm(fused)).squeeze(1)  # (B, N)
-    return r
+    return PreparedRollout(per_layer[start_layer:], discard_ratio).row(query, num_prefix)
 
 
 def rollout_row(

@@ -57,7 +57,8 @@ def add_parser(subparsers: Any) -> None:
         choices=tuple(PRESETS),
         default="tutorial",
         help="starting settings: tutorial (the tutorials' CIFAR-10 ViT, 32 px) or "
-        "shapes (64 px, dim 96, 30 epochs); the options below override them",
+        "shapes (64 px, sine-cosine positions, 60 epochs of fresh shapes); the options "
+        "below override them",
     )
     for flag, dest, kind, help_text in _OPTIONS:
         p.add_argument(flag, dest=dest, type=kind, default=None, help=help_text)
