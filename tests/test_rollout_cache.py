@@ -1,0 +1,61 @@
+"""A prepared rollout serves every query exactly as a fresh computation would, the protected
+q→q entry included, and Analysis keeps only a few of them."""
+
+from __future__ import annotations
+
+import torch
+
+from vitviz import explain
+from vitviz.analysis import ROLLOUT_CACHE_SIZE, analyze
+from vitviz.explain.rollout import PreparedRollout, discard_smallest
+
+
+def _attention(L: int = 3, B: int = 2, H: int = 2, N: int = 13, seed: int = 0) -> list:
+    g = torch.Generator().manual_seed(seed)
+    return [
+        (3 * torch.randn(B, H, N, N, generator=g, dtype=torch.float64)).softmax(-1)
+        for _ in range(L)
+    ]
+
+
+def _fresh_row(
+    fused: list, query: int | None, num_prefix: int, ratio: float, start: int
+) -> torch.Tensor:
+    """The definition, matrix by matrix: discard with q→q protected, +I, rownorm, chain."""
+    B, N, _ = fused[0].shape
+    r = explain.tokens.start_vector(query, N, num_prefix, B, fused[0])
+    protected = r > 0
+    for m in reversed(fused[start:]):
+        m = discard_smallest(m, ratio, protected) + torch.eye(N, dtype=m.dtype)
+        r = (r.unsqueeze(1) @ (m / m.sum(-1, keepdim=True))).squeeze(1)
+    return r
+
+
+def test_one_preparation_serves_every_query() -> None:
+    attn = _attention()
+    fused = [a.mean(1) for a in attn]
+    for i, f in enumerate(fused):  # make some diagonal entries the smallest of their layer
+        f[:, i + 1, i + 1] = 0.0
+    ratio = 0.4
+    prepared = PreparedRollout(fused, ratio)
+    assert any(bool((r > 0).any()) for r in prepared.restore)  # the correction is exercised
+    for query in (0, 1, 2, 3, 7, 12, None):
+        for start in (0, 1, 2):
+            expected = _fresh_row(fused, query, 1, ratio, start)
+            torch.testing.assert_close(prepared.row(query, 1, start), expected, rtol=0, atol=1e-12)
+
+
+def test_analysis_reuses_preparations_for_new_queries(tiny_ckpt) -> None:
+    from vitviz.checkpoints import load_checkpoint
+
+    loaded = load_checkpoint(tiny_ckpt)
+    a = analyze(loaded, torch.randn(3, 32, 32))
+    layers = [x.float()[None] for x in a.attention]
+    for patch in (None, (0, 0), (3, 2), (1, 3)):
+        q = a.query_token(patch)
+        expected = explain.rollout(layers, a.grid, a.num_prefix_tokens, q, "max", None, 0.3, 1)
+        torch.testing.assert_close(a.rollout(patch, "max", None, 0.3, 1), expected[0])
+    assert len(a._rollouts) == 1  # one preparation for all those queries
+    for ratio in (0.0, 0.1, 0.2, 0.5, 0.6):
+        a.rollout(None, "mean", None, ratio)
+    assert len(a._rollouts) == ROLLOUT_CACHE_SIZE
