@@ -125,7 +125,10 @@ class Analysis:
     ) -> Tensor:
         key = ("rollout", fusion, None if heads is None else tuple(heads), discard_ratio)
         prepared = self._prepared(
-            key, lambda: explain.prepare_rollout(self._layers(), fusion, heads, discard_ratio)
+            key,
+            lambda: explain.prepare_rollout(
+                self.attention.float()[:, None], fusion, heads, discard_ratio
+            ),
         )
         return self._rollout_map(prepared, patch, start_layer)
 
@@ -140,7 +143,9 @@ class Analysis:
         c = self.top_class if target_class is None else int(target_class)
         prepared = self._prepared(
             ("gradient_rollout", c, discard_ratio),
-            lambda: explain.prepare_gradient_rollout(self._layers(), grads, discard_ratio),
+            lambda: explain.prepare_gradient_rollout(
+                self.attention.float()[:, None], torch.stack(grads), discard_ratio
+            ),
         )
         return self._rollout_map(prepared, patch, start_layer)
 
@@ -251,9 +256,11 @@ def analyze(
         out = model.forward_explained(x[None].to(dev), capture_attention=True, hidden_states=True)
         logits = out.logits[0].float()
         attn = torch.stack([a[0] for a in out.attentions])  # (L, H, N, N)
-        stats = explain.head_statistics(
-            [a for a in out.attentions], out.grid, out.num_prefix_tokens, patch
-        )
+        # all layers at once: the (L, H, N, N) stack taken as a batch of L
+        P, grid = out.num_prefix_tokens, out.grid
+        mean_distance = explain.mean_attention_distance(attn, grid, P, patch)  # (L, H)
+        entropy = explain.attention_entropy(attn, P)  # (L, H)
+        prefix_share = explain.prefix_share(attn, P)  # (L, H)
         if out.hidden_states:
             norms = explain.token_norms(out.hidden_states)[0]  # (L, N)
         else:  # a model whose block outputs are unknown (model code): zeros
@@ -270,9 +277,9 @@ def analyze(
         class_names=list(loaded.class_names) if has_head else [],
         attention=attn.to("cpu", attention_dtype),
         token_norms=norms.float().cpu(),
-        mean_distance=stats.mean_distance[0].float().cpu(),
-        entropy=stats.entropy[0].float().cpu(),
-        prefix_share=stats.prefix_share[0].float().cpu(),
+        mean_distance=mean_distance.float().cpu(),
+        entropy=entropy.float().cpu(),
+        prefix_share=prefix_share.float().cpu(),
         grid=out.grid,
         num_prefix_tokens=out.num_prefix_tokens,
         patch_size=patch,

@@ -72,23 +72,22 @@ class PreparedRollout:
     Ã_l[q] + d/(S + d)·(e_q − Ã_l[q]), so r·Ã_l(protected) = (r − w)·Ã_l + w, w = r·d/(S + d).
     """
 
-    def __init__(self, fused: Sequence[Tensor], discard_ratio: float = 0.0) -> None:
-        """fused: L × (B, N, N) head-fused layer matrices Â_l (non-negative)."""
-        if not fused:
+    def __init__(self, fused: Sequence[Tensor] | Tensor, discard_ratio: float = 0.0) -> None:
+        """fused: L × (B, N, N) head-fused layer matrices Â_l (non-negative), or one
+        (L, B, N, N) tensor; all layers are processed together."""
+        if len(fused) == 0:
             raise ValueError("no attention layers were given")
-        self.normalized: list[Tensor] = []  # L × (B, N, N)
-        self.restore: list[Tensor] = []  # L × (B, N): d/(S + d), 0 where nothing to restore
-        for layer in fused:
-            kept, dropped = _discard(layer, discard_ratio)
-            eye = torch.eye(kept.shape[-1], dtype=kept.dtype, device=kept.device)
-            kept = kept + eye
-            sums = kept.sum(dim=-1)  # (B, N) = S
-            self.normalized.append(kept / sums[..., None])
-            self.restore.append(dropped / (sums + dropped))
+        stacked = fused if isinstance(fused, Tensor) else torch.stack(list(fused))
+        L, B, N, _ = stacked.shape
+        kept, dropped = _discard(stacked.reshape(L * B, N, N), discard_ratio)
+        kept = kept + torch.eye(N, dtype=kept.dtype, device=kept.device)
+        sums = kept.sum(dim=-1)  # (L·B, N) = S
+        self.normalized = (kept / sums[..., None]).reshape(L, B, N, N)  # Ã_l
+        self.restore = (dropped / (sums + dropped)).reshape(L, B, N)  # d/(S + d), 0: none
 
     @property
     def num_layers(self) -> int:
-        return len(self.normalized)
+        return self.normalized.shape[0]
 
     def row(self, query: int | None, num_prefix: int, start_layer: int = 0) -> Tensor:
         """Row q of Ã_L ⋯ Ã_s (q→q protected): (B, N)."""
@@ -105,19 +104,35 @@ class PreparedRollout:
 
 
 def prepare_rollout(
-    attentions: Sequence[Tensor],
+    attentions: Sequence[Tensor] | Tensor,
     fusion: str = "mean",
     heads: Sequence[int] | None = None,
     discard_ratio: float = 0.0,
 ) -> PreparedRollout:
-    """Attention rollout's layer matrices from L × (B, H, N, N) attention, for many queries."""
+    """Attention rollout's layer matrices from L × (B, H, N, N) attention (or one stacked
+    (L, B, H, N, N) tensor), for many queries."""
+    if isinstance(attentions, Tensor):
+        L, B, H, N, _ = attentions.shape
+        fused = fuse_heads(attentions.reshape(L * B, H, N, N), fusion, heads)
+        return PreparedRollout(fused.reshape(L, B, N, N), discard_ratio)
     return PreparedRollout([fuse_heads(a, fusion, heads) for a in attentions], discard_ratio)
 
 
 def prepare_gradient_rollout(
-    attentions: Sequence[Tensor], gradients: Sequence[Tensor], discard_ratio: float = 0.0
+    attentions: Sequence[Tensor] | Tensor,
+    gradients: Sequence[Tensor] | Tensor,
+    discard_ratio: float = 0.0,
 ) -> PreparedRollout:
-    """Gradient rollout's layer matrices, Â_l = (mean_h(A_l ⊙ G_l))⁺, for many queries."""
+    """Gradient rollout's layer matrices, Â_l = (mean_h(A_l ⊙ G_l))⁺, for many queries.
+
+    L × (B, H, N, N) lists, or stacked (L, B, H, N, N) tensors, each gradient with its layer.
+    """
+    if isinstance(attentions, Tensor) and isinstance(gradients, Tensor):
+        if attentions.shape != gradients.shape:
+            raise ValueError(
+                f"attention {tuple(attentions.shape)} vs gradient {tuple(gradients.shape)}"
+            )
+        return PreparedRollout((attentions * gradients).mean(dim=2).clamp_min(0), discard_ratio)
     _check_pairs(attentions, gradients)
     fused = [(a * g).mean(dim=1).clamp_min(0) for a, g in zip(attentions, gradients, strict=True)]
     return PreparedRollout(fused, discard_ratio)

@@ -52,10 +52,17 @@ class TrainData:
 
 def channel_stats(images: Tensor, limit: int = 5000) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Per-channel mean and std in [0, 1] units of (N, 3, S, S) uint8 (first ``limit`` images),
-    rounded to 4 places; std at least 0.01."""
-    x = images[:limit].to(torch.float64) / 255.0
-    mean = x.mean(dim=(0, 2, 3))
-    std = x.std(dim=(0, 2, 3)).clamp_min(0.01)
+    rounded to 4 places; std at least 0.01. Summed in chunks, so memory stays small."""
+    total = torch.zeros(images.shape[1], dtype=torch.float64)
+    squares = torch.zeros_like(total)
+    count = 0
+    for chunk in images[:limit].split(256):
+        x = chunk.to(torch.float64).div_(255.0).transpose(0, 1).reshape(images.shape[1], -1)
+        total += x.sum(dim=1)
+        squares += (x * x).sum(dim=1)
+        count += x.shape[1]
+    mean = total / max(count, 1)
+    std = (squares / max(count, 1) - mean * mean).clamp_min(0).sqrt().clamp_min(0.01)
     return tuple(round(float(v), 4) for v in mean), tuple(round(float(v), 4) for v in std)
 
 
