@@ -5,10 +5,12 @@ ViT-B/16 at 224 with random weights on the CPU, batch 1, one process, measured i
   (a) baseline: ``model(x)``, the fused SDPA forward under ``torch.inference_mode()``;
   (b) ``analyze(loaded, x)`` + ``rollout()`` + ``all_attention_maps()``: attention capture,
       head statistics, token norms, the rollout map and every layer's CLS maps;
-  (c) ``analyze(loaded, x)`` + ``relevance()``: relevance on request (forward + backward).
+  (c) ``analyze(loaded, x, gradients=True)`` + ``relevance()``: relevance asked for with the
+      analysis (one forward with autograd + one backward to the attention).
 
 Targets: median(b) / median(a) ≤ 1.15 and median(c) / median(a) ≤ 3.5. Info rows: (b) from a
-PIL photo-sized image (preprocessing included) and the capture forward alone.
+PIL photo-sized image (preprocessing included), the capture forward alone, and (c') relevance
+asked for after a plain analysis (a second forward + backward).
 
     .venv/bin/python benchmarks/analysis_overhead.py [--quick] [--no-check] [--repeats N]
 """
@@ -71,6 +73,9 @@ def make_cases(
         return analysis.rollout(), analysis.all_attention_maps()
 
     def analysis_relevance() -> object:
+        return analyze(loaded, x[0], gradients=True).relevance()
+
+    def analysis_then_relevance() -> object:
         return analyze(loaded, x[0]).relevance()
 
     def analysis_maps_photo() -> object:
@@ -85,6 +90,7 @@ def make_cases(
         "a": bare_forward,
         "b": analysis_maps,
         "c": analysis_relevance,
+        "c-late": analysis_then_relevance,
         "b-photo": analysis_maps_photo,
         "capture": capture_forward,
     }
@@ -93,7 +99,8 @@ def make_cases(
 LABELS = {
     "a": "(a) model(x), fused SDPA, inference_mode",
     "b": "(b) analyze + rollout + all CLS maps",
-    "c": "(c) analyze + relevance",
+    "c": "(c) analyze(gradients=True) + relevance",
+    "c-late": "(c') analyze, then relevance on request",
     "b-photo": "(b') as (b), from a {w}×{h} PIL image",
     "capture": "forward_explained(capture, hidden) only",
 }

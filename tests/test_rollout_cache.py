@@ -59,3 +59,24 @@ def test_analysis_reuses_preparations_for_new_queries(tiny_ckpt) -> None:
     for ratio in (0.0, 0.1, 0.2, 0.5, 0.6):
         a.rollout(None, "mean", None, ratio)
     assert len(a._rollouts) == ROLLOUT_CACHE_SIZE
+
+
+def test_gradients_up_front_equal_gradients_on_request(tiny_ckpt) -> None:
+    """analyze(gradients=True) keeps the top class's gradients from its one pass; the maps and
+    numbers equal those of the lazy path (a second forward + backward on request)."""
+    from vitviz.checkpoints import load_checkpoint
+
+    loaded = load_checkpoint(tiny_ckpt)
+    x = torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(3))
+    lazy = analyze(loaded, x)
+    eager = analyze(loaded, x, gradients=True)
+    assert list(eager._gradients) == [lazy.top_class]  # computed during analyze
+    assert lazy._gradients == {}
+    torch.testing.assert_close(eager.logits, lazy.logits)
+    torch.testing.assert_close(eager.attention, lazy.attention)
+    torch.testing.assert_close(eager.token_norms, lazy.token_norms)
+    torch.testing.assert_close(eager.mean_distance, lazy.mean_distance)
+    torch.testing.assert_close(eager.relevance(), lazy.relevance())
+    torch.testing.assert_close(
+        eager.gradient_rollout(patch=(1, 1)), lazy.gradient_rollout(patch=(1, 1))
+    )

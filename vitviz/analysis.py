@@ -21,6 +21,7 @@ from vitviz.checkpoints import LoadedModel
 from vitviz.devices import resolve_device
 from vitviz.imaging import PatchGeometry, Preprocessing, load_image, prepare_image
 from vitviz.imaging.preprocess import denormalize
+from vitviz.model import ViTOutput
 
 ROLLOUT_CACHE_SIZE = 4  # prepared rollouts kept per analysis (settings × classes)
 
@@ -224,12 +225,15 @@ def analyze(
     device: str | torch.device | None = None,
     preprocessing: Preprocessing | None = None,
     attention_dtype: torch.dtype = torch.float32,
+    gradients: bool = False,
 ) -> Analysis:
     """Run ``loaded``'s model on ``image`` with attention capture.
 
     ``image``: a path, bytes, PIL image, uint8 array, or an already normalised tensor
     (3, H, W) / (1, 3, H, W). ``device``: None keeps the model where it is; "auto", "cpu",
     "cuda", "mps" move it. Maps are computed later, on demand, from the returned Analysis.
+    ``gradients=True`` runs this one forward pass with autograd and keeps the top class's
+    attention gradients, so gradient rollout and relevance need no second pass.
     """
     model = loaded.model
     if device is not None:
@@ -252,8 +256,17 @@ def analyze(
         source = load_image(image)
         prepared = prepare_image(source, prep, patch)
         x, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
+    cached_gradients: dict[int, list[Tensor]] = {}
+    if gradients and model.config.num_classes > 0:
+        g = explain.attention_gradients(model, x[None].to(dev), None, hidden_states=True)
+        out = ViTOutput(g.logits, g.attentions, g.hidden_states, g.grid, g.num_prefix_tokens)
+        cached_gradients[int(g.target[0])] = [t.float().cpu() for t in g.gradients]
+    else:
+        with torch.inference_mode():
+            out = model.forward_explained(
+                x[None].to(dev), capture_attention=True, hidden_states=True
+            )
     with torch.inference_mode():
-        out = model.forward_explained(x[None].to(dev), capture_attention=True, hidden_states=True)
         logits = out.logits[0].float()
         attn = torch.stack([a[0] for a in out.attentions])  # (L, H, N, N)
         # all layers at once: the (L, H, N, N) stack taken as a batch of L
@@ -285,4 +298,5 @@ def analyze(
         patch_size=patch,
         device=str(dev),
         loaded=loaded,
+        _gradients=cached_gradients,
     )

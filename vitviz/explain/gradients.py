@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -16,10 +16,16 @@ class AttentionGradients:
     attentions: list[Tensor]  # L × (B, H, N, N), detached
     gradients: list[Tensor]  # L × (B, H, N, N); gradients[l] pairs with attentions[l]
     target: Tensor  # (B,) long, the class c of each image
+    hidden_states: list[Tensor] = field(default_factory=list)  # L × (B, N, D) if asked, detached
+    grid: tuple[int, int] = (0, 0)  # (gh, gw)
+    num_prefix_tokens: int = 0
 
 
 def attention_gradients(
-    model: VisionTransformer, x: Tensor, target: int | Tensor | None = None
+    model: VisionTransformer,
+    x: Tensor,
+    target: int | Tensor | None = None,
+    hidden_states: bool = False,
 ) -> AttentionGradients:
     """One forward pass with captured attention and one backward pass for logit y_c.
 
@@ -30,7 +36,7 @@ def attention_gradients(
         raise ValueError("this model has no classification head: gradient methods need one")
     with torch.enable_grad():
         x = x.detach().requires_grad_(True)  # makes the graph exist even for frozen weights
-        out = model.forward_explained(x, capture_attention=True)
+        out = model.forward_explained(x, capture_attention=True, hidden_states=hidden_states)
         logits = out.logits
         B, C = logits.shape
         if target is None:
@@ -52,4 +58,7 @@ def attention_gradients(
         attentions=[a.detach() for a in out.attentions],
         gradients=[g.detach() for g in grads],
         target=target_t.detach(),
+        hidden_states=[h.detach() for h in out.hidden_states],
+        grid=out.grid,
+        num_prefix_tokens=out.num_prefix_tokens,
     )

@@ -317,7 +317,14 @@ class MainWindow(QMainWindow):
             self.settings.add_recent("images", source)
         self._requested_source, self._requested_label = source, label or "image"
         return self.client.submit(
-            "image", partial(jobs.analyze_image, source=source, label=self._requested_label)
+            "image",
+            partial(
+                jobs.analyze_image,
+                source=source,
+                label=self._requested_label,
+                gradients=self.viewer.controls.method.currentData()
+                in ("gradient_rollout", "relevance"),
+            ),
         )
 
     def open_folder(self, folder: str | Path) -> None:

@@ -99,8 +99,11 @@ def set_device(state: EngineState, device: str) -> str:
     return state.device
 
 
-def analyze_image(state: EngineState, source: Any, label: str) -> ImageResult:
-    """Analyse ``source`` (path, bytes or uint8 array) with the current model."""
+def analyze_image(
+    state: EngineState, source: Any, label: str, gradients: bool = False
+) -> ImageResult:
+    """Analyse ``source`` (path, bytes or uint8 array) with the current model; ``gradients``
+    keeps the top class's attention gradients from the same pass (gradient methods shown)."""
     from vitviz.analysis import analyze
     from vitviz.imaging import ImageLoadError, load_image
 
@@ -112,7 +115,7 @@ def analyze_image(state: EngineState, source: Any, label: str) -> ImageResult:
     except ImageLoadError as exc:
         raise UserFacingError(str(exc), "image") from exc
     try:
-        analysis = analyze(state.loaded, image)
+        analysis = analyze(state.loaded, image, gradients=gradients)
     except ValueError as exc:  # e.g. an image smaller than one patch after preprocessing
         raise UserFacingError(f"{label}: {exc}", "image") from exc
     state.analysis, state.source, state.label = analysis, source, label
