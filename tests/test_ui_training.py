@@ -1,0 +1,98 @@
+"""The Training tab driven as a user would: refuse bad settings, start a real run (child
+process), watch the curves update, cancel, and open the result in the viewer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyqtgraph as pg
+import pytest
+from PySide6.QtCore import QSettings
+
+from vitviz.checkpoints import load_checkpoint
+from vitviz.ui.main_window import MainWindow
+from vitviz.ui.settings import AppSettings
+
+WAIT_MS = 90_000
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MainWindow:
+    monkeypatch.setenv("VITVIZ_DATA_DIR", str(tmp_path / "data"))
+    pg.setConfigOptions(imageAxisOrder="row-major")
+    w = MainWindow(AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)))
+    qtbot.addWidget(w)
+    w.show()
+    w.tabs.setCurrentWidget(w.training)
+    return w
+
+
+def small_settings(tab, epochs: int) -> None:
+    tab.dataset_kind.setCurrentIndex(tab.dataset_kind.findData("random"))
+    for box, value in (
+        (tab.image_size, 16),
+        (tab.patch_size, 8),
+        (tab.dim, 16),
+        (tab.depth, 1),
+        (tab.heads, 2),
+        (tab.train_size, 256),
+        (tab.val_size, 64),
+        (tab.batch_size, 32),
+        (tab.epochs_box, epochs),
+    ):
+        box.setValue(value)
+    tab.device.setCurrentText("cpu")
+
+
+def test_bad_settings_are_refused_before_anything_starts(
+    window: MainWindow, tmp_path: Path
+) -> None:
+    tab = window.training
+    small_settings(tab, 1)
+    tab.dim.setValue(30)
+    tab.heads.setValue(4)  # 30 is not divisible by 4
+    tab.image_size.setValue(20)  # not divisible by the patch size 8
+    assert tab.start() is False
+    text = tab.problems.text()
+    assert "divisible by heads" in text and "divisible by" in text.replace("heads", "")
+    assert not tab.runner.is_running()
+    assert not (tmp_path / "data" / "runs").exists() or not any(
+        (tmp_path / "data" / "runs").iterdir()
+    )
+    tab.dataset_kind.setCurrentIndex(tab.dataset_kind.findData("folder"))
+    tab.dataset_path.setText(str(tmp_path / "no-such-folder"))
+    tab.dim.setValue(32)
+    tab.image_size.setValue(16)
+    assert tab.start() is False
+    assert "no-such-folder" in tab.problems.text()
+
+
+def test_run_updates_curves_cancels_and_opens_in_viewer(qtbot, window: MainWindow) -> None:
+    tab = window.training
+    small_settings(tab, 500)  # far more than will run: the test cancels it
+    assert tab.start(), tab.problems.text()
+    assert tab.cancel_button.isEnabled() and not tab.start_button.isEnabled()
+    qtbot.waitUntil(lambda: len(tab.epochs) >= 2, timeout=WAIT_MS)
+    xs, ys = tab.curve_val.getData()
+    assert len(xs) >= 2 and all(y == y for y in ys)  # validation loss drawn, finite
+    assert len(tab.curve_step.getData()[0]) > 0  # the per-step curve too
+    assert len(tab.probe_labels) >= 1  # an attention snapshot per epoch
+    assert tab.progress.value() > 0
+    qtbot.waitUntil(lambda: tab.open_last.isEnabled(), timeout=WAIT_MS)
+    tab.cancel()
+    qtbot.waitUntil(lambda: not tab.runner.is_running(), timeout=WAIT_MS)
+    assert tab.start_button.isEnabled()
+    assert "Cancelled" in tab.status.text()
+    last = tab._checkpoint("last")
+    assert last is not None
+    load_checkpoint(last)  # the checkpoint left by the cancelled run is whole
+    with qtbot.waitSignal(
+        window.client.resultReady,
+        timeout=WAIT_MS,
+        check_params_cb=lambda channel, _r: channel == "model",
+    ):
+        tab.open_last.click()
+    assert window.tabs.currentWidget() is window.viewer
+    assert window.model is not None and window.model.path == last
+    runs = [tab.runs.item(i).text() for i in range(tab.runs.count())]
+    assert any("cancelled" in r for r in runs)
