@@ -2,7 +2,7 @@
 
 from vitviz.checkpoints.cache import CacheEntry, list_cached_checkpoints
 from vitviz.checkpoints.convert import convert_checkpoint
-from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.load import load_checkpoint
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import save_checkpoint
@@ -13,6 +13,7 @@ __all__ = [
     "CacheEntry",
     "CheckpointError",
     "LoadedModel",
+    "MissingSettingsError",
     "convert_checkpoint",
     "is_checkpoint_path",
     "list_cached_checkpoints",

@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CheckpointError(ValueError):
     """A checkpoint that can't be opened; the message is short and says what is accepted."""
+
+
+class MissingSettingsError(CheckpointError):
+    """The weights don't say everything: ``fields`` maps each missing setting to an example."""
+
+    def __init__(self, message: str, fields: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.fields = dict(fields or {})

@@ -25,6 +25,7 @@ from vitviz import __version__, resources
 from vitviz.filekinds import CHECKPOINT_SUFFIXES, file_kind
 from vitviz.imaging.loading import IMAGE_EXTENSIONS, list_images
 from vitviz.ui.cache_dialog import CacheDialog
+from vitviz.ui.checkpoint_settings_dialog import CheckpointSettingsDialog
 from vitviz.ui.errors import ErrorNotifier, MessageBar
 from vitviz.ui.model_code_dialog import ModelCodeDialog
 from vitviz.ui.settings import AppSettings
@@ -295,10 +296,20 @@ class MainWindow(QMainWindow):
             else:
                 self.open_image(path)
 
-    def open_checkpoint(self, path: str | Path) -> int:
+    def open_checkpoint(self, path: str | Path, config: dict | None = None) -> int:
         path = Path(path)
         self.model_label.setText(f"loading {path.name}…")
-        return self.client.submit("model", partial(jobs.load_model, path=path))
+        return self.client.submit("model", partial(jobs.load_model, path=path, config=config))
+
+    def ask_checkpoint_settings(self, error: UserError) -> None:
+        """The weights don't say everything: ask for the missing settings, then open again."""
+        path, fields = error.details.get("path"), error.details.get("fields") or {}
+        if path is None:
+            return
+        dialog = CheckpointSettingsDialog(Path(path), fields, error.message, self)
+        self.settings_dialog = dialog  # kept for tests
+        dialog.accepted.connect(lambda: self.open_checkpoint(path, dialog.values()))
+        dialog.open()
 
     def open_trained(self, path: Path) -> None:
         """A checkpoint from the Training tab: show it in the viewer on the current image."""
@@ -547,6 +558,8 @@ class MainWindow(QMainWindow):
                 "no model" if self.model is None else f"{self.model.name} ({self.model.family})"
             )
         self.notifier.user_error(error.message)
+        if error.kind == "settings":
+            self.ask_checkpoint_settings(error)
 
     def _on_failed(self, channel: str, details: str) -> None:
         last = details.strip().splitlines()[-1] if details.strip() else "unknown error"

@@ -40,7 +40,7 @@ class Engine(QObject):
         try:
             result = job(self.state)
         except jobs.UserFacingError as exc:
-            self.userError.emit(req_id, channel, UserError(str(exc), exc.kind))
+            self.userError.emit(req_id, channel, UserError(str(exc), exc.kind, exc.details))
         except Exception:  # noqa: BLE001 - every bug goes to the one error dialog
             self.failed.emit(req_id, channel, traceback.format_exc())
         else:

@@ -23,9 +23,10 @@ LOCAL_ATTENTION_BYTES = 96 * 2**20  # attention up to this size goes to the wind
 class UserFacingError(Exception):
     """An expected mistake with a short message for the window (nothing changes)."""
 
-    def __init__(self, message: str, kind: str = "error") -> None:
+    def __init__(self, message: str, kind: str = "error", **details: Any) -> None:
         super().__init__(message)
         self.kind = kind
+        self.details = details
 
 
 @dataclass
@@ -65,12 +66,16 @@ def summarize(loaded: Any, device: str) -> ModelSummary:
     )
 
 
-def load_model(state: EngineState, path: str | Path) -> ModelSummary:
+def load_model(
+    state: EngineState, path: str | Path, config: dict[str, Any] | None = None
+) -> ModelSummary:
     """Open a checkpoint; the current model stays if this one can't be opened."""
-    from vitviz.checkpoints import CheckpointError, load_checkpoint
+    from vitviz.checkpoints import CheckpointError, MissingSettingsError, load_checkpoint
 
     try:
-        loaded = load_checkpoint(path)
+        loaded = load_checkpoint(path, config=config)
+    except MissingSettingsError as exc:
+        raise UserFacingError(str(exc), "settings", path=Path(path), fields=exc.fields) from exc
     except CheckpointError as exc:
         raise UserFacingError(str(exc), "checkpoint") from exc
     return use_model(state, loaded)

@@ -98,4 +98,6 @@ class UserError:
     """An expected mistake (not an image, unknown checkpoint): a short message, nothing changes."""
 
     message: str
-    kind: str = "error"  # "image" | "checkpoint" | "export" | "device" | "no_image" | "error"
+    # "image" | "checkpoint" | "settings" | "export" | "device" | "no_image" | "error"
+    kind: str = "error"
+    details: dict[str, Any] = field(default_factory=dict)  # e.g. the settings a checkpoint needs

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Source
 from vitviz.checkpoints.labels import resolve_class_names
 from vitviz.imaging import Preprocessing
@@ -136,7 +136,7 @@ def ask(
     have = dict(known or {})
     missing = {k: v for k, v in required.items() if k not in source.user and k not in have}
     if missing:
-        raise CheckpointError(need_message(source, looks_like, missing))
+        raise MissingSettingsError(need_message(source, looks_like, missing), missing)
 
 
 def dropped(keys: Sequence[str], what: str) -> str:
