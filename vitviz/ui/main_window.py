@@ -28,6 +28,7 @@ from vitviz.ui.cache_dialog import CacheDialog
 from vitviz.ui.checkpoint_settings_dialog import CheckpointSettingsDialog
 from vitviz.ui.errors import ErrorNotifier, MessageBar
 from vitviz.ui.model_code_dialog import ModelCodeDialog
+from vitviz.ui.model_info_dialog import ModelInfoDialog
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.training_tab import TrainingTab
 from vitviz.ui.viewer_tab import ViewerTab
@@ -141,6 +142,12 @@ class MainWindow(QMainWindow):
         self.act_export_npz = a(
             "Export numbers (.npz)…", partial(self.export_dialog, "npz"), "Ctrl+Alt+E"
         )
+        self.act_model_info = a(
+            "Model and &preprocessing…",
+            self.model_info_dialog,
+            "Ctrl+I",
+            "What the checkpoint is, and how images are prepared for it (editable)",
+        )
         self.act_quit = a("&Quit", self.close, QKeySequence.StandardKey.Quit)
         self.act_about = a("&About vitviz", self.about)
         ctl = self.viewer.controls
@@ -181,6 +188,7 @@ class MainWindow(QMainWindow):
             self.act_layer_next,
         ):
             view.addAction(act)
+        self.menuBar().addMenu("&Model").addAction(self.act_model_info)
         self.samples_menu = self.menuBar().addMenu("&Samples")
         self._fill_samples()
         self.menuBar().addMenu("&Help").addAction(self.act_about)
@@ -300,6 +308,21 @@ class MainWindow(QMainWindow):
         path = Path(path)
         self.model_label.setText(f"loading {path.name}…")
         return self.client.submit("model", partial(jobs.load_model, path=path, config=config))
+
+    def model_info_dialog(self) -> None:
+        if self.model is None:
+            self.notifier.user_error("No model is open yet: open a checkpoint first.")
+            return
+        dialog = ModelInfoDialog(self.model, self)
+        self.info_dialog = dialog  # kept for tests
+        dialog.accepted.connect(lambda: self.set_preprocessing(dialog.preprocessing()))
+        dialog.open()
+
+    def set_preprocessing(self, preprocessing: dict) -> int:
+        """Override the model's preprocessing; the image is analysed again with it."""
+        return self.client.submit(
+            "model", partial(jobs.set_preprocessing, preprocessing=preprocessing)
+        )
 
     def ask_checkpoint_settings(self, error: UserError) -> None:
         """The weights don't say everything: ask for the missing settings, then open again."""

@@ -63,7 +63,24 @@ def summarize(loaded: Any, device: str) -> ModelSummary:
         device=device,
         preprocessing=loaded.preprocessing.to_dict(),
         notes=tuple(loaded.notes),
+        provenance=dict(loaded.provenance),
+        config=cfg.to_dict(),
     )
+
+
+def set_preprocessing(state: EngineState, preprocessing: dict[str, Any]) -> ModelSummary:
+    """Override the current model's preprocessing (the window then analyses the image again)."""
+    from vitviz.imaging import Preprocessing
+
+    if state.loaded is None:
+        raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
+    try:
+        prep = Preprocessing.from_dict(preprocessing)
+    except (TypeError, ValueError) as exc:
+        raise UserFacingError(f"Preprocessing not changed: {exc}", "settings_invalid") from exc
+    state.loaded.preprocessing = prep
+    state.analysis = None
+    return summarize(state.loaded, state.device)
 
 
 def load_model(

@@ -34,6 +34,8 @@ class ModelSummary:
     device: str
     preprocessing: dict[str, Any]
     notes: tuple[str, ...] = ()
+    provenance: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,130 @@
+"""Model ▸ Model and preprocessing: what the checkpoint is, and how images are prepared for it
+(shown, and overridable)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from vitviz.workers.messages import ModelSummary
+
+RESIZE_MODES = (
+    ("crop", "resize the short side, centre crop (torchvision / timm)"),
+    ("fit", "keep the whole image and its aspect ratio (non-square grid)"),
+    ("squash", "resize straight to the size (Hugging Face ViT)"),
+)
+INTERPOLATIONS = ("bicubic", "bilinear", "nearest", "lanczos")
+
+
+def _triple(edit: QLineEdit) -> list[float]:
+    values = [float(v) for v in edit.text().replace(",", " ").split()]
+    if len(values) == 1:
+        values *= 3
+    if len(values) != 3:
+        raise ValueError("give three numbers (R G B) or one")
+    return values
+
+
+class ModelInfoDialog(QDialog):
+    """Read-only facts about the model plus an editable preprocessing form."""
+
+    def __init__(self, summary: ModelSummary, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"Model — {summary.name}")
+        self.resize(620, 560)
+        facts = QPlainTextEdit()
+        facts.setReadOnly(True)
+        cfg = summary.config
+        lines = [
+            f"file: {summary.path}",
+            f"family: {summary.family}",
+            f"layers × heads: {summary.depth} × {summary.heads}, dim {cfg.get('dim', '?')}, "
+            f"patch {summary.patch_size}, trained at {summary.image_size[0]}×"
+            f"{summary.image_size[1]}",
+            f"classes: {summary.num_classes}; prefix tokens: {summary.num_prefix_tokens}",
+            f"device: {summary.device}",
+        ]
+        lines += [f"note: {n}" for n in summary.notes]
+        if summary.provenance:
+            lines.append("provenance: " + json.dumps(summary.provenance, indent=1, default=str))
+        facts.setPlainText("\n".join(lines))
+
+        prep = summary.preprocessing
+        self.resize_mode = QComboBox()
+        for key, text in RESIZE_MODES:
+            self.resize_mode.addItem(f"{key}: {text}", key)
+        self.resize_mode.setCurrentIndex(max(0, self.resize_mode.findData(prep["resize"])))
+        self.height_box, self.width_box = QSpinBox(), QSpinBox()
+        for box, value in zip((self.height_box, self.width_box), prep["image_size"], strict=True):
+            box.setRange(1, 4096)
+            box.setValue(int(value))
+        size_row = QHBoxLayout()
+        size_row.addWidget(self.height_box)
+        size_row.addWidget(QLabel("×"))
+        size_row.addWidget(self.width_box)
+        self.crop_pct = QDoubleSpinBox()
+        self.crop_pct.setRange(0.05, 1.0)
+        self.crop_pct.setDecimals(3)
+        self.crop_pct.setSingleStep(0.025)
+        self.crop_pct.setValue(float(prep["crop_pct"]))
+        self.mean = QLineEdit(" ".join(f"{v:g}" for v in prep["mean"]))
+        self.std = QLineEdit(" ".join(f"{v:g}" for v in prep["std"]))
+        self.interpolation = QComboBox()
+        self.interpolation.addItems(list(INTERPOLATIONS))
+        self.interpolation.setCurrentText(prep["interpolation"])
+        self.error = QLabel("")
+        self.error.setStyleSheet("color: #b00020;")
+        box = QGroupBox("Preprocessing (applied to the next analysis)")
+        form = QFormLayout(box)
+        form.addRow("Resize", self.resize_mode)
+        form.addRow("Input size (H × W)", size_row)
+        form.addRow("Crop fraction", self.crop_pct)
+        form.addRow("Mean", self.mean)
+        form.addRow("Std", self.std)
+        form.addRow("Interpolation", self.interpolation)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Apply | QDialogButtonBox.StandardButton.Close
+        )
+        buttons.button(QDialogButtonBox.StandardButton.Apply).clicked.connect(self._apply)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(facts, 1)
+        layout.addWidget(box)
+        layout.addWidget(self.error)
+        layout.addWidget(buttons)
+
+    def preprocessing(self) -> dict[str, Any]:
+        """The form as a Preprocessing dict; ValueError for mean / std that are not numbers."""
+        return {
+            "image_size": [self.height_box.value(), self.width_box.value()],
+            "resize": self.resize_mode.currentData(),
+            "crop_pct": self.crop_pct.value(),
+            "mean": _triple(self.mean),
+            "std": _triple(self.std),
+            "interpolation": self.interpolation.currentText(),
+        }
+
+    def _apply(self) -> None:
+        try:
+            self.preprocessing()
+        except ValueError as exc:
+            self.error.setText(f"Mean and std: {exc}")
+            return
+        self.error.setText("")
+        self.accept()
