@@ -34,11 +34,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="N",
         help="close the window N ms after the files given are shown (for smoke tests)",
     )
+    parser.add_argument(
+        "--self-test",
+        action="store_true",
+        help="load the shipped model, analyse the samples offscreen, check; exit 0 or 1",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.self_test:
+        from vitviz.selftest import run
+
+        return run()
     os.environ.setdefault("QT_ENABLE_HIGHDPI_SCALING", "1")
     from PySide6.QtCore import Qt
     from PySide6.QtGui import QGuiApplication
