@@ -40,7 +40,21 @@ def parser(description: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--repeats", type=int, default=None, help="timed repeats of each measurement")
     p.add_argument("--warmup", type=int, default=None, help="untimed runs before timing")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice); 1 keeps a busy machine from skewing",
+    )
     return p
+
+
+def apply_threads(threads: int | None) -> None:
+    """torch.set_num_threads(threads) when given (before any timing)."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 # -- timing ----------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import torch
 from _common import (
     Check,
     Stats,
+    apply_threads,
     environment,
     finish,
     fmt_seconds,
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         help="variant to measure (default vit-base; cifar10-tutorial with --quick)",
     )
     args = p.parse_args(argv)
+    apply_threads(args.threads)
     variant = args.model or ("cifar10-tutorial" if args.quick else "vit-base")
     repeats = args.repeats or (3 if args.quick else 15)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)

@@ -30,6 +30,7 @@ import torch
 from _common import (
     Check,
     Stats,
+    apply_threads,
     environment,
     finish,
     fmt_seconds,
@@ -142,6 +143,7 @@ def check_prepared(case: Case, prepared: PreparedRollout) -> tuple[float, list[s
 
 def main(argv: list[str] | None = None) -> int:
     args = parser(__doc__.splitlines()[0]).parse_args(argv)
+    apply_threads(args.threads)
     cases = QUICK if args.quick else FULL
     warmup = args.warmup if args.warmup is not None else 1
 

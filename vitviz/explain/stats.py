@@ -26,13 +26,18 @@ def mean_attention_distance(
     """
     a = attn[:, :, num_prefix:, num_prefix:]  # (B, H, P, P)
     dist = patch_distances(grid, patch_size, a)  # (P, P)
-    return (a * dist).sum(dim=-1).mean(dim=-1)
+    return torch.einsum("bhqk,qk->bhq", a, dist).mean(dim=-1)  # no (B, H, P, P) temporary
 
 
 def attention_entropy(attn: Tensor, num_prefix: int) -> Tensor:
     """Entropy (nats) of each patch query's row over all keys, mean over patch queries: (B, H)."""
-    rows = attn[:, :, num_prefix:, :]  # (B, H, P, N)
-    return -torch.special.xlogy(rows, rows).sum(dim=-1).mean(dim=-1)
+    tiny = torch.finfo(attn.dtype).tiny
+    out = []
+    for rows in attn[:, :, num_prefix:, :]:  # (H, P, N) at a time: small temporaries, in place
+        # p·log(p + tiny): 0·log 0 counts 0, and p + tiny == p for every p that matters
+        plogp = (rows + tiny).log_().mul_(rows)
+        out.append(-plogp.sum(dim=-1).mean(dim=-1))
+    return torch.stack(out)  # (B, H)
 
 
 def prefix_share(attn: Tensor, num_prefix: int) -> Tensor:
