@@ -221,3 +221,14 @@ def test_read_checkpoint_exposes_the_native_metadata(tiny_ckpt: Path, tiny_model
     assert raw.metadata["format"] == "vitviz"
     assert json.loads(raw.metadata["class_names"]) == CLASS_NAMES
     assert set(raw.state) == set(tiny_model.state_dict())
+
+
+def test_saved_files_get_the_usual_permissions(tmp_path: Path, tiny_model) -> None:
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        path = save_checkpoint(tiny_model, tmp_path / "m.safetensors")
+    finally:
+        os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o644
