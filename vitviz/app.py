@@ -43,6 +43,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import multiprocessing
+
+    multiprocessing.freeze_support()  # a frozen bundle's spawned training child stops here
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.self_test:
         from vitviz.selftest import run

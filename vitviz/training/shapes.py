@@ -152,44 +152,56 @@ def _coverage(p: dict[str, Tensor], size: int, k: int) -> Tensor:
     """Share of each pixel covered by the image's object: (B, S, S) float32 in [0, 1]."""
     B = p["labels"].shape[0]
     axis = (torch.arange(size * k, dtype=torch.float32) + 0.5) / k  # sample positions
-    dx = axis.view(1, 1, -1) - p["cx"].view(B, 1, 1)  # (B, 1, Sk)
-    dy = axis.view(1, -1, 1) - p["cy"].view(B, 1, 1)  # (B, Sk, 1)
-    cos = torch.cos(p["angle"]).view(B, 1, 1) / p["radius"].view(B, 1, 1)
-    sin = torch.sin(p["angle"]).view(B, 1, 1) / p["radius"].view(B, 1, 1)
-    u = dx * cos + dy * sin  # (B, Sk, Sk), object frame, radius 1
-    v = dy * cos - dx * sin
-    inside = torch.zeros(B, size * k, size * k, dtype=torch.bool)
-    for c, fn in enumerate(_INSIDE):
+    inside = torch.empty(B, size * k, size * k, dtype=torch.bool)
+    for c, fn in enumerate(_INSIDE):  # one batched test per class, on its images only
         idx = (p["labels"] == c).nonzero().flatten()
-        if idx.numel():
-            inside[idx] = fn(u[idx], v[idx])
-    return inside.float().view(B, size, k, size, k).mean(dim=(2, 4))
+        if not idx.numel():
+            continue
+        m = idx.numel()
+        dx = axis.view(1, 1, -1) - p["cx"][idx].view(m, 1, 1)  # (m, 1, Sk)
+        dy = axis.view(1, -1, 1) - p["cy"][idx].view(m, 1, 1)  # (m, Sk, 1)
+        scale = 1.0 / p["radius"][idx].view(m, 1, 1)
+        cos = torch.cos(p["angle"][idx]).view(m, 1, 1) * scale
+        sin = torch.sin(p["angle"][idx]).view(m, 1, 1) * scale
+        u = dx * cos + dy * sin  # (m, Sk, Sk): the object's frame, radius 1
+        v = dy * cos - dx * sin
+        inside[idx] = fn(u, v)
+    return inside.view(B, size, k, size, k).sum(dim=(2, 4), dtype=torch.float32) / (k * k)
 
 
 def _lines_alpha(lines: Tensor, size: int) -> Tensor:
     """Antialiased 1-px segments: (B, L, 4) endpoints -> (B, L, S, S) alpha."""
     B, L, _ = lines.shape
     axis = torch.arange(size, dtype=torch.float32) + 0.5
-    px, py = axis.view(1, 1, 1, -1), axis.view(1, 1, -1, 1)
     x0, y0, x1, y1 = (lines[..., i].view(B, L, 1, 1) for i in range(4))
     ex, ey = x1 - x0, y1 - y0
-    t = ((px - x0) * ex + (py - y0) * ey) / (ex * ex + ey * ey + 1e-6)
-    t = t.clamp(0, 1)
-    dist = torch.sqrt((px - x0 - t * ex) ** 2 + (py - y0 - t * ey) ** 2)
-    return (1.0 - dist).clamp(0, 1)
+    qx = axis.view(1, 1, 1, -1) - x0  # (B, L, 1, S): pixel relative to the start
+    qy = axis.view(1, 1, -1, 1) - y0  # (B, L, S, 1)
+    t = ((qx * ex + qy * ey) / (ex * ex + ey * ey + 1e-6)).clamp_(0, 1)  # (B, L, S, S)
+    dist = torch.hypot(qx - t * ex, qy - t * ey)
+    return dist.neg_().add_(1.0).clamp_(0, 1)
+
+
+def _upsample_matrix(n: int, size: int) -> Tensor:
+    """(size, n) matrix of 1-D bicubic upsampling from n to size samples (F.interpolate's)."""
+    eye = torch.eye(n).view(n, 1, n, 1)
+    w = F.interpolate(eye, size=(size, 1), mode="bicubic", align_corners=False)  # (n, 1, S, 1)
+    return w.view(n, size).T.contiguous()
 
 
 def _background(p: dict[str, Tensor], size: int, g: torch.Generator) -> Tensor:
     """Smooth colour field around the base colour, crossed by faint lines: (B, 3, S, S)."""
     B = p["base"].shape[0]
     low = torch.randn(B, 3, 4, 4, generator=g) * _FIELD
-    field = F.interpolate(low, size=(size, size), mode="bicubic", align_corners=False)
-    bg = p["base"].view(B, 3, 1, 1) + field
+    w = _upsample_matrix(4, size)  # (S, 4): bicubic upsampling is separable, so two matmuls
+    field = torch.einsum("yi,bcij,xj->bcyx", w, low, w)  # (B, 3, S, S)
+    bg = field.add_(p["base"].view(B, 3, 1, 1))
     alpha = _lines_alpha(p["lines"], size)  # (B, L, S, S)
-    for i in range(alpha.shape[1]):
-        a = alpha[:, i : i + 1]  # (B, 1, S, S)
-        bg = bg * (1 - a) + p["line_colour"][:, i].view(B, 3, 1, 1) * a
-    return bg
+    # Lines over the field in one pass (where lines cross, their colours mix).
+    total = alpha.sum(dim=1, keepdim=True)  # (B, 1, S, S)
+    paint = torch.einsum("blhw,blc->bchw", alpha, p["line_colour"])  # (B, 3, S, S)
+    cover = total.clamp(max=1.0)
+    return bg * (1 - cover) + paint * (cover / total.clamp_min(1e-6))
 
 
 def _render_chunk(p: dict[str, Tensor], size: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
