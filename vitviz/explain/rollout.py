@@ -63,43 +63,68 @@ def add_identity_rownorm(m: Tensor) -> Tensor:
 
 
 class PreparedRollout:
-    """The per-layer matrices of a rollout, normalised once, ready for any query.
+    """The per-layer matrices of a rollout, ready for any query.
 
-    Ã_l = rownorm(discard(Â_l) + I) is stored without the protection of the query's q→q entry;
-    a query's row then costs one vector-matrix product per layer (O(L·N²)) plus an exact O(N)
-    correction for protected rows whose diagonal was discarded:
-    with d = the discarded Â_l[q, q] and S = the row's sum before it, row q becomes
+    Ã_l = rownorm(discard(Â_l) + I) is kept implicitly, as K_l = discard(Â_l) (the fused layers
+    themselves, not copied, when nothing is discarded) and 1/S_l, S_l = rowsum(K_l) + 1, so
+    r·Ã_l = (r/S_l)·K_l + r/S_l: one vector-matrix product per layer and query (O(L·N²)).
+    The query's q→q entry is protected exactly: when discard removed Â_l[q, q] = d, row q is
     Ã_l[q] + d/(S + d)·(e_q − Ã_l[q]), so r·Ã_l(protected) = (r − w)·Ã_l + w, w = r·d/(S + d).
     """
 
     def __init__(self, fused: Sequence[Tensor] | Tensor, discard_ratio: float = 0.0) -> None:
         """fused: L × (B, N, N) head-fused layer matrices Â_l (non-negative), or one
-        (L, B, N, N) tensor; all layers are processed together."""
+        (L, B, N, N) tensor (used as it is when nothing is discarded)."""
         if len(fused) == 0:
             raise ValueError("no attention layers were given")
         stacked = fused if isinstance(fused, Tensor) else torch.stack(list(fused))
         L, B, N, _ = stacked.shape
         kept, dropped = _discard(stacked.reshape(L * B, N, N), discard_ratio)
-        kept = kept + torch.eye(N, dtype=kept.dtype, device=kept.device)
-        sums = kept.sum(dim=-1)  # (L·B, N) = S
-        self.normalized = (kept / sums[..., None]).reshape(L, B, N, N)  # Ã_l
+        self.kept = kept.reshape(L, B, N, N)  # K_l
+        sums = kept.sum(dim=-1) + 1  # (L·B, N) = S
+        self.inv_sums = (1 / sums).reshape(L, B, N)
         self.restore = (dropped / (sums + dropped)).reshape(L, B, N)  # d/(S + d), 0: none
+        self._restores = bool((self.restore > 0).any())
 
     @property
     def num_layers(self) -> int:
-        return self.normalized.shape[0]
+        return self.kept.shape[0]
+
+    @property
+    def normalized(self) -> Tensor:
+        """Ã_l as full matrices, (L, B, N, N) (built on request: for checks and baselines)."""
+        eye = torch.eye(self.kept.shape[-1], dtype=self.kept.dtype, device=self.kept.device)
+        return (self.kept + eye) * self.inv_sums[..., None]
+
+    def _step(self, r: Tensor, layer: int) -> Tensor:
+        """r·Ã_l for (B, N) r, without forming Ã_l."""
+        u = r * self.inv_sums[layer]
+        k = self.kept[layer]
+        if u.shape[0] == 1:  # u + u·K as one gemv on the transposed view: one pass over K_l
+            return torch.addmv(u[0], k[0].T, u[0])[None]
+        return torch.baddbmm(u[:, None, :], u[:, None, :], k)[:, 0]
 
     def row(self, query: int | None, num_prefix: int, start_layer: int = 0) -> Tensor:
         """Row q of Ã_L ⋯ Ã_s (q→q protected): (B, N)."""
         L = self.num_layers
         if not 0 <= start_layer < L:
             raise ValueError(f"start layer {start_layer} out of range for {L} layers")
-        B, N, _ = self.normalized[-1].shape
-        r = start_vector(query, N, num_prefix, B, self.normalized[-1])  # (B, N)
+        B, N = self.kept.shape[1], self.kept.shape[-1]
+        r = start_vector(query, N, num_prefix, B, self.kept)  # (B, N)
+        if not self._restores:  # nothing discarded on a protected diagonal
+            layers = range(L - 1, start_layer - 1, -1)
+            if query is not None:  # e_q·Ã_L is row q of Ã_L: read one row, not the matrix
+                e_q = torch.zeros_like(r)
+                e_q[:, query] = 1
+                r = (self.kept[L - 1][:, query, :] + e_q) * self.inv_sums[L - 1][:, query, None]
+                layers = layers[1:]
+            for layer in layers:
+                r = self._step(r, layer)
+            return r
         protected = (r > 0).to(r.dtype)
-        for l in range(L - 1, start_layer - 1, -1):  # noqa: E741 - the layer index of DESIGN §5
-            w = r * protected * self.restore[l]
-            r = ((r - w).unsqueeze(1) @ self.normalized[l]).squeeze(1) + w
+        for layer in range(L - 1, start_layer - 1, -1):
+            w = r * protected * self.restore[layer]
+            r = self._step(r - w, layer) + w
         return r
 
 
