@@ -29,6 +29,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.setBackground("#202020")
         self.ci.layout.setContentsMargins(2, 2, 2, 2)
         self.title = self.addLabel(title, row=0, col=0, colspan=2, color="#dddddd", size="9pt")
+        self.title.setFixedHeight(22)  # new titles must not re-lay out the scene
         self.vb: pg.ViewBox = self.addViewBox(
             row=1, col=0, lockAspect=True, invertY=True, enableMenu=False
         )
@@ -115,7 +116,8 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.overlay.show()
 
     def set_title(self, text: str) -> None:
-        self.title.setText(text, color="#dddddd", size="9pt")
+        if text != self.title.text:
+            self.title.setText(text, color="#dddddd", size="9pt")
 
     def set_query(self, patch: tuple[int, int] | None) -> None:
         if patch is None:
