@@ -67,9 +67,9 @@ class ViewControls(QWidget):
         self.opacity.setRange(0, 100)
         self.opacity.setValue(60)
         self.prefix_label = QLabel("")
-        # two fixed lines: new text must not re-lay out the panel on every query change
+        # three fixed lines: new text must not re-lay out the panel on every query change
         self.prefix_label.setWordWrap(True)
-        self.prefix_label.setFixedHeight(2 * self.prefix_label.fontMetrics().lineSpacing() + 4)
+        self.prefix_label.setFixedHeight(3 * self.prefix_label.fontMetrics().lineSpacing() + 4)
 
         what = QGroupBox("Map")
         form = QFormLayout(what)

@@ -259,8 +259,8 @@ class ViewerTab(QWidget):
         pa = self.maps.prefix_attention[min(layer, self.maps.prefix_attention.shape[0] - 1)]
         share = pa.mean(axis=0) if head == MEAN else pa[head]  # (num_prefix,)
         self.controls.prefix_label.setText(
-            f"Prefix tokens take {share.sum():.1%} of this query's attention in this layer "
-            f"(share over all patch queries: {self.image.prefix_share[layer].mean():.1%})."
+            f"Prefix tokens: {share.sum():.1%} of this query's attention in this layer "
+            f"({self.image.prefix_share[layer].mean():.1%} over all patch queries)."
         )
 
     def _on_hover(self, info: object) -> None:
