@@ -262,3 +262,15 @@ def test_failed_save_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Monk
         save_png(Image.new("RGB", (4, 4)), target)
     assert target.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["keep.png"]
+
+
+def test_nice_levels_start_at_zero_and_round_up() -> None:
+    from vitviz.imaging.colormaps import nice_ceil, nice_levels
+
+    for x in (0.0123, 0.07, 0.3, 0.99, 1.0, 3.7, 42.0):
+        v = nice_ceil(x)
+        assert x <= v <= 1.25 * x + 1e-12
+    assert nice_levels(np.array([0.01, 0.2, 0.07])) == (0.0, 0.2)
+    assert nice_levels(np.array([0.01, 0.21])) == (0.0, 0.25)
+    assert nice_levels(np.array([-1.0, 2.0])) == (-1.0, 2.0)  # signed maps keep min..max
+    assert nice_levels(np.array([np.nan])) == (0.0, 1.0)

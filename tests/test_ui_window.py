@@ -145,13 +145,15 @@ def test_drop_shows_what_analyze_computes(qtbot, shown) -> None:
     np.testing.assert_allclose(overlay(window), ref.attention_maps(0).numpy().mean(0), atol=ATOL)
     # The head grid's mosaic holds every layer and head on one scale.
     all_maps = ref.all_attention_maps().numpy()
-    assert v.maps.levels == pytest.approx((all_maps.min(), all_maps.max()), abs=ATOL)
+    lo, hi = v.maps.levels  # from 0 to a round number just above the largest value
+    assert lo == 0.0 and all_maps.max() <= hi <= 1.25 * all_maps.max() + ATOL
 
     v.controls.select(layer=1, head=1)
     head_map = ref.attention_maps(1)[1].numpy()
     np.testing.assert_allclose(overlay(window), head_map, atol=ATOL)
     # colour scales: the large view's follows its map, the grid's is shared by all tiles
-    assert v.map_view.colorbar.levels() == pytest.approx((head_map.min(), head_map.max()), abs=ATOL)
+    lo, hi = v.map_view.colorbar.levels()
+    assert lo == 0.0 and head_map.max() <= hi <= 1.25 * head_map.max() + ATOL
     assert v.head_grid.colorbar.levels() == pytest.approx(v.maps.levels)
 
     v.controls.method.setCurrentIndex(v.controls.method.findData("rollout"))

@@ -6,6 +6,7 @@ colormaps from ``lookup_table``.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -81,3 +82,28 @@ def apply_colormap(values: np.ndarray, name: str = "viridis", *, alpha: bool = F
         return rgb
     a = np.where(nan, 0, 255).astype(np.uint8)[..., None]
     return np.concatenate([rgb, a], axis=-1)
+
+
+NICE_STEPS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+
+
+def nice_ceil(x: float) -> float:
+    """The smallest m·10^k ≥ x with m in NICE_STEPS (at most 25 % above x); x > 0."""
+    k = math.floor(math.log10(x))
+    for m in NICE_STEPS:
+        v = m * 10.0**k
+        if v >= x * (1 - 1e-12):
+            return v
+    return 10.0 ** (k + 1)
+
+
+def nice_levels(values: np.ndarray) -> tuple[float, float]:
+    """Colour levels for a map: 0 to a round number above the maximum for non-negative maps
+    (attention, rollout: the scale stays put while the map changes a little), else min..max."""
+    finite = np.asarray(values)[np.isfinite(values)]
+    if finite.size == 0:
+        return 0.0, 1.0
+    lo, hi = float(finite.min()), float(finite.max())
+    if lo >= 0:
+        return 0.0, nice_ceil(hi) if hi > 0 else 1.0
+    return (lo, hi) if hi > lo else (lo, lo + 1e-6)

@@ -8,10 +8,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QPainterPath, QPen
-from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem
+from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel
 
+from vitviz.imaging.colormaps import nice_levels
 from vitviz.ui.colors import colormap
 from vitviz.ui.image_item import ImageItem
+
+TITLE_HEIGHT = 20
 
 
 class ImageCanvas(pg.GraphicsLayoutWidget):
@@ -28,8 +31,13 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.setAcceptDrops(False)  # drops go to the main window, which recognises the kind
         self.setBackground("#202020")
         self.ci.layout.setContentsMargins(2, 2, 2, 2)
-        self.title = self.addLabel(title, row=0, col=0, colspan=2, color="#dddddd", size="9pt")
-        self.title.setFixedHeight(22)  # new titles must not re-lay out the scene
+        # The title is a plain QLabel over a fixed strip of the layout: new text repaints the
+        # label only, it never re-lays out the scene (a pyqtgraph LabelItem would).
+        self.addLabel("", row=0, col=0, colspan=2).setFixedHeight(TITLE_HEIGHT)
+        self.title = QLabel(title, self)
+        self.title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.title.setStyleSheet("color: #dddddd; background: transparent;")
+        self.title.setGeometry(0, 2, self.width(), TITLE_HEIGHT)
         self.vb: pg.ViewBox = self.addViewBox(
             row=1, col=0, lockAspect=True, invertY=True, enableMenu=False
         )
@@ -116,8 +124,14 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.overlay.show()
 
     def set_title(self, text: str) -> None:
-        if text != self.title.text:
-            self.title.setText(text, color="#dddddd", size="9pt")
+        if text != self.title.text():
+            self.title.setText(text)
+
+    def resizeEvent(self, event: object) -> None:
+        super().resizeEvent(event)
+        title = getattr(self, "title", None)  # pyqtgraph resizes once before __init__ ends
+        if title is not None:
+            title.setGeometry(0, 2, self.width(), TITLE_HEIGHT)
 
     def set_query(self, patch: tuple[int, int] | None) -> None:
         if patch is None:
@@ -191,8 +205,4 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
 
 
 def _finite_range(values: np.ndarray) -> tuple[float, float]:
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return 0.0, 1.0
-    lo, hi = float(finite.min()), float(finite.max())
-    return (lo, hi) if hi > lo else (lo, lo + 1e-6)
+    return nice_levels(values)

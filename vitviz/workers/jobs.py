@@ -217,10 +217,13 @@ def raw_maps(
 
 
 def maps_levels(head_maps: np.ndarray, mean_maps: np.ndarray) -> tuple[float, float]:
-    """One colour scale for every thumbnail of the head grid."""
-    lo = float(min(head_maps.min(), mean_maps.min()))
-    hi = float(max(head_maps.max(), mean_maps.max()))
-    return lo, (hi if hi > lo else lo + 1e-6)
+    """One colour scale for every thumbnail of the head grid (0 to a round number for
+    attention, so it stays put while the query moves)."""
+    from vitviz.imaging.colormaps import nice_levels
+
+    lo = min(float(head_maps.min()), float(mean_maps.min()))
+    hi = max(float(head_maps.max()), float(mean_maps.max()))
+    return nice_levels(np.array([lo, hi]))
 
 
 def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
