@@ -7,7 +7,7 @@ import torch
 
 from vitviz import explain
 from vitviz.analysis import ROLLOUT_CACHE_SIZE, analyze
-from vitviz.explain.rollout import PreparedRollout, discard_smallest
+from vitviz.explain.rollout import PreparedRollout
 
 
 def _attention(L: int = 3, B: int = 2, H: int = 2, N: int = 13, seed: int = 0) -> list:
@@ -18,6 +18,20 @@ def _attention(L: int = 3, B: int = 2, H: int = 2, N: int = 13, seed: int = 0) -
     ]
 
 
+def _discard_protected(m: torch.Tensor, ratio: float, protected: torch.Tensor) -> torch.Tensor:
+    """DESIGN §5, written out: zero the ⌊ratio·N²⌋ smallest entries of each (N, N) matrix,
+    never a protected query's q→q entry. m: (B, N, N); protected: (B, N) bool."""
+    B, N, _ = m.shape
+    out = m.clone()
+    k = int(ratio * N * N)
+    for b in range(B):
+        for flat in torch.argsort(m[b].reshape(-1))[:k].tolist():
+            q, j = divmod(flat, N)
+            if not (q == j and protected[b, q]):
+                out[b, q, j] = 0
+    return out
+
+
 def _fresh_row(
     fused: list, query: int | None, num_prefix: int, ratio: float, start: int
 ) -> torch.Tensor:
@@ -26,7 +40,7 @@ def _fresh_row(
     r = explain.tokens.start_vector(query, N, num_prefix, B, fused[0])
     protected = r > 0
     for m in reversed(fused[start:]):
-        m = discard_smallest(m, ratio, protected) + torch.eye(N, dtype=m.dtype)
+        m = _discard_protected(m, ratio, protected) + torch.eye(N, dtype=m.dtype)
         r = (r.unsqueeze(1) @ (m / m.sum(-1, keepdim=True))).squeeze(1)
     return r
 

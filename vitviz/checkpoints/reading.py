@@ -17,8 +17,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from vitviz.checkpoints.errors import CheckpointError
+from vitviz.filekinds import CHECKPOINT_SUFFIXES
 
-CHECKPOINT_SUFFIXES = frozenset({".safetensors", ".pth", ".pt", ".bin", ".ckpt"})
 ACCEPTED = (
     "Accepted: vitviz .safetensors files; ViT state dicts (.pth/.pt/.bin/.safetensors) of "
     "torchvision, timm, DeiT, DINO/DINOv2, vit-pytorch and tutorial models; Hugging Face and timm "

@@ -24,18 +24,6 @@ def _check_layers(attentions: Sequence[Tensor], start_layer: int) -> None:
         raise ValueError(f"start layer {start_layer} out of range for {L} layers")
 
 
-def discard_smallest(fused: Tensor, ratio: float, protected: Tensor) -> Tensor:
-    """Zero the ⌊ratio·N²⌋ smallest entries of each (N, N) matrix, keeping protected ones.
-
-    fused: (B, N, N); protected: (B, N) bool, queries q whose q→q entry is never zeroed.
-    """
-    kept, dropped = _discard(fused, ratio)
-    diag = torch.diagonal(kept, dim1=-2, dim2=-1)  # (B, N) view
-    restore = protected & (dropped > 0)
-    diag[restore] = torch.diagonal(fused, dim1=-2, dim2=-1)[restore]
-    return kept
-
-
 def _discard(fused: Tensor, ratio: float) -> tuple[Tensor, Tensor]:
     """The matrices with their ⌊ratio·N²⌋ smallest entries zeroed: (B, N, N), and the value
     each discarded diagonal entry had (0 where the diagonal was kept): (B, N)."""
@@ -53,13 +41,6 @@ def _discard(fused: Tensor, ratio: float) -> tuple[Tensor, Tensor]:
     diag_dropped = torch.diagonal(drop.reshape(B, N, N), dim1=-2, dim2=-1)
     dropped = torch.where(diag_dropped, torch.diagonal(fused, dim1=-2, dim2=-1), 0)
     return flat.reshape(B, N, N), dropped
-
-
-def add_identity_rownorm(m: Tensor) -> Tensor:
-    """rownorm(M + I): (B, N, N), each row sums to 1."""
-    eye = torch.eye(m.shape[-1], dtype=m.dtype, device=m.device)
-    m = m + eye
-    return m / m.sum(dim=-1, keepdim=True)
 
 
 class PreparedRollout:

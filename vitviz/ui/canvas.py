@@ -115,7 +115,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         if values is None:
             self.overlay.hide()
             return
-        lo, hi = levels if levels is not None else _finite_range(values)
+        lo, hi = levels if levels is not None else nice_levels(values)
         self.overlay.setImage(values, autoLevels=False, levels=(lo, hi))
         if self.colorbar is not None and tuple(self.colorbar.levels()) != (lo, hi):
             self.colorbar.setLevels((lo, hi))  # redraws the axis: only when the scale changes
@@ -202,7 +202,3 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         if patch is not None:
             event.accept()
             self.patchClicked.emit(*patch)
-
-
-def _finite_range(values: np.ndarray) -> tuple[float, float]:
-    return nice_levels(values)

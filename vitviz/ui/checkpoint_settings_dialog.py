@@ -17,8 +17,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-SIDECAR_SUFFIX = ".vitviz.json"
-
 
 class CheckpointSettingsDialog(QDialog):
     """One field per missing setting, pre-filled with an example value (JSON)."""
@@ -56,7 +54,9 @@ class CheckpointSettingsDialog(QDialog):
 
     @property
     def sidecar(self) -> Path:
-        return self.path.parent / (self.path.name + SIDECAR_SUFFIX)
+        from vitviz.checkpoints.sidecar import sidecar_path  # torch is loaded by now
+
+        return sidecar_path(self.path)
 
     def values(self) -> dict[str, Any]:
         """The settings as typed; ValueError naming the field that is not valid JSON."""
