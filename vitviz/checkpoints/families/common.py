@@ -235,3 +235,19 @@ def _norm(value: Any) -> Any:
 def _few(items: Sequence[str], n: int = 4) -> str:
     shown = ", ".join(items[:n])
     return shown + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def assumed_imagenet_preprocessing(source: Source, notes: list[str]) -> dict[str, Any]:
+    """Preprocessing for weights that don't say theirs (tutorial models): centre crop,
+    bilinear, ImageNet mean/std; a note tells the user how to set it."""
+    notes.append(
+        f"preprocessing assumed: ImageNet mean/std; set preprocessing in "
+        f"{source.sidecar_name} if the model was trained otherwise"
+    )
+    return {
+        "resize": "crop",
+        "crop_pct": 1.0,
+        "interpolation": "bilinear",
+        "mean": IMAGENET_MEAN,
+        "std": IMAGENET_STD,
+    }

@@ -23,10 +23,9 @@ from torch import Tensor
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, Source
 from vitviz.checkpoints.families.common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     Taker,
     ask,
+    assumed_imagenet_preprocessing,
     block_indices,
     check_depth,
     finish,
@@ -147,17 +146,7 @@ def convert(source: Source) -> Conversion:
         f" (vit-pytorch's pool={'mean' if inferred['global_pool'] == 'avg' else 'cls'});"
         f" set global_pool in {source.sidecar_name} if yours differs"
     )
-    prep = {
-        "resize": "crop",
-        "crop_pct": 1.0,
-        "interpolation": "bilinear",
-        "mean": IMAGENET_MEAN,
-        "std": IMAGENET_STD,
-    }
-    notes.append(
-        f"preprocessing assumed: ImageNet mean/std; set preprocessing in "
-        f"{source.sidecar_name} if the model was trained otherwise"
-    )
+    prep = assumed_imagenet_preprocessing(source, notes)
     return finish(
         source,
         family="vit-pytorch",

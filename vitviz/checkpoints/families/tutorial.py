@@ -23,10 +23,9 @@ from torch import Tensor
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, Source
 from vitviz.checkpoints.families.common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     Taker,
     ask,
+    assumed_imagenet_preprocessing,
     check_depth,
     finish,
     grid_from_table,
@@ -179,17 +178,7 @@ def convert(source: Source) -> Conversion:
         notes.append("no position table found: the model runs without position embedding")
     _take_norm_and_head(t, out, inferred, D)
     t.refuse_leftovers()
-    prep = {
-        "resize": "crop",
-        "crop_pct": 1.0,
-        "interpolation": "bilinear",
-        "mean": IMAGENET_MEAN,
-        "std": IMAGENET_STD,
-    }
-    notes.append(
-        f"preprocessing assumed: ImageNet mean/std; set preprocessing in "
-        f"{source.sidecar_name} if the model was trained otherwise"
-    )
+    prep = assumed_imagenet_preprocessing(source, notes)
     return finish(
         source,
         family="tutorial-transformer-encoder" if tel else "tutorial-mha",
