@@ -66,6 +66,11 @@ class PreparedRollout:
         self.inv_sums = (1 / sums).reshape(L, B, N)
         self.restore = (dropped / (sums + dropped)).reshape(L, B, N)  # d/(S + d), 0: none
         self._restores = bool((self.restore > 0).any())
+        # Per-layer views made once: a query then costs two tensor ops per layer, no indexing
+        self._steps = [(self.inv_sums[i], self.kept[i]) for i in range(L)]
+        self._vector_steps = (
+            [(self.inv_sums[i, 0], self.kept[i, 0].T) for i in range(L)] if B == 1 else None
+        )
 
     @property
     def num_layers(self) -> int:
@@ -79,11 +84,21 @@ class PreparedRollout:
 
     def _step(self, r: Tensor, layer: int) -> Tensor:
         """r·Ã_l for (B, N) r, without forming Ã_l."""
-        u = r * self.inv_sums[layer]
-        k = self.kept[layer]
-        if u.shape[0] == 1:  # u + u·K as one gemv on the transposed view: one pass over K_l
-            return torch.addmv(u[0], k[0].T, u[0])[None]
+        if self._vector_steps is not None:
+            return self._vector_chain(r[0], (layer,))[None]
+        inv_sums, k = self._steps[layer]
+        u = r * inv_sums
         return torch.baddbmm(u[:, None, :], u[:, None, :], k)[:, 0]
+
+    def _vector_chain(self, r: Tensor, layers: Sequence[int]) -> Tensor:
+        """r·Ã_l over ``layers`` in order for batch 1, r (N,): u = r/S_l, then u + u·K_l as one
+        gemv on the transposed view (one pass over K_l, the whole cost of a query)."""
+        steps = self._vector_steps
+        for layer in layers:
+            inv_sums, k_t = steps[layer]
+            u = r * inv_sums
+            r = torch.addmv(u, k_t, u)
+        return r
 
     def row(self, query: int | None, num_prefix: int, start_layer: int = 0) -> Tensor:
         """Row q of Ã_L ⋯ Ã_s (q→q protected): (B, N)."""
@@ -94,11 +109,11 @@ class PreparedRollout:
         r = start_vector(query, N, num_prefix, B, self.kept)  # (B, N)
         if not self._restores:  # nothing discarded on a protected diagonal
             layers = range(L - 1, start_layer - 1, -1)
-            if query is not None:  # e_q·Ã_L is row q of Ã_L: read one row, not the matrix
-                e_q = torch.zeros_like(r)
-                e_q[:, query] = 1
-                r = (self.kept[L - 1][:, query, :] + e_q) * self.inv_sums[L - 1][:, query, None]
+            if query is not None:  # r = e_q, r·Ã_L = (K_L[q] + e_q)/S_L[q]: one row, not K_L
+                r = (self.kept[L - 1, :, query] + r) * self.inv_sums[L - 1, :, query, None]
                 layers = layers[1:]
+            if self._vector_steps is not None:
+                return self._vector_chain(r[0], layers)[None]
             for layer in layers:
                 r = self._step(r, layer)
             return r
