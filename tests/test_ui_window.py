@@ -15,7 +15,17 @@ import numpy as np
 import pyqtgraph as pg
 import pytest
 from PIL import Image
-from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
+from PySide6.QtCore import (
+    QEvent,
+    QMimeData,
+    QObject,
+    QPoint,
+    QPointF,
+    QRectF,
+    QSettings,
+    Qt,
+    QUrl,
+)
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
@@ -216,6 +226,55 @@ def test_click_patch_makes_it_the_query(qtbot, shown) -> None:
     qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
     assert v.query is None and v.maps.params.query is None
     np.testing.assert_allclose(overlay(window), ref.attention_maps(1).numpy().mean(0), atol=ATOL)
+
+
+class PaintCounter(QObject):
+    """Counts paint events per watched widget."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[QObject, int] = {}
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Paint:
+            self.counts[watched] = self.counts.get(watched, 0) + 1
+        return False
+
+
+def test_query_change_paints_each_changed_view_once(qtbot, shown) -> None:
+    """A new query repaints the input, the map (title included) and the head grid once each,
+    and leaves the predictions alone (a transparent title made the map paint twice)."""
+    window, _ = shown
+    v = window.viewer
+    views = {"input": v.input_view, "map": v.map_view, "heads": v.head_grid}
+    views["predictions"] = v.predictions
+    counter = PaintCounter()
+    for view in views.values():
+        view.viewport().installEventFilter(counter)
+    qtbot.wait(300)  # the first paint of the results, and any layout after it, are done
+    for patch in ((1, 2), (3, 0), (0, 3)):
+        title = v.map_view.title.text()
+        QApplication.processEvents()
+        counter.counts.clear()
+        v.set_query(patch)
+        qtbot.waitUntil(lambda p=patch: v.maps is not None and v.maps.params.query == p)
+        for _ in range(3):
+            QApplication.processEvents()
+        assert v.map_view.title.text() != title
+        painted = {name: counter.counts.get(view.viewport(), 0) for name, view in views.items()}
+        assert painted == {"input": 1, "map": 1, "heads": 1, "predictions": 0}
+
+
+def test_patch_grid_lines_bound_every_patch(shown) -> None:
+    window, ref = shown
+    for view in (window.viewer.input_view, window.viewer.map_view):
+        gh, gw = ref.grid
+        path = view.grid_lines.path()
+        assert path.elementCount() == 2 * ((gh + 1) + (gw + 1))  # one move + one line each
+        left, top, right, bottom = view.region
+        assert path.boundingRect() == QRectF(left, top, right - left, bottom - top)
+        xs = {path.elementAt(i).x for i in range(0, 2 * (gw + 1), 2)}
+        assert sorted(xs) == pytest.approx(list(np.linspace(left, right, gw + 1)))
 
 
 def test_click_prediction_bar_explains_that_class(qtbot, shown) -> None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QPainterPath, QPen
+from PySide6.QtGui import QBrush, QColor, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel
 
 from vitviz.imaging.colormaps import nice_levels
@@ -15,6 +15,26 @@ from vitviz.ui.colors import colormap
 from vitviz.ui.image_item import ImageItem
 
 TITLE_HEIGHT = 20
+BACKGROUND = "#202020"
+
+
+class GridLines(QGraphicsPathItem):
+    """The patch grid: thin translucent lines of one device pixel at any zoom.
+
+    Clipped to its own bounds before stroking: without a clip, Qt's raster engine strokes a
+    translucent cosmetic pen some 50× slower (4 ms instead of 0.08 ms for a 14 × 14 grid).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        pen = QPen(QColor(255, 255, 255, 70))
+        pen.setCosmetic(True)
+        pen.setWidthF(1.0)
+        self.setPen(pen)
+
+    def paint(self, painter, option, widget=None) -> None:
+        painter.setClipRect(self.boundingRect(), Qt.ClipOperation.IntersectClip)
+        super().paint(painter, option, widget)
 
 
 class ImageCanvas(pg.GraphicsLayoutWidget):
@@ -29,14 +49,20 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
     def __init__(self, title: str = "", colorbar: bool = True, parent=None) -> None:
         super().__init__(parent=parent)
         self.setAcceptDrops(False)  # drops go to the main window, which recognises the kind
-        self.setBackground("#202020")
+        self.setBackground(BACKGROUND)
         self.ci.layout.setContentsMargins(2, 2, 2, 2)
         # The title is a plain QLabel over a fixed strip of the layout: new text repaints the
         # label only, it never re-lays out the scene (a pyqtgraph LabelItem would).
         self.addLabel("", row=0, col=0, colspan=2).setFixedHeight(TITLE_HEIGHT)
         self.title = QLabel(title, self)
         self.title.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.title.setStyleSheet("color: #dddddd; background: transparent;")
+        # Opaque, filled with the canvas's background: new text repaints the label alone, not
+        # the scene beneath it (a transparent label costs the view a second paint per change)
+        palette = self.title.palette()
+        palette.setColor(QPalette.ColorRole.Window, QColor(BACKGROUND))
+        palette.setColor(QPalette.ColorRole.WindowText, QColor("#dddddd"))
+        self.title.setPalette(palette)
+        self.title.setAutoFillBackground(True)
         self.title.setGeometry(0, 2, self.width(), TITLE_HEIGHT)
         self.vb: pg.ViewBox = self.addViewBox(
             row=1, col=0, lockAspect=True, invertY=True, enableMenu=False
@@ -51,9 +77,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.dim.setPen(QPen(Qt.PenStyle.NoPen))
         self.dim.setZValue(15)
         self.vb.addItem(self.dim)
-        self.grid_lines = pg.PlotCurveItem(
-            connect="pairs", pen=pg.mkPen(255, 255, 255, 70, width=1)
-        )
+        self.grid_lines = GridLines()
         self.grid_lines.setZValue(20)
         self.vb.addItem(self.grid_lines)
         self.query_box = QGraphicsRectItem()
@@ -167,13 +191,14 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
     def _draw_grid(self) -> None:
         left, top, right, bottom = self.region
         gh, gw = self.grid
-        xs = np.linspace(left, right, gw + 1)
-        ys = np.linspace(top, bottom, gh + 1)
-        vx = np.repeat(xs, 2)
-        vy = np.tile([top, bottom], gw + 1)
-        hx = np.tile([left, right], gh + 1)
-        hy = np.repeat(ys, 2)
-        self.grid_lines.setData(np.concatenate([vx, hx]), np.concatenate([vy, hy]))
+        path = QPainterPath()
+        for x in np.linspace(left, right, gw + 1):
+            path.moveTo(x, top)
+            path.lineTo(x, bottom)
+        for y in np.linspace(top, bottom, gh + 1):
+            path.moveTo(left, y)
+            path.lineTo(right, y)
+        self.grid_lines.setPath(path)
 
     def _draw_dim(self, width: int, height: int) -> None:
         """Darken what the model did not see (outside the region)."""

@@ -185,7 +185,8 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         )
         self.maps.setRect(QRectF(0, 0, cols, rows))
         self.maps.setOpacity(opacity)
-        self.colorbar.setLevels(levels)
+        if tuple(self.colorbar.levels()) != tuple(levels):
+            self.colorbar.setLevels(levels)  # redraws the axis: only when the scale changes
 
     def set_selection(self, layer: int, head: int) -> None:
         gh, gw = self.grid

@@ -567,7 +567,9 @@ class MainWindow(QMainWindow):
         self._shown_source, self._shown_label = self._requested_source, result.label
         self.viewer.apply_image(result)
         self.device_label.setText(f"device: {result.device}")
-        self.hover_label.setText(f"{result.label}: analysed in {result.seconds:.2f} s")
+        secs = result.seconds
+        took = f"{secs:.2f} s" if secs >= 1 else f"{secs * 1e3:.0f} ms"
+        self.hover_label.setText(f"{result.label}: analysed in {took}")
 
     def _on_user_error(self, channel: str, error: UserError) -> None:
         if channel == "image" and error.kind != "checkpoint":
