@@ -59,6 +59,22 @@ def test_one_preparation_serves_every_query() -> None:
             torch.testing.assert_close(prepared.row(query, 1, start), expected, rtol=0, atol=1e-12)
 
 
+def test_preparation_leaves_the_callers_layers_alone_unless_handed_over() -> None:
+    for batch in (1, 2):  # batch 1 takes the gemv path, batch 2 the bmm path
+        fused = torch.stack([a.mean(1) for a in _attention(B=batch)])  # (L, B, N, N)
+        before = fused.clone()
+        for ratio in (0.0, 0.3):
+            prepared = PreparedRollout(fused, ratio)
+            assert torch.equal(fused, before)
+            for query in (0, 5, None):
+                expected = _fresh_row(list(before), query, 1, ratio, 0)
+                torch.testing.assert_close(prepared.row(query, 1), expected, rtol=0, atol=1e-12)
+        handed = PreparedRollout(fused, 0.0, reuse=True)  # Ã_l built in the given memory
+        assert handed.normalized.data_ptr() == fused.data_ptr()
+        expected = _fresh_row(list(before), 3, 1, 0.0, 0)
+        torch.testing.assert_close(handed.row(3, 1), expected, rtol=0, atol=1e-12)
+
+
 def test_analysis_reuses_preparations_for_new_queries(tiny_ckpt) -> None:
     from vitviz.checkpoints import load_checkpoint
 

@@ -44,60 +44,55 @@ def _discard(fused: Tensor, ratio: float) -> tuple[Tensor, Tensor]:
 
 
 class PreparedRollout:
-    """The per-layer matrices of a rollout, ready for any query.
+    """The normalised layer matrices of a rollout, ready for any query.
 
-    Ã_l = rownorm(discard(Â_l) + I) is kept implicitly, as K_l = discard(Â_l) (the fused layers
-    themselves, not copied, when nothing is discarded) and 1/S_l, S_l = rowsum(K_l) + 1, so
-    r·Ã_l = (r/S_l)·K_l + r/S_l: one vector-matrix product per layer and query (O(L·N²)).
+    Ã_l = rownorm(discard(Â_l) + I) is built once per settings (in the fused layers' own memory
+    when they are handed over, ``reuse``); a query is then one vector-matrix product per layer,
+    r·Ã_l (O(L·N²)): nothing else is left to compute per click.
     The query's q→q entry is protected exactly: when discard removed Â_l[q, q] = d, row q is
-    Ã_l[q] + d/(S + d)·(e_q − Ã_l[q]), so r·Ã_l(protected) = (r − w)·Ã_l + w, w = r·d/(S + d).
+    Ã_l[q] + d/(S + d)·(e_q − Ã_l[q]) with S = rowsum(discard(Â_l)) + 1, so
+    r·Ã_l(protected) = (r − w)·Ã_l + w, w = r·d/(S + d).
     """
 
-    def __init__(self, fused: Sequence[Tensor] | Tensor, discard_ratio: float = 0.0) -> None:
+    def __init__(
+        self, fused: Sequence[Tensor] | Tensor, discard_ratio: float = 0.0, reuse: bool = False
+    ) -> None:
         """fused: L × (B, N, N) head-fused layer matrices Â_l (non-negative), or one
-        (L, B, N, N) tensor (used as it is when nothing is discarded)."""
+        (L, B, N, N) tensor, left untouched unless ``reuse`` hands its memory over."""
         if len(fused) == 0:
             raise ValueError("no attention layers were given")
-        stacked = fused if isinstance(fused, Tensor) else torch.stack(list(fused))
-        L, B, N, _ = stacked.shape
-        kept, dropped = _discard(stacked.reshape(L * B, N, N), discard_ratio)
-        self.kept = kept.reshape(L, B, N, N)  # K_l
+        if not isinstance(fused, Tensor):
+            fused, reuse = torch.stack(list(fused)), True  # the stack is ours
+        L, B, N, _ = fused.shape
+        kept, dropped = _discard(fused.reshape(L * B, N, N), discard_ratio)
+        ours = reuse or kept.untyped_storage().data_ptr() != fused.untyped_storage().data_ptr()
         sums = kept.sum(dim=-1) + 1  # (L·B, N) = S
-        self.inv_sums = (1 / sums).reshape(L, B, N)
+        inv_sums = (1 / sums)[..., None]
+        normalized = kept.mul_(inv_sums) if ours else kept * inv_sums
+        normalized.diagonal(dim1=-2, dim2=-1).add_(inv_sums[..., 0])
+        self.normalized = normalized.reshape(L, B, N, N)  # Ã_l
         self.restore = (dropped / (sums + dropped)).reshape(L, B, N)  # d/(S + d), 0: none
         self._restores = bool((self.restore > 0).any())
-        # Per-layer views made once: a query then costs two tensor ops per layer, no indexing
-        self._steps = [(self.inv_sums[i], self.kept[i]) for i in range(L)]
-        self._vector_steps = (
-            [(self.inv_sums[i, 0], self.kept[i, 0].T) for i in range(L)] if B == 1 else None
-        )
+        # Per-layer views made once: a query then costs one tensor op per layer, no indexing
+        self._layers = list(self.normalized)  # L × (B, N, N)
+        self._transposed = [m[0].T for m in self._layers] if B == 1 else None  # L × (N, N)
 
     @property
     def num_layers(self) -> int:
-        return self.kept.shape[0]
-
-    @property
-    def normalized(self) -> Tensor:
-        """Ã_l as full matrices, (L, B, N, N) (built on request: for checks and baselines)."""
-        eye = torch.eye(self.kept.shape[-1], dtype=self.kept.dtype, device=self.kept.device)
-        return (self.kept + eye) * self.inv_sums[..., None]
+        return self.normalized.shape[0]
 
     def _step(self, r: Tensor, layer: int) -> Tensor:
-        """r·Ã_l for (B, N) r, without forming Ã_l."""
-        if self._vector_steps is not None:
-            return self._vector_chain(r[0], (layer,))[None]
-        inv_sums, k = self._steps[layer]
-        u = r * inv_sums
-        return torch.baddbmm(u[:, None, :], u[:, None, :], k)[:, 0]
+        """r·Ã_l for (B, N) r."""
+        if self._transposed is not None:
+            return torch.mv(self._transposed[layer], r[0])[None]
+        return torch.bmm(r[:, None, :], self._layers[layer])[:, 0]
 
     def _vector_chain(self, r: Tensor, layers: Sequence[int]) -> Tensor:
-        """r·Ã_l over ``layers`` in order for batch 1, r (N,): u = r/S_l, then u + u·K_l as one
-        gemv on the transposed view (one pass over K_l, the whole cost of a query)."""
-        steps = self._vector_steps
+        """r·Ã_l over ``layers`` in order, batch 1, r (N,): one gemv per layer, Ã_lᵀ·r on the
+        transposed view (one pass over Ã_l, the whole cost of a query)."""
+        transposed = self._transposed
         for layer in layers:
-            inv_sums, k_t = steps[layer]
-            u = r * inv_sums
-            r = torch.addmv(u, k_t, u)
+            r = torch.mv(transposed[layer], r)
         return r
 
     def row(self, query: int | None, num_prefix: int, start_layer: int = 0) -> Tensor:
@@ -105,14 +100,14 @@ class PreparedRollout:
         L = self.num_layers
         if not 0 <= start_layer < L:
             raise ValueError(f"start layer {start_layer} out of range for {L} layers")
-        B, N = self.kept.shape[1], self.kept.shape[-1]
-        r = start_vector(query, N, num_prefix, B, self.kept)  # (B, N)
+        B, N = self.normalized.shape[1], self.normalized.shape[-1]
+        r = start_vector(query, N, num_prefix, B, self.normalized)  # (B, N)
         if not self._restores:  # nothing discarded on a protected diagonal
             layers = range(L - 1, start_layer - 1, -1)
-            if query is not None:  # r = e_q, r·Ã_L = (K_L[q] + e_q)/S_L[q]: one row, not K_L
-                r = (self.kept[L - 1, :, query] + r) * self.inv_sums[L - 1, :, query, None]
+            if query is not None:  # e_q·Ã_L is row q of Ã_L: read one row, not the matrix
+                r = self.normalized[L - 1, :, query].clone()
                 layers = layers[1:]
-            if self._vector_steps is not None:
+            if self._transposed is not None:
                 return self._vector_chain(r[0], layers)[None]
             for layer in layers:
                 r = self._step(r, layer)
@@ -135,7 +130,7 @@ def prepare_rollout(
     if isinstance(attentions, Tensor):
         L, B, H, N, _ = attentions.shape
         fused = fuse_heads(attentions.reshape(L * B, H, N, N), fusion, heads)
-        return PreparedRollout(fused.reshape(L, B, N, N), discard_ratio)
+        return PreparedRollout(fused.reshape(L, B, N, N), discard_ratio, reuse=True)
     return PreparedRollout([fuse_heads(a, fusion, heads) for a in attentions], discard_ratio)
 
 
@@ -153,7 +148,8 @@ def prepare_gradient_rollout(
             raise ValueError(
                 f"attention {tuple(attentions.shape)} vs gradient {tuple(gradients.shape)}"
             )
-        return PreparedRollout((attentions * gradients).mean(dim=2).clamp_min(0), discard_ratio)
+        fused = (attentions * gradients).mean(dim=2).clamp_min(0)
+        return PreparedRollout(fused, discard_ratio, reuse=True)
     _check_pairs(attentions, gradients)
     fused = [(a * g).mean(dim=1).clamp_min(0) for a, g in zip(attentions, gradients, strict=True)]
     return PreparedRollout(fused, discard_ratio)
