@@ -15,6 +15,8 @@ Three rows per size:
 - Ã_l ready (target): the rollout product itself, from the normalised layer matrices that
   ``PreparedRollout`` keeps per analysis and settings, i.e. the cost of a new query (a click on a
   patch). Baseline: the same matrices chained by full products. Target: ≥ 20× at N = 577.
+- read floor (info): one gemv over a copy of all L layers at once, i.e. reading the L·N² floats
+  a query must read, cold, with no per-layer cost: the speed-up no row method can pass here.
 
     .venv/bin/python benchmarks/rollout.py [--quick] [--no-check] [--repeats N]
 """
@@ -160,9 +162,12 @@ def main(argv: list[str] | None = None) -> int:
             if label == "prepared":
                 diff, bad = check_prepared(case, prepared)
                 ready = prepared.normalized.clone()  # the baseline's own copy (no shared cache)
+                floor_data = prepared.normalized.clone().view(-1, case.tokens)  # (L·N, N)
+                vector = torch.rand(case.tokens)
                 jobs = {
                     "full": lambda m=ready: chain_normalized(m)[0],
                     "row": lambda p=prepared: p.row(0, 1),
+                    "floor": lambda a=floor_data, v=vector: torch.mv(a, v),
                 }
             else:
                 diff, bad = check_case(case, layers, label)
@@ -192,6 +197,20 @@ def main(argv: list[str] | None = None) -> int:
                     check.verdict if check else ("" if diff <= TOLERANCE else "WRONG"),
                 ]
             )
+            if label == "prepared":  # what reading the layers once costs: the row's lower bound
+                floor = Stats.of(times["floor"])
+                rows.append(
+                    [
+                        f"{case.tokens}",
+                        f"{case.layers} × 1 (read floor)",
+                        f"{fmt_seconds(full.median)} ({fmt_seconds(full.p90)})",
+                        f"{fmt_seconds(floor.median)} ({fmt_seconds(floor.p90)})",
+                        f"{full.median / floor.median:.1f}×",
+                        "info",
+                        "",
+                        "",
+                    ]
+                )
             print(f"N = {case.tokens} {label}: {repeats} repeats done", file=sys.stderr)
         del attn, raw, fused, prepared
 
