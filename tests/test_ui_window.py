@@ -251,10 +251,15 @@ def test_query_change_paints_each_changed_view_once(qtbot, shown) -> None:
     counter = PaintCounter()
     for view in views.values():
         view.viewport().installEventFilter(counter)
-    qtbot.wait(300)  # the first paint of the results, and any layout after it, are done
+
+    def quiet() -> bool:  # 50 ms without a paint: the results' first paints are all done
+        counter.counts.clear()
+        qtbot.wait(50)
+        return not counter.counts
+
     for patch in ((1, 2), (3, 0), (0, 3)):
         title = v.map_view.title.text()
-        QApplication.processEvents()
+        qtbot.waitUntil(quiet, timeout=WAIT_MS)
         counter.counts.clear()
         v.set_query(patch)
         qtbot.waitUntil(lambda p=patch: v.maps is not None and v.maps.params.query == p)
