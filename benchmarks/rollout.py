@@ -143,6 +143,22 @@ def check_prepared(case: Case, prepared: PreparedRollout) -> tuple[float, list[s
     return worst, bad
 
 
+def table_row(
+    case: Case, layers: str, full: Stats, row: Stats, target: str, diff: str, verdict: str
+) -> list[str]:
+    """One line of the table: the full product against one row method."""
+    return [
+        f"{case.tokens}",
+        layers,
+        f"{fmt_seconds(full.median)} ({fmt_seconds(full.p90)})",
+        f"{fmt_seconds(row.median)} ({fmt_seconds(row.p90)})",
+        f"{full.median / row.median:.1f}×",
+        target,
+        diff,
+        verdict,
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser(__doc__.splitlines()[0]).parse_args(argv)
     apply_threads(args.threads)
@@ -185,32 +201,22 @@ def main(argv: list[str] | None = None) -> int:
                 checks.append(check)
             heads = case.heads if label == "raw" else 1
             suffix = {"raw": "", "fused": " (fused)", "prepared": " (Ã_l ready)"}[label]
+            verdict = check.verdict if check else ("" if diff <= TOLERANCE else "WRONG")
             rows.append(
-                [
-                    f"{case.tokens}",
+                table_row(
+                    case,
                     f"{case.layers} × {heads}" + suffix,
-                    f"{fmt_seconds(full.median)} ({fmt_seconds(full.p90)})",
-                    f"{fmt_seconds(row.median)} ({fmt_seconds(row.p90)})",
-                    f"{speedup:.1f}×",
+                    full,
+                    row,
                     check.target if check else "info",
                     f"{diff:.1e}",
-                    check.verdict if check else ("" if diff <= TOLERANCE else "WRONG"),
-                ]
+                    verdict,
+                )
             )
             if label == "prepared":  # what reading the layers once costs: the row's lower bound
                 floor = Stats.of(times["floor"])
-                rows.append(
-                    [
-                        f"{case.tokens}",
-                        f"{case.layers} × 1 (read floor)",
-                        f"{fmt_seconds(full.median)} ({fmt_seconds(full.p90)})",
-                        f"{fmt_seconds(floor.median)} ({fmt_seconds(floor.p90)})",
-                        f"{full.median / floor.median:.1f}×",
-                        "info",
-                        "",
-                        "",
-                    ]
-                )
+                floor_layers = f"{case.layers} × 1 (read floor)"
+                rows.append(table_row(case, floor_layers, full, floor, "info", "", ""))
             print(f"N = {case.tokens} {label}: {repeats} repeats done", file=sys.stderr)
         del attn, raw, fused, prepared
 

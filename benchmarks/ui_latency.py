@@ -51,23 +51,6 @@ def sample_image(height: int = 300, width: int = 400) -> np.ndarray:
     return np.clip(np.stack([r, g, b], axis=-1), 0, 255).astype(np.uint8)
 
 
-def paint_counter():
-    """An event filter that counts paint events per watched widget in ``.counts``."""
-    from PySide6.QtCore import QEvent, QObject
-
-    class PaintCounter(QObject):
-        def __init__(self) -> None:
-            super().__init__()
-            self.counts: dict[QObject, int] = {}
-
-        def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
-            if event.type() == QEvent.Type.Paint:
-                self.counts[watched] = self.counts.get(watched, 0) + 1
-            return False
-
-    return PaintCounter()
-
-
 class Rig:
     """The window with a model and an image on screen, and the timed changes."""
 
@@ -79,6 +62,7 @@ class Rig:
         self.app = QApplication.instance() or QApplication([])
         pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)  # as vitviz.app does
         from vitviz.ui.main_window import MainWindow
+        from vitviz.ui.paint_counter import PaintCounter
         from vitviz.ui.settings import AppSettings
 
         self.window = MainWindow(
@@ -90,7 +74,7 @@ class Rig:
         self._load(variant)
         v = self.window.viewer
         self.views = [v.input_view, v.map_view, v.head_grid, v.predictions]
-        self.paint_counter = paint_counter()
+        self.paint_counter = PaintCounter()
         self.painted = self.paint_counter.counts
         for view in self.views:
             view.viewport().installEventFilter(self.paint_counter)

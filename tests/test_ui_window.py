@@ -16,9 +16,7 @@ import pyqtgraph as pg
 import pytest
 from PIL import Image
 from PySide6.QtCore import (
-    QEvent,
     QMimeData,
-    QObject,
     QPoint,
     QPointF,
     QRectF,
@@ -36,6 +34,7 @@ from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.model import create_model
 from vitviz.ui.controls import MEAN
 from vitviz.ui.main_window import MainWindow
+from vitviz.ui.paint_counter import PaintCounter
 from vitviz.ui.settings import AppSettings
 
 ATOL = 1e-6
@@ -228,26 +227,17 @@ def test_click_patch_makes_it_the_query(qtbot, shown) -> None:
     np.testing.assert_allclose(overlay(window), ref.attention_maps(1).numpy().mean(0), atol=ATOL)
 
 
-class PaintCounter(QObject):
-    """Counts paint events per watched widget."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: dict[QObject, int] = {}
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if event.type() == QEvent.Type.Paint:
-            self.counts[watched] = self.counts.get(watched, 0) + 1
-        return False
-
-
 def test_query_change_paints_each_changed_view_once(qtbot, shown) -> None:
     """A new query repaints the input, the map (title included) and the head grid once each,
     and leaves the predictions alone (a transparent title made the map paint twice)."""
     window, _ = shown
     v = window.viewer
-    views = {"input": v.input_view, "map": v.map_view, "heads": v.head_grid}
-    views["predictions"] = v.predictions
+    views = {
+        "input": v.input_view,
+        "map": v.map_view,
+        "heads": v.head_grid,
+        "predictions": v.predictions,
+    }
     counter = PaintCounter()
     for view in views.values():
         view.viewport().installEventFilter(counter)

@@ -73,9 +73,8 @@ class PreparedRollout:
         self.normalized = normalized.reshape(L, B, N, N)  # Ã_l
         self.restore = (dropped / (sums + dropped)).reshape(L, B, N)  # d/(S + d), 0: none
         self._restores = bool((self.restore > 0).any())
-        # Per-layer views made once: a query then costs one tensor op per layer, no indexing
-        self._layers = list(self.normalized)  # L × (B, N, N)
-        self._transposed = [m[0].T for m in self._layers] if B == 1 else None  # L × (N, N)
+        # Batch 1: per-layer views Ã_lᵀ made once, so a query costs one tensor op per layer
+        self._transposed = [m[0].T for m in self.normalized] if B == 1 else None  # L × (N, N)
 
     @property
     def num_layers(self) -> int:
@@ -85,7 +84,7 @@ class PreparedRollout:
         """r·Ã_l for (B, N) r."""
         if self._transposed is not None:
             return torch.mv(self._transposed[layer], r[0])[None]
-        return torch.bmm(r[:, None, :], self._layers[layer])[:, 0]
+        return torch.bmm(r[:, None, :], self.normalized[layer])[:, 0]
 
     def _vector_chain(self, r: Tensor, layers: Sequence[int]) -> Tensor:
         """r·Ã_l over ``layers`` in order, batch 1, r (N,): one gemv per layer, Ã_lᵀ·r on the

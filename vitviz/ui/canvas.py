@@ -11,7 +11,7 @@ from PySide6.QtGui import QBrush, QColor, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel
 
 from vitviz.imaging.colormaps import nice_levels
-from vitviz.ui.colors import colormap
+from vitviz.ui.colors import colormap, set_colorbar_levels
 from vitviz.ui.image_item import ImageItem
 
 TITLE_HEIGHT = 20
@@ -141,8 +141,8 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
             return
         lo, hi = levels if levels is not None else nice_levels(values)
         self.overlay.setImage(values, autoLevels=False, levels=(lo, hi))
-        if self.colorbar is not None and tuple(self.colorbar.levels()) != (lo, hi):
-            self.colorbar.setLevels((lo, hi))  # redraws the axis: only when the scale changes
+        if self.colorbar is not None:
+            set_colorbar_levels(self.colorbar, (lo, hi))
         left, top, right, bottom = self.region
         self.overlay.setRect(QRectF(left, top, right - left, bottom - top))
         self.overlay.show()

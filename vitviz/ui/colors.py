@@ -9,7 +9,7 @@ import pyqtgraph as pg
 
 from vitviz.imaging.colormaps import COLORMAPS, lookup_table
 
-__all__ = ["COLORMAPS", "colormap", "lut"]
+__all__ = ["COLORMAPS", "colormap", "lut", "set_colorbar_levels"]
 
 
 @cache
@@ -22,3 +22,9 @@ def colormap(name: str) -> pg.ColorMap:
 def lut(name: str) -> np.ndarray:
     """(256, 3) uint8 lookup table for ImageItem.setLookupTable."""
     return lookup_table(name, 256)
+
+
+def set_colorbar_levels(colorbar: pg.ColorBarItem, levels: tuple[float, float]) -> None:
+    """Give ``colorbar`` (and its images) new levels; its axis is redrawn only when they change."""
+    if tuple(colorbar.levels()) != tuple(levels):
+        colorbar.setLevels(levels)

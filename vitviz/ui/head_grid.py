@@ -13,7 +13,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsRectItem
 
-from vitviz.ui.colors import colormap
+from vitviz.ui.colors import colormap, set_colorbar_levels
 from vitviz.ui.image_item import ImageItem
 
 GAP = 1  # cells between tiles
@@ -185,8 +185,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         )
         self.maps.setRect(QRectF(0, 0, cols, rows))
         self.maps.setOpacity(opacity)
-        if tuple(self.colorbar.levels()) != tuple(levels):
-            self.colorbar.setLevels(levels)  # redraws the axis: only when the scale changes
+        set_colorbar_levels(self.colorbar, levels)
 
     def set_selection(self, layer: int, head: int) -> None:
         gh, gw = self.grid
