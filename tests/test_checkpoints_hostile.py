@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from torchvision.models.vision_transformer import VisionTransformer as TorchvisionViT
 from transformers import ViTConfig, ViTForImageClassification
+from zoo_helpers import tiny_torchvision_vit
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.checkpoints.reading import check_torch_version
@@ -69,15 +69,7 @@ def test_hostile_pickle_as_a_folders_weights_never_runs(tmp_path: Path) -> None:
 
 def test_dino_training_checkpoint_with_args_is_refused(tmp_path: Path) -> None:
     """DINO saves its argparse Namespace beside the weights: that needs code to unpickle."""
-    model = TorchvisionViT(
-        image_size=32,
-        patch_size=8,
-        num_layers=1,
-        num_heads=2,
-        hidden_dim=32,
-        mlp_dim=64,
-        num_classes=2,
-    )
+    model = tiny_torchvision_vit(num_classes=2)
     path = tmp_path / "checkpoint0100.pth"
     torch.save(
         {"teacher": model.state_dict(), "args": argparse.Namespace(arch="vit_small"), "epoch": 100},
@@ -134,15 +126,7 @@ def test_sharded_index_pointing_outside_is_refused(tmp_path: Path) -> None:
 
 
 def test_wrong_shapes_for_a_family_name_the_key(tmp_path: Path) -> None:
-    model = TorchvisionViT(
-        image_size=32,
-        patch_size=8,
-        num_layers=1,
-        num_heads=2,
-        hidden_dim=32,
-        mlp_dim=64,
-        num_classes=3,
-    )
+    model = tiny_torchvision_vit(num_classes=3)
     sd = dict(model.state_dict())
     sd["heads.head.bias"] = torch.zeros(5)
     path = tmp_path / "tv.pth"
@@ -159,15 +143,7 @@ def test_hf_config_that_contradicts_the_weights(tmp_path: Path) -> None:
 
 
 def test_bad_sidecars_say_what_is_wrong(tmp_path: Path) -> None:
-    model = TorchvisionViT(
-        image_size=32,
-        patch_size=8,
-        num_layers=1,
-        num_heads=2,
-        hidden_dim=32,
-        mlp_dim=64,
-        num_classes=2,
-    )
+    model = tiny_torchvision_vit(num_classes=2)
     path = tmp_path / "tv.pth"
     torch.save(model.state_dict(), path)
     side = tmp_path / "tv.pth.vitviz.json"

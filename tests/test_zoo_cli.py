@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import Dinov2Config, Dinov2Model
-from zoo_helpers import images, randomize_
+from zoo_helpers import images, randomize_, tiny_torchvision_vit
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.cli import main
@@ -58,17 +58,7 @@ def test_convert_writes_native_with_provenance(
 def test_config_file_supplies_what_the_weights_lack(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from torchvision.models.vision_transformer import VisionTransformer
-
-    model = VisionTransformer(
-        image_size=32,
-        patch_size=8,
-        num_layers=1,
-        num_heads=2,
-        hidden_dim=32,
-        mlp_dim=64,
-        num_classes=3,
-    )
+    model = tiny_torchvision_vit(num_classes=3)
     path = tmp_path / "tv.pth"
     torch.save(model.state_dict(), path)
     assert main(["info", str(path)]) == 2

@@ -11,6 +11,21 @@ LOGIT_ATOL = 1e-4
 ATTN_ATOL = 1e-5
 
 
+def tiny_torchvision_vit(num_classes: int = 2) -> nn.Module:
+    """A one-layer torchvision ViT: 32 px, patch 8, 2 heads, width 32 (random weights)."""
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(
+        image_size=32,
+        patch_size=8,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=32,
+        mlp_dim=64,
+        num_classes=num_classes,
+    )
+
+
 def randomize_(model: nn.Module, seed: int = 0, scale: float = 0.2) -> nn.Module:
     """Every parameter random (LayerNorm weights and layer scales around 1), model in eval mode.
 
