@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from loop_math import matmul
 from torch import nn
 
 from vitviz.explain import (
@@ -31,19 +32,6 @@ def ref_abar(A, G):
         [sum(max(0.0, G[h][i][j] * A[h][i][j]) for h in range(Hn)) / Hn for j in range(N)]
         for i in range(N)
     ]
-
-
-def matmul(X, Y):
-    n, m, p = len(X), len(Y), len(Y[0])
-    out = [[0.0] * p for _ in range(n)]
-    for i in range(n):
-        for k in range(m):
-            x = X[i][k]
-            if x == 0.0:
-                continue
-            for j in range(p):
-                out[i][j] += x * Y[k][j]
-    return out
 
 
 def ref_relevance_matrix(A_layers, G_layers, start):

@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from loop_math import matmul
 
 from vitviz.explain import fuse_heads, gradient_rollout, query_token, rollout, rollout_row
 
@@ -63,19 +64,6 @@ def ref_add_identity_rownorm(M):
         row = [M[i][j] + (1.0 if i == j else 0.0) for j in range(N)]
         s = sum(row)
         out.append([v / s for v in row])
-    return out
-
-
-def matmul(X, Y):
-    n, m, p = len(X), len(Y), len(Y[0])
-    out = [[0.0] * p for _ in range(n)]
-    for i in range(n):
-        for k in range(m):
-            x = X[i][k]
-            if x == 0.0:
-                continue
-            for j in range(p):
-                out[i][j] += x * Y[k][j]
     return out
 
 
