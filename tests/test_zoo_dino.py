@@ -15,30 +15,21 @@ import pytest
 import timm
 import torch
 import torch.nn.functional as F
-from zoo_helpers import LOGIT_ATOL, assert_attention, assert_close, images, ours, randomize_
+from zoo_helpers import (
+    LOGIT_ATOL,
+    assert_attention,
+    assert_close,
+    images,
+    ours,
+    randomize_,
+    timm_reference,
+)
 
 from vitviz.checkpoints import load_checkpoint
 
 
-def _timm_reference(model: torch.nn.Module, x: torch.Tensor):
-    attn: list[torch.Tensor] = []
-    handles = []
-    for block in model.blocks:
-        block.attn.fused_attn = False
-        handles.append(
-            block.attn.attn_drop.register_forward_hook(
-                lambda _m, _i, out: attn.append(out.detach())
-            )
-        )
-    with torch.no_grad():
-        feats = model.forward_features(x)
-    for h in handles:
-        h.remove()
-    return feats, attn
-
-
 def _check(model: torch.nn.Module, loaded, x: torch.Tensor) -> None:
-    ref_feats, ref_attn = _timm_reference(model, x)
+    ref_feats, ref_attn = timm_reference(model, x, features=True)
     with torch.no_grad():
         feats = loaded.model.forward_features(x)[0]
     assert_close("features", ref_feats, feats, LOGIT_ATOL)

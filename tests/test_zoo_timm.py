@@ -12,33 +12,23 @@ import torch
 from timm.data import resolve_model_data_config
 from timm.models import save_for_hf
 from timm.models.vision_transformer import VisionTransformer as TimmViT
-from zoo_helpers import LOGIT_ATOL, assert_attention, assert_close, images, ours, randomize_
+from zoo_helpers import (
+    LOGIT_ATOL,
+    assert_attention,
+    assert_close,
+    images,
+    ours,
+    randomize_,
+    timm_reference,
+)
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 
 TINY = dict(pretrained=False, patch_size=8, embed_dim=48, depth=2)
 
 
-def _reference(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """timm's logits, and its attention from the explicit path (fused attention off)."""
-    attn: list[torch.Tensor] = []
-    handles = []
-    for block in model.blocks:
-        block.attn.fused_attn = False
-        handles.append(
-            block.attn.attn_drop.register_forward_hook(
-                lambda _m, _i, out: attn.append(out.detach())
-            )
-        )
-    with torch.no_grad():
-        logits = model(x)
-    for h in handles:
-        h.remove()
-    return logits, attn
-
-
 def _check(model: torch.nn.Module, loaded, x: torch.Tensor) -> None:
-    ref_logits, ref_attn = _reference(model, x)
+    ref_logits, ref_attn = timm_reference(model, x)
     logits, attn = ours(loaded, x)
     assert_close("logits", ref_logits, logits, LOGIT_ATOL)
     assert_attention(ref_attn, attn)

@@ -100,3 +100,24 @@ def capture_inputs(modules: list[nn.Module]) -> tuple[list[Tensor], list]:
         m.register_forward_pre_hook(lambda _m, args: seen.append(args[0].detach())) for m in modules
     ]
     return seen, handles
+
+
+def timm_reference(
+    model: nn.Module, x: Tensor, features: bool = False
+) -> tuple[Tensor, list[Tensor]]:
+    """timm's logits (or ``forward_features`` output) and its attention per block, taken from
+    the explicit path (fused attention off) by a hook on each block's attention dropout."""
+    attn: list[Tensor] = []
+    handles = []
+    for block in model.blocks:
+        block.attn.fused_attn = False
+        handles.append(
+            block.attn.attn_drop.register_forward_hook(
+                lambda _m, _i, out: attn.append(out.detach())
+            )
+        )
+    with torch.no_grad():
+        out = model.forward_features(x) if features else model(x)
+    for h in handles:
+        h.remove()
+    return out, attn
