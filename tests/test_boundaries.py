@@ -20,6 +20,8 @@ CORE = (
     "analysis",
     "training",
     "cli",
+    "explain_cli",
+    "faithfulness_cli",
     "modelcode",
     "export",
     "devices",
@@ -191,3 +193,35 @@ def test_static_check_catches_qt_imports(tmp_path):
     assert any("PyQt6" in hit for hit in forbidden_imports(pkg / "dynamic.py"))
     assert any("vitviz.workers" in hit for hit in forbidden_imports(pkg / "ui_user.py"))
     assert forbidden_imports(pkg / "clean.py") == []
+
+
+def test_every_user_error_is_a_vitviz_error_with_a_printable_message() -> None:
+    """One base for what a user's input can cause: the CLI, the window and the fuzz suite tell
+    vitviz's own refusals from bugs by it, and its message is always one printable line."""
+    import vitviz
+    from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
+    from vitviz.imaging.loading import ImageLoadError
+    from vitviz.modelcode.errors import ModelCodeError
+    from vitviz.training.cifar import CifarError
+    from vitviz.training.datasets import DatasetError
+    from vitviz.training.validate import TrainingConfigError
+
+    kinds = (
+        CheckpointError,
+        MissingSettingsError,
+        ImageLoadError,
+        ModelCodeError,
+        CifarError,
+        DatasetError,
+        TrainingConfigError,
+        vitviz.NotEnoughMemoryError,
+        vitviz.NonFiniteError,
+    )
+    for kind in kinds:
+        assert issubclass(kind, vitviz.VitvizError), kind
+        extra = (None, 0) if kind is vitviz.NotEnoughMemoryError else ()
+        error = kind("two\nlines\x1b[2J and \udcff.png: refused", *extra)
+        text = str(error)
+        assert "\n" not in text and "\x1b" not in text, (kind, text)
+        assert text.encode("utf-8")  # printable on any UTF-8 stream
+        assert "\\n" in text and "\\xff" in text

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_cases import tv_checkpoint
 from safetensors.torch import load_file, save_file
 from transformers import ViTConfig, ViTForImageClassification
 from zoo_helpers import tiny_torchvision_vit
@@ -170,3 +171,114 @@ def test_torch_without_the_weights_only_fixes_is_refused() -> None:
         check_torch_version("2.5.1+cu121")
     check_torch_version("2.6.0")
     check_torch_version("10.0")
+
+
+# -- issue 13, item 5: what is in the file or the settings never ends in a raw traceback ---------
+
+
+def _int8_patch(state: dict) -> dict:
+    return {**state, "conv_proj.weight": state["conv_proj.weight"].to(torch.int8)}
+
+
+def _int8_class_token(state: dict) -> dict:
+    return {**state, "class_token": state["class_token"].to(torch.int8)}
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (_int8_patch, ["conv_proj.weight holds int8", "floating-point", "float16"]),
+        (_int8_class_token, ["not floating-point numbers", "cls_token int8"]),
+    ],
+)
+def test_integer_weights_are_refused_in_plain_words(tmp_path: Path, edit, words) -> None:
+    path = tv_checkpoint(tmp_path, edit=edit)
+    msg = _message(path)
+    assert "Error(s) in loading state_dict" not in msg and "vit.pth" in msg
+    for word in words:
+        assert word in msg
+
+
+def test_a_state_dict_key_that_is_not_a_name_is_refused(tmp_path: Path) -> None:
+    path = tv_checkpoint(tmp_path, edit=lambda s: {**s, 0: torch.zeros(1)})
+    msg = _message(path)
+    assert "vit.pth" in msg and "not a name (0 of type int)" in msg
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"image_size": 32.5}, ["image_size must be a whole number", "32.5"]),
+        ({"image_size": [32, "32"]}, ["image_size must be", "[height, width]"]),
+        ({"heads": "2"}, ["heads must be a whole number from 1", "'2'"]),
+        ({"heads": True}, ["heads must be a whole number"]),
+        ({"norm_eps": "small"}, ["norm_eps must be a finite number"]),
+        ({"qkv_bias": 1}, ["qkv_bias must be true or false"]),
+        ({"preprocessing": {"image_size": 32.5}}, ["preprocessing", "image_size must be"]),
+        ({"preprocessing": [1, 2]}, ["preprocessing must be a JSON object"]),
+        ({"class_names": "abc"}, ["class_names must be a list of names"]),
+        (
+            {"preprocessing": {"image_size": 60}},
+            ["image size 60×60 is not a multiple of the patch size 8", "56×56"],
+        ),
+        ({"preprocessing": {"mean": 1e308}}, ["mean", "beyond float32's range"]),
+        ({"preprocessing": {"std": 1e-300}}, ["std", "too small for float32"]),
+    ],
+)
+def test_settings_of_the_wrong_kind_say_which_and_what_is_accepted(
+    tmp_path: Path, settings: dict, words: list[str]
+) -> None:
+    msg = _message(tv_checkpoint(tmp_path, settings=settings))
+    assert msg.startswith("vit.pth: ")
+    for word in words:
+        assert word in msg
+
+
+def test_setting_names_must_be_strings(tmp_path: Path) -> None:
+    path = tv_checkpoint(tmp_path)
+    assert "setting names must be strings" in _message(path, config={1: 2})
+
+
+def test_conversion_errors_from_the_file_become_checkpoint_errors(tmp_path: Path) -> None:
+    """A 2-D patch embedding makes the converter's unpacking fail: the file's fault, so a
+    CheckpointError naming the file, with the original error kept as its cause."""
+    path = tv_checkpoint(tmp_path, edit=lambda s: {**s, "conv_proj.weight": torch.zeros(32, 192)})
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert str(info.value).startswith("vit.pth: vitviz could not convert these weights")
+    assert "\n" not in str(info.value)
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_a_bug_in_a_converter_is_not_hidden(tmp_path: Path, monkeypatch) -> None:
+    """Only errors user data can cause are turned into CheckpointErrors; a bug surfaces."""
+    import vitviz.checkpoints.families as families
+    from vitviz.checkpoints.families import torchvision as tv
+
+    def broken(source):
+        raise AttributeError("a bug in vitviz")
+
+    replaced = tuple(
+        families.Family(f.name, f.detect, broken) if f is tv.FAMILY else f
+        for f in families.FAMILIES
+    )
+    monkeypatch.setattr(families, "FAMILIES", replaced)
+    with pytest.raises(AttributeError, match="a bug in vitviz"):
+        load_checkpoint(tv_checkpoint(tmp_path))
+
+
+def test_nan_weights_load_with_a_note(tmp_path: Path) -> None:
+    def nan(state: dict) -> dict:
+        w = state["conv_proj.weight"].clone()
+        w[0, 0, 0, 0] = float("nan")
+        return {**state, "conv_proj.weight": w}
+
+    loaded = load_checkpoint(tv_checkpoint(tmp_path, edit=nan))
+    assert any("NaN or infinite values in patch_embed.proj.weight" in n for n in loaded.notes)
+
+
+@pytest.mark.timeout(20)
+def test_an_absurd_depth_is_refused_before_building_the_model(tmp_path: Path) -> None:
+    """Building 10⁹ blocks (even without memory) would take hours: the count is checked first."""
+    msg = _message(tv_checkpoint(tmp_path, settings={"depth": 1_000_000_000}))
+    assert "the settings say depth 1000000000, the weights hold 2 blocks" in msg

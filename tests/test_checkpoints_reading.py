@@ -331,3 +331,68 @@ def test_own_layout_without_any_config_is_not_understood(tmp_path: Path, tiny_mo
     torch.save(tiny_model.state_dict(), path)
     with pytest.raises(CheckpointError, match=r"sd\.pth"):
         load_checkpoint(path)
+
+
+def test_a_key_that_is_not_a_name_is_refused_by_the_reader(tmp_path: Path) -> None:
+    path = tmp_path / "odd.pth"
+    torch.save({"model": {("block", 0): torch.zeros(2), "w": torch.zeros(2)}}, path)
+    with pytest.raises(CheckpointError, match=r"odd\.pth: .*not a name \(\('block', 0\) of type"):
+        read_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "key", "refused"),
+    [
+        (torch.float16, "blocks.0.attn.qkv.weight", False),
+        (torch.bfloat16, "cls_token", False),
+        (torch.float64, "head.bias", False),
+        (torch.int8, "blocks.0.attn.qkv.weight", True),
+        (torch.bool, "head.bias", True),
+        (torch.complex64, "cls_token", True),
+        (torch.int64, "position_ids", False),  # an index buffer some families drop
+    ],
+)
+def test_floats_become_float32_and_integer_weights_are_refused(
+    dtype: torch.dtype, key: str, refused: bool
+) -> None:
+    from vitviz.checkpoints.reading import to_float
+
+    state = {key: torch.ones(2, 3).to(dtype)}
+    if refused:
+        with pytest.raises(CheckpointError, match=f"{key} holds {str(dtype)[6:]} numbers"):
+            to_float(state, torch.float32, "w.pth")
+        return
+    notes = to_float(state, torch.float32, "w.pth")
+    want = torch.float32 if dtype.is_floating_point else dtype
+    assert state[key].dtype == want
+    assert bool(notes) == (dtype.is_floating_point and dtype != torch.float32)
+
+
+def test_a_pipe_named_like_a_checkpoint_is_refused_without_reading(tmp_path: Path) -> None:
+    fifo = tmp_path / "weights.pth"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer forever
+    with pytest.raises(CheckpointError, match=r"weights\.pth is not a regular file"):
+        load_checkpoint(fifo)
+
+
+def test_the_oldest_tar_format_is_refused_without_unpacking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch.load unpacks a tar checkpoint into a temporary folder: vitviz refuses it first."""
+    import io
+    import tarfile
+    import tempfile
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    path = tmp_path / "ancient.pt"
+    with tarfile.open(path, mode="w") as tar:
+        for name in ("sys_info", "pickle", "storages", "tensors"):
+            data = pickle.dumps({"protocol_version": 1001} if name == "sys_info" else 0)
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(CheckpointError, match=r"ancient\.pt is in PyTorch's oldest \(tar\) format"):
+        load_checkpoint(path)
+    assert not list(temp.iterdir())

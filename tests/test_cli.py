@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from checkpoint_cases import photo, tv_checkpoint
 from conftest import CLASS_NAMES
 from PIL import Image
 
@@ -356,3 +357,120 @@ def test_same_stem_twice_gets_two_outputs(
         with np.load(npz) as z:
             written.add(tuple(z["input"].flatten()[:64].tolist()))
     assert written == inputs  # neither image overwrote the other
+
+
+# -- issue 13, item 5: checkpoints and settings that used to end in a raw traceback --------------
+
+
+def _nan_weight(state: dict) -> dict:
+    w = state["conv_proj.weight"].clone()
+    w[0, 0, 0, 0] = float("nan")
+    return {**state, "conv_proj.weight": w}
+
+
+ITEM5_CASES = {  # name: (edit of the state dict, sidecar settings, explain's words, info refuses)
+    "int8-weight": (
+        lambda s: {**s, "conv_proj.weight": s["conv_proj.weight"].to(torch.int8)},
+        {},
+        ["conv_proj.weight holds int8", "floating-point weights"],
+        True,
+    ),
+    "non-string-key": (lambda s: {**s, 0: torch.zeros(1)}, {}, ["not a name"], True),
+    "nan-weights": (_nan_weight, {}, ["skipped", "logits are NaN"], False),
+    "mean-1e308": (None, {"preprocessing": {"mean": 1e308}}, ["beyond float32's range"], True),
+    "image-size-32.5": (None, {"image_size": 32.5}, ["image_size must be a whole number"], True),
+    "preprocessing-60": (None, {"preprocessing": {"image_size": 60}}, ["not a multiple"], True),
+    "preprocessing-8192": (
+        None,
+        {"preprocessing": {"image_size": 8192}},
+        ["skipped", "input size 8192×8192", "1,048,577 tokens", "TB of memory"],
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ITEM5_CASES))
+def test_hostile_checkpoints_and_settings_end_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, case: str
+) -> None:
+    edit, settings, words, info_refuses = ITEM5_CASES[case]
+    ckpt = tv_checkpoint(tmp_path, settings=settings, edit=edit)
+    out = tmp_path / "out"
+    assert _explain(ckpt, [photo(tmp_path)], out) == 2
+    line = _one_line_error(capsys)
+    assert line.startswith("vitviz-cli: ") and "Traceback" not in line
+    for word in words:
+        assert word in line, line
+    assert not out.exists() or not list(out.glob("*.npz"))
+    code = main(["info", str(ckpt)])
+    if info_refuses:
+        assert code == 2 and _one_line_error(capsys) == line
+    else:
+        assert code == 0
+        assert "Traceback" not in capsys.readouterr().err
+
+
+def test_explain_refuses_an_image_size_over_the_memory_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """{"image_size": 1024} on the 32-px model: 16,385 tokens, tens of GB; with a 2 GB budget it
+    is refused at once, naming the size, the tokens and the memory needed vs free."""
+    monkeypatch.setenv("VITVIZ_MEMORY_BUDGET", "2G")
+    ckpt = tv_checkpoint(tmp_path, settings={"preprocessing": {"image_size": 1024}})
+    assert _explain(ckpt, [photo(tmp_path)], tmp_path / "out") == 2
+    line = _one_line_error(capsys)
+    for word in ("input size 1024×1024", "16,385 tokens", "GB of memory", "2.0 GB is free"):
+        assert word in line, line
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_explain_and_info_on_half_precision_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture, suffix: str, dtype: torch.dtype
+) -> None:
+    def halved(state: dict) -> dict:
+        return {k: v.to(dtype) for k, v in state.items()}
+
+    def rounded(state: dict) -> dict:
+        return {k: v.to(dtype).float() for k, v in state.items()}
+
+    image = photo(tmp_path)
+    half = tv_checkpoint(tmp_path, f"half{suffix}", edit=halved)
+    ref = tv_checkpoint(tmp_path, f"ref{suffix}", edit=rounded)
+    assert _explain(half, [image], tmp_path / "half") == 0
+    assert _explain(ref, [image], tmp_path / "ref") == 0
+    with (
+        np.load(tmp_path / "half" / "photo.npz") as got,
+        np.load(tmp_path / "ref" / "photo.npz") as want,
+    ):
+        for key in ("logits", "attention", "rollout", "relevance"):
+            assert np.abs(got[key] - want[key]).max() <= 1e-3, key
+    capsys.readouterr()
+    assert main(["info", str(half)]) == 0
+    name = str(dtype).removeprefix("torch.")
+    assert f"{name} tensors loaded as float32" in capsys.readouterr().out
+
+
+def test_a_reader_that_leaves_early_ends_without_a_traceback(tmp_path: Path) -> None:
+    """`vitviz-cli methods --json | head -1`: the closed pipe is not a crash."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    # The child writes far more than a pipe holds after the reader has closed its end.
+    code = "import sys; from vitviz.cli import main; sys.exit(main(['methods', '--json']))"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody reads: the first flush fails with EPIPE
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    os.close(write_end)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2

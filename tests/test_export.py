@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from PIL import Image
 
 from vitviz.analysis import Analysis, analyze
 from vitviz.checkpoints import LoadedModel, load_checkpoint, save_checkpoint
-from vitviz.export import NPZ_KEYS, MapSettings, compute_maps, write_npz, write_pngs
+from vitviz.export import NPZ_KEYS, MapSettings, compute_maps, map_overlay, write_npz, write_pngs
 from vitviz.imaging import Preprocessing
 
 
@@ -171,3 +172,83 @@ def test_map_without_a_head_is_nan_and_no_relevance_png(tmp_path: Path) -> None:
     assert names == ["x_heads.png", "x_rollout.png"]
     with pytest.raises(ValueError, match="no classification head"):
         a.relevance()
+
+
+# ----------------------------------------------------------------------------- large photographs
+
+
+@pytest.fixture(scope="module")
+def big_photo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 5000 × 1250 panorama photograph as JPEG: longer than 4096 px, only 6 megapixels."""
+    path = tmp_path_factory.mktemp("big") / "big.jpg"
+    photo = Image.fromarray(skimage.data.astronaut()).resize(
+        (5000, 5000), Image.Resampling.BILINEAR
+    )
+    photo.crop((0, 1000, 5000, 2250)).save(path, quality=90)
+    return path
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    with Image.open(path) as im:
+        assert im.format == "PNG"
+        return im.size
+
+
+def test_big_photo_is_decoded_reduced_with_the_grid_in_place(
+    loaded: LoadedModel, big_photo: Path
+) -> None:
+    prep = Preprocessing(image_size=32, resize="crop", crop_pct=0.875)
+    small = analyze(loaded, big_photo, preprocessing=prep)
+    full = analyze(loaded, big_photo, preprocessing=prep, max_side=None)
+    assert small.source.size == (4096, 1024) and full.source.size == (5000, 1250)
+    assert small.geometry.source_size == (1024, 4096)
+    # The patch grid covers the same part of the picture, in each one's own pixels.
+    scale = np.array([4096 / 5000, 1024 / 1250] * 2)
+    np.testing.assert_allclose(
+        small.geometry.region, np.array(full.geometry.region) * scale, atol=0.5
+    )
+    assert small.grid == full.grid
+    # The model saw (nearly) the same input: within a grey level on average.
+    std = torch.tensor(prep.std).view(-1, 1, 1)
+    grey_levels = ((small.input - full.input) * std * 255).abs()
+    assert float(grey_levels.mean()) < 1.0
+    assert small.top_class == full.top_class
+    # An overlay of the full-size analysis is drawn at most 4096 px long unless asked for more.
+    m = compute_maps(full).rollout
+    assert map_overlay(full, m).size == (4096, 1024)
+    assert map_overlay(full, m, max_side=1000).size == (1000, 250)
+    assert map_overlay(full, m, max_side=None).size == (5000, 1250)
+
+
+def test_cli_writes_big_overlays_at_4096_unless_full_size(
+    tmp_path: Path, tiny_ckpt: Path, big_photo: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from vitviz import cli
+
+    base = ["explain", str(big_photo), "--checkpoint", str(tiny_ckpt)]
+    assert cli.main([*base, "--out", str(tmp_path / "default")]) == 0
+    assert cli.main([*base, "--out", str(tmp_path / "full"), "--full-size"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    for kind in ("rollout", "relevance"):
+        assert _png_size(tmp_path / "default" / f"big_{kind}.png") == (4096, 1024)
+        assert _png_size(tmp_path / "full" / f"big_{kind}.png") == (5000, 1250)
+    with (
+        np.load(tmp_path / "default" / "big.npz") as small,
+        np.load(tmp_path / "full" / "big.npz") as full,
+    ):
+        assert small["grid"].tolist() == full["grid"].tolist()
+        assert int(small["target_class"]) == int(full["target_class"])
+        assert np.abs(small["input"] - full["input"]).mean() < 0.02
+
+
+def test_output_stems_stay_inside_file_name_limits() -> None:
+    from vitviz.export import MAX_STEM_BYTES, output_stem
+
+    assert output_stem("chelsea") == "chelsea"
+    long_a, long_b = "a" * 250 + "x", "a" * 250 + "y"
+    stem_a, stem_b = output_stem(long_a), output_stem(long_b)
+    assert stem_a != stem_b  # a shared beginning still gives two outputs
+    for stem in (stem_a, stem_b, output_stem("é" * 200), output_stem("\udcff" * 300)):
+        raw = os.fsencode(stem)
+        assert len(raw) <= MAX_STEM_BYTES
+        assert len(raw + b"_gradient-rollout.png.tmp-xxxxxxxx") < 255

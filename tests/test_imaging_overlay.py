@@ -188,6 +188,67 @@ def test_overlay_smooth_on_source_stays_in_region(cat_case: tuple) -> None:
     np.testing.assert_array_equal(out[:, : left - 1], dimmed)
 
 
+def _reference_overlay(image: np.ndarray, map_: np.ndarray, geo: PatchGeometry) -> np.ndarray:
+    """The nearest-patch overlay (opacity 0.6) in one piece, from its definition (float64)."""
+    h, w = image.shape[:2]
+    norm = (map_ - map_.min()) / (map_.max() - map_.min())
+    ys, xs = np.mgrid[0:h, 0:w] + 0.5
+    gy = (ys - geo.region[1]) / geo.scale[1] / geo.patch_size
+    gx = (xs - geo.region[0]) / geo.scale[0] / geo.patch_size
+    gh, gw = geo.grid
+    inside = (gy >= 0) & (gy < gh) & (gx >= 0) & (gx < gw)
+    r = np.clip(np.floor(gy).astype(int), 0, gh - 1)
+    c = np.clip(np.floor(gx).astype(int), 0, gw - 1)
+    values = norm[r, c]
+    colours = lookup_table("viridis")[np.rint(np.clip(values, 0, 1) * 255).astype(int)]
+    base = np.where(inside[..., None], image, np.rint(image * overlay_module.DIM))
+    out = np.where(inside[..., None], base * 0.4 + colours * 0.6, base)
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("band_pixels", [451, 451 * 7, 1 << 20])
+def test_overlay_in_bands_is_the_same_picture(
+    cat_case: tuple, monkeypatch: pytest.MonkeyPatch, band_pixels: int
+) -> None:
+    cat, geo = cat_case
+    map_ = np.random.default_rng(5).random(geo.grid).astype(np.float32)
+    whole = np.asarray(overlay_on_image(cat, map_, geometry=geo))
+    smooth_whole = np.asarray(overlay_on_image(Image.fromarray(cat), map_, smooth=True))
+    monkeypatch.setattr(overlay_module, "_BAND_PIXELS", band_pixels)  # 1 row, 7 rows, all
+    np.testing.assert_array_equal(np.asarray(overlay_on_image(cat, map_, geometry=geo)), whole)
+    banded = overlay_on_image(Image.fromarray(cat), map_, smooth=True)
+    np.testing.assert_array_equal(np.asarray(banded), smooth_whole)
+    reference = _reference_overlay(cat, map_, geo)
+    assert np.abs(whole.astype(int) - reference).max() <= 1
+
+
+def test_fit_for_overlay_keeps_the_patch_grid_on_the_picture(cat_case: tuple) -> None:
+    cat, geo = cat_case  # 451 × 300, its 224 × 224 centre crop, patch 16
+    image = Image.fromarray(cat)
+    same_image, same_geo = overlay_module.fit_for_overlay(image, geo, 451)
+    assert same_image is image and same_geo is geo
+    assert overlay_module.fit_for_overlay(image, geo, None)[1] is geo
+    small, small_geo = overlay_module.fit_for_overlay(image, geo, 200)
+    assert small.size == (200, 133) and small_geo.source_size == (133, 200)
+    assert small_geo.grid == geo.grid and small_geo.input_size == geo.input_size
+    # The same as preprocessing the small picture itself: the grid lands on the same place.
+    direct = prepare_image(small, Preprocessing((224, 224), "crop", 0.875), 16).geometry
+    np.testing.assert_allclose(small_geo.region, direct.region, atol=0.5)
+    # A one-hot patch is coloured exactly over its box scaled to the small picture.
+    row, col = 4, 9
+    map_ = np.zeros(geo.grid, np.float32)
+    map_[row, col] = 1.0
+    out = np.asarray(overlay_on_image(small, map_, geometry=small_geo, opacity=1.0))
+    assert out.shape == (133, 200, 3)
+    hot = (out == lookup_table("viridis")[255]).all(axis=-1)
+    x0, y0, x1, y1 = geo.patch_box_source(row, col)
+    fx, fy = 200 / 451, 133 / 300
+    ys, xs = np.mgrid[0:133, 0:200] + 0.5  # pixel centres of the small picture
+    in_box = (xs >= x0 * fx) & (xs < x1 * fx) & (ys >= y0 * fy) & (ys < y1 * fy)
+    assert in_box.sum() > 9
+    np.testing.assert_array_equal(hot, in_box)
+
+
 # ----------------------------------------------------------------------------- head grid
 
 

@@ -16,6 +16,7 @@ from skimage import data
 
 from vitviz.imaging import Preprocessing, denormalize, prepare_image
 from vitviz.imaging import preprocess as preprocess_module
+from vitviz.imaging.preprocess import check_channels, source_for_display
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -150,7 +151,12 @@ def test_preprocessing_round_trip() -> None:
         ({"crop_pct": 1.5}, "crop_pct"),
         ({"crop_pct": "0.9"}, "crop_pct"),
         ({"std": [0.5, 0.0, 0.5]}, "std must be greater than 0"),
-        ({"mean": [0.5, 0.5]}, "mean must be three numbers"),
+        ({"mean": [0.5, 0.5]}, r"mean must be three numbers \(R, G, B\) or one for all three"),
+        ({"mean": [0.5, 0.5], "channels": 1}, r"mean must be one number \(the model takes 1-ch"),
+        ({"std": [0.5] * 3, "channels": 4}, r"std must be 4 numbers \(one per channel\) or one"),
+        ({"channels": 0}, "channels must be a whole number from 1 to 64"),
+        ({"channels": 2.0}, "channels must be a whole number"),
+        ({"channels": True}, "channels must be a whole number"),
         ({"mean": [0.5, float("nan"), 0.5]}, "finite"),
         ({"interpolation": "cubic"}, "interpolation must be one of"),
         ({"image_size": -1}, "positive"),
@@ -179,3 +185,65 @@ def test_importing_imaging_does_not_import_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "False"
+
+
+# -- one-channel (grayscale) and other channel counts ----------------------------------------------
+MNIST = ((0.1307,), (0.3081,))
+
+
+@pytest.mark.parametrize("name", ["chelsea", "chelsea447", "coffee_portrait", "camera"])
+def test_one_channel_matches_torchvision_grayscale_exactly(name: str) -> None:
+    """Grayscale (PIL's luma, as torchvision's Grayscale and MNIST PNGs), then the same resize,
+    crop and normalisation as for RGB: the tensor is torchvision's bit for bit."""
+    array = data.camera() if name == "camera" else _photos()[name]
+    image = Image.fromarray(array)
+    prep = Preprocessing((28, 28), "crop", 0.875, *MNIST, "bilinear", channels=1)
+    bilinear = T.InterpolationMode.BILINEAR
+    gray = T.Compose([T.Grayscale(1), T.Resize(32, interpolation=bilinear), T.CenterCrop(28)])(
+        image
+    )
+    reference = T.Compose([T.ToTensor(), T.Normalize(*MNIST)])(gray)
+    prepared = prepare_image(image, prep, patch_size=4)
+    assert prepared.tensor.shape == (1, 28, 28)
+    assert torch.equal(prepared.tensor, reference)
+    assert prepared.pixels.shape == (28, 28, 3)  # for display: the gray on R, G and B
+    for c in range(3):
+        np.testing.assert_array_equal(prepared.pixels[..., c], np.asarray(gray))
+    # the luma is the ITU-R 601-2 one: (19595 R + 38470 G + 7471 B + 2^15) >> 16
+    rgb = np.asarray(image.convert("RGB")).astype(np.int64)
+    luma = (rgb[..., 0] * 19595 + rgb[..., 1] * 38470 + rgb[..., 2] * 7471 + 0x8000) >> 16
+    np.testing.assert_array_equal(np.asarray(source_for_display(image, 1))[..., 1], luma)
+    np.testing.assert_array_equal(denormalize(prepared.tensor, prep), prepared.pixels)
+
+
+def test_one_number_is_used_for_every_channel() -> None:
+    assert Preprocessing(8, mean=0.25, std=[0.5]).mean == (0.25, 0.25, 0.25)
+    assert Preprocessing(8, mean=0.25, std=[0.5]).std == (0.5, 0.5, 0.5)
+    gray = Preprocessing.from_dict(
+        {"image_size": 28, "mean": [0.1307], "std": 0.3081, "channels": 1}
+    )
+    assert (gray.mean, gray.std, gray.channels) == ((0.1307,), (0.3081,), 1)
+    assert Preprocessing(8, mean=0.5, std=0.5, channels=4).mean == (0.5,) * 4
+    back = Preprocessing.from_dict(json.loads(json.dumps(gray.to_dict())))
+    assert back == gray and gray.to_dict()["channels"] == 1
+    assert Preprocessing.from_dict({"image_size": 8}).channels == 3  # older files: RGB
+
+
+def test_channel_counts_images_cannot_have_are_refused() -> None:
+    prep = Preprocessing(16, "squash", mean=0.5, std=0.5, channels=4)
+    with pytest.raises(ValueError, match="the model takes 4-channel inputs; vitviz makes images"):
+        prepare_image(Image.fromarray(data.astronaut()), prep, 8)
+    # a tensor of any channel count is shown as the mean of its channels
+    shown = denormalize(torch.zeros(4, 8, 8), prep)
+    assert shown.shape == (8, 8, 3) and (shown == 128).all()
+    with pytest.raises(ValueError, match=r"expected a \(4, H, W\)"):
+        denormalize(torch.zeros(3, 8, 8), prep)
+
+
+def test_check_channels_names_both_counts() -> None:
+    assert check_channels(Preprocessing(8, mean=0.5, std=0.5, channels=1), 1) == 1
+    with pytest.raises(ValueError) as info:
+        check_channels(Preprocessing(8), 1)
+    assert str(info.value).startswith(
+        "the preprocessing makes 3-channel inputs but the model takes 1-channel images"
+    )

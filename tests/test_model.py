@@ -221,7 +221,8 @@ def test_capture_path_matches_fused_path_and_hand_forward(name, shape):
     assert len(out.attentions) == cfg.depth
     for got, ref in zip(out.attentions, ref_attn, strict=True):
         assert got.shape == (3, cfg.heads, N, N)
-        assert torch.allclose(got.double(), ref, atol=1e-5, rtol=0)
+        # float32 against float64: a softmax's rounding error is relative to each probability.
+        assert torch.allclose(got.double(), ref, atol=1e-6, rtol=5e-5)
         assert torch.allclose(got.sum(dim=-1), torch.ones(3, cfg.heads, N), atol=1e-5)
         assert (got >= 0).all()
     # Attention is far from uniform, so an error in the hand check would show.
@@ -229,7 +230,8 @@ def test_capture_path_matches_fused_path_and_hand_forward(name, shape):
     assert len(out.hidden_states) == cfg.depth
     for got, ref in zip(out.hidden_states, ref_hidden, strict=True):
         assert got.shape == (3, N, cfg.dim)
-        assert torch.allclose(got.double(), ref, atol=1e-4, rtol=1e-4)
+        scale = float(ref.abs().max())  # float32 sums: their error follows the tokens' scale
+        assert torch.allclose(got.double(), ref, atol=4e-6 * scale, rtol=1e-4)
 
 
 def test_captured_attention_from_block_parts():
@@ -375,13 +377,17 @@ def test_batch_independence(name):
     x = images(3, 32, 48, seed=3)
     with torch.no_grad():
         batch = model.forward_explained(x, hidden_states=True)
+        # A batch and one image sum in different orders (matrix kernels block by batch size):
+        # tolerances follow the scale of what is compared; probabilities are relative to p.
         for i in range(3):
             alone = model.forward_explained(x[i : i + 1], hidden_states=True)
-            assert torch.allclose(batch.logits[i], alone.logits[0], atol=1e-5, rtol=0)
+            scale = float(alone.logits.abs().max())
+            assert torch.allclose(batch.logits[i], alone.logits[0], atol=4e-6 * scale, rtol=0)
             for a, b in zip(batch.attentions, alone.attentions, strict=True):
-                assert torch.allclose(a[i], b[0], atol=1e-6, rtol=0)
+                assert torch.allclose(a[i], b[0], atol=1e-7, rtol=1e-5)
             for a, b in zip(batch.hidden_states, alone.hidden_states, strict=True):
-                assert torch.allclose(a[i], b[0], atol=1e-5, rtol=0)
+                scale = float(b.abs().max())
+                assert torch.allclose(a[i], b[0], atol=2e-6 * scale, rtol=0)
             assert torch.allclose(model(x[i : i + 1])[0], batch.logits[i], atol=1e-5, rtol=0)
 
 

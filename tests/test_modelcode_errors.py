@@ -160,8 +160,9 @@ def test_no_attention_says_what_was_looked_at(tmp_path: Path):
     assert "results that were not square attention: 1×5" in message
 
 
-def test_no_patch_size_or_image_size_asks_for_them(tmp_path: Path):
+def test_no_patch_size_asks_for_it(tmp_path: Path):
     source = """
+    import torch
     from torch import nn
 
 
@@ -175,16 +176,22 @@ def test_no_patch_size_or_image_size_asks_for_them(tmp_path: Path):
             return self.proj(self.unfold(x).transpose(1, 2)).mean(1)
     """
     path = write(tmp_path, source, "unfolded.py")
-    assert "could not find the patch size" in error_of(make_spec(path, "Unfolded"))
-    loaded_error = error_of(make_spec(path, "Unfolded", settings={"patch_size": 8}))
-    assert loaded_error.startswith("no attention was seen")
-    path = write(
-        tmp_path,
-        source.replace("image_size=32, psize=8", "patch=8").replace("psize", "patch"),
-        "nosize.py",
+    # The patch size is read from the Linear over the unfolded 3·8·8 patches (and checked by
+    # running it); the model is then refused for what it is: it has no attention.
+    assert error_of(make_spec(path, "Unfolded")).startswith("no attention was seen")
+    # Each patch with its two coordinates appended: 3·8·8 + 2 inputs say no patch size.
+    with_xy = source.replace(
+        "nn.Linear(3 * psize * psize, 16)", "nn.Linear(3 * psize * psize + 2, 16)"
     )
+    path = write(tmp_path, with_xy, "with_xy.py")
     message = error_of(make_spec(path, "Unfolded"))
-    assert "could not find the image size" in message and "(image_size)" in message
+    assert message == (
+        "could not find the patch size: the model has no Conv2d whose stride equals its kernel, "
+        "no patch_size argument or attribute, and its first Linear layer does not take 3·p² "
+        "inputs (RGB patches). Give the patch size in the settings (patch_size)."
+    )
+    loaded_error = error_of(make_spec(path, "Unfolded", settings={"patch_size": 8}))
+    assert loaded_error.startswith("running Unfolded on a 1×3×32×32 input failed: RuntimeError")
 
 
 def test_wrong_class_names_and_settings(tmp_path: Path):

@@ -13,6 +13,8 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QDialog, QDialogButtonBox
 from test_modelcode_errors import NO_ATTENTION
 from test_modelcode_layouts import LAYOUT_IDS, LAYOUTS, Layout, write_model
+from test_modelcode_sizing import TABLE_NOTE, TUTORIAL
+from test_modelcode_sizing import write as write_sized
 
 from vitviz.modelcode import make_spec
 from vitviz.ui.model_code_dialog import TRUST_TEXT, ModelCodeDialog
@@ -201,3 +203,18 @@ def test_the_window_survives_bad_files_and_shows_the_model(qtbot, tmp_path, phot
     assert window.viewer.image.num_prefix_tokens == 2
     assert window.viewer.maps.head_maps.shape == (2, 2, 4, 4)
     assert not bugs
+
+
+def test_the_model_info_says_how_the_image_size_was_found(qtbot, tmp_path):
+    """A tutorial model taking ``img=48``, opened with no settings: the info shows the note."""
+    from PySide6.QtWidgets import QPlainTextEdit
+
+    from vitviz.ui.model_info_dialog import ModelInfoDialog
+
+    file, weights, _ = write_sized(tmp_path, TUTORIAL)
+    summary = jobs.load_model_code(jobs.EngineState(), make_spec(file, "ViT", checkpoint=weights))
+    assert summary.image_size == (48, 48)
+    dialog = ModelInfoDialog(summary)
+    qtbot.addWidget(dialog)
+    facts = dialog.findChild(QPlainTextEdit).toPlainText()
+    assert f"note: {TABLE_NOTE}" in facts and "trained at 48×48" in facts

@@ -1,4 +1,5 @@
-"""Training data: CIFAR-10 batches (restricted unpickling), image folders, batched augmentation."""
+"""Training data: CIFAR-10 batches (restricted unpickling), image folders (colour and grayscale),
+batched augmentation."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from PIL import Image
 from vitviz.training.augment import Normalizer, random_crop_flip
 from vitviz.training.cifar import CifarError, read_cifar10, safe_unpickle
 from vitviz.training.config import TrainConfig
-from vitviz.training.datasets import DatasetError, channel_stats, load_dataset
+from vitviz.training.datasets import DatasetError, channel_stats, gray_u8, load_dataset
 from vitviz.training.folder import scan_image_folder
+from vitviz.training.validate import validate_training_config
 
 CIFAR_NAMES = [
     "airplane",
@@ -229,3 +231,103 @@ def test_normalizer_is_to_tensor_then_normalize() -> None:
         1, 3, 1, 1
     )
     torch.testing.assert_close(Normalizer(mean, std)(x), expected, atol=1e-5, rtol=1e-5)
+
+
+# -- grayscale data: one-channel models ------------------------------------------------------------
+def _write_gray_folder(root: Path, count: int = 4, size: int = 20) -> dict[Path, np.ndarray]:
+    """Two classes of mode-"L" PNGs (MNIST / Fashion-MNIST style); returns path -> pixels."""
+    rng = np.random.default_rng(1)
+    written = {}
+    for c, name in enumerate(("zero", "one")):
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            pixels = rng.integers(0, 120, (size, size + 6), dtype=np.uint8) + 120 * c
+            Image.fromarray(pixels, mode="L").save(root / name / f"{i}.png")
+            written[root / name / f"{i}.png"] = pixels
+    return written
+
+
+def _gray_reference(pixels: np.ndarray, size: int) -> np.ndarray:
+    """Resize to cover and centre-crop a (h, w) or (h, w, 3) uint8 image as grayscale, with PIL
+    (luma taken first, as inference does): (size, size) uint8."""
+    image = Image.fromarray(pixels).convert("L")
+    w, h = image.size
+    cover = (size * w // h, size) if w >= h else (size, size * h // w)
+    image = image.resize(cover, Image.Resampling.BICUBIC)
+    left, top = round((cover[0] - size) / 2), round((cover[1] - size) / 2)
+    return np.asarray(image.crop((left, top, left + size, top + size)))
+
+
+def test_folder_of_grayscale_images_gives_one_channel(tmp_path: Path) -> None:
+    written = _write_gray_folder(tmp_path / "digits")
+    cfg = TrainConfig(dataset=f"folder:{tmp_path / 'digits'}", image_size=16, val_fraction=0.25)
+    data = load_dataset(cfg)
+    assert data.train_images.shape == (6, 1, 16, 16) and data.val_images.shape == (2, 1, 16, 16)
+    assert data.description["channels"] == 1
+    assert data.description["channels_from"] == "the images"
+    # Each image is its file, resized and cropped like inference does: find it among the files.
+    expected = {p: _gray_reference(px, 16) for p, px in written.items()}
+    for image in torch.cat([data.train_images, data.val_images]):
+        assert any(np.array_equal(image[0].numpy(), e) for e in expected.values())
+    # Asked for RGB: the same gray on R, G and B.
+    rgb = load_dataset(cfg.replace(in_channels=3))
+    assert rgb.train_images.shape == (6, 3, 16, 16)
+    assert torch.equal(rgb.train_images[:, :1].expand(-1, 3, -1, -1), rgb.train_images)
+    assert torch.equal(rgb.train_images[:, :1], data.train_images)
+
+
+def test_colour_folder_made_grayscale_when_asked(tmp_path: Path) -> None:
+    _write_class_folder(tmp_path / "pets", {"cat": 3, "dog": 3})
+    cfg = TrainConfig(dataset=f"folder:{tmp_path / 'pets'}", image_size=16, in_channels=1)
+    data = load_dataset(cfg)
+    assert data.train_images.shape[1] == 1 and data.description["channels_from"] == "settings"
+    files = sorted((tmp_path / "pets").rglob("*.png"))
+    expected = [_gray_reference(np.asarray(Image.open(f)), 16) for f in files]
+    for image in data.train_images:
+        assert any(np.array_equal(image[0].numpy(), e) for e in expected)
+    assert load_dataset(cfg.replace(in_channels=None)).train_images.shape[1] == 3  # colour
+
+
+def test_gray_u8_is_pil_luma() -> None:
+    rgb = np.random.default_rng(2).integers(0, 256, (3, 17, 19, 3), dtype=np.uint8)
+    gray = gray_u8(torch.from_numpy(rgb).permute(0, 3, 1, 2))
+    assert gray.shape == (3, 1, 17, 19) and gray.dtype == torch.uint8
+    for i in range(3):
+        assert np.array_equal(gray[i, 0].numpy(), np.asarray(Image.fromarray(rgb[i]).convert("L")))
+
+
+def test_generated_data_in_one_channel() -> None:
+    cfg = TrainConfig(dataset="shapes", image_size=16, train_size=8, val_size=4, in_channels=1)
+    data = load_dataset(cfg)
+    colour = load_dataset(cfg.replace(in_channels=None))
+    assert data.train_images.shape == (8, 1, 16, 16)
+    assert torch.equal(data.train_images, gray_u8(colour.train_images))
+    assert data.train_set(2)[0].shape == (8, 1, 16, 16)  # fresh shapes every epoch, gray too
+
+
+@pytest.mark.parametrize("channels", [0, 2, 4, True, 1.0])
+def test_other_channel_counts_are_refused_before_training(channels: object) -> None:
+    problems = validate_training_config(TrainConfig(in_channels=channels))  # type: ignore[arg-type]
+    assert any("in_channels must be 1 (grayscale) or 3 (RGB)" in p for p in problems)
+    assert validate_training_config(TrainConfig(in_channels=1)) == []
+
+
+def test_channels_option_of_the_train_command() -> None:
+    import shlex
+
+    from vitviz.cli import build_parser
+    from vitviz.training.command import config_from_args
+    from vitviz.training.config import equivalent_command
+
+    args = build_parser().parse_args(
+        ["train", "--dataset", "folder:/data/digits", "--channels", "1"]
+    )
+    cfg = config_from_args(args)
+    assert cfg.in_channels == 1
+    command = equivalent_command(cfg)
+    assert "--channels 1" in command
+    rebuilt = config_from_args(build_parser().parse_args(shlex.split(command)[1:]))
+    assert rebuilt.in_channels == 1 and rebuilt.dataset == cfg.dataset
+    assert "--channels" not in equivalent_command(cfg.replace(in_channels=None))
+    assert cfg.model_kwargs(10, 3)["in_channels"] == 1  # the setting wins over the data
+    assert cfg.replace(in_channels=None).model_kwargs(10, 1)["in_channels"] == 1

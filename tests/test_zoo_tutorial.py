@@ -57,10 +57,11 @@ class MHATutorialViT(nn.Module):
         patch: int = 4,
         image: int = 32,
         classes: int = 10,
+        channels: int = 3,
     ) -> None:
         super().__init__()
         self.patch = patch
-        self.input_layer = nn.Linear(3 * patch * patch, dim)
+        self.input_layer = nn.Linear(channels * patch * patch, dim)
         self.transformer = nn.Sequential(
             *(AttentionBlock(dim, hidden, heads) for _ in range(layers))
         )
@@ -118,10 +119,12 @@ def test_mha_tutorial_model(tmp_path: Path, heads: int) -> None:
 
 
 class EncoderLayerViT(nn.Module):
-    def __init__(self, heads: int, norm_first: bool, activation: str, final_norm: bool) -> None:
+    def __init__(
+        self, heads: int, norm_first: bool, activation: str, final_norm: bool, channels: int = 3
+    ) -> None:
         super().__init__()
         dim, self.patch = 48, 8
-        self.patch_embed = nn.Conv2d(3, dim, 8, 8)
+        self.patch_embed = nn.Conv2d(channels, dim, 8, 8)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + 2 * 6, dim))
         layer = nn.TransformerEncoderLayer(
@@ -201,7 +204,8 @@ class LucidAttention(nn.Module):
 
 class LucidViT(nn.Module):
     """vit-pytorch's ViT: Rearrange + LayerNorm + Linear + LayerNorm patches, pre-norm blocks,
-    transformer.norm, pool 'cls' or 'mean' (over every token), mlp_head Linear."""
+    transformer.norm, pool 'cls' or 'mean' (over every token), mlp_head Linear; ``channels``
+    as vit-pytorch's (1 for MNIST-style models)."""
 
     def __init__(
         self,
@@ -213,9 +217,11 @@ class LucidViT(nn.Module):
         dim: int = 32,
         depth: int = 2,
         mlp: int = 64,
+        channels: int = 3,
+        classes: int = 6,
     ) -> None:
         super().__init__()
-        patch_dim = 3 * patch * patch
+        patch_dim = channels * patch * patch
         n = (image[0] // patch) * (image[1] // patch)
         self.to_patch_embedding = nn.Sequential(
             Rearrange("b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=patch, p2=patch),
@@ -244,7 +250,7 @@ class LucidViT(nn.Module):
             for _ in range(depth)
         )
         self.pool = pool
-        self.mlp_head = nn.Linear(dim, 6)
+        self.mlp_head = nn.Linear(dim, classes)
 
     def forward(self, img: Tensor) -> Tensor:
         x = self.to_patch_embedding(img)
@@ -312,3 +318,108 @@ def test_vit_pytorch_old_prenorm_layout(tmp_path: Path) -> None:
     with torch.no_grad():
         ref_logits = model(x)
     assert_close("logits", ref_logits, ours(loaded, x)[0], LOGIT_ATOL)
+
+
+# -- channels other than RGB: read from the patch embedding --------------------------------------
+
+
+def _lucid_checkpoint(tmp_path: Path, channels: int, patch: int) -> tuple[LucidViT, Path]:
+    """A 28 × 28 vit-pytorch ViT taking ``channels``-channel images, saved as a state dict."""
+    torch.manual_seed(4)
+    model = randomize_(LucidViT(4, 8, "cls", image=(28, 28), patch=patch, channels=channels), 4)
+    path = tmp_path / "vit.pt"
+    torch.save(model.state_dict(), path)
+    return model, path
+
+
+@pytest.mark.parametrize(
+    ("channels", "patch", "settings", "note"),
+    [
+        (1, 4, {}, "in_channels 1 inferred (16 values per patch = 1 × 4²)"),
+        (1, 4, {"patch_size": 4}, "in_channels 1 from the patch size 4"),
+        (1, 4, {"image_size": 28}, "in_channels 1, patch size 4 from the image size and position"),
+        (4, 4, {"in_channels": 4}, None),  # 64 values would also be 1 × 8²: the settings say
+        (5, 2, {"patch_size": 2}, "in_channels 5 from the patch size 2"),
+    ],
+)
+def test_vit_pytorch_channels_from_the_patch_embedding(
+    tmp_path: Path, channels: int, patch: int, settings: dict, note: str | None
+) -> None:
+    model, path = _lucid_checkpoint(tmp_path, channels, patch)
+    loaded = load_checkpoint(path, config={"heads": 4, **settings})
+    cfg = loaded.config
+    assert (cfg.in_channels, cfg.patch_size, cfg.image_size) == (channels, patch, (28, 28))
+    assert loaded.preprocessing.channels == channels
+    assert len(loaded.preprocessing.mean) == len(loaded.preprocessing.std) == channels
+    if note is not None:
+        assert any(n.startswith(note) for n in loaded.notes), loaded.notes
+    x = torch.randn(2, channels, 28, 28, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ref_logits = model(x)
+    ref_attn = [layer[0].last for layer in model.transformer.layers]
+    logits, attn = ours(loaded, x)
+    assert_close("logits", ref_logits, logits, LOGIT_ATOL)
+    assert_attention(ref_attn, attn)
+
+
+@pytest.mark.parametrize(
+    ("channels", "patch", "settings", "message"),
+    [
+        (
+            5,
+            2,
+            {},
+            "takes 20 values per patch (in_channels × patch²), neither 3 × p² nor 1 × p². Put "
+            'the patch size in vit.pt.vitviz.json, e.g. {"patch_size": 2}',
+        ),
+        (1, 4, {"in_channels": 3}, "takes 16 values per patch, not in_channels × patch² for"),
+        (1, 4, {"patch_size": 3}, "not a multiple of patch_size² = 9; check patch_size"),
+        (1, 4, {"in_channels": 1.0}, "in_channels must be a"),
+        (
+            1,
+            4,
+            {"preprocessing": {"mean": [0.5, 0.5, 0.5]}},
+            "mean must be one number (the model takes 1-channel, grayscale images)",
+        ),
+        (
+            1,
+            4,
+            {"preprocessing": {"channels": 3}},
+            "the preprocessing gives 3 channels but the model takes 1-channel images",
+        ),
+    ],
+)
+def test_vit_pytorch_channels_that_do_not_fit_say_what_to_set(
+    tmp_path: Path, channels: int, patch: int, settings: dict, message: str
+) -> None:
+    _, path = _lucid_checkpoint(tmp_path, channels, patch)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path, config={"heads": 4, **settings})
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_tutorial_models_of_one_channel(tmp_path: Path) -> None:
+    """A Conv2d patch embedding says its channels; a Linear one is read like vit-pytorch's."""
+    torch.manual_seed(6)
+    conv = randomize_(EncoderLayerViT(2, True, "gelu", True, channels=1), seed=6)
+    torch.save(conv.state_dict(), tmp_path / "conv.pt")
+    settings = {"heads": 2, "norm_first": True, "activation": "gelu", "image_size": [16, 48]}
+    loaded = load_checkpoint(tmp_path / "conv.pt", config=settings)
+    assert loaded.config.in_channels == 1 and loaded.preprocessing.channels == 1
+    assert any(n.startswith("preprocessing assumed: mean 0.5 and std 0.5") for n in loaded.notes)
+    x = images(2, 16, 48, seed=6)[:, :1]
+    ref = _mha_reference(conv, [m.self_attn for m in conv.encoder.layers], x)
+    got = ours(loaded, x)
+    assert_close("logits", ref[0], got[0], LOGIT_ATOL)
+    assert_attention(ref[1], got[1])
+
+    linear = randomize_(MHATutorialViT(heads=2, channels=1), seed=7)
+    torch.save(linear.state_dict(), tmp_path / "linear.pt")
+    loaded = load_checkpoint(tmp_path / "linear.pt", config={"heads": 2, "patch_order": "c p1 p2"})
+    assert (loaded.config.in_channels, loaded.config.patch_size) == (1, 4)
+    assert any(n.startswith("in_channels 1 inferred") for n in loaded.notes)
+    x = images(2, 32, 32, seed=7)[:, :1]
+    ref = _mha_reference(linear, [b.attn for b in linear.transformer], x)
+    got = ours(loaded, x)
+    assert_close("logits", ref[0], got[0], LOGIT_ATOL)
+    assert_attention(ref[1], got[1])

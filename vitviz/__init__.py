@@ -24,6 +24,9 @@ _LAZY = {
     "load_image": "vitviz.imaging",
     "ImageLoadError": "vitviz.imaging",
     "Preprocessing": "vitviz.imaging",
+    "VitvizError": "vitviz.errors",
+    "NotEnoughMemoryError": "vitviz.memory",
+    "NonFiniteError": "vitviz.finite",
 }
 
 __all__ = ["__version__", *_LAZY]

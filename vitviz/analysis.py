@@ -19,8 +19,19 @@ from torch import Tensor
 from vitviz import explain
 from vitviz.checkpoints import LoadedModel
 from vitviz.devices import resolve_device
+from vitviz.finite import NonFiniteError as NonFiniteError  # re-exported: analyze raises it
+from vitviz.finite import check_finite
 from vitviz.imaging import PatchGeometry, Preprocessing, load_image, prepare_image
-from vitviz.imaging.preprocess import denormalize
+from vitviz.imaging.loading import full_size
+from vitviz.imaging.preprocess import (
+    check_channels,
+    denormalize,
+    input_size_for,
+    source_for_display,
+)
+from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
+from vitviz.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
+from vitviz.memory import check_analysis_memory
 from vitviz.model import ViTOutput
 
 ROLLOUT_CACHE_SIZE = 4  # prepared rollouts kept per analysis (settings × classes)
@@ -41,10 +52,11 @@ class Analysis:
     Token layout: [CLS, (dist), (registers...), patches row-major over ``grid``].
     """
 
-    input: Tensor  # (3, H, W) float32, normalised: exactly what the model saw
-    pixels: np.ndarray  # (H, W, 3) uint8, the model input before normalisation
+    input: Tensor  # (C, H, W) float32, normalised: exactly what the model saw
+    pixels: np.ndarray  # (H, W, 3) uint8, the model input before normalisation (gray for C=1)
     geometry: PatchGeometry  # model input <-> source image pixels
-    source: Image.Image | None  # the image as loaded (RGB), None for a tensor input
+    source: Image.Image | None  # the image as loaded (RGB; gray RGB for C=1), None for a tensor
+    # (reduced to analyze's max_side on its long side; geometry maps onto this image)
     logits: Tensor  # (C,) float32
     probs: Tensor  # (C,) float32
     class_names: list[str]
@@ -213,6 +225,7 @@ class Analysis:
                 raise ValueError("this Analysis has no model attached to compute gradients")
             model = self.loaded.model
             device = next(model.parameters()).device
+            check_analysis_memory(model, self.input.shape[-2:], gradient_pass_only=True)
             result = explain.attention_gradients(model, self.input[None].to(device), c)
             self._gradients[c] = [g.float().cpu() for g in result.gradients]
         return self._gradients[c]
@@ -226,14 +239,19 @@ def analyze(
     preprocessing: Preprocessing | None = None,
     attention_dtype: torch.dtype = torch.float32,
     gradients: bool = False,
+    max_side: int | None = OVERLAY_MAX_SIDE,
 ) -> Analysis:
     """Run ``loaded``'s model on ``image`` with attention capture.
 
     ``image``: a path, bytes, PIL image, uint8 array, or an already normalised tensor
-    (3, H, W) / (1, 3, H, W). ``device``: None keeps the model where it is; "auto", "cpu",
-    "cuda", "mps" move it. Maps are computed later, on demand, from the returned Analysis.
+    (C, H, W) / (1, C, H, W) (C: the model's in_channels; a 1-channel model sees images as
+    grayscale; ValueError when the preprocessing's channels are not the model's). ``device``:
+    None keeps the model where it is; "auto", "cpu", "cuda", "mps" move it. Maps are computed
+    later, on demand, from the returned Analysis.
     ``gradients=True`` runs this one forward pass with autograd and keeps the top class's
     attention gradients, so gradient rollout and relevance need no second pass.
+    ``max_side``: a larger image is decoded reduced to this long side (None: full size), never
+    below what the model input needs (``vitviz.imaging.reduction``); the source kept is that.
     """
     model = loaded.model
     if device is not None:
@@ -242,19 +260,25 @@ def analyze(
     dev = next(model.parameters()).device
     prep = preprocessing or loaded.preprocessing
     patch = model.config.patch_size
+    channels = check_channels(prep, getattr(model.config, "in_channels", 3))
     if isinstance(image, Tensor):
         x = image.detach().float()
         x = x[0] if x.ndim == 4 else x
-        if x.ndim != 3:
+        if x.ndim != 3 or x.shape[0] != channels:
             raise ValueError(
-                f"an input tensor must be (3, H, W) or (1, 3, H, W), got {tuple(image.shape)}"
+                f"an input tensor must be ({channels}, H, W) or (1, {channels}, H, W) for this "
+                f"{channels}-channel model, got {tuple(image.shape)}"
             )
+        check_analysis_memory(model, x.shape[-2:], gradients=gradients)
         geometry = PatchGeometry.identity((x.shape[1], x.shape[2]), patch)
         pixels = denormalize(x, prep)
         source = None
     else:
-        source = load_image(image)
-        prepared = prepare_image(source, prep, patch)
+        source = load_image(image, max_side=max_side, min_size=model_min_size(prep, patch))
+        source = source_for_display(source, channels)  # gray RGB for 1 channel
+        size = input_size_for(prep, (source.height, source.width), patch)
+        check_analysis_memory(model, size, gradients=gradients)  # before any big allocation
+        prepared = prepare_image(source, prep, patch, full_size=full_size(source))
         x, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
     cached_gradients: dict[int, list[Tensor]] = {}
     if gradients and model.config.num_classes > 0:
@@ -269,6 +293,7 @@ def analyze(
     with torch.inference_mode():
         logits = out.logits[0].float()
         attn = torch.stack([a[0] for a in out.attentions])  # (L, H, N, N)
+        check_finite(x, logits, attn, [g for gs in cached_gradients.values() for g in gs])
         # all layers at once: the (L, H, N, N) stack taken as a batch of L
         P, grid = out.num_prefix_tokens, out.grid
         mean_distance = explain.mean_attention_distance(attn, grid, P, patch)  # (L, H)

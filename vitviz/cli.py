@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from vitviz.console import say as _say
 
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
 
 
 class CliError(Exception):
     """A user mistake the CLI reports in one line and exits 2 for."""
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     ex = sub.add_parser("explain", help="analyse images: .npz of every number + overlay PNGs")
-    ex.add_argument("images", nargs="+", type=Path, help="image files (any format PIL reads)")
+    ex.add_argument(
+        "images",
+        nargs="+",
+        type=Path,
+        help="image files (PNG, JPEG, BMP, GIF, TIFF, WebP, PPM/PGM/PBM, ICO)",
+    )
     ex.add_argument(
         "--checkpoint",
         type=Path,
@@ -49,8 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--fusion", default="mean", choices=("mean", "max", "min"))
     ex.add_argument("--discard", type=float, default=0.0, help="rollout discard ratio in [0, 1)")
     ex.add_argument("--start-layer", type=int, default=0)
+    _explain_cli().add_method_options(
+        ex, "default: today's maps only; each NAME adds npz key map_<name> and <stem>_<name>.png"
+    )
     ex.add_argument("--colormap", default="viridis")
     ex.add_argument("--out", type=Path, default=Path("vitviz-out"), help="output folder")
+    ex.add_argument(
+        "--full-size",
+        action="store_true",
+        help="decode images and write overlays at their full size (default: at most 4096 px "
+        "on the long side)",
+    )
     _add_model_code_options(ex)
     ex.set_defaults(func=cmd_explain)
 
@@ -74,7 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
     conv.set_defaults(func=cmd_convert)
     __import__("vitviz.training.command", fromlist=["add_parser"]).add_parser(sub)
+    _explain_cli().add_parser(sub)
+    __import__("vitviz.faithfulness_cli", fromlist=["add_parser"]).add_parser(sub)
     return parser
+
+
+def _explain_cli() -> Any:
+    """vitviz.explain_cli: the method table's options and the ``methods`` command."""
+    return __import__("vitviz.explain_cli", fromlist=["add_parser"])
 
 
 def _add_model_code_options(p: argparse.ArgumentParser) -> None:
@@ -141,11 +161,12 @@ def _read_config(config_path: Path | None) -> dict[str, Any] | None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from vitviz.analysis import analyze
+    from vitviz.analysis import NonFiniteError, NotEnoughMemoryError, analyze
     from vitviz.devices import resolve_device
-    from vitviz.export import MapSettings, compute_maps, write_npz, write_pngs
+    from vitviz.export import compute_maps, output_stem, write_npz, write_pngs
     from vitviz.imaging import ImageLoadError
     from vitviz.imaging.colormaps import COLORMAPS
+    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
 
     if not 0.0 <= args.discard < 1.0:
         raise CliError(f"--discard must be in [0, 1), got {args.discard}")
@@ -168,29 +189,30 @@ def cmd_explain(args: argparse.Namespace) -> int:
             f"--start-layer {args.start_layer} is out of range: the model has "
             f"{cfg.depth} layers (0..{cfg.depth - 1})"
         )
-    settings = MapSettings(args.fusion, args.discard, args.start_layer, args.target_class)
+    settings = _explain_cli().map_settings(args, loaded)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CliError(
             f"--out {args.out}: cannot create the output folder ({exc.strerror or exc})"
         ) from exc
+    max_side = None if args.full_size else OVERLAY_MAX_SIDE
     failed = 0
     stems: dict[str, int] = {}
     for i, path in enumerate(args.images, 1):
-        stem = path.stem
+        stem = output_stem(path.stem)
         stems[stem] = stems.get(stem, 0) + 1
         if stems[stem] > 1:
             stem = f"{stem}-{stems[stem]}"
-        try:
-            analysis = analyze(loaded, path)
-        except ImageLoadError as exc:
+        try:  # the gradients of the maps come from the same pass (and its memory is planned)
+            analysis = analyze(loaded, path, max_side=max_side, gradients=cfg.num_classes > 0)
+            maps = compute_maps(analysis, settings)
+        except (ImageLoadError, NotEnoughMemoryError, NonFiniteError) as exc:
             _say(f"vitviz-cli: skipped {path}: {exc}")
             failed += 1
             continue
-        maps = compute_maps(analysis, settings)
         write_npz(analysis, maps, args.out / f"{stem}.npz")
-        write_pngs(analysis, maps, args.out, stem, args.colormap)
+        write_pngs(analysis, maps, args.out, stem, args.colormap, max_side=max_side)
         best = analysis.top_k(1)
         said = f"{best[0].name} ({best[0].probability:.1%})" if best else "no head"
         _say(f"[{i}/{len(args.images)}] {path.name}: {said} -> {args.out / stem}.npz")
@@ -280,6 +302,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("vitviz-cli: interrupted")
         return 130
+    except BrokenPipeError:  # e.g. `vitviz-cli info … | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
 from vitviz.analysis import Analysis
 from vitviz.checkpoints.atomic import atomic_path
-from vitviz.imaging.overlay import head_grid_image, overlay_on_image, save_png
+from vitviz.explain.methods import Method, get_method
+from vitviz.imaging.overlay import fit_for_overlay, head_grid_image, overlay_on_image, save_png
+from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
 
 NPZ_KEYS = (
     "input",
@@ -30,14 +35,40 @@ NPZ_KEYS = (
 )
 
 
+# Today's maps: npz key -> the table's method (DESIGN §5). Written for every analysis, NaN where
+# the method can't run (no classification head); PNGs for those in LEGACY_PNGS.
+LEGACY_MAPS = (
+    ("rollout", "rollout"),
+    ("gradient_rollout", "gradient-rollout"),
+    ("relevance", "relevance"),
+)
+LEGACY_PNGS = ("rollout", "relevance")
+# MapSettings' shared fields -> the parameter of that name, on every method that has one
+SHARED_PARAMETERS = ("fusion", "discard_ratio", "start_layer")
+
+
 @dataclass(frozen=True)
 class MapSettings:
-    """The settings the exported maps were computed with (DESIGN §5 defaults)."""
+    """The settings the exported maps were computed with (DESIGN §5 defaults).
+
+    ``fusion``, ``discard_ratio`` and ``start_layer`` go to every method that has a parameter
+    of that name; ``params`` ({method: {parameter: value}}) win over them. ``methods``: table
+    methods whose maps are added to the npz as ``map_<name>`` and as ``<stem>_<name>.png``.
+    """
 
     fusion: str = "mean"
     discard_ratio: float = 0.0
     start_layer: int = 0
     target_class: int | None = None  # None: the top prediction
+    methods: tuple[str, ...] = ()
+    params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+
+    def params_for(self, method: Method) -> dict[str, Any]:
+        """The parameter values this record gives ``method`` (the rest keep their defaults)."""
+        names = {p.name for p in method.parameters}
+        out = {k: getattr(self, k) for k in SHARED_PARAMETERS if k in names}
+        out.update(self.params.get(method.name, {}))
+        return out
 
 
 @dataclass
@@ -46,30 +77,59 @@ class ExplainedMaps:
     gradient_rollout: np.ndarray  # (gh, gw) float32; NaN for a model without a head
     relevance: np.ndarray  # (gh, gw) float32; NaN for a model without a head
     target_class: int  # -1 for a model without a head
+    methods: dict[str, np.ndarray] = field(default_factory=dict)  # MapSettings.methods' maps
+
+    def method_arrays(self) -> dict[str, np.ndarray]:
+        """{map_<name with - as _>: (gh, gw) float32} of the methods asked for."""
+        return {get_method(name).key: m for name, m in self.methods.items()}
+
+
+# Longest output stem in UTF-8 bytes: with "_<method>.png" and the atomic writer's temporary
+# prefix and suffix the file name stays well inside the 255 bytes file systems allow.
+MAX_STEM_BYTES = 160
+
+
+def output_stem(stem: str) -> str:
+    """``stem`` as the base of output file names: unchanged when short, else cut and made unique
+    again by 8 hex digits of its hash (two long names that share a
+    beginning still get two outputs)."""
+    raw = os.fsencode(stem)
+    if len(raw) <= MAX_STEM_BYTES:
+        return stem
+    digest = hashlib.sha256(raw).hexdigest()[:8]
+    cut = os.fsdecode(raw[: MAX_STEM_BYTES - 9])  # a split character keeps its bytes
+    return f"{cut}-{digest}"
+
+
+def method_map(analysis: Analysis, name: str, settings: MapSettings = MapSettings()) -> np.ndarray:
+    """The table's map ``name`` of the CLS query for ``settings``: (gh, gw) float32.
+    ValueError (plain) when the method can't run on this analysis or a parameter is wrong."""
+    method = get_method(name)
+    target = settings.target_class if analysis.has_head else None
+    out = method(analysis, None, target, settings.params_for(method))
+    return out.numpy().astype(np.float32)
 
 
 def compute_maps(analysis: Analysis, settings: MapSettings = MapSettings()) -> ExplainedMaps:
-    """Rollout, gradient rollout and relevance of the CLS query with ``settings``."""
-    roll = analysis.rollout(
-        fusion=settings.fusion,
-        discard_ratio=settings.discard_ratio,
-        start_layer=settings.start_layer,
-    ).numpy()
+    """Today's maps (rollout, gradient rollout, relevance) and those of ``settings.methods``,
+    all of the CLS query, computed by the method table."""
+    today = {}
+    for key, name in LEGACY_MAPS:
+        if get_method(name).unavailable(analysis) is not None:
+            today[key] = np.full(analysis.grid, np.nan, dtype=np.float32)
+        else:
+            today[key] = method_map(analysis, name, settings)
+    extra = {name: method_map(analysis, name, settings) for name in dict.fromkeys(settings.methods)}
     if not analysis.has_head:
-        nan = np.full(analysis.grid, np.nan, dtype=np.float32)
-        return ExplainedMaps(roll.astype(np.float32), nan, nan.copy(), -1)
-    c = analysis.top_class if settings.target_class is None else settings.target_class
-    grad_roll = analysis.gradient_rollout(
-        c, discard_ratio=settings.discard_ratio, start_layer=settings.start_layer
-    ).numpy()
-    rel = analysis.relevance(c, start_layer=settings.start_layer).numpy()
-    return ExplainedMaps(
-        roll.astype(np.float32), grad_roll.astype(np.float32), rel.astype(np.float32), int(c)
-    )
+        c = -1
+    else:
+        c = analysis.top_class if settings.target_class is None else int(settings.target_class)
+    return ExplainedMaps(**today, target_class=c, methods=extra)
 
 
 def write_npz(analysis: Analysis, maps: ExplainedMaps, path: str | os.PathLike[str]) -> Path:
-    """All the numbers of one analysis, exactly the keys of ``NPZ_KEYS``, written atomically."""
+    """All the numbers of one analysis, written atomically: exactly the keys of ``NPZ_KEYS``,
+    then ``map_<name with - as _>`` for each method of ``maps.methods``."""
     arrays = {
         "input": analysis.input.numpy().astype(np.float32),
         "logits": analysis.logits.numpy().astype(np.float32),
@@ -86,6 +146,7 @@ def write_npz(analysis: Analysis, maps: ExplainedMaps, path: str | os.PathLike[s
         "entropy": analysis.entropy.numpy().astype(np.float32),
     }
     assert tuple(arrays) == NPZ_KEYS
+    arrays.update(maps.method_arrays())
     target = Path(path)
     with atomic_path(target) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
@@ -93,13 +154,21 @@ def write_npz(analysis: Analysis, maps: ExplainedMaps, path: str | os.PathLike[s
 
 
 def map_overlay(
-    analysis: Analysis, map_: np.ndarray, colormap: str = "viridis", opacity: float = 0.6
+    analysis: Analysis,
+    map_: np.ndarray,
+    colormap: str = "viridis",
+    opacity: float = 0.6,
+    max_side: int | None = OVERLAY_MAX_SIDE,
 ) -> Image.Image:
-    """A (gh, gw) map over the source image at its own resolution (or the model input)."""
+    """A (gh, gw) map over the source image (or, for a tensor input, the model input).
+
+    The overlay is the source's size, scaled down to at most ``max_side`` pixels on its long
+    side; None keeps the source's size (the full image needs ``analyze(..., max_side=None)``,
+    which keeps the source at full size).
+    """
     if analysis.source is not None:
-        return overlay_on_image(
-            analysis.source, map_, geometry=analysis.geometry, colormap=colormap, opacity=opacity
-        )
+        image, geometry = fit_for_overlay(analysis.source, analysis.geometry, max_side)
+        return overlay_on_image(image, map_, geometry=geometry, colormap=colormap, opacity=opacity)
     return overlay_on_image(analysis.pixels, map_, colormap=colormap, opacity=opacity)
 
 
@@ -120,16 +189,23 @@ def write_pngs(
     folder: str | os.PathLike[str],
     stem: str,
     colormap: str = "viridis",
+    max_side: int | None = OVERLAY_MAX_SIDE,
 ) -> list[Path]:
-    """<stem>_rollout.png, <stem>_relevance.png (if the model has a head), <stem>_heads.png."""
+    """<stem>_rollout.png, <stem>_relevance.png (if the model has a head), <stem>_<name>.png for
+    each method of ``maps.methods``, <stem>_heads.png.
+
+    The map overlays are at most ``max_side`` pixels on their long side (None: the source's
+    own size, see ``map_overlay``)."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
+    overlays = {name: getattr(maps, name) for name in LEGACY_PNGS}
+    overlays.update(maps.methods)  # the same method (and settings) gives the same map
     written = []
-    for name, m in (("rollout", maps.rollout), ("relevance", maps.relevance)):
+    for name, m in overlays.items():
         if np.isnan(m).all():
             continue
         path = out / f"{stem}_{name}.png"
-        save_png(map_overlay(analysis, m, colormap), path)
+        save_png(map_overlay(analysis, m, colormap, max_side=max_side), path)
         written.append(path)
     path = out / f"{stem}_heads.png"
     save_png(heads_grid(analysis, colormap), path)

@@ -48,11 +48,13 @@ def default_model_path() -> Path | None:
 
 def sample_images() -> list[Path]:
     """The shipped sample images, sorted by name."""
+    from vitviz.imaging.loading import is_image_path  # the formats vitviz reads
+
     folder = resource_dir() / "samples"
     if not folder.is_dir():
         return []
     return sorted(
         p
         for p in folder.iterdir()
-        if p.suffix.lower() in (".png", ".jpg", ".jpeg") and not p.stem.endswith("_mask")
+        if is_image_path(p) and p.is_file() and not p.stem.endswith("_mask")
     )

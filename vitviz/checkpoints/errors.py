@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from vitviz.errors import VitvizError
 
-class CheckpointError(ValueError):
+
+class CheckpointError(VitvizError):
     """A checkpoint that can't be opened; the message is short and says what is accepted."""
 
 

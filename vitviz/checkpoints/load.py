@@ -7,30 +7,113 @@ and converted (see ``vitviz.checkpoints.families``).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families import Family, Source, find_family
 from vitviz.checkpoints.folders import FOLDER_ACCEPTED, beside, read_folder
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import build_model, is_native, load_native
-from vitviz.checkpoints.reading import ACCEPTED, read_checkpoint
+from vitviz.checkpoints.reading import ACCEPTED, read_checkpoint, to_float
 from vitviz.checkpoints.sidecar import user_settings
+from vitviz.imaging import Preprocessing
+
+# What user data can make a converter raise (wrong types, shapes, values in the file or the
+# settings). Caught at this one boundary and re-raised as a CheckpointError naming the file,
+# with the original as __cause__; AttributeError, NameError, ImportError (bugs) are not caught.
+_FROM_USER_DATA = (
+    KeyError,
+    IndexError,
+    TypeError,
+    ValueError,
+    ArithmeticError,
+    RuntimeError,
+    struct.error,
+)
+_F32 = torch.finfo(torch.float32)
 
 
-def load_checkpoint(path: str | Path, config: Mapping[str, Any] | None = None) -> LoadedModel:
+def load_checkpoint(
+    path: str | Path,
+    config: Mapping[str, Any] | None = None,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> LoadedModel:
     """Open a checkpoint (file or model folder) safely and convert it to the one model.
 
     ``config`` supplies what the weights can't say (ViTConfig fields, ``class_names``,
     ``preprocessing``); it updates ``<checkpoint>.vitviz.json`` when that file is there.
+    ``dtype``: the floating-point type of the model's weights (float16 and bfloat16 files
+    load as float32 by default; ``analyze`` needs float32).
     Raises CheckpointError with a one-line message for anything that can't be opened.
     """
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     p = Path(path)
+    try:
+        loaded = _load(p, config, dtype)
+    except CheckpointError:
+        raise
+    except OSError as exc:
+        raise CheckpointError(f"{p.name} can't be read: {exc.strerror or exc}.") from exc
+    except MemoryError as exc:
+        raise CheckpointError(f"{p.name}: not enough memory to load these weights.") from exc
+    except _FROM_USER_DATA as exc:
+        raise CheckpointError(
+            f"{p.name}: vitviz could not convert these weights ({type(exc).__name__}: "
+            f"{_short(exc)}). {ACCEPTED}"
+        ) from exc
+    problem = preprocessing_problem(loaded.preprocessing, loaded.config.patch_size)
+    if problem is not None:
+        raise CheckpointError(f"{p.name}: {problem}.")
+    loaded.notes.extend(_non_finite_notes(loaded.model))
+    return loaded
+
+
+def preprocessing_problem(prep: Preprocessing, patch_size: int) -> str | None:
+    """Why ``prep`` can't make inputs for a model with ``patch_size`` (one phrase), or None."""
+    h, w = prep.image_size
+    if prep.resize != "fit" and (h % patch_size or w % patch_size):
+        lo_h, lo_w = max(1, h // patch_size) * patch_size, max(1, w // patch_size) * patch_size
+        return (
+            f"the preprocessing image size {h}×{w} is not a multiple of the patch size "
+            f"{patch_size} (resize {prep.resize!r}); use e.g. {lo_h}×{lo_w}, or resize 'fit'"
+        )
+    for name, values in (("mean", prep.mean), ("std", prep.std)):
+        if any(abs(v) > _F32.max for v in values):
+            return f"the preprocessing {name} {list(values)} is beyond float32's range"
+    if any(v < _F32.tiny for v in prep.std):
+        return f"the preprocessing std {list(prep.std)} is too small for float32"
+    return None
+
+
+def _non_finite_notes(model: torch.nn.Module) -> list[str]:
+    """A note naming the weights that hold NaN or infinity (analyses will refuse them)."""
+    bad = [k for k, t in model.state_dict().items() if not bool(torch.isfinite(t).all())]
+    if not bad:
+        return []
+    shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+    return [f"NaN or infinite values in {shown}: analyses will be refused"]
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> LoadedModel:
+    """read -> floats as ``dtype`` -> native, or family conversion -> the one model."""
     raw = read_folder(p) if p.is_dir() else read_checkpoint(p)
+    cast_notes = to_float(raw.state, dtype, p.name)
     if is_native(raw.metadata):
-        return load_native(raw.state, raw.metadata, raw.path)
+        loaded = load_native(raw.state, raw.metadata, raw.path)
+        loaded.notes.extend(cast_notes)
+        return loaded
     folder_config, preprocessor = beside(p) if p.exists() else (None, None)
     source = Source(
         state=raw.state,
@@ -48,7 +131,11 @@ def load_checkpoint(path: str | Path, config: Mapping[str, Any] | None = None) -
     conversion = family.convert(source)
     if prefix:
         conversion.notes.insert(0, f"weights read from under the key prefix {prefix!r}")
-    model = build_model(conversion.config, conversion.state)
+    conversion.notes.extend(cast_notes)
+    try:
+        model = build_model(conversion.config, conversion.state)
+    except CheckpointError as exc:  # it can't name the file
+        raise CheckpointError(f"{p.name}: {exc}") from exc
     return LoadedModel(
         model=model,
         class_names=conversion.class_names,

@@ -32,9 +32,10 @@ def default_preprocessing(config: ViTConfig) -> Preprocessing:
         image_size=tuple(config.image_size),
         resize="crop",
         crop_pct=1.0,
-        mean=(0.5, 0.5, 0.5),
-        std=(0.5, 0.5, 0.5),
+        mean=(0.5,),
+        std=(0.5,),
         interpolation="bicubic",
+        channels=config.in_channels,
     )
 
 
@@ -53,6 +54,11 @@ def save_checkpoint(
     if len(names) != config.num_classes:
         raise ValueError(f"{len(names)} class names for a model with {config.num_classes} classes")
     prep = preprocessing or default_preprocessing(config)
+    if prep.channels != config.in_channels:
+        raise ValueError(
+            f"preprocessing for {prep.channels}-channel images given for a model that takes "
+            f"{config.in_channels} channels"
+        )
     from vitviz import __version__
 
     prov = {
@@ -84,6 +90,12 @@ def build_model(config: ViTConfig, state: Mapping[str, torch.Tensor]) -> VisionT
 
     Raises CheckpointError naming missing, unexpected and mis-shaped keys.
     """
+    blocks = len({k.split(".", 2)[1] for k in state if k.startswith("blocks.")})
+    if config.depth != blocks:  # before building: a depth of 10⁹ would take hours to build
+        raise CheckpointError(
+            f"The weights do not fit the model: the settings say depth {config.depth}, "
+            f"the weights hold {blocks} blocks."
+        )
     with torch.device("meta"):
         model = VisionTransformer(config)
     expected = model.state_dict()
@@ -94,7 +106,12 @@ def build_model(config: ViTConfig, state: Mapping[str, torch.Tensor]) -> VisionT
         for k in expected
         if k in state and state[k].shape != expected[k].shape
     ]
-    if missing or unexpected or wrong:
+    not_float = [
+        f"{k} {str(state[k].dtype).removeprefix('torch.')}"
+        for k in expected
+        if k in state and not state[k].is_floating_point()
+    ]
+    if missing or unexpected or wrong or not_float:
         parts = []
         if missing:
             parts.append(f"missing {_few(missing)}")
@@ -102,6 +119,8 @@ def build_model(config: ViTConfig, state: Mapping[str, torch.Tensor]) -> VisionT
             parts.append(f"unexpected {_few(unexpected)}")
         if wrong:
             parts.append(f"wrong shape {_few(wrong)}")
+        if not_float:
+            parts.append(f"not floating-point numbers {_few(not_float)}")
         raise CheckpointError("The weights do not fit the model: " + "; ".join(parts) + ".")
     model.load_state_dict(dict(state), strict=True, assign=True)
     return model.eval()
@@ -127,7 +146,7 @@ def load_native(
         names = [str(n) for n in json.loads(metadata.get("class_names", "null") or "null") or []]
         prep_raw = metadata.get("preprocessing")
         prep = (
-            Preprocessing.from_dict(json.loads(prep_raw))
+            Preprocessing.from_dict({"channels": config.in_channels, **json.loads(prep_raw)})
             if prep_raw
             else default_preprocessing(config)
         )
@@ -136,6 +155,11 @@ def load_native(
         raise CheckpointError(
             f"The vitviz metadata of this checkpoint is damaged ({exc})."
         ) from exc
+    if prep.channels != config.in_channels:
+        raise CheckpointError(
+            f"The vitviz metadata of this checkpoint is damaged (its preprocessing has "
+            f"{prep.channels} channels, its model takes {config.in_channels})."
+        )
     if len(names) != config.num_classes:
         names = default_class_names(config.num_classes)
     model = build_model(config, state)

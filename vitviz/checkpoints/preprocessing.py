@@ -83,8 +83,8 @@ def timm_preprocessing(
         notes.append(f"timm interpolation {interp!r} shown as bicubic")
         out["interpolation"] = "bicubic"
     for key in ("mean", "std"):
-        value = cfg.get(key)
-        if isinstance(value, (list, tuple)) and len(value) == 3:
+        value = cfg.get(key)  # one number per channel (in_chans), checked by Preprocessing
+        if isinstance(value, (list, tuple)) and value:
             out[key] = [float(v) for v in value]
     return out, notes
 
@@ -163,7 +163,7 @@ def hf_preprocessing(
         out["mean"] = [float(v) for v in proc.get("image_mean", INCEPTION_MEAN)]
         out["std"] = [float(v) for v in proc.get("image_std", INCEPTION_STD)]
     else:
-        out["mean"], out["std"] = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
+        out["mean"], out["std"] = [0.0], [1.0]  # one number: every channel
     size = proc.get("size")
     crop = _hw(proc.get("crop_size")) if proc.get("do_center_crop") else None
     shortest = size.get("shortest_edge") if isinstance(size, Mapping) else None

@@ -7,6 +7,7 @@ import pickle
 import pickletools
 import re
 import struct
+import tarfile
 import warnings
 import zipfile
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ def read_checkpoint(path: str | Path) -> RawCheckpoint:
         raise CheckpointError(f"{p.name}: no such file.")
     if p.is_dir():
         raise CheckpointError(f"{p.name} is a folder, not a checkpoint file. {ACCEPTED}")
+    if not p.is_file():  # a FIFO would block the read forever; a device never ends
+        raise CheckpointError(f"{p.name} is not a regular file (a pipe or a device). {ACCEPTED}")
     size = p.stat().st_size
     if size == 0:
         raise CheckpointError(f"{p.name} is empty (0 bytes). {ACCEPTED}")
@@ -119,6 +122,12 @@ def check_torch_version(version: str | None = None) -> None:
 def _read_torch(p: Path) -> RawCheckpoint:
     check_torch_version()
     is_zip = zipfile.is_zipfile(p)
+    if not is_zip and tarfile.is_tarfile(p):  # torch.load would unpack it into a temp folder
+        raise CheckpointError(
+            f"{p.name} is in PyTorch's oldest (tar) format, which vitviz does not read. "
+            "Load it with that old PyTorch and save the state dict again: "
+            "torch.save(model.state_dict(), 'weights.pth')."
+        )
     try:
         with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": we say it ourselves
             warnings.simplefilter("ignore")
@@ -179,7 +188,7 @@ def _unwrap(obj: Any, p: Path) -> RawCheckpoint:
         if not isinstance(obj, dict):
             break
         if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
-            return RawCheckpoint(state=_strip_prefixes(obj), extra=extra)
+            return RawCheckpoint(state=_strip_prefixes(_named(obj, p)), extra=extra)
         key = next((k for k in _WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
         inner = obj[key] if key is not None else None
         if key is not None:
@@ -198,9 +207,56 @@ def _unwrap(obj: Any, p: Path) -> RawCheckpoint:
     if isinstance(obj, dict):
         tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
         if tensors:
-            return RawCheckpoint(state=_strip_prefixes(tensors), extra=extra)
+            return RawCheckpoint(state=_strip_prefixes(_named(tensors, p)), extra=extra)
     kind = type(obj).__name__
     raise CheckpointError(f"{p.name} holds a {kind} without model weights in it. {ACCEPTED}")
+
+
+def _named(state: dict[Any, torch.Tensor], p: Path) -> dict[str, torch.Tensor]:
+    """The state dict itself when every key is a name; CheckpointError otherwise."""
+    odd = next((k for k in state if not isinstance(k, str)), None)
+    if odd is not None:
+        raise CheckpointError(
+            f"{p.name}: its state dict has a key that is not a name ({_short_repr(odd)} of "
+            f"type {type(odd).__name__}); a state dict maps parameter names to tensors. {ACCEPTED}"
+        )
+    return state
+
+
+def to_float(state: dict[str, torch.Tensor], dtype: torch.dtype, name: str) -> list[str]:
+    """Every floating-point tensor of ``state`` as ``dtype`` (in place: float16 and bfloat16
+    weights become float32); notes saying what was converted.
+
+    Raises CheckpointError for weights (``*.weight``, ``*.bias``) stored as integers, booleans
+    or complex numbers: quantised checkpoints need their scales, which vitviz does not read.
+    """
+    converted: dict[str, int] = {}
+    for key, tensor in state.items():
+        if tensor.is_floating_point():
+            if tensor.dtype != dtype:
+                converted[_dtype_name(tensor.dtype)] = (
+                    converted.get(_dtype_name(tensor.dtype), 0) + 1
+                )
+                state[key] = tensor.to(dtype)
+        elif tensor.is_complex() or key.rsplit(".", 1)[-1] in ("weight", "bias"):
+            raise CheckpointError(
+                f"{name}: {key} holds {_dtype_name(tensor.dtype)} numbers where vitviz needs "
+                f"floating-point weights (a quantised checkpoint?). Accepted: float32, float16, "
+                f"bfloat16 or float64 weights; save them with model.float().state_dict()."
+            )
+    return [
+        f"{n} {kind} tensor{'s' if n > 1 else ''} loaded as {_dtype_name(dtype)}"
+        for kind, n in sorted(converted.items())
+    ]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _short_repr(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _has_tensors(d: dict) -> bool:

@@ -1,4 +1,5 @@
-"""Image loading (any PIL format), preprocessing into model inputs, patch geometry, overlays.
+"""Image loading (the formats vitviz reads), preprocessing into model inputs, patch geometry,
+overlays.
 
 Importing this package does not import torch; ``prepare_image`` and ``denormalize`` do when
 called.

@@ -1,67 +1,164 @@
-"""Load any image PIL can read into a plain 8-bit RGB picture, or refuse it with a clear message.
+"""Load an image vitviz reads into a plain 8-bit RGB picture, or refuse it with a clear message.
+
+Only the formats of ``FORMATS`` are ever tried (Pillow's ``Image.open(..., formats=...)``):
+each is decoded inside this process by Pillow's own code. Formats Pillow hands to another
+program (EPS/PostScript through Ghostscript) or only identifies are never tried, whatever the
+file is called; such a file is refused, naming the format its first bytes show where they show
+one. A path is opened only when it is a regular file (a FIFO named ``.png`` can't block).
 
 Every source (path, bytes, file object, PIL image, numpy array) ends as a fully decoded
-``PIL.Image.Image`` in mode ``"RGB"`` with its EXIF orientation applied. The file on disk is
-only ever opened for reading.
+``PIL.Image.Image`` in mode ``"RGB"`` with its EXIF orientation applied, reduced in size on
+request (``max_side``, ``min_size``: JPEG's DCT scaling while decoding, then an
+antialiased bicubic resize). The file on disk is only ever opened for reading.
 """
 
 from __future__ import annotations
 
 import io
+import logging
+import math
 import os
 import re
+import stat
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageFile, UnidentifiedImageError, features
+
+from vitviz.errors import VitvizError
+from vitviz.printable import display_name
 
 __all__ = [
+    "ACCEPTED",
     "DEFAULT_MAX_PIXELS",
+    "FORMATS",
+    "FULL_SIZE",
     "IMAGE_EXTENSIONS",
     "ImageLoadError",
     "ImageSource",
+    "SizeRule",
+    "display_name",
+    "full_size",
     "is_image_path",
     "list_images",
     "load_image",
+    "sniff_format",
     "to_rgb",
 ]
 
 #: Twice PIL's own warning threshold, i.e. PIL's hard limit (about 179 megapixels).
 DEFAULT_MAX_PIXELS = 178_956_970
 
-ACCEPTED = "Accepted: PNG, JPEG, BMP, GIF, TIFF, WebP, PPM/PGM, ICO and other formats PIL can read"
+#: The formats vitviz opens: Pillow's name -> the name messages use. All are decoded by Pillow
+#: itself, in this process; nothing here needs another program.
+FORMATS: dict[str, str] = {
+    "PNG": "PNG",
+    "JPEG": "JPEG",
+    "BMP": "BMP",
+    "GIF": "GIF",
+    "TIFF": "TIFF",
+    "WEBP": "WebP",
+    "PPM": "PPM/PGM/PBM",
+    "ICO": "ICO",
+}
 
-# Suffixes PIL registers for formats that need an external program or only identify a file.
-_UNUSABLE = frozenset(
-    {".bufr", ".grib", ".h5", ".hdf", ".eps", ".ps", ".mpeg", ".mpg", ".emf", ".wmf"}
+Image.init()  # register every plugin once, so the lists below are complete
+#: What ``Image.open`` may try, in this order (a format this Pillow build lacks is left out).
+PIL_FORMATS: tuple[str, ...] = tuple(
+    f for f in FORMATS if f in Image.OPEN and (f != "WEBP" or features.check_module("webp"))
+)
+# PIL images handed in already open: Pillow opens multi-picture JPEGs (phones) as "MPO".
+_OPENED_AS = frozenset({*PIL_FORMATS, "MPO"})
+
+_LABELS = [FORMATS[f] for f in PIL_FORMATS]
+ACCEPTED = f"Accepted: {', '.join(_LABELS[:-1])} and {_LABELS[-1]} images"
+
+#: Lower-case suffixes Pillow registers for the formats above (".png", ".jpg", ".tif", ...).
+IMAGE_EXTENSIONS: frozenset[str] = frozenset(
+    ext.lower() for ext, fmt in Image.registered_extensions().items() if fmt in PIL_FORMATS
 )
 
-
-def _readable_extensions() -> frozenset[str]:
-    """Lower-case suffixes of the formats this PIL build can decode."""
-    registered = Image.registered_extensions()
-    found = {ext.lower() for ext, fmt in registered.items() if fmt in Image.OPEN}
-    return frozenset(found - _UNUSABLE)
-
-
-IMAGE_EXTENSIONS: frozenset[str] = _readable_extensions()
+# Formats vitviz refuses, recognised by their first bytes (offset, signature, name). Only
+# distinctive signatures: a name is given only where the header really says it.
+_FOREIGN: tuple[tuple[int, bytes, str], ...] = (
+    (0, b"%!PS", "EPS (PostScript)"),
+    (0, b"\xc5\xd0\xd3\xc6", "EPS (PostScript)"),
+    (0, b"%PDF-", "PDF"),
+    (0, b"8BPS", "PSD (Photoshop)"),
+    (0, b"gimp xcf", "XCF (GIMP)"),
+    (0, b"\x00\x00\x00\x0cjP  \r\n\x87\n", "JPEG 2000"),
+    (0, b"\xff\x4f\xff\x51", "JPEG 2000"),
+    (0, b"\x00\x00\x00\x0cJXL \r\n\x87\n", "JPEG XL"),
+    (4, b"ftypheic", "HEIC"),
+    (4, b"ftypheix", "HEIC"),
+    (4, b"ftypmif1", "HEIF"),
+    (4, b"ftypavif", "AVIF"),
+    (4, b"ftypavis", "AVIF"),
+    (0, b"icns", "ICNS"),
+    (0, b"DDS ", "DDS"),
+    (0, b"qoif", "QOI"),
+    (0, b"v/1\x01", "OpenEXR"),
+    (0, b"SIMPLE  =", "FITS"),
+    (0, b"\x89HDF\r\n\x1a\n", "HDF5"),
+    (0, b"BUFR", "BUFR"),
+    (0, b"GRIB", "GRIB"),
+    (0, b"\xd7\xcd\xc6\x9a", "WMF"),
+    (40, b" EMF", "EMF"),
+    (0, b"\x00\x00\x01\xb3", "MPEG video"),
+    (0, b"\x00\x00\x01\xba", "MPEG video"),
+    (0, b"PK\x03\x04", "ZIP"),
+    (0, b"\x1f\x8b", "gzip"),
+)
+_HEAD_BYTES = 64
 
 ImageSource = (
     str | os.PathLike | bytes | bytearray | memoryview | BinaryIO | Image.Image | np.ndarray
 )
 
+#: A smallest size (H, W), or a function of the source's (H, W) that gives one.
+SizeRule = tuple[int, int] | Callable[[tuple[int, int]], tuple[int, int]]
 
-class ImageLoadError(ValueError):
+
+# Pillow logs what it finds wrong in a file (e.g. a TIFF's sample count) and Python would print
+# that on stderr when nothing else listens; each such problem becomes an ImageLoadError instead.
+# An application that configures logging still gets the records.
+logging.getLogger("PIL").addHandler(logging.NullHandler())
+
+
+class ImageLoadError(VitvizError):
     """An input that is not a usable image; the message is a plain sentence for the user."""
 
 
 def is_image_path(path: str | os.PathLike) -> bool:
-    """True when the file name has a suffix of an image format PIL reads (no file access)."""
+    """True when the file name has a suffix of a format vitviz reads (no file access)."""
     return Path(path).suffix.lower() in IMAGE_EXTENSIONS
+
+
+def sniff_format(head: bytes) -> tuple[str, bool] | None:
+    """(name, accepted) of the format the first bytes of a file show, or None.
+
+    ``accepted``: one of ``FORMATS`` (by Pillow's own signature check); otherwise a format
+    vitviz refuses, from a table of distinctive signatures. Nothing is decoded.
+    """
+    for fmt in PIL_FORMATS:
+        accept = Image.OPEN[fmt][1]
+        verdict = False if accept is None else accept(head)
+        if verdict and not isinstance(verdict, str):  # a str: "known, but not built in"
+            return FORMATS[fmt], True
+    for offset, magic, name in _FOREIGN:
+        if head[offset : offset + len(magic)] == magic:
+            return name, False
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    if text.startswith((b"<?xml", b"<svg")) and b"<svg" in text:
+        return "SVG", False
+    if text.startswith((b"<!doctype html", b"<html")):
+        return "HTML", False
+    return None
 
 
 def _natural_key(path: Path) -> tuple:
@@ -74,7 +171,9 @@ def list_images(folder: str | os.PathLike) -> list[Path]:
     """Image files directly in ``folder`` (not recursive, no hidden files), natural order."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise ImageLoadError(f"{folder} is not a folder. Choose a folder that holds images.")
+        raise ImageLoadError(
+            f"{display_name(folder)} is not a folder. Choose a folder that holds images."
+        )
     found = [
         p
         for p in folder.iterdir()
@@ -142,6 +241,100 @@ def to_rgb(image: Image.Image) -> Image.Image:
         return image.convert("RGBA").convert("RGB")
 
 
+# --------------------------------------------------------------------------- reduction
+
+#: Key of ``Image.info`` where ``load_image`` leaves the (H, W) of the whole, upright picture.
+FULL_SIZE = "vitviz.full_size"
+
+#: Pillow's reducing_gap for the reduction resize: box-reduce by whole factors only while the
+#: result stays this many times the target, then bicubic (Pillow: 3 is close to a full resize).
+RESIZE_REDUCING_GAP = 3.0
+
+# EXIF orientation -> the transpose that shows the image upright (as ImageOps.exif_transpose).
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+
+
+@dataclass(frozen=True)
+class _Reduction:
+    """At most ``max_side`` on the long side, never below ``min_size`` (H, W) on either side."""
+
+    max_side: int | None
+    min_size: SizeRule | None
+
+    def target(self, size: tuple[int, int], orientation: int) -> tuple[int, int] | None:
+        """(W, H) as stored to reduce a stored (W, H) image to, or None to keep it as it is."""
+        turned = orientation in (5, 6, 7, 8)
+        w, h = (size[1], size[0]) if turned else size  # upright W, H
+        scale = 1.0
+        if self.max_side is not None and max(w, h) > self.max_side:
+            scale = self.max_side / max(w, h)
+        mh = mw = 0
+        if self.min_size is not None:
+            mh, mw = self.min_size((h, w)) if callable(self.min_size) else self.min_size
+            scale = max(scale, mh / h, mw / w)
+        if scale >= 1.0:
+            return None
+        tw = min(w, max(1, round(w * scale), math.ceil(mw)))
+        th = min(h, max(1, round(h * scale), math.ceil(mh)))
+        if (tw, th) == (w, h):
+            return None
+        return (th, tw) if turned else (tw, th)
+
+
+def _reduction(max_side: int | None, min_size: SizeRule | None) -> _Reduction | None:
+    if max_side is None and min_size is None:
+        return None
+    if max_side is not None and (isinstance(max_side, bool) or int(max_side) < 1):
+        raise ValueError(f"max_side must be a positive number of pixels, got {max_side!r}")
+    return _Reduction(None if max_side is None else int(max_side), min_size)
+
+
+def _orientation(image: Image.Image) -> int:
+    """The EXIF orientation 1..8 (1 for none, or for EXIF that can't be read)."""
+    try:
+        value = image.getexif().get(0x0112, 1)
+    except Exception:  # noqa: BLE001 - broken EXIF: show the image as stored
+        return 1
+    return value if isinstance(value, int) and value in range(1, 9) else 1
+
+
+def _draft(
+    image: Image.Image, rule: _Reduction
+) -> tuple[tuple[int, int], tuple[float, float, float, float]] | None:
+    """Let a JPEG decode at 1/2, 1/4 or 1/8 scale (DCT scaling) when that is still at least the
+    target size. Returns the target (W, H) and the box of the whole picture in the decoded
+    pixels, or None when the image is decoded as it is."""
+    if image.format not in ("JPEG", "MPO"):
+        return None
+    target = rule.target(image.size, _orientation(image))
+    if target is None:
+        return None
+    drafted = image.draft(image.mode, target)
+    return None if drafted is None else (target, drafted[1])
+
+
+def _reduce(
+    image: Image.Image,
+    target: tuple[int, int] | None,
+    box: tuple[float, float, float, float] | None,
+) -> Image.Image:
+    """``image`` resized to ``target`` (W, H) from ``box`` (default: all of it); itself when
+    there is nothing to do. Odd modes become RGB first, so the result is what reducing the
+    RGB picture gives."""
+    if target is None or (box is None and image.size == target):
+        return image
+    base = image if image.mode in ("RGB", "L") else to_rgb(image)
+    return base.resize(target, Image.Resampling.BICUBIC, box=box, reducing_gap=RESIZE_REDUCING_GAP)
+
+
 # --------------------------------------------------------------------------- decoding
 
 
@@ -154,14 +347,13 @@ def _bomb_message(name: str, size: tuple[int, int] | None, limit: int) -> str:
 
 
 def _header_size(stream: BinaryIO) -> tuple[int, int] | None:
-    """(W, H) from the image header, read by PIL's format plugins without its size check.
-
-    Used only to name the size of an image PIL itself refused as a decompression bomb.
+    """(W, H) from the image header, read by the accepted formats' plugins without Pillow's
+    size check. Used only to name the size of an image Pillow refused as a decompression bomb.
     """
     try:
         stream.seek(0)
         prefix = stream.read(16)
-        for fmt in Image.ID:
+        for fmt in PIL_FORMATS:
             factory, accept = Image.OPEN[fmt]
             verdict = True if accept is None else accept(prefix)
             if isinstance(verdict, str) or not verdict:
@@ -176,17 +368,23 @@ def _header_size(stream: BinaryIO) -> tuple[int, int] | None:
     return None
 
 
-def _quiet() -> warnings.catch_warnings:
-    """Silence PIL's decoding warnings (bomb size, corrupt EXIF, ...): each problem that matters
-    becomes an ``ImageLoadError`` instead, and nothing else has a reader.
-
-    ``catch_warnings`` swaps process-wide filters, so a warning raised by another thread in the
-    same instant may be hidden too; that is harmless here.
-    """
-    guard = warnings.catch_warnings()
-    guard.__enter__()
-    guard.__exit__(None, None, None)
-    return guard
+def _unidentified_message(stream: BinaryIO, name: str) -> str:
+    """Why ``Image.open`` found no accepted format: the format the header shows, if any."""
+    try:
+        stream.seek(0)
+        head = stream.read(_HEAD_BYTES)
+    except Exception:  # noqa: BLE001 - unreadable: say only that it is not an image
+        head = b""
+    found = sniff_format(head)
+    if found is None:
+        return f"{name} is not an image vitviz reads. {ACCEPTED}."
+    label, accepted = found
+    if accepted:
+        return (
+            f"{name} starts like a {label} file but its header could not be read; the file may "
+            f"be truncated or corrupt. {ACCEPTED}."
+        )
+    return f"{name} holds {label} data, which vitviz does not open. {ACCEPTED}."
 
 
 @contextmanager
@@ -209,28 +407,59 @@ def _check_size(name: str, size: tuple[int, int], max_pixels: int) -> None:
         raise ImageLoadError(f"{name} has no pixels ({size[0]}×{size[1]}). {ACCEPTED}.")
 
 
-def _orient(image: Image.Image) -> Image.Image:
-    """Apply the EXIF orientation; a broken EXIF block leaves the image as stored."""
-    try:
-        return ImageOps.exif_transpose(image)
-    except Exception:  # noqa: BLE001 - broken EXIF: show the image as stored
-        return image
+def _finish(
+    image: Image.Image,
+    rule: _Reduction | None,
+    owned: bool,
+    stored: tuple[int, int] | None = None,
+    drafted: tuple[tuple[int, int], tuple[float, float, float, float]] | None = None,
+) -> Image.Image:
+    """Decoded image -> reduced, upright RGB image, its full size in ``info[FULL_SIZE]``.
+
+    ``owned``: ``image`` may be returned as it is (else a copy is made). ``stored``: the
+    picture's (W, H) as stored (default: the image's). ``drafted``: the target (W, H) of a JPEG
+    decoded at a reduced scale, and the box of its pixels that shows the whole picture.
+    """
+    orientation = _orientation(image)
+    w, h = stored or image.size
+    if drafted is not None:
+        target, box = drafted
+    else:
+        target = None if rule is None else rule.target((w, h), orientation)
+        box = None
+    reduced = _reduce(image, target, box)
+    if reduced.mode != "RGB":
+        rgb = to_rgb(reduced)
+    else:  # copied only when it is still the caller's image
+        rgb = reduced if owned or reduced is not image else reduced.copy()
+    if orientation in _TRANSPOSE:
+        rgb = rgb.transpose(_TRANSPOSE[orientation])
+    rgb.info[FULL_SIZE] = (w, h) if orientation in (5, 6, 7, 8) else (h, w)
+    return rgb
 
 
-def _finish(image: Image.Image, name: str, max_pixels: int) -> Image.Image:
-    """Decoded PIL image -> oriented RGB copy."""
-    _check_size(name, image.size, max_pixels)
-    return to_rgb(_orient(image))
+def full_size(image: Image.Image) -> tuple[int, int]:
+    """(H, W) of the whole picture an image from ``load_image`` shows: larger than the image
+    when it was reduced while decoding, else its own size."""
+    size = image.info.get(FULL_SIZE)
+    if isinstance(size, tuple) and len(size) == 2 and all(isinstance(v, int) for v in size):
+        return size
+    return image.height, image.width
 
 
-def _decode_stream(stream: BinaryIO, name: str, max_pixels: int) -> Image.Image:
-    """Open, check the header size, decode and convert one image from a binary stream."""
+def _decode_stream(
+    stream: BinaryIO, name: str, max_pixels: int, rule: _Reduction | None
+) -> Image.Image:
+    """Open (accepted formats only), check the header size, decode, reduce and convert."""
     pil_limit = Image.MAX_IMAGE_PIXELS
     try:
-        with _quiet(), Image.open(stream) as image:
+        with _quiet(), Image.open(stream, formats=PIL_FORMATS) as image:
             _check_size(name, image.size, max_pixels)
+            stored = image.size
+            drafted = None if rule is None else _draft(image, rule)
             image.load()
-            return _finish(image, name, max_pixels)
+            _check_size(name, image.size, max_pixels)
+            return _finish(image, rule, owned=True, stored=stored, drafted=drafted)
     except ImageLoadError:
         raise
     except Image.DecompressionBombError as exc:
@@ -239,7 +468,11 @@ def _decode_stream(stream: BinaryIO, name: str, max_pixels: int) -> Image.Image:
             size = _header_size(stream)
         raise ImageLoadError(_bomb_message(name, size, limit)) from exc
     except UnidentifiedImageError as exc:
-        raise ImageLoadError(f"{name} is not an image PIL can read. {ACCEPTED}.") from exc
+        raise ImageLoadError(_unidentified_message(stream, name)) from exc
+    except MemoryError as exc:
+        raise ImageLoadError(
+            f"{name} is too large to decode in the memory available. {ACCEPTED}."
+        ) from exc
     except Exception as exc:
         reason = str(exc).strip().rstrip(".") or type(exc).__name__
         raise ImageLoadError(
@@ -248,7 +481,7 @@ def _decode_stream(stream: BinaryIO, name: str, max_pixels: int) -> Image.Image:
         ) from exc
 
 
-def _from_array(array: np.ndarray, max_pixels: int) -> Image.Image:
+def _from_array(array: np.ndarray, max_pixels: int, rule: _Reduction | None) -> Image.Image:
     """uint8 array (H, W), (H, W, 1), (H, W, 3) or (H, W, 4) -> RGB image."""
     if array.dtype != np.uint8:
         raise ImageLoadError(
@@ -265,56 +498,118 @@ def _from_array(array: np.ndarray, max_pixels: int) -> Image.Image:
     _check_size("The array", (array.shape[1], array.shape[0]), max_pixels)
     array = np.ascontiguousarray(array)
     mode = {2: "L", 3: "RGB", 4: "RGBA"}[array.ndim if array.ndim == 2 else array.shape[2]]
-    return to_rgb(Image.fromarray(array, mode=mode))
+    # owned: an RGB image never shares the array's memory (Pillow keeps 4 bytes a pixel), and
+    # the other modes are converted to a new RGB image.
+    return _finish(Image.fromarray(array, mode=mode), rule, owned=True)
 
 
-def _from_path(path: Path, max_pixels: int) -> Image.Image:
-    name = path.name or str(path)
-    if not path.exists():
-        raise ImageLoadError(f"{path} does not exist. Choose an existing image file.")
-    if path.is_dir():
-        raise ImageLoadError(f"{path} is a folder, not an image file. {ACCEPTED}.")
+def _from_pil(image: Image.Image, max_pixels: int, rule: _Reduction | None) -> Image.Image:
+    """A PIL image given by the caller (never changed). One opened from a file and not yet
+    decoded is decoded only when it is one of the accepted formats."""
+    _check_size("The image", image.size, max_pixels)
+    fmt = getattr(image, "format", None)
+    if isinstance(image, ImageFile.ImageFile) and image.tile and fmt not in _OPENED_AS:
+        label = "EPS (PostScript)" if fmt == "EPS" else str(fmt)
+        raise ImageLoadError(
+            f"The image holds {label} data, which vitviz does not open. {ACCEPTED}."
+        )
     try:
-        with path.open("rb") as stream:
-            if path.stat().st_size == 0:
+        with _quiet():
+            image.load()
+            return _finish(image, rule, owned=False)
+    except ImageLoadError:
+        raise
+    except Exception as exc:
+        raise ImageLoadError(f"The image could not be decoded ({exc}). {ACCEPTED}.") from exc
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+)
+
+
+def _not_a_file(path: Path, mode: int) -> ImageLoadError:
+    if stat.S_ISDIR(mode):
+        return ImageLoadError(f"{display_name(path)} is a folder, not an image file. {ACCEPTED}.")
+    kind = next((text for test, text in _KINDS if test(mode)), "not a regular file")
+    return ImageLoadError(f"{display_name(path.name or path)} is {kind}, not an image file.")
+
+
+def _from_path(path: Path, max_pixels: int, rule: _Reduction | None) -> Image.Image:
+    name = display_name(path.name or path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError as exc:
+        raise ImageLoadError(
+            f"{display_name(path)} does not exist. Choose an existing image file."
+        ) from exc
+    except OSError as exc:
+        raise ImageLoadError(f"{name} could not be read ({exc.strerror or exc}).") from exc
+    if not stat.S_ISREG(mode):
+        raise _not_a_file(path, mode)
+    try:
+        # Non-blocking, so a file swapped for a FIFO since the check can't hang the open.
+        nonblocking = getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(path, os.O_RDONLY | nonblocking | getattr(os, "O_BINARY", 0))
+        with open(fd, "rb") as stream:
+            info = os.fstat(stream.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise _not_a_file(path, info.st_mode)
+            if nonblocking:
+                os.set_blocking(stream.fileno(), True)
+            if info.st_size == 0:
                 raise ImageLoadError(f"{name} is empty (0 bytes). {ACCEPTED}.")
-            return _decode_stream(stream, name, max_pixels)
+            return _decode_stream(stream, name, max_pixels, rule)
     except OSError as exc:
         raise ImageLoadError(f"{name} could not be read ({exc.strerror or exc}).") from exc
 
 
-def load_image(source: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+def load_image(
+    source: ImageSource,
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_side: int | None = None,
+    min_size: SizeRule | None = None,
+) -> Image.Image:
     """Load ``source`` as a fully decoded, EXIF-oriented ``"RGB"`` image.
 
     ``source``: a path, raw ``bytes``, a binary file object, a ``PIL.Image.Image`` or a uint8
-    array (H, W) / (H, W, 3) / (H, W, 4). Images over ``max_pixels`` pixels are refused from
-    their header, before decoding (PIL's own hard limit, about 179 MP, still applies).
+    array (H, W) / (H, W, 3) / (H, W, 4). Files are opened as one of ``FORMATS`` only. Images
+    over ``max_pixels`` pixels are refused from their header, before decoding (PIL's own hard
+    limit, about 179 MP, still applies).
+
+    Reduction: with ``max_side`` the result is at most that many pixels on its long side, but
+    never smaller than ``min_size`` (H, W of the upright image; or a function of the upright
+    source's (H, W) giving it) on either side; the aspect ratio is kept. A JPEG is decoded at
+    1/2, 1/4 or 1/8 scale when that is still at least the result's size, then resized
+    (antialiased bicubic). Without either the image keeps its size; ``max_side=1`` with
+    ``min_size``: as small as ``min_size`` allows. ``full_size(result)`` gives the (H, W) of
+    the whole picture (plan the model input on it: ``prepare_image(..., full_size=...)``).
+
     Raises ``ImageLoadError`` with a user-facing message for anything that is not a usable image.
     """
+    rule = _reduction(max_side, min_size)
     if isinstance(source, Image.Image):
-        _check_size("The image", source.size, max_pixels)
-        try:
-            with _quiet():
-                source.load()
-                return _finish(source, "The image", max_pixels)
-        except ImageLoadError:
-            raise
-        except Exception as exc:
-            raise ImageLoadError(f"The image could not be decoded ({exc}). {ACCEPTED}.") from exc
+        return _from_pil(source, max_pixels, rule)
     if isinstance(source, np.ndarray):
-        return _from_array(source, max_pixels)
+        return _from_array(source, max_pixels, rule)
     if isinstance(source, (bytes, bytearray, memoryview)):
         if len(source) == 0:
             raise ImageLoadError(f"The data is empty (0 bytes). {ACCEPTED}.")
-        return _decode_stream(io.BytesIO(bytes(source)), "The data", max_pixels)
+        return _decode_stream(io.BytesIO(bytes(source)), "The data", max_pixels, rule)
     if isinstance(source, (str, os.PathLike)):
-        return _from_path(Path(source), max_pixels)
+        return _from_path(Path(source), max_pixels, rule)
     if hasattr(source, "read"):
-        name = Path(str(getattr(source, "name", "") or "The image")).name or "The image"
+        raw_name = getattr(source, "name", "")
+        name = display_name(Path(raw_name).name) if isinstance(raw_name, str) else ""
+        name = name or "The image"
         data = source.read()
         if not data:
             raise ImageLoadError(f"{name} is empty (0 bytes). {ACCEPTED}.")
-        return _decode_stream(io.BytesIO(data), name, max_pixels)
+        return _decode_stream(io.BytesIO(data), name, max_pixels, rule)
     raise TypeError(
         "load_image expects a path, bytes, a binary file, a PIL image or a uint8 numpy array, "
         f"not {type(source).__name__}"

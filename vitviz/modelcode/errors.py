@@ -7,10 +7,12 @@ import os
 import traceback
 from pathlib import Path
 
+from vitviz.errors import VitvizError
+
 _MESSAGE_LIMIT = 240
 
 
-class ModelCodeError(ValueError):
+class ModelCodeError(VitvizError):
     """A model file that can't be used as given; the message says what was wrong and where."""
 
 

@@ -2,18 +2,24 @@
 
 The patch embedding is the Conv2d whose stride equals its kernel (the classic layout), else the
 arguments say it (``patch_size=16`` beside a Linear patch embedding, as in vit-pytorch), else an
-attribute ``patch_size`` on one of the modules.
+attribute ``patch_size`` on one of the modules, else the model's first Linear layer takes
+3·p² inputs (checked by running it). The image size is given, else an argument or attribute
+says it, else ``sizing`` finds it from the position table or the first size whose forward
+pass runs.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from vitviz.modelcode.errors import ModelCodeError
+from vitviz.modelcode.sizing import check_patch_linear, find_image_size
 
 PATCH_ARGS = ("patch_size", "patch", "patch_sz", "patchsize", "patch_res")
 IMAGE_ARGS = ("image_size", "img_size", "input_size", "image_res", "img_res", "resolution")
@@ -26,6 +32,7 @@ class PatchLayout:
     image_size: tuple[int, int]  # (H, W) the model takes
     in_channels: int
     source: str  # how the patch size was found, for the notes
+    size_note: str = ""  # how the image size was found: "image size 48 from ...", for the notes
 
 
 def _pair(value: Any) -> tuple[int, int] | None:
@@ -65,13 +72,42 @@ def patch_conv(model: nn.Module) -> nn.Conv2d | None:
     return None
 
 
-def _attribute(model: nn.Module, names: tuple[str, ...]) -> tuple[int, int] | None:
+def first_linear(model: nn.Module) -> nn.Linear | None:
+    """The model's first layer with weights, when it is a Linear (norms before it skipped)."""
+    for module in list(model.modules())[1:]:
+        if next(module.parameters(recurse=False), None) is None:
+            continue
+        if isinstance(module, nn.Linear):
+            return module
+        if isinstance(module, (nn.LayerNorm, nn.GroupNorm)):
+            continue  # vit-pytorch normalises the flattened patches first
+        if type(module).__module__.startswith("torch.nn"):
+            return None  # a torch layer that is not a Linear comes first
+    return None
+
+
+def patch_linear(model: nn.Module) -> tuple[nn.Linear, int, int] | None:
+    """(layer, patch p, channels 3) when the model's first Linear takes 3·p² inputs.
+
+    Only RGB is read this way: p² inputs (one channel) are as often a token width as a patch.
+    The caller checks that the layer really takes the image's patches (``sizing``).
+    """
+    linear = first_linear(model)
+    if linear is None or linear.in_features % 3:
+        return None
+    p = math.isqrt(linear.in_features // 3)
+    if p > 1 and 3 * p * p == linear.in_features:
+        return linear, p, 3
+    return None
+
+
+def _attribute(model: nn.Module, names: tuple[str, ...]) -> tuple[tuple[int, int] | None, str]:
     for module in model.modules():
         for name in names:
             pair = _pair(getattr(module, name, None))
             if pair is not None:
-                return pair
-    return None
+                return pair, name
+    return None, ""
 
 
 def _square(pair: tuple[int, int], where: str) -> int:
@@ -82,48 +118,99 @@ def _square(pair: tuple[int, int], where: str) -> int:
     return pair[0]
 
 
+def _patch(
+    model: nn.Module, conv: nn.Conv2d | None, args: Mapping[str, Any]
+) -> tuple[int, str, tuple[nn.Linear, int, int] | None]:
+    """Patch size, where it came from, and (layer, p, C) when it was read from a Linear."""
+    if conv is not None:
+        patch = _square(conv.kernel_size, "Conv2d kernel")  # type: ignore[arg-type]
+        return patch, "Conv2d patch embedding (stride = kernel)", None
+    pair, key = _from_args(args, PATCH_ARGS)
+    if pair is not None:
+        return _square(pair, f"argument {key}"), f"argument {key}", None
+    pair, _ = _attribute(model, ("patch_size",))
+    if pair is not None:
+        return _square(pair, "attribute patch_size"), "attribute patch_size", None
+    found = patch_linear(model)
+    if found is None:
+        raise ModelCodeError(
+            "could not find the patch size: the model has no Conv2d whose stride equals "
+            "its kernel, no patch_size argument or attribute, and its first Linear layer "
+            "does not take 3·p² inputs (RGB patches). Give the patch size in the settings "
+            "(patch_size)."
+        )
+    linear, p, c = found
+    return p, f"the first Linear layer ({linear.in_features} inputs = {c}×{p}×{p})", found
+
+
+def _channels(conv: nn.Conv2d | None, args: Mapping[str, Any], guess: tuple | None) -> int:
+    """The patch Conv2d's input channels, else an argument, else the patch Linear's, else 3."""
+    if conv is not None:
+        return conv.in_channels
+    pair, _ = _from_args(args, CHANNEL_ARGS)
+    if pair:
+        return pair[0]
+    return guess[2] if guess is not None else 3
+
+
+def _size_text(size: tuple[int, int]) -> str:
+    return str(size[0]) if size[0] == size[1] else f"{size[0]}×{size[1]}"
+
+
+def _stated_size(
+    model: nn.Module, args: Mapping[str, Any], given: tuple[int, int] | None
+) -> tuple[tuple[int, int] | None, str]:
+    """The image size the settings, an argument or an attribute state, and the note."""
+    if given is not None:
+        return given, f"image size {_size_text(given)} given in the settings"
+    pair, key = _from_args(args, IMAGE_ARGS)
+    if pair is not None:
+        return pair, f"image size {_size_text(pair)} from the argument {key}"
+    pair, key = _attribute(model, ("image_size", "img_size"))
+    if pair is not None:
+        return pair, f"image size {_size_text(pair)} from the attribute {key}"
+    return None, ""
+
+
 def find_layout(
     model: nn.Module,
     args: Mapping[str, Any],
     patch_size: int | None = None,
     image_size: tuple[int, int] | None = None,
+    file: Path | None = None,
+    num_prefix_tokens: int | None = None,
 ) -> PatchLayout:
-    """Patch size, image size and channels; the explicit values win over what is found."""
+    """Patch size, image size and channels; the explicit values win over what is found.
+
+    When nothing states the image size, it is found from the position table or by running
+    the model (no gradients; see ``sizing``). ``file`` names lines of it in messages;
+    ``num_prefix_tokens`` (the user's) helps read the position table.
+    """
     conv = patch_conv(model)
     if patch_size is not None:
-        patch, source = patch_size, "given"
-    elif conv is not None:
-        patch = _square(conv.kernel_size, "Conv2d kernel")  # type: ignore[arg-type]
-        source = "Conv2d patch embedding (stride = kernel)"
+        patch, source, guess = patch_size, "given", None
     else:
-        pair, key = _from_args(args, PATCH_ARGS)
-        pair = pair or _attribute(model, ("patch_size",))
-        if pair is None:
-            raise ModelCodeError(
-                "could not find the patch size: the model has no Conv2d whose stride equals "
-                "its kernel, and no patch_size argument or attribute. Give the patch size in "
-                "the settings (patch_size)."
-            )
-        patch = _square(pair, f"argument {key}" if key else "attribute patch_size")
-        source = f"argument {key}" if key else "attribute patch_size"
-    if image_size is None:
-        pair, _ = _from_args(args, IMAGE_ARGS)
-        image_size = pair or _attribute(model, ("image_size", "img_size"))
-    if image_size is None:
-        raise ModelCodeError(
-            "could not find the image size the model takes: no image_size (or img_size) "
-            "argument or attribute. Give the image size in the settings (image_size)."
-        )
-    h, w = image_size
-    if h % patch or w % patch:
-        raise ModelCodeError(f"the image size {h}×{w} is not divisible by the patch size {patch}")
-    if conv is not None:
-        channels = conv.in_channels
-    else:
-        pair, _ = _from_args(args, CHANNEL_ARGS)
-        channels = pair[0] if pair else 3
+        patch, source, guess = _patch(model, conv, args)
+    channels = _channels(conv, args, guess)
     if channels != 3:
         raise ModelCodeError(
             f"the model takes {channels}-channel images; vitviz feeds RGB images (3 channels)"
         )
-    return PatchLayout(patch, (h, w), channels, source)
+    linear = guess[0] if guess is not None else None
+    size, size_note = _stated_size(model, args, image_size)
+    if size is None:
+        width = conv.out_channels if conv is not None else None  # picks the position table
+        width = width or (linear.out_features if linear is not None else None)
+        found = find_image_size(model, patch, channels, width, num_prefix_tokens, file, linear)
+        size, size_note = found.size, found.note
+    h, w = size
+    if h % patch or w % patch:
+        raise ModelCodeError(f"the image size {h}×{w} is not divisible by the patch size {patch}")
+    if linear is not None:
+        problem = check_patch_linear(model, linear, (h, w), patch, channels, file)
+        if problem:
+            raise ModelCodeError(
+                f"could not find the patch size: {patch} was read from {source}, but {problem}. "
+                "Give the patch size in the settings (patch_size)."
+            )
+    return PatchLayout(patch, (h, w), channels, source, size_note)

@@ -255,7 +255,10 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
         notes.append("no state dict given: the weights are the model's own initialisation")
     inner.eval()
     arguments = effective_args(factory, spec.args)
-    layout = find_layout(inner, arguments, spec.patch_size, spec.image_size)
+    layout = find_layout(
+        inner, arguments, spec.patch_size, spec.image_size, file, spec.num_prefix_tokens
+    )
+    notes.append(layout.size_note)
     run = _probe(inner, layout, spec.name, file)
     config = make_config(inner, layout, run, spec, notes)
     preprocessing = _preprocessing(spec, arguments, layout, notes)

@@ -38,7 +38,7 @@ def random_crop_flip(
 
 
 class Normalizer:
-    """uint8 (B, 3, H, W) -> float (B, 3, H, W): (x/255 - mean)/std as one multiply-add."""
+    """uint8 (B, C, H, W) -> float (B, C, H, W): (x/255 - mean)/std as one multiply-add."""
 
     def __init__(
         self, mean: tuple[float, ...], std: tuple[float, ...], device: torch.device | str = "cpu"

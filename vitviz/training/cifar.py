@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from vitviz.errors import VitvizError
+
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_BATCH = "test_batch"
 META = "batches.meta"
@@ -22,7 +24,7 @@ CIFAR_FILES = (*TRAIN_BATCHES, TEST_BATCH, META)
 CIFAR_SIZE = 32
 
 
-class CifarError(ValueError):
+class CifarError(VitvizError):
     """A CIFAR-10 folder or batch that can't be used; the message says what is wrong."""
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from vitviz.console import say as _say
 from vitviz.training.config import PRESETS, TrainConfig, preset_config
 from vitviz.training.events import Event
 from vitviz.training.validate import validate_training_config
@@ -28,6 +28,13 @@ _OPTIONS: tuple[tuple[str, str, type, str], ...] = (
     ("--dim", "dim", int, "token width (default 64)"),
     ("--depth", "depth", int, "encoder blocks (default 4)"),
     ("--heads", "heads", int, "attention heads; must divide --dim (default 4)"),
+    (
+        "--channels",
+        "in_channels",
+        int,
+        "image channels: 1 (grayscale) or 3 (RGB); default: 1 for a folder of grayscale "
+        "images, else 3",
+    ),
     ("--batch-size", "batch_size", int, "images per step (default 64)"),
     ("--lr", "lr", float, "peak learning rate of AdamW (default 1e-3)"),
     ("--seed", "seed", int, "seed of initialisation, shuffling, augmentation and data"),
@@ -88,10 +95,6 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if args.out is not None:
         overrides["out_dir"] = str(args.out)
     return preset_config(args.preset, step_report_interval_s=2.0, **overrides)
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def _duration(seconds: float) -> str:

@@ -63,6 +63,7 @@ class TrainConfig:
     mlp_ratio: float = 4.0
     pos_embed: str = "learned"
     drop_path_rate: float = 0.1
+    in_channels: int | None = None  # 1 grayscale, 3 RGB; None: 1 for a grayscale folder, else 3
     # -- data ------------------------------------------------------------------------------------
     train_size: int | None = None  # generated: how many; folder/CIFAR: at most this many
     val_size: int | None = None
@@ -106,9 +107,11 @@ class TrainConfig:
     def effective_crop_padding(self) -> int:
         return self.image_size // 8 if self.crop_padding is None else self.crop_padding
 
-    def model_kwargs(self, num_classes: int) -> dict[str, Any]:
-        """Keyword arguments of vitviz.model.ViTConfig for this run."""
+    def model_kwargs(self, num_classes: int, in_channels: int = 3) -> dict[str, Any]:
+        """Keyword arguments of vitviz.model.ViTConfig for this run (``in_channels``: what the
+        data turned out to have when the config leaves it to the data)."""
         return dict(
+            in_channels=self.in_channels or in_channels,
             image_size=self.image_size,
             patch_size=self.patch_size,
             num_classes=num_classes,
@@ -176,6 +179,7 @@ _FLAGS = (  # TrainConfig field -> vitviz-cli train option
     ("dim", "--dim"),
     ("depth", "--depth"),
     ("heads", "--heads"),
+    ("in_channels", "--channels"),
     ("batch_size", "--batch-size"),
     ("lr", "--lr"),
     ("device", "--device"),

@@ -14,22 +14,30 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from vitviz.errors import VitvizError
 from vitviz.training.cifar import CifarError, read_cifar10
 from vitviz.training.config import DEFAULT_SIZES, TrainConfig
-from vitviz.training.folder import FOLDER_RESIZE, load_images, scan_image_folder, split_files
+from vitviz.training.folder import (
+    FOLDER_RESIZE,
+    is_grayscale,
+    load_images,
+    scan_image_folder,
+    split_files,
+)
 from vitviz.training.shapes import SHAPE_NAMES, SHAPES_RESIZE, make_shapes
 
 RANDOM_CLASSES = 10
 VAL_SEED_OFFSET = 1_000_003  # generated validation sets use data_seed + this
 
 
-class DatasetError(ValueError):
+class DatasetError(VitvizError):
     """Data that can't be trained on; the message says what was wrong."""
 
 
 @dataclass
 class TrainData:
-    """Images (N, 3, S, S) uint8 and labels (N,) int64 for training and validation."""
+    """Images (N, C, S, S) uint8 (C = 3 RGB or 1 gray) and labels (N,) int64 for training and
+    validation."""
 
     train_images: Tensor
     train_labels: Tensor
@@ -51,7 +59,7 @@ class TrainData:
 
 
 def channel_stats(images: Tensor, limit: int = 5000) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-channel mean and std in [0, 1] units of (N, 3, S, S) uint8 (first ``limit`` images),
+    """Per-channel mean and std in [0, 1] units of (N, C, S, S) uint8 (first ``limit`` images),
     rounded to 4 places; std at least 0.01. Summed in chunks, so memory stays small."""
     total = torch.zeros(images.shape[1], dtype=torch.float64)
     squares = torch.zeros_like(total)
@@ -146,11 +154,14 @@ def _folder(cfg: TrainConfig, path: str) -> TrainData:
         raise DatasetError("; ".join(problems))
     seed = cfg.effective_data_seed
     train_items, val_items = split_files(scan, cfg.val_fraction, seed)
-    train_x, train_y, skipped = load_images(train_items, cfg.image_size)
-    val_x, val_y, skipped_val = load_images(val_items, cfg.image_size)
+    channels = cfg.in_channels or 3  # left to the data: RGB first, then gray if it is gray
+    train_x, train_y, skipped = load_images(train_items, cfg.image_size, channels)
+    val_x, val_y, skipped_val = load_images(val_items, cfg.image_size, channels)
     if len(train_y) == 0 or len(val_y) == 0:
         which = "training" if len(train_y) == 0 else "validation"
         raise DatasetError(f"no readable images for {which} in {scan.root}")
+    if cfg.in_channels is None and is_grayscale(train_x) and is_grayscale(val_x):
+        train_x, val_x, channels = train_x[:, :1].clone(), val_x[:, :1].clone(), 1
     train_x, train_y = _subset(train_x, train_y, cfg.train_size, seed)
     val_x, val_y = _subset(val_x, val_y, cfg.val_size, seed + 1)
     desc = dict(
@@ -162,6 +173,8 @@ def _folder(cfg: TrainConfig, path: str) -> TrainData:
         train_size=len(train_y),
         val_size=len(val_y),
         image_size=cfg.image_size,
+        channels=channels,
+        channels_from="settings" if cfg.in_channels else "the images",
         skipped=len(skipped) + len(skipped_val),
     )
     return TrainData(
@@ -218,13 +231,40 @@ def _cifar(cfg: TrainConfig, path: str) -> TrainData:
     )
 
 
+def gray_u8(images: Tensor) -> Tensor:
+    """(N, 3, H, W) uint8 RGB -> (N, 1, H, W) uint8 luma, exactly PIL's ``convert("L")``:
+    (19595·R + 38470·G + 7471·B + 2¹⁵) >> 16 (ITU-R 601-2)."""
+    x = images.to(torch.int32)
+    luma = x[:, 0] * 19595 + x[:, 1] * 38470 + x[:, 2] * 7471 + 0x8000
+    return (luma >> 16).to(torch.uint8)[:, None]
+
+
+def _as_gray(data: TrainData) -> TrainData:
+    """Generated or CIFAR data (RGB) made grayscale, for a 1-channel model."""
+    data.train_images, data.val_images = gray_u8(data.train_images), gray_u8(data.val_images)
+    if data.regenerate is not None:
+        regenerate = data.regenerate
+
+        def regenerate_gray(epoch: int) -> tuple[Tensor, Tensor]:
+            x, y = regenerate(epoch)
+            return gray_u8(x), y
+
+        data.regenerate = regenerate_gray
+    data.description["channels"] = 1
+    return data
+
+
 def load_dataset(cfg: TrainConfig) -> TrainData:
-    """The data ``cfg.dataset`` names, at ``cfg.image_size``. Raises DatasetError."""
+    """The data ``cfg.dataset`` names, at ``cfg.image_size``, with ``cfg.in_channels`` channels
+    (left to the data: a folder of grayscale images gives 1, anything else 3). Raises
+    DatasetError."""
     spec = cfg.dataset_spec
-    if spec.kind == "shapes":
-        return _shapes(cfg)
-    if spec.kind == "random":
-        return _random(cfg)
     if spec.kind == "folder":
         return _folder(cfg, spec.path or "")
-    return _cifar(cfg, spec.path or "")
+    if spec.kind == "shapes":
+        data = _shapes(cfg)
+    elif spec.kind == "random":
+        data = _random(cfg)
+    else:
+        data = _cifar(cfg, spec.path or "")
+    return _as_gray(data) if cfg.in_channels == 1 else data

@@ -26,6 +26,7 @@ from torch import Tensor
 from vitviz import explain
 from vitviz.checkpoints import CheckpointError, LoadedModel, load_checkpoint
 from vitviz.training.augment import Normalizer
+from vitviz.training.datasets import gray_u8
 from vitviz.training.shapes import SHAPE_NAMES, make_shapes
 
 DEFAULT_SEED = 987_654_321  # far from the seeds training uses (data_seed + epoch, + 1_000_003)
@@ -79,6 +80,8 @@ def evaluate_shapes_model(
     size = prep.image_size[0]
     device = next(model.parameters()).device
     images, labels, masks = make_shapes(n, size, seed)
+    if prep.channels == 1:  # a shapes model trained on grayscale
+        images = gray_u8(images)
     normalize = Normalizer(prep.mean, prep.std, device)
     correct = torch.zeros(len(SHAPE_NAMES))
     count = torch.zeros(len(SHAPE_NAMES))

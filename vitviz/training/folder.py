@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitviz.imaging.loading import ImageLoadError, list_images, load_image
+from vitviz.imaging.loading import ImageLoadError, full_size, list_images, load_image
 
 if TYPE_CHECKING:
     import torch
@@ -105,29 +105,47 @@ def split_files(
 
 
 def load_images(
-    items: list[tuple[Path, int]], image_size: int
+    items: list[tuple[Path, int]], image_size: int, channels: int = 3
 ) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-    """Decode, resize to cover and centre-crop to image_size² (as inference does).
+    """Decode, resize to cover and centre-crop to image_size² (as inference does), as RGB
+    (``channels`` 3) or grayscale (1: PIL's luma, taken before resizing, as inference does).
 
-    Returns images (N, 3, S, S) uint8, labels (N,) int64 and messages for skipped files.
+    Returns images (N, C, S, S) uint8, labels (N,) int64 and messages for skipped files.
     """
     import torch
 
     from vitviz.imaging import Preprocessing, prepare_image
+    from vitviz.imaging.reduction import model_min_size
 
-    prep = Preprocessing(image_size=image_size, resize=FOLDER_RESIZE, interpolation="bicubic")
-    images = np.empty((len(items), image_size, image_size, 3), dtype=np.uint8)
+    prep = Preprocessing(
+        image_size=image_size,
+        resize=FOLDER_RESIZE,
+        interpolation="bicubic",
+        mean=0.5,
+        std=0.5,
+        channels=channels,
+    )
+    images = np.empty((len(items), image_size, image_size, channels), dtype=np.uint8)
     labels = np.empty(len(items), dtype=np.int64)
     skipped: list[str] = []
     n = 0
     for path, label in items:
         try:
-            pixels = prepare_image(load_image(path), prep, patch_size=1).pixels  # (S, S, 3)
+            # a large photo is decoded only as large as the training input needs
+            image = load_image(path, max_side=1, min_size=model_min_size(prep, 1))
+            pixels = prepare_image(image, prep, 1, full_size(image)).pixels  # (S, S, 3)
         except ImageLoadError as exc:
             skipped.append(f"skipped {path}: {exc}")
             continue
-        images[n] = pixels
+        images[n] = pixels[..., :channels]  # a grayscale input is repeated on R, G, B
         labels[n] = label
         n += 1
-    x = torch.from_numpy(images[:n]).permute(0, 3, 1, 2).contiguous()  # (N, 3, S, S)
+    x = torch.from_numpy(images[:n]).permute(0, 3, 1, 2).contiguous()  # (N, C, S, S)
     return x, torch.from_numpy(labels[:n]), skipped
+
+
+def is_grayscale(images: torch.Tensor) -> bool:
+    """Whether (N, 3, S, S) images have R = G = B everywhere (a folder of grayscale files)."""
+    import torch
+
+    return bool(torch.equal(images[:, 0], images[:, 1]) and torch.equal(images[:, 1], images[:, 2]))

@@ -121,7 +121,7 @@ def evaluate(
     amp: AmpSettings,
     stop: Callable[[], bool] = lambda: False,
 ) -> tuple[float, float] | None:
-    """Mean cross-entropy and accuracy over (N, 3, S, S) uint8 images; None if stopped."""
+    """Mean cross-entropy and accuracy over (N, C, S, S) uint8 images; None if stopped."""
     device = normalize.scale.device
     was_training = model.training
     model.eval()
@@ -169,15 +169,17 @@ class _Run:
         for note in self.data.notes[:20]:
             self.report(LogEvent(note))
         mean, std = channel_stats(self.data.train_images)
+        channels = self.data.train_images.shape[1]  # 1 for grayscale data, else 3
         self.prep = Preprocessing(
             image_size=cfg.image_size,
             resize=self.data.resize,
             mean=mean,
             std=std,
             interpolation="bicubic",
+            channels=channels,
         )
         torch.manual_seed(cfg.seed)
-        model_cfg = ViTConfig(**cfg.model_kwargs(len(self.data.class_names)))
+        model_cfg = ViTConfig(**cfg.model_kwargs(len(self.data.class_names), channels))
         self.model = VisionTransformer(model_cfg).to(self.device).train()
         self.optimizer = make_optimizer(self.model, cfg.lr, cfg.weight_decay, self.device)
         self.amp = amp_settings(cfg.amp, self.device)
@@ -193,7 +195,7 @@ class _Run:
 
     # -- one optimizer step ------------------------------------------------------------------------
     def _step(self, x: Tensor, y: Tensor, step: int) -> tuple[Tensor, Tensor]:
-        """Augment, forward, backward, update: x (B, 3, S, S) uint8 on the device, y (B,).
+        """Augment, forward, backward, update: x (B, C, S, S) uint8 on the device, y (B,).
         Returns the loss (scalar tensor) and the number of correct predictions (no sync)."""
         cfg = self.cfg
         if cfg.augment:
@@ -386,13 +388,14 @@ class _Run:
         return save_checkpoint(self.model, path, self.data.class_names, self.prep, provenance)
 
     def _probe(self, epoch: int) -> None:
-        x = self.normalize(self.val_x[:1])  # (1, 3, S, S)
+        x = self.normalize(self.val_x[:1])  # (1, C, S, S)
         rollout, cls_map, predicted = probe_maps(self.model, x)
         masks = self.data.val_masks
+        image = self.data.val_images[0]  # (C, S, S); shown as RGB (gray repeated for C = 1)
         self.report(
             ProbeEvent(
                 epoch,
-                self.data.val_images[0].permute(1, 2, 0).contiguous().numpy(),
+                image.expand(3, -1, -1).permute(1, 2, 0).contiguous().numpy(),
                 rollout,
                 cls_map,
                 int(self.data.val_labels[0]),

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from vitviz.errors import VitvizError
+from vitviz.imaging.preprocess import IMAGE_CHANNELS
 from vitviz.training.cifar import missing_cifar_files
 from vitviz.training.config import AMP_MODES, POS_EMBEDS, TrainConfig, parse_dataset
 from vitviz.training.folder import scan_image_folder
@@ -16,7 +18,7 @@ DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
 RUN_FILES = ("config.json", "metrics.jsonl", "last.safetensors", "best.safetensors")
 
 
-class TrainingConfigError(ValueError):
+class TrainingConfigError(VitvizError):
     """Settings that can't work; ``problems`` lists each one as a plain sentence."""
 
     def __init__(self, problems: list[str]) -> None:
@@ -50,6 +52,12 @@ def _model_problems(cfg: TrainConfig) -> list[str]:
             )
         if cfg.pos_embed == "sincos2d" and cfg.dim % 4:
             problems.append(f"pos_embed sincos2d needs dim divisible by 4 (got {cfg.dim})")
+    c = cfg.in_channels
+    if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c not in IMAGE_CHANNELS):
+        problems.append(
+            f"in_channels must be 1 (grayscale) or 3 (RGB), or left to the data "
+            f"(got {cfg.in_channels!r})"
+        )
     if not (isinstance(cfg.mlp_ratio, (int, float)) and cfg.mlp_ratio > 0):
         problems.append(f"mlp_ratio must be greater than 0 (got {cfg.mlp_ratio!r})")
     if cfg.pos_embed not in POS_EMBEDS:

@@ -136,7 +136,7 @@ class ModelCodeDialog(QDialog):
         )
         self.image_size = QSpinBox()
         self.image_size.setRange(0, 4096)
-        self.image_size.setSpecialValueText("from the arguments")
+        self.image_size.setSpecialValueText("found from the model")
         self.mean = QLineEdit()
         self.mean.setPlaceholderText("0.5, 0.5, 0.5")
         self.std = QLineEdit()

@@ -32,12 +32,16 @@ RESIZE_MODES = (
 INTERPOLATIONS = ("bicubic", "bilinear", "nearest", "lanczos")
 
 
-def _triple(edit: QLineEdit) -> list[float]:
+def _per_channel(edit: QLineEdit, channels: int) -> list[float]:
     values = [float(v) for v in edit.text().replace(",", " ").split()]
     if len(values) == 1:
-        values *= 3
-    if len(values) != 3:
-        raise ValueError("give three numbers (R G B) or one")
+        values *= channels
+    if len(values) != channels:
+        raise ValueError(
+            "give three numbers (R G B) or one"
+            if channels == 3
+            else f"give {channels} numbers (one per channel) or one"
+        )
     return values
 
 
@@ -66,6 +70,7 @@ class ModelInfoDialog(QDialog):
         facts.setPlainText("\n".join(lines))
 
         prep = summary.preprocessing
+        self.channels = int(prep.get("channels", 3))
         self.resize_mode = QComboBox()
         for key, text in RESIZE_MODES:
             self.resize_mode.addItem(f"{key}: {text}", key)
@@ -115,9 +120,10 @@ class ModelInfoDialog(QDialog):
             "image_size": [self.height_box.value(), self.width_box.value()],
             "resize": self.resize_mode.currentData(),
             "crop_pct": self.crop_pct.value(),
-            "mean": _triple(self.mean),
-            "std": _triple(self.std),
+            "mean": _per_channel(self.mean, self.channels),
+            "std": _per_channel(self.std, self.channels),
             "interpolation": self.interpolation.currentText(),
+            "channels": self.channels,
         }
 
     def _apply(self) -> None:

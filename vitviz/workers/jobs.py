@@ -71,16 +71,33 @@ def summarize(loaded: Any, device: str) -> ModelSummary:
 def set_preprocessing(state: EngineState, preprocessing: dict[str, Any]) -> ModelSummary:
     """Override the current model's preprocessing (the window then analyses the image again)."""
     from vitviz.imaging import Preprocessing
+    from vitviz.imaging.preprocess import check_channels
 
     if state.loaded is None:
         raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
     try:
-        prep = Preprocessing.from_dict(preprocessing)
+        channels = state.loaded.model.config.in_channels  # the form may leave channels out
+        prep = Preprocessing.from_dict({"channels": channels, **preprocessing})
+        check_channels(prep, channels)
+        _check_fits(state.loaded.model, prep)  # too large for memory: refused, not run
     except (TypeError, ValueError) as exc:
         raise UserFacingError(f"Preprocessing not changed: {exc}", "settings_invalid") from exc
     state.loaded.preprocessing = prep
     state.analysis = None
     return summarize(state.loaded, state.device)
+
+
+def _check_fits(model: Any, prep: Any) -> None:
+    """ValueError when ``prep`` can't make inputs for ``model`` (patch size) or their analysis
+    would not fit in memory ("fit" sizes depend on the image: checked when it is analysed)."""
+    from vitviz.checkpoints.load import preprocessing_problem
+    from vitviz.memory import check_analysis_memory
+
+    problem = preprocessing_problem(prep, model.config.patch_size)
+    if problem is not None:
+        raise ValueError(problem)
+    if prep.resize != "fit":
+        check_analysis_memory(model, prep.image_size)
 
 
 def load_model(
@@ -127,21 +144,19 @@ def analyze_image(
     """Analyse ``source`` (path, bytes or uint8 array) with the current model; ``gradients``
     keeps the top class's attention gradients from the same pass (gradient methods shown)."""
     from vitviz.analysis import analyze
-    from vitviz.imaging import ImageLoadError, load_image
+    from vitviz.imaging import ImageLoadError
 
     if state.loaded is None:
         raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
     start = time.perf_counter()
-    try:
-        image = load_image(source)
+    try:  # decoded once, reduced to what the overlays and the display need (at most 4096 px)
+        analysis = analyze(state.loaded, source, gradients=gradients)
     except ImageLoadError as exc:
         raise UserFacingError(str(exc), "image") from exc
-    try:
-        analysis = analyze(state.loaded, image, gradients=gradients)
     except ValueError as exc:  # e.g. an image smaller than one patch after preprocessing
         raise UserFacingError(f"{label}: {exc}", "image") from exc
     state.analysis, state.source, state.label = analysis, source, label
-    display, scale = _display_copy(image)
+    display, scale = _display_copy(analysis.source)  # as the model sees it (gray for 1 channel)
     left, top, right, bottom = analysis.geometry.region
     return ImageResult(
         label=label,

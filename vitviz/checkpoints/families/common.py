@@ -186,7 +186,7 @@ def finish(
     fields = dict(inferred)
     for key in sorted(set(user) & CONFIG_FIELDS):
         value = user[key]
-        if key in fields and _norm(fields[key]) != _norm(value):
+        if key in fields and _norm(fields[key], key) != _norm(value, key):
             notes.append(
                 f"{key} {value!r} from the settings given (the checkpoint suggests {fields[key]!r})"
             )
@@ -210,10 +210,14 @@ def finish(
         if not isinstance(user_prep, dict):
             raise CheckpointError(f"{source.name}: preprocessing must be a JSON object.")
         prep.update(user_prep)
+    prep["channels"] = check_channels(source, prep.get("channels"), config.in_channels)
     try:
         prepared = Preprocessing.from_dict(prep)
     except ValueError as exc:
-        raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
+        raise CheckpointError(
+            f"{source.name}: the preprocessing is invalid: {exc} (set preprocessing in "
+            f"{source.sidecar_name})"
+        ) from exc
     return Conversion(
         family=family,
         config=config,
@@ -224,11 +228,25 @@ def finish(
     )
 
 
+def check_channels(source: Source, given: Any, in_channels: int) -> int:
+    """The preprocessing's channel count: the model's ``in_channels``; a different one given in
+    the settings is refused before any image reaches the model."""
+    if given is not None and given != in_channels:
+        raise CheckpointError(
+            f"{source.name}: the preprocessing gives {given!r} channels but the model takes "
+            f"{in_channels}-channel images; leave channels out of the preprocessing or set it "
+            f"to {in_channels}."
+        )
+    return in_channels
+
+
 def user_value(source: Source, key: str, default: Any = None) -> Any:
     return source.user.get(key, default)
 
 
-def _norm(value: Any) -> Any:
+def _norm(value: Any, key: str = "") -> Any:
+    if key == "image_size" and _positive_int(value) is not None:
+        return [value, value]  # 28 and (28, 28) are the same size
     return list(value) if isinstance(value, tuple) else value
 
 
@@ -237,17 +255,98 @@ def _few(items: Sequence[str], n: int = 4) -> str:
     return shown + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
-def assumed_imagenet_preprocessing(source: Source, notes: list[str]) -> dict[str, Any]:
+def assumed_imagenet_preprocessing(
+    source: Source, notes: list[str], channels: int = 3
+) -> dict[str, Any]:
     """Preprocessing for weights that don't say theirs (tutorial models): centre crop,
-    bilinear, ImageNet mean/std; a note tells the user how to set it."""
-    notes.append(
-        f"preprocessing assumed: ImageNet mean/std; set preprocessing in "
-        f"{source.sidecar_name} if the model was trained otherwise"
-    )
+    bilinear, ImageNet mean/std (0.5 and 0.5 for a model that does not take RGB). A note says
+    what was assumed, unless the user's preprocessing gives both mean and std."""
+    rgb = channels == 3
+    mean, std = (IMAGENET_MEAN, IMAGENET_STD) if rgb else ((0.5,), (0.5,))
+    given = source.user.get("preprocessing")
+    given = given if isinstance(given, dict) else {}
+    missing = [k for k in ("mean", "std") if k not in given]
+    if missing:
+        what = "ImageNet " + "/".join(missing) if rgb else " and ".join(f"{k} 0.5" for k in missing)
+        kind = "" if rgb else f" (a {channels}-channel model)"
+        notes.append(
+            f"preprocessing assumed: {what}{kind}; set preprocessing in "
+            f"{source.sidecar_name} if the model was trained otherwise"
+        )
     return {
         "resize": "crop",
         "crop_pct": 1.0,
         "interpolation": "bilinear",
-        "mean": IMAGENET_MEAN,
-        "std": IMAGENET_STD,
+        "mean": mean,
+        "std": std,
     }
+
+
+def _positive_int(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return int(value) if ok else None
+
+
+def _size_pair(value: Any) -> tuple[int, int] | None:
+    if _positive_int(value) is not None:
+        return (value, value)
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        h, w = (_positive_int(v) for v in value)
+        return (h, w) if h is not None and w is not None else None
+    return None
+
+
+def patch_channels(
+    source: Source, n: int, num_patches: int | None, looks_like: str
+) -> tuple[int, int, str | None]:
+    """(in_channels C, patch size p, a note or None) of a Linear patch embedding taking ``n``
+    values per patch (n = C·p·p). Read from, in order: the settings' in_channels, their
+    patch_size, their image_size with the position table's ``num_patches``; else C = 3, else
+    C = 1. Raises CheckpointError saying what to set when none fits."""
+    user = source.user
+    where = source.sidecar_name
+    for key in ("in_channels", "patch_size"):
+        if key in user and _positive_int(user[key]) is None:
+            raise CheckpointError(f"{source.name}: {key} must be a positive whole number.")
+    C, p = user.get("in_channels"), user.get("patch_size")
+    if C is not None:
+        side = math.isqrt(n // C)
+        if C * side * side != n or (p is not None and p != side):
+            need = f"patch size {p}" if p is not None else "any patch size"
+            raise CheckpointError(
+                f"{source.name}: the patch embedding takes {n} values per patch, not "
+                f"in_channels × patch² for in_channels {C} and {need}; check in_channels "
+                f"and patch_size in {where}."
+            )
+        return C, side, None
+    if p is not None:
+        if n % (p * p):
+            raise CheckpointError(
+                f"{source.name}: the patch embedding takes {n} values per patch, not a "
+                f"multiple of patch_size² = {p * p}; check patch_size in {where}."
+            )
+        C = n // (p * p)
+        return C, p, None if C == 3 else f"in_channels {C} from the patch size {p}"
+    size = _size_pair(user.get("image_size"))
+    if size is not None and num_patches:
+        area = size[0] * size[1]
+        side = math.isqrt(area // num_patches) if area % num_patches == 0 else 0
+        fits = side > 0 and side * side * num_patches == area and n % (side * side) == 0
+        if fits and not (size[0] % side or size[1] % side):
+            C = n // (side * side)
+            note = f"in_channels {C}, patch size {side} from the image size and position table"
+            return C, side, None if C == 3 else note
+    for C in (3, 1):
+        side = math.isqrt(n // C)
+        if C * side * side == n:
+            note = (
+                f"in_channels 1 inferred ({n} values per patch = 1 × {side}²); set "
+                f"in_channels and patch_size in {where} if the model takes otherwise"
+            )
+            return C, side, None if C == 3 else note
+    sizes = [q for q in range(2, math.isqrt(n) + 1) if n % (q * q) == 0] or [1]
+    raise CheckpointError(
+        f"{source.name} looks like {looks_like}; its patch embedding takes {n} values per "
+        f"patch (in_channels × patch²), neither 3 × p² nor 1 × p². Put the patch size in "
+        f'{where}, e.g. {{"patch_size": {sizes[-1]}}} (in_channels is then {n} / patch²).'
+    )

@@ -10,6 +10,10 @@ Older versions' ``PreNorm`` (``.norm`` + ``.fn.``) and ``mlp_head = LayerNorm + 
 too. ``dim_head`` may differ from dim / heads (vitviz's ``attn_head_dim``); pooling is "cls"
 unless the sidecar says ``"global_pool": "avg"`` (vit-pytorch's "mean" averages every token,
 CLS included).
+
+The patch Linear takes channels·p·p values: channels and p come from the sidecar's in_channels or
+patch_size, else from its image_size and the position table, else 3 (RGB) or 1 (grayscale,
+vit-pytorch's ``channels=1``, e.g. MNIST), whichever fits (``common.patch_channels``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from vitviz.checkpoints.families.common import (
     check_depth,
     finish,
     grid_from_table,
+    patch_channels,
 )
 
 LOOKS_LIKE = "a vit-pytorch (lucidrains) ViT"
@@ -65,19 +70,19 @@ def convert(source: Source) -> Conversion:
     t = Taker(source, LOOKS_LIKE)
     notes: list[str] = []
     depth = check_depth(source, block_indices(t.state, r"transformer\.layers\.(\d+)\.0\."))
-    C = int(source.user.get("in_channels", 3))
     linears = _params(t, _PATCH, 2)
     if len(linears) != 1:
         raise CheckpointError(
             f"{source.name}: expected one Linear in to_patch_embedding, found {len(linears)}."
         )
     D, patch_dim = t.state[linears[0]].shape
-    p = round((patch_dim / C) ** 0.5)
-    if C * p * p != patch_dim:
-        raise CheckpointError(
-            f"{source.name}: the patch embedding takes {patch_dim} values, "
-            f"not C·p·p for C={C}; set in_channels in {source.sidecar_name}."
-        )
+    pos_key = "pos_embedding" if "pos_embedding" in t else None
+    has_cls = "cls_token" in t
+    table = t.state[pos_key] if pos_key is not None else None
+    num_patches = table.shape[-2] - has_cls if table is not None and table.ndim >= 2 else None
+    C, p, channel_note = patch_channels(source, patch_dim, num_patches, LOOKS_LIKE)
+    if channel_note:
+        notes.append(channel_note)
     inner = (
         t.state[
             next(
@@ -99,10 +104,8 @@ def convert(source: Source) -> Conversion:
         activation="gelu",
         global_pool="token",
     )
-    pos_key = "pos_embedding" if "pos_embedding" in t else None
-    has_cls = "cls_token" in t
-    if pos_key is not None:
-        grid = grid_from_table(t.state[pos_key].shape[1] - has_cls)
+    if num_patches is not None:
+        grid = grid_from_table(num_patches)
         if grid is not None:
             inferred["image_size"] = (grid[0] * p, grid[1] * p)
     ask(source, LOOKS_LIKE, {"heads": 8, "image_size": 32}, inferred)
@@ -146,7 +149,7 @@ def convert(source: Source) -> Conversion:
         f" (vit-pytorch's pool={'mean' if inferred['global_pool'] == 'avg' else 'cls'});"
         f" set global_pool in {source.sidecar_name} if yours differs"
     )
-    prep = assumed_imagenet_preprocessing(source, notes)
+    prep = assumed_imagenet_preprocessing(source, notes, C)
     return finish(
         source,
         family="vit-pytorch",

@@ -9,7 +9,8 @@ Blocks are found by their attention; inside a block LayerNorms and Linears are t
 shape (and name order). Outside: the patch embedding (Conv2d, or a Linear over flattened
 patches), CLS token, position table, final LayerNorm and head. What the weights can't say
 (heads; for nn.TransformerEncoderLayer norm_first and activation; the order of a Linear patch
-embedding's inputs) comes from the sidecar.
+embedding's inputs) comes from the sidecar. Input channels: a Conv2d's weight says them; a Linear's
+are read as for vit-pytorch (``common.patch_channels``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from vitviz.checkpoints.families.common import (
     check_depth,
     finish,
     grid_from_table,
+    patch_channels,
 )
 
 MHA_LOOKS_LIKE = "a model built on nn.MultiheadAttention"
@@ -116,14 +118,18 @@ def convert(source: Source) -> Conversion:
     t = Taker(source, looks_like)
     depth = check_depth(source, sorted(blocks))
     D = t.state[attns[0] + "in_proj_weight"].shape[1]
-    C = int(source.user.get("in_channels", 3))
-    patch_key, linear_patch = _patch_embed_key(t, looks_like, D, C, stack)
+    patch_key, linear_patch = _patch_embed_key(t, looks_like, D, stack)
     cls_key, pos_key = _find(t, _CLS_NAMES), _find(t, _POS_NAMES)
-    p = (
-        t.state[patch_key].shape[-1]
-        if not linear_patch
-        else _patch_side(t.state[patch_key].shape[1], C)
-    )
+    weight = t.state[patch_key]
+    if linear_patch:
+        num_patches = (
+            t.state[pos_key].numel() // D - (cls_key is not None) if pos_key is not None else None
+        )
+        C, p, channel_note = patch_channels(source, weight.shape[1], num_patches, looks_like)
+        if channel_note:
+            notes.append(channel_note)
+    else:  # Conv2d (D, C, p, p): the weights say both
+        C, p = weight.shape[1], weight.shape[-1]
     inferred: dict[str, Any] = dict(
         dim=D,
         depth=depth,
@@ -178,7 +184,7 @@ def convert(source: Source) -> Conversion:
         notes.append("no position table found: the model runs without position embedding")
     _take_norm_and_head(t, out, inferred, D)
     t.refuse_leftovers()
-    prep = assumed_imagenet_preprocessing(source, notes)
+    prep = assumed_imagenet_preprocessing(source, notes, C)
     return finish(
         source,
         family="tutorial-transformer-encoder" if tel else "tutorial-mha",
@@ -192,7 +198,7 @@ def convert(source: Source) -> Conversion:
     )
 
 
-def _patch_embed_key(t: Taker, looks_like: str, D: int, C: int, stack: str) -> tuple[str, bool]:
+def _patch_embed_key(t: Taker, looks_like: str, D: int, stack: str) -> tuple[str, bool]:
     """The patch embedding's weight: a Conv2d (D, C, p, p), or a Linear (D, C·p·p)."""
     convs = [k for k, v in t.state.items() if v.ndim == 4 and v.shape[0] == D]
     linears = [
@@ -202,7 +208,7 @@ def _patch_embed_key(t: Taker, looks_like: str, D: int, C: int, stack: str) -> t
         and v.shape[0] == D
         and v.shape[1] != D
         and not k.startswith(stack)
-        and _patch_side(v.shape[1], C)
+        and _could_be_patches(v.shape[1], t.source.user)
     ]
     if len(convs) == 1:
         return convs[0], False
@@ -247,6 +253,16 @@ def _take_patch_embed(
 def _patch_side(n: int, C: int) -> int | None:
     side = round((n / C) ** 0.5)
     return side if C * side * side == n else None
+
+
+def _could_be_patches(n: int, user: dict[str, Any]) -> bool:
+    """Whether a Linear taking ``n`` values could take flattened patches (C·p·p values, with
+    C and p from the settings where given, else C 3 or 1)."""
+    C, p = user.get("in_channels"), user.get("patch_size")
+    if isinstance(p, int) and p > 0:
+        return n % (p * p) == 0 and (not isinstance(C, int) or n == C * p * p)
+    channels = [C] if isinstance(C, int) and C > 0 else [3, 1]
+    return any(_patch_side(n, c) for c in channels)
 
 
 def _take_norm_and_head(t: Taker, out: dict[str, Tensor], inferred: dict[str, Any], D: int) -> None:

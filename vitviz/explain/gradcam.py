@@ -1,0 +1,65 @@
+"""Grad-CAM baselines for ViTs: on the last layer's attention (Chefer et al. 2021) and on tokens
+(as pytorch-grad-cam does it, with the grid taken from the model)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from vitviz.explain.maps import attention_maps
+from vitviz.explain.targets import target_classes
+from vitviz.explain.tokens import min_max_scale, patch_part
+
+
+def attention_gradcam(
+    attention: Tensor,
+    gradient: Tensor,
+    grid: tuple[int, int],
+    num_prefix: int,
+    query: int | None = 0,
+) -> Tensor:
+    """ReLU(mean_h A[h, q, patches] · mean_p G[h, q, patches]), min-max scaled.
+
+    attention, gradient: the last layer's (B, H, N, N) -> (B, gh, gw). ``query`` None
+    averages the rows of all patch queries.
+    """
+    if attention.shape != gradient.shape:
+        raise ValueError(f"attention {tuple(attention.shape)} vs gradient {tuple(gradient.shape)}")
+    a = attention_maps(attention, grid, num_prefix, query)  # (B, H, gh, gw)
+    g = attention_maps(gradient, grid, num_prefix, query)
+    weights = g.mean(dim=(2, 3), keepdim=True)  # (B, H, 1, 1)
+    return min_max_scale((a * weights).mean(dim=1).clamp_min(0))
+
+
+def token_gradcam(model: nn.Module, x: Tensor, target: int | Tensor | None = None) -> Tensor:
+    """Grad-CAM on the tokens of the last block's first LayerNorm: (B, C, H, W) -> (B, gh, gw).
+
+    features F = norm1 output over the patch tokens on the model's (gh, gw) grid; weights
+    w_d = mean over patches of ∂y_c/∂F[p, d]; map = ReLU(Σ_d w_d F[p, d]), min-max scaled.
+    ``target``: a class, (B,) classes, or None for each image's top class.
+    """
+    blocks = getattr(model, "blocks", None)
+    if not blocks or not hasattr(blocks[-1], "norm1"):
+        raise ValueError("token Grad-CAM needs a ViT whose blocks have a first LayerNorm")
+    captured: list[Tensor] = []
+
+    def keep(_module: nn.Module, _inputs: tuple, output: Tensor) -> None:
+        captured.append(output)
+
+    handle = blocks[-1].norm1.register_forward_hook(keep)
+    try:
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            out = model.forward_explained(x, capture_attention=False)
+            logits = out.logits
+            c = target_classes(logits, target)
+            y = logits.gather(1, c[:, None]).sum()
+            features = captured[-1]  # (B, N, D)
+            (grads,) = torch.autograd.grad(y, features)
+    finally:
+        handle.remove()
+    P = out.num_prefix_tokens
+    f = features.detach()[:, P:]  # (B, gh·gw, D)
+    weights = grads[:, P:].mean(dim=1, keepdim=True)  # (B, 1, D)
+    cam = (f * weights).sum(dim=-1).clamp_min(0)  # (B, gh·gw)
+    return min_max_scale(patch_part(cam, out.grid, 0))

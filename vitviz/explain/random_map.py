@@ -1,0 +1,15 @@
+"""A seeded uniform random map: the baseline every faithfulness number is compared with."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def random_map(grid: tuple[int, int], seed: int = 0) -> Tensor:
+    """(gh, gw) float32 uniform in [0, 1), the same for the same grid and seed on any device."""
+    gh, gw = grid
+    if gh < 1 or gw < 1:
+        raise ValueError(f"the grid must have at least one patch (got {gh}×{gw})")
+    g = torch.Generator().manual_seed(int(seed))
+    return torch.rand(gh, gw, generator=g, dtype=torch.float32)

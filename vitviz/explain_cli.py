@@ -1,0 +1,253 @@
+"""The method table on the command line: ``vitviz-cli methods`` and the ``--method`` /
+``--param`` options of ``explain`` and ``faithfulness``.
+
+Everything here reads ``vitviz.explain.methods``; no method is named in this file.
+``--param METHOD.PARAMETER=VALUE`` sets one parameter of one method (repeatable), e.g.
+``--param rollout.discard_ratio=0.2 --param attention.layer=3``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from vitviz.cli import EXIT_OK, CliError
+
+if TYPE_CHECKING:  # the table imports torch: only when a command runs, not to parse arguments
+    from vitviz.explain.methods import Method
+    from vitviz.explain.params import Parameter
+    from vitviz.export import MapSettings
+
+PARAM_FORM = "METHOD.PARAMETER=VALUE"
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``methods`` on the CLI's sub-parsers."""
+    p = subparsers.add_parser(
+        "methods",
+        help="list the explanation methods (names for --method, parameters for --param)",
+        description="List the explanation methods: name (for --method; npz key map_<name>), "
+        "label, parameters with their defaults and ranges (for --param METHOD.PARAMETER=VALUE; "
+        "L and H are the model's layers and heads), whether gradients are needed, and the "
+        "models each applies to.",
+    )
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print JSON instead of text")
+    form.add_argument(
+        "--markdown", action="store_true", help="print the Markdown table of the README"
+    )
+    p.set_defaults(func=cmd_methods)
+
+
+def add_method_options(p: argparse.ArgumentParser, default: str) -> None:
+    """``--method NAME…`` (repeatable) and ``--param METHOD.PARAMETER=VALUE`` (repeatable)."""
+    p.add_argument(
+        "--method",
+        dest="methods",
+        action="extend",
+        nargs="+",
+        metavar="NAME",
+        default=None,
+        help=f"explanation method(s), repeatable; `vitviz-cli methods` lists them ({default})",
+    )
+    p.add_argument(
+        "--param",
+        dest="params",
+        action="append",
+        metavar=PARAM_FORM,
+        default=None,
+        help="one parameter of one method, repeatable, e.g. rollout.discard_ratio=0.2 or "
+        "attention.layer=3 (`vitviz-cli methods` lists the parameters)",
+    )
+
+
+# -- listing ---------------------------------------------------------------------------------------
+
+
+def parameter_text(p: Parameter) -> str:
+    """One parameter as the listing shows it, e.g. "discard_ratio in 0.0..0.99 (default 0.0)"."""
+    if p.choices is not None:
+        values = " | ".join(str(c) for c in p.choices)
+        return f"{p.name}: {values} (default {p.default})"
+    if p.range is not None:
+        lo, hi = p.range
+        if p.per is not None:
+            upper = "L−1" if p.per == "layer" else "H−1"
+        else:
+            upper = None if hi is None else str(hi)
+        where = f"in {lo}..{upper}" if upper is not None else f"≥ {lo}"
+        return f"{p.name} {where} (default {p.default})"
+    return f"{p.name}: {p.type.__name__} (default {p.default})"
+
+
+def _needs(m: Method) -> str:
+    return "gradients" if m.needs_gradients else "attention only"
+
+
+def methods_text(methods: Iterable[Method]) -> str:
+    """The plain-text listing of ``vitviz-cli methods``."""
+    blocks = []
+    for m in methods:
+        lines = [f"{m.name}  ({m.label})", f"    {m.description}"]
+        lines.append(
+            f"    npz key {m.key}; needs {_needs(m)}; applies to {', '.join(sorted(m.applies_to))}"
+            f"; scaling {m.scaling}"
+        )
+        for p in m.parameters:
+            helps = f": {p.help}" if p.help else ""
+            lines.append(f"    --param {m.name}.{parameter_text(p)}{helps}")
+        if not m.parameters:
+            lines.append("    no parameters")
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def methods_markdown(methods: Iterable[Method]) -> str:
+    """The README's method table: one row per method of the table, in its order."""
+    rows = [
+        "| name | what it is | parameters (default) | needs | applies to |",
+        "|---|---|---|---|---|",
+    ]
+    for m in methods:
+        params = "; ".join(f"`{parameter_text(p)}`" for p in m.parameters) or "none"
+        rows.append(
+            f"| `{m.name}` | {_cell(m.label)}: {_cell(m.description)} | {_cell(params)} | "
+            f"{_needs(m)} | {', '.join(sorted(m.applies_to))} |"
+        )
+    return "\n".join(rows)
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    from vitviz.explain.methods import all_methods
+
+    methods = all_methods()
+    if args.json:
+        print(json.dumps([m.to_dict() for m in methods], indent=2))
+    elif args.markdown:
+        print(methods_markdown(methods))
+    else:
+        print(methods_text(methods))
+    return EXIT_OK
+
+
+# -- choosing methods and their parameters ---------------------------------------------------------
+
+
+def has_head(loaded: Any) -> bool:
+    n = int(getattr(loaded.model.config, "num_classes", 0))
+    return n > 0 and len(loaded.class_names) == n
+
+
+def applicable(loaded: Any) -> tuple[Method, ...]:
+    """The table's methods that can run on ``loaded``'s model."""
+    from vitviz.explain.methods import all_methods
+
+    head = has_head(loaded)
+    return tuple(m for m in all_methods() if m.unavailable_on(loaded.model, head) is None)
+
+
+def choose_methods(names: Sequence[str] | None, loaded: Any) -> tuple[Method, ...]:
+    """The methods of ``--method`` (in order, each once), checked against the model; CliError
+    naming the methods that apply otherwise. None or empty: no method."""
+    from vitviz.explain.methods import get_method
+
+    chosen: list[Method] = []
+    for name in dict.fromkeys(names or ()):
+        try:
+            chosen.append(get_method(name))
+        except ValueError as exc:
+            raise CliError(f"--method: {exc}") from exc
+    head = has_head(loaded)
+    for m in chosen:
+        reason = m.unavailable_on(loaded.model, head)
+        if reason is not None:
+            usable = ", ".join(m.name for m in applicable(loaded)) or "none"
+            raise CliError(f"--method {m.name}: {reason}; methods for this model: {usable}")
+    return tuple(chosen)
+
+
+def parse_param_options(texts: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+    """``--param`` texts -> {method: {parameter: typed value}}, each parsed by its method's
+    table entry; CliError naming the option otherwise."""
+    from vitviz.explain.methods import get_method
+
+    out: dict[str, dict[str, Any]] = {}
+    for text in texts or ():
+        key, sep, value = text.partition("=")
+        name, dot, param = key.strip().partition(".")
+        if not sep or not dot or not name or not param:
+            raise CliError(f"--param {text}: expected {PARAM_FORM}, e.g. rollout.discard_ratio=0.2")
+        try:
+            method = get_method(name)
+            out.setdefault(name, {}).update(method.parse_params({param: value}))
+        except ValueError as exc:
+            raise CliError(f"--param {text}: {exc}") from exc
+    return out
+
+
+def method_params(
+    methods: Iterable[Method],
+    params: Mapping[str, Mapping[str, Any]],
+    shared: Mapping[str, Any],
+    num_layers: int,
+    num_heads: int,
+) -> dict[str, dict[str, Any]]:
+    """{method: every parameter's value} for ``methods``: ``shared`` values (e.g. --fusion) go
+    to each method with a parameter of that name, ``params`` win over them; checked against the
+    model's layers and heads. CliError for a --param of a method not computed."""
+    methods = tuple(methods)
+    names = {m.name for m in methods}
+    for name, given in params.items():
+        if name not in names:
+            asked = ", ".join(m.name for m in methods)
+            raise CliError(
+                f"--param {name}.{next(iter(given), '')}: {name} is not among the methods "
+                f"computed here ({asked}); add --method {name}"
+            )
+    out = {}
+    for m in methods:
+        own = {p.name for p in m.parameters}
+        values = {k: v for k, v in shared.items() if k in own}
+        values.update(params.get(m.name, {}))
+        try:
+            out[m.name] = m.resolve(values, num_layers=num_layers, num_heads=num_heads)
+        except ValueError as exc:
+            raise CliError(
+                f"{m.name}: {exc} (this model has {num_layers} layers of {num_heads} heads)"
+            ) from exc
+    return out
+
+
+def model_size(loaded: Any) -> tuple[int, int]:
+    """(layers, heads) of the model, for the parameters' model bounds."""
+    cfg = loaded.model.config
+    return int(cfg.depth), int(cfg.heads)
+
+
+def map_settings(args: argparse.Namespace, loaded: Any) -> MapSettings:
+    """explain's MapSettings from its options: --method, --param, and --fusion, --discard,
+    --start-layer for every map computed that has that parameter (today's maps included)."""
+    from vitviz.explain.methods import get_method
+    from vitviz.export import LEGACY_MAPS, MapSettings
+
+    methods = choose_methods(args.methods, loaded)
+    usable = {m.name for m in applicable(loaded)}
+    today = [get_method(name) for _key, name in LEGACY_MAPS if name in usable]
+    computed = list({m.name: m for m in [*today, *methods]}.values())
+    shared = {"fusion": args.fusion, "discard_ratio": args.discard, "start_layer": args.start_layer}
+    layers, heads = model_size(loaded)
+    params = method_params(computed, parse_param_options(args.params), shared, layers, heads)
+    return MapSettings(
+        args.fusion,
+        args.discard,
+        args.start_layer,
+        args.target_class,
+        methods=tuple(m.name for m in methods),
+        params=params,
+    )

@@ -1,0 +1,258 @@
+"""``vitviz-cli faithfulness``: deletion and insertion curves of explanation methods on images,
+and, where an image has a mask, how well each map lands on the object (DESIGN §5, issue 14).
+
+Writes OUT/faithfulness.json (``vitviz.explain.faithfulness.report``), OUT/faithfulness.csv
+(one row per image × method) and OUT/faithfulness.png (the mean curves per method with their
+AUCs); prints the summary table on stdout, progress on stderr. Exit status as ``explain``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitviz.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError, _add_model_code_options, _say
+from vitviz.explain_cli import (
+    add_method_options,
+    applicable,
+    choose_methods,
+    has_head,
+    method_params,
+    model_size,
+    parse_param_options,
+)
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from vitviz.explain.faithfulness import ImageFaithfulness
+
+FILES = ("faithfulness.json", "faithfulness.csv", "faithfulness.png")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``faithfulness`` on the CLI's sub-parsers."""
+    p = subparsers.add_parser(
+        "faithfulness",
+        help="deletion / insertion curves and AUCs per method; mass in mask and pointing game",
+        description="Measure explanation methods by deleting patches from each image (most "
+        "important first, by the method's map of the CLS query) and by inserting them into a "
+        "blank input, and record the probability of the image's top class at each of --steps "
+        "steps. With a mask (<stem>_mask.png beside the image, or in --masks DIR: white = the "
+        "object) also the share of each map's mass inside the mask and whether its maximum "
+        "lies inside. Writes OUT/faithfulness.json, OUT/faithfulness.csv, OUT/faithfulness.png.",
+    )
+    p.add_argument("images", nargs="+", type=Path, help="image files")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="checkpoint file (with --model-code: the model's state dict, optional)",
+    )
+    p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    add_method_options(p, "default: every method that applies to the model")
+    p.add_argument(
+        "--steps", type=int, default=20, help="steps S of each curve (p_0 … p_S; default 20)"
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=64, help="perturbed images per forward pass (64)"
+    )
+    p.add_argument(
+        "--masks", type=Path, help="folder of <stem>_mask.png files (default: beside each image)"
+    )
+    p.add_argument("--out", type=Path, default=Path("vitviz-faithfulness"), help="output folder")
+    _add_model_code_options(p)
+    p.set_defaults(func=cmd_faithfulness)
+
+
+def cmd_faithfulness(args: argparse.Namespace) -> int:
+    from vitviz.analysis import NonFiniteError, NotEnoughMemoryError, analyze
+    from vitviz.cli import _load_for
+    from vitviz.devices import resolve_device
+    from vitviz.explain.faithfulness import evaluate_methods
+    from vitviz.explain.localisation import mask_grid_for, mask_path_for
+    from vitviz.imaging import ImageLoadError
+
+    if args.steps < 1:
+        raise CliError(f"--steps must be a whole number of at least 1, got {args.steps}")
+    if args.batch_size < 1:
+        raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.masks is not None and not args.masks.is_dir():
+        raise CliError(f"--masks {args.masks}: not a folder (it should hold <stem>_mask.png)")
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    loaded = _load_for(args)
+    loaded.model.to(device)
+    if not has_head(loaded):
+        raise CliError(
+            "faithfulness needs a model with a classification head (it follows the "
+            "probability of the top class), and this model has none"
+        )
+    methods = choose_methods(args.methods, loaded) or applicable(loaded)
+    names = [m.name for m in methods]
+    layers, heads = model_size(loaded)
+    params = method_params(methods, parse_param_options(args.params), {}, layers, heads)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(
+            f"--out {args.out}: cannot create the output folder ({exc.strerror or exc})"
+        ) from exc
+    images = without_masks(args.images, args.masks)
+    results: list[ImageFaithfulness] = []
+    n = len(images)
+    for i, path in enumerate(images, 1):
+        try:
+            analysis = analyze(loaded, path, gradients=True)
+        except (ImageLoadError, NotEnoughMemoryError, NonFiniteError) as exc:
+            _say(f"vitviz-cli: skipped {path}: {exc}")
+            continue
+        mask_file = mask_path_for(path, args.masks)
+        try:
+            mask = mask_grid_for(path, analysis.geometry, args.masks)
+        except (ImageLoadError, ValueError) as exc:
+            _say(f"vitviz-cli: skipped {path}: its mask {mask_file}: {exc}")
+            continue
+        try:
+            result = evaluate_methods(
+                analysis,
+                names,
+                steps=args.steps,
+                batch_size=args.batch_size,
+                params=params,
+                mask=mask,
+                name=str(path),
+            )
+        except ValueError as exc:
+            _say(f"vitviz-cli: skipped {path}: {exc}")
+            continue
+        results.append(result)
+        c = result.target_class
+        said = f"{analysis.class_names[c]} ({float(analysis.probs[c]):.1%})"
+        masked = f", mask {mask_file.name}" if mask_file is not None else ", no mask"
+        _say(f"[{i}/{n}] {path.name}: {said}{masked}, {len(names)} methods measured")
+    if not results:
+        return EXIT_FAILED
+    written = write_outputs(results, args.out)
+    print(summary_markdown(results))
+    _say(f"-> {', '.join(str(p) for p in written)}")
+    return EXIT_PARTIAL if len(results) < n else EXIT_OK
+
+
+def without_masks(images: Sequence[Path], masks: Path | None) -> list[Path]:
+    """The inputs less those that are another input's mask (so `samples/*.png` measures the
+    images and uses their masks); how many were dropped is said on stderr."""
+    from vitviz.explain.localisation import mask_path_for
+
+    def key(p: Path) -> Path:
+        return p.resolve()
+
+    used = {key(m): p for p in images if (m := mask_path_for(p, masks)) is not None}
+    kept = [p for p in images if key(p) not in used or key(used[key(p)]) == key(p)]
+    dropped = len(images) - len(kept)
+    if dropped:
+        _say(f"vitviz-cli: {dropped} of the inputs are masks of the others: used as masks")
+    if not kept:
+        raise CliError("no image to measure: every input is the mask of another")
+    return kept
+
+
+# -- the files -------------------------------------------------------------------------------------
+
+
+def write_outputs(results: Sequence[ImageFaithfulness], folder: Path) -> list[Path]:
+    """faithfulness.json, .csv and .png in ``folder``, each written atomically."""
+    from vitviz.checkpoints.atomic import atomic_path
+    from vitviz.explain.faithfulness import csv_rows, report
+    from vitviz.imaging.overlay import save_png
+
+    json_path, csv_path, png_path = (folder / name for name in FILES)
+    text = json.dumps(report(results), indent=2)
+    with atomic_path(json_path) as tmp:
+        Path(tmp).write_text(text + "\n", encoding="utf-8")
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(csv_rows(results))
+    with atomic_path(csv_path) as tmp:
+        Path(tmp).write_text(buffer.getvalue(), encoding="utf-8")
+    save_png(figure(results), png_path)
+    return [json_path, csv_path, png_path]
+
+
+def _mean_curves(
+    results: Sequence[ImageFaithfulness], name: str
+) -> tuple[list[float], list[float]]:
+    """The mean over images of p_k, for deletion and for insertion."""
+    curves = [r.methods[name] for r in results if name in r.methods]
+    deletion = [sum(v) / len(curves) for v in zip(*(c.deletion for c in curves), strict=True)]
+    insertion = [sum(v) / len(curves) for v in zip(*(c.insertion for c in curves), strict=True)]
+    return deletion, insertion
+
+
+def _number(value: Any) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _rows(results: Sequence[ImageFaithfulness]) -> tuple[list[str], list[list[str]]]:
+    """Header and one row per method of the summary: AUCs, and localisation with masks."""
+    from vitviz.explain.faithfulness import summary
+
+    table = summary(results)
+    masked = any("mass_in_mask" in s for s in table.values())
+    header = ["method", "deletion AUC ↓", "insertion AUC ↑"]
+    if masked:
+        header += ["mass in mask ↑", "pointing game ↑"]
+    rows = []
+    for name, s in table.items():
+        row = [name, _number(s["deletion_auc"]), _number(s["insertion_auc"])]
+        if masked:
+            row += [_number(s.get("mass_in_mask")), _number(s.get("pointing_game"))]
+        rows.append(row)
+    return header, rows
+
+
+def summary_markdown(results: Sequence[ImageFaithfulness]) -> str:
+    """The summary over the images as a Markdown table (what the README shows)."""
+    header, rows = _rows(results)
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    lines += ["| " + " | ".join([f"`{r[0]}`", *r[1:]]) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def figure(results: Sequence[ImageFaithfulness]) -> Image.Image:
+    """Deletion and insertion panels of the mean curves per method, and a legend with the
+    mean AUCs (and the localisation numbers with masks)."""
+    from vitviz.imaging.curves import GREY, PALETTE, Curve, LegendRow, Panel, curves_figure
+
+    header, rows = _rows(results)
+    header = [h.replace(" ↓", "").replace(" ↑", "") for h in header]
+    deletion, insertion, legend = [], [], []
+    hue = 0
+    for row in rows:
+        name = row[0]
+        baseline = name == "random"  # the baseline: grey, dashed
+        colour = GREY if baseline else PALETTE[hue % len(PALETTE)]
+        dashed = baseline or hue >= len(PALETTE)  # more methods than hues: dashed too
+        hue += not baseline
+        d, ins = _mean_curves(results, name)
+        deletion.append(Curve(d, colour, dashed))
+        insertion.append(Curve(ins, colour, dashed))
+        legend.append(LegendRow(colour, row, dashed))
+    steps = results[0].steps
+    images = len(results)
+    y = "p(top class)"
+    panels = [
+        Panel("Deletion (lower AUC is better)", "share of patches deleted", y, deletion),
+        Panel("Insertion (higher AUC is better)", "share of patches inserted", y, insertion),
+    ]
+    subtitle = (
+        f"mean over {images} image{'s' if images != 1 else ''}, {steps} steps; patches in "
+        "the order of each method's map, most important first"
+    )
+    return curves_figure(panels, header, legend, "Faithfulness", subtitle)

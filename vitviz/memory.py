@@ -1,0 +1,265 @@
+"""Memory planned before an analysis runs (DESIGN §7): an estimate of what one analysis of an
+input of a given size needs, the memory free where it would run, and a plain refusal when the
+first is larger than the second.
+
+The estimate is dominated by attention: N tokens, L layers, H heads give L·H·N² float32
+probabilities, which the analysis holds more than once at its peak (the captured list and its
+stacked copy, the head statistics' temporaries), plus per-layer temporaries of H·N², the N×N
+matrices of the maps (rollout, gradient rollout, relevance) and, with gradients, the attention
+gradients and the autograd graph. The factors below were fitted to peaks measured in fresh
+processes (1-12 layers, 1-4 heads, 785-9,217 tokens) and rounded up: the estimate came out
+1.0-1.8× the measured peak (``benchmarks/memory_estimate.py`` prints the comparison).
+
+The budget can be set with the environment variable ``VITVIZ_MEMORY_BUDGET`` (bytes, or a number
+with K/M/G/T, e.g. "2G"); otherwise it is read from the machine (Linux ``MemAvailable`` and the
+cgroup limit) or the CUDA device (``torch.cuda.mem_get_info`` plus torch's cached free blocks).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitviz.errors import VitvizError
+
+BUDGET_ENV = "VITVIZ_MEMORY_BUDGET"
+USABLE_FRACTION = 0.9  # of the free memory: the rest is left to the window and the system
+_F32 = 4
+
+# Multiples of the attention bytes A = 4·L·H·N², of one layer's 4·H·N² and of one 4·N² matrix,
+# fitted to measured peaks and rounded up (see the module docstring).
+_ATTENTION_COPIES = 2.5  # captured list + stacked copy + the statistics' slice copy
+_ATTENTION_COPIES_GRAD = 3.5  # ... + the attention gradients and the graph's saved attention
+_GRADIENT_PASS_COPIES = 2.0  # a later gradient pass alone: its attention and their gradients
+_LAYER_TEMPORARIES = 1.0  # × 4·H·N²: scores before the softmax, the entropy's rows
+_PAIR_TABLES = 2.0  # × 4·N²: the patch-distance table and its temporaries
+_GRADIENT_MAP_COPIES = 2.0  # × A: gradient rollout's stacked gradients and A ⊙ G
+_MAP_MATRICES = 6.0  # × 4·L·N²: prepared rollouts (kept), relevance's matrices
+_GRADIENT_PASS_MAP_MATRICES = 3.0  # × 4·L·N²: a later pass's gradient rollout and relevance
+_ALLOCATOR_SLACK = 1.15  # freed memory the allocator keeps (matters for many small layers)
+
+
+class NotEnoughMemoryError(VitvizError):
+    """An analysis that would not fit in the memory free where it would run; nothing was run."""
+
+    def __init__(self, message: str, estimate: MemoryEstimate, available: int) -> None:
+        super().__init__(message)
+        self.estimate = estimate
+        self.available = available
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one analysis needs for an input of ``input_size`` giving ``tokens``.
+
+    ``needed`` is the larger of the two peaks (the analysis's forward pass, then its maps
+    computed from what it keeps), with the allocator's slack. ``weights`` are listed but not
+    in ``needed``: a loaded model's weights are already in memory.
+    """
+
+    input_size: tuple[int, int]  # (H, W) of the model input
+    tokens: int  # N = prefix tokens + patches
+    layers: int
+    heads: int
+    attention: int  # one copy of every layer's attention: 4·L·H·N²
+    forward_peak: int  # the forward pass, head statistics (and gradients) at their peak
+    kept: int  # what the analysis keeps afterwards: attention (and its gradients)
+    maps_peak: int  # beyond ``kept``: the N×N matrices of rollout, gradient rollout, relevance
+    weights: int = 0  # the model's parameters
+
+    @property
+    def needed(self) -> int:
+        """Bytes the analysis adds to what is already in memory."""
+        return int(_ALLOCATOR_SLACK * max(self.forward_peak, self.kept + self.maps_peak))
+
+    @property
+    def host(self) -> int:
+        """Bytes on the host when the forward pass runs on a GPU (results and maps land here)."""
+        return int(_ALLOCATOR_SLACK * (self.kept + self.maps_peak))
+
+    @property
+    def device(self) -> int:
+        """Bytes on a GPU that runs the forward pass."""
+        return int(_ALLOCATOR_SLACK * self.forward_peak)
+
+
+def estimate_analysis(
+    config: Any,
+    input_size: tuple[int, int],
+    *,
+    gradients: bool = False,
+    maps: bool = True,
+    weights: int = 0,
+    gradient_pass_only: bool = False,
+) -> MemoryEstimate:
+    """What analysing an input of ``input_size`` (H, W) with a model of ``config`` needs.
+
+    ``config``: a ViTConfig or any object with depth, heads, dim, patch_size and
+    num_prefix_tokens (hidden_dim and in_channels optional). ``gradients``: the forward pass
+    also keeps the attention gradients. ``maps``: count the maps computed from it afterwards.
+    ``gradient_pass_only``: a later gradient pass (and its maps) of an analysis in memory.
+    """
+    h, w = (int(v) for v in input_size)
+    p = max(1, int(config.patch_size))
+    L, H, D = int(config.depth), int(config.heads), int(config.dim)
+    hidden = int(getattr(config, "hidden_dim", 0) or 4 * D)
+    C = int(getattr(config, "in_channels", 3) or 3)
+    N = int(config.num_prefix_tokens) + (h // p) * (w // p)
+    pair = _F32 * N * N  # one N×N float32 matrix
+    A = L * H * pair
+    layer = _LAYER_TEMPORARIES * H * pair + _F32 * N * (4 * D + hidden)  # one block's temporaries
+    saved = L * _F32 * N * (8 * D + 2 * hidden)  # activations autograd keeps per block
+    inputs = 3 * _F32 * C * h * w  # the input tensor, its pixels, the resized image
+    map_bytes = _MAP_MATRICES * L * pair
+    if gradient_pass_only:
+        forward = _GRADIENT_PASS_COPIES * A + layer + saved + _PAIR_TABLES * pair
+        maps_peak = _GRADIENT_MAP_COPIES * A + _GRADIENT_PASS_MAP_MATRICES * L * pair
+        kept = A  # the gradients
+        return MemoryEstimate((h, w), N, L, H, A, int(forward), kept, int(maps_peak), weights)
+    copies = _ATTENTION_COPIES_GRAD if gradients else _ATTENTION_COPIES
+    forward = copies * A + layer + _PAIR_TABLES * pair + L * _F32 * N * D + inputs
+    forward += saved if gradients else 0
+    kept = A * (2 if gradients else 1) + inputs
+    maps_peak = ((_GRADIENT_MAP_COPIES * A if gradients else 0) + map_bytes) if maps else 0
+    return MemoryEstimate((h, w), N, L, H, A, int(forward), kept, int(maps_peak), weights)
+
+
+def parse_bytes(text: str) -> int:
+    """'2G', '512M', '1.5g', '1000000' -> bytes (K/M/G/T are powers of 1024)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text, re.IGNORECASE)
+    if m is None:
+        raise ValueError(
+            f"{BUDGET_ENV}={text!r} is not a size; use bytes or a number with K, M, G or T"
+        )
+    scale = 1024 ** " kmgt".index(m.group(2).lower() or " ")
+    return int(float(m.group(1)) * scale)
+
+
+def available_memory(device: torch.device | str) -> int | None:
+    """Bytes free for an analysis on ``device``; None when it can't be known (no refusal).
+
+    ``VITVIZ_MEMORY_BUDGET`` wins over what the machine says (tests set it to a small budget).
+    """
+    budget = os.environ.get(BUDGET_ENV)
+    if budget:
+        return parse_bytes(budget)
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(dev)
+        cached = torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
+        return int(free + max(0, cached))
+    if dev.type == "cpu":
+        return host_available()
+    return None  # MPS and others: unified memory the system manages; not planned
+
+
+def host_available() -> int | None:
+    """Free RAM: Linux MemAvailable, capped by the cgroup's limit; sysconf elsewhere."""
+    found = _meminfo_available()
+    if found is None:
+        try:
+            found = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):
+            return None
+    limit = _cgroup_room()
+    return min(found, limit) if limit is not None else found
+
+
+def _meminfo_available() -> int | None:
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^MemAvailable:\s+(\d+)\s*kB", text, re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def _cgroup_room() -> int | None:
+    """limit − usage of this process's cgroup (v2, then v1), None when unlimited or unknown."""
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        try:
+            limit_text = Path(limit_file).read_text().strip()
+            usage = int(Path(usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if not limit_text.isdigit() or int(limit_text) >= 2**60:
+            return None  # "max" or the v1 "no limit" value
+        return max(0, int(limit_text) - usage)
+    return None
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.5 KB'; 21.6e9 -> '20.1 GB' (powers of 1024)."""
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1024 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PB"  # pragma: no cover - the loop always returns
+
+
+def check_analysis_memory(
+    model: Any,
+    input_size: tuple[int, int],
+    device: torch.device | str | None = None,
+    *,
+    gradients: bool = False,
+    gradient_pass_only: bool = False,
+) -> MemoryEstimate:
+    """Raise NotEnoughMemoryError when analysing an ``input_size`` (H, W) input with ``model``
+    would not fit where it runs (and, on a GPU, where its results land: the host); returns the
+    estimate otherwise. ``device`` defaults to where the model's parameters are."""
+    params = list(model.parameters())
+    dev = torch.device(device) if device is not None else _device_of(params)
+    weights = sum(t.numel() * t.element_size() for t in params)
+    est = estimate_analysis(
+        model.config,
+        input_size,
+        gradients=gradients,
+        weights=weights,
+        gradient_pass_only=gradient_pass_only,
+    )
+    places = [(dev, est.needed)]
+    if dev.type != "cpu":  # attention, gradients and maps are kept on the host
+        places = [(dev, est.device), (torch.device("cpu"), est.host)]
+    for place, needed in places:
+        free = available_memory(place)
+        if free is not None and needed > USABLE_FRACTION * free:
+            trained = getattr(model.config, "image_size", None)
+            message = _refusal(est, needed, free, place, trained, gradient_pass_only)
+            raise NotEnoughMemoryError(message, est, free)
+    return est
+
+
+def _device_of(params: list[torch.Tensor]) -> torch.device:
+    return params[0].device if params else torch.device("cpu")
+
+
+def _refusal(
+    est: MemoryEstimate,
+    needed: int,
+    free: int,
+    device: torch.device,
+    trained: Any,
+    gradient_pass: bool,
+) -> str:
+    h, w = est.input_size
+    where = "on this machine" if device.type == "cpu" else f"on {device}"
+    what = "its gradient pass" if gradient_pass else "analysing it"
+    at = f" (the model was trained at {trained[0]}×{trained[1]})" if trained else ""
+    return (
+        f"input size {h}×{w} gives {est.tokens:,} tokens over {est.layers} layers × "
+        f"{est.heads} heads: {what} needs about {format_bytes(needed)} of memory, but "
+        f"{format_bytes(free)} is free {where}; choose a smaller image size{at}: memory "
+        f"grows with the fourth power of the side."
+    )
