@@ -66,6 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import pyqtgraph as pg
 
     pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)
+    from pyqtgraph.util.garbage_collector import GarbageCollector
+
+    # Cyclic garbage is collected on a GUI-thread timer only: a Qt object whose wrapper the
+    # collector frees on the engine thread runs its C++ destructor there and can deadlock
+    # against the GUI thread (a Qt mutex against the GIL).
+    collector = GarbageCollector(interval=1.0)  # noqa: F841 - lives as long as the app runs
     from vitviz.ui.main_window import MainWindow
 
     window = MainWindow()
