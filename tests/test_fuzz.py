@@ -8,6 +8,7 @@ the same generators is benchmarks/fuzz.py.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,8 +138,13 @@ def test_harness_sees_raw_errors_bad_messages_writes_and_memory(
     assert "file" in got.categories(), got.problems
 
     def hungry(*_: object, **__: object) -> None:
-        block = np.ones(64 << 20, dtype=np.uint8)  # 64 MiB, touched
-        raise ImageLoadError(f"refused after {block.sum()} bytes")
+        # 64 MiB of fresh pages from the kernel, every one touched: an allocator's cache of
+        # freed memory (still resident, so not growth) can't serve it, whatever ran before
+        size = 64 << 20
+        with mmap.mmap(-1, size) as block:
+            block.write(b"\x01" * size)
+            touched = int(np.frombuffer(block, dtype=np.uint8).sum(dtype=np.int64))
+        raise ImageLoadError(f"refused after {touched} bytes")
 
     monkeypatch.setattr(vitviz.analysis, "analyze", hungry)
     monkeypatch.setattr(fuzz_harness, "MEMORY_LIMIT_MIB", 32)
