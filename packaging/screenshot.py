@@ -73,7 +73,14 @@ def default_image(folder: Path) -> Path:
     return path
 
 
-def shoot(image: Path, checkpoint: Path, out: Path, size: tuple[int, int], method: str) -> Path:
+def shoot(
+    image: Path,
+    checkpoint: Path,
+    out: Path,
+    size: tuple[int, int],
+    method: str,
+    faithfulness: bool = False,
+) -> Path:
     import pyqtgraph as pg
     from PIL import Image
     from PySide6.QtCore import QBuffer, QIODevice, QSettings
@@ -114,8 +121,13 @@ def shoot(image: Path, checkpoint: Path, out: Path, size: tuple[int, int], metho
         if errors:
             raise RuntimeError(f"the window reported: {errors}")
         ctl.select(layer=v.image.num_layers - 1, head=-1)  # the last layer, mean of heads
-        ctl.method.setCurrentIndex(max(0, ctl.method.findData(method)))
+        wait(lambda: ctl.method.findData(method) >= 0)  # the method table has arrived
+        ctl.method.setCurrentIndex(ctl.method.findData(method))
         wait(settled)
+        if faithfulness:  # the Faithfulness tab with the shown method's curves
+            v.right_tabs.setCurrentWidget(v.faithfulness)
+            v.faithfulness.measure.click()
+            wait(lambda: v.faithfulness.result is not None and not window.client.is_busy())
         for _ in range(5):  # let every view repaint
             app.processEvents()
             time.sleep(0.05)
@@ -144,14 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", type=Path, help="checkpoint (default: shipped or tiny demo)")
     p.add_argument("--out", type=Path, default=REPO / "resources" / "screenshot.png")
     p.add_argument("--size", default="1400x900", help="window size, WxH (default 1400x900)")
-    p.add_argument("--method", default="attention", help="attention, rollout, relevance, ...")
+    p.add_argument("--method", default="attention", help="a name of `vitviz-cli methods`")
+    p.add_argument(
+        "--faithfulness", action="store_true", help="show the Faithfulness tab, measured"
+    )
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         checkpoint = args.checkpoint or default_checkpoint(folder)
         image = args.image or default_image(folder)
-        out = shoot(image, checkpoint, args.out, (width, height), args.method)
+        size = (width, height)
+        out = shoot(image, checkpoint, args.out, size, args.method, args.faithfulness)
     print(f"wrote {out} ({out.stat().st_size / 1000:.0f} KB)")
     return 0
 

@@ -96,3 +96,46 @@ def test_run_updates_curves_cancels_and_opens_in_viewer(qtbot, window: MainWindo
     assert window.model is not None and window.model.path == last
     runs = [tab.runs.item(i).text() for i in range(tab.runs.count())]
     assert any("cancelled" in r for r in runs)
+
+
+def test_form_and_train_config_round_trip_through_the_field_table(window: MainWindow) -> None:
+    """Every field of the table goes both ways: a config with no default value left comes
+    back from the form unchanged (set_config, then config)."""
+    from dataclasses import fields, replace
+
+    from vitviz.training import TrainConfig
+    from vitviz.ui.training_tab import FIELDS
+
+    tab = window.training
+    cfg = TrainConfig(
+        dataset="folder:/data/pets",
+        image_size=48,
+        patch_size=4,
+        dim=40,
+        depth=3,
+        heads=5,
+        mlp_ratio=2.5,
+        pos_embed="sincos2d",
+        drop_path_rate=0.25,
+        train_size=1234,
+        val_size=321,
+        seed=7,
+        epochs=3,
+        batch_size=24,
+        lr=0.0025,
+        weight_decay=0.125,
+        warmup_epochs=2.5,
+        label_smoothing=0.2,
+        grad_clip=3.5,
+        device="cpu",
+    )
+    defaults = TrainConfig()
+    assert all(getattr(cfg, f.field) != getattr(defaults, f.field) for f in FIELDS)
+    tab.set_config(cfg)
+    back = tab.config()
+    for f in fields(TrainConfig):
+        if f.name != "command":
+            assert getattr(back, f.name) == getattr(cfg, f.name), f.name
+    tab.set_config(replace(cfg, train_size=None, device="cuda:1"))
+    assert tab.train_size.text() == "default" and tab.config().train_size is None
+    assert tab.config().device == "auto"  # a device the list lacks

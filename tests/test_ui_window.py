@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 import pytest
+import torch
 from PIL import Image
 from PySide6.QtCore import (
     QMimeData,
@@ -29,8 +30,13 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
 from vitviz import export as ex
+from vitviz import resources
 from vitviz.analysis import Analysis, analyze
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
+from vitviz.explain.faithfulness import evaluate_methods
+from vitviz.explain.localisation import mask_grid_for
+from vitviz.explain.methods import Method, method_names, register_method, unregister_method
+from vitviz.explain.params import Parameter
 from vitviz.model import create_model
 from vitviz.ui.controls import MEAN
 from vitviz.ui.main_window import MainWindow
@@ -106,6 +112,13 @@ def settled(window: MainWindow) -> bool:
     )
 
 
+def select_method(qtbot, window: MainWindow, name: str) -> None:
+    """Pick a method from the window's list once the method table has arrived."""
+    ctl = window.viewer.controls
+    qtbot.waitUntil(lambda: ctl.method.findData(name) >= 0, timeout=WAIT_MS)
+    ctl.method.setCurrentIndex(ctl.method.findData(name))
+
+
 def wait_shown(qtbot, window: MainWindow, label: str) -> None:
     qtbot.waitUntil(lambda: settled(window) and window.viewer.image.label == label, timeout=WAIT_MS)
 
@@ -165,7 +178,7 @@ def test_drop_shows_what_analyze_computes(qtbot, shown) -> None:
     assert lo == 0.0 and head_map.max() <= hi <= 1.25 * head_map.max() + ATOL
     assert v.head_grid.colorbar.levels() == pytest.approx(v.maps.levels)
 
-    v.controls.method.setCurrentIndex(v.controls.method.findData("rollout"))
+    select_method(qtbot, window, "rollout")
     qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
     np.testing.assert_allclose(overlay(window), ref.rollout().numpy(), atol=ATOL)
     np.testing.assert_allclose(v.maps.method_map, ref.rollout().numpy(), atol=ATOL)
@@ -275,7 +288,7 @@ def test_patch_grid_lines_bound_every_patch(shown) -> None:
 def test_click_prediction_bar_explains_that_class(qtbot, shown) -> None:
     window, ref = shown
     v = window.viewer
-    v.controls.method.setCurrentIndex(v.controls.method.findData("relevance"))
+    select_method(qtbot, window, "relevance")
     qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
     np.testing.assert_allclose(overlay(window), ref.relevance().numpy(), atol=1e-5)
 
@@ -501,7 +514,7 @@ def test_settings_remembered_across_windows(qtbot, settings_path: Path) -> None:
     ctl = first.viewer.controls
     ctl.colormap.setCurrentText("magma")
     ctl.opacity.setValue(35)
-    ctl.method.setCurrentIndex(ctl.method.findData("rollout"))
+    select_method(qtbot, first, "rollout")
     first.resize(700, 500)  # within the offscreen platform's 800 × 600 screen
     qtbot.waitUntil(lambda: first.size().width() == 700)
     qtbot.waitUntil(lambda: not first.client.is_busy(), timeout=WAIT_MS)
@@ -513,7 +526,7 @@ def test_settings_remembered_across_windows(qtbot, settings_path: Path) -> None:
     ctl2 = second.viewer.controls
     assert ctl2.colormap_name() == "magma"
     assert ctl2.opacity.value() == 35
-    assert ctl2.method.currentData() == "rollout"
+    qtbot.waitUntil(lambda: ctl2.method.currentData() == "rollout", timeout=WAIT_MS)
     assert (second.width(), second.height()) == saved
     QSettings(str(settings_path), QSettings.Format.IniFormat).sync()
     assert settings_path.is_file()
@@ -599,3 +612,120 @@ def test_busy_indicator_and_devices(qtbot, window: MainWindow) -> None:
     window.client.submit("export", slow_job)
     qtbot.waitUntil(window.progress.isVisible, timeout=WAIT_MS)
     qtbot.waitUntil(lambda: not window.progress.isVisible(), timeout=WAIT_MS)
+
+
+# -- the method table and faithfulness -----------------------------------------------------------
+def _toy_map(a: Analysis, q, c, p) -> torch.Tensor:
+    gh, gw = a.grid
+    return torch.arange(gh * gw, dtype=torch.float32).reshape(gh, gw) * p["scale"]
+
+
+def test_method_registered_at_run_time_is_listed_and_drawn(
+    qtbot, window: MainWindow, tiny_ckpt: Path, photo_files
+) -> None:
+    scale = Parameter("scale", float, 1.0, "Scale", range=(0.0, 10.0), step=0.5)
+    toy = Method("toy-rows", "Toy rows", _toy_map, (scale,), applies_to={"vit", "model-code"})
+    other = Method("toy-swin", "Toy for Swin", _toy_map, (scale,), applies_to={"swin"})
+    register_method(toy)
+    register_method(other)
+    try:
+        window.refresh_methods()
+        image = photo_files["chelsea"]
+        drop(window, [image, tiny_ckpt])
+        wait_shown(qtbot, window, image.name)
+        v, ctl = window.viewer, window.viewer.controls
+        labels = [ctl.method.itemText(i) for i in range(ctl.method.count())]
+        assert [ctl.method.itemData(i) for i in range(ctl.method.count())] == list(method_names())
+        assert "Toy rows" in labels
+        items = ctl.method.model()
+        swin = items.item(ctl.method.findData("toy-swin"))
+        assert not swin.isEnabled() and "swin" in swin.toolTip()
+        assert items.item(ctl.method.findData("toy-rows")).isEnabled()
+        select_method(qtbot, window, "toy-rows")
+        spin = ctl.param_panel.widgets["scale"]  # the panel built from the table entry
+        assert (spin.minimum(), spin.maximum(), spin.value()) == (0.0, 10.0, 1.0)
+        spin.setValue(2.5)
+        qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+        gh, gw = v.image.grid
+        expected = np.arange(gh * gw, dtype=np.float32).reshape(gh, gw) * 2.5
+        np.testing.assert_array_equal(v.maps.method_map, expected)
+        np.testing.assert_array_equal(overlay(window), expected)
+        assert v.map_view.title.text().startswith("Toy rows · scale 2.50")
+    finally:
+        unregister_method("toy-rows")
+        unregister_method("toy-swin")
+
+
+def test_old_method_names_in_settings_are_migrated(qtbot, settings_path: Path) -> None:
+    settings = make_settings(settings_path)
+    settings.set("view/method", "gradient_rollout")
+    settings.qs.sync()
+    window = new_window(qtbot, settings_path)
+    ctl = window.viewer.controls
+    qtbot.waitUntil(lambda: ctl.method.currentData() == "gradient-rollout", timeout=WAIT_MS)
+    window.close()
+    assert make_settings(settings_path).get("view/method") == "gradient-rollout"
+
+
+def test_faithfulness_panel_shows_evaluate_methods(qtbot, window: MainWindow, tiny_ckpt) -> None:
+    image = resources.sample_images()[0]
+    drop(window, [image, tiny_ckpt])
+    wait_shown(qtbot, window, image.name)
+    select_method(qtbot, window, "rollout")
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+    panel = window.viewer.faithfulness
+    panel.measure.click()
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=WAIT_MS)
+    a = analyze(load_checkpoint(tiny_ckpt), image)
+    mask = mask_grid_for(image, a.geometry)
+    assert mask is not None
+    ref = evaluate_methods(a, ["rollout", "random"], mask=mask)
+    result = panel.result
+    assert result.has_mask and result.target_class == ref.target_class
+    for name in ("rollout", "random"):
+        got, want = result.curves[name], ref.methods[name]
+        np.testing.assert_allclose(got.deletion, want.deletion, atol=1e-6)
+        np.testing.assert_allclose(got.insertion, want.insertion, atol=1e-6)
+        assert got.deletion_auc == pytest.approx(want.deletion_auc, abs=1e-6)
+        assert got.insertion_auc == pytest.approx(want.insertion_auc, abs=1e-6)
+        assert got.pointing_hit == want.localisation.pointing_hit
+        assert got.mass_in_mask == pytest.approx(want.localisation.mass_in_mask, abs=1e-6)
+    drawn = panel.deletion.curves["method"].getData()[1]
+    np.testing.assert_allclose(drawn, ref.methods["rollout"].deletion, atol=1e-6)
+    assert f"{ref.methods['rollout'].insertion_auc:.3f}" in panel.numbers.text()
+    assert panel.measure.isEnabled()
+    select_method(qtbot, window, "relevance")  # another method: the curves say whose they are
+    assert panel.status.text().startswith("These curves are of Attention rollout")
+
+
+def test_layer_and_head_reach_the_methods_that_use_them(qtbot, shown) -> None:
+    """Attention draws every layer and head from the maps it has (no new request); a method
+    with layer and head parameters (DINO masks) gets the selectors' values and is recomputed."""
+    window, ref = shown
+    v = window.viewer
+    maps = v.maps
+    v.controls.select(layer=1, head=1)
+    assert v.maps is maps and settled(window)  # attention: nothing asked of the engine
+    select_method(qtbot, window, "dino-masks")
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+    expected = ref.dino_masks(1, 0.6)[1].float().numpy()
+    np.testing.assert_array_equal(v.maps.method_map, expected)
+    v.controls.select(layer=0, head=MEAN)
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+    expected = ref.dino_masks(0, 0.6).float().mean(0).numpy()
+    np.testing.assert_allclose(v.maps.method_map, expected, atol=ATOL)
+    np.testing.assert_allclose(overlay(window), expected, atol=ATOL)
+    assert "layer 1 · mean of heads" in v.map_view.title.text()
+
+
+def test_faithfulness_measures_the_attention_on_screen(qtbot, shown, tiny_ckpt: Path) -> None:
+    window, ref = shown
+    v = window.viewer
+    v.controls.select(layer=0, head=1)
+    v.faithfulness.measure.click()
+    qtbot.waitUntil(lambda: v.faithfulness.result is not None, timeout=WAIT_MS)
+    params = {"attention": {"layer": 0, "head": 1}}
+    expected = evaluate_methods(ref, ["attention", "random"], params=params)
+    got = v.faithfulness.result.curves["attention"]
+    np.testing.assert_allclose(got.deletion, expected.methods["attention"].deletion, atol=1e-6)
+    np.testing.assert_allclose(got.insertion, expected.methods["attention"].insertion, atol=1e-6)

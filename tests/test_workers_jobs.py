@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint
+from vitviz.explain.faithfulness import evaluate_methods
+from vitviz.explain.methods import all_methods, get_method
 from vitviz.workers import jobs
 from vitviz.workers.messages import MapParams
 
@@ -54,31 +55,62 @@ def test_raw_maps_without_prefix_tokens_average_the_patch_queries() -> None:
     assert prefix.shape == (2, 3, 0)
 
 
-@pytest.mark.parametrize("method", ["rollout", "gradient_rollout", "relevance", "dino_masks"])
+PARAMS = {
+    "rollout": {"fusion": "max", "discard_ratio": 0.2, "start_layer": 1},
+    "gradient-rollout": {"discard_ratio": 0.2, "start_layer": 1},
+    "relevance": {"start_layer": 1},
+    "dino-masks": {"layer": 1, "head": 1, "threshold": 0.5},
+    "grad-sam": {},
+    "random": {"seed": 3},
+}
+
+
+@pytest.mark.parametrize("method", list(PARAMS))
 def test_compute_maps_follows_the_method(state: jobs.EngineState, photo_files, method: str) -> None:
     jobs.analyze_image(state, photo_files["chelsea"], "chelsea.png")
     a = state.analysis
-    params = MapParams(
-        query=(1, 2),
-        method=method,
-        fusion="max",
-        discard_ratio=0.2,
-        start_layer=1,
-        target_class=3,
-        threshold=0.5,
-    )
+    values = tuple(PARAMS[method].items())
+    params = MapParams(query=(1, 2), method=method, values=values, target_class=3)
     result = jobs.compute_maps(state, params)
     expected = {
         "rollout": lambda: a.rollout((1, 2), "max", None, 0.2, 1),
-        "gradient_rollout": lambda: a.gradient_rollout(3, (1, 2), 0.2, 1),
+        "gradient-rollout": lambda: a.gradient_rollout(3, (1, 2), 0.2, 1),
         "relevance": lambda: a.relevance(3, (1, 2), 1),
+        "dino-masks": lambda: a.dino_masks(1, 0.5, (1, 2))[1].float(),
+        "grad-sam": lambda: get_method("grad-sam")(a, (1, 2), 3),
+        "random": lambda: get_method("random")(a, None, None, {"seed": 3}),
     }
-    if method == "dino_masks":
-        masks = torch.stack([a.dino_masks(layer, 0.5, (1, 2)) for layer in range(a.num_layers)])
-        np.testing.assert_array_equal(result.masks, masks.numpy())
-    else:
-        np.testing.assert_allclose(result.method_map, expected[method]().numpy(), atol=1e-6)
+    assert result.error is None
+    np.testing.assert_allclose(result.method_map, expected[method]().numpy(), atol=1e-6)
     assert result.target_class == 3
+
+
+def test_compute_maps_reports_a_method_that_cannot_run(state: jobs.EngineState, photo_files):
+    jobs.analyze_image(state, photo_files["chelsea"], "chelsea.png")
+    params = MapParams(method="rollout", values=(("start_layer", 99),))
+    result = jobs.compute_maps(state, params)
+    assert result.method_map is None and "start_layer" in result.error
+
+
+def test_method_table_reaches_the_window_as_plain_data() -> None:
+    table = jobs.method_table()
+    assert [m.name for m in table] == [m.name for m in all_methods()]
+    rollout = next(m for m in table if m.name == "rollout")
+    assert [p.name for p in rollout.parameters] == ["fusion", "discard_ratio", "start_layer"]
+    assert rollout.parameters[0].choices == ("mean", "max", "min")
+
+
+def test_faithfulness_job_equals_evaluate_methods(state: jobs.EngineState, photo_files) -> None:
+    jobs.analyze_image(state, photo_files["chelsea"], "chelsea.png")
+    result = jobs.faithfulness(state, "rollout", {"fusion": "max"}, steps=5)
+    ref = evaluate_methods(
+        state.analysis, ["rollout", "random"], steps=5, params={"rollout": {"fusion": "max"}}
+    )
+    assert result.target_class == ref.target_class and not result.has_mask
+    for name in ("rollout", "random"):
+        np.testing.assert_allclose(result.curves[name].deletion, ref.methods[name].deletion)
+        np.testing.assert_allclose(result.curves[name].insertion, ref.methods[name].insertion)
+        assert result.curves[name].deletion_auc == ref.methods[name].deletion_auc
 
 
 def test_expected_mistakes_are_short_messages(tmp_path: Path, tiny_ckpt: Path) -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QPushButton,
     QSlider,
     QSpinBox,
@@ -18,9 +23,123 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.ui.colors import COLORMAPS
-from vitviz.workers.messages import METHOD_LABELS, METHODS, MapParams
+from vitviz.workers.messages import OLD_METHOD_NAMES, MapParams, MethodInfo, ParamInfo
 
+TOOLTIP = Qt.ItemDataRole.ToolTipRole
 MEAN = -1
+SELECTION = ("layer", "head")  # parameters taken from the Layer and Head selectors above
+ATTENTION = "attention"  # drawn from the head maps the window holds (its speed path)
+
+
+def from_selection(p: ParamInfo) -> bool:
+    """A method's layer or head index comes from the Layer/Head selectors (and grid clicks)."""
+    return p.name in SELECTION and p.per == p.name
+
+
+class ParamPanel(QGroupBox):
+    """The selected method's parameters, one control each, built from its table entry; the
+    values are kept per method while the window lives."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Method parameters", parent)
+        self.form = QFormLayout(self)
+        self.method: MethodInfo | None = None
+        self.values: dict[str, dict[str, Any]] = {}
+        self.widgets: dict[str, QWidget] = {}
+        self.shape = (1, 1)  # the model's layers, heads
+
+    def show_method(self, method: MethodInfo | None) -> None:
+        self.method = method
+        while self.form.rowCount():
+            self.form.removeRow(0)
+        self.widgets = {}
+        shown = [] if method is None else [p for p in method.parameters if not from_selection(p)]
+        for p in shown:
+            widget = self._widget(p)
+            widget.setToolTip(p.help)
+            self.widgets[p.name] = widget
+            self.form.addRow(p.label, widget)
+        if not shown:
+            self.form.addRow(
+                QLabel(
+                    "none"
+                    if method is None or not method.parameters
+                    else "layer and head: the selectors above"
+                )
+            )
+        self.setTitle(f"{method.label}: parameters" if method is not None else "Method parameters")
+
+    def current(self) -> dict[str, Any]:
+        """The shown method's values (those set here; the rest keep the table's defaults)."""
+        if self.method is None:
+            return {}
+        return dict(self.values.get(self.method.name, {}))
+
+    def set_value(self, method: str, name: str, value: Any) -> None:
+        self.values.setdefault(method, {})[name] = value
+
+    def set_shape(self, layers: int, heads: int) -> None:
+        self.shape = (layers, heads)
+        self.show_method(self.method)
+
+    # -- one control per parameter --------------------------------------------------------------
+    def _value(self, p: ParamInfo) -> Any:
+        assert self.method is not None
+        return self.values.get(self.method.name, {}).get(p.name, p.default)
+
+    def _store(self, p: ParamInfo, value: Any) -> None:
+        assert self.method is not None
+        self.set_value(self.method.name, p.name, value)
+        self.changed.emit()
+
+    def _widget(self, p: ParamInfo) -> QWidget:
+        value = self._value(p)
+        if p.choices is not None:
+            combo = QComboBox()
+            for c in p.choices:
+                combo.addItem(str(c), c)
+            combo.setCurrentIndex(max(0, combo.findData(value)))
+            combo.currentIndexChanged.connect(lambda _i: self._store(p, combo.currentData()))
+            return combo
+        if p.type == "bool":
+            box = QCheckBox()
+            box.setChecked(bool(value))
+            box.toggled.connect(lambda on: self._store(p, bool(on)))
+            return box
+        if p.type == "float":
+            spin = QDoubleSpinBox()
+            lo, hi = p.range if p.range is not None else (-1e9, 1e9)
+            spin.setRange(lo, 1e9 if hi is None else hi)
+            spin.setDecimals(3 if (p.step or 0.05) < 0.01 else 2)
+            spin.setSingleStep(p.step or 0.05)
+            spin.setValue(float(value))
+            spin.valueChanged.connect(lambda v: self._store(p, float(v)))
+            return spin
+        if p.type == "int":
+            return self._int_spin(p, int(value))
+        text = QLineEdit(str(value))
+        text.editingFinished.connect(lambda: self._store(p, text.text()))
+        return text
+
+    def _int_spin(self, p: ParamInfo, value: int) -> QSpinBox:
+        """Layers and heads are shown counted from 1 (as the selectors); −1 as its meaning."""
+        spin = QSpinBox()
+        lo, hi = p.range if p.range is not None else (-(2**31) + 1, 2**31 - 1)
+        if p.per is not None:
+            layers, heads = self.shape
+            top = (layers if p.per == "layer" else heads) - 1
+            spin.setRange(int(lo) + 1, top + 1)
+            if lo == -1:
+                spin.setSpecialValueText("last layer" if p.per == "layer" else "mean of heads")
+            spin.setValue(min(value, top) + 1)
+            spin.valueChanged.connect(lambda v: self._store(p, int(v) - 1))
+            return spin
+        spin.setRange(int(lo), int(2**31 - 1 if hi is None else hi))
+        spin.setValue(value)
+        spin.valueChanged.connect(lambda v: self._store(p, int(v)))
+        return spin
 
 
 class ViewControls(QWidget):
@@ -34,26 +153,19 @@ class ViewControls(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.methods: dict[str, MethodInfo] = {}
+        self.wanted_method = ATTENTION  # selected once the table arrives from the engine
         self.method = QComboBox()
-        for m in METHODS:
-            self.method.addItem(METHOD_LABELS[m], m)
+        self.method.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.method.setMinimumContentsLength(14)
         self.layer = QSpinBox()
         self.layer.setRange(1, 1)
         self.layer.setPrefix("layer ")
         self.head = QComboBox()
         self.head.addItem("mean of heads", MEAN)
-        self.fusion = QComboBox()
-        self.fusion.addItems(["mean", "max", "min"])
-        self.discard = QDoubleSpinBox()
-        self.discard.setRange(0.0, 0.99)
-        self.discard.setSingleStep(0.05)
-        self.discard.setDecimals(2)
-        self.start_layer = QSpinBox()
-        self.start_layer.setRange(1, 1)
-        self.threshold = QDoubleSpinBox()
-        self.threshold.setRange(0.05, 1.0)
-        self.threshold.setSingleStep(0.05)
-        self.threshold.setValue(0.6)
+        self.param_panel = ParamPanel()
         self.query_label = QLabel("CLS token")
         self.query_reset = QPushButton("Reset to CLS")
         self.query_reset.clicked.connect(self.queryResetRequested)
@@ -86,13 +198,6 @@ class ViewControls(QWidget):
         form.addRow("Class", class_row)
         form.addRow("", self.prefix_label)
 
-        method = QGroupBox("Rollout and relevance")
-        mform = QFormLayout(method)
-        mform.addRow("Head fusion", self.fusion)
-        mform.addRow("Discard ratio", self.discard)
-        mform.addRow("Start layer", self.start_layer)
-        mform.addRow("Mask threshold", self.threshold)
-
         look = QGroupBox("Display")
         lform = QFormLayout(look)
         lform.addRow("Colour map", self.colormap)
@@ -101,29 +206,82 @@ class ViewControls(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(what)
-        layout.addWidget(method)
+        layout.addWidget(self.param_panel)
         layout.addWidget(look)
         layout.addStretch(1)
 
-        for w in (self.method, self.fusion):
-            w.currentIndexChanged.connect(self.paramsChanged)
-        for w in (self.discard, self.threshold):
-            w.valueChanged.connect(self.paramsChanged)
-        self.start_layer.valueChanged.connect(self.paramsChanged)
-        self.layer.valueChanged.connect(self.displayChanged)
-        self.head.currentIndexChanged.connect(self.displayChanged)
+        self.method.currentIndexChanged.connect(self._method_changed)
+        self.param_panel.changed.connect(self.paramsChanged)
+        self.layer.valueChanged.connect(self._selection_changed)
+        self.head.currentIndexChanged.connect(self._selection_changed)
         self.colormap.currentIndexChanged.connect(self.displayChanged)
         self.opacity.valueChanged.connect(self.displayChanged)
-        self.method.currentIndexChanged.connect(self._enable_for_method)
-        self._enable_for_method()
+
+    # -- the method table ------------------------------------------------------------------------
+    def set_methods(self, methods: list[MethodInfo]) -> None:
+        """Fill the method list from the table (labels from it), keeping the selection."""
+        current = self.method.currentData() or self.wanted_method
+        self.methods = {m.name: m for m in methods}
+        self.method.blockSignals(True)
+        self.method.clear()
+        for m in methods:
+            self.method.addItem(m.label, m.name)
+            self.method.setItemData(self.method.count() - 1, m.description, TOOLTIP)
+        self.method.setCurrentIndex(max(0, self.method.findData(current)))
+        self.method.blockSignals(False)
+        self._method_changed()
+
+    def select_method(self, name: str) -> None:
+        """Select ``name`` (an old settings name is migrated); kept until the table arrives."""
+        name = OLD_METHOD_NAMES.get(name, name)
+        self.wanted_method = name
+        index = self.method.findData(name)
+        if index >= 0:
+            self.method.setCurrentIndex(index)
+
+    def set_unavailable(self, reasons: dict[str, str]) -> None:
+        """Disable the methods that can't run on the loaded model, saying why in a tooltip."""
+        model = self.method.model()
+        for i in range(self.method.count()):
+            name = self.method.itemData(i)
+            item = model.item(i) if isinstance(model, QStandardItemModel) else None
+            if item is None:
+                continue
+            why = reasons.get(name)
+            item.setEnabled(why is None)
+            info = self.methods.get(name)
+            item.setToolTip(why if why is not None else (info.description if info else ""))
+
+    def current_method(self) -> MethodInfo | None:
+        return self.methods.get(self.method.currentData())
+
+    def method_name(self) -> str:
+        return self.method.currentData() or self.wanted_method
+
+    def uses_selection(self) -> bool:
+        """The map itself depends on the Layer/Head selectors (not only what is drawn)."""
+        m = self.current_method()
+        return m is not None and m.name != ATTENTION and any(map(from_selection, m.parameters))
+
+    def _method_changed(self) -> None:
+        m = self.current_method()
+        if m is not None:
+            self.wanted_method = m.name
+        self.param_panel.show_method(m)
+        self.paramsChanged.emit()
+
+    def _selection_changed(self) -> None:
+        if self.uses_selection():
+            self.paramsChanged.emit()
+        self.displayChanged.emit()
 
     # -- model shape -----------------------------------------------------------------------------
     def set_shape(self, layers: int, heads: int) -> None:
         """Adapt the layer and head choices to a model, keeping the selection where possible."""
-        for w in (self.layer, self.start_layer, self.head):
+        for w in (self.layer, self.head):
             w.blockSignals(True)
         self.layer.setRange(1, layers)
-        self.start_layer.setRange(1, layers)
+        self.param_panel.set_shape(layers, heads)
         current = self.head.currentData()
         self.head.clear()
         self.head.addItem("mean of heads", MEAN)
@@ -131,20 +289,30 @@ class ViewControls(QWidget):
             self.head.addItem(f"head {h + 1}", h)
         index = self.head.findData(current if current is not None and current < heads else MEAN)
         self.head.setCurrentIndex(max(index, 0))
-        for w in (self.layer, self.start_layer, self.head):
+        for w in (self.layer, self.head):
             w.blockSignals(False)
 
     # -- reading -------------------------------------------------------------------------------
     def params(self, query: tuple[int, int] | None, target_class: int | None) -> MapParams:
+        m = self.current_method()
+        attention = m is not None and m.name == ATTENTION
+        values = self.param_panel.current() if attention else self.method_values()
         return MapParams(
             query=query,
-            method=self.method.currentData(),
-            fusion=self.fusion.currentText(),
-            discard_ratio=self.discard.value(),
-            start_layer=self.start_layer.value() - 1,
+            method=self.method_name(),
+            values=tuple(sorted(values.items())),
             target_class=target_class,
-            threshold=self.threshold.value(),
         )
+
+    def method_values(self) -> dict[str, Any]:
+        """The shown method's parameter values, its layer and head from the selectors. (The
+        maps of ``attention`` leave them out: every layer and head comes back at once.)"""
+        values = self.param_panel.current()
+        m = self.current_method()
+        if m is not None:
+            selection = {"layer": self.selected_layer(), "head": self.selected_head()}
+            values.update({p.name: selection[p.name] for p in m.parameters if from_selection(p)})
+        return values
 
     def selected_layer(self) -> int:
         return self.layer.value() - 1
@@ -170,10 +338,3 @@ class ViewControls(QWidget):
 
     def opacity_value(self) -> float:
         return self.opacity.value() / 100.0
-
-    def _enable_for_method(self) -> None:
-        m = self.method.currentData()
-        self.fusion.setEnabled(m == "rollout")
-        self.discard.setEnabled(m in ("rollout", "gradient_rollout"))
-        self.start_layer.setEnabled(m in ("rollout", "gradient_rollout", "relevance"))
-        self.threshold.setEnabled(m == "dino_masks")

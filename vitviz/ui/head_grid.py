@@ -10,7 +10,7 @@ import numpy as np
 import pyqtgraph as pg
 from PIL import Image
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPen
+from PySide6.QtGui import QColor, QFont, QPen
 from PySide6.QtWidgets import QGraphicsRectItem
 
 from vitviz.ui.colors import colormap, set_colorbar_levels
@@ -147,10 +147,14 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         gh, gw = self.grid
         top = (0.5, 1.0)  # anchor: centred above a tile
         side = (1.0, 0.5)  # anchor: right-aligned left of a tile
+        many = heads > 8  # narrow tiles: short labels in a smaller font
+        font = QFont()
+        font.setPointSizeF(7.0 if many else font.pointSizeF())
         for c in range(heads + 1):
             x, y = tile_origin(0, c, self.grid, self.layers_on_x)
-            text = "mean" if c == 0 else f"H{c}"
+            text = ("μ" if many else "mean") if c == 0 else f"H{c}"
             item = pg.TextItem(text, color="#cccccc", anchor=side if self.layers_on_x else top)
+            item.setFont(font)
             item.setPos(*((x - 0.2, y + gh / 2) if self.layers_on_x else (x + gw / 2, -0.1)))
             self._labels.append(item)
         for layer in range(layers):

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from vitviz import __version__, resources
 from vitviz.filekinds import CHECKPOINT_SUFFIXES, file_kind
 from vitviz.imaging.loading import IMAGE_EXTENSIONS, list_images
+from vitviz.modelcode import ModelCodeSpec
 from vitviz.ui.cache_dialog import CacheDialog
 from vitviz.ui.checkpoint_settings_dialog import CheckpointSettingsDialog
 from vitviz.ui.errors import ErrorNotifier, MessageBar
@@ -34,7 +35,13 @@ from vitviz.ui.training_tab import TrainingTab
 from vitviz.ui.viewer_tab import ViewerTab
 from vitviz.workers import jobs
 from vitviz.workers.engine import EngineClient
-from vitviz.workers.messages import ImageResult, MapsResult, ModelSummary, UserError
+from vitviz.workers.messages import (
+    FaithfulnessResult,
+    ImageResult,
+    MapsResult,
+    ModelSummary,
+    UserError,
+)
 
 IMAGE_FILTER = "Images (" + " ".join(f"*{s}" for s in sorted(IMAGE_EXTENSIONS)) + ")"
 CHECKPOINT_FILTER = "Checkpoints (" + " ".join(f"*{s}" for s in sorted(CHECKPOINT_SUFFIXES)) + ")"
@@ -218,21 +225,12 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geometry)
         else:
             self.resize(1400, 900)
-        ctl = self.viewer.controls
-        cmap = self.settings.get("view/colormap", "viridis", str)
-        if ctl.colormap.findText(cmap) >= 0:
-            ctl.colormap.setCurrentText(cmap)
-        ctl.opacity.setValue(self.settings.get("view/opacity", 60, int))
-        method = ctl.method.findData(self.settings.get("view/method", "attention", str))
-        ctl.method.setCurrentIndex(max(method, 0))
+        self.viewer.restore_settings(self.settings)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         s = self.settings
         s.set("window/geometry", self.saveGeometry())
-        ctl = self.viewer.controls
-        s.set("view/colormap", ctl.colormap_name())
-        s.set("view/opacity", ctl.opacity.value())
-        s.set("view/method", ctl.method.currentData())
+        self.viewer.save_settings(s)
         s.set("device", self.device_combo.currentText())
         self.training.runner.shutdown()
         self.client.shutdown()
@@ -272,6 +270,7 @@ class MainWindow(QMainWindow):
         """Import torch in the engine thread (the window is already up), then open ``paths``
         (or, with ``defaults``, the shipped model and a sample)."""
         self.client.submit("warmup", lambda state: jobs.warm_up())
+        self.refresh_methods()
         if paths:
             self.open_paths(paths)
         elif defaults:
@@ -356,8 +355,7 @@ class MainWindow(QMainWindow):
                 jobs.analyze_image,
                 source=source,
                 label=self._requested_label,
-                gradients=self.viewer.controls.method.currentData()
-                in ("gradient_rollout", "relevance"),
+                gradients=self.viewer.needs_gradients(),
             ),
         )
 
@@ -403,8 +401,8 @@ class MainWindow(QMainWindow):
         if spec is not None:
             self.open_model_code(spec)
 
-    def open_model_code(self, spec: object) -> int:
-        self.model_label.setText(f"loading {spec.file.name}…")  # type: ignore[attr-defined]
+    def open_model_code(self, spec: ModelCodeSpec) -> int:
+        self.model_label.setText(f"loading {spec.file.name}…")
         return self.client.submit("model", partial(jobs.load_model_code, spec=spec))
 
     def open_folder_dialog(self) -> None:
@@ -487,41 +485,39 @@ class MainWindow(QMainWindow):
 
     def export_to(self, path: str | Path, what: str) -> int:
         """Export the view ('view'), the head grid ('heads') or the numbers ('npz') to path."""
-        ctl = self.viewer.controls
-        params = ctl.params(self.viewer.query, self.viewer.target_class)
-        values, _ = self.viewer.current_map()
         return self.client.submit(
-            "export",
-            partial(
-                jobs.export,
-                path=path,
-                what=what,
-                params=params,
-                current_map=None if values is None else values.copy(),
-                colormap=ctl.colormap_name(),
-                opacity=ctl.opacity_value(),
-            ),
+            "export", partial(jobs.export, path=path, what=what, **self.viewer.export_request())
         )
+
+    def refresh_methods(self) -> int:
+        """Read the method table again (at start and after each model: a method registered
+        since shows up in the list)."""
+        return self.client.submit("methods", lambda state: jobs.method_table())
 
     # -- results ------------------------------------------------------------------------------
     def _on_result(self, channel: str, result: object) -> None:
-        if channel == "warmup":
-            self.devices = list(result)  # type: ignore[arg-type]
-            self._fill_devices()
-        elif channel == "model":
-            self._apply_model(result)  # type: ignore[arg-type]
-        elif channel == "image":
-            self._apply_image(result)  # type: ignore[arg-type]
-        elif channel == "maps":
-            self.viewer.apply_maps(result)  # type: ignore[arg-type]
-        elif channel == "cache":
-            self._show_cache(result)  # type: ignore[arg-type]
-        elif channel == "export":
-            self.notifier.info(f"Saved {result}")
-        elif channel == "device":
-            self.device_label.setText(f"device: {result}")
-            if self._shown_source is not None:
-                self.open_image(self._shown_source, self._shown_label)
+        match result:
+            case ModelSummary():
+                self._apply_model(result)
+            case ImageResult():
+                self._apply_image(result)
+            case MapsResult():
+                self.viewer.apply_maps(result)
+            case FaithfulnessResult():
+                self.viewer.apply_faithfulness(result)
+            case list() if channel == "warmup":
+                self.devices = [str(d) for d in result]
+                self._fill_devices()
+            case list() if channel == "methods":
+                self.viewer.set_methods(result)
+            case list() if channel == "cache":
+                self._show_cache(result)
+            case Path() if channel == "export":
+                self.notifier.info(f"Saved {result}")
+            case str() if channel == "device":
+                self.device_label.setText(f"device: {result}")
+                if self._shown_source is not None:
+                    self.open_image(self._shown_source, self._shown_label)
 
     def _show_cache(self, entries: list) -> None:
         dialog = CacheDialog(entries, self)
@@ -559,6 +555,7 @@ class MainWindow(QMainWindow):
             self.settings.add_recent("checkpoints", summary.path)
         self.setWindowTitle(f"vitviz — {summary.name}")
         self.viewer.target_class = None
+        self.refresh_methods()
         source = self._requested_source
         if source is not None:
             self.open_image(source, self._requested_label)
@@ -578,6 +575,8 @@ class MainWindow(QMainWindow):
         # kind "checkpoint": no model yet; keep the image, _apply_model opens it with the model
         if channel == "maps" and error.kind == "no_image":
             return  # a new model's re-analysis is under way; its maps are asked for on arrival
+        if channel == "faithfulness":
+            self.viewer.faithfulness_failed(error.message)
         if channel == "model":
             self.model_label.setText(
                 "no model" if self.model is None else f"{self.model.name} ({self.model.family})"

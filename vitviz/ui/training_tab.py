@@ -7,7 +7,10 @@ turns settings into a TrainConfig and events into pictures.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -42,6 +45,15 @@ from vitviz.training import (
     list_runs,
     read_run,
     validate_training_config,
+)
+from vitviz.training.events import (
+    CheckpointEvent,
+    EpochEvent,
+    FinishedEvent,
+    LogEvent,
+    ProbeEvent,
+    RunStarted,
+    StepEvent,
 )
 from vitviz.workers.training import TrainingRunner
 
@@ -83,6 +95,78 @@ def _format_eta(seconds: float) -> str:
     m, s = divmod(round(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+FormWidget = QSpinBox | QDoubleSpinBox | QComboBox
+
+
+def _choices(*items: str) -> Callable[[], QComboBox]:
+    def make() -> QComboBox:
+        w = QComboBox()
+        w.addItems(list(items))
+        return w
+
+    return make
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One row of the form: the tab's widget attribute, its TrainConfig field, where it goes."""
+
+    attr: str
+    field: str
+    label: str
+    group: str  # "data" | "model" | "optim"
+    make: Callable[[], FormWidget]
+    optional: bool = False  # 0 is shown as "default" and means None
+
+    def write(self, widget: FormWidget, value: Any) -> None:
+        if isinstance(widget, QComboBox):
+            text = str(value)
+            widget.setCurrentIndex(max(0, widget.findText(text)))
+        elif isinstance(widget, QSpinBox):
+            widget.setValue(int(value or 0))  # None: "default" (optional fields)
+        else:
+            widget.setValue(float(value))
+
+    def read(self, widget: FormWidget) -> Any:
+        if isinstance(widget, QComboBox):
+            return widget.currentText()
+        value = widget.value()
+        return (value or None) if self.optional else value
+
+
+# The form <-> TrainConfig mapping, written once: widgets, rows, set_config and config read it.
+FIELDS = (
+    FormField("train_size", "train_size", "Training images", "data",
+              lambda: _spin(0, 10_000_000, 0, 1000, "default"), optional=True),
+    FormField("val_size", "val_size", "Validation images", "data",
+              lambda: _spin(0, 1_000_000, 0, 100, "default"), optional=True),
+    FormField("seed", "seed", "Seed", "data", lambda: _spin(0, 2**31 - 1, 0)),
+    FormField("image_size", "image_size", "Image size", "model", lambda: _spin(8, 1024, 32, 8)),
+    FormField("patch_size", "patch_size", "Patch size", "model", lambda: _spin(1, 64, 8)),
+    FormField("dim", "dim", "Width (dim)", "model", lambda: _spin(8, 2048, 64, 8)),
+    FormField("depth", "depth", "Depth", "model", lambda: _spin(1, 48, 4)),
+    FormField("heads", "heads", "Heads", "model", lambda: _spin(1, 32, 4)),
+    FormField("mlp_ratio", "mlp_ratio", "MLP ratio", "model",
+              lambda: _dspin(0.5, 8.0, 4.0, 0.5, 1)),
+    FormField("pos_embed", "pos_embed", "Position embedding", "model",
+              _choices("learned", "sincos", "sincos2d")),
+    FormField("drop_path", "drop_path_rate", "Stochastic depth", "model",
+              lambda: _dspin(0.0, 0.9, 0.1, 0.05, 2)),
+    FormField("epochs_box", "epochs", "Epochs", "optim", lambda: _spin(1, 10_000, 10)),
+    FormField("batch_size", "batch_size", "Batch size", "optim", lambda: _spin(1, 8192, 64, 16)),
+    FormField("lr", "lr", "Learning rate", "optim", lambda: _dspin(1e-6, 1.0, 1e-3, 1e-4, 6)),
+    FormField("weight_decay", "weight_decay", "Weight decay", "optim",
+              lambda: _dspin(0.0, 1.0, 0.05, 0.01, 3)),
+    FormField("warmup", "warmup_epochs", "Warmup epochs", "optim",
+              lambda: _dspin(0.0, 100.0, 1.0, 0.5, 1)),
+    FormField("label_smoothing", "label_smoothing", "Label smoothing", "optim",
+              lambda: _dspin(0.0, 0.5, 0.1, 0.05, 2)),
+    FormField("grad_clip", "grad_clip", "Gradient clip", "optim",
+              lambda: _dspin(0.0, 100.0, 1.0, 0.5, 2)),
+    FormField("device", "device", "Device", "optim", _choices("auto", "cpu", "cuda", "mps")),
+)  # fmt: skip
 
 
 class TrainingTab(QWidget):
@@ -129,62 +213,22 @@ class TrainingTab(QWidget):
         path_row.addWidget(browse)
         self.dataset_kind.currentIndexChanged.connect(self._on_dataset_kind)
 
-        self.image_size = _spin(8, 1024, 32, 8)
-        self.patch_size = _spin(1, 64, 8)
-        self.dim = _spin(8, 2048, 64, 8)
-        self.depth = _spin(1, 48, 4)
-        self.heads = _spin(1, 32, 4)
-        self.mlp_ratio = _dspin(0.5, 8.0, 4.0, 0.5, 1)
-        self.pos_embed = QComboBox()
-        self.pos_embed.addItems(["learned", "sincos", "sincos2d"])
-        self.drop_path = _dspin(0.0, 0.9, 0.1, 0.05, 2)
-        self.train_size = _spin(0, 10_000_000, 0, 1000, "default")
-        self.val_size = _spin(0, 1_000_000, 0, 100, "default")
-        self.seed = _spin(0, 2**31 - 1, 0)
-        self.epochs_box = _spin(1, 10_000, 10)
-        self.batch_size = _spin(1, 8192, 64, 16)
-        self.lr = _dspin(1e-6, 1.0, 1e-3, 1e-4, 6)
-        self.weight_decay = _dspin(0.0, 1.0, 0.05, 0.01, 3)
-        self.warmup = _dspin(0.0, 100.0, 1.0, 0.5, 1)
-        self.label_smoothing = _dspin(0.0, 0.5, 0.1, 0.05, 2)
-        self.grad_clip = _dspin(0.0, 100.0, 1.0, 0.5, 2)
-        self.device = QComboBox()
-        self.device.addItems(["auto", "cpu", "cuda", "mps"])
+        self.fields: dict[str, FormWidget] = {}
+        for f in FIELDS:
+            self.fields[f.field] = f.make()
+            setattr(self, f.attr, self.fields[f.field])
 
         data = QGroupBox("Data")
-        f = QFormLayout(data)
-        f.addRow("Preset", self.preset)
-        f.addRow("Dataset", self.dataset_kind)
-        f.addRow("Folder", path_row)
-        f.addRow("Training images", self.train_size)
-        f.addRow("Validation images", self.val_size)
-        f.addRow("Seed", self.seed)
+        forms = {"data": QFormLayout(data)}
+        forms["data"].addRow("Preset", self.preset)
+        forms["data"].addRow("Dataset", self.dataset_kind)
+        forms["data"].addRow("Folder", path_row)
         model = QGroupBox("Model")
-        f = QFormLayout(model)
-        for label, w in (
-            ("Image size", self.image_size),
-            ("Patch size", self.patch_size),
-            ("Width (dim)", self.dim),
-            ("Depth", self.depth),
-            ("Heads", self.heads),
-            ("MLP ratio", self.mlp_ratio),
-            ("Position embedding", self.pos_embed),
-            ("Stochastic depth", self.drop_path),
-        ):
-            f.addRow(label, w)
+        forms["model"] = QFormLayout(model)
         optim = QGroupBox("Optimiser (AdamW, warmup + cosine)")
-        f = QFormLayout(optim)
-        for label, w in (
-            ("Epochs", self.epochs_box),
-            ("Batch size", self.batch_size),
-            ("Learning rate", self.lr),
-            ("Weight decay", self.weight_decay),
-            ("Warmup epochs", self.warmup),
-            ("Label smoothing", self.label_smoothing),
-            ("Gradient clip", self.grad_clip),
-            ("Device", self.device),
-        ):
-            f.addRow(label, w)
+        forms["optim"] = QFormLayout(optim)
+        for f in FIELDS:
+            forms[f.group].addRow(f.label, self.fields[f.field])
         self.start_button = QPushButton("Start training")
         self.start_button.setDefault(True)
         self.start_button.clicked.connect(self.start)
@@ -256,7 +300,7 @@ class TrainingTab(QWidget):
         self.probe_scroll.setWidgetResizable(True)
         self.probe_scroll.setWidget(strip_widget)
         self.probe_scroll.setFixedHeight(PROBE_SIZE + 56)
-        self.probe_labels: list[QLabel] = []
+        self.probe_labels: list[QWidget] = []
 
         self.open_best = QPushButton("Open best in viewer")
         self.open_last = QPushButton("Open latest in viewer")
@@ -294,61 +338,18 @@ class TrainingTab(QWidget):
         kind, _, path = cfg.dataset.partition(":")
         self.dataset_kind.setCurrentIndex(max(0, self.dataset_kind.findData(kind)))
         self.dataset_path.setText(path)
-        for w, v in (
-            (self.image_size, cfg.image_size),
-            (self.patch_size, cfg.patch_size),
-            (self.dim, cfg.dim),
-            (self.depth, cfg.depth),
-            (self.heads, cfg.heads),
-            (self.train_size, cfg.train_size or 0),
-            (self.val_size, cfg.val_size or 0),
-            (self.seed, cfg.seed),
-            (self.epochs_box, cfg.epochs),
-            (self.batch_size, cfg.batch_size),
-        ):
-            w.setValue(int(v))
-        for w, v in (
-            (self.mlp_ratio, cfg.mlp_ratio),
-            (self.drop_path, cfg.drop_path_rate),
-            (self.lr, cfg.lr),
-            (self.weight_decay, cfg.weight_decay),
-            (self.warmup, cfg.warmup_epochs),
-            (self.label_smoothing, cfg.label_smoothing),
-            (self.grad_clip, cfg.grad_clip),
-        ):
-            w.setValue(float(v))
-        self.pos_embed.setCurrentText(cfg.pos_embed)
-        self.device.setCurrentText(
-            cfg.device if cfg.device in ("auto", "cpu", "cuda", "mps") else "auto"
-        )
+        for f in FIELDS:
+            value = getattr(cfg, f.field)
+            if f.field == "device" and value not in ("auto", "cpu", "cuda", "mps"):
+                value = "auto"
+            f.write(self.fields[f.field], value)
 
     def config(self) -> TrainConfig:
         kind = self.dataset_kind.currentData()
         path = self.dataset_path.text().strip()
         dataset = f"{kind}:{path}" if kind in ("folder", "cifar10") else kind
-        return TrainConfig(
-            dataset=dataset,
-            image_size=self.image_size.value(),
-            patch_size=self.patch_size.value(),
-            dim=self.dim.value(),
-            depth=self.depth.value(),
-            heads=self.heads.value(),
-            mlp_ratio=self.mlp_ratio.value(),
-            pos_embed=self.pos_embed.currentText(),
-            drop_path_rate=self.drop_path.value(),
-            train_size=self.train_size.value() or None,
-            val_size=self.val_size.value() or None,
-            seed=self.seed.value(),
-            epochs=self.epochs_box.value(),
-            batch_size=self.batch_size.value(),
-            lr=self.lr.value(),
-            weight_decay=self.weight_decay.value(),
-            warmup_epochs=self.warmup.value(),
-            label_smoothing=self.label_smoothing.value(),
-            grad_clip=self.grad_clip.value(),
-            device=self.device.currentText(),
-            command="vitviz window: Training tab",
-        )
+        values = {f.field: f.read(self.fields[f.field]) for f in FIELDS}
+        return TrainConfig(dataset=dataset, command="vitviz window: Training tab", **values)
 
     def _on_dataset_kind(self) -> None:
         needs_path = self.dataset_kind.currentData() in ("folder", "cifar10")
@@ -411,45 +412,44 @@ class TrainingTab(QWidget):
         self.eta.setText("")
 
     def _on_event(self, event: object) -> None:
-        kind = getattr(event, "kind", "")
-        if kind == "started":
-            self.steps_per_epoch = max(1, event.steps_per_epoch)  # type: ignore[attr-defined]
-            self.status.setText(
-                f"Training on {event.num_train:,} images ({event.device}, "  # type: ignore[attr-defined]
-                f"{event.num_parameters:,} parameters)"
-            )  # type: ignore[attr-defined]
-        elif kind == "step":
-            self.step_x.append(event.step / self.steps_per_epoch)  # type: ignore[attr-defined]
-            self.step_loss.append(event.loss)  # type: ignore[attr-defined]
-            self.curve_step.setData(self.step_x, self.step_loss)
-            self.progress.setValue(round(1000 * event.step / event.total_steps))  # type: ignore[attr-defined]
-            self.eta.setText(
-                f"ETA {_format_eta(event.eta_s)} · "  # type: ignore[attr-defined]
-                f"{event.images_per_s:,.0f} img/s"
-            )  # type: ignore[attr-defined]
-            self.status.setText(
-                f"Epoch {event.epoch}, step {event.step}/{event.total_steps}, "  # type: ignore[attr-defined]
-                f"loss {event.loss:.3f}"
-            )  # type: ignore[attr-defined]
-        elif kind == "epoch":
-            self.epochs.append(
-                dict(
-                    epoch=event.epoch,
-                    train_loss=event.train_loss,  # type: ignore[attr-defined]
-                    val_loss=event.val_loss,
-                    train_acc=event.train_acc,  # type: ignore[attr-defined]
-                    val_acc=event.val_acc,
+        match event:
+            case RunStarted():
+                self.steps_per_epoch = max(1, event.steps_per_epoch)
+                self.status.setText(
+                    f"Training on {event.num_train:,} images ({event.device}, "
+                    f"{event.num_parameters:,} parameters)"
                 )
-            )  # type: ignore[attr-defined]
-            self._draw_epochs(self.epochs)
-        elif kind == "probe":
-            self._add_probe(event)
-        elif kind == "checkpoint":
-            self._update_open_buttons()
-        elif kind == "log":
-            self.status.setText(event.message)  # type: ignore[attr-defined]
-        elif kind == "finished":
-            self._finished(event)
+            case StepEvent():
+                self.step_x.append(event.step / self.steps_per_epoch)
+                self.step_loss.append(event.loss)
+                self.curve_step.setData(self.step_x, self.step_loss)
+                self.progress.setValue(round(1000 * event.step / event.total_steps))
+                self.eta.setText(
+                    f"ETA {_format_eta(event.eta_s)} · {event.images_per_s:,.0f} img/s"
+                )
+                self.status.setText(
+                    f"Epoch {event.epoch}, step {event.step}/{event.total_steps}, "
+                    f"loss {event.loss:.3f}"
+                )
+            case EpochEvent():
+                self.epochs.append(
+                    dict(
+                        epoch=event.epoch,
+                        train_loss=event.train_loss,
+                        val_loss=event.val_loss,
+                        train_acc=event.train_acc,
+                        val_acc=event.val_acc,
+                    )
+                )
+                self._draw_epochs(self.epochs)
+            case ProbeEvent():
+                self._add_probe(event)
+            case CheckpointEvent():
+                self._update_open_buttons()
+            case LogEvent():
+                self.status.setText(event.message)
+            case FinishedEvent():
+                self._finished(event)
 
     def _draw_epochs(self, rows: list[dict]) -> None:
         def series(key: str) -> tuple[list[float], list[float]]:
@@ -465,13 +465,10 @@ class TrainingTab(QWidget):
         self.curve_train_acc.setData(*series("train_acc"))
         self.curve_val_acc.setData(*series("val_acc"))
 
-    def _add_probe(self, event: object) -> None:
-        image = np.asarray(event.image)  # type: ignore[attr-defined]
+    def _add_probe(self, event: ProbeEvent) -> None:
+        image = np.asarray(event.image)
         picture = overlay_on_image(
-            image,
-            np.asarray(event.rollout),
-            colormap="inferno",  # type: ignore[attr-defined]
-            opacity=0.55,
+            image, np.asarray(event.rollout), colormap="inferno", opacity=0.55
         )
         picture = picture.resize((PROBE_SIZE, PROBE_SIZE))
         rgb = np.ascontiguousarray(np.asarray(picture.convert("RGB")))
@@ -480,9 +477,9 @@ class TrainingTab(QWidget):
         ).copy()
         label = QLabel()
         label.setPixmap(QPixmap.fromImage(qimage))
-        ok = "✓" if event.predicted == event.label else "✗"  # type: ignore[attr-defined]
-        label.setToolTip(f"epoch {event.epoch}")  # type: ignore[attr-defined]
-        caption = QLabel(f"epoch {event.epoch} {ok}")  # type: ignore[attr-defined]
+        ok = "✓" if event.predicted == event.label else "✗"
+        label.setToolTip(f"epoch {event.epoch}")
+        caption = QLabel(f"epoch {event.epoch} {ok}")
         caption.setAlignment(Qt.AlignmentFlag.AlignCenter)
         cell = QWidget()
         v = QVBoxLayout(cell)
@@ -490,20 +487,20 @@ class TrainingTab(QWidget):
         v.addWidget(label)
         v.addWidget(caption)
         self.probe_strip.insertWidget(self.probe_strip.count() - 1, cell)
-        self.probe_labels.append(cell)  # type: ignore[arg-type]
+        self.probe_labels.append(cell)
 
-    def _finished(self, event: object) -> None:
-        status = event.status  # type: ignore[attr-defined]
-        best = event.best_val_acc  # type: ignore[attr-defined]
+    def _finished(self, event: FinishedEvent) -> None:
+        status = event.status
+        best = event.best_val_acc
         best_text = f", best validation accuracy {best:.1%}" if best is not None else ""
         if status == "completed":
             self.progress.setValue(1000)
-            self.status.setText(f"Done: {event.epochs_done} epochs{best_text}.")  # type: ignore[attr-defined]
+            self.status.setText(f"Done: {event.epochs_done} epochs{best_text}.")
         elif status == "cancelled":
             self.status.setText(f"Cancelled{best_text}. The last saved checkpoint is kept.")
         else:
-            self.status.setText(f"Failed: {event.message}")  # type: ignore[attr-defined]
-            self.message.emit(f"Training failed: {event.message}")  # type: ignore[attr-defined]
+            self.status.setText(f"Failed: {event.message}")
+            self.message.emit(f"Training failed: {event.message}")
         self._update_open_buttons()
 
     # -- runs list -------------------------------------------------------------------------------

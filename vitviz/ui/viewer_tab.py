@@ -4,6 +4,7 @@ controls and head statistics. Results arrive from the engine; nothing here touch
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
@@ -11,11 +12,19 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QSplitter, QTabWidget, QVBoxL
 
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.charts import HeadStatsView, PredictionsChart
-from vitviz.ui.controls import MEAN, ViewControls
+from vitviz.ui.controls import ATTENTION, MEAN, ViewControls
+from vitviz.ui.faithfulness_panel import FaithfulnessPanel
 from vitviz.ui.head_grid import HeadGrid
+from vitviz.ui.settings import AppSettings
 from vitviz.workers import jobs
 from vitviz.workers.engine import EngineClient
-from vitviz.workers.messages import ImageResult, MapParams, MapsResult
+from vitviz.workers.messages import (
+    FaithfulnessResult,
+    ImageResult,
+    MapParams,
+    MapsResult,
+    MethodInfo,
+)
 
 PLACEHOLDER = (
     "Drop an image and a ViT checkpoint here\n(or use File ▸ Open image… "
@@ -38,9 +47,11 @@ class ViewerTab(QWidget):
         self.map_view = ImageCanvas("Map over the image")
         self.head_grid = HeadGrid()
         self.predictions = PredictionsChart()
-        self.predictions.setMinimumHeight(150)
+        self.predictions.setMinimumHeight(110)
+        self.predictions.setMaximumHeight(130)  # the controls below fit at 1366 × 768
         self.stats = HeadStatsView()
         self.controls = ViewControls()
+        self.faithfulness = FaithfulnessPanel()
         self.placeholder = QLabel(PLACEHOLDER)
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.placeholder.setStyleSheet("color: #888; font-size: 15px;")
@@ -66,6 +77,7 @@ class ViewerTab(QWidget):
         scroll.setWidgetResizable(True)
         scroll.setWidget(panel)
         right_tabs.addTab(scroll, "Explain")
+        right_tabs.addTab(self.faithfulness, "Faithfulness")
         right_tabs.addTab(self.stats, "Head statistics")
         self.right_tabs = right_tabs
 
@@ -90,6 +102,8 @@ class ViewerTab(QWidget):
         self.map_view.patchHovered.connect(self._on_hover)
         self.head_grid.cellClicked.connect(lambda layer, head: self.controls.select(layer, head))
         self.predictions.classClicked.connect(self.set_target_class)
+        self.faithfulness.measureRequested.connect(self.request_faithfulness)
+        self.controls.method.currentIndexChanged.connect(self._faithfulness_stale)
 
     # -- results from the engine -----------------------------------------------------------------
     def apply_image(self, result: ImageResult) -> None:
@@ -101,6 +115,8 @@ class ViewerTab(QWidget):
         self.placeholder.hide()
         self.main_splitter.show()
         self.controls.set_shape(result.num_layers, result.num_heads)
+        self.controls.set_unavailable(result.unavailable)
+        self.faithfulness.clear()
         gh, gw = result.grid
         self.input_view.set_image(
             result.input_pixels, (0, 0, gw * result.patch_size, gh * result.patch_size), result.grid
@@ -128,6 +144,76 @@ class ViewerTab(QWidget):
         self.maps = result
         self.refresh_display()
 
+    def set_methods(self, methods: list[MethodInfo]) -> None:
+        """The method table arrived (at start, after a model change): fill the method list."""
+        self.controls.set_methods(methods)
+        if self.image is not None:
+            self.controls.set_unavailable(self.image.unavailable)
+
+    def needs_gradients(self) -> bool:
+        """The shown method needs attention gradients (kept from the analysing pass)."""
+        m = self.controls.current_method()
+        return m is not None and m.needs_gradients
+
+    # -- faithfulness -----------------------------------------------------------------------------
+    def request_faithfulness(self) -> int | None:
+        """Curves of the shown method against random for this image, computed by the engine."""
+        if self.image is None:
+            self.faithfulness.clear("Open an image and a checkpoint first.")
+            return None
+        name, m = self.controls.method_name(), self.controls.current_method()
+        self.faithfulness.set_busy(f"Measuring {m.label if m else name}…")
+        values = self.controls.method_values()  # the map on screen (CLS query, top class)
+        return self.client.submit(
+            "faithfulness", partial(jobs.faithfulness, method=name, params=values)
+        )
+
+    def apply_faithfulness(self, result: FaithfulnessResult) -> None:
+        info = self.controls.methods.get(result.method)
+        names = self.image.class_names if self.image else []
+        c = result.target_class
+        name = names[c] if 0 <= c < len(names) else str(c)
+        self.faithfulness.show_result(result, info.label if info else result.method, name)
+
+    def _faithfulness_stale(self) -> None:
+        """Another method is shown: say whose curves these are (measured on request only)."""
+        result, m = self.faithfulness.result, self.controls.current_method()
+        if result is not None and m is not None and result.method != m.name:
+            old = self.controls.methods.get(result.method)
+            self.faithfulness.status.setText(
+                f"These curves are of {old.label if old else result.method}; press Measure "
+                f"faithfulness for {m.label}."
+            )
+
+    def faithfulness_failed(self, message: str) -> None:
+        self.faithfulness.set_idle(message)
+
+    # -- settings -------------------------------------------------------------------------------
+    def save_settings(self, settings: AppSettings) -> None:
+        ctl = self.controls
+        settings.set("view/colormap", ctl.colormap_name())
+        settings.set("view/opacity", ctl.opacity.value())
+        settings.set("view/method", ctl.method_name())
+
+    def restore_settings(self, settings: AppSettings) -> None:
+        ctl = self.controls
+        cmap = settings.get("view/colormap", "viridis", str)
+        if ctl.colormap.findText(cmap) >= 0:
+            ctl.colormap.setCurrentText(cmap)
+        ctl.opacity.setValue(settings.get("view/opacity", 60, int))
+        ctl.select_method(settings.get("view/method", ATTENTION, str))
+
+    def export_request(self) -> dict[str, Any]:
+        """What an export of the current view needs: the map settings, the map on screen, the
+        colour map and opacity (keyword arguments of ``jobs.export``)."""
+        values, _ = self.current_map()
+        return {
+            "params": self.controls.params(self.query, self.target_class),
+            "current_map": None if values is None else values.copy(),
+            "colormap": self.controls.colormap_name(),
+            "opacity": self.controls.opacity_value(),
+        }
+
     # -- user choices ---------------------------------------------------------------------------
     def request_maps(self) -> int | None:
         """New maps for the current settings: computed here when they are plain attention of
@@ -135,7 +221,7 @@ class ViewerTab(QWidget):
         if self.image is None:
             return None
         params = self.controls.params(self.query, self.target_class)
-        if params.method == "attention" and self.image.attention is not None:
+        if params.method == ATTENTION and self.image.attention is not None:
             self.client.supersede("maps")
             self.apply_maps(self._local_maps(params))
             return None
@@ -153,7 +239,6 @@ class ViewerTab(QWidget):
             head_maps=head,
             mean_maps=mean,
             method_map=None,
-            masks=None,
             target_class=target,
             prefix_attention=prefix,
             levels=jobs.maps_levels(head, mean),
@@ -181,19 +266,17 @@ class ViewerTab(QWidget):
         m = self.maps
         if m is None:
             return None, None
-        method = m.params.method
         layer, head = self.controls.selected_layer(), self.controls.selected_head()
         layer = min(layer, m.head_maps.shape[0] - 1)
-        if method == "attention":
+        if m.params.method == ATTENTION:
             values = m.mean_maps[layer] if head == MEAN else m.head_maps[layer, head]
             return values, None
-        if method == "dino_masks" and m.masks is not None:
-            masks = m.masks[layer]
-            values = masks.mean(axis=0) if head == MEAN else masks[head]
-            return values.astype(np.float32), (0.0, 1.0)
-        if m.method_map is not None:
+        info = self.controls.methods.get(m.params.method)
+        if m.method_map is None:
+            return None, None
+        if info is not None and info.scaling != "none":  # 0..1 by the method's definition
             return m.method_map, (0.0, 1.0)
-        return None, None
+        return m.method_map, None
 
     def refresh_display(self) -> None:
         """Apply the current maps with the current layer, head, colour map and opacity."""
@@ -216,20 +299,30 @@ class ViewerTab(QWidget):
         layer, head = self.controls.selected_layer(), self.controls.selected_head()
         heads = "mean of heads" if head == MEAN else f"head {head + 1}"
         query = "CLS" if self.query is None else f"patch ({self.query[0]}, {self.query[1]})"
-        method = m.params.method
-        if method == "attention":
+        info = self.controls.methods.get(m.params.method)
+        if m.params.method == ATTENTION or info is None:
             return f"Attention · layer {layer + 1} · {heads} · query {query}"
-        if method == "dino_masks":
-            return f"DINO masks ({m.params.threshold:.0%}) · layer {layer + 1} · {heads}"
-        names = self.image.class_names if self.image else []
-        cls = names[m.target_class] if 0 <= m.target_class < len(names) else str(m.target_class)
-        if method == "rollout":
-            return (
-                f"Rollout ({m.params.fusion} of heads, discard {m.params.discard_ratio:.2f}, "
-                f"from layer {m.params.start_layer + 1}) · query {query}"
-            )
-        label = "Gradient rollout" if method == "gradient_rollout" else "Relevance"
-        return f"{label} for class “{cls}” · from layer {m.params.start_layer + 1}"
+        values = m.params.params()
+        parts = [info.label]
+        for p in info.parameters:
+            value = values.get(p.name, p.default)
+            if p.per == "head":
+                parts.append("mean of heads" if value == -1 else f"head {value + 1}")
+            elif p.per == "layer" and p.name == "layer":
+                parts.append("last layer" if value == -1 else f"layer {value + 1}")
+            elif p.per == "layer":
+                parts.append(f"{p.label.lower()} {value + 1}")
+            elif p.type == "float":
+                parts.append(f"{p.label.lower()} {value:.2f}")
+            else:
+                parts.append(f"{p.label.lower()} {value}")
+        if info.needs_gradients:
+            names = self.image.class_names if self.image else []
+            c = m.target_class
+            parts.append(f"class “{names[c] if 0 <= c < len(names) else c}”")
+        if info.queries:
+            parts.append(f"query {query}")
+        return " · ".join(parts)
 
     def _update_query_widgets(self) -> None:
         self.input_view.set_query(self.query)
@@ -267,7 +360,9 @@ class ViewerTab(QWidget):
         if info is None or self.image is None:
             self.hoverText.emit("")
             return
-        r, c, value = info  # type: ignore[misc]
+        if not isinstance(info, tuple) or len(info) != 3:
+            return
+        r, c, value = info
         gw = self.image.grid[1]
         text = f"patch row {r}, col {c}, index {r * gw + c}"
         if np.isfinite(value):

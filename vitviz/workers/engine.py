@@ -16,7 +16,17 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from vitviz.workers import jobs
 from vitviz.workers.messages import UserError
 
-CHANNELS = ("warmup", "model", "image", "maps", "export", "device", "cache")
+CHANNELS = (
+    "warmup",
+    "methods",
+    "model",
+    "image",
+    "maps",
+    "export",
+    "device",
+    "cache",
+    "faithfulness",
+)
 
 
 class Engine(QObject):

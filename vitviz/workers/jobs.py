@@ -14,7 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from vitviz.workers.messages import ImageResult, MapParams, MapsResult, ModelSummary
+from vitviz.workers.messages import (
+    CurvesResult,
+    FaithfulnessResult,
+    ImageResult,
+    MapParams,
+    MapsResult,
+    MethodInfo,
+    ModelSummary,
+    ParamInfo,
+)
 
 DISPLAY_MAX_SIDE = 2048  # larger source images are shown downscaled (maps are unaffected)
 LOCAL_ATTENTION_BYTES = 96 * 2**20  # attention up to this size goes to the window (fast path)
@@ -46,6 +55,37 @@ def warm_up() -> list[str]:
     from vitviz.devices import available_devices
 
     return available_devices()
+
+
+def method_table() -> list[MethodInfo]:
+    """The method table as plain data for the window (read again after a method is added)."""
+    from vitviz.explain.methods import all_methods
+
+    return [
+        MethodInfo(
+            name=m.name,
+            label=m.label,
+            parameters=tuple(
+                ParamInfo(
+                    name=p.name,
+                    type=p.type.__name__,
+                    default=p.default,
+                    label=p.label,
+                    range=p.range,
+                    choices=p.choices,
+                    per=p.per,
+                    step=p.step,
+                    help=p.help,
+                )
+                for p in m.parameters
+            ),
+            needs_gradients=m.needs_gradients,
+            queries=m.queries,
+            scaling=m.scaling,
+            description=m.description,
+        )
+        for m in all_methods()
+    ]
 
 
 def summarize(loaded: Any, device: str) -> ModelSummary:
@@ -179,9 +219,25 @@ def analyze_image(
         prefix_share=analysis.prefix_share.numpy(),
         token_norms=analysis.token_norms.numpy(),
         attention=_shareable_attention(analysis),
+        unavailable=_unavailable(analysis),
+        mask_path=_mask_path(source),
         device=analysis.device,
         seconds=time.perf_counter() - start,
     )
+
+
+def _unavailable(analysis: Any) -> dict[str, str]:
+    """{method name: why it can't run on this model} for the window's method list."""
+    from vitviz.explain.methods import all_methods
+
+    reasons = {m.name: m.unavailable(analysis) for m in all_methods()}
+    return {name: why for name, why in reasons.items() if why is not None}
+
+
+def _mask_path(source: Any) -> Path | None:
+    from vitviz.explain.localisation import mask_path_for
+
+    return mask_path_for(source) if isinstance(source, (str, Path)) else None
 
 
 def _shareable_attention(analysis: Any) -> np.ndarray | None:
@@ -243,6 +299,8 @@ def maps_levels(head_maps: np.ndarray, mean_maps: np.ndarray) -> tuple[float, fl
 
 def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
     """Raw maps of the query for every layer and head, plus the chosen method's map."""
+    from vitviz.explain.methods import get_method
+
     a = state.analysis
     if a is None:
         # after a model change, until the image is analysed again with it (the window waits)
@@ -252,38 +310,65 @@ def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
         a.attention.float().numpy(), patch, a.grid, a.num_prefix_tokens
     )
     target = a.top_class if params.target_class is None else params.target_class
-    method_map = masks = None
-    error = None
-    try:
-        if params.method == "rollout":
-            method_map = a.rollout(
-                patch, params.fusion, None, params.discard_ratio, params.start_layer
+    method_map, error = None, None
+    if params.method != "attention":  # attention: the head maps above are the map
+        try:
+            method_map = get_method(params.method)(
+                a, patch, params.target_class, params.params(), strict=False
             ).numpy()
-        elif params.method == "gradient_rollout":
-            method_map = a.gradient_rollout(
-                target, patch, params.discard_ratio, params.start_layer
-            ).numpy()
-        elif params.method == "relevance":
-            method_map = a.relevance(target, patch, params.start_layer).numpy()
-        elif params.method == "dino_masks":
-            masks = np.stack(
-                [
-                    a.dino_masks(layer, params.threshold, patch).numpy()
-                    for layer in range(a.num_layers)
-                ]
-            )
-    except ValueError as exc:
-        error = str(exc)
+        except ValueError as exc:
+            error = str(exc)
     return MapsResult(
         params=params,
         head_maps=head_maps,
         mean_maps=mean_maps,
         method_map=method_map,
-        masks=masks,
         target_class=target,
         prefix_attention=prefix,
         levels=maps_levels(head_maps, mean_maps),
         error=error,
+    )
+
+
+def faithfulness(
+    state: EngineState, method: str, params: dict[str, Any] | None = None, steps: int = 20
+) -> FaithfulnessResult:
+    """Deletion and insertion curves of ``method`` and of ``random`` on the current image (the
+    CLS query, its top class), with the localisation numbers when a mask lies beside it."""
+    from vitviz.explain.faithfulness import evaluate_methods
+    from vitviz.explain.localisation import mask_grid_for
+
+    a = state.analysis
+    if a is None:
+        raise UserFacingError("Open an image and a checkpoint first.", "no_image")
+    names = list(dict.fromkeys([method, "random"]))
+    mask_file = _mask_path(state.source)
+    try:
+        mask = None if mask_file is None else mask_grid_for(state.source, a.geometry)
+        result = evaluate_methods(
+            a, names, steps=steps, mask=mask, name=state.label, params={method: params or {}}
+        )
+    except ValueError as exc:
+        raise UserFacingError(f"Faithfulness not measured: {exc}", "faithfulness") from exc
+    curves = {}
+    for name, c in result.methods.items():
+        loc = c.localisation
+        mass = None if loc is None or loc.mass_in_mask != loc.mass_in_mask else loc.mass_in_mask
+        curves[name] = CurvesResult(
+            deletion=tuple(c.deletion),
+            insertion=tuple(c.insertion),
+            deletion_auc=c.deletion_auc,
+            insertion_auc=c.insertion_auc,
+            mass_in_mask=mass,
+            pointing_hit=None if loc is None else loc.pointing_hit,
+        )
+    return FaithfulnessResult(
+        label=state.label,
+        method=method,
+        target_class=result.target_class,
+        steps=steps,
+        curves=curves,
+        has_mask=mask is not None,
     )
 
 
@@ -306,17 +391,31 @@ def export(
     target = Path(path)
     try:
         if what == "npz":
-            settings = ex.MapSettings(
-                params.fusion, params.discard_ratio, params.start_layer, params.target_class
-            )
-            return ex.write_npz(a, ex.compute_maps(a, settings), target)
+            return ex.write_npz(a, ex.compute_maps(a, _export_settings(a, params)), target)
         if what == "heads":
             return save_png(ex.heads_grid(a, colormap, opacity, params.query), target)
         if current_map is None:
             raise UserFacingError("There is no map on screen to export.", "export")
         return save_png(ex.map_overlay(a, current_map, colormap, opacity), target)
+    except ValueError as exc:  # e.g. a method that can't run on this model
+        raise UserFacingError(f"Nothing exported: {exc}", "export") from exc
     except OSError as exc:
         raise UserFacingError(f"Could not write {target}: {exc.strerror or exc}", "export") from exc
+
+
+def _export_settings(analysis: Any, params: MapParams) -> Any:
+    """The npz's maps: today's three with the shown method's shared settings (fusion, discard
+    ratio, start layer), plus the shown method's own map when it can run."""
+    from vitviz import export as ex
+    from vitviz.explain.methods import get_method
+
+    values = params.params()
+    shared = {k: values[k] for k in ex.SHARED_PARAMETERS if k in values}
+    method = get_method(params.method)
+    extra = () if params.method == "attention" or method.unavailable(analysis) else (method.name,)
+    return ex.MapSettings(
+        **shared, target_class=params.target_class, methods=extra, params={method.name: values}
+    )
 
 
 def load_model_code(state: EngineState, spec: Any) -> ModelSummary:

@@ -8,14 +8,35 @@ from typing import Any
 
 import numpy as np
 
-METHODS = ("attention", "rollout", "gradient_rollout", "relevance", "dino_masks")
-METHOD_LABELS = {
-    "attention": "Attention (layer, head)",
-    "rollout": "Attention rollout",
-    "gradient_rollout": "Gradient rollout",
-    "relevance": "Relevance (Chefer)",
-    "dino_masks": "DINO masks",
-}
+OLD_METHOD_NAMES = {"gradient_rollout": "gradient-rollout", "dino_masks": "dino-masks"}
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One parameter of a method, as the window builds its control (from the method table)."""
+
+    name: str
+    type: str  # "int" | "float" | "str" | "bool"
+    default: Any
+    label: str
+    range: tuple[float, float | None] | None = None  # inclusive; None upper: the model's
+    choices: tuple[Any, ...] | None = None
+    per: str | None = None  # "layer" | "head": an index into the model's layers or heads
+    step: float | None = None
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """One entry of the method table, as plain data for the window (which never imports torch)."""
+
+    name: str
+    label: str
+    parameters: tuple[ParamInfo, ...] = ()
+    needs_gradients: bool = False
+    queries: bool = True  # a clicked patch changes the map
+    scaling: str = "none"  # none | max | min-max | share
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -43,12 +64,13 @@ class MapParams:
     """Everything that decides the maps on screen except the image and the model."""
 
     query: tuple[int, int] | None = None  # (row, col) patch, or None for CLS
-    method: str = "attention"
-    fusion: str = "mean"
-    discard_ratio: float = 0.0
-    start_layer: int = 0
+    method: str = "attention"  # a name of the method table (vitviz.explain.methods)
+    values: tuple[tuple[str, Any], ...] = ()  # the method's parameters, (name, value) pairs
     target_class: int | None = None  # None: the top prediction
-    threshold: float = 0.6  # DINO masks
+
+    def params(self) -> dict[str, Any]:
+        """The method's parameters as a dict (those not given take the table's defaults)."""
+        return dict(self.values)
 
 
 @dataclass
@@ -77,6 +99,8 @@ class ImageResult:
     device: str
     seconds: float
     attention: np.ndarray | None = None  # (L, H, N, N) float32, read-only; None when large
+    unavailable: dict[str, str] = field(default_factory=dict)  # method name -> why it can't run
+    mask_path: Path | None = None  # <stem>_mask.png beside the image (localisation numbers)
 
 
 @dataclass
@@ -86,13 +110,36 @@ class MapsResult:
     params: MapParams
     head_maps: np.ndarray  # (L, H, gh, gw) raw attention of the query
     mean_maps: np.ndarray  # (L, gh, gw) mean over heads
-    method_map: np.ndarray | None  # (gh, gw) rollout / gradient rollout / relevance
-    masks: np.ndarray | None  # (L, H, gh, gw) bool, DINO masks
+    method_map: np.ndarray | None  # (gh, gw) the method's map (None: attention, or an error)
     target_class: int
     prefix_attention: np.ndarray  # (L, H, num_prefix)
     levels: tuple[float, float] = (0.0, 1.0)  # shared colour scale of the head grid
     error: str | None = None  # a method that could not run (e.g. no head for relevance)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CurvesResult:
+    """One method's deletion and insertion curves on the current image (p_0 … p_S)."""
+
+    deletion: tuple[float, ...]
+    insertion: tuple[float, ...]
+    deletion_auc: float
+    insertion_auc: float
+    mass_in_mask: float | None = None  # None: no mask (or a map without positive mass)
+    pointing_hit: bool | None = None  # None: no mask
+
+
+@dataclass(frozen=True)
+class FaithfulnessResult:
+    """Faithfulness of the shown method against ``random`` on the current image."""
+
+    label: str  # the image
+    method: str
+    target_class: int
+    steps: int
+    curves: dict[str, CurvesResult]  # method name -> its curves ("random" among them)
+    has_mask: bool = False
 
 
 @dataclass(frozen=True)
