@@ -184,17 +184,38 @@ def test_drop_shows_what_analyze_computes(qtbot, shown) -> None:
     np.testing.assert_allclose(v.maps.method_map, ref.rollout().numpy(), atol=ATOL)
 
 
-def test_image_dropped_before_the_checkpoint_is_kept(
+def test_image_alone_is_analysed_with_the_shipped_model_until_a_checkpoint_comes(
     qtbot, window: MainWindow, tiny_ckpt: Path, photo_files
 ) -> None:
     image = photo_files["coffee"]
-    with qtbot.waitSignal(window.notifier.userMessage, timeout=WAIT_MS):
-        drop(window, [image])  # no model yet: a short message, and the image is remembered
-    assert "checkpoint" in window.message_bar.text().lower()
-    drop(window, [tiny_ckpt])
+    shipped = resources.default_model_path()
+    assert shipped is not None
+    drop(window, [image])  # no model yet: the shipped one, and one line saying so
+    wait_shown(qtbot, window, image.name)
+    assert window.model is not None and window.model.path == shipped
+    said = window.message_bar.text()
+    assert shipped.name in said and "Open checkpoint" in said, said
+    ref = analyze(load_checkpoint(shipped), image)
+    np.testing.assert_allclose(window.viewer.image.probs, ref.probs.numpy(), atol=ATOL)
+
+    drop(window, [tiny_ckpt])  # the checkpoint dropped next takes over, on the same image
+    qtbot.waitUntil(lambda: window.model.path == tiny_ckpt, timeout=WAIT_MS)
     wait_shown(qtbot, window, image.name)
     ref = analyze(load_checkpoint(tiny_ckpt), image)
     np.testing.assert_array_equal(window.viewer.input_view.image.image, ref.pixels)
+    np.testing.assert_allclose(window.viewer.image.probs, ref.probs.numpy(), atol=ATOL)
+
+
+def test_image_alone_takes_the_model_used_last(
+    qtbot, settings_path: Path, tiny_ckpt: Path, photo_files
+) -> None:
+    make_settings(settings_path).add_recent("checkpoints", tiny_ckpt)
+    window = new_window(qtbot, settings_path)
+    image = photo_files["rocket"]
+    window.open_paths([image])
+    wait_shown(qtbot, window, image.name)
+    assert window.model.path == tiny_ckpt
+    assert "the model used last" in window.message_bar.text()
 
 
 # -- clicks ----------------------------------------------------------------------------------------
@@ -650,7 +671,7 @@ def test_method_registered_at_run_time_is_listed_and_drawn(
         expected = np.arange(gh * gw, dtype=np.float32).reshape(gh, gw) * 2.5
         np.testing.assert_array_equal(v.maps.method_map, expected)
         np.testing.assert_array_equal(overlay(window), expected)
-        assert v.map_view.title.text().startswith("Toy rows · scale 2.50")
+        assert v.map_view.title.text() == "Toy rows · query CLS · scale 2.50"
     finally:
         unregister_method("toy-rows")
         unregister_method("toy-swin")
@@ -715,7 +736,7 @@ def test_layer_and_head_reach_the_methods_that_use_them(qtbot, shown) -> None:
     expected = ref.dino_masks(0, 0.6).float().mean(0).numpy()
     np.testing.assert_allclose(v.maps.method_map, expected, atol=ATOL)
     np.testing.assert_allclose(overlay(window), expected, atol=ATOL)
-    assert "layer 1 · mean of heads" in v.map_view.title.text()
+    assert "layer 1 of 2 · mean of heads" in v.map_view.title.text()
 
 
 def test_faithfulness_measures_the_attention_on_screen(qtbot, shown, tiny_ckpt: Path) -> None:

@@ -16,6 +16,17 @@ from vitviz.ui.image_item import ImageItem
 
 TITLE_HEIGHT = 20
 BACKGROUND = "#202020"
+FLAT_TOLERANCE = 1e-6  # a map whose values spread less than this (relative) says it is flat
+
+
+def flat_value(values: np.ndarray) -> float | None:
+    """The one value of a map that is the same everywhere (within FLAT_TOLERANCE), else None;
+    NaN when it has no finite value at all."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return float("nan")
+    lo, hi = float(finite.min()), float(finite.max())
+    return lo if hi - lo <= FLAT_TOLERANCE * max(abs(hi), abs(lo), 1e-30) else None
 
 
 class GridLines(QGraphicsPathItem):
@@ -64,12 +75,21 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.title.setPalette(palette)
         self.title.setAutoFillBackground(True)
         self.title.setGeometry(0, 2, self.width(), TITLE_HEIGHT)
+        # "this map is flat": said in the view, where a colour bar would suggest a meaning
+        self.notice = QLabel(self)
+        self.notice.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.notice.setWordWrap(True)
+        self.notice.setStyleSheet(
+            "background: rgba(20, 20, 20, 210); color: #ffd479; padding: 8px; border-radius: 4px;"
+        )
+        self.notice.hide()
         self.vb: pg.ViewBox = self.addViewBox(
             row=1, col=0, lockAspect=True, invertY=True, enableMenu=False
         )
         self.image = ImageItem(axisOrder="row-major")
         self.overlay = ImageItem(axisOrder="row-major")
         self.overlay.setZValue(10)
+        self.overlay.hide()  # until a map is set
         self.vb.addItem(self.image)
         self.vb.addItem(self.overlay)
         self.dim = QGraphicsPathItem()
@@ -136,6 +156,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         if opacity is not None:
             self.overlay.setOpacity(opacity)
         self._map = values
+        self._show_notice(None if values is None else flat_value(values))
         if values is None:
             self.overlay.hide()
             return
@@ -147,6 +168,28 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.overlay.setRect(QRectF(left, top, right - left, bottom - top))
         self.overlay.show()
 
+    def _show_notice(self, flat: float | None) -> None:
+        if flat is None:
+            self.notice.hide()
+            return
+        if np.isnan(flat):
+            text = "This map has no finite value: nothing to show."
+        else:
+            text = (
+                f"Flat map: every patch has the value {flat:.4g}. This method sees no "
+                "difference between the patches here (e.g. an untrained model)."
+            )
+        self.notice.setText(text)
+        self._place_notice()
+        self.notice.show()
+        self.notice.raise_()
+
+    def _place_notice(self) -> None:
+        width = min(max(self.width() - 40, 100), 360)
+        self.notice.setFixedWidth(width)
+        self.notice.adjustSize()
+        self.notice.move((self.width() - width) // 2, TITLE_HEIGHT + 12)
+
     def set_title(self, text: str) -> None:
         if text != self.title.text():
             self.title.setText(text)
@@ -156,6 +199,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         title = getattr(self, "title", None)  # pyqtgraph resizes once before __init__ ends
         if title is not None:
             title.setGeometry(0, 2, self.width(), TITLE_HEIGHT)
+            self._place_notice()
 
     def set_query(self, patch: tuple[int, int] | None) -> None:
         if patch is None:

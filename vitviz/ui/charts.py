@@ -70,26 +70,44 @@ class PredictionsChart(pg.PlotWidget):
             self.classClicked.emit(self.indices[row])
 
 
+HEAD_BRUSH = (76, 114, 176, 200)
+PREFIX_BRUSH = (214, 39, 40, 220)
+PATCH_BRUSH = (76, 114, 176, 90)
+MAX_LAYER_TICKS = 24  # more layers: every k-th layer is labelled
+
+
+def layer_ticks(layers: int) -> list[tuple[int, str]]:
+    """Integer ticks 1..L (thinned to at most MAX_LAYER_TICKS labels, the last always shown)."""
+    step = max(1, -(-layers // MAX_LAYER_TICKS))
+    shown = sorted({*range(1, layers + 1, step), layers})
+    return [(layer, str(layer)) for layer in shown]
+
+
 class HeadStatsView(QTabWidget):
-    """Per-layer dots, one per head: distance (as in the ViT paper), entropy, prefix share,
-    and the token norms per layer."""
+    """Per-layer dots, one per head: distance (as in the ViT paper), entropy, prefix share in
+    percent, and the token norms per layer. Layers count from 1; every plot has its legend."""
+
+    SERIES = (  # key, tab, y-axis label, unit, legend of the dots
+        ("distance", "Distance", "mean attention distance", "px", "one dot per head"),
+        ("entropy", "Entropy", "attention entropy", "nats", "one dot per head"),
+        ("prefix", "Prefix share", "attention to prefix tokens", "%", "one dot per head"),
+        ("norms", "Token norms", "token L2 norm", "", ""),
+    )
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.plots: dict[str, pg.PlotWidget] = {}
-        for key, title, unit in (
-            ("distance", "Distance", "mean attention distance (px)"),
-            ("entropy", "Entropy", "entropy (nats)"),
-            ("prefix", "Prefix share", "attention to prefix tokens"),
-            ("norms", "Token norms", "token L2 norm"),
-        ):
+        self.legends: dict[str, pg.LegendItem] = {}
+        for key, title, label, unit, _ in self.SERIES:
             plot = pg.PlotWidget()
             plot.setAcceptDrops(False)
             plot.setBackground("#fafafa")
             plot.setMenuEnabled(False)
             plot.setLabel("bottom", "layer")
-            plot.setLabel("left", unit)
+            plot.setLabel("left", label, units=unit or None)
+            plot.getAxis("left").enableAutoSIPrefix(False)  # no "(x0.001)": values as they are
             plot.showGrid(x=True, y=True, alpha=0.2)
+            self.legends[key] = plot.addLegend(offset=(-10, 10), labelTextColor="#333333")
             self.plots[key] = plot
             self.addTab(plot, title)
 
@@ -101,24 +119,41 @@ class HeadStatsView(QTabWidget):
         norms: np.ndarray,
         num_prefix: int,
     ) -> None:
-        """(L, H) statistics and (L, N) token norms."""
-        for key, values in (("distance", distance), ("entropy", entropy), ("prefix", prefix)):
+        """(L, H) statistics (prefix share as a fraction) and (L, N) token norms."""
+        legends = {key: legend for key, *_, legend in self.SERIES}
+        for key, values in (
+            ("distance", distance),
+            ("entropy", entropy),
+            ("prefix", 100.0 * np.asarray(prefix)),
+        ):
             L, H = values.shape
             x = np.repeat(np.arange(1, L + 1), H) + np.tile(np.linspace(-0.15, 0.15, H), L)
-            plot = self.plots[key]
-            plot.clear()
-            plot.addItem(
-                pg.ScatterPlotItem(
-                    x=x, y=values.reshape(-1), size=7, brush=pg.mkBrush(76, 114, 176, 200), pen=None
-                )
+            plot = self._reset(key, L)
+            dots = pg.ScatterPlotItem(
+                x=x, y=values.reshape(-1), size=7, brush=pg.mkBrush(*HEAD_BRUSH), pen=None
             )
-        plot = self.plots["norms"]
-        plot.clear()
+            plot.addItem(dots)
+            self.legends[key].addItem(dots, f"{legends[key]} ({H} heads)")
         L, N = norms.shape
+        plot = self._reset("norms", L)
         x = np.repeat(np.arange(1, L + 1), N) + np.tile(np.linspace(-0.3, 0.3, N), L)
-        colours = [
-            pg.mkBrush(214, 39, 40, 220) if j < num_prefix else pg.mkBrush(76, 114, 176, 90)
-            for _ in range(L)
-            for j in range(N)
-        ]
-        plot.addItem(pg.ScatterPlotItem(x=x, y=norms.reshape(-1), size=5, brush=colours, pen=None))
+        is_prefix = np.tile(np.arange(N) < num_prefix, L)
+        values = norms.reshape(-1)
+        for mask, brush, name in (
+            (~is_prefix, PATCH_BRUSH, "patch tokens"),
+            (is_prefix, PREFIX_BRUSH, "prefix tokens (CLS, registers…)"),
+        ):
+            if mask.any():
+                dots = pg.ScatterPlotItem(
+                    x=x[mask], y=values[mask], size=5, brush=pg.mkBrush(*brush), pen=None
+                )
+                plot.addItem(dots)
+                self.legends["norms"].addItem(dots, name)
+
+    def _reset(self, key: str, layers: int) -> pg.PlotWidget:
+        plot = self.plots[key]
+        plot.clear()
+        self.legends[key].clear()
+        plot.getAxis("bottom").setTicks([layer_ticks(layers)])
+        plot.setXRange(0.5, layers + 0.5, padding=0.02)
+        return plot

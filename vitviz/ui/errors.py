@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import sys
 import traceback
+from pathlib import Path
 from types import TracebackType
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QToolButton, QWidget
 
 
@@ -18,7 +21,14 @@ class MessageBar(QWidget):
         self.setObjectName("messageBar")
         self.label = QLabel()
         self.label.setWordWrap(True)
-        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.label.setTextFormat(Qt.TextFormat.RichText)  # messages are escaped; links are ours
+        self.label.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+            | Qt.TextInteractionFlag.LinksAccessibleByMouse
+        )
+        self.label.linkActivated.connect(self._open_link)
+        self.plain = ""  # the message as text
+        self.links: dict[str, Path] = {}  # anchor -> folder it opens
         close = QToolButton()
         close.setText("✕")
         close.setAutoRaise(True)
@@ -31,19 +41,33 @@ class MessageBar(QWidget):
         self._timer.timeout.connect(self.hide)
         self.hide()
 
-    def show_message(self, text: str, level: str = "error") -> None:
+    def show_message(
+        self, text: str, level: str = "error", link: tuple[str, Path] | None = None
+    ) -> None:
+        """Show ``text``; ``link`` = (words, folder) adds a link that opens that folder."""
         colours = {"error": "#fde2e1", "info": "#e3f0ff"}
         self.setStyleSheet(
             f"#messageBar {{ background: {colours.get(level, '#eee')}; "
             "border-bottom: 1px solid #bbb; } QLabel { color: #222; }"
         )
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
-        self.label.setText(text)
+        self.plain = text
+        self.links = {}
+        shown = html.escape(text)
+        if link is not None:
+            self.links["folder"] = link[1]
+            shown += f' · <a href="folder">{html.escape(link[0])}</a>'
+        self.label.setText(shown)
         self.show()
         self._timer.start()
 
     def text(self) -> str:
-        return self.label.text() if self.isVisible() else ""
+        return self.plain if self.isVisible() else ""
+
+    def _open_link(self, anchor: str) -> None:
+        folder = self.links.get(anchor)
+        if folder is not None:  # a folder vitviz wrote to, opened because the user asked
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
 
 
 class ErrorNotifier(QObject):
@@ -63,8 +87,8 @@ class ErrorNotifier(QObject):
         self._bar.show_message(message, "error")
         self.userMessage.emit(message)
 
-    def info(self, message: str) -> None:
-        self._bar.show_message(message, "info")
+    def info(self, message: str, link: tuple[str, Path] | None = None) -> None:
+        self._bar.show_message(message, "info", link)
 
     def bug(self, summary: str, details: str) -> None:
         """Show (or update) the single error dialog; never blocks the caller."""

@@ -1,15 +1,20 @@
 """HeadGrid: the layer × head thumbnails (plus a mean-of-heads column) on one colour scale.
 
 All thumbnails are one mosaic image over one mosaic of the input, so a change of query repaints
-two images, not L × H widgets.
+two images, not L × H widgets. The mosaic is laid out for the space the widget has: layers run
+down, heads across, and when that leaves the tiles small the layers wrap into side-by-side bands
+(layers 1-6 | 7-12), whichever makes the tiles largest. Wheel zooms, drag pans, double-click fits.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 import pyqtgraph as pg
 from PIL import Image
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QPen
 from PySide6.QtWidgets import QGraphicsRectItem
 
@@ -18,71 +23,162 @@ from vitviz.ui.image_item import ImageItem
 
 GAP = 1  # cells between tiles
 MEAN = -1  # head index of the mean-of-heads column
+LABEL_PX = 30  # room left of each band for its row labels ("L12")
+HEADER_PX = 18  # room above the tiles for the column labels ("H12")
+COLORBAR_PX = 70  # the colour bar and its axis, right of the tiles
+MIN_TILE_CELLS = 12  # a small patch grid is drawn with k × k cells a patch: gaps stay thin
+MIN_LABEL_GAP_PX = 22  # column labels closer than this are thinned out
+BASE_MAX_SIDE = 4096  # the greyed input under the tiles is drawn at most this large
+LABEL_COLOR, SELECTED_COLOR = "#cccccc", "#ff6b6b"
 
 
-def tile_origin(
-    layer: int, column: int, grid: tuple[int, int], layers_on_x: bool
-) -> tuple[int, int]:
-    """(x, y) in cells of the tile of ``layer`` and ``column`` (0 = mean, 1.. = heads)."""
-    gh, gw = grid
-    if layers_on_x:
-        return layer * (gw + GAP), column * (gh + GAP)
-    return column * (gw + GAP), layer * (gh + GAP)
+@dataclass(frozen=True)
+class GridLayout:
+    """Where every tile goes, in cells (view coordinates); a patch is ``sub`` × ``sub`` cells.
+
+    Band b holds layers b·rows … b·rows + rows − 1, one per tile row; tile column 0 is the mean
+    of heads, column h + 1 head h. Each band has ``margin`` cells on its left for row labels;
+    ``header`` cells above all bands hold the column labels.
+    """
+
+    layers: int
+    heads: int
+    grid: tuple[int, int]  # (gh, gw) patches of one tile
+    bands: int = 1
+    margin: int = 0
+    header: int = 0
+    sub: int = 1  # cells per patch along each side
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        """(height, width) of one tile in cells."""
+        return self.grid[0] * self.sub, self.grid[1] * self.sub
+
+    @property
+    def columns(self) -> int:
+        return self.heads + 1
+
+    @property
+    def rows(self) -> int:
+        """Layer rows per band."""
+        return math.ceil(self.layers / self.bands)
+
+    @property
+    def band_width(self) -> int:
+        return self.margin + self.columns * (self.tile[1] + GAP)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(height, width) of the whole mosaic in cells, labels' room included."""
+        height = self.header + self.rows * (self.tile[0] + GAP) - GAP
+        return height, self.bands * self.band_width - GAP
+
+    def origin(self, layer: int, column: int) -> tuple[int, int]:
+        """(x, y) in cells of the top-left of ``layer``'s tile in ``column`` (0 = mean)."""
+        gh, gw = self.tile
+        band, row = divmod(layer, self.rows)
+        return band * self.band_width + self.margin + column * (gw + GAP), self.header + row * (
+            gh + GAP
+        )
+
+    def cell_at(self, x: float, y: float) -> tuple[int, int] | None:
+        """(layer, column) of the tile under (x, y), or None outside the tiles."""
+        gh, gw = self.tile
+        if x < 0 or y < self.header:
+            return None
+        band, bx = divmod(x, self.band_width)
+        column, fx = divmod(bx - self.margin, gw + GAP)
+        row, fy = divmod(y - self.header, gh + GAP)
+        if bx < self.margin or fx >= gw or fy >= gh or column >= self.columns:
+            return None
+        layer = int(band) * self.rows + int(row)
+        if row >= self.rows or layer >= self.layers:
+            return None
+        return layer, int(column)
 
 
-def mosaic_shape(
-    layers: int, heads: int, grid: tuple[int, int], layers_on_x: bool = False
-) -> tuple[int, int]:
-    """(rows, cols) in cells of the mosaic with ``heads + 1`` tile columns (mean first)."""
-    gh, gw = grid
-    across, down = (layers, heads + 1) if layers_on_x else (heads + 1, layers)
-    return down * (gh + GAP) - GAP, across * (gw + GAP) - GAP
+def plan_layout(
+    layers: int, heads: int, grid: tuple[int, int], width_px: float, height_px: float
+) -> tuple[GridLayout, float]:
+    """The banding that makes the tiles largest in a view of ``width_px`` × ``height_px``;
+    returns it with its scale (pixels per cell)."""
+    sub = max(1, math.ceil(MIN_TILE_CELLS / max(1, min(grid))))
+    gh, gw = grid[0] * sub, grid[1] * sub
+    columns = heads + 1
+    best: tuple[float, int] | None = None
+    for bands in range(1, max(1, layers) + 1):
+        rows = math.ceil(layers / bands)
+        if bands > 1 and math.ceil(layers / (bands - 1)) == rows:
+            continue  # the same rows as with one band fewer
+        tiles_w = bands * columns * (gw + GAP) - GAP
+        tiles_h = rows * (gh + GAP) - GAP
+        avail_w = max(1.0, width_px - bands * LABEL_PX)
+        avail_h = max(1.0, height_px - HEADER_PX)
+        scale = min(avail_w / tiles_w, avail_h / tiles_h)
+        if best is None or scale > best[0] * 1.001:  # ties: fewer bands
+            best = (scale, bands)
+    scale, bands = best if best is not None else (1.0, 1)
+    margin = max(GAP, math.ceil(LABEL_PX / scale))
+    header = max(1, math.ceil(HEADER_PX / scale))
+    return GridLayout(layers, heads, tuple(grid), bands, margin, header, sub), scale
 
 
-def build_mosaic(
-    head_maps: np.ndarray, mean_maps: np.ndarray, layers_on_x: bool = False
-) -> np.ndarray:
-    """(L, H, gh, gw) + (L, gh, gw) -> one float32 mosaic, NaN between tiles."""
+def build_mosaic(head_maps: np.ndarray, mean_maps: np.ndarray, layout: GridLayout) -> np.ndarray:
+    """(L, H, gh, gw) + (L, gh, gw) -> one float32 mosaic of ``layout.size``, NaN off the tiles."""
+    k = layout.sub
+    if k > 1:  # each patch as k × k cells
+        head_maps = head_maps.repeat(k, axis=-2).repeat(k, axis=-1)
+        mean_maps = mean_maps.repeat(k, axis=-2).repeat(k, axis=-1)
     L, H, gh, gw = head_maps.shape
     padded = np.full((L, H + 1, gh + GAP, gw + GAP), np.nan, dtype=np.float32)
     padded[:, 0, :gh, :gw] = mean_maps
     padded[:, 1:, :gh, :gw] = head_maps
-    if layers_on_x:  # rows of tiles = columns (mean, heads), across = layers
-        grid = padded.transpose(1, 2, 0, 3).reshape((H + 1) * (gh + GAP), L * (gw + GAP))
-    else:  # rows of tiles = layers, across = columns
-        grid = padded.transpose(0, 2, 1, 3).reshape(L * (gh + GAP), (H + 1) * (gw + GAP))
-    return grid[:-GAP, :-GAP] if GAP else grid
+    out = np.full(layout.size, np.nan, dtype=np.float32)
+    rows = layout.rows
+    for band in range(layout.bands):
+        chunk = padded[band * rows : (band + 1) * rows]  # (n, H+1, gh+GAP, gw+GAP)
+        if chunk.shape[0] == 0:
+            break
+        n = chunk.shape[0]
+        block = chunk.transpose(0, 2, 1, 3).reshape(n * (gh + GAP), (H + 1) * (gw + GAP))
+        x, y = layout.origin(band * rows, 0)
+        h = min(block.shape[0], out.shape[0] - y)
+        w = min(block.shape[1], out.shape[1] - x)
+        out[y : y + h, x : x + w] = block[:h, :w]
+    return out
 
 
-def build_base(
-    pixels: np.ndarray,
-    layers: int,
-    heads: int,
-    grid: tuple[int, int],
-    cell: int,
-    layers_on_x: bool = False,
-) -> np.ndarray:
-    """The input image, grey and dimmed, repeated under every tile: (rows·cell, cols·cell, 3)."""
-    gh, gw = grid
+def build_base(pixels: np.ndarray, layout: GridLayout, cell: int) -> np.ndarray:
+    """The input image, grey and dimmed, under every tile: (rows·cell, cols·cell, 3) uint8."""
+    gh, gw = layout.tile
     thumb = (
         Image.fromarray(pixels)
         .convert("L")
         .resize((gw * cell, gh * cell), Image.Resampling.BILINEAR)
     )
     tile = (np.asarray(thumb, dtype=np.float32) * 0.8).astype(np.uint8)
-    rows, cols = mosaic_shape(layers, heads, grid, layers_on_x)
+    rows, cols = layout.size
     out = np.full((rows * cell, cols * cell), 30, dtype=np.uint8)
-    for c in range(heads + 1):
-        for layer in range(layers):
-            x, y = tile_origin(layer, c, grid, layers_on_x)
+    for layer in range(layout.layers):
+        for c in range(layout.columns):
+            x, y = layout.origin(layer, c)
             out[y * cell : (y + gh) * cell, x * cell : (x + gw) * cell] = tile
     return np.repeat(out[:, :, None], 3, axis=2)
 
 
+def column_text(column: int, short: bool) -> str:
+    return ("μ" if short else "mean") if column == 0 else f"H{column}"
+
+
 class HeadGrid(pg.GraphicsLayoutWidget):
-    """Click a tile to select (layer, head); head == MEAN for the mean-of-heads column."""
+    """Click a tile to select (layer, head); head == MEAN for the mean-of-heads column.
+
+    Hovering a tile says its layer, head and the value under the pointer (``cellHovered`` and
+    the tooltip).
+    """
 
     cellClicked = Signal(int, int)  # layer, head (MEAN = -1)
+    cellHovered = Signal(object)  # (layer, head, value) or None off the tiles
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent=parent)
@@ -105,68 +201,120 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.selection = QGraphicsRectItem()
         pen = QPen(QColor(255, 60, 60))
         pen.setCosmetic(True)
-        pen.setWidthF(2.5)
+        pen.setWidthF(3.0)
         self.selection.setPen(pen)
         self.selection.setZValue(30)
         self.vb.addItem(self.selection)
-        self._labels: list[pg.TextItem] = []
-        self.shape = (0, 0)  # (layers, heads)
-        self.grid = (1, 1)
-        self.layers_on_x = False  # more layers than heads: layers run across
+        self.layout = GridLayout(0, 0, (1, 1))
+        self.scale = 1.0  # pixels per cell when the mosaic fits the view
+        self._pixels: np.ndarray | None = None
+        self._row_labels: list[pg.TextItem] = []
+        self._column_labels: dict[int, list[pg.TextItem]] = {}  # column -> one per band
+        self._selected: tuple[int, int] = (-1, -1)  # (layer, column) highlighted
         self._cmap = "viridis"
         self._shown: tuple | None = None  # what set_maps last drew (arrays compared by identity)
+        self._values: tuple[np.ndarray, np.ndarray] | None = None  # head maps, mean maps
+        self._last_style: tuple = ((0.0, 1.0), "viridis", 1.0)  # levels, colour map, opacity
+        self._relayout = QTimer(self, singleShot=True, interval=0)
+        self._relayout.timeout.connect(self._fit_to_size)
         self.scene().sigMouseClicked.connect(self._on_click)
+        self.scene().sigMouseMoved.connect(self._on_move)
+
+    # -- layout ----------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.layout.layers, self.layout.heads
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.layout.grid
 
     def set_layout(
         self, layers: int, heads: int, grid: tuple[int, int], pixels: np.ndarray
     ) -> None:
-        """New model or image: rebuild labels and the image mosaic."""
-        changed = (layers, heads, tuple(grid)) != (*self.shape, self.grid)
-        self.shape, self.grid = (layers, heads), tuple(grid)
-        self.layers_on_x = layers > heads + 1
-        gh, gw = grid
-        cell = max(1, round(40 / max(gh, gw)))
-        rows, cols = mosaic_shape(layers, heads, grid, self.layers_on_x)
-        self.base.setImage(
-            build_base(pixels, layers, heads, grid, cell, self.layers_on_x),
-            autoLevels=False,
-            levels=(0, 255),
-        )
-        self.base.setRect(QRectF(0, 0, cols, rows))
-        if changed:
+        """New model or image: lay the tiles out for the space there is and draw the input."""
+        self._pixels = pixels
+        self._apply_layout(layers, heads, tuple(grid), force=True)
+
+    def tile_size_px(self) -> float:
+        """On-screen size of one tile's longer side when the mosaic fits the view."""
+        return self.scale * max(self.layout.tile)
+
+    def fit(self) -> None:
+        """Show the whole mosaic (after zooming or panning)."""
+        rows, cols = self.layout.size
+        self.vb.setRange(QRectF(0, 0, cols, rows), padding=0.0)
+
+    def resizeEvent(self, event: object) -> None:
+        super().resizeEvent(event)
+        timer = getattr(self, "_relayout", None)  # pyqtgraph resizes once before __init__ ends
+        if timer is not None:
+            timer.start()
+
+    def _fit_to_size(self) -> None:
+        if self._pixels is not None:
+            self._apply_layout(*self.shape, self.grid, force=False)
+
+    def _view_px(self) -> tuple[float, float]:
+        return max(1.0, self.width() - COLORBAR_PX - 8.0), max(1.0, self.height() - 8.0)
+
+    def _apply_layout(self, layers: int, heads: int, grid: tuple[int, int], *, force: bool) -> None:
+        layout, scale = plan_layout(layers, heads, grid, *self._view_px())
+        self.scale = scale
+        if layout != self.layout or force:
+            self.layout = layout
+            cell = max(1, min(round(scale), 24, BASE_MAX_SIDE // max(layout.size)))
+            assert self._pixels is not None
+            self.base.setImage(build_base(self._pixels, layout, cell), autoLevels=False)
+            self.base.setLevels((0, 255))
+            rows, cols = layout.size
+            self.base.setRect(QRectF(0, 0, cols, rows))
             self._make_labels()
-            self.vb.setRange(
-                QRectF(-gw * 1.2, -gh * 0.8, cols + gw * 1.2, rows + gh * 0.8), padding=0.01
-            )
+            if self._values is not None and self._shown is not None:
+                self._shown = None  # redraw the maps in the new layout
+                head_maps, mean_maps = self._values
+                self.set_maps(head_maps, mean_maps, *self._last_style)
+            layer, column = self._selected
+            self._selected = (-1, -1)
+            if layer >= 0:
+                self.set_selection(layer, MEAN if column == 0 else column - 1)
+        self.fit()
 
     def _make_labels(self) -> None:
-        for item in self._labels:
+        for item in [*self._row_labels, *(i for v in self._column_labels.values() for i in v)]:
             self.vb.removeItem(item)
-        self._labels = []
-        layers, heads = self.shape
-        gh, gw = self.grid
-        top = (0.5, 1.0)  # anchor: centred above a tile
-        side = (1.0, 0.5)  # anchor: right-aligned left of a tile
-        many = heads > 8  # narrow tiles: short labels in a smaller font
+        lay = self.layout
+        gh, gw = lay.tile
+        tile_px = self.scale * gw
+        short = tile_px < 40
         font = QFont()
-        font.setPointSizeF(7.0 if many else font.pointSizeF())
-        for c in range(heads + 1):
-            x, y = tile_origin(0, c, self.grid, self.layers_on_x)
-            text = ("μ" if many else "mean") if c == 0 else f"H{c}"
-            item = pg.TextItem(text, color="#cccccc", anchor=side if self.layers_on_x else top)
+        font.setPointSizeF(7.5 if tile_px < 30 else 9.0)
+        every = max(1, math.ceil(MIN_LABEL_GAP_PX / max(tile_px, 1e-6)))  # thin crowded labels
+        self._column_labels = {}
+        for band in range(lay.bands):
+            if band * lay.rows >= lay.layers:
+                break
+            for c in range(lay.columns):
+                if c % every and c != 0:
+                    continue
+                x, _ = lay.origin(band * lay.rows, c)
+                item = pg.TextItem(column_text(c, short), color=LABEL_COLOR, anchor=(0.5, 1.0))
+                item.setFont(font)
+                item.setPos(x + gw / 2, lay.header - 0.1)
+                self._column_labels.setdefault(c, []).append(item)
+        row_every = max(1, math.ceil(12 / max(self.scale * gh, 1e-6)))
+        self._row_labels = []
+        for layer in range(lay.layers):
+            x, y = lay.origin(layer, 0)
+            item = pg.TextItem(f"L{layer + 1}", color=LABEL_COLOR, anchor=(1.0, 0.5))
             item.setFont(font)
-            item.setPos(*((x - 0.2, y + gh / 2) if self.layers_on_x else (x + gw / 2, -0.1)))
-            self._labels.append(item)
-        for layer in range(layers):
-            x, y = tile_origin(layer, 0, self.grid, self.layers_on_x)
-            item = pg.TextItem(
-                f"L{layer + 1}", color="#cccccc", anchor=top if self.layers_on_x else side
-            )
-            item.setPos(*((x + gw / 2, -0.1) if self.layers_on_x else (-0.2, y + gh / 2)))
-            self._labels.append(item)
-        for item in self._labels:
+            item.setPos(x - 0.2, y + gh / 2)
+            item.setVisible(layer % row_every == 0 or layer == lay.layers - 1)
+            self._row_labels.append(item)
+        for item in [*self._row_labels, *(i for v in self._column_labels.values() for i in v)]:
             self.vb.addItem(item)
 
+    # -- content ---------------------------------------------------------------------------------
     def set_maps(
         self,
         head_maps: np.ndarray,
@@ -175,50 +323,78 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         cmap: str,
         opacity: float,
     ) -> None:
-        shown = (head_maps, mean_maps, (tuple(levels), cmap, opacity, self.shape, self.grid))
+        style = (tuple(levels), cmap, opacity, self.layout)
+        shown = (head_maps, mean_maps, style)
         last = self._shown
         if last and last[0] is head_maps and last[1] is mean_maps and last[2] == shown[2]:
             return  # a new layer or head only moves the selection: nothing to redraw here
         self._shown = shown
+        self._values = (head_maps, mean_maps)
+        self._last_style = (levels, cmap, opacity)
         if cmap != self._cmap:
             self._cmap = cmap
             self.colorbar.setColorMap(colormap(cmap))
-        rows, cols = mosaic_shape(*self.shape, self.grid, self.layers_on_x)
+        rows, cols = self.layout.size
         self.maps.setImage(
-            build_mosaic(head_maps, mean_maps, self.layers_on_x), autoLevels=False, levels=levels
+            build_mosaic(head_maps, mean_maps, self.layout), autoLevels=False, levels=levels
         )
         self.maps.setRect(QRectF(0, 0, cols, rows))
         self.maps.setOpacity(opacity)
         set_colorbar_levels(self.colorbar, levels)
 
     def set_selection(self, layer: int, head: int) -> None:
-        gh, gw = self.grid
-        x, y = tile_origin(layer, 0 if head == MEAN else head + 1, self.grid, self.layers_on_x)
+        """Outline the tile of (layer, head) and mark its row and column labels."""
+        gh, gw = self.layout.tile
+        column = 0 if head == MEAN else head + 1
+        x, y = self.layout.origin(layer, column)
         self.selection.setRect(QRectF(x, y, gw, gh))
+        if (layer, column) == self._selected:
+            return
+        old_layer, old_column = self._selected
+        self._selected = (layer, column)
+        self._mark(old_layer, old_column, False)
+        self._mark(layer, column, True)
+
+    def _mark(self, layer: int, column: int, on: bool) -> None:
+        color = SELECTED_COLOR if on else LABEL_COLOR
+        items = list(self._column_labels.get(column, []))
+        if 0 <= layer < len(self._row_labels):
+            items.append(self._row_labels[layer])
+        for item in items:
+            item.setColor(color)
+            font = item.textItem.font()
+            font.setBold(on)
+            item.setFont(font)
 
     def cell_at(self, x: float, y: float) -> tuple[int, int] | None:
         """(layer, head) of the tile under view coordinates (x, y), or None between tiles."""
-        layers, heads = self.shape
-        gh, gw = self.grid
-        if x < 0 or y < 0:
+        cell = self.layout.cell_at(x, y)
+        if cell is None:
             return None
-        i, fx = divmod(x, gw + GAP)
-        j, fy = divmod(y, gh + GAP)
-        if fx >= gw or fy >= gh:
-            return None
-        layer, column = (int(i), int(j)) if self.layers_on_x else (int(j), int(i))
-        if layer >= layers or column > heads:
-            return None
+        layer, column = cell
         return layer, (MEAN if column == 0 else column - 1)
 
     def tile_center(self, layer: int, head: int) -> QPointF:
         """Scene position of a tile's centre (for tests and keyboard focus)."""
-        gh, gw = self.grid
-        x, y = tile_origin(layer, 0 if head == MEAN else head + 1, self.grid, self.layers_on_x)
+        gh, gw = self.layout.tile
+        x, y = self.layout.origin(layer, 0 if head == MEAN else head + 1)
         return self.vb.mapViewToScene(QPointF(x + gw / 2, y + gh / 2))
 
+    def tile_rect_px(self, layer: int, head: int) -> QRectF:
+        """A tile's rectangle in widget pixels (for layout tests)."""
+        gh, gw = self.layout.tile
+        x, y = self.layout.origin(layer, 0 if head == MEAN else head + 1)
+        top_left = self.mapFromScene(self.vb.mapViewToScene(QPointF(x, y)))
+        bottom_right = self.mapFromScene(self.vb.mapViewToScene(QPointF(x + gw, y + gh)))
+        return QRectF(top_left.toPointF(), bottom_right.toPointF())
+
+    # -- mouse ---------------------------------------------------------------------------------
     def _on_click(self, event) -> None:
         if event.button() != Qt.MouseButton.LeftButton or self.shape == (0, 0):
+            return
+        if event.double():
+            event.accept()
+            self.fit()
             return
         if not self.vb.sceneBoundingRect().contains(event.scenePos()):
             return
@@ -227,3 +403,35 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         if cell is not None:
             event.accept()
             self.cellClicked.emit(*cell)
+
+    def _on_move(self, scene_pos: QPointF) -> None:
+        info = self.hover_info(scene_pos)
+        self.setToolTip("" if info is None else self.describe(info))
+        self.cellHovered.emit(info)
+
+    def hover_info(self, scene_pos: QPointF) -> tuple[int, int, float] | None:
+        """(layer, head, value under the pointer) at a scene position, None off the tiles."""
+        if self.shape == (0, 0) or not self.vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        p = self.vb.mapSceneToView(scene_pos)
+        cell = self.cell_at(p.x(), p.y())
+        if cell is None:
+            return None
+        layer, head = cell
+        value = float("nan")
+        if self._values is not None:
+            x, y = self.layout.origin(layer, 0 if head == MEAN else head + 1)
+            k = self.layout.sub
+            r, c = int((p.y() - y) // k), int((p.x() - x) // k)
+            head_maps, mean_maps = self._values
+            tile = mean_maps[layer] if head == MEAN else head_maps[layer, head]
+            if 0 <= r < tile.shape[0] and 0 <= c < tile.shape[1]:
+                value = float(tile[r, c])
+        return layer, head, value
+
+    @staticmethod
+    def describe(info: tuple[int, int, float]) -> str:
+        layer, head, value = info
+        who = "mean of heads" if head == MEAN else f"head {head + 1}"
+        text = f"layer {layer + 1}, {who}"
+        return text + (f": {value:.4g}" if np.isfinite(value) else "")

@@ -6,7 +6,14 @@ from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
+    QGuiApplication,
+    QKeySequence,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -43,6 +50,15 @@ from vitviz.workers.messages import (
     UserError,
 )
 
+DEFAULT_SIZE = (1400, 900)  # the first window, where the screen has room for it
+FRAME_ROOM = (16, 48)  # what a window manager's frame and title bar may add, in pixels
+
+
+def plain_text(text: str) -> str:
+    """A menu text without its mnemonic marks ("Open &image…" -> "Open image…")."""
+    return text.replace("&&", "\0").replace("&", "").replace("\0", "&")
+
+
 IMAGE_FILTER = "Images (" + " ".join(f"*{s}" for s in sorted(IMAGE_EXTENSIONS)) + ")"
 CHECKPOINT_FILTER = "Checkpoints (" + " ".join(f"*{s}" for s in sorted(CHECKPOINT_SUFFIXES)) + ")"
 BUSY_DELAY_MS = 500
@@ -61,6 +77,7 @@ class MainWindow(QMainWindow):
         self._shown_source: object = None  # the image on screen
         self._requested_label = ""
         self._shown_label = ""
+        self._model_pending = False  # a model is being opened (an image alone waits for it)
         self.folder_images: list[Path] = []
         self.folder_index = -1
 
@@ -115,7 +132,7 @@ class MainWindow(QMainWindow):
         action = QAction(text, self)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
-        action.setStatusTip(tip or text)
+        action.setStatusTip(tip or plain_text(text))
         action.triggered.connect(slot)
         self.addAction(action)
         return action
@@ -221,11 +238,21 @@ class MainWindow(QMainWindow):
 
     def _restore_settings(self) -> None:
         geometry = self.settings.get("window/geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1400, 900)
+        if geometry is None or not self.restoreGeometry(geometry):
+            self.fit_to_screen()
         self.viewer.restore_settings(self.settings)
+
+    def fit_to_screen(self) -> None:
+        """The first window: DEFAULT_SIZE, made smaller to fit the screen's free area, centred."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is None:
+            self.resize(*DEFAULT_SIZE)
+            return
+        free = screen.availableGeometry()
+        width = min(DEFAULT_SIZE[0], free.width() - FRAME_ROOM[0])
+        height = min(DEFAULT_SIZE[1], free.height() - FRAME_ROOM[1])
+        self.resize(width, height)
+        self.move(free.x() + (free.width() - width) // 2, free.y() + (free.height() - height) // 2)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         s = self.settings
@@ -305,6 +332,7 @@ class MainWindow(QMainWindow):
 
     def open_checkpoint(self, path: str | Path, config: dict | None = None) -> int:
         path = Path(path)
+        self._model_pending = True
         self.model_label.setText(f"loading {path.name}…")
         return self.client.submit("model", partial(jobs.load_model, path=path, config=config))
 
@@ -345,6 +373,7 @@ class MainWindow(QMainWindow):
                 self.notifier.info("Model opened: drop or open an image to see its attention.")
 
     def open_image(self, source: object, label: str | None = None) -> int:
+        self._model_for_lone_image()
         if isinstance(source, (str, Path)):
             label = label or Path(source).name
             self.settings.add_recent("images", source)
@@ -357,6 +386,24 @@ class MainWindow(QMainWindow):
                 label=self._requested_label,
                 gradients=self.viewer.needs_gradients(),
             ),
+        )
+
+    def _model_for_lone_image(self) -> None:
+        """An image with no model open nor asked for: the model used last, else the shipped one,
+        and one line that says which and how to choose another."""
+        if self.model is not None or self._model_pending:
+            return
+        recent = [Path(p) for p in self.settings.recent("checkpoints") if Path(p).exists()]
+        if recent:
+            path, which = recent[0], "the model used last"
+        else:
+            path, which = resources.default_model_path(), "the shipped shapes model"
+        if path is None:
+            return
+        self.open_checkpoint(path)
+        self.notifier.info(
+            f"Analysed with {path.name} ({which}). To use another model, drop its checkpoint on "
+            "the window or use File ▸ Open checkpoint…"
         )
 
     def open_folder(self, folder: str | Path) -> None:
@@ -403,6 +450,7 @@ class MainWindow(QMainWindow):
 
     def open_model_code(self, spec: ModelCodeSpec) -> int:
         self.model_label.setText(f"loading {spec.file.name}…")
+        self._model_pending = True
         return self.client.submit("model", partial(jobs.load_model_code, spec=spec))
 
     def open_folder_dialog(self) -> None:
@@ -513,7 +561,9 @@ class MainWindow(QMainWindow):
             case list() if channel == "cache":
                 self._show_cache(result)
             case Path() if channel == "export":
-                self.notifier.info(f"Saved {result}")
+                self.notifier.info(
+                    f"Saved {result.name} in {result.parent}", link=("Open folder", result.parent)
+                )
             case str() if channel == "device":
                 self.device_label.setText(f"device: {result}")
                 if self._shown_source is not None:
@@ -546,6 +596,7 @@ class MainWindow(QMainWindow):
 
     def _apply_model(self, summary: ModelSummary) -> None:
         self.model = summary
+        self._model_pending = False
         self.model_label.setText(
             f"{summary.name} ({summary.family}, {summary.depth} layers × "
             f"{summary.heads} heads, {summary.num_classes} classes)"
@@ -578,6 +629,7 @@ class MainWindow(QMainWindow):
         if channel == "faithfulness":
             self.viewer.faithfulness_failed(error.message)
         if channel == "model":
+            self._model_pending = False
             self.model_label.setText(
                 "no model" if self.model is None else f"{self.model.name} ({self.model.family})"
             )

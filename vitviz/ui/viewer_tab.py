@@ -26,6 +26,7 @@ from vitviz.workers.messages import (
     MethodInfo,
 )
 
+INPUT_TITLE = "Model input · click a patch to make it the query"
 PLACEHOLDER = (
     "Drop an image and a ViT checkpoint here\n(or use File ▸ Open image… "
     "and File ▸ Open checkpoint…)"
@@ -40,10 +41,12 @@ class ViewerTab(QWidget):
         self.client = client
         self.image: ImageResult | None = None
         self.maps: MapsResult | None = None
+        self._hovered: tuple[int, int] | None = None  # the patch under the pointer
         self.query: tuple[int, int] | None = None
         self.target_class: int | None = None
 
-        self.input_view = ImageCanvas("Model input and patch grid", colorbar=False)
+        # the plain model input (its patch grid, the query): the map is beside it, never on it
+        self.input_view = ImageCanvas(INPUT_TITLE, colorbar=False)
         self.map_view = ImageCanvas("Map over the image")
         self.head_grid = HeadGrid()
         self.predictions = PredictionsChart()
@@ -100,6 +103,7 @@ class ViewerTab(QWidget):
         self.map_view.patchClicked.connect(lambda r, c: self.set_query((r, c)))
         self.input_view.patchHovered.connect(self._on_hover)
         self.map_view.patchHovered.connect(self._on_hover)
+        self.head_grid.cellHovered.connect(self._on_head_hover)
         self.head_grid.cellClicked.connect(lambda layer, head: self.controls.select(layer, head))
         self.predictions.classClicked.connect(self.set_target_class)
         self.faithfulness.measureRequested.connect(self.request_faithfulness)
@@ -287,41 +291,44 @@ class ViewerTab(QWidget):
         values, levels = self.current_map()
         self.map_view.set_title(self._map_title(m))
         self.map_view.set_map(values, levels, cmap, opacity)
-        self.input_view.set_map(values, levels, cmap, opacity)
         self.head_grid.set_maps(m.head_maps, m.mean_maps, m.levels, cmap, opacity)
         self.head_grid.set_selection(self.controls.selected_layer(), self.controls.selected_head())
         self._update_prefix_label()
         if m.error:
             self.hoverText.emit(m.error)
+        elif self._hovered is not None:  # the value under the pointer is the new map's
+            self._on_hover((*self._hovered, self.map_view.value_at(*self._hovered)))
 
     def _map_title(self, m: MapsResult) -> str:
-        """What the large view shows, in words."""
+        """What the large view shows, in words: method, class, query, layers and settings."""
         layer, head = self.controls.selected_layer(), self.controls.selected_head()
-        heads = "mean of heads" if head == MEAN else f"head {head + 1}"
-        query = "CLS" if self.query is None else f"patch ({self.query[0]}, {self.query[1]})"
+        layers = self.image.num_layers if self.image else layer + 1
+        query = (
+            "query CLS" if self.query is None else f"query patch ({self.query[0]}, {self.query[1]})"
+        )
         info = self.controls.methods.get(m.params.method)
         if m.params.method == ATTENTION or info is None:
-            return f"Attention · layer {layer + 1} · {heads} · query {query}"
+            heads = "mean of heads" if head == MEAN else f"head {head + 1}"
+            return f"Attention · layer {layer + 1} of {layers} · {heads} · {query}"
         values = m.params.params()
         parts = [info.label]
+        if info.needs_gradients:
+            names = self.image.class_names if self.image else []
+            c = m.target_class
+            parts.append(f"class “{names[c] if 0 <= c < len(names) else c}”")
+        parts.append(query if info.queries else "query CLS (fixed)")
         for p in info.parameters:
             value = values.get(p.name, p.default)
             if p.per == "head":
                 parts.append("mean of heads" if value == -1 else f"head {value + 1}")
             elif p.per == "layer" and p.name == "layer":
-                parts.append("last layer" if value == -1 else f"layer {value + 1}")
-            elif p.per == "layer":
-                parts.append(f"{p.label.lower()} {value + 1}")
+                parts.append(f"layer {layers if value == -1 else value + 1} of {layers}")
+            elif p.per == "layer":  # a start layer: the layers the method runs through
+                parts.append(f"layers {value + 1}–{layers}")
             elif p.type == "float":
                 parts.append(f"{p.label.lower()} {value:.2f}")
             else:
                 parts.append(f"{p.label.lower()} {value}")
-        if info.needs_gradients:
-            names = self.image.class_names if self.image else []
-            c = m.target_class
-            parts.append(f"class “{names[c] if 0 <= c < len(names) else c}”")
-        if info.queries:
-            parts.append(f"query {query}")
         return " · ".join(parts)
 
     def _update_query_widgets(self) -> None:
@@ -357,14 +364,21 @@ class ViewerTab(QWidget):
         )
 
     def _on_hover(self, info: object) -> None:
+        """A patch under the pointer (either view): its place and the map's value there."""
         if info is None or self.image is None:
+            self._hovered = None
             self.hoverText.emit("")
             return
         if not isinstance(info, tuple) or len(info) != 3:
             return
-        r, c, value = info
+        r, c, _ = info
+        self._hovered = (r, c)
+        value = self.map_view.value_at(r, c)
         gw = self.image.grid[1]
         text = f"patch row {r}, col {c}, index {r * gw + c}"
         if np.isfinite(value):
             text += f", value {value:.4g}"
         self.hoverText.emit(text)
+
+    def _on_head_hover(self, info: tuple[int, int, float] | None) -> None:
+        self.hoverText.emit("" if info is None else self.head_grid.describe(info))
