@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "--checkpoint",
         type=Path,
-        help="checkpoint file (with --model-code: the model's state dict, optional)",
+        help="checkpoint file (with --model-code: the model's state dict, optional; default: "
+        "the model opened last in the window, else the shipped model)",
     )
     ex.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
     ex.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
@@ -176,6 +177,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         device = resolve_device(args.device)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+    if args.checkpoint is None and args.model_code is None:
+        args.checkpoint = _default_checkpoint()
     loaded = _load_for(args)
     loaded.model.to(device)
     cfg = loaded.model.config
@@ -219,6 +222,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if failed == len(args.images):
         return EXIT_FAILED
     return EXIT_PARTIAL if failed else EXIT_OK
+
+
+def _default_checkpoint() -> Path:
+    """explain without --checkpoint: the model used last in the window, else the shipped one;
+    one line on stderr says which and how to choose another."""
+    from vitviz.last_model import choose_model
+
+    choice = choose_model()
+    if choice is None:
+        raise CliError("give a checkpoint (or --model-code FILE.py:NAME)")
+    _say(
+        f"vitviz-cli: no --checkpoint: using {choice.path} ({choice.why}); "
+        "choose another with --checkpoint FILE"
+    )
+    return choice.path
 
 
 def describe(loaded: Any) -> dict[str, Any]:
