@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         ex, "default: today's maps only; each NAME adds npz key map_<name> and <stem>_<name>.png"
     )
     ex.add_argument("--colormap", default="viridis")
+    ex.add_argument(
+        "--bare",
+        action="store_true",
+        help="map PNGs without title and colour bar (the overlay alone, at the image's size)",
+    )
     ex.add_argument("--out", type=Path, default=Path("vitviz-out"), help="output folder")
     ex.add_argument(
         "--full-size",
@@ -215,7 +220,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             failed += 1
             continue
         write_npz(analysis, maps, args.out / f"{stem}.npz")
-        write_pngs(analysis, maps, args.out, stem, args.colormap, max_side=max_side)
+        write_pngs(analysis, maps, args.out, stem, args.colormap, max_side, not args.bare, settings)
         best = analysis.top_k(1)
         said = f"{best[0].name} ({best[0].probability:.1%})" if best else "no head"
         _say(f"[{i}/{len(args.images)}] {path.name}: {said} -> {args.out / stem}.npz")
@@ -299,7 +304,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         f"{prep['interpolation']}",
     ]
     if d["provenance"]:
-        lines.append("provenance:     " + json.dumps(d["provenance"], default=str))
+        from vitviz.tree_text import tree_lines
+
+        lines += ["provenance:", *tree_lines(d["provenance"], depth=1)]
     lines += [
         f"dropped:        {n.removeprefix('dropped ')}"
         if n.startswith("dropped ")
