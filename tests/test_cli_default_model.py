@@ -103,3 +103,15 @@ def test_a_recent_list_of_missing_files_falls_back_to_the_shipped_model(tmp_path
 )
 def test_qt_string_lists_are_read_as_qt_writes_them(raw: str, items: list[str]) -> None:
     assert qt_string_list(raw) == items
+
+
+def test_model_args_without_model_code_is_still_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vitviz.cli import main
+
+    argv = ["explain", str(SAMPLE), "--model-args", "{}", "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "vitviz-cli: --model-args needs --model-code FILE.py:NAME"
+    assert not (tmp_path / "o").exists()

@@ -182,7 +182,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         device = resolve_device(args.device)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    if args.checkpoint is None and args.model_code is None:
+    if args.checkpoint is None and args.model_code is None and args.model_args is None:
         args.checkpoint = _default_checkpoint()
     loaded = _load_for(args)
     loaded.model.to(device)
