@@ -32,7 +32,7 @@ def test_figure_holds_the_overlay_unchanged_under_its_title_beside_its_bar() -> 
     overlay = _overlay()
     lines = ["Attention rollout · prediction 'tench' (87.0%)", "query CLS"]
     fig = titled_figure(overlay, lines, (0.25, 0.75), "magma")
-    layout = figure_layout(overlay, lines, (0.25, 0.75))
+    layout = figure_layout(overlay.size, lines, (0.25, 0.75))
     assert fig.size == layout.size
     assert fig.width > overlay.width and fig.height > overlay.height
     x, y = layout.overlay_at
@@ -52,7 +52,7 @@ def test_figure_holds_the_overlay_unchanged_under_its_title_beside_its_bar() -> 
 def test_a_flat_map_gets_a_one_colour_bar() -> None:
     overlay = _overlay()
     fig = np.asarray(titled_figure(overlay, ["flat"], (0.5, 0.5), "viridis"))
-    left, top, right, bottom = figure_layout(overlay, ["flat"], (0.5, 0.5)).bar
+    left, top, right, bottom = figure_layout(overlay.size, ["flat"], (0.5, 0.5)).bar
     column = fig[top:bottom, (left + right) // 2]
     assert {tuple(c) for c in column} == {tuple(apply_colormap(np.array([0.0]), "viridis")[0])}
 
@@ -123,7 +123,7 @@ def test_cli_pngs_are_titled_by_default_and_bare_on_request(
         with Image.open(titled / f"scene_{name}.png") as im:
             fig = np.asarray(im.convert("RGB"))
         lines = map_title(a, maps, name, settings)
-        layout = figure_layout(plain, lines, map_levels(m))
+        layout = figure_layout(plain.size, lines, map_levels(m))
         assert (fig.shape[1], fig.shape[0]) == layout.size
         assert fig.shape[0] > 30 and fig.shape[1] > 45
         x, y = layout.overlay_at
@@ -131,3 +131,12 @@ def test_cli_pngs_are_titled_by_default_and_bare_on_request(
     # the head grid is the same either way
     with Image.open(bare / "scene_heads.png") as b, Image.open(titled / "scene_heads.png") as t:
         np.testing.assert_array_equal(np.asarray(b), np.asarray(t))
+
+
+def test_a_figure_without_title_lines_still_has_its_bar() -> None:
+    overlay = _overlay(40, 20)
+    fig = titled_figure(overlay, [], (0.0, 1.0))
+    layout = figure_layout(overlay.size, [], (0.0, 1.0))
+    assert fig.size == layout.size and layout.bar[2] > overlay.width
+    x, y = layout.overlay_at
+    np.testing.assert_array_equal(np.asarray(fig)[y : y + 20, x : x + 40], np.asarray(overlay))

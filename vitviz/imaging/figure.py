@@ -1,10 +1,11 @@
 """A map overlay as a figure: title lines above it and a colour bar with its scale beside it,
-drawn with PIL. The overlay's own pixels are pasted unchanged (at ``figure_box``)."""
+drawn with PIL. The overlay's own pixels are pasted unchanged (see ``figure_layout``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -59,26 +60,62 @@ def titled_figure(
     """``overlay`` with ``lines`` above it (the first as the title, the rest smaller) and on its
     right a colour bar of ``colormap`` labelled from ``levels`` (lo, hi), the values the
     overlay's colours stand for. lo == hi (a flat map): the bar is one colour, labelled once."""
-    return _draw(overlay, lines, levels, colormap)[0]
+    plan = _plan(overlay.size, lines, levels)
+    h = overlay.height
+    canvas = Image.new("RGB", plan.layout.size, (255, 255, 255))
+    draw = ImageDraw.Draw(canvas)
+    y = plan.pad
+    for i, (text, lh) in enumerate(zip(lines, plan.line_heights, strict=True)):
+        font = plan.title_font if i == 0 else plan.line_font
+        draw.text((plan.pad, y), text, fill=_INK if i == 0 else _SUBTLE, font=font)
+        y += lh
+    canvas.paste(overlay.convert("RGB"), plan.layout.overlay_at)
+
+    left, top, right, bottom = plan.layout.bar
+    values = np.zeros(h) if plan.flat else np.linspace(1.0, 0.0, h)  # top row: the high end
+    colours = apply_colormap(values, colormap)  # (h, 3)
+    strip = np.broadcast_to(colours[:, None, :], (h, right - left, 3))
+    canvas.paste(Image.fromarray(np.ascontiguousarray(strip)), (left, top))
+    draw.rectangle((left - 1, top - 1, right, bottom), outline=_FRAME)
+    tick = plan.pad // 2
+    for t, text in plan.ticks:
+        ty = top + round((1.0 - t) * (h - 1))
+        draw.line((right, ty, right + tick, ty), fill=_FRAME)
+        _, t_top, _, t_bottom = draw.textbbox((0, 0), text, font=plan.line_font)
+        draw.text(
+            (right + tick + 4, ty - (t_top + t_bottom) // 2), text, fill=_INK, font=plan.line_font
+        )
+    return canvas
 
 
 def figure_layout(
-    overlay: Image.Image, lines: Sequence[str], levels: tuple[float, float]
+    overlay_size: tuple[int, int], lines: Sequence[str], levels: tuple[float, float]
 ) -> FigureLayout:
-    """The layout ``titled_figure`` uses for these inputs (for tests and callers that crop)."""
-    return _draw(overlay, lines, levels, "grey")[1]
+    """Where ``titled_figure`` puts an overlay of (width, height) and its bar, and its size."""
+    return _plan(overlay_size, lines, levels).layout
 
 
-def _draw(
-    overlay: Image.Image, lines: Sequence[str], levels: tuple[float, float], colormap: str
-) -> tuple[Image.Image, FigureLayout]:
-    w, h = overlay.size
-    size = font_size(overlay.size)
+@dataclass(frozen=True)
+class _Plan:
+    layout: FigureLayout
+    title_font: Any
+    line_font: Any
+    line_heights: list[int]
+    pad: int
+    flat: bool
+    ticks: list[tuple[float, str]]
+
+
+def _plan(
+    overlay_size: tuple[int, int], lines: Sequence[str], levels: tuple[float, float]
+) -> _Plan:
+    w, h = overlay_size
+    size = font_size(overlay_size)
     title_font, line_font = _font(size), _font(max(10, round(size * 0.8)))
     pad = max(6, size // 2)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    fonts = [title_font] + [line_font] * (len(lines) - 1)
-    line_h = [round(f.size * 1.35) if hasattr(f, "size") else 14 for f in fonts]
+    fonts = [title_font if i == 0 else line_font for i in range(len(lines))]
+    heights = [round(getattr(f, "size", 11) * 1.35) for f in fonts]
     text_w = max((_text_width(probe, t, f) for t, f in zip(lines, fonts, strict=True)), default=0)
 
     lo, hi = float(levels[0]), float(levels[1])
@@ -86,29 +123,10 @@ def _draw(
     ticks = [(0.5, f"{lo:.3g} (flat)")] if flat else scale_labels((lo, hi))
     label_w = max(_text_width(probe, t, line_font) for _, t in ticks)
     bar_w = max(10, size)
-    top = pad + sum(line_h) + pad
+    top = pad + sum(heights) + pad
     bar_left = pad + w + pad
     width = max(bar_left + bar_w + pad // 2 + 4 + label_w + pad, pad + text_w + pad)
-    height = top + h + pad + line_h[-1] // 2
-
-    canvas = Image.new("RGB", (width, height), (255, 255, 255))
-    draw = ImageDraw.Draw(canvas)
-    y = pad
-    for text, font, lh in zip(lines, fonts, line_h, strict=True):
-        draw.text((pad, y), text, fill=_INK if font is title_font else _SUBTLE, font=font)
-        y += lh
-    canvas.paste(overlay.convert("RGB"), (pad, top))
-
+    height = top + h + pad + size // 2  # room for the lowest tick label's lower half
     bar = (bar_left, top, bar_left + bar_w, top + h)
-    values = np.zeros(h) if flat else np.linspace(1.0, 0.0, h)
-    colours = apply_colormap(values, colormap)  # (h, 3)
-    strip = np.broadcast_to(colours[:, None, :], (h, bar_w, 3)).astype(np.uint8)
-    canvas.paste(Image.fromarray(np.ascontiguousarray(strip)), (bar_left, top))
-    draw.rectangle((bar[0] - 1, bar[1] - 1, bar[2], bar[3]), outline=_FRAME)
-    for t, text in ticks:
-        ty = top + round((1.0 - t) * (h - 1))
-        draw.line((bar[2], ty, bar[2] + pad // 2, ty), fill=_FRAME)
-        _, t_top, _, t_bottom = draw.textbbox((0, 0), text, font=line_font)
-        x = bar[2] + pad // 2 + 4
-        draw.text((x, ty - (t_top + t_bottom) // 2), text, fill=_INK, font=line_font)
-    return canvas, FigureLayout((pad, top), bar, (width, height))
+    layout = FigureLayout((pad, top), bar, (width, height))
+    return _Plan(layout, title_font, line_font, heights, pad, flat, ticks)
