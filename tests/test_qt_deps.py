@@ -41,6 +41,8 @@ def test_advice_names_the_packages_for_apt_dnf_and_pacman() -> None:
     assert "sudo dnf install xcb-util-wm xcb-util-keysyms libxcb;" in text
     assert "sudo pacman -S xcb-util-wm xcb-util-keysyms libxcb)" in text
     assert any("libweird.so.3" in line and "No package" in line for line in lines)
+    pyside = advice_text(["libQt6XcbQpa.so.6"])
+    assert "apt-get" not in pyside and "comes with PySide6: reinstall it" in pyside
     assert {PACKAGES[name][0] for name in MISSING} == set(APT_LINE.split()[3:])
 
 

@@ -67,6 +67,9 @@ PACKAGES: dict[str, tuple[str, str, str]] = {
     "libstdc++.so.6": ("libstdc++6", "libstdc++", "gcc-libs"),
 }
 
+# Libraries that come inside the PySide6 wheel, not from the system.
+BUNDLED = ("libQt6", "libicu", "libpyside6", "libshiboken6")
+
 
 @dataclass(frozen=True)
 class Advice:
@@ -139,7 +142,10 @@ def advice_text(missing: Sequence[str]) -> str:
             f"(Fedora: sudo dnf install {' '.join(dnf)}; Arch: sudo pacman -S {' '.join(pacman)})",
         ]
     for name in unknown:
-        lines.append(f"No package is known here for {name}: search your distribution's for it.")
+        if name.startswith(BUNDLED):
+            lines.append(f"{name} comes with PySide6: reinstall it (bash packaging/install.sh).")
+        else:
+            lines.append(f"No package is known here for {name}: search your distribution's.")
     if not getattr(sys, "frozen", False):
         lines.append(f"Check again with: {sys.executable} -m vitviz.qt_deps")
     lines.append("(vitviz-cli, the command line, needs none of these.)")
