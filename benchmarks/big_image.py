@@ -12,6 +12,9 @@ MODEL, "--out", DIR, ...])`` in a fresh Python process:
 - with ``--before DIR``: the default command run from another checkout of vitviz (e.g.
   ``git worktree add /tmp/before HEAD``), the code before the change.
 
+The first two run with ``--bare`` (the overlays without title and colour bar), so a PNG's size
+is its overlay's.
+
 Reported per case: the command's wall time (interpreter start and imports included; median of
 the repeats, the cases taking turns), its peak RSS (the child's ``ru_maxrss``), the size of the
 rollout PNG, the top class and how far the model input is from the baseline's (mean |Δ| in grey
@@ -111,7 +114,11 @@ def main() -> int:
     std = np.array(load_checkpoint(model).preprocessing.std, dtype=np.float32).reshape(-1, 1, 1)
     size = QUICK_SIZE if args.quick else SIZE
     repeats = args.repeats or 1
-    cases = {"baseline --full-size": (REPO_ROOT, ["--full-size"]), "vitviz": (REPO_ROOT, [])}
+    # --bare: the overlays alone (no title or colour bar), so their size is the overlay's
+    cases = {
+        "baseline --full-size": (REPO_ROOT, ["--full-size", "--bare"]),
+        "vitviz": (REPO_ROOT, ["--bare"]),
+    }
     if args.before:
         cases["before (--before checkout)"] = (args.before.resolve(), [])
     print(f"# vitviz-cli explain on a {size[0]} × {size[1]} JPEG, shipped 64-px model")

@@ -2,10 +2,21 @@
 # Create (or update) the project's virtual environment in .venv and install vitviz into it.
 #   bash packaging/install.sh          # the app
 #   bash packaging/install.sh --test   # the app + test and lint tools
+#   bash packaging/install.sh --check-qt  # only check the system libraries the window needs
 # torch and torchvision are resolved together, as a pair that pin each other, before the project:
 # a torch picked alone can be a build that the registry's torchvision cannot load against.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Qt's X11 window plugin aborts the app when a system library of its is missing: name the
+# missing ones and print the exact install command (vitviz/qt_deps.py). Never fails the install.
+check_qt_libs() {
+    .venv/bin/python -m vitviz.qt_deps || true
+}
+if [[ "${1:-}" == "--check-qt" ]]; then
+    check_qt_libs
+    exit 0
+fi
 
 extras=""
 [[ "${1:-}" == "--test" ]] && extras="[test]"
@@ -30,3 +41,4 @@ then
     pip_install "${torch_pair[@]}"
 fi
 pip_install -e ".${extras}"
+check_qt_libs

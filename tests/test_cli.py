@@ -311,7 +311,8 @@ def test_console_entry_point_end_to_end(
         assert torch.allclose(torch.from_numpy(z["logits"]), a.logits, atol=1e-5)
         assert int(z["target_class"]) == a.top_class
     with Image.open(out / "chelsea_rollout.png") as im:
-        assert im.size == (451, 300)  # skimage's chelsea, not the model's 32 × 32
+        # skimage's chelsea (451 × 300), not the model's 32 × 32, under a title, beside a bar
+        assert im.width > 451 and im.height > 300
 
 
 def test_unknown_device_and_unreadable_config_exit_2(

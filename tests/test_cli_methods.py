@@ -137,7 +137,8 @@ def test_a_toy_method_is_listed_and_explained(
     assert json.loads(capsys.readouterr().out)[-1] == json.loads(json.dumps(toy.to_dict()))
 
     out = tmp_path / "out"
-    assert _explain(tiny_ckpt, image, out, "--method", "toy", "--param", "toy.scale=2.5") == 0
+    extra = ("--method", "toy", "--param", "toy.scale=2.5", "--bare")
+    assert _explain(tiny_ckpt, image, out, *extra) == 0
     with np.load(out / "scene.npz") as z:
         assert list(z.files) == [*NPZ_KEYS, "map_toy"]
         assert z["map_toy"].dtype == np.float32 and z["map_toy"].shape == (4, 4)
@@ -189,9 +190,9 @@ def test_explain_writes_every_methods_map_as_the_table_computes_it(
         assert not np.allclose(z["map_attention"], get_method("attention")(a).numpy())
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert pngs == sorted(["scene_heads.png", *(f"scene_{n}.png" for n in BUILTIN)])
-    for name in BUILTIN:
+    for name in BUILTIN:  # titled figures (tests/test_export_figure.py) around the 45 × 30 map
         with Image.open(out / f"scene_{name}.png") as im:
-            assert im.size == (45, 30)
+            assert im.width > 45 and im.height > 30
 
 
 def _headless(tmp_path: Path) -> Path:

@@ -225,7 +225,7 @@ def test_cli_writes_big_overlays_at_4096_unless_full_size(
 ) -> None:
     from vitviz import cli
 
-    base = ["explain", str(big_photo), "--checkpoint", str(tiny_ckpt)]
+    base = ["explain", str(big_photo), "--checkpoint", str(tiny_ckpt), "--bare"]
     assert cli.main([*base, "--out", str(tmp_path / "default")]) == 0
     assert cli.main([*base, "--out", str(tmp_path / "full"), "--full-size"]) == 0
     assert "Traceback" not in capsys.readouterr().err

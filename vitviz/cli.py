@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "--checkpoint",
         type=Path,
-        help="checkpoint file (with --model-code: the model's state dict, optional)",
+        help="checkpoint file (with --model-code: the model's state dict, optional; default: "
+        "the model opened last in the window, else the shipped model)",
     )
     ex.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
     ex.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
@@ -57,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         ex, "default: today's maps only; each NAME adds npz key map_<name> and <stem>_<name>.png"
     )
     ex.add_argument("--colormap", default="viridis")
+    ex.add_argument(
+        "--bare",
+        action="store_true",
+        help="map PNGs without title and colour bar (the overlay alone, at the image's size)",
+    )
     ex.add_argument("--out", type=Path, default=Path("vitviz-out"), help="output folder")
     ex.add_argument(
         "--full-size",
@@ -176,6 +182,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         device = resolve_device(args.device)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+    if args.checkpoint is None and args.model_code is None and args.model_args is None:
+        args.checkpoint = _default_checkpoint()
     loaded = _load_for(args)
     loaded.model.to(device)
     cfg = loaded.model.config
@@ -212,13 +220,28 @@ def cmd_explain(args: argparse.Namespace) -> int:
             failed += 1
             continue
         write_npz(analysis, maps, args.out / f"{stem}.npz")
-        write_pngs(analysis, maps, args.out, stem, args.colormap, max_side=max_side)
+        write_pngs(analysis, maps, args.out, stem, args.colormap, max_side, not args.bare, settings)
         best = analysis.top_k(1)
         said = f"{best[0].name} ({best[0].probability:.1%})" if best else "no head"
         _say(f"[{i}/{len(args.images)}] {path.name}: {said} -> {args.out / stem}.npz")
     if failed == len(args.images):
         return EXIT_FAILED
     return EXIT_PARTIAL if failed else EXIT_OK
+
+
+def _default_checkpoint() -> Path:
+    """explain without --checkpoint: the model used last in the window, else the shipped one;
+    one line on stderr says which and how to choose another."""
+    from vitviz.last_model import choose_model
+
+    choice = choose_model()
+    if choice is None:
+        raise CliError("give a checkpoint (or --model-code FILE.py:NAME)")
+    _say(
+        f"vitviz-cli: no --checkpoint: using {choice.path} ({choice.why}); "
+        "choose another with --checkpoint FILE"
+    )
+    return choice.path
 
 
 def describe(loaded: Any) -> dict[str, Any]:
@@ -281,7 +304,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         f"{prep['interpolation']}",
     ]
     if d["provenance"]:
-        lines.append("provenance:     " + json.dumps(d["provenance"], default=str))
+        from vitviz.tree_text import tree_lines
+
+        lines += ["provenance:", *tree_lines(d["provenance"], depth=1)]
     lines += [
         f"dropped:        {n.removeprefix('dropped ')}"
         if n.startswith("dropped ")

@@ -15,6 +15,7 @@ from PIL import Image
 from vitviz.analysis import Analysis
 from vitviz.checkpoints.atomic import atomic_path
 from vitviz.explain.methods import Method, get_method
+from vitviz.imaging.figure import titled_figure
 from vitviz.imaging.overlay import fit_for_overlay, head_grid_image, overlay_on_image, save_png
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
 
@@ -183,6 +184,31 @@ def heads_grid(
     return head_grid_image(maps, analysis.pixels, colormap=colormap, opacity=opacity)
 
 
+def map_levels(map_: np.ndarray) -> tuple[float, float]:
+    """The values the overlay's colours run between: the map's finite min..max (0..1 if none)."""
+    finite = map_[np.isfinite(map_)]
+    return (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+
+
+def map_title(
+    analysis: Analysis, maps: ExplainedMaps, name: str, settings: MapSettings | None = None
+) -> list[str]:
+    """Title lines of a map's figure: method and class with its probability; then the query
+    and, when ``settings`` are given, the method's parameter values."""
+    method = get_method(name)
+    if maps.target_class < 0 or not analysis.has_head:
+        said = "no classification head"
+    else:
+        c = maps.target_class if method.needs_gradients else analysis.top_class
+        what = "class" if method.needs_gradients else "prediction"
+        said = f"{what} '{analysis.class_names[c]}' ({float(analysis.probs[c]):.1%})"
+    detail = "query CLS"
+    if settings is not None and method.parameters:
+        values = method.resolve(settings.params_for(method), strict=False)
+        detail += " · " + ", ".join(f"{k} {v}" for k, v in values.items())
+    return [f"{method.label} · {said}", detail]
+
+
 def write_pngs(
     analysis: Analysis,
     maps: ExplainedMaps,
@@ -190,12 +216,15 @@ def write_pngs(
     stem: str,
     colormap: str = "viridis",
     max_side: int | None = OVERLAY_MAX_SIDE,
+    titled: bool = False,
+    settings: MapSettings | None = None,
 ) -> list[Path]:
     """<stem>_rollout.png, <stem>_relevance.png (if the model has a head), <stem>_<name>.png for
     each method of ``maps.methods``, <stem>_heads.png.
 
     The map overlays are at most ``max_side`` pixels on their long side (None: the source's
-    own size, see ``map_overlay``)."""
+    own size, see ``map_overlay``). ``titled``: each map overlay gets a title (method, class,
+    probability; ``settings`` add the parameter values) and a colour bar of its scale."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     overlays = {name: getattr(maps, name) for name in LEGACY_PNGS}
@@ -205,7 +234,11 @@ def write_pngs(
         if np.isnan(m).all():
             continue
         path = out / f"{stem}_{name}.png"
-        save_png(map_overlay(analysis, m, colormap, max_side=max_side), path)
+        picture = map_overlay(analysis, m, colormap, max_side=max_side)
+        if titled:
+            lines = map_title(analysis, maps, name, settings)
+            picture = titled_figure(picture, lines, map_levels(m), colormap)
+        save_png(picture, path)
         written.append(path)
     path = out / f"{stem}_heads.png"
     save_png(heads_grid(analysis, colormap), path)
