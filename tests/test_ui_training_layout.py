@@ -24,7 +24,7 @@ from vitviz.ui.settings import AppSettings
 from vitviz.ui.training_tab import FIELDS
 from vitviz.ui.wheel_guard import guard_wheel
 
-SIZES = [(1366, 768), (1920, 1080)]
+SIZES = [(1366, 768), (1400, 900), (1920, 1080)]  # a laptop, the size in the issue, a desktop
 
 
 @pytest.fixture

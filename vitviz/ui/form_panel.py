@@ -3,7 +3,7 @@ column that scrolls vertically only and is never narrower than its widest row.""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt
 from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
@@ -18,8 +18,6 @@ from PySide6.QtWidgets import (
 class FoldingGroup(QGroupBox):
     """A titled form. Rows added with ``more=True`` sit below a "More settings" toggle and are
     hidden until it is pressed; the label column stays aligned across both."""
-
-    foldChanged = Signal(bool)  # True: the extra rows are shown
 
     def __init__(self, title: str, parent: QWidget | None = None) -> None:
         super().__init__(title, parent)
@@ -64,7 +62,6 @@ class FoldingGroup(QGroupBox):
         self.more_button.setToolTip("Hide the settings rarely changed" if expanded else "")
         for row in self._more_rows:
             self.form.setRowVisible(row, expanded)
-        self.foldChanged.emit(expanded)
 
 
 class VerticalScrollArea(QScrollArea):
