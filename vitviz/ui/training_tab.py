@@ -292,7 +292,7 @@ class TrainingTab(QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setValue(0)
         self.eta = QLabel("")
-        widest = self.eta.fontMetrics().horizontalAdvance("ETA 00:00:00 · 000,000 img/s")
+        widest = self.eta.fontMetrics().horizontalAdvance("ETA 0:00:00 · 00,000 img/s")
         self.eta.setMinimumWidth(widest + 4)  # steady: the bar doesn't jump with every step
         top = QHBoxLayout()
         top.addWidget(self.status, 3)
@@ -341,8 +341,11 @@ class TrainingTab(QWidget):
         bar.rangeChanged.connect(lambda _lo, hi: bar.setValue(hi) if self._probe_follow else None)
         self.probe_labels: list[QWidget] = []
 
-        self.open_best = QPushButton("Open best in viewer")
-        self.open_last = QPushButton("Open latest in viewer")
+        # Short texts, so the window can still be made narrow; the tooltips say where they open.
+        self.open_best = QPushButton("Open best")
+        self.open_best.setToolTip("Open the run's best checkpoint (validation) in the Viewer tab")
+        self.open_last = QPushButton("Open latest")
+        self.open_last.setToolTip("Open the run's latest checkpoint in the Viewer tab")
         self.open_best.clicked.connect(lambda: self._open("best"))
         self.open_last.clicked.connect(lambda: self._open("last"))
         self.runs = QListWidget()
@@ -361,7 +364,9 @@ class TrainingTab(QWidget):
         v = QVBoxLayout(self.monitor)
         v.addLayout(top)
         v.addWidget(curves, 1)
-        v.addWidget(QLabel("<b>Attention on a fixed probe image</b> (rollout, one per epoch)"))
+        probe_title = QLabel("<b>Attention on a fixed probe image</b> (rollout, one per epoch)")
+        probe_title.setWordWrap(True)
+        v.addWidget(probe_title)
         v.addWidget(self.probe_scroll)
         v.addLayout(run_buttons)
         v.addWidget(self.runs)
