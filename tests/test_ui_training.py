@@ -1,5 +1,6 @@
 """The Training tab driven as a user would: refuse bad settings, start a real run (child
-process), watch the curves update, cancel, and open the result in the viewer."""
+process), watch the curves and the runs list update, cancel, and open the result in the
+viewer."""
 
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ def small_settings(tab, epochs: int) -> None:
     tab.device.setCurrentText("cpu")
 
 
+def run_rows(tab) -> list[str]:
+    return [tab.runs.item(i).text() for i in range(tab.runs.count())]
+
+
 def test_bad_settings_are_refused_before_anything_starts(
     window: MainWindow, tmp_path: Path
 ) -> None:
@@ -72,17 +77,25 @@ def test_run_updates_curves_cancels_and_opens_in_viewer(qtbot, window: MainWindo
     small_settings(tab, 500)  # far more than will run: the test cancels it
     assert tab.start(), tab.problems.text()
     assert tab.cancel_button.isEnabled() and not tab.start_button.isEnabled()
+    assert run_rows(tab)[0] == f"{tab.run_dir.name} · running · 0 epochs · best –"  # listed
     qtbot.waitUntil(lambda: len(tab.epochs) >= 2, timeout=WAIT_MS)
+    row = run_rows(tab)[0]  # the list follows the run, epoch by epoch
+    assert row.startswith(f"{tab.run_dir.name} · running · {len(tab.epochs)} epochs · best ")
+    assert row.endswith(f"{max(e['val_acc'] for e in tab.epochs):.1%}")
     xs, ys = tab.curve_val.getData()
     assert len(xs) >= 2 and all(y == y for y in ys)  # validation loss drawn, finite
     assert len(tab.curve_step.getData()[0]) > 0  # the per-step curve too
     assert len(tab.probe_labels) >= 1  # an attention snapshot per epoch
     assert tab.progress.value() > 0
     qtbot.waitUntil(lambda: tab.open_last.isEnabled(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: "ETA" in tab.eta.text(), timeout=WAIT_MS)
+    running_progress = tab.progress.text()
     tab.cancel()
     qtbot.waitUntil(lambda: not tab.runner.is_running(), timeout=WAIT_MS)
     assert tab.start_button.isEnabled()
     assert "Cancelled" in tab.status.text()
+    assert tab.progress.text() != running_progress and "Cancelled" in tab.progress.text()
+    assert tab.eta.text() == ""  # no ETA left standing after the run
     last = tab._checkpoint("last")
     assert last is not None
     load_checkpoint(last)  # the checkpoint left by the cancelled run is whole
@@ -94,8 +107,7 @@ def test_run_updates_curves_cancels_and_opens_in_viewer(qtbot, window: MainWindo
         tab.open_last.click()
     assert window.tabs.currentWidget() is window.viewer
     assert window.model is not None and window.model.path == last
-    runs = [tab.runs.item(i).text() for i in range(tab.runs.count())]
-    assert any("cancelled" in r for r in runs)
+    assert run_rows(tab)[0].startswith(f"{tab.run_dir.name} · cancelled · ")
 
 
 def test_form_and_train_config_round_trip_through_the_field_table(window: MainWindow) -> None:

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
-    QGroupBox,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -55,6 +55,8 @@ from vitviz.training.events import (
     RunStarted,
     StepEvent,
 )
+from vitviz.ui.form_panel import FoldingGroup, VerticalScrollArea
+from vitviz.ui.wheel_guard import guard_wheel
 from vitviz.workers.training import TrainingRunner
 
 DATASETS = (
@@ -97,6 +99,14 @@ def _format_eta(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def _run_text(name: str, status: str, metrics: list[dict[str, Any]]) -> str:
+    """One row of the runs list: name, status, epochs done and the best validation accuracy."""
+    accs = [m["val_acc"] for m in metrics if isinstance(m.get("val_acc"), (int, float))]
+    best = f"{max(accs):.1%}" if accs else "–"
+    epochs = f"{len(metrics)} epoch" + ("" if len(metrics) == 1 else "s")
+    return f"{name} · {status} · {epochs} · best {best}"
+
+
 FormWidget = QSpinBox | QDoubleSpinBox | QComboBox
 
 
@@ -116,9 +126,10 @@ class FormField:
     attr: str
     field: str
     label: str
-    group: str  # "data" | "model" | "optim"
+    group: str  # a key of GROUPS
     make: Callable[[], FormWidget]
     optional: bool = False  # 0 is shown as "default" and means None
+    more: bool = False  # rarely changed: folded away under "More settings"
 
     def write(self, widget: FormWidget, value: Any) -> None:
         if isinstance(widget, QComboBox):
@@ -136,36 +147,43 @@ class FormField:
         return (value or None) if self.optional else value
 
 
+GROUPS = (
+    ("data", "Data"),
+    ("model", "Model"),
+    ("optim", "Optimiser (AdamW, warmup + cosine)"),
+    ("device", "Device"),
+)
+
 # The form <-> TrainConfig mapping, written once: widgets, rows, set_config and config read it.
 FIELDS = (
     FormField("train_size", "train_size", "Training images", "data",
-              lambda: _spin(0, 10_000_000, 0, 1000, "default"), optional=True),
+              lambda: _spin(0, 10_000_000, 0, 1000, "default"), optional=True, more=True),
     FormField("val_size", "val_size", "Validation images", "data",
-              lambda: _spin(0, 1_000_000, 0, 100, "default"), optional=True),
-    FormField("seed", "seed", "Seed", "data", lambda: _spin(0, 2**31 - 1, 0)),
+              lambda: _spin(0, 1_000_000, 0, 100, "default"), optional=True, more=True),
+    FormField("seed", "seed", "Seed", "data", lambda: _spin(0, 2**31 - 1, 0), more=True),
     FormField("image_size", "image_size", "Image size", "model", lambda: _spin(8, 1024, 32, 8)),
     FormField("patch_size", "patch_size", "Patch size", "model", lambda: _spin(1, 64, 8)),
     FormField("dim", "dim", "Width (dim)", "model", lambda: _spin(8, 2048, 64, 8)),
     FormField("depth", "depth", "Depth", "model", lambda: _spin(1, 48, 4)),
     FormField("heads", "heads", "Heads", "model", lambda: _spin(1, 32, 4)),
     FormField("mlp_ratio", "mlp_ratio", "MLP ratio", "model",
-              lambda: _dspin(0.5, 8.0, 4.0, 0.5, 1)),
+              lambda: _dspin(0.5, 8.0, 4.0, 0.5, 1), more=True),
     FormField("pos_embed", "pos_embed", "Position embedding", "model",
-              _choices("learned", "sincos", "sincos2d")),
+              _choices("learned", "sincos", "sincos2d"), more=True),
     FormField("drop_path", "drop_path_rate", "Stochastic depth", "model",
-              lambda: _dspin(0.0, 0.9, 0.1, 0.05, 2)),
+              lambda: _dspin(0.0, 0.9, 0.1, 0.05, 2), more=True),
     FormField("epochs_box", "epochs", "Epochs", "optim", lambda: _spin(1, 10_000, 10)),
     FormField("batch_size", "batch_size", "Batch size", "optim", lambda: _spin(1, 8192, 64, 16)),
     FormField("lr", "lr", "Learning rate", "optim", lambda: _dspin(1e-6, 1.0, 1e-3, 1e-4, 6)),
     FormField("weight_decay", "weight_decay", "Weight decay", "optim",
-              lambda: _dspin(0.0, 1.0, 0.05, 0.01, 3)),
+              lambda: _dspin(0.0, 1.0, 0.05, 0.01, 3), more=True),
     FormField("warmup", "warmup_epochs", "Warmup epochs", "optim",
-              lambda: _dspin(0.0, 100.0, 1.0, 0.5, 1)),
+              lambda: _dspin(0.0, 100.0, 1.0, 0.5, 1), more=True),
     FormField("label_smoothing", "label_smoothing", "Label smoothing", "optim",
-              lambda: _dspin(0.0, 0.5, 0.1, 0.05, 2)),
+              lambda: _dspin(0.0, 0.5, 0.1, 0.05, 2), more=True),
     FormField("grad_clip", "grad_clip", "Gradient clip", "optim",
-              lambda: _dspin(0.0, 100.0, 1.0, 0.5, 2)),
-    FormField("device", "device", "Device", "optim", _choices("auto", "cpu", "cuda", "mps")),
+              lambda: _dspin(0.0, 100.0, 1.0, 0.5, 2), more=True),
+    FormField("device", "device", "Device", "device", _choices("auto", "cpu", "cuda", "mps")),
 )  # fmt: skip
 
 
@@ -181,12 +199,15 @@ class TrainingTab(QWidget):
         self.step_loss: list[float] = []
         self.epochs: list[dict[str, float]] = []
         self.steps_per_epoch = 1
+        self._cancelling = False
         self._build_settings()
         self._build_monitor()
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(self.settings_scroll)
+        splitter.addWidget(self.settings_column)
         splitter.addWidget(self.monitor)
-        splitter.setSizes([360, 1000])
+        splitter.setCollapsible(0, False)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([self.settings_column.sizeHint().width(), 1000])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter)
@@ -194,41 +215,49 @@ class TrainingTab(QWidget):
         self.runner.runningChanged.connect(self._on_running)
         self.apply_preset("tutorial")
         self.refresh_runs()
+        guard_wheel(self)
 
     # -- building -------------------------------------------------------------------------------
     def _build_settings(self) -> None:
+        """The settings column: the preset, then one folding group per kind of setting, in a
+        vertical scroll; Start and Cancel in a bar below it that never scrolls away."""
         self.preset = QComboBox()
         for key in PRESETS:
             self.preset.addItem(PRESET_LABELS.get(key, key), key)
         self.preset.activated.connect(lambda _i: self.apply_preset(self.preset.currentData()))
+        self.preset.setToolTip("Sets every field below; change any of them afterwards.")
         self.dataset_kind = QComboBox()
         for key, label in DATASETS:
             self.dataset_kind.addItem(label, key)
         self.dataset_path = QLineEdit()
-        self.dataset_path.setPlaceholderText("folder (for image folder / CIFAR-10)")
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._browse)
+        self.dataset_path.setPlaceholderText("dataset folder")
+        self.browse_button = QPushButton("Browse…")
+        self.browse_button.clicked.connect(self._browse)
         path_row = QHBoxLayout()
         path_row.addWidget(self.dataset_path, 1)
-        path_row.addWidget(browse)
+        path_row.addWidget(self.browse_button)
         self.dataset_kind.currentIndexChanged.connect(self._on_dataset_kind)
 
         self.fields: dict[str, FormWidget] = {}
         for f in FIELDS:
             self.fields[f.field] = f.make()
             setattr(self, f.attr, self.fields[f.field])
-
-        data = QGroupBox("Data")
-        forms = {"data": QFormLayout(data)}
-        forms["data"].addRow("Preset", self.preset)
-        forms["data"].addRow("Dataset", self.dataset_kind)
-        forms["data"].addRow("Folder", path_row)
-        model = QGroupBox("Model")
-        forms["model"] = QFormLayout(model)
-        optim = QGroupBox("Optimiser (AdamW, warmup + cosine)")
-        forms["optim"] = QFormLayout(optim)
+        self.groups = {key: FoldingGroup(title) for key, title in GROUPS}
+        self.groups["data"].add_row("Dataset", self.dataset_kind)
+        self.groups["data"].add_row("Folder", path_row)
         for f in FIELDS:
-            forms[f.group].addRow(f.label, self.fields[f.field])
+            self.groups[f.group].add_row(f.label, self.fields[f.field], more=f.more)
+
+        panel = QWidget()
+        v = QVBoxLayout(panel)
+        preset_row = QFormLayout()
+        preset_row.addRow("Preset", self.preset)
+        v.addLayout(preset_row)
+        for group in self.groups.values():
+            v.addWidget(group)
+        v.addStretch(1)
+        self.settings_scroll = VerticalScrollArea(panel)
+
         self.start_button = QPushButton("Start training")
         self.start_button.setDefault(True)
         self.start_button.clicked.connect(self.start)
@@ -238,30 +267,36 @@ class TrainingTab(QWidget):
         self.problems = QLabel("")
         self.problems.setWordWrap(True)
         self.problems.setStyleSheet("color: #b00020;")
+        self.problems.setVisible(False)
         buttons = QHBoxLayout()
-        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.start_button, 1)
         buttons.addWidget(self.cancel_button)
-        panel = QWidget()
-        v = QVBoxLayout(panel)
-        for w in (data, model, optim):
-            v.addWidget(w)
-        v.addLayout(buttons)
-        v.addWidget(self.problems)
-        v.addStretch(1)
-        self.settings_scroll = QScrollArea()
-        self.settings_scroll.setWidgetResizable(True)
-        self.settings_scroll.setWidget(panel)
+        bar = QFrame()
+        bar.setFrameShape(QFrame.Shape.StyledPanel)
+        b = QVBoxLayout(bar)
+        b.setContentsMargins(8, 6, 8, 6)
+        b.addLayout(buttons)
+        b.addWidget(self.problems)
+        self.settings_column = QWidget()
+        column = QVBoxLayout(self.settings_column)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.settings_scroll, 1)
+        column.addWidget(bar)
         self._on_dataset_kind()
 
     def _build_monitor(self) -> None:
         self.status = QLabel("No run yet. Pick settings and press Start training.")
+        self.status.setWordWrap(True)  # long messages (a failure) wrap instead of being cut
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setValue(0)
         self.eta = QLabel("")
+        widest = self.eta.fontMetrics().horizontalAdvance("ETA 0:00:00 · 00,000 img/s")
+        self.eta.setMinimumWidth(widest + 4)  # steady: the bar doesn't jump with every step
         top = QHBoxLayout()
-        top.addWidget(self.status, 1)
-        top.addWidget(self.progress, 1)
+        top.addWidget(self.status, 3)
+        top.addWidget(self.progress, 2)
         top.addWidget(self.eta)
         self.loss_plot = pg.PlotWidget(title="Loss")
         self.acc_plot = pg.PlotWidget(title="Accuracy")
@@ -299,11 +334,18 @@ class TrainingTab(QWidget):
         self.probe_scroll = QScrollArea()
         self.probe_scroll.setWidgetResizable(True)
         self.probe_scroll.setWidget(strip_widget)
-        self.probe_scroll.setFixedHeight(PROBE_SIZE + 56)
+        self.probe_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        bar = self.probe_scroll.horizontalScrollBar()
+        self.probe_scroll.setFixedHeight(PROBE_SIZE + 56 + bar.sizeHint().height())
+        self._probe_follow = True  # keep the newest epoch in view unless the user scrolled back
+        bar.rangeChanged.connect(lambda _lo, hi: bar.setValue(hi) if self._probe_follow else None)
         self.probe_labels: list[QWidget] = []
 
-        self.open_best = QPushButton("Open best in viewer")
-        self.open_last = QPushButton("Open latest in viewer")
+        # Short texts, so the window can still be made narrow; the tooltips say where they open.
+        self.open_best = QPushButton("Open best")
+        self.open_best.setToolTip("Open the run's best checkpoint (validation) in the Viewer tab")
+        self.open_last = QPushButton("Open latest")
+        self.open_last.setToolTip("Open the run's latest checkpoint in the Viewer tab")
         self.open_best.clicked.connect(lambda: self._open("best"))
         self.open_last.clicked.connect(lambda: self._open("last"))
         self.runs = QListWidget()
@@ -322,7 +364,9 @@ class TrainingTab(QWidget):
         v = QVBoxLayout(self.monitor)
         v.addLayout(top)
         v.addWidget(curves, 1)
-        v.addWidget(QLabel("<b>Attention on a fixed probe image</b> (rollout, one per epoch)"))
+        probe_title = QLabel("<b>Attention on a fixed probe image</b> (rollout, one per epoch)")
+        probe_title.setWordWrap(True)
+        v.addWidget(probe_title)
         v.addWidget(self.probe_scroll)
         v.addLayout(run_buttons)
         v.addWidget(self.runs)
@@ -366,26 +410,37 @@ class TrainingTab(QWidget):
         try:
             cfg = self.config()
         except (TypeError, ValueError) as exc:
-            self.problems.setText(str(exc))
+            self._show_problem(str(exc))
             return False
         problems = validate_training_config(cfg)
         if problems:
-            self.problems.setText("Can't start: " + " ".join(problems))
+            self._show_problem("Can't start: " + " ".join(problems))
             return False
-        self.problems.setText("")
+        self._show_problem("")
         self._reset_monitor()
         try:
             handle = self.runner.start(cfg)
         except TrainingConfigError as exc:
-            self.problems.setText(f"Can't start: {exc}")
+            self._show_problem(f"Can't start: {exc}")
             return False
         self.run_dir = handle.run_dir
         self.status.setText(f"Starting… ({handle.run_dir.name})")
+        self.progress.setFormat("%p%")
+        self.refresh_runs()  # the new run is listed (running) from its start
         return True
 
     def cancel(self) -> None:
+        if not self.runner.is_running():
+            return
+        self._cancelling = True
         self.runner.cancel()
         self.status.setText("Cancelling…")
+        self.progress.setFormat("Cancelling…")
+        self.eta.setText("")
+
+    def _show_problem(self, text: str) -> None:
+        self.problems.setText(text)
+        self.problems.setVisible(bool(text))
 
     def _on_running(self, running: bool) -> None:
         self.start_button.setEnabled(not running)
@@ -409,7 +464,9 @@ class TrainingTab(QWidget):
             label.deleteLater()
         self.probe_labels = []
         self.progress.setValue(0)
+        self.progress.setFormat("%p%")
         self.eta.setText("")
+        self._cancelling = False
 
     def _on_event(self, event: object) -> None:
         match event:
@@ -424,13 +481,14 @@ class TrainingTab(QWidget):
                 self.step_loss.append(event.loss)
                 self.curve_step.setData(self.step_x, self.step_loss)
                 self.progress.setValue(round(1000 * event.step / event.total_steps))
-                self.eta.setText(
-                    f"ETA {_format_eta(event.eta_s)} · {event.images_per_s:,.0f} img/s"
-                )
-                self.status.setText(
-                    f"Epoch {event.epoch}, step {event.step}/{event.total_steps}, "
-                    f"loss {event.loss:.3f}"
-                )
+                if not self._cancelling:  # steps still queued after Cancel: no new ETA
+                    self.eta.setText(
+                        f"ETA {_format_eta(event.eta_s)} · {event.images_per_s:,.0f} img/s"
+                    )
+                    self.status.setText(
+                        f"Epoch {event.epoch}, step {event.step}/{event.total_steps}, "
+                        f"loss {event.loss:.3f}"
+                    )
             case EpochEvent():
                 self.epochs.append(
                     dict(
@@ -442,6 +500,7 @@ class TrainingTab(QWidget):
                     )
                 )
                 self._draw_epochs(self.epochs)
+                self._update_live_run()
             case ProbeEvent():
                 self._add_probe(event)
             case CheckpointEvent():
@@ -486,6 +545,8 @@ class TrainingTab(QWidget):
         v.setContentsMargins(2, 2, 2, 2)
         v.addWidget(label)
         v.addWidget(caption)
+        bar = self.probe_scroll.horizontalScrollBar()
+        self._probe_follow = bar.value() >= bar.maximum()
         self.probe_strip.insertWidget(self.probe_strip.count() - 1, cell)
         self.probe_labels.append(cell)
 
@@ -493,12 +554,17 @@ class TrainingTab(QWidget):
         status = event.status
         best = event.best_val_acc
         best_text = f", best validation accuracy {best:.1%}" if best is not None else ""
+        self._cancelling = False
+        self.eta.setText("")
         if status == "completed":
             self.progress.setValue(1000)
+            self.progress.setFormat("Done")
             self.status.setText(f"Done: {event.epochs_done} epochs{best_text}.")
         elif status == "cancelled":
+            self.progress.setFormat("Cancelled at %p%")
             self.status.setText(f"Cancelled{best_text}. The last saved checkpoint is kept.")
         else:
+            self.progress.setFormat("Failed at %p%")
             self.status.setText(f"Failed: {event.message}")
             self.message.emit(f"Training failed: {event.message}")
         self._update_open_buttons()
@@ -509,17 +575,24 @@ class TrainingTab(QWidget):
         self.runs.blockSignals(True)
         self.runs.clear()
         for record in list_runs():
-            acc = f"{record.best_val_acc:.1%}" if record.best_val_acc is not None else "–"
-            item = QListWidgetItem(
-                f"{record.run_dir.name} · {record.status} · "
-                f"{record.epochs_done} epochs · best {acc}"
-            )
+            item = QListWidgetItem(_run_text(record.name, record.status, record.metrics))
             item.setData(Qt.ItemDataRole.UserRole, str(record.run_dir))
             self.runs.addItem(item)
             if current is not None and record.run_dir == current:
                 self.runs.setCurrentItem(item)
         self.runs.blockSignals(False)
         self._update_open_buttons()
+
+    def _update_live_run(self) -> None:
+        """The running run's row follows its epochs as they finish (from the events, no disk)."""
+        if self.run_dir is None:
+            return
+        for i in range(self.runs.count()):
+            item = self.runs.item(i)
+            if Path(item.data(Qt.ItemDataRole.UserRole)) == self.run_dir:
+                item.setText(_run_text(self.run_dir.name, "running", self.epochs))
+                return
+        self.refresh_runs()  # not listed yet (the list was refreshed before the run began)
 
     def selected_run_dir(self) -> Path | None:
         item = self.runs.currentItem()
