@@ -277,10 +277,10 @@ def test_first_window_fits_the_screen_then_keeps_its_place(qtbot, tmp_path: Path
     free = window.screen().availableGeometry()
     assert window.width() <= free.width() and window.height() <= free.height()
     assert window.width() == min(1400, free.width() - 16)
-    window.resize(700, 500)
+    window.resize(760, 600)
     window.close()
     again = new_window(qtbot, settings)
-    assert abs(again.width() - 700) <= 4 and abs(again.height() - 500) <= 4  # (frame rounding)
+    assert abs(again.width() - 760) <= 4 and abs(again.height() - 600) <= 4  # (frame rounding)
 
 
 # -- the app started on an image alone -------------------------------------------------------------
@@ -327,3 +327,26 @@ def test_keyboard_focus_stays_usable_after_resizes(qtbot, window, tiny_ckpt, pho
         click(grid, grid.tile_center(0, MEAN))
         assert (v.controls.selected_layer(), v.controls.selected_head()) == (0, MEAN)
         v.controls.select(layer=1, head=0)
+
+
+def test_wheel_over_the_explain_panel_leaves_its_values(
+    qtbot, window: MainWindow, tiny_ckpt, photo_files
+) -> None:
+    from ui_fit import turn_wheel
+
+    show_model(qtbot, window, tiny_ckpt, photo_files["chelsea"])
+    select_method(qtbot, window, "rollout")
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+    ctl = window.viewer.controls
+    fusion = ctl.param_panel.widgets["fusion"]  # built after the window: guarded as well
+    for widget in (ctl.head, ctl.colormap, ctl.layer, ctl.opacity, fusion):
+        widget.clearFocus()
+        before = widget.currentIndex() if hasattr(widget, "currentIndex") else widget.value()
+        turn_wheel(widget, -1)
+        after = widget.currentIndex() if hasattr(widget, "currentIndex") else widget.value()
+        assert after == before, widget
+    ctl.head.setFocus()
+    qtbot.waitUntil(ctl.head.hasFocus, timeout=WAIT_MS)
+    before = ctl.head.currentIndex()
+    turn_wheel(ctl.head, -1)  # focused: the wheel is the control's
+    assert ctl.head.currentIndex() != before

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.ui.colors import COLORMAPS
+from vitviz.ui.wheel_guard import guard_wheel
 from vitviz.workers.messages import OLD_METHOD_NAMES, MapParams, MethodInfo, ParamInfo
 
 TOOLTIP = Qt.ItemDataRole.ToolTipRole
@@ -70,6 +71,7 @@ class ParamPanel(QGroupBox):
                 )
             )
         self.setTitle(f"{method.label}: parameters" if method is not None else "Method parameters")
+        guard_wheel(self)  # the new controls too: the wheel scrolls the panel, not a value
 
     def current(self) -> dict[str, Any]:
         """The shown method's values (those set here; the rest keep the table's defaults)."""

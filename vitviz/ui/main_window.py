@@ -40,6 +40,7 @@ from vitviz.ui.model_info_dialog import ModelInfoDialog
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.training_tab import TrainingTab
 from vitviz.ui.viewer_tab import ViewerTab
+from vitviz.ui.wheel_guard import guard_wheel
 from vitviz.workers import jobs
 from vitviz.workers.engine import EngineClient
 from vitviz.workers.messages import (
@@ -108,6 +109,7 @@ class MainWindow(QMainWindow):
         self.client.failed.connect(self._on_failed)
         self.client.busyChanged.connect(self._on_busy)
         self.viewer.hoverText.connect(self.hover_label.setText)
+        guard_wheel(self)  # no combo, spin box or slider changes on the wheel unless focused
 
     # -- construction -------------------------------------------------------------------------
     def _make_status_bar(self) -> None:
