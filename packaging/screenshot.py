@@ -80,6 +80,7 @@ def shoot(
     size: tuple[int, int],
     method: str,
     faithfulness: bool = False,
+    tab: str = "viewer",
 ) -> Path:
     import pyqtgraph as pg
     from PIL import Image
@@ -128,6 +129,10 @@ def shoot(
             v.right_tabs.setCurrentWidget(v.faithfulness)
             v.faithfulness.measure.click()
             wait(lambda: v.faithfulness.result is not None and not window.client.is_busy())
+        if tab == "training":
+            window.tabs.setCurrentWidget(window.training)
+        elif tab == "statistics":
+            v.right_tabs.setCurrentWidget(v.stats)
         for _ in range(5):  # let every view repaint
             app.processEvents()
             time.sleep(0.05)
@@ -160,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--faithfulness", action="store_true", help="show the Faithfulness tab, measured"
     )
+    p.add_argument("--tab", choices=("viewer", "training", "statistics"), default="viewer")
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -167,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint = args.checkpoint or default_checkpoint(folder)
         image = args.image or default_image(folder)
         size = (width, height)
-        out = shoot(image, checkpoint, args.out, size, args.method, args.faithfulness)
+        out = shoot(image, checkpoint, args.out, size, args.method, args.faithfulness, args.tab)
     print(f"wrote {out} ({out.stat().st_size / 1000:.0f} KB)")
     return 0
 
