@@ -12,6 +12,7 @@ from vitviz.checkpoints.families import (
     huggingface,
     lucidrains,
     own,
+    swin_torchvision,
     timm,
     torchvision,
     tutorial,
@@ -20,6 +21,7 @@ from vitviz.checkpoints.families.base import Conversion, Family, Source
 
 FAMILIES: tuple[Family, ...] = (
     own.FAMILY,
+    swin_torchvision.FAMILY,
     torchvision.FAMILY,
     huggingface.FAMILY,
     dino.FAMILY,

@@ -1,0 +1,66 @@
+"""Shared by the Swin tests: tiny random Swins of each library, and ours run both ways."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from zoo_helpers import max_diff, randomize_
+
+# Tiny: patch 4, width 24 -> 48, depths (2, 2), heads (2, 4).
+EMBED, DEPTHS, HEADS = 24, (2, 2), (2, 4)
+
+
+def tiny_torchvision_swin(window: int = 4, classes: int = 5, seed: int = 0) -> nn.Module:
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    model = SwinTransformer(
+        patch_size=[4, 4],
+        embed_dim=EMBED,
+        depths=list(DEPTHS),
+        num_heads=list(HEADS),
+        window_size=[window, window],
+        num_classes=classes,
+    )
+    return randomize_(model, seed=seed)
+
+
+def tiny_timm_swin(
+    img_size: int | tuple[int, int], window: int = 4, classes: int = 5, seed: int = 0
+) -> nn.Module:
+    import timm
+
+    model = timm.create_model(
+        "swin_tiny_patch4_window7_224",
+        pretrained=False,
+        img_size=img_size,
+        embed_dim=EMBED,
+        depths=DEPTHS,
+        num_heads=HEADS,
+        window_size=window,
+        num_classes=classes,
+    )
+    return randomize_(model, seed=seed)
+
+
+def tiny_hf_swin(window: int = 4, classes: int = 5, seed: int = 0, image_size: int = 64):
+    from transformers import SwinConfig, SwinForImageClassification
+
+    config = SwinConfig(
+        image_size=image_size,
+        patch_size=4,
+        embed_dim=EMBED,
+        depths=list(DEPTHS),
+        num_heads=list(HEADS),
+        window_size=window,
+        num_labels=classes,
+    )
+    return randomize_(SwinForImageClassification(config), seed=seed)
+
+
+def run_ours(model: nn.Module, x: Tensor):
+    """Logits of the fused path and the explained output (checked to agree)."""
+    with torch.no_grad():
+        logits = model(x)
+        out = model.forward_explained(x)
+    assert max_diff(out.logits, logits) < 1e-5, "capture path differs from the fused path"
+    return logits, out

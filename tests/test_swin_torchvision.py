@@ -1,0 +1,64 @@
+"""torchvision Swin state dicts open as vitviz's Swin with torchvision's logits at any size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from swin_helpers import run_ours, tiny_torchvision_swin
+from zoo_helpers import LOGIT_ATOL, assert_close, images
+
+from vitviz.checkpoints import CheckpointError, load_checkpoint
+from vitviz.model.swin import SwinTransformer
+
+
+@pytest.mark.parametrize(
+    ("window", "size"),
+    [
+        (7, (224, 224)),  # torchvision's default size
+        (7, (200, 200)),  # 50 -> 56 and 25 -> 28 padded, odd 25 merged
+        (4, (60, 52)),  # non-square, padded
+        (4, (16, 16)),  # maps smaller than a window: padded up, no shift
+    ],
+)
+def test_logits_match_torchvision(tmp_path, window, size):
+    ref_model = tiny_torchvision_swin(window=window)
+    path = tmp_path / "swin.pth"
+    torch.save(ref_model.state_dict(), path)
+    loaded = load_checkpoint(path)
+    assert isinstance(loaded.model, SwinTransformer)
+    assert loaded.family == "torchvision-swin"
+    cfg = loaded.config
+    assert (cfg.dims, cfg.depths, cfg.heads, cfg.window_sizes) == (
+        (24, 48),
+        (2, 2),
+        (2, 4),
+        (window, window),
+    )
+    x = images(2, *size)
+    with torch.no_grad():
+        ref = ref_model(x)
+    logits, out = run_ours(loaded.model, x)
+    assert_close("logits", ref, logits, LOGIT_ATOL)
+    assert_close("logits (capture path)", ref, out.logits, LOGIT_ATOL)
+    assert len(out.attentions) == 4
+    for attn, layout in zip(out.attentions, out.layouts, strict=True):
+        n = layout.window_area
+        assert attn.shape == (2, layout.num_windows, attn.shape[2], n, n)
+        torch.testing.assert_close(attn.sum(-1), torch.ones_like(attn.sum(-1)))
+
+
+def test_swin_preprocessing_and_classes(tmp_path):
+    path = tmp_path / "swin.pth"
+    torch.save(tiny_torchvision_swin(window=7, classes=1000).state_dict(), path)
+    loaded = load_checkpoint(path)
+    assert loaded.preprocessing.image_size == (224, 224)
+    assert loaded.class_names[0] != "class 0"  # ImageNet names for 1000 classes
+
+
+def test_missing_part_is_named(tmp_path):
+    state = tiny_torchvision_swin().state_dict()
+    del state["features.2.reduction.weight"]
+    path = tmp_path / "broken.pth"
+    torch.save(state, path)
+    with pytest.raises(CheckpointError, match=r"features\.2\.reduction\.weight"):
+        load_checkpoint(path)

@@ -1,0 +1,120 @@
+"""torchvision ``SwinTransformer`` state dicts (swin_t, swin_s, swin_b, any size).
+
+Keys: ``features.0.{0: Conv2d, 2: LayerNorm}`` (patch embedding), ``features.{2s+1}.{j}``
+(blocks of stage s: ``norm1``, ``attn.qkv``, ``attn.proj``, ``attn.relative_position_bias_table``,
+``attn.relative_position_index``, ``norm2``, ``mlp.0``, ``mlp.3``), ``features.{2s}.{norm,
+reduction}`` (patch merging before stage s), ``norm``, ``head``. Widths, heads and window sizes
+are read off the weights. torchvision pads a map to whole windows and keeps the window when the
+map is smaller (no shift along an axis the window covers).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker
+from vitviz.checkpoints.families.swin_common import (
+    check_numbering,
+    finish_swin,
+    infer_stages,
+    stage_blocks,
+    take_block,
+)
+from vitviz.checkpoints.preprocessing import crop_pct_for
+
+LOOKS_LIKE = "a torchvision Swin Transformer"
+_BLOCK = r"features\.(\d+)\.(\d+)\.attn\.relative_position_bias_table$"
+_NAMES = {
+    "norm1": ("norm1",),
+    "attn.qkv": ("attn.qkv",),
+    "attn.proj": ("attn.proj",),
+    "norm2": ("norm2",),
+    "mlp.fc1": ("mlp.0",),
+    "mlp.fc2": ("mlp.3",),
+}
+# torchvision's weights resize to these before the 224 crop (swin_t, swin_s, swin_b).
+_RESIZE = {(96, (2, 2, 6, 2)): 232, (96, (2, 2, 18, 2)): 246, (128, (2, 2, 18, 2)): 238}
+
+
+def detect(source: Source) -> bool:
+    s = source.state
+    return (
+        "features.0.0.weight" in s
+        and any(k.endswith(".attn.relative_position_bias_table") for k in s)
+        and any(k.startswith("features.1.0.") for k in s)
+    )
+
+
+def convert(source: Source) -> Conversion:
+    t = Taker(source, LOOKS_LIKE)
+    out: dict[str, Tensor] = {}
+    notes: list[str] = []
+    found = stage_blocks(t.state, _BLOCK)
+    check_numbering(source, found, [2 * s + 1 for s in range(len(found))])
+    depths = []
+    for s, (feature, blocks) in enumerate(found.items()):
+        depths.append(len(blocks))
+        for j in blocks:
+            old, new = f"features.{feature}.{j}.", f"stages.{s}.blocks.{j}."
+            take_block(t, old, new, _NAMES, out)
+            out[new + "attn.relative_position_bias_table"] = t.take(
+                old + "attn.relative_position_bias_table"
+            )
+            t.drop([old + "attn.relative_position_index"])
+        if s > 0:
+            merge = f"features.{2 * s}."
+            out[f"stages.{s}.merge.norm.weight"] = t.take(merge + "norm.weight")
+            out[f"stages.{s}.merge.norm.bias"] = t.take(merge + "norm.bias")
+            out[f"stages.{s}.merge.reduction.weight"] = t.take(merge + "reduction.weight")
+    out["patch_embed.proj.weight"] = patch = t.take("features.0.0.weight")  # (D, C, p, p)
+    out["patch_embed.proj.bias"] = t.take("features.0.0.bias")
+    out["patch_embed.norm.weight"] = t.take("features.0.2.weight")
+    out["patch_embed.norm.bias"] = t.take("features.0.2.bias")
+    out["norm.weight"] = t.take("norm.weight")
+    out["norm.bias"] = t.take("norm.bias")
+    num_classes = 0
+    if "head.weight" in t:
+        out["head.weight"] = t.take("head.weight")
+        out["head.bias"] = t.take("head.bias")
+        num_classes = out["head.weight"].shape[0]
+    t.refuse_leftovers()
+
+    inferred = infer_stages(out, depths)
+    inferred.update(
+        image_size=(224, 224),
+        patch_size=patch.shape[-1],
+        in_channels=patch.shape[1],
+        num_classes=num_classes,
+        norm_eps=1e-5,
+        shift_first=False,
+        window_clamp="none",
+        pad_image=False,
+    )
+    resize = _RESIZE.get((inferred["dims"][0], tuple(depths)))
+    if resize is None:
+        resize = 232
+        notes.append(
+            "preprocessing assumed: resize 232, centre crop 224 (torchvision's swin_t); set "
+            f"preprocessing in {source.sidecar_name} if the model was trained otherwise"
+        )
+    prep = {
+        "resize": "crop",
+        "crop_pct": crop_pct_for(224, resize),
+        "interpolation": "bicubic",
+        "mean": IMAGENET_MEAN,
+        "std": IMAGENET_STD,
+    }
+    return finish_swin(
+        source,
+        family="torchvision-swin",
+        inferred=inferred,
+        state=out,
+        class_names=None,
+        preprocessing=prep,
+        notes=notes,
+        imagenet_if_1000=True,
+    )
+
+
+FAMILY = Family("torchvision-swin", detect, convert)
