@@ -82,9 +82,9 @@ class WindowAttention(nn.Module):
         attn: Tensor | None = None
         if capture:
             scores = (q * self.scale) @ k.transpose(-2, -1) + bias  # (B·nW, heads, n, n)
-            attn = scores.softmax(dim=-1)
-            out = attn @ v
-            attn = attn.reshape(B, nW, self.heads, n, n)
+            attn = scores.softmax(dim=-1).reshape(B, nW, self.heads, n, n)
+            out = attn.reshape(B * nW, self.heads, n, n) @ v  # from the tensor handed back,
+            # so that gradients with respect to it reach the output
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
         out = out.transpose(1, 2).reshape(B, nW, n, C)

@@ -1,0 +1,103 @@
+"""analyze_swin: one forward pass of a Swin with everything its explanations need.
+
+Logits, probabilities, each block's captured window attention (windows, heads, n, n) with its
+layout, and on request ∂y_c/∂A_b for every block (same shapes, each paired with its own block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from vitviz.explain.swin_rollout import swin_gradient_rollout, swin_rollout
+from vitviz.model.swin import SwinTransformer
+from vitviz.model.swin_windows import WindowLayout
+
+
+@dataclass
+class SwinAnalysis:
+    """What one image did in a Swin (batch of one)."""
+
+    logits: Tensor  # (C,)
+    probs: Tensor  # (C,)
+    target_class: int
+    attentions: list[Tensor]  # per block (windows, heads, n, n), rows = queries
+    layouts: list[WindowLayout]  # per block
+    block_stages: list[int]  # per block
+    stage_grids: list[tuple[int, int]]  # (H_s, W_s) per stage
+    gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
+
+    def rollout(
+        self, fusion: str = "mean", heads: list[int] | None = None, query: int | None = None
+    ) -> Tensor:
+        """Windowed rollout map over the first stage's grid (H_0, W_0), scaled to max 1."""
+        return swin_rollout(
+            self.attentions,
+            self.layouts,
+            self.block_stages,
+            self.stage_grids,
+            fusion=fusion,
+            heads=heads,
+            query=query,
+        )
+
+    def gradient_rollout(self, query: int | None = None) -> Tensor:
+        """Windowed gradient rollout map (H_0, W_0), scaled to max 1 (needs ``gradients``)."""
+        if self.gradients is None:
+            raise ValueError("gradient rollout needs the analysis run with gradients=True")
+        return swin_gradient_rollout(
+            self.attentions,
+            self.gradients,
+            self.layouts,
+            self.block_stages,
+            self.stage_grids,
+            query=query,
+        )
+
+
+def _model(model_or_loaded: object) -> SwinTransformer:
+    model = getattr(model_or_loaded, "model", model_or_loaded)
+    if not isinstance(model, SwinTransformer):
+        raise TypeError(f"analyze_swin needs a Swin model, got {type(model).__name__}")
+    return model
+
+
+def analyze_swin(
+    model_or_loaded: object,
+    image: Tensor,
+    gradients: bool = False,
+    target_class: int | None = None,
+) -> SwinAnalysis:
+    """Run a Swin (or a LoadedModel holding one) on ``image`` (C, H, W) or (1, C, H, W).
+
+    ``target_class``: the class y_c whose gradients are taken (default the top prediction).
+    """
+    model = _model(model_or_loaded)
+    x = image.unsqueeze(0) if image.ndim == 3 else image
+    if x.ndim != 4 or x.shape[0] != 1:
+        raise ValueError(f"analyze_swin takes one image (C, H, W), got {tuple(image.shape)}")
+    param = next(model.parameters())
+    x = x.to(device=param.device, dtype=param.dtype)
+    with torch.set_grad_enabled(gradients):
+        if gradients:
+            x = x.detach().requires_grad_(True)  # attention joins the graph
+        out = model.forward_explained(x, capture_attention=True)
+        logits = out.logits[0]
+        c = int(logits.argmax()) if target_class is None else int(target_class)
+        if not 0 <= c < logits.shape[0]:
+            raise ValueError(f"class {c} out of range for {logits.shape[0]} classes")
+        grads = None
+        if gradients:
+            grads = [g[0] for g in torch.autograd.grad(logits[c], out.attentions)]
+    return SwinAnalysis(
+        logits=logits.detach(),
+        probs=logits.detach().softmax(dim=-1),
+        target_class=c,
+        attentions=[a[0].detach() for a in out.attentions],
+        layouts=out.layouts,
+        block_stages=out.block_stages,
+        stage_grids=out.stage_grids,
+        gradients=grads,
+    )
