@@ -179,3 +179,47 @@ def test_windowed_rollout_matches_the_definition(tmp_path, size, query):
     got_grad = result.gradient_rollout(query=query).flatten()
     want_grad = torch.tensor(_reference_rollout(result, grad_matrix, query), dtype=torch.float64)
     assert max_diff(got_grad, want_grad) < 1e-5
+
+
+def _mix(dense, X, qkv: torch.nn.Linear, proj: torch.nn.Linear, heads: int):
+    """proj(concat_h(Â[h]·V_h)) for a (H, W, C) block input X -> (H, W, C)."""
+    H, W, C = X.shape
+    v = F.linear(X.reshape(H * W, C), qkv.weight, qkv.bias)[:, 2 * C :]
+    mixed = torch.einsum("hij,jhd->ihd", dense, v.reshape(H * W, heads, C // heads))
+    return F.linear(mixed.reshape(H * W, C), proj.weight, proj.bias).reshape(H, W, C)
+
+
+@pytest.mark.parametrize("library", ["torchvision", "timm"])
+def test_mapping_on_padded_shifted_maps_against_the_library(tmp_path, library):
+    """With q/k/v biases zero a padding token has value 0, so the library's block output is
+    Â_b·V with the captured weights as they are (mass on padding left out): the mapping holds
+    on padded maps, for padding after the roll (torchvision) and before it (timm)."""
+    size = (60, 52)  # 15 × 13 -> padded to 16 × 16, shifted by 2; stage 1 8 × 7 -> 8 × 8
+    if library == "torchvision":
+        ref = tiny_torchvision_swin(window=4)
+        blocks = [b for i in (1, 3) for b in ref.features[i]]
+    else:
+        from swin_helpers import tiny_timm_swin
+
+        ref = tiny_timm_swin(size, window=4)
+        blocks = [b for stage in ref.layers for b in stage.blocks]
+    with torch.no_grad():
+        for block in blocks:
+            block.attn.qkv.bias.zero_()
+    loaded = _load(tmp_path, ref)
+    x = images(1, *size)
+    inputs = []
+    handles = [b.norm1.register_forward_hook(lambda _m, _i, o: inputs.append(o)) for b in blocks]
+    with torch.no_grad():
+        ref(x)
+    for h in handles:
+        h.remove()
+    result = analyze_swin(loaded, x[0])
+    assert result.layouts[1].shifted and result.layouts[1].padded != result.layouts[1].grid
+    assert result.layouts[0].shift_first == (library == "timm")
+    for b, (block, X) in enumerate(zip(blocks, inputs, strict=True)):
+        with torch.no_grad():
+            lib = block.attn(X) if library == "torchvision" else block._attn(X)
+        dense = image_attention(result.attentions[b], result.layouts[b], renormalise=False)
+        mine = _mix(dense, X[0], block.attn.qkv, block.attn.proj, block.attn.num_heads)
+        assert max_diff(mine, lib[0]) < 1e-5, f"block {b}"

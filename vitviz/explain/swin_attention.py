@@ -60,13 +60,14 @@ def query_row(attn: Tensor, layout: WindowLayout, token: int) -> Tensor:
     return row
 
 
-def image_attention(attn: Tensor, layout: WindowLayout) -> Tensor:
-    """Dense Â_b (heads, N, N), N = H·W, for small grids (tests, exports of a small stage)."""
+def image_attention(attn: Tensor, layout: WindowLayout, renormalise: bool = True) -> Tensor:
+    """Dense Â_b (heads, N, N), N = H·W, for small grids (tests, exports of a small stage);
+    ``renormalise=False``: the captured weights as they are (the mass on padding left out)."""
     H, W = layout.grid
     N = H * W
     if N > DENSE_LIMIT:
         raise ValueError(f"a dense {N}×{N} attention is too large; use query_row")
-    kept = windowed_attention(attn, layout)
+    kept = windowed_attention(attn, layout, renormalise)
     tokens = layout.slot_tokens().to(attn.device)  # (windows, n)
     heads = attn.shape[1]
     dense = attn.new_zeros(heads, N, N)

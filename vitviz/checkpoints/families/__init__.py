@@ -12,6 +12,7 @@ from vitviz.checkpoints.families import (
     huggingface,
     lucidrains,
     own,
+    swin_timm,
     swin_torchvision,
     timm,
     torchvision,
@@ -22,6 +23,7 @@ from vitviz.checkpoints.families.base import Conversion, Family, Source
 FAMILIES: tuple[Family, ...] = (
     own.FAMILY,
     swin_torchvision.FAMILY,
+    swin_timm.FAMILY,
     torchvision.FAMILY,
     huggingface.FAMILY,
     dino.FAMILY,
