@@ -10,10 +10,14 @@ from zoo_helpers import max_diff, randomize_
 EMBED, DEPTHS, HEADS = 24, (2, 2), (2, 4)
 
 
-def tiny_torchvision_swin(window: int = 4, classes: int = 5, seed: int = 0) -> nn.Module:
-    from torchvision.models.swin_transformer import SwinTransformer
+def tiny_torchvision_swin(
+    window: int = 4, classes: int = 5, seed: int = 0, version: int = 1
+) -> nn.Module:
+    from torchvision.models import swin_transformer as tv
 
-    model = SwinTransformer(
+    v2 = dict(block=tv.SwinTransformerBlockV2, downsample_layer=tv.PatchMergingV2)
+    model = tv.SwinTransformer(
+        **(v2 if version == 2 else {}),
         patch_size=[4, 4],
         embed_dim=EMBED,
         depths=list(DEPTHS),

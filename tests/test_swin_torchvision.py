@@ -14,20 +14,22 @@ from vitviz.model.swin import SwinTransformer
 @pytest.mark.parametrize(
     ("window", "size"),
     [
-        (7, (224, 224)),  # torchvision's default size
+        (7, (224, 224)),  # torchvision's default size (v1; v2 is trained at 256)
         (7, (200, 200)),  # 50 -> 56 and 25 -> 28 padded, odd 25 merged
         (4, (60, 52)),  # non-square, padded
         (4, (16, 16)),  # maps smaller than a window: padded up, no shift
     ],
 )
-def test_logits_match_torchvision(tmp_path, window, size):
-    ref_model = tiny_torchvision_swin(window=window)
+@pytest.mark.parametrize("version", [1, 2])
+def test_logits_match_torchvision(tmp_path, window, size, version):
+    ref_model = tiny_torchvision_swin(window=window, version=version)
     path = tmp_path / "swin.pth"
     torch.save(ref_model.state_dict(), path)
     loaded = load_checkpoint(path)
     assert isinstance(loaded.model, SwinTransformer)
     assert loaded.family == "torchvision-swin"
     cfg = loaded.config
+    assert cfg.version == version
     assert (cfg.dims, cfg.depths, cfg.heads, cfg.window_sizes) == (
         (24, 48),
         (2, 2),

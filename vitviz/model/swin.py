@@ -1,4 +1,4 @@
-"""SwinTransformer: vitviz's second model kind (Swin v1), beside the ViT (DESIGN §3).
+"""SwinTransformer: vitviz's second model kind (Swin v1 and v2), beside the ViT (DESIGN §3).
 
 Patch embedding, stages of (shifted) window attention with relative position bias joined by
 2 × 2 patch merging, final LayerNorm, average pool over the last stage's tokens, linear head.
@@ -35,7 +35,9 @@ class SwinStage(nn.Module):
     def __init__(self, config: SwinConfig, stage: int, drop_paths: list[float]) -> None:
         super().__init__()
         self.merge = (
-            PatchMerging(config.dims[stage - 1], config.dims[stage], config.norm_eps)
+            PatchMerging(
+                config.dims[stage - 1], config.dims[stage], config.norm_eps, config.version == 2
+            )
             if stage > 0
             else None
         )
@@ -46,7 +48,8 @@ class SwinStage(nn.Module):
 
 
 class SwinTransformer(nn.Module):
-    """Swin v1. ``forward`` gives logits (fused attention); ``forward_explained`` the attention."""
+    """Swin v1 / v2: ``forward`` gives logits (fused attention), ``forward_explained`` also
+    the attention."""
 
     kind = "swin"
 

@@ -11,6 +11,10 @@ when a feature map does not fill whole windows; the layout switches say which on
   "min" (Hugging Face): when min(H, W) ≤ window, a square window of min(H, W) and no shift.
 - ``pad_image``: pad the image to a multiple of the patch (Hugging Face) instead of letting the
   strided convolution drop the remainder (torchvision, timm).
+
+``version`` 2 (Swin V2): cosine attention with a learned per-head logit scale, a continuous
+position bias (an MLP over log-spaced offsets, 16·sigmoid), residuals normalised after the
+branch (x + norm(f(x))) and patch merging that normalises after the reduction.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ class SwinConfig:
     window_clamp: str = "none"
     pad_image: bool = False
     drop_path_rate: float = 0.0
+    version: int = 1
+    pretrained_window_sizes: tuple[int, ...] | None = None  # v2 offsets scale; 0: the window
+    cpb_hidden: int = 512  # v2 position-bias MLP width
 
     def __post_init__(self) -> None:
         self.image_size = _pair(self.image_size)
@@ -61,6 +68,13 @@ class SwinConfig:
             setattr(self, name, tuple(int(v) for v in getattr(self, name)))
         if self.mlp_hidden_dims is not None:
             self.mlp_hidden_dims = tuple(int(v) for v in self.mlp_hidden_dims)
+        if self.pretrained_window_sizes is not None:
+            self.pretrained_window_sizes = tuple(int(v) for v in self.pretrained_window_sizes)
+
+    def pretrained_window(self, stage: int) -> int:
+        """The window a v2 stage's position offsets are scaled by (0: its own window)."""
+        sizes = self.pretrained_window_sizes
+        return 0 if sizes is None else sizes[stage]
 
     @property
     def num_stages(self) -> int:
@@ -86,8 +100,9 @@ class SwinConfig:
         if S == 0:
             raise ValueError("a Swin needs at least one stage")
         lengths = {len(self.dims), len(self.heads), len(self.window_sizes)}
-        if self.mlp_hidden_dims is not None:
-            lengths.add(len(self.mlp_hidden_dims))
+        for extra in (self.mlp_hidden_dims, self.pretrained_window_sizes):
+            if extra is not None:
+                lengths.add(len(extra))
         if lengths != {S}:
             raise ValueError("dims, depths, heads and window_sizes need one entry per stage")
         for s in range(S):
@@ -99,6 +114,8 @@ class SwinConfig:
                 )
         if self.patch_size < 1 or self.in_channels < 1 or self.num_classes < 0:
             raise ValueError("patch size and channels must be positive, classes not negative")
+        if self.version not in (1, 2):
+            raise ValueError(f"Swin version must be 1 or 2, got {self.version}")
         if self.window_clamp not in WINDOW_CLAMPS:
             raise ValueError(f"window_clamp must be one of {', '.join(WINDOW_CLAMPS)}")
 

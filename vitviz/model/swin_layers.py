@@ -3,6 +3,8 @@ capture, the (shifted) window block, patch merging."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -40,13 +42,13 @@ class SwinPatchEmbed(nn.Module):
         return self.norm(self.proj(x).permute(0, 2, 3, 1))  # (B, gh, gw, dim)
 
 
-class WindowAttention(nn.Module):
-    """Multi-head self-attention inside windows, with a learned relative position bias.
+class _WindowAttentionBase(nn.Module):
+    """Multi-head self-attention inside windows, plus a relative position bias.
 
-    ``relative_position_bias_table``: ((2·window − 1)², heads), one entry per offset between two
-    tokens of a window. With ``capture=True`` softmax(QKᵀ/√d + bias + mask) is computed
-    explicitly and returned, (B, windows, heads, n, n), rows = queries; otherwise the fused
+    With ``capture=True`` the probabilities softmax(scores + bias + mask) are computed explicitly
+    and returned, (B, windows, heads, n, n), rows = queries; otherwise the fused
     scaled_dot_product_attention runs with bias + mask as its additive mask. Same output.
+    Subclasses give the position bias and how queries and keys are scaled.
     """
 
     def __init__(self, dim: int, heads: int, window: int, qkv_bias: bool = True) -> None:
@@ -54,41 +56,125 @@ class WindowAttention(nn.Module):
         self.heads = heads
         self.head_dim = dim // heads
         self.window = window
-        self.scale = self.head_dim**-0.5
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
-        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * window - 1) ** 2, heads))
         self._index: dict[tuple[int, int], Tensor] = {}
 
-    def position_bias(self, window: tuple[int, int]) -> Tensor:
-        """(heads, n, n) bias for a (wh, ww) window (at most the table's window)."""
+    def _relative_index(self, window: tuple[int, int], device: torch.device) -> Tensor:
         index = self._index.get(window)
         if index is None:
             index = self._index[window] = relative_position_index(window, self.window)
-        table = self.relative_position_bias_table
-        n = window[0] * window[1]
-        return table[index.to(table.device).reshape(-1)].reshape(n, n, -1).permute(2, 0, 1)
+        return index.to(device)
+
+    def position_bias(self, window: tuple[int, int]) -> Tensor:
+        """(heads, n, n) bias for a (wh, ww) window (at most the block's window)."""
+        raise NotImplementedError
+
+    def queries_keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        """(q', k', scale) with scores = scale · q'k'ᵀ."""
+        raise NotImplementedError
+
+    def qkv_bias(self) -> Tensor | None:
+        return self.qkv.bias
 
     def forward(
         self, x: Tensor, mask: Tensor | None, window: tuple[int, int], capture: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         """x: (B, windows, n, C); mask: (windows, n, n) or None -> (B, windows, n, C), attention."""
         B, nW, n, C = x.shape
-        qkv = self.qkv(x).reshape(B * nW, n, 3, self.heads, self.head_dim)
+        qkv = F.linear(x, self.qkv.weight, self.qkv_bias())
+        qkv = qkv.reshape(B * nW, n, 3, self.heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B·nW, heads, n, hd)
+        q, k, scale = self.queries_keys(q, k)
         bias = self.position_bias(window).unsqueeze(0)  # (1, heads, n, n)
         if mask is not None:
             bias = (bias + mask.to(bias.dtype).unsqueeze(1)).repeat(B, 1, 1, 1)  # (B·nW, h, n, n)
         attn: Tensor | None = None
         if capture:
-            scores = (q * self.scale) @ k.transpose(-2, -1) + bias  # (B·nW, heads, n, n)
+            scores = (q * scale) @ k.transpose(-2, -1) + bias  # (B·nW, heads, n, n)
             attn = scores.softmax(dim=-1).reshape(B, nW, self.heads, n, n)
             out = attn.reshape(B * nW, self.heads, n, n) @ v  # from the tensor handed back,
             # so that gradients with respect to it reach the output
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), scale=scale)
         out = out.transpose(1, 2).reshape(B, nW, n, C)
         return self.proj(out), attn
+
+
+class WindowAttention(_WindowAttentionBase):
+    """Swin v1: scores QKᵀ/√d plus a learned bias per offset,
+    ``relative_position_bias_table`` ((2·window − 1)², heads)."""
+
+    def __init__(self, dim: int, heads: int, window: int, qkv_bias: bool = True) -> None:
+        super().__init__(dim, heads, window, qkv_bias)
+        self.scale = self.head_dim**-0.5
+        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * window - 1) ** 2, heads))
+
+    def position_bias(self, window: tuple[int, int]) -> Tensor:
+        table = self.relative_position_bias_table
+        index = self._relative_index(window, table.device).reshape(-1)
+        n = window[0] * window[1]
+        return table[index].reshape(n, n, -1).permute(2, 0, 1)
+
+    def queries_keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        return q, k, self.scale
+
+
+class CosineWindowAttention(_WindowAttentionBase):
+    """Swin v2: scores cos(q, k)·exp(min(logit_scale, log 100)) plus 16·sigmoid of a small MLP
+    (``cpb_mlp``: Linear(2, hidden), ReLU, Linear(hidden, heads) without bias) over the
+    log-spaced offsets sign(d)·log2(1 + 8|d|/(w − 1))/3. The key has no bias."""
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        window: int,
+        qkv_bias: bool = True,
+        pretrained_window: int = 0,
+        hidden: int = 512,
+    ) -> None:
+        super().__init__(dim, heads, window, qkv_bias)
+        self.pretrained_window = pretrained_window
+        self.logit_scale = nn.Parameter(torch.full((heads, 1, 1), math.log(10.0)))
+        self.cpb_mlp = nn.Sequential(
+            nn.Linear(2, hidden), nn.ReLU(), nn.Linear(hidden, heads, bias=False)
+        )
+
+    def qkv_bias(self) -> Tensor | None:
+        bias = self.qkv.bias
+        if bias is None:
+            return None
+        dim = bias.shape[0] // 3
+        zero = torch.zeros(dim, dtype=bias.dtype, device=bias.device)
+        return torch.cat([bias[:dim], zero, bias[2 * dim :]])
+
+    def offsets(self, window: tuple[int, int], like: Tensor) -> Tensor:
+        """((2wh − 1)·(2ww − 1), 2) log-spaced offsets, rows in the v1 table's order."""
+        wh, ww = window
+        pw = self.pretrained_window
+        dy = torch.arange(-(wh - 1), wh, dtype=torch.float32) / max((pw or wh) - 1, 1)
+        dx = torch.arange(-(ww - 1), ww, dtype=torch.float32) / max((pw or ww) - 1, 1)
+        grid = torch.stack(torch.meshgrid(dy, dx, indexing="ij"), dim=-1) * 8
+        grid = torch.sign(grid) * torch.log2(grid.abs() + 1.0) / math.log2(8)
+        return grid.reshape(-1, 2).to(device=like.device, dtype=like.dtype)
+
+    def position_bias(self, window: tuple[int, int]) -> Tensor:
+        weight = self.cpb_mlp[0].weight
+        table = self.cpb_mlp(self.offsets(window, weight))  # ((2wh−1)(2ww−1), heads)
+        wh, ww = window
+        y = torch.arange(wh).repeat_interleave(ww)
+        x = torch.arange(ww).repeat(wh)
+        index = (y[:, None] - y[None, :] + wh - 1) * (2 * ww - 1) + (
+            x[:, None] - x[None, :] + ww - 1
+        )
+        n = wh * ww
+        bias = table[index.to(weight.device).reshape(-1)].reshape(n, n, -1).permute(2, 0, 1)
+        return 16 * torch.sigmoid(bias)
+
+    def queries_keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        scale = torch.clamp(self.logit_scale, max=math.log(100.0)).exp()  # (heads, 1, 1)
+        return F.normalize(q, dim=-1) * scale, F.normalize(k, dim=-1), 1.0
 
 
 class SwinMlp(nn.Module):
@@ -105,7 +191,8 @@ class SwinMlp(nn.Module):
 
 
 class SwinBlock(nn.Module):
-    """x + attn(norm1(x)) inside (shifted) windows; x + mlp(norm2(x)). Maps are (B, H, W, C)."""
+    """x + attn(norm1(x)) inside (shifted) windows; x + mlp(norm2(x)) (v2: x + norm1(attn(x));
+    x + norm2(mlp(x))). Maps are (B, H, W, C)."""
 
     def __init__(
         self, config: SwinConfig, stage: int, shifted: bool, drop_path: float = 0.0
@@ -116,8 +203,21 @@ class SwinBlock(nn.Module):
         self.target_shift = window // 2 if shifted else 0
         self.clamp = config.window_clamp
         self.shift_first = config.shift_first
+        self.post_norm = config.version == 2
         self.norm1 = nn.LayerNorm(dim, eps=config.norm_eps)
-        self.attn = WindowAttention(dim, config.heads[stage], window, config.qkv_bias)
+        heads = config.heads[stage]
+        self.attn: _WindowAttentionBase = (
+            CosineWindowAttention(
+                dim,
+                heads,
+                window,
+                config.qkv_bias,
+                config.pretrained_window(stage),
+                config.cpb_hidden,
+            )
+            if self.post_norm
+            else WindowAttention(dim, heads, window, config.qkv_bias)
+        )
         self.norm2 = nn.LayerNorm(dim, eps=config.norm_eps)
         self.mlp = SwinMlp(dim, config.hidden_dim(stage), config.activation)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
@@ -130,8 +230,13 @@ class SwinBlock(nn.Module):
     ) -> tuple[Tensor, Tensor | None, WindowLayout]:
         """(B, H, W, C) -> (B, H, W, C), attention (B, windows, heads, n, n) or None, layout."""
         layout = self.layout((x.shape[1], x.shape[2]))
-        windows = partition(self.norm1(x), layout)  # (B, windows, n, C)
         mask = shift_mask(layout, device=x.device)
+        if self.post_norm:
+            y, attn = self.attn(partition(x, layout), mask, layout.window, capture=capture)
+            x = x + self.drop_path(self.norm1(unpartition(y, layout)))
+            x = x + self.drop_path(self.norm2(self.mlp(x)))
+            return x, attn, layout
+        windows = partition(self.norm1(x), layout)  # (B, windows, n, C)
         y, attn = self.attn(windows, mask, layout.window, capture=capture)
         x = x + self.drop_path(unpartition(y, layout))
         x = x + self.drop_path(self.mlp(self.norm2(x)))
@@ -141,15 +246,19 @@ class SwinBlock(nn.Module):
 class PatchMerging(nn.Module):
     """(B, H, W, C) -> (B, ⌈H/2⌉, ⌈W/2⌉, C_out): each 2 × 2 group (padded to even sizes)
     concatenated as x[0::2, 0::2], x[1::2, 0::2], x[0::2, 1::2], x[1::2, 1::2], then LayerNorm
-    over the 4·C channels and a Linear without bias."""
+    over the 4·C channels and a Linear without bias (v2: the Linear, then LayerNorm)."""
 
-    def __init__(self, dim: int, out_dim: int, eps: float) -> None:
+    def __init__(self, dim: int, out_dim: int, eps: float, norm_after: bool = False) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(4 * dim, eps=eps)
+        self.norm_after = norm_after
+        self.norm = nn.LayerNorm(out_dim if norm_after else 4 * dim, eps=eps)
         self.reduction = nn.Linear(4 * dim, out_dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         H, W = x.shape[1], x.shape[2]
         x = F.pad(x, (0, 0, 0, W % 2, 0, H % 2))
         parts = [x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]]
-        return self.reduction(self.norm(torch.cat(parts, dim=-1)))
+        x = torch.cat(parts, dim=-1)
+        if self.norm_after:  # v2
+            return self.norm(self.reduction(x))
+        return self.reduction(self.norm(x))

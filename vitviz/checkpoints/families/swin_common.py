@@ -79,24 +79,44 @@ def take_block(
                 out[f"{new}{part}.{kind}"] = tensor
 
 
-def infer_stages(state: Mapping[str, Tensor], depths: Sequence[int]) -> dict[str, Any]:
-    """dims, heads, window sizes and MLP widths per stage, read off our-named tensors."""
-    dims, heads, windows, hidden = [], [], [], []
+def infer_stages(
+    state: Mapping[str, Tensor], depths: Sequence[int], windows: Sequence[int] | None = None
+) -> dict[str, Any]:
+    """dims, heads, window sizes and MLP widths per stage, read off our-named tensors (v2, which
+    has no bias table, needs the ``windows``; its heads come from the logit scale)."""
+    dims, heads, found, hidden = [], [], [], []
     for s in range(len(depths)):
         b = f"stages.{s}.blocks.0."
-        table = state[b + "attn.relative_position_bias_table"]
         dims.append(state[b + "norm1.weight"].shape[0])
-        heads.append(table.shape[1])
-        windows.append(window_of_table(table, b + "attn.relative_position_bias_table", "Swin"))
         hidden.append(state[b + "mlp.fc1.weight"].shape[0])
-    return dict(
+        table = state.get(b + "attn.relative_position_bias_table")
+        if table is None:
+            heads.append(state[b + "attn.logit_scale"].shape[0])
+        else:
+            heads.append(table.shape[1])
+            found.append(window_of_table(table, b + "attn.relative_position_bias_table", "Swin"))
+    out: dict[str, Any] = dict(
         dims=tuple(dims),
         depths=tuple(depths),
         heads=tuple(heads),
-        window_sizes=tuple(windows),
         mlp_hidden_dims=tuple(hidden),
         qkv_bias="stages.0.blocks.0.attn.qkv.bias" in state,
     )
+    if found or windows is not None:
+        out["window_sizes"] = tuple(found) if found else tuple(windows or ())
+    cpb = state.get("stages.0.blocks.0.attn.cpb_mlp.0.weight")
+    if cpb is not None:
+        out.update(version=2, cpb_hidden=cpb.shape[0])
+    return out
+
+
+def per_stage(value: Any, stages: int, name: str, where: str) -> tuple[int, ...]:
+    """One int per stage from an int or a list (config.json's window_size and the like)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,) * stages
+    if isinstance(value, (list, tuple)) and len(value) == stages:
+        return tuple(int(v) for v in value)
+    raise CheckpointError(f"{where}: {name} {value!r} is not one number or one per stage.")
 
 
 def finish_swin(

@@ -1,11 +1,13 @@
-"""torchvision ``SwinTransformer`` state dicts (swin_t, swin_s, swin_b, any size).
+"""torchvision ``SwinTransformer`` state dicts (swin_t/s/b and swin_v2_t/s/b, any size).
 
 Keys: ``features.0.{0: Conv2d, 2: LayerNorm}`` (patch embedding), ``features.{2s+1}.{j}``
 (blocks of stage s: ``norm1``, ``attn.qkv``, ``attn.proj``, ``attn.relative_position_bias_table``,
 ``attn.relative_position_index``, ``norm2``, ``mlp.0``, ``mlp.3``), ``features.{2s}.{norm,
-reduction}`` (patch merging before stage s), ``norm``, ``head``. Widths, heads and window sizes
-are read off the weights. torchvision pads a map to whole windows and keeps the window when the
-map is smaller (no shift along an axis the window covers).
+reduction}`` (patch merging before stage s), ``norm``, ``head``. v2 blocks hold
+``attn.logit_scale``, ``attn.cpb_mlp.{0, 2}`` and the ``attn.relative_coords_table`` buffer
+instead of the bias table. Widths, heads and window sizes are read off the weights.
+torchvision pads a map to whole windows and keeps the window when the map is smaller (no shift
+along an axis the window covers).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from vitviz.checkpoints.families.swin_common import (
 from vitviz.checkpoints.preprocessing import crop_pct_for
 
 LOOKS_LIKE = "a torchvision Swin Transformer"
-_BLOCK = r"features\.(\d+)\.(\d+)\.attn\.relative_position_bias_table$"
+_BLOCK = r"features\.(\d+)\.(\d+)\.norm1\.weight$"
 _NAMES = {
     "norm1": ("norm1",),
     "attn.qkv": ("attn.qkv",),
@@ -33,16 +35,23 @@ _NAMES = {
     "mlp.fc1": ("mlp.0",),
     "mlp.fc2": ("mlp.3",),
 }
-# torchvision's weights resize to these before the 224 crop (swin_t, swin_s, swin_b).
-_RESIZE = {(96, (2, 2, 6, 2)): 232, (96, (2, 2, 18, 2)): 246, (128, (2, 2, 18, 2)): 238}
+# torchvision's weights resize to these before the crop: (version, width, depths) -> (resize, crop)
+_RESIZE = {
+    (1, 96, (2, 2, 6, 2)): (232, 224),
+    (1, 96, (2, 2, 18, 2)): (246, 224),
+    (1, 128, (2, 2, 18, 2)): (238, 224),
+    (2, 96, (2, 2, 6, 2)): (260, 256),
+    (2, 96, (2, 2, 18, 2)): (260, 256),
+    (2, 128, (2, 2, 18, 2)): (272, 256),
+}
+_V2 = ("attn.logit_scale", "attn.cpb_mlp.0.weight", "attn.cpb_mlp.0.bias", "attn.cpb_mlp.2.weight")
 
 
 def detect(source: Source) -> bool:
     s = source.state
-    return (
-        "features.0.0.weight" in s
-        and any(k.endswith(".attn.relative_position_bias_table") for k in s)
-        and any(k.startswith("features.1.0.") for k in s)
+    return "features.0.0.weight" in s and (
+        "features.1.0.attn.relative_position_bias_table" in s
+        or "features.1.0.attn.cpb_mlp.0.weight" in s
     )
 
 
@@ -52,15 +61,22 @@ def convert(source: Source) -> Conversion:
     notes: list[str] = []
     found = stage_blocks(t.state, _BLOCK)
     check_numbering(source, found, [2 * s + 1 for s in range(len(found))])
-    depths = []
+    depths: list[int] = []
+    windows: list[int] = []  # v2: from the offsets buffer
     for s, (feature, blocks) in enumerate(found.items()):
         depths.append(len(blocks))
         for j in blocks:
             old, new = f"features.{feature}.{j}.", f"stages.{s}.blocks.{j}."
             take_block(t, old, new, _NAMES, out)
-            out[new + "attn.relative_position_bias_table"] = t.take(
-                old + "attn.relative_position_bias_table"
-            )
+            table = t.maybe(old + "attn.relative_position_bias_table")
+            if table is not None:
+                out[new + "attn.relative_position_bias_table"] = table
+            else:
+                for part in _V2:
+                    out[new + part] = t.take(old + part)
+                coords = t.maybe(old + "attn.relative_coords_table")  # (1, 2w−1, 2w−1, 2)
+                if coords is not None and len(windows) == s:
+                    windows.append((coords.shape[1] + 1) // 2)
             t.drop([old + "attn.relative_position_index"])
         if s > 0:
             merge = f"features.{2 * s}."
@@ -80,9 +96,25 @@ def convert(source: Source) -> Conversion:
         num_classes = out["head.weight"].shape[0]
     t.refuse_leftovers()
 
-    inferred = infer_stages(out, depths)
+    v2 = "stages.0.blocks.0.attn.logit_scale" in out
+    if v2 and len(windows) != len(depths):
+        windows = [8] * len(depths)
+        notes.append(
+            f"window 8 assumed (torchvision's swin_v2); set window_sizes in "
+            f"{source.sidecar_name} if yours differs"
+        )
+    inferred = infer_stages(out, depths, windows if v2 else None)
+    version = inferred.get("version", 1)
+    resize, crop = _RESIZE.get((version, inferred["dims"][0], tuple(depths)), (0, 0))
+    if not resize:
+        resize, crop = (232, 224) if version == 1 else (260, 256)
+        notes.append(
+            f"preprocessing assumed: resize {resize}, centre crop {crop} (torchvision's "
+            f"{'swin_t' if version == 1 else 'swin_v2_t'}); set preprocessing in "
+            f"{source.sidecar_name} if the model was trained otherwise"
+        )
     inferred.update(
-        image_size=(224, 224),
+        image_size=(crop, crop),
         patch_size=patch.shape[-1],
         in_channels=patch.shape[1],
         num_classes=num_classes,
@@ -91,16 +123,9 @@ def convert(source: Source) -> Conversion:
         window_clamp="none",
         pad_image=False,
     )
-    resize = _RESIZE.get((inferred["dims"][0], tuple(depths)))
-    if resize is None:
-        resize = 232
-        notes.append(
-            "preprocessing assumed: resize 232, centre crop 224 (torchvision's swin_t); set "
-            f"preprocessing in {source.sidecar_name} if the model was trained otherwise"
-        )
     prep = {
         "resize": "crop",
-        "crop_pct": crop_pct_for(224, resize),
+        "crop_pct": crop_pct_for(crop, resize),
         "interpolation": "bicubic",
         "mean": IMAGENET_MEAN,
         "std": IMAGENET_STD,
