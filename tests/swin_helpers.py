@@ -29,12 +29,16 @@ def tiny_torchvision_swin(
 
 
 def tiny_timm_swin(
-    img_size: int | tuple[int, int], window: int = 4, classes: int = 5, seed: int = 0
+    img_size: int | tuple[int, int],
+    window: int = 4,
+    classes: int = 5,
+    seed: int = 0,
+    version: int = 1,
 ) -> nn.Module:
     import timm
 
     model = timm.create_model(
-        "swin_tiny_patch4_window7_224",
+        "swin_tiny_patch4_window7_224" if version == 1 else "swinv2_tiny_window8_256",
         pretrained=False,
         img_size=img_size,
         embed_dim=EMBED,
@@ -46,10 +50,14 @@ def tiny_timm_swin(
     return randomize_(model, seed=seed)
 
 
-def tiny_hf_swin(window: int = 4, classes: int = 5, seed: int = 0, image_size: int = 64):
-    from transformers import SwinConfig, SwinForImageClassification
+def tiny_hf_swin(
+    window: int = 4, classes: int = 5, seed: int = 0, image_size: int = 64, version: int = 1
+):
+    import transformers as tr
 
-    config = SwinConfig(
+    kind = tr.SwinConfig if version == 1 else tr.Swinv2Config
+    model = tr.SwinForImageClassification if version == 1 else tr.Swinv2ForImageClassification
+    config = kind(
         image_size=image_size,
         patch_size=4,
         embed_dim=EMBED,
@@ -58,7 +66,7 @@ def tiny_hf_swin(window: int = 4, classes: int = 5, seed: int = 0, image_size: i
         window_size=window,
         num_labels=classes,
     )
-    return randomize_(SwinForImageClassification(config), seed=seed)
+    return randomize_(model(config), seed=seed)
 
 
 def run_ours(model: nn.Module, x: Tensor):

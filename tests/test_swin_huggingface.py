@@ -17,7 +17,7 @@ def hf_reference(model, x):
     model.config._attn_implementation = "eager"
     blocks, handles = [], []
     for module in model.modules():
-        if type(module).__name__ == "SwinAttention":
+        if type(module).__name__ in ("SwinAttention", "Swinv2SelfAttention"):
             handles.append(module.register_forward_hook(lambda _m, _i, o: blocks.append(o[1])))
     with torch.no_grad():
         out = model(pixel_values=x, output_attentions=True)
@@ -35,11 +35,14 @@ def hf_reference(model, x):
         (64, 4, (62, 50)),  # the image padded to whole patches, then the maps to windows
     ],
 )
-def test_logits_and_attention_match_transformers(tmp_path, img, window, size):
-    ref_model = tiny_hf_swin(window=window, image_size=img)
+@pytest.mark.parametrize("version", [1, 2])
+def test_logits_and_attention_match_transformers(tmp_path, img, window, size, version):
+    ref_model = tiny_hf_swin(window=window, image_size=img, version=version)
     ref_model.save_pretrained(tmp_path / "swin")
     loaded = load_checkpoint(tmp_path / "swin")
-    assert isinstance(loaded.model, SwinTransformer) and loaded.family == "huggingface-swin"
+    assert isinstance(loaded.model, SwinTransformer)
+    assert loaded.family == ("huggingface-swin" if version == 1 else "huggingface-swinv2")
+    assert loaded.config.version == version
     x = images(2, *size)
     ref_logits, ref_blocks, ref_out = hf_reference(ref_model, x)
     logits, out = run_ours(loaded.model, x)

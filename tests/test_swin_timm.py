@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import save_file
 from swin_helpers import run_ours, tiny_timm_swin
 from zoo_helpers import ATTN_ATOL, LOGIT_ATOL, assert_close, images
 
-from vitviz.checkpoints import load_checkpoint
+from vitviz.checkpoints import MissingSettingsError, load_checkpoint
 from vitviz.model.swin import SwinTransformer
 
 
@@ -37,12 +39,17 @@ def timm_swin_reference(model, x):
         (24, 4),  # stage 1 is 3 × 3: timm clamps that stage's window (and its table) to 3
     ],
 )
-def test_logits_and_attention_match_timm(tmp_path, img, window):
-    ref_model = tiny_timm_swin(img, window=window)
+@pytest.mark.parametrize("version", [1, 2])
+def test_logits_and_attention_match_timm(tmp_path, img, window, version):
+    ref_model = tiny_timm_swin(img, window=window, version=version)
     path = tmp_path / "model.safetensors"
     save_file({k: v.contiguous() for k, v in ref_model.state_dict().items()}, str(path))
+    if version == 2:  # the window is not in a v2's weights: timm's config.json says it
+        config = {"architecture": "swinv2_tiny_window8_256", "model_args": {"window_size": window}}
+        (tmp_path / "config.json").write_text(json.dumps(config))
     loaded = load_checkpoint(path)
     assert isinstance(loaded.model, SwinTransformer) and loaded.family == "timm-swin"
+    assert loaded.config.version == version
     size = (img, img) if isinstance(img, int) else img
     x = images(2, *size)
     ref_logits, ref_attn = timm_swin_reference(ref_model, x)
@@ -70,3 +77,17 @@ def test_original_layout_with_buffers(tmp_path):
     with torch.no_grad():
         assert_close("logits", ref_model(x), loaded.model(x), LOGIT_ATOL)
     assert any("original Swin layout" in n for n in loaded.notes)
+
+
+def test_v2_window_from_the_architecture_name_or_asked(tmp_path):
+    ref_model = tiny_timm_swin(64, window=8, version=2)
+    path = tmp_path / "v2.pth"
+    torch.save(ref_model.state_dict(), path)
+    with pytest.raises(MissingSettingsError, match="window_sizes"):
+        load_checkpoint(path)
+    (tmp_path / "config.json").write_text(json.dumps({"architecture": "swinv2_tiny_window8_256"}))
+    loaded = load_checkpoint(path)
+    assert loaded.config.window_sizes == (8, 8)
+    x = images(1, 64, 64)
+    with torch.no_grad():
+        assert_close("logits", ref_model(x), loaded.model(x), LOGIT_ATOL)

@@ -1,5 +1,5 @@
-"""Hugging Face transformers Swin folders: SwinForImageClassification and SwinModel (config.json +
-model.safetensors or pytorch_model.bin, and preprocessor_config.json when there).
+"""Hugging Face transformers Swin folders: SwinForImageClassification, SwinModel and their Swinv2
+twins (config.json + model.safetensors or pytorch_model.bin, and preprocessor_config.json).
 
 Saved key names (``swin.embeddings.{patch_embeddings.projection, norm}``,
 ``encoder.layers.{s}.blocks.{j}.{layernorm_before, attention.self.{query, key, value,
@@ -9,7 +9,9 @@ s), ``layernorm``, ``classifier``) and transformers 5's in-memory names (``atten
 ``attention.o_proj``, ``attention.relative_position_bias.relative_position_bias_table``,
 ``mlp.fc1``) are both read; query/key/value are fused into one qkv. Hugging Face pads the image to
 whole patches, pads a map before rolling it and, when min(H, W) ≤ window, uses a square window of
-min(H, W) without shift.
+min(H, W) without shift. Swinv2 blocks hold ``attention.self.logit_scale`` and
+``attention.self.continuous_position_bias_mlp.{0, 2}``, a key without bias, and clamp the window
+per axis; their window comes from config.json (``window_size``, ``pretrained_window_sizes``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
@@ -25,6 +28,7 @@ from vitviz.checkpoints.families.common import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     Taker,
+    ask,
     dropped,
     fuse_qkv,
 )
@@ -32,6 +36,7 @@ from vitviz.checkpoints.families.swin_common import (
     check_numbering,
     finish_swin,
     infer_stages,
+    per_stage,
     stage_blocks,
 )
 from vitviz.checkpoints.labels import names_from_id2label
@@ -43,6 +48,13 @@ _TABLE = (
     "attention.self.relative_position_bias_table",
     "attention.relative_position_bias.relative_position_bias_table",
 )
+_CPB = "attention.self.continuous_position_bias_mlp."
+_V2 = {
+    "attn.logit_scale": "attention.self.logit_scale",
+    "attn.cpb_mlp.0.weight": _CPB + "0.weight",
+    "attn.cpb_mlp.0.bias": _CPB + "0.bias",
+    "attn.cpb_mlp.2.weight": _CPB + "2.weight",
+}
 _ROLES = {
     "q": ("attention.self.query", "attention.q_proj"),
     "k": ("attention.self.key", "attention.k_proj"),
@@ -70,7 +82,8 @@ def _base(state: dict[str, Tensor]) -> str | None:
 def detect(source: Source) -> bool:
     base = _base(source.state)
     return base is not None and any(
-        k.startswith(base + "encoder.layers.") and k.endswith(_TABLE) for k in source.state
+        k.startswith(base + "encoder.layers.") and k.endswith((*_TABLE, _CPB + "0.weight"))
+        for k in source.state
     )
 
 
@@ -100,6 +113,9 @@ def convert(source: Source) -> Conversion:
             b = {r: t.maybe(*(f"{old}{n}.bias" for n in names)) for r, names in _ROLES.items()}
             out[new + "attn.qkv.weight"] = fuse_qkv(w.pop("q"), w.pop("k"), w.pop("v"))
             qkv = [b.pop(r) for r in ("q", "k", "v")]
+            v2 = old + _V2["attn.logit_scale"] in t
+            if v2 and qkv[0] is not None and qkv[2] is not None and qkv[1] is None:
+                qkv[1] = torch.zeros_like(qkv[0])  # Swinv2's key has no bias
             qkv_bias = all(x is not None for x in qkv)
             if qkv_bias:
                 out[new + "attn.qkv.bias"] = fuse_qkv(*qkv)  # type: ignore[arg-type]
@@ -107,7 +123,11 @@ def convert(source: Source) -> Conversion:
                 if b[role] is None:
                     raise CheckpointError(f"{source.name}: {old}{_ROLES[role][0]}.bias is missing.")
                 out[f"{new}{role}.weight"], out[f"{new}{role}.bias"] = weight, b[role]  # type: ignore[assignment]
-            out[new + "attn.relative_position_bias_table"] = t.take(*(old + n for n in _TABLE))
+            if v2:
+                for ours, theirs in _V2.items():
+                    out[new + ours] = t.take(old + theirs)
+            else:
+                out[new + "attn.relative_position_bias_table"] = t.take(*(old + n for n in _TABLE))
         merge = f"{enc}{s}.downsample."
         if merge + "reduction.weight" in t:
             out[f"stages.{s + 1}.merge.reduction.weight"] = t.take(merge + "reduction.weight")
@@ -131,7 +151,17 @@ def convert(source: Source) -> Conversion:
     act = cfg.get("hidden_act", "gelu")
     if act not in _ACTIVATIONS:
         raise CheckpointError(f"{source.name}: hidden_act {act!r} is not supported.")
-    inferred = infer_stages(out, [len(b) for b in found.values()])
+    depths = [len(b) for b in found.values()]
+    v2 = "stages.0.blocks.0.attn.logit_scale" in out
+    windows = None
+    if v2 and "window_sizes" not in source.user:
+        if "window_size" not in cfg:
+            ask(source, LOOKS_LIKE, {"window_sizes": [8] * len(depths)})
+        windows = per_stage(cfg["window_size"], len(depths), "window_size", source.name)
+    inferred = infer_stages(out, depths, windows)
+    pws = cfg.get("pretrained_window_sizes")
+    if v2 and isinstance(pws, (list, tuple)) and len(pws) >= len(depths):
+        inferred["pretrained_window_sizes"] = tuple(int(v) for v in pws[: len(depths)])
     size = cfg.get("image_size", 224)
     inferred.update(
         image_size=size,
@@ -142,7 +172,7 @@ def convert(source: Source) -> Conversion:
         norm_eps=float(cfg.get("layer_norm_eps", 1e-5)),
         activation=_ACTIVATIONS[act],
         shift_first=False,
-        window_clamp="min",
+        window_clamp="axis" if v2 else "min",
         pad_image=True,
     )
     side = size if isinstance(size, int) else int(size[0])
@@ -160,7 +190,7 @@ def convert(source: Source) -> Conversion:
     prep, prep_notes = hf_preprocessing(proc, model_size)
     return finish_swin(
         source,
-        family="huggingface-swin",
+        family="huggingface-swinv2" if v2 else "huggingface-swin",
         inferred=inferred,
         state=out,
         class_names=names_from_id2label(cfg.get("id2label"), num_classes),

@@ -1,27 +1,33 @@
-"""timm ``SwinTransformer`` state dicts (swin_tiny/small/base/large_*, any size), .pth or
-model.safetensors, with timm's config.json when it is beside them.
+"""timm ``SwinTransformer`` and ``SwinTransformerV2`` state dicts (swin_*, swinv2_*, any size),
+.pth or model.safetensors, with timm's config.json when it is beside them.
 
 Keys: ``patch_embed.{proj, norm}``, ``layers.{s}.downsample.{norm, reduction}`` (merging at the
 start of stage s > 0), ``layers.{s}.blocks.{j}.{norm1, attn.qkv, attn.proj,
 attn.relative_position_bias_table, norm2, mlp.fc1, mlp.fc2}``, ``norm``, ``head.fc``. The original
 Microsoft layout (merging at the end of a stage, ``head``) and the buffers older files hold
 (``relative_position_index``, ``attn_mask``) are read too. timm rolls a map before padding it
-and clamps a window to a smaller map per axis.
+and clamps a window to a smaller map per axis. v2 blocks hold ``attn.logit_scale``,
+``attn.q_bias``, ``attn.v_bias`` (the key has none) and ``attn.cpb_mlp.{0, 2}``; their window is
+not in the weights: it comes from config.json (``model_args``, the architecture's name) or the
+settings.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from vitviz.checkpoints.families.base import Conversion, Family, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, dropped
+from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, ask, dropped
 from vitviz.checkpoints.families.swin_common import (
     BLOCK_PARTS,
     check_numbering,
     finish_swin,
     infer_stages,
+    per_stage,
     stage_blocks,
     take_block,
 )
@@ -29,8 +35,10 @@ from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 
 LOOKS_LIKE = "a timm Swin Transformer"
-_BLOCK = r"layers\.(\d+)\.blocks\.(\d+)\.attn\.relative_position_bias_table$"
+_BLOCK = r"layers\.(\d+)\.blocks\.(\d+)\.norm1\.weight$"
 _NAMES = {part: (part,) for part in BLOCK_PARTS}
+_V2 = ("attn.logit_scale", "attn.cpb_mlp.0.weight", "attn.cpb_mlp.0.bias", "attn.cpb_mlp.2.weight")
+_SENTINELS = (".attn.relative_position_bias_table", ".attn.cpb_mlp.0.weight")
 _DEFAULTS = {
     "resize": "crop",
     "crop_pct": 0.9,
@@ -43,7 +51,7 @@ _DEFAULTS = {
 def detect(source: Source) -> bool:
     s = source.state
     return "patch_embed.proj.weight" in s and any(
-        k.startswith("layers.") and k.endswith(".attn.relative_position_bias_table") for k in s
+        k.startswith("layers.") and k.endswith(_SENTINELS) for k in s
     )
 
 
@@ -56,6 +64,22 @@ def _image_size(args: dict[str, Any], pretrained: dict[str, Any]) -> Any:
     return None
 
 
+def _v2_windows(
+    source: Source, cfg: dict[str, Any], args: dict[str, Any], stages: int
+) -> tuple[int, ...] | None:
+    """A v2's window per stage: the settings, config.json's model_args, the architecture's name
+    (``swinv2_tiny_window8_256``); else the settings must give it (None when they do)."""
+    if "window_sizes" in source.user:
+        return None  # finish_swin takes the user's
+    if args.get("window_size") is not None:
+        return per_stage(args["window_size"], stages, "window_size", source.name)
+    m = re.search(r"window(\d+)", str(cfg.get("architecture", "")))
+    if m:
+        return (int(m.group(1)),) * stages
+    ask(source, LOOKS_LIKE, {"window_sizes": [8] * stages})
+    return None
+
+
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
@@ -63,7 +87,8 @@ def convert(source: Source) -> Conversion:
     t = Taker(source, LOOKS_LIKE)
     out: dict[str, Tensor] = {}
     notes: list[str] = []
-    buffers = [k for k in t.state if k.endswith(("relative_position_index", ".attn_mask"))]
+    computed = ("relative_position_index", ".attn_mask", "relative_coords_table", ".k_bias")
+    buffers = [k for k in t.state if k.endswith(computed)]
     t.drop(buffers)
     found = stage_blocks(t.state, _BLOCK)
     check_numbering(source, found, list(range(len(found))))
@@ -74,9 +99,15 @@ def convert(source: Source) -> Conversion:
         for j in blocks:
             old, new = f"layers.{s}.blocks.{j}.", f"stages.{s}.blocks.{j}."
             take_block(t, old, new, _NAMES, out)
-            out[new + "attn.relative_position_bias_table"] = t.take(
-                old + "attn.relative_position_bias_table"
-            )
+            table = t.maybe(old + "attn.relative_position_bias_table")
+            if table is not None:
+                out[new + "attn.relative_position_bias_table"] = table
+                continue
+            for part in _V2:
+                out[new + part] = t.take(old + part)
+            q, v = t.maybe(old + "attn.q_bias"), t.maybe(old + "attn.v_bias")
+            if q is not None and v is not None:
+                out[new + "attn.qkv.bias"] = torch.cat([q, torch.zeros_like(q), v])
         into = s + 1 if original else s
         merge = f"layers.{s}.downsample."
         if merge + "reduction.weight" in t:
@@ -97,7 +128,13 @@ def convert(source: Source) -> Conversion:
     if buffers:
         notes.append(dropped(buffers, "buffers the model computes itself"))
 
-    inferred = infer_stages(out, [len(b) for b in found.values()])
+    depths = [len(b) for b in found.values()]
+    v2 = "stages.0.blocks.0.attn.logit_scale" in out
+    windows = _v2_windows(source, cfg, args, len(depths)) if v2 else None
+    inferred = infer_stages(out, depths, windows)
+    if v2 and args.get("pretrained_window_sizes") is not None:
+        pws = args["pretrained_window_sizes"]
+        inferred["pretrained_window_sizes"] = per_stage(pws, len(depths), "pretrained", source.name)
     size = _image_size(args, pretrained)
     if size is None:
         size = 224
