@@ -6,12 +6,12 @@ layout, and on request ∂y_c/∂A_b for every block (same shapes, each paired w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from vitviz.explain.swin_rollout import swin_gradient_rollout, swin_rollout
+from vitviz.explain.swin_rollout import PreparedSwinRollout, fused_blocks, gradient_blocks
 from vitviz.model.swin import SwinTransformer
 from vitviz.model.swin_windows import WindowLayout
 
@@ -29,32 +29,41 @@ class SwinAnalysis:
     stage_grids: list[tuple[int, int]]  # (H_s, W_s) per stage
     gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
 
+    _prepared: dict[tuple, PreparedSwinRollout] = field(default_factory=dict, repr=False)
+
+    def prepared_rollout(
+        self, fusion: str = "mean", heads: list[int] | None = None
+    ) -> PreparedSwinRollout:
+        """The windowed rollout's per-block matrices for these settings (built once)."""
+        key = ("rollout", fusion, None if heads is None else tuple(heads))
+        if key not in self._prepared:
+            mats = fused_blocks(self.attentions, self.layouts, fusion, heads)
+            self._prepared[key] = self._prepare(mats)
+        return self._prepared[key]
+
+    def prepared_gradient_rollout(self) -> PreparedSwinRollout:
+        """The gradient rollout's per-block matrices (needs ``gradients``; built once)."""
+        if self.gradients is None:
+            raise ValueError("gradient rollout needs the analysis run with gradients=True")
+        key = ("gradient-rollout",)
+        if key not in self._prepared:
+            mats = gradient_blocks(self.attentions, self.gradients, self.layouts)
+            self._prepared[key] = self._prepare(mats)
+        return self._prepared[key]
+
+    def _prepare(self, matrices: list[Tensor]) -> PreparedSwinRollout:
+        return PreparedSwinRollout(matrices, self.layouts, self.block_stages, self.stage_grids)
+
     def rollout(
         self, fusion: str = "mean", heads: list[int] | None = None, query: int | None = None
     ) -> Tensor:
-        """Windowed rollout map over the first stage's grid (H_0, W_0), scaled to max 1."""
-        return swin_rollout(
-            self.attentions,
-            self.layouts,
-            self.block_stages,
-            self.stage_grids,
-            fusion=fusion,
-            heads=heads,
-            query=query,
-        )
+        """Windowed rollout map over the first stage's grid (H_0, W_0), scaled to max 1, from
+        the uniform row over the last stage's tokens or from its token ``query``."""
+        return self.prepared_rollout(fusion, heads).map(query)
 
     def gradient_rollout(self, query: int | None = None) -> Tensor:
         """Windowed gradient rollout map (H_0, W_0), scaled to max 1 (needs ``gradients``)."""
-        if self.gradients is None:
-            raise ValueError("gradient rollout needs the analysis run with gradients=True")
-        return swin_gradient_rollout(
-            self.attentions,
-            self.gradients,
-            self.layouts,
-            self.block_stages,
-            self.stage_grids,
-            query=query,
-        )
+        return self.prepared_gradient_rollout().map(query)
 
 
 def _model(model_or_loaded: object) -> SwinTransformer:

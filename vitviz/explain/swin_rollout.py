@@ -51,11 +51,14 @@ def gradient_blocks(
     return out
 
 
-def window_step(r: Tensor, fused: Tensor, layout: WindowLayout) -> Tensor:
-    """r·rownorm(F + I) for one block: r (N,) over its grid, F (windows, n, n) -> (N,)."""
-    s = to_slots(r, layout)  # (windows, n)
-    d = fused.sum(dim=-1) + 1  # (windows, n): row sums of F + I
-    s = s / d
+def window_step(
+    r: Tensor, fused: Tensor, layout: WindowLayout, inv_sums: Tensor | None = None
+) -> Tensor:
+    """r·rownorm(F + I) for one block: r (N,) over its grid, F (windows, n, n) -> (N,).
+    ``inv_sums``: 1 / row sums of F + I, (windows, n), when already computed."""
+    if inv_sums is None:
+        inv_sums = 1 / (fused.sum(dim=-1) + 1)
+    s = to_slots(r, layout) * inv_sums  # (windows, n)
     out = torch.einsum("wa,wab->wb", s, fused) + s
     return from_slots(out, layout)
 
@@ -71,6 +74,61 @@ def merge_step(r: Tensor, grid: tuple[int, int], merged: tuple[int, int]) -> Ten
     return (up / 4).reshape(H * W)
 
 
+class PreparedSwinRollout:
+    """The per-block matrices F_b of a rollout with their normalisers, ready for any query: a
+    query then costs one O(N·n) step per block and a merge per stage boundary."""
+
+    def __init__(
+        self,
+        matrices: Sequence[Tensor],
+        layouts: Sequence[WindowLayout],
+        block_stages: Sequence[int],
+        stage_grids: Sequence[tuple[int, int]],
+    ) -> None:
+        if not matrices:
+            raise ValueError("no attention blocks were given")
+        self.matrices = list(matrices)  # F_b, (windows, n, n)
+        self.inv_sums = [1 / (m.sum(dim=-1) + 1) for m in self.matrices]  # (windows, n)
+        self.layouts = list(layouts)
+        self.block_stages = list(block_stages)
+        self.stage_grids = [tuple(g) for g in stage_grids]
+
+    def row(self, query: int | None = None, query_stage: int | None = None) -> Tensor:
+        """The rolled-out row over the first stage's tokens, (H_0·W_0,). ``query``: a token of
+        stage ``query_stage`` (default the last), start e_q there; None: the uniform row over
+        the last stage's tokens."""
+        grids = self.stage_grids
+        last = len(grids) - 1
+        stage = last if query_stage is None else query_stage
+        if not 0 <= stage <= last:
+            raise ValueError(f"stage {stage} out of range for {last + 1} stages")
+        H, W = grids[stage]
+        like = self.matrices[0]
+        r = torch.zeros(H * W, dtype=like.dtype, device=like.device)
+        if query is None:
+            if stage != last:
+                raise ValueError("the uniform start row is over the last stage's tokens")
+            r += 1.0 / (H * W)
+        else:
+            if not 0 <= query < H * W:
+                raise ValueError(f"query token {query} out of range for the {H}×{W} grid")
+            r[query] = 1.0
+        current = stage
+        for b in reversed(range(len(self.matrices))):
+            s = self.block_stages[b]
+            if s > stage:
+                continue
+            while current > s:  # stage boundary: r·M
+                r = merge_step(r, grids[current - 1], grids[current])
+                current -= 1
+            r = window_step(r, self.matrices[b], self.layouts[b], self.inv_sums[b])
+        return r
+
+    def map(self, query: int | None = None, query_stage: int | None = None) -> Tensor:
+        """The row as a map over the first stage's grid (H_0, W_0), scaled to max 1."""
+        return _map(self.row(query, query_stage), self.stage_grids[0])
+
+
 def rollout_row(
     matrices: Sequence[Tensor],
     layouts: Sequence[WindowLayout],
@@ -80,33 +138,9 @@ def rollout_row(
     query_stage: int | None = None,
 ) -> Tensor:
     """The rolled-out row over the first stage's tokens, (H_0·W_0,), from the per-block matrices
-    F_b (``fused_blocks`` or ``gradient_blocks``). ``query``: a token of stage ``query_stage``
-    (default the last), start e_q there; None: the uniform row over the last stage's tokens."""
-    if not matrices:
-        raise ValueError("no attention blocks were given")
-    last = len(stage_grids) - 1
-    stage = last if query_stage is None else query_stage
-    if not 0 <= stage <= last:
-        raise ValueError(f"stage {stage} out of range for {last + 1} stages")
-    H, W = stage_grids[stage]
-    like = matrices[0]
-    r = torch.zeros(H * W, dtype=like.dtype, device=like.device)
-    if query is None:
-        if query_stage not in (None, last):
-            raise ValueError("the uniform start row is over the last stage's tokens")
-        r += 1.0 / (H * W)
-    else:
-        if not 0 <= query < H * W:
-            raise ValueError(f"query token {query} out of range for the {H}×{W} grid")
-        r[query] = 1.0
-    for b in reversed(range(len(matrices))):
-        s = block_stages[b]
-        if s > stage:
-            continue
-        if b + 1 < len(matrices) and block_stages[b + 1] == s + 1 and s + 1 <= stage:
-            r = merge_step(r, stage_grids[s], stage_grids[s + 1])
-        r = window_step(r, matrices[b], layouts[b])
-    return r
+    F_b (``fused_blocks`` or ``gradient_blocks``); see ``PreparedSwinRollout.row``."""
+    prepared = PreparedSwinRollout(matrices, layouts, block_stages, stage_grids)
+    return prepared.row(query, query_stage)
 
 
 def _map(row: Tensor, grid: tuple[int, int]) -> Tensor:

@@ -6,6 +6,7 @@ captured attention back to image coordinates).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -52,24 +53,30 @@ class WindowLayout:
     def token_slots(self) -> tuple[Tensor, Tensor]:
         """Where each real token sits: (window index, slot in the window), each (H·W,) long,
         tokens row-major over the grid. Token (y, x) is at ((y − sh) mod Hp, (x − sw) mod Wp)
-        of the padded shifted map (mod H, W when rolled before padding)."""
-        H, W = self.grid
-        Hp, Wp = self.padded
-        wh, ww = self.window
-        ry, rx = (H, W) if self.shift_first else (Hp, Wp)
-        y = torch.arange(H).repeat_interleave(W)
-        x = torch.arange(W).repeat(H)
-        py, px = (y - self.shift[0]) % ry, (x - self.shift[1]) % rx
-        win = (py // wh) * (Wp // ww) + px // ww
-        slot = (py % wh) * ww + px % ww
+        of the padded shifted map (mod H, W when rolled before padding). Cached: read only."""
+        win, slot, _ = _slots(self)
         return win, slot
 
     def slot_tokens(self) -> Tensor:
-        """The real token in each window slot, (windows, n) long; −1 for a padding slot."""
-        win, slot = self.token_slots()
-        out = torch.full((self.num_windows, self.window_area), -1, dtype=torch.long)
-        out[win, slot] = torch.arange(win.numel())
-        return out
+        """The real token in each window slot, (windows, n) long; −1 for a padding slot.
+        Cached: read only."""
+        return _slots(self)[2]
+
+
+@functools.lru_cache(maxsize=256)
+def _slots(layout: WindowLayout) -> tuple[Tensor, Tensor, Tensor]:
+    H, W = layout.grid
+    Hp, Wp = layout.padded
+    wh, ww = layout.window
+    ry, rx = (H, W) if layout.shift_first else (Hp, Wp)
+    y = torch.arange(H).repeat_interleave(W)
+    x = torch.arange(W).repeat(H)
+    py, px = (y - layout.shift[0]) % ry, (x - layout.shift[1]) % rx
+    win = (py // wh) * (Wp // ww) + px // ww
+    slot = (py % wh) * ww + px % ww
+    tokens = torch.full((layout.num_windows, layout.window_area), -1, dtype=torch.long)
+    tokens[win, slot] = torch.arange(win.numel())
+    return win, slot, tokens
 
 
 def block_layout(
