@@ -78,3 +78,30 @@ def test_swin_model_in_memory_names(tmp_path):
     ref_pooled, _, _ = hf_reference(ref_model, x)
     logits, _ = run_ours(loaded.model, x)
     assert_close("pooled features", ref_pooled, logits, LOGIT_ATOL)
+
+
+def test_attention_gradients_pair_with_their_own_block(tmp_path):
+    """∂y_c/∂A_b of analyze_swin equals the gradient transformers' eager attention gets, block
+    by block (shifted blocks and a padded size included)."""
+    from vitviz.explain.swin_analysis import analyze_swin
+
+    ref_model = tiny_hf_swin(window=4)
+    ref_model.save_pretrained(tmp_path / "swin")
+    loaded = load_checkpoint(tmp_path / "swin")
+    x = images(1, 60, 52)
+    result = analyze_swin(loaded, x[0], gradients=True, target_class=3)
+    ref_model.config._attn_implementation = "eager"
+    kept, handles = [], []
+    for module in ref_model.modules():
+        if type(module).__name__ == "SwinAttention":
+            handles.append(module.register_forward_hook(lambda _m, _i, o: kept.append(o[1])))
+    logits = ref_model(pixel_values=x).logits
+    for a in kept:
+        a.retain_grad()
+    logits[0, 3].backward()
+    for h in handles:
+        h.remove()
+    assert result.gradients is not None and len(kept) == len(result.gradients) == 4
+    for b, (r, got) in enumerate(zip(kept, result.gradients, strict=True)):
+        assert r.grad is not None and float(r.grad.abs().max()) > 1e-2
+        assert_close(f"gradient block {b}", r.grad.reshape(got.shape), got, 1e-5)

@@ -64,3 +64,21 @@ def test_missing_part_is_named(tmp_path):
     torch.save(state, path)
     with pytest.raises(CheckpointError, match=r"features\.2\.reduction\.weight"):
         load_checkpoint(path)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_converted_to_the_native_format_and_back(tmp_path, version):
+    """convert_checkpoint writes a Swin in vitviz's own format; it opens as the same Swin."""
+    from vitviz.checkpoints import convert_checkpoint
+
+    ref_model = tiny_torchvision_swin(window=4, version=version)
+    source = tmp_path / "swin.pth"
+    torch.save(ref_model.state_dict(), source)
+    first = convert_checkpoint(source, tmp_path / "swin.safetensors")
+    again = load_checkpoint(tmp_path / "swin.safetensors")
+    assert again.family == "vitviz" and isinstance(again.model, SwinTransformer)
+    assert again.config == first.config and again.config.version == version
+    assert again.preprocessing == first.preprocessing
+    x = images(1, 60, 52)
+    with torch.no_grad():
+        assert_close("logits", ref_model(x), again.model(x), LOGIT_ATOL)

@@ -51,7 +51,7 @@ class SwinTransformer(nn.Module):
     """Swin v1 / v2: ``forward`` gives logits (fused attention), ``forward_explained`` also
     the attention."""
 
-    kind = "swin"
+    model_kind = "swin"  # what the method table matches ``applies_to`` against
 
     def __init__(self, config: SwinConfig) -> None:
         super().__init__()
