@@ -1,0 +1,64 @@
+"""Swin head statistics against dense Â_b, and the named arrays of an .npz export."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from swin_helpers import tiny_torchvision_swin
+from zoo_helpers import images
+
+from vitviz.checkpoints import load_checkpoint
+from vitviz.explain.swin_analysis import analyze_swin
+from vitviz.explain.swin_attention import image_attention
+from vitviz.explain.swin_export import swin_arrays
+from vitviz.explain.swin_stats import swin_head_statistics
+
+
+def _analysis(tmp_path, size=(60, 52)):
+    path = tmp_path / "swin.pth"
+    torch.save(tiny_torchvision_swin(window=4).state_dict(), path)
+    return analyze_swin(load_checkpoint(path), images(1, *size)[0])
+
+
+def test_head_statistics_match_dense_attention(tmp_path):
+    result = _analysis(tmp_path)
+    distances, entropies = swin_head_statistics(
+        result.attentions, result.layouts, result.block_stages, patch_size=4
+    )
+    assert [d.shape[0] for d in distances] == [2, 2, 4, 4]
+    for b, layout in enumerate(result.layouts):
+        dense = image_attention(result.attentions[b], layout).double()  # (heads, N, N)
+        H, W = layout.grid
+        pixels = 4 * 2 ** result.block_stages[b]
+        N = H * W
+        dist = torch.tensor(
+            [
+                [math.hypot(i // W - j // W, i % W - j % W) * pixels for j in range(N)]
+                for i in range(N)
+            ],
+            dtype=torch.float64,
+        )
+        want_d = (dense * dist).sum(-1).mean(-1)
+        p = dense.clamp_min(1e-300)
+        want_e = -(dense * p.log()).sum(-1).mean(-1)
+        torch.testing.assert_close(distances[b].double(), want_d, atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(entropies[b].double(), want_e, atol=1e-5, rtol=1e-5)
+        assert float(distances[b].min()) > 0
+
+
+def test_npz_arrays_name_every_block_with_its_geometry(tmp_path):
+    result = _analysis(tmp_path)
+    arrays = swin_arrays(result)
+    np.savez(tmp_path / "swin.npz", **arrays)
+    with np.load(tmp_path / "swin.npz") as data:
+        keys = sorted(k for k in data.files if k.startswith("window_attention_"))
+        assert keys == [f"window_attention_{s}_{j}" for s in (0, 1) for j in (0, 1)]
+        np.testing.assert_array_equal(data["window_attention_1_1"], result.attentions[3].numpy())
+        np.testing.assert_array_equal(data["stage_grids"], [[15, 13], [8, 7]])
+        np.testing.assert_array_equal(data["window_size"], [[4, 4]] * 4)
+        np.testing.assert_array_equal(data["shift"], [[0, 0], [2, 2], [0, 0], [2, 2]])
+        np.testing.assert_array_equal(data["padded"], [[16, 16], [16, 16], [8, 8], [8, 8]])
+        assert int(data["target_class"]) == int(result.logits.argmax())
+        assert data["window_attention_0_1"].shape == (16, 2, 16, 16)
