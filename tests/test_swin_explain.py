@@ -223,3 +223,23 @@ def test_mapping_on_padded_shifted_maps_against_the_library(tmp_path, library):
         dense = image_attention(result.attentions[b], result.layouts[b], renormalise=False)
         mine = _mix(dense, X[0], block.attn.qkv, block.attn.proj, block.attn.num_heads)
         assert max_diff(mine, lib[0]) < 1e-5, f"block {b}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_swin_analysis_on_cuda_matches_the_cpu(tmp_path):
+    loaded = _load(tmp_path, tiny_torchvision_swin(window=4))
+    x = images(1, 60, 52)[0]
+    cpu = analyze_swin(loaded, x, gradients=True)
+    loaded.model.to("cuda")
+    gpu = analyze_swin(loaded, x, gradients=True)
+    assert gpu.logits.device.type == "cuda"
+    torch.testing.assert_close(gpu.logits.cpu(), cpu.logits, atol=1e-4, rtol=1e-3)
+    for a, b in zip(gpu.attentions, cpu.attentions, strict=True):
+        torch.testing.assert_close(a.cpu(), b, atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(gpu.rollout(query=3).cpu(), cpu.rollout(query=3), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        gpu.gradient_rollout().cpu(), cpu.gradient_rollout(), atol=1e-3, rtol=1e-3
+    )
+    row = query_row(gpu.attentions[1], gpu.layouts[1], 10)
+    torch.testing.assert_close(row.cpu(), query_row(cpu.attentions[1], cpu.layouts[1], 10))

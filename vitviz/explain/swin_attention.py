@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from vitviz.model.swin_windows import WindowLayout
+from vitviz.model.swin_windows import WindowLayout, slots_on
 
 DENSE_LIMIT = 4096  # tokens: beyond this, ``image_attention`` refuses (use rows or windows)
 
@@ -28,7 +28,7 @@ def _check(attn: Tensor, layout: WindowLayout) -> None:
 
 def real_slots(layout: WindowLayout, device: torch.device | None = None) -> Tensor:
     """(windows, n) bool: which window slots hold a real token (not padding)."""
-    return (layout.slot_tokens() >= 0).to(device)
+    return slots_on(layout, device or "cpu")[2] >= 0
 
 
 def windowed_attention(attn: Tensor, layout: WindowLayout, renormalise: bool = True) -> Tensor:
@@ -49,9 +49,9 @@ def query_row(attn: Tensor, layout: WindowLayout, token: int) -> Tensor:
     H, W = layout.grid
     if not 0 <= token < H * W:
         raise ValueError(f"token {token} out of range for the {H}×{W} grid")
-    win, slot = layout.token_slots()
+    win, slot, tokens = slots_on(layout, attn.device)
     w, a = int(win[token]), int(slot[token])
-    tokens = layout.slot_tokens()[w].to(attn.device)  # (n,) token of each slot, −1: padding
+    tokens = tokens[w]  # (n,) token of each slot, −1: padding
     valid = tokens >= 0
     weights = attn[w, :, a, :][:, valid]  # (heads, k)
     weights = weights / weights.sum(dim=-1, keepdim=True)
@@ -68,7 +68,7 @@ def image_attention(attn: Tensor, layout: WindowLayout, renormalise: bool = True
     if N > DENSE_LIMIT:
         raise ValueError(f"a dense {N}×{N} attention is too large; use query_row")
     kept = windowed_attention(attn, layout, renormalise)
-    tokens = layout.slot_tokens().to(attn.device)  # (windows, n)
+    tokens = slots_on(layout, attn.device)[2]  # (windows, n)
     heads = attn.shape[1]
     dense = attn.new_zeros(heads, N, N)
     for w in range(layout.num_windows):
@@ -81,12 +81,12 @@ def image_attention(attn: Tensor, layout: WindowLayout, renormalise: bool = True
 
 def to_slots(values: Tensor, layout: WindowLayout) -> Tensor:
     """(..., N) per-token values -> (..., windows, n) in window order; 0 in padding slots."""
-    tokens = layout.slot_tokens().to(values.device)
+    tokens = slots_on(layout, values.device)[2]
     out = values[..., tokens.clamp_min(0)]
     return out * (tokens >= 0).to(values.dtype)
 
 
 def from_slots(slots: Tensor, layout: WindowLayout) -> Tensor:
     """(..., windows, n) window-ordered values -> (..., N) per token (padding slots dropped)."""
-    win, slot = layout.token_slots()
-    return slots[..., win.to(slots.device), slot.to(slots.device)]
+    win, slot, _ = slots_on(layout, slots.device)
+    return slots[..., win, slot]

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from vitviz.explain.swin_attention import windowed_attention
-from vitviz.model.swin_windows import WindowLayout
+from vitviz.model.swin_windows import WindowLayout, slots_on
 
 
 def token_pixels(patch_size: int, stage: int) -> int:
@@ -25,7 +25,7 @@ def token_pixels(patch_size: int, stage: int) -> int:
 def window_distances(layout: WindowLayout, pixels: float, like: Tensor) -> Tensor:
     """(windows, n, n) distance in pixels between the real tokens in each pair of slots (0 where
     either slot is padding)."""
-    tokens = layout.slot_tokens().to(like.device)  # (windows, n)
+    tokens = slots_on(layout, like.device)[2]  # (windows, n)
     W = layout.grid[1]
     safe = tokens.clamp_min(0)
     pos = torch.stack([safe // W, safe % W], dim=-1).to(like.dtype)  # (windows, n, 2)

@@ -58,13 +58,17 @@ class _WindowAttentionBase(nn.Module):
         self.window = window
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
-        self._index: dict[tuple[int, int], Tensor] = {}
+        self._index: dict[tuple, Tensor] = {}
 
-    def _relative_index(self, window: tuple[int, int], device: torch.device) -> Tensor:
-        index = self._index.get(window)
+    def _relative_index(
+        self, window: tuple[int, int], table: tuple[int, int], device: torch.device
+    ) -> Tensor:
+        """(n, n) rows of a table of offsets for a (wh, ww) window, kept on ``device``."""
+        key = (window, table, device)
+        index = self._index.get(key)
         if index is None:
-            index = self._index[window] = relative_position_index(window, self.window)
-        return index.to(device)
+            index = self._index[key] = relative_position_index(window, table).to(device)
+        return index
 
     def position_bias(self, window: tuple[int, int]) -> Tensor:
         """(heads, n, n) bias for a (wh, ww) window (at most the block's window)."""
@@ -112,7 +116,8 @@ class WindowAttention(_WindowAttentionBase):
 
     def position_bias(self, window: tuple[int, int]) -> Tensor:
         table = self.relative_position_bias_table
-        index = self._relative_index(window, table.device).reshape(-1)
+        index = self._relative_index(window, (self.window, self.window), table.device)
+        index = index.reshape(-1)
         n = window[0] * window[1]
         return table[index].reshape(n, n, -1).permute(2, 0, 1)
 
@@ -163,13 +168,9 @@ class CosineWindowAttention(_WindowAttentionBase):
         weight = self.cpb_mlp[0].weight
         table = self.cpb_mlp(self.offsets(window, weight))  # ((2wh−1)(2ww−1), heads)
         wh, ww = window
-        y = torch.arange(wh).repeat_interleave(ww)
-        x = torch.arange(ww).repeat(wh)
-        index = (y[:, None] - y[None, :] + wh - 1) * (2 * ww - 1) + (
-            x[:, None] - x[None, :] + ww - 1
-        )
+        index = self._relative_index(window, window, weight.device)  # table of this window
         n = wh * ww
-        bias = table[index.to(weight.device).reshape(-1)].reshape(n, n, -1).permute(2, 0, 1)
+        bias = table[index.reshape(-1)].reshape(n, n, -1).permute(2, 0, 1)
         return 16 * torch.sigmoid(bias)
 
     def queries_keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:

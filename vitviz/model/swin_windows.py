@@ -63,6 +63,18 @@ class WindowLayout:
         return _slots(self)[2]
 
 
+def slots_on(layout: WindowLayout, device: torch.device | str) -> tuple[Tensor, Tensor, Tensor]:
+    """(window of each token, slot of each token, token of each slot) on ``device``; cached,
+    read only (see ``WindowLayout.token_slots`` and ``slot_tokens``)."""
+    key = str(torch.device(device))
+    return _slots(layout) if key == "cpu" else _slots_on(layout, key)
+
+
+@functools.lru_cache(maxsize=256)
+def _slots_on(layout: WindowLayout, device: str) -> tuple[Tensor, Tensor, Tensor]:
+    return tuple(t.to(device) for t in _slots(layout))  # type: ignore[return-value]
+
+
 @functools.lru_cache(maxsize=256)
 def _slots(layout: WindowLayout) -> tuple[Tensor, Tensor, Tensor]:
     H, W = layout.grid
@@ -141,10 +153,16 @@ def _regions(size: int, window: int, shift: int) -> Tensor:
     return (i >= size - window).long() + (i >= size - shift).long()
 
 
-def shift_mask(layout: WindowLayout, device: torch.device | None = None) -> Tensor | None:
-    """(windows, n, n) additive mask, −100 between tokens of different regions (None: no shift)."""
+def shift_mask(layout: WindowLayout, device: torch.device | str | None = None) -> Tensor | None:
+    """(windows, n, n) additive mask, −100 between tokens of different regions (None: no shift).
+    Cached per layout and device: read only."""
     if not layout.shifted:
         return None
+    return _shift_mask(layout, str(torch.device(device if device is not None else "cpu")))
+
+
+@functools.lru_cache(maxsize=64)
+def _shift_mask(layout: WindowLayout, device: str) -> Tensor:
     (Hp, Wp), (wh, ww) = layout.padded, layout.window
     rows = _regions(Hp, wh, layout.shift[0])
     cols = _regions(Wp, ww, layout.shift[1])
@@ -154,11 +172,13 @@ def shift_mask(layout: WindowLayout, device: torch.device | None = None) -> Tens
     return (differ.to(torch.float32) * MASK_VALUE).to(device)
 
 
-def relative_position_index(window: tuple[int, int], table_window: int) -> Tensor:
-    """(n, n) rows of a ((2·table_window − 1)², heads) bias table for a (wh, ww) window."""
+def relative_position_index(window: tuple[int, int], table: tuple[int, int]) -> Tensor:
+    """(n, n) rows of a ((2·th − 1)·(2·tw − 1), heads) table of offsets for a (wh, ww) window
+    (wh ≤ th, ww ≤ tw), rows ordered by (dy, dx)."""
     wh, ww = window
+    th, tw = table
     y = torch.arange(wh).repeat_interleave(ww)
     x = torch.arange(ww).repeat(wh)
-    dy = y[:, None] - y[None, :] + table_window - 1
-    dx = x[:, None] - x[None, :] + table_window - 1
-    return dy * (2 * table_window - 1) + dx
+    dy = y[:, None] - y[None, :] + th - 1
+    dx = x[:, None] - x[None, :] + tw - 1
+    return dy * (2 * tw - 1) + dx
