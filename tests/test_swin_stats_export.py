@@ -62,3 +62,38 @@ def test_npz_arrays_name_every_block_with_its_geometry(tmp_path):
         np.testing.assert_array_equal(data["padded"], [[16, 16], [16, 16], [8, 8], [8, 8]])
         assert int(data["target_class"]) == int(result.logits.argmax())
         assert data["window_attention_0_1"].shape == (16, 2, 16, 16)
+
+
+def _reference_gradcam(ref, x, classes):
+    kept = []
+    handle = ref.features[3][1].norm1.register_forward_hook(lambda _m, _i, o: kept.append(o))
+    logits = ref(x.clone().requires_grad_(True))
+    handle.remove()
+    y = sum(logits[i, int(c)] for i, c in enumerate(classes))
+    (grads,) = torch.autograd.grad(y, kept[0])
+    return (kept[0].detach() * grads.mean(dim=(1, 2), keepdim=True)).sum(-1).clamp_min(0)
+
+
+def test_token_gradcam_on_the_last_stage(tmp_path):
+    """Against the definition computed by hand from torchvision's own model: the last block's
+    norm1 output and its gradient, with torchvision's logits."""
+    from vitviz.explain.swin_gradcam import swin_token_gradcam
+
+    ref = tiny_torchvision_swin(window=4)
+    path = tmp_path / "swin.pth"
+    torch.save(ref.state_dict(), path)
+    loaded = load_checkpoint(path)
+    x = images(2, 60, 52)
+    # per image, a class whose map is not flat (ReLU zeroes many of a random model's maps)
+    classes = []
+    for i in range(2):
+        spans = [float(_reference_gradcam(ref, x[i : i + 1], [c]).amax()) for c in range(5)]
+        classes.append(max(range(5), key=lambda c: spans[c]))
+    cam = _reference_gradcam(ref, x, classes)
+    lo = cam.flatten(1).amin(1)[:, None, None]
+    hi = cam.flatten(1).amax(1)[:, None, None]
+    assert bool((hi > lo).all()), "a flat Grad-CAM map checks nothing"
+    want = (cam - lo) / (hi - lo)
+    got = swin_token_gradcam(loaded.model, x, target=torch.tensor(classes))
+    assert got.shape == (2, 8, 7)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
