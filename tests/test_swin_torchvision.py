@@ -82,3 +82,29 @@ def test_converted_to_the_native_format_and_back(tmp_path, version):
     x = images(1, 60, 52)
     with torch.no_grad():
         assert_close("logits", ref_model(x), again.model(x), LOGIT_ATOL)
+
+
+def test_unknown_parts_and_bad_tables_are_refused_by_name(tmp_path):
+    state = tiny_torchvision_swin().state_dict()
+    state["features.1.0.attn.extra_gate"] = torch.zeros(3)
+    path = tmp_path / "extra.pth"
+    torch.save(state, path)
+    with pytest.raises(CheckpointError, match=r"Swin can't express: features\.1\.0\.attn\.extra"):
+        load_checkpoint(path)
+    state = tiny_torchvision_swin().state_dict()
+    state["features.3.0.attn.relative_position_bias_table"] = torch.zeros(50, 4)
+    path = tmp_path / "table.pth"
+    torch.save(state, path)
+    with pytest.raises(
+        CheckpointError, match=r"table\.pth: .*\(50, 4\) is not a \(\(2·window − 1\)²"
+    ):
+        load_checkpoint(path)
+
+
+def test_settings_override_and_unknown_settings(tmp_path):
+    path = tmp_path / "swin.pth"
+    torch.save(tiny_torchvision_swin().state_dict(), path)
+    loaded = load_checkpoint(path, config={"image_size": 64, "class_names": list("abcde")})
+    assert loaded.config.image_size == (64, 64) and loaded.class_names == list("abcde")
+    with pytest.raises(CheckpointError, match="unknown settings depth_scale"):
+        load_checkpoint(path, config={"depth_scale": 2})

@@ -80,7 +80,10 @@ def take_block(
 
 
 def infer_stages(
-    state: Mapping[str, Tensor], depths: Sequence[int], windows: Sequence[int] | None = None
+    state: Mapping[str, Tensor],
+    depths: Sequence[int],
+    windows: Sequence[int] | None = None,
+    where: str = "Swin",
 ) -> dict[str, Any]:
     """dims, heads, window sizes and MLP widths per stage, read off our-named tensors (v2, which
     has no bias table, needs the ``windows``; its heads come from the logit scale)."""
@@ -94,7 +97,7 @@ def infer_stages(
             heads.append(state[b + "attn.logit_scale"].shape[0])
         else:
             heads.append(table.shape[1])
-            found.append(window_of_table(table, b + "attn.relative_position_bias_table", "Swin"))
+            found.append(window_of_table(table, b + "attn.relative_position_bias_table", where))
     out: dict[str, Any] = dict(
         dims=tuple(dims),
         depths=tuple(depths),
@@ -117,6 +120,18 @@ def per_stage(value: Any, stages: int, name: str, where: str) -> tuple[int, ...]
     if isinstance(value, (list, tuple)) and len(value) == stages:
         return tuple(int(v) for v in value)
     raise CheckpointError(f"{where}: {name} {value!r} is not one number or one per stage.")
+
+
+def refuse_leftovers(t: Taker) -> None:
+    """Tensors no rule consumed: the Swin can't express them, so refuse rather than guess."""
+    if t.state:
+        keys = sorted(t.state)
+        shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+        raise CheckpointError(
+            f"{t.source.name} looks like {t.looks_like}, but it has parts vitviz's Swin can't "
+            f"express: {shown}. Accepted Swins: torchvision swin_t/s/b and swin_v2_t/s/b, timm "
+            f"swin_* and swinv2_*, Hugging Face Swin and Swinv2 folders."
+        )
 
 
 def finish_swin(

@@ -37,6 +37,7 @@ from vitviz.checkpoints.families.swin_common import (
     finish_swin,
     infer_stages,
     per_stage,
+    refuse_leftovers,
     stage_blocks,
 )
 from vitviz.checkpoints.labels import names_from_id2label
@@ -144,7 +145,7 @@ def convert(source: Source) -> Conversion:
         out["head.weight"] = t.take("classifier.weight")
         out["head.bias"] = t.take("classifier.bias")
         num_classes = out["head.weight"].shape[0]
-    t.refuse_leftovers()
+    refuse_leftovers(t)
     if gone:
         notes.append(dropped(gone, "masked-image pre-training token and computed indices"))
 
@@ -158,7 +159,7 @@ def convert(source: Source) -> Conversion:
         if "window_size" not in cfg:
             ask(source, LOOKS_LIKE, {"window_sizes": [8] * len(depths)})
         windows = per_stage(cfg["window_size"], len(depths), "window_size", source.name)
-    inferred = infer_stages(out, depths, windows)
+    inferred = infer_stages(out, depths, windows, where=source.name)
     pws = cfg.get("pretrained_window_sizes")
     if v2 and isinstance(pws, (list, tuple)) and len(pws) >= len(depths):
         inferred["pretrained_window_sizes"] = tuple(int(v) for v in pws[: len(depths)])

@@ -28,6 +28,7 @@ from vitviz.checkpoints.families.swin_common import (
     finish_swin,
     infer_stages,
     per_stage,
+    refuse_leftovers,
     stage_blocks,
     take_block,
 )
@@ -124,14 +125,14 @@ def convert(source: Source) -> Conversion:
         out["head.weight"] = t.take("head.fc.weight", "head.weight")
         out["head.bias"] = t.take("head.fc.bias", "head.bias")
         num_classes = out["head.weight"].shape[0]
-    t.refuse_leftovers()
+    refuse_leftovers(t)
     if buffers:
         notes.append(dropped(buffers, "buffers the model computes itself"))
 
     depths = [len(b) for b in found.values()]
     v2 = "stages.0.blocks.0.attn.logit_scale" in out
     windows = _v2_windows(source, cfg, args, len(depths)) if v2 else None
-    inferred = infer_stages(out, depths, windows)
+    inferred = infer_stages(out, depths, windows, where=source.name)
     if v2 and args.get("pretrained_window_sizes") is not None:
         pws = args["pretrained_window_sizes"]
         inferred["pretrained_window_sizes"] = per_stage(pws, len(depths), "pretrained", source.name)

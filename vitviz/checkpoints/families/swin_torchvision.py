@@ -20,6 +20,7 @@ from vitviz.checkpoints.families.swin_common import (
     check_numbering,
     finish_swin,
     infer_stages,
+    refuse_leftovers,
     stage_blocks,
     take_block,
 )
@@ -94,7 +95,7 @@ def convert(source: Source) -> Conversion:
         out["head.weight"] = t.take("head.weight")
         out["head.bias"] = t.take("head.bias")
         num_classes = out["head.weight"].shape[0]
-    t.refuse_leftovers()
+    refuse_leftovers(t)
 
     v2 = "stages.0.blocks.0.attn.logit_scale" in out
     if v2 and len(windows) != len(depths):
@@ -103,7 +104,7 @@ def convert(source: Source) -> Conversion:
             f"window 8 assumed (torchvision's swin_v2); set window_sizes in "
             f"{source.sidecar_name} if yours differs"
         )
-    inferred = infer_stages(out, depths, windows if v2 else None)
+    inferred = infer_stages(out, depths, windows if v2 else None, where=source.name)
     version = inferred.get("version", 1)
     resize, crop = _RESIZE.get((version, inferred["dims"][0], tuple(depths)), (0, 0))
     if not resize:
