@@ -243,3 +243,19 @@ def test_swin_analysis_on_cuda_matches_the_cpu(tmp_path):
     )
     row = query_row(gpu.attentions[1], gpu.layouts[1], 10)
     torch.testing.assert_close(row.cpu(), query_row(cpu.attentions[1], cpu.layouts[1], 10))
+
+
+def test_analysis_from_a_photo_uses_the_checkpoint_preprocessing(tmp_path):
+    from PIL import Image
+
+    loaded = _load(tmp_path, tiny_torchvision_swin(window=4))
+    loaded.preprocessing = type(loaded.preprocessing).from_dict(
+        {**loaded.preprocessing.to_dict(), "image_size": [64, 64]}
+    )
+    photo = Image.effect_mandelbrot((90, 70), (-2, -1.2, 1, 1.2), 60).convert("RGB")
+    result = analyze_swin(loaded, photo)
+    assert result.input is not None and result.input.shape == (3, 64, 64)
+    assert result.pixels is not None and result.stage_grids == [(16, 16), (8, 8)]
+    with torch.no_grad():
+        direct = loaded.model(result.input[None])[0]
+    assert max_diff(result.logits, direct) < 1e-5

@@ -7,6 +7,7 @@ layout, and on request ∂y_c/∂A_b for every block (same shapes, each paired w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,6 +29,8 @@ class SwinAnalysis:
     block_stages: list[int]  # per block
     stage_grids: list[tuple[int, int]]  # (H_s, W_s) per stage
     gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
+    input: Tensor | None = None  # (C, H, W) the normalised model input
+    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
 
     _prepared: dict[tuple, PreparedSwinRollout] = field(default_factory=dict, repr=False)
 
@@ -75,15 +78,26 @@ def _model(model_or_loaded: object) -> SwinTransformer:
 
 def analyze_swin(
     model_or_loaded: object,
-    image: Tensor,
+    image: Any,
     gradients: bool = False,
     target_class: int | None = None,
 ) -> SwinAnalysis:
-    """Run a Swin (or a LoadedModel holding one) on ``image`` (C, H, W) or (1, C, H, W).
+    """Run a Swin (or a LoadedModel holding one) on ``image``: a normalised tensor (C, H, W) or
+    (1, C, H, W), or, with a LoadedModel, anything ``vitviz.imaging.load_image`` opens (path,
+    bytes, PIL image), prepared as the checkpoint's preprocessing says.
 
     ``target_class``: the class y_c whose gradients are taken (default the top prediction).
     """
     model = _model(model_or_loaded)
+    pixels = None
+    if not isinstance(image, Tensor):
+        prep = getattr(model_or_loaded, "preprocessing", None)
+        if prep is None:
+            raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
+        from vitviz.imaging import load_image, prepare_image
+
+        prepared = prepare_image(load_image(image), prep, model.config.patch_size)
+        image, pixels = prepared.tensor, prepared.pixels
     x = image.unsqueeze(0) if image.ndim == 3 else image
     if x.ndim != 4 or x.shape[0] != 1:
         raise ValueError(f"analyze_swin takes one image (C, H, W), got {tuple(image.shape)}")
@@ -109,4 +123,6 @@ def analyze_swin(
         block_stages=out.block_stages,
         stage_grids=out.stage_grids,
         gradients=grads,
+        input=x[0].detach(),
+        pixels=pixels,
     )
