@@ -10,7 +10,12 @@ in turns on one device (``--device``, default cpu):
   (q) a query change: the clicked point's row of Â_b in every block (the window's big map at
       each block's resolution) and the rollout from that token (absolute target).
 
-Targets: median(b) / median(a) ≤ 1.3 on the CPU (≤ 1.5 on a GPU); median(q) ≤ 20 ms.
+  (m) memory: what the model and one analysis with rollout add to the process (resident memory
+      growth on the CPU, read from /proc before the model is built and the peak after; peak
+      allocated memory on a GPU), against the weights plus the captured attention.
+
+Targets: median(b) / median(a) ≤ 1.3 on the CPU (≤ 1.5 on a GPU); median(q) ≤ 20 ms;
+(m) ≤ 1.5 × (weights + captured attention).
 
     .venv/bin/python benchmarks/swin.py [--quick] [--no-check] [--repeats N] [--device cuda]
 """
@@ -42,10 +47,23 @@ from vitviz.model.swin_config import SwinConfig
 TARGET_CPU = 1.3  # (b) / (a), at most
 TARGET_GPU = 1.5
 TARGET_QUERY_S = 0.020  # (q), seconds, at most
+TARGET_MEMORY = 1.5  # (m) / (weights + captured attention), at most
 SWIN_T = SwinConfig()  # 224, patch 4, 96-192-384-768, depths 2-2-6-2, heads 3-6-12-24, window 7
 QUICK = SwinConfig(
     image_size=(64, 64), dims=(24, 48), depths=(2, 2), heads=(2, 4), window_sizes=(4, 4)
 )
+
+
+def resident_mib() -> float | None:
+    """This process's resident memory now (Linux /proc), MiB; None where it can't be read."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    import os
+
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def build(config: SwinConfig, device: torch.device, seed: int = 0) -> SwinTransformer:
@@ -133,10 +151,18 @@ def main(argv: list[str] | None = None) -> int:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    model = build(config, device)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(1, config.in_channels, *config.image_size, generator=gen).to(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    before = resident_mib() if device.type == "cpu" else 0.0
+    model = build(config, device)
     analysis = analyze_swin(model, x[0])
+    analysis.rollout()
+    if device.type == "cuda":
+        grown: float | None = torch.cuda.max_memory_allocated(device) / 2**20
+    else:
+        grown = None if before is None else peak_rss_mib() - before
     wrong = check_results(model, x, analysis)
     times = interleaved(make_cases(model, x, analysis, sync), repeats, warmup)
     stats = {k: Stats.of(v) for k, v in times.items()}
@@ -147,6 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         "b": Check("(b) analysis + rollout / bare forward", stats["b"].median / base, target, True),
         "q": Check("(q) query change, seconds", stats["q"].median, TARGET_QUERY_S, True),
     }
+    weights = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    captured = sum(a.numel() * a.element_size() for a in analysis.attentions) / 2**20
+    if grown is not None:
+        checks["m"] = Check(
+            "(m) memory / (weights + attention)", grown / (weights + captured), TARGET_MEMORY, True
+        )
     rows = []
     for key, s in stats.items():
         check = checks.get(key)
@@ -164,8 +196,19 @@ def main(argv: list[str] | None = None) -> int:
                 check.verdict if check else "",
             ]
         )
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    captured = sum(a.numel() * a.element_size() for a in analysis.attentions)
+    if grown is not None:
+        what = "peak allocated" if device.type == "cuda" else "resident growth"
+        rows.append(
+            [
+                f"(m) memory: model + one analysis, {what}",
+                f"{grown:.0f} MiB",
+                f"{checks['m'].ratio:.2f} × (w + a)",
+                "",
+                "",
+                f"≤ {TARGET_MEMORY:g} × (w + a)",
+                checks["m"].verdict,
+            ]
+        )
     print(
         f"# Swin analysis overhead: widths {'-'.join(map(str, config.dims))}, depths "
         f"{'-'.join(map(str, config.depths))}, window {config.window_sizes[0]}, at "
@@ -180,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(["case", "median", "p90", "min", "× (a)", "target", "verdict"], rows)
     print()
     print(
-        f"weights {weights / 2**20:.1f} MiB, captured attention {captured / 2**20:.1f} MiB, "
+        f"weights {weights:.1f} MiB, captured attention {captured:.1f} MiB, "
         f"peak RSS: {peak_rss_mib():.0f} MiB"
     )
     return finish(list(checks.values()), args.no_check, wrong)
