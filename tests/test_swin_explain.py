@@ -97,15 +97,18 @@ def _reference_dense(attn, layout) -> list[list[list[float]]]:
     return out
 
 
-def _reference_rollout(result, blocks_matrix, query=None) -> list[float]:
+def _reference_rollout(result, blocks_matrix, query=None, query_stage=None) -> list[float]:
     """r over the first stage by the definition: dense float64 Ã_b and M_s, loops only."""
     grids = result.stage_grids
-    H, W = grids[-1]
+    start = len(grids) - 1 if query_stage is None else query_stage
+    H, W = grids[start]
     N = H * W
     r = [[1.0 / N] * N] if query is None else [[1.0 if i == query else 0.0 for i in range(N)]]
     stages = result.block_stages
     for b in reversed(range(len(stages))):
-        if b + 1 < len(stages) and stages[b + 1] != stages[b]:
+        if stages[b] > start:
+            continue
+        if b + 1 < len(stages) and stages[b + 1] != stages[b] and stages[b + 1] <= start:
             (h0, w0), (h1, w1) = grids[stages[b]], grids[stages[b + 1]]
             M = [[0.0] * (h0 * w0) for _ in range(h1 * w1)]
             for y in range(h0):
@@ -259,3 +262,28 @@ def test_analysis_from_a_photo_uses_the_checkpoint_preprocessing(tmp_path):
     with torch.no_grad():
         direct = loaded.model(result.input[None])[0]
     assert max_diff(result.logits, direct) < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("fusion", "heads", "query", "query_stage"),
+    [("max", None, 9, None), ("min", None, None, None), ("mean", [1], 40, 0)],
+)
+def test_rollout_fusions_heads_and_stage_queries(tmp_path, fusion, heads, query, query_stage):
+    """Other head fusions, a subset of heads, and a query token of the first stage (only the
+    first stage's blocks then), against the float64 loop of the definition."""
+    loaded = _load(tmp_path, tiny_torchvision_swin(window=4))
+    _sharpen_(loaded.model)
+    result = analyze_swin(loaded, images(1, 60, 52)[0])
+    pairs = zip(result.attentions, result.layouts, strict=True)
+    dense = [_reference_dense(a, lay) for a, lay in pairs]
+    pick = {"max": max, "min": min, "mean": lambda v: sum(v) / len(v)}[fusion]
+
+    def fused(b):
+        A = dense[b]
+        chosen = range(len(A)) if heads is None else heads
+        N = len(A[0])
+        return [[pick([A[h][i][j] for h in chosen]) for j in range(N)] for i in range(N)]
+
+    got = result.prepared_rollout(fusion, heads).map(query, query_stage).flatten()
+    want = _reference_rollout(result, fused, query, query_stage)
+    assert max_diff(got, torch.tensor(want, dtype=torch.float64)) < 1e-5

@@ -58,15 +58,20 @@ class SwinAnalysis:
         return PreparedSwinRollout(matrices, self.layouts, self.block_stages, self.stage_grids)
 
     def rollout(
-        self, fusion: str = "mean", heads: list[int] | None = None, query: int | None = None
+        self,
+        fusion: str = "mean",
+        heads: list[int] | None = None,
+        query: int | None = None,
+        query_stage: int | None = None,
     ) -> Tensor:
         """Windowed rollout map over the first stage's grid (H_0, W_0), scaled to max 1, from
-        the uniform row over the last stage's tokens or from its token ``query``."""
-        return self.prepared_rollout(fusion, heads).map(query)
+        the uniform row over the last stage's tokens or from token ``query`` of stage
+        ``query_stage`` (default the last)."""
+        return self.prepared_rollout(fusion, heads).map(query, query_stage)
 
-    def gradient_rollout(self, query: int | None = None) -> Tensor:
+    def gradient_rollout(self, query: int | None = None, query_stage: int | None = None) -> Tensor:
         """Windowed gradient rollout map (H_0, W_0), scaled to max 1 (needs ``gradients``)."""
-        return self.prepared_gradient_rollout().map(query)
+        return self.prepared_gradient_rollout().map(query, query_stage)
 
 
 def _model(model_or_loaded: object) -> SwinTransformer:
