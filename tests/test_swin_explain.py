@@ -287,3 +287,34 @@ def test_rollout_fusions_heads_and_stage_queries(tmp_path, fusion, heads, query,
     got = result.prepared_rollout(fusion, heads).map(query, query_stage).flatten()
     want = _reference_rollout(result, fused, query, query_stage)
     assert max_diff(got, torch.tensor(want, dtype=torch.float64)) < 1e-5
+
+
+def test_window_of_a_query_on_the_image_wraps_with_the_shift(tmp_path):
+    """The tokens sharing a query's window, by the definition (loops over the padded shifted
+    map), and the token under a point at each block's resolution."""
+    from vitviz.explain.swin_attention import query_window, token_at, window_ids
+
+    loaded = _load(tmp_path, tiny_torchvision_swin(window=4))
+    result = analyze_swin(loaded, images(1, 60, 52)[0])
+    layout = result.layouts[1]  # 15 × 13 padded to 16 × 16, shifted by 2
+    H, W = layout.grid
+    Hp, Wp = layout.padded
+
+    def window_of(y, x):
+        py, px = (y - 2) % Hp, (x - 2) % Wp
+        return (py // 4) * (Wp // 4) + px // 4
+
+    want = torch.tensor([[window_of(y, x) for x in range(W)] for y in range(H)])
+    assert torch.equal(window_ids(layout), want)
+    corner = query_window(layout, 0)  # token (0, 0) sits in the last window: it wraps around
+    expected = torch.tensor(
+        [[window_of(y, x) == window_of(0, 0) for x in range(W)] for y in range(H)]
+    )
+    assert torch.equal(corner, expected)
+    assert int(corner.sum()) == 6 and bool(corner[-1, 0]) and bool(corner[1, 1])  # 3 × 2 pieces
+    # the row of a query is zero exactly outside its window
+    row = query_row(result.attentions[1], layout, 0).reshape(-1, H, W)
+    assert bool((row[:, ~corner] == 0).all())
+    torch.testing.assert_close(row[:, corner].sum(-1), torch.ones(row.shape[0]))
+    assert token_at(result.layouts[0], 4, (59.0, 10.0)) == 14 * 13 + 2
+    assert token_at(result.layouts[3], 8, (59.0, 51.0)) == 7 * 7 + 6

@@ -90,3 +90,28 @@ def from_slots(slots: Tensor, layout: WindowLayout) -> Tensor:
     """(..., windows, n) window-ordered values -> (..., N) per token (padding slots dropped)."""
     win, slot, _ = slots_on(layout, slots.device)
     return slots[..., win, slot]
+
+
+def window_ids(layout: WindowLayout) -> Tensor:
+    """(H, W) window index of every token: the (shifted) partition as the image sees it; a
+    window that wraps around the cyclic shift appears in up to four pieces."""
+    win, _ = layout.token_slots()
+    return win.reshape(layout.grid)
+
+
+def query_window(layout: WindowLayout, token: int) -> Tensor:
+    """(H, W) bool: the tokens that share ``token``'s window (what its attention row covers)."""
+    ids = window_ids(layout)
+    H, W = layout.grid
+    if not 0 <= token < H * W:
+        raise ValueError(f"token {token} out of range for the {H}×{W} grid")
+    return ids == ids.flatten()[token]
+
+
+def token_at(layout: WindowLayout, token_pixels: float, point: tuple[float, float]) -> int:
+    """The token of the block's grid covering ``point`` (y, x) in input pixels, each token
+    covering ``token_pixels`` a side (patch·2^stage); points beyond the grid go to its edge."""
+    H, W = layout.grid
+    row = min(max(int(point[0] // token_pixels), 0), H - 1)
+    col = min(max(int(point[1] // token_pixels), 0), W - 1)
+    return row * W + col
