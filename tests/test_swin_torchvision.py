@@ -108,3 +108,23 @@ def test_settings_override_and_unknown_settings(tmp_path):
     assert loaded.config.image_size == (64, 64) and loaded.class_names == list("abcde")
     with pytest.raises(CheckpointError, match="unknown settings depth_scale"):
         load_checkpoint(path, config={"depth_scale": 2})
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_weights_stay_finite_on_padded_maps(tmp_path, version, dtype):
+    """Half-precision weights on a padded size: v2's cosine attention normalises zero padding
+    keys (1e-12 underflows in float16), so nothing turns NaN; logits near float32's."""
+    ref_model = tiny_torchvision_swin(window=4, version=version)
+    path = tmp_path / "swin.pth"
+    torch.save(ref_model.state_dict(), path)
+    loaded = load_checkpoint(path, dtype=dtype)
+    x = images(1, 60, 52)
+    with torch.no_grad():
+        ref = ref_model(x)
+        got = loaded.model(x.to(dtype)).float()
+        explained = loaded.model.forward_explained(x.to(dtype))
+    assert bool(torch.isfinite(got).all()) and all(
+        bool(torch.isfinite(a).all()) for a in explained.attentions
+    )
+    assert_close("logits", ref, got, 0.1)

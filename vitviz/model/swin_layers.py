@@ -175,7 +175,8 @@ class CosineWindowAttention(_WindowAttentionBase):
 
     def queries_keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
         scale = torch.clamp(self.logit_scale, max=math.log(100.0)).exp()  # (heads, 1, 1)
-        return F.normalize(q, dim=-1) * scale, F.normalize(k, dim=-1), 1.0
+        eps = max(1e-12, torch.finfo(q.dtype).tiny)  # 1e-12 is 0 in float16: 0/0 on padding
+        return F.normalize(q, dim=-1, eps=eps) * scale, F.normalize(k, dim=-1, eps=eps), 1.0
 
 
 class SwinMlp(nn.Module):
