@@ -28,15 +28,15 @@ def hf_reference(model, x):
 
 
 @pytest.mark.parametrize(
-    ("img", "window", "size"),
+    ("version", "img", "window", "size"),
     [
-        (224, 7, (224, 224)),  # the default size
-        (224, 7, (200, 200)),  # padded: 50 -> 56, 25 -> 28
-        (64, 4, (62, 50)),  # the image padded to whole patches, then the maps to windows
+        (1, 224, 7, (224, 224)),  # the default size of Swin
+        (2, 256, 8, (256, 256)),  # and of Swinv2
+        *[(v, 224, 7, (200, 200)) for v in (1, 2)],  # padded: 50 -> 56, 25 -> 28
+        *[(v, 64, 4, (62, 50)) for v in (1, 2)],  # image padded to whole patches, maps to windows
     ],
 )
-@pytest.mark.parametrize("version", [1, 2])
-def test_logits_and_attention_match_transformers(tmp_path, img, window, size, version):
+def test_logits_and_attention_match_transformers(tmp_path, version, img, window, size):
     ref_model = tiny_hf_swin(window=window, image_size=img, version=version)
     ref_model.save_pretrained(tmp_path / "swin")
     loaded = load_checkpoint(tmp_path / "swin")

@@ -31,16 +31,16 @@ def timm_swin_reference(model, x):
 
 
 @pytest.mark.parametrize(
-    ("img", "window"),
+    ("version", "img", "window"),
     [
-        (224, 7),  # timm's default size
-        (200, 7),  # 50 -> 56 and 25 -> 28 padded after the roll, odd 25 merged
-        ((60, 52), 4),  # non-square, padded
-        (24, 4),  # stage 1 is 3 × 3: timm clamps that stage's window (and its table) to 3
+        (1, 224, 7),  # timm's default size for swin_*
+        (2, 256, 8),  # and for swinv2_*
+        *[(v, 200, 7) for v in (1, 2)],  # 50 -> 56, 25 -> 28 padded after the roll, 25 merged
+        *[(v, (60, 52), 4) for v in (1, 2)],  # non-square, padded
+        *[(v, 24, 4) for v in (1, 2)],  # stage 1 is 3 × 3: timm clamps its window to 3
     ],
 )
-@pytest.mark.parametrize("version", [1, 2])
-def test_logits_and_attention_match_timm(tmp_path, img, window, version):
+def test_logits_and_attention_match_timm(tmp_path, version, img, window):
     ref_model = tiny_timm_swin(img, window=window, version=version)
     path = tmp_path / "model.safetensors"
     save_file({k: v.contiguous() for k, v in ref_model.state_dict().items()}, str(path))

@@ -12,16 +12,17 @@ from vitviz.model.swin import SwinTransformer
 
 
 @pytest.mark.parametrize(
-    ("window", "size"),
+    ("version", "window", "size"),
     [
-        (7, (224, 224)),  # torchvision's default size (v1; v2 is trained at 256)
-        (7, (200, 200)),  # 50 -> 56 and 25 -> 28 padded, odd 25 merged
-        (4, (60, 52)),  # non-square, padded
-        (4, (16, 16)),  # maps smaller than a window: padded up, no shift
+        (1, 7, (224, 224)),  # torchvision's default size for v1
+        (2, 8, (256, 256)),  # and for v2 (window 8)
+        (1, 7, (200, 200)),  # 50 -> 56 and 25 -> 28 padded, odd 25 merged
+        (2, 8, (200, 200)),  # 50 -> 56 and 25 -> 32 padded
+        *[(v, 4, (60, 52)) for v in (1, 2)],  # non-square, padded
+        *[(v, 4, (16, 16)) for v in (1, 2)],  # maps smaller than a window: padded, no shift
     ],
 )
-@pytest.mark.parametrize("version", [1, 2])
-def test_logits_match_torchvision(tmp_path, window, size, version):
+def test_logits_match_torchvision(tmp_path, version, window, size):
     ref_model = tiny_torchvision_swin(window=window, version=version)
     path = tmp_path / "swin.pth"
     torch.save(ref_model.state_dict(), path)
