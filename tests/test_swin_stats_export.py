@@ -99,3 +99,19 @@ def test_token_gradcam_on_the_last_stage(tmp_path):
     got = swin_token_gradcam(loaded.model, x, target=classes)
     assert got.shape == (2, 8, 7)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_method_table_says_why_its_vit_methods_do_not_apply_to_a_swin(tmp_path):
+    """The table matches ``applies_to`` against SwinTransformer.model_kind: a method written for
+    ViTs (CLS token, one grid) refuses a Swin with a sentence naming the kind."""
+    from vitviz.explain.methods import all_methods, model_kind
+
+    path = tmp_path / "swin.pth"
+    torch.save(tiny_torchvision_swin(window=4).state_dict(), path)
+    model = load_checkpoint(path).model
+    assert model_kind(model) == "swin"
+    vit_only = [m for m in all_methods() if "swin" not in m.applies_to]
+    assert vit_only
+    for method in vit_only:
+        reason = method.unavailable_on(model, has_head=True)
+        assert reason is not None and "swin" in reason, method.name
