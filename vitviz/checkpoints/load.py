@@ -16,12 +16,14 @@ import torch
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families import Family, Source, find_family
+from vitviz.checkpoints.families.swin_common import build_swin
 from vitviz.checkpoints.folders import FOLDER_ACCEPTED, beside, read_folder
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import build_model, is_native, load_native
 from vitviz.checkpoints.reading import ACCEPTED, read_checkpoint, to_float
 from vitviz.checkpoints.sidecar import user_settings
 from vitviz.imaging import Preprocessing
+from vitviz.model.swin_config import SwinConfig
 
 # What user data can make a converter raise (wrong types, shapes, values in the file or the
 # settings). Caught at this one boundary and re-raised as a CheckpointError naming the file,
@@ -132,8 +134,9 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
     if prefix:
         conversion.notes.insert(0, f"weights read from under the key prefix {prefix!r}")
     conversion.notes.extend(cast_notes)
+    build = build_swin if isinstance(conversion.config, SwinConfig) else build_model
     try:
-        model = build_model(conversion.config, conversion.state)
+        model = build(conversion.config, conversion.state)  # type: ignore[arg-type]
     except CheckpointError as exc:  # it can't name the file
         raise CheckpointError(f"{p.name}: {exc}") from exc
     return LoadedModel(

@@ -21,6 +21,7 @@ from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
 from vitviz.model import VisionTransformer, ViTConfig
+from vitviz.model.swin_config import SwinConfig
 
 FORMAT_NAME = "vitviz"
 FORMAT_VERSION = "1"
@@ -74,6 +75,8 @@ def save_checkpoint(
         "preprocessing": json.dumps(prep.to_dict()),
         "provenance": json.dumps(prov, default=str),
     }
+    if getattr(model, "model_kind", None) == "swin":
+        metadata["model_kind"] = "swin"  # config is a SwinConfig
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     target = Path(path)
     with atomic_path(target) as tmp:
@@ -141,8 +144,9 @@ def load_native(
             f"This vitviz checkpoint has format version {version}; this vitviz "
             f"reads version {FORMAT_VERSION}. Update vitviz to open it."
         )
+    swin = metadata.get("model_kind") == "swin"
     try:
-        config = ViTConfig.from_dict(json.loads(metadata["config"]))
+        config = (SwinConfig if swin else ViTConfig).from_dict(json.loads(metadata["config"]))
         names = [str(n) for n in json.loads(metadata.get("class_names", "null") or "null") or []]
         prep_raw = metadata.get("preprocessing")
         prep = (
@@ -162,7 +166,12 @@ def load_native(
         )
     if len(names) != config.num_classes:
         names = default_class_names(config.num_classes)
-    model = build_model(config, state)
+    if swin:
+        from vitviz.checkpoints.families.swin_common import build_swin
+
+        model = build_swin(config, state)  # type: ignore[arg-type]
+    else:
+        model = build_model(config, state)  # type: ignore[arg-type]
     return LoadedModel(
         model=model,
         class_names=names,

@@ -12,6 +12,9 @@ from vitviz.checkpoints.families import (
     huggingface,
     lucidrains,
     own,
+    swin_huggingface,
+    swin_timm,
+    swin_torchvision,
     timm,
     torchvision,
     tutorial,
@@ -20,6 +23,9 @@ from vitviz.checkpoints.families.base import Conversion, Family, Source
 
 FAMILIES: tuple[Family, ...] = (
     own.FAMILY,
+    swin_torchvision.FAMILY,
+    swin_timm.FAMILY,
+    swin_huggingface.FAMILY,
     torchvision.FAMILY,
     huggingface.FAMILY,
     dino.FAMILY,

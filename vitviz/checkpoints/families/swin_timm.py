@@ -1,0 +1,175 @@
+"""timm ``SwinTransformer`` and ``SwinTransformerV2`` state dicts (swin_*, swinv2_*, any size),
+.pth or model.safetensors, with timm's config.json when it is beside them.
+
+Keys: ``patch_embed.{proj, norm}``, ``layers.{s}.downsample.{norm, reduction}`` (merging at the
+start of stage s > 0), ``layers.{s}.blocks.{j}.{norm1, attn.qkv, attn.proj,
+attn.relative_position_bias_table, norm2, mlp.fc1, mlp.fc2}``, ``norm``, ``head.fc``. The original
+Microsoft layout (merging at the end of a stage, ``head``) and the buffers older files hold
+(``relative_position_index``, ``attn_mask``) are read too. timm rolls a map before padding it
+and clamps a window to a smaller map per axis. v2 blocks hold ``attn.logit_scale``,
+``attn.q_bias``, ``attn.v_bias`` (the key has none) and ``attn.cpb_mlp.{0, 2}``; their window is
+not in the weights: it comes from config.json (``model_args``, the architecture's name) or the
+settings.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, ask, dropped
+from vitviz.checkpoints.families.swin_common import (
+    BLOCK_PARTS,
+    check_numbering,
+    finish_swin,
+    infer_stages,
+    per_stage,
+    refuse_leftovers,
+    stage_blocks,
+    take_block,
+)
+from vitviz.checkpoints.labels import names_from_timm
+from vitviz.checkpoints.preprocessing import timm_preprocessing
+
+LOOKS_LIKE = "a timm Swin Transformer"
+_BLOCK = r"layers\.(\d+)\.blocks\.(\d+)\.norm1\.weight$"
+_NAMES = {part: (part,) for part in BLOCK_PARTS}
+_V2 = ("attn.logit_scale", "attn.cpb_mlp.0.weight", "attn.cpb_mlp.0.bias", "attn.cpb_mlp.2.weight")
+_SENTINELS = (".attn.relative_position_bias_table", ".attn.cpb_mlp.0.weight")
+_DEFAULTS = {
+    "resize": "crop",
+    "crop_pct": 0.9,
+    "interpolation": "bicubic",
+    "mean": IMAGENET_MEAN,
+    "std": IMAGENET_STD,
+}
+
+
+def detect(source: Source) -> bool:
+    s = source.state
+    return "patch_embed.proj.weight" in s and any(
+        k.startswith("layers.") and k.endswith(_SENTINELS) for k in s
+    )
+
+
+def _image_size(args: dict[str, Any], pretrained: dict[str, Any]) -> Any:
+    if args.get("img_size") is not None:
+        return args["img_size"]
+    size = pretrained.get("input_size")
+    if isinstance(size, (list, tuple)) and len(size) == 3:
+        return [int(size[1]), int(size[2])]
+    return None
+
+
+def _v2_windows(
+    source: Source, cfg: dict[str, Any], args: dict[str, Any], stages: int
+) -> tuple[int, ...] | None:
+    """A v2's window per stage: the settings, config.json's model_args, the architecture's name
+    (``swinv2_tiny_window8_256``); else the settings must give it (None when they do)."""
+    if "window_sizes" in source.user:
+        return None  # finish_swin takes the user's
+    if args.get("window_size") is not None:
+        return per_stage(args["window_size"], stages, "window_size", source.name)
+    m = re.search(r"window(\d+)", str(cfg.get("architecture", "")))
+    if m:
+        return (int(m.group(1)),) * stages
+    ask(source, LOOKS_LIKE, {"window_sizes": [8] * stages})
+    return None
+
+
+def convert(source: Source) -> Conversion:
+    cfg = source.timm_config or {}
+    args: dict[str, Any] = dict(cfg.get("model_args") or {})
+    pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
+    t = Taker(source, LOOKS_LIKE)
+    out: dict[str, Tensor] = {}
+    notes: list[str] = []
+    computed = ("relative_position_index", ".attn_mask", "relative_coords_table", ".k_bias")
+    buffers = [k for k in t.state if k.endswith(computed)]
+    t.drop(buffers)
+    found = stage_blocks(t.state, _BLOCK)
+    check_numbering(source, found, list(range(len(found))))
+    original = "layers.0.downsample.reduction.weight" in t  # merging at the end of a stage
+    if original:
+        notes.append("the original Swin layout (merging at the end of a stage) was read")
+    for s, blocks in found.items():
+        for j in blocks:
+            old, new = f"layers.{s}.blocks.{j}.", f"stages.{s}.blocks.{j}."
+            take_block(t, old, new, _NAMES, out)
+            table = t.maybe(old + "attn.relative_position_bias_table")
+            if table is not None:
+                out[new + "attn.relative_position_bias_table"] = table
+                continue
+            for part in _V2:
+                out[new + part] = t.take(old + part)
+            q, v = t.maybe(old + "attn.q_bias"), t.maybe(old + "attn.v_bias")
+            if q is not None and v is not None:
+                out[new + "attn.qkv.bias"] = torch.cat([q, torch.zeros_like(q), v])
+        into = s + 1 if original else s
+        merge = f"layers.{s}.downsample."
+        if merge + "reduction.weight" in t:
+            for part in ("norm.weight", "norm.bias", "reduction.weight"):
+                out[f"stages.{into}.merge.{part}"] = t.take(merge + part)
+    out["patch_embed.proj.weight"] = patch = t.take("patch_embed.proj.weight")  # (D, C, p, p)
+    out["patch_embed.proj.bias"] = t.take("patch_embed.proj.bias")
+    out["patch_embed.norm.weight"] = t.take("patch_embed.norm.weight")
+    out["patch_embed.norm.bias"] = t.take("patch_embed.norm.bias")
+    out["norm.weight"] = t.take("norm.weight")
+    out["norm.bias"] = t.take("norm.bias")
+    num_classes = 0
+    if "head.fc.weight" in t or "head.weight" in t:
+        out["head.weight"] = t.take("head.fc.weight", "head.weight")
+        out["head.bias"] = t.take("head.fc.bias", "head.bias")
+        num_classes = out["head.weight"].shape[0]
+    refuse_leftovers(t)
+    if buffers:
+        notes.append(dropped(buffers, "buffers the model computes itself"))
+
+    depths = [len(b) for b in found.values()]
+    v2 = "stages.0.blocks.0.attn.logit_scale" in out
+    windows = _v2_windows(source, cfg, args, len(depths)) if v2 else None
+    inferred = infer_stages(out, depths, windows, where=source.name)
+    if v2 and args.get("pretrained_window_sizes") is not None:
+        pws = args["pretrained_window_sizes"]
+        inferred["pretrained_window_sizes"] = per_stage(pws, len(depths), "pretrained", source.name)
+    size = _image_size(args, pretrained)
+    if size is None:
+        size = 224
+        notes.append(
+            f"image size 224 assumed (no timm config.json); set image_size in "
+            f"{source.sidecar_name} if the model was trained at another size"
+        )
+    inferred.update(
+        image_size=size,
+        patch_size=patch.shape[-1],
+        in_channels=patch.shape[1],
+        num_classes=num_classes,
+        norm_eps=1e-5,
+        shift_first=True,
+        window_clamp="axis",
+        pad_image=False,
+    )
+    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
+    notes += prep_notes
+    if not pretrained:
+        notes.append(
+            "no timm config.json beside the file: preprocessing is timm's Swin default "
+            f"(set preprocessing in {source.sidecar_name} to change it)"
+        )
+    return finish_swin(
+        source,
+        family="timm-swin",
+        inferred=inferred,
+        state=out,
+        class_names=names_from_timm(cfg, num_classes),
+        preprocessing=prep,
+        notes=notes,
+        imagenet_if_1000=True,
+    )
+
+
+FAMILY = Family("timm-swin", detect, convert)

@@ -1,0 +1,38 @@
+"""Token Grad-CAM on a Swin: the last block's first LayerNorm output on the last stage's grid.
+
+features F = norm1 output (B, H_S, W_S, D); weights w_d = mean over tokens of ∂y_c/∂F[·, d];
+map = ReLU(Σ_d w_d F[·, d]), min-max scaled, (B, H_S, W_S). The same definition as the ViT's,
+on the grid the head pools.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from vitviz.explain.targets import target_classes
+from vitviz.explain.tokens import min_max_scale
+from vitviz.model.swin import SwinTransformer
+
+
+def swin_token_gradcam(
+    model: SwinTransformer, x: Tensor, target: int | Tensor | None = None
+) -> Tensor:
+    """(B, C, H, W) images -> (B, H_S, W_S) Grad-CAM maps for ``target`` (None: the top class)."""
+    captured: list[Tensor] = []
+    handle = model.blocks[-1].norm1.register_forward_hook(
+        lambda _m, _i, output: captured.append(output)
+    )
+    try:
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            logits = model.forward_explained(x, capture_attention=False).logits
+            c = target_classes(logits, target)
+            y = logits.gather(1, c[:, None]).sum()
+            features = captured[-1]  # (B, H_S, W_S, D)
+            (grads,) = torch.autograd.grad(y, features)
+    finally:
+        handle.remove()
+    weights = grads.mean(dim=(1, 2), keepdim=True)  # (B, 1, 1, D)
+    cam = (features.detach() * weights).sum(dim=-1).clamp_min(0)  # (B, H_S, W_S)
+    return min_max_scale(cam)
