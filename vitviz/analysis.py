@@ -19,6 +19,7 @@ from torch import Tensor
 from vitviz import explain
 from vitviz.checkpoints import LoadedModel
 from vitviz.devices import resolve_device
+from vitviz.errors import VitvizError
 from vitviz.finite import NonFiniteError as NonFiniteError  # re-exported: analyze raises it
 from vitviz.finite import check_finite
 from vitviz.imaging import PatchGeometry, Preprocessing, load_image, prepare_image
@@ -33,6 +34,20 @@ from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
 from vitviz.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
 from vitviz.memory import check_analysis_memory
 from vitviz.model import ViTOutput
+
+
+class UnsupportedModelError(VitvizError):
+    """A model kind this entry point does not explain (e.g. a Swin given to analyze())."""
+
+
+def require_vit(loaded: LoadedModel) -> None:
+    """Refuse, in one line, a model kind analyze() does not take (a Swin)."""
+    if getattr(loaded.model, "model_kind", "vit") == "swin":
+        raise UnsupportedModelError(
+            f"{loaded.name} is a Swin Transformer: vitviz.explain.swin_analysis.analyze_swin "
+            "explains it; analyze(), `explain`, `faithfulness` and the window take ViTs for now."
+        )
+
 
 ROLLOUT_CACHE_SIZE = 4  # prepared rollouts kept per analysis (settings × classes)
 
@@ -253,6 +268,7 @@ def analyze(
     ``max_side``: a larger image is decoded reduced to this long side (None: full size), never
     below what the model input needs (``vitviz.imaging.reduction``); the source kept is that.
     """
+    require_vit(loaded)
     model = loaded.model
     if device is not None:
         model.to(resolve_device(device))

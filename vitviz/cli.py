@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.console import say as _say
+from vitviz.errors import VitvizError
 
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
 
@@ -167,7 +168,7 @@ def _read_config(config_path: Path | None) -> dict[str, Any] | None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from vitviz.analysis import NonFiniteError, NotEnoughMemoryError, analyze
+    from vitviz.analysis import NonFiniteError, NotEnoughMemoryError, analyze, require_vit
     from vitviz.devices import resolve_device
     from vitviz.export import compute_maps, output_stem, write_npz, write_pngs
     from vitviz.imaging import ImageLoadError
@@ -185,6 +186,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.checkpoint is None and args.model_code is None and args.model_args is None:
         args.checkpoint = _default_checkpoint()
     loaded = _load_for(args)
+    require_vit(loaded)
     loaded.model.to(device)
     cfg = loaded.model.config
     if args.target_class is not None and not 0 <= args.target_class < cfg.num_classes:
@@ -284,6 +286,19 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _architecture(cfg: dict) -> str:
+    """A ViT's width, depth and heads, or a Swin's stages (widths, depths, heads, windows)."""
+    if "depths" in cfg:
+        v = cfg.get("version", 1)
+        return (
+            f"Swin{' V2' if v == 2 else ''}, widths {'-'.join(map(str, cfg['dims']))}, "
+            f"depths {'-'.join(map(str, cfg['depths']))}, "
+            f"heads {'-'.join(map(str, cfg['heads']))}, "
+            f"windows {'-'.join(map(str, cfg['window_sizes']))}"
+        )
+    return f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}"
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     d = describe(_load_for(args))
     if args.json:
@@ -295,8 +310,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     lines = [
         f"file:           {d['path']}",
         f"family:         {d['family']}",
-        f"architecture:   dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}, "
-        f"patch {cfg['patch_size']}, image {cfg['image_size'][0]}×{cfg['image_size'][1]}, "
+        f"architecture:   {_architecture(cfg)}, patch {cfg['patch_size']}, "
+        f"image {cfg['image_size'][0]}×{cfg['image_size'][1]}, "
         f"{d['num_parameters']:,} parameters",
         f"classes:        {d['num_classes']} ({names})",
         f"preprocessing:  {prep['resize']} to {prep['image_size'][0]}×{prep['image_size'][1]}, "
@@ -321,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except CliError as exc:
+    except (CliError, VitvizError) as exc:  # a user's input that can't be used: one line
         _say(f"vitviz-cli: {exc}")
         return EXIT_FAILED
     except KeyboardInterrupt:

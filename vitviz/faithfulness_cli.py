@@ -71,7 +71,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_faithfulness(args: argparse.Namespace) -> int:
-    from vitviz.analysis import NonFiniteError, NotEnoughMemoryError, analyze
+    from vitviz.analysis import NonFiniteError, NotEnoughMemoryError, analyze, require_vit
     from vitviz.cli import _load_for
     from vitviz.devices import resolve_device
     from vitviz.explain.faithfulness import evaluate_methods
@@ -89,6 +89,7 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     loaded = _load_for(args)
+    require_vit(loaded)
     loaded.model.to(device)
     if not has_head(loaded):
         raise CliError(

@@ -157,7 +157,13 @@ def load_model(
 
 def use_model(state: EngineState, loaded: Any) -> ModelSummary:
     """Make ``loaded`` the current model (on the current device)."""
+    from vitviz.analysis import UnsupportedModelError, require_vit
     from vitviz.devices import resolve_device
+
+    try:
+        require_vit(loaded)
+    except UnsupportedModelError as exc:
+        raise UserFacingError(str(exc), "checkpoint") from exc
 
     loaded.model.to(resolve_device(state.device)).eval()
     state.loaded = loaded

@@ -1,0 +1,64 @@
+"""A Swin given to the ViT entry points: described by `info`, refused in one line by analyze(),
+`vitviz-cli explain` and the window (which keeps its model), never a raw traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from swin_helpers import tiny_torchvision_swin
+
+from vitviz import cli
+from vitviz.analysis import UnsupportedModelError, analyze
+from vitviz.checkpoints import load_checkpoint
+from vitviz.errors import VitvizError
+from vitviz.workers import jobs
+
+
+@pytest.fixture
+def swin_ckpt(tmp_path: Path) -> Path:
+    path = tmp_path / "swin_t_tiny.pth"
+    torch.save(tiny_torchvision_swin().state_dict(), path)
+    return path
+
+
+def test_info_describes_the_stages(swin_ckpt: Path, capsys) -> None:
+    assert cli.main(["info", str(swin_ckpt)]) == 0
+    out = capsys.readouterr().out
+    arch = next(line for line in out.splitlines() if line.startswith("architecture:"))
+    cfg = load_checkpoint(swin_ckpt).model.config
+    assert "Swin" in arch
+    assert f"depths {'-'.join(map(str, cfg.depths))}" in arch
+    assert f"heads {'-'.join(map(str, cfg.heads))}" in arch
+
+
+def test_analyze_refuses_in_one_line(swin_ckpt: Path, photo_files) -> None:
+    with pytest.raises(UnsupportedModelError, match="Swin") as info:
+        analyze(load_checkpoint(swin_ckpt), photo_files["chelsea"])
+    assert isinstance(info.value, VitvizError) and "\n" not in str(info.value)
+
+
+def test_explain_exits_2_with_one_line(swin_ckpt: Path, photo_files, tmp_path, capsys) -> None:
+    code = cli.main(
+        [
+            "explain",
+            str(photo_files["chelsea"]),
+            "--checkpoint",
+            str(swin_ckpt),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Swin" in err and "Traceback" not in err
+
+
+def test_window_job_keeps_the_current_model(swin_ckpt: Path, tiny_ckpt: Path) -> None:
+    state = jobs.EngineState()
+    jobs.load_model(state, tiny_ckpt)
+    kept = state.loaded
+    with pytest.raises(jobs.UserFacingError, match="Swin"):
+        jobs.load_model(state, swin_ckpt)
+    assert state.loaded is kept
