@@ -62,3 +62,14 @@ def test_window_job_keeps_the_current_model(swin_ckpt: Path, tiny_ckpt: Path) ->
     with pytest.raises(jobs.UserFacingError, match="Swin"):
         jobs.load_model(state, swin_ckpt)
     assert state.loaded is kept
+
+
+def test_integer_weights_are_refused_by_name(tmp_path: Path) -> None:
+    from vitviz.checkpoints import CheckpointError
+
+    state = tiny_torchvision_swin().state_dict()
+    state["head.weight"] = state["head.weight"].to(torch.int8)
+    path = tmp_path / "int8.pth"
+    torch.save(state, path)
+    with pytest.raises(CheckpointError, match=r"head\.weight holds int8 numbers"):
+        load_checkpoint(path)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from vitviz.checkpoints.assign import assign_exactly
 from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
@@ -101,37 +102,7 @@ def build_model(config: ViTConfig, state: Mapping[str, torch.Tensor]) -> VisionT
         )
     with torch.device("meta"):
         model = VisionTransformer(config)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = [
-        f"{k} {tuple(state[k].shape)} (model needs {tuple(expected[k].shape)})"
-        for k in expected
-        if k in state and state[k].shape != expected[k].shape
-    ]
-    not_float = [
-        f"{k} {str(state[k].dtype).removeprefix('torch.')}"
-        for k in expected
-        if k in state and not state[k].is_floating_point()
-    ]
-    if missing or unexpected or wrong or not_float:
-        parts = []
-        if missing:
-            parts.append(f"missing {_few(missing)}")
-        if unexpected:
-            parts.append(f"unexpected {_few(unexpected)}")
-        if wrong:
-            parts.append(f"wrong shape {_few(wrong)}")
-        if not_float:
-            parts.append(f"not floating-point numbers {_few(not_float)}")
-        raise CheckpointError("The weights do not fit the model: " + "; ".join(parts) + ".")
-    model.load_state_dict(dict(state), strict=True, assign=True)
-    return model.eval()
-
-
-def _few(items: Sequence[str], n: int = 4) -> str:
-    shown = ", ".join(items[:n])
-    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
+    return assign_exactly(model, state)
 
 
 def load_native(

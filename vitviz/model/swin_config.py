@@ -23,14 +23,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from vitviz.model.config import _pair
+
 WINDOW_CLAMPS = ("none", "axis", "min")
-
-
-def _pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
-    if isinstance(value, int):
-        return (value, value)
-    h, w = value
-    return (int(h), int(w))
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vitviz.checkpoints.assign import few
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Source
 from vitviz.checkpoints.labels import resolve_class_names
@@ -100,7 +101,7 @@ def check_depth(source: Source, indices: Sequence[int]) -> int:
     if list(indices) != list(range(len(indices))):
         raise CheckpointError(
             f"{source.name}: transformer blocks are not numbered 0..L-1 "
-            f"(found {_few([str(i) for i in indices])})."
+            f"(found {few([str(i) for i in indices])})."
         )
     return len(indices)
 
@@ -141,7 +142,7 @@ def ask(
 
 def dropped(keys: Sequence[str], what: str) -> str:
     """A note for tensors left out of the model."""
-    return f"dropped {_few(list(keys))} ({what})"
+    return f"dropped {few(list(keys))} ({what})"
 
 
 def refuse_leftovers(source: Source, state: Mapping[str, Tensor], looks_like: str) -> None:
@@ -150,7 +151,7 @@ def refuse_leftovers(source: Source, state: Mapping[str, Tensor], looks_like: st
         keys = sorted(state)
         raise CheckpointError(
             f"{source.name} looks like {looks_like}, but it has parts vitviz's ViT can't "
-            f"express: {_few(keys)}. Accepted: plain ViTs (torchvision, timm, Hugging Face, "
+            f"express: {few(keys)}. Accepted: plain ViTs (torchvision, timm, Hugging Face, "
             f"DINO/DINOv2, DeiT, tutorial models)."
         )
 
@@ -248,11 +249,6 @@ def _norm(value: Any, key: str = "") -> Any:
     if key == "image_size" and _positive_int(value) is not None:
         return [value, value]  # 28 and (28, 28) are the same size
     return list(value) if isinstance(value, tuple) else value
-
-
-def _few(items: Sequence[str], n: int = 4) -> str:
-    shown = ", ".join(items[:n])
-    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 def assumed_imagenet_preprocessing(

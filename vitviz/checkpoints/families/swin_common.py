@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vitviz.checkpoints.assign import assign_exactly
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Source
 from vitviz.checkpoints.families.common import Taker, check_channels
@@ -189,20 +190,4 @@ def build_swin(config: SwinConfig, state: Mapping[str, Tensor]) -> SwinTransform
     """A Swin in eval mode holding exactly ``state``; CheckpointError naming what does not fit."""
     with torch.device("meta"):
         model = SwinTransformer(config)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = [
-        f"{k} {tuple(state[k].shape)} (model needs {tuple(expected[k].shape)})"
-        for k in expected
-        if k in state and state[k].shape != expected[k].shape
-    ]
-    if missing or unexpected or wrong:
-        parts = [
-            f"{what} {', '.join(keys[:4])}{' …' if len(keys) > 4 else ''}"
-            for what, keys in (("missing", missing), ("unexpected", unexpected), ("wrong", wrong))
-            if keys
-        ]
-        raise CheckpointError("The weights do not fit the Swin model: " + "; ".join(parts) + ".")
-    model.load_state_dict(dict(state), strict=True, assign=True)
-    return model.eval()
+    return assign_exactly(model, state, "Swin model")
