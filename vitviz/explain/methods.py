@@ -23,7 +23,7 @@ from torch import Tensor
 from vitviz.explain.attribution import attention_relevance
 from vitviz.explain.fusion import FUSIONS
 from vitviz.explain.gradcam import attention_gradcam, token_gradcam
-from vitviz.explain.gradsam import grad_sam, stack_layers
+from vitviz.explain.gradsam import grad_sam
 from vitviz.explain.params import Parameter
 from vitviz.explain.random_map import random_map
 from vitviz.explain.rollout import relevance
@@ -326,7 +326,7 @@ def _transformer_attribution(a: Analysis, q: Query, c: int | None, p: Mapping[st
 
 
 def _grad_sam(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    layers, grads = stack_layers(a.attention), a.gradients(c)
+    layers, grads = a._layers(), a.gradients(c)  # float32 a layer at a time
     return grad_sam(layers, grads, a.grid, a.num_prefix_tokens, a.query_token(q))[0]
 
 

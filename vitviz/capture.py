@@ -1,0 +1,176 @@
+"""One forward pass over a batch with attention capture, gathered per image on its device.
+
+Each captured layer (B, H, N, N) is consumed as it comes: the head statistics of that layer
+are taken, each image's slice is copied into its own (L, H, N, N) buffer (in the attention dtype
+asked for) and the layer is dropped, so the peak holds the kept attention and one layer, never
+the captured list and a stacked copy together. Nothing leaves the device here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from vitviz import explain
+from vitviz.explain.stats import patch_distances
+from vitviz.model import VisionTransformer, ViTOutput
+
+
+@dataclass
+class Captured:
+    """What the forward pass left for one image, on the device it ran on."""
+
+    logits: Tensor  # (C,) float32
+    attention: Tensor  # (L, H, N, N) in the attention dtype asked for
+    mean_distance: Tensor  # (L, H) float32, pixels of the model input
+    entropy: Tensor  # (L, H) float32, nats
+    prefix_share: Tensor  # (L, H) float32
+    token_norms: Tensor  # (L, N) float32
+    attention_sums: Tensor  # (L,) float32: each layer's sum (finite iff the layer is)
+    gradients: list[Tensor] | None  # L × (1, H, N, N) float32 for ``target``, or None
+    target: int  # the class the gradients are of (-1: none)
+    grid: tuple[int, int]  # (gh, gw)
+    num_prefix_tokens: int
+
+
+def capture_batch(
+    model: torch.nn.Module,
+    x: Tensor,
+    patch_size: int,
+    *,
+    attention_dtype: torch.dtype = torch.float32,
+    gradients: bool = False,
+) -> list[Captured]:
+    """Run ``model`` on ``x`` (B, C, H, W), already on the model's device, and gather each
+    image's attention, head statistics and token norms (and, with ``gradients``, the attention
+    gradients of its top class) on that device.
+
+    Without gradients, vitviz's own ViT hands each layer over as soon as it is computed
+    (``attention_sink``), so only the kept attention and one layer exist at a time."""
+    B = x.shape[0]
+    if gradients and model.config.num_classes > 0:
+        g = explain.attention_gradients(model, x, None, hidden_states=True)
+        collector = _Collector(len(g.attentions), g.grid, g.num_prefix_tokens, patch_size)
+        atts: list[Tensor | None] = list(g.attentions)
+        logits, hidden, grads = g.logits, g.hidden_states, list(g.gradients)
+        targets = [int(t) for t in g.target.tolist()]
+        del g
+        with torch.inference_mode():
+            for layer in range(len(atts)):
+                a = atts[layer]
+                atts[layer] = None  # the collector's copy is all that is left of it
+                assert a is not None
+                collector.add(layer, a, attention_dtype)
+                del a
+            return collector.finish(logits, hidden, grads, targets, B)
+    grid = _grid_of(model, x, patch_size)
+    prefix = int(model.config.num_prefix_tokens)
+    collector = _Collector(int(model.config.depth), grid, prefix, patch_size)
+    with torch.inference_mode():
+        if isinstance(model, VisionTransformer):
+            out = model.forward_explained(
+                x,
+                capture_attention=True,
+                hidden_states=True,
+                attention_sink=lambda layer, a: collector.add(layer, a, attention_dtype),
+            )
+        else:  # model code: its forward pass lists the layers
+            out = model.forward_explained(x, capture_attention=True, hidden_states=True)
+            collector = _Collector(len(out.attentions), out.grid, prefix, patch_size)
+            layers: list[Tensor | None] = list(out.attentions)
+            out = ViTOutput(out.logits, [], list(out.hidden_states), out.grid, prefix)
+            for layer in range(len(layers)):
+                a = layers[layer]
+                layers[layer] = None
+                assert a is not None
+                collector.add(layer, a, attention_dtype)
+                del a
+        return collector.finish(out.logits, out.hidden_states, None, [-1] * B, B)
+
+
+def _grid_of(model: torch.nn.Module, x: Tensor, patch_size: int) -> tuple[int, int]:
+    return (x.shape[-2] // patch_size, x.shape[-1] // patch_size)
+
+
+class _Collector:
+    """Takes each captured layer (B, H, N, N) as it comes: its head statistics, each image's
+    slice copied into that image's (L, H, N, N) buffer in the kept dtype."""
+
+    def __init__(self, layers: int, grid: tuple[int, int], prefix: int, patch_size: int) -> None:
+        self.L, self.grid, self.prefix, self.patch = layers, grid, prefix, patch_size
+        self.kept: list[Tensor] = []
+        self.stats: Tensor | None = None  # (3, L, B, H): distance, entropy, prefix share
+        self.sums: Tensor | None = None  # (L, B)
+        self.dist: Tensor | None = None  # (P, P)
+
+    def add(self, layer: int, a: Tensor, dtype: torch.dtype) -> None:
+        B, H, N, _ = a.shape
+        if not self.kept:
+            self.kept = [
+                torch.empty((self.L, H, N, N), dtype=dtype, device=a.device) for _ in range(B)
+            ]
+            self.stats = torch.empty((3, self.L, B, H), dtype=torch.float32, device=a.device)
+            self.sums = torch.empty((self.L, B), dtype=torch.float32, device=a.device)
+            self.dist = patch_distances(self.grid, self.patch, a[:0].float())
+        assert self.stats is not None and self.sums is not None
+        af = a.float()  # (B, H, N, N); no copy when the model computed float32
+        P = self.prefix
+        self.stats[0, layer] = explain.mean_attention_distance(
+            af, self.grid, P, self.patch, self.dist
+        )
+        self.stats[1, layer] = explain.attention_entropy(af, P)
+        self.stats[2, layer] = explain.prefix_share(af, P)
+        self.sums[layer] = af.sum(dim=(1, 2, 3))
+        for i in range(B):
+            self.kept[i][layer].copy_(a[i])
+
+    def finish(
+        self,
+        logits: Tensor,
+        hidden: list[Tensor],
+        grads: list[Tensor | None] | None,
+        targets: list[int],
+        batch: int,
+    ) -> list[Captured]:
+        stats, sums = self.stats, self.sums
+        assert stats is not None and sums is not None, "the model captured no attention"
+        N = self.kept[0].shape[-1]
+        dev = self.kept[0].device
+        # (B, L, N); zeros for a model whose block outputs are unknown (model code)
+        if hidden:
+            norms = explain.token_norms(hidden).float()
+        else:
+            norms = torch.zeros((batch, self.L, N), device=dev)
+        hidden.clear()
+        per_image = _split_gradients(grads, batch) if grads is not None else [None] * batch
+        return [
+            Captured(
+                logits=logits[i].float(),
+                attention=self.kept[i],
+                mean_distance=stats[0, :, i],
+                entropy=stats[1, :, i],
+                prefix_share=stats[2, :, i],
+                token_norms=norms[i],
+                attention_sums=sums[:, i],
+                gradients=per_image[i],
+                target=targets[i],
+                grid=self.grid,
+                num_prefix_tokens=self.prefix,
+            )
+            for i in range(batch)
+        ]
+
+
+def _split_gradients(grads: list[Tensor | None], batch: int) -> list[list[Tensor] | None]:
+    """L × (B, H, N, N) -> B × (L × (1, H, N, N)) float32, freeing each batch layer once split
+    (batch 1: the layers themselves, no copy)."""
+    out: list[list[Tensor]] = [[] for _ in range(batch)]
+    for layer, g in enumerate(grads):
+        assert g is not None
+        g = g.float()
+        for i in range(batch):
+            out[i].append(g[i : i + 1] if batch == 1 else g[i : i + 1].clone())
+        grads[layer] = None
+    return list(out)
