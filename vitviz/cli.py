@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     __import__("vitviz.training.command", fromlist=["add_parser"]).add_parser(sub)
     _explain_cli().add_parser(sub)
     __import__("vitviz.faithfulness_cli", fromlist=["add_parser"]).add_parser(sub)
+    __import__("vitviz.stats_cli", fromlist=["add_parser"]).add_parser(sub)
     return parser
 
 
