@@ -227,13 +227,13 @@ def test_gradients_only_when_asked_and_cached_per_class(
     loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    real = vitviz.explain.attention_gradients
+    real = vitviz.explain.attention_gradient_products  # the maps' gradient pass (reduced)
 
     def counting(model, x, target=None):
         calls.append(int(target))
         return real(model, x, target)
 
-    monkeypatch.setattr(vitviz.explain, "attention_gradients", counting)
+    monkeypatch.setattr(vitviz.explain, "attention_gradient_products", counting)
     a = analyze(loaded, _x(8))
     a.rollout()
     a.dino_masks()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from vitviz import explain
 from vitviz.analysis import (
     ATTENTION_ABSOLUTE,
     ATTENTION_PRECISION,
@@ -155,3 +156,27 @@ def test_a_run_that_would_not_fit_is_refused_naming_the_choices(
         check_analysis_memory(loaded.model, size, device="cuda")
     with pytest.raises(NotEnoughMemoryError, match=r"fewer images at once \(--batch-size\)"):
         check_analysis_memory(loaded.model, (64, 64), attention_dtype=torch.float16, batch=10_000)
+
+
+def test_gradients_reduced_in_the_backward_pass_equal_those_reduced_from_full_gradients(
+    loaded: LoadedModel,
+) -> None:
+    x = torch.stack([_x(5), _x(6), _x(7)])  # a batch: each image its own top class
+    full = explain.attention_gradients(loaded.model, x)
+    reduced = explain.attention_gradient_products(loaded.model, x)
+    assert torch.equal(reduced.target, full.target)
+    A, G = full.attentions, full.gradients
+    L, H = len(A), A[0].shape[1]
+    p = reduced.products
+    torch.testing.assert_close(
+        p.weighted, torch.stack([(a * g).mean(1) for a, g in zip(A, G, strict=True)])
+    )
+    torch.testing.assert_close(
+        p.positive, torch.stack([(a * g).clamp_min(0).mean(1) for a, g in zip(A, G, strict=True)])
+    )
+    gsam = sum((g.clamp_min(0) * a).sum(1) for a, g in zip(A, G, strict=True)) / (L * H)
+    torch.testing.assert_close(p.grad_sam, gsam)
+    torch.testing.assert_close(p.last, G[-1])
+    one = explain.attention_gradient_products(loaded.model, x[1:2]).products
+    torch.testing.assert_close(p.image(1).weighted, one.weighted, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(p.image(1).last, one.last, atol=1e-6, rtol=1e-5)

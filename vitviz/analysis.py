@@ -26,6 +26,7 @@ from vitviz import explain
 from vitviz.capture import Captured, capture_batch
 from vitviz.checkpoints import LoadedModel
 from vitviz.devices import resolve_device
+from vitviz.explain.gradients import GradientProducts
 from vitviz.explain.tokens import patch_part
 from vitviz.finite import NonFiniteError as NonFiniteError  # re-exported: analyze raises it
 from vitviz.finite import check_finite
@@ -105,6 +106,7 @@ class Analysis:
     device: str
     loaded: LoadedModel | None = field(default=None, repr=False)
     _gradients: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)
+    _products: dict[int, GradientProducts] = field(default_factory=dict, repr=False)
     _rollouts: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -239,17 +241,11 @@ class Analysis:
         discard_ratio: float = 0.0,
         start_layer: int = 0,
     ) -> Tensor:
-        grads = self.gradients(target_class)
-        c = self.top_class if target_class is None else int(target_class)
-        prepared = self._prepared(  # layer by layer: no stacked copy of A or of the gradients
+        c = self._target(target_class)
+        products = self.gradient_products(c)
+        prepared = self._prepared(  # Â_l = (mean_h(A_l ⊙ G_l))⁺, kept from the gradient pass
             ("gradient_rollout", c, discard_ratio),
-            lambda: explain.PreparedRollout(
-                [
-                    (a.float()[None] * g).mean(dim=1).clamp_min(0)  # (1, N, N)
-                    for a, g in zip(self.attention, grads, strict=True)
-                ],
-                discard_ratio,
-            ),
+            lambda: explain.PreparedRollout(products.weighted.clamp_min(0), discard_ratio),
         )
         return self._rollout_map(prepared, patch, start_layer)
 
@@ -276,14 +272,10 @@ class Analysis:
         patch: tuple[int, int] | None = None,
         start_layer: int = 0,
     ) -> Tensor:
-        grads = self.gradients(target_class)
-        c = self.top_class if target_class is None else int(target_class)
-        a_bar = self._prepared(  # Ā_l (L, 1, N, N) once per class; a query is L gemvs
-            ("relevance", c), lambda: explain.prepare_relevance(self._layers(), grads)
-        )
+        products = self.gradient_products(target_class)  # Ā_l kept from the gradient pass
         q = self.query_token(patch)
         return explain.prepared_relevance_map(
-            a_bar, self.grid, self.num_prefix_tokens, q, start_layer
+            products.positive, self.grid, self.num_prefix_tokens, q, start_layer
         )[0].cpu()
 
     def dino_masks(
@@ -296,9 +288,8 @@ class Analysis:
         )[0].cpu()
 
     # -- gradients ----------------------------------------------------------------------------
-    def gradients(self, target_class: int | None = None) -> list[Tensor]:
-        """G_l = ∂y_c/∂A_l for every layer, L × (1, H, N, N) float32 on the analysis's device,
-        cached per class."""
+    def _target(self, target_class: int | None) -> int:
+        """The class to explain (None: the top one), checked."""
         c = self.top_class if target_class is None else int(target_class)
         if not self.has_head:
             raise ValueError(
@@ -310,13 +301,38 @@ class Analysis:
                 f"class {c} is out of range: the model has {self.logits.numel()} "
                 f"classes (0..{self.logits.numel() - 1})"
             )
+        return c
+
+    def _model_and_input(self) -> tuple[Any, Tensor]:
+        if self.loaded is None:
+            raise ValueError("this Analysis has no model attached to compute gradients")
+        model = self.loaded.model
+        return model, self.input[None].to(next(model.parameters()).device)
+
+    def gradient_products(self, target_class: int | None = None) -> GradientProducts:
+        """What the gradient maps need of G_l = ∂y_c/∂A_l (``GradientProducts``, batch 1), on
+        the analysis's device, cached per class: from the analysis's own pass for its top
+        class, else from a gradient pass that reduces each G_l as it is made."""
+        c = self._target(target_class)
+        if c not in self._products:
+            if c in self._gradients:
+                grads = self._gradients[c]
+                self._products[c] = GradientProducts.of(self._layers(), grads)
+            else:
+                model, x = self._model_and_input()
+                check_analysis_memory(model, self.input.shape[-2:], gradient_pass_only=True)
+                self._products[c] = explain.attention_gradient_products(model, x, c).products
+        return self._products[c]
+
+    def gradients(self, target_class: int | None = None) -> list[Tensor]:
+        """G_l = ∂y_c/∂A_l for every layer, L × (1, H, N, N) float32 on the analysis's device,
+        cached per class. As big as the attention: the maps don't need them (they use
+        ``gradient_products``); asked for, they take a gradient pass of their own."""
+        c = self._target(target_class)
         if c not in self._gradients:
-            if self.loaded is None:
-                raise ValueError("this Analysis has no model attached to compute gradients")
-            model = self.loaded.model
-            device = next(model.parameters()).device
+            model, x = self._model_and_input()
             check_analysis_memory(model, self.input.shape[-2:], gradient_pass_only=True)
-            result = explain.attention_gradients(model, self.input[None].to(device), c)
+            result = explain.attention_gradients(model, x, c)
             self._gradients[c] = [g.float() for g in result.gradients]
         return self._gradients[c]
 
@@ -397,8 +413,10 @@ def _prepare(
 def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: Any) -> Analysis:
     """An Analysis from one image's capture: small results to the host, the rest stays."""
     has_head = loaded.model.config.num_classes > 0
-    grads = cap.gradients
-    flags = [torch.stack([g.abs().amax() for g in grads])] if grads else []  # NaN/inf survive
+    products = cap.products
+    flags = []  # NaN and infinity survive these sums and maxima
+    if products is not None:
+        flags = [torch.stack([products.weighted.abs().amax(), products.last.abs().amax()])]
     check_finite(inp.x, cap.logits, cap.attention_sums, flags)
     small = torch.cat(  # one device -> host transfer for the numbers shown
         [cap.logits, cap.mean_distance.flatten(), cap.entropy.flatten(),
@@ -426,7 +444,7 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
         patch_size=patch,
         device=str(dev),
         loaded=loaded,
-        _gradients={cap.target: grads} if grads is not None else {},
+        _products={cap.target: products} if products is not None else {},
     )
 
 

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from vitviz import explain
+from vitviz.explain.gradients import GradientProducts, attention_gradient_products
 from vitviz.explain.stats import patch_distances
 from vitviz.model import VisionTransformer, ViTOutput
 
@@ -29,7 +30,7 @@ class Captured:
     prefix_share: Tensor  # (L, H) float32
     token_norms: Tensor  # (L, N) float32
     attention_sums: Tensor  # (L,) float32: each layer's sum (finite iff the layer is)
-    gradients: list[Tensor] | None  # L × (1, H, N, N) float32 for ``target``, or None
+    products: GradientProducts | None  # the gradients of ``target``, reduced (batch 1)
     target: int  # the class the gradients are of (-1: none)
     grid: tuple[int, int]  # (gh, gw)
     num_prefix_tokens: int
@@ -44,17 +45,17 @@ def capture_batch(
     gradients: bool = False,
 ) -> list[Captured]:
     """Run ``model`` on ``x`` (B, C, H, W), already on the model's device, and gather each
-    image's attention, head statistics and token norms (and, with ``gradients``, the attention
-    gradients of its top class) on that device.
+    image's attention, head statistics and token norms (and, with ``gradients``, what the
+    gradient maps need of its top class's attention gradients, ``GradientProducts``) there.
 
     Without gradients, vitviz's own ViT hands each layer over as soon as it is computed
     (``attention_sink``), so only the kept attention and one layer exist at a time."""
     B = x.shape[0]
     if gradients and model.config.num_classes > 0:
-        g = explain.attention_gradients(model, x, None, hidden_states=True)
+        g = attention_gradient_products(model, x, None, hidden_states=True)
         collector = _Collector(len(g.attentions), g.grid, g.num_prefix_tokens, patch_size)
         atts: list[Tensor | None] = list(g.attentions)
-        logits, hidden, grads = g.logits, g.hidden_states, list(g.gradients)
+        logits, hidden, products = g.logits, g.hidden_states, g.products
         targets = [int(t) for t in g.target.tolist()]
         del g
         with torch.inference_mode():
@@ -64,7 +65,7 @@ def capture_batch(
                 assert a is not None
                 collector.add(layer, a, attention_dtype)
                 del a
-            return collector.finish(logits, hidden, grads, targets, B)
+            return collector.finish(logits, hidden, products, targets, B)
     grid = _grid_of(model, x, patch_size)
     prefix = int(model.config.num_prefix_tokens)
     collector = _Collector(int(model.config.depth), grid, prefix, patch_size)
@@ -130,7 +131,7 @@ class _Collector:
         self,
         logits: Tensor,
         hidden: list[Tensor],
-        grads: list[Tensor | None] | None,
+        products: GradientProducts | None,
         targets: list[int],
         batch: int,
     ) -> list[Captured]:
@@ -144,7 +145,12 @@ class _Collector:
         else:
             norms = torch.zeros((batch, self.L, N), device=dev)
         hidden.clear()
-        per_image = _split_gradients(grads, batch) if grads is not None else [None] * batch
+        if products is None:
+            per_image: list[GradientProducts | None] = [None] * batch
+        elif batch == 1:
+            per_image = [products]
+        else:
+            per_image = [products.image(i) for i in range(batch)]
         return [
             Captured(
                 logits=logits[i].float(),
@@ -154,23 +160,10 @@ class _Collector:
                 prefix_share=stats[2, :, i],
                 token_norms=norms[i],
                 attention_sums=sums[:, i],
-                gradients=per_image[i],
+                products=per_image[i],
                 target=targets[i],
                 grid=self.grid,
                 num_prefix_tokens=self.prefix,
             )
             for i in range(batch)
         ]
-
-
-def _split_gradients(grads: list[Tensor | None], batch: int) -> list[list[Tensor] | None]:
-    """L × (B, H, N, N) -> B × (L × (1, H, N, N)) float32, freeing each batch layer once split
-    (batch 1: the layers themselves, no copy)."""
-    out: list[list[Tensor]] = [[] for _ in range(batch)]
-    for layer, g in enumerate(grads):
-        assert g is not None
-        g = g.float()
-        for i in range(batch):
-            out[i].append(g[i : i + 1] if batch == 1 else g[i : i + 1].clone())
-        grads[layer] = None
-    return list(out)
