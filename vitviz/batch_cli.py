@@ -49,12 +49,13 @@ def attention_dtype(name: str) -> Any:
 
 def expand_images(paths: Sequence[Path]) -> list[Path]:
     """The images of ``paths``: files as given, folders replaced by the images directly in them
-    (natural order). CliError for a folder without images."""
-    from vitviz.imaging.loading import list_images
+    (natural order). CliError for a folder without images. A folder named like an image
+    (``cat.png/``) stays as given: the loader refuses it as not an image file."""
+    from vitviz.imaging.loading import is_image_path, list_images
 
     out: list[Path] = []
     for p in paths:
-        if p.is_dir():
+        if p.is_dir() and not is_image_path(p):
             found = list_images(p)
             if not found:
                 raise CliError(f"{p}: the folder holds no images")
