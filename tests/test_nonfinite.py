@@ -10,7 +10,7 @@ import pytest
 import torch
 from checkpoint_cases import photo, tv_checkpoint
 
-from vitviz import capture, explain
+from vitviz import capture
 from vitviz.analysis import NonFiniteError, analyze
 from vitviz.checkpoints import load_checkpoint
 from vitviz.imaging import Preprocessing
@@ -89,14 +89,15 @@ def test_a_huge_but_finite_mean_overflows_inside_the_model(tmp_path: Path) -> No
 
 def test_non_finite_gradients_are_refused(tmp_path: Path, monkeypatch) -> None:
     loaded = load_checkpoint(tv_checkpoint(tmp_path))
-    real = explain.attention_gradient_products  # the analysis's pass keeps them reduced
+    real = capture._Products  # the analysis's pass keeps the gradients reduced
 
-    def overflowing(*args, **kwargs):
-        result = real(*args, **kwargs)
-        result.products.weighted[0, ..., 0] = float("inf")
-        return result
+    class Overflowing(real):
+        def done(self):
+            products = super().done()
+            products.weighted[0, ..., 0] = float("inf")
+            return products
 
-    monkeypatch.setattr(capture, "attention_gradient_products", overflowing)
+    monkeypatch.setattr(capture, "_Products", Overflowing)
     with pytest.raises(NonFiniteError, match="gradients are NaN or infinite"):
         analyze(loaded, photo(tmp_path), gradients=True)
 

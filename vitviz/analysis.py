@@ -23,7 +23,7 @@ from PIL import Image
 from torch import Tensor
 
 from vitviz import explain
-from vitviz.capture import Captured, capture_batch
+from vitviz.capture import Captured, capture_batch, reduced_gradient_pass
 from vitviz.checkpoints import LoadedModel
 from vitviz.devices import resolve_device
 from vitviz.explain.gradients import GradientProducts
@@ -41,6 +41,7 @@ from vitviz.imaging.preprocess import (
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
 from vitviz.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
 from vitviz.memory import check_analysis_memory
+from vitviz.model import VisionTransformer
 
 ROLLOUT_CACHE_SIZE = 4  # prepared rollouts kept per analysis (settings × classes)
 
@@ -321,7 +322,12 @@ class Analysis:
             else:
                 model, x = self._model_and_input()
                 check_analysis_memory(model, self.input.shape[-2:], gradient_pass_only=True)
-                self._products[c] = explain.attention_gradient_products(model, x, c).products
+                if isinstance(model, VisionTransformer):  # reduced against the kept attention
+                    self._products[c] = reduced_gradient_pass(
+                        model, x, c, lambda layer: self.attention[layer][None]
+                    )[2]
+                else:
+                    self._products[c] = explain.attention_gradient_products(model, x, c).products
         return self._products[c]
 
     def gradients(self, target_class: int | None = None) -> list[Tensor]:

@@ -8,14 +8,16 @@ the captured list and a stacked copy together. Nothing leaves the device here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from vitviz import explain
-from vitviz.explain.gradients import GradientProducts, attention_gradient_products
+from vitviz.explain.gradients import GradientProducts, _Products, attention_gradient_products
 from vitviz.explain.stats import patch_distances
+from vitviz.explain.targets import target_classes
 from vitviz.model import VisionTransformer, ViTOutput
 
 
@@ -51,7 +53,9 @@ def capture_batch(
     Without gradients, vitviz's own ViT hands each layer over as soon as it is computed
     (``attention_sink``), so only the kept attention and one layer exist at a time."""
     B = x.shape[0]
-    if gradients and model.config.num_classes > 0:
+    if gradients and model.config.num_classes > 0 and isinstance(model, VisionTransformer):
+        return _capture_with_gradients(model, x, patch_size, attention_dtype)
+    if gradients and model.config.num_classes > 0:  # model code: the graph holds every layer
         g = attention_gradient_products(model, x, None, hidden_states=True)
         collector = _Collector(len(g.attentions), g.grid, g.num_prefix_tokens, patch_size)
         atts: list[Tensor | None] = list(g.attentions)
@@ -89,6 +93,66 @@ def capture_batch(
                 collector.add(layer, a, attention_dtype)
                 del a
         return collector.finish(out.logits, out.hidden_states, None, [-1] * B, B)
+
+
+def _capture_with_gradients(
+    model: VisionTransformer, x: Tensor, patch_size: int, attention_dtype: torch.dtype
+) -> list[Captured]:
+    """One forward pass that keeps each layer's attention as it comes, then one backward pass
+    that recomputes each block (activation checkpointing) and reduces each G_l with the kept
+    A_l as it is made: the peak holds the kept attention, one block's graph and the products,
+    not the graph's copy of every layer's attention and activations."""
+    grid = _grid_of(model, x, patch_size)
+    prefix = int(model.config.num_prefix_tokens)
+    collector = _Collector(int(model.config.depth), grid, prefix, patch_size)
+
+    def kept(layer: int) -> Tensor:  # (B, H, N, N): the views themselves for one image
+        if len(collector.kept) == 1:
+            return collector.kept[0][layer][None]
+        return torch.stack([k[layer] for k in collector.kept])
+
+    def keep(layer: int, a: Tensor) -> None:
+        collector.add(layer, a, attention_dtype)
+
+    logits, targets, products, hidden = reduced_gradient_pass(model, x, None, kept, keep)
+    with torch.inference_mode():
+        return collector.finish(logits, hidden, products, targets.tolist(), x.shape[0])
+
+
+def reduced_gradient_pass(
+    model: VisionTransformer,
+    x: Tensor,
+    target: int | Tensor | None,
+    attention_of: Callable[[int], Tensor],
+    on_layer: Callable[[int, Tensor], None] | None = None,
+) -> tuple[Tensor, Tensor, GradientProducts, list[Tensor]]:
+    """Forward and backward for y_c with each block recomputed in the backward pass; each G_l
+    is reduced with ``attention_of(l)`` (B, H, N, N) (the attention kept elsewhere, e.g. by
+    ``on_layer(l, A_l)``, called in the forward pass) as it is made. Returns the logits, the
+    classes, the GradientProducts and the block outputs (detached)."""
+    products = _Products(int(model.config.depth))
+
+    def sink(layer: int, a: Tensor) -> None:
+        if on_layer is not None:
+            with torch.no_grad():
+                on_layer(layer, a.detach())
+
+        def reduce(g: Tensor) -> None:
+            products.add(layer, attention_of(layer), g)
+
+        a.register_hook(reduce)
+
+    with torch.enable_grad():
+        x = x.detach().requires_grad_(True)
+        out = model.forward_explained(
+            x, capture_attention=True, hidden_states=True, attention_sink=sink,
+            recompute_blocks=True,
+        )  # fmt: skip
+        classes = target_classes(out.logits, target)
+        y = out.logits.gather(1, classes[:, None]).sum()
+        torch.autograd.grad(y, x)  # the hooks take each layer's gradient on the way
+    hidden = [h.detach() for h in out.hidden_states]
+    return out.logits.detach(), classes.detach(), products.done(), hidden
 
 
 def _grid_of(model: torch.nn.Module, x: Tensor, patch_size: int) -> tuple[int, int]:
