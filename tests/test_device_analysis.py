@@ -180,3 +180,37 @@ def test_gradients_reduced_in_the_backward_pass_equal_those_reduced_from_full_gr
     one = explain.attention_gradient_products(loaded.model, x[1:2]).products
     torch.testing.assert_close(p.image(1).weighted, one.weighted, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(p.image(1).last, one.last, atol=1e-6, rtol=1e-5)
+
+
+def test_the_gradient_pass_recomputes_blocks_only_where_memory_asks(
+    loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both gradient passes give the same maps; the lean one (each block recomputed in the
+    backward pass) is chosen for a big model, the fast one where the graph fits the plan."""
+    from vitviz import capture
+    from vitviz.model import create_model
+
+    with torch.device("meta"):  # shapes only: no 300M weights in a test
+        large = create_model("vit-large", image_size=518, patch_size=14)
+        base = create_model("vit-base")
+        x518, x224 = torch.empty(1, 3, 518, 518), torch.empty(1, 3, 224, 224)
+    assert capture.recompute_pays(large, x518)
+    assert not capture.recompute_pays(base, x224)
+    maps = {}
+    calls: list[str] = []
+    real = capture._capture_with_gradients
+
+    def spy(*args, **kwargs):
+        calls.append("lean")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(capture, "_capture_with_gradients", spy)
+    for limit, name in ((0.0, "lean"), (1e9, "fast")):
+        monkeypatch.setattr(capture, "PEAK_LIMIT", limit)
+        calls.clear()
+        a = analyze(loaded, _x(11), gradients=True)
+        assert calls == (["lean"] if name == "lean" else [])
+        later = a.relevance(target_class=(a.top_class + 1) % 5)  # a later pass, same choice
+        maps[name] = [a.relevance(), a.gradient_rollout(), later, a.attention]
+    for lean, fast in zip(maps["lean"], maps["fast"], strict=True):
+        torch.testing.assert_close(lean, fast, atol=1e-5, rtol=1e-5)

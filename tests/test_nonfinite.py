@@ -10,9 +10,9 @@ import pytest
 import torch
 from checkpoint_cases import photo, tv_checkpoint
 
-from vitviz import capture
 from vitviz.analysis import NonFiniteError, analyze
 from vitviz.checkpoints import load_checkpoint
+from vitviz.explain import gradients as explain_gradients
 from vitviz.imaging import Preprocessing
 from vitviz.workers import jobs
 
@@ -89,15 +89,14 @@ def test_a_huge_but_finite_mean_overflows_inside_the_model(tmp_path: Path) -> No
 
 def test_non_finite_gradients_are_refused(tmp_path: Path, monkeypatch) -> None:
     loaded = load_checkpoint(tv_checkpoint(tmp_path))
-    real = capture._Products  # the analysis's pass keeps the gradients reduced
+    real = explain_gradients._Products.done  # both gradient passes keep the gradients reduced
 
-    class Overflowing(real):
-        def done(self):
-            products = super().done()
-            products.weighted[0, ..., 0] = float("inf")
-            return products
+    def overflowing(self):
+        products = real(self)
+        products.weighted[0, ..., 0] = float("inf")
+        return products
 
-    monkeypatch.setattr(capture, "_Products", Overflowing)
+    monkeypatch.setattr(explain_gradients._Products, "done", overflowing)
     with pytest.raises(NonFiniteError, match="gradients are NaN or infinite"):
         analyze(loaded, photo(tmp_path), gradients=True)
 

@@ -23,7 +23,7 @@ from PIL import Image
 from torch import Tensor
 
 from vitviz import explain
-from vitviz.capture import Captured, capture_batch, reduced_gradient_pass
+from vitviz.capture import Captured, capture_batch, recompute_pays, reduced_gradient_pass
 from vitviz.checkpoints import LoadedModel
 from vitviz.devices import resolve_device
 from vitviz.explain.gradients import GradientProducts
@@ -41,7 +41,6 @@ from vitviz.imaging.preprocess import (
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
 from vitviz.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
 from vitviz.memory import check_analysis_memory
-from vitviz.model import VisionTransformer
 
 ROLLOUT_CACHE_SIZE = 4  # prepared rollouts kept per analysis (settings × classes)
 
@@ -322,7 +321,7 @@ class Analysis:
             else:
                 model, x = self._model_and_input()
                 check_analysis_memory(model, self.input.shape[-2:], gradient_pass_only=True)
-                if isinstance(model, VisionTransformer):  # reduced against the kept attention
+                if recompute_pays(model, x, attention_kept=True):  # against the kept attention
                     self._products[c] = reduced_gradient_pass(
                         model, x, c, lambda layer: self.attention[layer][None]
                     )[2]

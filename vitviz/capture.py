@@ -18,6 +18,7 @@ from vitviz import explain
 from vitviz.explain.gradients import GradientProducts, _Products, attention_gradient_products
 from vitviz.explain.stats import patch_distances
 from vitviz.explain.targets import target_classes
+from vitviz.memory import USABLE_FRACTION, available_memory
 from vitviz.model import VisionTransformer, ViTOutput
 
 
@@ -53,9 +54,9 @@ def capture_batch(
     Without gradients, vitviz's own ViT hands each layer over as soon as it is computed
     (``attention_sink``), so only the kept attention and one layer exist at a time."""
     B = x.shape[0]
-    if gradients and model.config.num_classes > 0 and isinstance(model, VisionTransformer):
+    if gradients and model.config.num_classes > 0 and recompute_pays(model, x):
         return _capture_with_gradients(model, x, patch_size, attention_dtype)
-    if gradients and model.config.num_classes > 0:  # model code: the graph holds every layer
+    if gradients and model.config.num_classes > 0:  # the graph holds every layer: fastest
         g = attention_gradient_products(model, x, None, hidden_states=True)
         collector = _Collector(len(g.attentions), g.grid, g.num_prefix_tokens, patch_size)
         atts: list[Tensor | None] = list(g.attentions)
@@ -93,6 +94,34 @@ def capture_batch(
                 collector.add(layer, a, attention_dtype)
                 del a
         return collector.finish(out.logits, out.hidden_states, None, [-1] * B, B)
+
+
+PEAK_LIMIT = 1.5  # × (weights + float32 attention): the most a whole analysis may hold
+
+
+def recompute_pays(model: torch.nn.Module, x: Tensor, attention_kept: bool = False) -> bool:
+    """Whether the gradient pass should recompute each block in the backward pass (one more
+    forward pass of time) rather than let the graph hold every layer's attention and
+    activations: when the latter would take the analysis past PEAK_LIMIT × (weights +
+    attention), or past the memory free on the device. vitviz's own ViT only.
+    ``attention_kept``: the analysis's attention is in memory already (a later pass)."""
+    if not isinstance(model, VisionTransformer):
+        return False
+    cfg = model.config
+    B, _, h, w = x.shape
+    p = cfg.patch_size
+    N = cfg.num_prefix_tokens + (h // p) * (w // p)
+    L, H, D = cfg.depth, cfg.heads, cfg.dim
+    attention = 4 * B * L * H * N * N
+    activations = 4 * B * L * N * (8 * D + 2 * cfg.hidden_dim)
+    products = attention * (2 / H + 1 / L + 1 / (L * H))
+    weights = sum(t.numel() * t.element_size() for t in model.parameters())
+    graph = attention + activations + products + 3 * attention / L
+    peak = weights + graph + (attention if attention_kept else 0)
+    if peak > PEAK_LIMIT * (weights + attention):
+        return True
+    free = available_memory(x.device)
+    return free is not None and graph > USABLE_FRACTION * free
 
 
 def _capture_with_gradients(
