@@ -49,6 +49,68 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def add_device_option(p: argparse.ArgumentParser) -> None:
+    """``--device cpu|cuda|mps`` (cuda:N too): where the benchmark runs (default cpu)."""
+    p.add_argument(
+        "--device", default="cpu", help="cpu | cuda | cuda:N | mps: where to run (default cpu)"
+    )
+
+
+def bench_device(name: str):  # -> torch.device
+    """The torch.device of ``--device``; exits 2 with a plain message when it is not here."""
+    from vitviz.devices import resolve_device
+
+    try:
+        return resolve_device(name)
+    except ValueError as exc:
+        print(f"--device {name}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+
+
+def device_name(device) -> str:
+    """The device in words, e.g. 'cuda:0 (NVIDIA H100 80GB HBM3)' or 'cpu (AMD EPYC …)'."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    if dev.type == "mps":
+        return "mps (Apple GPU)"
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                model,
+            )
+    except OSError:
+        pass
+    return f"cpu ({model})"
+
+
+def synchronize(device) -> None:
+    """Wait for the device's queued work (timings of GPU work need it; CPU: nothing)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    elif dev.type == "mps":
+        torch.mps.synchronize()
+
+
+def synced(fn: Callable[[], object], device) -> Callable[[], object]:
+    """``fn`` then ``synchronize(device)``: what a timing of device work must measure."""
+
+    def run() -> object:
+        out = fn()
+        synchronize(device)
+        return out
+
+    return run
+
+
 def apply_threads(threads: int | None) -> None:
     """torch.set_num_threads(threads) when given (before any timing)."""
     if threads:

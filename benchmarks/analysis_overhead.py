@@ -1,6 +1,8 @@
 """What looking inside costs: a full analysis against the bare fused forward pass.
 
-ViT-B/16 at 224 with random weights on the CPU, batch 1, one process, measured in turns:
+ViT-B/16 at 224 with random weights on the CPU (or ``--device cuda|mps``; ``--model``,
+``--image-size``, ``--patch-size`` for e.g. ViT-L/16 at 384 or ViT-L/14 at 518), batch 1, one
+process, measured in turns (GPU work synchronised before each time is taken):
 
   (a) baseline: ``model(x)``, the fused SDPA forward under ``torch.inference_mode()``;
   (b) ``analyze(loaded, x)`` + ``rollout()`` + ``all_attention_maps()``: attention capture,
@@ -10,9 +12,11 @@ ViT-B/16 at 224 with random weights on the CPU, batch 1, one process, measured i
 
 Targets: median(b) / median(a) ≤ 1.15 and median(c) / median(a) ≤ 3.5. Info rows: (b) from a
 PIL photo-sized image (preprocessing included), the capture forward alone, and (c') relevance
-asked for after a plain analysis (a second forward + backward).
+asked for after a plain analysis (a second forward + backward), and (q) a query change on an
+analysis made (the window's click: rollout and relevance rows + every raw map of a patch).
 
     .venv/bin/python benchmarks/analysis_overhead.py [--quick] [--no-check] [--repeats N]
+        [--device cpu|cuda|mps] [--model vit-large] [--image-size 384] [--patch-size 16]
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ import torch
 from _common import (
     Check,
     Stats,
+    add_device_option,
     apply_threads,
+    bench_device,
+    device_name,
     environment,
     finish,
     fmt_seconds,
@@ -33,6 +40,7 @@ from _common import (
     parser,
     peak_rss_mib,
     print_table,
+    synced,
 )
 from PIL import Image
 
@@ -46,10 +54,11 @@ TARGET_RELEVANCE = 3.5  # (c) / (a), at most
 PHOTO_SIZE = (500, 375)  # (W, H) of the PIL input: a typical ImageNet photo
 
 
-def build(variant: str, seed: int = 0) -> LoadedModel:
-    """A randomly initialised model of ``variant`` in eval mode, as the window would hold it."""
+def build(variant: str, seed: int = 0, **overrides: object) -> LoadedModel:
+    """A randomly initialised model of ``variant`` in eval mode, as the window would hold it;
+    ``overrides``: config fields (image_size, patch_size)."""
     torch.manual_seed(seed)
-    model = create_model(variant).eval()
+    model = create_model(variant, **overrides).eval()
     names = [f"class {i}" for i in range(model.config.num_classes)]
     return LoadedModel(
         model=model,
@@ -62,12 +71,24 @@ def build(variant: str, seed: int = 0) -> LoadedModel:
 def make_cases(
     loaded: LoadedModel, x: torch.Tensor, photo: Image.Image
 ) -> dict[str, Callable[[], object]]:
-    """The measured calls by row key; ``x`` is a normalised (1, 3, H, W) input."""
+    """The measured calls by row key; ``x`` is a normalised (1, 3, H, W) input on the host
+    (the analysis moves it; the bare forward gets it on the device already)."""
     model = loaded.model
+    dev = next(model.parameters()).device
+    x_dev = x.to(dev)
+    made = analyze(loaded, x[0], gradients=True)
+    made.rollout(), made.relevance()  # prepared once, as after the first view
+    gh, gw = made.grid
+    clicks = [(r, c) for r in range(gh) for c in range(gw)]
+    clicked = iter(range(10**9))
 
     def bare_forward() -> object:
         with torch.inference_mode():
-            return model(x)
+            return model(x_dev)
+
+    def query_change() -> object:
+        patch = clicks[next(clicked) % len(clicks)]
+        return made.rollout(patch), made.relevance(None, patch), made.host_query_maps(patch)
 
     def analysis_maps() -> object:
         analysis = analyze(loaded, x[0])
@@ -85,16 +106,18 @@ def make_cases(
 
     def capture_forward() -> object:
         with torch.inference_mode():
-            return model.forward_explained(x, capture_attention=True, hidden_states=True)
+            return model.forward_explained(x_dev, capture_attention=True, hidden_states=True)
 
-    return {
+    cases = {
         "a": bare_forward,
         "b": analysis_maps,
         "c": analysis_relevance,
         "c-late": analysis_then_relevance,
         "b-photo": analysis_maps_photo,
         "capture": capture_forward,
+        "query": query_change,
     }
+    return {k: synced(fn, dev) for k, fn in cases.items()}
 
 
 LABELS = {
@@ -104,6 +127,7 @@ LABELS = {
     "c-late": "(c') analyze, then relevance on request",
     "b-photo": "(b') as (b), from a {w}×{h} PIL image",
     "capture": "forward_explained(capture, hidden) only",
+    "query": "(q) query change: rollout + relevance + raw maps",
 }
 
 
@@ -112,7 +136,7 @@ def check_results(loaded: LoadedModel, x: torch.Tensor) -> list[str]:
     wrong = []
     model = loaded.model
     with torch.inference_mode():
-        fused = model(x)[0]
+        fused = model(x.to(next(model.parameters()).device))[0].cpu()
     analysis = analyze(loaded, x[0])
     diff = float((analysis.logits - fused).abs().max())
     if diff > 1e-4:
@@ -133,13 +157,23 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="variant to measure (default vit-base; cifar10-tutorial with --quick)",
     )
+    p.add_argument("--image-size", type=int, default=None, help="input side (the variant's)")
+    p.add_argument("--patch-size", type=int, default=None, help="patch side (the variant's)")
+    add_device_option(p)
     args = p.parse_args(argv)
     apply_threads(args.threads)
+    device = bench_device(args.device)
     variant = args.model or ("cifar10-tutorial" if args.quick else "vit-base")
+    overrides = {
+        k: v
+        for k, v in (("image_size", args.image_size), ("patch_size", args.patch_size))
+        if v is not None
+    }
     repeats = args.repeats or (3 if args.quick else 15)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
 
-    loaded = build(variant)
+    loaded = build(variant, **overrides)
+    loaded.model.to(device)
     cfg = loaded.config
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(1, cfg.in_channels, *cfg.image_size, generator=gen)
@@ -176,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"# Analysis overhead: {variant} at {cfg.image_size[0]}×{cfg.image_size[1]}, "
-        f"{cfg.depth} layers × {cfg.heads} heads, {cfg.num_classes} classes, CPU, batch 1"
+        f"patch {cfg.patch_size}, {cfg.depth} layers × {cfg.heads} heads, {cfg.num_classes} "
+        f"classes, batch 1, {device.type}"
     )
+    print(f"device: {device_name(device)}")
     print(environment())
     print(
         f"{repeats} timed repeats of each case in turns, after {warmup} warm-up turns"

@@ -19,6 +19,7 @@ Three rows per size:
   a query must read, cold, with no per-layer cost: the speed-up no row method can pass here.
 
     .venv/bin/python benchmarks/rollout.py [--quick] [--no-check] [--repeats N]
+        [--device cpu|cuda|mps]
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ import torch
 from _common import (
     Check,
     Stats,
+    add_device_option,
     apply_threads,
+    bench_device,
+    device_name,
     environment,
     finish,
     fmt_seconds,
@@ -40,6 +44,7 @@ from _common import (
     parser,
     peak_rss_mib,
     print_table,
+    synced,
 )
 from torch import Tensor
 
@@ -70,7 +75,7 @@ FULL = (Case(197, 12, 12, 30), Case(577, 24, 16, 15), Case(1370, 24, 16, 7))
 QUICK = (Case(17, 2, 2, 3), Case(50, 3, 2, 3))
 
 
-def random_attention(case: Case, seed: int) -> Tensor:
+def random_attention(case: Case, seed: int, device: torch.device | None = None) -> Tensor:
     """(L, H, N, N) float32 post-softmax attention, filled one layer at a time.
 
     Layer by layer keeps the peak to the result plus one layer's temporary (2.9 GB + 120 MB
@@ -78,21 +83,21 @@ def random_attention(case: Case, seed: int) -> Tensor:
     """
     gen = torch.Generator().manual_seed(seed)
     L, H, N = case.layers, case.heads, case.tokens
-    attn = torch.empty(L, H, N, N)
-    for layer in attn:
-        layer.normal_(generator=gen).mul_(LOGIT_SCALE)
-        layer.copy_(layer.softmax(dim=-1))
+    attn = torch.empty(L, H, N, N, device=device)
+    for layer in attn:  # drawn on the host (the same numbers on every device), then moved
+        layer.copy_(torch.randn(H, N, N, generator=gen).mul_(LOGIT_SCALE).softmax(dim=-1))
     return attn
 
 
 def full_product_rollout(attentions: Sequence[Tensor]) -> Tensor:
     """Baseline: R = Ã_L ⋯ Ã_1 by chaining full N × N matrices: L × (1, H, N, N) -> (N, N)."""
     N = attentions[0].shape[-1]
-    result = torch.eye(N)
+    eye = torch.eye(N, device=attentions[0].device)
+    result = eye
     with torch.no_grad():
         for attention in attentions:  # first layer to last
             fused = attention.mean(dim=1)[0]  # (N, N)
-            a = fused + torch.eye(N)
+            a = fused + eye
             a = a / a.sum(dim=-1, keepdim=True)
             result = torch.matmul(a, result)
     return result
@@ -100,7 +105,7 @@ def full_product_rollout(attentions: Sequence[Tensor]) -> Tensor:
 
 def chain_normalized(normalized: Sequence[Tensor]) -> Tensor:
     """Baseline on prepared layers: R = Ã_L ⋯ Ã_1 from L × (1, N, N) normalised matrices."""
-    result = torch.eye(normalized[0].shape[-1])
+    result = torch.eye(normalized[0].shape[-1], device=normalized[0].device)
     with torch.no_grad():
         for a in normalized:  # first layer to last
             result = torch.matmul(a[0], result)
@@ -160,8 +165,11 @@ def table_row(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser(__doc__.splitlines()[0]).parse_args(argv)
+    p = parser(__doc__.splitlines()[0])
+    add_device_option(p)
+    args = p.parse_args(argv)
     apply_threads(args.threads)
+    device = bench_device(args.device)
     cases = QUICK if args.quick else FULL
     warmup = args.warmup if args.warmup is not None else 1
 
@@ -170,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     wrong: list[str] = []
     for i, case in enumerate(cases):
         repeats = args.repeats or case.repeats
-        attn = random_attention(case, seed=i)
+        attn = random_attention(case, seed=i, device=device)
         raw = [a[None] for a in attn]  # L × (1, H, N, N) views, as Analysis hands them out
         fused = [a.mean(dim=1, keepdim=True) for a in raw]  # L × (1, 1, N, N)
         prepared = PreparedRollout([f[:, 0] for f in fused])  # Ã_l, normalised once
@@ -179,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 diff, bad = check_prepared(case, prepared)
                 ready = prepared.normalized.clone()  # the baseline's own copy (no shared cache)
                 floor_data = prepared.normalized.clone().view(-1, case.tokens)  # (L·N, N)
-                vector = torch.rand(case.tokens)
+                vector = torch.rand(case.tokens, device=device)
                 jobs = {
                     "full": lambda m=ready: chain_normalized(m)[0],
                     "row": lambda p=prepared: p.row(0, 1),
@@ -192,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                     "row": lambda layers=layers: rollout_row(layers, query=0, num_prefix=1),
                 }
             wrong += bad
+            jobs = {k: synced(fn, device) for k, fn in jobs.items()}
             times = interleaved(jobs, repeats, warmup)
             full, row = Stats.of(times["full"]), Stats.of(times["row"])
             speedup = full.median / row.median
@@ -221,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         del attn, raw, fused, prepared
 
     print("# Attention rollout: row method (vitviz.explain.rollout_row) vs full-matrix chain")
+    print(f"device: {device_name(device)}")
     print(environment())
     print(
         "float32, batch 1, discard 0, CLS query; times are median (p90); "

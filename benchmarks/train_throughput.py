@@ -29,7 +29,17 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import Check, environment, finish, parser, peak_rss_mib, print_table
+from _common import (
+    Check,
+    add_device_option,
+    bench_device,
+    device_name,
+    environment,
+    finish,
+    parser,
+    peak_rss_mib,
+    print_table,
+)
 
 TARGET = 2.0  # (b) / (a) images per second, at least
 BATCH = 64
@@ -160,7 +170,7 @@ def run_worker(kind: str, steps: int, warmup: int, device: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (300)")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | mps (both loops)")
+    add_device_option(p)  # both loops run there
     p.add_argument("--worker", choices=("tutorial", "vitviz"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     steps = args.steps or (12 if args.quick else 300)
@@ -168,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(worker(args.worker, steps, warmup, args.device)))
         return 0
+    device = bench_device(args.device)  # refused here, plainly, when it is not present
     repeats = args.repeats or (1 if args.quick else 2)
     results: dict[str, list[dict]] = {"tutorial": [], "vitviz": []}
     for _ in range(repeats):  # in turns, so drift in the machine's load hits both alike
@@ -203,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         f"# Training throughput: cifar10-tutorial ViT, {IMAGE} px, {CLASSES} classes, batch "
         f"{BATCH}, {args.device}"
     )
+    print(f"device: {device_name(device)}")
     print(environment())
     print(
         f"{repeats} run(s) of each loop in turns, each in its own subprocess; images/s over "

@@ -11,6 +11,7 @@ import torch
 from conftest import CLASS_NAMES
 from PIL import Image
 
+import vitviz.analysis
 import vitviz.explain
 from vitviz.analysis import analyze
 from vitviz.checkpoints import LoadedModel, load_checkpoint
@@ -227,13 +228,13 @@ def test_gradients_only_when_asked_and_cached_per_class(
     loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    real = vitviz.explain.attention_gradients
+    real = vitviz.analysis.reduced_gradient_pass  # the maps' gradient pass (reduced)
 
-    def counting(model, x, target=None):
+    def counting(model, x, target, attention_of):
         calls.append(int(target))
-        return real(model, x, target)
+        return real(model, x, target, attention_of)
 
-    monkeypatch.setattr(vitviz.explain, "attention_gradients", counting)
+    monkeypatch.setattr(vitviz.analysis, "reduced_gradient_pass", counting)
     a = analyze(loaded, _x(8))
     a.rollout()
     a.dino_masks()

@@ -10,11 +10,11 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def run_quick(script: str) -> str:
+def run_quick(script: str, *extra: str) -> str:
     """Run ``benchmarks/<script> --quick --no-check``; fail with its output if it fails."""
     env = {**os.environ, "PYTHONWARNINGS": "error"}
     proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), "--quick", "--no-check"],
+        [sys.executable, str(BENCHMARKS / script), "--quick", "--no-check", *extra],
         cwd=BENCHMARKS.parent,
         env=env,
         capture_output=True,
@@ -34,19 +34,22 @@ def table_rows(out: str) -> list[list[str]]:
 
 
 def test_analysis_overhead_quick() -> None:
-    out = run_quick("analysis_overhead.py")
+    out = run_quick("analysis_overhead.py", "--device", "cpu", "--image-size", "48")
+    assert "device: cpu (" in out and "at 48×48, patch 8" in out
     rows = table_rows(out)
     targets = {r[0].split(" ")[0]: r[5] for r in rows}  # "(a)", "(b)", ... -> target cell
     assert targets["(a)"] == "baseline"
     assert targets["(b)"] == "≤ 1.15"
     assert targets["(c)"] == "≤ 3.5"
     assert targets["(b')"] == "info"  # from a PIL image, preprocessing included
+    assert targets["(q)"] == "info"  # a query change on an analysis made
     assert "peak RSS:" in out
     assert "WRONG RESULT" not in out
 
 
 def test_rollout_quick_values_agree() -> None:
-    out = run_quick("rollout.py")
+    out = run_quick("rollout.py", "--device", "cpu")
+    assert "device: cpu (" in out
     rows = table_rows(out)
     assert len(rows) == 8  # two sizes × (raw, fused, prepared Ã_l, read floor)
     checked = [row for row in rows if "read floor" not in row[1]]

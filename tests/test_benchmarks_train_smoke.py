@@ -32,3 +32,4 @@ def test_train_throughput_quick() -> None:
         assert float(row[1].replace(",", "")) > 0  # images per second
         assert row[3].endswith("MiB")  # peak RSS
     assert "WRONG RESULT" not in proc.stdout
+    assert "device: cpu (" in proc.stdout  # the device named

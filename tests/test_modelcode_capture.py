@@ -233,6 +233,6 @@ def test_capture_on_cuda_matches_the_cpu(key, tmp_path, photo_files):
     cpu = analyze(load_model_code(spec), photo_files["chelsea"])
     gpu = analyze(load_model_code(spec), photo_files["chelsea"], device="cuda")
     assert gpu.device.startswith("cuda")
-    torch.testing.assert_close(gpu.attention, cpu.attention, atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(gpu.attention.cpu(), cpu.attention, atol=1e-4, rtol=1e-3)
     torch.testing.assert_close(gpu.logits, cpu.logits, atol=1e-4, rtol=1e-3)
     torch.testing.assert_close(gpu.relevance(), cpu.relevance(), atol=1e-3, rtol=1e-3)

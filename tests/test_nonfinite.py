@@ -10,9 +10,9 @@ import pytest
 import torch
 from checkpoint_cases import photo, tv_checkpoint
 
-from vitviz import explain
 from vitviz.analysis import NonFiniteError, analyze
 from vitviz.checkpoints import load_checkpoint
+from vitviz.explain import gradients as explain_gradients
 from vitviz.imaging import Preprocessing
 from vitviz.workers import jobs
 
@@ -49,9 +49,21 @@ def test_nan_attention_with_finite_logits_is_refused(tmp_path: Path, monkeypatch
     loaded = load_checkpoint(tv_checkpoint(tmp_path))
     real = loaded.model.forward_explained
 
+    last = loaded.model.config.depth - 1
+
     def forward(x, **kwargs):
+        sink = kwargs.get("attention_sink")
+        if sink is not None:  # the layers are handed over as they come (vitviz.capture)
+
+            def poisoned(layer, a):
+                if layer == last:
+                    a[..., -1] = float("nan")  # a patch key nobody's logit depends on
+                sink(layer, a)
+
+            kwargs["attention_sink"] = poisoned
         out = real(x, **kwargs)
-        out.attentions[-1][..., -1] = float("nan")  # a patch key nobody's logit depends on
+        if out.attentions:
+            out.attentions[-1][..., -1] = float("nan")
         return out
 
     monkeypatch.setattr(loaded.model, "forward_explained", forward)
@@ -77,14 +89,14 @@ def test_a_huge_but_finite_mean_overflows_inside_the_model(tmp_path: Path) -> No
 
 def test_non_finite_gradients_are_refused(tmp_path: Path, monkeypatch) -> None:
     loaded = load_checkpoint(tv_checkpoint(tmp_path))
-    real = explain.attention_gradients
+    real = explain_gradients._Products.done  # both gradient passes keep the gradients reduced
 
-    def overflowing(*args, **kwargs):
-        result = real(*args, **kwargs)
-        result.gradients[0][..., 0] = float("inf")
-        return result
+    def overflowing(self):
+        products = real(self)
+        products.weighted[0, ..., 0] = float("inf")
+        return products
 
-    monkeypatch.setattr(explain, "attention_gradients", overflowing)
+    monkeypatch.setattr(explain_gradients._Products, "done", overflowing)
     with pytest.raises(NonFiniteError, match="gradients are NaN or infinite"):
         analyze(loaded, photo(tmp_path), gradients=True)
 

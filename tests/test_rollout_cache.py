@@ -100,8 +100,8 @@ def test_gradients_up_front_equal_gradients_on_request(tiny_ckpt) -> None:
     x = torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(3))
     lazy = analyze(loaded, x)
     eager = analyze(loaded, x, gradients=True)
-    assert list(eager._gradients) == [lazy.top_class]  # computed during analyze
-    assert lazy._gradients == {}
+    assert list(eager._products) == [lazy.top_class]  # computed during analyze
+    assert lazy._products == {}
     torch.testing.assert_close(eager.logits, lazy.logits)
     torch.testing.assert_close(eager.attention, lazy.attention)
     torch.testing.assert_close(eager.token_norms, lazy.token_norms)

@@ -21,6 +21,8 @@ _LAZY = {
     "CheckpointError": "vitviz.checkpoints",
     "analyze": "vitviz.analysis",
     "Analysis": "vitviz.analysis",
+    "analyze_batch": "vitviz.batch",
+    "iter_analyses": "vitviz.batch",
     "load_image": "vitviz.imaging",
     "ImageLoadError": "vitviz.imaging",
     "Preprocessing": "vitviz.imaging",

@@ -3,10 +3,16 @@
 One forward pass with attention capture gives logits, every layer's attention, block outputs
 and head statistics. Maps are computed on demand from the stored attention; the gradient
 methods run their own forward + backward, only when asked, cached per class.
+
+The analysis lives on its device (DESIGN §7): attention, gradients, prepared rollouts and
+relevance stay where the forward pass ran. What crosses to the host is what is shown: the
+logits, the (L, H) head statistics, and each map asked for ((gh, gw), or (L, H, gh, gw) for the
+head grid); the (L, H, N, N) attention only for export (``attention_numpy``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +23,12 @@ from PIL import Image
 from torch import Tensor
 
 from vitviz import explain
+from vitviz.capture import Captured, capture_batch, recompute_pays, reduced_gradient_pass
 from vitviz.checkpoints import LoadedModel
 from vitviz.devices import resolve_device
 from vitviz.errors import VitvizError
+from vitviz.explain.gradients import GradientProducts
+from vitviz.explain.tokens import patch_part
 from vitviz.finite import NonFiniteError as NonFiniteError  # re-exported: analyze raises it
 from vitviz.finite import check_finite
 from vitviz.imaging import PatchGeometry, Preprocessing, load_image, prepare_image
@@ -33,7 +42,6 @@ from vitviz.imaging.preprocess import (
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
 from vitviz.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
 from vitviz.memory import check_analysis_memory
-from vitviz.model import ViTOutput
 
 
 class UnsupportedModelError(VitvizError):
@@ -50,6 +58,32 @@ def require_vit(loaded: LoadedModel) -> None:
 
 
 ROLLOUT_CACHE_SIZE = 4  # prepared rollouts kept per analysis (settings × classes)
+
+# Attention kept in a half type: each probability is rounded to the type's precision (the
+# largest relative error of one entry, half an ulp); maps are computed from it in float32.
+ATTENTION_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+ATTENTION_PRECISION = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+# ... and absolutely for the tiny entries a type holds as subnormals (float16: below 2^-14)
+ATTENTION_ABSOLUTE = {torch.float32: 0.0, torch.float16: 2.0**-25, torch.bfloat16: 0.0}
+
+
+def attention_precision_text(dtype: torch.dtype) -> str:
+    """One line saying what keeping attention in ``dtype`` costs, for the info and the CLI."""
+    name = str(dtype).removeprefix("torch.")
+    if dtype == torch.float32:
+        return "attention kept in float32 (exact as computed)"
+    eps = ATTENTION_PRECISION[dtype]
+    tiny = ATTENTION_ABSOLUTE[dtype]
+    below = f" (below 2^-14 within {tiny:.1e} absolute)" if tiny else ""
+    return (
+        f"attention kept in {name}: each probability within a relative {eps:.1e} "
+        f"(2^{math.log2(eps):.0f}) of float32{below}, half the memory; "
+        f"maps are computed from it in float32"
+    )
 
 
 @dataclass
@@ -75,8 +109,9 @@ class Analysis:
     logits: Tensor  # (C,) float32
     probs: Tensor  # (C,) float32
     class_names: list[str]
-    attention: Tensor  # (L, H, N, N) post-softmax, rows = queries (float32 unless asked)
-    token_norms: Tensor  # (L, N) float32
+    attention: Tensor  # (L, H, N, N) post-softmax, rows = queries (float32 unless asked);
+    # on ``device``, where the forward pass ran
+    token_norms: Tensor  # (L, N) float32 (this and the statistics below: on the host)
     mean_distance: Tensor  # (L, H) pixels of the model input
     entropy: Tensor  # (L, H) nats
     prefix_share: Tensor  # (L, H)
@@ -86,7 +121,59 @@ class Analysis:
     device: str
     loaded: LoadedModel | None = field(default=None, repr=False)
     _gradients: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)
-    _rollouts: dict[tuple, explain.PreparedRollout] = field(default_factory=dict, repr=False)
+    _products: dict[int, GradientProducts] = field(default_factory=dict, repr=False)
+    _rollouts: dict[tuple, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def attention_dtype(self) -> torch.dtype:
+        return self.attention.dtype
+
+    @property
+    def attention_precision(self) -> str:
+        """What the attention's dtype costs (one line, for the info)."""
+        return attention_precision_text(self.attention.dtype)
+
+    # -- host copies: what is shown or exported ---------------------------------------------
+    def attention_numpy(self) -> np.ndarray:
+        """The whole (L, H, N, N) attention as float32 on the host (export only: it is big)."""
+        return self.attention.cpu().float().numpy()
+
+    def host_query_maps(
+        self, patch: tuple[int, int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The query's raw maps on the host, float32: head maps (L, H, gh, gw), their mean over
+        heads (L, gh, gw) and the attention given to each prefix token (L, H, num_prefix).
+        Computed where the attention is; only these cross."""
+        rows = self._query_rows(patch)  # (L, H, N) float32 on the device
+        head = patch_part(rows, self.grid, self.num_prefix_tokens)
+        out = (
+            torch.cat(
+                [
+                    head.flatten(),
+                    head.mean(dim=1).flatten(),
+                    rows[..., : self.num_prefix_tokens].flatten(),
+                ]
+            )
+            .cpu()
+            .numpy()
+        )  # one transfer
+        L, H = rows.shape[:2]
+        gh, gw = self.grid
+        n1, n2 = L * H * gh * gw, L * gh * gw
+        return (
+            out[:n1].reshape(L, H, gh, gw),
+            out[n1 : n1 + n2].reshape(L, gh, gw),
+            out[n1 + n2 :].reshape(L, H, self.num_prefix_tokens),
+        )
+
+    def _query_rows(self, patch: tuple[int, int] | None) -> Tensor:
+        """Row q of every layer and head, float32 on the device: (L, H, N) (without prefix
+        tokens and no patch: the mean of the patch queries' rows)."""
+        q = self.query_token(patch)
+        if q is not None:
+            return self.attention[:, :, q, :].float()
+        P = self.num_prefix_tokens
+        return torch.stack([a[:, P:, :].float().mean(dim=1) for a in self.attention])
 
     # -- predictions --------------------------------------------------------------------------
     @property
@@ -121,27 +208,26 @@ class Analysis:
         """Token index for a (row, col) patch, or CLS for None (mean of patches without one)."""
         return explain.query_token(patch, self.grid, self.num_prefix_tokens)
 
-    def _layers(self) -> list[Tensor]:
-        return [a.float()[None] for a in self.attention]  # L × (1, H, N, N)
+    def _layers(self) -> Sequence[Tensor]:
+        """L × (1, H, N, N) float32, each made when read (a half-precision attention is never
+        copied to float32 all at once)."""
+        return _Float32Layers(self.attention)
 
-    # -- maps (all (gh, gw) float32 unless said) ----------------------------------------------
+    # -- maps: (gh, gw) float32 on the host unless said; computed on the device ---------------
     def attention_maps(self, layer: int, patch: tuple[int, int] | None = None) -> Tensor:
         """Raw attention of one layer for the query, every head: (H, gh, gw)."""
         a = self.attention[layer].float()[None]
-        return explain.attention_maps(
-            a, self.grid, self.num_prefix_tokens, self.query_token(patch)
-        )[0]
+        maps = explain.attention_maps(a, self.grid, self.num_prefix_tokens, self.query_token(patch))
+        return maps[0].cpu()
 
     def all_attention_maps(self, patch: tuple[int, int] | None = None) -> Tensor:
         """Raw attention of every layer and head for the query: (L, H, gh, gw)."""
-        a = self.attention.float()  # (L, H, N, N) taken as a batch of L
-        return explain.attention_maps(a, self.grid, self.num_prefix_tokens, self.query_token(patch))
+        rows = self._query_rows(patch)
+        return patch_part(rows, self.grid, self.num_prefix_tokens).cpu()
 
     def prefix_attention(self, patch: tuple[int, int] | None = None) -> Tensor:
         """Attention the query gives each prefix token: (L, H, num_prefix)."""
-        return explain.prefix_attention(
-            self.attention.float(), self.num_prefix_tokens, self.query_token(patch)
-        )
+        return self._query_rows(patch)[..., : self.num_prefix_tokens].cpu()
 
     def rollout(
         self,
@@ -152,13 +238,16 @@ class Analysis:
         start_layer: int = 0,
     ) -> Tensor:
         key = ("rollout", fusion, None if heads is None else tuple(heads), discard_ratio)
-        prepared = self._prepared(
-            key,
-            lambda: explain.prepare_rollout(
-                self.attention.float()[:, None], fusion, heads, discard_ratio
-            ),
-        )
-        return self._rollout_map(prepared, patch, start_layer)
+
+        def build() -> explain.PreparedRollout:
+            if self.attention.dtype == torch.float32:  # a view: fused without a copy of A
+                return explain.prepare_rollout(
+                    self.attention[:, None], fusion, heads, discard_ratio
+                )
+            fused = [explain.fuse_heads(a.float()[None], fusion, heads) for a in self.attention]
+            return explain.PreparedRollout(fused, discard_ratio)
+
+        return self._rollout_map(self._prepared(key, build), patch, start_layer)
 
     def gradient_rollout(
         self,
@@ -167,19 +256,15 @@ class Analysis:
         discard_ratio: float = 0.0,
         start_layer: int = 0,
     ) -> Tensor:
-        grads = self.gradients(target_class)
-        c = self.top_class if target_class is None else int(target_class)
-        prepared = self._prepared(
+        c = self._target(target_class)
+        products = self.gradient_products(c)
+        prepared = self._prepared(  # Â_l = (mean_h(A_l ⊙ G_l))⁺, kept from the gradient pass
             ("gradient_rollout", c, discard_ratio),
-            lambda: explain.prepare_gradient_rollout(
-                self.attention.float()[:, None], torch.stack(grads), discard_ratio
-            ),
+            lambda: explain.PreparedRollout(products.weighted.clamp_min(0), discard_ratio),
         )
         return self._rollout_map(prepared, patch, start_layer)
 
-    def _prepared(
-        self, key: tuple, build: Callable[[], explain.PreparedRollout]
-    ) -> explain.PreparedRollout:
+    def _prepared(self, key: tuple, build: Callable[[], Any]) -> Any:
         """Layer matrices of a rollout, kept for the next queries (a few settings at a time)."""
         if key not in self._rollouts:
             if len(self._rollouts) >= ROLLOUT_CACHE_SIZE:
@@ -194,7 +279,7 @@ class Analysis:
             raise ValueError(f"start layer {start_layer} out of range for {self.num_layers} layers")
         return explain.rollout_map(
             prepared, self.grid, self.num_prefix_tokens, self.query_token(patch), start_layer
-        )[0]
+        )[0].cpu()
 
     def relevance(
         self,
@@ -202,15 +287,11 @@ class Analysis:
         patch: tuple[int, int] | None = None,
         start_layer: int = 0,
     ) -> Tensor:
-        grads = self.gradients(target_class)
-        return explain.relevance(
-            self._layers(),
-            grads,
-            self.grid,
-            self.num_prefix_tokens,
-            self.query_token(patch),
-            start_layer,
-        )[0]
+        products = self.gradient_products(target_class)  # Ā_l kept from the gradient pass
+        q = self.query_token(patch)
+        return explain.prepared_relevance_map(
+            products.positive, self.grid, self.num_prefix_tokens, q, start_layer
+        )[0].cpu()
 
     def dino_masks(
         self, layer: int = -1, threshold: float = 0.6, patch: tuple[int, int] | None = None
@@ -219,11 +300,11 @@ class Analysis:
         a = self.attention[layer].float()[None]
         return explain.dino_masks(
             a, self.grid, self.num_prefix_tokens, threshold, self.query_token(patch)
-        )[0]
+        )[0].cpu()
 
     # -- gradients ----------------------------------------------------------------------------
-    def gradients(self, target_class: int | None = None) -> list[Tensor]:
-        """G_l = ∂y_c/∂A_l for every layer, L × (1, H, N, N) on the CPU, cached per class."""
+    def _target(self, target_class: int | None) -> int:
+        """The class to explain (None: the top one), checked."""
         c = self.top_class if target_class is None else int(target_class)
         if not self.has_head:
             raise ValueError(
@@ -235,15 +316,157 @@ class Analysis:
                 f"class {c} is out of range: the model has {self.logits.numel()} "
                 f"classes (0..{self.logits.numel() - 1})"
             )
+        return c
+
+    def _model_and_input(self) -> tuple[Any, Tensor]:
+        if self.loaded is None:
+            raise ValueError("this Analysis has no model attached to compute gradients")
+        model = self.loaded.model
+        return model, self.input[None].to(next(model.parameters()).device)
+
+    def gradient_products(self, target_class: int | None = None) -> GradientProducts:
+        """What the gradient maps need of G_l = ∂y_c/∂A_l (``GradientProducts``, batch 1), on
+        the analysis's device, cached per class: from the analysis's own pass for its top
+        class, else from a gradient pass that reduces each G_l as it is made."""
+        c = self._target(target_class)
+        if c not in self._products:
+            if c in self._gradients:
+                grads = self._gradients[c]
+                self._products[c] = GradientProducts.of(self._layers(), grads)
+            else:
+                model, x = self._model_and_input()
+                check_analysis_memory(model, self.input.shape[-2:], gradient_pass_only=True)
+                if recompute_pays(model, x, attention_kept=True):  # against the kept attention
+                    self._products[c] = reduced_gradient_pass(
+                        model, x, c, lambda layer: self.attention[layer][None]
+                    )[2]
+                else:
+                    self._products[c] = explain.attention_gradient_products(model, x, c).products
+        return self._products[c]
+
+    def gradients(self, target_class: int | None = None) -> list[Tensor]:
+        """G_l = ∂y_c/∂A_l for every layer, L × (1, H, N, N) float32 on the analysis's device,
+        cached per class. As big as the attention: the maps don't need them (they use
+        ``gradient_products``); asked for, they take a gradient pass of their own."""
+        c = self._target(target_class)
         if c not in self._gradients:
-            if self.loaded is None:
-                raise ValueError("this Analysis has no model attached to compute gradients")
-            model = self.loaded.model
-            device = next(model.parameters()).device
+            model, x = self._model_and_input()
             check_analysis_memory(model, self.input.shape[-2:], gradient_pass_only=True)
-            result = explain.attention_gradients(model, self.input[None].to(device), c)
-            self._gradients[c] = [g.float().cpu() for g in result.gradients]
+            result = explain.attention_gradients(model, x, c)
+            self._gradients[c] = [g.float() for g in result.gradients]
         return self._gradients[c]
+
+
+class _Float32Layers(Sequence[Tensor]):
+    """The layers of an (L, H, N, N) attention as L × (1, H, N, N) float32, made on access."""
+
+    def __init__(self, attention: Tensor) -> None:
+        self.attention = attention
+
+    def __len__(self) -> int:
+        return self.attention.shape[0]
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.attention[i].float()[None]
+
+
+@dataclass
+class _Input:
+    """One image made ready for the model, on the host."""
+
+    x: Tensor  # (C, H, W) float32, normalised
+    pixels: np.ndarray  # (H, W, 3) uint8
+    geometry: PatchGeometry
+    source: Image.Image | None
+
+
+def _setup(
+    loaded: LoadedModel,
+    device: str | torch.device | None,
+    preprocessing: Preprocessing | None,
+    attention_dtype: torch.dtype,
+) -> tuple[Any, torch.device, Preprocessing, int]:
+    """The model in eval mode on its device, the preprocessing and the model's channels."""
+    require_vit(loaded)
+    if attention_dtype not in ATTENTION_PRECISION:
+        kept = ", ".join(ATTENTION_DTYPES)
+        raise ValueError(f"attention can be kept as {kept}, not {attention_dtype}")
+    model = loaded.model
+    if device is not None:
+        model.to(resolve_device(device))
+    model.eval()
+    dev = next(model.parameters()).device
+    prep = preprocessing or loaded.preprocessing
+    channels = check_channels(prep, getattr(model.config, "in_channels", 3))
+    return model, dev, prep, channels
+
+
+def _prepare(
+    image: Any,
+    prep: Preprocessing,
+    channels: int,
+    patch: int,
+    max_side: int | None,
+    plan: Callable[[tuple[int, int]], object],
+) -> _Input:
+    """Decode and preprocess ``image`` (see ``analyze``); ``plan(size)`` runs before anything
+    big is allocated (the memory check)."""
+    if isinstance(image, Tensor):
+        x = image.detach().float().cpu()
+        x = x[0] if x.ndim == 4 else x
+        if x.ndim != 3 or x.shape[0] != channels:
+            raise ValueError(
+                f"an input tensor must be ({channels}, H, W) or (1, {channels}, H, W) for this "
+                f"{channels}-channel model, got {tuple(image.shape)}"
+            )
+        plan((x.shape[1], x.shape[2]))
+        geometry = PatchGeometry.identity((x.shape[1], x.shape[2]), patch)
+        return _Input(x, denormalize(x, prep), geometry, None)
+    source = load_image(image, max_side=max_side, min_size=model_min_size(prep, patch))
+    source = source_for_display(source, channels)  # gray RGB for 1 channel
+    plan(input_size_for(prep, (source.height, source.width), patch))  # before any big allocation
+    prepared = prepare_image(source, prep, patch, full_size=full_size(source))
+    return _Input(prepared.tensor, prepared.pixels, prepared.geometry, source)
+
+
+def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: Any) -> Analysis:
+    """An Analysis from one image's capture: small results to the host, the rest stays."""
+    has_head = loaded.model.config.num_classes > 0
+    products = cap.products
+    flags = []  # NaN and infinity survive these sums and maxima
+    if products is not None:
+        flags = [torch.stack([products.weighted.abs().amax(), products.last.abs().amax()])]
+    check_finite(inp.x, cap.logits, cap.attention_sums, flags)
+    small = torch.cat(  # one device -> host transfer for the numbers shown
+        [cap.logits, cap.mean_distance.flatten(), cap.entropy.flatten(),
+         cap.prefix_share.flatten(), cap.token_norms.flatten()]
+    ).cpu()  # fmt: skip
+    L, H = cap.mean_distance.shape
+    C, LH = cap.logits.numel(), L * H
+    logits = small[:C]
+    stats = small[C : C + 3 * LH].reshape(3, L, H)
+    return Analysis(
+        input=inp.x,
+        pixels=inp.pixels,
+        geometry=inp.geometry,
+        source=inp.source,
+        logits=logits if has_head else torch.empty(0),
+        probs=logits.softmax(-1) if has_head else torch.empty(0),
+        class_names=list(loaded.class_names) if has_head else [],
+        attention=cap.attention,
+        token_norms=small[C + 3 * LH :].reshape(cap.token_norms.shape),
+        mean_distance=stats[0],
+        entropy=stats[1],
+        prefix_share=stats[2],
+        grid=cap.grid,
+        num_prefix_tokens=cap.num_prefix_tokens,
+        patch_size=patch,
+        device=str(dev),
+        loaded=loaded,
+        _products={cap.target: products} if products is not None else {},
+    )
 
 
 def analyze(
@@ -262,82 +485,24 @@ def analyze(
     (C, H, W) / (1, C, H, W) (C: the model's in_channels; a 1-channel model sees images as
     grayscale; ValueError when the preprocessing's channels are not the model's). ``device``:
     None keeps the model where it is; "auto", "cpu", "cuda", "mps" move it. Maps are computed
-    later, on demand, from the returned Analysis.
+    later, on demand, from the returned Analysis, on that device.
+    ``attention_dtype``: float32, or float16 / bfloat16 to keep the attention in half the
+    memory (``ATTENTION_PRECISION`` states what each costs; maps are computed in float32).
     ``gradients=True`` runs this one forward pass with autograd and keeps the top class's
     attention gradients, so gradient rollout and relevance need no second pass.
     ``max_side``: a larger image is decoded reduced to this long side (None: full size), never
     below what the model input needs (``vitviz.imaging.reduction``); the source kept is that.
     """
-    require_vit(loaded)
-    model = loaded.model
-    if device is not None:
-        model.to(resolve_device(device))
-    model.eval()
-    dev = next(model.parameters()).device
-    prep = preprocessing or loaded.preprocessing
+    model, dev, prep, channels = _setup(loaded, device, preprocessing, attention_dtype)
     patch = model.config.patch_size
-    channels = check_channels(prep, getattr(model.config, "in_channels", 3))
-    if isinstance(image, Tensor):
-        x = image.detach().float()
-        x = x[0] if x.ndim == 4 else x
-        if x.ndim != 3 or x.shape[0] != channels:
-            raise ValueError(
-                f"an input tensor must be ({channels}, H, W) or (1, {channels}, H, W) for this "
-                f"{channels}-channel model, got {tuple(image.shape)}"
-            )
-        check_analysis_memory(model, x.shape[-2:], gradients=gradients)
-        geometry = PatchGeometry.identity((x.shape[1], x.shape[2]), patch)
-        pixels = denormalize(x, prep)
-        source = None
-    else:
-        source = load_image(image, max_side=max_side, min_size=model_min_size(prep, patch))
-        source = source_for_display(source, channels)  # gray RGB for 1 channel
-        size = input_size_for(prep, (source.height, source.width), patch)
-        check_analysis_memory(model, size, gradients=gradients)  # before any big allocation
-        prepared = prepare_image(source, prep, patch, full_size=full_size(source))
-        x, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
-    cached_gradients: dict[int, list[Tensor]] = {}
-    if gradients and model.config.num_classes > 0:
-        g = explain.attention_gradients(model, x[None].to(dev), None, hidden_states=True)
-        out = ViTOutput(g.logits, g.attentions, g.hidden_states, g.grid, g.num_prefix_tokens)
-        cached_gradients[int(g.target[0])] = [t.float().cpu() for t in g.gradients]
-    else:
-        with torch.inference_mode():
-            out = model.forward_explained(
-                x[None].to(dev), capture_attention=True, hidden_states=True
-            )
-    with torch.inference_mode():
-        logits = out.logits[0].float()
-        attn = torch.stack([a[0] for a in out.attentions])  # (L, H, N, N)
-        check_finite(x, logits, attn, [g for gs in cached_gradients.values() for g in gs])
-        # all layers at once: the (L, H, N, N) stack taken as a batch of L
-        P, grid = out.num_prefix_tokens, out.grid
-        mean_distance = explain.mean_attention_distance(attn, grid, P, patch)  # (L, H)
-        entropy = explain.attention_entropy(attn, P)  # (L, H)
-        prefix_share = explain.prefix_share(attn, P)  # (L, H)
-        if out.hidden_states:
-            norms = explain.token_norms(out.hidden_states)[0]  # (L, N)
-        else:  # a model whose block outputs are unknown (model code): zeros
-            norms = torch.zeros(attn.shape[0], attn.shape[-1])
-    has_head = model.config.num_classes > 0
-    probs = logits.softmax(-1) if has_head else torch.empty(0)
-    return Analysis(
-        input=x.cpu(),
-        pixels=pixels,
-        geometry=geometry,
-        source=source,
-        logits=logits.cpu() if has_head else torch.empty(0),
-        probs=probs.cpu(),
-        class_names=list(loaded.class_names) if has_head else [],
-        attention=attn.to("cpu", attention_dtype),
-        token_norms=norms.float().cpu(),
-        mean_distance=mean_distance.float().cpu(),
-        entropy=entropy.float().cpu(),
-        prefix_share=prefix_share.float().cpu(),
-        grid=out.grid,
-        num_prefix_tokens=out.num_prefix_tokens,
-        patch_size=patch,
-        device=str(dev),
-        loaded=loaded,
-        _gradients=cached_gradients,
+
+    def plan(size: tuple[int, int]) -> object:
+        return check_analysis_memory(
+            model, size, gradients=gradients, attention_dtype=attention_dtype
+        )
+
+    inp = _prepare(image, prep, channels, patch, max_side, plan)
+    (cap,) = capture_batch(
+        model, inp.x[None].to(dev), patch, attention_dtype=attention_dtype, gradients=gradients
     )
+    return _analysis(loaded, inp, cap, patch, dev)

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         "images",
         nargs="+",
         type=Path,
-        help="image files (PNG, JPEG, BMP, GIF, TIFF, WebP, PPM/PGM/PBM, ICO)",
+        help="image files (PNG, JPEG, BMP, GIF, TIFF, WebP, PPM/PGM/PBM, ICO) or folders of them",
     )
     ex.add_argument(
         "--checkpoint",
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         "on the long side)",
     )
     _add_model_code_options(ex)
+    __import__("vitviz.batch_cli", fromlist=["add_batch_options"]).add_batch_options(ex)
     ex.set_defaults(func=cmd_explain)
 
     info = sub.add_parser("info", help="what a checkpoint holds: family, config, classes")
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     __import__("vitviz.training.command", fromlist=["add_parser"]).add_parser(sub)
     _explain_cli().add_parser(sub)
     __import__("vitviz.faithfulness_cli", fromlist=["add_parser"]).add_parser(sub)
+    __import__("vitviz.stats_cli", fromlist=["add_parser"]).add_parser(sub)
     return parser
 
 
@@ -168,10 +170,8 @@ def _read_config(config_path: Path | None) -> dict[str, Any] | None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from vitviz.analysis import NonFiniteError, NotEnoughMemoryError, analyze, require_vit
+    from vitviz.analysis import require_vit
     from vitviz.devices import resolve_device
-    from vitviz.export import compute_maps, output_stem, write_npz, write_pngs
-    from vitviz.imaging import ImageLoadError
     from vitviz.imaging.colormaps import COLORMAPS
     from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
 
@@ -207,28 +207,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             f"--out {args.out}: cannot create the output folder ({exc.strerror or exc})"
         ) from exc
     max_side = None if args.full_size else OVERLAY_MAX_SIDE
-    failed = 0
-    stems: dict[str, int] = {}
-    for i, path in enumerate(args.images, 1):
-        stem = output_stem(path.stem)
-        stems[stem] = stems.get(stem, 0) + 1
-        if stems[stem] > 1:
-            stem = f"{stem}-{stems[stem]}"
-        try:  # the gradients of the maps come from the same pass (and its memory is planned)
-            analysis = analyze(loaded, path, max_side=max_side, gradients=cfg.num_classes > 0)
-            maps = compute_maps(analysis, settings)
-        except (ImageLoadError, NotEnoughMemoryError, NonFiniteError) as exc:
-            _say(f"vitviz-cli: skipped {path}: {exc}")
-            failed += 1
-            continue
-        write_npz(analysis, maps, args.out / f"{stem}.npz")
-        write_pngs(analysis, maps, args.out, stem, args.colormap, max_side, not args.bare, settings)
-        best = analysis.top_k(1)
-        said = f"{best[0].name} ({best[0].probability:.1%})" if best else "no head"
-        _say(f"[{i}/{len(args.images)}] {path.name}: {said} -> {args.out / stem}.npz")
-    if failed == len(args.images):
-        return EXIT_FAILED
-    return EXIT_PARTIAL if failed else EXIT_OK
+    batch_cli = __import__("vitviz.batch_cli", fromlist=["explain_many"])
+    return batch_cli.explain_many(args, loaded, settings, max_side)  # batches, a writer thread
 
 
 def _default_checkpoint() -> Path:

@@ -136,7 +136,7 @@ def write_npz(analysis: Analysis, maps: ExplainedMaps, path: str | os.PathLike[s
         "logits": analysis.logits.numpy().astype(np.float32),
         "probs": analysis.probs.numpy().astype(np.float32),
         "class_names": np.array(analysis.class_names, dtype=str),
-        "attention": analysis.attention.float().numpy(),
+        "attention": analysis.attention_numpy(),  # the one time (L, H, N, N) crosses
         "grid": np.array(analysis.grid, dtype=np.int64),
         "num_prefix_tokens": np.array(analysis.num_prefix_tokens, dtype=np.int64),
         "rollout": maps.rollout,

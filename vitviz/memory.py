@@ -3,8 +3,9 @@ input of a given size needs, the memory free where it would run, and a plain ref
 first is larger than the second.
 
 The estimate is dominated by attention: N tokens, L layers, H heads give L·H·N² float32
-probabilities, which the analysis holds more than once at its peak (the captured list and its
-stacked copy, the head statistics' temporaries), plus per-layer temporaries of H·N², the N×N
+probabilities, which an analysis without gradients holds once (each layer kept as it comes,
+float16 / bfloat16 halve it) and one with gradients about three times (the graph's attention,
+its gradients, the kept copy), plus per-layer temporaries of H·N², the N×N
 matrices of the maps (rollout, gradient rollout, relevance) and, with gradients, the attention
 gradients and the autograd graph. The factors below were fitted to peaks measured in fresh
 processes (1-12 layers, 1-4 heads, 785-9,217 tokens) and rounded up: the estimate came out
@@ -33,7 +34,9 @@ _F32 = 4
 
 # Multiples of the attention bytes A = 4·L·H·N², of one layer's 4·H·N² and of one 4·N² matrix,
 # fitted to measured peaks and rounded up (see the module docstring).
-_ATTENTION_COPIES = 2.5  # captured list + stacked copy + the statistics' slice copy
+_CAPTURE_LAYER_TEMPORARIES = 3.0  # × 4·H·N²: a capture without gradients keeps its attention
+# as each layer comes (vitviz.capture): the scores, the softmax and the entropy's rows of one
+# layer beside the kept attention (measured 1.6-1.9 A with the kept copy on 2 layers)
 _ATTENTION_COPIES_GRAD = 3.5  # ... + the attention gradients and the graph's saved attention
 _GRADIENT_PASS_COPIES = 2.0  # a later gradient pass alone: its attention and their gradients
 _LAYER_TEMPORARIES = 1.0  # × 4·H·N²: scores before the softmax, the entropy's rows
@@ -77,16 +80,6 @@ class MemoryEstimate:
         """Bytes the analysis adds to what is already in memory."""
         return int(_ALLOCATOR_SLACK * max(self.forward_peak, self.kept + self.maps_peak))
 
-    @property
-    def host(self) -> int:
-        """Bytes on the host when the forward pass runs on a GPU (results and maps land here)."""
-        return int(_ALLOCATOR_SLACK * (self.kept + self.maps_peak))
-
-    @property
-    def device(self) -> int:
-        """Bytes on a GPU that runs the forward pass."""
-        return int(_ALLOCATOR_SLACK * self.forward_peak)
-
 
 def estimate_analysis(
     config: Any,
@@ -96,6 +89,8 @@ def estimate_analysis(
     maps: bool = True,
     weights: int = 0,
     gradient_pass_only: bool = False,
+    attention_bytes: int = _F32,
+    batch: int = 1,
 ) -> MemoryEstimate:
     """What analysing an input of ``input_size`` (H, W) with a model of ``config`` needs.
 
@@ -103,7 +98,18 @@ def estimate_analysis(
     num_prefix_tokens (hidden_dim and in_channels optional). ``gradients``: the forward pass
     also keeps the attention gradients. ``maps``: count the maps computed from it afterwards.
     ``gradient_pass_only``: a later gradient pass (and its maps) of an analysis in memory.
+    ``attention_bytes``: bytes per kept attention entry (2 for float16 / bfloat16).
+    ``batch``: images whose forward pass runs at once (every number but the weights scales).
     """
+    if batch > 1:
+        one = estimate_analysis(
+            config, input_size, gradients=gradients, maps=maps, weights=weights,
+            gradient_pass_only=gradient_pass_only, attention_bytes=attention_bytes,
+        )  # fmt: skip
+        return MemoryEstimate(
+            one.input_size, one.tokens, one.layers, one.heads, batch * one.attention,
+            batch * one.forward_peak, batch * one.kept, one.maps_peak, weights,
+        )  # fmt: skip
     h, w = (int(v) for v in input_size)
     p = max(1, int(config.patch_size))
     L, H, D = int(config.depth), int(config.heads), int(config.dim)
@@ -121,10 +127,14 @@ def estimate_analysis(
         maps_peak = _GRADIENT_MAP_COPIES * A + _GRADIENT_PASS_MAP_MATRICES * L * pair
         kept = A  # the gradients
         return MemoryEstimate((h, w), N, L, H, A, int(forward), kept, int(maps_peak), weights)
-    copies = _ATTENTION_COPIES_GRAD if gradients else _ATTENTION_COPIES
-    forward = copies * A + layer + _PAIR_TABLES * pair + L * _F32 * N * D + inputs
+    kept_attention = A * attention_bytes // _F32
+    if gradients:
+        forward = _ATTENTION_COPIES_GRAD * A + layer
+    else:
+        forward = kept_attention + _CAPTURE_LAYER_TEMPORARIES * H * pair
+    forward += _PAIR_TABLES * pair + L * _F32 * N * D + inputs
     forward += saved if gradients else 0
-    kept = A * (2 if gradients else 1) + inputs
+    kept = kept_attention + (A if gradients else 0) + inputs
     maps_peak = ((_GRADIENT_MAP_COPIES * A if gradients else 0) + map_bytes) if maps else 0
     return MemoryEstimate((h, w), N, L, H, A, int(forward), kept, int(maps_peak), weights)
 
@@ -215,10 +225,12 @@ def check_analysis_memory(
     *,
     gradients: bool = False,
     gradient_pass_only: bool = False,
+    attention_dtype: torch.dtype = torch.float32,
+    batch: int = 1,
 ) -> MemoryEstimate:
     """Raise NotEnoughMemoryError when analysing an ``input_size`` (H, W) input with ``model``
-    would not fit where it runs (and, on a GPU, where its results land: the host); returns the
-    estimate otherwise. ``device`` defaults to where the model's parameters are."""
+    (``batch`` images at once) would not fit where it runs: the analysis stays on that device;
+    returns the estimate otherwise. ``device`` defaults to where the model's parameters are."""
     params = list(model.parameters())
     dev = torch.device(device) if device is not None else _device_of(params)
     weights = sum(t.numel() * t.element_size() for t in params)
@@ -228,17 +240,31 @@ def check_analysis_memory(
         gradients=gradients,
         weights=weights,
         gradient_pass_only=gradient_pass_only,
+        attention_bytes=torch.empty(0, dtype=attention_dtype).element_size(),
+        batch=batch,
     )
-    places = [(dev, est.needed)]
-    if dev.type != "cpu":  # attention, gradients and maps are kept on the host
-        places = [(dev, est.device), (torch.device("cpu"), est.host)]
-    for place, needed in places:
-        free = available_memory(place)
-        if free is not None and needed > USABLE_FRACTION * free:
-            trained = getattr(model.config, "image_size", None)
-            message = _refusal(est, needed, free, place, trained, gradient_pass_only)
-            raise NotEnoughMemoryError(message, est, free)
+    free = available_memory(dev)
+    if free is not None and est.needed > USABLE_FRACTION * free:
+        trained = getattr(model.config, "image_size", None)
+        message = _refusal(est, est.needed, free, dev, trained, gradient_pass_only)
+        message += _choices(dev, attention_dtype, batch)
+        raise NotEnoughMemoryError(message, est, free)
     return est
+
+
+def _choices(dev: torch.device, attention_dtype: torch.dtype, batch: int) -> str:
+    """The other ways to run it, named in the refusal."""
+    out = []
+    if batch > 1:
+        out.append("fewer images at once (--batch-size)")
+    if attention_dtype == torch.float32:
+        out.append(
+            "attention kept in half precision (--attention-dtype float16, or "
+            "analyze(..., attention_dtype=torch.float16))"
+        )
+    if dev.type != "cpu":
+        out.append("the CPU (--device cpu)")
+    return " Other choices: " + "; ".join(out) + "." if out else ""
 
 
 def _device_of(params: list[torch.Tensor]) -> torch.device:

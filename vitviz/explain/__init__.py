@@ -13,7 +13,12 @@ from vitviz.explain.faithfulness import (
 )
 from vitviz.explain.fusion import FUSIONS, fuse_heads
 from vitviz.explain.gradcam import attention_gradcam, token_gradcam
-from vitviz.explain.gradients import AttentionGradients, attention_gradients
+from vitviz.explain.gradients import (
+    AttentionGradients,
+    GradientProducts,
+    attention_gradient_products,
+    attention_gradients,
+)
 from vitviz.explain.gradsam import grad_sam
 from vitviz.explain.localisation import Localisation, localise, mask_to_grid
 from vitviz.explain.maps import attention_maps, prefix_attention
@@ -31,7 +36,9 @@ from vitviz.explain.rollout import (
     PreparedRollout,
     gradient_rollout,
     prepare_gradient_rollout,
+    prepare_relevance,
     prepare_rollout,
+    prepared_relevance_map,
     relevance,
     relevance_row,
     rollout,
@@ -53,6 +60,7 @@ __all__ = [
     "AttentionGradients",
     "AttributionResult",
     "Curves",
+    "GradientProducts",
     "HeadStatistics",
     "ImageFaithfulness",
     "Localisation",
@@ -62,6 +70,7 @@ __all__ = [
     "all_methods",
     "attention_entropy",
     "attention_gradcam",
+    "attention_gradient_products",
     "attention_gradients",
     "attention_maps",
     "attention_relevance",
@@ -79,7 +88,9 @@ __all__ = [
     "prefix_attention",
     "prefix_share",
     "prepare_gradient_rollout",
+    "prepare_relevance",
     "prepare_rollout",
+    "prepared_relevance_map",
     "query_token",
     "random_map",
     "register_method",

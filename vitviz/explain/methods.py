@@ -23,10 +23,11 @@ from torch import Tensor
 from vitviz.explain.attribution import attention_relevance
 from vitviz.explain.fusion import FUSIONS
 from vitviz.explain.gradcam import attention_gradcam, token_gradcam
-from vitviz.explain.gradsam import grad_sam, stack_layers
+from vitviz.explain.maps import attention_maps
 from vitviz.explain.params import Parameter
 from vitviz.explain.random_map import random_map
 from vitviz.explain.rollout import relevance
+from vitviz.explain.tokens import min_max_scale
 
 if TYPE_CHECKING:
     from vitviz.analysis import Analysis
@@ -326,12 +327,14 @@ def _transformer_attribution(a: Analysis, q: Query, c: int | None, p: Mapping[st
 
 
 def _grad_sam(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    layers, grads = stack_layers(a.attention), a.gradients(c)
-    return grad_sam(layers, grads, a.grid, a.num_prefix_tokens, a.query_token(q))[0]
+    # mean_{l,h}(G⁺ ⊙ A) was summed in the gradient pass: the query's row of it
+    total = a.gradient_products(c).grad_sam[:, None]  # (1, 1, N, N)
+    rows = attention_maps(total, a.grid, a.num_prefix_tokens, a.query_token(q))[:, 0]
+    return min_max_scale(rows)[0]
 
 
 def _attention_gradcam(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    g = a.gradients(c)[-1]
+    g = a.gradient_products(c).last  # (1, H, N, N)
     attn = a.attention[-1].to(torch.float32)[None]
     return attention_gradcam(attn, g, a.grid, a.num_prefix_tokens, a.query_token(q))[0]
 

@@ -243,6 +243,34 @@ def relevance_row(
     return r
 
 
+def prepare_relevance(attentions: Sequence[Tensor], gradients: Sequence[Tensor]) -> Tensor:
+    """Relevance's layer matrices Ā_l = mean_h((G_l ⊙ A_l)⁺), made once for many queries:
+    L × (B, H, N, N) -> (L, B, N, N), on the attention's device."""
+    _check_pairs(attentions, gradients)
+    _check_layers(attentions, 0)
+    return torch.stack(
+        [(g * a).clamp_min(0).mean(dim=1) for a, g in zip(attentions, gradients, strict=True)]
+    )
+
+
+def prepared_relevance_map(
+    a_bar: Tensor,
+    grid: tuple[int, int],
+    num_prefix: int,
+    query: int | None = 0,
+    start_layer: int = 0,
+) -> Tensor:
+    """The relevance map from ``prepare_relevance``'s (L, B, N, N): row q of
+    (I + Ā_L) ⋯ (I + Ā_s) over the patches, min-max scaled: (B, gh, gw)."""
+    L, B, N, _ = a_bar.shape
+    if not 0 <= start_layer < L:
+        raise ValueError(f"start layer {start_layer} out of range for {L} layers")
+    r = start_vector(query, N, num_prefix, B, a_bar)  # (B, N)
+    for layer in range(L - 1, start_layer - 1, -1):
+        r = r + torch.bmm(r[:, None, :], a_bar[layer])[:, 0]
+    return min_max_scale(patch_part(r, grid, num_prefix))
+
+
 def relevance(
     attentions: Sequence[Tensor],
     gradients: Sequence[Tensor],

@@ -12,20 +12,27 @@ from torch import Tensor
 def patch_distances(grid: tuple[int, int], patch_size: int, like: Tensor) -> Tensor:
     """Euclidean distance in pixels between the centres of every pair of patches: (P, P)."""
     gh, gw = grid
-    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-    pos = torch.stack([rows.flatten(), cols.flatten()], dim=1).to(like)  # (P, 2)
+    rows, cols = torch.meshgrid(
+        torch.arange(gh, device=like.device), torch.arange(gw, device=like.device), indexing="ij"
+    )
+    pos = torch.stack([rows.flatten(), cols.flatten()], dim=1).to(like)  # (P, 2) on its device
     return torch.cdist(pos, pos) * patch_size
 
 
 def mean_attention_distance(
-    attn: Tensor, grid: tuple[int, int], num_prefix: int, patch_size: int
+    attn: Tensor,
+    grid: tuple[int, int],
+    num_prefix: int,
+    patch_size: int,
+    distances: Tensor | None = None,
 ) -> Tensor:
     """Σ_j A[q, j]·‖pos_q − pos_j‖·patch over patch keys, mean over patch queries: (B, H).
 
     attn: (B, H, N, N). The weights are used as they are (not renormalised over the patches).
+    ``distances``: ``patch_distances`` made once for many layers (else made here).
     """
     a = attn[:, :, num_prefix:, num_prefix:]  # (B, H, P, P)
-    dist = patch_distances(grid, patch_size, a)  # (P, P)
+    dist = patch_distances(grid, patch_size, a) if distances is None else distances  # (P, P)
     return torch.einsum("bhqk,qk->bhq", a, dist).mean(dim=-1)  # no (B, H, P, P) temporary
 
 

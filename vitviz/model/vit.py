@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from vitviz.model.config import ViTConfig
 from vitviz.model.layers import Block, PatchEmbed
@@ -131,16 +133,33 @@ class VisionTransformer(nn.Module):
         return self.norm_pre(self.pos_drop(tokens)), grid
 
     def forward_features(
-        self, x: Tensor, capture_attention: bool = False, hidden_states: bool = False
+        self,
+        x: Tensor,
+        capture_attention: bool = False,
+        hidden_states: bool = False,
+        attention_sink: Callable[[int, Tensor], None] | None = None,
+        recompute_blocks: bool = False,
     ) -> tuple[Tensor, list[Tensor], list[Tensor], tuple[int, int]]:
-        """Tokens after the final norm (B, N, D), attentions, block outputs and the grid."""
+        """Tokens after the final norm (B, N, D), attentions, block outputs and the grid.
+
+        ``attention_sink(layer, attn)``: each captured (B, H, N, N) attention is handed to it
+        as soon as its block has run, instead of being listed (the caller keeps what it needs,
+        so the captured layers never all exist at once). ``recompute_blocks``: with autograd,
+        each block keeps only its input and is run again in the backward pass (activation
+        checkpointing), so the graph does not hold every layer's attention and activations."""
         tokens, grid = self.embed(x)
         attentions: list[Tensor] = []
         hidden: list[Tensor] = []
-        for block in self.blocks:
-            tokens, attn = block(tokens, capture=capture_attention)
-            if attn is not None:
+        for i, block in enumerate(self.blocks):
+            if recompute_blocks and torch.is_grad_enabled():
+                tokens, attn = checkpoint(block, tokens, capture_attention, use_reentrant=False)
+            else:
+                tokens, attn = block(tokens, capture=capture_attention)
+            if attn is not None and attention_sink is not None:
+                attention_sink(i, attn)
+            elif attn is not None:
                 attentions.append(attn)
+            del attn
             if hidden_states:
                 hidden.append(tokens)
         return self.norm(tokens), attentions, hidden, grid
@@ -164,11 +183,17 @@ class VisionTransformer(nn.Module):
         return self.forward_head(tokens)
 
     def forward_explained(
-        self, x: Tensor, capture_attention: bool = True, hidden_states: bool = False
+        self,
+        x: Tensor,
+        capture_attention: bool = True,
+        hidden_states: bool = False,
+        attention_sink: Callable[[int, Tensor], None] | None = None,
+        recompute_blocks: bool = False,
     ) -> ViTOutput:
-        """Forward pass that also hands back each layer's attention (and block outputs)."""
+        """Forward pass that also hands back each layer's attention (and block outputs);
+        with ``attention_sink`` the attention goes there instead (``forward_features``)."""
         tokens, attentions, hidden, grid = self.forward_features(
-            x, capture_attention=capture_attention, hidden_states=hidden_states
+            x, capture_attention, hidden_states, attention_sink, recompute_blocks
         )
         return ViTOutput(
             self.forward_head(tokens), attentions, hidden, grid, self.num_prefix_tokens

@@ -250,7 +250,9 @@ def _shareable_attention(analysis: Any) -> np.ndarray | None:
     """The attention as a read-only float32 array for the window's fast path (query changes
     without a round trip to the engine), or None when it is too large to hand over."""
     att = analysis.attention
-    if str(att.dtype) != "torch.float32" or att.numel() * 4 > LOCAL_ATTENTION_BYTES:
+    if str(att.dtype) != "torch.float32" or att.device.type != "cpu":
+        return None  # half precision or on a GPU: the engine computes the maps there
+    if att.numel() * 4 > LOCAL_ATTENTION_BYTES:
         return None
     array = att.numpy()
     array.flags.writeable = False
@@ -312,9 +314,10 @@ def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
         # after a model change, until the image is analysed again with it (the window waits)
         raise UserFacingError("No image has been analysed yet.", "no_image")
     patch = params.query
-    head_maps, mean_maps, prefix = raw_maps(
-        a.attention.float().numpy(), patch, a.grid, a.num_prefix_tokens
-    )
+    try:  # computed where the attention is; only the maps cross to the host
+        head_maps, mean_maps, prefix = a.host_query_maps(patch)
+    except ValueError as exc:
+        raise UserFacingError(str(exc), "image") from exc
     target = a.top_class if params.target_class is None else params.target_class
     method_map, error = None, None
     if params.method != "attention":  # attention: the head maps above are the map

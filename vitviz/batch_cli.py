@@ -1,0 +1,166 @@
+"""``vitviz-cli explain`` over many images: folders expanded, forward passes in batches on the
+device (``--batch-size``), ``--attention-dtype``, and the files written by a writer thread while
+the next batch computes (a bounded queue: at most ``WRITE_QUEUE`` analyses wait).
+
+The files are those of one image at a time: ``<stem>.npz`` and the PNGs of ``vitviz.export``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitviz.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError
+from vitviz.console import say
+
+WRITE_QUEUE = 2  # analyses waiting for the writer (each holds its attention)
+ATTENTION_DTYPE_NAMES = ("float32", "float16", "bfloat16")
+
+
+def add_batch_options(p: argparse.ArgumentParser) -> None:
+    """``--batch-size N`` and ``--attention-dtype`` on a command that analyses images."""
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="images per forward pass (default: as many as the device's free memory allows)",
+    )
+    p.add_argument(
+        "--attention-dtype",
+        choices=ATTENTION_DTYPE_NAMES,
+        default="float32",
+        help="keep attention in half precision (float16: each probability within 2^-11 "
+        "relative, bfloat16: 2^-8) for half the memory; maps are computed in float32",
+    )
+
+
+def attention_dtype(name: str) -> Any:
+    from vitviz.analysis import ATTENTION_DTYPES
+
+    return ATTENTION_DTYPES[name]
+
+
+def expand_images(paths: Sequence[Path]) -> list[Path]:
+    """The images of ``paths``: files as given, folders replaced by the images directly in them
+    (natural order). CliError for a folder without images. A folder named like an image
+    (``cat.png/``) stays as given: the loader refuses it as not an image file."""
+    from vitviz.imaging.loading import is_image_path, list_images
+
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir() and not is_image_path(p):
+            found = list_images(p)
+            if not found:
+                raise CliError(f"{p}: the folder holds no images")
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
+
+
+@dataclass
+class _Writer:
+    """Writes each analysis's files on its own thread; errors are kept for the end."""
+
+    out: Path
+    colormap: str
+    max_side: int | None
+    titled: bool = True  # title and colour bar on the map PNGs (False: --bare)
+    settings: Any = None  # the MapSettings the maps were made with (for the titles)
+    jobs: queue.Queue = field(default_factory=lambda: queue.Queue(maxsize=WRITE_QUEUE))
+    failed: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self._loop, name="vitviz-writer", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        from vitviz.export import write_npz, write_pngs
+
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            analysis, maps, stem, name = job
+            try:
+                write_npz(analysis, maps, self.out / f"{stem}.npz")
+                write_pngs(
+                    analysis,
+                    maps,
+                    self.out,
+                    stem,
+                    self.colormap,
+                    max_side=self.max_side,
+                    titled=self.titled,
+                    settings=self.settings,
+                )
+            except OSError as exc:
+                self.failed.append(f"vitviz-cli: could not write {name}: {exc.strerror or exc}")
+            del analysis, maps, job
+
+    def put(self, analysis: Any, maps: Any, stem: str, name: str) -> None:
+        self.jobs.put((analysis, maps, stem, name))  # blocks while the queue is full
+
+    def close(self) -> list[str]:
+        self.jobs.put(None)
+        self.thread.join()
+        return self.failed
+
+
+def explain_many(args: argparse.Namespace, loaded: Any, settings: Any, max_side: int | None) -> int:
+    """Analyse ``args.images`` (files and folders) in batches, write each image's files, say
+    one progress line per image; the exit status of ``vitviz-cli explain``."""
+    from vitviz.batch import iter_analyses
+    from vitviz.export import compute_maps, output_stem
+
+    if args.batch_size is not None and args.batch_size < 1:
+        raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
+    images = expand_images(args.images)
+    stems: dict[str, int] = {}
+    names = []
+    for path in images:
+        stem = output_stem(path.stem)
+        stems[stem] = stems.get(stem, 0) + 1
+        names.append(stem if stems[stem] == 1 else f"{stem}-{stems[stem]}")
+    writer = _Writer(args.out, args.colormap, max_side, not args.bare, settings)
+    failed, total, start = 0, len(images), time.perf_counter()
+    try:
+        for item in iter_analyses(
+            loaded,
+            images,
+            batch_size=args.batch_size,
+            attention_dtype=attention_dtype(args.attention_dtype),
+            gradients=loaded.model.config.num_classes > 0,  # from the same pass, planned
+            max_side=max_side,
+        ):
+            path, stem = images[item.index], names[item.index]
+            if item.error is not None:
+                say(f"vitviz-cli: skipped {path}: {item.error}")
+                failed += 1
+                continue
+            analysis = item.analysis
+            maps = compute_maps(analysis, settings)  # on the device; the maps cross to the host
+            writer.put(analysis, maps, stem, str(path))
+            best = analysis.top_k(1)
+            said = f"{best[0].name} ({best[0].probability:.1%})" if best else "no head"
+            rate = (item.index + 1) / max(1e-9, time.perf_counter() - start)
+            say(
+                f"[{item.index + 1}/{total}] {path.name}: {said} -> {args.out / stem}.npz "
+                f"({rate:.1f} images/s)"
+            )
+            del analysis, maps, item
+    finally:
+        errors = writer.close()
+    for message in errors:
+        say(message)
+    failed += len(errors)
+    if failed == total:
+        return EXIT_FAILED
+    return EXIT_PARTIAL if failed else EXIT_OK

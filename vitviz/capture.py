@@ -1,0 +1,262 @@
+"""One forward pass over a batch with attention capture, gathered per image on its device.
+
+Each captured layer (B, H, N, N) is consumed as it comes: the head statistics of that layer
+are taken, each image's slice is copied into its own (L, H, N, N) buffer (in the attention dtype
+asked for) and the layer is dropped, so the peak holds the kept attention and one layer, never
+the captured list and a stacked copy together. Nothing leaves the device here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from vitviz import explain
+from vitviz.explain.gradients import GradientProducts, _Products, attention_gradient_products
+from vitviz.explain.stats import patch_distances
+from vitviz.explain.targets import target_classes
+from vitviz.memory import USABLE_FRACTION, available_memory
+from vitviz.model import VisionTransformer, ViTOutput
+
+
+@dataclass
+class Captured:
+    """What the forward pass left for one image, on the device it ran on."""
+
+    logits: Tensor  # (C,) float32
+    attention: Tensor  # (L, H, N, N) in the attention dtype asked for
+    mean_distance: Tensor  # (L, H) float32, pixels of the model input
+    entropy: Tensor  # (L, H) float32, nats
+    prefix_share: Tensor  # (L, H) float32
+    token_norms: Tensor  # (L, N) float32
+    attention_sums: Tensor  # (L,) float32: each layer's sum (finite iff the layer is)
+    products: GradientProducts | None  # the gradients of ``target``, reduced (batch 1)
+    target: int  # the class the gradients are of (-1: none)
+    grid: tuple[int, int]  # (gh, gw)
+    num_prefix_tokens: int
+
+
+def capture_batch(
+    model: torch.nn.Module,
+    x: Tensor,
+    patch_size: int,
+    *,
+    attention_dtype: torch.dtype = torch.float32,
+    gradients: bool = False,
+) -> list[Captured]:
+    """Run ``model`` on ``x`` (B, C, H, W), already on the model's device, and gather each
+    image's attention, head statistics and token norms (and, with ``gradients``, what the
+    gradient maps need of its top class's attention gradients, ``GradientProducts``) there.
+
+    Without gradients, vitviz's own ViT hands each layer over as soon as it is computed
+    (``attention_sink``), so only the kept attention and one layer exist at a time."""
+    B = x.shape[0]
+    if gradients and model.config.num_classes > 0 and recompute_pays(model, x):
+        return _capture_with_gradients(model, x, patch_size, attention_dtype)
+    if gradients and model.config.num_classes > 0:  # the graph holds every layer: fastest
+        g = attention_gradient_products(model, x, None, hidden_states=True)
+        collector = _Collector(len(g.attentions), g.grid, g.num_prefix_tokens, patch_size)
+        atts: list[Tensor | None] = list(g.attentions)
+        logits, hidden, products = g.logits, g.hidden_states, g.products
+        targets = [int(t) for t in g.target.tolist()]
+        del g
+        with torch.inference_mode():
+            for layer in range(len(atts)):
+                a = atts[layer]
+                atts[layer] = None  # the collector's copy is all that is left of it
+                assert a is not None
+                collector.add(layer, a, attention_dtype)
+                del a
+            return collector.finish(logits, hidden, products, targets, B)
+    grid = _grid_of(model, x, patch_size)
+    prefix = int(model.config.num_prefix_tokens)
+    collector = _Collector(int(model.config.depth), grid, prefix, patch_size)
+    with torch.inference_mode():
+        if isinstance(model, VisionTransformer):
+            out = model.forward_explained(
+                x,
+                capture_attention=True,
+                hidden_states=True,
+                attention_sink=lambda layer, a: collector.add(layer, a, attention_dtype),
+            )
+        else:  # model code: its forward pass lists the layers
+            out = model.forward_explained(x, capture_attention=True, hidden_states=True)
+            collector = _Collector(len(out.attentions), out.grid, prefix, patch_size)
+            layers: list[Tensor | None] = list(out.attentions)
+            out = ViTOutput(out.logits, [], list(out.hidden_states), out.grid, prefix)
+            for layer in range(len(layers)):
+                a = layers[layer]
+                layers[layer] = None
+                assert a is not None
+                collector.add(layer, a, attention_dtype)
+                del a
+        return collector.finish(out.logits, out.hidden_states, None, [-1] * B, B)
+
+
+PEAK_LIMIT = 1.5  # × (weights + float32 attention): the most a whole analysis may hold
+
+
+def recompute_pays(model: torch.nn.Module, x: Tensor, attention_kept: bool = False) -> bool:
+    """Whether the gradient pass should recompute each block in the backward pass (one more
+    forward pass of time) rather than let the graph hold every layer's attention and
+    activations: when the latter would take the analysis past PEAK_LIMIT × (weights +
+    attention), or past the memory free on the device. vitviz's own ViT only.
+    ``attention_kept``: the analysis's attention is in memory already (a later pass)."""
+    if not isinstance(model, VisionTransformer):
+        return False
+    cfg = model.config
+    B, _, h, w = x.shape
+    p = cfg.patch_size
+    N = cfg.num_prefix_tokens + (h // p) * (w // p)
+    L, H, D = cfg.depth, cfg.heads, cfg.dim
+    attention = 4 * B * L * H * N * N
+    activations = 4 * B * L * N * (8 * D + 2 * cfg.hidden_dim)
+    products = attention * (2 / H + 1 / L + 1 / (L * H))
+    weights = sum(t.numel() * t.element_size() for t in model.parameters())
+    graph = attention + activations + products + 3 * attention / L
+    peak = weights + graph + (attention if attention_kept else 0)
+    if peak > PEAK_LIMIT * (weights + attention):
+        return True
+    free = available_memory(x.device)
+    return free is not None and graph > USABLE_FRACTION * free
+
+
+def _capture_with_gradients(
+    model: VisionTransformer, x: Tensor, patch_size: int, attention_dtype: torch.dtype
+) -> list[Captured]:
+    """One forward pass that keeps each layer's attention as it comes, then one backward pass
+    that recomputes each block (activation checkpointing) and reduces each G_l with the kept
+    A_l as it is made: the peak holds the kept attention, one block's graph and the products,
+    not the graph's copy of every layer's attention and activations."""
+    grid = _grid_of(model, x, patch_size)
+    prefix = int(model.config.num_prefix_tokens)
+    collector = _Collector(int(model.config.depth), grid, prefix, patch_size)
+
+    def kept(layer: int) -> Tensor:  # (B, H, N, N): the views themselves for one image
+        if len(collector.kept) == 1:
+            return collector.kept[0][layer][None]
+        return torch.stack([k[layer] for k in collector.kept])
+
+    def keep(layer: int, a: Tensor) -> None:
+        collector.add(layer, a, attention_dtype)
+
+    logits, targets, products, hidden = reduced_gradient_pass(model, x, None, kept, keep)
+    with torch.inference_mode():
+        return collector.finish(logits, hidden, products, targets.tolist(), x.shape[0])
+
+
+def reduced_gradient_pass(
+    model: VisionTransformer,
+    x: Tensor,
+    target: int | Tensor | None,
+    attention_of: Callable[[int], Tensor],
+    on_layer: Callable[[int, Tensor], None] | None = None,
+) -> tuple[Tensor, Tensor, GradientProducts, list[Tensor]]:
+    """Forward and backward for y_c with each block recomputed in the backward pass; each G_l
+    is reduced with ``attention_of(l)`` (B, H, N, N) (the attention kept elsewhere, e.g. by
+    ``on_layer(l, A_l)``, called in the forward pass) as it is made. Returns the logits, the
+    classes, the GradientProducts and the block outputs (detached)."""
+    products = _Products(int(model.config.depth))
+
+    def sink(layer: int, a: Tensor) -> None:
+        if on_layer is not None:
+            with torch.no_grad():
+                on_layer(layer, a.detach())
+
+        def reduce(g: Tensor) -> None:
+            products.add(layer, attention_of(layer), g)
+
+        a.register_hook(reduce)
+
+    with torch.enable_grad():
+        x = x.detach().requires_grad_(True)
+        out = model.forward_explained(
+            x, capture_attention=True, hidden_states=True, attention_sink=sink,
+            recompute_blocks=True,
+        )  # fmt: skip
+        classes = target_classes(out.logits, target)
+        y = out.logits.gather(1, classes[:, None]).sum()
+        torch.autograd.grad(y, x)  # the hooks take each layer's gradient on the way
+    hidden = [h.detach() for h in out.hidden_states]
+    return out.logits.detach(), classes.detach(), products.done(), hidden
+
+
+def _grid_of(model: torch.nn.Module, x: Tensor, patch_size: int) -> tuple[int, int]:
+    return (x.shape[-2] // patch_size, x.shape[-1] // patch_size)
+
+
+class _Collector:
+    """Takes each captured layer (B, H, N, N) as it comes: its head statistics, each image's
+    slice copied into that image's (L, H, N, N) buffer in the kept dtype."""
+
+    def __init__(self, layers: int, grid: tuple[int, int], prefix: int, patch_size: int) -> None:
+        self.L, self.grid, self.prefix, self.patch = layers, grid, prefix, patch_size
+        self.kept: list[Tensor] = []
+        self.stats: Tensor | None = None  # (3, L, B, H): distance, entropy, prefix share
+        self.sums: Tensor | None = None  # (L, B)
+        self.dist: Tensor | None = None  # (P, P)
+
+    def add(self, layer: int, a: Tensor, dtype: torch.dtype) -> None:
+        B, H, N, _ = a.shape
+        if not self.kept:
+            self.kept = [
+                torch.empty((self.L, H, N, N), dtype=dtype, device=a.device) for _ in range(B)
+            ]
+            self.stats = torch.empty((3, self.L, B, H), dtype=torch.float32, device=a.device)
+            self.sums = torch.empty((self.L, B), dtype=torch.float32, device=a.device)
+            self.dist = patch_distances(self.grid, self.patch, a[:0].float())
+        assert self.stats is not None and self.sums is not None
+        af = a.float()  # (B, H, N, N); no copy when the model computed float32
+        P = self.prefix
+        self.stats[0, layer] = explain.mean_attention_distance(
+            af, self.grid, P, self.patch, self.dist
+        )
+        self.stats[1, layer] = explain.attention_entropy(af, P)
+        self.stats[2, layer] = explain.prefix_share(af, P)
+        self.sums[layer] = af.sum(dim=(1, 2, 3))
+        for i in range(B):
+            self.kept[i][layer].copy_(a[i])
+
+    def finish(
+        self,
+        logits: Tensor,
+        hidden: list[Tensor],
+        products: GradientProducts | None,
+        targets: list[int],
+        batch: int,
+    ) -> list[Captured]:
+        stats, sums = self.stats, self.sums
+        assert stats is not None and sums is not None, "the model captured no attention"
+        N = self.kept[0].shape[-1]
+        dev = self.kept[0].device
+        # (B, L, N); zeros for a model whose block outputs are unknown (model code)
+        if hidden:
+            norms = explain.token_norms(hidden).float()
+        else:
+            norms = torch.zeros((batch, self.L, N), device=dev)
+        hidden.clear()
+        if products is None:
+            per_image: list[GradientProducts | None] = [None] * batch
+        elif batch == 1:
+            per_image = [products]
+        else:
+            per_image = [products.image(i) for i in range(batch)]
+        return [
+            Captured(
+                logits=logits[i].float(),
+                attention=self.kept[i],
+                mean_distance=stats[0, :, i],
+                entropy=stats[1, :, i],
+                prefix_share=stats[2, :, i],
+                token_norms=norms[i],
+                attention_sums=sums[:, i],
+                products=per_image[i],
+                target=targets[i],
+                grid=self.grid,
+                num_prefix_tokens=self.prefix,
+            )
+            for i in range(batch)
+        ]

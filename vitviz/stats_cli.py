@@ -1,0 +1,84 @@
+"""``vitviz-cli stats FOLDER --checkpoint C [--checkpoint C2 …] --out DIR``: head statistics
+of every checkpoint over the images of a folder (``vitviz.folder_stats``): ``stats.csv`` and
+``stats.png`` (distance by depth, one dot per head, one colour per checkpoint)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from vitviz.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError
+from vitviz.console import say
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "stats",
+        help="head statistics over a folder of images: stats.csv and a distance-by-depth plot",
+        description="Mean and standard deviation over the folder's images of each head's mean "
+        "attention distance (pixels of the model input), entropy (nats) and prefix share, per "
+        "checkpoint; the same per-image definitions as the explain .npz.",
+    )
+    p.add_argument("folder", type=Path, help="folder of images (not recursive)")
+    p.add_argument(
+        "--checkpoint",
+        dest="checkpoints",
+        type=Path,
+        action="append",
+        required=True,
+        help="checkpoint file, repeatable (e.g. epoch 1 and the best of a run)",
+    )
+    p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    p.add_argument("--out", type=Path, default=Path("vitviz-stats"), help="output folder")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    p.add_argument(
+        "--batch-size", type=int, default=None, metavar="N", help="images per forward pass"
+    )
+    p.set_defaults(func=cmd_stats)
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from vitviz.cli import _load
+    from vitviz.devices import resolve_device
+    from vitviz.folder_stats import distance_plot, folder_statistics, write_csv
+    from vitviz.imaging.loading import ImageLoadError, list_images
+    from vitviz.imaging.overlay import save_png
+
+    if args.batch_size is not None and args.batch_size < 1:
+        raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
+    try:
+        images = list_images(args.folder)
+        device = resolve_device(args.device)
+    except (ImageLoadError, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    if not images:
+        raise CliError(f"{args.folder}: the folder holds no images")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"--out {args.out}: cannot create it ({exc.strerror or exc})") from exc
+    results = []
+    for path in args.checkpoints:
+        loaded = _load(path, args.config)
+        loaded.model.to(device)
+
+        def progress(done: int, total: int, image: Path, error: str | None, name=path.name) -> None:
+            if error is not None:
+                say(f"vitviz-cli: skipped {image}: {error}")
+            elif done == total or done % 10 == 0:
+                say(f"[{name}] {done}/{total} images")
+
+        results.append(
+            folder_statistics(
+                loaded, images, str(path), batch_size=args.batch_size, progress=progress
+            )
+        )
+        del loaded
+    if all(r.images == 0 for r in results):
+        say("vitviz-cli: no image could be analysed")
+        return EXIT_FAILED
+    csv_path = write_csv(results, args.out / "stats.csv")
+    png_path = save_png(distance_plot(results), args.out / "stats.png")
+    say(f"{len(images)} images × {len(results)} checkpoint(s) -> {csv_path}, {png_path}")
+    return EXIT_PARTIAL if any(r.failed for r in results) else EXIT_OK
