@@ -132,7 +132,7 @@ def shoot(
         if tab == "training":
             window.tabs.setCurrentWidget(window.training)
         elif tab == "statistics":
-            v.right_tabs.setCurrentWidget(v.stats)
+            v.right_tabs.setCurrentWidget(v.stats_panel)
         for _ in range(5):  # let every view repaint
             app.processEvents()
             time.sleep(0.05)

@@ -43,6 +43,7 @@ from vitviz.ui.viewer_tab import ViewerTab
 from vitviz.ui.wheel_guard import guard_wheel
 from vitviz.workers import jobs
 from vitviz.workers.engine import EngineClient
+from vitviz.workers.folder_stats import FolderStatsRunner
 from vitviz.workers.messages import (
     FaithfulnessResult,
     ImageResult,
@@ -109,6 +110,14 @@ class MainWindow(QMainWindow):
         self.client.failed.connect(self._on_failed)
         self.client.busyChanged.connect(self._on_busy)
         self.viewer.hoverText.connect(self.hover_label.setText)
+        self.folder_stats = FolderStatsRunner(self)
+        panel = self.viewer.stats_panel
+        panel.folderRequested.connect(self.stats_over_folder)
+        panel.cancelRequested.connect(self.folder_stats.cancel)
+        self.folder_stats.progress.connect(panel.set_progress)
+        self.folder_stats.finished.connect(panel.show_folder)
+        self.folder_stats.cancelled.connect(lambda: panel.set_idle("Cancelled."))
+        self.folder_stats.failed.connect(self._folder_stats_failed)
         guard_wheel(self)  # no combo, spin box or slider changes on the wheel unless focused
 
     # -- construction -------------------------------------------------------------------------
@@ -262,6 +271,8 @@ class MainWindow(QMainWindow):
         self.viewer.save_settings(s)
         s.set("device", self.device_combo.currentText())
         self.training.runner.shutdown()
+        self.folder_stats.cancel()
+        self.folder_stats.wait(5.0)
         self.client.shutdown()
         super().closeEvent(event)
 
@@ -389,6 +400,31 @@ class MainWindow(QMainWindow):
                 gradients=self.viewer.needs_gradients(),
             ),
         )
+
+    def stats_over_folder(self, folder: str | Path) -> bool:
+        """Head statistics of the current model over every image of ``folder``, measured on a
+        thread of its own (the viewer stays usable); False when it can't start."""
+        model = self.model
+        if model is None or model.path is None or model.family == "model-code":
+            self.notifier.user_error(
+                "Statistics over a folder need a model opened from a checkpoint file: open one."
+            )
+            return False
+        if self.folder_stats.is_running():
+            self.notifier.user_error("A folder is being measured already: cancel it first.")
+            return False
+        self.viewer.stats_panel.set_running(Path(folder))
+        self.folder_stats.start(
+            Path(model.path),
+            Path(folder),
+            preprocessing=model.preprocessing,
+            device=self.device_combo.currentText() or "cpu",
+        )
+        return True
+
+    def _folder_stats_failed(self, message: str) -> None:
+        self.viewer.stats_panel.set_idle(f"Not measured: {message}")
+        self.notifier.user_error(message)
 
     def _model_for_lone_image(self) -> None:
         """An image with no model open nor asked for: the model used last, else the shipped one,

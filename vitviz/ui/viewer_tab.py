@@ -11,11 +11,12 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QLabel, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from vitviz.ui.canvas import ImageCanvas
-from vitviz.ui.charts import HeadStatsView, PredictionsChart
+from vitviz.ui.charts import PredictionsChart
 from vitviz.ui.controls import ATTENTION, MEAN, ViewControls
 from vitviz.ui.faithfulness_panel import FaithfulnessPanel
 from vitviz.ui.head_grid import HeadGrid
 from vitviz.ui.settings import AppSettings
+from vitviz.ui.stats_panel import StatsPanel
 from vitviz.workers import jobs
 from vitviz.workers.engine import EngineClient
 from vitviz.workers.messages import (
@@ -52,7 +53,8 @@ class ViewerTab(QWidget):
         self.predictions = PredictionsChart()
         self.predictions.setMinimumHeight(110)
         self.predictions.setMaximumHeight(130)  # the controls below fit at 1366 × 768
-        self.stats = HeadStatsView()
+        self.stats_panel = StatsPanel()  # this image's statistics, or a folder's
+        self.stats = self.stats_panel.view
         self.controls = ViewControls()
         self.faithfulness = FaithfulnessPanel()
         self.placeholder = QLabel(PLACEHOLDER)
@@ -81,7 +83,7 @@ class ViewerTab(QWidget):
         scroll.setWidget(panel)
         right_tabs.addTab(scroll, "Explain")
         right_tabs.addTab(self.faithfulness, "Faithfulness")
-        right_tabs.addTab(self.stats, "Head statistics")
+        right_tabs.addTab(self.stats_panel, "Head statistics")
         self.right_tabs = right_tabs
 
         main = QSplitter(Qt.Orientation.Horizontal)
@@ -133,7 +135,7 @@ class ViewerTab(QWidget):
             self.predictions.set_predictions(result.probs, result.class_names, self._shown_class())
         else:
             self.predictions.clear_predictions()
-        self.stats.set_statistics(
+        self.stats_panel.set_statistics(
             result.mean_distance,
             result.entropy,
             result.prefix_share,

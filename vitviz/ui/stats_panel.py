@@ -1,0 +1,131 @@
+"""The Head statistics panel: the plots of ``HeadStatsView`` for the image on screen, or averaged
+over a folder of images (as the ViT paper's mean-attention-distance figure is), with the run's
+progress and a Cancel button."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from vitviz.ui.charts import HeadStatsView
+from vitviz.workers.folder_stats import FolderStatsResult
+
+
+class StatsPanel(QWidget):
+    """``folderRequested(folder)`` asks for the statistics over a folder; ``cancelRequested``
+    stops that run. The window answers with ``set_progress``, ``show_folder`` or ``set_idle``."""
+
+    folderRequested = Signal(object)  # Path of a folder of images
+    cancelRequested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.view = HeadStatsView()
+        self.scope = QLabel("This image.")
+        self.scope.setWordWrap(True)
+        self.over_folder = QPushButton("Over a folder…")
+        self.over_folder.setToolTip(
+            "Average each head's statistics over every image of a folder (the ViT paper's "
+            "mean attention distance is such an average), with the current model"
+        )
+        self.back = QPushButton("This image")
+        self.back.setToolTip("Show the statistics of the image on screen again")
+        self.back.hide()
+        self.progress = QProgressBar()
+        self.progress.hide()
+        self.cancel = QPushButton("Cancel")
+        self.cancel.hide()
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.over_folder)
+        buttons.addWidget(self.back)
+        buttons.addWidget(self.progress, 1)
+        buttons.addWidget(self.cancel)
+        buttons.addStretch(0)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(buttons)
+        layout.addWidget(self.scope)
+        layout.addWidget(self.view, 1)
+        self._image_stats: tuple | None = None  # what set_statistics last got for the image
+        self.folder_result: FolderStatsResult | None = None
+        self.over_folder.clicked.connect(self._choose_folder)
+        self.cancel.clicked.connect(self.cancelRequested)
+        self.back.clicked.connect(self.show_image)
+
+    # -- the image on screen ---------------------------------------------------------------------
+    def set_statistics(
+        self,
+        distance: np.ndarray,
+        entropy: np.ndarray,
+        prefix: np.ndarray,
+        norms: np.ndarray,
+        num_prefix: int,
+    ) -> None:
+        """A new image's (L, H) statistics and (L, N) token norms (shown unless a folder is)."""
+        self._image_stats = (distance, entropy, prefix, norms, num_prefix)
+        if self.folder_result is None:
+            self.view.set_statistics(*self._image_stats)
+
+    def show_image(self) -> None:
+        self.folder_result = None
+        self.back.hide()
+        self.scope.setText("This image.")
+        if self._image_stats is not None:
+            self.view.set_statistics(*self._image_stats)
+
+    # -- a folder --------------------------------------------------------------------------------
+    def _choose_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Head statistics over a folder of images")
+        if folder:
+            self.folderRequested.emit(Path(folder))
+
+    def set_running(self, folder: Path) -> None:
+        self.over_folder.setEnabled(False)
+        self.progress.setRange(0, 0)  # until the first image is done
+        self.progress.setFormat("%v / %m images")
+        self.progress.show()
+        self.cancel.show()
+        self.cancel.setEnabled(True)
+        self.scope.setText(f"Measuring the images of {folder}…")
+
+    def set_progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+
+    def set_idle(self, message: str | None = None) -> None:
+        """The run ended without a result (cancelled or failed): say so, keep what is shown."""
+        self.over_folder.setEnabled(True)
+        self.progress.hide()
+        self.cancel.hide()
+        if message is not None:
+            self.scope.setText(message)
+
+    def show_folder(self, result: FolderStatsResult) -> None:
+        """The folder's means, one dot per head (token norms are per image: left empty)."""
+        self.set_idle()
+        self.folder_result = result
+        layers, _ = result.distance.shape
+        self.view.set_statistics(
+            result.distance,
+            result.entropy,
+            result.prefix_share,
+            np.zeros((layers, 0), dtype=np.float32),
+            0,
+        )
+        skipped = f"; {len(result.failed)} could not be read" if result.failed else ""
+        self.scope.setText(
+            f"Mean over {result.images} images of {result.folder.name} "
+            f"({result.checkpoint}){skipped}."
+        )
+        self.back.show()

@@ -1,0 +1,144 @@
+"""Head statistics over a folder for the window: a plain job function (tested without threads)
+and a runner that does it on a thread of its own, with progress and cancel.
+
+The job opens its own copy of the model from the checkpoint file, so the viewer's engine stays
+free for the image on screen while a folder is measured.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal
+
+from vitviz.errors import VitvizError
+
+
+class RunCancelledError(Exception):
+    """The user cancelled the run."""
+
+
+@dataclass(frozen=True)
+class FolderStatsResult:
+    """Mean and standard deviation over the images of the per-image (L, H) statistics."""
+
+    folder: Path
+    checkpoint: str
+    images: int
+    failed: tuple[str, ...]  # "file: why" of the images that could not be analysed
+    distance: np.ndarray  # (L, H) mean attention distance, pixels of the model input
+    entropy: np.ndarray  # (L, H) nats
+    prefix_share: np.ndarray  # (L, H) fraction
+    distance_std: np.ndarray
+    entropy_std: np.ndarray
+    prefix_share_std: np.ndarray
+
+
+def folder_stats_job(
+    checkpoint: Path,
+    folder: Path,
+    progress: Callable[[int, int], None],
+    cancelled: Callable[[], bool],
+    preprocessing: dict[str, Any] | None = None,
+    device: str = "cpu",
+) -> FolderStatsResult:
+    """Analyse every image of ``folder`` with the model in ``checkpoint`` (no gradients) and
+    average its head statistics; ``progress(done, total)`` after each image, RunCancelledError
+    as soon as ``cancelled()`` says so; VitvizError (one line) when nothing can be measured."""
+    from vitviz.checkpoints import CheckpointError, load_checkpoint
+    from vitviz.folder_stats import folder_statistics
+    from vitviz.imaging import Preprocessing
+    from vitviz.imaging.loading import list_images
+
+    try:
+        images = list_images(folder)
+    except ValueError as exc:
+        raise VitvizError(str(exc)) from exc
+    if not images:
+        raise VitvizError(f"{folder.name} holds no images vitviz can read.")
+    try:
+        loaded = load_checkpoint(checkpoint)
+    except CheckpointError as exc:
+        raise VitvizError(str(exc)) from exc
+    prep = None if preprocessing is None else Preprocessing.from_dict(preprocessing)
+
+    def step(done: int, total: int, _path: Path, _error: str | None) -> None:
+        if cancelled():
+            raise RunCancelledError
+        progress(done, total)
+
+    if cancelled():
+        raise RunCancelledError
+    stats = folder_statistics(
+        loaded, images, checkpoint.name, progress=step, device=device, preprocessing=prep
+    )
+    if stats.images == 0:
+        raise VitvizError(f"none of the {len(images)} images of {folder.name} could be analysed")
+    m = stats.moments
+    return FolderStatsResult(
+        folder=folder,
+        checkpoint=checkpoint.name,
+        images=stats.images,
+        failed=tuple(stats.failed),
+        distance=stats.mean("distance"),
+        entropy=stats.mean("entropy"),
+        prefix_share=stats.mean("prefix_share"),
+        distance_std=m["distance"].std,
+        entropy_std=m["entropy"].std,
+        prefix_share_std=m["prefix_share"].std,
+    )
+
+
+class FolderStatsRunner(QObject):
+    """Runs ``folder_stats_job`` on a thread; one run at a time. Signals arrive on the GUI
+    thread: ``progress(done, total)``, then one of ``finished(result)``, ``failed(message)``,
+    ``cancelled()``."""
+
+    progress = Signal(int, int)
+    finished = Signal(object)  # FolderStatsResult
+    failed = Signal(str)
+    cancelled = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._cancel = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, checkpoint: Path, folder: Path, **options: Any) -> None:
+        if self.is_running():
+            raise RuntimeError("a folder is being measured already")
+        self._cancel.clear()
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(checkpoint, folder, options),
+            name="vitviz-folder-stats",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self, checkpoint: Path, folder: Path, options: dict[str, Any]) -> None:
+        try:
+            result = folder_stats_job(
+                checkpoint, folder, self.progress.emit, self._cancel.is_set, **options
+            )
+        except RunCancelledError:
+            self.cancelled.emit()
+        except (VitvizError, MemoryError) as exc:
+            self.failed.emit(str(exc) or type(exc).__name__)
+        else:
+            self.finished.emit(result)
