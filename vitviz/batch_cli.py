@@ -123,6 +123,10 @@ def explain_many(args: argparse.Namespace, loaded: Any, settings: Any, max_side:
     if args.batch_size is not None and args.batch_size < 1:
         raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
     images = expand_images(args.images)
+    if args.attention_dtype != "float32":  # the precision it costs, stated once
+        from vitviz.analysis import attention_precision_text
+
+        say(f"vitviz-cli: {attention_precision_text(attention_dtype(args.attention_dtype))}")
     stems: dict[str, int] = {}
     names = []
     for path in images:
