@@ -642,3 +642,14 @@ def test_pillow_log_lines_never_reach_stderr(tmp_path: Path) -> None:
     )
     assert "samples.tif" in proc.stdout
     assert proc.stderr == ""
+
+
+def test_list_images_passes_over_the_masks_beside_images(tmp_path) -> None:
+    from PIL import Image
+
+    from vitviz.imaging.loading import list_images
+
+    for name in ("cat.jpg", "cat_mask.png", "dog.png", "dog_mask.png", "lone_mask.png"):
+        Image.new("RGB", (4, 4)).save(tmp_path / name)
+    # a mask is passed over only beside its image: "lone_mask.png" has none, so it is an image
+    assert [p.name for p in list_images(tmp_path)] == ["cat.jpg", "dog.png", "lone_mask.png"]

@@ -18,8 +18,7 @@ import numpy as np
 from torch import Tensor
 
 from vitviz.imaging.geometry import PatchGeometry
-
-MASK_SUFFIX = "_mask.png"
+from vitviz.imaging.loading import MASK_SUFFIX
 
 
 @dataclass(frozen=True)

@@ -167,8 +167,12 @@ def _natural_key(path: Path) -> tuple:
     return tuple((0, int(p), p) if p.isdigit() else (1, 0, p) for p in parts), path.name
 
 
+MASK_SUFFIX = "_mask.png"  # <stem>_mask.png beside <stem>.*: that image's object mask
+
+
 def list_images(folder: str | os.PathLike) -> list[Path]:
-    """Image files directly in ``folder`` (not recursive, no hidden files), natural order."""
+    """Image files directly in ``folder`` (not recursive, no hidden files), natural order;
+    ``<stem>_mask.png`` beside an image ``<stem>.*`` is that image's mask and not listed."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ImageLoadError(
@@ -179,7 +183,11 @@ def list_images(folder: str | os.PathLike) -> list[Path]:
         for p in folder.iterdir()
         if not p.name.startswith(".") and is_image_path(p) and p.is_file()
     ]
-    return sorted(found, key=_natural_key)
+    stems = {p.stem for p in found}
+    masks = {
+        p for p in found if p.name.endswith(MASK_SUFFIX) and p.name[: -len(MASK_SUFFIX)] in stems
+    }
+    return sorted((p for p in found if p not in masks), key=_natural_key)
 
 
 # --------------------------------------------------------------------------- mode conversion
