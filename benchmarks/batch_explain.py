@@ -105,9 +105,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def explain() -> object:
         ns = argparse.Namespace(
-            images=[work], out=out, colormap="viridis", batch_size=batch,
+            images=[work],
+            out=out,
+            colormap="viridis",
+            batch_size=batch,
             attention_dtype="float32",
-        )  # fmt: skip
+            bare=False,
+        )  # fmt: skip  (bare=False: titled PNGs, what `vitviz-cli explain` writes)
         return explain_many(ns, loaded, MapSettings(), None)
 
     def analyses_only() -> object:

@@ -172,28 +172,39 @@ def attention_gradient_products(
         logits = out.logits
         target_t = target_classes(logits, target)
         y = logits.gather(1, target_t[:, None]).sum()
-        acc = _Products(len(out.attentions))
-        handles = []
-        for layer, a in enumerate(out.attentions):
-            a_kept = a.detach()
-
-            def hook(g: Tensor, layer: int = layer, a_kept: Tensor = a_kept) -> None:
-                acc.add(layer, a_kept, g)
-
-            handles.append(a.register_hook(hook))
-        try:
-            (g0,) = torch.autograd.grad(y, out.attentions[0])
-        finally:
-            for h in handles:
-                h.remove()
-        acc.add(0, out.attentions[0], g0)  # no-op when its hook ran
-        del g0
+        if isinstance(model, VisionTransformer):
+            products = _reduce_by_hooks(y, out.attentions)
+        else:  # model code: a captured attention can be a view beside the tensor the forward
+            # pass computes with, where no hook would fire: ask for each G_l by name
+            grads = torch.autograd.grad(y, out.attentions)
+            products = GradientProducts.of([a.detach() for a in out.attentions], grads)
+            del grads
     return ReducedGradients(
         logits=logits.detach(),
         attentions=[a.detach() for a in out.attentions],
-        products=acc.done(),
+        products=products,
         target=target_t.detach(),
         hidden_states=[h.detach() for h in out.hidden_states],
         grid=out.grid,
         num_prefix_tokens=out.num_prefix_tokens,
     )
+
+
+def _reduce_by_hooks(y: Tensor, attentions: Sequence[Tensor]) -> GradientProducts:
+    """Each G_l reduced with A_l by a hook as the backward pass from ``y`` makes it."""
+    acc = _Products(len(attentions))
+    handles = []
+    for layer, a in enumerate(attentions):
+        a_kept = a.detach()
+
+        def hook(g: Tensor, layer: int = layer, a_kept: Tensor = a_kept) -> None:
+            acc.add(layer, a_kept, g)
+
+        handles.append(a.register_hook(hook))
+    try:
+        (g0,) = torch.autograd.grad(y, attentions[0])
+    finally:
+        for h in handles:
+            h.remove()
+    acc.add(0, attentions[0], g0)  # no-op when its hook ran
+    return acc.done()
