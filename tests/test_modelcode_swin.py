@@ -94,12 +94,9 @@ def _reference_rollout(attn, places, grids) -> torch.Tensor:
                 for x in range(grid[1]):
                     up[y * grid[1] + x] = r[(y // 2) * Wm + x // 2] / 4
             r = up
-        dense = torch.zeros(N, N, dtype=torch.float64)
         fused = a.mean(dim=1)  # (windows, n, n)
-        for i in range(N):
-            for j in range(N):
-                if wnd[i] == wnd[j]:
-                    dense[i, j] = fused[wnd[i], slot[i], slot[j]]
+        same = wnd[:, None] == wnd[None, :]  # tokens i and j share a window
+        dense = fused[wnd[:, None], slot[:, None], slot[None, :]] * same  # (N, N)
         dense = dense + torch.eye(N, dtype=torch.float64)
         dense = dense / dense.sum(dim=-1, keepdim=True)
         r = r @ dense
@@ -169,3 +166,43 @@ def test_user_given_windows_replace_the_attributes_and_are_checked(tmp_path):
         swin_code_model(model, (32, 32), 2, windows=[(2, 0), (4, 2), (4, 0), (4, 2)])
     with pytest.raises(ModelCodeError, match="4 window-attention modules"):
         swin_code_model(model, (32, 32), 2, windows=[(4, 0)])
+
+
+def test_torchvision_style_code_on_a_padded_map_matches_vitviz_own_swin(tmp_path):
+    """torchvision's modules as 'user code': (B, H, W, C) block inputs, the shift on the
+    attention itself, maps padded to whole windows (40 px: 10² tokens, windows of 4)."""
+    from swin_helpers import tiny_torchvision_swin
+
+    from vitviz.checkpoints import load_checkpoint
+
+    ref = tiny_torchvision_swin(window=4).eval()
+    path = tmp_path / "tv.pth"
+    torch.save(ref.state_dict(), path)
+    ours = load_checkpoint(path).model.eval()
+    x = torch.randn(1, 3, 40, 40, generator=torch.Generator().manual_seed(4))
+    code = swin_code_model(ref, (40, 40), 4)
+    with torch.no_grad():
+        got = code.forward_explained(x)
+        want = ours.forward_explained(x)
+    assert got.layouts == want.layouts
+    assert any(lay.shifted and lay.padded != lay.grid for lay in got.layouts)
+    assert got.stage_grids == want.stage_grids and got.block_stages == want.block_stages
+    for a, b in zip(got.attentions, want.attentions, strict=True):
+        assert (a - b).abs().max() < 1e-5
+    assert (got.logits - want.logits).abs().max() < 1e-4
+
+
+def test_windows_from_the_settings_and_a_bad_setting(tmp_path):
+    module, model = _seed_model()
+    windows = [[4, 0], [4, 2], [4, 0], [4, 2]]
+    loaded = _open(tmp_path, model, {"swin_windows": windows})
+    assert loaded.model.config.windows == ((4, 0), (4, 2), (4, 0), (4, 2))
+    assert any("window layout from the settings" in n for n in loaded.notes)
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    want, _ = _by_hand(module, model, x)
+    got = loaded.model.forward_explained(x).attentions
+    assert all((a[0] - r).abs().max() < 1e-5 for a, r in zip(got, want, strict=True))
+    with pytest.raises(ModelCodeError, match=r"swin_windows must be \[\[window, shift\]"):
+        make_spec(SEED_FILE, "SwinTransformer", {}, None, {"swin_windows": [4, 2]})
+    with pytest.raises(ModelCodeError, match="shift must be a whole number"):
+        make_spec(SEED_FILE, "SwinTransformer", {}, None, {"swin_windows": [[4, -1]]})

@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -132,8 +133,10 @@ def _capturing(model: nn.Module, batch: int) -> Iterator[_Capture]:
     handles = []
     for i, (name, module) in enumerate(window_attention_modules(model)):
 
-        def enter(_m: nn.Module, _args: Any, i: int = i) -> None:
+        def enter(_m: nn.Module, args: Any, *, i: int, own: bool) -> None:
             cap.current.append(i)
+            if own and args and isinstance(args[0], Tensor):  # the block is the module
+                cap.inputs[i] = tuple(args[0].shape)
 
         def leave(_m: nn.Module, _args: Any, _out: Any) -> None:
             cap.current.pop()
@@ -142,10 +145,11 @@ def _capturing(model: nn.Module, batch: int) -> Iterator[_Capture]:
             if args and isinstance(args[0], Tensor):
                 cap.inputs[i] = tuple(args[0].shape)
 
-        handles.append(module.register_forward_pre_hook(enter))
-        handles.append(module.register_forward_hook(leave))
         block = model.get_submodule(_block_name(model, name))
-        if block is not module:
+        own = block is module
+        handles.append(module.register_forward_pre_hook(partial(enter, i=i, own=own)))
+        handles.append(module.register_forward_hook(leave))
+        if not own:
             handles.append(block.register_forward_pre_hook(block_input))
     try:
         with _WindowSoftmax(cap):
