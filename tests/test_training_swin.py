@@ -166,3 +166,49 @@ def test_swin_preset_in_the_training_tab(qtbot, tmp_path: Path):
     tab.apply_preset("tutorial")
     assert tab.dim.isEnabled() and not tab.window_size.isEnabled()
     assert tab.config().model == "vit"
+
+
+def test_swin_on_a_grayscale_image_folder(tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name in ("dark", "light"):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for i in range(5):
+            pixels = rng.integers(0, 256, (20, 20), dtype=np.uint8)
+            Image.fromarray(pixels).convert("L").save(tmp_path / "data" / name / f"{i}.png")
+    cfg = preset_config(
+        "swin", dataset=f"folder:{tmp_path / 'data'}", image_size=16, swin_dims=(12, 24),
+        swin_depths=(2, 2), swin_heads=(2, 4), epochs=1, batch_size=4, val_fraction=0.4,
+        device="cpu", threads=1, out_dir=str(tmp_path / "run"),
+    )  # fmt: skip
+    events = []
+    assert loop.run_training(cfg, events.append).status == "completed"
+    loaded = load_checkpoint(tmp_path / "run" / "best.safetensors")
+    assert isinstance(loaded.model, SwinTransformer) and loaded.model.config.in_channels == 1
+    assert loaded.class_names == ["dark", "light"]
+    assert [e.rollout.shape for e in events if e.kind == "probe"] == [(8, 8)]
+
+
+def test_shapes_evaluation_of_a_swin_is_its_windowed_rollout_mass(tmp_path):
+    from vitviz.training.evaluate import evaluate_shapes_model, patch_coverage
+    from vitviz.training.shapes import make_shapes
+
+    cfg = preset_config(
+        "swin", image_size=16, swin_dims=(12, 24), swin_depths=(2, 2), swin_heads=(2, 4),
+        train_size=20, val_size=10, batch_size=10, epochs=1, device="cpu", threads=1,
+        out_dir=str(tmp_path / "run"),
+    )  # fmt: skip
+    loop.run_training(cfg)
+    loaded = load_checkpoint(tmp_path / "run" / "last.safetensors")
+    result = evaluate_shapes_model(loaded, n=6, seed=123, batch_size=4)
+    images, _, masks = make_shapes(6, 16, 123)
+    mean = torch.tensor(loaded.preprocessing.mean)[:, None, None]
+    std = torch.tensor(loaded.preprocessing.std)[:, None, None]
+    masses = []
+    for image, mask in zip(images, masks, strict=True):
+        r = analyze_swin(loaded.model, (image.float() / 255 - mean) / std).rollout()
+        cover = patch_coverage(mask[None], (8, 8))[0]
+        masses.append(float((r / r.sum() * cover).sum()))
+    assert abs(result.rollout_mass_in_mask - sum(masses) / len(masses)) < 1e-5
+    assert 0 <= result.accuracy <= 1
