@@ -212,3 +212,20 @@ def test_shapes_evaluation_of_a_swin_is_its_windowed_rollout_mass(tmp_path):
         masses.append(float((r / r.sum() * cover).sum()))
     assert abs(result.rollout_mass_in_mask - sum(masses) / len(masses)) < 1e-5
     assert 0 <= result.accuracy <= 1
+
+
+def test_swin_on_cifar10_batches(tmp_path):
+    from test_training_data import write_cifar
+
+    write_cifar(tmp_path / "cifar-10-batches-py", per_batch=4)
+    cfg = preset_config(
+        "swin", dataset=f"cifar10:{tmp_path / 'cifar-10-batches-py'}", patch_size=4,
+        swin_dims=(12, 24), swin_depths=(2, 2), swin_heads=(2, 4), epochs=1, batch_size=10,
+        device="cpu", threads=1, out_dir=str(tmp_path / "run"),
+    )  # fmt: skip
+    events = []
+    assert loop.run_training(cfg, events.append).status == "completed"
+    loaded = load_checkpoint(tmp_path / "run" / "last.safetensors")
+    assert isinstance(loaded.model, SwinTransformer) and len(loaded.class_names) == 10
+    assert loaded.model.config.image_size == (32, 32) and loaded.model.config.patch_size == 4
+    assert [e.rollout.shape for e in events if e.kind == "probe"] == [(8, 8)]
