@@ -206,3 +206,14 @@ def test_windows_from_the_settings_and_a_bad_setting(tmp_path):
         make_spec(SEED_FILE, "SwinTransformer", {}, None, {"swin_windows": [4, 2]})
     with pytest.raises(ModelCodeError, match="shift must be a whole number"):
         make_spec(SEED_FILE, "SwinTransformer", {}, None, {"swin_windows": [[4, -1]]})
+
+
+def test_cli_info_describes_the_seed_swin_by_stage(tmp_path, capsys):
+    from vitviz.cli import main
+
+    _, model = _seed_model()
+    weights = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
+    assert main(["info", str(weights), "--model-code", f"{SEED_FILE}:SwinTransformer"]) == 0
+    out = capsys.readouterr().out
+    assert "Swin, widths 16-32, depths 2-2, heads 2-4, windows 4-4, patch 2, image 32×32" in out

@@ -91,10 +91,38 @@ class SwinCodeConfig:
     in_channels: int = 3
     source: str = ""  # "FILE.py:NAME"
     windows: tuple[tuple[int, int], ...] | None = None  # user's (window, shift) per block
+    block_stages: tuple[int, ...] = ()  # per block, from the probing forward pass
+    block_windows: tuple[int, ...] = ()  # per block: the window's side (wh)
+    block_dims: tuple[int, ...] = ()  # per block: the attention's ``dim`` (0 when unknown)
 
     @property
     def depth(self) -> int:
         return len(self.heads)
+
+    def _per_stage(self, values: tuple[int, ...]) -> list[int]:
+        """The value of each stage's first block."""
+        firsts = {}
+        for stage, value in zip(self.block_stages, values, strict=True):
+            firsts.setdefault(stage, value)
+        return [firsts[s] for s in sorted(firsts)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Like SwinConfig.to_dict: per-stage dims, depths, heads and windows (``vitviz-cli
+        info``), with the model-code fields."""
+        stages = sorted(set(self.block_stages))
+        return {
+            "image_size": list(self.image_size),
+            "patch_size": self.patch_size,
+            "num_classes": self.num_classes,
+            "in_channels": self.in_channels,
+            "dims": self._per_stage(self.block_dims),
+            "depths": [self.block_stages.count(s) for s in stages],
+            "heads": self._per_stage(self.heads),
+            "window_sizes": self._per_stage(self.block_windows),
+            "version": 1,
+            "source": self.source,
+            "windows": None if self.windows is None else [list(w) for w in self.windows],
+        }
 
 
 @dataclass
@@ -274,4 +302,9 @@ def swin_code_model(
     if out.logits.ndim != 2:
         raise ModelCodeError(f"the model returned logits of shape {tuple(out.logits.shape)}")
     config.num_classes = int(out.logits.shape[1])
+    config.block_stages = tuple(out.block_stages)
+    config.block_windows = tuple(lay.window[0] for lay in out.layouts)
+    config.block_dims = tuple(
+        int(getattr(m, "dim", 0) or 0) for _, m in window_attention_modules(inner)
+    )
     return model
