@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 from safetensors.torch import save_file
 
 from vitviz.explain.swin_analysis import analyze_swin
@@ -149,6 +150,11 @@ def test_seed_rollout_and_logits_through_analyze_swin(tmp_path):
     assert (got - want).abs().max() < 1e-5
     assert want.std() > 0.01  # the map is not flat: the test can tell layouts apart
     assert result.gradients is not None and len(result.gradients) == 4
+    photo = Image.fromarray(
+        (torch.rand(40, 48, 3, generator=torch.Generator()) * 255).byte().numpy()
+    )
+    from_photo = analyze_swin(loaded, photo)  # prepared as the model code's preprocessing says
+    assert from_photo.pixels.shape == (32, 32, 3) and from_photo.rollout().shape == (16, 16)
     assert torch.isfinite(result.gradient_rollout()).all()
 
 
@@ -190,6 +196,12 @@ def test_torchvision_style_code_on_a_padded_map_matches_vitviz_own_swin(tmp_path
     for a, b in zip(got.attentions, want.attentions, strict=True):
         assert (a - b).abs().max() < 1e-5
     assert (got.logits - want.logits).abs().max() < 1e-4
+    # ∂y_c/∂A through the user's code is the same as through vitviz's own Swin
+    mine, theirs = analyze_swin(code, x[0], gradients=True), analyze_swin(ours, x[0], True)
+    for g, h in zip(mine.gradients, theirs.gradients, strict=True):
+        assert (g - h).abs().max() < 1e-5 * max(1.0, float(h.abs().max()))
+    assert (mine.gradient_rollout() - theirs.gradient_rollout()).abs().max() < 1e-4
+    assert (mine.rollout() - theirs.rollout()).abs().max() < 1e-5
 
 
 def test_windows_from_the_settings_and_a_bad_setting(tmp_path):
