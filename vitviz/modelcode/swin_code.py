@@ -157,28 +157,30 @@ class _WindowSoftmax(TorchFunctionMode):
 
 @contextmanager
 def _capturing(model: nn.Module, batch: int) -> Iterator[_Capture]:
+    """Within the block, each window-attention call's softmax and each block's input shape
+    land in the capture; the hooks are removed on the way out, even when the block raises."""
     cap = _Capture(batch)
+
+    def enter(_m: nn.Module, args: Any, *, i: int, own: bool) -> None:
+        cap.current.append(i)
+        if own:  # the module is its own block: its input is the block's
+            note_input(_m, args, i=i)
+
+    def leave(_m: nn.Module, _args: Any, _out: Any) -> None:
+        cap.current.pop()
+
+    def note_input(_m: nn.Module, args: Any, *, i: int) -> None:
+        if args and isinstance(args[0], Tensor):
+            cap.inputs[i] = tuple(args[0].shape)
+
     handles = []
     for i, (name, module) in enumerate(window_attention_modules(model)):
-
-        def enter(_m: nn.Module, args: Any, *, i: int, own: bool) -> None:
-            cap.current.append(i)
-            if own and args and isinstance(args[0], Tensor):  # the block is the module
-                cap.inputs[i] = tuple(args[0].shape)
-
-        def leave(_m: nn.Module, _args: Any, _out: Any) -> None:
-            cap.current.pop()
-
-        def block_input(_m: nn.Module, args: Any, i: int = i) -> None:
-            if args and isinstance(args[0], Tensor):
-                cap.inputs[i] = tuple(args[0].shape)
-
         block = model.get_submodule(_block_name(model, name))
         own = block is module
         handles.append(module.register_forward_pre_hook(partial(enter, i=i, own=own)))
         handles.append(module.register_forward_hook(leave))
         if not own:
-            handles.append(block.register_forward_pre_hook(block_input))
+            handles.append(block.register_forward_pre_hook(partial(note_input, i=i)))
     try:
         with _WindowSoftmax(cap):
             yield cap
