@@ -11,8 +11,11 @@ generated data (uint8 32 × 32 RGB, 10 classes), batch 64, on the CPU (or the GP
 
 Each loop runs in its own subprocess (so peak RSS is its own), the runs alternate, and images
 per second are taken over the same optimizer steps after a warm-up. Target: (b) ≥ 2 × (a).
+``--model swin``: both loops train the Training tab's small Swin preset instead (32 px, patch 2,
+window 4, widths 48-96-192, depths 2-2-2), the same target.
 
     .venv/bin/python benchmarks/train_throughput.py [--quick] [--no-check] [--steps N]
+        [--model vit|swin]
 """
 
 from __future__ import annotations
@@ -62,15 +65,24 @@ def children_peak_rss_mib() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
-def tutorial_loop(steps: int, device: str) -> list[float]:
+def make_model(model: str):
+    """The benchmarked model, freshly initialised: the tutorials' ViT or the swin preset."""
+    from vitviz.model import create_model
+    from vitviz.training.config import SWIN_PRESET, TrainConfig
+    from vitviz.training.models import build_model
+
+    if model == "swin":
+        return build_model(TrainConfig(**SWIN_PRESET), CLASSES, 3)
+    return create_model("cifar10-tutorial")
+
+
+def tutorial_loop(steps: int, device: str, model_kind: str = "vit") -> list[float]:
     """The tutorials' loop for ``steps`` steps; perf_counter after every step."""
     import torch
     import torch.nn.functional as F
     import torchvision.transforms as T
     from PIL import Image
     from torch.utils.data import DataLoader, Dataset
-
-    from vitviz.model import create_model
 
     class CifarLike(Dataset):
         """Like torchvision.datasets.CIFAR10: uint8 HWC arrays, a PIL image per sample."""
@@ -98,7 +110,7 @@ def tutorial_loop(steps: int, device: str) -> list[float]:
     )
     torch.manual_seed(0)
     dev = torch.device(device)
-    model = create_model("cifar10-tutorial").to(dev).train()
+    model = make_model(model_kind).to(dev).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     stamps = [time.perf_counter()]
     for x, y in loader:
@@ -112,9 +124,9 @@ def tutorial_loop(steps: int, device: str) -> list[float]:
     return stamps
 
 
-def vitviz_loop(steps: int, device: str) -> list[float]:
+def vitviz_loop(steps: int, device: str, model_kind: str = "vit") -> list[float]:
     """vitviz.training.run_training over the same number of steps; perf_counter per step."""
-    from vitviz.training.config import TrainConfig
+    from vitviz.training.config import SWIN_PRESET, TrainConfig
     from vitviz.training.loop import run_training
 
     stamps = [time.perf_counter()]
@@ -124,13 +136,14 @@ def vitviz_loop(steps: int, device: str) -> list[float]:
             stamps.append(time.perf_counter())
 
     with tempfile.TemporaryDirectory() as tmp:
+        preset = SWIN_PRESET if model_kind == "swin" else {}
         cfg = TrainConfig(
+            **{**preset, "image_size": IMAGE},
             dataset="random",
             train_size=steps * BATCH,
             val_size=BATCH,
             epochs=1,
             batch_size=BATCH,
-            image_size=IMAGE,
             device=device,
             probe=False,
             step_report_interval_s=0.0,  # an event (and a loss sync) after every step
@@ -140,9 +153,9 @@ def vitviz_loop(steps: int, device: str) -> list[float]:
     return stamps
 
 
-def worker(kind: str, steps: int, warmup: int, device: str) -> dict:
+def worker(kind: str, steps: int, warmup: int, device: str, model: str = "vit") -> dict:
     """Run one loop in this process; the measurement as a dict."""
-    stamps = (tutorial_loop if kind == "tutorial" else vitviz_loop)(steps, device)
+    stamps = (tutorial_loop if kind == "tutorial" else vitviz_loop)(steps, device, model)
     if len(stamps) != steps + 1:
         raise RuntimeError(f"{kind}: {len(stamps) - 1} steps recorded, expected {steps}")
     seconds = stamps[-1] - stamps[warmup]
@@ -156,10 +169,10 @@ def worker(kind: str, steps: int, warmup: int, device: str) -> dict:
     }
 
 
-def run_worker(kind: str, steps: int, warmup: int, device: str) -> dict:
+def run_worker(kind: str, steps: int, warmup: int, device: str, model: str = "vit") -> dict:
     """One loop in a fresh subprocess (its own peak RSS); its JSON result."""
     cmd = [sys.executable, __file__, "--worker", kind, "--steps", str(steps)]
-    cmd += ["--warmup", str(warmup), "--device", device]
+    cmd += ["--warmup", str(warmup), "--device", device, "--model", model]
     env = {**os.environ, "VITVIZ_DATA_DIR": tempfile.gettempdir()}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
@@ -171,19 +184,22 @@ def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (300)")
     add_device_option(p)  # both loops run there
+    p.add_argument(
+        "--model", choices=("vit", "swin"), default="vit", help="vit (default) or the swin preset"
+    )
     p.add_argument("--worker", choices=("tutorial", "vitviz"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     steps = args.steps or (12 if args.quick else 300)
     warmup = args.warmup if args.warmup is not None else (2 if args.quick else 20)
     if args.worker:
-        print(json.dumps(worker(args.worker, steps, warmup, args.device)))
+        print(json.dumps(worker(args.worker, steps, warmup, args.device, args.model)))
         return 0
     device = bench_device(args.device)  # refused here, plainly, when it is not present
     repeats = args.repeats or (1 if args.quick else 2)
     results: dict[str, list[dict]] = {"tutorial": [], "vitviz": []}
     for _ in range(repeats):  # in turns, so drift in the machine's load hits both alike
         for kind in results:
-            results[kind].append(run_worker(kind, steps, warmup, args.device))
+            results[kind].append(run_worker(kind, steps, warmup, args.device, args.model))
 
     def median(kind: str, key: str) -> float:
         return statistics.median(r[key] for r in results[kind])
@@ -210,8 +226,13 @@ def main(argv: list[str] | None = None) -> int:
                 "" if kind == "tutorial" else check.verdict,
             ]
         )
+    name = (
+        "swin preset (patch 2, window 4, 48-96-192)"
+        if args.model == "swin"
+        else "cifar10-tutorial ViT"
+    )
     print(
-        f"# Training throughput: cifar10-tutorial ViT, {IMAGE} px, {CLASSES} classes, batch "
+        f"# Training throughput: {name}, {IMAGE} px, {CLASSES} classes, batch "
         f"{BATCH}, {args.device}"
     )
     print(f"device: {device_name(device)}")

@@ -7,14 +7,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def test_train_throughput_quick() -> None:
+@pytest.mark.parametrize("model", ["vit", "swin"])
+def test_train_throughput_quick(model: str) -> None:
     env = {**os.environ, "PYTHONWARNINGS": "error"}
     proc = subprocess.run(
         [sys.executable, str(BENCHMARKS / "train_throughput.py"), "--quick", "--no-check",
-         "--steps", "6"],
+         "--steps", "6", "--model", model],
         cwd=BENCHMARKS.parent,
         env=env,
         capture_output=True,
@@ -33,3 +36,4 @@ def test_train_throughput_quick() -> None:
         assert row[3].endswith("MiB")  # peak RSS
     assert "WRONG RESULT" not in proc.stdout
     assert "device: cpu (" in proc.stdout  # the device named
+    assert ("swin preset" in proc.stdout) == (model == "swin")

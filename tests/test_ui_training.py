@@ -140,6 +140,11 @@ def test_form_and_train_config_round_trip_through_the_field_table(window: MainWi
         label_smoothing=0.2,
         grad_clip=3.5,
         device="cpu",
+        model="swin",
+        window_size=2,
+        swin_dims=(8, 16),
+        swin_depths=(1, 3),
+        swin_heads=(2, 4),
     )
     defaults = TrainConfig()
     assert all(getattr(cfg, f.field) != getattr(defaults, f.field) for f in FIELDS)

@@ -75,10 +75,13 @@ class SwinAnalysis:
 
 
 def _model(model_or_loaded: object) -> SwinTransformer:
+    """vitviz's SwinTransformer, or any module of kind "swin" with ``forward_explained``
+    giving SwinOutput and ``config.patch_size`` (a model-code Swin)."""
     model = getattr(model_or_loaded, "model", model_or_loaded)
-    if not isinstance(model, SwinTransformer):
+    swin_kind = getattr(model, "model_kind", None) == "swin" and hasattr(model, "forward_explained")
+    if not (isinstance(model, SwinTransformer) or swin_kind):
         raise TypeError(f"analyze_swin needs a Swin model, got {type(model).__name__}")
-    return model
+    return model  # type: ignore[return-value]
 
 
 def analyze_swin(

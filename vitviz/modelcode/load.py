@@ -24,6 +24,7 @@ from vitviz.modelcode.importing import (
 )
 from vitviz.modelcode.layout import PatchLayout, find_layout, patch_conv
 from vitviz.modelcode.spec import ModelCodeSpec, read_class_names
+from vitviz.modelcode.swin_code import swin_code_model, window_attention_modules
 
 FAMILY = "model-code"
 DEFAULT_MEAN_STD = (0.5, 0.5, 0.5)
@@ -259,6 +260,8 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
         inner, arguments, spec.patch_size, spec.image_size, file, spec.num_prefix_tokens
     )
     notes.append(layout.size_note)
+    if window_attention_modules(inner):
+        return _load_swin(inner, layout, spec, file, arguments, notes)
     run = _probe(inner, layout, spec.name, file)
     config = make_config(inner, layout, run, spec, notes)
     preprocessing = _preprocessing(spec, arguments, layout, notes)
@@ -267,6 +270,47 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
         model=model,  # type: ignore[arg-type]  # duck-typed: forward_explained + config
         class_names=_class_names(spec, config.num_classes),
         preprocessing=preprocessing,
+        family=FAMILY,
+        path=file,
+        provenance={
+            "model_code": f"{file}:{spec.name}",
+            "args": dict(spec.args),
+            "state_dict": str(spec.checkpoint) if spec.checkpoint else None,
+        },
+        notes=notes,
+    )
+
+
+def _load_swin(
+    inner: nn.Module,
+    layout: PatchLayout,
+    spec: ModelCodeSpec,
+    file: Path,
+    arguments: dict[str, Any],
+    notes: list[str],
+) -> LoadedModel:
+    """A model with window-attention modules, opened as a Swin (``SwinCodeModel``)."""
+    try:
+        model = swin_code_model(
+            inner, layout.image_size, layout.patch_size, spec.swin_windows, spec.target
+        )
+    except ModelCodeError:
+        raise
+    except Exception as exc:
+        h, w = layout.image_size
+        raise ModelCodeError(
+            f"running {spec.name} on a 1×3×{h}×{w} input failed: {describe_exception(exc, file)}"
+        ) from exc
+    blocks = len(model.attention_names)
+    notes.append(
+        f"Swin: window attention captured in {blocks} blocks; patch size {layout.patch_size} "
+        f"from {layout.source}; window layout from "
+        + ("the settings" if spec.swin_windows is not None else "the modules' attributes")
+    )
+    return LoadedModel(
+        model=model,  # type: ignore[arg-type]  # duck-typed: model_kind "swin"
+        class_names=_class_names(spec, model.config.num_classes),
+        preprocessing=_preprocessing(spec, arguments, layout, notes),
         family=FAMILY,
         path=file,
         provenance={

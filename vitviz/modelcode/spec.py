@@ -15,7 +15,15 @@ from typing import Any
 
 from vitviz.modelcode.errors import ModelCodeError
 
-SETTING_KEYS = ("image_size", "mean", "std", "patch_size", "num_prefix_tokens", "class_names")
+SETTING_KEYS = (
+    "image_size",
+    "mean",
+    "std",
+    "patch_size",
+    "num_prefix_tokens",
+    "class_names",
+    "swin_windows",
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class ModelCodeSpec:
     std: tuple[float, float, float] | None = None
     patch_size: int | None = None
     num_prefix_tokens: int | None = None
+    swin_windows: tuple[tuple[int, int], ...] | None = None  # Swin: (window, shift) per block
 
     @property
     def target(self) -> str:
@@ -160,7 +169,16 @@ def make_spec(
             if get("num_prefix_tokens") is not None
             else None
         ),
+        swin_windows=_windows(get("swin_windows")) if get("swin_windows") is not None else None,
     )
+
+
+def _windows(value: Any) -> tuple[tuple[int, int], ...]:
+    """[[window, shift], ...] per block -> ((window, shift), ...), checked."""
+    pairs = list(value) if isinstance(value, (list, tuple)) else None
+    if pairs and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+        return tuple((_count("window", w, 1), _count("shift", s, 0)) for w, s in pairs)
+    raise ModelCodeError(f"swin_windows must be [[window, shift], ...] per block, got {value!r}")
 
 
 def read_class_names(path: Path) -> list[str]:

@@ -20,14 +20,30 @@ from vitviz.training.validate import validate_training_config
 
 EXIT_OK, EXIT_BAD_SETTINGS, EXIT_INTERRUPTED = 0, 2, 130
 
+
+def _int_list(text: str) -> tuple[int, ...]:
+    """'48,96,192' -> (48, 96, 192)."""
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected whole numbers like 48,96,192, got {text!r}"
+        ) from None
+
+
 # (flag, TrainConfig field, type, help)
-_OPTIONS: tuple[tuple[str, str, type, str], ...] = (
+_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
+    ("--model", "model", str, "vit or swin (default vit; the swin preset sets swin)"),
     ("--epochs", "epochs", int, "passes over the training set (default 10)"),
     ("--image-size", "image_size", int, "input side in pixels (default 32)"),
     ("--patch-size", "patch_size", int, "patch side in pixels (default 8)"),
     ("--dim", "dim", int, "token width (default 64)"),
     ("--depth", "depth", int, "encoder blocks (default 4)"),
     ("--heads", "heads", int, "attention heads; must divide --dim (default 4)"),
+    ("--window-size", "window_size", int, "Swin: window side in tokens (default 4)"),
+    ("--swin-dims", "swin_dims", _int_list, "Swin: width per stage (default 48,96,192)"),
+    ("--swin-depths", "swin_depths", _int_list, "Swin: blocks per stage (default 2,2,2)"),
+    ("--swin-heads", "swin_heads", _int_list, "Swin: heads per stage (default 3,6,12)"),
     (
         "--channels",
         "in_channels",
@@ -48,7 +64,7 @@ def add_parser(subparsers: Any) -> None:
     """Register ``train`` on the CLI's sub-parsers."""
     p = subparsers.add_parser(
         "train",
-        help="train a small ViT on shapes, random data, an image folder or CIFAR-10",
+        help="train a small ViT or Swin on shapes, random data, an image folder or CIFAR-10",
         description="Train a small ViT. Writes OUT/config.json, OUT/metrics.jsonl and the "
         "checkpoints OUT/last.safetensors and OUT/best.safetensors (by validation accuracy), "
         "which `vitviz-cli explain` opens.",
@@ -63,9 +79,9 @@ def add_parser(subparsers: Any) -> None:
         "--preset",
         choices=tuple(PRESETS),
         default="tutorial",
-        help="starting settings: tutorial (the tutorials' CIFAR-10 ViT, 32 px) or "
-        "shapes (64 px, sine-cosine positions, 60 epochs of fresh shapes); the options "
-        "below override them",
+        help="starting settings: tutorial (the tutorials' CIFAR-10 ViT, 32 px), "
+        "shapes (64 px, sine-cosine positions, 60 epochs of fresh shapes) or swin (a small "
+        "Swin: 32 px, patch 2, window 4, widths 48-96-192); the options below override them",
     )
     for flag, dest, kind, help_text in _OPTIONS:
         p.add_argument(flag, dest=dest, type=kind, default=None, help=help_text)

@@ -12,6 +12,8 @@ from typing import Any
 DATASET_KINDS = ("shapes", "random", "folder", "cifar10")
 AMP_MODES = ("auto", "off", "bf16", "fp16")
 POS_EMBEDS = ("learned", "sincos", "sincos2d")
+MODEL_KINDS = ("vit", "swin")
+_SWIN_LISTS = ("swin_dims", "swin_depths", "swin_heads")
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,13 @@ class TrainConfig:
     pos_embed: str = "learned"
     drop_path_rate: float = 0.1
     in_channels: int | None = None  # 1 grayscale, 3 RGB; None: 1 for a grayscale folder, else 3
+    model: str = "vit"  # vit | swin
+    # Swin only (model="swin"): per-stage widths, blocks and heads; windows of window_size
+    # tokens a side; image_size, patch_size, mlp_ratio and drop_path_rate as for the ViT
+    window_size: int = 4
+    swin_dims: tuple[int, ...] = (48, 96, 192)
+    swin_depths: tuple[int, ...] = (2, 2, 2)
+    swin_heads: tuple[int, ...] = (3, 6, 12)
     # -- data ------------------------------------------------------------------------------------
     train_size: int | None = None  # generated: how many; folder/CIFAR: at most this many
     val_size: int | None = None
@@ -89,6 +98,12 @@ class TrainConfig:
     step_report_interval_s: float = 0.25  # at most one step event per interval (0: every step)
     probe: bool = True  # attention snapshot of a fixed validation image after every epoch
     command: str = ""  # how the run was started (provenance); empty: the equivalent CLI command
+
+    def __post_init__(self) -> None:
+        for name in _SWIN_LISTS:  # lists from JSON -> tuples (frozen: equality, hashing)
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
 
     # -- derived ---------------------------------------------------------------------------------
     @property
@@ -120,6 +135,21 @@ class TrainConfig:
             heads=self.heads,
             mlp_ratio=self.mlp_ratio,
             pos_embed=self.pos_embed,
+            drop_path_rate=self.drop_path_rate,
+        )
+
+    def swin_kwargs(self, num_classes: int, in_channels: int = 3) -> dict[str, Any]:
+        """Keyword arguments of vitviz.model.SwinConfig for this run (``model="swin"``)."""
+        return dict(
+            in_channels=self.in_channels or in_channels,
+            image_size=(self.image_size, self.image_size),
+            patch_size=self.patch_size,
+            num_classes=num_classes,
+            dims=tuple(self.swin_dims),
+            depths=tuple(self.swin_depths),
+            heads=tuple(self.swin_heads),
+            window_sizes=(self.window_size,) * len(self.swin_depths),
+            mlp_hidden_dims=tuple(round(self.mlp_ratio * d) for d in self.swin_dims),
             drop_path_rate=self.drop_path_rate,
         )
 
@@ -161,11 +191,28 @@ SHAPES_PRESET: dict[str, Any] = dict(
     warmup_epochs=1.0,
 )
 
-PRESETS: dict[str, dict[str, Any]] = {"tutorial": {}, "shapes": SHAPES_PRESET}
+# A small Swin (the issue's): 32 px, 2-pixel patches, 4 × 4 windows on 16², 8² and 4² grids,
+# widths 48-96-192, two blocks (W-MSA, SW-MSA) per stage; the tutorial's optimisation.
+SWIN_PRESET: dict[str, Any] = dict(
+    model="swin",
+    image_size=32,
+    patch_size=2,
+    window_size=4,
+    swin_dims=(48, 96, 192),
+    swin_depths=(2, 2, 2),
+    swin_heads=(3, 6, 12),
+)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "tutorial": {},
+    "shapes": SHAPES_PRESET,
+    "swin": SWIN_PRESET,
+}
 
 
 def preset_config(preset: str, /, **overrides: Any) -> TrainConfig:
-    """The config of a named preset (``tutorial`` or ``shapes``) with fields overridden."""
+    """The config of a named preset (``tutorial``, ``shapes``, ``swin``) with fields
+    overridden."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     return TrainConfig(**{**PRESETS[preset], **overrides})
@@ -173,12 +220,17 @@ def preset_config(preset: str, /, **overrides: Any) -> TrainConfig:
 
 _FLAGS = (  # TrainConfig field -> vitviz-cli train option
     ("dataset", "--dataset"),
+    ("model", "--model"),
     ("epochs", "--epochs"),
     ("image_size", "--image-size"),
     ("patch_size", "--patch-size"),
     ("dim", "--dim"),
     ("depth", "--depth"),
     ("heads", "--heads"),
+    ("window_size", "--window-size"),
+    ("swin_dims", "--swin-dims"),
+    ("swin_depths", "--swin-depths"),
+    ("swin_heads", "--swin-heads"),
     ("in_channels", "--channels"),
     ("batch_size", "--batch-size"),
     ("lr", "--lr"),
@@ -200,7 +252,8 @@ def equivalent_command(config: TrainConfig) -> str:
     preset = "tutorial"
     for name, values in PRESETS.items():
         base = TrainConfig(**values)
-        if all(getattr(config, f) == getattr(base, f) for f in values if f not in flagged):
+        same = all(getattr(config, f) == getattr(base, f) for f in values if f not in flagged)
+        if same and config.model == base.model:
             preset = name  # the last match wins: "shapes" over "tutorial"
     base = TrainConfig(**PRESETS[preset])
     parts = ["vitviz-cli", "train"] + (["--preset", preset] if preset != "tutorial" else [])
@@ -209,7 +262,8 @@ def equivalent_command(config: TrainConfig) -> str:
         if field_name == "dataset" or (
             value not in (None, "") and value != getattr(base, field_name)
         ):
-            parts += [flag, str(value)]
+            text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+            parts += [flag, text]
     if not config.augment and base.augment:
         parts.append("--no-augment")
     if config.out_dir:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -57,8 +58,25 @@ def rollout_mass(
     attentions: L × (B, heads, N, N); coverage: (B, gh, gw) in [0, 1]. Returns (B,).
     """
     maps = explain.rollout(attentions, grid, num_prefix)  # (B, gh, gw), scaled to max 1
+    return map_mass(maps, coverage)
+
+
+def map_mass(maps: Tensor, coverage: Tensor) -> Tensor:
+    """Per image, the share of a map's mass on the object: maps, coverage (B, gh, gw) -> (B,)."""
     mass = maps / maps.flatten(1).sum(dim=1).clamp_min(1e-12)[:, None, None]
     return (mass * coverage).flatten(1).sum(dim=1)
+
+
+def swin_rollout_maps(out: Any) -> Tensor:
+    """A Swin's windowed rollout of every image of a batch (SwinOutput): (B, H_0, W_0)."""
+    from vitviz.explain.swin_rollout import PreparedSwinRollout, fused_blocks
+
+    maps = []
+    for b in range(out.logits.shape[0]):
+        mats = fused_blocks([a[b].float() for a in out.attentions], out.layouts)
+        prepared = PreparedSwinRollout(mats, out.layouts, out.block_stages, out.stage_grids)
+        maps.append(prepared.map())
+    return torch.stack(maps)
 
 
 def _check_shapes_model(loaded: LoadedModel) -> None:
@@ -94,9 +112,14 @@ def evaluate_shapes_model(
             pred = out.logits.argmax(dim=-1).cpu()
             correct.index_add_(0, y, (pred == y).float())
             count.index_add_(0, y, torch.ones(len(y)))
-            cover = patch_coverage(masks[i : i + batch_size], out.grid).to(device)
-            attns = [a.float() for a in out.attentions]
-            inside.append(rollout_mass(attns, out.grid, out.num_prefix_tokens, cover).cpu())
+            swin = getattr(model, "model_kind", None) == "swin"
+            grid = out.stage_grids[0] if swin else out.grid
+            cover = patch_coverage(masks[i : i + batch_size], grid).to(device)
+            if swin:
+                inside.append(map_mass(swin_rollout_maps(out), cover).cpu())
+            else:
+                attns = [a.float() for a in out.attentions]
+                inside.append(rollout_mass(attns, out.grid, out.num_prefix_tokens, cover).cpu())
             share.append(cover.flatten(1).mean(dim=1).cpu())
     mass = float(torch.cat(inside).mean())
     mask_share = float(torch.cat(share).mean())

@@ -18,12 +18,11 @@ from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitviz.checkpoints import save_checkpoint
 from vitviz.devices import resolve_device
 from vitviz.imaging import Preprocessing
-from vitviz.model import VisionTransformer, ViTConfig
 from vitviz.training.augment import Normalizer, random_crop_flip
 from vitviz.training.config import TrainConfig, equivalent_command
 from vitviz.training.datasets import DatasetError, TrainData, channel_stats, load_dataset
@@ -38,6 +37,7 @@ from vitviz.training.events import (
     RunStatus,
     StepEvent,
 )
+from vitviz.training.models import build_model
 from vitviz.training.optim import AmpSettings, amp_settings, make_optimizer
 from vitviz.training.probe import probe_maps
 from vitviz.training.runs import (
@@ -113,7 +113,7 @@ def _failed(run_dir: Path, report: Reporter, message: str, details: str) -> None
 
 
 def evaluate(
-    model: VisionTransformer,
+    model: nn.Module,
     images: Tensor,
     labels: Tensor,
     normalize: Normalizer,
@@ -179,8 +179,8 @@ class _Run:
             channels=channels,
         )
         torch.manual_seed(cfg.seed)
-        model_cfg = ViTConfig(**cfg.model_kwargs(len(self.data.class_names), channels))
-        self.model = VisionTransformer(model_cfg).to(self.device).train()
+        model = build_model(cfg, len(self.data.class_names), channels)
+        self.model = model.to(self.device).train()
         self.optimizer = make_optimizer(self.model, cfg.lr, cfg.weight_decay, self.device)
         self.amp = amp_settings(cfg.amp, self.device)
         self.normalize = Normalizer(mean, std, self.device)

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-NO_DECAY_NAMES = ("pos_embed", "cls_token", "dist_token", "reg_token")
+NO_DECAY_NAMES = (
+    "pos_embed",
+    "cls_token",
+    "dist_token",
+    "reg_token",
+    "relative_position_bias_table",  # Swin: a bias, as the Swin recipes leave it
+)
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:

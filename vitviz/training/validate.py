@@ -11,7 +11,13 @@ from pathlib import Path
 from vitviz.errors import VitvizError
 from vitviz.imaging.preprocess import IMAGE_CHANNELS
 from vitviz.training.cifar import missing_cifar_files
-from vitviz.training.config import AMP_MODES, POS_EMBEDS, TrainConfig, parse_dataset
+from vitviz.training.config import (
+    AMP_MODES,
+    MODEL_KINDS,
+    POS_EMBEDS,
+    TrainConfig,
+    parse_dataset,
+)
 from vitviz.training.folder import scan_image_folder
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
@@ -39,11 +45,49 @@ def _in_range(problems: list[str], name: str, value: float, low: float, high: fl
         problems.append(f"{name} must be in [{low:g}, {high:g}) (got {value!r})")
 
 
+def _swin_problems(cfg: TrainConfig) -> list[str]:
+    """A Swin's stages: one width, depth and head count each; widths divisible by heads; the
+    image divisible by patch · 2^(stages − 1) · window (whole windows on every stage)."""
+    problems: list[str] = []
+    for name in ("image_size", "patch_size", "window_size"):
+        _at_least(problems, name, getattr(cfg, name), 1)
+    lists = {name: getattr(cfg, name) for name in ("swin_dims", "swin_depths", "swin_heads")}
+    for name, values in lists.items():
+        ok = isinstance(values, (tuple, list)) and len(values) > 0
+        if not ok or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            problems.append(f"{name} must be a list of whole numbers, one per stage")
+        elif min(values) < 1:
+            problems.append(f"{name} must all be at least 1 (got {list(values)})")
+    if problems:
+        return problems
+    dims, depths, heads = lists["swin_dims"], lists["swin_depths"], lists["swin_heads"]
+    if not len(dims) == len(depths) == len(heads):
+        return [
+            f"swin_dims, swin_depths and swin_heads need one entry per stage "
+            f"(got {len(dims)}, {len(depths)} and {len(heads)})"
+        ]
+    for s, (d, h) in enumerate(zip(dims, heads, strict=True)):
+        if d % h:
+            problems.append(f"stage {s}: width {d} is not divisible by {h} heads")
+    unit = cfg.patch_size * 2 ** (len(dims) - 1) * cfg.window_size
+    if cfg.image_size % unit:
+        problems.append(
+            f"image size {cfg.image_size} is not divisible by patch {cfg.patch_size} · "
+            f"2^{len(dims) - 1} · window {cfg.window_size} = {unit}"
+        )
+    return problems
+
+
 def _model_problems(cfg: TrainConfig) -> list[str]:
     problems: list[str] = []
-    for name in ("image_size", "patch_size", "dim", "depth", "heads"):
+    if cfg.model not in MODEL_KINDS:
+        problems.append(f"model must be one of {', '.join(MODEL_KINDS)} (got {cfg.model!r})")
+    elif cfg.model == "swin":
+        problems += _swin_problems(cfg)
+    vit = cfg.model == "vit"
+    for name in ("image_size", "patch_size", "dim", "depth", "heads") if vit else ():
         _at_least(problems, name, getattr(cfg, name), 1)
-    if not problems:
+    if not problems and vit:
         if cfg.dim % cfg.heads:
             problems.append(f"dim {cfg.dim} is not divisible by heads {cfg.heads}")
         if cfg.image_size % cfg.patch_size:
@@ -60,7 +104,7 @@ def _model_problems(cfg: TrainConfig) -> list[str]:
         )
     if not (isinstance(cfg.mlp_ratio, (int, float)) and cfg.mlp_ratio > 0):
         problems.append(f"mlp_ratio must be greater than 0 (got {cfg.mlp_ratio!r})")
-    if cfg.pos_embed not in POS_EMBEDS:
+    if vit and cfg.pos_embed not in POS_EMBEDS:
         problems.append(f"pos_embed must be one of {', '.join(POS_EMBEDS)}")
     _in_range(problems, "drop_path_rate", cfg.drop_path_rate, 0.0, 1.0)
     return problems

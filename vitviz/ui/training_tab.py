@@ -68,7 +68,10 @@ DATASETS = (
 PRESET_LABELS = {
     "tutorial": "Tutorial CIFAR-10 ViT (32 px, patch 8)",
     "shapes": "Shapes ViT (64 px, patch 8)",
+    "swin": "Small Swin (32 px, patch 2, window 4)",
 }
+VIT_ONLY = ("dim", "depth", "heads", "pos_embed")  # fields a Swin does not read
+SWIN_ONLY = ("window_size", "swin_dims", "swin_depths", "swin_heads")
 PROBE_SIZE = 96
 
 
@@ -107,7 +110,14 @@ def _run_text(name: str, status: str, metrics: list[dict[str, Any]]) -> str:
     return f"{name} · {status} · {epochs} · best {best}"
 
 
-FormWidget = QSpinBox | QDoubleSpinBox | QComboBox
+FormWidget = QSpinBox | QDoubleSpinBox | QComboBox | QLineEdit
+
+
+def _ints_edit() -> QLineEdit:
+    """Per-stage numbers typed as '48,96,192'."""
+    w = QLineEdit()
+    w.setPlaceholderText("one per stage, e.g. 48,96,192")
+    return w
 
 
 def _choices(*items: str) -> Callable[[], QComboBox]:
@@ -135,6 +145,8 @@ class FormField:
         if isinstance(widget, QComboBox):
             text = str(value)
             widget.setCurrentIndex(max(0, widget.findText(text)))
+        elif isinstance(widget, QLineEdit):
+            widget.setText(",".join(str(v) for v in value))
         elif isinstance(widget, QSpinBox):
             widget.setValue(int(value or 0))  # None: "default" (optional fields)
         else:
@@ -143,6 +155,13 @@ class FormField:
     def read(self, widget: FormWidget) -> Any:
         if isinstance(widget, QComboBox):
             return widget.currentText()
+        if isinstance(widget, QLineEdit):
+            try:
+                return tuple(int(v) for v in widget.text().split(","))
+            except ValueError:
+                raise ValueError(
+                    f"{self.label}: whole numbers separated by commas, got {widget.text()!r}"
+                ) from None
         value = widget.value()
         return (value or None) if self.optional else value
 
@@ -161,11 +180,16 @@ FIELDS = (
     FormField("val_size", "val_size", "Validation images", "data",
               lambda: _spin(0, 1_000_000, 0, 100, "default"), optional=True, more=True),
     FormField("seed", "seed", "Seed", "data", lambda: _spin(0, 2**31 - 1, 0), more=True),
+    FormField("model_choice", "model", "Model", "model", _choices("vit", "swin")),
     FormField("image_size", "image_size", "Image size", "model", lambda: _spin(8, 1024, 32, 8)),
     FormField("patch_size", "patch_size", "Patch size", "model", lambda: _spin(1, 64, 8)),
     FormField("dim", "dim", "Width (dim)", "model", lambda: _spin(8, 2048, 64, 8)),
     FormField("depth", "depth", "Depth", "model", lambda: _spin(1, 48, 4)),
     FormField("heads", "heads", "Heads", "model", lambda: _spin(1, 32, 4)),
+    FormField("window_size", "window_size", "Window (Swin)", "model", lambda: _spin(1, 64, 4)),
+    FormField("swin_dims", "swin_dims", "Widths (Swin)", "model", _ints_edit),
+    FormField("swin_depths", "swin_depths", "Depths (Swin)", "model", _ints_edit),
+    FormField("swin_heads", "swin_heads", "Heads (Swin)", "model", _ints_edit),
     FormField("mlp_ratio", "mlp_ratio", "MLP ratio", "model",
               lambda: _dspin(0.5, 8.0, 4.0, 0.5, 1), more=True),
     FormField("pos_embed", "pos_embed", "Position embedding", "model",
@@ -242,6 +266,7 @@ class TrainingTab(QWidget):
         for f in FIELDS:
             self.fields[f.field] = f.make()
             setattr(self, f.attr, self.fields[f.field])
+        self.model_choice.currentIndexChanged.connect(self._on_model_kind)
         self.groups = {key: FoldingGroup(title) for key, title in GROUPS}
         self.groups["data"].add_row("Dataset", self.dataset_kind)
         self.groups["data"].add_row("Folder", path_row)
@@ -284,6 +309,7 @@ class TrainingTab(QWidget):
         column.addWidget(self.settings_scroll, 1)
         column.addWidget(bar)
         self._on_dataset_kind()
+        self._on_model_kind()
 
     def _build_monitor(self) -> None:
         self.status = QLabel("No run yet. Pick settings and press Start training.")
@@ -398,6 +424,14 @@ class TrainingTab(QWidget):
     def _on_dataset_kind(self) -> None:
         needs_path = self.dataset_kind.currentData() in ("folder", "cifar10")
         self.dataset_path.setEnabled(needs_path)
+
+    def _on_model_kind(self) -> None:
+        """Only the fields the chosen model reads are editable."""
+        swin = self.model_choice.currentText() == "swin"
+        for name in VIT_ONLY:
+            self.fields[name].setEnabled(not swin)
+        for name in SWIN_ONLY:
+            self.fields[name].setEnabled(swin)
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Dataset folder", self.dataset_path.text())
