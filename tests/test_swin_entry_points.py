@@ -13,7 +13,6 @@ from vitviz import cli
 from vitviz.analysis import UnsupportedModelError, analyze
 from vitviz.checkpoints import load_checkpoint
 from vitviz.errors import VitvizError
-from vitviz.workers import jobs
 
 
 @pytest.fixture
@@ -37,15 +36,6 @@ def test_analyze_refuses_in_one_line(swin_ckpt: Path, photo_files) -> None:
     with pytest.raises(UnsupportedModelError, match="Swin") as info:
         analyze(load_checkpoint(swin_ckpt), photo_files["chelsea"])
     assert isinstance(info.value, VitvizError) and "\n" not in str(info.value)
-
-
-def test_window_job_keeps_the_current_model(swin_ckpt: Path, tiny_ckpt: Path) -> None:
-    state = jobs.EngineState()
-    jobs.load_model(state, tiny_ckpt)
-    kept = state.loaded
-    with pytest.raises(jobs.UserFacingError, match="Swin"):
-        jobs.load_model(state, swin_ckpt)
-    assert state.loaded is kept
 
 
 def test_integer_weights_are_refused_by_name(tmp_path: Path) -> None:
