@@ -128,9 +128,11 @@ class HeadStatsView(QTabWidget):
         ):
             L, H = values.shape
             x = np.repeat(np.arange(1, L + 1), H) + np.tile(np.linspace(-0.15, 0.15, H), L)
+            y = values.reshape(-1)
+            shown = np.isfinite(y)  # NaN: a head a block lacks (a Swin), or no statistic
             plot = self._reset(key, L)
             dots = pg.ScatterPlotItem(
-                x=x, y=values.reshape(-1), size=7, brush=pg.mkBrush(*HEAD_BRUSH), pen=None
+                x=x[shown], y=y[shown], size=7, brush=pg.mkBrush(*HEAD_BRUSH), pen=None
             )
             plot.addItem(dots)
             self.legends[key].addItem(dots, f"{legends[key]} ({H} heads)")

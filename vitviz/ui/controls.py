@@ -167,6 +167,8 @@ class ViewControls(QWidget):
         self.layer.setPrefix("layer ")
         self.head = QComboBox()
         self.head.addItem("mean of heads", MEAN)
+        self.block_labels: list[str] | None = None  # a Swin's blocks ("1.2 SW"), None: a ViT
+        self.block_heads: list[int] | None = None  # heads per block of a Swin
         self.param_panel = ParamPanel()
         self.query_label = QLabel("CLS token")
         self.query_reset = QPushButton("Reset to CLS")
@@ -273,6 +275,8 @@ class ViewControls(QWidget):
         self.paramsChanged.emit()
 
     def _selection_changed(self) -> None:
+        if self.block_heads is not None:
+            self._fill_heads(self.block_heads[self.selected_layer()])
         if self.uses_selection():
             self.paramsChanged.emit()
         self.displayChanged.emit()
@@ -284,6 +288,26 @@ class ViewControls(QWidget):
             w.blockSignals(True)
         self.layer.setRange(1, layers)
         self.param_panel.set_shape(layers, heads)
+        swin = self.block_heads is not None
+        self.layer.setPrefix("block " if swin else "layer ")
+        self._fill_heads(self.block_heads[self.selected_layer()] if swin else heads)
+        for w in (self.layer, self.head):
+            w.blockSignals(False)
+
+    def set_blocks(self, labels: list[str] | None, heads: list[int] | None) -> None:
+        """A Swin's blocks (labels such as "1.2 SW" and their heads): the Layer selector walks
+        blocks, the Head selector lists the selected block's heads. None: a ViT."""
+        self.block_labels, self.block_heads = labels, heads
+
+    def _fill_heads(self, heads: int) -> None:
+        """The Head selector's items for ``heads`` heads, keeping the selection if it exists."""
+        if self.block_labels is not None:
+            self.layer.setSuffix(f" · {self.block_labels[self.selected_layer()]}")
+        else:
+            self.layer.setSuffix("")
+        if self.head.count() == heads + 1:
+            return
+        blocked = self.head.blockSignals(True)
         current = self.head.currentData()
         self.head.clear()
         self.head.addItem("mean of heads", MEAN)
@@ -291,8 +315,7 @@ class ViewControls(QWidget):
             self.head.addItem(f"head {h + 1}", h)
         index = self.head.findData(current if current is not None and current < heads else MEAN)
         self.head.setCurrentIndex(max(index, 0))
-        for w in (self.layer, self.head):
-            w.blockSignals(False)
+        self.head.blockSignals(blocked)
 
     # -- reading -------------------------------------------------------------------------------
     def params(self, query: tuple[int, int] | None, target_class: int | None) -> MapParams:

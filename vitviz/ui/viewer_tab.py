@@ -16,6 +16,7 @@ from vitviz.ui.controls import ATTENTION, MEAN, ViewControls
 from vitviz.ui.faithfulness_panel import FaithfulnessPanel
 from vitviz.ui.head_grid import HeadGrid
 from vitviz.ui.settings import AppSettings
+from vitviz.ui.swin_view import SwinView
 from vitviz.workers import jobs
 from vitviz.workers.engine import EngineClient
 from vitviz.workers.messages import (
@@ -24,6 +25,8 @@ from vitviz.workers.messages import (
     MapParams,
     MapsResult,
     MethodInfo,
+    SwinImageResult,
+    SwinMapsResult,
 )
 
 INPUT_TITLE = "Model input · click a patch to make it the query"
@@ -44,6 +47,7 @@ class ViewerTab(QWidget):
         self._hovered: tuple[int, int] | None = None  # the patch under the pointer
         self.query: tuple[int, int] | None = None
         self.target_class: int | None = None
+        self.swin: SwinView | None = None  # what a Swin's blocks add to the drawing
 
         # the plain model input (its patch grid, the query): the map is beside it, never on it
         self.input_view = ImageCanvas(INPUT_TITLE, colorbar=False)
@@ -118,6 +122,9 @@ class ViewerTab(QWidget):
             self.query = None
         self.placeholder.hide()
         self.main_splitter.show()
+        swin = isinstance(result, SwinImageResult)
+        self.swin = SwinView(result) if swin else None
+        self.controls.set_blocks(*(self.swin.rows() if swin else (None, None)))
         self.controls.set_shape(result.num_layers, result.num_heads)
         self.controls.set_unavailable(result.unavailable)
         self.faithfulness.clear()
@@ -127,8 +134,13 @@ class ViewerTab(QWidget):
         )
         self.map_view.set_image(result.display, result.region, result.grid)
         self.head_grid.set_layout(
-            result.num_layers, result.num_heads, result.grid, result.input_pixels
+            result.num_layers,
+            result.num_heads,
+            result.grid,
+            result.input_pixels,
+            *(self.swin.rows() if self.swin else (None, None)),
         )
+        self.map_view.set_windows(None)
         if result.class_names:
             self.predictions.set_predictions(result.probs, result.class_names, self._shown_class())
         else:
@@ -272,6 +284,9 @@ class ViewerTab(QWidget):
             return None, None
         layer, head = self.controls.selected_layer(), self.controls.selected_head()
         layer = min(layer, m.head_maps.shape[0] - 1)
+        if m.params.method == ATTENTION and isinstance(m, SwinMapsResult):
+            rows = m.block_maps[layer]  # (heads, H_b, W_b): the block's own resolution
+            return (rows.mean(axis=0) if head == MEAN else rows[min(head, len(rows) - 1)]), None
         if m.params.method == ATTENTION:
             values = m.mean_maps[layer] if head == MEAN else m.head_maps[layer, head]
             return values, None
@@ -293,6 +308,8 @@ class ViewerTab(QWidget):
         self.map_view.set_map(values, levels, cmap, opacity)
         self.head_grid.set_maps(m.head_maps, m.mean_maps, m.levels, cmap, opacity)
         self.head_grid.set_selection(self.controls.selected_layer(), self.controls.selected_head())
+        if self.swin is not None and isinstance(m, SwinMapsResult):
+            self.swin.draw(self.map_view, m, self.controls.selected_layer())
         self._update_prefix_label()
         if m.error:
             self.hoverText.emit(m.error)
@@ -302,6 +319,9 @@ class ViewerTab(QWidget):
     def _map_title(self, m: MapsResult) -> str:
         """What the large view shows, in words: method, class, query, layers and settings."""
         layer, head = self.controls.selected_layer(), self.controls.selected_head()
+        if self.swin is not None and isinstance(m, SwinMapsResult):
+            info = self.controls.methods.get(m.params.method)
+            return self.swin.title(m, layer, head, info.label if info else m.params.method)
         layers = self.image.num_layers if self.image else layer + 1
         query = (
             "query CLS" if self.query is None else f"query patch ({self.query[0]}, {self.query[1]})"
@@ -334,7 +354,9 @@ class ViewerTab(QWidget):
     def _update_query_widgets(self) -> None:
         self.input_view.set_query(self.query)
         self.map_view.set_query(self.query)
-        if self.query is None:
+        if self.swin is not None:
+            self.controls.query_label.setText(self.swin.query_text(self.query))
+        elif self.query is None:
             has_cls = self.image is not None and self.image.num_prefix_tokens > 0
             self.controls.query_label.setText("CLS token" if has_cls else "mean of patches")
         else:

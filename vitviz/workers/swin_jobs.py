@@ -99,6 +99,7 @@ def analyze_swin_image(
     """``jobs.analyze_image`` for a Swin: one ``analyze_swin`` pass, the numbers the window
     draws (the block layout, head statistics per block and head, predictions)."""
     from vitviz.explain.swin_analysis import analyze_swin
+    from vitviz.explain.swin_attention import window_ids
     from vitviz.explain.swin_stats import swin_head_statistics
     from vitviz.imaging import ImageLoadError
     from vitviz.workers.jobs import UserFacingError
@@ -150,6 +151,7 @@ def analyze_swin_image(
         blocks=blocks,
         stage_grids=tuple(tuple(g) for g in analysis.stage_grids),
         input_size=(h, w),
+        window_ids=tuple(window_ids(lay).numpy().astype(np.int32) for lay in analysis.layouts),
     )
 
 
