@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QRectF
+from PySide6.QtGui import QPainterPath
 
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.window_outline import partition_segments, window_segments
@@ -20,6 +21,7 @@ class SwinView:
     def __init__(self, image: SwinImageResult) -> None:
         self.image = image
         self._partitions: dict[int, np.ndarray] = {}
+        self._token_grids: dict[int, QPainterPath] = {}
         left, top, right, bottom = image.region
         self._box = (left, top, right, bottom)
 
@@ -53,8 +55,25 @@ class SwinView:
         left, top, _, _ = self._box
         return QRectF(left + c * px, top + r * px, px, px)
 
+    def token_grid(self, block: int) -> QPainterPath:
+        """The block's token grid (coarser than the first stage's patches), in image pixels."""
+        if block not in self._token_grids:
+            left, top, right, bottom = self._box
+            px = self.image.blocks[block].token_pixels
+            path = QPainterPath()
+            for x in np.arange(left, right + 1e-6, px):
+                path.moveTo(float(x), top)
+                path.lineTo(float(x), bottom)
+            for y in np.arange(top, bottom + 1e-6, px):
+                path.moveTo(left, float(y))
+                path.lineTo(right, float(y))
+            self._token_grids[block] = path
+        return self._token_grids[block]
+
     def draw(self, view: ImageCanvas, maps: SwinMapsResult, block: int) -> None:
-        """The block's partition over ``view``, the query's window and token outlined."""
+        """The block's token grid and window partition over ``view``, the query's window and
+        token outlined."""
+        view.grid_lines.setPath(self.token_grid(block))
         token = maps.query_tokens[block] if maps.query_tokens else -1
         query = None if token < 0 else self.query_window(block, token)
         view.set_windows(self.partition(block), query)
