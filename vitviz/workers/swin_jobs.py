@@ -219,7 +219,7 @@ def swin_maps(state: Any, params: MapParams) -> SwinMapsResult:
     mean over heads, and the chosen method's map."""
     from vitviz.explain.swin_methods import swin_method_map
     from vitviz.explain.swin_stats import token_pixels
-    from vitviz.workers.jobs import maps_levels
+    from vitviz.imaging.colormaps import nice_levels
 
     a = state.analysis
     patch = state.loaded.model.config.patch_size
@@ -231,14 +231,18 @@ def swin_maps(state: Any, params: MapParams) -> SwinMapsResult:
     head_maps = np.full((L, most, *grid0), np.nan, dtype=np.float32)
     mean_maps = np.empty((L, *grid0), dtype=np.float32)
     block_maps = []
+    lo, hi = np.inf, -np.inf
     for b in range(L):
         rows = block_rows(a, b, tokens[b])  # (heads, H_b, W_b)
         block_maps.append(rows)
         layout = a.layouts[b]
         ys, xs = resample_index(grid0, patch, token_pixels(patch, a.block_stages[b]), layout.grid)
-        small = rows[:, ys, xs]  # (heads, H_0, W_0)
-        head_maps[b, : rows.shape[0]] = small
-        mean_maps[b] = small.mean(axis=0)
+        flat = (ys * layout.grid[1] + xs).reshape(-1)  # (H_0·W_0,) token under each cell
+        h = rows.shape[0]
+        small = head_maps[b, :h].reshape(h, -1)  # a view: filled in place
+        np.take(rows.reshape(h, -1), flat, axis=1, out=small)
+        mean_maps[b] = small.mean(axis=0).reshape(grid0)
+        lo, hi = min(lo, float(rows.min())), max(hi, float(rows.max()))
     has_head = state.loaded.model.config.num_classes > 0
     top = a.target_class if has_head else -1
     target = top if params.target_class is None else params.target_class
@@ -265,7 +269,7 @@ def swin_maps(state: Any, params: MapParams) -> SwinMapsResult:
         method_map=method_map,
         target_class=target,
         prefix_attention=np.zeros((L, most, 0), dtype=np.float32),
-        levels=maps_levels(np.nan_to_num(head_maps), mean_maps),
+        levels=nice_levels(np.array([lo, hi])),  # the thumbnails show these rows' values
         error=error,
         block_maps=tuple(block_maps),
         query_tokens=tuple(tokens),
