@@ -73,6 +73,14 @@ def test_rows_are_blocks_with_their_heads(swin_shown) -> None:
     stats = window.viewer.image
     assert np.isnan(stats.mean_distance[:2, 2:]).all()
     assert np.isfinite(stats.mean_distance[2:]).all()
+    plot = window.viewer.stats.plots["distance"]
+    assert plot.getAxis("bottom").labelText == "block (stage.block)"
+    (dots,) = plot.listDataItems()
+    _, y = dots.getData()
+    assert len(y) == 2 + 2 + 4 + 4  # one dot per head of each block, none for missing heads
+    np.testing.assert_allclose(
+        np.sort(y), np.sort(stats.mean_distance[np.isfinite(stats.mean_distance)])
+    )
 
 
 def test_click_picks_token_at_in_every_block(qtbot, swin_shown) -> None:

@@ -151,6 +151,7 @@ class ViewerTab(QWidget):
             result.prefix_share,
             result.token_norms,
             result.num_prefix_tokens,
+            None if self.swin is None else [f"{b.stage + 1}.{b.index + 1}" for b in result.blocks],
         )
         self._update_query_widgets()
         self._update_class_label()
