@@ -118,6 +118,11 @@ def test_rollout_map_and_then_a_vit(qtbot, swin_shown, tiny_ckpt: Path, photo_fi
     select_method(qtbot, window, "rollout")
     qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "rollout", timeout=WAIT_MS)
     np.testing.assert_allclose(overlay(window), ref.rollout().numpy(), atol=1e-6)
+    assert v.map_view.window_lines.path().isEmpty()  # the partition belongs to attention maps
+    assert "from the average pool" in v.map_view.title.text()
+    panel = v.controls.param_panel.widgets
+    assert panel["fusion"].isEnabled() and not panel["discard_ratio"].isEnabled()
+    assert not panel["start_layer"].isEnabled()  # the ViT's settings, not taken by a Swin
     assert not v.controls.method.model().item(v.controls.method.findData("relevance")).isEnabled()
     image = photo_files["chelsea"]
     drop(window, [tiny_ckpt])
@@ -130,3 +135,5 @@ def test_rollout_map_and_then_a_vit(qtbot, swin_shown, tiny_ckpt: Path, photo_fi
     assert v.head_grid.row_texts()[0] == "L1"
     assert v.map_view.window_lines.path().isEmpty()
     assert v.controls.head.count() == 1 + vit.num_heads
+    panel = v.controls.param_panel.widgets
+    assert panel["discard_ratio"].isEnabled() and panel["start_layer"].isEnabled()

@@ -18,6 +18,25 @@ from vitviz.explain.swin_gradcam import swin_token_gradcam
 
 SWIN_METHODS = ("attention", "rollout", "gradient-rollout", "gradcam")
 NEEDS_GRADIENTS = frozenset({"gradient-rollout", "gradcam"})
+# the parameters each takes on a Swin (the table's others are the ViT's: discard ratio, start layer)
+SWIN_PARAMETERS = {
+    "attention": frozenset({"layer", "head"}),
+    "rollout": frozenset({"fusion"}),
+    "gradient-rollout": frozenset(),
+    "gradcam": frozenset(),
+}
+
+
+def ignored_parameters() -> dict[str, tuple[str, ...]]:
+    """{method: names of its table parameters a Swin's version does not take}."""
+    from vitviz.explain.methods import get_method
+
+    out = {}
+    for name, taken in SWIN_PARAMETERS.items():
+        unused = tuple(p.name for p in get_method(name).parameters if p.name not in taken)
+        if unused:
+            out[name] = unused
+    return out
 
 
 def swin_unavailable(name: str, label: str, has_head: bool) -> str | None:

@@ -50,6 +50,7 @@ class ParamPanel(QGroupBox):
         self.values: dict[str, dict[str, Any]] = {}
         self.widgets: dict[str, QWidget] = {}
         self.shape = (1, 1)  # the model's layers, heads
+        self.ignored: dict[str, tuple[str, ...]] = {}  # method -> parameters this model ignores
 
     def show_method(self, method: MethodInfo | None) -> None:
         self.method = method
@@ -60,6 +61,9 @@ class ParamPanel(QGroupBox):
         for p in shown:
             widget = self._widget(p)
             widget.setToolTip(p.help)
+            if p.name in self.ignored.get(method.name, ()):  # e.g. a Swin's rollout
+                widget.setEnabled(False)
+                widget.setToolTip(f"{p.label}: a ViT's setting, not used on this model")
             self.widgets[p.name] = widget
             self.form.addRow(p.label, widget)
         if not shown:

@@ -72,7 +72,11 @@ class SwinView:
 
     def draw(self, view: ImageCanvas, maps: SwinMapsResult, block: int) -> None:
         """The block's token grid and window partition over ``view``, the query's window and
-        token outlined."""
+        token outlined (the attention map); other methods' maps: the first stage's grid."""
+        if maps.params.method != "attention":
+            view.set_windows(None)
+            view.grid_lines.setPath(self.token_grid(0))
+            return
         view.grid_lines.setPath(self.token_grid(block))
         token = maps.query_tokens[block] if maps.query_tokens else -1
         query = None if token < 0 else self.query_window(block, token)
@@ -103,9 +107,20 @@ class SwinView:
             heads = "mean of heads" if head == MEAN else f"head {head + 1} of {info.heads}"
             return f"Attention · {where} · {heads} · {query}"
         last = self.image.blocks[-1]
+        if maps.params.method == "gradcam":
+            return f"{label} · stage {last.stage + 1}'s {last.grid[0]}×{last.grid[1]} tokens"
         token = maps.query_tokens[-1] if maps.query_tokens else -1
         if token < 0:
             start = "from the average pool"
         else:
-            start = f"from stage {last.stage + 1} token {divmod(token, last.grid[1])}"
-        return f"{label} · {start} · windows of {where}"
+            r, c = divmod(token, last.grid[1])
+            start = f"from stage {last.stage + 1}'s token ({r}, {c})"
+        first = self.image.blocks[0]
+        return f"{label} · {start} · over stage 1's {first.grid[0]}×{first.grid[1]} tokens"
+
+    def describe(self, info: tuple[int, int, float]) -> str:
+        """A head-grid tile under the pointer: block, head and value."""
+        block, head, value = info
+        who = "mean of heads" if head == MEAN else f"head {head + 1}"
+        text = f"block {self.image.blocks[block].label}, {who}"
+        return text + (f": {value:.4g}" if np.isfinite(value) else "")

@@ -125,6 +125,7 @@ class ViewerTab(QWidget):
         swin = isinstance(result, SwinImageResult)
         self.swin = SwinView(result) if swin else None
         self.controls.set_blocks(*(self.swin.rows() if swin else (None, None)))
+        self.controls.param_panel.ignored = result.ignored_params if swin else {}
         self.controls.set_shape(result.num_layers, result.num_heads)
         self.controls.set_unavailable(result.unavailable)
         self.faithfulness.clear()
@@ -404,4 +405,5 @@ class ViewerTab(QWidget):
         self.hoverText.emit(text)
 
     def _on_head_hover(self, info: tuple[int, int, float] | None) -> None:
-        self.hoverText.emit("" if info is None else self.head_grid.describe(info))
+        describe = self.head_grid.describe if self.swin is None else self.swin.describe
+        self.hoverText.emit("" if info is None else describe(info))

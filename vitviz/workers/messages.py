@@ -181,6 +181,7 @@ class SwinImageResult(ImageResult):
     stage_grids: tuple[tuple[int, int], ...] = ()
     input_size: tuple[int, int] = (0, 0)  # (H, W) model input pixels
     window_ids: tuple[np.ndarray, ...] = ()  # per block (H_b, W_b) int32: each token's window
+    ignored_params: dict[str, tuple[str, ...]] = field(default_factory=dict)  # ViT-only ones
 
 
 @dataclass

@@ -100,6 +100,7 @@ def analyze_swin_image(
     draws (the block layout, head statistics per block and head, predictions)."""
     from vitviz.explain.swin_analysis import analyze_swin
     from vitviz.explain.swin_attention import window_ids
+    from vitviz.explain.swin_methods import ignored_parameters
     from vitviz.explain.swin_stats import swin_head_statistics
     from vitviz.imaging import ImageLoadError
     from vitviz.workers.jobs import UserFacingError
@@ -151,6 +152,7 @@ def analyze_swin_image(
         blocks=blocks,
         stage_grids=tuple(tuple(g) for g in analysis.stage_grids),
         input_size=(h, w),
+        ignored_params=ignored_parameters(),
         window_ids=tuple(window_ids(lay).numpy().astype(np.int32) for lay in analysis.layouts),
     )
 
