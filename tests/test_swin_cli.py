@@ -69,3 +69,9 @@ def test_cls_methods_refused_in_one_line(method, swin_ckpt, photo_files, tmp_pat
     assert len(lines) == 1 and method in lines[0] and "CLS token" in lines[0], err
     assert "Traceback" not in err
     assert not (tmp_path / "o").exists()
+
+
+def test_class_out_of_range_refused(swin_ckpt, photo_files, tmp_path, capsys) -> None:
+    code = _explain(photo_files["chelsea"], swin_ckpt, tmp_path / "o", "--class", "5")
+    err = capsys.readouterr().err
+    assert code == 2 and "--class 5 is out of range: the model has 5 classes" in err, err

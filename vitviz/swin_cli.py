@@ -57,7 +57,11 @@ def explain_swin(args: argparse.Namespace, loaded: Any, device: Any) -> int:
     from vitviz.imaging import ImageLoadError
     from vitviz.imaging.overlay import overlay_on_image, save_png
 
-    has_head = loaded.model.config.num_classes > 0
+    classes = loaded.model.config.num_classes
+    has_head = classes > 0
+    c = args.target_class
+    if c is not None and not 0 <= c < classes:
+        raise SwinCliError(f"--class {c} is out of range: the model has {classes} classes")
     extra = swin_methods_for(args.methods, has_head)
     loaded.model.to(device).eval()
     args.out.mkdir(parents=True, exist_ok=True)
