@@ -81,6 +81,8 @@ def shoot(
     method: str,
     faithfulness: bool = False,
     tab: str = "viewer",
+    layer: int | None = None,
+    query: tuple[int, int] | None = None,
 ) -> Path:
     import pyqtgraph as pg
     from PIL import Image
@@ -121,7 +123,10 @@ def shoot(
         errors = window.message_bar.text()
         if errors:
             raise RuntimeError(f"the window reported: {errors}")
-        ctl.select(layer=v.image.num_layers - 1, head=-1)  # the last layer, mean of heads
+        # the last layer (or --layer), mean of heads; --query: that patch is the query
+        ctl.select(layer=v.image.num_layers - 1 if layer is None else layer - 1, head=-1)
+        if query is not None:
+            v.set_query(query)
         wait(lambda: ctl.method.findData(method) >= 0)  # the method table has arrived
         ctl.method.setCurrentIndex(ctl.method.findData(method))
         wait(settled)
@@ -166,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         "--faithfulness", action="store_true", help="show the Faithfulness tab, measured"
     )
     p.add_argument("--tab", choices=("viewer", "training", "statistics"), default="viewer")
+    p.add_argument("--layer", type=int, help="layer (a Swin's block) to select, 1-based")
+    p.add_argument("--query", help="ROW,COL: the patch (first-stage cell for a Swin) to query")
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -173,7 +180,18 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint = args.checkpoint or default_checkpoint(folder)
         image = args.image or default_image(folder)
         size = (width, height)
-        out = shoot(image, checkpoint, args.out, size, args.method, args.faithfulness, args.tab)
+        query = None if args.query is None else tuple(int(v) for v in args.query.split(","))
+        out = shoot(
+            image,
+            checkpoint,
+            args.out,
+            size,
+            args.method,
+            args.faithfulness,
+            args.tab,
+            args.layer,
+            query,
+        )
     print(f"wrote {out} ({out.stat().st_size / 1000:.0f} KB)")
     return 0
 

@@ -1,5 +1,5 @@
 """A Swin given to the ViT entry points: described by `info`, refused in one line by analyze(),
-`vitviz-cli explain` and the window (which keeps its model), never a raw traceback."""
+never a raw traceback (`explain` and the window take it: test_swin_cli.py, test_swin_ui.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from vitviz import cli
 from vitviz.analysis import UnsupportedModelError, analyze
 from vitviz.checkpoints import load_checkpoint
 from vitviz.errors import VitvizError
-from vitviz.workers import jobs
 
 
 @pytest.fixture
@@ -37,31 +36,6 @@ def test_analyze_refuses_in_one_line(swin_ckpt: Path, photo_files) -> None:
     with pytest.raises(UnsupportedModelError, match="Swin") as info:
         analyze(load_checkpoint(swin_ckpt), photo_files["chelsea"])
     assert isinstance(info.value, VitvizError) and "\n" not in str(info.value)
-
-
-def test_explain_exits_2_with_one_line(swin_ckpt: Path, photo_files, tmp_path, capsys) -> None:
-    code = cli.main(
-        [
-            "explain",
-            str(photo_files["chelsea"]),
-            "--checkpoint",
-            str(swin_ckpt),
-            "--out",
-            str(tmp_path / "o"),
-        ]
-    )
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert "Swin" in err and "Traceback" not in err
-
-
-def test_window_job_keeps_the_current_model(swin_ckpt: Path, tiny_ckpt: Path) -> None:
-    state = jobs.EngineState()
-    jobs.load_model(state, tiny_ckpt)
-    kept = state.loaded
-    with pytest.raises(jobs.UserFacingError, match="Swin"):
-        jobs.load_model(state, swin_ckpt)
-    assert state.loaded is kept
 
 
 def test_integer_weights_are_refused_by_name(tmp_path: Path) -> None:

@@ -186,6 +186,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.checkpoint is None and args.model_code is None and args.model_args is None:
         args.checkpoint = _default_checkpoint()
     loaded = _load_for(args)
+    if getattr(loaded.model, "model_kind", None) == "swin":
+        return __import__("vitviz.swin_cli", fromlist=["x"]).explain_swin(args, loaded, device)
     require_vit(loaded)
     loaded.model.to(device)
     cfg = loaded.model.config

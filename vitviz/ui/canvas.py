@@ -29,6 +29,21 @@ def flat_value(values: np.ndarray) -> float | None:
     return lo if hi - lo <= FLAT_TOLERANCE * max(abs(hi), abs(lo), 1e-30) else None
 
 
+def _pen(color: QColor, width: float) -> QPen:
+    pen = QPen(color)
+    pen.setCosmetic(True)
+    pen.setWidthF(width)
+    return pen
+
+
+def _segments_path(segments: np.ndarray | None) -> QPainterPath:
+    path = QPainterPath()
+    for x0, y0, x1, y1 in [] if segments is None else segments.tolist():
+        path.moveTo(x0, y0)
+        path.lineTo(x1, y1)
+    return path
+
+
 class GridLines(QGraphicsPathItem):
     """The patch grid: thin translucent lines of one device pixel at any zoom.
 
@@ -100,6 +115,14 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.grid_lines = GridLines()
         self.grid_lines.setZValue(20)
         self.vb.addItem(self.grid_lines)
+        self.window_lines = GridLines()  # a Swin block's (shifted) window partition
+        self.window_lines.setPen(_pen(QColor(255, 214, 90, 200), 1.5))
+        self.window_lines.setZValue(22)
+        self.vb.addItem(self.window_lines)
+        self.query_window = GridLines()  # the query's window
+        self.query_window.setPen(_pen(QColor(255, 255, 255), 3.0))
+        self.query_window.setZValue(25)
+        self.vb.addItem(self.query_window)
         self.query_box = QGraphicsRectItem()
         pen = QPen(QColor(255, 60, 60))
         pen.setCosmetic(True)
@@ -208,6 +231,17 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.query_box.setRect(self.patch_rect(*patch))
         self.query_box.show()
 
+    def set_windows(self, lines: np.ndarray | None, query: np.ndarray | None = None) -> None:
+        """Outline a window partition: (K, 4) segments (x0, y0, x1, y1) in image pixels, and
+        the query's window (None: nothing)."""
+        self.window_lines.setPath(_segments_path(lines))
+        self.query_window.setPath(_segments_path(query))
+
+    def set_query_rect(self, rect: QRectF) -> None:
+        """Outline the query as ``rect`` in image pixels (a token coarser than the grid)."""
+        self.query_box.setRect(rect)
+        self.query_box.show()
+
     def set_grid_visible(self, visible: bool) -> None:
         self.grid_lines.setVisible(visible)
 
@@ -228,9 +262,12 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         return row, col
 
     def value_at(self, row: int, col: int) -> float:
+        """The shown map's value at a cell of the grid (a coarser map: the cell's own)."""
         if self._map is None or not self.overlay.isVisible():
             return float("nan")
-        return float(self._map[row, col])
+        gh, gw = self.grid
+        mh, mw = self._map.shape
+        return float(self._map[row * mh // gh, col * mw // gw])
 
     def _draw_grid(self) -> None:
         left, top, right, bottom = self.region

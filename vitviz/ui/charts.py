@@ -118,8 +118,10 @@ class HeadStatsView(QTabWidget):
         prefix: np.ndarray,
         norms: np.ndarray,
         num_prefix: int,
+        row_names: list[str] | None = None,
     ) -> None:
-        """(L, H) statistics (prefix share as a fraction) and (L, N) token norms."""
+        """(L, H) statistics (prefix share as a fraction) and (L, N) token norms; ``row_names``
+        ("1.2" for a Swin's blocks) label the rows instead of layer numbers."""
         legends = {key: legend for key, *_, legend in self.SERIES}
         for key, values in (
             ("distance", distance),
@@ -128,14 +130,16 @@ class HeadStatsView(QTabWidget):
         ):
             L, H = values.shape
             x = np.repeat(np.arange(1, L + 1), H) + np.tile(np.linspace(-0.15, 0.15, H), L)
-            plot = self._reset(key, L)
+            y = values.reshape(-1)
+            shown = np.isfinite(y)  # NaN: a head a block lacks (a Swin), or no statistic
+            plot = self._reset(key, L, row_names)
             dots = pg.ScatterPlotItem(
-                x=x, y=values.reshape(-1), size=7, brush=pg.mkBrush(*HEAD_BRUSH), pen=None
+                x=x[shown], y=y[shown], size=7, brush=pg.mkBrush(*HEAD_BRUSH), pen=None
             )
             plot.addItem(dots)
             self.legends[key].addItem(dots, f"{legends[key]} ({H} heads)")
         L, N = norms.shape
-        plot = self._reset("norms", L)
+        plot = self._reset("norms", L, row_names)
         x = np.repeat(np.arange(1, L + 1), N) + np.tile(np.linspace(-0.3, 0.3, N), L)
         is_prefix = np.tile(np.arange(N) < num_prefix, L)
         values = norms.reshape(-1)
@@ -150,10 +154,15 @@ class HeadStatsView(QTabWidget):
                 plot.addItem(dots)
                 self.legends["norms"].addItem(dots, name)
 
-    def _reset(self, key: str, layers: int) -> pg.PlotWidget:
+    def _reset(self, key: str, layers: int, names: list[str] | None = None) -> pg.PlotWidget:
         plot = self.plots[key]
         plot.clear()
         self.legends[key].clear()
-        plot.getAxis("bottom").setTicks([layer_ticks(layers)])
+        ticks = layer_ticks(layers)
+        if names is not None:  # a Swin's blocks, "stage.block"
+            step = max(1, -(-layers // (MAX_LAYER_TICKS // 2)))  # wider labels: half as many
+            ticks = [(i + 1, names[i]) for i in range(0, layers, step)]
+        plot.getAxis("bottom").setTicks([ticks])
+        plot.setLabel("bottom", "layer" if names is None else "block (stage.block)")
         plot.setXRange(0.5, layers + 0.5, padding=0.02)
         return plot

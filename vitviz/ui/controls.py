@@ -50,6 +50,7 @@ class ParamPanel(QGroupBox):
         self.values: dict[str, dict[str, Any]] = {}
         self.widgets: dict[str, QWidget] = {}
         self.shape = (1, 1)  # the model's layers, heads
+        self.ignored: dict[str, tuple[str, ...]] = {}  # method -> parameters this model ignores
 
     def show_method(self, method: MethodInfo | None) -> None:
         self.method = method
@@ -60,6 +61,9 @@ class ParamPanel(QGroupBox):
         for p in shown:
             widget = self._widget(p)
             widget.setToolTip(p.help)
+            if p.name in self.ignored.get(method.name, ()):  # e.g. a Swin's rollout
+                widget.setEnabled(False)
+                widget.setToolTip(f"{p.label}: a ViT's setting, not used on this model")
             self.widgets[p.name] = widget
             self.form.addRow(p.label, widget)
         if not shown:
@@ -167,6 +171,8 @@ class ViewControls(QWidget):
         self.layer.setPrefix("layer ")
         self.head = QComboBox()
         self.head.addItem("mean of heads", MEAN)
+        self.block_labels: list[str] | None = None  # a Swin's blocks ("1.2 SW"), None: a ViT
+        self.block_heads: list[int] | None = None  # heads per block of a Swin
         self.param_panel = ParamPanel()
         self.query_label = QLabel("CLS token")
         self.query_reset = QPushButton("Reset to CLS")
@@ -273,6 +279,8 @@ class ViewControls(QWidget):
         self.paramsChanged.emit()
 
     def _selection_changed(self) -> None:
+        if self.block_heads is not None:
+            self._fill_heads(self.block_heads[self.selected_layer()])
         if self.uses_selection():
             self.paramsChanged.emit()
         self.displayChanged.emit()
@@ -284,6 +292,26 @@ class ViewControls(QWidget):
             w.blockSignals(True)
         self.layer.setRange(1, layers)
         self.param_panel.set_shape(layers, heads)
+        swin = self.block_heads is not None
+        self.layer.setPrefix("block " if swin else "layer ")
+        self._fill_heads(self.block_heads[self.selected_layer()] if swin else heads)
+        for w in (self.layer, self.head):
+            w.blockSignals(False)
+
+    def set_blocks(self, labels: list[str] | None, heads: list[int] | None) -> None:
+        """A Swin's blocks (labels such as "1.2 SW" and their heads): the Layer selector walks
+        blocks, the Head selector lists the selected block's heads. None: a ViT."""
+        self.block_labels, self.block_heads = labels, heads
+
+    def _fill_heads(self, heads: int) -> None:
+        """The Head selector's items for ``heads`` heads, keeping the selection if it exists."""
+        if self.block_labels is not None:
+            self.layer.setSuffix(f" · {self.block_labels[self.selected_layer()]}")
+        else:
+            self.layer.setSuffix("")
+        if self.head.count() == heads + 1:
+            return
+        blocked = self.head.blockSignals(True)
         current = self.head.currentData()
         self.head.clear()
         self.head.addItem("mean of heads", MEAN)
@@ -291,8 +319,7 @@ class ViewControls(QWidget):
             self.head.addItem(f"head {h + 1}", h)
         index = self.head.findData(current if current is not None and current < heads else MEAN)
         self.head.setCurrentIndex(max(index, 0))
-        for w in (self.layer, self.head):
-            w.blockSignals(False)
+        self.head.blockSignals(blocked)
 
     # -- reading -------------------------------------------------------------------------------
     def params(self, query: tuple[int, int] | None, target_class: int | None) -> MapParams:

@@ -24,6 +24,7 @@ from vitviz.ui.image_item import ImageItem
 GAP = 1  # cells between tiles
 MEAN = -1  # head index of the mean-of-heads column
 LABEL_PX = 30  # room left of each band for its row labels ("L12")
+SWIN_LABEL_PX = 48  # … and for a Swin's ("3.6 SW")
 HEADER_PX = 18  # room above the tiles for the column labels ("H12")
 COLORBAR_PX = 70  # the colour bar and its axis, right of the tiles
 MIN_TILE_CELLS = 12  # a small patch grid is drawn with k × k cells a patch: gaps stay thin
@@ -98,7 +99,12 @@ class GridLayout:
 
 
 def plan_layout(
-    layers: int, heads: int, grid: tuple[int, int], width_px: float, height_px: float
+    layers: int,
+    heads: int,
+    grid: tuple[int, int],
+    width_px: float,
+    height_px: float,
+    label_px: float = LABEL_PX,
 ) -> tuple[GridLayout, float]:
     """The banding that makes the tiles largest in a view of ``width_px`` × ``height_px``;
     returns it with its scale (pixels per cell)."""
@@ -112,13 +118,13 @@ def plan_layout(
             continue  # the same rows as with one band fewer
         tiles_w = bands * columns * (gw + GAP) - GAP
         tiles_h = rows * (gh + GAP) - GAP
-        avail_w = max(1.0, width_px - bands * LABEL_PX)
+        avail_w = max(1.0, width_px - bands * label_px)
         avail_h = max(1.0, height_px - HEADER_PX)
         scale = min(avail_w / tiles_w, avail_h / tiles_h)
         if best is None or scale > best[0] * 1.001:  # ties: fewer bands
             best = (scale, bands)
     scale, bands = best if best is not None else (1.0, 1)
-    margin = max(GAP, math.ceil(LABEL_PX / scale))
+    margin = max(GAP, math.ceil(label_px / scale))
     header = max(1, math.ceil(HEADER_PX / scale))
     return GridLayout(layers, heads, tuple(grid), bands, margin, header, sub), scale
 
@@ -148,8 +154,11 @@ def build_mosaic(head_maps: np.ndarray, mean_maps: np.ndarray, layout: GridLayou
     return out
 
 
-def build_base(pixels: np.ndarray, layout: GridLayout, cell: int) -> np.ndarray:
-    """The input image, grey and dimmed, under every tile: (rows·cell, cols·cell, 3) uint8."""
+def build_base(
+    pixels: np.ndarray, layout: GridLayout, cell: int, row_heads: list[int] | None = None
+) -> np.ndarray:
+    """The input image, grey and dimmed, under every tile: (rows·cell, cols·cell, 3) uint8;
+    ``row_heads``: heads per layer row (a Swin's blocks), the tiles beyond left empty."""
     gh, gw = layout.tile
     thumb = (
         Image.fromarray(pixels)
@@ -161,6 +170,8 @@ def build_base(pixels: np.ndarray, layout: GridLayout, cell: int) -> np.ndarray:
     out = np.full((rows * cell, cols * cell), 30, dtype=np.uint8)
     for layer in range(layout.layers):
         for c in range(layout.columns):
+            if row_heads is not None and c > row_heads[layer]:
+                continue
             x, y = layout.origin(layer, c)
             out[y * cell : (y + gh) * cell, x * cell : (x + gw) * cell] = tile
     return np.repeat(out[:, :, None], 3, axis=2)
@@ -209,6 +220,8 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.scale = 1.0  # pixels per cell when the mosaic fits the view
         self._pixels: np.ndarray | None = None
         self._row_labels: list[pg.TextItem] = []
+        self._row_texts: list[str] | None = None  # a Swin's "1.2 SW"; None: "L1", "L2", …
+        self._row_heads: list[int] | None = None  # heads per row when they differ (a Swin)
         self._column_labels: dict[int, list[pg.TextItem]] = {}  # column -> one per band
         self._selected: tuple[int, int] = (-1, -1)  # (layer, column) highlighted
         self._cmap = "viridis"
@@ -230,11 +243,28 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         return self.layout.grid
 
     def set_layout(
-        self, layers: int, heads: int, grid: tuple[int, int], pixels: np.ndarray
+        self,
+        layers: int,
+        heads: int,
+        grid: tuple[int, int],
+        pixels: np.ndarray,
+        row_labels: list[str] | None = None,
+        row_heads: list[int] | None = None,
     ) -> None:
-        """New model or image: lay the tiles out for the space there is and draw the input."""
+        """New model or image: lay the tiles out for the space there is and draw the input.
+        ``row_labels`` name the rows (default L1, L2, …); ``row_heads``: heads per row, the
+        tiles beyond a row's heads left empty (a Swin's stages have different numbers)."""
         self._pixels = pixels
+        self._row_texts, self._row_heads = row_labels, row_heads
         self._apply_layout(layers, heads, tuple(grid), force=True)
+
+    def row_texts(self) -> list[str]:
+        """The row labels as shown (tests)."""
+        return [item.textItem.toPlainText() for item in self._row_labels]
+
+    def row_heads(self) -> list[int]:
+        """The tiles per row besides the mean: each row's heads (all the same for a ViT)."""
+        return list(self._row_heads or [self.layout.heads] * self.layout.layers)
 
     def tile_size_px(self) -> float:
         """On-screen size of one tile's longer side when the mosaic fits the view."""
@@ -259,13 +289,15 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         return max(1.0, self.width() - COLORBAR_PX - 8.0), max(1.0, self.height() - 8.0)
 
     def _apply_layout(self, layers: int, heads: int, grid: tuple[int, int], *, force: bool) -> None:
-        layout, scale = plan_layout(layers, heads, grid, *self._view_px())
+        label_px = LABEL_PX if self._row_texts is None else SWIN_LABEL_PX
+        layout, scale = plan_layout(layers, heads, grid, *self._view_px(), label_px)
         self.scale = scale
         if layout != self.layout or force:
             self.layout = layout
             cell = max(1, min(round(scale), 24, BASE_MAX_SIDE // max(layout.size)))
             assert self._pixels is not None
-            self.base.setImage(build_base(self._pixels, layout, cell), autoLevels=False)
+            base = build_base(self._pixels, layout, cell, self._row_heads)
+            self.base.setImage(base, autoLevels=False)
             self.base.setLevels((0, 255))
             rows, cols = layout.size
             self.base.setRect(QRectF(0, 0, cols, rows))
@@ -306,7 +338,8 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self._row_labels = []
         for layer in range(lay.layers):
             x, y = lay.origin(layer, 0)
-            item = pg.TextItem(f"L{layer + 1}", color=LABEL_COLOR, anchor=(1.0, 0.5))
+            text = f"L{layer + 1}" if self._row_texts is None else self._row_texts[layer]
+            item = pg.TextItem(text, color=LABEL_COLOR, anchor=(1.0, 0.5))
             item.setFont(font)
             item.setPos(x - 0.2, y + gh / 2)
             item.setVisible(layer % row_every == 0 or layer == lay.layers - 1)

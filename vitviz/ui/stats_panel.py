@@ -71,9 +71,11 @@ class StatsPanel(QWidget):
         prefix: np.ndarray,
         norms: np.ndarray,
         num_prefix: int,
+        labels: list[str] | None = None,
     ) -> None:
-        """A new image's (L, H) statistics and (L, N) token norms (shown unless a folder is)."""
-        self._image_stats = (distance, entropy, prefix, norms, num_prefix)
+        """A new image's (L, H) statistics and (L, N) token norms (shown unless a folder is);
+        ``labels``: names of the rows (a Swin's "stage.block"), None for layers 1..L."""
+        self._image_stats = (distance, entropy, prefix, norms, num_prefix, labels)
         if self.folder_result is None:
             self.view.set_statistics(*self._image_stats)
 

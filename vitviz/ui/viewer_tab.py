@@ -17,6 +17,7 @@ from vitviz.ui.faithfulness_panel import FaithfulnessPanel
 from vitviz.ui.head_grid import HeadGrid
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.stats_panel import StatsPanel
+from vitviz.ui.swin_view import SwinView
 from vitviz.workers import jobs
 from vitviz.workers.engine import EngineClient
 from vitviz.workers.messages import (
@@ -25,6 +26,8 @@ from vitviz.workers.messages import (
     MapParams,
     MapsResult,
     MethodInfo,
+    SwinImageResult,
+    SwinMapsResult,
 )
 
 INPUT_TITLE = "Model input · click a patch to make it the query"
@@ -45,6 +48,7 @@ class ViewerTab(QWidget):
         self._hovered: tuple[int, int] | None = None  # the patch under the pointer
         self.query: tuple[int, int] | None = None
         self.target_class: int | None = None
+        self.swin: SwinView | None = None  # what a Swin's blocks add to the drawing
 
         # the plain model input (its patch grid, the query): the map is beside it, never on it
         self.input_view = ImageCanvas(INPUT_TITLE, colorbar=False)
@@ -120,6 +124,10 @@ class ViewerTab(QWidget):
             self.query = None
         self.placeholder.hide()
         self.main_splitter.show()
+        swin = isinstance(result, SwinImageResult)
+        self.swin = SwinView(result) if swin else None
+        self.controls.set_blocks(*(self.swin.rows() if swin else (None, None)))
+        self.controls.param_panel.ignored = result.ignored_params if swin else {}
         self.controls.set_shape(result.num_layers, result.num_heads)
         self.controls.set_unavailable(result.unavailable)
         self.faithfulness.clear()
@@ -129,8 +137,13 @@ class ViewerTab(QWidget):
         )
         self.map_view.set_image(result.display, result.region, result.grid)
         self.head_grid.set_layout(
-            result.num_layers, result.num_heads, result.grid, result.input_pixels
+            result.num_layers,
+            result.num_heads,
+            result.grid,
+            result.input_pixels,
+            *(self.swin.rows() if self.swin else (None, None)),
         )
+        self.map_view.set_windows(None)
         if result.class_names:
             self.predictions.set_predictions(result.probs, result.class_names, self._shown_class())
         else:
@@ -141,6 +154,7 @@ class ViewerTab(QWidget):
             result.prefix_share,
             result.token_norms,
             result.num_prefix_tokens,
+            None if self.swin is None else [f"{b.stage + 1}.{b.index + 1}" for b in result.blocks],
         )
         self._update_query_widgets()
         self._update_class_label()
@@ -274,6 +288,9 @@ class ViewerTab(QWidget):
             return None, None
         layer, head = self.controls.selected_layer(), self.controls.selected_head()
         layer = min(layer, m.head_maps.shape[0] - 1)
+        if m.params.method == ATTENTION and isinstance(m, SwinMapsResult):
+            rows = m.block_maps[layer]  # (heads, H_b, W_b): the block's own resolution
+            return (rows.mean(axis=0) if head == MEAN else rows[min(head, len(rows) - 1)]), None
         if m.params.method == ATTENTION:
             values = m.mean_maps[layer] if head == MEAN else m.head_maps[layer, head]
             return values, None
@@ -295,6 +312,8 @@ class ViewerTab(QWidget):
         self.map_view.set_map(values, levels, cmap, opacity)
         self.head_grid.set_maps(m.head_maps, m.mean_maps, m.levels, cmap, opacity)
         self.head_grid.set_selection(self.controls.selected_layer(), self.controls.selected_head())
+        if self.swin is not None and isinstance(m, SwinMapsResult):
+            self.swin.draw(self.map_view, m, self.controls.selected_layer())
         self._update_prefix_label()
         if m.error:
             self.hoverText.emit(m.error)
@@ -304,6 +323,9 @@ class ViewerTab(QWidget):
     def _map_title(self, m: MapsResult) -> str:
         """What the large view shows, in words: method, class, query, layers and settings."""
         layer, head = self.controls.selected_layer(), self.controls.selected_head()
+        if self.swin is not None and isinstance(m, SwinMapsResult):
+            info = self.controls.methods.get(m.params.method)
+            return self.swin.title(m, layer, head, info.label if info else m.params.method)
         layers = self.image.num_layers if self.image else layer + 1
         query = (
             "query CLS" if self.query is None else f"query patch ({self.query[0]}, {self.query[1]})"
@@ -336,7 +358,9 @@ class ViewerTab(QWidget):
     def _update_query_widgets(self) -> None:
         self.input_view.set_query(self.query)
         self.map_view.set_query(self.query)
-        if self.query is None:
+        if self.swin is not None:
+            self.controls.query_label.setText(self.swin.query_text(self.query))
+        elif self.query is None:
             has_cls = self.image is not None and self.image.num_prefix_tokens > 0
             self.controls.query_label.setText("CLS token" if has_cls else "mean of patches")
         else:
@@ -383,4 +407,5 @@ class ViewerTab(QWidget):
         self.hoverText.emit(text)
 
     def _on_head_hover(self, info: tuple[int, int, float] | None) -> None:
-        self.hoverText.emit("" if info is None else self.head_grid.describe(info))
+        describe = self.head_grid.describe if self.swin is None else self.swin.describe
+        self.hoverText.emit("" if info is None else describe(info))

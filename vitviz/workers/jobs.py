@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from vitviz.workers import swin_jobs
 from vitviz.workers.messages import (
     CurvesResult,
     FaithfulnessResult,
@@ -89,6 +90,8 @@ def method_table() -> list[MethodInfo]:
 
 
 def summarize(loaded: Any, device: str) -> ModelSummary:
+    if swin_jobs.is_swin(loaded):
+        return swin_jobs.summarize_swin(loaded, device)
     cfg = loaded.model.config
     return ModelSummary(
         name=loaded.name,
@@ -136,7 +139,7 @@ def _check_fits(model: Any, prep: Any) -> None:
     problem = preprocessing_problem(prep, model.config.patch_size)
     if problem is not None:
         raise ValueError(problem)
-    if prep.resize != "fit":
+    if prep.resize != "fit" and not swin_jobs.is_swin(model):  # a Swin's isn't modelled yet
         check_analysis_memory(model, prep.image_size)
 
 
@@ -159,7 +162,12 @@ def use_model(state: EngineState, loaded: Any) -> ModelSummary:
     """Make ``loaded`` the current model (on the current device)."""
     from vitviz.analysis import UnsupportedModelError, require_vit
     from vitviz.devices import resolve_device
+    from vitviz.workers import swin_jobs
 
+    if swin_jobs.is_swin(loaded):
+        loaded.model.to(resolve_device(state.device)).eval()
+        state.loaded, state.analysis = loaded, None
+        return summarize(loaded, state.device)
     try:
         require_vit(loaded)
     except UnsupportedModelError as exc:
@@ -194,6 +202,8 @@ def analyze_image(
 
     if state.loaded is None:
         raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
+    if swin_jobs.is_swin(state.loaded):
+        return swin_jobs.analyze_swin_image(state, source, label, gradients)
     start = time.perf_counter()
     try:  # decoded once, reduced to what the overlays and the display need (at most 4096 px)
         analysis = analyze(state.loaded, source, gradients=gradients)
@@ -313,6 +323,8 @@ def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
     if a is None:
         # after a model change, until the image is analysed again with it (the window waits)
         raise UserFacingError("No image has been analysed yet.", "no_image")
+    if swin_jobs.is_swin(state.loaded):
+        return swin_jobs.swin_maps(state, params)
     patch = params.query
     try:  # computed where the attention is; only the maps cross to the host
         head_maps, mean_maps, prefix = a.host_query_maps(patch)
@@ -350,6 +362,7 @@ def faithfulness(
     a = state.analysis
     if a is None:
         raise UserFacingError("Open an image and a checkpoint first.", "no_image")
+    swin_jobs.refuse(state, "Faithfulness", "faithfulness")
     names = list(dict.fromkeys([method, "random"]))
     mask_file = _mask_path(state.source)
     try:
@@ -397,6 +410,7 @@ def export(
     a = state.analysis
     if a is None:
         raise UserFacingError("Nothing to export yet: open an image and a checkpoint.", "export")
+    swin_jobs.refuse(state, "Export", "export")
     target = Path(path)
     try:
         if what == "npz":

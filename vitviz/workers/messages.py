@@ -150,3 +150,45 @@ class UserError:
     # "image" | "checkpoint" | "settings" | "export" | "device" | "no_image" | "error"
     kind: str = "error"
     details: dict[str, Any] = field(default_factory=dict)  # e.g. the settings a checkpoint needs
+
+
+@dataclass(frozen=True)
+class SwinBlockInfo:
+    """One block of a Swin, as the window labels and draws it."""
+
+    stage: int  # 0-based
+    index: int  # 0-based within its stage
+    shifted: bool  # SW-MSA (else W-MSA)
+    window: tuple[int, int]  # (wh, ww) tokens
+    shift: tuple[int, int]  # (δh, δw) tokens (0 for W-MSA)
+    heads: int
+    token_pixels: int  # side of the input square one token stands for
+    grid: tuple[int, int]  # (H_b, W_b) the stage's grid
+
+    @property
+    def label(self) -> str:
+        """e.g. "1.2 SW": stage and block 1-based, W-MSA or SW-MSA."""
+        return f"{self.stage + 1}.{self.index + 1} {'SW' if self.shifted else 'W'}"
+
+
+@dataclass
+class SwinImageResult(ImageResult):
+    """An image analysed by a Swin. The ViT fields read per block: ``num_layers`` blocks,
+    ``num_heads`` the most heads of a block, ``grid`` the first stage's grid (the clickable one),
+    head statistics (L, num_heads) NaN where a block has fewer heads."""
+
+    blocks: tuple[SwinBlockInfo, ...] = ()
+    stage_grids: tuple[tuple[int, int], ...] = ()
+    input_size: tuple[int, int] = (0, 0)  # (H, W) model input pixels
+    window_ids: tuple[np.ndarray, ...] = ()  # per block (H_b, W_b) int32: each token's window
+    ignored_params: dict[str, tuple[str, ...]] = field(default_factory=dict)  # ViT-only ones
+
+
+@dataclass
+class SwinMapsResult(MapsResult):
+    """A Swin's maps: ``head_maps`` (L, heads, H_0, W_0) resampled (nearest) to the first
+    stage's grid, NaN for heads a block lacks; ``block_maps`` per block (heads, H_b, W_b) at its
+    own resolution; ``query_tokens`` per block the query's token (−1: the average pool)."""
+
+    block_maps: tuple[np.ndarray, ...] = ()
+    query_tokens: tuple[int, ...] = ()

@@ -1,0 +1,101 @@
+"""The engine's Swin jobs: a Swin becomes the current model, an image's analysis says each
+block's layout and head statistics, and a query point's maps are ``query_row`` of the token
+``token_at`` picks in every block (resampled to the first stage's grid for the thumbnails)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from swin_helpers import tiny_torchvision_swin
+
+from vitviz.explain.swin_analysis import analyze_swin
+from vitviz.explain.swin_attention import query_row, token_at
+from vitviz.explain.swin_stats import swin_head_statistics
+from vitviz.workers import jobs
+from vitviz.workers.messages import MapParams, SwinImageResult, SwinMapsResult
+
+
+@pytest.fixture
+def swin_ckpt(tmp_path: Path) -> Path:
+    path = tmp_path / "swin_tiny.pth"
+    torch.save(tiny_torchvision_swin().state_dict(), path)
+    return path
+
+
+@pytest.fixture
+def swin_state(swin_ckpt: Path, photo_files) -> tuple[jobs.EngineState, SwinImageResult]:
+    state = jobs.EngineState()
+    summary = jobs.load_model(state, swin_ckpt)
+    assert summary.depth == 4 and summary.heads == 4
+    jobs.set_preprocessing(state, {**state.loaded.preprocessing.to_dict(), "image_size": [64, 64]})
+    result = jobs.analyze_image(state, photo_files["chelsea"], "chelsea")
+    assert isinstance(result, SwinImageResult)
+    return state, result
+
+
+def test_image_result_describes_every_block(swin_state) -> None:
+    state, result = swin_state
+    a = state.analysis
+    assert [b.label for b in result.blocks] == ["1.1 W", "1.2 SW", "2.1 W", "2.2 SW"]
+    assert [b.heads for b in result.blocks] == [2, 2, 4, 4]
+    assert [b.token_pixels for b in result.blocks] == [4, 4, 8, 8]
+    assert [b.grid for b in result.blocks] == [tuple(lay.grid) for lay in a.layouts]
+    dist, ent = swin_head_statistics(a.attentions, a.layouts, a.block_stages, 4)
+    for b, (d, e) in enumerate(zip(dist, ent, strict=True)):
+        h = d.shape[0]
+        np.testing.assert_allclose(result.mean_distance[b, :h], d.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(result.entropy[b, :h], e.numpy(), rtol=1e-6)
+        assert np.isnan(result.mean_distance[b, h:]).all()
+    assert "relevance" in result.unavailable and "CLS token" in result.unavailable["relevance"]
+    assert "rollout" not in result.unavailable and "gradcam" not in result.unavailable
+
+
+def test_query_maps_are_query_rows_of_token_at(swin_state) -> None:
+    state, result = swin_state
+    a = state.analysis
+    cell = (5, 9)
+    maps = jobs.compute_maps(state, MapParams(query=cell))
+    assert isinstance(maps, SwinMapsResult)
+    point = ((cell[0] + 0.5) * 4, (cell[1] + 0.5) * 4)
+    grid0 = result.grid
+    for b, (attn, layout) in enumerate(zip(a.attentions, a.layouts, strict=True)):
+        px = 4 * 2 ** a.block_stages[b]
+        token = token_at(layout, px, point)
+        assert maps.query_tokens[b] == token
+        row = query_row(attn, layout, token).numpy().reshape(-1, *layout.grid)
+        np.testing.assert_allclose(maps.block_maps[b], row, atol=1e-7)
+        ys = np.minimum((np.arange(grid0[0]) * 4 + 2) // px, layout.grid[0] - 1)
+        xs = np.minimum((np.arange(grid0[1]) * 4 + 2) // px, layout.grid[1] - 1)
+        nearest = row[:, ys[:, None], xs[None, :]]  # the token covering each cell's centre
+        np.testing.assert_array_equal(maps.head_maps[b, : row.shape[0]], nearest)
+        assert np.isnan(maps.head_maps[b, row.shape[0] :]).all()
+        np.testing.assert_allclose(maps.mean_maps[b], maps.head_maps[b, : row.shape[0]].mean(0))
+
+
+def test_rollout_and_gradcam_maps(swin_state) -> None:
+    state, _ = swin_state
+    a = state.analysis
+    pooled = jobs.compute_maps(state, MapParams(method="rollout"))
+    np.testing.assert_allclose(pooled.method_map, a.rollout().numpy(), atol=1e-6)
+    cell = (3, 2)
+    clicked = jobs.compute_maps(state, MapParams(query=cell, method="rollout"))
+    last = a.layouts[-1]
+    token = token_at(last, 8, ((cell[0] + 0.5) * 4, (cell[1] + 0.5) * 4))
+    expected = a.rollout(query=token, query_stage=len(a.stage_grids) - 1).numpy()
+    np.testing.assert_allclose(clicked.method_map, expected, atol=1e-6)
+    grad = jobs.compute_maps(state, MapParams(method="gradient-rollout"))
+    again = analyze_swin(state.loaded, a.input, gradients=True)
+    np.testing.assert_allclose(grad.method_map, again.gradient_rollout().numpy(), atol=1e-5)
+    cam = jobs.compute_maps(state, MapParams(method="gradcam"))
+    assert cam.error is None and cam.method_map.shape == tuple(a.stage_grids[-1])
+
+
+def test_vit_jobs_refused_on_a_swin_in_one_line(swin_state, tmp_path) -> None:
+    state, _ = swin_state
+    with pytest.raises(jobs.UserFacingError, match="Swin"):
+        jobs.faithfulness(state, "rollout")
+    with pytest.raises(jobs.UserFacingError, match="Swin"):
+        jobs.export(state, tmp_path / "x.npz", "npz", MapParams(), None, "viridis", 0.5)

@@ -1,0 +1,139 @@
+"""A Swin in the window: one head-grid row per block ("1.2 SW") with that stage's heads, a click
+picks ``token_at``'s token in every block, the thumbnails and the big map are ``query_row`` of
+that token, the window partition is outlined, the rollout is ``analyze_swin``'s; a ViT dropped
+afterwards shows as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from swin_helpers import tiny_torchvision_swin
+from test_ui_window import (
+    WAIT_MS,
+    click,
+    drop,
+    new_window,
+    overlay,
+    select_method,
+    settled,
+    wait_shown,
+)
+
+from vitviz.analysis import analyze
+from vitviz.checkpoints import load_checkpoint
+from vitviz.explain.swin_analysis import analyze_swin
+from vitviz.explain.swin_attention import query_row, token_at
+from vitviz.ui.head_grid import MEAN
+from vitviz.ui.main_window import MainWindow
+from vitviz.ui.window_outline import partition_segments
+
+SIZE = 64  # input pixels: stage grids 16×16 (window 4) and 8×8
+
+
+@pytest.fixture
+def swin_ckpt(tmp_path: Path) -> Path:
+    path = tmp_path / "swin_tiny.pth"
+    torch.save(tiny_torchvision_swin().state_dict(), path)
+    sidecar = path.with_name(path.name + ".vitviz.json")
+    sidecar.write_text(json.dumps({"preprocessing": {"image_size": [SIZE, SIZE]}}))
+    return path
+
+
+@pytest.fixture
+def swin_shown(qtbot, tmp_path: Path, swin_ckpt: Path, photo_files):
+    window: MainWindow = new_window(qtbot, tmp_path / "settings.ini")
+    bugs: list[str] = []
+    window.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
+    image = photo_files["chelsea"]
+    drop(window, [image, swin_ckpt])
+    wait_shown(qtbot, window, image.name)
+    yield window, analyze_swin(load_checkpoint(swin_ckpt), image)
+    assert not bugs, f"the bug dialog was shown: {bugs}"
+
+
+def _rows(ref, block: int, token: int) -> np.ndarray:
+    layout = ref.layouts[block]
+    return query_row(ref.attentions[block], layout, token).numpy().reshape(-1, *layout.grid)
+
+
+def test_rows_are_blocks_with_their_heads(swin_shown) -> None:
+    window, ref = swin_shown
+    grid = window.viewer.head_grid
+    assert grid.row_texts() == ["1.1 W", "1.2 SW", "2.1 W", "2.2 SW"]
+    assert grid.row_heads() == [int(a.shape[1]) for a in ref.attentions] == [2, 2, 4, 4]
+    ctl = window.viewer.controls
+    ctl.select(layer=1, head=MEAN)
+    assert ctl.head.count() == 1 + 2 and "1.2 SW" in ctl.layer.text()
+    ctl.select(layer=3, head=3)
+    assert ctl.head.count() == 1 + 4 and ctl.selected_head() == 3
+    stats = window.viewer.image
+    assert np.isnan(stats.mean_distance[:2, 2:]).all()
+    assert np.isfinite(stats.mean_distance[2:]).all()
+    plot = window.viewer.stats.plots["distance"]
+    assert plot.getAxis("bottom").labelText == "block (stage.block)"
+    (dots,) = plot.listDataItems()
+    _, y = dots.getData()
+    assert len(y) == 2 + 2 + 4 + 4  # one dot per head of each block, none for missing heads
+    np.testing.assert_allclose(
+        np.sort(y), np.sort(stats.mean_distance[np.isfinite(stats.mean_distance)])
+    )
+
+
+def test_click_picks_token_at_in_every_block(qtbot, swin_shown) -> None:
+    window, ref = swin_shown
+    v = window.viewer
+    v.controls.select(layer=1, head=1)  # an SW-MSA block
+    cell = (6, 3)
+    view = v.input_view
+    click(view, view.vb.mapViewToScene(view.patch_rect(*cell).center()))
+    qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == cell, timeout=WAIT_MS)
+    point = ((cell[0] + 0.5) * 4, (cell[1] + 0.5) * 4)
+    m = v.maps
+    for b, layout in enumerate(ref.layouts):
+        px = 4 * 2 ** ref.block_stages[b]
+        token = token_at(layout, px, point)
+        assert m.query_tokens[b] == token
+        rows = _rows(ref, b, token)
+        ys = np.minimum((np.arange(16) * 4 + 2) // px, layout.grid[0] - 1)
+        xs = np.minimum((np.arange(16) * 4 + 2) // px, layout.grid[1] - 1)
+        heads = rows.shape[0]
+        np.testing.assert_allclose(
+            m.head_maps[b, :heads], rows[:, ys[:, None], xs[None, :]], atol=1e-6
+        )
+    np.testing.assert_allclose(overlay(window), _rows(ref, 1, m.query_tokens[1])[1], atol=1e-6)
+    assert "SW-MSA" in v.map_view.title.text() and "head 2 of 2" in v.map_view.title.text()
+    ids = v.image.window_ids[1]
+    expected = partition_segments(ids) * 4
+    assert v.map_view.window_lines.path().elementCount() == 2 * len(expected)
+    assert not v.map_view.query_window.path().isEmpty()
+
+
+def test_rollout_map_and_then_a_vit(qtbot, swin_shown, tiny_ckpt: Path, photo_files) -> None:
+    window, ref = swin_shown
+    v = window.viewer
+    select_method(qtbot, window, "rollout")
+    qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "rollout", timeout=WAIT_MS)
+    np.testing.assert_allclose(overlay(window), ref.rollout().numpy(), atol=1e-6)
+    assert v.map_view.window_lines.path().isEmpty()  # the partition belongs to attention maps
+    assert "from the average pool" in v.map_view.title.text()
+    panel = v.controls.param_panel.widgets
+    assert panel["fusion"].isEnabled() and not panel["discard_ratio"].isEnabled()
+    assert not panel["start_layer"].isEnabled()  # the ViT's settings, not taken by a Swin
+    assert not v.controls.method.model().item(v.controls.method.findData("relevance")).isEnabled()
+    image = photo_files["chelsea"]
+    drop(window, [tiny_ckpt])
+    qtbot.waitUntil(
+        lambda: settled(window) and v.swin is None and v.maps.params.method == "rollout",
+        timeout=WAIT_MS,
+    )
+    vit = analyze(load_checkpoint(tiny_ckpt), image)
+    np.testing.assert_allclose(overlay(window), vit.rollout().numpy(), atol=1e-5)
+    assert v.head_grid.row_texts()[0] == "L1"
+    assert v.map_view.window_lines.path().isEmpty()
+    assert v.controls.head.count() == 1 + vit.num_heads
+    panel = v.controls.param_panel.widgets
+    assert panel["discard_ratio"].isEnabled() and panel["start_layer"].isEnabled()

@@ -1,0 +1,108 @@
+"""The method table's entries that run on a Swin, over a SwinAnalysis (used by the window's engine
+and by ``vitviz-cli explain``): attention (one block and head), the windowed rollout, the windowed
+gradient rollout and token Grad-CAM. Every other method needs a ViT's CLS token or its one grid of
+patches and says so in one sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vitviz.explain.swin_analysis import SwinAnalysis
+from vitviz.explain.swin_attention import from_slots, query_row, windowed_attention
+from vitviz.explain.swin_gradcam import swin_token_gradcam
+
+SWIN_METHODS = ("attention", "rollout", "gradient-rollout", "gradcam")
+NEEDS_GRADIENTS = frozenset({"gradient-rollout", "gradcam"})
+# the parameters each takes on a Swin (the table's others are the ViT's: discard ratio, start layer)
+SWIN_PARAMETERS = {
+    "attention": frozenset({"layer", "head"}),
+    "rollout": frozenset({"fusion"}),
+    "gradient-rollout": frozenset(),
+    "gradcam": frozenset(),
+}
+
+
+def ignored_parameters() -> dict[str, tuple[str, ...]]:
+    """{method: names of its table parameters a Swin's version does not take}."""
+    from vitviz.explain.methods import get_method
+
+    out = {}
+    for name, taken in SWIN_PARAMETERS.items():
+        unused = tuple(p.name for p in get_method(name).parameters if p.name not in taken)
+        if unused:
+            out[name] = unused
+    return out
+
+
+def swin_unavailable(name: str, label: str, has_head: bool) -> str | None:
+    """Why method ``name`` can't run on a Swin (a plain sentence), or None if it can."""
+    if name not in SWIN_METHODS:
+        return (
+            f"{label} needs a ViT's CLS token and single patch grid; a Swin has neither "
+            f"(it takes {', '.join(SWIN_METHODS)})"
+        )
+    if name in NEEDS_GRADIENTS and not has_head:
+        return f"{label} needs a classification head, and this model has none"
+    return None
+
+
+def block_index(analysis: SwinAnalysis, block: int) -> int:
+    """``block`` checked against the analysis (negative counts from the end)."""
+    count = len(analysis.attentions)
+    if not -count <= block < count:
+        raise ValueError(f"block {block} out of range: the model has {count} blocks")
+    return block % count
+
+
+def attention_map(analysis: SwinAnalysis, block: int, head: int, token: int | None) -> Tensor:
+    """(H_b, W_b) block ``block``'s attention of query ``token`` (None: the mean row over all
+    tokens, what the average pool reads) for head ``head`` (−1: the mean over heads)."""
+    b = block_index(analysis, block)
+    attn, layout = analysis.attentions[b], analysis.layouts[b]
+    H, W = layout.grid
+    if token is None:
+        kept = windowed_attention(attn, layout).sum(dim=2)  # (windows, heads, n): column sums
+        rows = from_slots(kept.permute(1, 0, 2), layout) / (H * W)  # (heads, N)
+    else:
+        rows = query_row(attn, layout, token)  # (heads, N)
+    rows = rows.float()
+    picked = rows.mean(dim=0) if head == -1 else rows[head]
+    return picked.reshape(H, W)
+
+
+def swin_method_map(
+    analysis: SwinAnalysis,
+    model: Any,
+    name: str,
+    query: tuple[int, int] | None,
+    target_class: int | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> Tensor:
+    """The map of method ``name``: ``query`` (token, stage) picks the query token (None: the
+    average pool). ``attention``: block ``params['block']`` (default the last), head
+    ``params['head']`` (−1: mean), at the block's resolution; rollouts over the first stage's
+    grid; Grad-CAM over the last stage's grid."""
+    p = dict(params or {})
+    token, stage = (None, None) if query is None else query
+    if name == "attention":
+        b = block_index(analysis, int(p.get("block", -1)))
+        if token is not None and stage != analysis.block_stages[b]:
+            raise ValueError(f"the query token is of stage {stage}, block {b} is not")
+        return attention_map(analysis, b, int(p.get("head", -1)), token)
+    if name == "rollout":
+        return analysis.rollout(str(p.get("fusion", "mean")), None, token, stage)
+    if name == "gradient-rollout":
+        if target_class not in (None, analysis.target_class):
+            raise ValueError("the gradient rollout was taken for the top class only")
+        return analysis.gradient_rollout(token, stage)
+    if name == "gradcam":
+        param = next(model.parameters())
+        x = analysis.input[None].to(param.device, param.dtype)
+        with torch.inference_mode(False):
+            return swin_token_gradcam(model, x, target_class)[0].detach().cpu()
+    raise ValueError(swin_unavailable(name, name, True) or f"unknown method {name!r}")

@@ -1,0 +1,289 @@
+"""The engine's jobs for a Swin Transformer (no Qt): open one, analyse an image with
+``analyze_swin``, and the maps of a query point, for the window's head grid and big map.
+
+A query is a point of the model input; the window sends the cell of the first stage's grid that
+was clicked (row, col), whose centre is the point. In every block the query is the token covering
+that point (``token_at``); its attention row at the block's resolution is drawn in the big map
+and, resampled (nearest) to the first stage's grid, in the thumbnails.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitviz.workers.messages import (
+    MapParams,
+    ModelSummary,
+    SwinBlockInfo,
+    SwinImageResult,
+    SwinMapsResult,
+)
+
+
+def is_swin(model: Any) -> bool:
+    """``model`` (or a LoadedModel holding one) is a Swin Transformer."""
+    return getattr(getattr(model, "model", model), "model_kind", None) == "swin"
+
+
+def summarize_swin(loaded: Any, device: str) -> ModelSummary:
+    """What the window shows about a Swin: blocks as layers, the most heads of a stage."""
+    cfg = loaded.model.config
+    return ModelSummary(
+        name=loaded.name,
+        family=loaded.family,
+        path=loaded.path,
+        num_classes=cfg.num_classes,
+        depth=sum(cfg.depths),
+        heads=max(cfg.heads),
+        patch_size=cfg.patch_size,
+        image_size=tuple(cfg.image_size),
+        num_prefix_tokens=0,
+        device=device,
+        preprocessing=loaded.preprocessing.to_dict(),
+        notes=tuple(loaded.notes),
+        provenance=dict(loaded.provenance),
+        config=cfg.to_dict() if hasattr(cfg, "to_dict") else {},
+    )
+
+
+def unavailable(loaded: Any) -> dict[str, str]:
+    """{method name: why it can't run on a Swin} over the whole method table."""
+    from vitviz.explain.methods import all_methods
+    from vitviz.explain.swin_methods import swin_unavailable
+
+    has_head = loaded.model.config.num_classes > 0 and bool(loaded.class_names)
+    reasons = {m.name: swin_unavailable(m.name, m.label, has_head) for m in all_methods()}
+    return {name: why for name, why in reasons.items() if why is not None}
+
+
+def block_infos(analysis: Any, patch_size: int) -> tuple[SwinBlockInfo, ...]:
+    """Per block: stage, index in its stage, window, shift, heads, token size, grid."""
+    from vitviz.explain.swin_stats import token_pixels
+
+    out, counts = [], {}
+    for attn, layout, stage in zip(
+        analysis.attentions, analysis.layouts, analysis.block_stages, strict=True
+    ):
+        index = counts.get(stage, 0)
+        counts[stage] = index + 1
+        out.append(
+            SwinBlockInfo(
+                stage=stage,
+                index=index,
+                shifted=layout.shifted,
+                window=tuple(layout.window),
+                shift=tuple(layout.shift),
+                heads=int(attn.shape[1]),
+                token_pixels=token_pixels(patch_size, stage),
+                grid=tuple(layout.grid),
+            )
+        )
+    return tuple(out)
+
+
+def _padded(rows: list[np.ndarray], heads: int) -> np.ndarray:
+    """Per block (h_b,) values -> (L, heads) float32, NaN where a block has fewer heads."""
+    out = np.full((len(rows), heads), np.nan, dtype=np.float32)
+    for b, r in enumerate(rows):
+        out[b, : r.shape[0]] = r
+    return out
+
+
+def analyze_swin_image(
+    state: Any, source: Any, label: str, gradients: bool = False
+) -> SwinImageResult:
+    """``jobs.analyze_image`` for a Swin: one ``analyze_swin`` pass, the numbers the window
+    draws (the block layout, head statistics per block and head, predictions)."""
+    from vitviz.explain.swin_analysis import analyze_swin
+    from vitviz.explain.swin_attention import window_ids
+    from vitviz.explain.swin_methods import ignored_parameters
+    from vitviz.explain.swin_stats import swin_head_statistics
+    from vitviz.imaging import ImageLoadError
+    from vitviz.workers.jobs import UserFacingError
+
+    loaded = state.loaded
+    start = time.perf_counter()
+    has_head = loaded.model.config.num_classes > 0
+    try:
+        analysis = analyze_swin(loaded, source, gradients=gradients and has_head)
+    except ImageLoadError as exc:
+        raise UserFacingError(str(exc), "image") from exc
+    except ValueError as exc:
+        raise UserFacingError(f"{label}: {exc}", "image") from exc
+    state.analysis, state.source, state.label = analysis, source, label
+    patch = loaded.model.config.patch_size
+    blocks = block_infos(analysis, patch)
+    dist, ent = swin_head_statistics(
+        analysis.attentions, analysis.layouts, analysis.block_stages, patch
+    )
+    most = max(b.heads for b in blocks)
+    pixels = np.ascontiguousarray(analysis.pixels, dtype=np.uint8)
+    h, w = pixels.shape[:2]
+    grid0 = tuple(analysis.stage_grids[0])
+    L = len(blocks)
+    return SwinImageResult(
+        label=label,
+        source_path=Path(source) if isinstance(source, (str, Path)) else None,
+        display=pixels,
+        display_scale=1.0,
+        region=(0.0, 0.0, float(grid0[1] * patch), float(grid0[0] * patch)),
+        input_pixels=pixels,
+        grid=grid0,
+        patch_size=patch,
+        num_prefix_tokens=0,
+        num_layers=L,
+        num_heads=most,
+        class_names=list(loaded.class_names) if has_head else [],
+        probs=analysis.probs.float().cpu().numpy(),
+        logits=analysis.logits.float().cpu().numpy(),
+        top_class=analysis.target_class if has_head else -1,
+        mean_distance=_padded([d.float().cpu().numpy() for d in dist], most),
+        entropy=_padded([e.float().cpu().numpy() for e in ent], most),
+        prefix_share=np.full((L, most), np.nan, dtype=np.float32),
+        token_norms=np.zeros((L, 0), dtype=np.float32),
+        device=str(next(loaded.model.parameters()).device),
+        seconds=time.perf_counter() - start,
+        attention=None,  # every query goes to the engine (its rows cost O(n) there)
+        unavailable=unavailable(loaded),
+        blocks=blocks,
+        stage_grids=tuple(tuple(g) for g in analysis.stage_grids),
+        input_size=(h, w),
+        ignored_params=ignored_parameters(),
+        window_ids=tuple(window_ids(lay).numpy().astype(np.int32) for lay in analysis.layouts),
+    )
+
+
+def query_point(query: tuple[int, int] | None, patch: int) -> tuple[float, float] | None:
+    """The clicked cell of the first stage's grid -> its centre in input pixels (y, x)."""
+    if query is None:
+        return None
+    return ((query[0] + 0.5) * patch, (query[1] + 0.5) * patch)
+
+
+def query_tokens(analysis: Any, point: tuple[float, float] | None, patch: int) -> list[int]:
+    """Per block the token covering ``point`` (−1 for every block when there is no point)."""
+    from vitviz.explain.swin_attention import token_at
+    from vitviz.explain.swin_stats import token_pixels
+
+    if point is None:
+        return [-1] * len(analysis.layouts)
+    return [
+        token_at(layout, token_pixels(patch, stage), point)
+        for layout, stage in zip(analysis.layouts, analysis.block_stages, strict=True)
+    ]
+
+
+def block_rows(analysis: Any, block: int, token: int) -> np.ndarray:
+    """(heads, H_b, W_b) float32: the query token's attention row per head (token −1: the
+    mean row over every token, what the average pool reads)."""
+    import torch
+
+    from vitviz.explain.swin_attention import from_slots, query_row, windowed_attention
+
+    attn, layout = analysis.attentions[block], analysis.layouts[block]
+    H, W = layout.grid
+    with torch.no_grad():
+        if token < 0:
+            sums = windowed_attention(attn, layout).sum(dim=2)  # (windows, heads, n)
+            rows = from_slots(sums.permute(1, 0, 2), layout) / (H * W)  # (heads, N)
+        else:
+            rows = query_row(attn, layout, token)  # (heads, N)
+    return rows.float().cpu().numpy().reshape(-1, H, W)
+
+
+def resample_index(grid0: tuple[int, int], patch: int, token_px: int, grid: tuple[int, int]):
+    """Nearest resampling of a block's grid onto the first stage's: for each cell of ``grid0``
+    the row and column of the block token covering its centre."""
+    ys = np.minimum(((np.arange(grid0[0]) + 0.5) * patch // token_px).astype(int), grid[0] - 1)
+    xs = np.minimum(((np.arange(grid0[1]) + 0.5) * patch // token_px).astype(int), grid[1] - 1)
+    return ys[:, None], xs[None, :]
+
+
+def _with_gradients(state: Any, target: int) -> Any:
+    """The analysis with ∂y_target/∂A_b (the pass again, on the same input, when it lacks them)."""
+    from vitviz.explain.swin_analysis import analyze_swin
+
+    a = state.analysis
+    if a.gradients is None or a.target_class != target:
+        pixels = a.pixels
+        a = analyze_swin(state.loaded.model, a.input, gradients=True, target_class=target)
+        a.pixels = pixels
+        state.analysis = a
+    return a
+
+
+def swin_maps(state: Any, params: MapParams) -> SwinMapsResult:
+    """``jobs.compute_maps`` for a Swin: every block's and head's attention of the query, the
+    mean over heads, and the chosen method's map."""
+    from vitviz.explain.swin_methods import swin_method_map
+    from vitviz.explain.swin_stats import token_pixels
+    from vitviz.imaging.colormaps import nice_levels
+
+    a = state.analysis
+    patch = state.loaded.model.config.patch_size
+    grid0 = tuple(a.stage_grids[0])
+    point = query_point(params.query, patch)
+    tokens = query_tokens(a, point, patch)
+    L = len(a.attentions)
+    most = max(int(t.shape[1]) for t in a.attentions)
+    head_maps = np.full((L, most, *grid0), np.nan, dtype=np.float32)
+    mean_maps = np.empty((L, *grid0), dtype=np.float32)
+    block_maps = []
+    lo, hi = np.inf, -np.inf
+    for b in range(L):
+        rows = block_rows(a, b, tokens[b])  # (heads, H_b, W_b)
+        block_maps.append(rows)
+        layout = a.layouts[b]
+        ys, xs = resample_index(grid0, patch, token_pixels(patch, a.block_stages[b]), layout.grid)
+        flat = (ys * layout.grid[1] + xs).reshape(-1)  # (H_0·W_0,) token under each cell
+        h = rows.shape[0]
+        small = head_maps[b, :h].reshape(h, -1)  # a view: filled in place
+        np.take(rows.reshape(h, -1), flat, axis=1, out=small)
+        mean_maps[b] = small.mean(axis=0).reshape(grid0)
+        lo, hi = min(lo, float(rows.min())), max(hi, float(rows.max()))
+    has_head = state.loaded.model.config.num_classes > 0
+    top = a.target_class if has_head else -1
+    target = top if params.target_class is None else params.target_class
+    method_map, error = None, None
+    if params.method != "attention":
+        last = len(a.stage_grids) - 1
+        query = None if point is None else (tokens[-1], last)
+        try:
+            if params.method in ("gradient-rollout",):
+                a = _with_gradients(state, target)
+            method_map = (
+                swin_method_map(
+                    a, state.loaded.model, params.method, query, target, params.params()
+                )
+                .float()
+                .numpy()
+            )
+        except ValueError as exc:
+            error = str(exc)
+    return SwinMapsResult(
+        params=params,
+        head_maps=head_maps,
+        mean_maps=mean_maps,
+        method_map=method_map,
+        target_class=target,
+        prefix_attention=np.zeros((L, most, 0), dtype=np.float32),
+        levels=nice_levels(np.array([lo, hi])),  # the thumbnails show these rows' values
+        error=error,
+        block_maps=tuple(block_maps),
+        query_tokens=tuple(tokens),
+    )
+
+
+def refuse(state: Any, what: str, kind: str) -> None:
+    """A job the window offers for ViTs only: refused in one line when the model is a Swin."""
+    from vitviz.workers.jobs import UserFacingError
+
+    if state.loaded is not None and is_swin(state.loaded):
+        raise UserFacingError(
+            f"{what} takes ViTs for now; for a Swin use `vitviz-cli explain` (its npz and maps).",
+            kind,
+        )
