@@ -47,3 +47,24 @@ def test_integer_weights_are_refused_by_name(tmp_path: Path) -> None:
     torch.save(state, path)
     with pytest.raises(CheckpointError, match=r"head\.weight holds int8 numbers"):
         load_checkpoint(path)
+
+
+def test_the_method_table_says_which_methods_take_a_swin(capsys) -> None:
+    import json
+
+    from vitviz.explain.methods import Method, register_method, unregister_method
+    from vitviz.explain.swin_methods import swin_unavailable
+
+    assert cli.main(["methods", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    rows = table["methods"] if isinstance(table, dict) else table
+    takes = {m["name"] for m in rows if "swin" in m["applies_to"]}
+    assert takes == {"attention", "rollout", "gradient-rollout", "gradcam"}
+    for m in rows:  # the window and the CLI refuse exactly the others
+        assert (swin_unavailable(m["name"], m["label"], True) is None) == (m["name"] in takes)
+    toy = Method("toy-swin", "Toy", lambda *a: None, applies_to={"swin"})
+    register_method(toy)
+    try:  # claims the kind but has no Swin version here: refused, not run
+        assert "no Swin version" in swin_unavailable("toy-swin", "Toy", True)
+    finally:
+        unregister_method("toy-swin")

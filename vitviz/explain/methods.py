@@ -37,6 +37,7 @@ Compute = Callable[["Analysis", Query, "int | None", Mapping[str, Any]], Tensor]
 
 VIT = "vit"  # vitviz's own VisionTransformer
 MODEL_CODE = "model-code"  # a user's module run through vitviz.modelcode (attention captured)
+SWIN = "swin"  # a Swin Transformer: its version of the method is in vitviz.explain.swin_methods
 SCALINGS = ("none", "max", "min-max", "share")
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
@@ -354,23 +355,24 @@ def _random(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tenso
 
 
 ANY_VIT = frozenset({VIT, MODEL_CODE})
+ANY_KIND = ANY_VIT | {SWIN}
 
 BUILTIN_METHODS = (
     Method(
         "attention", "Attention (layer, head)", _attention,
         (_layer_param(), _head_param()),
-        applies_to=ANY_VIT, scaling="none",
+        applies_to=ANY_KIND, scaling="none",
         description="raw attention of one layer: the query's row over the patches",
     ),
     Method(
         "rollout", "Attention rollout", _rollout,
         (Parameter("fusion", str, "mean", "Head fusion", choices=FUSIONS), DISCARD, START_LAYER),
-        applies_to=ANY_VIT, scaling="max",
+        applies_to=ANY_KIND, scaling="max",
         description="Abnar & Zuidema 2020: product of the row-normalised (fused attention + I)",
     ),
     Method(
         "gradient-rollout", "Gradient rollout", _gradient_rollout, (DISCARD, START_LAYER),
-        needs_gradients=True, applies_to=ANY_VIT, scaling="max",
+        needs_gradients=True, applies_to=ANY_KIND, scaling="max",
         description="rollout of (mean over heads of attention ⊙ gradient)⁺",
     ),
     Method(
@@ -406,7 +408,7 @@ BUILTIN_METHODS = (
     ),
     Method(
         "gradcam", "Grad-CAM (tokens)", _gradcam, (), needs_gradients=True, queries=False,
-        scaling="min-max",
+        applies_to=frozenset({VIT, SWIN}), scaling="min-max",
         description="Grad-CAM on the last block's first LayerNorm output over the patch grid",
     ),
     Method(

@@ -16,8 +16,6 @@ from vitviz.explain.swin_analysis import SwinAnalysis
 from vitviz.explain.swin_attention import from_slots, query_row, windowed_attention
 from vitviz.explain.swin_gradcam import swin_token_gradcam
 
-SWIN_METHODS = ("attention", "rollout", "gradient-rollout", "gradcam")
-NEEDS_GRADIENTS = frozenset({"gradient-rollout", "gradcam"})
 # the parameters each takes on a Swin (the table's others are the ViT's: discard ratio, start layer)
 SWIN_PARAMETERS = {
     "attention": frozenset({"layer", "head"}),
@@ -39,14 +37,27 @@ def ignored_parameters() -> dict[str, tuple[str, ...]]:
     return out
 
 
+def swin_methods() -> tuple[str, ...]:
+    """The methods whose table entry says they apply to a Swin (``applies_to``)."""
+    from vitviz.explain.methods import SWIN, all_methods
+
+    return tuple(m.name for m in all_methods() if SWIN in m.applies_to)
+
+
 def swin_unavailable(name: str, label: str, has_head: bool) -> str | None:
-    """Why method ``name`` can't run on a Swin (a plain sentence), or None if it can."""
-    if name not in SWIN_METHODS:
+    """Why method ``name`` can't run on a Swin (a plain sentence), or None if it can: the
+    table's ``applies_to`` says which do, and this module holds their Swin versions."""
+    from vitviz.explain.methods import get_method
+
+    takes = swin_methods()
+    if name not in takes:
         return (
             f"{label} needs a ViT's CLS token and single patch grid; a Swin has neither "
-            f"(it takes {', '.join(SWIN_METHODS)})"
+            f"(it takes {', '.join(takes)})"
         )
-    if name in NEEDS_GRADIENTS and not has_head:
+    if name not in SWIN_PARAMETERS:
+        return f"{label} says it applies to a Swin, but vitviz has no Swin version of it yet"
+    if get_method(name).needs_gradients and not has_head:
         return f"{label} needs a classification head, and this model has none"
     return None
 
