@@ -1,6 +1,7 @@
 """UI latency: a change of head, of layer or of query patch until every visible view has repainted.
 
-The real window (offscreen), ViT-B/16 at 224 with random weights, one 400 × 300 image. Each timed
+The real window (offscreen), ViT-B/16 at 224 with random weights (``--model swin-t``: a Swin-T
+at 224, whose query is a first-stage cell picked in every block), one 400 × 300 image. Each timed
 change is what a click or a key does: ``controls.step_head(1)``, ``controls.select(layer=...)``,
 ``viewer.set_query(patch)``. A query change runs until its new maps (every layer and head) are
 applied, whether the window computes them itself or the engine thread does. Then the event loop
@@ -11,9 +12,11 @@ paint counter on each viewport checks this and the table shows the paints per ch
 stops when the last paint returns. Baseline: the same with no change (Qt paints nothing, every
 view is repainted). 100 changes of each kind, taken in turns.
 
-Targets (absolute, from issue #4): median ≤ 16 ms and p95 ≤ 33 ms for each kind of change.
+Targets (absolute, from issue #4): median ≤ 16 ms and p95 ≤ 33 ms for each kind of change; for a
+Swin-T (issue #16) a query change's median ≤ 20 ms.
 
     .venv/bin/python benchmarks/ui_latency.py [--quick] [--no-check] [--repeats N] [--profile]
+        [--model vit-base|swin-t]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from _common import Check, environment, finish, fmt_seconds, parser, print_table
 
 TARGET_MEDIAN_MS = 16.0
 TARGET_P95_MS = 33.0
+SWIN_QUERY_MEDIAN_MS = 20.0  # issue #16: a Swin-T's query change
 
 
 def p95(times: list[float]) -> float:
@@ -92,7 +96,13 @@ class Rig:
         from vitviz.workers import jobs
 
         torch.manual_seed(0)
-        model = create_model(variant).eval()
+        if variant == "swin-t":
+            from vitviz.model.swin import SwinTransformer
+            from vitviz.model.swin_config import SwinConfig
+
+            model = SwinTransformer(SwinConfig()).eval()  # Swin-T at 224 (the defaults)
+        else:
+            model = create_model(variant).eval()
         cfg = model.config
         loaded = LoadedModel(
             model=model,
@@ -186,8 +196,10 @@ class Rig:
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--profile", action="store_true", help="cProfile the timed loop; print the top")
+    p.add_argument("--model", choices=("vit-base", "swin-t"), default="vit-base")
     args = p.parse_args(argv)
-    variant = "cifar10-tutorial" if args.quick else "vit-base"
+    swin = args.model == "swin-t"
+    variant = args.model if swin or not args.quick else "cifar10-tutorial"
     repeats = args.repeats or (5 if args.quick else 100)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 5)
 
@@ -231,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, ts in times.items():
         med, q95 = statistics.median(ts), p95(ts)
         is_base = name.startswith("baseline")
+        target = SWIN_QUERY_MEDIAN_MS if swin and name.startswith("query") else TARGET_MEDIAN_MS
         if not is_base:
-            checks.append(Check(f"{name} median (ms)", med * 1e3, TARGET_MEDIAN_MS, True))
+            checks.append(Check(f"{name} median (ms)", med * 1e3, target, True))
             checks.append(Check(f"{name} p95 (ms)", q95 * 1e3, TARGET_P95_MS, True))
         verdict = "" if is_base else ("ok" if checks[-1].ok and checks[-2].ok else "MISSED")
         rows.append(
@@ -243,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                 fmt_seconds(max(ts)),
                 "1.0×" if is_base else f"{med / base:.1f}×",
                 f"{paints[name] / len(ts):.1f}",
-                "baseline" if is_base else f"≤ {TARGET_MEDIAN_MS:g} ms / ≤ {TARGET_P95_MS:g} ms",
+                "baseline" if is_base else f"≤ {target:g} ms / ≤ {TARGET_P95_MS:g} ms",
                 verdict,
             ]
         )
