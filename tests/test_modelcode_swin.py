@@ -229,3 +229,13 @@ def test_cli_info_describes_the_seed_swin_by_stage(tmp_path, capsys):
     assert main(["info", str(weights), "--model-code", f"{SEED_FILE}:SwinTransformer"]) == 0
     out = capsys.readouterr().out
     assert "Swin, widths 16-32, depths 2-2, heads 2-4, windows 4-4, patch 2, image 32×32" in out
+
+
+def test_token_gradcam_is_refused_on_a_swin_from_code(tmp_path) -> None:
+    """It reads vitviz's own Swin's last norm1: the window lists it disabled, saying why."""
+    from vitviz.workers.swin_jobs import unavailable
+
+    loaded = _open(tmp_path, _seed_model()[1])
+    reasons = unavailable(loaded)
+    assert "your code" in reasons["gradcam"]
+    assert not {"attention", "rollout", "gradient-rollout"} & set(reasons)

@@ -18,7 +18,9 @@ class SwinCliError(VitvizError):
     """A ``--method`` or setting a Swin can't take (one line, exit 2)."""
 
 
-def swin_methods_for(names: list[str] | None, has_head: bool) -> list[str]:
+def swin_methods_for(
+    names: list[str] | None, has_head: bool, model: object | None = None
+) -> list[str]:
     """The ``--method`` names besides rollout, checked: one that can't run on a Swin is refused
     in one line naming why."""
     from vitviz.explain.methods import get_method
@@ -30,7 +32,7 @@ def swin_methods_for(names: list[str] | None, has_head: bool) -> list[str]:
             method = get_method(name)
         except ValueError as exc:
             raise SwinCliError(f"--method: {exc}") from exc
-        reason = swin_unavailable(method.name, method.label, has_head)
+        reason = swin_unavailable(method.name, method.label, has_head, model)
         if reason is not None:
             raise SwinCliError(f"--method {name}: {reason}")
         if name not in ("rollout", "attention"):
@@ -62,7 +64,7 @@ def explain_swin(args: argparse.Namespace, loaded: Any, device: Any) -> int:
     c = args.target_class
     if c is not None and not 0 <= c < classes:
         raise SwinCliError(f"--class {c} is out of range: the model has {classes} classes")
-    extra = swin_methods_for(args.methods, has_head)
+    extra = swin_methods_for(args.methods, has_head, loaded.model)
     loaded.model.to(device).eval()
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0

@@ -15,6 +15,7 @@ from torch import Tensor
 from vitviz.explain.swin_analysis import SwinAnalysis
 from vitviz.explain.swin_attention import from_slots, query_row, windowed_attention
 from vitviz.explain.swin_gradcam import swin_token_gradcam
+from vitviz.model.swin import SwinTransformer
 
 # the parameters each takes on a Swin (the table's others are the ViT's: discard ratio, start layer)
 SWIN_PARAMETERS = {
@@ -44,9 +45,12 @@ def swin_methods() -> tuple[str, ...]:
     return tuple(m.name for m in all_methods() if SWIN in m.applies_to)
 
 
-def swin_unavailable(name: str, label: str, has_head: bool) -> str | None:
+def swin_unavailable(
+    name: str, label: str, has_head: bool, model: object | None = None
+) -> str | None:
     """Why method ``name`` can't run on a Swin (a plain sentence), or None if it can: the
-    table's ``applies_to`` says which do, and this module holds their Swin versions."""
+    table's ``applies_to`` says which do, and this module holds their Swin versions.
+    ``model``: the Swin itself, when known (token Grad-CAM needs vitviz's own)."""
     from vitviz.explain.methods import get_method
 
     takes = swin_methods()
@@ -57,6 +61,11 @@ def swin_unavailable(name: str, label: str, has_head: bool) -> str | None:
         )
     if name not in SWIN_PARAMETERS:
         return f"{label} says it applies to a Swin, but vitviz has no Swin version of it yet"
+    if name == "gradcam" and model is not None and not isinstance(model, SwinTransformer):
+        return (
+            f"{label} needs vitviz's own Swin (it reads the last block's first LayerNorm), "
+            "and this model comes from your code"
+        )
     if get_method(name).needs_gradients and not has_head:
         return f"{label} needs a classification head, and this model has none"
     return None

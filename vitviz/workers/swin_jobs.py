@@ -56,7 +56,8 @@ def unavailable(loaded: Any) -> dict[str, str]:
     from vitviz.explain.swin_methods import swin_unavailable
 
     has_head = loaded.model.config.num_classes > 0 and bool(loaded.class_names)
-    reasons = {m.name: swin_unavailable(m.name, m.label, has_head) for m in all_methods()}
+    model = loaded.model
+    reasons = {m.name: swin_unavailable(m.name, m.label, has_head, model) for m in all_methods()}
     return {name: why for name, why in reasons.items() if why is not None}
 
 
