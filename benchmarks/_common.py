@@ -225,6 +225,29 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 
 # -- the environment -------------------------------------------------------------------------------
+def print_timed_report(
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    repeats: int,
+    warmup: int,
+    quick: bool,
+    device_line: str | None = None,
+) -> None:
+    """The usual report: a "# title" line, the device (when given), the environment, how the
+    cases were timed, then the table."""
+    print(f"# {title}")
+    if device_line is not None:
+        print(device_line)
+    print(environment())
+    print(
+        f"{repeats} timed repeats of each case in turns, after {warmup} warm-up turns"
+        + (" (--quick: timings are not meaningful)" if quick else "")
+    )
+    print()
+    print_table(headers, rows)
+
+
 def peak_rss_mib() -> float:
     """Peak resident memory of this process so far, MiB (getrusage; KiB on Linux, B on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -33,13 +33,12 @@ from _common import (
     apply_threads,
     bench_device,
     device_name,
-    environment,
     finish,
     fmt_seconds,
     interleaved,
     parser,
     peak_rss_mib,
-    print_table,
+    print_timed_report,
     synced,
 )
 from PIL import Image
@@ -208,19 +207,17 @@ def main(argv: list[str] | None = None) -> int:
             ]
         )
 
-    print(
-        f"# Analysis overhead: {variant} at {cfg.image_size[0]}×{cfg.image_size[1]}, "
+    print_timed_report(
+        f"Analysis overhead: {variant} at {cfg.image_size[0]}×{cfg.image_size[1]}, "
         f"patch {cfg.patch_size}, {cfg.depth} layers × {cfg.heads} heads, {cfg.num_classes} "
-        f"classes, batch 1, {device.type}"
+        f"classes, batch 1, {device.type}",
+        ["case", "median", "p90", "min", "× (a)", "target", "verdict"],
+        rows,
+        repeats,
+        warmup,
+        args.quick,
+        device_line=f"device: {device_name(device)}",
     )
-    print(f"device: {device_name(device)}")
-    print(environment())
-    print(
-        f"{repeats} timed repeats of each case in turns, after {warmup} warm-up turns"
-        + (" (--quick: timings are not meaningful)" if args.quick else "")
-    )
-    print()
-    print_table(["case", "median", "p90", "min", "× (a)", "target", "verdict"], rows)
     print()
     print(f"peak RSS: {peak_rss_mib():.0f} MiB")
     return finish(list(checks.values()), args.no_check, wrong)

@@ -30,13 +30,12 @@ from _common import (
     Check,
     Stats,
     apply_threads,
-    environment,
     finish,
     fmt_seconds,
     interleaved,
     parser,
     peak_rss_mib,
-    print_table,
+    print_timed_report,
 )
 
 from vitviz.explain.swin_analysis import SwinAnalysis, analyze_swin
@@ -209,18 +208,16 @@ def main(argv: list[str] | None = None) -> int:
                 checks["m"].verdict,
             ]
         )
-    print(
-        f"# Swin analysis overhead: widths {'-'.join(map(str, config.dims))}, depths "
+    print_timed_report(
+        f"Swin analysis overhead: widths {'-'.join(map(str, config.dims))}, depths "
         f"{'-'.join(map(str, config.depths))}, window {config.window_sizes[0]}, at "
-        f"{config.image_size[0]}×{config.image_size[1]}, {device}, batch 1"
+        f"{config.image_size[0]}×{config.image_size[1]}, {device}, batch 1",
+        ["case", "median", "p90", "min", "× (a)", "target", "verdict"],
+        rows,
+        repeats,
+        warmup,
+        args.quick,
     )
-    print(environment())
-    print(
-        f"{repeats} timed repeats of each case in turns, after {warmup} warm-up turns"
-        + (" (--quick: timings are not meaningful)" if args.quick else "")
-    )
-    print()
-    print_table(["case", "median", "p90", "min", "× (a)", "target", "verdict"], rows)
     print()
     print(
         f"weights {weights:.1f} MiB, captured attention {captured:.1f} MiB, "

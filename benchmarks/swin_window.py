@@ -27,12 +27,11 @@ from _common import (
     Check,
     Stats,
     apply_threads,
-    environment,
     finish,
     fmt_seconds,
     interleaved,
     parser,
-    print_table,
+    print_timed_report,
 )
 
 from vitviz.explain.swin_analysis import analyze_swin
@@ -104,18 +103,16 @@ def main(argv: list[str] | None = None) -> int:
         verdict = check.verdict if key == "q" else ""
         row = [LABELS[key], fmt_seconds(s.median), fmt_seconds(s.p90), fmt_seconds(s.min)]
         rows.append([*row, target, verdict])
-    print(
-        f"# A Swin's query change in the window: widths {'-'.join(map(str, config.dims))}, "
+    print_timed_report(
+        f"A Swin's query change in the window: widths {'-'.join(map(str, config.dims))}, "
         f"depths {'-'.join(map(str, config.depths))}, window {config.window_sizes[0]}, at "
-        f"{config.image_size[0]}×{config.image_size[1]}, cpu, batch 1"
+        f"{config.image_size[0]}×{config.image_size[1]}, cpu, batch 1",
+        ["case", "median", "p90", "min", "target", "verdict"],
+        rows,
+        repeats,
+        warmup,
+        args.quick,
     )
-    print(environment())
-    print(
-        f"{repeats} timed repeats of each case in turns, after {warmup} warm-up turns"
-        + (" (--quick: timings are not meaningful)" if args.quick else "")
-    )
-    print()
-    print_table(["case", "median", "p90", "min", "target", "verdict"], rows)
     return finish([check], args.no_check, wrong)
 
 
