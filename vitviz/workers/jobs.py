@@ -159,19 +159,8 @@ def load_model(
 
 
 def use_model(state: EngineState, loaded: Any) -> ModelSummary:
-    """Make ``loaded`` the current model (on the current device)."""
-    from vitviz.analysis import UnsupportedModelError, require_vit
+    """Make ``loaded`` (a ViT or a Swin) the current model (on the current device)."""
     from vitviz.devices import resolve_device
-    from vitviz.workers import swin_jobs
-
-    if swin_jobs.is_swin(loaded):
-        loaded.model.to(resolve_device(state.device)).eval()
-        state.loaded, state.analysis = loaded, None
-        return summarize(loaded, state.device)
-    try:
-        require_vit(loaded)
-    except UnsupportedModelError as exc:
-        raise UserFacingError(str(exc), "checkpoint") from exc
 
     loaded.model.to(resolve_device(state.device)).eval()
     state.loaded = loaded
