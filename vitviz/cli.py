@@ -170,7 +170,6 @@ def _read_config(config_path: Path | None) -> dict[str, Any] | None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from vitviz.analysis import require_vit
     from vitviz.devices import resolve_device
     from vitviz.imaging.colormaps import COLORMAPS
     from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
@@ -187,8 +186,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         args.checkpoint = _default_checkpoint()
     loaded = _load_for(args)
     if getattr(loaded.model, "model_kind", None) == "swin":
-        return __import__("vitviz.swin_cli", fromlist=["x"]).explain_swin(args, loaded, device)
-    require_vit(loaded)
+        from vitviz.swin_cli import explain_swin
+
+        return explain_swin(args, loaded, device)
     loaded.model.to(device)
     cfg = loaded.model.config
     if args.target_class is not None and not 0 <= args.target_class < cfg.num_classes:
