@@ -1,6 +1,6 @@
 """The engine's Swin jobs: a Swin becomes the current model, an image's analysis says each
 block's layout and head statistics, and a query point's maps are ``query_row`` of the token
-``token_at`` picks in every block (resampled to the first stage's grid for the thumbnails)."""
+``token_at`` picks in every block (resampled to the thumbnail grid for the head grid)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from swin_helpers import tiny_torchvision_swin
 from vitviz.explain.swin_analysis import analyze_swin
 from vitviz.explain.swin_attention import query_row, token_at
 from vitviz.explain.swin_stats import swin_head_statistics
-from vitviz.workers import jobs
+from vitviz.workers import jobs, swin_jobs
 from vitviz.workers.messages import MapParams, SwinImageResult, SwinMapsResult
 
 
@@ -53,26 +53,44 @@ def test_image_result_describes_every_block(swin_state) -> None:
     assert "rollout" not in result.unavailable and "gradcam" not in result.unavailable
 
 
-def test_query_maps_are_query_rows_of_token_at(swin_state) -> None:
+@pytest.mark.parametrize(("size", "thumb", "thumb_px"), [(64, (16, 16), 4), (160, (20, 20), 8)])
+def test_query_maps_are_query_rows_of_token_at(
+    swin_state, size: int, thumb: tuple[int, int], thumb_px: int
+) -> None:
+    """At 160 px the first stage's 40 × 40 grid is finer than a thumbnail shows: the thumbnails
+    are drawn at stage 2's 20 × 20 cells of 8 px, each the token covering the cell's centre."""
     state, result = swin_state
+    if size != 64:
+        prep = {**state.loaded.preprocessing.to_dict(), "image_size": [size, size]}
+        jobs.set_preprocessing(state, prep)
+        result = jobs.analyze_image(state, result.source_path, "chelsea")
+    assert (result.thumb_grid, result.thumb_pixels) == (thumb, thumb_px)
     a = state.analysis
     cell = (5, 9)
     maps = jobs.compute_maps(state, MapParams(query=cell))
     assert isinstance(maps, SwinMapsResult)
     point = ((cell[0] + 0.5) * 4, (cell[1] + 0.5) * 4)
-    grid0 = result.grid
     for b, (attn, layout) in enumerate(zip(a.attentions, a.layouts, strict=True)):
         px = 4 * 2 ** a.block_stages[b]
         token = token_at(layout, px, point)
         assert maps.query_tokens[b] == token
         row = query_row(attn, layout, token).numpy().reshape(-1, *layout.grid)
         np.testing.assert_allclose(maps.block_maps[b], row, atol=1e-7)
-        ys = np.minimum((np.arange(grid0[0]) * 4 + 2) // px, layout.grid[0] - 1)
-        xs = np.minimum((np.arange(grid0[1]) * 4 + 2) // px, layout.grid[1] - 1)
+        centres = np.arange(thumb[0]) * thumb_px + thumb_px // 2
+        ys = np.minimum(centres // px, layout.grid[0] - 1)
+        xs = np.minimum(centres // px, layout.grid[1] - 1)
         nearest = row[:, ys[:, None], xs[None, :]]  # the token covering each cell's centre
+        assert maps.head_maps.shape[-2:] == thumb
         np.testing.assert_array_equal(maps.head_maps[b, : row.shape[0]], nearest)
         assert np.isnan(maps.head_maps[b, row.shape[0] :]).all()
         np.testing.assert_allclose(maps.mean_maps[b], maps.head_maps[b, : row.shape[0]].mean(0))
+
+
+def test_thumbnail_grid_is_the_first_stage_grid_a_thumbnail_can_show() -> None:
+    swin_t = ((56, 56), (28, 28), (14, 14), (7, 7))  # Swin-T at 224, patch 4
+    assert swin_jobs.thumbnail_grid(swin_t, 4) == ((28, 28), 8)
+    assert swin_jobs.thumbnail_grid(((32, 24), (16, 12)), 2) == ((32, 24), 2)
+    assert swin_jobs.thumbnail_grid(((200, 200), (100, 100)), 4) == ((100, 100), 8)
 
 
 def test_rollout_and_gradcam_maps(swin_state) -> None:

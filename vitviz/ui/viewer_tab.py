@@ -139,7 +139,7 @@ class ViewerTab(QWidget):
         self.head_grid.set_layout(
             result.num_layers,
             result.num_heads,
-            result.grid,
+            result.thumb_grid if swin else result.grid,
             result.input_pixels,
             *(self.swin.rows() if self.swin else (None, None)),
         )

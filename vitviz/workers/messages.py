@@ -175,19 +175,24 @@ class SwinBlockInfo:
 class SwinImageResult(ImageResult):
     """An image analysed by a Swin. The ViT fields read per block: ``num_layers`` blocks,
     ``num_heads`` the most heads of a block, ``grid`` the first stage's grid (the clickable one),
-    head statistics (L, num_heads) NaN where a block has fewer heads."""
+    head statistics (L, num_heads) NaN where a block has fewer heads. ``thumb_grid``: the grid the
+    head grid's thumbnails are drawn at, each cell ``thumb_pixels`` input pixels (the first
+    stage's grid, or a coarser stage's when that one would make tiles of more cells than a
+    thumbnail has pixels on screen)."""
 
     blocks: tuple[SwinBlockInfo, ...] = ()
     stage_grids: tuple[tuple[int, int], ...] = ()
     input_size: tuple[int, int] = (0, 0)  # (H, W) model input pixels
     window_ids: tuple[np.ndarray, ...] = ()  # per block (H_b, W_b) int32: each token's window
     ignored_params: dict[str, tuple[str, ...]] = field(default_factory=dict)  # ViT-only ones
+    thumb_grid: tuple[int, int] = (0, 0)
+    thumb_pixels: int = 0
 
 
 @dataclass
 class SwinMapsResult(MapsResult):
-    """A Swin's maps: ``head_maps`` (L, heads, H_0, W_0) resampled (nearest) to the first
-    stage's grid, NaN for heads a block lacks; ``block_maps`` per block (heads, H_b, W_b) at its
+    """A Swin's maps: ``head_maps`` (L, heads, *thumb_grid) resampled (nearest) to the image's
+    thumbnail grid, NaN for heads a block lacks; ``block_maps`` per block (heads, H_b, W_b) at its
     own resolution; ``query_tokens`` per block the query's token (−1: the average pool)."""
 
     block_maps: tuple[np.ndarray, ...] = ()

@@ -4,7 +4,7 @@
 A query is a point of the model input; the window sends the cell of the first stage's grid that
 was clicked (row, col), whose centre is the point. In every block the query is the token covering
 that point (``token_at``); its attention row at the block's resolution is drawn in the big map
-and, resampled (nearest) to the first stage's grid, in the thumbnails.
+and, resampled (nearest) to the thumbnail grid (``thumbnail_grid``), in the head grid.
 """
 
 from __future__ import annotations
@@ -86,6 +86,23 @@ def block_infos(analysis: Any, patch_size: int) -> tuple[SwinBlockInfo, ...]:
     return tuple(out)
 
 
+THUMB_MAX_CELLS = 32  # a thumbnail tile is a few dozen screen pixels wide: finer grids are lost
+
+
+def thumbnail_grid(
+    stage_grids: tuple[tuple[int, int], ...] | list, patch: int
+) -> tuple[tuple[int, int], int]:
+    """The grid the head grid's thumbnails are drawn at and its cell size in input pixels: the
+    first stage's grid whose sides are at most THUMB_MAX_CELLS (Swin-T at 224: stage 2's 28 × 28,
+    not the 56 × 56 first stage, a quarter of the pixels to colour on every query), the last
+    stage's when none is that small."""
+    for s, grid in enumerate(stage_grids):
+        if max(grid) <= THUMB_MAX_CELLS:
+            return (int(grid[0]), int(grid[1])), patch * 2**s
+    s = len(stage_grids) - 1
+    return (int(stage_grids[s][0]), int(stage_grids[s][1])), patch * 2**s
+
+
 def _padded(rows: list[np.ndarray], heads: int) -> np.ndarray:
     """Per block (h_b,) values -> (L, heads) float32, NaN where a block has fewer heads."""
     out = np.full((len(rows), heads), np.nan, dtype=np.float32)
@@ -125,6 +142,7 @@ def analyze_swin_image(
     pixels = np.ascontiguousarray(analysis.pixels, dtype=np.uint8)
     h, w = pixels.shape[:2]
     grid0 = tuple(analysis.stage_grids[0])
+    thumb_grid, thumb_pixels = thumbnail_grid(analysis.stage_grids, patch)
     L = len(blocks)
     return SwinImageResult(
         label=label,
@@ -155,6 +173,8 @@ def analyze_swin_image(
         input_size=(h, w),
         ignored_params=ignored_parameters(),
         window_ids=tuple(window_ids(lay).numpy().astype(np.int32) for lay in analysis.layouts),
+        thumb_grid=thumb_grid,
+        thumb_pixels=thumb_pixels,
     )
 
 
@@ -196,11 +216,11 @@ def block_rows(analysis: Any, block: int, token: int) -> np.ndarray:
     return rows.float().cpu().numpy().reshape(-1, H, W)
 
 
-def resample_index(grid0: tuple[int, int], patch: int, token_px: int, grid: tuple[int, int]):
-    """Nearest resampling of a block's grid onto the first stage's: for each cell of ``grid0``
-    the row and column of the block token covering its centre."""
-    ys = np.minimum(((np.arange(grid0[0]) + 0.5) * patch // token_px).astype(int), grid[0] - 1)
-    xs = np.minimum(((np.arange(grid0[1]) + 0.5) * patch // token_px).astype(int), grid[1] - 1)
+def resample_index(cells: tuple[int, int], cell_px: int, token_px: int, grid: tuple[int, int]):
+    """Nearest resampling of a block's grid onto a grid of ``cells`` cells of ``cell_px`` input
+    pixels: for each cell the row and column of the block token covering its centre."""
+    ys = np.minimum(((np.arange(cells[0]) + 0.5) * cell_px // token_px).astype(int), grid[0] - 1)
+    xs = np.minimum(((np.arange(cells[1]) + 0.5) * cell_px // token_px).astype(int), grid[1] - 1)
     return ys[:, None], xs[None, :]
 
 
@@ -226,25 +246,26 @@ def swin_maps(state: Any, params: MapParams) -> SwinMapsResult:
 
     a = state.analysis
     patch = state.loaded.model.config.patch_size
-    grid0 = tuple(a.stage_grids[0])
+    thumb, thumb_px = thumbnail_grid(a.stage_grids, patch)
     point = query_point(params.query, patch)
     tokens = query_tokens(a, point, patch)
     L = len(a.attentions)
     most = max(int(t.shape[1]) for t in a.attentions)
-    head_maps = np.full((L, most, *grid0), np.nan, dtype=np.float32)
-    mean_maps = np.empty((L, *grid0), dtype=np.float32)
+    head_maps = np.full((L, most, *thumb), np.nan, dtype=np.float32)
+    mean_maps = np.empty((L, *thumb), dtype=np.float32)
     block_maps = []
     lo, hi = np.inf, -np.inf
     for b in range(L):
         rows = block_rows(a, b, tokens[b])  # (heads, H_b, W_b)
         block_maps.append(rows)
         layout = a.layouts[b]
-        ys, xs = resample_index(grid0, patch, token_pixels(patch, a.block_stages[b]), layout.grid)
-        flat = (ys * layout.grid[1] + xs).reshape(-1)  # (H_0·W_0,) token under each cell
+        token_px = token_pixels(patch, a.block_stages[b])
+        ys, xs = resample_index(thumb, thumb_px, token_px, layout.grid)
+        flat = (ys * layout.grid[1] + xs).reshape(-1)  # (h·w,) token under each thumbnail cell
         h = rows.shape[0]
         small = head_maps[b, :h].reshape(h, -1)  # a view: filled in place
         np.take(rows.reshape(h, -1), flat, axis=1, out=small)
-        mean_maps[b] = small.mean(axis=0).reshape(grid0)
+        mean_maps[b] = small.mean(axis=0).reshape(thumb)
         lo, hi = min(lo, float(rows.min())), max(hi, float(rows.max()))
     has_head = state.loaded.model.config.num_classes > 0
     top = a.target_class if has_head else -1
