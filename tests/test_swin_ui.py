@@ -110,6 +110,21 @@ def test_click_picks_token_at_in_every_block(qtbot, swin_shown) -> None:
     expected = partition_segments(ids) * 4
     assert v.map_view.window_lines.path().elementCount() == 2 * len(expected)
     assert not v.map_view.query_window.path().isEmpty()
+    # the big map shows the photo itself, the model input's region in it, and the partition
+    # and the query's token drawn over that region, scaled from input pixels
+    assert v.map_view.image.image.shape == (*ref.source.size[::-1], 3)
+    left, top, right, bottom = v.image.region
+    assert (left, top, right, bottom) == pytest.approx(ref.geometry.region)
+    bounds = v.map_view.window_lines.path().boundingRect()
+    assert (bounds.left(), bounds.top(), bounds.right(), bounds.bottom()) == pytest.approx(
+        (left, top, right, bottom)
+    )
+    token = m.query_tokens[1]
+    px = 4 * 2 ** ref.block_stages[1]
+    r, c = divmod(token, ref.layouts[1].grid[1])
+    sx, sy = (right - left) / SIZE, (bottom - top) / SIZE
+    rect = v.map_view.query_box.rect()
+    assert (rect.left(), rect.top()) == pytest.approx((left + c * px * sx, top + r * px * sy))
 
 
 def test_rollout_map_and_then_a_vit(qtbot, swin_shown, tiny_ckpt: Path, photo_files) -> None:

@@ -31,6 +31,8 @@ class SwinAnalysis:
     gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
     input: Tensor | None = None  # (C, H, W) the normalised model input
     pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
+    source: Any = None  # the decoded source image (PIL, at most OVERLAY_MAX_SIDE on its long side)
+    geometry: Any = None  # PatchGeometry: model input <-> source pixels (None for a tensor input)
 
     _prepared: dict[tuple, PreparedSwinRollout] = field(default_factory=dict, repr=False)
 
@@ -97,15 +99,13 @@ def analyze_swin(
     ``target_class``: the class y_c whose gradients are taken (default the top prediction).
     """
     model = _model(model_or_loaded)
-    pixels = None
+    pixels = source = geometry = None
     if not isinstance(image, Tensor):
         prep = getattr(model_or_loaded, "preprocessing", None)
         if prep is None:
             raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
-        from vitviz.imaging import load_image, prepare_image
-
-        prepared = prepare_image(load_image(image), prep, model.config.patch_size)
-        image, pixels = prepared.tensor, prepared.pixels
+        source, prepared = _decode(image, prep, model.config.patch_size)
+        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
     x = image.unsqueeze(0) if image.ndim == 3 else image
     if x.ndim != 4 or x.shape[0] != 1:
         raise ValueError(f"analyze_swin takes one image (C, H, W), got {tuple(image.shape)}")
@@ -133,4 +133,19 @@ def analyze_swin(
         gradients=grads,
         input=x[0].detach(),
         pixels=pixels,
+        source=source,
+        geometry=geometry,
     )
+
+
+def _decode(image: Any, prep: Any, patch: int) -> tuple[Any, Any]:
+    """The source decoded as ``analyze`` decodes it (a huge photo reduced to OVERLAY_MAX_SIDE,
+    gray RGB for a 1-channel model) and the model input prepared from it."""
+    from vitviz.imaging import load_image, prepare_image
+    from vitviz.imaging.loading import full_size
+    from vitviz.imaging.preprocess import source_for_display
+    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
+
+    source = load_image(image, max_side=OVERLAY_MAX_SIDE, min_size=model_min_size(prep, patch))
+    source = source_for_display(source, prep.channels)
+    return source, prepare_image(source, prep, patch, full_size=full_size(source))

@@ -22,8 +22,12 @@ class SwinView:
         self.image = image
         self._partitions: dict[int, np.ndarray] = {}
         self._token_grids: dict[int, QPainterPath] = {}
-        left, top, right, bottom = image.region
+        left, top, right, bottom = image.region  # the model input's place in the shown photo
         self._box = (left, top, right, bottom)
+        gh, gw = image.grid
+        self._scale = np.array(  # shown pixels per input pixel, along x and y
+            [(right - left) / (gw * image.patch_size), (bottom - top) / (gh * image.patch_size)]
+        )
 
     def rows(self) -> tuple[list[str], list[int]]:
         """The head grid's row labels and tiles per row: one row per block."""
@@ -31,7 +35,7 @@ class SwinView:
 
     def _to_pixels(self, segments: np.ndarray, block: int) -> np.ndarray:
         left, top, right, bottom = self._box
-        px = self.image.blocks[block].token_pixels
+        px = self.image.blocks[block].token_pixels * np.tile(self._scale, 2)  # (x, y, x, y)
         out = segments * px + np.array([left, top, left, top])
         out[:, 0::2] = np.minimum(out[:, 0::2], right)
         out[:, 1::2] = np.minimum(out[:, 1::2], bottom)
@@ -51,20 +55,21 @@ class SwinView:
     def token_rect(self, block: int, token: int) -> QRectF:
         info = self.image.blocks[block]
         r, c = divmod(token, info.grid[1])
-        px = info.token_pixels
-        left, top, _, _ = self._box
-        return QRectF(left + c * px, top + r * px, px, px)
+        sx, sy = info.token_pixels * self._scale
+        left, top, right, bottom = self._box
+        x0, y0 = left + c * sx, top + r * sy
+        return QRectF(x0, y0, min(sx, right - x0), min(sy, bottom - y0))
 
     def token_grid(self, block: int) -> QPainterPath:
         """The block's token grid (coarser than the first stage's patches), in image pixels."""
         if block not in self._token_grids:
             left, top, right, bottom = self._box
-            px = self.image.blocks[block].token_pixels
+            sx, sy = self.image.blocks[block].token_pixels * self._scale
             path = QPainterPath()
-            for x in np.arange(left, right + 1e-6, px):
+            for x in np.arange(left, right + 1e-6 * sx, sx):
                 path.moveTo(float(x), top)
                 path.lineTo(float(x), bottom)
-            for y in np.arange(top, bottom + 1e-6, px):
+            for y in np.arange(top, bottom + 1e-6 * sy, sy):
                 path.moveTo(left, float(y))
                 path.lineTo(right, float(y))
             self._token_grids[block] = path

@@ -201,7 +201,7 @@ def analyze_image(
     except ValueError as exc:  # e.g. an image smaller than one patch after preprocessing
         raise UserFacingError(f"{label}: {exc}", "image") from exc
     state.analysis, state.source, state.label = analysis, source, label
-    display, scale = _display_copy(analysis.source)  # as the model sees it (gray for 1 channel)
+    display, scale = display_copy(analysis.source)  # as the model sees it (gray for 1 channel)
     left, top, right, bottom = analysis.geometry.region
     return ImageResult(
         label=label,
@@ -258,7 +258,7 @@ def _shareable_attention(analysis: Any) -> np.ndarray | None:
     return array
 
 
-def _display_copy(image: Any) -> tuple[np.ndarray, float]:
+def display_copy(image: Any) -> tuple[np.ndarray, float]:
     """(h, w, 3) uint8 of the source for display, at most DISPLAY_MAX_SIDE on its long side."""
     from PIL import Image
 

@@ -121,7 +121,7 @@ def analyze_swin_image(
     from vitviz.explain.swin_methods import ignored_parameters
     from vitviz.explain.swin_stats import swin_head_statistics
     from vitviz.imaging import ImageLoadError
-    from vitviz.workers.jobs import UserFacingError
+    from vitviz.workers.jobs import UserFacingError, display_copy
 
     loaded = state.loaded
     start = time.perf_counter()
@@ -142,14 +142,16 @@ def analyze_swin_image(
     pixels = np.ascontiguousarray(analysis.pixels, dtype=np.uint8)
     h, w = pixels.shape[:2]
     grid0 = tuple(analysis.stage_grids[0])
+    display, scale = display_copy(analysis.source)  # the photo, as for a ViT
+    left, top, right, bottom = analysis.geometry.region
     thumb_grid, thumb_pixels = thumbnail_grid(analysis.stage_grids, patch)
     L = len(blocks)
     return SwinImageResult(
         label=label,
         source_path=Path(source) if isinstance(source, (str, Path)) else None,
-        display=pixels,
-        display_scale=1.0,
-        region=(0.0, 0.0, float(grid0[1] * patch), float(grid0[0] * patch)),
+        display=display,
+        display_scale=scale,
+        region=(left * scale, top * scale, right * scale, bottom * scale),
         input_pixels=pixels,
         grid=grid0,
         patch_size=patch,
@@ -230,9 +232,9 @@ def _with_gradients(state: Any, target: int) -> Any:
 
     a = state.analysis
     if a.gradients is None or a.target_class != target:
-        pixels = a.pixels
+        kept = a.pixels, a.source, a.geometry
         a = analyze_swin(state.loaded.model, a.input, gradients=True, target_class=target)
-        a.pixels = pixels
+        a.pixels, a.source, a.geometry = kept
         state.analysis = a
     return a
 
