@@ -135,6 +135,7 @@ def test_rollout_map_and_then_a_vit(qtbot, swin_shown, tiny_ckpt: Path, photo_fi
     np.testing.assert_allclose(overlay(window), ref.rollout().numpy(), atol=1e-6)
     assert v.map_view.window_lines.path().isEmpty()  # the partition belongs to attention maps
     assert "from the average pool" in v.map_view.title.text()
+    assert v.controls.query_reset.text() == "Reset to the mean"  # a Swin has no CLS token
     panel = v.controls.param_panel.widgets
     assert panel["fusion"].isEnabled() and not panel["discard_ratio"].isEnabled()
     assert not panel["start_layer"].isEnabled()  # the ViT's settings, not taken by a Swin
@@ -148,6 +149,7 @@ def test_rollout_map_and_then_a_vit(qtbot, swin_shown, tiny_ckpt: Path, photo_fi
     vit = analyze(load_checkpoint(tiny_ckpt), image)
     np.testing.assert_allclose(overlay(window), vit.rollout().numpy(), atol=1e-5)
     assert v.head_grid.row_texts()[0] == "L1"
+    assert v.controls.query_reset.text() == "Reset to CLS"
     assert v.map_view.window_lines.path().isEmpty()
     assert v.controls.head.count() == 1 + vit.num_heads
     panel = v.controls.param_panel.widgets

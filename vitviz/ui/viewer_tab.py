@@ -358,10 +358,11 @@ class ViewerTab(QWidget):
     def _update_query_widgets(self) -> None:
         self.input_view.set_query(self.query)
         self.map_view.set_query(self.query)
+        has_cls = self.image is not None and self.image.num_prefix_tokens > 0
+        self.controls.query_reset.setText("Reset to CLS" if has_cls else "Reset to the mean")
         if self.swin is not None:
             self.controls.query_label.setText(self.swin.query_text(self.query))
         elif self.query is None:
-            has_cls = self.image is not None and self.image.num_prefix_tokens > 0
             self.controls.query_label.setText("CLS token" if has_cls else "mean of patches")
         else:
             r, c = self.query
