@@ -37,7 +37,7 @@ def summarize_swin(loaded: Any, device: str) -> ModelSummary:
         family=loaded.family,
         path=loaded.path,
         num_classes=cfg.num_classes,
-        depth=sum(cfg.depths),
+        depth=cfg.depth,  # blocks of all stages (a model-code Swin has no depths)
         heads=max(cfg.heads),
         patch_size=cfg.patch_size,
         image_size=tuple(cfg.image_size),
