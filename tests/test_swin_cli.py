@@ -164,3 +164,19 @@ def test_swin_parameter_values_checked_in_one_line(
     lines = [line for line in err.splitlines() if line]
     assert code == 2 and len(lines) == 1 and said in lines[0], err
     assert "Traceback" not in err
+
+
+def test_a_folder_and_unused_batch_options(swin_ckpt, photo_files, tmp_path, capsys) -> None:
+    """A folder gives its images (as for ViTs); the ViT's batch options are named on stderr."""
+    folder = photo_files["chelsea"].parent
+    out = tmp_path / "o"
+    options = ["--batch-size", "2", "--attention-dtype", "float16", "--full-size"]
+    assert _explain(folder, swin_ckpt, out, *options) == 0
+    err = capsys.readouterr().err
+    assert sorted(p.name for p in out.glob("*.npz")) == sorted(
+        f"{p.stem}.npz" for p in photo_files.values()
+    )
+    notes = [line for line in err.splitlines() if "note:" in line]
+    for option in ("--batch-size 2", "--attention-dtype float16", "--full-size"):
+        assert sum(option in line and "not used on a Swin" in line for line in notes) == 1, err
+    assert len(notes) == 3, err

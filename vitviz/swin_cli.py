@@ -98,8 +98,24 @@ def swin_method_params(
     return out
 
 
+def note_unused_options(args: argparse.Namespace) -> None:
+    """One line on stderr for each of explain's ViT batch options given that a Swin's run does
+    not use (it still runs: they change how, not what, is computed for a ViT)."""
+    unused = (
+        (args.batch_size is not None, f"--batch-size {args.batch_size}",
+         "a Swin's images are analysed one at a time"),
+        (args.attention_dtype != "float32", f"--attention-dtype {args.attention_dtype}",
+         "a Swin's window attention is kept as the model computes it"),
+        (args.full_size, "--full-size", "a Swin's map PNGs are drawn over the model input"),
+    )  # fmt: skip
+    for given, option, why in unused:
+        if given:
+            _say(f"vitviz-cli: note: {option} is not used on a Swin: {why}")
+
+
 def explain_swin(args: argparse.Namespace, loaded: Any, device: Any) -> int:
     """Every image of ``args.images`` through ``analyze_swin``; exit code as for ViTs."""
+    from vitviz.batch_cli import expand_images
     from vitviz.explain.swin_analysis import analyze_swin
     from vitviz.export import output_stem
     from vitviz.imaging import ImageLoadError
@@ -118,10 +134,12 @@ def explain_swin(args: argparse.Namespace, loaded: Any, device: Any) -> int:
     extra = swin_methods_for(args.methods, has_head, loaded.model)
     params = swin_method_params(args, extra, loaded.model)
     settings = SwinMapSettings(tuple(extra), params, args.target_class)
+    images = expand_images(args.images)  # folders: the images in them, as for ViTs
+    note_unused_options(args)
     loaded.model.to(device).eval()
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0
-    for i, path in enumerate(args.images, 1):
+    for i, path in enumerate(images, 1):
         stem = output_stem(Path(path).stem)
         try:
             analysis = analyze_swin(
@@ -143,7 +161,7 @@ def explain_swin(args: argparse.Namespace, loaded: Any, device: Any) -> int:
         c = analysis.target_class
         names = loaded.class_names
         said = f"{names[c]} ({float(analysis.probs[c]):.1%})" if has_head else "no head"
-        _say(f"[{i}/{len(args.images)}] {Path(path).name}: {said} -> {target}")
-    if failed == len(args.images):
+        _say(f"[{i}/{len(images)}] {Path(path).name}: {said} -> {target}")
+    if failed == len(images):
         return 2
     return 1 if failed else 0
