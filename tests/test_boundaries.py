@@ -24,6 +24,7 @@ CORE = (
     "faithfulness_cli",
     "modelcode",
     "export",
+    "swin_output",
     "devices",
     "filekinds",
     "resources",

@@ -111,9 +111,7 @@ def test_rollout_and_gradcam_maps(swin_state) -> None:
     assert cam.error is None and cam.method_map.shape == tuple(a.stage_grids[-1])
 
 
-def test_vit_jobs_refused_on_a_swin_in_one_line(swin_state, tmp_path) -> None:
+def test_vit_jobs_refused_on_a_swin_in_one_line(swin_state) -> None:  # export: test_swin_export
     state, _ = swin_state
     with pytest.raises(jobs.UserFacingError, match="Swin"):
         jobs.faithfulness(state, "rollout")
-    with pytest.raises(jobs.UserFacingError, match="Swin"):
-        jobs.export(state, tmp_path / "x.npz", "npz", MapParams(), None, "viridis", 0.5)

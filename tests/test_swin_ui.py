@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from swin_helpers import tiny_torchvision_swin
 from test_ui_window import (
     WAIT_MS,
@@ -154,3 +155,103 @@ def test_rollout_map_and_then_a_vit(qtbot, swin_shown, tiny_ckpt: Path, photo_fi
     assert v.controls.head.count() == 1 + vit.num_heads
     panel = v.controls.param_panel.widgets
     assert panel["discard_ratio"].isEnabled() and panel["start_layer"].isEnabled()
+
+
+def test_model_info_shows_the_stages(qtbot, swin_shown, swin_ckpt: Path) -> None:
+    """Model ▸ Model and preprocessing on a Swin: its stages, not a ViT's "dim ?"."""
+    from PySide6.QtWidgets import QPlainTextEdit
+
+    window, _ = swin_shown
+    window.act_model_info.trigger()
+    facts = window.info_dialog.findChild(QPlainTextEdit).toPlainText()
+    cfg = load_checkpoint(swin_ckpt).model.config
+    assert "dim ?" not in facts and "layers × heads" not in facts, facts
+    depths = "-".join(map(str, cfg.depths))
+    assert (
+        f"Swin (v1), {len(cfg.depths)} stages, {sum(cfg.depths)} blocks (depths {depths})" in facts
+    )
+    size = "×".join(map(str, cfg.image_size))
+    assert f"patch {cfg.patch_size}, embed dim {cfg.dims[0]}, trained at {size}" in facts
+    assert f"images prepared at {SIZE}×{SIZE}" in facts
+    for s in range(len(cfg.depths)):
+        line = (
+            f"stage {s + 1}: {cfg.depths[s]} blocks, width {cfg.dims[s]}, {cfg.heads[s]} heads, "
+            f"window {cfg.window_sizes[s]}"
+        )
+        assert line in facts.splitlines(), facts
+    window.info_dialog.reject()
+
+
+def test_model_info_of_a_swin_v2(qtbot, tmp_path: Path) -> None:
+    from PySide6.QtWidgets import QPlainTextEdit
+
+    from vitviz.ui.model_info_dialog import ModelInfoDialog
+    from vitviz.workers import jobs
+
+    path = tmp_path / "swin_v2.pth"
+    torch.save(tiny_torchvision_swin(version=2).state_dict(), path)
+    loaded = load_checkpoint(path)
+    dialog = ModelInfoDialog(jobs.summarize(loaded, "cpu"))
+    qtbot.addWidget(dialog)
+    facts = dialog.findChild(QPlainTextEdit).toPlainText()
+    assert loaded.model.config.version == 2
+    assert "architecture: Swin V2, 2 stages" in facts and "(v1)" not in facts, facts
+
+
+def test_export_npz_from_the_window_equals_the_cli(
+    qtbot, swin_shown, swin_ckpt: Path, photo_files, tmp_path: Path
+) -> None:
+    """File ▸ Export on a Swin (rollout shown): the npz and the map PNG `vitviz-cli explain`
+    writes."""
+    from vitviz import cli
+
+    window, _ = swin_shown
+    select_method(qtbot, window, "rollout")
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+    target = tmp_path / "window.npz"
+    window.export_to(target, "npz")
+    qtbot.waitUntil(target.is_file, timeout=WAIT_MS)
+    view = tmp_path / "view.png"
+    window.export_to(view, "view")
+    qtbot.waitUntil(view.is_file, timeout=WAIT_MS)
+    image = photo_files["chelsea"]
+    out = tmp_path / "cli"
+    cmap = window.viewer.controls.colormap_name()
+    assert window.viewer.controls.opacity_value() == 0.6  # the CLI's
+    args = ["explain", str(image), "--checkpoint", str(swin_ckpt), "--out", str(out)]
+    assert cli.main([*args, "--colormap", cmap]) == 0
+    with Image.open(view) as a, Image.open(out / f"{image.stem}_rollout.png") as b:
+        got, want = np.asarray(a.convert("RGB"), int), np.asarray(b.convert("RGB"), int)
+    assert got.shape == want.shape == (SIZE, SIZE, 3) and np.abs(got - want).max() <= 1
+    with np.load(target) as got, np.load(out / f"{image.stem}.npz") as want:
+        assert set(got.files) == set(want.files) and "map_rollout" in got.files
+        for k in want.files:
+            if want[k].dtype.kind in "US":
+                assert got[k].tolist() == want[k].tolist(), k
+            else:
+                np.testing.assert_allclose(got[k], want[k], atol=1e-6, err_msg=k)
+
+
+def test_model_info_of_a_model_code_swin(qtbot, tmp_path: Path) -> None:
+    """A Swin from model code (per-block config) is summarised and described by its stages."""
+    from PySide6.QtWidgets import QPlainTextEdit
+    from test_modelcode_swin import _open, _seed_model
+
+    from vitviz.ui.model_info_dialog import ModelInfoDialog
+    from vitviz.workers import jobs
+
+    _, model = _seed_model()
+    state = jobs.EngineState()
+    loaded = _open(tmp_path, model)
+    summary = jobs.use_model(state, loaded)
+    cfg = summary.config
+    assert summary.depth == len(loaded.model.config.heads) == sum(cfg["depths"])
+    dialog = ModelInfoDialog(summary)
+    qtbot.addWidget(dialog)
+    facts = dialog.findChild(QPlainTextEdit).toPlainText()
+    for s, depth in enumerate(cfg["depths"]):
+        line = (
+            f"stage {s + 1}: {depth} blocks, width {cfg['dims'][s]}, {cfg['heads'][s]} heads, "
+            f"window {cfg['window_sizes'][s]}"
+        )
+        assert line in facts.splitlines(), facts

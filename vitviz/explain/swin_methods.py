@@ -26,6 +26,49 @@ SWIN_PARAMETERS = {
 }
 
 
+# why a table parameter means nothing on a Swin (the CLI refuses it with this reason)
+NOT_ON_SWIN = {
+    "discard_ratio": "the windowed rollout of a Swin has no discard step (it keeps every entry "
+    "of each window)",
+    "start_layer": "the windowed rollout of a Swin always runs through every block of every stage",
+}
+
+
+def swin_parameter_refusal(method: str, parameter: str) -> str | None:
+    """Why table parameter ``parameter`` of ``method`` is not taken by its Swin version (one
+    sentence naming both), or None when it is."""
+    if parameter in SWIN_PARAMETERS.get(method, frozenset()):
+        return None
+    why = NOT_ON_SWIN.get(parameter, "the Swin version of this method does not take it")
+    return f"{method}.{parameter} does not apply to a Swin: {why}"
+
+
+def swin_params(
+    method: str,
+    given: Mapping[str, Any] | None,
+    num_blocks: int | None = None,
+    num_heads: int | None = None,
+    *,
+    strict: bool = True,
+) -> dict[str, Any]:
+    """The values ``method``'s Swin version takes: ``given`` checked by the table (``layer``
+    indexes the ``num_blocks`` blocks of all stages, ``head`` up to the most heads of a stage),
+    defaults for the rest. A parameter the Swin version does not take: ValueError saying why
+    (``strict``), or dropped (the window, whose control for it is disabled)."""
+    from vitviz.explain.methods import get_method
+
+    values = dict(given or {})
+    for name in list(values):
+        why = swin_parameter_refusal(method, name)
+        if why is not None:
+            if strict:
+                raise ValueError(why)
+            del values[name]
+    taken = SWIN_PARAMETERS.get(method, frozenset())
+    resolved = get_method(method).resolve(values, num_layers=num_blocks, num_heads=num_heads)
+    return {k: v for k, v in resolved.items() if k in taken}
+
+
 def ignored_parameters() -> dict[str, tuple[str, ...]]:
     """{method: names of its table parameters a Swin's version does not take}."""
     from vitviz.explain.methods import get_method
@@ -85,6 +128,9 @@ def attention_map(analysis: SwinAnalysis, block: int, head: int, token: int | No
     b = block_index(analysis, block)
     attn, layout = analysis.attentions[b], analysis.layouts[b]
     H, W = layout.grid
+    heads = int(attn.shape[1])
+    if not -1 <= head < heads:
+        raise ValueError(f"head {head} out of range: block {b} has {heads} heads (-1: their mean)")
     if token is None:
         kept = windowed_attention(attn, layout).sum(dim=2)  # (windows, heads, n): column sums
         rows = from_slots(kept.permute(1, 0, 2), layout) / (H * W)  # (heads, N)
@@ -104,13 +150,13 @@ def swin_method_map(
     params: Mapping[str, Any] | None = None,
 ) -> Tensor:
     """The map of method ``name``: ``query`` (token, stage) picks the query token (None: the
-    average pool). ``attention``: block ``params['block']`` (default the last), head
-    ``params['head']`` (−1: mean), at the block's resolution; rollouts over the first stage's
-    grid; Grad-CAM over the last stage's grid."""
+    average pool). ``attention``: block ``params['layer']`` (the table's name; blocks of all
+    stages counted from 0, default the last), head ``params['head']`` (−1: mean), at the block's
+    resolution; rollouts over the first stage's grid; Grad-CAM over the last stage's grid."""
     p = dict(params or {})
     token, stage = (None, None) if query is None else query
     if name == "attention":
-        b = block_index(analysis, int(p.get("block", -1)))
+        b = block_index(analysis, int(p.get("layer", -1)))
         if token is not None and stage != analysis.block_stages[b]:
             raise ValueError(f"the query token is of stage {stage}, block {b} is not")
         return attention_map(analysis, b, int(p.get("head", -1)), token)

@@ -399,9 +399,12 @@ def export(
     a = state.analysis
     if a is None:
         raise UserFacingError("Nothing to export yet: open an image and a checkpoint.", "export")
-    swin_jobs.refuse(state, "Export", "export")
     target = Path(path)
     try:
+        if swin_jobs.is_swin(state.loaded):  # the npz and map PNGs of `vitviz-cli explain`
+            return swin_jobs.export_swin(
+                state, target, what, params, current_map, colormap, opacity
+            )
         if what == "npz":
             return ex.write_npz(a, ex.compute_maps(a, _export_settings(a, params)), target)
         if what == "heads":

@@ -37,7 +37,7 @@ def summarize_swin(loaded: Any, device: str) -> ModelSummary:
         family=loaded.family,
         path=loaded.path,
         num_classes=cfg.num_classes,
-        depth=sum(cfg.depths),
+        depth=cfg.depth,  # blocks of all stages (a model-code Swin has no depths)
         heads=max(cfg.heads),
         patch_size=cfg.patch_size,
         image_size=tuple(cfg.image_size),
@@ -300,6 +300,51 @@ def swin_maps(state: Any, params: MapParams) -> SwinMapsResult:
         block_maps=tuple(block_maps),
         query_tokens=tuple(tokens),
     )
+
+
+def export_swin(
+    state: Any,
+    path: Path,
+    what: str,
+    params: MapParams,
+    current_map: np.ndarray | None,
+    colormap: str,
+    opacity: float,
+) -> Path:
+    """``jobs.export`` for a Swin, through the writer of ``vitviz-cli explain``: 'npz' the same
+    arrays as the CLI with ``--method`` the shown method (rollout always), its parameters and
+    ``--class`` the chosen class; 'view' the map on screen over the model input."""
+    from vitviz.swin_output import (
+        export_settings,
+        swin_map_picture,
+        swin_output_maps,
+        write_swin_npz,
+    )
+    from vitviz.workers.jobs import UserFacingError
+
+    a = state.analysis
+    if what == "heads":
+        raise UserFacingError(
+            "The head grid export takes ViTs for now; for a Swin export the view or the numbers "
+            "(.npz).",
+            "export",
+        )
+    if what == "view":
+        if current_map is None:
+            raise UserFacingError("There is no map on screen to export.", "export")
+        from vitviz.imaging.overlay import save_png
+
+        return save_png(swin_map_picture(a, current_map, colormap, opacity), path)
+    loaded = state.loaded
+    has_head = loaded.model.config.num_classes > 0
+    settings = export_settings(
+        loaded.model, has_head, params.method, params.params(), params.target_class
+    )
+    target = a.target_class if params.target_class is None else params.target_class
+    if has_head and (target != a.target_class or "gradient-rollout" in settings.methods):
+        a = _with_gradients(state, target)  # the class's pass, as the CLI's --class runs it
+    maps = swin_output_maps(a, loaded.model, settings)
+    return write_swin_npz(a, loaded.class_names, maps, path)
 
 
 def refuse(state: Any, what: str, kind: str) -> None:

@@ -1,0 +1,100 @@
+"""The window's export of a Swin writes what `vitviz-cli explain` writes for the same image and
+model (one writer, ``vitviz.swin_output``): the npz for the shown method with its parameters
+and class, and the map PNG; the head grid export says in one line that it takes ViTs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from swin_helpers import tiny_torchvision_swin
+
+from vitviz import cli
+from vitviz.workers import jobs
+from vitviz.workers.messages import MapParams
+
+SIZE = 64
+
+
+@pytest.fixture
+def swin_ckpt(tmp_path: Path) -> Path:
+    path = tmp_path / "swin_tiny.pth"
+    torch.save(tiny_torchvision_swin().state_dict(), path)
+    sidecar = path.with_name(path.name + ".vitviz.json")
+    sidecar.write_text(json.dumps({"preprocessing": {"image_size": [SIZE, SIZE]}}))
+    return path
+
+
+@pytest.fixture
+def state(swin_ckpt: Path, photo_files) -> jobs.EngineState:
+    s = jobs.EngineState()
+    jobs.load_model(s, swin_ckpt)
+    jobs.analyze_image(s, photo_files["chelsea"], "chelsea")
+    return s
+
+
+def _npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def _cli(image: Path, ckpt: Path, out: Path, *extra: str) -> Path:
+    args = ["explain", str(image), "--checkpoint", str(ckpt), "--out", str(out), *extra]
+    assert cli.main(args) == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    ("method", "values", "other_class", "cli_extra"),
+    [
+        ("attention", (), False, []),
+        ("rollout", (("fusion", "max"), ("discard_ratio", 0.0)), False, ["--fusion", "max"]),
+        ("gradient-rollout", (), True, ["--method", "gradient-rollout"]),
+        ("gradcam", (), False, ["--method", "gradcam"]),
+    ],
+)
+def test_npz_equals_the_cli_npz(
+    method, values, other_class, cli_extra, state, swin_ckpt, photo_files, tmp_path, capsys
+) -> None:
+    image = photo_files["chelsea"]
+    top = state.analysis.target_class
+    target = (top + 1) % 5 if other_class else None
+    extra = [*cli_extra, *(["--class", str(target)] if target is not None else [])]
+    params = MapParams(method=method, values=values, target_class=target)
+    written = jobs.export(state, tmp_path / "window.npz", "npz", params, None, "viridis", 0.6)
+    got = _npz(written)
+    want = _npz(_cli(image, swin_ckpt, tmp_path / "cli", *extra) / f"{image.stem}.npz")
+    assert set(got) == set(want)
+    key = "map_" + method.replace("-", "_")
+    assert "map_rollout" in got and (method == "attention" or key in got)
+    assert int(got["target_class"]) == (top if target is None else target)
+    for k, value in want.items():
+        assert got[k].shape == value.shape, k
+        if value.dtype.kind in "US":
+            assert got[k].tolist() == value.tolist(), k
+        else:
+            np.testing.assert_allclose(got[k], value, atol=1e-6, err_msg=k)
+    if method == "rollout":  # the shown fusion reached the npz
+        mean = state.analysis.rollout("mean").numpy()
+        assert np.abs(got["map_rollout"] - mean).max() > 1e-3
+
+
+def test_view_png_equals_the_cli_png_and_heads_refused(
+    state, swin_ckpt, photo_files, tmp_path
+) -> None:
+    image = photo_files["chelsea"]
+    shown = state.analysis.rollout().numpy()  # the map on screen with rollout chosen
+    params = MapParams(method="rollout")
+    written = jobs.export(state, tmp_path / "view.png", "view", params, shown, "magma", 0.6)
+    out = _cli(image, swin_ckpt, tmp_path / "cli", "--colormap", "magma")
+    with Image.open(written) as a, Image.open(out / f"{image.stem}_rollout.png") as b:
+        got, want = np.asarray(a.convert("RGB"), int), np.asarray(b.convert("RGB"), int)
+    assert got.shape == want.shape == (SIZE, SIZE, 3)
+    assert np.abs(got - want).max() <= 1
+    with pytest.raises(jobs.UserFacingError, match="head grid export takes ViTs") as info:
+        jobs.export(state, tmp_path / "heads.png", "heads", params, None, "magma", 0.6)
+    assert "\n" not in str(info.value) and not (tmp_path / "heads.png").exists()
