@@ -1,6 +1,7 @@
 """The window's export of a Swin writes what `vitviz-cli explain` writes for the same image and
 model (one writer, ``vitviz.swin_output``): the npz for the shown method with its parameters
-and class, and the map PNG; the head grid export says in one line that it takes ViTs."""
+and class, and the map PNG; the head grid export draws every block's and head's thumbnail of the
+query, blocks labelled as in the window."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from PIL import Image
 from swin_helpers import tiny_torchvision_swin
 
 from vitviz import cli
+from vitviz.explain.swin_attention import query_row, token_at
+from vitviz.imaging.overlay import head_grid_image
 from vitviz.workers import jobs
 from vitviz.workers.messages import MapParams
 
@@ -83,9 +86,7 @@ def test_npz_equals_the_cli_npz(
         assert np.abs(got["map_rollout"] - mean).max() > 1e-3
 
 
-def test_view_png_equals_the_cli_png_and_heads_refused(
-    state, swin_ckpt, photo_files, tmp_path
-) -> None:
+def test_view_png_equals_the_cli_png(state, swin_ckpt, photo_files, tmp_path) -> None:
     image = photo_files["chelsea"]
     shown = state.analysis.rollout().numpy()  # the map on screen with rollout chosen
     params = MapParams(method="rollout")
@@ -95,6 +96,31 @@ def test_view_png_equals_the_cli_png_and_heads_refused(
         got, want = np.asarray(a.convert("RGB"), int), np.asarray(b.convert("RGB"), int)
     assert got.shape == want.shape == (SIZE, SIZE, 3)
     assert np.abs(got - want).max() <= 1
-    with pytest.raises(jobs.UserFacingError, match="head grid export takes ViTs") as info:
-        jobs.export(state, tmp_path / "heads.png", "heads", params, None, "magma", 0.6)
-    assert "\n" not in str(info.value) and not (tmp_path / "heads.png").exists()
+
+
+def test_head_grid_png_is_every_block_and_heads_query_row(state, tmp_path) -> None:
+    """Block b's tile of head h is the overlay of query_row of the token token_at picks, taken
+    at each thumbnail cell's centre; a head the block lacks leaves its tile white."""
+    a = state.analysis
+    cell = (5, 9)
+    written = jobs.export(
+        state, tmp_path / "heads.png", "heads", MapParams(query=cell), None, "magma", 0.6
+    )
+    with Image.open(written) as f:
+        got = np.asarray(f.convert("RGB"), int)
+    L, most = len(a.attentions), max(int(t.shape[1]) for t in a.attentions)
+    expected = np.full((L, most, 16, 16), np.nan, dtype=np.float32)  # 64 px: 16 × 16 cells of 4
+    point = ((cell[0] + 0.5) * 4, (cell[1] + 0.5) * 4)
+    for b, (attn, layout) in enumerate(zip(a.attentions, a.layouts, strict=True)):
+        px = 4 * 2 ** a.block_stages[b]
+        row = query_row(attn, layout, token_at(layout, px, point)).numpy()
+        row = row.reshape(-1, *layout.grid)
+        idx = (np.arange(16) * 4 + 2) // px
+        expected[b, : row.shape[0]] = row[:, idx[:, None], idx[None, :]]
+    labels = ["1.1 W", "1.2 SW", "2.1 W", "2.2 SW"]
+    want = head_grid_image(expected, a.pixels, colormap="magma", opacity=0.6, row_names=labels)
+    assert got.shape == np.asarray(want).shape
+    assert np.abs(got - np.asarray(want, int)).max() <= 1
+    tw, gap = 96, 2  # head_grid_image's tiles: block 1.1 has 2 heads, so its 4th tile is blank
+    x = got.shape[1] - tw
+    assert (got[-4 * (tw + gap) + gap : -3 * (tw + gap), x:] == 255).all()

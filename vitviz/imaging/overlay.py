@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -237,13 +238,16 @@ def head_grid_image(
     tile_width: int = 96,
     gap: int = 2,
     row_labels: bool = True,
+    row_names: Sequence[str] | None = None,
 ) -> Image.Image:
     """Layer × head grid of overlays: rows = layers, columns = heads, one shared colour scale.
 
     maps: (L, H, gh, gw); base: (h, w, 3) uint8 (e.g. the model input pixels). Tiles are
     ``tile_width`` wide with the base image's aspect ratio, ``gap`` pixels apart on a white
-    background. ``levels`` default: min..max over all maps. With ``row_labels`` rows are labelled
-    "L1".. on the left and columns "H1".. on top (PIL's default font).
+    background; a map that is NaN everywhere (a head its row lacks, e.g. a Swin's early blocks)
+    leaves its tile white. ``levels`` default: min..max over all maps. With ``row_labels`` rows
+    are labelled ``row_names`` (default "L1"..) on the left and columns "H1".. on top (PIL's
+    default font).
     """
     stack = np.asarray(maps, dtype=np.float32)
     if stack.ndim != 4:
@@ -258,10 +262,13 @@ def head_grid_image(
 
     font = _font()
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    names = list(row_names) if row_names is not None else [f"L{i + 1}" for i in range(n_layers)]
+    if len(names) != n_layers:
+        raise ValueError(f"{len(names)} row names for {n_layers} rows of maps")
     left_margin = top_margin = 0
     if row_labels:
         pad = 4
-        widest = max(_text_size(probe, f"L{n_layers}", font)[0], 1)
+        widest = max(max(_text_size(probe, name, font)[0] for name in names), 1)
         tallest = max(_text_size(probe, f"H{n_heads}", font)[1], 1)
         left_margin = widest + 2 * pad
         top_margin = tallest + 2 * pad
@@ -273,6 +280,8 @@ def head_grid_image(
         y = top_margin + layer * (th + gap)
         for head in range(n_heads):
             x = left_margin + head * (tw + gap)
+            if np.isnan(stack[layer, head]).all():
+                continue  # a head this row does not have
             tile = overlay_on_image(
                 thumb, stack[layer, head], colormap=colormap, opacity=opacity, levels=shared
             )
@@ -280,8 +289,7 @@ def head_grid_image(
 
     if row_labels:
         draw = ImageDraw.Draw(canvas)
-        for layer in range(n_layers):
-            text = f"L{layer + 1}"
+        for layer, text in enumerate(names):
             tw_text, th_text = _text_size(draw, text, font)
             y = top_margin + layer * (th + gap) + (th - th_text) // 2
             draw.text((left_margin - tw_text - 4, y), text, fill=(0, 0, 0), font=font)

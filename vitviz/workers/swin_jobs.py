@@ -313,7 +313,8 @@ def export_swin(
 ) -> Path:
     """``jobs.export`` for a Swin, through the writer of ``vitviz-cli explain``: 'npz' the same
     arrays as the CLI with ``--method`` the shown method (rollout always), its parameters and
-    ``--class`` the chosen class; 'view' the map on screen over the model input."""
+    ``--class`` the chosen class; 'view' the map on screen over the model input; 'heads' the
+    query's thumbnails (every block and head, as the head grid shows them) as one picture."""
     from vitviz.swin_output import (
         export_settings,
         swin_map_picture,
@@ -324,11 +325,14 @@ def export_swin(
 
     a = state.analysis
     if what == "heads":
-        raise UserFacingError(
-            "The head grid export takes ViTs for now; for a Swin export the view or the numbers "
-            "(.npz).",
-            "export",
+        from vitviz.imaging.overlay import head_grid_image, save_png
+
+        shown = swin_maps(state, MapParams(query=params.query))  # the window's thumbnails
+        labels = [b.label for b in block_infos(a, state.loaded.model.config.patch_size)]
+        picture = head_grid_image(
+            shown.head_maps, a.pixels, colormap=colormap, opacity=opacity, row_names=labels
         )
+        return save_png(picture, path)
     if what == "view":
         if current_map is None:
             raise UserFacingError("There is no map on screen to export.", "export")
