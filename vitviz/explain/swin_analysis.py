@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from vitviz.explain.swin_rollout import PreparedSwinRollout, fused_blocks, gradient_blocks
+from vitviz.imaging.geometry import PatchGeometry
 from vitviz.model.swin import SwinTransformer
 from vitviz.model.swin_windows import WindowLayout
 
@@ -31,6 +32,7 @@ class SwinAnalysis:
     gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
     input: Tensor | None = None  # (C, H, W) the normalised model input
     pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
+    geometry: PatchGeometry | None = None  # where the input's patches lie in the source image
 
     _prepared: dict[tuple, PreparedSwinRollout] = field(default_factory=dict, repr=False)
 
@@ -97,7 +99,7 @@ def analyze_swin(
     ``target_class``: the class y_c whose gradients are taken (default the top prediction).
     """
     model = _model(model_or_loaded)
-    pixels = None
+    pixels = geometry = None
     if not isinstance(image, Tensor):
         prep = getattr(model_or_loaded, "preprocessing", None)
         if prep is None:
@@ -105,7 +107,7 @@ def analyze_swin(
         from vitviz.imaging import load_image, prepare_image
 
         prepared = prepare_image(load_image(image), prep, model.config.patch_size)
-        image, pixels = prepared.tensor, prepared.pixels
+        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
     x = image.unsqueeze(0) if image.ndim == 3 else image
     if x.ndim != 4 or x.shape[0] != 1:
         raise ValueError(f"analyze_swin takes one image (C, H, W), got {tuple(image.shape)}")
@@ -133,4 +135,5 @@ def analyze_swin(
         gradients=grads,
         input=x[0].detach(),
         pixels=pixels,
+        geometry=geometry,
     )
