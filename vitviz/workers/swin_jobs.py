@@ -210,9 +210,9 @@ def _with_gradients(state: Any, target: int) -> Any:
 
     a = state.analysis
     if a.gradients is None or a.target_class != target:
-        pixels = a.pixels
+        pixels, geometry = a.pixels, a.geometry
         a = analyze_swin(state.loaded.model, a.input, gradients=True, target_class=target)
-        a.pixels = pixels
+        a.pixels, a.geometry = pixels, geometry
         state.analysis = a
     return a
 
