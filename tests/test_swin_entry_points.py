@@ -59,7 +59,7 @@ def test_the_method_table_says_which_methods_take_a_swin(capsys) -> None:
     table = json.loads(capsys.readouterr().out)
     rows = table["methods"] if isinstance(table, dict) else table
     takes = {m["name"] for m in rows if "swin" in m["applies_to"]}
-    assert takes == {"attention", "rollout", "gradient-rollout", "gradcam"}
+    assert takes == {"attention", "rollout", "gradient-rollout", "gradcam", "random"}
     for m in rows:  # the window and the CLI refuse exactly the others
         assert (swin_unavailable(m["name"], m["label"], True) is None) == (m["name"] in takes)
     toy = Method("toy-swin", "Toy", lambda *a: None, applies_to={"swin"})

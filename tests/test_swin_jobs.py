@@ -111,7 +111,34 @@ def test_rollout_and_gradcam_maps(swin_state) -> None:
     assert cam.error is None and cam.method_map.shape == tuple(a.stage_grids[-1])
 
 
-def test_vit_jobs_refused_on_a_swin_in_one_line(swin_state) -> None:  # export: test_swin_export
-    state, _ = swin_state
-    with pytest.raises(jobs.UserFacingError, match="Swin"):
-        jobs.faithfulness(state, "rollout")
+def test_faithfulness_of_a_swin_is_evaluate_swin_methods(swin_ckpt: Path) -> None:
+    """The shown method against random, with the mask beside the image, also after the
+    gradient rollout was shown (its analysis, run again with gradients, keeps the geometry)."""
+    from vitviz.explain.localisation import mask_grid_for
+    from vitviz.explain.swin_faithfulness import evaluate_swin_methods
+    from vitviz.resources import sample_images
+
+    image = sample_images()[0]
+    state = jobs.EngineState()
+    jobs.load_model(state, swin_ckpt)
+    jobs.set_preprocessing(state, {**state.loaded.preprocessing.to_dict(), "image_size": [48, 48]})
+    jobs.analyze_image(state, image, image.name)
+    shown = jobs.compute_maps(state, MapParams(method="gradient-rollout", target_class=1))
+    assert shown.error is None and state.analysis.target_class == 1  # the state's was replaced
+    got = jobs.faithfulness(state, "gradient-rollout", steps=4)
+    ref_analysis = analyze_swin(state.loaded, image)
+    mask = mask_grid_for(image, ref_analysis.geometry)
+    assert mask is not None and mask.any()
+    ref = evaluate_swin_methods(
+        ref_analysis, state.loaded, ["gradient-rollout", "random"], steps=4, mask=mask
+    )
+    assert got.has_mask and got.target_class == ref.target_class and got.steps == 4
+    assert set(got.curves) == {"gradient-rollout", "random"}
+    for name, want in ref.methods.items():
+        c = got.curves[name]
+        np.testing.assert_allclose(c.deletion, want.deletion, atol=1e-6)
+        np.testing.assert_allclose(c.insertion, want.insertion, atol=1e-6)
+        assert c.mass_in_mask == pytest.approx(want.localisation.mass_in_mask, abs=1e-6)
+        assert c.pointing_hit == want.localisation.pointing_hit
+    with pytest.raises(jobs.UserFacingError, match="CLS token"):
+        jobs.faithfulness(state, "relevance")

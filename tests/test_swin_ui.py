@@ -255,3 +255,42 @@ def test_model_info_of_a_model_code_swin(qtbot, tmp_path: Path) -> None:
             f"window {cfg['window_sizes'][s]}"
         )
         assert line in facts.splitlines(), facts
+
+
+def test_faithfulness_panel_measures_the_swin_method_against_random(
+    qtbot, swin_shown, swin_ckpt: Path
+) -> None:
+    """The Faithfulness panel on a Swin: the shown method's curves (``swin_method_map``'s map of
+    the average pool) against random, with the mask beside the sample image."""
+    from vitviz import resources
+    from vitviz.explain.localisation import mask_grid_for
+    from vitviz.explain.swin_faithfulness import evaluate_swin_methods
+
+    window, _ = swin_shown
+    v = window.viewer
+    image = resources.sample_images()[0]
+    drop(window, [image])
+    wait_shown(qtbot, window, image.name)
+    select_method(qtbot, window, "gradcam")
+    qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "gradcam", timeout=WAIT_MS)
+    panel = v.faithfulness
+    panel.measure.click()
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=WAIT_MS)
+    loaded = load_checkpoint(swin_ckpt)
+    a = analyze_swin(loaded, image)
+    mask = mask_grid_for(image, a.geometry)
+    assert mask is not None and mask.shape == tuple(a.stage_grids[0])
+    ref = evaluate_swin_methods(a, loaded, ["gradcam", "random"], mask=mask)
+    result = panel.result
+    assert result.method == "gradcam" and result.has_mask
+    assert result.target_class == ref.target_class
+    for name in ("gradcam", "random"):
+        got, want = result.curves[name], ref.methods[name]
+        np.testing.assert_allclose(got.deletion, want.deletion, atol=1e-6)
+        np.testing.assert_allclose(got.insertion, want.insertion, atol=1e-6)
+        assert got.pointing_hit == want.localisation.pointing_hit
+    drawn = panel.deletion.curves["method"].getData()[1]
+    np.testing.assert_allclose(drawn, ref.methods["gradcam"].deletion, atol=1e-6)
+    assert "random" in panel.deletion.curves
+    assert f"{ref.methods['gradcam'].insertion_auc:.3f}" in panel.numbers.text()
+    assert panel.measure.isEnabled() and "Swin" not in panel.status.text()

@@ -52,8 +52,9 @@ def require_vit(loaded: LoadedModel) -> None:
     """Refuse, in one line, a model kind analyze() does not take (a Swin)."""
     if getattr(loaded.model, "model_kind", "vit") == "swin":
         raise UnsupportedModelError(
-            f"{loaded.name} is a Swin Transformer: vitviz.explain.swin_analysis.analyze_swin "
-            "explains it; analyze(), `explain`, `faithfulness` and the window take ViTs for now."
+            f"{loaded.name} is a Swin Transformer: analyze() takes ViTs; "
+            "vitviz.explain.swin_analysis.analyze_swin explains a Swin (and "
+            "vitviz.explain.swin_faithfulness measures its maps)."
         )
 
 

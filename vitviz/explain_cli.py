@@ -144,12 +144,30 @@ def has_head(loaded: Any) -> bool:
     return n > 0 and len(loaded.class_names) == n
 
 
+def unavailable_on(m: Method, loaded: Any) -> str | None:
+    """Why ``m`` can't run on ``loaded``'s model (a plain sentence), or None if it can: the
+    table's own check for a ViT, the Swin versions' (``swin_unavailable``) for a Swin."""
+    head = has_head(loaded)
+    if getattr(loaded.model, "model_kind", None) == "swin":
+        from vitviz.explain.swin_methods import swin_unavailable
+
+        return swin_unavailable(m.name, m.label, head, loaded.model)
+    return m.unavailable_on(loaded.model, head)
+
+
 def applicable(loaded: Any) -> tuple[Method, ...]:
     """The table's methods that can run on ``loaded``'s model."""
     from vitviz.explain.methods import all_methods
 
-    head = has_head(loaded)
-    return tuple(m for m in all_methods() if m.unavailable_on(loaded.model, head) is None)
+    return tuple(m for m in all_methods() if unavailable_on(m, loaded) is None)
+
+
+def not_applicable(loaded: Any) -> dict[str, str]:
+    """{name: why} of the table's methods that can't run on ``loaded``'s model."""
+    from vitviz.explain.methods import all_methods
+
+    reasons = {m.name: unavailable_on(m, loaded) for m in all_methods()}
+    return {name: why for name, why in reasons.items() if why is not None}
 
 
 def choose_methods(names: Sequence[str] | None, loaded: Any) -> tuple[Method, ...]:
@@ -163,9 +181,8 @@ def choose_methods(names: Sequence[str] | None, loaded: Any) -> tuple[Method, ..
             chosen.append(get_method(name))
         except ValueError as exc:
             raise CliError(f"--method: {exc}") from exc
-    head = has_head(loaded)
     for m in chosen:
-        reason = m.unavailable_on(loaded.model, head)
+        reason = unavailable_on(m, loaded)
         if reason is not None:
             usable = ", ".join(m.name for m in applicable(loaded)) or "none"
             raise CliError(f"--method {m.name}: {reason}; methods for this model: {usable}")
@@ -225,9 +242,11 @@ def method_params(
 
 
 def model_size(loaded: Any) -> tuple[int, int]:
-    """(layers, heads) of the model, for the parameters' model bounds."""
+    """(layers, heads) of the model, for the parameters' model bounds (a Swin: its blocks, and
+    the most heads of a stage)."""
     cfg = loaded.model.config
-    return int(cfg.depth), int(cfg.heads)
+    heads = cfg.heads
+    return int(cfg.depth), int(max(heads) if isinstance(heads, (tuple, list)) else heads)
 
 
 def map_settings(args: argparse.Namespace, loaded: Any) -> MapSettings:

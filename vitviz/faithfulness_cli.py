@@ -24,6 +24,7 @@ from vitviz.explain_cli import (
     has_head,
     method_params,
     model_size,
+    not_applicable,
     parse_param_options,
 )
 
@@ -41,11 +42,12 @@ def add_parser(subparsers: Any) -> None:
         "faithfulness",
         help="deletion / insertion curves and AUCs per method; mass in mask and pointing game",
         description="Measure explanation methods by deleting patches from each image (most "
-        "important first, by the method's map of the CLS query) and by inserting them into a "
-        "blank input, and record the probability of the image's top class at each of --steps "
-        "steps. With a mask (<stem>_mask.png beside the image, or in --masks DIR: white = the "
-        "object) also the share of each map's mass inside the mask and whether its maximum "
-        "lies inside. Writes OUT/faithfulness.json, OUT/faithfulness.csv, OUT/faithfulness.png.",
+        "important first, by the method's map of the CLS query; on a Swin, of the average pool "
+        "over the first stage's patches) and by inserting them into a blank input, and record "
+        "the probability of the image's top class at each of --steps steps. With a mask "
+        "(<stem>_mask.png beside the image, or in --masks DIR: white = the object) also the "
+        "share of each map's mass inside the mask and whether its maximum lies inside. Writes "
+        "OUT/faithfulness.json, OUT/faithfulness.csv, OUT/faithfulness.png.",
     )
     p.add_argument("images", nargs="+", type=Path, help="image files")
     p.add_argument(
@@ -71,12 +73,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_faithfulness(args: argparse.Namespace) -> int:
-    from vitviz.analysis import NonFiniteError, NotEnoughMemoryError, analyze, require_vit
     from vitviz.cli import _load_for
     from vitviz.devices import resolve_device
-    from vitviz.explain.faithfulness import evaluate_methods
-    from vitviz.explain.localisation import mask_grid_for, mask_path_for
-    from vitviz.imaging import ImageLoadError
+    from vitviz.explain.localisation import mask_path_for
 
     if args.steps < 1:
         raise CliError(f"--steps must be a whole number of at least 1, got {args.steps}")
@@ -89,54 +88,44 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     loaded = _load_for(args)
-    require_vit(loaded)
     loaded.model.to(device)
     if not has_head(loaded):
         raise CliError(
             "faithfulness needs a model with a classification head (it follows the "
             "probability of the top class), and this model has none"
         )
-    methods = choose_methods(args.methods, loaded) or applicable(loaded)
+    swin = getattr(loaded.model, "model_kind", None) == "swin"
+    methods = choose_methods(args.methods, loaded)
+    left_out = {} if methods else not_applicable(loaded)  # said once the options are good
+    methods = methods or applicable(loaded)
     names = [m.name for m in methods]
     layers, heads = model_size(loaded)
-    params = method_params(methods, parse_param_options(args.params), {}, layers, heads)
+    given = parse_param_options(args.params)
+    if swin:
+        _refuse_ignored_params(given)
+    params = method_params(methods, given, {}, layers, heads)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CliError(
             f"--out {args.out}: cannot create the output folder ({exc.strerror or exc})"
         ) from exc
+    for name, why in left_out.items():
+        _say(f"vitviz-cli: {name} not measured: {why}")
+    measure = _measure_swin if swin else _measure_vit
     images = without_masks(args.images, args.masks)
     results: list[ImageFaithfulness] = []
     n = len(images)
     for i, path in enumerate(images, 1):
         try:
-            analysis = analyze(loaded, path, gradients=True)
-        except (ImageLoadError, NotEnoughMemoryError, NonFiniteError) as exc:
-            _say(f"vitviz-cli: skipped {path}: {exc}")
-            continue
-        mask_file = mask_path_for(path, args.masks)
-        try:
-            mask = mask_grid_for(path, analysis.geometry, args.masks)
-        except (ImageLoadError, ValueError) as exc:
-            _say(f"vitviz-cli: skipped {path}: its mask {mask_file}: {exc}")
-            continue
-        try:
-            result = evaluate_methods(
-                analysis,
-                names,
-                steps=args.steps,
-                batch_size=args.batch_size,
-                params=params,
-                mask=mask,
-                name=str(path),
-            )
-        except ValueError as exc:
+            result, probs = measure(loaded, path, names, params, args)
+        except _SkippedError as exc:
             _say(f"vitviz-cli: skipped {path}: {exc}")
             continue
         results.append(result)
         c = result.target_class
-        said = f"{analysis.class_names[c]} ({float(analysis.probs[c]):.1%})"
+        said = f"{loaded.class_names[c]} ({float(probs[c]):.1%})"
+        mask_file = mask_path_for(path, args.masks)
         masked = f", mask {mask_file.name}" if mask_file is not None else ", no mask"
         _say(f"[{i}/{n}] {path.name}: {said}{masked}, {len(names)} methods measured")
     if not results:
@@ -145,6 +134,93 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
     print(summary_markdown(results))
     _say(f"-> {', '.join(str(p) for p in written)}")
     return EXIT_PARTIAL if len(results) < n else EXIT_OK
+
+
+class _SkippedError(Exception):
+    """One image that can't be measured (its message says why); the others go on."""
+
+
+def _mask(path: Path, geometry: Any, masks: Path | None) -> Any:
+    """The image's (gh, gw) patch mask, or None without one; _SkippedError for a bad mask."""
+    from vitviz.explain.localisation import mask_grid_for, mask_path_for
+    from vitviz.imaging import ImageLoadError
+
+    try:
+        return mask_grid_for(path, geometry, masks)
+    except (ImageLoadError, ValueError) as exc:
+        raise _SkippedError(f"its mask {mask_path_for(path, masks)}: {exc}") from exc
+
+
+def _measure_vit(
+    loaded: Any, path: Path, names: list[str], params: dict[str, Any], args: argparse.Namespace
+) -> tuple[ImageFaithfulness, Any]:
+    """One image through ``analyze`` and ``evaluate_methods``: (result, probabilities)."""
+    from vitviz.analysis import NonFiniteError, NotEnoughMemoryError, analyze
+    from vitviz.explain.faithfulness import evaluate_methods
+    from vitviz.imaging import ImageLoadError
+
+    try:
+        analysis = analyze(loaded, path, gradients=True)
+    except (ImageLoadError, NotEnoughMemoryError, NonFiniteError) as exc:
+        raise _SkippedError(str(exc)) from exc
+    mask = _mask(path, analysis.geometry, args.masks)
+    try:
+        result = evaluate_methods(
+            analysis,
+            names,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            params=params,
+            mask=mask,
+            name=str(path),
+        )
+    except ValueError as exc:
+        raise _SkippedError(str(exc)) from exc
+    return result, analysis.probs
+
+
+def _measure_swin(
+    loaded: Any, path: Path, names: list[str], params: dict[str, Any], args: argparse.Namespace
+) -> tuple[ImageFaithfulness, Any]:
+    """One image through ``analyze_swin`` and ``evaluate_swin_methods``."""
+    from vitviz.explain.swin_analysis import analyze_swin
+    from vitviz.explain.swin_faithfulness import evaluate_swin_methods
+    from vitviz.imaging import ImageLoadError
+
+    try:
+        analysis = analyze_swin(loaded, path, gradients="gradient-rollout" in names)
+    except (ImageLoadError, ValueError) as exc:
+        raise _SkippedError(str(exc)) from exc
+    mask = _mask(path, analysis.geometry, args.masks)
+    try:
+        result = evaluate_swin_methods(
+            analysis,
+            loaded.model,
+            names,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            params=params,
+            mask=mask,
+            name=str(path),
+        )
+    except ValueError as exc:
+        raise _SkippedError(str(exc)) from exc
+    return result, analysis.probs
+
+
+def _refuse_ignored_params(given: dict[str, dict[str, Any]]) -> None:
+    """A ``--param`` a Swin's version of its method does not take is refused, not ignored."""
+    from vitviz.explain.swin_methods import SWIN_PARAMETERS
+
+    for method, values in given.items():
+        taken = SWIN_PARAMETERS.get(method, frozenset())
+        for param in values:
+            if param not in taken:
+                takes = ", ".join(sorted(taken)) or "none"
+                raise CliError(
+                    f"--param {method}.{param}: a Swin's {method} does not take {param} "
+                    f"(its parameters: {takes})"
+                )
 
 
 def without_masks(images: Sequence[Path], masks: Path | None) -> list[Path]:

@@ -414,7 +414,7 @@ BUILTIN_METHODS = (
     Method(
         "random", "Random (baseline)", _random,
         (Parameter("seed", int, 0, "Seed", range=(0, 2**31 - 1)),),
-        applies_to=ANY_VIT, queries=False, scaling="none",
+        applies_to=ANY_KIND, queries=False, scaling="none",
         description="seeded uniform noise: the faithfulness baseline",
     ),
 )  # fmt: skip

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from vitviz.explain.swin_rollout import PreparedSwinRollout, fused_blocks, gradient_blocks
+from vitviz.imaging.geometry import PatchGeometry
 from vitviz.model.swin import SwinTransformer
 from vitviz.model.swin_windows import WindowLayout
 
@@ -32,7 +33,7 @@ class SwinAnalysis:
     input: Tensor | None = None  # (C, H, W) the normalised model input
     pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
     source: Any = None  # the decoded source image (PIL, at most OVERLAY_MAX_SIDE on its long side)
-    geometry: Any = None  # PatchGeometry: model input <-> source pixels (None for a tensor input)
+    geometry: PatchGeometry | None = None  # model input <-> source pixels (None: a tensor input)
 
     _prepared: dict[tuple, PreparedSwinRollout] = field(default_factory=dict, repr=False)
 

@@ -1,7 +1,7 @@
-"""The method table's entries that run on a Swin, over a SwinAnalysis (used by the window's engine
-and by ``vitviz-cli explain``): attention (one block and head), the windowed rollout, the windowed
-gradient rollout and token Grad-CAM. Every other method needs a ViT's CLS token or its one grid of
-patches and says so in one sentence.
+"""The method table's entries that run on a Swin, over a SwinAnalysis (used by the window's engine,
+``vitviz-cli explain`` and ``faithfulness``): attention (one block and head), the windowed rollout,
+the windowed gradient rollout, token Grad-CAM and the random baseline. Every other method needs a
+ViT's CLS token or its one grid of patches and says so in one sentence.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vitviz.explain.random_map import random_map
 from vitviz.explain.swin_analysis import SwinAnalysis
 from vitviz.explain.swin_attention import from_slots, query_row, windowed_attention
 from vitviz.explain.swin_gradcam import swin_token_gradcam
@@ -23,6 +24,7 @@ SWIN_PARAMETERS = {
     "rollout": frozenset({"fusion"}),
     "gradient-rollout": frozenset(),
     "gradcam": frozenset(),
+    "random": frozenset({"seed"}),
 }
 
 
@@ -137,6 +139,8 @@ def attention_map(analysis: SwinAnalysis, block: int, head: int, token: int | No
     else:
         rows = query_row(attn, layout, token)  # (heads, N)
     rows = rows.float()
+    if not -1 <= head < rows.shape[0]:
+        raise ValueError(f"head {head} out of range: block {b} has {rows.shape[0]} heads")
     picked = rows.mean(dim=0) if head == -1 else rows[head]
     return picked.reshape(H, W)
 
@@ -152,7 +156,8 @@ def swin_method_map(
     """The map of method ``name``: ``query`` (token, stage) picks the query token (None: the
     average pool). ``attention``: block ``params['layer']`` (the table's name; blocks of all
     stages counted from 0, default the last), head ``params['head']`` (−1: mean), at the block's
-    resolution; rollouts over the first stage's grid; Grad-CAM over the last stage's grid."""
+    resolution; rollouts and ``random`` (``params['seed']``) over the first stage's grid;
+    Grad-CAM over the last stage's grid."""
     p = dict(params or {})
     token, stage = (None, None) if query is None else query
     if name == "attention":
@@ -171,4 +176,6 @@ def swin_method_map(
         x = analysis.input[None].to(param.device, param.dtype)
         with torch.inference_mode(False):
             return swin_token_gradcam(model, x, target_class)[0].detach().cpu()
+    if name == "random":
+        return random_map(tuple(analysis.stage_grids[0]), int(p.get("seed", 0)))
     raise ValueError(swin_unavailable(name, name, True) or f"unknown method {name!r}")

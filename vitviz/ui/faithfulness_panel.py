@@ -57,7 +57,8 @@ class FaithfulnessPanel(QWidget):
         self.measure = QPushButton("Measure faithfulness")
         self.measure.setToolTip(
             "Deletion and insertion curves of the shown method and of a random map for this "
-            "image's top class (CLS query): patches removed or restored best first"
+            "image's top class (CLS query; on a Swin the average pool): patches removed or "
+            "restored best first"
         )
         self.measure.clicked.connect(self.measureRequested)
         self.status = QLabel("Not measured yet.")

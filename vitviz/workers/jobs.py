@@ -344,21 +344,32 @@ def faithfulness(
     state: EngineState, method: str, params: dict[str, Any] | None = None, steps: int = 20
 ) -> FaithfulnessResult:
     """Deletion and insertion curves of ``method`` and of ``random`` on the current image (the
-    CLS query, its top class), with the localisation numbers when a mask lies beside it."""
+    CLS query, or a Swin's average pool; its top class), with the localisation numbers when a
+    mask lies beside it. A Swin's maps are ``swin_method_map``'s (``evaluate_swin_methods``)."""
     from vitviz.explain.faithfulness import evaluate_methods
     from vitviz.explain.localisation import mask_grid_for
+    from vitviz.explain.swin_faithfulness import evaluate_swin_methods
 
     a = state.analysis
     if a is None:
         raise UserFacingError("Open an image and a checkpoint first.", "no_image")
-    swin_jobs.refuse(state, "Faithfulness", "faithfulness")
     names = list(dict.fromkeys([method, "random"]))
     mask_file = _mask_path(state.source)
+    geometry = getattr(a, "geometry", None)  # a Swin's: None when its input came as a tensor
+    given = {method: params or {}}
     try:
-        mask = None if mask_file is None else mask_grid_for(state.source, a.geometry)
-        result = evaluate_methods(
-            a, names, steps=steps, mask=mask, name=state.label, params={method: params or {}}
-        )
+        mask = None
+        if mask_file is not None and geometry is not None:
+            mask = mask_grid_for(state.source, geometry)
+        if swin_jobs.is_swin(state.loaded):
+            model = state.loaded.model
+            result = evaluate_swin_methods(
+                a, model, names, steps=steps, mask=mask, name=state.label, params=given
+            )
+        else:
+            result = evaluate_methods(
+                a, names, steps=steps, mask=mask, name=state.label, params=given
+            )
     except ValueError as exc:
         raise UserFacingError(f"Faithfulness not measured: {exc}", "faithfulness") from exc
     curves = {}

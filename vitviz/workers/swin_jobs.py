@@ -349,14 +349,3 @@ def export_swin(
         a = _with_gradients(state, target)  # the class's pass, as the CLI's --class runs it
     maps = swin_output_maps(a, loaded.model, settings)
     return write_swin_npz(a, loaded.class_names, maps, path)
-
-
-def refuse(state: Any, what: str, kind: str) -> None:
-    """A job the window offers for ViTs only: refused in one line when the model is a Swin."""
-    from vitviz.workers.jobs import UserFacingError
-
-    if state.loaded is not None and is_swin(state.loaded):
-        raise UserFacingError(
-            f"{what} takes ViTs for now; for a Swin use `vitviz-cli explain` (its npz and maps).",
-            kind,
-        )
