@@ -12,7 +12,8 @@ import argparse
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -163,20 +164,7 @@ def _measure_vit(
         analysis = analyze(loaded, path, gradients=True)
     except (ImageLoadError, NotEnoughMemoryError, NonFiniteError) as exc:
         raise _SkippedError(str(exc)) from exc
-    mask = _mask(path, analysis.geometry, args.masks)
-    try:
-        result = evaluate_methods(
-            analysis,
-            names,
-            steps=args.steps,
-            batch_size=args.batch_size,
-            params=params,
-            mask=mask,
-            name=str(path),
-        )
-    except ValueError as exc:
-        raise _SkippedError(str(exc)) from exc
-    return result, analysis.probs
+    return _evaluate(evaluate_methods, analysis, path, names, params, args)
 
 
 def _measure_swin(
@@ -191,12 +179,24 @@ def _measure_swin(
         analysis = analyze_swin(loaded, path, gradients="gradient-rollout" in names)
     except (ImageLoadError, ValueError) as exc:
         raise _SkippedError(str(exc)) from exc
+    evaluate = partial(evaluate_swin_methods, model=loaded.model)
+    return _evaluate(evaluate, analysis, path, names, params, args)
+
+
+def _evaluate(
+    evaluate: Callable[..., ImageFaithfulness],
+    analysis: Any,
+    path: Path,
+    names: list[str],
+    params: dict[str, Any],
+    args: argparse.Namespace,
+) -> tuple[ImageFaithfulness, Any]:
+    """``evaluate(analysis, names, ...)`` with the image's mask: (result, probabilities)."""
     mask = _mask(path, analysis.geometry, args.masks)
     try:
-        result = evaluate_swin_methods(
+        result = evaluate(
             analysis,
-            loaded.model,
-            names,
+            names=names,
             steps=args.steps,
             batch_size=args.batch_size,
             params=params,
