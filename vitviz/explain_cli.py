@@ -144,17 +144,24 @@ def has_head(loaded: Any) -> bool:
     return n > 0 and len(loaded.class_names) == n
 
 
-def applicable(loaded: Any) -> tuple[Method, ...]:
-    """The table's methods that can run on ``loaded``'s model."""
+def applicable(loaded: Any, layers: tuple[int, ...] | None = None) -> tuple[Method, ...]:
+    """The table's methods that can run on ``loaded``'s model (keeping only the model layers
+    ``layers``; None: every layer)."""
     from vitviz.explain.methods import all_methods
 
     head = has_head(loaded)
-    return tuple(m for m in all_methods() if m.unavailable_on(loaded.model, head) is None)
+    depth = int(loaded.model.config.depth) if layers is not None else None
+    return tuple(
+        m for m in all_methods() if m.unavailable_on(loaded.model, head, layers, depth) is None
+    )
 
 
-def choose_methods(names: Sequence[str] | None, loaded: Any) -> tuple[Method, ...]:
-    """The methods of ``--method`` (in order, each once), checked against the model; CliError
-    naming the methods that apply otherwise. None or empty: no method."""
+def choose_methods(
+    names: Sequence[str] | None, loaded: Any, layers: tuple[int, ...] | None = None
+) -> tuple[Method, ...]:
+    """The methods of ``--method`` (in order, each once), checked against the model and the
+    layers kept (``--layers``); CliError naming the methods that apply otherwise. None or
+    empty: no method."""
     from vitviz.explain.methods import get_method
 
     chosen: list[Method] = []
@@ -164,11 +171,13 @@ def choose_methods(names: Sequence[str] | None, loaded: Any) -> tuple[Method, ..
         except ValueError as exc:
             raise CliError(f"--method: {exc}") from exc
     head = has_head(loaded)
+    depth = int(loaded.model.config.depth) if layers is not None else None
     for m in chosen:
-        reason = m.unavailable_on(loaded.model, head)
+        reason = m.unavailable_on(loaded.model, head, layers, depth)
         if reason is not None:
-            usable = ", ".join(m.name for m in applicable(loaded)) or "none"
-            raise CliError(f"--method {m.name}: {reason}; methods for this model: {usable}")
+            usable = ", ".join(m.name for m in applicable(loaded, layers)) or "none"
+            where = "these layers" if layers is not None else "this model"
+            raise CliError(f"--method {m.name}: {reason}; methods for {where}: {usable}")
     return tuple(chosen)
 
 
@@ -197,10 +206,12 @@ def method_params(
     shared: Mapping[str, Any],
     num_layers: int,
     num_heads: int,
+    layers: tuple[int, ...] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """{method: every parameter's value} for ``methods``: ``shared`` values (e.g. --fusion) go
     to each method with a parameter of that name, ``params`` win over them; checked against the
-    model's layers and heads. CliError for a --param of a method not computed."""
+    model's layers and heads, and a layer parameter against the layers kept (``layers``; None:
+    every layer). CliError for a --param of a method not computed."""
     methods = tuple(methods)
     names = {m.name for m in methods}
     for name, given in params.items():
@@ -221,7 +232,22 @@ def method_params(
             raise CliError(
                 f"{m.name}: {exc} (this model has {num_layers} layers of {num_heads} heads)"
             ) from exc
+        if layers is not None:
+            _check_layer_params(m, out[m.name], layers)
     return out
+
+
+def _check_layer_params(m: Method, values: Mapping[str, Any], layers: tuple[int, ...]) -> None:
+    """CliError for a layer parameter (e.g. attention.layer) naming a layer not kept."""
+    from vitviz.layers import layers_text
+
+    for p in m.parameters:
+        value = values.get(p.name)
+        if p.per == "layer" and p.name == "layer" and value != -1 and value not in layers:
+            raise CliError(
+                f"--param {m.name}.{p.name}={value}: layer {value} is not kept "
+                f"(--layers keeps {layers_text(layers)}; -1 is the last of them)"
+            )
 
 
 def model_size(loaded: Any) -> tuple[int, int]:
@@ -236,13 +262,14 @@ def map_settings(args: argparse.Namespace, loaded: Any) -> MapSettings:
     from vitviz.explain.methods import get_method
     from vitviz.export import LEGACY_MAPS, MapSettings
 
-    methods = choose_methods(args.methods, loaded)
-    usable = {m.name for m in applicable(loaded)}
+    kept = getattr(args, "kept_layers", None)  # --layers, parsed
+    methods = choose_methods(args.methods, loaded, kept)
+    usable = {m.name for m in applicable(loaded, kept)}
     today = [get_method(name) for _key, name in LEGACY_MAPS if name in usable]
     computed = list({m.name: m for m in [*today, *methods]}.values())
     shared = {"fusion": args.fusion, "discard_ratio": args.discard, "start_layer": args.start_layer}
     layers, heads = model_size(loaded)
-    params = method_params(computed, parse_param_options(args.params), shared, layers, heads)
+    params = method_params(computed, parse_param_options(args.params), shared, layers, heads, kept)
     return MapSettings(
         args.fusion,
         args.discard,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -237,19 +238,24 @@ def head_grid_image(
     tile_width: int = 96,
     gap: int = 2,
     row_labels: bool = True,
+    layer_indices: Sequence[int] | None = None,
 ) -> Image.Image:
     """Layer × head grid of overlays: rows = layers, columns = heads, one shared colour scale.
 
     maps: (L, H, gh, gw); base: (h, w, 3) uint8 (e.g. the model input pixels). Tiles are
     ``tile_width`` wide with the base image's aspect ratio, ``gap`` pixels apart on a white
     background. ``levels`` default: min..max over all maps. With ``row_labels`` rows are labelled
-    "L1".. on the left and columns "H1".. on top (PIL's default font).
+    "L1".. on the left and columns "H1".. on top (PIL's default font); ``layer_indices``: the
+    0-based model layer of each row where the rows are some of the layers (row i: L<index+1>).
     """
     stack = np.asarray(maps, dtype=np.float32)
     if stack.ndim != 4:
         raise ValueError(f"expected maps of shape (layers, heads, gh, gw), got {stack.shape}")
     base_arr = _as_rgb_array(base)
     n_layers, n_heads = stack.shape[:2]
+    numbers = list(range(n_layers)) if layer_indices is None else list(layer_indices)
+    if len(numbers) != n_layers:
+        raise ValueError(f"{len(numbers)} layer indices for {n_layers} rows of maps")
     shared = _levels(stack, levels)
     bh, bw = base_arr.shape[:2]
     tw = max(1, int(tile_width))
@@ -261,7 +267,7 @@ def head_grid_image(
     left_margin = top_margin = 0
     if row_labels:
         pad = 4
-        widest = max(_text_size(probe, f"L{n_layers}", font)[0], 1)
+        widest = max(_text_size(probe, f"L{max(numbers) + 1}", font)[0], 1)
         tallest = max(_text_size(probe, f"H{n_heads}", font)[1], 1)
         left_margin = widest + 2 * pad
         top_margin = tallest + 2 * pad
@@ -281,7 +287,7 @@ def head_grid_image(
     if row_labels:
         draw = ImageDraw.Draw(canvas)
         for layer in range(n_layers):
-            text = f"L{layer + 1}"
+            text = f"L{numbers[layer] + 1}"
             tw_text, th_text = _text_size(draw, text, font)
             y = top_margin + layer * (th + gap) + (th - th_text) // 2
             draw.text((left_margin - tw_text - 4, y), text, fill=(0, 0, 0), font=font)
