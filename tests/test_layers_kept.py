@@ -18,7 +18,12 @@ from vitviz.cli import main
 from vitviz.explain.methods import get_method, methods_for
 from vitviz.export import compute_maps, write_npz, write_pngs
 from vitviz.layers import LayersNotKeptError, LayerSpecError, layers_text, parse_layers
-from vitviz.memory import BUDGET_ENV, USABLE_FRACTION, estimate_analysis
+from vitviz.memory import (
+    BUDGET_ENV,
+    USABLE_FRACTION,
+    check_analysis_memory,
+    estimate_analysis,
+)
 
 DEPTH = 6
 KEPT = (1, 4, 5)
@@ -354,7 +359,10 @@ def test_explain_over_the_budget_names_the_layers_choice_that_then_runs(
 
 
 @pytest.mark.parametrize("gradients", [False, True], ids=["attention", "gradients"])
-def test_a_model_from_code_keeps_the_chosen_layers_too(tmp_path: Path, gradients: bool) -> None:
+def test_a_model_from_code_keeps_the_chosen_layers_too(
+    tmp_path: Path, gradients: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(BUDGET_ENV, "1T")  # the plans below are compared, not refused
     from test_modelcode_layouts import LAYOUT_IDS, LAYOUTS, sample_input, write_model
 
     from vitviz.modelcode import load_model_code, make_spec
@@ -371,6 +379,15 @@ def test_a_model_from_code_keeps_the_chosen_layers_too(tmp_path: Path, gradients
     method = get_method("attention-gradcam")  # the last layer is kept: its gradient is there
     torch.testing.assert_close(method(part), method(full), atol=1e-6, rtol=1e-5)
     assert get_method("relevance").unavailable(part) is not None
+    # its forward pass lists every layer's attention: the plan keeps that peak, while vitviz's
+    # own ViT (which hands each layer over as it comes) drops the layers not kept
+    whole = check_analysis_memory(code.model, (256, 256), gradients=gradients)
+    one = check_analysis_memory(code.model, (256, 256), gradients=gradients, layers=1)
+    assert one.forward_peak == whole.forward_peak and one.kept < whole.kept
+    own = random_vit(depth=lay.depth, heads=lay.heads)  # patch 8, as the model from code
+    whole = check_analysis_memory(own, (256, 256), gradients=gradients)
+    one = check_analysis_memory(own, (256, 256), gradients=gradients, layers=1)
+    assert one.forward_peak < whole.forward_peak
 
 
 def test_explain_refuses_layers_on_a_swin(

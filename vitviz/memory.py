@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -258,7 +258,7 @@ def check_analysis_memory(
     weights = sum(t.numel() * t.element_size() for t in params)
 
     def estimate(kept: int | None) -> MemoryEstimate:
-        return estimate_analysis(
+        est = estimate_analysis(
             model.config,
             input_size,
             gradients=gradients,
@@ -268,6 +268,10 @@ def check_analysis_memory(
             batch=batch,
             layers=kept,
         )
+        if kept is not None and not _hands_over_layers(model):  # model code lists every
+            whole = estimate(None)  # layer's attention in its forward pass: that peak stays
+            est = replace(est, forward_peak=max(est.forward_peak, whole.forward_peak))
+        return est
 
     est = estimate(layers)
     free = available_memory(dev)
@@ -313,6 +317,14 @@ def _choices(
     if dev.type != "cpu":
         out.append("the CPU (--device cpu)")
     return " Other choices: " + "; ".join(out) + "." if out else ""
+
+
+def _hands_over_layers(model: Any) -> bool:
+    """Whether the model's forward pass hands each layer's attention over as it comes
+    (vitviz's own ViT), so layers not kept are never held; model code lists them all."""
+    from vitviz.model import VisionTransformer
+
+    return isinstance(model, VisionTransformer)
 
 
 def _device_of(params: list[torch.Tensor]) -> torch.device:
