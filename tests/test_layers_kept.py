@@ -126,12 +126,15 @@ def test_half_precision_and_a_batch_keep_the_same_layers(loaded: LoadedModel) ->
     part = analyze(loaded, _image(), attention_dtype=torch.float16, layers="last:2")
     assert part.attention.dtype == torch.float16
     assert torch.equal(part.attention, full.attention[-2:])
-    batch = analyze_batch(loaded, [_image(0), _image(1)], batch_size=2, layers="last:2")
+    images = [_image(0), _image(1)]
+    batch = analyze_batch(loaded, images, batch_size=2, gradients=True, layers="last:2")
+    gradcam = get_method("attention-gradcam")
     for i, a in enumerate(batch):
-        alone = analyze(loaded, _image(i), layers="last:2")
+        alone = analyze(loaded, _image(i), gradients=True, layers="last:2")
         assert a.layer_indices == (4, 5)
         torch.testing.assert_close(a.attention, alone.attention, atol=1e-5, rtol=0)
         torch.testing.assert_close(a.logits, alone.logits, atol=1e-5, rtol=0)
+        torch.testing.assert_close(gradcam(a), gradcam(alone), atol=1e-5, rtol=1e-4)
 
 
 def test_a_bad_layer_choice_is_refused_before_anything_runs(loaded: LoadedModel) -> None:
