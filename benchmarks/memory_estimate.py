@@ -3,13 +3,15 @@
 Each case runs in a fresh Python process: a random ViT (patch 8, the layers, heads and width
 given), one warm-up analysis at 32 px, then ``analyze`` of an input of the given size, either
 without gradients ("plain"), with them ("grads"), or with them and the three maps of
-``vitviz-cli explain`` ("cli": rollout, gradient rollout, relevance). Reported: the peak RSS the
+``vitviz-cli explain`` ("cli": rollout, gradient rollout, relevance); the "keep K" cases keep
+only the last K layers (``analyze(..., layers="last:K")``, the maps that need every layer left
+out). Reported: the peak RSS the
 analysis added (VmHWM after − before on Linux, ``ru_maxrss`` elsewhere), the estimate
 (``MemoryEstimate.needed``) and their ratio. Target: every ratio in [1, 2] (an upper bound,
 within 2× of the truth); a ratio below 1 is a wrong result (the estimate would let an analysis
 run out of memory).
 
-    .venv/bin/python benchmarks/memory_estimate.py [--quick] [--no-check]
+    .venv/bin/python benchmarks/memory_estimate.py [--quick] [--no-check] [--kept-only]
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ CASES = [
     (320, 12, 3, 192),
 ]
 QUICK_CASES = [(128, 2, 2, 32), (256, 2, 2, 32)]
+# (input side, layers, heads, width, layers kept): the estimate of an analysis of fewer layers
+KEPT_CASES = [(512, 4, 2, 32, 1), (512, 8, 2, 32, 2), (320, 12, 3, 192, 3)]
+QUICK_KEPT_CASES = [(256, 4, 2, 32, 1)]
 MODES = ("plain", "grads", "cli")
 UPPER = 2.0
 
@@ -48,6 +53,8 @@ from vitviz.memory import estimate_analysis
 from vitviz.model import VisionTransformer, ViTConfig
 size, L, H, D = (int(v) for v in sys.argv[2:6])
 mode = sys.argv[6]
+keep = int(sys.argv[7])
+layers = f"last:{keep}" if keep else None
 torch.set_num_threads(2)
 cfg = ViTConfig(image_size=32, patch_size=8, dim=D, depth=L, heads=H, num_classes=3)
 model = VisionTransformer(cfg).eval()
@@ -68,20 +75,23 @@ def rss():
     except OSError:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 before = rss()
-a = analyze(loaded, torch.zeros(3, size, size), preprocessing=prep, gradients=grads)
+a = analyze(loaded, torch.zeros(3, size, size), preprocessing=prep, gradients=grads, layers=layers)
 if mode == "cli":
     compute_maps(a)
 peak = rss() - before
-est = estimate_analysis(cfg, (size, size), gradients=grads, maps=mode == "cli")
+est = estimate_analysis(
+    cfg, (size, size), gradients=grads, maps=mode == "cli", layers=keep or None
+)
 print(json.dumps({"tokens": a.attention.shape[-1], "peak": peak, "estimate": est.needed}))
 """
 
 
-def measure(size: int, layers: int, heads: int, width: int, mode: str) -> dict:
-    """Peak bytes the analysis added and the estimate, from a fresh process."""
+def measure(size: int, layers: int, heads: int, width: int, mode: str, keep: int = 0) -> dict:
+    """Peak bytes the analysis added and the estimate, from a fresh process (``keep``: the
+    last layers kept, 0 for all)."""
     args = [str(v) for v in (size, layers, heads, width)]
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(REPO_ROOT), *args, mode],
+        [sys.executable, "-c", CHILD, str(REPO_ROOT), *args, mode, str(keep)],
         capture_output=True,
         text=True,
         check=False,
@@ -93,15 +103,19 @@ def measure(size: int, layers: int, heads: int, width: int, mode: str) -> dict:
 
 
 def main() -> int:
-    args = parser(__doc__.splitlines()[0]).parse_args()
-    cases = QUICK_CASES if args.quick else CASES
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--kept-only", action="store_true", help="only the keep-K cases")
+    args = p.parse_args()
+    cases = [] if args.kept_only else [(*c, 0) for c in (QUICK_CASES if args.quick else CASES)]
+    cases += QUICK_KEPT_CASES if args.quick else KEPT_CASES
     rows, checks, wrong = [], [], []
     mib = 2**20
-    for size, layers, heads, width in cases:
+    for size, layers, heads, width, keep in cases:
         for mode in MODES:
-            m = measure(size, layers, heads, width, mode)
+            m = measure(size, layers, heads, width, mode, keep)
             ratio = m["estimate"] / max(1, m["peak"])
-            name = f"{size} px, L {layers}, H {heads}, D {width}, {mode}"
+            kept = f", keep {keep}" if keep else ""
+            name = f"{size} px, L {layers}, H {heads}, D {width}{kept}, {mode}"
             rows.append(
                 [
                     name,

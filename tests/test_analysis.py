@@ -230,9 +230,9 @@ def test_gradients_only_when_asked_and_cached_per_class(
     calls: list[int] = []
     real = vitviz.analysis.reduced_gradient_pass  # the maps' gradient pass (reduced)
 
-    def counting(model, x, target, attention_of):
+    def counting(model, x, target, attention_of, **kwargs):
         calls.append(int(target))
-        return real(model, x, target, attention_of)
+        return real(model, x, target, attention_of, **kwargs)
 
     monkeypatch.setattr(vitviz.analysis, "reduced_gradient_pass", counting)
     a = analyze(loaded, _x(8))

@@ -35,6 +35,7 @@ EXPECTED = {  # key: numpy dtype kind (shapes are checked in _check_npz)
     "target_class": "i",
     "mean_distance": "f",
     "entropy": "f",
+    "layers": "i",
 }
 
 
@@ -77,6 +78,7 @@ def _check_npz(npz: Path, a: Analysis, target: int, rollout: np.ndarray) -> None
     assert data["target_class"].shape == ()
     assert int(data["target_class"]) == target
     assert data["mean_distance"].shape == data["entropy"].shape == (L, H)
+    assert data["layers"].tolist() == list(range(L))  # every layer kept
 
     np.testing.assert_allclose(data["input"], a.input.numpy(), atol=1e-6)
     np.testing.assert_allclose(data["logits"], a.logits.numpy(), atol=1e-5)

@@ -66,9 +66,11 @@ def test_npz_keys_are_exactly_the_documented_ones(tmp_path: Path, loaded: Loaded
             "target_class",
             "mean_distance",
             "entropy",
+            "layers",
         }
         assert z["class_names"].tolist() == CLASS_NAMES
         assert int(z["target_class"]) == a.top_class
+        assert z["layers"].tolist() == list(range(a.num_layers))  # every layer kept
         np.testing.assert_array_equal(z["rollout"], a.rollout().numpy())
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["astronaut.npz"]
 

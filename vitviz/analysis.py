@@ -8,6 +8,11 @@ The analysis lives on its device (DESIGN §7): attention, gradients, prepared ro
 relevance stay where the forward pass ran. What crosses to the host is what is shown: the
 logits, the (L, H) head statistics, and each map asked for ((gh, gw), or (L, H, gh, gw) for the
 head grid); the (L, H, N, N) attention only for export (``attention_numpy``).
+
+``analyze(..., layers=...)`` keeps only some layers (``vitviz.layers``): the forward pass and
+logits are the same, ``attention`` and the per-layer statistics hold the K kept layers in order
+(``layer_indices`` names them), the maps of one layer take the model's layer index, and the
+maps that need every layer (rollout, gradient rollout, relevance) refuse in one line.
 """
 
 from __future__ import annotations
@@ -40,8 +45,10 @@ from vitviz.imaging.preprocess import (
     source_for_display,
 )
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
+from vitviz.layers import LayersNotKeptError, LayerSpec, layers_text, parse_layers
 from vitviz.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
 from vitviz.memory import check_analysis_memory
+from vitviz.model import VisionTransformer
 
 
 class UnsupportedModelError(VitvizError):
@@ -100,6 +107,7 @@ class Analysis:
     """What one image did inside one model. Shapes are for the single image (no batch axis).
 
     Token layout: [CLS, (dist), (registers...), patches row-major over ``grid``].
+    L below is the number of layers kept: the model's, unless ``layers`` names fewer.
     """
 
     input: Tensor  # (C, H, W) float32, normalised: exactly what the model saw
@@ -121,6 +129,8 @@ class Analysis:
     patch_size: int
     device: str
     loaded: LoadedModel | None = field(default=None, repr=False)
+    layers: tuple[int, ...] | None = None  # the model layers of attention's rows (None: all)
+    depth: int | None = None  # the model's layers (None: as many as attention holds)
     _gradients: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)
     _products: dict[int, GradientProducts] = field(default_factory=dict, repr=False)
     _rollouts: dict[tuple, Any] = field(default_factory=dict, repr=False)
@@ -204,6 +214,51 @@ class Analysis:
             for p, i in zip(probs, idx, strict=True)
         ]
 
+    # -- layers kept ------------------------------------------------------------------------
+    @property
+    def layer_indices(self) -> tuple[int, ...]:
+        """The model layer of each row of ``attention`` and of the statistics, in order."""
+        return tuple(range(self.num_layers)) if self.layers is None else self.layers
+
+    @property
+    def model_layers(self) -> int:
+        """How many layers the model has (``num_layers`` counts those kept)."""
+        return self.depth if self.depth is not None else self.num_layers
+
+    @property
+    def all_layers_kept(self) -> bool:
+        return self.layers is None or len(self.layers) == self.model_layers
+
+    def layers_kept_text(self) -> str:
+        """'layers 9-11 of 12' or 'all 12 layers'."""
+        if self.all_layers_kept:
+            return f"all {self.model_layers} layers"
+        return f"layers {layers_text(self.layer_indices)} of {self.model_layers}"
+
+    def layer_row(self, layer: int) -> int:
+        """The row of ``attention`` that holds model layer ``layer`` (-1: the last kept);
+        LayersNotKeptError naming the kept layers for one that was not kept."""
+        if self.layers is None:
+            return layer
+        if layer == -1:
+            return self.num_layers - 1
+        if layer in self.layers:
+            return self.layers.index(layer)
+        raise LayersNotKeptError(
+            f"layer {layer} was not kept: this analysis holds {self.layers_kept_text()}"
+        )
+
+    def require_every_layer(self, what: str) -> None:
+        """LayersNotKeptError naming the missing layers unless every layer was kept."""
+        if self.all_layers_kept:
+            return
+        missing = [i for i in range(self.model_layers) if i not in self.layer_indices]
+        raise LayersNotKeptError(
+            f"{what} needs every layer's attention, but this analysis kept only "
+            f"{self.layers_kept_text()} (missing {layers_text(missing)}); analyse again "
+            f"keeping every layer"
+        )
+
     # -- queries ------------------------------------------------------------------------------
     def query_token(self, patch: tuple[int, int] | None = None) -> int | None:
         """Token index for a (row, col) patch, or CLS for None (mean of patches without one)."""
@@ -216,13 +271,14 @@ class Analysis:
 
     # -- maps: (gh, gw) float32 on the host unless said; computed on the device ---------------
     def attention_maps(self, layer: int, patch: tuple[int, int] | None = None) -> Tensor:
-        """Raw attention of one layer for the query, every head: (H, gh, gw)."""
-        a = self.attention[layer].float()[None]
+        """Raw attention of one layer for the query, every head: (H, gh, gw). ``layer``: the
+        model's layer index (-1: the last kept)."""
+        a = self.attention[self.layer_row(layer)].float()[None]
         maps = explain.attention_maps(a, self.grid, self.num_prefix_tokens, self.query_token(patch))
         return maps[0].cpu()
 
     def all_attention_maps(self, patch: tuple[int, int] | None = None) -> Tensor:
-        """Raw attention of every layer and head for the query: (L, H, gh, gw)."""
+        """Raw attention of every kept layer and head for the query: (L, H, gh, gw)."""
         rows = self._query_rows(patch)
         return patch_part(rows, self.grid, self.num_prefix_tokens).cpu()
 
@@ -238,6 +294,7 @@ class Analysis:
         discard_ratio: float = 0.0,
         start_layer: int = 0,
     ) -> Tensor:
+        self.require_every_layer("attention rollout")
         key = ("rollout", fusion, None if heads is None else tuple(heads), discard_ratio)
 
         def build() -> explain.PreparedRollout:
@@ -257,6 +314,7 @@ class Analysis:
         discard_ratio: float = 0.0,
         start_layer: int = 0,
     ) -> Tensor:
+        self.require_every_layer("gradient rollout")
         c = self._target(target_class)
         products = self.gradient_products(c)
         prepared = self._prepared(  # Â_l = (mean_h(A_l ⊙ G_l))⁺, kept from the gradient pass
@@ -288,6 +346,7 @@ class Analysis:
         patch: tuple[int, int] | None = None,
         start_layer: int = 0,
     ) -> Tensor:
+        self.require_every_layer("relevance")
         products = self.gradient_products(target_class)  # Ā_l kept from the gradient pass
         q = self.query_token(patch)
         return explain.prepared_relevance_map(
@@ -298,7 +357,7 @@ class Analysis:
         self, layer: int = -1, threshold: float = 0.6, patch: tuple[int, int] | None = None
     ) -> Tensor:
         """Per head, the fewest patches holding ``threshold`` of the query's mass: (H, gh, gw)."""
-        a = self.attention[layer].float()[None]
+        a = self.attention[self.layer_row(layer)].float()[None]
         return explain.dino_masks(
             a, self.grid, self.num_prefix_tokens, threshold, self.query_token(patch)
         )[0].cpu()
@@ -333,28 +392,42 @@ class Analysis:
         if c not in self._products:
             if c in self._gradients:
                 grads = self._gradients[c]
-                self._products[c] = GradientProducts.of(self._layers(), grads)
+                self._products[c] = GradientProducts.of(
+                    self._layers(), grads, self.layers, self.model_layers
+                )
             else:
                 model, x = self._model_and_input()
-                check_analysis_memory(model, self.input.shape[-2:], gradient_pass_only=True)
-                if recompute_pays(model, x, attention_kept=True):  # against the kept attention
+                self._check_gradient_pass(model)
+                partial = self.layers is not None and isinstance(model, VisionTransformer)
+                if partial or recompute_pays(model, x, attention_kept=True):  # kept attention
                     self._products[c] = reduced_gradient_pass(
-                        model, x, c, lambda layer: self.attention[layer][None]
+                        model,
+                        x,
+                        c,
+                        lambda layer: self.attention[self.layer_row(layer)][None],
+                        layers=self.layers,
                     )[2]
                 else:
-                    self._products[c] = explain.attention_gradient_products(model, x, c).products
+                    self._products[c] = explain.attention_gradient_products(
+                        model, x, c, layers=self.layers
+                    ).products
         return self._products[c]
 
+    def _check_gradient_pass(self, model: Any) -> None:
+        kept = None if self.layers is None else len(self.layers)
+        check_analysis_memory(model, self.input.shape[-2:], gradient_pass_only=True, layers=kept)
+
     def gradients(self, target_class: int | None = None) -> list[Tensor]:
-        """G_l = ∂y_c/∂A_l for every layer, L × (1, H, N, N) float32 on the analysis's device,
-        cached per class. As big as the attention: the maps don't need them (they use
+        """G_l = ∂y_c/∂A_l for every kept layer, L × (1, H, N, N) float32 on the analysis's
+        device, cached per class. As big as the attention: the maps don't need them (they use
         ``gradient_products``); asked for, they take a gradient pass of their own."""
         c = self._target(target_class)
         if c not in self._gradients:
             model, x = self._model_and_input()
-            check_analysis_memory(model, self.input.shape[-2:], gradient_pass_only=True)
+            self._check_gradient_pass(model)
             result = explain.attention_gradients(model, x, c)
-            self._gradients[c] = [g.float() for g in result.gradients]
+            self._gradients[c] = [result.gradients[i].float() for i in self.layer_indices]
+            del result
         return self._gradients[c]
 
 
@@ -438,7 +511,10 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
     products = cap.products
     flags = []  # NaN and infinity survive these sums and maxima
     if products is not None:
-        flags = [torch.stack([products.weighted.abs().amax(), products.last.abs().amax()])]
+        peaks = [products.weighted.abs().amax()]
+        if products.last is not None:  # None: the last layer was not kept
+            peaks.append(products.last.abs().amax())
+        flags = [torch.stack(peaks)]
     check_finite(inp.x, cap.logits, cap.attention_sums, flags)
     small = torch.cat(  # one device -> host transfer for the numbers shown
         [cap.logits, cap.mean_distance.flatten(), cap.entropy.flatten(),
@@ -466,6 +542,8 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
         patch_size=patch,
         device=str(dev),
         loaded=loaded,
+        layers=cap.layers,
+        depth=int(loaded.model.config.depth),
         _products={cap.target: products} if products is not None else {},
     )
 
@@ -479,6 +557,7 @@ def analyze(
     attention_dtype: torch.dtype = torch.float32,
     gradients: bool = False,
     max_side: int | None = OVERLAY_MAX_SIDE,
+    layers: LayerSpec = None,
 ) -> Analysis:
     """Run ``loaded``'s model on ``image`` with attention capture.
 
@@ -493,17 +572,30 @@ def analyze(
     attention gradients, so gradient rollout and relevance need no second pass.
     ``max_side``: a larger image is decoded reduced to this long side (None: full size), never
     below what the model input needs (``vitviz.imaging.reduction``); the source kept is that.
+    ``layers``: keep only these layers' attention (and gradients): 0-based indices, or text
+    such as "9,10,11" or "last:4" (``vitviz.layers``); None keeps every layer. The forward pass
+    and the logits are unchanged; rollout, gradient rollout and relevance then refuse.
     """
     model, dev, prep, channels = _setup(loaded, device, preprocessing, attention_dtype)
     patch = model.config.patch_size
+    kept = parse_layers(layers, int(model.config.depth))
 
     def plan(size: tuple[int, int]) -> object:
         return check_analysis_memory(
-            model, size, gradients=gradients, attention_dtype=attention_dtype
+            model,
+            size,
+            gradients=gradients,
+            attention_dtype=attention_dtype,
+            layers=None if kept is None else len(kept),
         )
 
     inp = _prepare(image, prep, channels, patch, max_side, plan)
     (cap,) = capture_batch(
-        model, inp.x[None].to(dev), patch, attention_dtype=attention_dtype, gradients=gradients
+        model,
+        inp.x[None].to(dev),
+        patch,
+        attention_dtype=attention_dtype,
+        gradients=gradients,
+        layers=kept,
     )
     return _analysis(loaded, inp, cap, patch, dev)

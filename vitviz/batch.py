@@ -28,6 +28,7 @@ from vitviz.checkpoints import LoadedModel
 from vitviz.errors import VitvizError
 from vitviz.imaging import Preprocessing
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
+from vitviz.layers import LayerSpec, parse_layers
 from vitviz.memory import (
     USABLE_FRACTION,
     NotEnoughMemoryError,
@@ -58,9 +59,11 @@ def choose_batch_size(
     gradients: bool = False,
     attention_dtype: torch.dtype = torch.float32,
     limit: int = MAX_BATCH,
+    layers: int | None = None,
 ) -> int:
     """The most images whose forward pass fits the free memory of the model's device at once,
-    leaving room for the analyses still being written (``RESULTS_IN_FLIGHT`` batches), 1..limit."""
+    leaving room for the analyses still being written (``RESULTS_IN_FLIGHT`` batches), 1..limit.
+    ``layers``: how many layers each analysis keeps (None: every layer)."""
     dev = next(model.parameters()).device
     free = available_memory(dev)
     if free is None:
@@ -70,6 +73,7 @@ def choose_batch_size(
         input_size,
         gradients=gradients,
         attention_bytes=torch.empty(0, dtype=attention_dtype).element_size(),
+        layers=layers,
     )
     per_image = one.needed + RESULTS_IN_FLIGHT * one.kept
     return max(1, min(limit, int(USABLE_FRACTION * free // max(1, per_image))))
@@ -85,6 +89,7 @@ def iter_analyses(
     attention_dtype: torch.dtype = torch.float32,
     gradients: bool = False,
     max_side: int | None = OVERLAY_MAX_SIDE,
+    layers: LayerSpec = None,
 ) -> Iterator[BatchItem]:
     """One BatchItem per image, in order (see the module docstring); the arguments are
     ``analyze``'s, plus ``batch_size`` (None: ``choose_batch_size`` for the first input)."""
@@ -92,10 +97,12 @@ def iter_analyses(
         raise ValueError(f"the batch size must be at least 1 (got {batch_size})")
     model, dev, prep, channels = _setup(loaded, device, preprocessing, attention_dtype)
     patch = model.config.patch_size
+    kept = parse_layers(layers, int(model.config.depth))
+    run = _Run(loaded, model, dev, patch, gradients, attention_dtype, kept)
 
     def plan(size: tuple[int, int]) -> object:
         return check_analysis_memory(
-            model, size, gradients=gradients, attention_dtype=attention_dtype
+            model, size, gradients=gradients, attention_dtype=attention_dtype, layers=run.count
         )
 
     pending: list[tuple[int, Any, _Input]] = []
@@ -104,60 +111,76 @@ def iter_analyses(
         try:
             inp = _prepare(image, prep, channels, patch, max_side, plan)
         except VitvizError as exc:
-            yield from _run(loaded, model, dev, patch, pending, gradients, attention_dtype)
+            yield from run(pending)
             pending = []
             yield BatchItem(index, image, None, exc)
             continue
         if pending and pending[0][2].x.shape != inp.x.shape:
-            yield from _run(loaded, model, dev, patch, pending, gradients, attention_dtype)
+            yield from run(pending)
             pending = []
         if size is None:
             hw = (inp.x.shape[1], inp.x.shape[2])
             size = choose_batch_size(
-                model, hw, gradients=gradients, attention_dtype=attention_dtype
+                model, hw, gradients=gradients, attention_dtype=attention_dtype, layers=run.count
             )
         pending.append((index, image, inp))
         if len(pending) >= size:
-            yield from _run(loaded, model, dev, patch, pending, gradients, attention_dtype)
+            yield from run(pending)
             pending = []
-    yield from _run(loaded, model, dev, patch, pending, gradients, attention_dtype)
+    yield from run(pending)
 
 
-def _run(
-    loaded: LoadedModel,
-    model: Any,
-    dev: torch.device,
-    patch: int,
-    pending: Sequence[tuple[int, Any, _Input]],
-    gradients: bool,
-    attention_dtype: torch.dtype,
-) -> Iterator[BatchItem]:
-    """The forward pass of one batch (one at a time when the batch would not fit)."""
-    if not pending:
-        return
-    if len(pending) > 1:
-        x = pending[0][2].x
-        try:
-            check_analysis_memory(
-                model,
-                (x.shape[1], x.shape[2]),
-                gradients=gradients,
-                attention_dtype=attention_dtype,
-                batch=len(pending),
-            )
-        except NotEnoughMemoryError:  # each image alone was planned: run them one by one
-            for item in pending:
-                yield from _run(loaded, model, dev, patch, [item], gradients, attention_dtype)
+@dataclass
+class _Run:
+    """Runs the forward pass of one batch (one at a time when the batch would not fit)."""
+
+    loaded: LoadedModel
+    model: Any
+    dev: torch.device
+    patch: int
+    gradients: bool
+    attention_dtype: torch.dtype
+    layers: tuple[int, ...] | None  # the model layers kept (None: every layer)
+
+    @property
+    def count(self) -> int | None:
+        return None if self.layers is None else len(self.layers)
+
+    def __call__(self, pending: Sequence[tuple[int, Any, _Input]]) -> Iterator[BatchItem]:
+        if not pending:
             return
-    xb = torch.stack([inp.x for _, _, inp in pending]).to(dev)  # (B, C, H, W)
-    caps = capture_batch(model, xb, patch, attention_dtype=attention_dtype, gradients=gradients)
-    del xb
-    for (index, image, inp), cap in zip(pending, caps, strict=True):
-        try:
-            yield BatchItem(index, image, _analysis(loaded, inp, cap, patch, dev))
-        except VitvizError as exc:  # non-finite numbers in this image only
-            yield BatchItem(index, image, None, exc)
-    caps.clear()
+        if len(pending) > 1:
+            x = pending[0][2].x
+            try:
+                check_analysis_memory(
+                    self.model,
+                    (x.shape[1], x.shape[2]),
+                    gradients=self.gradients,
+                    attention_dtype=self.attention_dtype,
+                    batch=len(pending),
+                    layers=self.count,
+                )
+            except NotEnoughMemoryError:  # each image alone was planned: run them one by one
+                for item in pending:
+                    yield from self([item])
+                return
+        xb = torch.stack([inp.x for _, _, inp in pending]).to(self.dev)  # (B, C, H, W)
+        caps = capture_batch(
+            self.model,
+            xb,
+            self.patch,
+            attention_dtype=self.attention_dtype,
+            gradients=self.gradients,
+            layers=self.layers,
+        )
+        del xb
+        for (index, image, inp), cap in zip(pending, caps, strict=True):
+            try:
+                analysis = _analysis(self.loaded, inp, cap, self.patch, self.dev)
+                yield BatchItem(index, image, analysis)
+            except VitvizError as exc:  # non-finite numbers in this image only
+                yield BatchItem(index, image, None, exc)
+        caps.clear()
 
 
 def analyze_batch(
@@ -170,6 +193,7 @@ def analyze_batch(
     attention_dtype: torch.dtype = torch.float32,
     gradients: bool = False,
     max_side: int | None = OVERLAY_MAX_SIDE,
+    layers: LayerSpec = None,
 ) -> list[Analysis]:
     """``analyze`` for many images, the forward passes in batches on the device: one Analysis
     per image, in order. Raises the first image's error (``iter_analyses`` goes on past them).
@@ -184,6 +208,7 @@ def analyze_batch(
         attention_dtype=attention_dtype,
         gradients=gradients,
         max_side=max_side,
+        layers=layers,
     ):
         if item.error is not None:
             raise item.error

@@ -1,6 +1,6 @@
 """``vitviz-cli explain`` over many images: folders expanded, forward passes in batches on the
-device (``--batch-size``), ``--attention-dtype``, and the files written by a writer thread while
-the next batch computes (a bounded queue: at most ``WRITE_QUEUE`` analyses wait).
+device (``--batch-size``), ``--attention-dtype``, ``--layers``, and the files written by a writer
+thread while the next batch computes (a bounded queue: at most ``WRITE_QUEUE`` analyses wait).
 
 The files are those of one image at a time: ``<stem>.npz`` and the PNGs of ``vitviz.export``.
 """
@@ -24,7 +24,8 @@ ATTENTION_DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
 
 def add_batch_options(p: argparse.ArgumentParser) -> None:
-    """``--batch-size N`` and ``--attention-dtype`` on a command that analyses images."""
+    """``--batch-size N``, ``--attention-dtype`` and ``--layers`` on a command that analyses
+    images (the options that decide how much memory an analysis takes)."""
     p.add_argument(
         "--batch-size",
         type=int,
@@ -39,6 +40,25 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
         help="keep attention in half precision (float16: each probability within 2^-11 "
         "relative, bfloat16: 2^-8) for half the memory; maps are computed in float32",
     )
+    p.add_argument(
+        "--layers",
+        default=None,
+        metavar="SPEC",
+        help="keep the attention (and gradients) of these layers only, for less memory: 0-based "
+        "indices and ranges (9,10,11 or 0-3) or last:K; the npz key 'layers' names them. "
+        "Rollout, gradient rollout and relevance need every layer: NaN in the npz, no PNG",
+    )
+
+
+def layers_option(spec: str | None, depth: int) -> tuple[int, ...] | None:
+    """``--layers SPEC`` -> the model layers kept (sorted), None for every layer; CliError
+    naming the option for a bad spec or a layer out of range."""
+    from vitviz.layers import LayerSpecError, parse_layers
+
+    try:
+        return parse_layers(spec, depth)
+    except LayerSpecError as exc:
+        raise CliError(f"--layers {spec}: {exc.reason}") from exc
 
 
 def attention_dtype(name: str) -> Any:
@@ -114,6 +134,18 @@ class _Writer:
         return self.failed
 
 
+def kept_layers_text(kept: tuple[int, ...], depth: int) -> str:
+    """One line: the layers kept and the methods of the table that need the others."""
+    from vitviz.explain.methods import all_methods
+    from vitviz.layers import layers_text
+
+    left_out = [m.name for m in all_methods() if m.layers_missing(kept, depth) is not None]
+    text = f"keeping the attention of layers {layers_text(kept)} of {depth}"
+    if left_out:
+        text += f"; {', '.join(left_out)} need layers not kept (NaN in the npz, no PNG)"
+    return text
+
+
 def explain_many(args: argparse.Namespace, loaded: Any, settings: Any, max_side: int | None) -> int:
     """Analyse ``args.images`` (files and folders) in batches, write each image's files, say
     one progress line per image; the exit status of ``vitviz-cli explain``."""
@@ -127,6 +159,9 @@ def explain_many(args: argparse.Namespace, loaded: Any, settings: Any, max_side:
         from vitviz.analysis import attention_precision_text
 
         say(f"vitviz-cli: {attention_precision_text(attention_dtype(args.attention_dtype))}")
+    kept = getattr(args, "kept_layers", None)
+    if kept is not None:  # what keeping fewer layers leaves out, stated once
+        say(f"vitviz-cli: {kept_layers_text(kept, int(loaded.model.config.depth))}")
     stems: dict[str, int] = {}
     names = []
     for path in images:
@@ -143,6 +178,7 @@ def explain_many(args: argparse.Namespace, loaded: Any, settings: Any, max_side:
             attention_dtype=attention_dtype(args.attention_dtype),
             gradients=loaded.model.config.num_classes > 0,  # from the same pass, planned
             max_side=max_side,
+            layers=kept,
         ):
             path, stem = images[item.index], names[item.index]
             if item.error is not None:

@@ -4,11 +4,14 @@ Each captured layer (B, H, N, N) is consumed as it comes: the head statistics of
 are taken, each image's slice is copied into its own (L, H, N, N) buffer (in the attention dtype
 asked for) and the layer is dropped, so the peak holds the kept attention and one layer, never
 the captured list and a stacked copy together. Nothing leaves the device here.
+
+With ``layers`` (the model layers to keep, sorted) only those layers' attention, statistics
+and gradients are kept; the forward pass itself is the same (every layer runs as without it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -27,16 +30,17 @@ class Captured:
     """What the forward pass left for one image, on the device it ran on."""
 
     logits: Tensor  # (C,) float32
-    attention: Tensor  # (L, H, N, N) in the attention dtype asked for
-    mean_distance: Tensor  # (L, H) float32, pixels of the model input
-    entropy: Tensor  # (L, H) float32, nats
-    prefix_share: Tensor  # (L, H) float32
-    token_norms: Tensor  # (L, N) float32
-    attention_sums: Tensor  # (L,) float32: each layer's sum (finite iff the layer is)
+    attention: Tensor  # (K, H, N, N) in the attention dtype asked for: the K kept layers
+    mean_distance: Tensor  # (K, H) float32, pixels of the model input
+    entropy: Tensor  # (K, H) float32, nats
+    prefix_share: Tensor  # (K, H) float32
+    token_norms: Tensor  # (K, N) float32
+    attention_sums: Tensor  # (K,) float32: each layer's sum (finite iff the layer is)
     products: GradientProducts | None  # the gradients of ``target``, reduced (batch 1)
     target: int  # the class the gradients are of (-1: none)
     grid: tuple[int, int]  # (gh, gw)
     num_prefix_tokens: int
+    layers: tuple[int, ...] | None = None  # the model layers kept (None: every layer)
 
 
 def capture_batch(
@@ -46,19 +50,29 @@ def capture_batch(
     *,
     attention_dtype: torch.dtype = torch.float32,
     gradients: bool = False,
+    layers: Sequence[int] | None = None,
 ) -> list[Captured]:
     """Run ``model`` on ``x`` (B, C, H, W), already on the model's device, and gather each
     image's attention, head statistics and token norms (and, with ``gradients``, what the
     gradient maps need of its top class's attention gradients, ``GradientProducts``) there.
 
     Without gradients, vitviz's own ViT hands each layer over as soon as it is computed
-    (``attention_sink``), so only the kept attention and one layer exist at a time."""
+    (``attention_sink``), so only the kept attention and one layer exist at a time.
+    ``layers``: keep only these model layers (sorted; None: every layer); with gradients on
+    vitviz's own ViT the backward pass then recomputes each block, so the graph never holds
+    every layer."""
     B = x.shape[0]
-    if gradients and model.config.num_classes > 0 and recompute_pays(model, x):
-        return _capture_with_gradients(model, x, patch_size, attention_dtype)
+    kept = None if layers is None else tuple(layers)
+    own = isinstance(model, VisionTransformer)
+    if (
+        gradients
+        and model.config.num_classes > 0
+        and ((kept is not None and own) or recompute_pays(model, x))
+    ):
+        return _capture_with_gradients(model, x, patch_size, attention_dtype, kept)
     if gradients and model.config.num_classes > 0:  # the graph holds every layer: fastest
-        g = attention_gradient_products(model, x, None, hidden_states=True)
-        collector = _Collector(len(g.attentions), g.grid, g.num_prefix_tokens, patch_size)
+        g = attention_gradient_products(model, x, None, hidden_states=True, layers=kept)
+        collector = _Collector(len(g.attentions), g.grid, g.num_prefix_tokens, patch_size, kept)
         atts: list[Tensor | None] = list(g.attentions)
         logits, hidden, products = g.logits, g.hidden_states, g.products
         targets = [int(t) for t in g.target.tolist()]
@@ -73,9 +87,9 @@ def capture_batch(
             return collector.finish(logits, hidden, products, targets, B)
     grid = _grid_of(model, x, patch_size)
     prefix = int(model.config.num_prefix_tokens)
-    collector = _Collector(int(model.config.depth), grid, prefix, patch_size)
+    collector = _Collector(int(model.config.depth), grid, prefix, patch_size, kept)
     with torch.inference_mode():
-        if isinstance(model, VisionTransformer):
+        if own:
             out = model.forward_explained(
                 x,
                 capture_attention=True,
@@ -84,7 +98,7 @@ def capture_batch(
             )
         else:  # model code: its forward pass lists the layers
             out = model.forward_explained(x, capture_attention=True, hidden_states=True)
-            collector = _Collector(len(out.attentions), out.grid, prefix, patch_size)
+            collector = _Collector(len(out.attentions), out.grid, prefix, patch_size, kept)
             layers: list[Tensor | None] = list(out.attentions)
             out = ViTOutput(out.logits, [], list(out.hidden_states), out.grid, prefix)
             for layer in range(len(layers)):
@@ -125,7 +139,11 @@ def recompute_pays(model: torch.nn.Module, x: Tensor, attention_kept: bool = Fal
 
 
 def _capture_with_gradients(
-    model: VisionTransformer, x: Tensor, patch_size: int, attention_dtype: torch.dtype
+    model: VisionTransformer,
+    x: Tensor,
+    patch_size: int,
+    attention_dtype: torch.dtype,
+    layers: tuple[int, ...] | None = None,
 ) -> list[Captured]:
     """One forward pass that keeps each layer's attention as it comes, then one backward pass
     that recomputes each block (activation checkpointing) and reduces each G_l with the kept
@@ -133,17 +151,20 @@ def _capture_with_gradients(
     not the graph's copy of every layer's attention and activations."""
     grid = _grid_of(model, x, patch_size)
     prefix = int(model.config.num_prefix_tokens)
-    collector = _Collector(int(model.config.depth), grid, prefix, patch_size)
+    collector = _Collector(int(model.config.depth), grid, prefix, patch_size, layers)
 
     def kept(layer: int) -> Tensor:  # (B, H, N, N): the views themselves for one image
+        i = collector.slot[layer]
         if len(collector.kept) == 1:
-            return collector.kept[0][layer][None]
-        return torch.stack([k[layer] for k in collector.kept])
+            return collector.kept[0][i][None]
+        return torch.stack([k[i] for k in collector.kept])
 
     def keep(layer: int, a: Tensor) -> None:
         collector.add(layer, a, attention_dtype)
 
-    logits, targets, products, hidden = reduced_gradient_pass(model, x, None, kept, keep)
+    logits, targets, products, hidden = reduced_gradient_pass(
+        model, x, None, kept, keep, layers=layers
+    )
     with torch.inference_mode():
         return collector.finish(logits, hidden, products, targets.tolist(), x.shape[0])
 
@@ -154,17 +175,21 @@ def reduced_gradient_pass(
     target: int | Tensor | None,
     attention_of: Callable[[int], Tensor],
     on_layer: Callable[[int, Tensor], None] | None = None,
+    layers: Sequence[int] | None = None,
 ) -> tuple[Tensor, Tensor, GradientProducts, list[Tensor]]:
     """Forward and backward for y_c with each block recomputed in the backward pass; each G_l
     is reduced with ``attention_of(l)`` (B, H, N, N) (the attention kept elsewhere, e.g. by
     ``on_layer(l, A_l)``, called in the forward pass) as it is made. Returns the logits, the
-    classes, the GradientProducts and the block outputs (detached)."""
-    products = _Products(int(model.config.depth))
+    classes, the GradientProducts and the block outputs (detached). ``layers``: only these
+    model layers' G_l are reduced (None: every layer)."""
+    products = _Products(int(model.config.depth), layers)
 
     def sink(layer: int, a: Tensor) -> None:
         if on_layer is not None:
             with torch.no_grad():
                 on_layer(layer, a.detach())
+        if layer not in products.slot:
+            return
 
         def reduce(g: Tensor) -> None:
             products.add(layer, attention_of(layer), g)
@@ -190,16 +215,30 @@ def _grid_of(model: torch.nn.Module, x: Tensor, patch_size: int) -> tuple[int, i
 
 class _Collector:
     """Takes each captured layer (B, H, N, N) as it comes: its head statistics, each image's
-    slice copied into that image's (L, H, N, N) buffer in the kept dtype."""
+    slice copied into that image's (K, H, N, N) buffer in the kept dtype; a layer that is not
+    among ``layers`` (the model layers kept, sorted; None: all ``depth``) is passed over."""
 
-    def __init__(self, layers: int, grid: tuple[int, int], prefix: int, patch_size: int) -> None:
-        self.L, self.grid, self.prefix, self.patch = layers, grid, prefix, patch_size
+    def __init__(
+        self,
+        depth: int,
+        grid: tuple[int, int],
+        prefix: int,
+        patch_size: int,
+        layers: tuple[int, ...] | None = None,
+    ) -> None:
+        self.layers = tuple(range(depth)) if layers is None else layers
+        self.partial = layers
+        self.slot = {layer: i for i, layer in enumerate(self.layers)}
+        self.L, self.grid, self.prefix, self.patch = len(self.layers), grid, prefix, patch_size
         self.kept: list[Tensor] = []
-        self.stats: Tensor | None = None  # (3, L, B, H): distance, entropy, prefix share
-        self.sums: Tensor | None = None  # (L, B)
+        self.stats: Tensor | None = None  # (3, K, B, H): distance, entropy, prefix share
+        self.sums: Tensor | None = None  # (K, B)
         self.dist: Tensor | None = None  # (P, P)
 
     def add(self, layer: int, a: Tensor, dtype: torch.dtype) -> None:
+        if layer not in self.slot:
+            return
+        layer = self.slot[layer]
         B, H, N, _ = a.shape
         if not self.kept:
             self.kept = [
@@ -234,7 +273,7 @@ class _Collector:
         dev = self.kept[0].device
         # (B, L, N); zeros for a model whose block outputs are unknown (model code)
         if hidden:
-            norms = explain.token_norms(hidden).float()
+            norms = explain.token_norms([hidden[layer] for layer in self.layers]).float()
         else:
             norms = torch.zeros((batch, self.L, N), device=dev)
         hidden.clear()
@@ -257,6 +296,7 @@ class _Collector:
                 target=targets[i],
                 grid=self.grid,
                 num_prefix_tokens=self.prefix,
+                layers=self.partial,
             )
             for i in range(batch)
         ]

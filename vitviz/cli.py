@@ -188,6 +188,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if getattr(loaded.model, "model_kind", None) == "swin":
         from vitviz.swin_cli import explain_swin
 
+        if args.layers is not None:
+            raise CliError("--layers applies to ViT models; a Swin's analysis keeps every block")
         return explain_swin(args, loaded, device)
     loaded.model.to(device)
     cfg = loaded.model.config
@@ -201,6 +203,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             f"--start-layer {args.start_layer} is out of range: the model has "
             f"{cfg.depth} layers (0..{cfg.depth - 1})"
         )
+    batch_cli = __import__("vitviz.batch_cli", fromlist=["explain_many"])
+    args.kept_layers = batch_cli.layers_option(args.layers, int(cfg.depth))
     settings = _explain_cli().map_settings(args, loaded)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -209,7 +213,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
             f"--out {args.out}: cannot create the output folder ({exc.strerror or exc})"
         ) from exc
     max_side = None if args.full_size else OVERLAY_MAX_SIDE
-    batch_cli = __import__("vitviz.batch_cli", fromlist=["explain_many"])
     return batch_cli.explain_many(args, loaded, settings, max_side)  # batches, a writer thread
 
 

@@ -144,22 +144,24 @@ def has_head(loaded: Any) -> bool:
     return n > 0 and len(loaded.class_names) == n
 
 
-def unavailable_on(m: Method, loaded: Any) -> str | None:
-    """Why ``m`` can't run on ``loaded``'s model (a plain sentence), or None if it can: the
-    table's own check for a ViT, the Swin versions' (``swin_unavailable``) for a Swin."""
+def unavailable_on(m: Method, loaded: Any, layers: tuple[int, ...] | None = None) -> str | None:
+    """Why ``m`` can't run on ``loaded``'s model keeping only the model layers ``layers`` (None:
+    every layer), a plain sentence, or None if it can: the table's own check for a ViT, the Swin
+    versions' (``swin_unavailable``) for a Swin."""
     head = has_head(loaded)
     if getattr(loaded.model, "model_kind", None) == "swin":
         from vitviz.explain.swin_methods import swin_unavailable
 
         return swin_unavailable(m.name, m.label, head, loaded.model)
-    return m.unavailable_on(loaded.model, head)
+    depth = int(loaded.model.config.depth) if layers is not None else None
+    return m.unavailable_on(loaded.model, head, layers, depth)
 
 
-def applicable(loaded: Any) -> tuple[Method, ...]:
-    """The table's methods that can run on ``loaded``'s model."""
+def applicable(loaded: Any, layers: tuple[int, ...] | None = None) -> tuple[Method, ...]:
+    """The table's methods that can run on ``loaded``'s model (keeping only ``layers``)."""
     from vitviz.explain.methods import all_methods
 
-    return tuple(m for m in all_methods() if unavailable_on(m, loaded) is None)
+    return tuple(m for m in all_methods() if unavailable_on(m, loaded, layers) is None)
 
 
 def not_applicable(loaded: Any) -> dict[str, str]:
@@ -170,9 +172,12 @@ def not_applicable(loaded: Any) -> dict[str, str]:
     return {name: why for name, why in reasons.items() if why is not None}
 
 
-def choose_methods(names: Sequence[str] | None, loaded: Any) -> tuple[Method, ...]:
-    """The methods of ``--method`` (in order, each once), checked against the model; CliError
-    naming the methods that apply otherwise. None or empty: no method."""
+def choose_methods(
+    names: Sequence[str] | None, loaded: Any, layers: tuple[int, ...] | None = None
+) -> tuple[Method, ...]:
+    """The methods of ``--method`` (in order, each once), checked against the model and the
+    layers kept (``--layers``); CliError naming the methods that apply otherwise. None or
+    empty: no method."""
     from vitviz.explain.methods import get_method
 
     chosen: list[Method] = []
@@ -182,10 +187,11 @@ def choose_methods(names: Sequence[str] | None, loaded: Any) -> tuple[Method, ..
         except ValueError as exc:
             raise CliError(f"--method: {exc}") from exc
     for m in chosen:
-        reason = unavailable_on(m, loaded)
+        reason = unavailable_on(m, loaded, layers)
         if reason is not None:
-            usable = ", ".join(m.name for m in applicable(loaded)) or "none"
-            raise CliError(f"--method {m.name}: {reason}; methods for this model: {usable}")
+            usable = ", ".join(m.name for m in applicable(loaded, layers)) or "none"
+            where = "these layers" if layers is not None else "this model"
+            raise CliError(f"--method {m.name}: {reason}; methods for {where}: {usable}")
     return tuple(chosen)
 
 
@@ -214,10 +220,12 @@ def method_params(
     shared: Mapping[str, Any],
     num_layers: int,
     num_heads: int,
+    layers: tuple[int, ...] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """{method: every parameter's value} for ``methods``: ``shared`` values (e.g. --fusion) go
     to each method with a parameter of that name, ``params`` win over them; checked against the
-    model's layers and heads. CliError for a --param of a method not computed."""
+    model's layers and heads, and a layer parameter against the layers kept (``layers``; None:
+    every layer). CliError for a --param of a method not computed."""
     methods = tuple(methods)
     names = {m.name for m in methods}
     for name, given in params.items():
@@ -238,7 +246,22 @@ def method_params(
             raise CliError(
                 f"{m.name}: {exc} (this model has {num_layers} layers of {num_heads} heads)"
             ) from exc
+        if layers is not None:
+            _check_layer_params(m, out[m.name], layers)
     return out
+
+
+def _check_layer_params(m: Method, values: Mapping[str, Any], layers: tuple[int, ...]) -> None:
+    """CliError for a layer parameter (e.g. attention.layer) naming a layer not kept."""
+    from vitviz.layers import layers_text
+
+    for p in m.parameters:
+        value = values.get(p.name)
+        if p.per == "layer" and p.name == "layer" and value != -1 and value not in layers:
+            raise CliError(
+                f"--param {m.name}.{p.name}={value}: layer {value} is not kept "
+                f"(--layers keeps {layers_text(layers)}; -1 is the last of them)"
+            )
 
 
 def model_size(loaded: Any) -> tuple[int, int]:
@@ -255,13 +278,14 @@ def map_settings(args: argparse.Namespace, loaded: Any) -> MapSettings:
     from vitviz.explain.methods import get_method
     from vitviz.export import LEGACY_MAPS, MapSettings
 
-    methods = choose_methods(args.methods, loaded)
-    usable = {m.name for m in applicable(loaded)}
+    kept = getattr(args, "kept_layers", None)  # --layers, parsed
+    methods = choose_methods(args.methods, loaded, kept)
+    usable = {m.name for m in applicable(loaded, kept)}
     today = [get_method(name) for _key, name in LEGACY_MAPS if name in usable]
     computed = list({m.name: m for m in [*today, *methods]}.values())
     shared = {"fusion": args.fusion, "discard_ratio": args.discard, "start_layer": args.start_layer}
     layers, heads = model_size(loaded)
-    params = method_params(computed, parse_param_options(args.params), shared, layers, heads)
+    params = method_params(computed, parse_param_options(args.params), shared, layers, heads, kept)
     return MapSettings(
         args.fusion,
         args.discard,

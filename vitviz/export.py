@@ -33,6 +33,7 @@ NPZ_KEYS = (
     "target_class",
     "mean_distance",
     "entropy",
+    "layers",
 )
 
 
@@ -130,7 +131,11 @@ def compute_maps(analysis: Analysis, settings: MapSettings = MapSettings()) -> E
 
 def write_npz(analysis: Analysis, maps: ExplainedMaps, path: str | os.PathLike[str]) -> Path:
     """All the numbers of one analysis, written atomically: exactly the keys of ``NPZ_KEYS``,
-    then ``map_<name with - as _>`` for each method of ``maps.methods``."""
+    then ``map_<name with - as _>`` for each method of ``maps.methods``.
+
+    ``layers`` (K,) int64 names the 0-based model layer of each row of ``attention``,
+    ``mean_distance`` and ``entropy`` (0..L-1 unless the analysis kept fewer layers; then the
+    maps that need every layer are NaN, as for a model without a head)."""
     arrays = {
         "input": analysis.input.numpy().astype(np.float32),
         "logits": analysis.logits.numpy().astype(np.float32),
@@ -145,6 +150,7 @@ def write_npz(analysis: Analysis, maps: ExplainedMaps, path: str | os.PathLike[s
         "target_class": np.array(maps.target_class, dtype=np.int64),
         "mean_distance": analysis.mean_distance.numpy().astype(np.float32),
         "entropy": analysis.entropy.numpy().astype(np.float32),
+        "layers": np.array(analysis.layer_indices, dtype=np.int64),
     }
     assert tuple(arrays) == NPZ_KEYS
     arrays.update(maps.method_arrays())
@@ -181,7 +187,13 @@ def heads_grid(
 ) -> Image.Image:
     """The layer × head grid of the query's (default CLS) maps with one shared colour scale."""
     maps = analysis.all_attention_maps(patch).numpy()
-    return head_grid_image(maps, analysis.pixels, colormap=colormap, opacity=opacity)
+    return head_grid_image(
+        maps,
+        analysis.pixels,
+        colormap=colormap,
+        opacity=opacity,
+        row_names=[f"L{i + 1}" for i in analysis.layer_indices],  # the kept layers' numbers
+    )
 
 
 def map_levels(map_: np.ndarray) -> tuple[float, float]:

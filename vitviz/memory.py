@@ -11,6 +11,10 @@ gradients and the autograd graph. The factors below were fitted to peaks measure
 processes (1-12 layers, 1-4 heads, 785-9,217 tokens) and rounded up: the estimate came out
 1.0-1.8× the measured peak (``benchmarks/memory_estimate.py`` prints the comparison).
 
+An analysis that keeps K of the L layers (``analyze(..., layers=...)``) counts the attention,
+its gradients and the maps' matrices of those K layers only; the block outputs and the
+activations a gradient pass saves still count every layer.
+
 The budget can be set with the environment variable ``VITVIZ_MEMORY_BUDGET`` (bytes, or a number
 with K/M/G/T, e.g. "2G"); otherwise it is read from the machine (Linux ``MemAvailable`` and the
 cgroup limit) or the CUDA device (``torch.cuda.mem_get_info`` plus torch's cached free blocks).
@@ -20,7 +24,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +43,9 @@ _CAPTURE_LAYER_TEMPORARIES = 3.0  # × 4·H·N²: a capture without gradients ke
 # as each layer comes (vitviz.capture): the scores, the softmax and the entropy's rows of one
 # layer beside the kept attention (measured 1.6-1.9 A with the kept copy on 2 layers)
 _ATTENTION_COPIES_GRAD = 3.5  # ... + the attention gradients and the graph's saved attention
+_RECOMPUTED_BLOCK = 7.0  # × 4·H·N²: with fewer layers kept, the gradient pass recomputes each
+# block in the backward pass: one block's scores, attention, their gradients and the layer's
+# statistics beside the kept copy (measured 6-7 on 1-2 of 4-8 layers, 4,097 tokens)
 _GRADIENT_PASS_COPIES = 2.0  # a later gradient pass alone: its attention and their gradients
 _LAYER_TEMPORARIES = 1.0  # × 4·H·N²: scores before the softmax, the entropy's rows
 _PAIR_TABLES = 2.0  # × 4·N²: the patch-distance table and its temporaries
@@ -67,13 +75,14 @@ class MemoryEstimate:
 
     input_size: tuple[int, int]  # (H, W) of the model input
     tokens: int  # N = prefix tokens + patches
-    layers: int
+    layers: int  # the model's L
     heads: int
-    attention: int  # one copy of every layer's attention: 4·L·H·N²
+    attention: int  # one copy of every kept layer's attention: 4·K·H·N²
     forward_peak: int  # the forward pass, head statistics (and gradients) at their peak
     kept: int  # what the analysis keeps afterwards: attention (and its gradients)
     maps_peak: int  # beyond ``kept``: the N×N matrices of rollout, gradient rollout, relevance
     weights: int = 0  # the model's parameters
+    layers_kept: int | None = None  # K, when fewer than the model's layers are kept
 
     @property
     def needed(self) -> int:
@@ -91,6 +100,7 @@ def estimate_analysis(
     gradient_pass_only: bool = False,
     attention_bytes: int = _F32,
     batch: int = 1,
+    layers: int | None = None,
 ) -> MemoryEstimate:
     """What analysing an input of ``input_size`` (H, W) with a model of ``config`` needs.
 
@@ -100,43 +110,53 @@ def estimate_analysis(
     ``gradient_pass_only``: a later gradient pass (and its maps) of an analysis in memory.
     ``attention_bytes``: bytes per kept attention entry (2 for float16 / bfloat16).
     ``batch``: images whose forward pass runs at once (every number but the weights scales).
+    ``layers``: how many layers' attention (and gradients) are kept (None: every layer).
     """
     if batch > 1:
         one = estimate_analysis(
             config, input_size, gradients=gradients, maps=maps, weights=weights,
             gradient_pass_only=gradient_pass_only, attention_bytes=attention_bytes,
+            layers=layers,
         )  # fmt: skip
         return MemoryEstimate(
             one.input_size, one.tokens, one.layers, one.heads, batch * one.attention,
-            batch * one.forward_peak, batch * one.kept, one.maps_peak, weights,
+            batch * one.forward_peak, batch * one.kept, one.maps_peak, weights, one.layers_kept,
         )  # fmt: skip
     h, w = (int(v) for v in input_size)
     p = max(1, int(config.patch_size))
     L, H, D = int(config.depth), int(config.heads), int(config.dim)
+    K = L if layers is None else max(1, min(L, int(layers)))  # layers whose attention is kept
+    partial = K if K < L else None
     hidden = int(getattr(config, "hidden_dim", 0) or 4 * D)
     C = int(getattr(config, "in_channels", 3) or 3)
     N = int(config.num_prefix_tokens) + (h // p) * (w // p)
     pair = _F32 * N * N  # one N×N float32 matrix
-    A = L * H * pair
+    A = K * H * pair  # the kept layers' attention
     layer = _LAYER_TEMPORARIES * H * pair + _F32 * N * (4 * D + hidden)  # one block's temporaries
     saved = L * _F32 * N * (8 * D + 2 * hidden)  # activations autograd keeps per block
     inputs = 3 * _F32 * C * h * w  # the input tensor, its pixels, the resized image
-    map_bytes = _MAP_MATRICES * L * pair
+    map_bytes = _MAP_MATRICES * K * pair
     if gradient_pass_only:
         forward = _GRADIENT_PASS_COPIES * A + layer + saved + _PAIR_TABLES * pair
-        maps_peak = _GRADIENT_MAP_COPIES * A + _GRADIENT_PASS_MAP_MATRICES * L * pair
+        if partial is not None:  # each block recomputed in the backward pass
+            forward = max(forward, _RECOMPUTED_BLOCK * H * pair + layer + saved)
+        maps_peak = _GRADIENT_MAP_COPIES * A + _GRADIENT_PASS_MAP_MATRICES * K * pair
         kept = A  # the gradients
-        return MemoryEstimate((h, w), N, L, H, A, int(forward), kept, int(maps_peak), weights)
+        return MemoryEstimate(
+            (h, w), N, L, H, A, int(forward), kept, int(maps_peak), weights, partial
+        )
     kept_attention = A * attention_bytes // _F32
     if gradients:
         forward = _ATTENTION_COPIES_GRAD * A + layer
+        if partial is not None:  # vitviz.capture: the backward pass recomputes each block
+            forward = max(forward, kept_attention + _RECOMPUTED_BLOCK * H * pair + layer)
     else:
         forward = kept_attention + _CAPTURE_LAYER_TEMPORARIES * H * pair
     forward += _PAIR_TABLES * pair + L * _F32 * N * D + inputs
     forward += saved if gradients else 0
     kept = kept_attention + (A if gradients else 0) + inputs
     maps_peak = ((_GRADIENT_MAP_COPIES * A if gradients else 0) + map_bytes) if maps else 0
-    return MemoryEstimate((h, w), N, L, H, A, int(forward), kept, int(maps_peak), weights)
+    return MemoryEstimate((h, w), N, L, H, A, int(forward), kept, int(maps_peak), weights, partial)
 
 
 def parse_bytes(text: str) -> int:
@@ -227,33 +247,60 @@ def check_analysis_memory(
     gradient_pass_only: bool = False,
     attention_dtype: torch.dtype = torch.float32,
     batch: int = 1,
+    layers: int | None = None,
 ) -> MemoryEstimate:
     """Raise NotEnoughMemoryError when analysing an ``input_size`` (H, W) input with ``model``
-    (``batch`` images at once) would not fit where it runs: the analysis stays on that device;
-    returns the estimate otherwise. ``device`` defaults to where the model's parameters are."""
+    (``batch`` images at once, keeping ``layers`` layers' attention; None: every layer) would
+    not fit where it runs: the analysis stays on that device; returns the estimate otherwise.
+    ``device`` defaults to where the model's parameters are."""
     params = list(model.parameters())
     dev = torch.device(device) if device is not None else _device_of(params)
     weights = sum(t.numel() * t.element_size() for t in params)
-    est = estimate_analysis(
-        model.config,
-        input_size,
-        gradients=gradients,
-        weights=weights,
-        gradient_pass_only=gradient_pass_only,
-        attention_bytes=torch.empty(0, dtype=attention_dtype).element_size(),
-        batch=batch,
-    )
+
+    def estimate(kept: int | None) -> MemoryEstimate:
+        est = estimate_analysis(
+            model.config,
+            input_size,
+            gradients=gradients,
+            weights=weights,
+            gradient_pass_only=gradient_pass_only,
+            attention_bytes=torch.empty(0, dtype=attention_dtype).element_size(),
+            batch=batch,
+            layers=kept,
+        )
+        if kept is not None and not _hands_over_layers(model):  # model code lists every
+            whole = estimate(None)  # layer's attention in its forward pass: that peak stays
+            est = replace(est, forward_peak=max(est.forward_peak, whole.forward_peak))
+        return est
+
+    est = estimate(layers)
     free = available_memory(dev)
     if free is not None and est.needed > USABLE_FRACTION * free:
         trained = getattr(model.config, "image_size", None)
         message = _refusal(est, est.needed, free, dev, trained, gradient_pass_only)
-        message += _choices(dev, attention_dtype, batch)
+        fit = layers_that_fit(estimate, est.layers_kept or est.layers, free)
+        message += _choices(dev, attention_dtype, batch, fit, est.layers)
         raise NotEnoughMemoryError(message, est, free)
     return est
 
 
-def _choices(dev: torch.device, attention_dtype: torch.dtype, batch: int) -> str:
-    """The other ways to run it, named in the refusal."""
+def layers_that_fit(estimate: Callable[[int], MemoryEstimate], fewer_than: int, free: int) -> int:
+    """The most layers, below ``fewer_than``, whose analysis (``estimate(k)``) fits in ``free``
+    bytes; 0 when not even one does."""
+    lo, hi = 0, fewer_than - 1  # the answer is in lo..hi; the estimate grows with k
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate(mid).needed <= USABLE_FRACTION * free:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _choices(
+    dev: torch.device, attention_dtype: torch.dtype, batch: int, fit: int, depth: int
+) -> str:
+    """The other ways to run it, named in the refusal (``fit``: layers whose analysis fits)."""
     out = []
     if batch > 1:
         out.append("fewer images at once (--batch-size)")
@@ -262,9 +309,22 @@ def _choices(dev: torch.device, attention_dtype: torch.dtype, batch: int) -> str
             "attention kept in half precision (--attention-dtype float16, or "
             "analyze(..., attention_dtype=torch.float16))"
         )
+    if fit > 0:
+        out.append(
+            f"fewer layers kept: {fit} of the {depth} layers fit (--layers last:{fit}, or "
+            f'analyze(..., layers="last:{fit}"); rollout and relevance need every layer)'
+        )
     if dev.type != "cpu":
         out.append("the CPU (--device cpu)")
     return " Other choices: " + "; ".join(out) + "." if out else ""
+
+
+def _hands_over_layers(model: Any) -> bool:
+    """Whether the model's forward pass hands each layer's attention over as it comes
+    (vitviz's own ViT), so layers not kept are never held; model code lists them all."""
+    from vitviz.model import VisionTransformer
+
+    return isinstance(model, VisionTransformer)
 
 
 def _device_of(params: list[torch.Tensor]) -> torch.device:
@@ -283,8 +343,11 @@ def _refusal(
     where = "on this machine" if device.type == "cpu" else f"on {device}"
     what = "its gradient pass" if gradient_pass else "analysing it"
     at = f" (the model was trained at {trained[0]}×{trained[1]})" if trained else ""
+    layers = f"{est.layers} layers"
+    if est.layers_kept is not None:
+        layers = f"{est.layers_kept} of {est.layers} layers kept"
     return (
-        f"input size {h}×{w} gives {est.tokens:,} tokens over {est.layers} layers × "
+        f"input size {h}×{w} gives {est.tokens:,} tokens over {layers} × "
         f"{est.heads} heads: {what} needs about {format_bytes(needed)} of memory, but "
         f"{format_bytes(free)} is free {where}; choose a smaller image size{at}: memory "
         f"grows with the fourth power of the side."

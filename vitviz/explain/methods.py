@@ -39,6 +39,9 @@ VIT = "vit"  # vitviz's own VisionTransformer
 MODEL_CODE = "model-code"  # a user's module run through vitviz.modelcode (attention captured)
 SWIN = "swin"  # a Swin Transformer: its version of the method is in vitviz.explain.swin_methods
 SCALINGS = ("none", "max", "min-max", "share")
+# The layers' attention a method reads: any (its layer parameter picks one kept layer, or it
+# reads none), every (refused on an analysis that kept only some layers), last (the last one)
+LAYER_NEEDS = ("any", "every", "last")
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
@@ -66,6 +69,7 @@ class Method:
     queries: bool = True  # a clicked patch (query) changes the map
     scaling: str = "none"  # none | max (divided by its max) | min-max | share (0..1 by nature)
     description: str = ""  # one line for `vitviz-cli methods` and the README
+    needs_layers: str = "any"  # any | every | last (LAYER_NEEDS): of the layers kept
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -74,6 +78,10 @@ class Method:
             )
         if self.scaling not in SCALINGS:
             raise ValueError(f"scaling must be one of {', '.join(SCALINGS)} (got {self.scaling!r})")
+        if self.needs_layers not in LAYER_NEEDS:
+            raise ValueError(
+                f"needs_layers must be one of {', '.join(LAYER_NEEDS)} (got {self.needs_layers!r})"
+            )
         names = [p.name for p in self.parameters]
         if len(set(names)) != len(names):
             raise ValueError(f"method {self.name!r} has a parameter name twice: {names}")
@@ -126,21 +134,49 @@ class Method:
     def unavailable(self, analysis: Analysis) -> str | None:
         """Why this method can't run on ``analysis`` (a plain sentence), or None if it can."""
         model = analysis.loaded.model if analysis.loaded is not None else None
-        return self.unavailable_on(model, analysis.has_head)
+        kept = getattr(analysis, "layers", None)  # a Swin's analysis keeps every block
+        depth = getattr(analysis, "model_layers", None)
+        return self.unavailable_on(model, analysis.has_head, kept, depth)
 
-    def unavailable_on(self, model: object | None, has_head: bool) -> str | None:
+    def unavailable_on(
+        self,
+        model: object | None,
+        has_head: bool,
+        layers: tuple[int, ...] | None = None,
+        depth: int | None = None,
+    ) -> str | None:
         """Why this method can't run on ``model`` (None: no model attached; ``has_head``: it
-        has a classification head with class names), or None if it can. Lets the CLI refuse a
-        method before any image is analysed."""
+        has a classification head with class names; ``layers``: the model layers kept of
+        ``depth``, None for all), or None if it can. Lets the CLI refuse a method before any
+        image is analysed."""
         kind = model_kind(model) if model is not None else None
         if kind is not None and kind not in self.applies_to:
             kinds = ", ".join(sorted(self.applies_to))
             return f"{self.label} applies to {kinds} models, not to this {kind} model"
+        if layers is not None and depth is not None:
+            reason = self.layers_missing(layers, depth)
+            if reason is not None:
+                return reason
         if self.needs_gradients:
             if not has_head:
                 return f"{self.label} needs a classification head, and this model has none"
             if model is None:
                 return f"{self.label} needs the model itself to compute gradients"
+        return None
+
+    def layers_missing(self, layers: tuple[int, ...], depth: int) -> str | None:
+        """Why keeping only the model layers ``layers`` of ``depth`` leaves this method
+        without what it reads (a sentence naming the missing layers), or None."""
+        from vitviz.layers import layers_text
+
+        missing = [i for i in range(depth) if i not in layers]
+        if not missing or self.needs_layers == "any":
+            return None
+        kept = f"only layers {layers_text(layers)} of {depth} were kept"
+        if self.needs_layers == "every":
+            return f"{self.label} needs every layer, but {kept} (missing {layers_text(missing)})"
+        if depth - 1 in missing:
+            return f"{self.label} needs the last layer ({depth - 1}), but {kept}"
         return None
 
     def __call__(
@@ -160,9 +196,8 @@ class Method:
             n = analysis.logits.numel()
             if not 0 <= int(target_class) < n:
                 raise ValueError(f"class {target_class} is out of range: 0..{n - 1}")
-        values = self.resolve(
-            params, strict=strict, num_layers=analysis.num_layers, num_heads=analysis.num_heads
-        )
+        depth = getattr(analysis, "model_layers", analysis.num_layers)  # layer params: model's
+        values = self.resolve(params, strict=strict, num_layers=depth, num_heads=analysis.num_heads)
         out = self.compute(analysis, query, target_class, values)
         if out.shape != tuple(analysis.grid):
             raise RuntimeError(f"{self.name} gave a {tuple(out.shape)} map for {analysis.grid}")
@@ -180,6 +215,7 @@ class Method:
             "queries": self.queries,
             "scaling": self.scaling,
             "description": self.description,
+            "needs_layers": self.needs_layers,
         }
 
 
@@ -367,17 +403,17 @@ BUILTIN_METHODS = (
     Method(
         "rollout", "Attention rollout", _rollout,
         (Parameter("fusion", str, "mean", "Head fusion", choices=FUSIONS), DISCARD, START_LAYER),
-        applies_to=ANY_KIND, scaling="max",
+        applies_to=ANY_KIND, scaling="max", needs_layers="every",
         description="Abnar & Zuidema 2020: product of the row-normalised (fused attention + I)",
     ),
     Method(
         "gradient-rollout", "Gradient rollout", _gradient_rollout, (DISCARD, START_LAYER),
-        needs_gradients=True, applies_to=ANY_KIND, scaling="max",
+        needs_gradients=True, applies_to=ANY_KIND, scaling="max", needs_layers="every",
         description="rollout of (mean over heads of attention ⊙ gradient)⁺",
     ),
     Method(
         "relevance", "Relevance (Chefer)", _relevance, (START_LAYER,),
-        needs_gradients=True, applies_to=ANY_VIT, scaling="min-max",
+        needs_gradients=True, applies_to=ANY_VIT, scaling="min-max", needs_layers="every",
         description="Chefer et al. 2021 generic attention explainability: Π (I + mean_h (∇A ⊙ A)⁺)",
     ),
     Method(
@@ -392,18 +428,18 @@ BUILTIN_METHODS = (
     ),
     Method(
         "transformer-attribution", "Transformer attribution (LRP)", _transformer_attribution,
-        (START_LAYER,), needs_gradients=True, scaling="min-max",
+        (START_LAYER,), needs_gradients=True, scaling="min-max", needs_layers="every",
         description="Chefer, Gur & Wolf 2021: LRP relevance of each attention map ⊙ its gradient, "
         "rolled out",
     ),
     Method(
         "grad-sam", "Grad-SAM", _grad_sam, (), needs_gradients=True, applies_to=ANY_VIT,
-        scaling="min-max",
+        scaling="min-max", needs_layers="every",
         description="Barkan et al. 2021: mean over layers and heads of ReLU(∇A) ⊙ A",
     ),
     Method(
         "attention-gradcam", "Grad-CAM on attention", _attention_gradcam, (),
-        needs_gradients=True, applies_to=ANY_VIT, scaling="min-max",
+        needs_gradients=True, applies_to=ANY_VIT, scaling="min-max", needs_layers="last",
         description="last layer's attention, each head weighted by its mean gradient; ReLU",
     ),
     Method(
