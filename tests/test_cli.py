@@ -317,6 +317,30 @@ def test_console_entry_point_end_to_end(
         assert im.width > 451 and im.height > 300
 
 
+def test_python_m_vitviz_cli_refuses_in_one_line(tmp_path: Path, tiny_ckpt: Path) -> None:
+    """``python -m vitviz.cli`` runs the file as __main__; a subcommand's refusal (raised with
+    the imported module's CliError) is still one line and exit 2, not a traceback."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    args = ["explain", "x.png", "--checkpoint", str(tiny_ckpt), "--method", "nope"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "vitviz.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        line for line in proc.stderr.strip().splitlines() if "unknown method 'nope'" in line
+    ]
+
+
 def test_unknown_device_and_unreadable_config_exit_2(
     tmp_path: Path, tiny_ckpt: Path, photo_files: dict[str, Path], capsys: pytest.CaptureFixture
 ) -> None:

@@ -332,5 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m vitviz.cli: run the imported module, whose CliError the
+    # subcommands raise (this file run as __main__ is a second module with a second CliError)
+    from vitviz.cli import main as cli_main
+
+    sys.exit(cli_main())
