@@ -37,9 +37,11 @@ def test_estimate_grows_with_the_square_of_the_tokens_and_with_gradients() -> No
     assert small.attention == 4 * 2 * 2 * small.tokens**2
     assert 14 < large.needed / small.needed < 17  # (4097 / 1025)² ≈ 16
     assert estimate_analysis(CONFIG, (512, 512), gradients=True).needed > large.needed
-    # the case: 1024 px on the 32-px model is 16,385 tokens and tens of GB
+    # the case: 1024 px on the 32-px model is 16,385 tokens: 4.0 GiB of attention, and
+    # the analysis with its maps needs more than twice that
     huge = estimate_analysis(CONFIG, (1024, 1024))
-    assert huge.tokens == 16385 and huge.needed > 16 * 2**30
+    assert huge.tokens == 16385 and huge.attention == 4 * 2 * 2 * 16385**2
+    assert huge.needed > 2 * huge.attention > 8 * 2**30
 
 
 @pytest.mark.parametrize(

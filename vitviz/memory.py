@@ -4,12 +4,13 @@ first is larger than the second.
 
 The estimate is dominated by attention: N tokens, L layers, H heads give L·H·N² float32
 probabilities, which an analysis without gradients holds once (each layer kept as it comes,
-float16 / bfloat16 halve it) and one with gradients about three times (the graph's attention,
-its gradients, the kept copy), plus per-layer temporaries of H·N², the N×N
-matrices of the maps (rollout, gradient rollout, relevance) and, with gradients, the attention
-gradients and the autograd graph. The factors below were fitted to peaks measured in fresh
-processes (1-12 layers, 1-4 heads, 785-9,217 tokens) and rounded up: the estimate came out
-1.0-1.8× the measured peak (``benchmarks/memory_estimate.py`` prints the comparison).
+float16 / bfloat16 halve it) and one with gradients about two and a half times (the kept copy
+and the attention the autograd graph saves; the gradients themselves are reduced layer by layer
+to a few N×N products, ``GradientProducts``), plus per-layer temporaries of H·N², the N×N
+matrices of the maps (rollout, gradient rollout, relevance) and the activations a gradient pass
+saves. The factors below were fitted to peaks measured in fresh processes (1-12 layers, 1-4
+heads, 785-9,217 tokens) and rounded up: the estimate came out 1.15-1.95× the measured peak
+(``benchmarks/memory_estimate.py`` prints the comparison).
 
 An analysis that keeps K of the L layers (``analyze(..., layers=...)``) counts the attention,
 its gradients and the maps' matrices of those K layers only; the block outputs and the
@@ -37,22 +38,21 @@ BUDGET_ENV = "VITVIZ_MEMORY_BUDGET"
 USABLE_FRACTION = 0.9  # of the free memory: the rest is left to the window and the system
 _F32 = 4
 
-# Multiples of the attention bytes A = 4·L·H·N², of one layer's 4·H·N² and of one 4·N² matrix,
-# fitted to measured peaks and rounded up (see the module docstring).
-_CAPTURE_LAYER_TEMPORARIES = 3.0  # × 4·H·N²: a capture without gradients keeps its attention
-# as each layer comes (vitviz.capture): the scores, the softmax and the entropy's rows of one
-# layer beside the kept attention (measured 1.6-1.9 A with the kept copy on 2 layers)
-_ATTENTION_COPIES_GRAD = 3.5  # ... + the attention gradients and the graph's saved attention
-_RECOMPUTED_BLOCK = 7.0  # × 4·H·N²: with fewer layers kept, the gradient pass recomputes each
-# block in the backward pass: one block's scores, attention, their gradients and the layer's
-# statistics beside the kept copy (measured 6-7 on 1-2 of 4-8 layers, 4,097 tokens)
-_GRADIENT_PASS_COPIES = 2.0  # a later gradient pass alone: its attention and their gradients
+# Multiples of one layer's 4·H·N², of one 4·N² matrix and of the K kept layers' 4·K·N², fitted
+# to the peaks benchmarks/memory_estimate.py measures (36 cases: 1-12 layers, 1-4 heads, 785-9,217
+# tokens, every layer or 1-3 kept; estimate 1.15-1.95× the peak) and rounded up.
+_CAPTURE_LAYER_TEMPORARIES = 1.5  # × 4·H·N²: a capture without gradients keeps its attention
+# as each layer comes (vitviz.capture): one layer's scores and softmax beside the kept copy
+_GRAPH_ATTENTION = 1.5  # × 4·L·H·N²: the attention the autograd graph saves for the backward pass
+_RECOMPUTED_BLOCK = 3.0  # × 4·H·N²: with fewer layers kept the backward pass recomputes each
+# block instead (vitviz.capture): one block's scores and attention
+_BACKWARD_LAYER = 2.5  # × 4·H·N²: one layer's gradient G_l and A_l ⊙ G_l as the products form
 _LAYER_TEMPORARIES = 1.0  # × 4·H·N²: scores before the softmax, the entropy's rows
 _PAIR_TABLES = 2.0  # × 4·N²: the patch-distance table and its temporaries
-_GRADIENT_MAP_COPIES = 2.0  # × A: gradient rollout's stacked gradients and A ⊙ G
-_MAP_MATRICES = 6.0  # × 4·L·N²: prepared rollouts (kept), relevance's matrices
-_GRADIENT_PASS_MAP_MATRICES = 3.0  # × 4·L·N²: a later pass's gradient rollout and relevance
-_ALLOCATOR_SLACK = 1.15  # freed memory the allocator keeps (matters for many small layers)
+_BLOCK_OUTPUTS = 2.0  # × 4·L·N·D: every block's output tokens and their norms
+_GRADIENT_MAP_MATRICES = 1.0  # × 4·K·N²: gradient rollout's prepared matrices
+_MAP_MATRICES = 3.0  # × 4·K·N²: prepared rollouts (kept), relevance's matrices
+_ALLOCATOR_SLACK = 1.25  # freed memory the allocator keeps (matters for many small layers)
 
 
 class NotEnoughMemoryError(VitvizError):
@@ -132,31 +132,33 @@ def estimate_analysis(
     N = int(config.num_prefix_tokens) + (h // p) * (w // p)
     pair = _F32 * N * N  # one N×N float32 matrix
     A = K * H * pair  # the kept layers' attention
-    layer = _LAYER_TEMPORARIES * H * pair + _F32 * N * (4 * D + hidden)  # one block's temporaries
+    block = _F32 * N * (4 * D + hidden)  # one block's activations
+    layer = _LAYER_TEMPORARIES * H * pair + block  # one block's temporaries
     saved = L * _F32 * N * (8 * D + 2 * hidden)  # activations autograd keeps per block
+    outputs = _BLOCK_OUTPUTS * L * _F32 * N * D
     inputs = 3 * _F32 * C * h * w  # the input tensor, its pixels, the resized image
-    map_bytes = _MAP_MATRICES * K * pair
-    if gradient_pass_only:
-        forward = _GRADIENT_PASS_COPIES * A + layer + saved + _PAIR_TABLES * pair
-        if partial is not None:  # each block recomputed in the backward pass
-            forward = max(forward, _RECOMPUTED_BLOCK * H * pair + layer + saved)
-        maps_peak = _GRADIENT_MAP_COPIES * A + _GRADIENT_PASS_MAP_MATRICES * K * pair
-        kept = A  # the gradients
+    # GradientProducts: weighted and positive per kept layer, Grad-SAM's sum, the last G_L
+    products = (2 * K + 1 + H) * pair
+    graph = _RECOMPUTED_BLOCK * H * pair if partial else _GRAPH_ATTENTION * L * H * pair
+    backward = graph + products + _BACKWARD_LAYER * H * pair + layer + saved + _PAIR_TABLES * pair
+    gradient_maps = (_GRADIENT_MAP_MATRICES + _MAP_MATRICES) * K * pair
+    if gradient_pass_only:  # the analysis (its attention) is already in memory
         return MemoryEstimate(
-            (h, w), N, L, H, A, int(forward), kept, int(maps_peak), weights, partial
+            (h, w), N, L, H, A, int(backward), products, int(gradient_maps), weights, partial
         )
     kept_attention = A * attention_bytes // _F32
     if gradients:
-        forward = _ATTENTION_COPIES_GRAD * A + layer
-        if partial is not None:  # vitviz.capture: the backward pass recomputes each block
-            forward = max(forward, kept_attention + _RECOMPUTED_BLOCK * H * pair + layer)
+        forward = kept_attention + backward + outputs + inputs
+        kept = kept_attention + products + inputs
+        maps_peak = gradient_maps if maps else 0
     else:
-        forward = kept_attention + _CAPTURE_LAYER_TEMPORARIES * H * pair
-    forward += _PAIR_TABLES * pair + L * _F32 * N * D + inputs
-    forward += saved if gradients else 0
-    kept = kept_attention + (A if gradients else 0) + inputs
-    maps_peak = ((_GRADIENT_MAP_COPIES * A if gradients else 0) + map_bytes) if maps else 0
-    return MemoryEstimate((h, w), N, L, H, A, int(forward), kept, int(maps_peak), weights, partial)
+        forward = kept_attention + _CAPTURE_LAYER_TEMPORARIES * H * pair + _PAIR_TABLES * pair
+        forward += outputs + block + inputs
+        kept = kept_attention + inputs
+        maps_peak = _MAP_MATRICES * K * pair if maps else 0
+    return MemoryEstimate(
+        (h, w), N, L, H, A, int(forward), int(kept), int(maps_peak), weights, partial
+    )
 
 
 def parse_bytes(text: str) -> int:
