@@ -9,7 +9,7 @@ and the attention the autograd graph saves; the gradients themselves are reduced
 to a few N×N products, ``GradientProducts``), plus per-layer temporaries of H·N², the N×N
 matrices of the maps (rollout, gradient rollout, relevance) and the activations a gradient pass
 saves. The factors below were fitted to peaks measured in fresh processes (1-12 layers, 1-4
-heads, 785-9,217 tokens) and rounded up: the estimate came out 1.15-1.95× the measured peak
+heads, 785-9,217 tokens) and rounded up: the estimate came out 1.05-1.95× the measured peak
 (``benchmarks/memory_estimate.py`` prints the comparison).
 
 An analysis that keeps K of the L layers (``analyze(..., layers=...)``) counts the attention,
@@ -40,7 +40,7 @@ _F32 = 4
 
 # Multiples of one layer's 4·H·N², of one 4·N² matrix and of the K kept layers' 4·K·N², fitted
 # to the peaks benchmarks/memory_estimate.py measures (36 cases: 1-12 layers, 1-4 heads, 785-9,217
-# tokens, every layer or 1-3 kept; estimate 1.15-1.95× the peak) and rounded up.
+# tokens, every layer or 1-3 kept; estimate 1.05-1.95× the peak) and rounded up.
 _CAPTURE_LAYER_TEMPORARIES = 1.5  # × 4·H·N²: a capture without gradients keeps its attention
 # as each layer comes (vitviz.capture): one layer's scores and softmax beside the kept copy
 _GRAPH_ATTENTION = 1.5  # × 4·L·H·N²: the attention the autograd graph saves for the backward pass
@@ -53,6 +53,8 @@ _BLOCK_OUTPUTS = 2.0  # × 4·L·N·D: every block's output tokens and their nor
 _GRADIENT_MAP_MATRICES = 1.0  # × 4·K·N²: gradient rollout's prepared matrices
 _MAP_MATRICES = 3.0  # × 4·K·N²: prepared rollouts (kept), relevance's matrices
 _ALLOCATOR_SLACK = 1.25  # freed memory the allocator keeps (matters for many small layers)
+_FIXED_OVERHEAD = 16 * 2**20  # bytes whatever the input: the allocator's arenas, torch's own
+# buffers (a 1,025-token analysis peaked at 43-52 MiB in repeated runs for 50 MiB estimated)
 
 
 class NotEnoughMemoryError(VitvizError):
@@ -87,7 +89,12 @@ class MemoryEstimate:
     @property
     def needed(self) -> int:
         """Bytes the analysis adds to what is already in memory."""
-        return int(_ALLOCATOR_SLACK * max(self.forward_peak, self.kept + self.maps_peak))
+        return int(_ALLOCATOR_SLACK * self.peak) + _FIXED_OVERHEAD
+
+    @property
+    def peak(self) -> int:
+        """The larger of the two peaks, without the allocator's slack and overhead."""
+        return max(self.forward_peak, self.kept + self.maps_peak)
 
 
 def estimate_analysis(
