@@ -9,6 +9,7 @@ the run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -17,8 +18,15 @@ from torch import nn
 
 T = TypeVar("T")
 
-# The torch.compile backend; tests put a cheap one ("eager", "aot_eager") or a failing one here.
-BACKEND: str | Callable[..., Any] = "inductor"
+# The torch.compile backend: this, else $VITVIZ_COMPILE_BACKEND, else inductor. Tests put a cheap
+# one here ("eager", "aot_eager": the same graph run eagerly) or one that fails.
+BACKEND: str | Callable[..., Any] | None = None
+BACKEND_ENV = "VITVIZ_COMPILE_BACKEND"
+
+
+def compile_backend() -> str | Callable[..., Any]:
+    """The backend torch.compile is given."""
+    return BACKEND or os.environ.get(BACKEND_ENV) or "inductor"
 
 
 def wants_compile(mode: str, device: torch.device) -> bool:
@@ -62,7 +70,8 @@ class CompiledOrEager:
         self.compiled: Callable[..., Any] | None = None
         if enabled:
             try:
-                self.compiled = torch.compile(fn, backend=backend or BACKEND, dynamic=False)
+                backend = backend or compile_backend()
+                self.compiled = torch.compile(fn, backend=backend, dynamic=False)
             except Exception as exc:  # noqa: BLE001 - e.g. a Python torch.compile lacks
                 self._give_up(exc)
 
