@@ -60,6 +60,7 @@ BAD = {
     "depth 0": (dict(depth=0), "depth must be at least 1"),
     "train size 0": (dict(train_size=0), "train size must be at least 1"),
     "unknown device": (dict(device="tpu"), "unknown device 'tpu'"),
+    "unknown compile mode": (dict(compile="fast"), "compile must be one of auto, on, off"),
 }
 
 
@@ -157,9 +158,27 @@ def test_equivalent_command_rebuilds_the_config() -> None:
         preset_config("shapes", out_dir="/runs/a b", seed=4),
         TrainConfig(dataset="random", dim=32, heads=2, epochs=3, augment=False),
         TrainConfig(dataset="folder:/data/my pets", lr=5e-4, device="cpu", name="pets"),
+        TrainConfig(dataset="random", compile="on"),
+        TrainConfig(dataset="random", compile="off", device="cpu"),
     ]
     for cfg in configs:
         argv = shlex.split(equivalent_command(cfg))
         assert argv[:2] == ["vitviz-cli", "train"]
         rebuilt = config_from_args(build_parser().parse_args(argv[1:]))
         assert rebuilt.replace(step_report_interval_s=cfg.step_report_interval_s) == cfg
+    assert "--compile" not in equivalent_command(TrainConfig())  # auto: the default
+
+
+def test_cli_compile_flag() -> None:
+    from vitviz.cli import build_parser
+    from vitviz.training.command import config_from_args
+
+    def compile_mode(*flags: str) -> str:
+        return config_from_args(build_parser().parse_args(["train", *flags])).compile
+
+    assert compile_mode() == "auto"
+    assert compile_mode("--compile") == "on"  # alone: on, the CPU too
+    assert compile_mode("--compile", "off") == "off"
+    assert compile_mode("--compile", "auto", "--epochs", "2") == "auto"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--compile", "fast"])

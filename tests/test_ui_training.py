@@ -140,6 +140,7 @@ def test_form_and_train_config_round_trip_through_the_field_table(window: MainWi
         label_smoothing=0.2,
         grad_clip=3.5,
         device="cpu",
+        compile="on",
         model="swin",
         window_size=2,
         swin_dims=(8, 16),

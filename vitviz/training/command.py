@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.console import say as _say
-from vitviz.training.config import PRESETS, TrainConfig, preset_config
+from vitviz.training.config import COMPILE_MODES, PRESETS, TrainConfig, preset_config
 from vitviz.training.events import Event
 from vitviz.training.validate import validate_training_config
 
@@ -87,6 +87,15 @@ def add_parser(subparsers: Any) -> None:
         p.add_argument(flag, dest=dest, type=kind, default=None, help=help_text)
     p.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N | mps")
     p.add_argument(
+        "--compile",
+        nargs="?",
+        const="on",
+        choices=COMPILE_MODES,
+        default=None,
+        help="torch.compile the training step: auto (default: on CUDA only), on (also the "
+        "CPU; --compile alone means on) or off; a compile that fails falls back to eager",
+    )
+    p.add_argument(
         "--no-augment",
         dest="augment",
         action="store_false",
@@ -105,7 +114,7 @@ def add_parser(subparsers: Any) -> None:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The TrainConfig the arguments ask for (ValueError for an unknown preset/dataset field)."""
-    fields = [dest for _, dest, _, _ in _OPTIONS] + ["device", "augment", "name"]
+    fields = [dest for _, dest, _, _ in _OPTIONS] + ["device", "compile", "augment", "name"]
     overrides = {k: getattr(args, k) for k in fields if getattr(args, k, None) is not None}
     overrides["dataset"] = args.dataset
     if args.out is not None:

@@ -11,6 +11,7 @@ from typing import Any
 
 DATASET_KINDS = ("shapes", "random", "folder", "cifar10")
 AMP_MODES = ("auto", "off", "bf16", "fp16")
+COMPILE_MODES = ("auto", "on", "off")
 POS_EMBEDS = ("learned", "sincos", "sincos2d")
 MODEL_KINDS = ("vit", "swin")
 _SWIN_LISTS = ("swin_dims", "swin_depths", "swin_heads")
@@ -92,6 +93,7 @@ class TrainConfig:
     grad_clip: float = 1.0  # max gradient norm; 0 turns clipping off
     amp: str = "auto"  # CUDA only: auto (bf16 where supported, else fp16) | off | bf16 | fp16
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    compile: str = "auto"  # torch.compile of the step: auto (CUDA only) | on | off
     threads: int | None = None  # CPU threads for torch; None: torch's default
     seed: int = 0
     # -- reporting -------------------------------------------------------------------------------
@@ -235,6 +237,7 @@ _FLAGS = (  # TrainConfig field -> vitviz-cli train option
     ("batch_size", "--batch-size"),
     ("lr", "--lr"),
     ("device", "--device"),
+    ("compile", "--compile"),
     ("seed", "--seed"),
     ("train_size", "--train-size"),
     ("val_size", "--val-size"),

@@ -23,7 +23,9 @@ from torch import Tensor, nn
 from vitviz.checkpoints import save_checkpoint
 from vitviz.devices import resolve_device
 from vitviz.imaging import Preprocessing
-from vitviz.training.augment import Normalizer, random_crop_flip
+from vitviz.memory import available_memory
+from vitviz.training.augment import CropFlip, CropFlipDraws, Normalizer, crop_flip_draws
+from vitviz.training.compiled import CompiledOrEager, eager_module, wants_compile
 from vitviz.training.config import TrainConfig, equivalent_command
 from vitviz.training.datasets import DatasetError, TrainData, channel_stats, load_dataset
 from vitviz.training.events import (
@@ -112,6 +114,16 @@ def _failed(run_dir: Path, report: Reporter, message: str, details: str) -> None
     report(FinishedEvent("failed", str(run_dir), 0, None, message, details))
 
 
+def fits_on_device(nbytes: int, device: torch.device) -> bool:
+    """Whether a training set of ``nbytes`` may live on ``device`` for the whole run: always on
+    the CPU (it is there already); elsewhere when it takes at most half the free memory (the
+    rest is for the model, its activations and the optimizer), or when that is unknown."""
+    if device.type == "cpu":
+        return True
+    free = available_memory(device)
+    return free is None or nbytes <= free // 2
+
+
 def evaluate(
     model: nn.Module,
     images: Tensor,
@@ -192,23 +204,63 @@ class _Run:
         self.warmup_steps = min(self.total_steps, round(cfg.warmup_epochs * self.steps_per_epoch))
         self.val_x = self.data.val_images.to(self.device)
         self.val_y = self.data.val_labels.to(self.device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.crop_flips: dict[tuple[int, ...], CropFlip] = {}
+        self.resident: tuple[Tensor, Tensor, Tensor] | None = None  # host images, device copy
+        self.told_host_memory = False
+        self.forward_loss = CompiledOrEager(
+            self._forward_loss,
+            wants_compile(cfg.compile, self.device),
+            lambda message: self.report(LogEvent(message)),
+            device=self.device,
+        )
+        if self.forward_loss.active:
+            self.report(LogEvent(f"training step compiled with torch.compile on {self.device}"))
 
     # -- one optimizer step ------------------------------------------------------------------------
+    def _forward_loss(
+        self, x: Tensor, y: Tensor, draws: CropFlipDraws | None, crop_flip: CropFlip | None
+    ) -> tuple[Tensor, Tensor]:
+        """What torch.compile compiles: crop/flip gather, normalisation, forward pass, loss.
+        x (B, C, S, S) uint8, y (B,); returns the loss (scalar) and the correct count."""
+        if draws is not None and crop_flip is not None:
+            x = crop_flip(x, draws)
+        with self.amp.autocast():
+            logits = self.model(self.normalize(x))  # (B, classes)
+            loss = F.cross_entropy(logits.float(), y, label_smoothing=self.cfg.label_smoothing)
+        return loss, (logits.detach().argmax(dim=-1) == y).sum()
+
+    def _crop_flip(self, x: Tensor) -> CropFlip:
+        """The gather for batches shaped like ``x`` (made once per shape: full and last)."""
+        key = tuple(x.shape)
+        if key not in self.crop_flips:
+            B, C, H, W = key
+            self.crop_flips[key] = CropFlip(B, C, H, W, self.cfg.effective_crop_padding, x.device)
+        return self.crop_flips[key]
+
     def _step(self, x: Tensor, y: Tensor, step: int) -> tuple[Tensor, Tensor]:
         """Augment, forward, backward, update: x (B, C, S, S) uint8 on the device, y (B,).
         Returns the loss (scalar tensor) and the number of correct predictions (no sync)."""
         cfg = self.cfg
-        if cfg.augment:
-            x = random_crop_flip(x, cfg.effective_crop_padding, True, self.aug_gen)
+        draws, crop_flip = None, None
+        if cfg.augment:  # drawn here, outside any compiled code, from the seeded generator
+            draws = crop_flip_draws(
+                len(x), cfg.effective_crop_padding, True, self.aug_gen, x.device
+            )
+            crop_flip = self._crop_flip(x)
         lr = lr_at(step, cfg.lr, self.total_steps, self.warmup_steps, cfg.min_lr)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        with self.amp.autocast():
-            logits = self.model(self.normalize(x))  # (B, C)
-            loss = F.cross_entropy(logits.float(), y, label_smoothing=cfg.label_smoothing)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.amp.backward_and_step(loss, self.optimizer, self.model, cfg.grad_clip)
-        return loss.detach(), (logits.detach().argmax(dim=-1) == y).sum()
+
+        def forward_backward(fn: Callable[..., tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+            self.optimizer.zero_grad(set_to_none=True)
+            loss, right = fn(x, y, draws, crop_flip)
+            self.amp.backward(loss)
+            return loss.detach(), right
+
+        loss, right = self.forward_loss.run(forward_backward)
+        self.amp.step(self.optimizer, self.params, cfg.grad_clip)
+        return loss, right
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -255,14 +307,40 @@ class _Run:
         elapsed = time.perf_counter() - self.t_start
         return elapsed / max(steps_done, 1) * (self.total_steps - steps_done)
 
+    def _train_tensors(self, epoch: int) -> tuple[Tensor, Tensor, bool]:
+        """The epoch's training images and labels, and whether they are on the device.
+
+        A set used again (not regenerated) is copied to the device once, not every epoch; one
+        that does not fit stays in host memory and goes over a batch at a time.
+        """
+        images, labels = self.data.train_set(epoch)
+        if self.resident is not None and self.resident[0] is images:
+            return self.resident[1], self.resident[2], True
+        self.resident = None  # a regenerated set replaces the last one
+        dev = self.device
+        need = images.nbytes + labels.nbytes
+        if not fits_on_device(need, dev):
+            if not self.told_host_memory:
+                self.told_host_memory = True
+                self.report(
+                    LogEvent(
+                        f"the training set ({need / 2**20:,.0f} MiB) stays in host memory, "
+                        f"too big for {dev}'s free memory; batches are copied one by one"
+                    )
+                )
+            return images, labels, False
+        on_dev = images.to(dev), labels.to(dev)  # the same tensors on the CPU
+        self.resident = (images, *on_dev)
+        return on_dev[0], on_dev[1], True
+
     def _epoch(self, epoch: int) -> bool:
         """Train one epoch, validate, checkpoint, report; False if stopped part-way."""
         cfg, dev = self.cfg, self.device
         if self.stop():
             return False
-        images, labels = self.data.train_set(epoch)
-        images, labels = images.to(dev), labels.to(dev)
-        order = torch.randperm(len(labels), generator=self.shuffle_gen).to(dev)
+        images, labels, on_device = self._train_tensors(epoch)
+        order = torch.randperm(len(labels), generator=self.shuffle_gen)
+        order = order.to(dev) if on_device else order  # index where the images are
         loss_sum = torch.zeros((), device=dev)
         correct = torch.zeros((), device=dev, dtype=torch.int64)
         window_loss = torch.zeros((), device=dev)
@@ -273,7 +351,10 @@ class _Run:
             if self.stop():
                 return False
             idx = order[i * cfg.batch_size : (i + 1) * cfg.batch_size]
-            loss, right = self._step(images[idx], labels[idx], base + i)
+            x, y = images[idx], labels[idx]
+            if not on_device:
+                x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            loss, right = self._step(x, y, base + i)
             loss_sum += loss
             window_loss += loss
             correct += right
@@ -385,7 +466,8 @@ class _Run:
             self._probe(epoch)
 
     def _save(self, path: Path, provenance: dict[str, Any]) -> Path:
-        return save_checkpoint(self.model, path, self.data.class_names, self.prep, provenance)
+        model = eager_module(self.model)  # no "_orig_mod." in the keys
+        return save_checkpoint(model, path, self.data.class_names, self.prep, provenance)
 
     def _probe(self, epoch: int) -> None:
         x = self.normalize(self.val_x[:1])  # (1, C, S, S)

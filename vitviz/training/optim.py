@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -60,22 +61,40 @@ class AmpSettings:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.dtype)
 
+    def backward(self, loss: Tensor) -> None:
+        """loss.backward(), scaled for fp16."""
+        if self.scaler is None:
+            loss.backward()
+        else:
+            self.scaler.scale(loss).backward()
+
+    def step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        params: nn.Module | Iterable[Tensor],
+        grad_clip: float,
+    ) -> None:
+        """Optional gradient-norm clipping of ``params`` (a module's parameters, or a list of
+        them made once), then the optimizer step (unscaled and skipped on overflow for fp16)."""
+        if isinstance(params, nn.Module):
+            params = params.parameters()
+        if self.scaler is None:
+            if grad_clip > 0:
+                nn.utils.clip_grad_norm_(params, grad_clip)
+            optimizer.step()
+            return
+        if grad_clip > 0:
+            self.scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(params, grad_clip)
+        self.scaler.step(optimizer)
+        self.scaler.update()
+
     def backward_and_step(
         self, loss: Tensor, optimizer: torch.optim.Optimizer, model: nn.Module, grad_clip: float
     ) -> None:
         """loss.backward(), optional gradient-norm clipping, optimizer step (scaled for fp16)."""
-        if self.scaler is None:
-            loss.backward()
-            if grad_clip > 0:
-                nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            optimizer.step()
-            return
-        self.scaler.scale(loss).backward()
-        if grad_clip > 0:
-            self.scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        self.scaler.step(optimizer)
-        self.scaler.update()
+        self.backward(loss)
+        self.step(optimizer, model, grad_clip)
 
 
 def amp_settings(mode: str, device: torch.device) -> AmpSettings:

@@ -13,6 +13,7 @@ from vitviz.imaging.preprocess import IMAGE_CHANNELS
 from vitviz.training.cifar import missing_cifar_files
 from vitviz.training.config import (
     AMP_MODES,
+    COMPILE_MODES,
     MODEL_KINDS,
     POS_EMBEDS,
     TrainConfig,
@@ -125,6 +126,8 @@ def _optim_problems(cfg: TrainConfig) -> list[str]:
     _in_range(problems, "step_report_interval_s", cfg.step_report_interval_s, 0.0, math.inf)
     if cfg.amp not in AMP_MODES:
         problems.append(f"amp must be one of {', '.join(AMP_MODES)} (got {cfg.amp!r})")
+    if cfg.compile not in COMPILE_MODES:
+        problems.append(f"compile must be one of {', '.join(COMPILE_MODES)} (got {cfg.compile!r})")
     if cfg.threads is not None:
         _at_least(problems, "threads", cfg.threads, 1)
     return problems

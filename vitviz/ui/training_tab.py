@@ -208,6 +208,8 @@ FIELDS = (
     FormField("grad_clip", "grad_clip", "Gradient clip", "optim",
               lambda: _dspin(0.0, 100.0, 1.0, 0.5, 2), more=True),
     FormField("device", "device", "Device", "device", _choices("auto", "cpu", "cuda", "mps")),
+    FormField("compile_choice", "compile", "torch.compile", "device", _choices("auto", "on", "off"),
+              more=True),
 )  # fmt: skip
 
 
@@ -267,6 +269,11 @@ class TrainingTab(QWidget):
             self.fields[f.field] = f.make()
             setattr(self, f.attr, self.fields[f.field])
         self.model_choice.currentIndexChanged.connect(self._on_model_kind)
+        self.compile_choice.setToolTip(
+            "torch.compile of the training step. auto: on a CUDA GPU only, where it fuses the "
+            "many small kernels of a small ViT; on: the CPU too (the first steps wait for a C++ "
+            "build). A compile that fails is logged and training goes on without it."
+        )
         self.groups = {key: FoldingGroup(title) for key, title in GROUPS}
         self.groups["data"].add_row("Dataset", self.dataset_kind)
         self.groups["data"].add_row("Folder", path_row)
