@@ -215,7 +215,12 @@ class _Run:
             device=self.device,
         )
         if self.forward_loss.active:
-            self.report(LogEvent(f"training step compiled with torch.compile on {self.device}"))
+            self.report(
+                LogEvent(
+                    f"training step compiled with torch.compile on {self.device}: the first "
+                    "steps wait for the compiler (compile off in More settings, or --compile off)"
+                )
+            )
 
     # -- one optimizer step ------------------------------------------------------------------------
     def _forward_loss(
