@@ -71,7 +71,7 @@ def test_compiled_step_trains_like_eager_and_saves_plain_keys(
     cfg = CFG.replace(train_size=32)  # one batch shape: one forward and one backward compile
     eager_losses, eager_logs, eager_keys = train(cfg.replace(compile="off"), tmp_path / "e")
     losses, logs, keys = train(cfg.replace(compile="on"), tmp_path / "c")
-    assert "training step compiled with torch.compile on cpu" in logs
+    assert any(m.startswith("training step compiled with torch.compile on cpu") for m in logs)
     assert not any("compile" in m for m in eager_logs)
     assert len(losses) == 2
     torch.testing.assert_close(losses, eager_losses, rtol=1e-5, atol=1e-6)
