@@ -180,6 +180,10 @@ def test_maps_of_one_layer_take_the_model_layer_index(loaded: LoadedModel) -> No
     assert torch.equal(early.attention_maps(-1), full.attention_maps(2))  # -1: the last kept
     with pytest.raises(LayersNotKeptError, match=r"layer 3 was not kept: .* layers 0, 2 of 6"):
         attention(early, None, None, {"layer": 3})
+    # other negative layers count from the model's end: -2 is layer 4, kept in ``part``
+    assert torch.equal(part.attention_maps(-2), full.attention_maps(DEPTH - 2))
+    with pytest.raises(LayersNotKeptError, match="layer 3 was not kept"):
+        part.attention_maps(-3)
 
 
 def test_grad_cam_on_attention_needs_the_last_layer(loaded: LoadedModel) -> None:

@@ -112,6 +112,25 @@ def test_tensor_inputs_and_gradient_passes_are_planned_too(
         analyze(loaded, torch.zeros(3, 512, 512))
 
 
+def test_fewer_layers_are_offered_to_a_new_analysis_not_to_a_later_gradient_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the one-layer and the every-layer estimate: an analysis is told how many layers
+    fit; a gradient pass of an analysis that exists is not (it can't keep fewer now)."""
+    model = _model_with(tmp_path, {}).model
+    size = (256, 256)
+    for kind in ({"gradients": True}, {"gradient_pass_only": True}):
+        every = memory.estimate_for_model(model, size, **kind).needed
+        one = memory.estimate_for_model(model, size, layers=1, **kind).needed
+        assert one < every
+        free = int((one + every) / 2 / memory.USABLE_FRACTION)
+        monkeypatch.setattr(memory, "available_memory", lambda device, free=free: free)
+        with pytest.raises(NotEnoughMemoryError) as info:
+            check_analysis_memory(model, size, **kind)
+        offered = "fewer layers kept: 1 of the 2 layers fit (--layers last:1" in str(info.value)
+        assert offered == ("gradients" in kind), str(info.value)
+
+
 def test_a_module_level_budget_can_be_patched(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -90,7 +90,10 @@ def test_thumbnail_grid_is_the_first_stage_grid_a_thumbnail_can_show() -> None:
     swin_t = ((56, 56), (28, 28), (14, 14), (7, 7))  # Swin-T at 224, patch 4
     assert swin_jobs.thumbnail_grid(swin_t, 4) == ((28, 28), 8)
     assert swin_jobs.thumbnail_grid(((32, 24), (16, 12)), 2) == ((32, 24), 2)
-    assert swin_jobs.thumbnail_grid(((200, 200), (100, 100)), 4) == ((100, 100), 8)
+    assert swin_jobs.thumbnail_grid(((200, 200), (100, 100)), 4) == ((200, 200), 4)  # none ≤ 32
+    assert swin_jobs.thumbnail_grid(((64, 64), (32, 32), (16, 16)), 4) == ((32, 32), 8)
+    # 140 px wide: 35 columns, merged to 18 (padded): stage 2 would not cover the input exactly
+    assert swin_jobs.thumbnail_grid(((48, 35), (24, 18), (12, 9)), 4) == ((48, 35), 4)
 
 
 def test_rollout_and_gradcam_maps(swin_state) -> None:

@@ -133,6 +133,23 @@ def test_compile_that_cannot_even_start_is_reported_not_raised() -> None:
     ]
 
 
+def test_an_out_of_memory_step_is_not_blamed_on_the_compiler() -> None:
+    """The step's own errors are raised as they are: compiling stays on, nothing is retried."""
+    notes: list[str] = []
+    calls: list[str] = []
+    step = CompiledOrEager(lambda v: v + 1, True, notes.append, backend="eager")
+
+    def body(f: Any) -> Any:
+        calls.append("compiled" if f is step.compiled else "eager")
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        step.run(body)
+    assert calls == ["compiled"] and step.active and notes == []
+    assert compiled_module.not_the_compiler(RuntimeError("CUDA error: device-side assert"))
+    assert not compiled_module.not_the_compiler(RuntimeError("backward kernel unsupported"))
+
+
 def test_a_compiled_module_saves_the_eager_keys(tmp_path: Path) -> None:
     from vitviz.model import create_model
 

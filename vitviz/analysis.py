@@ -236,12 +236,15 @@ class Analysis:
         return f"layers {layers_text(self.layer_indices)} of {self.model_layers}"
 
     def layer_row(self, layer: int) -> int:
-        """The row of ``attention`` that holds model layer ``layer`` (-1: the last kept);
-        LayersNotKeptError naming the kept layers for one that was not kept."""
+        """The row of ``attention`` that holds model layer ``layer`` (-1: the last kept; other
+        negative layers count from the model's end, -2 is layer L-2); LayersNotKeptError naming
+        the kept layers for one that was not kept."""
         if self.layers is None:
             return layer
         if layer == -1:
             return self.num_layers - 1
+        if layer < 0:
+            layer += self.model_layers
         if layer in self.layers:
             return self.layers.index(layer)
         raise LayersNotKeptError(
@@ -413,8 +416,10 @@ class Analysis:
                     ).products
         return self._products[c]
 
-    def _check_gradient_pass(self, model: Any) -> None:
-        kept = None if self.layers is None else len(self.layers)
+    def _check_gradient_pass(self, model: Any, every_layer: bool = False) -> None:
+        """Refuse a later gradient pass that would not fit; ``every_layer``: the pass makes
+        every layer's gradients whatever the analysis kept (``gradients``)."""
+        kept = None if self.layers is None or every_layer else len(self.layers)
         check_analysis_memory(model, self.input.shape[-2:], gradient_pass_only=True, layers=kept)
 
     def gradients(self, target_class: int | None = None) -> list[Tensor]:
@@ -424,7 +429,7 @@ class Analysis:
         c = self._target(target_class)
         if c not in self._gradients:
             model, x = self._model_and_input()
-            self._check_gradient_pass(model)
+            self._check_gradient_pass(model, every_layer=True)
             result = explain.attention_gradients(model, x, c)
             self._gradients[c] = [result.gradients[i].float() for i in self.layer_indices]
             del result

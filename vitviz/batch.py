@@ -34,7 +34,7 @@ from vitviz.memory import (
     NotEnoughMemoryError,
     available_memory,
     check_analysis_memory,
-    estimate_analysis,
+    estimate_for_model,
 )
 
 MAX_BATCH = 32  # the default batch size's ceiling: larger batches gain nothing measurable
@@ -68,12 +68,8 @@ def choose_batch_size(
     free = available_memory(dev)
     if free is None:
         return max(1, min(limit, UNKNOWN_MEMORY_BATCH))
-    one = estimate_analysis(
-        model.config,
-        input_size,
-        gradients=gradients,
-        attention_bytes=torch.empty(0, dtype=attention_dtype).element_size(),
-        layers=layers,
+    one = estimate_for_model(
+        model, input_size, gradients=gradients, attention_dtype=attention_dtype, layers=layers
     )
     per_image = one.needed + RESULTS_IN_FLIGHT * one.kept
     return max(1, min(limit, int(USABLE_FRACTION * free // max(1, per_image))))

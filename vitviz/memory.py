@@ -247,6 +247,43 @@ def format_bytes(n: float) -> str:
     return f"{n:.1f} PB"  # pragma: no cover - the loop always returns
 
 
+def estimate_for_model(
+    model: Any,
+    input_size: tuple[int, int],
+    *,
+    gradients: bool = False,
+    gradient_pass_only: bool = False,
+    attention_dtype: torch.dtype = torch.float32,
+    batch: int = 1,
+    layers: int | None = None,
+) -> MemoryEstimate:
+    """``estimate_analysis`` for a loaded ``model`` (its config and weights); model code keeps
+    the forward peak of every layer whatever ``layers`` says (its forward pass lists every
+    layer's attention before vitviz keeps some)."""
+    params = list(model.parameters())
+    est = estimate_analysis(
+        model.config,
+        input_size,
+        gradients=gradients,
+        weights=sum(t.numel() * t.element_size() for t in params),
+        gradient_pass_only=gradient_pass_only,
+        attention_bytes=torch.empty(0, dtype=attention_dtype).element_size(),
+        batch=batch,
+        layers=layers,
+    )
+    if layers is not None and not _hands_over_layers(model):
+        whole = estimate_for_model(
+            model,
+            input_size,
+            gradients=gradients,
+            gradient_pass_only=gradient_pass_only,
+            attention_dtype=attention_dtype,
+            batch=batch,
+        )
+        est = replace(est, forward_peak=max(est.forward_peak, whole.forward_peak))
+    return est
+
+
 def check_analysis_memory(
     model: Any,
     input_size: tuple[int, int],
@@ -264,30 +301,30 @@ def check_analysis_memory(
     ``device`` defaults to where the model's parameters are."""
     params = list(model.parameters())
     dev = torch.device(device) if device is not None else _device_of(params)
-    weights = sum(t.numel() * t.element_size() for t in params)
 
     def estimate(kept: int | None) -> MemoryEstimate:
-        est = estimate_analysis(
-            model.config,
+        return estimate_for_model(
+            model,
             input_size,
             gradients=gradients,
-            weights=weights,
             gradient_pass_only=gradient_pass_only,
-            attention_bytes=torch.empty(0, dtype=attention_dtype).element_size(),
+            attention_dtype=attention_dtype,
             batch=batch,
             layers=kept,
         )
-        if kept is not None and not _hands_over_layers(model):  # model code lists every
-            whole = estimate(None)  # layer's attention in its forward pass: that peak stays
-            est = replace(est, forward_peak=max(est.forward_peak, whole.forward_peak))
-        return est
 
     est = estimate(layers)
     free = available_memory(dev)
     if free is not None and est.needed > USABLE_FRACTION * free:
         trained = getattr(model.config, "image_size", None)
         message = _refusal(est, est.needed, free, dev, trained, gradient_pass_only)
-        fit = layers_that_fit(estimate, est.layers_kept or est.layers, free)
+        # a later gradient pass serves an analysis that exists: fewer layers means analysing
+        # again, which the refusal of that pass does not offer
+        fit = (
+            0
+            if gradient_pass_only
+            else layers_that_fit(estimate, est.layers_kept or est.layers, free)
+        )
         message += _choices(dev, attention_dtype, batch, fit, est.layers)
         raise NotEnoughMemoryError(message, est, free)
     return est

@@ -70,6 +70,10 @@ class CompiledOrEager:
         self.compiled: Callable[..., Any] | None = None
         if enabled:
             try:
+                # each run compiles afresh: every run's step is the same code with a new model,
+                # and over many runs in one process torch's per-code cache would fill (8
+                # entries) and the step go eager without a word
+                torch._dynamo.reset()
                 backend = backend or compile_backend()
                 self.compiled = torch.compile(fn, backend=backend, dynamic=False)
             except Exception as exc:  # noqa: BLE001 - e.g. a Python torch.compile lacks
@@ -91,9 +95,25 @@ class CompiledOrEager:
         cuda_rng = None if self.cuda is None else torch.cuda.get_rng_state(self.cuda)
         try:
             return body(self.compiled)
-        except Exception as exc:  # noqa: BLE001 - the step is done again, eagerly
+        except Exception as exc:  # the step is done again, eagerly
+            if not_the_compiler(exc):
+                raise  # the step's own trouble: eager would fail the same way
             self._give_up(exc)
-            torch.set_rng_state(cpu_rng)
-            if cuda_rng is not None:
-                torch.cuda.set_rng_state(cuda_rng, self.cuda)
-            return body(self.eager)
+        # out of the except block, so the failed step's frames (its graph, its activations) are
+        # freed before the step is done again
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state(cuda_rng, self.cuda)
+        return body(self.eager)
+
+
+def not_the_compiler(exc: BaseException) -> bool:
+    """Errors of the step itself, which compiling did not cause and running eagerly would not
+    cure: out of memory, a CUDA error such as a device-side assert (a label out of range)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    accelerator = getattr(torch, "AcceleratorError", None)
+    if accelerator is not None and isinstance(exc, accelerator):
+        return True
+    text = str(exc)
+    return "device-side assert" in text or "CUDA error" in text

@@ -94,13 +94,15 @@ def thumbnail_grid(
 ) -> tuple[tuple[int, int], int]:
     """The grid the head grid's thumbnails are drawn at and its cell size in input pixels: the
     first stage's grid whose sides are at most THUMB_MAX_CELLS (Swin-T at 224: stage 2's 28 × 28,
-    not the 56 × 56 first stage, a quarter of the pixels to colour on every query), the last
-    stage's when none is that small."""
+    not the 56 × 56 first stage, a quarter of the pixels to colour on every query). Only a stage
+    that covers the input exactly qualifies (a padded one, 35 → 18 cells, would stretch); the
+    first stage's grid when none does."""
+    h0, w0 = (int(v) for v in stage_grids[0])
     for s, grid in enumerate(stage_grids):
-        if max(grid) <= THUMB_MAX_CELLS:
+        exact = grid[0] * 2**s == h0 and grid[1] * 2**s == w0
+        if exact and max(grid) <= THUMB_MAX_CELLS:
             return (int(grid[0]), int(grid[1])), patch * 2**s
-    s = len(stage_grids) - 1
-    return (int(stage_grids[s][0]), int(stage_grids[s][1])), patch * 2**s
+    return (h0, w0), patch
 
 
 def _padded(rows: list[np.ndarray], heads: int) -> np.ndarray:
@@ -312,8 +314,9 @@ def export_swin(
     opacity: float,
 ) -> Path:
     """``jobs.export`` for a Swin, through the writer of ``vitviz-cli explain``: 'npz' the same
-    arrays as the CLI with ``--method`` the shown method (rollout always), its parameters and
-    ``--class`` the chosen class; 'view' the map on screen over the model input; 'heads' the
+    arrays as the CLI with ``--method`` the shown method (rollout always; attention adds no
+    map: every block's window attention is in the npz already), its parameters and ``--class``
+    the chosen class; 'view' the map on screen over the model input; 'heads' the
     query's thumbnails (every block and head, as the head grid shows them) as one picture."""
     from vitviz.swin_output import (
         export_settings,
