@@ -271,14 +271,17 @@ def test_info_on_a_bad_checkpoint_exits_2(tmp_path: Path, capsys: pytest.Capture
     assert "empty.safetensors" in line
 
 
+def _repo_env() -> dict[str, str]:
+    """The environment with this checkout first on PYTHONPATH, for a child Python."""
+    path = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+
 def test_console_entry_point_end_to_end(
     tmp_path: Path, tiny_ckpt: Path, photo_files: dict[str, Path]
 ) -> None:
     out = tmp_path / "out"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-    }
+    env = _repo_env()
     proc = subprocess.run(
         [
             sys.executable,
@@ -320,10 +323,7 @@ def test_console_entry_point_end_to_end(
 def test_python_m_vitviz_cli_refuses_in_one_line(tmp_path: Path, tiny_ckpt: Path) -> None:
     """``python -m vitviz.cli`` runs the file as __main__; a subcommand's refusal (raised with
     the imported module's CliError) is still one line and exit 2, not a traceback."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-    }
+    env = _repo_env()
     args = ["explain", "x.png", "--checkpoint", str(tiny_ckpt), "--method", "nope"]
     proc = subprocess.run(
         [sys.executable, "-m", "vitviz.cli", *args],
@@ -480,10 +480,7 @@ def test_explain_and_info_on_half_precision_weights(
 
 def test_a_reader_that_leaves_early_ends_without_a_traceback(tmp_path: Path) -> None:
     """`vitviz-cli methods --json | head -1`: the closed pipe is not a crash."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-    }
+    env = _repo_env()
     # The child writes far more than a pipe holds after the reader has closed its end.
     code = "import sys; from vitviz.cli import main; sys.exit(main(['methods', '--json']))"
     read_end, write_end = os.pipe()

@@ -302,15 +302,11 @@ def check_analysis_memory(
     params = list(model.parameters())
     dev = torch.device(device) if device is not None else _device_of(params)
 
+    kinds = dict(gradients=gradients, gradient_pass_only=gradient_pass_only, batch=batch)
+
     def estimate(kept: int | None) -> MemoryEstimate:
         return estimate_for_model(
-            model,
-            input_size,
-            gradients=gradients,
-            gradient_pass_only=gradient_pass_only,
-            attention_dtype=attention_dtype,
-            batch=batch,
-            layers=kept,
+            model, input_size, attention_dtype=attention_dtype, layers=kept, **kinds
         )
 
     est = estimate(layers)
