@@ -266,9 +266,21 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
     config = make_config(inner, layout, run, spec, notes)
     preprocessing = _preprocessing(spec, arguments, layout, notes)
     model = CapturedModel(inner, config).eval()
+    return _loaded(model, spec, file, preprocessing, notes)
+
+
+def _loaded(
+    model: nn.Module,
+    spec: ModelCodeSpec,
+    file: Path,
+    preprocessing: Preprocessing,
+    notes: list[str],
+) -> LoadedModel:
+    """The LoadedModel of a model from code (a ViT's CapturedModel or a SwinCodeModel: both
+    duck-typed), its provenance the file, the class and the arguments."""
     return LoadedModel(
-        model=model,  # type: ignore[arg-type]  # duck-typed: forward_explained + config
-        class_names=_class_names(spec, config.num_classes),
+        model=model,  # type: ignore[arg-type]
+        class_names=_class_names(spec, model.config.num_classes),
         preprocessing=preprocessing,
         family=FAMILY,
         path=file,
@@ -307,16 +319,4 @@ def _load_swin(
         f"from {layout.source}; window layout from "
         + ("the settings" if spec.swin_windows is not None else "the modules' attributes")
     )
-    return LoadedModel(
-        model=model,  # type: ignore[arg-type]  # duck-typed: model_kind "swin"
-        class_names=_class_names(spec, model.config.num_classes),
-        preprocessing=_preprocessing(spec, arguments, layout, notes),
-        family=FAMILY,
-        path=file,
-        provenance={
-            "model_code": f"{file}:{spec.name}",
-            "args": dict(spec.args),
-            "state_dict": str(spec.checkpoint) if spec.checkpoint else None,
-        },
-        notes=notes,
-    )
+    return _loaded(model, spec, file, _preprocessing(spec, arguments, layout, notes), notes)
