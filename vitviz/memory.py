@@ -260,27 +260,23 @@ def estimate_for_model(
     """``estimate_analysis`` for a loaded ``model`` (its config and weights); model code keeps
     the forward peak of every layer whatever ``layers`` says (its forward pass lists every
     layer's attention before vitviz keeps some)."""
-    params = list(model.parameters())
-    est = estimate_analysis(
-        model.config,
-        input_size,
-        gradients=gradients,
-        weights=sum(t.numel() * t.element_size() for t in params),
-        gradient_pass_only=gradient_pass_only,
-        attention_bytes=torch.empty(0, dtype=attention_dtype).element_size(),
-        batch=batch,
-        layers=layers,
-    )
-    if layers is not None and not _hands_over_layers(model):
-        whole = estimate_for_model(
-            model,
+    weights = sum(t.numel() * t.element_size() for t in model.parameters())
+
+    def keeping(kept: int | None) -> MemoryEstimate:
+        return estimate_analysis(
+            model.config,
             input_size,
             gradients=gradients,
+            weights=weights,
             gradient_pass_only=gradient_pass_only,
-            attention_dtype=attention_dtype,
+            attention_bytes=torch.empty(0, dtype=attention_dtype).element_size(),
             batch=batch,
+            layers=kept,
         )
-        est = replace(est, forward_peak=max(est.forward_peak, whole.forward_peak))
+
+    est = keeping(layers)
+    if layers is not None and not _hands_over_layers(model):
+        est = replace(est, forward_peak=max(est.forward_peak, keeping(None).forward_peak))
     return est
 
 
