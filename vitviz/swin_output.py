@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 
 from vitviz.checkpoints.atomic import atomic_path
+from vitviz.explain.methods import get_method
 from vitviz.explain.swin_analysis import SwinAnalysis
 from vitviz.explain.swin_export import swin_arrays
 from vitviz.explain.swin_methods import swin_method_map
@@ -36,11 +37,6 @@ class SwinMapSettings:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys([*ALWAYS, *self.methods]))
-
-
-def map_key(name: str) -> str:
-    """The npz key of a method's map, as for ViTs: map_<name with - as _>."""
-    return "map_" + name.replace("-", "_")
 
 
 def export_settings(
@@ -89,7 +85,7 @@ def swin_npz_arrays(
     arrays["class_names"] = np.array(list(class_names), dtype=str)
     arrays["input"] = analysis.input.detach().cpu().numpy().astype(np.float32)
     for name, values in maps.items():
-        arrays[map_key(name)] = np.asarray(values, dtype=np.float32)
+        arrays[get_method(name).key] = np.asarray(values, dtype=np.float32)
     return arrays
 
 
