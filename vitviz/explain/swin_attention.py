@@ -115,3 +115,11 @@ def token_at(layout: WindowLayout, token_pixels: float, point: tuple[float, floa
     row = min(max(int(point[0] // token_pixels), 0), H - 1)
     col = min(max(int(point[1] // token_pixels), 0), W - 1)
     return row * W + col
+
+
+def covering_tokens(cells: int, cell_pixels: float, token_pixels: float, tokens: int) -> Tensor:
+    """(cells,) int64: for each of ``cells`` cells ``cell_pixels`` wide along one side, the token
+    (``tokens`` of them, ``token_pixels`` wide) covering the cell's centre, as ``token_at``
+    picks it; a centre beyond the last token goes to the last (nearest resampling of a grid)."""
+    centres = (torch.arange(cells, dtype=torch.float64) + 0.5) * cell_pixels
+    return torch.clamp((centres // token_pixels).long(), max=tokens - 1)

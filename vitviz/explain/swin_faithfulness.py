@@ -28,6 +28,7 @@ from vitviz.explain.faithfulness import (
     faithfulness,
 )
 from vitviz.explain.swin_analysis import SwinAnalysis, analyze_swin
+from vitviz.explain.swin_attention import covering_tokens
 from vitviz.explain.swin_methods import swin_method_map, swin_unavailable
 
 
@@ -42,8 +43,8 @@ def first_stage_map(map_: Tensor, stage_grids: Sequence[tuple[int, int]]) -> Ten
         grids = ", ".join(f"{h}×{w}" for h, w in stage_grids)
         raise ValueError(f"a {shape} map is on none of the model's stage grids ({grids})")
     s = stages[0]  # two stages share a grid only where it is 1 wide: the same picture
-    rows = torch.clamp(torch.arange(grid0[0]) // 2**s, max=shape[0] - 1)
-    cols = torch.clamp(torch.arange(grid0[1]) // 2**s, max=shape[1] - 1)
+    rows = covering_tokens(grid0[0], 1, 2**s, shape[0])  # in patches: a token is 2^s wide
+    cols = covering_tokens(grid0[1], 1, 2**s, shape[1])
     return map_[rows[:, None], cols[None, :]]  # (H_0, W_0)
 
 

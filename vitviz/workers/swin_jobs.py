@@ -223,8 +223,10 @@ def block_rows(analysis: Any, block: int, token: int) -> np.ndarray:
 def resample_index(cells: tuple[int, int], cell_px: int, token_px: int, grid: tuple[int, int]):
     """Nearest resampling of a block's grid onto a grid of ``cells`` cells of ``cell_px`` input
     pixels: for each cell the row and column of the block token covering its centre."""
-    ys = np.minimum(((np.arange(cells[0]) + 0.5) * cell_px // token_px).astype(int), grid[0] - 1)
-    xs = np.minimum(((np.arange(cells[1]) + 0.5) * cell_px // token_px).astype(int), grid[1] - 1)
+    from vitviz.explain.swin_attention import covering_tokens
+
+    ys = covering_tokens(cells[0], cell_px, token_px, grid[0]).numpy()
+    xs = covering_tokens(cells[1], cell_px, token_px, grid[1]).numpy()
     return ys[:, None], xs[None, :]
 
 
