@@ -139,8 +139,6 @@ def attention_map(analysis: SwinAnalysis, block: int, head: int, token: int | No
     else:
         rows = query_row(attn, layout, token)  # (heads, N)
     rows = rows.float()
-    if not -1 <= head < rows.shape[0]:
-        raise ValueError(f"head {head} out of range: block {b} has {rows.shape[0]} heads")
     picked = rows.mean(dim=0) if head == -1 else rows[head]
     return picked.reshape(H, W)
 
