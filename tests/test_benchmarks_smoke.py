@@ -59,3 +59,14 @@ def test_rollout_quick_values_agree() -> None:
         assert diff <= 1e-5, f"row method and full product disagree: {row}"
         assert row[7] != "WRONG"
     assert "WRONG RESULT" not in out
+
+
+def test_structure_counts_what_the_import_graph_holds() -> None:
+    sys.path.insert(0, str(BENCHMARKS.parent / "tests"))
+    from import_graph import VITVIZ_LAYERS, circles, import_graph, upward_imports
+
+    graph = import_graph(BENCHMARKS.parent / "vitviz")
+    rows = {r[0]: r[1] for r in table_rows(run_quick("structure.py"))}
+    assert rows["import circles"] == str(len(circles(graph)))
+    assert rows["upward imports"] == str(len(upward_imports(graph, VITVIZ_LAYERS)))
+    assert rows["modules"] == str(len(graph)) and len(graph) > 100
