@@ -9,9 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
-from vitviz.checkpoints.reading import read_checkpoint
 from vitviz.imaging import Preprocessing
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
 from vitviz.modelcode.blocks import pick_blocks
@@ -25,9 +23,10 @@ from vitviz.modelcode.importing import (
 from vitviz.modelcode.layout import PatchLayout, find_layout, patch_conv
 from vitviz.modelcode.spec import ModelCodeSpec, read_class_names
 from vitviz.modelcode.swin_code import swin_code_model, window_attention_modules
+from vitviz.modelcode.weights import FoundWeights, find_weights
 
 FAMILY = "model-code"
-DEFAULT_MEAN_STD = (0.5, 0.5, 0.5)
+DEFAULT_MEAN_STD = (0.5,)  # one number: every channel
 _LOOKED_AT = (
     ("Linear", nn.Linear),
     ("Conv2d", nn.Conv2d),
@@ -35,53 +34,6 @@ _LOOKED_AT = (
     ("MultiheadAttention", nn.MultiheadAttention),
     ("Softmax", nn.Softmax),
 )
-
-
-def _listed(keys: list[str], limit: int = 8) -> str:
-    shown = ", ".join(keys[:limit])
-    return shown + (f" … ({len(keys)} in all)" if len(keys) > limit else "")
-
-
-def _strip_wrapper(state: dict[str, torch.Tensor], own: set[str]) -> tuple[dict, str]:
-    """Drop a first key component shared by every key ('model.', 'net.') if that matches."""
-    firsts = {k.split(".", 1)[0] for k in state}
-    if len(firsts) == 1 and all("." in k for k in state):
-        stripped = {k.split(".", 1)[1]: v for k, v in state.items()}
-        if set(stripped) == own:
-            return stripped, f"{firsts.pop()}."
-    return state, ""
-
-
-def load_state_dict(model: nn.Module, path: Path, name: str, notes: list[str]) -> None:
-    """Read ``path`` with vitviz's safe reader and load it strictly, or say what differs."""
-    try:
-        raw = read_checkpoint(path)
-    except CheckpointError as exc:
-        raise ModelCodeError(str(exc)) from exc
-    own = model.state_dict()
-    state, prefix = _strip_wrapper(dict(raw.state), set(own))
-    if prefix:
-        notes.append(f"state dict keys had the prefix {prefix!r}; it was removed")
-    missing = [k for k in own if k not in state]
-    unexpected = [k for k in state if k not in own]
-    mismatched = [
-        f"{k} {tuple(state[k].shape)} in the file, {tuple(own[k].shape)} in the model"
-        for k in own
-        if k in state and tuple(state[k].shape) != tuple(own[k].shape)
-    ]
-    if missing or unexpected or mismatched:
-        parts = []
-        if missing:
-            parts.append(f"missing keys ({len(missing)}): {_listed(missing)}")
-        if unexpected:
-            parts.append(f"unexpected keys ({len(unexpected)}): {_listed(unexpected)}")
-        if mismatched:
-            parts.append(f"shape mismatches ({len(mismatched)}): {_listed(mismatched, 4)}")
-        raise ModelCodeError(
-            f"{path.name} does not match the model {name} built with these arguments: "
-            + "; ".join(parts)
-        )
-    model.load_state_dict(state, strict=True)
 
 
 def looked_at(model: nn.Module) -> str:
@@ -196,10 +148,20 @@ def pick_blocks_dim(run: RawRun, depth: int, tokens: int) -> int:
     return int(hidden[0].shape[-1]) if hidden else 0
 
 
-def _class_names(spec: ModelCodeSpec, num_classes: int) -> list[str]:
+def _class_names(
+    spec: ModelCodeSpec, num_classes: int, weights: FoundWeights | None, notes: list[str]
+) -> list[str]:
+    """The settings' names, else the checkpoint's, else 'class 0..n-1'."""
     names = list(spec.class_names) if spec.class_names is not None else None
     if names is None and spec.class_names_file is not None:
         names = read_class_names(spec.class_names_file)
+    if names is None and weights is not None and weights.class_names is not None:
+        if len(weights.class_names) == num_classes:
+            return weights.class_names
+        notes.append(
+            f"the checkpoint's {len(weights.class_names)} class names don't fit the model's "
+            f"{num_classes} outputs: not used"
+        )
     if names is None:
         return default_class_names(num_classes)
     if len(names) != num_classes:
@@ -210,18 +172,19 @@ def _class_names(spec: ModelCodeSpec, num_classes: int) -> list[str]:
 
 
 def _mean_std(
-    spec: ModelCodeSpec, arguments: dict[str, Any], name: str, notes: list[str]
-) -> tuple[float, float, float]:
-    """The user's value, else the constructor argument (``mean`` / ``image_mean``), else 0.5."""
+    spec: ModelCodeSpec, arguments: dict[str, Any], name: str, channels: int, notes: list[str]
+) -> tuple[float, ...]:
+    """The user's value, else the constructor argument (``mean`` / ``image_mean``), else 0.5;
+    one number or one per channel."""
     given = getattr(spec, name)
     if given is not None:
         return given
     for key in (name, f"image_{name}", f"norm_{name}"):
         value = arguments.get(key)
-        numbers = isinstance(value, (list, tuple)) and len(value) == 3
+        numbers = isinstance(value, (list, tuple)) and len(value) in (1, channels)
         if numbers and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             notes.append(f"{name} {list(value)} from the argument {key}")
-            return (float(value[0]), float(value[1]), float(value[2]))
+            return tuple(float(v) for v in value)
     notes.append(f"{name} not given: 0.5 per channel was used")
     return DEFAULT_MEAN_STD
 
@@ -229,14 +192,24 @@ def _mean_std(
 def _preprocessing(
     spec: ModelCodeSpec, arguments: dict[str, Any], layout: PatchLayout, notes: list[str]
 ) -> Preprocessing:
-    """Centre crop at the model's image size (the short side resized to it), mean / std."""
-    return Preprocessing(
-        image_size=layout.image_size,
-        resize="crop",
-        crop_pct=1.0,
-        mean=_mean_std(spec, arguments, "mean", notes),
-        std=_mean_std(spec, arguments, "std", notes),
-    )
+    """Centre crop at the model's image size (the short side resized to it), mean / std, and
+    the model's channels (a one-channel model gets the image's grayscale)."""
+    c = layout.in_channels
+    if c != 3:
+        notes.append(
+            f"{c}-channel inputs (from {layout.channels_from}): images are fed as grayscale"
+        )
+    try:
+        return Preprocessing(
+            image_size=layout.image_size,
+            resize="crop",
+            crop_pct=1.0,
+            mean=_mean_std(spec, arguments, "mean", c, notes),
+            std=_mean_std(spec, arguments, "std", c, notes),
+            channels=c,
+        )
+    except ValueError as exc:  # e.g. three means for a one-channel model
+        raise ModelCodeError(f"{exc} (the model takes {c}-channel inputs)") from exc
 
 
 def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
@@ -250,23 +223,29 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
     factory = find_factory(module, spec.name, file)
     inner = build_module(factory, spec.name, spec.args, file)
     notes: list[str] = []
+    weights = None
     if spec.checkpoint is not None:
-        load_state_dict(inner, spec.checkpoint.expanduser(), spec.name, notes)
+        weights = find_weights(inner, spec.checkpoint.expanduser(), spec.name)
+        inner.load_state_dict(weights.state, strict=True)
+        notes += weights.notes
     else:
         notes.append("no state dict given: the weights are the model's own initialisation")
     inner.eval()
     arguments = effective_args(factory, spec.args)
+    size, size_from = spec.image_size, "the settings"
+    if size is None and weights is not None and weights.image_size is not None:
+        size, size_from = weights.image_size, "the checkpoint"
     layout = find_layout(
-        inner, arguments, spec.patch_size, spec.image_size, file, spec.num_prefix_tokens
+        inner, arguments, spec.patch_size, size, file, spec.num_prefix_tokens, size_from
     )
     notes.append(layout.size_note)
     if window_attention_modules(inner):
-        return _load_swin(inner, layout, spec, file, arguments, notes)
+        return _load_swin(inner, layout, spec, file, arguments, notes, weights)
     run = _probe(inner, layout, spec.name, file)
     config = make_config(inner, layout, run, spec, notes)
     preprocessing = _preprocessing(spec, arguments, layout, notes)
     model = CapturedModel(inner, config).eval()
-    return _loaded(model, spec, file, preprocessing, notes)
+    return _loaded(model, spec, file, preprocessing, notes, weights)
 
 
 def _loaded(
@@ -275,12 +254,13 @@ def _loaded(
     file: Path,
     preprocessing: Preprocessing,
     notes: list[str],
+    weights: FoundWeights | None = None,
 ) -> LoadedModel:
     """The LoadedModel of a model from code (a ViT's CapturedModel or a SwinCodeModel: both
     duck-typed), its provenance the file, the class and the arguments."""
     return LoadedModel(
         model=model,  # type: ignore[arg-type]
-        class_names=_class_names(spec, model.config.num_classes),
+        class_names=_class_names(spec, model.config.num_classes, weights, notes),
         preprocessing=preprocessing,
         family=FAMILY,
         path=file,
@@ -300,18 +280,25 @@ def _load_swin(
     file: Path,
     arguments: dict[str, Any],
     notes: list[str],
+    weights: FoundWeights | None = None,
 ) -> LoadedModel:
     """A model with window-attention modules, opened as a Swin (``SwinCodeModel``)."""
     try:
         model = swin_code_model(
-            inner, layout.image_size, layout.patch_size, spec.swin_windows, spec.target
+            inner,
+            layout.image_size,
+            layout.patch_size,
+            spec.swin_windows,
+            spec.target,
+            layout.in_channels,
         )
     except ModelCodeError:
         raise
     except Exception as exc:
         h, w = layout.image_size
         raise ModelCodeError(
-            f"running {spec.name} on a 1×3×{h}×{w} input failed: {describe_exception(exc, file)}"
+            f"running {spec.name} on a 1×{layout.in_channels}×{h}×{w} input failed: "
+            f"{describe_exception(exc, file)}"
         ) from exc
     blocks = len(model.attention_names)
     notes.append(
@@ -319,4 +306,5 @@ def _load_swin(
         f"from {layout.source}; window layout from "
         + ("the settings" if spec.swin_windows is not None else "the modules' attributes")
     )
-    return _loaded(model, spec, file, _preprocessing(spec, arguments, layout, notes), notes)
+    preprocessing = _preprocessing(spec, arguments, layout, notes)
+    return _loaded(model, spec, file, preprocessing, notes, weights)

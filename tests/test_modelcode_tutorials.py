@@ -1,0 +1,290 @@
+"""The model files of trained tutorial ViTs, opened from their own code: one-channel models
+(Conv2d and unfold + Linear patches), post-norm without CLS, training checkpoints, tuple / dict
+/ probability outputs, config-object constructors. Each opens with the logits of the file's own
+forward pass and the attention of its attention modules computed by hand."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torchvision.transforms as T
+from PIL import Image
+from test_modelcode_layouts import (
+    fused_by_hand,
+    import_file,
+    multihead_by_hand,
+    scramble,
+    separate_by_hand,
+)
+from torch import Tensor, nn
+from tutorial_families import CONFIG_OBJECT, FACTORY, FAMILIES, MNIST_CONV, Family
+
+from vitviz.analysis import Analysis, analyze
+from vitviz.checkpoints import LoadedModel
+from vitviz.cli import main
+from vitviz.modelcode import ModelCodeError, load_model_code, make_spec
+
+BY_HAND = {"Attention": fused_by_hand, "MHSA": separate_by_hand}
+BY_HAND["MultiheadAttention"] = multihead_by_hand
+
+
+def write_source(folder: Path, source: str, name: str = "model.py") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(textwrap.dedent(source).lstrip(), encoding="utf-8")
+    return path
+
+
+def build(path: Path, name: str, args: dict, seed: int = 0) -> nn.Module:
+    """The model built the plain way (independent of vitviz), weights scrambled, eval mode."""
+    module = import_file(path)
+    torch.manual_seed(seed)
+    model = getattr(module, name)(**args)
+    scramble(model, seed)
+    with torch.no_grad():  # sharper attention where the scores are not scaled up elsewhere
+        for name, p in model.named_parameters():
+            if name.endswith(("query.weight", "key.weight")):
+                p.mul_(3.0)
+    return model.eval()
+
+
+def own_forward(model: nn.Module, x: Tensor) -> Tensor:
+    """The file's forward pass, the class-width tensor picked out as the test knows it is."""
+    with torch.no_grad():
+        out = model(x)
+    if isinstance(out, tuple):
+        return out[1]
+    if isinstance(out, dict):
+        return out["out"]
+    return out
+
+
+def attention_by_hand(model: nn.Module, attention_class: str, x: Tensor) -> list[Tensor]:
+    """Each attention module's attention from its input in a plain forward: L × (B, H, N, N)."""
+    inputs: list[tuple[nn.Module, tuple]] = []
+    handles = [
+        m.register_forward_pre_hook(lambda mod, args: inputs.append((mod, args)))
+        for m in model.modules()
+        if type(m).__name__ == attention_class
+    ]
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+        for h in handles:
+            h.remove()
+    with torch.no_grad():
+        return [BY_HAND[attention_class](mod, args) for mod, args in inputs]
+
+
+def assert_opens_exactly(
+    model: nn.Module, loaded: LoadedModel, attention_class: str, image: Path
+) -> Analysis:
+    """Logits (or probabilities) of the file's own forward at 1e-5 and attention by hand."""
+    a = analyze(loaded, image)
+    x = a.input[None]
+    given = own_forward(model, x)
+    outputs = getattr(loaded.model.config, "outputs", "logits")
+    if outputs == "probabilities":  # shown as given; the log is what gradients target
+        torch.testing.assert_close(a.probs, given[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(a.logits.exp(), given[0], atol=1e-5, rtol=0)
+    else:
+        torch.testing.assert_close(a.logits, given[0], atol=1e-5, rtol=1e-5)
+    hand = attention_by_hand(model, attention_class, x)
+    assert a.attention.shape[0] == len(hand)
+    for got, want in zip(a.attention, hand, strict=True):
+        torch.testing.assert_close(got, want[0], atol=1e-6, rtol=5e-4)
+    assert max(float(h.max()) for h in hand) > 0.5  # peaked: a wrong capture can't pass
+    return a
+
+
+@pytest.fixture(scope="module")
+def photo(photo_files) -> Path:
+    return photo_files["chelsea"]
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=[f.key for f in FAMILIES])
+def test_family_opens_from_its_own_code(family: Family, tmp_path: Path, photo: Path):
+    path = write_source(tmp_path, family.source)
+    model = build(path, family.name, family.args)
+    weights = tmp_path / "weights.pth"
+    torch.save(model.state_dict(), weights)
+    loaded = load_model_code(make_spec(path, family.name, family.args, weights, family.settings))
+    cfg = loaded.model.config
+    grid = family.image_size // family.patch
+    assert (cfg.depth, cfg.heads, cfg.num_prefix_tokens, cfg.num_classes) == (
+        family.depth,
+        family.heads,
+        family.prefix,
+        family.num_classes,
+    )
+    assert (cfg.patch_size, cfg.image_size, cfg.in_channels) == (
+        family.patch,
+        (family.image_size, family.image_size),
+        family.channels,
+    )
+    assert loaded.preprocessing.channels == family.channels
+    a = assert_opens_exactly(model, loaded, family.attention_class, photo)
+    assert a.input.shape == (family.channels, family.image_size, family.image_size)
+    assert a.grid == (grid, grid)
+    for m in (a.rollout(), a.gradient_rollout(), a.relevance()):
+        assert m.shape == (grid, grid) and torch.isfinite(m).all()
+
+
+def test_one_channel_input_is_the_grayscale_of_the_photo(tmp_path: Path, photo: Path):
+    """The one-channel model sees the photo's luma, resized and centre-cropped to 28, and
+    normalised with the mean and std given in one number each."""
+    path = write_source(tmp_path, MNIST_CONV)
+    model = build(path, "MnistViT", {})
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    settings = {"mean": 0.2860, "std": 0.3530}  # Fashion-MNIST's
+    loaded = load_model_code(make_spec(path, "MnistViT", {}, tmp_path / "w.pth", settings))
+    a = analyze(loaded, photo)
+    hand = T.Compose(
+        [
+            T.Grayscale(1),
+            T.Resize(28, interpolation=T.InterpolationMode.BICUBIC),
+            T.CenterCrop(28),
+            T.ToTensor(),
+            T.Normalize((0.2860,), (0.3530,)),
+        ]
+    )(Image.open(photo).convert("RGB"))
+    torch.testing.assert_close(a.input, hand, atol=1e-6, rtol=0)
+    assert any("1-channel inputs (from the patch Conv2d)" in n for n in loaded.notes)
+
+
+def test_one_channel_from_the_argument_and_the_first_linear(tmp_path: Path):
+    """in_channels=1 as an argument with a Linear patch embedding, and the patch Linear's
+    width alone (p² inputs) when no argument names the channels."""
+    unfold = next(f for f in FAMILIES if f.key == "mnist_unfold")
+    path = write_source(tmp_path, unfold.source)
+    loaded = load_model_code(make_spec(path, "UnfoldViT", {}))
+    assert loaded.model.config.in_channels == 1
+    assert any("the argument n_channels" in n for n in loaded.notes)
+    renamed = unfold.source.replace("n_channels", "chans")  # no known argument name
+    path = write_source(tmp_path / "renamed", renamed)
+    loaded = load_model_code(make_spec(path, "UnfoldViT", {}))
+    assert (loaded.model.config.in_channels, loaded.model.config.patch_size) == (1, 4)
+    assert any("the first Linear layer (16 inputs)" in n for n in loaded.notes)
+
+
+# -- training checkpoints ----------------------------------------------------------------------
+
+
+FASHION = ["T-shirt", "Trouser", "Pullover", "Dress", "Coat"]
+FASHION += ["Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+
+
+def training_checkpoint(model: nn.Module, **beside) -> dict:
+    """What a training script saves: weights, optimizer state, epoch, config, and ``beside``."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(2, 1, 28, 28)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    return {
+        "epoch": 12,
+        "optimizer_state": opt.state_dict(),
+        "config": {"dim": 32, "depth": 2, "lr": 1e-3},
+        "arch": "vit",
+        **beside,
+    }
+
+
+def test_a_training_checkpoint_opens_with_its_classes(tmp_path: Path, photo: Path):
+    path = write_source(tmp_path, MNIST_CONV)
+    model = build(path, "MnistViT", {})
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    ckpt = training_checkpoint(model, model_state=state, classes=FASHION, img_size=28)
+    torch.save(ckpt, tmp_path / "best.pth")
+    loaded = load_model_code(make_spec(path, "MnistViT", {}, tmp_path / "best.pth"))
+    assert loaded.class_names == FASHION
+    assert "weights from the key 'model_state' of the checkpoint" in loaded.notes
+    assert "10 class names from the checkpoint's 'classes'" in loaded.notes
+    assert "image size 28×28 from the checkpoint's 'img_size'" in loaded.notes
+    assert "image size 28 given in the checkpoint" in loaded.notes
+    model.load_state_dict(state)
+    assert_opens_exactly(model, loaded, "Attention", photo)
+
+
+def test_weights_are_found_by_the_models_names_whatever_the_key(tmp_path: Path):
+    """Nested under any key, with a 'module.' prefix, beside an EMA copy that also fits, with
+    class_to_idx for names; a dict whose tensors are not the model's is refused by name."""
+    path = write_source(tmp_path, MNIST_CONV)
+    model = build(path, "MnistViT", {})
+    state = model.state_dict()
+    ema = {k: v + 1 for k, v in state.items()}
+    wrapped = {f"module.{k}": v for k, v in state.items()}
+    ckpt = {
+        "run": {
+            "weights": wrapped,
+            "ema": ema,
+            "class_to_idx": {n: i for i, n in enumerate(FASHION)},
+        },
+        "step": 5,
+    }
+    torch.save(ckpt, tmp_path / "nested.pth")
+    loaded = load_model_code(make_spec(path, "MnistViT", {}, tmp_path / "nested.pth"))
+    inner = loaded.model.inner
+    for k, v in state.items():
+        torch.testing.assert_close(inner.state_dict()[k], v, atol=0, rtol=0)  # not the EMA
+    assert loaded.class_names == FASHION
+    assert "weights from the key 'run'/'weights' of the checkpoint" in loaded.notes
+    assert "the key 'run'/'ema' also fits the model: not used" in loaded.notes
+    assert "state dict keys had the prefix 'module.'; it was removed" in loaded.notes
+    torch.save({"optimizer": {"state": {0: {"exp_avg": torch.zeros(3)}}}}, tmp_path / "opt.pth")
+    with pytest.raises(ModelCodeError) as info:
+        load_model_code(make_spec(path, "MnistViT", {}, tmp_path / "opt.pth"))
+    assert "opt.pth does not match the model MnistViT" in str(info.value)
+    assert "(the state dict under 'optimizer'/'state'" not in str(info.value)
+
+
+def test_a_checkpoint_that_needs_code_is_refused_and_nothing_runs(tmp_path: Path):
+    """A checkpoint pickling an object (an argparse Namespace of the run) is refused by the
+    weights_only reader; the object's class is named, not imported or called."""
+    import argparse
+
+    path = write_source(tmp_path, MNIST_CONV)
+    model = build(path, "MnistViT", {})
+    torch.save({"model": model.state_dict(), "args": argparse.Namespace(lr=1)}, tmp_path / "a.pth")
+    with pytest.raises(ModelCodeError, match=r"argparse\.Namespace"):
+        load_model_code(make_spec(path, "MnistViT", {}, tmp_path / "a.pth"))
+
+
+# -- a config-object constructor opened through a two-line factory --------------------------
+
+
+def test_a_config_object_constructor_opens_through_a_factory(tmp_path: Path, photo: Path):
+    path = write_source(tmp_path, CONFIG_OBJECT)
+    factory = write_source(tmp_path, FACTORY, "factory.py")
+    module = import_file(path)
+    torch.manual_seed(0)
+    model = module.ConfigViT(module.ViTConfig(depth=3))
+    scramble(model, 0)
+    model.eval()
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    loaded = load_model_code(make_spec(factory, "make_vit", {"depth": 3}, tmp_path / "w.pth"))
+    assert (loaded.model.config.depth, loaded.model.config.image_size) == (3, (32, 32))
+    assert_opens_exactly(model, loaded, "Attention", photo)
+
+
+def test_cli_explain_opens_a_one_channel_training_checkpoint(tmp_path: Path, photo: Path, capsys):
+    path = write_source(tmp_path, MNIST_CONV)
+    model = build(path, "MnistViT", {})
+    ckpt = training_checkpoint(model, model_state_dict=model.state_dict(), classes=FASHION)
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    argv = ["explain", str(photo), "--model-code", f"{path}:MnistViT", "--model-args", "{}"]
+    argv += ["--checkpoint", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    capsys.readouterr()
+    argv = ["info", str(tmp_path / "ckpt.pt"), "--model-code", f"{path}:MnistViT", "--json"]
+    assert main(argv) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["class_names"] == FASHION
+    assert d["config"]["in_channels"] == 1 and d["preprocessing"]["channels"] == 1
