@@ -241,8 +241,11 @@ def test_weights_are_found_by_the_models_names_whatever_the_key(tmp_path: Path):
     torch.save({"optimizer": {"state": {0: {"exp_avg": torch.zeros(3)}}}}, tmp_path / "opt.pth")
     with pytest.raises(ModelCodeError) as info:
         load_model_code(make_spec(path, "MnistViT", {}, tmp_path / "opt.pth"))
-    assert "opt.pth does not match the model MnistViT" in str(info.value)
-    assert "(the state dict under 'optimizer'/'state'" not in str(info.value)
+    assert str(info.value) == (
+        "opt.pth holds a dict with 1 dict(s) of tensors, none with the parameter names of "
+        "MnistViT (its keys: 'optimizer'); give the file that torch.save(model.state_dict(), "
+        "...) wrote for this model"
+    )
 
 
 def test_a_checkpoint_that_needs_code_is_refused_and_nothing_runs(tmp_path: Path):
@@ -288,3 +291,75 @@ def test_cli_explain_opens_a_one_channel_training_checkpoint(tmp_path: Path, pho
     d = json.loads(capsys.readouterr().out)
     assert d["class_names"] == FASHION
     assert d["config"]["in_channels"] == 1 and d["preprocessing"]["channels"] == 1
+
+
+# -- outputs as written ------------------------------------------------------------------------
+
+
+RETURNS_FAMILY = next(f for f in FAMILIES if f.key == "tuple_output")
+
+
+@pytest.mark.parametrize(
+    ("output", "kind", "note"),
+    [
+        ("tuple", "logits", "the class scores are element 1 of the returned tuple; left out: "
+         "element 0 of the returned tuple (1×17×32)"),
+        ("dict", "logits", "the class scores are the returned dict's 'out'; left out: the "
+         "returned dict's 'features' (1×17×32)"),
+        ("softmax", "probabilities", "the model returns probabilities (rows sum to 1): they "
+         "are shown as given; gradient methods target their log"),
+        ("log_softmax", "log-probabilities", "the model returns log-probabilities "
+         "(log-softmax): the probabilities shown are their exp; gradient methods target them"),
+        ("logits", "logits", None),
+    ],
+)  # fmt: skip
+def test_the_output_is_read_as_written_and_said(output, kind, note, tmp_path: Path):
+    path = write_source(tmp_path, RETURNS_FAMILY.source)
+    model = build(path, "TupleViT", {"output": output})
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    loaded = load_model_code(make_spec(path, "TupleViT", {"output": output}, tmp_path / "w.pth"))
+    assert loaded.model.config.outputs == kind
+    said = [n for n in loaded.notes if n.startswith(("the class scores", "the model returns"))]
+    assert said == ([note] if note else [])
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    logits = build(path, "TupleViT", {"output": "logits"})(x).detach()  # same seed, same weights
+    got = loaded.model(x)  # what vitviz's maps and gradients use
+    want = logits.log_softmax(-1) if kind != "logits" else logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_gradient_methods_target_the_log_probability(tmp_path: Path, photo: Path):
+    """For a softmax model, ∂/∂A of vitviz's target is ∂ log p_c/∂A, the same as for the
+    log-softmax model with the same weights."""
+    maps = {}
+    for output in ("softmax", "log_softmax"):
+        path = write_source(tmp_path / output, RETURNS_FAMILY.source)
+        model = build(path, "TupleViT", {"output": output})
+        torch.save(model.state_dict(), tmp_path / output / "w.pth")
+        spec = make_spec(path, "TupleViT", {"output": output}, tmp_path / output / "w.pth")
+        a = analyze(load_model_code(spec), photo)
+        maps[output] = (a.probs, a.gradient_rollout(target_class=1), a.relevance(target_class=1))
+    for got, want in zip(maps["softmax"], maps["log_softmax"], strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_output_kind_detection_holds_on_both_and_not_on_logits():
+    from vitviz.modelcode.outputs import output_kind
+
+    logits = torch.randn(3, 10, generator=torch.Generator().manual_seed(0)) * 4
+    assert output_kind(logits) == "logits"
+    assert output_kind(logits.softmax(-1)) == "probabilities"
+    assert output_kind(logits.log_softmax(-1)) == "log-probabilities"
+    assert output_kind(logits.sigmoid()) == "logits"  # ≥ 0 but rows don't sum to 1
+    assert output_kind(logits.softmax(-1)[:, :1]) == "logits"  # one class: nothing to tell
+    assert output_kind(-logits.abs()) == "logits"  # ≤ 0 but not a log-softmax
+
+
+def test_cli_says_the_probability_is_the_models_own(tmp_path: Path, photo: Path, capsys):
+    path = write_source(tmp_path, RETURNS_FAMILY.source)
+    model = build(path, "TupleViT", {"output": "softmax"})
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    argv = ["explain", str(photo), "--model-code", f"{path}:TupleViT"]
+    argv += ["--model-args", '{"output": "softmax"}', "--checkpoint", str(tmp_path / "w.pth")]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    assert ", the model's own probability) ->" in capsys.readouterr().err

@@ -111,6 +111,8 @@ def make_config(
             f"{spec.name} returned a tensor of shape {tuple(logits.shape)} for one image; "
             "vitviz needs logits of shape (batch, classes)"
         )
+    if run.reading.note():
+        notes.append(run.reading.note())
     layers, tokens = _attention_layers(run, inner, layout, spec, notes)
     heads = {a.shape[1] for a in layers}
     if len(heads) > 1:
@@ -137,6 +139,8 @@ def make_config(
         num_prefix_tokens=prefix,
         in_channels=layout.in_channels,
         source=spec.target,
+        outputs=run.reading.kind,
+        output_path=run.reading.path,
     )
 
 

@@ -144,6 +144,21 @@ def _mismatch(
     )
 
 
+def _no_weights(obj: Any, path: Path, name: str, dicts: int) -> ModelCodeError:
+    kind = type(obj).__name__
+    keys = ", ".join(map(repr, list(obj)[:8])) if isinstance(obj, dict) else ""
+    held = (
+        f"{dicts} dict(s) of tensors, none with the parameter names of {name}"
+        if dicts
+        else ("no model weights")
+    )
+    return ModelCodeError(
+        f"{path.name} holds a {kind} with {held}"
+        + (f" (its keys: {keys})" if keys else "")
+        + "; give the file that torch.save(model.state_dict(), ...) wrote for this model"
+    )
+
+
 def _listed(keys: list[str], limit: int = 8) -> str:
     shown = ", ".join(keys[:limit])
     return shown + (f" … ({len(keys)} in all)" if len(keys) > limit else "")
@@ -167,15 +182,9 @@ def find_weights(model: nn.Module, path: Path, name: str) -> FoundWeights:
         candidates.append((key_path, state, prefix, shapes_fit))
     fitting = sorted((c for c in candidates if c[3]), key=lambda c: (_rank(c[0]), len(c[0])))
     if not fitting:
-        if not candidates:
-            kind = type(obj).__name__
-            keys = ", ".join(map(repr, list(obj)[:8])) if isinstance(obj, dict) else ""
-            raise ModelCodeError(
-                f"{path.name} holds a {kind} without model weights in it"
-                + (f" (keys: {keys})" if keys else "")
-                + "; give the file that torch.save(model.state_dict(), ...) wrote"
-            )
-        closest = max(candidates, key=lambda c: len(set(c[1]) & names))
+        closest = max(candidates, key=lambda c: len(set(c[1]) & names), default=None)
+        if closest is None or not set(closest[1]) & names:
+            raise _no_weights(obj, path, name, len(candidates))
         raise _mismatch(closest[1], own, closest[0], path.name, name)
     key_path, state, prefix, _ = fitting[0]
     found = FoundWeights(state=state, where=_where(key_path))
