@@ -21,7 +21,15 @@ from test_modelcode_layouts import (
     separate_by_hand,
 )
 from torch import Tensor, nn
-from tutorial_families import CONFIG_OBJECT, FACTORY, FAMILIES, MNIST_CONV, Family
+from tutorial_families import (
+    CONFIG_OBJECT,
+    FACTORY,
+    FAMILIES,
+    FIXED_BATCH,
+    MNIST_CONV,
+    REARRANGE_LINEAR,
+    Family,
+)
 
 from vitviz.analysis import Analysis, analyze
 from vitviz.checkpoints import LoadedModel
@@ -363,3 +371,61 @@ def test_cli_says_the_probability_is_the_models_own(tmp_path: Path, photo: Path,
     argv += ["--model-args", '{"output": "softmax"}', "--checkpoint", str(tmp_path / "w.pth")]
     assert main([*argv, "--out", str(tmp_path / "out")]) == 0
     assert ", the model's own probability) ->" in capsys.readouterr().err
+
+
+# -- patches without a Conv2d; a batch size fixed inside forward --------------------------------
+
+
+def test_rearrange_and_linear_patches_of_a_one_channel_model(tmp_path: Path, photo: Path):
+    """No patch-size argument: p = 4 from the Linear's 16 inputs and one channel (the image
+    size argument and no channel argument: p² over C = 1), checked against the tokens made."""
+    path = write_source(tmp_path, REARRANGE_LINEAR)
+    model = build(path, "Net", {})
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    loaded = load_model_code(make_spec(path, "Net", {}, tmp_path / "w.pth"))
+    cfg = loaded.model.config
+    assert (cfg.patch_size, cfg.in_channels, cfg.image_size, cfg.num_prefix_tokens) == (
+        4,
+        1,
+        (28, 28),
+        1,
+    )
+    assert any(
+        "patch size 4 from the first Linear layer (16 inputs = 1×4×4), checked: it takes the "
+        "49 patches of a 28×28 image" in n
+        for n in loaded.notes
+    )
+    assert_opens_exactly(model, loaded, "Attention", photo)
+
+
+def test_a_batch_size_fixed_in_forward_is_refused_naming_the_line(tmp_path: Path):
+    path = write_source(tmp_path, FIXED_BATCH)
+    line = path.read_text().splitlines().index("        x = x.view(64, 49, -1)") + 1
+    with pytest.raises(ModelCodeError) as info:
+        load_model_code(make_spec(path, "Net", {}))
+    assert str(info.value) == (
+        f"the model's forward pass fixes the batch size at 64 (model.py, line {line}: "
+        "x = x.view(64, 49, -1)), so it can't run on 1 image(s); vitviz runs one image or a "
+        "few at a time: write x.shape[0] (or -1) there instead of 64"
+    )
+    # The same refusal when the image size is given (no size probe: the first pass says it).
+    with pytest.raises(ModelCodeError, match="fixes the batch size at 64"):
+        load_model_code(make_spec(path, "Net", {}, settings={"image_size": 28, "patch_size": 4}))
+
+
+def test_fixed_batch_is_read_only_from_a_view_of_the_batch():
+    from vitviz.modelcode.errors import fixed_batch
+
+    x = torch.zeros(1, 49, 16)
+    for shape, want in (((64, 49, 16), 64), ((64, -1, 16), 64), ((1, 50, 16), None)):
+        try:
+            x.view(*shape)
+        except RuntimeError as exc:
+            assert fixed_batch(exc) == want, shape
+        else:
+            raise AssertionError(f"view{shape} ran")
+    try:
+        x.view(2, 49, 8)  # a wrong head split of one image, not a batch
+    except RuntimeError as exc:
+        assert fixed_batch(exc) is None
+    assert fixed_batch(ValueError("shape '[64, 49, 16]' is invalid for input of size 784")) is None

@@ -234,3 +234,52 @@ FAMILIES = [
     Family("log_softmax_output", RETURNS, "TupleViT", {"output": "log_softmax"}, "Attention",
            2, 2, 1, 5),
 ]  # fmt: skip
+
+# einops Rearrange + Linear over p·p·C inputs (one channel), an image size argument and no
+# patch-size argument; and the same model fixing its batch size in forward (``view(64, ...)``).
+REARRANGE_LINEAR = """
+import torch
+from einops.layers.torch import Rearrange
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.scale = (dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        attn = ((qkv[0] @ qkv[1].transpose(-2, -1)) * self.scale).softmax(dim=-1)
+        return self.proj((attn @ qkv[2]).transpose(1, 2).reshape(B, N, C))
+
+
+class Net(nn.Module):
+    def __init__(self, image_size=28, grid=7, dim=32, heads=4, depth=2, num_classes=10):
+        super().__init__()
+        p = image_size // grid
+        self.to_patch = nn.Sequential(
+            Rearrange("b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=p, p2=p),
+            nn.Linear(p * p, dim),
+        )
+        self.cls = nn.Parameter(torch.randn(1, 1, dim))
+        self.pos = nn.Parameter(torch.randn(1, grid * grid + 1, dim))
+        self.layers = nn.ModuleList([Attention(dim, heads) for _ in range(depth)])
+        self.out = nn.Linear(dim, num_classes)
+
+    def forward(self, img):
+        x = self.to_patch(img)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos
+        for layer in self.layers:
+            x = x + layer(x)
+        return self.out(x[:, 0])
+"""
+
+FIXED_BATCH = REARRANGE_LINEAR.replace(
+    "        x = self.to_patch(img)\n",
+    "        x = self.to_patch(img)\n        x = x.view(64, 49, -1)\n",
+)

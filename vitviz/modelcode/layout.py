@@ -231,6 +231,9 @@ def find_layout(
     stated = stated_channels(model, conv, args)
     if patch_size is not None:
         patch, source, guess = patch_size, "given", None
+        if conv is None:  # a patch Linear of C·p² inputs still tells the channels
+            found = patch_linear(model, stated[0])
+            guess = found if found is not None and found[1] == patch else None
     else:
         patch, source, guess = _patch(model, conv, args, stated[0])
     channels, channels_from = _channels(stated, guess)
@@ -256,4 +259,6 @@ def find_layout(
                 f"could not find the patch size: {patch} was read from {source}, but {problem}. "
                 "Give the patch size in the settings (patch_size)."
             )
+        patches = (h // patch) * (w // patch)
+        source += f", checked: it takes the {patches} patches of a {h}×{w} image"
     return PatchLayout(patch, (h, w), channels, source, size_note, channels_from)

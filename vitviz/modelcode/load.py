@@ -13,7 +13,7 @@ from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
 from vitviz.modelcode.blocks import pick_blocks
-from vitviz.modelcode.errors import ModelCodeError, describe_exception
+from vitviz.modelcode.errors import ModelCodeError, describe_exception, fixed_batch_error
 from vitviz.modelcode.importing import (
     build_module,
     effective_args,
@@ -58,6 +58,9 @@ def _probe(inner: nn.Module, layout: PatchLayout, name: str, file: Path) -> RawR
     except ModelCodeError:
         raise
     except Exception as exc:
+        refusal = fixed_batch_error(exc, file)
+        if refusal is not None:
+            raise refusal from exc
         raise ModelCodeError(
             f"running {name} on a 1×{layout.in_channels}×{h}×{w} input failed: "
             f"{describe_exception(exc, file)}"

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from vitviz.modelcode.errors import ModelCodeError, describe_exception
+from vitviz.modelcode.errors import ModelCodeError, describe_exception, fixed_batch_error
 
 COMMON_SIZES = (28, 32, 64, 96, 128, 224, 256, 384, 512)
 MAX_GRID = 32  # patches a side: at most 1,024 patch tokens in a probe
@@ -160,7 +160,11 @@ def _device(model: nn.Module) -> torch.device:
 
 
 def _run(
-    model: nn.Module, channels: int, size: tuple[int, int], linear: nn.Linear | None
+    model: nn.Module,
+    channels: int,
+    size: tuple[int, int],
+    linear: nn.Linear | None,
+    file: Path | None,
 ) -> tuple[BaseException | None, list[tuple[int, ...]]]:
     """One no-gradient pass on a random 1×C×H×W image: its exception (or None) and the
     input shapes ``linear`` saw."""
@@ -169,7 +173,10 @@ def _run(
     try:
         with torch.no_grad(), _watch_linear(linear) as shapes:
             model(x)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a size the model refuses, told back
+    except (Exception, SystemExit) as exc:  # a size the model refuses, told back
+        refusal = fixed_batch_error(exc, file)
+        if refusal is not None:  # no image size would run: say why at once
+            raise refusal from exc
         return exc, shapes
     return None, shapes
 
@@ -195,7 +202,7 @@ def try_size(
     With ``patch_linear`` (a patch size read from a Linear layer), the pass only counts when
     that layer took the (S/patch)² patches of the image.
     """
-    exc, shapes = _run(model, channels, (size, size), patch_linear)
+    exc, shapes = _run(model, channels, (size, size), patch_linear, file)
     if exc is not None:
         return describe_exception(exc, file)
     if patch_linear is not None:
@@ -215,7 +222,7 @@ def check_patch_linear(
 
     A forward pass that fails is left to the caller's own probe (None here).
     """
-    exc, shapes = _run(model, channels, size, linear)
+    exc, shapes = _run(model, channels, size, linear, file)
     if exc is not None:
         return None
     return _linear_problem(shapes, (size[0] // patch) * (size[1] // patch))
