@@ -237,25 +237,10 @@ FAMILIES = [
 
 # einops Rearrange + Linear over p·p·C inputs (one channel), an image size argument and no
 # patch-size argument; and the same model fixing its batch size in forward (``view(64, ...)``).
-REARRANGE_LINEAR = """
-import torch
+REARRANGE_LINEAR = (
+    ATTENTION
+    + """
 from einops.layers.torch import Rearrange
-from torch import nn
-
-
-class Attention(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.scale = (dim // heads) ** -0.5
-        self.qkv = nn.Linear(dim, dim * 3)
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        B, N, C = x.shape
-        qkv = self.qkv(x).reshape(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
-        attn = ((qkv[0] @ qkv[1].transpose(-2, -1)) * self.scale).softmax(dim=-1)
-        return self.proj((attn @ qkv[2]).transpose(1, 2).reshape(B, N, C))
 
 
 class Net(nn.Module):
@@ -278,6 +263,7 @@ class Net(nn.Module):
             x = x + layer(x)
         return self.out(x[:, 0])
 """
+)
 
 FIXED_BATCH = REARRANGE_LINEAR.replace(
     "        x = self.to_patch(img)\n",
