@@ -429,3 +429,93 @@ def test_fixed_batch_is_read_only_from_a_view_of_the_batch():
     except RuntimeError as exc:
         assert fixed_batch(exc) is None
     assert fixed_batch(ValueError("shape '[64, 49, 16]' is invalid for input of size 784")) is None
+
+
+# -- messages that lead somewhere --------------------------------------------------------------
+
+
+def test_a_config_object_constructor_is_pointed_to_a_factory(tmp_path: Path):
+    path = write_source(tmp_path, CONFIG_OBJECT)
+    hint = (
+        "ConfigViT takes a config object (config), which JSON arguments can't make: write a "
+        "two-line factory in a file beside it, def make_model(): return ConfigViT(ViTConfig(...)), "
+        "and open that with --model-code factory.py:make_model"
+    )
+    for args in ({}, {"config": {"depth": 2}}):  # nothing, or a dict where the object goes
+        with pytest.raises(ModelCodeError) as info:
+            load_model_code(make_spec(path, "ConfigViT", args))
+        assert str(info.value).endswith(hint), args
+
+
+def test_a_constructor_reading_a_script_global_is_pointed_to_a_factory(tmp_path: Path):
+    source = MNIST_CONV.replace(
+        "super().__init__()", "super().__init__()\n        dim = CFG.dim", 1
+    )
+    path = write_source(tmp_path, source)
+    with pytest.raises(ModelCodeError) as info:
+        load_model_code(make_spec(path, "MnistViT", {}))
+    assert str(info.value).endswith(
+        "MnistViT reads the global 'CFG', which the file does not define when imported (a "
+        "script sets it): write a two-line factory that sets it first, def make_model(): "
+        "model.CFG = ...; return model.MnistViT(...), and open factory.py:make_model"
+    )
+
+
+def test_missing_arguments_are_named_as_model_args(tmp_path: Path):
+    source = MNIST_CONV.replace("in_channels=1, img_size=28,", "in_channels, img_size,")
+    path = write_source(tmp_path, source)
+    with pytest.raises(ModelCodeError) as info:
+        load_model_code(make_spec(path, "MnistViT", {"img_size": 28}))
+    assert str(info.value).endswith("give it in --model-args '{\"in_channels\": …}'")
+
+
+def test_a_mismatched_state_dict_says_the_arguments_its_shapes_say(tmp_path: Path):
+    path = write_source(tmp_path, MNIST_CONV)
+    trained = build(path, "MnistViT", {"depth": 3, "num_classes": 7})
+    torch.save({"model_state": trained.state_dict(), "epoch": 3}, tmp_path / "w.pth")
+    with pytest.raises(ModelCodeError) as info:
+        load_model_code(make_spec(path, "MnistViT", {}, tmp_path / "w.pth"))
+    message = str(info.value)
+    assert message.startswith(
+        "w.pth (the state dict under 'model_state') does not match the model MnistViT"
+    )
+    assert message.endswith('its shapes say --model-args \'{"num_classes": 7, "depth": 3}\'')
+    args = {"num_classes": 7, "depth": 3}
+    loaded = load_model_code(make_spec(path, "MnistViT", args, tmp_path / "w.pth"))
+    assert (loaded.model.config.depth, loaded.model.config.num_classes) == (3, 7)
+
+
+def test_too_few_tokens_and_wrong_prefix_name_the_settings(tmp_path: Path):
+    path = write_source(tmp_path, MNIST_CONV)
+    with pytest.raises(ModelCodeError) as info:
+        load_model_code(make_spec(path, "MnistViT", {}, settings={"num_prefix_tokens": 3}))
+    assert str(info.value) == (
+        "no attention over 19 tokens was seen (sizes seen: [17]); give it in the settings: "
+        '--config FILE.json holding {"num_prefix_tokens": 1} (in the window: Prefix tokens)'
+    )
+
+
+def test_the_readme_factory_opens_a_config_object_constructor(tmp_path: Path):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("```python\n# factory.py\n", 1)[1].split("```", 1)[0]
+    source = CONFIG_OBJECT.replace("ConfigViT", "ViT")
+    path = write_source(tmp_path, source)
+    factory = write_source(tmp_path, block, "factory.py")
+    loaded = load_model_code(make_spec(factory, "make_vit", {"depth": 3}))
+    cfg = loaded.model.config
+    assert (cfg.depth, cfg.image_size, cfg.patch_size, cfg.num_classes) == (3, (28, 28), 7, 10)
+    assert path.is_file()
+
+
+def test_a_factory_imports_its_own_folders_model_not_an_earlier_one(tmp_path: Path):
+    """Two projects, each with model.py and factory.py, opened one after the other in one
+    session: each factory gets its own folder's model (the first one's is not reused)."""
+    depths = []
+    for depth in (2, 3):
+        folder = tmp_path / f"project{depth}"
+        write_source(folder, CONFIG_OBJECT.replace("depth: int = 2", f"depth: int = {depth}"))
+        make = "from model import ConfigViT, ViTConfig\n\n\ndef make_vit():\n"
+        make += "    return ConfigViT(ViTConfig())\n"
+        factory = write_source(folder, make, "factory.py")
+        depths.append(load_model_code(make_spec(factory, "make_vit")).model.config.depth)
+    assert depths == [2, 3]

@@ -18,6 +18,24 @@ class ModelCodeError(VitvizError):
     """A model file that can't be used as given; the message says what was wrong and where."""
 
 
+_FIELDS = {
+    "image_size": "Image size",
+    "patch_size": "Patch size",
+    "num_prefix_tokens": "Prefix tokens",
+}
+
+
+def setting_hint(values: dict[str, str]) -> str:
+    """'give it in the settings: --config FILE.json holding {"image_size": N} (in the window:
+    Image size)' for the settings ``values`` (key -> example text)."""
+    shown = ", ".join(f'"{k}": {v}' for k, v in values.items())
+    fields = " and ".join(_FIELDS.get(k, k) for k in values)
+    return (
+        f"give {'it' if len(values) == 1 else 'them'} in the settings: --config FILE.json "
+        f"holding {{{shown}}} (in the window: {fields})"
+    )
+
+
 def _same_file(a: str, b: Path) -> bool:
     try:
         return os.path.realpath(a) == os.path.realpath(b)

@@ -20,7 +20,7 @@ from typing import Any
 from torch import nn
 
 from vitviz.imaging.preprocess import IMAGE_CHANNELS
-from vitviz.modelcode.errors import ModelCodeError
+from vitviz.modelcode.errors import ModelCodeError, setting_hint
 from vitviz.modelcode.sizing import check_patch_linear, find_image_size
 
 PATCH_ARGS = ("patch_size", "patch", "patch_sz", "patchsize", "patch_res")
@@ -151,8 +151,7 @@ def _patch(
         raise ModelCodeError(
             "could not find the patch size: the model has no Conv2d whose stride equals "
             "its kernel, no patch_size argument or attribute, and its first Linear layer "
-            f"does not take {takes} inputs. Give the patch size in the settings "
-            "(patch_size)."
+            f"does not take {takes} inputs; {setting_hint({'patch_size': 'P'})}"
         )
     linear, p, c = found
     return p, f"the first Linear layer ({linear.in_features} inputs = {c}×{p}×{p})", found
@@ -256,8 +255,8 @@ def find_layout(
         problem = check_patch_linear(model, linear, (h, w), patch, channels, file)
         if problem:
             raise ModelCodeError(
-                f"could not find the patch size: {patch} was read from {source}, but {problem}. "
-                "Give the patch size in the settings (patch_size)."
+                f"could not find the patch size: {patch} was read from {source}, but {problem}; "
+                f"{setting_hint({'patch_size': 'P'})}"
             )
         patches = (h // patch) * (w // patch)
         source += f", checked: it takes the {patches} patches of a {h}×{w} image"

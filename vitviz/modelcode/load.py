@@ -13,12 +13,18 @@ from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
 from vitviz.modelcode.blocks import pick_blocks
-from vitviz.modelcode.errors import ModelCodeError, describe_exception, fixed_batch_error
+from vitviz.modelcode.errors import (
+    ModelCodeError,
+    describe_exception,
+    fixed_batch_error,
+    setting_hint,
+)
 from vitviz.modelcode.importing import (
     build_module,
     effective_args,
     find_factory,
     import_model_file,
+    parameter_names,
 )
 from vitviz.modelcode.layout import PatchLayout, find_layout, patch_conv
 from vitviz.modelcode.spec import ModelCodeSpec, read_class_names
@@ -88,14 +94,16 @@ def _attention_layers(
             raise ModelCodeError(
                 f"the attention seen is over {sizes} tokens, fewer than the {gh}×{gw} patches of "
                 f"a {layout.image_size[0]}×{layout.image_size[1]} image with "
-                f"{layout.patch_size}-pixel patches: check the patch size and image size"
+                f"{layout.patch_size}-pixel patches; "
+                + setting_hint({"patch_size": "P", "image_size": "N"})
             )
         tokens = counts.most_common(1)[0][0]
     layers = [a for a in seen if a.shape[-1] == tokens]
     if not layers:
+        prefixes = sorted({n - gh * gw for n in sizes if n >= gh * gw})
         raise ModelCodeError(
             f"no attention over {tokens} tokens was seen (sizes seen: {sizes}); "
-            "check num_prefix_tokens"
+            + setting_hint({"num_prefix_tokens": str(prefixes[0]) if prefixes else "K"})
         )
     if len(layers) < len(seen):
         notes.append(
@@ -232,7 +240,8 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
     notes: list[str] = []
     weights = None
     if spec.checkpoint is not None:
-        weights = find_weights(inner, spec.checkpoint.expanduser(), spec.name)
+        params = parameter_names(factory)
+        weights = find_weights(inner, spec.checkpoint.expanduser(), spec.name, params)
         inner.load_state_dict(weights.state, strict=True)
         notes += weights.notes
     else:

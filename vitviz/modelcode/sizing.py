@@ -19,7 +19,12 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from vitviz.modelcode.errors import ModelCodeError, describe_exception, fixed_batch_error
+from vitviz.modelcode.errors import (
+    ModelCodeError,
+    describe_exception,
+    fixed_batch_error,
+    setting_hint,
+)
 
 COMMON_SIZES = (28, 32, 64, 96, 128, 224, 256, 384, 512)
 MAX_GRID = 32  # patches a side: at most 1,024 patch tokens in a probe
@@ -294,8 +299,8 @@ def find_image_size(
         later = [s for s in order if s not in trials.tried][:1]
         if later and try_size(model, channels, later[0], file, patch_linear, patch) is None:
             note += (
-                f"; it runs at {later[0]} too, so give image_size in the settings if it was "
-                "trained at another size"
+                f"; it runs at {later[0]} too: if it was trained at another size, "
+                + setting_hint({"image_size": "N"})
             )
         return FoundSize((size, size), note)
     raise ModelCodeError(_failure(trials, tables, channels, patch))
@@ -314,4 +319,4 @@ def _failure(trials: _Trials, tables: list[_Candidate], channels: int, patch: in
     text = "; ".join(parts)
     if trials.first_error:
         text += f"; at {trials.first_error_size}: {trials.first_error}"
-    return text + ". Give the image size in the settings (image_size)."
+    return f"{text}; {setting_hint({'image_size': 'N'})}, N the size it was trained at"

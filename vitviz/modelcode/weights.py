@@ -11,6 +11,8 @@ vitviz's safe reader (weights_only): nothing in it runs.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,8 +121,50 @@ def _beside(found: FoundWeights, homes: list[dict]) -> None:
                 found.notes.append(f"image size {size[0]}×{size[1]} from the checkpoint's {key!r}")
 
 
+CLASS_ARGS = ("num_classes", "n_classes", "classes", "num_class", "n_class", "out_d", "out_dim")
+DEPTH_ARGS = ("depth", "num_layers", "n_layers", "n_blocks", "num_blocks", "layers", "blocks")
+_INDEXED = re.compile(r"^(.*?)\.(\d+)\.")
+
+
+def _depths(keys: Any) -> dict[str, int]:
+    """{container prefix: 1 + its largest index} over keys such as 'blocks.5.attn.qkv.weight'."""
+    out: dict[str, int] = {}
+    for k in keys:
+        m = _INDEXED.match(k)
+        if m:
+            out[m.group(1)] = max(out.get(m.group(1), 0), int(m.group(2)) + 1)
+    return out
+
+
+def suggested_args(
+    state: dict[str, Tensor], own: dict[str, Tensor], params: set[str]
+) -> dict[str, int]:
+    """Constructor arguments the file's shapes say, by the constructor's own parameter names:
+    the class count of the last weight matrix, the depth of the block list."""
+    out: dict[str, int] = {}
+    matrices = [k for k, v in own.items() if v.ndim == 2]
+    last = matrices[-1] if matrices else None
+    if last in state and state[last].ndim == 2 and state[last].shape[1] == own[last].shape[1]:
+        n = int(state[last].shape[0])
+        key = next((a for a in CLASS_ARGS if a in params), None)
+        if key and n != own[last].shape[0]:
+            out[key] = n
+    theirs, ours = _depths(state), _depths(own)
+    for prefix, depth in theirs.items():
+        key = next((a for a in DEPTH_ARGS if a in params), None)
+        if key and prefix in ours and ours[prefix] != depth:
+            out[key] = depth
+            break
+    return out
+
+
 def _mismatch(
-    state: dict[str, Tensor], own: dict[str, Tensor], path: tuple[str, ...], file: str, name: str
+    state: dict[str, Tensor],
+    own: dict[str, Tensor],
+    path: tuple[str, ...],
+    file: str,
+    name: str,
+    params: set[str],
 ) -> ModelCodeError:
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
@@ -137,10 +181,16 @@ def _mismatch(
     if mismatched:
         parts.append(f"shape mismatches ({len(mismatched)}): {_listed(mismatched, 4)}")
     where = "" if not path else f" (the state dict under {_where(path)[8:]})"
+    said = suggested_args(state, own, params)
+    fix = (
+        f"; its shapes say --model-args '{json.dumps(said)}'"
+        if said
+        else "; give the arguments it was trained with in --model-args"
+    )
     return ModelCodeError(
         f"{file}{where} does not match the model {name} built with these arguments: "
         + "; ".join(parts)
-        + ". Give the arguments it was trained with in --model-args"
+        + fix
     )
 
 
@@ -164,9 +214,12 @@ def _listed(keys: list[str], limit: int = 8) -> str:
     return shown + (f" … ({len(keys)} in all)" if len(keys) > limit else "")
 
 
-def find_weights(model: nn.Module, path: Path, name: str) -> FoundWeights:
+def find_weights(
+    model: nn.Module, path: Path, name: str, params: set[str] | None = None
+) -> FoundWeights:
     """The state dict in ``path`` whose names and shapes are the model's, and what sits beside
-    it. Raises ModelCodeError naming what differs (from the closest candidate)."""
+    it. Raises ModelCodeError naming what differs (from the closest candidate) and, by the
+    constructor's parameter names ``params``, the arguments the file's shapes say."""
     try:
         obj = read_checkpoint_object(path)
     except CheckpointError as exc:
@@ -185,7 +238,7 @@ def find_weights(model: nn.Module, path: Path, name: str) -> FoundWeights:
         closest = max(candidates, key=lambda c: len(set(c[1]) & names), default=None)
         if closest is None or not set(closest[1]) & names:
             raise _no_weights(obj, path, name, len(candidates))
-        raise _mismatch(closest[1], own, closest[0], path.name, name)
+        raise _mismatch(closest[1], own, closest[0], path.name, name, params or set())
     key_path, state, prefix, _ = fitting[0]
     found = FoundWeights(state=state, where=_where(key_path))
     if key_path:
