@@ -3,8 +3,8 @@
 The patch embedding is the Conv2d whose stride equals its kernel (the classic layout), else the
 arguments say it (``patch_size=16`` beside a Linear patch embedding, as in vit-pytorch), else an
 attribute ``patch_size`` on one of the modules, else the model's first Linear layer takes
-C·p² inputs (checked by running it). The input channels C come from the patch Conv2d, else an
-argument (``in_channels``, ``channels``, ...), else the first Conv2d, else the patch Linear.
+C·p² inputs (checked by running it). The input channels C come from the first Conv2d (the patch
+Conv2d or a stem), else an argument (``in_channels``, ``channels``, ...), else the patch Linear.
 The image size is given, else an argument or attribute says it, else ``sizing`` finds it from
 the position table or the first size whose forward pass runs.
 """
@@ -167,16 +167,15 @@ def first_conv(model: nn.Module) -> nn.Conv2d | None:
 def stated_channels(
     model: nn.Module, conv: nn.Conv2d | None, args: Mapping[str, Any]
 ) -> tuple[int | None, str]:
-    """Input channels from the patch Conv2d, else an argument, else the first Conv2d (a
-    convolutional stem); (None, '') when only the patch Linear can tell."""
-    if conv is not None:
-        return conv.in_channels, "the patch Conv2d"
+    """Input channels from the first Conv2d (images enter there: the patch Conv2d, or a
+    convolutional stem before it), else an argument; (None, '') when only the patch Linear
+    can tell. The weights win over an argument: ``channels`` is sometimes a width."""
+    stem = first_conv(model)
+    if stem is not None:
+        return stem.in_channels, "the patch Conv2d" if stem is conv else "the first Conv2d"
     pair, key = _from_args(args, CHANNEL_ARGS)
     if pair:
         return pair[0], f"the argument {key}"
-    stem = first_conv(model)
-    if stem is not None:
-        return stem.in_channels, "the first Conv2d"
     return None, ""
 
 
@@ -230,11 +229,11 @@ def find_layout(
     stated = stated_channels(model, conv, args)
     if patch_size is not None:
         patch, source, guess = patch_size, "given", None
-        if conv is None:  # a patch Linear of C·p² inputs still tells the channels
-            found = patch_linear(model, stated[0])
-            guess = found if found is not None and found[1] == patch else None
     else:
         patch, source, guess = _patch(model, conv, args, stated[0])
+    if guess is None and conv is None:  # a patch Linear of C·p² inputs still tells C
+        found = patch_linear(model, stated[0])
+        guess = found if found is not None and found[1] == patch else None
     channels, channels_from = _channels(stated, guess)
     if channels not in IMAGE_CHANNELS:
         raise ModelCodeError(
