@@ -519,3 +519,13 @@ def test_a_factory_imports_its_own_folders_model_not_an_earlier_one(tmp_path: Pa
         factory = write_source(folder, make, "factory.py")
         depths.append(load_model_code(make_spec(factory, "make_vit")).model.config.depth)
     assert depths == [2, 3]
+
+
+def test_a_one_head_model_still_opens(tmp_path: Path, photo: Path):
+    """One (B, N, N) softmax per block is one head per layer, not heads taken for layers."""
+    path = write_source(tmp_path, MNIST_CONV)
+    model = build(path, "MnistViT", {"heads": 1})
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    loaded = load_model_code(make_spec(path, "MnistViT", {"heads": 1}, tmp_path / "w.pth"))
+    assert (loaded.model.config.depth, loaded.model.config.heads) == (2, 1)
+    assert_opens_exactly(model, loaded, "Attention", photo)

@@ -12,7 +12,7 @@ from torch import nn
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
-from vitviz.modelcode.blocks import pick_blocks
+from vitviz.modelcode.blocks import block_counts, pick_blocks
 from vitviz.modelcode.errors import (
     ModelCodeError,
     describe_exception,
@@ -128,6 +128,7 @@ def make_config(
     heads = {a.shape[1] for a in layers}
     if len(heads) > 1:
         raise ModelCodeError(f"the attention layers have different head counts {sorted(heads)}")
+    _refuse_heads_as_layers(run, len(layers), heads, tokens, spec.name)
     width = pick_blocks_dim(run, len(layers), tokens)
     if not width:
         notes.append("block outputs were not found: token norms are shown as zero")
@@ -153,6 +154,23 @@ def make_config(
         outputs=run.reading.kind,
         output_path=run.reading.path,
     )
+
+
+def _refuse_heads_as_layers(
+    run: RawRun, depth: int, heads: set[int], tokens: int, name: str
+) -> None:
+    """One-head attention tensors k times as many as the model's blocks are its heads computed
+    one at a time ((B, N, N) each): shown as layers they would be a false picture."""
+    if heads != {1} or run.watch is None:
+        return
+    for blocks in block_counts(run.watch, tokens, 1):
+        if depth > blocks and depth % blocks == 0:
+            raise ModelCodeError(
+                f"{name} computes its attention one head at a time: {depth} one-head "
+                f"(B, N, N) softmaxes in {blocks} blocks ({depth // blocks} per block), which "
+                "vitviz can't tell from layers; compute the heads together as one softmax over "
+                "(B, heads, N, N) scores (or over (B·heads, N, N)) to open it"
+            )
 
 
 def pick_blocks_dim(run: RawRun, depth: int, tokens: int) -> int:
