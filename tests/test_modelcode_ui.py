@@ -256,3 +256,26 @@ def test_a_one_channel_training_checkpoint_opens_from_the_dialog(qtbot, tmp_path
     facts = info.findChild(QPlainTextEdit).toPlainText()
     assert "weights from the key 'model_state' of the checkpoint" in facts
     assert "1-channel inputs (from the patch Conv2d): images are fed as grayscale" in facts
+
+
+def test_the_predictions_say_the_probabilities_are_the_models_own(qtbot, tmp_path, photo_files):
+    from test_modelcode_tutorials import build, write_source
+    from tutorial_families import RETURNS
+
+    from vitviz.ui.charts import PredictionsChart
+
+    path = write_source(tmp_path, RETURNS)
+    model = build(path, "TupleViT", {"output": "softmax"})
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    state = jobs.EngineState()
+    jobs.load_model_code(
+        state, make_spec(path, "TupleViT", {"output": "softmax"}, tmp_path / "w.pth")
+    )
+    result = jobs.analyze_image(state, photo_files["chelsea"], "chelsea.png")
+    assert result.scores == "probabilities"
+    chart = PredictionsChart()
+    qtbot.addWidget(chart)
+    chart.set_predictions(result.probs, result.class_names, None, scores=result.scores)
+    assert chart.getAxis("bottom").labelText == "probability (the model's own output)"
+    chart.set_predictions(result.probs, result.class_names, None)
+    assert chart.getAxis("bottom").labelText == "probability"
