@@ -102,7 +102,8 @@ def find_factory(module: ModuleType, name: str, file: Path) -> Callable[..., Any
         if obj is None:
             listed = ", ".join(available_names(module)) or "none"
             raise ModelCodeError(
-                f"{file.name} has no class or function named {name!r}. It defines: {listed}"
+                f"{file.name} has no class or function named {name!r}; give one it defines as "
+                f"--model-code {file.name}:NAME. It defines: {listed}"
             )
     if not callable(obj):
         raise ModelCodeError(

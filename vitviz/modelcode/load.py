@@ -84,6 +84,7 @@ def _attention_layers(
             f"no attention was seen in the forward pass of {spec.name}: looked at "
             f"{looked_at(inner)}; no softmax over a square (B, H, N, N) score tensor and no "
             f"scaled_dot_product_attention call was seen ({run.log.summary()})"
+            + _per_matrix_hint(run.log.other_shapes)
         )
     sizes = sorted({a.shape[-1] for a in seen})
     if spec.num_prefix_tokens is not None:
@@ -110,6 +111,17 @@ def _attention_layers(
             f"{len(seen) - len(layers)} attention tensor(s) over other token counts were left out"
         )
     return layers, tokens
+
+
+def _per_matrix_hint(shapes: list[tuple[int, ...]]) -> str:
+    """For attention computed on one (N, N) matrix at a time (loops over images and heads)."""
+    if not any(len(s) == 2 and s[0] == s[1] for s in shapes):
+        return ""
+    return (
+        "; the softmaxes over (N, N) matrices look like attention computed one image and one "
+        "head at a time: compute it batched, as one softmax over (B, heads, N, N) scores, to "
+        "open it"
+    )
 
 
 def make_config(
