@@ -55,10 +55,12 @@ def test_each_file_opens_or_is_refused_as_listed(entry: dict, tmp_path: Path):
         entry["patch"],
         entry["outputs"],
     )
-    x = torch.randn(2, entry["channels"], size, size, generator=torch.Generator().manual_seed(1))
+    rows = entry.get("fixed_batch", 2)  # a model fixing its batch size runs that many rows
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(rows, entry["channels"], size, size, generator=g)
     with torch.no_grad():
-        own = extract_logits(model(x))
-        got = loaded.model.forward_explained(x).logits
+        own = extract_logits(model(x))[:2]
+        got = loaded.model.forward_explained(x[:2]).logits
     if entry["outputs"] == "probabilities":
         got = got.exp()
     torch.testing.assert_close(got, own, atol=1e-5, rtol=1e-5)
@@ -67,4 +69,4 @@ def test_each_file_opens_or_is_refused_as_listed(entry: dict, tmp_path: Path):
 def test_the_collection_is_counted():
     """What the report says: how many files open with nothing but the code and arguments."""
     kinds = [m["expect"] for m in MODELS]
-    assert (len(kinds), kinds.count("open"), kinds.count("refuse")) == (17, 13, 4)
+    assert (len(kinds), kinds.count("open"), kinds.count("refuse")) == (17, 14, 3)

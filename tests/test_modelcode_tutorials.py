@@ -398,19 +398,52 @@ def test_rearrange_and_linear_patches_of_a_one_channel_model(tmp_path: Path, pho
     assert_opens_exactly(model, loaded, "Attention", photo)
 
 
-def test_a_batch_size_fixed_in_forward_is_refused_naming_the_line(tmp_path: Path):
+def test_a_batch_size_fixed_in_forward_runs_padded_and_says_so(tmp_path: Path, photo: Path):
+    """``x.view(64, 49, -1)`` in forward: each image runs with 63 copies of it; its own row of
+    the logits and of the attention is kept, exactly the file's forward on a batch of 64."""
     path = write_source(tmp_path, FIXED_BATCH)
+    line = path.read_text().splitlines().index("        x = x.view(64, 49, -1)") + 1
+    model = build(path, "Net", {})
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    loaded = load_model_code(make_spec(path, "Net", {}, tmp_path / "w.pth"))
+    assert (
+        f"the forward pass fixes the batch size at 64 (model.py, line {line}: "
+        "x = x.view(64, 49, -1)): vitviz runs each image with 63 copies of it and keeps its own "
+        "row (checked: the rows don't mix)"
+    ) in loaded.notes
+    a = analyze(loaded, photo)
+    x = torch.cat([a.input[None], torch.randn(63, 1, 28, 28)])  # any other rows
+    with torch.no_grad():
+        own = model(x)[:1]
+    torch.testing.assert_close(a.logits[None], own, atol=1e-5, rtol=1e-5)
+    hand = attention_by_hand(model, "Attention", x)
+    for got, want in zip(a.attention, hand, strict=True):
+        torch.testing.assert_close(got, want[0], atol=1e-6, rtol=5e-4)
+    assert a.token_norms.shape == (2, 50) and float(a.token_norms.min()) > 0
+    assert torch.isfinite(a.relevance()).all() and torch.isfinite(a.gradient_rollout()).all()
+    many = torch.randn(70, 1, 28, 28)  # more than 64 images: in padded chunks
+    with torch.no_grad():
+        torch.testing.assert_close(
+            loaded.model(many),
+            torch.cat([model(many[:64]), model(torch.cat([many[64:]] * 11)[:64])[:6]]),
+        )
+
+
+def test_a_fixed_batch_whose_rows_mix_is_refused(tmp_path: Path):
+    source = FIXED_BATCH.replace(
+        "        x = x.view(64, 49, -1)\n",
+        "        x = x.view(64, 49, -1)\n        x = x - x.mean(0, keepdim=True)\n",
+    )
+    path = write_source(tmp_path, source)
     line = path.read_text().splitlines().index("        x = x.view(64, 49, -1)") + 1
     with pytest.raises(ModelCodeError) as info:
         load_model_code(make_spec(path, "Net", {}))
     assert str(info.value) == (
         f"the model's forward pass fixes the batch size at 64 (model.py, line {line}: "
         "x = x.view(64, 49, -1)), so it can't run on 1 image(s); vitviz runs one image or a "
-        "few at a time: write x.shape[0] (or -1) there instead of 64"
+        "few at a time: write x.shape[0] (or -1) there instead of 64; padding the batch won't "
+        "do: its rows mix"
     )
-    # The same refusal when the image size is given (no size probe: the first pass says it).
-    with pytest.raises(ModelCodeError, match="fixes the batch size at 64"):
-        load_model_code(make_spec(path, "Net", {}, settings={"image_size": 28, "patch_size": 4}))
 
 
 def test_fixed_batch_is_read_only_from_a_view_of_the_batch():

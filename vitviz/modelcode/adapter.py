@@ -14,6 +14,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from vitviz.model.vit import ViTOutput
+from vitviz.modelcode.batching import FixedBatch
 from vitviz.modelcode.blocks import BlockWatch, pick_blocks, watch_blocks
 from vitviz.modelcode.capture import CaptureLog, capture_attention
 from vitviz.modelcode.errors import ModelCodeError
@@ -69,6 +70,13 @@ class RawRun:
     log: CaptureLog
     watch: BlockWatch | None
     reading: OutputReading  # where the scores were and what they are
+    rows: int  # the batch the model ran (more than x's for a FixedBatch model: padded)
+
+    def blocks(self, depth: int, tokens: int, keep: int) -> list[Tensor]:
+        """L × (keep, N, D) block outputs, or [] when they can't be found."""
+        if self.watch is None:
+            return []
+        return [h[:keep] for h in pick_blocks(self.watch, depth, tokens, self.rows)]
 
 
 def run_captured(
@@ -82,7 +90,8 @@ def run_captured(
         output = inner(x)
     if reading is None:
         reading = find_output(output, x.shape[0])
-    return RawRun(reading.read(output), log, watch, reading)
+    fixed = isinstance(inner, FixedBatch) and x.shape[0] <= inner.batch
+    return RawRun(reading.read(output), log, watch, reading, inner.batch if fixed else x.shape[0])
 
 
 class CapturedModel(nn.Module):
@@ -122,7 +131,5 @@ class CapturedModel(nn.Module):
                 f"no attention over {tokens} tokens ({prefix} prefix + {grid[0]}×{grid[1]} "
                 f"patches) was seen in this forward pass ({run.log.summary()})"
             )
-        hidden = []
-        if run.watch is not None:
-            hidden = pick_blocks(run.watch, len(attentions), tokens, x.shape[0])
+        hidden = run.blocks(len(attentions), tokens, x.shape[0])
         return ViTOutput(run.logits, attentions, hidden, grid, prefix)

@@ -94,17 +94,28 @@ def fixed_batch(exc: BaseException, batch: int = 1) -> int | None:
     return first if size == batch * known else None
 
 
+class FixedBatchError(ModelCodeError):
+    """A forward pass that fixes its batch size: ``batch`` and where (file, line, code)."""
+
+    def __init__(self, message: str, batch: int, where: str) -> None:
+        super().__init__(message)
+        self.batch = batch
+        self.where = where
+
+
 def fixed_batch_error(
     exc: BaseException, file: Path | None, batch: int = 1
-) -> ModelCodeError | None:
+) -> FixedBatchError | None:
     """The one-line refusal of a forward pass that fixes its batch size, or None."""
     fixed = fixed_batch(exc, batch)
     if fixed is None:
         return None
     where = _where(exc, file)
-    return ModelCodeError(
+    return FixedBatchError(
         f"the model's forward pass fixes the batch size at {fixed}"
         + (f" ({where})" if where else "")
         + f", so it can't run on {batch} image(s); vitviz runs one image or a few at a time: "
-        f"write x.shape[0] (or -1) there instead of {fixed}"
+        f"write x.shape[0] (or -1) there instead of {fixed}",
+        fixed,
+        where,
     )

@@ -12,8 +12,10 @@ from torch import nn
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
-from vitviz.modelcode.blocks import block_counts, pick_blocks
+from vitviz.modelcode.batching import FixedBatch
+from vitviz.modelcode.blocks import block_counts
 from vitviz.modelcode.errors import (
+    FixedBatchError,
     ModelCodeError,
     describe_exception,
     fixed_batch_error,
@@ -175,7 +177,7 @@ def _refuse_heads_as_layers(
     one at a time ((B, N, N) each): shown as layers they would be a false picture."""
     if heads != {1} or run.watch is None:
         return
-    for blocks in block_counts(run.watch, tokens, 1):
+    for blocks in block_counts(run.watch, tokens, run.rows):
         if depth > blocks and depth % blocks == 0:
             raise ModelCodeError(
                 f"{name} computes its attention one head at a time: {depth} one-head "
@@ -187,9 +189,7 @@ def _refuse_heads_as_layers(
 
 def pick_blocks_dim(run: RawRun, depth: int, tokens: int) -> int:
     """Token width D of the block outputs, 0 when they can't be found."""
-    if run.watch is None:
-        return 0
-    hidden = pick_blocks(run.watch, depth, tokens, 1)
+    hidden = run.blocks(depth, tokens, 1)
     return int(hidden[0].shape[-1]) if hidden else 0
 
 
@@ -281,13 +281,30 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
     size, size_from = spec.image_size, "the settings"
     if size is None and weights is not None and weights.image_size is not None:
         size, size_from = weights.image_size, "the checkpoint"
-    layout = find_layout(
-        inner, arguments, spec.patch_size, size, file, spec.num_prefix_tokens, size_from
-    )
+
+    def layout_and_probe(model: nn.Module) -> tuple[PatchLayout, RawRun | None]:
+        layout = find_layout(
+            model, arguments, spec.patch_size, size, file, spec.num_prefix_tokens, size_from
+        )
+        if window_attention_modules(model):
+            return layout, None
+        return layout, _probe(model, layout, spec.name, file)
+
+    try:
+        layout, run = layout_and_probe(inner)
+    except FixedBatchError as exc:  # run it padded to the batch it demands, keep the first rows
+        inner = FixedBatch(inner, exc.batch, exc.where)
+        layout, run = layout_and_probe(inner)
+        if not inner.check_rows(layout.in_channels, layout.image_size):
+            raise ModelCodeError(f"{exc}; padding the batch won't do: its rows mix") from exc
+        notes.append(
+            f"the forward pass fixes the batch size at {exc.batch} ({exc.where}): vitviz runs "
+            f"each image with {exc.batch - 1} copies of it and keeps its own row (checked: the "
+            "rows don't mix)"
+        )
     notes.append(layout.size_note)
-    if window_attention_modules(inner):
+    if run is None:
         return _load_swin(inner, layout, spec, file, arguments, notes, weights)
-    run = _probe(inner, layout, spec.name, file)
     config = make_config(inner, layout, run, spec, notes)
     preprocessing = _preprocessing(spec, arguments, layout, notes)
     model = CapturedModel(inner, config).eval()
