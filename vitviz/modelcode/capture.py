@@ -13,7 +13,9 @@ thread and to the ``with`` block; nothing is patched and no hook is registered):
   fast path is switched off for the duration.
 
 Every recorded tensor lies on the path from the input to the output, so gradients with
-respect to it (∂y/∂A) can be taken. Recording changes no output value.
+respect to it (∂y/∂A) can be taken. Recording changes no output value. Inside
+``padded_batch`` (a model run on a batch padded to the size its forward fixes) only the
+caller's rows are recorded (nn.MultiheadAttention's then without a gradient path).
 """
 
 from __future__ import annotations
@@ -230,6 +232,10 @@ class _Interceptor(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+# The log of the capture running on this thread (FixedBatch models tell it their padding).
+_ACTIVE: ContextVar[CaptureLog | None] = ContextVar("vitviz_capture_log", default=None)
+
+
 @contextmanager
 def capture_attention(batch: int) -> Iterator[CaptureLog]:
     """Within the block, every attention the current thread computes lands in the log.
@@ -248,9 +254,6 @@ def capture_attention(batch: int) -> Iterator[CaptureLog]:
     finally:
         _ACTIVE.reset(token)
         torch.backends.mha.set_fastpath_enabled(fastpath)
-
-
-_ACTIVE: ContextVar[CaptureLog | None] = ContextVar("vitviz_capture_log", default=None)
 
 
 @contextmanager
