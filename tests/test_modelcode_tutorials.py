@@ -229,10 +229,10 @@ def test_weights_are_found_by_the_models_names_whatever_the_key(tmp_path: Path):
     state = model.state_dict()
     ema = {k: v + 1 for k, v in state.items()}
     wrapped = {f"module.{k}": v for k, v in state.items()}
-    ckpt = {
+    ckpt = {  # the EMA copy comes first and fits too: it is still not the one taken
         "run": {
-            "weights": wrapped,
             "ema": ema,
+            "weights": wrapped,
             "class_to_idx": {n: i for i, n in enumerate(FASHION)},
         },
         "step": 5,

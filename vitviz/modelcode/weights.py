@@ -28,6 +28,7 @@ from vitviz.modelcode.layout import as_pair
 MAX_DEPTH = 4  # how deep dicts are searched for the state dict
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 _PREFERRED = ("model_state", "model_state_dict", "state_dict", "model", "net", "network")
+_AVERAGED = re.compile(r"ema|swa|averaged", re.IGNORECASE)  # a weight average: the last choice
 _NAMES_KEYS = ("classes", "class_names", "class_to_idx", "idx_to_class", "labels")
 _SIZE_KEYS = ("img_size", "image_size", "input_size", "resolution")
 
@@ -76,7 +77,11 @@ def _renamed(state: dict[str, Tensor], own: set[str]) -> tuple[dict[str, Tensor]
 
 
 def _rank(path: tuple[str, ...]) -> int:
-    last = path[-1] if path else ""
+    """Which of several fitting state dicts to take: the trained model's by its usual key,
+    then any other, then a weight average (EMA, SWA) last."""
+    last = str(path[-1]) if path else ""
+    if any(_AVERAGED.search(str(k)) for k in path):
+        return len(_PREFERRED) + 1
     return _PREFERRED.index(last) if last in _PREFERRED else len(_PREFERRED)
 
 
