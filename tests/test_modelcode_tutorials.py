@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -254,6 +255,36 @@ def test_weights_are_found_by_the_models_names_whatever_the_key(tmp_path: Path):
         "MnistViT (its keys: 'optimizer'); give the file that torch.save(model.state_dict(), "
         "...) wrote for this model"
     )
+
+
+def saved_on(path: Path, device: str) -> None:
+    """Rewrite a torch.save zip file as if its tensors had been saved on ``device`` (the
+    location string each storage carries): what a checkpoint trained on a GPU or a Mac holds."""
+    with zipfile.ZipFile(path) as z:
+        entries = {n: z.read(n) for n in z.namelist()}
+    pkl = next(n for n in entries if n.endswith("data.pkl"))
+    where = device.encode()
+    entries[pkl] = entries[pkl].replace(
+        b"X\x03\x00\x00\x00cpu", b"X" + len(where).to_bytes(4, "little") + where
+    )
+    assert b"X" + len(where).to_bytes(4, "little") + where in entries[pkl]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+
+
+@pytest.mark.parametrize("device", ["cuda:0", "mps"])
+def test_a_checkpoint_saved_on_a_gpu_opens_on_the_cpu(device: str, tmp_path: Path, photo: Path):
+    path = write_source(tmp_path, MNIST_CONV)
+    model = build(path, "MnistViT", {})
+    torch.save(training_checkpoint(model, model_state=model.state_dict()), tmp_path / "gpu.pth")
+    saved_on(tmp_path / "gpu.pth", device)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):  # the file really says CUDA
+            torch.load(tmp_path / "gpu.pth", weights_only=True)
+    loaded = load_model_code(make_spec(path, "MnistViT", {}, tmp_path / "gpu.pth"))
+    assert next(loaded.model.parameters()).device.type == "cpu"
+    assert_opens_exactly(model, loaded, "Attention", photo)
 
 
 def test_a_checkpoint_that_needs_code_is_refused_and_nothing_runs(tmp_path: Path):
