@@ -187,8 +187,9 @@ def test_no_patch_size_asks_for_it(tmp_path: Path):
     message = error_of(make_spec(path, "Unfolded"))
     assert message == (
         "could not find the patch size: the model has no Conv2d whose stride equals its kernel, "
-        "no patch_size argument or attribute, and its first Linear layer does not take 3·p² "
-        "inputs (RGB patches). Give the patch size in the settings (patch_size)."
+        "no patch_size argument or attribute, and its first Linear layer does not take C·p² "
+        "(3·p² RGB or p² grayscale) inputs; give it in the settings: --config FILE.json holding "
+        '{"patch_size": P} (in the window: Patch size)'
     )
     loaded_error = error_of(make_spec(path, "Unfolded", settings={"patch_size": 8}))
     assert loaded_error.startswith("running Unfolded on a 1×3×32×32 input failed: RuntimeError")

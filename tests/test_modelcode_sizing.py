@@ -302,7 +302,8 @@ def test_a_linear_that_only_looks_like_patches_is_refused(tmp_path: Path):
     assert str(info.value) == (
         "could not find the patch size: 8 was read from the first Linear layer (192 inputs = "
         "3×8×8), but that layer did not take the 64 patches of the image (its inputs: "
-        "1×17×192). Give the patch size in the settings (patch_size)."
+        '1×17×192); give it in the settings: --config FILE.json holding {"patch_size": P} (in '
+        "the window: Patch size)"
     )
     loaded = load_model_code(
         make_spec(file, "ViT", checkpoint=weights, settings={"patch_size": 16})
@@ -342,8 +343,9 @@ def test_a_model_that_takes_any_size_says_so(tmp_path: Path):
     assert loaded.model.config.image_size == (32, 32)
     note = next(n for n in loaded.notes if n.startswith("image size"))
     assert note == (
-        "image size 32: the first size whose forward pass ran; it runs at 64 too, so give "
-        "image_size in the settings if it was trained at another size"
+        "image size 32: the first size whose forward pass ran; it runs at 64 too: if it was "
+        "trained at another size, give it in the settings: --config FILE.json holding "
+        '{"image_size": N} (in the window: Image size)'
     )
 
 
@@ -360,7 +362,10 @@ def test_no_size_that_runs_names_what_was_tried(tmp_path: Path, capsys):
         "mat1 and mat2 shapes cannot be multiplied"
     )
     assert "(model.py, line " in message and "self.head(self.norm(x)[:, 0])" in message
-    assert message.endswith("Give the image size in the settings (image_size).")
+    assert message.endswith(
+        'give it in the settings: --config FILE.json holding {"image_size": N} (in the window: '
+        "Image size), N the size it was trained at"
+    )
     assert main(["info", "--model-code", f"{file}:ViT"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"vitviz-cli: {message}"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QDialog, QDialogButtonBox
 from test_modelcode_errors import NO_ATTENTION
@@ -218,3 +219,63 @@ def test_the_model_info_says_how_the_image_size_was_found(qtbot, tmp_path):
     qtbot.addWidget(dialog)
     facts = dialog.findChild(QPlainTextEdit).toPlainText()
     assert f"note: {TABLE_NOTE}" in facts and "trained at 48×48" in facts
+
+
+def test_a_one_channel_training_checkpoint_opens_from_the_dialog(qtbot, tmp_path, photo_files):
+    """The dialog takes one number for mean and std; the engine opens a one-channel model from
+    its training checkpoint with the class names beside the weights, and the info says so."""
+    from PySide6.QtWidgets import QPlainTextEdit
+    from test_modelcode_tutorials import FASHION, build, training_checkpoint, write_source
+    from tutorial_families import MNIST_CONV
+
+    from vitviz.ui.model_info_dialog import ModelInfoDialog
+
+    path = write_source(tmp_path / "mnist", MNIST_CONV)
+    model = build(path, "MnistViT", {})
+    ckpt = training_checkpoint(model, model_state=model.state_dict(), classes=FASHION)
+    torch.save(ckpt, tmp_path / "best.pth")
+    dialog = open_dialog(qtbot, make_settings(tmp_path / "settings.ini"))
+    dialog.set_file(path)
+    dialog.name.setCurrentText("MnistViT")
+    dialog.args.setPlainText("{}")
+    dialog.checkpoint.edit.setText(str(tmp_path / "best.pth"))
+    dialog.mean.setText("0.2860")
+    dialog.std.setText("0.3530")
+    dialog.trust.setChecked(True)
+    assert ok_button(dialog).isEnabled(), dialog.error.text()
+    with qtbot.waitSignal(dialog.accepted):
+        qtbot.mouseClick(ok_button(dialog), Qt.MouseButton.LeftButton)
+    spec = dialog.spec()
+    assert spec is not None and (spec.mean, spec.std) == ((0.286,), (0.353,))
+    state = jobs.EngineState()
+    summary = jobs.load_model_code(state, spec)
+    result = jobs.analyze_image(state, photo_files["chelsea"], "chelsea.png")
+    assert isinstance(result, ImageResult) and result.class_names == FASHION
+    info = ModelInfoDialog(summary)
+    qtbot.addWidget(info)
+    facts = info.findChild(QPlainTextEdit).toPlainText()
+    assert "weights from the key 'model_state' of the checkpoint" in facts
+    assert "1-channel inputs (from the patch Conv2d): images are fed as grayscale" in facts
+
+
+def test_the_predictions_say_the_probabilities_are_the_models_own(qtbot, tmp_path, photo_files):
+    from test_modelcode_tutorials import build, write_source
+    from tutorial_families import RETURNS
+
+    from vitviz.ui.charts import PredictionsChart
+
+    path = write_source(tmp_path, RETURNS)
+    model = build(path, "TupleViT", {"output": "softmax"})
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    state = jobs.EngineState()
+    jobs.load_model_code(
+        state, make_spec(path, "TupleViT", {"output": "softmax"}, tmp_path / "w.pth")
+    )
+    result = jobs.analyze_image(state, photo_files["chelsea"], "chelsea.png")
+    assert result.scores == "probabilities"
+    chart = PredictionsChart()
+    qtbot.addWidget(chart)
+    chart.set_predictions(result.probs, result.class_names, None, scores=result.scores)
+    assert chart.getAxis("bottom").labelText == "probability (the model's own output)"
+    chart.set_predictions(result.probs, result.class_names, None)
+    assert chart.getAxis("bottom").labelText == "probability"

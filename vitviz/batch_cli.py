@@ -22,6 +22,13 @@ from vitviz.console import say
 WRITE_QUEUE = 2  # analyses waiting for the writer (each holds its attention)
 ATTENTION_DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
+# How a model's own output gives the probability said per image (models from code may return
+# probabilities or log-probabilities instead of logits: vitviz.modelcode.outputs).
+_SCORES = {
+    "probabilities": ", the model's own probability",
+    "log-probabilities": ", from the model's log-probability",
+}
+
 
 def add_batch_options(p: argparse.ArgumentParser) -> None:
     """``--batch-size N``, ``--attention-dtype`` and ``--layers`` on a command that analyses
@@ -162,6 +169,7 @@ def explain_many(args: argparse.Namespace, loaded: Any, settings: Any, max_side:
     kept = getattr(args, "kept_layers", None)
     if kept is not None:  # what keeping fewer layers leaves out, stated once
         say(f"vitviz-cli: {kept_layers_text(kept, int(loaded.model.config.depth))}")
+    scores = _SCORES.get(getattr(loaded.model.config, "outputs", "logits"), "")
     stems: dict[str, int] = {}
     names = []
     for path in images:
@@ -189,7 +197,7 @@ def explain_many(args: argparse.Namespace, loaded: Any, settings: Any, max_side:
             maps = compute_maps(analysis, settings)  # on the device; the maps cross to the host
             writer.put(analysis, maps, stem, str(path))
             best = analysis.top_k(1)
-            said = f"{best[0].name} ({best[0].probability:.1%})" if best else "no head"
+            said = f"{best[0].name} ({best[0].probability:.1%}{scores})" if best else "no head"
             rate = (item.index + 1) / max(1e-9, time.perf_counter() - start)
             say(
                 f"[{item.index + 1}/{total}] {path.name}: {said} -> {args.out / stem}.npz "

@@ -62,6 +62,26 @@ def is_checkpoint_path(path: str | Path) -> bool:
 
 def read_checkpoint(path: str | Path) -> RawCheckpoint:
     """Read ``path`` safely; raise CheckpointError with a plain message on anything else."""
+    p, obj, metadata = _read(path)
+    raw = (
+        RawCheckpoint(state=_strip_prefixes(obj), metadata=metadata)
+        if metadata is not None
+        else _unwrap(obj, p)
+    )
+    raw.path = p
+    return raw
+
+
+def read_checkpoint_object(path: str | Path) -> Any:
+    """What ``path`` holds, read as safely as ``read_checkpoint`` but not unwrapped: a .pth
+    file's object as torch.load(weights_only=True) gives it (dicts, lists, tensors, numbers,
+    strings; an optimizer's state is data, nothing in it runs), a .safetensors file's
+    {name: tensor}."""
+    return _read(path)[1]
+
+
+def _read(path: str | Path) -> tuple[Path, Any, dict[str, str] | None]:
+    """(path, object, safetensors metadata or None for a torch file), or CheckpointError."""
     p = Path(path)
     if not p.exists():
         raise CheckpointError(f"{p.name}: no such file.")
@@ -80,11 +100,9 @@ def read_checkpoint(path: str | Path) -> RawCheckpoint:
             "with `git lfs pull` and open that."
         )
     if p.suffix.lower() == ".safetensors" or _looks_like_safetensors(head, size):
-        raw = _read_safetensors(p)
-    else:
-        raw = _read_torch(p)
-    raw.path = p
-    return raw
+        state, metadata = _read_safetensors(p)
+        return p, state, metadata
+    return p, _read_torch(p), None
 
 
 def _looks_like_safetensors(head: bytes, size: int) -> bool:
@@ -94,7 +112,7 @@ def _looks_like_safetensors(head: bytes, size: int) -> bool:
     return 0 < n < size and head[8:9] == b"{"
 
 
-def _read_safetensors(p: Path) -> RawCheckpoint:
+def _read_safetensors(p: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     try:
         with safe_open(str(p), framework="pt", device="cpu") as f:
             metadata = dict(f.metadata() or {})
@@ -104,7 +122,7 @@ def _read_safetensors(p: Path) -> RawCheckpoint:
             f"{p.name} is not a readable .safetensors file (it may be truncated "
             f"or damaged: {_short(exc)}). {ACCEPTED}"
         ) from exc
-    return RawCheckpoint(state=_strip_prefixes(state), metadata=metadata)
+    return state, metadata
 
 
 def check_torch_version(version: str | None = None) -> None:
@@ -119,7 +137,7 @@ def check_torch_version(version: str | None = None) -> None:
         )
 
 
-def _read_torch(p: Path) -> RawCheckpoint:
+def _read_torch(p: Path) -> Any:
     check_torch_version()
     is_zip = zipfile.is_zipfile(p)
     if not is_zip and tarfile.is_tarfile(p):  # torch.load would unpack it into a temp folder
@@ -141,7 +159,7 @@ def _read_torch(p: Path) -> RawCheckpoint:
             if global_name is not None:
                 raise _refused_pickle(p, global_name) from exc
         raise _unreadable(p, None if isinstance(exc, pickle.UnpicklingError) else exc) from exc
-    return _unwrap(obj, p)
+    return obj
 
 
 def _pickle_global(p: Path) -> str | None:

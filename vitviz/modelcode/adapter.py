@@ -7,7 +7,6 @@ back ViTOutput, so analysis, gradient methods, export and the window treat it li
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +14,11 @@ from typing import Any
 from torch import Tensor, nn
 
 from vitviz.model.vit import ViTOutput
+from vitviz.modelcode.batching import FixedBatch
 from vitviz.modelcode.blocks import BlockWatch, pick_blocks, watch_blocks
 from vitviz.modelcode.capture import CaptureLog, capture_attention
 from vitviz.modelcode.errors import ModelCodeError
+from vitviz.modelcode.outputs import OutputReading, find_output
 
 
 @dataclass
@@ -33,6 +34,12 @@ class ModelCodeConfig:
     num_prefix_tokens: int  # tokens before the patches: CLS, distillation, registers
     in_channels: int = 3
     source: str = ""  # "FILE.py:NAME"
+    outputs: str = "logits"  # what the forward returns: logits / probabilities / log-probabilities
+    output_path: tuple = ()  # where in the returned value the (B, C) tensor is (OutputReading)
+
+    @property
+    def reading(self) -> OutputReading:
+        return OutputReading(tuple(self.output_path), self.outputs)
 
     @property
     def grid_size(self) -> tuple[int, int]:
@@ -50,40 +57,41 @@ class ModelCodeConfig:
 
 
 def extract_logits(output: Any) -> Tensor:
-    """The logits in what a model returned: a tensor, a tuple (first), ``.logits`` or a dict."""
-    for _ in range(3):
-        if isinstance(output, Tensor):
-            return output
-        if isinstance(output, Mapping) and "logits" in output:
-            output = output["logits"]
-        elif isinstance(getattr(output, "logits", None), Tensor):
-            output = output.logits
-        elif isinstance(output, (tuple, list)) and output:
-            output = output[0]
-        else:
-            break
-    raise ModelCodeError(
-        f"the model returned a {type(output).__name__}; vitviz needs the logits as a tensor, "
-        "a tuple starting with them, or an object with .logits"
-    )
+    """The class scores in what a model returned, as given: a tensor, or the (batch, classes)
+    tensor of a tuple or dict (``logits`` by name first)."""
+    return find_output(output).scores(output)
 
 
 @dataclass
 class RawRun:
     """One captured forward pass before the attention layers are chosen."""
 
-    logits: Tensor  # (B, C)
+    logits: Tensor  # (B, C): logits, or log-probabilities (see OutputReading)
     log: CaptureLog
     watch: BlockWatch | None
+    reading: OutputReading  # where the scores were and what they are
+    rows: int  # the batch the model ran (more than x's for a FixedBatch model: padded)
+
+    def blocks(self, depth: int, tokens: int, keep: int) -> list[Tensor]:
+        """L × (keep, N, D) block outputs, or [] when they can't be found."""
+        if self.watch is None:
+            return []
+        return [h[:keep] for h in pick_blocks(self.watch, depth, tokens, self.rows)]
 
 
-def run_captured(inner: nn.Module, x: Tensor, hidden_states: bool) -> RawRun:
-    """The user's forward pass on x (B, 3, H, W) with attention (and block outputs) noted."""
+def run_captured(
+    inner: nn.Module, x: Tensor, hidden_states: bool, reading: OutputReading | None = None
+) -> RawRun:
+    """The user's forward pass on x (B, C, H, W) with attention (and block outputs) noted;
+    the scores read as ``reading`` says, else found in the output (``find_output``)."""
     with ExitStack() as stack:
         log = stack.enter_context(capture_attention(batch=x.shape[0]))
         watch = stack.enter_context(watch_blocks(inner)) if hidden_states else None
-        logits = extract_logits(inner(x))
-    return RawRun(logits, log, watch)
+        output = inner(x)
+    if reading is None:
+        reading = find_output(output, x.shape[0])
+    fixed = isinstance(inner, FixedBatch) and x.shape[0] <= inner.batch
+    return RawRun(reading.read(output), log, watch, reading, inner.batch if fixed else x.shape[0])
 
 
 class CapturedModel(nn.Module):
@@ -99,8 +107,9 @@ class CapturedModel(nn.Module):
         return self.config.num_prefix_tokens
 
     def forward(self, x: Tensor) -> Tensor:
-        """(B, 3, H, W) -> (B, C) logits; the user's forward, nothing captured."""
-        return extract_logits(self.inner(x))
+        """(B, C, H, W) -> (B, classes) logits (log-probabilities for a model that returns
+        probabilities); the user's forward, nothing captured."""
+        return self.config.reading.read(self.inner(x))
 
     def grid_for(self, x: Tensor) -> tuple[int, int]:
         p = self.config.patch_size
@@ -114,7 +123,7 @@ class CapturedModel(nn.Module):
         prefix = self.config.num_prefix_tokens
         if not capture_attention:
             return ViTOutput(self.forward(x), [], [], grid, prefix)
-        run = run_captured(self.inner, x, hidden_states)
+        run = run_captured(self.inner, x, hidden_states, self.config.reading)
         tokens = prefix + grid[0] * grid[1]
         attentions = [a for a in run.log.attentions if a.shape[-1] == tokens]
         if not attentions:
@@ -122,7 +131,5 @@ class CapturedModel(nn.Module):
                 f"no attention over {tokens} tokens ({prefix} prefix + {grid[0]}×{grid[1]} "
                 f"patches) was seen in this forward pass ({run.log.summary()})"
             )
-        hidden = []
-        if run.watch is not None:
-            hidden = pick_blocks(run.watch, len(attentions), tokens, x.shape[0])
+        hidden = run.blocks(len(attentions), tokens, x.shape[0])
         return ViTOutput(run.logits, attentions, hidden, grid, prefix)

@@ -88,3 +88,22 @@ def pick_blocks(watch: BlockWatch, depth: int, tokens: int, batch: int) -> list[
         else:
             return outs
     return []
+
+
+def block_counts(watch: BlockWatch, tokens: int, batch: int) -> list[int]:
+    """How many children each container has whose children all look like transformer blocks:
+    each called once, mapping (B, N, D) (or (N, B, D)) to the same shape."""
+    counts = []
+    for ci, container in enumerate(watch.containers):
+        calls = [c for c in watch.calls if c.container == ci]
+        n = len(container)
+        if n < 1 or sorted(c.child for c in calls) != list(range(n)):
+            continue
+        if all(
+            c.output is not None
+            and c.input_shape == tuple(c.output.shape)
+            and {c.output.shape[0], c.output.shape[1]} == {batch, tokens}
+            for c in calls
+        ):
+            counts.append(n)
+    return counts

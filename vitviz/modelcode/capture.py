@@ -13,7 +13,9 @@ thread and to the ``with`` block; nothing is patched and no hook is registered):
   fast path is switched off for the duration.
 
 Every recorded tensor lies on the path from the input to the output, so gradients with
-respect to it (∂y/∂A) can be taken. Recording changes no output value.
+respect to it (∂y/∂A) can be taken. Recording changes no output value. Inside
+``padded_batch`` (a model run on a batch padded to the size its forward fixes) only the
+caller's rows are recorded (nn.MultiheadAttention's then without a gradient path).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import inspect
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +53,8 @@ _SDPA_NAMES = (
 class CaptureLog:
     """What one captured forward pass saw, in call order."""
 
-    batch: int  # B of the model input
+    batch: int  # B of the model input (the padded batch while a FixedBatch model runs)
+    keep: int | None = None  # rows kept of a padded batch (None: all): the caller's images
     attentions: list[Tensor] = field(default_factory=list)  # each (B, H, N, N), rows = queries
     sources: list[str] = field(default_factory=list)  # what made each: softmax / sdpa / mha
     softmax_calls: int = 0
@@ -93,8 +97,7 @@ def _record(log: CaptureLog, p: Tensor, source: str, heads: int | None = None) -
         if shape[0] != log.batch:
             log.note_other(shape)
             return p
-        log.add(p, source)
-        return p
+        return _kept(log, p, source)
     lead = shape[0]
     if heads:
         B, H = lead // heads, heads
@@ -104,9 +107,18 @@ def _record(log: CaptureLog, p: Tensor, source: str, heads: int | None = None) -
     if H < 1 or lead != B * H:
         log.note_other(shape)
         return p
-    a = p.unflatten(0, (B, H))  # (B, H, N, N)
-    log.add(a, source)
-    return a.flatten(0, 1)
+    return _kept(log, p.unflatten(0, (B, H)), source).flatten(0, 1)  # via (B, H, N, N)
+
+
+def _kept(log: CaptureLog, a: Tensor, source: str) -> Tensor:
+    """Record (B, H, N, N) ``a``, only its first ``log.keep`` rows for a padded batch; returns
+    what the model goes on with, built from the recorded rows (so gradients reach them)."""
+    if log.keep is None or log.keep >= a.shape[0]:
+        log.add(a, source)
+        return a
+    kept = a[: log.keep]
+    log.add(kept, source)
+    return torch.cat([kept, a[log.keep :]])
 
 
 def _explicit_sdpa(log: CaptureLog, call: dict[str, Any]) -> Tensor:
@@ -177,9 +189,12 @@ def _multihead(log: CaptureLog, args: tuple, kwargs: dict[str, Any]) -> Any:
     per_head = weights if weights.ndim == 4 else weights[None]
     square = per_head.shape[-1] == per_head.shape[-2] and a.get("bias_k") is None
     if square and per_head.shape[0] == log.batch and not a.get("add_zero_attn"):
-        if torch.is_grad_enabled() and out.requires_grad:
-            per_head, out = _attention_path(a, per_head, out)
-        log.add(per_head, "multihead_attention")
+        if log.keep is not None and log.keep < log.batch:  # a padded batch: values only
+            log.add(per_head[: log.keep].detach(), "multihead_attention")
+        else:
+            if torch.is_grad_enabled() and out.requires_grad:
+                per_head, out = _attention_path(a, per_head, out)
+            log.add(per_head, "multihead_attention")
     else:
         log.note_other(tuple(per_head.shape))
     if not wanted:
@@ -217,6 +232,10 @@ class _Interceptor(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+# The log of the capture running on this thread (FixedBatch models tell it their padding).
+_ACTIVE: ContextVar[CaptureLog | None] = ContextVar("vitviz_capture_log", default=None)
+
+
 @contextmanager
 def capture_attention(batch: int) -> Iterator[CaptureLog]:
     """Within the block, every attention the current thread computes lands in the log.
@@ -228,8 +247,26 @@ def capture_attention(batch: int) -> Iterator[CaptureLog]:
     log = CaptureLog(batch=batch)
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
+    token = _ACTIVE.set(log)
     try:
         with _Interceptor(log):
             yield log
     finally:
+        _ACTIVE.reset(token)
         torch.backends.mha.set_fastpath_enabled(fastpath)
+
+
+@contextmanager
+def padded_batch(batch: int, keep: int) -> Iterator[None]:
+    """While a model that fixes its batch size runs ``batch`` rows of which the first ``keep``
+    are the caller's, the active capture (if any) records those rows only."""
+    log = _ACTIVE.get()
+    if log is None:
+        yield
+        return
+    saved = (log.batch, log.keep)
+    log.batch, log.keep = batch, keep
+    try:
+        yield
+    finally:
+        log.batch, log.keep = saved

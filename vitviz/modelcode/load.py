@@ -9,25 +9,32 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
-from vitviz.checkpoints.reading import read_checkpoint
 from vitviz.imaging import Preprocessing
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
-from vitviz.modelcode.blocks import pick_blocks
-from vitviz.modelcode.errors import ModelCodeError, describe_exception
+from vitviz.modelcode.batching import FixedBatch
+from vitviz.modelcode.blocks import block_counts
+from vitviz.modelcode.errors import (
+    FixedBatchError,
+    ModelCodeError,
+    describe_exception,
+    fixed_batch_error,
+    setting_hint,
+)
 from vitviz.modelcode.importing import (
     build_module,
     effective_args,
     find_factory,
     import_model_file,
+    parameter_names,
 )
 from vitviz.modelcode.layout import PatchLayout, find_layout, patch_conv
 from vitviz.modelcode.spec import ModelCodeSpec, read_class_names
 from vitviz.modelcode.swin_code import swin_code_model, window_attention_modules
+from vitviz.modelcode.weights import FoundWeights, find_weights
 
 FAMILY = "model-code"
-DEFAULT_MEAN_STD = (0.5, 0.5, 0.5)
+DEFAULT_MEAN_STD = (0.5,)  # one number: every channel
 _LOOKED_AT = (
     ("Linear", nn.Linear),
     ("Conv2d", nn.Conv2d),
@@ -35,53 +42,6 @@ _LOOKED_AT = (
     ("MultiheadAttention", nn.MultiheadAttention),
     ("Softmax", nn.Softmax),
 )
-
-
-def _listed(keys: list[str], limit: int = 8) -> str:
-    shown = ", ".join(keys[:limit])
-    return shown + (f" … ({len(keys)} in all)" if len(keys) > limit else "")
-
-
-def _strip_wrapper(state: dict[str, torch.Tensor], own: set[str]) -> tuple[dict, str]:
-    """Drop a first key component shared by every key ('model.', 'net.') if that matches."""
-    firsts = {k.split(".", 1)[0] for k in state}
-    if len(firsts) == 1 and all("." in k for k in state):
-        stripped = {k.split(".", 1)[1]: v for k, v in state.items()}
-        if set(stripped) == own:
-            return stripped, f"{firsts.pop()}."
-    return state, ""
-
-
-def load_state_dict(model: nn.Module, path: Path, name: str, notes: list[str]) -> None:
-    """Read ``path`` with vitviz's safe reader and load it strictly, or say what differs."""
-    try:
-        raw = read_checkpoint(path)
-    except CheckpointError as exc:
-        raise ModelCodeError(str(exc)) from exc
-    own = model.state_dict()
-    state, prefix = _strip_wrapper(dict(raw.state), set(own))
-    if prefix:
-        notes.append(f"state dict keys had the prefix {prefix!r}; it was removed")
-    missing = [k for k in own if k not in state]
-    unexpected = [k for k in state if k not in own]
-    mismatched = [
-        f"{k} {tuple(state[k].shape)} in the file, {tuple(own[k].shape)} in the model"
-        for k in own
-        if k in state and tuple(state[k].shape) != tuple(own[k].shape)
-    ]
-    if missing or unexpected or mismatched:
-        parts = []
-        if missing:
-            parts.append(f"missing keys ({len(missing)}): {_listed(missing)}")
-        if unexpected:
-            parts.append(f"unexpected keys ({len(unexpected)}): {_listed(unexpected)}")
-        if mismatched:
-            parts.append(f"shape mismatches ({len(mismatched)}): {_listed(mismatched, 4)}")
-        raise ModelCodeError(
-            f"{path.name} does not match the model {name} built with these arguments: "
-            + "; ".join(parts)
-        )
-    model.load_state_dict(state, strict=True)
 
 
 def looked_at(model: nn.Module) -> str:
@@ -106,6 +66,9 @@ def _probe(inner: nn.Module, layout: PatchLayout, name: str, file: Path) -> RawR
     except ModelCodeError:
         raise
     except Exception as exc:
+        refusal = fixed_batch_error(exc, file)
+        if refusal is not None:
+            raise refusal from exc
         raise ModelCodeError(
             f"running {name} on a 1×{layout.in_channels}×{h}×{w} input failed: "
             f"{describe_exception(exc, file)}"
@@ -123,6 +86,7 @@ def _attention_layers(
             f"no attention was seen in the forward pass of {spec.name}: looked at "
             f"{looked_at(inner)}; no softmax over a square (B, H, N, N) score tensor and no "
             f"scaled_dot_product_attention call was seen ({run.log.summary()})"
+            + _per_matrix_hint(run.log.other_shapes)
         )
     sizes = sorted({a.shape[-1] for a in seen})
     if spec.num_prefix_tokens is not None:
@@ -133,20 +97,33 @@ def _attention_layers(
             raise ModelCodeError(
                 f"the attention seen is over {sizes} tokens, fewer than the {gh}×{gw} patches of "
                 f"a {layout.image_size[0]}×{layout.image_size[1]} image with "
-                f"{layout.patch_size}-pixel patches: check the patch size and image size"
+                f"{layout.patch_size}-pixel patches; "
+                + setting_hint({"patch_size": "P", "image_size": "N"})
             )
         tokens = counts.most_common(1)[0][0]
     layers = [a for a in seen if a.shape[-1] == tokens]
     if not layers:
+        prefixes = sorted({n - gh * gw for n in sizes if n >= gh * gw})
         raise ModelCodeError(
             f"no attention over {tokens} tokens was seen (sizes seen: {sizes}); "
-            "check num_prefix_tokens"
+            + setting_hint({"num_prefix_tokens": str(prefixes[0]) if prefixes else "K"})
         )
     if len(layers) < len(seen):
         notes.append(
             f"{len(seen) - len(layers)} attention tensor(s) over other token counts were left out"
         )
     return layers, tokens
+
+
+def _per_matrix_hint(shapes: list[tuple[int, ...]]) -> str:
+    """For attention computed on one (N, N) matrix at a time (loops over images and heads)."""
+    if not any(len(s) == 2 and s[0] == s[1] for s in shapes):
+        return ""
+    return (
+        "; the softmaxes over (N, N) matrices look like attention computed one image and one "
+        "head at a time: compute it batched, as one softmax over (B, heads, N, N) scores, to "
+        "open it"
+    )
 
 
 def make_config(
@@ -159,10 +136,13 @@ def make_config(
             f"{spec.name} returned a tensor of shape {tuple(logits.shape)} for one image; "
             "vitviz needs logits of shape (batch, classes)"
         )
+    if run.reading.note():
+        notes.append(run.reading.note())
     layers, tokens = _attention_layers(run, inner, layout, spec, notes)
     heads = {a.shape[1] for a in layers}
     if len(heads) > 1:
         raise ModelCodeError(f"the attention layers have different head counts {sorted(heads)}")
+    _refuse_heads_as_layers(run, len(layers), heads, tokens, spec.name)
     width = pick_blocks_dim(run, len(layers), tokens)
     if not width:
         notes.append("block outputs were not found: token norms are shown as zero")
@@ -185,21 +165,48 @@ def make_config(
         num_prefix_tokens=prefix,
         in_channels=layout.in_channels,
         source=spec.target,
+        outputs=run.reading.kind,
+        output_path=run.reading.path,
     )
+
+
+def _refuse_heads_as_layers(
+    run: RawRun, depth: int, heads: set[int], tokens: int, name: str
+) -> None:
+    """One-head attention tensors k times as many as the model's blocks are its heads computed
+    one at a time ((B, N, N) each): shown as layers they would be a false picture."""
+    if heads != {1} or run.watch is None:
+        return
+    for blocks in block_counts(run.watch, tokens, run.rows):
+        if depth > blocks and depth % blocks == 0:
+            raise ModelCodeError(
+                f"{name} computes its attention one head at a time: {depth} one-head "
+                f"(B, N, N) softmaxes in {blocks} blocks ({depth // blocks} per block), which "
+                "vitviz can't tell from layers; compute the heads together as one softmax over "
+                "(B, heads, N, N) scores (or over (B·heads, N, N)) to open it"
+            )
 
 
 def pick_blocks_dim(run: RawRun, depth: int, tokens: int) -> int:
     """Token width D of the block outputs, 0 when they can't be found."""
-    if run.watch is None:
-        return 0
-    hidden = pick_blocks(run.watch, depth, tokens, 1)
+    hidden = run.blocks(depth, tokens, 1)
     return int(hidden[0].shape[-1]) if hidden else 0
 
 
-def _class_names(spec: ModelCodeSpec, num_classes: int) -> list[str]:
+def _class_names(
+    spec: ModelCodeSpec, num_classes: int, weights: FoundWeights | None, notes: list[str]
+) -> list[str]:
+    """The settings' names, else the checkpoint's, else 'class 0..n-1'."""
     names = list(spec.class_names) if spec.class_names is not None else None
     if names is None and spec.class_names_file is not None:
         names = read_class_names(spec.class_names_file)
+    if names is None and weights is not None and weights.class_names is not None:
+        if len(weights.class_names) == num_classes:
+            return weights.class_names
+        notes.append(
+            f"the checkpoint's {len(weights.class_names)} class names don't fit the model's "
+            f"{num_classes} outputs: not used"
+        )
     if names is None:
         return default_class_names(num_classes)
     if len(names) != num_classes:
@@ -210,18 +217,19 @@ def _class_names(spec: ModelCodeSpec, num_classes: int) -> list[str]:
 
 
 def _mean_std(
-    spec: ModelCodeSpec, arguments: dict[str, Any], name: str, notes: list[str]
-) -> tuple[float, float, float]:
-    """The user's value, else the constructor argument (``mean`` / ``image_mean``), else 0.5."""
+    spec: ModelCodeSpec, arguments: dict[str, Any], name: str, channels: int, notes: list[str]
+) -> tuple[float, ...]:
+    """The user's value, else the constructor argument (``mean`` / ``image_mean``), else 0.5;
+    one number or one per channel."""
     given = getattr(spec, name)
     if given is not None:
         return given
     for key in (name, f"image_{name}", f"norm_{name}"):
         value = arguments.get(key)
-        numbers = isinstance(value, (list, tuple)) and len(value) == 3
+        numbers = isinstance(value, (list, tuple)) and len(value) in (1, channels)
         if numbers and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             notes.append(f"{name} {list(value)} from the argument {key}")
-            return (float(value[0]), float(value[1]), float(value[2]))
+            return tuple(float(v) for v in value)
     notes.append(f"{name} not given: 0.5 per channel was used")
     return DEFAULT_MEAN_STD
 
@@ -229,14 +237,24 @@ def _mean_std(
 def _preprocessing(
     spec: ModelCodeSpec, arguments: dict[str, Any], layout: PatchLayout, notes: list[str]
 ) -> Preprocessing:
-    """Centre crop at the model's image size (the short side resized to it), mean / std."""
-    return Preprocessing(
-        image_size=layout.image_size,
-        resize="crop",
-        crop_pct=1.0,
-        mean=_mean_std(spec, arguments, "mean", notes),
-        std=_mean_std(spec, arguments, "std", notes),
-    )
+    """Centre crop at the model's image size (the short side resized to it), mean / std, and
+    the model's channels (a one-channel model gets the image's grayscale)."""
+    c = layout.in_channels
+    if c != 3:
+        notes.append(
+            f"{c}-channel inputs (from {layout.channels_from}): images are fed as grayscale"
+        )
+    try:
+        return Preprocessing(
+            image_size=layout.image_size,
+            resize="crop",
+            crop_pct=1.0,
+            mean=_mean_std(spec, arguments, "mean", c, notes),
+            std=_mean_std(spec, arguments, "std", c, notes),
+            channels=c,
+        )
+    except ValueError as exc:  # e.g. three means for a one-channel model
+        raise ModelCodeError(f"{exc} (the model takes {c}-channel inputs)") from exc
 
 
 def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
@@ -250,23 +268,47 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
     factory = find_factory(module, spec.name, file)
     inner = build_module(factory, spec.name, spec.args, file)
     notes: list[str] = []
+    weights = None
     if spec.checkpoint is not None:
-        load_state_dict(inner, spec.checkpoint.expanduser(), spec.name, notes)
+        params = parameter_names(factory)
+        weights = find_weights(inner, spec.checkpoint.expanduser(), spec.name, params)
+        inner.load_state_dict(weights.state, strict=True)
+        notes += weights.notes
     else:
         notes.append("no state dict given: the weights are the model's own initialisation")
     inner.eval()
     arguments = effective_args(factory, spec.args)
-    layout = find_layout(
-        inner, arguments, spec.patch_size, spec.image_size, file, spec.num_prefix_tokens
-    )
+    size, size_from = spec.image_size, "the settings"
+    if size is None and weights is not None and weights.image_size is not None:
+        size, size_from = weights.image_size, "the checkpoint"
+
+    def layout_and_probe(model: nn.Module) -> tuple[PatchLayout, RawRun | None]:
+        layout = find_layout(
+            model, arguments, spec.patch_size, size, file, spec.num_prefix_tokens, size_from
+        )
+        if window_attention_modules(model):
+            return layout, None
+        return layout, _probe(model, layout, spec.name, file)
+
+    try:
+        layout, run = layout_and_probe(inner)
+    except FixedBatchError as exc:  # run it padded to the batch it demands, keep the first rows
+        inner = FixedBatch(inner, exc.batch, exc.where)
+        layout, run = layout_and_probe(inner)
+        if not inner.check_rows(layout.in_channels, layout.image_size):
+            raise ModelCodeError(f"{exc}; padding the batch won't do: its rows mix") from exc
+        notes.append(
+            f"the forward pass fixes the batch size at {exc.batch} ({exc.where}): vitviz runs "
+            f"each image with {exc.batch - 1} copies of it and keeps its own row (checked: the "
+            "rows don't mix)"
+        )
     notes.append(layout.size_note)
-    if window_attention_modules(inner):
-        return _load_swin(inner, layout, spec, file, arguments, notes)
-    run = _probe(inner, layout, spec.name, file)
+    if run is None:
+        return _load_swin(inner, layout, spec, file, arguments, notes, weights)
     config = make_config(inner, layout, run, spec, notes)
     preprocessing = _preprocessing(spec, arguments, layout, notes)
     model = CapturedModel(inner, config).eval()
-    return _loaded(model, spec, file, preprocessing, notes)
+    return _loaded(model, spec, file, preprocessing, notes, weights)
 
 
 def _loaded(
@@ -275,12 +317,13 @@ def _loaded(
     file: Path,
     preprocessing: Preprocessing,
     notes: list[str],
+    weights: FoundWeights | None = None,
 ) -> LoadedModel:
     """The LoadedModel of a model from code (a ViT's CapturedModel or a SwinCodeModel: both
     duck-typed), its provenance the file, the class and the arguments."""
     return LoadedModel(
         model=model,  # type: ignore[arg-type]
-        class_names=_class_names(spec, model.config.num_classes),
+        class_names=_class_names(spec, model.config.num_classes, weights, notes),
         preprocessing=preprocessing,
         family=FAMILY,
         path=file,
@@ -300,18 +343,25 @@ def _load_swin(
     file: Path,
     arguments: dict[str, Any],
     notes: list[str],
+    weights: FoundWeights | None = None,
 ) -> LoadedModel:
     """A model with window-attention modules, opened as a Swin (``SwinCodeModel``)."""
     try:
         model = swin_code_model(
-            inner, layout.image_size, layout.patch_size, spec.swin_windows, spec.target
+            inner,
+            layout.image_size,
+            layout.patch_size,
+            spec.swin_windows,
+            spec.target,
+            layout.in_channels,
         )
     except ModelCodeError:
         raise
     except Exception as exc:
         h, w = layout.image_size
         raise ModelCodeError(
-            f"running {spec.name} on a 1×3×{h}×{w} input failed: {describe_exception(exc, file)}"
+            f"running {spec.name} on a 1×{layout.in_channels}×{h}×{w} input failed: "
+            f"{describe_exception(exc, file)}"
         ) from exc
     blocks = len(model.attention_names)
     notes.append(
@@ -319,4 +369,5 @@ def _load_swin(
         f"from {layout.source}; window layout from "
         + ("the settings" if spec.swin_windows is not None else "the modules' attributes")
     )
-    return _loaded(model, spec, file, _preprocessing(spec, arguments, layout, notes), notes)
+    preprocessing = _preprocessing(spec, arguments, layout, notes)
+    return _loaded(model, spec, file, preprocessing, notes, weights)

@@ -19,7 +19,12 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from vitviz.modelcode.errors import ModelCodeError, describe_exception
+from vitviz.modelcode.errors import (
+    ModelCodeError,
+    describe_exception,
+    fixed_batch_error,
+    setting_hint,
+)
 
 COMMON_SIZES = (28, 32, 64, 96, 128, 224, 256, 384, 512)
 MAX_GRID = 32  # patches a side: at most 1,024 patch tokens in a probe
@@ -160,7 +165,11 @@ def _device(model: nn.Module) -> torch.device:
 
 
 def _run(
-    model: nn.Module, channels: int, size: tuple[int, int], linear: nn.Linear | None
+    model: nn.Module,
+    channels: int,
+    size: tuple[int, int],
+    linear: nn.Linear | None,
+    file: Path | None,
 ) -> tuple[BaseException | None, list[tuple[int, ...]]]:
     """One no-gradient pass on a random 1×C×H×W image: its exception (or None) and the
     input shapes ``linear`` saw."""
@@ -169,7 +178,10 @@ def _run(
     try:
         with torch.no_grad(), _watch_linear(linear) as shapes:
             model(x)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a size the model refuses, told back
+    except (Exception, SystemExit) as exc:  # a size the model refuses, told back
+        refusal = fixed_batch_error(exc, file)
+        if refusal is not None:  # no image size would run: say why at once
+            raise refusal from exc
         return exc, shapes
     return None, shapes
 
@@ -195,7 +207,7 @@ def try_size(
     With ``patch_linear`` (a patch size read from a Linear layer), the pass only counts when
     that layer took the (S/patch)² patches of the image.
     """
-    exc, shapes = _run(model, channels, (size, size), patch_linear)
+    exc, shapes = _run(model, channels, (size, size), patch_linear, file)
     if exc is not None:
         return describe_exception(exc, file)
     if patch_linear is not None:
@@ -215,7 +227,7 @@ def check_patch_linear(
 
     A forward pass that fails is left to the caller's own probe (None here).
     """
-    exc, shapes = _run(model, channels, size, linear)
+    exc, shapes = _run(model, channels, size, linear, file)
     if exc is not None:
         return None
     return _linear_problem(shapes, (size[0] // patch) * (size[1] // patch))
@@ -287,8 +299,8 @@ def find_image_size(
         later = [s for s in order if s not in trials.tried][:1]
         if later and try_size(model, channels, later[0], file, patch_linear, patch) is None:
             note += (
-                f"; it runs at {later[0]} too, so give image_size in the settings if it was "
-                "trained at another size"
+                f"; it runs at {later[0]} too: if it was trained at another size, "
+                + setting_hint({"image_size": "N"})
             )
         return FoundSize((size, size), note)
     raise ModelCodeError(_failure(trials, tables, channels, patch))
@@ -307,4 +319,4 @@ def _failure(trials: _Trials, tables: list[_Candidate], channels: int, patch: in
     text = "; ".join(parts)
     if trials.first_error:
         text += f"; at {trials.first_error_size}: {trials.first_error}"
-    return text + ". Give the image size in the settings (image_size)."
+    return f"{text}; {setting_hint({'image_size': 'N'})}, N the size it was trained at"

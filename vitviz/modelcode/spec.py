@@ -32,7 +32,7 @@ class ModelCodeSpec:
 
     ``args`` are the keyword arguments of the class or factory ``name``. The settings that are
     None are found from the model (patch size, prefix tokens) or its arguments (image size);
-    mean and std default to 0.5.
+    mean and std (one number, or three) default to 0.5.
     """
 
     file: Path
@@ -42,8 +42,8 @@ class ModelCodeSpec:
     class_names: tuple[str, ...] | None = None
     class_names_file: Path | None = None  # one name a line, or a JSON list
     image_size: tuple[int, int] | None = None
-    mean: tuple[float, float, float] | None = None
-    std: tuple[float, float, float] | None = None
+    mean: tuple[float, ...] | None = None  # one number, or one per channel
+    std: tuple[float, ...] | None = None
     patch_size: int | None = None
     num_prefix_tokens: int | None = None
     swin_windows: tuple[tuple[int, int], ...] | None = None  # Swin: (window, shift) per block
@@ -109,16 +109,19 @@ def _size(value: Any) -> tuple[int, int]:
     raise ModelCodeError(f"image_size must be a positive int or [height, width], got {value!r}")
 
 
-def _triple(name: str, value: Any) -> tuple[float, float, float]:
+def _per_channel(name: str, value: Any) -> tuple[float, ...]:
+    """One number (any channel count) or three (R, G, B) -> a tuple of 1 or 3 floats."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = [value] * 3
+        value = [value]
     if (
         isinstance(value, (list, tuple))
-        and len(value) == 3
+        and len(value) in (1, 3)
         and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
     ):
-        return (float(value[0]), float(value[1]), float(value[2]))
-    raise ModelCodeError(f"{name} must be three numbers (R, G, B), got {value!r}")
+        return tuple(float(v) for v in value)
+    raise ModelCodeError(
+        f"{name} must be three numbers (R, G, B) or one (grayscale), got {value!r}"
+    )
 
 
 def _count(name: str, value: Any, minimum: int) -> int:
@@ -161,8 +164,8 @@ def make_spec(
         class_names=names,
         class_names_file=names_file,
         image_size=_size(get("image_size")) if get("image_size") is not None else None,
-        mean=_triple("mean", get("mean")) if get("mean") is not None else None,
-        std=_triple("std", get("std")) if get("std") is not None else None,
+        mean=_per_channel("mean", get("mean")) if get("mean") is not None else None,
+        std=_per_channel("std", get("std")) if get("std") is not None else None,
         patch_size=_count("patch_size", get("patch_size"), 1) if get("patch_size") else None,
         num_prefix_tokens=(
             _count("num_prefix_tokens", get("num_prefix_tokens"), 0)

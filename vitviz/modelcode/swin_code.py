@@ -286,15 +286,17 @@ def swin_code_model(
     patch_size: int,
     windows: Sequence[tuple[int, int]] | None = None,
     source: str = "",
+    in_channels: int = 3,
 ) -> SwinCodeModel:
-    """Wrap ``inner`` after one probing forward pass on a (1, 3, H, W) input."""
+    """Wrap ``inner`` after one probing forward pass on a (1, C, H, W) input."""
     heads = tuple(int(m.num_heads) for _, m in window_attention_modules(inner))
-    x = torch.zeros(1, 3, *image_size, device=next(inner.parameters()).device)
+    x = torch.zeros(1, in_channels, *image_size, device=next(inner.parameters()).device)
     config = SwinCodeConfig(
         image_size=image_size,
         patch_size=patch_size,
         num_classes=0,
         heads=heads,
+        in_channels=in_channels,
         source=source,
         windows=None if windows is None else tuple((int(w), int(s)) for w, s in windows),
     )

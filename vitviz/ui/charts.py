@@ -10,6 +10,13 @@ from PySide6.QtWidgets import QTabWidget
 TOP_K = 5
 
 
+PROBABILITY_LABELS = {
+    "logits": "probability",
+    "probabilities": "probability (the model's own output)",
+    "log-probabilities": "probability (exp of the model's log-probabilities)",
+}
+
+
 class PredictionsChart(pg.PlotWidget):
     """Top-k classes as horizontal bars, best on top; click a bar to explain that class."""
 
@@ -34,8 +41,16 @@ class PredictionsChart(pg.PlotWidget):
         self.scene().sigMouseClicked.connect(self._on_click)
 
     def set_predictions(
-        self, probs: np.ndarray, names: list[str], selected: int | None, k: int = TOP_K
+        self,
+        probs: np.ndarray,
+        names: list[str],
+        selected: int | None,
+        k: int = TOP_K,
+        scores: str = "logits",
     ) -> None:
+        """The top ``k`` of ``probs``; ``scores`` (what the model returned) names the axis:
+        the softmax of logits, the model's own probabilities, or the exp of its log-probs."""
+        self.setLabel("bottom", PROBABILITY_LABELS.get(scores, "probability"))
         order = np.argsort(-probs, kind="stable")[: min(k, probs.size)]
         self.indices = [int(i) for i in order]
         self.labels = [names[i] for i in self.indices]

@@ -68,15 +68,17 @@ def file_hash(path: Path) -> str:
 
 
 def _numbers(text: str, name: str) -> list[float] | None:
-    """'0.5, 0.5, 0.5' -> three floats; '' -> None."""
+    """'0.5, 0.5, 0.5' -> three floats, '0.13' -> one (grayscale); '' -> None."""
     if not text.strip():
         return None
     try:
         values = [float(v) for v in text.replace(";", ",").replace(" ", ",").split(",") if v]
     except ValueError:
         raise ModelCodeError(f"{name} must be three numbers, e.g. 0.5, 0.5, 0.5") from None
-    if len(values) != 3:
-        raise ModelCodeError(f"{name} must be three numbers (R, G, B), got {len(values)}")
+    if len(values) not in (1, 3):
+        raise ModelCodeError(
+            f"{name} must be three numbers (R, G, B) or one (grayscale), got {len(values)}"
+        )
     return values
 
 

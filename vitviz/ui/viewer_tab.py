@@ -145,7 +145,9 @@ class ViewerTab(QWidget):
         )
         self.map_view.set_windows(None)
         if result.class_names:
-            self.predictions.set_predictions(result.probs, result.class_names, self._shown_class())
+            self.predictions.set_predictions(
+                result.probs, result.class_names, self._shown_class(), scores=result.scores
+            )
         else:
             self.predictions.clear_predictions()
         self.stats_panel.set_statistics(

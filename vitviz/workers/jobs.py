@@ -224,6 +224,7 @@ def analyze_image(
         prefix_share=analysis.prefix_share.numpy(),
         token_norms=analysis.token_norms.numpy(),
         attention=_shareable_attention(analysis),
+        scores=getattr(state.loaded.model.config, "outputs", "logits"),
         unavailable=_unavailable(analysis),
         mask_path=_mask_path(source),
         device=analysis.device,

@@ -101,6 +101,7 @@ class ImageResult:
     attention: np.ndarray | None = None  # (L, H, N, N) float32, read-only; None when large
     unavailable: dict[str, str] = field(default_factory=dict)  # method name -> why it can't run
     mask_path: Path | None = None  # <stem>_mask.png beside the image (localisation numbers)
+    scores: str = "logits"  # what the model returns: logits, probabilities, log-probabilities
 
 
 @dataclass
