@@ -345,6 +345,8 @@ RETURNS_FAMILY = next(f for f in FAMILIES if f.key == "tuple_output")
          "element 0 of the returned tuple (1×17×32)"),
         ("dict", "logits", "the class scores are the returned dict's 'out'; left out: the "
          "returned dict's 'features' (1×17×32)"),
+        ("pooled", "logits", "the class scores are element 1 of the returned tuple; left out: "
+         "element 0 of the returned tuple (1×32)"),
         ("softmax", "probabilities", "the model returns probabilities (rows sum to 1): they "
          "are shown as given; gradient methods target their log"),
         ("log_softmax", "log-probabilities", "the model returns log-probabilities "
@@ -365,6 +367,14 @@ def test_the_output_is_read_as_written_and_said(output, kind, note, tmp_path: Pa
     got = loaded.model(x)  # what vitviz's maps and gradients use
     want = logits.log_softmax(-1) if kind != "logits" else logits
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_two_outputs_of_class_width_are_refused_not_guessed(tmp_path: Path):
+    path = write_source(tmp_path, RETURNS_FAMILY.source)
+    model = build(path, "TupleViT", {"output": "twins"})
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    with pytest.raises(ModelCodeError, match=r"several \(batch, n\) tensors .* 'logits'"):
+        load_model_code(make_spec(path, "TupleViT", {"output": "twins"}, tmp_path / "w.pth"))
 
 
 def test_gradient_methods_target_the_log_probability(tmp_path: Path, photo: Path):

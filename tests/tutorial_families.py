@@ -152,6 +152,10 @@ class TupleViT(nn.Module):
             return features[-1], logits
         if self.output == "dict":
             return {"features": features[-1], "out": logits}
+        if self.output == "pooled":  # (pooled features, logits): two (B, n) tensors
+            return self.norm(x)[:, 0], logits
+        if self.output == "twins":  # two (B, classes) tensors nothing tells apart
+            return logits, 2 * logits
         if self.output == "softmax":
             return F.softmax(logits, dim=-1)
         if self.output == "log_softmax":

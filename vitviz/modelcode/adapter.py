@@ -18,7 +18,7 @@ from vitviz.modelcode.batching import FixedBatch
 from vitviz.modelcode.blocks import BlockWatch, pick_blocks, watch_blocks
 from vitviz.modelcode.capture import CaptureLog, capture_attention
 from vitviz.modelcode.errors import ModelCodeError
-from vitviz.modelcode.outputs import OutputReading, find_output
+from vitviz.modelcode.outputs import OutputReading, find_output, head_width
 
 
 @dataclass
@@ -89,7 +89,7 @@ def run_captured(
         watch = stack.enter_context(watch_blocks(inner)) if hidden_states else None
         output = inner(x)
     if reading is None:
-        reading = find_output(output, x.shape[0])
+        reading = find_output(output, x.shape[0], head_width(inner))
     fixed = isinstance(inner, FixedBatch) and x.shape[0] <= inner.batch
     return RawRun(reading.read(output), log, watch, reading, inner.batch if fixed else x.shape[0])
 

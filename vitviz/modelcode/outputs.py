@@ -128,19 +128,39 @@ class OutputReading:
         return "; ".join(parts)
 
 
-def find_output(output: Any, batch: int | None = None) -> OutputReading:
-    """The reading of ``output``: the one (B, C) tensor (``logits`` by name first, else the
-    first 2-D tensor of batch rows), with its kind. ModelCodeError when there is none."""
+def find_output(output: Any, batch: int | None = None, classes: int | None = None) -> OutputReading:
+    """The reading of ``output``: the one (B, C) tensor (``logits`` by name first; else the
+    only 2-D tensor of batch rows, or among several the only one ``classes`` wide, ``classes``
+    being the width of the model's last Linear), with its kind. ModelCodeError when there is
+    none, or several that nothing tells apart (a wrong pick would show another tensor's map)."""
     found = list(_tensors(output))
     fits = [(p, t) for p, t in found if t.ndim == 2 and (batch is None or t.shape[0] == batch)]
+    shapes = ", ".join(f"{_describe(p)} ({_shape(t)})" for p, t in found) or "none"
     if not fits:
-        shapes = ", ".join("×".join(map(str, t.shape)) or "scalar" for _, t in found) or "none"
         raise ModelCodeError(
             f"the model returned a {type(output).__name__} with no (batch, classes) tensor in it "
             f"(tensors: {shapes}); vitviz needs the class scores as a (batch, classes) tensor, "
             "alone or in a tuple or dict"
         )
-    path, t = fits[0]
-    left = [f"{_describe(p)} ({'×'.join(map(str, x.shape))})" for p, x in found if p != path]
+    named = [f for f in fits if f[0] and f[0][-1] in ("logits", ".logits")]
+    wide = [f for f in fits if classes is not None and f[1].shape[1] == classes]
+    pick = next((c for c in (fits, named, wide) if len(c) == 1), None)
+    if pick is None:
+        raise ModelCodeError(
+            f"the model returned several (batch, n) tensors ({shapes}) and vitviz can't tell "
+            "which holds the class scores; return the logits alone, or under the key 'logits'"
+        )
+    path, t = pick[0]
+    left = [f"{_describe(p)} ({_shape(x)})" for p, x in found if p != path]
     others = f"; left out: {', '.join(left)}" if left else ""
     return OutputReading(path, output_kind(t), others)
+
+
+def _shape(t: Tensor) -> str:
+    return "×".join(map(str, t.shape)) or "scalar"
+
+
+def head_width(model: torch.nn.Module) -> int | None:
+    """out_features of the model's last Linear (its classifier in tutorial code), or None."""
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    return linears[-1].out_features if linears else None
