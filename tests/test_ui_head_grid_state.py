@@ -1,5 +1,6 @@
-"""The head grid's selection: with the layers wrapped into bands, the selected head's column
-label is marked in the band that holds the selected layer only, never in every band."""
+"""The head grid's state: with the layers wrapped into bands, the selected head's column label is
+marked in the band that holds the selected layer only, never in every band; a new model's
+layout drops the last model's thumbnails until its own maps come."""
 
 from __future__ import annotations
 
@@ -14,6 +15,29 @@ def marked(item: pg.TextItem) -> bool:
     color = item.color.name()
     assert color in (QColor(SELECTED_COLOR).name(), QColor(LABEL_COLOR).name())
     return color == QColor(SELECTED_COLOR).name() and item.textItem.font().bold()
+
+
+def test_a_new_models_layout_drops_the_last_models_maps(qtbot) -> None:
+    grid = HeadGrid()
+    qtbot.addWidget(grid)
+    grid.resize(600, 400)
+    grid.show()
+    qtbot.waitExposed(grid)
+    pixels = np.zeros((32, 32, 3), np.uint8)
+    grid.set_layout(2, 2, (4, 4), pixels)
+    heads, means = np.full((2, 2, 4, 4), 0.5, np.float32), np.full((2, 4, 4), 0.5, np.float32)
+    grid.set_maps(heads, means, (0.0, 1.0), "viridis", 1.0)
+    grid.set_layout(2, 2, (4, 4), pixels)  # another image of the same model: the maps stay
+    assert grid.maps.image is not None
+    grid.set_layout(6, 3, (8, 8), pixels)  # another model: 6 layers of 3 heads, 8 × 8
+    assert grid.maps.image is None
+    centre = grid.tile_center(5, 2)  # a tile the last model did not have
+    layer, head, value = grid.hover_info(centre)
+    assert (layer, head) == (5, 2) and np.isnan(value)
+    grid.set_maps(
+        np.ones((6, 3, 8, 8), np.float32), np.ones((6, 8, 8), np.float32), (0, 2), "viridis", 1
+    )
+    assert grid.hover_info(centre)[2] == 1.0
 
 
 def test_a_selected_head_is_marked_in_its_layers_band_only(qtbot) -> None:
