@@ -123,7 +123,6 @@ class ViewerTab(QWidget):
             self._hovered = None  # the views say what the pointer is over once they are set
         self.image = result
         self.maps = None
-        self.client.supersede("faithfulness")  # curves of the last image are dropped
         if old is None or old.geometry() != result.geometry():
             self._forget_model_views()
         self.placeholder.hide()
