@@ -16,8 +16,9 @@ from conftest import CLASS_NAMES
 from PIL import Image
 
 from vitviz.analysis import Analysis, analyze
-from vitviz.checkpoints import load_checkpoint
+from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.cli import main
+from vitviz.imaging.preprocess import Preprocessing
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -249,6 +250,25 @@ def test_info_prints_family_and_config(tiny_ckpt: Path, capsys: pytest.CaptureFi
     assert "heads 2" in text
     assert "patch 8" in text
     assert "5" in text and CLASS_NAMES[0] in text
+
+
+def test_info_prints_crop_pct_rounded_with_its_crop(
+    tmp_path: Path, tiny_model, capsys: pytest.CaptureFixture
+) -> None:
+    """timm's 224/232 is 0.9655172413793104: printed as 0.966 and the crop it makes."""
+    for crop, size, shown in (
+        (224 / 232, 224, "crop_pct 0.966 (the 224×224 centre of 232×232),"),
+        (0.875, 32, "crop_pct 0.875 (the 32×32 centre of 36×36),"),
+        (1.0, 32, "crop_pct 1,"),
+    ):
+        prep = Preprocessing(image_size=(size, size), crop_pct=crop)
+        path = save_checkpoint(tiny_model, tmp_path / f"c{size}.safetensors", preprocessing=prep)
+        assert main(["info", str(path)]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("preproc"))
+        assert shown in line, line
+        assert "0.96551" not in line
+        assert main(["info", str(path), "--json"]) == 0  # the JSON keeps every digit
+        assert json.loads(capsys.readouterr().out)["preprocessing"]["crop_pct"] == crop
 
 
 def test_info_json(tiny_ckpt: Path, tiny_model, capsys: pytest.CaptureFixture) -> None:

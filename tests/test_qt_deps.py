@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from vitviz.qt_deps import PACKAGES, advice_text, find_missing, not_found, startup_check
+from vitviz.qt_deps import (
+    NO_DISPLAY,
+    PACKAGES,
+    advice_text,
+    find_missing,
+    not_found,
+    startup_check,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,8 +62,53 @@ def test_the_app_stops_with_the_advice_only_where_qt_would_abort() -> None:
     assert startup_check({}, "darwin", missing) is None
     wayland = startup_check({"WAYLAND_DISPLAY": "wayland-0"}, "linux", missing)
     assert wayland is not None and not wayland.fatal  # Qt may use its Wayland plugin: warn
-    assert startup_check({}, "linux", lambda: []) is None
-    assert startup_check({}, "linux", lambda: None) is None  # can't tell: let Qt try
+    assert startup_check({"DISPLAY": ":0"}, "linux", lambda: []) is None
+    assert startup_check({"DISPLAY": ":0"}, "linux", lambda: None) is None  # can't tell: try
+
+
+def run_module(module: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``python -m module`` run in a child with ``env``."""
+    return subprocess.run(
+        [sys.executable, "-m", module],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_no_display_is_said_before_the_libraries_are_checked() -> None:
+    missing = lambda: list(MISSING)  # noqa: E731
+    for env in ({}, {"QT_QPA_PLATFORM": "xcb"}, {"QT_QPA_PLATFORM": "xcb", "WAYLAND_DISPLAY": "w"}):
+        advice = startup_check(env, "linux", missing)
+        assert advice is not None and advice.fatal and advice.exit_code == 2, env
+        assert advice.text == NO_DISPLAY and "libxcb" not in advice.text
+    assert startup_check({"WAYLAND_DISPLAY": "wayland-0"}, "linux", lambda: []) is None
+    assert startup_check({"QT_QPA_PLATFORM": "offscreen"}, "linux", missing) is None
+    assert (
+        startup_check({}, "darwin", missing) is None and startup_check({}, "win32", missing) is None
+    )
+
+
+def test_the_app_without_a_display_says_so_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    """An ssh session without X forwarding: one line naming the ways out, exit status 2, not
+    Qt's abort (134) after a message about libxcb-cursor0."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
+    }
+    env.update(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    proc = run_module("vitviz.app", env)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines == [NO_DISPLAY], proc.stderr
+    for way_out in ("ssh -X", "QT_QPA_PLATFORM=offscreen vitviz --self-test", "vitviz-cli"):
+        assert way_out in lines[0]
+    assert "no display" in lines[0] and proc.stdout == ""
+    assert not (tmp_path / "config").exists()  # no settings were written
 
 
 @pytest.fixture
@@ -77,14 +129,7 @@ def test_the_check_command_prints_the_install_line(
     fake_ldd: tuple[dict[str, str], Path],
 ) -> None:
     env, called = fake_ldd
-    proc = subprocess.run(
-        [sys.executable, "-m", "vitviz.qt_deps"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    proc = run_module("vitviz.qt_deps", env)
     assert proc.returncode == 1
     assert APT_LINE in proc.stderr.splitlines()[2]
     assert called.read_text().strip().endswith("Qt/plugins/platforms/libqxcb.so")
@@ -112,14 +157,7 @@ def test_the_app_prints_the_advice_instead_of_aborting(
 ) -> None:
     env, _ = fake_ldd
     env.update(DISPLAY=":917", HOME=str(tmp_path))  # no X server there: Qt would abort
-    proc = subprocess.run(
-        [sys.executable, "-m", "vitviz.app"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    proc = run_module("vitviz.app", env)
     assert proc.returncode == 1, proc.stderr
     assert f"  {APT_LINE}" in proc.stderr.splitlines()
     assert "Traceback" not in proc.stderr

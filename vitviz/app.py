@@ -53,11 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run()
     from vitviz.qt_deps import startup_check
 
-    advice = startup_check()  # a missing xcb library: say what to install, don't let Qt abort
+    advice = startup_check()  # no display, a missing xcb library: say so, don't let Qt abort
     if advice is not None:
         print(advice.text, file=sys.stderr, flush=True)
         if advice.fatal:
-            return 1
+            return advice.exit_code
     os.environ.setdefault("QT_ENABLE_HIGHDPI_SCALING", "1")
     from PySide6.QtCore import Qt
     from PySide6.QtGui import QGuiApplication

@@ -12,10 +12,13 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vitviz.console import say as _say
 from vitviz.errors import VitvizError
+
+if TYPE_CHECKING:
+    from vitviz.imaging.preprocess import Preprocessing
 
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
 
@@ -284,7 +287,19 @@ def _architecture(cfg: dict) -> str:
     return f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}"
 
 
+def crop_text(prep: Preprocessing) -> str:
+    """crop_pct to three decimals, with the crop it makes: "crop_pct 0.966 (the 224×224
+    centre of 232×232)" (224/232 is 0.9655172413793104)."""
+    text = f"crop_pct {prep.crop_pct:.3f}".rstrip("0").rstrip(".")
+    if prep.resize == "crop" and prep.crop_pct < 1:
+        (th, tw), (ch, cw) = prep.image_size, prep.cover_size()
+        text += f" (the {th}×{tw} centre of {ch}×{cw})"
+    return text
+
+
 def cmd_info(args: argparse.Namespace) -> int:
+    from vitviz.imaging.preprocess import Preprocessing
+
     d = describe(_load_for(args))
     if args.json:
         print(json.dumps(d, indent=2, default=str))
@@ -300,7 +315,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         f"{d['num_parameters']:,} parameters",
         f"classes:        {d['num_classes']} ({names})",
         f"preprocessing:  {prep['resize']} to {prep['image_size'][0]}×{prep['image_size'][1]}, "
-        f"crop_pct {prep['crop_pct']}, mean {prep['mean']}, std {prep['std']}, "
+        f"{crop_text(Preprocessing.from_dict(prep))}, mean {prep['mean']}, std {prep['std']}, "
         f"{prep['interpolation']}",
     ]
     if d["provenance"]:

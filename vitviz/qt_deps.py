@@ -71,10 +71,18 @@ PACKAGES: dict[str, tuple[str, str, str]] = {
 BUNDLED = ("libQt6", "libicu", "libpyside6", "libshiboken6")
 
 
+NO_DISPLAY = (
+    "vitviz: no display to open the window on (DISPLAY and WAYLAND_DISPLAY are not set): "
+    "connect with `ssh -X`, check the installation with "
+    "`QT_QPA_PLATFORM=offscreen vitviz --self-test`, or use `vitviz-cli` for headless work."
+)
+
+
 @dataclass(frozen=True)
 class Advice:
-    text: str  # several lines: what is missing and the commands that install it
+    text: str  # what is wrong and the way out (the commands that install what is missing)
     fatal: bool  # True: Qt would abort on the xcb plugin; don't start it
+    exit_code: int = 1  # the app's exit status when fatal (2: no display)
 
 
 def xcb_plugin() -> Path | None:
@@ -161,15 +169,28 @@ def uses_xcb(env: Mapping[str, str], platform: str = sys.platform) -> bool:
     return not chosen or chosen.startswith("xcb")
 
 
+def has_display(env: Mapping[str, str]) -> bool:
+    """Whether Qt's default platform finds a display: an X server (DISPLAY) or, unless xcb is
+    asked for by name, a Wayland compositor (WAYLAND_DISPLAY)."""
+    if env.get("DISPLAY", "").strip():
+        return True
+    xcb_chosen = bool(env.get("QT_QPA_PLATFORM", "").strip())  # uses_xcb: it names xcb
+    return not xcb_chosen and bool(env.get("WAYLAND_DISPLAY", "").strip())
+
+
 def startup_check(
     env: Mapping[str, str] = os.environ,
     platform: str = sys.platform,
     find: Callable[[], list[str] | None] = find_missing,
 ) -> Advice | None:
     """The advice to print before the window is created, or None when all is well (or can't be
-    told, or Qt won't use xcb). Fatal unless a Wayland session may let Qt use its own plugin."""
+    told, or Qt won't use xcb). No display at all: one line and exit status 2 (Qt would abort
+    with a message about a missing library). A missing library: fatal unless a Wayland session
+    may let Qt use its own plugin."""
     if not uses_xcb(env, platform):
         return None
+    if not has_display(env):
+        return Advice(NO_DISPLAY, fatal=True, exit_code=2)
     missing = find()
     if not missing:
         return None

@@ -149,6 +149,11 @@ class Preprocessing:
                 f"got {self.interpolation!r}"
             )
 
+    def cover_size(self) -> tuple[int, int]:
+        """(h, w) the image is resized to cover before the centre crop of ``"crop"`` mode."""
+        th, tw = self.image_size
+        return math.floor(th / self.crop_pct), math.floor(tw / self.crop_pct)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict; ``Preprocessing.from_dict`` reads it back."""
         return {
@@ -241,8 +246,7 @@ def _resize_crop(
     crop is planned on ``full_size`` (H, W), the picture ``image`` was reduced from."""
     th, tw = prep.image_size
     w0, h0 = image.size
-    cover = (math.floor(th / prep.crop_pct), math.floor(tw / prep.crop_pct))
-    rh, rw = _cover_size(full_size or (h0, w0), cover)
+    rh, rw = _cover_size(full_size or (h0, w0), prep.cover_size())
     top = round((rh - th) / 2.0)
     left = round((rw - tw) / 2.0)
     sx, sy = rw / w0, rh / h0

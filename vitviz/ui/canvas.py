@@ -144,6 +144,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.grid = (1, 1)
         self._map: np.ndarray | None = None
         self._cmap_name = "viridis"
+        self._pointer: QPointF | None = None  # the pointer's scene position while it is here
         self.scene().sigMouseMoved.connect(self._on_move)
         self.scene().sigMouseClicked.connect(self._on_click)
 
@@ -161,6 +162,8 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.overlay.setRect(QRectF(left, top, right - left, bottom - top))
         if not same_size:
             self.vb.autoRange(padding=0.02)
+        if self._pointer is not None:  # the pointer stays: say what is under it now
+            self._on_move(self._pointer)
 
     def set_map(
         self,
@@ -261,13 +264,22 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         row = min(gh - 1, math.floor((y - top) / (bottom - top) * gh))
         return row, col
 
+    def map_cell(self, row: int, col: int) -> tuple[int, int, tuple[int, int]]:
+        """The shown map's cell under a cell of the grid, and the map's (rows, cols): a coarser
+        map (a Swin block's tokens) has cells of its own; with no map, the grid's."""
+        gh, gw = self.grid
+        mh, mw = self._map.shape if self._map is not None else (gh, gw)
+        return row * mh // gh, col * mw // gw, (mh, mw)
+
     def value_at(self, row: int, col: int) -> float:
-        """The shown map's value at a cell of the grid (a coarser map: the cell's own)."""
+        """The shown map's value at a cell of the grid (NaN off the grid or with no map)."""
+        gh, gw = self.grid
         if self._map is None or not self.overlay.isVisible():
             return float("nan")
-        gh, gw = self.grid
-        mh, mw = self._map.shape
-        return float(self._map[row * mh // gh, col * mw // gw])
+        if not (0 <= row < gh and 0 <= col < gw):
+            return float("nan")
+        r, c, _ = self.map_cell(row, col)
+        return float(self._map[r, c])
 
     def _draw_grid(self) -> None:
         left, top, right, bottom = self.region
@@ -298,8 +310,15 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         return self.patch_at(p.x(), p.y())
 
     def _on_move(self, scene_pos: QPointF) -> None:
+        self._pointer = QPointF(scene_pos)
         patch = self._scene_to_patch(scene_pos)
         self.patchHovered.emit(None if patch is None else (*patch, self.value_at(*patch)))
+
+    def leaveEvent(self, event: object) -> None:
+        super().leaveEvent(event)
+        if self._pointer is not None:
+            self._pointer = None
+            self.patchHovered.emit(None)
 
     def _on_click(self, event) -> None:
         if event.button() != Qt.MouseButton.LeftButton or event.double():

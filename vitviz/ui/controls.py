@@ -78,10 +78,20 @@ class ParamPanel(QGroupBox):
         guard_wheel(self)  # the new controls too: the wheel scrolls the panel, not a value
 
     def current(self) -> dict[str, Any]:
-        """The shown method's values (those set here; the rest keep the table's defaults)."""
+        """The shown method's values (those set here; the rest keep the table's defaults); a
+        layer or head beyond this model's is its last one, as its control shows it."""
         if self.method is None:
             return {}
-        return dict(self.values.get(self.method.name, {}))
+        values = dict(self.values.get(self.method.name, {}))
+        for p in self.method.parameters:
+            if p.per is not None and isinstance(values.get(p.name), int):
+                values[p.name] = min(values[p.name], self._top(p))
+        return values
+
+    def _top(self, p: ParamInfo) -> int:
+        """The largest index of a per-layer or per-head parameter on this model."""
+        layers, heads = self.shape
+        return (layers if p.per == "layer" else heads) - 1
 
     def set_value(self, method: str, name: str, value: Any) -> None:
         self.values.setdefault(method, {})[name] = value
@@ -134,8 +144,7 @@ class ParamPanel(QGroupBox):
         spin = QSpinBox()
         lo, hi = p.range if p.range is not None else (-(2**31) + 1, 2**31 - 1)
         if p.per is not None:
-            layers, heads = self.shape
-            top = (layers if p.per == "layer" else heads) - 1
+            top = self._top(p)
             spin.setRange(int(lo) + 1, top + 1)
             if lo == -1:
                 spin.setSpecialValueText("last layer" if p.per == "layer" else "mean of heads")

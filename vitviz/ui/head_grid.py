@@ -254,6 +254,9 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         """New model or image: lay the tiles out for the space there is and draw the input.
         ``row_labels`` name the rows (default L1, L2, …); ``row_heads``: heads per row, the
         tiles beyond a row's heads left empty (a Swin's stages have different numbers)."""
+        if (layers, heads, tuple(grid), row_heads) != (*self.shape, self.grid, self._row_heads):
+            self._values = self._shown = None  # the last model's maps: not drawn in this layout
+            self.maps.clear()
         self._pixels = pixels
         self._row_texts, self._row_heads = row_labels, row_heads
         self._apply_layout(layers, heads, tuple(grid), force=True)
@@ -389,10 +392,13 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self._mark(layer, column, True)
 
     def _mark(self, layer: int, column: int, on: bool) -> None:
+        """Mark the selected tile's row label and its column's label in the layer's band only."""
         color = SELECTED_COLOR if on else LABEL_COLOR
-        items = list(self._column_labels.get(column, []))
+        items = []
         if 0 <= layer < len(self._row_labels):
-            items.append(self._row_labels[layer])
+            band_labels = self._column_labels.get(column, [])
+            band = layer // self.layout.rows
+            items = [self._row_labels[layer], *band_labels[band : band + 1]]
         for item in items:
             item.setColor(color)
             font = item.textItem.font()

@@ -17,7 +17,6 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
-    QFileDialog,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -32,6 +31,7 @@ from vitviz import __version__, resources
 from vitviz.filekinds import CHECKPOINT_SUFFIXES, file_kind
 from vitviz.imaging.loading import IMAGE_EXTENSIONS, list_images
 from vitviz.modelcode import ModelCodeSpec
+from vitviz.ui import file_dialogs
 from vitviz.ui.cache_dialog import CacheDialog
 from vitviz.ui.checkpoint_settings_dialog import CheckpointSettingsDialog
 from vitviz.ui.errors import ErrorNotifier, MessageBar
@@ -89,6 +89,7 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.viewer, "Viewer")
         self.training = TrainingTab()
+        self.training.app_settings = self.viewer.stats_panel.app_settings = self.settings
         self.tabs.addTab(self.training, "Training")
         self.training.openCheckpoint.connect(self.open_trained)
         self.training.message.connect(lambda text: self.notifier.user_error(text))
@@ -324,8 +325,10 @@ class MainWindow(QMainWindow):
             kind = file_kind(path)
             if kind in ("checkpoint", "checkpoint_folder"):
                 checkpoints.append(Path(path))
+                file_dialogs.remember(self.settings, "checkpoints", Path(path).parent)
             elif kind in ("image", "image_folder"):
                 images.append(Path(path))
+                file_dialogs.remember(self.settings, "images", path)
             elif kind == "missing":
                 unknown.append(f"{Path(path).name}: no such file")
             else:
@@ -463,22 +466,18 @@ class MainWindow(QMainWindow):
         self.open_image(self.folder_images[self.folder_index])
 
     def open_image_dialog(self) -> None:
-        start = self.settings.get("dirs/images", "", str)
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Open image", start, f"{IMAGE_FILTER};;All files (*)"
-        )
+        filters = f"{IMAGE_FILTER};;All files (*)"
+        path = file_dialogs.open_file(self, self.settings, "images", "Open image", filters)
         if path:
-            self.settings.set("dirs/images", str(Path(path).parent))
             self.folder_images = []
             self.open_image(path)
 
     def open_checkpoint_dialog(self) -> None:
-        start = self.settings.get("dirs/checkpoints", "", str)
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Open checkpoint", start, f"{CHECKPOINT_FILTER};;All files (*)"
+        filters = f"{CHECKPOINT_FILTER};;All files (*)"
+        path = file_dialogs.open_file(
+            self, self.settings, "checkpoints", "Open checkpoint", filters
         )
         if path:
-            self.settings.set("dirs/checkpoints", str(Path(path).parent))
             self.open_checkpoint(path)
 
     def open_model_code_dialog(self) -> None:
@@ -492,11 +491,8 @@ class MainWindow(QMainWindow):
         return self.client.submit("model", partial(jobs.load_model_code, spec=spec))
 
     def open_folder_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(
-            self, "Open a folder of images", self.settings.get("dirs/images", "", str)
-        )
+        folder = file_dialogs.open_folder(self, self.settings, "images", "Open a folder of images")
         if folder:
-            self.settings.set("dirs/images", folder)
             self.open_folder(folder)
 
     def paste(self) -> None:
@@ -563,10 +559,8 @@ class MainWindow(QMainWindow):
         stem = Path(self.viewer.image.label).stem
         suffix = {"view": "_map.png", "heads": "_heads.png", "npz": ".npz"}[what]
         filt = "NumPy archive (*.npz)" if what == "npz" else "PNG image (*.png)"
-        start = str(Path(self.settings.get("dirs/export", "", str) or ".") / f"{stem}{suffix}")
-        path, _ = QFileDialog.getSaveFileName(self, "Export", start, filt)
+        path = file_dialogs.save_file(self, self.settings, "export", "Export", stem + suffix, filt)
         if path:
-            self.settings.set("dirs/export", str(Path(path).parent))
             self.export_to(path, what)
 
     def export_to(self, path: str | Path, what: str) -> int:

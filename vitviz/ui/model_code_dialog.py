@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
@@ -38,6 +37,7 @@ from vitviz.modelcode import (
     parse_args_text,
     scan_names,
 )
+from vitviz.ui import file_dialogs
 from vitviz.ui.settings import AppSettings
 
 TRUST_TEXT = "I trust this file: opening it runs its Python code with my rights"
@@ -85,8 +85,11 @@ def _numbers(text: str, name: str) -> list[float] | None:
 class _PathField(QWidget):
     """A line edit with a Browse… button."""
 
-    def __init__(self, title: str, filters: str, placeholder: str = "") -> None:
+    def __init__(
+        self, title: str, filters: str, placeholder: str, settings: AppSettings, kind: str
+    ) -> None:
         super().__init__()
+        self.settings, self.kind = settings, kind  # where the file dialog opens
         self.edit = QLineEdit()
         self.edit.setPlaceholderText(placeholder)
         self.button = QPushButton("Browse…")
@@ -98,8 +101,10 @@ class _PathField(QWidget):
         layout.addWidget(self.button)
 
     def _browse(self) -> None:
-        start = str(Path(self.edit.text()).parent) if self.edit.text() else ""
-        path, _ = QFileDialog.getOpenFileName(self, self._title, start, self._filters)
+        text = self.edit.text().strip()
+        path = file_dialogs.open_file(
+            self, self.settings, self.kind, self._title, self._filters, text
+        )
         if path:
             self.edit.setText(path)
 
@@ -118,7 +123,9 @@ class ModelCodeDialog(QDialog):
         self.settings = settings or AppSettings()
         self._spec: ModelCodeSpec | None = None
 
-        self.file = _PathField("Model file", "Python files (*.py);;All files (*)", "model.py")
+        s = self.settings
+        python = "Python files (*.py);;All files (*)"
+        self.file = _PathField("Model file", python, "model.py", s, "model_code")
         self.path_label = QLabel()
         self.path_label.setWordWrap(True)
         self.name = QComboBox()
@@ -130,11 +137,15 @@ class ModelCodeDialog(QDialog):
             "State dict",
             "Weights (*.pth *.pt *.bin *.safetensors *.ckpt);;All files (*)",
             "optional: weights saved with torch.save(model.state_dict(), ...)",
+            s,
+            "checkpoints",
         )
         self.class_names = _PathField(
             "Class names",
             "Text or JSON (*.txt *.json);;All files (*)",
             "optional: one name a line, or a JSON list",
+            s,
+            "class_names",
         )
         self.image_size = QSpinBox()
         self.image_size.setRange(0, 4096)

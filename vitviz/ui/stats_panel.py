@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QProgressBar,
@@ -18,7 +17,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from vitviz.ui import file_dialogs
 from vitviz.ui.charts import HeadStatsView
+from vitviz.ui.settings import AppSettings
 from vitviz.workers.folder_stats import FolderStatsResult
 
 
@@ -59,6 +60,7 @@ class StatsPanel(QWidget):
         layout.addWidget(self.view, 1)
         self._image_stats: tuple | None = None  # what set_statistics last got for the image
         self.folder_result: FolderStatsResult | None = None
+        self.app_settings: AppSettings | None = None  # where the folder dialog opens (the window's)
         self.over_folder.clicked.connect(self._choose_folder)
         self.cancel.clicked.connect(self.cancelRequested)
         self.back.clicked.connect(self.show_image)
@@ -88,7 +90,8 @@ class StatsPanel(QWidget):
 
     # -- a folder --------------------------------------------------------------------------------
     def _choose_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Head statistics over a folder of images")
+        title = "Head statistics over a folder of images"
+        folder = file_dialogs.open_folder(self, self.app_settings, "images", title)
         if folder:
             self.folderRequested.emit(Path(folder))
 

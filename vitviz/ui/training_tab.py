@@ -19,7 +19,6 @@ from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
-    QFileDialog,
     QFormLayout,
     QFrame,
     QHBoxLayout,
@@ -55,7 +54,9 @@ from vitviz.training.events import (
     RunStarted,
     StepEvent,
 )
+from vitviz.ui import file_dialogs
 from vitviz.ui.form_panel import FoldingGroup, VerticalScrollArea
+from vitviz.ui.settings import AppSettings
 from vitviz.ui.wheel_guard import guard_wheel
 from vitviz.workers.training import TrainingRunner
 
@@ -226,6 +227,7 @@ class TrainingTab(QWidget):
         self.epochs: list[dict[str, float]] = []
         self.steps_per_epoch = 1
         self._cancelling = False
+        self.app_settings: AppSettings | None = None  # where file dialogs open (the window's)
         self._build_settings()
         self._build_monitor()
         splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -441,7 +443,10 @@ class TrainingTab(QWidget):
             self.fields[name].setEnabled(swin)
 
     def _browse(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Dataset folder", self.dataset_path.text())
+        text = self.dataset_path.text()
+        folder = file_dialogs.open_folder(
+            self, self.app_settings, "datasets", "Dataset folder", text
+        )
         if folder:
             self.dataset_path.setText(folder)
 

@@ -117,11 +117,14 @@ class ViewerTab(QWidget):
 
     # -- results from the engine -----------------------------------------------------------------
     def apply_image(self, result: ImageResult) -> None:
-        same_grid = self.image is not None and self.image.grid == result.grid
+        old = self.image
+        if old is None or old.grid != result.grid:
+            self.query = None  # a patch of another grid: back to CLS (or the mean)
+            self._hovered = None  # the views say what the pointer is over once they are set
         self.image = result
         self.maps = None
-        if not same_grid:
-            self.query = None
+        if old is None or old.geometry() != result.geometry():
+            self._forget_model_views()
         self.placeholder.hide()
         self.main_splitter.show()
         swin = isinstance(result, SwinImageResult)
@@ -132,10 +135,11 @@ class ViewerTab(QWidget):
         self.controls.set_unavailable(result.unavailable)
         self.faithfulness.clear()
         gh, gw = result.grid
+        # the map's view first: a view under the pointer reads the map's grid to say where it is
+        self.map_view.set_image(result.display, result.region, result.grid)
         self.input_view.set_image(
             result.input_pixels, (0, 0, gw * result.patch_size, gh * result.patch_size), result.grid
         )
-        self.map_view.set_image(result.display, result.region, result.grid)
         self.head_grid.set_layout(
             result.num_layers,
             result.num_heads,
@@ -161,6 +165,13 @@ class ViewerTab(QWidget):
         self._update_query_widgets()
         self._update_class_label()
         self.request_maps()
+
+    def _forget_model_views(self) -> None:
+        """Another model: drop what was drawn with the last one's grid and layers until this
+        one's maps come (the overlay and the head grid's thumbnails), and show this image's
+        head statistics rather than a folder's measured with the last model."""
+        self.map_view.set_map(None)
+        self.stats_panel.show_image()
 
     def apply_maps(self, result: MapsResult) -> None:
         self.maps = result
@@ -403,8 +414,11 @@ class ViewerTab(QWidget):
         r, c, _ = info
         self._hovered = (r, c)
         value = self.map_view.value_at(r, c)
-        gw = self.image.grid[1]
-        text = f"patch row {r}, col {c}, index {r * gw + c}"
+        mr, mc, (mh, mw) = self.map_view.map_cell(r, c)
+        if (mh, mw) == self.image.grid:
+            text = f"patch row {r}, col {c}, index {r * mw + c}"
+        else:  # a coarser map (a Swin block's tokens): its own cell, as the title counts them
+            text = f"token row {mr}, col {mc} of {mh}×{mw}, index {mr * mw + mc}"
         if np.isfinite(value):
             text += f", value {value:.4g}"
         self.hoverText.emit(text)

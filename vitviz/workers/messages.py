@@ -103,6 +103,19 @@ class ImageResult:
     mask_path: Path | None = None  # <stem>_mask.png beside the image (localisation numbers)
     scores: str = "logits"  # what the model returns: logits, probabilities, log-probabilities
 
+    def geometry(self) -> tuple:
+        """What the window's geometry-bound state (query, hover, thumbnails, selection) depends
+        on: equal for two images of one model, different after most model changes."""
+        return (
+            type(self).__name__,
+            self.grid,
+            self.patch_size,
+            self.input_pixels.shape[:2],
+            self.num_prefix_tokens,
+            self.num_layers,
+            self.num_heads,
+        )
+
 
 @dataclass
 class MapsResult:
@@ -188,6 +201,9 @@ class SwinImageResult(ImageResult):
     ignored_params: dict[str, tuple[str, ...]] = field(default_factory=dict)  # ViT-only ones
     thumb_grid: tuple[int, int] = (0, 0)
     thumb_pixels: int = 0
+
+    def geometry(self) -> tuple:
+        return (*super().geometry(), self.blocks, self.thumb_grid)
 
 
 @dataclass
