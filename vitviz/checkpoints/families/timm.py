@@ -27,8 +27,7 @@ from vitviz.checkpoints.families.common import (
     grid_from_table,
     standard_heads,
 )
-from vitviz.checkpoints.families.timm_arch import signature_of
-from vitviz.checkpoints.families.timm_resolve import architecture_settings, how_to_name
+from vitviz.checkpoints.families.timm_resolve import applied, choose_architecture, how_to_name
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.preprocessing import (
     TIMM_DEIT_DEFAULTS,
@@ -37,14 +36,18 @@ from vitviz.checkpoints.preprocessing import (
 )
 
 LOOKS_LIKE = "a timm VisionTransformer"
+PREFIX_TOKENS = ("cls_token", "dist_token", "reg_token")
 _BLOCK = r"blocks\.(\d+)\.attn\.qkv\.weight$"
 
 
 def detect(source: Source) -> bool:
+    """timm's ViT layout; or any timm folder (its named architecture then decides, so one that
+    isn't a plain ViT is refused by name, not as an unknown layout)."""
     s = source.state
-    return "patch_embed.proj.weight" in s and any(
+    vit_layout = "patch_embed.proj.weight" in s and any(
         k.endswith(".attn.qkv.weight") and k.startswith("blocks.") for k in s
     )
+    return vit_layout or source.timm_config is not None
 
 
 def take_blocks(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:
@@ -97,6 +100,15 @@ def take_patch_embed(
     return D, C, p
 
 
+def _pos_layout(state: dict[str, Tensor]) -> tuple[int, int] | None:
+    """(entries of the position table, prefix tokens) of a timm state dict, or None."""
+    pos = state.get("pos_embed")
+    if pos is None or pos.ndim != 3:
+        return None
+    prefix = sum(int(state[k].shape[1]) for k in PREFIX_TOKENS if k in state and state[k].ndim == 3)
+    return int(pos.shape[1]), prefix
+
+
 def assumption_note(source: Source, heads: int, dim: int) -> str:
     """What a bare state dict matching no timm name is assumed to be, and how to say otherwise."""
     return (
@@ -119,14 +131,14 @@ def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
-    signature = signature_of(source.state)
+    choice = choose_architecture(source, cfg, args, _pos_layout(source.state))
     t = Taker(source, LOOKS_LIKE)
     notes: list[str] = []
     out: dict[str, Tensor] = {}
     depth = check_depth(source, block_indices(t.state, _BLOCK))
     D, C, p = take_patch_embed(t, out, int(args.get("in_chans", 3)), notes)
     prefix = 0
-    for name in ("cls_token", "dist_token", "reg_token"):
+    for name in PREFIX_TOKENS:
         token = t.maybe(name)
         if token is not None:
             out[name] = token
@@ -176,9 +188,7 @@ def convert(source: Source) -> Conversion:
         final_norm="norm.weight" in out or "fc_norm.weight" in out,
         **block_info,
     )
-    layout = (pos.shape[1], prefix) if pos is not None else None
-    named = architecture_settings(source, cfg, args, signature, inferred, notes, layout)
-    if named is None:  # a bare state dict no timm name has: the common ViT, said so
+    if choice is None:  # a bare state dict no timm name has: the common ViT, said so
         heads = standard_heads(D)
         inferred.update(activation="gelu", norm_eps=1e-6)
         if heads is not None:
@@ -187,7 +197,8 @@ def convert(source: Source) -> Conversion:
         if isinstance(said, int) and said > 0:
             notes.append(assumption_note(source, said, D))
     else:
-        inferred.update(named[0])
+        inferred.update(applied(source, choice.record, inferred))
+        notes.append(choice.note)
     if inferred["global_pool"] not in ("token", "avg"):
         raise CheckpointError(
             f"{source.name}: timm global_pool {inferred['global_pool']!r} is not supported "
@@ -240,7 +251,7 @@ def convert(source: Source) -> Conversion:
         notes=notes,
         imagenet_if_1000=True,
     )
-    conversion.reference = named[1] if named is not None else None
+    conversion.reference = choice.reference if choice is not None else None
     return conversion
 
 

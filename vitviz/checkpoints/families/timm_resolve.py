@@ -10,6 +10,7 @@ with the assumption noted by the converter). Parts vitviz doesn't model are refu
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from vitviz.checkpoints.assign import few
@@ -22,6 +23,7 @@ from vitviz.checkpoints.families.timm_arch import (
     candidates,
     computes_alike,
     record_for,
+    signature_of,
 )
 from vitviz.checkpoints.library_check import Reference
 
@@ -44,17 +46,27 @@ def how_to_name(source: Source) -> str:
     return f'--arch NAME (a timm model name) or "arch" in {source.sidecar_name}'
 
 
-def architecture_settings(
+@dataclass(frozen=True)
+class Choice:
+    """The timm architecture a checkpoint is: its record, the note saying so, and the
+    reference the library check builds."""
+
+    record: ArchRecord
+    note: str
+    reference: Reference
+
+
+def choose_architecture(
     source: Source,
     cfg: Mapping[str, Any],
     model_args: Mapping[str, Any],
-    signature: str,
-    inferred: Mapping[str, Any],
-    notes: list[str],
     pos_layout: tuple[int, int] | None = None,
-) -> tuple[dict[str, Any], Reference] | None:
-    """ViTConfig fields fixed by the checkpoint's timm architecture (named or recognised), and
-    that architecture as the library check's reference."""
+) -> Choice | None:
+    """The checkpoint's timm architecture: named (``arch`` setting, else config.json), or
+    recognised by the signature of its tensors; None when it names none and no timm name has
+    its tensors. Called before any tensor is taken, so a part vitviz doesn't model is refused
+    by name before the tensors it would leave over. ``pos_layout``: (entries of the position
+    table, prefix tokens), which tells whether the table covers the prefix tokens."""
     name = source.user.get("arch")
     args: Mapping[str, Any] = {}
     if name is None:
@@ -67,11 +79,11 @@ def architecture_settings(
         except ArchError as exc:
             raise CheckpointError(f"{source.name}: {exc}.") from exc
         refuse_part(source, rec)
-        notes.append(f"architecture {name} as {where} defines it: {summary(rec.settings)}")
-        return applied(source, rec, inferred), Reference("timm", name, dict(args))
+        note = f"architecture {name} as {where} defines it: {summary(rec.settings)}"
+        return Choice(rec, note, Reference("timm", name, dict(args)))
     found = [
         r
-        for r in candidates(signature)
+        for r in candidates(signature_of(source.state))
         if _fits_user(r, source.user) and _fits_table(r, pos_layout)
     ]
     found.sort(key=lambda r: (not r.name.startswith("vit_"), r.name))
@@ -85,11 +97,11 @@ def architecture_settings(
         )
     refuse_part(source, found[0], names)
     others = f" and {len(names) - 1} other names computing alike" if len(names) > 1 else ""
-    notes.append(
+    note = (
         f"recognised as timm's {names[0]}{others} by its tensors: "
         f"{summary(found[0].settings)}; if it is another, give {how_to_name(source)}"
     )
-    return applied(source, found[0], inferred), Reference("timm", names[0], {})
+    return Choice(found[0], note, Reference("timm", names[0], {}))
 
 
 def refuse_part(source: Source, rec: ArchRecord, names: list[str] | None = None) -> None:
