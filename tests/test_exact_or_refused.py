@@ -207,3 +207,28 @@ def test_table_without_timm_gives_timms_own_reading(monkeypatch: pytest.MonkeyPa
         timm_arch.record_for("vit_made_up_patch16_224", {})
     with pytest.raises(timm_arch.ArchError, match="model_args num_heads"):
         timm_arch.record_for("vit_base_patch16_224", {"num_heads": 4})
+
+
+def test_cli_verify_prints_the_table_and_info_names_the_architecture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vitviz.cli import main
+
+    name = "vit_tiny_patch16_224"
+    model = _model(name, seed=10)
+    save_for_hf(model, tmp_path / "tiny", safe_serialization=True)
+    torch.save(model.state_dict(), tmp_path / "tiny.pth")
+    assert main(["verify", str(tmp_path / "tiny"), str(tmp_path / "tiny.pth")]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("tiny")]
+    assert len(rows) == 2 and all(f"timm {timm.__version__}" in r for r in rows), out
+    assert all(r.rstrip().endswith("exact") for r in rows), out
+    assert main(["info", str(tmp_path / "tiny.pth")]) == 0
+    out = capsys.readouterr().out
+    assert f"recognised as timm's {name}" in out and "checked against timm" in out
+    assert main(["info", str(tmp_path / "tiny.pth"), "--heads", "4"]) == 0
+    out = capsys.readouterr().out  # heads 4 fits no timm name: the common ViT, said so
+    assert "assumed timm's common ViT" in out and "4 heads of 48" in out
+    (tmp_path / "eps.json").write_text('{"norm_eps": 0.01}')
+    assert main(["verify", str(tmp_path / "tiny"), "--config", str(tmp_path / "eps.json")]) == 2
+    assert "refused" in capsys.readouterr().out

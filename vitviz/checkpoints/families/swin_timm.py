@@ -20,8 +20,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vitviz.checkpoints.errors import MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, ask, dropped
+from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, dropped
 from vitviz.checkpoints.families.swin_common import (
     BLOCK_PARTS,
     check_numbering,
@@ -74,11 +75,23 @@ def _v2_windows(
         return None  # finish_swin takes the user's
     if args.get("window_size") is not None:
         return per_stage(args["window_size"], stages, "window_size", source.name)
-    m = re.search(r"window(\d+)", str(cfg.get("architecture", "")))
+    name = str(source.user.get("arch") or cfg.get("architecture", ""))
+    m = re.search(r"window(\d+)", name)
     if m:
         return (int(m.group(1)),) * stages
-    ask(source, LOOKS_LIKE, {"window_sizes": [8] * stages})
-    return None
+    per = ", ".join(["W"] * stages)
+    raise MissingSettingsError(
+        f"{source.name} looks like {LOOKS_LIKE} V2; its weights don't say the window size "
+        f"(timm's model name does: swinv2_tiny_window8_256 has 8). Give the name with --arch "
+        f'NAME, or the windows in {source.sidecar_name}, e.g. {{"window_sizes": [{per}]}} '
+        f"with your model's window W.",
+        {"window_sizes": None},
+    )
+
+
+def _size_from_windows(patch: int, windows: tuple[int, ...]) -> int:
+    """timm's Swin sizes: the last stage's grid is one window (window 7 -> 224, 12 -> 384)."""
+    return int(windows[-1]) * patch * 2 ** (len(windows) - 1)
 
 
 def convert(source: Source) -> Conversion:
@@ -138,9 +151,12 @@ def convert(source: Source) -> Conversion:
         inferred["pretrained_window_sizes"] = per_stage(pws, len(depths), "pretrained", source.name)
     size = _image_size(args, pretrained)
     if size is None:
-        size = 224
+        windows = tuple(inferred.get("window_sizes") or ())
+        size = _size_from_windows(patch.shape[-1], windows) if windows else 224
+    if _image_size(args, pretrained) is None and "image_size" not in source.user:
         notes.append(
-            f"image size 224 assumed (no timm config.json); set image_size in "
+            f"image size {size} assumed (no timm config.json; timm's Swin of window "
+            f"{windows[-1] if windows else '?'} is trained at {size}); set image_size in "
             f"{source.sidecar_name} if the model was trained at another size"
         )
     inferred.update(
