@@ -232,3 +232,26 @@ def test_cli_verify_prints_the_table_and_info_names_the_architecture(
     (tmp_path / "eps.json").write_text('{"norm_eps": 0.01}')
     assert main(["verify", str(tmp_path / "tiny"), "--config", str(tmp_path / "eps.json")]) == 2
     assert "refused" in capsys.readouterr().out
+
+
+def test_transformers_folder_is_checked_by_transformers(tmp_path: Path) -> None:
+    import transformers as tr
+
+    config = tr.ViTConfig(
+        image_size=32,
+        patch_size=8,
+        hidden_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        intermediate_size=96,
+        num_labels=4,
+        layer_norm_eps=1e-6,
+    )
+    torch.manual_seed(11)
+    model = randomize_(tr.ViTForImageClassification(config), seed=11)
+    model.save_pretrained(tmp_path / "hf", safe_serialization=True)
+    loaded = load_checkpoint(tmp_path / "hf")
+    note = next(n for n in loaded.notes if n.startswith("checked against transformers"))
+    assert "ViTForImageClassification" in note
+    with pytest.raises(CheckpointError, match=r"differs from transformers .*logits"):
+        load_checkpoint(tmp_path / "hf", config={"norm_eps": 1e-2})

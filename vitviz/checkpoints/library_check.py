@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -150,21 +149,27 @@ def check_or_refuse(model: nn.Module, path: Path, ref: Reference | None, notes: 
 def compare(model: nn.Module, weights: Path, ref: Reference, version: str) -> CheckResult:
     """Build the library's model, load the file's tensors, run both on one probe image."""
     cfg = model.config
+    build, forward = BUILDERS[ref.library]
     try:
-        theirs = build_timm(ref, cfg, file_state(weights))
-    except (RuntimeError, ValueError, TypeError, KeyError, CheckpointError) as exc:
+        theirs = build(ref, cfg, weights)
+    except (RuntimeError, ValueError, TypeError, KeyError, OSError, CheckpointError) as exc:
         problem = f"its model does not take these tensors ({type(exc).__name__})"
         return CheckResult(version, ref.arch, None, None, problem)
     g = torch.Generator().manual_seed(0)
     h, w = cfg.image_size
     x = torch.randn(1, cfg.in_channels, h, w, generator=g)
-    ref_logits, ref_attn = timm_forward(theirs, x)
+    ref_logits, ref_attn = forward(theirs, x)
     with torch.no_grad():
         out = model.forward_explained(x, capture_attention=True)
     logits = _relative(out.logits, ref_logits)
     attention = None
-    if ref_attn and len(ref_attn) == len(out.attentions):
-        attention = max(_max_abs(a, b) for a, b in zip(out.attentions, ref_attn, strict=True))
+    if ref_attn:
+        same = len(ref_attn) == len(out.attentions)
+        attention = (
+            max(_max_abs(a, b) for a, b in zip(out.attentions, ref_attn, strict=True))
+            if same
+            else float("inf")
+        )
     return CheckResult(version, ref.arch, logits, attention)
 
 
@@ -183,10 +188,12 @@ def file_state(weights: Path) -> dict[str, Tensor]:
     return state
 
 
-def build_timm(ref: Reference, cfg: Any, state: Mapping[str, Tensor]) -> nn.Module:
-    """timm's model of ``ref`` holding ``state`` (strict: every tensor taken, none missing)."""
+def build_timm(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
+    """timm's model of ``ref`` holding the file's tensors (strict: every tensor taken, none
+    missing)."""
     import timm
 
+    state = file_state(weights)
     args = dict(ref.model_args)
     args.setdefault("num_classes", cfg.num_classes)
     args.setdefault("img_size", tuple(cfg.image_size))
@@ -218,6 +225,52 @@ def timm_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         for h in handles:
             h.remove()
     return logits, attn
+
+
+def build_transformers(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
+    """transformers' own class of the folder (config.json's ``architectures``), loaded by
+    transformers from the folder's safetensors: local files only, no remote code."""
+    import transformers
+
+    if weights.suffix != ".safetensors":
+        raise ValueError("only safetensors folders are loaded by the library for the check")
+    cls = getattr(transformers, ref.arch, None) if ref.arch else transformers.AutoModel
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+        cls = transformers.AutoModel
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar in the CLI's output
+    try:
+        model = cls.from_pretrained(
+            weights.parent,
+            local_files_only=True,
+            trust_remote_code=False,
+            use_safetensors=True,
+            attn_implementation="eager",
+        )
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    return model.eval()
+
+
+def transformers_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """transformers' logits (a base model: its pooler output, else the normed CLS token) and
+    attention probabilities."""
+    with torch.no_grad():
+        out = model(pixel_values=x, output_attentions=True)
+    logits = getattr(out, "logits", None)
+    if logits is None:
+        pooled = getattr(out, "pooler_output", None)
+        logits = pooled if pooled is not None else out.last_hidden_state[:, 0]
+    return logits, list(out.attentions or [])
+
+
+BUILDERS = {
+    "timm": (build_timm, timm_forward),
+    "transformers": (build_transformers, transformers_forward),
+}
 
 
 def _max_abs(a: Tensor, b: Tensor) -> float:

@@ -25,12 +25,14 @@ from vitviz.checkpoints.families.common import (
     Taker,
     check_depth,
     dropped,
+    example_heads,
     finish,
     fuse_qkv,
     grid_from_table,
     standard_heads,
 )
 from vitviz.checkpoints.labels import names_from_id2label
+from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import HF_DEFAULTS, hf_preprocessing
 
 LOOKS_LIKE = "a Hugging Face ViT"
@@ -195,17 +197,21 @@ def convert(source: Source) -> Conversion:
         )
     prep, prep_notes = hf_preprocessing(proc, model_size)
     notes += prep_notes
-    return finish(
+    conversion = finish(
         source,
         family=f"huggingface-{model_type}",
         looks_like=LOOKS_LIKE,
         inferred=inferred,
-        required={"heads": 12, "image_size": 224},
+        required={"heads": example_heads(D), "image_size": 224},
         state=out,
         class_names=names,
         preprocessing=prep,
         notes=notes,
     )
+    if source.hf_config is not None:  # the folder names transformers' class: it checks ours
+        arch = (cfg.get("architectures") or [""])[0]
+        conversion.reference = Reference("transformers", str(arch), {"model_type": model_type})
+    return conversion
 
 
 def _take_head(
