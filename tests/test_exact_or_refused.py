@@ -255,3 +255,25 @@ def test_transformers_folder_is_checked_by_transformers(tmp_path: Path) -> None:
     assert "ViTForImageClassification" in note
     with pytest.raises(CheckpointError, match=r"differs from transformers .*logits"):
         load_checkpoint(tmp_path / "hf", config={"norm_eps": 1e-2})
+
+
+def test_transformers_fields_not_read_are_listed_without_transformers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import transformers as tr
+
+    config = tr.ViTConfig(
+        image_size=32, patch_size=8, hidden_size=48, num_hidden_layers=1, num_attention_heads=3
+    )
+    tr.ViTModel(config).save_pretrained(tmp_path / "hf", safe_serialization=True)
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    cfg["fancy_new_attention"] = True  # a field this vitviz has never heard of
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.setattr(
+        "vitviz.checkpoints.families.huggingface.library_version", lambda _name: None
+    )
+    notes = load_checkpoint(tmp_path / "hf").notes
+    assert any("did not read" in n and "fancy_new_attention" in n for n in notes), notes
+    assert not any("did not read" in n and "transformers_version" in n for n in notes)
