@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vitviz.checkpoints.errors import MissingSettingsError
+from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, Source
 from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, dropped
 from vitviz.checkpoints.families.swin_common import (
@@ -33,6 +33,7 @@ from vitviz.checkpoints.families.swin_common import (
     stage_blocks,
     take_block,
 )
+from vitviz.checkpoints.families.timm_arch import ArchError, swin_v2_windows
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 
@@ -68,17 +69,27 @@ def _image_size(args: dict[str, Any], pretrained: dict[str, Any]) -> Any:
 
 def _v2_windows(
     source: Source, cfg: dict[str, Any], args: dict[str, Any], stages: int
-) -> tuple[int, ...] | None:
-    """A v2's window per stage: the settings, config.json's model_args, the architecture's name
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """A v2's (window, pretrained window) per stage: the settings, config.json's model_args,
+    the architecture as timm defines it (``--arch`` or config.json), or, without timm, its name
     (``swinv2_tiny_window8_256``); else the settings must give it (None when they do)."""
     if "window_sizes" in source.user:
-        return None  # finish_swin takes the user's
+        return None, None  # finish_swin takes the user's
     if args.get("window_size") is not None:
-        return per_stage(args["window_size"], stages, "window_size", source.name)
+        return per_stage(args["window_size"], stages, "window_size", source.name), None
     name = str(source.user.get("arch") or cfg.get("architecture", ""))
+    if name:
+        try:
+            found = swin_v2_windows(name, args)
+        except ArchError as exc:
+            raise CheckpointError(f"{source.name}: {exc}.") from exc
+        if found is not None and len(found[0]) == stages:
+            return found
+        if re.search(r"window\d+to\d+", name):  # the name alone doesn't say the pretrained ones
+            raise CheckpointError(f"{source.name}: install timm to open {name}.")
     m = re.search(r"window(\d+)", name)
     if m:
-        return (int(m.group(1)),) * stages
+        return (int(m.group(1)),) * stages, None
     per = ", ".join(["W"] * stages)
     raise MissingSettingsError(
         f"{source.name} looks like {LOOKS_LIKE} V2; its weights don't say the window size "
@@ -144,11 +155,15 @@ def convert(source: Source) -> Conversion:
 
     depths = [len(b) for b in found.values()]
     v2 = "stages.0.blocks.0.attn.logit_scale" in out
-    windows = _v2_windows(source, cfg, args, len(depths)) if v2 else None
+    windows, pretrained_windows = (
+        _v2_windows(source, cfg, args, len(depths)) if v2 else (None, None)
+    )
     inferred = infer_stages(out, depths, windows, where=source.name)
     if v2 and args.get("pretrained_window_sizes") is not None:
         pws = args["pretrained_window_sizes"]
         inferred["pretrained_window_sizes"] = per_stage(pws, len(depths), "pretrained", source.name)
+    elif pretrained_windows is not None and pretrained_windows != windows:
+        inferred["pretrained_window_sizes"] = pretrained_windows
     size = _image_size(args, pretrained)
     if size is None:
         windows = tuple(inferred.get("window_sizes") or ())
