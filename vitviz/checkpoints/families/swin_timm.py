@@ -35,6 +35,7 @@ from vitviz.checkpoints.families.swin_common import (
 )
 from vitviz.checkpoints.families.timm_arch import ArchError, swin_v2_windows
 from vitviz.checkpoints.labels import names_from_timm
+from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 
 LOOKS_LIKE = "a timm Swin Transformer"
@@ -191,7 +192,7 @@ def convert(source: Source) -> Conversion:
             "no timm config.json beside the file: preprocessing is timm's Swin default "
             f"(set preprocessing in {source.sidecar_name} to change it)"
         )
-    return finish_swin(
+    conversion = finish_swin(
         source,
         family="timm-swin",
         inferred=inferred,
@@ -201,6 +202,11 @@ def convert(source: Source) -> Conversion:
         notes=notes,
         imagenet_if_1000=True,
     )
+    named = source.user.get("arch") or cfg.get("architecture")
+    if isinstance(named, str):  # timm's own model of that name checks ours
+        given = {} if source.user.get("arch") else args
+        conversion.reference = Reference("timm", named, dict(given))
+    return conversion
 
 
 FAMILY = Family("timm-swin", detect, convert)
