@@ -74,10 +74,11 @@ def reason_of(message: str) -> str:
     return message.split(": ", 1)[-1][:70]
 
 
-def sizes_to_try(name: str) -> list[int]:
+def sizes_to_try(name: str) -> list[int | None]:
+    """Small square sizes first, then timm's own default (None)."""
     m = re.search(r"patch(\d+)", name)
     p = int(m.group(1)) if m else 16
-    return [2 * p, 4 * p, 64, 96, 128, 224]
+    return [2 * p, 4 * p, 64, 96, 128, None]
 
 
 def build(name: str, seed: int) -> tuple[torch.nn.Module, torch.Tensor] | None:
@@ -85,9 +86,11 @@ def build(name: str, seed: int) -> tuple[torch.nn.Module, torch.Tensor] | None:
     for side in sizes_to_try(name):
         try:
             torch.manual_seed(seed)
-            model = timm.create_model(name, pretrained=False, img_size=side, num_classes=5)
+            sized = {} if side is None else {"img_size": side}
+            model = timm.create_model(name, pretrained=False, num_classes=5, **sized)
             model.eval()
-            x = torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(seed))
+            shape = (3, side, side) if side is not None else model.pretrained_cfg["input_size"]
+            x = torch.randn(1, *shape, generator=torch.Generator().manual_seed(seed))
             with torch.no_grad():
                 model(x)
         except Exception:  # noqa: BLE001 - a size (or name) timm refuses: try the next
