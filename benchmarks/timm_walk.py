@@ -62,7 +62,9 @@ REASONS = (
     (r"don't say", "bare: asks for settings the weights lack"),
     (r"can't express", "tensors vitviz's model has no place for"),
     (r"does not recognise this layout", "layout not recognised"),
-    (r"differs from timm", "timm's own check differs"),
+    (r"differs from (timm|transformers)", "the library's own check differs"),
+    (r"model_type '[^']+' is not supported", "transformers model_type not supported"),
+    (r"looks like a Hugging Face Swin, but", "transformers Swin variant with other tensors"),
 )
 
 
@@ -153,6 +155,110 @@ def param_count(name: str) -> float:
     return float(sum(p.numel() for p in model.parameters()))
 
 
+HF_TYPES = (
+    "vit",
+    "deit",
+    "dinov2",
+    "dinov2_with_registers",
+    "dinov3_vit",
+    "beit",
+    "data2vec-vision",
+    "vit_msn",
+    "vit_mae",
+    "ijepa",
+    "swin",
+    "swinv2",
+    "donut-swin",
+    "hiera",
+    "pvt",
+    "pvt_v2",
+    "levit",
+    "cvt",
+    "mobilevit",
+    "siglip_vision_model",
+    "clip_vision_model",
+)
+HF_TINY = dict(
+    image_size=32,
+    patch_size=8,
+    hidden_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=3,
+    intermediate_size=96,
+    num_labels=4,
+)
+
+
+def hf_classes(model_type: str) -> list[tuple[str, type]]:
+    """[(form, class)]: transformers' image classifier of ``model_type`` ("hf-cls") where it
+    has one, and its base model ("hf-base")."""
+    import transformers as tr
+    from transformers.models.auto import modeling_auto as auto
+
+    found = []
+    for form, names in (
+        ("hf-cls", auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES),
+        ("hf-base", auto.MODEL_MAPPING_NAMES),
+    ):
+        name = names.get(model_type)
+        name = name[0] if isinstance(name, (list, tuple)) else name
+        cls = getattr(tr, name, None) if name else None
+        if cls is not None:
+            found.append((form, cls))
+    return found
+
+
+def hf_model(model_type: str, cls: type, seed: int) -> tuple[torch.nn.Module, torch.Tensor] | None:
+    """``cls`` of ``model_type``, tiny where the config takes the tiny sizes, else at its
+    defaults; randomised. None if it won't build."""
+    import transformers as tr
+
+    if model_type not in tr.CONFIG_MAPPING:  # a lazy mapping: no .get
+        return None
+    config_cls = tr.CONFIG_MAPPING[model_type]
+    for overrides in (HF_TINY, {"num_labels": 4}):
+        try:
+            config = config_cls(**overrides)
+            torch.manual_seed(seed)
+            model = cls._from_config(config, attn_implementation="eager").eval()
+            side = config.image_size if isinstance(config.image_size, int) else 224
+            x = torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(seed))
+            with torch.no_grad():
+                model(pixel_values=x)
+        except Exception:  # noqa: BLE001 - sizes this type won't take: its defaults next
+            continue
+        return randomize_(model, seed=seed, noise_dtype=torch.float32), x
+    return None
+
+
+def walk_hf(model_type: str, folder: Path, seed: int) -> list[tuple[str, str, str]]:
+    """[(form, verdict, detail)] of ``model_type``'s ``save_pretrained`` folders."""
+    from transformers.utils import logging as hf_logging
+
+    from vitviz.checkpoints.library_check import transformers_forward
+
+    hf_logging.disable_progress_bar()
+    rows = []
+    for form, cls in hf_classes(model_type) or [("hf", None)]:
+        built = hf_model(model_type, cls, seed) if cls is not None else None
+        if built is None:
+            rows.append((form, "not built", "transformers can't build it here"))
+            continue
+        model, x = built
+        ref_logits, ref_attn = transformers_forward(model, x)
+        model.save_pretrained(folder / form, safe_serialization=True)
+        try:
+            loaded = load_checkpoint(folder / form)
+        except CheckpointError as exc:
+            rows.append((form, "refused", reason_of(str(exc))))
+            continue
+        rel, att = opened_errors(loaded, x, ref_logits, ref_attn)
+        wrong = rel > LOGITS_RTOL or (att is not None and att > ATTENTION_ATOL)
+        att_text = "—" if att is None else f"{att:.1e}"
+        rows.append((form, "OPEN-AND-WRONG" if wrong else "exact", f"{rel:.1e} / {att_text}"))
+    return rows
+
+
 def names_to_walk(
     patterns: list[str], max_params: float, sample: int, seed: int
 ) -> tuple[list[str], int]:
@@ -179,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-params", type=float, default=100e6, help="skip bigger models")
     parser.add_argument("--sample", type=int, default=0, help="walk K random names only")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--transformers", action="store_true", help="walk transformers' vision model types too"
+    )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(10_000)
     names, big = names_to_walk(args.patterns, args.max_params, args.sample, seed)
@@ -195,17 +304,24 @@ def main(argv: list[str] | None = None) -> int:
             for form, verdict, detail in walk_one(name, folder, seed):
                 print(f"{name:48s} {form:6s} {verdict:15s} {detail}", flush=True)
                 key = verdict if verdict != "refused" else f"refused: {detail}"
-                verdicts[f"{form:6s} {key}"] += 1
+                verdicts[f"{form:7s} {key}"] += 1
             walked += 1
             for f in folder.rglob("*"):
                 if f.is_file():
                     f.unlink()
+        for model_type in HF_TYPES if args.transformers else ():
+            folder = Path(tmp) / f"hf-{model_type}"
+            folder.mkdir()
+            for form, verdict, detail in walk_hf(model_type, folder, seed):
+                print(f"{'transformers ' + model_type:48s} {form:7s} {verdict:15s} {detail}")
+                key = verdict if verdict != "refused" else f"refused: {detail}"
+                verdicts[f"{form:7s} {key}"] += 1
     took = time.perf_counter() - start
     print(f"\nwalked {walked} of {len(names)} names in {took:.0f} s")
-    print(f"| {'form':6s} | {'verdict':70s} | {'count':>5s} |")
+    print(f"| {'form':7s} | {'verdict':70s} | {'count':>5s} |")
     for key, count in sorted(verdicts.items()):
-        form, verdict = key[:6], key[7:]
-        print(f"| {form} | {verdict[:70]:70s} | {count:5d} |")
+        form, verdict = key.split(" ", 1)
+        print(f"| {form:7s} | {verdict.strip()[:70]:70s} | {count:5d} |")
     wrong = sum(c for k, c in verdicts.items() if "OPEN-AND-WRONG" in k)
     print(f"OPEN-AND-WRONG: {wrong}")
     return 1 if wrong else 0

@@ -267,7 +267,7 @@ def transformers_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tens
     if logits is None:
         pooled = getattr(out, "pooler_output", None)
         logits = pooled if pooled is not None else out.last_hidden_state[:, 0]
-    return logits, list(out.attentions or [])
+    return logits, list(getattr(out, "attentions", None) or [])
 
 
 BUILDERS = {
