@@ -109,6 +109,8 @@ def check_depth(source: Source, indices: Sequence[int]) -> int:
 
 def grid_from_table(n: int) -> tuple[int, int] | None:
     """A square grid with ``n`` cells, or None."""
+    if n <= 0:
+        return None
     side = math.isqrt(n)
     return (side, side) if side * side == n and n > 0 else None
 
