@@ -277,3 +277,13 @@ def test_transformers_fields_not_read_are_listed_without_transformers(
     notes = load_checkpoint(tmp_path / "hf").notes
     assert any("did not read" in n and "fancy_new_attention" in n for n in notes), notes
     assert not any("did not read" in n and "transformers_version" in n for n in notes)
+
+
+def test_library_check_can_be_switched_off_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = _model("vit_xsmall_patch16_clip_224", seed=12, depth=1)
+    save_for_hf(model, tmp_path / "f", safe_serialization=True)
+    monkeypatch.setenv("VITVIZ_NO_LIBRARY_CHECK", "1")
+    loaded = load_checkpoint(tmp_path / "f", config={"norm_eps": 1e-3})  # not caught: off
+    assert "not checked against timm (VITVIZ_NO_LIBRARY_CHECK=1)" in loaded.notes

@@ -11,8 +11,8 @@ reading, safetensors or ``weights_only``) and both models run one seeded probe i
 
 A difference refuses the checkpoint with both numbers. The result is kept in vitviz's cache
 folder under a key of the file (size, mtime, a hash of its first and last MiB), the settings
-and the library version, so the second open costs nothing. ``VITVIZ_NO_LIBRARY_CHECK=1`` skips
-the check (its note says so).
+and the library's and vitviz's versions, so the second open costs nothing.
+``VITVIZ_NO_LIBRARY_CHECK=1`` skips the check (a note says so).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vitviz import __version__ as vitviz_version
 from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.cache import cache_home
 from vitviz.checkpoints.errors import CheckpointError
@@ -112,7 +113,10 @@ def checked(
     if version is None or (os.environ.get(SKIP_ENV) == "1" and not force):
         return None
     weights = weights_file(path)
-    config = json.dumps([model.config.to_dict(), asdict(ref), version], sort_keys=True, default=str)
+    mine = f"vitviz {vitviz_version}"
+    config = json.dumps(
+        [model.config.to_dict(), asdict(ref), version, mine], sort_keys=True, default=str
+    )
     key = hashlib.sha1((file_key(weights) + config).encode()).hexdigest()
     where = cache_dir() / "library_checks" / f"{key}.json"
     if not force:
@@ -132,6 +136,9 @@ def checked(
 def check_or_refuse(model: nn.Module, path: Path, ref: Reference | None, notes: list[str]) -> None:
     """Note the check's result, or refuse the checkpoint when the numbers differ."""
     if ref is None:
+        return
+    if os.environ.get(SKIP_ENV) == "1":
+        notes.append(f"not checked against {ref.library} ({SKIP_ENV}=1)")
         return
     result = checked(model, path, ref)
     if result is None:
