@@ -187,7 +187,7 @@ def describe(name: str, model: nn.Module) -> ArchRecord:
     if kind not in ("VisionTransformer", "VisionTransformerDistilled"):
         reason = CLASS_REASONS.get(kind, f"timm's {kind} architecture (not a plain ViT)")
         if kind == "Eva" and name.startswith("vit_pe_"):
-            reason = "Perception Encoder (rotary attention)"
+            reason = "Perception Encoder blocks (rotary attention)"
         return ArchRecord(name, {}, reason, signature)
     refusal = _vit_refusal(model)
     settings = {} if refusal else _vit_settings(model)
