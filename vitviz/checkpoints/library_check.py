@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -97,11 +98,11 @@ def file_key(path: Path) -> str:
 
 
 def library_version(library: str) -> str | None:
+    """ "timm 1.0.31" for an installed library (from its metadata: nothing is imported)."""
     try:
-        module = __import__(library)
-    except ImportError:
+        return f"{library} {metadata.version(library)}"
+    except metadata.PackageNotFoundError:
         return None
-    return f"{library} {module.__version__}"
 
 
 def checked(
@@ -159,7 +160,15 @@ def compare(model: nn.Module, weights: Path, ref: Reference, version: str) -> Ch
     build, forward = BUILDERS[ref.library]
     try:
         theirs = build(ref, cfg, weights)
-    except (RuntimeError, ValueError, TypeError, KeyError, OSError, CheckpointError) as exc:
+    except (
+        ImportError,
+        RuntimeError,
+        ValueError,
+        TypeError,
+        KeyError,
+        OSError,
+        CheckpointError,
+    ) as exc:
         problem = f"its model does not take these tensors ({type(exc).__name__})"
         return CheckResult(version, ref.arch, None, None, problem)
     g = torch.Generator().manual_seed(0)

@@ -34,7 +34,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from importlib import metadata, resources
 from typing import Any
 
 from torch import Tensor, nn
@@ -195,11 +195,11 @@ def describe(name: str, model: nn.Module) -> ArchRecord:
 
 
 def timm_version() -> str | None:
+    """The installed timm's version (read from its metadata: timm is not imported)."""
     try:
-        import timm
-    except ImportError:
+        return metadata.version("timm")
+    except metadata.PackageNotFoundError:
         return None
-    return str(timm.__version__)
 
 
 class ArchError(Exception):
@@ -209,11 +209,12 @@ class ArchError(Exception):
 def from_timm(name: str, model_args: Mapping[str, Any]) -> ArchRecord:
     """Build ``name`` with timm on the meta device and describe it. Raises ArchError when timm
     doesn't know the name or refuses the arguments."""
-    import timm
     import torch
 
     args = {k: v for k, v in model_args.items() if k != "pretrained"}
     try:
+        import timm
+
         with torch.device("meta"):
             model = timm.create_model(name, pretrained=False, **args)
     except Exception as exc:  # timm's own error for a name or argument it doesn't take
@@ -240,9 +241,13 @@ def record_for(name: str, model_args: Mapping[str, Any]) -> tuple[ArchRecord, st
     table of timm 1.0.31"). Raises ArchError for a name neither knows, or for ``model_args``
     that the table can't account for."""
     version = timm_version()
-    if version is not None:
+    made_from = table()["timm_version"]
+    plain = set(model_args) <= SIZE_ARGS - {"global_pool"}
+    if version is not None and not (version == made_from and plain and from_table(name)):
         return from_timm(name, model_args), f"timm {version}"
-    where = f"vitviz's table of timm {table()['timm_version']}"
+    where = f"vitviz's table of timm {made_from}"
+    if version == made_from:  # the same facts timm would give, without importing it
+        where = f"timm {made_from} (vitviz's table of it)"
     rec = from_table(name)
     if rec is None:
         raise ArchError(f"install timm to open {name} (not in {where})")
@@ -281,11 +286,12 @@ def swin_v2_windows(
     None when timm is not importable. Raises ArchError for a name timm can't build."""
     if timm_version() is None:
         return None
-    import timm
     import torch
 
     args = {k: v for k, v in model_args.items() if k not in ("pretrained", "img_size")}
     try:
+        import timm
+
         with torch.device("meta"):
             model = timm.create_model(name, pretrained=False, **args)
         attns = [stage.blocks[0].attn for stage in model.layers]
