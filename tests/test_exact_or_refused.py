@@ -286,3 +286,12 @@ def test_library_check_can_be_switched_off_and_says_so(
     monkeypatch.setenv("VITVIZ_NO_LIBRARY_CHECK", "1")
     loaded = load_checkpoint(tmp_path / "f", config={"norm_eps": 1e-3})  # not caught: off
     assert "not checked against timm (VITVIZ_NO_LIBRARY_CHECK=1)" in loaded.notes
+
+
+def test_arch_is_refused_where_no_timm_converter_reads_it(tmp_path: Path) -> None:
+    from zoo_helpers import tiny_torchvision_vit
+
+    path = tmp_path / "tv.pth"
+    torch.save(tiny_torchvision_vit().state_dict(), path)
+    with pytest.raises(CheckpointError, match="unknown settings arch"):
+        load_checkpoint(path, config={"heads": 2, "arch": "vit_base_patch16_224"})

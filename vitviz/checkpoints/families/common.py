@@ -20,8 +20,8 @@ from vitviz.imaging import Preprocessing
 from vitviz.model import ViTConfig
 
 CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(ViTConfig))
-# patch_order: tutorials; arch: a timm model name (timm-layout checkpoints)
-USER_EXTRAS = frozenset({"class_names", "preprocessing", "patch_order", "arch"})
+# patch_order: tutorials. (arch, a timm model name, is taken by the timm converters.)
+USER_EXTRAS = frozenset({"class_names", "preprocessing", "patch_order"})
 
 # Heads of the standard ViT sizes, by width (ViT-Ti/S/M/B/L/H/g/G, DINOv2-g).
 STANDARD_HEADS = {

@@ -22,7 +22,7 @@ from vitviz.model.swin import SwinTransformer
 from vitviz.model.swin_config import SwinConfig
 
 SWIN_FIELDS = frozenset(f.name for f in dataclasses.fields(SwinConfig))
-_EXTRAS = frozenset({"class_names", "preprocessing", "arch"})  # arch: a timm model name
+_EXTRAS = frozenset({"class_names", "preprocessing"})
 # Our block parts and the suffix each has in our state dict.
 BLOCK_PARTS = ("norm1", "attn.qkv", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2")
 

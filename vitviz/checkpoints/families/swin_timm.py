@@ -192,6 +192,8 @@ def convert(source: Source) -> Conversion:
             "no timm config.json beside the file: preprocessing is timm's Swin default "
             f"(set preprocessing in {source.sidecar_name} to change it)"
         )
+    user_arch = source.user.pop("arch", None)  # read above: not a Swin config field
+    named = user_arch or cfg.get("architecture")
     conversion = finish_swin(
         source,
         family="timm-swin",
@@ -202,10 +204,8 @@ def convert(source: Source) -> Conversion:
         notes=notes,
         imagenet_if_1000=True,
     )
-    named = source.user.get("arch") or cfg.get("architecture")
     if isinstance(named, str):  # timm's own model of that name checks ours
-        given = {} if source.user.get("arch") else args
-        conversion.reference = Reference("timm", named, dict(given))
+        conversion.reference = Reference("timm", named, {} if user_arch else dict(args))
     return conversion
 
 

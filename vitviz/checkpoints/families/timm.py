@@ -132,6 +132,7 @@ def convert(source: Source) -> Conversion:
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
     choice = choose_architecture(source, cfg, args, _pos_layout(source.state))
+    source.user.pop("arch", None)  # read: not a ViTConfig field
     t = Taker(source, LOOKS_LIKE)
     notes: list[str] = []
     out: dict[str, Tensor] = {}
