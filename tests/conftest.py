@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +16,11 @@ from PIL import Image
 from torch import nn
 
 from vitviz.model import VisionTransformer, ViTConfig
+
+# vitviz's cache (library-check results) goes to a folder of this run, not the user's.
+_CACHE = tempfile.mkdtemp(prefix="vitviz-test-cache-")
+os.environ.setdefault("VITVIZ_CACHE_DIR", _CACHE)
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 TINY = dict(image_size=32, patch_size=8, dim=32, depth=2, heads=2, num_classes=5)
 CLASS_NAMES = ["tabby", "rocket", "coffee", "astronaut", "teapot"]

@@ -83,11 +83,29 @@ def test_v2_window_from_the_architecture_name_or_asked(tmp_path):
     ref_model = tiny_timm_swin(64, window=8, version=2)
     path = tmp_path / "v2.pth"
     torch.save(ref_model.state_dict(), path)
-    with pytest.raises(MissingSettingsError, match="window_sizes"):
+    with pytest.raises(MissingSettingsError, match="window_sizes") as info:
         load_checkpoint(path)
+    assert "[W, W]" in str(info.value) and "--arch" in str(info.value)  # no window guessed
+    assert load_checkpoint(
+        path, config={"arch": "swinv2_tiny_window8_256"}
+    ).config.window_sizes == (
+        8,
+        8,
+    )
     (tmp_path / "config.json").write_text(json.dumps({"architecture": "swinv2_tiny_window8_256"}))
     loaded = load_checkpoint(path)
     assert loaded.config.window_sizes == (8, 8)
     x = images(1, 64, 64)
     with torch.no_grad():
         assert_close("logits", ref_model(x), loaded.model(x), LOGIT_ATOL)
+
+
+def test_bare_v1_image_size_follows_timms_window_rule(tmp_path):
+    """No config.json: timm's Swins end with one window per image (window 12 -> 384 px), so a
+    window-8 two-stage patch-4 model is taken at 64 px, and the note says so."""
+    ref_model = tiny_timm_swin(64, window=8)
+    path = tmp_path / "w8.pth"
+    torch.save(ref_model.state_dict(), path)
+    loaded = load_checkpoint(path)
+    assert loaded.config.image_size == (64, 64)
+    assert any(n.startswith("image size 64 assumed") for n in loaded.notes), loaded.notes

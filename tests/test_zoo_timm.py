@@ -23,6 +23,7 @@ from zoo_helpers import (
 )
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
+from vitviz.checkpoints.families.common import example_heads
 
 TINY = dict(pretrained=False, patch_size=8, embed_dim=48, depth=2)
 
@@ -181,7 +182,13 @@ def test_timm_state_dict_of_unknown_width_asks_for_heads(tmp_path: Path) -> None
     msg = str(info.value)
     assert "mine.pth looks like a timm VisionTransformer" in msg
     assert "the weights don't say: heads." in msg
-    assert 'mine.pth.vitviz.json, e.g. {"heads": 12}' in msg
+    assert 'mine.pth.vitviz.json, e.g. {"heads": 2}' in msg  # 12 doesn't divide 48
+
+
+@pytest.mark.parametrize(("dim", "heads"), [(256, 4), (320, 5), (896, 14), (768, 12), (1280, 16)])
+def test_suggested_heads_divide_the_width_as_timm_does(dim: int, heads: int) -> None:
+    """timm's choices for these widths (xsmall, little, base-plus, base, huge)."""
+    assert example_heads(dim) == heads
 
 
 def test_timm_qk_norm_is_refused_not_guessed(tmp_path: Path) -> None:

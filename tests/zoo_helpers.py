@@ -26,15 +26,18 @@ def tiny_torchvision_vit(num_classes: int = 2) -> nn.Module:
     )
 
 
-def randomize_(model: nn.Module, seed: int = 0, scale: float = 0.2) -> nn.Module:
+def randomize_(
+    model: nn.Module, seed: int = 0, scale: float = 0.2, noise_dtype: torch.dtype = torch.float64
+) -> nn.Module:
     """Every parameter random (LayerNorm weights and layer scales around 1), model in eval mode.
 
     Big enough for peaked attention and distinct logits; small enough to stay well conditioned.
+    ``noise_dtype`` float32 draws big models' noise faster (other numbers, same kind).
     """
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
+            noise = torch.randn(p.shape, generator=g, dtype=noise_dtype).to(p.dtype)
             leaf = name.rsplit(".", 1)[-1]
             is_norm_weight = leaf == "weight" and p.ndim == 1 and "norm" in name.lower()
             is_norm_weight = is_norm_weight or (

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
 
 
+ASSUMPTION_PREFIXES = ("assumed", "recognised as")
+
+
 class CliError(Exception):
     """A user mistake the CLI reports in one line and exits 2 for."""
 
@@ -47,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the model opened last in the window, else the shipped model)",
     )
     ex.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    _add_arch_options(ex)
     ex.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
     ex.add_argument(
         "--class",
@@ -86,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="checkpoint file (with --model-code: the model's state dict, optional)",
     )
     info.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    _add_arch_options(info)
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_model_code_options(info)
     info.set_defaults(func=cmd_info)
@@ -96,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("source", type=Path, help="checkpoint file or model folder")
     conv.add_argument("target", type=Path, help="output .safetensors file")
     conv.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    _add_arch_options(conv)
     conv.set_defaults(func=cmd_convert)
+    __import__("vitviz.verify_cli", fromlist=["add_parser"]).add_parser(sub)
     __import__("vitviz.training.command", fromlist=["add_parser"]).add_parser(sub)
     _explain_cli().add_parser(sub)
     __import__("vitviz.faithfulness_cli", fromlist=["add_parser"]).add_parser(sub)
@@ -131,7 +138,7 @@ def _load_for(args: argparse.Namespace) -> Any:
             raise CliError("--model-args needs --model-code FILE.py:NAME")
         if args.checkpoint is None:
             raise CliError("give a checkpoint (or --model-code FILE.py:NAME)")
-        return _load(args.checkpoint, args.config)
+        return _load(args.checkpoint, args.config, args)
     from vitviz.modelcode import (
         ModelCodeError,
         load_model_code,
@@ -149,14 +156,39 @@ def _load_for(args: argparse.Namespace) -> Any:
         raise CliError(str(exc)) from exc
 
 
-def _load(path: Path, config_path: Path | None) -> Any:
+def _add_arch_options(p: argparse.ArgumentParser) -> None:
+    """--arch and --heads: what a bare state dict's weights can't say."""
+    p.add_argument(
+        "--arch",
+        metavar="NAME",
+        help="the timm architecture of the weights (a timm model name, e.g. "
+        "vit_base_patch16_clip_224): its heads, norm eps, activation and pooling",
+    )
+    p.add_argument("--heads", type=int, metavar="N", help="attention heads per layer")
+
+
+def _load(path: Path, config_path: Path | None, args: argparse.Namespace | None = None) -> Any:
     from vitviz.checkpoints import CheckpointError, load_checkpoint
 
-    config = _read_config(config_path)
+    config = _with_arch_options(_read_config(config_path), args)
     try:
         return load_checkpoint(path, config=config)
     except CheckpointError as exc:
         raise CliError(str(exc)) from exc
+
+
+def _with_arch_options(
+    config: dict[str, Any] | None, args: argparse.Namespace | None
+) -> dict[str, Any] | None:
+    """--arch / --heads over the --config settings."""
+    given = {
+        key: value for key in ("arch", "heads") if (value := getattr(args, key, None)) is not None
+    }
+    if not given:
+        return config
+    if "heads" in given and given["heads"] < 1:
+        raise CliError(f"--heads must be at least 1, got {given['heads']}")
+    return {**(config or {}), **given}
 
 
 def _read_config(config_path: Path | None) -> dict[str, Any] | None:
@@ -188,6 +220,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.checkpoint is None and args.model_code is None and args.model_args is None:
         args.checkpoint = _default_checkpoint()
     loaded = _load_for(args)
+    for note in loaded.notes:  # what the weights could not say comes first
+        if note.startswith(ASSUMPTION_PREFIXES):
+            _say(f"vitviz-cli: {note}")
     if getattr(loaded.model, "model_kind", None) == "swin":
         from vitviz.swin_cli import explain_swin
 
@@ -256,7 +291,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     if args.target.suffix.lower() != ".safetensors":
         raise CliError(f"the output must be a .safetensors file, got {args.target.name}")
-    config = _read_config(args.config)
+    config = _with_arch_options(_read_config(args.config), args)
     try:
         loaded = convert_checkpoint(args.source, args.target, config=config)
     except CheckpointError as exc:

@@ -40,7 +40,7 @@ class CacheEntry:
     source: str  # "huggingface" | "torch"
 
 
-def _cache_home() -> Path:
+def cache_home() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     return Path(xdg) if xdg else Path.home() / ".cache"
 
@@ -50,13 +50,13 @@ def hf_hub_cache() -> Path:
         return Path(os.environ["HF_HUB_CACHE"])
     if os.environ.get("HF_HOME"):
         return Path(os.environ["HF_HOME"]) / "hub"
-    return _cache_home() / "huggingface" / "hub"
+    return cache_home() / "huggingface" / "hub"
 
 
 def torch_hub_dir() -> Path:
     if os.environ.get("TORCH_HOME"):
         return Path(os.environ["TORCH_HOME"]) / "hub"
-    return _cache_home() / "torch" / "hub"
+    return cache_home() / "torch" / "hub"
 
 
 def guess_family(name: str) -> str:

@@ -18,6 +18,7 @@ from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families import Family, Source, find_family
 from vitviz.checkpoints.families.swin_common import build_swin
 from vitviz.checkpoints.folders import FOLDER_ACCEPTED, beside, read_folder
+from vitviz.checkpoints.library_check import check_or_refuse
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import build_model, is_native, load_native
 from vitviz.checkpoints.reading import ACCEPTED, read_checkpoint, to_float
@@ -139,6 +140,7 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
         model = build(conversion.config, conversion.state)  # type: ignore[arg-type]
     except CheckpointError as exc:  # it can't name the file
         raise CheckpointError(f"{p.name}: {exc}") from exc
+    check_or_refuse(model, p, conversion.reference, conversion.notes)
     return LoadedModel(
         model=model,
         class_names=conversion.class_names,
@@ -146,6 +148,7 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
         family=conversion.family,
         path=p,
         notes=conversion.notes,
+        reference=conversion.reference,
     )
 
 

@@ -19,6 +19,7 @@ class LoadedModel:
     path: Path | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the conversion did or dropped
+    reference: Any = None  # library_check.Reference: the library model it was checked against
 
     @property
     def config(self):

@@ -14,6 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
+from vitviz.checkpoints.library_check import Reference
 from vitviz.imaging import Preprocessing
 from vitviz.model import ViTConfig
 
@@ -64,6 +65,7 @@ class Conversion:
     class_names: list[str]
     preprocessing: Preprocessing
     notes: list[str] = field(default_factory=list)
+    reference: Reference | None = None  # the library architecture it claims to be
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from vitviz.imaging import Preprocessing
 from vitviz.model import ViTConfig
 
 CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(ViTConfig))
-USER_EXTRAS = frozenset({"class_names", "preprocessing", "patch_order"})  # patch_order: tutorials
+# patch_order: tutorials. (arch, a timm model name, is taken by the timm converters.)
+USER_EXTRAS = frozenset({"class_names", "preprocessing", "patch_order"})
 
 # Heads of the standard ViT sizes, by width (ViT-Ti/S/M/B/L/H/g/G, DINOv2-g).
 STANDARD_HEADS = {
@@ -108,12 +109,25 @@ def check_depth(source: Source, indices: Sequence[int]) -> int:
 
 def grid_from_table(n: int) -> tuple[int, int] | None:
     """A square grid with ``n`` cells, or None."""
+    if n <= 0:
+        return None
     side = math.isqrt(n)
     return (side, side) if side * side == n and n > 0 else None
 
 
 def standard_heads(dim: int) -> int | None:
     return STANDARD_HEADS.get(dim)
+
+
+def example_heads(dim: int) -> int:
+    """A head count to suggest for width ``dim``: the standard one, else the divisor of ``dim``
+    giving heads closest to timm's width of 64, at least 2 where the width allows
+    (256 -> 4, 320 -> 5, 896 -> 14, 48 -> 2)."""
+    standard = standard_heads(dim)
+    if standard is not None:
+        return standard
+    divisors = [h for h in range(2, dim + 1) if dim % h == 0] or [1]
+    return min(divisors, key=lambda h: (abs(dim / h - 64), h))
 
 
 def need_message(source: Source, looks_like: str, missing: Mapping[str, Any]) -> str:

@@ -25,12 +25,14 @@ from vitviz.checkpoints.families.common import (
     Taker,
     check_depth,
     dropped,
+    example_heads,
     finish,
     fuse_qkv,
     grid_from_table,
     standard_heads,
 )
 from vitviz.checkpoints.labels import names_from_id2label
+from vitviz.checkpoints.library_check import Reference, library_version
 from vitviz.checkpoints.preprocessing import HF_DEFAULTS, hf_preprocessing
 
 LOOKS_LIKE = "a Hugging Face ViT"
@@ -42,6 +44,58 @@ _ACTIVATIONS = {
     "relu": "relu",
 }
 _EPS = {"vit": 1e-12, "deit": 1e-12, "dinov2": 1e-6, "dinov2_with_registers": 1e-6}
+# config.json fields: those this converter reads or the weights' shapes show, and those that only
+# describe or matter only for training or other outputs. Any other field is named in the notes
+# when transformers is not importable to check the model (with it, its own model decides).
+READ_FIELDS = frozenset(
+    [
+        "model_type",
+        "architectures",
+        "hidden_act",
+        "layer_norm_eps",
+        "num_attention_heads",
+        "image_size",
+        "id2label",
+        "pooler_act",
+        "use_swiglu_ffn",
+        "hidden_size",
+        "num_hidden_layers",
+        "intermediate_size",
+        "mlp_ratio",
+        "num_channels",
+        "patch_size",
+        "qkv_bias",
+        "num_register_tokens",
+        "layerscale_value",
+        "pooler_output_size",
+    ]
+)
+DESCRIPTIVE_FIELDS = frozenset(
+    [
+        "_name_or_path",
+        "transformers_version",
+        "dtype",
+        "torch_dtype",
+        "label2id",
+        "problem_type",
+        "return_dict",
+        "output_attentions",
+        "output_hidden_states",
+        "chunk_size_feed_forward",
+        "is_encoder_decoder",
+        "attention_probs_dropout_prob",
+        "hidden_dropout_prob",
+        "drop_path_rate",
+        "initializer_range",
+        "encoder_stride",
+        "use_mask_token",
+        "out_features",
+        "out_indices",
+        "stage_names",
+        "apply_layernorm",
+        "reshape_hidden_states",
+    ]
+)
 _LAYER = re.compile(r"^(.*?)(?:encoder\.layer|layers|encoder\.layers)\.(\d+)\.")
 # Each role of a layer's tensors, by the names transformers saves and holds in memory.
 _ROLES = {
@@ -195,17 +249,27 @@ def convert(source: Source) -> Conversion:
         )
     prep, prep_notes = hf_preprocessing(proc, model_size)
     notes += prep_notes
-    return finish(
+    conversion = finish(
         source,
         family=f"huggingface-{model_type}",
         looks_like=LOOKS_LIKE,
         inferred=inferred,
-        required={"heads": 12, "image_size": 224},
+        required={"heads": example_heads(D), "image_size": 224},
         state=out,
         class_names=names,
         preprocessing=prep,
         notes=notes,
     )
+    unread = sorted(set(cfg) - READ_FIELDS - DESCRIPTIVE_FIELDS)
+    if unread and library_version("transformers") is None:
+        notes.append(
+            f"config.json fields vitviz did not read (transformers is not installed to check "
+            f"them): {', '.join(unread)}"
+        )
+    if source.hf_config is not None:  # the folder names transformers' class: it checks ours
+        arch = (cfg.get("architectures") or [""])[0]
+        conversion.reference = Reference("transformers", str(arch), {"model_type": model_type})
+    return conversion
 
 
 def _take_head(

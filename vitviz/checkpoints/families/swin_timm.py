@@ -20,8 +20,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, ask, dropped
+from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, dropped
 from vitviz.checkpoints.families.swin_common import (
     BLOCK_PARTS,
     check_numbering,
@@ -32,7 +33,9 @@ from vitviz.checkpoints.families.swin_common import (
     stage_blocks,
     take_block,
 )
+from vitviz.checkpoints.families.timm_arch import ArchError, swin_v2_windows
 from vitviz.checkpoints.labels import names_from_timm
+from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 
 LOOKS_LIKE = "a timm Swin Transformer"
@@ -67,18 +70,40 @@ def _image_size(args: dict[str, Any], pretrained: dict[str, Any]) -> Any:
 
 def _v2_windows(
     source: Source, cfg: dict[str, Any], args: dict[str, Any], stages: int
-) -> tuple[int, ...] | None:
-    """A v2's window per stage: the settings, config.json's model_args, the architecture's name
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """A v2's (window, pretrained window) per stage: the settings, config.json's model_args,
+    the architecture as timm defines it (``--arch`` or config.json), or, without timm, its name
     (``swinv2_tiny_window8_256``); else the settings must give it (None when they do)."""
     if "window_sizes" in source.user:
-        return None  # finish_swin takes the user's
+        return None, None  # finish_swin takes the user's
     if args.get("window_size") is not None:
-        return per_stage(args["window_size"], stages, "window_size", source.name)
-    m = re.search(r"window(\d+)", str(cfg.get("architecture", "")))
+        return per_stage(args["window_size"], stages, "window_size", source.name), None
+    name = str(source.user.get("arch") or cfg.get("architecture", ""))
+    if name:
+        try:
+            found = swin_v2_windows(name, args)
+        except ArchError as exc:
+            raise CheckpointError(f"{source.name}: {exc}.") from exc
+        if found is not None and len(found[0]) == stages:
+            return found
+        if re.search(r"window\d+to\d+", name):  # the name alone doesn't say the pretrained ones
+            raise CheckpointError(f"{source.name}: install timm to open {name}.")
+    m = re.search(r"window(\d+)", name)
     if m:
-        return (int(m.group(1)),) * stages
-    ask(source, LOOKS_LIKE, {"window_sizes": [8] * stages})
-    return None
+        return (int(m.group(1)),) * stages, None
+    per = ", ".join(["W"] * stages)
+    raise MissingSettingsError(
+        f"{source.name} looks like {LOOKS_LIKE} V2; its weights don't say the window size "
+        f"(timm's model name does: swinv2_tiny_window8_256 has 8). Give the name with --arch "
+        f'NAME, or the windows in {source.sidecar_name}, e.g. {{"window_sizes": [{per}]}} '
+        f"with your model's window W.",
+        {"window_sizes": None},
+    )
+
+
+def _size_from_windows(patch: int, windows: tuple[int, ...]) -> int:
+    """timm's Swin sizes: the last stage's grid is one window (window 7 -> 224, 12 -> 384)."""
+    return int(windows[-1]) * patch * 2 ** (len(windows) - 1)
 
 
 def convert(source: Source) -> Conversion:
@@ -131,16 +156,23 @@ def convert(source: Source) -> Conversion:
 
     depths = [len(b) for b in found.values()]
     v2 = "stages.0.blocks.0.attn.logit_scale" in out
-    windows = _v2_windows(source, cfg, args, len(depths)) if v2 else None
+    windows, pretrained_windows = (
+        _v2_windows(source, cfg, args, len(depths)) if v2 else (None, None)
+    )
     inferred = infer_stages(out, depths, windows, where=source.name)
     if v2 and args.get("pretrained_window_sizes") is not None:
         pws = args["pretrained_window_sizes"]
         inferred["pretrained_window_sizes"] = per_stage(pws, len(depths), "pretrained", source.name)
+    elif pretrained_windows is not None and pretrained_windows != windows:
+        inferred["pretrained_window_sizes"] = pretrained_windows
     size = _image_size(args, pretrained)
     if size is None:
-        size = 224
+        windows = tuple(inferred.get("window_sizes") or ())
+        size = _size_from_windows(patch.shape[-1], windows) if windows else 224
+    if _image_size(args, pretrained) is None and "image_size" not in source.user:
         notes.append(
-            f"image size 224 assumed (no timm config.json); set image_size in "
+            f"image size {size} assumed (no timm config.json; timm's Swin of window "
+            f"{windows[-1] if windows else '?'} is trained at {size}); set image_size in "
             f"{source.sidecar_name} if the model was trained at another size"
         )
     inferred.update(
@@ -160,7 +192,9 @@ def convert(source: Source) -> Conversion:
             "no timm config.json beside the file: preprocessing is timm's Swin default "
             f"(set preprocessing in {source.sidecar_name} to change it)"
         )
-    return finish_swin(
+    user_arch = source.user.pop("arch", None)  # read above: not a Swin config field
+    named = user_arch or cfg.get("architecture")
+    conversion = finish_swin(
         source,
         family="timm-swin",
         inferred=inferred,
@@ -170,6 +204,9 @@ def convert(source: Source) -> Conversion:
         notes=notes,
         imagenet_if_1000=True,
     )
+    if isinstance(named, str):  # timm's own model of that name checks ours
+        conversion.reference = Reference("timm", named, {} if user_arch else dict(args))
+    return conversion
 
 
 FAMILY = Family("timm-swin", detect, convert)

@@ -22,10 +22,12 @@ from vitviz.checkpoints.families.common import (
     block_indices,
     check_depth,
     dropped,
+    example_heads,
     finish,
     grid_from_table,
     standard_heads,
 )
+from vitviz.checkpoints.families.timm_resolve import applied, choose_architecture, how_to_name
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.preprocessing import (
     TIMM_DEIT_DEFAULTS,
@@ -34,21 +36,18 @@ from vitviz.checkpoints.preprocessing import (
 )
 
 LOOKS_LIKE = "a timm VisionTransformer"
-_ACTIVATIONS = {
-    None: "gelu",
-    "gelu": "gelu",
-    "gelu_tanh": "gelu_tanh",
-    "quick_gelu": "quick_gelu",
-    "relu": "relu",
-}
+PREFIX_TOKENS = ("cls_token", "dist_token", "reg_token")
 _BLOCK = r"blocks\.(\d+)\.attn\.qkv\.weight$"
 
 
 def detect(source: Source) -> bool:
+    """timm's ViT layout; or any timm folder (its named architecture then decides, so one that
+    isn't a plain ViT is refused by name, not as an unknown layout)."""
     s = source.state
-    return "patch_embed.proj.weight" in s and any(
+    vit_layout = "patch_embed.proj.weight" in s and any(
         k.endswith(".attn.qkv.weight") and k.startswith("blocks.") for k in s
     )
+    return vit_layout or source.timm_config is not None
 
 
 def take_blocks(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:
@@ -101,6 +100,24 @@ def take_patch_embed(
     return D, C, p
 
 
+def _pos_layout(state: dict[str, Tensor]) -> tuple[int, int] | None:
+    """(entries of the position table, prefix tokens) of a timm state dict, or None."""
+    pos = state.get("pos_embed")
+    if pos is None or pos.ndim != 3:
+        return None
+    prefix = sum(int(state[k].shape[1]) for k in PREFIX_TOKENS if k in state and state[k].ndim == 3)
+    return int(pos.shape[1]), prefix
+
+
+def assumption_note(source: Source, heads: int, dim: int) -> str:
+    """What a bare state dict matching no timm name is assumed to be, and how to say otherwise."""
+    return (
+        f"assumed timm's common ViT (no architecture named, and no timm name has these "
+        f"tensors): {heads} heads of {dim // heads}, LayerNorm eps 1e-6, GELU, pre-norm "
+        f"blocks; if yours differs give {how_to_name(source)}, or --heads N"
+    )
+
+
 def _image_size(source: Source, args: dict[str, Any], pretrained: dict[str, Any]) -> Any:
     if args.get("img_size") is not None:
         return args["img_size"]
@@ -114,13 +131,15 @@ def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
+    choice = choose_architecture(source, cfg, args, _pos_layout(source.state))
+    source.user.pop("arch", None)  # read: not a ViTConfig field
     t = Taker(source, LOOKS_LIKE)
     notes: list[str] = []
     out: dict[str, Tensor] = {}
     depth = check_depth(source, block_indices(t.state, _BLOCK))
     D, C, p = take_patch_embed(t, out, int(args.get("in_chans", 3)), notes)
     prefix = 0
-    for name in ("cls_token", "dist_token", "reg_token"):
+    for name in PREFIX_TOKENS:
         token = t.maybe(name)
         if token is not None:
             out[name] = token
@@ -154,19 +173,6 @@ def convert(source: Source) -> Conversion:
     pool = cfg.get("global_pool", args.get("global_pool"))
     if pool is None:
         pool = "avg" if ("fc_norm.weight" in out or not has_cls) else "token"
-    if pool not in ("token", "avg"):
-        raise CheckpointError(
-            f"{source.name}: timm global_pool {pool!r} is not supported "
-            f"(vitviz pools with 'token' or 'avg')."
-        )
-    act = args.get("act_layer")
-    if act not in _ACTIVATIONS:
-        raise CheckpointError(
-            f"{source.name}: timm act_layer {act!r} is not supported "
-            f"(supported: gelu, gelu_tanh, quick_gelu, relu)."
-        )
-    if args.get("qk_norm") or args.get("scale_attn_norm") or args.get("scale_mlp_norm"):
-        raise CheckpointError(f"{source.name}: timm qk_norm/scale_norm ViTs are not supported.")
     inferred: dict[str, Any] = dict(
         patch_size=p,
         in_channels=C,
@@ -181,23 +187,27 @@ def convert(source: Source) -> Conversion:
         fc_norm="fc_norm.weight" in out,
         pre_norm="norm_pre.weight" in out,
         final_norm="norm.weight" in out or "fc_norm.weight" in out,
-        activation=_ACTIVATIONS[act],
-        norm_eps=1e-6,
-        pos_embed_interp="bicubic_antialias",
         **block_info,
     )
-    if args.get("init_values") is not None and block_info["layer_scale_init"] is not None:
-        inferred["layer_scale_init"] = float(args["init_values"])
-    heads = args.get("num_heads") or standard_heads(D)
-    if heads is not None:
-        inferred["heads"] = int(heads)
-        if "num_heads" not in args and "heads" not in source.user:
-            notes.append(
-                f"heads {heads} assumed (timm's standard ViT of width {D}); set heads "
-                f"in {source.sidecar_name} if yours differs"
-            )
+    if choice is None:  # a bare state dict no timm name has: the common ViT, said so
+        heads = standard_heads(D)
+        inferred.update(activation="gelu", norm_eps=1e-6)
+        if heads is not None:
+            inferred["heads"] = heads
+        said = source.user.get("heads", heads)
+        if isinstance(said, int) and said > 0:
+            notes.append(assumption_note(source, said, D))
+    else:
+        inferred.update(applied(source, choice.record, inferred))
+        notes.append(choice.note)
+    if inferred["global_pool"] not in ("token", "avg"):
+        raise CheckpointError(
+            f"{source.name}: timm global_pool {inferred['global_pool']!r} is not supported "
+            f"(vitviz pools with 'token' or 'avg')."
+        )
+    inferred["pos_embed_interp"] = "bicubic_antialias"
     size = _image_size(source, args, pretrained)
-    no_embed_class = args.get("no_embed_class")
+    no_embed_class = inferred.pop("no_embed_class", args.get("no_embed_class"))
     if pos is not None:
         n = pos.shape[1]
         if size is not None:
@@ -230,18 +240,20 @@ def convert(source: Source) -> Conversion:
             f"no timm config.json beside the file: preprocessing is timm's {which} "
             f"default (set preprocessing in {source.sidecar_name} to change it)"
         )
-    return finish(
+    conversion = finish(
         source,
         family="timm",
         looks_like=LOOKS_LIKE,
         inferred=inferred,
-        required={"heads": 12, "image_size": 224},
+        required={"heads": example_heads(D), "image_size": 224},
         state=out,
         class_names=names_from_timm(cfg, num_classes),
         preprocessing=prep,
         notes=notes,
         imagenet_if_1000=True,
     )
+    conversion.reference = choice.reference if choice is not None else None
+    return conversion
 
 
 FAMILY = Family("timm", detect, convert)

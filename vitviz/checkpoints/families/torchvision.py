@@ -14,6 +14,7 @@ from vitviz.checkpoints.families.common import (
     Taker,
     block_indices,
     check_depth,
+    example_heads,
     finish,
     grid_from_table,
 )
@@ -98,7 +99,7 @@ def convert(source: Source) -> Conversion:
         family="torchvision",
         looks_like=LOOKS_LIKE,
         inferred=inferred,
-        required={"heads": 12, "image_size": 224},
+        required={"heads": example_heads(D), "image_size": 224},
         state=out,
         class_names=None,
         preprocessing=torchvision_preprocessing(size),

@@ -1,0 +1,331 @@
+"""Walk timm's ViT-family architectures: each one exact, refused (by reason), never opened wrong.
+
+Every name matching the patterns is built by timm with random weights (every parameter
+perturbed, seeded, at its own scale) at the smallest image size it takes, saved as a user has it
+(a bare ``state_dict`` with ``torch.save``; timm's folder, config.json + model.safetensors, by
+``save_for_hf``), opened with ``load_checkpoint`` and compared with timm's eager forward:
+logits within 1e-4 (relative), attention within 1e-5. Prints one line per name and form, then
+the table: exact / refused by reason / OPEN-AND-WRONG (which must be 0).
+
+    python benchmarks/timm_walk.py [--budget S] [--sample K --seed N] [--max-params M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "tests"))  # zoo_helpers.randomize_: the tests' one perturbation
+
+import timm  # noqa: E402
+import torch  # noqa: E402
+from timm.models import save_for_hf  # noqa: E402
+from zoo_helpers import randomize_  # noqa: E402
+
+from vitviz.checkpoints import CheckpointError, load_checkpoint  # noqa: E402
+from vitviz.checkpoints.library_check import timm_forward  # noqa: E402
+
+PATTERNS = (
+    "vit_*",
+    "deit*",
+    "eva*",
+    "beit*",
+    "swin*",
+    "cait*",
+    "xcit*",
+    "flexivit*",
+    "samvit*",
+    "pit_*",
+    "levit*",
+    "twins*",
+    "pvt*",
+    "mvitv2*",
+    "hiera*",
+    "convit*",
+    "crossvit*",
+    "tnt_*",
+    "volo*",
+)
+LOGITS_RTOL, ATTENTION_ATOL = 1e-4, 1e-5
+# A refusal message -> its reason, most specific first.
+REASONS = (
+    (r"has (.+?), which vitviz does not model", None),
+    (r"compute differently", "bare: several timm architectures fit (needs --arch)"),
+    (r"don't say", "bare: asks for settings the weights lack"),
+    (r"can't express", "tensors vitviz's model has no place for"),
+    (r"does not recognise this layout", "layout not recognised"),
+    (r"differs from (timm|transformers)", "the library's own check differs"),
+    (r"model_type '[^']+' is not supported", "transformers model_type not supported"),
+    (r"looks like a Hugging Face Swin, but", "transformers Swin variant with other tensors"),
+)
+
+
+def reason_of(message: str) -> str:
+    for pattern, label in REASONS:
+        m = re.search(pattern, message)
+        if m:
+            return label or m.group(1)
+    return message.split(": ", 1)[-1][:70]
+
+
+def sizes_to_try(name: str) -> list[int | None]:
+    """Small square sizes first, then timm's own default (None)."""
+    m = re.search(r"patch(\d+)", name)
+    p = int(m.group(1)) if m else 16
+    return [2 * p, 4 * p, 64, 96, 128, None]
+
+
+def build(name: str, seed: int) -> tuple[torch.nn.Module, torch.Tensor] | None:
+    """timm's model at the smallest size that builds and runs, randomised; None if none does."""
+    for side in sizes_to_try(name):
+        try:
+            torch.manual_seed(seed)
+            sized = {} if side is None else {"img_size": side}
+            model = timm.create_model(name, pretrained=False, num_classes=5, **sized)
+            model.eval()
+            shape = (3, side, side) if side is not None else model.pretrained_cfg["input_size"]
+            x = torch.randn(1, *shape, generator=torch.Generator().manual_seed(seed))
+            with torch.no_grad():
+                model(x)
+        except Exception:  # noqa: BLE001 - a size (or name) timm refuses: try the next
+            continue
+        return randomize_(model, seed=seed, noise_dtype=torch.float32), x
+    return None
+
+
+def opened_errors(loaded, x: torch.Tensor, ref_logits, ref_attn) -> tuple[float, float | None]:
+    """(logits max relative error, attention max error or None when not comparable)."""
+    scale = max(float(ref_logits.abs().max()), 1e-12)
+    with torch.no_grad():
+        logits = loaded.model(x)
+        rel = float((logits.double() - ref_logits.double()).abs().max()) / scale
+        if getattr(loaded.model, "model_kind", None) == "swin":
+            return rel, None
+        out = loaded.model.forward_explained(x, capture_attention=True)
+    rel = max(rel, float((out.logits.double() - ref_logits.double()).abs().max()) / scale)
+    ours = out.attentions
+    if len(ours) != len(ref_attn) or any(
+        a.shape != b.shape for a, b in zip(ours, ref_attn, strict=True)
+    ):
+        return rel, float("inf") if ref_attn else None
+    return rel, max(
+        (float((a - b).abs().max()) for a, b in zip(ours, ref_attn, strict=True)), default=None
+    )
+
+
+def walk_one(name: str, folder: Path, seed: int) -> list[tuple[str, str, str]]:
+    """[(form, verdict, detail)] for the bare and folder forms of ``name``."""
+    built = build(name, seed)
+    if built is None:
+        return [("both", "not built", "timm can't build it at a small size here")]
+    model, x = built
+    ref_logits, ref_attn = timm_forward(model, x)
+    bare = folder / f"{name}.pth"
+    torch.save(model.state_dict(), bare)
+    save_for_hf(model, folder / name, safe_serialization=True)
+    rows = []
+    for form, path in (("bare", bare), ("folder", folder / name)):
+        try:
+            loaded = load_checkpoint(path)
+        except CheckpointError as exc:
+            rows.append((form, "refused", reason_of(str(exc))))
+            continue
+        rel, att = opened_errors(loaded, x, ref_logits, ref_attn)
+        wrong = rel > LOGITS_RTOL or (att is not None and att > ATTENTION_ATOL)
+        att_text = "—" if att is None else f"{att:.1e}"
+        rows.append((form, "OPEN-AND-WRONG" if wrong else "exact", f"{rel:.1e} / {att_text}"))
+    return rows
+
+
+def param_count(name: str) -> float:
+    """Parameters of timm's ``name`` at its defaults (a meta-device build); 0 if it won't build."""
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False)
+    except Exception:  # noqa: BLE001 - counted as not built by the walk
+        return 0
+    return float(sum(p.numel() for p in model.parameters()))
+
+
+HF_TYPES = (
+    "vit",
+    "deit",
+    "dinov2",
+    "dinov2_with_registers",
+    "dinov3_vit",
+    "beit",
+    "data2vec-vision",
+    "vit_msn",
+    "vit_mae",
+    "ijepa",
+    "swin",
+    "swinv2",
+    "donut-swin",
+    "hiera",
+    "pvt",
+    "pvt_v2",
+    "levit",
+    "cvt",
+    "mobilevit",
+    "siglip_vision_model",
+    "clip_vision_model",
+)
+HF_TINY = dict(
+    image_size=32,
+    patch_size=8,
+    hidden_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=3,
+    intermediate_size=96,
+    num_labels=4,
+)
+
+
+def hf_classes(model_type: str) -> list[tuple[str, type]]:
+    """[(form, class)]: transformers' image classifier of ``model_type`` ("hf-cls") where it
+    has one, and its base model ("hf-base")."""
+    import transformers as tr
+    from transformers.models.auto import modeling_auto as auto
+
+    found = []
+    for form, names in (
+        ("hf-cls", auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES),
+        ("hf-base", auto.MODEL_MAPPING_NAMES),
+    ):
+        name = names.get(model_type)
+        name = name[0] if isinstance(name, (list, tuple)) else name
+        cls = getattr(tr, name, None) if name else None
+        if cls is not None:
+            found.append((form, cls))
+    return found
+
+
+def hf_model(model_type: str, cls: type, seed: int) -> tuple[torch.nn.Module, torch.Tensor] | None:
+    """``cls`` of ``model_type``, tiny where the config takes the tiny sizes, else at its
+    defaults; randomised. None if it won't build."""
+    import transformers as tr
+
+    if model_type not in tr.CONFIG_MAPPING:  # a lazy mapping: no .get
+        return None
+    config_cls = tr.CONFIG_MAPPING[model_type]
+    for overrides in (HF_TINY, {"num_labels": 4}):
+        try:
+            config = config_cls(**overrides)
+            torch.manual_seed(seed)
+            model = cls._from_config(config, attn_implementation="eager").eval()
+            side = config.image_size if isinstance(config.image_size, int) else 224
+            x = torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(seed))
+            with torch.no_grad():
+                model(pixel_values=x)
+        except Exception:  # noqa: BLE001 - sizes this type won't take: its defaults next
+            continue
+        return randomize_(model, seed=seed, noise_dtype=torch.float32), x
+    return None
+
+
+def walk_hf(model_type: str, folder: Path, seed: int) -> list[tuple[str, str, str]]:
+    """[(form, verdict, detail)] of ``model_type``'s ``save_pretrained`` folders."""
+    from transformers.utils import logging as hf_logging
+
+    from vitviz.checkpoints.library_check import transformers_forward
+
+    hf_logging.disable_progress_bar()
+    rows = []
+    for form, cls in hf_classes(model_type) or [("hf", None)]:
+        built = hf_model(model_type, cls, seed) if cls is not None else None
+        if built is None:
+            rows.append((form, "not built", "transformers can't build it here"))
+            continue
+        model, x = built
+        ref_logits, ref_attn = transformers_forward(model, x)
+        model.save_pretrained(folder / form, safe_serialization=True)
+        try:
+            loaded = load_checkpoint(folder / form)
+        except CheckpointError as exc:
+            rows.append((form, "refused", reason_of(str(exc))))
+            continue
+        rel, att = opened_errors(loaded, x, ref_logits, ref_attn)
+        wrong = rel > LOGITS_RTOL or (att is not None and att > ATTENTION_ATOL)
+        att_text = "—" if att is None else f"{att:.1e}"
+        rows.append((form, "OPEN-AND-WRONG" if wrong else "exact", f"{rel:.1e} / {att_text}"))
+    return rows
+
+
+def names_to_walk(
+    patterns: list[str], max_params: float, sample: int, seed: int
+) -> tuple[list[str], int]:
+    """(names to walk, how many were over ``max_params``): every name, or ``sample`` of them
+    drawn with ``seed`` among those under the limit."""
+    names = sorted({n for p in patterns for n in timm.list_models(p)})
+    if sample:
+        random.Random(seed).shuffle(names)
+    keep, big = [], 0
+    for name in names:
+        if sample and len(keep) == sample:
+            break
+        if param_count(name) <= max_params:
+            keep.append(name)
+        else:
+            big += 1
+    return sorted(keep), big
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--patterns", nargs="+", default=list(PATTERNS))
+    parser.add_argument("--budget", type=float, default=3600.0, help="seconds; stops after")
+    parser.add_argument("--max-params", type=float, default=100e6, help="skip bigger models")
+    parser.add_argument("--sample", type=int, default=0, help="walk K random names only")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--transformers", action="store_true", help="walk transformers' vision model types too"
+    )
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(10_000)
+    names, big = names_to_walk(args.patterns, args.max_params, args.sample, seed)
+    print(f"timm {timm.__version__}, seed {seed}, {len(names)} names ({big} over the size limit)")
+    start = time.perf_counter()
+    verdicts: Counter[str] = Counter()
+    walked = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            if time.perf_counter() - start > args.budget:
+                break
+            folder = Path(tmp) / name
+            folder.mkdir()
+            for form, verdict, detail in walk_one(name, folder, seed):
+                print(f"{name:48s} {form:6s} {verdict:15s} {detail}", flush=True)
+                key = verdict if verdict != "refused" else f"refused: {detail}"
+                verdicts[f"{form:7s} {key}"] += 1
+            walked += 1
+            for f in folder.rglob("*"):
+                if f.is_file():
+                    f.unlink()
+        for model_type in HF_TYPES if args.transformers else ():
+            folder = Path(tmp) / f"hf-{model_type}"
+            folder.mkdir()
+            for form, verdict, detail in walk_hf(model_type, folder, seed):
+                print(f"{'transformers ' + model_type:48s} {form:7s} {verdict:15s} {detail}")
+                key = verdict if verdict != "refused" else f"refused: {detail}"
+                verdicts[f"{form:7s} {key}"] += 1
+    took = time.perf_counter() - start
+    print(f"\nwalked {walked} of {len(names)} names in {took:.0f} s")
+    print(f"| {'form':7s} | {'verdict':70s} | {'count':>5s} |")
+    for key, count in sorted(verdicts.items()):
+        form, verdict = key.split(" ", 1)
+        print(f"| {form:7s} | {verdict.strip()[:70]:70s} | {count:5d} |")
+    wrong = sum(c for k, c in verdicts.items() if "OPEN-AND-WRONG" in k)
+    print(f"OPEN-AND-WRONG: {wrong}")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

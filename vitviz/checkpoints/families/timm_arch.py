@@ -1,0 +1,302 @@
+"""What a timm architecture name means for vitviz: its computation settings, or why it is refused.
+
+A timm checkpoint's weights don't carry the head count, the norms' eps, the activation, the
+pooling or the block kind, and several timm architectures differ from a plain ViT only there
+(CLIP's eps 1e-5 and QuickGELU, ``vit_base_patch16_gap_224``'s 16 heads of 48, a rotary
+embedding whose tables are computed, not stored). So the name decides, never a guess:
+
+- timm importable: the architecture (with the folder's ``model_args``) is built on the meta
+  device (no memory, no weights, ~10 ms) and its modules are read: ``Attention.num_heads``,
+  ``LayerNorm.eps``, the MLP's activation, the block class, pooling, tokens (``describe``).
+- timm not importable: the built-in table ``timm_archs.json`` holds the same record for every
+  ViT-family name of the timm it was made from (``packaging/make_timm_table.py``); an unknown
+  name is refused with "install timm to open ARCH".
+
+Anything vitviz's one ViT can't compute (residual post-norm blocks, rotary position,
+relative position bias, attention-pool heads, qk-norm, SwiGLU, other block classes) makes the
+record a refusal naming that part.
+
+A bare state dict has no name. Its *signature* (the sorted key names and shapes, without the
+head, whose size is the class count, and without the position table's length, which is the
+image size) is looked up in the table: the timm architectures it could be. When every candidate
+computes the same way, that is used and noted ("recognised as timm's X"); when they differ
+(e.g. a plain ViT-S and a rotary ViT-S share every stored tensor), the checkpoint is refused
+naming the candidates and ``--arch``. A signature no timm name has (a model trained with other
+widths or depths) opens as the common architecture with its assumptions stated. The shipped
+table is the one source of candidates, so what a bare file opens as does not depend on whether
+timm is installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata, resources
+from typing import Any
+
+from torch import Tensor, nn
+
+TABLE = "timm_archs.json"
+# model_args a table record stays true under (they change sizes the weights already show).
+SIZE_ARGS = frozenset({"img_size", "num_classes", "in_chans", "dynamic_img_size", "global_pool"})
+# Why a timm model class other than VisionTransformer is refused, by class name.
+CLASS_REASONS = {
+    "Eva": "rotary position embedding (EVA-style blocks)",
+    "Beit": "relative position bias (BEiT)",
+    "VisionTransformerRelPos": "relative position bias",
+    "Cait": "class-attention blocks (CaiT)",
+    "Xcit": "cross-covariance attention (XCiT)",
+    "VisionTransformerSAM": "windowed attention with relative position (SAM)",
+    "NaFlexVit": "NaFlex variable-resolution embedding",
+    "Hiera": "a hierarchical (pooling-attention) ViT, Hiera",
+}
+BLOCK_REASONS = {
+    "ResPostBlock": "residual post-norm blocks",
+    "ParallelScalingBlock": "parallel attention/MLP blocks",
+    "ParallelThingsBlock": "parallel attention/MLP blocks",
+    "DiffParallelScalingBlock": "differential attention blocks",
+}
+MLP_REASONS = {"SwiGLU": "SwiGLU MLP", "GluMlp": "gated (GLU) MLP", "SwiGLUPacked": "SwiGLU MLP"}
+
+
+@dataclass(frozen=True)
+class ArchRecord:
+    """One timm architecture as vitviz sees it.
+
+    ``settings``: ViTConfig field values the weights can't all tell (heads, norm_eps,
+    activation, global_pool, ...), ``layer_scale`` as a bool; empty when refused.
+    ``refusal``: the part vitviz does not model, or None. ``signature``: hash of the state dict's
+    key names and shapes (see ``signature_of``).
+    """
+
+    name: str
+    settings: dict[str, Any]
+    refusal: str | None
+    signature: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"settings": self.settings, "refusal": self.refusal, "signature": self.signature}
+
+
+def signature_of(shapes: Mapping[str, Any]) -> str:
+    """Hash of ``{key: shape}`` (tensors or shape tuples) without ``head.*``/``head_dist.*``
+    (their size is the class count) and with ``pos_embed``'s length left out (the image size)."""
+    lines = []
+    for key in sorted(shapes):
+        if key.split(".", 1)[0] in ("head", "head_dist"):
+            continue
+        value = shapes[key]
+        shape = list(value.shape) if isinstance(value, Tensor) else list(value)
+        if key == "pos_embed" and len(shape) == 3:
+            shape = [shape[0], -1, shape[2]]
+        lines.append(f"{key}:{','.join(map(str, shape))}")
+    return hashlib.sha1("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def _is_identity(module: nn.Module | None) -> bool:
+    return module is None or isinstance(module, nn.Identity)
+
+
+def _activation(act: nn.Module) -> str | None:
+    kind = type(act).__name__
+    if isinstance(act, nn.GELU):
+        return "gelu" if act.approximate == "none" else "gelu_tanh"
+    return {"GELU": "gelu", "GELUTanh": "gelu_tanh", "QuickGELU": "quick_gelu", "ReLU": "relu"}.get(
+        kind
+    )
+
+
+def _vit_refusal(model: nn.Module) -> str | None:
+    """The first part of a timm VisionTransformer vitviz's ViT can't compute, or None."""
+    if getattr(model, "attn_pool", None) is not None:
+        return "attention-pool head (MAP)"
+    if model.global_pool not in ("token", "avg"):
+        return f"global_pool {model.global_pool!r}"
+    embed = model.patch_embed
+    if type(embed).__name__ != "PatchEmbed":
+        return f"{type(embed).__name__} patch embedding (a hybrid stem)"
+    if not _is_identity(getattr(embed, "norm", None)):
+        return "a norm inside the patch embedding"
+    proj = embed.proj
+    if not isinstance(proj, nn.Conv2d) or proj.kernel_size != proj.stride:
+        return "overlapping patch embedding"
+    norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    if any(type(m).__name__ not in ("LayerNorm", "LayerNorm2d") for m in norms):
+        return "a norm other than LayerNorm"
+    if any(
+        not isinstance(m, nn.LayerNorm) for m in model.modules() if "RmsNorm" in type(m).__name__
+    ):
+        return "RMSNorm"
+    if len({m.eps for m in norms}) > 1:
+        return "norms with different eps"
+    for block in model.blocks:
+        kind = type(block).__name__
+        if kind != "Block":
+            return BLOCK_REASONS.get(kind, f"{kind} blocks")
+        attn, mlp = block.attn, block.mlp
+        if type(attn).__name__ != "Attention":
+            return f"{type(attn).__name__} attention"
+        if not (_is_identity(attn.q_norm) and _is_identity(attn.k_norm)):
+            return "qk_norm (a norm on queries and keys)"
+        if not _is_identity(getattr(attn, "norm", None)):
+            return "a norm inside the attention (scale_attn_norm)"
+        if getattr(attn, "gate", None) is not None:
+            return "gated attention"
+        if type(mlp).__name__ != "Mlp":
+            return MLP_REASONS.get(type(mlp).__name__, f"{type(mlp).__name__} MLP")
+        if not _is_identity(mlp.norm):
+            return "a norm inside the MLP (scale_mlp_norm)"
+        if _activation(mlp.act) is None:
+            return f"activation {type(mlp.act).__name__}"
+    return None
+
+
+def _vit_settings(model: nn.Module) -> dict[str, Any]:
+    block = model.blocks[0]
+    attn = block.attn
+    dim = model.embed_dim
+    heads = int(attn.num_heads)
+    attn_dim = attn.qkv.out_features // 3
+    norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    return {
+        "heads": heads,
+        "attn_head_dim": None if attn_dim == dim else attn_dim // heads,
+        "norm_eps": float(norms[0].eps) if norms else 1e-6,
+        "activation": _activation(block.mlp.act),
+        "qkv_bias": attn.qkv.bias is not None,
+        "layer_scale": not _is_identity(block.ls1),
+        "class_token": bool(model.has_class_token),
+        "distill_token": getattr(model, "dist_token", None) is not None,
+        "num_register_tokens": int(model.num_reg_tokens),
+        "no_embed_class": bool(model.no_embed_class),
+        "pos_embed": "learned" if model.pos_embed is not None else "none",
+        "pre_norm": not _is_identity(model.norm_pre),
+        "global_pool": model.global_pool,
+        "fc_norm": not _is_identity(model.fc_norm),
+        "final_norm": not (_is_identity(model.norm) and _is_identity(model.fc_norm)),
+    }
+
+
+def describe(name: str, model: nn.Module) -> ArchRecord:
+    """The record of a built timm model (meta device is enough: only modules are read)."""
+    signature = signature_of({k: tuple(v.shape) for k, v in model.state_dict().items()})
+    kind = type(model).__name__
+    if kind not in ("VisionTransformer", "VisionTransformerDistilled"):
+        reason = CLASS_REASONS.get(kind, f"timm's {kind} architecture (not a plain ViT)")
+        if kind == "Eva" and name.startswith("vit_pe_"):
+            reason = "Perception Encoder blocks (rotary attention)"
+        return ArchRecord(name, {}, reason, signature)
+    refusal = _vit_refusal(model)
+    settings = {} if refusal else _vit_settings(model)
+    return ArchRecord(name, settings, refusal, signature)
+
+
+def timm_version() -> str | None:
+    """The installed timm's version (read from its metadata: timm is not imported)."""
+    try:
+        return metadata.version("timm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+class ArchError(Exception):
+    """An architecture that can't be described (unknown name, bad model_args): the message."""
+
+
+def from_timm(name: str, model_args: Mapping[str, Any]) -> ArchRecord:
+    """Build ``name`` with timm on the meta device and describe it. Raises ArchError when timm
+    doesn't know the name or refuses the arguments."""
+    import torch
+
+    args = {k: v for k, v in model_args.items() if k != "pretrained"}
+    try:
+        import timm
+
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, **args)
+    except Exception as exc:  # timm's own error for a name or argument it doesn't take
+        raise ArchError(f"timm can't build {name} ({type(exc).__name__}: {exc})") from exc
+    return describe(name, model)
+
+
+@cache
+def table() -> dict[str, Any]:
+    """The built-in table: {"timm_version": ..., "archs": {name: record json}}."""
+    text = resources.files(__package__).joinpath(TABLE).read_text(encoding="utf-8")
+    return dict(json.loads(text))
+
+
+def from_table(name: str) -> ArchRecord | None:
+    entry = table()["archs"].get(name)
+    if entry is None:
+        return None
+    return ArchRecord(name, dict(entry["settings"]), entry["refusal"], entry["signature"])
+
+
+def record_for(name: str, model_args: Mapping[str, Any]) -> tuple[ArchRecord, str]:
+    """The record of a named architecture and where it came from ("timm 1.0.31" or "vitviz's
+    table of timm 1.0.31"). Raises ArchError for a name neither knows, or for ``model_args``
+    that the table can't account for."""
+    version = timm_version()
+    made_from = table()["timm_version"]
+    plain = set(model_args) <= SIZE_ARGS - {"global_pool"}
+    if version is not None and not (version == made_from and plain and from_table(name)):
+        return from_timm(name, model_args), f"timm {version}"
+    where = f"vitviz's table of timm {made_from}"
+    if version == made_from:  # the same facts timm would give, without importing it
+        where = f"timm {made_from} (vitviz's table of it)"
+    rec = from_table(name)
+    if rec is None:
+        raise ArchError(f"install timm to open {name} (not in {where})")
+    changed = sorted(set(model_args) - SIZE_ARGS)
+    if changed:
+        raise ArchError(f"install timm to open {name} with model_args {', '.join(changed)}")
+    if "global_pool" in model_args and rec.settings:
+        pool = model_args["global_pool"]
+        if pool not in ("token", "avg"):
+            return ArchRecord(name, {}, f"global_pool {pool!r}", rec.signature), where
+        rec = ArchRecord(name, {**rec.settings, "global_pool": pool}, None, rec.signature)
+    return rec, where
+
+
+def candidates(signature: str) -> list[ArchRecord]:
+    """Every table architecture whose stored tensors have this signature."""
+    archs = table()["archs"]
+    return [
+        ArchRecord(n, dict(e["settings"]), e["refusal"], e["signature"])
+        for n, e in sorted(archs.items())
+        if e["signature"] == signature
+    ]
+
+
+def computes_alike(records: list[ArchRecord]) -> bool:
+    """True when every record gives the same settings (or the same refusal)."""
+    first = records[0]
+    return all(r.settings == first.settings and r.refusal == first.refusal for r in records)
+
+
+def swin_v2_windows(
+    name: str, model_args: Mapping[str, Any]
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(window, pretrained window) per stage of timm's Swin V2 ``name``, as timm defines it at
+    its own image size (``swinv2_base_window12to16_192to256``: 16s, pretrained 12, 12, 12, 6);
+    None when timm is not importable. Raises ArchError for a name timm can't build."""
+    if timm_version() is None:
+        return None
+    import torch
+
+    args = {k: v for k, v in model_args.items() if k not in ("pretrained", "img_size")}
+    try:
+        import timm
+
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, **args)
+        attns = [stage.blocks[0].attn for stage in model.layers]
+        windows = tuple(int(a.window_size[0]) for a in attns)
+        pretrained = tuple(int(a.pretrained_window_size[0]) for a in attns)
+    except Exception as exc:  # timm's own error, or not a Swin V2
+        raise ArchError(f"timm can't read the windows of {name} ({type(exc).__name__})") from exc
+    return windows, pretrained

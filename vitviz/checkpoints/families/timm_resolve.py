@@ -1,0 +1,169 @@
+"""Which timm architecture a timm-layout checkpoint is, and what that fixes of its computation.
+
+The name comes from the user's ``arch`` setting (``--arch NAME``), else the folder's config.json
+``architecture`` (with its ``model_args``); a bare state dict is recognised by the signature of
+its tensors (see ``timm_arch``). Returns the ViTConfig fields the name fixes, or None when the
+checkpoint names nothing and matches no timm architecture (it then opens as the common ViT,
+with the assumption noted by the converter). Parts vitviz doesn't model are refused by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vitviz.checkpoints.assign import few
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.families.base import Source
+from vitviz.checkpoints.families.common import grid_from_table
+from vitviz.checkpoints.families.timm_arch import (
+    ArchError,
+    ArchRecord,
+    candidates,
+    computes_alike,
+    record_for,
+    signature_of,
+)
+from vitviz.checkpoints.library_check import Reference
+
+# Settings the weights show (key presence); a named architecture must agree with them.
+SHOWN_BY_WEIGHTS = (
+    "class_token",
+    "distill_token",
+    "num_register_tokens",
+    "qkv_bias",
+    "pre_norm",
+    "fc_norm",
+    "final_norm",
+    "pos_embed",
+    "layer_scale",
+)
+ACT_NAMES = {"gelu": "GELU", "gelu_tanh": "GELU (tanh)", "quick_gelu": "QuickGELU", "relu": "ReLU"}
+
+
+def how_to_name(source: Source) -> str:
+    return f'--arch NAME (a timm model name) or "arch" in {source.sidecar_name}'
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The timm architecture a checkpoint is: its record, the note saying so, and the
+    reference the library check builds."""
+
+    record: ArchRecord
+    note: str
+    reference: Reference
+
+
+def choose_architecture(
+    source: Source,
+    cfg: Mapping[str, Any],
+    model_args: Mapping[str, Any],
+    pos_layout: tuple[int, int] | None = None,
+) -> Choice | None:
+    """The checkpoint's timm architecture: named (``arch`` setting, else config.json), or
+    recognised by the signature of its tensors; None when it names none and no timm name has
+    its tensors. Called before any tensor is taken, so a part vitviz doesn't model is refused
+    by name before the tensors it would leave over. ``pos_layout``: (entries of the position
+    table, prefix tokens), which tells whether the table covers the prefix tokens."""
+    name = source.user.get("arch")
+    args: Mapping[str, Any] = {}
+    if name is None:
+        name, args = cfg.get("architecture"), model_args
+    if name is not None:
+        if not isinstance(name, str):
+            raise CheckpointError(f"{source.name}: the architecture must be a timm model name.")
+        try:
+            rec, where = record_for(name, args)
+        except ArchError as exc:
+            raise CheckpointError(f"{source.name}: {exc}.") from exc
+        refuse_part(source, rec)
+        note = f"architecture {name} as {where} defines it: {summary(rec.settings)}"
+        return Choice(rec, note, Reference("timm", name, dict(args)))
+    found = [
+        r
+        for r in candidates(signature_of(source.state))
+        if _fits_user(r, source.user) and _fits_table(r, pos_layout)
+    ]
+    found.sort(key=lambda r: (not r.name.startswith("vit_"), r.name))
+    if not found:
+        return None
+    names = [r.name for r in found]
+    if not computes_alike(found):
+        raise CheckpointError(
+            f"{source.name}: its tensors fit timm architectures that compute differently "
+            f"({differences(found)}); say which with {how_to_name(source)}."
+        )
+    refuse_part(source, found[0], names)
+    others = f" and {len(names) - 1} other names computing alike" if len(names) > 1 else ""
+    note = (
+        f"recognised as timm's {names[0]}{others} by its tensors: "
+        f"{summary(found[0].settings)}; if it is another, give {how_to_name(source)}"
+    )
+    return Choice(found[0], note, Reference("timm", names[0], {}))
+
+
+def refuse_part(source: Source, rec: ArchRecord, names: list[str] | None = None) -> None:
+    """Refuse, naming the part, a record vitviz can't compute."""
+    if rec.refusal is None:
+        return
+    who = rec.name if not names or len(names) == 1 else f"{few(names)} (the same tensors)"
+    raise CheckpointError(
+        f"{source.name}: {who} has {rec.refusal}, which vitviz does not model (refused "
+        f"rather than shown with another network's numbers)."
+    )
+
+
+def applied(source: Source, rec: ArchRecord, inferred: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's settings the weights can't show; those they show must agree."""
+    settings = dict(rec.settings)
+    shown = dict(inferred, layer_scale=inferred.get("layer_scale_init") is not None)
+    for key in SHOWN_BY_WEIGHTS:
+        if key in settings and settings[key] != shown.get(key):
+            raise CheckpointError(
+                f"{source.name}: timm's {rec.name} has {key} {settings[key]!r}, but the "
+                f"weights say {shown.get(key)!r}: they are not that architecture "
+                f"(give the right one with {how_to_name(source)})."
+            )
+    return {k: v for k, v in settings.items() if k not in SHOWN_BY_WEIGHTS}
+
+
+def summary(settings: Mapping[str, Any]) -> str:
+    """'12 heads of 64, LayerNorm eps 1e-06, GELU, CLS pooling' style."""
+    heads = settings.get("heads")
+    width = settings.get("attn_head_dim")
+    head_text = f"{heads} heads" + (f" of {width}" if width else "")
+    pool = {"token": "CLS pooling", "avg": "average pooling"}.get(settings.get("global_pool"), "")
+    act = ACT_NAMES.get(settings.get("activation", ""), str(settings.get("activation")))
+    parts = [head_text, f"LayerNorm eps {settings.get('norm_eps'):g}", act, pool]
+    if settings.get("pre_norm"):
+        parts.append("norm before the blocks")
+    return ", ".join(p for p in parts if p)
+
+
+def differences(records: list[ArchRecord]) -> str:
+    """'vit_a: heads 6; vit_b: rotary position ...' for up to four candidates."""
+    keys = sorted({k for r in records for k in r.settings})
+    varying = [k for k in keys if len({repr(r.settings.get(k)) for r in records}) > 1]
+    shown = []
+    for r in records[:4]:
+        what = r.refusal or ", ".join(f"{k} {r.settings.get(k)!r}" for k in varying[:3])
+        shown.append(f"{r.name}: {what}")
+    more = f"; {len(records) - 4} more" if len(records) > 4 else ""
+    return "; ".join(shown) + more
+
+
+def _fits_table(rec: ArchRecord, pos_layout: tuple[int, int] | None) -> bool:
+    """False when the position table's length rules out the record's ``no_embed_class`` (a
+    square grid of entries with or without the prefix tokens)."""
+    if pos_layout is None or "no_embed_class" not in rec.settings:
+        return True
+    n, prefix = pos_layout
+    covered = n if rec.settings["no_embed_class"] else n - prefix
+    return grid_from_table(covered) is not None
+
+
+def _fits_user(rec: ArchRecord, user: Mapping[str, Any]) -> bool:
+    """False when the user's settings contradict the record (e.g. heads given)."""
+    return all(rec.settings.get(k, v) == v for k, v in user.items() if k in rec.settings)

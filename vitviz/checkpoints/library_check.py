@@ -1,0 +1,303 @@
+"""The library's own model checks vitviz's reading of a checkpoint, once per file.
+
+When a converter knows which library architecture a checkpoint is (a timm folder's
+``architecture``, ``--arch``, or a bare state dict recognised by its tensors) and that library
+is importable, its model is built from the name alone (on the meta device, then given the
+file's own tensors: no init, no network, no remote code; the tensors come from vitviz's safe
+reading, safetensors or ``weights_only``) and both models run one seeded probe image:
+
+    logits     max |ours - theirs| / max |theirs|        must be <= 1e-4
+    attention  max |ours - theirs| over every layer      must be <= 1e-5
+
+A difference refuses the checkpoint with both numbers. The result is kept in vitviz's cache
+folder under a key of the file (size, mtime, a hash of its first and last MiB), the settings
+and the library's and vitviz's versions, so the second open costs nothing.
+``VITVIZ_NO_LIBRARY_CHECK=1`` skips the check (a note says so).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vitviz import __version__ as vitviz_version
+from vitviz.checkpoints.atomic import atomic_path
+from vitviz.checkpoints.cache import cache_home
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.folders import folder_weights
+from vitviz.checkpoints.reading import read_checkpoint, to_float
+
+LOGITS_RTOL = 1e-4
+ATTENTION_ATOL = 1e-5
+SKIP_ENV = "VITVIZ_NO_LIBRARY_CHECK"
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The library architecture a conversion claims to be."""
+
+    library: str  # "timm"
+    arch: str
+    model_args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """``logits``: max relative error; ``attention``: max absolute error (None: not compared)."""
+
+    library: str  # e.g. "timm 1.0.31"
+    arch: str
+    logits: float | None
+    attention: float | None
+    problem: str | None = None  # why it could not be compared
+
+    @property
+    def ok(self) -> bool:
+        if self.logits is None:
+            return self.problem is not None
+        return self.logits <= LOGITS_RTOL and (
+            self.attention is None or self.attention <= ATTENTION_ATOL
+        )
+
+    def note(self) -> str:
+        if self.problem is not None:
+            return f"not checked against {self.library}: {self.problem}"
+        att = "" if self.attention is None else f", attention {self.attention:.1g}"
+        return f"checked against {self.library} ({self.arch}): logits {self.logits:.1g}{att}"
+
+
+def cache_dir() -> Path:
+    """vitviz's own cache folder: ``VITVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/vitviz``."""
+    given = os.environ.get("VITVIZ_CACHE_DIR")
+    return Path(given) if given else cache_home() / "vitviz"
+
+
+def weights_file(path: Path) -> Path:
+    return folder_weights(path) if path.is_dir() else path
+
+
+def file_key(path: Path) -> str:
+    """Size, mtime and a hash of the first and last MiB of ``path``."""
+    st = path.stat()
+    h = hashlib.sha1(f"{st.st_size}:{st.st_mtime_ns}".encode())
+    with open(path, "rb") as f:
+        h.update(f.read(_MIB))
+        if st.st_size > 2 * _MIB:
+            f.seek(-_MIB, os.SEEK_END)
+            h.update(f.read(_MIB))
+    return h.hexdigest()
+
+
+def library_version(library: str) -> str | None:
+    """ "timm 1.0.31" for an installed library (from its metadata: nothing is imported)."""
+    try:
+        return f"{library} {metadata.version(library)}"
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def checked(
+    model: nn.Module, path: Path, ref: Reference, force: bool = False
+) -> CheckResult | None:
+    """The check of ``model`` (vitviz's, from ``path``) against ``ref``, from the cache when it
+    was made before; None when the library is not importable or the check is switched off."""
+    version = library_version(ref.library)
+    if version is None or (os.environ.get(SKIP_ENV) == "1" and not force):
+        return None
+    weights = weights_file(path)
+    mine = f"vitviz {vitviz_version}"
+    config = json.dumps(
+        [model.config.to_dict(), asdict(ref), version, mine], sort_keys=True, default=str
+    )
+    key = hashlib.sha1((file_key(weights) + config).encode()).hexdigest()
+    where = cache_dir() / "library_checks" / f"{key}.json"
+    if not force:
+        try:
+            return CheckResult(**json.loads(where.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            pass
+    result = compare(model, weights, ref, version)
+    try:
+        with atomic_path(where) as tmp:
+            tmp.write_text(json.dumps(asdict(result)), encoding="utf-8")
+    except OSError:
+        pass  # a cache that can't be written only costs the next open another check
+    return result
+
+
+def check_or_refuse(model: nn.Module, path: Path, ref: Reference | None, notes: list[str]) -> None:
+    """Note the check's result, or refuse the checkpoint when the numbers differ."""
+    if ref is None:
+        return
+    if os.environ.get(SKIP_ENV) == "1":
+        notes.append(f"not checked against {ref.library} ({SKIP_ENV}=1)")
+        return
+    result = checked(model, path, ref)
+    if result is None:
+        return
+    if not result.ok:
+        att = "" if result.attention is None else f", attention {result.attention:.2g}"
+        raise CheckpointError(
+            f"{path.name}: vitviz's reading of {ref.arch} differs from {result.library}'s own "
+            f"model: logits {result.logits:.2g} (limit {LOGITS_RTOL:g}){att} (limit "
+            f"{ATTENTION_ATOL:g}); refused rather than shown wrong."
+        )
+    notes.append(result.note())
+
+
+def compare(model: nn.Module, weights: Path, ref: Reference, version: str) -> CheckResult:
+    """Build the library's model, load the file's tensors, run both on one probe image."""
+    cfg = model.config
+    build, forward = BUILDERS[ref.library]
+    try:
+        theirs = build(ref, cfg, weights)
+    except (
+        ImportError,
+        RuntimeError,
+        ValueError,
+        TypeError,
+        KeyError,
+        OSError,
+        CheckpointError,
+    ) as exc:
+        problem = f"its model does not take these tensors ({type(exc).__name__})"
+        return CheckResult(version, ref.arch, None, None, problem)
+    g = torch.Generator().manual_seed(0)
+    h, w = cfg.image_size
+    x = torch.randn(1, cfg.in_channels, h, w, generator=g)
+    ref_logits, ref_attn = forward(theirs, x)
+    if getattr(model, "model_kind", "vit") != "vit":  # a Swin: its windows' maps aren't timm's
+        with torch.no_grad():
+            return CheckResult(version, ref.arch, _relative(model(x), ref_logits), None)
+    with torch.no_grad():
+        out = model.forward_explained(x, capture_attention=True)
+    logits = _relative(out.logits, ref_logits)
+    attention = None
+    if ref_attn:
+        same = len(ref_attn) == len(out.attentions)
+        attention = (
+            max(_max_abs(a, b) for a, b in zip(out.attentions, ref_attn, strict=True))
+            if same
+            else float("inf")
+        )
+    return CheckResult(version, ref.arch, logits, attention)
+
+
+def file_state(weights: Path) -> dict[str, Tensor]:
+    """The file's tensors as float32, under timm's names (a shared wrapper prefix removed)."""
+    state = read_checkpoint(weights).state
+    to_float(state, torch.float32, weights.name)
+    for _ in range(2):
+        if "patch_embed.proj.weight" in state:
+            break
+        heads = {k.split(".", 1)[0] for k in state}
+        if len(heads) != 1:
+            break
+        cut = len(heads.pop()) + 1
+        state = {k[cut:]: v for k, v in state.items()}
+    return state
+
+
+def build_timm(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
+    """timm's model of ``ref`` holding the file's tensors (strict: every tensor taken, none
+    missing)."""
+    import timm
+
+    state = file_state(weights)
+    args = dict(ref.model_args)
+    args.setdefault("num_classes", cfg.num_classes)
+    args.setdefault("img_size", tuple(cfg.image_size))
+    if cfg.in_channels != 3:
+        args.setdefault("in_chans", cfg.in_channels)
+    with torch.device("meta"):
+        model = timm.create_model(ref.arch, pretrained=False, **args)
+    model.load_state_dict(dict(state), strict=True, assign=True)
+    if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):  # computed buffers
+        model = timm.create_model(ref.arch, pretrained=False, **args)
+        model.load_state_dict(dict(state), strict=True)
+    return model.eval()
+
+
+def timm_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """timm's logits and each block's attention probabilities (its explicit path)."""
+    attn: list[Tensor] = []
+    handles = []
+    for block in getattr(model, "blocks", []):
+        a = getattr(block, "attn", None)
+        if a is None or not hasattr(a, "attn_drop"):
+            continue
+        a.fused_attn = False
+        handles.append(a.attn_drop.register_forward_hook(lambda _m, _i, o: attn.append(o)))
+    try:
+        with torch.no_grad():
+            logits = model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return logits, attn
+
+
+def build_transformers(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
+    """transformers' own class of the folder (config.json's ``architectures``), loaded by
+    transformers from the folder's safetensors: local files only, no remote code."""
+    import transformers
+
+    if weights.suffix != ".safetensors":
+        raise ValueError("only safetensors folders are loaded by the library for the check")
+    cls = getattr(transformers, ref.arch, None) if ref.arch else transformers.AutoModel
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+        cls = transformers.AutoModel
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar in the CLI's output
+    try:
+        model = cls.from_pretrained(
+            weights.parent,
+            local_files_only=True,
+            trust_remote_code=False,
+            use_safetensors=True,
+            attn_implementation="eager",
+        )
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    return model.eval()
+
+
+def transformers_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """transformers' logits (a base model: its pooler output, else the normed CLS token) and
+    attention probabilities."""
+    with torch.no_grad():
+        out = model(pixel_values=x, output_attentions=True)
+    logits = getattr(out, "logits", None)
+    if logits is None:
+        pooled = getattr(out, "pooler_output", None)
+        logits = pooled if pooled is not None else out.last_hidden_state[:, 0]
+    return logits, list(getattr(out, "attentions", None) or [])
+
+
+BUILDERS = {
+    "timm": (build_timm, timm_forward),
+    "transformers": (build_transformers, transformers_forward),
+}
+
+
+def _max_abs(a: Tensor, b: Tensor) -> float:
+    if a.shape != b.shape:
+        return float("inf")
+    return float((a.double() - b.double()).abs().max())
+
+
+def _relative(ours: Tensor, theirs: Tensor) -> float:
+    scale = float(theirs.double().abs().max())
+    return _max_abs(ours, theirs) / max(scale, 1e-12)

@@ -1,0 +1,65 @@
+"""``vitviz-cli verify CKPT...``: run the library check of each checkpoint now (not from the
+cache) and print a table: library, architecture, logits and attention errors, verdict."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from vitviz.cli import EXIT_FAILED, EXIT_OK, CliError, _add_arch_options, _load, _say
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="compare vitviz's reading of checkpoints with the library that made them",
+    )
+    p.add_argument("checkpoints", nargs="+", type=Path, help="checkpoint files or model folders")
+    p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    _add_arch_options(p)
+    p.set_defaults(func=cmd_verify)
+
+
+def _number(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1e}"
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from vitviz.checkpoints.library_check import ATTENTION_ATOL, LOGITS_RTOL, checked
+
+    rows = [("checkpoint", "library", "architecture", "logits", "attention", "verdict")]
+    failed = False
+    for path in args.checkpoints:
+        try:
+            loaded = _load(path, args.config, args)
+        except CliError as exc:
+            rows.append((path.name, "—", "—", "—", "—", f"refused: {exc}"))
+            failed = True
+            continue
+        result = None
+        if loaded.reference is not None:
+            result = checked(loaded.model, path, loaded.reference, force=True)
+        if result is None:
+            why = "no library architecture named" if loaded.reference is None else "not importable"
+            rows.append((path.name, "—", "—", "—", "—", f"not checked ({why})"))
+            continue
+        verdict = "exact" if result.ok else "DIFFERS"
+        if result.problem is not None:
+            verdict = f"not checked ({result.problem})"
+        failed = failed or not result.ok
+        rows.append(
+            (
+                path.name,
+                result.library,
+                result.arch,
+                _number(result.logits),
+                _number(result.attention),
+                verdict,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows[:]) for i in range(5)]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)) + "  " + row[5])
+    _say(f"limits: logits {LOGITS_RTOL:g} relative, attention {ATTENTION_ATOL:g}")
+    return EXIT_FAILED if failed else EXIT_OK
