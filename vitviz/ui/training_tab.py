@@ -43,6 +43,7 @@ from vitviz.training import (
     TrainConfig,
     TrainingConfigError,
     list_runs,
+    preset_for_dataset,
     read_run,
     validate_training_config,
 )
@@ -224,6 +225,7 @@ class TrainingTab(QWidget):
         self.step_x: list[float] = []
         self.step_loss: list[float] = []
         self.epochs: list[dict[str, float]] = []
+        self.base_config = TrainConfig()  # what the form doesn't show comes from here
         self.steps_per_epoch = 1
         self._cancelling = False
         self._build_settings()
@@ -239,7 +241,7 @@ class TrainingTab(QWidget):
         layout.addWidget(splitter)
         self.runner.eventReceived.connect(self._on_event)
         self.runner.runningChanged.connect(self._on_running)
-        self.apply_preset("tutorial")
+        self.apply_preset(preset_for_dataset(self.dataset_kind.currentData()))
         self.refresh_runs()
         guard_wheel(self)
 
@@ -251,7 +253,10 @@ class TrainingTab(QWidget):
         for key in PRESETS:
             self.preset.addItem(PRESET_LABELS.get(key, key), key)
         self.preset.activated.connect(lambda _i: self.apply_preset(self.preset.currentData()))
-        self.preset.setToolTip("Sets every field below; change any of them afterwards.")
+        self.preset.setToolTip(
+            "Sets every field below; change any of them afterwards. Choosing a dataset "
+            "chooses the preset made for it."
+        )
         self.dataset_kind = QComboBox()
         for key, label in DATASETS:
             self.dataset_kind.addItem(label, key)
@@ -263,6 +268,7 @@ class TrainingTab(QWidget):
         path_row.addWidget(self.dataset_path, 1)
         path_row.addWidget(self.browse_button)
         self.dataset_kind.currentIndexChanged.connect(self._on_dataset_kind)
+        self.dataset_kind.activated.connect(self._on_dataset_chosen)
 
         self.fields: dict[str, FormWidget] = {}
         for f in FIELDS:
@@ -412,6 +418,9 @@ class TrainingTab(QWidget):
         self.set_config(cfg)
 
     def set_config(self, cfg: TrainConfig) -> None:
+        """Show ``cfg`` in the form; its settings the form has no field for (e.g. augmentation)
+        are kept for ``config``."""
+        self.base_config = cfg
         kind, _, path = cfg.dataset.partition(":")
         self.dataset_kind.setCurrentIndex(max(0, self.dataset_kind.findData(kind)))
         self.dataset_path.setText(path)
@@ -426,11 +435,24 @@ class TrainingTab(QWidget):
         path = self.dataset_path.text().strip()
         dataset = f"{kind}:{path}" if kind in ("folder", "cifar10") else kind
         values = {f.field: f.read(self.fields[f.field]) for f in FIELDS}
-        return TrainConfig(dataset=dataset, command="vitviz window: Training tab", **values)
+        return self.base_config.replace(
+            dataset=dataset, command="vitviz window: Training tab", **values
+        )
 
     def _on_dataset_kind(self) -> None:
         needs_path = self.dataset_kind.currentData() in ("folder", "cifar10")
         self.dataset_path.setEnabled(needs_path)
+
+    def _on_dataset_chosen(self) -> None:
+        """The user chose a dataset: a ViT's form takes the preset made for it (a Swin's stays),
+        keeping the dataset and its folder."""
+        kind, path = self.dataset_kind.currentData(), self.dataset_path.text()
+        preset = preset_for_dataset(kind)
+        if self.model_choice.currentText() == "swin" or self.preset.currentData() == preset:
+            return
+        self.apply_preset(preset)
+        self.dataset_kind.setCurrentIndex(self.dataset_kind.findData(kind))
+        self.dataset_path.setText(path)
 
     def _on_model_kind(self) -> None:
         """Only the fields the chosen model reads are editable."""
