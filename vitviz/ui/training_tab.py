@@ -56,6 +56,7 @@ from vitviz.training.events import (
     RunStarted,
     StepEvent,
 )
+from vitviz.ui.charts import LegendBelow
 from vitviz.ui.form_panel import FoldingGroup, VerticalScrollArea
 from vitviz.ui.wheel_guard import guard_wheel
 from vitviz.workers.training import TrainingRunner
@@ -345,7 +346,7 @@ class TrainingTab(QWidget):
             plot.showGrid(x=True, y=True, alpha=0.2)
             plot.setLabel("bottom", "epoch")
             plot.setLabel("left", label)
-            plot.addLegend(offset=(-10, 10))
+            LegendBelow(plot, 3)
         self.acc_plot.setYRange(0, 1)
         self.curve_step = self.loss_plot.plot(
             pen=pg.mkPen("#9ecae1", width=1), name="train (steps)"
@@ -377,7 +378,7 @@ class TrainingTab(QWidget):
         bar = self.probe_scroll.horizontalScrollBar()
         self.probe_scroll.setFixedHeight(PROBE_SIZE + 56 + bar.sizeHint().height())
         self._probe_follow = True  # keep the newest epoch in view unless the user scrolled back
-        bar.rangeChanged.connect(lambda _lo, hi: bar.setValue(hi) if self._probe_follow else None)
+        bar.rangeChanged.connect(lambda _lo, _hi: self._show_newest_probes())
         self.probe_labels: list[QWidget] = []
 
         # Short texts, so the window can still be made narrow; the tooltips say where they open.
@@ -609,9 +610,27 @@ class TrainingTab(QWidget):
         v.addWidget(label)
         v.addWidget(caption)
         bar = self.probe_scroll.horizontalScrollBar()
-        self._probe_follow = bar.value() >= bar.maximum()
+        self._probe_follow = bar.value() >= bar.maximum() - 1
         self.probe_strip.insertWidget(self.probe_strip.count() - 1, cell)
         self.probe_labels.append(cell)
+
+    def _show_newest_probes(self) -> None:
+        """Following the run: scroll the strip to its newest epoch with a whole tile at the left
+        edge (room is added after the newest when the view is not a whole number of tiles)."""
+        if not self._probe_follow or not self.probe_labels:
+            return
+        bar = self.probe_scroll.horizontalScrollBar()
+        right = self.probe_labels[-1].geometry().right() + 1  # the newest tile's right edge
+        view = self.probe_scroll.viewport().width()
+        first = next(c for c in self.probe_labels if c.x() >= right - view)  # leftmost whole
+        left = first.x()
+        margins = self.probe_strip.contentsMargins()
+        room = max(0, margins.right() + left - bar.maximum())  # scrolled fully: left at left
+        if room != margins.right():
+            margins.setRight(room)
+            self.probe_strip.setContentsMargins(margins)  # the range changes: called again
+            return
+        bar.setValue(left)
 
     def _finished(self, event: FinishedEvent) -> None:
         status = event.status
