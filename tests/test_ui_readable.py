@@ -10,7 +10,7 @@ import numpy as np
 import pyqtgraph as pg
 import pytest
 from PIL import Image
-from test_ui_first_minutes import settle, show_model, window
+from test_ui_first_minutes import settle, show_model
 from test_ui_window import WAIT_MS, make_settings, new_window, settled
 from ui_fit import clipped_tabs, colorbar_problems, legend_problems
 
@@ -20,6 +20,11 @@ from vitviz.training.events import EpochEvent, ProbeEvent
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.head_grid import HeadGrid, build_mosaic
 from vitviz.ui.main_window import MainWindow
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> MainWindow:
+    return new_window(qtbot, tmp_path / "settings" / "vitviz.ini")
 
 
 def show(qtbot, window: MainWindow, checkpoint: Path, image: Path) -> None:

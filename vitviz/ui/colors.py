@@ -15,7 +15,7 @@ from vitviz.imaging.colormaps import COLORMAPS, lookup_table, scale_ticks
 __all__ = ["COLORMAPS", "colormap", "lut", "make_colorbar", "set_colorbar_levels"]
 
 BAR_WIDTH = 14  # pixels of colour
-MIN_AXIS_WIDTH = 30  # the numbers' column right of the colour
+WIDTH_SAMPLE = "0.0125"  # the numbers' column right of the colour is at least this wide
 
 
 @cache
@@ -56,12 +56,13 @@ def set_colorbar_levels(
 ) -> None:
     """Give ``colorbar`` (and its images) new levels, labelled at both ends and at round values
     between (``scale_ticks``) unless ``ticks`` are given; ``label`` is written along the bar.
-    The axis is redrawn only when something changed; it is made as wide as its labels."""
+    The axis is redrawn only when something changed. It is as wide as its labels, at least
+    WIDTH_SAMPLE's width, and only grows while the label stays: a new query re-lays nothing out."""
     ticks = scale_ticks(levels) if ticks is None else ticks
-    state = (tuple(levels), tuple(ticks), label)
-    if getattr(colorbar, "_vitviz_scale", None) == state:
+    before = getattr(colorbar, "_vitviz_scale", None)
+    if before == (tuple(levels), tuple(ticks), label):
         return
-    colorbar._vitviz_scale = state  # type: ignore[attr-defined]
+    colorbar._vitviz_scale = (tuple(levels), tuple(ticks), label)  # type: ignore[attr-defined]
     colorbar.setLevels(levels)
     axis = colorbar.axis
     axis.setTicks([ticks])
@@ -70,8 +71,10 @@ def set_colorbar_levels(
     else:
         axis.showLabel(False)
     fm = _tick_metrics(colorbar)
-    widest = max((fm.horizontalAdvance(text) for _, text in ticks), default=0)
+    widest = max(fm.horizontalAdvance(text) for text in [t for _, t in ticks] + [WIDTH_SAMPLE])
     room = widest + axis.style["tickTextOffset"][0] + max(0, axis.style["tickLength"]) + 4
     if label:
         room += fm.height() + 4
-    axis.setWidth(max(MIN_AXIS_WIDTH, room))
+    same_label = before is not None and before[2] == label
+    if room > axis.width() or not same_label:
+        axis.setWidth(room)

@@ -95,6 +95,8 @@ class ViewerTab(QWidget):
         main.addWidget(left)
         main.addWidget(right_tabs)
         main.setSizes([1000, 380])
+        main.setStretchFactor(0, 1)  # a larger window widens the views and the grid, not the panel
+        main.setStretchFactor(1, 0)
         self.main_splitter = main
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
