@@ -4,12 +4,14 @@ never starts with half a tile, and the head grid offers each head its own colour
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
 import pytest
 from PIL import Image
+from PySide6.QtGui import QFontMetricsF
 from test_ui_first_minutes import settle, show_model
 from test_ui_window import WAIT_MS, make_settings, new_window, settled
 from ui_fit import clipped_tabs, colorbar_problems, legend_problems
@@ -197,3 +199,32 @@ def test_head_grid_per_head_scale_is_shown_said_and_remembered(
     again = new_window(qtbot, settings)  # remembered
     assert again.viewer.head_panel.scale_name() == "per-head" and again.viewer.head_grid.per_head
     assert make_settings(settings).get("view/head_scale") == "per-head"
+
+
+@pytest.mark.parametrize("size", [(700, 260), (2200, 800)])
+def test_head_grid_column_labels_never_overlap(qtbot, size: tuple[int, int]) -> None:
+    """24 heads (a Swin-T's last stage) in a small view: labels thinned (H1, H3, …) so that no
+    two touch; in a large view every head is labelled."""
+    pg.setConfigOptions(imageAxisOrder="row-major")
+    grid = HeadGrid()
+    qtbot.addWidget(grid)
+    grid.resize(*size)
+    grid.show()
+    qtbot.waitExposed(grid)
+    pixels = np.zeros((56, 56, 3), np.uint8)
+    grid.set_layout(12, 24, (7, 7), pixels)
+    qtbot.wait(20)  # the re-layout for the widget's size runs on a timer
+    shown = [item for items in grid._column_labels.values() for item in items]
+    spans = []  # (top, left, right) of each label's text in widget pixels
+    for item in shown:
+        box = grid.mapFromScene(item.mapRectToScene(item.boundingRect())).boundingRect()
+        half = QFontMetricsF(item.textItem.font()).horizontalAdvance(item.toPlainText()) / 2
+        spans.append((box.top(), box.center().x() - half, box.center().x() + half))
+    spans.sort()
+    for (top_a, _, right_a), (top_b, left_b, _) in itertools.pairwise(spans):
+        if top_a == top_b:  # the same band's header row
+            assert right_a + 2 <= left_b, spans
+    if size[0] >= 2000:
+        assert len(shown) == 25 * grid.layout.bands  # mean + 24 heads in every band
+    else:
+        assert len(shown) < 25 * grid.layout.bands

@@ -284,7 +284,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             timer.start()
 
     def _fit_to_size(self) -> None:
-        if self._pixels is not None:
+        if self._pixels is not None and not getattr(self, "closed", False):  # (items gone)
             self._apply_layout(*self.shape, self.grid, force=False)
 
     def _view_px(self) -> tuple[float, float]:
