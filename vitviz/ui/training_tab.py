@@ -222,11 +222,11 @@ class TrainingTab(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.runner = TrainingRunner(self)
+        self.base_config = TrainConfig()  # what the form doesn't show comes from here
         self.run_dir: Path | None = None
         self.step_x: list[float] = []
         self.step_loss: list[float] = []
         self.epochs: list[dict[str, float]] = []
-        self.base_config = TrainConfig()  # what the form doesn't show comes from here
         self.steps_per_epoch = 1
         self._cancelling = False
         self._build_settings()
