@@ -91,7 +91,7 @@ class SwinView:
 
     def query_text(self, query: tuple[int, int] | None) -> str:
         if query is None:
-            return "average pool"  # of every token (short: the side panel fits 1280 px)
+            return "average pool (every token)"
         p = self.image.patch_size
         return f"point y {(query[0] + 0.5) * p:.0f}, x {(query[1] + 0.5) * p:.0f} px"
 
