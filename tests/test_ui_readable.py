@@ -21,6 +21,7 @@ from vitviz.imaging.overlay import scale_each_tile
 from vitviz.training.events import EpochEvent, ProbeEvent
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.head_grid import HeadGrid, build_mosaic
+from vitviz.ui.head_grid_panel import GOOD_TILE_PX
 from vitviz.ui.main_window import MainWindow
 
 
@@ -228,3 +229,32 @@ def test_head_grid_column_labels_never_overlap(qtbot, size: tuple[int, int]) -> 
         assert len(shown) == 25 * grid.layout.bands  # mean + 24 heads in every band
     else:
         assert len(shown) < 25 * grid.layout.bands
+
+
+def test_a_big_model_gets_a_taller_grid_unless_the_map_is_zoomed(
+    qtbot, window: MainWindow, tiny_ckpt, photo_files, tmp_path: Path
+) -> None:
+    from conftest import random_vit
+
+    from vitviz.checkpoints import save_checkpoint
+
+    big = random_vit(depth=12, heads=12, dim=48, image_size=56, patch_size=4)  # 14 × 14
+    big_ckpt = save_checkpoint(big, tmp_path / "vit12x12.safetensors", class_names=list("abcde"))
+    window.resize(1600, 900)
+    show(qtbot, window, tiny_ckpt, photo_files["chelsea"])
+    v = window.viewer
+    small_share = v.left_splitter.sizes()[1] / sum(v.left_splitter.sizes())
+    small_tile = v.head_grid.tile_size_px()
+    v.map_view.vb.scaleBy((0.5, 0.5))  # the user zoomed in: the views keep their size
+    show(qtbot, window, big_ckpt, photo_files["chelsea"])
+    assert v.left_splitter.sizes()[1] / sum(v.left_splitter.sizes()) == small_share
+    v.map_view.vb.autoRange(padding=0.02)  # fitted again; the next model re-shares
+    show(qtbot, window, tiny_ckpt, photo_files["chelsea"])
+    show(qtbot, window, big_ckpt, photo_files["chelsea"])
+    big_share = v.left_splitter.sizes()[1] / sum(v.left_splitter.sizes())
+    assert 0.41 <= small_share <= 0.61 and 0.41 <= big_share <= 0.61
+    bar = v.head_panel.height() - v.head_grid.height()
+    most = v.head_grid.scale_at_height(0.6 * sum(v.left_splitter.sizes()) - bar)
+    assert v.head_grid.scale >= 0.95 * most  # about the largest tiles the most height gives
+    # the small model: no more height than large tiles need
+    assert small_tile <= 1.1 * GOOD_TILE_PX or small_share < 0.43

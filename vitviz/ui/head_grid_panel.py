@@ -24,6 +24,7 @@ SCALES = (  # data, text, tooltip
 )
 GRID_SHARE = (0.42, 0.6)  # of the left column's height: the least and the most the grid gets
 ENOUGH = 0.97  # a grid this close to its largest tiles needs no more height
+GOOD_TILE_PX = 96  # … nor one whose tiles are this large already
 
 
 class HeadGridPanel(QWidget):
@@ -67,9 +68,9 @@ class HeadGridPanel(QWidget):
 
     def share_height(self, splitter: QSplitter, model: object) -> None:
         """A new ``model`` (any key naming it): this panel (the splitter's last part) gets the
-        height between GRID_SHARE's bounds that makes its tiles nearly as large as the most
-        would (a 12 × 12 grid wants height; a small one leaves the views theirs). The same
-        model again leaves the splitter where the user put it."""
+        least height between GRID_SHARE's bounds that makes its tiles nearly as large as the
+        most would, or GOOD_TILE_PX (a 12 × 12 grid wants height; a small one leaves the views
+        theirs). The same model again leaves the splitter where the user put it."""
         sizes = splitter.sizes()
         total = sum(sizes)
         if model == self._model or total <= 0 or len(sizes) != 2:
@@ -77,10 +78,11 @@ class HeadGridPanel(QWidget):
         self._model = model
         bar = self.height() - self.grid.height()  # the scale's bar above the grid
         least, most = (round(share * total) for share in GRID_SHARE)
-        best = self.grid.scale_at_height(most - bar)
+        good = GOOD_TILE_PX / max(1, *self.grid.layout.tile)  # pixels per cell
+        enough = min(ENOUGH * self.grid.scale_at_height(most - bar), good)
         height = next(
             h
             for h in (*range(least, most, 8), most)
-            if self.grid.scale_at_height(h - bar) >= ENOUGH * best
+            if self.grid.scale_at_height(h - bar) >= enough
         )
         splitter.setSizes([total - height, height])

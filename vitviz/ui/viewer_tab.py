@@ -146,7 +146,8 @@ class ViewerTab(QWidget):
             result.input_pixels,
             *(self.swin.rows() if self.swin else (None, None)),
         )
-        self.head_panel.share_height(self.left_splitter, (result.num_layers, result.num_heads))
+        if self._map_fitted():  # a zoomed or panned map keeps its size (and so its zoom)
+            self.head_panel.share_height(self.left_splitter, (result.num_layers, result.num_heads))
         self.map_view.set_windows(None)
         if result.class_names:
             self.predictions.set_predictions(result.probs, result.class_names, self._shown_class())
@@ -417,3 +418,16 @@ class ViewerTab(QWidget):
     def _on_head_hover(self, info: tuple[int, int, float] | None) -> None:
         describe = self.head_grid.describe if self.swin is None else self.swin.describe
         self.hoverText.emit("" if info is None else describe(info))
+
+    def _map_fitted(self) -> bool:
+        """The large view shows its whole image, filling the view one way: as fitted, not
+        zoomed or panned by the user."""
+        vb = self.map_view.vb
+        (x0, x1), (y0, y1) = vb.viewRange()
+        r = self.map_view.image.mapRectToView(self.map_view.image.boundingRect())
+        if r.isEmpty() or x1 <= x0 or y1 <= y0:
+            return True
+        slack = 0.05 * max(r.width(), r.height())
+        whole = x0 <= r.left() + slack and x1 >= r.right() - slack
+        whole = whole and y0 <= r.top() + slack and y1 >= r.bottom() - slack
+        return whole and max(r.width() / (x1 - x0), r.height() / (y1 - y0)) > 0.9
