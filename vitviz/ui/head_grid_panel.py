@@ -24,7 +24,7 @@ SCALES = (  # data, text, tooltip
 )
 GRID_SHARE = (0.42, 0.6)  # of the left column's height: the least and the most the grid gets
 ENOUGH = 0.97  # a grid this close to its largest tiles needs no more height
-GOOD_TILE_PX = 96  # … nor one whose tiles are this large already
+GOOD_TILE_PX = 64  # … nor one whose tiles are this large already
 
 
 class HeadGridPanel(QWidget):
