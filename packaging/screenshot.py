@@ -9,6 +9,10 @@ generated tiny ViT (random weights scaled so its attention is peaked) and scikit
 "chelsea" photo (or a generated picture without scikit-image).
 
     .venv/bin/python packaging/screenshot.py [--image IMG] [--checkpoint CKPT] [--out PNG]
+
+``--head-scale per-head`` shows the head grid with each tile on its own scale; ``--tab training
+--run DIR`` shows a finished run's curves (a run folder of ``vitviz-cli train``) selected in
+the Training tab.
 """
 
 from __future__ import annotations
@@ -83,6 +87,8 @@ def shoot(
     tab: str = "viewer",
     layer: int | None = None,
     query: tuple[int, int] | None = None,
+    head_scale: str = "shared",
+    run: Path | None = None,
 ) -> Path:
     import pyqtgraph as pg
     from PIL import Image
@@ -96,6 +102,10 @@ def shoot(
     from vitviz.ui.settings import AppSettings
 
     with tempfile.TemporaryDirectory() as tmp:
+        os.environ["VITVIZ_DATA_DIR"] = str(Path(tmp) / "data")  # the runs list: --run alone
+        if run is not None:
+            (Path(tmp) / "data" / "runs").mkdir(parents=True)
+            (Path(tmp) / "data" / "runs" / run.name).symlink_to(run.resolve())
         settings = AppSettings(QSettings(str(Path(tmp) / "s.ini"), QSettings.Format.IniFormat))
         window = MainWindow(settings)
         window.resize(*size)
@@ -103,6 +113,7 @@ def shoot(
         window.start([str(checkpoint), str(image)])
         v = window.viewer
         ctl = v.controls
+        v.head_panel.set_scale_name(head_scale)
 
         def settled() -> bool:
             return (
@@ -136,6 +147,9 @@ def shoot(
             wait(lambda: v.faithfulness.result is not None and not window.client.is_busy())
         if tab == "training":
             window.tabs.setCurrentWidget(window.training)
+            if run is not None:
+                window.training.refresh_runs()
+                window.training.runs.setCurrentRow(0)
         elif tab == "statistics":
             v.right_tabs.setCurrentWidget(v.stats_panel)
         for _ in range(5):  # let every view repaint
@@ -173,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tab", choices=("viewer", "training", "statistics"), default="viewer")
     p.add_argument("--layer", type=int, help="layer (a Swin's block) to select, 1-based")
     p.add_argument("--query", help="ROW,COL: the patch (first-stage cell for a Swin) to query")
+    p.add_argument("--head-scale", choices=("shared", "per-head"), default="shared")
+    p.add_argument("--run", type=Path, help="a finished run's folder to show (--tab training)")
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -191,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             args.tab,
             args.layer,
             query,
+            args.head_scale,
+            args.run,
         )
     print(f"wrote {out} ({out.stat().st_size / 1000:.0f} KB)")
     return 0

@@ -14,8 +14,18 @@ from PIL import Image
 
 from vitviz.analysis import Analysis, analyze
 from vitviz.checkpoints import LoadedModel, load_checkpoint, save_checkpoint
-from vitviz.export import NPZ_KEYS, MapSettings, compute_maps, map_overlay, write_npz, write_pngs
+from vitviz.export import (
+    NPZ_KEYS,
+    MapSettings,
+    compute_maps,
+    heads_grid,
+    map_overlay,
+    write_npz,
+    write_pngs,
+)
 from vitviz.imaging import Preprocessing
+from vitviz.imaging.figure import figure_layout
+from vitviz.imaging.overlay import head_grid_image, scale_each_tile
 
 
 @pytest.fixture
@@ -137,7 +147,7 @@ def test_tensor_input_overlays_the_model_input(tmp_path: Path, loaded: LoadedMod
         assert im.size == (40, 16)
 
 
-def test_heads_png_has_one_tile_per_layer_and_head(tmp_path: Path) -> None:
+def test_heads_png_has_one_tile_per_layer_and_head_and_a_mean_column(tmp_path: Path) -> None:
     photo = Image.fromarray(skimage.data.chelsea())
     sizes = {}
     for depth, heads in ((2, 2), (2, 4), (3, 4)):
@@ -149,14 +159,67 @@ def test_heads_png_has_one_tile_per_layer_and_head(tmp_path: Path) -> None:
             grid = np.asarray(im.convert("RGB"))
         H, W = grid.shape[:2]
         sizes[(depth, heads)] = (W, H)
-        # A line through the last row of tiles crosses `heads` tiles; a line through the
-        # last column crosses `depth` tiles.
-        assert _runs(grid[H - 5]) == heads
+        # A line through the last row of tiles crosses the mean and `heads` tiles; a line
+        # through the last column crosses `depth` tiles.
+        assert _runs(grid[H - 5]) == heads + 1
         assert _runs(grid[:, W - 5]) == depth
     assert sizes[(2, 4)][0] > sizes[(2, 2)][0]  # more heads: wider
     assert sizes[(2, 4)][1] == sizes[(2, 2)][1]
     assert sizes[(3, 4)][1] > sizes[(2, 4)][1]  # more layers: taller
     assert sizes[(3, 4)][0] == sizes[(2, 4)][0]
+
+
+def test_titled_heads_png_has_a_title_a_colour_bar_and_a_mean_column(
+    tmp_path: Path, loaded: LoadedModel
+) -> None:
+    """As the map PNGs (issue 25): the titled heads PNG is the bare grid (mean column first)
+    under a title, with a colour bar of the shared scale beside it; per head, each tile on its
+    own scale and the bar says so."""
+    a = analyze(loaded, Image.fromarray(skimage.data.chelsea()))
+    maps = a.all_attention_maps().numpy()
+    means = maps.mean(axis=1)
+    (path,) = [
+        p for p in write_pngs(a, compute_maps(a), tmp_path, "c", titled=True) if "heads" in p.name
+    ]
+    with Image.open(path) as im:
+        titled = np.asarray(im.convert("RGB"), int)
+    levels = (float(min(maps.min(), means.min())), float(maps.max()))
+    bare = head_grid_image(maps, a.pixels, levels=levels, means=means, row_names=["L1", "L2"])
+    bare_px = np.asarray(bare, int)
+    assert bare_px.shape[1] > np.asarray(head_grid_image(maps, a.pixels), int).shape[1]
+    # the bare grid sits where the figure's layout puts it, unchanged
+    top = titled.shape[0] - bare_px.shape[0]
+    lines_h = [i for i in range(titled.shape[0]) if (titled[i, :, :] < 128).any()]
+    assert lines_h and lines_h[0] < top  # dark title text above the grid
+    found = [
+        (y, x)
+        for y in range(0, top + 1)
+        for x in range(0, 40)
+        if y + bare_px.shape[0] <= titled.shape[0]
+        and np.abs(titled[y : y + 8, x : x + 8] - bare_px[:8, :8]).max() == 0
+        and np.abs(titled[y : y + bare_px.shape[0], x : x + bare_px.shape[1]] - bare_px).max() <= 0
+    ]
+    assert found, "the bare grid is not in the titled figure"
+    y, x = found[0]
+    assert titled.shape[1] > x + bare_px.shape[1] + 20  # the colour bar to its right
+    right = titled[y + 5 : y + bare_px.shape[0] - 5, x + bare_px.shape[1] + 2 :]
+    colourful = (right.max(axis=-1) - right.min(axis=-1) > 60).any(axis=0)
+    assert colourful.any()  # viridis colours, not only grey text
+    # per head: every tile on its own scale
+    per_head = heads_grid(a, per_head=True, titled=False)
+    want = head_grid_image(
+        scale_each_tile(maps),
+        a.pixels,
+        levels=(0.0, 1.0),
+        means=scale_each_tile(means),
+        row_names=["L1", "L2"],
+    )
+    np.testing.assert_array_equal(np.asarray(per_head), np.asarray(want))
+    assert not np.array_equal(np.asarray(per_head), np.asarray(heads_grid(a, titled=False)))
+    assert (
+        figure_layout((10, 10), ["t"], (0, 1), [(0.0, "0"), (1.0, "each tile's max")]).size[0]
+        > figure_layout((10, 10), ["t"], (0, 1)).size[0]
+    )  # the bar's words make room
 
 
 def test_map_without_a_head_is_nan_and_no_relevance_png(tmp_path: Path) -> None:

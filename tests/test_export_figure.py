@@ -128,9 +128,12 @@ def test_cli_pngs_are_titled_by_default_and_bare_on_request(
         assert fig.shape[0] > 30 and fig.shape[1] > 45
         x, y = layout.overlay_at
         np.testing.assert_array_equal(fig[y : y + 30, x : x + 45], np.asarray(plain))
-    # the head grid is the same either way
+    # the head grid: bare, or the same grid under a title (two lines) with a colour bar
     with Image.open(bare / "scene_heads.png") as b, Image.open(titled / "scene_heads.png") as t:
-        np.testing.assert_array_equal(np.asarray(b), np.asarray(t))
+        grid, fig = np.asarray(b.convert("RGB")), np.asarray(t.convert("RGB"))
+    x, y = figure_layout((grid.shape[1], grid.shape[0]), ["title", "query"], (0, 1)).overlay_at
+    assert fig.shape[0] > grid.shape[0] + y - 1 and fig.shape[1] > grid.shape[1] + x + 20
+    np.testing.assert_array_equal(fig[y : y + grid.shape[0], x : x + grid.shape[1]], grid)
 
 
 def test_a_figure_without_title_lines_still_has_its_bar() -> None:

@@ -16,7 +16,7 @@ from swin_helpers import tiny_torchvision_swin
 
 from vitviz import cli
 from vitviz.explain.swin_attention import query_row, token_at
-from vitviz.imaging.overlay import head_grid_image
+from vitviz.export import heads_figure
 from vitviz.workers import jobs
 from vitviz.workers.messages import MapParams
 
@@ -118,9 +118,20 @@ def test_head_grid_png_is_every_block_and_heads_query_row(state, tmp_path) -> No
         idx = (np.arange(16) * 4 + 2) // px
         expected[b, : row.shape[0]] = row[:, idx[:, None], idx[None, :]]
     labels = ["1.1 W", "1.2 SW", "2.1 W", "2.2 SW"]
-    want = head_grid_image(expected, a.pixels, colormap="magma", opacity=0.6, row_names=labels)
+    with np.errstate(all="ignore"):
+        means = np.nanmean(expected, axis=1)  # over the heads each block has
+    figure = dict(
+        row_names=labels,
+        title="Window attention of every block and head",
+        query="query cell (5, 9)",
+        colormap="magma",
+        opacity=0.6,
+    )
+    want = heads_figure(expected, means, a.pixels, **figure)  # titled, with a colour bar
     assert got.shape == np.asarray(want).shape
     assert np.abs(got - np.asarray(want, int)).max() <= 1
+    bare = np.asarray(heads_figure(expected, means, a.pixels, **figure, titled=False))
+    assert bare.shape[0] < got.shape[0] and bare.shape[1] < got.shape[1]
     tw, gap = 96, 2  # head_grid_image's tiles: block 1.1 has 2 heads, so its 4th tile is blank
-    x = got.shape[1] - tw
-    assert (got[-4 * (tw + gap) + gap : -3 * (tw + gap), x:] == 255).all()
+    x = bare.shape[1] - tw
+    assert (bare[-4 * (tw + gap) + gap : -3 * (tw + gap), x:] == 255).all()

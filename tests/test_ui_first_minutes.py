@@ -32,7 +32,7 @@ from vitviz.checkpoints import save_checkpoint
 from vitviz.ui.canvas import flat_value
 from vitviz.ui.charts import layer_ticks
 from vitviz.ui.head_grid import MEAN, GridLayout, build_mosaic, plan_layout
-from vitviz.ui.main_window import MainWindow, plain_text
+from vitviz.ui.main_window import MainWindow, first_window_size, plain_text
 
 SIZES = [(1366, 768), (1920, 1080)]
 REPO = Path(__file__).resolve().parents[1]
@@ -276,11 +276,19 @@ def test_first_window_fits_the_screen_then_keeps_its_place(qtbot, tmp_path: Path
     window = new_window(qtbot, settings)
     free = window.screen().availableGeometry()
     assert window.width() <= free.width() and window.height() <= free.height()
-    assert window.width() == min(1400, free.width() - 16)
+    assert (window.width(), window.height()) == first_window_size(free.width(), free.height())
     window.resize(760, 600)
     window.close()
     again = new_window(qtbot, settings)
     assert abs(again.width() - 760) <= 4 and abs(again.height() - 600) <= 4  # (frame rounding)
+
+
+def test_first_window_uses_most_of_a_large_screen_and_fits_a_small_one() -> None:
+    assert first_window_size(2560, 1400) == (2253, 1232)  # 88 % each way, not 1400 × 900
+    assert first_window_size(1920, 1040) == (1690, 915)
+    assert first_window_size(1600, 860) == (1408, 812)  # at least 1400 × 900, cut to fit
+    assert first_window_size(1280, 680) == (1264, 632)
+    assert first_window_size(800, 600) == (784, 552)
 
 
 # -- the app started on an image alone -------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from vitviz.checkpoints import load_checkpoint
+from vitviz.training import preset_config
 from vitviz.ui.main_window import MainWindow
 from vitviz.ui.settings import AppSettings
 
@@ -47,6 +48,35 @@ def small_settings(tab, epochs: int) -> None:
 
 def run_rows(tab) -> list[str]:
     return [tab.runs.item(i).text() for i in range(tab.runs.count())]
+
+
+def choose(combo, data: str) -> None:
+    """Pick the item whose data is ``data`` as a user does (the combo emits ``activated``)."""
+    index = combo.findData(data)
+    assert index >= 0, data
+    combo.setCurrentIndex(index)
+    combo.activated.emit(index)
+
+
+def test_choosing_a_dataset_chooses_its_preset(window: MainWindow, tmp_path: Path) -> None:
+    tab = window.training
+    form = "vitviz window: Training tab"
+    # the first view: the shapes dataset with the preset made for it, every setting of it
+    assert tab.dataset_kind.currentData() == "shapes" and tab.preset.currentData() == "shapes"
+    assert tab.config() == preset_config("shapes", command=form)
+    choose(tab.dataset_kind, "cifar10")
+    assert tab.preset.currentData() == "tutorial"
+    tab.dataset_path.setText(str(tmp_path))
+    assert tab.config() == preset_config("tutorial", dataset=f"cifar10:{tmp_path}", command=form)
+    choose(tab.dataset_kind, "shapes")  # back: the shapes preset again (64 px, no augmentation)
+    assert tab.preset.currentData() == "shapes"
+    assert tab.config() == preset_config("shapes", command=form)
+    choose(tab.dataset_kind, "folder")
+    assert tab.preset.currentData() == "tutorial" and tab.dataset_kind.currentData() == "folder"
+    # a Swin chosen by its preset stays a Swin when the dataset changes
+    tab.apply_preset("swin")
+    choose(tab.dataset_kind, "cifar10")
+    assert tab.preset.currentData() == "swin" and tab.config().model == "swin"
 
 
 def test_bad_settings_are_refused_before_anything_starts(

@@ -1,20 +1,25 @@
-"""Does a window fit its screen? Helpers for the layout tests: text a widget can't show in full,
-widgets outside the window, and a wheel turned over a widget."""
+"""Does a window fit its screen? Helpers for the layout tests: text a widget can't show in full
+(labels, buttons, tabs, colour bars' numbers, plot legends), widgets outside the window, and a
+wheel turned over a widget."""
 
 from __future__ import annotations
 
 import math
 
+import pyqtgraph as pg
 from PySide6 import QtGui
-from PySide6.QtCore import QPoint, QPointF, Qt
-from PySide6.QtGui import QTextDocument, QWheelEvent
+from PySide6.QtCore import QPoint, QPointF, QRectF, Qt
+from PySide6.QtGui import QFont, QFontMetricsF, QImage, QPainter, QTextDocument, QWheelEvent
 from PySide6.QtWidgets import (
     QAbstractButton,
     QApplication,
     QCheckBox,
     QComboBox,
+    QGraphicsItem,
+    QGraphicsView,
     QLabel,
     QPushButton,
+    QTabBar,
     QWidget,
 )
 
@@ -93,3 +98,82 @@ def turn_wheel(widget: QWidget, steps: int = 1) -> None:
         False,
     )
     QApplication.sendEvent(widget, event)
+
+
+def clipped_tabs(window: QWidget) -> list[str]:
+    """Every visible tab bar whose tabs don't all show their whole text: 'QTabBar "text"'.
+    A bar that needs its scroll arrows, or elides a text, counts."""
+    found = []
+    for bar in window.findChildren(QTabBar):
+        if not shown_on_screen(bar, window):
+            continue
+        fm = bar.fontMetrics()
+        for i in range(bar.count()):
+            rect = bar.tabRect(i)
+            if fm.horizontalAdvance(bar.tabText(i)) + 2 > rect.width() or not bar.rect().contains(
+                rect
+            ):
+                found.append(f"QTabBar {bar.tabText(i)!r}: {rect.width()} px in {bar.width()} px")
+    return found
+
+
+def _scene_rect_in_view(item: QGraphicsItem, rect: QRectF, view: QGraphicsView) -> QRectF:
+    """``rect`` (in ``item``'s coordinates) in pixels of ``view``'s viewport."""
+    return view.mapFromScene(item.mapRectToScene(rect)).boundingRect().toRectF()
+
+
+def axis_labels(axis: pg.AxisItem, view: QGraphicsView) -> list[tuple[str, QRectF]]:
+    """The tick labels ``axis`` draws (overlapping ones it hides are left out), each with its
+    rectangle in ``view``'s viewport pixels."""
+    image = QImage(8, 8, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    try:
+        specs = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    if specs is None:
+        return []
+    _axis, _ticks, texts = specs
+    return [(text, _scene_rect_in_view(axis, rect, view)) for rect, _flags, text in texts]
+
+
+def colorbar_problems(colorbar: pg.ColorBarItem, view: QGraphicsView) -> list[str]:
+    """What keeps a colour bar's scale from being read: an end of its range without a label,
+    or a label cut by the edge of the view or wider than the room beside the bar."""
+    lo, hi = colorbar.levels()
+    labels = axis_labels(colorbar.axis, view)
+    texts = [text for text, _ in labels]
+    found = []
+    ticks = dict(colorbar.axis._tickLevels[0]) if colorbar.axis._tickLevels else {}
+    for end in (lo, hi):
+        if ticks.get(end) not in texts:
+            found.append(f"no label at {end:g} (shown: {texts})")
+    viewport = QRectF(view.viewport().rect())
+    fm = QFontMetricsF(colorbar.axis.style.get("tickFont") or QFont())
+    for text, rect in labels:
+        if not viewport.contains(rect):
+            found.append(f"label {text!r} at {rect.getRect()} cut by the view {viewport.getRect()}")
+        if fm.horizontalAdvance(text) > rect.width() + 0.5:
+            found.append(f"label {text!r} wider than its room ({rect.width():.0f} px)")
+    return found
+
+
+def legend_problems(plot: pg.PlotWidget) -> list[str]:
+    """What makes a plot's legend hard to read: lying over the plot area (it can cover a point),
+    reaching out of the widget, or a label wider than the legend."""
+    item = plot.getPlotItem()
+    legend = item.legend
+    if legend is None or not legend.isVisible():
+        return ["no legend"]
+    view_px = _scene_rect_in_view(item.vb, item.vb.boundingRect(), plot)
+    legend_px = _scene_rect_in_view(legend, legend.boundingRect(), plot)
+    found = []
+    if legend_px.intersects(view_px.adjusted(1, 1, -1, -1)):
+        found.append(f"legend {legend_px.getRect()} over the plot area {view_px.getRect()}")
+    if not QRectF(plot.viewport().rect()).adjusted(-0.5, -0.5, 0.5, 0.5).contains(legend_px):
+        found.append(f"legend {legend_px.getRect()} out of the widget {plot.viewport().rect()}")
+    for _sample, label in legend.items:
+        text_px = _scene_rect_in_view(label, label.boundingRect(), plot)
+        if not legend_px.adjusted(-0.5, -0.5, 0.5, 0.5).contains(text_px):
+            found.append(f"legend text {label.text!r} cut")
+    return found

@@ -184,16 +184,75 @@ def heads_grid(
     colormap: str = "viridis",
     opacity: float = 0.6,
     patch: tuple[int, int] | None = None,
+    per_head: bool = False,
+    titled: bool = True,
 ) -> Image.Image:
-    """The layer × head grid of the query's (default CLS) maps with one shared colour scale."""
-    maps = analysis.all_attention_maps(patch).numpy()
-    return head_grid_image(
+    """The layer × head grid of the query's (default CLS) maps with a mean-of-heads column, as
+    the window's head grid shows it: one shared colour scale, or each tile its own
+    (``per_head``); ``titled``: with a title and a colour bar (``heads_figure``)."""
+    maps = analysis.all_attention_maps(patch).numpy()  # (L, H, gh, gw)
+    if patch is not None:
+        query = f"query patch ({patch[0]}, {patch[1]})"
+    else:
+        query = "query CLS" if analysis.num_prefix_tokens else "query: mean of the patches"
+    return heads_figure(
         maps,
+        maps.mean(axis=1),
         analysis.pixels,
+        row_names=[f"L{i + 1}" for i in analysis.layer_indices],  # the kept layers' numbers
+        title=f"Attention of every layer and head · {_prediction(analysis)}",
+        query=query,
         colormap=colormap,
         opacity=opacity,
-        row_names=[f"L{i + 1}" for i in analysis.layer_indices],  # the kept layers' numbers
+        per_head=per_head,
+        titled=titled,
     )
+
+
+PER_HEAD_TICKS = ((0.0, "0"), (1.0, "each tile's max"))
+
+
+def heads_figure(
+    maps: np.ndarray,
+    means: np.ndarray,
+    pixels: np.ndarray,
+    *,
+    row_names: list[str],
+    title: str,
+    query: str,
+    colormap: str = "viridis",
+    opacity: float = 0.6,
+    per_head: bool = False,
+    titled: bool = True,
+) -> Image.Image:
+    """The head grid picture of (L, H, gh, gw) ``maps`` and their (L, gh, gw) ``means`` over
+    ``pixels``: rows ``row_names``, columns mean, H1, …; ``titled``: ``title``, the query and
+    the scale above it and a colour bar beside it (per head: 0 to each tile's max)."""
+    levels = None if per_head else map_levels(np.concatenate([maps.ravel(), means.ravel()]))
+    grid = head_grid_image(
+        maps,
+        pixels,
+        colormap=colormap,
+        opacity=opacity,
+        levels=levels,
+        row_names=row_names,
+        means=means,
+        per_head=per_head,
+    )
+    if not titled:
+        return grid
+    scale = "each tile on its own scale (0 to its max)" if per_head else "one colour scale"
+    lines = [title, f"{query} · columns: mean of heads, H1, H2, … · {scale}"]
+    ticks = PER_HEAD_TICKS if per_head else None
+    return titled_figure(grid, lines, levels or (0.0, 1.0), colormap, ticks)
+
+
+def _prediction(analysis: Analysis) -> str:
+    """'prediction 'tabby' (43.1%)', or that the model has no classification head."""
+    if not analysis.has_head:
+        return "no classification head"
+    c = analysis.top_class
+    return f"prediction '{analysis.class_names[c]}' ({float(analysis.probs[c]):.1%})"
 
 
 def map_levels(map_: np.ndarray) -> tuple[float, float]:
@@ -210,10 +269,11 @@ def map_title(
     method = get_method(name)
     if maps.target_class < 0 or not analysis.has_head:
         said = "no classification head"
+    elif method.needs_gradients:
+        c = maps.target_class
+        said = f"class '{analysis.class_names[c]}' ({float(analysis.probs[c]):.1%})"
     else:
-        c = maps.target_class if method.needs_gradients else analysis.top_class
-        what = "class" if method.needs_gradients else "prediction"
-        said = f"{what} '{analysis.class_names[c]}' ({float(analysis.probs[c]):.1%})"
+        said = _prediction(analysis)
     detail = "query CLS"
     if settings is not None and method.parameters:
         values = method.resolve(settings.params_for(method), strict=False)
@@ -236,7 +296,8 @@ def write_pngs(
 
     The map overlays are at most ``max_side`` pixels on their long side (None: the source's
     own size, see ``map_overlay``). ``titled``: each map overlay gets a title (method, class,
-    probability; ``settings`` add the parameter values) and a colour bar of its scale."""
+    probability; ``settings`` add the parameter values) and a colour bar of its scale, and so
+    does the heads PNG (``heads_grid``)."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     overlays = {name: getattr(maps, name) for name in LEGACY_PNGS}
@@ -253,6 +314,6 @@ def write_pngs(
         save_png(picture, path)
         written.append(path)
     path = out / f"{stem}_heads.png"
-    save_png(heads_grid(analysis, colormap), path)
+    save_png(heads_grid(analysis, colormap, titled=titled), path)
     written.append(path)
     return written

@@ -107,3 +107,34 @@ def nice_levels(values: np.ndarray) -> tuple[float, float]:
     if lo >= 0:
         return 0.0, nice_ceil(hi) if hi > 0 else 1.0
     return (lo, hi) if hi > lo else (lo, lo + 1e-6)
+
+
+def scale_ticks(levels: tuple[float, float], max_ticks: int = 6) -> list[tuple[float, str]]:
+    """(value, text) ticks of a colour bar over ``levels`` (lo, hi): both ends always, then round
+    values between them (steps of 1, 2 or 5 × 10^k, at most ``max_ticks`` in all) that keep half
+    a step clear of the ends. Texts as ``tick_text`` writes them (5.3e-05, 0.0123, 1234)."""
+    lo, hi = float(levels[0]), float(levels[1])
+    ends = [(lo, tick_text(lo))] if not hi > lo else [(lo, tick_text(lo)), (hi, tick_text(hi))]
+    if not hi > lo or max_ticks <= 2:
+        return ends
+    span = hi - lo
+    step = next(
+        m * 10.0**e
+        for e in range(math.floor(math.log10(span / (max_ticks - 1))), 400)
+        for m in (1, 2, 5)
+        if span / (m * 10.0**e) <= max_ticks - 1
+    )
+    inner = []
+    k = math.ceil(lo / step)
+    while (v := k * step) < hi:
+        if v - lo >= step / 2 and hi - v >= step / 2:
+            v = 0.0 if abs(v) < step * 1e-9 else v
+            inner.append((v, tick_text(v)))
+        k += 1
+    return ends + inner
+
+
+def tick_text(value: float) -> str:
+    """A scale's number, short: 4 significant digits from 0.001 to 99999, else 2 with an
+    exponent (5.3e-05)."""
+    return f"{value:.4g}" if value == 0 or 1e-3 <= abs(value) < 1e5 else f"{value:.2g}"

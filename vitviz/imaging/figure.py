@@ -56,11 +56,13 @@ def titled_figure(
     lines: Sequence[str],
     levels: tuple[float, float],
     colormap: str = "viridis",
+    ticks: Sequence[tuple[float, str]] | None = None,
 ) -> Image.Image:
     """``overlay`` with ``lines`` above it (the first as the title, the rest smaller) and on its
     right a colour bar of ``colormap`` labelled from ``levels`` (lo, hi), the values the
-    overlay's colours stand for. lo == hi (a flat map): the bar is one colour, labelled once."""
-    plan = _plan(overlay.size, lines, levels)
+    overlay's colours stand for. lo == hi (a flat map): the bar is one colour, labelled once.
+    ``ticks``: (position 0 = bottom .. 1 = top, text) labels instead of the levels' numbers."""
+    plan = _plan(overlay.size, lines, levels, ticks)
     h = overlay.height
     canvas = Image.new("RGB", plan.layout.size, (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
@@ -89,10 +91,13 @@ def titled_figure(
 
 
 def figure_layout(
-    overlay_size: tuple[int, int], lines: Sequence[str], levels: tuple[float, float]
+    overlay_size: tuple[int, int],
+    lines: Sequence[str],
+    levels: tuple[float, float],
+    ticks: Sequence[tuple[float, str]] | None = None,
 ) -> FigureLayout:
     """Where ``titled_figure`` puts an overlay of (width, height) and its bar, and its size."""
-    return _plan(overlay_size, lines, levels).layout
+    return _plan(overlay_size, lines, levels, ticks).layout
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,10 @@ class _Plan:
 
 
 def _plan(
-    overlay_size: tuple[int, int], lines: Sequence[str], levels: tuple[float, float]
+    overlay_size: tuple[int, int],
+    lines: Sequence[str],
+    levels: tuple[float, float],
+    given_ticks: Sequence[tuple[float, str]] | None = None,
 ) -> _Plan:
     w, h = overlay_size
     size = font_size(overlay_size)
@@ -121,6 +129,8 @@ def _plan(
     lo, hi = float(levels[0]), float(levels[1])
     flat = not hi > lo
     ticks = [(0.5, f"{lo:.3g} (flat)")] if flat else scale_labels((lo, hi))
+    if given_ticks is not None:
+        flat, ticks = False, list(given_ticks)
     label_w = max(_text_width(probe, t, line_font) for _, t in ticks)
     bar_w = max(10, size)
     top = pad + sum(heights) + pad

@@ -19,6 +19,7 @@ __all__ = [
     "head_grid_image",
     "overlay_on_image",
     "save_png",
+    "scale_each_tile",
     "upsample_map",
 ]
 
@@ -87,6 +88,22 @@ def _normalise(values: np.ndarray, levels: tuple[float, float]) -> np.ndarray:
     if span <= 0:
         return np.where(np.isnan(values), np.nan, 0.0).astype(np.float32)
     return np.clip((values - lo) / span, 0.0, 1.0).astype(np.float32)
+
+
+def scale_each_tile(maps: np.ndarray) -> np.ndarray:
+    """(..., gh, gw) maps -> the same shape in 0..1, each (gh, gw) tile on its own scale: from
+    min(0, its minimum) to its maximum (a flat tile: 0). NaN stays NaN; a tile of NaN stays so.
+    The per-head scale of the head grid: each head's pattern shows, whatever its range."""
+    m = np.asarray(maps, dtype=np.float32)
+    tiles = m.reshape(-1, *m.shape[-2:])
+    finite = np.isfinite(tiles)
+    hi = np.where(finite, tiles, -np.inf).max(axis=(1, 2), keepdims=True)
+    lo = np.minimum(0.0, np.where(finite, tiles, np.inf).min(axis=(1, 2), keepdims=True))
+    span = hi - lo
+    ok = np.isfinite(span) & (span > 0)
+    out = np.where(ok, (tiles - np.where(ok, lo, 0.0)) / np.where(ok, span, 1.0), 0.0)
+    out = np.where(finite, out, np.nan).astype(np.float32)
+    return out.reshape(m.shape)
 
 
 def _as_rgb_array(image: Image.Image | np.ndarray) -> np.ndarray:
@@ -239,6 +256,8 @@ def head_grid_image(
     gap: int = 2,
     row_labels: bool = True,
     row_names: Sequence[str] | None = None,
+    means: np.ndarray | None = None,
+    per_head: bool = False,
 ) -> Image.Image:
     """Layer × head grid of overlays: rows = layers, columns = heads, one shared colour scale.
 
@@ -247,11 +266,18 @@ def head_grid_image(
     background; a map that is NaN everywhere (a head its row lacks, e.g. a Swin's early blocks)
     leaves its tile white. ``levels`` default: min..max over all maps. With ``row_labels`` rows
     are labelled ``row_names`` (default "L1"..) on the left and columns "H1".. on top (PIL's
-    default font).
+    default font). ``means`` (L, gh, gw): a first column "mean" of each row's mean of heads.
+    ``per_head``: each tile on its own scale (``scale_each_tile``), ``levels`` unused.
     """
     stack = np.asarray(maps, dtype=np.float32)
     if stack.ndim != 4:
         raise ValueError(f"expected maps of shape (layers, heads, gh, gw), got {stack.shape}")
+    columns = [f"H{h + 1}" for h in range(stack.shape[1])]
+    if means is not None:
+        stack = np.concatenate([np.asarray(means, dtype=np.float32)[:, None], stack], axis=1)
+        columns.insert(0, "mean")
+    if per_head:
+        stack, levels = scale_each_tile(stack), (0.0, 1.0)
     base_arr = _as_rgb_array(base)
     n_layers, n_heads = stack.shape[:2]
     shared = _levels(stack, levels)
@@ -269,7 +295,7 @@ def head_grid_image(
     if row_labels:
         pad = 4
         widest = max(max(_text_size(probe, name, font)[0] for name in names), 1)
-        tallest = max(_text_size(probe, f"H{n_heads}", font)[1], 1)
+        tallest = max(max(_text_size(probe, text, font)[1] for text in columns), 1)
         left_margin = widest + 2 * pad
         top_margin = tallest + 2 * pad
 
@@ -293,8 +319,7 @@ def head_grid_image(
             tw_text, th_text = _text_size(draw, text, font)
             y = top_margin + layer * (th + gap) + (th - th_text) // 2
             draw.text((left_margin - tw_text - 4, y), text, fill=(0, 0, 0), font=font)
-        for head in range(n_heads):
-            text = f"H{head + 1}"
+        for head, text in enumerate(columns):
             tw_text, th_text = _text_size(draw, text, font)
             x = left_margin + head * (tw + gap) + (tw - tw_text) // 2
             draw.text((x, (top_margin - th_text) // 2), text, fill=(0, 0, 0), font=font)

@@ -18,6 +18,7 @@ import importlib
 from typing import Any
 
 from vitviz.training.config import (
+    DATASET_PRESETS,
     PRESETS,
     SHAPES_PRESET,
     DatasetSpec,
@@ -25,6 +26,7 @@ from vitviz.training.config import (
     equivalent_command,
     parse_dataset,
     preset_config,
+    preset_for_dataset,
 )
 from vitviz.training.events import (
     CheckpointEvent,
@@ -65,6 +67,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "DATASET_PRESETS",
     "PRESETS",
     "SHAPES_PRESET",
     "CheckpointEvent",
@@ -87,6 +90,7 @@ __all__ = [
     "lr_at",
     "parse_dataset",
     "preset_config",
+    "preset_for_dataset",
     "read_metrics",
     "read_run",
     "runs_dir",

@@ -212,6 +212,21 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# The preset a data set starts from: the one made for it (shapes: 64 px, sized to learn them), else
+# the tutorial's 32 px ViT (CIFAR-10's own size; a folder's images are resized to it).
+DATASET_PRESETS: dict[str, str] = {
+    "shapes": "shapes",
+    "cifar10": "tutorial",
+    "folder": "tutorial",
+    "random": "tutorial",
+}
+
+
+def preset_for_dataset(kind: str) -> str:
+    """The name of the preset a data set of ``kind`` (a DATASET_KINDS entry) starts from."""
+    return DATASET_PRESETS.get(kind, "tutorial")
+
+
 def preset_config(preset: str, /, **overrides: Any) -> TrainConfig:
     """The config of a named preset (``tutorial``, ``shapes``, ``swin``) with fields
     overridden."""

@@ -11,7 +11,7 @@ from PySide6.QtGui import QBrush, QColor, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel
 
 from vitviz.imaging.colormaps import nice_levels
-from vitviz.ui.colors import colormap, set_colorbar_levels
+from vitviz.ui.colors import colormap, make_colorbar, set_colorbar_levels
 from vitviz.ui.image_item import ImageItem
 
 TITLE_HEIGHT = 20
@@ -133,10 +133,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.vb.addItem(self.query_box)
         self.colorbar: pg.ColorBarItem | None = None
         if colorbar:
-            self.colorbar = pg.ColorBarItem(
-                values=(0, 1), colorMap=colormap("viridis"), interactive=False, width=14
-            )
-            self.colorbar.setImageItem(self.overlay)
+            self.colorbar = make_colorbar(self.overlay)
             self.addItem(self.colorbar, row=1, col=1)
         else:
             self.overlay.setColorMap(colormap("viridis"))

@@ -4,10 +4,52 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import QTabWidget
 
 TOP_K = 5
+LEGEND_ROW = 4  # of a PlotItem's layout: below the bottom axis (rows 0-3: title, axes, view)
+
+
+class LegendBelow(pg.LegendItem):
+    """A plot's legend in a row of its own under the plot area, so it never covers a point:
+    up to ``columns`` entries a row, fewer when the plot is too narrow for them, each as wide
+    as its text. Items added to the plot with a ``name`` join it (as with ``addLegend``)."""
+
+    def __init__(self, plot: pg.PlotWidget, columns: int = 3, **style: object) -> None:
+        super().__init__(colCount=columns, **style)  # no offset: the layout places it
+        self.plot, self.columns = plot, columns
+        item = plot.getPlotItem()
+        item.layout.addItem(self, LEGEND_ROW, 0, 1, 3, Qt.AlignmentFlag.AlignHCenter)
+        item.legend = self
+        plot.installEventFilter(self)  # the widget resized: fit the entries again
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Resize:
+            self.fit()
+        return False
+
+    def addItem(self, item: object, name: str) -> None:
+        super().addItem(item, name)
+        self.fit()
+
+    def clear(self) -> None:
+        super().clear()
+        self.fit()
+
+    def fit(self) -> None:
+        """As many entries a row as the plot's width takes, and the legend as wide as they."""
+        gap = 2 * max(0.0, self.layout.horizontalSpacing())  # after the sample and the text
+        widths = [s.width() + label.minimumWidth() + gap for s, label in self.items]
+        if not widths:
+            return
+        left, _, right, _ = self.layout.getContentsMargins()
+        n = max(1, min(self.columns, int((self.plot.width() - 8) // max(widths))))
+        self.setColumnCount(n)
+        rows = range(0, len(widths), n)
+        width = max(sum(widths[i : i + n]) for i in rows) + left + right + 2
+        self.setMinimumWidth(width)
+        self.setMaximumWidth(width)
 
 
 PROBABILITY_LABELS = {
@@ -102,11 +144,11 @@ class HeadStatsView(QTabWidget):
     """Per-layer dots, one per head: distance (as in the ViT paper), entropy, prefix share in
     percent, and the token norms per layer. Layers count from 1; every plot has its legend."""
 
-    SERIES = (  # key, tab, y-axis label, unit, legend of the dots
+    SERIES = (  # key, tab (short: four fit a laptop's side panel), y-axis label, unit, legend
         ("distance", "Distance", "mean attention distance", "px", "one dot per head"),
         ("entropy", "Entropy", "attention entropy", "nats", "one dot per head"),
-        ("prefix", "Prefix share", "attention to prefix tokens", "%", "one dot per head"),
-        ("norms", "Token norms", "token L2 norm", "", ""),
+        ("prefix", "Prefix", "attention to prefix tokens", "%", "one dot per head"),
+        ("norms", "Norms", "token L2 norm", "", ""),
     )
 
     def __init__(self, parent=None) -> None:
@@ -122,9 +164,10 @@ class HeadStatsView(QTabWidget):
             plot.setLabel("left", label, units=unit or None)
             plot.getAxis("left").enableAutoSIPrefix(False)  # no "(x0.001)": values as they are
             plot.showGrid(x=True, y=True, alpha=0.2)
-            self.legends[key] = plot.addLegend(offset=(-10, 10), labelTextColor="#333333")
+            self.legends[key] = LegendBelow(plot, 2, labelTextColor="#333333")
             self.plots[key] = plot
             self.addTab(plot, title)
+            self.setTabToolTip(self.count() - 1, label[0].upper() + label[1:] + " by layer")
 
     def set_statistics(
         self,

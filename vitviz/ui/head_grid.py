@@ -1,4 +1,5 @@
-"""HeadGrid: the layer × head thumbnails (plus a mean-of-heads column) on one colour scale.
+"""HeadGrid: the layer × head thumbnails (plus a mean-of-heads column) on one colour scale, or
+each tile on its own (``set_per_head``).
 
 All thumbnails are one mosaic image over one mosaic of the input, so a change of query repaints
 two images, not L × H widgets. The mosaic is laid out for the space the widget has: layers run
@@ -15,10 +16,11 @@ import numpy as np
 import pyqtgraph as pg
 from PIL import Image
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPen
 from PySide6.QtWidgets import QGraphicsRectItem
 
-from vitviz.ui.colors import colormap, set_colorbar_levels
+from vitviz.imaging.overlay import scale_each_tile
+from vitviz.ui.colors import colormap, make_colorbar, set_colorbar_levels
 from vitviz.ui.image_item import ImageItem
 
 GAP = 1  # cells between tiles
@@ -28,9 +30,11 @@ SWIN_LABEL_PX = 48  # … and for a Swin's ("3.6 SW")
 HEADER_PX = 18  # room above the tiles for the column labels ("H12")
 COLORBAR_PX = 70  # the colour bar and its axis, right of the tiles
 MIN_TILE_CELLS = 12  # a small patch grid is drawn with k × k cells a patch: gaps stay thin
-MIN_LABEL_GAP_PX = 22  # column labels closer than this are thinned out
+LABEL_GAP_PX = 6  # at least this much room between two column labels, else they are thinned
 BASE_MAX_SIDE = 4096  # the greyed input under the tiles is drawn at most this large
 LABEL_COLOR, SELECTED_COLOR = "#cccccc", "#ff6b6b"
+PER_HEAD_TICKS = [(0.0, "0"), (1.0, "max")]  # the colour bar of the per-head scale
+PER_HEAD_LABEL = "per head: each tile its own scale"
 
 
 @dataclass(frozen=True)
@@ -204,10 +208,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.maps.setZValue(10)
         self.vb.addItem(self.base)
         self.vb.addItem(self.maps)
-        self.colorbar = pg.ColorBarItem(
-            values=(0, 1), colorMap=colormap("viridis"), interactive=False, width=14
-        )
-        self.colorbar.setImageItem(self.maps)
+        self.colorbar = make_colorbar(self.maps)
         self.addItem(self.colorbar, row=0, col=1)
         self.selection = QGraphicsRectItem()
         pen = QPen(QColor(255, 60, 60))
@@ -228,6 +229,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self._shown: tuple | None = None  # what set_maps last drew (arrays compared by identity)
         self._values: tuple[np.ndarray, np.ndarray] | None = None  # head maps, mean maps
         self._last_style: tuple = ((0.0, 1.0), "viridis", 1.0)  # levels, colour map, opacity
+        self.per_head = False  # each tile on its own scale (0 to its max), not the shared one
         self._relayout = QTimer(self, singleShot=True, interval=0)
         self._relayout.timeout.connect(self._fit_to_size)
         self.scene().sigMouseClicked.connect(self._on_click)
@@ -285,11 +287,19 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             timer.start()
 
     def _fit_to_size(self) -> None:
-        if self._pixels is not None:
+        if self._pixels is not None and not getattr(self, "closed", False):  # (items gone)
             self._apply_layout(*self.shape, self.grid, force=False)
 
     def _view_px(self) -> tuple[float, float]:
-        return max(1.0, self.width() - COLORBAR_PX - 8.0), max(1.0, self.height() - 8.0)
+        bar = self.colorbar.geometry().width() or COLORBAR_PX  # 0 before the first layout
+        return max(1.0, self.width() - bar - 8.0), max(1.0, self.height() - 8.0)
+
+    def scale_at_height(self, height_px: float) -> float:
+        """Pixels per cell the tiles would have if this view were ``height_px`` high (its width
+        as now): how much a taller view would help."""
+        width, _ = self._view_px()
+        label_px = LABEL_PX if self._row_texts is None else SWIN_LABEL_PX
+        return plan_layout(*self.shape, self.grid, width, max(1.0, height_px - 8.0), label_px)[1]
 
     def _apply_layout(self, layers: int, heads: int, grid: tuple[int, int], *, force: bool) -> None:
         label_px = LABEL_PX if self._row_texts is None else SWIN_LABEL_PX
@@ -324,7 +334,8 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         short = tile_px < 40
         font = QFont()
         font.setPointSizeF(7.5 if tile_px < 30 else 9.0)
-        every = max(1, math.ceil(MIN_LABEL_GAP_PX / max(tile_px, 1e-6)))  # thin crowded labels
+        widest = QFontMetrics(font).horizontalAdvance(column_text(lay.columns - 1, short))
+        every = max(1, math.ceil((widest + LABEL_GAP_PX) / max(tile_px, 1e-6)))  # H1, H3, …
         self._column_labels = {}
         for band in range(lay.bands):
             if band * lay.rows >= lay.layers:
@@ -359,7 +370,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         cmap: str,
         opacity: float,
     ) -> None:
-        style = (tuple(levels), cmap, opacity, self.layout)
+        style = (tuple(levels), cmap, opacity, self.layout, self.per_head)
         shown = (head_maps, mean_maps, style)
         last = self._shown
         if last and last[0] is head_maps and last[1] is mean_maps and last[2] == shown[2]:
@@ -371,12 +382,26 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             self._cmap = cmap
             self.colorbar.setColorMap(colormap(cmap))
         rows, cols = self.layout.size
-        self.maps.setImage(
-            build_mosaic(head_maps, mean_maps, self.layout), autoLevels=False, levels=levels
-        )
+        if self.per_head:
+            mosaic = build_mosaic(
+                scale_each_tile(head_maps), scale_each_tile(mean_maps), self.layout
+            )
+            self.maps.setImage(mosaic, autoLevels=False, levels=(0.0, 1.0))
+            set_colorbar_levels(self.colorbar, (0.0, 1.0), PER_HEAD_TICKS, PER_HEAD_LABEL)
+        else:
+            mosaic = build_mosaic(head_maps, mean_maps, self.layout)
+            self.maps.setImage(mosaic, autoLevels=False, levels=levels)
+            set_colorbar_levels(self.colorbar, levels)
         self.maps.setRect(QRectF(0, 0, cols, rows))
         self.maps.setOpacity(opacity)
-        set_colorbar_levels(self.colorbar, levels)
+
+    def set_per_head(self, on: bool) -> None:
+        """Each tile on its own colour scale (0 to its max), or all on the shared one."""
+        if on == self.per_head:
+            return
+        self.per_head = on
+        if self._values is not None and self._shown is not None:
+            self.set_maps(*self._values, *self._last_style)
 
     def set_selection(self, layer: int, head: int) -> None:
         """Outline the tile of (layer, head) and mark its row and column labels."""

@@ -52,7 +52,8 @@ from vitviz.workers.messages import (
     UserError,
 )
 
-DEFAULT_SIZE = (1400, 900)  # the first window, where the screen has room for it
+DEFAULT_SIZE = (1400, 900)  # the first window at least, where the screen has room for it
+SCREEN_SHARE = 0.88  # … and this share of a larger screen's free area, each way
 FRAME_ROOM = (16, 48)  # what a window manager's frame and title bar may add, in pixels
 
 
@@ -64,6 +65,16 @@ def plain_text(text: str) -> str:
 IMAGE_FILTER = "Images (" + " ".join(f"*{s}" for s in sorted(IMAGE_EXTENSIONS)) + ")"
 CHECKPOINT_FILTER = "Checkpoints (" + " ".join(f"*{s}" for s in sorted(CHECKPOINT_SUFFIXES)) + ")"
 BUSY_DELAY_MS = 500
+
+
+def first_window_size(free_width: int, free_height: int) -> tuple[int, int]:
+    """The first window's size on a screen whose free area is ``free_width`` × ``free_height``:
+    SCREEN_SHARE of it each way, at least DEFAULT_SIZE, never more than fits with a frame."""
+    want = (
+        max(DEFAULT_SIZE[0], round(SCREEN_SHARE * free_width)),
+        max(DEFAULT_SIZE[1], round(SCREEN_SHARE * free_height)),
+    )
+    return min(want[0], free_width - FRAME_ROOM[0]), min(want[1], free_height - FRAME_ROOM[1])
 
 
 class MainWindow(QMainWindow):
@@ -255,14 +266,13 @@ class MainWindow(QMainWindow):
         self.viewer.restore_settings(self.settings)
 
     def fit_to_screen(self) -> None:
-        """The first window: DEFAULT_SIZE, made smaller to fit the screen's free area, centred."""
+        """The first window, centred on the screen's free area (``first_window_size``)."""
         screen = self.screen() or QGuiApplication.primaryScreen()
         if screen is None:
             self.resize(*DEFAULT_SIZE)
             return
         free = screen.availableGeometry()
-        width = min(DEFAULT_SIZE[0], free.width() - FRAME_ROOM[0])
-        height = min(DEFAULT_SIZE[1], free.height() - FRAME_ROOM[1])
+        width, height = first_window_size(free.width(), free.height())
         self.resize(width, height)
         self.move(free.x() + (free.width() - width) // 2, free.y() + (free.height() - height) // 2)
 

@@ -42,6 +42,7 @@ from vitviz.training import (
     TrainConfig,
     TrainingConfigError,
     list_runs,
+    preset_for_dataset,
     read_run,
     validate_training_config,
 )
@@ -55,6 +56,7 @@ from vitviz.training.events import (
     StepEvent,
 )
 from vitviz.ui import file_dialogs
+from vitviz.ui.charts import LegendBelow
 from vitviz.ui.form_panel import FoldingGroup, VerticalScrollArea
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.wheel_guard import guard_wheel
@@ -221,6 +223,7 @@ class TrainingTab(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.runner = TrainingRunner(self)
+        self.base_config = TrainConfig()  # what the form doesn't show comes from here
         self.run_dir: Path | None = None
         self.step_x: list[float] = []
         self.step_loss: list[float] = []
@@ -241,7 +244,7 @@ class TrainingTab(QWidget):
         layout.addWidget(splitter)
         self.runner.eventReceived.connect(self._on_event)
         self.runner.runningChanged.connect(self._on_running)
-        self.apply_preset("tutorial")
+        self.apply_preset(preset_for_dataset(self.dataset_kind.currentData()))
         self.refresh_runs()
         guard_wheel(self)
 
@@ -253,7 +256,10 @@ class TrainingTab(QWidget):
         for key in PRESETS:
             self.preset.addItem(PRESET_LABELS.get(key, key), key)
         self.preset.activated.connect(lambda _i: self.apply_preset(self.preset.currentData()))
-        self.preset.setToolTip("Sets every field below; change any of them afterwards.")
+        self.preset.setToolTip(
+            "Sets every field below; change any of them afterwards. Choosing a dataset "
+            "chooses the preset made for it."
+        )
         self.dataset_kind = QComboBox()
         for key, label in DATASETS:
             self.dataset_kind.addItem(label, key)
@@ -265,6 +271,7 @@ class TrainingTab(QWidget):
         path_row.addWidget(self.dataset_path, 1)
         path_row.addWidget(self.browse_button)
         self.dataset_kind.currentIndexChanged.connect(self._on_dataset_kind)
+        self.dataset_kind.activated.connect(self._on_dataset_chosen)
 
         self.fields: dict[str, FormWidget] = {}
         for f in FIELDS:
@@ -341,7 +348,7 @@ class TrainingTab(QWidget):
             plot.showGrid(x=True, y=True, alpha=0.2)
             plot.setLabel("bottom", "epoch")
             plot.setLabel("left", label)
-            plot.addLegend(offset=(-10, 10))
+            LegendBelow(plot, 3)
         self.acc_plot.setYRange(0, 1)
         self.curve_step = self.loss_plot.plot(
             pen=pg.mkPen("#9ecae1", width=1), name="train (steps)"
@@ -373,7 +380,7 @@ class TrainingTab(QWidget):
         bar = self.probe_scroll.horizontalScrollBar()
         self.probe_scroll.setFixedHeight(PROBE_SIZE + 56 + bar.sizeHint().height())
         self._probe_follow = True  # keep the newest epoch in view unless the user scrolled back
-        bar.rangeChanged.connect(lambda _lo, hi: bar.setValue(hi) if self._probe_follow else None)
+        bar.rangeChanged.connect(lambda _lo, _hi: self._show_newest_probes())
         self.probe_labels: list[QWidget] = []
 
         # Short texts, so the window can still be made narrow; the tooltips say where they open.
@@ -414,6 +421,9 @@ class TrainingTab(QWidget):
         self.set_config(cfg)
 
     def set_config(self, cfg: TrainConfig) -> None:
+        """Show ``cfg`` in the form; its settings the form has no field for (e.g. augmentation)
+        are kept for ``config``."""
+        self.base_config = cfg
         kind, _, path = cfg.dataset.partition(":")
         self.dataset_kind.setCurrentIndex(max(0, self.dataset_kind.findData(kind)))
         self.dataset_path.setText(path)
@@ -428,11 +438,24 @@ class TrainingTab(QWidget):
         path = self.dataset_path.text().strip()
         dataset = f"{kind}:{path}" if kind in ("folder", "cifar10") else kind
         values = {f.field: f.read(self.fields[f.field]) for f in FIELDS}
-        return TrainConfig(dataset=dataset, command="vitviz window: Training tab", **values)
+        return self.base_config.replace(
+            dataset=dataset, command="vitviz window: Training tab", **values
+        )
 
     def _on_dataset_kind(self) -> None:
         needs_path = self.dataset_kind.currentData() in ("folder", "cifar10")
         self.dataset_path.setEnabled(needs_path)
+
+    def _on_dataset_chosen(self) -> None:
+        """The user chose a dataset: a ViT's form takes the preset made for it (a Swin's stays),
+        keeping the dataset and its folder."""
+        kind, path = self.dataset_kind.currentData(), self.dataset_path.text()
+        preset = preset_for_dataset(kind)
+        if self.model_choice.currentText() == "swin" or self.preset.currentData() == preset:
+            return
+        self.apply_preset(preset)
+        self.dataset_kind.setCurrentIndex(self.dataset_kind.findData(kind))
+        self.dataset_path.setText(path)
 
     def _on_model_kind(self) -> None:
         """Only the fields the chosen model reads are editable."""
@@ -592,9 +615,27 @@ class TrainingTab(QWidget):
         v.addWidget(label)
         v.addWidget(caption)
         bar = self.probe_scroll.horizontalScrollBar()
-        self._probe_follow = bar.value() >= bar.maximum()
+        self._probe_follow = bar.value() >= bar.maximum() - 1
         self.probe_strip.insertWidget(self.probe_strip.count() - 1, cell)
         self.probe_labels.append(cell)
+
+    def _show_newest_probes(self) -> None:
+        """Following the run: scroll the strip to its newest epoch with a whole tile at the left
+        edge (room is added after the newest when the view is not a whole number of tiles)."""
+        if not self._probe_follow or not self.probe_labels:
+            return
+        bar = self.probe_scroll.horizontalScrollBar()
+        right = self.probe_labels[-1].geometry().right() + 1  # the newest tile's right edge
+        view = self.probe_scroll.viewport().width()
+        first = next(c for c in self.probe_labels if c.x() >= right - view)  # leftmost whole
+        left = first.x()
+        margins = self.probe_strip.contentsMargins()
+        room = max(0, margins.right() + left - bar.maximum())  # scrolled fully: left at left
+        if room != margins.right():
+            margins.setRight(room)
+            self.probe_strip.setContentsMargins(margins)  # the range changes: called again
+            return
+        bar.setValue(left)
 
     def _finished(self, event: FinishedEvent) -> None:
         status = event.status

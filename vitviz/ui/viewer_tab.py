@@ -14,7 +14,7 @@ from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.charts import PredictionsChart
 from vitviz.ui.controls import ATTENTION, MEAN, ViewControls
 from vitviz.ui.faithfulness_panel import FaithfulnessPanel
-from vitviz.ui.head_grid import HeadGrid
+from vitviz.ui.head_grid_panel import HeadGridPanel
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.stats_panel import StatsPanel
 from vitviz.ui.swin_view import SwinView
@@ -53,7 +53,8 @@ class ViewerTab(QWidget):
         # the plain model input (its patch grid, the query): the map is beside it, never on it
         self.input_view = ImageCanvas(INPUT_TITLE, colorbar=False)
         self.map_view = ImageCanvas("Map over the image")
-        self.head_grid = HeadGrid()
+        self.head_panel = HeadGridPanel()  # the head grid and its colour-scale choice
+        self.head_grid = self.head_panel.grid
         self.predictions = PredictionsChart()
         self.predictions.setMinimumHeight(110)
         self.predictions.setMaximumHeight(130)  # the controls below fit at 1366 × 768
@@ -71,7 +72,7 @@ class ViewerTab(QWidget):
         views.setSizes([400, 600])
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(views)
-        left.addWidget(self.head_grid)
+        left.addWidget(self.head_panel)
         left.setSizes([520, 380])
         self.views_splitter, self.left_splitter = views, left
 
@@ -94,6 +95,8 @@ class ViewerTab(QWidget):
         main.addWidget(left)
         main.addWidget(right_tabs)
         main.setSizes([1000, 380])
+        main.setStretchFactor(0, 1)  # a larger window widens the views and the grid, not the panel
+        main.setStretchFactor(1, 0)
         self.main_splitter = main
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -147,6 +150,8 @@ class ViewerTab(QWidget):
             result.input_pixels,
             *(self.swin.rows() if self.swin else (None, None)),
         )
+        if self._map_fitted():  # a zoomed or panned map keeps its size (and so its zoom)
+            self.head_panel.share_height(self.left_splitter, (result.num_layers, result.num_heads))
         self.map_view.set_windows(None)
         if result.class_names:
             self.predictions.set_predictions(
@@ -227,6 +232,7 @@ class ViewerTab(QWidget):
         settings.set("view/colormap", ctl.colormap_name())
         settings.set("view/opacity", ctl.opacity.value())
         settings.set("view/method", ctl.method_name())
+        settings.set("view/head_scale", self.head_panel.scale_name())
 
     def restore_settings(self, settings: AppSettings) -> None:
         ctl = self.controls
@@ -235,16 +241,18 @@ class ViewerTab(QWidget):
             ctl.colormap.setCurrentText(cmap)
         ctl.opacity.setValue(settings.get("view/opacity", 60, int))
         ctl.select_method(settings.get("view/method", ATTENTION, str))
+        self.head_panel.set_scale_name(settings.get("view/head_scale", "shared", str))
 
     def export_request(self) -> dict[str, Any]:
         """What an export of the current view needs: the map settings, the map on screen, the
-        colour map and opacity (keyword arguments of ``jobs.export``)."""
+        colour map, opacity and the head grid's scale (keyword arguments of ``jobs.export``)."""
         values, _ = self.current_map()
         return {
             "params": self.controls.params(self.query, self.target_class),
             "current_map": None if values is None else values.copy(),
             "colormap": self.controls.colormap_name(),
             "opacity": self.controls.opacity_value(),
+            "per_head": self.head_grid.per_head,  # the heads PNG on the grid's scale
         }
 
     # -- user choices ---------------------------------------------------------------------------
@@ -426,3 +434,16 @@ class ViewerTab(QWidget):
     def _on_head_hover(self, info: tuple[int, int, float] | None) -> None:
         describe = self.head_grid.describe if self.swin is None else self.swin.describe
         self.hoverText.emit("" if info is None else describe(info))
+
+    def _map_fitted(self) -> bool:
+        """The large view shows its whole image, filling the view one way: as fitted, not
+        zoomed or panned by the user."""
+        vb = self.map_view.vb
+        (x0, x1), (y0, y1) = vb.viewRange()
+        r = self.map_view.image.mapRectToView(self.map_view.image.boundingRect())
+        if r.isEmpty() or x1 <= x0 or y1 <= y0:
+            return True
+        slack = 0.05 * max(r.width(), r.height())
+        whole = x0 <= r.left() + slack and x1 >= r.right() - slack
+        whole = whole and y0 <= r.top() + slack and y1 >= r.bottom() - slack
+        return whole and max(r.width() / (x1 - x0), r.height() / (y1 - y0)) > 0.9

@@ -403,8 +403,10 @@ def export(
     current_map: np.ndarray | None,
     colormap: str,
     opacity: float,
+    per_head: bool = False,
 ) -> Path:
-    """Write the current view ('view' PNG), the head grid ('heads' PNG) or the numbers (.npz)."""
+    """Write the current view ('view' PNG), the head grid ('heads' PNG: titled, on the grid's
+    scale, shared or ``per_head``) or the numbers (.npz)."""
     from vitviz import export as ex
     from vitviz.imaging.overlay import save_png
 
@@ -415,12 +417,13 @@ def export(
     try:
         if swin_jobs.is_swin(state.loaded):  # the npz and map PNGs of `vitviz-cli explain`
             return swin_jobs.export_swin(
-                state, target, what, params, current_map, colormap, opacity
+                state, target, what, params, current_map, colormap, opacity, per_head
             )
         if what == "npz":
             return ex.write_npz(a, ex.compute_maps(a, _export_settings(a, params)), target)
         if what == "heads":
-            return save_png(ex.heads_grid(a, colormap, opacity, params.query), target)
+            picture = ex.heads_grid(a, colormap, opacity, params.query, per_head)
+            return save_png(picture, target)
         if current_map is None:
             raise UserFacingError("There is no map on screen to export.", "export")
         return save_png(ex.map_overlay(a, current_map, colormap, opacity), target)

@@ -314,6 +314,7 @@ def export_swin(
     current_map: np.ndarray | None,
     colormap: str,
     opacity: float,
+    per_head: bool = False,
 ) -> Path:
     """``jobs.export`` for a Swin, through the writer of ``vitviz-cli explain``: 'npz' the same
     arrays as the CLI with ``--method`` the shown method (rollout always; attention adds no
@@ -330,12 +331,22 @@ def export_swin(
 
     a = state.analysis
     if what == "heads":
-        from vitviz.imaging.overlay import head_grid_image, save_png
+        from vitviz.export import heads_figure
+        from vitviz.imaging.overlay import save_png
 
         shown = swin_maps(state, MapParams(query=params.query))  # the window's thumbnails
         labels = [b.label for b in block_infos(a, state.loaded.model.config.patch_size)]
-        picture = head_grid_image(
-            shown.head_maps, a.pixels, colormap=colormap, opacity=opacity, row_names=labels
+        query = "query: average pool" if params.query is None else f"query cell {params.query}"
+        picture = heads_figure(
+            shown.head_maps,
+            shown.mean_maps,
+            a.pixels,
+            row_names=labels,
+            title="Window attention of every block and head",
+            query=query,
+            colormap=colormap,
+            opacity=opacity,
+            per_head=per_head,
         )
         return save_png(picture, path)
     if what == "view":
