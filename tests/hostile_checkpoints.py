@@ -275,7 +275,7 @@ def dtypes(rng: random.Random, first: bool) -> list[Case]:
         cases.append(
             _ckpt(
                 f"dtype/tv-{name}-head.pth",
-                tv_writer(lambda n=name: _edit_head(odd_tensors()[n])),
+                tv_writer(lambda n=name: head_weight_as(n)),
                 "refused",
                 ci=False,
             )
@@ -300,15 +300,15 @@ def odd_tensors() -> dict[str, Callable[[Any], Any]]:
 ODD_TENSORS = ("qint8", "sparse-coo", "sparse-csr", "meta", "float8_e8m0fnu", "uint16")
 
 
-def _edit_head(make: Callable[[Any], Any]) -> State:
-    """The tv state with its head weight made by ``make`` (deprecated or beta kinds of tensor,
-    quantised and sparse CSR, warn when made: quiet here, they are still saved and loaded)."""
+def head_weight_as(kind: str) -> State:
+    """The tv state with its head weight made into one of ``ODD_TENSORS`` (the deprecated or
+    beta ones, quantised and sparse CSR, warn when made: quiet here, they still save and load)."""
     import warnings
 
     state = tv_state()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        state[f"{HEAD}.weight"] = make(state[f"{HEAD}.weight"])
+        state[f"{HEAD}.weight"] = odd_tensors()[kind](state[f"{HEAD}.weight"])
     return state
 
 
