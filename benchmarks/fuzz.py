@@ -14,8 +14,15 @@ programs started, other problems (wrong verdicts, messages, exit codes, NaN resu
 RSS. Failing cases follow, grouped by their first problem. Exit 1 when any case is not clean
 (``--no-check`` only reports); a case the harness itself could not write is a wrong result.
 
-    .venv/bin/python benchmarks/fuzz.py [--cases N] [--seed S] [--quick] [--no-check]
-        [--batch-size B] [--case-timeout SECONDS] [--json FILE]
+Seeds: the random variants come from ``--seed`` (default 0, as CI's subset in tests/test_fuzz.py,
+which stays fixed). ``--seeds N`` runs ``--cases`` cases for each of N seeds in one run: S, S+1,
+..., S+N-1 from ``--seed S``, or from a fresh random S when no ``--seed`` is given (new inputs
+every run); the seeds are printed, a failing case is named with its seed, and ``--seed S
+--only NAME`` runs that case again. After any change to loading or decoding, run it with new
+seeds: a fixed seed only ever finds what it found once.
+
+    .venv/bin/python benchmarks/fuzz.py [--cases N] [--seed S] [--seeds N] [--quick]
+        [--no-check] [--batch-size B] [--case-timeout SECONDS] [--json FILE]
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import selectors
 import shutil
 import signal
@@ -109,8 +117,11 @@ def _synthetic(case: Any, problem: str, seconds: float) -> dict[str, Any]:
     }
 
 
-def run_all(args: argparse.Namespace, cases: list[Any], root: Path) -> list[dict[str, Any]]:
-    """Every case in children of --batch-size cases; hangs and crashes recorded, run goes on."""
+def run_all(
+    args: argparse.Namespace, seed: int, cases: list[Any], root: Path
+) -> list[dict[str, Any]]:
+    """Every case of ``seed`` in children of --batch-size cases; hangs and crashes recorded, the
+    run goes on. Each outcome says its seed."""
     results: list[dict[str, Any]] = []
     env = {**os.environ, "TMPDIR": str(root / "env" / "temp")}
     next_case = 0
@@ -122,7 +133,7 @@ def run_all(args: argparse.Namespace, cases: list[Any], root: Path) -> list[dict
             "--child",
             str(root),
             "--seed",
-            str(args.seed),
+            str(seed),
             "--cases",
             str(args.cases),
             "--range",
@@ -140,6 +151,8 @@ def run_all(args: argparse.Namespace, cases: list[Any], root: Path) -> list[dict
             start_new_session=True,  # its own process group: a hang is killed with its children
         )
         next_case = _follow(proc, cases, next_case, stop, args.case_timeout, results)
+    for r in results:
+        r["seed"] = seed
     return results
 
 
@@ -279,9 +292,17 @@ def report_failures(results: list[dict[str, Any]], shown: int) -> None:
     for cause, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         print(f"\n- {cause} ({len(members)})")
         for r in members[:shown]:
-            print(f"    {r['name']}: {r['problems'][0][:220]}")
+            print(f"    seed {r.get('seed', '?')} {r['name']}: {r['problems'][0][:220]}")
         if len(members) > shown:
             print(f"    … and {len(members) - shown} more")
+
+
+def run_seeds(seed: int | None, count: int) -> list[int]:
+    """The run's seeds: ``seed``, ``seed + 1``, ...; with no ``seed``, 0 for one seed (CI's),
+    else a random start (each run new inputs)."""
+    if seed is None:
+        seed = 0 if count == 1 else random.SystemRandom().randrange(1, 10**9)
+    return [seed + i for i in range(count)]
 
 
 def main() -> int:
@@ -289,7 +310,15 @@ def main() -> int:
     p.add_argument(
         "--cases", type=int, default=None, help=f"cases to run (default {DEFAULT_CASES})"
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random variants")
+    p.add_argument("--seed", type=int, default=None, help="seed of the random variants (default 0)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run --cases cases for each of N seeds: --seed, --seed+1, ... (no --seed: from a "
+        "random one)",
+    )
     p.add_argument("--batch-size", type=int, default=150, help="cases per child process")
     p.add_argument("--case-timeout", type=float, default=60.0, help="seconds before a hang")
     p.add_argument("--json", type=Path, help="write every case's outcome to this JSON file")
@@ -306,32 +335,42 @@ def main() -> int:
     if args.cases is None:
         args.cases = QUICK_CASES if args.quick else DEFAULT_CASES
     if args.child:
+        assert args.seed is not None
         return child(args)
+    if args.seeds < 1:
+        p.error("--seeds must be 1 or more")
 
-    cases = select_cases(args.seed, args.cases, args.quick, args.only)
+    seeds = run_seeds(args.seed, args.seeds)
+    by_seed = {seed: select_cases(seed, args.cases, args.quick, args.only) for seed in seeds}
+    total = sum(len(c) for c in by_seed.values())
     print(
-        f"# fuzz: {len(cases)} hostile images and checkpoints through vitviz's API and CLI "
-        f"(seed {args.seed}{', --quick: the CI subset' if args.quick else ''})"
+        f"# fuzz: {total} hostile images and checkpoints through vitviz's API and CLI "
+        f"(seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+        f"{', --quick: the CI subset' if args.quick else ''})"
     )
     print(environment())
     start = time.perf_counter()
+    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="vitviz-fuzz-") as tmp:
         root = Path(tmp)
         from fuzz_harness import FuzzEnv
 
         FuzzEnv.create(root / "env", load=False)
-        results = run_all(args, cases, root)
+        for seed, cases in by_seed.items():
+            results += run_all(args, seed, cases, root)
     seconds = time.perf_counter() - start
     wrong = [
-        f"{r['name']}: {r['problems'][0]}"
+        f"seed {r['seed']} {r['name']}: {r['problems'][0]}"
         for r in results
         if any(p.startswith("harness:") for p in r["problems"])
     ]
-    if len(results) != len(cases):
-        wrong.append(f"{len(results)} outcomes for {len(cases)} cases")
+    if len(results) != total:
+        wrong.append(f"{len(results)} outcomes for {total} cases")
     images = [r for r in results if r["kind"] == "image"]
     ckpts = [r for r in results if r["kind"] == "checkpoint"]
     rows = [_row("images", images), _row("checkpoints", ckpts), _row("all", results)]
+    if len(seeds) > 1:
+        rows += [_row(f"seed {s}", [r for r in results if r["seed"] == s]) for s in seeds]
     child_peak = max((r["peak_rss_mib"] for r in results), default=0.0)
     print(
         f"{len(results)} cases in {seconds:.0f} s; peak RSS of a child: {child_peak:.0f} MiB "

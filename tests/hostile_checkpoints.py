@@ -271,7 +271,45 @@ def dtypes(rng: random.Random, first: bool) -> list[Case]:
                     ci=dtype in ("int8", "bool", "float8_e4m3fn") and suffix == ".pth",
                 )
             )
+    for name in ODD_TENSORS:  # listed without torch; made when written
+        cases.append(
+            _ckpt(
+                f"dtype/tv-{name}-head.pth",
+                tv_writer(lambda n=name: head_weight_as(n)),
+                "refused",
+                ci=False,
+            )
+        )
     return cases
+
+
+def odd_tensors() -> dict[str, Callable[[Any], Any]]:
+    """Tensors a state dict can hold that no family can use: name -> makes one from a weight."""
+    import torch
+
+    return {
+        "qint8": lambda w: torch.quantize_per_tensor(w, 0.01, 0, torch.qint8),
+        "sparse-coo": lambda w: w.to_sparse(),
+        "sparse-csr": lambda w: w.to_sparse_csr(),
+        "meta": lambda w: w.to("meta"),
+        "float8_e8m0fnu": lambda w: w.abs().to(torch.float8_e8m0fnu),
+        "uint16": lambda w: w.to(torch.uint16),
+    }
+
+
+ODD_TENSORS = ("qint8", "sparse-coo", "sparse-csr", "meta", "float8_e8m0fnu", "uint16")
+
+
+def head_weight_as(kind: str) -> State:
+    """The tv state with its head weight made into one of ``ODD_TENSORS`` (the deprecated or
+    beta ones, quantised and sparse CSR, warn when made: quiet here, they still save and load)."""
+    import warnings
+
+    state = tv_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state[f"{HEAD}.weight"] = odd_tensors()[kind](state[f"{HEAD}.weight"])
+    return state
 
 
 # --------------------------------------------------------------------------- code-running pickles
@@ -597,10 +635,41 @@ def _zip_bomb_storage(src: zipfile.ZipFile, dst: zipfile.ZipFile) -> None:
             dst.writestr(info.filename, src.read(info))
 
 
+ZIP64_LOCATOR = b"PK\x06\x07"  # then: disk number (uint32), record offset (uint64), disks (uint32)
+
+
+def spanning_disks(data: bytes, field: str = "disk") -> bytes:
+    """A zip (``data``, which has a zip64 end-of-central-directory locator, as torch's have)
+    whose locator says the archive spans disks: its disk number (``field="disk"``) 1, or its
+    disk count (``"disks"``) 2. Python's zipfile raises BadZipFile('zipfiles that span multiple
+    disks are not supported') on it, even in zipfile.is_zipfile (Python 3.11)."""
+    out = bytearray(data)
+    at = out.rfind(ZIP64_LOCATOR)
+    if at < 0:
+        raise ValueError("no zip64 end-of-central-directory locator in this zip")
+    where, value = (at + 4, 1) if field == "disk" else (at + 16, 2)
+    out[where : where + 4] = struct.pack("<L", value)
+    return bytes(out)
+
+
+def _tv_zip() -> bytes:
+    return file_bytes("tv-zip")
+
+
 def damaged_zips(rng: random.Random, first: bool) -> list[Case]:
-    """torch zip checkpoints with missing, extra, compressed or enormous entries."""
+    """torch zip checkpoints with missing, extra, compressed or enormous entries, or records
+    that claim more than one disk."""
     if not first:
         return []
+    spanning = [
+        _ckpt(
+            f"zip-damage/spans-disks-{field}",
+            _bytes_writer("damaged.pth", lambda _, f=field: spanning_disks(_tv_zip(), f)),
+            "refused",
+            ci=field == "disk",
+        )
+        for field in ("disk", "disks")
+    ]
     zips = {
         "missing-data.pkl": (_copy_except("data.pkl"), "refused"),
         "missing-storage": (_copy_except("/data/0"), "refused"),
@@ -614,7 +683,7 @@ def damaged_zips(rng: random.Random, first: bool) -> list[Case]:
         "not-torch": (lambda s, d: d.writestr("readme.txt", b"just a zip"), "refused"),
     }
     in_ci = {"missing-data.pkl", "zip-slip-entry", "storage-bomb-256MB", "not-torch"}
-    return [
+    return spanning + [
         _ckpt(
             f"zip-damage/{key}",
             _bytes_writer("damaged.pth", _rezip(change)),
@@ -832,7 +901,7 @@ def non_string_keys(rng: random.Random, first: bool) -> list[Case]:
                 f"keys/{name}-key-among-weights",
                 tv_writer(lambda k=key: {**tv_state(), k: tv_state()["class_token"]}),
                 "either",
-                ci=name in ("int", "tuple"),
+                ci=name in ("int", "tuple", "none"),
             )
         )
     cases.append(
@@ -847,6 +916,14 @@ def non_string_keys(rng: random.Random, first: bool) -> list[Case]:
             "keys/int-keys-in-wrapper",
             tv_writer(lambda: {"state_dict": {**tv_state(), 7: tv_state()[f"{HEAD}.bias"]}}),
             "either",
+        )
+    )
+    cases.append(
+        _ckpt(
+            "keys/none-key-in-wrapper",
+            tv_writer(lambda: {"model": {None: tv_state()["class_token"], **tv_state()}}),
+            "refused",
+            ci=False,
         )
     )
     cases.append(

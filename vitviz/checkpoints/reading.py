@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import pickle
 import pickletools
 import re
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.filekinds import CHECKPOINT_SUFFIXES
@@ -38,6 +37,30 @@ _WRAPPER_KEYS = (
     "student",
 )
 MIN_TORCH = (2, 6)
+# What a stored tensor may hold: floats that convert exactly to float32 (float8 too), and the
+# integers and booleans of index buffers and masks. Not complex, quantised, packed sub-byte or
+# scale-only (float8_e8m0fnu) types.
+_READABLE_DTYPES = frozenset(
+    {
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float8_e4m3fn,
+        torch.float8_e4m3fnuz,
+        torch.float8_e5m2,
+        torch.float8_e5m2fnuz,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint64,
+        torch.uint32,
+        torch.uint16,
+        torch.uint8,
+        torch.bool,
+    }
+)
 _PREFIXES = ("module.", "_orig_mod.")
 
 
@@ -63,11 +86,8 @@ def is_checkpoint_path(path: str | Path) -> bool:
 def read_checkpoint(path: str | Path) -> RawCheckpoint:
     """Read ``path`` safely; raise CheckpointError with a plain message on anything else."""
     p, obj, metadata = _read(path)
-    raw = (
-        RawCheckpoint(state=_strip_prefixes(obj), metadata=metadata)
-        if metadata is not None
-        else _unwrap(obj, p)
-    )
+    raw = RawCheckpoint(state=obj, metadata=metadata) if metadata is not None else _unwrap(obj, p)
+    raw.state = _strip_prefixes(checked_state(raw.state, p.name))
     raw.path = p
     return raw
 
@@ -117,12 +137,22 @@ def _read_safetensors(p: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]
         with safe_open(str(p), framework="pt", device="cpu") as f:
             metadata = dict(f.metadata() or {})
             state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no iter
-    except (SafetensorError, OSError, ValueError, json.JSONDecodeError, RuntimeError) as exc:
+    except BaseException as exc:
+        if not _parse_failure(exc):
+            raise
         raise CheckpointError(
             f"{p.name} is not a readable .safetensors file (it may be truncated "
             f"or damaged: {_short(exc)}). {ACCEPTED}"
         ) from exc
     return state, metadata
+
+
+def _parse_failure(exc: BaseException) -> bool:
+    """Whether a reader's exception says the file is damaged: any error but running out of
+    memory, and a panic of the Rust safetensors reader (a BaseException)."""
+    if isinstance(exc, Exception):
+        return not isinstance(exc, MemoryError)
+    return type(exc).__name__ == "PanicException"
 
 
 def check_torch_version(version: str | None = None) -> None:
@@ -139,8 +169,8 @@ def check_torch_version(version: str | None = None) -> None:
 
 def _read_torch(p: Path) -> Any:
     check_torch_version()
-    is_zip = zipfile.is_zipfile(p)
-    if not is_zip and tarfile.is_tarfile(p):  # torch.load would unpack it into a temp folder
+    is_zip, is_tar = _container(p)
+    if is_tar:  # torch.load would unpack it into a temp folder
         raise CheckpointError(
             f"{p.name} is in PyTorch's oldest (tar) format, which vitviz does not read. "
             "Load it with that old PyTorch and save the state dict again: "
@@ -160,6 +190,17 @@ def _read_torch(p: Path) -> Any:
                 raise _refused_pickle(p, global_name) from exc
         raise _unreadable(p, None if isinstance(exc, pickle.UnpicklingError) else exc) from exc
     return obj
+
+
+def _container(p: Path) -> tuple[bool, bool]:
+    """(a zip archive, an old torch tar archive) by their records; a zip whose records can't be
+    read (a damaged end of its central directory, e.g. one claiming a second disk) is refused."""
+    try:
+        if zipfile.is_zipfile(p):
+            return True, False
+        return False, tarfile.is_tarfile(p)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, ValueError, struct.error) as exc:
+        raise _unreadable(p, exc) from exc
 
 
 def _pickle_global(p: Path) -> str | None:
@@ -206,7 +247,7 @@ def _unwrap(obj: Any, p: Path) -> RawCheckpoint:
         if not isinstance(obj, dict):
             break
         if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
-            return RawCheckpoint(state=_strip_prefixes(_named(obj, p)), extra=extra)
+            return RawCheckpoint(state=obj, extra=extra)
         key = next((k for k in _WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
         inner = obj[key] if key is not None else None
         if key is not None:
@@ -225,20 +266,56 @@ def _unwrap(obj: Any, p: Path) -> RawCheckpoint:
     if isinstance(obj, dict):
         tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
         if tensors:
-            return RawCheckpoint(state=_strip_prefixes(_named(tensors, p)), extra=extra)
+            return RawCheckpoint(state=tensors, extra=extra)
     kind = type(obj).__name__
     raise CheckpointError(f"{p.name} holds a {kind} without model weights in it. {ACCEPTED}")
 
 
-def _named(state: dict[Any, torch.Tensor], p: Path) -> dict[str, torch.Tensor]:
-    """The state dict itself when every key is a name; CheckpointError otherwise."""
-    odd = next((k for k in state if not isinstance(k, str)), None)
-    if odd is not None:
-        raise CheckpointError(
-            f"{p.name}: its state dict has a key that is not a name ({_short_repr(odd)} of "
-            f"type {type(odd).__name__}); a state dict maps parameter names to tensors. {ACCEPTED}"
-        )
+def checked_state(state: dict[Any, Any], name: str) -> dict[str, torch.Tensor]:
+    """``state`` itself when it is a state dict every family may read: each key a non-empty
+    name, each value a dense tensor with data, in a dtype vitviz can convert exactly; the one
+    gate between a file and the family detectors. CheckpointError (one line naming ``name``)
+    otherwise."""
+    for key, value in state.items():
+        if not isinstance(key, str) or not key:
+            odd = (
+                "(empty)"
+                if isinstance(key, str)
+                else f"({_short_repr(key)} of type {type(key).__name__})"
+            )
+            raise CheckpointError(
+                f"{name}: its state dict has a key that is not a name {odd}; a state dict "
+                f"maps parameter names to tensors. {ACCEPTED}"
+            )
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(
+                f"{name}: {_short_repr(key)} holds a {type(value).__name__}, not a tensor. "
+                f"{ACCEPTED}"
+            )
+        if value.is_quantized or value.dtype not in _READABLE_DTYPES:
+            raise _not_floats(name, key, value.dtype)
+        if value.layout != torch.strided or value.is_nested:
+            raise CheckpointError(
+                f"{name}: {key} is a {_layout_name(value)} tensor; vitviz reads plain dense "
+                f"tensors only. {ACCEPTED}"
+            )
+        if value.is_meta:
+            raise CheckpointError(
+                f"{name}: {key} is a tensor without data (saved from the meta device). {ACCEPTED}"
+            )
     return state
+
+
+def _layout_name(tensor: torch.Tensor) -> str:
+    return "nested" if tensor.is_nested else str(tensor.layout).removeprefix("torch.")
+
+
+def _not_floats(name: str, key: str, dtype: torch.dtype) -> CheckpointError:
+    return CheckpointError(
+        f"{name}: {key} holds {_dtype_name(dtype)} numbers where vitviz needs "
+        f"floating-point weights (a quantised checkpoint?). Accepted: float32, float16, "
+        f"bfloat16 or float64 weights; save them with model.float().state_dict()."
+    )
 
 
 def to_float(state: dict[str, torch.Tensor], dtype: torch.dtype, name: str) -> list[str]:
@@ -257,11 +334,7 @@ def to_float(state: dict[str, torch.Tensor], dtype: torch.dtype, name: str) -> l
                 )
                 state[key] = tensor.to(dtype)
         elif tensor.is_complex() or key.rsplit(".", 1)[-1] in ("weight", "bias"):
-            raise CheckpointError(
-                f"{name}: {key} holds {_dtype_name(tensor.dtype)} numbers where vitviz needs "
-                f"floating-point weights (a quantised checkpoint?). Accepted: float32, float16, "
-                f"bfloat16 or float64 weights; save them with model.float().state_dict()."
-            )
+            raise _not_floats(name, key, tensor.dtype)
     return [
         f"{n} {kind} tensor{'s' if n > 1 else ''} loaded as {_dtype_name(dtype)}"
         for kind, n in sorted(converted.items())

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 from vitviz.model.config import ViTConfig
 from vitviz.model.layers import Block, PatchEmbed
 from vitviz.model.posembed import resample_grid_embedding, sincos_1d, sincos_2d
+from vitviz.model.recompute import recomputed
 
 
 @dataclass
@@ -152,7 +152,7 @@ class VisionTransformer(nn.Module):
         hidden: list[Tensor] = []
         for i, block in enumerate(self.blocks):
             if recompute_blocks and torch.is_grad_enabled():
-                tokens, attn = checkpoint(block, tokens, capture_attention, use_reentrant=False)
+                tokens, attn = recomputed(block, tokens, capture_attention)
             else:
                 tokens, attn = block(tokens, capture=capture_attention)
             if attn is not None and attention_sink is not None:

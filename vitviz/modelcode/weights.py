@@ -21,7 +21,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.reading import read_checkpoint_object
+from vitviz.checkpoints.reading import checked_state, read_checkpoint_object
 from vitviz.modelcode.errors import ModelCodeError
 from vitviz.modelcode.layout import as_pair
 
@@ -245,6 +245,10 @@ def find_weights(
             raise _no_weights(obj, path, name, len(candidates))
         raise _mismatch(closest[1], own, closest[0], path.name, name, params or set())
     key_path, state, prefix, _ = fitting[0]
+    try:  # the same gate as every checkpoint family's: dense tensors of convertible dtypes
+        state = checked_state(state, path.name)
+    except CheckpointError as exc:
+        raise ModelCodeError(str(exc)) from exc
     found = FoundWeights(state=state, where=_where(key_path))
     if key_path:
         found.notes.append(f"weights from {found.where} of the checkpoint")

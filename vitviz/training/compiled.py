@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -27,6 +28,21 @@ BACKEND_ENV = "VITVIZ_COMPILE_BACKEND"
 def compile_backend() -> str | Callable[..., Any]:
     """The backend torch.compile is given."""
     return BACKEND or os.environ.get(BACKEND_ENV) or "inductor"
+
+
+def compiler_cache() -> Path:
+    """vitviz's own folder for torch.compile's caches: ``$XDG_CACHE_HOME/vitviz/torch-compile``
+    (default ``~/.cache``), not torch's default ``$TMPDIR/torchinductor_<user>``."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+    return root / "vitviz" / "torch-compile"
+
+
+def use_compiler_cache() -> None:
+    """Point Inductor's and Triton's caches at ``compiler_cache()`` unless the user set them.
+    Before torch._dynamo is first imported (its import fixes Inductor's folder)."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compiler_cache() / "inductor"))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(compiler_cache() / "triton"))
 
 
 def wants_compile(mode: str, device: torch.device) -> bool:
@@ -73,6 +89,7 @@ class CompiledOrEager:
                 # each run compiles afresh: every run's step is the same code with a new model,
                 # and over many runs in one process torch's per-code cache would fill (8
                 # entries) and the step go eager without a word
+                use_compiler_cache()
                 torch._dynamo.reset()
                 backend = backend or compile_backend()
                 self.compiled = torch.compile(fn, backend=backend, dynamic=False)
