@@ -59,7 +59,7 @@ def test_each_file_opens_or_is_refused_as_listed(entry: dict, tmp_path: Path):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(rows, entry["channels"], size, size, generator=g)
     with torch.no_grad():
-        own = extract_logits(model(x))[:2]
+        own = extract_logits(model(x), model)[:2]
         got = loaded.model.forward_explained(x[:2]).logits
     if entry["outputs"] == "probabilities":
         got = got.exp()

@@ -88,7 +88,9 @@ def test_logits_are_unchanged_by_capturing(written: WrittenModel, loaded: Loaded
     with torch.no_grad():
         plain = loaded.model(x)  # the user's forward, fast paths allowed
         captured = loaded.model.forward_explained(x, hidden_states=True).logits
-        independent = extract_logits(written.model(x))  # built apart from vitviz, same weights
+        independent = extract_logits(
+            written.model(x), written.model
+        )  # built apart from vitviz, same weights
     torch.testing.assert_close(captured, plain, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(plain, independent, atol=1e-5, rtol=1e-5)
     with torch.enable_grad():  # the gradient path changes no value either
@@ -199,7 +201,7 @@ def test_multihead_attention_gradients_match_by_hand(key: str, tmp_path: Path):
             m.kept = kept
             m.forward = types.MethodType(_mha_by_hand, m)
     with torch.enable_grad():
-        logits = extract_logits(written.model(x.clone().requires_grad_(True)))
+        logits = extract_logits(written.model(x.clone().requires_grad_(True)), written.model)
         want = torch.autograd.grad(logits[0, 2], kept)
     # Both sides are float32 sums in different orders (torch's fused in-projection and
     # (N, B, D) layout against x @ Wᵀ), through peaked attention (scores up to ~400, where one

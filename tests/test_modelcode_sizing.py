@@ -241,7 +241,7 @@ def test_tutorial_with_img_48_opens_from_its_file_with_no_settings(tmp_path: Pat
     x = image(3)
     with torch.no_grad():
         out = loaded.model.forward_explained(x)
-        want = extract_logits(model(x))
+        want = extract_logits(model(x), model)
     torch.testing.assert_close(out.logits, want, atol=1e-5, rtol=1e-5)
     for got, hand in zip(out.attentions, attention_of(model, x), strict=True):
         assert got.shape == (1, 4, 37, 37)

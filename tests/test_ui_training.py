@@ -12,6 +12,7 @@ from PySide6.QtCore import QSettings
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.training import preset_config
+from vitviz.training.runs import read_run
 from vitviz.ui.main_window import MainWindow
 from vitviz.ui.settings import AppSettings
 
@@ -138,6 +139,10 @@ def test_run_updates_curves_cancels_and_opens_in_viewer(qtbot, window: MainWindo
     assert window.tabs.currentWidget() is window.viewer
     assert window.model is not None and window.model.path == last
     assert run_rows(tab)[0].startswith(f"{tab.run_dir.name} · cancelled · ")
+    tab._on_run_selected(tab.runs.item(0))  # a past run shows how far it got, not 0 %
+    done = read_run(tab.run_dir).epochs_done
+    assert tab.progress.value() == round(1000 * done / 500) and done >= 2
+    assert tab.progress.text().startswith("Cancelled at")
 
 
 def test_form_and_train_config_round_trip_through_the_field_table(window: MainWindow) -> None:

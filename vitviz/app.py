@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # collector frees on the engine thread runs its C++ destructor there and can deadlock
     # against the GUI thread (a Qt mutex against the GIL).
     collector = GarbageCollector(interval=1.0)  # noqa: F841 - lives as long as the app runs
-    from vitviz.ui.main_window import MainWindow
+    from vitviz.ui.main_window import MainWindow, dispose
 
     window = MainWindow()
     window.notifier.install_excepthook()
@@ -91,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _after_first_paint(window, lambda: window.start(files, defaults=not files))
     if args.quit_after_ms is not None:
         _quit_when_idle(window, max(0, args.quit_after_ms))
-    return app.exec()
+    code = app.exec()
+    dispose(window)
+    return code
 
 
 def _after_first_paint(window: Any, start: Any, fallback_ms: int = 1000) -> None:

@@ -58,7 +58,7 @@ def _window_check(say: Callable[[str], None]) -> list[str]:
     from PySide6.QtWidgets import QApplication
 
     from vitviz import resources
-    from vitviz.ui.main_window import MainWindow
+    from vitviz.ui.main_window import MainWindow, dispose
     from vitviz.ui.settings import AppSettings
 
     app = QApplication.instance() or QApplication([])
@@ -85,6 +85,7 @@ def _window_check(say: Callable[[str], None]) -> list[str]:
         if shown != expected:
             problems.append(f"the window shows {shown} for {image.label}, expected {expected}")
     window.close()
+    dispose(window)
     shutil.rmtree(scratch, ignore_errors=True)
     return problems
 

@@ -56,10 +56,13 @@ class ModelCodeConfig:
         return d
 
 
-def extract_logits(output: Any) -> Tensor:
-    """The class scores in what a model returned, as given: a tensor, or the (batch, classes)
-    tensor of a tuple or dict (``logits`` by name first)."""
-    return find_output(output).scores(output)
+def extract_logits(output: Any, model: nn.Module | None = None) -> Tensor:
+    """The class scores in what ``model`` returned, as given: a tensor, or the (batch, classes)
+    tensor of a tuple or dict (``logits`` by name first, else as wide as the model's last
+    Linear)."""
+    return find_output(output, classes=head_width(model) if model is not None else None).scores(
+        output
+    )
 
 
 @dataclass

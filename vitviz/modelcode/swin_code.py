@@ -238,7 +238,7 @@ class SwinCodeModel(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, C, H, W) -> (B, classes) logits; the user's forward, nothing captured."""
-        return extract_logits(self.inner(x))
+        return extract_logits(self.inner(x), self.inner)
 
     def _window(self, b: int) -> tuple[tuple[int, int], int]:
         """Block b's (wh, ww) window and shift."""
@@ -258,7 +258,7 @@ class SwinCodeModel(nn.Module):
         if not capture_attention:
             return SwinOutput(self.forward(x), [], [], [])
         with _capturing(self.inner, x.shape[0]) as cap:
-            logits = extract_logits(self.inner(x))
+            logits = extract_logits(self.inner(x), self.inner)
         out = SwinOutput(logits, [], [], [])
         for b, name in enumerate(self.attention_names):
             if b not in cap.attentions:

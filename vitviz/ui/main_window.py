@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+import shiboken6
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Qt, QTimer
 from PySide6.QtGui import (
     QAction,
@@ -707,3 +708,12 @@ class MainWindow(QMainWindow):
     # -- test helpers -------------------------------------------------------------------------
     def map_result(self) -> MapsResult | None:
         return self.viewer.maps
+
+
+def dispose(window: MainWindow) -> None:
+    """Close ``window`` and destroy it and every widget and plot item in it now, while Python
+    is whole. Left to the interpreter's exit, PySide tears the scene graph down with Python half
+    finalised: a resize sent to a plot item then ran its Python override and the process died
+    (SIGSEGV after a clean run)."""
+    window.close()
+    shiboken6.delete(window)

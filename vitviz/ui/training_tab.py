@@ -694,11 +694,21 @@ class TrainingTab(QWidget):
         record: RunRecord = read_run(item.data(Qt.ItemDataRole.UserRole))
         self._reset_monitor()
         self._draw_epochs(record.metrics)
+        self._show_run_progress(record)
         self.status.setText(
             f"{record.run_dir.name}: {record.status}"
             + (f" ({record.message})" if record.message else "")
         )
         self._update_open_buttons()
+
+    def _show_run_progress(self, record: RunRecord) -> None:
+        """The progress bar of a past run: its epochs done of those planned, and how it ended."""
+        planned = record.config.epochs if record.config is not None else record.epochs_done
+        done = record.status == "completed"
+        fraction = 1.0 if done else record.epochs_done / max(1, planned)
+        self.progress.setValue(round(1000 * min(1.0, fraction)))
+        ended = {"completed": "Done", "cancelled": "Cancelled at %p%", "failed": "Failed at %p%"}
+        self.progress.setFormat(ended.get(record.status, "%p%"))
 
     def _checkpoint(self, which: str) -> Path | None:
         run_dir = self.run_dir if self.runner.is_running() else self.selected_run_dir()
