@@ -6,7 +6,8 @@ of generated 500 × 375 JPEG photos-to-be, measured in turns:
 
   (a) baseline: ``model(x)`` on batches of ``--batch-size`` already preprocessed inputs already
       on the device, fused SDPA, ``inference_mode``;
-  (b) what ``vitviz-cli explain FOLDER --batch-size B`` runs (``vitviz.batch_cli.explain_many``):
+  (b) what ``vitviz-cli explain FOLDER --batch-size B`` runs
+      (``vitviz.cli.explain_batch.explain_many``):
       decoding, preprocessing, the forward pass with attention capture and gradients in
       batches, rollout, gradient rollout and relevance, and every file written (.npz and PNGs,
       by the writer thread while the next batch computes);
@@ -47,9 +48,9 @@ from _common import (
 from PIL import Image
 
 from vitviz.batch import iter_analyses
-from vitviz.batch_cli import explain_many
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import default_preprocessing
+from vitviz.cli.explain_batch import explain_many
 from vitviz.export import MapSettings
 from vitviz.imaging import prepare_image
 from vitviz.model import create_model

@@ -143,9 +143,7 @@ VITVIZ_LAYERS: dict[str, int] = {
     **dict.fromkeys(("checkpoints", "capture"), 3),
     **dict.fromkeys(("modelcode", "analysis", "kinds"), 4),
     **dict.fromkeys(("batch", "export", "swin_output", "folder_stats", "training"), 5),
-    **dict.fromkeys(
-        ("cli", "explain_cli", "batch_cli", "faithfulness_cli", "stats_cli", "swin_cli"), 6
-    ),
+    "cli": 6,
     "workers": 7,
     "ui": 8,
     **dict.fromkeys(("app", "selftest", "qt_deps", "__main__"), 9),

@@ -20,8 +20,6 @@ CORE = (
     "analysis",
     "training",
     "cli",
-    "explain_cli",
-    "faithfulness_cli",
     "modelcode",
     "export",
     "swin_output",

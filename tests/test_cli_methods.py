@@ -16,6 +16,7 @@ from PIL import Image
 from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.cli import main
+from vitviz.cli.methods import methods_markdown
 from vitviz.explain import (
     Method,
     Parameter,
@@ -24,7 +25,6 @@ from vitviz.explain import (
     register_method,
     unregister_method,
 )
-from vitviz.explain_cli import methods_markdown
 from vitviz.export import NPZ_KEYS
 
 README = Path(__file__).resolve().parents[1] / "README.md"

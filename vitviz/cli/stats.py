@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from vitviz.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError
+from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError, SubParsers, load
 from vitviz.console import say
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: SubParsers) -> None:
     p = subparsers.add_parser(
         "stats",
         help="head statistics over a folder of images: stats.csv and a distance-by-depth plot",
@@ -39,7 +38,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from vitviz.cli import _load
     from vitviz.devices import resolve_device
     from vitviz.folder_stats import distance_plot, folder_statistics, write_csv
     from vitviz.imaging.loading import ImageLoadError, list_images
@@ -60,7 +58,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         raise CliError(f"--out {args.out}: cannot create it ({exc.strerror or exc})") from exc
     results = []
     for path in args.checkpoints:
-        loaded = _load(path, args.config)
+        loaded = load(path, args.config)
         loaded.model.to(device)
 
         def progress(done: int, total: int, image: Path, error: str | None, name=path.name) -> None:

@@ -17,8 +17,16 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitviz.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError, _add_model_code_options, _say
-from vitviz.explain_cli import (
+from vitviz.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    CliError,
+    SubParsers,
+    add_model_code_options,
+    load_for,
+)
+from vitviz.cli.method_options import (
     add_method_options,
     applicable,
     choose_methods,
@@ -28,6 +36,7 @@ from vitviz.explain_cli import (
     not_applicable,
     parse_param_options,
 )
+from vitviz.console import say
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -37,7 +46,7 @@ if TYPE_CHECKING:
 FILES = ("faithfulness.json", "faithfulness.csv", "faithfulness.png")
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: SubParsers) -> None:
     """Register ``faithfulness`` on the CLI's sub-parsers."""
     p = subparsers.add_parser(
         "faithfulness",
@@ -69,12 +78,11 @@ def add_parser(subparsers: Any) -> None:
         "--masks", type=Path, help="folder of <stem>_mask.png files (default: beside each image)"
     )
     p.add_argument("--out", type=Path, default=Path("vitviz-faithfulness"), help="output folder")
-    _add_model_code_options(p)
+    add_model_code_options(p)
     p.set_defaults(func=cmd_faithfulness)
 
 
 def cmd_faithfulness(args: argparse.Namespace) -> int:
-    from vitviz.cli import _load_for
     from vitviz.devices import resolve_device
     from vitviz.explain.localisation import mask_path_for
 
@@ -88,7 +96,7 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
         device = resolve_device(args.device)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    loaded = _load_for(args)
+    loaded = load_for(args)
     loaded.model.to(device)
     if not has_head(loaded):
         raise CliError(
@@ -112,7 +120,7 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
             f"--out {args.out}: cannot create the output folder ({exc.strerror or exc})"
         ) from exc
     for name, why in left_out.items():
-        _say(f"vitviz-cli: {name} not measured: {why}")
+        say(f"vitviz-cli: {name} not measured: {why}")
     measure = _measure_swin if swin else _measure_vit
     images = without_masks(args.images, args.masks)
     results: list[ImageFaithfulness] = []
@@ -121,19 +129,19 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
         try:
             result, probs = measure(loaded, path, names, params, args)
         except _SkippedError as exc:
-            _say(f"vitviz-cli: skipped {path}: {exc}")
+            say(f"vitviz-cli: skipped {path}: {exc}")
             continue
         results.append(result)
         c = result.target_class
         said = f"{loaded.class_names[c]} ({float(probs[c]):.1%})"
         mask_file = mask_path_for(path, args.masks)
         masked = f", mask {mask_file.name}" if mask_file is not None else ", no mask"
-        _say(f"[{i}/{n}] {path.name}: {said}{masked}, {len(names)} methods measured")
+        say(f"[{i}/{n}] {path.name}: {said}{masked}, {len(names)} methods measured")
     if not results:
         return EXIT_FAILED
     written = write_outputs(results, args.out)
     print(summary_markdown(results))
-    _say(f"-> {', '.join(str(p) for p in written)}")
+    say(f"-> {', '.join(str(p) for p in written)}")
     return EXIT_PARTIAL if len(results) < n else EXIT_OK
 
 
@@ -235,7 +243,7 @@ def without_masks(images: Sequence[Path], masks: Path | None) -> list[Path]:
     kept = [p for p in images if key(p) not in used or key(used[key(p)]) == key(p)]
     dropped = len(images) - len(kept)
     if dropped:
-        _say(f"vitviz-cli: {dropped} of the inputs are masks of the others: used as masks")
+        say(f"vitviz-cli: {dropped} of the inputs are masks of the others: used as masks")
     if not kept:
         raise CliError("no image to measure: every input is the mask of another")
     return kept

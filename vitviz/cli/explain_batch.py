@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitviz.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError
+from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError
 from vitviz.console import say
 
 WRITE_QUEUE = 2  # analyses waiting for the writer (each holds its attention)

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from vitviz.cli import EXIT_FAILED, EXIT_OK, CliError, _add_arch_options, _load, _say
+from vitviz.cli.common import EXIT_FAILED, EXIT_OK, CliError, SubParsers, add_arch_options, load
+from vitviz.console import say
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = sub.add_parser(
         "verify",
         help="compare vitviz's reading of checkpoints with the library that made them",
     )
     p.add_argument("checkpoints", nargs="+", type=Path, help="checkpoint files or model folders")
     p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
-    _add_arch_options(p)
+    add_arch_options(p)
     p.set_defaults(func=cmd_verify)
 
 
@@ -32,7 +32,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     failed = False
     for path in args.checkpoints:
         try:
-            loaded = _load(path, args.config, args)
+            loaded = load(path, args.config, args)
         except CliError as exc:
             rows.append((path.name, "—", "—", "—", "—", f"refused: {exc}"))
             failed = True
@@ -61,5 +61,5 @@ def cmd_verify(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows[:]) for i in range(5)]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)) + "  " + row[5])
-    _say(f"limits: logits {LOGITS_RTOL:g} relative, attention {ATTENTION_ATOL:g}")
+    say(f"limits: logits {LOGITS_RTOL:g} relative, attention {ATTENTION_ATOL:g}")
     return EXIT_FAILED if failed else EXIT_OK

@@ -1,5 +1,5 @@
-"""The method table on the command line: ``vitviz-cli methods`` and the ``--method`` /
-``--param`` options of ``explain`` and ``faithfulness``.
+"""The method table's options on the command line: ``--method`` / ``--param`` of ``explain`` and
+``faithfulness``, and choosing the methods and their parameters for a model.
 
 Everything here reads ``vitviz.explain.methods``; no method is named in this file.
 ``--param METHOD.PARAMETER=VALUE`` sets one parameter of one method (repeatable), e.g.
@@ -9,36 +9,16 @@ Everything here reads ``vitviz.explain.methods``; no method is named in this fil
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.cli import EXIT_OK, CliError
+from vitviz.cli.common import CliError
 
 if TYPE_CHECKING:  # the table imports torch: only when a command runs, not to parse arguments
     from vitviz.explain.methods import Method
-    from vitviz.explain.params import Parameter
     from vitviz.export import MapSettings
 
 PARAM_FORM = "METHOD.PARAMETER=VALUE"
-
-
-def add_parser(subparsers: Any) -> None:
-    """Register ``methods`` on the CLI's sub-parsers."""
-    p = subparsers.add_parser(
-        "methods",
-        help="list the explanation methods (names for --method, parameters for --param)",
-        description="List the explanation methods: name (for --method; npz key map_<name>), "
-        "label, parameters with their defaults and ranges (for --param METHOD.PARAMETER=VALUE; "
-        "L and H are the model's layers and heads), whether gradients are needed, and the "
-        "models each applies to.",
-    )
-    form = p.add_mutually_exclusive_group()
-    form.add_argument("--json", action="store_true", help="print JSON instead of text")
-    form.add_argument(
-        "--markdown", action="store_true", help="print the Markdown table of the README"
-    )
-    p.set_defaults(func=cmd_methods)
 
 
 def add_method_options(p: argparse.ArgumentParser, default: str) -> None:
@@ -61,79 +41,6 @@ def add_method_options(p: argparse.ArgumentParser, default: str) -> None:
         help="one parameter of one method, repeatable, e.g. rollout.discard_ratio=0.2 or "
         "attention.layer=3 (`vitviz-cli methods` lists the parameters)",
     )
-
-
-# -- listing ---------------------------------------------------------------------------------------
-
-
-def parameter_text(p: Parameter) -> str:
-    """One parameter as the listing shows it, e.g. "discard_ratio in 0.0..0.99 (default 0.0)"."""
-    if p.choices is not None:
-        values = " | ".join(str(c) for c in p.choices)
-        return f"{p.name}: {values} (default {p.default})"
-    if p.range is not None:
-        lo, hi = p.range
-        if p.per is not None:
-            upper = "L−1" if p.per == "layer" else "H−1"
-        else:
-            upper = None if hi is None else str(hi)
-        where = f"in {lo}..{upper}" if upper is not None else f"≥ {lo}"
-        return f"{p.name} {where} (default {p.default})"
-    return f"{p.name}: {p.type.__name__} (default {p.default})"
-
-
-def _needs(m: Method) -> str:
-    return "gradients" if m.needs_gradients else "attention only"
-
-
-def methods_text(methods: Iterable[Method]) -> str:
-    """The plain-text listing of ``vitviz-cli methods``."""
-    blocks = []
-    for m in methods:
-        lines = [f"{m.name}  ({m.label})", f"    {m.description}"]
-        lines.append(
-            f"    npz key {m.key}; needs {_needs(m)}; applies to {', '.join(sorted(m.applies_to))}"
-            f"; scaling {m.scaling}"
-        )
-        for p in m.parameters:
-            helps = f": {p.help}" if p.help else ""
-            lines.append(f"    --param {m.name}.{parameter_text(p)}{helps}")
-        if not m.parameters:
-            lines.append("    no parameters")
-        blocks.append("\n".join(lines))
-    return "\n".join(blocks)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def methods_markdown(methods: Iterable[Method]) -> str:
-    """The README's method table: one row per method of the table, in its order."""
-    rows = [
-        "| name | what it is | parameters (default) | needs | applies to |",
-        "|---|---|---|---|---|",
-    ]
-    for m in methods:
-        params = "; ".join(f"`{parameter_text(p)}`" for p in m.parameters) or "none"
-        rows.append(
-            f"| `{m.name}` | {_cell(m.label)}: {_cell(m.description)} | {_cell(params)} | "
-            f"{_needs(m)} | {', '.join(sorted(m.applies_to))} |"
-        )
-    return "\n".join(rows)
-
-
-def cmd_methods(args: argparse.Namespace) -> int:
-    from vitviz.explain.methods import all_methods
-
-    methods = all_methods()
-    if args.json:
-        print(json.dumps([m.to_dict() for m in methods], indent=2))
-    elif args.markdown:
-        print(methods_markdown(methods))
-    else:
-        print(methods_text(methods))
-    return EXIT_OK
 
 
 # -- choosing methods and their parameters ---------------------------------------------------------

@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vitviz.console import say as _say
+from vitviz.console import say
 from vitviz.errors import VitvizError
 
 
@@ -59,8 +59,8 @@ def swin_method_params(
     """{method: the values its Swin version takes} for rollout and ``names``, from ``--param``
     and the shared options (--fusion reaches the rollout). A ``--param``, ``--discard`` or
     ``--start-layer`` no method here takes on a Swin is refused in one line saying why."""
+    from vitviz.cli.method_options import parse_param_options
     from vitviz.explain.swin_methods import NOT_ON_SWIN, swin_parameter_refusal, swin_params
-    from vitviz.explain_cli import parse_param_options
 
     computed = ["rollout", *names]
     given = parse_param_options(args.params)
@@ -110,12 +110,12 @@ def note_unused_options(args: argparse.Namespace) -> None:
     )  # fmt: skip
     for given, option, why in unused:
         if given:
-            _say(f"vitviz-cli: note: {option} is not used on a Swin: {why}")
+            say(f"vitviz-cli: note: {option} is not used on a Swin: {why}")
 
 
 def explain_swin(args: argparse.Namespace, loaded: Any, device: Any) -> int:
     """Every image of ``args.images`` through ``analyze_swin``; exit code as for ViTs."""
-    from vitviz.batch_cli import expand_images
+    from vitviz.cli.explain_batch import expand_images
     from vitviz.explain.swin_analysis import analyze_swin
     from vitviz.export import output_stem
     from vitviz.imaging import ImageLoadError
@@ -149,7 +149,7 @@ def explain_swin(args: argparse.Namespace, loaded: Any, device: Any) -> int:
                 target_class=args.target_class,
             )
         except (ImageLoadError, ValueError) as exc:
-            _say(f"vitviz-cli: skipped {path}: {exc}")
+            say(f"vitviz-cli: skipped {path}: {exc}")
             failed += 1
             continue
         try:
@@ -161,7 +161,7 @@ def explain_swin(args: argparse.Namespace, loaded: Any, device: Any) -> int:
         c = analysis.target_class
         names = loaded.class_names
         said = f"{names[c]} ({float(analysis.probs[c]):.1%})" if has_head else "no head"
-        _say(f"[{i}/{len(images)}] {Path(path).name}: {said} -> {target}")
+        say(f"[{i}/{len(images)}] {Path(path).name}: {said} -> {target}")
     if failed == len(images):
         return 2
     return 1 if failed else 0

@@ -1,0 +1,76 @@
+"""The command line is one package with no import circle (issue 20 item 4): ``vitviz/cli/``'s
+sub-command modules import ``vitviz.cli.common`` and lower layers, never the package itself or
+its ``parser``; only ``parser`` (and the package's ``__init__`` / ``__main__``) import them."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+from import_graph import circles, import_graph
+
+import vitviz
+
+PACKAGE_DIR = Path(vitviz.__file__).resolve().parent
+CLI = "vitviz.cli"
+TOP = ("__init__.py", "__main__.py", "parser.py")  # may import the sub-command modules
+
+
+def cli_circles(package_dir: Path) -> list[list[str]]:
+    """The import circles of the package with a member in vitviz.cli."""
+    return [
+        c
+        for c in circles(import_graph(package_dir))
+        if any(m == CLI or m.startswith(CLI + ".") for m in c)
+    ]
+
+
+def package_imports(cli_dir: Path) -> list[str]:
+    """'file:line name' for each import of the vitviz.cli package itself (not of one of its
+    modules) in a sub-command module: the import graph counts those as no edge at all."""
+    modules = {p.stem for p in cli_dir.glob("*.py")}
+    found = []
+    for path in sorted(cli_dir.glob("*.py")):
+        if path.name in TOP:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name == CLI]
+            elif isinstance(node, ast.ImportFrom) and (
+                (node.module == CLI and not node.level) or (node.level == 1 and not node.module)
+            ):
+                names = [f"{CLI}.{a.name}" for a in node.names if a.name not in modules]
+            found += [f"{path.name}:{node.lineno} {name}" for name in names]
+    return found
+
+
+def test_the_cli_is_a_package_of_sub_command_modules() -> None:
+    graph = import_graph(PACKAGE_DIR)
+    assert (PACKAGE_DIR / "cli").is_dir() and not (PACKAGE_DIR / "cli.py").exists()
+    for command in ("explain", "info", "convert", "verify", "methods", "faithfulness", "stats"):
+        assert f"{CLI}.{command}" in graph[f"{CLI}.parser"], command
+        assert f"{CLI}.parser" not in graph[f"{CLI}.{command}"], command
+    assert f"{CLI}.common" in graph[f"{CLI}.explain"]
+
+
+def test_no_import_circle_has_a_member_in_the_cli() -> None:
+    assert cli_circles(PACKAGE_DIR) == []
+    assert package_imports(PACKAGE_DIR / "cli") == []
+
+
+def test_a_circle_through_the_cli_is_caught(tmp_path: Path) -> None:
+    """The same checks on a copy of vitviz/cli with a sub-command that imports its parser
+    (a lazy import, as the old cli.py <-> explain_cli circle was), and one importing the package."""
+    copy = tmp_path / "vitviz"
+    shutil.copytree(PACKAGE_DIR / "cli", copy / "cli")
+    (copy / "__init__.py").write_text("", encoding="utf-8")
+    assert cli_circles(copy) == []
+    stats = copy / "cli" / "stats.py"
+    text = stats.read_text(encoding="utf-8")
+    stats.write_text(text + "\n\ndef _late():\n    from vitviz.cli.parser import main\n")
+    assert cli_circles(copy) == [[f"{CLI}.parser", f"{CLI}.stats"]]
+    stats.write_text(text + "\n\ndef _late():\n    from vitviz.cli import main\n")
+    assert cli_circles(copy) == []  # no edge in the graph: the package check finds it
+    assert package_imports(copy / "cli") == [f"stats.py:{text.count(chr(10)) + 4} {CLI}.main"]

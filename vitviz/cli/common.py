@@ -1,0 +1,109 @@
+"""What every vitviz-cli sub-command shares: exit statuses, the one-line error, the model options
+(--checkpoint's --config / --arch / --heads, --model-code / --model-args) and opening the model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, TypeAlias
+
+EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
+
+
+ASSUMPTION_PREFIXES = ("assumed", "recognised as")
+
+# What ``parser.add_subparsers()`` returns: each sub-command module adds its parser to it.
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+class CliError(Exception):
+    """A user mistake the CLI reports in one line and exits 2 for."""
+
+
+def add_model_code_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model-code",
+        metavar="FILE.py:NAME",
+        help="open a model written in a Python file (it runs with your rights): its "
+        "class or factory NAME; --config may give image_size, mean, std, patch_size, "
+        "num_prefix_tokens, class_names",
+    )
+    p.add_argument(
+        "--model-args",
+        metavar="JSON",
+        help="keyword arguments of NAME as a JSON object (or @file.json), e.g. '{\"dim\": 64}'",
+    )
+
+
+def load_for(args: argparse.Namespace) -> Any:
+    """The model of --model-code, else of the checkpoint argument."""
+    if args.model_code is None:
+        if args.model_args is not None:
+            raise CliError("--model-args needs --model-code FILE.py:NAME")
+        if args.checkpoint is None:
+            raise CliError("give a checkpoint (or --model-code FILE.py:NAME)")
+        return load(args.checkpoint, args.config, args)
+    from vitviz.modelcode import (
+        ModelCodeError,
+        load_model_code,
+        make_spec,
+        parse_args_text,
+        parse_target,
+    )
+
+    try:
+        file, name = parse_target(args.model_code)
+        arguments = parse_args_text(args.model_args)
+        spec = make_spec(file, name, arguments, args.checkpoint, read_config(args.config))
+        return load_model_code(spec)
+    except ModelCodeError as exc:
+        raise CliError(str(exc)) from exc
+
+
+def add_arch_options(p: argparse.ArgumentParser) -> None:
+    """--arch and --heads: what a bare state dict's weights can't say."""
+    p.add_argument(
+        "--arch",
+        metavar="NAME",
+        help="the timm architecture of the weights (a timm model name, e.g. "
+        "vit_base_patch16_clip_224): its heads, norm eps, activation and pooling",
+    )
+    p.add_argument("--heads", type=int, metavar="N", help="attention heads per layer")
+
+
+def load(path: Path, config_path: Path | None, args: argparse.Namespace | None = None) -> Any:
+    from vitviz.checkpoints import CheckpointError, load_checkpoint
+
+    config = with_arch_options(read_config(config_path), args)
+    try:
+        return load_checkpoint(path, config=config)
+    except CheckpointError as exc:
+        raise CliError(str(exc)) from exc
+
+
+def with_arch_options(
+    config: dict[str, Any] | None, args: argparse.Namespace | None
+) -> dict[str, Any] | None:
+    """--arch / --heads over the --config settings."""
+    given = {
+        key: value for key in ("arch", "heads") if (value := getattr(args, key, None)) is not None
+    }
+    if not given:
+        return config
+    if "heads" in given and given["heads"] < 1:
+        raise CliError(f"--heads must be at least 1, got {given['heads']}")
+    return {**(config or {}), **given}
+
+
+def read_config(config_path: Path | None) -> dict[str, Any] | None:
+    """--config FILE: a JSON object of model settings (they win over <checkpoint>.vitviz.json)."""
+    if config_path is None:
+        return None
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CliError(f"--config {config_path}: not a readable JSON file ({exc})") from exc
+    if not isinstance(config, dict):
+        raise CliError(f'--config {config_path}: must hold a JSON object, e.g. {{"heads": 4}}')
+    return config

@@ -1,0 +1,51 @@
+"""``vitviz-cli convert``: any supported checkpoint written as a vitviz .safetensors."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from vitviz.cli.common import (
+    EXIT_OK,
+    CliError,
+    SubParsers,
+    add_arch_options,
+    read_config,
+    with_arch_options,
+)
+from vitviz.console import say
+
+
+def add_parser(subparsers: SubParsers) -> None:
+    """Register ``convert`` on the CLI's sub-parsers."""
+    conv = subparsers.add_parser(
+        "convert", help="write any supported checkpoint as a vitviz .safetensors"
+    )
+    conv.add_argument("source", type=Path, help="checkpoint file or model folder")
+    conv.add_argument("target", type=Path, help="output .safetensors file")
+    conv.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    add_arch_options(conv)
+    conv.set_defaults(func=cmd_convert)
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from vitviz.checkpoints import CheckpointError, convert_checkpoint
+
+    if args.target.suffix.lower() != ".safetensors":
+        raise CliError(f"the output must be a .safetensors file, got {args.target.name}")
+    config = with_arch_options(read_config(args.config), args)
+    try:
+        loaded = convert_checkpoint(args.source, args.target, config=config)
+    except CheckpointError as exc:
+        raise CliError(str(exc)) from exc
+    cfg = loaded.model.config
+    say(
+        f"{args.source.name} ({loaded.family}, dim {cfg.dim}, depth {cfg.depth}, heads "
+        f"{cfg.heads}, {cfg.num_classes} classes) -> {args.target}"
+    )
+    for note in loaded.notes:
+        say(
+            f"  {'dropped:' if note.startswith('dropped ') else 'note:'} "
+            f"{note.removeprefix('dropped ')}"
+        )
+    return EXIT_OK

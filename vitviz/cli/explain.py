@@ -1,0 +1,133 @@
+"""``vitviz-cli explain``: images in, an .npz of every number and overlay PNGs out."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from vitviz.cli.common import (
+    ASSUMPTION_PREFIXES,
+    CliError,
+    SubParsers,
+    add_arch_options,
+    add_model_code_options,
+    load_for,
+)
+from vitviz.cli.explain_batch import add_batch_options, explain_many, layers_option
+from vitviz.cli.method_options import add_method_options, map_settings
+from vitviz.console import say
+
+
+def add_parser(subparsers: SubParsers) -> None:
+    """Register ``explain`` on the CLI's sub-parsers."""
+    ex = subparsers.add_parser(
+        "explain", help="analyse images: .npz of every number + overlay PNGs"
+    )
+    ex.add_argument(
+        "images",
+        nargs="+",
+        type=Path,
+        help="image files (PNG, JPEG, BMP, GIF, TIFF, WebP, PPM/PGM/PBM, ICO) or folders of them",
+    )
+    ex.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="checkpoint file (with --model-code: the model's state dict, optional; default: "
+        "the model opened last in the window, else the shipped model)",
+    )
+    ex.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    add_arch_options(ex)
+    ex.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    ex.add_argument(
+        "--class",
+        dest="target_class",
+        type=int,
+        default=None,
+        help="class index to explain (default: the top prediction)",
+    )
+    ex.add_argument("--fusion", default="mean", choices=("mean", "max", "min"))
+    ex.add_argument("--discard", type=float, default=0.0, help="rollout discard ratio in [0, 1)")
+    ex.add_argument("--start-layer", type=int, default=0)
+    add_method_options(
+        ex, "default: today's maps only; each NAME adds npz key map_<name> and <stem>_<name>.png"
+    )
+    ex.add_argument("--colormap", default="viridis")
+    ex.add_argument(
+        "--bare",
+        action="store_true",
+        help="map PNGs without title and colour bar (the overlay alone, at the image's size)",
+    )
+    ex.add_argument("--out", type=Path, default=Path("vitviz-out"), help="output folder")
+    ex.add_argument(
+        "--full-size",
+        action="store_true",
+        help="decode images and write overlays at their full size (default: at most 4096 px "
+        "on the long side)",
+    )
+    add_model_code_options(ex)
+    add_batch_options(ex)
+    ex.set_defaults(func=cmd_explain)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from vitviz.devices import resolve_device
+    from vitviz.imaging.colormaps import COLORMAPS
+    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
+
+    if not 0.0 <= args.discard < 1.0:
+        raise CliError(f"--discard must be in [0, 1), got {args.discard}")
+    if args.colormap not in COLORMAPS:
+        raise CliError(f"--colormap must be one of {', '.join(COLORMAPS)}")
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    if args.checkpoint is None and args.model_code is None and args.model_args is None:
+        args.checkpoint = _default_checkpoint()
+    loaded = load_for(args)
+    for note in loaded.notes:  # what the weights could not say comes first
+        if note.startswith(ASSUMPTION_PREFIXES):
+            say(f"vitviz-cli: {note}")
+    if getattr(loaded.model, "model_kind", None) == "swin":
+        from vitviz.cli.swin_explain import explain_swin
+
+        if args.layers is not None:
+            raise CliError("--layers applies to ViT models; a Swin's analysis keeps every block")
+        return explain_swin(args, loaded, device)
+    loaded.model.to(device)
+    cfg = loaded.model.config
+    if args.target_class is not None and not 0 <= args.target_class < cfg.num_classes:
+        raise CliError(
+            f"--class {args.target_class} is out of range: the model has "
+            f"{cfg.num_classes} classes (0..{cfg.num_classes - 1})"
+        )
+    if not 0 <= args.start_layer < cfg.depth:
+        raise CliError(
+            f"--start-layer {args.start_layer} is out of range: the model has "
+            f"{cfg.depth} layers (0..{cfg.depth - 1})"
+        )
+    args.kept_layers = layers_option(args.layers, int(cfg.depth))
+    settings = map_settings(args, loaded)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(
+            f"--out {args.out}: cannot create the output folder ({exc.strerror or exc})"
+        ) from exc
+    max_side = None if args.full_size else OVERLAY_MAX_SIDE
+    return explain_many(args, loaded, settings, max_side)  # batches, a writer thread
+
+
+def _default_checkpoint() -> Path:
+    """explain without --checkpoint: the model used last in the window, else the shipped one;
+    one line on stderr says which and how to choose another."""
+    from vitviz.last_model import choose_model
+
+    choice = choose_model()
+    if choice is None:
+        raise CliError("give a checkpoint (or --model-code FILE.py:NAME)")
+    say(
+        f"vitviz-cli: no --checkpoint: using {choice.path} ({choice.why}); "
+        "choose another with --checkpoint FILE"
+    )
+    return choice.path

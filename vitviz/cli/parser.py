@@ -1,0 +1,44 @@
+"""vitviz-cli: the headless twin of the window (explain, info, convert, verify, train, methods,
+faithfulness, stats): the parser of every sub-command and ``main``.
+
+Exit status: 0 all done; 1 some inputs failed (the others were still written); 2 nothing could
+be done (bad arguments, unreadable checkpoint, no device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from vitviz.cli import convert, explain, faithfulness, info, methods, stats, verify
+from vitviz.cli.common import EXIT_FAILED, CliError
+from vitviz.console import say
+from vitviz.errors import VitvizError
+from vitviz.training import command as train
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vitviz-cli", description="Look inside Vision Transformers, headless."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in (explain, info, convert, verify, train, methods, faithfulness, stats):
+        command.add_parser(sub)  # each sub-command's module adds its sub-parser, in this order
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (CliError, VitvizError) as exc:  # a user's input that can't be used: one line
+        say(f"vitviz-cli: {exc}")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        say("vitviz-cli: interrupted")
+        return 130
+    except BrokenPipeError:  # e.g. `vitviz-cli info … | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
