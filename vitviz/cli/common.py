@@ -107,3 +107,12 @@ def read_config(config_path: Path | None) -> dict[str, Any] | None:
     if not isinstance(config, dict):
         raise CliError(f'--config {config_path}: must hold a JSON object, e.g. {{"heads": 4}}')
     return config
+
+
+def make_out_folder(out: Path) -> None:
+    """Create ``--out`` (and its parents); CliError naming it when that can't be done."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise CliError(f"--out {out}: cannot create the output folder ({why})") from exc

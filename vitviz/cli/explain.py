@@ -12,6 +12,7 @@ from vitviz.cli.common import (
     add_arch_options,
     add_model_code_options,
     load_for,
+    make_out_folder,
 )
 from vitviz.cli.explain_batch import add_batch_options, explain_many, layers_option
 from vitviz.cli.method_options import add_method_options, map_settings
@@ -108,12 +109,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         )
     args.kept_layers = layers_option(args.layers, int(cfg.depth))
     settings = map_settings(args, loaded)
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CliError(
-            f"--out {args.out}: cannot create the output folder ({exc.strerror or exc})"
-        ) from exc
+    make_out_folder(args.out)
     max_side = None if args.full_size else OVERLAY_MAX_SIDE
     return explain_many(args, loaded, settings, max_side)  # batches, a writer thread
 

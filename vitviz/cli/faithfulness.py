@@ -25,6 +25,7 @@ from vitviz.cli.common import (
     SubParsers,
     add_model_code_options,
     load_for,
+    make_out_folder,
 )
 from vitviz.cli.method_options import (
     add_method_options,
@@ -113,12 +114,7 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
     if swin:
         _refuse_ignored_params(given)
     params = method_params(methods, given, {}, layers, heads)
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CliError(
-            f"--out {args.out}: cannot create the output folder ({exc.strerror or exc})"
-        ) from exc
+    make_out_folder(args.out)
     for name, why in left_out.items():
         say(f"vitviz-cli: {name} not measured: {why}")
     measure = _measure_swin if swin else _measure_vit
