@@ -74,3 +74,17 @@ def test_a_circle_through_the_cli_is_caught(tmp_path: Path) -> None:
     stats.write_text(text + "\n\ndef _late():\n    from vitviz.cli import main\n")
     assert cli_circles(copy) == []  # no edge in the graph: the package check finds it
     assert package_imports(copy / "cli") == [f"stats.py:{text.count(chr(10)) + 4} {CLI}.main"]
+
+
+# The one circle left for the model-kind redesign (issue 20): the method table names the
+# Analysis it is given (explain.methods -> analysis -> capture -> explain). A new circle anywhere
+# else fails here; this one shrinking or going away does not.
+KNOWN_CIRCLE = ("vitviz.analysis", "vitviz.capture", "vitviz.explain")
+
+
+def test_no_new_import_circle() -> None:
+    def known(module: str) -> bool:
+        return any(module == k or module.startswith(k + ".") for k in KNOWN_CIRCLE)
+
+    new = [c for c in circles(import_graph(PACKAGE_DIR)) if not all(known(m) for m in c)]
+    assert new == [], f"import circles: {new}"

@@ -4,7 +4,7 @@ A 10000 × 8000 photograph is 80 million pixels; nothing vitviz shows or writes 
 
 - overlays (PNG export) are at most ``OVERLAY_MAX_SIDE`` pixels on their long side unless the
   caller asks for the full size, and the window shows at most 2048 (``DISPLAY_MAX_SIDE`` of
-  ``vitviz.workers.jobs``), so one decode at ``OVERLAY_MAX_SIDE`` serves both;
+  ``vitviz.workers.job_basics``), so one decode at ``OVERLAY_MAX_SIDE`` serves both;
 - the model input is tiny, but it must come out as it would from the full image.
 
 The rule for the model (``model_min_size``): an image is reduced only while it stays at least

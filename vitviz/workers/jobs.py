@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from vitviz.workers import swin_jobs
+from vitviz.workers.job_basics import UserFacingError, display_copy
 from vitviz.workers.messages import (
     CurvesResult,
     FaithfulnessResult,
@@ -26,17 +27,8 @@ from vitviz.workers.messages import (
     ParamInfo,
 )
 
-DISPLAY_MAX_SIDE = 2048  # larger source images are shown downscaled (maps are unaffected)
+__all__ = ["UserFacingError", "display_copy"]  # the engine and tests know them as jobs.*
 LOCAL_ATTENTION_BYTES = 96 * 2**20  # attention up to this size goes to the window (fast path)
-
-
-class UserFacingError(Exception):
-    """An expected mistake with a short message for the window (nothing changes)."""
-
-    def __init__(self, message: str, kind: str = "error", **details: Any) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.details = details
 
 
 @dataclass
@@ -257,20 +249,6 @@ def _shareable_attention(analysis: Any) -> np.ndarray | None:
     array = att.numpy()
     array.flags.writeable = False
     return array
-
-
-def display_copy(image: Any) -> tuple[np.ndarray, float]:
-    """(h, w, 3) uint8 of the source for display, at most DISPLAY_MAX_SIDE on its long side."""
-    from PIL import Image
-
-    w, h = image.size
-    scale = min(1.0, DISPLAY_MAX_SIDE / max(w, h))
-    if scale < 1.0:
-        image = image.resize(
-            (max(1, round(w * scale)), max(1, round(h * scale))), Image.Resampling.BILINEAR
-        )
-        scale = image.size[0] / w
-    return np.asarray(image, dtype=np.uint8).copy(), scale
 
 
 def raw_maps(

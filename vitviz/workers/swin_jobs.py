@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from vitviz.workers.job_basics import UserFacingError, display_copy
 from vitviz.workers.messages import (
     MapParams,
     ModelSummary,
@@ -123,7 +124,6 @@ def analyze_swin_image(
     from vitviz.explain.swin_methods import ignored_parameters
     from vitviz.explain.swin_stats import swin_head_statistics
     from vitviz.imaging import ImageLoadError
-    from vitviz.workers.jobs import UserFacingError, display_copy
 
     loaded = state.loaded
     start = time.perf_counter()
@@ -327,7 +327,6 @@ def export_swin(
         swin_output_maps,
         write_swin_npz,
     )
-    from vitviz.workers.jobs import UserFacingError
 
     a = state.analysis
     if what == "heads":
