@@ -1,6 +1,8 @@
-"""The command line is one package with no import circle (issue 20 item 4): ``vitviz/cli/``'s
-sub-command modules import ``vitviz.cli.common`` and lower layers, never the package itself or
-its ``parser``; only ``parser`` (and the package's ``__init__`` / ``__main__``) import them."""
+"""Imports point down the layers (DESIGN §2.7): no import circle and no upward import anywhere
+in vitviz (the layer map is ``tests/import_graph.py``'s), and the command line is one package
+(issue 20 item 4): ``vitviz/cli/``'s sub-command modules import ``vitviz.cli.common`` and lower
+layers, never the package itself or its ``parser``; only ``parser`` (and the package's
+``__init__`` / ``__main__``) import them."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import ast
 import shutil
 from pathlib import Path
 
-from import_graph import circles, import_graph
+from import_graph import VITVIZ_LAYERS, circles, import_graph, layer_of, upward_imports
 
 import vitviz
 
@@ -76,15 +78,11 @@ def test_a_circle_through_the_cli_is_caught(tmp_path: Path) -> None:
     assert package_imports(copy / "cli") == [f"stats.py:{text.count(chr(10)) + 4} {CLI}.main"]
 
 
-# The one circle left for the model-kind redesign (issue 20): the method table names the
-# Analysis it is given (explain.methods -> analysis -> capture -> explain). A new circle anywhere
-# else fails here; this one shrinking or going away does not.
-KNOWN_CIRCLE = ("vitviz.analysis", "vitviz.capture", "vitviz.explain")
-
-
-def test_no_new_import_circle() -> None:
-    def known(module: str) -> bool:
-        return any(module == k or module.startswith(k + ".") for k in KNOWN_CIRCLE)
-
-    new = [c for c in circles(import_graph(PACKAGE_DIR)) if not all(known(m) for m in c)]
-    assert new == [], f"import circles: {new}"
+def test_no_import_circle_and_no_upward_import() -> None:
+    """DESIGN §2.7 over the whole package: imports only point down the layers
+    (``VITVIZ_LAYERS``), and no set of modules imports itself round."""
+    graph = import_graph(PACKAGE_DIR)
+    assert circles(graph) == []
+    assert upward_imports(graph, VITVIZ_LAYERS) == []
+    unranked = [m for m in graph if m != "vitviz" and layer_of(m, VITVIZ_LAYERS) is None]
+    assert unranked == []  # every module has a layer (the package's __init__ is the top)

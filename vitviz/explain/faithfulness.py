@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.explain.localisation import Localisation, localise
+from vitviz.explain.subject import Explained
 
 DEFAULT_STEPS = 20
 DEFAULT_BATCH = 64
@@ -243,7 +244,7 @@ def csv_rows(results: Sequence[ImageFaithfulness]) -> list[list[Any]]:
 
 
 def evaluate_methods(
-    analysis: Any,
+    analysis: Explained,
     names: Sequence[str],
     *,
     steps: int = DEFAULT_STEPS,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -27,13 +27,11 @@ from vitviz.explain.maps import attention_maps
 from vitviz.explain.params import Parameter
 from vitviz.explain.random_map import random_map
 from vitviz.explain.rollout import relevance
+from vitviz.explain.subject import Explained
 from vitviz.explain.tokens import min_max_scale
 
-if TYPE_CHECKING:
-    from vitviz.analysis import Analysis
-
 Query = tuple[int, int] | None
-Compute = Callable[["Analysis", Query, "int | None", Mapping[str, Any]], Tensor]
+Compute = Callable[[Explained, Query, "int | None", Mapping[str, Any]], Tensor]
 
 VIT = "vit"  # vitviz's own VisionTransformer
 MODEL_CODE = "model-code"  # a user's module run through vitviz.modelcode (attention captured)
@@ -131,7 +129,7 @@ class Method:
         """{name: command-line text} -> {name: typed value}, checked."""
         return {name: self.parameter(name).parse(text) for name, text in texts.items()}
 
-    def unavailable(self, analysis: Analysis) -> str | None:
+    def unavailable(self, analysis: Explained) -> str | None:
         """Why this method can't run on ``analysis`` (a plain sentence), or None if it can."""
         model = analysis.loaded.model if analysis.loaded is not None else None
         kept = getattr(analysis, "layers", None)  # a Swin's analysis keeps every block
@@ -181,7 +179,7 @@ class Method:
 
     def __call__(
         self,
-        analysis: Analysis,
+        analysis: Explained,
         query: Query = None,
         target_class: int | None = None,
         params: Mapping[str, Any] | None = None,
@@ -257,13 +255,13 @@ def method_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def methods_for(analysis: Analysis) -> tuple[Method, ...]:
+def methods_for(analysis: Explained) -> tuple[Method, ...]:
     """The methods that can run on ``analysis`` (its model kind, a head where needed)."""
     return tuple(m for m in _REGISTRY.values() if m.unavailable(analysis) is None)
 
 
 def compute_maps(
-    analysis: Analysis,
+    analysis: Explained,
     names: list[str] | tuple[str, ...],
     query: Query = None,
     target_class: int | None = None,
@@ -280,7 +278,7 @@ _CACHE_ATTR = "_explain_cache"
 _CACHE_SIZE = 4
 
 
-def _cached(analysis: Analysis, key: tuple, build: Callable[[], Any]) -> Any:
+def _cached(analysis: Explained, key: tuple, build: Callable[[], Any]) -> Any:
     """Per-analysis results that don't depend on the query (e.g. LRP per class), a few kept."""
     cache: dict[tuple, Any] = vars(analysis).setdefault(_CACHE_ATTR, {})
     if key not in cache:
@@ -290,11 +288,11 @@ def _cached(analysis: Analysis, key: tuple, build: Callable[[], Any]) -> Any:
     return cache[key]
 
 
-def _class(analysis: Analysis, target_class: int | None) -> int:
+def _class(analysis: Explained, target_class: int | None) -> int:
     return analysis.top_class if target_class is None else int(target_class)
 
 
-def _model_input(analysis: Analysis) -> tuple[Any, Tensor]:
+def _model_input(analysis: Explained) -> tuple[Any, Tensor]:
     assert analysis.loaded is not None
     model = analysis.loaded.model
     p = next(model.parameters())
@@ -330,28 +328,28 @@ DISCARD = Parameter(
 )  # fmt: skip
 
 
-def _attention(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+def _attention(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     return _head_index(p["head"], a.attention_maps(p["layer"], q))
 
 
-def _rollout(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+def _rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     return a.rollout(q, p["fusion"], None, p["discard_ratio"], p["start_layer"])
 
 
-def _gradient_rollout(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+def _gradient_rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     return a.gradient_rollout(c, q, p["discard_ratio"], p["start_layer"])
 
 
-def _relevance(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+def _relevance(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     return a.relevance(c, q, p["start_layer"])
 
 
-def _dino_masks(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+def _dino_masks(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     masks = a.dino_masks(p["layer"], p["threshold"], q).to(torch.float32)  # (H, gh, gw)
     return _head_index(p["head"], masks)
 
 
-def _transformer_attribution(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     cls = _class(a, c)
 
     def build() -> tuple[list[Tensor], list[Tensor]]:
@@ -363,20 +361,20 @@ def _transformer_attribution(a: Analysis, q: Query, c: int | None, p: Mapping[st
     return relevance(rel, grads, a.grid, a.num_prefix_tokens, a.query_token(q), p["start_layer"])[0]
 
 
-def _grad_sam(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+def _grad_sam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     # mean_{l,h}(G⁺ ⊙ A) was summed in the gradient pass: the query's row of it
     total = a.gradient_products(c).grad_sam[:, None]  # (1, 1, N, N)
     rows = attention_maps(total, a.grid, a.num_prefix_tokens, a.query_token(q))[:, 0]
     return min_max_scale(rows)[0]
 
 
-def _attention_gradcam(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+def _attention_gradcam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     g = a.gradient_products(c).last  # (1, H, N, N)
     attn = a.attention[-1].to(torch.float32)[None]
     return attention_gradcam(attn, g, a.grid, a.num_prefix_tokens, a.query_token(q))[0]
 
 
-def _gradcam(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+def _gradcam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     cls = _class(a, c)
 
     def build() -> Tensor:
@@ -386,7 +384,7 @@ def _gradcam(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tens
     return _cached(a, ("gradcam", cls), build).clone()  # the cached map stays as it is
 
 
-def _random(a: Analysis, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+def _random(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     return random_map(a.grid, p["seed"])
 
 
