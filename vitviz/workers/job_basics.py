@@ -1,5 +1,6 @@
 """What every job module of the engine shares: the error type for expected mistakes, and the
-photo's display copy. Below ``jobs`` and ``swin_jobs``, so neither imports the other for it."""
+photo's display copy. Below the ViT's and the Swin's job modules, so neither imports the other
+for it."""
 
 from __future__ import annotations
 
