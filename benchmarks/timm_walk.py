@@ -133,16 +133,20 @@ def walk_one(name: str, folder: Path, seed: int) -> list[tuple[str, str, str]]:
     save_for_hf(model, folder / name, safe_serialization=True)
     rows = []
     for form, path in (("bare", bare), ("folder", folder / name)):
-        try:
-            loaded = load_checkpoint(path)
-        except CheckpointError as exc:
-            rows.append((form, "refused", reason_of(str(exc))))
-            continue
-        rel, att = opened_errors(loaded, x, ref_logits, ref_attn)
-        wrong = rel > LOGITS_RTOL or (att is not None and att > ATTENTION_ATOL)
-        att_text = "—" if att is None else f"{att:.1e}"
-        rows.append((form, "OPEN-AND-WRONG" if wrong else "exact", f"{rel:.1e} / {att_text}"))
+        rows.append((form, *verdict(path, x, ref_logits, ref_attn)))
     return rows
+
+
+def verdict(path: Path, x: torch.Tensor, ref_logits, ref_attn) -> tuple[str, str]:
+    """(refused | exact | OPEN-AND-WRONG, the reason or the errors) of opening ``path``."""
+    try:
+        loaded = load_checkpoint(path)
+    except CheckpointError as exc:
+        return "refused", reason_of(str(exc))
+    rel, att = opened_errors(loaded, x, ref_logits, ref_attn)
+    wrong = rel > LOGITS_RTOL or (att is not None and att > ATTENTION_ATOL)
+    att_text = "—" if att is None else f"{att:.1e}"
+    return "OPEN-AND-WRONG" if wrong else "exact", f"{rel:.1e} / {att_text}"
 
 
 def param_count(name: str) -> float:
@@ -247,15 +251,7 @@ def walk_hf(model_type: str, folder: Path, seed: int) -> list[tuple[str, str, st
         model, x = built
         ref_logits, ref_attn = transformers_forward(model, x)
         model.save_pretrained(folder / form, safe_serialization=True)
-        try:
-            loaded = load_checkpoint(folder / form)
-        except CheckpointError as exc:
-            rows.append((form, "refused", reason_of(str(exc))))
-            continue
-        rel, att = opened_errors(loaded, x, ref_logits, ref_attn)
-        wrong = rel > LOGITS_RTOL or (att is not None and att > ATTENTION_ATOL)
-        att_text = "—" if att is None else f"{att:.1e}"
-        rows.append((form, "OPEN-AND-WRONG" if wrong else "exact", f"{rel:.1e} / {att_text}"))
+        rows.append((form, *verdict(folder / form, x, ref_logits, ref_attn)))
     return rows
 
 
