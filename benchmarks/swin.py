@@ -38,10 +38,10 @@ from _common import (
     print_timed_report,
 )
 
-from vitviz.explain.swin_analysis import SwinAnalysis, analyze_swin
-from vitviz.explain.swin_attention import query_row
-from vitviz.model.swin import SwinTransformer
-from vitviz.model.swin_config import SwinConfig
+from vitviz.kinds.swin.analysis import SwinAnalysis, analyze_swin
+from vitviz.kinds.swin.attention import query_row
+from vitviz.kinds.swin.config import SwinConfig
+from vitviz.kinds.swin.network import SwinTransformer
 
 TARGET_CPU = 1.3  # (b) / (a), at most
 TARGET_GPU = 1.5

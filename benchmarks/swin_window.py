@@ -34,10 +34,10 @@ from _common import (
     print_timed_report,
 )
 
-from vitviz.explain.swin_analysis import analyze_swin
-from vitviz.explain.swin_attention import query_row, token_at
-from vitviz.model.swin import SwinTransformer
-from vitviz.model.swin_config import SwinConfig
+from vitviz.kinds.swin.analysis import analyze_swin
+from vitviz.kinds.swin.attention import query_row, token_at
+from vitviz.kinds.swin.config import SwinConfig
+from vitviz.kinds.swin.network import SwinTransformer
 from vitviz.workers import jobs
 from vitviz.workers.messages import MapParams
 

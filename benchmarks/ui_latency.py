@@ -97,8 +97,8 @@ class Rig:
 
         torch.manual_seed(0)
         if variant == "swin-t":
-            from vitviz.model.swin import SwinTransformer
-            from vitviz.model.swin_config import SwinConfig
+            from vitviz.kinds.swin.config import SwinConfig
+            from vitviz.kinds.swin.network import SwinTransformer
 
             model = SwinTransformer(SwinConfig()).eval()  # Swin-T at 224 (the defaults)
         else:

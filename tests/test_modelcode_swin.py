@@ -11,10 +11,10 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from vitviz.explain.swin_analysis import analyze_swin
+from vitviz.kinds.swin.analysis import analyze_swin
+from vitviz.kinds.swin.modelcode import SwinCodeModel, swin_code_model
 from vitviz.modelcode import ModelCodeError, make_spec
 from vitviz.modelcode.load import load_model_code
-from vitviz.modelcode.swin_code import SwinCodeModel, swin_code_model
 
 SEED_FILE = Path(__file__).with_name("seed_swin_model.py")
 

@@ -13,8 +13,8 @@ from swin_helpers import tiny_torchvision_swin
 
 from vitviz import cli
 from vitviz.checkpoints import load_checkpoint
-from vitviz.explain.swin_analysis import analyze_swin
-from vitviz.explain.swin_export import swin_arrays
+from vitviz.kinds.swin.analysis import analyze_swin
+from vitviz.kinds.swin.export import swin_arrays
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ def _npz(path: Path) -> dict[str, np.ndarray]:
 
 def test_param_and_fusion_reach_the_swin_rollout(swin_ckpt, photo_files, tmp_path, capsys) -> None:
     """rollout.fusion from --param (and --fusion) is the fusion of the written rollout."""
-    from vitviz.explain.swin_methods import attention_map
+    from vitviz.kinds.swin.methods import attention_map
 
     image = photo_files["chelsea"]
     analysis = analyze_swin(load_checkpoint(swin_ckpt), image)

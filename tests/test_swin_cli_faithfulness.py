@@ -20,8 +20,8 @@ from vitviz.checkpoints import load_checkpoint
 from vitviz.cli import main
 from vitviz.explain.faithfulness import report
 from vitviz.explain.localisation import mask_grid_for
-from vitviz.explain.swin_analysis import analyze_swin
-from vitviz.explain.swin_faithfulness import evaluate_swin_methods
+from vitviz.kinds.swin.analysis import analyze_swin
+from vitviz.kinds.swin.faithfulness import evaluate_swin_methods
 
 STEPS = 3
 SWIN_METHODS = ["attention", "rollout", "gradient-rollout", "gradcam", "random"]

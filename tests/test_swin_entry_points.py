@@ -53,7 +53,7 @@ def test_the_method_table_says_which_methods_take_a_swin(capsys) -> None:
     import json
 
     from vitviz.explain.methods import Method, register_method, unregister_method
-    from vitviz.explain.swin_methods import swin_unavailable
+    from vitviz.kinds.swin.methods import swin_unavailable
 
     assert cli.main(["methods", "--json"]) == 0
     table = json.loads(capsys.readouterr().out)

@@ -10,8 +10,8 @@ from swin_helpers import tiny_torchvision_swin
 from zoo_helpers import images, max_diff
 
 from vitviz.checkpoints import load_checkpoint
-from vitviz.explain.swin_analysis import analyze_swin
-from vitviz.explain.swin_attention import image_attention, query_row
+from vitviz.kinds.swin.analysis import analyze_swin
+from vitviz.kinds.swin.attention import image_attention, query_row
 
 
 def _load(tmp_path, ref_model):
@@ -292,7 +292,7 @@ def test_rollout_fusions_heads_and_stage_queries(tmp_path, fusion, heads, query,
 def test_window_of_a_query_on_the_image_wraps_with_the_shift(tmp_path):
     """The tokens sharing a query's window, by the definition (loops over the padded shifted
     map), and the token under a point at each block's resolution."""
-    from vitviz.explain.swin_attention import query_window, token_at, window_ids
+    from vitviz.kinds.swin.attention import query_window, token_at, window_ids
 
     loaded = _load(tmp_path, tiny_torchvision_swin(window=4))
     result = analyze_swin(loaded, images(1, 60, 52)[0])

@@ -1,5 +1,5 @@
 """The window's export of a Swin writes what `vitviz-cli explain` writes for the same image and
-model (one writer, ``vitviz.swin_output``): the npz for the shown method with its parameters
+model (one writer, ``vitviz.kinds.swin.output``): the npz for the shown method with its parameters
 and class, and the map PNG; the head grid export draws every block's and head's thumbnail of the
 query, blocks labelled as in the window."""
 
@@ -15,8 +15,8 @@ from PIL import Image
 from swin_helpers import tiny_torchvision_swin
 
 from vitviz import cli
-from vitviz.explain.swin_attention import query_row, token_at
 from vitviz.export import heads_figure
+from vitviz.kinds.swin.attention import query_row, token_at
 from vitviz.workers import jobs
 from vitviz.workers.messages import MapParams
 

@@ -14,10 +14,10 @@ from test_explain_faithfulness import ref_auc, ref_order, ref_probability
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.explain import localise, random_map
-from vitviz.explain.swin_analysis import analyze_swin
-from vitviz.explain.swin_faithfulness import evaluate_swin_methods, first_stage_map
-from vitviz.explain.swin_gradcam import swin_token_gradcam
-from vitviz.explain.swin_methods import attention_map
+from vitviz.kinds.swin.analysis import analyze_swin
+from vitviz.kinds.swin.faithfulness import evaluate_swin_methods, first_stage_map
+from vitviz.kinds.swin.gradcam import swin_token_gradcam
+from vitviz.kinds.swin.methods import attention_map
 
 PATCH = 4
 

@@ -8,7 +8,7 @@ from swin_helpers import run_ours, tiny_hf_swin
 from zoo_helpers import ATTN_ATOL, LOGIT_ATOL, assert_close, images
 
 from vitviz.checkpoints import load_checkpoint
-from vitviz.model.swin import SwinTransformer
+from vitviz.kinds.swin.network import SwinTransformer
 
 
 def hf_reference(model, x):
@@ -83,7 +83,7 @@ def test_swin_model_in_memory_names(tmp_path):
 def test_attention_gradients_pair_with_their_own_block(tmp_path):
     """∂y_c/∂A_b of analyze_swin equals the gradient transformers' eager attention gets, block
     by block (shifted blocks and a padded size included)."""
-    from vitviz.explain.swin_analysis import analyze_swin
+    from vitviz.kinds.swin.analysis import analyze_swin
 
     ref_model = tiny_hf_swin(window=4)
     ref_model.save_pretrained(tmp_path / "swin")

@@ -11,9 +11,9 @@ import pytest
 import torch
 from swin_helpers import tiny_torchvision_swin
 
-from vitviz.explain.swin_analysis import analyze_swin
-from vitviz.explain.swin_attention import query_row, token_at
-from vitviz.explain.swin_stats import swin_head_statistics
+from vitviz.kinds.swin.analysis import analyze_swin
+from vitviz.kinds.swin.attention import query_row, token_at
+from vitviz.kinds.swin.stats import swin_head_statistics
 from vitviz.workers import jobs, swin_jobs
 from vitviz.workers.messages import MapParams, SwinImageResult, SwinMapsResult
 
@@ -118,7 +118,7 @@ def test_faithfulness_of_a_swin_is_evaluate_swin_methods(swin_ckpt: Path) -> Non
     """The shown method against random, with the mask beside the image, also after the
     gradient rollout was shown (its analysis, run again with gradients, keeps the geometry)."""
     from vitviz.explain.localisation import mask_grid_for
-    from vitviz.explain.swin_faithfulness import evaluate_swin_methods
+    from vitviz.kinds.swin.faithfulness import evaluate_swin_methods
     from vitviz.resources import sample_images
 
     image = sample_images()[0]

@@ -10,10 +10,10 @@ from swin_helpers import tiny_torchvision_swin
 from zoo_helpers import images
 
 from vitviz.checkpoints import load_checkpoint
-from vitviz.explain.swin_analysis import analyze_swin
-from vitviz.explain.swin_attention import image_attention
-from vitviz.explain.swin_export import swin_arrays
-from vitviz.explain.swin_stats import swin_head_statistics
+from vitviz.kinds.swin.analysis import analyze_swin
+from vitviz.kinds.swin.attention import image_attention
+from vitviz.kinds.swin.export import swin_arrays
+from vitviz.kinds.swin.stats import swin_head_statistics
 
 
 def _analysis(tmp_path, size=(60, 52)):
@@ -81,7 +81,7 @@ def _reference_cams(ref, x, classes: int):
 
 def test_token_gradcam_on_the_last_stage(tmp_path):
     """Against the definition computed by hand from torchvision's own model."""
-    from vitviz.explain.swin_gradcam import swin_token_gradcam
+    from vitviz.kinds.swin.gradcam import swin_token_gradcam
 
     ref = tiny_torchvision_swin(window=4)
     path = tmp_path / "swin.pth"

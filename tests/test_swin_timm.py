@@ -11,7 +11,7 @@ from swin_helpers import run_ours, tiny_timm_swin
 from zoo_helpers import ATTN_ATOL, LOGIT_ATOL, assert_close, images
 
 from vitviz.checkpoints import MissingSettingsError, load_checkpoint
-from vitviz.model.swin import SwinTransformer
+from vitviz.kinds.swin.network import SwinTransformer
 
 
 def timm_swin_reference(model, x):

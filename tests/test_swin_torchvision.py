@@ -8,7 +8,7 @@ from swin_helpers import run_ours, tiny_torchvision_swin
 from zoo_helpers import LOGIT_ATOL, assert_close, images
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.model.swin import SwinTransformer
+from vitviz.kinds.swin.network import SwinTransformer
 
 
 @pytest.mark.parametrize(

@@ -26,8 +26,8 @@ from test_ui_window import (
 
 from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint
-from vitviz.explain.swin_analysis import analyze_swin
-from vitviz.explain.swin_attention import query_row, token_at
+from vitviz.kinds.swin.analysis import analyze_swin
+from vitviz.kinds.swin.attention import query_row, token_at
 from vitviz.ui.head_grid import MEAN
 from vitviz.ui.main_window import MainWindow
 from vitviz.ui.window_outline import partition_segments
@@ -264,7 +264,7 @@ def test_faithfulness_panel_measures_the_swin_method_against_random(
     the average pool) against random, with the mask beside the sample image."""
     from vitviz import resources
     from vitviz.explain.localisation import mask_grid_for
-    from vitviz.explain.swin_faithfulness import evaluate_swin_methods
+    from vitviz.kinds.swin.faithfulness import evaluate_swin_methods
 
     window, _ = swin_shown
     v = window.viewer

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from vitviz.explain.swin_attention import query_window, window_ids
-from vitviz.model.swin_windows import WindowLayout
+from vitviz.kinds.swin.attention import query_window, window_ids
+from vitviz.kinds.swin.windows import WindowLayout
 from vitviz.ui.window_outline import partition_segments, window_segments
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from vitviz.checkpoints import load_checkpoint
-from vitviz.explain.swin_analysis import analyze_swin
-from vitviz.model.swin import SwinTransformer
+from vitviz.kinds.swin.analysis import analyze_swin
+from vitviz.kinds.swin.network import SwinTransformer
 from vitviz.training import loop
 from vitviz.training.config import (
     SWIN_PRESET,

@@ -60,8 +60,8 @@ def require_vit(loaded: LoadedModel) -> None:
     if getattr(loaded.model, "model_kind", "vit") == "swin":
         raise UnsupportedModelError(
             f"{loaded.name} is a Swin Transformer: analyze() takes ViTs; "
-            "vitviz.explain.swin_analysis.analyze_swin explains a Swin (and "
-            "vitviz.explain.swin_faithfulness measures its maps)."
+            "vitviz.kinds.swin.analysis.analyze_swin explains a Swin (and "
+            "vitviz.kinds.swin.faithfulness measures its maps)."
         )
 
 

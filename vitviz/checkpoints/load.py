@@ -16,7 +16,6 @@ import torch
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families import Family, Source, find_family
-from vitviz.checkpoints.families.swin_common import build_swin
 from vitviz.checkpoints.folders import FOLDER_ACCEPTED, beside, read_folder
 from vitviz.checkpoints.library_check import check_or_refuse
 from vitviz.checkpoints.loaded import LoadedModel
@@ -24,7 +23,8 @@ from vitviz.checkpoints.native import build_model, is_native, load_native
 from vitviz.checkpoints.reading import ACCEPTED, read_checkpoint, to_float
 from vitviz.checkpoints.sidecar import user_settings
 from vitviz.imaging import Preprocessing
-from vitviz.model.swin_config import SwinConfig
+from vitviz.kinds.swin.config import SwinConfig
+from vitviz.kinds.swin.families.common import build_swin
 
 # What user data can make a converter raise (wrong types, shapes, values in the file or the
 # settings). Caught at this one boundary and re-raised as a CheckpointError naming the file,

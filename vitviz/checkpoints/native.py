@@ -21,8 +21,8 @@ from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
+from vitviz.kinds.swin.config import SwinConfig
 from vitviz.model import VisionTransformer, ViTConfig
-from vitviz.model.swin_config import SwinConfig
 
 FORMAT_NAME = "vitviz"
 FORMAT_VERSION = "1"
@@ -138,7 +138,7 @@ def load_native(
     if len(names) != config.num_classes:
         names = default_class_names(config.num_classes)
     if swin:
-        from vitviz.checkpoints.families.swin_common import build_swin
+        from vitviz.kinds.swin.families.common import build_swin
 
         model = build_swin(config, state)  # type: ignore[arg-type]
     else:

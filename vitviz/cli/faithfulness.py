@@ -175,9 +175,9 @@ def _measure_swin(
     loaded: Any, path: Path, names: list[str], params: dict[str, Any], args: argparse.Namespace
 ) -> tuple[ImageFaithfulness, Any]:
     """One image through ``analyze_swin`` and ``evaluate_swin_methods``."""
-    from vitviz.explain.swin_analysis import analyze_swin
-    from vitviz.explain.swin_faithfulness import evaluate_swin_methods
     from vitviz.imaging import ImageLoadError
+    from vitviz.kinds.swin.analysis import analyze_swin
+    from vitviz.kinds.swin.faithfulness import evaluate_swin_methods
 
     try:
         analysis = analyze_swin(loaded, path, gradients="gradient-rollout" in names)
@@ -214,7 +214,7 @@ def _evaluate(
 
 def _refuse_ignored_params(given: dict[str, dict[str, Any]]) -> None:
     """A ``--param`` a Swin's version of its method does not take is refused, not ignored."""
-    from vitviz.explain.swin_methods import SWIN_PARAMETERS
+    from vitviz.kinds.swin.methods import SWIN_PARAMETERS
 
     for method, values in given.items():
         taken = SWIN_PARAMETERS.get(method, frozenset())

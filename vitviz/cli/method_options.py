@@ -57,7 +57,7 @@ def unavailable_on(m: Method, loaded: Any, layers: tuple[int, ...] | None = None
     versions' (``swin_unavailable``) for a Swin."""
     head = has_head(loaded)
     if getattr(loaded.model, "model_kind", None) == "swin":
-        from vitviz.explain.swin_methods import swin_unavailable
+        from vitviz.kinds.swin.methods import swin_unavailable
 
         return swin_unavailable(m.name, m.label, head, loaded.model)
     depth = int(loaded.model.config.depth) if layers is not None else None

@@ -1,7 +1,7 @@
 """``vitviz-cli explain`` for a Swin: per image the npz of issue 16 item 2 (``swin_arrays`` plus
 ``class_names``, ``input`` and ``map_<name>``) and ``<stem>_rollout.png`` (the windowed rollout
 over the model input), plus ``<stem>_<name>.png`` for each other ``--method`` a Swin takes; all
-written by ``vitviz.swin_output``, as the window's export does.
+written by ``vitviz.kinds.swin.output``, as the window's export does.
 
 ``--param METHOD.PARAMETER=VALUE`` and ``--fusion`` reach the Swin versions of the methods
 (``swin_methods.SWIN_PARAMETERS``: rollout's fusion, attention's layer, i.e. block, and head); a
@@ -28,7 +28,7 @@ def swin_methods_for(
     """The ``--method`` names besides rollout (always written), checked: one that can't run on
     a Swin is refused in one line naming why."""
     from vitviz.explain.methods import get_method
-    from vitviz.explain.swin_methods import swin_unavailable
+    from vitviz.kinds.swin.methods import swin_unavailable
 
     chosen = []
     for name in dict.fromkeys(names or ()):
@@ -60,7 +60,7 @@ def swin_method_params(
     and the shared options (--fusion reaches the rollout). A ``--param``, ``--discard`` or
     ``--start-layer`` no method here takes on a Swin is refused in one line saying why."""
     from vitviz.cli.method_options import parse_param_options
-    from vitviz.explain.swin_methods import NOT_ON_SWIN, swin_parameter_refusal, swin_params
+    from vitviz.kinds.swin.methods import NOT_ON_SWIN, swin_parameter_refusal, swin_params
 
     computed = ["rollout", *names]
     given = parse_param_options(args.params)
@@ -116,10 +116,10 @@ def note_unused_options(args: argparse.Namespace) -> None:
 def explain_swin(args: argparse.Namespace, loaded: Any, device: Any) -> int:
     """Every image of ``args.images`` through ``analyze_swin``; exit code as for ViTs."""
     from vitviz.cli.explain_batch import expand_images
-    from vitviz.explain.swin_analysis import analyze_swin
     from vitviz.export import output_stem
     from vitviz.imaging import ImageLoadError
-    from vitviz.swin_output import (
+    from vitviz.kinds.swin.analysis import analyze_swin
+    from vitviz.kinds.swin.output import (
         SwinMapSettings,
         swin_output_maps,
         write_swin_npz,

@@ -35,7 +35,7 @@ Compute = Callable[[Explained, Query, "int | None", Mapping[str, Any]], Tensor]
 
 VIT = "vit"  # vitviz's own VisionTransformer
 MODEL_CODE = "model-code"  # a user's module run through vitviz.modelcode (attention captured)
-SWIN = "swin"  # a Swin Transformer: its version of the method is in vitviz.explain.swin_methods
+SWIN = "swin"  # a Swin Transformer: its version of the method is in vitviz.kinds.swin.methods
 SCALINGS = ("none", "max", "min-max", "share")
 # The layers' attention a method reads: any (its layer parameter picks one kept layer, or it
 # reads none), every (refused on an analysis that kept only some layers), last (the last one)

@@ -11,6 +11,7 @@ from torch import nn
 
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
+from vitviz.kinds.swin.modelcode import swin_code_model, window_attention_modules
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
 from vitviz.modelcode.batching import FixedBatch
 from vitviz.modelcode.blocks import block_counts
@@ -30,7 +31,6 @@ from vitviz.modelcode.importing import (
 )
 from vitviz.modelcode.layout import PatchLayout, find_layout, patch_conv
 from vitviz.modelcode.spec import ModelCodeSpec, read_class_names
-from vitviz.modelcode.swin_code import swin_code_model, window_attention_modules
 from vitviz.modelcode.weights import FoundWeights, find_weights
 
 FAMILY = "model-code"

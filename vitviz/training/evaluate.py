@@ -69,7 +69,7 @@ def map_mass(maps: Tensor, coverage: Tensor) -> Tensor:
 
 def swin_rollout_maps(out: Any) -> Tensor:
     """A Swin's windowed rollout of every image of a batch (SwinOutput): (B, H_0, W_0)."""
-    from vitviz.explain.swin_rollout import PreparedSwinRollout, fused_blocks
+    from vitviz.kinds.swin.rollout import PreparedSwinRollout, fused_blocks
 
     maps = []
     for b in range(out.logits.shape[0]):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from torch import nn
 
+from vitviz.kinds.swin.config import SwinConfig
+from vitviz.kinds.swin.network import SwinTransformer
 from vitviz.model import VisionTransformer, ViTConfig
-from vitviz.model.swin import SwinTransformer
-from vitviz.model.swin_config import SwinConfig
 from vitviz.training.config import TrainConfig
 
 

@@ -44,9 +44,9 @@ def swin_probe_maps(model: nn.Module, x: Tensor) -> tuple[np.ndarray, np.ndarray
     first stage's grid (H_0, W_0) float32 scaled to max 1; the last block's attention, mean over
     heads and over its grid's queries (what the average pool reads), on the last stage's grid
     (H_S, W_S) float32 (rows sum to 1, so it sums to 1); the predicted class."""
-    from vitviz.explain.swin_analysis import analyze_swin
-    from vitviz.explain.swin_attention import windowed_attention
-    from vitviz.explain.swin_rollout import window_step
+    from vitviz.kinds.swin.analysis import analyze_swin
+    from vitviz.kinds.swin.attention import windowed_attention
+    from vitviz.kinds.swin.rollout import window_step
 
     was_training = model.training
     model.eval()

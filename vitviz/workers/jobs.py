@@ -327,7 +327,7 @@ def faithfulness(
     mask lies beside it. A Swin's maps are ``swin_method_map``'s (``evaluate_swin_methods``)."""
     from vitviz.explain.faithfulness import evaluate_methods
     from vitviz.explain.localisation import mask_grid_for
-    from vitviz.explain.swin_faithfulness import evaluate_swin_methods
+    from vitviz.kinds.swin.faithfulness import evaluate_swin_methods
 
     a = state.analysis
     if a is None:

@@ -54,7 +54,7 @@ def summarize_swin(loaded: Any, device: str) -> ModelSummary:
 def unavailable(loaded: Any) -> dict[str, str]:
     """{method name: why it can't run on a Swin} over the whole method table."""
     from vitviz.explain.methods import all_methods
-    from vitviz.explain.swin_methods import swin_unavailable
+    from vitviz.kinds.swin.methods import swin_unavailable
 
     has_head = loaded.model.config.num_classes > 0 and bool(loaded.class_names)
     model = loaded.model
@@ -64,7 +64,7 @@ def unavailable(loaded: Any) -> dict[str, str]:
 
 def block_infos(analysis: Any, patch_size: int) -> tuple[SwinBlockInfo, ...]:
     """Per block: stage, index in its stage, window, shift, heads, token size, grid."""
-    from vitviz.explain.swin_stats import token_pixels
+    from vitviz.kinds.swin.stats import token_pixels
 
     out, counts = [], {}
     for attn, layout, stage in zip(
@@ -119,11 +119,11 @@ def analyze_swin_image(
 ) -> SwinImageResult:
     """``jobs.analyze_image`` for a Swin: one ``analyze_swin`` pass, the numbers the window
     draws (the block layout, head statistics per block and head, predictions)."""
-    from vitviz.explain.swin_analysis import analyze_swin
-    from vitviz.explain.swin_attention import window_ids
-    from vitviz.explain.swin_methods import ignored_parameters
-    from vitviz.explain.swin_stats import swin_head_statistics
     from vitviz.imaging import ImageLoadError
+    from vitviz.kinds.swin.analysis import analyze_swin
+    from vitviz.kinds.swin.attention import window_ids
+    from vitviz.kinds.swin.methods import ignored_parameters
+    from vitviz.kinds.swin.stats import swin_head_statistics
 
     loaded = state.loaded
     start = time.perf_counter()
@@ -191,8 +191,8 @@ def query_point(query: tuple[int, int] | None, patch: int) -> tuple[float, float
 
 def query_tokens(analysis: Any, point: tuple[float, float] | None, patch: int) -> list[int]:
     """Per block the token covering ``point`` (−1 for every block when there is no point)."""
-    from vitviz.explain.swin_attention import token_at
-    from vitviz.explain.swin_stats import token_pixels
+    from vitviz.kinds.swin.attention import token_at
+    from vitviz.kinds.swin.stats import token_pixels
 
     if point is None:
         return [-1] * len(analysis.layouts)
@@ -207,7 +207,7 @@ def block_rows(analysis: Any, block: int, token: int) -> np.ndarray:
     mean row over every token, what the average pool reads)."""
     import torch
 
-    from vitviz.explain.swin_attention import from_slots, query_row, windowed_attention
+    from vitviz.kinds.swin.attention import from_slots, query_row, windowed_attention
 
     attn, layout = analysis.attentions[block], analysis.layouts[block]
     H, W = layout.grid
@@ -223,7 +223,7 @@ def block_rows(analysis: Any, block: int, token: int) -> np.ndarray:
 def resample_index(cells: tuple[int, int], cell_px: int, token_px: int, grid: tuple[int, int]):
     """Nearest resampling of a block's grid onto a grid of ``cells`` cells of ``cell_px`` input
     pixels: for each cell the row and column of the block token covering its centre."""
-    from vitviz.explain.swin_attention import covering_tokens
+    from vitviz.kinds.swin.attention import covering_tokens
 
     ys = covering_tokens(cells[0], cell_px, token_px, grid[0]).numpy()
     xs = covering_tokens(cells[1], cell_px, token_px, grid[1]).numpy()
@@ -232,7 +232,7 @@ def resample_index(cells: tuple[int, int], cell_px: int, token_px: int, grid: tu
 
 def _with_gradients(state: Any, target: int) -> Any:
     """The analysis with ∂y_target/∂A_b (the pass again, on the same input, when it lacks them)."""
-    from vitviz.explain.swin_analysis import analyze_swin
+    from vitviz.kinds.swin.analysis import analyze_swin
 
     a = state.analysis
     if a.gradients is None or a.target_class != target:
@@ -246,9 +246,9 @@ def _with_gradients(state: Any, target: int) -> Any:
 def swin_maps(state: Any, params: MapParams) -> SwinMapsResult:
     """``jobs.compute_maps`` for a Swin: every block's and head's attention of the query, the
     mean over heads, and the chosen method's map."""
-    from vitviz.explain.swin_methods import swin_method_map
-    from vitviz.explain.swin_stats import token_pixels
     from vitviz.imaging.colormaps import nice_levels
+    from vitviz.kinds.swin.methods import swin_method_map
+    from vitviz.kinds.swin.stats import token_pixels
 
     a = state.analysis
     patch = state.loaded.model.config.patch_size
@@ -321,7 +321,7 @@ def export_swin(
     map: every block's window attention is in the npz already), its parameters and ``--class``
     the chosen class; 'view' the map on screen over the model input; 'heads' the
     query's thumbnails (every block and head, as the head grid shows them) as one picture."""
-    from vitviz.swin_output import (
+    from vitviz.kinds.swin.output import (
         export_settings,
         swin_map_picture,
         swin_output_maps,

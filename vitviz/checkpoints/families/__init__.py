@@ -12,14 +12,14 @@ from vitviz.checkpoints.families import (
     huggingface,
     lucidrains,
     own,
-    swin_huggingface,
-    swin_timm,
-    swin_torchvision,
     timm,
     torchvision,
     tutorial,
 )
 from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.kinds.swin.families import huggingface as swin_huggingface
+from vitviz.kinds.swin.families import timm as swin_timm
+from vitviz.kinds.swin.families import torchvision as swin_torchvision
 
 FAMILIES: tuple[Family, ...] = (
     own.FAMILY,

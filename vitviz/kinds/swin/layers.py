@@ -9,9 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitviz.model.layers import DropPath, make_activation
-from vitviz.model.swin_config import SwinConfig
-from vitviz.model.swin_windows import (
+from vitviz.kinds.swin.config import SwinConfig
+from vitviz.kinds.swin.windows import (
     WindowLayout,
     block_layout,
     partition,
@@ -19,6 +18,7 @@ from vitviz.model.swin_windows import (
     shift_mask,
     unpartition,
 )
+from vitviz.model.layers import DropPath, make_activation
 
 
 class SwinPatchEmbed(nn.Module):

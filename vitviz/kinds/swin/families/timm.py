@@ -23,7 +23,11 @@ from torch import Tensor
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, Source
 from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, dropped
-from vitviz.checkpoints.families.swin_common import (
+from vitviz.checkpoints.families.timm_arch import ArchError, swin_v2_windows
+from vitviz.checkpoints.labels import names_from_timm
+from vitviz.checkpoints.library_check import Reference
+from vitviz.checkpoints.preprocessing import timm_preprocessing
+from vitviz.kinds.swin.families.common import (
     BLOCK_PARTS,
     check_numbering,
     finish_swin,
@@ -33,10 +37,6 @@ from vitviz.checkpoints.families.swin_common import (
     stage_blocks,
     take_block,
 )
-from vitviz.checkpoints.families.timm_arch import ArchError, swin_v2_windows
-from vitviz.checkpoints.labels import names_from_timm
-from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
 
 LOOKS_LIKE = "a timm Swin Transformer"
 _BLOCK = r"layers\.(\d+)\.blocks\.(\d+)\.norm1\.weight$"

@@ -16,10 +16,10 @@ from PIL import Image
 
 from vitviz.checkpoints.atomic import atomic_path
 from vitviz.explain.methods import get_method
-from vitviz.explain.swin_analysis import SwinAnalysis
-from vitviz.explain.swin_export import swin_arrays
-from vitviz.explain.swin_methods import swin_method_map
 from vitviz.imaging.overlay import overlay_on_image, save_png
+from vitviz.kinds.swin.analysis import SwinAnalysis
+from vitviz.kinds.swin.export import swin_arrays
+from vitviz.kinds.swin.methods import swin_method_map
 
 ALWAYS = ("rollout",)  # written for every Swin, whatever else is asked
 OPACITY = 0.6  # the CLI's PNGs (the window's view export uses the slider's)
@@ -49,7 +49,7 @@ def export_settings(
     """The window's npz export: the maps ``vitviz-cli explain --method <method>`` writes, with
     the shown method's ``values`` (those a Swin version does not take are dropped: the window
     disables their controls). A method a Swin can't take, or attention, adds nothing."""
-    from vitviz.explain.swin_methods import swin_params, swin_unavailable
+    from vitviz.kinds.swin.methods import swin_params, swin_unavailable
 
     usable = swin_unavailable(method, method, has_head, model) is None
     methods = (method,) if usable and method not in (*ALWAYS, "attention") else ()

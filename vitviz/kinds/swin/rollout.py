@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from vitviz.explain.fusion import fuse_heads
-from vitviz.explain.swin_attention import from_slots, to_slots, windowed_attention
-from vitviz.model.swin_windows import WindowLayout
+from vitviz.kinds.swin.attention import from_slots, to_slots, windowed_attention
+from vitviz.kinds.swin.windows import WindowLayout
 
 
 def fused_blocks(

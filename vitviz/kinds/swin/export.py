@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vitviz.explain.swin_analysis import SwinAnalysis
+from vitviz.kinds.swin.analysis import SwinAnalysis
 
 
 def attention_key(stage: int, block: int) -> str:

@@ -18,8 +18,8 @@ from vitviz.checkpoints.families.base import Conversion, Source
 from vitviz.checkpoints.families.common import Taker, check_channels
 from vitviz.checkpoints.labels import resolve_class_names
 from vitviz.imaging import Preprocessing
-from vitviz.model.swin import SwinTransformer
-from vitviz.model.swin_config import SwinConfig
+from vitviz.kinds.swin.config import SwinConfig
+from vitviz.kinds.swin.network import SwinTransformer
 
 SWIN_FIELDS = frozenset(f.name for f in dataclasses.fields(SwinConfig))
 _EXTRAS = frozenset({"class_names", "preprocessing"})

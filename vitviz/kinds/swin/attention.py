@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from vitviz.model.swin_windows import WindowLayout, slots_on
+from vitviz.kinds.swin.windows import WindowLayout, slots_on
 
 DENSE_LIMIT = 4096  # tokens: beyond this, ``image_attention`` refuses (use rows or windows)
 

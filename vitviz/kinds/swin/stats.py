@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from vitviz.explain.swin_attention import windowed_attention
-from vitviz.model.swin_windows import WindowLayout, slots_on
+from vitviz.kinds.swin.attention import windowed_attention
+from vitviz.kinds.swin.windows import WindowLayout, slots_on
 
 
 def token_pixels(patch_size: int, stage: int) -> int:

@@ -16,7 +16,8 @@ from torch import Tensor
 
 from vitviz.checkpoints.families.base import Conversion, Family, Source
 from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker
-from vitviz.checkpoints.families.swin_common import (
+from vitviz.checkpoints.preprocessing import crop_pct_for
+from vitviz.kinds.swin.families.common import (
     check_numbering,
     finish_swin,
     infer_stages,
@@ -24,7 +25,6 @@ from vitviz.checkpoints.families.swin_common import (
     stage_blocks,
     take_block,
 )
-from vitviz.checkpoints.preprocessing import crop_pct_for
 
 LOOKS_LIKE = "a torchvision Swin Transformer"
 _BLOCK = r"features\.(\d+)\.(\d+)\.norm1\.weight$"

@@ -13,10 +13,10 @@ import torch
 from torch import Tensor
 
 from vitviz.explain.random_map import random_map
-from vitviz.explain.swin_analysis import SwinAnalysis
-from vitviz.explain.swin_attention import from_slots, query_row, windowed_attention
-from vitviz.explain.swin_gradcam import swin_token_gradcam
-from vitviz.model.swin import SwinTransformer
+from vitviz.kinds.swin.analysis import SwinAnalysis
+from vitviz.kinds.swin.attention import from_slots, query_row, windowed_attention
+from vitviz.kinds.swin.gradcam import swin_token_gradcam
+from vitviz.kinds.swin.network import SwinTransformer
 
 # the parameters each takes on a Swin (the table's others are the ViT's: discard ratio, start layer)
 SWIN_PARAMETERS = {
@@ -177,3 +177,29 @@ def swin_method_map(
     if name == "random":
         return random_map(tuple(analysis.stage_grids[0]), int(p.get("seed", 0)))
     raise ValueError(swin_unavailable(name, name, True) or f"unknown method {name!r}")
+
+
+def implementation(name: str) -> Any:
+    """The Swin version of table method ``name`` as a kind implementation (analysis, query cell
+    of the first stage's grid or None, target class, parameters) -> map; None without one."""
+    if name not in SWIN_PARAMETERS:
+        return None
+
+    def compute(
+        analysis: SwinAnalysis,
+        query: tuple[int, int] | None,
+        target_class: int | None,
+        params: Mapping[str, Any],
+    ) -> Tensor:
+        from vitviz.kinds.swin.attention import token_at
+
+        model = analysis.loaded.model if analysis.loaded is not None else None
+        token = None
+        if query is not None:
+            last = len(analysis.stage_grids) - 1
+            point = ((query[0] + 0.5) * analysis.patch_size, (query[1] + 0.5) * analysis.patch_size)
+            layout = analysis.layouts[-1]
+            token = (token_at(layout, analysis.patch_size * 2**last, point), last)
+        return swin_method_map(analysis, model, name, token, target_class, params)
+
+    return compute

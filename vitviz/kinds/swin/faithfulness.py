@@ -27,9 +27,9 @@ from vitviz.explain.faithfulness import (
     ImageFaithfulness,
     faithfulness,
 )
-from vitviz.explain.swin_analysis import SwinAnalysis, analyze_swin
-from vitviz.explain.swin_attention import covering_tokens
-from vitviz.explain.swin_methods import swin_method_map, swin_unavailable
+from vitviz.kinds.swin.analysis import SwinAnalysis, analyze_swin
+from vitviz.kinds.swin.attention import covering_tokens
+from vitviz.kinds.swin.methods import swin_method_map, swin_unavailable
 
 
 def first_stage_map(map_: Tensor, stage_grids: Sequence[tuple[int, int]]) -> Tensor:

@@ -26,8 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from vitviz.model.swin import SwinOutput
-from vitviz.model.swin_windows import WindowLayout
+from vitviz.kinds.swin.network import SwinOutput
+from vitviz.kinds.swin.windows import WindowLayout
 from vitviz.modelcode.adapter import extract_logits
 from vitviz.modelcode.errors import ModelCodeError
 

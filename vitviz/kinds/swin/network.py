@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
-from vitviz.model.swin_config import SwinConfig
-from vitviz.model.swin_layers import PatchMerging, SwinBlock, SwinPatchEmbed
-from vitviz.model.swin_windows import WindowLayout
+from vitviz.kinds.swin.config import SwinConfig
+from vitviz.kinds.swin.layers import PatchMerging, SwinBlock, SwinPatchEmbed
+from vitviz.kinds.swin.windows import WindowLayout
 
 
 @dataclass

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vitviz.explain.swin_rollout import PreparedSwinRollout, fused_blocks, gradient_blocks
 from vitviz.imaging.geometry import PatchGeometry
-from vitviz.model.swin import SwinTransformer
-from vitviz.model.swin_windows import WindowLayout
+from vitviz.kinds.swin.network import SwinTransformer
+from vitviz.kinds.swin.rollout import PreparedSwinRollout, fused_blocks, gradient_blocks
+from vitviz.kinds.swin.windows import WindowLayout
 
 
 @dataclass
@@ -34,6 +34,9 @@ class SwinAnalysis:
     pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
     source: Any = None  # the decoded source image (PIL, at most OVERLAY_MAX_SIDE on its long side)
     geometry: PatchGeometry | None = None  # model input <-> source pixels (None: a tensor input)
+    patch_size: int = 0  # input pixels per side of a first-stage token
+    loaded: Any = field(default=None, repr=False)  # the LoadedModel analysed, when one was given
+    kind: str = "swin"  # the model kind (vitviz.kinds)
 
     _prepared: dict[tuple, PreparedSwinRollout] = field(default_factory=dict, repr=False)
 
@@ -136,6 +139,8 @@ def analyze_swin(
         pixels=pixels,
         source=source,
         geometry=geometry,
+        patch_size=int(model.config.patch_size),
+        loaded=model_or_loaded if model_or_loaded is not model else None,
     )
 
 

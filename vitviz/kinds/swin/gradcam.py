@@ -12,7 +12,7 @@ from torch import Tensor
 
 from vitviz.explain.targets import target_classes
 from vitviz.explain.tokens import min_max_scale
-from vitviz.model.swin import SwinTransformer
+from vitviz.kinds.swin.network import SwinTransformer
 
 
 def swin_token_gradcam(

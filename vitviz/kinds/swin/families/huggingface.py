@@ -32,7 +32,9 @@ from vitviz.checkpoints.families.common import (
     dropped,
     fuse_qkv,
 )
-from vitviz.checkpoints.families.swin_common import (
+from vitviz.checkpoints.labels import names_from_id2label
+from vitviz.checkpoints.preprocessing import hf_preprocessing
+from vitviz.kinds.swin.families.common import (
     check_numbering,
     finish_swin,
     infer_stages,
@@ -40,8 +42,6 @@ from vitviz.checkpoints.families.swin_common import (
     refuse_leftovers,
     stage_blocks,
 )
-from vitviz.checkpoints.labels import names_from_id2label
-from vitviz.checkpoints.preprocessing import hf_preprocessing
 
 LOOKS_LIKE = "a Hugging Face Swin"
 _PATCH = "embeddings.patch_embeddings.projection.weight"

@@ -1,0 +1,1 @@
+"""The Swin kind's checkpoint families: torchvision, timm and Hugging Face layouts."""
