@@ -17,6 +17,7 @@ import torch
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families import Family, Source, find_family
 from vitviz.checkpoints.folders import FOLDER_ACCEPTED, beside, read_folder
+from vitviz.checkpoints.hub_paths import resolve_hub_reference
 from vitviz.checkpoints.library_check import check_or_refuse
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import build_model, is_native, load_native
@@ -57,7 +58,7 @@ def load_checkpoint(
     """
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-    p = Path(path)
+    p = resolve_hub_reference(path)  # a hub cache repository folder or model id: its snapshot
     try:
         loaded = _load(p, config, dtype)
     except CheckpointError:
