@@ -162,7 +162,9 @@ class ModelKind(Protocol):
         CheckpointError naming the keys or shapes that don't fit."""
         ...
 
-    def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Sequence[Tensor] | None]:
+    def library_outputs(
+        self, model: nn.Module, x: Tensor
+    ) -> tuple[Tensor, Sequence[Tensor] | None]:
         """``model``'s logits (B, classes) of x (B, C, H, W) and the attention maps (L × (B, heads,
         N, N)) comparable with the library model it claims to be; None: its maps aren't the
         library's (a Swin's windows), only the logits are compared."""
