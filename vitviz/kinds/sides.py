@@ -30,9 +30,11 @@ SettingValue = int | float | str | bool | tuple[int, ...] | None
 
 # -- loading ---------------------------------------------------------------------------------------
 class ModelConfig(Protocol):
-    """A kind's model config as the shared code reads it (``ViTConfig``, ``SwinConfig``)."""
+    """A kind's model config as the shared code reads it (``ViTConfig``, ``SwinConfig``):
+    ``patch_size`` is the side in pixels of its finest tokens (a Swin's first stage)."""
 
     image_size: tuple[int, int]
+    patch_size: int
     in_channels: int
     num_classes: int
 
