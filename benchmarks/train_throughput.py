@@ -80,11 +80,11 @@ def children_peak_rss_mib() -> float:
 def make_model(model: str):
     """The benchmarked model, freshly initialised: the tutorials' ViT or the swin preset."""
     from vitviz.model import create_model
-    from vitviz.training.config import SWIN_PRESET, TrainConfig
+    from vitviz.training.config import PRESETS, TrainConfig
     from vitviz.training.models import build_model
 
     if model == "swin":
-        return build_model(TrainConfig(**SWIN_PRESET), CLASSES, 3)
+        return build_model(TrainConfig(**PRESETS["swin"]), CLASSES, 3)
     return create_model("cifar10-tutorial")
 
 
@@ -146,7 +146,7 @@ def vitviz_loop(
 ) -> list[float]:
     """vitviz.training.run_training over the same number of steps; perf_counter per step (and
     ``after_step(i)``, i = 1.. steps, when given)."""
-    from vitviz.training.config import SWIN_PRESET, TrainConfig
+    from vitviz.training.config import PRESETS, TrainConfig
     from vitviz.training.loop import run_training
 
     stamps = [time.perf_counter()]
@@ -158,7 +158,7 @@ def vitviz_loop(
                 after_step(len(stamps) - 1)
 
     with tempfile.TemporaryDirectory() as tmp:
-        preset = SWIN_PRESET if model_kind == "swin" else {}
+        preset = PRESETS["swin"] if model_kind == "swin" else {}
         cfg = TrainConfig(
             **{**preset, "image_size": IMAGE},
             dataset="random",

@@ -152,6 +152,8 @@ VITVIZ_LAYERS: dict[str, int] = {
     "kinds.swin.families": 3,
     "kinds.swin.modelcode": 4,
     **dict.fromkeys(("kinds.swin", "kinds.swin.output", "kinds.vit"), 5),
+    "kinds.sides": 1,  # the torch-free types of the kinds' loading, model-code, training sides
+    **dict.fromkeys(("kinds.swin.training", "kinds.swin.code_side", "kinds.vit.training"), 5),
     **dict.fromkeys(("batch", "export", "folder_stats", "training"), 5),
     "cli": 6,
     "workers": 7,

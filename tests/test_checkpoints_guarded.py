@@ -74,8 +74,8 @@ def detectors_see(monkeypatch: pytest.MonkeyPatch) -> list[tuple[type, type]]:
 
         return wrapped
 
-    spied = tuple(Family(f.name, spy(f.detect), f.convert) for f in families.FAMILIES)
-    monkeypatch.setattr(families, "FAMILIES", spied)
+    spied = tuple(Family(f.name, spy(f.detect), f.convert) for f in families.all_families())
+    monkeypatch.setattr(families, "all_families", lambda: spied)
     return seen
 
 

@@ -260,9 +260,9 @@ def test_a_bug_in_a_converter_is_not_hidden(tmp_path: Path, monkeypatch) -> None
 
     replaced = tuple(
         families.Family(f.name, f.detect, broken) if f is tv.FAMILY else f
-        for f in families.FAMILIES
+        for f in families.all_families()
     )
-    monkeypatch.setattr(families, "FAMILIES", replaced)
+    monkeypatch.setattr(families, "all_families", lambda: replaced)
     with pytest.raises(AttributeError, match="a bug in vitviz"):
         load_checkpoint(tv_checkpoint(tmp_path))
 

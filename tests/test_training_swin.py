@@ -13,9 +13,9 @@ import torch
 from vitviz.checkpoints import load_checkpoint
 from vitviz.kinds.swin.analysis import analyze_swin
 from vitviz.kinds.swin.network import SwinTransformer
+from vitviz.kinds.swin.training import SWIN_PRESET
 from vitviz.training import loop
 from vitviz.training.config import (
-    SWIN_PRESET,
     TrainConfig,
     equivalent_command,
     preset_config,

@@ -34,6 +34,7 @@ from vitviz.checkpoints.cache import cache_home
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.folders import folder_weights
 from vitviz.checkpoints.reading import read_checkpoint, to_float
+from vitviz.kinds import kind_of
 
 LOGITS_RTOL = 1e-4
 ATTENTION_ATOL = 1e-5
@@ -175,17 +176,14 @@ def compare(model: nn.Module, weights: Path, ref: Reference, version: str) -> Ch
     h, w = cfg.image_size
     x = torch.randn(1, cfg.in_channels, h, w, generator=g)
     ref_logits, ref_attn = forward(theirs, x)
-    if getattr(model, "model_kind", "vit") != "vit":  # a Swin: its windows' maps aren't timm's
-        with torch.no_grad():
-            return CheckResult(version, ref.arch, _relative(model(x), ref_logits), None)
-    with torch.no_grad():
-        out = model.forward_explained(x, capture_attention=True)
-    logits = _relative(out.logits, ref_logits)
+    with torch.no_grad():  # its kind says which of its outputs the library's are comparable with
+        mine, attentions = kind_of(model).library_outputs(model, x)
+    logits = _relative(mine, ref_logits)
     attention = None
-    if ref_attn:
-        same = len(ref_attn) == len(out.attentions)
+    if ref_attn and attentions is not None:
+        same = len(ref_attn) == len(attentions)
         attention = (
-            max(_max_abs(a, b) for a, b in zip(out.attentions, ref_attn, strict=True))
+            max(_max_abs(a, b) for a, b in zip(attentions, ref_attn, strict=True))
             if same
             else float("inf")
         )

@@ -20,12 +20,11 @@ from vitviz.checkpoints.folders import FOLDER_ACCEPTED, beside, read_folder
 from vitviz.checkpoints.hub_paths import resolve_hub_reference
 from vitviz.checkpoints.library_check import check_or_refuse
 from vitviz.checkpoints.loaded import LoadedModel
-from vitviz.checkpoints.native import build_model, is_native, load_native
+from vitviz.checkpoints.native import is_native, load_native
 from vitviz.checkpoints.reading import ACCEPTED, read_checkpoint, to_float
 from vitviz.checkpoints.sidecar import user_settings
 from vitviz.imaging import Preprocessing
-from vitviz.kinds.swin.config import SwinConfig
-from vitviz.kinds.swin.families.common import build_swin
+from vitviz.kinds import get_kind
 
 # What user data can make a converter raise (wrong types, shapes, values in the file or the
 # settings). Caught at this one boundary and re-raised as a CheckpointError naming the file,
@@ -136,9 +135,9 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
     if prefix:
         conversion.notes.insert(0, f"weights read from under the key prefix {prefix!r}")
     conversion.notes.extend(cast_notes)
-    build = build_swin if isinstance(conversion.config, SwinConfig) else build_model
+    kind = get_kind(conversion.kind)
     try:
-        model = build(conversion.config, conversion.state)  # type: ignore[arg-type]
+        model = kind.build_from_state(conversion.config, conversion.state)
     except CheckpointError as exc:  # it can't name the file
         raise CheckpointError(f"{p.name}: {exc}") from exc
     check_or_refuse(model, p, conversion.reference, conversion.notes)

@@ -6,13 +6,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from vitviz.imaging import Preprocessing
-from vitviz.model import VisionTransformer
+from vitviz.kinds.sides import ModelConfig
 
 
 @dataclass
 class LoadedModel:
-    model: VisionTransformer  # in eval mode
+    model: nn.Module  # in eval mode; of a registered kind (vitviz.kinds), with its ``config``
     class_names: list[str]
     preprocessing: Preprocessing
     family: str  # "vitviz", "torchvision", "timm", ...
@@ -22,7 +24,7 @@ class LoadedModel:
     reference: Any = None  # library_check.Reference: the library model it was checked against
 
     @property
-    def config(self):
+    def config(self) -> ModelConfig:
         return self.model.config
 
     @property

@@ -1,7 +1,9 @@
 """vitviz's own checkpoint format: one self-describing .safetensors file (DESIGN §4).
 
-Metadata (all JSON strings): ``format`` = "vitviz", ``format_version``, ``config`` (ViTConfig),
+Metadata (all JSON strings): ``format`` = "vitviz", ``format_version``, ``model_kind`` (the name
+of the model's kind, ``vitviz.kinds``), ``config`` (that kind's model config, e.g. a ViTConfig),
 ``class_names``, ``preprocessing`` (imaging.Preprocessing), ``provenance`` (how it was made).
+A file without ``model_kind`` (written before vitviz had kinds besides the ViT) holds a ViT.
 """
 
 from __future__ import annotations
@@ -15,20 +17,23 @@ from typing import Any
 
 import torch
 from safetensors.torch import save_file
+from torch import nn
 
 from vitviz.checkpoints.assign import assign_exactly
 from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
-from vitviz.kinds.swin.config import SwinConfig
+from vitviz.kinds import get_kind, kind_of
+from vitviz.kinds.sides import ModelConfig
 from vitviz.model import VisionTransformer, ViTConfig
 
 FORMAT_NAME = "vitviz"
 FORMAT_VERSION = "1"
+UNNAMED_KIND = "vit"  # the kind of a file with no ``model_kind``: every one written before it
 
 
-def default_preprocessing(config: ViTConfig) -> Preprocessing:
+def default_preprocessing(config: ModelConfig) -> Preprocessing:
     """Centre crop at the trained size, normalised to [-1, 1]."""
     return Preprocessing(
         image_size=tuple(config.image_size),
@@ -42,14 +47,15 @@ def default_preprocessing(config: ViTConfig) -> Preprocessing:
 
 
 def save_checkpoint(
-    model: VisionTransformer,
+    model: nn.Module,
     path: str | os.PathLike[str],
     class_names: Sequence[str] | None = None,
     preprocessing: Preprocessing | None = None,
     provenance: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``model`` to ``path`` atomically in the native format; returns the path."""
-    config = model.config
+    """Write ``model`` (of a registered kind, with its ``config``) to ``path`` atomically in
+    the native format; returns the path."""
+    config: ModelConfig = model.config
     names = (
         list(class_names) if class_names is not None else default_class_names(config.num_classes)
     )
@@ -75,9 +81,8 @@ def save_checkpoint(
         "class_names": json.dumps(names),
         "preprocessing": json.dumps(prep.to_dict()),
         "provenance": json.dumps(prov, default=str),
+        "model_kind": kind_of(model).name,  # whose config_from_dict reads ``config``
     }
-    if getattr(model, "model_kind", None) == "swin":
-        metadata["model_kind"] = "swin"  # config is a SwinConfig
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     target = Path(path)
     with atomic_path(target) as tmp:
@@ -115,9 +120,16 @@ def load_native(
             f"This vitviz checkpoint has format version {version}; this vitviz "
             f"reads version {FORMAT_VERSION}. Update vitviz to open it."
         )
-    swin = metadata.get("model_kind") == "swin"
+    name = metadata.get("model_kind", UNNAMED_KIND)
     try:
-        config = (SwinConfig if swin else ViTConfig).from_dict(json.loads(metadata["config"]))
+        kind = get_kind(name)
+    except ValueError:
+        raise CheckpointError(
+            f"This vitviz checkpoint holds a model of kind {name!r}, which this vitviz does not "
+            "know. Update vitviz to open it."
+        ) from None
+    try:
+        config = kind.config_from_dict(json.loads(metadata["config"]))
         names = [str(n) for n in json.loads(metadata.get("class_names", "null") or "null") or []]
         prep_raw = metadata.get("preprocessing")
         prep = (
@@ -137,12 +149,7 @@ def load_native(
         )
     if len(names) != config.num_classes:
         names = default_class_names(config.num_classes)
-    if swin:
-        from vitviz.kinds.swin.families.common import build_swin
-
-        model = build_swin(config, state)  # type: ignore[arg-type]
-    else:
-        model = build_model(config, state)  # type: ignore[arg-type]
+    model = kind.build_from_state(config, state)
     return LoadedModel(
         model=model,
         class_names=names,

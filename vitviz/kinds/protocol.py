@@ -6,23 +6,30 @@ engine and the window) call these members and never test which kind they hold.
 
 Sections of the protocol:
 - identity: ``name``, ``label``, ``owns``;
-- loading: ``families`` (checkpoint families, detected from keys);
+- loading: ``families`` (checkpoint families, detected from keys), ``config_from_dict`` and
+  ``build_from_state`` (a native file's model, a conversion's), ``library_outputs`` (what the
+  library check compares);
+- model code: ``model_code`` (a user's module it recognises, wrapped; its settings);
 - analysis: ``analyze`` (one forward pass with capture into one analysis object);
 - token geometry: ``token_geometry`` (grids, prefix tokens, token <-> image region, windows);
 - methods: ``implementation`` (its version of a method of the method table, by the method's name);
 - window: ``layer_rows`` (head-grid row labels); a layer's window partition, drawn over the big
   map, is in its ``LayerGrid.windows``;
-- training: ``training`` (its presets and the model built from a training config).
+- training: ``training`` (its settings, presets, checks, network and probe maps; see
+  ``vitviz.kinds.sides``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import numpy as np
-from torch import Tensor, nn
+from vitviz.kinds.sides import ModelCodeSide, ModelConfig, TrainingSide
+
+if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds before torch loads
+    import numpy as np
+    from torch import Tensor, nn
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,36 @@ class ModelKind(Protocol):
     def families(self) -> Sequence[Any]:
         """Its checkpoint families (``vitviz.checkpoints.families.base.Family``), tried before
         the ViT's generic layouts."""
+        ...
+
+    # -- loading, model code and training (helper "loading") -----------------------------------
+    def config_from_dict(self, data: dict[str, object]) -> ModelConfig:
+        """Its model config from ``ModelConfig.to_dict`` (a native file's ``config``);
+        ValueError / TypeError / KeyError for a damaged one."""
+        ...
+
+    def build_from_state(self, config: ModelConfig, state: Mapping[str, Tensor]) -> nn.Module:
+        """Its network of ``config`` in eval mode holding exactly ``state`` (no second copy);
+        CheckpointError naming the keys or shapes that don't fit."""
+        ...
+
+    def library_outputs(
+        self, model: nn.Module, x: Tensor
+    ) -> tuple[Tensor, Sequence[Tensor] | None]:
+        """``model``'s logits (B, classes) of x (B, C, H, W) and the attention maps (L × (B, heads,
+        N, N)) comparable with the library model it claims to be; None: its maps aren't the
+        library's (a Swin's windows), only the logits are compared."""
+        ...
+
+    @property
+    def model_code(self) -> ModelCodeSide | None:
+        """How it opens a module from a user's file it recognises; None: it has no own way (the
+        ViT's is vitviz.modelcode's generic capture)."""
+        ...
+
+    @property
+    def training(self) -> TrainingSide | None:
+        """Its training presets, settings, checks and network; None: vitviz can't train one."""
         ...
 
     # -- analysis -----------------------------------------------------------------------------

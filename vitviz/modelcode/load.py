@@ -11,7 +11,8 @@ from torch import nn
 
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
-from vitviz.kinds.swin.modelcode import swin_code_model, window_attention_modules
+from vitviz.kinds import all_kinds
+from vitviz.kinds.sides import CodeModelRequest, ModelCodeSide
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
 from vitviz.modelcode.batching import FixedBatch
 from vitviz.modelcode.blocks import block_counts
@@ -282,11 +283,13 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
     if size is None and weights is not None and weights.image_size is not None:
         size, size_from = weights.image_size, "the checkpoint"
 
+    side = _claiming_side(inner)  # a kind that opens this module its own way, or None
+
     def layout_and_probe(model: nn.Module) -> tuple[PatchLayout, RawRun | None]:
         layout = find_layout(
             model, arguments, spec.patch_size, size, file, spec.num_prefix_tokens, size_from
         )
-        if window_attention_modules(model):
+        if side is not None:
             return layout, None
         return layout, _probe(model, layout, spec.name, file)
 
@@ -303,8 +306,9 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
             "rows don't mix)"
         )
     notes.append(layout.size_note)
-    if run is None:
-        return _load_swin(inner, layout, spec, file, arguments, notes, weights)
+    if side is not None:
+        return _load_by_kind(side, inner, layout, spec, file, arguments, notes, weights)
+    assert run is not None  # probed: no kind claimed the module
     config = make_config(inner, layout, run, spec, notes)
     preprocessing = _preprocessing(spec, arguments, layout, notes)
     model = CapturedModel(inner, config).eval()
@@ -319,8 +323,8 @@ def _loaded(
     notes: list[str],
     weights: FoundWeights | None = None,
 ) -> LoadedModel:
-    """The LoadedModel of a model from code (a ViT's CapturedModel or a SwinCodeModel: both
-    duck-typed), its provenance the file, the class and the arguments."""
+    """The LoadedModel of a model from code (the generic CapturedModel or a kind's wrapped model:
+    both duck-typed), its provenance the file, the class and the arguments."""
     return LoadedModel(
         model=model,  # type: ignore[arg-type]
         class_names=_class_names(spec, model.config.num_classes, weights, notes),
@@ -336,7 +340,15 @@ def _loaded(
     )
 
 
-def _load_swin(
+def _claiming_side(model: nn.Module) -> ModelCodeSide | None:
+    """The model-code side of the first kind that claims ``model`` (e.g. a Swin's, for window
+    attention), None: vitviz's generic capture (a ViT) opens it."""
+    sides = (kind.model_code for kind in all_kinds() if kind.model_code is not None)
+    return next((side for side in sides if side.claims(model)), None)
+
+
+def _load_by_kind(
+    side: ModelCodeSide,
     inner: nn.Module,
     layout: PatchLayout,
     spec: ModelCodeSpec,
@@ -345,16 +357,17 @@ def _load_swin(
     notes: list[str],
     weights: FoundWeights | None = None,
 ) -> LoadedModel:
-    """A model with window-attention modules, opened as a Swin (``SwinCodeModel``)."""
+    """A module a kind claims, wrapped by it (e.g. a Swin's ``SwinCodeModel``)."""
+    request = CodeModelRequest(
+        image_size=layout.image_size,
+        patch_size=layout.patch_size,
+        patch_source=layout.source,
+        in_channels=layout.in_channels,
+        target=spec.target,
+        settings={k: v for k, v in spec.kind_settings.items() if k in side.settings},
+    )
     try:
-        model = swin_code_model(
-            inner,
-            layout.image_size,
-            layout.patch_size,
-            spec.swin_windows,
-            spec.target,
-            layout.in_channels,
-        )
+        model, note = side.wrap(inner, request)
     except ModelCodeError:
         raise
     except Exception as exc:
@@ -363,11 +376,6 @@ def _load_swin(
             f"running {spec.name} on a 1×{layout.in_channels}×{h}×{w} input failed: "
             f"{describe_exception(exc, file)}"
         ) from exc
-    blocks = len(model.attention_names)
-    notes.append(
-        f"Swin: window attention captured in {blocks} blocks; patch size {layout.patch_size} "
-        f"from {layout.source}; window layout from "
-        + ("the settings" if spec.swin_windows is not None else "the modules' attributes")
-    )
+    notes.append(note)
     preprocessing = _preprocessing(spec, arguments, layout, notes)
     return _loaded(model, spec, file, preprocessing, notes, weights)

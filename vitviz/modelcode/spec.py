@@ -13,8 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitviz.kinds.sides import ModelCodeSide
 from vitviz.modelcode.errors import ModelCodeError
 
+# The settings every model from code takes; each kind's model-code side adds the ones it reads
+# (``ModelCodeSide.settings``, e.g. a Swin's window layout), see ``setting_keys``.
 SETTING_KEYS = (
     "image_size",
     "mean",
@@ -22,8 +25,20 @@ SETTING_KEYS = (
     "patch_size",
     "num_prefix_tokens",
     "class_names",
-    "swin_windows",
 )
+
+
+def kind_setting_readers() -> dict[str, ModelCodeSide]:
+    """Setting name -> the model-code side of the kind that reads it (the registry's kinds)."""
+    from vitviz.kinds import all_kinds
+
+    sides = [kind.model_code for kind in all_kinds() if kind.model_code is not None]
+    return {name: side for side in sides for name in side.settings}
+
+
+def setting_keys() -> tuple[str, ...]:
+    """Every setting a spec accepts: the shared ones, then the kinds'."""
+    return SETTING_KEYS + tuple(kind_setting_readers())
 
 
 @dataclass(frozen=True)
@@ -46,7 +61,8 @@ class ModelCodeSpec:
     std: tuple[float, ...] | None = None
     patch_size: int | None = None
     num_prefix_tokens: int | None = None
-    swin_windows: tuple[tuple[int, int], ...] | None = None  # Swin: (window, shift) per block
+    # the settings a kind reads (checked by it), e.g. a Swin's window layout per block
+    kind_settings: dict[str, object] = field(default_factory=dict)
 
     @property
     def target(self) -> str:
@@ -137,16 +153,25 @@ def make_spec(
     checkpoint: str | Path | None = None,
     settings: Mapping[str, Any] | None = None,
 ) -> ModelCodeSpec:
-    """A checked spec; ``settings`` may hold the keys of ``SETTING_KEYS``.
+    """A checked spec; ``settings`` may hold the keys of ``setting_keys()`` (a kind's are
+    checked by its ``ModelCodeSide.parse_setting``).
 
     ``class_names`` in settings is a list of names or the path of a names file.
     """
     settings = dict(settings or {})
-    unknown = sorted(set(settings) - set(SETTING_KEYS))
+    readers = kind_setting_readers()
+    unknown = sorted(set(settings) - set(SETTING_KEYS) - set(readers))
     if unknown:
         raise ModelCodeError(
-            f"unknown model-code settings {unknown}; accepted: {', '.join(SETTING_KEYS)}"
+            f"unknown model-code settings {unknown}; accepted: {', '.join(setting_keys())}"
         )
+    kind_settings: dict[str, object] = {}
+    for key, reader in readers.items():
+        if settings.get(key) is not None:
+            try:
+                kind_settings[key] = reader.parse_setting(key, settings[key])
+            except ValueError as exc:
+                raise ModelCodeError(str(exc)) from exc
     names = settings.get("class_names")
     names_file = None
     if isinstance(names, str):
@@ -172,16 +197,8 @@ def make_spec(
             if get("num_prefix_tokens") is not None
             else None
         ),
-        swin_windows=_windows(get("swin_windows")) if get("swin_windows") is not None else None,
+        kind_settings=kind_settings,
     )
-
-
-def _windows(value: Any) -> tuple[tuple[int, int], ...]:
-    """[[window, shift], ...] per block -> ((window, shift), ...), checked."""
-    pairs = list(value) if isinstance(value, (list, tuple)) else None
-    if pairs and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
-        return tuple((_count("window", w, 1), _count("shift", s, 0)) for w, s in pairs)
-    raise ModelCodeError(f"swin_windows must be [[window, shift], ...] per block, got {value!r}")
 
 
 def read_class_names(path: Path) -> list[str]:

@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.console import say as _say
-from vitviz.training.config import COMPILE_MODES, PRESETS, TrainConfig, preset_config
+from vitviz.kinds.sides import TrainingField
+from vitviz.training.config import (
+    COMPILE_MODES,
+    DEFAULT_MODEL,
+    KIND_FIELDS,
+    MODEL_KINDS,
+    PRESET_LABELS,
+    PRESETS,
+    TrainConfig,
+    preset_config,
+)
 from vitviz.training.events import Event
 from vitviz.training.validate import validate_training_config
 
@@ -31,19 +41,27 @@ def _int_list(text: str) -> tuple[int, ...]:
         ) from None
 
 
-# (flag, TrainConfig field, type, help)
+_PARSERS: dict[str, Any] = {"int": int, "ints": _int_list, "float": float, "choice": str}
+
+
+def _kind_option(f: TrainingField) -> tuple[str, str, Any, str]:
+    """A kind's training setting as a CLI option (its ``flag``, its editor's parser)."""
+    return (f.flag or "", f.name, _PARSERS[f.editor], f.help)
+
+
+# (flag, TrainConfig field, type, help); each kind's settings after the shared model ones
 _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
-    ("--model", "model", str, "vit or swin (default vit; the swin preset sets swin)"),
+    (
+        "--model",
+        "model",
+        str,
+        f"the kind of network: {' or '.join(MODEL_KINDS)} (default {DEFAULT_MODEL}; a kind's "
+        "preset sets its kind)",
+    ),
     ("--epochs", "epochs", int, "passes over the training set (default 10)"),
     ("--image-size", "image_size", int, "input side in pixels (default 32)"),
     ("--patch-size", "patch_size", int, "patch side in pixels (default 8)"),
-    ("--dim", "dim", int, "token width (default 64)"),
-    ("--depth", "depth", int, "encoder blocks (default 4)"),
-    ("--heads", "heads", int, "attention heads; must divide --dim (default 4)"),
-    ("--window-size", "window_size", int, "Swin: window side in tokens (default 4)"),
-    ("--swin-dims", "swin_dims", _int_list, "Swin: width per stage (default 48,96,192)"),
-    ("--swin-depths", "swin_depths", _int_list, "Swin: blocks per stage (default 2,2,2)"),
-    ("--swin-heads", "swin_heads", _int_list, "Swin: heads per stage (default 3,6,12)"),
+    *(_kind_option(f) for f in KIND_FIELDS if f.flag),
     (
         "--channels",
         "in_channels",
@@ -64,8 +82,9 @@ def add_parser(subparsers: Any) -> None:
     """Register ``train`` on the CLI's sub-parsers."""
     p = subparsers.add_parser(
         "train",
-        help="train a small ViT or Swin on shapes, random data, an image folder or CIFAR-10",
-        description="Train a small ViT. Writes OUT/config.json, OUT/metrics.jsonl and the "
+        help=f"train a small model ({', '.join(MODEL_KINDS)}) on shapes, random data, an image "
+        "folder or CIFAR-10",
+        description="Train a small model. Writes OUT/config.json, OUT/metrics.jsonl and the "
         "checkpoints OUT/last.safetensors and OUT/best.safetensors (by validation accuracy), "
         "which `vitviz-cli explain` opens.",
     )
@@ -79,9 +98,9 @@ def add_parser(subparsers: Any) -> None:
         "--preset",
         choices=tuple(PRESETS),
         default="tutorial",
-        help="starting settings: tutorial (the tutorials' CIFAR-10 ViT, 32 px), "
-        "shapes (64 px, sine-cosine positions, 60 epochs of fresh shapes) or swin (a small "
-        "Swin: 32 px, patch 2, window 4, widths 48-96-192); the options below override them",
+        help="starting settings: "
+        + "; ".join(f"{name} ({PRESET_LABELS.get(name, name)})" for name in PRESETS)
+        + "; the options below override them",
     )
     for flag, dest, kind, help_text in _OPTIONS:
         p.add_argument(flag, dest=dest, type=kind, default=None, help=help_text)

@@ -1,6 +1,10 @@
 """TrainConfig: every setting of a training run, and the dataset spec it names.
 
-Torch-free, so the window and the CLI can build, check and store a config before torch loads.
+The settings every run has are written here; each model kind with a training side
+(``ModelKind.training``, ``vitviz.kinds.sides.TrainingSide``) adds its own fields (a ViT's
+width and depth, a Swin's per-stage lists, ...), its presets and its CLI options, read from the
+kinds' registry when this module is first imported. Torch-free, so the window and the CLI can build,
+check and store a config before torch loads.
 """
 
 from __future__ import annotations
@@ -9,12 +13,52 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from vitviz.kinds import all_kinds
+from vitviz.kinds.sides import SettingValue, TrainingField, TrainingSide
+
 DATASET_KINDS = ("shapes", "random", "folder", "cifar10")
 AMP_MODES = ("auto", "off", "bf16", "fp16")
 COMPILE_MODES = ("auto", "on", "off")
-POS_EMBEDS = ("learned", "sincos", "sincos2d")
-MODEL_KINDS = ("vit", "swin")
-_SWIN_LISTS = ("swin_dims", "swin_depths", "swin_heads")
+DEFAULT_MODEL = "vit"  # the tutorials' model: TrainConfig()'s kind
+
+
+def _training_sides() -> dict[str, TrainingSide]:
+    """Kind name -> its training side: the default model's first, then in registration order."""
+    sides = {kind.name: kind.training for kind in all_kinds() if kind.training is not None}
+    return {name: sides[name] for name in sorted(sides, key=lambda name: name != DEFAULT_MODEL)}
+
+
+def _kind_fields(sides: dict[str, TrainingSide]) -> tuple[TrainingField, ...]:
+    """Every kind's own settings, in the sides' order; a name two kinds declare is one field
+    (ValueError where their defaults differ)."""
+    fields: dict[str, TrainingField] = {}
+    for side in sides.values():
+        for f in side.fields:
+            if f.name in fields and fields[f.name].default != f.default:
+                raise ValueError(f"two model kinds declare training setting {f.name!r} differently")
+            fields.setdefault(f.name, f)
+    return tuple(fields.values())
+
+
+SIDES: dict[str, TrainingSide] = _training_sides()
+MODEL_KINDS: tuple[str, ...] = tuple(SIDES)
+KIND_FIELDS: tuple[TrainingField, ...] = _kind_fields(SIDES)
+
+
+def training_side(model: str) -> TrainingSide:
+    """The training side of the kind called ``model``; ValueError naming the trainable kinds."""
+    try:
+        return SIDES[model]
+    except KeyError:
+        raise ValueError(f"model must be one of {', '.join(MODEL_KINDS)} (got {model!r})") from None
+
+
+def _with_kind_fields(cls: type) -> type:
+    """``cls`` as a frozen dataclass with the kinds' own fields after its own."""
+    for f in KIND_FIELDS:
+        cls.__annotations__[f.name] = "SettingValue"
+        setattr(cls, f.name, f.default)
+    return dataclass(frozen=True)(cls)
 
 
 @dataclass(frozen=True)
@@ -49,31 +93,26 @@ def parse_dataset(spec: str) -> DatasetSpec:
 DEFAULT_SIZES = {"shapes": (10_000, 1_000), "random": (512, 128)}
 
 
-@dataclass(frozen=True)
+@_with_kind_fields
 class TrainConfig:
     """A training run. Defaults: the tutorials' CIFAR-10 ViT (32 px, patch 8, dim 64, depth 4,
-    heads 4, MLP ratio 4) with AdamW, warmup + cosine, label smoothing and stochastic depth."""
+    heads 4, MLP ratio 4) with AdamW, warmup + cosine, label smoothing and stochastic depth.
+
+    After the fields below come the kinds' own (``KIND_FIELDS``, e.g. a ViT's ``dim``, a Swin's
+    per-stage widths); a kind reads its own and the shared model settings (image and patch
+    size, MLP ratio, stochastic depth, channels).
+    """
 
     dataset: str = "shapes"  # shapes | random | folder:PATH | cifar10:PATH
     name: str = ""  # run name, the suffix of the run folder; default: the dataset kind
     out_dir: str | None = None  # run folder; None: a new one under runs_dir()
-    # -- model -----------------------------------------------------------------------------------
+    # -- model (shared; each kind adds its own fields) --------------------------------------------
     image_size: int = 32
     patch_size: int = 8
-    dim: int = 64
-    depth: int = 4
-    heads: int = 4
     mlp_ratio: float = 4.0
-    pos_embed: str = "learned"
     drop_path_rate: float = 0.1
     in_channels: int | None = None  # 1 grayscale, 3 RGB; None: 1 for a grayscale folder, else 3
-    model: str = "vit"  # vit | swin
-    # Swin only (model="swin"): per-stage widths, blocks and heads; windows of window_size
-    # tokens a side; image_size, patch_size, mlp_ratio and drop_path_rate as for the ViT
-    window_size: int = 4
-    swin_dims: tuple[int, ...] = (48, 96, 192)
-    swin_depths: tuple[int, ...] = (2, 2, 2)
-    swin_heads: tuple[int, ...] = (3, 6, 12)
+    model: str = DEFAULT_MODEL  # a MODEL_KINDS entry: the kind of network
     # -- data ------------------------------------------------------------------------------------
     train_size: int | None = None  # generated: how many; folder/CIFAR: at most this many
     val_size: int | None = None
@@ -102,10 +141,10 @@ class TrainConfig:
     command: str = ""  # how the run was started (provenance); empty: the equivalent CLI command
 
     def __post_init__(self) -> None:
-        for name in _SWIN_LISTS:  # lists from JSON -> tuples (frozen: equality, hashing)
-            value = getattr(self, name)
-            if isinstance(value, list):
-                object.__setattr__(self, name, tuple(value))
+        for f in KIND_FIELDS:  # lists from JSON -> tuples (frozen: equality, hashing)
+            value = getattr(self, f.name)
+            if isinstance(f.default, tuple) and isinstance(value, list):
+                object.__setattr__(self, f.name, tuple(value))
 
     # -- derived ---------------------------------------------------------------------------------
     @property
@@ -124,36 +163,16 @@ class TrainConfig:
     def effective_crop_padding(self) -> int:
         return self.image_size // 8 if self.crop_padding is None else self.crop_padding
 
-    def model_kwargs(self, num_classes: int, in_channels: int = 3) -> dict[str, Any]:
-        """Keyword arguments of vitviz.model.ViTConfig for this run (``in_channels``: what the
-        data turned out to have when the config leaves it to the data)."""
-        return dict(
-            in_channels=self.in_channels or in_channels,
-            image_size=self.image_size,
-            patch_size=self.patch_size,
-            num_classes=num_classes,
-            dim=self.dim,
-            depth=self.depth,
-            heads=self.heads,
-            mlp_ratio=self.mlp_ratio,
-            pos_embed=self.pos_embed,
-            drop_path_rate=self.drop_path_rate,
-        )
+    @property
+    def side(self) -> TrainingSide:
+        """Its model kind's training side (ValueError for a model no kind trains)."""
+        return training_side(self.model)
 
-    def swin_kwargs(self, num_classes: int, in_channels: int = 3) -> dict[str, Any]:
-        """Keyword arguments of vitviz.model.SwinConfig for this run (``model="swin"``)."""
-        return dict(
-            in_channels=self.in_channels or in_channels,
-            image_size=(self.image_size, self.image_size),
-            patch_size=self.patch_size,
-            num_classes=num_classes,
-            dims=tuple(self.swin_dims),
-            depths=tuple(self.swin_depths),
-            heads=tuple(self.swin_heads),
-            window_sizes=(self.window_size,) * len(self.swin_depths),
-            mlp_hidden_dims=tuple(round(self.mlp_ratio * d) for d in self.swin_dims),
-            drop_path_rate=self.drop_path_rate,
-        )
+    def model_kwargs(self, num_classes: int, in_channels: int = 3) -> dict[str, SettingValue]:
+        """Keyword arguments of its kind's model config for this run (a ViTConfig's, a
+        SwinConfig's); ``in_channels``: what the data turned out to have when the config leaves
+        it to the data."""
+        return self.side.model_kwargs(self, num_classes, in_channels)
 
     # -- (de)serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -171,45 +190,14 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
-# A ViT that learns the synthetic shapes on a laptop CPU: 64 px, 8 × 8 patches of 8 px, the
-# tutorials' width and depth. Fresh shapes every epoch (600,000 images in all), so neither
-# augmentation nor stochastic depth is needed; fixed 2-D sine-cosine positions learn faster than
-# a learned table here.
-SHAPES_PRESET: dict[str, Any] = dict(
-    dataset="shapes",
-    image_size=64,
-    patch_size=8,
-    dim=64,
-    depth=4,
-    heads=4,
-    pos_embed="sincos2d",
-    train_size=10_000,
-    val_size=1_000,
-    augment=False,
-    drop_path_rate=0.0,
-    epochs=60,
-    batch_size=64,
-    lr=2e-3,
-    warmup_epochs=1.0,
-)
-
-# A small Swin (the issue's): 32 px, 2-pixel patches, 4 × 4 windows on 16², 8² and 4² grids,
-# widths 48-96-192, two blocks (W-MSA, SW-MSA) per stage; the tutorial's optimisation.
-SWIN_PRESET: dict[str, Any] = dict(
-    model="swin",
-    image_size=32,
-    patch_size=2,
-    window_size=4,
-    swin_dims=(48, 96, 192),
-    swin_depths=(2, 2, 2),
-    swin_heads=(3, 6, 12),
-)
-
+# name -> TrainConfig fields, every kind's presets ("tutorial": the defaults).
 PRESETS: dict[str, dict[str, Any]] = {
-    "tutorial": {},
-    "shapes": SHAPES_PRESET,
-    "swin": SWIN_PRESET,
+    name: dict(values) for side in SIDES.values() for name, values in side.presets.items()
 }
+PRESET_LABELS: dict[str, str] = {
+    name: label for side in SIDES.values() for name, label in side.preset_labels.items()
+}
+SHAPES_PRESET: dict[str, Any] = PRESETS["shapes"]
 
 
 # The preset a data set starts from: the one made for it (shapes: 64 px, sized to learn them), else
@@ -228,8 +216,8 @@ def preset_for_dataset(kind: str) -> str:
 
 
 def preset_config(preset: str, /, **overrides: Any) -> TrainConfig:
-    """The config of a named preset (``tutorial``, ``shapes``, ``swin``) with fields
-    overridden."""
+    """The config of a named preset (a PRESETS key: ``tutorial``, ``shapes``, a kind's) with
+    fields overridden."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     return TrainConfig(**{**PRESETS[preset], **overrides})
@@ -241,13 +229,7 @@ _FLAGS = (  # TrainConfig field -> vitviz-cli train option
     ("epochs", "--epochs"),
     ("image_size", "--image-size"),
     ("patch_size", "--patch-size"),
-    ("dim", "--dim"),
-    ("depth", "--depth"),
-    ("heads", "--heads"),
-    ("window_size", "--window-size"),
-    ("swin_dims", "--swin-dims"),
-    ("swin_depths", "--swin-depths"),
-    ("swin_heads", "--swin-heads"),
+    *((f.name, f.flag) for f in KIND_FIELDS if f.flag),
     ("in_channels", "--channels"),
     ("batch_size", "--batch-size"),
     ("lr", "--lr"),

@@ -3,9 +3,10 @@ attention rollout falls on the object compared with the object's share of the im
 
     python -m vitviz.training.evaluate CHECKPOINT [--n 2000] [--seed S] [--json]
 
-Rollout mass inside the mask: the CLS rollout map R[CLS, patches] (DESIGN §5) normalised to sum
-1 over the patches, weighted by each patch's share of object pixels, summed; the baseline is
-the mask's share of the image (what a uniform map would score). Ratio > 1: attention lands on
+Rollout mass inside the mask: the model kind's rollout map over its clickable grid (a ViT's CLS
+rollout R[CLS, patches], DESIGN §5; a Swin's windowed rollout) normalised to sum 1 over the
+grid, weighted by each patch's share of object pixels, summed; the baseline is the mask's share
+of the image (what a uniform map would score). Ratio > 1: attention lands on
 the object more than chance.
 """
 
@@ -18,7 +19,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +26,7 @@ from torch import Tensor
 
 from vitviz import explain
 from vitviz.checkpoints import CheckpointError, LoadedModel, load_checkpoint
+from vitviz.kinds import kind_of
 from vitviz.training.augment import Normalizer
 from vitviz.training.datasets import gray_u8
 from vitviz.training.shapes import SHAPE_NAMES, make_shapes
@@ -67,18 +68,6 @@ def map_mass(maps: Tensor, coverage: Tensor) -> Tensor:
     return (mass * coverage).flatten(1).sum(dim=1)
 
 
-def swin_rollout_maps(out: Any) -> Tensor:
-    """A Swin's windowed rollout of every image of a batch (SwinOutput): (B, H_0, W_0)."""
-    from vitviz.kinds.swin.rollout import PreparedSwinRollout, fused_blocks
-
-    maps = []
-    for b in range(out.logits.shape[0]):
-        mats = fused_blocks([a[b].float() for a in out.attentions], out.layouts)
-        prepared = PreparedSwinRollout(mats, out.layouts, out.block_stages, out.stage_grids)
-        maps.append(prepared.map())
-    return torch.stack(maps)
-
-
 def _check_shapes_model(loaded: LoadedModel) -> None:
     if list(loaded.class_names) != list(SHAPE_NAMES):
         raise CheckpointError(
@@ -94,6 +83,9 @@ def evaluate_shapes_model(
     _check_shapes_model(loaded)
     start = time.perf_counter()
     model = loaded.model.eval()
+    side = kind_of(model).training
+    if side is None:
+        raise CheckpointError(f"vitviz can't evaluate a {type(model).__name__} on the shapes.")
     prep = loaded.preprocessing
     size = prep.image_size[0]
     device = next(model.parameters()).device
@@ -108,18 +100,13 @@ def evaluate_shapes_model(
         for i in range(0, n, batch_size):
             x = normalize(images[i : i + batch_size].to(device))
             y = labels[i : i + batch_size]
-            out = model.forward_explained(x, capture_attention=True)
-            pred = out.logits.argmax(dim=-1).cpu()
+            logits, maps = side.rollout_maps(model, x)  # (B, classes), (B, gh, gw)
+            pred = logits.argmax(dim=-1).cpu()
             correct.index_add_(0, y, (pred == y).float())
             count.index_add_(0, y, torch.ones(len(y)))
-            swin = getattr(model, "model_kind", None) == "swin"
-            grid = out.stage_grids[0] if swin else out.grid
+            grid = (int(maps.shape[-2]), int(maps.shape[-1]))
             cover = patch_coverage(masks[i : i + batch_size], grid).to(device)
-            if swin:
-                inside.append(map_mass(swin_rollout_maps(out), cover).cpu())
-            else:
-                attns = [a.float() for a in out.attentions]
-                inside.append(rollout_mass(attns, out.grid, out.num_prefix_tokens, cover).cpu())
+            inside.append(map_mass(maps, cover).cpu())
             share.append(cover.flatten(1).mean(dim=1).cpu())
     mass = float(torch.cat(inside).mean())
     mask_share = float(torch.cat(share).mean())

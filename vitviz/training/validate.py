@@ -10,14 +10,15 @@ from pathlib import Path
 
 from vitviz.errors import VitvizError
 from vitviz.imaging.preprocess import IMAGE_CHANNELS
+from vitviz.kinds.sides import at_least as _at_least
+from vitviz.kinds.sides import in_range as _in_range
 from vitviz.training.cifar import missing_cifar_files
 from vitviz.training.config import (
     AMP_MODES,
     COMPILE_MODES,
-    MODEL_KINDS,
-    POS_EMBEDS,
     TrainConfig,
     parse_dataset,
+    training_side,
 )
 from vitviz.training.folder import scan_image_folder
 
@@ -33,70 +34,12 @@ class TrainingConfigError(VitvizError):
         super().__init__("Can't start training: " + "; ".join(self.problems) + ".")
 
 
-def _at_least(problems: list[str], name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        problems.append(f"{name} must be a whole number (got {value!r})")
-    elif value < low:
-        problems.append(f"{name} must be at least {low} (got {value})")
-
-
-def _in_range(problems: list[str], name: str, value: float, low: float, high: float) -> None:
-    """low <= value < high, and finite."""
-    if not isinstance(value, (int, float)) or not (math.isfinite(value) and low <= value < high):
-        problems.append(f"{name} must be in [{low:g}, {high:g}) (got {value!r})")
-
-
-def _swin_problems(cfg: TrainConfig) -> list[str]:
-    """A Swin's stages: one width, depth and head count each; widths divisible by heads; the
-    image divisible by patch · 2^(stages − 1) · window (whole windows on every stage)."""
-    problems: list[str] = []
-    for name in ("image_size", "patch_size", "window_size"):
-        _at_least(problems, name, getattr(cfg, name), 1)
-    lists = {name: getattr(cfg, name) for name in ("swin_dims", "swin_depths", "swin_heads")}
-    for name, values in lists.items():
-        ok = isinstance(values, (tuple, list)) and len(values) > 0
-        if not ok or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            problems.append(f"{name} must be a list of whole numbers, one per stage")
-        elif min(values) < 1:
-            problems.append(f"{name} must all be at least 1 (got {list(values)})")
-    if problems:
-        return problems
-    dims, depths, heads = lists["swin_dims"], lists["swin_depths"], lists["swin_heads"]
-    if not len(dims) == len(depths) == len(heads):
-        return [
-            f"swin_dims, swin_depths and swin_heads need one entry per stage "
-            f"(got {len(dims)}, {len(depths)} and {len(heads)})"
-        ]
-    for s, (d, h) in enumerate(zip(dims, heads, strict=True)):
-        if d % h:
-            problems.append(f"stage {s}: width {d} is not divisible by {h} heads")
-    unit = cfg.patch_size * 2 ** (len(dims) - 1) * cfg.window_size
-    if cfg.image_size % unit:
-        problems.append(
-            f"image size {cfg.image_size} is not divisible by patch {cfg.patch_size} · "
-            f"2^{len(dims) - 1} · window {cfg.window_size} = {unit}"
-        )
-    return problems
-
-
 def _model_problems(cfg: TrainConfig) -> list[str]:
-    problems: list[str] = []
-    if cfg.model not in MODEL_KINDS:
-        problems.append(f"model must be one of {', '.join(MODEL_KINDS)} (got {cfg.model!r})")
-    elif cfg.model == "swin":
-        problems += _swin_problems(cfg)
-    vit = cfg.model == "vit"
-    for name in ("image_size", "patch_size", "dim", "depth", "heads") if vit else ():
-        _at_least(problems, name, getattr(cfg, name), 1)
-    if not problems and vit:
-        if cfg.dim % cfg.heads:
-            problems.append(f"dim {cfg.dim} is not divisible by heads {cfg.heads}")
-        if cfg.image_size % cfg.patch_size:
-            problems.append(
-                f"image size {cfg.image_size} is not divisible by patch size {cfg.patch_size}"
-            )
-        if cfg.pos_embed == "sincos2d" and cfg.dim % 4:
-            problems.append(f"pos_embed sincos2d needs dim divisible by 4 (got {cfg.dim})")
+    """The kind's checks of its network (``TrainingSide.problems``), then the shared settings."""
+    try:
+        problems = training_side(cfg.model).problems(cfg)
+    except ValueError as exc:  # no kind of that name trains
+        problems = [str(exc)]
     c = cfg.in_channels
     if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c not in IMAGE_CHANNELS):
         problems.append(
@@ -105,8 +48,6 @@ def _model_problems(cfg: TrainConfig) -> list[str]:
         )
     if not (isinstance(cfg.mlp_ratio, (int, float)) and cfg.mlp_ratio > 0):
         problems.append(f"mlp_ratio must be greater than 0 (got {cfg.mlp_ratio!r})")
-    if vit and cfg.pos_embed not in POS_EMBEDS:
-        problems.append(f"pos_embed must be one of {', '.join(POS_EMBEDS)}")
     _in_range(problems, "drop_path_rate", cfg.drop_path_rate, 0.0, 1.0)
     return problems
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.imaging.overlay import overlay_on_image
+from vitviz.kinds.sides import TrainingField
 from vitviz.training import (
     PRESETS,
     RunRecord,
@@ -46,6 +48,7 @@ from vitviz.training import (
     read_run,
     validate_training_config,
 )
+from vitviz.training.config import KIND_FIELDS, MODEL_KINDS, PRESET_LABELS, training_side
 from vitviz.training.events import (
     CheckpointEvent,
     EpochEvent,
@@ -68,13 +71,6 @@ DATASETS = (
     ("cifar10", "CIFAR-10 batches folder"),
     ("random", "Random data (smoke test)"),
 )
-PRESET_LABELS = {
-    "tutorial": "Tutorial CIFAR-10 ViT (32 px, patch 8)",
-    "shapes": "Shapes ViT (64 px, patch 8)",
-    "swin": "Small Swin (32 px, patch 2, window 4)",
-}
-VIT_ONLY = ("dim", "depth", "heads", "pos_embed")  # fields a Swin does not read
-SWIN_ONLY = ("window_size", "swin_dims", "swin_depths", "swin_heads")
 PROBE_SIZE = 96
 
 
@@ -169,6 +165,21 @@ class FormField:
         return (value or None) if self.optional else value
 
 
+def _kind_row(f: TrainingField) -> FormField:
+    """A row of the model group for a kind's own setting, its widget from the field's editor."""
+    low, high, step = f.limits
+    make: Callable[[], FormWidget]
+    if f.editor == "ints":
+        make = _ints_edit
+    elif f.editor == "choice":
+        make = _choices(*f.choices)
+    elif f.editor == "float":
+        make = partial(_dspin, low, high, float(f.default or 0), step, f.decimals)  # type: ignore[arg-type]
+    else:
+        make = partial(_spin, int(low), int(high), int(f.default or 0), int(step))  # type: ignore[arg-type]
+    return FormField(f.name, f.name, f.label, "model", make, more=f.more)
+
+
 GROUPS = (
     ("data", "Data"),
     ("model", "Model"),
@@ -183,20 +194,13 @@ FIELDS = (
     FormField("val_size", "val_size", "Validation images", "data",
               lambda: _spin(0, 1_000_000, 0, 100, "default"), optional=True, more=True),
     FormField("seed", "seed", "Seed", "data", lambda: _spin(0, 2**31 - 1, 0), more=True),
-    FormField("model_choice", "model", "Model", "model", _choices("vit", "swin")),
+    FormField("model_choice", "model", "Model", "model", _choices(*MODEL_KINDS)),
     FormField("image_size", "image_size", "Image size", "model", lambda: _spin(8, 1024, 32, 8)),
     FormField("patch_size", "patch_size", "Patch size", "model", lambda: _spin(1, 64, 8)),
-    FormField("dim", "dim", "Width (dim)", "model", lambda: _spin(8, 2048, 64, 8)),
-    FormField("depth", "depth", "Depth", "model", lambda: _spin(1, 48, 4)),
-    FormField("heads", "heads", "Heads", "model", lambda: _spin(1, 32, 4)),
-    FormField("window_size", "window_size", "Window (Swin)", "model", lambda: _spin(1, 64, 4)),
-    FormField("swin_dims", "swin_dims", "Widths (Swin)", "model", _ints_edit),
-    FormField("swin_depths", "swin_depths", "Depths (Swin)", "model", _ints_edit),
-    FormField("swin_heads", "swin_heads", "Heads (Swin)", "model", _ints_edit),
+    *(_kind_row(f) for f in KIND_FIELDS if not f.more),
     FormField("mlp_ratio", "mlp_ratio", "MLP ratio", "model",
               lambda: _dspin(0.5, 8.0, 4.0, 0.5, 1), more=True),
-    FormField("pos_embed", "pos_embed", "Position embedding", "model",
-              _choices("learned", "sincos", "sincos2d"), more=True),
+    *(_kind_row(f) for f in KIND_FIELDS if f.more),
     FormField("drop_path", "drop_path_rate", "Stochastic depth", "model",
               lambda: _dspin(0.0, 0.9, 0.1, 0.05, 2), more=True),
     FormField("epochs_box", "epochs", "Epochs", "optim", lambda: _spin(1, 10_000, 10)),
@@ -447,23 +451,22 @@ class TrainingTab(QWidget):
         self.dataset_path.setEnabled(needs_path)
 
     def _on_dataset_chosen(self) -> None:
-        """The user chose a dataset: a ViT's form takes the preset made for it (a Swin's stays),
-        keeping the dataset and its folder."""
+        """The user chose a dataset: the form takes the preset made for it (unless the chosen
+        kind keeps its own, as a Swin's does), keeping the dataset and its folder."""
         kind, path = self.dataset_kind.currentData(), self.dataset_path.text()
         preset = preset_for_dataset(kind)
-        if self.model_choice.currentText() == "swin" or self.preset.currentData() == preset:
+        keeps = training_side(self.model_choice.currentText()).keeps_preset_on_dataset
+        if keeps or self.preset.currentData() == preset:
             return
         self.apply_preset(preset)
         self.dataset_kind.setCurrentIndex(self.dataset_kind.findData(kind))
         self.dataset_path.setText(path)
 
     def _on_model_kind(self) -> None:
-        """Only the fields the chosen model reads are editable."""
-        swin = self.model_choice.currentText() == "swin"
-        for name in VIT_ONLY:
-            self.fields[name].setEnabled(not swin)
-        for name in SWIN_ONLY:
-            self.fields[name].setEnabled(swin)
+        """Only the fields the chosen model reads are editable: the shared ones and its kind's."""
+        own = {f.name for f in training_side(self.model_choice.currentText()).fields}
+        for f in KIND_FIELDS:
+            self.fields[f.name].setEnabled(f.name in own)
 
     def _browse(self) -> None:
         text = self.dataset_path.text()

@@ -1,8 +1,10 @@
 """Checkpoint families: one converter per family, recognised by key names, tried in order.
 
 Each entry is (name, detect, convert); the first whose ``detect`` accepts a checkpoint converts
-it to vitviz's one model. More specific layouts come before the general ones (DINO's sentinel
-keys before timm's layout, which DINO shares).
+it to a model of some kind. The order (``all_families``): vitviz's own state dict with its
+config; then each registered kind's families (``vitviz.kinds``: ``ModelKind.families``, in
+registration order, read when first asked); then the ViT's generic layouts, more specific ones
+before the general ones (DINO's sentinel keys before timm's layout, which DINO shares).
 """
 
 from __future__ import annotations
@@ -17,15 +19,9 @@ from vitviz.checkpoints.families import (
     tutorial,
 )
 from vitviz.checkpoints.families.base import Conversion, Family, Source
-from vitviz.kinds.swin.families import huggingface as swin_huggingface
-from vitviz.kinds.swin.families import timm as swin_timm
-from vitviz.kinds.swin.families import torchvision as swin_torchvision
 
-FAMILIES: tuple[Family, ...] = (
-    own.FAMILY,
-    swin_torchvision.FAMILY,
-    swin_timm.FAMILY,
-    swin_huggingface.FAMILY,
+# The ViT's generic layouts, tried after the kinds' own families.
+GENERIC: tuple[Family, ...] = (
     torchvision.FAMILY,
     huggingface.FAMILY,
     dino.FAMILY,
@@ -35,9 +31,17 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
+def all_families() -> tuple[Family, ...]:
+    """Every family, in the order they are tried."""
+    from vitviz.kinds import all_kinds
+
+    by_kind = tuple(family for kind in all_kinds() for family in kind.families)
+    return (own.FAMILY, *by_kind, *GENERIC)
+
+
 def find_family(source: Source) -> Family | None:
     """The first family whose key names match ``source``, or None."""
-    return next((f for f in FAMILIES if f.detect(source)), None)
+    return next((f for f in all_families() if f.detect(source)), None)
 
 
-__all__ = ["FAMILIES", "Conversion", "Family", "Source", "find_family"]
+__all__ = ["GENERIC", "Conversion", "Family", "Source", "all_families", "find_family"]

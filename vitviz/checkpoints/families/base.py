@@ -1,6 +1,7 @@
 """What a family converter gets (Source), what it hands back (Conversion), and the registry entry.
 
-A converter turns a foreign state dict into the state dict and ViTConfig of vitviz's one model.
+A converter turns a foreign state dict into the state dict and model config of one of vitviz's
+kinds (a ViTConfig for the generic layouts; the kind's own config for a kind's families).
 It renames (no copy), reshapes (views) and fuses q/k/v (the one necessary copy, freeing the
 originals as it goes), and says in ``notes`` what it assumed or dropped.
 """
@@ -16,7 +17,7 @@ from torch import Tensor
 
 from vitviz.checkpoints.library_check import Reference
 from vitviz.imaging import Preprocessing
-from vitviz.model import ViTConfig
+from vitviz.kinds.sides import ModelConfig
 
 
 @dataclass
@@ -57,15 +58,17 @@ class Source:
 
 @dataclass
 class Conversion:
-    """The one model's config and state dict, with what the checkpoint said around them."""
+    """A model's config and state dict, with what the checkpoint said around them. ``kind``:
+    the model kind (``vitviz.kinds``) whose ``build_from_state`` makes the model."""
 
     family: str
-    config: ViTConfig
+    config: ModelConfig
     state: dict[str, Tensor]
     class_names: list[str]
     preprocessing: Preprocessing
     notes: list[str] = field(default_factory=list)
     reference: Reference | None = None  # the library architecture it claims to be
+    kind: str = "vit"  # the generic layouts are the ViT's
 
 
 @dataclass(frozen=True)

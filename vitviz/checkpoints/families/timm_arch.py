@@ -276,27 +276,3 @@ def computes_alike(records: list[ArchRecord]) -> bool:
     """True when every record gives the same settings (or the same refusal)."""
     first = records[0]
     return all(r.settings == first.settings and r.refusal == first.refusal for r in records)
-
-
-def swin_v2_windows(
-    name: str, model_args: Mapping[str, Any]
-) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """(window, pretrained window) per stage of timm's Swin V2 ``name``, as timm defines it at
-    its own image size (``swinv2_base_window12to16_192to256``: 16s, pretrained 12, 12, 12, 6);
-    None when timm is not importable. Raises ArchError for a name timm can't build."""
-    if timm_version() is None:
-        return None
-    import torch
-
-    args = {k: v for k, v in model_args.items() if k not in ("pretrained", "img_size")}
-    try:
-        import timm
-
-        with torch.device("meta"):
-            model = timm.create_model(name, pretrained=False, **args)
-        attns = [stage.blocks[0].attn for stage in model.layers]
-        windows = tuple(int(a.window_size[0]) for a in attns)
-        pretrained = tuple(int(a.pretrained_window_size[0]) for a in attns)
-    except Exception as exc:  # timm's own error, or not a Swin V2
-        raise ArchError(f"timm can't read the windows of {name} ({type(exc).__name__})") from exc
-    return windows, pretrained

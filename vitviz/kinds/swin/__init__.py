@@ -6,13 +6,18 @@ and its versions of the table's methods are the modules beside this one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from torch import nn
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from vitviz.kinds.protocol import LayerGrid, LayerRow, MethodImplementation, TokenGeometry
-from vitviz.kinds.swin.analysis import SwinAnalysis, analyze_swin
+from vitviz.kinds.sides import ModelCodeSide, TrainingSide
+from vitviz.kinds.swin import code_side, training
+
+if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loads
+    from torch import Tensor, nn
+
+    from vitviz.kinds.swin.analysis import SwinAnalysis
+    from vitviz.kinds.swin.config import SwinConfig
 
 
 class SwinKind:
@@ -30,7 +35,31 @@ class SwinKind:
 
         return (torchvision.FAMILY, timm.FAMILY, huggingface.FAMILY)
 
+    # -- loading, model code and training (helper "loading") ---------------------------------
+    def config_from_dict(self, data: dict[str, object]) -> SwinConfig:
+        from vitviz.kinds.swin.config import SwinConfig
+
+        return SwinConfig.from_dict(data)
+
+    def build_from_state(self, config: SwinConfig, state: Mapping[str, Tensor]) -> nn.Module:
+        from vitviz.kinds.swin.families.common import build_swin
+
+        return build_swin(config, state)
+
+    def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, None]:
+        return model(x), None  # its windows' maps aren't the library's: the logits only
+
+    @property
+    def model_code(self) -> ModelCodeSide:
+        return code_side.SIDE
+
+    @property
+    def training(self) -> TrainingSide:
+        return training.SIDE
+
     def analyze(self, loaded: Any, image: Any, **options: Any) -> SwinAnalysis:
+        from vitviz.kinds.swin.analysis import analyze_swin
+
         return analyze_swin(loaded, image, **options)
 
     def token_geometry(self, analysis: SwinAnalysis) -> TokenGeometry:

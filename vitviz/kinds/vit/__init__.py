@@ -6,12 +6,17 @@ Holds vitviz's own ``VisionTransformer`` and any module from a user's code whose
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from torch import nn
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from vitviz.kinds.protocol import LayerGrid, LayerRow, MethodImplementation, TokenGeometry
+from vitviz.kinds.sides import TrainingSide
+from vitviz.kinds.vit import training
+
+if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loads
+    from torch import Tensor, nn
+
+    from vitviz.model import ViTConfig
 
 
 class ViTKind:
@@ -28,6 +33,29 @@ class ViTKind:
     @property
     def families(self) -> Sequence[Any]:
         return ()  # the generic layouts of vitviz.checkpoints.families
+
+    # -- loading, model code and training (helper "loading") ---------------------------------
+    def config_from_dict(self, data: dict[str, object]) -> ViTConfig:
+        from vitviz.model import ViTConfig
+
+        return ViTConfig.from_dict(data)
+
+    def build_from_state(self, config: ViTConfig, state: Mapping[str, Tensor]) -> nn.Module:
+        from vitviz.checkpoints.native import build_model
+
+        return build_model(config, state)
+
+    def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Sequence[Tensor]]:
+        out = model.forward_explained(x, capture_attention=True)
+        return out.logits, out.attentions
+
+    @property
+    def model_code(self) -> None:
+        return None  # vitviz.modelcode's generic capture opens a ViT from a user's file
+
+    @property
+    def training(self) -> TrainingSide:
+        return training.SIDE
 
     def analyze(self, loaded: Any, image: Any, **options: Any) -> Any:
         from vitviz.analysis import analyze

@@ -178,11 +178,12 @@ def finish_swin(
         raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
     return Conversion(
         family=family,
-        config=config,  # type: ignore[arg-type]  # a SwinConfig: load builds a SwinTransformer
+        config=config,
         state=state,
         class_names=names,
         preprocessing=prepared,
         notes=notes,
+        kind="swin",  # the Swin kind's build_from_state makes its SwinTransformer
     )
 
 

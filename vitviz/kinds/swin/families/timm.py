@@ -15,6 +15,7 @@ settings.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -23,7 +24,7 @@ from torch import Tensor
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, Source
 from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, dropped
-from vitviz.checkpoints.families.timm_arch import ArchError, swin_v2_windows
+from vitviz.checkpoints.families.timm_arch import ArchError, timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
@@ -81,7 +82,7 @@ def _v2_windows(
     name = str(source.user.get("arch") or cfg.get("architecture", ""))
     if name:
         try:
-            found = swin_v2_windows(name, args)
+            found = v2_windows(name, args)
         except ArchError as exc:
             raise CheckpointError(f"{source.name}: {exc}.") from exc
         if found is not None and len(found[0]) == stages:
@@ -210,3 +211,27 @@ def convert(source: Source) -> Conversion:
 
 
 FAMILY = Family("timm-swin", detect, convert)
+
+
+def v2_windows(
+    name: str, model_args: Mapping[str, Any]
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(window, pretrained window) per stage of timm's Swin V2 ``name``, as timm defines it at
+    its own image size (``swinv2_base_window12to16_192to256``: 16s, pretrained 12, 12, 12, 6);
+    None when timm is not importable. Raises ArchError for a name timm can't build."""
+    if timm_version() is None:
+        return None
+    import torch
+
+    args = {k: v for k, v in model_args.items() if k not in ("pretrained", "img_size")}
+    try:
+        import timm
+
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, **args)
+        attns = [stage.blocks[0].attn for stage in model.layers]
+        windows = tuple(int(a.window_size[0]) for a in attns)
+        pretrained = tuple(int(a.pretrained_window_size[0]) for a in attns)
+    except Exception as exc:  # timm's own error, or not a Swin V2
+        raise ArchError(f"timm can't read the windows of {name} ({type(exc).__name__})") from exc
+    return windows, pretrained
