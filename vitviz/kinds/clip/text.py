@@ -14,11 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-ACTIVATIONS = {
-    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
-    "gelu": F.gelu,
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-}
+from vitviz.model.layers import make_activation
+
+# Hugging Face's activation names -> vitviz's (vitviz.model.layers.make_activation)
+HF_ACTIVATIONS = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
 @dataclass(frozen=True)
@@ -36,7 +35,7 @@ class TextConfig:
     embed_dim: int  # the projection's output: the shared image-text space
     end_id: int
     pool_argmax: bool = False
-    activation: str = "quick_gelu"
+    activation: str = "quick_gelu"  # a vitviz.model.layers.make_activation name
     eps: float = 1e-5
 
 
@@ -51,7 +50,7 @@ class TextBlock(nn.Module):
         self.q, self.k, self.v, self.out = (nn.Linear(d, d) for _ in range(4))
         self.norm2 = nn.LayerNorm(d, eps=cfg.eps)
         self.fc1, self.fc2 = nn.Linear(d, cfg.mlp_hidden), nn.Linear(cfg.mlp_hidden, d)
-        self.act = ACTIVATIONS[cfg.activation]
+        self.act = make_activation(cfg.activation)
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, D = x.shape
@@ -127,9 +126,10 @@ def hf_text_config(text_config: Mapping[str, object], projection_dim: int) -> Te
 
     width = int(get("hidden_size", 512))
     end_id = int(get("eos_token_id", 49407))
-    activation = str(get("hidden_act", "quick_gelu"))
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"text tower activation {activation!r} is not one vitviz computes")
+    hf_activation = str(get("hidden_act", "quick_gelu"))
+    if hf_activation not in HF_ACTIVATIONS:
+        raise ValueError(f"text tower activation {hf_activation!r} is not one vitviz computes")
+    activation = HF_ACTIVATIONS[hf_activation]
     return TextConfig(
         vocab_size=int(get("vocab_size", 49408)),
         width=width,
