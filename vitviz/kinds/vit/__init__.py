@@ -6,12 +6,14 @@ Holds vitviz's own ``VisionTransformer`` and any module from a user's code whose
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+from PIL import Image
 from torch import nn
 
-from vitviz.kinds.protocol import LayerGrid, LayerRow, MethodImplementation, TokenGeometry
+from vitviz.kinds.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
 
 
 class ViTKind:
@@ -30,9 +32,9 @@ class ViTKind:
         return ()  # the generic layouts of vitviz.checkpoints.families
 
     def analyze(self, loaded: Any, image: Any, **options: Any) -> Any:
-        from vitviz.analysis import analyze
+        from vitviz.analysis import analyze_vit
 
-        return analyze(loaded, image, **options)
+        return analyze_vit(loaded, image, **options)
 
     def token_geometry(self, analysis: Any) -> TokenGeometry:
         gh, gw = analysis.grid
@@ -49,8 +51,49 @@ class ViTKind:
             layers=(layer,) * analysis.num_layers,
         )
 
-    def implementation(self, method: str) -> MethodImplementation | None:
-        return None  # the method table's own compute functions are the ViT's (for now)
+    def implementation(self, method: str) -> KindMethod | None:
+        from vitviz.kinds.vit.methods import implementation
+
+        return implementation(method)
+
+    def missing_method(self, method: str) -> str | None:
+        return None  # the table's sentence ("applies to swin models, ...") says it all
+
+    def parameter_bounds(self, subject: Any) -> tuple[int, int]:
+        if isinstance(subject, nn.Module):
+            cfg = subject.config
+            return int(cfg.depth), int(cfg.heads)
+        return int(getattr(subject, "model_layers", subject.num_layers)), int(subject.num_heads)
+
+    def npz_arrays(self, analysis: Any) -> dict[str, np.ndarray]:
+        return {
+            "attention": analysis.attention_numpy(),  # the one time (L, H, N, N) crosses
+            "grid": np.array(analysis.grid, dtype=np.int64),
+            "num_prefix_tokens": np.array(analysis.num_prefix_tokens, dtype=np.int64),
+            "mean_distance": analysis.mean_distance.numpy().astype(np.float32),
+            "entropy": analysis.entropy.numpy().astype(np.float32),
+            "layers": np.array(analysis.layer_indices, dtype=np.int64),
+        }
+
+    def map_picture(
+        self,
+        analysis: Any,
+        map_: np.ndarray,
+        colormap: str,
+        max_side: int | None,
+        title: list[str] | None,
+    ) -> Image.Image:
+        from vitviz.export import vit_map_picture
+
+        return vit_map_picture(analysis, map_, colormap, max_side, title)
+
+    def heads_picture(self, analysis: Any, colormap: str, titled: bool) -> Image.Image | None:
+        from vitviz.export import heads_grid
+
+        return heads_grid(analysis, colormap, titled=titled)
+
+    def unused_options(self) -> Mapping[str, str]:
+        return {}
 
     def layer_rows(self, analysis: Any) -> tuple[LayerRow, ...]:
         layers = getattr(analysis, "layer_indices", None) or range(analysis.num_layers)
