@@ -259,6 +259,8 @@ def evaluate_methods(
     coarser layer's token gives its value to each cell it covers), then measured over the
     cells of that grid (a ViT's patches, a Swin's first-stage tokens).
 
+    A parameter the kind's version of a method does not take (a Swin's rollout: discard
+    ratio) is left out, as the window disables its control; an unknown one is refused.
     ValueError (plain) for a method that can't run on this model, before anything is computed.
     """
     from vitviz.explain.methods import get_method
@@ -276,10 +278,13 @@ def evaluate_methods(
     with torch.inference_mode():
         target = int(model(analysis.input[None].to(p.device, p.dtype))[0].argmax())
     params = params or {}
-    geometry = kind_of(analysis).token_geometry(analysis)
-    maps = {
-        m.name: geometry.on_grid(m(analysis, None, target, params.get(m.name))) for m in methods
-    }
+    kind = kind_of(analysis)
+    geometry = kind.token_geometry(analysis)
+    maps = {}
+    for m in methods:
+        given = params.get(m.name) or {}  # less what the kind's version does not take (the
+        taken = {k: v for k, v in given.items() if m.parameter_refusal(kind, k) is None}
+        maps[m.name] = geometry.on_grid(m(analysis, None, target, taken))  # window disables it)
     return faithfulness(
         model, analysis, maps, steps=steps, batch_size=batch_size, name=name, mask=mask
     )

@@ -204,6 +204,11 @@ class ModelKind(Protocol):
         registered kind)."""
         ...
 
+    def architecture(self, model: nn.Module) -> str:
+        """One line of its shape for ``vitviz-cli info`` (a ViT: width, depth, heads; a Swin:
+        its stages' widths, depths, heads and windows). Added by the explain helper."""
+        ...
+
     # -- loading ------------------------------------------------------------------------------
     @property
     def families(self) -> Sequence[Any]:

@@ -36,6 +36,16 @@ class SwinKind:
     def owns(self, model: nn.Module) -> bool:
         return getattr(model, "model_kind", None) == self.name
 
+    def architecture(self, model: nn.Module) -> str:
+        cfg = model.config.to_dict()
+        v = cfg.get("version", 1)
+        return (
+            f"Swin{' V2' if v == 2 else ''}, widths {'-'.join(map(str, cfg['dims']))}, "
+            f"depths {'-'.join(map(str, cfg['depths']))}, "
+            f"heads {'-'.join(map(str, cfg['heads']))}, "
+            f"windows {'-'.join(map(str, cfg['window_sizes']))}"
+        )
+
     @property
     def families(self) -> Sequence[Any]:
         from vitviz.kinds.swin.families import huggingface, timm, torchvision

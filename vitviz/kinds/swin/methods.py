@@ -29,7 +29,8 @@ SWIN_PARAMETERS = {
 }
 
 
-# why a table parameter means nothing on a Swin (the CLI refuses it with this reason)
+# why a table parameter means nothing on a Swin (``KindMethod.refusals``: the CLI refuses it
+# with this reason)
 NOT_ON_SWIN = {
     "discard_ratio": "the windowed rollout of a Swin has no discard step (it keeps every entry "
     "of each window)",
@@ -37,50 +38,21 @@ NOT_ON_SWIN = {
 }
 
 
-def swin_parameter_refusal(method: str, parameter: str) -> str | None:
-    """Why table parameter ``parameter`` of ``method`` is not taken by its Swin version (one
-    sentence naming both), or None when it is."""
-    if parameter in SWIN_PARAMETERS.get(method, frozenset()):
-        return None
-    why = NOT_ON_SWIN.get(parameter, "the Swin version of this method does not take it")
-    return f"{method}.{parameter} does not apply to a Swin: {why}"
-
-
-def swin_params(
-    method: str,
-    given: Mapping[str, Any] | None,
-    num_blocks: int | None = None,
-    num_heads: int | None = None,
-    *,
-    strict: bool = True,
-) -> dict[str, Any]:
-    """The values ``method``'s Swin version takes: ``given`` checked by the table (``layer``
-    indexes the ``num_blocks`` blocks of all stages, ``head`` up to the most heads of a stage),
-    defaults for the rest. A parameter the Swin version does not take: ValueError saying why
-    (``strict``), or dropped (the window, whose control for it is disabled)."""
-    from vitviz.explain.methods import get_method
-
-    values = dict(given or {})
-    for name in list(values):
-        why = swin_parameter_refusal(method, name)
-        if why is not None:
-            if strict:
-                raise ValueError(why)
-            del values[name]
-    taken = SWIN_PARAMETERS.get(method, frozenset())
-    resolved = get_method(method).resolve(values, num_layers=num_blocks, num_heads=num_heads)
-    return {k: v for k, v in resolved.items() if k in taken}
-
-
 def ignored_parameters() -> dict[str, tuple[str, ...]]:
-    """{method: names of its table parameters a Swin's version does not take}."""
-    from vitviz.explain.methods import get_method
+    """{method: names of its table parameters a Swin's version does not take} (the window
+    disables their controls): ``Method.taken_parameters`` of the Swin kind."""
+    from vitviz.explain.methods import all_methods
+    from vitviz.kinds import get_kind
 
+    kind = get_kind("swin")
     out = {}
-    for name, taken in SWIN_PARAMETERS.items():
-        unused = tuple(p.name for p in get_method(name).parameters if p.name not in taken)
+    for method in all_methods():
+        if method.name not in SWIN_PARAMETERS:
+            continue
+        taken = method.taken_parameters(kind)
+        unused = tuple(p.name for p in method.parameters if p.name not in taken)
         if unused:
-            out[name] = unused
+            out[method.name] = unused
     return out
 
 

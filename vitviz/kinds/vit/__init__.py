@@ -27,6 +27,10 @@ class ViTKind:
 
         return isinstance(model, ExplainableModel)
 
+    def architecture(self, model: nn.Module) -> str:
+        cfg = model.config.to_dict()
+        return f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}"
+
     @property
     def families(self) -> Sequence[Any]:
         return ()  # the generic layouts of vitviz.checkpoints.families
