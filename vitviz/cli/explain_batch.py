@@ -22,6 +22,8 @@ from vitviz.console import say
 if TYPE_CHECKING:
     from vitviz.batch import BatchItem
     from vitviz.checkpoints import LoadedModel
+    from vitviz.export import ExplainedMaps, MapSettings
+    from vitviz.kinds import KindAnalysis
 
 WRITE_QUEUE = 2  # analyses waiting for the writer (each holds its attention)
 ATTENTION_DTYPE_NAMES = ("float32", "float16", "bfloat16")
@@ -104,7 +106,7 @@ class _Writer:
     colormap: str
     max_side: int | None
     titled: bool = True  # title and colour bar on the map PNGs (False: --bare)
-    settings: Any = None  # the MapSettings the maps were made with (for the titles)
+    settings: MapSettings | None = None  # the MapSettings the maps were made with (for the titles)
     jobs: queue.Queue = field(default_factory=lambda: queue.Queue(maxsize=WRITE_QUEUE))
     failed: list[str] = field(default_factory=list)
 
@@ -136,7 +138,7 @@ class _Writer:
                 self.failed.append(f"vitviz-cli: could not write {name}: {exc.strerror or exc}")
             del analysis, maps, job
 
-    def put(self, analysis: Any, maps: Any, stem: str, name: str) -> None:
+    def put(self, analysis: KindAnalysis, maps: ExplainedMaps, stem: str, name: str) -> None:
         self.jobs.put((analysis, maps, stem, name))  # blocks while the queue is full
 
     def close(self) -> list[str]:
@@ -191,7 +193,9 @@ def _analyses(
     )
 
 
-def explain_many(args: argparse.Namespace, loaded: Any, settings: Any, max_side: int | None) -> int:
+def explain_many(
+    args: argparse.Namespace, loaded: LoadedModel, settings: MapSettings, max_side: int | None
+) -> int:
     """Analyse ``args.images`` (files and folders) in batches, write each image's files, say
     one progress line per image; the exit status of ``vitviz-cli explain``."""
     from vitviz.export import compute_maps, output_stem

@@ -7,7 +7,7 @@ and its versions of the table's methods are the modules beside this one.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -15,6 +15,9 @@ from torch import nn
 
 from vitviz.kinds.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
 from vitviz.kinds.swin.analysis import SwinAnalysis, analyze_swin
+
+if TYPE_CHECKING:
+    from vitviz.checkpoints import LoadedModel
 
 # analyze options of a ViT a Swin's analysis does not use, and why (the CLI says so)
 # (what follows the option's name in the CLI's line)
@@ -52,7 +55,7 @@ class SwinKind:
 
         return (torchvision.FAMILY, timm.FAMILY, huggingface.FAMILY)
 
-    def analyze(self, loaded: Any, image: Any, **options: Any) -> SwinAnalysis:
+    def analyze(self, loaded: LoadedModel, image: Any, **options: Any) -> SwinAnalysis:
         return analyze_swin(loaded, image, **options)
 
     def token_geometry(self, analysis: SwinAnalysis) -> TokenGeometry:

@@ -7,13 +7,17 @@ Holds vitviz's own ``VisionTransformer`` and any module from a user's code whose
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
 from torch import nn
 
 from vitviz.kinds.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
+
+if TYPE_CHECKING:  # the ViT's analysis sits above the registry: named for the types alone
+    from vitviz.analysis import Analysis
+    from vitviz.checkpoints import LoadedModel
 
 
 class ViTKind:
@@ -35,12 +39,12 @@ class ViTKind:
     def families(self) -> Sequence[Any]:
         return ()  # the generic layouts of vitviz.checkpoints.families
 
-    def analyze(self, loaded: Any, image: Any, **options: Any) -> Any:
+    def analyze(self, loaded: LoadedModel, image: Any, **options: Any) -> Analysis:
         from vitviz.analysis import analyze_vit
 
         return analyze_vit(loaded, image, **options)
 
-    def token_geometry(self, analysis: Any) -> TokenGeometry:
+    def token_geometry(self, analysis: Analysis) -> TokenGeometry:
         gh, gw = analysis.grid
         layer = LayerGrid(
             grid=(gh, gw),
@@ -63,13 +67,13 @@ class ViTKind:
     def missing_method(self, method: str) -> str | None:
         return None  # the table's sentence ("applies to swin models, ...") says it all
 
-    def parameter_bounds(self, subject: Any) -> tuple[int, int]:
+    def parameter_bounds(self, subject: Analysis | nn.Module) -> tuple[int, int]:
         if isinstance(subject, nn.Module):
             cfg = subject.config
             return int(cfg.depth), int(cfg.heads)
         return int(getattr(subject, "model_layers", subject.num_layers)), int(subject.num_heads)
 
-    def npz_arrays(self, analysis: Any) -> dict[str, np.ndarray]:
+    def npz_arrays(self, analysis: Analysis) -> dict[str, np.ndarray]:
         return {
             "attention": analysis.attention_numpy(),  # the one time (L, H, N, N) crosses
             "grid": np.array(analysis.grid, dtype=np.int64),
@@ -81,7 +85,7 @@ class ViTKind:
 
     def map_picture(
         self,
-        analysis: Any,
+        analysis: Analysis,
         map_: np.ndarray,
         colormap: str,
         max_side: int | None,
@@ -91,7 +95,7 @@ class ViTKind:
 
         return vit_map_picture(analysis, map_, colormap, max_side, title)
 
-    def heads_picture(self, analysis: Any, colormap: str, titled: bool) -> Image.Image | None:
+    def heads_picture(self, analysis: Analysis, colormap: str, titled: bool) -> Image.Image | None:
         from vitviz.export import heads_grid
 
         return heads_grid(analysis, colormap, titled=titled)
@@ -99,7 +103,7 @@ class ViTKind:
     def unused_options(self) -> Mapping[str, str]:
         return {}
 
-    def layer_rows(self, analysis: Any) -> tuple[LayerRow, ...]:
+    def layer_rows(self, analysis: Analysis) -> tuple[LayerRow, ...]:
         layers = getattr(analysis, "layer_indices", None) or range(analysis.num_layers)
         return tuple(LayerRow(str(i), int(analysis.num_heads)) for i in layers)
 
