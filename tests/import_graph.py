@@ -149,6 +149,7 @@ VITVIZ_LAYERS: dict[str, int] = {
     **dict.fromkeys(("kinds.swin.attention", "kinds.swin.rollout", "kinds.swin.gradcam"), 2),
     **dict.fromkeys(("kinds.swin.analysis", "kinds.swin.methods", "kinds.swin.stats"), 2),
     **dict.fromkeys(("kinds.swin.faithfulness", "kinds.swin.export"), 2),
+    "kinds.vit.methods": 2,
     "kinds.swin.families": 3,
     "kinds.swin.modelcode": 4,
     **dict.fromkeys(("kinds.swin", "kinds.swin.output", "kinds.vit"), 5),

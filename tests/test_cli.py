@@ -23,6 +23,7 @@ from vitviz.imaging.preprocess import Preprocessing
 REPO = Path(__file__).resolve().parents[1]
 
 EXPECTED = {  # key: numpy dtype kind (shapes are checked in _check_npz)
+    "kind": "U",  # the model kind (one npz vocabulary for every kind, issue 20)
     "input": "f",
     "logits": "f",
     "probs": "f",
@@ -70,6 +71,7 @@ def _check_npz(npz: Path, a: Analysis, target: int, rollout: np.ndarray) -> None
     assert data["input"].shape[0] == 3
     assert data["logits"].shape == data["probs"].shape == (C,)
     assert data["class_names"].tolist() == CLASS_NAMES
+    assert str(data["kind"]) == "vit"
     assert data["attention"].shape == (L, H, N, N)
     assert data["grid"].tolist() == [gh, gw]
     assert data["num_prefix_tokens"].shape == ()

@@ -63,6 +63,7 @@ def test_npz_keys_are_exactly_the_documented_ones(tmp_path: Path, loaded: Loaded
     with np.load(path, allow_pickle=False) as z:
         assert set(z.files) == set(NPZ_KEYS)
         assert set(NPZ_KEYS) == {
+            "kind",
             "input",
             "logits",
             "probs",
@@ -79,6 +80,7 @@ def test_npz_keys_are_exactly_the_documented_ones(tmp_path: Path, loaded: Loaded
             "layers",
         }
         assert z["class_names"].tolist() == CLASS_NAMES
+        assert str(z["kind"]) == "vit"
         assert int(z["target_class"]) == a.top_class
         assert z["layers"].tolist() == list(range(a.num_layers))  # every layer kept
         np.testing.assert_array_equal(z["rollout"], a.rollout().numpy())

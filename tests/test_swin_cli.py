@@ -96,7 +96,7 @@ def test_param_and_fusion_reach_the_swin_rollout(swin_ckpt, photo_files, tmp_pat
     ):
         out = tmp_path / f"o_{len(extra)}_{fusion}"
         assert _explain(image, swin_ckpt, out, *extra) == 0, capsys.readouterr().err
-        got = _npz(out / f"{image.stem}.npz")["map_rollout"]
+        got = _npz(out / f"{image.stem}.npz")["rollout"]
         want = analysis.rollout(fusion).numpy()
         assert np.abs(want - mean).max() > 1e-3, "fusion changes nothing on this model"
         np.testing.assert_allclose(got, want, atol=1e-6, err_msg=" ".join(extra))

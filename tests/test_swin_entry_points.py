@@ -32,9 +32,22 @@ def test_info_describes_the_stages(swin_ckpt: Path, capsys) -> None:
     assert f"heads {'-'.join(map(str, cfg.heads))}" in arch
 
 
-def test_analyze_refuses_in_one_line(swin_ckpt: Path, photo_files) -> None:
+def test_analyze_takes_a_swin_through_its_kind(swin_ckpt: Path, photo_files) -> None:
+    """analyze() is the one entry point for every kind (issue 20): a Swin's is analyze_swin."""
+    from vitviz.kinds.swin.analysis import analyze_swin
+
+    loaded = load_checkpoint(swin_ckpt)
+    got = analyze(loaded, photo_files["chelsea"])
+    want = analyze_swin(loaded, photo_files["chelsea"])
+    assert got.kind == "swin" and type(got) is type(want)
+    torch.testing.assert_close(got.logits, want.logits)
+
+
+def test_the_vit_analysis_refuses_a_swin_in_one_line(swin_ckpt: Path, photo_files) -> None:
+    from vitviz.analysis import analyze_vit
+
     with pytest.raises(UnsupportedModelError, match="Swin") as info:
-        analyze(load_checkpoint(swin_ckpt), photo_files["chelsea"])
+        analyze_vit(load_checkpoint(swin_ckpt), photo_files["chelsea"])
     assert isinstance(info.value, VitvizError) and "\n" not in str(info.value)
 
 

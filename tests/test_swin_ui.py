@@ -224,7 +224,7 @@ def test_export_npz_from_the_window_equals_the_cli(
         got, want = np.asarray(a.convert("RGB"), int), np.asarray(b.convert("RGB"), int)
     assert got.shape == want.shape == (SIZE, SIZE, 3) and np.abs(got - want).max() <= 1
     with np.load(target) as got, np.load(out / f"{image.stem}.npz") as want:
-        assert set(got.files) == set(want.files) and "map_rollout" in got.files
+        assert set(got.files) == set(want.files) and "rollout" in got.files
         for k in want.files:
             if want[k].dtype.kind in "US":
                 assert got[k].tolist() == want[k].tolist(), k

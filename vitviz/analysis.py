@@ -45,6 +45,7 @@ from vitviz.imaging.preprocess import (
     source_for_display,
 )
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
+from vitviz.kinds import KindAnalysis, UnknownKindError, kind_of
 from vitviz.layers import LayersNotKeptError, LayerSpec, layers_text, parse_layers
 from vitviz.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
 from vitviz.memory import check_analysis_memory
@@ -52,16 +53,32 @@ from vitviz.model import VisionTransformer
 
 
 class UnsupportedModelError(VitvizError):
-    """A model kind this entry point does not explain (e.g. a Swin given to analyze())."""
+    """A model no registered kind explains, or one of another kind given to the ViT's own
+    analysis (``analyze_vit``, ``vitviz.batch``): one line naming it."""
 
 
-def require_vit(loaded: LoadedModel) -> None:
-    """Refuse, in one line, a model kind analyze() does not take (a Swin)."""
-    if getattr(loaded.model, "model_kind", "vit") == "swin":
+def analyze(loaded: LoadedModel, image: Any, **options: Any) -> KindAnalysis:
+    """Run ``loaded``'s model on ``image`` with attention capture, whatever its kind: the
+    kind's ``analyze`` (``vitviz.kinds``); for a ViT ``analyze_vit`` and its options (device,
+    preprocessing, attention_dtype, gradients, max_side, layers). UnsupportedModelError (one
+    line) for a model no kind explains."""
+    try:
+        kind = kind_of(loaded)
+    except UnknownKindError as exc:
+        raise UnsupportedModelError(f"{loaded.name}: {exc}") from None
+    return kind.analyze(loaded, image, **options)
+
+
+def require_patch_grid(loaded: LoadedModel) -> None:
+    """Refuse, in one line, a model without the ViT's one grid of patch tokens (e.g. a Swin)
+    given to the ViT's own analysis."""
+    from vitviz.model.protocol import ExplainableModel
+
+    if not isinstance(loaded.model, ExplainableModel):
+        label = kind_of(loaded).label
         raise UnsupportedModelError(
-            f"{loaded.name} is a Swin Transformer: analyze() takes ViTs; "
-            "vitviz.kinds.swin.analysis.analyze_swin explains a Swin (and "
-            "vitviz.kinds.swin.faithfulness measures its maps)."
+            f"{loaded.name} is a {label}: the ViT's batched analysis takes one grid of patch "
+            "tokens; vitviz.analysis.analyze explains it through its kind"
         )
 
 
@@ -131,6 +148,7 @@ class Analysis:
     loaded: LoadedModel | None = field(default=None, repr=False)
     layers: tuple[int, ...] | None = None  # the model layers of attention's rows (None: all)
     depth: int | None = None  # the model's layers (None: as many as attention holds)
+    kind: str = "vit"  # the model kind (vitviz.kinds)
     _gradients: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)
     _products: dict[int, GradientProducts] = field(default_factory=dict, repr=False)
     _rollouts: dict[tuple, Any] = field(default_factory=dict, repr=False)
@@ -468,7 +486,7 @@ def _setup(
     attention_dtype: torch.dtype,
 ) -> tuple[Any, torch.device, Preprocessing, int]:
     """The model in eval mode on its device, the preprocessing and the model's channels."""
-    require_vit(loaded)
+    require_patch_grid(loaded)
     if attention_dtype not in ATTENTION_PRECISION:
         kept = ", ".join(ATTENTION_DTYPES)
         raise ValueError(f"attention can be kept as {kept}, not {attention_dtype}")
@@ -553,7 +571,7 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
     )
 
 
-def analyze(
+def analyze_vit(
     loaded: LoadedModel,
     image: Any,
     *,
@@ -564,7 +582,7 @@ def analyze(
     max_side: int | None = OVERLAY_MAX_SIDE,
     layers: LayerSpec = None,
 ) -> Analysis:
-    """Run ``loaded``'s model on ``image`` with attention capture.
+    """Run ``loaded``'s ViT on ``image`` with attention capture (the ViT kind's ``analyze``).
 
     ``image``: a path, bytes, PIL image, uint8 array, or an already normalised tensor
     (C, H, W) / (1, C, H, W) (C: the model's in_channels; a 1-channel model sees images as

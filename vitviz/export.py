@@ -1,10 +1,14 @@
-"""Writing an Analysis out: the .npz of numbers and the overlay PNGs (same for CLI and window)."""
+"""Writing an analysis of any kind out: the .npz of numbers and the overlay PNGs (same for the
+CLI and the window). One vocabulary (README, "The .npz"): the same method writes the same key
+for every kind (``rollout``, ``gradient_rollout``, ``relevance``, ``map_<name>``), ``kind``
+names the kind, and the kind adds its own arrays (``ModelKind.npz_arrays``: a ViT's
+``attention``, a Swin's ``window_attention_<stage>_<block>``, ...)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,8 +22,22 @@ from vitviz.explain.methods import Method, get_method
 from vitviz.imaging.figure import titled_figure
 from vitviz.imaging.overlay import fit_for_overlay, head_grid_image, overlay_on_image, save_png
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
+from vitviz.kinds import KindAnalysis, kind_of
 
+# the shared keys, then a ViT's own (``ModelKind.npz_arrays``), in the order written
+SHARED_NPZ_KEYS = (
+    "kind",
+    "input",
+    "logits",
+    "probs",
+    "class_names",
+    "rollout",
+    "gradient_rollout",
+    "relevance",
+    "target_class",
+)
 NPZ_KEYS = (
+    "kind",
     "input",
     "logits",
     "probs",
@@ -65,9 +83,12 @@ class MapSettings:
     methods: tuple[str, ...] = ()
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
 
-    def params_for(self, method: Method) -> dict[str, Any]:
-        """The parameter values this record gives ``method`` (the rest keep their defaults)."""
+    def params_for(self, method: Method, analysis: KindAnalysis | None = None) -> dict[str, Any]:
+        """The parameter values this record gives ``method`` (the rest keep their defaults);
+        with ``analysis``, only those its kind's version of the method takes."""
         names = {p.name for p in method.parameters}
+        if analysis is not None:
+            names = set(method.taken_parameters(kind_of(analysis)))
         out = {k: getattr(self, k) for k in SHARED_PARAMETERS if k in names}
         out.update(self.params.get(method.name, {}))
         return out
@@ -103,57 +124,84 @@ def output_stem(stem: str) -> str:
     return f"{cut}-{digest}"
 
 
-def method_map(analysis: Analysis, name: str, settings: MapSettings = MapSettings()) -> np.ndarray:
-    """The table's map ``name`` of the CLS query for ``settings``: (gh, gw) float32.
-    ValueError (plain) when the method can't run on this analysis or a parameter is wrong."""
+def _has_head(analysis: KindAnalysis) -> bool:
+    return bool(getattr(analysis, "has_head", analysis.logits.numel() > 0))
+
+
+def method_map(
+    analysis: KindAnalysis, name: str, settings: MapSettings = MapSettings()
+) -> np.ndarray:
+    """The table's map ``name`` of the CLS query (a Swin: the average pool) for ``settings``:
+    float32 over the clickable grid (or the grid of the layer it reads). ValueError (plain)
+    when the method can't run on this analysis or a parameter is wrong."""
     method = get_method(name)
-    target = settings.target_class if analysis.has_head else None
-    out = method(analysis, None, target, settings.params_for(method))
+    target = settings.target_class if _has_head(analysis) else None
+    out = method(analysis, None, target, settings.params_for(method, analysis))
     return out.numpy().astype(np.float32)
 
 
-def compute_maps(analysis: Analysis, settings: MapSettings = MapSettings()) -> ExplainedMaps:
-    """Today's maps (rollout, gradient rollout, relevance) and those of ``settings.methods``,
-    all of the CLS query, computed by the method table."""
+def compute_maps(analysis: KindAnalysis, settings: MapSettings = MapSettings()) -> ExplainedMaps:
+    """Today's maps (rollout, gradient rollout, relevance; NaN over the clickable grid where
+    the method can't run on this analysis) and those of ``settings.methods``, all of the CLS
+    query (a Swin: the average pool), computed by the method table."""
     today = {}
+    grid = kind_of(analysis).token_geometry(analysis).grid
     for key, name in LEGACY_MAPS:
         if get_method(name).unavailable(analysis) is not None:
-            today[key] = np.full(analysis.grid, np.nan, dtype=np.float32)
+            today[key] = np.full(grid, np.nan, dtype=np.float32)
         else:
             today[key] = method_map(analysis, name, settings)
     extra = {name: method_map(analysis, name, settings) for name in dict.fromkeys(settings.methods)}
-    if not analysis.has_head:
+    if not _has_head(analysis):
         c = -1
     else:
         c = analysis.top_class if settings.target_class is None else int(settings.target_class)
     return ExplainedMaps(**today, target_class=c, methods=extra)
 
 
-def write_npz(analysis: Analysis, maps: ExplainedMaps, path: str | os.PathLike[str]) -> Path:
-    """All the numbers of one analysis, written atomically: exactly the keys of ``NPZ_KEYS``,
-    then ``map_<name with - as _>`` for each method of ``maps.methods``.
-
-    ``layers`` (K,) int64 names the 0-based model layer of each row of ``attention``,
-    ``mean_distance`` and ``entropy`` (0..L-1 unless the analysis kept fewer layers; then the
-    maps that need every layer are NaN, as for a model without a head)."""
-    arrays = {
-        "input": analysis.input.numpy().astype(np.float32),
-        "logits": analysis.logits.numpy().astype(np.float32),
-        "probs": analysis.probs.numpy().astype(np.float32),
-        "class_names": np.array(analysis.class_names, dtype=str),
-        "attention": analysis.attention_numpy(),  # the one time (L, H, N, N) crosses
-        "grid": np.array(analysis.grid, dtype=np.int64),
-        "num_prefix_tokens": np.array(analysis.num_prefix_tokens, dtype=np.int64),
+def npz_arrays(
+    analysis: KindAnalysis, maps: ExplainedMaps, class_names: Sequence[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Every array of one analysis's npz, in the order written: the shared keys in
+    ``NPZ_KEYS`` order, then the kind's own others, then ``map_<name>`` of each method.
+    ``class_names``: the checkpoint's (default: the analysis's)."""
+    kind = kind_of(analysis)
+    if class_names is None:
+        class_names = analysis.class_names
+    shared = {
+        "kind": np.array(kind.name, dtype=str),
+        "input": analysis.input.detach().cpu().numpy().astype(np.float32),
+        "logits": analysis.logits.detach().cpu().numpy().astype(np.float32),
+        "probs": analysis.probs.detach().cpu().numpy().astype(np.float32),
+        "class_names": np.array(list(class_names), dtype=str),
         "rollout": maps.rollout,
         "gradient_rollout": maps.gradient_rollout,
         "relevance": maps.relevance,
         "target_class": np.array(maps.target_class, dtype=np.int64),
-        "mean_distance": analysis.mean_distance.numpy().astype(np.float32),
-        "entropy": analysis.entropy.numpy().astype(np.float32),
-        "layers": np.array(analysis.layer_indices, dtype=np.int64),
     }
-    assert tuple(arrays) == NPZ_KEYS
-    arrays.update(maps.method_arrays())
+    own = kind.npz_arrays(analysis)
+    own = {k: v for k, v in own.items() if k not in shared}  # the shared ones win
+    arrays = {**shared, **own}
+    order = [k for k in NPZ_KEYS if k in arrays] + [k for k in arrays if k not in NPZ_KEYS]
+    out = {k: arrays[k] for k in order}
+    out.update(maps.method_arrays())
+    return out
+
+
+def write_npz(
+    analysis: KindAnalysis,
+    maps: ExplainedMaps,
+    path: str | os.PathLike[str],
+    class_names: Sequence[str] | None = None,
+) -> Path:
+    """All the numbers of one analysis, written atomically (``npz_arrays``): for a ViT exactly
+    the keys of ``NPZ_KEYS``, then ``map_<name with - as _>`` for each method of
+    ``maps.methods``.
+
+    ``layers`` (K,) int64 names the 0-based model layer of each row of ``attention``,
+    ``mean_distance`` and ``entropy`` (0..L-1 unless the analysis kept fewer layers; then the
+    maps that need every layer are NaN, as for a model without a head)."""
+    arrays = npz_arrays(analysis, maps, class_names)
     target = Path(path)
     with atomic_path(target) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
@@ -262,12 +310,12 @@ def map_levels(map_: np.ndarray) -> tuple[float, float]:
 
 
 def map_title(
-    analysis: Analysis, maps: ExplainedMaps, name: str, settings: MapSettings | None = None
+    analysis: KindAnalysis, maps: ExplainedMaps, name: str, settings: MapSettings | None = None
 ) -> list[str]:
     """Title lines of a map's figure: method and class with its probability; then the query
     and, when ``settings`` are given, the method's parameter values."""
     method = get_method(name)
-    if maps.target_class < 0 or not analysis.has_head:
+    if maps.target_class < 0 or not _has_head(analysis):
         said = "no classification head"
     elif method.needs_gradients:
         c = maps.target_class
@@ -276,13 +324,13 @@ def map_title(
         said = _prediction(analysis)
     detail = "query CLS"
     if settings is not None and method.parameters:
-        values = method.resolve(settings.params_for(method), strict=False)
+        values = method.resolve(settings.params_for(method, analysis), strict=False)
         detail += " · " + ", ".join(f"{k} {v}" for k, v in values.items())
     return [f"{method.label} · {said}", detail]
 
 
 def write_pngs(
-    analysis: Analysis,
+    analysis: KindAnalysis,
     maps: ExplainedMaps,
     folder: str | os.PathLike[str],
     stem: str,
@@ -291,13 +339,16 @@ def write_pngs(
     titled: bool = False,
     settings: MapSettings | None = None,
 ) -> list[Path]:
-    """<stem>_rollout.png, <stem>_relevance.png (if the model has a head), <stem>_<name>.png for
-    each method of ``maps.methods``, <stem>_heads.png.
+    """<stem>_rollout.png, <stem>_relevance.png (if it could be computed), <stem>_<name>.png
+    for each method of ``maps.methods``, and the kind's head grid <stem>_heads.png where it
+    draws one (a ViT).
 
-    The map overlays are at most ``max_side`` pixels on their long side (None: the source's
-    own size, see ``map_overlay``). ``titled``: each map overlay gets a title (method, class,
-    probability; ``settings`` add the parameter values) and a colour bar of its scale, and so
-    does the heads PNG (``heads_grid``)."""
+    Each map is drawn by its kind (``ModelKind.map_picture``: a ViT's over the source image at
+    most ``max_side`` pixels on its long side, None: the source's own size, see
+    ``map_overlay``; a Swin's over the model input). ``titled``: the kind may add a title
+    (method, class, probability; ``settings`` add the parameter values) and a colour bar of
+    its scale, to the maps and the heads PNG."""
+    kind = kind_of(analysis)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     overlays = {name: getattr(maps, name) for name in LEGACY_PNGS}
@@ -307,13 +358,27 @@ def write_pngs(
         if np.isnan(m).all():
             continue
         path = out / f"{stem}_{name}.png"
-        picture = map_overlay(analysis, m, colormap, max_side=max_side)
-        if titled:
-            lines = map_title(analysis, maps, name, settings)
-            picture = titled_figure(picture, lines, map_levels(m), colormap)
-        save_png(picture, path)
+        lines = map_title(analysis, maps, name, settings) if titled else None
+        save_png(kind.map_picture(analysis, m, colormap, max_side, lines), path)
         written.append(path)
-    path = out / f"{stem}_heads.png"
-    save_png(heads_grid(analysis, colormap, titled=titled), path)
-    written.append(path)
+    heads = kind.heads_picture(analysis, colormap, titled)
+    if heads is not None:
+        path = out / f"{stem}_heads.png"
+        save_png(heads, path)
+        written.append(path)
     return written
+
+
+def vit_map_picture(
+    analysis: Analysis,
+    map_: np.ndarray,
+    colormap: str,
+    max_side: int | None,
+    title: list[str] | None,
+) -> Image.Image:
+    """A ViT's map over its source image (``map_overlay``), titled with a colour bar when
+    ``title`` is given."""
+    picture = map_overlay(analysis, map_, colormap, max_side=max_side)
+    if title is not None:
+        picture = titled_figure(picture, title, map_levels(map_), colormap)
+    return picture

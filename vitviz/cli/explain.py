@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
 
 from vitviz.cli.common import (
@@ -74,6 +75,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from vitviz.devices import resolve_device
     from vitviz.imaging.colormaps import COLORMAPS
     from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
+    from vitviz.kinds import kind_of
 
     if not 0.0 <= args.discard < 1.0:
         raise CliError(f"--discard must be in [0, 1), got {args.discard}")
@@ -89,29 +91,38 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for note in loaded.notes:  # what the weights could not say comes first
         if note.startswith(ASSUMPTION_PREFIXES):
             say(f"vitviz-cli: {note}")
-    if getattr(loaded.model, "model_kind", None) == "swin":
-        from vitviz.cli.swin_explain import explain_swin
-
-        if args.layers is not None:
-            raise CliError("--layers applies to ViT models; a Swin's analysis keeps every block")
-        return explain_swin(args, loaded, device)
-    loaded.model.to(device)
-    cfg = loaded.model.config
-    if args.target_class is not None and not 0 <= args.target_class < cfg.num_classes:
+    kind = kind_of(loaded)
+    unused = kind.unused_options()
+    if args.layers is not None and "layers" in unused:
+        raise CliError(f"--layers {unused['layers']}")
+    loaded.model.to(device).eval()
+    classes = int(getattr(loaded.model.config, "num_classes", 0))
+    if args.target_class is not None and not 0 <= args.target_class < classes:
         raise CliError(
             f"--class {args.target_class} is out of range: the model has "
-            f"{cfg.num_classes} classes (0..{cfg.num_classes - 1})"
+            f"{classes} classes (0..{classes - 1})"
         )
-    if not 0 <= args.start_layer < cfg.depth:
-        raise CliError(
-            f"--start-layer {args.start_layer} is out of range: the model has "
-            f"{cfg.depth} layers (0..{cfg.depth - 1})"
-        )
-    args.kept_layers = layers_option(args.layers, int(cfg.depth))
+    depth, _heads = kind.parameter_bounds(loaded.model)
+    args.kept_layers = layers_option(args.layers, depth)
     settings = map_settings(args, loaded)
     make_out_folder(args.out)
+    note_unused_options(args, unused)
     max_side = None if args.full_size else OVERLAY_MAX_SIDE
     return explain_many(args, loaded, settings, max_side)  # batches, a writer thread
+
+
+def note_unused_options(args: argparse.Namespace, unused: Mapping[str, str]) -> None:
+    """One line on stderr for each option given that the model's kind does not use (the run
+    goes on: they change how, not what, is computed)."""
+    given = (
+        ("batch_size", args.batch_size is not None, f"--batch-size {args.batch_size}"),
+        ("attention_dtype", args.attention_dtype != "float32",
+         f"--attention-dtype {args.attention_dtype}"),
+        ("max_side", args.full_size, "--full-size"),
+    )  # fmt: skip
+    for option, was_given, text in given:
+        if was_given and option in unused:
+            say(f"vitviz-cli: note: {text} {unused[option]}")
 
 
 def _default_checkpoint() -> Path:

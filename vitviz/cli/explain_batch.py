@@ -11,13 +11,19 @@ import argparse
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError
 from vitviz.console import say
+
+if TYPE_CHECKING:
+    from vitviz.batch import BatchItem
+    from vitviz.checkpoints import LoadedModel
+    from vitviz.export import ExplainedMaps, MapSettings
+    from vitviz.kinds import KindAnalysis
 
 WRITE_QUEUE = 2  # analyses waiting for the writer (each holds its attention)
 ATTENTION_DTYPE_NAMES = ("float32", "float16", "bfloat16")
@@ -100,7 +106,7 @@ class _Writer:
     colormap: str
     max_side: int | None
     titled: bool = True  # title and colour bar on the map PNGs (False: --bare)
-    settings: Any = None  # the MapSettings the maps were made with (for the titles)
+    settings: MapSettings | None = None  # the MapSettings the maps were made with (for the titles)
     jobs: queue.Queue = field(default_factory=lambda: queue.Queue(maxsize=WRITE_QUEUE))
     failed: list[str] = field(default_factory=list)
 
@@ -132,7 +138,7 @@ class _Writer:
                 self.failed.append(f"vitviz-cli: could not write {name}: {exc.strerror or exc}")
             del analysis, maps, job
 
-    def put(self, analysis: Any, maps: Any, stem: str, name: str) -> None:
+    def put(self, analysis: KindAnalysis, maps: ExplainedMaps, stem: str, name: str) -> None:
         self.jobs.put((analysis, maps, stem, name))  # blocks while the queue is full
 
     def close(self) -> list[str]:
@@ -153,22 +159,60 @@ def kept_layers_text(kept: tuple[int, ...], depth: int) -> str:
     return text
 
 
-def explain_many(args: argparse.Namespace, loaded: Any, settings: Any, max_side: int | None) -> int:
+def _analyses(
+    loaded: LoadedModel,
+    images: Sequence[Path],
+    args: argparse.Namespace,
+    gradients: bool,
+    max_side: int | None,
+    kept: tuple[int, ...] | None,
+) -> Iterator[BatchItem]:
+    """One analysis per image, in order: in batches (``vitviz.batch``) where the model's kind
+    takes a batch size, else one at a time through the kind's ``analyze``."""
+    from vitviz.batch import BatchItem, iter_analyses
+    from vitviz.errors import VitvizError
+    from vitviz.imaging import ImageLoadError
+    from vitviz.kinds import kind_of
+
+    kind = kind_of(loaded)
+    if "batch_size" in kind.unused_options():
+        for index, path in enumerate(images):
+            try:
+                yield BatchItem(index, path, kind.analyze(loaded, path, gradients=gradients))
+            except (ImageLoadError, VitvizError, ValueError) as exc:
+                yield BatchItem(index, path, None, exc)
+        return
+    yield from iter_analyses(
+        loaded,
+        images,
+        batch_size=args.batch_size,
+        attention_dtype=attention_dtype(args.attention_dtype),
+        gradients=gradients,  # from the same pass, planned
+        max_side=max_side,
+        layers=kept,
+    )
+
+
+def explain_many(
+    args: argparse.Namespace, loaded: LoadedModel, settings: MapSettings, max_side: int | None
+) -> int:
     """Analyse ``args.images`` (files and folders) in batches, write each image's files, say
     one progress line per image; the exit status of ``vitviz-cli explain``."""
-    from vitviz.batch import iter_analyses
     from vitviz.export import compute_maps, output_stem
+    from vitviz.kinds import kind_of
 
     if args.batch_size is not None and args.batch_size < 1:
         raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
     images = expand_images(args.images)
-    if args.attention_dtype != "float32":  # the precision it costs, stated once
+    unused = kind_of(loaded).unused_options()
+    if args.attention_dtype != "float32" and "attention_dtype" not in unused:  # stated once
         from vitviz.analysis import attention_precision_text
 
         say(f"vitviz-cli: {attention_precision_text(attention_dtype(args.attention_dtype))}")
     kept = getattr(args, "kept_layers", None)
     if kept is not None:  # what keeping fewer layers leaves out, stated once
         say(f"vitviz-cli: {kept_layers_text(kept, int(loaded.model.config.depth))}")
+    has_head = loaded.model.config.num_classes > 0
     scores = _SCORES.get(getattr(loaded.model.config, "outputs", "logits"), "")
     stems: dict[str, int] = {}
     names = []
@@ -179,25 +223,23 @@ def explain_many(args: argparse.Namespace, loaded: Any, settings: Any, max_side:
     writer = _Writer(args.out, args.colormap, max_side, not args.bare, settings)
     failed, total, start = 0, len(images), time.perf_counter()
     try:
-        for item in iter_analyses(
-            loaded,
-            images,
-            batch_size=args.batch_size,
-            attention_dtype=attention_dtype(args.attention_dtype),
-            gradients=loaded.model.config.num_classes > 0,  # from the same pass, planned
-            max_side=max_side,
-            layers=kept,
-        ):
+        for item in _analyses(loaded, images, args, has_head, max_side, kept):
             path, stem = images[item.index], names[item.index]
             if item.error is not None:
                 say(f"vitviz-cli: skipped {path}: {item.error}")
                 failed += 1
                 continue
             analysis = item.analysis
-            maps = compute_maps(analysis, settings)  # on the device; the maps cross to the host
+            try:  # on the device; the maps cross to the host
+                maps = compute_maps(analysis, settings)
+            except ValueError as exc:  # e.g. attention.head beyond the chosen layer's heads
+                raise CliError(str(exc)) from exc
             writer.put(analysis, maps, stem, str(path))
-            best = analysis.top_k(1)
-            said = f"{best[0].name} ({best[0].probability:.1%}{scores})" if best else "no head"
+            if has_head:
+                c = analysis.top_class
+                said = f"{analysis.class_names[c]} ({float(analysis.probs[c]):.1%}{scores})"
+            else:
+                said = "no head"
             rate = (item.index + 1) / max(1e-9, time.perf_counter() - start)
             say(
                 f"[{item.index + 1}/{total}] {path.name}: {said} -> {args.out / stem}.npz "

@@ -12,8 +12,7 @@ import argparse
 import csv
 import io
 import json
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +40,9 @@ from vitviz.console import say
 
 if TYPE_CHECKING:
     from PIL import Image
+    from torch import Tensor
 
+    from vitviz.checkpoints import LoadedModel
     from vitviz.explain.faithfulness import ImageFaithfulness
 
 FILES = ("faithfulness.json", "faithfulness.csv", "faithfulness.png")
@@ -86,6 +87,7 @@ def add_parser(subparsers: SubParsers) -> None:
 def cmd_faithfulness(args: argparse.Namespace) -> int:
     from vitviz.devices import resolve_device
     from vitviz.explain.localisation import mask_path_for
+    from vitviz.kinds import kind_of
 
     if args.steps < 1:
         raise CliError(f"--steps must be a whole number of at least 1, got {args.steps}")
@@ -104,26 +106,22 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
             "faithfulness needs a model with a classification head (it follows the "
             "probability of the top class), and this model has none"
         )
-    swin = getattr(loaded.model, "model_kind", None) == "swin"
+    kind = kind_of(loaded)
     methods = choose_methods(args.methods, loaded)
     left_out = {} if methods else not_applicable(loaded)  # said once the options are good
     methods = methods or applicable(loaded)
     names = [m.name for m in methods]
-    layers, heads = model_size(loaded)
     given = parse_param_options(args.params)
-    if swin:
-        _refuse_ignored_params(given)
-    params = method_params(methods, given, {}, layers, heads)
+    params = method_params(methods, given, {}, kind, model_size(loaded))
     make_out_folder(args.out)
     for name, why in left_out.items():
         say(f"vitviz-cli: {name} not measured: {why}")
-    measure = _measure_swin if swin else _measure_vit
     images = without_masks(args.images, args.masks)
     results: list[ImageFaithfulness] = []
     n = len(images)
     for i, path in enumerate(images, 1):
         try:
-            result, probs = measure(loaded, path, names, params, args)
+            result, probs = _measure(loaded, path, names, params, args)
         except _SkippedError as exc:
             say(f"vitviz-cli: skipped {path}: {exc}")
             continue
@@ -156,49 +154,27 @@ def _mask(path: Path, geometry: Any, masks: Path | None) -> Any:
         raise _SkippedError(f"its mask {mask_path_for(path, masks)}: {exc}") from exc
 
 
-def _measure_vit(
-    loaded: Any, path: Path, names: list[str], params: dict[str, Any], args: argparse.Namespace
-) -> tuple[ImageFaithfulness, Any]:
-    """One image through ``analyze`` and ``evaluate_methods``: (result, probabilities)."""
-    from vitviz.analysis import NonFiniteError, NotEnoughMemoryError, analyze
-    from vitviz.explain.faithfulness import evaluate_methods
-    from vitviz.imaging import ImageLoadError
-
-    try:
-        analysis = analyze(loaded, path, gradients=True)
-    except (ImageLoadError, NotEnoughMemoryError, NonFiniteError) as exc:
-        raise _SkippedError(str(exc)) from exc
-    return _evaluate(evaluate_methods, analysis, path, names, params, args)
-
-
-def _measure_swin(
-    loaded: Any, path: Path, names: list[str], params: dict[str, Any], args: argparse.Namespace
-) -> tuple[ImageFaithfulness, Any]:
-    """One image through ``analyze_swin`` and ``evaluate_swin_methods``."""
-    from vitviz.imaging import ImageLoadError
-    from vitviz.kinds.swin.analysis import analyze_swin
-    from vitviz.kinds.swin.faithfulness import evaluate_swin_methods
-
-    try:
-        analysis = analyze_swin(loaded, path, gradients="gradient-rollout" in names)
-    except (ImageLoadError, ValueError) as exc:
-        raise _SkippedError(str(exc)) from exc
-    evaluate = partial(evaluate_swin_methods, model=loaded.model)
-    return _evaluate(evaluate, analysis, path, names, params, args)
-
-
-def _evaluate(
-    evaluate: Callable[..., ImageFaithfulness],
-    analysis: Any,
+def _measure(
+    loaded: LoadedModel,
     path: Path,
     names: list[str],
     params: dict[str, Any],
     args: argparse.Namespace,
-) -> tuple[ImageFaithfulness, Any]:
-    """``evaluate(analysis, names, ...)`` with the image's mask: (result, probabilities)."""
+) -> tuple[ImageFaithfulness, Tensor]:
+    """One image through its kind's ``analyze`` and ``evaluate_methods``, with the image's
+    mask: (result, probabilities)."""
+    from vitviz.errors import VitvizError
+    from vitviz.explain.faithfulness import evaluate_methods
+    from vitviz.imaging import ImageLoadError
+    from vitviz.kinds import kind_of
+
+    try:
+        analysis = kind_of(loaded).analyze(loaded, path, gradients=True)
+    except (ImageLoadError, VitvizError, ValueError) as exc:
+        raise _SkippedError(str(exc)) from exc
     mask = _mask(path, analysis.geometry, args.masks)
     try:
-        result = evaluate(
+        result = evaluate_methods(
             analysis,
             names=names,
             steps=args.steps,
@@ -210,21 +186,6 @@ def _evaluate(
     except ValueError as exc:
         raise _SkippedError(str(exc)) from exc
     return result, analysis.probs
-
-
-def _refuse_ignored_params(given: dict[str, dict[str, Any]]) -> None:
-    """A ``--param`` a Swin's version of its method does not take is refused, not ignored."""
-    from vitviz.kinds.swin.methods import SWIN_PARAMETERS
-
-    for method, values in given.items():
-        taken = SWIN_PARAMETERS.get(method, frozenset())
-        for param in values:
-            if param not in taken:
-                takes = ", ".join(sorted(taken)) or "none"
-                raise CliError(
-                    f"--param {method}.{param}: a Swin's {method} does not take {param} "
-                    f"(its parameters: {takes})"
-                )
 
 
 def without_masks(images: Sequence[Path], masks: Path | None) -> list[Path]:

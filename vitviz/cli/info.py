@@ -52,19 +52,6 @@ def describe(loaded: Any) -> dict[str, Any]:
     }
 
 
-def _architecture(cfg: dict) -> str:
-    """A ViT's width, depth and heads, or a Swin's stages (widths, depths, heads, windows)."""
-    if "depths" in cfg:
-        v = cfg.get("version", 1)
-        return (
-            f"Swin{' V2' if v == 2 else ''}, widths {'-'.join(map(str, cfg['dims']))}, "
-            f"depths {'-'.join(map(str, cfg['depths']))}, "
-            f"heads {'-'.join(map(str, cfg['heads']))}, "
-            f"windows {'-'.join(map(str, cfg['window_sizes']))}"
-        )
-    return f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}"
-
-
 def crop_text(prep: Preprocessing) -> str:
     """crop_pct to three decimals, with the crop it makes: "crop_pct 0.966 (the 224×224
     centre of 232×232)" (224/232 is 0.9655172413793104)."""
@@ -77,8 +64,10 @@ def crop_text(prep: Preprocessing) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from vitviz.imaging.preprocess import Preprocessing
+    from vitviz.kinds import kind_of
 
-    d = describe(load_for(args))
+    loaded = load_for(args)
+    d = describe(loaded)
     if args.json:
         print(json.dumps(d, indent=2, default=str))
         return EXIT_OK
@@ -88,7 +77,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     lines = [
         f"file:           {d['path']}",
         f"family:         {d['family']}",
-        f"architecture:   {_architecture(cfg)}, patch {cfg['patch_size']}, "
+        f"architecture:   {kind_of(loaded).architecture(loaded.model)}, patch {cfg['patch_size']}, "
         f"image {cfg['image_size'][0]}×{cfg['image_size'][1]}, "
         f"{d['num_parameters']:,} parameters",
         f"classes:        {d['num_classes']} ({names})",

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 from vitviz.cli.common import CliError
 
 if TYPE_CHECKING:  # the table imports torch: only when a command runs, not to parse arguments
+    from vitviz.checkpoints import LoadedModel
     from vitviz.explain.methods import Method
     from vitviz.export import MapSettings
+    from vitviz.kinds import ModelKind
 
 PARAM_FORM = "METHOD.PARAMETER=VALUE"
 
@@ -46,32 +48,28 @@ def add_method_options(p: argparse.ArgumentParser, default: str) -> None:
 # -- choosing methods and their parameters ---------------------------------------------------------
 
 
-def has_head(loaded: Any) -> bool:
+def has_head(loaded: LoadedModel) -> bool:
     n = int(getattr(loaded.model.config, "num_classes", 0))
     return n > 0 and len(loaded.class_names) == n
 
 
-def unavailable_on(m: Method, loaded: Any, layers: tuple[int, ...] | None = None) -> str | None:
+def unavailable_on(
+    m: Method, loaded: LoadedModel, layers: tuple[int, ...] | None = None
+) -> str | None:
     """Why ``m`` can't run on ``loaded``'s model keeping only the model layers ``layers`` (None:
-    every layer), a plain sentence, or None if it can: the table's own check for a ViT, the Swin
-    versions' (``swin_unavailable``) for a Swin."""
-    head = has_head(loaded)
-    if getattr(loaded.model, "model_kind", None) == "swin":
-        from vitviz.kinds.swin.methods import swin_unavailable
-
-        return swin_unavailable(m.name, m.label, head, loaded.model)
-    depth = int(loaded.model.config.depth) if layers is not None else None
-    return m.unavailable_on(loaded.model, head, layers, depth)
+    every layer), a plain sentence, or None if it can (the table asks the model's kind)."""
+    depth = model_size(loaded)[0] if layers is not None else None
+    return m.unavailable_on(loaded.model, has_head(loaded), layers, depth)
 
 
-def applicable(loaded: Any, layers: tuple[int, ...] | None = None) -> tuple[Method, ...]:
+def applicable(loaded: LoadedModel, layers: tuple[int, ...] | None = None) -> tuple[Method, ...]:
     """The table's methods that can run on ``loaded``'s model (keeping only ``layers``)."""
     from vitviz.explain.methods import all_methods
 
     return tuple(m for m in all_methods() if unavailable_on(m, loaded, layers) is None)
 
 
-def not_applicable(loaded: Any) -> dict[str, str]:
+def not_applicable(loaded: LoadedModel) -> dict[str, str]:
     """{name: why} of the table's methods that can't run on ``loaded``'s model."""
     from vitviz.explain.methods import all_methods
 
@@ -80,7 +78,7 @@ def not_applicable(loaded: Any) -> dict[str, str]:
 
 
 def choose_methods(
-    names: Sequence[str] | None, loaded: Any, layers: tuple[int, ...] | None = None
+    names: Sequence[str] | None, loaded: LoadedModel, layers: tuple[int, ...] | None = None
 ) -> tuple[Method, ...]:
     """The methods of ``--method`` (in order, each once), checked against the model and the
     layers kept (``--layers``); CliError naming the methods that apply otherwise. None or
@@ -125,15 +123,20 @@ def method_params(
     methods: Iterable[Method],
     params: Mapping[str, Mapping[str, Any]],
     shared: Mapping[str, Any],
-    num_layers: int,
-    num_heads: int,
+    kind: ModelKind,
+    size: tuple[int, int],
     layers: tuple[int, ...] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """{method: every parameter's value} for ``methods``: ``shared`` values (e.g. --fusion) go
-    to each method with a parameter of that name, ``params`` win over them; checked against the
-    model's layers and heads, and a layer parameter against the layers kept (``layers``; None:
-    every layer). CliError for a --param of a method not computed."""
+    """{method: the value of each parameter ``kind``'s version takes} for ``methods``:
+    ``shared`` values (e.g. --fusion) go to each method whose version takes a parameter of that
+    name, ``params`` win over them; checked against the model's layers and heads
+    (``size``: ``model_size``), and a layer parameter against the layers kept (``layers``;
+    None: every layer). CliError for a --param of a method not computed, or one the kind's
+    version does not take (with the reason)."""
+    from vitviz.explain.methods import get_method
+
     methods = tuple(methods)
+    num_layers, num_heads = size
     names = {m.name for m in methods}
     for name, given in params.items():
         if name not in names:
@@ -142,13 +145,18 @@ def method_params(
                 f"--param {name}.{next(iter(given), '')}: {name} is not among the methods "
                 f"computed here ({asked}); add --method {name}"
             )
+    for name, given in params.items():
+        for parameter in given:
+            why = get_method(name).parameter_refusal(kind, parameter)
+            if why is not None:
+                raise CliError(f"--param {why}")
     out = {}
     for m in methods:
-        own = {p.name for p in m.parameters}
+        own = set(m.taken_parameters(kind))
         values = {k: v for k, v in shared.items() if k in own}
         values.update(params.get(m.name, {}))
         try:
-            out[m.name] = m.resolve(values, num_layers=num_layers, num_heads=num_heads)
+            out[m.name] = m.values_for(kind, values, num_layers, num_heads)
         except ValueError as exc:
             raise CliError(
                 f"{m.name}: {exc} (this model has {num_layers} layers of {num_heads} heads)"
@@ -171,28 +179,66 @@ def _check_layer_params(m: Method, values: Mapping[str, Any], layers: tuple[int,
             )
 
 
-def model_size(loaded: Any) -> tuple[int, int]:
-    """(layers, heads) of the model, for the parameters' model bounds (a Swin: its blocks, and
-    the most heads of a stage)."""
-    cfg = loaded.model.config
-    heads = cfg.heads
-    return int(cfg.depth), int(max(heads) if isinstance(heads, (tuple, list)) else heads)
+def model_size(loaded: LoadedModel) -> tuple[int, int]:
+    """(layers, heads) of the model, for the parameters' model bounds (its kind says which:
+    a Swin's blocks and the most heads of a stage)."""
+    from vitviz.kinds import kind_of
+
+    return kind_of(loaded).parameter_bounds(loaded.model)
 
 
-def map_settings(args: argparse.Namespace, loaded: Any) -> MapSettings:
+# explain's options that set the table parameter of every method having it:
+# (option, its attribute, the parameter, the option's default)
+SHARED_OPTIONS = (
+    ("--fusion", "fusion", "fusion", "mean"),
+    ("--discard", "discard", "discard_ratio", 0.0),
+    ("--start-layer", "start_layer", "start_layer", 0),
+)
+
+
+def shared_values(
+    args: argparse.Namespace, computed: Sequence[Method], kind: ModelKind
+) -> dict[str, Any]:
+    """{parameter: value} of --fusion, --discard and --start-layer. One given (not its
+    default) that no computed method's version takes on this kind is refused in one line
+    with the reason (a Swin's rollout has no discard step), never ignored."""
+    out = {}
+    for option, attribute, name, default in SHARED_OPTIONS:
+        value = getattr(args, attribute)
+        out[name] = value
+        if value == default:
+            continue
+        having = [m for m in computed if any(p.name == name for p in m.parameters)]
+        if having and all(m.parameter_refusal(kind, name) is not None for m in having):
+            impl = having[0].implementation_for(kind)
+            why = impl.refusal(name) if impl is not None else None
+            raise CliError(f"{option} {value} does not apply to a {kind.label}: {why}")
+    return out
+
+
+def map_settings(args: argparse.Namespace, loaded: LoadedModel) -> MapSettings:
     """explain's MapSettings from its options: --method, --param, and --fusion, --discard,
-    --start-layer for every map computed that has that parameter (today's maps included)."""
+    --start-layer for every map computed whose version takes that parameter (today's maps
+    included)."""
     from vitviz.explain.methods import get_method
     from vitviz.export import LEGACY_MAPS, MapSettings
+    from vitviz.kinds import kind_of
 
+    kind = kind_of(loaded)
     kept = getattr(args, "kept_layers", None)  # --layers, parsed
     methods = choose_methods(args.methods, loaded, kept)
     usable = {m.name for m in applicable(loaded, kept)}
     today = [get_method(name) for _key, name in LEGACY_MAPS if name in usable]
     computed = list({m.name: m for m in [*today, *methods]}.values())
-    shared = {"fusion": args.fusion, "discard_ratio": args.discard, "start_layer": args.start_layer}
-    layers, heads = model_size(loaded)
-    params = method_params(computed, parse_param_options(args.params), shared, layers, heads, kept)
+    given = parse_param_options(args.params)
+    shared = shared_values(args, computed, kind)
+    size = model_size(loaded)
+    if not 0 <= args.start_layer < size[0]:
+        raise CliError(
+            f"--start-layer {args.start_layer} is out of range: the model has "
+            f"{size[0]} layers (0..{size[0] - 1})"
+        )
+    params = method_params(computed, given, shared, kind, size, kept)
     return MapSettings(
         args.fusion,
         args.discard,

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.explain.localisation import Localisation, localise
-from vitviz.explain.subject import Explained
+from vitviz.kinds import KindAnalysis
 
 DEFAULT_STEPS = 20
 DEFAULT_BATCH = 64
@@ -244,7 +244,7 @@ def csv_rows(results: Sequence[ImageFaithfulness]) -> list[list[Any]]:
 
 
 def evaluate_methods(
-    analysis: Explained,
+    analysis: KindAnalysis,
     names: Sequence[str],
     *,
     steps: int = DEFAULT_STEPS,
@@ -253,15 +253,21 @@ def evaluate_methods(
     mask: Tensor | np.ndarray | None = None,
     name: str = "",
 ) -> ImageFaithfulness:
-    """Faithfulness of the methods ``names`` on one Analysis: each map computed from the table
-    for the image's top class and the CLS query (``params`` per method name), then measured.
+    """Faithfulness of the methods ``names`` on one analysis of any kind: each map computed
+    from the table for the image's top class and the CLS query (a Swin: the average pool;
+    ``params`` per method name), taken to the clickable grid (``TokenGeometry.on_grid``: a
+    coarser layer's token gives its value to each cell it covers), then measured over the
+    cells of that grid (a ViT's patches, a Swin's first-stage tokens).
 
+    A parameter the kind's version of a method does not take (a Swin's rollout: discard
+    ratio) is left out, as the window disables its control; an unknown one is refused.
     ValueError (plain) for a method that can't run on this model, before anything is computed.
     """
     from vitviz.explain.methods import get_method
+    from vitviz.kinds import kind_of
 
     if analysis.loaded is None:
-        raise ValueError("faithfulness needs the model: this Analysis has none attached")
+        raise ValueError("faithfulness needs the model: this analysis has none attached")
     methods = [get_method(n) for n in names]
     for m in methods:
         reason = m.unavailable(analysis)
@@ -272,7 +278,13 @@ def evaluate_methods(
     with torch.inference_mode():
         target = int(model(analysis.input[None].to(p.device, p.dtype))[0].argmax())
     params = params or {}
-    maps = {m.name: m(analysis, None, target, params.get(m.name)) for m in methods}
+    kind = kind_of(analysis)
+    geometry = kind.token_geometry(analysis)
+    maps = {}
+    for m in methods:
+        given = params.get(m.name) or {}  # less what the kind's version does not take (the
+        taken = {k: v for k, v in given.items() if m.parameter_refusal(kind, k) is None}
+        maps[m.name] = geometry.on_grid(m(analysis, None, target, taken))  # window disables it)
     return faithfulness(
         model, analysis, maps, steps=steps, batch_size=batch_size, name=name, mask=mask
     )

@@ -1,41 +1,40 @@
 """The one table of explanation methods (DESIGN §5): every method is one ``Method`` entry.
 
 The window's method list and parameter controls, the CLI, export (npz keys, PNG names) and the
-README's method list read this table and nothing else. Adding a method: one file in
-``vitviz/explain/`` with its math, one ``register_method(Method(...))`` below, its tests.
+README's method list read this table and nothing else. An entry says what a method is (name,
+label, parameters, scaling, description); how it runs on a model comes from the model's kind
+(``vitviz.kinds``): ``kind_of(analysis).implementation(method.name)``, a ``KindMethod`` that
+also says which table parameters that version takes and what it requires of the model. A kind
+without a version of a method leaves it unavailable, with a sentence saying why.
 
-A compute function takes (analysis, query, target_class, params) and returns a (gh, gw)
-float32 map on the CPU, scaled as its entry's ``scaling`` says. ``query`` is a (row, col)
-patch or None for CLS (the mean of the patch queries on a model without prefix tokens);
-``target_class`` None means the top prediction.
+Adding a method: one ``register_method(Method(...))`` below, and its math in each kind that
+implements it (``vitviz/kinds/<kind>/methods.py``), with its tests. A method added at run time
+(a plugin, a test's toy) may bring its own kind-independent ``compute`` instead, for the kinds
+named in its ``applies_to``.
+
+A map comes back as float32 on the CPU over the grid of one of the kind's layers
+(``TokenGeometry``: the clickable grid for every method of a ViT). ``query`` is a (row, col)
+cell of the clickable grid or None (the CLS token, or the mean / the average pool where the
+model has none); ``target_class`` None means the top prediction.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from vitviz.explain.attribution import attention_relevance
 from vitviz.explain.fusion import FUSIONS
-from vitviz.explain.gradcam import attention_gradcam, token_gradcam
-from vitviz.explain.maps import attention_maps
 from vitviz.explain.params import Parameter
-from vitviz.explain.random_map import random_map
-from vitviz.explain.rollout import relevance
 from vitviz.explain.subject import Explained
-from vitviz.explain.tokens import min_max_scale
+from vitviz.kinds import KindAnalysis, KindMethod, ModelKind, all_kinds, kind_of
 
 Query = tuple[int, int] | None
-Compute = Callable[[Explained, Query, "int | None", Mapping[str, Any]], Tensor]
+Compute = Callable[[Any, Query, "int | None", Mapping[str, Any]], Tensor]
 
-VIT = "vit"  # vitviz's own VisionTransformer
-MODEL_CODE = "model-code"  # a user's module run through vitviz.modelcode (attention captured)
-SWIN = "swin"  # a Swin Transformer: its version of the method is in vitviz.kinds.swin.methods
 SCALINGS = ("none", "max", "min-max", "share")
 # The layers' attention a method reads: any (its layer parameter picks one kept layer, or it
 # reads none), every (refused on an analysis that kept only some layers), last (the last one)
@@ -44,51 +43,97 @@ _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
 def model_kind(model: object) -> str:
-    """The kind a method's ``applies_to`` is matched against: the model's own ``model_kind``
-    attribute where it has one (e.g. "swin"), "vit" for vitviz's ViT, else "model-code"."""
-    from vitviz.model import VisionTransformer
-
-    kind = getattr(model, "model_kind", None)
-    if isinstance(kind, str):
-        return kind
-    return VIT if isinstance(model, VisionTransformer) else MODEL_CODE
+    """The name of ``model``'s kind (``vitviz.kinds``): "vit", "swin", ..."""
+    return kind_of(model).name
 
 
-@dataclass(frozen=True)
 class Method:
-    """One explanation method: what the window, the CLI and export need to know and run."""
+    """One explanation method: what the window, the CLI and export need to know and run.
 
-    name: str  # fixed: CLI --method, npz key map_<name with - as _>, PNG <stem>_<name>.png
-    label: str  # shown in the window's method list
-    compute: Compute
-    parameters: tuple[Parameter, ...] = ()
-    needs_gradients: bool = False  # needs a classification head and a backward pass
-    applies_to: frozenset[str] = frozenset({VIT})
-    queries: bool = True  # a clicked patch (query) changes the map
-    scaling: str = "none"  # none | max (divided by its max) | min-max | share (0..1 by nature)
-    description: str = ""  # one line for `vitviz-cli methods` and the README
-    needs_layers: str = "any"  # any | every | last (LAYER_NEEDS): of the layers kept
+    ``compute`` (optional): a kind-independent version of the method, run on a kind without one
+    of its own (a method registered at run time). ``applies_to`` (optional) restricts the
+    entry to the kinds it names; without it an entry applies to every kind that implements it
+    (or, with ``compute``, to every kind).
+    """
 
-    def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
+    def __init__(
+        self,
+        name: str,  # fixed: CLI --method, npz key map_<name with - as _>, PNG <stem>_<name>.png
+        label: str,  # shown in the window's method list
+        compute: Compute | None = None,
+        parameters: tuple[Parameter, ...] = (),
+        *,
+        needs_gradients: bool = False,  # needs a classification head and a backward pass
+        applies_to: Iterable[str] | None = None,
+        queries: bool = True,  # a clicked patch (query) changes the map
+        scaling: str = "none",  # none | max (divided by its max) | min-max | share (0..1)
+        description: str = "",  # one line for `vitviz-cli methods` and the README
+        needs_layers: str = "any",  # any | every | last (LAYER_NEEDS): of the layers kept
+    ) -> None:
+        if not _NAME.match(name):
             raise ValueError(
-                f"method name {self.name!r} must be lower-case words joined by '-' (e.g. grad-sam)"
+                f"method name {name!r} must be lower-case words joined by '-' (e.g. grad-sam)"
             )
-        if self.scaling not in SCALINGS:
-            raise ValueError(f"scaling must be one of {', '.join(SCALINGS)} (got {self.scaling!r})")
-        if self.needs_layers not in LAYER_NEEDS:
+        if scaling not in SCALINGS:
+            raise ValueError(f"scaling must be one of {', '.join(SCALINGS)} (got {scaling!r})")
+        if needs_layers not in LAYER_NEEDS:
             raise ValueError(
-                f"needs_layers must be one of {', '.join(LAYER_NEEDS)} (got {self.needs_layers!r})"
+                f"needs_layers must be one of {', '.join(LAYER_NEEDS)} (got {needs_layers!r})"
             )
-        names = [p.name for p in self.parameters]
+        names = [p.name for p in parameters]
         if len(set(names)) != len(names):
-            raise ValueError(f"method {self.name!r} has a parameter name twice: {names}")
-        object.__setattr__(self, "applies_to", frozenset(self.applies_to))
+            raise ValueError(f"method {name!r} has a parameter name twice: {names}")
+        self.name = name
+        self.label = label
+        self.compute = compute
+        self.parameters = tuple(parameters)
+        self.needs_gradients = needs_gradients
+        self.declared = None if applies_to is None else frozenset(applies_to)
+        self.queries = queries
+        self.scaling = scaling
+        self.description = description
+        self.needs_layers = needs_layers
+
+    def __repr__(self) -> str:
+        return f"Method({self.name!r}, {self.label!r})"
 
     @property
     def key(self) -> str:
         """The npz key of its map: map_<name with - as _>."""
         return "map_" + self.name.replace("-", "_")
+
+    # -- which kinds ------------------------------------------------------------------------
+
+    def implementation_for(self, kind: ModelKind) -> KindMethod | None:
+        """``kind``'s version of this method: its own, else this entry's ``compute``; None
+        without either, or where ``applies_to`` (when given) does not name the kind."""
+        if self.declared is not None and kind.name not in self.declared:
+            return None
+        own = kind.implementation(self.name)
+        if own is not None:
+            return own
+        if self.compute is not None:
+            return KindMethod(self.compute)
+        return None
+
+    @property
+    def applies_to(self) -> frozenset[str]:
+        """The names of the kinds it runs on: those named at registration, else the
+        registered kinds that implement it."""
+        if self.declared is not None:
+            return self.declared
+        return frozenset(k.name for k in all_kinds() if self.implementation_for(k) is not None)
+
+    def missing_on(self, kind: ModelKind) -> str | None:
+        """Why ``kind`` has no version of this method (a sentence), None when it has one."""
+        if self.implementation_for(kind) is not None:
+            return None
+        kinds = ", ".join(sorted(self.applies_to)) or "no registered"
+        said = f"{self.label} applies to {kinds} models, not to this {kind.name} model"
+        why = kind.missing_method(self.name)
+        return f"{said}: {why}" if why else said
+
+    # -- parameters -------------------------------------------------------------------------
 
     def parameter(self, name: str) -> Parameter:
         for p in self.parameters:
@@ -129,16 +174,60 @@ class Method:
         """{name: command-line text} -> {name: typed value}, checked."""
         return {name: self.parameter(name).parse(text) for name, text in texts.items()}
 
-    def unavailable(self, analysis: Explained) -> str | None:
+    def parameter_refusal(self, kind: ModelKind, parameter: str) -> str | None:
+        """Why table parameter ``parameter`` means nothing to ``kind``'s version of this method
+        (one sentence naming both, e.g. a Swin's rollout has no discard step), or None."""
+        impl = self.implementation_for(kind)
+        why = None if impl is None else impl.refusal(parameter)
+        if why is None:
+            return None
+        return f"{self.name}.{parameter} does not apply to a {kind.label}: {why}"
+
+    def taken_parameters(self, kind: ModelKind) -> tuple[str, ...]:
+        """The names of the table parameters ``kind``'s version reads (all without one)."""
+        impl = self.implementation_for(kind)
+        return tuple(
+            p.name for p in self.parameters if impl is None or impl.takes_parameter(p.name)
+        )
+
+    def values_for(
+        self,
+        kind: ModelKind,
+        given: Mapping[str, Any] | None = None,
+        num_layers: int | None = None,
+        num_heads: int | None = None,
+        *,
+        strict: bool = True,
+    ) -> dict[str, Any]:
+        """The values ``kind``'s version takes: ``given`` checked by the table (bounds from
+        the model's size where given), defaults for the rest. A parameter that version does not
+        take: ValueError saying why (``strict``), or dropped (the window, whose control for it
+        is disabled)."""
+        values = dict(given or {})
+        for name in list(values):
+            why = self.parameter_refusal(kind, name)
+            if why is not None:
+                if strict:
+                    raise ValueError(why)
+                del values[name]
+        taken = self.taken_parameters(kind)
+        resolved = self.resolve(values, num_layers=num_layers, num_heads=num_heads)
+        return {k: v for k, v in resolved.items() if k in taken}
+
+    # -- can it run -------------------------------------------------------------------------
+
+    def unavailable(self, analysis: KindAnalysis | Explained) -> str | None:
         """Why this method can't run on ``analysis`` (a plain sentence), or None if it can."""
-        model = analysis.loaded.model if analysis.loaded is not None else None
-        kept = getattr(analysis, "layers", None)  # a Swin's analysis keeps every block
+        loaded = getattr(analysis, "loaded", None)
+        model = loaded.model if loaded is not None else None
+        kept = getattr(analysis, "layers", None)  # None: every layer kept
         depth = getattr(analysis, "model_layers", None)
-        return self.unavailable_on(model, analysis.has_head, kept, depth)
+        has_head = bool(getattr(analysis, "has_head", analysis.logits.numel() > 0))
+        return self._unavailable(kind_of(analysis), model, has_head, kept, depth)
 
     def unavailable_on(
         self,
-        model: object | None,
+        model: nn.Module | None,
         has_head: bool,
         layers: tuple[int, ...] | None = None,
         depth: int | None = None,
@@ -147,10 +236,21 @@ class Method:
         has a classification head with class names; ``layers``: the model layers kept of
         ``depth``, None for all), or None if it can. Lets the CLI refuse a method before any
         image is analysed."""
-        kind = model_kind(model) if model is not None else None
-        if kind is not None and kind not in self.applies_to:
-            kinds = ", ".join(sorted(self.applies_to))
-            return f"{self.label} applies to {kinds} models, not to this {kind} model"
+        kind = kind_of(model) if model is not None else None
+        return self._unavailable(kind, model, has_head, layers, depth)
+
+    def _unavailable(
+        self,
+        kind: ModelKind | None,
+        model: nn.Module | None,
+        has_head: bool,
+        layers: tuple[int, ...] | None,
+        depth: int | None,
+    ) -> str | None:
+        if kind is not None:
+            missing = self.missing_on(kind)
+            if missing is not None:
+                return missing
         if layers is not None and depth is not None:
             reason = self.layers_missing(layers, depth)
             if reason is not None:
@@ -160,7 +260,8 @@ class Method:
                 return f"{self.label} needs a classification head, and this model has none"
             if model is None:
                 return f"{self.label} needs the model itself to compute gradients"
-        return None
+        impl = None if kind is None else self.implementation_for(kind)
+        return None if impl is None else impl.unavailable_on(self.label, model)
 
     def layers_missing(self, layers: tuple[int, ...], depth: int) -> str | None:
         """Why keeping only the model layers ``layers`` of ``depth`` leaves this method
@@ -179,26 +280,41 @@ class Method:
 
     def __call__(
         self,
-        analysis: Explained,
+        analysis: KindAnalysis | Explained,
         query: Query = None,
         target_class: int | None = None,
         params: Mapping[str, Any] | None = None,
         *,
         strict: bool = True,
     ) -> Tensor:
-        """The map of ``analysis`` for the query and class: (gh, gw) float32 on the CPU."""
+        """The map of ``analysis`` for the query and class: float32 on the CPU over the
+        clickable grid (or, for a version that reads one layer, that layer's grid).
+        ``strict=False``: parameters this method (or the kind's version) lacks are dropped."""
         reason = self.unavailable(analysis)
         if reason is not None:
             raise ValueError(reason)
-        if target_class is not None and analysis.has_head:
+        if target_class is not None and analysis.logits.numel() > 0:
             n = analysis.logits.numel()
             if not 0 <= int(target_class) < n:
                 raise ValueError(f"class {target_class} is out of range: 0..{n - 1}")
-        depth = getattr(analysis, "model_layers", analysis.num_layers)  # layer params: model's
-        values = self.resolve(params, strict=strict, num_layers=depth, num_heads=analysis.num_heads)
-        out = self.compute(analysis, query, target_class, values)
-        if out.shape != tuple(analysis.grid):
-            raise RuntimeError(f"{self.name} gave a {tuple(out.shape)} map for {analysis.grid}")
+        kind = kind_of(analysis)
+        impl = self.implementation_for(kind)
+        assert impl is not None  # unavailable() said so otherwise
+        layers, heads = kind.parameter_bounds(analysis)
+        values = self.resolve(params, strict=strict, num_layers=layers, num_heads=heads)
+        if not strict:
+            values = {k: v for k, v in values.items() if impl.takes_parameter(k)}
+        else:
+            for name in params or {}:
+                why = self.parameter_refusal(kind, name)
+                if why is not None:
+                    raise ValueError(why)
+            values = {k: v for k, v in values.items() if impl.takes_parameter(k)}
+        out = impl(analysis, query, target_class, values)
+        geometry = kind.token_geometry(analysis)
+        grids = {tuple(geometry.grid)} | {tuple(g.grid) for g in geometry.layers}
+        if tuple(out.shape) not in grids:
+            raise RuntimeError(f"{self.name} gave a {tuple(out.shape)} map for {geometry.grid}")
         return out.detach().to("cpu", torch.float32)
 
     def to_dict(self) -> dict[str, Any]:
@@ -272,38 +388,6 @@ def compute_maps(
     return {n: get_method(n)(analysis, query, target_class, params.get(n)) for n in names}
 
 
-# -- shared helpers of the entries ----------------------------------------------------------------
-
-_CACHE_ATTR = "_explain_cache"
-_CACHE_SIZE = 4
-
-
-def _cached(analysis: Explained, key: tuple, build: Callable[[], Any]) -> Any:
-    """Per-analysis results that don't depend on the query (e.g. LRP per class), a few kept."""
-    cache: dict[tuple, Any] = vars(analysis).setdefault(_CACHE_ATTR, {})
-    if key not in cache:
-        if len(cache) >= _CACHE_SIZE:
-            cache.pop(next(iter(cache)))
-        cache[key] = build()
-    return cache[key]
-
-
-def _class(analysis: Explained, target_class: int | None) -> int:
-    return analysis.top_class if target_class is None else int(target_class)
-
-
-def _model_input(analysis: Explained) -> tuple[Any, Tensor]:
-    assert analysis.loaded is not None
-    model = analysis.loaded.model
-    p = next(model.parameters())
-    return model, analysis.input[None].to(p.device, p.dtype)
-
-
-def _head_index(value: int, maps: Tensor) -> Tensor:
-    """(H, gh, gw) -> the head's map, or the mean over heads for -1."""
-    return maps.mean(dim=0) if value == -1 else maps[value]
-
-
 # -- the entries --------------------------------------------------------------------------------
 
 
@@ -328,127 +412,64 @@ DISCARD = Parameter(
 )  # fmt: skip
 
 
-def _attention(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    return _head_index(p["head"], a.attention_maps(p["layer"], q))
-
-
-def _rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    return a.rollout(q, p["fusion"], None, p["discard_ratio"], p["start_layer"])
-
-
-def _gradient_rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    return a.gradient_rollout(c, q, p["discard_ratio"], p["start_layer"])
-
-
-def _relevance(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    return a.relevance(c, q, p["start_layer"])
-
-
-def _dino_masks(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    masks = a.dino_masks(p["layer"], p["threshold"], q).to(torch.float32)  # (H, gh, gw)
-    return _head_index(p["head"], masks)
-
-
-def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    cls = _class(a, c)
-
-    def build() -> tuple[list[Tensor], list[Tensor]]:
-        model, x = _model_input(a)
-        res = attention_relevance(model, x, cls)
-        return res.relevances, res.gradients
-
-    rel, grads = _cached(a, ("transformer-attribution", cls), build)
-    return relevance(rel, grads, a.grid, a.num_prefix_tokens, a.query_token(q), p["start_layer"])[0]
-
-
-def _grad_sam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    # mean_{l,h}(G⁺ ⊙ A) was summed in the gradient pass: the query's row of it
-    total = a.gradient_products(c).grad_sam[:, None]  # (1, 1, N, N)
-    rows = attention_maps(total, a.grid, a.num_prefix_tokens, a.query_token(q))[:, 0]
-    return min_max_scale(rows)[0]
-
-
-def _attention_gradcam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    g = a.gradient_products(c).last  # (1, H, N, N)
-    attn = a.attention[-1].to(torch.float32)[None]
-    return attention_gradcam(attn, g, a.grid, a.num_prefix_tokens, a.query_token(q))[0]
-
-
-def _gradcam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    cls = _class(a, c)
-
-    def build() -> Tensor:
-        model, x = _model_input(a)
-        return token_gradcam(model, x, cls)[0].cpu()
-
-    return _cached(a, ("gradcam", cls), build).clone()  # the cached map stays as it is
-
-
-def _random(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    return random_map(a.grid, p["seed"])
-
-
-ANY_VIT = frozenset({VIT, MODEL_CODE})
-ANY_KIND = ANY_VIT | {SWIN}
-
 BUILTIN_METHODS = (
     Method(
-        "attention", "Attention (layer, head)", _attention,
+        "attention", "Attention (layer, head)", None,
         (_layer_param(), _head_param()),
-        applies_to=ANY_KIND, scaling="none",
+        scaling="none",
         description="raw attention of one layer: the query's row over the patches",
     ),
     Method(
-        "rollout", "Attention rollout", _rollout,
+        "rollout", "Attention rollout", None,
         (Parameter("fusion", str, "mean", "Head fusion", choices=FUSIONS), DISCARD, START_LAYER),
-        applies_to=ANY_KIND, scaling="max", needs_layers="every",
+        scaling="max", needs_layers="every",
         description="Abnar & Zuidema 2020: product of the row-normalised (fused attention + I)",
     ),
     Method(
-        "gradient-rollout", "Gradient rollout", _gradient_rollout, (DISCARD, START_LAYER),
-        needs_gradients=True, applies_to=ANY_KIND, scaling="max", needs_layers="every",
+        "gradient-rollout", "Gradient rollout", None, (DISCARD, START_LAYER),
+        needs_gradients=True, scaling="max", needs_layers="every",
         description="rollout of (mean over heads of attention ⊙ gradient)⁺",
     ),
     Method(
-        "relevance", "Relevance (Chefer)", _relevance, (START_LAYER,),
-        needs_gradients=True, applies_to=ANY_VIT, scaling="min-max", needs_layers="every",
+        "relevance", "Relevance (Chefer)", None, (START_LAYER,),
+        needs_gradients=True, scaling="min-max", needs_layers="every",
         description="Chefer et al. 2021 generic attention explainability: Π (I + mean_h (∇A ⊙ A)⁺)",
     ),
     Method(
-        "dino-masks", "DINO masks", _dino_masks,
+        "dino-masks", "DINO masks", None,
         (
             _layer_param(),
             _head_param(),
             Parameter("threshold", float, 0.6, "Mask threshold", range=(0.05, 1.0), step=0.05),
         ),
-        applies_to=ANY_VIT, scaling="share",
+        scaling="share",
         description="per head, the fewest patches holding a share of the query's attention",
     ),
     Method(
-        "transformer-attribution", "Transformer attribution (LRP)", _transformer_attribution,
+        "transformer-attribution", "Transformer attribution (LRP)", None,
         (START_LAYER,), needs_gradients=True, scaling="min-max", needs_layers="every",
         description="Chefer, Gur & Wolf 2021: LRP relevance of each attention map ⊙ its gradient, "
         "rolled out",
     ),
     Method(
-        "grad-sam", "Grad-SAM", _grad_sam, (), needs_gradients=True, applies_to=ANY_VIT,
+        "grad-sam", "Grad-SAM", None, (), needs_gradients=True,
         scaling="min-max", needs_layers="every",
         description="Barkan et al. 2021: mean over layers and heads of ReLU(∇A) ⊙ A",
     ),
     Method(
-        "attention-gradcam", "Grad-CAM on attention", _attention_gradcam, (),
-        needs_gradients=True, applies_to=ANY_VIT, scaling="min-max", needs_layers="last",
+        "attention-gradcam", "Grad-CAM on attention", None, (),
+        needs_gradients=True, scaling="min-max", needs_layers="last",
         description="last layer's attention, each head weighted by its mean gradient; ReLU",
     ),
     Method(
-        "gradcam", "Grad-CAM (tokens)", _gradcam, (), needs_gradients=True, queries=False,
-        applies_to=frozenset({VIT, SWIN}), scaling="min-max",
+        "gradcam", "Grad-CAM (tokens)", None, (), needs_gradients=True, queries=False,
+        scaling="min-max",
         description="Grad-CAM on the last block's first LayerNorm output over the patch grid",
     ),
     Method(
-        "random", "Random (baseline)", _random,
+        "random", "Random (baseline)", None,
         (Parameter("seed", int, 0, "Seed", range=(0, 2**31 - 1)),),
-        applies_to=ANY_KIND, queries=False, scaling="none",
+        queries=False, scaling="none",
         description="seeded uniform noise: the faithfulness baseline",
     ),
 )  # fmt: skip

@@ -14,6 +14,7 @@ from typing import Any
 
 from vitviz.kinds.protocol import (
     KindAnalysis,
+    KindMethod,
     LayerGrid,
     LayerRow,
     MethodImplementation,
@@ -24,6 +25,7 @@ from vitviz.kinds.protocol import (
 __all__ = [
     "KIND_PACKAGES",
     "KindAnalysis",
+    "KindMethod",
     "LayerGrid",
     "LayerRow",
     "MethodImplementation",

@@ -21,7 +21,7 @@ Sections of the protocol:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -29,6 +29,7 @@ from vitviz.kinds.sides import ModelCodeSide, ModelConfig, TrainingSide
 
 if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds before torch loads
     import numpy as np
+    from PIL import Image
     from torch import Tensor, nn
 
 
@@ -80,6 +81,28 @@ class TokenGeometry:
         p = self.cell_pixels
         return cell[0] * p, cell[1] * p, (cell[0] + 1) * p, (cell[1] + 1) * p
 
+    def on_grid(self, map_: Tensor) -> Tensor:
+        """A map over the clickable grid, or over a layer's grid (h, w) -> (gh, gw): each cell
+        takes the value of the token covering its centre (nearest; the cells of one coarse
+        token then tie). ValueError for a map on none of the grids."""
+        shape = tuple(map_.shape)
+        if shape == tuple(self.grid):
+            return map_
+        pixels = [g.token_pixels for g in self.layers if tuple(g.grid) == shape]
+        if not pixels:
+            grids = ", ".join(f"{h}×{w}" for h, w in dict.fromkeys(g.grid for g in self.layers))
+            raise ValueError(f"a {shape} map is on none of the model's token grids ({grids})")
+        import torch  # here, not at the top: the protocol imports without torch
+
+        p, c = pixels[0], self.cell_pixels
+
+        def covering(cells: int, tokens: int) -> Tensor:
+            centres = (torch.arange(cells, dtype=torch.float64) + 0.5) * c
+            return torch.clamp((centres // p).long(), max=tokens - 1)
+
+        rows, cols = covering(self.grid[0], shape[0]), covering(self.grid[1], shape[1])
+        return map_[rows[:, None], cols[None, :]]
+
     def token_at(self, layer: int, y: float, x: float) -> int:
         """Index (prefix tokens included) of the token of ``layer`` covering input pixel (y, x),
         clamped to the layer's grid."""
@@ -121,7 +144,8 @@ class KindAnalysis(Protocol):
 
 class MethodImplementation(Protocol):
     """A kind's version of a method of the method table: (analysis, query cell or None,
-    target class or None, the parameters it takes) -> (gh, gw) map over the clickable grid."""
+    target class or None, the parameters it takes) -> a map over the grid of one of its
+    layers (``TokenGeometry.grid``, or a ``LayerGrid.grid``: a Swin's attention of one block)."""
 
     def __call__(
         self,
@@ -130,6 +154,50 @@ class MethodImplementation(Protocol):
         target_class: int | None,
         params: Mapping[str, Any],
     ) -> Tensor: ...
+
+
+# -- added by the explain helper (issue 20): what the method table asks of a kind's version ----
+
+
+@dataclass(frozen=True)
+class KindMethod:
+    """A kind's version of one method of the table, as ``ModelKind.implementation`` gives it.
+
+    ``compute``: the map (see ``MethodImplementation``). ``takes``: the table parameters it
+    reads (None: every one the table lists); ``refusals`` {parameter: why it means nothing to
+    this version}, for those it does not take (the CLI refuses them with the reason).
+    ``requires(label, model)``: why it can't run on ``model`` although the kind has a version
+    (e.g. it needs vitviz's own network, not one from the user's code), or None.
+    """
+
+    compute: MethodImplementation
+    takes: frozenset[str] | None = None
+    refusals: Mapping[str, str] = field(default_factory=dict)
+    requires: Callable[[str, nn.Module], str | None] | None = None
+
+    def __call__(
+        self,
+        analysis: Any,
+        query: tuple[int, int] | None,
+        target_class: int | None,
+        params: Mapping[str, Any],
+    ) -> Tensor:
+        return self.compute(analysis, query, target_class, params)
+
+    def takes_parameter(self, name: str) -> bool:
+        return self.takes is None or name in self.takes
+
+    def refusal(self, name: str) -> str | None:
+        """Why this version does not take parameter ``name`` (a clause), None when it does."""
+        if self.takes_parameter(name):
+            return None
+        return self.refusals.get(name, "this version of the method does not take it")
+
+    def unavailable_on(self, label: str, model: nn.Module | None) -> str | None:
+        """Why it can't run on ``model`` (None: not known yet), a sentence, or None."""
+        if self.requires is None or model is None:
+            return None
+        return self.requires(label, model)
 
 
 @runtime_checkable
@@ -142,6 +210,11 @@ class ModelKind(Protocol):
     def owns(self, model: nn.Module) -> bool:
         """``model`` is of this kind (read only when the model has no ``model_kind`` naming a
         registered kind)."""
+        ...
+
+    def architecture(self, model: nn.Module) -> str:
+        """One line of its shape for ``vitviz-cli info`` (a ViT: width, depth, heads; a Swin:
+        its stages' widths, depths, heads and windows). Added by the explain helper."""
         ...
 
     # -- loading ------------------------------------------------------------------------------
@@ -191,8 +264,46 @@ class ModelKind(Protocol):
         ...
 
     # -- methods ------------------------------------------------------------------------------
-    def implementation(self, method: str) -> MethodImplementation | None:
+    def implementation(self, method: str) -> KindMethod | None:
         """Its version of the method of the table called ``method``; None: it has none."""
+        ...
+
+    def missing_method(self, method: str) -> str | None:
+        """Why it has no version of table method ``method`` (a clause, e.g. the CLS token a
+        Swin lacks), or None when it has one."""
+        ...
+
+    def parameter_bounds(self, subject: KindAnalysis | nn.Module) -> tuple[int, int]:
+        """(layers, heads) a method's ``per="layer"`` / ``per="head"`` parameters index on an
+        analysis or a model of this kind: a ViT's layers and heads, a Swin's blocks of all
+        stages and the most heads of a stage."""
+        ...
+
+    # -- export (added by the explain helper, issue 20) -----------------------------------------
+    def npz_arrays(self, analysis: Any) -> dict[str, np.ndarray]:
+        """Its own arrays of the explain .npz, beside the shared ones (README's npz table)."""
+        ...
+
+    def map_picture(
+        self,
+        analysis: Any,
+        map_: np.ndarray,
+        colormap: str,
+        max_side: int | None,
+        title: list[str] | None,
+    ) -> Image.Image:
+        """A map of the method table coloured over the image (a ViT: the source at most
+        ``max_side`` on its long side; a Swin: the model input), with ``title`` lines and a
+        colour bar where the kind titles its pictures."""
+        ...
+
+    def heads_picture(self, analysis: Any, colormap: str, titled: bool) -> Image.Image | None:
+        """The explain PNG of every layer and head (``<stem>_heads.png``), None: it draws none."""
+        ...
+
+    def unused_options(self) -> Mapping[str, str]:
+        """{``analyze`` option: why this kind does not use it} (e.g. a Swin's ``batch_size``):
+        the CLI names the option and the reason instead of ignoring it silently."""
         ...
 
     # -- window -------------------------------------------------------------------------------

@@ -9,15 +9,28 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kinds.protocol import LayerGrid, LayerRow, MethodImplementation, TokenGeometry
+from vitviz.kinds.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
 from vitviz.kinds.sides import ModelCodeSide, TrainingSide
 from vitviz.kinds.swin import code_side, training
 
 if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loads
+    import numpy as np
+    from PIL import Image
     from torch import Tensor, nn
 
+    from vitviz.checkpoints import LoadedModel
     from vitviz.kinds.swin.analysis import SwinAnalysis
     from vitviz.kinds.swin.config import SwinConfig
+
+# analyze options of a ViT a Swin's analysis does not use, and why (the CLI says so)
+# (what follows the option's name in the CLI's line)
+UNUSED_OPTIONS = {
+    "layers": "applies to ViT models; a Swin's analysis keeps every block",
+    "batch_size": "is not used on a Swin: a Swin's images are analysed one at a time",
+    "attention_dtype": "is not used on a Swin: a Swin's window attention is kept as the model "
+    "computes it",
+    "max_side": "is not used on a Swin: a Swin's map PNGs are drawn over the model input",
+}
 
 
 class SwinKind:
@@ -28,6 +41,16 @@ class SwinKind:
 
     def owns(self, model: nn.Module) -> bool:
         return getattr(model, "model_kind", None) == self.name
+
+    def architecture(self, model: nn.Module) -> str:
+        cfg = model.config.to_dict()
+        v = cfg.get("version", 1)
+        return (
+            f"Swin{' V2' if v == 2 else ''}, widths {'-'.join(map(str, cfg['dims']))}, "
+            f"depths {'-'.join(map(str, cfg['depths']))}, "
+            f"heads {'-'.join(map(str, cfg['heads']))}, "
+            f"windows {'-'.join(map(str, cfg['window_sizes']))}"
+        )
 
     @property
     def families(self) -> Sequence[Any]:
@@ -57,7 +80,7 @@ class SwinKind:
     def training(self) -> TrainingSide:
         return training.SIDE
 
-    def analyze(self, loaded: Any, image: Any, **options: Any) -> SwinAnalysis:
+    def analyze(self, loaded: LoadedModel, image: Any, **options: Any) -> SwinAnalysis:
         from vitviz.kinds.swin.analysis import analyze_swin
 
         return analyze_swin(loaded, image, **options)
@@ -78,10 +101,49 @@ class SwinKind:
         size = tuple(int(v) for v in analysis.input.shape[-2:])
         return TokenGeometry(input_size=size, grid=(h0, w0), cell_pixels=patch, layers=layers)
 
-    def implementation(self, method: str) -> MethodImplementation | None:
+    def implementation(self, method: str) -> KindMethod | None:
         from vitviz.kinds.swin.methods import implementation
 
         return implementation(method)
+
+    def missing_method(self, method: str) -> str | None:
+        from vitviz.kinds.swin.methods import missing_reason
+
+        return None if self.implementation(method) is not None else missing_reason(method)
+
+    def parameter_bounds(self, subject: SwinAnalysis | nn.Module) -> tuple[int, int]:
+        from torch import nn
+
+        if isinstance(subject, nn.Module):
+            cfg = subject.config
+            return int(cfg.depth), max(int(h) for h in cfg.heads)
+        return len(subject.attentions), max(int(a.shape[1]) for a in subject.attentions)
+
+    def npz_arrays(self, analysis: SwinAnalysis) -> dict[str, np.ndarray]:
+        from vitviz.kinds.swin.export import swin_arrays
+
+        return swin_arrays(analysis)
+
+    def map_picture(
+        self,
+        analysis: SwinAnalysis,
+        map_: np.ndarray,
+        colormap: str,
+        max_side: int | None,
+        title: list[str] | None,
+    ) -> Image.Image:
+        """Over the model input, untitled (each map at its own grid: a block's, a stage's)."""
+        from vitviz.kinds.swin.output import swin_map_picture
+
+        return swin_map_picture(analysis, map_, colormap)
+
+    def heads_picture(
+        self, analysis: SwinAnalysis, colormap: str, titled: bool
+    ) -> Image.Image | None:
+        return None  # the window's head grid shows a Swin's blocks; explain writes no picture
+
+    def unused_options(self) -> Mapping[str, str]:
+        return UNUSED_OPTIONS
 
     def layer_rows(self, analysis: SwinAnalysis) -> tuple[LayerRow, ...]:
         rows, counts = [], {}

@@ -10,12 +10,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.swin.network import SwinTransformer
 from vitviz.kinds.swin.rollout import PreparedSwinRollout, fused_blocks, gradient_blocks
 from vitviz.kinds.swin.windows import WindowLayout
+
+
+@dataclass(frozen=True)
+class ModelOnly:
+    """What an analysis of a bare model (no checkpoint) holds as its ``loaded``: the model,
+    so the methods that run it (gradients, Grad-CAM) can; no class names."""
+
+    model: nn.Module
+    class_names: tuple[str, ...] = ()
 
 
 @dataclass
@@ -35,10 +44,25 @@ class SwinAnalysis:
     source: Any = None  # the decoded source image (PIL, at most OVERLAY_MAX_SIDE on its long side)
     geometry: PatchGeometry | None = None  # model input <-> source pixels (None: a tensor input)
     patch_size: int = 0  # input pixels per side of a first-stage token
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel analysed, when one was given
+    loaded: Any = field(default=None, repr=False)  # the LoadedModel analysed (a bare model:
+    # ModelOnly), None when built by hand
     kind: str = "swin"  # the model kind (vitviz.kinds)
 
     _prepared: dict[tuple, PreparedSwinRollout] = field(default_factory=dict, repr=False)
+
+    @property
+    def top_class(self) -> int:
+        """The top prediction (-1 without a head)."""
+        return int(self.logits.argmax()) if self.logits.numel() else -1
+
+    @property
+    def has_head(self) -> bool:
+        return self.logits.numel() > 0
+
+    @property
+    def class_names(self) -> list[str]:
+        """The checkpoint's class names (empty for an analysis of a bare model)."""
+        return list(getattr(self.loaded, "class_names", None) or [])
 
     def prepared_rollout(
         self, fusion: str = "mean", heads: list[int] | None = None
@@ -140,7 +164,7 @@ def analyze_swin(
         source=source,
         geometry=geometry,
         patch_size=int(model.config.patch_size),
-        loaded=model_or_loaded if model_or_loaded is not model else None,
+        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )
 
 

@@ -1,5 +1,6 @@
 """Faithfulness of a Swin's maps: the deletion and insertion curves of ``faithfulness`` (DESIGN
-§5, issue 14) for the maps ``swin_method_map`` computes (issue 16).
+§5, issue 14) for the maps of the method table's Swin versions (issue 16), measured by the one
+path of every kind (``vitviz.explain.faithfulness.evaluate_methods``).
 
 Nothing of the definition changes: the patches are the first stage's tokens (``patch_size``
 pixels square, the grid the rollouts are drawn on), ordered by the map, highest first, ties by
@@ -15,21 +16,16 @@ patches of one token then tie, and the stable order deletes them row by row.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from vitviz.explain.faithfulness import (
-    DEFAULT_BATCH,
-    DEFAULT_STEPS,
-    ImageFaithfulness,
-    faithfulness,
-)
-from vitviz.kinds.swin.analysis import SwinAnalysis, analyze_swin
+from vitviz.explain.faithfulness import DEFAULT_BATCH, DEFAULT_STEPS, ImageFaithfulness
+from vitviz.explain.subject import HasModel
+from vitviz.kinds.swin.analysis import ModelOnly, SwinAnalysis
 from vitviz.kinds.swin.attention import covering_tokens
-from vitviz.kinds.swin.methods import swin_method_map, swin_unavailable
 
 
 def first_stage_map(map_: Tensor, stage_grids: Sequence[tuple[int, int]]) -> Tensor:
@@ -52,53 +48,9 @@ def _has_head(model: Any) -> bool:
     return int(getattr(model.config, "num_classes", 0)) > 0
 
 
-def swin_unavailable_reason(name: str, model: Any) -> str | None:
-    """Why method ``name`` can't be measured on this Swin (one sentence), or None."""
-    from vitviz.explain.methods import get_method
-
-    method = get_method(name)
-    return swin_unavailable(method.name, method.label, _has_head(model), model)
-
-
-def top_class(model: Any, x: Tensor) -> int:
-    """The top class of the unperturbed input (C, H, W) through the model's own forward."""
-    param = next(model.parameters())
-    with torch.inference_mode():
-        return int(model(x[None].to(param.device, param.dtype))[0].argmax())
-
-
-def swin_maps(
-    analysis: SwinAnalysis,
-    model: Any,
-    names: Sequence[str],
-    target: int,
-    params: Mapping[str, Mapping[str, Any]] | None = None,
-) -> dict[str, Tensor]:
-    """{name: (H_0, W_0) float32 map} of ``swin_method_map`` for the average-pool query and
-    class ``target``, each on the first stage's grid. ``params`` per method name (the table's
-    parameters, its defaults filled in). The gradient rollout takes the gradients of
-    ``target``: the analysis's own when it has them, else one more pass (``analysis`` is left
-    as it is)."""
-    from vitviz.explain.methods import get_method
-
-    params = params or {}
-    with_grads = analysis
-    if "gradient-rollout" in names and (
-        analysis.gradients is None or analysis.target_class != target
-    ):
-        with_grads = analyze_swin(model, analysis.input, gradients=True, target_class=target)
-    out = {}
-    for name in names:
-        values = get_method(name).resolve(params.get(name), strict=False)
-        source = with_grads if name == "gradient-rollout" else analysis
-        raw = swin_method_map(source, model, name, None, target, values)
-        out[name] = first_stage_map(raw.detach().cpu().float(), analysis.stage_grids)
-    return out
-
-
 def evaluate_swin_methods(
     analysis: SwinAnalysis,
-    model: Any,
+    model: nn.Module | HasModel,
     names: Sequence[str],
     *,
     steps: int = DEFAULT_STEPS,
@@ -107,28 +59,20 @@ def evaluate_swin_methods(
     mask: Tensor | np.ndarray | None = None,
     name: str = "",
 ) -> ImageFaithfulness:
-    """``evaluate_methods`` for a Swin: the maps of ``names`` (``swin_maps``) measured by
-    ``faithfulness`` on the analysis's input. ``model``: the Swin (or a LoadedModel holding
-    it); ``mask``: a (H_0, W_0) bool patch mask (``mask_grid_for`` with the analysis's
-    geometry). ValueError (plain) for a method that can't run on this Swin, before anything
-    is computed."""
+    """``evaluate_methods`` (the one path of every kind) for a Swin analysis and its model
+    (or a LoadedModel holding it): the maps of ``names`` for the average-pool query, on the
+    first stage's grid, measured by ``faithfulness``. ``mask``: a (H_0, W_0) bool patch mask
+    (``mask_grid_for`` with the analysis's geometry). ValueError (plain) for a method that
+    can't run on this Swin, before anything is computed."""
+    from vitviz.explain.faithfulness import evaluate_methods
+
     model = getattr(model, "model", model)
     if analysis.input is None:
         raise ValueError("faithfulness needs the model input: this analysis has none")
     if not _has_head(model):
         raise ValueError("faithfulness needs a classification head, and this model has none")
-    for n in names:
-        reason = swin_unavailable_reason(n, model)
-        if reason is not None:
-            raise ValueError(reason)
-    target = top_class(model, analysis.input)
-    maps = swin_maps(analysis, model, names, target, params)
-    return faithfulness(
-        model,
-        analysis.input,
-        maps,
-        steps=steps,
-        batch_size=batch_size,
-        name=name,
-        mask=mask,
+    if analysis.loaded is None or analysis.loaded.model is not model:
+        analysis = replace(analysis, loaded=ModelOnly(model))
+    return evaluate_methods(
+        analysis, names, steps=steps, batch_size=batch_size, params=params, mask=mask, name=name
     )

@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitviz.explain.random_map import random_map
+from vitviz.kinds.protocol import KindMethod
 from vitviz.kinds.swin.analysis import SwinAnalysis
 from vitviz.kinds.swin.attention import from_slots, query_row, windowed_attention
 from vitviz.kinds.swin.gradcam import swin_token_gradcam
@@ -28,7 +29,8 @@ SWIN_PARAMETERS = {
 }
 
 
-# why a table parameter means nothing on a Swin (the CLI refuses it with this reason)
+# why a table parameter means nothing on a Swin (``KindMethod.refusals``: the CLI refuses it
+# with this reason)
 NOT_ON_SWIN = {
     "discard_ratio": "the windowed rollout of a Swin has no discard step (it keeps every entry "
     "of each window)",
@@ -36,58 +38,29 @@ NOT_ON_SWIN = {
 }
 
 
-def swin_parameter_refusal(method: str, parameter: str) -> str | None:
-    """Why table parameter ``parameter`` of ``method`` is not taken by its Swin version (one
-    sentence naming both), or None when it is."""
-    if parameter in SWIN_PARAMETERS.get(method, frozenset()):
-        return None
-    why = NOT_ON_SWIN.get(parameter, "the Swin version of this method does not take it")
-    return f"{method}.{parameter} does not apply to a Swin: {why}"
-
-
-def swin_params(
-    method: str,
-    given: Mapping[str, Any] | None,
-    num_blocks: int | None = None,
-    num_heads: int | None = None,
-    *,
-    strict: bool = True,
-) -> dict[str, Any]:
-    """The values ``method``'s Swin version takes: ``given`` checked by the table (``layer``
-    indexes the ``num_blocks`` blocks of all stages, ``head`` up to the most heads of a stage),
-    defaults for the rest. A parameter the Swin version does not take: ValueError saying why
-    (``strict``), or dropped (the window, whose control for it is disabled)."""
-    from vitviz.explain.methods import get_method
-
-    values = dict(given or {})
-    for name in list(values):
-        why = swin_parameter_refusal(method, name)
-        if why is not None:
-            if strict:
-                raise ValueError(why)
-            del values[name]
-    taken = SWIN_PARAMETERS.get(method, frozenset())
-    resolved = get_method(method).resolve(values, num_layers=num_blocks, num_heads=num_heads)
-    return {k: v for k, v in resolved.items() if k in taken}
-
-
 def ignored_parameters() -> dict[str, tuple[str, ...]]:
-    """{method: names of its table parameters a Swin's version does not take}."""
-    from vitviz.explain.methods import get_method
+    """{method: names of its table parameters a Swin's version does not take} (the window
+    disables their controls): ``Method.taken_parameters`` of the Swin kind."""
+    from vitviz.explain.methods import all_methods
+    from vitviz.kinds import get_kind
 
+    kind = get_kind("swin")
     out = {}
-    for name, taken in SWIN_PARAMETERS.items():
-        unused = tuple(p.name for p in get_method(name).parameters if p.name not in taken)
+    for method in all_methods():
+        if method.name not in SWIN_PARAMETERS:
+            continue
+        taken = method.taken_parameters(kind)
+        unused = tuple(p.name for p in method.parameters if p.name not in taken)
         if unused:
-            out[name] = unused
+            out[method.name] = unused
     return out
 
 
 def swin_methods() -> tuple[str, ...]:
     """The methods whose table entry says they apply to a Swin (``applies_to``)."""
-    from vitviz.explain.methods import SWIN, all_methods
+    from vitviz.explain.methods import all_methods
 
-    return tuple(m.name for m in all_methods() if SWIN in m.applies_to)
+    return tuple(m.name for m in all_methods() if "swin" in m.applies_to)
 
 
 def swin_unavailable(
@@ -179,9 +152,57 @@ def swin_method_map(
     raise ValueError(swin_unavailable(name, name, True) or f"unknown method {name!r}")
 
 
-def implementation(name: str) -> Any:
-    """The Swin version of table method ``name`` as a kind implementation (analysis, query cell
-    of the first stage's grid or None, target class, parameters) -> map; None without one."""
+def _requires_own_swin(label: str, model: nn.Module) -> str | None:
+    """Token Grad-CAM reads the last block's first LayerNorm of vitviz's own Swin."""
+    if isinstance(model, SwinTransformer):
+        return None
+    return (
+        f"{label} needs vitviz's own Swin (it reads the last block's first LayerNorm), "
+        "and this model comes from your code"
+    )
+
+
+def missing_reason(name: str) -> str:
+    """Why a Swin has no version of table method ``name`` (a clause)."""
+    takes = ", ".join(SWIN_PARAMETERS)
+    return (
+        f"it needs a ViT's CLS token and single patch grid; a Swin has neither (it takes {takes})"
+    )
+
+
+def with_gradients(analysis: SwinAnalysis, target_class: int | None) -> SwinAnalysis:
+    """``analysis`` when it holds the gradients of ``target_class`` (None: its own class),
+    else the same input analysed again with them (kept on ``analysis``, one per class)."""
+    c = analysis.target_class if target_class is None else int(target_class)
+    if analysis.gradients is not None and analysis.target_class == c:
+        return analysis
+    if analysis.loaded is None or analysis.input is None:
+        raise ValueError("gradient rollout needs the analysis run with gradients=True")
+    from vitviz.kinds.swin.analysis import analyze_swin
+
+    cache: dict[int, SwinAnalysis] = vars(analysis).setdefault("_with_gradients", {})
+    if c not in cache:
+        cache.clear()  # one class kept: the window asks for one at a time
+        cache[c] = analyze_swin(analysis.loaded.model, analysis.input, True, c)
+    return cache[c]
+
+
+def _query_token(analysis: SwinAnalysis, block: int, cell: tuple[int, int]) -> tuple[int, int]:
+    """(token, stage) of block ``block``'s grid under the centre of first-stage cell ``cell``."""
+    from vitviz.kinds.swin.attention import token_at
+
+    stage = analysis.block_stages[block]
+    point = ((cell[0] + 0.5) * analysis.patch_size, (cell[1] + 0.5) * analysis.patch_size)
+    token = token_at(analysis.layouts[block], analysis.patch_size * 2**stage, point)
+    return token, stage
+
+
+def implementation(name: str) -> KindMethod | None:
+    """The Swin version of table method ``name`` as the kind gives it: (analysis, query cell of
+    the first stage's grid or None for the average pool, target class, parameters) -> map
+    (attention at its block's grid, Grad-CAM at the last stage's, the others at the first
+    stage's); which table parameters it takes and why the others mean nothing here. None
+    without one."""
     if name not in SWIN_PARAMETERS:
         return None
 
@@ -191,15 +212,30 @@ def implementation(name: str) -> Any:
         target_class: int | None,
         params: Mapping[str, Any],
     ) -> Tensor:
-        from vitviz.kinds.swin.attention import token_at
-
         model = analysis.loaded.model if analysis.loaded is not None else None
+        source = analysis
+        if name == "gradient-rollout":
+            source = with_gradients(analysis, target_class)
+            target_class = None
         token = None
         if query is not None:
-            last = len(analysis.stage_grids) - 1
-            point = ((query[0] + 0.5) * analysis.patch_size, (query[1] + 0.5) * analysis.patch_size)
-            layout = analysis.layouts[-1]
-            token = (token_at(layout, analysis.patch_size * 2**last, point), last)
-        return swin_method_map(analysis, model, name, token, target_class, params)
+            block = len(analysis.layouts) - 1
+            if name == "attention":
+                block = block_index(analysis, int(params.get("layer", -1)))
+            token = _query_token(analysis, block, query)
+        return swin_method_map(source, model, name, token, target_class, params)
 
-    return compute
+    takes = SWIN_PARAMETERS[name]
+    listed = ", ".join(sorted(takes)) or "none"
+    refusals = {
+        p: f"a Swin's {name} does not take {p} (its parameters: {listed}); "
+        + NOT_ON_SWIN.get(p, "the Swin version of this method does not take it")
+        for p in ("discard_ratio", "start_layer", "layer", "head", "fusion", "seed", "threshold")
+        if p not in takes
+    }
+    return KindMethod(
+        compute,
+        takes=takes,
+        refusals=refusals,
+        requires=_requires_own_swin if name == "gradcam" else None,
+    )

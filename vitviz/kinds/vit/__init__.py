@@ -9,13 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kinds.protocol import LayerGrid, LayerRow, MethodImplementation, TokenGeometry
+from vitviz.kinds.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
 from vitviz.kinds.sides import TrainingSide
 from vitviz.kinds.vit import training
 
-if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loads
+if TYPE_CHECKING:  # torch-free at import; the ViT's analysis sits above the registry
+    import numpy as np
+    from PIL import Image
     from torch import Tensor, nn
 
+    from vitviz.analysis import Analysis
+    from vitviz.checkpoints import LoadedModel
     from vitviz.model import ViTConfig
 
 
@@ -29,6 +33,10 @@ class ViTKind:
         from vitviz.model.protocol import ExplainableModel
 
         return isinstance(model, ExplainableModel)
+
+    def architecture(self, model: nn.Module) -> str:
+        cfg = model.config.to_dict()
+        return f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}"
 
     @property
     def families(self) -> Sequence[Any]:
@@ -57,12 +65,12 @@ class ViTKind:
     def training(self) -> TrainingSide:
         return training.SIDE
 
-    def analyze(self, loaded: Any, image: Any, **options: Any) -> Any:
-        from vitviz.analysis import analyze
+    def analyze(self, loaded: LoadedModel, image: Any, **options: Any) -> Analysis:
+        from vitviz.analysis import analyze_vit
 
-        return analyze(loaded, image, **options)
+        return analyze_vit(loaded, image, **options)
 
-    def token_geometry(self, analysis: Any) -> TokenGeometry:
+    def token_geometry(self, analysis: Analysis) -> TokenGeometry:
         gh, gw = analysis.grid
         layer = LayerGrid(
             grid=(gh, gw),
@@ -77,10 +85,55 @@ class ViTKind:
             layers=(layer,) * analysis.num_layers,
         )
 
-    def implementation(self, method: str) -> MethodImplementation | None:
-        return None  # the method table's own compute functions are the ViT's (for now)
+    def implementation(self, method: str) -> KindMethod | None:
+        from vitviz.kinds.vit.methods import implementation
 
-    def layer_rows(self, analysis: Any) -> tuple[LayerRow, ...]:
+        return implementation(method)
+
+    def missing_method(self, method: str) -> str | None:
+        return None  # the table's sentence ("applies to swin models, ...") says it all
+
+    def parameter_bounds(self, subject: Analysis | nn.Module) -> tuple[int, int]:
+        from torch import nn
+
+        if isinstance(subject, nn.Module):
+            cfg = subject.config
+            return int(cfg.depth), int(cfg.heads)
+        return int(getattr(subject, "model_layers", subject.num_layers)), int(subject.num_heads)
+
+    def npz_arrays(self, analysis: Analysis) -> dict[str, np.ndarray]:
+        import numpy as np
+
+        return {
+            "attention": analysis.attention_numpy(),  # the one time (L, H, N, N) crosses
+            "grid": np.array(analysis.grid, dtype=np.int64),
+            "num_prefix_tokens": np.array(analysis.num_prefix_tokens, dtype=np.int64),
+            "mean_distance": analysis.mean_distance.numpy().astype(np.float32),
+            "entropy": analysis.entropy.numpy().astype(np.float32),
+            "layers": np.array(analysis.layer_indices, dtype=np.int64),
+        }
+
+    def map_picture(
+        self,
+        analysis: Analysis,
+        map_: np.ndarray,
+        colormap: str,
+        max_side: int | None,
+        title: list[str] | None,
+    ) -> Image.Image:
+        from vitviz.export import vit_map_picture
+
+        return vit_map_picture(analysis, map_, colormap, max_side, title)
+
+    def heads_picture(self, analysis: Analysis, colormap: str, titled: bool) -> Image.Image | None:
+        from vitviz.export import heads_grid
+
+        return heads_grid(analysis, colormap, titled=titled)
+
+    def unused_options(self) -> Mapping[str, str]:
+        return {}
+
+    def layer_rows(self, analysis: Analysis) -> tuple[LayerRow, ...]:
         layers = getattr(analysis, "layer_indices", None) or range(analysis.num_layers)
         return tuple(LayerRow(str(i), int(analysis.num_heads)) for i in layers)
 

@@ -1,0 +1,155 @@
+"""The ViT's versions of the method table's entries (DESIGN §5): one compute function each.
+
+A compute function takes (analysis, query, target_class, params) and returns a (gh, gw) float32
+map over the patch grid, scaled as its table entry's ``scaling`` says. ``query`` is a (row, col)
+patch or None for CLS (the mean of the patch queries on a model without prefix tokens);
+``target_class`` None means the top prediction. ``implementation(name)`` is what the ViT kind
+answers the table with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vitviz.explain.attribution import attention_relevance
+from vitviz.explain.gradcam import attention_gradcam, token_gradcam
+from vitviz.explain.maps import attention_maps
+from vitviz.explain.random_map import random_map
+from vitviz.explain.rollout import relevance
+from vitviz.explain.subject import Explained
+from vitviz.explain.tokens import min_max_scale
+from vitviz.kinds.protocol import KindMethod
+
+Query = tuple[int, int] | None
+
+_CACHE_ATTR = "_explain_cache"
+_CACHE_SIZE = 4
+
+
+def _cached(analysis: Explained, key: tuple, build: Callable[[], Any]) -> Any:
+    """Per-analysis results that don't depend on the query (e.g. LRP per class), a few kept."""
+    cache: dict[tuple, Any] = vars(analysis).setdefault(_CACHE_ATTR, {})
+    if key not in cache:
+        if len(cache) >= _CACHE_SIZE:
+            cache.pop(next(iter(cache)))
+        cache[key] = build()
+    return cache[key]
+
+
+def _class(analysis: Explained, target_class: int | None) -> int:
+    return analysis.top_class if target_class is None else int(target_class)
+
+
+def _model_input(analysis: Explained) -> tuple[nn.Module, Tensor]:
+    assert analysis.loaded is not None
+    model = analysis.loaded.model
+    p = next(model.parameters())
+    return model, analysis.input[None].to(p.device, p.dtype)
+
+
+def _head_index(value: int, maps: Tensor) -> Tensor:
+    """(H, gh, gw) -> the head's map, or the mean over heads for -1."""
+    return maps.mean(dim=0) if value == -1 else maps[value]
+
+
+def _attention(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    return _head_index(p["head"], a.attention_maps(p["layer"], q))
+
+
+def _rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    return a.rollout(q, p["fusion"], None, p["discard_ratio"], p["start_layer"])
+
+
+def _gradient_rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    return a.gradient_rollout(c, q, p["discard_ratio"], p["start_layer"])
+
+
+def _relevance(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    return a.relevance(c, q, p["start_layer"])
+
+
+def _dino_masks(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    masks = a.dino_masks(p["layer"], p["threshold"], q).to(torch.float32)  # (H, gh, gw)
+    return _head_index(p["head"], masks)
+
+
+def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    cls = _class(a, c)
+
+    def build() -> tuple[list[Tensor], list[Tensor]]:
+        model, x = _model_input(a)
+        res = attention_relevance(model, x, cls)
+        return res.relevances, res.gradients
+
+    rel, grads = _cached(a, ("transformer-attribution", cls), build)
+    return relevance(rel, grads, a.grid, a.num_prefix_tokens, a.query_token(q), p["start_layer"])[0]
+
+
+def _grad_sam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    # mean_{l,h}(G⁺ ⊙ A) was summed in the gradient pass: the query's row of it
+    total = a.gradient_products(c).grad_sam[:, None]  # (1, 1, N, N)
+    rows = attention_maps(total, a.grid, a.num_prefix_tokens, a.query_token(q))[:, 0]
+    return min_max_scale(rows)[0]
+
+
+def _attention_gradcam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    g = a.gradient_products(c).last  # (1, H, N, N)
+    attn = a.attention[-1].to(torch.float32)[None]
+    return attention_gradcam(attn, g, a.grid, a.num_prefix_tokens, a.query_token(q))[0]
+
+
+def _gradcam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    cls = _class(a, c)
+
+    def build() -> Tensor:
+        model, x = _model_input(a)
+        return token_gradcam(model, x, cls)[0].cpu()
+
+    return _cached(a, ("gradcam", cls), build).clone()  # the cached map stays as it is
+
+
+def _random(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    return random_map(a.grid, p["seed"])
+
+
+def _own_vit(reads: str) -> Callable[[str, nn.Module], str | None]:
+    """A version that reads vitviz's own ViT modules: refuses a model from the user's code."""
+
+    def requires(label: str, model: nn.Module) -> str | None:
+        from vitviz.model import VisionTransformer
+
+        if isinstance(model, VisionTransformer):
+            return None
+        return f"{label} needs vitviz's own ViT ({reads}), and this model comes from your code"
+
+    return requires
+
+
+COMPUTE = {
+    "attention": _attention,
+    "rollout": _rollout,
+    "gradient-rollout": _gradient_rollout,
+    "relevance": _relevance,
+    "dino-masks": _dino_masks,
+    "transformer-attribution": _transformer_attribution,
+    "grad-sam": _grad_sam,
+    "attention-gradcam": _attention_gradcam,
+    "gradcam": _gradcam,
+    "random": _random,
+}
+REQUIRES = {
+    "transformer-attribution": _own_vit("its blocks' LRP rules and its head"),
+    "gradcam": _own_vit("the last block's first LayerNorm"),
+}
+
+
+def implementation(name: str) -> KindMethod | None:
+    """The ViT's version of table method ``name`` (every table parameter taken), or None."""
+    compute = COMPUTE.get(name)
+    if compute is None:
+        return None
+    return KindMethod(compute, requires=REQUIRES.get(name))
