@@ -6,12 +6,25 @@ and its versions of the table's methods are the modules beside this one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+from PIL import Image
 from torch import nn
 
-from vitviz.kinds.protocol import LayerGrid, LayerRow, MethodImplementation, TokenGeometry
+from vitviz.kinds.protocol import (
+    ImageNumbers,
+    LayerGrid,
+    LayerRow,
+    MethodImplementation,
+    ModelShape,
+    QueryMaps,
+    Session,
+    TokenGeometry,
+)
+from vitviz.kinds.swin import engine_data
 from vitviz.kinds.swin.analysis import SwinAnalysis, analyze_swin
 
 
@@ -31,6 +44,9 @@ class SwinKind:
         return (torchvision.FAMILY, timm.FAMILY, huggingface.FAMILY)
 
     def analyze(self, loaded: Any, image: Any, **options: Any) -> SwinAnalysis:
+        """``gradients`` only where the model has a head (its classes' gradients)."""
+        if options.get("gradients"):
+            options["gradients"] = engine_data.has_head(getattr(loaded, "model", loaded))
         return analyze_swin(loaded, image, **options)
 
     def token_geometry(self, analysis: SwinAnalysis) -> TokenGeometry:
@@ -62,8 +78,87 @@ class SwinKind:
             index = counts.get(stage, 0)
             counts[stage] = index + 1
             kind = "SW" if layout.shifted else "W"
-            rows.append(LayerRow(f"{stage + 1}.{index + 1} {kind}", int(attn.shape[1])))
+            name = f"{stage + 1}.{index + 1}"
+            label = f"{name} {kind}"
+            where = f"block {name} {kind}-MSA (window {layout.window[0]}"
+            where += f", shift {layout.shift[0]})" if layout.shifted else ")"
+            rows.append(
+                LayerRow(
+                    label,
+                    int(attn.shape[1]),
+                    name=name,
+                    title=where,
+                    hover=f"block {label}",
+                    selector=f" · {label}",
+                )
+            )
         return tuple(rows)
+
+    # -- engine and window (helper "engine"): vitviz.kinds.swin.engine_data ------------------
+    def model_shape(self, model: nn.Module) -> ModelShape:
+        return engine_data.model_shape(model)
+
+    def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
+        return None  # a Swin's analysis memory is not modelled yet
+
+    def image_numbers(self, session: Session) -> ImageNumbers:
+        return engine_data.image_numbers(session, self)
+
+    def default_class(self, session: Session) -> int:
+        return engine_data.default_class(session)
+
+    def query_maps(self, session: Session, query: tuple[int, int] | None) -> QueryMaps:
+        return engine_data.query_maps(session, query)
+
+    def method_map(
+        self,
+        session: Session,
+        method: str,
+        query: tuple[int, int] | None,
+        target_class: int | None,
+        params: Mapping[str, Any],
+    ) -> np.ndarray:
+        return engine_data.method_map(session, method, query, target_class, params)
+
+    def evaluate_faithfulness(
+        self,
+        session: Session,
+        names: Sequence[str],
+        *,
+        steps: int,
+        mask: np.ndarray | None,
+        name: str,
+        params: Mapping[str, Mapping[str, Any]],
+    ) -> Any:
+        return engine_data.evaluate_faithfulness(
+            session, names, steps=steps, mask=mask, name=name, params=params
+        )
+
+    def export_npz(
+        self,
+        session: Session,
+        path: Path,
+        method: str,
+        params: Mapping[str, Any],
+        target_class: int | None,
+    ) -> Path:
+        return engine_data.export_npz(session, path, method, params, target_class)
+
+    def heads_picture(
+        self,
+        session: Session,
+        query: tuple[int, int] | None,
+        colormap: str,
+        opacity: float,
+        per_head: bool,
+    ) -> Image.Image:
+        labels = [r.label for r in self.layer_rows(session.analysis)]
+        return engine_data.heads_picture(session, query, colormap, opacity, per_head, labels)
+
+    def map_picture(
+        self, session: Session, values: np.ndarray, colormap: str, opacity: float
+    ) -> Image.Image:
+        return engine_data.map_picture(session, values, colormap, opacity)
 
 
 KIND = SwinKind()
