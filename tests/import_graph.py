@@ -152,6 +152,9 @@ VITVIZ_LAYERS: dict[str, int] = {
     "kinds.swin.families": 3,
     "kinds.swin.modelcode": 4,
     **dict.fromkeys(("kinds.swin", "kinds.swin.output", "kinds.vit"), 5),
+    # what the engine asks of a kind, as numpy for the window (no Qt, no workers, no ui)
+    **dict.fromkeys(("kinds.swin.engine_data", "kinds.vit.engine_data"), 5),
+    "kinds.maps": 1,  # numpy helpers over query maps (the window's fast path shares them)
     **dict.fromkeys(("batch", "export", "folder_stats", "training"), 5),
     "cli": 6,
     "workers": 7,

@@ -12,10 +12,10 @@ import pytest
 import torch
 from swin_helpers import tiny_torchvision_swin
 
+from vitviz.kinds.swin import engine_data
 from vitviz.kinds.swin.analysis import analyze_swin
 from vitviz.kinds.swin.attention import query_row, token_at
 from vitviz.kinds.swin.stats import swin_head_statistics
-from vitviz.kinds.swin import engine_data
 from vitviz.workers import jobs
 from vitviz.workers.messages import ImageResult, MapParams, MapsResult
 

@@ -148,13 +148,17 @@ class MethodImplementation(Protocol):
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The numbers the window shows about a model: ``depth`` attention layers, ``heads`` the
-    most heads of a layer, ``num_prefix_tokens`` (CLS, registers), its config as a dict."""
+    """What the window shows about a model: ``depth`` attention layers, ``heads`` the most heads
+    of a layer, ``num_prefix_tokens`` (CLS, registers), its config as a dict; ``headline`` its
+    shape in the window's status line ("12 layers × 12 heads"); ``architecture`` the model
+    dialog's lines about its shape."""
 
     depth: int
     heads: int
     num_prefix_tokens: int
     config: dict[str, Any] = field(default_factory=dict)
+    headline: str = ""
+    architecture: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -247,8 +251,9 @@ class Session(Protocol):
 class EngineMembers(Protocol):
     """The members of ``ModelKind`` the engine calls (kept apart for reading)."""
 
-    def model_shape(self, model: nn.Module) -> ModelShape:
-        """Depth, most heads, prefix tokens and config of ``model``."""
+    def model_shape(self, loaded: Any) -> ModelShape:
+        """Depth, most heads, prefix tokens, config and the words for the shape of ``loaded``'s
+        model (a LoadedModel: its preprocessing is named too)."""
         ...
 
     def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:

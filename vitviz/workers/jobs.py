@@ -91,7 +91,7 @@ def summarize(loaded: Any, device: str) -> ModelSummary:
     from vitviz.kinds import kind_of
 
     cfg = loaded.model.config
-    shape = kind_of(loaded).model_shape(loaded.model)
+    shape = kind_of(loaded).model_shape(loaded)
     return ModelSummary(
         name=loaded.name,
         family=loaded.family,
@@ -107,6 +107,8 @@ def summarize(loaded: Any, device: str) -> ModelSummary:
         notes=tuple(loaded.notes),
         provenance=dict(loaded.provenance),
         config=dict(shape.config),
+        headline=shape.headline,
+        architecture=shape.architecture,
     )
 
 

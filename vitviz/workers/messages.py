@@ -63,6 +63,8 @@ class ModelSummary:
     notes: tuple[str, ...] = ()
     provenance: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    headline: str = ""  # its shape in the status line ("12 layers × 12 heads")
+    architecture: tuple[str, ...] = ()  # the model dialog's lines about its shape
 
 
 @dataclass(frozen=True)

@@ -95,8 +95,8 @@ class SwinKind:
         return tuple(rows)
 
     # -- engine and window (helper "engine"): vitviz.kinds.swin.engine_data ------------------
-    def model_shape(self, model: nn.Module) -> ModelShape:
-        return engine_data.model_shape(model)
+    def model_shape(self, loaded: Any) -> ModelShape:
+        return engine_data.model_shape(loaded)
 
     def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
         return None  # a Swin's analysis memory is not modelled yet

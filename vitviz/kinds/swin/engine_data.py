@@ -27,14 +27,61 @@ def has_head(model: nn.Module) -> bool:
     return model.config.num_classes > 0
 
 
-def model_shape(model: nn.Module) -> ModelShape:
+def _size(size: Sequence[int]) -> str:
+    return "×".join(str(int(v)) for v in size)
+
+
+def _known(value: object) -> str:
+    return str(value) if value else "?"  # a model-code Swin may not say its width (0)
+
+
+def architecture(config: Mapping[str, Any], loaded: Any) -> tuple[str, ...]:
+    """The stages (blocks, width, heads and window of each), patch, embedding width, version and
+    sizes, from the config's dict (a model-code Swin's: no depths, only the most heads)."""
+    cfg = loaded.model.config
+    trained = _size(cfg.image_size)
+    if "depths" not in config:
+        return (
+            f"layers × heads: {cfg.depth} × {max(cfg.heads)}, dim {config.get('dim', '?')}, "
+            f"patch {cfg.patch_size}, trained at {trained}",
+            f"classes: {cfg.num_classes}; prefix tokens: 0",
+        )
+    depths, dims = config["depths"], config.get("dims") or [0] * len(config["depths"])
+    heads, windows = config["heads"], config.get("window_sizes") or [0] * len(depths)
+    version = " V2" if config.get("version", 1) == 2 else " (v1)"
+    lines = [
+        f"architecture: Swin{version}, {len(depths)} stages, {sum(depths)} blocks "
+        f"(depths {'-'.join(map(str, depths))})",
+        f"patch {cfg.patch_size}, embed dim {_known(dims[0])}, trained at {trained}; "
+        f"images prepared at {_size(loaded.preprocessing.image_size)} (below)",
+    ]
+    for s, (d, w, h, win) in enumerate(zip(depths, dims, heads, windows, strict=True)):
+        lines.append(
+            f"stage {s + 1}: {d} blocks, width {_known(w)}, {h} heads, window {_known(win)}"
+        )
+    lines.append(
+        f"classes: {cfg.num_classes}; no prefix tokens (the head reads the average of the "
+        "last stage's tokens)"
+    )
+    return tuple(lines)
+
+
+def model_shape(loaded: Any) -> ModelShape:
     """Blocks as layers (a model-code Swin has no depths), the most heads of a stage."""
-    cfg = model.config
+    cfg = loaded.model.config
+    config = cfg.to_dict() if hasattr(cfg, "to_dict") else {}
+    heads = config.get("heads")
+    if isinstance(heads, (list, tuple)):
+        headline = f"{cfg.depth} blocks, {min(heads)}–{max(heads)} heads"
+    else:
+        headline = f"{cfg.depth} layers × {max(cfg.heads)} heads"
     return ModelShape(
         depth=cfg.depth,
         heads=max(cfg.heads),
         num_prefix_tokens=0,
-        config=cfg.to_dict() if hasattr(cfg, "to_dict") else {},
+        config=config,
+        headline=headline,
+        architecture=architecture(config, loaded),
     )
 
 

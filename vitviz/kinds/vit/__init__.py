@@ -56,8 +56,8 @@ class ViTKind:
         return engine_data.layer_rows(analysis)
 
     # -- engine and window (helper "engine"): vitviz.kinds.vit.engine_data -------------------
-    def model_shape(self, model: nn.Module) -> ModelShape:
-        return engine_data.model_shape(model)
+    def model_shape(self, loaded: Any) -> ModelShape:
+        return engine_data.model_shape(loaded)
 
     def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
         engine_data.check_memory(model, image_size)

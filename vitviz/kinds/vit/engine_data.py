@@ -30,13 +30,22 @@ from vitviz.kinds.protocol import (
 LOCAL_ATTENTION_BYTES = 96 * 2**20  # attention up to this size goes to the window (fast path)
 
 
-def model_shape(model: nn.Module) -> ModelShape:
-    cfg = model.config
+def model_shape(loaded: Any) -> ModelShape:
+    """Layers × heads, width, patch, the size it was trained at, classes and prefix tokens."""
+    cfg = loaded.model.config
+    trained = "×".join(str(int(v)) for v in cfg.image_size)
+    config = cfg.to_dict()
     return ModelShape(
         depth=cfg.depth,
         heads=cfg.heads,
         num_prefix_tokens=cfg.num_prefix_tokens,
-        config=cfg.to_dict(),
+        config=config,
+        headline=f"{cfg.depth} layers × {cfg.heads} heads",
+        architecture=(
+            f"layers × heads: {cfg.depth} × {cfg.heads}, dim {config.get('dim', '?')}, "
+            f"patch {cfg.patch_size}, trained at {trained}",
+            f"classes: {cfg.num_classes}; prefix tokens: {cfg.num_prefix_tokens}",
+        ),
     )
 
 
