@@ -13,23 +13,37 @@ import importlib
 from typing import Any
 
 from vitviz.kinds.protocol import (
+    FaithfulnessReport,
+    ImageNumbers,
     KindAnalysis,
     LayerGrid,
     LayerRow,
+    Loaded,
     MethodImplementation,
     ModelKind,
+    ModelShape,
+    QueryMaps,
+    Session,
     TokenGeometry,
+    ViewWords,
 )
 
 __all__ = [
     "KIND_PACKAGES",
+    "FaithfulnessReport",
+    "ImageNumbers",
     "KindAnalysis",
     "LayerGrid",
     "LayerRow",
+    "Loaded",
     "MethodImplementation",
     "ModelKind",
+    "ModelShape",
+    "QueryMaps",
+    "Session",
     "TokenGeometry",
     "UnknownKindError",
+    "ViewWords",
     "all_kinds",
     "get_kind",
     "kind_of",

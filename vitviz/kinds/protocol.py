@@ -35,6 +35,8 @@ if TYPE_CHECKING:  # the window imports these data classes without torch
     from PIL import Image
     from torch import Tensor, nn
 
+    from vitviz.imaging import Preprocessing
+
 
 @dataclass(frozen=True)
 class LayerGrid:
@@ -240,18 +242,35 @@ class QueryMaps:
     levels: tuple[float, float]
 
 
+class Loaded(Protocol):
+    """A model opened with what explaining it needs (``vitviz.checkpoints.LoadedModel``)."""
+
+    model: nn.Module
+    class_names: list[str]
+    preprocessing: Preprocessing
+
+
 class Session(Protocol):
     """The engine's current model and analysis. A member that runs the pass again (e.g. for a
     class's gradients) replaces ``analysis``, which later requests reuse."""
 
-    loaded: Any  # vitviz.checkpoints.loaded.LoadedModel
-    analysis: Any  # the kind's analysis (KindAnalysis)
+    loaded: Loaded
+    analysis: KindAnalysis
+
+
+class FaithfulnessReport(Protocol):
+    """Deletion and insertion curves of methods on one image
+    (``vitviz.explain.faithfulness.ImageFaithfulness``): per method name its curves, AUCs and
+    localisation, and the class they were measured for."""
+
+    target_class: int
+    methods: Mapping[str, Any]
 
 
 class EngineMembers(Protocol):
     """The members of ``ModelKind`` the engine calls (kept apart for reading)."""
 
-    def model_shape(self, loaded: Any) -> ModelShape:
+    def model_shape(self, loaded: Loaded) -> ModelShape:
         """Depth, most heads, prefix tokens, config and the words for the shape of ``loaded``'s
         model (a LoadedModel: its preprocessing is named too)."""
         ...
@@ -296,8 +315,9 @@ class EngineMembers(Protocol):
         mask: np.ndarray | None,
         name: str,
         params: Mapping[str, Mapping[str, Any]],
-    ) -> Any:
-        """Deletion and insertion curves of ``names`` (a ``FaithfulnessReport``)."""
+    ) -> FaithfulnessReport:
+        """Deletion and insertion curves of ``names`` (the query without a clicked cell, the
+        current pass's class); ``mask`` (gh, gw) bool for the localisation numbers."""
         ...
 
     def export_npz(

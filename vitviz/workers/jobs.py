@@ -31,7 +31,10 @@ from vitviz.workers.messages import (
 if TYPE_CHECKING:
     from torch import nn
 
+    from vitviz.checkpoints.loaded import LoadedModel
     from vitviz.imaging import Preprocessing
+    from vitviz.imaging.loading import ImageSource
+    from vitviz.kinds import KindAnalysis
     from vitviz.modelcode import ModelCodeSpec
 
 __all__ = ["UserFacingError", "display_copy", "maps_levels"]  # known as jobs.* elsewhere
@@ -41,9 +44,9 @@ __all__ = ["UserFacingError", "display_copy", "maps_levels"]  # known as jobs.* 
 class EngineState:
     """What the engine thread holds between requests."""
 
-    loaded: Any = None  # LoadedModel (a model of any kind)
-    analysis: Any = None  # its kind's analysis of the current image (KindAnalysis)
-    source: Any = None  # what the current image was loaded from
+    loaded: LoadedModel | None = None  # a model of any kind
+    analysis: KindAnalysis | None = None  # its kind's analysis of the current image
+    source: ImageSource | None = None  # what the current image was loaded from
     label: str = ""
     device: str = "cpu"
 
@@ -87,7 +90,7 @@ def method_table() -> list[MethodInfo]:
     ]
 
 
-def summarize(loaded: Any, device: str) -> ModelSummary:
+def summarize(loaded: LoadedModel, device: str) -> ModelSummary:
     from vitviz.kinds import kind_of
 
     cfg = loaded.model.config
@@ -159,7 +162,7 @@ def load_model(
     return use_model(state, loaded)
 
 
-def use_model(state: EngineState, loaded: Any) -> ModelSummary:
+def use_model(state: EngineState, loaded: LoadedModel) -> ModelSummary:
     """Make ``loaded`` (a model of any kind) the current model (on the current device)."""
     from vitviz.devices import resolve_device
 
@@ -183,7 +186,7 @@ def set_device(state: EngineState, device: str) -> str:
 
 
 def analyze_image(
-    state: EngineState, source: Any, label: str, gradients: bool = False
+    state: EngineState, source: ImageSource, label: str, gradients: bool = False
 ) -> ImageResult:
     """Analyse ``source`` (path, bytes or uint8 array) with the current model; ``gradients``
     keeps the top class's attention gradients from the same pass (gradient methods shown)."""
@@ -217,7 +220,7 @@ def analyze_image(
     )
 
 
-def _mask_path(source: Any) -> Path | None:
+def _mask_path(source: ImageSource | None) -> Path | None:
     from vitviz.explain.localisation import mask_path_for
 
     return mask_path_for(source) if isinstance(source, (str, Path)) else None

@@ -15,9 +15,11 @@ from PIL import Image
 from torch import nn
 
 from vitviz.kinds.protocol import (
+    FaithfulnessReport,
     ImageNumbers,
     LayerGrid,
     LayerRow,
+    Loaded,
     MethodImplementation,
     ModelShape,
     QueryMaps,
@@ -95,7 +97,7 @@ class SwinKind:
         return tuple(rows)
 
     # -- engine and window (helper "engine"): vitviz.kinds.swin.engine_data ------------------
-    def model_shape(self, loaded: Any) -> ModelShape:
+    def model_shape(self, loaded: Loaded) -> ModelShape:
         return engine_data.model_shape(loaded)
 
     def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
@@ -129,7 +131,7 @@ class SwinKind:
         mask: np.ndarray | None,
         name: str,
         params: Mapping[str, Mapping[str, Any]],
-    ) -> Any:
+    ) -> FaithfulnessReport:
         return engine_data.evaluate_faithfulness(
             session, names, steps=steps, mask=mask, name=name, params=params
         )

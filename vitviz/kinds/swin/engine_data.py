@@ -11,14 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
 from torch import nn
 
-from vitviz.kinds.protocol import ImageNumbers, ModelShape, QueryMaps, Session, ViewWords
+from vitviz.kinds.protocol import (
+    ImageNumbers,
+    ModelKind,
+    ModelShape,
+    QueryMaps,
+    Session,
+    ViewWords,
+)
 from vitviz.kinds.swin.analysis import SwinAnalysis
+
+if TYPE_CHECKING:
+    from vitviz.checkpoints.loaded import LoadedModel
+    from vitviz.explain.faithfulness import ImageFaithfulness
 
 THUMB_MAX_CELLS = 32  # a thumbnail tile is a few dozen screen pixels wide: finer grids are lost
 
@@ -35,7 +46,7 @@ def _known(value: object) -> str:
     return str(value) if value else "?"  # a model-code Swin may not say its width (0)
 
 
-def architecture(config: Mapping[str, Any], loaded: Any) -> tuple[str, ...]:
+def architecture(config: Mapping[str, Any], loaded: LoadedModel) -> tuple[str, ...]:
     """The stages (blocks, width, heads and window of each), patch, embedding width, version and
     sizes, from the config's dict (a model-code Swin's: no depths, only the most heads)."""
     cfg = loaded.model.config
@@ -66,7 +77,7 @@ def architecture(config: Mapping[str, Any], loaded: Any) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def model_shape(loaded: Any) -> ModelShape:
+def model_shape(loaded: LoadedModel) -> ModelShape:
     """Blocks as layers (a model-code Swin has no depths), the most heads of a stage."""
     cfg = loaded.model.config
     config = cfg.to_dict() if hasattr(cfg, "to_dict") else {}
@@ -85,7 +96,7 @@ def model_shape(loaded: Any) -> ModelShape:
     )
 
 
-def unavailable(loaded: Any) -> dict[str, str]:
+def unavailable(loaded: LoadedModel) -> dict[str, str]:
     """{method name: why it can't run on a Swin} over the whole method table."""
     from vitviz.explain.methods import all_methods
     from vitviz.kinds.swin.methods import swin_unavailable
@@ -141,7 +152,7 @@ def words(analysis: SwinAnalysis) -> ViewWords:
     )
 
 
-def image_numbers(session: Session, kind: Any) -> ImageNumbers:
+def image_numbers(session: Session, kind: ModelKind) -> ImageNumbers:
     """The block layout, head statistics per block and head (NaN beyond a block's heads), the
     predictions; every query goes to the engine (its rows cost O(n) there)."""
     from vitviz.kinds.swin.methods import ignored_parameters
@@ -322,7 +333,7 @@ def evaluate_faithfulness(
     mask: np.ndarray | None,
     name: str,
     params: Mapping[str, Mapping[str, Any]],
-) -> Any:
+) -> ImageFaithfulness:
     from vitviz.kinds.swin.faithfulness import evaluate_swin_methods
 
     a, model = session.analysis, session.loaded.model

@@ -15,8 +15,10 @@ from PIL import Image
 from torch import nn
 
 from vitviz.kinds.protocol import (
+    FaithfulnessReport,
     ImageNumbers,
     LayerRow,
+    Loaded,
     MethodImplementation,
     ModelShape,
     QueryMaps,
@@ -56,7 +58,7 @@ class ViTKind:
         return engine_data.layer_rows(analysis)
 
     # -- engine and window (helper "engine"): vitviz.kinds.vit.engine_data -------------------
-    def model_shape(self, loaded: Any) -> ModelShape:
+    def model_shape(self, loaded: Loaded) -> ModelShape:
         return engine_data.model_shape(loaded)
 
     def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
@@ -90,7 +92,7 @@ class ViTKind:
         mask: np.ndarray | None,
         name: str,
         params: Mapping[str, Mapping[str, Any]],
-    ) -> Any:
+    ) -> FaithfulnessReport:
         return engine_data.evaluate_faithfulness(
             session, names, steps=steps, mask=mask, name=name, params=params
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -27,10 +27,16 @@ from vitviz.kinds.protocol import (
     ViewWords,
 )
 
+if TYPE_CHECKING:
+    from vitviz.analysis import Analysis
+    from vitviz.checkpoints.loaded import LoadedModel
+    from vitviz.explain.faithfulness import ImageFaithfulness
+    from vitviz.export import MapSettings
+
 LOCAL_ATTENTION_BYTES = 96 * 2**20  # attention up to this size goes to the window (fast path)
 
 
-def model_shape(loaded: Any) -> ModelShape:
+def model_shape(loaded: LoadedModel) -> ModelShape:
     """Layers × heads, width, patch, the size it was trained at, classes and prefix tokens."""
     cfg = loaded.model.config
     trained = "×".join(str(int(v)) for v in cfg.image_size)
@@ -55,7 +61,7 @@ def check_memory(model: nn.Module, image_size: tuple[int, int]) -> None:
     check_analysis_memory(model, image_size)
 
 
-def token_geometry(analysis: Any) -> TokenGeometry:
+def token_geometry(analysis: Analysis) -> TokenGeometry:
     """Every layer: the patch grid of ``patch_size`` tokens after the prefix tokens."""
     gh, gw = analysis.grid
     layer = LayerGrid(
@@ -72,7 +78,7 @@ def token_geometry(analysis: Any) -> TokenGeometry:
     )
 
 
-def layer_rows(analysis: Any) -> tuple[LayerRow, ...]:
+def layer_rows(analysis: Analysis) -> tuple[LayerRow, ...]:
     """One row per captured layer: "L1", "L2", … in the head grid, "layer 3 of 12" in titles."""
     count, heads = int(analysis.num_layers), int(analysis.num_heads)
     return tuple(
@@ -91,7 +97,7 @@ def words(num_prefix_tokens: int) -> ViewWords:
     return ViewWords(query_none="CLS token" if num_prefix_tokens else "mean of patches")
 
 
-def unavailable(analysis: Any) -> dict[str, str]:
+def unavailable(analysis: Analysis) -> dict[str, str]:
     """{method name: why it can't run on this model} over the method table."""
     from vitviz.explain.methods import all_methods
 
@@ -99,7 +105,7 @@ def unavailable(analysis: Any) -> dict[str, str]:
     return {name: why for name, why in reasons.items() if why is not None}
 
 
-def shareable_attention(analysis: Any) -> np.ndarray | None:
+def shareable_attention(analysis: Analysis) -> np.ndarray | None:
     """The attention as a read-only float32 array for the window's fast path (query changes
     without a round trip to the engine), or None when it is too large to hand over."""
     att = analysis.attention
@@ -184,7 +190,7 @@ def evaluate_faithfulness(
     mask: np.ndarray | None,
     name: str,
     params: Mapping[str, Mapping[str, Any]],
-) -> Any:
+) -> ImageFaithfulness:
     from vitviz.explain.faithfulness import evaluate_methods
 
     return evaluate_methods(
@@ -193,8 +199,8 @@ def evaluate_faithfulness(
 
 
 def _export_settings(
-    analysis: Any, method: str, values: Mapping[str, Any], target_class: int | None
-) -> Any:
+    analysis: Analysis, method: str, values: Mapping[str, Any], target_class: int | None
+) -> MapSettings:
     """The npz's maps: today's three with the shown method's shared settings (fusion, discard
     ratio, start layer), plus the shown method's own map when it can run."""
     from vitviz import export as ex
