@@ -137,12 +137,12 @@ class ViewerTab(QWidget):
         self.controls.set_shape(result.num_layers, result.num_heads)
         self.controls.set_unavailable(result.unavailable)
         self.faithfulness.clear()
-        gh, gw = result.grid
+        # the clickable grid (hover and query cells) is the token geometry's, over the input
+        geometry = self.layers.geometry
+        (gh, gw), cell = geometry.grid, geometry.cell_pixels
         # the map's view first: a view under the pointer reads the map's grid to say where it is
-        self.map_view.set_image(result.display, result.region, result.grid)
-        self.input_view.set_image(
-            result.input_pixels, (0, 0, gw * result.patch_size, gh * result.patch_size), result.grid
-        )
+        self.map_view.set_image(result.display, result.region, geometry.grid)
+        self.input_view.set_image(result.input_pixels, (0, 0, gw * cell, gh * cell), geometry.grid)
         self.head_grid.set_layout(
             result.num_layers,
             result.num_heads,
