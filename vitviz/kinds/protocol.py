@@ -13,11 +13,10 @@ Sections of the protocol:
 - window: ``layer_rows`` (head-grid row labels); a layer's window partition, drawn over the big
   map, is in its ``LayerGrid.windows``;
 - training: ``training`` (its presets and the model built from a training config);
-- engine and window: ``model_shape``, ``check_memory``, ``image_numbers``, ``default_class``,
-  ``query_maps``,
-  ``method_map``, ``evaluate_faithfulness``, ``export_npz``, ``heads_picture``, ``map_picture``
-  (what the engine's jobs ask; the numbers cross to the window as plain numpy, described by
-  ``LayerRow``, ``TokenGeometry`` and ``ViewWords``).
+- engine and window (``EngineMembers``): ``model_shape``, ``check_memory``, ``image_numbers``,
+  ``default_class``, ``query_maps``, ``method_map``, ``evaluate_faithfulness``, ``export_npz``,
+  ``heads_picture``, ``map_picture`` (what the engine's jobs ask; the numbers cross to the window
+  as plain numpy, described by ``LayerRow``, ``TokenGeometry`` and ``ViewWords``).
 
 This module imports neither torch nor Qt at run time (the window reads its data classes).
 """
