@@ -61,7 +61,7 @@ def check_results(state: jobs.EngineState) -> list[str]:
     for b, (attn, layout) in enumerate(zip(a.attentions, a.layouts, strict=True)):
         token = token_at(layout, patch * 2 ** a.block_stages[b], (2.5 * patch, 3.5 * patch))
         row = query_row(attn, layout, token).reshape(-1, *layout.grid).numpy()
-        if float(abs(maps.block_maps[b] - row).max()) > 1e-6:
+        if float(abs(maps.layer_maps[b] - row).max()) > 1e-6:
             wrong.append(f"block {b}: the maps are not the query's rows")
     return wrong
 

@@ -155,6 +155,9 @@ VITVIZ_LAYERS: dict[str, int] = {
     **dict.fromkeys(("kinds.swin", "kinds.swin.output", "kinds.vit"), 5),
     "kinds.sides": 1,  # the torch-free types of the kinds' loading, model-code, training sides
     **dict.fromkeys(("kinds.swin.training", "kinds.swin.code_side", "kinds.vit.training"), 5),
+    # what the engine asks of a kind, as numpy for the window (no Qt, no workers, no ui)
+    **dict.fromkeys(("kinds.swin.engine_data", "kinds.vit.engine_data"), 5),
+    "kinds.maps": 1,  # numpy helpers over query maps (the window's fast path shares them)
     **dict.fromkeys(("batch", "export", "folder_stats", "training"), 5),
     "cli": 6,
     "workers": 7,

@@ -233,7 +233,7 @@ def test_cli_info_describes_the_seed_swin_by_stage(tmp_path, capsys):
 
 def test_token_gradcam_is_refused_on_a_swin_from_code(tmp_path) -> None:
     """It reads vitviz's own Swin's last norm1: the window lists it disabled, saying why."""
-    from vitviz.workers.swin_jobs import unavailable
+    from vitviz.kinds.swin.engine_data import unavailable
 
     loaded = _open(tmp_path, _seed_model()[1])
     reasons = unavailable(loaded)

@@ -1,6 +1,7 @@
-"""The engine's Swin jobs: a Swin becomes the current model, an image's analysis says each
-block's layout and head statistics, and a query point's maps are ``query_row`` of the token
-``token_at`` picks in every block (resampled to the thumbnail grid for the head grid)."""
+"""The engine's jobs on a Swin (its kind's ``engine_data``): a Swin becomes the current model, an
+image's analysis says each block's layout and head statistics, and a query point's maps are
+``query_row`` of the token ``token_at`` picks in every block (resampled to the thumbnail grid for
+the head grid)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import pytest
 import torch
 from swin_helpers import tiny_torchvision_swin
 
+from vitviz.kinds.swin import engine_data
 from vitviz.kinds.swin.analysis import analyze_swin
 from vitviz.kinds.swin.attention import query_row, token_at
 from vitviz.kinds.swin.stats import swin_head_statistics
-from vitviz.workers import jobs, swin_jobs
-from vitviz.workers.messages import MapParams, SwinImageResult, SwinMapsResult
+from vitviz.workers import jobs
+from vitviz.workers.messages import ImageResult, MapParams, MapsResult
 
 
 @pytest.fixture
@@ -26,23 +28,24 @@ def swin_ckpt(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def swin_state(swin_ckpt: Path, photo_files) -> tuple[jobs.EngineState, SwinImageResult]:
+def swin_state(swin_ckpt: Path, photo_files) -> tuple[jobs.EngineState, ImageResult]:
     state = jobs.EngineState()
     summary = jobs.load_model(state, swin_ckpt)
     assert summary.depth == 4 and summary.heads == 4
     jobs.set_preprocessing(state, {**state.loaded.preprocessing.to_dict(), "image_size": [64, 64]})
     result = jobs.analyze_image(state, photo_files["chelsea"], "chelsea")
-    assert isinstance(result, SwinImageResult)
+    assert isinstance(result, ImageResult)
     return state, result
 
 
 def test_image_result_describes_every_block(swin_state) -> None:
     state, result = swin_state
     a = state.analysis
-    assert [b.label for b in result.blocks] == ["1.1 W", "1.2 SW", "2.1 W", "2.2 SW"]
-    assert [b.heads for b in result.blocks] == [2, 2, 4, 4]
-    assert [b.token_pixels for b in result.blocks] == [4, 4, 8, 8]
-    assert [b.grid for b in result.blocks] == [tuple(lay.grid) for lay in a.layouts]
+    layers = result.token_geometry.layers
+    assert [b.label for b in result.layer_rows] == ["1.1 W", "1.2 SW", "2.1 W", "2.2 SW"]
+    assert [b.heads for b in result.layer_rows] == [2, 2, 4, 4]
+    assert [b.token_pixels for b in layers] == [4, 4, 8, 8]
+    assert [b.grid for b in layers] == [tuple(lay.grid) for lay in a.layouts]
     dist, ent = swin_head_statistics(a.attentions, a.layouts, a.block_stages, 4)
     for b, (d, e) in enumerate(zip(dist, ent, strict=True)):
         h = d.shape[0]
@@ -68,14 +71,14 @@ def test_query_maps_are_query_rows_of_token_at(
     a = state.analysis
     cell = (5, 9)
     maps = jobs.compute_maps(state, MapParams(query=cell))
-    assert isinstance(maps, SwinMapsResult)
+    assert isinstance(maps, MapsResult)
     point = ((cell[0] + 0.5) * 4, (cell[1] + 0.5) * 4)
     for b, (attn, layout) in enumerate(zip(a.attentions, a.layouts, strict=True)):
         px = 4 * 2 ** a.block_stages[b]
         token = token_at(layout, px, point)
         assert maps.query_tokens[b] == token
         row = query_row(attn, layout, token).numpy().reshape(-1, *layout.grid)
-        np.testing.assert_allclose(maps.block_maps[b], row, atol=1e-7)
+        np.testing.assert_allclose(maps.layer_maps[b], row, atol=1e-7)
         centres = np.arange(thumb[0]) * thumb_px + thumb_px // 2
         ys = np.minimum(centres // px, layout.grid[0] - 1)
         xs = np.minimum(centres // px, layout.grid[1] - 1)
@@ -88,12 +91,12 @@ def test_query_maps_are_query_rows_of_token_at(
 
 def test_thumbnail_grid_is_the_first_stage_grid_a_thumbnail_can_show() -> None:
     swin_t = ((56, 56), (28, 28), (14, 14), (7, 7))  # Swin-T at 224, patch 4
-    assert swin_jobs.thumbnail_grid(swin_t, 4) == ((28, 28), 8)
-    assert swin_jobs.thumbnail_grid(((32, 24), (16, 12)), 2) == ((32, 24), 2)
-    assert swin_jobs.thumbnail_grid(((200, 200), (100, 100)), 4) == ((200, 200), 4)  # none ≤ 32
-    assert swin_jobs.thumbnail_grid(((64, 64), (32, 32), (16, 16)), 4) == ((32, 32), 8)
+    assert engine_data.thumbnail_grid(swin_t, 4) == ((28, 28), 8)
+    assert engine_data.thumbnail_grid(((32, 24), (16, 12)), 2) == ((32, 24), 2)
+    assert engine_data.thumbnail_grid(((200, 200), (100, 100)), 4) == ((200, 200), 4)  # none ≤ 32
+    assert engine_data.thumbnail_grid(((64, 64), (32, 32), (16, 16)), 4) == ((32, 32), 8)
     # 140 px wide: 35 columns, merged to 18 (padded): stage 2 would not cover the input exactly
-    assert swin_jobs.thumbnail_grid(((48, 35), (24, 18), (12, 9)), 4) == ((48, 35), 4)
+    assert engine_data.thumbnail_grid(((48, 35), (24, 18), (12, 9)), 4) == ((48, 35), 4)
 
 
 def test_rollout_and_gradcam_maps(swin_state) -> None:

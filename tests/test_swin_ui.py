@@ -107,7 +107,7 @@ def test_click_picks_token_at_in_every_block(qtbot, swin_shown) -> None:
         )
     np.testing.assert_allclose(overlay(window), _rows(ref, 1, m.query_tokens[1])[1], atol=1e-6)
     assert "SW-MSA" in v.map_view.title.text() and "head 2 of 2" in v.map_view.title.text()
-    ids = v.image.window_ids[1]
+    ids = v.image.token_geometry.layers[1].windows
     expected = partition_segments(ids) * 4
     assert v.map_view.window_lines.path().elementCount() == 2 * len(expected)
     assert not v.map_view.query_window.path().isEmpty()
@@ -144,7 +144,11 @@ def test_rollout_map_and_then_a_vit(qtbot, swin_shown, tiny_ckpt: Path, photo_fi
     image = photo_files["chelsea"]
     drop(window, [tiny_ckpt])
     qtbot.waitUntil(
-        lambda: settled(window) and v.swin is None and v.maps.params.method == "rollout",
+        lambda: (
+            settled(window)
+            and v.image.token_geometry.layers[0].windows is None
+            and v.maps.params.method == "rollout"
+        ),
         timeout=WAIT_MS,
     )
     vit = analyze(load_checkpoint(tiny_ckpt), image)

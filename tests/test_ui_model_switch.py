@@ -31,7 +31,6 @@ from vitviz.checkpoints import save_checkpoint
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.controls import MEAN
 from vitviz.ui.main_window import MainWindow
-from vitviz.workers.messages import SwinImageResult
 
 SWIN_SIZE = 64  # a 16 × 16 grid of 4-pixel patches (stages 16 × 16 and 8 × 8)
 PAIRS = [("swin", "shipped"), ("shipped", "vit12"), ("pooled", "shipped")]  # each both ways
@@ -138,7 +137,7 @@ def switch(qtbot, window: MainWindow, checkpoint: Path) -> None:
     )
     new = v.image
     ngh, ngw = new.grid
-    swin = isinstance(new, SwinImageResult)
+    swin = new.token_geometry.layers[0].windows is not None  # a windowed model (a Swin)
     # the query: kept on the same grid, else back to CLS / the mean, and said so
     assert v.query == ((gh - 2, 1) if new.grid == old.grid else None)
     assert v.maps.params.query == v.query

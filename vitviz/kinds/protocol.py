@@ -17,6 +17,12 @@ Sections of the protocol:
   map, is in its ``LayerGrid.windows``;
 - training: ``training`` (its settings, presets, checks, network and probe maps; see
   ``vitviz.kinds.sides``).
+- engine and window (``EngineMembers``): ``model_shape``, ``check_memory``, ``image_numbers``,
+  ``default_class``, ``query_maps``, ``method_map``, ``evaluate_faithfulness``, ``export_npz``,
+  ``heads_picture``, ``map_picture`` (what the engine's jobs ask; the numbers cross to the window
+  as plain numpy, described by ``LayerRow``, ``TokenGeometry`` and ``ViewWords``).
+
+This module imports neither torch nor Qt at run time (the window reads its data classes).
 """
 
 from __future__ import annotations
@@ -28,9 +34,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from vitviz.kinds.sides import ModelCodeSide, ModelConfig, TrainingSide
 
 if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds before torch loads
+    from pathlib import Path
+
     import numpy as np
     from PIL import Image
     from torch import Tensor, nn
+
+    from vitviz.imaging import Preprocessing
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,11 @@ class LayerRow:
     label: str
     heads: int
     tooltip: str = ""
+    # -- engine and window (helper "engine"): the layer in the window's other words ----------
+    name: str = ""  # on the head statistics' axis ("2.2"); "": the layer's number
+    title: str = ""  # in the big map's title ("layer 3 of 12", "block 2.2 SW-MSA (window 7, …)")
+    hover: str = ""  # in the head grid's hover text ("layer 3", "block 2.2 SW")
+    selector: str = ""  # after the Layer selector's number ("", " · 2.2 SW")
 
 
 @runtime_checkable
@@ -200,9 +215,217 @@ class KindMethod:
         return self.requires(label, model)
 
 
+# -- engine and window (helper "engine") -------------------------------------------------------
+# What the engine's jobs (vitviz.workers.jobs) ask of a kind, and the plain data that crosses to
+# the window. The window draws these without knowing the kind.
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the window shows about a model: ``depth`` attention layers, ``heads`` the most heads
+    of a layer, ``num_prefix_tokens`` (CLS, registers), its config as a dict; ``headline`` its
+    shape in the window's status line ("12 layers × 12 heads"); ``architecture`` the model
+    dialog's lines about its shape."""
+
+    depth: int
+    heads: int
+    num_prefix_tokens: int
+    config: dict[str, Any] = field(default_factory=dict)
+    headline: str = ""
+    architecture: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ViewWords:
+    """How the window words a kind's layers and queries (format strings of ``str.format``).
+
+    Query fields: ``row``, ``col`` (the clicked cell), ``index`` (its row-major index), ``y``,
+    ``x`` (its centre in input pixels); in titles also ``trow``, ``tcol``, ``th``, ``tw`` (the
+    query's token in the layer shown and that layer's grid). ``method_query`` /
+    ``method_query_none``: the words after a method's label in the big map's title, the query's
+    token read in the last layer (None: the method's parameters are listed); ``method_fixed``:
+    per method name, fixed words instead.
+    """
+
+    layer: str = "layer"  # the Layer selector's prefix
+    axis: str = "layer"  # the head statistics' x axis
+    head: str = "head {head}"  # fields head (1-based), heads (the layer's)
+    query_none: str = "CLS token"  # the query label without a query
+    query_cell: str = "patch row {row}, col {col} (#{index})"
+    title_query_none: str = "query CLS"
+    title_query: str = "query patch ({row}, {col})"
+    method_query_none: str | None = None
+    method_query: str | None = None
+    method_fixed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ImageNumbers:
+    """One analysed image as the window draws it, apart from the photo and the query.
+
+    ``input_pixels`` (H, W, 3) uint8; ``grid`` (gh, gw) the clickable grid of ``patch_size``
+    cells; head statistics ``mean_distance``, ``entropy``, ``prefix_share`` (L, heads) with NaN
+    for heads a layer lacks; ``token_norms`` (L, N); ``attention`` (L, H, N, N) float32 read-only
+    for the window's own query maps, or None (the engine computes them); ``unavailable``
+    {method: why}; ``ignored_params`` {method: parameters this kind ignores}; ``thumb_grid`` the
+    head grid's thumbnails' grid of ``thumb_pixels``-pixel cells.
+    """
+
+    input_pixels: np.ndarray
+    grid: tuple[int, int]
+    patch_size: int
+    num_prefix_tokens: int
+    num_layers: int
+    num_heads: int
+    class_names: list[str]
+    probs: np.ndarray
+    logits: np.ndarray
+    top_class: int
+    mean_distance: np.ndarray
+    entropy: np.ndarray
+    prefix_share: np.ndarray
+    token_norms: np.ndarray
+    device: str
+    attention: np.ndarray | None
+    unavailable: dict[str, str]
+    ignored_params: dict[str, tuple[str, ...]]
+    thumb_grid: tuple[int, int]
+    thumb_pixels: int
+    layer_rows: tuple[LayerRow, ...]
+    token_geometry: TokenGeometry
+    words: ViewWords
+
+
+@dataclass(frozen=True)
+class QueryMaps:
+    """A query's attention in every layer and head.
+
+    ``head_maps`` (L, heads, *thumb_grid) float32 (NaN for heads a layer lacks), ``mean_maps``
+    (L, *thumb_grid); ``layer_maps`` per layer (heads, h_l, w_l) at the layer's own grid;
+    ``prefix_attention`` (L, heads, num_prefix); ``query_tokens`` per layer the query's token in
+    its grid (−1: no query token, the CLS or the mean); ``levels`` one colour scale for all.
+    """
+
+    head_maps: np.ndarray
+    mean_maps: np.ndarray
+    layer_maps: tuple[np.ndarray, ...]
+    prefix_attention: np.ndarray
+    query_tokens: tuple[int, ...]
+    levels: tuple[float, float]
+
+
+class Loaded(Protocol):
+    """A model opened with what explaining it needs (``vitviz.checkpoints.LoadedModel``)."""
+
+    model: nn.Module
+    class_names: list[str]
+    preprocessing: Preprocessing
+
+
+class Session(Protocol):
+    """The engine's current model and analysis. A member that runs the pass again (e.g. for a
+    class's gradients) replaces ``analysis``, which later requests reuse."""
+
+    loaded: Loaded
+    analysis: KindAnalysis
+
+
+class FaithfulnessReport(Protocol):
+    """Deletion and insertion curves of methods on one image
+    (``vitviz.explain.faithfulness.ImageFaithfulness``): per method name its curves, AUCs and
+    localisation, and the class they were measured for."""
+
+    target_class: int
+    methods: Mapping[str, Any]
+
+
+class EngineMembers(Protocol):
+    """The members of ``ModelKind`` the engine calls (kept apart for reading)."""
+
+    def model_shape(self, loaded: Loaded) -> ModelShape:
+        """Depth, most heads, prefix tokens, config and the words for the shape of ``loaded``'s
+        model (a LoadedModel: its preprocessing is named too)."""
+        ...
+
+    def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
+        """Raise ValueError (NotEnoughMemoryError) when analysing ``image_size`` inputs would
+        not fit in memory; a kind whose needs are not modelled checks nothing."""
+        ...
+
+    def image_numbers(self, session: Session) -> ImageNumbers:
+        """What the window draws of ``session.analysis`` (predictions, head statistics, layers,
+        token geometry, the methods it can't run)."""
+        ...
+
+    def default_class(self, session: Session) -> int:
+        """The class the maps explain when none is chosen: the current pass's (its top
+        prediction, or the class a gradient pass was run again for); −1 without a head."""
+        ...
+
+    def query_maps(self, session: Session, query: tuple[int, int] | None) -> QueryMaps:
+        """Every layer's and head's attention of the query cell (None: the CLS or the mean).
+        ValueError: a cell outside the grid."""
+        ...
+
+    def method_map(
+        self,
+        session: Session,
+        method: str,
+        query: tuple[int, int] | None,
+        target_class: int | None,
+        params: Mapping[str, Any],
+    ) -> np.ndarray:
+        """(gh, gw) float32 map of a method of the table; ValueError: it can't run here."""
+        ...
+
+    def evaluate_faithfulness(
+        self,
+        session: Session,
+        names: Sequence[str],
+        *,
+        steps: int,
+        mask: np.ndarray | None,
+        name: str,
+        params: Mapping[str, Mapping[str, Any]],
+    ) -> FaithfulnessReport:
+        """Deletion and insertion curves of ``names`` (the query without a clicked cell, the
+        current pass's class); ``mask`` (gh, gw) bool for the localisation numbers."""
+        ...
+
+    def export_npz(
+        self,
+        session: Session,
+        path: Path,
+        method: str,
+        params: Mapping[str, Any],
+        target_class: int | None,
+    ) -> Path:
+        """The numbers of ``vitviz-cli explain`` with the shown method, as an .npz."""
+        ...
+
+    def view_heads_picture(
+        self,
+        session: Session,
+        query: tuple[int, int] | None,
+        colormap: str,
+        opacity: float,
+        per_head: bool,
+    ) -> Image.Image:
+        """The window's head grid as a PNG: the query's thumbnails of every layer and head,
+        titled (File ▸ Export)."""
+        ...
+
+    def view_map_picture(
+        self, session: Session, values: np.ndarray, colormap: str, opacity: float
+    ) -> Image.Image:
+        """The window's big map as a PNG: ``values`` (the map on screen) over the model input."""
+        ...
+
+
 @runtime_checkable
-class ModelKind(Protocol):
-    """A kind of network vitviz explains. Its package registers one object meeting this."""
+class ModelKind(EngineMembers, Protocol):
+    """A kind of network vitviz explains. Its package registers one object meeting this (the
+    engine's members, ``EngineMembers``, included)."""
 
     name: str  # "vit", "swin": a model's ``model_kind``, the npz's ``kind``
     label: str  # "Vision Transformer", "Swin Transformer": what the window and the CLI say

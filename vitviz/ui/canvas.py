@@ -115,7 +115,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.grid_lines = GridLines()
         self.grid_lines.setZValue(20)
         self.vb.addItem(self.grid_lines)
-        self.window_lines = GridLines()  # a Swin block's (shifted) window partition
+        self.window_lines = GridLines()  # a layer's window partition (a Swin block's)
         self.window_lines.setPen(_pen(QColor(255, 214, 90, 200), 1.5))
         self.window_lines.setZValue(22)
         self.vb.addItem(self.window_lines)
@@ -263,7 +263,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
 
     def map_cell(self, row: int, col: int) -> tuple[int, int, tuple[int, int]]:
         """The shown map's cell under a cell of the grid, and the map's (rows, cols): a coarser
-        map (a Swin block's tokens) has cells of its own; with no map, the grid's."""
+        map (a layer's own tokens) has cells of its own; with no map, the grid's."""
         gh, gw = self.grid
         mh, mw = self._map.shape if self._map is not None else (gh, gw)
         return row * mh // gh, col * mw // gw, (mh, mw)

@@ -177,9 +177,11 @@ class HeadStatsView(QTabWidget):
         norms: np.ndarray,
         num_prefix: int,
         row_names: list[str] | None = None,
+        axis: str = "layer",
     ) -> None:
         """(L, H) statistics (prefix share as a fraction) and (L, N) token norms; ``row_names``
-        ("1.2" for a Swin's blocks) label the rows instead of layer numbers."""
+        (e.g. "1.2" for a Swin's blocks) label the rows instead of layer numbers, ``axis`` names
+        them ("block (stage.block)")."""
         legends = {key: legend for key, *_, legend in self.SERIES}
         for key, values in (
             ("distance", distance),
@@ -189,15 +191,15 @@ class HeadStatsView(QTabWidget):
             L, H = values.shape
             x = np.repeat(np.arange(1, L + 1), H) + np.tile(np.linspace(-0.15, 0.15, H), L)
             y = values.reshape(-1)
-            shown = np.isfinite(y)  # NaN: a head a block lacks (a Swin), or no statistic
-            plot = self._reset(key, L, row_names)
+            shown = np.isfinite(y)  # NaN: a head a layer lacks, or no statistic
+            plot = self._reset(key, L, row_names, axis)
             dots = pg.ScatterPlotItem(
                 x=x[shown], y=y[shown], size=7, brush=pg.mkBrush(*HEAD_BRUSH), pen=None
             )
             plot.addItem(dots)
             self.legends[key].addItem(dots, f"{legends[key]} ({H} heads)")
         L, N = norms.shape
-        plot = self._reset("norms", L, row_names)
+        plot = self._reset("norms", L, row_names, axis)
         x = np.repeat(np.arange(1, L + 1), N) + np.tile(np.linspace(-0.3, 0.3, N), L)
         is_prefix = np.tile(np.arange(N) < num_prefix, L)
         values = norms.reshape(-1)
@@ -212,15 +214,17 @@ class HeadStatsView(QTabWidget):
                 plot.addItem(dots)
                 self.legends["norms"].addItem(dots, name)
 
-    def _reset(self, key: str, layers: int, names: list[str] | None = None) -> pg.PlotWidget:
+    def _reset(
+        self, key: str, layers: int, names: list[str] | None = None, axis: str = "layer"
+    ) -> pg.PlotWidget:
         plot = self.plots[key]
         plot.clear()
         self.legends[key].clear()
         ticks = layer_ticks(layers)
-        if names is not None:  # a Swin's blocks, "stage.block"
+        if names is not None:  # e.g. a Swin's blocks, "stage.block"
             step = max(1, -(-layers // (MAX_LAYER_TICKS // 2)))  # wider labels: half as many
             ticks = [(i + 1, names[i]) for i in range(0, layers, step)]
         plot.getAxis("bottom").setTicks([ticks])
-        plot.setLabel("bottom", "layer" if names is None else "block (stage.block)")
+        plot.setLabel("bottom", axis)
         plot.setXRange(0.5, layers + 0.5, padding=0.02)
         return plot

@@ -180,8 +180,9 @@ class ViewControls(QWidget):
         self.layer.setPrefix("layer ")
         self.head = QComboBox()
         self.head.addItem("mean of heads", MEAN)
-        self.block_labels: list[str] | None = None  # a Swin's blocks ("1.2 SW"), None: a ViT
-        self.block_heads: list[int] | None = None  # heads per block of a Swin
+        self.layer_word = "layer"  # the Layer selector's prefix ("block" for a Swin's)
+        self.row_suffixes: list[str] = []  # per layer after its number ("", " · 1.2 SW")
+        self.row_heads: list[int] = []  # heads per layer (they differ in a Swin's stages)
         self.param_panel = ParamPanel()
         self.query_label = QLabel("CLS token")
         self.query_reset = QPushButton("Reset to CLS")
@@ -288,8 +289,8 @@ class ViewControls(QWidget):
         self.paramsChanged.emit()
 
     def _selection_changed(self) -> None:
-        if self.block_heads is not None:
-            self._fill_heads(self.block_heads[self.selected_layer()])
+        if self.row_heads:
+            self._fill_heads(self.row_heads[self.selected_layer()])
         if self.uses_selection():
             self.paramsChanged.emit()
         self.displayChanged.emit()
@@ -301,23 +302,22 @@ class ViewControls(QWidget):
             w.blockSignals(True)
         self.layer.setRange(1, layers)
         self.param_panel.set_shape(layers, heads)
-        swin = self.block_heads is not None
-        self.layer.setPrefix("block " if swin else "layer ")
-        self._fill_heads(self.block_heads[self.selected_layer()] if swin else heads)
+        self.layer.setPrefix(f"{self.layer_word} ")
+        layer = self.selected_layer()
+        self._fill_heads(self.row_heads[layer] if layer < len(self.row_heads) else heads)
         for w in (self.layer, self.head):
             w.blockSignals(False)
 
-    def set_blocks(self, labels: list[str] | None, heads: list[int] | None) -> None:
-        """A Swin's blocks (labels such as "1.2 SW" and their heads): the Layer selector walks
-        blocks, the Head selector lists the selected block's heads. None: a ViT."""
-        self.block_labels, self.block_heads = labels, heads
+    def set_rows(self, word: str, suffixes: list[str], heads: list[int]) -> None:
+        """The model's attention layers as the Layer selector walks them: ``word`` its prefix
+        ("layer", "block"), per layer the words after its number (" · 1.2 SW") and its heads
+        (the Head selector lists the selected layer's)."""
+        self.layer_word, self.row_suffixes, self.row_heads = word, list(suffixes), list(heads)
 
     def _fill_heads(self, heads: int) -> None:
         """The Head selector's items for ``heads`` heads, keeping the selection if it exists."""
-        if self.block_labels is not None:
-            self.layer.setSuffix(f" · {self.block_labels[self.selected_layer()]}")
-        else:
-            self.layer.setSuffix("")
+        layer = self.selected_layer()
+        self.layer.setSuffix(self.row_suffixes[layer] if layer < len(self.row_suffixes) else "")
         if self.head.count() == heads + 1:
             return
         blocked = self.head.blockSignals(True)

@@ -26,7 +26,8 @@ from vitviz.ui.image_item import ImageItem
 GAP = 1  # cells between tiles
 MEAN = -1  # head index of the mean-of-heads column
 LABEL_PX = 30  # room left of each band for its row labels ("L12")
-SWIN_LABEL_PX = 48  # … and for a Swin's ("3.6 SW")
+WIDE_LABEL_PX = 48  # … and for longer ones ("3.6 SW")
+SHORT_LABEL = 4  # characters that fit in LABEL_PX
 HEADER_PX = 18  # room above the tiles for the column labels ("H12")
 COLORBAR_PX = 70  # the colour bar and its axis, right of the tiles
 MIN_TILE_CELLS = 12  # a small patch grid is drawn with k × k cells a patch: gaps stay thin
@@ -162,7 +163,7 @@ def build_base(
     pixels: np.ndarray, layout: GridLayout, cell: int, row_heads: list[int] | None = None
 ) -> np.ndarray:
     """The input image, grey and dimmed, under every tile: (rows·cell, cols·cell, 3) uint8;
-    ``row_heads``: heads per layer row (a Swin's blocks), the tiles beyond left empty."""
+    ``row_heads``: heads per layer row (where they differ), the tiles beyond left empty."""
     gh, gw = layout.tile
     thumb = (
         Image.fromarray(pixels)
@@ -221,8 +222,8 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.scale = 1.0  # pixels per cell when the mosaic fits the view
         self._pixels: np.ndarray | None = None
         self._row_labels: list[pg.TextItem] = []
-        self._row_texts: list[str] | None = None  # a Swin's "1.2 SW"; None: "L1", "L2", …
-        self._row_heads: list[int] | None = None  # heads per row when they differ (a Swin)
+        self._row_texts: list[str] | None = None  # e.g. "L3", "1.2 SW"; None: "L1", "L2", …
+        self._row_heads: list[int] | None = None  # heads per row (where they may differ)
         self._column_labels: dict[int, list[pg.TextItem]] = {}  # column -> one per band
         self._selected: tuple[int, int] = (-1, -1)  # (layer, column) highlighted
         self._cmap = "viridis"
@@ -255,7 +256,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
     ) -> None:
         """New model or image: lay the tiles out for the space there is and draw the input.
         ``row_labels`` name the rows (default L1, L2, …); ``row_heads``: heads per row, the
-        tiles beyond a row's heads left empty (a Swin's stages have different numbers)."""
+        tiles beyond a row's heads left empty (e.g. a Swin's stages have different numbers)."""
         if (layers, heads, tuple(grid), row_heads) != (*self.shape, self.grid, self._row_heads):
             self._values = self._shown = None  # the last model's maps: not drawn in this layout
             self.maps.clear()
@@ -298,11 +299,16 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         """Pixels per cell the tiles would have if this view were ``height_px`` high (its width
         as now): how much a taller view would help."""
         width, _ = self._view_px()
-        label_px = LABEL_PX if self._row_texts is None else SWIN_LABEL_PX
+        label_px = self._label_px()
         return plan_layout(*self.shape, self.grid, width, max(1.0, height_px - 8.0), label_px)[1]
 
+    def _label_px(self) -> float:
+        """Room for the row labels: more for labels longer than "L123"."""
+        texts = self._row_texts or []
+        return LABEL_PX if all(len(t) <= SHORT_LABEL for t in texts) else WIDE_LABEL_PX
+
     def _apply_layout(self, layers: int, heads: int, grid: tuple[int, int], *, force: bool) -> None:
-        label_px = LABEL_PX if self._row_texts is None else SWIN_LABEL_PX
+        label_px = self._label_px()
         layout, scale = plan_layout(layers, heads, grid, *self._view_px(), label_px)
         self.scale = scale
         if layout != self.layout or force:

@@ -640,12 +640,7 @@ class MainWindow(QMainWindow):
     def _apply_model(self, summary: ModelSummary) -> None:
         self.model = summary
         self._model_pending = False
-        heads = summary.config.get("heads")  # a Swin's: per stage
-        shape = (
-            f"{summary.depth} blocks, {min(heads)}–{max(heads)} heads"
-            if isinstance(heads, (list, tuple))
-            else f"{summary.depth} layers × {summary.heads} heads"
-        )
+        shape = summary.headline or f"{summary.depth} layers × {summary.heads} heads"
         self.model_label.setText(
             f"{summary.name} ({summary.family}, {shape}, {summary.num_classes} classes)"
         )

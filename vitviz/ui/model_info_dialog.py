@@ -49,39 +49,16 @@ def _size(size: Any) -> str:
     return "×".join(str(int(v)) for v in size)
 
 
-def _known(value: Any) -> str:
-    return str(value) if value else "?"  # a model-code Swin may not say its width (0)
-
-
 def architecture_lines(summary: ModelSummary) -> list[str]:
-    """The facts about the model's shape: a ViT's layers, heads and width; a Swin's stages
-    (blocks, width, heads and window of each), patch, embedding width, version and sizes."""
-    cfg = summary.config
-    trained = _size(summary.image_size)
-    if "depths" not in cfg:
-        return [
-            f"layers × heads: {summary.depth} × {summary.heads}, dim {cfg.get('dim', '?')}, "
-            f"patch {summary.patch_size}, trained at {trained}",
-            f"classes: {summary.num_classes}; prefix tokens: {summary.num_prefix_tokens}",
-        ]
-    depths, dims = cfg["depths"], cfg.get("dims") or [0] * len(cfg["depths"])
-    heads, windows = cfg["heads"], cfg.get("window_sizes") or [0] * len(depths)
-    version = " V2" if cfg.get("version", 1) == 2 else " (v1)"
-    lines = [
-        f"architecture: Swin{version}, {len(depths)} stages, {sum(depths)} blocks "
-        f"(depths {'-'.join(map(str, depths))})",
-        f"patch {summary.patch_size}, embed dim {_known(dims[0])}, trained at {trained}; "
-        f"images prepared at {_size(summary.preprocessing['image_size'])} (below)",
+    """The facts about the model's shape, as its kind words them (a ViT's layers, heads and
+    width; a Swin's stages: blocks, width, heads and window of each), patch and sizes."""
+    if summary.architecture:
+        return list(summary.architecture)
+    return [
+        f"layers × heads: {summary.depth} × {summary.heads}, patch {summary.patch_size}, "
+        f"trained at {_size(summary.image_size)}",
+        f"classes: {summary.num_classes}; prefix tokens: {summary.num_prefix_tokens}",
     ]
-    for s, (d, w, h, win) in enumerate(zip(depths, dims, heads, windows, strict=True)):
-        lines.append(
-            f"stage {s + 1}: {d} blocks, width {_known(w)}, {h} heads, window {_known(win)}"
-        )
-    lines.append(
-        f"classes: {summary.num_classes}; no prefix tokens (the head reads the average of the "
-        "last stage's tokens)"
-    )
-    return lines
 
 
 class ModelInfoDialog(QDialog):

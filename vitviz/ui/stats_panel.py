@@ -74,10 +74,12 @@ class StatsPanel(QWidget):
         norms: np.ndarray,
         num_prefix: int,
         labels: list[str] | None = None,
+        axis: str = "layer",
     ) -> None:
         """A new image's (L, H) statistics and (L, N) token norms (shown unless a folder is);
-        ``labels``: names of the rows (a Swin's "stage.block"), None for layers 1..L."""
-        self._image_stats = (distance, entropy, prefix, norms, num_prefix, labels)
+        ``labels``: names of the rows (e.g. a Swin's "stage.block"), None for layers 1..L;
+        ``axis``: what the rows are ("layer", "block (stage.block)")."""
+        self._image_stats = (distance, entropy, prefix, norms, num_prefix, labels, axis)
         if self.folder_result is None:
             self.view.set_statistics(*self._image_stats)
 

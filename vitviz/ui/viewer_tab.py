@@ -15,9 +15,9 @@ from vitviz.ui.charts import PredictionsChart
 from vitviz.ui.controls import ATTENTION, MEAN, ViewControls
 from vitviz.ui.faithfulness_panel import FaithfulnessPanel
 from vitviz.ui.head_grid_panel import HeadGridPanel
+from vitviz.ui.layer_view import LayerView
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.stats_panel import StatsPanel
-from vitviz.ui.swin_view import SwinView
 from vitviz.workers import jobs
 from vitviz.workers.engine import EngineClient
 from vitviz.workers.messages import (
@@ -26,8 +26,6 @@ from vitviz.workers.messages import (
     MapParams,
     MapsResult,
     MethodInfo,
-    SwinImageResult,
-    SwinMapsResult,
 )
 
 INPUT_TITLE = "Model input · click a patch to make it the query"
@@ -48,7 +46,7 @@ class ViewerTab(QWidget):
         self._hovered: tuple[int, int] | None = None  # the patch under the pointer
         self.query: tuple[int, int] | None = None
         self.target_class: int | None = None
-        self.swin: SwinView | None = None  # what a Swin's blocks add to the drawing
+        self.layers: LayerView | None = None  # the image's layers: rows, token grids, words
 
         # the plain model input (its patch grid, the query): the map is beside it, never on it
         self.input_view = ImageCanvas(INPUT_TITLE, colorbar=False)
@@ -130,25 +128,27 @@ class ViewerTab(QWidget):
             self._forget_model_views()
         self.placeholder.hide()
         self.main_splitter.show()
-        swin = isinstance(result, SwinImageResult)
-        self.swin = SwinView(result) if swin else None
-        self.controls.set_blocks(*(self.swin.rows() if swin else (None, None)))
-        self.controls.param_panel.ignored = result.ignored_params if swin else {}
+        self.layers = LayerView(result)
+        rows = result.layer_rows
+        self.controls.set_rows(
+            result.words.layer, [r.selector for r in rows], [r.heads for r in rows]
+        )
+        self.controls.param_panel.ignored = result.ignored_params
         self.controls.set_shape(result.num_layers, result.num_heads)
         self.controls.set_unavailable(result.unavailable)
         self.faithfulness.clear()
-        gh, gw = result.grid
+        # the clickable grid (hover and query cells) is the token geometry's, over the input
+        geometry = self.layers.geometry
+        (gh, gw), cell = geometry.grid, geometry.cell_pixels
         # the map's view first: a view under the pointer reads the map's grid to say where it is
-        self.map_view.set_image(result.display, result.region, result.grid)
-        self.input_view.set_image(
-            result.input_pixels, (0, 0, gw * result.patch_size, gh * result.patch_size), result.grid
-        )
+        self.map_view.set_image(result.display, result.region, geometry.grid)
+        self.input_view.set_image(result.input_pixels, (0, 0, gw * cell, gh * cell), geometry.grid)
         self.head_grid.set_layout(
             result.num_layers,
             result.num_heads,
-            result.thumb_grid if swin else result.grid,
+            result.thumb_grid,
             result.input_pixels,
-            *(self.swin.rows() if self.swin else (None, None)),
+            *self.layers.rows(),
         )
         if self._map_fitted():  # a zoomed or panned map keeps its size (and so its zoom)
             self.head_panel.share_height(self.left_splitter, (result.num_layers, result.num_heads))
@@ -165,7 +165,8 @@ class ViewerTab(QWidget):
             result.prefix_share,
             result.token_norms,
             result.num_prefix_tokens,
-            None if self.swin is None else [f"{b.stage + 1}.{b.index + 1}" for b in result.blocks],
+            self.layers.stats_names(),
+            result.words.axis,
         )
         self._update_query_widgets()
         self._update_class_label()
@@ -309,12 +310,8 @@ class ViewerTab(QWidget):
             return None, None
         layer, head = self.controls.selected_layer(), self.controls.selected_head()
         layer = min(layer, m.head_maps.shape[0] - 1)
-        if m.params.method == ATTENTION and isinstance(m, SwinMapsResult):
-            rows = m.block_maps[layer]  # (heads, H_b, W_b): the block's own resolution
-            return (rows.mean(axis=0) if head == MEAN else rows[min(head, len(rows) - 1)]), None
-        if m.params.method == ATTENTION:
-            values = m.mean_maps[layer] if head == MEAN else m.head_maps[layer, head]
-            return values, None
+        if m.params.method == ATTENTION:  # at the layer's own grid
+            return m.layer_map(layer, head), None
         info = self.controls.methods.get(m.params.method)
         if m.method_map is None:
             return None, None
@@ -333,8 +330,8 @@ class ViewerTab(QWidget):
         self.map_view.set_map(values, levels, cmap, opacity)
         self.head_grid.set_maps(m.head_maps, m.mean_maps, m.levels, cmap, opacity)
         self.head_grid.set_selection(self.controls.selected_layer(), self.controls.selected_head())
-        if self.swin is not None and isinstance(m, SwinMapsResult):
-            self.swin.draw(self.map_view, m, self.controls.selected_layer())
+        if self.layers is not None:
+            self.layers.draw(self.map_view, m, self.controls.selected_layer())
         self._update_prefix_label()
         if m.error:
             self.hoverText.emit(m.error)
@@ -344,17 +341,20 @@ class ViewerTab(QWidget):
     def _map_title(self, m: MapsResult) -> str:
         """What the large view shows, in words: method, class, query, layers and settings."""
         layer, head = self.controls.selected_layer(), self.controls.selected_head()
-        if self.swin is not None and isinstance(m, SwinMapsResult):
-            info = self.controls.methods.get(m.params.method)
-            return self.swin.title(m, layer, head, info.label if info else m.params.method)
-        layers = self.image.num_layers if self.image else layer + 1
-        query = (
-            "query CLS" if self.query is None else f"query patch ({self.query[0]}, {self.query[1]})"
-        )
+        assert self.layers is not None and self.image is not None
         info = self.controls.methods.get(m.params.method)
         if m.params.method == ATTENTION or info is None:
-            heads = "mean of heads" if head == MEAN else f"head {head + 1}"
-            return f"Attention · layer {layer + 1} of {layers} · {heads} · {query}"
+            return self.layers.attention_title(m, layer, head, self.query)
+        kind_words = self.layers.method_words(m, m.params.method, self.query)
+        if kind_words is not None:  # the kind words what the method starts from and spans
+            return f"{info.label} · {kind_words}"
+        layers = self.image.num_layers
+        words = self.image.words
+        query = (
+            words.title_query_none
+            if self.query is None
+            else words.title_query.format(**self.layers.query_fields(self.query, m, layer))
+        )
         values = m.params.params()
         parts = [info.label]
         if info.needs_gradients:
@@ -381,14 +381,10 @@ class ViewerTab(QWidget):
         self.map_view.set_query(self.query)
         has_cls = self.image is not None and self.image.num_prefix_tokens > 0
         self.controls.query_reset.setText("Reset to CLS" if has_cls else "Reset to the mean")
-        if self.swin is not None:
-            self.controls.query_label.setText(self.swin.query_text(self.query))
+        if self.layers is not None:
+            self.controls.query_label.setText(self.layers.query_text(self.query))
         elif self.query is None:
-            self.controls.query_label.setText("CLS token" if has_cls else "mean of patches")
-        else:
-            r, c = self.query
-            gw = self.image.grid[1] if self.image else 1
-            self.controls.query_label.setText(f"patch row {r}, col {c} (#{r * gw + c})")
+            self.controls.query_label.setText("mean of patches")
 
     def _update_class_label(self) -> None:
         c = self._shown_class()
@@ -425,14 +421,14 @@ class ViewerTab(QWidget):
         mr, mc, (mh, mw) = self.map_view.map_cell(r, c)
         if (mh, mw) == self.image.grid:
             text = f"patch row {r}, col {c}, index {r * mw + c}"
-        else:  # a coarser map (a Swin block's tokens): its own cell, as the title counts them
+        else:  # a coarser map (a layer's own tokens): its own cell, as the title counts them
             text = f"token row {mr}, col {mc} of {mh}×{mw}, index {mr * mw + mc}"
         if np.isfinite(value):
             text += f", value {value:.4g}"
         self.hoverText.emit(text)
 
     def _on_head_hover(self, info: tuple[int, int, float] | None) -> None:
-        describe = self.head_grid.describe if self.swin is None else self.swin.describe
+        describe = self.head_grid.describe if self.layers is None else self.layers.describe
         self.hoverText.emit("" if info is None else describe(info))
 
     def _map_fitted(self) -> bool:

@@ -1,4 +1,5 @@
-"""A Swin block's window partition as line segments for the map view (numpy only).
+"""A layer's window partition (``LayerGrid.windows``, e.g. a Swin block's) as line segments for
+the map view (numpy only).
 
 ``ids`` (H, W) is the window index of every token as the image sees it (a window that wraps
 around the cyclic shift shows in pieces). Segments are (x0, y0, x1, y1) in token units: a

@@ -1,6 +1,5 @@
-"""What every job module of the engine shares: the error type for expected mistakes, and the
-photo's display copy. Below the ViT's and the Swin's job modules, so neither imports the other
-for it."""
+"""What the engine's job modules share: the error type for expected mistakes, and the photo's
+display copy (``jobs`` re-exports them: the engine and the tests know them as ``jobs.*``)."""
 
 from __future__ import annotations
 

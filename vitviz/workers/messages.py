@@ -1,4 +1,8 @@
-"""What crosses between the window and the engine thread: plain data, numpy only."""
+"""What crosses between the window and the engine thread: plain data, numpy only.
+
+One ``ImageResult`` and one ``MapsResult`` for every model kind: a kind's layers, token grids and
+words come as ``LayerRow``, ``TokenGeometry`` and ``ViewWords`` (vitviz.kinds.protocol, which
+imports no torch), so the window never asks which kind it shows."""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from vitviz.kinds.protocol import LayerGrid, LayerRow, TokenGeometry, ViewWords
 
 OLD_METHOD_NAMES = {"gradient_rollout": "gradient-rollout", "dino_masks": "dino-masks"}
 
@@ -57,6 +63,8 @@ class ModelSummary:
     notes: tuple[str, ...] = ()
     provenance: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    headline: str = ""  # its shape in the status line ("12 layers × 12 heads")
+    architecture: tuple[str, ...] = ()  # the model dialog's lines about its shape
 
 
 @dataclass(frozen=True)
@@ -102,18 +110,48 @@ class ImageResult:
     unavailable: dict[str, str] = field(default_factory=dict)  # method name -> why it can't run
     mask_path: Path | None = None  # <stem>_mask.png beside the image (localisation numbers)
     scores: str = "logits"  # what the model returns: logits, probabilities, log-probabilities
+    # the model's layers and tokens as the window draws them (one row per attention layer)
+    layer_rows: tuple[LayerRow, ...] = ()
+    token_geometry: TokenGeometry | None = None  # each layer's grid, token size and windows
+    words: ViewWords = field(default_factory=ViewWords)
+    ignored_params: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kind ignores
+    thumb_grid: tuple[int, int] = (0, 0)  # the head grid's thumbnails: (0, 0) the grid
+    thumb_pixels: int = 0  # input pixels per thumbnail cell
+
+    def __post_init__(self) -> None:
+        if self.thumb_grid == (0, 0):
+            self.thumb_grid, self.thumb_pixels = tuple(self.grid), self.patch_size
+        if not self.layer_rows:  # a plain stack of layers
+            L = self.num_layers
+            self.layer_rows = tuple(
+                LayerRow(
+                    f"L{i + 1}",
+                    self.num_heads,
+                    title=f"layer {i + 1} of {L}",
+                    hover=f"layer {i + 1}",
+                )
+                for i in range(L)
+            )
+        if self.token_geometry is None:  # every layer on the grid
+            grid = tuple(self.grid)
+            layer = LayerGrid(grid, self.patch_size, self.num_prefix_tokens)
+            size = tuple(int(v) for v in self.input_pixels.shape[:2])
+            self.token_geometry = TokenGeometry(
+                size, grid, self.patch_size, (layer,) * self.num_layers
+            )
 
     def geometry(self) -> tuple:
         """What the window's geometry-bound state (query, hover, thumbnails, selection) depends
         on: equal for two images of one model, different after most model changes."""
         return (
-            type(self).__name__,
             self.grid,
             self.patch_size,
             self.input_pixels.shape[:2],
             self.num_prefix_tokens,
             self.num_layers,
             self.num_heads,
+            tuple((r.label, r.heads) for r in self.layer_rows),
+            self.thumb_grid,
         )
 
 
@@ -130,6 +168,21 @@ class MapsResult:
     levels: tuple[float, float] = (0.0, 1.0)  # shared colour scale of the head grid
     error: str | None = None  # a method that could not run (e.g. no head for relevance)
     extra: dict[str, Any] = field(default_factory=dict)
+    # per layer (heads, h_l, w_l) at the layer's own grid (the big map); () : the head maps
+    layer_maps: tuple[np.ndarray, ...] = ()
+    query_tokens: tuple[int, ...] = ()  # per layer the query's token in its grid (−1: none)
+
+    def layer_map(self, layer: int, head: int) -> np.ndarray:
+        """The big map of attention: ``layer``'s ``head`` (−1: the mean of its heads) at the
+        layer's own grid."""
+        if not self.layer_maps:
+            return self.mean_maps[layer] if head == -1 else self.head_maps[layer, head]
+        rows = self.layer_maps[layer]
+        if head != -1:
+            return rows[min(head, len(rows) - 1)]
+        if rows.shape[-2:] == self.mean_maps.shape[-2:]:
+            return self.mean_maps[layer]  # the same mean, computed once
+        return rows.mean(axis=0)
 
 
 @dataclass(frozen=True)
@@ -164,53 +217,3 @@ class UserError:
     # "image" | "checkpoint" | "settings" | "export" | "device" | "no_image" | "error"
     kind: str = "error"
     details: dict[str, Any] = field(default_factory=dict)  # e.g. the settings a checkpoint needs
-
-
-@dataclass(frozen=True)
-class SwinBlockInfo:
-    """One block of a Swin, as the window labels and draws it."""
-
-    stage: int  # 0-based
-    index: int  # 0-based within its stage
-    shifted: bool  # SW-MSA (else W-MSA)
-    window: tuple[int, int]  # (wh, ww) tokens
-    shift: tuple[int, int]  # (δh, δw) tokens (0 for W-MSA)
-    heads: int
-    token_pixels: int  # side of the input square one token stands for
-    grid: tuple[int, int]  # (H_b, W_b) the stage's grid
-
-    @property
-    def label(self) -> str:
-        """e.g. "1.2 SW": stage and block 1-based, W-MSA or SW-MSA."""
-        return f"{self.stage + 1}.{self.index + 1} {'SW' if self.shifted else 'W'}"
-
-
-@dataclass
-class SwinImageResult(ImageResult):
-    """An image analysed by a Swin. The ViT fields read per block: ``num_layers`` blocks,
-    ``num_heads`` the most heads of a block, ``grid`` the first stage's grid (the clickable one),
-    head statistics (L, num_heads) NaN where a block has fewer heads. ``thumb_grid``: the grid the
-    head grid's thumbnails are drawn at, each cell ``thumb_pixels`` input pixels (the first
-    stage's grid, or a coarser stage's when that one would make tiles of more cells than a
-    thumbnail has pixels on screen)."""
-
-    blocks: tuple[SwinBlockInfo, ...] = ()
-    stage_grids: tuple[tuple[int, int], ...] = ()
-    input_size: tuple[int, int] = (0, 0)  # (H, W) model input pixels
-    window_ids: tuple[np.ndarray, ...] = ()  # per block (H_b, W_b) int32: each token's window
-    ignored_params: dict[str, tuple[str, ...]] = field(default_factory=dict)  # ViT-only ones
-    thumb_grid: tuple[int, int] = (0, 0)
-    thumb_pixels: int = 0
-
-    def geometry(self) -> tuple:
-        return (*super().geometry(), self.blocks, self.thumb_grid)
-
-
-@dataclass
-class SwinMapsResult(MapsResult):
-    """A Swin's maps: ``head_maps`` (L, heads, *thumb_grid) resampled (nearest) to the image's
-    thumbnail grid, NaN for heads a block lacks; ``block_maps`` per block (heads, H_b, W_b) at its
-    own resolution; ``query_tokens`` per block the query's token (−1: the average pool)."""
-
-    block_maps: tuple[np.ndarray, ...] = ()
-    query_tokens: tuple[int, ...] = ()

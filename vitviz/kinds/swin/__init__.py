@@ -14,11 +14,21 @@ from vitviz.kinds.sides import ModelCodeSide, TrainingSide
 from vitviz.kinds.swin import code_side, training
 
 if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loads
+    from pathlib import Path
+
     import numpy as np
     from PIL import Image
     from torch import Tensor, nn
 
     from vitviz.checkpoints import LoadedModel
+    from vitviz.kinds.protocol import (
+        FaithfulnessReport,
+        ImageNumbers,
+        Loaded,
+        ModelShape,
+        QueryMaps,
+        Session,
+    )
     from vitviz.kinds.swin.analysis import SwinAnalysis
     from vitviz.kinds.swin.config import SwinConfig
 
@@ -81,8 +91,12 @@ class SwinKind:
         return training.SIDE
 
     def analyze(self, loaded: LoadedModel, image: Any, **options: Any) -> SwinAnalysis:
+        """``gradients`` only where the model has a head (its classes' gradients)."""
+        from vitviz.kinds.swin import engine_data
         from vitviz.kinds.swin.analysis import analyze_swin
 
+        if options.get("gradients"):
+            options["gradients"] = engine_data.has_head(getattr(loaded, "model", loaded))
         return analyze_swin(loaded, image, **options)
 
     def token_geometry(self, analysis: SwinAnalysis) -> TokenGeometry:
@@ -153,8 +167,105 @@ class SwinKind:
             index = counts.get(stage, 0)
             counts[stage] = index + 1
             kind = "SW" if layout.shifted else "W"
-            rows.append(LayerRow(f"{stage + 1}.{index + 1} {kind}", int(attn.shape[1])))
+            name = f"{stage + 1}.{index + 1}"
+            label = f"{name} {kind}"
+            where = f"block {name} {kind}-MSA (window {layout.window[0]}"
+            where += f", shift {layout.shift[0]})" if layout.shifted else ")"
+            rows.append(
+                LayerRow(
+                    label,
+                    int(attn.shape[1]),
+                    name=name,
+                    title=where,
+                    hover=f"block {label}",
+                    selector=f" · {label}",
+                )
+            )
         return tuple(rows)
+
+    # -- engine and window (helper "engine"), in vitviz.kinds.swin.engine_data ------------------
+    def model_shape(self, loaded: Loaded) -> ModelShape:
+        from vitviz.kinds.swin import engine_data
+
+        return engine_data.model_shape(loaded)
+
+    def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
+        return None  # a Swin's analysis memory is not modelled yet
+
+    def image_numbers(self, session: Session) -> ImageNumbers:
+        from vitviz.kinds.swin import engine_data
+
+        return engine_data.image_numbers(session, self)
+
+    def default_class(self, session: Session) -> int:
+        from vitviz.kinds.swin import engine_data
+
+        return engine_data.default_class(session)
+
+    def query_maps(self, session: Session, query: tuple[int, int] | None) -> QueryMaps:
+        from vitviz.kinds.swin import engine_data
+
+        return engine_data.query_maps(session, query)
+
+    def method_map(
+        self,
+        session: Session,
+        method: str,
+        query: tuple[int, int] | None,
+        target_class: int | None,
+        params: Mapping[str, Any],
+    ) -> np.ndarray:
+        from vitviz.kinds.swin import engine_data
+
+        return engine_data.method_map(session, method, query, target_class, params)
+
+    def evaluate_faithfulness(
+        self,
+        session: Session,
+        names: Sequence[str],
+        *,
+        steps: int,
+        mask: np.ndarray | None,
+        name: str,
+        params: Mapping[str, Mapping[str, Any]],
+    ) -> FaithfulnessReport:
+        from vitviz.kinds.swin import engine_data
+
+        return engine_data.evaluate_faithfulness(
+            session, names, steps=steps, mask=mask, name=name, params=params
+        )
+
+    def export_npz(
+        self,
+        session: Session,
+        path: Path,
+        method: str,
+        params: Mapping[str, Any],
+        target_class: int | None,
+    ) -> Path:
+        from vitviz.kinds.swin import engine_data
+
+        return engine_data.export_npz(session, path, method, params, target_class)
+
+    def view_heads_picture(
+        self,
+        session: Session,
+        query: tuple[int, int] | None,
+        colormap: str,
+        opacity: float,
+        per_head: bool,
+    ) -> Image.Image:
+        from vitviz.kinds.swin import engine_data
+
+        labels = [r.label for r in self.layer_rows(session.analysis)]
+        return engine_data.heads_picture(session, query, colormap, opacity, per_head, labels)
+
+    def view_map_picture(
+        self, session: Session, values: np.ndarray, colormap: str, opacity: float
+    ) -> Image.Image:
+        from vitviz.kinds.swin import engine_data
+
+        return engine_data.map_picture(session, values, colormap, opacity)
 
 
 KIND = SwinKind()

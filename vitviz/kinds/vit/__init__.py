@@ -9,17 +9,27 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kinds.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
+from vitviz.kinds.protocol import KindMethod, LayerRow, TokenGeometry
 from vitviz.kinds.sides import TrainingSide
 from vitviz.kinds.vit import training
 
 if TYPE_CHECKING:  # torch-free at import; the ViT's analysis sits above the registry
+    from pathlib import Path
+
     import numpy as np
     from PIL import Image
     from torch import Tensor, nn
 
     from vitviz.analysis import Analysis
     from vitviz.checkpoints import LoadedModel
+    from vitviz.kinds.protocol import (
+        FaithfulnessReport,
+        ImageNumbers,
+        Loaded,
+        ModelShape,
+        QueryMaps,
+        Session,
+    )
     from vitviz.model import ViTConfig
 
 
@@ -70,20 +80,10 @@ class ViTKind:
 
         return analyze_vit(loaded, image, **options)
 
-    def token_geometry(self, analysis: Analysis) -> TokenGeometry:
-        gh, gw = analysis.grid
-        layer = LayerGrid(
-            grid=(gh, gw),
-            token_pixels=int(analysis.patch_size),
-            num_prefix_tokens=int(analysis.num_prefix_tokens),
-        )
-        size = tuple(int(v) for v in analysis.input.shape[-2:])
-        return TokenGeometry(
-            input_size=size,
-            grid=(gh, gw),
-            cell_pixels=int(analysis.patch_size),
-            layers=(layer,) * analysis.num_layers,
-        )
+    def token_geometry(self, analysis: Any) -> TokenGeometry:
+        from vitviz.kinds.vit import engine_data
+
+        return engine_data.token_geometry(analysis)
 
     def implementation(self, method: str) -> KindMethod | None:
         from vitviz.kinds.vit.methods import implementation
@@ -133,9 +133,93 @@ class ViTKind:
     def unused_options(self) -> Mapping[str, str]:
         return {}
 
-    def layer_rows(self, analysis: Analysis) -> tuple[LayerRow, ...]:
-        layers = getattr(analysis, "layer_indices", None) or range(analysis.num_layers)
-        return tuple(LayerRow(str(i), int(analysis.num_heads)) for i in layers)
+    def layer_rows(self, analysis: Any) -> tuple[LayerRow, ...]:
+        from vitviz.kinds.vit import engine_data
+
+        return engine_data.layer_rows(analysis)
+
+    # -- engine and window (helper "engine"), in vitviz.kinds.vit.engine_data -------------------
+    def model_shape(self, loaded: Loaded) -> ModelShape:
+        from vitviz.kinds.vit import engine_data
+
+        return engine_data.model_shape(loaded)
+
+    def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
+        from vitviz.kinds.vit import engine_data
+
+        engine_data.check_memory(model, image_size)
+
+    def image_numbers(self, session: Session) -> ImageNumbers:
+        from vitviz.kinds.vit import engine_data
+
+        return engine_data.image_numbers(session)
+
+    def default_class(self, session: Session) -> int:
+        return int(session.analysis.top_class)
+
+    def query_maps(self, session: Session, query: tuple[int, int] | None) -> QueryMaps:
+        from vitviz.kinds.vit import engine_data
+
+        return engine_data.query_maps(session, query)
+
+    def method_map(
+        self,
+        session: Session,
+        method: str,
+        query: tuple[int, int] | None,
+        target_class: int | None,
+        params: Mapping[str, Any],
+    ) -> np.ndarray:
+        from vitviz.kinds.vit import engine_data
+
+        return engine_data.method_map(session, method, query, target_class, params)
+
+    def evaluate_faithfulness(
+        self,
+        session: Session,
+        names: Sequence[str],
+        *,
+        steps: int,
+        mask: np.ndarray | None,
+        name: str,
+        params: Mapping[str, Mapping[str, Any]],
+    ) -> FaithfulnessReport:
+        from vitviz.kinds.vit import engine_data
+
+        return engine_data.evaluate_faithfulness(
+            session, names, steps=steps, mask=mask, name=name, params=params
+        )
+
+    def export_npz(
+        self,
+        session: Session,
+        path: Path,
+        method: str,
+        params: Mapping[str, Any],
+        target_class: int | None,
+    ) -> Path:
+        from vitviz.kinds.vit import engine_data
+
+        return engine_data.export_npz(session, path, method, params, target_class)
+
+    def view_heads_picture(
+        self,
+        session: Session,
+        query: tuple[int, int] | None,
+        colormap: str,
+        opacity: float,
+        per_head: bool,
+    ) -> Image.Image:
+        from vitviz.kinds.vit import engine_data
+
+        return engine_data.heads_picture(session, query, colormap, opacity, per_head)
+
+    def view_map_picture(
+        self, session: Session, values: np.ndarray, colormap: str, opacity: float
+    ) -> Image.Image:
+        from vitviz.kinds.vit import engine_data
+
+        return engine_data.map_picture(session, values, colormap, opacity)
 
 
 KIND = ViTKind()
