@@ -87,3 +87,39 @@ def test_stats_refuses_an_empty_folder_and_reports_bad_images(
     with open(out / "stats.csv", newline="") as f:
         rows = list(csv.reader(f))
     assert {r[3] for r in rows[1:]} == {"4"}  # the four readable images
+
+
+def test_stats_of_a_swin_average_each_blocks_own_heads(tmp_path: Path, folder: Path) -> None:
+    """Every kind's statistics (its ``head_statistics``): a Swin's blocks have different numbers
+    of heads, so each block writes its own heads' rows and no row of a head it lacks."""
+    import torch
+    from swin_helpers import tiny_torchvision_swin
+
+    from vitviz.kinds.swin.analysis import analyze_swin
+    from vitviz.kinds.swin.stats import swin_head_statistics
+
+    ckpt = tmp_path / "swin.pth"
+    torch.save(tiny_torchvision_swin(seed=3).state_dict(), ckpt)
+    out = tmp_path / "out"
+    assert main(["stats", str(folder), "--checkpoint", str(ckpt), "--out", str(out)]) == 0
+    with open(out / "stats.csv", newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    loaded = load_checkpoint(ckpt)
+    images = sorted(folder.iterdir())
+    per_image = []
+    for p in images:
+        a = analyze_swin(loaded, p)
+        per_image.append(swin_head_statistics(a.attentions, a.layouts, a.block_stages, 4))
+    heads = [int(d.shape[0]) for d in per_image[0][0]]
+    assert len(set(heads)) > 1  # the test needs blocks with different numbers of heads
+    assert [(int(r[1]), int(r[2])) for r in rows] == [
+        (b, h) for b, n in enumerate(heads) for h in range(n)
+    ]
+    for k, column in ((0, 4), (1, 6)):  # distance, entropy: the mean over the images
+        want = np.concatenate(
+            [np.mean([s[k][b].numpy() for s in per_image], axis=0) for b in range(len(heads))]
+        )
+        np.testing.assert_allclose([float(r[column]) for r in rows], want, rtol=1e-5)
+    assert {r[8] for r in rows} == {"nan"}  # no prefix tokens: no prefix share
+    with Image.open(out / "stats.png") as plot:
+        assert plot.size[0] > 100

@@ -28,6 +28,7 @@ from vitviz.checkpoints import LoadedModel
 from vitviz.errors import VitvizError
 from vitviz.imaging import Preprocessing
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
+from vitviz.kinds import KindAnalysis
 from vitviz.layers import LayerSpec, parse_layers
 from vitviz.memory import (
     USABLE_FRACTION,
@@ -48,7 +49,7 @@ class BatchItem:
 
     index: int  # position in the images given
     image: Any
-    analysis: Analysis | None
+    analysis: KindAnalysis | None  # an Analysis from iter_analyses
     error: VitvizError | None = None
 
 
@@ -124,6 +125,50 @@ def iter_analyses(
             yield from run(pending)
             pending = []
     yield from run(pending)
+
+
+def iter_kind_analyses(
+    loaded: LoadedModel,
+    images: Sequence[Any],
+    *,
+    batch_size: int | None = None,
+    device: str | torch.device | None = None,
+    preprocessing: Preprocessing | None = None,
+    gradients: bool = False,
+    **batch_options: Any,
+) -> Iterator[BatchItem]:
+    """One BatchItem per image, in order, for a model of any kind: ``iter_analyses`` (batches,
+    ``batch_options`` its other arguments) where the model's kind takes a batch size, else one
+    image at a time through the kind's ``analyze``, on ``device`` with ``preprocessing``."""
+    from dataclasses import replace
+
+    from vitviz.devices import resolve_device
+    from vitviz.kinds import kind_of
+
+    kind = kind_of(loaded)
+    if "batch_size" not in kind.unused_options():
+        yield from iter_analyses(
+            loaded,
+            images,
+            batch_size=batch_size,
+            device=device,
+            preprocessing=preprocessing,
+            gradients=gradients,
+            **batch_options,
+        )
+        return
+    if preprocessing is not None:
+        loaded = replace(loaded, preprocessing=preprocessing)
+    if device is not None:
+        loaded.model.to(resolve_device(device))
+    for index, image in enumerate(images):
+        try:
+            analysis = kind.analyze(loaded, image, gradients=gradients)
+        except (VitvizError, ValueError) as exc:
+            error = exc if isinstance(exc, VitvizError) else VitvizError(str(exc))
+            yield BatchItem(index, image, None, error)
+            continue
+        yield BatchItem(index, image, analysis)
 
 
 @dataclass

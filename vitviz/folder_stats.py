@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,14 +72,10 @@ class FolderStatistics:
     def images(self) -> int:
         return self.moments["distance"].count
 
-    def add(self, analysis: Any) -> None:
-        """One image's statistics (an Analysis: the (L, H) numbers it holds on the host)."""
-        for name, tensor in zip(
-            STATISTICS,
-            (analysis.mean_distance, analysis.entropy, analysis.prefix_share),
-            strict=True,
-        ):
-            self.moments[name].add(tensor.numpy())
+    def add(self, statistics: Mapping[str, np.ndarray]) -> None:
+        """One image's statistics: ``ModelKind.head_statistics``, (L, H) each by name."""
+        for name in STATISTICS:
+            self.moments[name].add(statistics[name])
 
     def mean(self, name: str) -> np.ndarray:
         m = self.moments[name].mean
@@ -96,6 +92,8 @@ class FolderStatistics:
         out = []
         for layer in range(L):
             for head in range(H):
+                if all(np.isnan(means[n][layer, head]) for n in STATISTICS):
+                    continue  # a head this layer lacks (a Swin's early stages have fewer)
                 row: list[Any] = [self.checkpoint, layer, head, self.images]
                 for n in STATISTICS:
                     row += [float(means[n][layer, head]), float(stds[n][layer, head])]
@@ -114,17 +112,19 @@ def folder_statistics(
 ) -> FolderStatistics:
     """Analyse ``images`` with ``loaded`` (forward passes in batches, no gradients) and gather
     the statistics; ``progress(done, total, path, error)`` after each image."""
-    from vitviz.batch import iter_analyses
+    from vitviz.batch import iter_kind_analyses
+    from vitviz.kinds import kind_of
 
+    kind = kind_of(loaded)
     stats = FolderStatistics(name)
-    for item in iter_analyses(loaded, images, batch_size=batch_size, **analyze_options):
+    for item in iter_kind_analyses(loaded, images, batch_size=batch_size, **analyze_options):
         path = images[item.index]
         error = None
         if item.error is not None:
             error = str(item.error)
             stats.failed.append(f"{path}: {error}")
         else:
-            stats.add(item.analysis)
+            stats.add(kind.head_statistics(item.analysis))
         if progress is not None:
             progress(item.index + 1, len(images), path, error)
         del item

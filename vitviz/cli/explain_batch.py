@@ -167,22 +167,10 @@ def _analyses(
     max_side: int | None,
     kept: tuple[int, ...] | None,
 ) -> Iterator[BatchItem]:
-    """One analysis per image, in order: in batches (``vitviz.batch``) where the model's kind
-    takes a batch size, else one at a time through the kind's ``analyze``."""
-    from vitviz.batch import BatchItem, iter_analyses
-    from vitviz.errors import VitvizError
-    from vitviz.imaging import ImageLoadError
-    from vitviz.kinds import kind_of
+    """One analysis per image, in order (``vitviz.batch.iter_kind_analyses``)."""
+    from vitviz.batch import iter_kind_analyses
 
-    kind = kind_of(loaded)
-    if "batch_size" in kind.unused_options():
-        for index, path in enumerate(images):
-            try:
-                yield BatchItem(index, path, kind.analyze(loaded, path, gradients=gradients))
-            except (ImageLoadError, VitvizError, ValueError) as exc:
-                yield BatchItem(index, path, None, exc)
-        return
-    yield from iter_analyses(
+    return iter_kind_analyses(
         loaded,
         images,
         batch_size=args.batch_size,

@@ -40,7 +40,8 @@ def dots_by_depth(
     fonts = (_font(12), _font(13), _font(16))
     small, label, head = fonts
     layers = max((len(s.values) for s in series), default=1)
-    top_value = nice_top(max((v for s in series for row in s.values for v in row), default=1.0))
+    finite = (v for s in series for row in s.values for v in row if math.isfinite(v))
+    top_value = nice_top(max(finite, default=1.0))
     pw, ph = plot_size[0] * _SS, plot_size[1] * _SS
     left, top = 84 * _SS, 56 * _SS
     legend_h = 26 * _SS * max(1, len(series))

@@ -502,6 +502,14 @@ class ModelKind(EngineMembers, Protocol):
         stages and the most heads of a stage."""
         ...
 
+    def head_statistics(self, analysis: Any) -> dict[str, np.ndarray]:
+        """One image's head statistics, as ``vitviz-cli stats`` averages them over a folder:
+        ``distance`` (mean attention distance, pixels of the model input), ``entropy`` (nats)
+        and ``prefix_share``, each (L, heads) float32 over its attention layers and the most
+        heads of a layer, NaN for a head a layer lacks or a statistic it has no meaning for
+        (a Swin's prefix share: it has no prefix tokens)."""
+        ...
+
     # -- export (added by the explain helper, issue 20) -----------------------------------------
     def npz_arrays(self, analysis: Any) -> dict[str, np.ndarray]:
         """Its own arrays of the explain .npz, beside the shared ones (README's npz table)."""

@@ -133,6 +133,11 @@ class SwinKind:
             return int(cfg.depth), max(int(h) for h in cfg.heads)
         return len(subject.attentions), max(int(a.shape[1]) for a in subject.attentions)
 
+    def head_statistics(self, analysis: SwinAnalysis) -> dict[str, np.ndarray]:
+        from vitviz.kinds.swin.stats import padded_head_statistics
+
+        return padded_head_statistics(analysis)
+
     def npz_arrays(self, analysis: SwinAnalysis) -> dict[str, np.ndarray]:
         from vitviz.kinds.swin.export import swin_arrays
 

@@ -123,14 +123,6 @@ def thumbnail_grid(
     return (h0, w0), patch
 
 
-def _padded(rows: list[np.ndarray], heads: int) -> np.ndarray:
-    """Per block (h_b,) values -> (L, heads) float32, NaN where a block has fewer heads."""
-    out = np.full((len(rows), heads), np.nan, dtype=np.float32)
-    for b, r in enumerate(rows):
-        out[b, : r.shape[0]] = r
-    return out
-
-
 def words(analysis: SwinAnalysis) -> ViewWords:
     """A Swin's words: blocks ("1.2"), points of the input, the average pool; the rollouts read
     the last stage's token and span the first stage's grid, Grad-CAM the last stage's grid."""
@@ -156,13 +148,12 @@ def image_numbers(session: Session, kind: ModelKind) -> ImageNumbers:
     """The block layout, head statistics per block and head (NaN beyond a block's heads), the
     predictions; every query goes to the engine (its rows cost O(n) there)."""
     from vitviz.kinds.swin.methods import ignored_parameters
-    from vitviz.kinds.swin.stats import swin_head_statistics
 
     loaded, a = session.loaded, session.analysis
     head = has_head(loaded.model)
     patch = loaded.model.config.patch_size
     rows = kind.layer_rows(a)
-    dist, ent = swin_head_statistics(a.attentions, a.layouts, a.block_stages, patch)
+    stats = kind.head_statistics(a)
     most = max(r.heads for r in rows)
     L = len(rows)
     thumb_grid, thumb_pixels = thumbnail_grid(a.stage_grids, patch)
@@ -177,9 +168,9 @@ def image_numbers(session: Session, kind: ModelKind) -> ImageNumbers:
         probs=a.probs.float().cpu().numpy(),
         logits=a.logits.float().cpu().numpy(),
         top_class=a.target_class if head else -1,
-        mean_distance=_padded([d.float().cpu().numpy() for d in dist], most),
-        entropy=_padded([e.float().cpu().numpy() for e in ent], most),
-        prefix_share=np.full((L, most), np.nan, dtype=np.float32),
+        mean_distance=stats["distance"],
+        entropy=stats["entropy"],
+        prefix_share=stats["prefix_share"],
         token_norms=np.zeros((L, 0), dtype=np.float32),
         device=str(next(loaded.model.parameters()).device),
         attention=None,

@@ -9,12 +9,17 @@ counts at its true distance.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from vitviz.kinds.swin.attention import windowed_attention
 from vitviz.kinds.swin.windows import WindowLayout, slots_on
+
+if TYPE_CHECKING:
+    from vitviz.kinds.swin.analysis import SwinAnalysis
 
 
 def token_pixels(patch_size: int, stage: int) -> int:
@@ -60,3 +65,24 @@ def swin_head_statistics(
         distances.append(d)
         entropies.append(e)
     return distances, entropies
+
+
+def padded(rows: Sequence[np.ndarray], heads: int) -> np.ndarray:
+    """Per block (h_b,) values -> (L, heads) float32, NaN where a block has fewer heads."""
+    out = np.full((len(rows), heads), np.nan, dtype=np.float32)
+    for b, r in enumerate(rows):
+        out[b, : r.shape[0]] = r
+    return out
+
+
+def padded_head_statistics(analysis: SwinAnalysis) -> dict[str, np.ndarray]:
+    """``ModelKind.head_statistics`` of a Swin: distance and entropy (L, most heads) with NaN
+    beyond a block's heads; prefix share all NaN (a Swin has no prefix tokens)."""
+    a = analysis
+    dist, ent = swin_head_statistics(a.attentions, a.layouts, a.block_stages, a.patch_size)
+    most = max(int(t.shape[1]) for t in a.attentions)
+    return {
+        "distance": padded([d.float().cpu().numpy() for d in dist], most),
+        "entropy": padded([e.float().cpu().numpy() for e in ent], most),
+        "prefix_share": np.full((len(a.attentions), most), np.nan, dtype=np.float32),
+    }

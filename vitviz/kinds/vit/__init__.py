@@ -101,6 +101,13 @@ class ViTKind:
             return int(cfg.depth), int(cfg.heads)
         return int(getattr(subject, "model_layers", subject.num_layers)), int(subject.num_heads)
 
+    def head_statistics(self, analysis: Analysis) -> dict[str, np.ndarray]:
+        return {
+            "distance": analysis.mean_distance.float().numpy(),
+            "entropy": analysis.entropy.float().numpy(),
+            "prefix_share": analysis.prefix_share.float().numpy(),
+        }
+
     def npz_arrays(self, analysis: Analysis) -> dict[str, np.ndarray]:
         import numpy as np
 
