@@ -295,9 +295,9 @@ def heads_figure(
     return titled_figure(grid, lines, levels or (0.0, 1.0), colormap, ticks)
 
 
-def _prediction(analysis: Analysis) -> str:
+def _prediction(analysis: KindAnalysis) -> str:
     """'prediction 'tabby' (43.1%)', or that the model has no classification head."""
-    if not analysis.has_head:
+    if not _has_head(analysis):
         return "no classification head"
     c = analysis.top_class
     return f"prediction '{analysis.class_names[c]}' ({float(analysis.probs[c]):.1%})"
