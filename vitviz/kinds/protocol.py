@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds be
     from torch import Tensor, nn
 
     from vitviz.imaging import Preprocessing
+    from vitviz.imaging.loading import ImageSource
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ class MethodImplementation(Protocol):
 
     def __call__(
         self,
-        analysis: Any,
+        analysis: KindAnalysis,
         query: tuple[int, int] | None,
         target_class: int | None,
         params: Mapping[str, Any],
@@ -192,7 +193,7 @@ class KindMethod:
 
     def __call__(
         self,
-        analysis: Any,
+        analysis: KindAnalysis,
         query: tuple[int, int] | None,
         target_class: int | None,
         params: Mapping[str, Any],
@@ -478,11 +479,11 @@ class ModelKind(EngineMembers, Protocol):
         ...
 
     # -- analysis -----------------------------------------------------------------------------
-    def analyze(self, loaded: Any, image: Any, **options: Any) -> KindAnalysis:
+    def analyze(self, loaded: Loaded, image: ImageSource, **options: Any) -> KindAnalysis:
         """One forward pass of ``loaded``'s model on ``image`` with its attention captured."""
         ...
 
-    def token_geometry(self, analysis: Any) -> TokenGeometry:
+    def token_geometry(self, analysis: KindAnalysis) -> TokenGeometry:
         """Where ``analysis``'s tokens sit on the model input, layer by layer."""
         ...
 
@@ -502,7 +503,7 @@ class ModelKind(EngineMembers, Protocol):
         stages and the most heads of a stage."""
         ...
 
-    def head_statistics(self, analysis: Any) -> dict[str, np.ndarray]:
+    def head_statistics(self, analysis: KindAnalysis) -> dict[str, np.ndarray]:
         """One image's head statistics, as ``vitviz-cli stats`` averages them over a folder:
         ``distance`` (mean attention distance, pixels of the model input), ``entropy`` (nats)
         and ``prefix_share``, each (L, heads) float32 over its attention layers and the most
@@ -511,13 +512,13 @@ class ModelKind(EngineMembers, Protocol):
         ...
 
     # -- export (added by the explain helper, issue 20) -----------------------------------------
-    def npz_arrays(self, analysis: Any) -> dict[str, np.ndarray]:
+    def npz_arrays(self, analysis: KindAnalysis) -> dict[str, np.ndarray]:
         """Its own arrays of the explain .npz, beside the shared ones (README's npz table)."""
         ...
 
     def map_picture(
         self,
-        analysis: Any,
+        analysis: KindAnalysis,
         map_: np.ndarray,
         colormap: str,
         max_side: int | None,
@@ -528,7 +529,9 @@ class ModelKind(EngineMembers, Protocol):
         colour bar where the kind titles its pictures."""
         ...
 
-    def heads_picture(self, analysis: Any, colormap: str, titled: bool) -> Image.Image | None:
+    def heads_picture(
+        self, analysis: KindAnalysis, colormap: str, titled: bool
+    ) -> Image.Image | None:
         """The explain PNG of every layer and head (``<stem>_heads.png``), None: it draws none."""
         ...
 
@@ -538,6 +541,6 @@ class ModelKind(EngineMembers, Protocol):
         ...
 
     # -- window -------------------------------------------------------------------------------
-    def layer_rows(self, analysis: Any) -> tuple[LayerRow, ...]:
+    def layer_rows(self, analysis: KindAnalysis) -> tuple[LayerRow, ...]:
         """The head grid's rows, one per attention layer."""
         ...
