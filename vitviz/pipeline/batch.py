@@ -16,20 +16,20 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis import (
+from vitviz.checkpoints import LoadedModel
+from vitviz.core.errors import VitvizError
+from vitviz.core.layers import LayerSpec, parse_layers
+from vitviz.imaging import Preprocessing
+from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
+from vitviz.pipeline.analysis import (
     Analysis,
     _analysis,
     _Input,
     _prepare,
     _setup,
 )
-from vitviz.capture import capture_batch
-from vitviz.checkpoints import LoadedModel
-from vitviz.errors import VitvizError
-from vitviz.imaging import Preprocessing
-from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
-from vitviz.layers import LayerSpec, parse_layers
-from vitviz.memory import (
+from vitviz.pipeline.capture import capture_batch
+from vitviz.pipeline.memory import (
     USABLE_FRACTION,
     NotEnoughMemoryError,
     available_memory,

@@ -114,7 +114,7 @@ def folder_statistics(
 ) -> FolderStatistics:
     """Analyse ``images`` with ``loaded`` (forward passes in batches, no gradients) and gather
     the statistics; ``progress(done, total, path, error)`` after each image."""
-    from vitviz.batch import iter_analyses
+    from vitviz.pipeline.batch import iter_analyses
 
     stats = FolderStatistics(name)
     for item in iter_analyses(loaded, images, batch_size=batch_size, **analyze_options):
