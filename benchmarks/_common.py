@@ -58,7 +58,7 @@ def add_device_option(p: argparse.ArgumentParser) -> None:
 
 def bench_device(name: str):  # -> torch.device
     """The torch.device of ``--device``; exits 2 with a plain message when it is not here."""
-    from vitviz.devices import resolve_device
+    from vitviz.core.devices import resolve_device
 
     try:
         return resolve_device(name)

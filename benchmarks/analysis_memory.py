@@ -43,7 +43,7 @@ CASES = {
 CHILD = r"""
 import json, sys
 import torch
-from vitviz.analysis import analyze
+from vitviz.pipeline.analysis import analyze
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import default_preprocessing
 from vitviz.model import create_model

@@ -47,13 +47,13 @@ from _common import (
 )
 from PIL import Image
 
-from vitviz.batch import iter_analyses
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import default_preprocessing
 from vitviz.cli.explain_batch import explain_many
-from vitviz.export import MapSettings
 from vitviz.imaging import prepare_image
 from vitviz.model import create_model
+from vitviz.pipeline.batch import iter_analyses
+from vitviz.pipeline.export import MapSettings
 
 TARGET_CUDA = 0.7  # (b) / (a) images per second, at least, on CUDA
 PHOTO = (500, 375)

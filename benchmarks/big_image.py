@@ -105,7 +105,7 @@ def main() -> int:
     p.add_argument("--before", type=Path, help="another vitviz checkout to run the default from")
     args = p.parse_args()
     from vitviz.checkpoints import load_checkpoint
-    from vitviz.resources import default_model_path
+    from vitviz.core.resources import default_model_path
 
     model = default_model_path()
     if model is None:

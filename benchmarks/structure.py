@@ -2,8 +2,9 @@
 
 Prints one table: import circles, imports from a lower layer up to a higher one (the layer map
 is ``tests/import_graph.py``'s ``VITVIZ_LAYERS``), lines outside a kind's own files that name
-the Swin kind, ``swin_*`` modules, loose top-level modules of ``vitviz/``, and uses of ``Any``.
-Then the circles and upward imports themselves. Nothing is timed; exit 0 always.
+the Swin kind, ``swin_*`` modules, loose top-level modules of ``vitviz/`` (those that are no
+entry point) and uses of ``Any``. Then the circles, upward imports and loose modules themselves.
+Nothing is timed; exit 0 always.
 
     .venv/bin/python benchmarks/structure.py [--package vitviz]
 """
@@ -22,6 +23,10 @@ from import_graph import VITVIZ_LAYERS, circles, import_graph, upward_imports
 # A line that asks which kind it holds: is_swin, isinstance(.., Swin..), a swin_ module or name.
 KIND_BRANCH = re.compile(r"\bis_swin\b|isinstance\([^)]*Swin|\bswin_\w+")
 ANY = re.compile(r"\bAny\b")
+# The modules that stay at the top of the package: its __init__, ``python -m vitviz``, the
+# window's entry point (gui-script), the installed self-test and the Qt-dependency check (run
+# as ``python -m vitviz.qt_deps`` by packaging/install.sh). Anything else belongs in a package.
+ENTRY_POINTS = ("__init__", "__main__", "app", "selftest", "qt_deps")
 
 
 def kind_files(package: Path) -> set[Path]:
@@ -49,7 +54,7 @@ def main() -> int:
         hits = sum(1 for line in text.splitlines() if KIND_BRANCH.search(line))
         if hits:
             branch_lines[f] = hits
-    loose = [f for f in package.glob("*.py") if f.name not in ("__init__.py", "__main__.py")]
+    loose = [f for f in package.glob("*.py") if f.stem not in ENTRY_POINTS]
     rows = [
         ("import circles", len(found_circles)),
         ("upward imports", len(upward)),
@@ -65,6 +70,8 @@ def main() -> int:
         print("circle:", " <-> ".join(circle))
     for module, line, target in upward:
         print(f"upward: {module}:{line} imports {target}")
+    for f in sorted(loose):
+        print(f"loose: {f.relative_to(REPO_ROOT)}")
     top = sorted(branch_lines.items(), key=lambda kv: -kv[1])[:10]
     for f, n in top:
         print(f"kind branches: {f.relative_to(REPO_ROOT)} {n}")

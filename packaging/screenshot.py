@@ -4,7 +4,7 @@ Runs the real window offscreen (no display needed), opens an image and a checkpo
 ``vitviz IMAGE CHECKPOINT`` does, waits until the predictions and maps are on screen, grabs the
 window and writes a small palette PNG (default ``resources/screenshot.png``, kept < 300 KB).
 
-Defaults: the shipped model and first sample image (vitviz.resources) where they exist; else a
+Defaults: the shipped model and first sample image (vitviz.core.resources) where they exist; else a
 generated tiny ViT (random weights scaled so its attention is peaked) and scikit-image's
 "chelsea" photo (or a generated picture without scikit-image).
 
@@ -33,7 +33,7 @@ MAX_BYTES = 300_000
 
 
 def default_checkpoint(folder: Path) -> Path:
-    from vitviz import resources
+    from vitviz.core import resources
 
     shipped = resources.default_model_path()
     if shipped is not None:
@@ -60,7 +60,7 @@ def default_image(folder: Path) -> Path:
     import numpy as np
     from PIL import Image
 
-    from vitviz import resources
+    from vitviz.core import resources
 
     samples = resources.sample_images()
     if samples:

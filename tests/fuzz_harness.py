@@ -46,7 +46,7 @@ from typing import Any
 from hostile_files import Case
 
 MEMORY_LIMIT_MIB = 2048  # peak RSS growth allowed per case: the 2 GB bound for large images
-MEMORY_BUDGET_ENV = "VITVIZ_MEMORY_BUDGET"  # read by vitviz.memory
+MEMORY_BUDGET_ENV = "VITVIZ_MEMORY_BUDGET"  # read by vitviz.pipeline.memory
 ADDRESS_SPACE_HEADROOM = 2 << 30  # RLIMIT_AS above the process's size while a case runs
 CATEGORIES = (
     "raw",
@@ -394,8 +394,8 @@ def vitviz_error_types() -> tuple[type[BaseException], ...]:
 
     found: list[type[BaseException]] = [ImageLoadError, CheckpointError]
     for module, name in (
-        ("vitviz.finite", "NonFiniteError"),
-        ("vitviz.memory", "NotEnoughMemoryError"),
+        ("vitviz.core.finite", "NonFiniteError"),
+        ("vitviz.pipeline.memory", "NotEnoughMemoryError"),
     ):
         with contextlib.suppress(ImportError, AttributeError):
             found.append(getattr(importlib.import_module(module), name))
@@ -529,7 +529,7 @@ def _analyze_both(stage: _Stage, run: Callable[[bool], Any]) -> tuple[bool, bool
 def _api_image(case_path: Path, env: FuzzEnv, stage: _Stage) -> tuple[bool, bool, bool]:
     """(load_image accepted, analysis accepted, analysis with gradients accepted)."""
     import vitviz
-    from vitviz.analysis import analyze
+    from vitviz.pipeline.analysis import analyze
 
     loaded_ok, _ = stage.call("load_image", lambda: vitviz.load_image(case_path))
     ok, with_gradients = _analyze_both(stage, lambda g: analyze(env.loaded, case_path, gradients=g))
@@ -538,8 +538,8 @@ def _api_image(case_path: Path, env: FuzzEnv, stage: _Stage) -> tuple[bool, bool
 
 def _api_checkpoint(case_path: Path, env: FuzzEnv, stage: _Stage) -> tuple[bool, bool, bool]:
     """(load_checkpoint accepted, analysis accepted, analysis with gradients accepted)."""
-    from vitviz.analysis import analyze
     from vitviz.checkpoints import load_checkpoint
+    from vitviz.pipeline.analysis import analyze
 
     loaded_ok, loaded = stage.call("load_checkpoint", lambda: load_checkpoint(case_path))
     if not loaded_ok:

@@ -135,13 +135,19 @@ def upward_imports(
 
 # vitviz's layers, lowest first (DESIGN §1-2): a module may import its own layer and those below.
 VITVIZ_LAYERS: dict[str, int] = {
-    **dict.fromkeys(
-        ("printable", "errors", "console", "tree_text", "devices", "finite", "layers"), 0
-    ),
+    # core/: plain utilities; a package ranked as its lowest module, each module at its own rank
+    "core": 0,
+    **dict.fromkeys(("core.printable", "core.errors", "core.console", "core.tree_text"), 0),
+    **dict.fromkeys(("core.devices", "core.finite", "core.layers"), 0),
     **dict.fromkeys(("model", "imaging"), 1),
-    **dict.fromkeys(("memory", "filekinds", "resources", "last_model", "explain"), 2),
-    **dict.fromkeys(("checkpoints", "capture"), 3),
-    **dict.fromkeys(("modelcode", "analysis"), 4),
+    **dict.fromkeys(("core.filekinds", "core.resources", "core.last_model", "explain"), 2),
+    "checkpoints": 3,
+    "modelcode": 4,
+    # pipeline/: from a model and images to numbers and files, module by module
+    "pipeline": 2,
+    "pipeline.memory": 2,
+    "pipeline.capture": 3,
+    "pipeline.analysis": 4,
     # the kinds: the registry low; each kind's package spans the layers, module by module
     "kinds": 1,
     **dict.fromkeys(("kinds.swin.network", "kinds.swin.config", "kinds.swin.layers"), 1),
@@ -158,7 +164,8 @@ VITVIZ_LAYERS: dict[str, int] = {
     # what the engine asks of a kind, as numpy for the window (no Qt, no workers, no ui)
     **dict.fromkeys(("kinds.swin.engine_data", "kinds.vit.engine_data"), 5),
     "kinds.maps": 1,  # numpy helpers over query maps (the window's fast path shares them)
-    **dict.fromkeys(("batch", "export", "folder_stats", "training"), 5),
+    **dict.fromkeys(("pipeline.batch", "pipeline.export", "pipeline.folder_stats"), 5),
+    "training": 5,
     "cli": 6,
     "workers": 7,
     "ui": 8,

@@ -11,11 +11,11 @@ import torch
 from conftest import CLASS_NAMES
 from PIL import Image
 
-import vitviz.analysis
 import vitviz.explain
-from vitviz.analysis import analyze
+import vitviz.pipeline.analysis
 from vitviz.checkpoints import LoadedModel, load_checkpoint
 from vitviz.imaging import Preprocessing, load_image, prepare_image
+from vitviz.pipeline.analysis import analyze
 
 
 @pytest.fixture
@@ -228,13 +228,13 @@ def test_gradients_only_when_asked_and_cached_per_class(
     loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    real = vitviz.analysis.reduced_gradient_pass  # the maps' gradient pass (reduced)
+    real = vitviz.pipeline.analysis.reduced_gradient_pass  # the maps' gradient pass (reduced)
 
     def counting(model, x, target, attention_of, **kwargs):
         calls.append(int(target))
         return real(model, x, target, attention_of, **kwargs)
 
-    monkeypatch.setattr(vitviz.analysis, "reduced_gradient_pass", counting)
+    monkeypatch.setattr(vitviz.pipeline.analysis, "reduced_gradient_pass", counting)
     a = analyze(loaded, _x(8))
     a.rollout()
     a.dino_masks()

@@ -14,12 +14,12 @@ import torch
 from PIL import Image
 
 import vitviz
-from vitviz import batch, export
-from vitviz.analysis import analyze
-from vitviz.batch import choose_batch_size, iter_analyses
 from vitviz.checkpoints import LoadedModel, load_checkpoint
 from vitviz.cli import main
-from vitviz.memory import BUDGET_ENV, estimate_analysis
+from vitviz.pipeline import batch, export
+from vitviz.pipeline.analysis import analyze
+from vitviz.pipeline.batch import choose_batch_size, iter_analyses
+from vitviz.pipeline.memory import BUDGET_ENV, estimate_analysis
 
 
 @pytest.fixture

@@ -17,15 +17,12 @@ CORE = (
     "checkpoints",
     "imaging",
     "explain",
-    "analysis",
+    "pipeline",  # analysis, export, capture, batch, memory, folder_stats
     "training",
     "cli",
     "modelcode",
-    "export",
     "swin_output",
-    "devices",
-    "filekinds",
-    "resources",
+    "core",  # devices, filekinds, resources and the other plain utilities
 )
 QT_ROOTS = ("PySide6", "PySide2", "PyQt5", "PyQt6", "pyqtgraph", "shiboken6", "shiboken2", "qtpy")
 QT_PACKAGES_OF_VITVIZ = ("vitviz.ui", "vitviz.workers")  # the only places allowed to touch Qt

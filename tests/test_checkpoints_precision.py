@@ -22,8 +22,8 @@ from transformers import ViTConfig as HFViTConfig
 from transformers import ViTForImageClassification
 from zoo_helpers import images, randomize_
 
-from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
+from vitviz.pipeline.analysis import analyze
 
 TOLERANCE = 1e-3  # float32 result of the same weights
 

@@ -15,10 +15,10 @@ from checkpoint_cases import photo, tv_checkpoint
 from conftest import CLASS_NAMES
 from PIL import Image
 
-from vitviz.analysis import Analysis, analyze
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.cli import main
 from vitviz.imaging.preprocess import Preprocessing
+from vitviz.pipeline.analysis import Analysis, analyze
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QSettings
 
-from vitviz import resources
 from vitviz.checkpoints import load_checkpoint
-from vitviz.last_model import choose_model, last_checkpoint, qt_string_list
+from vitviz.core import resources
+from vitviz.core.last_model import choose_model, last_checkpoint, qt_string_list
 from vitviz.ui.settings import AppSettings
 
 REPO = Path(__file__).resolve().parents[1]

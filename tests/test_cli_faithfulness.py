@@ -14,13 +14,13 @@ import pytest
 from conftest import CLASS_NAMES, random_vit
 from PIL import Image
 
-from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.cli import main
 from vitviz.explain import all_methods
 from vitviz.explain.faithfulness import evaluate_methods, report
 from vitviz.explain.localisation import mask_grid_for
 from vitviz.imaging.curves import GREY, PALETTE
+from vitviz.pipeline.analysis import analyze
 
 SAMPLES = Path(__file__).resolve().parents[1] / "resources" / "samples"
 METHODS = ("rollout", "relevance", "gradcam", "random")

@@ -13,7 +13,6 @@ import torch
 from conftest import random_vit
 from PIL import Image
 
-from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.cli import main
 from vitviz.cli.methods import methods_markdown
@@ -25,7 +24,8 @@ from vitviz.explain import (
     register_method,
     unregister_method,
 )
-from vitviz.export import NPZ_KEYS
+from vitviz.pipeline.analysis import analyze
+from vitviz.pipeline.export import NPZ_KEYS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BUILTIN = tuple(m.name for m in all_methods())  # at import: the table as shipped

@@ -13,10 +13,10 @@ import pytest
 from conftest import CLASS_NAMES, random_vit
 from PIL import Image
 
-from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.cli import main
 from vitviz.imaging.curves import PALETTE
+from vitviz.pipeline.analysis import analyze
 
 HEADER = [
     "checkpoint", "layer", "head", "images", "distance_mean", "distance_std", "entropy_mean",

@@ -14,9 +14,9 @@ import pytest
 from PIL import Image
 from PySide6.QtCore import QSettings
 
-from vitviz import resources
-from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint
+from vitviz.core import resources
+from vitviz.pipeline.analysis import analyze
 from vitviz.training.evaluate import DEFAULT_SEED, evaluate_shapes_model
 from vitviz.training.shapes import SHAPE_NAMES
 

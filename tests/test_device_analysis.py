@@ -11,16 +11,16 @@ import pytest
 import torch
 
 from vitviz import explain
-from vitviz.analysis import (
+from vitviz.checkpoints import LoadedModel, load_checkpoint
+from vitviz.explain.methods import all_methods
+from vitviz.pipeline.analysis import (
     ATTENTION_ABSOLUTE,
     ATTENTION_PRECISION,
     NotEnoughMemoryError,
     analyze,
     attention_precision_text,
 )
-from vitviz.checkpoints import LoadedModel, load_checkpoint
-from vitviz.explain.methods import all_methods
-from vitviz.memory import BUDGET_ENV, check_analysis_memory, estimate_analysis
+from vitviz.pipeline.memory import BUDGET_ENV, check_analysis_memory, estimate_analysis
 
 DEVICES = [
     "cpu",
@@ -187,8 +187,8 @@ def test_the_gradient_pass_recomputes_blocks_only_where_memory_asks(
 ) -> None:
     """Both gradient passes give the same maps; the lean one (each block recomputed in the
     backward pass) is chosen for a big model, the fast one where the graph fits the plan."""
-    from vitviz import capture
     from vitviz.model import create_model
+    from vitviz.pipeline import capture
 
     with torch.device("meta"):  # shapes only: no 300M weights in a test
         large = create_model("vit-large", image_size=518, patch_size=14)

@@ -19,7 +19,6 @@ import torch
 from conftest import CLASS_NAMES, random_vit
 from PIL import Image
 
-from vitviz.analysis import analyze
 from vitviz.checkpoints import LoadedModel
 from vitviz.explain import faithfulness, localise, mask_to_grid, random_map
 from vitviz.explain.faithfulness import (
@@ -32,6 +31,7 @@ from vitviz.explain.faithfulness import (
 )
 from vitviz.explain.localisation import load_mask, mask_grid_for, mask_path_for
 from vitviz.imaging import PatchGeometry, Preprocessing
+from vitviz.pipeline.analysis import analyze
 
 GRID = (3, 5)
 P = GRID[0] * GRID[1]

@@ -13,7 +13,6 @@ import pytest
 import torch
 from conftest import CLASS_NAMES, random_vit
 
-from vitviz.analysis import analyze
 from vitviz.checkpoints import LoadedModel
 from vitviz.explain import (
     Method,
@@ -30,6 +29,7 @@ from vitviz.explain import (
 )
 from vitviz.explain.methods import methods_for, model_kind
 from vitviz.imaging import Preprocessing
+from vitviz.pipeline.analysis import analyze
 
 BUILTIN = (
     "attention",

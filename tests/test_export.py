@@ -12,9 +12,12 @@ import torch
 from conftest import CLASS_NAMES, random_vit
 from PIL import Image
 
-from vitviz.analysis import Analysis, analyze
 from vitviz.checkpoints import LoadedModel, load_checkpoint, save_checkpoint
-from vitviz.export import (
+from vitviz.imaging import Preprocessing
+from vitviz.imaging.figure import figure_layout
+from vitviz.imaging.overlay import head_grid_image, scale_each_tile
+from vitviz.pipeline.analysis import Analysis, analyze
+from vitviz.pipeline.export import (
     NPZ_KEYS,
     MapSettings,
     compute_maps,
@@ -23,9 +26,6 @@ from vitviz.export import (
     write_npz,
     write_pngs,
 )
-from vitviz.imaging import Preprocessing
-from vitviz.imaging.figure import figure_layout
-from vitviz.imaging.overlay import head_grid_image, scale_each_tile
 
 
 @pytest.fixture
@@ -309,7 +309,7 @@ def test_cli_writes_big_overlays_at_4096_unless_full_size(
 
 
 def test_output_stems_stay_inside_file_name_limits() -> None:
-    from vitviz.export import MAX_STEM_BYTES, output_stem
+    from vitviz.pipeline.export import MAX_STEM_BYTES, output_stem
 
     assert output_stem("chelsea") == "chelsea"
     long_a, long_b = "a" * 250 + "x", "a" * 250 + "y"

@@ -10,13 +10,13 @@ import pytest
 from conftest import random_vit
 from PIL import Image
 
-from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.cli import main
 from vitviz.explain.methods import get_method
-from vitviz.export import MapSettings, compute_maps, map_levels, map_overlay, map_title
 from vitviz.imaging.colormaps import apply_colormap
 from vitviz.imaging.figure import figure_layout, font_size, scale_labels, titled_figure
+from vitviz.pipeline.analysis import analyze
+from vitviz.pipeline.export import MapSettings, compute_maps, map_levels, map_overlay, map_title
 
 
 def _overlay(w: int = 90, h: int = 60) -> Image.Image:

@@ -70,14 +70,14 @@ def test_harness_sees_ghostscript_started(
     from PIL import Image
 
     import vitviz
-    import vitviz.analysis
+    import vitviz.pipeline.analysis
 
     def naive(source: object, **_: object) -> Image.Image:
         with Image.open(source) as image:  # every format Pillow knows, EPS included
             return image.convert("RGB")
 
     monkeypatch.setattr(vitviz, "load_image", naive)
-    monkeypatch.setattr(vitviz.analysis, "load_image", naive)
+    monkeypatch.setattr(vitviz.pipeline.analysis, "load_image", naive)
     outcome = run_case(_case("postscript/eps-writes-a-file.png"), tmp_path, fuzz_env, cli=False)
     assert "program" in outcome.categories(), outcome.problems
     assert any("ghostscript-started" in p for p in outcome.problems), outcome.problems
@@ -107,7 +107,7 @@ def test_harness_sees_raw_errors_bad_messages_writes_and_memory(
     import fuzz_harness
     import numpy as np
 
-    import vitviz.analysis
+    import vitviz.pipeline.analysis
     from vitviz.imaging import ImageLoadError
 
     control = _case("control/rgb.png")
@@ -115,7 +115,7 @@ def test_harness_sees_raw_errors_bad_messages_writes_and_memory(
     def raw(*_: object, **__: object) -> None:
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
 
-    monkeypatch.setattr(vitviz.analysis, "analyze", raw)
+    monkeypatch.setattr(vitviz.pipeline.analysis, "analyze", raw)
     got = run_case(control, tmp_path / "raw", fuzz_env, cli=False)
     assert {"raw", "verdict"} <= got.categories(), got.problems
 
@@ -124,7 +124,7 @@ def test_harness_sees_raw_errors_bad_messages_writes_and_memory(
         error.args = ("first line\nsecond line",)  # as a subclass that skipped that would
         raise error
 
-    monkeypatch.setattr(vitviz.analysis, "analyze", two_lines)
+    monkeypatch.setattr(vitviz.pipeline.analysis, "analyze", two_lines)
     got = run_case(control, tmp_path / "message", fuzz_env, cli=False)
     assert "message" in got.categories(), got.problems
 
@@ -132,7 +132,7 @@ def test_harness_sees_raw_errors_bad_messages_writes_and_memory(
         (fuzz_env.temp / "left-behind.txt").write_text("x")
         raise ImageLoadError("refused")
 
-    monkeypatch.setattr(vitviz.analysis, "analyze", writes)
+    monkeypatch.setattr(vitviz.pipeline.analysis, "analyze", writes)
     got = run_case(control, tmp_path / "write", fuzz_env, cli=False)
     (fuzz_env.temp / "left-behind.txt").unlink()
     assert "file" in got.categories(), got.problems
@@ -146,7 +146,7 @@ def test_harness_sees_raw_errors_bad_messages_writes_and_memory(
             touched = int(np.frombuffer(block, dtype=np.uint8).sum(dtype=np.int64))
         raise ImageLoadError(f"refused after {touched} bytes")
 
-    monkeypatch.setattr(vitviz.analysis, "analyze", hungry)
+    monkeypatch.setattr(vitviz.pipeline.analysis, "analyze", hungry)
     monkeypatch.setattr(fuzz_harness, "MEMORY_LIMIT_MIB", 32)
     got = run_case(control, tmp_path / "memory", fuzz_env, cli=False)
     assert "memory" in got.categories(), got.problems

@@ -348,8 +348,8 @@ def test_postscript_named_png_never_starts_ghostscript(
     tmp_path: Path, fake_gs: Path, tiny_ckpt: Path, capsys: pytest.CaptureFixture
 ) -> None:
     from vitviz import cli
-    from vitviz.analysis import analyze
     from vitviz.checkpoints import load_checkpoint
+    from vitviz.pipeline.analysis import analyze
     from vitviz.training.config import TrainConfig
     from vitviz.training.datasets import load_dataset
     from vitviz.workers import jobs
@@ -450,7 +450,7 @@ def test_accepted_formats_come_from_one_list(tmp_path: Path, cat: np.ndarray) ->
 
 
 def test_file_kind_sniffs_only_accepted_formats(tmp_path: Path) -> None:
-    from vitviz.filekinds import file_kind
+    from vitviz.core.filekinds import file_kind
 
     (tmp_path / "picture").write_bytes(_image_bytes("PNG"))
     (tmp_path / "webp").write_bytes(_image_bytes("WEBP"))
@@ -481,7 +481,7 @@ def _load_in_thread(path: Path) -> BaseException | None:
 
 
 def test_fifo_and_folder_named_png_are_refused_without_blocking(tmp_path: Path) -> None:
-    from vitviz.filekinds import file_kind
+    from vitviz.core.filekinds import file_kind
 
     fifo = tmp_path / "pipe.png"
     os.mkfifo(fifo)

@@ -11,14 +11,14 @@ import pytest
 import torch
 from conftest import CLASS_NAMES, random_vit
 
-from vitviz.analysis import NotEnoughMemoryError, analyze
-from vitviz.batch import analyze_batch
 from vitviz.checkpoints import LoadedModel, load_checkpoint, save_checkpoint
 from vitviz.cli import main
+from vitviz.core.layers import LayersNotKeptError, LayerSpecError, layers_text, parse_layers
 from vitviz.explain.methods import get_method, methods_for
-from vitviz.export import compute_maps, write_npz, write_pngs
-from vitviz.layers import LayersNotKeptError, LayerSpecError, layers_text, parse_layers
-from vitviz.memory import (
+from vitviz.pipeline.analysis import NotEnoughMemoryError, analyze
+from vitviz.pipeline.batch import analyze_batch
+from vitviz.pipeline.export import compute_maps, write_npz, write_pngs
+from vitviz.pipeline.memory import (
     BUDGET_ENV,
     USABLE_FRACTION,
     check_analysis_memory,

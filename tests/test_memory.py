@@ -13,18 +13,18 @@ import pytest
 import torch
 from checkpoint_cases import photo, tv_checkpoint
 
-from vitviz import memory
-from vitviz.analysis import NotEnoughMemoryError, analyze
 from vitviz.checkpoints import load_checkpoint
 from vitviz.imaging import Preprocessing
-from vitviz.memory import (
+from vitviz.model import ViTConfig
+from vitviz.pipeline import memory
+from vitviz.pipeline.analysis import NotEnoughMemoryError, analyze
+from vitviz.pipeline.memory import (
     BUDGET_ENV,
     available_memory,
     check_analysis_memory,
     estimate_analysis,
     parse_bytes,
 )
-from vitviz.model import ViTConfig
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = ViTConfig(image_size=32, patch_size=8, dim=32, depth=2, heads=2, num_classes=3)
@@ -77,7 +77,7 @@ def test_analyze_refuses_what_does_not_fit_before_preparing_the_image(
     def never(*args, **kwargs):
         raise AssertionError("the image was prepared before the memory check")
 
-    monkeypatch.setattr("vitviz.analysis.prepare_image", never)
+    monkeypatch.setattr("vitviz.pipeline.analysis.prepare_image", never)
     with pytest.raises(NotEnoughMemoryError) as info:
         analyze(loaded, photo(tmp_path))
     msg = str(info.value)
@@ -152,11 +152,11 @@ def test_an_unknown_budget_refuses_nothing(monkeypatch: pytest.MonkeyPatch) -> N
 _CHILD = r"""
 import gc, json, resource, sys
 import torch
-from vitviz.analysis import analyze
+from vitviz.pipeline.analysis import analyze
 from vitviz.checkpoints.loaded import LoadedModel
-from vitviz.export import compute_maps
+from vitviz.pipeline.export import compute_maps
 from vitviz.imaging import Preprocessing
-from vitviz.memory import estimate_analysis
+from vitviz.pipeline.memory import estimate_analysis
 from vitviz.model import VisionTransformer, ViTConfig
 size = int(sys.argv[1])
 cfg = ViTConfig(image_size=32, patch_size=8, dim=32, depth=2, heads=2, num_classes=3)

@@ -156,7 +156,7 @@ def test_the_table_runs_a_swin_through_its_kind(swin_loaded) -> None:
 def test_one_npz_vocabulary_for_every_kind(swin_loaded, tmp_path: Path, photo_files) -> None:
     """The same method writes the same key: a Swin's npz holds the shared keys (`rollout`,
     `gradient_rollout`, `relevance` NaN: it can't run on a Swin), `kind`, its own arrays."""
-    from vitviz.export import SHARED_NPZ_KEYS
+    from vitviz.pipeline.export import SHARED_NPZ_KEYS
 
     path = tmp_path / "swin.pth"
     torch.save(tiny_torchvision_swin(seed=2).state_dict(), path)

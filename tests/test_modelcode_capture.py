@@ -225,7 +225,7 @@ def test_the_package_imports_no_qt_and_no_torch_until_used():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("key", ["multihead", "encoder_batch_first", "deit_distilled", "sdpa"])
 def test_capture_on_cuda_matches_the_cpu(key, tmp_path, photo_files):
-    from vitviz.analysis import analyze
+    from vitviz.pipeline.analysis import analyze
 
     lay = LAYOUTS[LAYOUT_IDS.index(key)]
     written = write_model(lay, tmp_path)

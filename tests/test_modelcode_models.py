@@ -25,10 +25,10 @@ from test_modelcode_layouts import (
 from torch import Tensor, nn
 
 from vitviz import explain
-from vitviz.analysis import analyze
 from vitviz.checkpoints import LoadedModel
 from vitviz.cli import main
 from vitviz.modelcode import CapturedModel, extract_logits, load_model_code, make_spec
+from vitviz.pipeline.analysis import analyze
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -18,10 +18,10 @@ import torch
 from test_modelcode_layouts import import_file, multihead_by_hand, scramble
 from torch import Tensor, nn
 
-from vitviz.analysis import analyze
 from vitviz.cli import main
 from vitviz.modelcode import ModelCodeError, extract_logits, load_model_code, make_spec, sizing
 from vitviz.modelcode.importing import module_name_for
+from vitviz.pipeline.analysis import analyze
 
 TUTORIAL = '''
 """Vision Transformer from scratch (a course notebook, exported to a file)."""

@@ -32,10 +32,10 @@ from tutorial_families import (
     Family,
 )
 
-from vitviz.analysis import Analysis, analyze
 from vitviz.checkpoints import LoadedModel
 from vitviz.cli import main
 from vitviz.modelcode import ModelCodeError, load_model_code, make_spec
+from vitviz.pipeline.analysis import Analysis, analyze
 
 BY_HAND = {"Attention": fused_by_hand, "MHSA": separate_by_hand}
 BY_HAND["MultiheadAttention"] = multihead_by_hand

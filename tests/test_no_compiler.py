@@ -21,9 +21,9 @@ _ANALYZE = r"""
 import sys
 import torch
 from conftest import random_vit
-from vitviz.analysis import analyze
+from vitviz.pipeline.analysis import analyze
 from vitviz.checkpoints.loaded import LoadedModel
-from vitviz.export import compute_maps
+from vitviz.pipeline.export import compute_maps
 from vitviz.imaging import Preprocessing
 
 model = random_vit(0)

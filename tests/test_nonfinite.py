@@ -10,10 +10,10 @@ import pytest
 import torch
 from checkpoint_cases import photo, tv_checkpoint
 
-from vitviz.analysis import NonFiniteError, analyze
 from vitviz.checkpoints import load_checkpoint
 from vitviz.explain import gradients as explain_gradients
 from vitviz.imaging import Preprocessing
+from vitviz.pipeline.analysis import NonFiniteError, analyze
 from vitviz.workers import jobs
 
 
@@ -53,7 +53,7 @@ def test_nan_attention_with_finite_logits_is_refused(tmp_path: Path, monkeypatch
 
     def forward(x, **kwargs):
         sink = kwargs.get("attention_sink")
-        if sink is not None:  # the layers are handed over as they come (vitviz.capture)
+        if sink is not None:  # the layers are handed over as they come (vitviz.pipeline.capture)
 
             def poisoned(layer, a):
                 if layer == last:

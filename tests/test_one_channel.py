@@ -19,11 +19,11 @@ from skimage import data
 from test_zoo_tutorial import LucidViT
 from zoo_helpers import ATTN_ATOL, LOGIT_ATOL, assert_attention, assert_close, randomize_
 
-from vitviz import export as ex
-from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint
 from vitviz.cli import main
 from vitviz.imaging import Preprocessing
+from vitviz.pipeline import export as ex
+from vitviz.pipeline.analysis import analyze
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 WAIT_MS = 20_000

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from vitviz import explain
-from vitviz.analysis import ROLLOUT_CACHE_SIZE, analyze
 from vitviz.explain.rollout import PreparedRollout
+from vitviz.pipeline.analysis import ROLLOUT_CACHE_SIZE, analyze
 
 
 def _attention(L: int = 3, B: int = 2, H: int = 2, N: int = 13, seed: int = 0) -> list:

@@ -10,9 +10,9 @@ import torch
 from swin_helpers import tiny_torchvision_swin
 
 from vitviz import cli
-from vitviz.analysis import UnsupportedModelError, analyze
 from vitviz.checkpoints import load_checkpoint
-from vitviz.errors import VitvizError
+from vitviz.core.errors import VitvizError
+from vitviz.pipeline.analysis import UnsupportedModelError, analyze
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_analyze_takes_a_swin_through_its_kind(swin_ckpt: Path, photo_files) -> 
 
 
 def test_the_vit_analysis_refuses_a_swin_in_one_line(swin_ckpt: Path, photo_files) -> None:
-    from vitviz.analysis import analyze_vit
+    from vitviz.pipeline.analysis import analyze_vit
 
     with pytest.raises(UnsupportedModelError, match="Swin") as info:
         analyze_vit(load_checkpoint(swin_ckpt), photo_files["chelsea"])

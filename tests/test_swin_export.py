@@ -15,8 +15,8 @@ from PIL import Image
 from swin_helpers import tiny_torchvision_swin
 
 from vitviz import cli
-from vitviz.export import heads_figure
 from vitviz.kinds.swin.attention import query_row, token_at
+from vitviz.pipeline.export import heads_figure
 from vitviz.workers import jobs
 from vitviz.workers.messages import MapParams
 

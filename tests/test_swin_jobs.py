@@ -120,9 +120,9 @@ def test_rollout_and_gradcam_maps(swin_state) -> None:
 def test_faithfulness_of_a_swin_is_evaluate_swin_methods(swin_ckpt: Path) -> None:
     """The shown method against random, with the mask beside the image, also after the
     gradient rollout was shown (its analysis, run again with gradients, keeps the geometry)."""
+    from vitviz.core.resources import sample_images
     from vitviz.explain.localisation import mask_grid_for
     from vitviz.kinds.swin.faithfulness import evaluate_swin_methods
-    from vitviz.resources import sample_images
 
     image = sample_images()[0]
     state = jobs.EngineState()

@@ -24,10 +24,10 @@ from test_ui_window import (
     wait_shown,
 )
 
-from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint
 from vitviz.kinds.swin.analysis import analyze_swin
 from vitviz.kinds.swin.attention import query_row, token_at
+from vitviz.pipeline.analysis import analyze
 from vitviz.ui.head_grid import MEAN
 from vitviz.ui.main_window import MainWindow
 from vitviz.ui.window_outline import partition_segments
@@ -266,7 +266,7 @@ def test_faithfulness_panel_measures_the_swin_method_against_random(
 ) -> None:
     """The Faithfulness panel on a Swin: the shown method's curves (``swin_method_map``'s map of
     the average pool) against random, with the mask beside the sample image."""
-    from vitviz import resources
+    from vitviz.core import resources
     from vitviz.explain.localisation import mask_grid_for
     from vitviz.kinds.swin.faithfulness import evaluate_swin_methods
 

@@ -328,14 +328,14 @@ class PoolKind:
                                 name=name, params=params)  # fmt: skip
 
     def export_npz(self, session, path, method, params, target_class) -> Path:
-        from vitviz import export as ex
+        from vitviz.pipeline import export as ex
 
         a = session.analysis
         settings = ex.MapSettings(target_class=target_class, methods=(method,))
         return ex.write_npz(a, ex.compute_maps(a, settings), path)
 
     def view_heads_picture(self, session, query, colormap, opacity, per_head) -> Image.Image:
-        from vitviz.export import heads_figure
+        from vitviz.pipeline.export import heads_figure
 
         maps = _thumbs(session.analysis, query)
         rows = [r.label for r in self.layer_rows(session.analysis)]

@@ -1,4 +1,5 @@
-"""`vitviz-cli info` prints provenance as indented lines (vitviz.tree_text), not one JSON line."""
+"""`vitviz-cli info` prints provenance as indented lines (vitviz.core.tree_text), not one JSON
+line."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from conftest import random_vit
 
 from vitviz.checkpoints import save_checkpoint
 from vitviz.cli import main
-from vitviz.tree_text import MAX_DEPTH, MAX_ITEMS, scalar_text, tree_lines
+from vitviz.core.tree_text import MAX_DEPTH, MAX_ITEMS, scalar_text, tree_lines
 
 
 def test_nested_objects_are_indented_and_values_aligned() -> None:

@@ -27,8 +27,8 @@ from test_ui_window import (
 )
 from ui_fit import clipped_widgets, inside_window
 
-from vitviz import resources
 from vitviz.checkpoints import save_checkpoint
+from vitviz.core import resources
 from vitviz.ui.canvas import flat_value
 from vitviz.ui.charts import layer_ticks
 from vitviz.ui.head_grid import MEAN, GridLayout, build_mosaic, plan_layout

@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 from test_ui_window import WAIT_MS, drop, new_window, wait_shown
 
-from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint
-from vitviz.errors import VitvizError
+from vitviz.core.errors import VitvizError
+from vitviz.pipeline.analysis import analyze
 from vitviz.ui.main_window import MainWindow
 from vitviz.workers.folder_stats import RunCancelledError, folder_stats_job
 

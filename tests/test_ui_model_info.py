@@ -9,9 +9,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QPlainTextEdit
 
-from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint
 from vitviz.imaging import Preprocessing
+from vitviz.pipeline.analysis import analyze
 from vitviz.ui.main_window import MainWindow
 from vitviz.ui.settings import AppSettings
 

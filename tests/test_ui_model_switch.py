@@ -26,8 +26,8 @@ from test_ui_window import (
     wait_shown,
 )
 
-from vitviz import resources
 from vitviz.checkpoints import save_checkpoint
+from vitviz.core import resources
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.controls import MEAN
 from vitviz.ui.main_window import MainWindow

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vitviz.analysis import analyze
 from vitviz.checkpoints import load_checkpoint
 from vitviz.explain.faithfulness import evaluate_methods
 from vitviz.explain.methods import all_methods, get_method
+from vitviz.pipeline.analysis import analyze
 from vitviz.workers import jobs
 from vitviz.workers.messages import MapParams
 

@@ -19,16 +19,16 @@ _LAZY = {
     "load_checkpoint": "vitviz.checkpoints",
     "LoadedModel": "vitviz.checkpoints",
     "CheckpointError": "vitviz.checkpoints",
-    "analyze": "vitviz.analysis",
-    "Analysis": "vitviz.analysis",
-    "analyze_batch": "vitviz.batch",
-    "iter_analyses": "vitviz.batch",
+    "analyze": "vitviz.pipeline.analysis",
+    "Analysis": "vitviz.pipeline.analysis",
+    "analyze_batch": "vitviz.pipeline.batch",
+    "iter_analyses": "vitviz.pipeline.batch",
     "load_image": "vitviz.imaging",
     "ImageLoadError": "vitviz.imaging",
     "Preprocessing": "vitviz.imaging",
-    "VitvizError": "vitviz.errors",
-    "NotEnoughMemoryError": "vitviz.memory",
-    "NonFiniteError": "vitviz.finite",
+    "VitvizError": "vitviz.core.errors",
+    "NotEnoughMemoryError": "vitviz.pipeline.memory",
+    "NonFiniteError": "vitviz.core.finite",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -181,7 +181,7 @@ def _set_icon(app: Any) -> None:
     """The window icon from the shipped resources (no icon if they are missing)."""
     from PySide6.QtGui import QIcon
 
-    from vitviz import resources
+    from vitviz.core import resources
 
     try:
         icon = QIcon()

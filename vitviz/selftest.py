@@ -20,9 +20,9 @@ from collections.abc import Callable
 def _core_checks(say: Callable[[str], None]) -> list[str]:
     import torch
 
-    from vitviz import resources
-    from vitviz.analysis import analyze
     from vitviz.checkpoints import load_checkpoint
+    from vitviz.core import resources
+    from vitviz.pipeline.analysis import analyze
 
     problems: list[str] = []
     model_path = resources.default_model_path()
@@ -57,7 +57,7 @@ def _window_check(say: Callable[[str], None]) -> list[str]:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from vitviz import resources
+    from vitviz.core import resources
     from vitviz.ui.main_window import MainWindow, dispose
     from vitviz.ui.settings import AppSettings
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vitviz.errors import VitvizError
+from vitviz.core.errors import VitvizError
 
 
 class CheckpointError(VitvizError):

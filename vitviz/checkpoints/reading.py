@@ -17,7 +17,7 @@ import torch
 from safetensors import safe_open
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.filekinds import CHECKPOINT_SUFFIXES
+from vitviz.core.filekinds import CHECKPOINT_SUFFIXES
 
 ACCEPTED = (
     "Accepted: vitviz .safetensors files; ViT state dicts (.pth/.pt/.bin/.safetensors) of "

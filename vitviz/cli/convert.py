@@ -13,7 +13,7 @@ from vitviz.cli.common import (
     read_config,
     with_arch_options,
 )
-from vitviz.console import say
+from vitviz.core.console import say
 
 
 def add_parser(subparsers: SubParsers) -> None:

@@ -17,7 +17,7 @@ from vitviz.cli.common import (
 )
 from vitviz.cli.explain_batch import add_batch_options, explain_many, layers_option
 from vitviz.cli.method_options import add_method_options, map_settings
-from vitviz.console import say
+from vitviz.core.console import say
 
 
 def add_parser(subparsers: SubParsers) -> None:
@@ -72,7 +72,7 @@ def add_parser(subparsers: SubParsers) -> None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from vitviz.devices import resolve_device
+    from vitviz.core.devices import resolve_device
     from vitviz.imaging.colormaps import COLORMAPS
     from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
     from vitviz.kinds import kind_of
@@ -128,7 +128,7 @@ def note_unused_options(args: argparse.Namespace, unused: Mapping[str, str]) -> 
 def _default_checkpoint() -> Path:
     """explain without --checkpoint: the model used last in the window, else the shipped one;
     one line on stderr says which and how to choose another."""
-    from vitviz.last_model import choose_model
+    from vitviz.core.last_model import choose_model
 
     choice = choose_model()
     if choice is None:

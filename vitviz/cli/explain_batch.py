@@ -2,7 +2,8 @@
 device (``--batch-size``), ``--attention-dtype``, ``--layers``, and the files written by a writer
 thread while the next batch computes (a bounded queue: at most ``WRITE_QUEUE`` analyses wait).
 
-The files are those of one image at a time: ``<stem>.npz`` and the PNGs of ``vitviz.export``.
+The files are those of one image at a time: ``<stem>.npz`` and the PNGs of
+``vitviz.pipeline.export``.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError
-from vitviz.console import say
+from vitviz.core.console import say
 
 if TYPE_CHECKING:
-    from vitviz.batch import BatchItem
     from vitviz.checkpoints import LoadedModel
-    from vitviz.export import ExplainedMaps, MapSettings
     from vitviz.kinds import KindAnalysis
+    from vitviz.pipeline.batch import BatchItem
+    from vitviz.pipeline.export import ExplainedMaps, MapSettings
 
 WRITE_QUEUE = 2  # analyses waiting for the writer (each holds its attention)
 ATTENTION_DTYPE_NAMES = ("float32", "float16", "bfloat16")
@@ -66,7 +67,7 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
 def layers_option(spec: str | None, depth: int) -> tuple[int, ...] | None:
     """``--layers SPEC`` -> the model layers kept (sorted), None for every layer; CliError
     naming the option for a bad spec or a layer out of range."""
-    from vitviz.layers import LayerSpecError, parse_layers
+    from vitviz.core.layers import LayerSpecError, parse_layers
 
     try:
         return parse_layers(spec, depth)
@@ -75,7 +76,7 @@ def layers_option(spec: str | None, depth: int) -> tuple[int, ...] | None:
 
 
 def attention_dtype(name: str) -> Any:
-    from vitviz.analysis import ATTENTION_DTYPES
+    from vitviz.pipeline.analysis import ATTENTION_DTYPES
 
     return ATTENTION_DTYPES[name]
 
@@ -115,7 +116,7 @@ class _Writer:
         self.thread.start()
 
     def _loop(self) -> None:
-        from vitviz.export import write_npz, write_pngs
+        from vitviz.pipeline.export import write_npz, write_pngs
 
         while True:
             job = self.jobs.get()
@@ -149,8 +150,8 @@ class _Writer:
 
 def kept_layers_text(kept: tuple[int, ...], depth: int) -> str:
     """One line: the layers kept and the methods of the table that need the others."""
+    from vitviz.core.layers import layers_text
     from vitviz.explain.methods import all_methods
-    from vitviz.layers import layers_text
 
     left_out = [m.name for m in all_methods() if m.layers_missing(kept, depth) is not None]
     text = f"keeping the attention of layers {layers_text(kept)} of {depth}"
@@ -167,8 +168,8 @@ def _analyses(
     max_side: int | None,
     kept: tuple[int, ...] | None,
 ) -> Iterator[BatchItem]:
-    """One analysis per image, in order (``vitviz.batch.iter_kind_analyses``)."""
-    from vitviz.batch import iter_kind_analyses
+    """One analysis per image, in order (``vitviz.pipeline.batch.iter_kind_analyses``)."""
+    from vitviz.pipeline.batch import iter_kind_analyses
 
     return iter_kind_analyses(
         loaded,
@@ -186,15 +187,15 @@ def explain_many(
 ) -> int:
     """Analyse ``args.images`` (files and folders) in batches, write each image's files, say
     one progress line per image; the exit status of ``vitviz-cli explain``."""
-    from vitviz.export import compute_maps, output_stem
     from vitviz.kinds import kind_of
+    from vitviz.pipeline.export import compute_maps, output_stem
 
     if args.batch_size is not None and args.batch_size < 1:
         raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
     images = expand_images(args.images)
     unused = kind_of(loaded).unused_options()
     if args.attention_dtype != "float32" and "attention_dtype" not in unused:  # stated once
-        from vitviz.analysis import attention_precision_text
+        from vitviz.pipeline.analysis import attention_precision_text
 
         say(f"vitviz-cli: {attention_precision_text(attention_dtype(args.attention_dtype))}")
     kept = getattr(args, "kept_layers", None)

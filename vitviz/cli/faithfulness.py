@@ -36,7 +36,7 @@ from vitviz.cli.method_options import (
     not_applicable,
     parse_param_options,
 )
-from vitviz.console import say
+from vitviz.core.console import say
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -85,7 +85,7 @@ def add_parser(subparsers: SubParsers) -> None:
 
 
 def cmd_faithfulness(args: argparse.Namespace) -> int:
-    from vitviz.devices import resolve_device
+    from vitviz.core.devices import resolve_device
     from vitviz.explain.localisation import mask_path_for
     from vitviz.kinds import kind_of
 
@@ -163,7 +163,7 @@ def _measure(
 ) -> tuple[ImageFaithfulness, Tensor]:
     """One image through its kind's ``analyze`` and ``evaluate_methods``, with the image's
     mask: (result, probabilities)."""
-    from vitviz.errors import VitvizError
+    from vitviz.core.errors import VitvizError
     from vitviz.explain.faithfulness import evaluate_methods
     from vitviz.imaging import ImageLoadError
     from vitviz.kinds import kind_of

@@ -86,7 +86,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         f"{prep['interpolation']}",
     ]
     if d["provenance"]:
-        from vitviz.tree_text import tree_lines
+        from vitviz.core.tree_text import tree_lines
 
         lines += ["provenance:", *tree_lines(d["provenance"], depth=1)]
     lines += [

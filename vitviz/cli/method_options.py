@@ -17,8 +17,8 @@ from vitviz.cli.common import CliError
 if TYPE_CHECKING:  # the table imports torch: only when a command runs, not to parse arguments
     from vitviz.checkpoints import LoadedModel
     from vitviz.explain.methods import Method
-    from vitviz.export import MapSettings
     from vitviz.kinds import ModelKind
+    from vitviz.pipeline.export import MapSettings
 
 PARAM_FORM = "METHOD.PARAMETER=VALUE"
 
@@ -168,7 +168,7 @@ def method_params(
 
 def _check_layer_params(m: Method, values: Mapping[str, Any], layers: tuple[int, ...]) -> None:
     """CliError for a layer parameter (e.g. attention.layer) naming a layer not kept."""
-    from vitviz.layers import layers_text
+    from vitviz.core.layers import layers_text
 
     for p in m.parameters:
         value = values.get(p.name)
@@ -221,8 +221,8 @@ def map_settings(args: argparse.Namespace, loaded: LoadedModel) -> MapSettings:
     --start-layer for every map computed whose version takes that parameter (today's maps
     included)."""
     from vitviz.explain.methods import get_method
-    from vitviz.export import LEGACY_MAPS, MapSettings
     from vitviz.kinds import kind_of
+    from vitviz.pipeline.export import LEGACY_MAPS, MapSettings
 
     kind = kind_of(loaded)
     kept = getattr(args, "kept_layers", None)  # --layers, parsed

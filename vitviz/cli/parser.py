@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from vitviz.cli import convert, explain, faithfulness, info, methods, stats, verify
 from vitviz.cli.common import EXIT_FAILED, CliError
-from vitviz.console import say
-from vitviz.errors import VitvizError
+from vitviz.core.console import say
+from vitviz.core.errors import VitvizError
 from vitviz.training import command as train
 
 

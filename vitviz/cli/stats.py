@@ -1,5 +1,5 @@
 """``vitviz-cli stats FOLDER --checkpoint C [--checkpoint C2 …] --out DIR``: head statistics
-of every checkpoint over the images of a folder (``vitviz.folder_stats``): ``stats.csv`` and
+of each checkpoint over the images of a folder (``vitviz.pipeline.folder_stats``): ``stats.csv`` and
 ``stats.png`` (distance by depth, one dot per head, one colour per checkpoint)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError, SubParsers, load
-from vitviz.console import say
+from vitviz.core.console import say
 
 
 def add_parser(subparsers: SubParsers) -> None:
@@ -38,10 +38,10 @@ def add_parser(subparsers: SubParsers) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from vitviz.devices import resolve_device
-    from vitviz.folder_stats import distance_plot, folder_statistics, write_csv
+    from vitviz.core.devices import resolve_device
     from vitviz.imaging.loading import ImageLoadError, list_images
     from vitviz.imaging.overlay import save_png
+    from vitviz.pipeline.folder_stats import distance_plot, folder_statistics, write_csv
 
     if args.batch_size is not None and args.batch_size < 1:
         raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")

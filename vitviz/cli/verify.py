@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from vitviz.cli.common import EXIT_FAILED, EXIT_OK, CliError, SubParsers, add_arch_options, load
-from vitviz.console import say
+from vitviz.core.console import say
 
 
 def add_parser(sub: SubParsers) -> None:

@@ -266,7 +266,7 @@ class Method:
     def layers_missing(self, layers: tuple[int, ...], depth: int) -> str | None:
         """Why keeping only the model layers ``layers`` of ``depth`` leaves this method
         without what it reads (a sentence naming the missing layers), or None."""
-        from vitviz.layers import layers_text
+        from vitviz.core.layers import layers_text
 
         missing = [i for i in range(depth) if i not in layers]
         if not missing or self.needs_layers == "any":

@@ -1,6 +1,6 @@
 """What a method of the method table explains: the protocol an analysis meets.
 
-``vitviz.analysis.Analysis`` meets it; the method table and faithfulness read an analysis
+``vitviz.pipeline.analysis.Analysis`` meets it; the method table and faithfulness read an analysis
 through it alone, so the explain layer never imports the analysis layer above it.
 """
 

@@ -30,8 +30,8 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError, features
 
-from vitviz.errors import VitvizError
-from vitviz.printable import display_name
+from vitviz.core.errors import VitvizError
+from vitviz.core.printable import display_name
 
 __all__ = [
     "ACCEPTED",

@@ -9,7 +9,7 @@ import re
 import traceback
 from pathlib import Path
 
-from vitviz.errors import VitvizError
+from vitviz.core.errors import VitvizError
 
 _MESSAGE_LIMIT = 240
 

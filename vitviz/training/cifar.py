@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from vitviz.errors import VitvizError
+from vitviz.core.errors import VitvizError
 
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_BATCH = "test_batch"

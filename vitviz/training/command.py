@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vitviz.console import say as _say
+from vitviz.core.console import say as _say
 from vitviz.kinds.sides import TrainingField
 from vitviz.training.config import (
     COMPILE_MODES,

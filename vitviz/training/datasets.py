@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from vitviz.errors import VitvizError
+from vitviz.core.errors import VitvizError
 from vitviz.training.cifar import CifarError, read_cifar10
 from vitviz.training.config import DEFAULT_SIZES, TrainConfig
 from vitviz.training.folder import (

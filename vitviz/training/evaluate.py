@@ -130,7 +130,7 @@ def evaluate_shapes_checkpoint(
     path: str | Path, n: int = 2000, seed: int = DEFAULT_SEED, device: str = "cpu"
 ) -> ShapesEvaluation:
     """Load ``path`` and evaluate it with evaluate_shapes_model."""
-    from vitviz.devices import resolve_device
+    from vitviz.core.devices import resolve_device
 
     loaded = load_checkpoint(path)
     loaded.model.to(resolve_device(device))

@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vitviz.checkpoints import save_checkpoint
-from vitviz.devices import resolve_device
+from vitviz.core.devices import resolve_device
 from vitviz.imaging import Preprocessing
-from vitviz.memory import available_memory
+from vitviz.pipeline.memory import available_memory
 from vitviz.training.augment import CropFlip, CropFlipDraws, Normalizer, crop_flip_draws
 from vitviz.training.compiled import CompiledOrEager, eager_module, wants_compile
 from vitviz.training.config import TrainConfig, equivalent_command

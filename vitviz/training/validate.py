@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from vitviz.errors import VitvizError
+from vitviz.core.errors import VitvizError
 from vitviz.imaging.preprocess import IMAGE_CHANNELS
 from vitviz.kinds.sides import at_least as _at_least
 from vitviz.kinds.sides import in_range as _in_range
@@ -104,7 +104,7 @@ def _device_problems(cfg: TrainConfig) -> list[str]:
         return [f"unknown device {cfg.device!r}; use one of {', '.join(DEVICE_CHOICES)}"]
     if name in ("auto", "cpu"):
         return []
-    from vitviz.devices import resolve_device  # imports torch: only for a GPU request
+    from vitviz.core.devices import resolve_device  # imports torch: only for a GPU request
 
     try:
         resolve_device(name)

@@ -28,8 +28,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from vitviz import __version__, resources
-from vitviz.filekinds import CHECKPOINT_SUFFIXES, file_kind
+from vitviz import __version__
+from vitviz.core import resources
+from vitviz.core.filekinds import CHECKPOINT_SUFFIXES, file_kind
 from vitviz.imaging.loading import IMAGE_EXTENSIONS, list_images
 from vitviz.modelcode import ModelCodeSpec
 from vitviz.ui import file_dialogs

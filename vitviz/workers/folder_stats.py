@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from vitviz.errors import VitvizError
+from vitviz.core.errors import VitvizError
 
 
 class RunCancelledError(Exception):
@@ -51,9 +51,9 @@ def folder_stats_job(
     average its head statistics; ``progress(done, total)`` after each image, RunCancelledError
     as soon as ``cancelled()`` says so; VitvizError (one line) when nothing can be measured."""
     from vitviz.checkpoints import CheckpointError, load_checkpoint
-    from vitviz.folder_stats import folder_statistics
     from vitviz.imaging import Preprocessing
     from vitviz.imaging.loading import list_images
+    from vitviz.pipeline.folder_stats import folder_statistics
 
     try:
         images = list_images(folder)

@@ -53,8 +53,8 @@ class EngineState:
 
 def warm_up() -> list[str]:
     """Import torch and the core (2-3 s) and list the devices present."""
-    from vitviz import analysis  # noqa: F401
-    from vitviz.devices import available_devices
+    from vitviz.core.devices import available_devices
+    from vitviz.pipeline import analysis  # noqa: F401
 
     return available_devices()
 
@@ -164,7 +164,7 @@ def load_model(
 
 def use_model(state: EngineState, loaded: LoadedModel) -> ModelSummary:
     """Make ``loaded`` (a model of any kind) the current model (on the current device)."""
-    from vitviz.devices import resolve_device
+    from vitviz.core.devices import resolve_device
 
     loaded.model.to(resolve_device(state.device)).eval()
     state.loaded = loaded
@@ -173,7 +173,7 @@ def use_model(state: EngineState, loaded: LoadedModel) -> ModelSummary:
 
 
 def set_device(state: EngineState, device: str) -> str:
-    from vitviz.devices import resolve_device
+    from vitviz.core.devices import resolve_device
 
     try:
         dev = resolve_device(device)

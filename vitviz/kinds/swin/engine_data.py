@@ -364,7 +364,7 @@ def heads_picture(
     labels: Sequence[str],
 ) -> Image.Image:
     """The query's thumbnails (every block and head, as the head grid shows them), titled."""
-    from vitviz.export import heads_figure
+    from vitviz.pipeline.export import heads_figure
 
     shown = query_maps(session, query)
     words = "query: average pool" if query is None else f"query cell {query}"

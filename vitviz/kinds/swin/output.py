@@ -1,4 +1,4 @@
-"""What the window's export writes for a Swin, through the one writer of ``vitviz.export`` that
+"""What the window exports for a Swin, through the one writer of ``vitviz.pipeline.export`` that
 ``vitviz-cli explain`` uses for every kind (so they agree): the npz of the README's table (the
 shared keys, a Swin's own arrays, ``map_<name>`` of each method asked for) and each map over the
 model input (``swin_map_picture``).
@@ -16,9 +16,9 @@ from PIL import Image
 from torch import nn
 
 from vitviz.explain.methods import get_method
-from vitviz.export import ExplainedMaps, MapSettings, compute_maps, write_npz
 from vitviz.imaging.overlay import overlay_on_image
 from vitviz.kinds.swin.analysis import SwinAnalysis
+from vitviz.pipeline.export import ExplainedMaps, MapSettings, compute_maps, write_npz
 
 ALWAYS = ("rollout",)  # written for every analysis under its own key, whatever else is asked
 OPACITY = 0.6  # the CLI's PNGs (the window's view export uses the slider's)
@@ -53,7 +53,7 @@ def export_settings(
 def swin_output_maps(
     analysis: SwinAnalysis, model: nn.Module, settings: MapSettings
 ) -> ExplainedMaps:
-    """The maps the npz holds (``vitviz.export.compute_maps``) for the average-pool query.
+    """The maps the npz holds (``vitviz.pipeline.export.compute_maps``) for the average-pool query.
     ValueError for a setting the analysis can't serve (e.g. a head out of range)."""
     return compute_maps(analysis, settings)
 
@@ -64,7 +64,7 @@ def write_swin_npz(
     maps: ExplainedMaps,
     path: str | os.PathLike[str],
 ) -> Path:
-    """The npz at ``path`` (``vitviz.export.write_npz``) with the checkpoint's
+    """The npz at ``path`` (``vitviz.pipeline.export.write_npz``) with the checkpoint's
     ``class_names``, written atomically."""
     return write_npz(analysis, maps, path, class_names)
 

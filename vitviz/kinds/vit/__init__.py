@@ -20,7 +20,6 @@ if TYPE_CHECKING:  # torch-free at import; the ViT's analysis sits above the reg
     from PIL import Image
     from torch import Tensor, nn
 
-    from vitviz.analysis import Analysis
     from vitviz.checkpoints import LoadedModel
     from vitviz.kinds.protocol import (
         FaithfulnessReport,
@@ -31,6 +30,7 @@ if TYPE_CHECKING:  # torch-free at import; the ViT's analysis sits above the reg
         Session,
     )
     from vitviz.model import ViTConfig
+    from vitviz.pipeline.analysis import Analysis
 
 
 class ViTKind:
@@ -76,7 +76,7 @@ class ViTKind:
         return training.SIDE
 
     def analyze(self, loaded: LoadedModel, image: Any, **options: Any) -> Analysis:
-        from vitviz.analysis import analyze_vit
+        from vitviz.pipeline.analysis import analyze_vit
 
         return analyze_vit(loaded, image, **options)
 
@@ -128,12 +128,12 @@ class ViTKind:
         max_side: int | None,
         title: list[str] | None,
     ) -> Image.Image:
-        from vitviz.export import vit_map_picture
+        from vitviz.pipeline.export import vit_map_picture
 
         return vit_map_picture(analysis, map_, colormap, max_side, title)
 
     def heads_picture(self, analysis: Analysis, colormap: str, titled: bool) -> Image.Image | None:
-        from vitviz.export import heads_grid
+        from vitviz.pipeline.export import heads_grid
 
         return heads_grid(analysis, colormap, titled=titled)
 

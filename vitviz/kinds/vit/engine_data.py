@@ -28,10 +28,10 @@ from vitviz.kinds.protocol import (
 )
 
 if TYPE_CHECKING:
-    from vitviz.analysis import Analysis
     from vitviz.checkpoints.loaded import LoadedModel
     from vitviz.explain.faithfulness import ImageFaithfulness
-    from vitviz.export import MapSettings
+    from vitviz.pipeline.analysis import Analysis
+    from vitviz.pipeline.export import MapSettings
 
 LOCAL_ATTENTION_BYTES = 96 * 2**20  # attention up to this size goes to the window (fast path)
 
@@ -56,7 +56,7 @@ def model_shape(loaded: LoadedModel) -> ModelShape:
 
 
 def check_memory(model: nn.Module, image_size: tuple[int, int]) -> None:
-    from vitviz.memory import check_analysis_memory
+    from vitviz.pipeline.memory import check_analysis_memory
 
     check_analysis_memory(model, image_size)
 
@@ -203,8 +203,8 @@ def _export_settings(
 ) -> MapSettings:
     """The npz's maps: today's three with the shown method's shared settings (fusion, discard
     ratio, start layer), plus the shown method's own map when it can run."""
-    from vitviz import export as ex
     from vitviz.explain.methods import get_method
+    from vitviz.pipeline import export as ex
 
     shared = {k: values[k] for k in ex.SHARED_PARAMETERS if k in values}
     m = get_method(method)
@@ -221,7 +221,7 @@ def export_npz(
     params: Mapping[str, Any],
     target_class: int | None,
 ) -> Path:
-    from vitviz import export as ex
+    from vitviz.pipeline import export as ex
 
     a = session.analysis
     settings = _export_settings(a, method, params, target_class)
@@ -235,12 +235,12 @@ def heads_picture(
     opacity: float,
     per_head: bool,
 ) -> Image.Image:
-    from vitviz import export as ex
+    from vitviz.pipeline import export as ex
 
     return ex.heads_grid(session.analysis, colormap, opacity, query, per_head)
 
 
 def map_picture(session: Session, values: np.ndarray, colormap: str, opacity: float) -> Image.Image:
-    from vitviz import export as ex
+    from vitviz.pipeline import export as ex
 
     return ex.map_overlay(session.analysis, values, colormap, opacity)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from vitviz.errors import VitvizError
+from vitviz.core.errors import VitvizError
 
 
 class NonFiniteError(VitvizError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from vitviz.printable import printable
+from vitviz.core.printable import printable
 
 
 def say(message: str) -> None:

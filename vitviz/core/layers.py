@@ -13,7 +13,7 @@ import operator
 import re
 from collections.abc import Iterable, Sequence
 
-from vitviz.errors import VitvizError
+from vitviz.core.errors import VitvizError
 
 LayerSpec = str | Sequence[int] | None
 SPEC_FORM = "indices and ranges (9,10,11 or 0-3), last:K, or all"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vitviz.printable import printable
+from vitviz.core.printable import printable
 
 MAX_DEPTH = 6  # deeper objects are shown as "{…}" / "[…]"
 MAX_ITEMS = 50  # keys per object and items per list shown; the rest are counted

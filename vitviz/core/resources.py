@@ -21,7 +21,7 @@ def _candidates() -> list[Path]:
     bundle = getattr(sys, "_MEIPASS", None)
     if bundle:
         found.append(Path(bundle) / "resources")
-    found.append(Path(__file__).resolve().parent.parent / "resources")
+    found.append(Path(__file__).resolve().parents[2] / "resources")
     found.append(Path(sys.prefix) / "share" / "vitviz" / "resources")
     return found
 

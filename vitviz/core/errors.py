@@ -7,7 +7,7 @@ bug in vitviz, not the user's file.
 
 from __future__ import annotations
 
-from vitviz.printable import printable
+from vitviz.core.printable import printable
 
 
 class VitvizError(ValueError):

@@ -9,7 +9,7 @@ relevance stay where the forward pass ran. What crosses to the host is what is s
 logits, the (L, H) head statistics, and each map asked for ((gh, gw), or (L, H, gh, gw) for the
 head grid); the (L, H, N, N) attention only for export (``attention_numpy``).
 
-``analyze(..., layers=...)`` keeps only some layers (``vitviz.layers``): the forward pass and
+``analyze(..., layers=...)`` keeps only some layers (``vitviz.core.layers``): the forward pass and
 logits are the same, ``attention`` and the per-layer statistics hold the K kept layers in order
 (``layer_indices`` names them), the maps of one layer take the model's layer index, and the
 maps that need every layer (rollout, gradient rollout, relevance) refuse in one line.
@@ -28,14 +28,14 @@ from PIL import Image
 from torch import Tensor
 
 from vitviz import explain
-from vitviz.capture import Captured, capture_batch, recompute_pays, reduced_gradient_pass
 from vitviz.checkpoints import LoadedModel
-from vitviz.devices import resolve_device
-from vitviz.errors import VitvizError
+from vitviz.core.devices import resolve_device
+from vitviz.core.errors import VitvizError
+from vitviz.core.finite import NonFiniteError as NonFiniteError  # re-exported: analyze raises it
+from vitviz.core.finite import check_finite
+from vitviz.core.layers import LayersNotKeptError, LayerSpec, layers_text, parse_layers
 from vitviz.explain.gradients import GradientProducts
 from vitviz.explain.tokens import patch_part
-from vitviz.finite import NonFiniteError as NonFiniteError  # re-exported: analyze raises it
-from vitviz.finite import check_finite
 from vitviz.imaging import PatchGeometry, Preprocessing, load_image, prepare_image
 from vitviz.imaging.loading import full_size
 from vitviz.imaging.preprocess import (
@@ -46,15 +46,15 @@ from vitviz.imaging.preprocess import (
 )
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
 from vitviz.kinds import KindAnalysis, UnknownKindError, kind_of
-from vitviz.layers import LayersNotKeptError, LayerSpec, layers_text, parse_layers
-from vitviz.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
-from vitviz.memory import check_analysis_memory
 from vitviz.model import VisionTransformer
+from vitviz.pipeline.capture import Captured, capture_batch, recompute_pays, reduced_gradient_pass
+from vitviz.pipeline.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
+from vitviz.pipeline.memory import check_analysis_memory
 
 
 class UnsupportedModelError(VitvizError):
     """A model no registered kind explains, or one of another kind given to the ViT's own
-    analysis (``analyze_vit``, ``vitviz.batch``): one line naming it."""
+    analysis (``analyze_vit``, ``vitviz.pipeline.batch``): one line naming it."""
 
 
 def analyze(loaded: LoadedModel, image: Any, **options: Any) -> KindAnalysis:
@@ -78,7 +78,7 @@ def require_patch_grid(loaded: LoadedModel) -> None:
         label = kind_of(loaded).label
         raise UnsupportedModelError(
             f"{loaded.name} is a {label}: the ViT's batched analysis takes one grid of patch "
-            "tokens; vitviz.analysis.analyze explains it through its kind"
+            "tokens; vitviz.pipeline.analysis.analyze explains it through its kind"
         )
 
 
@@ -596,7 +596,7 @@ def analyze_vit(
     ``max_side``: a larger image is decoded reduced to this long side (None: full size), never
     below what the model input needs (``vitviz.imaging.reduction``); the source kept is that.
     ``layers``: keep only these layers' attention (and gradients): 0-based indices, or text
-    such as "9,10,11" or "last:4" (``vitviz.layers``); None keeps every layer. The forward pass
+    such as "9,10,11" or "last:4" (``vitviz.core.layers``); None keeps every layer. The forward pass
     and the logits are unchanged; rollout, gradient rollout and relevance then refuse.
     """
     model, dev, prep, channels = _setup(loaded, device, preprocessing, attention_dtype)

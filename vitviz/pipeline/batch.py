@@ -16,21 +16,21 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis import (
+from vitviz.checkpoints import LoadedModel
+from vitviz.core.errors import VitvizError
+from vitviz.core.layers import LayerSpec, parse_layers
+from vitviz.imaging import Preprocessing
+from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
+from vitviz.kinds import KindAnalysis
+from vitviz.pipeline.analysis import (
     Analysis,
     _analysis,
     _Input,
     _prepare,
     _setup,
 )
-from vitviz.capture import capture_batch
-from vitviz.checkpoints import LoadedModel
-from vitviz.errors import VitvizError
-from vitviz.imaging import Preprocessing
-from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
-from vitviz.kinds import KindAnalysis
-from vitviz.layers import LayerSpec, parse_layers
-from vitviz.memory import (
+from vitviz.pipeline.capture import capture_batch
+from vitviz.pipeline.memory import (
     USABLE_FRACTION,
     NotEnoughMemoryError,
     available_memory,
@@ -142,7 +142,7 @@ def iter_kind_analyses(
     image at a time through the kind's ``analyze``, on ``device`` with ``preprocessing``."""
     from dataclasses import replace
 
-    from vitviz.devices import resolve_device
+    from vitviz.core.devices import resolve_device
     from vitviz.kinds import kind_of
 
     kind = kind_of(loaded)

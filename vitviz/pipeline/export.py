@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from vitviz.analysis import Analysis
 from vitviz.checkpoints.atomic import atomic_path
 from vitviz.explain.methods import Method, get_method
 from vitviz.imaging.figure import titled_figure
 from vitviz.imaging.overlay import fit_for_overlay, head_grid_image, overlay_on_image, save_png
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
 from vitviz.kinds import KindAnalysis, kind_of
+from vitviz.pipeline.analysis import Analysis
 
 # the shared keys, then a ViT's own (``ModelKind.npz_arrays``), in the order written
 SHARED_NPZ_KEYS = (

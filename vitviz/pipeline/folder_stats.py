@@ -112,8 +112,8 @@ def folder_statistics(
 ) -> FolderStatistics:
     """Analyse ``images`` with ``loaded`` (forward passes in batches, no gradients) and gather
     the statistics; ``progress(done, total, path, error)`` after each image."""
-    from vitviz.batch import iter_kind_analyses
     from vitviz.kinds import kind_of
+    from vitviz.pipeline.batch import iter_kind_analyses
 
     kind = kind_of(loaded)
     stats = FolderStatistics(name)

@@ -21,8 +21,8 @@ from vitviz import explain
 from vitviz.explain.gradients import GradientProducts, _Products, attention_gradient_products
 from vitviz.explain.stats import patch_distances
 from vitviz.explain.targets import target_classes
-from vitviz.memory import USABLE_FRACTION, available_memory
 from vitviz.model import VisionTransformer, ViTOutput
+from vitviz.pipeline.memory import USABLE_FRACTION, available_memory
 
 
 @dataclass
