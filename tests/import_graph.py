@@ -163,7 +163,11 @@ VITVIZ_LAYERS: dict[str, int] = {
     **dict.fromkeys(("kinds.swin.training", "kinds.swin.code_side", "kinds.vit.training"), 5),
     # what the engine asks of a kind, as numpy for the window (no Qt, no workers, no ui)
     **dict.fromkeys(("kinds.swin.engine_data", "kinds.vit.engine_data"), 5),
-    "kinds.maps": 1,  # numpy helpers over query maps (the window's fast path shares them)
+    "kinds.maps": 1,
+    # CLIP: the text side and the network low, its checkpoint family beside the checkpoints
+    **dict.fromkeys(("kinds.clip.text", "kinds.clip.tokenizer", "kinds.clip.network"), 1),
+    "kinds.clip.huggingface": 3,
+    "kinds.clip": 5,  # numpy helpers over query maps (the window's fast path shares them)
     **dict.fromkeys(("pipeline.batch", "pipeline.export", "pipeline.folder_stats"), 5),
     "training": 5,
     "cli": 6,

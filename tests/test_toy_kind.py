@@ -184,6 +184,9 @@ class PoolKind:
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, None]:
         return model(x), None
 
+    def apply_prompts(self, loaded: Any, prompts: Sequence[str]) -> str | None:
+        return "the toy's classes are its head's"
+
     # analysis
     def analyze(self, loaded: Any, image: Any, **options: Any) -> PoolAnalysis:
         from vitviz.imaging import load_image, prepare_image

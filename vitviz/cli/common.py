@@ -36,14 +36,67 @@ def add_model_code_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_prompt_options(p: argparse.ArgumentParser) -> None:
+    """--prompt / --prompts / --template: the classes of a CLIP-style model, typed."""
+    p.add_argument(
+        "--prompt",
+        dest="prompt_texts",
+        action="append",
+        metavar="TEXT",
+        help="a prompt (repeatable): a CLIP-style model scores the image against each, and "
+        "the maps explain the top one (or --class N, 0-based in the order given)",
+    )
+    p.add_argument("--prompts", type=Path, metavar="FILE", help="prompts, one per line")
+    p.add_argument(
+        "--template",
+        metavar='"a photo of a {}"',
+        help="each prompt is written into this text at {}",
+    )
+
+
+def read_prompts(args: argparse.Namespace) -> list[str]:
+    """The prompts of --prompts FILE then --prompt, through --template (none: [])."""
+    texts: list[str] = []
+    if getattr(args, "prompts", None) is not None:
+        try:
+            lines = args.prompts.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CliError(f"--prompts {args.prompts}: cannot read it ({exc})") from exc
+        texts += [line.strip() for line in lines if line.strip()]
+    texts += [t for t in (getattr(args, "prompt_texts", None) or []) if t.strip()]
+    template = getattr(args, "template", None)
+    if template is not None:
+        if template.count("{}") != 1:
+            raise CliError(
+                f'--template must hold {{}} once, e.g. "a photo of a {{}}": {template!r}'
+            )
+        texts = [template.replace("{}", t) for t in texts]
+    if template is not None and not texts:
+        raise CliError("--template needs prompts (--prompt TEXT or --prompts FILE)")
+    return texts
+
+
+def apply_prompts(args: argparse.Namespace, loaded: Any) -> Any:
+    """The prompts given become the model's classes through its kind; one line when it
+    takes none (a ViT's classes are its head's)."""
+    from vitviz.kinds import kind_of
+
+    prompts = read_prompts(args)
+    if prompts:
+        why = kind_of(loaded).apply_prompts(loaded, prompts)
+        if why is not None:
+            raise CliError(f"--prompt: {why}")
+    return loaded
+
+
 def load_for(args: argparse.Namespace) -> Any:
-    """The model of --model-code, else of the checkpoint argument."""
+    """The model of --model-code, else of the checkpoint argument (with the prompts given)."""
     if args.model_code is None:
         if args.model_args is not None:
             raise CliError("--model-args needs --model-code FILE.py:NAME")
         if args.checkpoint is None:
             raise CliError("give a checkpoint (or --model-code FILE.py:NAME)")
-        return load(args.checkpoint, args.config, args)
+        return apply_prompts(args, load(args.checkpoint, args.config, args))
     from vitviz.modelcode import (
         ModelCodeError,
         load_model_code,

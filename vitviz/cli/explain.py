@@ -12,6 +12,7 @@ from vitviz.cli.common import (
     SubParsers,
     add_arch_options,
     add_model_code_options,
+    add_prompt_options,
     load_for,
     make_out_folder,
 )
@@ -67,6 +68,7 @@ def add_parser(subparsers: SubParsers) -> None:
         "on the long side)",
     )
     add_model_code_options(ex)
+    add_prompt_options(ex)
     add_batch_options(ex)
     ex.set_defaults(func=cmd_explain)
 

@@ -23,6 +23,7 @@ from vitviz.cli.common import (
     CliError,
     SubParsers,
     add_model_code_options,
+    add_prompt_options,
     load_for,
     make_out_folder,
 )
@@ -81,6 +82,7 @@ def add_parser(subparsers: SubParsers) -> None:
     )
     p.add_argument("--out", type=Path, default=Path("vitviz-faithfulness"), help="output folder")
     add_model_code_options(p)
+    add_prompt_options(p)
     p.set_defaults(func=cmd_faithfulness)
 
 

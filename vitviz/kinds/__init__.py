@@ -56,6 +56,7 @@ __all__ = [
 # One line per kind: the package whose ``KIND`` is registered. The most specific first (the ViT,
 # which also takes any captured model from a user's code, is tried last).
 KIND_PACKAGES: tuple[str, ...] = (
+    "vitviz.kinds.clip",
     "vitviz.kinds.swin",
     "vitviz.kinds.vit",
 )

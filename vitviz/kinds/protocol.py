@@ -478,6 +478,13 @@ class ModelKind(EngineMembers, Protocol):
         """Its training presets, settings, checks and network; None: vitviz can't train one."""
         ...
 
+    # -- prompts ------------------------------------------------------------------------------
+    def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
+        """Make typed ``prompts`` the classes of ``loaded`` (a CLIP's text tower scores them;
+        ``loaded.class_names`` become the prompts). Returns why it can't (a clause: a ViT's
+        classes are its head's), or None when done."""
+        ...
+
     # -- analysis -----------------------------------------------------------------------------
     def analyze(self, loaded: Loaded, image: ImageSource, **options: Any) -> KindAnalysis:
         """One forward pass of ``loaded``'s model on ``image`` with its attention captured."""

@@ -567,6 +567,7 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
         loaded=loaded,
         layers=cap.layers,
         depth=int(loaded.model.config.depth),
+        kind=kind_of(loaded).name,  # a ViT's, or a kind whose network is a ViT (a CLIP tower)
         _products={cap.target: products} if products is not None else {},
     )
 

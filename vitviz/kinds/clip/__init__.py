@@ -1,1 +1,138 @@
-"""CLIP-style image-text models (in progress, issue #21): the text side, tested on its own."""
+"""The CLIP kind: an image tower whose classes are prompts the user types (issue 21).
+
+The image tower is a ViT (``network.ClipImageModel``), so every member that reads the forward
+pass, the token grid or a method's math is the ViT kind's; this kind adds what differs: its
+checkpoint families, prompts (``set_prompts``: the text tower's embeddings become the head's
+rows), the image and text embeddings in the npz, and its words in the window and the CLI.
+``KIND`` is what ``vitviz.kinds`` registers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from vitviz.kinds.vit import ViTKind
+
+if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loads
+    import numpy as np
+    from torch import Tensor, nn
+
+    from vitviz.kinds.clip.network import ClipConfig
+    from vitviz.kinds.protocol import KindMethod, Loaded, ModelShape
+    from vitviz.pipeline.analysis import Analysis
+
+
+# the ViT's methods a CLIP tower has no version of, and why (the CLI and the window say it)
+NOT_ON_CLIP = {
+    "transformer-attribution": "its LRP rules end at a Linear head, and a CLIP's head is the "
+    "cosine with the prompts (relevance is the rule Chefer et al. use for CLIP)",
+}
+
+
+class ClipKind(ViTKind):
+    """A CLIP image tower (``model_kind`` "clip"); the ViT kind's members where a ViT's hold."""
+
+    name = "clip"
+    label = "CLIP image tower"
+
+    def owns(self, model: nn.Module) -> bool:
+        return getattr(model, "model_kind", None) == self.name
+
+    def architecture(self, model: nn.Module) -> str:
+        text = "no text tower" if model.text is None else f"{len(model.prompts)} prompts"
+        return f"{super().architecture(model)}, embedding {model.clip_config.embed_dim}, {text}"
+
+    @property
+    def families(self) -> Sequence[Any]:
+        from vitviz.kinds.clip import huggingface
+
+        return (huggingface.FAMILY,)
+
+    # -- loading ---------------------------------------------------------------------------------
+    def config_from_dict(self, data: dict[str, object]) -> ClipConfig:
+        from vitviz.kinds.clip.network import ClipConfig
+
+        return ClipConfig.from_dict(data)
+
+    def build_from_state(self, config: ClipConfig, state: Mapping[str, Tensor]) -> nn.Module:
+        from vitviz.checkpoints.errors import CheckpointError
+        from vitviz.kinds.clip.network import ClipImageModel
+        from vitviz.kinds.clip.tokenizer import ClipTokenizer, TokenizerError
+
+        model = ClipImageModel(config)
+        missing, unexpected = model.load_state_dict(dict(state), strict=False)
+        if missing or unexpected:
+            raise CheckpointError(
+                f"the CLIP weights do not fit: missing {sorted(missing)[:3]}, "
+                f"unexpected {sorted(unexpected)[:3]}"
+            )
+        if config.text is not None and config.tokenizer_folder is not None:
+            try:
+                model.tokenizer = ClipTokenizer.from_folder(
+                    config.tokenizer_folder, config.text.context_length
+                )
+            except (TokenizerError, OSError):
+                model.tokenizer = None  # prompts are refused with the reason (apply_prompts)
+        return model.eval()
+
+    def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Sequence[Tensor]]:
+        out = model.forward_explained(x, capture_attention=True)
+        return model.image_embedding(x), out.attentions
+
+    # -- methods: the ViT's, except LRP, whose rules end at a Linear head --------------------
+    def implementation(self, method: str) -> KindMethod | None:
+        return None if method in NOT_ON_CLIP else super().implementation(method)
+
+    def missing_method(self, method: str) -> str | None:
+        return NOT_ON_CLIP.get(method)
+
+    @property
+    def model_code(self) -> None:
+        return None
+
+    @property
+    def training(self) -> None:
+        return None  # vitviz trains no CLIP
+
+    # -- prompts ---------------------------------------------------------------------------------
+    def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
+        """The prompts become the classes (``loaded.class_names`` too); why not, or None."""
+        model = loaded.model
+        if model.text is None:
+            return "this CLIP checkpoint has no text tower (an image tower alone)"
+        if model.tokenizer is None:
+            return (
+                "no tokenizer files beside the weights (tokenizer.json, or vocab.json and "
+                "merges.txt)"
+            )
+        try:
+            model.set_prompts(prompts)
+        except ValueError as exc:
+            return str(exc)
+        loaded.class_names = list(prompts)
+        return None
+
+    # -- export and window -------------------------------------------------------------------
+    def npz_arrays(self, analysis: Analysis) -> dict[str, np.ndarray]:
+        import torch
+
+        model = analysis.loaded.model
+        p = next(model.parameters())
+        with torch.no_grad():
+            image = model.image_embedding(analysis.input[None].to(p.device, p.dtype))[0]
+        return {
+            **super().npz_arrays(analysis),
+            "image_embedding": image.float().cpu().numpy(),
+            "text_embeddings": model.head.text.float().cpu().numpy(),
+        }
+
+    def model_shape(self, loaded: Loaded) -> ModelShape:
+        from dataclasses import replace
+
+        shape = super().model_shape(loaded)
+        prompts = len(loaded.model.prompts)
+        return replace(shape, headline=f"{shape.headline} · CLIP, {prompts} prompts")
+
+
+KIND = ClipKind()

@@ -75,6 +75,9 @@ class ViTKind:
     def training(self) -> TrainingSide:
         return training.SIDE
 
+    def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
+        return "a ViT's classes are its head's; prompts need a CLIP-style model with a text tower"
+
     def analyze(self, loaded: LoadedModel, image: Any, **options: Any) -> Analysis:
         from vitviz.pipeline.analysis import analyze_vit
 

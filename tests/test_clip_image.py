@@ -1,0 +1,198 @@
+"""A Hugging Face CLIPModel folder opens as the CLIP kind (issue 21): prompts typed are its
+classes, and the logits, the image tower's attention and the embeddings equal the library's;
+relevance targets a prompt's logit (y = logits_per_image[prompt], the library's own autograd
+in the float64 reference). Random weights (biases and norms too) and a tokenizer learnt in the
+test: no hub."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from clip_fixtures import CORPUS, learn_bpe, save_openai_files, tiny_clip
+
+from vitviz.checkpoints import load_checkpoint
+from vitviz.cli import main
+from vitviz.kinds import kind_of
+from vitviz.pipeline.analysis import analyze
+
+PROMPTS = ["a photo of a dog", "a photo of a cat on a sofa", "a red car"]
+SIDE = 32  # the tiny tower's input (4 × 4 patches of 8)
+
+
+@pytest.fixture(scope="module")
+def clip_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    """A CLIPModel saved as Hugging Face saves one, beside the tokenizer's files."""
+    from transformers import CLIPImageProcessor
+
+    vocab, merges = learn_bpe(CORPUS, merges=150)
+    model = tiny_clip(len(vocab), seed=4)
+    with torch.no_grad():
+        model.logit_scale.fill_(2.3)
+    folder = tmp_path_factory.mktemp("clip")
+    model.save_pretrained(folder)
+    save_openai_files(folder, vocab, merges)
+    proc = CLIPImageProcessor(size={"shortest_edge": SIDE}, crop_size=SIDE)
+    proc.save_pretrained(folder)
+    return folder, model
+
+
+def _ids(folder: Path, prompts: list[str]) -> torch.Tensor:
+    from vitviz.kinds.clip.text import pad_prompts
+    from vitviz.kinds.clip.tokenizer import ClipTokenizer
+
+    tok = ClipTokenizer.from_folder(folder, context_length=24)
+    return pad_prompts([tok.encode(p) for p in prompts], tok.end_id)
+
+
+def _library(model, pixels: torch.Tensor, ids: torch.Tensor):
+    model.config._attn_implementation = "eager"
+    model.vision_model.config._attn_implementation = "eager"
+    return model(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        pixel_values=pixels,
+        output_attentions=True,
+    )
+
+
+def test_a_clip_folder_opens_with_prompts_as_its_classes(clip_folder, photo_files) -> None:
+    folder, reference = clip_folder
+    loaded = load_checkpoint(folder)
+    assert kind_of(loaded).name == "clip" and loaded.family == "huggingface-clip"
+    assert kind_of(loaded).apply_prompts(loaded, PROMPTS) is None
+    assert loaded.class_names == PROMPTS and loaded.model.config.num_classes == 3
+    a = analyze(loaded, photo_files["chelsea"])
+    assert a.kind == "clip" and a.grid == (4, 4)
+    x = a.input[None]
+    with torch.no_grad():
+        out = _library(reference, x, _ids(folder, PROMPTS))
+    torch.testing.assert_close(a.logits, out.logits_per_image[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(a.probs, out.logits_per_image[0].softmax(-1), rtol=1e-4, atol=1e-6)
+    theirs = out.vision_model_output.attentions
+    for layer, attn in enumerate(theirs):
+        torch.testing.assert_close(a.attention[layer], attn[0], rtol=0, atol=1e-5)
+    with torch.no_grad():
+        image = loaded.model.image_embedding(x)[0]
+    torch.testing.assert_close(image, out.image_embeds[0], rtol=1e-4, atol=1e-5)
+
+
+def test_new_prompts_never_rerun_the_image_tower(clip_folder, monkeypatch) -> None:
+    folder, _ = clip_folder
+    loaded = load_checkpoint(folder)
+    kind = kind_of(loaded)
+    calls = []
+    tower = loaded.model.text
+    monkeypatch.setattr(tower, "forward", lambda ids, f=tower.forward: calls.append(1) or f(ids))
+    assert kind.apply_prompts(loaded, PROMPTS) is None
+    assert kind.apply_prompts(loaded, PROMPTS[::-1]) is None  # cached by text
+    assert kind.apply_prompts(loaded, [*PROMPTS, "a tree"]) is None
+    assert len(calls) == 2 and loaded.class_names[-1] == "a tree"
+
+
+def test_relevance_targets_a_prompts_logit(clip_folder, photo_files) -> None:
+    """Chefer et al. 2021b from the definition, in float64, with y = logits_per_image[p] of the
+    library and its autograd: R = I; R += Ē_h[(∇A ⊙ A)⁺] R per layer; the CLS row's patches,
+    min-max scaled."""
+    from vitviz.explain.methods import get_method
+
+    folder, reference = clip_folder
+    loaded = load_checkpoint(folder)
+    kind_of(loaded).apply_prompts(loaded, PROMPTS)
+    a = analyze(loaded, photo_files["coffee"], gradients=True)
+    ours = get_method("relevance")(a, None, 1, {}).double()
+
+    ref = reference.double()
+    ids = _ids(folder, PROMPTS)
+    out = _library(ref, a.input[None].double(), ids)
+    attns = out.vision_model_output.attentions
+    for t in attns:
+        t.retain_grad()
+    out.logits_per_image[0, 1].backward()
+    n = attns[0].shape[-1]
+    R = torch.eye(n, dtype=torch.float64)
+    for t in attns:
+        cam = (t.grad[0] * t[0]).clamp(min=0).mean(0)
+        R = R + cam @ R
+    want = R[0, 1:].reshape(4, 4).detach()
+    want = (want - want.min()) / (want.max() - want.min())  # min-max scaled (DESIGN §5)
+    torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-6)
+    other = get_method("relevance")(a, None, 0, {}).double()  # another prompt: another map
+    assert not torch.allclose(other, want, atol=1e-3)
+    # gradient rollout: Â_l = (mean_h(A_l ⊙ G_l))⁺, Ã_l = rownorm(Â_l + I), R = Ã_L ⋯ Ã_1,
+    # the CLS row's patches scaled to max 1 (DESIGN §5)
+    chain = torch.eye(n, dtype=torch.float64)
+    for t in attns:
+        m = (t.grad[0] * t[0]).mean(0).clamp(min=0) + torch.eye(n, dtype=torch.float64)
+        chain = (m / m.sum(-1, keepdim=True)) @ chain
+    roll = chain[0, 1:].reshape(4, 4).detach()
+    mine = get_method("gradient-rollout")(a, None, 1, {}).double()
+    torch.testing.assert_close(mine, roll / roll.max(), rtol=1e-5, atol=1e-6)
+
+
+def test_every_method_a_clip_tower_has_runs_and_the_rest_say_why(clip_folder, photo_files):
+    from vitviz.explain.methods import all_methods
+
+    loaded = load_checkpoint(clip_folder[0])
+    kind_of(loaded).apply_prompts(loaded, PROMPTS)
+    a = analyze(loaded, photo_files["chelsea"], gradients=True)
+    ran = []
+    for method in all_methods():
+        why = method.unavailable(a)
+        if why is None:
+            out = method(a, None, 2, {}, strict=False)
+            assert out.shape == (4, 4) and torch.isfinite(out).all(), method.name
+            ran.append(method.name)
+    assert {"relevance", "gradient-rollout", "grad-sam", "attention-gradcam", "gradcam",
+            "rollout", "attention"} <= set(ran)  # fmt: skip
+    assert "LRP" in get_method_reason(a, "transformer-attribution")
+
+
+def get_method_reason(analysis, name: str) -> str:
+    from vitviz.explain.methods import get_method
+
+    why = get_method(name).unavailable(analysis)
+    assert why is not None
+    return why
+
+
+def test_explain_takes_prompts_and_writes_the_embeddings(clip_folder, photo_files, tmp_path):
+    folder, _ = clip_folder
+    prompts_file = tmp_path / "prompts.txt"
+    prompts_file.write_text("dog\ncat on a sofa\n\n")
+    out = tmp_path / "out"
+    argv = ["explain", str(photo_files["chelsea"]), "--checkpoint", str(folder),
+            "--prompts", str(prompts_file), "--prompt", "car", "--template", "a photo of a {}",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    with np.load(out / "chelsea.npz") as z:
+        assert str(z["kind"]) == "clip"
+        assert list(z["class_names"]) == [
+            "a photo of a dog", "a photo of a cat on a sofa", "a photo of a car"
+        ]  # fmt: skip
+        assert z["logits"].shape == (3,) and z["text_embeddings"].shape == (3, 16)
+        np.testing.assert_allclose(np.linalg.norm(z["image_embedding"]), 1.0, rtol=1e-5)
+        assert np.isfinite(z["relevance"]).all()
+
+
+def test_prompts_on_a_vit_are_refused_in_one_line(tiny_ckpt, photo_files, tmp_path, capsys):
+    argv = ["explain", str(photo_files["chelsea"]), "--checkpoint", str(tiny_ckpt),
+            "--prompt", "a dog", "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "--prompt" in err and "text tower" in err and "Traceback" not in err
+
+
+def test_a_clip_folder_without_tokenizer_files_says_so(clip_folder, tmp_path) -> None:
+    folder, _ = clip_folder
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors", "preprocessor_config.json"):
+        (bare / name).write_bytes((folder / name).read_bytes())
+    loaded = load_checkpoint(bare)
+    why = kind_of(loaded).apply_prompts(loaded, PROMPTS)
+    assert why is not None and "tokenizer" in why
+    assert json.loads((bare / "config.json").read_text())["model_type"] == "clip"

@@ -1,0 +1,154 @@
+"""Hugging Face ``CLIPModel`` folders (config.json with model_type "clip", the weights, the
+tokenizer files, preprocessor_config.json) -> a ``ClipImageModel``.
+
+Image tower (``vision_model.*``) -> vitviz's ViT names: the class embedding is the CLS token,
+the patch convolution has no bias (a zero bias is added), ``pre_layrnorm`` is ``norm_pre``,
+q/k/v are fused into ``qkv``, ``post_layernorm`` is the final norm (the CLS token is read after
+it, as Hugging Face reads its pooled output). ``visual_projection`` and ``logit_scale`` form the
+prompt head; ``text_model.*`` + ``text_projection`` the text tower.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.preprocessing import hf_preprocessing
+from vitviz.imaging import Preprocessing
+from vitviz.kinds.clip.network import ClipConfig
+from vitviz.kinds.clip.text import HF_ACTIVATIONS, hf_text_config, hf_text_state
+from vitviz.model import ViTConfig
+
+# CLIPImageProcessor's defaults (OpenAI's): resize the short side to 224, centre-crop 224.
+CLIP_PROCESSOR: dict[str, Any] = {
+    "do_resize": True,
+    "size": {"shortest_edge": 224},
+    "resample": 3,
+    "do_center_crop": True,
+    "crop_size": {"height": 224, "width": 224},
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+}
+_BLOCK = {
+    "layer_norm1": "norm1",
+    "self_attn.out_proj": "attn.proj",
+    "layer_norm2": "norm2",
+    "mlp.fc1": "mlp.fc1",
+    "mlp.fc2": "mlp.fc2",
+}
+_PROBE = "vision_model.embeddings.class_embedding"
+
+
+def detect(source: Source) -> bool:
+    cfg = source.hf_config
+    return (
+        _PROBE in source.state
+        and "visual_projection.weight" in source.state
+        and (cfg is None or cfg.get("model_type") == "clip")
+    )
+
+
+def _vision_config(cfg: dict[str, Any], state: dict[str, Tensor]) -> ViTConfig:
+    vision = cfg.get("vision_config") or {}
+    conv = state["vision_model.embeddings.patch_embedding.weight"]  # (D, C, p, p)
+    D, C, p = int(conv.shape[0]), int(conv.shape[1]), int(conv.shape[-1])
+    depth = 1 + max(
+        int(k.split(".")[3]) for k in state if k.startswith("vision_model.encoder.layers.")
+    )
+    table = int(state["vision_model.embeddings.position_embedding.weight"].shape[0]) - 1
+    side = round(table**0.5) * p
+    act = str(vision.get("hidden_act", "quick_gelu"))
+    if act not in HF_ACTIVATIONS:
+        raise CheckpointError(f"the image tower's activation {act!r} is not one vitviz computes")
+    return ViTConfig(
+        image_size=(side, side),
+        patch_size=p,
+        in_channels=C,
+        num_classes=0,
+        dim=D,
+        depth=depth,
+        heads=int(vision.get("num_attention_heads", max(1, D // 64))),
+        mlp_hidden_dim=int(state["vision_model.encoder.layers.0.mlp.fc1.weight"].shape[0]),
+        pre_norm=True,
+        norm_eps=float(vision.get("layer_norm_eps", 1e-5)),
+        activation=HF_ACTIVATIONS[act],
+    )
+
+
+def _vision_state(state: dict[str, Tensor], depth: int) -> dict[str, Tensor]:
+    """``vision_model.*`` + the head under vitviz's names (popped from ``state``)."""
+    e = "vision_model.embeddings."
+    conv = state.pop(e + "patch_embedding.weight")
+    out = {
+        "cls_token": state.pop(e + "class_embedding").reshape(1, 1, -1),
+        "pos_embed": state.pop(e + "position_embedding.weight")[None],
+        "patch_embed.proj.weight": conv,
+        "patch_embed.proj.bias": torch.zeros(conv.shape[0], dtype=conv.dtype),
+        "norm_pre.weight": state.pop("vision_model.pre_layrnorm.weight"),
+        "norm_pre.bias": state.pop("vision_model.pre_layrnorm.bias"),
+        "norm.weight": state.pop("vision_model.post_layernorm.weight"),
+        "norm.bias": state.pop("vision_model.post_layernorm.bias"),
+        "head.projection.weight": state.pop("visual_projection.weight"),
+        "head.logit_scale": state.pop("logit_scale"),
+    }
+    state.pop(e + "position_ids", None)
+    for i in range(depth):
+        b = f"vision_model.encoder.layers.{i}."
+        for part in ("weight", "bias"):
+            qkv = [state.pop(f"{b}self_attn.{n}_proj.{part}") for n in "qkv"]
+            out[f"blocks.{i}.attn.qkv.{part}"] = torch.cat(qkv)
+            for theirs, ours in _BLOCK.items():
+                out[f"blocks.{i}.{ours}.{part}"] = state.pop(f"{b}{theirs}.{part}")
+    return out
+
+
+def _folder(source: Source) -> Path | None:
+    if source.path is None:
+        return None
+    return source.path if source.path.is_dir() else source.path.parent
+
+
+def convert(source: Source) -> Conversion:
+    cfg = source.hf_config or {}
+    state = source.state
+    try:
+        vit = _vision_config(cfg, state)
+        out = _vision_state(state, vit.depth)
+        embed_dim = int(out["head.projection.weight"].shape[0])
+        text = None
+        if "text_projection.weight" in state:
+            text_cfg = dict(cfg.get("text_config") or {})
+            text = hf_text_config(text_cfg, embed_dim)
+            out.update({f"text.{k}": v for k, v in hf_text_state(state, text.depth).items()})
+    except KeyError as exc:
+        raise CheckpointError(f"{source.name}: a CLIP checkpoint without {exc}") from exc
+    notes = []
+    proc = source.preprocessor
+    if proc is None:
+        proc = CLIP_PROCESSOR
+        notes.append("no preprocessor_config.json: CLIP's image processor's defaults are used")
+    prep, prep_notes = hf_preprocessing(proc, vit.image_size)
+    folder = _folder(source)
+    config = ClipConfig(
+        vit=vit,
+        embed_dim=embed_dim,
+        text=text,
+        tokenizer_folder=None if folder is None or text is None else str(folder),
+    )
+    return Conversion(
+        family="huggingface-clip",
+        config=config,
+        state=out,
+        class_names=[],
+        preprocessing=Preprocessing.from_dict({"channels": vit.in_channels, **prep}),
+        notes=notes + prep_notes,
+        kind="clip",
+    )
+
+
+FAMILY = Family("huggingface-clip", detect, convert)
