@@ -45,9 +45,9 @@ class ClipKind(ViTKind):
 
     @property
     def families(self) -> Sequence[Any]:
-        from vitviz.kinds.clip import huggingface
+        from vitviz.kinds.clip import huggingface, openclip
 
-        return (huggingface.FAMILY,)
+        return (huggingface.FAMILY, openclip.FAMILY)
 
     # -- loading ---------------------------------------------------------------------------------
     def config_from_dict(self, data: dict[str, object]) -> ClipConfig:
@@ -67,13 +67,13 @@ class ClipKind(ViTKind):
                 f"the CLIP weights do not fit: missing {sorted(missing)[:3]}, "
                 f"unexpected {sorted(unexpected)[:3]}"
             )
-        if config.text is not None and config.tokenizer_folder is not None:
+        if config.text is not None and config.tokenizer is not None:
             try:
-                model.tokenizer = ClipTokenizer.from_folder(
-                    config.tokenizer_folder, config.text.context_length
+                model.tokenizer = ClipTokenizer.from_path(
+                    config.tokenizer, config.text.context_length
                 )
-            except (TokenizerError, OSError):
-                model.tokenizer = None  # prompts are refused with the reason (apply_prompts)
+            except (TokenizerError, OSError) as exc:  # prompts are refused with the reason
+                model.tokenizer_missing = f"its tokenizer can't be read: {exc}"
         return model.eval()
 
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Sequence[Tensor]]:
@@ -102,10 +102,7 @@ class ClipKind(ViTKind):
         if model.text is None:
             return "this CLIP checkpoint has no text tower (an image tower alone)"
         if model.tokenizer is None:
-            return (
-                "no tokenizer files beside the weights (tokenizer.json, or vocab.json and "
-                "merges.txt)"
-            )
+            return model.tokenizer_missing
         try:
             model.set_prompts(prompts)
         except ValueError as exc:

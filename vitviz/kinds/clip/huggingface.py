@@ -138,7 +138,7 @@ def convert(source: Source) -> Conversion:
         vit=vit,
         embed_dim=embed_dim,
         text=text,
-        tokenizer_folder=None if folder is None or text is None else str(folder),
+        tokenizer=None if folder is None or text is None else str(folder),
     )
     return Conversion(
         family="huggingface-clip",

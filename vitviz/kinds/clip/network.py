@@ -30,13 +30,13 @@ from vitviz.model import VisionTransformer, ViTConfig
 @dataclass(frozen=True)
 class ClipConfig:
     """A CLIP model: its image tower ``vit`` (num_classes: the prompts set), the shared space's
-    width ``embed_dim``, the text tower (None: an image tower alone, no prompts) and the folder
-    its tokenizer files were read from."""
+    width ``embed_dim``, the text tower (None: an image tower alone, no prompts) and where its
+    tokenizer is read from (a folder of tokenizer files, or OpenAI's gzip merges file)."""
 
     vit: ViTConfig
     embed_dim: int
     text: TextConfig | None = None
-    tokenizer_folder: str | None = None
+    tokenizer: str | None = None
 
     # what the shared layers read of any model config (ModelConfig)
     @property
@@ -58,7 +58,7 @@ class ClipConfig:
     def to_dict(self) -> dict[str, object]:
         text = None if self.text is None else asdict(self.text)
         return {"vit": self.vit.to_dict(), "embed_dim": self.embed_dim, "text": text,
-                "tokenizer_folder": self.tokenizer_folder}  # fmt: skip
+                "tokenizer": self.tokenizer}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClipConfig:
@@ -67,7 +67,7 @@ class ClipConfig:
             vit=ViTConfig.from_dict(data["vit"]),
             embed_dim=int(data["embed_dim"]),
             text=None if text is None else TextConfig(**text),
-            tokenizer_folder=data.get("tokenizer_folder"),
+            tokenizer=data.get("tokenizer"),
         )
 
 
@@ -102,6 +102,10 @@ class ClipImageModel(VisionTransformer):
         self.head = PromptHead(config.vit.dim, config.embed_dim)
         self.text = None if config.text is None else TextTower(config.text)
         self.tokenizer: ClipTokenizer | None = None
+        self.tokenizer_missing = (  # why there is no tokenizer (what apply_prompts says)
+            "no tokenizer files beside the weights (tokenizer.json, or vocab.json and "
+            "merges.txt; OpenCLIP's ships with the open_clip_torch package)"
+        )
         self.prompts: tuple[str, ...] = ()
         self._embedded: dict[str, Tensor] = {}  # prompt -> (E,) unit text embedding
 

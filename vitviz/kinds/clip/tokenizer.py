@@ -13,6 +13,7 @@ The vocabulary and merges come from ``tokenizer.json`` (what ``save_pretrained``
 
 from __future__ import annotations
 
+import gzip
 import json
 import unicodedata
 from collections.abc import Iterator, Sequence
@@ -23,6 +24,7 @@ from pathlib import Path
 START, END = "<|startoftext|>", "<|endoftext|>"
 _CONTRACTIONS = ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d")
 _END_OF_WORD = "</w>"
+OPENAI_MERGES = 49152 - 256 - 2  # the merges OpenAI's tokenizer reads from its file
 
 
 class TokenizerError(ValueError):
@@ -117,6 +119,32 @@ class ClipTokenizer:
         if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
             raise TokenizerError(f"{folder.name}: the tokenizer's vocabulary is not {{token: id}}")
         return cls(vocab, merges, context_length)
+
+    @classmethod
+    def from_path(cls, path: str | Path, context_length: int = 77) -> ClipTokenizer:
+        """A folder's tokenizer files (``from_folder``), or OpenAI's gzip merges file."""
+        path = Path(path)
+        if path.is_dir():
+            return cls.from_folder(path, context_length)
+        return cls.from_openai_merges(path, context_length)
+
+    @classmethod
+    def from_openai_merges(cls, path: str | Path, context_length: int = 77) -> ClipTokenizer:
+        """OpenAI's vocabulary from its gzip merges file (``bpe_simple_vocab_16e6.txt.gz``):
+        the 256 byte characters, each again with ``</w>``, every merge joined, then the start
+        and end tokens."""
+        path = Path(path)
+        try:
+            lines = gzip.decompress(path.read_bytes()).decode("utf-8").split("\n")
+        except (OSError, EOFError, UnicodeDecodeError) as exc:
+            raise TokenizerError(f"{path.name} is not a readable gzip BPE file ({exc})") from exc
+        merges = [tuple(line.split()) for line in lines[1 : OPENAI_MERGES + 1]]
+        if len(merges) != OPENAI_MERGES or any(len(m) != 2 for m in merges):
+            raise TokenizerError(f"{path.name}: expected {OPENAI_MERGES} merge pairs")
+        chars = list(byte_table().values())
+        tokens = [*chars, *(c + _END_OF_WORD for c in chars), *("".join(m) for m in merges)]
+        vocab = {t: i for i, t in enumerate([*tokens, START, END])}
+        return cls(vocab, merges, context_length)  # type: ignore[arg-type]
 
     def bpe(self, piece: str) -> list[str]:
         """One piece (byte characters) -> its BPE tokens, ``</w>`` on the last."""
