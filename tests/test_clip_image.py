@@ -196,3 +196,35 @@ def test_a_clip_folder_without_tokenizer_files_says_so(clip_folder, tmp_path) ->
     why = kind_of(loaded).apply_prompts(loaded, PROMPTS)
     assert why is not None and "tokenizer" in why
     assert json.loads((bare / "config.json").read_text())["model_type"] == "clip"
+
+
+@pytest.mark.parametrize("projection", [True, False], ids=["with-projection", "features"])
+def test_an_image_tower_alone_opens_without_prompts(projection, tmp_path, photo_files) -> None:
+    """CLIPVisionModelWithProjection / CLIPVisionModel folders: the attention and the image
+    embedding (the features, normalised, where there is no projection) equal the library's;
+    prompts are refused with the reason."""
+    from transformers import CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection
+
+    torch.manual_seed(6)
+    config = CLIPVisionConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                              num_attention_heads=4, image_size=SIDE, patch_size=8,
+                              projection_dim=16, attn_implementation="eager")  # fmt: skip
+    model = (CLIPVisionModelWithProjection if projection else CLIPVisionModel)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.normal_(0.0, 0.2)
+    model.save_pretrained(tmp_path)
+    loaded = load_checkpoint(tmp_path)
+    assert kind_of(loaded).name == "clip"
+    why = kind_of(loaded).apply_prompts(loaded, PROMPTS)
+    assert why is not None and "text tower" in why
+    a = analyze(loaded, photo_files["chelsea"])
+    assert not a.has_head
+    with torch.no_grad():
+        out = model(pixel_values=a.input[None], output_attentions=True)
+        ours = loaded.model.image_embedding(a.input[None])[0]
+    theirs = out.image_embeds[0] if projection else out.pooler_output[0]
+    torch.testing.assert_close(ours, theirs / theirs.norm(), rtol=1e-4, atol=1e-5)
+    for layer, attn in enumerate(out.attentions):
+        torch.testing.assert_close(a.attention[layer], attn[0], rtol=0, atol=1e-5)

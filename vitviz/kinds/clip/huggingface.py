@@ -1,6 +1,9 @@
 """Hugging Face ``CLIPModel`` folders (config.json with model_type "clip", the weights, the
 tokenizer files, preprocessor_config.json) -> a ``ClipImageModel``.
 
+A ``CLIPVisionModel`` / ``CLIPVisionModelWithProjection`` folder (model_type
+"clip_vision_model") opens as an image tower alone: no prompts, its attention and features.
+
 Image tower (``vision_model.*``) -> vitviz's ViT names: the class embedding is the CLS token,
 the patch convolution has no bias (a zero bias is added), ``pre_layrnorm`` is ``norm_pre``,
 q/k/v are fused into ``qkv``, ``post_layernorm`` is the final norm (the CLS token is read after
@@ -44,17 +47,27 @@ _BLOCK = {
 _PROBE = "vision_model.embeddings.class_embedding"
 
 
+MODEL_TYPES = ("clip", "clip_vision_model")  # CLIPModel; CLIPVisionModel (+WithProjection)
+
+
+def _unprefixed(source: Source) -> bool:
+    """A CLIPVisionModel saved by transformers 5: its keys lack ``vision_model.``."""
+    cfg = source.hf_config or {}
+    return cfg.get("model_type") == MODEL_TYPES[1] and "embeddings.class_embedding" in source.state
+
+
 def detect(source: Source) -> bool:
     cfg = source.hf_config
-    return (
-        _PROBE in source.state
-        and "visual_projection.weight" in source.state
-        and (cfg is None or cfg.get("model_type") == "clip")
-    )
+    if _unprefixed(source):
+        return True
+    if cfg is not None:
+        return cfg.get("model_type") in MODEL_TYPES and _PROBE in source.state
+    return _PROBE in source.state and "visual_projection.weight" in source.state
 
 
 def _vision_config(cfg: dict[str, Any], state: dict[str, Tensor]) -> ViTConfig:
-    vision = cfg.get("vision_config") or {}
+    alone = cfg.get("model_type") == MODEL_TYPES[1]  # an image tower's own config
+    vision = cfg if alone else cfg.get("vision_config") or {}
     conv = state["vision_model.embeddings.patch_embedding.weight"]  # (D, C, p, p)
     D, C, p = int(conv.shape[0]), int(conv.shape[1]), int(conv.shape[-1])
     depth = 1 + max(
@@ -93,9 +106,12 @@ def _vision_state(state: dict[str, Tensor], depth: int) -> dict[str, Tensor]:
         "norm_pre.bias": state.pop("vision_model.pre_layrnorm.bias"),
         "norm.weight": state.pop("vision_model.post_layernorm.weight"),
         "norm.bias": state.pop("vision_model.post_layernorm.bias"),
-        "head.projection.weight": state.pop("visual_projection.weight"),
-        "head.logit_scale": state.pop("logit_scale"),
     }
+    # CLIPVisionModel has no projection: the features themselves (an exact identity)
+    norm = out["norm.weight"]
+    identity = torch.eye(norm.shape[0], dtype=norm.dtype)
+    out["head.projection.weight"] = state.pop("visual_projection.weight", identity)
+    out["head.logit_scale"] = state.pop("logit_scale", torch.tensor(0.0))
     state.pop(e + "position_ids", None)
     for i in range(depth):
         b = f"vision_model.encoder.layers.{i}."
@@ -116,6 +132,9 @@ def _folder(source: Source) -> Path | None:
 def convert(source: Source) -> Conversion:
     cfg = source.hf_config or {}
     state = source.state
+    if _unprefixed(source):
+        for key in list(state):  # in place: no second reference to any tensor
+            state["vision_model." + key] = state.pop(key)
     try:
         vit = _vision_config(cfg, state)
         out = _vision_state(state, vit.depth)
@@ -129,8 +148,9 @@ def convert(source: Source) -> Conversion:
         raise CheckpointError(f"{source.name}: a CLIP checkpoint without {exc}") from exc
     notes = []
     proc = source.preprocessor
-    if proc is None:
-        proc = CLIP_PROCESSOR
+    if proc is None:  # CLIP's processor at the tower's own input size
+        side = {"height": vit.image_size[0], "width": vit.image_size[1]}
+        proc = {**CLIP_PROCESSOR, "size": {"shortest_edge": min(vit.image_size)}, "crop_size": side}
         notes.append("no preprocessor_config.json: CLIP's image processor's defaults are used")
     prep, prep_notes = hf_preprocessing(proc, vit.image_size)
     folder = _folder(source)
