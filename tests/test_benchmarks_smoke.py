@@ -70,3 +70,10 @@ def test_structure_counts_what_the_import_graph_holds() -> None:
     assert rows["import circles"] == str(len(circles(graph)))
     assert rows["upward imports"] == str(len(upward_imports(graph, VITVIZ_LAYERS)))
     assert rows["modules"] == str(len(graph)) and len(graph) > 100
+
+
+def test_clip_quick() -> None:
+    out = run_quick("clip.py", "--device", "cpu")
+    targets = {r[0].split(" ")[0]: r[5] for r in table_rows(out)}
+    assert targets == {"(a)": "baseline", "(a')": "baseline", "(b)": "≤ 1.15", "(c)": "≤ 1.5"}
+    assert "WRONG RESULT" not in out and "analysis logits differ" not in out

@@ -1,0 +1,181 @@
+"""What looking inside a CLIP costs: the analysis of an image against typed prompts, against the
+bare towers. ViT-B/32-sized towers (image 224 in 32-px patches, 12 × 768; text 12 × 512, 77
+tokens) with random weights, on the CPU (or ``--device``), batch 1, measured in turns:
+  (a) baseline: the image tower's fused forward with its prompt head (``model(x)`` under
+      ``inference_mode``) plus one text-tower pass over the prompts;
+  (a') the image tower's fused forward alone;
+  (b) the prompts set (their text pass; the text cache emptied first) + ``analyze`` + rollout
+      + every layer's CLS maps;
+  (c) a new prompt typed: its text pass + its relevance map (today: the analysis made again,
+      with gradients, for the new prompts).
+Targets (issue 21): median(b) / median(a) ≤ 1.15; median(c) / median(a') ≤ 1.5.
+The prompts are tokenised byte by byte (no merges: each character one token), longer than
+CLIP's BPE gives, so the text pass measured is if anything dearer.
+
+    .venv/bin/python benchmarks/clip.py [--quick] [--no-check] [--repeats N] [--device cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from itertools import count
+
+import torch
+from _common import (
+    Check,
+    Stats,
+    add_device_option,
+    apply_threads,
+    bench_device,
+    device_name,
+    finish,
+    fmt_seconds,
+    interleaved,
+    parser,
+    peak_rss_mib,
+    print_timed_report,
+    synced,
+)
+
+from vitviz.checkpoints.loaded import LoadedModel
+from vitviz.checkpoints.native import default_preprocessing
+from vitviz.kinds import kind_of
+from vitviz.kinds.clip.network import ClipConfig, ClipImageModel
+from vitviz.kinds.clip.text import TextConfig, pad_prompts
+from vitviz.kinds.clip.tokenizer import END, START, ClipTokenizer, byte_table
+from vitviz.model import ViTConfig
+from vitviz.pipeline.analysis import analyze
+
+TARGET_ANALYSIS = 1.15  # (b) / (a), at most
+TARGET_NEW_PROMPT = 1.5  # (c) / (a'), at most
+PROMPTS = ["a photo of a dog", "a photo of a cat on a sofa", "a diagram", "a red car"]
+
+
+def build(quick: bool, seed: int = 0) -> LoadedModel:
+    """A CLIP of ViT-B/32's shapes (``quick``: a small one) with random weights."""
+    torch.manual_seed(seed)
+    width, depth, text_width = (192, 4, 128) if quick else (768, 12, 512)
+    vit = ViTConfig(
+        image_size=(224, 224), patch_size=32, num_classes=0, dim=width, depth=depth,
+        heads=width // 64, pre_norm=True, norm_eps=1e-5, activation="quick_gelu",
+    )  # fmt: skip
+    chars = list(byte_table().values())
+    vocab = {t: i for i, t in enumerate([*chars, *(c + "</w>" for c in chars), START, END])}
+    text = TextConfig(
+        vocab_size=len(vocab), width=text_width, depth=depth, heads=text_width // 64,
+        mlp_hidden=4 * text_width, context_length=77, embed_dim=512, end_id=vocab[END],
+    )  # fmt: skip
+    model = ClipImageModel(ClipConfig(vit=vit, embed_dim=512, text=text)).eval()
+    model.tokenizer = ClipTokenizer(vocab, [], context_length=77)
+    with torch.no_grad():
+        model.head.logit_scale.fill_(4.6)
+    return LoadedModel(model=model, class_names=[], preprocessing=default_preprocessing(vit),
+                       family="benchmark")  # fmt: skip
+
+
+def make_cases(loaded: LoadedModel, x: torch.Tensor) -> dict[str, Callable[[], object]]:
+    model = loaded.model
+    kind = kind_of(loaded)
+    dev = next(model.parameters()).device
+    x_dev = x.to(dev)
+    ids = pad_prompts([model.tokenizer.encode(p) for p in PROMPTS], 0).to(dev)
+    kind.apply_prompts(loaded, PROMPTS)
+    fresh = count()
+
+    def bare() -> object:
+        with torch.inference_mode():
+            return model(x_dev), model.text(ids)
+
+    def bare_image() -> object:
+        with torch.inference_mode():
+            return model(x_dev)
+
+    def analysis() -> object:
+        model._embedded.clear()
+        kind.apply_prompts(loaded, PROMPTS)
+        a = analyze(loaded, x[0])
+        return a.rollout(), a.all_attention_maps()
+
+    def new_prompt() -> object:
+        typed = f"a photo of thing {next(fresh)}"  # never seen: its text pass runs
+        kind.apply_prompts(loaded, [*PROMPTS, typed])
+        # today the analysis is made again for the new prompts (a forward pass with autograd
+        # and a backward pass); the issue's target asks for the backward pass alone
+        return analyze(loaded, x[0], gradients=True).relevance(len(PROMPTS))
+
+    cases = {"a": bare, "a-image": bare_image, "b": analysis, "c": new_prompt}
+    return {k: synced(fn, dev) for k, fn in cases.items()}
+
+
+LABELS = {
+    "a": "(a) image tower + prompt head, fused, + one text pass",
+    "a-image": "(a') the image tower alone, fused",
+    "b": "(b) prompts set + analyze + rollout + CLS maps",
+    "c": "(c) a new prompt: its text pass + its relevance",
+}
+
+
+def check_results(loaded: LoadedModel, x: torch.Tensor) -> list[str]:
+    """The analysis sees what the fused forward sees: the same prompt scores."""
+    model = loaded.model
+    kind_of(loaded).apply_prompts(loaded, PROMPTS)
+    with torch.inference_mode():
+        fused = model(x.to(next(model.parameters()).device))[0].cpu()
+    a = analyze(loaded, x[0])
+    diff = float((a.logits - fused).abs().max())
+    return [f"analysis logits differ from the fused forward by {diff:.2e}"] if diff > 1e-4 else []
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__.splitlines()[0])
+    add_device_option(p)
+    args = p.parse_args(argv)
+    apply_threads(args.threads)
+    device = bench_device(args.device)
+    repeats = args.repeats or (3 if args.quick else 15)
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    loaded = build(args.quick)
+    loaded.model.to(device)
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    wrong = check_results(loaded, x)
+    times = interleaved(make_cases(loaded, x), repeats, warmup)
+    stats = {k: Stats.of(v) for k, v in times.items()}
+    base, image = stats["a"].median, stats["a-image"].median
+    checks = {
+        "b": Check("(b) analysis / bare towers", stats["b"].median / base, TARGET_ANALYSIS, True),
+        "c": Check(
+            "(c) new prompt's relevance / bare image forward",
+            stats["c"].median / image,
+            TARGET_NEW_PROMPT,
+            True,
+        ),
+    }
+    rows = []
+    for key, s in stats.items():
+        ratio = s.median / (image if key == "c" else base)
+        check = checks.get(key)
+        rows.append([
+            LABELS[key], fmt_seconds(s.median), fmt_seconds(s.p90), fmt_seconds(s.min),
+            f"{ratio:.2f}" + (" × (a')" if key == "c" else " × (a)"),
+            check.target if check else ("baseline" if key in ("a", "a-image") else "info"),
+            check.verdict if check else "",
+        ])  # fmt: skip
+    cfg = loaded.model.config
+    print_timed_report(
+        f"CLIP analysis: image tower {cfg.depth} × {cfg.dim} at 224, patch 32; "
+        f"{len(PROMPTS)} prompts; batch 1, {device.type}",
+        ["case", "median", "p90", "min", "ratio", "target", "verdict"],
+        rows,
+        repeats,
+        warmup,
+        args.quick,
+        device_line=f"device: {device_name(device)}",
+    )
+    print()
+    print(f"peak RSS: {peak_rss_mib():.0f} MiB")
+    return finish(list(checks.values()), args.no_check, wrong)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
