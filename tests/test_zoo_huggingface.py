@@ -184,3 +184,39 @@ def test_hf_in_memory_names_of_a_plain_state_dict(tmp_path: Path) -> None:
     loaded = load_checkpoint(path, config={"heads": 4, "norm_eps": 1e-12})
     x = images(2, 32, 32, seed=5)
     assert_close("logits", _reference(model, x).logits, ours(loaded, x)[0], LOGIT_ATOL)
+
+
+def test_hf_vit_msn_is_a_vit_under_its_own_name(tmp_path: Path) -> None:
+    from transformers import ViTMSNConfig, ViTMSNForImageClassification
+
+    torch.manual_seed(6)
+    config = ViTMSNConfig(**SMALL, num_attention_heads=4, num_labels=3)
+    model = randomize_(ViTMSNForImageClassification(config), seed=6)
+    loaded = load_checkpoint(_save(model, tmp_path / "msn"))
+    assert loaded.family == "huggingface-vit_msn" and loaded.config.class_token
+    x = images(2, 32, 32, seed=6)
+    ref = _reference(model, x)
+    logits, attn = ours(loaded, x)
+    assert_close("logits", ref.logits, logits, LOGIT_ATOL)
+    assert_attention(list(ref.attentions), attn)
+
+
+@pytest.mark.parametrize("head", ["classifier", "backbone"])
+def test_hf_ijepa_has_no_cls_and_reads_the_mean_token(tmp_path: Path, head: str) -> None:
+    from transformers import IJepaConfig, IJepaForImageClassification, IJepaModel
+
+    torch.manual_seed(7)
+    config = IJepaConfig(**SMALL, num_attention_heads=2, num_labels=3)
+    model = IJepaForImageClassification(config) if head == "classifier" else IJepaModel(config)
+    model = randomize_(model, seed=7)
+    loaded = load_checkpoint(_save(model, tmp_path / "ijepa"))
+    cfg = loaded.config
+    assert (cfg.class_token, cfg.global_pool, cfg.num_prefix_tokens) == (False, "avg", 0)
+    x = images(2, 32, 32, seed=7)
+    ref = _reference(model, x)
+    logits, attn = ours(loaded, x)
+    if head == "classifier":
+        assert_close("logits", ref.logits, logits, LOGIT_ATOL)
+    else:
+        assert_close("last_hidden_state", ref.last_hidden_state, _features(loaded, x), LOGIT_ATOL)
+    assert_attention(list(ref.attentions), attn)

@@ -273,14 +273,17 @@ def build_transformers(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
 
 
 def transformers_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """transformers' logits (a base model: its pooler output, else the normed CLS token) and
-    attention probabilities."""
+    """transformers' logits (a base model: its pooler output, else the normed CLS token, or the
+    mean token of a model with no CLS token, I-JEPA's) and attention probabilities."""
     with torch.no_grad():
         out = model(pixel_values=x, output_attentions=True)
     logits = getattr(out, "logits", None)
     if logits is None:
         pooled = getattr(out, "pooler_output", None)
-        logits = pooled if pooled is not None else out.last_hidden_state[:, 0]
+        embeddings = getattr(getattr(model, "base_model", model), "embeddings", None)
+        has_cls = getattr(embeddings, "cls_token", None) is not None
+        hidden = out.last_hidden_state
+        logits = pooled if pooled is not None else hidden[:, 0] if has_cls else hidden.mean(1)
     return logits, list(getattr(out, "attentions", None) or [])
 
 

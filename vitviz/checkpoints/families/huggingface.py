@@ -43,7 +43,14 @@ _ACTIVATIONS = {
     "quick_gelu": "quick_gelu",
     "relu": "relu",
 }
-_EPS = {"vit": 1e-12, "deit": 1e-12, "dinov2": 1e-6, "dinov2_with_registers": 1e-6}
+_EPS = {
+    "vit": 1e-12,
+    "deit": 1e-12,
+    "dinov2": 1e-6,
+    "dinov2_with_registers": 1e-6,
+    "vit_msn": 1e-12,  # ViT-MSN: a ViT under its own name
+    "ijepa": 1e-12,  # I-JEPA: a ViT with no CLS token; its classifier reads the mean token
+}
 # config.json fields: those this converter reads or the weights' shapes show, and those that only
 # describe or matter only for training or other outputs. Any other field is named in the notes
 # when transformers is not importable to check the model (with it, its own model decides).
@@ -120,12 +127,17 @@ def _base_prefix(state: dict[str, Tensor]) -> str:
 
 
 def _layer_prefixes(state: dict[str, Tensor], base: str) -> dict[int, str]:
-    found: dict[int, str] = {}
-    for key in state:
-        m = _LAYER.match(key)
-        if m and m.group(1) == base:
-            found[int(m.group(2))] = key[: m.end()]
-    return found
+    """{layer: its key prefix} under ``base``, else at the top (transformers 5.24 saves a
+    ViTMSN's layers as ``encoder.layer.N`` beside ``vit.embeddings``)."""
+    for where in dict.fromkeys((base, "")):
+        found: dict[int, str] = {}
+        for key in state:
+            m = _LAYER.match(key)
+            if m and m.group(1) == where:
+                found[int(m.group(2))] = key[: m.end()]
+        if found:
+            return found
+    return {}
 
 
 def _model_type(source: Source, state: dict[str, Tensor], base: str) -> str:
@@ -165,7 +177,9 @@ def convert(source: Source) -> Conversion:
     D, C, p, p2 = patch.shape
     if p != p2:
         raise CheckpointError(f"{source.name}: non-square patches {p}×{p2} are not supported.")
-    out["cls_token"] = t.take(e + "cls_token")
+    cls = t.maybe(e + "cls_token")  # I-JEPA has none
+    if cls is not None:
+        out["cls_token"] = cls
     dist = t.maybe(e + "distillation_token")
     if dist is not None:
         out["dist_token"] = dist
@@ -207,8 +221,14 @@ def convert(source: Source) -> Conversion:
             f"{source.name}: hidden_act {act!r} is not supported "
             f"(supported: {', '.join(_ACTIVATIONS)})."
         )
-    prefix = 1 + (dist is not None)
+    prefix = (cls is not None) + (dist is not None)
     inferred: dict[str, Any] = dict(
+        class_token=cls is not None,
+        # no CLS: the classifier reads the mean of the tokens (IJepaForImageClassification);
+        # a pooler reads the first token, a patch (IJepaModel's)
+        global_pool="token"
+        if cls is not None or out.get("pre_logits.0.weight") is not None
+        else "avg",
         patch_size=p,
         in_channels=C,
         dim=D,
@@ -243,7 +263,9 @@ def convert(source: Source) -> Conversion:
     model_size = (model_size, model_size) if isinstance(model_size, int) else tuple(model_size)
     proc = source.preprocessor
     if proc is None:
-        proc = HF_DEFAULTS["dinov2" if model_type.startswith("dinov2") else model_type]
+        proc = HF_DEFAULTS.get(
+            "dinov2" if model_type.startswith("dinov2") else model_type, HF_DEFAULTS["vit"]
+        )  # ViT-MSN's and I-JEPA's: ViT's processor
         notes.append(
             f"no preprocessor_config.json: the {model_type} image processor's defaults are used"
         )
