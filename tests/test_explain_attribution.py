@@ -387,6 +387,8 @@ def test_a_batch_equals_its_images_one_by_one():
         dict(num_register_tokens=2),
         dict(global_pool="avg", fc_norm=True),
         dict(global_pool="avg", class_token=False),
+        dict(global_pool="token_avg"),
+        dict(global_pool="token_avg", num_register_tokens=2),
         dict(distill_token=True),
         dict(norm_first=False),
         dict(head_hidden_dim=16),
@@ -429,3 +431,27 @@ def test_refusals():
     model.train()
     with pytest.raises(ValueError, match="eval mode"):
         attention_relevance(model, x)
+
+
+@pytest.mark.parametrize("pool", ["token", "avg", "token_avg"])
+def test_the_pooling_rule_hands_the_heads_relevance_to_the_tokens_it_pooled(pool):
+    """Float64, from the definitions: the head's linear rule gives the pooled features their
+    relevance; the pooling's z rule hands each feature's share, whole, to the tokens it came
+    from (token: CLS; avg: the patches; token_avg: the first D features to CLS, the last D to
+    the patches)."""
+    from vitviz.explain.attribution import _forward, _head_relprop, linear_rule
+
+    model = random_vit(seed=10, image_size=(24, 40), global_pool=pool).double()
+    x = image(model.config, 10, torch.float64)
+    trace = _forward(model, x)
+    target = int(trace.logits[0].argmax())
+    r_logits = torch.zeros_like(trace.logits)
+    r_logits[0, target] = 1.0
+    r_pooled = linear_rule(trace.head_in, model.head.weight, r_logits)[0]
+    r_tokens = _head_relprop(model, trace, r_logits)[0].detach()
+    D, prefix = r_tokens.shape[-1], model.num_prefix_tokens
+    to_cls = {"token": r_pooled, "avg": r_pooled[:0], "token_avg": r_pooled[:D]}[pool]
+    to_patches = {"token": r_pooled[:0], "avg": r_pooled, "token_avg": r_pooled[D:]}[pool]
+    assert torch.allclose(r_tokens[0].sum(), to_cls.sum(), rtol=1e-9, atol=1e-12)
+    assert torch.allclose(r_tokens[prefix:].sum(), to_patches.sum(), rtol=1e-9, atol=1e-12)
+    assert r_pooled.abs().sum() > 1e-3

@@ -220,3 +220,30 @@ def test_hf_ijepa_has_no_cls_and_reads_the_mean_token(tmp_path: Path, head: str)
     else:
         assert_close("last_hidden_state", ref.last_hidden_state, _features(loaded, x), LOGIT_ATOL)
     assert_attention(list(ref.attentions), attn)
+
+
+@pytest.mark.parametrize("registers", [0, 2])
+def test_hf_dinov2_classifier_reads_cls_and_the_mean_patch(tmp_path: Path, registers) -> None:
+    """Dinov2(WithRegisters)ForImageClassification: a classifier over [CLS, mean of patches]."""
+    from transformers import (
+        Dinov2ForImageClassification,
+        Dinov2WithRegistersConfig,
+        Dinov2WithRegistersForImageClassification,
+    )
+
+    torch.manual_seed(8)
+    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, image_size=28,
+                 patch_size=7, num_labels=3, attn_implementation="eager")  # fmt: skip
+    if registers:
+        config = Dinov2WithRegistersConfig(**small, num_register_tokens=registers)
+        model = Dinov2WithRegistersForImageClassification(config)
+    else:
+        model = Dinov2ForImageClassification(Dinov2Config(**small))
+    model = randomize_(model, seed=8)
+    loaded = load_checkpoint(_save(model, tmp_path / "dinocls"))
+    assert loaded.config.global_pool == "token_avg"
+    x = images(2, 28, 28, seed=8)
+    ref = _reference(model, x)
+    logits, attn = ours(loaded, x)
+    assert_close("logits", ref.logits, logits, LOGIT_ATOL)
+    assert_attention(list(ref.attentions), attn)

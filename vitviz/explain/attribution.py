@@ -112,7 +112,6 @@ def _block(block: nn.Module, x: Tensor) -> tuple[Tensor, _BlockTrace]:
 
 def _forward(model: nn.Module, x: Tensor) -> _Trace:
     """The model's forward pass, written out so every relevance rule sees its inputs."""
-    cfg = model.config
     tokens, grid = model.embed(x)
     trace = _Trace(logits=tokens.new_empty(0), grid=grid)
     for block in model.blocks:
@@ -120,12 +119,7 @@ def _forward(model: nn.Module, x: Tensor) -> _Trace:
         trace.blocks.append(bt)
     tokens = model.norm(tokens)
     trace.tokens = tokens
-    if cfg.global_pool == "avg":
-        start = 0 if cfg.pool_include_prefix else model.num_prefix_tokens
-        pooled = tokens[:, start:].mean(dim=1)
-    else:
-        pooled = tokens[:, 0]
-    trace.pooled = pooled
+    trace.pooled = pooled = model.pool(tokens)
     h = model.fc_norm(pooled)
     if isinstance(model.pre_logits, nn.Sequential):
         trace.pre_in = h
@@ -218,15 +212,19 @@ def _head_relprop(model: nn.Module, trace: _Trace, r_logits: Tensor) -> Tensor:
     r = linear_rule(trace.head_in, model.head.weight, r_logits)
     if trace.pre_in is not None:  # pre-logits Linear + tanh (tanh: unchanged)
         r = linear_rule(trace.pre_in, model.pre_logits[0].weight, r)
-    # fc_norm: unchanged; the pooling: z rule
+    # fc_norm: unchanged; the pooling: z rule (token_avg: the first D features are CLS's, the
+    # last D the mean's, each passed on by its own rule)
     cfg = model.config
-    if cfg.global_pool == "avg":
+    D = tokens.shape[-1]
+    r_cls, r_mean = (r[:, :D], r[:, D:]) if cfg.global_pool == "token_avg" else (r, r)
+    if cfg.global_pool in ("avg", "token_avg"):
         start = 0 if cfg.pool_include_prefix else model.num_prefix_tokens
         n = tokens.shape[1] - start
-        s = safe_divide(r, trace.pooled)[:, None] / n
+        mean = trace.pooled[:, -D:]
+        s = safe_divide(r_mean, mean)[:, None] / n
         r_tokens[:, start:] = r_tokens[:, start:] + tokens[:, start:] * s
-    else:
-        r_tokens[:, 0] = r_tokens[:, 0] + tokens[:, 0] * safe_divide(r, tokens[:, 0])
+    if cfg.global_pool in ("token", "token_avg"):
+        r_tokens[:, 0] = r_tokens[:, 0] + tokens[:, 0] * safe_divide(r_cls, tokens[:, 0])
     return r_tokens  # the final norm: unchanged
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 POS_EMBED_KINDS = ("learned", "sincos", "sincos2d", "none")
-POOLS = ("token", "avg")
+POOLS = ("token", "avg", "token_avg")  # token_avg: [CLS, mean of the patches] (DINOv2 heads)
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu")
 PATCH_EMBEDS = ("conv", "linear")
 # How a learned position table is resampled to another grid (each library does it its own way):
@@ -49,7 +49,7 @@ class ViTConfig:
     num_register_tokens: int = 0
     no_embed_class: bool = False  # position embedding covers the patches only, not prefix tokens
     layer_scale_init: float | None = None  # LayerScale (ls1/ls2) when set
-    global_pool: str = "token"  # "token" (CLS) | "avg" (mean of patch tokens)
+    global_pool: str = "token"  # "token" (CLS) | "avg" (mean of patch tokens) | "token_avg" (both)
     fc_norm: bool = False  # LayerNorm after pooling instead of before (timm avg-pool models)
     pre_norm: bool = False  # LayerNorm before the blocks (CLIP-style norm_pre)
     norm_eps: float = 1e-6
@@ -133,8 +133,10 @@ class ViTConfig:
             problems.append(f"global_pool must be one of {POOLS} (got {self.global_pool!r})")
         if self.activation not in ACTIVATIONS:
             problems.append(f"activation must be one of {ACTIVATIONS} (got {self.activation!r})")
-        if self.global_pool == "token" and not self.class_token:
-            problems.append("global_pool 'token' needs class_token=True")
+        if self.global_pool in ("token", "token_avg") and not self.class_token:
+            problems.append(f"global_pool {self.global_pool!r} needs class_token=True")
+        if self.global_pool == "token_avg" and (self.fc_norm or self.head_hidden_dim):
+            problems.append("global_pool 'token_avg' takes no fc_norm or head_hidden_dim")
         if self.distill_token and not self.class_token:
             problems.append("distill_token needs class_token=True")
         if self.num_register_tokens < 0:

@@ -61,7 +61,7 @@ class VisionTransformer(nn.Module):
             head_in = config.head_hidden_dim
         else:
             self.pre_logits = nn.Identity()
-            head_in = D
+            head_in = 2 * D if config.global_pool == "token_avg" else D
         self.head_drop = nn.Dropout(config.drop_rate)
         C = config.num_classes
         self.head = nn.Linear(head_in, C) if C else nn.Identity()
@@ -164,14 +164,19 @@ class VisionTransformer(nn.Module):
                 hidden.append(tokens)
         return self.norm(tokens), attentions, hidden, grid
 
+    def pool(self, tokens: Tensor) -> Tensor:
+        """(B, N, D) final tokens -> (B, D) what the head reads: the CLS token, the mean of the
+        patch tokens (or of every token), or both side by side (B, 2D)."""
+        cfg = self.config
+        if cfg.global_pool == "token":
+            return tokens[:, 0]
+        start = 0 if cfg.pool_include_prefix else self.num_prefix_tokens
+        mean = tokens[:, start:].mean(dim=1)
+        return mean if cfg.global_pool == "avg" else torch.cat([tokens[:, 0], mean], dim=-1)
+
     def forward_head(self, tokens: Tensor) -> Tensor:
         """(B, N, D) final tokens -> (B, C) logits (DeiT distilled: mean of both heads)."""
-        if self.config.global_pool == "avg":
-            start = 0 if self.config.pool_include_prefix else self.num_prefix_tokens
-            pooled = tokens[:, start:].mean(dim=1)
-        else:
-            pooled = tokens[:, 0]
-        pooled = self.head_drop(self.pre_logits(self.fc_norm(pooled)))
+        pooled = self.head_drop(self.pre_logits(self.fc_norm(self.pool(tokens))))
         logits = self.head(pooled)
         if self.head_dist is not None:
             logits = (logits + self.head_dist(tokens[:, 1])) / 2

@@ -222,11 +222,14 @@ def convert(source: Source) -> Conversion:
             f"(supported: {', '.join(_ACTIVATIONS)})."
         )
     prefix = (cls is not None) + (dist is not None)
+    both = "head.weight" in out and out["head.weight"].shape[1] == 2 * D  # Dinov2ForImage...
     inferred: dict[str, Any] = dict(
         class_token=cls is not None,
         # no CLS: the classifier reads the mean of the tokens (IJepaForImageClassification);
         # a pooler reads the first token, a patch (IJepaModel's)
-        global_pool="token"
+        global_pool="token_avg"
+        if both
+        else "token"
         if cls is not None or out.get("pre_logits.0.weight") is not None
         else "avg",
         patch_size=p,
@@ -310,12 +313,14 @@ def _take_head(
         return out["head.weight"].shape[0], None
     if "classifier.weight" in t:
         w = t.state["classifier.weight"]
-        if w.shape[1] != out["norm.weight"].shape[0]:
+        D = out["norm.weight"].shape[0]
+        if w.shape[1] not in (D, 2 * D):
             raise CheckpointError(
-                f"{t.source.name}: a classifier over {w.shape[1]} features (Dinov2 for image "
-                f"classification reads CLS and the mean of the patches) is not supported; the "
-                f"backbone (Dinov2Model) is."
+                f"{t.source.name}: a classifier over {w.shape[1]} features of {D}-wide tokens "
+                f"is not one vitviz reads (it reads the CLS token, the mean token, or both)."
             )
+        if w.shape[1] == 2 * D:
+            notes.append("the classifier reads the CLS token and the mean of the patch tokens")
         out["head.weight"] = t.take("classifier.weight")
         out["head.bias"] = t.take("classifier.bias")
         return out["head.weight"].shape[0], None
