@@ -247,3 +247,20 @@ def test_hf_dinov2_classifier_reads_cls_and_the_mean_patch(tmp_path: Path, regis
     logits, attn = ours(loaded, x)
     assert_close("logits", ref.logits, logits, LOGIT_ATOL)
     assert_attention(list(ref.attentions), attn)
+
+
+def test_hf_deit_without_teacher_reads_the_cls_token_alone(tmp_path: Path) -> None:
+    """DeiTForImageClassification: a distillation token, but one classifier, on CLS."""
+    from transformers import DeiTForImageClassification
+
+    torch.manual_seed(9)
+    config = DeiTConfig(**SMALL, num_attention_heads=2, num_labels=4)
+    model = randomize_(DeiTForImageClassification(config), seed=9)
+    loaded = load_checkpoint(_save(model, tmp_path / "deitcls"))
+    assert loaded.config.distill_token and not loaded.config.distill_head
+    assert loaded.model.head_dist is None
+    x = images(2, 32, 32, seed=9)
+    ref = _reference(model, x)
+    logits, attn = ours(loaded, x)
+    assert_close("logits", ref.logits, logits, LOGIT_ATOL)
+    assert_attention(list(ref.attentions), attn)

@@ -46,6 +46,7 @@ class ViTConfig:
     pos_embed: str = "learned"  # learned | sincos (1-D over tokens) | sincos2d (grid) | none
     class_token: bool = True
     distill_token: bool = False  # DeiT distilled: second prefix token with its own head
+    distill_head: bool = True  # its head (False: transformers' DeiTForImageClassification)
     num_register_tokens: int = 0
     no_embed_class: bool = False  # position embedding covers the patches only, not prefix tokens
     layer_scale_init: float | None = None  # LayerScale (ls1/ls2) when set

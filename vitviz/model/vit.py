@@ -65,7 +65,8 @@ class VisionTransformer(nn.Module):
         self.head_drop = nn.Dropout(config.drop_rate)
         C = config.num_classes
         self.head = nn.Linear(head_in, C) if C else nn.Identity()
-        self.head_dist = nn.Linear(D, C) if (config.distill_token and C) else None
+        dist_head = config.distill_token and config.distill_head and C
+        self.head_dist = nn.Linear(D, C) if dist_head else None
         self.init_weights()
 
     # -- initialisation ---------------------------------------------------------------------------

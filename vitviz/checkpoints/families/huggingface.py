@@ -238,6 +238,7 @@ def convert(source: Source) -> Conversion:
         depth=depth,
         num_classes=num_classes,
         distill_token=dist is not None,
+        distill_head=dist is None or "head_dist.weight" in out,
         qkv_bias=qkv_bias,
         num_register_tokens=0 if regs is None else regs.shape[1],
         layer_scale_init=1.0 if layer_scale else None,
