@@ -83,7 +83,9 @@ def _attention(module: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Te
     heads, hd = module.heads, module.head_dim
     qkv = module.qkv(x).reshape(B, N, 3, heads, hd).permute(2, 0, 3, 1, 4)
     q, k, v = qkv.unbind(0)  # each (B, H, N, hd)
-    attn = ((q * module.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, N, N)
+    scores = (q * module.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
+    bias = module.position_bias(N)  # BEiT's relative position bias (LRP refused on it)
+    attn = (scores if bias is None else scores + bias).softmax(dim=-1)
     ctx = (attn @ v).transpose(1, 2).reshape(B, N, heads * hd)
     return q, k, v, attn, ctx
 

@@ -47,6 +47,7 @@ class ViTConfig:
     class_token: bool = True
     distill_token: bool = False  # DeiT distilled: second prefix token with its own head
     distill_head: bool = True  # its head (False: transformers' DeiTForImageClassification)
+    rel_pos_bias: bool = False  # BEiT: a learnt bias per head and relative position, each layer
     num_register_tokens: int = 0
     no_embed_class: bool = False  # position embedding covers the patches only, not prefix tokens
     layer_scale_init: float | None = None  # LayerScale (ls1/ls2) when set
@@ -138,6 +139,8 @@ class ViTConfig:
             problems.append(f"global_pool {self.global_pool!r} needs class_token=True")
         if self.global_pool == "token_avg" and (self.fc_norm or self.head_hidden_dim):
             problems.append("global_pool 'token_avg' takes no fc_norm or head_hidden_dim")
+        if self.rel_pos_bias and self.num_prefix_tokens != 1:
+            problems.append("rel_pos_bias needs the CLS token alone before the patches")
         if self.distill_token and not self.class_token:
             problems.append("distill_token needs class_token=True")
         if self.num_register_tokens < 0:

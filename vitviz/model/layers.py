@@ -50,6 +50,24 @@ class PatchEmbed(nn.Module):
         return self.norm(x), grid
 
 
+def relative_position_index(grid: tuple[int, int]) -> Tensor:
+    """(N, N) long, N = 1 + gh·gw (CLS first): the row of the bias table each query-key pair
+    reads (BEiT's layout). Patch pairs: (Δrow + gh − 1)·(2gw − 1) + (Δcol + gw − 1); the last
+    three rows of the table: CLS to a patch, a patch to CLS, CLS to itself."""
+    gh, gw = grid
+    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    r, c = rows.flatten(), cols.flatten()
+    dr = r[:, None] - r[None, :] + gh - 1
+    dc = c[:, None] - c[None, :] + gw - 1
+    distances = (2 * gh - 1) * (2 * gw - 1)
+    index = torch.empty(1 + gh * gw, 1 + gh * gw, dtype=torch.long)
+    index[1:, 1:] = dr * (2 * gw - 1) + dc
+    index[0, :] = distances  # CLS to every token
+    index[:, 0] = distances + 1  # every token to CLS
+    index[0, 0] = distances + 2  # CLS to itself
+    return index
+
+
 class Attention(nn.Module):
     """Multi-head self-attention with one fused qkv Linear.
 
@@ -68,19 +86,44 @@ class Attention(nn.Module):
         self.attn_drop = nn.Dropout(config.attn_drop_rate)
         self.proj = nn.Linear(self.attn_dim, config.dim)
         self.proj_drop = nn.Dropout(config.drop_rate)
+        self.relative_position_bias_table: nn.Parameter | None = None
+        if config.rel_pos_bias:
+            gh, gw = config.grid_size
+            rows = (2 * gh - 1) * (2 * gw - 1) + 3
+            self.relative_position_bias_table = nn.Parameter(torch.zeros(rows, self.heads))
+            self.rel_grid = (gh, gw)
+        self._rel_index: Tensor | None = None  # made on the table's device when first needed
+
+    def position_bias(self, n: int) -> Tensor | None:
+        """(heads, n, n) added to the attention scores (BEiT's relative position bias), or None.
+        ValueError for a token count other than the grid the table was learnt on."""
+        table = self.relative_position_bias_table
+        if table is None:
+            return None
+        index = self._rel_index
+        if index is None or index.device != table.device:  # not a buffer: a meta-built model
+            index = self._rel_index = relative_position_index(self.rel_grid).to(table.device)
+        if n != index.shape[0]:
+            raise ValueError(
+                f"a relative position bias learnt on {index.shape[0] - 1} patches: this input "
+                f"gives {n - 1}; analyse it at the model's own input size"
+            )
+        return table[index.view(-1)].view(n, n, -1).permute(2, 0, 1)
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
         B, N, _ = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (B, nh, N, hd)
+        bias = self.position_bias(N)
         attn: Tensor | None = None
         if capture:
             scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, nh, N, N)
-            attn = scores.softmax(dim=-1)
+            attn = (scores if bias is None else scores + bias).softmax(dim=-1)
             out = self.attn_drop(attn) @ v  # (B, nh, N, hd)
         else:
             p = self.attn_drop.p if self.training else 0.0
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            mask = None if bias is None else bias.to(q.dtype)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         out = out.transpose(1, 2).reshape(B, N, self.attn_dim)
         return self.proj_drop(self.proj(out)), attn
 

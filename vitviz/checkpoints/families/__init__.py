@@ -15,6 +15,7 @@ from vitviz.checkpoints.families import (
     lucidrains,
     own,
     timm,
+    timm_beit,
     torchvision,
     tutorial,
 )
@@ -25,6 +26,7 @@ GENERIC: tuple[Family, ...] = (
     torchvision.FAMILY,
     huggingface.FAMILY,
     dino.FAMILY,
+    timm_beit.FAMILY,  # before timm's ViT: a timm folder of a BEiT is claimed here
     timm.FAMILY,
     lucidrains.FAMILY,
     tutorial.FAMILY,

@@ -141,8 +141,21 @@ COMPUTE = {
     "gradcam": _gradcam,
     "random": _random,
 }
+
+
+def _lrp_rules(label: str, model: nn.Module) -> str | None:
+    """Transformer attribution: vitviz's own ViT, without parts its LRP has no rule for."""
+    why = _own_vit("its blocks' LRP rules and its head")(label, model)
+    if why is None and getattr(model.config, "rel_pos_bias", False):
+        return (
+            f"{label} has no LRP rule for the relative position bias added to the attention "
+            "scores (BEiT's); relevance and the gradient methods apply"
+        )
+    return why
+
+
 REQUIRES = {
-    "transformer-attribution": _own_vit("its blocks' LRP rules and its head"),
+    "transformer-attribution": _lrp_rules,
     "gradcam": _own_vit("the last block's first LayerNorm"),
 }
 

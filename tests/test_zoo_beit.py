@@ -1,0 +1,124 @@
+"""timm BEiT (issue 27, relative position bias): per-layer bias tables, q/v biases, LayerScale,
+mean pooling or CLS, with or without an absolute position embedding, as a bare state dict and
+as timm's folder; logits and attention against timm's eager forward, relevance and gradient
+rollout through the bias against float64 references from their definitions, transformer
+attribution refused with the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from timm.models import save_for_hf
+from zoo_helpers import LOGIT_ATOL, assert_attention, assert_close, images, ours, randomize_
+
+from vitviz.checkpoints import CheckpointError, load_checkpoint
+from vitviz.explain.methods import get_method
+from vitviz.model.layers import relative_position_index
+from vitviz.pipeline.analysis import analyze
+
+TINY = dict(pretrained=False, img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4,
+            num_classes=3)  # fmt: skip
+
+
+def tiny_beit(seed: int = 0, **options) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return randomize_(timm.create_model("beit_base_patch16_224", **{**TINY, **options}), seed=seed)
+
+
+def test_the_relative_position_index_is_beits() -> None:
+    from timm.models.beit import gen_relative_position_index
+
+    for grid in ((4, 4), (3, 5)):
+        assert torch.equal(relative_position_index(grid), gen_relative_position_index(grid))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"global_pool": "token"}, {"use_abs_pos_emb": True}, {"init_values": None}],
+    ids=["mean-pool", "cls", "abs-pos", "no-layer-scale"],
+)
+def test_timm_beit_state_dict_opens_exactly(tmp_path: Path, options) -> None:
+    model = tiny_beit(**options)
+    path = tmp_path / "beit.pth"
+    torch.save(model.state_dict(), path)
+    loaded = load_checkpoint(path)
+    assert loaded.family == "timm-beit" and loaded.config.rel_pos_bias
+    assert loaded.config.heads == 4 and loaded.config.image_size == (32, 32)
+    x = images(2, 32, 32)
+    from zoo_helpers import timm_reference
+
+    ref_logits, ref_attn = timm_reference(model, x)
+    logits, attn = ours(loaded, x)
+    assert_close("logits", ref_logits, logits, LOGIT_ATOL)
+    assert_attention(ref_attn, attn)
+
+
+def test_timm_beit_folder_and_its_preprocessing(tmp_path: Path) -> None:
+    model = tiny_beit(seed=1)
+    save_for_hf(model, tmp_path / "beit", safe_serialization=True)
+    loaded = load_checkpoint(tmp_path / "beit")
+    assert loaded.family == "timm-beit"
+    assert loaded.preprocessing.mean == pytest.approx((0.5, 0.5, 0.5))
+    x = images(1, 32, 32, seed=1)
+    from zoo_helpers import timm_reference
+
+    ref_logits, ref_attn = timm_reference(model, x)
+    logits, attn = ours(loaded, x)
+    assert_close("logits", ref_logits, logits, LOGIT_ATOL)
+    assert_attention(ref_attn, attn)
+
+
+def test_a_shared_bias_is_refused_by_name(tmp_path: Path) -> None:
+    model = tiny_beit(use_rel_pos_bias=False, use_shared_rel_pos_bias=True)
+    path = tmp_path / "shared.pth"
+    torch.save(model.state_dict(), path)
+    with pytest.raises(CheckpointError, match="shared by every layer"):
+        load_checkpoint(path)
+
+
+def test_another_grid_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "beit.pth"
+    torch.save(tiny_beit().state_dict(), path)
+    loaded = load_checkpoint(path)
+    with pytest.raises(ValueError, match="relative position bias learnt on 16 patches"):
+        analyze(loaded, torch.randn(3, 48, 32))
+
+
+def test_relevance_and_gradient_rollout_through_the_bias(tmp_path: Path, photo_files) -> None:
+    """Float64 references from the definitions (DESIGN §5) on timm's own attention, with its
+    autograd: relevance R = I + Σ Ā_l R, Ā_l = E_h[(∇A ⊙ A)⁺]; gradient rollout's chain."""
+    model = tiny_beit(seed=2, global_pool="token")
+    path = tmp_path / "beit.pth"
+    torch.save(model.state_dict(), path)
+    loaded = load_checkpoint(path)
+    a = analyze(loaded, photo_files["chelsea"], gradients=True)
+    target = a.top_class
+    ref = model.double()
+    kept = []
+    for block in ref.blocks:
+        block.attn.fused_attn = False
+        block.attn.attn_drop.register_forward_hook(lambda _m, _i, o: kept.append(o) or o)
+    logits = ref(a.input[None].double())
+    for t in kept:
+        t.retain_grad()
+    logits[0, target].backward()
+    n = kept[0].shape[-1]
+    eye = torch.eye(n, dtype=torch.float64)
+    R, chain = eye.clone(), eye.clone()
+    for t in kept:
+        cam = (t.grad[0] * t[0]).detach()
+        R = R + cam.clamp(min=0).mean(0) @ R
+        m = cam.mean(0).clamp(min=0) + eye
+        chain = (m / m.sum(-1, keepdim=True)) @ chain
+    want = R[0, 1:].reshape(4, 4)
+    want = (want - want.min()) / (want.max() - want.min())
+    ours_rel = get_method("relevance")(a, None, target, {}).double()
+    torch.testing.assert_close(ours_rel, want, rtol=1e-5, atol=1e-6)
+    roll = chain[0, 1:].reshape(4, 4)
+    ours_roll = get_method("gradient-rollout")(a, None, target, {}).double()
+    torch.testing.assert_close(ours_roll, roll / roll.max(), rtol=1e-5, atol=1e-6)
+    why = get_method("transformer-attribution").unavailable(a)
+    assert why is not None and "relative position bias" in why
