@@ -122,3 +122,31 @@ def test_relevance_and_gradient_rollout_through_the_bias(tmp_path: Path, photo_f
     torch.testing.assert_close(ours_roll, roll / roll.max(), rtol=1e-5, atol=1e-6)
     why = get_method("transformer-attribution").unavailable(a)
     assert why is not None and "relative position bias" in why
+
+
+@pytest.mark.parametrize("model_type", ["beit", "data2vec-vision"])
+@pytest.mark.parametrize("mean_pool", [True, False], ids=["mean-pool", "cls"])
+def test_transformers_beit_folders_open_exactly(tmp_path: Path, model_type, mean_pool) -> None:
+    import transformers as tr
+
+    names = {
+        "beit": ("BeitConfig", "BeitForImageClassification"),
+        "data2vec-vision": ("Data2VecVisionConfig", "Data2VecVisionForImageClassification"),
+    }
+    config = getattr(tr, names[model_type][0])(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        image_size=32, patch_size=8, num_labels=3, use_relative_position_bias=True,
+        layer_scale_init_value=0.1, use_mean_pooling=mean_pool, attn_implementation="eager",
+    )  # fmt: skip
+    torch.manual_seed(3)
+    model = randomize_(getattr(tr, names[model_type][1])(config), seed=3)
+    model.save_pretrained(tmp_path / model_type)
+    loaded = load_checkpoint(tmp_path / model_type)
+    cfg = loaded.config
+    assert cfg.rel_pos_bias and cfg.global_pool == ("avg" if mean_pool else "token")
+    x = images(2, 32, 32, seed=3)
+    with torch.no_grad():
+        ref = model(pixel_values=x, output_attentions=True)
+    logits, attn = ours(loaded, x)
+    assert_close("logits", ref.logits, logits, LOGIT_ATOL)
+    assert_attention(list(ref.attentions), attn)

@@ -14,6 +14,7 @@ embedding (CLS has one, registers none): ``pos_embed_prefix = 1``.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -50,7 +51,13 @@ _EPS = {
     "dinov2_with_registers": 1e-6,
     "vit_msn": 1e-12,  # ViT-MSN: a ViT under its own name
     "ijepa": 1e-12,  # I-JEPA: a ViT with no CLS token; its classifier reads the mean token
+    "beit": 1e-12,  # BEiT: a relative position bias per layer, no k bias, mean pooling
+    "data2vec-vision": 1e-12,  # Data2Vec's image model: BEiT's layout
 }
+_REL_TABLE = (  # BEiT's per-layer relative position bias, saved and in-memory names
+    "attention.attention.relative_position_bias.relative_position_bias_table",
+    "relative_position_bias.relative_position_bias_table",
+)
 # config.json fields: those this converter reads or the weights' shapes show, and those that only
 # describe or matter only for training or other outputs. Any other field is named in the notes
 # when transformers is not importable to check the model (with it, its own model decides).
@@ -186,32 +193,50 @@ def convert(source: Source) -> Conversion:
     regs = t.maybe(e + "register_tokens")
     if regs is not None:
         out["reg_token"] = regs
-    out["pos_embed"] = pos = t.take(e + "position_embeddings")  # (1, 1 (+1) + P, D)
+    pos = t.maybe(e + "position_embeddings")  # (1, 1 (+1) + P, D); BEiT's may be absent
+    if pos is not None:
+        out["pos_embed"] = pos
     if t.drop([e + "mask_token"]):
         notes.append(dropped(["mask_token"], "used only for masked-image pre-training"))
+    if any(
+        k.endswith("encoder.relative_position_bias.relative_position_bias_table") for k in t.state
+    ):
+        raise CheckpointError(
+            f"{source.name}: a BEiT with one relative position bias shared by every layer is "
+            "not supported (only the per-layer tables)"
+        )
     qkv_bias = True
     layer_scale = False
+    rel_pos = False
     for i in range(depth):
         a, b = layers[i], f"blocks.{i}."
         weights = {r: t.take(*(f"{a}{n}.weight" for n in names)) for r, names in _ROLES.items()}
         biases = {r: t.maybe(*(f"{a}{n}.bias" for n in names)) for r, names in _ROLES.items()}
         out[b + "attn.qkv.weight"] = fuse_qkv(weights.pop("q"), weights.pop("k"), weights.pop("v"))
         qkv = [biases.pop(r) for r in ("q", "k", "v")]
-        qkv_bias = all(x is not None for x in qkv)
-        if qkv_bias:
-            out[b + "attn.qkv.bias"] = fuse_qkv(*qkv)  # type: ignore[arg-type]
+        qkv_bias = any(x is not None for x in qkv)
+        if qkv_bias:  # BEiT's k has none: a zero bias is the same attention
+            zero = next(x for x in qkv if x is not None).new_zeros(weights["attn.proj"].shape[1])
+            out[b + "attn.qkv.bias"] = fuse_qkv(*(zero if x is None else x for x in qkv))
+        table = t.maybe(*(a + name for name in _REL_TABLE))
+        if table is not None:
+            out[b + "attn.relative_position_bias_table"] = table
+            rel_pos = True
+            t.drop([a + n.replace("_table", "_index") for n in _REL_TABLE])  # recomputed
         for role, w in weights.items():
             out[f"{b}{role}.weight"] = w
             if biases[role] is None:
                 raise CheckpointError(f"{source.name}: {a}{_ROLES[role][0]}.bias is missing.")
             out[f"{b}{role}.bias"] = biases[role]  # type: ignore[assignment]
         for j in (1, 2):
-            gamma = t.maybe(f"{a}layer_scale{j}.lambda1")
+            gamma = t.maybe(f"{a}layer_scale{j}.lambda1", f"{a}lambda_{j}")
             if gamma is not None:
                 out[f"{b}ls{j}.gamma"] = gamma
                 layer_scale = True
-    out["norm.weight"] = t.take(base + "layernorm.weight")
-    out["norm.bias"] = t.take(base + "layernorm.bias")
+    mean_pool = f"{base}pooler.layernorm.weight" in t  # BEiT: LayerNorm of the mean patch token
+    norm = "pooler.layernorm" if mean_pool else "layernorm"
+    out["fc_norm.weight" if mean_pool else "norm.weight"] = t.take(f"{base}{norm}.weight")
+    out["fc_norm.bias" if mean_pool else "norm.bias"] = t.take(f"{base}{norm}.bias")
     num_classes, head_hidden = _take_head(t, base, out, cfg, notes)
     t.refuse_leftovers()
 
@@ -229,9 +254,14 @@ def convert(source: Source) -> Conversion:
         # a pooler reads the first token, a patch (IJepaModel's)
         global_pool="token_avg"
         if both
+        else "avg"
+        if mean_pool
         else "token"
         if cls is not None or out.get("pre_logits.0.weight") is not None
         else "avg",
+        fc_norm=mean_pool,
+        rel_pos_bias=rel_pos,
+        pos_embed="learned" if pos is not None else "none",
         patch_size=p,
         in_channels=C,
         dim=D,
@@ -256,7 +286,10 @@ def convert(source: Source) -> Conversion:
         inferred["heads"] = standard_heads(D)
         notes.append(f"no config.json: heads {inferred['heads']} assumed for width {D}")
     size = cfg.get("image_size")
-    if size is None:
+    if size is None and pos is None and rel_pos:  # BEiT: the bias table's square grid
+        side = (math.isqrt(out["blocks.0.attn.relative_position_bias_table"].shape[0] - 3) + 1) // 2
+        size = (side * p, side * p)
+    elif size is None and pos is not None:
         grid = grid_from_table(pos.shape[1] - prefix)
         size = None if grid is None else (grid[0] * p, grid[1] * p)
     if size is not None:
@@ -314,7 +347,7 @@ def _take_head(
         return out["head.weight"].shape[0], None
     if "classifier.weight" in t:
         w = t.state["classifier.weight"]
-        D = out["norm.weight"].shape[0]
+        D = out["patch_embed.proj.weight"].shape[0]
         if w.shape[1] not in (D, 2 * D):
             raise CheckpointError(
                 f"{t.source.name}: a classifier over {w.shape[1]} features of {D}-wide tokens "
