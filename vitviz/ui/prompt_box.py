@@ -1,0 +1,100 @@
+"""The prompt box: what a model whose classes are typed prompts (a CLIP) should look for.
+
+One prompt per line. Enter starts the next line and applies the prompts typed so far; the
+button applies them too. The box shows only for a model that takes prompts (the engine's
+``ModelSummary.takes_prompts``); the window never asks which kind the model is."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+HINT = "type what to look for, one per line"
+TITLE = "<b>Prompts</b> (Enter applies them)"
+
+
+def parse_prompts(text: str) -> tuple[str, ...]:
+    """The prompts of ``text``: its lines, stripped, blank ones dropped, each once."""
+    return tuple(dict.fromkeys(line.strip() for line in text.splitlines() if line.strip()))
+
+
+class PromptEdit(QPlainTextEdit):
+    """A plain text box whose Enter also asks for the lines to be applied."""
+
+    enterPressed = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        super().keyPressEvent(event)  # the new line, where the next prompt is typed
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            self.enterPressed.emit()
+
+
+class PromptBox(QWidget):
+    """Typed prompts -> ``applyRequested(tuple[str, ...])``."""
+
+    applyRequested = Signal(tuple)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.applied: tuple[str, ...] = ()  # the prompts the model scores now
+        self.title = QLabel(TITLE)
+        self.edit = PromptEdit()
+        self.edit.setPlaceholderText(HINT)
+        self.edit.setTabChangesFocus(True)
+        self.edit.setToolTip(
+            "Each line is a prompt the image is scored against (softmax over the prompts). "
+            "Enter or Apply prompts scores them; click a bar to explain that prompt."
+        )
+        line = self.edit.fontMetrics().lineSpacing()
+        self.edit.setFixedHeight(4 * line + 12)  # four lines show; more scroll
+        self.apply_button = QPushButton("Apply prompts")
+        self.apply_button.setToolTip("Score the image against the prompts typed above")
+        self.status = QLabel("")
+        self.status.setStyleSheet("color: #666;")
+        self.status.setWordWrap(True)
+        buttons = QHBoxLayout()
+        buttons.setContentsMargins(0, 0, 0, 0)
+        buttons.addWidget(self.status, 1)
+        buttons.addWidget(self.apply_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 4, 0, 4)
+        layout.setSpacing(3)
+        layout.addWidget(self.title)
+        layout.addWidget(self.edit)
+        layout.addLayout(buttons)
+        self.edit.enterPressed.connect(self._on_enter)
+        self.apply_button.clicked.connect(self.apply)
+
+    def prompts(self) -> tuple[str, ...]:
+        return parse_prompts(self.edit.toPlainText())
+
+    def set_text(self, prompts: tuple[str, ...]) -> None:
+        """Show ``prompts`` in the box, one per line (none: the hint)."""
+        self.edit.setPlainText("\n".join(prompts))
+
+    def set_applied(self, prompts: tuple[str, ...]) -> None:
+        """The prompts the model scores now: the line under the box says how many."""
+        self.applied = tuple(prompts)
+        n = len(self.applied)
+        self.status.setText(
+            "No prompts yet: attention only (no head)."
+            if n == 0
+            else f"{n} prompt{'s' if n != 1 else ''} scored."
+        )
+
+    def apply(self) -> None:
+        self.applyRequested.emit(self.prompts())
+
+    def _on_enter(self) -> None:
+        prompts = self.prompts()
+        if prompts and prompts == self.applied:
+            return  # a new empty line: nothing to score again
+        self.applyRequested.emit(prompts)
