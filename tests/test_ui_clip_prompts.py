@@ -109,6 +109,7 @@ def test_typed_prompts_are_ranked_and_explained(qtbot, window, clip_folder, phot
     assert chart.indices == [] and v.image.class_names == []
     assert v.maps is not None and v.maps.params.method == "attention"
     assert "type prompts" in v.predictions_title.text()
+    assert v.controls.class_label.text() == "(no prompts yet)"
 
     type_prompts(qtbot, window, PROMPTS)
     wait_prompts(qtbot, window, PROMPTS)
@@ -118,7 +119,7 @@ def test_typed_prompts_are_ranked_and_explained(qtbot, window, clip_folder, phot
     np.testing.assert_allclose(chart.probs, ref.probs.numpy()[order], atol=1e-6)
     assert "softmax over the prompts" in chart.getAxis("bottom").labelText
     assert "that prompt" in v.predictions_title.text()
-    assert box.status.text() == "3 prompts scored."
+    assert "3 scored" in box.title.text()
     assert window.model.prompts == tuple(PROMPTS) and window.model.num_classes == 3
 
     # the second prompt's relevance: click its bar

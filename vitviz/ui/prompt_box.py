@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 HINT = "type what to look for, one per line"
-TITLE = "<b>Prompts</b> (Enter applies them)"
+TITLE = "<b>Prompts</b> · {scored} · Enter applies them"
 
 
 def parse_prompts(text: str) -> tuple[str, ...]:
@@ -45,7 +45,7 @@ class PromptBox(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.applied: tuple[str, ...] = ()  # the prompts the model scores now
-        self.title = QLabel(TITLE)
+        self.title = QLabel(TITLE.format(scored="none yet"))
         self.edit = PromptEdit()
         self.edit.setPlaceholderText(HINT)
         self.edit.setTabChangesFocus(True)
@@ -54,22 +54,18 @@ class PromptBox(QWidget):
             "Enter or Apply prompts scores them; click a bar to explain that prompt."
         )
         line = self.edit.fontMetrics().lineSpacing()
-        self.edit.setFixedHeight(4 * line + 12)  # four lines show; more scroll
+        self.edit.setFixedHeight(3 * line + 12)  # three lines show; more scroll
         self.apply_button = QPushButton("Apply prompts")
         self.apply_button.setToolTip("Score the image against the prompts typed above")
-        self.status = QLabel("")
-        self.status.setStyleSheet("color: #666;")
-        self.status.setWordWrap(True)
-        buttons = QHBoxLayout()
-        buttons.setContentsMargins(0, 0, 0, 0)
-        buttons.addWidget(self.status, 1)
-        buttons.addWidget(self.apply_button)
+        top = QHBoxLayout()  # the title and the button on one row: the panel stays short
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.title, 1)
+        top.addWidget(self.apply_button)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 4, 0, 4)
+        layout.setContentsMargins(0, 4, 0, 2)
         layout.setSpacing(3)
-        layout.addWidget(self.title)
+        layout.addLayout(top)
         layout.addWidget(self.edit)
-        layout.addLayout(buttons)
         self.edit.enterPressed.connect(self._on_enter)
         self.apply_button.clicked.connect(self.apply)
 
@@ -81,14 +77,10 @@ class PromptBox(QWidget):
         self.edit.setPlainText("\n".join(prompts))
 
     def set_applied(self, prompts: tuple[str, ...]) -> None:
-        """The prompts the model scores now: the line under the box says how many."""
+        """The prompts the model scores now: the title says how many."""
         self.applied = tuple(prompts)
         n = len(self.applied)
-        self.status.setText(
-            "No prompts yet: attention only (no head)."
-            if n == 0
-            else f"{n} prompt{'s' if n != 1 else ''} scored."
-        )
+        self.title.setText(TITLE.format(scored="none yet" if n == 0 else f"{n} scored"))
 
     def apply(self) -> None:
         self.applyRequested.emit(self.prompts())

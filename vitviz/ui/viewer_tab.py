@@ -189,6 +189,7 @@ class ViewerTab(QWidget):
         self.prompt_box.setVisible(takes_prompts)
         self.prompt_box.set_applied(applied if takes_prompts else ())
         self._update_predictions_title()
+        self._update_class_label()
 
     def _update_predictions_title(self) -> None:
         if not self.prompt_box.isHidden() and not self.prompt_box.applied:
@@ -414,7 +415,10 @@ class ViewerTab(QWidget):
     def _update_class_label(self) -> None:
         c = self._shown_class()
         if c is None:
-            self.controls.class_label.setText("(model has no classes)")
+            takes_prompts = not self.prompt_box.isHidden()
+            self.controls.class_label.setText(
+                "(no prompts yet)" if takes_prompts else "(model has no classes)"
+            )
             return
         name = self.image.class_names[c] if self.image else str(c)
         suffix = " (top prediction)" if self.target_class is None else ""

@@ -141,9 +141,7 @@ class ClipKind(ViTKind):
         from dataclasses import replace
 
         numbers = super().image_numbers(session)
-        words = replace(
-            numbers.words, probability="probability (softmax over the prompts)", class_noun="prompt"
-        )
+        words = replace(numbers.words, probability="softmax over the prompts", class_noun="prompt")
         return replace(numbers, words=words)
 
 
