@@ -191,3 +191,46 @@ def test_what_cant_be_applied_is_said_in_one_line(
     text = message_after(qtbot, window, box.apply_button.click)
     assert "\n" not in text and "no tokenizer files" in text
     assert window.viewer.image.class_names == [] and window.viewer.predictions.indices == []
+
+
+def test_only_a_tower_that_reads_prompts_shows_the_box(clip_folder) -> None:
+    """The engine's summary says whether the model takes prompts: a CLIP with its text tower
+    does (a missing tokenizer is said when prompts are applied), an image tower alone doesn't
+    (no box), nor a ViT."""
+    from vitviz.workers import jobs
+
+    loaded = load_checkpoint(clip_folder)
+    assert jobs.summarize(loaded, "cpu").takes_prompts
+    state = jobs.EngineState(loaded=loaded)
+    summary = jobs.apply_prompts(state, ("  a red car ", "", "a dog", "a red car"))
+    assert summary.prompts == ("a red car", "a dog") and summary.num_classes == 2
+    loaded.model.tokenizer = None
+    assert jobs.summarize(loaded, "cpu").takes_prompts
+    loaded.model.text = None  # an image tower alone (CLIPVisionModel)
+    assert not jobs.summarize(loaded, "cpu").takes_prompts
+
+
+def test_the_box_keeps_its_keys(qtbot, window, clip_folder, photo_files) -> None:
+    """Arrows move the cursor in the box (not the head or layer: the window's shortcuts), and
+    Ctrl+V pastes text into it (not an image into the window)."""
+    from PySide6.QtWidgets import QApplication
+
+    image = photo_files["chelsea"]
+    open_clip(qtbot, window, clip_folder, image)
+    ctl, edit = window.viewer.controls, window.viewer.prompt_box.edit
+    layer, head = ctl.selected_layer(), ctl.selected_head()
+    window.activateWindow()
+    edit.setFocus()
+    qtbot.waitUntil(edit.hasFocus, timeout=WAIT_MS)
+    QTest.keyClicks(edit, "a dog")
+    for key in (Qt.Key.Key_Left, Qt.Key.Key_Left, Qt.Key.Key_Right):
+        QTest.keyClick(edit, key)
+    assert edit.textCursor().position() == 4
+    for key in (Qt.Key.Key_Up, Qt.Key.Key_Down, Qt.Key.Key_PageUp, Qt.Key.Key_PageDown):
+        QTest.keyClick(edit, key)
+    assert (ctl.selected_layer(), ctl.selected_head()) == (layer, head)
+    QApplication.clipboard().setText(" on a sofa")
+    QTest.keyClick(edit, Qt.Key.Key_End)
+    QTest.keyClick(edit, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    assert edit.toPlainText() == "a dog on a sofa"
+    assert not window.message_bar.text() and not window.client.is_busy()

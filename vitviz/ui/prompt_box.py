@@ -6,7 +6,7 @@ button applies them too. The box shows only for a model that takes prompts (the 
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -26,10 +26,29 @@ def parse_prompts(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(line.strip() for line in text.splitlines() if line.strip()))
 
 
+# the keys that move the cursor: in the box they are the box's, not the window's shortcuts
+# (arrows step the head and layer, Page Up / Down the layer); Alt+arrows stay the window's
+CURSOR_KEYS = frozenset(
+    {Qt.Key.Key_Left, Qt.Key.Key_Right, Qt.Key.Key_Up, Qt.Key.Key_Down, Qt.Key.Key_PageUp,
+     Qt.Key.Key_PageDown, Qt.Key.Key_Home, Qt.Key.Key_End}
+)  # fmt: skip
+
+
 class PromptEdit(QPlainTextEdit):
     """A plain text box whose Enter also asks for the lines to be applied."""
 
     enterPressed = Signal()
+
+    def event(self, event: QEvent) -> bool:
+        if (
+            event.type() == QEvent.Type.ShortcutOverride
+            and isinstance(event, QKeyEvent)
+            and event.key() in CURSOR_KEYS
+            and not event.modifiers() & Qt.KeyboardModifier.AltModifier
+        ):
+            event.accept()  # the key comes to the box as a key press
+            return True
+        return super().event(event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         super().keyPressEvent(event)  # the new line, where the next prompt is typed

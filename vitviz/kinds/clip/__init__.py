@@ -133,7 +133,8 @@ class ClipKind(ViTKind):
         shape = super().model_shape(loaded)
         prompts = tuple(loaded.model.prompts)
         headline = f"{shape.headline} · CLIP, {len(prompts)} prompts"
-        return replace(shape, headline=headline, takes_prompts=True, prompts=prompts)
+        reads = loaded.model.text is not None  # an image tower alone takes none (no box)
+        return replace(shape, headline=headline, takes_prompts=reads, prompts=prompts)
 
     def image_numbers(self, session: Session) -> ImageNumbers:
         """The ViT's, worded for prompts: the chart's bars are prompts, their probabilities the
