@@ -12,7 +12,8 @@ generated tiny ViT (random weights scaled so its attention is peaked) and scikit
 
 ``--head-scale per-head`` shows the head grid with each tile on its own scale; ``--tab training
 --run DIR`` shows a finished run's curves (a run folder of ``vitviz-cli train``) selected in
-the Training tab.
+the Training tab. ``--prompt TEXT`` (repeatable) types prompts into the prompt box of a model
+that takes them (a CLIP) and applies them; ``--class N`` explains class (prompt) N, 0-based.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ def shoot(
     query: tuple[int, int] | None = None,
     head_scale: str = "shared",
     run: Path | None = None,
+    prompts: tuple[str, ...] = (),
+    target_class: int | None = None,
 ) -> Path:
     import pyqtgraph as pg
     from PIL import Image
@@ -131,6 +134,10 @@ def shoot(
                 time.sleep(0.01)
 
         wait(settled)
+        if prompts:  # typed into the prompt box, then applied (the image is analysed again)
+            v.prompt_box.set_text(prompts)
+            v.prompt_box.apply()
+            wait(lambda: settled() and v.image.class_names == list(prompts))
         errors = window.message_bar.text()
         if errors:
             raise RuntimeError(f"the window reported: {errors}")
@@ -141,6 +148,9 @@ def shoot(
         wait(lambda: ctl.method.findData(method) >= 0)  # the method table has arrived
         ctl.method.setCurrentIndex(ctl.method.findData(method))
         wait(settled)
+        if target_class is not None:  # as a click on its bar
+            v.set_target_class(target_class)
+            wait(settled)
         if faithfulness:  # the Faithfulness tab with the shown method's curves
             v.right_tabs.setCurrentWidget(v.faithfulness)
             v.faithfulness.measure.click()
@@ -189,6 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--query", help="ROW,COL: the patch (first-stage cell for a Swin) to query")
     p.add_argument("--head-scale", choices=("shared", "per-head"), default="shared")
     p.add_argument("--run", type=Path, help="a finished run's folder to show (--tab training)")
+    p.add_argument(
+        "--prompt",
+        dest="prompts",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="a prompt typed into the prompt box (repeatable; a model that takes prompts)",
+    )
+    p.add_argument(
+        "--class", dest="target_class", type=int, help="the class (prompt) to explain, 0-based"
+    )
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -209,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             query,
             args.head_scale,
             args.run,
+            tuple(args.prompts),
+            args.target_class,
         )
     print(f"wrote {out} ({out.stat().st_size / 1000:.0f} KB)")
     return 0

@@ -226,7 +226,9 @@ class ModelShape:
     """What the window shows about a model: ``depth`` attention layers, ``heads`` the most heads
     of a layer, ``num_prefix_tokens`` (CLS, registers), its config as a dict; ``headline`` its
     shape in the window's status line ("12 layers × 12 heads"); ``architecture`` the model
-    dialog's lines about its shape."""
+    dialog's lines about its shape. ``takes_prompts``: its classes are prompts the user types
+    (``ModelKind.apply_prompts``; the window shows its prompt box), ``prompts`` those it scores
+    now (none yet: no head); False for a kind whose classes are its head's."""
 
     depth: int
     heads: int
@@ -234,6 +236,9 @@ class ModelShape:
     config: dict[str, Any] = field(default_factory=dict)
     headline: str = ""
     architecture: tuple[str, ...] = ()
+    # -- prompts (helper "prompts", issue 21) ---------------------------------------------------
+    takes_prompts: bool = False
+    prompts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -258,6 +263,9 @@ class ViewWords:
     method_query_none: str | None = None
     method_query: str | None = None
     method_fixed: dict[str, str] = field(default_factory=dict)
+    # -- predictions (helper "prompts", issue 21) -----------------------------------------------
+    probability: str = ""  # the predictions chart's axis; "": as the model's outputs say
+    class_noun: str = "class"  # what a bar of the chart is ("prompt")
 
 
 @dataclass(frozen=True)

@@ -89,10 +89,12 @@ class PredictionsChart(pg.PlotWidget):
         selected: int | None,
         k: int = TOP_K,
         scores: str = "logits",
+        label: str = "",
     ) -> None:
         """The top ``k`` of ``probs``; ``scores`` (what the model returned) names the axis:
-        the softmax of logits, the model's own probabilities, or the exp of its log-probs."""
-        self.setLabel("bottom", PROBABILITY_LABELS.get(scores, "probability"))
+        the softmax of logits, the model's own probabilities, or the exp of its log-probs;
+        ``label``, where given, names it instead (a kind's words: "softmax over the prompts")."""
+        self.setLabel("bottom", label or PROBABILITY_LABELS.get(scores, "probability"))
         order = np.argsort(-probs, kind="stable")[: min(k, probs.size)]
         self.indices = [int(i) for i in order]
         self.labels = [names[i] for i in self.indices]

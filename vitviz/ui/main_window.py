@@ -124,6 +124,7 @@ class MainWindow(QMainWindow):
         self.client.failed.connect(self._on_failed)
         self.client.busyChanged.connect(self._on_busy)
         self.viewer.hoverText.connect(self.hover_label.setText)
+        self.viewer.prompt_box.applyRequested.connect(self.apply_prompts)
         self.folder_stats = FolderStatsRunner(self)
         panel = self.viewer.stats_panel
         panel.folderRequested.connect(self.stats_over_folder)
@@ -590,7 +591,7 @@ class MainWindow(QMainWindow):
     def _on_result(self, channel: str, result: object) -> None:
         match result:
             case ModelSummary():
-                self._apply_model(result)
+                self._apply_model(result, channel)
             case ImageResult():
                 self._apply_image(result)
             case MapsResult():
@@ -638,7 +639,29 @@ class MainWindow(QMainWindow):
                 "device", partial(jobs.set_device, device=self.device_combo.currentText())
             )
 
-    def _apply_model(self, summary: ModelSummary) -> None:
+    def apply_prompts(self, prompts: tuple[str, ...]) -> int:
+        """Make typed prompts the model's classes (a kind that takes none says why); the image
+        is analysed again when the model's new summary comes."""
+        return self.client.submit("prompts", partial(jobs.apply_prompts, prompts=tuple(prompts)))
+
+    def _show_prompts(self, summary: ModelSummary, channel: str) -> None:
+        """The prompt box for a model that takes prompts: a model just opened shows its own,
+        else those last applied to its checkpoint (applied again), else the hint."""
+        self.viewer.show_prompts(summary.takes_prompts, summary.prompts)
+        if not summary.takes_prompts:
+            return
+        box, path = self.viewer.prompt_box, summary.path
+        if summary.prompts and path is not None:
+            self.settings.remember_prompts(path, summary.prompts)
+        if channel != "model" or (summary.prompts and box.prompts() == summary.prompts):
+            return  # applied from the box, or the same model again: it keeps what was typed
+        remembered = () if path is None else self.settings.prompts_for(path)
+        shown = summary.prompts or remembered
+        box.set_text(shown)
+        if not summary.prompts and remembered:
+            self.apply_prompts(remembered)
+
+    def _apply_model(self, summary: ModelSummary, channel: str = "model") -> None:
         self.model = summary
         self._model_pending = False
         shape = summary.headline or f"{summary.depth} layers × {summary.heads} heads"
@@ -651,6 +674,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"vitviz — {summary.name}")
         self.viewer.target_class = None
         self.refresh_methods()
+        self._show_prompts(summary, channel)  # remembered prompts go before the image
         source = self._requested_source
         if source is not None:
             self.open_image(source, self._requested_label)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSettings
 
 MAX_RECENT = 10
+MAX_PROMPT_SETS = 50  # checkpoints whose last prompts are remembered
 
 
 class AppSettings:
@@ -37,3 +39,23 @@ class AppSettings:
         p = str(Path(path).resolve())
         items = [p] + [q for q in self.recent(kind) if q != p]
         self.qs.setValue(f"recent/{kind}", items[:MAX_RECENT])
+
+    def prompts_for(self, checkpoint: str | Path) -> tuple[str, ...]:
+        """The prompts last applied to ``checkpoint`` (a CLIP's), () when none."""
+        found = self._prompt_sets().get(str(Path(checkpoint).resolve()), [])
+        return tuple(p for p in found if isinstance(p, str) and p)
+
+    def remember_prompts(self, checkpoint: str | Path, prompts: tuple[str, ...]) -> None:
+        key = str(Path(checkpoint).resolve())
+        sets = {key: list(prompts), **{k: v for k, v in self._prompt_sets().items() if k != key}}
+        self.qs.setValue(
+            "prompts/by_checkpoint", json.dumps(dict(list(sets.items())[:MAX_PROMPT_SETS]))
+        )
+
+    def _prompt_sets(self) -> dict[str, list[str]]:
+        """{checkpoint path: its last prompts}, newest first (one JSON value in the settings)."""
+        try:
+            sets = json.loads(str(self.qs.value("prompts/by_checkpoint", "{}")))
+        except (TypeError, ValueError):
+            return {}
+        return sets if isinstance(sets, dict) else {}

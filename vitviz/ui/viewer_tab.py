@@ -16,6 +16,7 @@ from vitviz.ui.controls import ATTENTION, MEAN, ViewControls
 from vitviz.ui.faithfulness_panel import FaithfulnessPanel
 from vitviz.ui.head_grid_panel import HeadGridPanel
 from vitviz.ui.layer_view import LayerView
+from vitviz.ui.prompt_box import PromptBox
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.stats_panel import StatsPanel
 from vitviz.workers import jobs
@@ -33,6 +34,8 @@ PLACEHOLDER = (
     "Drop an image and a ViT checkpoint here\n(or use File ▸ Open image… "
     "and File ▸ Open checkpoint…)"
 )
+PREDICTIONS_TITLE = "<b>Predictions</b> (click a bar to explain that {noun})"
+NO_PROMPTS_TITLE = "<b>Predictions</b> (none yet: type prompts below)"
 
 
 class ViewerTab(QWidget):
@@ -58,6 +61,8 @@ class ViewerTab(QWidget):
         self.predictions.setMaximumHeight(130)  # the controls below fit at 1366 × 768
         self.stats_panel = StatsPanel()  # this image's statistics, or a folder's
         self.stats = self.stats_panel.view
+        self.prompt_box = PromptBox()  # shown for a model whose classes are typed prompts
+        self.prompt_box.hide()
         self.controls = ViewControls()
         self.faithfulness = FaithfulnessPanel()
         self.placeholder = QLabel(PLACEHOLDER)
@@ -78,8 +83,10 @@ class ViewerTab(QWidget):
         panel = QWidget()
         panel_layout = QVBoxLayout(panel)
         panel_layout.setContentsMargins(4, 4, 4, 4)
-        panel_layout.addWidget(QLabel("<b>Predictions</b> (click a bar to explain that class)"))
+        self.predictions_title = QLabel(PREDICTIONS_TITLE.format(noun="class"))
+        panel_layout.addWidget(self.predictions_title)
         panel_layout.addWidget(self.predictions)
+        panel_layout.addWidget(self.prompt_box)
         panel_layout.addWidget(self.controls, 1)
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
@@ -155,10 +162,15 @@ class ViewerTab(QWidget):
         self.map_view.set_windows(None)
         if result.class_names:
             self.predictions.set_predictions(
-                result.probs, result.class_names, self._shown_class(), scores=result.scores
+                result.probs,
+                result.class_names,
+                self._shown_class(),
+                scores=result.scores,
+                label=result.words.probability,
             )
         else:
             self.predictions.clear_predictions()
+        self._update_predictions_title()
         self.stats_panel.set_statistics(
             result.mean_distance,
             result.entropy,
@@ -171,6 +183,20 @@ class ViewerTab(QWidget):
         self._update_query_widgets()
         self._update_class_label()
         self.request_maps()
+
+    def show_prompts(self, takes_prompts: bool, applied: tuple[str, ...]) -> None:
+        """The model takes typed prompts (the box shows) and scores ``applied`` now."""
+        self.prompt_box.setVisible(takes_prompts)
+        self.prompt_box.set_applied(applied if takes_prompts else ())
+        self._update_predictions_title()
+        self._update_class_label()
+
+    def _update_predictions_title(self) -> None:
+        if not self.prompt_box.isHidden() and not self.prompt_box.applied:
+            self.predictions_title.setText(NO_PROMPTS_TITLE)
+            return
+        noun = self.image.words.class_noun if self.image is not None else "class"
+        self.predictions_title.setText(PREDICTIONS_TITLE.format(noun=noun))
 
     def _forget_model_views(self) -> None:
         """Another model: drop what was drawn with the last one's grid and layers until this
@@ -389,7 +415,10 @@ class ViewerTab(QWidget):
     def _update_class_label(self) -> None:
         c = self._shown_class()
         if c is None:
-            self.controls.class_label.setText("(model has no classes)")
+            takes_prompts = not self.prompt_box.isHidden()
+            self.controls.class_label.setText(
+                "(no prompts yet)" if takes_prompts else "(model has no classes)"
+            )
             return
         name = self.image.class_names[c] if self.image else str(c)
         suffix = " (top prediction)" if self.target_class is None else ""

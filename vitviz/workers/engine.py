@@ -26,6 +26,7 @@ CHANNELS = (
     "device",
     "cache",
     "faithfulness",
+    "prompts",
 )
 
 

@@ -112,7 +112,28 @@ def summarize(loaded: LoadedModel, device: str) -> ModelSummary:
         config=dict(shape.config),
         headline=shape.headline,
         architecture=shape.architecture,
+        takes_prompts=shape.takes_prompts,
+        prompts=tuple(shape.prompts),
     )
+
+
+def apply_prompts(state: EngineState, prompts: tuple[str, ...]) -> ModelSummary:
+    """Make typed ``prompts`` (one per entry; blank ones dropped) the current model's classes,
+    as its kind does it (``ModelKind.apply_prompts``); a kind that takes none, or a model that
+    can't read them, says why in one line. The current image is analysed again by the window
+    (the summary's arrival), so its predictions rank the prompts."""
+    from vitviz.kinds import kind_of
+
+    if state.loaded is None:
+        raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
+    prompts = tuple(dict.fromkeys(p.strip() for p in prompts if p.strip()))
+    if not prompts:
+        raise UserFacingError("Prompts not applied: type at least one, one per line.", "prompts")
+    why = kind_of(state.loaded).apply_prompts(state.loaded, prompts)
+    if why is not None:
+        raise UserFacingError(f"Prompts not applied: {why.rstrip('.')}.", "prompts")
+    state.analysis = None  # its classes were the old prompts: the image is analysed again
+    return summarize(state.loaded, state.device)
 
 
 def set_preprocessing(state: EngineState, preprocessing: dict[str, Any]) -> ModelSummary:

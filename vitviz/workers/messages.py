@@ -65,6 +65,8 @@ class ModelSummary:
     config: dict[str, Any] = field(default_factory=dict)
     headline: str = ""  # its shape in the status line ("12 layers × 12 heads")
     architecture: tuple[str, ...] = ()  # the model dialog's lines about its shape
+    takes_prompts: bool = False  # its classes are prompts the user types (the prompt box)
+    prompts: tuple[str, ...] = ()  # the prompts it scores now (none: no head yet)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     from torch import Tensor, nn
 
     from vitviz.kinds.clip.network import ClipConfig
-    from vitviz.kinds.protocol import KindMethod, Loaded, ModelShape
+    from vitviz.kinds.protocol import ImageNumbers, KindMethod, Loaded, ModelShape, Session
     from vitviz.pipeline.analysis import Analysis
 
 
@@ -128,8 +128,19 @@ class ClipKind(ViTKind):
         from dataclasses import replace
 
         shape = super().model_shape(loaded)
-        prompts = len(loaded.model.prompts)
-        return replace(shape, headline=f"{shape.headline} · CLIP, {prompts} prompts")
+        prompts = tuple(loaded.model.prompts)
+        headline = f"{shape.headline} · CLIP, {len(prompts)} prompts"
+        reads = loaded.model.text is not None  # an image tower alone takes none (no box)
+        return replace(shape, headline=headline, takes_prompts=reads, prompts=prompts)
+
+    def image_numbers(self, session: Session) -> ImageNumbers:
+        """The ViT's, worded for prompts: the chart's bars are prompts, their probabilities the
+        softmax over the prompts of exp(logit_scale) · cos."""
+        from dataclasses import replace
+
+        numbers = super().image_numbers(session)
+        words = replace(numbers.words, probability="softmax over the prompts", class_noun="prompt")
+        return replace(numbers, words=words)
 
 
 KIND = ClipKind()
