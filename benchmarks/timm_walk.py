@@ -102,16 +102,21 @@ def build(name: str, seed: int) -> tuple[torch.nn.Module, torch.Tensor] | None:
 
 
 def opened_errors(loaded, x: torch.Tensor, ref_logits, ref_attn) -> tuple[float, float | None]:
-    """(logits max relative error, attention max error or None when not comparable)."""
+    """(logits max relative error, attention max error or None when not comparable). A model
+    whose classes are typed prompts and that has none yet (a CLIP image tower) gives no logits:
+    its attention alone is compared."""
+    from vitviz.kinds import kind_of
+
     scale = max(float(ref_logits.abs().max()), 1e-12)
     with torch.no_grad():
         logits = loaded.model(x)
-        rel = float((logits.double() - ref_logits.double()).abs().max()) / scale
-        if getattr(loaded.model, "model_kind", None) == "swin":
-            return rel, None
-        out = loaded.model.forward_explained(x, capture_attention=True)
-    rel = max(rel, float((out.logits.double() - ref_logits.double()).abs().max()) / scale)
-    ours = out.attentions
+        no_head = logits.shape[-1] == 0 and ref_logits.shape[-1] != 0
+        rel = 0.0 if no_head else float((logits.double() - ref_logits.double()).abs().max()) / scale
+        explained, ours = kind_of(loaded).library_outputs(loaded.model, x)
+    if not no_head and explained.shape == ref_logits.shape:  # the capture path's logits too
+        rel = max(rel, float((explained.double() - ref_logits.double()).abs().max()) / scale)
+    if ours is None:  # the kind's maps aren't the library's (a Swin's windows): logits only
+        return rel, None
     if len(ours) != len(ref_attn) or any(
         a.shape != b.shape for a, b in zip(ours, ref_attn, strict=True)
     ):

@@ -150,3 +150,25 @@ def test_transformers_beit_folders_open_exactly(tmp_path: Path, model_type, mean
     logits, attn = ours(loaded, x)
     assert_close("logits", ref.logits, logits, LOGIT_ATOL)
     assert_attention(list(ref.attentions), attn)
+
+
+def test_a_transformers_beit_base_without_pooler_reads_the_last_cls(tmp_path: Path) -> None:
+    """Data2VecVisionModel without its pooler: no final norm, the last block's CLS token."""
+    import transformers as tr
+
+    config = tr.Data2VecVisionConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        image_size=32, patch_size=8, use_relative_position_bias=True, use_mean_pooling=True,
+        attn_implementation="eager",
+    )  # fmt: skip
+    torch.manual_seed(4)
+    model = randomize_(tr.Data2VecVisionModel(config, add_pooling_layer=False), seed=4)
+    model.save_pretrained(tmp_path / "d2v")
+    loaded = load_checkpoint(tmp_path / "d2v")
+    assert not loaded.config.final_norm
+    x = images(1, 32, 32, seed=4)
+    with torch.no_grad():
+        ref = model(pixel_values=x, output_attentions=True)
+    logits, attn = ours(loaded, x)
+    assert_close("CLS", ref.last_hidden_state[:, 0], logits, LOGIT_ATOL)
+    assert_attention(list(ref.attentions), attn)

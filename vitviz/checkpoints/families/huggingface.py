@@ -54,6 +54,7 @@ _EPS = {
     "beit": 1e-12,  # BEiT: a relative position bias per layer, no k bias, mean pooling
     "data2vec-vision": 1e-12,  # Data2Vec's image model: BEiT's layout
 }
+_BEITS = ("beit", "data2vec-vision")
 _REL_TABLE = (  # BEiT's per-layer relative position bias, saved and in-memory names
     "attention.attention.relative_position_bias.relative_position_bias_table",
     "relative_position_bias.relative_position_bias_table",
@@ -234,9 +235,14 @@ def convert(source: Source) -> Conversion:
                 out[f"{b}ls{j}.gamma"] = gamma
                 layer_scale = True
     mean_pool = f"{base}pooler.layernorm.weight" in t  # BEiT: LayerNorm of the mean patch token
-    norm = "pooler.layernorm" if mean_pool else "layernorm"
-    out["fc_norm.weight" if mean_pool else "norm.weight"] = t.take(f"{base}{norm}.weight")
-    out["fc_norm.bias" if mean_pool else "norm.bias"] = t.take(f"{base}{norm}.bias")
+    # a BEiT base model without its pooler: neither norm (its last hidden state is unnormed)
+    final_norm = mean_pool or f"{base}layernorm.weight" in t or model_type not in _BEITS
+    if final_norm:
+        norm = "pooler.layernorm" if mean_pool else "layernorm"
+        out["fc_norm.weight" if mean_pool else "norm.weight"] = t.take(f"{base}{norm}.weight")
+        out["fc_norm.bias" if mean_pool else "norm.bias"] = t.take(f"{base}{norm}.bias")
+    else:
+        notes.append("no final norm and no pooler: the CLS token of the last block is the output")
     num_classes, head_hidden = _take_head(t, base, out, cfg, notes)
     t.refuse_leftovers()
 
@@ -260,6 +266,7 @@ def convert(source: Source) -> Conversion:
         if cls is not None or out.get("pre_logits.0.weight") is not None
         else "avg",
         fc_norm=mean_pool,
+        final_norm=final_norm,
         rel_pos_bias=rel_pos,
         pos_embed="learned" if pos is not None else "none",
         patch_size=p,
