@@ -1,5 +1,10 @@
 """The CLIP kind: an image tower whose classes are prompts the user types (issue 21).
 
+A SigLIP (``siglip.SiglipImageModel``) is a model of this kind too: a ViT without a CLS token
+whose head pools with a probe token (its attention is the maps' start row, ``SiglipAnalysis``)
+and scores each prompt with its own sigmoid; what differs is asked of the model
+(``probabilities``, ``family_label``), so one kind serves both.
+
 The image tower is a ViT (``network.ClipImageModel``), so every member that reads the forward
 pass, the token grid or a method's math is the ViT kind's; this kind adds what differs: its
 checkpoint families, prompts (``set_prompts``: the text tower's embeddings become the head's
@@ -19,6 +24,7 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     from torch import Tensor, nn
 
     from vitviz.kinds.clip.network import ClipConfig
+    from vitviz.kinds.clip.siglip import SiglipConfig
     from vitviz.kinds.protocol import KindMethod, Loaded, ModelShape
     from vitviz.pipeline.analysis import Analysis
 
@@ -45,22 +51,28 @@ class ClipKind(ViTKind):
 
     @property
     def families(self) -> Sequence[Any]:
-        from vitviz.kinds.clip import huggingface
+        from vitviz.kinds.clip import huggingface, siglip_huggingface
 
-        return (huggingface.FAMILY,)
+        return (huggingface.FAMILY, siglip_huggingface.FAMILY)
 
     # -- loading ---------------------------------------------------------------------------------
-    def config_from_dict(self, data: dict[str, object]) -> ClipConfig:
+    def config_from_dict(self, data: dict[str, object]) -> ClipConfig | SiglipConfig:
         from vitviz.kinds.clip.network import ClipConfig
+        from vitviz.kinds.clip.siglip import SiglipConfig
 
-        return ClipConfig.from_dict(data)
+        return SiglipConfig.from_dict(data) if data.get("siglip") else ClipConfig.from_dict(data)
 
-    def build_from_state(self, config: ClipConfig, state: Mapping[str, Tensor]) -> nn.Module:
+    def build_from_state(
+        self, config: ClipConfig | SiglipConfig, state: Mapping[str, Tensor]
+    ) -> nn.Module:
         from vitviz.checkpoints.errors import CheckpointError
         from vitviz.kinds.clip.network import ClipImageModel
+        from vitviz.kinds.clip.siglip import SiglipConfig, SiglipImageModel
+        from vitviz.kinds.clip.siglip_tokenizer import UnigramTokenizer
         from vitviz.kinds.clip.tokenizer import ClipTokenizer, TokenizerError
 
-        model = ClipImageModel(config)
+        siglip = isinstance(config, SiglipConfig)
+        model = SiglipImageModel(config) if siglip else ClipImageModel(config)
         missing, unexpected = model.load_state_dict(dict(state), strict=False)
         if missing or unexpected:
             raise CheckpointError(
@@ -69,12 +81,26 @@ class ClipKind(ViTKind):
             )
         if config.text is not None and config.tokenizer_folder is not None:
             try:
-                model.tokenizer = ClipTokenizer.from_folder(
-                    config.tokenizer_folder, config.text.context_length
+                model.tokenizer = (
+                    UnigramTokenizer.from_folder(config.tokenizer_folder)
+                    if siglip
+                    else ClipTokenizer.from_folder(
+                        config.tokenizer_folder, config.text.context_length
+                    )
                 )
-            except (TokenizerError, OSError):
+            except (TokenizerError, OSError) as exc:
                 model.tokenizer = None  # prompts are refused with the reason (apply_prompts)
+                model.tokenizer_problem = str(exc) if siglip else None
         return model.eval()
+
+    def finish_analysis(self, analysis: Analysis) -> Analysis:
+        """A CLIP's as made; a SigLIP's adds its probe's attention (the maps' start row) and
+        scores each prompt with its own sigmoid (``SiglipAnalysis``)."""
+        if analysis.loaded is None or getattr(analysis.loaded.model, "pool", None) is None:
+            return analysis
+        from vitviz.kinds.clip.siglip_analysis import SiglipAnalysis
+
+        return SiglipAnalysis.of(analysis)
 
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Sequence[Tensor]]:
         out = model.forward_explained(x, capture_attention=True)
@@ -101,6 +127,8 @@ class ClipKind(ViTKind):
         model = loaded.model
         if model.text is None:
             return "this CLIP checkpoint has no text tower (an image tower alone)"
+        if model.tokenizer is None and getattr(model, "tokenizer_problem", None):
+            return model.tokenizer_problem
         if model.tokenizer is None:
             return (
                 "no tokenizer files beside the weights (tokenizer.json, or vocab.json and "
@@ -121,18 +149,23 @@ class ClipKind(ViTKind):
         p = next(model.parameters())
         with torch.no_grad():
             image = model.image_embedding(analysis.input[None].to(p.device, p.dtype))[0]
-        return {
+        out = {
             **super().npz_arrays(analysis),
             "image_embedding": image.float().cpu().numpy(),
             "text_embeddings": model.head.text.float().cpu().numpy(),
         }
+        probe = getattr(analysis, "probe_attention", None)
+        if probe is not None:  # a SigLIP's: the maps' start row, (H, N) over the patches
+            out["probe_attention"] = probe.float().cpu().numpy()
+        return out
 
     def model_shape(self, loaded: Loaded) -> ModelShape:
         from dataclasses import replace
 
         shape = super().model_shape(loaded)
         prompts = len(loaded.model.prompts)
-        return replace(shape, headline=f"{shape.headline} · CLIP, {prompts} prompts")
+        family = getattr(loaded.model, "family_label", "CLIP")
+        return replace(shape, headline=f"{shape.headline} · {family}, {prompts} prompts")
 
 
 KIND = ClipKind()
