@@ -148,6 +148,7 @@ def test_a_siglip_folder_opens_with_sigmoid_prompts(siglip_folder, photo_files) 
         image = loaded.model.image_embedding(x)[0]
     torch.testing.assert_close(image, out.image_embeds[0], rtol=1e-4, atol=1e-5)
     assert "SigLIP" in kind.model_shape(loaded).headline
+    assert loaded.model.config.outputs == "sigmoid"  # the window's chart names the sigmoid
 
 
 def test_the_unigram_tokenizer_gives_the_librarys_ids(siglip_folder, tmp_path) -> None:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
 
     from vitviz.kinds.clip.network import ClipConfig
     from vitviz.kinds.clip.siglip import SiglipConfig
-    from vitviz.kinds.protocol import KindMethod, Loaded, ModelShape
+    from vitviz.kinds.protocol import ImageNumbers, KindMethod, Loaded, ModelShape, Session
     from vitviz.pipeline.analysis import Analysis
 
 
@@ -34,6 +34,13 @@ NOT_ON_CLIP = {
     "transformer-attribution": "its LRP rules end at a Linear head, and a CLIP's head is the "
     "cosine with the prompts (relevance is the rule Chefer et al. use for CLIP)",
 }
+
+
+# a SigLIP's "CLS row", as the window names the query without a click
+PROBE_WORDS = (
+    "probe token (SigLIP has no CLS: its attention pooling's probe; the last layer's raw map "
+    "and the rollouts start from its row)"
+)
 
 
 class ClipKind(ViTKind):
@@ -158,6 +165,16 @@ class ClipKind(ViTKind):
         if probe is not None:  # a SigLIP's: the maps' start row, (H, N) over the patches
             out["probe_attention"] = probe.float().cpu().numpy()
         return out
+
+    def image_numbers(self, session: Session) -> ImageNumbers:
+        """The ViT's; a SigLIP's query without a click is its probe token (no CLS)."""
+        from dataclasses import replace
+
+        numbers = super().image_numbers(session)
+        if getattr(session.analysis, "probe_attention", None) is None:
+            return numbers
+        words = replace(numbers.words, query_none=PROBE_WORDS)
+        return replace(numbers, words=words)
 
     def model_shape(self, loaded: Loaded) -> ModelShape:
         from dataclasses import replace

@@ -22,7 +22,7 @@ pad token, read at the last position, then a Linear with bias (``SiglipTextTower
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
@@ -82,6 +82,19 @@ class SiglipConfig:
             pad_id=int(data.get("pad_id", 1)),
             tokenizer_folder=data.get("tokenizer_folder"),
         )
+
+
+@dataclass
+class SiglipTowerConfig(ViTConfig):
+    """The image tower's ViTConfig as the model holds it; ``outputs`` tells the window's chart
+    its probabilities are each prompt's own sigmoid."""
+
+    outputs: str = "sigmoid"
+
+    @classmethod
+    def of(cls, vit: ViTConfig) -> SiglipTowerConfig:
+        values = {f.name: getattr(vit, f.name) for f in fields(ViTConfig)}
+        return cls(**{**values, "num_classes": 0})
 
 
 class AttentionPool(nn.Module):
@@ -155,7 +168,7 @@ class SiglipImageModel(ClipImageModel):
     family_label = "SigLIP"
 
     def __init__(self, config: SiglipConfig) -> None:
-        VisionTransformer.__init__(self, replace(config.vit, num_classes=0))
+        VisionTransformer.__init__(self, SiglipTowerConfig.of(config.vit))
         self.clip_config = config
         vit = config.vit
         self.pool = AttentionPool(vit.dim, vit.heads, vit.hidden_dim, vit.norm_eps, vit.activation)
