@@ -166,7 +166,11 @@ VITVIZ_LAYERS: dict[str, int] = {
     "kinds.maps": 1,
     # CLIP: the text side and the network low, its checkpoint family beside the checkpoints
     **dict.fromkeys(("kinds.clip.text", "kinds.clip.tokenizer", "kinds.clip.network"), 1),
-    **dict.fromkeys(("kinds.clip.huggingface", "kinds.clip.openclip"), 3),
+    **dict.fromkeys(("kinds.clip.siglip", "kinds.clip.siglip_tokenizer"), 1),
+    **dict.fromkeys(
+        ("kinds.clip.huggingface", "kinds.clip.openclip", "kinds.clip.siglip_huggingface"), 3
+    ),
+    "kinds.clip.siglip_analysis": 5,  # the ViT's Analysis with the probe's row
     "kinds.clip": 5,  # numpy helpers over query maps (the window's fast path shares them)
     **dict.fromkeys(("pipeline.batch", "pipeline.export", "pipeline.folder_stats"), 5),
     "training": 5,

@@ -121,7 +121,7 @@ def _forward(model: nn.Module, x: Tensor) -> _Trace:
         trace.blocks.append(bt)
     tokens = model.norm(tokens)
     trace.tokens = tokens
-    trace.pooled = pooled = model.pool(tokens)
+    trace.pooled = pooled = model.pool_tokens(tokens)
     h = model.fc_norm(pooled)
     if isinstance(model.pre_logits, nn.Sequential):
         trace.pre_in = h

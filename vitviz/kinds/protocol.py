@@ -498,6 +498,12 @@ class ModelKind(EngineMembers, Protocol):
         """One forward pass of ``loaded``'s model on ``image`` with its attention captured."""
         ...
 
+    # helper "siglip": what a kind adds to the ViT analysis's result (a SigLIP's probe row)
+    def finish_analysis(self, analysis: KindAnalysis) -> KindAnalysis:
+        """``analysis`` as this kind explains it, made by the ViT's analysis (one image or a
+        batch's): itself for a ViT; a SigLIP's adds its probe's row and sigmoids."""
+        ...
+
     def token_geometry(self, analysis: KindAnalysis) -> TokenGeometry:
         """Where ``analysis``'s tokens sit on the model input, layer by layer."""
         ...

@@ -165,7 +165,7 @@ class VisionTransformer(nn.Module):
                 hidden.append(tokens)
         return self.norm(tokens), attentions, hidden, grid
 
-    def pool(self, tokens: Tensor) -> Tensor:
+    def pool_tokens(self, tokens: Tensor) -> Tensor:
         """(B, N, D) final tokens -> (B, D) what the head reads: the CLS token, the mean of the
         patch tokens (or of every token), or both side by side (B, 2D)."""
         cfg = self.config
@@ -177,7 +177,7 @@ class VisionTransformer(nn.Module):
 
     def forward_head(self, tokens: Tensor) -> Tensor:
         """(B, N, D) final tokens -> (B, C) logits (DeiT distilled: mean of both heads)."""
-        pooled = self.head_drop(self.pre_logits(self.fc_norm(self.pool(tokens))))
+        pooled = self.head_drop(self.pre_logits(self.fc_norm(self.pool_tokens(tokens))))
         logits = self.head(pooled)
         if self.head_dist is not None:
             logits = (logits + self.head_dist(tokens[:, 1])) / 2

@@ -316,6 +316,13 @@ class Analysis:
         start_layer: int = 0,
     ) -> Tensor:
         self.require_every_layer("attention rollout")
+        prepared = self._rollout_prepared(fusion, heads, discard_ratio)
+        return self._rollout_map(prepared, patch, start_layer)
+
+    def _rollout_prepared(
+        self, fusion: str, heads: Sequence[int] | None, discard_ratio: float
+    ) -> explain.PreparedRollout:
+        """Attention rollout's layer matrices Ã_l for these settings (kept for the next)."""
         key = ("rollout", fusion, None if heads is None else tuple(heads), discard_ratio)
 
         def build() -> explain.PreparedRollout:
@@ -326,7 +333,7 @@ class Analysis:
             fused = [explain.fuse_heads(a.float()[None], fusion, heads) for a in self.attention]
             return explain.PreparedRollout(fused, discard_ratio)
 
-        return self._rollout_map(self._prepared(key, build), patch, start_layer)
+        return self._prepared(key, build)
 
     def gradient_rollout(
         self,
@@ -336,13 +343,16 @@ class Analysis:
         start_layer: int = 0,
     ) -> Tensor:
         self.require_every_layer("gradient rollout")
-        c = self._target(target_class)
+        prepared = self._gradient_rollout_prepared(self._target(target_class), discard_ratio)
+        return self._rollout_map(prepared, patch, start_layer)
+
+    def _gradient_rollout_prepared(self, c: int, discard_ratio: float) -> explain.PreparedRollout:
+        """Gradient rollout's layer matrices for class ``c`` (kept for the next queries)."""
         products = self.gradient_products(c)
-        prepared = self._prepared(  # Â_l = (mean_h(A_l ⊙ G_l))⁺, kept from the gradient pass
+        return self._prepared(  # Â_l = (mean_h(A_l ⊙ G_l))⁺, kept from the gradient pass
             ("gradient_rollout", c, discard_ratio),
             lambda: explain.PreparedRollout(products.weighted.clamp_min(0), discard_ratio),
         )
-        return self._rollout_map(prepared, patch, start_layer)
 
     def _prepared(self, key: tuple, build: Callable[[], Any]) -> Any:
         """Layer matrices of a rollout, kept for the next queries (a few settings at a time)."""
@@ -547,7 +557,7 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
     C, LH = cap.logits.numel(), L * H
     logits = small[:C]
     stats = small[C : C + 3 * LH].reshape(3, L, H)
-    return Analysis(
+    analysis = Analysis(
         input=inp.x,
         pixels=inp.pixels,
         geometry=inp.geometry,
@@ -570,6 +580,7 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
         kind=kind_of(loaded).name,  # a ViT's, or a kind whose network is a ViT (a CLIP tower)
         _products={cap.target: products} if products is not None else {},
     )
+    return kind_of(loaded).finish_analysis(analysis)
 
 
 def analyze_vit(

@@ -56,6 +56,7 @@ PROBABILITY_LABELS = {
     "logits": "probability",
     "probabilities": "probability (the model's own output)",
     "log-probabilities": "probability (exp of the model's log-probabilities)",
+    "sigmoid": "probability (each prompt's own sigmoid, not a softmax: SigLIP)",
 }
 
 

@@ -1,5 +1,10 @@
 """The CLIP kind: an image tower whose classes are prompts the user types (issue 21).
 
+A SigLIP (``siglip.SiglipImageModel``) is a model of this kind too: a ViT without a CLS token
+whose head pools with a probe token (its attention is the maps' start row, ``SiglipAnalysis``)
+and scores each prompt with its own sigmoid; what differs is asked of the model
+(``probabilities``, ``family_label``), so one kind serves both.
+
 The image tower is a ViT (``network.ClipImageModel``), so every member that reads the forward
 pass, the token grid or a method's math is the ViT kind's; this kind adds what differs: its
 checkpoint families, prompts (``set_prompts``: the text tower's embeddings become the head's
@@ -19,6 +24,7 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     from torch import Tensor, nn
 
     from vitviz.kinds.clip.network import ClipConfig
+    from vitviz.kinds.clip.siglip import SiglipConfig
     from vitviz.kinds.protocol import ImageNumbers, KindMethod, Loaded, ModelShape, Session
     from vitviz.pipeline.analysis import Analysis
 
@@ -28,6 +34,13 @@ NOT_ON_CLIP = {
     "transformer-attribution": "its LRP rules end at a Linear head, and a CLIP's head is the "
     "cosine with the prompts (relevance is the rule Chefer et al. use for CLIP)",
 }
+
+
+# a SigLIP's "CLS row", as the window names the query without a click
+PROBE_WORDS = (
+    "probe token (SigLIP has no CLS: its attention pooling's probe; the last layer's raw map "
+    "and the rollouts start from its row)"
+)
 
 
 class ClipKind(ViTKind):
@@ -45,22 +58,28 @@ class ClipKind(ViTKind):
 
     @property
     def families(self) -> Sequence[Any]:
-        from vitviz.kinds.clip import huggingface, openclip
+        from vitviz.kinds.clip import huggingface, openclip, siglip_huggingface
 
-        return (huggingface.FAMILY, openclip.FAMILY)
+        return (huggingface.FAMILY, siglip_huggingface.FAMILY, openclip.FAMILY)
 
     # -- loading ---------------------------------------------------------------------------------
-    def config_from_dict(self, data: dict[str, object]) -> ClipConfig:
+    def config_from_dict(self, data: dict[str, object]) -> ClipConfig | SiglipConfig:
         from vitviz.kinds.clip.network import ClipConfig
+        from vitviz.kinds.clip.siglip import SiglipConfig
 
-        return ClipConfig.from_dict(data)
+        return SiglipConfig.from_dict(data) if data.get("siglip") else ClipConfig.from_dict(data)
 
-    def build_from_state(self, config: ClipConfig, state: Mapping[str, Tensor]) -> nn.Module:
+    def build_from_state(
+        self, config: ClipConfig | SiglipConfig, state: Mapping[str, Tensor]
+    ) -> nn.Module:
         from vitviz.checkpoints.errors import CheckpointError
         from vitviz.kinds.clip.network import ClipImageModel
+        from vitviz.kinds.clip.siglip import SiglipConfig, SiglipImageModel
+        from vitviz.kinds.clip.siglip_tokenizer import UnigramTokenizer
         from vitviz.kinds.clip.tokenizer import ClipTokenizer, TokenizerError
 
-        model = ClipImageModel(config)
+        siglip = isinstance(config, SiglipConfig)
+        model = SiglipImageModel(config) if siglip else ClipImageModel(config)
         missing, unexpected = model.load_state_dict(dict(state), strict=False)
         if missing or unexpected:
             raise CheckpointError(
@@ -69,12 +88,24 @@ class ClipKind(ViTKind):
             )
         if config.text is not None and config.tokenizer is not None:
             try:
-                model.tokenizer = ClipTokenizer.from_path(
-                    config.tokenizer, config.text.context_length
+                model.tokenizer = (
+                    UnigramTokenizer.from_folder(config.tokenizer)
+                    if siglip
+                    else ClipTokenizer.from_path(config.tokenizer, config.text.context_length)
                 )
             except (TokenizerError, OSError) as exc:  # prompts are refused with the reason
                 model.tokenizer_missing = f"its tokenizer can't be read: {exc}"
+                model.tokenizer_problem = str(exc) if siglip else None
         return model.eval()
+
+    def finish_analysis(self, analysis: Analysis) -> Analysis:
+        """A CLIP's as made; a SigLIP's adds its probe's attention (the maps' start row) and
+        scores each prompt with its own sigmoid (``SiglipAnalysis``)."""
+        if analysis.loaded is None or getattr(analysis.loaded.model, "pool", None) is None:
+            return analysis
+        from vitviz.kinds.clip.siglip_analysis import SiglipAnalysis
+
+        return SiglipAnalysis.of(analysis)
 
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Sequence[Tensor]]:
         out = model.forward_explained(x, capture_attention=True)
@@ -101,6 +132,8 @@ class ClipKind(ViTKind):
         model = loaded.model
         if model.text is None:
             return "this CLIP checkpoint has no text tower (an image tower alone)"
+        if model.tokenizer is None and getattr(model, "tokenizer_problem", None):
+            return model.tokenizer_problem
         if model.tokenizer is None:
             return model.tokenizer_missing
         try:
@@ -118,28 +151,38 @@ class ClipKind(ViTKind):
         p = next(model.parameters())
         with torch.no_grad():
             image = model.image_embedding(analysis.input[None].to(p.device, p.dtype))[0]
-        return {
+        out = {
             **super().npz_arrays(analysis),
             "image_embedding": image.float().cpu().numpy(),
             "text_embeddings": model.head.text.float().cpu().numpy(),
         }
+        probe = getattr(analysis, "probe_attention", None)
+        if probe is not None:  # a SigLIP's: the maps' start row, (H, N) over the patches
+            out["probe_attention"] = probe.float().cpu().numpy()
+        return out
 
     def model_shape(self, loaded: Loaded) -> ModelShape:
         from dataclasses import replace
 
         shape = super().model_shape(loaded)
         prompts = tuple(loaded.model.prompts)
-        headline = f"{shape.headline} · CLIP, {len(prompts)} prompts"
+        family = getattr(loaded.model, "family_label", "CLIP")
+        headline = f"{shape.headline} · {family}, {len(prompts)} prompts"
         reads = loaded.model.text is not None  # an image tower alone takes none (no box)
         return replace(shape, headline=headline, takes_prompts=reads, prompts=prompts)
 
     def image_numbers(self, session: Session) -> ImageNumbers:
         """The ViT's, worded for prompts: the chart's bars are prompts, their probabilities the
-        softmax over the prompts of exp(logit_scale) · cos."""
+        softmax over the prompts of exp(logit_scale) · cos (a SigLIP: each prompt's sigmoid;
+        its query without a click is its probe token, having no CLS)."""
         from dataclasses import replace
 
         numbers = super().image_numbers(session)
-        words = replace(numbers.words, probability="softmax over the prompts", class_noun="prompt")
+        sigmoid = getattr(session.loaded.model.config, "outputs", "logits") == "sigmoid"
+        said = "each prompt's own sigmoid" if sigmoid else "softmax over the prompts"
+        words = replace(numbers.words, probability=said, class_noun="prompt")
+        if getattr(session.analysis, "probe_attention", None) is not None:
+            words = replace(words, query_none=PROBE_WORDS)  # a SigLIP's query without a click
         return replace(numbers, words=words)
 
 

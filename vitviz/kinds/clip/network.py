@@ -115,21 +115,26 @@ class ClipImageModel(VisionTransformer):
             raise ValueError("this checkpoint has no text tower: it takes no prompts")
         todo = [p for p in dict.fromkeys(prompts) if p not in self._embedded]
         if todo:
-            ids = pad_prompts([self.tokenizer.encode(p) for p in todo], pad_id=0)
+            ids = self.token_ids(todo)
             p0 = next(self.text.parameters())
             with torch.no_grad():
                 emb = F.normalize(self.text(ids.to(p0.device)).float(), dim=-1)
             self._embedded.update(zip(todo, emb.cpu(), strict=True))
-        width = self.head.projection.out_features
+        width = self.head.text.shape[-1]
         if not prompts:
             return torch.zeros(0, width)
         return torch.stack([self._embedded[p] for p in prompts])
+
+    def token_ids(self, prompts: Sequence[str]) -> Tensor:
+        """(P, T) ids of ``prompts``, padded at the end (a causal tower never looks there)."""
+        assert self.tokenizer is not None
+        return pad_prompts([self.tokenizer.encode(p) for p in prompts], pad_id=0)
 
     def set_prompts(self, prompts: Sequence[str]) -> None:
         """Make ``prompts`` the head's classes (the image tower is not run)."""
         prompts = tuple(prompts)
         text = self.text_embeddings(prompts)
-        w = self.head.projection.weight
+        w = self.head.logit_scale
         self.head.text = text.to(w.device, w.dtype)
         self.prompts = prompts
         self.config = replace(self.config, num_classes=len(prompts))

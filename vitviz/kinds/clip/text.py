@@ -37,15 +37,17 @@ class TextConfig:
     pool_argmax: bool = False
     activation: str = "quick_gelu"  # a vitviz.model.layers.make_activation name
     eps: float = 1e-5
+    causal: bool = True  # False: every token sees every token (SigLIP's text tower)
 
 
 class TextBlock(nn.Module):
-    """x + attn(ln1(x)) (causal), then x + mlp(ln2(x)); x (B, T, D)."""
+    """x + attn(ln1(x)) (causal unless the config says not), then x + mlp(ln2(x)); x (B, T, D)."""
 
     def __init__(self, cfg: TextConfig) -> None:
         super().__init__()
         d = cfg.width
         self.heads = cfg.heads
+        self.causal = cfg.causal
         self.norm1 = nn.LayerNorm(d, eps=cfg.eps)
         self.q, self.k, self.v, self.out = (nn.Linear(d, d) for _ in range(4))
         self.norm2 = nn.LayerNorm(d, eps=cfg.eps)
@@ -59,7 +61,7 @@ class TextBlock(nn.Module):
             f(h).view(B, T, self.heads, D // self.heads).transpose(1, 2)
             for f in (self.q, self.k, self.v)
         )
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         x = x + self.out(a.transpose(1, 2).reshape(B, T, D))
         return x + self.fc2(self.act(self.fc1(self.norm2(x))))
 

@@ -93,6 +93,9 @@ class SwinKind:
     def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
         return "a Swin's classes are its head's; prompts need a CLIP-style model with a text tower"
 
+    def finish_analysis(self, analysis: SwinAnalysis) -> SwinAnalysis:
+        return analysis  # a Swin's own analysis is complete as made
+
     def analyze(self, loaded: LoadedModel, image: Any, **options: Any) -> SwinAnalysis:
         """``gradients`` only where the model has a head (its classes' gradients)."""
         from vitviz.kinds.swin import engine_data

@@ -83,6 +83,9 @@ class ViTKind:
 
         return analyze_vit(loaded, image, **options)
 
+    def finish_analysis(self, analysis: Analysis) -> Analysis:
+        return analysis
+
     def token_geometry(self, analysis: Any) -> TokenGeometry:
         from vitviz.kinds.vit import engine_data
 

@@ -1,0 +1,297 @@
+"""A Hugging Face SiglipModel folder opens as the CLIP kind (issue 21): no CLS token, a probe
+token pools; each prompt's probability is its own sigmoid; the logits, the image tower's
+attention and the probe's attention equal the library's; the maps start from the probe's row
+(rollout, gradient rollout and relevance checked from their definitions in float64, with the
+library's autograd for the gradients). The tokenizer is SentencePiece's Unigram, read from a
+tokenizer.json learnt in the test with the ``tokenizers`` library; random weights (biases and
+norms too), no hub."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from vitviz.checkpoints import load_checkpoint
+from vitviz.cli import main
+from vitviz.kinds import kind_of
+from vitviz.pipeline.analysis import analyze
+
+PROMPTS = ["a photo of a dog", "A cat on a SOFA!", "a red car"]
+CONTEXT = 16  # the tiny text tower's length (prompts are padded to it)
+PAD = 1  # SigLIP pads with its end token "</s>"
+CORPUS = [
+    "a photo of a dog on a sofa. a photo of a cat! two cats and 3 dogs",
+    "the quick brown fox jumps over the lazy dog, it's a dog's life",
+    "a red car, a blue bird, a green tree, a bowl of fruit, a coffee cup",
+    "café naïve résumé in a living room; (brackets) [x] {y} #tag @user",
+] * 4
+PUNCTUATION = r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]"  # SigLIP's canonicalisation drops it
+
+
+def learn_unigram(vocab_size: int = 150):
+    """A Unigram tokenizer as SigLIP's: punctuation dropped, lower case, spaces collapsed,
+    Metaspace "▁" prepended, "</s>" appended."""
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.Sequence(
+        [
+            normalizers.Replace(Regex(PUNCTUATION), ""),
+            normalizers.Lowercase(),
+            normalizers.Replace(Regex(r"\s+"), " "),
+            normalizers.Strip(),
+        ]
+    )
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>"
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    eos = tok.token_to_id("</s>")
+    assert eos == PAD
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", eos)]
+    )
+    return tok
+
+
+def tiny_siglip(vocab_size: int, seed: int = 0):
+    """A SiglipModel with random weights (biases, norms and the probe too)."""
+    from transformers import SiglipConfig, SiglipModel
+
+    torch.manual_seed(seed)
+    text = dict(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
+                num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=CONTEXT,
+                pad_token_id=PAD, eos_token_id=PAD)  # fmt: skip
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, image_size=32, patch_size=8)  # fmt: skip
+    model = SiglipModel(SiglipConfig(text_config=text, vision_config=vision)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.normal_(0.0, 0.2)
+                if "norm" in name and name.endswith("weight"):
+                    p.add_(1.0)
+        model.logit_scale.fill_(2.0)
+        model.logit_bias.fill_(-1.5)
+    return model
+
+
+@pytest.fixture(scope="module")
+def siglip_folder(tmp_path_factory: pytest.TempPathFactory):
+    """A SiglipModel saved as Hugging Face saves one, beside its tokenizer.json."""
+    tok = learn_unigram()
+    model = tiny_siglip(tok.get_vocab_size(), seed=5)
+    folder = tmp_path_factory.mktemp("siglip")
+    model.save_pretrained(folder)
+    tok.save(str(folder / "tokenizer.json"))
+    proc = {"image_processor_type": "SiglipImageProcessor", "do_resize": True,
+            "size": {"height": 32, "width": 32}, "resample": 2, "do_rescale": True,
+            "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5] * 3,
+            "image_std": [0.5] * 3}  # fmt: skip
+    (folder / "preprocessor_config.json").write_text(json.dumps(proc))
+    return folder, model, tok
+
+
+def _ids(tok, prompts: list[str]) -> torch.Tensor:
+    """The library tokenizer's ids, padded to the tower's length as SigLIP was trained."""
+    rows = [tok.encode(p).ids for p in prompts]
+    return torch.tensor([r + [PAD] * (CONTEXT - len(r)) for r in rows])
+
+
+def _library(model, pixels: torch.Tensor, ids: torch.Tensor):
+    model.config._attn_implementation = "eager"
+    model.vision_model.config._attn_implementation = "eager"
+    model.text_model.config._attn_implementation = "eager"
+    return model(input_ids=ids, pixel_values=pixels, output_attentions=True)
+
+
+def _probe_row(model, hidden: torch.Tensor) -> torch.Tensor:
+    """The library's MAP head's attention weights per head, (B, H, N)."""
+    head = model.vision_model.head
+    probe = head.probe.repeat(hidden.shape[0], 1, 1)
+    _, weights = head.attention(probe, hidden, hidden, average_attn_weights=False)
+    return weights[:, :, 0]
+
+
+def test_a_siglip_folder_opens_with_sigmoid_prompts(siglip_folder, photo_files) -> None:
+    folder, reference, tok = siglip_folder
+    loaded = load_checkpoint(folder)
+    kind = kind_of(loaded)
+    assert kind.name == "clip" and loaded.family == "huggingface-siglip"
+    assert kind.apply_prompts(loaded, PROMPTS) is None and loaded.class_names == PROMPTS
+    a = analyze(loaded, photo_files["chelsea"])
+    assert a.grid == (4, 4) and a.num_prefix_tokens == 0
+    x = a.input[None]
+    with torch.no_grad():
+        out = _library(reference, x, _ids(tok, PROMPTS))
+        probe = _probe_row(reference, out.vision_model_output.last_hidden_state)
+    theirs = out.logits_per_image[0]
+    torch.testing.assert_close(a.logits, theirs, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(a.probs, torch.sigmoid(theirs), rtol=1e-4, atol=1e-6)
+    assert abs(float(a.probs.sum()) - 1.0) > 1e-3  # each its own sigmoid, not a softmax
+    for layer, attn in enumerate(out.vision_model_output.attentions):
+        torch.testing.assert_close(a.attention[layer], attn[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(a.probe_attention, probe[0], rtol=0, atol=1e-5)
+    with torch.no_grad():
+        image = loaded.model.image_embedding(x)[0]
+    torch.testing.assert_close(image, out.image_embeds[0], rtol=1e-4, atol=1e-5)
+    assert "SigLIP" in kind.model_shape(loaded).headline
+    assert loaded.model.config.outputs == "sigmoid"  # the window's chart names the sigmoid
+
+
+def test_the_unigram_tokenizer_gives_the_librarys_ids(siglip_folder, tmp_path) -> None:
+    from vitviz.kinds.clip.siglip_tokenizer import UnigramTokenizer
+    from vitviz.kinds.clip.tokenizer import TokenizerError
+
+    folder, _, tok = siglip_folder
+    mine = UnigramTokenizer.from_folder(folder)
+    texts = [*PROMPTS, "", "   ", "Two  CATS,  and 3 dogs...", "zebra xylophone qq", "café",
+             "日本 の dog", "a</s>b", "it's a dog's life", "▁a ▁▁ photo",
+             "coffee-cup's"]  # fmt: skip
+    for text in texts:
+        assert mine.encode(text) == tok.encode(text).ids, text
+    assert any(2 in mine.encode(t) for t in texts)  # unknown pieces were exercised
+    spiece = tmp_path / "spiece"
+    spiece.mkdir()
+    (spiece / "spiece.model").write_bytes(b"\x0a\x00")
+    with pytest.raises(TokenizerError, match=r"tokenizer\.json"):
+        UnigramTokenizer.from_folder(spiece)
+
+
+def test_a_wrong_piece_score_changes_the_ids(siglip_folder, tmp_path) -> None:
+    """Viterbi reads the scores: making one long piece cheap changes a segmentation."""
+    from vitviz.kinds.clip.siglip_tokenizer import UnigramTokenizer
+
+    folder = siglip_folder[0]
+    data = json.loads((folder / "tokenizer.json").read_text())
+    mine = UnigramTokenizer(data)
+    before = mine.encode("a photo of a dog")
+    long = max(
+        (i for i, (p, _) in enumerate(data["model"]["vocab"]) if len(p) > 2 and i in before[:-1]),
+        key=lambda i: len(data["model"]["vocab"][i][0]),
+    )
+    data["model"]["vocab"][long][1] = -1000.0
+    assert long not in UnigramTokenizer(data).encode("a photo of a dog")
+
+
+def _references(reference, tok, x: torch.Tensor, target: int):
+    """float64: the library's attentions with their gradients of y = logits_per_image[target],
+    and the probe's attention A_p (H, N) with G_p, the head's last step recomposed from the
+    library's own modules (checked equal to its logits)."""
+    ref = reference.double()
+    out = _library(ref, x.double(), _ids(tok, PROMPTS))
+    attns = out.vision_model_output.attentions
+    for t in attns:
+        t.retain_grad()
+    hidden = out.vision_model_output.last_hidden_state
+    head = ref.vision_model.head
+    weights = _probe_row(ref, hidden)  # (1, H, N), in the graph from the hidden states
+    weights.retain_grad()
+    D, H = hidden.shape[-1], weights.shape[1]
+    wv, bv = head.attention.in_proj_weight[2 * D :], head.attention.in_proj_bias[2 * D :]
+    v = (hidden @ wv.T + bv).reshape(1, -1, H, D // H).transpose(1, 2)  # (1, H, N, hd)
+    h = head.attention.out_proj((weights[:, :, None] @ v).reshape(1, D))
+    pooled = h + head.mlp(head.layernorm(h))
+    image = pooled / pooled.norm(dim=-1, keepdim=True)
+    y = (image @ out.text_embeds.T) * ref.logit_scale.exp() + ref.logit_bias
+    torch.testing.assert_close(y[0], out.logits_per_image[0], rtol=1e-10, atol=1e-10)
+    y[0, target].backward()
+    return attns, weights[0], weights.grad[0]
+
+
+def test_maps_start_from_the_probes_row(siglip_folder, photo_files) -> None:
+    from vitviz.explain.methods import get_method
+
+    folder, reference, tok = siglip_folder
+    loaded = load_checkpoint(folder)
+    kind_of(loaded).apply_prompts(loaded, PROMPTS)
+    a = analyze(loaded, photo_files["coffee"], gradients=True)
+    attns, A_p, G_p = _references(reference, tok, a.input[None], target=1)
+    n = attns[0].shape[-1]
+    eye = torch.eye(n, dtype=torch.float64)
+
+    # raw attention, last layer, no query: the probe's attention (mean over heads for -1)
+    raw = get_method("attention")(a, None, 1, {"layer": -1, "head": -1})
+    torch.testing.assert_close(raw.double(), A_p.mean(0).reshape(4, 4).detach(), atol=1e-5,
+                               rtol=0)  # fmt: skip
+    # rollout: s = mean_h(A_p); Ã_l = rownorm(mean_h(A_l) + I); s·Ã_L⋯Ã_1, scaled to max 1
+    chain = eye
+    for t in attns:
+        m = t[0].mean(0) + eye
+        chain = (m / m.sum(-1, keepdim=True)) @ chain
+    want = (A_p.mean(0) @ chain).reshape(4, 4).detach()
+    ours = get_method("rollout")(a, None, 1, {}).double()
+    torch.testing.assert_close(ours, want / want.max(), rtol=1e-5, atol=1e-6)
+    # gradient rollout: s = (mean_h(A_p ⊙ G_p))⁺, Â_l = (mean_h(A_l ⊙ G_l))⁺
+    chain = eye
+    for t in attns:
+        m = (t.grad[0] * t[0]).mean(0).clamp(min=0) + eye
+        chain = (m / m.sum(-1, keepdim=True)) @ chain
+    want = ((A_p * G_p).mean(0).clamp(min=0) @ chain).reshape(4, 4).detach()
+    ours = get_method("gradient-rollout")(a, None, 1, {}).double()
+    torch.testing.assert_close(ours, want / want.max(), rtol=1e-5, atol=1e-6)
+    # relevance: s = mean_h((G_p ⊙ A_p)⁺); R = I; R += Ē_h[(∇A ⊙ A)⁺] R; s·R, min-max
+    R = eye
+    for t in attns:
+        R = R + (t.grad[0] * t[0]).clamp(min=0).mean(0) @ R
+    want = ((G_p * A_p).clamp(min=0).mean(0) @ R).reshape(4, 4).detach()
+    want = (want - want.min()) / (want.max() - want.min())
+    ours = get_method("relevance")(a, None, 1, {}).double()
+    torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-6)
+    other = get_method("relevance")(a, None, 0, {}).double()  # another prompt: another map
+    assert not torch.allclose(other, want, atol=1e-3)
+
+
+def test_every_method_a_siglip_has_runs_and_the_rest_say_why(siglip_folder, photo_files):
+    from vitviz.explain.methods import all_methods
+
+    loaded = load_checkpoint(siglip_folder[0])
+    kind_of(loaded).apply_prompts(loaded, PROMPTS)
+    a = analyze(loaded, photo_files["chelsea"], gradients=True)
+    ran = []
+    for method in all_methods():
+        why = method.unavailable(a)
+        if why is None:
+            for query in (None, (1, 2)):
+                out = method(a, query, 2, {}, strict=False)
+                assert out.shape == (4, 4) and torch.isfinite(out).all(), method.name
+            ran.append(method.name)
+        else:
+            assert why.strip(), method.name
+    assert {"relevance", "gradient-rollout", "rollout", "attention"} <= set(ran)
+
+
+def test_explain_writes_the_probe_row(siglip_folder, photo_files, tmp_path) -> None:
+    out = tmp_path / "out"
+    argv = ["explain", str(photo_files["chelsea"]), "--checkpoint", str(siglip_folder[0]),
+            "--prompt", "a dog", "--prompt", "a cat", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    with np.load(out / "chelsea.npz") as z:
+        assert str(z["kind"]) == "clip" and list(z["class_names"]) == ["a dog", "a cat"]
+        assert z["probe_attention"].shape == (4, 16)
+        np.testing.assert_allclose(z["probe_attention"].sum(-1), 1.0, rtol=1e-5)
+        assert z["text_embeddings"].shape == (2, 32) and np.isfinite(z["relevance"]).all()
+
+
+def test_a_siglip_folder_with_only_spiece_model_says_so(siglip_folder, tmp_path) -> None:
+    folder = siglip_folder[0]
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors", "preprocessor_config.json"):
+        (bare / name).write_bytes((folder / name).read_bytes())
+    (bare / "spiece.model").write_bytes(b"\x0a\x00")
+    loaded = load_checkpoint(bare)
+    why = kind_of(loaded).apply_prompts(loaded, PROMPTS)
+    assert why is not None and "tokenizer.json" in why and "\n" not in why

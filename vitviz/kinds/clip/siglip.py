@@ -1,0 +1,210 @@
+"""A SigLIP image tower as vitviz explains it (issue 21): the CLIP kind's model without a CLS.
+
+The image tower is vitviz's ``VisionTransformer`` with no prefix token (patches only, learned
+position table, pre-norm blocks, GELU-tanh) whose final LayerNorm (``post_layernorm``) runs over
+every token. Its pooled feature comes from a multi-head attention pooling head (MAP): a learned
+probe token attends to the final tokens, and an MLP is added to that row::
+
+    h = MHA(probe, tokens, tokens);   pooled = h + mlp(LayerNorm(h))        (B, D)
+
+Each prompt is scored on its own (a sigmoid, not a softmax over the prompts)::
+
+    logits[p] = exp(logit_scale) · <v / |v|, t_p / |t_p|> + logit_bias,   p = sigmoid(logits[p])
+
+what Hugging Face's ``SiglipModel`` gives as ``logits_per_image``. The probe's attention over
+the patches (``AttentionPool.attend``) is the model's "CLS row": the map of raw attention at the
+last layer and the row rollout, gradient rollout and relevance start from (``SiglipAnalysis``).
+
+The text tower is bidirectional (no causal mask) over prompts padded to its full length with the
+pad token, read at the last position, then a Linear with bias (``SiglipTextTower``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vitviz.kinds.clip.network import ClipImageModel
+from vitviz.kinds.clip.siglip_tokenizer import UnigramTokenizer
+from vitviz.kinds.clip.text import TextConfig, TextTower
+from vitviz.model import VisionTransformer, ViTConfig
+from vitviz.model.layers import make_activation
+
+
+@dataclass(frozen=True)
+class SiglipConfig:
+    """A SigLIP model: the image tower ``vit`` (no class token, average pool as a placeholder:
+    the MAP head pools), the text tower (None: an image tower alone) with its pad token, and
+    the folder its tokenizer.json was read from. ``embed_dim`` is the image tower's width (the
+    shared space: SigLIP projects only the text)."""
+
+    vit: ViTConfig
+    embed_dim: int
+    text: TextConfig | None = None
+    pad_id: int = 1
+    tokenizer: str | None = None
+    siglip: bool = True  # what ``ClipKind.config_from_dict`` tells a SigLIP's config by
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return self.vit.image_size
+
+    @property
+    def patch_size(self) -> int:
+        return self.vit.patch_size
+
+    @property
+    def in_channels(self) -> int:
+        return self.vit.in_channels
+
+    @property
+    def num_classes(self) -> int:
+        return self.vit.num_classes
+
+    def to_dict(self) -> dict[str, object]:
+        text = None if self.text is None else asdict(self.text)
+        return {"vit": self.vit.to_dict(), "embed_dim": self.embed_dim, "text": text,
+                "pad_id": self.pad_id, "tokenizer": self.tokenizer,
+                "siglip": True}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SiglipConfig:
+        text = data.get("text")
+        return cls(
+            vit=ViTConfig.from_dict(data["vit"]),
+            embed_dim=int(data["embed_dim"]),
+            text=None if text is None else TextConfig(**text),
+            pad_id=int(data.get("pad_id", 1)),
+            tokenizer=data.get("tokenizer"),
+        )
+
+
+@dataclass
+class SiglipTowerConfig(ViTConfig):
+    """The image tower's ViTConfig as the model holds it; ``outputs`` tells the window's chart
+    its probabilities are each prompt's own sigmoid."""
+
+    outputs: str = "sigmoid"
+
+    @classmethod
+    def of(cls, vit: ViTConfig) -> SiglipTowerConfig:
+        values = {f.name: getattr(vit, f.name) for f in fields(ViTConfig)}
+        return cls(**{**values, "num_classes": 0})
+
+
+class AttentionPool(nn.Module):
+    """SigLIP's MAP head: (B, N, D) final tokens -> (B, D) pooled, from a probe token's
+    multi-head attention over them (nn.MultiheadAttention's packed in-projection) plus an MLP;
+    ``attend`` also gives the probe's attention (B, H, N)."""
+
+    def __init__(self, dim: int, heads: int, hidden: int, eps: float, activation: str) -> None:
+        super().__init__()
+        self.heads = heads
+        self.probe = nn.Parameter(torch.zeros(1, 1, dim))
+        self.in_proj_weight = nn.Parameter(torch.zeros(3 * dim, dim))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * dim))
+        self.out_proj = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim, eps=eps)
+        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+        self.act = make_activation(activation)
+
+    def attend(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, N, D) -> pooled (B, D) and the probe's attention (B, H, N), in the graph."""
+        B, N, D = tokens.shape
+        H = self.heads
+        wq, wk, wv = self.in_proj_weight.chunk(3)
+        bq, bk, bv = self.in_proj_bias.chunk(3)
+        q = F.linear(self.probe, wq, bq).reshape(1, H, 1, D // H)  # (1, H, 1, hd)
+        k = F.linear(tokens, wk, bk).reshape(B, N, H, D // H).transpose(1, 2)  # (B, H, N, hd)
+        v = F.linear(tokens, wv, bv).reshape(B, N, H, D // H).transpose(1, 2)
+        attn = ((q * (D // H) ** -0.5) @ k.transpose(-2, -1))[:, :, 0].softmax(dim=-1)  # (B, H, N)
+        h = self.out_proj((attn[:, :, None] @ v).reshape(B, D))  # (B, D)
+        return h + self.fc2(self.act(self.fc1(self.norm(h)))), attn
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.attend(tokens)[0]
+
+
+class SigmoidPromptHead(nn.Module):
+    """pooled (B, D) -> (B, P): exp(logit_scale) · cos(v, t_p) + logit_bias (no projection)."""
+
+    def __init__(self, embed_dim: int) -> None:
+        super().__init__()
+        self.logit_scale = nn.Parameter(torch.zeros(()))
+        self.logit_bias = nn.Parameter(torch.zeros(()))
+        self.register_buffer("text", torch.zeros(0, embed_dim), persistent=False)  # (P, E) unit
+
+    def embed(self, pooled: Tensor) -> Tensor:
+        """(B, D) -> (B, D) unit image embeddings."""
+        return F.normalize(pooled, dim=-1)
+
+    def forward(self, pooled: Tensor) -> Tensor:
+        cos = self.embed(pooled) @ self.text.to(pooled.dtype).T
+        return self.logit_scale.exp() * cos + self.logit_bias
+
+
+class SiglipTextTower(TextTower):
+    """Token ids (B, T) -> (B, E): bidirectional blocks, the last position's state after the
+    final norm, then a Linear with bias (Hugging Face's ``SiglipTextModel`` pooler output)."""
+
+    def __init__(self, cfg: TextConfig) -> None:
+        super().__init__(cfg)
+        self.projection = nn.Linear(cfg.width, cfg.embed_dim)
+
+    def pooled_positions(self, ids: Tensor) -> Tensor:
+        return torch.full((ids.shape[0],), ids.shape[1] - 1, dtype=torch.long, device=ids.device)
+
+
+class SiglipImageModel(ClipImageModel):
+    """vitviz's ViT without a CLS token, pooled by an ``AttentionPool``, scored by a
+    ``SigmoidPromptHead``; ``probabilities`` names the sigmoid (each prompt on its own)."""
+
+    probabilities = "sigmoid"
+    family_label = "SigLIP"
+
+    def __init__(self, config: SiglipConfig) -> None:
+        VisionTransformer.__init__(self, SiglipTowerConfig.of(config.vit))
+        self.clip_config = config
+        vit = config.vit
+        self.pool = AttentionPool(vit.dim, vit.heads, vit.hidden_dim, vit.norm_eps, vit.activation)
+        self.head = SigmoidPromptHead(config.embed_dim)
+        self.text = None if config.text is None else SiglipTextTower(config.text)
+        self.tokenizer: UnigramTokenizer | None = None  # type: ignore[assignment]
+        self.tokenizer_problem: str | None = None
+        self.prompts: tuple[str, ...] = ()
+        self._embedded: dict[str, Tensor] = {}
+
+    def token_ids(self, prompts: Sequence[str]) -> Tensor:
+        """(P, T) ids, each padded to the tower's length with the pad token (as trained)."""
+        assert self.tokenizer is not None and self.text is not None
+        T = self.text.config.context_length
+        rows = [self.tokenizer.encode(p) for p in prompts]
+        for p, ids in zip(prompts, rows, strict=True):
+            if len(ids) > T:
+                raise ValueError(f"{p!r} is {len(ids)} tokens: this text tower reads {T}")
+        return torch.tensor([ids + [self.clip_config.pad_id] * (T - len(ids)) for ids in rows])
+
+    def forward_head(self, tokens: Tensor) -> Tensor:
+        return self.head(self.pool(tokens))
+
+    def image_embedding(self, x: Tensor) -> Tensor:
+        """(B, C, H, W) -> (B, D) unit image embeddings (the pooled feature)."""
+        tokens, _, _, _ = self.forward_features(x)
+        return self.head.embed(self.pool(tokens))
+
+    def probe_gradient(self, x: Tensor, target: int) -> tuple[Tensor, Tensor]:
+        """The probe's attention A_p (H, N) and G_p = ∂logits[target]/∂A_p (H, N) for one
+        image (1, C, H, W): the encoder runs without a graph, the head with one."""
+        with torch.no_grad():
+            tokens, _, _, _ = self.forward_features(x)
+        with torch.enable_grad():
+            pooled, attn = self.pool.attend(tokens)
+            attn.retain_grad()
+            self.head(pooled)[0, target].backward()
+        assert attn.grad is not None
+        return attn.detach()[0], attn.grad[0]

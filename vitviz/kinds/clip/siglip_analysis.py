@@ -1,0 +1,148 @@
+"""A SigLIP's analysis: the ViT's, with the probe's attention as the "CLS row" (issue 21).
+
+A SigLIP has no CLS token: its head pools with a probe token attending to the final tokens
+(``AttentionPool``). Where a ViT's maps read the CLS token's row (the query None), a SigLIP's
+start from the probe's attention over the patches, A_p (H, N), and (for a target prompt p) its
+gradient G_p = ∂logits[p]/∂A_p:
+
+- raw attention at the last layer: A_p per head (mean over heads for the head -1); the earlier
+  layers, where no probe exists, show the mean of the patch queries' rows (as any ViT without
+  a CLS token);
+- rollout: s = fuse_h(A_p) (the rollout's own head fusion), map = s · Ã_L ⋯ Ã_s;
+- gradient rollout: s = (mean_h(A_p ⊙ G_p))⁺, map = s · Ã_L ⋯ Ã_s with the gradient's Ã_l;
+- relevance: s = mean_h((G_p ⊙ A_p)⁺), map = s · (I + Ā_L) ⋯ (I + Ā_s).
+
+Each is the definition applied to one more attention step, the probe's (whose row has no
+identity term towards the patches: the probe is not one of them), so the scaled maps are
+exactly the probe row of the rollout taken over [probe, patches]. A clicked patch is a query
+as in any ViT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+
+import torch
+from torch import Tensor
+
+from vitviz import explain
+from vitviz.explain.tokens import min_max_scale, patch_part, scale_to_max
+from vitviz.pipeline.analysis import Analysis
+
+
+@dataclass
+class SiglipAnalysis(Analysis):
+    """``Analysis`` + the probe's attention ``probe_attention`` (H, N) over the patches, on the
+    analysis's device; the probabilities are each prompt's sigmoid."""
+
+    probe_attention: Tensor | None = None
+    _probe_gradients: dict[int, Tensor] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, analysis: Analysis) -> SiglipAnalysis:
+        """``analysis`` (a ViT analysis of a SigLIP tower) with its probe row and sigmoids; the
+        probe's attention comes from one more pass of the image tower (its fused attention,
+        no capture), so a batch's analyses each get their own."""
+        assert analysis.loaded is not None
+        model = analysis.loaded.model
+        p = next(model.parameters())
+        x = analysis.input[None].to(p.device, p.dtype)
+        with torch.no_grad():
+            tokens, _, _, _ = model.forward_features(x)
+            _, probe = model.pool.attend(tokens)
+        values = {f.name: getattr(analysis, f.name) for f in fields(Analysis)}
+        out = cls(**values, probe_attention=probe[0].float())
+        if out.has_head:
+            out.probs = torch.sigmoid(out.logits)
+        return out
+
+    # -- the probe row --------------------------------------------------------------------
+    @property
+    def _last_layer_kept(self) -> bool:
+        return self.layer_indices[-1] == self.model_layers - 1
+
+    def _probe(self) -> Tensor:
+        assert self.probe_attention is not None
+        return self.probe_attention.float()
+
+    def probe_gradient(self, target_class: int | None = None) -> Tensor:
+        """G_p = ∂logits[c]/∂A_p (H, N), from a pass through the head alone (cached per class)."""
+        c = self._target(target_class)
+        if c not in self._probe_gradients:
+            model, x = self._model_and_input()
+            _, grad = model.probe_gradient(x, c)
+            self._probe_gradients[c] = grad.float()
+        return self._probe_gradients[c]
+
+    def _query_rows(self, patch: tuple[int, int] | None) -> Tensor:
+        rows = super()._query_rows(patch)
+        if patch is None and self._last_layer_kept:
+            rows = rows.clone()
+            rows[-1] = self._probe()
+        return rows
+
+    def attention_maps(self, layer: int, patch: tuple[int, int] | None = None) -> Tensor:
+        row = self.layer_row(layer) % self.num_layers  # -1: the last kept
+        if patch is None and row == self.num_layers - 1 and self._last_layer_kept:
+            return patch_part(self._probe(), self.grid, 0).cpu()
+        return super().attention_maps(layer, patch)
+
+    # -- maps that start from the probe row ---------------------------------------------------
+    def _chain(self, prepared: explain.PreparedRollout, s: Tensor, start_layer: int) -> Tensor:
+        """s · Ã_L ⋯ Ã_s for a start row s (N,), scaled to max 1: (gh, gw)."""
+        if not 0 <= start_layer < self.num_layers:
+            raise ValueError(f"start layer {start_layer} out of range for {self.num_layers} layers")
+        r = s[None].to(prepared.normalized.dtype)
+        for layer in range(prepared.num_layers - 1, start_layer - 1, -1):
+            r = torch.bmm(r[:, None, :], prepared.normalized[layer])[:, 0]
+        return scale_to_max(patch_part(r, self.grid, 0))[0].cpu()
+
+    def rollout(
+        self,
+        patch: tuple[int, int] | None = None,
+        fusion: str = "mean",
+        heads: Sequence[int] | None = None,
+        discard_ratio: float = 0.0,
+        start_layer: int = 0,
+    ) -> Tensor:
+        if patch is not None:
+            return super().rollout(patch, fusion, heads, discard_ratio, start_layer)
+        self.require_every_layer("attention rollout")
+        prepared = self._rollout_prepared(fusion, heads, discard_ratio)
+        s = explain.fuse_heads(self._probe()[None, :, None, :], fusion, heads)[0, 0]  # (N,)
+        return self._chain(prepared, s, start_layer)
+
+    def gradient_rollout(
+        self,
+        target_class: int | None = None,
+        patch: tuple[int, int] | None = None,
+        discard_ratio: float = 0.0,
+        start_layer: int = 0,
+    ) -> Tensor:
+        if patch is not None:
+            return super().gradient_rollout(target_class, patch, discard_ratio, start_layer)
+        self.require_every_layer("gradient rollout")
+        c = self._target(target_class)
+        prepared = self._gradient_rollout_prepared(c, discard_ratio)
+        s = (self._probe() * self.probe_gradient(c)).mean(dim=0).clamp_min(0)
+        return self._chain(prepared, s, start_layer)
+
+    def relevance(
+        self,
+        target_class: int | None = None,
+        patch: tuple[int, int] | None = None,
+        start_layer: int = 0,
+    ) -> Tensor:
+        if patch is not None:
+            return super().relevance(target_class, patch, start_layer)
+        self.require_every_layer("relevance")
+        c = self._target(target_class)
+        a_bar = self.gradient_products(c).positive  # (L, 1, N, N)
+        if not 0 <= start_layer < a_bar.shape[0]:
+            raise ValueError(f"start layer {start_layer} out of range for {a_bar.shape[0]} layers")
+        r = (self.probe_gradient(c) * self._probe()).clamp_min(0).mean(dim=0)[None]
+        r = r.to(a_bar.dtype)
+        for layer in range(a_bar.shape[0] - 1, start_layer - 1, -1):
+            r = r + torch.bmm(r[:, None, :], a_bar[layer])[:, 0]
+        return min_max_scale(patch_part(r, self.grid, 0))[0].cpu()
