@@ -228,3 +228,31 @@ def test_an_image_tower_alone_opens_without_prompts(projection, tmp_path, photo_
     torch.testing.assert_close(ours, theirs / theirs.norm(), rtol=1e-4, atol=1e-5)
     for layer, attn in enumerate(out.attentions):
         torch.testing.assert_close(a.attention[layer], attn[0], rtol=0, atol=1e-5)
+
+
+def test_faithfulness_and_stats_take_a_clip_like_any_vit(clip_folder, photo_files, tmp_path):
+    """Faithfulness per prompt (--prompt; the curves read the chosen prompt's score) and folder
+    statistics run on a CLIP through the kind interface, nothing special-cased."""
+    import csv
+    import shutil
+
+    folder, _ = clip_folder
+    out = tmp_path / "faith"
+    argv = ["faithfulness", str(photo_files["chelsea"]), "--checkpoint", str(folder),
+            "--prompt", "a dog", "--prompt", "a cat", "--steps", "4", "--method", "rollout",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads((out / "faithfulness.json").read_text())
+    loaded = load_checkpoint(folder)
+    kind_of(loaded).apply_prompts(loaded, ["a dog", "a cat"])
+    top = analyze(loaded, photo_files["chelsea"]).top_class
+    assert report["images"][0]["target_class"] == top
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("chelsea", "coffee"):
+        shutil.copy(photo_files[name], images / photo_files[name].name)
+    stats = tmp_path / "stats"
+    assert main(["stats", str(images), "--checkpoint", str(folder), "--out", str(stats)]) == 0
+    with open(stats / "stats.csv", newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    assert len(rows) == 2 * 4  # layers × heads of the tiny tower
