@@ -256,3 +256,27 @@ def test_faithfulness_and_stats_take_a_clip_like_any_vit(clip_folder, photo_file
     with open(stats / "stats.csv", newline="") as f:
         rows = list(csv.reader(f))[1:]
     assert len(rows) == 2 * 4  # layers × heads of the tiny tower
+
+
+def test_target_names_the_prompt_explained(clip_folder, photo_files, tmp_path, capsys) -> None:
+    """--target TEXT (as typed, before --template): explain's maps and faithfulness's curves
+    are that prompt's; a text that is none of the prompts exits 2 in one line."""
+    folder, _ = clip_folder
+    image = str(photo_files["chelsea"])
+    common = ["--checkpoint", str(folder), "--prompt", "dog", "--prompt", "cat on a sofa",
+              "--prompt", "car", "--template", "a photo of a {}"]  # fmt: skip
+    for target, index in (("car", 2), ("a photo of a dog", 0)):
+        out = tmp_path / f"explain-{index}"
+        assert main(["explain", image, *common, "--target", target, "--out", str(out)]) == 0
+        with np.load(out / "chelsea.npz") as z:
+            assert int(z["target_class"]) == index
+    faith = tmp_path / "faith"
+    argv = ["faithfulness", image, *common, "--target", "cat on a sofa", "--steps", "4",
+            "--method", "rollout", "--out", str(faith)]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads((faith / "faithfulness.json").read_text())
+    assert report["images"][0]["target_class"] == 1
+    capsys.readouterr()
+    assert main(["explain", image, *common, "--target", "a tree", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--target 'a tree' is none of the prompts" in err and "Traceback" not in err

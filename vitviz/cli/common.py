@@ -52,9 +52,14 @@ def add_prompt_options(p: argparse.ArgumentParser) -> None:
         metavar='"a photo of a {}"',
         help="each prompt is written into this text at {}",
     )
+    p.add_argument(
+        "--target",
+        metavar="TEXT",
+        help="the prompt the maps (and faithfulness) explain, as typed (default: the top one)",
+    )
 
 
-def read_prompts(args: argparse.Namespace) -> list[str]:
+def read_prompts(args: argparse.Namespace, templated: bool = True) -> list[str]:
     """The prompts of --prompts FILE then --prompt, through --template (none: [])."""
     texts: list[str] = []
     if getattr(args, "prompts", None) is not None:
@@ -64,7 +69,7 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
             raise CliError(f"--prompts {args.prompts}: cannot read it ({exc})") from exc
         texts += [line.strip() for line in lines if line.strip()]
     texts += [t for t in (getattr(args, "prompt_texts", None) or []) if t.strip()]
-    template = getattr(args, "template", None)
+    template = getattr(args, "template", None) if templated else None
     if template is not None:
         if template.count("{}") != 1:
             raise CliError(
@@ -86,6 +91,12 @@ def apply_prompts(args: argparse.Namespace, loaded: Any) -> Any:
         why = kind_of(loaded).apply_prompts(loaded, prompts)
         if why is not None:
             raise CliError(f"--prompt: {why}")
+    target = getattr(args, "target", None)
+    if target is not None:
+        typed = read_prompts(args, templated=False)
+        if target not in typed and target not in prompts:
+            raise CliError(f"--target {target!r} is none of the prompts given")
+        args.target_class = (typed if target in typed else prompts).index(target)
     return loaded
 
 

@@ -184,6 +184,7 @@ def _measure(
             params=params,
             mask=mask,
             name=str(path),
+            target_class=getattr(args, "target_class", None),
         )
     except ValueError as exc:
         raise _SkippedError(str(exc)) from exc

@@ -252,12 +252,14 @@ def evaluate_methods(
     params: Mapping[str, Mapping[str, Any]] | None = None,
     mask: Tensor | np.ndarray | None = None,
     name: str = "",
+    target_class: int | None = None,
 ) -> ImageFaithfulness:
     """Faithfulness of the methods ``names`` on one analysis of any kind: each map computed
-    from the table for the image's top class and the CLS query (a Swin: the average pool;
-    ``params`` per method name), taken to the clickable grid (``TokenGeometry.on_grid``: a
-    coarser layer's token gives its value to each cell it covers), then measured over the
-    cells of that grid (a ViT's patches, a Swin's first-stage tokens).
+    from the table for ``target_class`` (None: the image's top class) and the CLS query (a
+    Swin: the average pool; ``params`` per method name), taken to the clickable grid
+    (``TokenGeometry.on_grid``: a coarser layer's token gives its value to each cell it
+    covers), then measured over the cells of that grid (a ViT's patches, a Swin's first-stage
+    tokens).
 
     A parameter the kind's version of a method does not take (a Swin's rollout: discard
     ratio) is left out, as the window disables its control; an unknown one is refused.
@@ -276,7 +278,10 @@ def evaluate_methods(
     model = analysis.loaded.model
     p = next(model.parameters())
     with torch.inference_mode():
-        target = int(model(analysis.input[None].to(p.device, p.dtype))[0].argmax())
+        logits = model(analysis.input[None].to(p.device, p.dtype))[0]
+    target = int(logits.argmax()) if target_class is None else int(target_class)
+    if not 0 <= target < logits.numel():
+        raise ValueError(f"class {target} is out of range: the model has {logits.numel()}")
     params = params or {}
     kind = kind_of(analysis)
     geometry = kind.token_geometry(analysis)
