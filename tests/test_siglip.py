@@ -295,3 +295,32 @@ def test_a_siglip_folder_with_only_spiece_model_says_so(siglip_folder, tmp_path)
     loaded = load_checkpoint(bare)
     why = kind_of(loaded).apply_prompts(loaded, PROMPTS)
     assert why is not None and "tokenizer.json" in why and "\n" not in why
+
+
+def test_a_siglip_vision_model_opens_as_an_image_tower_alone(tmp_path, photo_files) -> None:
+    """SiglipVisionModel (transformers 5 saves it without vision_model.): its attention and the
+    probe's pooled output equal the library's; prompts are refused with the reason."""
+    from transformers import SiglipVisionConfig, SiglipVisionModel
+
+    torch.manual_seed(7)
+    config = SiglipVisionConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                intermediate_size=64, image_size=32, patch_size=8,
+                                attn_implementation="eager")  # fmt: skip
+    model = SiglipVisionModel(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name or "probe" in name:
+                p.normal_(0.0, 0.3)
+    model.save_pretrained(tmp_path / "vision")
+    loaded = load_checkpoint(tmp_path / "vision")
+    assert kind_of(loaded).name == "clip"
+    why = kind_of(loaded).apply_prompts(loaded, ["a dog"])
+    assert why is not None and "text tower" in why
+    a = analyze(loaded, photo_files["chelsea"])
+    with torch.no_grad():
+        out = model(pixel_values=a.input[None], output_attentions=True)
+        ours = loaded.model.image_embedding(a.input[None])[0]
+    pooled = out.pooler_output[0]
+    torch.testing.assert_close(ours, pooled / pooled.norm(), rtol=1e-4, atol=1e-5)
+    for layer, attn in enumerate(out.attentions):
+        torch.testing.assert_close(a.attention[layer], attn[0], rtol=0, atol=1e-5)

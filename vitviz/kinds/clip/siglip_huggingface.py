@@ -1,5 +1,6 @@
 """Hugging Face ``SiglipModel`` folders (config.json with model_type "siglip", the weights,
-tokenizer.json, preprocessor_config.json) -> a ``SiglipImageModel``.
+tokenizer.json, preprocessor_config.json) -> a ``SiglipImageModel``; a ``SiglipVisionModel``
+folder (model_type "siglip_vision_model") opens as an image tower alone: no prompts.
 
 Image tower (``vision_model.*``) -> vitviz's ViT names: the patch convolution (with its bias),
 the position table (patches only: there is no CLS), q/k/v fused into ``qkv``, ``post_layernorm``
@@ -43,9 +44,20 @@ _BLOCK = {
 _PROBE = "vision_model.head.probe"
 
 
+MODEL_TYPES = ("siglip", "siglip_vision_model")  # SiglipModel; SiglipVisionModel
+
+
+def _unprefixed(source: Source) -> bool:
+    """A SiglipVisionModel saved by transformers 5: its keys lack ``vision_model.``."""
+    cfg = source.hf_config or {}
+    return cfg.get("model_type") == MODEL_TYPES[1] and "head.probe" in source.state
+
+
 def detect(source: Source) -> bool:
     cfg = source.hf_config
-    return _PROBE in source.state and (cfg is None or cfg.get("model_type") == "siglip")
+    if _unprefixed(source):
+        return True
+    return _PROBE in source.state and (cfg is None or cfg.get("model_type") in MODEL_TYPES)
 
 
 def _get(cfg: dict[str, Any], name: str, default: object) -> Any:
@@ -147,11 +159,15 @@ def _folder(source: Source) -> Path | None:
 def convert(source: Source) -> Conversion:
     cfg = source.hf_config or {}
     state = source.state
+    if _unprefixed(source):
+        for key in list(state):  # in place: no second reference to any tensor
+            state["vision_model." + key] = state.pop(key)
+    alone = cfg.get("model_type") == MODEL_TYPES[1]  # an image tower alone: no prompts
     try:
-        vit = _vision_config(dict(cfg.get("vision_config") or {}), state)
+        vit = _vision_config(dict(cfg if alone else cfg.get("vision_config") or {}), state)
         out = _vision_state(state, vit.depth)
-        out["head.logit_scale"] = state.pop("logit_scale").reshape(())
-        out["head.logit_bias"] = state.pop("logit_bias").reshape(())
+        out["head.logit_scale"] = state.pop("logit_scale", torch.zeros(())).reshape(())
+        out["head.logit_bias"] = state.pop("logit_bias", torch.zeros(())).reshape(())
         text, pad_id = None, 1
         if "text_model.head.weight" in state:
             text_cfg = dict(cfg.get("text_config") or {})
