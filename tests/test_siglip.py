@@ -324,3 +324,20 @@ def test_a_siglip_vision_model_opens_as_an_image_tower_alone(tmp_path, photo_fil
     torch.testing.assert_close(ours, pooled / pooled.norm(), rtol=1e-4, atol=1e-5)
     for layer, attn in enumerate(out.attentions):
         torch.testing.assert_close(a.attention[layer], attn[0], rtol=0, atol=1e-5)
+
+
+def test_faithfulness_reads_each_prompts_own_sigmoid(siglip_folder, photo_files) -> None:
+    """Deletion starts from the whole image: p_0 is the chosen prompt's sigmoid (the kind's
+    ``probabilities``), not a softmax over the prompts; the chosen prompt, not the top one."""
+    from vitviz.explain.faithfulness import evaluate_methods
+
+    folder, _, _ = siglip_folder
+    loaded = load_checkpoint(folder)
+    kind_of(loaded).apply_prompts(loaded, PROMPTS)
+    a = analyze(loaded, photo_files["coffee"], gradients=True)
+    for target in (a.top_class, (a.top_class + 1) % len(PROMPTS)):
+        result = evaluate_methods(a, ["rollout"], steps=4, target_class=target)
+        assert result.target_class == target
+        p0 = result.methods["rollout"].deletion[0]
+        assert p0 == pytest.approx(float(torch.sigmoid(a.logits[target])), rel=1e-4)
+        assert p0 != pytest.approx(float(a.logits.softmax(-1)[target]), rel=1e-3)

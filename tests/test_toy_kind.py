@@ -184,6 +184,9 @@ class PoolKind:
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, None]:
         return model(x), None
 
+    def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
+        return logits.softmax(dim=-1)
+
     def apply_prompts(self, loaded: Any, prompts: Sequence[str]) -> str | None:
         return "the toy's classes are its head's"
 

@@ -117,8 +117,11 @@ def faithfulness(
     name: str = "",
     device: str | torch.device | None = None,
     mask: Tensor | np.ndarray | None = None,
+    target_class: int | None = None,
 ) -> ImageFaithfulness:
-    """Deletion and insertion curves of each map in ``maps`` ({name: (gh, gw)}) on one image.
+    """Deletion and insertion curves of each map in ``maps`` ({name: (gh, gw)}) on one image,
+    of ``target_class``'s probability (None: the top class's), as the model's kind scores its
+    classes (``ModelKind.probabilities``: a softmax; a SigLIP's prompts, each its sigmoid).
 
     ``model``: a ViT with a head (or a LoadedModel); ``image``: the normalised model input
     (C, H, W) / (1, C, H, W) or an Analysis (its ``input``). Runs on ``device`` (None: where
@@ -157,7 +160,7 @@ def faithfulness(
         kept.append(_kept_masks(patch_order(values), counts, grid))
     with torch.inference_mode():
         logits = model(x[None])
-        target = int(logits[0].argmax())
+        target = int(logits[0].argmax()) if target_class is None else int(target_class)
         probs = _probabilities(model, x, kept, target, p, batch_size)  # (M, 2, S+1)
     result = ImageFaithfulness(image=name, target_class=target, steps=steps)
     for i, n in enumerate(names):
@@ -172,6 +175,9 @@ def _probabilities(
     model: nn.Module, x: Tensor, kept: list[Tensor], target: int, patch: int, batch_size: int
 ) -> np.ndarray:
     """p_k of the target for every map × (deletion, insertion) × k: (M, 2, S+1) float64."""
+    from vitviz.kinds import kind_of
+
+    scores = kind_of(model).probabilities
     M, S1 = len(kept), (kept[0].shape[0] if kept else 0)
     if M == 0:
         return np.zeros((0, 2, 0))
@@ -185,7 +191,7 @@ def _probabilities(
         deletion = torch.tensor([d for _, d in chunk], device=x.device)[:, None, None, None]
         keep = torch.where(deletion, ~pixels, pixels)  # (b, 1, H, W)
         batch = x[None] * keep.to(x.dtype)
-        prob = model(batch).softmax(dim=-1)[:, target]
+        prob = scores(model, model(batch))[:, target]
         out[start : start + len(chunk)] = prob.double().cpu().numpy()
     return out.reshape(M, S1, 2).transpose(0, 2, 1)
 
@@ -291,5 +297,12 @@ def evaluate_methods(
         taken = {k: v for k, v in given.items() if m.parameter_refusal(kind, k) is None}
         maps[m.name] = geometry.on_grid(m(analysis, None, target, taken))  # window disables it)
     return faithfulness(
-        model, analysis, maps, steps=steps, batch_size=batch_size, name=name, mask=mask
+        model,
+        analysis,
+        maps,
+        steps=steps,
+        batch_size=batch_size,
+        name=name,
+        mask=mask,
+        target_class=target,
     )

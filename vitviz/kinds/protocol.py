@@ -486,6 +486,11 @@ class ModelKind(EngineMembers, Protocol):
         """Its training presets, settings, checks and network; None: vitviz can't train one."""
         ...
 
+    def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
+        """(B, classes) logits -> the probabilities the window shows and faithfulness measures:
+        a softmax, or (a SigLIP's prompts) each class's own sigmoid."""
+        ...
+
     # -- prompts ------------------------------------------------------------------------------
     def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
         """Make typed ``prompts`` the classes of ``loaded`` (a CLIP's text tower scores them;

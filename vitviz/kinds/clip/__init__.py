@@ -126,6 +126,11 @@ class ClipKind(ViTKind):
     def training(self) -> None:
         return None  # vitviz trains no CLIP
 
+    def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
+        """A CLIP's softmax over the prompts; a SigLIP's: each prompt's own sigmoid."""
+        sigmoid = getattr(model.config, "outputs", "logits") == "sigmoid"
+        return logits.sigmoid() if sigmoid else logits.softmax(dim=-1)
+
     # -- prompts ---------------------------------------------------------------------------------
     def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
         """The prompts become the classes (``loaded.class_names`` too); why not, or None."""

@@ -90,6 +90,9 @@ class SwinKind:
     def training(self) -> TrainingSide:
         return training.SIDE
 
+    def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
+        return logits.softmax(dim=-1)
+
     def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
         return "a Swin's classes are its head's; prompts need a CLIP-style model with a text tower"
 

@@ -75,6 +75,9 @@ class ViTKind:
     def training(self) -> TrainingSide:
         return training.SIDE
 
+    def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
+        return logits.softmax(dim=-1)
+
     def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
         return "a ViT's classes are its head's; prompts need a CLIP-style model with a text tower"
 
