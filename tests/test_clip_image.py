@@ -281,3 +281,22 @@ def test_target_names_the_prompt_explained(clip_folder, photo_files, tmp_path, c
     assert main(["explain", image, *common, "--target", "a tree", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "--target 'a tree' is none of the prompts" in err and "Traceback" not in err
+
+
+def test_rescore_gives_a_fresh_analysiss_numbers_without_the_image_tower(
+    clip_folder, photo_files
+) -> None:
+    folder, _ = clip_folder
+    loaded = load_checkpoint(folder)
+    kind = kind_of(loaded)
+    a = analyze(loaded, photo_files["coffee"])  # no prompts yet: no head
+    assert a.logits.numel() == 0 and kind.rescore(a, loaded) is None
+    kind.apply_prompts(loaded, PROMPTS)
+    b = kind.rescore(a, loaded)
+    fresh = analyze(loaded, photo_files["coffee"])
+    torch.testing.assert_close(b.logits, fresh.logits, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(b.probs, fresh.probs, rtol=1e-5, atol=1e-7)
+    assert b.class_names == PROMPTS and torch.equal(b.attention, a.attention)
+    kind.apply_prompts(loaded, PROMPTS[::-1])
+    c = kind.rescore(b, loaded)
+    torch.testing.assert_close(c.logits, fresh.logits.flip(0), rtol=1e-5, atol=1e-6)

@@ -341,3 +341,17 @@ def test_faithfulness_reads_each_prompts_own_sigmoid(siglip_folder, photo_files)
         p0 = result.methods["rollout"].deletion[0]
         assert p0 == pytest.approx(float(torch.sigmoid(a.logits[target])), rel=1e-4)
         assert p0 != pytest.approx(float(a.logits.softmax(-1)[target]), rel=1e-3)
+
+
+def test_rescore_keeps_the_probe_row_and_scores_with_sigmoids(siglip_folder, photo_files):
+    folder, _, _ = siglip_folder
+    loaded = load_checkpoint(folder)
+    kind = kind_of(loaded)
+    kind.apply_prompts(loaded, PROMPTS)
+    a = analyze(loaded, photo_files["chelsea"])
+    kind.apply_prompts(loaded, PROMPTS[::-1])
+    b = kind.rescore(a, loaded)
+    fresh = analyze(loaded, photo_files["chelsea"])
+    torch.testing.assert_close(b.logits, fresh.logits, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(b.probs, torch.sigmoid(fresh.logits), rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(b.probe_attention, a.probe_attention)

@@ -187,6 +187,9 @@ class PoolKind:
     def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
         return logits.softmax(dim=-1)
 
+    def rescore(self, analysis: Any, loaded: Any) -> None:
+        return None
+
     def apply_prompts(self, loaded: Any, prompts: Sequence[str]) -> str | None:
         return "the toy's classes are its head's"
 

@@ -234,3 +234,27 @@ def test_the_box_keeps_its_keys(qtbot, window, clip_folder, photo_files) -> None
     QTest.keyClick(edit, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
     assert edit.toPlainText() == "a dog on a sofa"
     assert not window.message_bar.text() and not window.client.is_busy()
+
+
+def test_new_prompts_never_rerun_the_image_tower(qtbot, window, clip_folder, photo_files):
+    """With attention shown, typing prompts scores the image embedding kept from the image's
+    pass: the image tower does not run again, and the chart equals a fresh analysis's."""
+    image = photo_files["chelsea"]
+    open_clip(qtbot, window, clip_folder, image)
+    model = window.client._engine.state.loaded.model
+    runs = []
+    original = model.forward_features
+    model.forward_features = lambda *a, **k: runs.append(1) or original(*a, **k)
+    original_explained = model.forward_explained
+    model.forward_explained = lambda *a, **k: runs.append(1) or original_explained(*a, **k)
+    type_prompts(qtbot, window, PROMPTS)
+    wait_prompts(qtbot, window, PROMPTS)
+    assert runs == []  # three prompt sets applied, no forward pass of the image tower
+    ref = reference(clip_folder, image)
+    chart = window.viewer.predictions
+    order = [int(i) for i in np.argsort(-ref.probs.numpy(), kind="stable")]
+    np.testing.assert_allclose(chart.probs, ref.probs.numpy()[order], atol=1e-6)
+    # a gradient map of a new prompt still needs its pass (forward with autograd, backward)
+    select_method(qtbot, window, "relevance")
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+    assert runs  # the gradient pass ran the tower

@@ -491,6 +491,12 @@ class ModelKind(EngineMembers, Protocol):
         a softmax, or (a SigLIP's prompts) each class's own sigmoid."""
         ...
 
+    def rescore(self, analysis: KindAnalysis, loaded: Loaded) -> KindAnalysis | None:
+        """``analysis`` of the same image for ``loaded``'s classes as they are now (new prompts)
+        without running the network again, or None when the kind can't (the image is then
+        analysed again). Gradients of the old classes are dropped."""
+        ...
+
     # -- prompts ------------------------------------------------------------------------------
     def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
         """Make typed ``prompts`` the classes of ``loaded`` (a CLIP's text tower scores them;

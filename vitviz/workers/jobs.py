@@ -49,6 +49,7 @@ class EngineState:
     source: ImageSource | None = None  # what the current image was loaded from
     label: str = ""
     device: str = "cpu"
+    rescored: bool = False  # analysis is the current classes' (new prompts scored, no forward)
 
 
 def warm_up() -> list[str]:
@@ -129,10 +130,14 @@ def apply_prompts(state: EngineState, prompts: tuple[str, ...]) -> ModelSummary:
     prompts = tuple(dict.fromkeys(p.strip() for p in prompts if p.strip()))
     if not prompts:
         raise UserFacingError("Prompts not applied: type at least one, one per line.", "prompts")
-    why = kind_of(state.loaded).apply_prompts(state.loaded, prompts)
+    kind = kind_of(state.loaded)
+    why = kind.apply_prompts(state.loaded, prompts)
     if why is not None:
         raise UserFacingError(f"Prompts not applied: {why.rstrip('.')}.", "prompts")
-    state.analysis = None  # its classes were the old prompts: the image is analysed again
+    previous, state.analysis = state.analysis, None  # its classes were the old prompts
+    if previous is not None:  # the kept image embedding scored anew, or the image analysed again
+        state.analysis = kind.rescore(previous, state.loaded)
+    state.rescored = state.analysis is not None
     return summarize(state.loaded, state.device)
 
 
@@ -218,8 +223,17 @@ def analyze_image(
         raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
     kind = kind_of(state.loaded)
     start = time.perf_counter()
+    same = source is state.source or (
+        isinstance(source, (str, Path)) and isinstance(state.source, (str, Path))
+        and Path(source) == Path(state.source)
+    )  # fmt: skip
+    reuse = state.rescored and state.analysis is not None and same
+    state.rescored = False
     try:  # decoded once, reduced to what the overlays and the display need (at most 4096 px)
-        analysis = kind.analyze(state.loaded, source, gradients=gradients)
+        if reuse:  # new prompts on the image shown: scored without running the model again
+            analysis = state.analysis
+        else:
+            analysis = kind.analyze(state.loaded, source, gradients=gradients)
     except ImageLoadError as exc:
         raise UserFacingError(str(exc), "image") from exc
     except ValueError as exc:  # e.g. an image smaller than one patch after preprocessing

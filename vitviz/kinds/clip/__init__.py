@@ -100,12 +100,44 @@ class ClipKind(ViTKind):
 
     def finish_analysis(self, analysis: Analysis) -> Analysis:
         """A CLIP's as made; a SigLIP's adds its probe's attention (the maps' start row) and
-        scores each prompt with its own sigmoid (``SiglipAnalysis``)."""
-        if analysis.loaded is None or getattr(analysis.loaded.model, "pool", None) is None:
+        scores each prompt with its own sigmoid (``SiglipAnalysis``). One image's pass keeps its
+        image embedding (``rescore``: new prompts score it without the image tower)."""
+        if analysis.loaded is None:
             return analysis
-        from vitviz.kinds.clip.siglip_analysis import SiglipAnalysis
+        model = analysis.loaded.model
+        embedding = getattr(model.head, "last_embedding", None)
+        if getattr(model, "pool", None) is not None:  # a SigLIP's attention-pooling head
+            from vitviz.kinds.clip.siglip_analysis import SiglipAnalysis
 
-        return SiglipAnalysis.of(analysis)
+            analysis = SiglipAnalysis.of(analysis)
+        if embedding is not None and embedding.shape[0] == 1:  # one image's pass (the window's)
+            analysis.image_embedding = embedding[0]
+        return analysis
+
+    def rescore(self, analysis: Analysis, loaded: Loaded) -> Analysis | None:
+        """New prompts scored on the kept image embedding: logits, probabilities and names
+        anew, the attention (and the probe's row) unchanged; gradients of old prompts gone."""
+        from dataclasses import fields, replace
+
+        import torch
+
+        embedding = getattr(analysis, "image_embedding", None)
+        model = loaded.model
+        if embedding is None or not model.prompts:
+            return None
+        with torch.no_grad():
+            logits = model.head.score(embedding[None].to(model.head.text.device))
+        logits = logits.float().cpu()
+        cleared = {f.name: {} for f in fields(analysis) if f.name.startswith("_")}
+        out = replace(
+            analysis,
+            logits=logits[0],
+            probs=self.probabilities(model, logits)[0],
+            class_names=list(loaded.class_names),
+            **cleared,
+        )
+        out.image_embedding = embedding
+        return out
 
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Sequence[Tensor]]:
         out = model.forward_explained(x, capture_attention=True)

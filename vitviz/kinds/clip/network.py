@@ -84,8 +84,14 @@ class PromptHead(nn.Module):
         """(B, D) -> (B, E) unit image embeddings."""
         return F.normalize(self.projection(pooled), dim=-1)
 
+    def score(self, embedding: Tensor) -> Tensor:
+        """(B, E) unit image embeddings -> (B, P) the prompts' logits."""
+        return self.logit_scale.exp() * embedding @ self.text.to(embedding.dtype).T
+
     def forward(self, pooled: Tensor) -> Tensor:
-        return self.logit_scale.exp() * self.embed(pooled) @ self.text.to(pooled.dtype).T
+        embedding = self.embed(pooled)
+        self.last_embedding = embedding.detach()  # (B, E): new prompts rescore it, no forward
+        return self.score(embedding)
 
 
 class ClipImageModel(VisionTransformer):

@@ -143,9 +143,15 @@ class SigmoidPromptHead(nn.Module):
         """(B, D) -> (B, D) unit image embeddings."""
         return F.normalize(pooled, dim=-1)
 
-    def forward(self, pooled: Tensor) -> Tensor:
-        cos = self.embed(pooled) @ self.text.to(pooled.dtype).T
+    def score(self, embedding: Tensor) -> Tensor:
+        """(B, D) unit image embeddings -> (B, P) the prompts' logits."""
+        cos = embedding @ self.text.to(embedding.dtype).T
         return self.logit_scale.exp() * cos + self.logit_bias
+
+    def forward(self, pooled: Tensor) -> Tensor:
+        embedding = self.embed(pooled)
+        self.last_embedding = embedding.detach()  # (B, D): new prompts rescore it, no forward
+        return self.score(embedding)
 
 
 class SiglipTextTower(TextTower):

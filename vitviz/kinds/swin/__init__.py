@@ -93,6 +93,9 @@ class SwinKind:
     def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
         return logits.softmax(dim=-1)
 
+    def rescore(self, analysis: Any, loaded: Loaded) -> None:
+        return None  # its classes never change under an analysis
+
     def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
         return "a Swin's classes are its head's; prompts need a CLIP-style model with a text tower"
 
