@@ -93,7 +93,7 @@ def test_new_prompts_never_rerun_the_image_tower(clip_folder, monkeypatch) -> No
     assert len(calls) == 2 and loaded.class_names[-1] == "a tree"
 
 
-def test_relevance_targets_a_prompts_logit(clip_folder, photo_files) -> None:
+def test_gradient_methods_target_a_prompts_logit(clip_folder, photo_files) -> None:
     """Chefer et al. 2021b from the definition, in float64, with y = logits_per_image[p] of the
     library and its autograd: R = I; R += Ē_h[(∇A ⊙ A)⁺] R per layer; the CLS row's patches,
     min-max scaled."""
@@ -131,6 +131,21 @@ def test_relevance_targets_a_prompts_logit(clip_folder, photo_files) -> None:
     roll = chain[0, 1:].reshape(4, 4).detach()
     mine = get_method("gradient-rollout")(a, None, 1, {}).double()
     torch.testing.assert_close(mine, roll / roll.max(), rtol=1e-5, atol=1e-6)
+
+    # Grad-SAM: mean over l, h of (G_l⁺ ⊙ A_l)[CLS, patches]; attention Grad-CAM: the last
+    # layer's A_L[h, CLS, patches] weighted by the mean of G_L[h, CLS, patches], ReLU of the
+    # mean over heads; both min-max scaled (DESIGN §5, the table's scaling)
+    def min_max(m):
+        return (m - m.min()) / (m.max() - m.min())
+
+    sam = torch.stack([(t.grad[0].clamp(min=0) * t[0]).detach() for t in attns]).mean((0, 1))
+    got = get_method("grad-sam")(a, None, 1, {}).double()
+    torch.testing.assert_close(got, min_max(sam[0, 1:].reshape(4, 4)), rtol=1e-5, atol=1e-6)
+    last, g_last = attns[-1][0].detach(), attns[-1].grad[0]
+    weights = g_last[:, 0, 1:].mean(-1)  # (H,)
+    cam = (weights[:, None] * last[:, 0, 1:]).mean(0).clamp(min=0).reshape(4, 4)
+    got = get_method("attention-gradcam")(a, None, 1, {}).double()
+    torch.testing.assert_close(got, min_max(cam), rtol=1e-5, atol=1e-6)
 
 
 def test_every_method_a_clip_tower_has_runs_and_the_rest_say_why(clip_folder, photo_files):
