@@ -168,6 +168,9 @@ class PoolKind:
     def owns(self, model: nn.Module) -> bool:
         return isinstance(model, PoolNet)
 
+    def parts(self, model: nn.Module) -> tuple[str, ...]:
+        return ("attention", "mean pooling")
+
     def architecture(self, model: nn.Module) -> str:
         c = model.config
         return f"toy: dim {c.dim}, depth {c.depth}, heads {c.heads}, pooled"

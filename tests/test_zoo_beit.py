@@ -172,3 +172,19 @@ def test_a_transformers_beit_base_without_pooler_reads_the_last_cls(tmp_path: Pa
     logits, attn = ours(loaded, x)
     assert_close("CLS", ref.last_hidden_state[:, 0], logits, LOGIT_ATOL)
     assert_attention(list(ref.attentions), attn)
+
+
+def test_the_model_info_names_the_parts(tmp_path: Path, capsys) -> None:
+    """vitviz-cli info: the family and the parts it maps onto (issue 27, item 4)."""
+    from vitviz.cli import main
+
+    path = tmp_path / "beit.pth"
+    torch.save(tiny_beit(seed=5).state_dict(), path)
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    family = next(line for line in out.splitlines() if line.startswith("family:"))
+    parts = next(line for line in out.splitlines() if line.startswith("parts:"))
+    assert "timm-beit" in family
+    for word in ("relative position bias", "LayerScale", "no absolute positions",
+                 "mean of the patch tokens through fc_norm", "pre-norm"):  # fmt: skip
+        assert word in parts, parts

@@ -80,6 +80,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         f"architecture:   {kind_of(loaded).architecture(loaded.model)}, patch {cfg['patch_size']}, "
         f"image {cfg['image_size'][0]}×{cfg['image_size'][1]}, "
         f"{d['num_parameters']:,} parameters",
+        f"parts:          {'; '.join(kind_of(loaded).parts(loaded.model))}",
         f"classes:        {d['num_classes']} ({names})",
         f"preprocessing:  {prep['resize']} to {prep['image_size'][0]}×{prep['image_size'][1]}, "
         f"{crop_text(Preprocessing.from_dict(prep))}, mean {prep['mean']}, std {prep['std']}, "

@@ -449,6 +449,11 @@ class ModelKind(EngineMembers, Protocol):
         its stages' widths, depths, heads and windows). Added by the explain helper."""
         ...
 
+    def parts(self, model: nn.Module) -> tuple[str, ...]:
+        """The building blocks ``model`` uses, in words (the model info's "parts" line): its
+        attention, norms, MLP, positions, prefix tokens, pooling, stem."""
+        ...
+
     # -- loading ------------------------------------------------------------------------------
     @property
     def families(self) -> Sequence[Any]:

@@ -56,6 +56,19 @@ class ClipKind(ViTKind):
         text = "no text tower" if model.text is None else f"{len(model.prompts)} prompts"
         return f"{super().architecture(model)}, embedding {model.clip_config.embed_dim}, {text}"
 
+    def parts(self, model: nn.Module) -> tuple[str, ...]:
+        from vitviz.model.parts import vit_parts
+
+        own = [p for p in vit_parts(model.config) if not p.startswith("head reads")]
+        if getattr(model, "pool", None) is not None:  # a SigLIP
+            own += ["an attention-pooling probe over the patches",
+                    "prompt head: exp(scale)·cos + bias, each prompt its own sigmoid"]  # fmt: skip
+        else:
+            own += ["prompt head: the CLS token projected, exp(scale)·cos with each prompt"]
+        if model.text is None:
+            own.append("no text tower")
+        return tuple(own)
+
     @property
     def families(self) -> Sequence[Any]:
         from vitviz.kinds.clip import huggingface, openclip, siglip_huggingface

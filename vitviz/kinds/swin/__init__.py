@@ -62,6 +62,16 @@ class SwinKind:
             f"windows {'-'.join(map(str, cfg['window_sizes']))}"
         )
 
+    def parts(self, model: nn.Module) -> tuple[str, ...]:
+        version = getattr(model.config, "version", 1)
+        attention = (
+            "scaled cosine window attention with a log-spaced position MLP (V2)"
+            if version == 2
+            else "window attention with a relative position bias per window"
+        )
+        return (attention, "shifted windows every other block", "patch merging between stages",
+                "head reads the mean of the last stage's tokens")  # fmt: skip
+
     @property
     def families(self) -> Sequence[Any]:
         from vitviz.kinds.swin.families import huggingface, timm, torchvision

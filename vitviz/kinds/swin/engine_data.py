@@ -74,6 +74,9 @@ def architecture(config: Mapping[str, Any], loaded: LoadedModel) -> tuple[str, .
         f"classes: {cfg.num_classes}; no prefix tokens (the head reads the average of the "
         "last stage's tokens)"
     )
+    from vitviz.kinds import kind_of
+
+    lines.append("parts: " + "; ".join(kind_of(loaded).parts(loaded.model)))
     return tuple(lines)
 
 

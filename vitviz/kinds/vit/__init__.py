@@ -48,6 +48,14 @@ class ViTKind:
         cfg = model.config.to_dict()
         return f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}"
 
+    def parts(self, model: nn.Module) -> tuple[str, ...]:
+        from vitviz.model import VisionTransformer
+        from vitviz.model.parts import vit_parts
+
+        if isinstance(model, VisionTransformer):
+            return vit_parts(model.config)
+        return ("the attention your code computes (captured)",)
+
     @property
     def families(self) -> Sequence[Any]:
         return ()  # the generic layouts of vitviz.checkpoints.families

@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 from torch import nn
 
+from vitviz.kinds import kind_of
 from vitviz.kinds.maps import maps_levels
 from vitviz.kinds.protocol import (
     ImageNumbers,
@@ -51,6 +52,7 @@ def model_shape(loaded: LoadedModel) -> ModelShape:
             f"layers × heads: {cfg.depth} × {cfg.heads}, dim {config.get('dim', '?')}, "
             f"patch {cfg.patch_size}, trained at {trained}",
             f"classes: {cfg.num_classes}; prefix tokens: {cfg.num_prefix_tokens}",
+            "parts: " + "; ".join(kind_of(loaded).parts(loaded.model)),
         ),
     )
 

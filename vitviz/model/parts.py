@@ -1,0 +1,53 @@
+"""The building blocks a ViT config uses, in words (the model info's "parts" line): which
+attention, norms, MLP, position information, prefix tokens, pooling and stem the family maps
+onto vitviz's one ViT."""
+
+from __future__ import annotations
+
+from vitviz.model.config import ViTConfig
+
+ACTIVATION_WORDS = {
+    "gelu": "GELU",
+    "gelu_tanh": "GELU (tanh)",
+    "quick_gelu": "QuickGELU",
+    "relu": "ReLU",
+}
+POOL_WORDS = {
+    "token": "the CLS token",
+    "avg": "the mean of the patch tokens",
+    "token_avg": "the CLS token and the mean patch token side by side",
+}
+POSITION_WORDS = {
+    "learned": "a learnt position table",
+    "sincos": "1-D sin-cos positions",
+    "sincos2d": "2-D sin-cos positions",
+    "none": "no absolute positions",
+}
+
+
+def vit_parts(cfg: ViTConfig) -> tuple[str, ...]:
+    """E.g. ("attention with a relative position bias per layer and head", "pre-norm blocks
+    (LayerNorm eps 1e-06)", "GELU MLP", "LayerScale", "no absolute positions", "CLS token",
+    "head reads the mean of the patch tokens through fc_norm", "Conv2d patch embedding")."""
+    out = []
+    attention = "attention with a relative position bias per layer and head"
+    out.append(attention if cfg.rel_pos_bias else "attention")
+    if not cfg.qkv_bias:
+        out[-1] += " (no q/k/v bias)"
+    out.append(
+        f"{'pre' if cfg.norm_first else 'post'}-norm blocks (LayerNorm eps {cfg.norm_eps:g})"
+    )
+    if cfg.pre_norm:
+        out.append("a LayerNorm before the blocks")
+    out.append(f"{ACTIVATION_WORDS.get(cfg.activation, cfg.activation)} MLP")
+    if cfg.layer_scale_init is not None:
+        out.append("LayerScale")
+    out.append(POSITION_WORDS.get(cfg.pos_embed, cfg.pos_embed))
+    prefix = ["CLS token"] if cfg.class_token else []
+    prefix += ["distillation token"] if cfg.distill_token else []
+    prefix += [f"{cfg.num_register_tokens} registers"] if cfg.num_register_tokens else []
+    out.append(", ".join(prefix) if prefix else "no prefix tokens")
+    head = f"head reads {POOL_WORDS.get(cfg.global_pool, cfg.global_pool)}"
+    out.append(head + (" through fc_norm" if cfg.fc_norm else ""))
+    out.append(f"{'Linear' if cfg.patch_embed == 'linear' else 'Conv2d'} patch embedding")
+    return tuple(out)
