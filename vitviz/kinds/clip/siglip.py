@@ -22,14 +22,14 @@ pad token, read at the last position, then a Linear with bias (``SiglipTextTower
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitviz.kinds.clip.network import ClipImageModel
+from vitviz.kinds.clip.network import ClipConfig, ClipImageModel
 from vitviz.kinds.clip.siglip_tokenizer import UnigramTokenizer
 from vitviz.kinds.clip.text import TextConfig, TextTower
 from vitviz.model import VisionTransformer, ViTConfig
@@ -37,51 +37,23 @@ from vitviz.model.layers import make_activation
 
 
 @dataclass(frozen=True)
-class SiglipConfig:
-    """A SigLIP model: the image tower ``vit`` (no class token, average pool as a placeholder:
-    the MAP head pools), the text tower (None: an image tower alone) with its pad token, and
-    the folder its tokenizer.json was read from. ``embed_dim`` is the image tower's width (the
-    shared space: SigLIP projects only the text)."""
+class SiglipConfig(ClipConfig):
+    """A SigLIP model: a CLIP config whose image tower ``vit`` has no class token (average
+    pool as a placeholder: the MAP head pools), whose text tower has a pad token ``pad_id``,
+    and whose ``embed_dim`` is the image tower's width (the shared space: SigLIP projects only
+    the text)."""
 
-    vit: ViTConfig
-    embed_dim: int
-    text: TextConfig | None = None
     pad_id: int = 1
-    tokenizer: str | None = None
     siglip: bool = True  # what ``ClipKind.config_from_dict`` tells a SigLIP's config by
 
-    @property
-    def image_size(self) -> tuple[int, int]:
-        return self.vit.image_size
-
-    @property
-    def patch_size(self) -> int:
-        return self.vit.patch_size
-
-    @property
-    def in_channels(self) -> int:
-        return self.vit.in_channels
-
-    @property
-    def num_classes(self) -> int:
-        return self.vit.num_classes
-
     def to_dict(self) -> dict[str, object]:
-        text = None if self.text is None else asdict(self.text)
-        return {"vit": self.vit.to_dict(), "embed_dim": self.embed_dim, "text": text,
-                "pad_id": self.pad_id, "tokenizer": self.tokenizer,
-                "siglip": True}  # fmt: skip
+        return {**super().to_dict(), "pad_id": self.pad_id, "siglip": True}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SiglipConfig:
-        text = data.get("text")
-        return cls(
-            vit=ViTConfig.from_dict(data["vit"]),
-            embed_dim=int(data["embed_dim"]),
-            text=None if text is None else TextConfig(**text),
-            pad_id=int(data.get("pad_id", 1)),
-            tokenizer=data.get("tokenizer"),
-        )
+        base = ClipConfig.from_dict(data)
+        values = {f.name: getattr(base, f.name) for f in fields(ClipConfig)}
+        return cls(**values, pad_id=int(data.get("pad_id", 1)))
 
 
 @dataclass
