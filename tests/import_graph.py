@@ -168,7 +168,13 @@ VITVIZ_LAYERS: dict[str, int] = {
     **dict.fromkeys(("kinds.clip.text", "kinds.clip.tokenizer", "kinds.clip.network"), 1),
     **dict.fromkeys(("kinds.clip.siglip", "kinds.clip.siglip_tokenizer"), 1),
     **dict.fromkeys(
-        ("kinds.clip.huggingface", "kinds.clip.openclip", "kinds.clip.siglip_huggingface"), 3
+        (
+            "kinds.clip.huggingface",
+            "kinds.clip.openclip",
+            "kinds.clip.siglip_huggingface",
+            "kinds.clip.hf_towers",
+        ),
+        3,
     ),
     "kinds.clip.siglip_analysis": 5,  # the ViT's Analysis with the probe's row
     "kinds.clip": 5,  # numpy helpers over query maps (the window's fast path shares them)

@@ -13,7 +13,6 @@ prompt head; ``text_model.*`` + ``text_projection`` the text tower.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,10 +20,17 @@ from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, Source
-from vitviz.checkpoints.preprocessing import hf_preprocessing
-from vitviz.imaging import Preprocessing
+from vitviz.kinds.clip.hf_towers import (
+    activation,
+    encoder_depth,
+    folder_of,
+    lacks_prefix,
+    restore_prefix,
+    take_encoder,
+    tower_conversion,
+)
 from vitviz.kinds.clip.network import ClipConfig
-from vitviz.kinds.clip.text import HF_ACTIVATIONS, hf_text_config, hf_text_state
+from vitviz.kinds.clip.text import hf_text_config, hf_text_state
 from vitviz.model import ViTConfig
 
 # CLIPImageProcessor's defaults (OpenAI's): resize the short side to 224, centre-crop 224.
@@ -37,13 +43,6 @@ CLIP_PROCESSOR: dict[str, Any] = {
     "image_mean": [0.48145466, 0.4578275, 0.40821073],
     "image_std": [0.26862954, 0.26130258, 0.27577711],
 }
-_BLOCK = {
-    "layer_norm1": "norm1",
-    "self_attn.out_proj": "attn.proj",
-    "layer_norm2": "norm2",
-    "mlp.fc1": "mlp.fc1",
-    "mlp.fc2": "mlp.fc2",
-}
 _PROBE = "vision_model.embeddings.class_embedding"
 
 
@@ -52,8 +51,7 @@ MODEL_TYPES = ("clip", "clip_vision_model")  # CLIPModel; CLIPVisionModel (+With
 
 def _unprefixed(source: Source) -> bool:
     """A CLIPVisionModel saved by transformers 5: its keys lack ``vision_model.``."""
-    cfg = source.hf_config or {}
-    return cfg.get("model_type") == MODEL_TYPES[1] and "embeddings.class_embedding" in source.state
+    return lacks_prefix(source, MODEL_TYPES[1], "embeddings.class_embedding")
 
 
 def detect(source: Source) -> bool:
@@ -70,14 +68,9 @@ def _vision_config(cfg: dict[str, Any], state: dict[str, Tensor]) -> ViTConfig:
     vision = cfg if alone else cfg.get("vision_config") or {}
     conv = state["vision_model.embeddings.patch_embedding.weight"]  # (D, C, p, p)
     D, C, p = int(conv.shape[0]), int(conv.shape[1]), int(conv.shape[-1])
-    depth = 1 + max(
-        int(k.split(".")[3]) for k in state if k.startswith("vision_model.encoder.layers.")
-    )
+    depth = encoder_depth(state)
     table = int(state["vision_model.embeddings.position_embedding.weight"].shape[0]) - 1
     side = round(table**0.5) * p
-    act = str(vision.get("hidden_act", "quick_gelu"))
-    if act not in HF_ACTIVATIONS:
-        raise CheckpointError(f"the image tower's activation {act!r} is not one vitviz computes")
     return ViTConfig(
         image_size=(side, side),
         patch_size=p,
@@ -89,7 +82,7 @@ def _vision_config(cfg: dict[str, Any], state: dict[str, Tensor]) -> ViTConfig:
         mlp_hidden_dim=int(state["vision_model.encoder.layers.0.mlp.fc1.weight"].shape[0]),
         pre_norm=True,
         norm_eps=float(vision.get("layer_norm_eps", 1e-5)),
-        activation=HF_ACTIVATIONS[act],
+        activation=activation(str(vision.get("hidden_act", "quick_gelu")), "image tower"),
     )
 
 
@@ -113,28 +106,15 @@ def _vision_state(state: dict[str, Tensor], depth: int) -> dict[str, Tensor]:
     out["head.projection.weight"] = state.pop("visual_projection.weight", identity)
     out["head.logit_scale"] = state.pop("logit_scale", torch.tensor(0.0))
     state.pop(e + "position_ids", None)
-    for i in range(depth):
-        b = f"vision_model.encoder.layers.{i}."
-        for part in ("weight", "bias"):
-            qkv = [state.pop(f"{b}self_attn.{n}_proj.{part}") for n in "qkv"]
-            out[f"blocks.{i}.attn.qkv.{part}"] = torch.cat(qkv)
-            for theirs, ours in _BLOCK.items():
-                out[f"blocks.{i}.{ours}.{part}"] = state.pop(f"{b}{theirs}.{part}")
+    take_encoder(state, depth, out)
     return out
-
-
-def _folder(source: Source) -> Path | None:
-    if source.path is None:
-        return None
-    return source.path if source.path.is_dir() else source.path.parent
 
 
 def convert(source: Source) -> Conversion:
     cfg = source.hf_config or {}
     state = source.state
     if _unprefixed(source):
-        for key in list(state):  # in place: no second reference to any tensor
-            state["vision_model." + key] = state.pop(key)
+        restore_prefix(state)
     try:
         vit = _vision_config(cfg, state)
         out = _vision_state(state, vit.depth)
@@ -152,23 +132,14 @@ def convert(source: Source) -> Conversion:
         side = {"height": vit.image_size[0], "width": vit.image_size[1]}
         proc = {**CLIP_PROCESSOR, "size": {"shortest_edge": min(vit.image_size)}, "crop_size": side}
         notes.append("no preprocessor_config.json: CLIP's image processor's defaults are used")
-    prep, prep_notes = hf_preprocessing(proc, vit.image_size)
-    folder = _folder(source)
+    folder = folder_of(source)
     config = ClipConfig(
         vit=vit,
         embed_dim=embed_dim,
         text=text,
         tokenizer=None if folder is None or text is None else str(folder),
     )
-    return Conversion(
-        family="huggingface-clip",
-        config=config,
-        state=out,
-        class_names=[],
-        preprocessing=Preprocessing.from_dict({"channels": vit.in_channels, **prep}),
-        notes=notes + prep_notes,
-        kind="clip",
-    )
+    return tower_conversion(source, "huggingface-clip", config, out, proc, notes)
 
 
 FAMILY = Family("huggingface-clip", detect, convert)

@@ -12,7 +12,6 @@ text tower, bidirectional.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,10 +19,17 @@ from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, Source
-from vitviz.checkpoints.preprocessing import hf_preprocessing
-from vitviz.imaging import Preprocessing
+from vitviz.kinds.clip.hf_towers import (
+    activation,
+    encoder_depth,
+    folder_of,
+    lacks_prefix,
+    restore_prefix,
+    take_encoder,
+    tower_conversion,
+)
 from vitviz.kinds.clip.siglip import SiglipConfig
-from vitviz.kinds.clip.text import HF_ACTIVATIONS, TextConfig, hf_text_state
+from vitviz.kinds.clip.text import TextConfig, hf_text_state
 from vitviz.model import ViTConfig
 
 # SiglipImageProcessor's defaults: squash to 224 × 224 (bilinear), scale to [-1, 1].
@@ -34,13 +40,6 @@ SIGLIP_PROCESSOR: dict[str, Any] = {
     "image_mean": [0.5, 0.5, 0.5],
     "image_std": [0.5, 0.5, 0.5],
 }
-_BLOCK = {
-    "layer_norm1": "norm1",
-    "self_attn.out_proj": "attn.proj",
-    "layer_norm2": "norm2",
-    "mlp.fc1": "mlp.fc1",
-    "mlp.fc2": "mlp.fc2",
-}
 _PROBE = "vision_model.head.probe"
 
 
@@ -49,8 +48,7 @@ MODEL_TYPES = ("siglip", "siglip_vision_model")  # SiglipModel; SiglipVisionMode
 
 def _unprefixed(source: Source) -> bool:
     """A SiglipVisionModel saved by transformers 5: its keys lack ``vision_model.``."""
-    cfg = source.hf_config or {}
-    return cfg.get("model_type") == MODEL_TYPES[1] and "head.probe" in source.state
+    return lacks_prefix(source, MODEL_TYPES[1], "head.probe")
 
 
 def detect(source: Source) -> bool:
@@ -65,17 +63,11 @@ def _get(cfg: dict[str, Any], name: str, default: object) -> Any:
     return default if value is None else value
 
 
-def _activation(name: str, tower: str) -> str:
-    if name not in HF_ACTIVATIONS:
-        raise CheckpointError(f"the {tower}'s activation {name!r} is not one vitviz computes")
-    return HF_ACTIVATIONS[name]
-
-
 def _vision_config(vision: dict[str, Any], state: dict[str, Tensor]) -> ViTConfig:
     v = "vision_model."
     conv = state[v + "embeddings.patch_embedding.weight"]  # (D, C, p, p)
     D, C, p = int(conv.shape[0]), int(conv.shape[1]), int(conv.shape[-1])
-    depth = 1 + max(int(k.split(".")[3]) for k in state if k.startswith(v + "encoder.layers."))
+    depth = encoder_depth(state)
     table = int(state[v + "embeddings.position_embedding.weight"].shape[0])
     side = round(table**0.5)
     if side * side != table:
@@ -92,7 +84,7 @@ def _vision_config(vision: dict[str, Any], state: dict[str, Tensor]) -> ViTConfi
         class_token=False,
         global_pool="avg",  # unused: the MAP head pools
         norm_eps=float(_get(vision, "layer_norm_eps", 1e-6)),
-        activation=_activation(str(_get(vision, "hidden_act", "gelu_pytorch_tanh")), "image tower"),
+        activation=activation(str(_get(vision, "hidden_act", "gelu_pytorch_tanh")), "image tower"),
     )
 
 
@@ -115,13 +107,7 @@ def _vision_state(state: dict[str, Tensor], depth: int) -> dict[str, Tensor]:
         for part in ("weight", "bias"):
             out[f"pool.{ours}.{part}"] = state.pop(f"{h}{theirs}.{part}")
     state.pop(e + "position_ids", None)
-    for i in range(depth):
-        b = f"{v}encoder.layers.{i}."
-        for part in ("weight", "bias"):
-            qkv = [state.pop(f"{b}self_attn.{n}_proj.{part}") for n in "qkv"]
-            out[f"blocks.{i}.attn.qkv.{part}"] = torch.cat(qkv)
-            for theirs, ours in _BLOCK.items():
-                out[f"blocks.{i}.{ours}.{part}"] = state.pop(f"{b}{theirs}.{part}")
+    take_encoder(state, depth, out)
     return out
 
 
@@ -140,7 +126,7 @@ def _text(cfg: dict[str, Any], state: dict[str, Tensor]) -> tuple[TextConfig, di
         context_length=int(state[t + "embeddings.position_embedding.weight"].shape[0]),
         embed_dim=int(head.shape[0]),
         end_id=int(_get(cfg, "eos_token_id", 1)),
-        activation=_activation(str(_get(cfg, "hidden_act", "gelu_pytorch_tanh")), "text tower"),
+        activation=activation(str(_get(cfg, "hidden_act", "gelu_pytorch_tanh")), "text tower"),
         eps=float(_get(cfg, "layer_norm_eps", 1e-6)),
         causal=False,
     )
@@ -150,18 +136,11 @@ def _text(cfg: dict[str, Any], state: dict[str, Tensor]) -> tuple[TextConfig, di
     return text, weights
 
 
-def _folder(source: Source) -> Path | None:
-    if source.path is None:
-        return None
-    return source.path if source.path.is_dir() else source.path.parent
-
-
 def convert(source: Source) -> Conversion:
     cfg = source.hf_config or {}
     state = source.state
     if _unprefixed(source):
-        for key in list(state):  # in place: no second reference to any tensor
-            state["vision_model." + key] = state.pop(key)
+        restore_prefix(state)
     alone = cfg.get("model_type") == MODEL_TYPES[1]  # an image tower alone: no prompts
     try:
         vit = _vision_config(dict(cfg if alone else cfg.get("vision_config") or {}), state)
@@ -187,8 +166,7 @@ def convert(source: Source) -> Conversion:
         side = vit.image_size[0]
         proc = {**SIGLIP_PROCESSOR, "size": {"height": side, "width": side}}
         notes.append("no preprocessor_config.json: SigLIP's image processor's defaults are used")
-    prep, prep_notes = hf_preprocessing(proc, vit.image_size)
-    folder = _folder(source)
+    folder = folder_of(source)
     config = SiglipConfig(
         vit=vit,
         embed_dim=vit.dim,
@@ -196,15 +174,7 @@ def convert(source: Source) -> Conversion:
         pad_id=pad_id,
         tokenizer=None if folder is None or text is None else str(folder),
     )
-    return Conversion(
-        family="huggingface-siglip",
-        config=config,
-        state=out,
-        class_names=[],
-        preprocessing=Preprocessing.from_dict({"channels": vit.in_channels, **prep}),
-        notes=notes + prep_notes,
-        kind="clip",
-    )
+    return tower_conversion(source, "huggingface-siglip", config, out, proc, notes)
 
 
 FAMILY = Family("huggingface-siglip", detect, convert)
