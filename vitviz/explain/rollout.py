@@ -101,18 +101,32 @@ class PreparedRollout:
             raise ValueError(f"start layer {start_layer} out of range for {L} layers")
         B, N = self.normalized.shape[1], self.normalized.shape[-1]
         r = start_vector(query, N, num_prefix, B, self.normalized)  # (B, N)
-        if not self._restores:  # nothing discarded on a protected diagonal
-            layers = range(L - 1, start_layer - 1, -1)
-            if query is not None:  # e_q·Ã_L is row q of Ã_L: read one row, not the matrix
-                r = self.normalized[L - 1, :, query].clone()
-                layers = layers[1:]
+        if not self._restores and query is not None:  # e_q·Ã_L is row q of Ã_L: one row read
+            r = self.normalized[L - 1, :, query].clone()
+            return self.chain(r, start_layer, last=L - 2)
+        return self.chain(r, start_layer, protected=(r > 0).to(r.dtype))
+
+    def chain(
+        self,
+        r: Tensor,
+        start_layer: int = 0,
+        protected: Tensor | None = None,
+        last: int | None = None,
+    ) -> Tensor:
+        """r · Ã_last ⋯ Ã_s (last: the top layer, L − 1 by default) for start rows r (B, N),
+        e.g. a pooling probe's attention; ``protected`` (B, N) marks the tokens whose own
+        entry discarding never removes (a query's), None: none. (B, N)."""
+        L = self.num_layers
+        if not 0 <= start_layer < L:
+            raise ValueError(f"start layer {start_layer} out of range for {L} layers")
+        layers = range(L - 1 if last is None else last, start_layer - 1, -1)
+        if not self._restores or protected is None:  # nothing discarded on a protected diagonal
             if self._transposed is not None:
                 return self._vector_chain(r[0], layers)[None]
             for layer in layers:
                 r = self._step(r, layer)
             return r
-        protected = (r > 0).to(r.dtype)
-        for layer in range(L - 1, start_layer - 1, -1):
+        for layer in layers:
             w = r * protected * self.restore[layer]
             r = self._step(r - w, layer) + w
         return r

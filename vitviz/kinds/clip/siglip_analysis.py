@@ -91,11 +91,7 @@ class SiglipAnalysis(Analysis):
     # -- maps that start from the probe row ---------------------------------------------------
     def _chain(self, prepared: explain.PreparedRollout, s: Tensor, start_layer: int) -> Tensor:
         """s · Ã_L ⋯ Ã_s for a start row s (N,), scaled to max 1: (gh, gw)."""
-        if not 0 <= start_layer < self.num_layers:
-            raise ValueError(f"start layer {start_layer} out of range for {self.num_layers} layers")
-        r = s[None].to(prepared.normalized.dtype)
-        for layer in range(prepared.num_layers - 1, start_layer - 1, -1):
-            r = torch.bmm(r[:, None, :], prepared.normalized[layer])[:, 0]
+        r = prepared.chain(s[None].to(prepared.normalized.dtype), start_layer)
         return scale_to_max(patch_part(r, self.grid, 0))[0].cpu()
 
     def rollout(
