@@ -37,6 +37,7 @@ from vitviz.ui import file_dialogs
 from vitviz.ui.cache_dialog import CacheDialog
 from vitviz.ui.checkpoint_settings_dialog import CheckpointSettingsDialog
 from vitviz.ui.errors import ErrorNotifier, MessageBar
+from vitviz.ui.families_dialog import FamiliesDialog
 from vitviz.ui.model_code_dialog import ModelCodeDialog
 from vitviz.ui.model_info_dialog import ModelInfoDialog
 from vitviz.ui.settings import AppSettings
@@ -200,6 +201,7 @@ class MainWindow(QMainWindow):
         )
         self.act_quit = a("&Quit", self.close, QKeySequence.StandardKey.Quit)
         self.act_about = a("&About vitviz", self.about)
+        self.act_families = a("&Supported checkpoints…", self.show_families)
         ctl = self.viewer.controls
         self.act_head_prev = a("Previous head", partial(ctl.step_head, -1), "Left")
         self.act_head_next = a("Next head", partial(ctl.step_head, 1), "Right")
@@ -241,7 +243,9 @@ class MainWindow(QMainWindow):
         self.menuBar().addMenu("&Model").addAction(self.act_model_info)
         self.samples_menu = self.menuBar().addMenu("&Samples")
         self._fill_samples()
-        self.menuBar().addMenu("&Help").addAction(self.act_about)
+        help_menu = self.menuBar().addMenu("&Help")
+        help_menu.addAction(self.act_families)
+        help_menu.addAction(self.act_about)
 
         tb = QToolBar("Main")
         tb.setObjectName("mainToolbar")
@@ -715,6 +719,14 @@ class MainWindow(QMainWindow):
         else:
             self._busy_timer.stop()
             self.progress.hide()
+
+    def show_families(self) -> FamiliesDialog:
+        """Help ▸ Supported checkpoints: the families table, modeless."""
+        from vitviz.checkpoints.families.catalogue import family_rows
+
+        dialog = FamiliesDialog(family_rows(), self)
+        dialog.show()
+        return dialog
 
     def about(self) -> None:
         QMessageBox.about(

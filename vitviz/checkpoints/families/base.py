@@ -72,10 +72,23 @@ class Conversion:
 
 
 @dataclass(frozen=True)
+class FamilyInfo:
+    """What a family is, in the words of the families table (``vitviz-cli families``, Help ▸
+    Supported checkpoints, the README): who made such checkpoints, the names they go by, the
+    forms vitviz reads, and the parts of vitviz's model they map onto."""
+
+    label: str  # "timm BEiT, BEiT v2"
+    names: str  # "beit_*, beitv2_*"
+    forms: str  # "state dict (.pth, .safetensors); timm folder"
+    parts: tuple[str, ...]  # ("relative position bias per layer and head", "LayerScale", ...)
+
+
+@dataclass(frozen=True)
 class Family:
     """One registry entry: recognised by ``detect`` (key names), turned into the one model by
-    ``convert``."""
+    ``convert``; ``info`` describes it in the families table."""
 
     name: str
     detect: Callable[[Source], bool]
     convert: Callable[[Source], Conversion]
+    info: FamilyInfo | None = None

@@ -19,7 +19,7 @@ from typing import Any
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
     Taker,
     block_indices,
@@ -158,4 +158,22 @@ def convert(source: Source) -> Conversion:
     )
 
 
-FAMILY = Family("dino", detect, convert)
+FAMILY = Family(
+    "dino",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="DINO, DINOv2 (facebookresearch)",
+        names="released backbones; training checkpoints (teacher / student)",
+        forms="state dict (.pth, .safetensors)",
+        parts=(
+            "attention",
+            "pre-norm blocks",
+            "GELU MLP",
+            "LayerScale (DINOv2)",
+            "learnt position table (original resampling)",
+            "CLS token, registers",
+            "Conv2d patch embedding",
+        ),
+    ),
+)

@@ -21,7 +21,7 @@ from typing import Any
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
     Taker,
     check_depth,
@@ -378,4 +378,24 @@ def _take_head(
     return 0, None
 
 
-FAMILY = Family("huggingface", detect, convert)
+FAMILY = Family(
+    "huggingface",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="Hugging Face transformers ViTs",
+        names="ViT, DeiT (with teacher), DINOv2 (with registers) and their classifiers, BEiT, "
+        "Data2Vec-vision, ViT-MSN, I-JEPA",
+        forms="save_pretrained folder (config.json, weights, preprocessor_config.json)",
+        parts=(
+            "attention (BEiT: with a relative position bias)",
+            "pre-norm blocks",
+            "GELU MLP",
+            "LayerScale (DINOv2, BEiT)",
+            "learnt position table",
+            "CLS, distillation and register tokens",
+            "CLS, mean or CLS + mean pooling",
+            "Conv2d patch embedding",
+        ),
+    ),
+)

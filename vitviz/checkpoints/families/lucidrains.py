@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
     Taker,
     ask,
@@ -221,4 +221,22 @@ def _take_head(
         inferred["num_classes"] = out["head.weight"].shape[0]
 
 
-FAMILY = Family("vit-pytorch", detect, convert)
+FAMILY = Family(
+    "vit-pytorch",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="lucidrains vit-pytorch ViT",
+        names="vit_pytorch.ViT and tutorials copying it",
+        forms="state dict (.pth, .safetensors), with a JSON sidecar for what it can't say",
+        parts=(
+            "attention (any head width)",
+            "pre-norm blocks",
+            "GELU MLP",
+            "learnt position table",
+            "CLS token",
+            "CLS or mean pooling",
+            "LayerNorm + Linear patch embedding",
+        ),
+    ),
+)

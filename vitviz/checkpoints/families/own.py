@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.loaded import default_class_names
 from vitviz.checkpoints.native import default_preprocessing
 from vitviz.imaging import Preprocessing
@@ -60,4 +60,14 @@ def convert(source: Source) -> Conversion:
     )
 
 
-FAMILY = Family("vitviz-state-dict", detect, convert)
+FAMILY = Family(
+    "vitviz-state-dict",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="vitviz's own state dict",
+        names="models trained in vitviz's Training tab or written by `vitviz-cli convert`",
+        forms="one .safetensors with the config in its metadata; a .pth with its config",
+        parts=("every part of vitviz's ViT, as its config says",),
+    ),
+)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
     Taker,
     block_indices,
@@ -256,4 +256,24 @@ def convert(source: Source) -> Conversion:
     return conversion
 
 
-FAMILY = Family("timm", detect, convert)
+FAMILY = Family(
+    "timm",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="timm VisionTransformer",
+        names="vit_*, deit_*, deit3_*, flexivit_*, DINO / DINOv2 / CLIP towers in timm",
+        forms="state dict (.pth, .safetensors); timm folder (config.json + model.safetensors)",
+        parts=(
+            "attention",
+            "pre-norm blocks",
+            "GELU or QuickGELU MLP",
+            "LayerScale",
+            "learnt position table",
+            "CLS, distillation and register tokens",
+            "a LayerNorm before the blocks (CLIP)",
+            "CLS or mean pooling, fc_norm",
+            "Conv2d patch embedding",
+        ),
+    ),
+)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import Taker, block_indices, check_depth, finish
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
@@ -129,4 +129,24 @@ def convert(source: Source) -> Conversion:
     return conversion
 
 
-FAMILY = Family("timm-beit", detect, convert)
+FAMILY = Family(
+    "timm-beit",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="timm BEiT, BEiT v2",
+        names="beit_*, beitv2_*",
+        forms="state dict (.pth, .safetensors); timm folder",
+        parts=(
+            "attention with a relative position bias per layer and head",
+            "q and v biases",
+            "pre-norm blocks",
+            "GELU MLP",
+            "LayerScale",
+            "no absolute positions (or a learnt table)",
+            "CLS token",
+            "mean pooling through fc_norm, or CLS",
+            "Conv2d patch embedding",
+        ),
+    ),
+)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
     Taker,
     block_indices,
@@ -108,4 +108,22 @@ def convert(source: Source) -> Conversion:
     )
 
 
-FAMILY = Family("torchvision", detect, convert)
+FAMILY = Family(
+    "torchvision",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="torchvision ViT",
+        names="vit_b_16, vit_b_32, vit_l_16, vit_l_32, vit_h_14 (any image size)",
+        forms="state dict (.pth, .safetensors)",
+        parts=(
+            "attention",
+            "pre-norm blocks",
+            "GELU MLP",
+            "learnt position table",
+            "CLS token",
+            "optional pre-logits Linear + tanh",
+            "Conv2d patch embedding",
+        ),
+    ),
+)

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
     Taker,
     ask,
@@ -293,4 +293,21 @@ def _take_norm_and_head(t: Taker, out: dict[str, Tensor], inferred: dict[str, An
         inferred["num_classes"] = out["head.weight"].shape[0]
 
 
-FAMILY = Family("tutorial", detect, convert)
+FAMILY = Family(
+    "tutorial",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="tutorial ViTs on PyTorch's own attention",
+        names="nn.MultiheadAttention blocks, nn.TransformerEncoderLayer encoders",
+        forms="state dict (.pth, .safetensors), with a JSON sidecar for what it can't say",
+        parts=(
+            "attention",
+            "pre- or post-norm blocks",
+            "GELU or ReLU MLP",
+            "learnt position table",
+            "CLS token",
+            "Conv2d or Linear patch embedding",
+        ),
+    ),
+)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.kinds.clip.hf_towers import (
     activation,
     encoder_depth,
@@ -142,4 +142,23 @@ def convert(source: Source) -> Conversion:
     return tower_conversion(source, "huggingface-clip", config, out, proc, notes)
 
 
-FAMILY = Family("huggingface-clip", detect, convert)
+FAMILY = Family(
+    "huggingface-clip",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="Hugging Face transformers CLIP",
+        names="CLIPModel, CLIPVisionModel, CLIPVisionModelWithProjection",
+        forms="save_pretrained folder with its tokenizer files",
+        parts=(
+            "attention",
+            "pre-norm blocks",
+            "QuickGELU or GELU MLP",
+            "a LayerNorm before the blocks",
+            "CLS token",
+            "projection to the joint space",
+            "cosine prompt head (logit_scale)",
+            "Conv2d patch embedding",
+        ),
+    ),
+)

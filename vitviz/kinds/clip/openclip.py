@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.imaging import Preprocessing
 from vitviz.kinds.clip.network import ClipConfig
 from vitviz.kinds.clip.text import TextConfig
@@ -173,4 +173,23 @@ def convert(source: Source) -> Conversion:
     )
 
 
-FAMILY = Family("openclip", detect, convert)
+FAMILY = Family(
+    "openclip",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="OpenCLIP (and OpenAI CLIP) image and text towers",
+        names="open_clip ViT-B/32, ViT-B/16, ViT-L/14, ... state dicts",
+        forms="state dict (.pth, .safetensors); QuickGELU stated in a sidecar",
+        parts=(
+            "attention",
+            "pre-norm blocks",
+            "GELU or QuickGELU MLP",
+            "a LayerNorm before the blocks",
+            "CLS token",
+            "projection to the joint space",
+            "cosine prompt head (logit_scale)",
+            "Conv2d patch embedding",
+        ),
+    ),
+)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.kinds.clip.hf_towers import (
     activation,
     encoder_depth,
@@ -177,4 +177,22 @@ def convert(source: Source) -> Conversion:
     return tower_conversion(source, "huggingface-siglip", config, out, proc, notes)
 
 
-FAMILY = Family("huggingface-siglip", detect, convert)
+FAMILY = Family(
+    "huggingface-siglip",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="Hugging Face transformers SigLIP",
+        names="SiglipModel, SiglipVisionModel",
+        forms="save_pretrained folder with tokenizer.json",
+        parts=(
+            "attention",
+            "pre-norm blocks",
+            "GELU (tanh) MLP",
+            "learnt position table",
+            "no CLS: an attention-pooling probe",
+            "sigmoid prompt head (scale and bias)",
+            "Conv2d patch embedding",
+        ),
+    ),
+)

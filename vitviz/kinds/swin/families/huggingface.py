@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -200,4 +200,20 @@ def convert(source: Source) -> Conversion:
     )
 
 
-FAMILY = Family("huggingface-swin", detect, convert)
+FAMILY = Family(
+    "huggingface-swin",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="Hugging Face transformers Swin, Swin v2",
+        names="SwinForImageClassification, SwinModel, Swinv2 twins",
+        forms="save_pretrained folder",
+        parts=(
+            "(shifted) window attention with a relative position bias",
+            "v2: cosine attention, continuous position bias, residual post-norm",
+            "patch merging between stages",
+            "mean pooling",
+            "Conv2d patch embedding",
+        ),
+    ),
+)

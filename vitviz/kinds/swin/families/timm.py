@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, dropped
 from vitviz.checkpoints.families.timm_arch import ArchError, timm_version
 from vitviz.checkpoints.labels import names_from_timm
@@ -210,7 +210,23 @@ def convert(source: Source) -> Conversion:
     return conversion
 
 
-FAMILY = Family("timm-swin", detect, convert)
+FAMILY = Family(
+    "timm-swin",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="timm Swin, Swin v2",
+        names="swin_*, swinv2_* (and the original Microsoft layout)",
+        forms="state dict (.pth, .safetensors); timm folder",
+        parts=(
+            "(shifted) window attention with a relative position bias",
+            "v2: cosine attention, continuous position bias, residual post-norm",
+            "patch merging between stages",
+            "mean pooling",
+            "Conv2d patch embedding",
+        ),
+    ),
+)
 
 
 def v2_windows(

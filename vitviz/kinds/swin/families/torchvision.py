@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker
 from vitviz.checkpoints.preprocessing import crop_pct_for
 from vitviz.kinds.swin.families.common import (
@@ -143,4 +143,20 @@ def convert(source: Source) -> Conversion:
     )
 
 
-FAMILY = Family("torchvision-swin", detect, convert)
+FAMILY = Family(
+    "torchvision-swin",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="torchvision Swin, Swin v2",
+        names="swin_t, swin_s, swin_b, swin_v2_t, swin_v2_s, swin_v2_b (any size)",
+        forms="state dict (.pth, .safetensors)",
+        parts=(
+            "(shifted) window attention with a relative position bias",
+            "v2: cosine attention, continuous position bias, residual post-norm",
+            "patch merging between stages",
+            "mean pooling",
+            "Conv2d patch embedding",
+        ),
+    ),
+)
