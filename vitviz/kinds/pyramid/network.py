@@ -97,7 +97,7 @@ class PyramidViT(nn.Module):
         report = PyramidOutput(logits=x.new_empty(0), attentions=[], stage_grids=[])
         for s, stage in enumerate(self.stages):
             if stage.downsample is not None:
-                x = stage.downsample(x.permute(0, 3, 1, 2))  # (B, H_s, W_s, D_s)
+                x = stage.downsample(x.permute(0, 3, 1, 2).contiguous())  # (B, H_s, W_s, D_s)
             B, H, W, D = x.shape
             grid = (int(H), int(W))
             report.stage_grids.append(grid)
