@@ -298,8 +298,13 @@ def transformers_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tens
         embeddings = getattr(getattr(model, "base_model", model), "embeddings", None)
         has_cls = getattr(embeddings, "cls_token", None) is not None
         hidden = out.last_hidden_state
+        if hidden.ndim == 4:  # a (B, C, H, W) map (PVT v2): the mean over its positions
+            hidden = hidden.flatten(2).transpose(1, 2)
         logits = pooled if pooled is not None else hidden[:, 0] if has_cls else hidden.mean(1)
-    return logits, list(getattr(out, "attentions", None) or [])
+    attentions = []
+    for a in getattr(out, "attentions", None) or []:  # a pyramid's: one tuple per stage
+        attentions.extend(a if isinstance(a, (tuple, list)) else [a])
+    return logits, attentions
 
 
 BUILDERS = {

@@ -82,9 +82,9 @@ class PyramidKind:
 
     @property
     def families(self) -> Sequence[Any]:
-        from vitviz.kinds.pyramid.families import timm
+        from vitviz.kinds.pyramid.families import huggingface, timm
 
-        return (timm.FAMILY,)
+        return (timm.FAMILY, huggingface.FAMILY)
 
     def config_from_dict(self, data: dict[str, object]) -> PyramidConfig:
         from vitviz.kinds.pyramid.config import PyramidConfig
