@@ -190,20 +190,25 @@ class PyramidKind:
 
     def layer_rows(self, analysis: PyramidAnalysis) -> tuple[LayerRow, ...]:
         rows, counts = [], {}
-        for attn, s, words in zip(
-            analysis.attentions, analysis.block_stages, analysis.reductions, strict=True
+        for attn, s, words, keys in zip(
+            analysis.attentions,
+            analysis.block_stages,
+            analysis.reductions,
+            analysis.keys,
+            strict=True,
         ):
             j = counts.get(s, 0)
             counts[s] = j + 1
             name = f"{s + 1}.{j + 1}"
             H, W = analysis.stage_grids[s]
+            kh, kw = keys.coarse
             rows.append(
                 LayerRow(
                     name,
                     int(attn.shape[0]),
                     tooltip=f"block {name}: queries {H}×{W} tokens, {words}",
                     name=name,
-                    title=f"block {name} ({H}×{W} queries, {words})",
+                    title=f"block {name} ({H}×{W} queries, {kh}×{kw} keys)",
                     hover=f"block {name}",
                     selector=f" · {name}",
                 )
