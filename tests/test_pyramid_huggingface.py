@@ -41,7 +41,7 @@ def test_exact_against_transformers(tmp_path, cls_name, linear) -> None:
     model, folder = _saved(tmp_path / "pvt", cls_name, linear)
     loaded = load_checkpoint(folder)
     assert kind_of(loaded).name == "pyramid" and loaded.model.config.heads == (1, 2, 2, 4)
-    assert loaded.model.config.linear is linear
+    assert loaded.model.config.linear is linear and loaded.model.config.scale_after
     assert any("checked against transformers" in n for n in loaded.notes), loaded.notes
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(5))
     ref_logits, ref_attn = transformers_forward(model, x)

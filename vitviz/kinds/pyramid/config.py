@@ -43,6 +43,9 @@ class PyramidConfig:
     norm_eps: float = 1e-6  # the blocks' and stages' LayerNorms (timm's LayerNorm)
     embed_eps: float = 1e-5  # the stem's, downsamplings' and key reduction's (torch's default)
     drop_path_rate: float = 0.0
+    scale_after: bool = (
+        False  # captured scores (q·kᵀ)/√d (transformers) instead of (q/√d)·kᵀ (timm)
+    )
 
     def __post_init__(self) -> None:
         self.image_size = _pair(self.image_size)

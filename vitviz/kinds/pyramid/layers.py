@@ -7,6 +7,8 @@ Token maps inside a stage are (B, N, D) with N = H·W row-major; the convolution
 
 from __future__ import annotations
 
+import math
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -44,6 +46,7 @@ class SpatialReductionAttention(nn.Module):
         self.head_dim = dim // self.heads
         self.sr_ratio = config.sr_ratios[stage]
         self.linear = config.linear
+        self.scale_after = config.scale_after
         self.q = nn.Linear(dim, dim, bias=config.qkv_bias)
         self.kv = nn.Linear(dim, 2 * dim, bias=config.qkv_bias)
         self.proj = nn.Linear(dim, dim)
@@ -77,8 +80,12 @@ class SpatialReductionAttention(nn.Module):
         kv = kv.reshape(B, -1, 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         k, v = kv[0], kv[1]  # (B, h, M, d)
         attn = None
-        if capture:
-            attn = ((q * self.head_dim**-0.5) @ k.transpose(-2, -1)).softmax(dim=-1)
+        if capture:  # in the order of the library that made the weights: the same rounding
+            if self.scale_after:
+                scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+            else:
+                scores = (q * self.head_dim**-0.5) @ k.transpose(-2, -1)
+            attn = scores.softmax(dim=-1)
             out = attn @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v)

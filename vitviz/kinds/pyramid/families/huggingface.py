@@ -156,6 +156,7 @@ def convert(source: Source) -> Conversion:
         down_stride=strides[1] if S > 1 else 2,
         norm_eps=eps,
         embed_eps=eps,
+        scale_after=True,  # transformers divides q·kᵀ by √d
     )
     notes = []
     if any(
