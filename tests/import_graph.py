@@ -164,6 +164,13 @@ VITVIZ_LAYERS: dict[str, int] = {
     # what the engine asks of a kind, as numpy for the window (no Qt, no workers, no ui)
     **dict.fromkeys(("kinds.swin.engine_data", "kinds.vit.engine_data"), 5),
     "kinds.maps": 1,
+    # pyramid ViTs (PVT v2): the network low, the families beside the checkpoints
+    **dict.fromkeys(("kinds.pyramid.config", "kinds.pyramid.layers", "kinds.pyramid.network"), 1),
+    "kinds.pyramid.reduction": 1,
+    **dict.fromkeys(("kinds.pyramid.rollout", "kinds.pyramid.gradcam", "kinds.pyramid.stats"), 2),
+    **dict.fromkeys(("kinds.pyramid.analysis", "kinds.pyramid.methods", "kinds.pyramid.export"), 2),
+    "kinds.pyramid.families": 3,
+    **dict.fromkeys(("kinds.pyramid", "kinds.pyramid.engine_data"), 5),
     # CLIP: the text side and the network low, its checkpoint family beside the checkpoints
     **dict.fromkeys(("kinds.clip.text", "kinds.clip.tokenizer", "kinds.clip.network"), 1),
     **dict.fromkeys(("kinds.clip.siglip", "kinds.clip.siglip_tokenizer"), 1),

@@ -216,8 +216,15 @@ def build_timm(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
     args.setdefault("img_size", tuple(cfg.image_size))
     if cfg.in_channels != 3:
         args.setdefault("in_chans", cfg.in_channels)
-    with torch.device("meta"):
-        model = timm.create_model(ref.arch, pretrained=False, **args)
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(ref.arch, pretrained=False, **args)
+    except TypeError:  # an architecture of any input size (a PVT v2) takes no img_size
+        if "img_size" in ref.model_args:
+            raise
+        del args["img_size"]
+        with torch.device("meta"):
+            model = timm.create_model(ref.arch, pretrained=False, **args)
     model.load_state_dict(dict(state), strict=True, assign=True)
     if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):  # computed buffers
         model = timm.create_model(ref.arch, pretrained=False, **args)
@@ -225,11 +232,19 @@ def build_timm(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
     return model.eval()
 
 
+def _timm_blocks(model: nn.Module) -> list[nn.Module]:
+    """A timm model's attention blocks in order: ``blocks``, or those of its ``stages`` (PVT v2)."""
+    blocks = getattr(model, "blocks", None)
+    if blocks is not None:
+        return list(blocks)
+    return [b for stage in getattr(model, "stages", []) for b in getattr(stage, "blocks", [])]
+
+
 def timm_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
     """timm's logits and each block's attention probabilities (its explicit path)."""
     attn: list[Tensor] = []
     handles = []
-    for block in getattr(model, "blocks", []):
+    for block in _timm_blocks(model):
         a = getattr(block, "attn", None)
         if a is None or not hasattr(a, "attn_drop"):
             continue
@@ -283,8 +298,13 @@ def transformers_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tens
         embeddings = getattr(getattr(model, "base_model", model), "embeddings", None)
         has_cls = getattr(embeddings, "cls_token", None) is not None
         hidden = out.last_hidden_state
+        if hidden.ndim == 4:  # a (B, C, H, W) map (PVT v2): the mean over its positions
+            hidden = hidden.flatten(2).transpose(1, 2)
         logits = pooled if pooled is not None else hidden[:, 0] if has_cls else hidden.mean(1)
-    return logits, list(getattr(out, "attentions", None) or [])
+    attentions = []
+    for a in getattr(out, "attentions", None) or []:  # a pyramid's: one tuple per stage
+        attentions.extend(a if isinstance(a, (tuple, list)) else [a])
+    return logits, attentions
 
 
 BUILDERS = {

@@ -1,0 +1,100 @@
+"""A PVT v2 in the window: one head-grid row per block ("2.1") with that stage's heads and the
+key reduction in its tooltip, a click picks the token of each block's stage covering the cell,
+the big map is that block's query row spread over its keys, the rollout is the kind's, the
+methods a pyramid ViT can't run are greyed out, and File ▸ Export writes the CLI's npz."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pyramid_helpers import save_bare, tiny_timm_pvt
+from test_ui_window import (
+    WAIT_MS,
+    click,
+    drop,
+    new_window,
+    overlay,
+    select_method,
+    settled,
+    wait_shown,
+)
+
+from vitviz.checkpoints import load_checkpoint
+from vitviz.explain.methods import get_method
+from vitviz.kinds.pyramid.analysis import analyze_pyramid
+from vitviz.kinds.pyramid.methods import block_rows
+from vitviz.ui.head_grid import MEAN
+from vitviz.ui.main_window import MainWindow
+
+pytest.importorskip("timm")
+
+
+@pytest.fixture
+def pvt_shown(qtbot, tmp_path: Path, photo_files):
+    ckpt = save_bare(tiny_timm_pvt(), tmp_path / "pvt.pth")
+    window: MainWindow = new_window(qtbot, tmp_path / "settings.ini")
+    bugs: list[str] = []
+    window.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
+    image = photo_files["chelsea"]
+    drop(window, [image, ckpt])
+    wait_shown(qtbot, window, image.name)
+    yield window, analyze_pyramid(load_checkpoint(ckpt), image), ckpt
+    assert not bugs, f"the bug dialog was shown: {bugs}"
+
+
+def test_blocks_click_and_rollout(qtbot, pvt_shown) -> None:
+    window, ref, _ = pvt_shown
+    v = window.viewer
+    grid = v.head_grid
+    assert grid.row_texts() == ["1.1", "2.1", "2.2", "3.1", "4.1"]
+    assert grid.row_heads() == [1, 2, 2, 2, 4]
+    assert "sr 8" in v.image.layer_rows[0].tooltip
+    v.controls.select(layer=2, head=1)  # block 2.2
+    assert "2.2" in v.controls.layer.text()
+    cell = (9, 4)
+    view = v.input_view
+    click(view, view.vb.mapViewToScene(view.patch_rect(*cell).center()))
+    qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == cell, timeout=WAIT_MS)
+    centre = ((cell[0] + 0.5) * 4, (cell[1] + 0.5) * 4)
+    for b, s in enumerate(ref.block_stages):
+        W = ref.stage_grids[s][1]
+        px = 4 * 2**s
+        token = int(centre[0] // px) * W + int(centre[1] // px)
+        assert v.maps.query_tokens[b] == token
+    expected = block_rows(ref, 2, v.maps.query_tokens[2]).numpy()[1]
+    np.testing.assert_allclose(overlay(window), expected, atol=1e-6)
+    assert v.controls.head.count() == 1 + 2
+    v.controls.select(layer=0, head=MEAN)
+    select_method(qtbot, window, "rollout")
+    qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "rollout", timeout=WAIT_MS)
+    want = get_method("rollout")(ref, cell).numpy()
+    np.testing.assert_allclose(overlay(window), want, atol=1e-6)
+    model = v.controls.method.model()
+    assert not model.item(v.controls.method.findData("transformer-attribution")).isEnabled()
+    assert model.item(v.controls.method.findData("relevance")).isEnabled()
+    assert not v.controls.param_panel.widgets["discard_ratio"].isEnabled()
+
+
+def test_export_npz_from_the_window_equals_the_cli(
+    qtbot, pvt_shown, photo_files, tmp_path: Path
+) -> None:
+    from vitviz import cli
+
+    window, _, ckpt = pvt_shown
+    select_method(qtbot, window, "rollout")
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+    target = tmp_path / "window.npz"
+    window.export_to(target, "npz")
+    qtbot.waitUntil(target.is_file, timeout=WAIT_MS)
+    image = photo_files["chelsea"]
+    out = tmp_path / "cli"
+    assert cli.main(["explain", str(image), "--checkpoint", str(ckpt), "--out", str(out)]) == 0
+    with np.load(target) as got, np.load(out / f"{image.stem}.npz") as want:
+        assert set(got.files) == set(want.files) and "stage_grids" in got.files
+        for k in want.files:
+            if want[k].dtype.kind in "US":
+                assert got[k].tolist() == want[k].tolist(), k
+            else:
+                np.testing.assert_allclose(got[k], want[k], atol=1e-6, err_msg=k)

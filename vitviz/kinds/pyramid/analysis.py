@@ -1,0 +1,191 @@
+"""analyze_pyramid: one forward pass of a pyramid ViT with everything its explanations need.
+
+Logits, probabilities, each block's captured attention (heads, N_q, N_kv) with its key
+reduction, the stage grids and the downsamplings between them, and on request ∂y_c/∂A_b for
+every block (same shapes, each paired with its own block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vitviz.imaging.geometry import PatchGeometry
+from vitviz.kinds.pyramid.network import PyramidViT
+from vitviz.kinds.pyramid.reduction import Reduction, key_reduction, stage_reduction
+from vitviz.kinds.pyramid.rollout import (
+    PreparedPyramidRollout,
+    fused_blocks,
+    gradient_blocks,
+    relevance_blocks,
+)
+
+
+@dataclass(frozen=True)
+class ModelOnly:
+    """An analysis's ``loaded`` for a bare model (no checkpoint): the model, no class names."""
+
+    model: nn.Module
+    class_names: tuple[str, ...] = ()
+
+
+@dataclass
+class PyramidAnalysis:
+    """What one image did in a pyramid ViT (batch of one)."""
+
+    logits: Tensor  # (C,)
+    probs: Tensor  # (C,)
+    target_class: int
+    attentions: list[Tensor]  # per block (heads, N_s, M_b), rows = queries
+    block_stages: list[int]  # per block
+    stage_grids: list[tuple[int, int]]  # (H_s, W_s) per stage
+    keys: list[Reduction]  # per block: its keys on its stage's grid
+    stages: list[Reduction]  # per stage boundary s -> s + 1
+    stage_pixels: list[int]  # input pixels per side of a token of each stage
+    reductions: list[str]  # per block, in words ("keys 2×2 (sr 4)")
+    gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
+    input: Tensor | None = None  # (C, H, W) the normalised model input
+    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
+    source: Any = None  # the decoded source image
+    geometry: PatchGeometry | None = None  # model input <-> source pixels
+    patch_size: int = 0  # input pixels per side of a first-stage token
+    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
+    kind: str = "pyramid"
+
+    _prepared: dict[tuple, PreparedPyramidRollout] = field(default_factory=dict, repr=False)
+
+    @property
+    def top_class(self) -> int:
+        return int(self.logits.argmax()) if self.logits.numel() else -1
+
+    @property
+    def has_head(self) -> bool:
+        return self.logits.numel() > 0
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(getattr(self.loaded, "class_names", None) or [])
+
+    def prepared(self, method: str, fusion: str = "mean") -> PreparedPyramidRollout:
+        """The per-block matrices of ``method`` (rollout, gradient-rollout, relevance)."""
+        key = (method, fusion)
+        if key not in self._prepared:
+            if method == "rollout":
+                mats, mode = fused_blocks(self.attentions, fusion), "rollout"
+            else:
+                if self.gradients is None:
+                    raise ValueError(f"{method} needs the analysis run with gradients=True")
+                if method == "gradient-rollout":
+                    mats, mode = gradient_blocks(self.attentions, self.gradients), "rollout"
+                else:
+                    mats, mode = relevance_blocks(self.attentions, self.gradients), "relevance"
+            self._prepared[key] = PreparedPyramidRollout(
+                mats, self.keys, self.block_stages, self.stage_grids, self.stages, mode
+            )
+        return self._prepared[key]
+
+
+def describe_keys(keys: Reduction, sr: int, linear: bool) -> str:
+    """The block's key reduction in words."""
+    h, w = keys.coarse
+    if linear:
+        return f"keys pooled to {h}×{w} (linear SRA: adaptive average pool, 1×1 conv)"
+    if sr == 1:
+        return f"keys: every token ({h}×{w}, no reduction)"
+    return f"keys {h}×{w} (spatial reduction sr {sr}: a {sr}×{sr} conv of stride {sr})"
+
+
+def _model(model_or_loaded: object) -> PyramidViT:
+    model = getattr(model_or_loaded, "model", model_or_loaded)
+    if not isinstance(model, PyramidViT):
+        raise TypeError(f"analyze_pyramid needs a pyramid ViT, got {type(model).__name__}")
+    return model
+
+
+def analyze_pyramid(
+    model_or_loaded: object,
+    image: Any,
+    gradients: bool = False,
+    target_class: int | None = None,
+) -> PyramidAnalysis:
+    """Run a pyramid ViT (or a LoadedModel holding one) on ``image``: a normalised tensor
+    (C, H, W) or (1, C, H, W), or, with a LoadedModel, anything ``vitviz.imaging.load_image``
+    opens, prepared as the checkpoint's preprocessing says. ``target_class``: the class y_c
+    whose gradients are taken (default the top prediction)."""
+    model = _model(model_or_loaded)
+    cfg = model.config
+    pixels = source = geometry = None
+    if not isinstance(image, Tensor):
+        prep = getattr(model_or_loaded, "preprocessing", None)
+        if prep is None:
+            raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
+        source, prepared = _decode(image, prep, cfg.patch_size)
+        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
+    x = image.unsqueeze(0) if image.ndim == 3 else image
+    if x.ndim != 4 or x.shape[0] != 1:
+        raise ValueError(f"analyze_pyramid takes one image (C, H, W), got {tuple(image.shape)}")
+    param = next(model.parameters())
+    x = x.to(device=param.device, dtype=param.dtype)
+    with torch.set_grad_enabled(gradients):
+        if gradients:
+            x = x.detach().requires_grad_(True)
+        out = model.forward_explained(x, capture_attention=True)
+        logits = out.logits[0]
+        c = int(logits.argmax()) if target_class is None else int(target_class)
+        if gradients and not 0 <= c < logits.shape[0]:
+            raise ValueError(f"class {c} out of range for {logits.shape[0]} classes")
+        grads = None
+        if gradients:
+            grads = [g[0].detach() for g in torch.autograd.grad(logits[c], out.attentions)]
+    grids = [tuple(g) for g in out.stage_grids]
+    keys, words = [], []
+    for s in out.block_stages:
+        sr = cfg.sr_ratios[s]
+        k = key_reduction(grids[s], sr, cfg.linear, cfg.pool_size)
+        keys.append(k)
+        words.append(describe_keys(k, sr, cfg.linear))
+    stages = []
+    for s in range(len(grids) - 1):
+        red = stage_reduction(grids[s], cfg.down_kernel, cfg.down_stride)
+        if red.coarse != grids[s + 1]:
+            raise ValueError(
+                f"stage {s + 1}'s grid {grids[s + 1]} is not the downsampling of {grids[s]}"
+            )
+        stages.append(red)
+    for a, k in zip(out.attentions, keys, strict=True):
+        if a.shape[-1] != k.coarse[0] * k.coarse[1]:
+            raise ValueError(f"attention {tuple(a.shape)} does not have the {k.coarse} keys")
+    return PyramidAnalysis(
+        logits=logits.detach(),
+        probs=logits.detach().softmax(dim=-1),
+        target_class=c,
+        attentions=[a[0].detach() for a in out.attentions],
+        block_stages=list(out.block_stages),
+        stage_grids=grids,
+        keys=keys,
+        stages=stages,
+        stage_pixels=[cfg.stage_stride(s) for s in range(len(grids))],
+        reductions=words,
+        gradients=grads,
+        input=x[0].detach(),
+        pixels=pixels,
+        source=source,
+        geometry=geometry,
+        patch_size=int(cfg.patch_size),
+        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
+    )
+
+
+def _decode(image: Any, prep: Any, patch: int) -> tuple[Any, Any]:
+    """The source decoded as ``analyze`` decodes it and the model input prepared from it."""
+    from vitviz.imaging import load_image, prepare_image
+    from vitviz.imaging.loading import full_size
+    from vitviz.imaging.preprocess import source_for_display
+    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
+
+    source = load_image(image, max_side=OVERLAY_MAX_SIDE, min_size=model_min_size(prep, patch))
+    source = source_for_display(source, prep.channels)
+    return source, prepare_image(source, prep, patch, full_size=full_size(source))

@@ -1,0 +1,221 @@
+"""timm's PVT v2 (``pvt_v2_b0`` … ``b5``, ``pvt_v2_b2_li``): bare state dicts (.pth,
+.safetensors) and timm's folders (config.json + model.safetensors, ``save_for_hf``).
+
+Keys (vitviz's network uses timm's names): ``patch_embed.{proj, norm}``,
+``stages.{s}.downsample.{proj, norm}`` (s > 0), ``stages.{s}.blocks.{j}.{norm1, attn.q, attn.kv,
+attn.sr, attn.norm, attn.proj, norm2, mlp.fc1, mlp.dwconv, mlp.fc2}``, ``stages.{s}.norm``,
+``head``. The weights say the widths, depths, MLP widths, the key reduction of each stage (the
+``attn.sr`` kernel; 1 × 1 with a pool: the linear variant) and the classes. They don't say the
+head counts, the norms' eps, the stem's stride or the linear variant's pool size: those come from
+timm's own model of the architecture's name (config.json's ``architecture`` and ``model_args``,
+or ``--arch``) when timm is importable, else from timm's definitions of the seven names (every one
+has heads 1-2-5-8); a bare file whose shapes are one of those seven is recognised as it (and
+noted); any other needs ``stage_heads`` in its settings.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from torch import Tensor
+
+from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
+from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD
+from vitviz.checkpoints.families.timm_arch import timm_version
+from vitviz.checkpoints.labels import names_from_timm
+from vitviz.checkpoints.library_check import Reference
+from vitviz.checkpoints.preprocessing import timm_preprocessing
+from vitviz.kinds.pyramid.families.common import finish_pyramid
+
+LOOKS_LIKE = "a timm PVT v2"
+_BLOCK = re.compile(r"stages\.(\d+)\.blocks\.(\d+)\.norm1\.weight$")
+HEADS = (1, 2, 5, 8)  # every timm pvt_v2 name's
+# timm's PVT v2 names: (depths, widths, MLP ratios, linear)
+KNOWN: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], bool]] = {
+    "pvt_v2_b0": ((2, 2, 2, 2), (32, 64, 160, 256), (8, 8, 4, 4), False),
+    "pvt_v2_b1": ((2, 2, 2, 2), (64, 128, 320, 512), (8, 8, 4, 4), False),
+    "pvt_v2_b2": ((3, 4, 6, 3), (64, 128, 320, 512), (8, 8, 4, 4), False),
+    "pvt_v2_b3": ((3, 4, 18, 3), (64, 128, 320, 512), (8, 8, 4, 4), False),
+    "pvt_v2_b4": ((3, 8, 27, 3), (64, 128, 320, 512), (8, 8, 4, 4), False),
+    "pvt_v2_b5": ((3, 6, 40, 3), (64, 128, 320, 512), (4, 4, 4, 4), False),
+    "pvt_v2_b2_li": ((3, 4, 6, 3), (64, 128, 320, 512), (8, 8, 4, 4), True),
+}
+_DEFAULTS = {
+    "resize": "crop",
+    "crop_pct": 0.9,
+    "interpolation": "bicubic",
+    "mean": IMAGENET_MEAN,
+    "std": IMAGENET_STD,
+}
+
+
+def detect(source: Source) -> bool:
+    s = source.state
+    return "patch_embed.proj.weight" in s and any(
+        k.startswith("stages.") and k.endswith(".attn.kv.weight") for k in s
+    )
+
+
+def _shape(source: Source) -> dict[str, Any]:
+    """What the weights say: depths, dims, MLP widths, reductions, linear, stem, classes."""
+    s = source.state
+    found: dict[int, set[int]] = {}
+    for key in s:
+        m = _BLOCK.match(key)
+        if m:
+            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    stages = sorted(found)
+    if (
+        not stages
+        or stages != list(range(len(stages)))
+        or any(sorted(found[i]) != list(range(len(found[i]))) for i in stages)
+    ):
+        raise CheckpointError(
+            f"{source.name} looks like {LOOKS_LIKE}, but its stages and blocks are not numbered "
+            f"0..n-1 (found stages {stages})."
+        )
+    dims, hidden, srs, linear = [], [], [], []
+    for i in stages:
+        b = f"stages.{i}.blocks.0."
+        dims.append(int(s[b + "norm1.weight"].shape[0]))
+        hidden.append(int(s[b + "mlp.fc1.weight"].shape[0]))
+        sr = s.get(b + "attn.sr.weight")
+        k = 1 if sr is None else int(sr.shape[-1])
+        linear.append(sr is not None and k == 1)
+        srs.append(k)
+    if any(linear) and not all(linear):
+        raise CheckpointError(
+            f"{source.name} looks like {LOOKS_LIKE}, but only some stages have pooled keys."
+        )
+    stem = s["patch_embed.proj.weight"]
+    down = s.get("stages.1.downsample.proj.weight")
+    head = s.get("head.weight")
+    return dict(
+        depths=tuple(len(found[i]) for i in stages),
+        dims=tuple(dims),
+        mlp_hidden_dims=tuple(hidden),
+        sr_ratios=tuple(1 if all(linear) else k for k in srs),
+        linear=all(linear),
+        qkv_bias="stages.0.blocks.0.attn.q.bias" in s,
+        in_channels=int(stem.shape[1]),
+        stem_kernel=int(stem.shape[-1]),
+        down_kernel=int(down.shape[-1]) if down is not None else 3,
+        num_classes=int(head.shape[0]) if head is not None else 0,
+    )
+
+
+def recognised(shape: dict[str, Any]) -> str | None:
+    """The timm name whose tensors these are (depths, widths, MLP widths, linear), or None."""
+    for name, (depths, dims, ratios, linear) in KNOWN.items():
+        hidden = tuple(d * r for d, r in zip(dims, ratios, strict=True))
+        if (depths, dims, hidden, linear) == (
+            shape["depths"], shape["dims"], shape["mlp_hidden_dims"], shape["linear"],
+        ):  # fmt: skip
+            return name
+    return None
+
+
+def from_timm(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Heads, eps, strides and pool size of timm's own ``name`` (built on the meta device)."""
+    import timm
+    import torch
+
+    kwargs = {k: v for k, v in args.items() if k not in ("pretrained", "img_size")}
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, **kwargs)
+    except Exception as exc:  # timm's own error: an unknown name, arguments it refuses
+        raise CheckpointError(f"timm can't build {name} ({type(exc).__name__}: {exc})") from exc
+    if type(model).__name__ != "PyramidVisionTransformerV2":
+        raise CheckpointError(f"timm's {name} is a {type(model).__name__}, not a PVT v2")
+    stages = list(model.stages)
+    first = stages[0].blocks[0]
+    pool = first.attn.pool
+    down = stages[1].downsample if len(stages) > 1 else None
+    return dict(
+        heads=tuple(int(st.blocks[0].attn.num_heads) for st in stages),
+        patch_size=int(model.patch_embed.proj.stride[0]),
+        down_stride=int(down.proj.stride[0]) if down is not None else 2,
+        norm_eps=float(first.norm1.eps),
+        embed_eps=float(model.patch_embed.norm.eps),
+        pool_size=int(
+            pool.output_size if isinstance(pool.output_size, int) else pool.output_size[0]
+        )
+        if pool is not None
+        else 7,
+    )
+
+
+def _settings(
+    source: Source, shape: dict[str, Any], name: str | None, args: dict[str, Any]
+) -> dict[str, Any]:
+    """What the weights don't say, from timm, its definitions, or the user's settings
+    (``stage_heads``: one head count per stage)."""
+    if name and timm_version() is not None:
+        return from_timm(name, args)
+    if name in KNOWN:
+        heads = args.get("num_heads", HEADS)
+        return {"heads": tuple(heads) if isinstance(heads, (list, tuple)) else (heads,) * 4}
+    if name:
+        raise CheckpointError(f"{source.name}: install timm to open {name}.")
+    if "heads" in source.user:
+        return {}  # the user's stage_heads (see ``convert``)
+    example = [max(1, d // 64) for d in shape["dims"]]
+    raise MissingSettingsError(
+        f"{source.name} looks like {LOOKS_LIKE}, but its tensors are none of timm's pvt_v2 names "
+        f"and the weights don't say the head counts. Give the timm name with --arch NAME, or the "
+        f'heads per stage in {source.sidecar_name}, e.g. {{"stage_heads": {example}}}.',
+        {"stage_heads": example},
+    )
+
+
+def convert(source: Source) -> Conversion:
+    cfg = source.timm_config or {}
+    args: dict[str, Any] = dict(cfg.get("model_args") or {})
+    pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
+    notes: list[str] = []
+    shape = _shape(source)
+    if "stage_heads" in source.user:  # "heads" is a ViT's one number in the shared settings check
+        source.user["heads"] = source.user.pop("stage_heads")
+    user_arch = source.user.pop("arch", None)
+    name = user_arch or cfg.get("architecture")
+    if name is None and "heads" not in source.user:
+        name = recognised(shape)
+        if name is not None:
+            notes.append(
+                f"recognised as timm's {name} from its tensors (heads "
+                f"{'-'.join(map(str, HEADS))} as timm defines it; set stage_heads in "
+                f"{source.sidecar_name} or --arch for another)"
+            )
+    inferred = dict(shape)
+    inferred.update(_settings(source, shape, name, {} if user_arch else args))
+    size = pretrained.get("input_size")
+    if isinstance(size, (list, tuple)) and len(size) == 3:
+        inferred["image_size"] = (int(size[1]), int(size[2]))
+    else:
+        inferred["image_size"] = (224, 224)
+        if "image_size" not in source.user:
+            notes.append(
+                "image size 224 assumed (timm's PVT v2 default; any size divisible by the "
+                f"stem's stride works; set image_size in {source.sidecar_name} for another)"
+            )
+    state: dict[str, Tensor] = source.state
+    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
+    notes += prep_notes
+    conversion = finish_pyramid(
+        source,
+        family="timm-pvt-v2",
+        inferred=inferred,
+        state=state,
+        class_names=names_from_timm(cfg, shape["num_classes"]),
+        preprocessing=prep,
+        notes=notes,
+    )
+    if isinstance(name, str):  # timm's own model of that name checks ours
+        conversion.reference = Reference("timm", name, {} if user_arch else dict(args))
+    return conversion
+
+
+FAMILY = Family("timm-pvt-v2", detect, convert)

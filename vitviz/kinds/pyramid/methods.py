@@ -1,0 +1,175 @@
+"""The method table's entries that run on a pyramid ViT (the window's engine, ``vitviz-cli
+explain``, ``faithfulness`` and ``stats`` reach them through ``PyramidKind.implementation``):
+attention (one block and head), rollout, gradient rollout and relevance across the stages
+(``rollout``), token Grad-CAM and the random baseline. The others say why they don't run.
+
+A query is a cell of the first stage's grid; in each block it is the token of that block's
+stage covering the cell's centre. Without one, the attention map is the mean of every query's
+row and the rollouts start from the mean over the last stage's tokens (what the head pools).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vitviz.explain.random_map import random_map
+from vitviz.kinds.protocol import KindMethod
+from vitviz.kinds.pyramid.analysis import PyramidAnalysis, analyze_pyramid
+from vitviz.kinds.pyramid.gradcam import pyramid_token_gradcam
+from vitviz.kinds.pyramid.network import PyramidViT
+
+# the table parameters each takes on a pyramid ViT
+PARAMETERS = {
+    "attention": frozenset({"layer", "head"}),
+    "rollout": frozenset({"fusion"}),
+    "gradient-rollout": frozenset(),
+    "relevance": frozenset(),
+    "gradcam": frozenset(),
+    "random": frozenset({"seed"}),
+}
+NOT_HERE = {
+    "discard_ratio": "the rollout across a pyramid's stages has no discard step (it keeps every "
+    "entry of each block)",
+    "start_layer": "the rollout across a pyramid's stages always runs through every block of "
+    "every stage (a later start would leave the first stage's grid unreached)",
+}
+MISSING = {
+    "transformer-attribution": "its LRP rules cover a ViT's blocks; vitviz has no rule for the "
+    "spatial-reduction convolution, the depthwise MLP convolution or the downsampling between "
+    "stages",
+    "dino-masks": "it reads a CLS token's attention, and a pyramid ViT has no CLS token",
+    "grad-sam": "it averages every layer's query row over one grid of patches; a pyramid ViT's "
+    "blocks attend over different grids",
+    "attention-gradcam": "it reads the last layer's CLS row over the patch grid; a pyramid ViT has "
+    "no CLS token",
+}
+
+
+def missing_reason(name: str) -> str:
+    """Why a pyramid ViT has no version of table method ``name`` (a clause)."""
+    takes = ", ".join(PARAMETERS)
+    return MISSING.get(name, f"vitviz has no pyramid version of it (it takes {takes})")
+
+
+def block_index(analysis: PyramidAnalysis, block: int) -> int:
+    count = len(analysis.attentions)
+    if not -count <= block < count:
+        raise ValueError(f"block {block} out of range: the model has {count} blocks")
+    return block % count
+
+
+def token_of(analysis: PyramidAnalysis, stage: int, cell: tuple[int, int]) -> int:
+    """The token of ``stage`` covering the centre of first-stage cell ``cell``."""
+    p = analysis.patch_size
+    y, x = (cell[0] + 0.5) * p, (cell[1] + 0.5) * p
+    H, W = analysis.stage_grids[stage]
+    px = analysis.stage_pixels[stage]
+    r = min(max(int(y // px), 0), H - 1)
+    c = min(max(int(x // px), 0), W - 1)
+    return r * W + c
+
+
+def block_rows(analysis: PyramidAnalysis, block: int, token: int | None) -> Tensor:
+    """(heads, H_s, W_s): each head's row of query ``token`` (None: the mean row over every
+    query), its keys' weights spread evenly over the tokens each key is made of."""
+    attn = analysis.attentions[block]  # (heads, N, M)
+    rows = attn.mean(dim=1) if token is None else attn[:, token]  # (heads, M)
+    spread = analysis.keys[block].spread(rows.double())
+    return spread.reshape(-1, *analysis.stage_grids[analysis.block_stages[block]])
+
+
+def attention_map(
+    analysis: PyramidAnalysis, block: int, head: int, cell: tuple[int, int] | None
+) -> Tensor:
+    """(H_s, W_s) block ``block``'s attention of the query for ``head`` (−1: their mean)."""
+    b = block_index(analysis, block)
+    heads = int(analysis.attentions[b].shape[0])
+    if not -1 <= head < heads:
+        raise ValueError(f"head {head} out of range: block {b} has {heads} heads (-1: their mean)")
+    token = None if cell is None else token_of(analysis, analysis.block_stages[b], cell)
+    rows = block_rows(analysis, b, token).float()
+    return rows.mean(dim=0) if head == -1 else rows[head]
+
+
+def with_gradients(analysis: PyramidAnalysis, target_class: int | None) -> PyramidAnalysis:
+    """``analysis`` when it holds the gradients of ``target_class`` (None: its own class), else
+    the same input analysed again with them (one class kept on ``analysis``)."""
+    c = analysis.target_class if target_class is None else int(target_class)
+    if analysis.gradients is not None and analysis.target_class == c:
+        return analysis
+    if analysis.loaded is None or analysis.input is None:
+        raise ValueError("this method needs the analysis run with gradients=True")
+    cache: dict[int, PyramidAnalysis] = vars(analysis).setdefault("_with_gradients", {})
+    if c not in cache:
+        cache.clear()
+        again = analyze_pyramid(analysis.loaded.model, analysis.input, True, c)
+        again.pixels, again.source, again.geometry = (
+            analysis.pixels, analysis.source, analysis.geometry,
+        )  # fmt: skip
+        cache[c] = again
+    return cache[c]
+
+
+def pyramid_method_map(
+    analysis: PyramidAnalysis,
+    name: str,
+    query: tuple[int, int] | None,
+    target_class: int | None,
+    params: Mapping[str, Any],
+) -> Tensor:
+    """The map of method ``name`` for a query cell of the first stage's grid (None: the mean).
+    Attention at its block's grid, Grad-CAM at the last stage's, the others at the first's."""
+    last = len(analysis.stage_grids) - 1
+    token = None if query is None else token_of(analysis, last, query)
+    if name == "attention":
+        return attention_map(
+            analysis, int(params.get("layer", -1)), int(params.get("head", -1)), query
+        )
+    if name == "rollout":
+        return analysis.prepared("rollout", str(params.get("fusion", "mean"))).map(token).float()
+    if name in ("gradient-rollout", "relevance"):
+        return with_gradients(analysis, target_class).prepared(name).map(token).float()
+    if name == "gradcam":
+        model = analysis.loaded.model
+        param = next(model.parameters())
+        x = analysis.input[None].to(param.device, param.dtype)
+        with torch.inference_mode(False):
+            return pyramid_token_gradcam(model, x, target_class)[0].detach().cpu()
+    if name == "random":
+        return random_map(tuple(analysis.stage_grids[0]), int(params.get("seed", 0)))
+    raise ValueError(f"{name} does not run on a pyramid ViT: {missing_reason(name)}")
+
+
+def _requires_own(label: str, model: nn.Module) -> str | None:
+    if isinstance(model, PyramidViT):
+        return None
+    return f"{label} needs vitviz's own pyramid ViT, and this model is a {type(model).__name__}"
+
+
+def implementation(name: str) -> KindMethod | None:
+    """The pyramid version of table method ``name`` (None without one): (analysis, query cell
+    or None, target class, parameters) -> map; which parameters it takes and why not the rest."""
+    if name not in PARAMETERS:
+        return None
+
+    def compute(
+        analysis: PyramidAnalysis,
+        query: tuple[int, int] | None,
+        target_class: int | None,
+        params: Mapping[str, Any],
+    ) -> Tensor:
+        return pyramid_method_map(analysis, name, query, target_class, params)
+
+    takes = PARAMETERS[name]
+    listed = ", ".join(sorted(takes)) or "none"
+    refusals = {
+        p: f"a pyramid ViT's {name} does not take {p} (its parameters: {listed}); "
+        + NOT_HERE.get(p, "the pyramid version of this method does not take it")
+        for p in ("discard_ratio", "start_layer", "layer", "head", "fusion", "seed", "threshold")
+        if p not in takes
+    }
+    return KindMethod(compute, takes=takes, refusals=refusals, requires=_requires_own)

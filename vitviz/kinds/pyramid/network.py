@@ -1,0 +1,126 @@
+"""PyramidViT: vitviz's pyramid Vision Transformer (PVT v2), a kind beside the ViT and the Swin.
+
+Overlapping convolutional stem (kernel 7, stride 4, LayerNorm) -> stages; stage s > 0 starts
+with an overlapping downsampling (kernel 3, stride 2, LayerNorm); each stage's blocks use
+spatial-reduction attention (see ``layers``) and end in the stage's LayerNorm; the head reads
+the mean of the last stage's tokens. No CLS token, no position embedding (the depthwise
+convolution in the MLP gives positions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor, nn
+
+from vitviz.kinds.pyramid.config import PyramidConfig
+from vitviz.kinds.pyramid.layers import OverlapPatchEmbed, PyramidBlock
+
+
+@dataclass
+class PyramidOutput:
+    """What one forward pass reports, blocks in order (stage by stage)."""
+
+    logits: Tensor  # (B, C); the pooled features (B, D) without a head
+    attentions: list[Tensor]  # per block (B, heads, N_q, N_kv), rows = queries; [] if not asked
+    stage_grids: list[tuple[int, int]]  # (H_s, W_s) per stage
+    block_stages: list[int] = field(default_factory=list)  # the stage of each block
+
+
+class PyramidStage(nn.Module):
+    """Optional downsampling (every stage but the first), the blocks, the stage's norm."""
+
+    def __init__(self, config: PyramidConfig, stage: int, drop_paths: list[float]) -> None:
+        super().__init__()
+        self.downsample = (
+            OverlapPatchEmbed(
+                config.dims[stage - 1],
+                config.dims[stage],
+                config.down_kernel,
+                config.down_stride,
+                config.embed_eps,
+            )
+            if stage > 0
+            else None
+        )
+        self.blocks = nn.ModuleList(
+            PyramidBlock(config, stage, drop_paths[j]) for j in range(config.depths[stage])
+        )
+        self.norm = nn.LayerNorm(config.dims[stage], eps=config.norm_eps)
+
+
+class PyramidViT(nn.Module):
+    """PVT v2: ``forward`` gives logits (fused attention), ``forward_explained`` also each
+    block's attention (B, heads, N_q, N_kv)."""
+
+    model_kind = "pyramid"
+
+    def __init__(self, config: PyramidConfig) -> None:
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.patch_embed = OverlapPatchEmbed(
+            config.in_channels, config.dims[0], config.stem_kernel, config.patch_size,
+            config.embed_eps,
+        )  # fmt: skip
+        total = config.depth
+        rates = [config.drop_path_rate * i / max(total - 1, 1) for i in range(total)]
+        stages = []
+        for s, d in enumerate(config.depths):
+            start = sum(config.depths[:s])
+            stages.append(PyramidStage(config, s, rates[start : start + d]))
+        self.stages = nn.ModuleList(stages)
+        C = config.num_classes
+        self.head = nn.Linear(config.dims[-1], C) if C else nn.Identity()
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """Truncated-normal (std 0.02) Linear weights, zero biases (a fresh network's)."""
+        if any(p.is_meta for p in self.parameters()):
+            return
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    @property
+    def blocks(self) -> list[PyramidBlock]:
+        """Every block, stage by stage."""
+        return [b for stage in self.stages for b in stage.blocks]  # type: ignore[misc]
+
+    def forward_features(
+        self, x: Tensor, capture_attention: bool = False
+    ) -> tuple[Tensor, PyramidOutput]:
+        """(B, C_in, H, W) -> the last stage's normed tokens (B, N_S, D) and the report."""
+        x = self.patch_embed(x)  # (B, H_0, W_0, D_0)
+        report = PyramidOutput(logits=x.new_empty(0), attentions=[], stage_grids=[])
+        for s, stage in enumerate(self.stages):
+            if stage.downsample is not None:
+                x = stage.downsample(x.permute(0, 3, 1, 2).contiguous())  # (B, H_s, W_s, D_s)
+            B, H, W, D = x.shape
+            grid = (int(H), int(W))
+            report.stage_grids.append(grid)
+            t = x.reshape(B, H * W, D)
+            for block in stage.blocks:
+                t, attn = block(t, grid, capture_attention)
+                report.block_stages.append(s)
+                if attn is not None:
+                    report.attentions.append(attn)
+            t = stage.norm(t)
+            x = t.reshape(B, H, W, D)
+        return t, report
+
+    def forward_head(self, tokens: Tensor) -> Tensor:
+        """(B, N, D) last stage's tokens -> (B, C) logits of their mean."""
+        return self.head(tokens.mean(dim=1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, C_in, H, W) -> (B, num_classes) logits; the fused attention path."""
+        return self.forward_head(self.forward_features(x)[0])
+
+    def forward_explained(self, x: Tensor, capture_attention: bool = True) -> PyramidOutput:
+        """The forward pass that also hands back each block's attention."""
+        tokens, report = self.forward_features(x, capture_attention)
+        report.logits = self.forward_head(tokens)
+        return report

@@ -1,0 +1,57 @@
+"""Head statistics of a pyramid ViT per block and head, from A_b (heads, N_s, M_b).
+
+Mean attention distance: Σ_m A[q, m]·‖pos_q − pos_m‖ in input pixels, averaged over the
+queries; pos_q the centre of query token q (a token of stage s is ``stage_pixels[s]`` wide),
+pos_m the centre of the rectangle of tokens key m is made of. Entropy: of each row over the
+M_b keys, in nats, averaged over the queries. No prefix tokens: the prefix share is NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from vitviz.kinds.pyramid.reduction import Reduction, identity
+
+if TYPE_CHECKING:
+    from vitviz.kinds.pyramid.analysis import PyramidAnalysis
+
+
+def block_statistics(attn: Tensor, keys: Reduction, pixels: int) -> tuple[Tensor, Tensor]:
+    """(mean distance in pixels, entropy in nats) per head, each (heads,)."""
+    a = attn.double()
+    q_pos = identity(keys.fine).centres(pixels).to(a.device)  # (N, 2)
+    k_pos = keys.centres(pixels).to(a.device)  # (M, 2)
+    dist = torch.cdist(q_pos, k_pos)  # (N, M)
+    distance = (a * dist).sum(dim=-1).mean(dim=-1)
+    entropy = -(a * (a + torch.finfo(a.dtype).tiny).log()).sum(dim=-1).mean(dim=-1)
+    return distance, entropy
+
+
+def padded(rows: Sequence[np.ndarray], heads: int) -> np.ndarray:
+    """Per block (h_b,) values -> (L, heads) float32, NaN where a block has fewer heads."""
+    out = np.full((len(rows), heads), np.nan, dtype=np.float32)
+    for b, r in enumerate(rows):
+        out[b, : r.shape[0]] = r
+    return out
+
+
+def head_statistics(analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
+    """``ModelKind.head_statistics``: distance and entropy (L, most heads), NaN beyond a
+    block's heads; prefix share all NaN (no prefix tokens)."""
+    a = analysis
+    dist, ent = [], []
+    for attn, keys, s in zip(a.attentions, a.keys, a.block_stages, strict=True):
+        d, e = block_statistics(attn, keys, a.stage_pixels[s])
+        dist.append(d.float().cpu().numpy())
+        ent.append(e.float().cpu().numpy())
+    most = max(int(t.shape[0]) for t in a.attentions)
+    return {
+        "distance": padded(dist, most),
+        "entropy": padded(ent, most),
+        "prefix_share": np.full((len(a.attentions), most), np.nan, dtype=np.float32),
+    }
