@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker
 from vitviz.checkpoints.labels import names_from_id2label
 from vitviz.checkpoints.library_check import Reference
@@ -188,4 +188,22 @@ def convert(source: Source) -> Conversion:
     return conversion
 
 
-FAMILY = Family("huggingface-pvt-v2", detect, convert)
+FAMILY = Family(
+    "huggingface-pvt-v2",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="Hugging Face transformers PVT v2",
+        names="PvtV2ForImageClassification, PvtV2Model",
+        forms="save_pretrained folder",
+        parts=(
+            "overlapping Conv2d patch embedding per stage",
+            "spatial-reduction attention (strided conv, or pooling)",
+            "pre-norm blocks",
+            "MLP with a depthwise 3×3 conv",
+            "a LayerNorm per stage",
+            "no position table",
+            "mean pooling of the last stage",
+        ),
+    ),
+)

@@ -21,7 +21,7 @@ from typing import Any
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD
 from vitviz.checkpoints.families.timm_arch import timm_version
 from vitviz.checkpoints.labels import names_from_timm
@@ -218,4 +218,22 @@ def convert(source: Source) -> Conversion:
     return conversion
 
 
-FAMILY = Family("timm-pvt-v2", detect, convert)
+FAMILY = Family(
+    "timm-pvt-v2",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="timm PVT v2",
+        names="pvt_v2_b0 … pvt_v2_b5, pvt_v2_b2_li",
+        forms="state dict (.pth, .safetensors); timm folder",
+        parts=(
+            "overlapping Conv2d patch embedding per stage",
+            "spatial-reduction attention (strided conv, or pooling in *_li)",
+            "pre-norm blocks",
+            "MLP with a depthwise 3×3 conv",
+            "a LayerNorm per stage",
+            "no position table",
+            "mean pooling of the last stage",
+        ),
+    ),
+)
