@@ -315,3 +315,50 @@ def test_rescore_gives_a_fresh_analysiss_numbers_without_the_image_tower(
     kind.apply_prompts(loaded, PROMPTS[::-1])
     c = kind.rescore(b, loaded)
     torch.testing.assert_close(c.logits, fresh.logits.flip(0), rtol=1e-5, atol=1e-6)
+
+
+GRADIENT_MAPS = ("relevance", "gradient-rollout", "grad-sam", "attention-gradcam")
+
+
+def count_tower_passes(model, monkeypatch) -> list[int]:
+    """Each forward pass of ``model``'s image tower appends to the list returned."""
+    runs: list[int] = []
+    for name in ("forward_features", "forward_explained"):
+        original = getattr(model, name)
+        monkeypatch.setattr(model, name, lambda *a, f=original, **k: runs.append(1) or f(*a, **k))
+    return runs
+
+
+def test_a_new_prompts_gradient_maps_are_one_backward_pass_through_the_kept_graph(
+    clip_folder, photo_files, monkeypatch
+) -> None:
+    """The analysis keeps its forward pass's graph (parameters out of it): after new prompts
+    are scored (rescore), a new prompt's relevance, gradient rollout, Grad-SAM and attention
+    Grad-CAM run no image-tower pass, make no weight gradient, and equal those of an analysis
+    made from scratch (a forward pass with autograd and a backward pass) for that prompt."""
+    from vitviz.explain.methods import get_method
+    from vitviz.pipeline.analysis import analyze_vit
+
+    folder, _ = clip_folder
+    loaded = load_checkpoint(folder)
+    kind, model = kind_of(loaded), loaded.model
+    kind.apply_prompts(loaded, PROMPTS)
+    a = analyze(loaded, photo_files["coffee"])
+    assert a.graph is not None and a.graph.saved_bytes(model) > 0
+    assert kind.apply_prompts(loaded, [*PROMPTS, "a tree in the snow"]) is None
+    b = kind.rescore(a, loaded)
+    assert b.graph is a.graph
+    runs = count_tower_passes(model, monkeypatch)
+    maps = {m: get_method(m)(b, None, 3, {}) for m in GRADIENT_MAPS}
+    maps["relevance-0"] = get_method("relevance")(b, None, 0, {})
+    assert runs == []  # one backward pass per prompt, no forward pass of the tower
+    assert all(p.grad is None and p.requires_grad for p in model.parameters())
+    monkeypatch.undo()
+    fresh = analyze_vit(loaded, photo_files["coffee"], gradients=True)  # no graph kept
+    assert fresh.graph is None
+    for m in GRADIENT_MAPS:
+        torch.testing.assert_close(maps[m], get_method(m)(fresh, None, 3, {}), rtol=1e-5,
+                                   atol=1e-6)  # fmt: skip
+    want = get_method("relevance")(fresh, None, 0, {})
+    torch.testing.assert_close(maps["relevance-0"], want, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(maps["relevance"], want, atol=1e-3)  # each prompt its own map

@@ -111,6 +111,14 @@ class ClipKind(ViTKind):
                 model.tokenizer_problem = str(exc) if siglip else None
         return model.eval()
 
+    def analyze(self, loaded: Loaded, image: Any, **options: Any) -> Analysis:
+        """The ViT's analysis, keeping its forward pass's autograd graph (one image's, while it
+        fits: ``vitviz.pipeline.kept_graph``), so a new prompt's gradient maps are one backward
+        pass from its score, never the image tower again."""
+        from vitviz.pipeline.analysis import analyze_vit
+
+        return analyze_vit(loaded, image, keep_graph=True, **options)
+
     def finish_analysis(self, analysis: Analysis) -> Analysis:
         """A CLIP's as made; a SigLIP's adds its probe's attention (the maps' start row) and
         scores each prompt with its own sigmoid (``SiglipAnalysis``). One image's pass keeps its
@@ -129,7 +137,8 @@ class ClipKind(ViTKind):
 
     def rescore(self, analysis: Analysis, loaded: Loaded) -> Analysis | None:
         """New prompts scored on the kept image embedding: logits, probabilities and names
-        anew, the attention (and the probe's row) unchanged; gradients of old prompts gone."""
+        anew, the attention (and the probe's row) and the kept graph unchanged (a new prompt's
+        gradients are one backward pass through it); gradients of old prompts gone."""
         from dataclasses import fields, replace
 
         import torch
