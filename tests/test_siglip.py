@@ -255,7 +255,7 @@ def test_maps_start_from_the_probes_row(siglip_folder, photo_files) -> None:
 
 
 def test_every_method_a_siglip_has_runs_and_the_rest_say_why(siglip_folder, photo_files):
-    from vitviz.explain.methods import all_methods
+    from vitviz.explain.methods import all_methods, get_method
 
     loaded = load_checkpoint(siglip_folder[0])
     kind_of(loaded).apply_prompts(loaded, PROMPTS)
@@ -271,6 +271,8 @@ def test_every_method_a_siglip_has_runs_and_the_rest_say_why(siglip_folder, phot
         else:
             assert why.strip(), method.name
     assert {"relevance", "gradient-rollout", "rollout", "attention"} <= set(ran)
+    why = get_method("transformer-attribution").unavailable(a)
+    assert "LRP rule" in why and "attention-pooling head" in why
 
 
 def test_explain_writes_the_probe_row(siglip_folder, photo_files, tmp_path) -> None:

@@ -29,10 +29,12 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     from vitviz.pipeline.analysis import Analysis
 
 
-# the ViT's methods a CLIP tower has no version of, and why (the CLI and the window say it)
-NOT_ON_CLIP = {
-    "transformer-attribution": "its LRP rules end at a Linear head, and a CLIP's head is the "
-    "cosine with the prompts (relevance is the rule Chefer et al. use for CLIP)",
+# the ViT's methods a SigLIP tower has no version of, and why (the CLI and the window say it);
+# a CLIP's cosine head has its LRP rule (``network.PromptHead.relevance``)
+NOT_ON_SIGLIP = {
+    "transformer-attribution": "has no LRP rule written for a SigLIP's attention-pooling head "
+    "(the probe's attention and its MLP); relevance, the rule Chefer et al. use for CLIP, "
+    "applies",
 }
 
 
@@ -165,12 +167,22 @@ class ClipKind(ViTKind):
         out = model.forward_explained(x, capture_attention=True)
         return model.image_embedding(x), out.attentions
 
-    # -- methods: the ViT's, except LRP, whose rules end at a Linear head --------------------
+    # -- methods: the ViT's (LRP through a CLIP's cosine head too), less a SigLIP's LRP ------
     def implementation(self, method: str) -> KindMethod | None:
-        return None if method in NOT_ON_CLIP else super().implementation(method)
+        from dataclasses import replace
 
-    def missing_method(self, method: str) -> str | None:
-        return NOT_ON_CLIP.get(method)
+        own = super().implementation(method)
+        why = NOT_ON_SIGLIP.get(method)
+        if own is None or why is None:
+            return own
+        base = own.requires
+
+        def requires(label: str, model: nn.Module) -> str | None:
+            if getattr(model, "pool", None) is not None:  # a SigLIP's attention pooling
+                return f"{label} {why}"
+            return None if base is None else base(label, model)
+
+        return replace(own, requires=requires)
 
     @property
     def model_code(self) -> None:
