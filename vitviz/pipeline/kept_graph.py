@@ -12,7 +12,7 @@ tokens: a few small matmuls) then needs only
 which walks the blocks backwards once. The parameters take no part (``frozen_parameters``:
 no weight gradient is asked for or made, and the graph saves no activation for one), so the
 backward pass costs about one forward pass of matmuls and the graph holds the activations the
-input gradients need: for ViT-B/32 at 224 about 20 MB (``benchmarks/clip.py`` prints it).
+input gradients need: for ViT-B/32 at 224 about 27 MiB (``benchmarks/clip.py`` prints it).
 The graph is one image's: it lives in that image's analysis and goes with it.
 """
 
