@@ -452,3 +452,25 @@ def test_transformer_attribution_through_the_cosine_head(clip_folder, photo_file
             want = (want - want.min()) / (want.max() - want.min())
         ours = get_method("transformer-attribution")(a, None, c, {}).double()
         torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_kept_graph_goes_with_its_analysis(clip_folder, photo_files) -> None:
+    """Nothing but the analysis (and its rescored copies) holds the graph: one image's, freed
+    with it (the window's engine holds one analysis, dropped when the image or model changes)."""
+    import gc
+    import weakref
+
+    loaded = load_checkpoint(clip_folder[0])
+    kind = kind_of(loaded)
+    kind.apply_prompts(loaded, PROMPTS)
+    a = analyze(loaded, photo_files["coffee"], gradients=True)
+    kind.apply_prompts(loaded, PROMPTS[:2])
+    b = kind.rescore(a, loaded)
+    b.relevance(1)
+    held = weakref.ref(a.graph.tokens)
+    del a
+    gc.collect()
+    assert held() is not None  # the rescored analysis still holds it
+    del b
+    gc.collect()
+    assert held() is None

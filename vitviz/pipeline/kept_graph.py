@@ -62,15 +62,18 @@ class KeptGraph:
         weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
         seen: dict[int, int] = {}
         stack = [self.tokens.grad_fn]
-        visited: set[int] = set()
+        visited: dict[int, object] = {}  # id -> node (held, so an id is never reused)
         while stack:
             node = stack.pop()
             if node is None or id(node) in visited:
                 continue
-            visited.add(id(node))
+            visited[id(node)] = node
             for name in dir(node):
                 if name.startswith("_saved_"):
-                    value = getattr(node, name, None)
+                    try:
+                        value = getattr(node, name, None)
+                    except RuntimeError:  # a buffer already freed: it holds nothing
+                        continue
                     if isinstance(value, Tensor):
                         storage = value.untyped_storage()
                         if storage.data_ptr() not in weights:
