@@ -76,6 +76,8 @@ def test_clip_quick() -> None:
     out = run_quick("clip.py", "--device", "cpu")
     targets = {r[0].split(" ")[0]: r[5] for r in table_rows(out)}
     assert targets == {
-        "(a)": "baseline", "(a')": "baseline", "(b)": "≤ 1.15", "(c)": "≤ 1.5", "(d)": "≤ 300"
+        "(a)": "baseline", "(a')": "baseline", "(b)": "≤ 1.15", "(c)": "≤ 1.5", "(c0)": "info",
+        "(d)": "≤ 300",
     }  # fmt: skip
+    assert "kept graph of one image" in out and "none kept" not in out
     assert "WRONG RESULT" not in out and "analysis logits differ" not in out

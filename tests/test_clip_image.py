@@ -162,8 +162,7 @@ def test_every_method_a_clip_tower_has_runs_and_the_rest_say_why(clip_folder, ph
             assert out.shape == (4, 4) and torch.isfinite(out).all(), method.name
             ran.append(method.name)
     assert {"relevance", "gradient-rollout", "grad-sam", "attention-gradcam", "gradcam",
-            "rollout", "attention"} <= set(ran)  # fmt: skip
-    assert "LRP" in get_method_reason(a, "transformer-attribution")
+            "rollout", "attention", "transformer-attribution"} <= set(ran)  # fmt: skip
 
 
 def get_method_reason(analysis, name: str) -> str:
@@ -315,3 +314,163 @@ def test_rescore_gives_a_fresh_analysiss_numbers_without_the_image_tower(
     kind.apply_prompts(loaded, PROMPTS[::-1])
     c = kind.rescore(b, loaded)
     torch.testing.assert_close(c.logits, fresh.logits.flip(0), rtol=1e-5, atol=1e-6)
+
+
+GRADIENT_MAPS = ("relevance", "gradient-rollout", "grad-sam", "attention-gradcam")
+
+
+def count_tower_passes(model, monkeypatch) -> list[int]:
+    """Each forward pass of ``model``'s image tower appends to the list returned."""
+    runs: list[int] = []
+    for name in ("forward_features", "forward_explained"):
+        original = getattr(model, name)
+        monkeypatch.setattr(model, name, lambda *a, f=original, **k: runs.append(1) or f(*a, **k))
+    return runs
+
+
+def test_a_new_prompts_gradient_maps_are_one_backward_pass_through_the_kept_graph(
+    clip_folder, photo_files, monkeypatch
+) -> None:
+    """The analysis keeps its forward pass's graph (parameters out of it): after new prompts
+    are scored (rescore), a new prompt's relevance, gradient rollout, Grad-SAM and attention
+    Grad-CAM run no image-tower pass, make no weight gradient, and equal those of an analysis
+    made from scratch (a forward pass with autograd and a backward pass) for that prompt."""
+    from vitviz.explain.methods import get_method
+    from vitviz.pipeline.analysis import analyze_vit
+
+    folder, _ = clip_folder
+    loaded = load_checkpoint(folder)
+    kind, model = kind_of(loaded), loaded.model
+    kind.apply_prompts(loaded, PROMPTS)
+    a = analyze(loaded, photo_files["coffee"])
+    assert a.graph is not None and a.graph.saved_bytes(model) > 0
+    assert kind.apply_prompts(loaded, [*PROMPTS, "a tree in the snow"]) is None
+    b = kind.rescore(a, loaded)
+    assert b.graph is a.graph
+    runs = count_tower_passes(model, monkeypatch)
+    maps = {m: get_method(m)(b, None, 3, {}) for m in GRADIENT_MAPS}
+    maps["relevance-0"] = get_method("relevance")(b, None, 0, {})
+    assert runs == []  # one backward pass per prompt, no forward pass of the tower
+    assert all(p.grad is None and p.requires_grad for p in model.parameters())
+    monkeypatch.undo()
+    fresh = analyze_vit(loaded, photo_files["coffee"], gradients=True)  # no graph kept
+    assert fresh.graph is None
+    for m in GRADIENT_MAPS:
+        torch.testing.assert_close(maps[m], get_method(m)(fresh, None, 3, {}), rtol=1e-5,
+                                   atol=1e-6)  # fmt: skip
+    want = get_method("relevance")(fresh, None, 0, {})
+    torch.testing.assert_close(maps["relevance-0"], want, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(maps["relevance"], want, atol=1e-3)  # each prompt its own map
+
+
+def _z_plus(x, weight, r):
+    """The z⁺ rule (α = 1, β = 0) through a Linear x·Wᵀ, written from its definition."""
+    wp, wn, xp, xn = weight.clamp(min=0), weight.clamp(max=0), x.clamp(min=0), x.clamp(max=0)
+    s = r / (xp @ wp.T + xn @ wn.T)
+    return xp * (s @ wp) + xn * (s @ wn)
+
+
+def _add(a, b, r):
+    """z rule to both inputs of a + b, each rescaled to hold its |share| of ΣR."""
+    ra, rb = a * r / (a + b), b * r / (a + b)
+    sa, sb, total = ra.sum(), rb.sum(), r.sum()
+    return (ra * (sa.abs() / (sa.abs() + sb.abs()) * total / sa),
+            rb * (sb.abs() / (sa.abs() + sb.abs()) * total / sb))  # fmt: skip
+
+
+def _half_z(a, b, r):
+    """z rule through a @ b to both operands, each halved."""
+    s = r / (a @ b)
+    return a * (s @ b.transpose(-2, -1)) / 2, b * (a.transpose(-2, -1) @ s) / 2
+
+
+def test_transformer_attribution_through_the_cosine_head(clip_folder, photo_files) -> None:
+    """Transformer attribution of a prompt, in float64 from its definition on the library's
+    modules: y_c = s·(t̂_c·v)/|v| with |v| held constant, so LRP-0 gives R_v = (s/|v|)·t̂_c ⊙ v;
+    the projection by the z⁺ rule, the post-LayerNorm unchanged, the CLS token's share, then
+    each block (z⁺ Linears, LayerNorm and activation unchanged, residual adds rescaled, A·V
+    and Q·Kᵀ halved); Ā_l = mean_h((G_l ⊙ R_A^l)⁺), G_l by the library's autograd of
+    logits_per_image[c]; R = I; R += Ā_l·R; the CLS row's patches, min-max scaled."""
+    from vitviz.explain.methods import get_method
+
+    folder, reference = clip_folder
+    loaded = load_checkpoint(folder)
+    kind_of(loaded).apply_prompts(loaded, PROMPTS)
+    a = analyze(loaded, photo_files["coffee"])
+    ref = reference.double()
+    ref.config._attn_implementation = "eager"
+    ref.vision_model.config._attn_implementation = "eager"
+    ids = _ids(folder, PROMPTS)
+    pixels = a.input[None].double()
+    out = ref(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixels,
+              output_attentions=True, output_hidden_states=True)  # fmt: skip
+    for c in (1, 2):
+        attns = out.vision_model_output.attentions
+        grads = torch.autograd.grad(out.logits_per_image[0, c], attns, retain_graph=True)
+        with torch.no_grad():
+            hidden = out.vision_model_output.hidden_states
+            vm = ref.vision_model
+            p = vm.post_layernorm(hidden[-1][:, 0])  # (1, D)
+            v = ref.visual_projection(p)  # (1, E)
+            t = out.text_embeds[c] / out.text_embeds[c].norm()
+            r_v = ref.logit_scale.exp() / v.norm() * t * v
+            torch.testing.assert_close(r_v.sum(), out.logits_per_image[0, c])  # sums to y_c
+            r = torch.zeros_like(hidden[-1])
+            r[:, 0] = _z_plus(p, ref.visual_projection.weight, r_v)  # post-LN: unchanged
+            rel = []
+            for layer in reversed(range(len(vm.encoder.layers))):
+                blk, h = vm.encoder.layers[layer], hidden[layer]
+                att = blk.self_attn
+                x1 = blk.layer_norm1(h)
+                H, hd = att.num_heads, att.head_dim
+                q, k, vv = (m(x1).reshape(1, -1, H, hd).transpose(1, 2)
+                            for m in (att.q_proj, att.k_proj, att.v_proj))  # fmt: skip
+                A = ((q * hd**-0.5) @ k.transpose(-2, -1)).softmax(-1)
+                ctx = (A @ vv).transpose(1, 2).reshape(1, -1, H * hd)
+                mid = h + att.out_proj(ctx)
+                x2 = blk.layer_norm2(mid)
+                hid = blk.mlp.activation_fn(blk.mlp.fc1(x2))
+                torch.testing.assert_close(mid + blk.mlp.fc2(hid), hidden[layer + 1])
+                r_mid, r_b2 = _add(mid, blk.mlp.fc2(hid), r)
+                r_x2 = _z_plus(x2, blk.mlp.fc1.weight, _z_plus(hid, blk.mlp.fc2.weight, r_b2))
+                r_h, r_b1 = _add(h, att.out_proj(ctx), r_mid + r_x2)  # the fork: added
+                r_ctx = _z_plus(ctx, att.out_proj.weight, r_b1)
+                r_ctx = r_ctx.reshape(1, -1, H, hd).transpose(1, 2)
+                r_A, r_val = _half_z(A, vv, r_ctx)
+                r_q, r_kt = _half_z(q, k.transpose(-2, -1), r_A)  # softmax: unchanged
+                parts = [r_q, r_kt.transpose(-2, -1), r_val]
+                projections = (att.q_proj, att.k_proj, att.v_proj)
+                r_x1 = sum(_z_plus(x1, m.weight, rp.transpose(1, 2).reshape(1, -1, H * hd))
+                           for m, rp in zip(projections, parts, strict=True))  # fmt: skip
+                r = r_h + r_x1
+                rel.insert(0, r_A)
+            n = attns[0].shape[-1]
+            R = torch.eye(n, dtype=torch.float64)
+            for g, ra in zip(grads, rel, strict=True):
+                R = R + (g[0] * ra[0]).clamp(min=0).mean(0) @ R
+            want = R[0, 1:].reshape(4, 4)
+            want = (want - want.min()) / (want.max() - want.min())
+        ours = get_method("transformer-attribution")(a, None, c, {}).double()
+        torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_kept_graph_goes_with_its_analysis(clip_folder, photo_files) -> None:
+    """Nothing but the analysis (and its rescored copies) holds the graph: one image's, freed
+    with it (the window's engine holds one analysis, dropped when the image or model changes)."""
+    import gc
+    import weakref
+
+    loaded = load_checkpoint(clip_folder[0])
+    kind = kind_of(loaded)
+    kind.apply_prompts(loaded, PROMPTS)
+    a = analyze(loaded, photo_files["coffee"], gradients=True)
+    kind.apply_prompts(loaded, PROMPTS[:2])
+    b = kind.rescore(a, loaded)
+    b.relevance(1)
+    held = weakref.ref(a.graph.tokens)
+    del a
+    gc.collect()
+    assert held() is not None  # the rescored analysis still holds it
+    del b
+    gc.collect()
+    assert held() is None

@@ -255,7 +255,7 @@ def test_maps_start_from_the_probes_row(siglip_folder, photo_files) -> None:
 
 
 def test_every_method_a_siglip_has_runs_and_the_rest_say_why(siglip_folder, photo_files):
-    from vitviz.explain.methods import all_methods
+    from vitviz.explain.methods import all_methods, get_method
 
     loaded = load_checkpoint(siglip_folder[0])
     kind_of(loaded).apply_prompts(loaded, PROMPTS)
@@ -271,6 +271,8 @@ def test_every_method_a_siglip_has_runs_and_the_rest_say_why(siglip_folder, phot
         else:
             assert why.strip(), method.name
     assert {"relevance", "gradient-rollout", "rollout", "attention"} <= set(ran)
+    why = get_method("transformer-attribution").unavailable(a)
+    assert "LRP rule" in why and "attention-pooling head" in why
 
 
 def test_explain_writes_the_probe_row(siglip_folder, photo_files, tmp_path) -> None:
@@ -355,3 +357,36 @@ def test_rescore_keeps_the_probe_row_and_scores_with_sigmoids(siglip_folder, pho
     torch.testing.assert_close(b.logits, fresh.logits, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(b.probs, torch.sigmoid(fresh.logits), rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(b.probe_attention, a.probe_attention)
+
+
+def test_a_new_prompts_maps_are_one_backward_pass_through_the_kept_graph(
+    siglip_folder, photo_files, monkeypatch
+) -> None:
+    """The probe's row comes from the analysis's own forward pass (no second tower pass), and
+    after new prompts are scored a new prompt's probe-started maps (relevance, gradient
+    rollout) and Grad-SAM run no tower pass and equal an analysis made from scratch."""
+    from vitviz.explain.methods import get_method
+    from vitviz.pipeline.analysis import analyze_vit
+
+    folder, _, _ = siglip_folder
+    loaded = load_checkpoint(folder)
+    kind, model = kind_of(loaded), loaded.model
+    kind.apply_prompts(loaded, PROMPTS)
+    runs: list[int] = []
+    original = model.forward_features
+    counted = lambda *a, **k: runs.append(1) or original(*a, **k)  # noqa: E731
+    monkeypatch.setattr(model, "forward_features", counted)
+    a = analyze(loaded, photo_files["coffee"])
+    assert len(runs) == 1 and a.graph is not None  # the capture pass gave the probe's row too
+    assert kind.apply_prompts(loaded, [*PROMPTS, "a tree in the snow"]) is None
+    b = kind.rescore(a, loaded)
+    names = ("relevance", "gradient-rollout", "grad-sam")
+    maps = {m: get_method(m)(b, None, 3, {}) for m in names}
+    assert len(runs) == 1 and all(p.grad is None for p in model.parameters())
+    monkeypatch.undo()
+    fresh = analyze_vit(loaded, photo_files["coffee"], gradients=True)  # no graph kept
+    assert fresh.graph is None  # its probe row: one more tower pass (a batch's way)
+    torch.testing.assert_close(b.probe_attention, fresh.probe_attention, rtol=0, atol=1e-6)
+    for m in names:
+        torch.testing.assert_close(maps[m], get_method(m)(fresh, None, 3, {}), rtol=1e-5,
+                                   atol=1e-6)  # fmt: skip

@@ -14,6 +14,15 @@ own weights (nothing in ``vitviz.model`` changes):
 - residual add: z rule to both inputs, then each rescaled so their sums keep the ratio
   |Σa| : |Σb| and together hold ΣR; the fork before a branch: the two relevances added.
 
+A head that is not a Linear gives its own first step (``head.relevance(x, r)``, x (B, D) the
+head's input, r (B, C) the one-hot relevance of the class) as the relevance at the output of a
+bias-free Linear over x and that Linear's weight, from which the z⁺ rule goes on. A CLIP's
+prompt head (``vitviz.kinds.clip.network.PromptHead``) scores y = s·(t̂·v)/|v|, v = W·x: with
+the norm |v| taken as a constant (as LRP for LayerNorm takes its scale; Ali et al. 2022), y is
+linear in v, and its LRP-0 relevance at v is R_v = (s/|v|)·t̂ ⊙ v (the prompt's contributions:
+they sum to y, the logit's value, where a ViT's Linear head hands on the one-hot 1); then W by
+the z⁺ rule, the final LayerNorm unchanged, the CLS token's pooling and the blocks as above.
+
 Divisions use the authors' stabiliser: a / (b + 1e-9), and 0 where b = 0.
 """
 
@@ -211,7 +220,12 @@ def _head_relprop(model: nn.Module, trace: _Trace, r_logits: Tensor) -> Tensor:
         r_logits, r_dist = add_rule(trace.head_out, trace.dist_out, r_logits)  # (a + b)/2
         r_dist_in = linear_rule(trace.dist_in, model.head_dist.weight, r_dist)
         r_tokens[:, 1] = tokens[:, 1] * safe_divide(r_dist_in, tokens[:, 1])
-    r = linear_rule(trace.head_in, model.head.weight, r_logits)
+    own_rule = getattr(model.head, "relevance", None)  # a head that is not a Linear
+    if own_rule is not None:
+        r_z, weight = own_rule(trace.head_in, r_logits)  # at a bias-free Linear's output
+        r = linear_rule(trace.head_in, weight, r_z)
+    else:
+        r = linear_rule(trace.head_in, model.head.weight, r_logits)
     if trace.pre_in is not None:  # pre-logits Linear + tanh (tanh: unchanged)
         r = linear_rule(trace.pre_in, model.pre_logits[0].weight, r)
     # fc_norm: unchanged; the pooling: z rule (token_avg: the first D features are CLS's, the

@@ -2,7 +2,8 @@
 
 One forward pass with attention capture gives logits, every layer's attention, block outputs
 and head statistics. Maps are computed on demand from the stored attention; the gradient
-methods run their own forward + backward, only when asked, cached per class.
+methods run their own forward + backward, only when asked, cached per class (one backward pass
+alone when the analysis kept its forward pass's graph, ``keep_graph``: a CLIP's new prompts).
 
 The analysis lives on its device (DESIGN §7): attention, gradients, prepared rollouts and
 relevance stay where the forward pass ran. What crosses to the host is what is shown: the
@@ -48,6 +49,7 @@ from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
 from vitviz.kinds import KindAnalysis, UnknownKindError, kind_of
 from vitviz.model import VisionTransformer
 from vitviz.pipeline.capture import Captured, capture_batch, recompute_pays, reduced_gradient_pass
+from vitviz.pipeline.kept_graph import KeptGraph, frozen_parameters
 from vitviz.pipeline.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
 from vitviz.pipeline.memory import check_analysis_memory
 
@@ -149,6 +151,8 @@ class Analysis:
     layers: tuple[int, ...] | None = None  # the model layers of attention's rows (None: all)
     depth: int | None = None  # the model's layers (None: as many as attention holds)
     kind: str = "vit"  # the model kind (vitviz.kinds)
+    graph: KeptGraph | None = field(default=None, repr=False)  # the capture pass's graph, kept
+    # when asked (``keep_graph``): a new target's gradients are one backward pass through it
     _gradients: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)
     _products: dict[int, GradientProducts] = field(default_factory=dict, repr=False)
     _rollouts: dict[tuple, Any] = field(default_factory=dict, repr=False)
@@ -418,10 +422,13 @@ class Analysis:
     def gradient_products(self, target_class: int | None = None) -> GradientProducts:
         """What the gradient maps need of G_l = ∂y_c/∂A_l (``GradientProducts``, batch 1), on
         the analysis's device, cached per class: from the analysis's own pass for its top
-        class, else from a gradient pass that reduces each G_l as it is made."""
+        class, from one backward pass through the kept graph (``graph``), else from a gradient
+        pass that reduces each G_l as it is made."""
         c = self._target(target_class)
         if c not in self._products:
-            if c in self._gradients:
+            if self.graph is not None:
+                self._products[c] = self._graph_products(c)
+            elif c in self._gradients:
                 grads = self._gradients[c]
                 self._products[c] = GradientProducts.of(
                     self._layers(), grads, self.layers, self.model_layers
@@ -444,6 +451,23 @@ class Analysis:
                     ).products
         return self._products[c]
 
+    def _graph_gradients(self, c: int) -> list[Tensor]:
+        """G_l of y_c for every kept layer (K × (1, H, N, N)) from the kept graph: the head run
+        again on its final tokens (the current head: a CLIP's prompts as they are now), then
+        one backward pass through the blocks."""
+        assert self.graph is not None and self.loaded is not None
+        model = self.loaded.model
+        with torch.enable_grad(), frozen_parameters(model):
+            y = model.forward_head(self.graph.tokens)[0, c]
+            return self.graph.gradients(y, self.layer_indices)
+
+    def _graph_products(self, c: int) -> GradientProducts:
+        """GradientProducts of y_c from the kept graph (``_graph_gradients``)."""
+        assert self.graph is not None
+        grads = self._graph_gradients(c)
+        atts = [self.graph.attentions[layer].detach() for layer in self.layer_indices]
+        return GradientProducts.of(atts, grads, self.layers, self.model_layers)
+
     def _check_gradient_pass(self, model: Any, every_layer: bool = False) -> None:
         """Refuse a later gradient pass that would not fit; ``every_layer``: the pass makes
         every layer's gradients whatever the analysis kept (``gradients``)."""
@@ -455,6 +479,8 @@ class Analysis:
         device, cached per class. As big as the attention: the maps don't need them (they use
         ``gradient_products``); asked for, they take a gradient pass of their own."""
         c = self._target(target_class)
+        if c not in self._gradients and self.graph is not None:
+            self._gradients[c] = [g.float() for g in self._graph_gradients(c)]
         if c not in self._gradients:
             model, x = self._model_and_input()
             self._check_gradient_pass(model, every_layer=True)
@@ -578,6 +604,7 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
         layers=cap.layers,
         depth=int(loaded.model.config.depth),
         kind=kind_of(loaded).name,  # a ViT's, or a kind whose network is a ViT (a CLIP tower)
+        graph=cap.graph,
         _products={cap.target: products} if products is not None else {},
     )
     return kind_of(loaded).finish_analysis(analysis)
@@ -593,6 +620,7 @@ def analyze_vit(
     gradients: bool = False,
     max_side: int | None = OVERLAY_MAX_SIDE,
     layers: LayerSpec = None,
+    keep_graph: bool = False,
 ) -> Analysis:
     """Run ``loaded``'s ViT on ``image`` with attention capture (the ViT kind's ``analyze``).
 
@@ -610,6 +638,9 @@ def analyze_vit(
     ``layers``: keep only these layers' attention (and gradients): 0-based indices, or text
     such as "9,10,11" or "last:4" (``vitviz.core.layers``); None keeps every layer. The forward pass
     and the logits are unchanged; rollout, gradient rollout and relevance then refuse.
+    ``keep_graph``: the forward pass runs with autograd on the activations and the analysis
+    keeps its graph (``Analysis.graph``, when it fits: ``capture_batch``), so a new target's
+    gradients (a CLIP's new prompt) are one backward pass, not a forward and a backward.
     """
     model, dev, prep, channels = _setup(loaded, device, preprocessing, attention_dtype)
     patch = model.config.patch_size
@@ -632,5 +663,6 @@ def analyze_vit(
         attention_dtype=attention_dtype,
         gradients=gradients,
         layers=kept,
+        keep_graph=keep_graph,
     )
     return _analysis(loaded, inp, cap, patch, dev)

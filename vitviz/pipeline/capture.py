@@ -22,6 +22,7 @@ from vitviz.explain.gradients import GradientProducts, _Products, attention_grad
 from vitviz.explain.stats import patch_distances
 from vitviz.explain.targets import target_classes
 from vitviz.model import VisionTransformer, ViTOutput
+from vitviz.pipeline.kept_graph import KeptGraph, frozen_parameters
 from vitviz.pipeline.memory import USABLE_FRACTION, available_memory
 
 
@@ -41,6 +42,7 @@ class Captured:
     grid: tuple[int, int]  # (gh, gw)
     num_prefix_tokens: int
     layers: tuple[int, ...] | None = None  # the model layers kept (None: every layer)
+    graph: KeptGraph | None = None  # the forward pass's graph, when asked and kept
 
 
 def capture_batch(
@@ -51,6 +53,7 @@ def capture_batch(
     attention_dtype: torch.dtype = torch.float32,
     gradients: bool = False,
     layers: Sequence[int] | None = None,
+    keep_graph: bool = False,
 ) -> list[Captured]:
     """Run ``model`` on ``x`` (B, C, H, W), already on the model's device, and gather each
     image's attention, head statistics and token norms (and, with ``gradients``, what the
@@ -60,10 +63,14 @@ def capture_batch(
     (``attention_sink``), so only the kept attention and one layer exist at a time.
     ``layers``: keep only these model layers (sorted; None: every layer); with gradients on
     vitviz's own ViT the backward pass then recomputes each block, so the graph never holds
-    every layer."""
+    every layer. ``keep_graph``: for one image on vitviz's own ViT whose graph fits (not
+    ``recompute_pays``), the forward pass runs with autograd and its graph is kept
+    (``Captured.graph``, ``KeptGraph``): a later target's gradients are one backward pass."""
     B = x.shape[0]
     kept = None if layers is None else tuple(layers)
     own = isinstance(model, VisionTransformer)
+    if keep_graph and B == 1 and own and not recompute_pays(model, x):
+        return [_capture_keeping_graph(model, x, patch_size, attention_dtype, kept, gradients)]
     if (
         gradients
         and model.config.num_classes > 0
@@ -207,6 +214,51 @@ def reduced_gradient_pass(
         torch.autograd.grad(y, x)  # the hooks take each layer's gradient on the way
     hidden = [h.detach() for h in out.hidden_states]
     return out.logits.detach(), classes.detach(), products.done(), hidden
+
+
+def _capture_keeping_graph(
+    model: VisionTransformer,
+    x: Tensor,
+    patch_size: int,
+    attention_dtype: torch.dtype,
+    layers: tuple[int, ...] | None,
+    gradients: bool,
+) -> Captured:
+    """One image's forward pass with autograd on the activations alone (the parameters
+    frozen): each layer's attention is kept as it comes (its statistics taken without a graph)
+    and the graph from the attention to the final tokens is kept; ``gradients``: the top
+    class's GradientProducts from one backward pass through it."""
+    grid = _grid_of(model, x, patch_size)
+    prefix = int(model.config.num_prefix_tokens)
+    collector = _Collector(int(model.config.depth), grid, prefix, patch_size, layers)
+    in_graph: list[Tensor] = []
+
+    def sink(layer: int, a: Tensor) -> None:
+        in_graph.append(a)
+        with torch.no_grad():
+            collector.add(layer, a.detach(), attention_dtype)
+
+    with torch.enable_grad(), frozen_parameters(model):
+        x = x.detach().requires_grad_(True)  # the activations' graph, from the input on
+        tokens, _, hidden, _ = model.forward_features(
+            x, capture_attention=True, hidden_states=True, attention_sink=sink
+        )
+        logits = model.forward_head(tokens)
+        graph = KeptGraph(in_graph, tokens)
+        products, target = None, -1
+        if gradients and model.config.num_classes > 0:
+            target = int(logits[0].detach().argmax())
+            kept = collector.layers
+            grads = graph.gradients(logits[0, target], kept)
+            products = GradientProducts.of(
+                [in_graph[layer].detach() for layer in kept], grads, layers, len(in_graph)
+            )
+            del grads
+    hidden = [h.detach() for h in hidden]
+    with torch.inference_mode():
+        (cap,) = collector.finish(logits.detach(), hidden, products, [target], 1)
+    cap.graph = graph
+    return cap
 
 
 def _grid_of(model: torch.nn.Module, x: Tensor, patch_size: int) -> tuple[int, int]:

@@ -29,10 +29,12 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     from vitviz.pipeline.analysis import Analysis
 
 
-# the ViT's methods a CLIP tower has no version of, and why (the CLI and the window say it)
-NOT_ON_CLIP = {
-    "transformer-attribution": "its LRP rules end at a Linear head, and a CLIP's head is the "
-    "cosine with the prompts (relevance is the rule Chefer et al. use for CLIP)",
+# the ViT's methods a SigLIP tower has no version of, and why (the CLI and the window say it);
+# a CLIP's cosine head has its LRP rule (``network.PromptHead.relevance``)
+NOT_ON_SIGLIP = {
+    "transformer-attribution": "has no LRP rule written for a SigLIP's attention-pooling head "
+    "(the probe's attention and its MLP); relevance, the rule Chefer et al. use for CLIP, "
+    "applies",
 }
 
 
@@ -111,6 +113,14 @@ class ClipKind(ViTKind):
                 model.tokenizer_problem = str(exc) if siglip else None
         return model.eval()
 
+    def analyze(self, loaded: Loaded, image: Any, **options: Any) -> Analysis:
+        """The ViT's analysis, keeping its forward pass's autograd graph (one image's, while it
+        fits: ``vitviz.pipeline.kept_graph``), so a new prompt's gradient maps are one backward
+        pass from its score, never the image tower again."""
+        from vitviz.pipeline.analysis import analyze_vit
+
+        return analyze_vit(loaded, image, keep_graph=True, **options)
+
     def finish_analysis(self, analysis: Analysis) -> Analysis:
         """A CLIP's as made; a SigLIP's adds its probe's attention (the maps' start row) and
         scores each prompt with its own sigmoid (``SiglipAnalysis``). One image's pass keeps its
@@ -129,7 +139,8 @@ class ClipKind(ViTKind):
 
     def rescore(self, analysis: Analysis, loaded: Loaded) -> Analysis | None:
         """New prompts scored on the kept image embedding: logits, probabilities and names
-        anew, the attention (and the probe's row) unchanged; gradients of old prompts gone."""
+        anew, the attention (and the probe's row) and the kept graph unchanged (a new prompt's
+        gradients are one backward pass through it); gradients of old prompts gone."""
         from dataclasses import fields, replace
 
         import torch
@@ -156,12 +167,22 @@ class ClipKind(ViTKind):
         out = model.forward_explained(x, capture_attention=True)
         return model.image_embedding(x), out.attentions
 
-    # -- methods: the ViT's, except LRP, whose rules end at a Linear head --------------------
+    # -- methods: the ViT's (LRP through a CLIP's cosine head too), less a SigLIP's LRP ------
     def implementation(self, method: str) -> KindMethod | None:
-        return None if method in NOT_ON_CLIP else super().implementation(method)
+        from dataclasses import replace
 
-    def missing_method(self, method: str) -> str | None:
-        return NOT_ON_CLIP.get(method)
+        own = super().implementation(method)
+        why = NOT_ON_SIGLIP.get(method)
+        if own is None or why is None:
+            return own
+        base = own.requires
+
+        def requires(label: str, model: nn.Module) -> str | None:
+            if getattr(model, "pool", None) is not None:  # a SigLIP's attention pooling
+                return f"{label} {why}"
+            return None if base is None else base(label, model)
+
+        return replace(own, requires=requires)
 
     @property
     def model_code(self) -> None:

@@ -93,6 +93,16 @@ class PromptHead(nn.Module):
         self.last_embedding = embedding.detach()  # (B, E): new prompts rescore it, no forward
         return self.score(embedding)
 
+    def relevance(self, pooled: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
+        """The head's LRP step (``vitviz.explain.attribution``): pooled (B, D) and r (B, P) the
+        relevance given to each prompt (one-hot) -> R_v (B, E) at v = W_proj·pooled and W_proj
+        (E, D), whose z⁺ rule goes on. With |v| held constant the logit y_p = s·(t̂_p·v)/|v| is
+        linear in v; LRP-0 hands each component its contribution, R_v = Σ_p r_p·(s/|v|)·t̂_p ⊙ v
+        (for the one-hot of p: sums to y_p)."""
+        v = self.projection(pooled)  # (B, E)
+        scale = self.logit_scale.exp() / v.norm(dim=-1, keepdim=True)  # (B, 1): s/|v|
+        return scale * (r @ self.text.to(v.dtype)) * v, self.projection.weight
+
 
 class ClipImageModel(VisionTransformer):
     """vitviz's ViT with a ``PromptHead``; ``text`` (a TextTower) and ``tokenizer`` turn

@@ -29,6 +29,7 @@ from torch import Tensor
 from vitviz import explain
 from vitviz.explain.tokens import min_max_scale, patch_part, scale_to_max
 from vitviz.pipeline.analysis import Analysis
+from vitviz.pipeline.kept_graph import frozen_parameters
 
 
 @dataclass
@@ -41,15 +42,19 @@ class SiglipAnalysis(Analysis):
 
     @classmethod
     def of(cls, analysis: Analysis) -> SiglipAnalysis:
-        """``analysis`` (a ViT analysis of a SigLIP tower) with its probe row and sigmoids; the
-        probe's attention comes from one more pass of the image tower (its fused attention,
-        no capture), so a batch's analyses each get their own."""
+        """``analysis`` (a ViT analysis of a SigLIP tower) with its probe row and sigmoids. The
+        probe's attention is the pooling head's, run on the final tokens of the analysis's own
+        forward pass (its kept graph's, ``Analysis.graph``); an analysis without a kept graph
+        (a batch's) runs the image tower once more (fused, no capture) for them."""
         assert analysis.loaded is not None
         model = analysis.loaded.model
-        p = next(model.parameters())
-        x = analysis.input[None].to(p.device, p.dtype)
         with torch.no_grad():
-            tokens, _, _, _ = model.forward_features(x)
+            if analysis.graph is not None:  # the capture pass's final tokens: no tower pass
+                tokens = analysis.graph.tokens.detach()
+            else:
+                p = next(model.parameters())
+                x = analysis.input[None].to(p.device, p.dtype)
+                tokens, _, _, _ = model.forward_features(x)
             _, probe = model.pool.attend(tokens)
         values = {f.name: getattr(analysis, f.name) for f in fields(Analysis)}
         out = cls(**values, probe_attention=probe[0].float())
@@ -67,13 +72,37 @@ class SiglipAnalysis(Analysis):
         return self.probe_attention.float()
 
     def probe_gradient(self, target_class: int | None = None) -> Tensor:
-        """G_p = ∂logits[c]/∂A_p (H, N), from a pass through the head alone (cached per class)."""
+        """G_p = ∂logits[c]/∂A_p (H, N), cached per class: with the kept graph from the same
+        backward pass as the layers' G_l (``_graph_gradients``), else from a pass through the
+        head alone."""
         c = self._target(target_class)
+        if c not in self._probe_gradients and self.graph is not None and c not in self._products:
+            self.gradient_products(c)  # its backward pass keeps G_p too
+        if c not in self._probe_gradients and self.graph is not None:  # the head alone
+            model = self.loaded.model
+            with torch.enable_grad(), frozen_parameters(model):
+                tokens = self.graph.tokens.detach().requires_grad_(True)  # the head's own graph
+                pooled, probe = model.pool.attend(tokens)
+                (grad,) = torch.autograd.grad(model.head(pooled)[0, c], probe)
+            self._probe_gradients[c] = grad[0].float()
         if c not in self._probe_gradients:
             model, x = self._model_and_input()
             _, grad = model.probe_gradient(x, c)
             self._probe_gradients[c] = grad.float()
         return self._probe_gradients[c]
+
+    def _graph_gradients(self, c: int) -> list[Tensor]:
+        """The layers' G_l of y_c (as ``Analysis``) from the kept graph, and (kept for
+        ``probe_gradient``) the probe's G_p: the pooling head and the prompt head run again on
+        the kept final tokens, then one backward pass for both."""
+        assert self.graph is not None and self.loaded is not None
+        model = self.loaded.model
+        with torch.enable_grad(), frozen_parameters(model):
+            pooled, probe = model.pool.attend(self.graph.tokens)
+            y = model.head(pooled)[0, c]
+            *grads, g_probe = self.graph.gradients(y, self.layer_indices, [probe])
+        self._probe_gradients[c] = g_probe[0].float()
+        return grads
 
     def _query_rows(self, patch: tuple[int, int] | None) -> Tensor:
         rows = super()._query_rows(patch)
