@@ -37,7 +37,8 @@ def pad_same(x: Tensor, kernel: int, stride: int, value: float = 0.0) -> Tensor:
 class StdConv2d(nn.Conv2d):
     """Conv2d with weight standardisation: each output filter's weights less their mean, over
     sqrt(their biased variance + eps), before the convolution. ``same``: TF "SAME" padding of the
-    input (else PyTorch's symmetric ((stride − 1) + kernel − 1) // 2). No bias."""
+    input (else PyTorch's symmetric ((stride − 1) + kernel − 1) // 2, which SAME is at stride 1
+    with an odd kernel: then the conv pads, as timm's does). No bias."""
 
     def __init__(
         self,
@@ -48,9 +49,10 @@ class StdConv2d(nn.Conv2d):
         same: bool = True,
         eps: float = 1e-8,
     ) -> None:
-        pad = 0 if same else ((stride - 1) + (kernel - 1)) // 2
-        super().__init__(cin, cout, kernel, stride=stride, padding=pad, bias=False)
-        self.same, self.eps = same, eps
+        symmetric = ((stride - 1) + (kernel - 1)) // 2
+        static = not same or (stride == 1 and kernel % 2 == 1)  # SAME is symmetric here
+        super().__init__(cin, cout, kernel, stride, padding=symmetric if static else 0, bias=False)
+        self.same, self.eps = not static, eps  # same: padded per input size in forward
 
     def forward(self, x: Tensor) -> Tensor:
         w = self.weight  # standardised by batch_norm over (1, cout, fan-in): timm's numerics
