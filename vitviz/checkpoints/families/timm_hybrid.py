@@ -121,7 +121,12 @@ def convert(source: Source) -> Conversion:
     out: dict[str, Tensor] = {}
     depth = check_depth(source, block_indices(t.state, _BLOCK))
     backbone = {k[len(BACKBONE) :]: t.state.pop(k) for k in list(t.state) if k.startswith(BACKBONE)}
-    proj = t.take("patch_embed.proj.weight")
+    proj = t.maybe("patch_embed.proj.weight")
+    if proj is None:
+        raise CheckpointError(
+            f"{source.name}: a hybrid stem without a patch projection (patch_embed.proj; "
+            "MobileCLIP's convolutional stem) is not a backbone vitviz models."
+        )
     stem = read_stem(source, backbone, proj)
     settings: dict[str, Any] = {}
     if choice is not None:
