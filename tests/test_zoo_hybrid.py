@@ -16,7 +16,15 @@ import torch
 from test_explain_attribution import RefViT, authors_generate_lrp
 from timm.models import save_for_hf
 from torch import nn
-from zoo_helpers import LOGIT_ATOL, assert_attention, assert_close, ours, randomize_, timm_reference
+from zoo_helpers import (
+    LOGIT_ATOL,
+    assert_attention,
+    assert_close,
+    ours,
+    randomize_,
+    randomize_stem_,
+    timm_reference,
+)
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.explain import transformer_attribution
@@ -32,24 +40,6 @@ CASES = {
     "r26": ("vit_small_r26_s32_224", TINY, 64, 32),  # ResNetV2 (2, 2, 2, 2)
     "resnet50d-s16": ("vit_small_resnet50d_s16_224", TINY, 32, 16),  # ResNet-D (3, 4, 6)
 }
-
-
-def randomize_stem_(model: nn.Module, seed: int) -> nn.Module:
-    """The backbone at its own scale: convs ~ N(0, 1/fan_in) (so 20 layers neither vanish nor
-    overflow), BatchNorm weights around 1, running means and variances random."""
-    g = torch.Generator().manual_seed(100 + seed)
-    with torch.no_grad():
-        for m in model.patch_embed.backbone.modules():
-            if isinstance(m, nn.Conv2d):
-                w = torch.randn(m.weight.shape, generator=g)
-                m.weight.copy_(w / m.weight[0].numel() ** 0.5)
-            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
-                m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=g))
-                m.bias.copy_(0.2 * torch.randn(m.bias.shape, generator=g))
-                if isinstance(m, nn.BatchNorm2d):
-                    m.running_mean.copy_(0.3 * torch.randn(m.running_mean.shape, generator=g))
-                    m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=g))
-    return model.eval()
 
 
 def tiny_hybrid(case: str, seed: int = 0) -> tuple[nn.Module, int]:
