@@ -212,3 +212,19 @@ def test_the_model_info_names_the_stem(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     parts = next(line for line in out.splitlines() if line.startswith("parts:"))
     assert "ResNetV2 stem, stride 4, then a 2×2 projection" in parts, parts
+
+
+def test_vitvizs_own_format_keeps_the_stem(tmp_path: Path) -> None:
+    """The native file's config holds the stem (a nested dict in its metadata) and its
+    BatchNorm statistics: it opens as the same network."""
+    from vitviz.checkpoints.native import save_checkpoint
+
+    model, side = tiny_hybrid("resnet50d-s16", seed=8)
+    torch.save(model.state_dict(), tmp_path / "h.pth")
+    loaded = load_checkpoint(tmp_path / "h.pth", config={"heads": 4})
+    save_checkpoint(loaded.model, tmp_path / "own.safetensors", loaded.class_names)
+    again = load_checkpoint(tmp_path / "own.safetensors")
+    assert again.family == "vitviz" and again.config == loaded.config
+    x = images(1, side, seed=8)
+    with torch.no_grad():
+        assert torch.equal(again.model(x), loaded.model(x))
