@@ -118,15 +118,25 @@ def test_a_backbone_with_other_tensors_is_refused_in_one_line(tmp_path: Path) ->
         load_checkpoint(tmp_path / "short.pth", config={"heads": 4})
 
 
-def test_mobileclips_stem_is_refused_by_name(tmp_path: Path) -> None:
+def test_mobileclips_stem_opens_exactly(tmp_path: Path) -> None:
+    """vit_base_mci_224: three unpadded convs (BatchNorm + GELU between), no projection, a
+    position table without the CLS entry; bare (its assumptions said) and as timm's folder."""
     torch.manual_seed(2)
-    model = timm.create_model("vit_base_mci_224", pretrained=False, img_size=32, depth=1)
+    model = timm.create_model("vit_base_mci_224", pretrained=False, img_size=32, depth=1,
+                              num_classes=3)  # fmt: skip
+    randomize_stem_(randomize_(model, seed=2, noise_dtype=torch.float32), 2)
+    x = images(1, 32, seed=2)
+    ref_logits, ref_attn = timm_reference(model, x)
     save_for_hf(model, tmp_path / "mci", safe_serialization=True)
-    with pytest.raises(CheckpointError, match="MobileCLIP"):
-        load_checkpoint(tmp_path / "mci")
     torch.save(model.state_dict(), tmp_path / "mci.pth")
-    with pytest.raises(CheckpointError, match="MobileCLIP"):
-        load_checkpoint(tmp_path / "mci.pth")
+    for path in (tmp_path / "mci", tmp_path / "mci.pth"):
+        loaded = load_checkpoint(path)
+        cfg = loaded.config
+        assert cfg.stem.kind == "convstem" and cfg.no_embed_class and cfg.grid_size == (2, 2)
+        assert cfg.stem.words() == "MobileCLIP's convolutional stem, stride 16, no projection"
+        logits, attn = ours(loaded, x)
+        assert_close("logits", ref_logits, logits, LOGIT_ATOL)
+        assert_attention(ref_attn, attn)
 
 
 def test_every_method_maps_the_token_grid(tmp_path: Path, photo_files) -> None:

@@ -240,8 +240,35 @@ class ResNetD(nn.Module):
         return x
 
 
+# -- MobileCLIP's convolutional stem (timm's ``ConvStem``) ---------------------------------------
+class ConvBN(nn.Module):
+    """``conv`` (kernel = stride, no padding) then ``bn`` (BatchNorm) and GELU; the last conv of
+    the stem alone, with a bias."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, eps: float, last: bool) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, kernel, stride=kernel, bias=last)
+        self.bn: nn.Module = nn.Identity() if last else _bn(cout, eps)
+        self.last = last
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.bn(self.conv(x))
+        return x if self.last else F.gelu(x)
+
+
+def conv_stem(cfg: StemConfig, in_channels: int) -> nn.Sequential:
+    """(B, C, H, W) -> (B, channels[-1], H/r, W/r), r = the product of the kernels."""
+    convs, cin = [], in_channels
+    for i, (cout, k) in enumerate(zip(cfg.channels, cfg.kernels, strict=True)):
+        convs.append(ConvBN(cin, cout, k, cfg.norm_eps, i == len(cfg.channels) - 1))
+        cin = cout
+    return nn.Sequential(*convs)
+
+
 def make_backbone(cfg: StemConfig, in_channels: int) -> nn.Module:
     """The backbone of ``cfg``; a ResNetV2 without stages is its stem alone (timm's layout)."""
+    if cfg.kind == "convstem":
+        return conv_stem(cfg, in_channels)
     if cfg.kind == "resnet_d":
         return ResNetD(cfg, in_channels)
     if not cfg.layers:
@@ -260,7 +287,9 @@ class HybridEmbed(nn.Module):
         self.patch_size = config.patch_size  # pixels per token
         self.backbone = make_backbone(stem, config.in_channels)
         p = stem.proj_patch
-        self.proj = nn.Conv2d(stem.feature_dim, config.dim, kernel_size=p, stride=p)
+        self.proj: nn.Module = (
+            nn.Conv2d(stem.feature_dim, config.dim, kernel_size=p, stride=p) if p else nn.Identity()
+        )
 
     def forward(self, x: Tensor) -> tuple[Tensor, tuple[int, int]]:
         H, W = x.shape[-2:]

@@ -125,7 +125,8 @@ def _vit_refusal(model: nn.Module) -> str | None:
     if not _is_identity(getattr(embed, "norm", None)):
         return "a norm inside the patch embedding"
     proj = embed.proj
-    if not isinstance(proj, nn.Conv2d) or proj.kernel_size != proj.stride:
+    stem_only = type(embed).__name__ == "HybridEmbed" and _is_identity(proj)  # MobileCLIP's
+    if not stem_only and (not isinstance(proj, nn.Conv2d) or proj.kernel_size != proj.stride):
         return "overlapping patch embedding"
     norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
     if any(type(m).__name__ not in ("LayerNorm", "LayerNorm2d") for m in norms):
@@ -162,6 +163,8 @@ def _stem_layers(backbone: nn.Module) -> tuple[str, list[nn.Module]]:
     """(vitviz's stem kind or timm's class name, the backbone's modules)."""
     kind = type(backbone).__name__
     mods = list(backbone.modules())
+    if kind == "ConvStem":
+        return "convstem", mods
     if kind == "FeatureListNet" and any(type(m).__name__ == "Bottleneck" for m in mods):
         return "resnet_d", mods
     is_v2_stem = kind == "Sequential" and [n for n, _ in backbone.named_children()] == [
@@ -176,12 +179,26 @@ def hybrid_refusal(embed: nn.Module) -> str | None:
     """Why vitviz's stems can't compute a timm HybridEmbed's backbone, or None (timm's ResNetV2
     without pre-activation, GroupNorm + ReLU and weight-standardised convs; its ResNet-D
     features with the deep stem, avg-down, BatchNorm + ReLU; a Conv2d projection after)."""
-    if not isinstance(embed.proj, nn.Conv2d) or embed.proj.kernel_size != embed.proj.stride:
-        return "a hybrid stem without a patch projection (MobileCLIP's convolutional stem)"
+    proj = embed.proj
+    if not _is_identity(proj) and (
+        not isinstance(proj, nn.Conv2d) or proj.kernel_size != proj.stride
+    ):
+        return "a hybrid stem with an overlapping projection"
     if getattr(embed, "dynamic_img_pad", False):
         return "a hybrid stem with dynamic padding"
     kind, mods = _stem_layers(embed.backbone)
     names = {type(m).__name__ for m in mods}
+    if kind == "convstem":
+        allowed = {"ConvStem", "ConvNormAct", "Conv2d", "BatchNormAct2d", "GELU", "Identity",
+                   "Sequential"}  # fmt: skip
+        convs = [m for m in mods if isinstance(m, nn.Conv2d)]
+        unpadded = all(c.padding == (0, 0) and c.kernel_size == c.stride for c in convs)
+        gelus = [m for m in mods if isinstance(m, nn.GELU)]
+        if names - allowed or not unpadded or any(g.approximate != "none" for g in gelus):
+            return "a convolutional stem other than MobileCLIP's"
+        return None
+    if _is_identity(proj):
+        return "a hybrid stem without a patch projection"
     if kind == "resnetv2":
         allowed = {"ResNetV2", "Sequential", "StdConv2dSame", "StdConv2d", "GroupNormAct",
                    "MaxPool2dSame", "MaxPool2d", "ConstantPad2d", "ReLU", "Identity",
@@ -211,7 +228,7 @@ def hybrid_refusal(embed: nn.Module) -> str | None:
 def stem_settings(embed: nn.Module) -> dict[str, Any]:
     """What a hybrid's weights don't say of its backbone: padding, eps, GroupNorm groups."""
     kind, mods = _stem_layers(embed.backbone)
-    if kind == "resnet_d":
+    if kind in ("resnet_d", "convstem"):
         bn = next(m for m in mods if isinstance(m, nn.BatchNorm2d))
         return {"kind": kind, "norm_eps": float(bn.eps)}
     conv = next(m for m in mods if type(m).__name__ in ("StdConv2dSame", "StdConv2d"))

@@ -65,10 +65,21 @@ def _stages(keys: list[str], pattern: str, first: int = 0) -> list[int]:
     return [found[i] for i in range(len(found))]
 
 
-def read_stem(source: Source, backbone: dict[str, Tensor], proj: Tensor) -> StemConfig:
-    """The backbone's kind, stages and widths from its tensors (names without the prefix)."""
+def read_stem(source: Source, backbone: dict[str, Tensor], proj: Tensor | None) -> StemConfig:
+    """The backbone's kind, stages and widths from its tensors (names without the prefix);
+    no ``proj``: MobileCLIP's stem, whose last conv makes the tokens."""
     keys = list(backbone)
-    p = int(proj.shape[-1])
+    p = 0 if proj is None else int(proj.shape[-1])
+    if "0.conv.weight" in backbone:  # timm's ConvStem: 0.conv, 0.bn, 1.conv, ...
+        convs = [backbone[f"{i}.conv.weight"] for i in range(len(keys))
+                 if f"{i}.conv.weight" in backbone]  # fmt: skip
+        channels, kernels = [int(w.shape[0]) for w in convs], [int(w.shape[-1]) for w in convs]
+        return StemConfig("convstem", (), channels[0], tuple(channels), p, kernels=tuple(kernels))
+    if proj is None:
+        raise CheckpointError(
+            f"{source.name}: a hybrid stem without a patch projection (patch_embed.proj) "
+            "other than MobileCLIP's is not a backbone vitviz models."
+        )
     try:
         if "conv1.0.weight" in backbone:  # ResNet-D: layer1..layerS, block M
             layers = _stages(keys, r"layer(\d+)\.(\d+)\.conv1\.weight$", first=1)
@@ -122,11 +133,6 @@ def convert(source: Source) -> Conversion:
     depth = check_depth(source, block_indices(t.state, _BLOCK))
     backbone = {k[len(BACKBONE) :]: t.state.pop(k) for k in list(t.state) if k.startswith(BACKBONE)}
     proj = t.maybe("patch_embed.proj.weight")
-    if proj is None:
-        raise CheckpointError(
-            f"{source.name}: a hybrid stem without a patch projection (patch_embed.proj; "
-            "MobileCLIP's convolutional stem) is not a backbone vitviz models."
-        )
     stem = read_stem(source, backbone, proj)
     settings: dict[str, Any] = {}
     if choice is not None:
@@ -143,19 +149,22 @@ def convert(source: Source) -> Conversion:
             f"groups eps 1e-5 / BatchNorm eps 1e-5); if yours differs give {how_to_name(source)}"
         )
     stem = StemConfig(**{**stem.__dict__, **settings})
-    if proj.ndim != 4 or int(proj.shape[1]) != stem.feature_dim:
+    if proj is not None and (proj.ndim != 4 or int(proj.shape[1]) != stem.feature_dim):
         raise CheckpointError(
             f"{source.name}: patch_embed.proj {tuple(proj.shape)} does not read the backbone's "
             f"{stem.feature_dim} channels."
         )
-    C = int(backbone[next(k for k in ("conv1.0.weight", "stem.conv.weight", "conv.weight")
-                          if k in backbone)].shape[1])  # fmt: skip
+    first = ("conv1.0.weight", "stem.conv.weight", "conv.weight", "0.conv.weight")
+    C = int(backbone[next(k for k in first if k in backbone)].shape[1])
     check_backbone(source, stem, backbone, C)
     out.update({BACKBONE + k: v for k, v in backbone.items()})
-    out["patch_embed.proj.weight"] = proj
-    D = int(proj.shape[0])
-    bias = t.maybe("patch_embed.proj.bias")
-    out["patch_embed.proj.bias"] = bias if bias is not None else torch.zeros(D, dtype=proj.dtype)
+    D = stem.feature_dim
+    if proj is not None:
+        out["patch_embed.proj.weight"] = proj
+        D = int(proj.shape[0])
+        bias = t.maybe("patch_embed.proj.bias")
+        zero = torch.zeros(D, dtype=proj.dtype)
+        out["patch_embed.proj.bias"] = bias if bias is not None else zero
     prefix = 0
     for name in PREFIX_TOKENS:
         token = t.maybe(name)
@@ -205,11 +214,19 @@ def convert(source: Source) -> Conversion:
             f"{source.name}: timm global_pool {inferred['global_pool']!r} is not supported."
         )
     inferred["pos_embed_interp"] = "bicubic_antialias"
-    no_embed_class = bool(inferred.pop("no_embed_class", args.get("no_embed_class")) or False)
-    inferred["no_embed_class"] = no_embed_class
+    no_embed_class = inferred.pop("no_embed_class", args.get("no_embed_class"))
     size = args.get("img_size")
     if size is None and isinstance(pretrained.get("input_size"), (list, tuple)):
         size = list(pretrained["input_size"][1:])
+    if no_embed_class is None and pos is not None:  # does the table hold the prefix tokens?
+        n, r = int(pos.shape[1]), stem.stride
+        if size is not None:
+            h, w = (size, size) if isinstance(size, int) else tuple(size)
+            no_embed_class = prefix > 0 and n == (h // r) * (w // r)
+        else:
+            square = grid_from_table(n - prefix) is not None
+            no_embed_class = prefix > 0 and not square and grid_from_table(n) is not None
+    no_embed_class = inferred["no_embed_class"] = bool(no_embed_class)
     if size is None and pos is not None:
         grid = grid_from_table(int(pos.shape[1]) - (0 if no_embed_class else prefix))
         if grid is not None:
