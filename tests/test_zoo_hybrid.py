@@ -1,6 +1,7 @@
 """timm hybrid ViTs (issue 27, stems): a ResNetV2 (weight-standardised convs + GroupNorm) or a
 ResNet-D (deep stem, avg-down, BatchNorm in eval mode) before a Conv2d projection to the
-tokens, as a bare state dict and as timm's folder; logits and attention against timm's eager
+tokens, or MobileCLIP's convolutional stem without one, as a bare state dict and as timm's
+folder; logits and attention against timm's eager
 forward on random weights (BatchNorm running statistics randomised too), the token grid in image
 coordinates, every map method on the tokens, relevance and gradient rollout against float64
 references from their definitions and transformer attribution against the transcription of the

@@ -171,6 +171,8 @@ class ViTConfig:
             problems += self.stem.problems()
             if self.patch_size != self.stem.stride:
                 problems.append(f"a hybrid's patch_size is its stem's stride {self.stem.stride}")
+            if self.stem.proj_patch == 0 and self.stem.feature_dim != self.dim:
+                problems.append("a stem without a projection must give dim channels")
         if self.patch_norm_pre and self.patch_embed != "linear":
             problems.append("patch_norm_pre needs patch_embed 'linear'")
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
