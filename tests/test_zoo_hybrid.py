@@ -239,3 +239,16 @@ def test_vitvizs_own_format_keeps_the_stem(tmp_path: Path) -> None:
     x = images(1, side, seed=8)
     with torch.no_grad():
         assert torch.equal(again.model(x), loaded.model(x))
+
+
+def test_a_files_unaligned_view_is_copied_to_aligned_storage() -> None:
+    """A safetensors view may start anywhere in the file's buffer; the convs then round
+    otherwise than timm's own (aligned) weights. ``aligned`` copies only such a view."""
+    from vitviz.checkpoints.families.timm_hybrid import aligned
+
+    buffer = torch.arange(200, dtype=torch.float32)
+    view = buffer[3:131]
+    assert view.data_ptr() % 64 != 0
+    copy = aligned(view)
+    assert copy.data_ptr() % 64 == 0 and torch.equal(copy, view)
+    assert aligned(buffer) is buffer

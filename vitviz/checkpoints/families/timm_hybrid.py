@@ -46,6 +46,12 @@ BACKBONE = "patch_embed.backbone."
 _BLOCK = r"blocks\.(\d+)\.attn\.qkv\.weight$"
 
 
+def aligned(t: Tensor) -> Tensor:
+    """``t`` in 64-byte aligned storage (a copy when it is an unaligned view into a file's
+    buffer): a conv's kernel choice, and so its fp32 rounding, follows the weight's alignment."""
+    return t if t.data_ptr() % 64 == 0 else t.clone()
+
+
 def detect(source: Source) -> bool:
     s = source.state
     return any(k.startswith(BACKBONE) for k in s) and any(re.match(_BLOCK, k) for k in s)
@@ -157,10 +163,10 @@ def convert(source: Source) -> Conversion:
     first = ("conv1.0.weight", "stem.conv.weight", "conv.weight", "0.conv.weight")
     C = int(backbone[next(k for k in first if k in backbone)].shape[1])
     check_backbone(source, stem, backbone, C)
-    out.update({BACKBONE + k: v for k, v in backbone.items()})
+    out.update({BACKBONE + k: aligned(v) for k, v in backbone.items()})
     D = stem.feature_dim
     if proj is not None:
-        out["patch_embed.proj.weight"] = proj
+        out["patch_embed.proj.weight"] = aligned(proj)
         D = int(proj.shape[0])
         bias = t.maybe("patch_embed.proj.bias")
         zero = torch.zeros(D, dtype=proj.dtype)
