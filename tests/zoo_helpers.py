@@ -50,6 +50,29 @@ def randomize_(
     return model.eval()
 
 
+def randomize_stem_(model: nn.Module, seed: int) -> nn.Module:
+    """After ``randomize_``, a hybrid ViT's convolutional backbone (``patch_embed.backbone``;
+    a model without one is returned as it is) at its own scale: convs ~ N(0, 1/fan_in) (so 50
+    layers neither vanish nor overflow), norm weights around 1, BatchNorm running means and
+    variances random (``randomize_`` perturbs parameters, not buffers)."""
+    backbone = getattr(getattr(model, "patch_embed", None), "backbone", None)
+    if not isinstance(backbone, nn.Module):
+        return model
+    g = torch.Generator().manual_seed(100 + seed)
+    with torch.no_grad():
+        for m in backbone.modules():
+            if isinstance(m, nn.Conv2d):
+                w = torch.randn(m.weight.shape, generator=g)
+                m.weight.copy_(w / m.weight[0].numel() ** 0.5)
+            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
+                m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=g))
+                m.bias.copy_(0.2 * torch.randn(m.bias.shape, generator=g))
+                if isinstance(m, nn.BatchNorm2d):
+                    m.running_mean.copy_(0.3 * torch.randn(m.running_mean.shape, generator=g))
+                    m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=g))
+    return model.eval()
+
+
 def images(b: int, h: int, w: int, seed: int = 0) -> Tensor:
     g = torch.Generator().manual_seed(1000 + seed)
     return torch.randn(b, 3, h, w, generator=g)

@@ -210,7 +210,9 @@ def build_timm(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
     missing)."""
     import timm
 
-    state = file_state(weights)
+    # aligned storage, as timm's model has after a normal load (assign=True would keep views
+    # into the file's buffer, maybe unaligned: a conv's fp32 rounding follows the alignment)
+    state = {k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in file_state(weights).items()}
     args = dict(ref.model_args)
     args.setdefault("num_classes", cfg.num_classes)
     args.setdefault("img_size", tuple(cfg.image_size))

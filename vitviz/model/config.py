@@ -6,10 +6,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from vitviz.model.stem_config import StemConfig
+
 POS_EMBED_KINDS = ("learned", "sincos", "sincos2d", "none")
 POOLS = ("token", "avg", "token_avg")  # token_avg: [CLS, mean of the patches] (DINOv2 heads)
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu")
-PATCH_EMBEDS = ("conv", "linear")
+PATCH_EMBEDS = ("conv", "linear", "hybrid")  # hybrid: a convolutional stem (``stem``)
 # How a learned position table is resampled to another grid (each library does it its own way):
 # "bicubic" (vitviz, timm checkpoint load, HF ViT/DeiT/Dinov2): size-based, no antialias;
 # "bicubic_antialias" (timm dynamic size, HF Dinov2WithRegisters, DINOv2 with registers);
@@ -67,6 +69,7 @@ class ViTConfig:
     patch_embed: str = "conv"  # "conv" (Conv2d) | "linear" (Linear over (p1 p2 c) patch vectors)
     patch_norm_pre: bool = False  # LayerNorm over each flattened patch before the Linear
     patch_norm_post: bool = False  # LayerNorm after the patch embedding
+    stem: StemConfig | None = None  # patch_embed "hybrid": its backbone; patch_size = its stride
     # Training-only regularisation (no effect in eval mode).
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
@@ -75,6 +78,8 @@ class ViTConfig:
 
     def __post_init__(self) -> None:
         self.image_size = _pair(self.image_size)
+        if isinstance(self.stem, dict):  # from to_dict / a JSON config
+            self.stem = StemConfig(**self.stem)
         self.validate()
 
     # -- derived ----------------------------------------------------------------------------------
@@ -160,6 +165,14 @@ class ViTConfig:
             )
         if self.patch_embed not in PATCH_EMBEDS:
             problems.append(f"patch_embed must be one of {PATCH_EMBEDS} (got {self.patch_embed!r})")
+        if (self.patch_embed == "hybrid") != (self.stem is not None):
+            problems.append("patch_embed 'hybrid' and a stem go together")
+        elif self.stem is not None:
+            problems += self.stem.problems()
+            if self.patch_size != self.stem.stride:
+                problems.append(f"a hybrid's patch_size is its stem's stride {self.stem.stride}")
+            if self.stem.proj_patch == 0 and self.stem.feature_dim != self.dim:
+                problems.append("a stem without a projection must give dim channels")
         if self.patch_norm_pre and self.patch_embed != "linear":
             problems.append("patch_norm_pre needs patch_embed 'linear'")
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):

@@ -49,5 +49,8 @@ def vit_parts(cfg: ViTConfig) -> tuple[str, ...]:
     out.append(", ".join(prefix) if prefix else "no prefix tokens")
     head = f"head reads {POOL_WORDS.get(cfg.global_pool, cfg.global_pool)}"
     out.append(head + (" through fc_norm" if cfg.fc_norm else ""))
-    out.append(f"{'Linear' if cfg.patch_embed == 'linear' else 'Conv2d'} patch embedding")
+    if cfg.stem is not None:
+        out.append(cfg.stem.words())
+    else:
+        out.append(f"{'Linear' if cfg.patch_embed == 'linear' else 'Conv2d'} patch embedding")
     return tuple(out)

@@ -12,6 +12,7 @@ from vitviz.model.config import ViTConfig
 from vitviz.model.layers import Block, PatchEmbed
 from vitviz.model.posembed import resample_grid_embedding, sincos_1d, sincos_2d
 from vitviz.model.recompute import recomputed
+from vitviz.model.stems import HybridEmbed
 
 
 @dataclass
@@ -36,7 +37,8 @@ class VisionTransformer(nn.Module):
         config.validate()
         self.config = config
         D = config.dim
-        self.patch_embed = PatchEmbed(config)
+        hybrid = config.patch_embed == "hybrid"  # a convolutional stem before the tokens
+        self.patch_embed = HybridEmbed(config) if hybrid else PatchEmbed(config)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, D)) if config.distill_token else None
         R = config.num_register_tokens

@@ -116,12 +116,17 @@ def _vit_refusal(model: nn.Module) -> str | None:
     if model.global_pool not in ("token", "avg"):
         return f"global_pool {model.global_pool!r}"
     embed = model.patch_embed
-    if type(embed).__name__ != "PatchEmbed":
+    if type(embed).__name__ == "HybridEmbed":
+        why = hybrid_refusal(embed)
+        if why is not None:
+            return why
+    elif type(embed).__name__ != "PatchEmbed":
         return f"{type(embed).__name__} patch embedding (a hybrid stem)"
     if not _is_identity(getattr(embed, "norm", None)):
         return "a norm inside the patch embedding"
     proj = embed.proj
-    if not isinstance(proj, nn.Conv2d) or proj.kernel_size != proj.stride:
+    stem_only = type(embed).__name__ == "HybridEmbed" and _is_identity(proj)  # MobileCLIP's
+    if not stem_only and (not isinstance(proj, nn.Conv2d) or proj.kernel_size != proj.stride):
         return "overlapping patch embedding"
     norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
     if any(type(m).__name__ not in ("LayerNorm", "LayerNorm2d") for m in norms):
@@ -154,6 +159,89 @@ def _vit_refusal(model: nn.Module) -> str | None:
     return None
 
 
+def _stem_layers(backbone: nn.Module) -> tuple[str, list[nn.Module]]:
+    """(vitviz's stem kind or timm's class name, the backbone's modules)."""
+    kind = type(backbone).__name__
+    mods = list(backbone.modules())
+    if kind == "ConvStem":
+        return "convstem", mods
+    if kind == "FeatureListNet" and any(type(m).__name__ == "Bottleneck" for m in mods):
+        return "resnet_d", mods
+    is_v2_stem = kind == "Sequential" and [n for n, _ in backbone.named_children()] == [
+        "conv",
+        "norm",
+        "pool",
+    ]
+    return ("resnetv2" if kind == "ResNetV2" or is_v2_stem else kind), mods
+
+
+def hybrid_refusal(embed: nn.Module) -> str | None:
+    """Why vitviz's stems can't compute a timm HybridEmbed's backbone, or None (timm's ResNetV2
+    without pre-activation, GroupNorm + ReLU and weight-standardised convs; its ResNet-D
+    features with the deep stem, avg-down, BatchNorm + ReLU; a Conv2d projection after)."""
+    proj = embed.proj
+    if not _is_identity(proj) and (
+        not isinstance(proj, nn.Conv2d) or proj.kernel_size != proj.stride
+    ):
+        return "a hybrid stem with an overlapping projection"
+    if getattr(embed, "dynamic_img_pad", False):
+        return "a hybrid stem with dynamic padding"
+    kind, mods = _stem_layers(embed.backbone)
+    names = {type(m).__name__ for m in mods}
+    if kind == "convstem":
+        allowed = {"ConvStem", "ConvNormAct", "Conv2d", "BatchNormAct2d", "GELU", "Identity",
+                   "Sequential"}  # fmt: skip
+        convs = [m for m in mods if isinstance(m, nn.Conv2d)]
+        unpadded = all(c.padding == (0, 0) and c.kernel_size == c.stride for c in convs)
+        gelus = [m for m in mods if isinstance(m, nn.GELU)]
+        if names - allowed or not unpadded or any(g.approximate != "none" for g in gelus):
+            return "a convolutional stem other than MobileCLIP's"
+        return None
+    if _is_identity(proj):
+        return "a hybrid stem without a patch projection"
+    if kind == "resnetv2":
+        allowed = {"ResNetV2", "Sequential", "StdConv2dSame", "StdConv2d", "GroupNormAct",
+                   "MaxPool2dSame", "MaxPool2d", "ConstantPad2d", "ReLU", "Identity",
+                   "ResNetStage", "Bottleneck", "DownsampleConv", "ClassifierHead",
+                   "SelectAdaptivePool2d", "Flatten", "Dropout"}  # fmt: skip
+        if names - allowed or "ConstantPad2d" in names:
+            return f"a ResNetV2 stem with {', '.join(sorted(names - allowed)) or 'fixed padding'}"
+        is_net = type(embed.backbone).__name__ == "ResNetV2"
+        if is_net and not _is_identity(embed.backbone.norm):
+            return "a pre-activation ResNetV2 stem"
+        gns = [m for m in mods if type(m).__name__ == "GroupNormAct"]
+        if len({(m.num_groups, m.eps) for m in gns}) > 1:
+            return "a ResNetV2 stem with GroupNorms of different settings"
+        return None
+    if kind == "resnet_d":
+        allowed = {"FeatureListNet", "Sequential", "Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d",
+                   "AvgPool2d", "Identity", "Bottleneck"}  # fmt: skip
+        if names - allowed:
+            return f"a ResNet stem with {', '.join(sorted(names - allowed))}"
+        bns = [m for m in mods if isinstance(m, nn.BatchNorm2d)]
+        if len({m.eps for m in bns}) > 1 or not isinstance(embed.backbone.conv1, nn.Sequential):
+            return "a ResNet stem other than ResNet-D's (deep stem, avg-down)"
+        return None
+    return f"a {kind} hybrid stem"
+
+
+def stem_settings(embed: nn.Module) -> dict[str, Any]:
+    """What a hybrid's weights don't say of its backbone: padding, eps, GroupNorm groups."""
+    kind, mods = _stem_layers(embed.backbone)
+    if kind in ("resnet_d", "convstem"):
+        bn = next(m for m in mods if isinstance(m, nn.BatchNorm2d))
+        return {"kind": kind, "norm_eps": float(bn.eps)}
+    conv = next(m for m in mods if type(m).__name__ in ("StdConv2dSame", "StdConv2d"))
+    gn = next(m for m in mods if type(m).__name__ == "GroupNormAct")
+    return {
+        "kind": kind,
+        "same_padding": type(conv).__name__ == "StdConv2dSame",
+        "conv_eps": float(conv.eps),
+        "norm_eps": float(gn.eps),
+        "groups": int(gn.num_groups),
+    }
+
+
 def _vit_settings(model: nn.Module) -> dict[str, Any]:
     block = model.blocks[0]
     attn = block.attn
@@ -177,7 +265,9 @@ def _vit_settings(model: nn.Module) -> dict[str, Any]:
         "global_pool": model.global_pool,
         "fc_norm": not _is_identity(model.fc_norm),
         "final_norm": not (_is_identity(model.norm) and _is_identity(model.fc_norm)),
-    }
+        **({"stem": stem_settings(model.patch_embed)} if type(model.patch_embed).__name__
+           == "HybridEmbed" else {}),
+    }  # fmt: skip
 
 
 def describe(name: str, model: nn.Module) -> ArchRecord:
