@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
     Taker,
     block_indices,
@@ -269,4 +269,24 @@ def convert(source: Source) -> Conversion:
     return conversion
 
 
-FAMILY = Family("timm-hybrid", detect, convert)
+FAMILY = Family(
+    "timm-hybrid",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="timm hybrid ViT (a ResNet before the tokens)",
+        names="vit_*_r26_s32_*, vit_*_r50_s*, vit_tiny_r_s16_p8_*, vit_*_resnet26d_224, "
+        "vit_*_resnet50d*_224, vit_base_mci_224",
+        forms="state dict (.pth, .safetensors); timm folder",
+        parts=(
+            "ResNetV2 (weight-standardised convs, GroupNorm), ResNet-D (BatchNorm) or "
+            "MobileCLIP's conv stem",
+            "Conv2d projection to the tokens",
+            "attention",
+            "pre-norm blocks",
+            "GELU MLP",
+            "learnt position table",
+            "CLS token",
+        ),
+    ),
+)
