@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 POS_EMBED_KINDS = ("learned", "sincos", "sincos2d", "none")
-POOLS = ("token", "avg", "token_avg")  # token_avg: [CLS, mean of the patches] (DINOv2 heads)
+POOLS = ("token", "avg", "token_avg", "map")  # token_avg: [CLS, mean of the patches] (DINOv2
+# heads); map: a learnt probe's multi-head attention over the final tokens (attention_pool)
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu")
 PATCH_EMBEDS = ("conv", "linear")
 # How a learned position table is resampled to another grid (each library does it its own way):
@@ -51,7 +52,7 @@ class ViTConfig:
     num_register_tokens: int = 0
     no_embed_class: bool = False  # position embedding covers the patches only, not prefix tokens
     layer_scale_init: float | None = None  # LayerScale (ls1/ls2) when set
-    global_pool: str = "token"  # "token" (CLS) | "avg" (mean of patch tokens) | "token_avg" (both)
+    global_pool: str = "token"  # "token" (CLS) | "avg" (mean of patches) | "token_avg" | "map"
     fc_norm: bool = False  # LayerNorm after pooling instead of before (timm avg-pool models)
     pre_norm: bool = False  # LayerNorm before the blocks (CLIP-style norm_pre)
     norm_eps: float = 1e-6
@@ -137,6 +138,8 @@ class ViTConfig:
             problems.append(f"activation must be one of {ACTIVATIONS} (got {self.activation!r})")
         if self.global_pool in ("token", "token_avg") and not self.class_token:
             problems.append(f"global_pool {self.global_pool!r} needs class_token=True")
+        if self.global_pool == "map" and (self.distill_token or self.head_hidden_dim):
+            problems.append("global_pool 'map' takes no distillation token or head_hidden_dim")
         if self.global_pool == "token_avg" and (self.fc_norm or self.head_hidden_dim):
             problems.append("global_pool 'token_avg' takes no fc_norm or head_hidden_dim")
         if self.rel_pos_bias and self.num_prefix_tokens != 1:

@@ -16,6 +16,7 @@ POOL_WORDS = {
     "token": "the CLS token",
     "avg": "the mean of the patch tokens",
     "token_avg": "the CLS token and the mean patch token side by side",
+    "map": "an attention-pooling probe (MAP) over the final tokens",
 }
 POSITION_WORDS = {
     "learned": "a learnt position table",

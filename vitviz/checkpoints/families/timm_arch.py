@@ -13,7 +13,8 @@ embedding whose tables are computed, not stored). So the name decides, never a g
   name is refused with "install timm to open ARCH".
 
 Anything vitviz's one ViT can't compute (residual post-norm blocks, rotary position,
-relative position bias, attention-pool heads, qk-norm, SwiGLU, other block classes) makes the
+relative position bias, attention-pool heads other than SigLIP's MAP, qk-norm, SwiGLU, other
+block classes) makes the
 record a refusal naming that part.
 
 A bare state dict has no name. Its *signature* (the sorted key names and shapes, without the
@@ -109,11 +110,35 @@ def _activation(act: nn.Module) -> str | None:
     )
 
 
+def _pool_refusal(pool: nn.Module) -> str | None:
+    """What of timm's attention pool vitviz's MAP head (``AttentionPool``) can't compute."""
+    if type(pool).__name__ != "AttentionPoolLatent":
+        return f"attention-pool head {type(pool).__name__}"
+    q = pool.q
+    plain = (
+        pool.latent_len == 1
+        and pool.pos_embed is None
+        and isinstance(q, nn.Linear)
+        and q.bias is not None
+        and pool.kv.bias is not None
+        and _is_identity(pool.q_norm)
+        and _is_identity(pool.k_norm)
+        and pool.pool == "token"
+        and pool.mlp is not None
+        and isinstance(pool.norm, nn.LayerNorm)
+        and _is_identity(pool.mlp.norm)
+        and _activation(pool.mlp.act) is not None
+    )
+    return None if plain else "an attention-pool head (MAP) with other parts than SigLIP's"
+
+
 def _vit_refusal(model: nn.Module) -> str | None:
     """The first part of a timm VisionTransformer vitviz's ViT can't compute, or None."""
     if getattr(model, "attn_pool", None) is not None:
-        return "attention-pool head (MAP)"
-    if model.global_pool not in ("token", "avg"):
+        why = _pool_refusal(model.attn_pool)
+        if why is not None:
+            return why
+    elif model.global_pool not in ("token", "avg"):
         return f"global_pool {model.global_pool!r}"
     embed = model.patch_embed
     if type(embed).__name__ != "PatchEmbed":
@@ -177,6 +202,7 @@ def _vit_settings(model: nn.Module) -> dict[str, Any]:
         "global_pool": model.global_pool,
         "fc_norm": not _is_identity(model.fc_norm),
         "final_norm": not (_is_identity(model.norm) and _is_identity(model.fc_norm)),
+        **({"pool_include_prefix": True} if getattr(model, "pool_include_prefix", False) else {}),
     }
 
 
@@ -256,7 +282,7 @@ def record_for(name: str, model_args: Mapping[str, Any]) -> tuple[ArchRecord, st
         raise ArchError(f"install timm to open {name} with model_args {', '.join(changed)}")
     if "global_pool" in model_args and rec.settings:
         pool = model_args["global_pool"]
-        if pool not in ("token", "avg"):
+        if pool not in ("token", "avg") and pool != rec.settings.get("global_pool"):
             return ArchRecord(name, {}, f"global_pool {pool!r}", rec.signature), where
         rec = ArchRecord(name, {**rec.settings, "global_pool": pool}, None, rec.signature)
     return rec, where

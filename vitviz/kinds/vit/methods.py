@@ -149,7 +149,12 @@ def _lrp_rules(label: str, model: nn.Module) -> str | None:
     if why is None and getattr(model.config, "rel_pos_bias", False):
         return (
             f"{label} has no LRP rule for the relative position bias added to the attention "
-            "scores (BEiT's); relevance and the gradient methods apply"
+            "scores (BEiT's table, timm relpos's MLP); relevance and the gradient methods apply"
+        )
+    if why is None and getattr(model.config, "global_pool", None) == "map":
+        return (
+            f"{label} has no LRP rule for the attention-pool head (MAP: a probe's attention "
+            "pools, not a Linear on a token); relevance and the gradient methods apply"
         )
     return why
 
