@@ -68,6 +68,8 @@ class ViTConfig:
     patch_embed: str = "conv"  # "conv" (Conv2d) | "linear" (Linear over (p1 p2 c) patch vectors)
     patch_norm_pre: bool = False  # LayerNorm over each flattened patch before the Linear
     patch_norm_post: bool = False  # LayerNorm after the patch embedding
+    rel_pos_mlp: int = 0  # rel_pos_bias by an MLP this wide on log offsets (timm relpos); 0: table
+    rel_pos_shared: bool = False  # that MLP's bias shared by every layer (timm's vit_srelpos_*)
     # Training-only regularisation (no effect in eval mode).
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
@@ -142,8 +144,11 @@ class ViTConfig:
             problems.append("global_pool 'map' takes no distillation token or head_hidden_dim")
         if self.global_pool == "token_avg" and (self.fc_norm or self.head_hidden_dim):
             problems.append("global_pool 'token_avg' takes no fc_norm or head_hidden_dim")
-        if self.rel_pos_bias and self.num_prefix_tokens != 1:
-            problems.append("rel_pos_bias needs the CLS token alone before the patches")
+        if self.rel_pos_bias and not self.rel_pos_mlp and self.num_prefix_tokens > 1:
+            problems.append("a relative position table takes at most a CLS token before patches")
+        mlp_bias = self.rel_pos_bias and self.rel_pos_mlp > 0
+        if (self.rel_pos_mlp or self.rel_pos_shared) and not mlp_bias:
+            problems.append("rel_pos_mlp (≥ 1) and rel_pos_shared need rel_pos_bias")
         if self.distill_token and not self.class_token:
             problems.append("distill_token needs class_token=True")
         if self.num_register_tokens < 0:

@@ -32,6 +32,9 @@ def vit_parts(cfg: ViTConfig) -> tuple[str, ...]:
     "head reads the mean of the patch tokens through fc_norm", "Conv2d patch embedding")."""
     out = []
     attention = "attention with a relative position bias per layer and head"
+    if cfg.rel_pos_mlp:
+        shared = "shared by every layer" if cfg.rel_pos_shared else "per layer"
+        attention = f"attention with a relative position bias from an MLP on log offsets, {shared}"
     out.append(attention if cfg.rel_pos_bias else "attention")
     if not cfg.qkv_bias:
         out[-1] += " (no q/k/v bias)"

@@ -13,6 +13,7 @@ from vitviz.model.attention_pool import AttentionPool
 from vitviz.model.config import ViTConfig
 from vitviz.model.layers import Block, PatchEmbed
 from vitviz.model.posembed import resample_grid_embedding, sincos_1d, sincos_2d
+from vitviz.model.position_bias import shared_position_bias
 from vitviz.model.recompute import recomputed
 
 
@@ -53,6 +54,7 @@ class VisionTransformer(nn.Module):
         L = config.depth
         rates = [config.drop_path_rate * i / max(L - 1, 1) for i in range(L)]  # linear
         self.blocks = nn.ModuleList(Block(config, drop_path=r) for r in rates)
+        self.shared_rel_pos = shared_position_bias(config, self.blocks)  # timm srelpos, or None
         final, fc = config.final_norm and not config.fc_norm, config.final_norm and config.fc_norm
         self.norm = nn.LayerNorm(D, eps=config.norm_eps) if final else nn.Identity()
         self.fc_norm = nn.LayerNorm(D, eps=config.norm_eps) if fc else nn.Identity()

@@ -76,6 +76,35 @@ def take_blocks(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:
     }
 
 
+def take_rel_pos(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:
+    """timm relpos's relative position bias (``blocks.N.attn.rel_pos.*`` per layer or
+    ``shared_rel_pos.*``: an MLP on log offsets, or a table) -> vitviz's names; the config
+    fields it shows ({} without one)."""
+    shared = "shared_rel_pos.mlp.fc1.weight" in t
+    where = ["shared_rel_pos."] if shared else [f"blocks.{i}.attn.rel_pos." for i in range(depth)]
+    if not shared and f"{where[0]}mlp.fc1.weight" not in t:
+        table = f"{where[0]}relative_position_bias_table"
+        if table not in t:
+            return {}
+        for i, w in enumerate(where):
+            out[f"blocks.{i}.attn.relative_position_bias_table"] = t.take(
+                f"{w}relative_position_bias_table"
+            )
+        return {"rel_pos_bias": True}
+    for w in where:
+        ours = "shared_rel_pos." if shared else w
+        if f"{w}mlp.fc2.bias" not in t:
+            raise CheckpointError(
+                f"{t.source.name}: a relative position MLP without an output bias (timm's "
+                "'swin' mode, a sigmoid bias) is not supported."
+            )
+        for layer in ("fc1", "fc2"):
+            for part in ("weight", "bias"):
+                out[f"{ours}{layer}.{part}"] = t.take(f"{w}mlp.{layer}.{part}")
+    hidden = int(out[f"{where[0]}fc1.weight"].shape[0])
+    return {"rel_pos_bias": True, "rel_pos_mlp": hidden, "rel_pos_shared": shared}
+
+
 POOL_PARTS = (("proj", "out_proj"), ("norm", "norm"), ("mlp.fc1", "fc1"), ("mlp.fc2", "fc2"))
 
 
@@ -178,6 +207,7 @@ def convert(source: Source) -> Conversion:
             out[f"{name}.bias"] = t.take(f"{name}.bias")
     block_info = take_blocks(t, depth, out)
     has_pool = take_attention_pool(t, out)
+    block_info.update(take_rel_pos(t, depth, out))
     num_classes = 0
     if "head.weight" in t:
         out["head.weight"] = t.take("head.weight")

@@ -47,7 +47,6 @@ SIZE_ARGS = frozenset({"img_size", "num_classes", "in_chans", "dynamic_img_size"
 CLASS_REASONS = {
     "Eva": "rotary position embedding (EVA-style blocks)",
     "Beit": "relative position bias (BEiT)",
-    "VisionTransformerRelPos": "relative position bias",
     "Cait": "class-attention blocks (CaiT)",
     "Xcit": "cross-covariance attention (XCiT)",
     "VisionTransformerSAM": "windowed attention with relative position (SAM)",
@@ -56,6 +55,7 @@ CLASS_REASONS = {
 }
 BLOCK_REASONS = {
     "ResPostBlock": "residual post-norm blocks",
+    "ResPostRelPosBlock": "residual post-norm blocks",
     "ParallelScalingBlock": "parallel attention/MLP blocks",
     "ParallelThingsBlock": "parallel attention/MLP blocks",
     "DiffParallelScalingBlock": "differential attention blocks",
@@ -206,10 +206,70 @@ def _vit_settings(model: nn.Module) -> dict[str, Any]:
     }
 
 
+def _relpos_refusal(model: nn.Module) -> str | None:
+    """The first part of a timm VisionTransformerRelPos vitviz's ViT can't compute, or None."""
+    if model.global_pool not in ("token", "avg"):
+        return f"global_pool {model.global_pool!r}"
+    if type(model.patch_embed).__name__ != "PatchEmbed" or not _is_identity(
+        getattr(model.patch_embed, "norm", None)
+    ):
+        return "a patch embedding other than timm's plain one"
+    norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    if any(type(m).__name__ != "LayerNorm" for m in norms) or len({m.eps for m in norms}) > 1:
+        return "norms other than one LayerNorm eps"
+    biases = [b.attn.rel_pos for b in model.blocks] + [model.shared_rel_pos]
+    for bias in (b for b in biases if b is not None):
+        kind = type(bias).__name__
+        if kind == "RelPosMlp" and bias.mode != "cr":
+            return f"a relative position MLP in {bias.mode!r} mode (vitviz models 'cr')"
+        if kind not in ("RelPosMlp", "RelPosBias"):
+            return f"relative position {kind}"
+        if kind == "RelPosBias" and model.shared_rel_pos is not None:
+            return "a relative position table shared by every layer"
+    for block in model.blocks:
+        if type(block).__name__ != "RelPosBlock":
+            return BLOCK_REASONS.get(type(block).__name__, f"{type(block).__name__} blocks")
+        if not (_is_identity(block.attn.q_norm) and _is_identity(block.attn.k_norm)):
+            return "qk_norm (a norm on queries and keys)"
+        if type(block.mlp).__name__ != "Mlp" or _activation(block.mlp.act) is None:
+            return f"{type(block.mlp).__name__} MLP with {type(block.mlp.act).__name__}"
+    return None
+
+
+def _relpos_settings(model: nn.Module) -> dict[str, Any]:
+    block = model.blocks[0]
+    attn = block.attn
+    bias = attn.rel_pos if model.shared_rel_pos is None else model.shared_rel_pos
+    mlp = bias.mlp.fc1.out_features if type(bias).__name__ == "RelPosMlp" else 0
+    norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    return {
+        "heads": int(attn.num_heads),
+        "norm_eps": float(norms[0].eps),
+        "activation": _activation(block.mlp.act),
+        "qkv_bias": attn.qkv.bias is not None,
+        "layer_scale": not _is_identity(block.ls1),
+        "class_token": model.cls_token is not None,
+        "distill_token": False,
+        "num_register_tokens": 0,
+        "no_embed_class": False,
+        "pos_embed": "none",
+        "pre_norm": False,
+        "global_pool": model.global_pool,
+        "fc_norm": not _is_identity(model.fc_norm),
+        "final_norm": True,
+        "rel_pos_bias": True,
+        "rel_pos_mlp": int(mlp),
+        "rel_pos_shared": model.shared_rel_pos is not None,
+    }
+
+
 def describe(name: str, model: nn.Module) -> ArchRecord:
     """The record of a built timm model (meta device is enough: only modules are read)."""
     signature = signature_of({k: tuple(v.shape) for k, v in model.state_dict().items()})
     kind = type(model).__name__
+    if kind == "VisionTransformerRelPos":
+        refusal = _relpos_refusal(model)
+        return ArchRecord(name, {} if refusal else _relpos_settings(model), refusal, signature)
     if kind not in ("VisionTransformer", "VisionTransformerDistilled"):
         reason = CLASS_REASONS.get(kind, f"timm's {kind} architecture (not a plain ViT)")
         if kind == "Eva" and name.startswith("vit_pe_"):
