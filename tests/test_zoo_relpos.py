@@ -5,7 +5,7 @@ table (``rel_pos_type='bias'``); no CLS (mean pool through fc_norm or the final 
 token (zero bias to and from it), or both (clsgap). Logits and attention against timm's eager
 forward, bare and folder; relevance and gradient rollout through the MLP bias against float64
 references from their definitions; transformer attribution refused with the reason; the
-residual post-norm (rpn) names refused by name."""
+residual post-norm (rpn) blocks, here and in timm's plain ViT."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import torch
 from timm.models import save_for_hf
 from zoo_helpers import LOGIT_ATOL, assert_attention, assert_close, images, ours, randomize_
 
-from vitviz.checkpoints import CheckpointError, load_checkpoint
+from vitviz.checkpoints import load_checkpoint
 from vitviz.explain.methods import get_method
 from vitviz.model.position_bias import MlpPositionBias
 from vitviz.pipeline.analysis import analyze
@@ -32,6 +32,7 @@ CASES = {
     "clsgap": ("vit_relpos_base_patch16_clsgap_224", {}),
     "table": ("vit_relpos_small_patch16_224", {"rel_pos_type": "bias"}),
     "table-cls": ("vit_relpos_medium_patch16_cls_224", {"rel_pos_type": "bias"}),
+    "rpn": ("vit_relpos_small_patch16_rpn_224", {}),  # residual post-norm blocks
 }
 
 
@@ -67,7 +68,8 @@ def test_timm_relpos_opens_exactly_bare_and_folder(tmp_path: Path, case: str) ->
     theirs = model.shared_rel_pos or model.blocks[0].attn.rel_pos
     hidden = theirs.mlp.fc1.out_features if hasattr(theirs, "mlp") else 0  # 0: a table
     assert (hidden == 0) == case.startswith("table")
-    for path, settings in ((tmp_path / "folder", None), (tmp_path / "bare.pth", BARE)):
+    bare = {**BARE, "res_post_norm": True} if case == "rpn" else BARE  # not in the weights
+    for path, settings in ((tmp_path / "folder", None), (tmp_path / "bare.pth", bare)):
         loaded = load_checkpoint(path, settings)
         cfg = loaded.config
         assert cfg.rel_pos_bias and cfg.pos_embed == "none"
@@ -77,10 +79,26 @@ def test_timm_relpos_opens_exactly_bare_and_folder(tmp_path: Path, case: str) ->
         assert_attention(ref_attn, attn)
 
 
-def test_residual_post_norm_is_refused_by_name(tmp_path: Path) -> None:
-    save_for_hf(tiny("vit_relpos_small_patch16_rpn_224"), tmp_path / "rpn")
-    with pytest.raises(CheckpointError, match="residual post-norm blocks"):
-        load_checkpoint(tmp_path / "rpn")
+def test_a_residual_post_norm_vit_opens_exactly_and_says_what_it_lacks(
+    tmp_path: Path, photo_files
+) -> None:
+    """timm's ResPostBlock (x + norm1(attn(x)); x + norm2(mlp(x))): exact; Token Grad-CAM (it
+    reads norm1's output as the tokens) and transformer attribution refused with the reason."""
+    from zoo_helpers import timm_reference
+
+    model = tiny("vit_base_patch16_rpn_224", seed=4)
+    save_for_hf(model, tmp_path / "rpn", safe_serialization=True)
+    loaded = load_checkpoint(tmp_path / "rpn")
+    assert loaded.config.res_post_norm and not loaded.config.rel_pos_bias
+    x = images(2, 32, 32, seed=4)
+    ref_logits, ref_attn = timm_reference(model, x)
+    logits, attn = ours(loaded, x)
+    assert_close("logits", ref_logits, logits, LOGIT_ATOL)
+    assert_attention(ref_attn, attn)
+    a = analyze(loaded, photo_files["chelsea"])
+    for method, words in (("gradcam", "residual post-norm"), ("transformer-attribution", "post")):
+        why = get_method(method).unavailable(a)
+        assert why is not None and words in why, why
 
 
 @pytest.mark.parametrize("case", ["cls", "shared"])

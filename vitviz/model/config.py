@@ -70,6 +70,7 @@ class ViTConfig:
     patch_norm_post: bool = False  # LayerNorm after the patch embedding
     rel_pos_mlp: int = 0  # rel_pos_bias by an MLP this wide on log offsets (timm relpos); 0: table
     rel_pos_shared: bool = False  # that MLP's bias shared by every layer (timm's vit_srelpos_*)
+    res_post_norm: bool = False  # residual post-norm: x + norm1(attn(x)), x + norm2(mlp(x)) (rpn)
     # Training-only regularisation (no effect in eval mode).
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
@@ -149,6 +150,8 @@ class ViTConfig:
         mlp_bias = self.rel_pos_bias and self.rel_pos_mlp > 0
         if (self.rel_pos_mlp or self.rel_pos_shared) and not mlp_bias:
             problems.append("rel_pos_mlp (≥ 1) and rel_pos_shared need rel_pos_bias")
+        if self.res_post_norm and not self.norm_first:
+            problems.append("res_post_norm and norm_first=False are two other norm placements")
         if self.distill_token and not self.class_token:
             problems.append("distill_token needs class_token=True")
         if self.num_register_tokens < 0:

@@ -191,7 +191,8 @@ class Block(nn.Module):
     """Encoder block. Pre-norm (default): x + attn(norm1(x)); x + mlp(norm2(x)).
 
     Post-norm (``norm_first=False``, nn.TransformerEncoderLayer's default):
-    norm1(x + attn(x)); norm2(x + mlp(x)).
+    norm1(x + attn(x)); norm2(x + mlp(x)). Residual post-norm (``res_post_norm``, timm's
+    rpn): x + norm1(attn(x)); x + norm2(mlp(x)).
     """
 
     def __init__(self, config: ViTConfig, drop_path: float = 0.0) -> None:
@@ -205,8 +206,13 @@ class Block(nn.Module):
         self.ls2 = LayerScale(config.dim, ls) if ls is not None else nn.Identity()
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm_first = config.norm_first
+        self.res_post_norm = config.res_post_norm
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
+        if self.res_post_norm:
+            y, attn = self.attn(x, capture=capture)
+            x = x + self.drop_path(self.ls1(self.norm1(y)))
+            return x + self.drop_path(self.ls2(self.norm2(self.mlp(x)))), attn
         if not self.norm_first:
             y, attn = self.attn(x, capture=capture)
             x = self.norm1(x + self.drop_path(self.ls1(y)))

@@ -38,9 +38,8 @@ def vit_parts(cfg: ViTConfig) -> tuple[str, ...]:
     out.append(attention if cfg.rel_pos_bias else "attention")
     if not cfg.qkv_bias:
         out[-1] += " (no q/k/v bias)"
-    out.append(
-        f"{'pre' if cfg.norm_first else 'post'}-norm blocks (LayerNorm eps {cfg.norm_eps:g})"
-    )
+    place = "residual post" if cfg.res_post_norm else "pre" if cfg.norm_first else "post"
+    out.append(f"{place}-norm blocks (LayerNorm eps {cfg.norm_eps:g})")
     if cfg.pre_norm:
         out.append("a LayerNorm before the blocks")
     out.append(f"{ACTIVATION_WORDS.get(cfg.activation, cfg.activation)} MLP")

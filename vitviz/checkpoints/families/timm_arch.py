@@ -157,9 +157,10 @@ def _vit_refusal(model: nn.Module) -> str | None:
         return "RMSNorm"
     if len({m.eps for m in norms}) > 1:
         return "norms with different eps"
+    kinds = {type(block).__name__ for block in model.blocks}
     for block in model.blocks:
         kind = type(block).__name__
-        if kind != "Block":
+        if kind not in ("Block", "ResPostBlock") or len(kinds) > 1:
             return BLOCK_REASONS.get(kind, f"{kind} blocks")
         attn, mlp = block.attn, block.mlp
         if type(attn).__name__ != "Attention":
@@ -192,7 +193,7 @@ def _vit_settings(model: nn.Module) -> dict[str, Any]:
         "norm_eps": float(norms[0].eps) if norms else 1e-6,
         "activation": _activation(block.mlp.act),
         "qkv_bias": attn.qkv.bias is not None,
-        "layer_scale": not _is_identity(block.ls1),
+        "layer_scale": not _is_identity(getattr(block, "ls1", None)),
         "class_token": bool(model.has_class_token),
         "distill_token": getattr(model, "dist_token", None) is not None,
         "num_register_tokens": int(model.num_reg_tokens),
@@ -203,6 +204,7 @@ def _vit_settings(model: nn.Module) -> dict[str, Any]:
         "fc_norm": not _is_identity(model.fc_norm),
         "final_norm": not (_is_identity(model.norm) and _is_identity(model.fc_norm)),
         **({"pool_include_prefix": True} if getattr(model, "pool_include_prefix", False) else {}),
+        **({"res_post_norm": True} if type(block).__name__ == "ResPostBlock" else {}),
     }
 
 
@@ -226,8 +228,9 @@ def _relpos_refusal(model: nn.Module) -> str | None:
             return f"relative position {kind}"
         if kind == "RelPosBias" and model.shared_rel_pos is not None:
             return "a relative position table shared by every layer"
+    kinds = {type(block).__name__ for block in model.blocks}
     for block in model.blocks:
-        if type(block).__name__ != "RelPosBlock":
+        if type(block).__name__ not in ("RelPosBlock", "ResPostRelPosBlock") or len(kinds) > 1:
             return BLOCK_REASONS.get(type(block).__name__, f"{type(block).__name__} blocks")
         if not (_is_identity(block.attn.q_norm) and _is_identity(block.attn.k_norm)):
             return "qk_norm (a norm on queries and keys)"
@@ -247,7 +250,7 @@ def _relpos_settings(model: nn.Module) -> dict[str, Any]:
         "norm_eps": float(norms[0].eps),
         "activation": _activation(block.mlp.act),
         "qkv_bias": attn.qkv.bias is not None,
-        "layer_scale": not _is_identity(block.ls1),
+        "layer_scale": not _is_identity(getattr(block, "ls1", None)),
         "class_token": model.cls_token is not None,
         "distill_token": False,
         "num_register_tokens": 0,
@@ -260,6 +263,7 @@ def _relpos_settings(model: nn.Module) -> dict[str, Any]:
         "rel_pos_bias": True,
         "rel_pos_mlp": int(mlp),
         "rel_pos_shared": model.shared_rel_pos is not None,
+        **({"res_post_norm": True} if type(block).__name__ == "ResPostRelPosBlock" else {}),
     }
 
 
