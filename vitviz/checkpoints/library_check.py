@@ -274,15 +274,16 @@ def build_transformers(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
     return model.eval()
 
 
+ORDERED_NOISE = ("vit_mae",)  # model types whose forward shuffles the patches by random noise
+
+
 def transformers_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
     """transformers' logits (a base model: its pooler output, else the normed CLS token, or the
-    mean token of a model with no CLS token, I-JEPA's) and attention probabilities. A model
-    whose forward takes masking ``noise`` (ViT-MAE) gets an ascending one: no patch shuffled."""
-    import inspect
-
+    mean token of a model with no CLS token, I-JEPA's) and attention probabilities. A ViT-MAE
+    gets ascending masking noise: no patch shuffled (with mask_ratio 0, none dropped)."""
     extra = {}
-    if "noise" in inspect.signature(model.forward).parameters:
-        p = int(getattr(model.config, "patch_size", 1)) or 1
+    if getattr(model.config, "model_type", None) in ORDERED_NOISE:
+        p = int(model.config.patch_size)
         n = (x.shape[-2] // p) * (x.shape[-1] // p)
         extra["noise"] = torch.arange(n, dtype=x.dtype).expand(x.shape[0], n)
     with torch.no_grad():
