@@ -201,6 +201,11 @@ HF_TINY = dict(
 )
 
 
+# what a model type needs beyond the tiny sizes to be the model vitviz shows (ViT-MAE's encoder
+# without its pre-training's random masking)
+HF_EXTRA = {"vit_mae": {"mask_ratio": 0.0}}
+
+
 def hf_classes(model_type: str) -> list[tuple[str, type]]:
     """[(form, class)]: transformers' image classifier of ``model_type`` ("hf-cls") where it
     has one, and its base model ("hf-base")."""
@@ -228,7 +233,8 @@ def hf_model(model_type: str, cls: type, seed: int) -> tuple[torch.nn.Module, to
     if model_type not in tr.CONFIG_MAPPING:  # a lazy mapping: no .get
         return None
     config_cls = tr.CONFIG_MAPPING[model_type]
-    for overrides in (HF_TINY, {"num_labels": 4}):
+    extra = HF_EXTRA.get(model_type, {})
+    for overrides in ({**HF_TINY, **extra}, {"num_labels": 4, **extra}):
         try:
             config = config_cls(**overrides)
             torch.manual_seed(seed)

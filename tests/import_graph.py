@@ -157,6 +157,7 @@ VITVIZ_LAYERS: dict[str, int] = {
     **dict.fromkeys(("kinds.swin.analysis", "kinds.swin.methods", "kinds.swin.stats"), 2),
     **dict.fromkeys(("kinds.swin.faithfulness", "kinds.swin.export"), 2),
     "kinds.vit.methods": 2,
+    "kinds.vit.probe_analysis": 5,  # the ViT's Analysis with an attention pool's probe row
     "kinds.swin.families": 3,
     "kinds.swin.modelcode": 4,
     **dict.fromkeys(("kinds.swin", "kinds.swin.output", "kinds.vit"), 5),
@@ -184,7 +185,6 @@ VITVIZ_LAYERS: dict[str, int] = {
         ),
         3,
     ),
-    "kinds.clip.siglip_analysis": 5,  # the ViT's Analysis with the probe's row
     "kinds.clip": 5,  # numpy helpers over query maps (the window's fast path shares them)
     **dict.fromkeys(("pipeline.batch", "pipeline.export", "pipeline.folder_stats"), 5),
     "training": 5,

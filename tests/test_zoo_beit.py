@@ -16,7 +16,7 @@ from zoo_helpers import LOGIT_ATOL, assert_attention, assert_close, images, ours
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.explain.methods import get_method
-from vitviz.model.layers import relative_position_index
+from vitviz.model.position_bias import relative_position_index
 from vitviz.pipeline.analysis import analyze
 
 TINY = dict(pretrained=False, img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4,

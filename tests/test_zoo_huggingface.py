@@ -222,6 +222,38 @@ def test_hf_ijepa_has_no_cls_and_reads_the_mean_token(tmp_path: Path, head: str)
     assert_attention(list(ref.attentions), attn)
 
 
+@pytest.mark.parametrize("head", ["pretraining", "encoder"])
+def test_hf_vit_mae_opens_its_encoder_unmasked(tmp_path: Path, head: str) -> None:
+    """ViT-MAE (issue 27): a ViT with a fixed sin-cos table; vitviz shows the encoder on every
+    patch in order, which transformers gives with mask_ratio 0 and ascending noise (no patch
+    dropped or shuffled). ViTMAEForPreTraining's pixel decoder is dropped, said so; a folder
+    saved with its pre-training mask_ratio 0.75 opens as the same unmasked encoder."""
+    from transformers import ViTMAEConfig, ViTMAEForPreTraining, ViTMAEModel
+
+    torch.manual_seed(8)
+    config = ViTMAEConfig(**SMALL, num_attention_heads=4, mask_ratio=0.75,
+                          decoder_hidden_size=16, decoder_num_hidden_layers=1,
+                          decoder_num_attention_heads=2, decoder_intermediate_size=32)  # fmt: skip
+    model = ViTMAEForPreTraining(config) if head == "pretraining" else ViTMAEModel(config)
+    model = randomize_(model, seed=8)
+    loaded = load_checkpoint(_save(model, tmp_path / "mae"))
+    cfg = loaded.config
+    assert loaded.family == "huggingface-vit_mae" and cfg.class_token and cfg.num_classes == 0
+    notes = " ".join(loaded.notes)
+    assert "mask_ratio 0" in notes and "checked against transformers" in notes
+    assert ("pixel decoder" in notes) == (head == "pretraining")
+    encoder = model.vit if head == "pretraining" else model
+    encoder.config.mask_ratio = 0.0
+    x = images(2, 32, 32, seed=8)
+    ordered = torch.arange(16.0).expand(2, 16)
+    ref = _reference(encoder, x, noise=ordered)
+    features = _features(loaded, x)
+    assert_close("last_hidden_state", ref.last_hidden_state, features, LOGIT_ATOL)
+    assert_attention(list(ref.attentions), ours(loaded, x)[1])
+    shuffled = _reference(encoder, x, noise=torch.rand(2, 16, generator=torch.Generator()))
+    assert not torch.allclose(shuffled.attentions[0], ref.attentions[0], atol=1e-3)
+
+
 @pytest.mark.parametrize("registers", [0, 2])
 def test_hf_dinov2_classifier_reads_cls_and_the_mean_patch(tmp_path: Path, registers) -> None:
     """Dinov2(WithRegisters)ForImageClassification: a classifier over [CLS, mean of patches]."""

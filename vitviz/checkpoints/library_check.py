@@ -275,6 +275,7 @@ def build_transformers(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
 
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # no "Loading weights" bar in the CLI's output
+    overrides = {k: v for k, v in ref.model_args.items() if k != "model_type"}  # config fields
     try:
         model = cls.from_pretrained(
             weights.parent,
@@ -282,6 +283,7 @@ def build_transformers(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
             trust_remote_code=False,
             use_safetensors=True,
             attn_implementation="eager",
+            **overrides,
         )
     finally:
         if bars:
@@ -289,11 +291,20 @@ def build_transformers(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
     return model.eval()
 
 
+ORDERED_NOISE = ("vit_mae",)  # model types whose forward shuffles the patches by random noise
+
+
 def transformers_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
     """transformers' logits (a base model: its pooler output, else the normed CLS token, or the
-    mean token of a model with no CLS token, I-JEPA's) and attention probabilities."""
+    mean token of a model with no CLS token, I-JEPA's) and attention probabilities. A ViT-MAE
+    gets ascending masking noise: no patch shuffled (with mask_ratio 0, none dropped)."""
+    extra = {}
+    if getattr(model.config, "model_type", None) in ORDERED_NOISE:
+        p = int(model.config.patch_size)
+        n = (x.shape[-2] // p) * (x.shape[-1] // p)
+        extra["noise"] = torch.arange(n, dtype=x.dtype).expand(x.shape[0], n)
     with torch.no_grad():
-        out = model(pixel_values=x, output_attentions=True)
+        out = model(pixel_values=x, output_attentions=True, **extra)
     logits = getattr(out, "logits", None)
     if logits is None:
         pooled = getattr(out, "pooler_output", None)

@@ -9,7 +9,8 @@ from typing import Any
 from vitviz.model.stem_config import StemConfig
 
 POS_EMBED_KINDS = ("learned", "sincos", "sincos2d", "none")
-POOLS = ("token", "avg", "token_avg")  # token_avg: [CLS, mean of the patches] (DINOv2 heads)
+POOLS = ("token", "avg", "token_avg", "map")  # token_avg: [CLS, mean of the patches] (DINOv2
+# heads); map: a learnt probe's multi-head attention over the final tokens (attention_pool)
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu")
 PATCH_EMBEDS = ("conv", "linear", "hybrid")  # hybrid: a convolutional stem (``stem``)
 # How a learned position table is resampled to another grid (each library does it its own way):
@@ -53,7 +54,7 @@ class ViTConfig:
     num_register_tokens: int = 0
     no_embed_class: bool = False  # position embedding covers the patches only, not prefix tokens
     layer_scale_init: float | None = None  # LayerScale (ls1/ls2) when set
-    global_pool: str = "token"  # "token" (CLS) | "avg" (mean of patch tokens) | "token_avg" (both)
+    global_pool: str = "token"  # "token" (CLS) | "avg" (mean of patches) | "token_avg" | "map"
     fc_norm: bool = False  # LayerNorm after pooling instead of before (timm avg-pool models)
     pre_norm: bool = False  # LayerNorm before the blocks (CLIP-style norm_pre)
     norm_eps: float = 1e-6
@@ -70,6 +71,9 @@ class ViTConfig:
     patch_norm_pre: bool = False  # LayerNorm over each flattened patch before the Linear
     patch_norm_post: bool = False  # LayerNorm after the patch embedding
     stem: StemConfig | None = None  # patch_embed "hybrid": its backbone; patch_size = its stride
+    rel_pos_mlp: int = 0  # rel_pos_bias by an MLP this wide on log offsets (timm relpos); 0: table
+    rel_pos_shared: bool = False  # that MLP's bias shared by every layer (timm's vit_srelpos_*)
+    res_post_norm: bool = False  # residual post-norm: x + norm1(attn(x)), x + norm2(mlp(x)) (rpn)
     # Training-only regularisation (no effect in eval mode).
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
@@ -142,10 +146,17 @@ class ViTConfig:
             problems.append(f"activation must be one of {ACTIVATIONS} (got {self.activation!r})")
         if self.global_pool in ("token", "token_avg") and not self.class_token:
             problems.append(f"global_pool {self.global_pool!r} needs class_token=True")
+        if self.global_pool == "map" and (self.distill_token or self.head_hidden_dim):
+            problems.append("global_pool 'map' takes no distillation token or head_hidden_dim")
         if self.global_pool == "token_avg" and (self.fc_norm or self.head_hidden_dim):
             problems.append("global_pool 'token_avg' takes no fc_norm or head_hidden_dim")
-        if self.rel_pos_bias and self.num_prefix_tokens != 1:
-            problems.append("rel_pos_bias needs the CLS token alone before the patches")
+        if self.rel_pos_bias and not self.rel_pos_mlp and self.num_prefix_tokens > 1:
+            problems.append("a relative position table takes at most a CLS token before patches")
+        mlp_bias = self.rel_pos_bias and self.rel_pos_mlp > 0
+        if (self.rel_pos_mlp or self.rel_pos_shared) and not mlp_bias:
+            problems.append("rel_pos_mlp (≥ 1) and rel_pos_shared need rel_pos_bias")
+        if self.res_post_norm and not self.norm_first:
+            problems.append("res_post_norm and norm_first=False are two other norm placements")
         if self.distill_token and not self.class_token:
             problems.append("distill_token needs class_token=True")
         if self.num_register_tokens < 0:

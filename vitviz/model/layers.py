@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vitviz.model.config import ViTConfig
+from vitviz.model.position_bias import MlpPositionBias, table_index, table_rows
 
 
 class PatchEmbed(nn.Module):
@@ -50,24 +51,6 @@ class PatchEmbed(nn.Module):
         return self.norm(x), grid
 
 
-def relative_position_index(grid: tuple[int, int]) -> Tensor:
-    """(N, N) long, N = 1 + gh·gw (CLS first): the row of the bias table each query-key pair
-    reads (BEiT's layout). Patch pairs: (Δrow + gh − 1)·(2gw − 1) + (Δcol + gw − 1); the last
-    three rows of the table: CLS to a patch, a patch to CLS, CLS to itself."""
-    gh, gw = grid
-    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-    r, c = rows.flatten(), cols.flatten()
-    dr = r[:, None] - r[None, :] + gh - 1
-    dc = c[:, None] - c[None, :] + gw - 1
-    distances = (2 * gh - 1) * (2 * gw - 1)
-    index = torch.empty(1 + gh * gw, 1 + gh * gw, dtype=torch.long)
-    index[1:, 1:] = dr * (2 * gw - 1) + dc
-    index[0, :] = distances  # CLS to every token
-    index[:, 0] = distances + 1  # every token to CLS
-    index[0, 0] = distances + 2  # CLS to itself
-    return index
-
-
 class Attention(nn.Module):
     """Multi-head self-attention with one fused qkv Linear.
 
@@ -87,27 +70,44 @@ class Attention(nn.Module):
         self.proj = nn.Linear(self.attn_dim, config.dim)
         self.proj_drop = nn.Dropout(config.drop_rate)
         self.relative_position_bias_table: nn.Parameter | None = None
-        if config.rel_pos_bias:
-            gh, gw = config.grid_size
-            rows = (2 * gh - 1) * (2 * gw - 1) + 3
+        self.rel_pos: MlpPositionBias | None = None  # timm relpos: an MLP gives the bias
+        self._shared: list[MlpPositionBias] = []  # one bias of every layer (not a child)
+        self.rel_grid = config.grid_size
+        self.rel_cls = config.num_prefix_tokens == 1
+        if config.rel_pos_bias and config.rel_pos_mlp:
+            if not config.rel_pos_shared:
+                self.rel_pos = MlpPositionBias(
+                    self.heads, config.rel_pos_mlp, self.rel_grid, config.num_prefix_tokens
+                )
+        elif config.rel_pos_bias:
+            rows = table_rows(self.rel_grid, self.rel_cls)
             self.relative_position_bias_table = nn.Parameter(torch.zeros(rows, self.heads))
-            self.rel_grid = (gh, gw)
         self._rel_index: Tensor | None = None  # made on the table's device when first needed
 
+    def share_position_bias(self, bias: MlpPositionBias) -> None:
+        """Read the bias from ``bias``, the model's one shared by every layer."""
+        self._shared = [bias]
+
     def position_bias(self, n: int) -> Tensor | None:
-        """(heads, n, n) added to the attention scores (BEiT's relative position bias), or None.
-        ValueError for a token count other than the grid the table was learnt on."""
+        """(heads, n, n) added to the attention scores (a relative position bias), or None.
+        ValueError for a token count other than the grid the bias was learnt on."""
         table = self.relative_position_bias_table
-        if table is None:
+        mlp = self.rel_pos if self.rel_pos is not None else next(iter(self._shared), None)
+        if table is None and mlp is None:
             return None
+        gh, gw = self.rel_grid
+        expected = gh * gw + (mlp.prefix if mlp is not None else int(self.rel_cls))
+        if n != expected:
+            raise ValueError(
+                f"a relative position bias learnt on {gh * gw} patches: this input gives "
+                f"another token count ({n}); analyse it at the model's own input size"
+            )
+        if mlp is not None:
+            return mlp()
+        assert table is not None
         index = self._rel_index
         if index is None or index.device != table.device:  # not a buffer: a meta-built model
-            index = self._rel_index = relative_position_index(self.rel_grid).to(table.device)
-        if n != index.shape[0]:
-            raise ValueError(
-                f"a relative position bias learnt on {index.shape[0] - 1} patches: this input "
-                f"gives {n - 1}; analyse it at the model's own input size"
-            )
+            index = self._rel_index = table_index(self.rel_grid, self.rel_cls).to(table.device)
         return table[index.view(-1)].view(n, n, -1).permute(2, 0, 1)
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -191,7 +191,8 @@ class Block(nn.Module):
     """Encoder block. Pre-norm (default): x + attn(norm1(x)); x + mlp(norm2(x)).
 
     Post-norm (``norm_first=False``, nn.TransformerEncoderLayer's default):
-    norm1(x + attn(x)); norm2(x + mlp(x)).
+    norm1(x + attn(x)); norm2(x + mlp(x)). Residual post-norm (``res_post_norm``, timm's
+    rpn): x + norm1(attn(x)); x + norm2(mlp(x)).
     """
 
     def __init__(self, config: ViTConfig, drop_path: float = 0.0) -> None:
@@ -205,8 +206,13 @@ class Block(nn.Module):
         self.ls2 = LayerScale(config.dim, ls) if ls is not None else nn.Identity()
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm_first = config.norm_first
+        self.res_post_norm = config.res_post_norm
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
+        if self.res_post_norm:
+            y, attn = self.attn(x, capture=capture)
+            x = x + self.drop_path(self.ls1(self.norm1(y)))
+            return x + self.drop_path(self.ls2(self.norm2(self.mlp(x)))), attn
         if not self.norm_first:
             y, attn = self.attn(x, capture=capture)
             x = self.norm1(x + self.drop_path(self.ls1(y)))

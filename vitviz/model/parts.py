@@ -16,6 +16,7 @@ POOL_WORDS = {
     "token": "the CLS token",
     "avg": "the mean of the patch tokens",
     "token_avg": "the CLS token and the mean patch token side by side",
+    "map": "an attention-pooling probe (MAP) over the final tokens",
 }
 POSITION_WORDS = {
     "learned": "a learnt position table",
@@ -31,12 +32,14 @@ def vit_parts(cfg: ViTConfig) -> tuple[str, ...]:
     "head reads the mean of the patch tokens through fc_norm", "Conv2d patch embedding")."""
     out = []
     attention = "attention with a relative position bias per layer and head"
+    if cfg.rel_pos_mlp:
+        shared = "shared by every layer" if cfg.rel_pos_shared else "per layer"
+        attention = f"attention with a relative position bias from an MLP on log offsets, {shared}"
     out.append(attention if cfg.rel_pos_bias else "attention")
     if not cfg.qkv_bias:
         out[-1] += " (no q/k/v bias)"
-    out.append(
-        f"{'pre' if cfg.norm_first else 'post'}-norm blocks (LayerNorm eps {cfg.norm_eps:g})"
-    )
+    place = "residual post" if cfg.res_post_norm else "pre" if cfg.norm_first else "post"
+    out.append(f"{place}-norm blocks (LayerNorm eps {cfg.norm_eps:g})")
     if cfg.pre_norm:
         out.append("a LayerNorm before the blocks")
     out.append(f"{ACTIVATION_WORDS.get(cfg.activation, cfg.activation)} MLP")

@@ -6,11 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitviz.model.attention_pool import AttentionPool
 from vitviz.model.config import ViTConfig
 from vitviz.model.layers import Block, PatchEmbed
 from vitviz.model.posembed import resample_grid_embedding, sincos_1d, sincos_2d
+from vitviz.model.position_bias import shared_position_bias
 from vitviz.model.recompute import recomputed
 from vitviz.model.stems import HybridEmbed
 
@@ -53,6 +56,7 @@ class VisionTransformer(nn.Module):
         L = config.depth
         rates = [config.drop_path_rate * i / max(L - 1, 1) for i in range(L)]  # linear
         self.blocks = nn.ModuleList(Block(config, drop_path=r) for r in rates)
+        self.shared_rel_pos = shared_position_bias(config, self.blocks)  # timm srelpos, or None
         final, fc = config.final_norm and not config.fc_norm, config.final_norm and config.fc_norm
         self.norm = nn.LayerNorm(D, eps=config.norm_eps) if final else nn.Identity()
         self.fc_norm = nn.LayerNorm(D, eps=config.norm_eps) if fc else nn.Identity()
@@ -64,6 +68,11 @@ class VisionTransformer(nn.Module):
         else:
             self.pre_logits = nn.Identity()
             head_in = 2 * D if config.global_pool == "token_avg" else D
+        self.pool = (
+            AttentionPool(D, config.heads, config.hidden_dim, config.norm_eps, config.activation)
+            if config.global_pool == "map"
+            else None
+        )  # MAP: a probe's attention pools (pool_tokens)
         self.head_drop = nn.Dropout(config.drop_rate)
         C = config.num_classes
         self.head = nn.Linear(head_in, C) if C else nn.Identity()
@@ -167,20 +176,30 @@ class VisionTransformer(nn.Module):
                 hidden.append(tokens)
         return self.norm(tokens), attentions, hidden, grid
 
+    def pool_input(self, tokens: Tensor) -> Tensor:
+        """(B, N, D) -> the tokens a pool reads: every token with ``pool_include_prefix``, else
+        the patches."""
+        return tokens if self.config.pool_include_prefix else tokens[:, self.num_prefix_tokens :]
+
     def pool_tokens(self, tokens: Tensor) -> Tensor:
         """(B, N, D) final tokens -> (B, D) what the head reads: the CLS token, the mean of the
-        patch tokens (or of every token), or both side by side (B, 2D)."""
+        patch tokens (or of every token), both side by side (B, 2D), or the attention pool's
+        probe (MAP)."""
         cfg = self.config
+        if self.pool is not None:
+            return self.pool(self.pool_input(tokens))
         if cfg.global_pool == "token":
             return tokens[:, 0]
-        start = 0 if cfg.pool_include_prefix else self.num_prefix_tokens
-        mean = tokens[:, start:].mean(dim=1)
+        mean = self.pool_input(tokens).mean(dim=1)
         return mean if cfg.global_pool == "avg" else torch.cat([tokens[:, 0], mean], dim=-1)
+
+    def head_logits(self, pooled: Tensor) -> Tensor:
+        """(B, D) pooled feature -> (B, C) logits of the main head."""
+        return self.head(self.head_drop(self.pre_logits(self.fc_norm(pooled))))
 
     def forward_head(self, tokens: Tensor) -> Tensor:
         """(B, N, D) final tokens -> (B, C) logits (DeiT distilled: mean of both heads)."""
-        pooled = self.head_drop(self.pre_logits(self.fc_norm(self.pool_tokens(tokens))))
-        logits = self.head(pooled)
+        logits = self.head_logits(self.pool_tokens(tokens))
         if self.head_dist is not None:
             logits = (logits + self.head_dist(tokens[:, 1])) / 2
         return logits
@@ -206,3 +225,31 @@ class VisionTransformer(nn.Module):
         return ViTOutput(
             self.forward_head(tokens), attentions, hidden, grid, self.num_prefix_tokens
         )
+
+    # -- the attention pool's probe (MAP heads) ---------------------------------------------------
+    def probe_attention(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, N, D) final tokens -> pooled (B, D) and the probe's attention (B, H, N) over every
+        token (zero on the prefix tokens a pool without ``pool_include_prefix`` doesn't read)."""
+        assert self.pool is not None, "the model has no attention pool"
+        pooled, attn = self.pool.attend(self.pool_input(tokens))
+        return pooled, self._over_every_token(attn, tokens.shape[1])
+
+    @staticmethod
+    def _over_every_token(attn: Tensor, n: int) -> Tensor:
+        """(B, H, n') over the tokens the pool read -> (B, H, n), zeros before (prefix)."""
+        skipped = n - attn.shape[-1]
+        return F.pad(attn, (skipped, 0)) if skipped else attn
+
+    def probe_gradient(self, x: Tensor, target: int) -> tuple[Tensor, Tensor]:
+        """The probe's attention A_p (H, N) and G_p = ∂logits[target]/∂A_p (H, N) for one image
+        (1, C, H, W): the encoder runs without a graph, the pool and head with one."""
+        assert self.pool is not None, "the model has no attention pool"
+        with torch.no_grad():
+            tokens, _, _, _ = self.forward_features(x)
+        with torch.enable_grad():
+            pooled, attn = self.pool.attend(self.pool_input(tokens))
+            attn.retain_grad()
+            self.head_logits(pooled)[0, target].backward()
+        assert attn.grad is not None
+        n = tokens.shape[1]
+        return self._over_every_token(attn.detach(), n)[0], self._over_every_token(attn.grad, n)[0]

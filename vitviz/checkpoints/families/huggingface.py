@@ -51,6 +51,7 @@ _EPS = {
     "dinov2_with_registers": 1e-6,
     "vit_msn": 1e-12,  # ViT-MSN: a ViT under its own name
     "ijepa": 1e-12,  # I-JEPA: a ViT with no CLS token; its classifier reads the mean token
+    "vit_mae": 1e-12,  # ViT-MAE: a ViT with a fixed sin-cos table, its encoder unmasked
     "beit": 1e-12,  # BEiT: a relative position bias per layer, no k bias, mean pooling
     "data2vec-vision": 1e-12,  # Data2Vec's image model: BEiT's layout
 }
@@ -109,8 +110,18 @@ DESCRIPTIVE_FIELDS = frozenset(
         "stage_names",
         "apply_layernorm",
         "reshape_hidden_states",
+        # ViT-MAE: its pre-training's masking (off for the encoder vitviz shows), its decoder
+        "mask_ratio",
+        "norm_pix_loss",
+        "decoder_hidden_size",
+        "decoder_num_hidden_layers",
+        "decoder_num_attention_heads",
+        "decoder_intermediate_size",
     ]
 )
+# ViT-MAE's forward drops mask_ratio of the patches at random and shuffles the rest; vitviz
+# shows its encoder on every patch in order, which the library gives with these settings
+MAE_UNMASKED = {"mask_ratio": 0.0}
 _LAYER = re.compile(r"^(.*?)(?:encoder\.layer|layers|encoder\.layers)\.(\d+)\.")
 # Each role of a layer's tensors, by the names transformers saves and holds in memory.
 _ROLES = {
@@ -199,6 +210,14 @@ def convert(source: Source) -> Conversion:
         out["pos_embed"] = pos
     if t.drop([e + "mask_token"]):
         notes.append(dropped(["mask_token"], "used only for masked-image pre-training"))
+    if model_type == "vit_mae":
+        gone = t.drop([k for k in list(t.state) if k.startswith("decoder.")])
+        if gone:
+            notes.append(dropped(gone, "ViT-MAE's pixel decoder (pre-training only)"))
+        notes.append(
+            "ViT-MAE: its encoder on every patch in order (random masking and shuffling off: "
+            "mask_ratio 0), as transformers gives it with mask_ratio 0 and ordered noise"
+        )
     if any(
         k.endswith("encoder.relative_position_bias.relative_position_bias_table") for k in t.state
     ):
@@ -334,7 +353,10 @@ def convert(source: Source) -> Conversion:
         )
     if source.hf_config is not None:  # the folder names transformers' class: it checks ours
         arch = (cfg.get("architectures") or [""])[0]
-        conversion.reference = Reference("transformers", str(arch), {"model_type": model_type})
+        args: dict[str, Any] = {"model_type": model_type}
+        if model_type == "vit_mae":  # the encoder alone, unmasked
+            arch, args = "ViTMAEModel", {**args, **MAE_UNMASKED}
+        conversion.reference = Reference("transformers", str(arch), args)
     return conversion
 
 

@@ -76,6 +76,60 @@ def take_blocks(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:
     }
 
 
+def take_rel_pos(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:
+    """timm relpos's relative position bias (``blocks.N.attn.rel_pos.*`` per layer or
+    ``shared_rel_pos.*``: an MLP on log offsets, or a table) -> vitviz's names; the config
+    fields it shows ({} without one)."""
+    shared = "shared_rel_pos.mlp.fc1.weight" in t
+    where = ["shared_rel_pos."] if shared else [f"blocks.{i}.attn.rel_pos." for i in range(depth)]
+    if not shared and f"{where[0]}mlp.fc1.weight" not in t:
+        table = f"{where[0]}relative_position_bias_table"
+        if table not in t:
+            return {}
+        for i, w in enumerate(where):
+            out[f"blocks.{i}.attn.relative_position_bias_table"] = t.take(
+                f"{w}relative_position_bias_table"
+            )
+        return {"rel_pos_bias": True}
+    for w in where:
+        ours = "shared_rel_pos." if shared else w
+        if f"{w}mlp.fc2.bias" not in t:
+            raise CheckpointError(
+                f"{t.source.name}: a relative position MLP without an output bias (timm's "
+                "'swin' mode, a sigmoid bias) is not supported."
+            )
+        for layer in ("fc1", "fc2"):
+            for part in ("weight", "bias"):
+                out[f"{ours}{layer}.{part}"] = t.take(f"{w}mlp.{layer}.{part}")
+    hidden = int(out[f"{where[0]}fc1.weight"].shape[0])
+    return {"rel_pos_bias": True, "rel_pos_mlp": hidden, "rel_pos_shared": shared}
+
+
+POOL_PARTS = (("proj", "out_proj"), ("norm", "norm"), ("mlp.fc1", "fc1"), ("mlp.fc2", "fc2"))
+
+
+def take_attention_pool(t: Taker, out: dict[str, Tensor]) -> bool:
+    """timm's ``attn_pool`` (AttentionPoolLatent: a latent query, ``q`` and ``kv`` Linears,
+    proj, norm, MLP) -> vitviz's ``pool`` (q, k, v rows packed as ``in_proj``); False when the
+    checkpoint has none. A pool with several latent queries is refused."""
+    if "attn_pool.latent" not in t:
+        return False
+    latent = t.take("attn_pool.latent")
+    if latent.ndim != 3 or latent.shape[:2] != (1, 1):
+        raise CheckpointError(
+            f"{t.source.name}: an attention pool with {latent.shape[1]} latent queries is not "
+            "supported (vitviz's MAP head has one probe)."
+        )
+    out["pool.probe"] = latent
+    q_w, kv_w = t.take("attn_pool.q.weight"), t.take("attn_pool.kv.weight")
+    out["pool.in_proj_weight"] = torch.cat([q_w, kv_w])
+    out["pool.in_proj_bias"] = torch.cat([t.take("attn_pool.q.bias"), t.take("attn_pool.kv.bias")])
+    for theirs, ours in POOL_PARTS:
+        for part in ("weight", "bias"):
+            out[f"pool.{ours}.{part}"] = t.take(f"attn_pool.{theirs}.{part}")
+    return True
+
+
 def take_patch_embed(
     t: Taker, out: dict[str, Tensor], in_channels: int, notes: list[str]
 ) -> tuple[int, int, int]:
@@ -152,6 +206,8 @@ def convert(source: Source) -> Conversion:
             out[f"{name}.weight"] = t.take(f"{name}.weight")
             out[f"{name}.bias"] = t.take(f"{name}.bias")
     block_info = take_blocks(t, depth, out)
+    has_pool = take_attention_pool(t, out)
+    block_info.update(take_rel_pos(t, depth, out))
     num_classes = 0
     if "head.weight" in t:
         out["head.weight"] = t.take("head.weight")
@@ -171,7 +227,9 @@ def convert(source: Source) -> Conversion:
 
     has_cls, has_dist = "cls_token" in out, "dist_token" in out
     pool = cfg.get("global_pool", args.get("global_pool"))
-    if pool is None:
+    if pool is None and has_pool:
+        pool = "map"
+    elif pool is None:
         pool = "avg" if ("fc_norm.weight" in out or not has_cls) else "token"
     inferred: dict[str, Any] = dict(
         patch_size=p,
@@ -197,13 +255,25 @@ def convert(source: Source) -> Conversion:
         said = source.user.get("heads", heads)
         if isinstance(said, int) and said > 0:
             notes.append(assumption_note(source, said, D))
+        if has_pool and "pool_include_prefix" not in source.user:
+            notes.append(
+                "assumed the attention pool reads the patch tokens only; if it reads the "
+                f"prefix tokens too, set pool_include_prefix in {source.sidecar_name}"
+            )
     else:
         inferred.update(applied(source, choice.record, inferred))
         notes.append(choice.note)
-    if inferred["global_pool"] not in ("token", "avg"):
+    if inferred["global_pool"] not in ("token", "avg", "map") or (
+        (inferred["global_pool"] == "map") != has_pool
+    ):
         raise CheckpointError(
             f"{source.name}: timm global_pool {inferred['global_pool']!r} is not supported "
-            f"(vitviz pools with 'token' or 'avg')."
+            f"(vitviz pools with 'token', 'avg', or 'map' with the attn_pool weights)."
+        )
+    if has_pool and out["pool.fc1.weight"].shape[0] != inferred["mlp_hidden_dim"]:
+        raise CheckpointError(
+            f"{source.name}: the attention pool's MLP is wider than the blocks' "
+            f"({out['pool.fc1.weight'].shape[0]} vs {inferred['mlp_hidden_dim']}): not supported."
         )
     inferred["pos_embed_interp"] = "bicubic_antialias"
     size = _image_size(source, args, pretrained)

@@ -13,7 +13,8 @@ embedding whose tables are computed, not stored). So the name decides, never a g
   name is refused with "install timm to open ARCH".
 
 Anything vitviz's one ViT can't compute (residual post-norm blocks, rotary position,
-relative position bias, attention-pool heads, qk-norm, SwiGLU, other block classes) makes the
+relative position bias, attention-pool heads other than SigLIP's MAP, qk-norm, SwiGLU, other
+block classes) makes the
 record a refusal naming that part.
 
 A bare state dict has no name. Its *signature* (the sorted key names and shapes, without the
@@ -46,7 +47,6 @@ SIZE_ARGS = frozenset({"img_size", "num_classes", "in_chans", "dynamic_img_size"
 CLASS_REASONS = {
     "Eva": "rotary position embedding (EVA-style blocks)",
     "Beit": "relative position bias (BEiT)",
-    "VisionTransformerRelPos": "relative position bias",
     "Cait": "class-attention blocks (CaiT)",
     "Xcit": "cross-covariance attention (XCiT)",
     "VisionTransformerSAM": "windowed attention with relative position (SAM)",
@@ -55,6 +55,7 @@ CLASS_REASONS = {
 }
 BLOCK_REASONS = {
     "ResPostBlock": "residual post-norm blocks",
+    "ResPostRelPosBlock": "residual post-norm blocks",
     "ParallelScalingBlock": "parallel attention/MLP blocks",
     "ParallelThingsBlock": "parallel attention/MLP blocks",
     "DiffParallelScalingBlock": "differential attention blocks",
@@ -109,11 +110,35 @@ def _activation(act: nn.Module) -> str | None:
     )
 
 
+def _pool_refusal(pool: nn.Module) -> str | None:
+    """What of timm's attention pool vitviz's MAP head (``AttentionPool``) can't compute."""
+    if type(pool).__name__ != "AttentionPoolLatent":
+        return f"attention-pool head {type(pool).__name__}"
+    q = pool.q
+    plain = (
+        pool.latent_len == 1
+        and pool.pos_embed is None
+        and isinstance(q, nn.Linear)
+        and q.bias is not None
+        and pool.kv.bias is not None
+        and _is_identity(pool.q_norm)
+        and _is_identity(pool.k_norm)
+        and pool.pool == "token"
+        and pool.mlp is not None
+        and isinstance(pool.norm, nn.LayerNorm)
+        and _is_identity(pool.mlp.norm)
+        and _activation(pool.mlp.act) is not None
+    )
+    return None if plain else "an attention-pool head (MAP) with other parts than SigLIP's"
+
+
 def _vit_refusal(model: nn.Module) -> str | None:
     """The first part of a timm VisionTransformer vitviz's ViT can't compute, or None."""
     if getattr(model, "attn_pool", None) is not None:
-        return "attention-pool head (MAP)"
-    if model.global_pool not in ("token", "avg"):
+        why = _pool_refusal(model.attn_pool)
+        if why is not None:
+            return why
+    elif model.global_pool not in ("token", "avg"):
         return f"global_pool {model.global_pool!r}"
     embed = model.patch_embed
     if type(embed).__name__ == "HybridEmbed":
@@ -137,9 +162,10 @@ def _vit_refusal(model: nn.Module) -> str | None:
         return "RMSNorm"
     if len({m.eps for m in norms}) > 1:
         return "norms with different eps"
+    kinds = {type(block).__name__ for block in model.blocks}
     for block in model.blocks:
         kind = type(block).__name__
-        if kind != "Block":
+        if kind not in ("Block", "ResPostBlock") or len(kinds) > 1:
             return BLOCK_REASONS.get(kind, f"{kind} blocks")
         attn, mlp = block.attn, block.mlp
         if type(attn).__name__ != "Attention":
@@ -255,7 +281,7 @@ def _vit_settings(model: nn.Module) -> dict[str, Any]:
         "norm_eps": float(norms[0].eps) if norms else 1e-6,
         "activation": _activation(block.mlp.act),
         "qkv_bias": attn.qkv.bias is not None,
-        "layer_scale": not _is_identity(block.ls1),
+        "layer_scale": not _is_identity(getattr(block, "ls1", None)),
         "class_token": bool(model.has_class_token),
         "distill_token": getattr(model, "dist_token", None) is not None,
         "num_register_tokens": int(model.num_reg_tokens),
@@ -267,13 +293,77 @@ def _vit_settings(model: nn.Module) -> dict[str, Any]:
         "final_norm": not (_is_identity(model.norm) and _is_identity(model.fc_norm)),
         **({"stem": stem_settings(model.patch_embed)} if type(model.patch_embed).__name__
            == "HybridEmbed" else {}),
+        **({"pool_include_prefix": True} if getattr(model, "pool_include_prefix", False) else {}),
+        **({"res_post_norm": True} if type(block).__name__ == "ResPostBlock" else {}),
     }  # fmt: skip
+
+
+def _relpos_refusal(model: nn.Module) -> str | None:
+    """The first part of a timm VisionTransformerRelPos vitviz's ViT can't compute, or None."""
+    if model.global_pool not in ("token", "avg"):
+        return f"global_pool {model.global_pool!r}"
+    if type(model.patch_embed).__name__ != "PatchEmbed" or not _is_identity(
+        getattr(model.patch_embed, "norm", None)
+    ):
+        return "a patch embedding other than timm's plain one"
+    norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    if any(type(m).__name__ != "LayerNorm" for m in norms) or len({m.eps for m in norms}) > 1:
+        return "norms other than one LayerNorm eps"
+    biases = [b.attn.rel_pos for b in model.blocks] + [model.shared_rel_pos]
+    for bias in (b for b in biases if b is not None):
+        kind = type(bias).__name__
+        if kind == "RelPosMlp" and bias.mode != "cr":
+            return f"a relative position MLP in {bias.mode!r} mode (vitviz models 'cr')"
+        if kind not in ("RelPosMlp", "RelPosBias"):
+            return f"relative position {kind}"
+        if kind == "RelPosBias" and model.shared_rel_pos is not None:
+            return "a relative position table shared by every layer"
+    kinds = {type(block).__name__ for block in model.blocks}
+    for block in model.blocks:
+        if type(block).__name__ not in ("RelPosBlock", "ResPostRelPosBlock") or len(kinds) > 1:
+            return BLOCK_REASONS.get(type(block).__name__, f"{type(block).__name__} blocks")
+        if not (_is_identity(block.attn.q_norm) and _is_identity(block.attn.k_norm)):
+            return "qk_norm (a norm on queries and keys)"
+        if type(block.mlp).__name__ != "Mlp" or _activation(block.mlp.act) is None:
+            return f"{type(block.mlp).__name__} MLP with {type(block.mlp.act).__name__}"
+    return None
+
+
+def _relpos_settings(model: nn.Module) -> dict[str, Any]:
+    block = model.blocks[0]
+    attn = block.attn
+    bias = attn.rel_pos if model.shared_rel_pos is None else model.shared_rel_pos
+    mlp = bias.mlp.fc1.out_features if type(bias).__name__ == "RelPosMlp" else 0
+    norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    return {
+        "heads": int(attn.num_heads),
+        "norm_eps": float(norms[0].eps),
+        "activation": _activation(block.mlp.act),
+        "qkv_bias": attn.qkv.bias is not None,
+        "layer_scale": not _is_identity(getattr(block, "ls1", None)),
+        "class_token": model.cls_token is not None,
+        "distill_token": False,
+        "num_register_tokens": 0,
+        "no_embed_class": False,
+        "pos_embed": "none",
+        "pre_norm": False,
+        "global_pool": model.global_pool,
+        "fc_norm": not _is_identity(model.fc_norm),
+        "final_norm": True,
+        "rel_pos_bias": True,
+        "rel_pos_mlp": int(mlp),
+        "rel_pos_shared": model.shared_rel_pos is not None,
+        **({"res_post_norm": True} if type(block).__name__ == "ResPostRelPosBlock" else {}),
+    }
 
 
 def describe(name: str, model: nn.Module) -> ArchRecord:
     """The record of a built timm model (meta device is enough: only modules are read)."""
     signature = signature_of({k: tuple(v.shape) for k, v in model.state_dict().items()})
     kind = type(model).__name__
+    if kind == "VisionTransformerRelPos":
+        refusal = _relpos_refusal(model)
+        return ArchRecord(name, {} if refusal else _relpos_settings(model), refusal, signature)
     if kind not in ("VisionTransformer", "VisionTransformerDistilled"):
         reason = CLASS_REASONS.get(kind, f"timm's {kind} architecture (not a plain ViT)")
         if kind == "Eva" and name.startswith("vit_pe_"):
@@ -346,7 +436,7 @@ def record_for(name: str, model_args: Mapping[str, Any]) -> tuple[ArchRecord, st
         raise ArchError(f"install timm to open {name} with model_args {', '.join(changed)}")
     if "global_pool" in model_args and rec.settings:
         pool = model_args["global_pool"]
-        if pool not in ("token", "avg"):
+        if pool not in ("token", "avg") and pool != rec.settings.get("global_pool"):
             return ArchRecord(name, {}, f"global_pool {pool!r}", rec.signature), where
         rec = ArchRecord(name, {**rec.settings, "global_pool": pool}, None, rec.signature)
     return rec, where

@@ -1,7 +1,8 @@
 """The CLIP kind: an image tower whose classes are prompts the user types (issue 21).
 
 A SigLIP (``siglip.SiglipImageModel``) is a model of this kind too: a ViT without a CLS token
-whose head pools with a probe token (its attention is the maps' start row, ``SiglipAnalysis``)
+whose head pools with a probe token (its attention is the maps' start row, the ViT kind's
+``ProbeAnalysis``)
 and scores each prompt with its own sigmoid; what differs is asked of the model
 (``probabilities``, ``family_label``), so one kind serves both.
 
@@ -36,13 +37,6 @@ NOT_ON_SIGLIP = {
     "(the probe's attention and its MLP); relevance, the rule Chefer et al. use for CLIP, "
     "applies",
 }
-
-
-# a SigLIP's "CLS row", as the window names the query without a click
-PROBE_WORDS = (
-    "probe token (SigLIP has no CLS: its attention pooling's probe; the last layer's raw map "
-    "and the rollouts start from its row)"
-)
 
 
 class ClipKind(ViTKind):
@@ -122,17 +116,17 @@ class ClipKind(ViTKind):
         return analyze_vit(loaded, image, keep_graph=True, **options)
 
     def finish_analysis(self, analysis: Analysis) -> Analysis:
-        """A CLIP's as made; a SigLIP's adds its probe's attention (the maps' start row) and
-        scores each prompt with its own sigmoid (``SiglipAnalysis``). One image's pass keeps its
-        image embedding (``rescore``: new prompts score it without the image tower)."""
+        """A CLIP's as made; a SigLIP's adds its probe's attention (the maps' start row, as any
+        ViT with an attention pool: the ViT kind's) and scores each prompt with its own sigmoid.
+        One image's pass keeps its image embedding (``rescore``: new prompts score it without
+        the image tower)."""
         if analysis.loaded is None:
             return analysis
         model = analysis.loaded.model
         embedding = getattr(model.head, "last_embedding", None)
-        if getattr(model, "pool", None) is not None:  # a SigLIP's attention-pooling head
-            from vitviz.kinds.clip.siglip_analysis import SiglipAnalysis
-
-            analysis = SiglipAnalysis.of(analysis)
+        analysis = super().finish_analysis(analysis)
+        if analysis.has_head:
+            analysis.probs = self.probabilities(model, analysis.logits[None])[0]
         if embedding is not None and embedding.shape[0] == 1:  # one image's pass (the window's)
             analysis.image_embedding = embedding[0]
         return analysis
@@ -245,15 +239,13 @@ class ClipKind(ViTKind):
     def image_numbers(self, session: Session) -> ImageNumbers:
         """The ViT's, worded for prompts: the chart's bars are prompts, their probabilities the
         softmax over the prompts of exp(logit_scale) · cos (a SigLIP: each prompt's sigmoid;
-        its query without a click is its probe token, having no CLS)."""
+        its query without a click is its probe token, as the ViT kind words it)."""
         from dataclasses import replace
 
         numbers = super().image_numbers(session)
         sigmoid = getattr(session.loaded.model.config, "outputs", "logits") == "sigmoid"
         said = "each prompt's own sigmoid" if sigmoid else "softmax over the prompts"
         words = replace(numbers.words, probability=said, class_noun="prompt")
-        if getattr(session.analysis, "probe_attention", None) is not None:
-            words = replace(words, query_none=PROBE_WORDS)  # a SigLIP's query without a click
         return replace(numbers, words=words)
 
 

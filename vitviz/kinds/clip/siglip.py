@@ -12,8 +12,9 @@ Each prompt is scored on its own (a sigmoid, not a softmax over the prompts)::
     logits[p] = exp(logit_scale) · <v / |v|, t_p / |t_p|> + logit_bias,   p = sigmoid(logits[p])
 
 what Hugging Face's ``SiglipModel`` gives as ``logits_per_image``. The probe's attention over
-the patches (``AttentionPool.attend``) is the model's "CLS row": the map of raw attention at the
-last layer and the row rollout, gradient rollout and relevance start from (``SiglipAnalysis``).
+the patches (``vitviz.model.attention_pool.AttentionPool.attend``, the ViT's MAP head) is the
+model's "CLS row": the map of raw attention at the last layer and the row rollout, gradient
+rollout and relevance start from (the ViT kind's ``ProbeAnalysis``).
 
 The text tower is bidirectional (no causal mask) over prompts padded to its full length with the
 pad token, read at the last position, then a Linear with bias (``SiglipTextTower``).
@@ -33,7 +34,7 @@ from vitviz.kinds.clip.network import ClipConfig, ClipImageModel
 from vitviz.kinds.clip.siglip_tokenizer import UnigramTokenizer
 from vitviz.kinds.clip.text import TextConfig, TextTower
 from vitviz.model import VisionTransformer, ViTConfig
-from vitviz.model.layers import make_activation
+from vitviz.model.attention_pool import AttentionPool
 
 
 @dataclass(frozen=True)
@@ -67,39 +68,6 @@ class SiglipTowerConfig(ViTConfig):
     def of(cls, vit: ViTConfig) -> SiglipTowerConfig:
         values = {f.name: getattr(vit, f.name) for f in fields(ViTConfig)}
         return cls(**{**values, "num_classes": 0})
-
-
-class AttentionPool(nn.Module):
-    """SigLIP's MAP head: (B, N, D) final tokens -> (B, D) pooled, from a probe token's
-    multi-head attention over them (nn.MultiheadAttention's packed in-projection) plus an MLP;
-    ``attend`` also gives the probe's attention (B, H, N)."""
-
-    def __init__(self, dim: int, heads: int, hidden: int, eps: float, activation: str) -> None:
-        super().__init__()
-        self.heads = heads
-        self.probe = nn.Parameter(torch.zeros(1, 1, dim))
-        self.in_proj_weight = nn.Parameter(torch.zeros(3 * dim, dim))
-        self.in_proj_bias = nn.Parameter(torch.zeros(3 * dim))
-        self.out_proj = nn.Linear(dim, dim)
-        self.norm = nn.LayerNorm(dim, eps=eps)
-        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
-        self.act = make_activation(activation)
-
-    def attend(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
-        """(B, N, D) -> pooled (B, D) and the probe's attention (B, H, N), in the graph."""
-        B, N, D = tokens.shape
-        H = self.heads
-        wq, wk, wv = self.in_proj_weight.chunk(3)
-        bq, bk, bv = self.in_proj_bias.chunk(3)
-        q = F.linear(self.probe, wq, bq).reshape(1, H, 1, D // H)  # (1, H, 1, hd)
-        k = F.linear(tokens, wk, bk).reshape(B, N, H, D // H).transpose(1, 2)  # (B, H, N, hd)
-        v = F.linear(tokens, wv, bv).reshape(B, N, H, D // H).transpose(1, 2)
-        attn = ((q * (D // H) ** -0.5) @ k.transpose(-2, -1))[:, :, 0].softmax(dim=-1)  # (B, H, N)
-        h = self.out_proj((attn[:, :, None] @ v).reshape(B, D))  # (B, D)
-        return h + self.fc2(self.act(self.fc1(self.norm(h)))), attn
-
-    def forward(self, tokens: Tensor) -> Tensor:
-        return self.attend(tokens)[0]
 
 
 class SigmoidPromptHead(nn.Module):
@@ -167,22 +135,11 @@ class SiglipImageModel(ClipImageModel):
                 raise ValueError(f"{p!r} is {len(ids)} tokens: this text tower reads {T}")
         return torch.tensor([ids + [self.clip_config.pad_id] * (T - len(ids)) for ids in rows])
 
-    def forward_head(self, tokens: Tensor) -> Tensor:
-        return self.head(self.pool(tokens))
+    def head_logits(self, pooled: Tensor) -> Tensor:
+        """(B, D) the probe's pooled feature -> (B, P) the prompts' logits."""
+        return self.head(pooled)
 
     def image_embedding(self, x: Tensor) -> Tensor:
         """(B, C, H, W) -> (B, D) unit image embeddings (the pooled feature)."""
         tokens, _, _, _ = self.forward_features(x)
         return self.head.embed(self.pool(tokens))
-
-    def probe_gradient(self, x: Tensor, target: int) -> tuple[Tensor, Tensor]:
-        """The probe's attention A_p (H, N) and G_p = ∂logits[target]/∂A_p (H, N) for one
-        image (1, C, H, W): the encoder runs without a graph, the head with one."""
-        with torch.no_grad():
-            tokens, _, _, _ = self.forward_features(x)
-        with torch.enable_grad():
-            pooled, attn = self.pool.attend(tokens)
-            attn.retain_grad()
-            self.head(pooled)[0, target].backward()
-        assert attn.grad is not None
-        return attn.detach()[0], attn.grad[0]

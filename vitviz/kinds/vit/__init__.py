@@ -98,7 +98,16 @@ class ViTKind:
         return analyze_vit(loaded, image, **options)
 
     def finish_analysis(self, analysis: Analysis) -> Analysis:
-        return analysis
+        """As made; a model whose head is an attention pool (MAP) adds its probe's attention,
+        the row its maps start from (``ProbeAnalysis``)."""
+        from vitviz.model.attention_pool import AttentionPool
+
+        model = None if analysis.loaded is None else analysis.loaded.model
+        if not isinstance(getattr(model, "pool", None), AttentionPool):
+            return analysis
+        from vitviz.kinds.vit.probe_analysis import ProbeAnalysis
+
+        return ProbeAnalysis.of(analysis)
 
     def token_geometry(self, analysis: Any) -> TokenGeometry:
         from vitviz.kinds.vit import engine_data

@@ -94,8 +94,18 @@ def layer_rows(analysis: Analysis) -> tuple[LayerRow, ...]:
     )
 
 
-def words(num_prefix_tokens: int) -> ViewWords:
-    """The window's words for a ViT: layers, patches, the CLS token (or the mean of patches)."""
+# the query without a click of a model whose head pools with an attention probe (MAP)
+PROBE_WORDS = (
+    "attention-pool probe (the head reads no CLS token: the last layer's raw map and the "
+    "rollouts start from the probe's row)"
+)
+
+
+def words(num_prefix_tokens: int, probe: bool = False) -> ViewWords:
+    """The window's words for a ViT: layers, patches, the CLS token (or the mean of patches,
+    or the attention pool's probe)."""
+    if probe:
+        return ViewWords(query_none=PROBE_WORDS)
     return ViewWords(query_none="CLS token" if num_prefix_tokens else "mean of patches")
 
 
@@ -121,7 +131,11 @@ def shareable_attention(analysis: Analysis) -> np.ndarray | None:
 
 
 def image_numbers(session: Session) -> ImageNumbers:
+    """The numbers the window shows; a model with an attention probe keeps its attention with
+    the engine (the probe's row is the query None's last layer, which the window's own maps
+    of the attention array would not give)."""
     a = session.analysis
+    probe = getattr(a, "probe_attention", None) is not None
     return ImageNumbers(
         input_pixels=a.pixels,
         grid=a.grid,
@@ -138,14 +152,14 @@ def image_numbers(session: Session) -> ImageNumbers:
         prefix_share=a.prefix_share.numpy(),
         token_norms=a.token_norms.numpy(),
         device=a.device,
-        attention=shareable_attention(a),
+        attention=None if probe else shareable_attention(a),
         unavailable=unavailable(a),
         ignored_params={},
         thumb_grid=tuple(a.grid),
         thumb_pixels=int(a.patch_size),
         layer_rows=layer_rows(a),
         token_geometry=token_geometry(a),
-        words=words(a.num_prefix_tokens),
+        words=words(a.num_prefix_tokens, probe),
     )
 
 

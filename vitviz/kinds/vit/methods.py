@@ -149,14 +149,35 @@ def _lrp_rules(label: str, model: nn.Module) -> str | None:
     if why is None and getattr(model.config, "rel_pos_bias", False):
         return (
             f"{label} has no LRP rule for the relative position bias added to the attention "
-            "scores (BEiT's); relevance and the gradient methods apply"
+            "scores (BEiT's table, timm relpos's MLP); relevance and the gradient methods apply"
+        )
+    if why is None and getattr(model.config, "res_post_norm", False):
+        return (
+            f"{label} has no LRP rule for residual post-norm blocks (a LayerNorm on each "
+            "branch's output); relevance and the gradient methods apply"
+        )
+    if why is None and getattr(model.config, "global_pool", None) == "map":
+        return (
+            f"{label} has no LRP rule for the attention-pool head (MAP: a probe's attention "
+            "pools, not a Linear on a token); relevance and the gradient methods apply"
+        )
+    return why
+
+
+def _gradcam_features(label: str, model: nn.Module) -> str | None:
+    """Token Grad-CAM reads the last block's norm1 output as its input's features."""
+    why = _own_vit("the last block's first LayerNorm")(label, model)
+    if why is None and getattr(model.config, "res_post_norm", False):
+        return (
+            f"{label} reads the last block's first LayerNorm as the tokens' features, and a "
+            "residual post-norm block's normalises the attention's output instead"
         )
     return why
 
 
 REQUIRES = {
     "transformer-attribution": _lrp_rules,
-    "gradcam": _own_vit("the last block's first LayerNorm"),
+    "gradcam": _gradcam_features,
 }
 
 

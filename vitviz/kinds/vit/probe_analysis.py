@@ -1,20 +1,21 @@
-"""A SigLIP's analysis: the ViT's, with the probe's attention as the "CLS row" (issue 21).
+"""The analysis of a ViT whose head pools with an attention probe (MAP): its row starts the maps.
 
-A SigLIP has no CLS token: its head pools with a probe token attending to the final tokens
-(``AttentionPool``). Where a ViT's maps read the CLS token's row (the query None), a SigLIP's
-start from the probe's attention over the patches, A_p (H, N), and (for a target prompt p) its
-gradient G_p = ∂logits[p]/∂A_p:
+A model whose head is an attention pool (``vitviz.model.attention_pool``: SigLIP's image tower,
+timm's ``global_pool='map'`` ViTs) has no CLS token the head reads: a learnt probe attends to the
+final tokens. Where a ViT's maps read the CLS token's row (the query None), these start from the
+probe's attention over the tokens, A_p (H, N) (zero on prefix tokens the pool doesn't read), and
+(for a target class c) its gradient G_p = ∂logits[c]/∂A_p:
 
 - raw attention at the last layer: A_p per head (mean over heads for the head -1); the earlier
-  layers, where no probe exists, show the mean of the patch queries' rows (as any ViT without
-  a CLS token);
+  layers, where no probe exists, show the query None of the ViT (the mean of the patch queries'
+  rows without prefix tokens);
 - rollout: s = fuse_h(A_p) (the rollout's own head fusion), map = s · Ã_L ⋯ Ã_s;
 - gradient rollout: s = (mean_h(A_p ⊙ G_p))⁺, map = s · Ã_L ⋯ Ã_s with the gradient's Ã_l;
 - relevance: s = mean_h((G_p ⊙ A_p)⁺), map = s · (I + Ā_L) ⋯ (I + Ā_s).
 
 Each is the definition applied to one more attention step, the probe's (whose row has no
-identity term towards the patches: the probe is not one of them), so the scaled maps are
-exactly the probe row of the rollout taken over [probe, patches]. A clicked patch is a query
+identity term towards the tokens: the probe is not one of them), so the scaled maps are
+exactly the probe row of the rollout taken over [probe, tokens]. A clicked patch is a query
 as in any ViT.
 """
 
@@ -33,34 +34,31 @@ from vitviz.pipeline.kept_graph import frozen_parameters
 
 
 @dataclass
-class SiglipAnalysis(Analysis):
-    """``Analysis`` + the probe's attention ``probe_attention`` (H, N) over the patches, on the
-    analysis's device; the probabilities are each prompt's sigmoid."""
+class ProbeAnalysis(Analysis):
+    """``Analysis`` + the probe's attention ``probe_attention`` (H, N) over the tokens, on the
+    analysis's device."""
 
     probe_attention: Tensor | None = None
     _probe_gradients: dict[int, Tensor] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, analysis: Analysis) -> SiglipAnalysis:
-        """``analysis`` (a ViT analysis of a SigLIP tower) with its probe row and sigmoids. The
-        probe's attention is the pooling head's, run on the final tokens of the analysis's own
-        forward pass (its kept graph's, ``Analysis.graph``); an analysis without a kept graph
-        (a batch's) runs the image tower once more (fused, no capture) for them."""
+    def of(cls, analysis: Analysis) -> ProbeAnalysis:
+        """``analysis`` (a ViT analysis of a model with an attention pool) with its probe row.
+        The probe's attention is the pooling head's, run on the final tokens of the analysis's
+        own forward pass (its kept graph's, ``Analysis.graph``); an analysis without a kept
+        graph (a batch's) runs the encoder once more (fused, no capture) for them."""
         assert analysis.loaded is not None
         model = analysis.loaded.model
         with torch.no_grad():
-            if analysis.graph is not None:  # the capture pass's final tokens: no tower pass
+            if analysis.graph is not None:  # the capture pass's final tokens: no encoder pass
                 tokens = analysis.graph.tokens.detach()
             else:
                 p = next(model.parameters())
                 x = analysis.input[None].to(p.device, p.dtype)
                 tokens, _, _, _ = model.forward_features(x)
-            _, probe = model.pool.attend(tokens)
+            _, probe = model.probe_attention(tokens)
         values = {f.name: getattr(analysis, f.name) for f in fields(Analysis)}
-        out = cls(**values, probe_attention=probe[0].float())
-        if out.has_head:
-            out.probs = torch.sigmoid(out.logits)
-        return out
+        return cls(**values, probe_attention=probe[0].float())
 
     # -- the probe row --------------------------------------------------------------------
     @property
@@ -82,8 +80,8 @@ class SiglipAnalysis(Analysis):
             model = self.loaded.model
             with torch.enable_grad(), frozen_parameters(model):
                 tokens = self.graph.tokens.detach().requires_grad_(True)  # the head's own graph
-                pooled, probe = model.pool.attend(tokens)
-                (grad,) = torch.autograd.grad(model.head(pooled)[0, c], probe)
+                pooled, probe = model.probe_attention(tokens)
+                (grad,) = torch.autograd.grad(model.head_logits(pooled)[0, c], probe)
             self._probe_gradients[c] = grad[0].float()
         if c not in self._probe_gradients:
             model, x = self._model_and_input()
@@ -98,8 +96,8 @@ class SiglipAnalysis(Analysis):
         assert self.graph is not None and self.loaded is not None
         model = self.loaded.model
         with torch.enable_grad(), frozen_parameters(model):
-            pooled, probe = model.pool.attend(self.graph.tokens)
-            y = model.head(pooled)[0, c]
+            pooled, probe = model.probe_attention(self.graph.tokens)
+            y = model.head_logits(pooled)[0, c]
             *grads, g_probe = self.graph.gradients(y, self.layer_indices, [probe])
         self._probe_gradients[c] = g_probe[0].float()
         return grads
@@ -114,14 +112,14 @@ class SiglipAnalysis(Analysis):
     def attention_maps(self, layer: int, patch: tuple[int, int] | None = None) -> Tensor:
         row = self.layer_row(layer) % self.num_layers  # -1: the last kept
         if patch is None and row == self.num_layers - 1 and self._last_layer_kept:
-            return patch_part(self._probe(), self.grid, 0).cpu()
+            return patch_part(self._probe(), self.grid, self.num_prefix_tokens).cpu()
         return super().attention_maps(layer, patch)
 
     # -- maps that start from the probe row ---------------------------------------------------
     def _chain(self, prepared: explain.PreparedRollout, s: Tensor, start_layer: int) -> Tensor:
         """s · Ã_L ⋯ Ã_s for a start row s (N,), scaled to max 1: (gh, gw)."""
         r = prepared.chain(s[None].to(prepared.normalized.dtype), start_layer)
-        return scale_to_max(patch_part(r, self.grid, 0))[0].cpu()
+        return scale_to_max(patch_part(r, self.grid, self.num_prefix_tokens))[0].cpu()
 
     def rollout(
         self,
@@ -170,4 +168,4 @@ class SiglipAnalysis(Analysis):
         r = r.to(a_bar.dtype)
         for layer in range(a_bar.shape[0] - 1, start_layer - 1, -1):
             r = r + torch.bmm(r[:, None, :], a_bar[layer])[:, 0]
-        return min_max_scale(patch_part(r, self.grid, 0))[0].cpu()
+        return min_max_scale(patch_part(r, self.grid, self.num_prefix_tokens))[0].cpu()

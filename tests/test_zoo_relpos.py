@@ -1,0 +1,148 @@
+"""timm's relative-position ViTs (issue 27, ``vision_transformer_relpos``: ``vit_relpos_*``,
+``vit_srelpos_*``): no absolute positions; each layer's attention adds a bias from an MLP on
+log-spaced relative offsets (timm ``RelPosMlp``), or from one MLP shared by every layer, or a
+table (``rel_pos_type='bias'``); no CLS (mean pool through fc_norm or the final norm), a CLS
+token (zero bias to and from it), or both (clsgap). Logits and attention against timm's eager
+forward, bare and folder; relevance and gradient rollout through the MLP bias against float64
+references from their definitions; transformer attribution refused with the reason; the
+residual post-norm (rpn) blocks, here and in timm's plain ViT."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from timm.models import save_for_hf
+from zoo_helpers import LOGIT_ATOL, assert_attention, assert_close, images, ours, randomize_
+
+from vitviz.checkpoints import load_checkpoint
+from vitviz.explain.methods import get_method
+from vitviz.model.position_bias import MlpPositionBias
+from vitviz.pipeline.analysis import analyze
+
+TINY = dict(pretrained=False, img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4,
+            num_classes=3)  # fmt: skip
+BARE = {"heads": 4, "image_size": 32}  # what a bare file of no timm name can't say
+CASES = {
+    "mlp": ("vit_relpos_small_patch16_224", {}),
+    "shared": ("vit_srelpos_small_patch16_224", {}),
+    "cls": ("vit_relpos_medium_patch16_cls_224", {}),
+    "clsgap": ("vit_relpos_base_patch16_clsgap_224", {}),
+    "table": ("vit_relpos_small_patch16_224", {"rel_pos_type": "bias"}),
+    "table-cls": ("vit_relpos_medium_patch16_cls_224", {"rel_pos_type": "bias"}),
+    "rpn": ("vit_relpos_small_patch16_rpn_224", {}),  # residual post-norm blocks
+}
+
+
+def tiny(name: str, seed: int = 0, **options) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = timm.create_model(name, **{**TINY, **options})
+    return randomize_(model, seed=seed).eval()
+
+
+def test_the_mlp_bias_is_timms(tmp_path: Path) -> None:
+    """The MLP on log offsets, read through the offset index, zero-padded for a CLS token."""
+    from timm.layers import RelPosMlp
+
+    for grid, prefix in (((4, 4), 0), ((3, 5), 1)):
+        torch.manual_seed(1)
+        theirs = RelPosMlp(window_size=grid, num_heads=3, hidden_dim=8, prefix_tokens=prefix)
+        randomize_(theirs, seed=1)
+        mine = MlpPositionBias(3, 8, grid, prefix)
+        mine.load_state_dict({k.removeprefix("mlp."): v for k, v in theirs.state_dict().items()})
+        torch.testing.assert_close(mine(), theirs.get_bias()[0], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_timm_relpos_opens_exactly_bare_and_folder(tmp_path: Path, case: str) -> None:
+    from zoo_helpers import timm_reference
+
+    name, options = CASES[case]
+    model = tiny(name, **options)
+    save_for_hf(model, tmp_path / "folder", safe_serialization=True)
+    torch.save(model.state_dict(), tmp_path / "bare.pth")
+    x = images(2, 32, 32)
+    ref_logits, ref_attn = timm_reference(model, x)
+    theirs = model.shared_rel_pos or model.blocks[0].attn.rel_pos
+    hidden = theirs.mlp.fc1.out_features if hasattr(theirs, "mlp") else 0  # 0: a table
+    assert (hidden == 0) == case.startswith("table")
+    bare = {**BARE, "res_post_norm": True} if case == "rpn" else BARE  # not in the weights
+    for path, settings in ((tmp_path / "folder", None), (tmp_path / "bare.pth", bare)):
+        loaded = load_checkpoint(path, settings)
+        cfg = loaded.config
+        assert cfg.rel_pos_bias and cfg.pos_embed == "none"
+        assert cfg.rel_pos_mlp == hidden and cfg.rel_pos_shared == (case == "shared")
+        logits, attn = ours(loaded, x)
+        assert_close("logits", ref_logits, logits, LOGIT_ATOL)
+        assert_attention(ref_attn, attn)
+
+
+def test_a_residual_post_norm_vit_opens_exactly_and_says_what_it_lacks(
+    tmp_path: Path, photo_files
+) -> None:
+    """timm's ResPostBlock (x + norm1(attn(x)); x + norm2(mlp(x))): exact; Token Grad-CAM (it
+    reads norm1's output as the tokens) and transformer attribution refused with the reason."""
+    from zoo_helpers import timm_reference
+
+    model = tiny("vit_base_patch16_rpn_224", seed=4)
+    save_for_hf(model, tmp_path / "rpn", safe_serialization=True)
+    loaded = load_checkpoint(tmp_path / "rpn")
+    assert loaded.config.res_post_norm and not loaded.config.rel_pos_bias
+    x = images(2, 32, 32, seed=4)
+    ref_logits, ref_attn = timm_reference(model, x)
+    logits, attn = ours(loaded, x)
+    assert_close("logits", ref_logits, logits, LOGIT_ATOL)
+    assert_attention(ref_attn, attn)
+    a = analyze(loaded, photo_files["chelsea"])
+    for method, words in (("gradcam", "residual post-norm"), ("transformer-attribution", "post")):
+        why = get_method(method).unavailable(a)
+        assert why is not None and words in why, why
+
+
+@pytest.mark.parametrize("case", ["cls", "shared"])
+def test_relevance_and_gradient_rollout_through_the_mlp_bias(
+    tmp_path: Path, photo_files, case: str
+) -> None:
+    """Float64 references from the definitions (DESIGN §5) on timm's own attention, with its
+    autograd: relevance R = I + Σ Ā_l R, Ā_l = E_h[(∇A ⊙ A)⁺], the query's row min-max scaled;
+    gradient rollout's chain of rownorm((E_h[∇A ⊙ A])⁺ + I), scaled to max 1. The query is
+    the CLS token, or without one the mean of the patch queries' rows."""
+    name, options = CASES[case]
+    model = tiny(name, seed=2, **options)
+    save_for_hf(model, tmp_path / "folder", safe_serialization=True)
+    loaded = load_checkpoint(tmp_path / "folder")
+    a = analyze(loaded, photo_files["chelsea"], gradients=True)
+    target, P = a.top_class, a.num_prefix_tokens
+    ref = model.double()
+    kept = []
+    for block in ref.blocks:
+        block.attn.fused_attn = False
+        block.attn.attn_drop.register_forward_hook(lambda _m, _i, o: kept.append(o) or o)
+    logits = ref(a.input[None].double())
+    for t in kept:
+        t.retain_grad()
+    logits[0, target].backward()
+    n = kept[0].shape[-1]
+    eye = torch.eye(n, dtype=torch.float64)
+    R, chain = eye.clone(), eye.clone()
+    for t in kept:
+        cam = (t.grad[0] * t[0]).detach()
+        R = R + cam.clamp(min=0).mean(0) @ R
+        m = cam.mean(0).clamp(min=0) + eye
+        chain = (m / m.sum(-1, keepdim=True)) @ chain
+
+    def row(M: torch.Tensor) -> torch.Tensor:
+        r = M[0] if P else M[P:].mean(0)  # the CLS row, or the mean of the patch queries
+        return r[P:].reshape(4, 4)
+
+    want = row(R)
+    want = (want - want.min()) / (want.max() - want.min())
+    ours_rel = get_method("relevance")(a, None, target, {}).double()
+    torch.testing.assert_close(ours_rel, want, rtol=0, atol=1e-5)
+    roll = row(chain)
+    ours_roll = get_method("gradient-rollout")(a, None, target, {}).double()
+    torch.testing.assert_close(ours_roll, roll / roll.max(), rtol=0, atol=1e-5)
+    why = get_method("transformer-attribution").unavailable(a)
+    assert why is not None and "relative position bias" in why
