@@ -16,6 +16,7 @@ from vitviz.checkpoints.families import (
     own,
     timm,
     timm_beit,
+    timm_eva,
     torchvision,
     tutorial,
 )
@@ -27,6 +28,7 @@ GENERIC: tuple[Family, ...] = (
     huggingface.FAMILY,
     dino.FAMILY,
     timm_beit.FAMILY,  # before timm's ViT: a timm folder of a BEiT is claimed here
+    timm_eva.FAMILY,  # likewise EVA / rotary ViTs (timm's Eva class)
     timm.FAMILY,
     lucidrains.FAMILY,
     tutorial.FAMILY,
