@@ -30,21 +30,24 @@ from vitviz.model.config import ViTConfig
 
 
 def grid_coordinates(config: ViTConfig, grid: tuple[int, int]) -> Tensor:
-    """(gh·gw, 2) float64 coordinates of the patches, row-major, in the config's channel order."""
+    """(gh·gw, 2) float32 coordinates of the patches, row-major, in the config's channel order.
+    float32 throughout, in timm's order of operations: the rotary angles grow with the
+    position, and the tables must be timm's to the last bit for attention within 1e-5."""
     gh, gw = grid
+    f32 = torch.float32
     if config.rope == "dinov3":
-        rows = 2.0 * (torch.arange(gh, dtype=torch.float64) + 0.5 + config.rope_offset) / gh - 1
-        cols = 2.0 * (torch.arange(gw, dtype=torch.float64) + 0.5 + config.rope_offset) / gw - 1
+        rows = (torch.arange(0.5, gh, dtype=f32) + config.rope_offset) / gh
+        cols = (torch.arange(0.5, gw, dtype=f32) + config.rope_offset) / gw
     else:
         offset = 0.0 if config.rope == "mixed" else config.rope_offset
-        rows = torch.arange(gh, dtype=torch.float64) + offset
-        cols = torch.arange(gw, dtype=torch.float64) + offset
+        rows = torch.arange(gh).to(f32) + offset
+        cols = torch.arange(gw).to(f32) + offset
         ref = config.rope_ref_grid
         if ref is not None and config.rope == "axial":
             rows, cols = rows / gh * ref[0], cols / gw * ref[1]
     r, c = torch.meshgrid(rows, cols, indexing="ij")
-    coords = (c, r) if config.rope_xy else (r, c)
-    return torch.stack([t.flatten() for t in coords], dim=-1)
+    coords = torch.stack([t.flatten() for t in ((c, r) if config.rope_xy else (r, c))], dim=-1)
+    return 2.0 * coords - 1.0 if config.rope == "dinov3" else coords
 
 
 def _layout(angles: Tensor, half: bool) -> Tensor:
@@ -76,14 +79,17 @@ class Rotary(nn.Module):
         self._cache: tuple[tuple[int, int], torch.device, torch.dtype, list] | None = None
 
     def _fixed_angles(self, coords: Tensor) -> Tensor:
-        """(N, 2) coordinates -> (N, hd/2) angles of "axial" / "dinov3"."""
+        """(N, 2) coordinates -> (N, hd/2) angles of "axial" / "dinov3" (float32)."""
         cfg = self.config
         quarter = cfg.head_dim // 4
-        k = torch.arange(quarter, dtype=torch.float64) / quarter
         if cfg.rope == "dinov3":
-            per_axis = 2 * math.pi * coords[:, :, None] / cfg.rope_temperature**k
+            periods = cfg.rope_temperature ** (
+                2.0 * torch.arange(quarter, dtype=torch.float32) / (cfg.head_dim // 2)
+            )
+            per_axis = 2 * math.pi * coords[:, :, None] / periods
         else:
-            per_axis = coords[:, :, None] * cfg.rope_temperature ** (-k)
+            exponent = torch.arange(quarter).to(torch.float32) / quarter
+            per_axis = coords[:, :, None] * (1.0 / cfg.rope_temperature**exponent)
         return per_axis.flatten(1)  # (N, 2, hd/4) -> (N, hd/2): c₀'s angles, then c₁'s
 
     def tables(self, grid: tuple[int, int], like: Tensor) -> list[tuple[Tensor, Tensor]]:

@@ -123,7 +123,9 @@ def describe_eva(model: nn.Module) -> dict[str, Any]:
         raise EvaRefusalError("overlapping patch embedding")
     if getattr(embed, "dynamic_img_pad", False):
         raise EvaRefusalError("a patch embedding that pads the image")
-    norms = [m for m in model.modules() if "norm" in type(m).__name__.lower()]
+    blocks = _block_settings(model)
+    leaves = [m for m in model.modules() if not any(True for _ in m.children())]
+    norms = [m for m in leaves if "norm" in type(m).__name__.lower()]
     if any(not isinstance(m, nn.LayerNorm) for m in norms):
         kinds = sorted({type(m).__name__ for m in norms if not isinstance(m, nn.LayerNorm)})
         raise EvaRefusalError(f"{', '.join(kinds)} norms")
@@ -131,7 +133,6 @@ def describe_eva(model: nn.Module) -> dict[str, Any]:
     if len(eps) > 1:
         raise EvaRefusalError("norms with different eps")
     settings = _rope_settings(model)
-    blocks = _block_settings(model)
     if settings["rope"] != "none" and blocks["rotate_half"] != settings["rope_half"]:
         raise EvaRefusalError("rotary tables and attention that pair channels differently")
     fc_norm = not _identity(model.fc_norm)
