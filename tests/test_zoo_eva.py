@@ -197,3 +197,28 @@ def test_the_model_info_names_the_parts(tmp_path: Path, capsys) -> None:
     )
     for word in words:
         assert word in parts, parts
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["gelu-mlp", "swiglu"])
+def test_transformers_dinov3_folder_opens_exactly(tmp_path: Path, gated: bool) -> None:
+    """DINOv3ViTModel (transformers): its output is the normed CLS token (pooler_output)."""
+    import transformers as tr
+
+    config = tr.DINOv3ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        image_size=32, patch_size=8, num_register_tokens=0 if gated else 2,
+        use_gated_mlp=gated, hidden_act="silu" if gated else "gelu", key_bias=gated,
+        attn_implementation="eager",
+    )  # fmt: skip
+    torch.manual_seed(6)
+    model = randomize_(tr.DINOv3ViTModel(config), seed=6)
+    model.save_pretrained(tmp_path / "d3")
+    loaded = load_checkpoint(tmp_path / "d3")
+    assert loaded.family == "huggingface-dinov3_vit" and loaded.config.rope == "dinov3"
+    assert loaded.config.swiglu == gated
+    x = images(2, 32, 32, seed=6)
+    with torch.no_grad():
+        ref = model(pixel_values=x, output_attentions=True)
+    logits, attn = ours(loaded, x)
+    assert_close("CLS", ref.pooler_output, logits, LOGIT_ATOL)
+    assert_attention(list(ref.attentions), attn)

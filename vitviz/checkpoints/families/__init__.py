@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from vitviz.checkpoints.families import (
     dino,
+    hf_dinov3,
     huggingface,
     lucidrains,
     own,
@@ -25,6 +26,7 @@ from vitviz.checkpoints.families.base import Conversion, Family, Source
 # The ViT's generic layouts, tried after the kinds' own families.
 GENERIC: tuple[Family, ...] = (
     torchvision.FAMILY,
+    hf_dinov3.FAMILY,  # before the generic Hugging Face ViT: its model_type decides
     huggingface.FAMILY,
     dino.FAMILY,
     timm_beit.FAMILY,  # before timm's ViT: a timm folder of a BEiT is claimed here
