@@ -222,3 +222,18 @@ def test_transformers_dinov3_folder_opens_exactly(tmp_path: Path, gated: bool) -
     logits, attn = ours(loaded, x)
     assert_close("CLS", ref.pooler_output, logits, LOGIT_ATOL)
     assert_attention(list(ref.attentions), attn)
+
+
+def test_vitvizs_own_format_keeps_the_rotary_settings(tmp_path: Path) -> None:
+    """Saved in vitviz's format and opened again: the same config (rope_ref_grid a pair) and
+    the same logits (mixed: the learnt frequencies travel as ``rope.freqs``)."""
+    from vitviz.checkpoints.native import save_checkpoint
+
+    for name in ("eva02_tiny_patch14_224", "vit_small_patch16_rope_mixed_224"):
+        save_for_hf(tiny(name, seed=7), tmp_path / name, safe_serialization=True)
+        loaded = load_checkpoint(tmp_path / name)
+        again = load_checkpoint(save_checkpoint(loaded.model, tmp_path / f"{name}.safetensors"))
+        assert again.config == loaded.config
+        x = images(1, 32, 32, seed=7)
+        with torch.no_grad():
+            assert torch.equal(again.model(x), loaded.model(x))
