@@ -17,6 +17,7 @@ analysis made (the window's click: rollout and relevance rows + every raw map of
 
     .venv/bin/python benchmarks/analysis_overhead.py [--quick] [--no-check] [--repeats N]
         [--device cpu|cuda|mps] [--model vit-large] [--image-size 384] [--patch-size 16]
+        [--model eva02-tiny]  (timm's EVA-02 Ti/14 at 224: rotary positions, SwiGLU; needs timm)
 """
 
 from __future__ import annotations
@@ -53,9 +54,33 @@ TARGET_RELEVANCE = 3.5  # (c) / (a), at most
 PHOTO_SIZE = (500, 375)  # (W, H) of the PIL input: a typical ImageNet photo
 
 
+# Library architectures measured as a user opens them (issue 27): timm builds the model with
+# random weights, saves its folder (config.json + model.safetensors), vitviz loads that.
+TIMM_MODELS = {"eva02-tiny": "eva02_tiny_patch14_224", "eva02-small": "eva02_small_patch14_224"}
+
+
+def build_timm(arch: str, seed: int = 0) -> LoadedModel:
+    """timm's ``arch`` (random weights, seeded) opened by vitviz from its timm folder."""
+    import tempfile
+    from pathlib import Path
+
+    import timm
+    from timm.models import save_for_hf
+
+    from vitviz.checkpoints import load_checkpoint
+
+    torch.manual_seed(seed)
+    model = timm.create_model(arch, pretrained=False, num_classes=1000).eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        save_for_hf(model, Path(tmp) / arch, safe_serialization=True)
+        return load_checkpoint(Path(tmp) / arch)
+
+
 def build(variant: str, seed: int = 0, **overrides: object) -> LoadedModel:
     """A randomly initialised model of ``variant`` in eval mode, as the window would hold it;
     ``overrides``: config fields (image_size, patch_size)."""
+    if variant in TIMM_MODELS:
+        return build_timm(TIMM_MODELS[variant], seed)
     torch.manual_seed(seed)
     model = create_model(variant, **overrides).eval()
     names = [f"class {i}" for i in range(model.config.num_classes)]
@@ -152,9 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument(
         "--model",
-        choices=VARIANT_NAMES,
+        choices=(*VARIANT_NAMES, *TIMM_MODELS),
         default=None,
-        help="variant to measure (default vit-base; cifar10-tutorial with --quick)",
+        help="variant to measure (default vit-base; cifar10-tutorial with --quick); "
+        "eva02-tiny / eva02-small: timm's EVA-02 with random weights, opened from its folder",
     )
     p.add_argument("--image-size", type=int, default=None, help="input side (the variant's)")
     p.add_argument("--patch-size", type=int, default=None, help="patch side (the variant's)")

@@ -1,7 +1,7 @@
 """Write vitviz/checkpoints/families/timm_archs.json: every timm architecture whose weights look
-like a timm ViT (``patch_embed.proj`` + ``blocks.N.attn.qkv``), described by vitviz's own reading
-of the model timm builds on the meta device (``timm_arch.describe``). Facts about timm's
-definitions (heads, eps, activation, block kind), no timm code.
+like a timm ViT (``patch_embed.proj`` + ``blocks.N.attn.qkv``, or EVA's ``q_proj``), described
+by vitviz's own reading of the model timm builds on the meta device (``timm_arch.describe``).
+Facts about timm's definitions (heads, eps, activation, block kind), no timm code.
 
     python packaging/make_timm_table.py [--out PATH]
 """
@@ -23,8 +23,10 @@ OUT = Path(__file__).resolve().parents[1] / "vitviz" / "checkpoints" / "families
 
 
 def looks_like_timm_vit(keys: list[str]) -> bool:
+    """Fused ``qkv``, or EVA's separate ``q_proj``/``k_proj``/``v_proj`` (issue 27)."""
+    ends = (".attn.qkv.weight", ".attn.q_proj.weight")
     return "patch_embed.proj.weight" in keys and any(
-        k.startswith("blocks.") and k.endswith(".attn.qkv.weight") for k in keys
+        k.startswith("blocks.") and k.endswith(ends) for k in keys
     )
 
 

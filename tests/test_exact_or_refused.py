@@ -35,16 +35,16 @@ CHECKED = "exact, or the library check's refusal"
 TWELVE = [
     ("vit_base_patch16_rpn_224", CHECKED, CHECKED),  # residual post-norm blocks
     ("vit_base_patch16_gap_224", EXACT, AMBIGUOUS),  # 16 heads of 48, or SigLIP's 12 of 64
-    ("vit_small_patch16_rope_ape_224", ROTARY, ROTARY),
-    ("vit_pe_spatial_tiny_patch16_512", "Perception Encoder", "Perception Encoder"),
+    ("vit_small_patch16_rope_ape_224", EXACT, EXACT),  # issue 27: timm-eva
+    ("vit_pe_spatial_tiny_patch16_512", EXACT, EXACT),  # issue 27: timm-eva (no MAP head)
     ("vit_base_patch16_clip_quickgelu_224", EXACT, AMBIGUOUS),  # QuickGELU or GELU
     ("vit_base_patch16_clip_224", EXACT, AMBIGUOUS),
     ("vit_base_patch32_clip_224", EXACT, AMBIGUOUS),
     ("vit_medium_patch16_clip_224", EXACT, EXACT),
     ("vit_betwixt_patch32_clip_224", EXACT, EXACT),
-    ("vit_small_patch16_rope_224", ROTARY, ROTARY),
-    ("vit_mediumd_patch16_rope_reg1_gap_256", ROTARY, ROTARY),
-    ("vit_small_patch16_dinov3", ROTARY, ROTARY),
+    ("vit_small_patch16_rope_224", EXACT, EXACT),  # issue 27: timm-eva
+    ("vit_mediumd_patch16_rope_reg1_gap_256", EXACT, EXACT),  # issue 27: timm-eva
+    ("vit_small_patch16_dinov3", EXACT, EXACT),  # issue 27: timm-eva
 ]
 # Folders the issue saw refused with "the weights don't say: heads" although config.json names them.
 NAMED_FOLDERS = [
@@ -85,7 +85,8 @@ def verdict(path: Path, model: torch.nn.Module | None) -> tuple[str, str]:
     except CheckpointError as exc:
         return "refused", str(exc)
     assert model is not None, f"{path.name} opened, but a refusal was expected: {loaded.notes}"
-    x = images(1, *loaded.config.image_size, seed=3)
+    size = getattr(getattr(model, "patch_embed", None), "img_size", None)  # timm's built size
+    x = images(1, *(size or loaded.config.image_size), seed=3)  # (a rotary ViT's may differ)
     ref_logits, ref_attn = timm_reference(model, x)
     with torch.no_grad():
         logits = loaded.model(x)  # the fused path

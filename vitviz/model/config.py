@@ -13,6 +13,10 @@ POOLS = ("token", "avg", "token_avg", "map")  # token_avg: [CLS, mean of the pat
 # heads); map: a learnt probe's multi-head attention over the final tokens (attention_pool)
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu")
 PATCH_EMBEDS = ("conv", "linear", "hybrid")  # hybrid: a convolutional stem (``stem``)
+# Rotary positions on the patch tokens' q and k (vitviz/model/rotary.py): "axial" (EVA-02's and
+# timm's RotaryEmbeddingCat: index coordinates), "mixed" (learnt per-layer, per-head frequencies,
+# RoPE-Mixed), "dinov3" (centred coordinates in [-1, 1], DINOv3's periods).
+ROPE_KINDS = ("none", "axial", "mixed", "dinov3")
 # How a learned position table is resampled to another grid (each library does it its own way):
 # "bicubic" (vitviz, timm checkpoint load, HF ViT/DeiT/Dinov2): size-based, no antialias;
 # "bicubic_antialias" (timm dynamic size, HF Dinov2WithRegisters, DINOv2 with registers);
@@ -74,6 +78,15 @@ class ViTConfig:
     rel_pos_mlp: int = 0  # rel_pos_bias by an MLP this wide on log offsets (timm relpos); 0: table
     rel_pos_shared: bool = False  # that MLP's bias shared by every layer (timm's vit_srelpos_*)
     res_post_norm: bool = False  # residual post-norm: x + norm1(attn(x)), x + norm2(mlp(x)) (rpn)
+    rope: str = "none"  # rotary positions on the patches' q and k: see ROPE_KINDS
+    rope_half: bool = False  # rotate-half pairs (i, i + hd/2) instead of interleaved (2i, 2i+1)
+    rope_temperature: float = 10000.0  # base of the rotary frequencies (periods)
+    rope_ref_grid: tuple[int, int] | None = None  # EVA: index positions rescaled to this grid
+    rope_xy: bool = False  # coordinates (column, row) instead of (row, column) (timm 'xy')
+    rope_offset: float = 0.0  # added to each grid coordinate (timm grid_offset)
+    swiglu: bool = False  # MLP fc2(SiLU(fc1_g x) · fc1_x x) (EVA-02's SwiGLU)
+    mlp_norm: bool = False  # sub-LN: a LayerNorm before the MLP's fc2
+    attn_norm: bool = False  # sub-LN: a LayerNorm on the heads' output before proj
     # Training-only regularisation (no effect in eval mode).
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
@@ -84,6 +97,8 @@ class ViTConfig:
         self.image_size = _pair(self.image_size)
         if isinstance(self.stem, dict):  # from to_dict / a JSON config
             self.stem = StemConfig(**self.stem)
+        if self.rope_ref_grid is not None:
+            self.rope_ref_grid = _pair(self.rope_ref_grid)
         self.validate()
 
     # -- derived ----------------------------------------------------------------------------------
@@ -186,15 +201,36 @@ class ViTConfig:
                 problems.append("a stem without a projection must give dim channels")
         if self.patch_norm_pre and self.patch_embed != "linear":
             problems.append("patch_norm_pre needs patch_embed 'linear'")
+        problems += self._rope_problems()
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 problems.append(f"{name} must be in [0, 1) (got {getattr(self, name)})")
         if problems:
             raise ValueError("Invalid ViT config: " + "; ".join(problems))
 
+    def _rope_problems(self) -> list[str]:
+        if self.rope not in ROPE_KINDS:
+            return [f"rope must be one of {ROPE_KINDS} (got {self.rope!r})"]
+        if self.rope == "none":
+            return []
+        problems = []
+        if self.head_dim % 4:
+            problems.append(
+                f"rotary positions need a head width divisible by 4 (got {self.head_dim})"
+            )
+        if self.rope == "mixed" and self.rope_half:
+            problems.append("rope 'mixed' rotates interleaved pairs (rope_half must be False)")
+        if self.rope_temperature <= 0:
+            problems.append("rope_temperature must be positive")
+        if self.rope_ref_grid is not None and min(self.rope_ref_grid) < 1:
+            problems.append("rope_ref_grid must be positive")
+        return problems
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["image_size"] = list(self.image_size)
+        if self.rope_ref_grid is not None:
+            d["rope_ref_grid"] = list(self.rope_ref_grid)
         return d
 
     @classmethod

@@ -8,6 +8,8 @@ from torch import Tensor, nn
 
 from vitviz.model.config import ViTConfig
 from vitviz.model.position_bias import MlpPositionBias, table_index, table_rows
+from vitviz.model.rotary import apply_rotary
+from vitviz.model.swiglu import SwiGLU
 
 
 class PatchEmbed(nn.Module):
@@ -69,6 +71,9 @@ class Attention(nn.Module):
         self.attn_drop = nn.Dropout(config.attn_drop_rate)
         self.proj = nn.Linear(self.attn_dim, config.dim)
         self.proj_drop = nn.Dropout(config.drop_rate)
+        eps = config.norm_eps  # sub-LN: a norm on the heads' output before proj (EVA-02)
+        self.norm = nn.LayerNorm(self.attn_dim, eps=eps) if config.attn_norm else nn.Identity()
+        self.prefix, self.rope_half = config.num_prefix_tokens, config.rope_half
         self.relative_position_bias_table: nn.Parameter | None = None
         self.rel_pos: MlpPositionBias | None = None  # timm relpos: an MLP gives the bias
         self._shared: list[MlpPositionBias] = []  # one bias of every layer (not a child)
@@ -110,10 +115,14 @@ class Attention(nn.Module):
             index = self._rel_index = table_index(self.rel_grid, self.rel_cls).to(table.device)
         return table[index.view(-1)].view(n, n, -1).permute(2, 0, 1)
 
-    def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, capture: bool = False, rope: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """``rope``: this layer's rotary (sin, cos) tables for the patch tokens, or None."""
         B, N, _ = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (B, nh, N, hd)
+        q, k = apply_rotary(q, k, rope, self.prefix, self.rope_half)
         bias = self.position_bias(N)
         attn: Tensor | None = None
         if capture:
@@ -124,7 +133,7 @@ class Attention(nn.Module):
             p = self.attn_drop.p if self.training else 0.0
             mask = None if bias is None else bias.to(q.dtype)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        out = out.transpose(1, 2).reshape(B, N, self.attn_dim)
+        out = self.norm(out.transpose(1, 2).reshape(B, N, self.attn_dim))
         return self.proj_drop(self.proj(out)), attn
 
 
@@ -154,11 +163,16 @@ class Mlp(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(config.dim, config.hidden_dim)
         self.act = make_activation(config.activation)
+        self.norm: nn.Module = (  # sub-LN before fc2 (EVA's scale_mlp)
+            nn.LayerNorm(config.hidden_dim, eps=config.norm_eps)
+            if config.mlp_norm
+            else nn.Identity()
+        )
         self.fc2 = nn.Linear(config.hidden_dim, config.dim)
         self.drop = nn.Dropout(config.drop_rate)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+        return self.drop(self.fc2(self.norm(self.drop(self.act(self.fc1(x))))))
 
 
 class LayerScale(nn.Module):
@@ -200,7 +214,7 @@ class Block(nn.Module):
         self.norm1 = nn.LayerNorm(config.dim, eps=config.norm_eps)
         self.attn = Attention(config)
         self.norm2 = nn.LayerNorm(config.dim, eps=config.norm_eps)
-        self.mlp = Mlp(config)
+        self.mlp = SwiGLU(config) if config.swiglu else Mlp(config)
         ls = config.layer_scale_init
         self.ls1 = LayerScale(config.dim, ls) if ls is not None else nn.Identity()
         self.ls2 = LayerScale(config.dim, ls) if ls is not None else nn.Identity()
@@ -208,17 +222,19 @@ class Block(nn.Module):
         self.norm_first = config.norm_first
         self.res_post_norm = config.res_post_norm
 
-    def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, capture: bool = False, rope: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         if self.res_post_norm:
-            y, attn = self.attn(x, capture=capture)
+            y, attn = self.attn(x, capture=capture, rope=rope)
             x = x + self.drop_path(self.ls1(self.norm1(y)))
             return x + self.drop_path(self.ls2(self.norm2(self.mlp(x)))), attn
         if not self.norm_first:
-            y, attn = self.attn(x, capture=capture)
+            y, attn = self.attn(x, capture=capture, rope=rope)
             x = self.norm1(x + self.drop_path(self.ls1(y)))
             x = self.norm2(x + self.drop_path(self.ls2(self.mlp(x))))
             return x, attn
-        y, attn = self.attn(self.norm1(x), capture=capture)
+        y, attn = self.attn(self.norm1(x), capture=capture, rope=rope)
         x = x + self.drop_path(self.ls1(y))
         x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
         return x, attn

@@ -25,6 +25,12 @@ POSITION_WORDS = {
     "none": "no absolute positions",
 }
 
+ROPE_WORDS = {
+    "axial": "rotary positions (EVA-02's axial RoPE)",
+    "mixed": "rotary positions (RoPE-Mixed, learnt frequencies per layer and head)",
+    "dinov3": "rotary positions (DINOv3's)",
+}
+
 
 def vit_parts(cfg: ViTConfig) -> tuple[str, ...]:
     """E.g. ("attention with a relative position bias per layer and head", "pre-norm blocks
@@ -36,13 +42,19 @@ def vit_parts(cfg: ViTConfig) -> tuple[str, ...]:
         shared = "shared by every layer" if cfg.rel_pos_shared else "per layer"
         attention = f"attention with a relative position bias from an MLP on log offsets, {shared}"
     out.append(attention if cfg.rel_pos_bias else "attention")
+    if cfg.rope != "none":
+        out[-1] += f" with {ROPE_WORDS.get(cfg.rope, cfg.rope)}"
     if not cfg.qkv_bias:
         out[-1] += " (no q/k/v bias)"
+    if cfg.attn_norm:
+        out.append("a norm on the heads' output before proj (sub-LN)")
     place = "residual post" if cfg.res_post_norm else "pre" if cfg.norm_first else "post"
     out.append(f"{place}-norm blocks (LayerNorm eps {cfg.norm_eps:g})")
     if cfg.pre_norm:
         out.append("a LayerNorm before the blocks")
-    out.append(f"{ACTIVATION_WORDS.get(cfg.activation, cfg.activation)} MLP")
+    act = ACTIVATION_WORDS.get(cfg.activation, cfg.activation)
+    mlp = "SwiGLU MLP" if cfg.swiglu else f"{act} MLP"
+    out.append(mlp + (" with a norm before fc2 (sub-LN)" if cfg.mlp_norm else ""))
     if cfg.layer_scale_init is not None:
         out.append("LayerScale")
     out.append(POSITION_WORDS.get(cfg.pos_embed, cfg.pos_embed))

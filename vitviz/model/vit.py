@@ -15,6 +15,7 @@ from vitviz.model.layers import Block, PatchEmbed
 from vitviz.model.posembed import resample_grid_embedding, sincos_1d, sincos_2d
 from vitviz.model.position_bias import shared_position_bias
 from vitviz.model.recompute import recomputed
+from vitviz.model.rotary import Rotary
 from vitviz.model.stems import HybridEmbed
 
 
@@ -53,6 +54,7 @@ class VisionTransformer(nn.Module):
             self.pos_embed = None
         self.pos_drop = nn.Dropout(config.drop_rate)
         self.norm_pre = nn.LayerNorm(D, eps=config.norm_eps) if config.pre_norm else nn.Identity()
+        self.rope = Rotary(config) if config.rope != "none" else None  # rotary q/k positions
         L = config.depth
         rates = [config.drop_path_rate * i / max(L - 1, 1) for i in range(L)]  # linear
         self.blocks = nn.ModuleList(Block(config, drop_path=r) for r in rates)
@@ -162,11 +164,13 @@ class VisionTransformer(nn.Module):
         tokens, grid = self.embed(x)
         attentions: list[Tensor] = []
         hidden: list[Tensor] = []
+        ropes = self.rope.tables(grid, tokens) if self.rope is not None else None
         for i, block in enumerate(self.blocks):
+            rope = ropes[i] if ropes is not None else None
             if recompute_blocks and torch.is_grad_enabled():
-                tokens, attn = recomputed(block, tokens, capture_attention)
+                tokens, attn = recomputed(block, tokens, capture_attention, rope)
             else:
-                tokens, attn = block(tokens, capture=capture_attention)
+                tokens, attn = block(tokens, capture=capture_attention, rope=rope)
             if attn is not None and attention_sink is not None:
                 attention_sink(i, attn)
             elif attn is not None:

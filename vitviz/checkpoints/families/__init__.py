@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from vitviz.checkpoints.families import (
     dino,
+    hf_dinov3,
     huggingface,
     lucidrains,
     own,
     timm,
     timm_beit,
+    timm_eva,
     timm_hybrid,
     torchvision,
     tutorial,
@@ -25,10 +27,12 @@ from vitviz.checkpoints.families.base import Conversion, Family, Source
 # The ViT's generic layouts, tried after the kinds' own families.
 GENERIC: tuple[Family, ...] = (
     torchvision.FAMILY,
+    hf_dinov3.FAMILY,  # before the generic Hugging Face ViT: its model_type decides
     huggingface.FAMILY,
     dino.FAMILY,
     timm_beit.FAMILY,  # before timm's ViT: a timm folder of a BEiT is claimed here
     timm_hybrid.FAMILY,  # before timm's ViT: a ResNet before the tokens (patch_embed.backbone)
+    timm_eva.FAMILY,  # likewise EVA / rotary ViTs (timm's Eva class)
     timm.FAMILY,
     lucidrains.FAMILY,
     tutorial.FAMILY,

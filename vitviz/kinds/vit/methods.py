@@ -172,7 +172,24 @@ def _gradcam_features(label: str, model: nn.Module) -> str | None:
             f"{label} reads the last block's first LayerNorm as the tokens' features, and a "
             "residual post-norm block's normalises the attention's output instead"
         )
-    return why
+    return why or _eva_lrp_refusal(label, model.config)
+
+
+def _eva_lrp_refusal(label: str, cfg: object) -> str | None:
+    """EVA's parts that vitviz's LRP has no rule for (issue 27), or None."""
+    parts = []
+    if getattr(cfg, "rope", "none") != "none":
+        parts.append("the rotary positions turning q and k")
+    if getattr(cfg, "swiglu", False):
+        parts.append("the SwiGLU MLP's gate (a product of two branches)")
+    if getattr(cfg, "attn_norm", False) or getattr(cfg, "mlp_norm", False):
+        parts.append("the sub-LN norms inside the attention and MLP")
+    if not parts:
+        return None
+    return (
+        f"{label} has no LRP rule for {' or '.join(parts)}; relevance and the gradient "
+        "methods apply"
+    )
 
 
 REQUIRES = {

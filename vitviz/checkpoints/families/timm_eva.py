@@ -1,0 +1,304 @@
+"""timm ``Eva`` state dicts (EVA, EVA-02, timm's ``vit_*_rope_*``, DINOv3; .pth or a timm
+folder): rotary positions on the patches' q and k, fused ``qkv`` with ``q_bias``/``v_bias`` (k
+without bias) or ``q_proj``/``k_proj``/``v_proj``, LayerScale ``gamma_1``/``gamma_2``, SwiGLU
+(``fc1_g``/``fc1_x``, or GluMlp's packed ``fc1``), sub-LN (``attn.norm``, ``mlp.norm``), prefix
+tokens with registers, CLS or mean pooling through ``fc_norm``.
+
+The rotary tables are computed, not stored: the architecture decides them. Its name comes from
+``--arch``, else the folder's config.json (with its ``model_args``); a bare state dict is
+recognised by its tensors' signature (timm's names with exactly these tensors) when every
+candidate computes alike, else refused naming ``--arch``. timm (importable) is read for the
+name's settings (a model built on the meta device); without timm such a file is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vitviz.checkpoints.assign import few
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.common import (
+    Taker,
+    block_indices,
+    check_depth,
+    finish,
+    fuse_qkv,
+    grid_from_table,
+)
+from vitviz.checkpoints.families.timm_arch import CLASS_REASONS, candidates, from_table
+from vitviz.checkpoints.families.timm_arch import signature_of as signature
+from vitviz.checkpoints.families.timm_eva_arch import EvaRefusalError, build_meta, describe_eva
+from vitviz.checkpoints.library_check import Reference
+from vitviz.checkpoints.preprocessing import TIMM_VIT_DEFAULTS, timm_preprocessing
+
+LOOKS_LIKE = "a timm EVA / rotary ViT"
+EVA_REASONS = (CLASS_REASONS["Eva"], "Perception Encoder blocks (rotary attention)")
+# Tensors only timm's Eva blocks have (BEiT's also have q_bias and gamma_1, with a bias table).
+MARKERS = ("blocks.0.gamma_1", "blocks.0.attn.q_bias", "blocks.0.attn.q_proj.weight",
+           "blocks.0.mlp.fc1_g.weight", "blocks.0.attn.norm.weight", "rope.freqs")  # fmt: skip
+CONFIG_KEYS = ("rope", "rope_half", "rope_temperature", "rope_ref_grid", "rope_xy",
+               "rope_offset", "heads", "attn_head_dim", "attn_norm", "mlp_norm", "swiglu",
+               "norm_eps", "global_pool", "fc_norm", "final_norm", "pre_norm",
+               "no_embed_class")  # fmt: skip
+
+
+def _named(source: Source) -> tuple[str | None, dict[str, Any]]:
+    name = source.user.get("arch")
+    if name is not None:
+        return name, {}
+    cfg = source.timm_config or {}
+    return cfg.get("architecture"), dict(cfg.get("model_args") or {})
+
+
+def _is_eva_name(name: Any) -> bool:
+    if not isinstance(name, str):
+        return False
+    rec = from_table(name)
+    if rec is not None:
+        return rec.refusal in EVA_REASONS
+    try:
+        return type(build_meta(name, {})).__name__ == "Eva"
+    except Exception:  # noqa: BLE001 - no timm, or a name it doesn't know: not ours
+        return False
+
+
+def detect(source: Source) -> bool:
+    s = source.state
+    if "patch_embed.proj.weight" not in s or "blocks.0.attn.relative_position_bias_table" in s:
+        return False
+    name, _ = _named(source)
+    if name is not None:
+        return _is_eva_name(name)
+    if any(k in s for k in MARKERS):
+        return True
+    found = candidates(signature(s))
+    return bool(found) and all(r.refusal in EVA_REASONS for r in found)
+
+
+def _settings(source: Source, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    try:
+        model = build_meta(name, args)
+    except ImportError as exc:
+        raise CheckpointError(
+            f"{source.name}: install timm to open {name} (its rotary tables are computed "
+            "from the architecture, not stored)."
+        ) from exc
+    except Exception as exc:  # timm's own error for a name or argument
+        raise CheckpointError(f"{source.name}: timm can't build {name} ({exc}).") from exc
+    try:
+        return describe_eva(model)
+    except EvaRefusalError as exc:
+        raise CheckpointError(
+            f"{source.name}: {name} has {exc}, which vitviz does not model (refused rather "
+            "than shown with another network's numbers)."
+        ) from exc
+
+
+def _recognised(source: Source) -> tuple[str, dict[str, Any], str]:
+    """(name, settings, note) of a bare state dict, from its tensors' signature."""
+    how = f'--arch NAME (a timm model name) or "arch" in {source.sidecar_name}'
+    found = [r.name for r in candidates(signature(source.state))]
+    if not found:
+        raise CheckpointError(
+            f"{source.name}: a timm EVA / rotary ViT whose positions are computed by its "
+            f"architecture, which the weights don't say (no timm name has these tensors); "
+            f"name it with {how}."
+        )
+    described = {n: _settings(source, n, {}) for n in found}
+    first = described[found[0]]
+    differ = [n for n in found if {k: described[n].get(k) for k in CONFIG_KEYS}
+              != {k: first.get(k) for k in CONFIG_KEYS}]  # fmt: skip
+    if differ:
+        raise CheckpointError(
+            f"{source.name}: its tensors fit timm architectures that compute differently "
+            f"({few([found[0], *differ])}); say which with {how}."
+        )
+    others = f" and {len(found) - 1} other names computing alike" if len(found) > 1 else ""
+    return found[0], first, f"recognised as timm's {found[0]}{others} by its tensors"
+
+
+def _check_shown(source: Source, name: str, rec: dict[str, Any]) -> None:
+    """The parts the weights show must be the architecture's (else it is another one)."""
+    s = source.state
+    shown = {
+        "a norm inside the attention (sub-LN)": ("blocks.0.attn.norm.weight" in s, "attn_norm"),
+        "a norm inside the MLP (sub-LN)": ("blocks.0.mlp.norm.weight" in s, "mlp_norm"),
+        "LayerScale": ("blocks.0.gamma_1" in s, "layer_scale"),
+        "a gated (SwiGLU) MLP": ("blocks.0.mlp.fc2.weight" in s and (
+            "blocks.0.mlp.fc1_g.weight" in s or s["blocks.0.mlp.fc2.weight"].shape[1] * 2
+            == s.get("blocks.0.mlp.fc1.weight", s["blocks.0.mlp.fc2.weight"]).shape[0]
+        ), "swiglu"),
+    }  # fmt: skip
+    for part, (has, key) in shown.items():
+        if has != bool(rec.get(key)):
+            what = "have" if has else "lack"
+            raise CheckpointError(
+                f"{source.name}: the weights {what} {part}, timm's {name} "
+                f"{'does not' if has else 'does'}: they are not that architecture (give the "
+                f'right one with --arch NAME or "arch" in {source.sidecar_name}).'
+            )
+
+
+def _take_attention(t: Taker, b: str, out: dict[str, Tensor], kind: str) -> bool:
+    """q/k/v of block ``b`` into vitviz's fused ``qkv``; returns whether it has biases."""
+    o = b + "attn."
+    if f"{o}q_proj.weight" in t:
+        q, k, v = (t.take(f"{o}{n}_proj.weight") for n in "qkv")
+        out[f"{o}qkv.weight"] = fuse_qkv(q, k, v)
+        qb, kb, vb = (t.maybe(f"{o}{n}_proj.bias") for n in "qkv")
+        if qb is None and vb is None and kb is None:
+            return False
+        if qb is None or vb is None:
+            raise CheckpointError(f"{t.source.name}: {o}q_proj and v_proj differ in bias.")
+        out[f"{o}qkv.bias"] = fuse_qkv(qb, torch.zeros_like(qb) if kb is None else kb, vb)
+        return True
+    out[f"{o}qkv.weight"] = t.take(f"{o}qkv.weight")
+    bias = t.maybe(f"{o}qkv.bias")
+    if bias is not None:
+        out[f"{o}qkv.bias"] = bias
+        return True
+    qb, vb = t.maybe(f"{o}q_bias"), t.maybe(f"{o}v_bias")
+    if qb is None or vb is None:
+        return False
+    out[f"{o}qkv.bias"] = torch.cat([qb, torch.zeros_like(qb), vb])  # EVA: no k bias
+    return True
+
+
+def _take_mlp(t: Taker, b: str, out: dict[str, Tensor], rec: dict[str, Any]) -> None:
+    o = b + "mlp."
+    names = ["fc2", *(("norm",) if rec["mlp_norm"] else ())]
+    if not rec["swiglu"]:
+        names.append("fc1")
+    elif f"{o}fc1_g.weight" in t:
+        names += ["fc1_g", "fc1_x"]
+    else:  # GluMlp: one fc1, gate and value halves (the gate first unless gate_last)
+        for part in ("weight", "bias"):
+            a, c = t.take(f"{o}fc1.{part}").chunk(2, dim=0)
+            gate, value = (c, a) if rec["glu_gate_last"] else (a, c)
+            out[f"{o}fc1_g.{part}"], out[f"{o}fc1_x.{part}"] = gate, value
+    for name in names:
+        for part in ("weight", "bias"):
+            out[f"{o}{name}.{part}"] = t.take(f"{o}{name}.{part}")
+
+
+def convert(source: Source) -> Conversion:
+    name, args = _named(source)
+    source.user.pop("arch", None)  # read: not a ViTConfig field
+    if name is None:
+        name, rec, recognised = _recognised(source)
+    else:
+        rec, recognised = _settings(source, name, args), f"architecture {name} as timm defines it"
+    _check_shown(source, name, rec)
+    t = Taker(source, LOOKS_LIKE)
+    out: dict[str, Tensor] = {}
+    depth = check_depth(source, block_indices(t.state, r"blocks\.(\d+)\.norm1\.weight$"))
+    out["patch_embed.proj.weight"] = patch = t.take("patch_embed.proj.weight")
+    bias = t.maybe("patch_embed.proj.bias")
+    out["patch_embed.proj.bias"] = bias if bias is not None else patch.new_zeros(patch.shape[0])
+    D, C, p = int(patch.shape[0]), int(patch.shape[1]), int(patch.shape[-1])
+    prefix = 0
+    for key in ("cls_token", "reg_token"):
+        token = t.maybe(key)
+        if token is not None:
+            out[key] = token
+            prefix += int(token.shape[1])
+    pos = t.maybe("pos_embed")
+    if pos is not None:
+        out["pos_embed"] = pos
+    if rec["rope"] == "mixed":
+        out["rope.freqs"] = t.take("rope.freqs")
+    qkv_bias = True
+    for i in range(depth):
+        b = f"blocks.{i}."
+        for n in ("norm1", "attn.proj", "norm2", *(("attn.norm",) if rec["attn_norm"] else ())):
+            for part in ("weight", "bias"):
+                out[f"{b}{n}.{part}"] = t.take(f"{b}{n}.{part}")
+        qkv_bias = _take_attention(t, b, out, rec["attn_kind"])
+        _take_mlp(t, b, out, rec)
+        if rec["layer_scale"]:
+            out[f"{b}ls1.gamma"] = t.take(f"{b}gamma_1")
+            out[f"{b}ls2.gamma"] = t.take(f"{b}gamma_2")
+    for norm in ("norm_pre", "norm", "fc_norm"):
+        for part in ("weight", "bias"):
+            tensor = t.maybe(f"{norm}.{part}")
+            if tensor is not None:
+                out[f"{norm}.{part}"] = tensor
+    head = t.maybe("head.weight")
+    if head is not None:
+        out["head.weight"] = head
+        out["head.bias"] = t.take("head.bias")
+    t.refuse_leftovers()
+    if not qkv_bias:
+        out = {k: v for k, v in out.items() if not k.endswith("attn.qkv.bias")}
+
+    cfg = source.timm_config or {}
+    pretrained = dict(cfg.get("pretrained_cfg") or {})
+    image = _image_size(args, pretrained, pos, prefix, rec, p, name)
+    hidden = int(out["blocks.0.mlp.fc2.weight"].shape[1])
+    inferred: dict[str, Any] = {k: rec[k] for k in CONFIG_KEYS if k in rec}
+    inferred.update(
+        image_size=image, patch_size=p, in_channels=C, num_classes=0 if head is None
+        else int(head.shape[0]), dim=D, depth=depth, mlp_hidden_dim=hidden, qkv_bias=qkv_bias,
+        layer_scale_init=1.0 if rec["layer_scale"] else None,
+        class_token=rec["class_token"], num_register_tokens=prefix - int(rec["class_token"]),
+        pos_embed=rec["pos_embed"], activation="gelu", pos_embed_interp=rec["pos_embed_interp"],
+    )  # fmt: skip
+    prep, notes = timm_preprocessing(pretrained, TIMM_VIT_DEFAULTS)
+    notes.insert(0, recognised)
+    conversion = finish(
+        source,
+        family="timm-eva",
+        looks_like=LOOKS_LIKE,
+        inferred=inferred,
+        required={},
+        state=out,
+        class_names=None,
+        preprocessing=prep,
+        notes=notes,
+        imagenet_if_1000=True,
+    )
+    config = conversion.config
+    ref_args = dict(args)
+    ref_args.update(
+        img_size=tuple(config.image_size), num_classes=config.num_classes, patch_size=p,
+        embed_dim=D, depth=depth, num_heads=config.heads, mlp_ratio=(hidden + 0.5) / D,
+    )  # fmt: skip
+    if C != 3:
+        ref_args["in_chans"] = C
+    conversion.reference = Reference("timm", name, ref_args)
+    return conversion
+
+
+def _image_size(
+    args: dict[str, Any],
+    pretrained: dict[str, Any],
+    pos: Tensor | None,
+    prefix: int,
+    rec: dict[str, Any],
+    p: int,
+    name: str,
+) -> tuple[int, int]:
+    """The trained input size: the position table's grid, else the folder's, else the name's."""
+    if pos is not None:
+        n = int(pos.shape[1]) - (0 if rec["no_embed_class"] else prefix)
+        grid = grid_from_table(n)
+        if grid is not None:
+            return grid[0] * p, grid[1] * p
+    if args.get("img_size") is not None:
+        size = args["img_size"]
+        return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    size = pretrained.get("input_size")
+    if isinstance(size, (list, tuple)) and len(size) == 3:
+        return int(size[1]), int(size[2])
+    try:
+        embed = build_meta(name, {}).patch_embed
+        return tuple(int(s) for s in embed.img_size)  # type: ignore[return-value]
+    except Exception:  # noqa: BLE001 - checked when the settings were read
+        return 224, 224
+
+
+FAMILY = Family("timm-eva", detect, convert)
