@@ -164,6 +164,11 @@ VITVIZ_LAYERS: dict[str, int] = {
     # what the engine asks of a kind, as numpy for the window (no Qt, no workers, no ui)
     **dict.fromkeys(("kinds.swin.engine_data", "kinds.vit.engine_data"), 5),
     "kinds.maps": 1,
+    # CaiT: its config and network low, its family beside the checkpoints, the kind over the ViT's
+    **dict.fromkeys(("kinds.cait.config", "kinds.cait.network"), 1),
+    **dict.fromkeys(("kinds.cait.methods", "kinds.cait.stats"), 2),
+    "kinds.cait.families": 3,
+    "kinds.cait": 5,
     # CLIP: the text side and the network low, its checkpoint family beside the checkpoints
     **dict.fromkeys(("kinds.clip.text", "kinds.clip.tokenizer", "kinds.clip.network"), 1),
     **dict.fromkeys(("kinds.clip.siglip", "kinds.clip.siglip_tokenizer"), 1),

@@ -226,10 +226,12 @@ def build_timm(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
 
 
 def timm_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """timm's logits and each block's attention probabilities (its explicit path)."""
+    """timm's logits and each block's attention probabilities (its explicit path); a CaiT's
+    class-attention blocks (``blocks_token_only``) follow its other blocks."""
     attn: list[Tensor] = []
     handles = []
-    for block in getattr(model, "blocks", []):
+    blocks = [*getattr(model, "blocks", []), *(getattr(model, "blocks_token_only", None) or [])]
+    for block in blocks:
         a = getattr(block, "attn", None)
         if a is None or not hasattr(a, "attn_drop"):
             continue

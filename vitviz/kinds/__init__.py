@@ -58,6 +58,7 @@ __all__ = [
 KIND_PACKAGES: tuple[str, ...] = (
     "vitviz.kinds.clip",
     "vitviz.kinds.swin",
+    "vitviz.kinds.cait",
     "vitviz.kinds.vit",
 )
 
