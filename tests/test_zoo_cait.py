@@ -19,6 +19,7 @@ from zoo_helpers import ATTN_ATOL, LOGIT_ATOL, assert_close, images, randomize_
 from vitviz import cli
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.checkpoints.library_check import timm_forward
+from vitviz.checkpoints.native import save_checkpoint
 from vitviz.explain.methods import get_method
 from vitviz.kinds import kind_of
 from vitviz.pipeline.analysis import analyze
@@ -60,6 +61,10 @@ def test_bare_state_dict_and_timm_folder_are_exact(cait, tmp_path: Path) -> None
     assert loaded.family == "timm-cait" and kind_of(loaded.model).name == "cait"
     assert (loaded.config.depth, loaded.config.class_depth, loaded.config.heads) == (3, 1, 4)
     _compare(model, loaded, x)
+    native = save_checkpoint(loaded.model, tmp_path / "cait.safetensors", loaded.class_names)
+    again = load_checkpoint(native)
+    assert kind_of(again.model).name == "cait" and again.config == loaded.config
+    _compare(model, again, x)
     names = ["a", "b", "c", "d", "e"]
     folder = tmp_path / "cait"
     save_for_hf(

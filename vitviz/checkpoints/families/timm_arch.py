@@ -47,7 +47,10 @@ CLASS_REASONS = {
     "Eva": "rotary position embedding (EVA-style blocks)",
     "Beit": "relative position bias (BEiT)",
     "VisionTransformerRelPos": "relative position bias",
-    "Cait": "class-attention blocks (CaiT)",
+    "Cait": (
+        "class-attention blocks (CaiT) that these tensors lack (vitviz's CaiT kind opens a "
+        "CaiT's own blocks_token_only.* tensors)"
+    ),
     "Xcit": "cross-covariance attention (XCiT)",
     "VisionTransformerSAM": "windowed attention with relative position (SAM)",
     "NaFlexVit": "NaFlex variable-resolution embedding",

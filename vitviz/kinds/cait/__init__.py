@@ -143,7 +143,8 @@ class CaitKind(ViTKind):
         # attention None: the window asks query_maps, which blanks the rows a query lacks
         numbers = super().image_numbers(session)
         words = ViewWords(query_none="CLS token (class-attention layers)")
-        return dataclasses.replace(numbers, attention=None, words=words)
+        rows = self.layer_rows(session.analysis)
+        return dataclasses.replace(numbers, attention=None, words=words, layer_rows=rows)
 
     def query_maps(self, session: Session, query: tuple[int, int] | None) -> QueryMaps:
         """The ViT's maps, NaN (blank) in the layers where the query has no row: the CLS in a

@@ -176,7 +176,9 @@ def convert(source: Source) -> Conversion:
     )
     named = arch or cfg.get("architecture")
     if not named:
-        named = _recognised(D, S, K, config.image_size)
+        named = _NAMES.get((D, S, K))
+        if named is not None:
+            notes.append(f"recognised as timm's {named} by its width and depths")
     if isinstance(named, str) and re.match(r"cait_", named):  # timm's own model checks ours
         conversion.reference = Reference("timm", named, {} if arch else dict(args))
     return conversion
@@ -193,11 +195,6 @@ _NAMES = {
     (768, 36, 2): "cait_m36_384",
     (768, 48, 2): "cait_m48_448",
 }
-
-
-def _recognised(dim: int, depth: int, class_depth: int, size: tuple[int, int]) -> str | None:
-    """The timm architecture with these sizes (a bare state dict has no name), or None."""
-    return _NAMES.get((dim, depth, class_depth))
 
 
 FAMILY = Family("timm-cait", detect, convert)
