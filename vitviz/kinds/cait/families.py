@@ -22,6 +22,8 @@ from torch import Tensor
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, Source
 from vitviz.checkpoints.families.common import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
     Taker,
     block_indices,
     check_channels,
@@ -30,7 +32,7 @@ from vitviz.checkpoints.families.common import (
 )
 from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import TIMM_VIT_DEFAULTS, timm_preprocessing
+from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.imaging import Preprocessing
 from vitviz.kinds.cait.config import CaitConfig
 
@@ -43,6 +45,14 @@ _SIZE_ARGS = {
     "init_values", "drop_rate", "pos_drop_rate", "proj_drop_rate", "attn_drop_rate",
     "drop_path_rate",
 }  # fmt: skip
+# timm's default_cfg of every CaiT: ImageNet mean and std, the whole image (crop_pct 1), bicubic.
+CAIT_DEFAULTS = {
+    "resize": "crop",
+    "crop_pct": 1.0,
+    "interpolation": "bicubic",
+    "mean": IMAGENET_MEAN,
+    "std": IMAGENET_STD,
+}
 _FIELDS = frozenset(f.name for f in dataclasses.fields(CaitConfig))
 _EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
 
@@ -155,8 +165,13 @@ def convert(source: Source) -> Conversion:
     names = resolve_class_names(
         num_classes, user.get("class_names"), names_from_timm(cfg, num_classes), True
     )
-    prep_dict, prep_notes = timm_preprocessing(pretrained, TIMM_VIT_DEFAULTS)
+    prep_dict, prep_notes = timm_preprocessing(pretrained, CAIT_DEFAULTS)
     notes += prep_notes
+    if not pretrained:
+        notes.append(
+            "no timm config.json beside the file: preprocessing is timm's CaiT default (set "
+            f"preprocessing in {source.sidecar_name} to change it)"
+        )
     prep = {"image_size": list(config.image_size), **prep_dict}
     if isinstance(user.get("preprocessing"), dict):
         prep.update(user["preprocessing"])
