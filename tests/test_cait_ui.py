@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import timm
 import torch
-from test_ui_window import WAIT_MS, click, drop, new_window, settled, wait_shown
+from test_ui_window import WAIT_MS, click, drop, new_window, overlay, settled, wait_shown
 from zoo_helpers import randomize_
 
 from vitviz.checkpoints import load_checkpoint
@@ -65,3 +65,7 @@ def test_the_window_shows_a_cait(qtbot, window, cait_ckpt: Path, photo_files) ->
     np.testing.assert_allclose(maps[:2], _rows(a, token)[:2], atol=1e-6)
     assert np.isnan(maps[2]).all()  # only the CLS queries in class attention
     assert "SA 1" in v.controls.layer.text()
+    np.testing.assert_allclose(overlay(window), _rows(a, token)[0, 1], atol=1e-6)
+    v.controls.select(layer=2, head=1)  # a class-attention layer: the patch has no row there
+    qtbot.waitUntil(lambda: settled(window) and "CA 1" in v.controls.layer.text(), timeout=WAIT_MS)
+    assert np.isnan(overlay(window)).all()

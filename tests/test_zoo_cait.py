@@ -187,6 +187,7 @@ def test_cli_explain_writes_the_shared_npz_keys(cait, photo_files, tmp_path: Pat
     out = tmp_path / "out"
     code = cli.main(["explain", str(image), "--checkpoint", str(path), "--out", str(out)])
     assert code == 0
+    assert (out / f"{image.stem}_heads.png").exists()  # the CLS's rows: CA only, SA blank
     with np.load(out / f"{image.stem}.npz") as npz:
         keys = set(npz.files)
         assert {"attention", "rollout", "relevance", "grid", "num_prefix_tokens"} <= keys, keys

@@ -22,6 +22,7 @@ from vitviz.kinds.vit import ViTKind
 
 if TYPE_CHECKING:
     import numpy as np
+    from PIL import Image
     from torch import Tensor, nn
 
     from vitviz.kinds.cait.config import CaitConfig
@@ -32,6 +33,18 @@ if TYPE_CHECKING:
 def _self_depth(analysis: Any) -> tuple[int, int]:
     cfg = analysis.loaded.model.config
     return int(cfg.self_depth), int(cfg.depth)
+
+
+def _rows_without(analysis: Any, query: tuple[int, int] | None) -> list[int]:
+    """The rows (of the kept layers) where ``query`` (None: the CLS) has no row of attention."""
+    from vitviz.kinds.cait.methods import query_problem
+
+    S, L = _self_depth(analysis)
+    return [
+        row
+        for row, layer in enumerate(analysis.layer_indices)
+        if query_problem(S, L, layer, query) is not None
+    ]
 
 
 class CaitKind(ViTKind):
@@ -152,25 +165,65 @@ class CaitKind(ViTKind):
         import numpy as np
 
         from vitviz.imaging.colormaps import nice_levels
-        from vitviz.kinds.cait.methods import query_problem
 
         maps = super().query_maps(session, query)
-        a = session.analysis
-        S, L = _self_depth(a)
+        blank = _rows_without(session.analysis, query)
         head, mean = maps.head_maps.copy(), maps.mean_maps.copy()
         prefix = maps.prefix_attention.copy()
-        layer_maps = list(maps.layer_maps)
-        for row, layer in enumerate(a.layer_indices):
-            if query_problem(S, L, layer, query) is not None:
-                head[row], mean[row], prefix[row] = np.nan, np.nan, np.nan
-                layer_maps[row] = head[row]
+        head[blank], mean[blank], prefix[blank] = np.nan, np.nan, np.nan
         return dataclasses.replace(
             maps,
             head_maps=head,
             mean_maps=mean,
-            layer_maps=tuple(layer_maps),
+            layer_maps=tuple(head),
             prefix_attention=prefix,
             levels=nice_levels(np.array([np.nanmin(head), np.nanmax(head)])),
+        )
+
+    def heads_picture(self, analysis: Analysis, colormap: str, titled: bool) -> Image.Image:
+        """The CLS's maps of every layer and head (``<stem>_heads.png``), the self-attention
+        rows blank (the CLS is not there)."""
+        import numpy as np
+
+        from vitviz.pipeline.export import heads_figure
+
+        maps = analysis.all_attention_maps(None).numpy().copy()
+        maps[_rows_without(analysis, None)] = np.nan
+        return heads_figure(
+            maps,
+            maps.mean(axis=1),
+            analysis.pixels,
+            row_names=[r.label for r in self.layer_rows(analysis)],
+            title="Attention of every layer and head",
+            query="query CLS (class-attention layers; self-attention rows blank)",
+            colormap=colormap,
+            titled=titled,
+        )
+
+    def view_heads_picture(
+        self,
+        session: Session,
+        query: tuple[int, int] | None,
+        colormap: str,
+        opacity: float,
+        per_head: bool,
+    ) -> Image.Image:
+        """The window's head grid as it shows it (blank rows included), titled."""
+        from vitviz.pipeline.export import heads_figure
+
+        shown = self.query_maps(session, query)
+        rows = "class-attention" if query is None else "self-attention"
+        words = "query CLS" if query is None else f"query patch ({query[0]}, {query[1]})"
+        return heads_figure(
+            shown.head_maps,
+            shown.mean_maps,
+            session.analysis.pixels,
+            row_names=[r.label for r in self.layer_rows(session.analysis)],
+            title="Attention of every layer and head",
+            query=f"{words} ({rows} layers; the other rows blank)",
+            colormap=colormap,
+            opacity=opacity,
+            per_head=per_head,
         )
 
     def npz_arrays(self, analysis: Analysis) -> dict[str, np.ndarray]:
