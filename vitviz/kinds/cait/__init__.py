@@ -131,6 +131,11 @@ class CaitKind(ViTKind):
 
         return implementation(method)
 
+    def missing_method(self, method: str) -> str | None:
+        from vitviz.kinds.cait.methods import MISSING
+
+        return MISSING.get(method)
+
     def layer_rows(self, analysis: Any) -> tuple[LayerRow, ...]:
         """ "SA i" for the self-attention layers, "CA j" for the class-attention layers."""
         S, L = _self_depth(analysis)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from vitviz.explain.subject import Explained
 from vitviz.kinds.protocol import KindMethod
@@ -95,11 +95,13 @@ def _gradient_rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any
     return a.gradient_rollout(c, q, 0.0, p["start_layer"])
 
 
-def _no_lrp(label: str, model: nn.Module) -> str | None:
-    return (
-        f"{label} has no LRP rule for a CaiT's talking heads (heads mixed before and after "
-        "the softmax) or its class attention; relevance and the gradient methods apply"
-    )
+# Why the CaiT has no version of a table method (``CaitKind.missing_method``), a clause.
+MISSING = {
+    "transformer-attribution": (
+        "its LRP has no rule for a CaiT's talking heads (heads mixed before and after the "
+        "softmax) or its class attention; relevance and the gradient methods apply"
+    ),
+}
 
 
 _ROLLOUTS = {"rollout": _rollout, "gradient-rollout": _gradient_rollout}
@@ -112,8 +114,8 @@ _OWN = {
 
 def implementation(name: str) -> KindMethod | None:
     """The CaiT's version of table method ``name``, or None."""
-    if name == "transformer-attribution":
-        return KindMethod(COMPUTE[name], requires=_no_lrp)
+    if name in MISSING:
+        return None
     if name in _ROLLOUTS:
         takes = frozenset({"fusion", "start_layer"})
         return KindMethod(_ROLLOUTS[name], takes=takes, refusals={"discard_ratio": NO_DISCARD})
