@@ -148,6 +148,17 @@ def test_methods_equal_float64_references(cait, photo_files) -> None:
     torch.testing.assert_close(
         get_method("relevance")(a, None, c, {}).double(), _min_max(R[0, 1:]), rtol=1e-5, atol=1e-6
     )
+    torch.testing.assert_close(  # a patch's relevance: its row of the SA layers' R
+        get_method("relevance")(a, (1, 1), c, {}).double(), _min_max(R[6, 1:]), rtol=1e-5, atol=1e-6
+    )
+    # attention Grad-CAM: ReLU(mean_h A_L[h, CLS, patches] · mean_p G_L[h, CLS, patches])
+    cam = (A[-1][:, 0, 1:] * G[-1][:, 0, 1:].mean(-1, keepdim=True)).mean(0).clamp(min=0)
+    torch.testing.assert_close(
+        get_method("attention-gradcam")(a, None, c, {}).double(),
+        _min_max(cam),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     sam = sum((g.clamp(min=0) * t).sum(0)[0, 1:] for t, g in zip(A[S:], G[S:], strict=True))
     torch.testing.assert_close(
         get_method("grad-sam")(a, None, c, {}).double(), _min_max(sam), rtol=1e-5, atol=1e-6
