@@ -65,6 +65,8 @@ def test_the_window_shows_a_cait(qtbot, window, cait_ckpt: Path, photo_files) ->
     np.testing.assert_allclose(maps[:2], _rows(a, token)[:2], atol=1e-6)
     assert np.isnan(maps[2]).all()  # only the CLS queries in class attention
     assert "SA 1" in v.controls.layer.text()
+    assert np.isnan(v.maps.prefix_attention[:2]).all()  # no CLS in a self-attention layer
+    assert v.controls.prefix_label.text() == "Prefix tokens: none in this layer for this query."
     np.testing.assert_allclose(overlay(window), _rows(a, token)[0, 1], atol=1e-6)
     v.controls.select(layer=2, head=1)  # a class-attention layer: the patch has no row there
     qtbot.waitUntil(lambda: settled(window) and "CA 1" in v.controls.layer.text(), timeout=WAIT_MS)

@@ -176,6 +176,9 @@ class CaitKind(ViTKind):
         head, mean = maps.head_maps.copy(), maps.mean_maps.copy()
         prefix = maps.prefix_attention.copy()
         head[blank], mean[blank], prefix[blank] = np.nan, np.nan, np.nan
+        S, _ = _self_depth(session.analysis)
+        layers = session.analysis.layer_indices
+        prefix[[row for row, layer in enumerate(layers) if layer < S]] = np.nan  # no CLS there
         return dataclasses.replace(
             maps,
             head_maps=head,
