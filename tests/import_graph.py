@@ -169,6 +169,9 @@ VITVIZ_LAYERS: dict[str, int] = {
     **dict.fromkeys(("kinds.cait.methods", "kinds.cait.stats"), 2),
     "kinds.cait.families": 3,
     "kinds.cait": 5,
+    **dict.fromkeys(("kinds.xcit.config", "kinds.xcit.network"), 1),
+    "kinds.xcit.families": 3,
+    "kinds.xcit": 5,
     # CLIP: the text side and the network low, its checkpoint family beside the checkpoints
     **dict.fromkeys(("kinds.clip.text", "kinds.clip.tokenizer", "kinds.clip.network"), 1),
     **dict.fromkeys(("kinds.clip.siglip", "kinds.clip.siglip_tokenizer"), 1),

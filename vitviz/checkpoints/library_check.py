@@ -226,11 +226,14 @@ def build_timm(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
 
 
 def timm_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """timm's logits and each block's attention probabilities (its explicit path); a CaiT's
-    class-attention blocks (``blocks_token_only``) follow its other blocks."""
+    """timm's logits and each block's attention probabilities (its explicit path); the
+    class-attention blocks of a CaiT (``blocks_token_only``) or an XCiT (``cls_attn_blocks``)
+    follow its other blocks."""
     attn: list[Tensor] = []
     handles = []
-    blocks = [*getattr(model, "blocks", []), *(getattr(model, "blocks_token_only", None) or [])]
+    blocks = [*getattr(model, "blocks", [])]
+    for name in ("blocks_token_only", "cls_attn_blocks"):
+        blocks += getattr(model, name, None) or []
     for block in blocks:
         a = getattr(block, "attn", None)
         if a is None or not hasattr(a, "attn_drop"):

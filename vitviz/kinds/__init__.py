@@ -59,6 +59,7 @@ KIND_PACKAGES: tuple[str, ...] = (
     "vitviz.kinds.clip",
     "vitviz.kinds.swin",
     "vitviz.kinds.cait",
+    "vitviz.kinds.xcit",
     "vitviz.kinds.vit",
 )
 

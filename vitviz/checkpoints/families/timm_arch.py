@@ -51,7 +51,10 @@ CLASS_REASONS = {
         "class-attention blocks (CaiT) that these tensors lack (vitviz's CaiT kind opens a "
         "CaiT's own blocks_token_only.* tensors)"
     ),
-    "Xcit": "cross-covariance attention (XCiT)",
+    "Xcit": (
+        "cross-covariance attention (XCiT) that these tensors lack (vitviz's XCiT kind opens an "
+        "XCiT's own cls_attn_blocks.* tensors)"
+    ),
     "VisionTransformerSAM": "windowed attention with relative position (SAM)",
     "NaFlexVit": "NaFlex variable-resolution embedding",
     "Hiera": "a hierarchical (pooling-attention) ViT, Hiera",

@@ -65,10 +65,10 @@ def query_problem(self_depth: int, depth: int, layer: int, query: Query) -> str 
             "click a patch, or pick one of those layers"
         )
     if layer >= self_depth and query is not None:
+        other = f", or a self-attention layer (1-{self_depth})" if self_depth else ""
         return (
             f"layer {layer + 1} is a class-attention block: only the CLS token queries there "
-            "(the patches pass it unchanged); use the CLS query, or a self-attention layer "
-            f"(1-{self_depth})"
+            f"(a patch takes nothing from other tokens there); use the CLS query{other}"
         )
     return None
 
@@ -87,12 +87,34 @@ def _one_layer(name: str, fixed_layer: int | None = None) -> Any:
     return compute
 
 
+def _patch_queries(a: Explained, q: Query) -> None:
+    """ValueError for a patch query on a model where no layer has a patch query (an XCiT's
+    class-attention layers only): its chain would be the patch itself."""
+    if q is not None and class_layers(a)[0] == 0:
+        raise ValueError(
+            "no layer of this model has a patch query (only the CLS queries, in the "
+            "class-attention blocks); use the CLS query"
+        )
+
+
 def _rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    _patch_queries(a, q)
     return a.rollout(q, p["fusion"], None, 0.0, p["start_layer"])
 
 
 def _gradient_rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    _patch_queries(a, q)
     return a.gradient_rollout(c, q, 0.0, p["start_layer"])
+
+
+def _chained(name: str) -> Any:
+    vit = COMPUTE[name]
+
+    def compute(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+        _patch_queries(a, q)
+        return vit(a, q, c, p)
+
+    return compute
 
 
 # Why the CaiT has no version of a table method (``CaitKind.missing_method``), a clause.
@@ -109,6 +131,8 @@ _OWN = {
     "attention": _one_layer("attention"),
     "dino-masks": _one_layer("dino-masks"),
     "attention-gradcam": _one_layer("attention-gradcam", fixed_layer=-1),
+    "relevance": _chained("relevance"),
+    "grad-sam": _chained("grad-sam"),
 }
 
 
