@@ -176,6 +176,7 @@ class CaitKind(ViTKind):
         head, mean = maps.head_maps.copy(), maps.mean_maps.copy()
         prefix = maps.prefix_attention.copy()
         head[blank], mean[blank], prefix[blank] = np.nan, np.nan, np.nan
+        finite = head[np.isfinite(head)]  # none: the query has no row in any layer (an XCiT's)
         S, _ = _self_depth(session.analysis)
         layers = session.analysis.layer_indices
         prefix[[row for row, layer in enumerate(layers) if layer < S]] = np.nan  # no CLS there
@@ -185,7 +186,9 @@ class CaitKind(ViTKind):
             mean_maps=mean,
             layer_maps=tuple(head),
             prefix_attention=prefix,
-            levels=nice_levels(np.array([np.nanmin(head), np.nanmax(head)])),
+            levels=nice_levels(np.array([finite.min(), finite.max()]))
+            if finite.size
+            else (0.0, 1.0),
         )
 
     def heads_picture(self, analysis: Analysis, colormap: str, titled: bool) -> Image.Image:
