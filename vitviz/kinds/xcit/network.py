@@ -81,10 +81,11 @@ class FourierPositions(nn.Module):
     def forward(self, grid: tuple[int, int]) -> Tensor:
         gh, gw = grid
         w = self.token_projection.weight
-        y = torch.arange(1, gh + 1, device=w.device, dtype=torch.float32)[:, None].expand(gh, gw)
-        x = torch.arange(1, gw + 1, device=w.device, dtype=torch.float32)[None, :].expand(gh, gw)
-        y = y / (gh + 1e-6) * (2 * math.pi)
-        x = x / (gw + 1e-6) * (2 * math.pi)
+        y = torch.arange(1, gh + 1, device=w.device, dtype=torch.float32)[:, None].repeat(1, gw)
+        x = torch.arange(1, gw + 1, device=w.device, dtype=torch.float32)[None, :].repeat(gh, 1)
+        # the last row (column) + 1e-6 in float32, as timm rounds it: the same bits
+        y = y / (y[-1:, :] + 1e-6) * (2 * math.pi)
+        x = x / (x[:, -1:] + 1e-6) * (2 * math.pi)
         i = torch.arange(self.hidden, device=w.device, dtype=torch.float32)
         freq = 10000.0 ** (2 * torch.div(i, 2, rounding_mode="floor") / self.hidden)
 
@@ -92,7 +93,8 @@ class FourierPositions(nn.Module):
             a = t[..., None] / freq
             return torch.stack([a[..., 0::2].sin(), a[..., 1::2].cos()], dim=-1).flatten(-2)
 
-        pos = torch.cat([waves(y), waves(x)], dim=-1).permute(2, 0, 1)[None]  # (1, 2h, gh, gw)
+        # (1, 2h, gh, gw) with timm's strides (the convolution's summation order follows them)
+        pos = torch.cat([waves(y), waves(x)], dim=-1)[None].permute(0, 3, 1, 2)
         return self.token_projection(pos.to(w.dtype)).flatten(2).transpose(1, 2)
 
 
