@@ -173,6 +173,14 @@ VITVIZ_LAYERS: dict[str, int] = {
     **dict.fromkeys(("kinds.pyramid.analysis", "kinds.pyramid.methods", "kinds.pyramid.export"), 2),
     "kinds.pyramid.families": 3,
     **dict.fromkeys(("kinds.pyramid", "kinds.pyramid.engine_data"), 5),
+    # CaiT: its config and network low, its family beside the checkpoints, the kind over the ViT's
+    **dict.fromkeys(("kinds.cait.config", "kinds.cait.network"), 1),
+    **dict.fromkeys(("kinds.cait.methods", "kinds.cait.stats"), 2),
+    "kinds.cait.families": 3,
+    "kinds.cait": 5,
+    **dict.fromkeys(("kinds.xcit.config", "kinds.xcit.network"), 1),
+    "kinds.xcit.families": 3,
+    "kinds.xcit": 5,
     # CLIP: the text side and the network low, its checkpoint family beside the checkpoints
     **dict.fromkeys(("kinds.clip.text", "kinds.clip.tokenizer", "kinds.clip.network"), 1),
     **dict.fromkeys(("kinds.clip.siglip", "kinds.clip.siglip_tokenizer"), 1),

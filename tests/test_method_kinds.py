@@ -110,7 +110,15 @@ def test_a_kind_registered_at_run_time_runs_its_version(toy_kind, capsys) -> Non
     rows = json.loads(capsys.readouterr().out)
     rows = rows["methods"] if isinstance(rows, dict) else rows
     by_name = {r["name"]: r for r in rows}
-    assert by_name["rollout"]["applies_to"] == ["clip", "pyramid", "swin", "toy", "vit"]
+    assert by_name["rollout"]["applies_to"] == [
+        "cait",
+        "clip",
+        "pyramid",
+        "swin",
+        "toy",
+        "vit",
+        "xcit",
+    ]
     assert "toy" not in by_name["relevance"]["applies_to"]
 
 

@@ -243,10 +243,15 @@ def _timm_blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def timm_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """timm's logits and each block's attention probabilities (its explicit path)."""
+    """timm's logits and each block's attention probabilities (its explicit path); the
+    class-attention blocks of a CaiT (``blocks_token_only``) or an XCiT (``cls_attn_blocks``)
+    follow its other blocks."""
     attn: list[Tensor] = []
     handles = []
-    for block in _timm_blocks(model):
+    blocks = _timm_blocks(model)
+    for name in ("blocks_token_only", "cls_attn_blocks"):
+        blocks += getattr(model, name, None) or []
+    for block in blocks:
         a = getattr(block, "attn", None)
         if a is None or not hasattr(a, "attn_drop"):
             continue

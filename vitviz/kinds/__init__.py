@@ -59,6 +59,8 @@ KIND_PACKAGES: tuple[str, ...] = (
     "vitviz.kinds.clip",
     "vitviz.kinds.swin",
     "vitviz.kinds.pyramid",
+    "vitviz.kinds.cait",
+    "vitviz.kinds.xcit",
     "vitviz.kinds.vit",
 )
 

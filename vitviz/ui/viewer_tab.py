@@ -431,6 +431,9 @@ class ViewerTab(QWidget):
         layer, head = self.controls.selected_layer(), self.controls.selected_head()
         pa = self.maps.prefix_attention[min(layer, self.maps.prefix_attention.shape[0] - 1)]
         share = pa.mean(axis=0) if head == MEAN else pa[head]  # (num_prefix,)
+        if not np.isfinite(share.sum()):  # NaN: the layer has no prefix token for this query
+            self.controls.prefix_label.setText("Prefix tokens: none in this layer for this query.")
+            return
         self.controls.prefix_label.setText(
             f"Prefix tokens: {share.sum():.1%} of this query's attention in this layer "
             f"({self.image.prefix_share[layer].mean():.1%} over all patch queries)."

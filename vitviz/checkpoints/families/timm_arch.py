@@ -47,8 +47,14 @@ SIZE_ARGS = frozenset({"img_size", "num_classes", "in_chans", "dynamic_img_size"
 CLASS_REASONS = {
     "Eva": "rotary position embedding (EVA-style blocks)",
     "Beit": "relative position bias (BEiT)",
-    "Cait": "class-attention blocks (CaiT)",
-    "Xcit": "cross-covariance attention (XCiT)",
+    "Cait": (
+        "class-attention blocks (CaiT) that these tensors lack (vitviz's CaiT kind opens a "
+        "CaiT's own blocks_token_only.* tensors)"
+    ),
+    "Xcit": (
+        "cross-covariance attention (XCiT) that these tensors lack (vitviz's XCiT kind opens an "
+        "XCiT's own cls_attn_blocks.* tensors)"
+    ),
     "VisionTransformerSAM": "windowed attention with relative position (SAM)",
     "NaFlexVit": "NaFlex variable-resolution embedding",
     "Hiera": "a hierarchical (pooling-attention) ViT, Hiera",

@@ -1,0 +1,48 @@
+"""An XCiT in the window (issue 27): head-grid rows "CA 1", "CA 2" (its class-attention blocks,
+the only layers with token maps); the CLS's thumbnails equal to the analysis's rows; a clicked
+patch has no row in any layer (every thumbnail blank), and no bug dialog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_ui_window import WAIT_MS, click, drop, new_window, settled, wait_shown
+from test_zoo_xcit import tiny_xcit
+
+from vitviz.checkpoints import load_checkpoint
+from vitviz.pipeline.analysis import analyze
+
+
+@pytest.fixture
+def xcit_ckpt(tmp_path: Path) -> Path:
+    path = tmp_path / "xcit.pth"
+    torch.save(tiny_xcit().state_dict(), path)
+    path.with_name("xcit.pth.vitviz.json").write_text('{"image_size": 32}')
+    return path
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path):
+    w = new_window(qtbot, tmp_path / "settings.ini")
+    bugs: list[str] = []
+    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
+    yield w
+    assert not bugs, f"the bug dialog was shown: {bugs}"
+
+
+def test_the_window_shows_an_xcit(qtbot, window, xcit_ckpt: Path, photo_files) -> None:
+    image = photo_files["chelsea"]
+    drop(window, [image, xcit_ckpt])
+    wait_shown(qtbot, window, image.name)
+    v = window.viewer
+    a = analyze(load_checkpoint(xcit_ckpt), image)
+    assert v.head_grid.row_texts() == ["CA 1", "CA 2"]
+    want = a.attention[:, :, 0, 1:].reshape(2, 4, 4, 4).numpy()
+    np.testing.assert_allclose(v.maps.head_maps, want, atol=1e-6)
+    patch = (2, 1)
+    click(v.map_view, v.map_view.vb.mapViewToScene(v.map_view.patch_rect(*patch).center()))
+    qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == patch, timeout=WAIT_MS)
+    assert np.isnan(v.maps.head_maps).all()

@@ -1,0 +1,215 @@
+"""timm's CaiT (``cait_xxs24_224``, ``cait_s24_224``, ...): a bare state dict (.pth or
+.safetensors) or timm's folder (``config.json`` + ``model.safetensors``, ``save_for_hf``).
+
+Keys: ``cls_token`` (1, 1, D), ``pos_embed`` (1, P, D) (patches only), ``patch_embed.proj``,
+``blocks.{i}.{norm1, attn.qkv, attn.proj_l, attn.proj_w, attn.proj, norm2, mlp.fc1, mlp.fc2}``
+with ``gamma_1``/``gamma_2``, ``blocks_token_only.{j}.{norm1, attn.q, attn.k, attn.v,
+attn.proj, norm2, mlp.fc1, mlp.fc2}`` with ``gamma_1``/``gamma_2``, ``norm``, ``head``.
+
+What the weights don't say is timm's for every CaiT: LayerNorm eps 1e-6, GELU, CLS pooling.
+The heads are the talking-heads mixers' size (``proj_l`` is H × H). Model arguments of a folder
+that change the computation are refused by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from torch import Tensor
+
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.common import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Taker,
+    block_indices,
+    check_channels,
+    check_depth,
+    grid_from_table,
+)
+from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
+from vitviz.checkpoints.library_check import Reference
+from vitviz.checkpoints.preprocessing import timm_preprocessing
+from vitviz.imaging import Preprocessing
+from vitviz.kinds.cait.config import CaitConfig
+
+LOOKS_LIKE = "a timm CaiT"
+# model_args the weights already show (sizes), or that only change the initialisation or
+# training: anything else changes the computation and is refused by name.
+_SIZE_ARGS = {
+    "img_size", "num_classes", "in_chans", "pretrained", "patch_size", "embed_dim", "depth",
+    "depth_token_only", "num_heads", "mlp_ratio", "mlp_ratio_token_only", "qkv_bias",
+    "init_values", "drop_rate", "pos_drop_rate", "proj_drop_rate", "attn_drop_rate",
+    "drop_path_rate",
+}  # fmt: skip
+# timm's default_cfg of every CaiT: ImageNet mean and std, the whole image (crop_pct 1), bicubic.
+CAIT_DEFAULTS = {
+    "resize": "crop",
+    "crop_pct": 1.0,
+    "interpolation": "bicubic",
+    "mean": IMAGENET_MEAN,
+    "std": IMAGENET_STD,
+}
+_FIELDS = frozenset(f.name for f in dataclasses.fields(CaitConfig))
+_EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+
+
+def detect(source: Source) -> bool:
+    s = source.state
+    return "blocks_token_only.0.attn.q.weight" in s and "blocks.0.attn.proj_l.weight" in s
+
+
+def _linear(t: Taker, old: str, new: str, out: dict[str, Tensor], bias: bool = True) -> None:
+    out[new + ".weight"] = t.take(old + ".weight")
+    b = t.maybe(old + ".bias")
+    if b is not None:
+        out[new + ".bias"] = b
+    elif bias:
+        raise CheckpointError(
+            f"{t.source.name} looks like {LOOKS_LIKE}, but {old}.bias is missing."
+        )
+
+
+def _block(t: Taker, old: str, new: str, attn: tuple[str, ...], out: dict[str, Tensor]) -> None:
+    for part in ("norm1", "norm2", "mlp.fc1", "mlp.fc2", "attn.proj"):
+        _linear(t, f"{old}.{part}", f"{new}.{part}", out)
+    for part in attn:
+        _linear(t, f"{old}.attn.{part}", f"{new}.attn.{part}", out, bias=part.startswith("proj"))
+    out[f"{new}.ls1.gamma"] = t.take(f"{old}.gamma_1")
+    out[f"{new}.ls2.gamma"] = t.take(f"{old}.gamma_2")
+
+
+def convert(source: Source) -> Conversion:
+    cfg = source.timm_config or {}
+    args: dict[str, Any] = dict(cfg.get("model_args") or {})
+    pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
+    changed = sorted(set(args) - _SIZE_ARGS - {"global_pool"})
+    if args.get("global_pool", "token") != "token":
+        changed.append(f"global_pool {args['global_pool']!r} (vitviz's CaiT reads the CLS token)")
+    if changed:
+        raise CheckpointError(
+            f"{source.name}: timm CaiT model_args {', '.join(changed)} change the computation "
+            "and vitviz does not model them; refused rather than shown wrong."
+        )
+    t = Taker(source, LOOKS_LIKE)
+    out: dict[str, Tensor] = {}
+    S = check_depth(source, block_indices(t.state, r"blocks\.(\d+)\.norm1\.weight$"))
+    K = check_depth(source, block_indices(t.state, r"blocks_token_only\.(\d+)\.norm1\.weight$"))
+    for i in range(S):
+        _block(t, f"blocks.{i}", f"blocks.{i}", ("qkv", "proj_l", "proj_w"), out)
+    for j in range(K):
+        _block(t, f"blocks_token_only.{j}", f"blocks.{S + j}", ("q", "k", "v"), out)
+    out["cls_token"] = t.take("cls_token")
+    out["pos_embed"] = pos = t.take("pos_embed")
+    out["patch_embed.proj.weight"] = patch = t.take("patch_embed.proj.weight")
+    out["patch_embed.proj.bias"] = t.take("patch_embed.proj.bias")
+    out["norm.weight"] = t.take("norm.weight")
+    out["norm.bias"] = t.take("norm.bias")
+    num_classes = 0
+    if "head.weight" in t:
+        out["head.weight"] = t.take("head.weight")
+        out["head.bias"] = t.take("head.bias")
+        num_classes = out["head.weight"].shape[0]
+    t.refuse_leftovers()
+
+    D, p = patch.shape[0], patch.shape[-1]
+    notes = ["timm CaiT: LayerNorm eps 1e-6, GELU and the CLS head, as timm builds every CaiT"]
+    size = args.get("img_size")
+    if size is None and isinstance(pretrained.get("input_size"), (list, tuple)):
+        size = list(pretrained["input_size"][1:])
+    if size is None:
+        grid = grid_from_table(pos.shape[1])
+        if grid is None:
+            raise CheckpointError(
+                f"{source.name}: pos_embed has {pos.shape[1]} patches, not a square grid; set "
+                f"image_size in {source.sidecar_name}."
+            )
+        size = [grid[0] * p, grid[1] * p]
+        notes.append(f"image size {size[0]}×{size[1]} read off the square position table")
+    inferred: dict[str, Any] = dict(
+        image_size=size,
+        patch_size=p,
+        in_channels=patch.shape[1],
+        num_classes=num_classes,
+        dim=D,
+        depth=S + K,
+        class_depth=K,
+        heads=out["blocks.0.attn.proj_l.weight"].shape[0],
+        mlp_hidden_dim=out["blocks.0.mlp.fc1.weight"].shape[0],
+        class_mlp_hidden_dim=out[f"blocks.{S}.mlp.fc1.weight"].shape[0],
+        qkv_bias="blocks.0.attn.qkv.bias" in out,
+        norm_eps=1e-6,
+        activation="gelu",
+    )
+    user = dict(source.user)
+    arch = user.pop("arch", None)
+    unknown = sorted(set(user) - _FIELDS - _EXTRAS)
+    if unknown:
+        raise CheckpointError(
+            f"{source.name}: unknown settings {', '.join(unknown)} for a CaiT; accepted: CaiT "
+            "config fields, class_names, preprocessing."
+        )
+    fields = {**inferred, **{k: v for k, v in user.items() if k in _FIELDS}}
+    try:
+        config = CaitConfig(**fields)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{source.name}: the CaiT settings are invalid: {exc}") from exc
+    if config.num_patches != pos.shape[1]:
+        raise CheckpointError(
+            f"{source.name}: pos_embed holds {pos.shape[1]} patches, the image size "
+            f"{config.image_size[0]}×{config.image_size[1]} gives {config.num_patches}."
+        )
+    names = resolve_class_names(
+        num_classes, user.get("class_names"), names_from_timm(cfg, num_classes), True
+    )
+    prep_dict, prep_notes = timm_preprocessing(pretrained, CAIT_DEFAULTS)
+    notes += prep_notes
+    if not pretrained:
+        notes.append(
+            "no timm config.json beside the file: preprocessing is timm's CaiT default (set "
+            f"preprocessing in {source.sidecar_name} to change it)"
+        )
+    prep = {"image_size": list(config.image_size), **prep_dict}
+    if isinstance(user.get("preprocessing"), dict):
+        prep.update(user["preprocessing"])
+    prep["channels"] = check_channels(source, prep.get("channels"), config.in_channels)
+    try:
+        prepared = Preprocessing.from_dict(prep)
+    except ValueError as exc:
+        raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
+    conversion = Conversion(
+        family="timm-cait",
+        config=config,
+        state=out,
+        class_names=names,
+        preprocessing=prepared,
+        notes=notes,
+        kind="cait",
+    )
+    named = arch or cfg.get("architecture")
+    if not named:
+        named = _NAMES.get((D, S, K))
+        if named is not None:
+            notes.append(f"recognised as timm's {named} by its width and depths")
+    if isinstance(named, str) and re.match(r"cait_", named):  # timm's own model checks ours
+        conversion.reference = Reference("timm", named, {} if arch else dict(args))
+    return conversion
+
+
+# timm's CaiT widths, self-attention depths and class-attention depths by name (the name's
+# image size is the pos table's; the check builds it at the checkpoint's own size).
+_NAMES = {
+    (192, 24, 2): "cait_xxs24_224",
+    (192, 36, 2): "cait_xxs36_224",
+    (288, 24, 2): "cait_xs24_384",
+    (384, 24, 2): "cait_s24_224",
+    (384, 36, 2): "cait_s36_384",
+    (768, 36, 2): "cait_m36_384",
+    (768, 48, 2): "cait_m48_448",
+}
+
+
+FAMILY = Family("timm-cait", detect, convert)

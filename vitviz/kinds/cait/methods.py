@@ -1,0 +1,149 @@
+"""The CaiT's versions of the method table's entries, on its captured layout
+(``vitviz.kinds.cait.network``: every layer's attention over [CLS, patches], the rows of tokens a
+layer does not update being the identity, their gradients 0).
+
+What each method is on a CaiT (S self-attention layers, then K class-attention layers; A_l the
+captured matrix, post-softmax and, in a self-attention layer, post-``proj_w``: the one that
+multiplies V):
+
+- raw attention, DINO masks, attention Grad-CAM: one layer's row of the query. A patch queries
+  only in the self-attention layers, the CLS only in the class-attention layers; the other
+  combination is refused with the reason (the window shows those thumbnails blank).
+- rollout and gradient rollout: DESIGN §5's chain on the captured layout, Ã_l = rownorm(Â_l + I).
+  On the identity rows Ã_l is the identity, so the CLS's row is its chain through the
+  class-attention layers (each a 1 × (1 + P) row; its patch part passes on) followed by the
+  self-attention chain over the patches (P × P):
+      r ← e_q;  r ← r·Ã_l for l = L .. s;  map = r[patches] / max.
+  A patch query's row passes the class-attention layers unchanged. The discard ratio is refused:
+  DESIGN's count ⌊ratio·N²⌋ is of one N × N matrix, and a CaiT's layers are P × P and 1 × (1 + P).
+- relevance (Chefer 2021b): R = I, R ← R + Ā_l·R for l = s..L, Ā_l = mean_h((G_l ⊙ A_l)⁺) on the
+  captured layout; Ā_l is 0 on the identity rows and the zero column (A or G is 0 there), so the
+  CLS's relevance over the patches is the class-attention layers' sum of paths to the patches,
+  each continued through the self-attention layers' relevance over the patches.
+- Grad-SAM: mean_{l,h}(G_l⁺ ⊙ A_l)[q, patches], min-max scaled: only the layers where q queries
+  contribute (the others' rows are 0), the mean's 1/L scale is lost to the scaling.
+- token Grad-CAM: on the last block's first LayerNorm (the last class-attention block's, over
+  [CLS, patches]).
+- transformer attribution: refused (no LRP rule for talking heads, whose heads mix before and
+  after the softmax, nor for class attention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import Tensor
+
+from vitviz.explain.subject import Explained
+from vitviz.kinds.protocol import KindMethod
+from vitviz.kinds.vit.methods import COMPUTE
+
+Query = tuple[int, int] | None
+
+NO_DISCARD = (
+    "a CaiT's layers are P × P (self-attention over the patches) and 1 × (1 + P) (the CLS's "
+    "class attention), so DESIGN's one count of ⌊ratio·N²⌋ entries has no single meaning"
+)
+
+
+def class_layers(analysis: Explained) -> tuple[int, int]:
+    """(self-attention layers S, model layers L) of the analysis's CaiT."""
+    assert analysis.loaded is not None
+    cfg = analysis.loaded.model.config
+    return int(cfg.self_depth), int(cfg.depth)
+
+
+def query_problem(self_depth: int, depth: int, layer: int, query: Query) -> str | None:
+    """Why ``query`` (None: the CLS) has no row in model layer ``layer`` (-1: the last), or
+    None when it queries there."""
+    layer = layer + depth if layer < 0 else layer
+    if layer < self_depth and query is None:
+        return (
+            f"layer {layer + 1} is a self-attention block over the patches: the CLS token "
+            f"joins only at the class-attention blocks (layers {self_depth + 1}-{depth}); "
+            "click a patch, or pick one of those layers"
+        )
+    if layer >= self_depth and query is not None:
+        other = f", or a self-attention layer (1-{self_depth})" if self_depth else ""
+        return (
+            f"layer {layer + 1} is a class-attention block: only the CLS token queries there "
+            f"(a patch takes nothing from other tokens there); use the CLS query{other}"
+        )
+    return None
+
+
+def _one_layer(name: str, fixed_layer: int | None = None) -> Any:
+    vit = COMPUTE[name]
+
+    def compute(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+        S, L = class_layers(a)
+        layer = fixed_layer if fixed_layer is not None else int(p["layer"])
+        why = query_problem(S, L, layer, q)
+        if why is not None:
+            raise ValueError(why)
+        return vit(a, q, c, p)
+
+    return compute
+
+
+def _patch_queries(a: Explained, q: Query) -> None:
+    """ValueError for a patch query on a model where no layer has a patch query (an XCiT's
+    class-attention layers only): its chain would be the patch itself."""
+    if q is not None and class_layers(a)[0] == 0:
+        raise ValueError(
+            "no layer of this model has a patch query (only the CLS queries, in the "
+            "class-attention blocks); use the CLS query"
+        )
+
+
+def _rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    _patch_queries(a, q)
+    return a.rollout(q, p["fusion"], None, 0.0, p["start_layer"])
+
+
+def _gradient_rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    _patch_queries(a, q)
+    return a.gradient_rollout(c, q, 0.0, p["start_layer"])
+
+
+def _chained(name: str) -> Any:
+    vit = COMPUTE[name]
+
+    def compute(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+        _patch_queries(a, q)
+        return vit(a, q, c, p)
+
+    return compute
+
+
+# Why the CaiT has no version of a table method (``CaitKind.missing_method``), a clause.
+MISSING = {
+    "transformer-attribution": (
+        "its LRP has no rule for a CaiT's talking heads (heads mixed before and after the "
+        "softmax) or its class attention; relevance and the gradient methods apply"
+    ),
+}
+
+
+_ROLLOUTS = {"rollout": _rollout, "gradient-rollout": _gradient_rollout}
+_OWN = {
+    "attention": _one_layer("attention"),
+    "dino-masks": _one_layer("dino-masks"),
+    "attention-gradcam": _one_layer("attention-gradcam", fixed_layer=-1),
+    "relevance": _chained("relevance"),
+    "grad-sam": _chained("grad-sam"),
+}
+
+
+def implementation(name: str) -> KindMethod | None:
+    """The CaiT's version of table method ``name``, or None."""
+    if name in MISSING:
+        return None
+    if name in _ROLLOUTS:
+        takes = frozenset({"fusion", "start_layer"})
+        return KindMethod(_ROLLOUTS[name], takes=takes, refusals={"discard_ratio": NO_DISCARD})
+    compute = _OWN.get(name, COMPUTE.get(name))
+    if compute is None:
+        return None
+    return KindMethod(compute)  # token Grad-CAM reads vitviz's own CaitModel's last block

@@ -1,0 +1,107 @@
+"""The XCiT kind: timm's XCiT (XCA blocks whose attention is between channels, then
+class-attention blocks where the CLS queries [CLS, patches]).
+
+Its token-to-token maps come only from its class-attention blocks: those are the analysis's
+layers ("CA 1", "CA 2"), in the CaiT kind's layout (``vitviz.kinds.cait``: the CLS row, identity
+below), so the CaiT kind's members apply with no self-attention layer. What each method is here:
+
+- raw attention, DINO masks, attention Grad-CAM: the CLS's row of a class-attention block; a
+  patch has no row in any layer (refused with the reason; the window leaves its thumbnails
+  blank);
+- rollout, gradient rollout, relevance, Grad-SAM: through the class-attention blocks only, from
+  the CLS (DESIGN §5's definitions on their rows). The XCA blocks mix the tokens through the
+  channel covariance of all of them and through 3 × 3 convolutions (LPI): no token-to-token
+  matrix to chain, so the chain stops there, and the model info and README say so;
+- token Grad-CAM: on the last class-attention block's first LayerNorm;
+- transformer attribution: refused (no LRP rule for XCA, LPI or class attention).
+
+The load-time check against timm compares every XCA block's (H, d, d) channel attention and
+every class-attention block's (H, 1, 1 + P) row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from vitviz.kinds.cait import CaitKind
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+    from vitviz.kinds.xcit.config import XcitConfig
+
+MISSING = {
+    "transformer-attribution": (
+        "its LRP has no rule for an XCiT's cross-covariance attention, local patch interaction "
+        "or class attention; relevance and the gradient methods apply"
+    ),
+}
+
+
+class XcitKind(CaitKind):
+    """vitviz's XcitModel (``model_kind`` "xcit"): the CaiT kind with class-attention layers
+    only."""
+
+    name = "xcit"
+    label = "XCiT (cross-covariance image transformer)"
+
+    def architecture(self, model: nn.Module) -> str:
+        cfg = model.config
+        return (
+            f"dim {cfg.dim}, {cfg.xca_depth} XCA + {cfg.depth} class-attention layers, "
+            f"heads {cfg.heads}"
+        )
+
+    def parts(self, model: nn.Module) -> tuple[str, ...]:
+        cfg = model.config
+        norm = "every token" if cfg.tokens_norm else "the CLS token"
+        return (
+            f"{cfg.xca_depth} XCA blocks (cross-covariance attention between channels, a local "
+            "patch interaction of 3 × 3 depthwise convolutions with BatchNorm; no token maps)",
+            f"{cfg.depth} class-attention blocks (the CLS queries [CLS, patches]: the token "
+            f"maps; second LayerNorm over {norm})",
+            f"pre-norm blocks (LayerNorm eps {cfg.norm_eps:g})",
+            "GELU MLP",
+            "LayerScale",
+            "Fourier position encoding (computed for any grid)",
+            "CLS token inserted before the class-attention blocks",
+            "head reads the CLS token",
+            f"convolutional stem ({cfg.patch_size.bit_length() - 1} 3 × 3 stride-2 convolutions "
+            "with BatchNorm)",
+        )
+
+    @property
+    def families(self) -> Sequence[Any]:
+        from vitviz.kinds.xcit.families import FAMILY
+
+        return (FAMILY,)
+
+    def config_from_dict(self, data: dict[str, object]) -> XcitConfig:
+        from vitviz.kinds.xcit.config import XcitConfig
+
+        return XcitConfig.from_dict(data)
+
+    def build_from_state(self, config: XcitConfig, state: Mapping[str, Tensor]) -> nn.Module:
+        import torch
+
+        from vitviz.checkpoints.assign import assign_exactly
+        from vitviz.kinds.xcit.network import XcitModel
+
+        with torch.device("meta"):
+            model = XcitModel(config)
+        return assign_exactly(model, state, "XCiT model")
+
+    def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Sequence[Tensor]]:
+        """timm's shapes: (B, H, d, d) of each XCA block, (B, H, 1, 1 + P) of each
+        class-attention block."""
+        return model.forward_library(x)
+
+    def missing_method(self, method: str) -> str | None:
+        return MISSING.get(method)
+
+    def implementation(self, method: str) -> Any:
+        return None if method in MISSING else super().implementation(method)
+
+
+KIND = XcitKind()
