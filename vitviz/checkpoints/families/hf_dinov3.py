@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import Taker, block_indices, check_depth, finish, fuse_qkv
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import IMAGENET_MEAN, IMAGENET_STD, hf_preprocessing
@@ -128,4 +128,22 @@ def convert(source: Source) -> Conversion:
     return conversion
 
 
-FAMILY = Family(f"huggingface-{MODEL_TYPE}", detect, convert)
+FAMILY = Family(
+    f"huggingface-{MODEL_TYPE}",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="Hugging Face transformers DINOv3",
+        names="DINOv3ViTModel",
+        forms="save_pretrained folder",
+        parts=(
+            "attention with DINOv3's rotary positions",
+            "pre-norm blocks",
+            "GELU or SiLU-gated MLP",
+            "LayerScale",
+            "CLS token, registers",
+            "the normed CLS token",
+            "Conv2d patch embedding",
+        ),
+    ),
+)

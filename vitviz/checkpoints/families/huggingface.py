@@ -407,7 +407,7 @@ FAMILY = Family(
     info=FamilyInfo(
         label="Hugging Face transformers ViTs",
         names="ViT, DeiT (with teacher), DINOv2 (with registers) and their classifiers, BEiT, "
-        "Data2Vec-vision, ViT-MSN, I-JEPA",
+        "Data2Vec-vision, ViT-MSN, ViT-MAE (the encoder), I-JEPA",
         forms="save_pretrained folder (config.json, weights, preprocessor_config.json)",
         parts=(
             "attention (BEiT: with a relative position bias)",

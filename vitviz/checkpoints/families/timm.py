@@ -332,17 +332,18 @@ FAMILY = Family(
     convert,
     info=FamilyInfo(
         label="timm VisionTransformer",
-        names="vit_*, deit_*, deit3_*, flexivit_*, DINO / DINOv2 / CLIP towers in timm",
+        names="vit_*, deit_*, deit3_*, flexivit_*, vit_relpos_*, vit_srelpos_*, "
+        "vit_*_siglip_*, DINO / DINOv2 / CLIP towers in timm",
         forms="state dict (.pth, .safetensors); timm folder (config.json + model.safetensors)",
         parts=(
-            "attention",
-            "pre-norm blocks",
+            "attention (relpos: with a relative position bias from an MLP or a table)",
+            "pre-norm or residual post-norm (rpn) blocks",
             "GELU or QuickGELU MLP",
             "LayerScale",
             "learnt position table",
             "CLS, distillation and register tokens",
             "a LayerNorm before the blocks (CLIP)",
-            "CLS or mean pooling, fc_norm",
+            "CLS, mean or attention pooling (MAP), fc_norm",
             "Conv2d patch embedding",
         ),
     ),

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from vitviz.checkpoints.assign import few
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
     Taker,
     block_indices,
@@ -301,4 +301,26 @@ def _image_size(
         return 224, 224
 
 
-FAMILY = Family("timm-eva", detect, convert)
+FAMILY = Family(
+    "timm-eva",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="timm EVA, EVA-02 and rotary ViTs",
+        names="eva_*, eva02_*, vit_*_rope_*, vit_*_dinov3*, vit_pe_spatial_*",
+        forms="state dict (.pth, .safetensors) with its architecture; timm folder",
+        parts=(
+            "attention with rotary positions on the patches' q and k (EVA-02's axial RoPE, "
+            "RoPE-Mixed, DINOv3's)",
+            "q and v biases",
+            "pre-norm blocks",
+            "SwiGLU or GELU MLP",
+            "sub-LN norms inside the attention and the MLP",
+            "LayerScale",
+            "learnt position table or none",
+            "CLS token, registers",
+            "CLS or mean pooling through fc_norm",
+            "Conv2d patch embedding",
+        ),
+    ),
+)

@@ -20,7 +20,7 @@ from typing import Any
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -212,4 +212,23 @@ _NAMES = {
 }
 
 
-FAMILY = Family("timm-cait", detect, convert)
+FAMILY = Family(
+    "timm-cait",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="timm CaiT",
+        names="cait_xxs24_224 … cait_m48_448",
+        forms="state dict (.pth, .safetensors); timm folder",
+        parts=(
+            "talking-heads self-attention over the patches",
+            "LayerScale",
+            "class-attention blocks (the CLS token queries [CLS, patches])",
+            "pre-norm blocks",
+            "GELU MLP",
+            "learnt position table",
+            "CLS token joined before the class attention",
+            "Conv2d patch embedding",
+        ),
+    ),
+)

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
-from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import block_indices, check_channels, check_depth
 from vitviz.checkpoints.families.timm_arch import timm_version
 from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
@@ -194,4 +194,22 @@ def convert(source: Source) -> Conversion:
     return conversion
 
 
-FAMILY = Family("timm-xcit", detect, convert)
+FAMILY = Family(
+    "timm-xcit",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="timm XCiT",
+        names="xcit_nano_* … xcit_large_*",
+        forms="state dict (.pth, .safetensors); timm folder",
+        parts=(
+            "cross-covariance attention (between channels)",
+            "local patch interaction (3×3 depthwise convs)",
+            "LayerScale",
+            "class-attention blocks (the token maps)",
+            "Fourier position encoding",
+            "convolutional patch embedding with BatchNorm",
+            "CLS token",
+        ),
+    ),
+)
