@@ -18,6 +18,7 @@ analysis made (the window's click: rollout and relevance rows + every raw map of
     .venv/bin/python benchmarks/analysis_overhead.py [--quick] [--no-check] [--repeats N]
         [--device cpu|cuda|mps] [--model vit-large] [--image-size 384] [--patch-size 16]
         [--model eva02-tiny]  (timm's EVA-02 Ti/14 at 224: rotary positions, SwiGLU; needs timm)
+        [--model beit-base]   (timm's BEiT-B/16 at 224: a relative position bias per layer)
 """
 
 from __future__ import annotations
@@ -56,7 +57,11 @@ PHOTO_SIZE = (500, 375)  # (W, H) of the PIL input: a typical ImageNet photo
 
 # Library architectures measured as a user opens them (issue 27): timm builds the model with
 # random weights, saves its folder (config.json + model.safetensors), vitviz loads that.
-TIMM_MODELS = {"eva02-tiny": "eva02_tiny_patch14_224", "eva02-small": "eva02_small_patch14_224"}
+TIMM_MODELS = {
+    "eva02-tiny": "eva02_tiny_patch14_224",
+    "eva02-small": "eva02_small_patch14_224",
+    "beit-base": "beit_base_patch16_224",  # relative position bias per layer
+}
 
 
 def build_timm(arch: str, seed: int = 0) -> LoadedModel:
@@ -180,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=(*VARIANT_NAMES, *TIMM_MODELS),
         default=None,
         help="variant to measure (default vit-base; cifar10-tutorial with --quick); "
-        "eva02-tiny / eva02-small: timm's EVA-02 with random weights, opened from its folder",
+        "eva02-tiny / eva02-small / beit-base: timm's EVA-02 or BEiT with random weights, "
+        "opened from its folder",
     )
     p.add_argument("--image-size", type=int, default=None, help="input side (the variant's)")
     p.add_argument("--patch-size", type=int, default=None, help="patch side (the variant's)")

@@ -161,7 +161,7 @@ def _lrp_rules(label: str, model: nn.Module) -> str | None:
             f"{label} has no LRP rule for the attention-pool head (MAP: a probe's attention "
             "pools, not a Linear on a token); relevance and the gradient methods apply"
         )
-    return why
+    return why or _eva_lrp_refusal(label, model.config)
 
 
 def _gradcam_features(label: str, model: nn.Module) -> str | None:
@@ -172,7 +172,7 @@ def _gradcam_features(label: str, model: nn.Module) -> str | None:
             f"{label} reads the last block's first LayerNorm as the tokens' features, and a "
             "residual post-norm block's normalises the attention's output instead"
         )
-    return why or _eva_lrp_refusal(label, model.config)
+    return why
 
 
 def _eva_lrp_refusal(label: str, cfg: object) -> str | None:
