@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from PySide6.QtCore import QRect, Qt
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -50,18 +52,32 @@ class FamiliesDialog(QDialog):
                 item.setToolTip(text)
                 self.table.setItem(r, c, item)
         header = self.table.horizontalHeader()
-        for c in range(len(COLUMNS) - 1):
-            header.setSectionResizeMode(c, QHeaderView.ResizeMode.Interactive)
-        header.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
-        for c, width in enumerate((190, 120, 230, 190)):
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        for c, width in enumerate((190, 120, 230, 190, 330)):
             self.table.setColumnWidth(c, width)
-        self.table.resizeRowsToContents()
+        header.sectionResized.connect(lambda *_: self._fit_rows())
+        self._fit_rows()
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
         layout.addWidget(self.table, 1)
         layout.addWidget(buttons)
+
+    def _fit_rows(self) -> None:
+        """Each row as tall as its longest cell wrapped at its column's width (Qt's own
+        size hint for wrapped items overestimates the height of long cells)."""
+        metrics = QFontMetrics(self.table.font())
+        flags = int(Qt.TextFlag.TextWordWrap)
+        for r in range(self.table.rowCount()):
+            tallest = 0
+            for c in range(self.table.columnCount()):
+                width = max(self.table.columnWidth(c) - 10, 20)
+                box = metrics.boundingRect(
+                    QRect(0, 0, width, 10_000), flags, self.table.item(r, c).text()
+                )
+                tallest = max(tallest, box.height())
+            self.table.setRowHeight(r, tallest + 10)
 
     def row_texts(self, row: int) -> list[str]:
         """The texts of one table row (tests, screenshots)."""
