@@ -39,6 +39,8 @@ class HieraConfig:
     abs_win_pos: bool = False  # abswin: a global table resized (bicubic) + a tiled window table
     global_pos_size: tuple[int, int] = (14, 14)
     norm_eps: float = 1e-6  # every LayerNorm's (timm's LayerNorm)
+    layer_scale: bool = False  # per-channel scales on both branches (ls1, ls2: abswin)
+    expand_proj: bool = True  # widen the residual by a Linear; else [max, mean] of x (doubles)
 
     def __post_init__(self) -> None:
         self.image_size = _pair(self.image_size)
@@ -99,6 +101,10 @@ class HieraConfig:
             raise ValueError(
                 f"the {H}×{W} token grid is not a whole number of {self.mask_unit} mask units"
             )
+        if not self.expand_proj and any(
+            b != 2 * a for a, b in zip(self.dims, self.dims[1:], strict=False)
+        ):
+            raise ValueError("without expand_proj every stage must double the width")
         if self.num_classes < 0 or min(self.patch_kernel, self.patch_stride) < 1:
             raise ValueError("classes must not be negative, the stem's kernel and stride positive")
 

@@ -2,16 +2,20 @@
 
 Conv2d stem (kernel 7, stride 4, padding 3) + a position table (abswin: a global table resized
 bicubic + a window table tiled over the mask units) -> blocks; the first block of every stage
-after the first max-pools its queries and its residual (a Linear to the doubled width) over
-2 × 2 tokens; blocks of ``mask_unit_attn`` stages (and the first block of the stage after one,
-as timm builds them) attend within mask units (squares of
-``mask_unit`` first-stage tokens, the same image area at every stage), the others globally; the
-head reads the LayerNorm of the mean of the last stage's tokens.
+after the first max-pools its queries and its residual (a Linear to the doubled width; or,
+without ``expand_proj``, [max, mean] of the residual) over 2 × 2 tokens; blocks of
+``mask_unit_attn`` stages (and the first block of the stage after one, as timm builds them)
+attend within mask units (squares of ``mask_unit`` first-stage tokens, the same image area at
+every stage), the others globally; the head reads the LayerNorm of the mean of the last
+stage's tokens.
 
-timm keeps the tokens "unrolled" (the 2 × 2 neighbours to be pooled and the mask units
-contiguous); vitviz keeps them row-major on each stage's grid and masks the keys outside a
-query's mask unit, the same numbers. ``unrolled_order`` gives timm's order, so
-``library_outputs`` hands the attention back in timm's own layout for the load-time check.
+The blocks run on the tokens "unrolled" (timm's order: the 2 × 2 neighbours a pooling takes
+in 4 contiguous slabs, a mask unit's tokens sharing the fastest index; ``unrolled_order``), so
+every sum runs in the order timm's does and the float32 rounding is the same; after the last
+pooling the order is row-major again. A block's attention comes out as computed: (B, heads,
+units, t_out, t_in) within mask units, else (B, heads, N_out, N_in), unrolled;
+``grid_attention`` lays it out over the row-major grids (B, heads, N_out, N_in), 0 outside a
+query's mask unit: the image coordinates the analysis uses.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
+from vitviz.model.layers import LayerScale
 
 
 @dataclass
@@ -30,16 +35,9 @@ class HieraOutput:
     """What one forward pass reports, blocks in order."""
 
     logits: Tensor  # (B, C); the pooled, normed features (B, D) without a head
-    attentions: list[Tensor]  # per block (B, heads, N_out, N_in), rows = queries; [] if not asked
+    attentions: list[Tensor]  # per block, as computed (see ``grid_attention``); [] if not asked
     stage_grids: list[tuple[int, int]]  # (H_s, W_s) per stage
     block_stages: list[int] = field(default_factory=list)
-
-
-def pool2(x: Tensor, stride: tuple[int, int]) -> Tensor:
-    """(B, ..., H, W, C) -> (B, ..., H/sy, W/sx, C): the max over each sy × sx square."""
-    *lead, H, W, C = x.shape
-    sy, sx = stride
-    return x.reshape(*lead, H // sy, sy, W // sx, sx, C).amax(dim=(-4, -2))
 
 
 def unrolled_order(grid: tuple[int, int], stride: tuple[int, int], steps: int) -> Tensor:
@@ -67,49 +65,43 @@ def window_ids(grid: tuple[int, int], unit: tuple[int, int]) -> Tensor:
 
 
 class MaskUnitAttention(nn.Module):
-    """Queries (max-pooled 2 × 2 where ``pool``) from the block's output grid, keys and values
-    from every token of its input grid, restricted to the query's mask unit where ``windowed``.
-    With ``capture`` the probabilities softmax((q/√d)·kᵀ) (0 outside the unit) are computed
-    explicitly and returned (B, heads, N_out, N_in); else the fused kernel runs."""
+    """On unrolled tokens (B, N, D): queries max-pooled over the ``stride`` slabs (a 2 × 2
+    pool), keys and values from every token, attention within each of the ``units`` mask units
+    (the fastest token index) or global (``units`` 0). With ``capture`` the probabilities
+    softmax((q·d^-½)·kᵀ) are computed explicitly and returned as computed ((B, h, units, t_q,
+    t_k) or (B, h, N_q, N_k)); otherwise the fused kernel runs. Same output (B, N/stride, D')."""
 
     def __init__(self, dim: int, dim_out: int, heads: int) -> None:
         super().__init__()
         self.heads = heads
         self.head_dim = dim_out // heads
+        self.dim_out = dim_out
         self.qkv = nn.Linear(dim, 3 * dim_out)
         self.proj = nn.Linear(dim_out, dim_out)
 
     def forward(
-        self,
-        x: Tensor,
-        pool: tuple[int, int] | None,
-        allowed: Tensor | None,
-        capture: bool = False,
+        self, x: Tensor, stride: int, units: int, capture: bool = False
     ) -> tuple[Tensor, Tensor | None]:
-        """x (B, H, W, D) -> (B, H', W', D_out) and the attention or None; ``allowed``
-        (N_out, N_in) bool: which keys each query may see (None: all)."""
-        B, H, W, _ = x.shape
-        qkv = self.qkv(x).reshape(B, H, W, 3, self.heads, self.head_dim)
-        qkv = qkv.permute(3, 0, 4, 1, 2, 5)  # (3, B, h, H, W, d)
-        q, k, v = qkv.unbind(0)
-        if pool is not None:
-            q = pool2(q, pool)
-        Ho, Wo = q.shape[2], q.shape[3]
-        q = q.reshape(B, self.heads, Ho * Wo, self.head_dim)
-        k = k.reshape(B, self.heads, H * W, self.head_dim)
-        v = v.reshape(B, self.heads, H * W, self.head_dim)
+        B, N, _ = x.shape
+        h, d = self.heads, self.head_dim
+        if units:
+            qkv = self.qkv(x).reshape(B, -1, units, 3, h, d).permute(3, 0, 4, 2, 1, 5)
+            q, k, v = qkv.unbind(0)  # (B, h, units, t, d)
+            if stride > 1:
+                q = q.view(B, h, units, stride, -1, d).amax(dim=3)
+        else:
+            q, k, v = self.qkv(x).reshape(B, N, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+            if stride > 1:
+                q = q.view(B, h, stride, -1, d).amax(dim=2)
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         attn = None
         if capture:
-            scores = (q * self.head_dim**-0.5) @ k.transpose(-2, -1)
-            if allowed is not None:
-                scores = scores.masked_fill(~allowed.to(scores.device), float("-inf"))
-            attn = scores.softmax(dim=-1)
+            attn = ((q * d**-0.5) @ k.transpose(-1, -2)).softmax(dim=-1)
             out = attn @ v
         else:
-            mask = None if allowed is None else allowed.to(q.device)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        out = out.transpose(1, 2).reshape(B, Ho, Wo, -1)
-        return self.proj(out), attn
+            out = F.scaled_dot_product_attention(q, k, v)
+        out = out.transpose(1, 3) if units else out.transpose(1, 2)
+        return self.proj(out.reshape(B, -1, self.dim_out)), attn
 
 
 class HieraMlp(nn.Module):
@@ -124,32 +116,37 @@ class HieraMlp(nn.Module):
 
 
 class HieraBlock(nn.Module):
-    """x' = pool(proj(norm1(x))) (a stage's first block; else x) + attn(norm1(x));
-    x' + mlp(norm2(x')) on (B, H, W, D) tokens."""
+    """x' = r(x) + ls1·attn(norm1(x)); x' + ls2·mlp(norm2(x')) on unrolled tokens (B, N, D),
+    where r(x) = x, or at a stage's first block the max over the ``stride`` slabs (2 × 2) of
+    proj(norm1(x)) (``expand_proj``) or [max, mean] of x over them; ls = 1 without layer
+    scale."""
 
-    def __init__(self, dim: int, dim_out: int, heads: int, hidden: int, eps: float) -> None:
+    def __init__(self, dim: int, dim_out: int, heads: int, hidden: int, cfg: HieraConfig) -> None:
         super().__init__()
+        eps = cfg.norm_eps
         self.norm1 = nn.LayerNorm(dim, eps=eps)
-        self.proj = nn.Linear(dim, dim_out) if dim != dim_out else None
+        self.expands = dim != dim_out
+        self.proj = nn.Linear(dim, dim_out) if self.expands and cfg.expand_proj else None
         self.attn = MaskUnitAttention(dim, dim_out, heads)
+        self.ls1 = LayerScale(dim_out, 1.0) if cfg.layer_scale else nn.Identity()
         self.norm2 = nn.LayerNorm(dim_out, eps=eps)
         self.mlp = HieraMlp(dim_out, hidden)
+        self.ls2 = LayerScale(dim_out, 1.0) if cfg.layer_scale else nn.Identity()
 
     def forward(
-        self,
-        x: Tensor,
-        pool: tuple[int, int] | None,
-        allowed: Tensor | None,
-        capture: bool = False,
+        self, x: Tensor, stride: int, units: int, capture: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         xn = self.norm1(x)
+        B, _, D = x.shape
         if self.proj is not None:
             x = self.proj(xn)
-            if pool is not None:
-                x = pool2(x, pool)
-        a, attn = self.attn(xn, pool, allowed, capture)
-        x = x + a
-        return x + self.mlp(self.norm2(x)), attn
+            x = x.view(B, stride, -1, x.shape[-1]).amax(dim=1)
+        elif self.expands:
+            slabs = x.view(B, stride, -1, D)
+            x = torch.cat([slabs.amax(dim=1), slabs.mean(dim=1)], dim=-1)
+        a, attn = self.attn(xn, stride, units, capture)
+        x = x + self.ls1(a)
+        return x + self.ls2(self.mlp(self.norm2(x))), attn
 
 
 class HieraHead(nn.Module):
@@ -166,7 +163,7 @@ class HieraHead(nn.Module):
 
 class HieraViT(nn.Module):
     """Hiera: ``forward`` gives logits (fused attention), ``forward_explained`` also each
-    block's attention (B, heads, N_out, N_in) over row-major grids."""
+    block's attention as computed; ``grid_attention`` lays one out over the grids."""
 
     model_kind = "pyramid"
 
@@ -190,9 +187,7 @@ class HieraViT(nn.Module):
         dim = c.dims[0]
         for s, depth in enumerate(c.depths):
             for _ in range(depth):
-                blocks.append(
-                    HieraBlock(dim, c.dims[s], c.heads[s], c.mlp_hidden_dims[s], c.norm_eps)
-                )
+                blocks.append(HieraBlock(dim, c.dims[s], c.heads[s], c.mlp_hidden_dims[s], c))
                 stages.append(s)
                 dim = c.dims[s]
         self.blocks = nn.ModuleList(blocks)
@@ -215,22 +210,15 @@ class HieraViT(nn.Module):
         windowed = self.config.mask_unit_attn[s - 1 if first and s > 0 else s]
         return pools, windowed, g_in, g_out
 
-    def allowed(self, b: int, grid0: tuple[int, int]) -> Tensor | None:
-        """(N_out, N_in) bool: the keys of each query's mask unit (None: global attention)."""
-        pools, windowed, g_in, g_out = self.block_plan(b, grid0)
-        if not windowed:
-            return None
-        s = self.block_stages[b]
-        q, mu = self.config.q_stride, self.config.mask_unit
-        unit_out = (mu[0] // q[0] ** s, mu[1] // q[1] ** s)
-        s_in = s - 1 if pools else s
-        unit_in = (mu[0] // q[0] ** s_in, mu[1] // q[1] ** s_in)
-        return window_ids(g_out, unit_out)[:, None] == window_ids(g_in, unit_in)[None, :]
+    def units(self, grid0: tuple[int, int]) -> int:
+        """Mask units on a first-stage grid (the same at every stage)."""
+        mu = self.config.mask_unit
+        return (grid0[0] // mu[0]) * (grid0[1] // mu[1])
 
     def embed(self, x: Tensor) -> Tensor:
-        """(B, C, H, W) -> (B, H_0, W_0, D_0) tokens with their position table."""
+        """(B, C, H, W) -> (B, N_0, D_0) tokens with their position table, row-major."""
         t = self.patch_embed.proj(x)
-        B, D, H, W = t.shape
+        _, _, H, W = t.shape
         if self.config.token_grid != (H, W):
             raise ValueError(
                 f"a {tuple(x.shape[-2:])} input gives a {H}×{W} grid; this Hiera's position "
@@ -243,25 +231,28 @@ class HieraViT(nn.Module):
             pos = (pos + win).flatten(2).transpose(1, 2)
         else:
             pos = self.pos_embed
-        return (t.flatten(2).transpose(1, 2) + pos).reshape(B, H, W, D)
+        return t.flatten(2).transpose(1, 2) + pos
 
     def forward_features(
         self, x: Tensor, capture_attention: bool = False
     ) -> tuple[Tensor, HieraOutput]:
-        """(B, C_in, H, W) -> the last stage's tokens (B, N_S, D) and the report."""
+        """(B, C_in, H, W) -> the last stage's tokens (B, N_S, D), row-major, and the report."""
         t = self.embed(x)
-        grid0 = (int(t.shape[1]), int(t.shape[2]))
-        report = HieraOutput(logits=t.new_empty(0), attentions=[], stage_grids=[])
-        report.stage_grids = [self.stage_grid(s, grid0) for s in range(self.config.num_stages)]
+        grid0 = (x.shape[-2] // self.config.patch_stride, x.shape[-1] // self.config.patch_stride)
         q = self.config.q_stride
+        S = self.config.num_stages
+        t = t[:, unrolled_order(grid0, q, S - 1).to(t.device)]
+        report = HieraOutput(logits=t.new_empty(0), attentions=[], stage_grids=[])
+        report.stage_grids = [self.stage_grid(s, grid0) for s in range(S)]
+        units = self.units(grid0)
         for b, block in enumerate(self.blocks):
-            pools = self.block_plan(b, grid0)[0]
-            allowed = self.allowed(b, grid0)
-            t, attn = block(t, q if pools else None, allowed, capture_attention)
+            pools, windowed, _, _ = self.block_plan(b, grid0)
+            stride = q[0] * q[1] if pools else 1
+            t, attn = block(t, stride, units if windowed else 0, capture_attention)
             report.block_stages.append(self.block_stages[b])
             if attn is not None:
                 report.attentions.append(attn)
-        return t.reshape(t.shape[0], -1, t.shape[-1]), report
+        return t, report  # every unroll consumed: row-major on the last grid
 
     def forward_head(self, tokens: Tensor) -> Tensor:
         return self.head(tokens)
@@ -274,21 +265,27 @@ class HieraViT(nn.Module):
         report.logits = self.forward_head(tokens)
         return report
 
-    def library_layout(self, b: int, attn: Tensor, grid0: tuple[int, int]) -> Tensor:
-        """Block ``b``'s attention (B, h, N_out, N_in) in timm's layout: (B, h, units, t_out,
-        t_in) over each mask unit's tokens (windowed), else (B, h, N_out, N_in), both in timm's
-        unrolled token order."""
+    def grid_attention(self, b: int, attn: Tensor, grid0: tuple[int, int]) -> Tensor:
+        """Block ``b``'s attention (or its gradient) as computed -> (B, h, N_out, N_in) with
+        rows the output grid's tokens and columns the input grid's, both row-major; 0 where a
+        key is outside the query's mask unit."""
         pools, windowed, g_in, g_out = self.block_plan(b, grid0)
         S, s = self.config.num_stages, self.block_stages[b]
         q = self.config.q_stride
-        p_out = unrolled_order(g_out, q, S - 1 - s)
-        p_in = unrolled_order(g_in, q, S - 1 - (s - 1 if pools else s))
-        a = attn[:, :, p_out][:, :, :, p_in]
-        if not windowed:
-            return a
-        mu = self.config.mask_unit
-        units = (grid0[0] // mu[0]) * (grid0[1] // mu[1])
-        B, h = a.shape[:2]
-        a = a.reshape(B, h, -1, units, p_in.numel() // units, units)  # (.., t_o, w_o, t_i, w_i)
-        u = torch.arange(units)
-        return a[:, :, :, u, :, u].permute(1, 2, 0, 3, 4)  # (B, h, units, t_out, t_in)
+        p_out = unrolled_order(g_out, q, S - 1 - s).to(attn.device)
+        p_in = unrolled_order(g_in, q, S - 1 - (s - 1 if pools else s)).to(attn.device)
+        B, h = attn.shape[:2]
+        n_out, n_in = p_out.numel(), p_in.numel()
+        if windowed:  # unrolled position t·units + w of unit w's t-th token
+            units = attn.shape[2]
+            w = torch.arange(units, device=attn.device)
+            rows = p_out.reshape(-1, units).T  # (units, t_out) grid tokens
+            cols = p_in.reshape(-1, units).T  # (units, t_in)
+            out = attn.new_zeros(B, h, n_out, n_in)
+            r = rows[w][:, :, None].expand(-1, -1, cols.shape[1])
+            c = cols[w][:, None, :].expand(-1, rows.shape[1], -1)
+            out[:, :, r, c] = attn
+            return out
+        out = attn.new_zeros(B, h, n_out, n_in)
+        out[:, :, p_out[:, None], p_in[None, :]] = attn
+        return out
