@@ -213,6 +213,16 @@ def test_rollout_relevance_and_attention_equal_their_definitions(saved) -> None:
     assert int(geo.layers[0].windows.max()) == 3  # 2 × 2 mask units
     why = get_method("transformer-attribution").unavailable(a)
     assert why is not None and "Hiera" in why
+    stats = kind_of(a).head_statistics(a)
+    assert stats["distance"].shape == (5, 8) and np.isfinite(stats["distance"][1, :2]).all()
+    # a pooling block's queries on their own (coarser) grid: query (0, 0) of stage 2 (centre
+    # (4, 4) px) to key (0, 0) of stage 1 (centre (2, 2) px), the mean over its 64 queries
+    from vitviz.kinds.pyramid.stats import block_statistics
+
+    one = torch.zeros(1, 64, 256, dtype=torch.float64)
+    one[0, 0, 0] = 1.0
+    d, _ = block_statistics(one, a.keys[1], 4, ((8, 8), 8))
+    assert abs(float(d[0]) - 8**0.5 / 64) < 1e-12
 
 
 def test_cli_explain_writes_the_shared_keys(saved, photo_files, tmp_path, capsys) -> None:

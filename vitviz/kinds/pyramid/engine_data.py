@@ -179,8 +179,8 @@ def query_maps(session: Session, query: tuple[int, int] | None) -> QueryMaps:
         with torch.no_grad():
             rows = block_rows(a, b, token).float().cpu().numpy()  # (heads, H_s, W_s)
         layer_maps.append(rows)
-        H, W = a.stage_grids[s]
-        px = a.stage_pixels[s]
+        H, W = rows.shape[1:]  # the keys' grid: a Hiera pooling block's is the stage before
+        px = a.stage_pixels[a.stage_grids.index((H, W))]
         ys = np.minimum(((np.arange(thumb[0]) + 0.5) * thumb_px // px).astype(int), H - 1)
         xs = np.minimum(((np.arange(thumb[1]) + 0.5) * thumb_px // px).astype(int), W - 1)
         small = rows[:, ys[:, None], xs[None, :]]

@@ -216,16 +216,22 @@ class HieraViT(nn.Module):
         return (grid0[0] // mu[0]) * (grid0[1] // mu[1])
 
     def embed(self, x: Tensor) -> Tensor:
-        """(B, C, H, W) -> (B, N_0, D_0) tokens with their position table, row-major."""
+        """(B, C, H, W) -> (B, N_0, D_0) tokens with their position table, row-major. An
+        abswin table is resized to any grid of whole mask units; a plain one fixes the grid."""
         t = self.patch_embed.proj(x)
         _, _, H, W = t.shape
-        if self.config.token_grid != (H, W):
+        mu = self.config.mask_unit
+        if self.pos_embed_win is not None and (H % mu[0] or W % mu[1]):
+            raise ValueError(
+                f"a {tuple(x.shape[-2:])} input gives a {H}×{W} grid, not a whole number of "
+                f"{mu[0]}×{mu[1]} mask units"
+            )
+        if self.pos_embed_win is None and self.config.token_grid != (H, W):
             raise ValueError(
                 f"a {tuple(x.shape[-2:])} input gives a {H}×{W} grid; this Hiera's position "
                 f"table is for {self.config.token_grid} (image size {self.config.image_size})"
             )
         if self.pos_embed_win is not None:
-            mu = self.config.mask_unit
             win = self.pos_embed_win.tile((H // mu[0], W // mu[1]))
             pos = F.interpolate(self.pos_embed, size=(H, W), mode="bicubic", antialias=True)
             pos = (pos + win).flatten(2).transpose(1, 2)
