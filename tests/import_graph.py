@@ -168,6 +168,9 @@ VITVIZ_LAYERS: dict[str, int] = {
     "kinds.maps": 1,
     # pyramid ViTs (PVT v2): the network low, the families beside the checkpoints
     **dict.fromkeys(("kinds.pyramid.config", "kinds.pyramid.layers", "kinds.pyramid.network"), 1),
+    **dict.fromkeys(("kinds.pyramid.hiera_config", "kinds.pyramid.hiera_network"), 1),
+    "kinds.pyramid.hiera_words": 1,
+    "kinds.pyramid.hiera_plan": 2,
     "kinds.pyramid.reduction": 1,
     **dict.fromkeys(("kinds.pyramid.rollout", "kinds.pyramid.gradcam", "kinds.pyramid.stats"), 2),
     **dict.fromkeys(("kinds.pyramid.analysis", "kinds.pyramid.methods", "kinds.pyramid.export"), 2),

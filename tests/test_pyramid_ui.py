@@ -98,3 +98,43 @@ def test_export_npz_from_the_window_equals_the_cli(
                 assert got[k].tolist() == want[k].tolist(), k
             else:
                 np.testing.assert_allclose(got[k], want[k], atol=1e-6, err_msg=k)
+
+
+def test_hiera_in_the_window(qtbot, tmp_path: Path, photo_files) -> None:
+    """A Hiera: a stage's first block attends from its pooled queries to the stage before, so
+    its big map is drawn at that stage's grid; a click picks each block's query token."""
+    import json
+
+    import timm
+    import torch
+    from zoo_helpers import randomize_
+
+    theirs = timm.create_model(
+        "hiera_tiny_224", img_size=64, embed_dim=16, num_heads=1, stages=(1, 2, 1, 1),
+        num_classes=5,
+    )  # fmt: skip
+    randomize_(theirs, seed=4)
+    ckpt = tmp_path / "hiera.pth"
+    torch.save(theirs.state_dict(), ckpt)
+    side = {"stage_heads": [1, 2, 4, 8], "preprocessing": {"image_size": [64, 64]}}
+    ckpt.with_name("hiera.pth.vitviz.json").write_text(json.dumps(side))
+    window: MainWindow = new_window(qtbot, tmp_path / "settings.ini")
+    bugs: list[str] = []
+    window.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
+    image = photo_files["chelsea"]
+    drop(window, [image, ckpt])
+    wait_shown(qtbot, window, image.name)
+    ref = analyze_pyramid(load_checkpoint(ckpt), image)
+    v = window.viewer
+    assert v.head_grid.row_texts() == ["1.1", "2.1", "2.2", "3.1", "4.1"]
+    assert "mask units" in v.image.layer_rows[0].tooltip
+    v.controls.select(layer=1, head=0)  # block 2.1: 8×8 pooled queries over 16×16 keys
+    cell = (9, 4)
+    view = v.input_view
+    click(view, view.vb.mapViewToScene(view.patch_rect(*cell).center()))
+    qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == cell, timeout=WAIT_MS)
+    assert v.maps.query_tokens[1] == (38 // 8) * 8 + 18 // 8
+    expected = block_rows(ref, 1, v.maps.query_tokens[1]).numpy()[0]
+    assert expected.shape == (16, 16)
+    np.testing.assert_allclose(overlay(window), expected, atol=1e-6)
+    assert not bugs, f"the bug dialog was shown: {bugs}"

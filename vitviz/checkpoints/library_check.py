@@ -253,6 +253,10 @@ def timm_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         blocks += getattr(model, name, None) or []
     for block in blocks:
         a = getattr(block, "attn", None)
+        if a is not None and hasattr(a, "use_mask_unit_attn"):  # Hiera: no dropout module
+            a.fused_attn = False
+            handles.append(a.qkv.register_forward_hook(_mask_unit_probabilities(a, attn)))
+            continue
         if a is None or not hasattr(a, "attn_drop"):
             continue
         a.fused_attn = False
@@ -264,6 +268,28 @@ def timm_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         for h in handles:
             h.remove()
     return logits, attn
+
+
+def _mask_unit_probabilities(a: nn.Module, out: list[Tensor]) -> Any:
+    """A forward hook on a timm Hiera attention's ``qkv`` Linear appending its probabilities
+    softmax((q·scale)·kᵀ) as timm's eager path forms them from that output, in timm's layout:
+    (B, heads, units, t_q, t_k) within mask units, else (B, heads, N_q, N_k), unrolled order."""
+
+    def hook(_m: nn.Module, inputs: tuple[Tensor, ...], qkv: Tensor) -> None:
+        B, N, _ = inputs[0].shape
+        h, d, stride = a.heads, a.head_dim, a.q_stride
+        if a.use_mask_unit_attn:
+            units = N // (stride * a.window_size)
+            q, k, _v = qkv.reshape(B, -1, units, 3, h, d).permute(3, 0, 4, 2, 1, 5).unbind(0)
+            if stride > 1:
+                q = q.view(B, h, units, stride, -1, d).amax(dim=3)
+        else:
+            q, k, _v = qkv.reshape(B, N, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+            if stride > 1:
+                q = q.view(B, h, stride, -1, d).amax(dim=2)
+        out.append(((q * a.scale) @ k.transpose(-1, -2)).softmax(dim=-1))
+
+    return hook
 
 
 def build_transformers(ref: Reference, cfg: Any, weights: Path) -> nn.Module:

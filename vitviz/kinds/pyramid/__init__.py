@@ -1,5 +1,6 @@
-"""The pyramid ViT kind (PVT v2): token grids that shrink from stage to stage, attention from
-every token to spatially reduced keys.
+"""The pyramid ViT kind (PVT v2, Hiera): token grids that shrink from stage to stage; PVT v2's
+attention from every token to spatially reduced keys, Hiera's from 2 × 2 max-pooled queries
+(at a stage's first block) to the tokens of their mask unit (first stages) or to all.
 
 ``KIND`` is what ``vitviz.kinds`` registers; the network, its checkpoint families, its analysis
 and its versions of the table's methods are the modules beside this one. vitviz does not train
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     )
     from vitviz.kinds.pyramid.analysis import PyramidAnalysis
     from vitviz.kinds.pyramid.config import PyramidConfig
+    from vitviz.kinds.pyramid.hiera_config import HieraConfig
 
 UNUSED_OPTIONS = {
     "layers": "applies to ViT models; a pyramid ViT's analysis keeps every block",
@@ -40,17 +42,28 @@ UNUSED_OPTIONS = {
 }
 
 
+def _hiera_words(cfg: object) -> Any:
+    """``hiera_words`` for a Hiera's config, None for a PVT v2's."""
+    from vitviz.kinds.pyramid import hiera_words
+    from vitviz.kinds.pyramid.hiera_config import HieraConfig
+
+    return hiera_words if isinstance(cfg, HieraConfig) else None
+
+
 class PyramidKind:
-    """vitviz's PyramidViT (PVT v2)."""
+    """vitviz's PyramidViT (PVT v2) and HieraViT (Hiera)."""
 
     name = "pyramid"
-    label = "Pyramid Vision Transformer (PVT v2)"
+    label = "Pyramid ViT (PVT v2, Hiera)"
 
     def owns(self, model: nn.Module) -> bool:
         return getattr(model, "model_kind", None) == self.name
 
     def architecture(self, model: nn.Module) -> str:
         cfg = model.config
+        hiera = _hiera_words(cfg)
+        if hiera is not None:
+            return hiera.architecture(cfg)
         keys = "linear SRA (keys pooled to 7×7)" if cfg.linear else (
             f"reductions {'-'.join(map(str, cfg.sr_ratios))}"
         )  # fmt: skip
@@ -62,6 +75,9 @@ class PyramidKind:
 
     def parts(self, model: nn.Module) -> tuple[str, ...]:
         cfg = model.config
+        hiera = _hiera_words(cfg)
+        if hiera is not None:
+            return hiera.parts(cfg)
         attention = (
             "linear spatial-reduction attention (keys: adaptive average pool to 7×7, 1×1 conv, "
             "LayerNorm, GELU)"
@@ -82,23 +98,28 @@ class PyramidKind:
 
     @property
     def families(self) -> Sequence[Any]:
-        from vitviz.kinds.pyramid.families import huggingface, timm
+        from vitviz.kinds.pyramid.families import huggingface, timm, timm_hiera
 
-        return (timm.FAMILY, huggingface.FAMILY)
+        return (timm.FAMILY, huggingface.FAMILY, timm_hiera.FAMILY)
 
-    def config_from_dict(self, data: dict[str, object]) -> PyramidConfig:
+    def config_from_dict(self, data: dict[str, object]) -> PyramidConfig | HieraConfig:
         from vitviz.kinds.pyramid.config import PyramidConfig
+        from vitviz.kinds.pyramid.hiera_config import HieraConfig
 
-        return PyramidConfig.from_dict(data)
+        return (HieraConfig if "mask_unit" in data else PyramidConfig).from_dict(data)
 
-    def build_from_state(self, config: PyramidConfig, state: Mapping[str, Tensor]) -> nn.Module:
+    def build_from_state(
+        self, config: PyramidConfig | HieraConfig, state: Mapping[str, Tensor]
+    ) -> nn.Module:
         from vitviz.kinds.pyramid.families.common import build_pyramid
 
         return build_pyramid(config, state)
 
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         out = model.forward_explained(x, capture_attention=True)
-        return out.logits, out.attentions  # (B, heads, N_q, N_kv) as timm's blocks compute them
+        # as timm's blocks compute them: PVT v2's (B, heads, N_q, N_kv); a Hiera's unrolled,
+        # (B, heads, units, t_q, t_k) within mask units
+        return out.logits, out.attentions
 
     @property
     def model_code(self) -> None:
@@ -128,9 +149,14 @@ class PyramidKind:
         return analyze_pyramid(loaded, image, gradients, options.get("target_class"))
 
     def token_geometry(self, analysis: PyramidAnalysis) -> TokenGeometry:
+        windows = analysis.windows or [None] * len(analysis.block_stages)
         layers = tuple(
-            LayerGrid(grid=tuple(analysis.stage_grids[s]), token_pixels=analysis.stage_pixels[s])
-            for s in analysis.block_stages
+            LayerGrid(
+                grid=tuple(analysis.stage_grids[s]),
+                token_pixels=analysis.stage_pixels[s],
+                windows=w,  # a Hiera block's mask units, None where it attends globally
+            )
+            for s, w in zip(analysis.block_stages, windows, strict=True)
         )
         size = tuple(int(v) for v in analysis.input.shape[-2:])
         return TokenGeometry(

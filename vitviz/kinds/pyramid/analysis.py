@@ -14,6 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.imaging.geometry import PatchGeometry
+from vitviz.kinds.pyramid.hiera_network import HieraViT
+from vitviz.kinds.pyramid.hiera_plan import hiera_plan
 from vitviz.kinds.pyramid.network import PyramidViT
 from vitviz.kinds.pyramid.reduction import Reduction, key_reduction, stage_reduction
 from vitviz.kinds.pyramid.rollout import (
@@ -47,6 +49,8 @@ class PyramidAnalysis:
     stage_pixels: list[int]  # input pixels per side of a token of each stage
     reductions: list[str]  # per block, in words ("keys 2×2 (sr 4)")
     gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
+    residuals: list[Reduction | None] | None = None  # per block: a pooling block's (Hiera)
+    windows: list[Any] | None = None  # per block (H_s, W_s) int32 mask unit ids or None (Hiera)
     input: Tensor | None = None  # (C, H, W) the normalised model input
     pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
     source: Any = None  # the decoded source image
@@ -83,8 +87,9 @@ class PyramidAnalysis:
                 else:
                     mats, mode = relevance_blocks(self.attentions, self.gradients), "relevance"
             self._prepared[key] = PreparedPyramidRollout(
-                mats, self.keys, self.block_stages, self.stage_grids, self.stages, mode
-            )
+                mats, self.keys, self.block_stages, self.stage_grids, self.stages, mode,
+                self.residuals,
+            )  # fmt: skip
         return self._prepared[key]
 
 
@@ -98,9 +103,30 @@ def describe_keys(keys: Reduction, sr: int, linear: bool) -> str:
     return f"keys {h}×{w} (spatial reduction sr {sr}: a {sr}×{sr} conv of stride {sr})"
 
 
-def _model(model_or_loaded: object) -> PyramidViT:
+def _pvt_plan(
+    cfg: Any, grids: list[tuple[int, int]], block_stages: list[int]
+) -> tuple[list[Reduction], list[str], list[Reduction]]:
+    """A PVT v2's keys and their words per block, and its downsamplings between stages."""
+    keys, words = [], []
+    for s in block_stages:
+        sr = cfg.sr_ratios[s]
+        k = key_reduction(grids[s], sr, cfg.linear, cfg.pool_size)
+        keys.append(k)
+        words.append(describe_keys(k, sr, cfg.linear))
+    stages = []
+    for s in range(len(grids) - 1):
+        red = stage_reduction(grids[s], cfg.down_kernel, cfg.down_stride)
+        if red.coarse != grids[s + 1]:
+            raise ValueError(
+                f"stage {s + 1}'s grid {grids[s + 1]} is not the downsampling of {grids[s]}"
+            )
+        stages.append(red)
+    return keys, words, stages
+
+
+def _model(model_or_loaded: object) -> PyramidViT | HieraViT:
     model = getattr(model_or_loaded, "model", model_or_loaded)
-    if not isinstance(model, PyramidViT):
+    if not isinstance(model, (PyramidViT, HieraViT)):
         raise TypeError(f"analyze_pyramid needs a pyramid ViT, got {type(model).__name__}")
     return model
 
@@ -141,28 +167,26 @@ def analyze_pyramid(
         if gradients:
             grads = [g[0].detach() for g in torch.autograd.grad(logits[c], out.attentions)]
     grids = [tuple(g) for g in out.stage_grids]
-    keys, words = [], []
-    for s in out.block_stages:
-        sr = cfg.sr_ratios[s]
-        k = key_reduction(grids[s], sr, cfg.linear, cfg.pool_size)
-        keys.append(k)
-        words.append(describe_keys(k, sr, cfg.linear))
-    stages = []
-    for s in range(len(grids) - 1):
-        red = stage_reduction(grids[s], cfg.down_kernel, cfg.down_stride)
-        if red.coarse != grids[s + 1]:
-            raise ValueError(
-                f"stage {s + 1}'s grid {grids[s + 1]} is not the downsampling of {grids[s]}"
-            )
-        stages.append(red)
-    for a, k in zip(out.attentions, keys, strict=True):
+    attentions = [a.detach() for a in out.attentions]
+    if isinstance(model, HieraViT):  # as computed (unrolled, per mask unit) -> over the grids
+        attentions = [model.grid_attention(b, a, grids[0]) for b, a in enumerate(attentions)]
+        if grads is not None:
+            grads = [model.grid_attention(b, g[None], grids[0])[0] for b, g in enumerate(grads)]
+    residuals = windows = None
+    if isinstance(model, HieraViT):
+        plan = hiera_plan(model, grids)
+        keys, words, stages = plan.keys, plan.words, plan.stages
+        residuals, windows = plan.residuals, plan.windows
+    else:
+        keys, words, stages = _pvt_plan(cfg, grids, out.block_stages)
+    for a, k in zip(attentions, keys, strict=True):
         if a.shape[-1] != k.coarse[0] * k.coarse[1]:
             raise ValueError(f"attention {tuple(a.shape)} does not have the {k.coarse} keys")
     return PyramidAnalysis(
         logits=logits.detach(),
         probs=logits.detach().softmax(dim=-1),
         target_class=c,
-        attentions=[a[0].detach() for a in out.attentions],
+        attentions=[a[0] for a in attentions],
         block_stages=list(out.block_stages),
         stage_grids=grids,
         keys=keys,
@@ -170,6 +194,8 @@ def analyze_pyramid(
         stage_pixels=[cfg.stage_stride(s) for s in range(len(grids))],
         reductions=words,
         gradients=grads,
+        residuals=residuals,
+        windows=windows,
         input=x[0].detach(),
         pixels=pixels,
         source=source,

@@ -18,7 +18,9 @@ from PIL import Image
 from torch import nn
 
 from vitviz.kinds.protocol import ImageNumbers, ModelKind, ModelShape, QueryMaps, Session, ViewWords
+from vitviz.kinds.pyramid import hiera_words
 from vitviz.kinds.pyramid.analysis import ModelOnly, PyramidAnalysis
+from vitviz.kinds.pyramid.hiera_config import HieraConfig
 
 THUMB_MAX_CELLS = 32
 
@@ -31,17 +33,22 @@ def model_shape(loaded: Any, kind: ModelKind) -> ModelShape:
     cfg = loaded.model.config
     config = cfg.to_dict()
     size = "×".join(map(str, cfg.image_size))
-    lines = [
-        f"architecture: {kind.architecture(loaded.model)}",
-        f"stem stride {cfg.patch_size} (kernel {cfg.stem_kernel}), trained at {size}; images "
-        f"prepared at {'×'.join(map(str, loaded.preprocessing.image_size))}",
-    ]
-    for s in range(cfg.num_stages):
-        keys = "pooled to 7×7" if cfg.linear else f"sr {cfg.sr_ratios[s]}"
+    prepared = f"images prepared at {'×'.join(map(str, loaded.preprocessing.image_size))}"
+    lines = [f"architecture: {kind.architecture(loaded.model)}"]
+    if isinstance(cfg, HieraConfig):
+        lines += hiera_words.stage_lines(cfg)
+        lines[1] += f"; {prepared}"
+    else:
         lines.append(
-            f"stage {s + 1}: {cfg.depths[s]} blocks, width {cfg.dims[s]}, {cfg.heads[s]} heads, "
-            f"keys {keys}, MLP {cfg.mlp_hidden_dims[s]}"
+            f"stem stride {cfg.patch_size} (kernel {cfg.stem_kernel}), trained at {size}; "
+            + prepared
         )
+        for s in range(cfg.num_stages):
+            keys = "pooled to 7×7" if cfg.linear else f"sr {cfg.sr_ratios[s]}"
+            lines.append(
+                f"stage {s + 1}: {cfg.depths[s]} blocks, width {cfg.dims[s]}, {cfg.heads[s]} "
+                f"heads, keys {keys}, MLP {cfg.mlp_hidden_dims[s]}"
+            )
     lines.append(f"classes: {cfg.num_classes}; no prefix tokens (the head reads the mean of the "
                  "last stage's tokens)")  # fmt: skip
     lines.append("parts: " + "; ".join(kind.parts(loaded.model)))
@@ -172,8 +179,8 @@ def query_maps(session: Session, query: tuple[int, int] | None) -> QueryMaps:
         with torch.no_grad():
             rows = block_rows(a, b, token).float().cpu().numpy()  # (heads, H_s, W_s)
         layer_maps.append(rows)
-        H, W = a.stage_grids[s]
-        px = a.stage_pixels[s]
+        H, W = rows.shape[1:]  # the keys' grid: a Hiera pooling block's is the stage before
+        px = a.stage_pixels[a.stage_grids.index((H, W))]
         ys = np.minimum(((np.arange(thumb[0]) + 0.5) * thumb_px // px).astype(int), H - 1)
         xs = np.minimum(((np.arange(thumb[1]) + 0.5) * thumb_px // px).astype(int), W - 1)
         small = rows[:, ys[:, None], xs[None, :]]

@@ -3,7 +3,8 @@
 ``attention_<stage>_<block>`` (0-based, block within its stage): (heads, N_s, M_b) float32,
 rows the stage's tokens row-major, columns the block's reduced keys row-major; ``stage_grids``
 (S, 2); per block ``block_stage`` (L,), ``key_grid`` (L, 2) and ``sr_ratio`` (L,) (0 for a
-linear block's pooled keys); ``logits``, ``probs``, ``target_class``.
+linear block's pooled keys and for a Hiera's, whose keys are the block's input tokens);
+``logits``, ``probs``, ``target_class``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ def pyramid_arrays(analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
     out["key_grid"] = np.asarray([k.coarse for k in analysis.keys], dtype=np.int32).reshape(-1, 2)
     model = getattr(analysis.loaded, "model", None)
     cfg = getattr(model, "config", None)
-    srs = [0 if cfg is None or cfg.linear else cfg.sr_ratios[s] for s in analysis.block_stages]
+    srs = [
+        0 if cfg is None or getattr(cfg, "linear", True) else cfg.sr_ratios[s]
+        for s in analysis.block_stages
+    ]  # a Hiera (no key reduction): 0
     out["sr_ratio"] = np.asarray(srs, dtype=np.int32)
     out["logits"] = analysis.logits.detach().float().cpu().numpy()
     out["probs"] = analysis.probs.detach().float().cpu().numpy()

@@ -1,5 +1,6 @@
 """Token Grad-CAM on a pyramid ViT: the last block's first LayerNorm output on the last stage's
-grid. features F (B, N_S, D); weights w_d = mean over tokens of ∂y_c/∂F[·, d];
+grid (a Hiera's second LayerNorm: its last block may pool, its first norm then being on the
+stage before). features F (B, N_S, D); weights w_d = mean over tokens of ∂y_c/∂F[·, d];
 map = ReLU(Σ_d w_d F[·, d]), min-max scaled, (B, H_S, W_S): the ViT's definition on the grid
 the head pools."""
 
@@ -10,17 +11,18 @@ from torch import Tensor
 
 from vitviz.explain.targets import target_classes
 from vitviz.explain.tokens import min_max_scale
+from vitviz.kinds.pyramid.hiera_network import HieraViT
 from vitviz.kinds.pyramid.network import PyramidViT
 
 
 def pyramid_token_gradcam(
-    model: PyramidViT, x: Tensor, target: int | Tensor | None = None
+    model: PyramidViT | HieraViT, x: Tensor, target: int | Tensor | None = None
 ) -> Tensor:
     """(B, C, H, W) images -> (B, H_S, W_S) Grad-CAM maps for ``target`` (None: the top class)."""
     captured: list[Tensor] = []
-    handle = model.blocks[-1].norm1.register_forward_hook(
-        lambda _m, _i, output: captured.append(output)
-    )
+    # a Hiera's last block may pool: its second LayerNorm is on the last stage's grid
+    norm = model.blocks[-1].norm2 if isinstance(model, HieraViT) else model.blocks[-1].norm1
+    handle = norm.register_forward_hook(lambda _m, _i, output: captured.append(output))
     try:
         with torch.enable_grad():
             x = x.detach().requires_grad_(True)

@@ -20,6 +20,7 @@ from vitviz.explain.random_map import random_map
 from vitviz.kinds.protocol import KindMethod
 from vitviz.kinds.pyramid.analysis import PyramidAnalysis, analyze_pyramid
 from vitviz.kinds.pyramid.gradcam import pyramid_token_gradcam
+from vitviz.kinds.pyramid.hiera_network import HieraViT
 from vitviz.kinds.pyramid.network import PyramidViT
 
 # the table parameters each takes on a pyramid ViT
@@ -40,7 +41,7 @@ NOT_HERE = {
 MISSING = {
     "transformer-attribution": "its LRP rules cover a ViT's blocks; vitviz has no rule for the "
     "spatial-reduction convolution, the depthwise MLP convolution or the downsampling between "
-    "stages",
+    "stages (PVT v2), nor for the max-pooled queries and residual (Hiera)",
     "dino-masks": "it reads a CLS token's attention, and a pyramid ViT has no CLS token",
     "grad-sam": "it averages every layer's query row over one grid of patches; a pyramid ViT's "
     "blocks attend over different grids",
@@ -78,8 +79,8 @@ def block_rows(analysis: PyramidAnalysis, block: int, token: int | None) -> Tens
     query), its keys' weights spread evenly over the tokens each key is made of."""
     attn = analysis.attentions[block]  # (heads, N, M)
     rows = attn.mean(dim=1) if token is None else attn[:, token]  # (heads, M)
-    spread = analysis.keys[block].spread(rows.double())
-    return spread.reshape(-1, *analysis.stage_grids[analysis.block_stages[block]])
+    keys = analysis.keys[block]
+    return keys.spread(rows.double()).reshape(-1, *keys.fine)
 
 
 def attention_map(
@@ -145,7 +146,7 @@ def pyramid_method_map(
 
 
 def _requires_own(label: str, model: nn.Module) -> str | None:
-    if isinstance(model, PyramidViT):
+    if isinstance(model, (PyramidViT, HieraViT)):
         return None
     return f"{label} needs vitviz's own pyramid ViT, and this model is a {type(model).__name__}"
 

@@ -10,7 +10,17 @@ square, or its adaptive-pool cell); K_b (M_b × N_s) spreads a key's weight even
 - gradient rollout:  Ã_b = rownorm((mean_h(A_b ⊙ ∂y_c/∂A_b))⁺·K_b + I); r ← r·Ã_b
 - relevance:         Ā_b = mean_h((∂y_c/∂A_b ⊙ A_b)⁺)·K_b;            r ← r + r·Ā_b
 
-(rownorm divides each row by its sum; the rows of F·K sum as those of F). Between stages, a token
+(rownorm divides each row by its sum; the rows of F·K sum as those of F). A block whose queries
+are pooled (Hiera's first block of a stage: queries and residual max-pooled 2 × 2 from the
+previous stage's tokens) is a stage step itself: its keys are the previous stage's tokens and its
+residual R_b (N_{s} × N_{s−1}) spreads each token evenly over the 2 × 2 tokens it was pooled from
+(a convention: max is not linear), in place of I:
+
+- rollout:           Ã_b = rownorm(fuse_h(A_b)·K_b + R_b);            r ← r·Ã_b
+- relevance:         r ← r·R_b + r·Ā_b
+
+and no stage step D follows it. Hiera's mask-unit attention needs no step of its own: A_b is 0
+outside each query's mask unit. Between stages, a token
 of stage s+1 is made by the downsampling convolution from the k × k tokens of stage s it reads;
 D_s (N_{s+1} × N_s) spreads its weight evenly over them: r ← r·D_s. The start row is the
 uniform row over the last stage's tokens (the mean the head reads) or e_q of the last stage's
@@ -74,6 +84,7 @@ class PreparedPyramidRollout:
         stage_grids: Sequence[tuple[int, int]],
         stages: Sequence[Reduction],
         mode: str = "rollout",
+        residuals: Sequence[Reduction | None] | None = None,
     ) -> None:
         if not matrices:
             raise ValueError("no attention blocks were given")
@@ -85,6 +96,7 @@ class PreparedPyramidRollout:
         self.stage_grids = [tuple(g) for g in stage_grids]
         self.stages = list(stages)  # stages[s]: stage s -> s + 1
         self.mode = mode
+        self.residuals = list(residuals) if residuals is not None else [None] * len(self.matrices)
         self.inv_sums = [1 / (m.sum(dim=-1) + 1) for m in self.matrices]
 
     def start(self, query: int | None) -> Tensor:
@@ -109,11 +121,15 @@ class PreparedPyramidRollout:
                 r = self.stages[current - 1].spread(r)
                 current -= 1
             mixed = self.keys[b].spread
+            residual = self.residuals[b]
+            keep = (lambda t: t) if residual is None else residual.spread
             if self.mode == "rollout":
                 scaled = r * self.inv_sums[b]
-                r = mixed(scaled @ self.matrices[b]) + scaled
+                r = mixed(scaled @ self.matrices[b]) + keep(scaled)
             else:
-                r = r + mixed(r @ self.matrices[b])
+                r = keep(r) + mixed(r @ self.matrices[b])
+            if residual is not None:
+                current = s - 1  # the pooling block took r to the previous stage
         while current > 0:
             r = self.stages[current - 1].spread(r)
             current -= 1

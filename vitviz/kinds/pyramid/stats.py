@@ -21,10 +21,18 @@ if TYPE_CHECKING:
     from vitviz.kinds.pyramid.analysis import PyramidAnalysis
 
 
-def block_statistics(attn: Tensor, keys: Reduction, pixels: int) -> tuple[Tensor, Tensor]:
-    """(mean distance in pixels, entropy in nats) per head, each (heads,)."""
+def block_statistics(
+    attn: Tensor,
+    keys: Reduction,
+    pixels: int,
+    queries: tuple[tuple[int, int], int] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """(mean distance in pixels, entropy in nats) per head, each (heads,). ``pixels``: a token
+    of the keys' fine grid; ``queries``: the queries' (grid, pixels) when they are not that
+    grid (a Hiera pooling block's queries, one stage coarser)."""
     a = attn.double()
-    q_pos = identity(keys.fine).centres(pixels).to(a.device)  # (N, 2)
+    grid, px = queries if queries is not None else (keys.fine, pixels)
+    q_pos = identity(tuple(grid)).centres(px).to(a.device)  # (N, 2)
     k_pos = keys.centres(pixels).to(a.device)  # (M, 2)
     dist = torch.cdist(q_pos, k_pos)  # (N, M)
     distance = (a * dist).sum(dim=-1).mean(dim=-1)
@@ -46,7 +54,8 @@ def head_statistics(analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
     a = analysis
     dist, ent = [], []
     for attn, keys, s in zip(a.attentions, a.keys, a.block_stages, strict=True):
-        d, e = block_statistics(attn, keys, a.stage_pixels[s])
+        key_px = a.stage_pixels[a.stage_grids.index(tuple(keys.fine))]
+        d, e = block_statistics(attn, keys, key_px, (a.stage_grids[s], a.stage_pixels[s]))
         dist.append(d.float().cpu().numpy())
         ent.append(e.float().cpu().numpy())
     most = max(int(t.shape[0]) for t in a.attentions)

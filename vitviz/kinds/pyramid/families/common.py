@@ -17,9 +17,10 @@ from vitviz.checkpoints.families.common import check_channels
 from vitviz.checkpoints.labels import resolve_class_names
 from vitviz.imaging import Preprocessing
 from vitviz.kinds.pyramid.config import PyramidConfig
+from vitviz.kinds.pyramid.hiera_config import HieraConfig
+from vitviz.kinds.pyramid.hiera_network import HieraViT
 from vitviz.kinds.pyramid.network import PyramidViT
 
-FIELDS = frozenset(f.name for f in dataclasses.fields(PyramidConfig))
 EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
 
 
@@ -32,23 +33,26 @@ def finish_pyramid(
     class_names: Sequence[str] | None,
     preprocessing: dict[str, Any],
     notes: list[str],
+    config_cls: type = PyramidConfig,
 ) -> Conversion:
-    """The user's settings over what the weights said -> PyramidConfig, names, preprocessing."""
+    """The user's settings over what the weights said -> ``config_cls`` (PyramidConfig,
+    HieraConfig), names, preprocessing."""
     user = dict(source.user)
-    unknown = sorted(set(user) - FIELDS - EXTRAS)
+    known = frozenset(f.name for f in dataclasses.fields(config_cls))
+    unknown = sorted(set(user) - known - EXTRAS)
     if unknown:
         raise CheckpointError(
             f"{source.name}: unknown settings {', '.join(unknown)} for a pyramid ViT; accepted: "
-            f"its config fields ({', '.join(sorted(FIELDS))}), class_names, preprocessing."
+            f"its config fields ({', '.join(sorted(known))}), class_names, preprocessing."
         )
     fields = dict(inferred)
-    for key in sorted(set(user) & FIELDS):
+    for key in sorted(set(user) & known):
         fields[key] = user[key]
     try:
-        config = PyramidConfig(**fields)
+        config = config_cls(**fields)
         config.validate()
     except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{source.name}: the PVT v2 settings are invalid: {exc}") from exc
+        raise CheckpointError(f"{source.name}: the {family} settings are invalid: {exc}") from exc
     given = user.get("class_names")
     if given is not None and (not isinstance(given, list) or len(given) != config.num_classes):
         raise CheckpointError(
@@ -74,8 +78,12 @@ def finish_pyramid(
     )
 
 
-def build_pyramid(config: PyramidConfig, state: Mapping[str, Tensor]) -> PyramidViT:
-    """A pyramid ViT in eval mode holding exactly ``state``; CheckpointError naming the misfits."""
+def build_pyramid(
+    config: PyramidConfig | HieraConfig, state: Mapping[str, Tensor]
+) -> PyramidViT | HieraViT:
+    """A pyramid ViT (PVT v2 or Hiera, by its config) in eval mode holding exactly ``state``;
+    CheckpointError naming the misfits."""
+    hiera = isinstance(config, HieraConfig)
     with torch.device("meta"):
-        model = PyramidViT(config)
-    return assign_exactly(model, state, "PVT v2 model")
+        model = HieraViT(config) if hiera else PyramidViT(config)
+    return assign_exactly(model, state, "Hiera model" if hiera else "PVT v2 model")
