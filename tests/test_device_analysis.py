@@ -214,3 +214,20 @@ def test_the_gradient_pass_recomputes_blocks_only_where_memory_asks(
         maps[name] = [a.relevance(), a.gradient_rollout(), later, a.attention]
     for lean, fast in zip(maps["lean"], maps["fast"], strict=True):
         torch.testing.assert_close(lean, fast, atol=1e-5, rtol=1e-5)
+
+
+def test_a_gpu_computes_in_full_float32() -> None:
+    """TF32 convolutions (PyTorch's default on CUDA) moved a PVT v2's logits by 4e-3 on an H200:
+    a CUDA device vitviz uses turns them off; the CPU leaves the flags alone."""
+    from vitviz.core.devices import full_float32
+
+    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    try:
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+        full_float32(torch.device("cpu"))
+        assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+        full_float32(torch.device("cuda"))
+        assert not torch.backends.cudnn.allow_tf32
+        assert not torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved

@@ -18,8 +18,23 @@ def available_devices() -> list[str]:
     return found
 
 
+def full_float32(device: torch.device) -> torch.device:
+    """``device``, with CUDA's TF32 shortcuts turned off when it is a GPU: cuDNN convolutions
+    (on by default in PyTorch) and matmuls then round as float32 does, so the maps a GPU draws
+    are the CPU's (a PVT v2's logits differed by 4e-3 with TF32 convolutions)."""
+    if device.type == "cuda":
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    return device
+
+
 def resolve_device(choice: str | torch.device | None = "auto") -> torch.device:
-    """'auto' picks CUDA, then MPS, then CPU; an absent device raises ValueError plainly."""
+    """'auto' picks CUDA, then MPS, then CPU; an absent device raises ValueError plainly. A GPU
+    computes in full float32 from then on (``full_float32``)."""
+    return full_float32(_resolve(choice))
+
+
+def _resolve(choice: str | torch.device | None) -> torch.device:
     if isinstance(choice, torch.device):
         return choice
     name = (choice or "auto").strip().lower()

@@ -107,8 +107,22 @@ def _block_settings(model: nn.Module) -> dict[str, Any]:
 
 def describe_eva(model: nn.Module) -> dict[str, Any]:
     """The settings of a built timm ``Eva`` (meta device is enough). Raises EvaRefusalError naming
-    the first part vitviz's ViT can't compute. Keys beyond ViTConfig's: ``attn_kind``,
-    ``glu_gate_last``, ``layer_scale``, ``rotate_half``, ``patch_bias``."""
+    the first part vitviz's ViT can't compute, or the attribute another timm version's Eva lacks
+    (vitviz reads timm's modules: one that keeps a setting elsewhere is refused, never guessed).
+    Keys beyond ViTConfig's: ``attn_kind``, ``glu_gate_last``, ``layer_scale``, ``rotate_half``,
+    ``patch_bias``."""
+    try:
+        return _describe_eva(model)
+    except AttributeError as exc:
+        from timm import __version__ as timm_version
+
+        raise EvaRefusalError(
+            f"an Eva whose modules timm {timm_version} lays out otherwise than vitviz reads "
+            f"({exc}); vitviz reads timm 1.0.31's"
+        ) from exc
+
+
+def _describe_eva(model: nn.Module) -> dict[str, Any]:
     if type(model).__name__ != "Eva":
         raise EvaRefusalError(f"timm's {type(model).__name__} architecture")
     if getattr(model, "attn_pool", None) is not None:
