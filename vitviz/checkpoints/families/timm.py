@@ -337,7 +337,7 @@ FAMILY = Family(
         forms="state dict (.pth, .safetensors); timm folder (config.json + model.safetensors)",
         parts=(
             "attention (relpos: with a relative position bias from an MLP or a table)",
-            "pre-norm or residual post-norm (rpn) blocks",
+            "pre-norm blocks",
             "GELU or QuickGELU MLP",
             "LayerScale",
             "learnt position table",
