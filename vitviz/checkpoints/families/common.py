@@ -360,3 +360,66 @@ def patch_channels(
         f"patch (in_channels × patch²), neither 3 × p² nor 1 × p². Put the patch size in "
         f'{where}, e.g. {{"patch_size": {sizes[-1]}}} (in_channels is then {n} / patch²).'
     )
+
+
+def finish_kind(
+    source: Source,
+    *,
+    kind: str,
+    config_cls: type,
+    words: tuple[str, str, str],
+    extras: frozenset[str],
+    family: str,
+    inferred: dict[str, Any],
+    state: dict[str, Tensor],
+    class_names: Sequence[str] | None,
+    preprocessing: dict[str, Any],
+    notes: list[str],
+    imagenet_if_1000: bool = False,
+) -> Conversion:
+    """Another kind's conversion (Swin, pyramid): the user's settings over what the weights said
+    -> ``config_cls`` (a dataclass with ``validate``), class names, preprocessing. ``words``: how
+    the messages name the model, its fields and its settings, e.g. ("a Swin", "Swin config
+    fields", "Swin"); ``extras``: the settings keys that are not config fields."""
+    user = dict(source.user)
+    known = frozenset(f.name for f in dataclasses.fields(config_cls))
+    a_model, fields_word, settings_word = words
+    unknown = sorted(set(user) - known - extras)
+    if unknown:
+        raise CheckpointError(
+            f"{source.name}: unknown settings {', '.join(unknown)} for {a_model}; accepted: "
+            f"{fields_word} ({', '.join(sorted(known))}), class_names, preprocessing."
+        )
+    fields = dict(inferred)
+    for key in sorted(set(user) & known):
+        fields[key] = user[key]
+    try:
+        config = config_cls(**fields)
+        config.validate()
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(
+            f"{source.name}: the {settings_word} settings are invalid: {exc}"
+        ) from exc
+    given = user.get("class_names")
+    if given is not None and (not isinstance(given, list) or len(given) != config.num_classes):
+        raise CheckpointError(
+            f"{source.name}: class_names must be a list of {config.num_classes} names."
+        )
+    names = resolve_class_names(config.num_classes, given, class_names, imagenet_if_1000)
+    prep = {"image_size": list(config.image_size), **preprocessing}
+    if isinstance(user.get("preprocessing"), dict):
+        prep.update(user["preprocessing"])
+    prep["channels"] = check_channels(source, prep.get("channels"), config.in_channels)
+    try:
+        prepared = Preprocessing.from_dict(prep)
+    except ValueError as exc:
+        raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
+    return Conversion(
+        family=family,
+        config=config,
+        state=state,
+        class_names=names,
+        preprocessing=prepared,
+        notes=notes,
+        kind=kind,
+    )

@@ -3,7 +3,6 @@ settings."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,11 +10,8 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.assign import assign_exactly
-from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Source
-from vitviz.checkpoints.families.common import check_channels
-from vitviz.checkpoints.labels import resolve_class_names
-from vitviz.imaging import Preprocessing
+from vitviz.checkpoints.families.common import finish_kind
 from vitviz.kinds.pyramid.config import PyramidConfig
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
 from vitviz.kinds.pyramid.hiera_network import HieraViT
@@ -37,44 +33,19 @@ def finish_pyramid(
 ) -> Conversion:
     """The user's settings over what the weights said -> ``config_cls`` (PyramidConfig,
     HieraConfig), names, preprocessing."""
-    user = dict(source.user)
-    known = frozenset(f.name for f in dataclasses.fields(config_cls))
-    unknown = sorted(set(user) - known - EXTRAS)
-    if unknown:
-        raise CheckpointError(
-            f"{source.name}: unknown settings {', '.join(unknown)} for a pyramid ViT; accepted: "
-            f"its config fields ({', '.join(sorted(known))}), class_names, preprocessing."
-        )
-    fields = dict(inferred)
-    for key in sorted(set(user) & known):
-        fields[key] = user[key]
-    try:
-        config = config_cls(**fields)
-        config.validate()
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{source.name}: the {family} settings are invalid: {exc}") from exc
-    given = user.get("class_names")
-    if given is not None and (not isinstance(given, list) or len(given) != config.num_classes):
-        raise CheckpointError(
-            f"{source.name}: class_names must be a list of {config.num_classes} names."
-        )
-    names = resolve_class_names(config.num_classes, given, class_names, True)
-    prep = {"image_size": list(config.image_size), **preprocessing}
-    if isinstance(user.get("preprocessing"), dict):
-        prep.update(user["preprocessing"])
-    prep["channels"] = check_channels(source, prep.get("channels"), config.in_channels)
-    try:
-        prepared = Preprocessing.from_dict(prep)
-    except ValueError as exc:
-        raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
-    return Conversion(
-        family=family,
-        config=config,
-        state=state,
-        class_names=names,
-        preprocessing=prepared,
-        notes=notes,
+    return finish_kind(
+        source,
         kind="pyramid",
+        config_cls=config_cls,
+        words=("a pyramid ViT", "its config fields", family),
+        extras=EXTRAS,
+        family=family,
+        inferred=inferred,
+        state=state,
+        class_names=class_names,
+        preprocessing=preprocessing,
+        notes=notes,
+        imagenet_if_1000=True,
     )
 
 

@@ -3,7 +3,6 @@ SwinConfig with the user's settings, and building the model from a converted sta
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -15,13 +14,10 @@ from torch import Tensor
 from vitviz.checkpoints.assign import assign_exactly
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Source
-from vitviz.checkpoints.families.common import Taker, check_channels
-from vitviz.checkpoints.labels import resolve_class_names
-from vitviz.imaging import Preprocessing
+from vitviz.checkpoints.families.common import Taker, finish_kind
 from vitviz.kinds.swin.config import SwinConfig
 from vitviz.kinds.swin.network import SwinTransformer
 
-SWIN_FIELDS = frozenset(f.name for f in dataclasses.fields(SwinConfig))
 _EXTRAS = frozenset({"class_names", "preprocessing"})
 # Our block parts and the suffix each has in our state dict.
 BLOCK_PARTS = ("norm1", "attn.qkv", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2")
@@ -147,43 +143,19 @@ def finish_swin(
     imagenet_if_1000: bool = False,
 ) -> Conversion:
     """The user's settings over what the weights said -> SwinConfig, class names, preprocessing."""
-    user = dict(source.user)
-    unknown = sorted(set(user) - SWIN_FIELDS - _EXTRAS)
-    if unknown:
-        raise CheckpointError(
-            f"{source.name}: unknown settings {', '.join(unknown)} for a Swin; accepted: "
-            f"Swin config fields ({', '.join(sorted(SWIN_FIELDS))}), class_names, preprocessing."
-        )
-    fields = dict(inferred)
-    for key in sorted(set(user) & SWIN_FIELDS):
-        fields[key] = user[key]
-    try:
-        config = SwinConfig(**fields)
-        config.validate()
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{source.name}: the Swin settings are invalid: {exc}") from exc
-    given = user.get("class_names")
-    if given is not None and (not isinstance(given, list) or len(given) != config.num_classes):
-        raise CheckpointError(
-            f"{source.name}: class_names must be a list of {config.num_classes} names."
-        )
-    names = resolve_class_names(config.num_classes, given, class_names, imagenet_if_1000)
-    prep = {"image_size": list(config.image_size), **preprocessing}
-    if isinstance(user.get("preprocessing"), dict):
-        prep.update(user["preprocessing"])
-    prep["channels"] = check_channels(source, prep.get("channels"), config.in_channels)
-    try:
-        prepared = Preprocessing.from_dict(prep)
-    except ValueError as exc:
-        raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
-    return Conversion(
-        family=family,
-        config=config,
-        state=state,
-        class_names=names,
-        preprocessing=prepared,
-        notes=notes,
+    return finish_kind(
+        source,
         kind="swin",  # the Swin kind's build_from_state makes its SwinTransformer
+        config_cls=SwinConfig,
+        words=("a Swin", "Swin config fields", "Swin"),
+        extras=_EXTRAS,
+        family=family,
+        inferred=inferred,
+        state=state,
+        class_names=class_names,
+        preprocessing=preprocessing,
+        notes=notes,
+        imagenet_if_1000=imagenet_if_1000,
     )
 
 
