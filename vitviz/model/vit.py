@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +31,39 @@ class ViTOutput:
     hidden_states: list[Tensor]  # L × (B, N, D) output of each block; [] if not asked
     grid: tuple[int, int]  # (gh, gw)
     num_prefix_tokens: int
+
+
+def run_blocks(
+    blocks: Iterable[nn.Module],
+    tokens: Tensor,
+    capture_attention: bool,
+    hidden_states: bool,
+    attention_sink: Callable[[int, Tensor], None] | None,
+    recompute_blocks: bool,
+    ropes: Sequence[tuple[Tensor, Tensor]] | None = None,
+) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """(B, N, D) tokens through ``blocks`` (each ``block(tokens, capture=, [rope=])`` ->
+    (tokens, attention or None)): the last tokens, the captured attentions (each handed to
+    ``attention_sink(layer, attn)`` instead when given) and the block outputs when asked.
+    ``recompute_blocks``: with autograd, each block is run again in the backward pass."""
+    attentions: list[Tensor] = []
+    hidden: list[Tensor] = []
+    for i, block in enumerate(blocks):
+        extra = () if ropes is None else (ropes[i],)
+        if recompute_blocks and torch.is_grad_enabled():
+            tokens, attn = recomputed(block, tokens, capture_attention, *extra)
+        elif ropes is None:
+            tokens, attn = block(tokens, capture=capture_attention)
+        else:
+            tokens, attn = block(tokens, capture=capture_attention, rope=ropes[i])
+        if attn is not None and attention_sink is not None:
+            attention_sink(i, attn)
+        elif attn is not None:
+            attentions.append(attn)
+        del attn
+        if hidden_states:
+            hidden.append(tokens)
+    return tokens, attentions, hidden
 
 
 class VisionTransformer(nn.Module):
@@ -162,22 +195,16 @@ class VisionTransformer(nn.Module):
         each block keeps only its input and is run again in the backward pass (activation
         checkpointing), so the graph does not hold every layer's attention and activations."""
         tokens, grid = self.embed(x)
-        attentions: list[Tensor] = []
-        hidden: list[Tensor] = []
         ropes = self.rope.tables(grid, tokens) if self.rope is not None else None
-        for i, block in enumerate(self.blocks):
-            rope = ropes[i] if ropes is not None else None
-            if recompute_blocks and torch.is_grad_enabled():
-                tokens, attn = recomputed(block, tokens, capture_attention, rope)
-            else:
-                tokens, attn = block(tokens, capture=capture_attention, rope=rope)
-            if attn is not None and attention_sink is not None:
-                attention_sink(i, attn)
-            elif attn is not None:
-                attentions.append(attn)
-            del attn
-            if hidden_states:
-                hidden.append(tokens)
+        tokens, attentions, hidden = run_blocks(
+            self.blocks,
+            tokens,
+            capture_attention,
+            hidden_states,
+            attention_sink,
+            recompute_blocks,
+            ropes,
+        )
         return self.norm(tokens), attentions, hidden, grid
 
     def pool_input(self, tokens: Tensor) -> Tensor:

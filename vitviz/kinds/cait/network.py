@@ -44,8 +44,7 @@ from torch import Tensor, nn
 from vitviz.kinds.cait.config import CaitConfig
 from vitviz.model.layers import DropPath, LayerScale, Mlp, PatchEmbed
 from vitviz.model.posembed import resample_grid_embedding
-from vitviz.model.recompute import recomputed
-from vitviz.model.vit import ViTOutput
+from vitviz.model.vit import ViTOutput, run_blocks
 
 
 def _mix_heads(linear: nn.Linear, a: Tensor) -> Tensor:
@@ -231,19 +230,9 @@ class CaitModel(nn.Module):
         to ``attention_sink(layer, attn)``), block outputs L × (B, 1 + P, D) when asked.
         ``recompute_blocks``: each block is run again in the backward pass."""
         tokens, grid = self.embed(x)
-        attentions: list[Tensor] = []
-        hidden: list[Tensor] = []
-        for i, block in enumerate(self.blocks):
-            if recompute_blocks and torch.is_grad_enabled():
-                tokens, attn = recomputed(block, tokens, capture_attention)
-            else:
-                tokens, attn = block(tokens, capture=capture_attention)
-            if attn is not None and attention_sink is not None:
-                attention_sink(i, attn)
-            elif attn is not None:
-                attentions.append(attn)
-            if hidden_states:
-                hidden.append(tokens)
+        tokens, attentions, hidden = run_blocks(
+            self.blocks, tokens, capture_attention, hidden_states, attention_sink, recompute_blocks
+        )
         logits = self.head(self.head_drop(self.norm(tokens)[:, 0]))
         return ViTOutput(logits, attentions, hidden, grid, 1)
 

@@ -34,8 +34,7 @@ from torch import Tensor, nn
 from vitviz.kinds.cait.network import ClassAttention
 from vitviz.kinds.xcit.config import XcitConfig
 from vitviz.model.layers import Mlp
-from vitviz.model.recompute import recomputed
-from vitviz.model.vit import ViTOutput
+from vitviz.model.vit import ViTOutput, run_blocks
 
 
 def _conv_bn(c_in: int, c_out: int) -> nn.Sequential:
@@ -233,19 +232,9 @@ class XcitModel(nn.Module):
         (or handed to ``attention_sink``), their outputs L × (B, 1 + P, D) when asked."""
         p, grid, _ = self.patches(x)
         tokens = torch.cat([self.cls_token.expand(p.shape[0], -1, -1), p], dim=1)
-        attentions: list[Tensor] = []
-        hidden: list[Tensor] = []
-        for i, block in enumerate(self.blocks):
-            if recompute_blocks and torch.is_grad_enabled():
-                tokens, attn = recomputed(block, tokens, capture_attention)
-            else:
-                tokens, attn = block(tokens, capture=capture_attention)
-            if attn is not None and attention_sink is not None:
-                attention_sink(i, attn)
-            elif attn is not None:
-                attentions.append(attn)
-            if hidden_states:
-                hidden.append(tokens)
+        tokens, attentions, hidden = run_blocks(
+            self.blocks, tokens, capture_attention, hidden_states, attention_sink, recompute_blocks
+        )
         return ViTOutput(self.head(self.norm(tokens)[:, 0]), attentions, hidden, grid, 1)
 
     def forward_library(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
