@@ -11,22 +11,18 @@ from typing import TYPE_CHECKING, Any
 
 from vitviz.kinds.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
 from vitviz.kinds.sides import ModelCodeSide, TrainingSide
+from vitviz.kinds.staged_engine import StagedEngineMembers
 from vitviz.kinds.swin import code_side, training
 
 if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loads
-    from pathlib import Path
-
     import numpy as np
     from PIL import Image
     from torch import Tensor, nn
 
     from vitviz.checkpoints import LoadedModel
     from vitviz.kinds.protocol import (
-        FaithfulnessReport,
-        ImageNumbers,
         Loaded,
         ModelShape,
-        QueryMaps,
         Session,
     )
     from vitviz.kinds.swin.analysis import SwinAnalysis
@@ -43,9 +39,10 @@ UNUSED_OPTIONS = {
 }
 
 
-class SwinKind:
+class SwinKind(StagedEngineMembers):
     """vitviz's SwinTransformer and any captured model whose ``model_kind`` is "swin"."""
 
+    ENGINE_DATA = "vitviz.kinds.swin.engine_data"  # its engine members (StagedEngineMembers)
     name = "swin"
     label = "Swin Transformer"
 
@@ -218,74 +215,6 @@ class SwinKind:
 
     def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
         return None  # a Swin's analysis memory is not modelled yet
-
-    def image_numbers(self, session: Session) -> ImageNumbers:
-        from vitviz.kinds.swin import engine_data
-
-        return engine_data.image_numbers(session, self)
-
-    def default_class(self, session: Session) -> int:
-        from vitviz.kinds.swin import engine_data
-
-        return engine_data.default_class(session)
-
-    def query_maps(self, session: Session, query: tuple[int, int] | None) -> QueryMaps:
-        from vitviz.kinds.swin import engine_data
-
-        return engine_data.query_maps(session, query)
-
-    def method_map(
-        self,
-        session: Session,
-        method: str,
-        query: tuple[int, int] | None,
-        target_class: int | None,
-        params: Mapping[str, Any],
-    ) -> np.ndarray:
-        from vitviz.kinds.swin import engine_data
-
-        return engine_data.method_map(session, method, query, target_class, params)
-
-    def evaluate_faithfulness(
-        self,
-        session: Session,
-        names: Sequence[str],
-        *,
-        steps: int,
-        mask: np.ndarray | None,
-        name: str,
-        params: Mapping[str, Mapping[str, Any]],
-    ) -> FaithfulnessReport:
-        from vitviz.kinds.swin import engine_data
-
-        return engine_data.evaluate_faithfulness(
-            session, names, steps=steps, mask=mask, name=name, params=params
-        )
-
-    def export_npz(
-        self,
-        session: Session,
-        path: Path,
-        method: str,
-        params: Mapping[str, Any],
-        target_class: int | None,
-    ) -> Path:
-        from vitviz.kinds.swin import engine_data
-
-        return engine_data.export_npz(session, path, method, params, target_class)
-
-    def view_heads_picture(
-        self,
-        session: Session,
-        query: tuple[int, int] | None,
-        colormap: str,
-        opacity: float,
-        per_head: bool,
-    ) -> Image.Image:
-        from vitviz.kinds.swin import engine_data
-
-        labels = [r.label for r in self.layer_rows(session.analysis)]
-        return engine_data.heads_picture(session, query, colormap, opacity, per_head, labels)
 
     def view_map_picture(
         self, session: Session, values: np.ndarray, colormap: str, opacity: float
