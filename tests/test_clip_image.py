@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from clip_fixtures import CORPUS, learn_bpe, save_openai_files, tiny_clip
+from lrp_reference import library_block_relevances, z_plus
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.cli import main
@@ -363,27 +364,6 @@ def test_a_new_prompts_gradient_maps_are_one_backward_pass_through_the_kept_grap
     assert not torch.allclose(maps["relevance"], want, atol=1e-3)  # each prompt its own map
 
 
-def _z_plus(x, weight, r):
-    """The z⁺ rule (α = 1, β = 0) through a Linear x·Wᵀ, written from its definition."""
-    wp, wn, xp, xn = weight.clamp(min=0), weight.clamp(max=0), x.clamp(min=0), x.clamp(max=0)
-    s = r / (xp @ wp.T + xn @ wn.T)
-    return xp * (s @ wp) + xn * (s @ wn)
-
-
-def _add(a, b, r):
-    """z rule to both inputs of a + b, each rescaled to hold its |share| of ΣR."""
-    ra, rb = a * r / (a + b), b * r / (a + b)
-    sa, sb, total = ra.sum(), rb.sum(), r.sum()
-    return (ra * (sa.abs() / (sa.abs() + sb.abs()) * total / sa),
-            rb * (sb.abs() / (sa.abs() + sb.abs()) * total / sb))  # fmt: skip
-
-
-def _half_z(a, b, r):
-    """z rule through a @ b to both operands, each halved."""
-    s = r / (a @ b)
-    return a * (s @ b.transpose(-2, -1)) / 2, b * (a.transpose(-2, -1) @ s) / 2
-
-
 def test_transformer_attribution_through_the_cosine_head(clip_folder, photo_files) -> None:
     """Transformer attribution of a prompt, in float64 from its definition on the library's
     modules: y_c = s·(t̂_c·v)/|v| with |v| held constant, so LRP-0 gives R_v = (s/|v|)·t̂_c ⊙ v;
@@ -416,34 +396,8 @@ def test_transformer_attribution_through_the_cosine_head(clip_folder, photo_file
             r_v = ref.logit_scale.exp() / v.norm() * t * v
             torch.testing.assert_close(r_v.sum(), out.logits_per_image[0, c])  # sums to y_c
             r = torch.zeros_like(hidden[-1])
-            r[:, 0] = _z_plus(p, ref.visual_projection.weight, r_v)  # post-LN: unchanged
-            rel = []
-            for layer in reversed(range(len(vm.encoder.layers))):
-                blk, h = vm.encoder.layers[layer], hidden[layer]
-                att = blk.self_attn
-                x1 = blk.layer_norm1(h)
-                H, hd = att.num_heads, att.head_dim
-                q, k, vv = (m(x1).reshape(1, -1, H, hd).transpose(1, 2)
-                            for m in (att.q_proj, att.k_proj, att.v_proj))  # fmt: skip
-                A = ((q * hd**-0.5) @ k.transpose(-2, -1)).softmax(-1)
-                ctx = (A @ vv).transpose(1, 2).reshape(1, -1, H * hd)
-                mid = h + att.out_proj(ctx)
-                x2 = blk.layer_norm2(mid)
-                hid = blk.mlp.activation_fn(blk.mlp.fc1(x2))
-                torch.testing.assert_close(mid + blk.mlp.fc2(hid), hidden[layer + 1])
-                r_mid, r_b2 = _add(mid, blk.mlp.fc2(hid), r)
-                r_x2 = _z_plus(x2, blk.mlp.fc1.weight, _z_plus(hid, blk.mlp.fc2.weight, r_b2))
-                r_h, r_b1 = _add(h, att.out_proj(ctx), r_mid + r_x2)  # the fork: added
-                r_ctx = _z_plus(ctx, att.out_proj.weight, r_b1)
-                r_ctx = r_ctx.reshape(1, -1, H, hd).transpose(1, 2)
-                r_A, r_val = _half_z(A, vv, r_ctx)
-                r_q, r_kt = _half_z(q, k.transpose(-2, -1), r_A)  # softmax: unchanged
-                parts = [r_q, r_kt.transpose(-2, -1), r_val]
-                projections = (att.q_proj, att.k_proj, att.v_proj)
-                r_x1 = sum(_z_plus(x1, m.weight, rp.transpose(1, 2).reshape(1, -1, H * hd))
-                           for m, rp in zip(projections, parts, strict=True))  # fmt: skip
-                r = r_h + r_x1
-                rel.insert(0, r_A)
+            r[:, 0] = z_plus(p, ref.visual_projection.weight, r_v)  # post-LN: unchanged
+            rel = library_block_relevances(vm.encoder.layers, hidden, r)
             n = attns[0].shape[-1]
             R = torch.eye(n, dtype=torch.float64)
             for g, ra in zip(grads, rel, strict=True):

@@ -15,135 +15,25 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 from conftest import random_vit
+from lrp_reference import (
+    RGELU,
+    RAdd,
+    RClone,
+    RConv2d,
+    RDropout,
+    REinsum,
+    RIndexSelect,
+    RLayerNorm,
+    RLinear,
+    RSoftmax,
+)
 from torch import nn
 
 from vitviz.explain import attention_gradients, attention_relevance, transformer_attribution
 from vitviz.explain.attribution import add_rule, linear_rule
 
 # -- the transcription of the authors' relevance propagation -----------------------------------
-
-
-def authors_safe_divide(a, b):
-    """a / den · [b ≠ 0] with den = clamp(b, min=ε) + clamp(b, max=ε), bumped by ε where 0."""
-    eps = 1e-9
-    den = torch.clamp(b, min=eps) + torch.clamp(b, max=eps)
-    den = den + (den == 0).to(den.dtype) * eps
-    return a / den * (b != 0).to(b.dtype)
-
-
-def _remember_inputs(module, inputs, _output):
-    first = inputs[0]
-    if isinstance(first, (list, tuple)):
-        module.X = [t.detach().requires_grad_(True) for t in first]
-    else:
-        module.X = first.detach().requires_grad_(True)
-
-
-class RelModule(nn.Module):
-    """Base of the reference: keeps its inputs; relevance passes unchanged unless overridden."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.register_forward_hook(_remember_inputs)
-
-    def relprop(self, R, alpha):
-        return R
-
-
-class RLinear(RelModule, nn.Linear):
-    def relprop(self, R, alpha):
-        beta = alpha - 1
-        w_pos, w_neg = self.weight.clamp(min=0), self.weight.clamp(max=0)
-        x_pos, x_neg = self.X.clamp(min=0), self.X.clamp(max=0)
-
-        def share(w1, w2, x1, x2):
-            x1 = x1.detach().requires_grad_(True)
-            x2 = x2.detach().requires_grad_(True)
-            z1, z2 = F.linear(x1, w1), F.linear(x2, w2)
-            s = authors_safe_divide(R, z1 + z2)
-            (c1,) = torch.autograd.grad(z1, x1, s)
-            (c2,) = torch.autograd.grad(z2, x2, s)
-            return x1 * c1 + x2 * c2
-
-        activators = share(w_pos, w_neg, x_pos, x_neg)
-        inhibitors = share(w_neg, w_pos, x_pos, x_neg)
-        return alpha * activators - beta * inhibitors
-
-
-class RConv2d(RelModule, nn.Conv2d):
-    pass  # the patch embedding: relevance is not propagated below the blocks here
-
-
-class RLayerNorm(RelModule, nn.LayerNorm):
-    pass
-
-
-class RGELU(RelModule, nn.GELU):
-    pass
-
-
-class RSoftmax(RelModule, nn.Softmax):
-    pass
-
-
-class RDropout(RelModule, nn.Dropout):
-    pass
-
-
-class REinsum(RelModule):
-    def __init__(self, equation):
-        super().__init__()
-        self.equation = equation
-
-    def forward(self, operands):
-        return torch.einsum(self.equation, *operands)
-
-    def relprop(self, R, alpha):
-        z = self.forward(self.X)
-        s = authors_safe_divide(R, z)
-        c = torch.autograd.grad(z, self.X, s, retain_graph=True)
-        return [self.X[0] * c[0], self.X[1] * c[1]]
-
-
-class RAdd(RelModule):
-    def forward(self, operands):
-        return torch.add(*operands)
-
-    def relprop(self, R, alpha):
-        z = self.forward(self.X)
-        s = authors_safe_divide(R, z)
-        c = torch.autograd.grad(z, self.X, s, retain_graph=True)
-        a, b = self.X[0] * c[0], self.X[1] * c[1]
-        a_sum, b_sum = a.sum(), b.sum()
-        a_fact = authors_safe_divide(a_sum.abs(), a_sum.abs() + b_sum.abs()) * R.sum()
-        b_fact = authors_safe_divide(b_sum.abs(), a_sum.abs() + b_sum.abs()) * R.sum()
-        return [a * authors_safe_divide(a_fact, a.sum()), b * authors_safe_divide(b_fact, b.sum())]
-
-
-class RClone(RelModule):
-    def forward(self, x, num):
-        self.num = num
-        return [x for _ in range(num)]
-
-    def relprop(self, R, alpha):
-        zs = [self.X for _ in range(self.num)]
-        s = [authors_safe_divide(r, z) for r, z in zip(R, zs, strict=True)]
-        (c,) = torch.autograd.grad(zs, self.X, s, retain_graph=True)
-        return self.X * c
-
-
-class RIndexSelect(RelModule):
-    def forward(self, x, dim, indices):
-        self.dim, self.indices = dim, indices
-        return torch.index_select(x, dim, indices)
-
-    def relprop(self, R, alpha):
-        z = self.forward(self.X, self.dim, self.indices)
-        s = authors_safe_divide(R, z)
-        (c,) = torch.autograd.grad(z, self.X, s, retain_graph=True)
-        return self.X * c
 
 
 class RefMlp(nn.Module):
@@ -448,7 +338,7 @@ def test_the_pooling_rule_hands_the_heads_relevance_to_the_tokens_it_pooled(pool
     r_logits = torch.zeros_like(trace.logits)
     r_logits[0, target] = 1.0
     r_pooled = linear_rule(trace.head_in, model.head.weight, r_logits)[0]
-    r_tokens = _head_relprop(model, trace, r_logits)[0].detach()
+    r_tokens = _head_relprop(model, trace, r_logits)[0][0].detach()  # (tokens, probe)
     D, prefix = r_tokens.shape[-1], model.num_prefix_tokens
     to_cls = {"token": r_pooled, "avg": r_pooled[:0], "token_avg": r_pooled[:D]}[pool]
     to_patches = {"token": r_pooled[:0], "avg": r_pooled, "token_avg": r_pooled[D:]}[pool]

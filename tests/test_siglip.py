@@ -255,7 +255,7 @@ def test_maps_start_from_the_probes_row(siglip_folder, photo_files) -> None:
 
 
 def test_every_method_a_siglip_has_runs_and_the_rest_say_why(siglip_folder, photo_files):
-    from vitviz.explain.methods import all_methods, get_method
+    from vitviz.explain.methods import all_methods
 
     loaded = load_checkpoint(siglip_folder[0])
     kind_of(loaded).apply_prompts(loaded, PROMPTS)
@@ -270,9 +270,71 @@ def test_every_method_a_siglip_has_runs_and_the_rest_say_why(siglip_folder, phot
             ran.append(method.name)
         else:
             assert why.strip(), method.name
-    assert {"relevance", "gradient-rollout", "rollout", "attention"} <= set(ran)
-    why = get_method("transformer-attribution").unavailable(a)
-    assert "LRP rule" in why and "attention-pooling head" in why
+    assert {"relevance", "gradient-rollout", "rollout", "attention",
+            "transformer-attribution"} <= set(ran)  # fmt: skip
+
+
+def test_transformer_attribution_through_the_probe_and_the_sigmoid_head(
+    siglip_folder, photo_files
+) -> None:
+    """Transformer attribution of a prompt, in float64 from its definition on the library's
+    modules: y_c − b = s·(t̂_c·v)/|v| with |v| held constant gives R_v = (s/|v|)·t̂_c ⊙ v at the
+    pooled v; the pool's residual MLP (add rescaled, z⁺ Linears, LayerNorm unchanged, fork
+    added), out_proj by z⁺, a·V and q·Kᵀ halved (q's share stays with the probe), k and v by z⁺
+    to the tokens; the post-LayerNorm unchanged; each block as a CLIP's. s_p =
+    mean_h((G_p ⊙ R_p)⁺), R = I; R += Ā_l·R; the map s_p·R, min-max scaled."""
+    from lrp_reference import add_z, half_z, library_block_relevances, z_plus
+
+    from vitviz.explain.methods import get_method
+
+    folder, reference, tok = siglip_folder
+    loaded = load_checkpoint(folder)
+    kind_of(loaded).apply_prompts(loaded, PROMPTS)
+    a = analyze(loaded, photo_files["coffee"])
+    ref = reference.double()
+    out = _library(ref, a.input[None].double(), _ids(tok, PROMPTS))
+    vm, head = ref.vision_model, ref.vision_model.head
+    for c in (1, 2):
+        attns, A_p, G_p = _references(reference, tok, a.input[None], target=c)
+        with torch.no_grad():
+            hidden = vm(pixel_values=a.input[None].double(), output_hidden_states=True)
+            tokens = vm.post_layernorm(hidden.hidden_states[-1])  # (1, N, D)
+            N, D = tokens.shape[1:]
+            H = A_p.shape[0]
+            hd = D // H
+            w, b = head.attention.in_proj_weight, head.attention.in_proj_bias
+            q = (head.probe @ w[:D].T + b[:D]).reshape(1, 1, H, hd).transpose(1, 2)
+            k = (tokens @ w[D : 2 * D].T + b[D : 2 * D]).reshape(1, N, H, hd).transpose(1, 2)
+            v = (tokens @ w[2 * D :].T + b[2 * D :]).reshape(1, N, H, hd).transpose(1, 2)
+            attn = ((q * hd**-0.5) @ k.transpose(-2, -1)).softmax(-1)  # (1, H, 1, N)
+            torch.testing.assert_close(attn[0, :, 0], A_p.detach())
+            ctx = (attn @ v).reshape(1, D)
+            h = head.attention.out_proj(ctx)
+            ln = head.layernorm(h)
+            hid = head.mlp.activation_fn(head.mlp.fc1(ln))
+            m = head.mlp.fc2(hid)
+            pooled = h + m
+            t = out.text_embeds[c] / out.text_embeds[c].norm()
+            r_v = ref.logit_scale.exp() / pooled.norm() * t * pooled
+            torch.testing.assert_close(r_v.sum(), out.logits_per_image[0, c] - ref.logit_bias[0])
+            r_h, r_m = add_z(h, m, r_v)
+            r_h = r_h + z_plus(ln, head.mlp.fc1.weight, z_plus(hid, head.mlp.fc2.weight, r_m))
+            r_ctx = z_plus(ctx, head.attention.out_proj.weight, r_h).reshape(1, H, 1, hd)
+            r_p, r_v_tok = half_z(attn, v, r_ctx)
+            _, r_kt = half_z(q, k.transpose(-2, -1), r_p)
+            r = z_plus(
+                tokens, w[D : 2 * D], r_kt.transpose(-2, -1).transpose(1, 2).reshape(1, N, D)
+            )
+            r = r + z_plus(tokens, w[2 * D :], r_v_tok.transpose(1, 2).reshape(1, N, D))
+            rel = library_block_relevances(vm.encoder.layers, hidden.hidden_states, r)
+            R = torch.eye(N, dtype=torch.float64)
+            for g, ra in zip((layer.grad for layer in attns), rel, strict=True):
+                R = R + (g[0] * ra[0]).clamp(min=0).mean(0) @ R
+            s_p = (G_p * r_p[0, :, 0]).clamp(min=0).mean(0)
+            want = (s_p @ R).reshape(4, 4)
+            want = (want - want.min()) / (want.max() - want.min())
+        ours = get_method("transformer-attribution")(a, None, c, {}).double()
+        torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-5)
 
 
 def test_explain_writes_the_probe_row(siglip_folder, photo_files, tmp_path) -> None:

@@ -147,3 +147,20 @@ def timm_reference(
     for h in handles:
         h.remove()
     return out, attn
+
+
+def assert_attribution_offered(analysis, target=None) -> None:
+    """Transformer attribution is offered for the analysis's model and the method gives the
+    explain function's map, with structure (its rules per part are checked in float64 against
+    references in tests/test_explain_attribution_parts.py)."""
+    from vitviz.explain import transformer_attribution
+    from vitviz.explain.methods import get_method
+
+    method = get_method("transformer-attribution")
+    assert method.unavailable(analysis) is None
+    got = method(analysis, None, target, {})
+    model = analysis.loaded.model
+    p = next(model.parameters())
+    want = transformer_attribution(model, analysis.input[None].to(p), target)[0]
+    assert torch.allclose(got, want, atol=1e-6)
+    assert torch.isfinite(got).all() and got.std() > 0.01

@@ -14,9 +14,28 @@ own weights (nothing in ``vitviz.model`` changes):
 - residual add: z rule to both inputs, then each rescaled so their sums keep the ratio
   |Σa| : |Σb| and together hold ΣR; the fork before a branch: the two relevances added.
 
+The same rules carry the parts of the other ViT families (issue 27), each written from them:
+
+- a relative position bias added to the scores (BEiT's table, timm relpos's MLP): a bias, which
+  the rules ignore as the Linear's: the scores' relevance all goes to Q·Kᵀ;
+- rotary positions (RoPE) turning q and k: per token a fixed linear map z = J·x with no bias, so
+  the z rule, R_x = x ⊙ Jᵀ(R / z) (Jᵀ turns back by the same angles); prefix tokens are not
+  turned and their relevance passes unchanged;
+- sub-LN (a LayerNorm on the heads' output, or on the MLP's hidden layer) and residual
+  post-norm (a LayerNorm on each branch's output): LayerNorms, unchanged;
+- SwiGLU, h = SiLU(x·W_gᵀ) ⊙ (x·W_xᵀ): the product's z rule to both factors, each halved (as
+  A·V's), SiLU unchanged, each Linear by the z⁺ rule and the fork at x adding the two;
+- an attention-pool head (MAP): the probe's attention is one more attention, a·V and q·Kᵀ as
+  above (q's half goes to the probe, a parameter, and is not passed on), W_o, the residual MLP
+  and its fork as in a block, and [W_k; W_v] by the z⁺ rule to the tokens the pool reads. With
+  G_p = ∂y_c/∂a and R_p its relevance (H, N), the map without a clicked patch is the probe's row
+  s·R, s = mean_h((G_p ⊙ R_p)⁺) (no identity term: the probe is not a token), as relevance
+  starts from the probe (``vitviz.kinds.vit.probe_analysis``).
+
 A head that is not a Linear gives its own first step (``head.relevance(x, r)``, x (B, D) the
 head's input, r (B, C) the one-hot relevance of the class) as the relevance at the output of a
-bias-free Linear over x and that Linear's weight, from which the z⁺ rule goes on. A CLIP's
+bias-free Linear over x and that Linear's weight, from which the z⁺ rule goes on (or, with the
+weight None, as the relevance at x itself: a SigLIP's head, which has no projection). A CLIP's
 prompt head (``vitviz.kinds.clip.network.PromptHead``) scores y = s·(t̂·v)/|v|, v = W·x: with
 the norm |v| taken as a constant (as LRP for LayerNorm takes its scale; Ali et al. 2022), y is
 linear in v, and its LRP-0 relevance at v is R_v = (s/|v|)·t̂ ⊙ v (the prompt's contributions:
@@ -31,11 +50,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vitviz.explain.rollout import relevance
 from vitviz.explain.targets import target_classes
 from vitviz.explain.tokens import query_token
+from vitviz.model.rotary import apply_rotary, rotate
+from vitviz.model.swiglu import SwiGLU
+
+Rope = tuple[Tensor, Tensor] | None  # one layer's rotary (sin, cos) tables, or None
 
 EPS = 1e-9
 
@@ -47,15 +71,36 @@ class _BlockTrace:
     res1: Tensor  # (B, N, D) residual input of the attention add; also the fork's input
     branch1: Tensor  # (B, N, D) attention branch output (after LayerScale)
     attn_in: Tensor  # (B, N, D) input of qkv
-    q: Tensor  # (B, H, N, hd), unscaled
+    q_in: Tensor  # (B, H, N, hd) q before the rotary turn (q itself without one), unscaled
+    k_in: Tensor
+    q: Tensor  # (B, H, N, hd) q as the scores read it, unscaled
     k: Tensor
     v: Tensor
     attn: Tensor  # (B, H, N, N), part of the autograd graph
-    ctx: Tensor  # (B, N, heads·hd) input of proj
+    ctx: Tensor  # (B, N, heads·hd) input of proj (after the sub-LN, if any)
     res2: Tensor  # (B, N, D) residual input of the MLP add; also the fork's input
     branch2: Tensor  # (B, N, D) MLP branch output (after LayerScale)
-    mlp_in: Tensor  # (B, N, D) input of fc1
-    hidden: Tensor  # (B, N, hidden) input of fc2 (after the activation)
+    mlp_in: Tensor  # (B, N, D) input of fc1 (of fc1_g and fc1_x: SwiGLU)
+    hidden: Tensor  # (B, N, hidden) input of fc2 (after the activation and the sub-LN)
+    rope: Rope = None  # the rotary tables that turned q and k
+    gate: Tensor | None = None  # (B, N, hidden) SwiGLU's SiLU(fc1_g x) ...
+    up: Tensor | None = None  # ... and fc1_x x, whose product is the hidden layer
+
+
+@dataclass
+class _PoolTrace:
+    """An attention-pool head's forward (``vitviz.model.attention_pool``), for its relevance."""
+
+    tokens: Tensor  # (B, N', D) the tokens the pool reads
+    q: Tensor  # (1, H, 1, hd) the probe's query, unscaled
+    k: Tensor  # (B, H, N', hd)
+    v: Tensor
+    attn: Tensor  # (B, H, 1, N') the probe's attention, part of the autograd graph
+    ctx: Tensor  # (B, D) input of out_proj
+    h: Tensor  # (B, D) out_proj's output: the residual input of the MLP add, the fork's input
+    mlp_in: Tensor  # (B, D) LayerNorm(h), input of fc1
+    hidden: Tensor  # (B, hidden) input of fc2
+    mlp_out: Tensor  # (B, D)
 
 
 @dataclass
@@ -69,6 +114,7 @@ class _Trace:
     dist_in: Tensor | None = None  # (B, D) input of the distillation head
     head_out: Tensor | None = None  # (B, C) head output (DeiT distilled only)
     dist_out: Tensor | None = None  # (B, C) distillation head output
+    pool: _PoolTrace | None = None  # the attention pool's forward (MAP heads)
     grid: tuple[int, int] = (0, 0)
 
 
@@ -80,57 +126,96 @@ class AttributionResult:
     gradients: list[Tensor]  # L × (B, H, N, N): G_l = ∂y_c/∂A_l
     grid: tuple[int, int]
     num_prefix_tokens: int
+    probe_relevance: Tensor | None = None  # (B, H, N) R_p of an attention pool's probe (0 on
+    # the prefix tokens a pool doesn't read); None without one
+    probe_gradient: Tensor | None = None  # (B, H, N) G_p = ∂y_c/∂a of the probe's attention
 
 
 # -- forward pass with the intermediates ----------------------------------------------------------
 
 
-def _attention(module: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """vitviz's Attention, explicit softmax: q, k, v (B, H, N, hd), attn (B, H, N, N) and the
-    heads' output before proj, ctx (B, N, H·hd)."""
+def _attention(module: nn.Module, x: Tensor, rope: Rope) -> tuple[Tensor, ...]:
+    """vitviz's Attention, explicit softmax: q and k before and after the rotary turn, v
+    (B, H, N, hd), attn (B, H, N, N) and the heads' output as proj reads it, ctx (B, N, H·hd)."""
     B, N, _ = x.shape
     heads, hd = module.heads, module.head_dim
     qkv = module.qkv(x).reshape(B, N, 3, heads, hd).permute(2, 0, 3, 1, 4)
-    q, k, v = qkv.unbind(0)  # each (B, H, N, hd)
+    q_in, k_in, v = qkv.unbind(0)  # each (B, H, N, hd)
+    q, k = apply_rotary(q_in, k_in, rope, module.prefix, module.rope_half)
     scores = (q * module.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
-    bias = module.position_bias(N)  # BEiT's relative position bias (LRP refused on it)
+    bias = module.position_bias(N)  # a relative position bias: the rules ignore it
     attn = (scores if bias is None else scores + bias).softmax(dim=-1)
-    ctx = (attn @ v).transpose(1, 2).reshape(B, N, heads * hd)
-    return q, k, v, attn, ctx
+    ctx = module.norm((attn @ v).transpose(1, 2).reshape(B, N, heads * hd))
+    return q_in, k_in, q, k, v, attn, ctx
 
 
-def _block(block: nn.Module, x: Tensor) -> tuple[Tensor, _BlockTrace]:
-    """One encoder block (pre- or post-norm), eval mode, with its trace."""
-    attn_in = block.norm1(x) if block.norm_first else x
-    q, k, v, attn, ctx = _attention(block.attn, attn_in)
-    branch1 = block.ls1(block.attn.proj(ctx))
+def _mlp(mlp: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """The MLP (GELU-like or SwiGLU), eval mode: its output, fc2's input and SwiGLU's two
+    factors (None for a plain MLP)."""
+    if isinstance(mlp, SwiGLU):
+        gate, up = F.silu(mlp.fc1_g(x)), mlp.fc1_x(x)
+        hidden = mlp.norm(gate * up)
+        return mlp.fc2(hidden), hidden, gate, up
+    hidden = mlp.norm(mlp.act(mlp.fc1(x)))
+    return mlp.fc2(hidden), hidden, None, None
+
+
+def _block(block: nn.Module, x: Tensor, rope: Rope) -> tuple[Tensor, _BlockTrace]:
+    """One encoder block (pre-norm, post-norm or residual post-norm), eval mode, with its trace."""
+    pre_norm = block.norm_first and not block.res_post_norm
+    attn_in = block.norm1(x) if pre_norm else x
+    q_in, k_in, q, k, v, attn, ctx = _attention(block.attn, attn_in, rope)
+    y = block.attn.proj(ctx)
+    branch1 = block.ls1(block.norm1(y) if block.res_post_norm else y)
     mid = x + branch1
-    if not block.norm_first:
-        mid_out = block.norm1(mid)
-        mlp_in = mid_out
-    else:
-        mid_out = mid
-        mlp_in = block.norm2(mid)
-    mlp = block.mlp
-    hidden = mlp.act(mlp.fc1(mlp_in))
-    branch2 = block.ls2(mlp.fc2(hidden))
+    mid_out = mid if block.norm_first or block.res_post_norm else block.norm1(mid)
+    mlp_in = block.norm2(mid) if pre_norm else mid_out
+    m, hidden, gate, up = _mlp(block.mlp, mlp_in)
+    branch2 = block.ls2(block.norm2(m) if block.res_post_norm else m)
     out = mid_out + branch2
-    if not block.norm_first:
+    if not block.norm_first and not block.res_post_norm:
         out = block.norm2(out)
-    trace = _BlockTrace(x, branch1, attn_in, q, k, v, attn, ctx, mid_out, branch2, mlp_in, hidden)
+    trace = _BlockTrace(
+        x, branch1, attn_in, q_in, k_in, q, k, v, attn, ctx, mid_out, branch2, mlp_in, hidden,
+        rope, gate, up,
+    )  # fmt: skip
     return out, trace
+
+
+def _pool(pool: nn.Module, tokens: Tensor) -> tuple[Tensor, _PoolTrace]:
+    """The attention pool (``AttentionPool.attend``) written out: (B, N', D) -> (B, D)."""
+    B, N, D = tokens.shape
+    H = pool.heads
+    wq, wk, wv = pool.in_proj_weight.chunk(3)
+    bq, bk, bv = pool.in_proj_bias.chunk(3)
+    q = F.linear(pool.probe, wq, bq).reshape(1, H, 1, D // H)
+    k = F.linear(tokens, wk, bk).reshape(B, N, H, D // H).transpose(1, 2)  # (B, H, N', hd)
+    v = F.linear(tokens, wv, bv).reshape(B, N, H, D // H).transpose(1, 2)
+    attn = ((q * (D // H) ** -0.5) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, 1, N')
+    ctx = (attn @ v).reshape(B, D)
+    h = pool.out_proj(ctx)
+    mlp_in = pool.norm(h)
+    hidden = pool.act(pool.fc1(mlp_in))
+    mlp_out = pool.fc2(hidden)
+    return h + mlp_out, _PoolTrace(tokens, q, k, v, attn, ctx, h, mlp_in, hidden, mlp_out)
 
 
 def _forward(model: nn.Module, x: Tensor) -> _Trace:
     """The model's forward pass, written out so every relevance rule sees its inputs."""
     tokens, grid = model.embed(x)
     trace = _Trace(logits=tokens.new_empty(0), grid=grid)
-    for block in model.blocks:
-        tokens, bt = _block(block, tokens)
+    rotary = getattr(model, "rope", None)
+    ropes = rotary.tables(grid, tokens) if rotary is not None else [None] * len(model.blocks)
+    for block, rope in zip(model.blocks, ropes, strict=True):
+        tokens, bt = _block(block, tokens, rope)
         trace.blocks.append(bt)
     tokens = model.norm(tokens)
     trace.tokens = tokens
-    trace.pooled = pooled = model.pool_tokens(tokens)
+    if getattr(model, "pool", None) is not None:
+        pooled, trace.pool = _pool(model.pool, model.pool_input(tokens))
+    else:
+        pooled = model.pool_tokens(tokens)
+    trace.pooled = pooled
     h = model.fc_norm(pooled)
     if isinstance(model.pre_logits, nn.Sequential):
         trace.pre_in = h
@@ -190,28 +275,74 @@ def matmul_rule(a: Tensor, b: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
     return a * (s @ b.transpose(-2, -1)) / 2, b * (a.transpose(-2, -1) @ s) / 2
 
 
+def product_rule(a: Tensor, b: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
+    """z rule through the elementwise z = a ⊙ b to both factors, each halved (same shapes)."""
+    half = a * b * safe_divide(r, a * b) / 2
+    return half, half
+
+
+def rotary_rule(x: Tensor, z: Tensor, rope: Rope, prefix: int, half: bool, r: Tensor) -> Tensor:
+    """z rule through the rotary turn z = x·cos + x̃·sin of the patch tokens (a linear map per
+    token, no bias): R_x = x ⊙ Jᵀ(R / z), Jᵀ the turn by the opposite angles. x, z, r
+    (B, H, N, hd); the prefix tokens' relevance passes unchanged."""
+    if rope is None:
+        return r
+    sin, cos = rope
+    s = safe_divide(r[:, :, prefix:], z[:, :, prefix:])
+    back = x[:, :, prefix:] * rotate(s, -sin, cos, half)
+    return torch.cat([r[:, :, :prefix], back], dim=2)
+
+
+def _mlp_relprop(mlp: nn.Module, bt: _BlockTrace, r: Tensor) -> Tensor:
+    """Relevance at the MLP's output (B, N, D) -> at its input (sub-LN, activation: unchanged)."""
+    r_hidden = linear_rule(bt.hidden, mlp.fc2.weight, r)
+    if bt.gate is None or bt.up is None:
+        return linear_rule(bt.mlp_in, mlp.fc1.weight, r_hidden)
+    r_gate, r_up = product_rule(bt.gate, bt.up, r_hidden)
+    r_g = linear_rule(bt.mlp_in, mlp.fc1_g.weight, r_gate)
+    return fork_rule(bt.mlp_in, r_g, linear_rule(bt.mlp_in, mlp.fc1_x.weight, r_up))
+
+
 def _block_relprop(block: nn.Module, bt: _BlockTrace, r: Tensor) -> tuple[Tensor, Tensor]:
     """Relevance at the block's output (B, N, D) -> (at its input, R_A (B, H, N, N))."""
-    # norm2 (post-norm) / LayerScale / activation / dropout: relevance passes unchanged
+    # norm2 (post-norm, residual post-norm) / LayerScale / dropout: relevance passes unchanged
     r_res2, r_branch2 = add_rule(bt.res2, bt.branch2, r)
-    mlp = block.mlp
-    r_hidden = linear_rule(bt.hidden, mlp.fc2.weight, r_branch2)
-    r_mlp_in = linear_rule(bt.mlp_in, mlp.fc1.weight, r_hidden)
-    r = fork_rule(bt.res2, r_res2, r_mlp_in)
+    r = fork_rule(bt.res2, r_res2, _mlp_relprop(block.mlp, bt, r_branch2))
     r_res1, r_branch1 = add_rule(bt.res1, bt.branch1, r)
     B, H, N, hd = bt.v.shape
-    r_ctx = linear_rule(bt.ctx, block.attn.proj.weight, r_branch1)
+    r_ctx = linear_rule(bt.ctx, block.attn.proj.weight, r_branch1)  # the sub-LN: unchanged
     r_ctx = r_ctx.reshape(B, N, H, hd).transpose(1, 2)  # (B, H, N, hd)
     r_attn, r_v = matmul_rule(bt.attn, bt.v, r_ctx)
-    r_q, r_kt = matmul_rule(bt.q, bt.k.transpose(-2, -1), r_attn)  # softmax: unchanged
-    r_k = r_kt.transpose(-2, -1)
+    r_q, r_kt = matmul_rule(bt.q, bt.k.transpose(-2, -1), r_attn)  # softmax, bias: unchanged
+    prefix, half = block.attn.prefix, block.attn.rope_half
+    r_q = rotary_rule(bt.q_in, bt.q, bt.rope, prefix, half, r_q)
+    r_k = rotary_rule(bt.k_in, bt.k, bt.rope, prefix, half, r_kt.transpose(-2, -1))
     r_qkv = torch.stack([r_q, r_k, r_v]).permute(1, 3, 0, 2, 4).reshape(B, N, 3 * H * hd)
     r_attn_in = linear_rule(bt.attn_in, block.attn.qkv.weight, r_qkv)
     return fork_rule(bt.res1, r_res1, r_attn_in), r_attn
 
 
-def _head_relprop(model: nn.Module, trace: _Trace, r_logits: Tensor) -> Tensor:
-    """Relevance of the logits (B, C) -> of the final tokens (B, N, D)."""
+def _pool_relprop(pool: nn.Module, pt: _PoolTrace, r: Tensor) -> tuple[Tensor, Tensor]:
+    """Relevance at the pooled feature (B, D) -> (at the tokens the pool read (B, N', D), the
+    probe attention's R_p (B, H, N')). The probe's own share of q·Kᵀ stays with the probe."""
+    r_h, r_mlp = add_rule(pt.h, pt.mlp_out, r)
+    r_hidden = linear_rule(pt.hidden, pool.fc2.weight, r_mlp)
+    r_h = fork_rule(pt.h, r_h, linear_rule(pt.mlp_in, pool.fc1.weight, r_hidden))
+    B, H, N, hd = pt.v.shape
+    r_ctx = linear_rule(pt.ctx, pool.out_proj.weight, r_h).reshape(B, H, 1, hd)
+    r_attn, r_v = matmul_rule(pt.attn, pt.v, r_ctx)
+    _, r_kt = matmul_rule(pt.q.expand(B, -1, -1, -1), pt.k.transpose(-2, -1), r_attn)
+    r_kv = torch.stack([r_kt.transpose(-2, -1), r_v]).permute(1, 3, 0, 2, 4)  # (B, N', 2, H, hd)
+    r_kv = r_kv.reshape(B, N, 2 * H * hd)
+    weight = pool.in_proj_weight[H * hd :]  # the k and v rows
+    return linear_rule(pt.tokens, weight, r_kv), r_attn[:, :, 0]
+
+
+def _head_relprop(
+    model: nn.Module, trace: _Trace, r_logits: Tensor
+) -> tuple[Tensor, Tensor | None]:
+    """Relevance of the logits (B, C) -> of the final tokens (B, N, D), and an attention pool's
+    probe relevance R_p (B, H, N) (None without one)."""
     assert trace.tokens is not None and trace.pooled is not None and trace.head_in is not None
     tokens = trace.tokens
     r_tokens = torch.zeros_like(tokens)
@@ -223,31 +354,45 @@ def _head_relprop(model: nn.Module, trace: _Trace, r_logits: Tensor) -> Tensor:
     own_rule = getattr(model.head, "relevance", None)  # a head that is not a Linear
     if own_rule is not None:
         r_z, weight = own_rule(trace.head_in, r_logits)  # at a bias-free Linear's output
-        r = linear_rule(trace.head_in, weight, r_z)
+        r = r_z if weight is None else linear_rule(trace.head_in, weight, r_z)
     else:
         r = linear_rule(trace.head_in, model.head.weight, r_logits)
     if trace.pre_in is not None:  # pre-logits Linear + tanh (tanh: unchanged)
         r = linear_rule(trace.pre_in, model.pre_logits[0].weight, r)
     # fc_norm: unchanged; the pooling: z rule (token_avg: the first D features are CLS's, the
-    # last D the mean's, each passed on by its own rule)
+    # last D the mean's, each passed on by its own rule); an attention pool: its own rules
     cfg = model.config
     D = tokens.shape[-1]
+    start = 0 if cfg.pool_include_prefix else model.num_prefix_tokens
+    if trace.pool is not None:
+        r_in, r_probe = _pool_relprop(model.pool, trace.pool, r)
+        r_tokens[:, start:] = r_tokens[:, start:] + r_in
+        probe = r_probe.new_zeros(*r_probe.shape[:2], tokens.shape[1])
+        probe[:, :, start:] = r_probe
+        return r_tokens, probe
     r_cls, r_mean = (r[:, :D], r[:, D:]) if cfg.global_pool == "token_avg" else (r, r)
     if cfg.global_pool in ("avg", "token_avg"):
-        start = 0 if cfg.pool_include_prefix else model.num_prefix_tokens
         n = tokens.shape[1] - start
         mean = trace.pooled[:, -D:]
         s = safe_divide(r_mean, mean)[:, None] / n
         r_tokens[:, start:] = r_tokens[:, start:] + tokens[:, start:] * s
     if cfg.global_pool in ("token", "token_avg"):
         r_tokens[:, 0] = r_tokens[:, 0] + tokens[:, 0] * safe_divide(r_cls, tokens[:, 0])
-    return r_tokens  # the final norm: unchanged
+    return r_tokens, None  # the final norm: unchanged
+
+
+def _probe_gradient(trace: _Trace, grad: Tensor, n: int, start: int) -> Tensor:
+    """(B, H, 1, N') gradient of the probe's attention -> (B, H, N), 0 before ``start``."""
+    out = grad.new_zeros(grad.shape[0], grad.shape[1], n)
+    out[:, :, start:] = grad[:, :, 0]
+    return out
 
 
 def attention_relevance(
     model: nn.Module, x: Tensor, target: int | Tensor | None = None
 ) -> AttributionResult:
-    """R_A^l and G_l of every block for class ``target`` (None: each image's top class).
+    """R_A^l and G_l of every block for class ``target`` (None: each image's top class), and
+    an attention pool's R_p and G_p.
 
     x: (B, C, H, W) on the model's device. One forward pass with autograd (for G_l), one
     backward pass for the gradients and one relevance pass; all on the model's device.
@@ -264,16 +409,23 @@ def attention_relevance(
         trace = _forward(model, x)
         c = target_classes(trace.logits, target)
         y = trace.logits.gather(1, c[:, None]).sum()
-        grads = torch.autograd.grad(y, [bt.attn for bt in trace.blocks])
+        pool = [] if trace.pool is None else [trace.pool.attn]
+        grads = list(torch.autograd.grad(y, [bt.attn for bt in trace.blocks] + pool))
+        g_pool = grads.pop() if pool else None
     with torch.no_grad():  # the graph is spent; the trace's tensors are only read from here
         r_logits = torch.zeros_like(trace.logits)
         r_logits.scatter_(1, c[:, None], 1.0)
-        r = _head_relprop(model, trace, r_logits)
+        r, probe = _head_relprop(model, trace, r_logits)
         relevances: list[Tensor] = []
         for block, bt in zip(reversed(model.blocks), reversed(trace.blocks), strict=True):
             r, r_attn = _block_relprop(block, bt, r)
             relevances.append(r_attn)
     relevances.reverse()
+    probe_gradient = None
+    if g_pool is not None:
+        assert trace.tokens is not None
+        start = 0 if model.config.pool_include_prefix else model.num_prefix_tokens
+        probe_gradient = _probe_gradient(trace, g_pool.detach(), trace.tokens.shape[1], start)
     return AttributionResult(
         logits=trace.logits.detach(),
         target=c,
@@ -281,7 +433,25 @@ def attention_relevance(
         gradients=[g.detach() for g in grads],
         grid=trace.grid,
         num_prefix_tokens=model.num_prefix_tokens,
+        probe_relevance=probe,
+        probe_gradient=probe_gradient,
     )
+
+
+def attribution_map(
+    res: AttributionResult, patch: tuple[int, int] | None = None, start_layer: int = 0
+) -> Tensor:
+    """The map of ``attention_relevance``'s result, min-max scaled: (B, gh, gw). Row q of
+    R = (I + Ā_L) ⋯ (I + Ā_s), q the token of ``patch`` (row, col), else CLS (the mean of
+    the patch queries without prefix tokens); an attention pool's probe row s·R without a
+    patch, s = mean_h((G_p ⊙ R_p)⁺)."""
+    if patch is None and res.probe_relevance is not None and res.probe_gradient is not None:
+        s = (res.probe_gradient * res.probe_relevance).clamp_min(0).mean(dim=1)  # (B, N)
+        return relevance(
+            res.relevances, res.gradients, res.grid, res.num_prefix_tokens, None, start_layer, s
+        )
+    q = query_token(patch, res.grid, res.num_prefix_tokens)
+    return relevance(res.relevances, res.gradients, res.grid, res.num_prefix_tokens, q, start_layer)
 
 
 def transformer_attribution(
@@ -291,11 +461,10 @@ def transformer_attribution(
     start_layer: int = 0,
     patch: tuple[int, int] | None = None,
 ) -> Tensor:
-    """Transformer Attribution map R[q, patches], min-max scaled: (B, C, H, W) -> (B, gh, gw).
+    """Transformer Attribution map, min-max scaled: (B, C, H, W) -> (B, gh, gw).
 
-    q is CLS (or the mean of the patch queries for a model without prefix tokens), or the
-    token of ``patch`` (row, col) when given.
+    R[q, patches], q CLS (or the mean of the patch queries for a model without prefix
+    tokens), or the token of ``patch`` (row, col) when given; an attention pool's probe row
+    without a patch (``attribution_map``).
     """
-    res = attention_relevance(model, x, target)
-    q = query_token(patch, res.grid, res.num_prefix_tokens)
-    return relevance(res.relevances, res.gradients, res.grid, res.num_prefix_tokens, q, start_layer)
+    return attribution_map(attention_relevance(model, x, target), patch, start_layer)

@@ -243,12 +243,14 @@ def relevance_row(
     query: int | None = 0,
     num_prefix: int = 1,
     start_layer: int = 0,
+    start: Tensor | None = None,
 ) -> Tensor:
-    """Row q of R = (I + Ā_L) ⋯ (I + Ā_s), Ā_l = mean_h((G_l ⊙ A_l)⁺): (B, N)."""
+    """Row q of R = (I + Ā_L) ⋯ (I + Ā_s), Ā_l = mean_h((G_l ⊙ A_l)⁺): (B, N); with
+    ``start`` (B, N), the row start·R instead (an attention pool's probe row)."""
     _check_pairs(attentions, gradients)
     _check_layers(attentions, start_layer)
     B, _, N, _ = attentions[-1].shape
-    r = start_vector(query, N, num_prefix, B, attentions[-1])
+    r = start_vector(query, N, num_prefix, B, attentions[-1]) if start is None else start
     for a, g in zip(
         reversed(attentions[start_layer:]), reversed(gradients[start_layer:]), strict=True
     ):
@@ -292,9 +294,11 @@ def relevance(
     num_prefix: int,
     query: int | None = 0,
     start_layer: int = 0,
+    start: Tensor | None = None,
 ) -> Tensor:
-    """Chefer et al. 2021 relevance map R[CLS, patches], min-max scaled: (B, gh, gw)."""
-    row = relevance_row(attentions, gradients, query, num_prefix, start_layer)
+    """Chefer et al. 2021 relevance map R[CLS, patches], min-max scaled: (B, gh, gw); with
+    ``start`` (B, N), start·R over the patches (``relevance_row``)."""
+    row = relevance_row(attentions, gradients, query, num_prefix, start_layer, start)
     return min_max_scale(patch_part(row, grid, num_prefix))
 
 

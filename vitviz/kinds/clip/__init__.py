@@ -26,17 +26,8 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
 
     from vitviz.kinds.clip.network import ClipConfig
     from vitviz.kinds.clip.siglip import SiglipConfig
-    from vitviz.kinds.protocol import ImageNumbers, KindMethod, Loaded, ModelShape, Session
+    from vitviz.kinds.protocol import ImageNumbers, Loaded, ModelShape, Session
     from vitviz.pipeline.analysis import Analysis
-
-
-# the ViT's methods a SigLIP tower has no version of, and why (the CLI and the window say it);
-# a CLIP's cosine head has its LRP rule (``network.PromptHead.relevance``)
-NOT_ON_SIGLIP = {
-    "transformer-attribution": "has no LRP rule written for a SigLIP's attention-pooling head "
-    "(the probe's attention and its MLP); relevance, the rule Chefer et al. use for CLIP, "
-    "applies",
-}
 
 
 class ClipKind(ViTKind):
@@ -160,23 +151,6 @@ class ClipKind(ViTKind):
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Sequence[Tensor]]:
         out = model.forward_explained(x, capture_attention=True)
         return model.image_embedding(x), out.attentions
-
-    # -- methods: the ViT's (LRP through a CLIP's cosine head too), less a SigLIP's LRP ------
-    def implementation(self, method: str) -> KindMethod | None:
-        from dataclasses import replace
-
-        own = super().implementation(method)
-        why = NOT_ON_SIGLIP.get(method)
-        if own is None or why is None:
-            return own
-        base = own.requires
-
-        def requires(label: str, model: nn.Module) -> str | None:
-            if getattr(model, "pool", None) is not None:  # a SigLIP's attention pooling
-                return f"{label} {why}"
-            return None if base is None else base(label, model)
-
-        return replace(own, requires=requires)
 
     @property
     def model_code(self) -> None:

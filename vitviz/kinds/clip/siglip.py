@@ -93,6 +93,15 @@ class SigmoidPromptHead(nn.Module):
         self.last_embedding = embedding.detach()  # (B, D): new prompts rescore it, no forward
         return self.score(embedding)
 
+    def relevance(self, pooled: Tensor, r: Tensor) -> tuple[Tensor, None]:
+        """The head's LRP step (``vitviz.explain.attribution``): pooled (B, D) and r (B, P) the
+        relevance given to each prompt (one-hot) -> R_v (B, D) at v = pooled itself (no
+        projection: None for the Linear). With |v| held constant, y_p − bias = s·(t̂_p·v)/|v|
+        is linear in v (the bias, as a Linear's, is ignored): R_v = Σ_p r_p·(s/|v|)·t̂_p ⊙ v,
+        which sums to y_p − bias."""
+        scale = self.logit_scale.exp() / pooled.norm(dim=-1, keepdim=True)  # (B, 1): s/|v|
+        return scale * (r @ self.text.to(pooled.dtype)) * pooled, None
+
 
 class SiglipTextTower(TextTower):
     """Token ids (B, T) -> (B, E): bidirectional blocks, the last position's state after the

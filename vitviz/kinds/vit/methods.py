@@ -15,11 +15,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vitviz.explain.attribution import attention_relevance
+from vitviz.explain.attribution import AttributionResult, attention_relevance, attribution_map
 from vitviz.explain.gradcam import attention_gradcam, token_gradcam
 from vitviz.explain.maps import attention_maps
 from vitviz.explain.random_map import random_map
-from vitviz.explain.rollout import relevance
 from vitviz.explain.subject import Explained
 from vitviz.explain.tokens import min_max_scale
 from vitviz.kinds.protocol import KindMethod
@@ -80,13 +79,12 @@ def _dino_masks(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> 
 def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     cls = _class(a, c)
 
-    def build() -> tuple[list[Tensor], list[Tensor]]:
+    def build() -> AttributionResult:
         model, x = _model_input(a)
-        res = attention_relevance(model, x, cls)
-        return res.relevances, res.gradients
+        return attention_relevance(model, x, cls)
 
-    rel, grads = _cached(a, ("transformer-attribution", cls), build)
-    return relevance(rel, grads, a.grid, a.num_prefix_tokens, a.query_token(q), p["start_layer"])[0]
+    res = _cached(a, ("transformer-attribution", cls), build)
+    return attribution_map(res, q, p["start_layer"])[0]
 
 
 def _grad_sam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
@@ -144,24 +142,8 @@ COMPUTE = {
 
 
 def _lrp_rules(label: str, model: nn.Module) -> str | None:
-    """Transformer attribution: vitviz's own ViT, without parts its LRP has no rule for."""
-    why = _own_vit("its blocks' LRP rules and its head")(label, model)
-    if why is None and getattr(model.config, "rel_pos_bias", False):
-        return (
-            f"{label} has no LRP rule for the relative position bias added to the attention "
-            "scores (BEiT's table, timm relpos's MLP); relevance and the gradient methods apply"
-        )
-    if why is None and getattr(model.config, "res_post_norm", False):
-        return (
-            f"{label} has no LRP rule for residual post-norm blocks (a LayerNorm on each "
-            "branch's output); relevance and the gradient methods apply"
-        )
-    if why is None and getattr(model.config, "global_pool", None) == "map":
-        return (
-            f"{label} has no LRP rule for the attention-pool head (MAP: a probe's attention "
-            "pools, not a Linear on a token); relevance and the gradient methods apply"
-        )
-    return why or _eva_lrp_refusal(label, model.config)
+    """Transformer attribution: vitviz's own ViT (every part of it has its rule)."""
+    return _own_vit("its blocks' LRP rules and its head")(label, model)
 
 
 def _gradcam_features(label: str, model: nn.Module) -> str | None:
@@ -173,23 +155,6 @@ def _gradcam_features(label: str, model: nn.Module) -> str | None:
             "residual post-norm block's normalises the attention's output instead"
         )
     return why
-
-
-def _eva_lrp_refusal(label: str, cfg: object) -> str | None:
-    """EVA's parts that vitviz's LRP has no rule for (issue 27), or None."""
-    parts = []
-    if getattr(cfg, "rope", "none") != "none":
-        parts.append("the rotary positions turning q and k")
-    if getattr(cfg, "swiglu", False):
-        parts.append("the SwiGLU MLP's gate (a product of two branches)")
-    if getattr(cfg, "attn_norm", False) or getattr(cfg, "mlp_norm", False):
-        parts.append("the sub-LN norms inside the attention and MLP")
-    if not parts:
-        return None
-    return (
-        f"{label} has no LRP rule for {' or '.join(parts)}; relevance and the gradient "
-        "methods apply"
-    )
 
 
 REQUIRES = {
