@@ -104,9 +104,8 @@ def test_a_bare_state_dict_with_sub_ln_named_as_eva02_tiny_is_refused(tmp_path: 
 
 @pytest.mark.parametrize(
     "options, part",
-    [({"global_pool": "map"}, "attention-pool head"), ({"qk_norm": True}, "qk_norm"),
-     ({"use_post_norm": True}, "post-norm")],
-    ids=["map", "qk-norm", "post-norm"],
+    [({"qk_norm": True}, "qk_norm"), ({"use_post_norm": True}, "post-norm")],
+    ids=["qk-norm", "post-norm"],  # an Eva's attention pool (MAP): test_zoo_pe_core.py
 )  # fmt: skip
 def test_parts_vitviz_does_not_model_are_refused_by_name(tmp_path: Path, options, part) -> None:
     save_for_hf(tiny("eva02_tiny_patch14_224", **options), tmp_path / "m", safe_serialization=True)

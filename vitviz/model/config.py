@@ -87,6 +87,8 @@ class ViTConfig:
     swiglu: bool = False  # MLP fc2(SiLU(fc1_g x) · fc1_x x) (EVA-02's SwiGLU)
     mlp_norm: bool = False  # sub-LN: a LayerNorm before the MLP's fc2
     attn_norm: bool = False  # sub-LN: a LayerNorm on the heads' output before proj
+    pool_heads: int | None = None  # the attention pool's (MAP) heads; None: ``heads`` (timm PE)
+    pool_hidden_dim: int | None = None  # the attention pool's MLP width; None: ``hidden_dim``
     # Training-only regularisation (no effect in eval mode).
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
@@ -202,11 +204,27 @@ class ViTConfig:
         if self.patch_norm_pre and self.patch_embed != "linear":
             problems.append("patch_norm_pre needs patch_embed 'linear'")
         problems += self._rope_problems()
+        problems += self._pool_problems()
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 problems.append(f"{name} must be in [0, 1) (got {getattr(self, name)})")
         if problems:
             raise ValueError("Invalid ViT config: " + "; ".join(problems))
+
+    def _pool_problems(self) -> list[str]:
+        """The attention pool's own head count and MLP width: set only with global_pool 'map'."""
+        problems = []
+        for name in ("pool_heads", "pool_hidden_dim"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if self.global_pool != "map":
+                problems.append(f"{name} needs global_pool 'map'")
+            elif value < 1:
+                problems.append(f"{name} must be at least 1 (got {value})")
+        if self.global_pool == "map" and self.pool_heads and self.dim % self.pool_heads:
+            problems.append(f"dim {self.dim} is not divisible by pool_heads {self.pool_heads}")
+        return problems
 
     def _rope_problems(self) -> list[str]:
         if self.rope not in ROPE_KINDS:

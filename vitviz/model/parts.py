@@ -63,6 +63,8 @@ def vit_parts(cfg: ViTConfig) -> tuple[str, ...]:
     prefix += [f"{cfg.num_register_tokens} registers"] if cfg.num_register_tokens else []
     out.append(", ".join(prefix) if prefix else "no prefix tokens")
     head = f"head reads {POOL_WORDS.get(cfg.global_pool, cfg.global_pool)}"
+    if cfg.global_pool == "map" and cfg.pool_heads not in (None, cfg.heads):
+        head += f" ({cfg.pool_heads} heads of its own)"
     out.append(head + (" through fc_norm" if cfg.fc_norm else ""))
     if cfg.stem is not None:
         out.append(cfg.stem.words())

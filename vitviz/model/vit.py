@@ -104,7 +104,13 @@ class VisionTransformer(nn.Module):
             self.pre_logits = nn.Identity()
             head_in = 2 * D if config.global_pool == "token_avg" else D
         self.pool = (
-            AttentionPool(D, config.heads, config.hidden_dim, config.norm_eps, config.activation)
+            AttentionPool(
+                D,
+                config.pool_heads or config.heads,
+                config.pool_hidden_dim or config.hidden_dim,
+                config.norm_eps,
+                config.activation,
+            )
             if config.global_pool == "map"
             else None
         )  # MAP: a probe's attention pools (pool_tokens)

@@ -123,7 +123,7 @@ def _activation(act: nn.Module) -> str | None:
     )
 
 
-def _pool_refusal(pool: nn.Module) -> str | None:
+def pool_refusal(pool: nn.Module) -> str | None:
     """What of timm's attention pool vitviz's MAP head (``AttentionPool``) can't compute."""
     if type(pool).__name__ != "AttentionPoolLatent":
         return f"attention-pool head {type(pool).__name__}"
@@ -148,7 +148,7 @@ def _pool_refusal(pool: nn.Module) -> str | None:
 def _vit_refusal(model: nn.Module) -> str | None:
     """The first part of a timm VisionTransformer vitviz's ViT can't compute, or None."""
     if getattr(model, "attn_pool", None) is not None:
-        why = _pool_refusal(model.attn_pool)
+        why = pool_refusal(model.attn_pool)
         if why is not None:
             return why
     elif model.global_pool not in ("token", "avg"):

@@ -2,7 +2,8 @@
 folder): rotary positions on the patches' q and k, fused ``qkv`` with ``q_bias``/``v_bias`` (k
 without bias) or ``q_proj``/``k_proj``/``v_proj``, LayerScale ``gamma_1``/``gamma_2``, SwiGLU
 (``fc1_g``/``fc1_x``, or GluMlp's packed ``fc1``), sub-LN (``attn.norm``, ``mlp.norm``), prefix
-tokens with registers, CLS or mean pooling through ``fc_norm``.
+tokens with registers, CLS or mean pooling through ``fc_norm``, or (Perception Encoder core)
+an attention pool (``attn_pool``, MAP) over every token with its own head count.
 
 The rotary tables are computed, not stored: the architecture decides them. Its name comes from
 ``--arch``, else the folder's config.json (with its ``model_args``); a bare state dict is
@@ -29,6 +30,7 @@ from vitviz.checkpoints.families.common import (
     fuse_qkv,
     grid_from_table,
 )
+from vitviz.checkpoints.families.timm import take_attention_pool
 from vitviz.checkpoints.families.timm_arch import CLASS_REASONS, candidates, from_table
 from vitviz.checkpoints.families.timm_arch import signature_of as signature
 from vitviz.checkpoints.families.timm_eva_arch import EvaRefusalError, build_meta, describe_eva
@@ -43,7 +45,7 @@ MARKERS = ("blocks.0.gamma_1", "blocks.0.attn.q_bias", "blocks.0.attn.q_proj.wei
 CONFIG_KEYS = ("rope", "rope_half", "rope_temperature", "rope_ref_grid", "rope_xy",
                "rope_offset", "heads", "attn_head_dim", "attn_norm", "mlp_norm", "swiglu",
                "norm_eps", "global_pool", "fc_norm", "final_norm", "pre_norm",
-               "no_embed_class")  # fmt: skip
+               "no_embed_class", "pool_heads", "pool_include_prefix")  # fmt: skip
 
 
 def _named(source: Source) -> tuple[str | None, dict[str, Any]]:
@@ -132,6 +134,7 @@ def _check_shown(source: Source, name: str, rec: dict[str, Any]) -> None:
             "blocks.0.mlp.fc1_g.weight" in s or s["blocks.0.mlp.fc2.weight"].shape[1] * 2
             == s.get("blocks.0.mlp.fc1.weight", s["blocks.0.mlp.fc2.weight"]).shape[0]
         ), "swiglu"),
+        "an attention-pool head (MAP)": ("attn_pool.latent" in s, "pool_heads"),
     }  # fmt: skip
     for part, (has, key) in shown.items():
         if has != bool(rec.get(key)):
@@ -227,6 +230,7 @@ def convert(source: Source) -> Conversion:
             tensor = t.maybe(f"{norm}.{part}")
             if tensor is not None:
                 out[f"{norm}.{part}"] = tensor
+    take_attention_pool(t, out)  # PE core's MAP head (its presence checked by _check_shown)
     head = t.maybe("head.weight")
     if head is not None:
         out["head.weight"] = head
@@ -247,6 +251,9 @@ def convert(source: Source) -> Conversion:
         class_token=rec["class_token"], num_register_tokens=prefix - int(rec["class_token"]),
         pos_embed=rec["pos_embed"], activation="gelu", pos_embed_interp=rec["pos_embed_interp"],
     )  # fmt: skip
+    pool_hidden = int(out["pool.fc1.weight"].shape[0]) if "pool.fc1.weight" in out else hidden
+    if pool_hidden != hidden:
+        inferred["pool_hidden_dim"] = pool_hidden
     prep, notes = timm_preprocessing(pretrained, TIMM_VIT_DEFAULTS)
     notes.insert(0, recognised)
     conversion = finish(
@@ -269,6 +276,9 @@ def convert(source: Source) -> Conversion:
     )  # fmt: skip
     if C != 3:
         ref_args["in_chans"] = C
+    if config.global_pool == "map":  # the pool's own heads and MLP width, as opened
+        ref_args.update(attn_pool_num_heads=config.pool_heads or config.heads,
+                        attn_pool_mlp_ratio=(pool_hidden + 0.5) / D)  # fmt: skip
     conversion.reference = Reference("timm", name, ref_args)
     return conversion
 
@@ -307,7 +317,7 @@ FAMILY = Family(
     convert,
     info=FamilyInfo(
         label="timm EVA, EVA-02 and rotary ViTs",
-        names="eva_*, eva02_*, vit_*_rope_*, vit_*_dinov3*, vit_pe_spatial_*",
+        names="eva_*, eva02_*, vit_*_rope_*, vit_*_dinov3*, vit_pe_spatial_*, vit_pe_core_*",
         forms="state dict (.pth, .safetensors) with its architecture; timm folder",
         parts=(
             "attention with rotary positions on the patches' q and k (EVA-02's axial RoPE, "
@@ -320,6 +330,7 @@ FAMILY = Family(
             "learnt position table or none",
             "CLS token, registers",
             "CLS or mean pooling through fc_norm",
+            "an attention-pool head (MAP) over every token, with its own heads (PE core)",
             "Conv2d patch embedding",
         ),
     ),

@@ -13,6 +13,8 @@ from typing import Any
 
 from torch import nn
 
+from vitviz.checkpoints.families.timm_arch import pool_refusal
+
 ROPE_CLASSES = {
     "RotaryEmbeddingCat": "axial",
     "RotaryEmbeddingMixed": "mixed",
@@ -125,9 +127,8 @@ def describe_eva(model: nn.Module) -> dict[str, Any]:
 def _describe_eva(model: nn.Module) -> dict[str, Any]:
     if type(model).__name__ != "Eva":
         raise EvaRefusalError(f"timm's {type(model).__name__} architecture")
-    if getattr(model, "attn_pool", None) is not None:
-        raise EvaRefusalError("attention-pool head (MAP)")
-    if model.global_pool not in ("token", "avg"):
+    pool = _pool_settings(model)
+    if not pool and model.global_pool not in ("token", "avg"):
         raise EvaRefusalError(f"global_pool {model.global_pool!r}")
     embed = model.patch_embed
     if type(embed).__name__ != "PatchEmbed" or not _identity(getattr(embed, "norm", None)):
@@ -175,7 +176,26 @@ def _describe_eva(model: nn.Module) -> dict[str, Any]:
     )
     if fc_norm and not _identity(model.norm):
         raise EvaRefusalError("a final norm and an fc_norm both")
+    settings.update(pool)
     return settings
+
+
+def _pool_settings(model: nn.Module) -> dict[str, Any]:
+    """An Eva's attention pool (MAP: PE core's ``attn_pool``, AttentionPoolLatent over every
+    token, prefix tokens included) as ViTConfig settings: its own head count; {} without one.
+    Its MLP width is read from the weights; its norm's eps is checked with the others'."""
+    pool = getattr(model, "attn_pool", None)
+    if pool is None:
+        return {}
+    why = pool_refusal(pool)
+    if why is not None:
+        raise EvaRefusalError(why)
+    act = pool.mlp.act
+    if not (isinstance(act, nn.GELU) and act.approximate == "none"):
+        raise EvaRefusalError(f"an attention-pool MLP with {type(act).__name__}")
+    if not isinstance(pool.proj, nn.Linear) or pool.proj.out_features != model.embed_dim:
+        raise EvaRefusalError("an attention pool that changes the width")
+    return {"global_pool": "map", "pool_heads": int(pool.num_heads), "pool_include_prefix": True}
 
 
 def build_meta(name: str, model_args: Mapping[str, Any]) -> nn.Module:

@@ -99,11 +99,17 @@ PROBE_WORDS = (
     "attention-pool probe (the head reads no CLS token: the last layer's raw map and the "
     "rollouts start from the probe's row)"
 )
+PROBE_MEAN_WORDS = PROBE_WORDS[:-1] + (
+    "; its {heads} heads are not the layers': each head slot of the last layer shows their mean)"
+)
 
 
-def words(num_prefix_tokens: int, probe: bool = False) -> ViewWords:
+def words(num_prefix_tokens: int, probe: bool = False, probe_heads: int = 0) -> ViewWords:
     """The window's words for a ViT: layers, patches, the CLS token (or the mean of patches,
-    or the attention pool's probe)."""
+    or the attention pool's probe; ``probe_heads``: its heads where they differ from the
+    layers')."""
+    if probe and probe_heads:
+        return ViewWords(query_none=PROBE_MEAN_WORDS.format(heads=probe_heads))
     if probe:
         return ViewWords(query_none=PROBE_WORDS)
     return ViewWords(query_none="CLS token" if num_prefix_tokens else "mean of patches")
@@ -159,8 +165,14 @@ def image_numbers(session: Session) -> ImageNumbers:
         thumb_pixels=int(a.patch_size),
         layer_rows=layer_rows(a),
         token_geometry=token_geometry(a),
-        words=words(a.num_prefix_tokens, probe),
+        words=words(a.num_prefix_tokens, probe, _differing_probe_heads(a)),
     )
+
+
+def _differing_probe_heads(a: Analysis) -> int:
+    """The attention pool probe's heads where they are not the layers' count, else 0."""
+    probe = getattr(a, "probe_attention", None)
+    return 0 if probe is None or probe.shape[0] == a.num_heads else int(probe.shape[0])
 
 
 def query_tokens(

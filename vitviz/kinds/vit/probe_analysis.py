@@ -13,6 +13,11 @@ probe's attention over the tokens, A_p (H, N) (zero on prefix tokens the pool do
 - gradient rollout: s = (mean_h(A_p ⊙ G_p))⁺, map = s · Ã_L ⋯ Ã_s with the gradient's Ã_l;
 - relevance: s = mean_h((G_p ⊙ A_p)⁺), map = s · (I + Ā_L) ⋯ (I + Ā_s).
 
+A pool with other heads than the layers (timm's PE core: 8 probe heads) can't fill the layers'
+per-head slots with its own heads: the last layer's raw map then shows the probe's mean over its
+heads in every head slot (the mean map is exact), and a rollout from a chosen subset of heads is
+refused (the subset names the layers' heads, not the probe's).
+
 Each is the definition applied to one more attention step, the probe's (whose row has no
 identity term towards the tokens: the probe is not one of them), so the scaled maps are
 exactly the probe row of the rollout taken over [probe, tokens]. A clicked patch is a query
@@ -69,6 +74,19 @@ class ProbeAnalysis(Analysis):
         assert self.probe_attention is not None
         return self.probe_attention.float()
 
+    @property
+    def probe_heads_differ(self) -> bool:
+        """The pool has another head count than the layers (its heads don't fit their slots)."""
+        return self._probe().shape[0] != self.num_heads
+
+    def _probe_rows(self) -> Tensor:
+        """The probe's row in the layers' head slots (H, N): its own heads, or (a pool with
+        other heads) its mean over them in every slot."""
+        probe = self._probe()
+        if self.probe_heads_differ:
+            return probe.mean(dim=0, keepdim=True).expand(self.num_heads, -1)
+        return probe
+
     def probe_gradient(self, target_class: int | None = None) -> Tensor:
         """G_p = ∂logits[c]/∂A_p (H, N), cached per class: with the kept graph from the same
         backward pass as the layers' G_l (``_graph_gradients``), else from a pass through the
@@ -106,13 +124,13 @@ class ProbeAnalysis(Analysis):
         rows = super()._query_rows(patch)
         if patch is None and self._last_layer_kept:
             rows = rows.clone()
-            rows[-1] = self._probe()
+            rows[-1] = self._probe_rows()
         return rows
 
     def attention_maps(self, layer: int, patch: tuple[int, int] | None = None) -> Tensor:
         row = self.layer_row(layer) % self.num_layers  # -1: the last kept
         if patch is None and row == self.num_layers - 1 and self._last_layer_kept:
-            return patch_part(self._probe(), self.grid, self.num_prefix_tokens).cpu()
+            return patch_part(self._probe_rows(), self.grid, self.num_prefix_tokens).cpu()
         return super().attention_maps(layer, patch)
 
     # -- maps that start from the probe row ---------------------------------------------------
@@ -132,6 +150,11 @@ class ProbeAnalysis(Analysis):
         if patch is not None:
             return super().rollout(patch, fusion, heads, discard_ratio, start_layer)
         self.require_every_layer("attention rollout")
+        if heads is not None and self.probe_heads_differ:
+            raise ValueError(
+                f"the attention pool's probe has {self._probe().shape[0]} heads, the layers "
+                f"{self.num_heads}: a subset of the layers' heads can't start the rollout from it"
+            )
         prepared = self._rollout_prepared(fusion, heads, discard_ratio)
         s = explain.fuse_heads(self._probe()[None, :, None, :], fusion, heads)[0, 0]  # (N,)
         return self._chain(prepared, s, start_layer)
