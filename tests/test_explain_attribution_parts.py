@@ -376,6 +376,7 @@ CASES = {
     "map": dict(global_pool="map", class_token=False),
     "map-with-cls": dict(global_pool="map", num_register_tokens=1),
     "map-every-token": dict(global_pool="map", pool_include_prefix=True),
+    "map-own-heads": dict(global_pool="map", pool_heads=4, pool_hidden_dim=48),
 }
 
 
