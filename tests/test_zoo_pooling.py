@@ -20,6 +20,7 @@ from zoo_helpers import (
     assert_attention,
     assert_attribution_offered,
     assert_close,
+    assert_probe_maps,
     images,
     ours,
     randomize_,
@@ -138,32 +139,7 @@ def test_the_maps_start_from_the_probe_row(tmp_path: Path, case: str, photo_file
     logits, A, G, a_p, g_p = _reference(model, a.input[None], P, False)
     torch.testing.assert_close(a.logits.double(), logits[0], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(a.probe_attention.double(), a_p, rtol=0, atol=1e-5)
-    N = a_p.shape[-1]
-    eye = torch.eye(N, dtype=torch.float64)
-
-    # rollout: s = mean_h(A_p); Ã_l = rownorm(mean_h(A_l) + I); s · Ã_L ⋯ Ã_1, max 1
-    r = a_p.mean(0)
-    for layer in reversed(A):
-        t = layer.mean(0) + eye
-        r = r @ (t / t.sum(-1, keepdim=True))
-    want = _patches(r, P) / _patches(r, P).max()
-    torch.testing.assert_close(a.rollout().double(), want, rtol=0, atol=1e-5)
-
-    # gradient rollout: s = (mean_h(A_p ⊙ G_p))⁺; Ã_l = rownorm((mean_h(A_l ⊙ G_l))⁺ + I)
-    r = (a_p * g_p).mean(0).clamp_min(0)
-    for layer, grad in zip(reversed(A), reversed(G), strict=True):
-        t = (layer * grad).mean(0).clamp_min(0) + eye
-        r = r @ (t / t.sum(-1, keepdim=True))
-    want = _patches(r, P) / _patches(r, P).max()
-    torch.testing.assert_close(a.gradient_rollout().double(), want, rtol=0, atol=1e-5)
-
-    # relevance: s = mean_h((G_p ⊙ A_p)⁺); s · (I + Ā_L) ⋯ (I + Ā_1), min-max over the patches
-    r = (g_p * a_p).clamp_min(0).mean(0)
-    for layer, grad in zip(reversed(A), reversed(G), strict=True):
-        r = r @ (eye + (grad * layer).clamp_min(0).mean(0))
-    m = _patches(r, P)
-    want = (m - m.min()) / (m.max() - m.min())
-    torch.testing.assert_close(a.relevance().double(), want, rtol=0, atol=1e-5)
+    assert_probe_maps(a, A, G, a_p, g_p)
 
     # the last layer's raw map without a query is the probe's row
     maps = a.attention_maps(-1)

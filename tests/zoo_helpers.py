@@ -164,3 +164,36 @@ def assert_attribution_offered(analysis, target=None) -> None:
     want = transformer_attribution(model, analysis.input[None].to(p), target)[0]
     assert torch.allclose(got, want, atol=1e-6)
     assert torch.isfinite(got).all() and got.std() > 0.01
+
+
+def assert_probe_maps(analysis, A, G, a_p, g_p) -> None:
+    """The analysis's rollout, gradient rollout and relevance (no query) start from the
+    attention pool's probe row, each written from its definition in float64: A, G the layers'
+    attentions and gradients, L × (H, N, N); a_p, g_p the probe's attention and gradient (H', N)
+    over every token (0 on the tokens the pool doesn't read). Maps over a 4 × 4 grid."""
+    P = analysis.num_prefix_tokens
+    eye = torch.eye(a_p.shape[-1], dtype=torch.float64)
+
+    def patches(r: Tensor) -> Tensor:
+        return r[P:].reshape(4, 4)
+
+    def chain(s: Tensor, layers: list[Tensor]) -> Tensor:  # s · Ã_L ⋯ Ã_1, Ã = rownorm(M + I)
+        for m in reversed(layers):
+            t = m + eye
+            s = s @ (t / t.sum(-1, keepdim=True))
+        return patches(s) / patches(s).max()
+
+    # rollout: s = mean_h(A_p); M_l = mean_h(A_l)
+    want = chain(a_p.mean(0), [layer.mean(0) for layer in A])
+    torch.testing.assert_close(analysis.rollout().double(), want, rtol=0, atol=1e-5)
+    # gradient rollout: s = (mean_h(A_p ⊙ G_p))⁺; M_l = (mean_h(A_l ⊙ G_l))⁺
+    weighted = [(layer * grad).mean(0).clamp_min(0) for layer, grad in zip(A, G, strict=True)]
+    want = chain((a_p * g_p).mean(0).clamp_min(0), weighted)
+    torch.testing.assert_close(analysis.gradient_rollout().double(), want, rtol=0, atol=1e-5)
+    # relevance: s = mean_h((G_p ⊙ A_p)⁺); s · (I + Ā_L) ⋯ (I + Ā_1), min-max over the patches
+    r = (g_p * a_p).clamp_min(0).mean(0)
+    for layer, grad in zip(reversed(A), reversed(G), strict=True):
+        r = r @ (eye + (grad * layer).clamp_min(0).mean(0))
+    m = patches(r)
+    want = (m - m.min()) / (m.max() - m.min())
+    torch.testing.assert_close(analysis.relevance().double(), want, rtol=0, atol=1e-5)
