@@ -2,7 +2,7 @@
 mean pooling or CLS, with or without an absolute position embedding, as a bare state dict and
 as timm's folder; logits and attention against timm's eager forward, relevance and gradient
 rollout through the bias against float64 references from their definitions, transformer
-attribution refused with the reason."""
+attribution offered."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from zoo_helpers import (
     assert_attention,
     assert_attribution_offered,
     assert_close,
+    assert_timm_relevance_maps,
     images,
     ours,
     randomize_,
 )
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.explain.methods import get_method
 from vitviz.model.position_bias import relative_position_index
 from vitviz.pipeline.analysis import analyze
 
@@ -104,30 +104,7 @@ def test_relevance_and_gradient_rollout_through_the_bias(tmp_path: Path, photo_f
     loaded = load_checkpoint(path)
     a = analyze(loaded, photo_files["chelsea"], gradients=True)
     target = a.top_class
-    ref = model.double()
-    kept = []
-    for block in ref.blocks:
-        block.attn.fused_attn = False
-        block.attn.attn_drop.register_forward_hook(lambda _m, _i, o: kept.append(o) or o)
-    logits = ref(a.input[None].double())
-    for t in kept:
-        t.retain_grad()
-    logits[0, target].backward()
-    n = kept[0].shape[-1]
-    eye = torch.eye(n, dtype=torch.float64)
-    R, chain = eye.clone(), eye.clone()
-    for t in kept:
-        cam = (t.grad[0] * t[0]).detach()
-        R = R + cam.clamp(min=0).mean(0) @ R
-        m = cam.mean(0).clamp(min=0) + eye
-        chain = (m / m.sum(-1, keepdim=True)) @ chain
-    want = R[0, 1:].reshape(4, 4)
-    want = (want - want.min()) / (want.max() - want.min())
-    ours_rel = get_method("relevance")(a, None, target, {}).double()
-    torch.testing.assert_close(ours_rel, want, rtol=1e-5, atol=1e-6)
-    roll = chain[0, 1:].reshape(4, 4)
-    ours_roll = get_method("gradient-rollout")(a, None, target, {}).double()
-    torch.testing.assert_close(ours_roll, roll / roll.max(), rtol=1e-5, atol=1e-6)
+    assert_timm_relevance_maps(a, model, target, atol=1e-6)
     assert_attribution_offered(a, target)
 
 

@@ -4,7 +4,8 @@ frequencies, registers with mean pooling, with an absolute table too), DINOv3 (c
 rotate-half, 4 registers), as bare state dicts named with ``arch`` and as timm's folders;
 logits and attention against timm's eager forward; the rotary tables against timm's own;
 relevance and gradient rollout through the rotary attention and SwiGLU against float64
-references from their definitions; transformer attribution refused with the reason."""
+references from their definitions; transformer attribution offered (its rules: test_explain_
+attribution_parts.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from zoo_helpers import (
     assert_attention,
     assert_attribution_offered,
     assert_close,
+    assert_timm_relevance_maps,
     images,
     ours,
     randomize_,
@@ -26,7 +28,6 @@ from zoo_helpers import (
 from zoo_helpers import timm_reference as reference
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.explain.methods import get_method
 from vitviz.model import ViTConfig
 from vitviz.model.rotary import Rotary
 from vitviz.pipeline.analysis import analyze
@@ -149,41 +150,13 @@ def test_another_input_size_follows_the_rotary_formula(tmp_path: Path) -> None:
 def test_relevance_and_gradient_rollout_through_rope_and_swiglu(tmp_path: Path, photo_files):
     """Float64 references from the definitions (DESIGN §5) on timm's own EVA-02 attention, with
     its autograd: relevance R = I + Σ Ā_l R, Ā_l = E_h[(∇A ⊙ A)⁺]; gradient rollout's chain.
-    Transformer attribution is refused, naming the rotary positions and the SwiGLU gate."""
+    Transformer attribution is offered through the rotary positions and the SwiGLU gate."""
     model = tiny("eva02_tiny_patch14_224", seed=4, global_pool="token")
     save_for_hf(model, tmp_path / "eva", safe_serialization=True)
     loaded = load_checkpoint(tmp_path / "eva")
     a = analyze(loaded, photo_files["chelsea"], gradients=True)
     target = a.top_class
-    ref = model.double()
-    kept = []
-    for block in ref.blocks:
-        block.attn.fused_attn = False
-        block.attn.attn_drop.register_forward_hook(lambda _m, _i, o: kept.append(o) or o)
-    logits = ref(a.input[None].double())
-    for t in kept:
-        t.retain_grad()
-    logits[0, target].backward()
-    n = kept[0].shape[-1]
-    eye = torch.eye(n, dtype=torch.float64)
-    R, chain = eye.clone(), eye.clone()
-    for t in kept:
-        cam = (t.grad[0] * t[0]).detach()
-        R = R + cam.clamp(min=0).mean(0) @ R
-        m = cam.mean(0).clamp(min=0) + eye
-        chain = (m / m.sum(-1, keepdim=True)) @ chain
-    want = R[0, 1:].reshape(4, 4)
-    want = (want - want.min()) / (want.max() - want.min())
-    torch.testing.assert_close(
-        get_method("relevance")(a, None, target, {}).double(), want, rtol=1e-5, atol=1e-6
-    )
-    roll = chain[0, 1:].reshape(4, 4)
-    torch.testing.assert_close(
-        get_method("gradient-rollout")(a, None, target, {}).double(),
-        roll / roll.max(),
-        rtol=1e-5,
-        atol=1e-6,
-    )
+    assert_timm_relevance_maps(a, model, target, atol=1e-6)
     assert_attribution_offered(a, target)
 
 

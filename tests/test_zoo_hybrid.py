@@ -21,6 +21,7 @@ from zoo_helpers import (
     LOGIT_ATOL,
     assert_attention,
     assert_close,
+    assert_timm_relevance_maps,
     ours,
     randomize_,
     randomize_stem_,
@@ -166,31 +167,7 @@ def test_relevance_and_gradient_rollout_equal_float64_references(
     loaded = load_checkpoint(tmp_path / "h.pth", config={"heads": 4})
     a = analyze(loaded, photo_files["chelsea"], gradients=True)
     target = a.top_class
-    ref = model.double()
-    kept = []
-    for block in ref.blocks:
-        block.attn.fused_attn = False
-        block.attn.attn_drop.register_forward_hook(lambda _m, _i, o: kept.append(o) or o)
-    logits = ref(a.input[None].double())
-    for t in kept:
-        t.retain_grad()
-    logits[0, target].backward()
-    n = kept[0].shape[-1]
-    eye = torch.eye(n, dtype=torch.float64)
-    R, chain = eye.clone(), eye.clone()
-    for t in kept:
-        cam = (t.grad[0] * t[0]).detach()
-        R = R + cam.clamp(min=0).mean(0) @ R
-        m = cam.mean(0).clamp(min=0) + eye
-        chain = (m / m.sum(-1, keepdim=True)) @ chain
-    want = R[0, 1:].reshape(4, 4)
-    want = (want - want.min()) / (want.max() - want.min())
-    torch.testing.assert_close(get_method("relevance")(a, None, target, {}).double(), want,
-                               rtol=1e-5, atol=1e-6)  # fmt: skip
-    roll = chain[0, 1:].reshape(4, 4)
-    assert roll.max() > 0.01  # the CLS row reaches the patches
-    ours_roll = get_method("gradient-rollout")(a, None, target, {}).double()
-    torch.testing.assert_close(ours_roll, roll / roll.max(), rtol=1e-5, atol=1e-6)
+    assert_timm_relevance_maps(a, model, target, atol=1e-6)
 
 
 def test_transformer_attribution_equals_the_authors_propagation_float64(tmp_path: Path) -> None:

@@ -197,3 +197,43 @@ def assert_probe_maps(analysis, A, G, a_p, g_p) -> None:
     m = patches(r)
     want = (m - m.min()) / (m.max() - m.min())
     torch.testing.assert_close(analysis.relevance().double(), want, rtol=0, atol=1e-5)
+
+
+def assert_timm_relevance_maps(analysis, model: nn.Module, target: int, atol: float = 1e-5):
+    """The analysis's relevance and gradient rollout (no query) against float64 references
+    from their definitions (DESIGN §5) on timm ``model``'s own attention with its autograd:
+    relevance R = I + Σ Ā_l R, Ā_l = E_h[(∇A ⊙ A)⁺], min-max; gradient rollout's chain of
+    rownorm((E_h[∇A ⊙ A])⁺ + I), max 1. The query row is CLS, or without a prefix token the
+    mean of the patch queries' rows. Maps over a 4 × 4 grid; ``model`` is made float64."""
+    from vitviz.explain.methods import get_method
+
+    P = analysis.num_prefix_tokens
+    ref = model.double()
+    kept = []
+    for block in ref.blocks:
+        block.attn.fused_attn = False
+        block.attn.attn_drop.register_forward_hook(lambda _m, _i, o: kept.append(o) or o)
+    logits = ref(analysis.input[None].double())
+    for t in kept:
+        t.retain_grad()
+    logits[0, target].backward()
+    eye = torch.eye(kept[0].shape[-1], dtype=torch.float64)
+    R, chain = eye.clone(), eye.clone()
+    for t in kept:
+        cam = (t.grad[0] * t[0]).detach()
+        R = R + cam.clamp(min=0).mean(0) @ R
+        m = cam.mean(0).clamp(min=0) + eye
+        chain = (m / m.sum(-1, keepdim=True)) @ chain
+
+    def row(M: Tensor) -> Tensor:
+        r = M[0] if P else M[P:].mean(0)  # the CLS row, or the mean of the patch queries
+        return r[P:].reshape(4, 4)
+
+    want = row(R)
+    want = (want - want.min()) / (want.max() - want.min())
+    ours = get_method("relevance")(analysis, None, target, {}).double()
+    torch.testing.assert_close(ours, want, rtol=1e-5, atol=atol)
+    roll = row(chain)
+    assert roll.max() > 0.01  # the query row reaches the patches
+    ours = get_method("gradient-rollout")(analysis, None, target, {}).double()
+    torch.testing.assert_close(ours, roll / roll.max(), rtol=1e-5, atol=atol)
