@@ -161,6 +161,13 @@ def test_the_window_names_the_probe(tmp_path: Path, photo_files) -> None:
 
     numbers = engine_data.image_numbers(Session())  # type: ignore[arg-type]
     assert numbers.words.query_none.startswith("attention-pool probe")
+    assert numbers.words.title_query_none == "query: attention-pool probe"  # not "query CLS"
+    assert numbers.words.query_reset == "Reset to the probe"
+    plain = engine_data.words(0)  # a ViT without prefix tokens: its maps read the mean
+    assert (plain.query_none, plain.title_query_none) == (
+        "mean of patches",
+        "query: mean of patches",
+    )
     assert numbers.attention is None  # the probe's row comes from the engine, not the array
     head_maps, _, _ = a.host_query_maps(None)
     torch.testing.assert_close(

@@ -259,6 +259,7 @@ class ViewWords:
     query_none: str = "CLS token"  # the query label without a query
     query_cell: str = "patch row {row}, col {col} (#{index})"
     title_query_none: str = "query CLS"
+    query_reset: str = ""  # the query reset button's words ("": CLS, or the mean without one)
     title_query: str = "query patch ({row}, {col})"
     method_query_none: str | None = None
     method_query: str | None = None

@@ -406,7 +406,10 @@ class ViewerTab(QWidget):
         self.input_view.set_query(self.query)
         self.map_view.set_query(self.query)
         has_cls = self.image is not None and self.image.num_prefix_tokens > 0
-        self.controls.query_reset.setText("Reset to CLS" if has_cls else "Reset to the mean")
+        reset = "" if self.image is None else self.image.words.query_reset
+        self.controls.query_reset.setText(
+            reset or ("Reset to CLS" if has_cls else "Reset to the mean")
+        )
         if self.layers is not None:
             self.controls.query_label.setText(self.layers.query_text(self.query))
         elif self.query is None:

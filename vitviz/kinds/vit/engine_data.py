@@ -95,24 +95,25 @@ def layer_rows(analysis: Analysis) -> tuple[LayerRow, ...]:
 
 
 # the query without a click of a model whose head pools with an attention probe (MAP)
-PROBE_WORDS = (
-    "attention-pool probe (the head reads no CLS token: the last layer's raw map and the "
-    "rollouts start from the probe's row)"
-)
-PROBE_MEAN_WORDS = PROBE_WORDS[:-1] + (
-    "; its {heads} heads are not the layers': each head slot of the last layer shows their mean)"
-)
+# (short: the query row has two lines; the map's title and the README say the rest)
+PROBE_WORDS = "attention-pool probe (the head reads no CLS token)"
+PROBE_MEAN_WORDS = "attention-pool probe (its {heads} heads are not the layers': their mean)"
 
 
 def words(num_prefix_tokens: int, probe: bool = False, probe_heads: int = 0) -> ViewWords:
     """The window's words for a ViT: layers, patches, the CLS token (or the mean of patches,
     or the attention pool's probe; ``probe_heads``: its heads where they differ from the
     layers')."""
-    if probe and probe_heads:
-        return ViewWords(query_none=PROBE_MEAN_WORDS.format(heads=probe_heads))
     if probe:
-        return ViewWords(query_none=PROBE_WORDS)
-    return ViewWords(query_none="CLS token" if num_prefix_tokens else "mean of patches")
+        query = PROBE_MEAN_WORDS.format(heads=probe_heads) if probe_heads else PROBE_WORDS
+        return ViewWords(
+            query_none=query,
+            title_query_none="query: attention-pool probe",
+            query_reset="Reset to the probe",
+        )
+    if num_prefix_tokens:
+        return ViewWords(query_none="CLS token")
+    return ViewWords(query_none="mean of patches", title_query_none="query: mean of patches")
 
 
 def unavailable(analysis: Analysis) -> dict[str, str]:
