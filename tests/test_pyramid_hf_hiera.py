@@ -122,6 +122,7 @@ def test_same_model_as_timms_form(tmp_path) -> None:
     [
         ("masked_unit_attention", [False, True, False, False], "after a global stage"),
         ("num_query_pool", 2, "num_query_pool 2 of 3"),
+        ("masked_unit_size", [16, 16], r"mask unit \(16, 16\) is not q_stride"),
         ("hidden_act", "relu", "hidden_act 'relu'"),
         ("architectures", ["HieraForPreTraining"], "MAE pre-training"),
     ],
