@@ -334,8 +334,18 @@ def transformers_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tens
         p = int(model.config.patch_size)
         n = (x.shape[-2] // p) * (x.shape[-1] // p)
         extra["noise"] = torch.arange(n, dtype=x.dtype).expand(x.shape[0], n)
-    with torch.no_grad():
-        out = model(pixel_values=x, output_attentions=True, **extra)
+    per_layer: list[Tensor] = []  # a Hiera's: each layer's (the outputs keep a stage's last)
+    handles = [
+        m.register_forward_hook(_hiera_probabilities(m, per_layer))
+        for m in model.modules()
+        if hasattr(m, "use_mask_unit_attn")
+    ]
+    try:
+        with torch.no_grad():
+            out = model(pixel_values=x, output_attentions=True, **extra)
+    finally:
+        for h in handles:
+            h.remove()
     logits = getattr(out, "logits", None)
     if logits is None:
         pooled = getattr(out, "pooler_output", None)
@@ -348,7 +358,20 @@ def transformers_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tens
     attentions = []
     for a in getattr(out, "attentions", None) or []:  # a pyramid's: one tuple per stage
         attentions.extend(a if isinstance(a, (tuple, list)) else [a])
-    return logits, attentions
+    return logits, per_layer or attentions
+
+
+def _hiera_probabilities(a: nn.Module, out: list[Tensor]) -> Any:
+    """A forward hook on a transformers Hiera attention appending the probabilities it returns,
+    in timm's layout: (B, heads, units, t_q, t_k) within mask units, else (B, heads, N_q, N_k)
+    (its one "unit" of global attention dropped)."""
+
+    def hook(_m: nn.Module, _inputs: tuple[Tensor, ...], output: tuple[Tensor, Any]) -> None:
+        probs = output[1]
+        if probs is not None:
+            out.append(probs if a.use_mask_unit_attn else probs.squeeze(2))
+
+    return hook
 
 
 BUILDERS = {

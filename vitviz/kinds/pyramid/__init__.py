@@ -95,9 +95,9 @@ class PyramidKind(StagedEngineMembers):
 
     @property
     def families(self) -> Sequence[Any]:
-        from vitviz.kinds.pyramid.families import huggingface, timm, timm_hiera
+        from vitviz.kinds.pyramid.families import hf_hiera, huggingface, timm, timm_hiera
 
-        return (timm.FAMILY, huggingface.FAMILY, timm_hiera.FAMILY)
+        return (timm.FAMILY, huggingface.FAMILY, timm_hiera.FAMILY, hf_hiera.FAMILY)
 
     def config_from_dict(self, data: dict[str, object]) -> PyramidConfig | HieraConfig:
         from vitviz.kinds.pyramid.config import PyramidConfig

@@ -1,0 +1,222 @@
+"""Hugging Face transformers Hiera folders: ``HieraForImageClassification`` and ``HieraModel``
+(config.json with ``model_type`` "hiera" + model.safetensors, preprocessor_config.json).
+
+transformers' Hiera is timm's architecture under other names, so it maps onto vitviz's
+``HieraViT`` key for key: ``[hiera.]embeddings.patch_embeddings.projection`` ->
+``patch_embed.proj``,
+``…embeddings.position_embeddings`` (1, N, D) -> ``pos_embed``, ``…encoder.stages.{s}.layers.{j}.
+{layernorm_before, proj, attn.qkv, attn.proj, layernorm_after, mlp.fc1, mlp.fc2}`` -> ``blocks.{i}.
+{norm1, proj, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}`` (i counting the layers over the
+stages), ``…pooler.layernorm`` -> ``head.norm``, ``classifier`` -> ``head.fc``. Its tokens run in
+timm's unrolled order (the same ``unroll`` schedule), its queries and residual max-pool the same
+slabs, and its pooler is the LayerNorm of the mean token, as timm's head.
+
+config.json says the heads, the q-stride, the mask unit, ``masked_unit_attention``, the stem's
+stride and padding, ``layer_norm_eps`` (every norm's), the activation and the image size. What
+vitviz's Hiera can't compute is refused: fewer query-pooling stages than stage steps
+(``num_query_pool``), a mask unit other than q-stride ** (stages − 1), an activation other than
+GELU, and a stage with mask-unit attention after a global one (transformers' first block of such
+a stage attends within mask units, timm's and vitviz's globally). ``HieraForPreTraining`` (MAE)
+and ``HieraBackbone`` are not classifiers nor pooled models and are refused by name.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
+from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker
+from vitviz.checkpoints.labels import names_from_id2label
+from vitviz.checkpoints.library_check import Reference
+from vitviz.checkpoints.preprocessing import hf_preprocessing
+from vitviz.kinds.pyramid.families.common import finish_pyramid
+from vitviz.kinds.pyramid.hiera_config import HieraConfig
+
+LOOKS_LIKE = "a Hugging Face Hiera"
+_STEM = "embeddings.patch_embeddings.projection.weight"
+_LAYER = {  # ours -> theirs, under blocks.{i}. / encoder.stages.{s}.layers.{j}.
+    "norm1": "layernorm_before",
+    "proj": "proj",
+    "attn.qkv": "attn.qkv",
+    "attn.proj": "attn.proj",
+    "norm2": "layernorm_after",
+    "mlp.fc1": "mlp.fc1",
+    "mlp.fc2": "mlp.fc2",
+}
+_NOT_SHOWN = {
+    "HieraForPreTraining": "its MAE pre-training model (masked units, a pixel decoder)",
+    "HieraBackbone": "a backbone of feature maps with no pooled output or classifier",
+}
+
+
+def _base(state: dict[str, Any]) -> str | None:
+    key = next((k for k in state if k.endswith(_STEM)), None)
+    return None if key is None else key[: -len(_STEM)]
+
+
+def detect(source: Source) -> bool:
+    cfg = source.hf_config
+    if cfg is not None and cfg.get("model_type") != "hiera":
+        return False
+    base = _base(source.state)
+    return base is not None and f"{base}encoder.stages.0.layers.0.attn.qkv.weight" in source.state
+
+
+def _pair(cfg: dict[str, Any], key: str, default: int, where: str) -> int:
+    """A square 2-D setting (``patch_stride`` (4, 4)) as one int; refused if not square."""
+    value = cfg.get(key, default)
+    values = [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)] * 2
+    if len(values) != 2 or values[0] != values[1]:
+        raise CheckpointError(f"{where}: config.json's {key} {value!r} is not square; vitviz's "
+                              "Hiera needs square ones.")  # fmt: skip
+    return values[0]
+
+
+def _refusals(cfg: dict[str, Any], stages: int, where: str) -> list[bool]:
+    """config.json's choices vitviz's Hiera computes differently -> one-line refusals; else
+    the per-stage mask-unit flags (timm's meaning: the first block of a stage attends as the
+    stage before it)."""
+    arch = str((cfg.get("architectures") or [""])[0])
+    if arch in _NOT_SHOWN:
+        raise CheckpointError(f"{where}: transformers' {arch} is {_NOT_SHOWN[arch]}; vitviz "
+                              "opens HieraForImageClassification and HieraModel.")  # fmt: skip
+    act = cfg.get("hidden_act", "gelu")
+    if act != "gelu":
+        raise CheckpointError(f"{where}: hidden_act {act!r} is not supported (Hiera uses gelu).")
+    pools = int(cfg.get("num_query_pool", stages - 1))
+    if pools != stages - 1:
+        raise CheckpointError(
+            f"{where}: num_query_pool {pools} of {stages - 1} stage steps; vitviz's Hiera pools "
+            "its queries at every stage."
+        )
+    flags = [bool(v) for v in cfg.get("masked_unit_attention", [True, True, False, False])]
+    if len(flags) < stages:
+        raise CheckpointError(f"{where}: masked_unit_attention {flags} is not one per stage.")
+    flags = flags[:stages]
+    late = [s for s in range(1, stages) if flags[s] and not flags[s - 1]]
+    if late:
+        raise CheckpointError(
+            f"{where}: stage {late[0]} attends within mask units after a global stage; "
+            "transformers' first block of it does too, timm's (vitviz's) globally: refused."
+        )
+    return flags
+
+
+def convert(source: Source) -> Conversion:
+    cfg: dict[str, Any] = dict(source.hf_config or {})
+    where = source.name
+    if not cfg:
+        raise CheckpointError(
+            f"{where} looks like {LOOKS_LIKE}, but its config.json (heads, mask units, "
+            "q-stride) is not beside it; open the folder transformers saved."
+        )
+    t = Taker(source, LOOKS_LIKE)
+    base = _base(t.state) or ""
+    enc = base + "encoder.stages."
+    rx = re.compile(re.escape(enc) + r"(\d+)\.layers\.(\d+)\.layernorm_before\.weight$")
+    found: dict[int, set[int]] = {}
+    for key in t.state:
+        m = rx.match(key)
+        if m:
+            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    stages = sorted(found)
+    if stages != list(range(len(stages))) or any(
+        sorted(found[s]) != list(range(len(found[s]))) for s in stages
+    ):
+        raise CheckpointError(f"{where}: the Hiera stages and layers are not numbered 0..n-1.")
+    S = len(stages)
+    flags = _refusals(cfg, S, where)
+    out: dict[str, Any] = {}
+    emb = base + "embeddings."
+    for kind in ("weight", "bias"):
+        out[f"patch_embed.proj.{kind}"] = t.take(f"{emb}patch_embeddings.projection.{kind}")
+    out["pos_embed"] = t.take(f"{emb}position_embeddings")
+    i = 0
+    for s in stages:
+        for j in sorted(found[s]):
+            old = f"{enc}{s}.layers.{j}."
+            for ours, theirs in _LAYER.items():
+                for kind in ("weight", "bias"):
+                    tensor = t.maybe(f"{old}{theirs}.{kind}")
+                    if tensor is not None:
+                        out[f"blocks.{i}.{ours}.{kind}"] = tensor
+            i += 1
+    for kind in ("weight", "bias"):
+        out[f"head.norm.{kind}"] = t.take(f"{base}pooler.layernorm.{kind}")
+    num_classes = 0
+    if "classifier.weight" in t:
+        out["head.fc.weight"] = t.take("classifier.weight")
+        out["head.fc.bias"] = t.take("classifier.bias")
+        num_classes = int(out["head.fc.weight"].shape[0])
+    t.refuse_leftovers()
+    firsts = [sum(len(found[r]) for r in range(s)) for s in stages]
+    dims = [int(out[f"blocks.{b}.norm2.weight"].shape[0]) for b in firsts]
+    q = _pair(cfg, "query_stride", 2, where)
+    stem = out["patch_embed.proj.weight"]
+    size = cfg.get("image_size", [224, 224])
+    image = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    unit = cfg.get("masked_unit_size", [8, 8])
+    inferred = dict(
+        image_size=image,
+        in_channels=int(stem.shape[1]),
+        num_classes=num_classes,
+        dims=tuple(dims),
+        depths=tuple(len(found[s]) for s in stages),
+        heads=tuple(int(h) for h in (cfg.get("num_heads") or [])[:S]),
+        mlp_hidden_dims=tuple(int(out[f"blocks.{b}.mlp.fc1.weight"].shape[0]) for b in firsts),
+        mask_unit_attn=tuple(flags),
+        mask_unit=(int(unit[0]), int(unit[1])),
+        q_stride=(q, q),
+        patch_kernel=int(stem.shape[-1]),
+        patch_stride=_pair(cfg, "patch_stride", 4, where),
+        patch_padding=_pair(cfg, "patch_padding", 3, where),
+        norm_eps=float(cfg.get("layer_norm_eps", 1e-6)),
+        expand_proj=True,  # transformers' widening block always has its proj Linear
+    )
+    notes: list[str] = []
+    proc = source.preprocessor
+    if proc is None:
+        proc = {
+            "do_resize": True,
+            "size": {"height": image[0], "width": image[1]},
+            "resample": 3,
+            "image_mean": IMAGENET_MEAN,
+            "image_std": IMAGENET_STD,
+        }
+        notes.append("no preprocessor_config.json: ImageNet mean and std at the model's size")
+    prep, prep_notes = hf_preprocessing(proc, image)
+    conversion = finish_pyramid(
+        source,
+        family="huggingface-hiera",
+        inferred=inferred,
+        state=out,
+        class_names=names_from_id2label(cfg.get("id2label"), num_classes),
+        preprocessing=prep,
+        notes=notes + prep_notes,
+        config_cls=HieraConfig,
+    )
+    arch = (cfg.get("architectures") or [""])[0]
+    conversion.reference = Reference("transformers", str(arch), {"model_type": "hiera"})
+    return conversion
+
+
+FAMILY = Family(
+    "huggingface-hiera",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="Hugging Face transformers Hiera",
+        names="HieraForImageClassification, HieraModel",
+        forms="save_pretrained folder",
+        parts=(
+            "Conv2d patch embedding (kernel 7, stride 4)",
+            "absolute position table",
+            "mask-unit (windowed) attention in the first stages, global after",
+            "queries and residual max-pooled 2×2 at each stage's first block",
+            "pre-norm blocks",
+            "LayerNorm of the mean token into the head",
+        ),
+    ),
+)
