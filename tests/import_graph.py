@@ -179,6 +179,7 @@ VITVIZ_LAYERS: dict[str, int] = {
     # CaiT: its config and network low, its family beside the checkpoints, the kind over the ViT's
     **dict.fromkeys(("kinds.cait.config", "kinds.cait.network"), 1),
     **dict.fromkeys(("kinds.cait.methods", "kinds.cait.stats"), 2),
+    "kinds.cait.attribution": 2,  # its LRP relevance, by the rules of explain.attribution
     "kinds.cait.families": 3,
     "kinds.cait": 5,
     **dict.fromkeys(("kinds.xcit.config", "kinds.xcit.network"), 1),

@@ -177,8 +177,7 @@ def test_methods_equal_float64_references(cait, photo_files) -> None:
 def test_what_a_cait_refuses_says_why(cait, photo_files) -> None:
     _, path = cait
     a = analyze(load_checkpoint(path), photo_files["chelsea"])
-    why = get_method("transformer-attribution").unavailable(a)
-    assert why is not None and "talking heads" in why and "not to this cait model" in why
+    assert get_method("transformer-attribution").unavailable(a) is None  # its own LRP rules
     with pytest.raises(ValueError, match="self-attention block over the patches"):
         get_method("attention")(a, None, None, {"layer": 0})
     with pytest.raises(ValueError, match="only the CLS token queries"):

@@ -24,8 +24,19 @@ multiplies V):
   contribute (the others' rows are 0), the mean's 1/L scale is lost to the scaling.
 - token Grad-CAM: on the last block's first LayerNorm (the last class-attention block's, over
   [CLS, patches]).
-- transformer attribution: refused (no LRP rule for talking heads, whose heads mix before and
-  after the softmax, nor for class attention).
+- transformer attribution (Chefer, Gur & Wolf 2021; ``vitviz.kinds.cait.attribution``): the
+  ViT's LRP rules (z⁺ for every Linear, bias ignored; LayerNorm, GELU, softmax, LayerScale
+  unchanged; A·V and Q·Kᵀ halved z rule; the rescaled residual add; the fork) and the same
+  vocabulary for the CaiT's parts: the talking heads' ``proj_w`` (after the softmax) and
+  ``proj_l`` (before it) are Linears over the head axis, z⁺ rule; R_A^l is taken at the matrix
+  that multiplies V (the captured, post-``proj_w`` one; a class-attention layer's CLS row);
+  class attention: the CLS's q·Kᵀ and A·V by the halved z rule, q, k and v by z⁺ and the fork
+  at the normed tokens they read, the patches carried past the block unchanged (a fork with
+  k and v), the CLS's relevance stopping below the first class-attention block (the learnt
+  token). R_A^l and G_l in the captured layout (0 on the identity rows), then relevance's
+  chain with R_A for A: R = I, R ← R + Ā_l·R, Ā_l = mean_h((G_l ⊙ R_A^l)⁺), l = s..L, the
+  query's row (the CLS's, or a patch's, whose rows are in the self-attention layers only) over
+  the patches, min-max scaled.
 """
 
 from __future__ import annotations
@@ -35,9 +46,11 @@ from typing import Any
 
 from torch import Tensor
 
+from vitviz.explain.attribution import AttributionResult, attribution_map
 from vitviz.explain.subject import Explained
+from vitviz.kinds.cait.attribution import cait_attention_relevance
 from vitviz.kinds.protocol import KindMethod
-from vitviz.kinds.vit.methods import COMPUTE
+from vitviz.kinds.vit.methods import COMPUTE, _cached, _class, _model_input
 
 Query = tuple[int, int] | None
 
@@ -117,13 +130,20 @@ def _chained(name: str) -> Any:
     return compute
 
 
+def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+    _patch_queries(a, q)
+    cls = _class(a, c)
+
+    def build() -> AttributionResult:
+        model, x = _model_input(a)
+        return cait_attention_relevance(model, x, cls)
+
+    res = _cached(a, ("transformer-attribution", cls), build)
+    return attribution_map(res, q, p["start_layer"])[0]
+
+
 # Why the CaiT has no version of a table method (``CaitKind.missing_method``), a clause.
-MISSING = {
-    "transformer-attribution": (
-        "its LRP has no rule for a CaiT's talking heads (heads mixed before and after the "
-        "softmax) or its class attention; relevance and the gradient methods apply"
-    ),
-}
+MISSING: dict[str, str] = {}
 
 
 _ROLLOUTS = {"rollout": _rollout, "gradient-rollout": _gradient_rollout}
@@ -133,6 +153,7 @@ _OWN = {
     "attention-gradcam": _one_layer("attention-gradcam", fixed_layer=-1),
     "relevance": _chained("relevance"),
     "grad-sam": _chained("grad-sam"),
+    "transformer-attribution": _transformer_attribution,
 }
 
 
