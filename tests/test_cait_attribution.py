@@ -284,7 +284,7 @@ def models(tmp_path_factory):
 def _close(mine, theirs, what):
     scale = float(theirs.abs().max())
     assert scale > 1e-6, f"{what}: nothing to compare"
-    torch.testing.assert_close(mine, theirs, rtol=1e-7, atol=1e-7 * scale, msg=what)
+    torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9 * scale, msg=what)
 
 
 @pytest.mark.parametrize("target", [None, 2])
@@ -342,3 +342,15 @@ def test_refusals(models):
         ours.eval()
     with pytest.raises(ValueError, match="vitviz's own CaiT"):
         cait_attention_relevance(nn.Linear(2, 2), x)
+
+
+def test_a_batch_equals_its_images_one_by_one(models):
+    _, _, ours, _ = models
+    x = images(2, 32, 32, seed=5).double()
+    both = cait_attention_relevance(ours, x, torch.tensor([1, 4]))
+    for i, c in enumerate([1, 4]):
+        one = cait_attention_relevance(ours, x[i : i + 1], c)
+        for mine, theirs in zip(both.relevances, one.relevances, strict=True):
+            torch.testing.assert_close(mine[i : i + 1], theirs, rtol=1e-9, atol=1e-15)
+        for mine, theirs in zip(both.gradients, one.gradients, strict=True):
+            torch.testing.assert_close(mine[i : i + 1], theirs, rtol=1e-9, atol=1e-15)

@@ -10,7 +10,9 @@ of ``vitviz.explain.attribution`` (the same vocabulary as the ViT's, nothing new
 - A·V and Q·Kᵀ (q·Kᵀ of the CLS in class attention): z rule to both operands, each halved;
 - residual add: ``add_rule`` (z rule, each part rescaled to its |share| of ΣR); a tensor read
   twice or more (the residual and the branch; a class-attention block's normed tokens read by
-  q, k and v): ``fork_rule``, the relevances added;
+  q, k and v): ``fork_rule``, the relevances added; tokens picked from a tensor (the CLS for the
+  head and for q, the CLS and the patches carried past a class-attention block): the z rule
+  through the selection, x ⊙ R/x;
 - talking heads: the pre-softmax mix ``proj_l`` and the post-softmax mix ``proj_w`` are Linears
   over the head axis (H -> H at each (query, key)): z⁺ rule over the heads, bias ignored;
 - R_A^l, "the attention's relevance", is taken where the matrix multiplies V: a self-attention
@@ -218,15 +220,18 @@ def _class_relprop(block: nn.Module, ct: _ClassTrace, r: Tensor) -> tuple[Tensor
     def heads_back(t: Tensor) -> Tensor:  # (B, H, T, hd) -> (B, T, D)
         return t.transpose(1, 2).reshape(B, t.shape[2], H * hd)
 
+    cls = ct.u[:, :1]  # q reads the CLS's row of u: z rule through the selection
     r_u_q = torch.zeros_like(ct.u)
-    r_u_q[:, :1] = linear_rule(ct.u[:, :1], att.q.weight, heads_back(r_q))  # the CLS's row
+    r_u_q[:, :1] = cls * safe_divide(linear_rule(cls, att.q.weight, heads_back(r_q)), cls)
     r_u_k = linear_rule(ct.u, att.k.weight, heads_back(r_kt.transpose(-2, -1)))
     r_u_v = linear_rule(ct.u, att.v.weight, heads_back(r_v))
-    r_u = fork_rule(ct.u, fork_rule(ct.u, r_u_q, r_u_k), r_u_v)  # u read by q, k and v
-    # the input's tokens: the CLS by its residual, the patches carried to the output, and
-    # both through norm1 (unchanged) to the branch
-    r_carried = torch.cat([r_cls, r[:, 1:]], dim=1)
-    return fork_rule(ct.tokens, r_carried, r_u), r_attn
+    r_u = fork_rule(ct.u, r_u_q + r_u_k, r_u_v)  # u read by q, k and v: the three added
+    # the input's tokens: the CLS by its residual, the patches carried to the output (each
+    # picked from the input: z rule through the selection), and both through norm1
+    # (unchanged) to the branch
+    x = ct.tokens
+    r_carried = x * safe_divide(torch.cat([r_cls, r[:, 1:]], dim=1), x)
+    return fork_rule(x, r_carried, r_u), r_attn
 
 
 def _embed_self(t: Tensor) -> Tensor:

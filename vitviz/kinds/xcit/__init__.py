@@ -13,7 +13,8 @@ below), so the CaiT kind's members apply with no self-attention layer. What each
   channel covariance of all of them and through 3 × 3 convolutions (LPI): no token-to-token
   matrix to chain, so the chain stops there, and the model info and README say so;
 - token Grad-CAM: on the last class-attention block's first LayerNorm;
-- transformer attribution: refused (no LRP rule for XCA, LPI or class attention).
+- transformer attribution: refused (no LRP rule for XCA or LPI; the CaiT's rules for class
+  attention, ``vitviz.kinds.cait.attribution``, are not wired for an XCiT's blocks).
 
 The load-time check against timm compares every XCA block's (H, d, d) channel attention and
 every class-attention block's (H, 1, 1 + P) row.
@@ -33,8 +34,9 @@ if TYPE_CHECKING:
 
 MISSING = {
     "transformer-attribution": (
-        "its LRP has no rule for an XCiT's cross-covariance attention, local patch interaction "
-        "or class attention; relevance and the gradient methods apply"
+        "its LRP has no rule for an XCiT's cross-covariance attention or its local patch "
+        "interaction (its class-attention blocks have the CaiT's); relevance and the gradient "
+        "methods apply"
     ),
 }
 
