@@ -50,7 +50,7 @@ from vitviz.explain.attribution import AttributionResult, attribution_map
 from vitviz.explain.subject import Explained
 from vitviz.kinds.cait.attribution import cait_attention_relevance
 from vitviz.kinds.protocol import KindMethod
-from vitviz.kinds.vit.methods import COMPUTE, _cached, _class, _model_input
+from vitviz.kinds.vit.methods import COMPUTE, cached_result, model_input, target_class
 
 Query = tuple[int, int] | None
 
@@ -132,13 +132,13 @@ def _chained(name: str) -> Any:
 
 def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     _patch_queries(a, q)
-    cls = _class(a, c)
+    cls = target_class(a, c)
 
     def build() -> AttributionResult:
-        model, x = _model_input(a)
+        model, x = model_input(a)
         return cait_attention_relevance(model, x, cls)
 
-    res = _cached(a, ("transformer-attribution", cls), build)
+    res = cached_result(a, ("transformer-attribution", cls), build)
     return attribution_map(res, q, p["start_layer"])[0]
 
 

@@ -29,7 +29,7 @@ _CACHE_ATTR = "_explain_cache"
 _CACHE_SIZE = 4
 
 
-def _cached(analysis: Explained, key: tuple, build: Callable[[], Any]) -> Any:
+def cached_result(analysis: Explained, key: tuple, build: Callable[[], Any]) -> Any:
     """Per-analysis results that don't depend on the query (e.g. LRP per class), a few kept."""
     cache: dict[tuple, Any] = vars(analysis).setdefault(_CACHE_ATTR, {})
     if key not in cache:
@@ -39,11 +39,13 @@ def _cached(analysis: Explained, key: tuple, build: Callable[[], Any]) -> Any:
     return cache[key]
 
 
-def _class(analysis: Explained, target_class: int | None) -> int:
-    return analysis.top_class if target_class is None else int(target_class)
+def target_class(analysis: Explained, chosen: int | None) -> int:
+    """The class a method explains: ``chosen``, or the top prediction for None."""
+    return analysis.top_class if chosen is None else int(chosen)
 
 
-def _model_input(analysis: Explained) -> tuple[nn.Module, Tensor]:
+def model_input(analysis: Explained) -> tuple[nn.Module, Tensor]:
+    """The analysis's model and its input (1, C, H, W) on the model's device and dtype."""
     assert analysis.loaded is not None
     model = analysis.loaded.model
     p = next(model.parameters())
@@ -77,13 +79,13 @@ def _dino_masks(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> 
 
 
 def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    cls = _class(a, c)
+    cls = target_class(a, c)
 
     def build() -> AttributionResult:
-        model, x = _model_input(a)
+        model, x = model_input(a)
         return attention_relevance(model, x, cls)
 
-    res = _cached(a, ("transformer-attribution", cls), build)
+    res = cached_result(a, ("transformer-attribution", cls), build)
     return attribution_map(res, q, p["start_layer"])[0]
 
 
@@ -101,13 +103,13 @@ def _attention_gradcam(a: Explained, q: Query, c: int | None, p: Mapping[str, An
 
 
 def _gradcam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    cls = _class(a, c)
+    cls = target_class(a, c)
 
     def build() -> Tensor:
-        model, x = _model_input(a)
+        model, x = model_input(a)
         return token_gradcam(model, x, cls)[0].cpu()
 
-    return _cached(a, ("gradcam", cls), build).clone()  # the cached map stays as it is
+    return cached_result(a, ("gradcam", cls), build).clone()  # the cached map stays as it is
 
 
 def _random(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
