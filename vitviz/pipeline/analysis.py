@@ -559,7 +559,8 @@ def _setup(
     model = loaded.model
     if device is not None:
         model.to(resolve_device(device))
-    model.eval()
+    if any(m.training for m in model.modules()):  # eval() alone sets every module's flag
+        model.eval()
     dev = next(model.parameters()).device
     prep = preprocessing or loaded.preprocessing
     channels = check_channels(prep, getattr(model.config, "in_channels", 3))
@@ -604,7 +605,8 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
         if products.last is not None:  # None: the last layer was not kept
             peaks.append(products.last.abs().amax())
         flags = [torch.stack(peaks)]
-    check_finite(inp.x, cap.logits, cap.attention_sums, flags)
+    # one sum of the layers' sums (each at most H·N): finite iff every layer is
+    check_finite(inp.x, cap.logits, cap.attention_sums[None], flags)
     stats = [] if cap.head_stats is None else [cap.head_stats.flatten()]
     small = torch.cat(  # one device -> host transfer for the numbers shown
         [cap.logits, cap.token_norms.flatten(), *stats]
