@@ -59,8 +59,9 @@ def capture_batch(
     keep_graph: bool = False,
 ) -> list[Captured]:
     """Run ``model`` on ``x`` (B, C, H, W), already on the model's device, and gather each
-    image's attention, head statistics and token norms (and, with ``gradients``, what the
-    gradient maps need of its top class's attention gradients, ``GradientProducts``) there.
+    image's attention and token norms (the head statistics too for a half ``attention_dtype``;
+    and, with ``gradients``, what the gradient maps need of its top class's attention
+    gradients, ``GradientProducts``) there.
 
     Without gradients, vitviz's own ViT hands each layer over as soon as it is computed
     (``attention_sink``), so only the kept attention and one layer exist at a time.
