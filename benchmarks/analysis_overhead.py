@@ -6,7 +6,9 @@ process, measured in turns (GPU work synchronised before each time is taken):
 
   (a) baseline: ``model(x)``, the fused SDPA forward under ``torch.inference_mode()``;
   (b) ``analyze(loaded, x)`` + ``rollout()`` + ``all_attention_maps()``: attention capture,
-      head statistics, token norms, the rollout map and every layer's CLS maps;
+      token norms, the rollout map and every layer's CLS maps (the head statistics are made
+      from the kept attention when first read: the info row (b+s) reads them too, as the
+      window does);
   (c) ``analyze(loaded, x, gradients=True)`` + ``relevance()``: relevance asked for with the
       analysis (one forward with autograd + one backward to the attention).
 
@@ -123,6 +125,10 @@ def make_cases(
         analysis = analyze(loaded, x[0])
         return analysis.rollout(), analysis.all_attention_maps()
 
+    def analysis_maps_stats() -> object:
+        analysis = analyze(loaded, x[0])
+        return analysis.rollout(), analysis.all_attention_maps(), analysis.mean_distance
+
     def analysis_relevance() -> object:
         return analyze(loaded, x[0], gradients=True).relevance()
 
@@ -140,6 +146,7 @@ def make_cases(
     cases = {
         "a": bare_forward,
         "b": analysis_maps,
+        "b-stats": analysis_maps_stats,
         "c": analysis_relevance,
         "c-late": analysis_then_relevance,
         "b-photo": analysis_maps_photo,
@@ -152,6 +159,7 @@ def make_cases(
 LABELS = {
     "a": "(a) model(x), fused SDPA, inference_mode",
     "b": "(b) analyze + rollout + all CLS maps",
+    "b-stats": "(b+s) as (b), reading the head statistics",
     "c": "(c) analyze(gradients=True) + relevance",
     "c-late": "(c') analyze, then relevance on request",
     "b-photo": "(b') as (b), from a {w}×{h} PIL image",

@@ -146,6 +146,7 @@ VITVIZ_LAYERS: dict[str, int] = {
     # pipeline/: from a model and images to numbers and files, module by module
     "pipeline": 2,
     "pipeline.memory": 2,
+    "pipeline.head_stats": 2,  # an analysis's head statistics, made from its attention when read
     "pipeline.kept_graph": 3,  # one image's autograd graph, kept for later targets
     "pipeline.capture": 3,
     "pipeline.analysis": 4,

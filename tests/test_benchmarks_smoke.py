@@ -42,6 +42,7 @@ def test_analysis_overhead_quick() -> None:
     assert targets["(b)"] == "≤ 1.15"
     assert targets["(c)"] == "≤ 3.5"
     assert targets["(b')"] == "info"  # from a PIL image, preprocessing included
+    assert targets["(b+s)"] == "info"  # the head statistics read too, as the window does
     assert targets["(q)"] == "info"  # a query change on an analysis made
     assert "peak RSS:" in out
     assert "WRONG RESULT" not in out

@@ -14,6 +14,12 @@ class NonFiniteError(VitvizError):
     """The model input, logits, attention or gradients hold NaN or infinity (nothing shown)."""
 
 
+def all_finite(t: Tensor) -> bool:
+    """Whether every entry of ``t`` is finite: max |t| is NaN or infinite iff one entry is (the
+    reduction carries NaN), one pass without a boolean copy of ``t``."""
+    return t.numel() == 0 or bool(torch.isfinite(t.abs().amax()))
+
+
 def check_finite(
     x: Tensor, logits: Tensor, attention: Tensor, gradients: Iterable[Tensor] = ()
 ) -> None:
@@ -23,12 +29,12 @@ def check_finite(
     x: (C, H, W) the normalised input; logits: (C,) or (B, C); attention: (L, H, N, N);
     gradients: L × (1, H, N, N).
     """
-    if not bool(torch.isfinite(x).all()):
+    if not all_finite(x):
         raise NonFiniteError(
             "the model input holds NaN or infinite values after normalisation: the "
             "preprocessing's mean and std must keep pixel values within float32 range"
         )
-    if not bool(torch.isfinite(logits).all()):
+    if not all_finite(logits):
         raise NonFiniteError(
             "the model's logits are NaN or infinite, so there is no prediction: the weights "
             "hold NaN or infinite values, or the numbers overflow float32"
@@ -39,7 +45,7 @@ def check_finite(
             "the model's attention is NaN or infinite, so there are no maps to show: the "
             "weights hold NaN or infinite values, or the numbers overflow float32"
         )
-    if not all(bool(torch.isfinite(g).all()) for g in gradients):
+    if not all(all_finite(g) for g in gradients):
         raise NonFiniteError(
             "the attention gradients are NaN or infinite, so the gradient maps can't be shown: "
             "the numbers overflow float32"

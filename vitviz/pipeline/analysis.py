@@ -1,9 +1,11 @@
 """analyze(model, image) -> Analysis: the one entry point of the window, the CLI and notebooks.
 
-One forward pass with attention capture gives logits, every layer's attention, block outputs
-and head statistics. Maps are computed on demand from the stored attention; the gradient
-methods run their own forward + backward, only when asked, cached per class (one backward pass
-alone when the analysis kept its forward pass's graph, ``keep_graph``: a CLIP's new prompts).
+One forward pass with attention capture gives logits, every layer's attention and block
+outputs; the head statistics are made from the kept attention when first read
+(``vitviz.pipeline.head_stats``). Maps are computed on demand from the stored attention; the
+gradient methods run their own forward + backward, only when asked, cached per class (one
+backward pass alone when the analysis kept its forward pass's graph, ``keep_graph``: a CLIP's
+new prompts).
 
 The analysis lives on its device (DESIGN §7): attention, gradients, prepared rollouts and
 relevance stay where the forward pass ran. What crosses to the host is what is shown: the
@@ -49,6 +51,7 @@ from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
 from vitviz.kinds import KindAnalysis, UnknownKindError, kind_of
 from vitviz.model import VisionTransformer
 from vitviz.pipeline.capture import Captured, capture_batch, recompute_pays, reduced_gradient_pass
+from vitviz.pipeline.head_stats import HeadStats
 from vitviz.pipeline.kept_graph import KeptGraph, frozen_parameters
 from vitviz.pipeline.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
 from vitviz.pipeline.memory import check_analysis_memory
@@ -139,10 +142,9 @@ class Analysis:
     class_names: list[str]
     attention: Tensor  # (L, H, N, N) post-softmax, rows = queries (float32 unless asked);
     # on ``device``, where the forward pass ran
-    token_norms: Tensor  # (L, N) float32 (this and the statistics below: on the host)
-    mean_distance: Tensor  # (L, H) pixels of the model input
-    entropy: Tensor  # (L, H) nats
-    prefix_share: Tensor  # (L, H)
+    token_norms: Tensor  # (L, N) float32 on the host
+    head_stats: HeadStats = field(repr=False)  # mean_distance, entropy, prefix_share below:
+    # (3, L, H) float32 on the host, made from ``attention`` when first read (float32 kept)
     grid: tuple[int, int]  # (gh, gw)
     num_prefix_tokens: int
     patch_size: int
@@ -156,6 +158,34 @@ class Analysis:
     _gradients: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)
     _products: dict[int, GradientProducts] = field(default_factory=dict, repr=False)
     _rollouts: dict[tuple, Any] = field(default_factory=dict, repr=False)
+
+    # -- head statistics: (L, H) float32 on the host (``vitviz.pipeline.head_stats``) -------
+    @property
+    def mean_distance(self) -> Tensor:
+        """(L, H) mean attention distance, pixels of the model input."""
+        return self.head_stats.values[0]
+
+    @mean_distance.setter
+    def mean_distance(self, value: Tensor) -> None:
+        self.head_stats = self.head_stats.replaced(0, value)
+
+    @property
+    def entropy(self) -> Tensor:
+        """(L, H) mean entropy of the patch queries' rows, nats."""
+        return self.head_stats.values[1]
+
+    @entropy.setter
+    def entropy(self, value: Tensor) -> None:
+        self.head_stats = self.head_stats.replaced(1, value)
+
+    @property
+    def prefix_share(self) -> Tensor:
+        """(L, H) mean share of the patch queries' attention that goes to prefix tokens."""
+        return self.head_stats.values[2]
+
+    @prefix_share.setter
+    def prefix_share(self, value: Tensor) -> None:
+        self.head_stats = self.head_stats.replaced(2, value)
 
     @property
     def attention_dtype(self) -> torch.dtype:
@@ -529,7 +559,8 @@ def _setup(
     model = loaded.model
     if device is not None:
         model.to(resolve_device(device))
-    model.eval()
+    if any(m.training for m in model.modules()):  # eval() alone sets every module's flag
+        model.eval()
     dev = next(model.parameters()).device
     prep = preprocessing or loaded.preprocessing
     channels = check_channels(prep, getattr(model.config, "in_channels", 3))
@@ -574,15 +605,18 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
         if products.last is not None:  # None: the last layer was not kept
             peaks.append(products.last.abs().amax())
         flags = [torch.stack(peaks)]
-    check_finite(inp.x, cap.logits, cap.attention_sums, flags)
+    # one sum of the layers' sums (each at most H·N): finite iff every layer is
+    check_finite(inp.x, cap.logits, cap.attention_sums[None], flags)
+    stats = [] if cap.head_stats is None else [cap.head_stats.flatten()]
     small = torch.cat(  # one device -> host transfer for the numbers shown
-        [cap.logits, cap.mean_distance.flatten(), cap.entropy.flatten(),
-         cap.prefix_share.flatten(), cap.token_norms.flatten()]
+        [cap.logits, cap.token_norms.flatten(), *stats]
     ).cpu()  # fmt: skip
-    L, H = cap.mean_distance.shape
-    C, LH = cap.logits.numel(), L * H
+    C, LN = cap.logits.numel(), cap.token_norms.numel()
     logits = small[:C]
-    stats = small[C : C + 3 * LH].reshape(3, L, H)
+    if cap.head_stats is None:  # the float32 attention kept: made from it when first read
+        head_stats = HeadStats(None, cap.attention, cap.grid, cap.num_prefix_tokens, patch)
+    else:
+        head_stats = HeadStats.given(small[C + LN :].reshape(cap.head_stats.shape))
     analysis = Analysis(
         input=inp.x,
         pixels=inp.pixels,
@@ -592,10 +626,8 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
         probs=logits.softmax(-1) if has_head else torch.empty(0),
         class_names=list(loaded.class_names) if has_head else [],
         attention=cap.attention,
-        token_norms=small[C + 3 * LH :].reshape(cap.token_norms.shape),
-        mean_distance=stats[0],
-        entropy=stats[1],
-        prefix_share=stats[2],
+        token_norms=small[C : C + LN].reshape(cap.token_norms.shape),
+        head_stats=head_stats,
         grid=cap.grid,
         num_prefix_tokens=cap.num_prefix_tokens,
         patch_size=patch,

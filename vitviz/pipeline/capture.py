@@ -1,9 +1,12 @@
 """One forward pass over a batch with attention capture, gathered per image on its device.
 
-Each captured layer (B, H, N, N) is consumed as it comes: the head statistics of that layer
-are taken, each image's slice is copied into its own (L, H, N, N) buffer (in the attention dtype
-asked for) and the layer is dropped, so the peak holds the kept attention and one layer, never
-the captured list and a stacked copy together. Nothing leaves the device here.
+Each captured layer (B, H, N, N) is consumed as it comes: each image's slice is copied into its
+own (L, H, N, N) buffer (in the attention dtype asked for) and the layer is dropped, so the
+peak holds the kept attention and one layer, never the captured list and a stacked copy
+together. The head statistics are taken there only when the attention is kept in a half type
+(from the float32 layer); a float32 attention is kept exactly, and the analysis makes them
+from it when they are first read (``vitviz.pipeline.head_stats``). Nothing leaves the device
+here.
 
 With ``layers`` (the model layers to keep, sorted) only those layers' attention, statistics
 and gradients are kept; the forward pass itself is the same (every layer runs as without it).
@@ -22,6 +25,7 @@ from vitviz.explain.gradients import GradientProducts, _Products, attention_grad
 from vitviz.explain.stats import patch_distances
 from vitviz.explain.targets import target_classes
 from vitviz.model import VisionTransformer, ViTOutput
+from vitviz.pipeline.head_stats import layer_statistics
 from vitviz.pipeline.kept_graph import KeptGraph, frozen_parameters
 from vitviz.pipeline.memory import USABLE_FRACTION, available_memory
 
@@ -32,9 +36,8 @@ class Captured:
 
     logits: Tensor  # (C,) float32
     attention: Tensor  # (K, H, N, N) in the attention dtype asked for: the K kept layers
-    mean_distance: Tensor  # (K, H) float32, pixels of the model input
-    entropy: Tensor  # (K, H) float32, nats
-    prefix_share: Tensor  # (K, H) float32
+    head_stats: Tensor | None  # (3, K, H) float32 (``head_stats.STATISTICS``) taken from the
+    # float32 layers when the attention is kept in a half type; None: made from ``attention``
     token_norms: Tensor  # (K, N) float32
     attention_sums: Tensor  # (K,) float32: each layer's sum (finite iff the layer is)
     products: GradientProducts | None  # the gradients of ``target``, reduced (batch 1)
@@ -56,8 +59,9 @@ def capture_batch(
     keep_graph: bool = False,
 ) -> list[Captured]:
     """Run ``model`` on ``x`` (B, C, H, W), already on the model's device, and gather each
-    image's attention, head statistics and token norms (and, with ``gradients``, what the
-    gradient maps need of its top class's attention gradients, ``GradientProducts``) there.
+    image's attention and token norms (the head statistics too for a half ``attention_dtype``;
+    and, with ``gradients``, what the gradient maps need of its top class's attention
+    gradients, ``GradientProducts``) there.
 
     Without gradients, vitviz's own ViT hands each layer over as soon as it is computed
     (``attention_sink``), so only the kept attention and one layer exist at a time.
@@ -266,9 +270,10 @@ def _grid_of(model: torch.nn.Module, x: Tensor, patch_size: int) -> tuple[int, i
 
 
 class _Collector:
-    """Takes each captured layer (B, H, N, N) as it comes: its head statistics, each image's
-    slice copied into that image's (K, H, N, N) buffer in the kept dtype; a layer that is not
-    among ``layers`` (the model layers kept, sorted; None: all ``depth``) is passed over."""
+    """Takes each captured layer (B, H, N, N) as it comes: each image's slice copied into that
+    image's (K, H, N, N) buffer in the kept dtype, its sum (the finiteness check) and, for a
+    half kept dtype, its head statistics; a layer that is not among ``layers`` (the model
+    layers kept, sorted; None: all ``depth``) is passed over."""
 
     def __init__(
         self,
@@ -283,7 +288,7 @@ class _Collector:
         self.slot = {layer: i for i, layer in enumerate(self.layers)}
         self.L, self.grid, self.prefix, self.patch = len(self.layers), grid, prefix, patch_size
         self.kept: list[Tensor] = []
-        self.stats: Tensor | None = None  # (3, K, B, H): distance, entropy, prefix share
+        self.stats: Tensor | None = None  # (3, K, B, H) for a half kept dtype (STATISTICS)
         self.sums: Tensor | None = None  # (K, B)
         self.dist: Tensor | None = None  # (P, P)
 
@@ -296,17 +301,17 @@ class _Collector:
             self.kept = [
                 torch.empty((self.L, H, N, N), dtype=dtype, device=a.device) for _ in range(B)
             ]
-            self.stats = torch.empty((3, self.L, B, H), dtype=torch.float32, device=a.device)
             self.sums = torch.empty((self.L, B), dtype=torch.float32, device=a.device)
-            self.dist = patch_distances(self.grid, self.patch, a[:0].float())
-        assert self.stats is not None and self.sums is not None
+            if dtype != torch.float32:  # the kept copy is rounded: take them from this one
+                self.stats = torch.empty((3, self.L, B, H), dtype=torch.float32, device=a.device)
+                self.dist = patch_distances(self.grid, self.patch, a[:0].float())
+        assert self.sums is not None
         af = a.float()  # (B, H, N, N); no copy when the model computed float32
-        P = self.prefix
-        self.stats[0, layer] = explain.mean_attention_distance(
-            af, self.grid, P, self.patch, self.dist
-        )
-        self.stats[1, layer] = explain.attention_entropy(af, P)
-        self.stats[2, layer] = explain.prefix_share(af, P)
+        if self.stats is not None:
+            assert self.dist is not None
+            self.stats[:, layer] = layer_statistics(
+                af, self.grid, self.prefix, self.patch, self.dist
+            )
         self.sums[layer] = af.sum(dim=(1, 2, 3))
         for i in range(B):
             self.kept[i][layer].copy_(a[i])
@@ -320,7 +325,7 @@ class _Collector:
         batch: int,
     ) -> list[Captured]:
         stats, sums = self.stats, self.sums
-        assert stats is not None and sums is not None, "the model captured no attention"
+        assert sums is not None, "the model captured no attention"
         N = self.kept[0].shape[-1]
         dev = self.kept[0].device
         # (B, L, N); zeros for a model whose block outputs are unknown (model code)
@@ -339,9 +344,7 @@ class _Collector:
             Captured(
                 logits=logits[i].float(),
                 attention=self.kept[i],
-                mean_distance=stats[0, :, i],
-                entropy=stats[1, :, i],
-                prefix_share=stats[2, :, i],
+                head_stats=None if stats is None else stats[:, :, i],
                 token_norms=norms[i],
                 attention_sums=sums[:, i],
                 products=per_image[i],

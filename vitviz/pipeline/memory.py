@@ -256,11 +256,14 @@ def estimate_for_model(
     attention_dtype: torch.dtype = torch.float32,
     batch: int = 1,
     layers: int | None = None,
+    params: list[torch.Tensor] | None = None,
 ) -> MemoryEstimate:
     """``estimate_analysis`` for a loaded ``model`` (its config and weights); model code keeps
     the forward peak of every layer whatever ``layers`` says (its forward pass lists every
-    layer's attention before vitviz keeps some)."""
-    weights = sum(t.numel() * t.element_size() for t in model.parameters())
+    layer's attention before vitviz keeps some). ``params``: the model's parameters, listed
+    already (else listed here)."""
+    params = list(model.parameters()) if params is None else params
+    weights = sum(t.numel() * t.element_size() for t in params)
 
     def keeping(kept: int | None) -> MemoryEstimate:
         return estimate_analysis(
@@ -302,7 +305,7 @@ def check_analysis_memory(
 
     def estimate(kept: int | None) -> MemoryEstimate:
         return estimate_for_model(
-            model, input_size, attention_dtype=attention_dtype, layers=kept, **kinds
+            model, input_size, attention_dtype=attention_dtype, layers=kept, params=params, **kinds
         )
 
     est = estimate(layers)
