@@ -25,7 +25,11 @@ from zoo_helpers import images
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.explain.methods import get_method
-from vitviz.kinds.xcit.attribution import xcit_attention_relevance, xcit_transformer_attribution
+from vitviz.kinds.xcit.attribution import (
+    xcit_attention_relevance,
+    xcit_relevance,
+    xcit_transformer_attribution,
+)
 from vitviz.pipeline.analysis import analyze
 
 GRID, P, L, D, HEADS = (4, 4), 16, 2, 32, 4
@@ -241,9 +245,13 @@ def test_every_layer_and_the_map_equal_the_reference_float64(models, target):
     one_hot[0, c] = 1.0
     ref.zero_grad()
     (one_hot * logits).sum().backward()
-    ref.relprop(one_hot)
+    r_in = ref.relprop(one_hot).detach()
     layers = reference_layers(ref)
-    res = xcit_attention_relevance(ours, x, target)
+    res, mine_in = xcit_relevance(ours, x, target)
+    # at the stage's input: the patches' rules too (their doubling, their own normed tokens in
+    # the branch, k's and v's forks), which reach R_A only through the adds' rescaling
+    _close(mine_in, r_in, "relevance at the class-attention stage's input")
+    assert float(r_in[:, 1:].abs().sum()) > 0.1 * float(r_in.abs().sum())  # the patches' share
     torch.testing.assert_close(res.logits, logits.detach(), rtol=0, atol=1e-12)
     assert int(res.target) == c and res.num_prefix_tokens == 1 and res.grid == GRID
     assert len(res.relevances) == len(res.gradients) == L

@@ -164,11 +164,14 @@ def _embed_row(t: Tensor) -> Tensor:
     return out
 
 
-def xcit_attention_relevance(
+def xcit_relevance(
     model: nn.Module, x: Tensor, target: int | Tensor | None = None
-) -> AttributionResult:
+) -> tuple[AttributionResult, Tensor]:
     """R_A^l and G_l of every class-attention layer of vitviz's XCiT for class ``target``
-    (None: each image's top class), each L × (B, H, 1 + P, 1 + P) with the CLS's row.
+    (None: each image's top class), each L × (B, H, 1 + P, 1 + P) with the CLS's row, and the
+    relevance at the class-attention stage's input (B, 1 + P, D): the learnt CLS token's and
+    the XCA blocks' output, where no map layer reads it (every rule of the stage leaves its mark
+    there, the patches' too, which reach R_A only through the adds' rescaling).
 
     x: (B, C, H, W) on the model's device. One forward pass with autograd (for G_l), one
     backward pass for the gradients and one relevance pass over the class-attention blocks.
@@ -196,8 +199,7 @@ def xcit_attention_relevance(
         for block, ct in zip(reversed(model.blocks), reversed(trace.blocks), strict=True):
             r, r_attn = _class_relprop(block, ct, r)
             relevances.insert(0, _embed_row(r_attn))
-        # r: the learnt CLS token's and the XCA blocks' output: no layer of the map below
-    return AttributionResult(
+    result = AttributionResult(
         logits=trace.logits.detach(),
         target=c,
         relevances=relevances,
@@ -205,6 +207,14 @@ def xcit_attention_relevance(
         grid=trace.grid,
         num_prefix_tokens=1,
     )
+    return result, r
+
+
+def xcit_attention_relevance(
+    model: nn.Module, x: Tensor, target: int | Tensor | None = None
+) -> AttributionResult:
+    """R_A^l and G_l of every class-attention layer (``xcit_relevance``'s first part)."""
+    return xcit_relevance(model, x, target)[0]
 
 
 def xcit_transformer_attribution(
