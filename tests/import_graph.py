@@ -184,6 +184,7 @@ VITVIZ_LAYERS: dict[str, int] = {
     "kinds.cait.families": 3,
     "kinds.cait": 5,
     **dict.fromkeys(("kinds.xcit.config", "kinds.xcit.network"), 1),
+    **dict.fromkeys(("kinds.xcit.attribution", "kinds.xcit.methods"), 2),  # its LRP on CA blocks
     "kinds.xcit.families": 3,
     "kinds.xcit": 5,
     # CLIP: the text side and the network low, its checkpoint family beside the checkpoints

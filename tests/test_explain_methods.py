@@ -126,7 +126,7 @@ def test_the_table_describes_itself_as_json():
     assert [p["name"] for p in rollout["parameters"]] == ["fusion", "discard_ratio", "start_layer"]
     assert rollout["parameters"][0]["choices"] == ["mean", "max", "min"]
     assert by_name["transformer-attribution"]["needs_gradients"] is True
-    assert by_name["transformer-attribution"]["applies_to"] == ["cait", "clip", "vit"]
+    assert by_name["transformer-attribution"]["applies_to"] == ["cait", "clip", "vit", "xcit"]
     assert by_name["random"]["parameters"][0]["name"] == "seed"
     assert by_name["gradcam"]["queries"] is False
 

@@ -134,8 +134,9 @@ def test_methods_run_through_the_class_attention_only(tmp_path: Path, photo_file
         get_method("rollout")(a, (1, 1), c, {})
     with pytest.raises(ValueError, match="only the CLS token queries"):
         get_method("attention")(a, (1, 1), c, {"layer": 0})
-    why = get_method("transformer-attribution").unavailable(a)
-    assert why is not None and "cross-covariance" in why
+    assert get_method("transformer-attribution").unavailable(a) is None  # its CA layers' LRP
+    with pytest.raises(ValueError, match="no layer of this model has a patch query"):
+        get_method("transformer-attribution")(a, (1, 1), c, {"start_layer": 0})
     assert [r.label for r in kind_of(a).layer_rows(a)] == ["CA 1", "CA 2"]
     assert a.mean_distance.isnan().all() and a.entropy.isfinite().all()
 

@@ -13,8 +13,11 @@ below), so the CaiT kind's members apply with no self-attention layer. What each
   channel covariance of all of them and through 3 × 3 convolutions (LPI): no token-to-token
   matrix to chain, so the chain stops there, and the model info and README say so;
 - token Grad-CAM: on the last class-attention block's first LayerNorm;
-- transformer attribution: refused (no LRP rule for XCA or LPI; the CaiT's rules for class
-  attention, ``vitviz.kinds.cait.attribution``, are not wired for an XCiT's blocks).
+- transformer attribution: the CLS's chain through the class-attention layers with R_A^l (the
+  LRP relevance of each CLS row, from the head down through the later class-attention blocks,
+  by the ViT's rules: ``vitviz.kinds.xcit.attribution``) for A; the XCA blocks are below every
+  map layer, so no relevance goes into them (they have no rule and need none). A patch query is
+  refused as for relevance.
 
 The load-time check against timm compares every XCA block's (H, d, d) channel attention and
 every class-attention block's (H, 1, 1 + P) row.
@@ -30,15 +33,8 @@ from vitviz.kinds.cait import CaitKind
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
+    from vitviz.kinds.protocol import KindMethod
     from vitviz.kinds.xcit.config import XcitConfig
-
-MISSING = {
-    "transformer-attribution": (
-        "its LRP has no rule for an XCiT's cross-covariance attention or its local patch "
-        "interaction (its class-attention blocks have the CaiT's); relevance and the gradient "
-        "methods apply"
-    ),
-}
 
 
 class XcitKind(CaitKind):
@@ -99,11 +95,10 @@ class XcitKind(CaitKind):
         class-attention block."""
         return model.forward_library(x)
 
-    def missing_method(self, method: str) -> str | None:
-        return MISSING.get(method)
+    def implementation(self, method: str) -> KindMethod | None:
+        from vitviz.kinds.xcit.methods import implementation
 
-    def implementation(self, method: str) -> Any:
-        return None if method in MISSING else super().implementation(method)
+        return implementation(method) or super().implementation(method)
 
 
 KIND = XcitKind()
