@@ -100,7 +100,7 @@ def _one_layer(name: str, fixed_layer: int | None = None) -> Any:
     return compute
 
 
-def _patch_queries(a: Explained, q: Query) -> None:
+def require_patch_queries(a: Explained, q: Query) -> None:
     """ValueError for a patch query on a model where no layer has a patch query (an XCiT's
     class-attention layers only): its chain would be the patch itself."""
     if q is not None and class_layers(a)[0] == 0:
@@ -111,12 +111,12 @@ def _patch_queries(a: Explained, q: Query) -> None:
 
 
 def _rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    _patch_queries(a, q)
+    require_patch_queries(a, q)
     return a.rollout(q, p["fusion"], None, 0.0, p["start_layer"])
 
 
 def _gradient_rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    _patch_queries(a, q)
+    require_patch_queries(a, q)
     return a.gradient_rollout(c, q, 0.0, p["start_layer"])
 
 
@@ -124,14 +124,14 @@ def _chained(name: str) -> Any:
     vit = COMPUTE[name]
 
     def compute(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-        _patch_queries(a, q)
+        require_patch_queries(a, q)
         return vit(a, q, c, p)
 
     return compute
 
 
 def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    _patch_queries(a, q)
+    require_patch_queries(a, q)
     cls = target_class(a, c)
 
     def build() -> AttributionResult:

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from vitviz.explain.attribution import AttributionResult, attribution_map
 from vitviz.explain.subject import Explained
-from vitviz.kinds.cait.methods import _patch_queries
+from vitviz.kinds.cait.methods import require_patch_queries
 from vitviz.kinds.protocol import KindMethod
 from vitviz.kinds.vit.methods import cached_result, model_input, target_class
 from vitviz.kinds.xcit.attribution import xcit_attention_relevance
@@ -25,7 +25,7 @@ Query = tuple[int, int] | None
 
 def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
     """(gh, gw): the CLS's row of the class-attention layers' chain with R_A for A."""
-    _patch_queries(a, q)
+    require_patch_queries(a, q)
     cls = target_class(a, c)
 
     def build() -> AttributionResult:
