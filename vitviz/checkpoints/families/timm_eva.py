@@ -135,6 +135,7 @@ def _check_shown(source: Source, name: str, rec: dict[str, Any]) -> None:
             == s.get("blocks.0.mlp.fc1.weight", s["blocks.0.mlp.fc2.weight"]).shape[0]
         ), "swiglu"),
         "an attention-pool head (MAP)": ("attn_pool.latent" in s, "pool_heads"),
+        "a class token": ("cls_token" in s, "class_token"),
     }  # fmt: skip
     for part, (has, key) in shown.items():
         if has != bool(rec.get(key)):
