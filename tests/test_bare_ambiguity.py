@@ -109,3 +109,24 @@ def test_a_plain_layout_of_other_sizes_still_opens_exactly(tmp_path: Path, name,
     assert loaded.family == "timm"
     assert any("assumed timm's common ViT" in n and "no rotary" in n for n in loaded.notes)
     check_exact(model, loaded, seed=5)
+
+
+@pytest.mark.parametrize(
+    ("name", "arch"),
+    [
+        ("vit_tiny_patch16_224", "vit_small_patch16_224"),  # timm's family: 6 heads
+        ("vit_pe_core_tiny_patch16_384", "vit_pe_core_small_patch16_384"),  # timm-eva: 6 heads
+    ],
+)
+def test_an_arch_named_for_tensors_of_other_sizes_asks_for_heads(tmp_path: Path, name, arch):
+    """A name given for weights of other sizes says how they compute, not their head count:
+    48 wide with 3 heads, named as a 6-head architecture, opened with 6 heads of 8 before."""
+    model = tiny(name, seed=7, embed_dim=48, num_heads=3)
+    path = tmp_path / "bare.pth"
+    torch.save(model.state_dict(), path)
+    with pytest.raises(MissingSettingsError, match="don't say: heads") as caught:
+        load_checkpoint(path, {"arch": arch})
+    assert "\n" not in str(caught.value)
+    loaded = load_checkpoint(path, {"arch": arch, "heads": 3})
+    assert loaded.config.heads == 3
+    check_exact(model, loaded, seed=7)

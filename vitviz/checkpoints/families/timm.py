@@ -270,6 +270,9 @@ def convert(source: Source) -> Conversion:
     else:
         inferred.update(applied(source, choice.record, inferred))
         notes.append(choice.note)
+        if not choice.own_sizes:  # named for other sizes: its head count is not theirs
+            for key in ("heads", "attn_head_dim"):
+                inferred.pop(key, None)
     if inferred["global_pool"] not in ("token", "avg", "map") or (
         (inferred["global_pool"] == "map") != has_pool
     ):

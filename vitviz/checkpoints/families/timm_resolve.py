@@ -54,6 +54,8 @@ class Choice:
     record: ArchRecord
     note: str
     reference: Reference
+    own_sizes: bool = True  # False: the user named it for tensors of other sizes (its heads
+    # then say nothing of theirs)
 
 
 def choose_architecture(
@@ -80,7 +82,8 @@ def choose_architecture(
             raise CheckpointError(f"{source.name}: {exc}.") from exc
         refuse_part(source, rec)
         note = f"architecture {name} as {where} defines it: {summary(rec.settings)}"
-        return Choice(rec, note, Reference("timm", name, dict(args)))
+        own = source.user.get("arch") is None or rec.signature == signature_of(source.state)
+        return Choice(rec, note, Reference("timm", name, dict(args)), own)
     found = [
         r
         for r in candidates(signature_of(source.state))
