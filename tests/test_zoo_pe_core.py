@@ -2,8 +2,8 @@
 norm_pre, no patch bias) whose head is an attention pool (MAP, AttentionPoolLatent) over every
 token, prefix included, with its own head count (8, not the blocks') and its own MLP ratio.
 Logits and attention against timm's eager forward as timm's folder and as bare state dicts
-(named with ``arch``, or recognised by a real model's tensors; a tiny unnamed one is asked for
-what it can't tell); the maps without a query start from the probe's row (rollout, gradient
+(named with ``arch``, or recognised by a real model's tensors; a tiny unnamed one is refused
+naming ``--arch``); the maps without a query start from the probe's row (rollout, gradient
 rollout, relevance against float64 references from their definitions, test_zoo_pooling's); a
 probe whose heads are not the layers' fills their slots with its mean, and a head subset can't
 start a rollout from it."""
@@ -111,11 +111,15 @@ def test_a_real_sized_bare_pe_core_is_recognised_by_its_tensors(tmp_path: Path) 
     check_exact(model, loaded, seed=4)
 
 
-def test_a_tiny_unnamed_bare_pe_core_is_asked_for_what_it_cant_tell(tmp_path: Path) -> None:
+def test_a_tiny_unnamed_bare_pe_core_is_refused_naming_arch(tmp_path: Path) -> None:
+    """No timm name has its tensors, and its layout is PE core's alone: asked for ``heads`` it
+    used to open as the common ViT, without its rotary positions (test_bare_ambiguity.py)."""
     torch.save(tiny(seed=2).state_dict(), tmp_path / "pe.pth")
-    with pytest.raises(MissingSettingsError, match="heads") as caught:
-        load_checkpoint(tmp_path / "pe.pth")
-    assert "\n" not in str(caught.value)
+    for settings in (None, {"heads": 4}):
+        with pytest.raises(CheckpointError, match=r"vit_pe_core_\*.*--arch NAME") as caught:
+            load_checkpoint(tmp_path / "pe.pth", settings)
+        assert "\n" not in str(caught.value)
+        assert not isinstance(caught.value, MissingSettingsError)
 
 
 def test_an_attention_pool_the_architecture_lacks_is_refused(tmp_path: Path) -> None:

@@ -27,7 +27,12 @@ from vitviz.checkpoints.families.common import (
     grid_from_table,
     standard_heads,
 )
-from vitviz.checkpoints.families.timm_resolve import applied, choose_architecture, how_to_name
+from vitviz.checkpoints.families.timm_resolve import (
+    applied,
+    choose_architecture,
+    how_to_name,
+    refuse_ambiguous,
+)
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.preprocessing import (
     TIMM_DEIT_DEFAULTS,
@@ -168,7 +173,7 @@ def assumption_note(source: Source, heads: int, dim: int) -> str:
     return (
         f"assumed timm's common ViT (no architecture named, and no timm name has these "
         f"tensors): {heads} heads of {dim // heads}, LayerNorm eps 1e-6, GELU, pre-norm "
-        f"blocks; if yours differs give {how_to_name(source)}, or --heads N"
+        f"blocks, no rotary positions; if yours differs give {how_to_name(source)}, or --heads N"
     )
 
 
@@ -187,6 +192,8 @@ def convert(source: Source) -> Conversion:
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
     choice = choose_architecture(source, cfg, args, _pos_layout(source.state))
     source.user.pop("arch", None)  # read: not a ViTConfig field
+    if choice is None:  # before any tensor is taken: the layout decides
+        refuse_ambiguous(source)
     t = Taker(source, LOOKS_LIKE)
     notes: list[str] = []
     out: dict[str, Tensor] = {}
@@ -263,6 +270,9 @@ def convert(source: Source) -> Conversion:
     else:
         inferred.update(applied(source, choice.record, inferred))
         notes.append(choice.note)
+        if not choice.own_sizes:  # named for other sizes: its head count is not theirs
+            for key in ("heads", "attn_head_dim"):
+                inferred.pop(key, None)
     if inferred["global_pool"] not in ("token", "avg", "map") or (
         (inferred["global_pool"] == "map") != has_pool
     ):

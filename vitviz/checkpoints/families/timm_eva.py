@@ -26,6 +26,7 @@ from vitviz.checkpoints.families.common import (
     Taker,
     block_indices,
     check_depth,
+    example_heads,
     finish,
     fuse_qkv,
     grid_from_table,
@@ -100,6 +101,17 @@ def _settings(source: Source, name: str, args: dict[str, Any]) -> dict[str, Any]
         ) from exc
 
 
+def _own_sizes(source: Source, name: Any) -> bool:
+    """Whether the tensors are the named architecture's own (its sizes, so its head count)."""
+    try:
+        model = build_meta(name, {})
+    except Exception:  # noqa: BLE001 - no timm or an unknown name: _settings says so
+        return True
+    return signature({k: tuple(v.shape) for k, v in model.state_dict().items()}) == signature(
+        source.state
+    )
+
+
 def _recognised(source: Source) -> tuple[str, dict[str, Any], str]:
     """(name, settings, note) of a bare state dict, from its tensors' signature."""
     how = f'--arch NAME (a timm model name) or "arch" in {source.sidecar_name}'
@@ -135,6 +147,7 @@ def _check_shown(source: Source, name: str, rec: dict[str, Any]) -> None:
             == s.get("blocks.0.mlp.fc1.weight", s["blocks.0.mlp.fc2.weight"]).shape[0]
         ), "swiglu"),
         "an attention-pool head (MAP)": ("attn_pool.latent" in s, "pool_heads"),
+        "a class token": ("cls_token" in s, "class_token"),
     }  # fmt: skip
     for part, (has, key) in shown.items():
         if has != bool(rec.get(key)):
@@ -190,12 +203,14 @@ def _take_mlp(t: Taker, b: str, out: dict[str, Tensor], rec: dict[str, Any]) -> 
 
 def convert(source: Source) -> Conversion:
     name, args = _named(source)
-    source.user.pop("arch", None)  # read: not a ViTConfig field
+    other_sizes = source.user.pop("arch", None) is not None and not _own_sizes(source, name)
     if name is None:
         name, rec, recognised = _recognised(source)
     else:
         rec, recognised = _settings(source, name, args), f"architecture {name} as timm defines it"
     _check_shown(source, name, rec)
+    if other_sizes and "heads" not in source.user:  # the name's head count is not theirs
+        rec = {k: v for k, v in rec.items() if k not in ("heads", "attn_head_dim")}
     t = Taker(source, LOOKS_LIKE)
     out: dict[str, Tensor] = {}
     depth = check_depth(source, block_indices(t.state, r"blocks\.(\d+)\.norm1\.weight$"))
@@ -261,7 +276,7 @@ def convert(source: Source) -> Conversion:
         family="timm-eva",
         looks_like=LOOKS_LIKE,
         inferred=inferred,
-        required={},
+        required={"heads": example_heads(D)} if other_sizes else {},
         state=out,
         class_names=None,
         preprocessing=prep,

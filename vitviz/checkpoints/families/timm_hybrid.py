@@ -215,6 +215,9 @@ def convert(source: Source) -> Conversion:
         found.pop("stem", None)
         inferred.update(found)
         notes.append(choice.note)
+        if not choice.own_sizes:  # named for other sizes: its head count is not theirs
+            for key in ("heads", "attn_head_dim"):
+                inferred.pop(key, None)
     if inferred["global_pool"] not in ("token", "avg"):
         raise CheckpointError(
             f"{source.name}: timm global_pool {inferred['global_pool']!r} is not supported."

@@ -54,6 +54,8 @@ class Choice:
     record: ArchRecord
     note: str
     reference: Reference
+    own_sizes: bool = True  # False: the user named it for tensors of other sizes (its heads
+    # then say nothing of theirs)
 
 
 def choose_architecture(
@@ -80,7 +82,8 @@ def choose_architecture(
             raise CheckpointError(f"{source.name}: {exc}.") from exc
         refuse_part(source, rec)
         note = f"architecture {name} as {where} defines it: {summary(rec.settings)}"
-        return Choice(rec, note, Reference("timm", name, dict(args)))
+        own = source.user.get("arch") is None or rec.signature == signature_of(source.state)
+        return Choice(rec, note, Reference("timm", name, dict(args)), own)
     found = [
         r
         for r in candidates(signature_of(source.state))
@@ -102,6 +105,65 @@ def choose_architecture(
         f"{summary(found[0].settings)}; if it is another, give {how_to_name(source)}"
     )
     return Choice(found[0], note, Reference("timm", names[0], {}))
+
+
+# Layouts of a bare state dict that timm architectures computing differently from the common ViT
+# share, checked when no timm name has its tensors: (what the tensors show, who has it, the
+# settings a user states to open it as the common ViT all the same).
+NO_POSITIONS = (
+    "no position table nor relative position tensors",
+    "rotary ViTs, whose positions are computed: vit_*_rope_*, DINOv3's vit_*_dinov3*",
+    ("rope",),
+)
+CLIP_OR_PE = (
+    "a norm before the blocks and no patch bias",
+    "CLIP's vit_*_clip_* with LayerNorm eps 1e-5 and GELU or QuickGELU, and the rotary "
+    "Perception Encoder vit_pe_*",
+    ("rope", "norm_eps", "activation"),
+)
+PE_ONLY = (
+    "a norm before the blocks, no patch bias and {what}",
+    "the rotary Perception Encoder {names}; timm's ViTs have no such layout",
+    ("rope",),
+)
+
+
+def ambiguous_layout(state: Mapping[str, Any]) -> tuple[str, str, tuple[str, ...]] | None:
+    """(what the tensors show, the timm architectures with it, the settings that open it all the
+    same) when a bare state dict no timm name has could be an architecture computing
+    differently from the common ViT (rotary positions have no tensors); None when its layout
+    is the plain ViT's alone."""
+    relative = any(".rel_pos." in k or k.startswith("shared_rel_pos.") for k in state)
+    if "pos_embed" not in state and not relative:
+        return NO_POSITIONS
+    if "norm_pre.weight" not in state or "patch_embed.proj.bias" in state:
+        return None
+    shows, who, needs = PE_ONLY
+    if "attn_pool.latent" in state:
+        return shows.format(what="an attention pool"), who.format(names="vit_pe_core_*"), needs
+    if "norm.weight" not in state and "fc_norm.weight" not in state:
+        return shows.format(what="no final norm"), who.format(names="vit_pe_spatial_*"), needs
+    return CLIP_OR_PE
+
+
+def refuse_ambiguous(source: Source) -> None:
+    """Refuse, in one line, a bare state dict no timm name has whose layout architectures
+    computing differently share (see ``ambiguous_layout``), unless the user named it
+    (``arch``, read before) or stated what tells them apart (``"rope": "none"``, and for
+    CLIP's layout ``norm_eps`` and ``activation``)."""
+    found = ambiguous_layout(source.state)
+    if found is None:
+        return
+    shows, who, needs = found
+    if source.user.get("rope") == "none" and all(k in source.user for k in needs):
+        return
+    stated = ", ".join(['"rope": "none"', *(f'"{k}"' for k in needs[1:])])
+    raise CheckpointError(
+        f"{source.name}: no timm name has these tensors, and their layout ({shows}) is that of "
+        f"timm architectures that compute differently from the common ViT ({who}); say which "
+        f"with {how_to_name(source)} (and --heads N if its sizes are not the name's), or set "
+        f"{stated} in {source.sidecar_name} if it is a plain ViT without rotary positions."
+    )
 
 
 def refuse_part(source: Source, rec: ArchRecord, names: list[str] | None = None) -> None:
