@@ -196,6 +196,12 @@ def test_the_gradient_pass_recomputes_blocks_only_where_memory_asks(
         x518, x224 = torch.empty(1, 3, 518, 518), torch.empty(1, 3, 224, 224)
     assert capture.recompute_pays(large, x518)
     assert not capture.recompute_pays(base, x224)
+    with torch.device("meta"):  # a tiny model: its activations outweigh weights and attention,
+        tiny = create_model("vit-tiny")  # but its whole graph is small: kept, not recomputed
+    assert not capture.recompute_pays(tiny, x224)
+    monkeypatch.setattr(capture, "SMALL_GRAPH", 0)
+    assert capture.recompute_pays(tiny, x224)  # (it was, by the ratio alone)
+    monkeypatch.undo()
     maps = {}
     calls: list[str] = []
     real = capture._capture_with_gradients
@@ -207,6 +213,7 @@ def test_the_gradient_pass_recomputes_blocks_only_where_memory_asks(
     monkeypatch.setattr(capture, "_capture_with_gradients", spy)
     for limit, name in ((0.0, "lean"), (1e9, "fast")):
         monkeypatch.setattr(capture, "PEAK_LIMIT", limit)
+        monkeypatch.setattr(capture, "SMALL_GRAPH", 0)  # the tiny test model's graph is small
         calls.clear()
         a = analyze(loaded, _x(11), gradients=True)
         assert calls == (["lean"] if name == "lean" else [])

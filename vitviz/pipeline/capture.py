@@ -122,13 +122,16 @@ def capture_batch(
 
 
 PEAK_LIMIT = 1.5  # × (weights + float32 attention): the most a whole analysis may hold
+SMALL_GRAPH = 256 * 2**20  # bytes: a graph this small is kept past PEAK_LIMIT (a tiny model's
+# activations outweigh its weights and attention; recomputing would cost a forward pass)
 
 
 def recompute_pays(model: torch.nn.Module, x: Tensor, attention_kept: bool = False) -> bool:
     """Whether the gradient pass should recompute each block in the backward pass (one more
     forward pass of time) rather than let the graph hold every layer's attention and
     activations: when the latter would take the analysis past PEAK_LIMIT × (weights +
-    attention), or past the memory free on the device. vitviz's own ViT only.
+    attention) and is over SMALL_GRAPH, or past the memory free on the device. vitviz's own
+    ViT only.
     ``attention_kept``: the analysis's attention is in memory already (a later pass)."""
     if not isinstance(model, VisionTransformer):
         return False
@@ -143,7 +146,7 @@ def recompute_pays(model: torch.nn.Module, x: Tensor, attention_kept: bool = Fal
     weights = sum(t.numel() * t.element_size() for t in model.parameters())
     graph = attention + activations + products + 3 * attention / L
     peak = weights + graph + (attention if attention_kept else 0)
-    if peak > PEAK_LIMIT * (weights + attention):
+    if graph > SMALL_GRAPH and peak > PEAK_LIMIT * (weights + attention):
         return True
     free = available_memory(x.device)
     return free is not None and graph > USABLE_FRACTION * free
