@@ -185,7 +185,9 @@ class ViewControls(QWidget):
         self.row_heads: list[int] = []  # heads per layer (they differ in a Swin's stages)
         self.param_panel = ParamPanel()
         self.query_label = QLabel("CLS token")
-        self.query_label.setWordWrap(True)  # a probe's words are long: they wrap, not widen
+        self.query_label.setWordWrap(True)  # a probe's words are long: they wrap, not widen,
+        # in two fixed lines (the row around it doesn't grow for a wrapped label's height)
+        self.query_label.setFixedHeight(2 * self.query_label.fontMetrics().lineSpacing() + 4)
         self.query_reset = QPushButton("Reset to CLS")
         self.query_reset.clicked.connect(self.queryResetRequested)
         self.class_label = QLabel("top prediction")
