@@ -43,6 +43,8 @@ if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds be
     from vitviz.imaging import Preprocessing
     from vitviz.imaging.loading import ImageSource
 
+    ImageInput = ImageSource | Tensor  # what analyze reads: a file, bytes, an image or (C, H, W)
+
 
 @dataclass(frozen=True)
 class LayerGrid:
@@ -511,7 +513,7 @@ class ModelKind(EngineMembers, Protocol):
         ...
 
     # -- analysis -----------------------------------------------------------------------------
-    def analyze(self, loaded: Loaded, image: ImageSource, **options: Any) -> KindAnalysis:
+    def analyze(self, loaded: Loaded, image: ImageInput, **options: Any) -> KindAnalysis:
         """One forward pass of ``loaded``'s model on ``image`` with its attention captured."""
         ...
 

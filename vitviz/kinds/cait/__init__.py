@@ -136,7 +136,7 @@ class CaitKind(ViTKind):
 
         return MISSING.get(method)
 
-    def layer_rows(self, analysis: Any) -> tuple[LayerRow, ...]:
+    def layer_rows(self, analysis: Analysis) -> tuple[LayerRow, ...]:
         """ "SA i" for the self-attention layers, "CA j" for the class-attention layers."""
         S, L = _self_depth(analysis)
         rows = []

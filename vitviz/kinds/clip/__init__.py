@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
 
     from vitviz.kinds.clip.network import ClipConfig
     from vitviz.kinds.clip.siglip import SiglipConfig
-    from vitviz.kinds.protocol import ImageNumbers, Loaded, ModelShape, Session
+    from vitviz.kinds.protocol import ImageInput, ImageNumbers, Loaded, ModelShape, Session
     from vitviz.pipeline.analysis import Analysis
 
 
@@ -98,7 +98,7 @@ class ClipKind(ViTKind):
                 model.tokenizer_problem = str(exc) if siglip else None
         return model.eval()
 
-    def analyze(self, loaded: Loaded, image: Any, **options: Any) -> Analysis:
+    def analyze(self, loaded: Loaded, image: ImageInput, **options: Any) -> Analysis:
         """The ViT's analysis, keeping its forward pass's autograd graph (one image's, while it
         fits: ``vitviz.pipeline.kept_graph``), so a new prompt's gradient maps are one backward
         pass from its score, never the image tower again."""

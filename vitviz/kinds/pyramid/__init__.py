@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from torch import Tensor, nn
 
     from vitviz.kinds.protocol import (
+        ImageInput,
         Loaded,
         ModelShape,
         Session,
@@ -129,7 +130,7 @@ class PyramidKind(StagedEngineMembers):
     def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
         return logits.softmax(dim=-1)
 
-    def rescore(self, analysis: Any, loaded: Loaded) -> None:
+    def rescore(self, analysis: PyramidAnalysis, loaded: Loaded) -> None:
         return None
 
     def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
@@ -138,7 +139,7 @@ class PyramidKind(StagedEngineMembers):
     def finish_analysis(self, analysis: PyramidAnalysis) -> PyramidAnalysis:
         return analysis
 
-    def analyze(self, loaded: Loaded, image: Any, **options: Any) -> PyramidAnalysis:
+    def analyze(self, loaded: Loaded, image: ImageInput, **options: Any) -> PyramidAnalysis:
         from vitviz.kinds.pyramid.analysis import analyze_pyramid
 
         model = getattr(loaded, "model", loaded)

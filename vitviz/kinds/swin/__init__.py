@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
 
     from vitviz.checkpoints import LoadedModel
     from vitviz.kinds.protocol import (
+        ImageInput,
         Loaded,
         ModelShape,
         Session,
@@ -100,7 +101,7 @@ class SwinKind(StagedEngineMembers):
     def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
         return logits.softmax(dim=-1)
 
-    def rescore(self, analysis: Any, loaded: Loaded) -> None:
+    def rescore(self, analysis: SwinAnalysis, loaded: Loaded) -> None:
         return None  # its classes never change under an analysis
 
     def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
@@ -109,7 +110,7 @@ class SwinKind(StagedEngineMembers):
     def finish_analysis(self, analysis: SwinAnalysis) -> SwinAnalysis:
         return analysis  # a Swin's own analysis is complete as made
 
-    def analyze(self, loaded: LoadedModel, image: Any, **options: Any) -> SwinAnalysis:
+    def analyze(self, loaded: LoadedModel, image: ImageInput, **options: Any) -> SwinAnalysis:
         """``gradients`` only where the model has a head (its classes' gradients)."""
         from vitviz.kinds.swin import engine_data
         from vitviz.kinds.swin.analysis import analyze_swin

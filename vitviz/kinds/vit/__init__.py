@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # torch-free at import; the ViT's analysis sits above the reg
     from vitviz.checkpoints import LoadedModel
     from vitviz.kinds.protocol import (
         FaithfulnessReport,
+        ImageInput,
         ImageNumbers,
         Loaded,
         ModelShape,
@@ -86,13 +87,13 @@ class ViTKind:
     def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
         return logits.softmax(dim=-1)
 
-    def rescore(self, analysis: Any, loaded: Loaded) -> None:
+    def rescore(self, analysis: Analysis, loaded: Loaded) -> None:
         return None  # its classes never change under an analysis
 
     def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
         return "a ViT's classes are its head's; prompts need a CLIP-style model with a text tower"
 
-    def analyze(self, loaded: LoadedModel, image: Any, **options: Any) -> Analysis:
+    def analyze(self, loaded: LoadedModel, image: ImageInput, **options: Any) -> Analysis:
         from vitviz.pipeline.analysis import analyze_vit
 
         return analyze_vit(loaded, image, **options)
@@ -169,7 +170,7 @@ class ViTKind:
     def unused_options(self) -> Mapping[str, str]:
         return {}
 
-    def layer_rows(self, analysis: Any) -> tuple[LayerRow, ...]:
+    def layer_rows(self, analysis: Analysis) -> tuple[LayerRow, ...]:
         from vitviz.kinds.vit import engine_data
 
         return engine_data.layer_rows(analysis)
