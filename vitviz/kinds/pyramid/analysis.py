@@ -115,7 +115,7 @@ def _pvt_plan(
         words.append(describe_keys(k, sr, cfg.linear))
     stages = []
     for s in range(len(grids) - 1):
-        red = stage_reduction(grids[s], cfg.down_kernel, cfg.down_stride)
+        red = stage_reduction(grids[s], cfg.down_kernel, cfg.down_stride, cfg.embed_overlap)
         if red.coarse != grids[s + 1]:
             raise ValueError(
                 f"stage {s + 1}'s grid {grids[s + 1]} is not the downsampling of {grids[s]}"

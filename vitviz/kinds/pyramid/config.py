@@ -46,6 +46,11 @@ class PyramidConfig:
     scale_after: bool = (
         False  # captured scores (q·kᵀ)/√d (transformers) instead of (q/√d)·kᵀ (timm)
     )
+    # Twins-PCPVT's options (timm's twins_pcpvt_*); the defaults are PVT v2's
+    embed_overlap: bool = True  # patch embeddings pad kernel // 2; False: none (kernel = stride)
+    mlp_dwconv: bool = True  # the MLP's depthwise 3 × 3 conv; False: fc1, GELU, fc2
+    pos_conv: bool = False  # x + depthwise 3 × 3 conv(x) after each stage's first block (PEG)
+    stage_norms: bool = True  # a LayerNorm ends every stage; False: the last stage's only
 
     def __post_init__(self) -> None:
         self.image_size = _pair(self.image_size)

@@ -1,5 +1,6 @@
 """Building blocks of a PVT v2: the overlapping patch embedding, spatial-reduction attention
-with explicit capture, the MLP with a depthwise convolution, the block.
+with explicit capture, the MLP with a depthwise convolution, the block; and Twins-PCPVT's plain
+MLP and position convolution (PEG).
 
 Token maps inside a stage are (B, N, D) with N = H·W row-major; the convolutions see them as
 (B, D, H, W).
@@ -20,9 +21,12 @@ class OverlapPatchEmbed(nn.Module):
     """(B, C, H, W) -> (B, H', W', D): Conv2d (kernel k, stride s, padding k // 2), LayerNorm.
     H' = ⌊(H + 2·(k // 2) − k) / s⌋ + 1 (⌈H / s⌉ for an odd k)."""
 
-    def __init__(self, channels: int, dim: int, kernel: int, stride: int, eps: float) -> None:
+    def __init__(
+        self, channels: int, dim: int, kernel: int, stride: int, eps: float, overlap: bool = True
+    ) -> None:
         super().__init__()
-        self.proj = nn.Conv2d(channels, dim, kernel, stride=stride, padding=kernel // 2)
+        pad = kernel // 2 if overlap else 0  # Twins: kernel = stride, no padding
+        self.proj = nn.Conv2d(channels, dim, kernel, stride=stride, padding=pad)
         self.norm = nn.LayerNorm(dim, eps=eps)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -110,6 +114,33 @@ class DepthwiseMlp(nn.Module):
         return self.fc2(self.act(h.flatten(2).transpose(1, 2)))
 
 
+class PlainMlp(nn.Module):
+    """fc1, GELU, fc2 on (B, N, D) tokens (Twins': no depthwise conv; ``grid`` unused)."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: Tensor, grid: tuple[int, int]) -> Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class PosConv(nn.Module):
+    """Twins' position convolution (PEG): (B, N, D) -> x + depthwise 3 × 3 Conv2d(x) over the
+    grid (zero padding 1, with bias)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+
+    def forward(self, x: Tensor, grid: tuple[int, int]) -> Tensor:
+        B, _, D = x.shape
+        m = x.transpose(1, 2).reshape(B, D, *grid)
+        return (self.proj(m) + m).flatten(2).transpose(1, 2)
+
+
 class PyramidBlock(nn.Module):
     """x + attn(norm1(x)); x + mlp(norm2(x)) on (B, N, D) tokens of a grid."""
 
@@ -119,7 +150,10 @@ class PyramidBlock(nn.Module):
         self.norm1 = nn.LayerNorm(dim, eps=config.norm_eps)
         self.attn = SpatialReductionAttention(config, stage)
         self.norm2 = nn.LayerNorm(dim, eps=config.norm_eps)
-        self.mlp = DepthwiseMlp(dim, config.mlp_hidden_dims[stage], config.linear)
+        hidden = config.mlp_hidden_dims[stage]
+        self.mlp = (
+            DepthwiseMlp(dim, hidden, config.linear) if config.mlp_dwconv else PlainMlp(dim, hidden)
+        )
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(

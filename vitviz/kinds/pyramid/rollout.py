@@ -27,6 +27,11 @@ uniform row over the last stage's tokens (the mean the head reads) or e_q of the
 token q; the blocks run from the last back to the first; the map is r over the first stage's
 grid, scaled to max 1 (rollouts) or min-max (relevance).
 
+Token mixing outside attention is not a step: PVT v2's depthwise 3 × 3 convolution inside the
+MLP and Twins-PCPVT's position convolution (x + depthwise 3 × 3 conv(x) after a stage's first
+block) pass r unchanged, as every rollout passes the MLP (the methods follow attention and the
+residual only); transformer attribution, which would need a rule for them, is refused.
+
 Nothing N × N is built: a step costs O(N_s·M_b).
 """
 
