@@ -2,7 +2,8 @@
 as timm's folder, recognised by its tensors, checked by timm at load; its rollout, gradient
 rollout and relevance equal float64 references written from README's definition (keys spread
 over their sr × sr squares, stages over the 2 × 2 tokens their conv reads, the position
-convolution left out as the MLP is); Twins-SVT refused by name."""
+convolution left out as the MLP is); Twins-SVT's window attention laid out block-diagonally
+over its stage's grid, exact, and refused at a grid that is not whole windows."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def tiny_twins(name: str = "twins_pcpvt_small", seed: int = 1) -> nn.Module:
     model = timm.create_model(
         name, num_classes=5, depths=(2, 2, 1, 1), embed_dims=(16, 32, 48, 64),
         num_heads=HEADS, mlp_ratios=(2, 2, 2, 2),
-        **({"wss": (2, 2, 2, 2)} if "svt" in name else {}),
+        **({"wss": (2, 2, 2, 1)} if "svt" in name else {}),
     )  # fmt: skip
     return randomize_(model, seed=seed)
 
@@ -129,19 +130,65 @@ def test_wrong_heads_refused_by_the_library_check(twins, tmp_path) -> None:
         load_checkpoint(folder)
 
 
-@pytest.mark.parametrize("form", ["bare", "folder"])
-def test_svt_refused_by_name(tmp_path, form) -> None:
+@pytest.fixture(scope="module")
+def svt(tmp_path_factory):
+    """(timm model, folder path) of a tiny Twins-SVT (windows 2 × 2 in stages 1-3)."""
     from timm.models import save_for_hf
 
     model = tiny_twins("twins_svt_small")
+    folder = tmp_path_factory.mktemp("svt") / "svt"
+    save_for_hf(model, folder, safe_serialization=True)
+    side = {"preprocessing": {"image_size": [SIZE, SIZE]}}
+    folder.with_name(folder.name + ".vitviz.json").write_text(json.dumps(side))
+    return model, folder
+
+
+@pytest.mark.parametrize("form", ["bare", "folder"])
+def test_svt_exact(svt, form, tmp_path) -> None:
+    model, folder = svt
+    path = folder
     if form == "bare":
         path = tmp_path / "svt.pth"
         torch.save(model.state_dict(), path)
-    else:
-        path = tmp_path / "svt"
-        save_for_hf(model, path, safe_serialization=True)
-    with pytest.raises(CheckpointError, match=r"Twins-SVT.*which vitviz does not model"):
+        settings = {"stage_heads": list(HEADS), "windows": [2, 2, 2, 1]}
+        path.with_name(path.name + ".vitviz.json").write_text(json.dumps(settings))
+    loaded = load_checkpoint(path)
+    assert loaded.model.config.windows == (2, 2, 2, 1)
+    x = _x(5)
+    ref_logits, ref_attn = timm_forward(model, x)
+    with torch.no_grad():
+        fused = loaded.model(x)
+        logits, attn = kind_of(loaded).library_outputs(loaded.model, x)
+    scale = float(ref_logits.abs().max())
+    assert max_diff(fused, ref_logits) / scale <= 1e-4
+    assert max_diff(logits, ref_logits) / scale <= 1e-4
+    assert attn[0].shape == (1, 64, 1, 4, 4)  # timm's layout: (B, windows, heads, t, t)
+    assert [a.shape for a in attn] == [a.shape for a in ref_attn]
+    assert max(max_diff(a, b) for a, b in zip(attn, ref_attn, strict=True)) <= 1e-5
+    if form == "folder":
+        assert any("checked against timm" in n for n in loaded.notes), loaded.notes
+
+
+def test_svt_bare_without_windows_asks_for_them(svt, tmp_path) -> None:
+    path = tmp_path / "svt.pth"
+    torch.save(svt[0].state_dict(), path)
+    path.with_name(path.name + ".vitviz.json").write_text('{"stage_heads": [1, 2, 2, 4]}')
+    with pytest.raises(CheckpointError, match="windows"):
         load_checkpoint(path)
+
+
+def test_svt_grid_not_whole_windows_refused(svt, tmp_path) -> None:
+    loaded = load_checkpoint(svt[1])
+    with pytest.raises(ValueError, match="not whole 2×2 windows"):
+        analyze_pyramid(loaded, torch.randn(3, 72, 72))  # stage 2: 9 × 9 tokens
+    from timm.models import save_for_hf
+
+    folder = tmp_path / "svt72"
+    save_for_hf(svt[0], folder, safe_serialization=True)
+    side = {"preprocessing": {"image_size": [72, 72]}, "image_size": [72, 72]}
+    folder.with_name(folder.name + ".vitviz.json").write_text(json.dumps(side))
+    with pytest.raises(CheckpointError, match="stage 2's 9×9 tokens are not whole 2×2 windows"):
+        load_checkpoint(folder)
 
 
 # -- the definitions, from scratch in float64 --------------------------------------------------
@@ -236,6 +283,67 @@ def test_maps_equal_their_definitions(twins) -> None:
     why = get_method("transformer-attribution").unavailable(a)
     assert why is not None and "position" in why
     assert np.isfinite(get_method("gradcam")(a, None, None, {}).numpy()).all()
+
+
+def _dense(a: np.ndarray, grid, ws: int) -> np.ndarray:
+    """(windows, heads, t, t) -> (heads, N, N): token (r, c) is token (r % ws)·ws + c % ws of
+    window (r // ws)·(W // ws) + c // ws; 0 between windows."""
+    H, W = grid
+    heads = a.shape[1]
+    out = np.zeros((heads, H * W, H * W))
+    for i in range(H * W):
+        for j in range(H * W):
+            (ri, ci), (rj, cj) = divmod(i, W), divmod(j, W)
+            wi, wj = (ri // ws) * (W // ws) + ci // ws, (rj // ws) * (W // ws) + cj // ws
+            if wi == wj:
+                ti, tj = (ri % ws) * ws + ci % ws, (rj % ws) * ws + cj % ws
+                out[:, i, j] = a[wi, :, ti, tj]
+    return out
+
+
+def test_svt_maps_equal_their_definitions(svt) -> None:
+    model, folder = svt
+    loaded = load_checkpoint(folder)
+    x = _x(6)
+    attn, grads, c = _timm_attention_and_gradients(model, x)
+    a = analyze_pyramid(loaded, x[0], gradients=True)
+    assert a.target_class == c
+    grids, stages_of = a.stage_grids, a.block_stages
+    grouped = [0, 2, 4]  # the first block of stages 1-3 (windows 2 × 2)
+    A, G = [], []
+    for b, (t, g) in enumerate(zip(attn, grads, strict=True)):
+        t, g = t.double().numpy(), g.double().numpy()
+        if b in grouped:
+            t, g = _dense(t, grids[stages_of[b]], 2), _dense(g, grids[stages_of[b]], 2)
+        A.append(t)
+        G.append(g)
+    for mine, ref in zip(a.attentions, A, strict=True):
+        np.testing.assert_allclose(mine.double().numpy(), ref, atol=1e-6)
+    assert [w is not None for w in a.windows] == [True, False, True, False, True, False]
+    assert a.windows[0][3, 5] == 1 * 8 + 2  # row 3, column 5: window (1, 2) of the 8 × 8
+    keys = [
+        np.eye(grids[s][0] * grids[s][1]) if b in grouped else _squares(grids[s], SRS[s])
+        for b, s in enumerate(stages_of)
+    ]
+    hl, wl = grids[-1]
+    mean_start = np.full(hl * wl, 1.0 / (hl * wl))
+    defs = {
+        "rollout": ([t.mean(axis=0) for t in A], "rollout"),
+        "relevance": (
+            [(g * t).clip(0).mean(axis=0) for t, g in zip(A, G, strict=True)],
+            "relevance",
+        ),
+    }
+    for name, (mats, mode) in defs.items():
+        row = _reference_row(mats, keys, stages_of, grids, mode, mean_start)
+        if mode == "relevance":
+            row = row - row.min()
+        got = get_method(name)(a, None, None, {}).numpy()
+        np.testing.assert_allclose(got, (row / row.max()).reshape(grids[0]), atol=1e-5)
+    rows = kind_of(a).layer_rows(a)
+    assert "within 2×2 windows" in rows[0].tooltip, rows[0].tooltip
+    geometry = kind_of(a).token_geometry(a)
+    assert geometry.layers[0].windows is not None and geometry.layers[1].windows is None
 
 
 def test_words_name_the_twins(twins) -> None:

@@ -1,7 +1,7 @@
-"""The pyramid ViT kind (PVT v2, Twins-PCPVT, Hiera): token grids that shrink from stage to
-stage; PVT v2's and Twins-PCPVT's attention from every token to spatially reduced keys, Hiera's
-from 2 × 2 max-pooled queries (at a stage's first block) to the tokens of their mask unit (first
-stages) or to all.
+"""The pyramid ViT kind (PVT v2, Twins, Hiera): token grids that shrink from stage to stage;
+PVT v2's and Twins' attention from every token to spatially reduced keys (Twins-SVT's every
+other block within ws × ws windows), Hiera's from 2 × 2 max-pooled queries (at a stage's first
+block) to the tokens of their mask unit (first stages) or to all.
 
 ``KIND`` is what ``vitviz.kinds`` registers; the network, its checkpoint families, its analysis
 and its versions of the table's methods are the modules beside this one. vitviz does not train
@@ -65,7 +65,7 @@ class PyramidKind(StagedEngineMembers):
         keys = "linear SRA (keys pooled to 7×7)" if cfg.linear else (
             f"reductions {'-'.join(map(str, cfg.sr_ratios))}"
         )  # fmt: skip
-        name = "Twins-PCPVT" if cfg.pos_conv else "PVT v2"
+        name = ("Twins-SVT" if cfg.windows else "Twins-PCPVT") if cfg.pos_conv else "PVT v2"
         return (
             f"{name}, widths {'-'.join(map(str, cfg.dims))}, "
             f"depths {'-'.join(map(str, cfg.depths))}, heads {'-'.join(map(str, cfg.heads))}, "
@@ -165,7 +165,7 @@ class PyramidKind(StagedEngineMembers):
             LayerGrid(
                 grid=tuple(analysis.stage_grids[s]),
                 token_pixels=analysis.stage_pixels[s],
-                windows=w,  # a Hiera block's mask units, None where it attends globally
+                windows=w,  # a Hiera block's mask units (a Twins-SVT's windows), None: global
             )
             for s, w in zip(analysis.block_stages, windows, strict=True)
         )

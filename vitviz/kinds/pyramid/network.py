@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from torch import Tensor, nn
 
 from vitviz.kinds.pyramid.config import PyramidConfig
-from vitviz.kinds.pyramid.layers import OverlapPatchEmbed, PosConv, PyramidBlock
+from vitviz.kinds.pyramid.layers import OverlapPatchEmbed, PosConv, PyramidBlock, windows_to_grid
 
 
 @dataclass
@@ -49,7 +49,8 @@ class PyramidStage(nn.Module):
         # Twins' PEG after the first block (None for a PVT v2)
         self.pos_conv = PosConv(config.dims[stage]) if config.pos_conv else None
         self.blocks = nn.ModuleList(
-            PyramidBlock(config, stage, drop_paths[j]) for j in range(config.depths[stage])
+            PyramidBlock(config, stage, drop_paths[j], config.window(stage, j))
+            for j in range(config.depths[stage])
         )
         last = stage == config.num_stages - 1
         self.norm = (
@@ -122,6 +123,22 @@ class PyramidViT(nn.Module):
             t = stage.norm(t)
             x = t.reshape(B, H, W, D)
         return t, report
+
+    def grid_attention(self, b: int, attn: Tensor, grid0: tuple[int, int]) -> Tensor:
+        """Block ``b``'s attention (or its gradient) as computed -> (B, heads, N, M) over its
+        stage's grid: a Twins-SVT window block's (B, windows, heads, t, t) made block-diagonal
+        (N × N); every other block's unchanged."""
+        cfg = self.config
+        s = sum(1 for d in range(cfg.num_stages) if sum(cfg.depths[: d + 1]) <= b)
+        ws = cfg.window(s, b - sum(cfg.depths[:s]))
+        if not ws:
+            return attn
+        H, W = grid0
+        k, st = cfg.down_kernel, cfg.down_stride
+        pad = k // 2 if cfg.embed_overlap else 0
+        for _ in range(s):
+            H, W = (H + 2 * pad - k) // st + 1, (W + 2 * pad - k) // st + 1
+        return windows_to_grid(attn, (H, W), ws)
 
     def forward_head(self, tokens: Tensor) -> Tensor:
         """(B, N, D) last stage's tokens -> (B, C) logits of their mean."""

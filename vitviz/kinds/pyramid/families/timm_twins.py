@@ -1,16 +1,18 @@
-"""timm's Twins-PCPVT (``twins_pcpvt_small``, ``_base``, ``_large``) on the pyramid kind: bare
-state dicts (.pth, .safetensors) and timm's folders (config.json + model.safetensors).
+"""timm's Twins (``twins_pcpvt_small``, ``_base``, ``_large``; ``twins_svt_small``, ``_base``,
+``_large``) on the pyramid kind: bare state dicts (.pth, .safetensors) and timm's folders
+(config.json + model.safetensors).
 
 timm's keys -> vitviz's (PVT v2's names): ``patch_embeds.0`` -> ``patch_embed``,
 ``patch_embeds.{s}`` -> ``stages.{s}.downsample`` (s > 0), ``blocks.{s}.{j}`` ->
-``stages.{s}.blocks.{j}`` (``norm1, attn.{q, kv, sr, norm, proj}, norm2, mlp.{fc1, fc2}``),
-``pos_block.{s}.proj.0`` -> ``stages.{s}.pos_conv.proj``, ``norm`` -> the last stage's
-``norm``, ``head``. The weights say the widths, depths, MLP widths, key reductions, the patch
-embeddings' kernels (= their strides: timm's Twins embeds without overlap) and the classes; the
-head counts and eps come from timm's own model of the name (folder's ``architecture``, or
-``--arch``) when timm is importable, else from timm's definitions (heads 1-2-5-8 for every
-PCPVT); a bare file whose shapes are one of the three names is recognised as it (noted); any
-other needs ``stage_heads``. Twins-SVT (locally-grouped window attention) is refused by name.
+``stages.{s}.blocks.{j}`` (``norm1, attn.{q, kv, sr, norm, proj}`` or, an SVT's grouped block,
+``attn.{qkv, proj}``; ``norm2, mlp.{fc1, fc2}``), ``pos_block.{s}.proj.0`` ->
+``stages.{s}.pos_conv.proj``, ``norm`` -> the last stage's ``norm``, ``head``. The weights say
+the widths, depths, MLP widths, key reductions, the patch embeddings' kernels (= their strides:
+timm's Twins embeds without overlap), whether blocks are grouped (SVT) and the classes; the
+head counts, window sides and eps come from timm's own model of the name (folder's
+``architecture``, or ``--arch``) when timm is importable, else from timm's definitions; a bare
+file whose shapes are one of the six names is recognised as it (noted); any other needs
+``stage_heads`` (and, an SVT, ``windows``).
 """
 
 from __future__ import annotations
@@ -30,19 +32,23 @@ from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.kinds.pyramid.families.common import finish_pyramid
 
 LOOKS_LIKE = "a timm Twins"
-SVT_REFUSAL = (
-    "{name} is timm's Twins-SVT (twins_svt_*): it has locally-grouped window attention in every "
-    "other block, which vitviz does not model"
-)
 _BLOCK = re.compile(r"blocks\.(\d+)\.(\d+)\.norm1\.weight$")
-HEADS = (1, 2, 5, 8)  # every timm twins_pcpvt name's
-# timm's Twins-PCPVT names: depths (widths 64-128-320-512, MLP ratios 8-8-4-4 for all three)
-KNOWN: dict[str, tuple[int, ...]] = {
-    "twins_pcpvt_small": (3, 4, 6, 3),
-    "twins_pcpvt_base": (3, 4, 18, 3),
-    "twins_pcpvt_large": (3, 8, 27, 3),
-}
-_DIMS, _HIDDEN = (64, 128, 320, 512), (512, 1024, 1280, 2048)
+_PCPVT = ((64, 128, 320, 512), (512, 1024, 1280, 2048), (1, 2, 5, 8), ())
+# timm's Twins names: depths, widths, MLP widths, heads, window sides (SVT)
+KNOWN: dict[str, tuple[tuple[int, ...], ...]] = {
+    "twins_pcpvt_small": ((3, 4, 6, 3), *_PCPVT),
+    "twins_pcpvt_base": ((3, 4, 18, 3), *_PCPVT),
+    "twins_pcpvt_large": ((3, 8, 27, 3), *_PCPVT),
+    "twins_svt_small": (
+        (2, 2, 10, 4), (64, 128, 256, 512), (256, 512, 1024, 2048), (2, 4, 8, 16), (7,) * 4,
+    ),
+    "twins_svt_base": (
+        (2, 2, 18, 2), (96, 192, 384, 768), (384, 768, 1536, 3072), (3, 6, 12, 24), (7,) * 4,
+    ),
+    "twins_svt_large": (
+        (2, 2, 18, 2), (128, 256, 512, 1024), (512, 1024, 2048, 4096), (4, 8, 16, 32), (7,) * 4,
+    ),
+}  # fmt: skip
 _DEFAULTS = {
     "resize": "crop",
     "crop_pct": 0.9,
@@ -80,15 +86,14 @@ def _shape(source: Source) -> dict[str, Any]:
     """What the weights say: depths, dims, MLP widths, reductions, kernels, classes."""
     s = source.state
     found = _stages(source)
-    if any(k.startswith("blocks.") and k.endswith(".attn.qkv.weight") for k in s):
-        raise CheckpointError(SVT_REFUSAL.format(name=source.name))
     dims, hidden, srs = [], [], []
     for i in sorted(found):
         b = f"blocks.{i}.0."
         dims.append(int(s[b + "norm1.weight"].shape[0]))
         hidden.append(int(s[b + "mlp.fc1.weight"].shape[0]))
-        sr = s.get(b + "attn.sr.weight")
-        srs.append(1 if sr is None else int(sr.shape[-1]))
+        sr = [s[f"blocks.{i}.{j}.attn.sr.weight"] for j in sorted(found[i])
+              if f"blocks.{i}.{j}.attn.sr.weight" in s]  # fmt: skip
+        srs.append(int(sr[0].shape[-1]) if sr else 1)
     stem = s["patch_embeds.0.proj.weight"]
     down = s.get("patch_embeds.1.proj.weight")
     head = s.get("head.weight")
@@ -108,14 +113,15 @@ def _shape(source: Source) -> dict[str, Any]:
         mlp_dwconv=False,
         pos_conv=True,
         stage_norms=False,
+        svt="blocks.0.0.attn.qkv.weight" in s,  # grouped attention: windows the weights don't say
     )
 
 
 def recognised(shape: dict[str, Any]) -> str | None:
     """The timm name whose tensors these are (depths, widths, MLP widths), or None."""
-    for name, depths in KNOWN.items():
-        if (depths, _DIMS, _HIDDEN) == (
-            shape["depths"], shape["dims"], shape["mlp_hidden_dims"],
+    for name, (depths, dims, hidden, _heads, windows) in KNOWN.items():
+        if (depths, dims, hidden, bool(windows)) == (
+            shape["depths"], shape["dims"], shape["mlp_hidden_dims"], shape["svt"],
         ):  # fmt: skip
             return name
     return None
@@ -135,10 +141,12 @@ def from_timm(name: str, args: dict[str, Any]) -> dict[str, Any]:
     if type(model).__name__ != "Twins":
         raise CheckpointError(f"timm's {name} is a {type(model).__name__}, not a Twins")
     first = model.blocks[0][0]
-    if type(first.attn).__name__ != "GlobalSubSampleAttn":
-        raise CheckpointError(SVT_REFUSAL.format(name=f"timm's {name}"))
+    grouped = [getattr(stage[0].attn, "ws", 1) for stage in model.blocks]
+    if type(first.attn).__name__ not in ("GlobalSubSampleAttn", "LocallyGroupedAttn"):
+        raise CheckpointError(f"timm's {name} has {type(first.attn).__name__} attention")
     return dict(
         heads=tuple(int(stage[0].attn.num_heads) for stage in model.blocks),
+        windows=tuple(int(w) for w in grouped) if max(grouped) > 1 else (),
         norm_eps=float(first.norm1.eps),
         embed_eps=float(model.patch_embeds[0].norm.eps),
     )
@@ -148,23 +156,29 @@ def _settings(
     source: Source, shape: dict[str, Any], name: str | None, args: dict[str, Any]
 ) -> dict[str, Any]:
     """What the weights don't say, from timm, its definitions, or ``stage_heads``."""
-    if name and name.startswith("twins_svt"):
-        raise CheckpointError(SVT_REFUSAL.format(name=f"timm's {name}"))
     if name and timm_version() is not None:
         return from_timm(name, args)
     if name in KNOWN:
-        heads = args.get("num_heads", HEADS)
-        return {"heads": tuple(heads) if isinstance(heads, (list, tuple)) else (heads,) * 4}
+        heads = args.get("num_heads", KNOWN[name][3])
+        windows = args.get("wss", KNOWN[name][4])
+        return {
+            "heads": tuple(heads) if isinstance(heads, (list, tuple)) else (heads,) * 4,
+            "windows": tuple(windows or ()),
+        }
     if name:
         raise CheckpointError(f"{source.name}: install timm to open {name}.")
-    if "heads" in source.user:
-        return {}  # the user's stage_heads (see ``convert``)
+    if "heads" in source.user and (not shape["svt"] or "windows" in source.user):
+        return {}  # the user's stage_heads (see ``convert``) and windows
     example = [max(1, d // 64) for d in shape["dims"]]
     raise MissingSettingsError(
-        f"{source.name} looks like {LOOKS_LIKE}, but its tensors are none of timm's twins_pcpvt "
-        f"names and the weights don't say the head counts. Give the timm name with --arch NAME, "
-        f'or the heads per stage in {source.sidecar_name}, e.g. {{"stage_heads": {example}}}.',
-        {"stage_heads": example},
+        f"{source.name} looks like {LOOKS_LIKE}, but its tensors are none of timm's twins "
+        f"names and the weights don't say the head counts"
+        + (" or the window sides" if shape["svt"] else "")
+        + f". Give the timm name with --arch NAME, or the heads per stage in "
+        f'{source.sidecar_name}, e.g. {{"stage_heads": {example}'
+        + (', "windows": [7, 7, 7, 7]' if shape["svt"] else "")
+        + "}.",
+        {"stage_heads": example, **({"windows": [7, 7, 7, 7]} if shape["svt"] else {})},
     )
 
 
@@ -187,6 +201,23 @@ def renamed(state: dict[str, Tensor], stages: int) -> dict[str, Tensor]:
     return out
 
 
+def _whole_windows(source: Source, cfg: Any) -> None:
+    """Refuse a Twins-SVT whose input size gives a stage grid that is not whole windows."""
+    H, W = (v // cfg.patch_size for v in cfg.image_size)
+    for s in range(cfg.num_stages):
+        if s:
+            H, W = H // cfg.down_stride, W // cfg.down_stride
+        ws = cfg.window(s, 0)
+        if ws and (H % ws or W % ws):
+            raise CheckpointError(
+                f"{source.name}: at its input size {cfg.image_size[0]}×{cfg.image_size[1]} "
+                f"stage {s + 1}'s {H}×{W} tokens are not whole {ws}×{ws} windows, and timm pads "
+                f"them with tokens whose keys take part, which vitviz does not model (set an "
+                f"image_size whose stage grids are whole windows, e.g. 224, in "
+                f"{source.sidecar_name})"
+            )
+
+
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
@@ -202,10 +233,11 @@ def convert(source: Source) -> Conversion:
         if name is not None:
             notes.append(
                 f"recognised as timm's {name} from its tensors (heads "
-                f"{'-'.join(map(str, HEADS))} as timm defines it; set stage_heads in "
+                f"{'-'.join(map(str, KNOWN[name][3]))} as timm defines it; set stage_heads in "
                 f"{source.sidecar_name} or --arch for another)"
             )
     inferred = dict(shape)
+    del inferred["svt"]
     inferred.update(_settings(source, shape, name, {} if user_arch else args))
     size = pretrained.get("input_size")
     if isinstance(size, (list, tuple)) and len(size) == 3:
@@ -228,17 +260,26 @@ def convert(source: Source) -> Conversion:
         preprocessing=prep,
         notes=notes,
     )
+    _whole_windows(source, conversion.config)
     if isinstance(name, str):  # timm's own model of that name checks ours
         conversion.reference = Reference("timm", name, {} if user_arch else dict(args))
     return conversion
 
 
 def twins_parts(cfg: Any) -> tuple[str, ...]:
-    """The model info's words for a Twins-PCPVT's parts (config ``cfg``)."""
+    """The model info's words for a Twins' parts (config ``cfg``)."""
+    sra = "spatial-reduction attention (keys and values from a strided conv + LayerNorm)"
+    attention = (
+        f"{sra}, alternating with attention within windows of "
+        f"{'-'.join(map(str, cfg.windows))} tokens (blocks 1, 3, … of each stage; shown "
+        "block-diagonal over the grid)"
+        if cfg.windows
+        else sra
+    )
     return (
         f"non-overlapping conv patch embedding (stride {cfg.patch_size}, then "
         f"{cfg.down_stride} per stage), LayerNorm",
-        "spatial-reduction attention (keys and values from a strided conv + LayerNorm)",
+        attention,
         "pre-norm blocks, LayerNorm eps 1e-6",
         "plain MLP (fc1, GELU, fc2)",
         "a position convolution (x + depthwise 3×3 conv) after each stage's first block; "
@@ -253,12 +294,13 @@ FAMILY = Family(
     detect,
     convert,
     info=FamilyInfo(
-        label="timm Twins-PCPVT",
-        names="twins_pcpvt_small, twins_pcpvt_base, twins_pcpvt_large (twins_svt_* refused)",
+        label="timm Twins",
+        names="twins_pcpvt_small … _large, twins_svt_small … _large",
         forms="state dict (.pth, .safetensors); timm folder",
         parts=(
             "non-overlapping Conv2d patch embedding per stage",
             "spatial-reduction attention (strided conv)",
+            "attention within 7×7 windows every other block (SVT)",
             "pre-norm blocks",
             "plain MLP",
             "a depthwise 3×3 position conv after each stage's first block",
