@@ -151,7 +151,10 @@ def verdict(path: Path, x: torch.Tensor, ref_logits, ref_attn) -> tuple[str, str
         loaded = load_checkpoint(path)
     except CheckpointError as exc:
         return "refused", reason_of(str(exc))
-    rel, att = opened_errors(loaded, x, ref_logits, ref_attn)
+    try:
+        rel, att = opened_errors(loaded, x, ref_logits, ref_attn)
+    except ValueError as exc:  # it opened, and refuses this input (Twins-SVT: not whole windows)
+        return "refused", f"input: {reason_of(str(exc))}"
     wrong = rel > LOGITS_RTOL or (att is not None and att > ATTENTION_ATOL)
     att_text = "—" if att is None else f"{att:.1e}"
     return "OPEN-AND-WRONG" if wrong else "exact", f"{rel:.1e} / {att_text}"

@@ -235,10 +235,11 @@ def build_timm(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
 
 
 def _timm_blocks(model: nn.Module) -> list[nn.Module]:
-    """A timm model's attention blocks in order: ``blocks``, or those of its ``stages`` (PVT v2)."""
+    """A timm model's attention blocks in order: ``blocks`` (one list per stage: Twins), or
+    those of its ``stages`` (PVT v2)."""
     blocks = getattr(model, "blocks", None)
     if blocks is not None:
-        return list(blocks)
+        return [b for x in blocks for b in (x if isinstance(x, nn.ModuleList) else [x])]
     return [b for stage in getattr(model, "stages", []) for b in getattr(stage, "blocks", [])]
 
 

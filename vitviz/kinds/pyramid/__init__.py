@@ -1,6 +1,7 @@
-"""The pyramid ViT kind (PVT v2, Hiera): token grids that shrink from stage to stage; PVT v2's
-attention from every token to spatially reduced keys, Hiera's from 2 × 2 max-pooled queries
-(at a stage's first block) to the tokens of their mask unit (first stages) or to all.
+"""The pyramid ViT kind (PVT v2, Twins, Hiera): token grids that shrink from stage to stage;
+PVT v2's and Twins' attention from every token to spatially reduced keys (Twins-SVT's every
+other block within ws × ws windows), Hiera's from 2 × 2 max-pooled queries (at a stage's first
+block) to the tokens of their mask unit (first stages) or to all.
 
 ``KIND`` is what ``vitviz.kinds`` registers; the network, its checkpoint families, its analysis
 and its versions of the table's methods are the modules beside this one. vitviz does not train
@@ -65,8 +66,9 @@ class PyramidKind(StagedEngineMembers):
         keys = "linear SRA (keys pooled to 7×7)" if cfg.linear else (
             f"reductions {'-'.join(map(str, cfg.sr_ratios))}"
         )  # fmt: skip
+        name = ("Twins-SVT" if cfg.windows else "Twins-PCPVT") if cfg.pos_conv else "PVT v2"
         return (
-            f"PVT v2, widths {'-'.join(map(str, cfg.dims))}, "
+            f"{name}, widths {'-'.join(map(str, cfg.dims))}, "
             f"depths {'-'.join(map(str, cfg.depths))}, heads {'-'.join(map(str, cfg.heads))}, "
             f"{keys}"
         )
@@ -82,6 +84,10 @@ class PyramidKind(StagedEngineMembers):
             if cfg.linear
             else "spatial-reduction attention (keys and values from a strided conv + LayerNorm)"
         )
+        if cfg.pos_conv:
+            from vitviz.kinds.pyramid.families.timm_twins import twins_parts
+
+            return twins_parts(cfg)
         return (
             f"overlapping conv stem (kernel {cfg.stem_kernel}, stride {cfg.patch_size}), LayerNorm",
             attention,
@@ -96,9 +102,17 @@ class PyramidKind(StagedEngineMembers):
 
     @property
     def families(self) -> Sequence[Any]:
-        from vitviz.kinds.pyramid.families import hf_hiera, huggingface, timm, timm_hiera
+        from vitviz.kinds.pyramid.families import (
+            hf_hiera,
+            huggingface,
+            timm,
+            timm_hiera,
+            timm_twins,
+        )
 
-        return (timm.FAMILY, huggingface.FAMILY, timm_hiera.FAMILY, hf_hiera.FAMILY)
+        return (
+            timm.FAMILY, huggingface.FAMILY, timm_hiera.FAMILY, hf_hiera.FAMILY, timm_twins.FAMILY,
+        )  # fmt: skip
 
     def config_from_dict(self, data: dict[str, object]) -> PyramidConfig | HieraConfig:
         from vitviz.kinds.pyramid.config import PyramidConfig
@@ -152,7 +166,7 @@ class PyramidKind(StagedEngineMembers):
             LayerGrid(
                 grid=tuple(analysis.stage_grids[s]),
                 token_pixels=analysis.stage_pixels[s],
-                windows=w,  # a Hiera block's mask units, None where it attends globally
+                windows=w,  # a Hiera block's mask units (a Twins-SVT's windows), None: global
             )
             for s, w in zip(analysis.block_stages, windows, strict=True)
         )

@@ -10,14 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.pyramid.hiera_network import HieraViT
 from vitviz.kinds.pyramid.hiera_plan import hiera_plan
+from vitviz.kinds.pyramid.layers import window_ids
 from vitviz.kinds.pyramid.network import PyramidViT
-from vitviz.kinds.pyramid.reduction import Reduction, key_reduction, stage_reduction
+from vitviz.kinds.pyramid.reduction import Reduction, identity, key_reduction, stage_reduction
 from vitviz.kinds.pyramid.rollout import (
     PreparedPyramidRollout,
     fused_blocks,
@@ -103,19 +105,36 @@ def describe_keys(keys: Reduction, sr: int, linear: bool) -> str:
     return f"keys {h}×{w} (spatial reduction sr {sr}: a {sr}×{sr} conv of stride {sr})"
 
 
+def _svt_windows(cfg: Any, grids: list[tuple[int, int]], block_stages: list[int]) -> list | None:
+    """Per block the (H_s, W_s) int32 window ids of a Twins-SVT's grouped blocks (None: global);
+    None for a model without windows."""
+    if not cfg.windows:
+        return None
+    out = []
+    for b, s in enumerate(block_stages):
+        ws = cfg.window(s, b - block_stages.index(s))
+        out.append(window_ids(grids[s], ws).numpy().astype(np.int32) if ws else None)
+    return out
+
+
 def _pvt_plan(
     cfg: Any, grids: list[tuple[int, int]], block_stages: list[int]
 ) -> tuple[list[Reduction], list[str], list[Reduction]]:
     """A PVT v2's keys and their words per block, and its downsamplings between stages."""
     keys, words = [], []
-    for s in block_stages:
+    for b, s in enumerate(block_stages):
+        ws = cfg.window(s, b - block_stages.index(s))
+        if ws:  # Twins-SVT's grouped block: every token of its window is a key
+            keys.append(identity(grids[s]))
+            words.append(f"attention within {ws}×{ws} windows")
+            continue
         sr = cfg.sr_ratios[s]
         k = key_reduction(grids[s], sr, cfg.linear, cfg.pool_size)
         keys.append(k)
         words.append(describe_keys(k, sr, cfg.linear))
     stages = []
     for s in range(len(grids) - 1):
-        red = stage_reduction(grids[s], cfg.down_kernel, cfg.down_stride)
+        red = stage_reduction(grids[s], cfg.down_kernel, cfg.down_stride, cfg.embed_overlap)
         if red.coarse != grids[s + 1]:
             raise ValueError(
                 f"stage {s + 1}'s grid {grids[s + 1]} is not the downsampling of {grids[s]}"
@@ -168,10 +187,10 @@ def analyze_pyramid(
             grads = [g[0].detach() for g in torch.autograd.grad(logits[c], out.attentions)]
     grids = [tuple(g) for g in out.stage_grids]
     attentions = [a.detach() for a in out.attentions]
-    if isinstance(model, HieraViT):  # as computed (unrolled, per mask unit) -> over the grids
-        attentions = [model.grid_attention(b, a, grids[0]) for b, a in enumerate(attentions)]
-        if grads is not None:
-            grads = [model.grid_attention(b, g[None], grids[0])[0] for b, g in enumerate(grads)]
+    # as computed (Hiera: unrolled, per mask unit; Twins-SVT: per window) -> over the grids
+    attentions = [model.grid_attention(b, a, grids[0]) for b, a in enumerate(attentions)]
+    if grads is not None:
+        grads = [model.grid_attention(b, g[None], grids[0])[0] for b, g in enumerate(grads)]
     residuals = windows = None
     if isinstance(model, HieraViT):
         plan = hiera_plan(model, grids)
@@ -179,6 +198,7 @@ def analyze_pyramid(
         residuals, windows = plan.residuals, plan.windows
     else:
         keys, words, stages = _pvt_plan(cfg, grids, out.block_stages)
+        windows = _svt_windows(cfg, grids, out.block_stages)
     for a, k in zip(attentions, keys, strict=True):
         if a.shape[-1] != k.coarse[0] * k.coarse[1]:
             raise ValueError(f"attention {tuple(a.shape)} does not have the {k.coarse} keys")

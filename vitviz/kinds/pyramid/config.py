@@ -46,10 +46,16 @@ class PyramidConfig:
     scale_after: bool = (
         False  # captured scores (q·kᵀ)/√d (transformers) instead of (q/√d)·kᵀ (timm)
     )
+    # Twins-PCPVT's options (timm's twins_pcpvt_*); the defaults are PVT v2's
+    embed_overlap: bool = True  # patch embeddings pad kernel // 2; False: none (kernel = stride)
+    mlp_dwconv: bool = True  # the MLP's depthwise 3 × 3 conv; False: fc1, GELU, fc2
+    pos_conv: bool = False  # x + depthwise 3 × 3 conv(x) after each stage's first block (PEG)
+    stage_norms: bool = True  # a LayerNorm ends every stage; False: the last stage's only
+    windows: tuple[int, ...] = ()  # Twins-SVT: per stage ws, blocks 0, 2, … attend in ws × ws
 
     def __post_init__(self) -> None:
         self.image_size = _pair(self.image_size)
-        for name in ("dims", "depths", "heads", "sr_ratios", "mlp_hidden_dims"):
+        for name in ("dims", "depths", "heads", "sr_ratios", "mlp_hidden_dims", "windows"):
             setattr(self, name, tuple(int(v) for v in getattr(self, name)))
 
     @property
@@ -65,6 +71,11 @@ class PyramidConfig:
     def dim(self) -> int:
         """Width of the last stage (the features the head reads)."""
         return self.dims[-1]
+
+    def window(self, stage: int, block: int) -> int:
+        """The window side of block ``block`` of ``stage`` (Twins-SVT's even blocks), 0: global."""
+        ws = self.windows[stage] if self.windows else 0
+        return ws if ws > 1 and block % 2 == 0 else 0
 
     def stage_stride(self, stage: int) -> int:
         """Input pixels per side of a token of ``stage`` (the strides multiplied)."""
@@ -89,6 +100,8 @@ class PyramidConfig:
                 )
         if min(self.patch_size, self.in_channels, self.stem_kernel, self.down_kernel) < 1:
             raise ValueError("patch size, channels and kernels must be positive")
+        if self.windows and (len(self.windows) != S or min(self.windows) < 1):
+            raise ValueError("windows needs one positive window side per stage (or none)")
         if self.num_classes < 0 or self.pool_size < 1 or self.down_stride < 1:
             raise ValueError("classes must not be negative, pool size and stride positive")
 

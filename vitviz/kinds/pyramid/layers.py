@@ -1,5 +1,6 @@
 """Building blocks of a PVT v2: the overlapping patch embedding, spatial-reduction attention
-with explicit capture, the MLP with a depthwise convolution, the block.
+with explicit capture, the MLP with a depthwise convolution, the block; and Twins-PCPVT's plain
+MLP and position convolution (PEG).
 
 Token maps inside a stage are (B, N, D) with N = H·W row-major; the convolutions see them as
 (B, D, H, W).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -20,9 +22,12 @@ class OverlapPatchEmbed(nn.Module):
     """(B, C, H, W) -> (B, H', W', D): Conv2d (kernel k, stride s, padding k // 2), LayerNorm.
     H' = ⌊(H + 2·(k // 2) − k) / s⌋ + 1 (⌈H / s⌉ for an odd k)."""
 
-    def __init__(self, channels: int, dim: int, kernel: int, stride: int, eps: float) -> None:
+    def __init__(
+        self, channels: int, dim: int, kernel: int, stride: int, eps: float, overlap: bool = True
+    ) -> None:
         super().__init__()
-        self.proj = nn.Conv2d(channels, dim, kernel, stride=stride, padding=kernel // 2)
+        pad = kernel // 2 if overlap else 0  # Twins: kernel = stride, no padding
+        self.proj = nn.Conv2d(channels, dim, kernel, stride=stride, padding=pad)
         self.norm = nn.LayerNorm(dim, eps=eps)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -92,6 +97,71 @@ class SpatialReductionAttention(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(B, N, D)), attn
 
 
+class GroupedAttention(nn.Module):
+    """Twins-SVT's locally-grouped attention: every token attends to the tokens of its ws × ws
+    window (tiles of the grid from its top left). With ``capture`` the probabilities
+    softmax((q/√d)·kᵀ) are returned as computed, (B, windows, heads, ws², ws²), windows and
+    their tokens row-major. A grid that is not whole windows is refused: timm pads it with zero
+    tokens whose keys (the qkv bias) take part, and a row over the grid's tokens can't show them.
+    """
+
+    def __init__(self, config: PyramidConfig, stage: int, ws: int) -> None:
+        super().__init__()
+        dim = config.dims[stage]
+        self.heads = config.heads[stage]
+        self.head_dim = dim // self.heads
+        self.ws = ws
+        self.qkv = nn.Linear(dim, 3 * dim, bias=config.qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(
+        self, x: Tensor, grid: tuple[int, int], capture: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        B, N, D = x.shape
+        H, W = grid
+        ws = self.ws
+        if H % ws or W % ws:
+            raise ValueError(
+                f"a {H}×{W} token grid is not whole {ws}×{ws} windows: Twins-SVT pads it with "
+                f"tokens whose keys take part, which vitviz can't show (use an input whose stage "
+                f"grids are multiples of {ws}, e.g. 224 px)"
+            )
+        h, w, t = H // ws, W // ws, ws * ws
+        win = x.reshape(B, h, ws, w, ws, D).transpose(2, 3)  # as timm lays it out: the same
+        qkv = self.qkv(win).reshape(B, h * w, t, 3, self.heads, self.head_dim)  # rounding
+        q, k, v = qkv.permute(3, 0, 1, 4, 2, 5)  # (B, windows, heads, t, d)
+        attn = None
+        if capture:
+            attn = ((q * self.head_dim**-0.5) @ k.transpose(-2, -1)).softmax(dim=-1)
+            out = attn @ v
+        else:
+            out = F.scaled_dot_product_attention(q, k, v)
+        out = out.transpose(2, 3).reshape(B, h, w, ws, ws, D).transpose(2, 3)
+        return self.proj(out.reshape(B, N, D)), attn
+
+
+def window_ids(grid: tuple[int, int], ws: int) -> Tensor:
+    """(H, W) the ws × ws window (row-major over windows) of each token of ``grid``."""
+    H, W = grid
+    rows = torch.arange(H) // ws
+    cols = torch.arange(W) // ws
+    return rows[:, None] * (W // ws) + cols[None, :]
+
+
+def windows_to_grid(attn: Tensor, grid: tuple[int, int], ws: int) -> Tensor:
+    """(B, windows, heads, t, t) grouped attention (or its gradient) -> (B, heads, N, N) over
+    the row-major grid, 0 between tokens of different windows."""
+    B, nw, heads, t, _ = attn.shape
+    H, W = grid
+    order = torch.arange(H * W, device=attn.device).reshape(H // ws, ws, W // ws, ws)
+    order = order.transpose(1, 2).reshape(nw, t)  # grid index of window n's token i
+    out = attn.new_zeros(B, heads, H * W, H * W)
+    rows = order[:, :, None].expand(nw, t, t)
+    cols = order[:, None, :].expand(nw, t, t)
+    out[:, :, rows, cols] = attn.permute(0, 2, 1, 3, 4)
+    return out
+
+
 class DepthwiseMlp(nn.Module):
     """fc1, (ReLU where ``linear``), depthwise 3 × 3 Conv2d over the grid, GELU, fc2."""
 
@@ -110,16 +180,52 @@ class DepthwiseMlp(nn.Module):
         return self.fc2(self.act(h.flatten(2).transpose(1, 2)))
 
 
+class PlainMlp(nn.Module):
+    """fc1, GELU, fc2 on (B, N, D) tokens (Twins': no depthwise conv; ``grid`` unused)."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: Tensor, grid: tuple[int, int]) -> Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class PosConv(nn.Module):
+    """Twins' position convolution (PEG): (B, N, D) -> x + depthwise 3 × 3 Conv2d(x) over the
+    grid (zero padding 1, with bias)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+
+    def forward(self, x: Tensor, grid: tuple[int, int]) -> Tensor:
+        B, _, D = x.shape
+        m = x.transpose(1, 2).reshape(B, D, *grid)
+        return (self.proj(m) + m).flatten(2).transpose(1, 2)
+
+
 class PyramidBlock(nn.Module):
     """x + attn(norm1(x)); x + mlp(norm2(x)) on (B, N, D) tokens of a grid."""
 
-    def __init__(self, config: PyramidConfig, stage: int, drop_path: float = 0.0) -> None:
+    def __init__(
+        self, config: PyramidConfig, stage: int, drop_path: float = 0.0, window: int = 0
+    ) -> None:
         super().__init__()
         dim = config.dims[stage]
         self.norm1 = nn.LayerNorm(dim, eps=config.norm_eps)
-        self.attn = SpatialReductionAttention(config, stage)
+        self.attn: nn.Module = (
+            GroupedAttention(config, stage, window)
+            if window
+            else SpatialReductionAttention(config, stage)
+        )
         self.norm2 = nn.LayerNorm(dim, eps=config.norm_eps)
-        self.mlp = DepthwiseMlp(dim, config.mlp_hidden_dims[stage], config.linear)
+        hidden = config.mlp_hidden_dims[stage]
+        self.mlp = (
+            DepthwiseMlp(dim, hidden, config.linear) if config.mlp_dwconv else PlainMlp(dim, hidden)
+        )
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(

@@ -41,7 +41,8 @@ NOT_HERE = {
 MISSING = {
     "transformer-attribution": "its LRP rules cover a ViT's blocks; vitviz has no rule for the "
     "spatial-reduction convolution, the depthwise MLP convolution or the downsampling between "
-    "stages (PVT v2), nor for the max-pooled queries and residual (Hiera)",
+    "stages (PVT v2), nor the position convolution (Twins), nor for the max-pooled queries and "
+    "residual (Hiera)",
     "dino-masks": "it reads a CLS token's attention, and a pyramid ViT has no CLS token",
     "grad-sam": "it averages every layer's query row over one grid of patches; a pyramid ViT's "
     "blocks attend over different grids",

@@ -4,7 +4,9 @@ Overlapping convolutional stem (kernel 7, stride 4, LayerNorm) -> stages; stage 
 with an overlapping downsampling (kernel 3, stride 2, LayerNorm); each stage's blocks use
 spatial-reduction attention (see ``layers``) and end in the stage's LayerNorm; the head reads
 the mean of the last stage's tokens. No CLS token, no position embedding (the depthwise
-convolution in the MLP gives positions).
+convolution in the MLP gives positions). Twins-PCPVT (config's Twins options): non-overlapping
+patch embeddings, a plain MLP, a position convolution after each stage's first block, one norm
+at the end.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from torch import Tensor, nn
 
 from vitviz.kinds.pyramid.config import PyramidConfig
-from vitviz.kinds.pyramid.layers import OverlapPatchEmbed, PyramidBlock
+from vitviz.kinds.pyramid.layers import OverlapPatchEmbed, PosConv, PyramidBlock, windows_to_grid
 
 
 @dataclass
@@ -39,14 +41,23 @@ class PyramidStage(nn.Module):
                 config.down_kernel,
                 config.down_stride,
                 config.embed_eps,
+                config.embed_overlap,
             )
             if stage > 0
             else None
         )
+        # Twins' PEG after the first block (None for a PVT v2)
+        self.pos_conv = PosConv(config.dims[stage]) if config.pos_conv else None
         self.blocks = nn.ModuleList(
-            PyramidBlock(config, stage, drop_paths[j]) for j in range(config.depths[stage])
+            PyramidBlock(config, stage, drop_paths[j], config.window(stage, j))
+            for j in range(config.depths[stage])
         )
-        self.norm = nn.LayerNorm(config.dims[stage], eps=config.norm_eps)
+        last = stage == config.num_stages - 1
+        self.norm = (
+            nn.LayerNorm(config.dims[stage], eps=config.norm_eps)
+            if config.stage_norms or last
+            else nn.Identity()  # Twins: only the last stage's tokens are normed
+        )
 
 
 class PyramidViT(nn.Module):
@@ -61,7 +72,7 @@ class PyramidViT(nn.Module):
         self.config = config
         self.patch_embed = OverlapPatchEmbed(
             config.in_channels, config.dims[0], config.stem_kernel, config.patch_size,
-            config.embed_eps,
+            config.embed_eps, config.embed_overlap,
         )  # fmt: skip
         total = config.depth
         rates = [config.drop_path_rate * i / max(total - 1, 1) for i in range(total)]
@@ -102,14 +113,32 @@ class PyramidViT(nn.Module):
             grid = (int(H), int(W))
             report.stage_grids.append(grid)
             t = x.reshape(B, H * W, D)
-            for block in stage.blocks:
+            for j, block in enumerate(stage.blocks):
                 t, attn = block(t, grid, capture_attention)
                 report.block_stages.append(s)
                 if attn is not None:
                     report.attentions.append(attn)
+                if j == 0 and stage.pos_conv is not None:
+                    t = stage.pos_conv(t, grid)  # Twins' PEG: not attention, no row of its own
             t = stage.norm(t)
             x = t.reshape(B, H, W, D)
         return t, report
+
+    def grid_attention(self, b: int, attn: Tensor, grid0: tuple[int, int]) -> Tensor:
+        """Block ``b``'s attention (or its gradient) as computed -> (B, heads, N, M) over its
+        stage's grid: a Twins-SVT window block's (B, windows, heads, t, t) made block-diagonal
+        (N × N); every other block's unchanged."""
+        cfg = self.config
+        s = sum(1 for d in range(cfg.num_stages) if sum(cfg.depths[: d + 1]) <= b)
+        ws = cfg.window(s, b - sum(cfg.depths[:s]))
+        if not ws:
+            return attn
+        H, W = grid0
+        k, st = cfg.down_kernel, cfg.down_stride
+        pad = k // 2 if cfg.embed_overlap else 0
+        for _ in range(s):
+            H, W = (H + 2 * pad - k) // st + 1, (W + 2 * pad - k) // st + 1
+        return windows_to_grid(attn, (H, W), ws)
 
     def forward_head(self, tokens: Tensor) -> Tensor:
         """(B, N, D) last stage's tokens -> (B, C) logits of their mean."""

@@ -111,11 +111,13 @@ def key_reduction(grid: tuple[int, int], sr: int, linear: bool, pool: int) -> Re
     )
 
 
-def stage_reduction(grid: tuple[int, int], kernel: int, stride: int) -> Reduction:
+def stage_reduction(
+    grid: tuple[int, int], kernel: int, stride: int, overlap: bool = True
+) -> Reduction:
     """The next stage's tokens on a stage's ``grid``: each reads the kernel × kernel tokens of
-    its downsampling convolution (padding kernel // 2 left out)."""
+    its downsampling convolution (padding kernel // 2 left out; none where not ``overlap``)."""
     H, W = grid
-    pad = kernel // 2
+    pad = kernel // 2 if overlap else 0
     return Reduction(
         intervals_matrix(*strided_intervals(H, kernel, stride, pad), H),
         intervals_matrix(*strided_intervals(W, kernel, stride, pad), W),

@@ -19,13 +19,18 @@ residual R_b (N_{s} × N_{s−1}) spreads each token evenly over the 2 × 2 toke
 - rollout:           Ã_b = rownorm(fuse_h(A_b)·K_b + R_b);            r ← r·Ã_b
 - relevance:         r ← r·R_b + r·Ā_b
 
-and no stage step D follows it. Hiera's mask-unit attention needs no step of its own: A_b is 0
-outside each query's mask unit. Between stages, a token
-of stage s+1 is made by the downsampling convolution from the k × k tokens of stage s it reads;
-D_s (N_{s+1} × N_s) spreads its weight evenly over them: r ← r·D_s. The start row is the
-uniform row over the last stage's tokens (the mean the head reads) or e_q of the last stage's
-token q; the blocks run from the last back to the first; the map is r over the first stage's
-grid, scaled to max 1 (rollouts) or min-max (relevance).
+and no stage step D follows it. Hiera's mask-unit attention (and Twins-SVT's ws × ws window
+attention) needs no step of its own: A_b is 0 outside each query's mask unit (window).
+Between stages, a token of stage s+1 is made by the downsampling convolution from the k × k
+tokens of stage s it reads; D_s (N_{s+1} × N_s) spreads its weight evenly over them:
+r ← r·D_s. The start row is the uniform row over the last stage's tokens (the mean the head
+reads) or e_q of the last stage's token q; the blocks run from the last back to the first; the
+map is r over the first stage's grid, scaled to max 1 (rollouts) or min-max (relevance).
+
+Token mixing outside attention is not a step: PVT v2's depthwise 3 × 3 convolution inside the
+MLP and Twins-PCPVT's position convolution (x + depthwise 3 × 3 conv(x) after a stage's first
+block) pass r unchanged, as every rollout passes the MLP (the methods follow attention and the
+residual only); transformer attribution, which would need a rule for them, is refused.
 
 Nothing N × N is built: a step costs O(N_s·M_b).
 """
