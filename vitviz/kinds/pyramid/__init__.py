@@ -53,7 +53,7 @@ class PyramidKind(StagedEngineMembers):
 
     ENGINE_DATA = "vitviz.kinds.pyramid.engine_data"  # its engine members (StagedEngineMembers)
     name = "pyramid"
-    label = "Pyramid ViT (PVT v2, Hiera)"
+    label = "Pyramid ViT (PVT v2, Twins, Hiera)"
 
     def owns(self, model: nn.Module) -> bool:
         return getattr(model, "model_kind", None) == self.name
