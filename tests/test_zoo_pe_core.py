@@ -162,7 +162,7 @@ def test_the_maps_start_from_the_probe_row(tmp_path: Path, case: str, photo_file
         torch.from_numpy(mean_maps[-1]).double(), want.mean(0), rtol=0, atol=1e-5
     )
     words = engine_data.words(P, True, engine_data._differing_probe_heads(a)).query_none
-    assert ("its 8 heads are not the layers'" in words) == (heads != a.num_heads)
+    assert ("the mean of its 8 heads" in words) == (heads != a.num_heads)
     if heads != a.num_heads:
         with pytest.raises(ValueError, match="8 heads, the layers 4"):
             a.rollout(heads=[0])

@@ -109,7 +109,7 @@ def words(a: PyramidAnalysis) -> ViewWords:
         layer="block",
         axis="block (stage.block)",
         head="head {head} of {heads}",
-        query_none="mean over every query token (the head's average pool)",
+        query_none="average pool (every token)",
         query_cell="point y {y:.0f}, x {x:.0f} px",
         title_query_none="query: mean over the tokens",
         title_query="query token ({trow}, {tcol}) of {th}×{tw}",
