@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from vitviz.checkpoints.assign import assign_exactly
+from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Source
 from vitviz.checkpoints.families.common import finish_kind
 from vitviz.kinds.pyramid.config import PyramidConfig
@@ -58,3 +59,22 @@ def build_pyramid(
     with torch.device("meta"):
         model = HieraViT(config) if hiera else PyramidViT(config)
     return assign_exactly(model, state, "Hiera model" if hiera else "PVT v2 model")
+
+
+def timm_on_meta(
+    name: str, args: Mapping[str, Any], class_name: str, label: str, drop: Sequence[str]
+) -> torch.nn.Module:
+    """timm's own ``name`` with the folder's ``args`` (less ``drop``), built on the meta device
+    to read its settings; CheckpointError when timm can't build it or it is no ``class_name``
+    (``label``: the words for that class)."""
+    import timm
+
+    kwargs = {k: v for k, v in args.items() if k not in drop}
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, **kwargs)
+    except Exception as exc:  # timm's own error: an unknown name, arguments it refuses
+        raise CheckpointError(f"timm can't build {name} ({type(exc).__name__}: {exc})") from exc
+    if type(model).__name__ != class_name:
+        raise CheckpointError(f"timm's {name} is a {type(model).__name__}, not a {label}")
+    return model

@@ -27,7 +27,7 @@ from vitviz.checkpoints.families.timm_arch import timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
-from vitviz.kinds.pyramid.families.common import finish_pyramid
+from vitviz.kinds.pyramid.families.common import finish_pyramid, timm_on_meta
 
 LOOKS_LIKE = "a timm PVT v2"
 _BLOCK = re.compile(r"stages\.(\d+)\.blocks\.(\d+)\.norm1\.weight$")
@@ -119,17 +119,9 @@ def recognised(shape: dict[str, Any]) -> str | None:
 
 def from_timm(name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Heads, eps, strides and pool size of timm's own ``name`` (built on the meta device)."""
-    import timm
-    import torch
-
-    kwargs = {k: v for k, v in args.items() if k not in ("pretrained", "img_size")}
-    try:
-        with torch.device("meta"):
-            model = timm.create_model(name, pretrained=False, **kwargs)
-    except Exception as exc:  # timm's own error: an unknown name, arguments it refuses
-        raise CheckpointError(f"timm can't build {name} ({type(exc).__name__}: {exc})") from exc
-    if type(model).__name__ != "PyramidVisionTransformerV2":
-        raise CheckpointError(f"timm's {name} is a {type(model).__name__}, not a PVT v2")
+    model = timm_on_meta(
+        name, args, "PyramidVisionTransformerV2", "PVT v2", ("pretrained", "img_size")
+    )
     stages = list(model.stages)
     first = stages[0].blocks[0]
     pool = first.attn.pool

@@ -28,7 +28,7 @@ from vitviz.checkpoints.families.timm_arch import timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
-from vitviz.kinds.pyramid.families.common import finish_pyramid
+from vitviz.kinds.pyramid.families.common import finish_pyramid, timm_on_meta
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
 
 LOOKS_LIKE = "a timm Hiera"
@@ -119,17 +119,7 @@ def recognised(shape: dict[str, Any]) -> str | None:
 
 def from_timm(name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Heads, mask-unit stages, q-stride, mask unit, stem and eps of timm's own ``name``."""
-    import timm
-    import torch
-
-    kwargs = {k: v for k, v in args.items() if k not in ("pretrained",)}
-    try:
-        with torch.device("meta"):
-            model = timm.create_model(name, pretrained=False, **kwargs)
-    except Exception as exc:  # timm's own error: an unknown name, arguments it refuses
-        raise CheckpointError(f"timm can't build {name} ({type(exc).__name__}: {exc})") from exc
-    if type(model).__name__ != "Hiera":
-        raise CheckpointError(f"timm's {name} is a {type(model).__name__}, not a Hiera")
+    model = timm_on_meta(name, args, "Hiera", "Hiera", ("pretrained",))
     if model.q_pool != len(model.stage_ends) - 1:
         steps = len(model.stage_ends) - 1
         raise CheckpointError(

@@ -29,7 +29,7 @@ from vitviz.checkpoints.families.timm_arch import timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
-from vitviz.kinds.pyramid.families.common import finish_pyramid
+from vitviz.kinds.pyramid.families.common import finish_pyramid, timm_on_meta
 
 LOOKS_LIKE = "a timm Twins"
 _BLOCK = re.compile(r"blocks\.(\d+)\.(\d+)\.norm1\.weight$")
@@ -129,17 +129,7 @@ def recognised(shape: dict[str, Any]) -> str | None:
 
 def from_timm(name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Heads and eps of timm's own ``name`` (built on the meta device)."""
-    import timm
-    import torch
-
-    kwargs = {k: v for k, v in args.items() if k not in ("pretrained", "img_size")}
-    try:
-        with torch.device("meta"):
-            model = timm.create_model(name, pretrained=False, **kwargs)
-    except Exception as exc:  # timm's own error: an unknown name, arguments it refuses
-        raise CheckpointError(f"timm can't build {name} ({type(exc).__name__}: {exc})") from exc
-    if type(model).__name__ != "Twins":
-        raise CheckpointError(f"timm's {name} is a {type(model).__name__}, not a Twins")
+    model = timm_on_meta(name, args, "Twins", "Twins", ("pretrained", "img_size"))
     first = model.blocks[0][0]
     grouped = [getattr(stage[0].attn, "ws", 1) for stage in model.blocks]
     if type(first.attn).__name__ not in ("GlobalSubSampleAttn", "LocallyGroupedAttn"):
