@@ -388,6 +388,22 @@ def _probe_gradient(trace: _Trace, grad: Tensor, n: int, start: int) -> Tensor:
     return out
 
 
+def require_classifier_in_eval(model: nn.Module) -> None:
+    """ValueError (one line) for a model without a classification head or in training mode:
+    what every kind's transformer attribution asks first."""
+    if model.config.num_classes == 0:
+        raise ValueError("this model has no classification head: transformer attribution needs one")
+    if model.training:
+        raise ValueError("put the model in eval mode (model.eval()) for transformer attribution")
+
+
+def one_hot_relevance(logits: Tensor, c: Tensor) -> Tensor:
+    """(B, C) logits, (B,) classes -> the relevance the propagation starts from: 1 at c."""
+    r = torch.zeros_like(logits)
+    r.scatter_(1, c[:, None], 1.0)
+    return r
+
+
 def attention_relevance(
     model: nn.Module, x: Tensor, target: int | Tensor | None = None
 ) -> AttributionResult:
@@ -400,10 +416,7 @@ def attention_relevance(
     blocks = getattr(model, "blocks", None)
     if blocks is None or not hasattr(model, "embed"):
         raise ValueError("transformer attribution needs vitviz's own ViT (its blocks and head)")
-    if model.config.num_classes == 0:
-        raise ValueError("this model has no classification head: transformer attribution needs one")
-    if model.training:
-        raise ValueError("put the model in eval mode (model.eval()) for transformer attribution")
+    require_classifier_in_eval(model)
     with torch.enable_grad():
         x = x.detach().requires_grad_(True)
         trace = _forward(model, x)
@@ -413,8 +426,7 @@ def attention_relevance(
         grads = list(torch.autograd.grad(y, [bt.attn for bt in trace.blocks] + pool))
         g_pool = grads.pop() if pool else None
     with torch.no_grad():  # the graph is spent; the trace's tensors are only read from here
-        r_logits = torch.zeros_like(trace.logits)
-        r_logits.scatter_(1, c[:, None], 1.0)
+        r_logits = one_hot_relevance(trace.logits, c)
         r, probe = _head_relprop(model, trace, r_logits)
         relevances: list[Tensor] = []
         for block, bt in zip(reversed(model.blocks), reversed(trace.blocks), strict=True):

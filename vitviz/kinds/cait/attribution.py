@@ -45,6 +45,8 @@ from vitviz.explain.attribution import (
     fork_rule,
     linear_rule,
     matmul_rule,
+    one_hot_relevance,
+    require_classifier_in_eval,
     safe_divide,
 )
 from vitviz.explain.targets import target_classes
@@ -261,10 +263,7 @@ def cait_attention_relevance(
     """
     if getattr(model, "model_kind", None) != "cait" or not hasattr(model, "embed"):
         raise ValueError("CaiT transformer attribution needs vitviz's own CaiT (its blocks)")
-    if model.config.num_classes == 0:
-        raise ValueError("this model has no classification head: transformer attribution needs one")
-    if model.training:
-        raise ValueError("put the model in eval mode (model.eval()) for transformer attribution")
+    require_classifier_in_eval(model)
     S = model.config.self_depth
     with torch.enable_grad():
         x = x.detach().requires_grad_(True)
@@ -274,8 +273,7 @@ def cait_attention_relevance(
         mats = [t.attn for t in trace.self_blocks] + [t.attn for t in trace.class_blocks]
         grads = torch.autograd.grad(y, mats)
     with torch.no_grad():
-        r_logits = torch.zeros_like(trace.logits)
-        r_logits.scatter_(1, c[:, None], 1.0)
+        r_logits = one_hot_relevance(trace.logits, c)
         tokens = trace.tokens
         r_head = linear_rule(tokens[:, 0], model.head.weight, r_logits)  # the final norm: unchanged
         r = torch.zeros_like(tokens)

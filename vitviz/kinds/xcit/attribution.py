@@ -57,6 +57,8 @@ from vitviz.explain.attribution import (
     fork_rule,
     linear_rule,
     matmul_rule,
+    one_hot_relevance,
+    require_classifier_in_eval,
     safe_divide,
 )
 from vitviz.explain.targets import target_classes
@@ -178,10 +180,7 @@ def xcit_relevance(
     """
     if getattr(model, "model_kind", None) != "xcit" or not hasattr(model, "patches"):
         raise ValueError("XCiT transformer attribution needs vitviz's own XCiT (its blocks)")
-    if model.config.num_classes == 0:
-        raise ValueError("this model has no classification head: transformer attribution needs one")
-    if model.training:
-        raise ValueError("put the model in eval mode (model.eval()) for transformer attribution")
+    require_classifier_in_eval(model)
     with torch.enable_grad():
         x = x.detach().requires_grad_(True)
         trace = _forward(model, x)
@@ -189,8 +188,7 @@ def xcit_relevance(
         y = trace.logits.gather(1, c[:, None]).sum()
         grads = torch.autograd.grad(y, [ct.attn for ct in trace.blocks])
     with torch.no_grad():
-        r_logits = torch.zeros_like(trace.logits)
-        r_logits.scatter_(1, c[:, None], 1.0)
+        r_logits = one_hot_relevance(trace.logits, c)
         tokens = trace.tokens
         r_head = linear_rule(tokens[:, 0], model.head.weight, r_logits)  # the final norm: unchanged
         r = torch.zeros_like(tokens)
