@@ -192,3 +192,36 @@ def library_block_relevances(layers, hidden, r):
         r = r_h + r_x1
         rel.insert(0, r_A)
     return rel
+
+
+# -- pieces the CaiT's and the XCiT's reference networks share ------------------------------------
+
+
+def keep_gradient(module):
+    """A tensor hook that keeps the gradient on ``module.attn_gradients``."""
+
+    def hook(grad):
+        module.attn_gradients = grad
+
+    return hook
+
+
+class RefMlp(nn.Module):
+    """fc1, GELU, fc2 of the authors' modules."""
+
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = RLinear(dim, hidden), RGELU(), RLinear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+    def relprop(self, R, alpha):
+        return self.fc1.relprop(self.act.relprop(self.fc2.relprop(R, alpha), alpha), alpha)
+
+
+def assert_close_scaled(mine, theirs, what):
+    """Equal to 1e-9 of the reference's largest value (which must not be 0)."""
+    scale = float(theirs.abs().max())
+    assert scale > 1e-6, f"{what}: nothing to compare"
+    torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9 * scale, msg=what)

@@ -17,15 +17,17 @@ import pytest
 import timm
 import torch
 from lrp_reference import (
-    RGELU,
     RAdd,
     RClone,
     RConv2d,
+    RefMlp,
     REinsum,
     RIndexSelect,
     RLayerNorm,
     RLinear,
     RSoftmax,
+    assert_close_scaled,
+    keep_gradient,
 )
 from torch import nn
 from zoo_helpers import images, randomize_
@@ -37,25 +39,6 @@ from vitviz.pipeline.analysis import analyze
 
 ARGS = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, depth_token_only=2, num_heads=4)
 GRID, P, S, L = (4, 4), 16, 2, 4
-
-
-def _keep_gradient(module):
-    def hook(grad):
-        module.attn_gradients = grad
-
-    return hook
-
-
-class RefMlp(nn.Module):
-    def __init__(self, dim, hidden):
-        super().__init__()
-        self.fc1, self.act, self.fc2 = RLinear(dim, hidden), RGELU(), RLinear(hidden, dim)
-
-    def forward(self, x):
-        return self.fc2(self.act(self.fc1(x)))
-
-    def relprop(self, R, alpha):
-        return self.fc1.relprop(self.act.relprop(self.fc2.relprop(R, alpha), alpha), alpha)
 
 
 class RefTalkingHeads(nn.Module):
@@ -77,7 +60,7 @@ class RefTalkingHeads(nn.Module):
         mixed = self.proj_l(dots.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         attn = self.proj_w(self.softmax(mixed).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         self.attn = attn
-        attn.register_hook(_keep_gradient(self))
+        attn.register_hook(keep_gradient(self))
         return self.proj(self.matmul2([attn, qkv[2]]).transpose(1, 2).reshape(b, n, d))
 
     def relprop(self, R, alpha):
@@ -117,7 +100,7 @@ class RefClassAttn(nn.Module):
         v = self.v(u_v).reshape(b, n, h, d // h).transpose(1, 2)
         attn = self.softmax(self.matmul1([q, k]) * self.scale)
         self.attn = attn
-        attn.register_hook(_keep_gradient(self))
+        attn.register_hook(keep_gradient(self))
         return self.proj(self.matmul2([attn, v]).transpose(1, 2).reshape(b, 1, d))
 
     def relprop(self, R, alpha):
@@ -281,12 +264,6 @@ def models(tmp_path_factory):
     return timm_model, ref.eval(), ours, path
 
 
-def _close(mine, theirs, what):
-    scale = float(theirs.abs().max())
-    assert scale > 1e-6, f"{what}: nothing to compare"
-    torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9 * scale, msg=what)
-
-
 @pytest.mark.parametrize("target", [None, 2])
 def test_every_layer_and_the_map_equal_the_reference_float64(models, target):
     timm_model, ref, ours, _ = models
@@ -306,13 +283,13 @@ def test_every_layer_and_the_map_equal_the_reference_float64(models, target):
     for layer, ((r_a, g), mine_r, mine_g) in enumerate(
         zip(layers, res.relevances, res.gradients, strict=True)
     ):
-        _close(mine_r, r_a, f"R_A of layer {layer}")
-        _close(mine_g, g, f"G of layer {layer}")
+        assert_close_scaled(mine_r, r_a, f"R_A of layer {layer}")
+        assert_close_scaled(mine_g, g, f"G of layer {layer}")
     for start_layer in (0, 1, S):
         for query, patch in ((0, None), (1 + 6, (1, 2))):
             want = reference_map(layers, query, start_layer)
             got = cait_transformer_attribution(ours, x, target, start_layer, patch)[0]
-            _close(got, want, f"map from layer {start_layer}, query {patch}")
+            assert_close_scaled(got, want, f"map from layer {start_layer}, query {patch}")
             assert want.std() > 0.01  # a map with structure, not a constant one
 
 

@@ -18,7 +18,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lrp_reference import RGELU, RAdd, RClone, REinsum, RIndexSelect, RLayerNorm, RLinear, RSoftmax
+from lrp_reference import (
+    RAdd,
+    RClone,
+    RefMlp,
+    REinsum,
+    RIndexSelect,
+    RLayerNorm,
+    RLinear,
+    RSoftmax,
+    assert_close_scaled,
+    keep_gradient,
+)
 from test_zoo_xcit import tiny_xcit
 from torch import nn
 from zoo_helpers import images
@@ -36,27 +47,8 @@ GRID, P, L, D, HEADS = (4, 4), 16, 2, 32, 4
 NAMES = {True: "xcit_tiny_12_p8_224", False: "xcit_nano_12_p8_224"}  # tokens_norm: timm's names
 
 
-def _keep_gradient(module):
-    def hook(grad):
-        module.attn_gradients = grad
-
-    return hook
-
-
 def _rows(n):
     return torch.tensor([0]), torch.arange(1, n)
-
-
-class RefMlp(nn.Module):
-    def __init__(self, dim, hidden):
-        super().__init__()
-        self.fc1, self.act, self.fc2 = RLinear(dim, hidden), RGELU(), RLinear(hidden, dim)
-
-    def forward(self, x):
-        return self.fc2(self.act(self.fc1(x)))
-
-    def relprop(self, R, alpha):
-        return self.fc1.relprop(self.act.relprop(self.fc2.relprop(R, alpha), alpha), alpha)
 
 
 class RefClassAttn(nn.Module):
@@ -79,7 +71,7 @@ class RefClassAttn(nn.Module):
         v = self.v(u_v).reshape(b, n, h, d // h).transpose(1, 2)
         attn = self.softmax(self.matmul1([q, k]) * self.scale)
         self.attn = attn
-        attn.register_hook(_keep_gradient(self))
+        attn.register_hook(keep_gradient(self))
         return self.proj(self.matmul2([attn, v]).transpose(1, 2).reshape(b, 1, d))
 
     def relprop(self, R, alpha):
@@ -226,12 +218,6 @@ def models(request, tmp_path_factory):
     return timm_model, ref.eval(), ours, path, config
 
 
-def _close(mine, theirs, what):
-    scale = float(theirs.abs().max())
-    assert scale > 1e-6, f"{what}: nothing to compare"
-    torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9 * scale, msg=what)
-
-
 @pytest.mark.parametrize("target", [None, 2])
 def test_every_layer_and_the_map_equal_the_reference_float64(models, target):
     timm_model, ref, ours, _, _ = models
@@ -250,7 +236,7 @@ def test_every_layer_and_the_map_equal_the_reference_float64(models, target):
     res, mine_in = xcit_relevance(ours, x, target)
     # at the stage's input: the patches' rules too (their doubling, their own normed tokens in
     # the branch, k's and v's forks), which reach R_A only through the adds' rescaling
-    _close(mine_in, r_in, "relevance at the class-attention stage's input")
+    assert_close_scaled(mine_in, r_in, "relevance at the class-attention stage's input")
     assert float(r_in[:, 1:].abs().sum()) > 0.1 * float(r_in.abs().sum())  # the patches' share
     torch.testing.assert_close(res.logits, logits.detach(), rtol=0, atol=1e-12)
     assert int(res.target) == c and res.num_prefix_tokens == 1 and res.grid == GRID
@@ -258,12 +244,12 @@ def test_every_layer_and_the_map_equal_the_reference_float64(models, target):
     for layer, ((r_a, g), mine_r, mine_g) in enumerate(
         zip(layers, res.relevances, res.gradients, strict=True)
     ):
-        _close(mine_r, r_a, f"R_A of layer {layer}")
-        _close(mine_g, g, f"G of layer {layer}")
+        assert_close_scaled(mine_r, r_a, f"R_A of layer {layer}")
+        assert_close_scaled(mine_g, g, f"G of layer {layer}")
     for start_layer in range(L):
         want = reference_map(layers, start_layer)
         got = xcit_transformer_attribution(ours, x, target, start_layer)[0]
-        _close(got, want, f"map from layer {start_layer}")
+        assert_close_scaled(got, want, f"map from layer {start_layer}")
         assert want.std() > 0.01  # a map with structure, not a constant one
 
 
