@@ -3,7 +3,7 @@ settings."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -78,3 +78,44 @@ def timm_on_meta(
     if type(model).__name__ != class_name:
         raise CheckpointError(f"timm's {name} is a {type(model).__name__}, not a {label}")
     return model
+
+
+def timm_name(
+    source: Source,
+    shape: dict[str, Any],
+    recognise: Callable[[dict[str, Any]], str | None],
+    defines: Callable[[str], str],
+) -> tuple[str | None, bool, list[str]]:
+    """The timm architecture a pyramid's file is: the user's ``arch``, the folder's
+    ``architecture``, or (with no head counts given) the name ``recognise`` finds for its tensor
+    ``shape``, with a note naming what timm ``defines`` for it. Returns (name or None, whether
+    the user named it, notes). The user's ``stage_heads`` become the shared settings' ``heads``."""
+    if "stage_heads" in source.user:  # "heads" is a ViT's one number in the shared settings check
+        source.user["heads"] = source.user.pop("stage_heads")
+    user_arch = source.user.pop("arch", None)
+    name = user_arch or (source.timm_config or {}).get("architecture")
+    notes: list[str] = []
+    if name is None and "heads" not in source.user:
+        name = recognise(shape)
+        if name is not None:
+            notes.append(
+                f"recognised as timm's {name} from its tensors ({defines(name)}; set stage_heads "
+                f"in {source.sidecar_name} or --arch for another)"
+            )
+    return name, user_arch is not None, notes
+
+
+def timm_image_size(
+    source: Source, pretrained: Mapping[str, Any], label: str, notes: list[str]
+) -> tuple[int, int]:
+    """(H, W) from timm's ``pretrained_cfg`` input size, else 224 with a note in ``notes``
+    (``label``: whose default it is) unless the user set one."""
+    size = pretrained.get("input_size")
+    if isinstance(size, (list, tuple)) and len(size) == 3:
+        return (int(size[1]), int(size[2]))
+    if "image_size" not in source.user:
+        notes.append(
+            f"image size 224 assumed (timm's {label} default; any size divisible by the "
+            f"stem's stride works; set image_size in {source.sidecar_name} for another)"
+        )
+    return (224, 224)

@@ -28,7 +28,11 @@ from vitviz.checkpoints.families.timm_arch import timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
-from vitviz.kinds.pyramid.families.common import finish_pyramid, timm_on_meta
+from vitviz.kinds.pyramid.families.common import (
+    finish_pyramid,
+    timm_name,
+    timm_on_meta,
+)
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
 
 LOOKS_LIKE = "a timm Hiera"
@@ -199,20 +203,13 @@ def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
-    notes: list[str] = []
     shape = _shape(source)
-    if "stage_heads" in source.user:
-        source.user["heads"] = source.user.pop("stage_heads")
-    user_arch = source.user.pop("arch", None)
-    name = user_arch or cfg.get("architecture")
-    if name is None and "heads" not in source.user:
-        name = recognised(shape)
-        if name is not None:
-            notes.append(
-                f"recognised as timm's {name} from its tensors (its heads, mask units and "
-                f"q-stride as timm defines them; set stage_heads in {source.sidecar_name} or "
-                "--arch for another)"
-            )
+    name, user_arch, notes = timm_name(
+        source,
+        shape,
+        recognised,
+        lambda _: "its heads, mask units and q-stride as timm defines them",
+    )
     inferred = dict(shape)
     inferred.update(_settings(source, shape, name, {} if user_arch else args))
     tokens = None if shape["abs_win_pos"] else int(source.state["pos_embed"].shape[1])

@@ -29,7 +29,12 @@ from vitviz.checkpoints.families.timm_arch import timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
-from vitviz.kinds.pyramid.families.common import finish_pyramid, timm_on_meta
+from vitviz.kinds.pyramid.families.common import (
+    finish_pyramid,
+    timm_image_size,
+    timm_name,
+    timm_on_meta,
+)
 
 LOOKS_LIKE = "a timm Twins"
 _BLOCK = re.compile(r"blocks\.(\d+)\.(\d+)\.norm1\.weight$")
@@ -212,33 +217,17 @@ def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
-    notes: list[str] = []
     shape = _shape(source)
-    if "stage_heads" in source.user:  # "heads" is a ViT's one number in the shared settings check
-        source.user["heads"] = source.user.pop("stage_heads")
-    user_arch = source.user.pop("arch", None)
-    name = user_arch or cfg.get("architecture")
-    if name is None and "heads" not in source.user:
-        name = recognised(shape)
-        if name is not None:
-            notes.append(
-                f"recognised as timm's {name} from its tensors (heads "
-                f"{'-'.join(map(str, KNOWN[name][3]))} as timm defines it; set stage_heads in "
-                f"{source.sidecar_name} or --arch for another)"
-            )
+    name, user_arch, notes = timm_name(
+        source,
+        shape,
+        recognised,
+        lambda found: f"heads {'-'.join(map(str, KNOWN[found][3]))} as timm defines it",
+    )
     inferred = dict(shape)
     del inferred["svt"]
     inferred.update(_settings(source, shape, name, {} if user_arch else args))
-    size = pretrained.get("input_size")
-    if isinstance(size, (list, tuple)) and len(size) == 3:
-        inferred["image_size"] = (int(size[1]), int(size[2]))
-    else:
-        inferred["image_size"] = (224, 224)
-        if "image_size" not in source.user:
-            notes.append(
-                "image size 224 assumed (timm's Twins default; any size divisible by the "
-                f"stem's stride works; set image_size in {source.sidecar_name} for another)"
-            )
+    inferred["image_size"] = timm_image_size(source, pretrained, "Twins", notes)
     prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
     notes += prep_notes
     conversion = finish_pyramid(
