@@ -12,7 +12,8 @@ from torch import Tensor
 from vitviz.checkpoints.assign import assign_exactly
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Source
-from vitviz.checkpoints.families.common import finish_kind
+from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, finish_kind
+from vitviz.checkpoints.preprocessing import hf_preprocessing
 from vitviz.kinds.pyramid.config import PyramidConfig
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
 from vitviz.kinds.pyramid.hiera_network import HieraViT
@@ -119,3 +120,22 @@ def timm_image_size(
             f"stem's stride works; set image_size in {source.sidecar_name} for another)"
         )
     return (224, 224)
+
+
+def hf_pyramid_preprocessing(
+    source: Source, image: tuple[int, int], resample: int, notes: list[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """A transformers pyramid's preprocessing (``hf_preprocessing``) from its
+    preprocessor_config.json, or, without one, ImageNet mean and std at the model's ``image``
+    size with PIL ``resample`` (its image processor's default) and a note in ``notes``."""
+    proc = source.preprocessor
+    if proc is None:
+        proc = {
+            "do_resize": True,
+            "size": {"height": image[0], "width": image[1]},
+            "resample": resample,
+            "image_mean": IMAGENET_MEAN,
+            "image_std": IMAGENET_STD,
+        }
+        notes.append("no preprocessor_config.json: ImageNet mean and std at the model's size")
+    return hf_preprocessing(proc, image)

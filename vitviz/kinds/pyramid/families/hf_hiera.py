@@ -27,11 +27,10 @@ from typing import Any
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker
+from vitviz.checkpoints.families.common import Taker
 from vitviz.checkpoints.labels import names_from_id2label
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import hf_preprocessing
-from vitviz.kinds.pyramid.families.common import finish_pyramid
+from vitviz.kinds.pyramid.families.common import finish_pyramid, hf_pyramid_preprocessing
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
 
 LOOKS_LIKE = "a Hugging Face Hiera"
@@ -176,17 +175,7 @@ def convert(source: Source) -> Conversion:
         expand_proj=True,  # transformers' widening block always has its proj Linear
     )
     notes: list[str] = []
-    proc = source.preprocessor
-    if proc is None:
-        proc = {
-            "do_resize": True,
-            "size": {"height": image[0], "width": image[1]},
-            "resample": 3,
-            "image_mean": IMAGENET_MEAN,
-            "image_std": IMAGENET_STD,
-        }
-        notes.append("no preprocessor_config.json: ImageNet mean and std at the model's size")
-    prep, prep_notes = hf_preprocessing(proc, image)
+    prep, prep_notes = hf_pyramid_preprocessing(source, image, 3, notes)
     conversion = finish_pyramid(
         source,
         family="huggingface-hiera",

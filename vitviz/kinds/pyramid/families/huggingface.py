@@ -24,11 +24,10 @@ from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker
+from vitviz.checkpoints.families.common import Taker
 from vitviz.checkpoints.labels import names_from_id2label
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import hf_preprocessing
-from vitviz.kinds.pyramid.families.common import finish_pyramid
+from vitviz.kinds.pyramid.families.common import finish_pyramid, hf_pyramid_preprocessing
 
 LOOKS_LIKE = "a Hugging Face PVT v2"
 _STEM = "encoder.layers.0.patch_embedding.proj.weight"
@@ -177,17 +176,7 @@ def convert(source: Source) -> Conversion:
         int(d * r) != h for d, r, h in zip(dims, ratios, inferred["mlp_hidden_dims"], strict=True)
     ):
         notes.append("the MLP widths are read from the weights (config.json's mlp_ratios differ)")
-    proc = source.preprocessor
-    if proc is None:
-        proc = {
-            "do_resize": True,
-            "size": {"height": image[0], "width": image[1]},
-            "resample": 2,
-            "image_mean": IMAGENET_MEAN,
-            "image_std": IMAGENET_STD,
-        }
-        notes.append("no preprocessor_config.json: ImageNet mean and std at the model's size")
-    prep, prep_notes = hf_preprocessing(proc, image)
+    prep, prep_notes = hf_pyramid_preprocessing(source, image, 2, notes)
     conversion = finish_pyramid(
         source,
         family="huggingface-pvt-v2",
