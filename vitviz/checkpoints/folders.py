@@ -1,14 +1,16 @@
 """Checkpoint folders (Hugging Face / timm: config.json + weights) and files beside a checkpoint.
 
 A folder holds ``config.json`` and one of model.safetensors, pytorch_model.bin or a sharded
-``*.index.json`` with its shards; ``preprocessor_config.json`` says how images are prepared.
+``*.index.json`` with its shards. How images are prepared is the image processor's: the
+``image_processor`` entry of ``processor_config.json`` (transformers 5 writes a processor's
+settings there) or ``preprocessor_config.json``, read in the order transformers reads them.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.reading import ACCEPTED, RawCheckpoint, read_checkpoint
@@ -82,16 +84,47 @@ def _read_sharded(index_path: Path) -> RawCheckpoint:
     return RawCheckpoint(state=state)
 
 
-def beside(path: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(config.json, preprocessor_config.json) of the folder a weights file or folder is in,
-    when config.json is a Hugging Face or timm model config; else (None, None)."""
+class Beside(NamedTuple):
+    """What a model folder says beside its weights."""
+
+    config: dict[str, Any] | None  # config.json (Hugging Face or timm)
+    preprocessor: dict[str, Any] | None  # the image processor's settings
+    found: str  # where those came from, or what was found instead (for notes)
+
+
+NO_PROCESSOR = "no preprocessor_config.json or processor_config.json"
+
+
+def read_image_processor(folder: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the image processor's settings, their origin) of a Hugging Face folder: the
+    ``image_processor`` object of ``processor_config.json`` first, as transformers reads it,
+    else ``preprocessor_config.json``; (None, what was found instead) without either."""
+    processor = read_json(folder / "processor_config.json")
+    nested = None if processor is None else processor.get("image_processor")
+    if nested is not None and not isinstance(nested, dict):
+        raise CheckpointError(
+            f"{folder.name}/processor_config.json: its image_processor is not a JSON object."
+        )
+    if nested is not None:
+        return nested, "processor_config.json's image_processor"
+    single = read_json(folder / "preprocessor_config.json")
+    if single is not None:
+        return single, "preprocessor_config.json"
+    if processor is not None:
+        return None, "no preprocessor_config.json, and processor_config.json has no image_processor"
+    return None, NO_PROCESSOR
+
+
+def beside(path: Path) -> Beside:
+    """config.json and the image processor of the folder a weights file or folder is in, when
+    config.json is a Hugging Face or timm model config; else nothing."""
     folder = path if path.is_dir() else path.parent
     try:
         cfg = read_json(folder / "config.json")
     except CheckpointError:
         if path.is_dir():
             raise
-        return None, None  # an unrelated config.json beside a file: not ours to judge
+        return Beside(None, None, NO_PROCESSOR)  # an unrelated config.json beside a file
     if cfg is None or not ("model_type" in cfg or "architecture" in cfg):
-        return None, None
-    return cfg, read_json(folder / "preprocessor_config.json")
+        return Beside(None, None, NO_PROCESSOR)
+    return Beside(cfg, *read_image_processor(folder))

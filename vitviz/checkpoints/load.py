@@ -16,7 +16,13 @@ import torch
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families import Family, Source, find_family
-from vitviz.checkpoints.folders import FOLDER_ACCEPTED, beside, read_folder
+from vitviz.checkpoints.folders import (
+    FOLDER_ACCEPTED,
+    NO_PROCESSOR,
+    Beside,
+    beside,
+    read_folder,
+)
 from vitviz.checkpoints.hub_paths import resolve_hub_reference
 from vitviz.checkpoints.library_check import check_or_refuse
 from vitviz.checkpoints.loaded import LoadedModel
@@ -117,14 +123,15 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
         loaded = load_native(raw.state, raw.metadata, raw.path)
         loaded.notes.extend(cast_notes)
         return loaded
-    folder_config, preprocessor = beside(p) if p.exists() else (None, None)
+    found = beside(p) if p.exists() else Beside(None, None, NO_PROCESSOR)
     source = Source(
         state=raw.state,
         path=p,
         extra=raw.extra,
         metadata=raw.metadata,
-        folder_config=folder_config,
-        preprocessor=preprocessor,
+        folder_config=found.config,
+        preprocessor=found.preprocessor,
+        preprocessor_found=found.found,
         user=user_settings(p, config),
     )
     keys = list(raw.state)

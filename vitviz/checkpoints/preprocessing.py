@@ -3,8 +3,9 @@
 - torchvision ViT weights: Resize(256) + CenterCrop(224), bilinear, ImageNet mean/std (the SWAG
   weights at 384/512/518: resize straight to the crop size, bicubic).
 - timm: ``pretrained_cfg`` (config.json): input_size, crop_pct, crop_mode, interpolation, mean, std.
-- Hugging Face: preprocessor_config.json: size, crop_size, do_center_crop, crop_pct, resample,
-  image_mean/std; ViT resizes straight to 224×224 ("squash").
+- Hugging Face: the image processor's settings (preprocessor_config.json, or transformers 5's
+  processor_config.json: folders.read_image_processor): size, crop_size, do_center_crop,
+  crop_pct, resample, image_mean/std; ViT resizes straight to 224×224 ("squash").
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ DINO_DEFAULTS = {
     "std": IMAGENET_STD,
 }
 
-# Hugging Face image processors' defaults, by model_type, when no preprocessor_config.json is there.
+# Hugging Face image processors' defaults, by model_type, when the folder has no image processor.
 HF_DEFAULTS: dict[str, dict[str, Any]] = {
     "vit": {
         "do_resize": True,
@@ -154,7 +155,7 @@ def _hw(value: Any) -> tuple[int, int] | None:
 def hf_preprocessing(
     proc: Mapping[str, Any], model_size: tuple[int, int]
 ) -> tuple[dict[str, Any], list[str]]:
-    """preprocessor_config.json -> Preprocessing fields, and notes on what differs."""
+    """An image processor's settings -> Preprocessing fields, and notes on what differs."""
     notes: list[str] = []
     out: dict[str, Any] = {"interpolation": _HF_RESAMPLE.get(proc.get("resample", 2), "bilinear")}
     if proc.get("resample") in (4, 5):

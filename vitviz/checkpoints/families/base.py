@@ -15,6 +15,7 @@ from typing import Any
 
 from torch import Tensor
 
+from vitviz.checkpoints.folders import NO_PROCESSOR
 from vitviz.checkpoints.library_check import Reference
 from vitviz.imaging import Preprocessing
 from vitviz.kinds.sides import ModelConfig
@@ -29,7 +30,9 @@ class Source:
     extra: dict[str, Any] = field(default_factory=dict)  # non-tensor entries of a .pth dict
     metadata: dict[str, str] = field(default_factory=dict)  # safetensors header metadata
     folder_config: dict[str, Any] | None = None  # config.json beside the weights (HF or timm)
-    preprocessor: dict[str, Any] | None = None  # HF preprocessor_config.json
+    preprocessor: dict[str, Any] | None = None  # the HF image processor's settings
+    # where ``preprocessor`` came from, or what was found instead (folders.read_image_processor)
+    preprocessor_found: str = NO_PROCESSOR
     user: dict[str, Any] = field(default_factory=dict)  # sidecar / --config / config=
 
     @property

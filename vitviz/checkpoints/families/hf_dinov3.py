@@ -109,7 +109,7 @@ def convert(source: Source) -> Conversion:
     proc = source.preprocessor
     if proc is None:
         proc = PROCESSOR
-        notes.append("no preprocessor_config.json: ImageNet mean/std at 224 assumed")
+        notes.append(f"{source.preprocessor_found}: ImageNet mean/std at 224 assumed")
     prep, prep_notes = hf_preprocessing(proc, image)
     notes += prep_notes
     notes.append("the model's output is its normed CLS token (DINOv3ViTModel's pooler_output)")

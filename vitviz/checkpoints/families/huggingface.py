@@ -330,7 +330,7 @@ def convert(source: Source) -> Conversion:
             "dinov2" if model_type.startswith("dinov2") else model_type, HF_DEFAULTS["vit"]
         )  # ViT-MSN's and I-JEPA's: ViT's processor
         notes.append(
-            f"no preprocessor_config.json: the {model_type} image processor's defaults are used"
+            f"{source.preprocessor_found}: the {model_type} image processor's defaults are used"
         )
     prep, prep_notes = hf_preprocessing(proc, model_size)
     notes += prep_notes
@@ -408,7 +408,10 @@ FAMILY = Family(
         label="Hugging Face transformers ViTs",
         names="ViT, DeiT (with teacher), DINOv2 (with registers) and their classifiers, BEiT, "
         "Data2Vec-vision, ViT-MSN, ViT-MAE (the encoder), I-JEPA",
-        forms="save_pretrained folder (config.json, weights, preprocessor_config.json)",
+        forms=(
+            "save_pretrained folder (config.json, weights, "
+            "preprocessor_config.json or processor_config.json)"
+        ),
         parts=(
             "attention (BEiT: with a relative position bias)",
             "pre-norm blocks",

@@ -81,7 +81,7 @@ def tower_conversion(
     notes: list[str],
 ) -> Conversion:
     """The conversion of a CLIP-kind model, its preprocessing from ``processor`` (the folder's
-    preprocessor_config.json, or the caller's defaults): no classes until prompts are typed."""
+    image processor, or the caller's defaults): no classes until prompts are typed."""
     prep, prep_notes = hf_preprocessing(processor, config.vit.image_size)
     return Conversion(
         family=family,

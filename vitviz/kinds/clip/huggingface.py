@@ -131,7 +131,7 @@ def convert(source: Source) -> Conversion:
     if proc is None:  # CLIP's processor at the tower's own input size
         side = {"height": vit.image_size[0], "width": vit.image_size[1]}
         proc = {**CLIP_PROCESSOR, "size": {"shortest_edge": min(vit.image_size)}, "crop_size": side}
-        notes.append("no preprocessor_config.json: CLIP's image processor's defaults are used")
+        notes.append(f"{source.preprocessor_found}: CLIP's image processor's defaults are used")
     folder = folder_of(source)
     config = ClipConfig(
         vit=vit,

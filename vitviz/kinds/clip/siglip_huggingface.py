@@ -165,7 +165,7 @@ def convert(source: Source) -> Conversion:
     if proc is None:
         side = vit.image_size[0]
         proc = {**SIGLIP_PROCESSOR, "size": {"height": side, "width": side}}
-        notes.append("no preprocessor_config.json: SigLIP's image processor's defaults are used")
+        notes.append(f"{source.preprocessor_found}: SigLIP's image processor's defaults are used")
     folder = folder_of(source)
     config = SiglipConfig(
         vit=vit,

@@ -125,9 +125,10 @@ def timm_image_size(
 def hf_pyramid_preprocessing(
     source: Source, image: tuple[int, int], resample: int, notes: list[str]
 ) -> tuple[dict[str, Any], list[str]]:
-    """A transformers pyramid's preprocessing (``hf_preprocessing``) from its
-    preprocessor_config.json, or, without one, ImageNet mean and std at the model's ``image``
-    size with PIL ``resample`` (its image processor's default) and a note in ``notes``."""
+    """A transformers pyramid's preprocessing (``hf_preprocessing``) from its image processor's
+    settings (``Source.preprocessor``), or, without them, ImageNet mean and std at the model's
+    ``image`` size with PIL ``resample`` (its image processor's default) and a note in
+    ``notes``."""
     proc = source.preprocessor
     if proc is None:
         proc = {
@@ -137,5 +138,5 @@ def hf_pyramid_preprocessing(
             "image_mean": IMAGENET_MEAN,
             "image_std": IMAGENET_STD,
         }
-        notes.append("no preprocessor_config.json: ImageNet mean and std at the model's size")
+        notes.append(f"{source.preprocessor_found}: ImageNet mean and std at the model's size")
     return hf_preprocessing(proc, image)

@@ -186,7 +186,7 @@ def convert(source: Source) -> Conversion:
             "image_mean": IMAGENET_MEAN,
             "image_std": IMAGENET_STD,
         }
-        notes.append("no preprocessor_config.json: the Swin image processor's defaults are used")
+        notes.append(f"{source.preprocessor_found}: the Swin image processor's defaults are used")
     model_size = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
     prep, prep_notes = hf_preprocessing(proc, model_size)
     return finish_swin(
