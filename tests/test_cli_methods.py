@@ -1,5 +1,5 @@
 """The method table on the command line (issue 14, item 4): `vitviz-cli methods`, `explain
---method` / `--param`, and the README's method list, all read from the one table."""
+--method` / `--param`, and the method list of docs/methods.md, all read from the one table."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from vitviz.explain import (
 from vitviz.pipeline.analysis import analyze
 from vitviz.pipeline.export import NPZ_KEYS
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+METHODS_DOC = Path(__file__).resolve().parents[1] / "docs" / "methods.md"
 BUILTIN = tuple(m.name for m in all_methods())  # at import: the table as shipped
 
 
@@ -83,21 +83,21 @@ def test_methods_json_is_the_tables_description(capsys: pytest.CaptureFixture) -
     assert by_name["random"]["parameters"][0]["default"] == 0
 
 
-def test_readme_lists_every_method_of_the_table() -> None:
-    """The README's method table is exactly `vitviz-cli methods --markdown` of the table, and
-    the faithfulness table of "What to expect" has one row per method."""
-    text = README.read_text(encoding="utf-8")
+def test_the_methods_doc_lists_every_method_of_the_table() -> None:
+    """docs/methods.md's method table is exactly `vitviz-cli methods --markdown` of the table,
+    and the faithfulness table of "What to expect" has one row per method."""
+    text = METHODS_DOC.read_text(encoding="utf-8")
     block = re.search(
         r"<!-- methods table: vitviz-cli methods --markdown -->\n(.*?)\n<!-- end of methods table",
         text,
         re.S,
     )
-    assert block is not None, "the README lost its methods table markers"
+    assert block is not None, "docs/methods.md lost its methods table markers"
     assert block.group(1) == methods_markdown(all_methods())
     rows = re.findall(r"^\| `([a-z0-9-]+)` \|", block.group(1), re.M)
     assert tuple(rows) == BUILTIN
     expect = text[text.index("## What to expect from each method") :]
-    expect = expect[: expect.index("\n## ")]
+    expect = expect.split("\n## ", 1)[0]  # to the next section, or the end
     measured = re.findall(r"^\| `([a-z0-9-]+)` \| ([0-9.]+) \| ([0-9.]+) \|", expect, re.M)
     assert [name for name, *_ in measured] == list(BUILTIN)
     assert "vitviz-cli faithfulness resources/samples/*.png --checkpoint " in expect

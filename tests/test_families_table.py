@@ -1,6 +1,6 @@
 """The families table (issue 27, item 4): every registered checkpoint family says what it is and
-the parts it maps onto, and the CLI, the window's Help ▸ Supported checkpoints and the README's
-table all read that one registry."""
+the parts it maps onto, and the CLI, the window's Help ▸ Supported checkpoints and the table of
+docs/checkpoints.md all read that one registry."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from vitviz.cli import main
 from vitviz.ui.main_window import MainWindow, dispose
 from vitviz.ui.settings import AppSettings
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+CHECKPOINTS_DOC = Path(__file__).resolve().parents[1] / "docs" / "checkpoints.md"
 
 
 def test_every_family_is_in_the_table_in_the_order_files_are_tried() -> None:
@@ -37,14 +37,14 @@ def test_a_family_without_its_description_is_named() -> None:
         _row(bare, "Vision Transformer")
 
 
-def test_the_readme_table_is_the_registrys() -> None:
+def test_the_checkpoints_doc_table_is_the_registrys() -> None:
     block = re.search(
         r"<!-- families table: vitviz-cli families --markdown -->\n(.*?)\n"
         r"<!-- end of families table -->",
-        README.read_text(encoding="utf-8"),
+        CHECKPOINTS_DOC.read_text(encoding="utf-8"),
         re.S,
     )
-    assert block is not None, "README lost its families table"
+    assert block is not None, "docs/checkpoints.md lost its families table"
     assert block.group(1) == families_markdown(family_rows())
 
 

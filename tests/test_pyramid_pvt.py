@@ -1,8 +1,8 @@
 """The pyramid kind on timm's PVT v2: exact (logits 1e-4 relative, attention 1e-5) bare and as
 timm's folder, recognised or refused by its tensors; its rollout, gradient rollout, relevance and
-attention maps equal float64 references written from README's definition (keys spread over the
-tokens they are made of, stages over the tokens their convolution reads); `vitviz-cli explain`
-writes the shared npz keys; the table's other methods are refused with a reason."""
+attention maps equal float64 references written from docs/methods.md's definition (keys spread
+over the tokens they are made of, stages over the tokens their convolution reads); `vitviz-cli
+explain` writes the shared npz keys; the table's other methods are refused with a reason."""
 
 from __future__ import annotations
 

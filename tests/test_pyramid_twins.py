@@ -1,7 +1,7 @@
 """The pyramid kind on timm's Twins-PCPVT: exact (logits 1e-4 relative, attention 1e-5) bare and
 as timm's folder, recognised by its tensors, checked by timm at load; its rollout, gradient
-rollout and relevance equal float64 references written from README's definition (keys spread
-over their sr × sr squares, stages over the 2 × 2 tokens their conv reads, the position
+rollout and relevance equal float64 references written from docs/methods.md's definition (keys
+spread over their sr × sr squares, stages over the 2 × 2 tokens their conv reads, the position
 convolution left out as the MLP is); Twins-SVT's window attention laid out block-diagonally
 over its stage's grid, exact, and refused at a grid that is not whole windows."""
 

@@ -175,15 +175,15 @@ def test_the_installed_pyside6_plugin_is_the_one_checked() -> None:
     assert find_missing(ldd=lambda _path: None) is None  # no ldd: can't tell
 
 
-def test_the_readme_lists_packages_the_advice_knows() -> None:
-    text = (REPO / "README.md").read_text()
+def test_the_install_doc_lists_packages_the_advice_knows() -> None:
+    text = (REPO / "docs" / "install.md").read_text()
     flat = " ".join(text.split())  # the Fedora and Arch commands wrap over lines
     for i, command in enumerate(("sudo apt-get install ", "sudo dnf install ", "sudo pacman -S ")):
         start = flat.index(command) + len(command)
         listed = flat[start:].split("`")[0].split()
         assert len(listed) >= 9
         assert set(listed) <= {p[i] for p in PACKAGES.values()}, command
-    # CI installs at least the libraries the README lists
+    # CI installs at least the libraries the install doc lists
     ci = (REPO / ".ci" / "run").read_text()
     apt = flat[flat.index("sudo apt-get install ") :].split("`")[0].split()[3:]
     assert all(f" {name}" in " ".join(ci.split()) for name in apt)

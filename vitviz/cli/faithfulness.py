@@ -263,7 +263,7 @@ def _rows(results: Sequence[ImageFaithfulness]) -> tuple[list[str], list[list[st
 
 
 def summary_markdown(results: Sequence[ImageFaithfulness]) -> str:
-    """The summary over the images as a Markdown table (what the README shows)."""
+    """The summary over the images as a Markdown table (what docs/methods.md shows)."""
     header, rows = _rows(results)
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     lines += ["| " + " | ".join([f"`{r[0]}`", *r[1:]]) + " |" for r in rows]

@@ -1,5 +1,6 @@
 """``vitviz-cli families``: the checkpoint families vitviz reads, what each becomes and the parts
-it maps onto, as text, JSON or the README's Markdown table. No family is named in this file."""
+it maps onto, as text, JSON or docs/checkpoints.md's Markdown table. No family is named in this
+file."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def add_parser(subparsers: SubParsers) -> None:
     form = p.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="print JSON instead of text")
     form.add_argument(
-        "--markdown", action="store_true", help="print the Markdown table of the README"
+        "--markdown", action="store_true", help="print the Markdown table of docs/checkpoints.md"
     )
     p.set_defaults(func=cmd_families)
 

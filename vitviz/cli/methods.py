@@ -1,5 +1,5 @@
 """``vitviz-cli methods``: the method table listed (names for --method, parameters for --param),
-as text, JSON or the README's Markdown table. No method is named in this file."""
+as text, JSON or docs/methods.md's Markdown table. No method is named in this file."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def add_parser(subparsers: SubParsers) -> None:
     form = p.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="print JSON instead of text")
     form.add_argument(
-        "--markdown", action="store_true", help="print the Markdown table of the README"
+        "--markdown", action="store_true", help="print the Markdown table of docs/methods.md"
     )
     p.set_defaults(func=cmd_methods)
 
@@ -79,7 +79,7 @@ def _cell(text: str) -> str:
 
 
 def methods_markdown(methods: Iterable[Method]) -> str:
-    """The README's method table: one row per method of the table, in its order."""
+    """The method table of docs/methods.md: one row per method of the table, in its order."""
     rows = [
         "| name | what it is | parameters (default) | needs | applies to |",
         "|---|---|---|---|---|",

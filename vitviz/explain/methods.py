@@ -1,8 +1,8 @@
 """The one table of explanation methods (DESIGN §5): every method is one ``Method`` entry.
 
 The window's method list and parameter controls, the CLI, export (npz keys, PNG names) and the
-README's method list read this table and nothing else. An entry says what a method is (name,
-label, parameters, scaling, description); how it runs on a model comes from the model's kind
+method list of docs/methods.md read this table and nothing else. An entry says what a method is
+(name, label, parameters, scaling, description); how it runs on a model comes from the model's kind
 (``vitviz.kinds``): ``kind_of(analysis).implementation(method.name)``, a ``KindMethod`` that
 also says which table parameters that version takes and what it requires of the model. A kind
 without a version of a method leaves it unavailable, with a sentence saying why.
@@ -67,7 +67,7 @@ class Method:
         applies_to: Iterable[str] | None = None,
         queries: bool = True,  # a clicked patch (query) changes the map
         scaling: str = "none",  # none | max (divided by its max) | min-max | share (0..1)
-        description: str = "",  # one line for `vitviz-cli methods` and the README
+        description: str = "",  # one line for `vitviz-cli methods` and docs/methods.md
         needs_layers: str = "any",  # any | every | last (LAYER_NEEDS): of the layers kept
     ) -> None:
         if not _NAME.match(name):

@@ -553,7 +553,7 @@ class ModelKind(EngineMembers, Protocol):
 
     # -- export (added by the explain helper, issue 20) -----------------------------------------
     def npz_arrays(self, analysis: KindAnalysis) -> dict[str, np.ndarray]:
-        """Its own arrays of the explain .npz, beside the shared ones (README's npz table)."""
+        """Its own arrays of the explain .npz, beside the shared ones (docs/cli.md's npz table)."""
         ...
 
     def map_picture(

@@ -1,5 +1,5 @@
 """Writing an analysis of any kind out: the .npz of numbers and the overlay PNGs (same for the
-CLI and the window). One vocabulary (README, "The .npz"): the same method writes the same key
+CLI and the window). One vocabulary (docs/cli.md, "The .npz"): the same method writes the same key
 for every kind (``rollout``, ``gradient_rollout``, ``relevance``, ``map_<name>``), ``kind``
 names the kind, and the kind adds its own arrays (``ModelKind.npz_arrays``: a ViT's
 ``attention``, a Swin's ``window_attention_<stage>_<block>``, ...)."""

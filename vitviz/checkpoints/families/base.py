@@ -77,8 +77,8 @@ class Conversion:
 @dataclass(frozen=True)
 class FamilyInfo:
     """What a family is, in the words of the families table (``vitviz-cli families``, Help ▸
-    Supported checkpoints, the README): who made such checkpoints, the names they go by, the
-    forms vitviz reads, and the parts of vitviz's model they map onto."""
+    Supported checkpoints, docs/checkpoints.md): who made such checkpoints, the names they go by,
+    the forms vitviz reads, and the parts of vitviz's model they map onto."""
 
     label: str  # "timm BEiT, BEiT v2"
     names: str  # "beit_*, beitv2_*"

@@ -1,6 +1,6 @@
 """The families table: every checkpoint family vitviz reads, the kind of model it becomes and
 the parts it maps onto, in the order they are tried. One source for ``vitviz-cli families``,
-Help ▸ Supported checkpoints and the README's table (a test holds the README to it)."""
+Help ▸ Supported checkpoints and the table of docs/checkpoints.md (a test holds it to this)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _cell(text: str) -> str:
 
 
 def families_markdown(rows: list[FamilyRow]) -> str:
-    """The README's families table."""
+    """The families table of docs/checkpoints.md."""
     out = [
         "| family | becomes | what you have | forms | parts it maps onto |",
         "|---|---|---|---|---|",

@@ -1,5 +1,5 @@
 """Rollout, gradient rollout and relevance across a pyramid ViT's blocks and stages, one row at a
-time (README, "Methods": pyramid ViTs).
+time (docs/methods.md, "Exact definitions": across a pyramid's stages).
 
 A block b of stage s attends from the N_s tokens of its grid to M_b reduced keys: A_b (heads,
 N_s, M_b). Each key is made of a rectangle of the block's tokens (``reduction``: its sr × sr

@@ -1,5 +1,5 @@
 """What the window exports for a Swin, through the one writer of ``vitviz.pipeline.export`` that
-``vitviz-cli explain`` uses for every kind (so they agree): the npz of the README's table (the
+``vitviz-cli explain`` uses for every kind (so they agree): the npz of docs/cli.md's table (the
 shared keys, a Swin's own arrays, ``map_<name>`` of each method asked for) and each map over the
 model input (``swin_map_picture``).
 """

@@ -95,7 +95,7 @@ def layer_rows(analysis: Analysis) -> tuple[LayerRow, ...]:
 
 
 # the query without a click of a model whose head pools with an attention probe (MAP)
-# (short: the query row has two lines; the map's title and the README say the rest)
+# (short: the query row has two lines; the map's title and docs/ say the rest)
 PROBE_WORDS = "attention-pool probe (the head reads no CLS token)"
 PROBE_MEAN_WORDS = "attention-pool probe (the mean of its {heads} heads)"
 

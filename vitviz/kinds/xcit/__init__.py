@@ -11,7 +11,7 @@ below), so the CaiT kind's members apply with no self-attention layer. What each
 - rollout, gradient rollout, relevance, Grad-SAM: through the class-attention blocks only, from
   the CLS (DESIGN §5's definitions on their rows). The XCA blocks mix the tokens through the
   channel covariance of all of them and through 3 × 3 convolutions (LPI): no token-to-token
-  matrix to chain, so the chain stops there, and the model info and README say so;
+  matrix to chain, so the chain stops there, and the model info and docs/checkpoints.md say so;
 - token Grad-CAM: on the last class-attention block's first LayerNorm;
 - transformer attribution: the CLS's chain through the class-attention layers with R_A^l (the
   LRP relevance of each CLS row, from the head down through the later class-attention blocks,
