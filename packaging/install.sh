@@ -50,13 +50,16 @@ case "$(uname -m)" in
 esac
 
 # PyPI's Linux torch is the CUDA build (with its CUDA libraries, a few GB; it runs on the CPU
-# too). The CPU build lives on PyTorch's own index; the "+cpu" in its version keeps a CUDA build
-# of another index (an extra-index-url of pip's configuration) out. macOS wheels are CPU-only.
+# too). The CPU build lives on PyTorch's own index; on x86-64 its versions end in "+cpu", which,
+# asked for, keeps a CUDA build of another index (an extra-index-url of pip's configuration) out.
+# macOS wheels are CPU-only.
 cpu_index="${VITVIZ_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
 torch_source=()
 if ((cpu)) && [[ "$(uname -s)" == Linux ]]; then
-    torch_pair=("${torch_pair[0]}+cpu" "${torch_pair[1]}+cpu")
     torch_source=(--index-url "$cpu_index")
+    case "$(uname -m)" in
+        x86_64|AMD64) torch_pair=("${torch_pair[0]}+cpu" "${torch_pair[1]}+cpu") ;;
+    esac
 fi
 
 # 0: a working pair of the wanted build is there; 1: none, or it can't load; 2: CUDA, CPU asked.

@@ -68,7 +68,8 @@ def pair(cpu: bool) -> list[str]:
     x86 = platform.machine() in ("x86_64", "AMD64")
     torch, vision = ("2.14.1", "0.29.1") if x86 else ("2.9.1", "0.24.1")
     if cpu and LINUX:
-        return ["--index-url", CPU_INDEX, f"torch=={torch}+cpu", f"torchvision=={vision}+cpu"]
+        local = "+cpu" if x86 else ""  # the CPU index's x86-64 versions say "+cpu"
+        return ["--index-url", CPU_INDEX, f"torch=={torch}{local}", f"torchvision=={vision}{local}"]
     return [f"torch=={torch}", f"torchvision=={vision}"]
 
 
