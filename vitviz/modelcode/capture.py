@@ -16,13 +16,19 @@ Every recorded tensor lies on the path from the input to the output, so gradient
 respect to it (∂y/∂A) can be taken. Recording changes no output value. Inside
 ``padded_batch`` (a model run on a batch padded to the size its forward fixes) only the
 caller's rows are recorded (nn.MultiheadAttention's then without a gradient path).
+
+Given ``heads`` (a ``HeadPlan``: attention computed one head at a time, grouped into layers by
+``vitviz.modelcode.heads``), each one-head (B, 1, N, N) softmax of the plan is written into its
+layer's (B, H, N, N) tensor, which is what the log records; the model goes on with the head's
+own probabilities plus that tensor's slice minus itself (exactly zero in value), so ∂y/∂A of
+the layer tensor is the gradient at each head's softmax.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -32,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
+
+from vitviz.modelcode.errors import ModelCodeError
 
 _SOFTMAXES = frozenset({torch.softmax, torch.Tensor.softmax, F.softmax, torch.special.softmax})
 _SDPA = F.scaled_dot_product_attention
@@ -49,6 +57,17 @@ _SDPA_NAMES = (
 )
 
 
+@dataclass(frozen=True)
+class HeadPlan:
+    """Where each one-head softmax goes: record index (raw order) -> (layer, head, heads)."""
+
+    spots: dict[int, tuple[int, int, int]]
+
+    def layer_heads(self) -> dict[int, int]:
+        """layer -> its head count."""
+        return {layer: heads for layer, _, heads in self.spots.values()}
+
+
 @dataclass
 class CaptureLog:
     """What one captured forward pass saw, in call order."""
@@ -61,10 +80,63 @@ class CaptureLog:
     sdpa_calls: int = 0
     mha_calls: int = 0
     other_shapes: list[tuple[int, ...]] = field(default_factory=list)  # not square attention
+    heads: HeadPlan | None = None  # one-head softmaxes to group into layers
+    locate: Callable[[], Any] | None = None  # called at each record: where the model is
+    places: list[Any] = field(default_factory=list)  # locate()'s answer per record (raw order)
+    records: int = 0  # square attentions seen, each one-head softmax counted (raw order)
+    layers: dict[int, Tensor] = field(default_factory=dict)  # a plan's layer -> (B, H, N, N)
+    filled: dict[int, int] = field(default_factory=dict)  # a plan's layer -> heads written
 
     def add(self, attention: Tensor, source: str) -> None:
         self.attentions.append(attention)
         self.sources.append(source)
+
+    def take(self, attention: Tensor, source: str) -> Tensor:
+        """Record (B, H, N, N) ``attention``; returns what the model goes on with (itself, or
+        for a one-head softmax of the plan, the same values on its layer tensor's path)."""
+        index = self.records
+        self.records += 1
+        if self.locate is not None:
+            self.places.append(self.locate())
+        spot = self.heads.spots.get(index) if self.heads is not None else None
+        if spot is None:
+            self.add(attention, source)
+            return attention
+        return self._into_layer(attention, spot)
+
+    def _into_layer(self, p: Tensor, spot: tuple[int, int, int]) -> Tensor:
+        layer, head, heads = spot
+        if p.shape[1] != 1:
+            raise ModelCodeError(
+                f"attention record {self.records - 1} was a one-head softmax when the model "
+                f"was opened and now has {p.shape[1]} heads: the forward pass changed"
+            )
+        A = self.layers.get(layer)
+        if A is None:
+            B, _, N, M = p.shape
+            A = torch.zeros((B, heads, N, M), dtype=p.dtype, device=p.device)
+            if torch.is_grad_enabled() and p.requires_grad:
+                A.requires_grad_(True)  # a leaf: ∂y/∂A is asked for by name
+            self.layers[layer] = A
+            self.add(A, "softmax, one head at a time")
+        with torch.no_grad():
+            A[:, head : head + 1].copy_(p)
+        self.filled[layer] = self.filled.get(layer, 0) + 1
+        if not A.requires_grad:
+            return p
+        part = A[:, head : head + 1]
+        return p + (part - part.detach())  # p in value; the path to y runs through A
+
+    def check_heads(self) -> None:
+        """ModelCodeError unless every layer of the plan got each of its heads once."""
+        if self.heads is None:
+            return
+        for layer, heads in self.heads.layer_heads().items():
+            if self.filled.get(layer, 0) != heads:
+                raise ModelCodeError(
+                    f"layer {layer} got {self.filled.get(layer, 0)} of its {heads} one-head "
+                    "softmaxes in this forward pass: it no longer runs as when it was opened"
+                )
 
     def note_other(self, shape: tuple[int, ...]) -> None:
         if len(self.other_shapes) < 8 and shape not in self.other_shapes:
@@ -114,10 +186,8 @@ def _kept(log: CaptureLog, a: Tensor, source: str) -> Tensor:
     """Record (B, H, N, N) ``a``, only its first ``log.keep`` rows for a padded batch; returns
     what the model goes on with, built from the recorded rows (so gradients reach them)."""
     if log.keep is None or log.keep >= a.shape[0]:
-        log.add(a, source)
-        return a
-    kept = a[: log.keep]
-    log.add(kept, source)
+        return log.take(a, source)
+    kept = log.take(a[: log.keep], source)
     return torch.cat([kept, a[log.keep :]])
 
 
@@ -190,11 +260,11 @@ def _multihead(log: CaptureLog, args: tuple, kwargs: dict[str, Any]) -> Any:
     square = per_head.shape[-1] == per_head.shape[-2] and a.get("bias_k") is None
     if square and per_head.shape[0] == log.batch and not a.get("add_zero_attn"):
         if log.keep is not None and log.keep < log.batch:  # a padded batch: values only
-            log.add(per_head[: log.keep].detach(), "multihead_attention")
+            log.take(per_head[: log.keep].detach(), "multihead_attention")
         else:
             if torch.is_grad_enabled() and out.requires_grad:
                 per_head, out = _attention_path(a, per_head, out)
-            log.add(per_head, "multihead_attention")
+            log.take(per_head, "multihead_attention")
     else:
         log.note_other(tuple(per_head.shape))
     if not wanted:
@@ -237,14 +307,15 @@ _ACTIVE: ContextVar[CaptureLog | None] = ContextVar("vitviz_capture_log", defaul
 
 
 @contextmanager
-def capture_attention(batch: int) -> Iterator[CaptureLog]:
+def capture_attention(batch: int, heads: HeadPlan | None = None) -> Iterator[CaptureLog]:
     """Within the block, every attention the current thread computes lands in the log.
 
-    ``batch`` is the batch size B of the model input (to split (B·H, N, N) into heads).
+    ``batch`` is the batch size B of the model input (to split (B·H, N, N) into heads);
+    ``heads`` groups one-head softmaxes into layers (see the module's docstring).
     The MultiheadAttention fast path is off inside the block and restored after, even when the
     block raises.
     """
-    log = CaptureLog(batch=batch)
+    log = CaptureLog(batch=batch, heads=heads)
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     token = _ACTIVE.set(log)

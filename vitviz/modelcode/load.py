@@ -15,7 +15,8 @@ from vitviz.kinds import all_kinds
 from vitviz.kinds.sides import CodeModelRequest, ModelCodeSide
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
 from vitviz.modelcode.batching import FixedBatch
-from vitviz.modelcode.blocks import block_counts
+from vitviz.modelcode.blocks import block_containers, block_counts
+from vitviz.modelcode.capture import HeadPlan
 from vitviz.modelcode.errors import (
     FixedBatchError,
     ModelCodeError,
@@ -23,6 +24,7 @@ from vitviz.modelcode.errors import (
     fixed_batch_error,
     setting_hint,
 )
+from vitviz.modelcode.heads import plan_heads
 from vitviz.modelcode.importing import (
     build_module,
     effective_args,
@@ -53,7 +55,15 @@ def looked_at(model: nn.Module) -> str:
     return ", ".join(f"{counts[label]} {label}" for label, _ in _LOOKED_AT)
 
 
-def _probe(inner: nn.Module, layout: PatchLayout, name: str, file: Path) -> RawRun:
+def _probe(
+    inner: nn.Module,
+    layout: PatchLayout,
+    name: str,
+    file: Path,
+    heads: HeadPlan | None = None,
+) -> RawRun:
+    """One captured pass on a seeded random image, with block outputs and (without ``heads``)
+    the module calls active at each attention noted."""
     h, w = layout.image_size
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, layout.in_channels, h, w, generator=g)
@@ -63,7 +73,9 @@ def _probe(inner: nn.Module, layout: PatchLayout, name: str, file: Path) -> RawR
         device = torch.device("cpu")
     try:
         with torch.no_grad():
-            return run_captured(inner, x.to(device), hidden_states=True)
+            return run_captured(
+                inner, x.to(device), hidden_states=True, heads=heads, calls=heads is None
+            )
     except ModelCodeError:
         raise
     except Exception as exc:
@@ -127,8 +139,30 @@ def _per_matrix_hint(shapes: list[tuple[int, ...]]) -> str:
     )
 
 
+def group_heads(
+    inner: nn.Module, layout: PatchLayout, run: RawRun, spec: ModelCodeSpec, file: Path
+) -> tuple[RawRun, HeadPlan | None, str]:
+    """Attention computed one head at a time, grouped into layers by the modules holding it
+    (``plan_heads``) and probed again with the grouping: (run, plan, note); the run as it was,
+    None and '' for a model that computes its heads together."""
+    if not run.log.attentions or run.watch is None:
+        return run, None, ""
+    _, tokens = _attention_layers(run, inner, layout, spec, [])
+    blocks = block_containers(run.watch, tokens, run.rows)
+    planned = plan_heads(run.log, inner, blocks, tokens, spec.name)
+    if planned is None:
+        return run, None, ""
+    plan, note = planned
+    return _probe(inner, layout, spec.name, file, plan), plan, note
+
+
 def make_config(
-    inner: nn.Module, layout: PatchLayout, run: RawRun, spec: ModelCodeSpec, notes: list[str]
+    inner: nn.Module,
+    layout: PatchLayout,
+    run: RawRun,
+    spec: ModelCodeSpec,
+    notes: list[str],
+    plan: HeadPlan | None = None,
 ) -> ModelCodeConfig:
     """Depth, heads, prefix tokens, classes and width from one captured forward pass."""
     logits = run.logits
@@ -168,6 +202,9 @@ def make_config(
         source=spec.target,
         outputs=run.reading.kind,
         output_path=run.reading.path,
+        head_spots=tuple(
+            (record, *spot) for record, spot in sorted((plan.spots if plan else {}).items())
+        ),
     )
 
 
@@ -309,7 +346,10 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
     if side is not None:
         return _load_by_kind(side, inner, layout, spec, file, arguments, notes, weights)
     assert run is not None  # probed: no kind claimed the module
-    config = make_config(inner, layout, run, spec, notes)
+    run, plan, plan_note = group_heads(inner, layout, run, spec, file)
+    if plan_note:
+        notes.append(plan_note)
+    config = make_config(inner, layout, run, spec, notes, plan)
     preprocessing = _preprocessing(spec, arguments, layout, notes)
     model = CapturedModel(inner, config).eval()
     return _loaded(model, spec, file, preprocessing, notes, weights)
