@@ -330,21 +330,32 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
             return layout, None
         return layout, _probe(model, layout, spec.name, file)
 
-    try:
-        layout, run = layout_and_probe(inner)
-    except FixedBatchError as exc:  # run it padded to the batch it demands, keep the first rows
-        inner = FixedBatch(inner, exc.batch, exc.where)
-        layout, run = layout_and_probe(inner)
-        if not inner.check_rows(layout.in_channels, layout.image_size):
+    def padded(exc: FixedBatchError, fixed: FixedBatch, layout: PatchLayout) -> FixedBatch:
+        """The model run padded to the batch it demands, its rows checked not to mix."""
+        if not fixed.check_rows(layout.in_channels, layout.image_size):
             raise ModelCodeError(f"{exc}; padding the batch won't do: its rows mix") from exc
         notes.append(
             f"the forward pass fixes the batch size at {exc.batch} ({exc.where}): vitviz runs "
             f"each image with {exc.batch - 1} copies of it and keeps its own row (checked: the "
             "rows don't mix)"
         )
+        return fixed
+
+    try:
+        layout, run = layout_and_probe(inner)
+    except FixedBatchError as exc:  # run it padded to the batch it demands, keep the first rows
+        fixed = FixedBatch(inner, exc.batch, exc.where)
+        layout, run = layout_and_probe(fixed)
+        inner = padded(exc, fixed, layout)
     notes.append(layout.size_note)
     if side is not None:
-        return _load_by_kind(side, inner, layout, spec, file, arguments, notes, weights)
+        try:
+            return _load_by_kind(side, inner, layout, spec, file, arguments, notes, weights)
+        except FixedBatchError as exc:  # a kind's probe found it: the same padding
+            if isinstance(inner, FixedBatch):
+                raise
+            inner = padded(exc, FixedBatch(inner, exc.batch, exc.where), layout)
+            return _load_by_kind(side, inner, layout, spec, file, arguments, notes, weights)
     assert run is not None  # probed: no kind claimed the module
     run, plan, plan_note = group_heads(inner, layout, run, spec, file)
     if plan_note:
@@ -411,6 +422,9 @@ def _load_by_kind(
     except ModelCodeError:
         raise
     except Exception as exc:
+        refusal = fixed_batch_error(exc, file)
+        if refusal is not None:
+            raise refusal from exc
         h, w = layout.image_size
         raise ModelCodeError(
             f"running {spec.name} on a 1×{layout.in_channels}×{h}×{w} input failed: "
