@@ -34,7 +34,8 @@ from vitviz.modelcode.importing import (
 )
 from vitviz.modelcode.layout import PatchLayout, find_layout, patch_conv
 from vitviz.modelcode.spec import ModelCodeSpec, read_class_names
-from vitviz.modelcode.weights import FoundWeights, find_weights
+from vitviz.modelcode.training_info import constructor_args, needs_more, read_training_info
+from vitviz.modelcode.weights import FoundWeights, find_weights, read_weights_file
 
 FAMILY = "model-code"
 DEFAULT_MEAN_STD = (0.5,)  # one number: every channel
@@ -304,18 +305,27 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
     module = import_model_file(file)
     file = Path(module.__file__ or file)
     factory = find_factory(module, spec.name, file)
-    inner = build_module(factory, spec.name, spec.args, file)
+    held, info = None, None  # the checkpoint's object, read first where the constructor needs it
+    if spec.checkpoint is not None and needs_more(factory, spec.args):
+        held = read_weights_file(spec.checkpoint.expanduser())
+        info = read_training_info(held)
+    args, args_notes = constructor_args(factory, spec.args, info)
+    inner = build_module(factory, spec.name, args, file)
     notes: list[str] = []
     weights = None
     if spec.checkpoint is not None:
         params = parameter_names(factory)
-        weights = find_weights(inner, spec.checkpoint.expanduser(), spec.name, params)
+        path = spec.checkpoint.expanduser()
+        held = read_weights_file(path) if held is None else held
+        info = read_training_info(held) if info is None else info
+        weights = find_weights(inner, path, spec.name, params, held)
         inner.load_state_dict(weights.state, strict=True)
-        notes += weights.notes
+        notes += weights.notes + info.notes
     else:
         notes.append("no state dict given: the weights are the model's own initialisation")
+    notes += args_notes
     inner.eval()
-    arguments = effective_args(factory, spec.args)
+    arguments = effective_args(factory, args)
     size, size_from = spec.image_size, "the settings"
     if size is None and weights is not None and weights.image_size is not None:
         size, size_from = weights.image_size, "the checkpoint"
