@@ -74,6 +74,38 @@ class LoopAttention(nn.Module):
         return self.out(torch.cat(outs, dim=-1))
 
 
+class ImageLoopAttention(nn.Module):
+    # each image, then each head, on its own (N, N) matrix (one Linear per head on a slice)
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        d = dim // heads
+        self.q = nn.ModuleList([nn.Linear(d, d) for _ in range(heads)])
+        self.k = nn.ModuleList([nn.Linear(d, d) for _ in range(heads)])
+        self.v = nn.ModuleList([nn.Linear(d, d) for _ in range(heads)])
+        self.out = nn.Linear(dim, dim)
+
+    def one(self, seq, h):
+        d = seq.shape[-1] // self.heads
+        part = seq[:, h * d : (h + 1) * d]
+        a = torch.softmax(self.q[h](part) @ self.k[h](part).T / d**0.5, dim=-1)
+        return a @ self.v[h](part)
+
+    def forward(self, x):
+        rows = [torch.cat([self.one(seq, h) for h in range(self.heads)], dim=-1) for seq in x]
+        return self.out(torch.stack(rows))
+
+
+class HeadFirstAttention(ImageLoopAttention):
+    # the same, each head then each image
+
+    def forward(self, x):
+        parts = [[self.one(x[b], h) for b in range(x.shape[0])] for h in range(self.heads)]
+        rows = [torch.cat([parts[h][b] for h in range(self.heads)], -1) for b in range(len(x))]
+        return self.out(torch.stack(rows))
+
+
 class Block(nn.Module):
     def __init__(self, dim, heads, attention):
         super().__init__()
@@ -143,11 +175,31 @@ class ViT(nn.Module):
         return self.head(x[:, 0])
 """
 
+IMAGE_LOOP = """
+class ViT(nn.Module):
+    def __init__(self, image_size=32, patch_size=8, dim=32, heads=2, depth=2, num_classes=5):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, patch_size, patch_size)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.zeros(1, (image_size // patch_size) ** 2 + 1, dim))
+        self.blocks = nn.ModuleList([Block(dim, heads, ATTENTION) for _ in range(depth)])
+        self.head = nn.Sequential(nn.Linear(dim, num_classes), nn.Softmax(dim=-1))
+
+    def forward(self, x):
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x[:, 0])
+"""
+
 # key: (source, depth, heads, prefix tokens)
 MODELS = {
     "head_modules": (HEAD_MODULES, 2, 4, 1),
     "head_loop": (HEAD_LOOP, 3, 4, 0),
     "mixed_with_multihead": (MIXED, 3, 4, 1),
+    "image_then_head_loop": (IMAGE_LOOP.replace("ATTENTION", "ImageLoopAttention"), 2, 2, 1),
+    "head_then_image_loop": (IMAGE_LOOP.replace("ATTENTION", "HeadFirstAttention"), 2, 2, 1),
 }
 GRID = (4, 4)
 QUERY = (1, 2)  # a patch: every map below is of this query's row
@@ -201,6 +253,23 @@ def _loop_by_hand(self, x: Tensor) -> Tensor:
     return self.out((a @ v).transpose(1, 2).reshape(B, N, D))
 
 
+def _slices_by_hand(self, x: Tensor) -> Tensor:
+    """ImageLoopAttention (and HeadFirstAttention) written out: every image and head at once."""
+    B, N, D = x.shape
+    H = self.heads
+    parts = x.reshape(B, N, H, D // H).transpose(1, 2)  # (B, H, N, d)
+
+    def per_head(linears: nn.ModuleList) -> Tensor:
+        w = torch.stack([m.weight for m in linears])  # (H, d, d)
+        b = torch.stack([m.bias for m in linears])  # (H, d)
+        return torch.einsum("bhnc,hdc->bhnd", parts, w) + b[None, :, None]
+
+    q, k, v = per_head(self.q), per_head(self.k), per_head(self.v)
+    a = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D // H), dim=-1)
+    self.kept.append(a)
+    return self.out((a @ v).transpose(1, 2).reshape(B, N, D))
+
+
 def by_hand(model: nn.Module, x: Tensor, target: int | None = None):
     """L × (1, H, N, N) attention of the modules run by hand, and ∂y_c/∂A (c: ``target``, else
     the top class), and the logits. The file's model is patched for the call and restored."""
@@ -208,7 +277,12 @@ def by_hand(model: nn.Module, x: Tensor, target: int | None = None):
     patched = []
     for m in model.modules():
         name = type(m).__name__
-        hand = {"MultiHead": _heads_by_hand, "LoopAttention": _loop_by_hand}.get(name)
+        hand = {
+            "MultiHead": _heads_by_hand,
+            "LoopAttention": _loop_by_hand,
+            "ImageLoopAttention": _slices_by_hand,
+            "HeadFirstAttention": _slices_by_hand,
+        }.get(name)
         if isinstance(m, nn.MultiheadAttention):
             hand = _mha_by_hand
         if hand is not None:
@@ -217,13 +291,20 @@ def by_hand(model: nn.Module, x: Tensor, target: int | None = None):
             patched.append(m)
     try:
         with torch.enable_grad():
-            logits = model(x.clone().requires_grad_(True))
+            logits = extract_logits(model(x.clone().requires_grad_(True)), model)
+            if loaded_reads_log(model):
+                logits = logits.log()  # a softmax output: vitviz explains its log
             c = int(logits[0].argmax()) if target is None else target
             grads = torch.autograd.grad(logits[0, c], kept)
     finally:
         for m in patched:
             del m.forward, m.kept
     return [a.detach() for a in kept], [g.detach() for g in grads], logits.detach()
+
+
+def loaded_reads_log(model: nn.Module) -> bool:
+    """Whether the file's model ends in a softmax (its scores are probabilities)."""
+    return isinstance(list(model.modules())[-1], nn.Softmax)
 
 
 def sample(seed: int, batch: int = 1) -> Tensor:
@@ -240,8 +321,12 @@ def test_layers_and_heads_come_from_the_modules_holding_them(opened: Opened):
         opened.heads,
         opened.prefix,
     )
-    assert cfg.head_spots  # the grouping is stored with the model
-    assert any("one head at a time" in n for n in opened.loaded.notes)
+    per_image = opened.key.endswith("image_loop") or opened.key.startswith("image")
+    assert bool(cfg.head_spots) != per_image and bool(cfg.matrix_heads) == per_image
+    if per_image:  # the order over a batch, found on a batch of two images
+        assert cfg.matrix_by_image == opened.key.startswith("image")
+    said = "one image and one head at a time" if per_image else "one head at a time"
+    assert any(said in n for n in opened.loaded.notes)
     with torch.no_grad():
         out = opened.loaded.model.forward_explained(sample(1, batch=2))
     N = opened.prefix + 16
@@ -257,6 +342,8 @@ def test_logits_are_the_files_own_forward(opened: Opened):
     with torch.enable_grad():
         with_grad = opened.loaded.model.forward_explained(x).logits.detach()
     for got in (plain, captured, with_grad):
+        if loaded_reads_log(opened.model):
+            got = got.exp()  # probabilities are handed on as their log
         torch.testing.assert_close(got, own, atol=1e-5, rtol=1e-5)
 
 
@@ -296,7 +383,7 @@ def _references(attn: list[Tensor], grads: list[Tensor], prefix: int) -> dict[st
     q = prefix + QUERY[0] * GRID[1] + QUERY[1]
     patches = range(prefix, N)
     refs = {}
-    refs["attention"] = _grid([A[1][2][q][j] for j in patches])  # layer 1, head 2
+    refs["attention"] = _grid([A[1][1][q][j] for j in patches])  # layer 1, head 1
     fused = [ref_fuse(a, "mean") for a in A]
     refs["rollout"] = _grid(ref_map(ref_rollout_matrix(fused, 0.0, 0, {q}), q, prefix))
     grad_fused = [ref_grad_fused(a, g) for a, g in zip(A, G, strict=True)]
@@ -319,7 +406,7 @@ def _references(attn: list[Tensor], grads: list[Tensor], prefix: int) -> dict[st
 
 
 PARAMS = {
-    "attention": {"layer": 1, "head": 2},
+    "attention": {"layer": 1, "head": 1},
     "rollout": {"fusion": "mean", "discard_ratio": 0.0, "start_layer": 0},
     "gradient-rollout": {"discard_ratio": 0.0, "start_layer": 0},
     "relevance": {"start_layer": 0},
@@ -374,4 +461,17 @@ def test_heads_written_in_the_models_own_forward_are_refused(tmp_path: Path):
     file = tmp_path / "model.py"
     file.write_text(source, encoding="utf-8")
     with pytest.raises(ModelCodeError, match="outside any module: vitviz can't tell"):
+        load_model_code(make_spec(file, "ViT", {}))
+
+
+def test_images_that_mix_in_a_per_image_loop_are_refused(tmp_path: Path):
+    mixing = (
+        "class Mixing(ImageLoopAttention):\n"
+        "    def forward(self, x):\n"
+        "        return super().forward(x + x.mean(dim=0, keepdim=True))\n"
+    )
+    source = mixing + IMAGE_LOOP.replace("ATTENTION", "Mixing")
+    file = tmp_path / "model.py"
+    file.write_text(textwrap.dedent(COMMON) + source, encoding="utf-8")
+    with pytest.raises(ModelCodeError, match=r"neither order .* gives each image the attention"):
         load_model_code(make_spec(file, "ViT", {}))

@@ -17,11 +17,10 @@ respect to it (∂y/∂A) can be taken. Recording changes no output value. Insid
 ``padded_batch`` (a model run on a batch padded to the size its forward fixes) only the
 caller's rows are recorded (nn.MultiheadAttention's then without a gradient path).
 
-Given ``heads`` (a ``HeadPlan``: attention computed one head at a time, grouped into layers by
-``vitviz.modelcode.heads``), each one-head (B, 1, N, N) softmax of the plan is written into its
-layer's (B, H, N, N) tensor, which is what the log records; the model goes on with the head's
-own probabilities plus that tensor's slice minus itself (exactly zero in value), so ∂y/∂A of
-the layer tensor is the gradient at each head's softmax.
+Given a ``HeadPlan`` or ``MatrixPlan`` (attention computed one head, or one image and one head,
+at a time, grouped into layers by ``vitviz.modelcode.heads``), each piece is written into its
+layer's (B, H, N, N) tensor, which is what the log records (``vitviz.modelcode.assembly``): the
+model goes on with the piece's own values, on that tensor's gradient path.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from vitviz.modelcode.errors import ModelCodeError
+from vitviz.modelcode.assembly import ONE_MATRIX, Assembly, HeadPlan, MatrixPlan
 
 _SOFTMAXES = frozenset({torch.softmax, torch.Tensor.softmax, F.softmax, torch.special.softmax})
 _SDPA = F.scaled_dot_product_attention
@@ -57,17 +56,6 @@ _SDPA_NAMES = (
 )
 
 
-@dataclass(frozen=True)
-class HeadPlan:
-    """Where each one-head softmax goes: record index (raw order) -> (layer, head, heads)."""
-
-    spots: dict[int, tuple[int, int, int]]
-
-    def layer_heads(self) -> dict[int, int]:
-        """layer -> its head count."""
-        return {layer: heads for layer, _, heads in self.spots.values()}
-
-
 @dataclass
 class CaptureLog:
     """What one captured forward pass saw, in call order."""
@@ -80,12 +68,11 @@ class CaptureLog:
     sdpa_calls: int = 0
     mha_calls: int = 0
     other_shapes: list[tuple[int, ...]] = field(default_factory=list)  # not square attention
-    heads: HeadPlan | None = None  # one-head softmaxes to group into layers
     locate: Callable[[], Any] | None = None  # called at each record: where the model is
     places: list[Any] = field(default_factory=list)  # locate()'s answer per record (raw order)
     records: int = 0  # square attentions seen, each one-head softmax counted (raw order)
-    layers: dict[int, Tensor] = field(default_factory=dict)  # a plan's layer -> (B, H, N, N)
-    filled: dict[int, int] = field(default_factory=dict)  # a plan's layer -> heads written
+    matrices: bool = False  # record (N, N) softmaxes as one image's one head (probing B = 1)
+    assembly: Assembly | None = None  # layers made of one-head (or one-matrix) softmaxes
 
     def add(self, attention: Tensor, source: str) -> None:
         self.attentions.append(attention)
@@ -98,45 +85,17 @@ class CaptureLog:
         self.records += 1
         if self.locate is not None:
             self.places.append(self.locate())
-        spot = self.heads.spots.get(index) if self.heads is not None else None
-        if spot is None:
-            self.add(attention, source)
-            return attention
-        return self._into_layer(attention, spot)
-
-    def _into_layer(self, p: Tensor, spot: tuple[int, int, int]) -> Tensor:
-        layer, head, heads = spot
-        if p.shape[1] != 1:
-            raise ModelCodeError(
-                f"attention record {self.records - 1} was a one-head softmax when the model "
-                f"was opened and now has {p.shape[1]} heads: the forward pass changed"
-            )
-        A = self.layers.get(layer)
-        if A is None:
-            B, _, N, M = p.shape
-            A = torch.zeros((B, heads, N, M), dtype=p.dtype, device=p.device)
-            if torch.is_grad_enabled() and p.requires_grad:
-                A.requires_grad_(True)  # a leaf: ∂y/∂A is asked for by name
-            self.layers[layer] = A
-            self.add(A, "softmax, one head at a time")
-        with torch.no_grad():
-            A[:, head : head + 1].copy_(p)
-        self.filled[layer] = self.filled.get(layer, 0) + 1
-        if not A.requires_grad:
-            return p
-        part = A[:, head : head + 1]
-        return p + (part - part.detach())  # p in value; the path to y runs through A
+        if self.assembly is not None:
+            placed = self.assembly.one_head(index, attention)
+            if placed is not None:
+                return placed
+        self.add(attention, source)
+        return attention
 
     def check_heads(self) -> None:
-        """ModelCodeError unless every layer of the plan got each of its heads once."""
-        if self.heads is None:
-            return
-        for layer, heads in self.heads.layer_heads().items():
-            if self.filled.get(layer, 0) != heads:
-                raise ModelCodeError(
-                    f"layer {layer} got {self.filled.get(layer, 0)} of its {heads} one-head "
-                    "softmaxes in this forward pass: it no longer runs as when it was opened"
-                )
+        """ModelCodeError unless every layer of the plans got each of its pieces once."""
+        if self.assembly is not None:
+            self.assembly.check(self.batch)
 
     def note_other(self, shape: tuple[int, ...]) -> None:
         if len(self.other_shapes) < 8 and shape not in self.other_shapes:
@@ -162,6 +121,8 @@ def _record(log: CaptureLog, p: Tensor, source: str, heads: int | None = None) -
     with (gradients reach it).
     """
     shape = tuple(p.shape)
+    if p.ndim == 2 and shape[0] == shape[1]:
+        return _matrix(log, p, shape)
     if p.ndim not in (3, 4) or shape[-1] != shape[-2]:
         log.note_other(shape)
         return p
@@ -180,6 +141,18 @@ def _record(log: CaptureLog, p: Tensor, source: str, heads: int | None = None) -
         log.note_other(shape)
         return p
     return _kept(log, p.unflatten(0, (B, H)), source).flatten(0, 1)  # via (B, H, N, N)
+
+
+def _matrix(log: CaptureLog, p: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """An (N, N) softmax: one image's one head, where a plan (or the probing pass) says so."""
+    if log.assembly is not None and log.keep is None:
+        placed = log.assembly.matrix(p, log.batch)
+        if placed is not None:
+            return placed
+    if log.matrices and log.batch == 1 and log.keep is None:
+        return _kept(log, p[None, None], ONE_MATRIX)[0, 0]
+    log.note_other(shape)
+    return p
 
 
 def _kept(log: CaptureLog, a: Tensor, source: str) -> Tensor:
@@ -307,15 +280,23 @@ _ACTIVE: ContextVar[CaptureLog | None] = ContextVar("vitviz_capture_log", defaul
 
 
 @contextmanager
-def capture_attention(batch: int, heads: HeadPlan | None = None) -> Iterator[CaptureLog]:
+def capture_attention(
+    batch: int,
+    heads: HeadPlan | None = None,
+    matrices: MatrixPlan | None = None,
+    probing: bool = False,
+) -> Iterator[CaptureLog]:
     """Within the block, every attention the current thread computes lands in the log.
 
     ``batch`` is the batch size B of the model input (to split (B·H, N, N) into heads);
-    ``heads`` groups one-head softmaxes into layers (see the module's docstring).
+    ``heads`` and ``matrices`` group one-head (and one-image) softmaxes into layers (see the
+    module's docstring); ``probing`` (B = 1) records (N, N) softmaxes as (1, 1, N, N).
     The MultiheadAttention fast path is off inside the block and restored after, even when the
     block raises.
     """
-    log = CaptureLog(batch=batch, heads=heads)
+    log = CaptureLog(batch=batch, matrices=probing)
+    if heads is not None or matrices is not None:
+        log.assembly = Assembly(log.add, heads, matrices)
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     token = _ACTIVE.set(log)

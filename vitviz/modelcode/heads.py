@@ -26,7 +26,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from vitviz.modelcode.capture import CaptureLog, HeadPlan
+from vitviz.modelcode.assembly import HeadPlan
+from vitviz.modelcode.capture import CaptureLog
 from vitviz.modelcode.errors import ModelCodeError
 
 _PASSIVE = (nn.Softmax, nn.Dropout, nn.Identity)  # modules that don't make attention themselves

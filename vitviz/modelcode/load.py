@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,9 @@ from vitviz.imaging import Preprocessing
 from vitviz.kinds import all_kinds
 from vitviz.kinds.sides import CodeModelRequest, ModelCodeSide
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
+from vitviz.modelcode.assembly import ONE_MATRIX, HeadPlan, MatrixPlan
 from vitviz.modelcode.batching import FixedBatch
 from vitviz.modelcode.blocks import block_containers, block_counts
-from vitviz.modelcode.capture import HeadPlan
 from vitviz.modelcode.errors import (
     FixedBatchError,
     ModelCodeError,
@@ -62,8 +63,9 @@ def _probe(
     name: str,
     file: Path,
     heads: HeadPlan | None = None,
+    matrices: MatrixPlan | None = None,
 ) -> RawRun:
-    """One captured pass on a seeded random image, with block outputs and (without ``heads``)
+    """One captured pass on a seeded random image, with block outputs and (without a plan)
     the module calls active at each attention noted."""
     h, w = layout.image_size
     g = torch.Generator().manual_seed(0)
@@ -75,7 +77,12 @@ def _probe(
     try:
         with torch.no_grad():
             return run_captured(
-                inner, x.to(device), hidden_states=True, heads=heads, calls=heads is None
+                inner,
+                x.to(device),
+                hidden_states=True,
+                heads=heads,
+                calls=heads is None and matrices is None,
+                matrices=matrices,
             )
     except ModelCodeError:
         raise
@@ -140,21 +147,110 @@ def _per_matrix_hint(shapes: list[tuple[int, ...]]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Grouping:
+    """How attention computed one head (and one image) at a time forms layers, and its note."""
+
+    heads: HeadPlan | None = None
+    matrices: MatrixPlan | None = None
+    note: str = ""
+
+
 def group_heads(
     inner: nn.Module, layout: PatchLayout, run: RawRun, spec: ModelCodeSpec, file: Path
-) -> tuple[RawRun, HeadPlan | None, str]:
+) -> tuple[RawRun, Grouping]:
     """Attention computed one head at a time, grouped into layers by the modules holding it
-    (``plan_heads``) and probed again with the grouping: (run, plan, note); the run as it was,
-    None and '' for a model that computes its heads together."""
+    (``plan_heads``) and probed again with the grouping; the run as it was and an empty
+    Grouping for a model that computes its heads together."""
     if not run.log.attentions or run.watch is None:
-        return run, None, ""
+        return run, Grouping()
     _, tokens = _attention_layers(run, inner, layout, spec, [])
     blocks = block_containers(run.watch, tokens, run.rows)
-    planned = plan_heads(run.log, inner, blocks, tokens, spec.name)
+    planned = plan_heads(run.log, inner, blocks, tokens, spec.name) or _one_per_layer(run, tokens)
     if planned is None:
-        return run, None, ""
+        return run, Grouping()
     plan, note = planned
-    return _probe(inner, layout, spec.name, file, plan), plan, note
+    sources = {run.log.sources[i] for i in plan.spots}
+    if ONE_MATRIX not in sources:
+        return _probe(inner, layout, spec.name, file, plan), Grouping(plan, None, note)
+    if sources != {ONE_MATRIX}:
+        raise ModelCodeError(
+            f"{spec.name} computes some attention one image and one head at a time and some "
+            "one head at a time for the whole batch: vitviz can't tell its layers apart"
+        )
+    matrices = matrix_plan(inner, layout, plan, tokens, spec.name)
+    order = "image by image" if matrices.by_image else "head by head"
+    note = (
+        note.replace("one head at a time", "one image and one head at a time").replace(
+            "one-head softmaxes", "(N, N) softmaxes on one image"
+        )
+        + f"; checked on a batch of 2 images: computed {order}, each image's as when run alone"
+    )
+    return _probe(inner, layout, spec.name, file, matrices=matrices), Grouping(None, matrices, note)
+
+
+def _one_per_layer(run: RawRun, tokens: int) -> tuple[HeadPlan, str] | None:
+    """(N, N) softmaxes of one image that no module groups (one head per layer): each its own
+    layer, so a batch's (one per image) assemble as they do on one image."""
+    records = [
+        i
+        for i, (a, source) in enumerate(zip(run.log.attentions, run.log.sources, strict=True))
+        if source == ONE_MATRIX and a.shape[-1] == tokens
+    ]
+    if not records:
+        return None
+    note = (
+        f"attention computed one head at a time: {len(records)} one-head softmaxes, one per layer"
+    )
+    return HeadPlan({r: (layer, 0, 1) for layer, r in enumerate(records)}), note
+
+
+def matrix_plan(
+    inner: nn.Module, layout: PatchLayout, plan: HeadPlan, tokens: int, name: str
+) -> MatrixPlan:
+    """The MatrixPlan of (N, N) softmaxes grouped (on one image) by ``plan``: each layer's
+    heads in a row in the order computed, and the order over a batch (image by image or head
+    by head) the one that gives each of two images its attention when run alone."""
+    by_layer: dict[int, list[tuple[int, int]]] = {}
+    for record, (layer, head, _) in plan.spots.items():
+        by_layer.setdefault(layer, []).append((record, head))
+    rows = [sorted(by_layer[layer]) for layer in sorted(by_layer)]
+    flat = [r for row in rows for r, _ in row]
+    in_order = all(h == i for row in rows for i, (_, h) in enumerate(row))
+    if flat != list(range(flat[0], flat[0] + len(flat))):
+        in_order = False
+    heads = len(rows[0])
+    if not in_order:
+        raise ModelCodeError(
+            f"{name} computes attention one image and one head at a time, and its heads are "
+            "not computed layer by layer in their order: vitviz can't tell them apart"
+        )
+    device = next(inner.parameters(), torch.zeros(0)).device
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, layout.in_channels, *layout.image_size, generator=g).to(device)
+    with torch.no_grad():
+        alone = [_attention_of(inner, x[i : i + 1], MatrixPlan(heads, tokens)) for i in (0, 1)]
+        for by_image in (True, False):
+            candidate = MatrixPlan(heads, tokens, by_image)
+            both = _attention_of(inner, x, candidate)
+            same = len(both) == len(alone[0]) == len(alone[1]) > 0 and all(
+                torch.allclose(both[layer][i], alone[i][layer][0], atol=1e-5, rtol=1e-4)
+                for i in (0, 1)
+                for layer in range(len(both))
+            )
+            if same:
+                return candidate
+    raise ModelCodeError(
+        f"{name} computes attention one image and one head at a time, and on a batch of 2 "
+        "images neither order (image by image, head by head) gives each image the attention "
+        "it gets alone: compute it batched, as one softmax over (B, heads, N, N) scores"
+    )
+
+
+def _attention_of(inner: nn.Module, x: torch.Tensor, plan: MatrixPlan) -> list[torch.Tensor]:
+    """The L × (B, H, N, N) layers a pass on ``x`` assembles by ``plan``."""
+    run = run_captured(inner, x, hidden_states=False, matrices=plan)
+    return [a for a in run.log.attentions if a.shape[-1] == plan.tokens]
 
 
 def make_config(
@@ -163,7 +259,7 @@ def make_config(
     run: RawRun,
     spec: ModelCodeSpec,
     notes: list[str],
-    plan: HeadPlan | None = None,
+    grouping: Grouping | None = None,
 ) -> ModelCodeConfig:
     """Depth, heads, prefix tokens, classes and width from one captured forward pass."""
     logits = run.logits
@@ -203,10 +299,14 @@ def make_config(
         source=spec.target,
         outputs=run.reading.kind,
         output_path=run.reading.path,
-        head_spots=tuple(
-            (record, *spot) for record, spot in sorted((plan.spots if plan else {}).items())
-        ),
+        head_spots=tuple((record, *spot) for record, spot in sorted(_spots(grouping).items())),
+        matrix_heads=grouping.matrices.heads if grouping and grouping.matrices else 0,
+        matrix_by_image=grouping.matrices.by_image if grouping and grouping.matrices else True,
     )
+
+
+def _spots(grouping: Grouping | None) -> dict[int, tuple[int, int, int]]:
+    return grouping.heads.spots if grouping is not None and grouping.heads is not None else {}
 
 
 def _refuse_heads_as_layers(
@@ -367,10 +467,10 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
             inner = padded(exc, FixedBatch(inner, exc.batch, exc.where), layout)
             return _load_by_kind(side, inner, layout, spec, file, arguments, notes, weights)
     assert run is not None  # probed: no kind claimed the module
-    run, plan, plan_note = group_heads(inner, layout, run, spec, file)
-    if plan_note:
-        notes.append(plan_note)
-    config = make_config(inner, layout, run, spec, notes, plan)
+    run, grouping = group_heads(inner, layout, run, spec, file)
+    if grouping.note:
+        notes.append(grouping.note)
+    config = make_config(inner, layout, run, spec, notes, grouping)
     preprocessing = _preprocessing(spec, arguments, layout, notes)
     model = CapturedModel(inner, config).eval()
     return _loaded(model, spec, file, preprocessing, notes, weights)
