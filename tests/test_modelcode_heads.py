@@ -24,7 +24,13 @@ from torch import Tensor, nn
 from vitviz import explain
 from vitviz.checkpoints import LoadedModel
 from vitviz.explain.methods import get_method
-from vitviz.modelcode import ModelCodeError, extract_logits, load_model_code, make_spec
+from vitviz.modelcode import (
+    ModelCodeError,
+    ModelCodeSpec,
+    extract_logits,
+    load_model_code,
+    make_spec,
+)
 from vitviz.pipeline.analysis import analyze
 
 COMMON = """
@@ -213,6 +219,7 @@ class Opened:
     prefix: int
     model: nn.Module  # the file's model built the plain way, same weights
     loaded: LoadedModel
+    spec: ModelCodeSpec
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
@@ -226,8 +233,8 @@ def opened(request, tmp_path_factory) -> Opened:
     scramble(model, 3)
     model.eval()
     torch.save(model.state_dict(), folder / "weights.pth")
-    loaded = load_model_code(make_spec(file, "ViT", {}, folder / "weights.pth"))
-    return Opened(request.param, depth, heads, prefix, model, loaded)
+    spec = make_spec(file, "ViT", {}, folder / "weights.pth")
+    return Opened(request.param, depth, heads, prefix, model, load_model_code(spec), spec)
 
 
 # -- the modules run by hand: every head of a layer as one batched softmax ---------------------
@@ -428,6 +435,17 @@ def test_every_method_is_its_definition(opened: Opened, photo_files):
     for name in ("transformer-attribution", "gradcam"):  # refused on any model from code
         why = get_method(name).unavailable(a)
         assert why is not None and "comes from your code" in why, name
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_assembled_layers_are_the_cpus(opened: Opened, photo_files):
+    cpu = analyze(opened.loaded, photo_files["chelsea"])
+    gpu = analyze(load_model_code(opened.spec), photo_files["chelsea"], device="cuda")
+    assert gpu.device.startswith("cuda")
+    torch.testing.assert_close(gpu.attention.cpu(), cpu.attention, atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(gpu.logits, cpu.logits, atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(gpu.relevance(), cpu.relevance(), atol=1e-3, rtol=1e-3)
 
 
 # -- what stays refused --------------------------------------------------------------------------
