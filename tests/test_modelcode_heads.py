@@ -493,3 +493,34 @@ def test_images_that_mix_in_a_per_image_loop_are_refused(tmp_path: Path):
     file.write_text(textwrap.dedent(COMMON) + source, encoding="utf-8")
     with pytest.raises(ModelCodeError, match=r"neither order .* gives each image the attention"):
         load_model_code(make_spec(file, "ViT", {}))
+
+
+def _refused(tmp_path: Path, source: str) -> str:
+    file = tmp_path / "model.py"
+    file.write_text(textwrap.dedent(COMMON) + textwrap.dedent(source), encoding="utf-8")
+    with pytest.raises(ModelCodeError) as info:
+        load_model_code(make_spec(file, "ViT", {}))
+    return str(info.value)
+
+
+def test_layers_of_different_head_counts_are_refused(tmp_path: Path):
+    source = HEAD_MODULES.replace(
+        "[Block(dim, heads, MultiHead) for _ in range(depth)]",
+        "[Block(dim, heads // (i + 1), MultiHead) for i in range(depth)]",
+    )
+    assert source != HEAD_MODULES
+    message = _refused(tmp_path, source)
+    assert "the heads don't group into layers of one head count" in message
+    assert "4 in blocks.0.attn.heads, 2 in blocks.1.attn.heads" in message
+
+
+def test_head_modules_reading_different_inputs_are_refused(tmp_path: Path):
+    source = (
+        "class Scaled(MultiHead):\n"
+        "    def forward(self, x):\n"
+        "        outs = [h(x * (i + 1)) for i, h in enumerate(self.heads)]\n"
+        "        return self.proj(torch.cat(outs, dim=-1))\n"
+        + HEAD_MODULES.replace("Block(dim, heads, MultiHead)", "Block(dim, heads, Scaled)")
+    )
+    message = _refused(tmp_path, source)
+    assert "the one-head modules of blocks.0.attn.heads don't all read one input" in message

@@ -144,11 +144,7 @@ def plan_heads(
     names = {id(m): n for n, m in model.named_modules()}
     block_names = {names[id(b)] for b in blocks if id(b) in names}
     lists = {n for n, m in model.named_modules() if isinstance(m, (nn.ModuleList, nn.Sequential))}
-    one_head = [
-        i
-        for i, (a, where) in enumerate(zip(_raw(log), log.places, strict=True))
-        if a is not None and a.shape[1] == 1 and a.shape[-1] == tokens
-    ]
+    one_head = [i for i, a in enumerate(_raw(log)) if a.shape[1] == 1 and a.shape[-1] == tokens]
     if len(one_head) < 2:
         return None
     groups: dict[tuple, _Group] = {}
@@ -179,7 +175,10 @@ def plan_heads(
     for layer, g in enumerate(sorted(groups.values(), key=lambda g: min(g.members)[0])):
         ranked = sorted(g.members, key=lambda m: m[1])
         if len({r for _, r in ranked}) != len(ranked):
-            raise ModelCodeError(f"{name}: two one-head softmaxes came from {g.where}'s same head")
+            raise ModelCodeError(
+                f"{name} computes attention one head at a time, and two of the softmaxes of "
+                f"{g.where} come from one of its heads: vitviz can't tell which head is which"
+            )
         for head, (index, _) in enumerate(ranked):
             spots[index] = (layer, head, len(ranked))
     H = counts.pop()
@@ -194,9 +193,11 @@ def plan_heads(
     return HeadPlan(spots), note
 
 
-def _raw(log: CaptureLog) -> list[Tensor | None]:
+def _raw(log: CaptureLog) -> list[Tensor]:
     """Each record's (B, H, N, N) tensor in raw order (the probing pass runs with no plan, so
     records and the log's attentions are the same list)."""
+    if len(log.places) != len(log.attentions):
+        raise ValueError("plan_heads needs the probing pass's log (no plan, calls watched)")
     return list(log.attentions)
 
 
