@@ -524,3 +524,31 @@ def test_head_modules_reading_different_inputs_are_refused(tmp_path: Path):
     )
     message = _refused(tmp_path, source)
     assert "the one-head modules of blocks.0.attn.heads don't all read one input" in message
+
+
+def test_heads_are_found_where_the_layer_list_holds_other_modules_too(tmp_path: Path):
+    """A ModuleList of blocks ending in a wider Linear is no block container: each head is
+    still the list element that makes one softmax, each block (several) is not."""
+    source = HEAD_MODULES.replace(
+        "[Block(dim, heads, MultiHead) for _ in range(depth)]",
+        "[Block(dim, heads, MultiHead) for _ in range(depth)] + [nn.Linear(dim, 2 * dim)]",
+    ).replace("self.norm = nn.LayerNorm(dim)", "self.norm = nn.LayerNorm(2 * dim)")
+    source = source.replace(
+        "self.head = nn.Linear(dim, num_classes)", "self.head = nn.Linear(2 * dim, num_classes)"
+    )
+    file = tmp_path / "model.py"
+    file.write_text(textwrap.dedent(COMMON) + textwrap.dedent(source), encoding="utf-8")
+    torch.manual_seed(0)
+    model = import_file(file).ViT()
+    scramble(model, 5)
+    model.eval()
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    loaded = load_model_code(make_spec(file, "ViT", {}, tmp_path / "w.pth"))
+    assert (loaded.model.config.depth, loaded.model.config.heads) == (2, 4)
+    x = sample(6)
+    got = explain.attention_gradients(loaded.model, x, target=0)
+    attn, grads, _ = by_hand(model, x, target=0)
+    for a, want in zip(got.attentions, attn, strict=True):
+        assert_probabilities_close(a, want)
+    for g, want in zip(got.gradients, grads, strict=True):
+        torch.testing.assert_close(g, want, atol=1e-4 * float(want.abs().max()), rtol=1e-4)

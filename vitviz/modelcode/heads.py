@@ -18,6 +18,7 @@ refuses in one line where the structure does not say (heads spread over unrelate
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -101,22 +102,24 @@ class _Group:
 
 
 def _group_of(
-    calls: tuple[Call, ...], blocks: set[str], lists: set[str], order: int
+    calls: tuple[Call, ...], blocks: set[str], lists: set[str], order: int, held: Counter[int]
 ) -> tuple[tuple, str, int, Tensor | None, bool] | None:
     """(group key, where, head order, head input, by list) of one softmax made during
-    ``calls`` (outermost first); None when no module but the model itself holds it.
+    ``calls`` (outermost first; ``held``: how many one-head softmaxes each call made); None
+    when no module but the model itself holds it.
 
-    The block is the outermost call that is a child of a block container. Below it, a call
-    that is an element of another ModuleList / Sequential is a head (ordered by its index,
-    grouped by the list and the call holding it); else the outermost call below the block (the
-    attention module), or the block, holds the layer's heads in the order computed. Without a
-    block the innermost call does.
+    The block is the outermost call that is a child of a block container. Below it, the
+    outermost call that is an element of another ModuleList / Sequential and made this softmax
+    alone is a head (ordered by its index, grouped by the list and the call holding it); else
+    the outermost call below the block (the attention module), or the block, holds the layer's
+    heads in the order computed. Without a block the innermost call does.
     """
     block = next((i for i, c in enumerate(calls) if _listed_in(c, blocks)), None)
     below = calls[block + 1 :] if block is not None else calls
     for i, c in enumerate(below):
         parent = _parent(c.name)
-        if parent is not None and parent[0] in lists and parent[0] not in blocks:
+        alone = held[c.number] == 1
+        if alone and parent is not None and parent[0] in lists and parent[0] not in blocks:
             holder = below[i - 1] if i else (calls[block] if block is not None else None)
             key = (holder.number if holder is not None else -1, parent[0])
             return key, parent[0], parent[1], c.input, True
@@ -147,9 +150,10 @@ def plan_heads(
     one_head = [i for i, a in enumerate(_raw(log)) if a.shape[1] == 1 and a.shape[-1] == tokens]
     if len(one_head) < 2:
         return None
+    held = Counter(c.number for index in one_head for c in log.places[index])
     groups: dict[tuple, _Group] = {}
     for order, index in enumerate(one_head):
-        found = _group_of(log.places[index], block_names, lists, order)
+        found = _group_of(log.places[index], block_names, lists, order, held)
         if found is None:
             raise ModelCodeError(
                 f"{name} computes attention one head at a time in its own forward, outside any "
