@@ -17,9 +17,9 @@ from vitviz.model.vit import ViTOutput
 from vitviz.modelcode.assembly import HeadPlan, MatrixPlan
 from vitviz.modelcode.batching import FixedBatch
 from vitviz.modelcode.blocks import BlockWatch, pick_blocks, watch_blocks
+from vitviz.modelcode.calls import watch_calls
 from vitviz.modelcode.capture import CaptureLog, capture_attention
 from vitviz.modelcode.errors import ModelCodeError
-from vitviz.modelcode.heads import watch_calls
 from vitviz.modelcode.outputs import OutputReading, find_output, head_width
 
 

@@ -11,77 +11,24 @@ sees L·H one-head softmaxes. The module tree says which belong together:
 - inside it, heads held in a ModuleList / Sequential are ordered by their index in it (and must
   read one input), heads computed in one module's loop by the order they are computed.
 
-``watch_calls`` notes, while the probing pass runs, which module calls are active at each
-recorded attention; ``plan_heads`` turns that into a ``HeadPlan`` (record -> layer, head) or
-refuses in one line where the structure does not say (heads spread over unrelated modules).
+``plan_heads`` turns the module calls active at each attention of the probing pass
+(``vitviz.modelcode.calls``) into a ``HeadPlan`` (record -> layer, head), or refuses in one line
+where the structure does not say (heads spread over unrelated modules). ``one_per_layer`` makes
+each (N, N) softmax of one image that no module groups its own layer.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
-from torch.utils.hooks import RemovableHandle
 
-from vitviz.modelcode.assembly import HeadPlan
+from vitviz.modelcode.assembly import ONE_MATRIX, HeadPlan
+from vitviz.modelcode.calls import Call
 from vitviz.modelcode.capture import CaptureLog
 from vitviz.modelcode.errors import ModelCodeError
-
-_PASSIVE = (nn.Softmax, nn.Dropout, nn.Identity)  # modules that don't make attention themselves
-
-
-@dataclass(frozen=True)
-class Call:
-    """One active module call: the module's qualified name, a call number, its first input."""
-
-    name: str
-    number: int
-    input: Tensor | None
-
-
-@dataclass
-class CallWatch:
-    stack: list[Call] = field(default_factory=list)
-    count: int = 0
-
-    def where(self) -> tuple[Call, ...]:
-        return tuple(self.stack)
-
-
-@contextmanager
-def watch_calls(model: nn.Module, log: CaptureLog) -> Iterator[CallWatch]:
-    """While active, ``log.places`` gets the module calls active at each recorded attention
-    (outermost first). Every hook is removed on leaving, even on an exception."""
-    watch = CallWatch()
-    handles: list[RemovableHandle] = []
-
-    def enter(name: str):
-        def hook(module: nn.Module, args: tuple) -> None:
-            first = args[0] if args and isinstance(args[0], Tensor) else None
-            watch.stack.append(Call(name, watch.count, first))
-            watch.count += 1
-
-        return hook
-
-    def leave(module: nn.Module, args: tuple, output: object) -> None:
-        if watch.stack:
-            watch.stack.pop()
-
-    try:
-        for name, module in model.named_modules():
-            if name and not isinstance(module, _PASSIVE):
-                handles.append(module.register_forward_pre_hook(enter(name)))
-                handles.append(module.register_forward_hook(leave))
-        log.locate = watch.where
-        yield watch
-    finally:
-        log.locate = None
-        for handle in handles:
-            handle.remove()
 
 
 def _parent(name: str) -> tuple[str, int] | None:
@@ -219,3 +166,19 @@ def _check_one_input(group: _Group, name: str) -> None:
             f"{name}: the one-head modules of {group.where} don't all read one input, so "
             "vitviz can't tell that they are the heads of one layer"
         )
+
+
+def one_per_layer(log: CaptureLog, tokens: int) -> tuple[HeadPlan, str] | None:
+    """(N, N) softmaxes of one image that no module groups (one head per layer): each its own
+    layer, so a batch's (one per image) assemble as they do on one image."""
+    records = [
+        i
+        for i, (a, source) in enumerate(zip(log.attentions, log.sources, strict=True))
+        if source == ONE_MATRIX and a.shape[-1] == tokens
+    ]
+    if not records:
+        return None
+    note = (
+        f"attention computed one head at a time: {len(records)} one-head softmaxes, one per layer"
+    )
+    return HeadPlan({r: (layer, 0, 1) for layer, r in enumerate(records)}), note

@@ -25,7 +25,7 @@ from vitviz.modelcode.errors import (
     fixed_batch_error,
     setting_hint,
 )
-from vitviz.modelcode.heads import plan_heads
+from vitviz.modelcode.heads import one_per_layer, plan_heads
 from vitviz.modelcode.importing import (
     build_module,
     effective_args,
@@ -34,6 +34,7 @@ from vitviz.modelcode.importing import (
     parameter_names,
 )
 from vitviz.modelcode.layout import PatchLayout, find_layout, patch_conv
+from vitviz.modelcode.matrices import matrix_plan
 from vitviz.modelcode.spec import ModelCodeSpec, read_class_names
 from vitviz.modelcode.training_info import constructor_args, needs_more, read_training_info
 from vitviz.modelcode.weights import FoundWeights, find_weights, read_weights_file
@@ -166,7 +167,9 @@ def group_heads(
         return run, Grouping()
     _, tokens = _attention_layers(run, inner, layout, spec, [])
     blocks = block_containers(run.watch, tokens, run.rows)
-    planned = plan_heads(run.log, inner, blocks, tokens, spec.name) or _one_per_layer(run, tokens)
+    planned = plan_heads(run.log, inner, blocks, tokens, spec.name) or one_per_layer(
+        run.log, tokens
+    )
     if planned is None:
         return run, Grouping()
     plan, note = planned
@@ -187,70 +190,6 @@ def group_heads(
         + f"; checked on a batch of 2 images: computed {order}, each image's as when run alone"
     )
     return _probe(inner, layout, spec.name, file, matrices=matrices), Grouping(None, matrices, note)
-
-
-def _one_per_layer(run: RawRun, tokens: int) -> tuple[HeadPlan, str] | None:
-    """(N, N) softmaxes of one image that no module groups (one head per layer): each its own
-    layer, so a batch's (one per image) assemble as they do on one image."""
-    records = [
-        i
-        for i, (a, source) in enumerate(zip(run.log.attentions, run.log.sources, strict=True))
-        if source == ONE_MATRIX and a.shape[-1] == tokens
-    ]
-    if not records:
-        return None
-    note = (
-        f"attention computed one head at a time: {len(records)} one-head softmaxes, one per layer"
-    )
-    return HeadPlan({r: (layer, 0, 1) for layer, r in enumerate(records)}), note
-
-
-def matrix_plan(
-    inner: nn.Module, layout: PatchLayout, plan: HeadPlan, tokens: int, name: str
-) -> MatrixPlan:
-    """The MatrixPlan of (N, N) softmaxes grouped (on one image) by ``plan``: each layer's
-    heads in a row in the order computed, and the order over a batch (image by image or head
-    by head) the one that gives each of two images its attention when run alone."""
-    by_layer: dict[int, list[tuple[int, int]]] = {}
-    for record, (layer, head, _) in plan.spots.items():
-        by_layer.setdefault(layer, []).append((record, head))
-    rows = [sorted(by_layer[layer]) for layer in sorted(by_layer)]
-    flat = [r for row in rows for r, _ in row]
-    in_order = all(h == i for row in rows for i, (_, h) in enumerate(row))
-    if flat != list(range(flat[0], flat[0] + len(flat))):
-        in_order = False
-    heads = len(rows[0])
-    if not in_order:
-        raise ModelCodeError(
-            f"{name} computes attention one image and one head at a time, and its heads are "
-            "not computed layer by layer in their order: vitviz can't tell them apart"
-        )
-    device = next(inner.parameters(), torch.zeros(0)).device
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(2, layout.in_channels, *layout.image_size, generator=g).to(device)
-    with torch.no_grad():
-        alone = [_attention_of(inner, x[i : i + 1], MatrixPlan(heads, tokens)) for i in (0, 1)]
-        for by_image in (True, False):
-            candidate = MatrixPlan(heads, tokens, by_image)
-            both = _attention_of(inner, x, candidate)
-            same = len(both) == len(alone[0]) == len(alone[1]) > 0 and all(
-                torch.allclose(both[layer][i], alone[i][layer][0], atol=1e-5, rtol=1e-4)
-                for i in (0, 1)
-                for layer in range(len(both))
-            )
-            if same:
-                return candidate
-    raise ModelCodeError(
-        f"{name} computes attention one image and one head at a time, and on a batch of 2 "
-        "images neither order (image by image, head by head) gives each image the attention "
-        "it gets alone: compute it batched, as one softmax over (B, heads, N, N) scores"
-    )
-
-
-def _attention_of(inner: nn.Module, x: torch.Tensor, plan: MatrixPlan) -> list[torch.Tensor]:
-    """The L × (B, H, N, N) layers a pass on ``x`` assembles by ``plan``."""
-    run = run_captured(inner, x, hidden_states=False, matrices=plan)
-    return [a for a in run.log.attentions if a.shape[-1] == plan.tokens]
 
 
 def make_config(
