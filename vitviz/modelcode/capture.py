@@ -20,7 +20,8 @@ caller's rows are recorded (nn.MultiheadAttention's then without a gradient path
 Given a ``HeadPlan`` or ``MatrixPlan`` (attention computed one head, or one image and one head,
 at a time, grouped into layers by ``vitviz.modelcode.heads``), each piece is written into its
 layer's (B, H, N, N) tensor, which is what the log records (``vitviz.modelcode.assembly``): the
-model goes on with the piece's own values, on that tensor's gradient path.
+model goes on with the piece's own values, on that tensor's gradient path. On the probing pass
+(``probing``, one image) an (N, N) softmax is recorded as that image's one head, (1, 1, N, N).
 """
 
 from __future__ import annotations
