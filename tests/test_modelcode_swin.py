@@ -10,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 from safetensors.torch import save_file
+from test_modelcode_models import assert_probabilities_close
 
 from vitviz.kinds.swin.analysis import analyze_swin
 from vitviz.kinds.swin.modelcode import SwinCodeModel, swin_code_model
@@ -239,3 +240,58 @@ def test_token_gradcam_is_refused_on_a_swin_from_code(tmp_path) -> None:
     reasons = unavailable(loaded)
     assert "your code" in reasons["gradcam"]
     assert not {"attention", "rollout", "gradient-rollout"} & set(reasons)
+
+
+# -- a Swin from code gets what a ViT from code gets: fixed batches, probabilities -------------
+
+
+def _variant(tmp_path: Path, old: str, new: str) -> Path:
+    """The seed Swin's file with one line of its forward changed."""
+    text = SEED_FILE.read_text(encoding="utf-8")
+    assert old in text
+    file = tmp_path / "variant_swin.py"
+    file.write_text(text.replace(old, new), encoding="utf-8")
+    return file
+
+
+def test_a_swin_returning_probabilities_is_read_as_its_probabilities(tmp_path):
+    file = _variant(
+        tmp_path, "        return self.head(x)\n", "        return self.head(x).softmax(-1)\n"
+    )
+    _, model = _seed_model(seed=2)
+    weights = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
+    loaded = load_model_code(make_spec(file, "SwinTransformer", {}, weights))
+    assert loaded.model.config.outputs == "probabilities"
+    assert any("the model returns probabilities" in n for n in loaded.notes)
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        got = loaded.model.forward_explained(x).logits
+        want = model(x).softmax(-1)  # the seed's logits, as the variant returns them
+    torch.testing.assert_close(got.exp(), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.softmax(-1), want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_swin_fixing_its_batch_size_runs_padded_and_keeps_its_rows(tmp_path):
+    file = _variant(
+        tmp_path,
+        "        x = self.patch_embed(x)\n",
+        "        x = self.patch_embed(x.view(4, 3, 32, 32))\n",
+    )
+    module, model = _seed_model(seed=1)
+    weights = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
+    loaded = load_model_code(make_spec(file, "SwinTransformer", {}, weights))
+    assert any("fixes the batch size at 4" in n for n in loaded.notes)
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    out = loaded.model.forward_explained(x)
+    for b in range(2):  # the seed's by-hand pass takes one image
+        want, _ = _by_hand(module, model, x[b : b + 1])
+        assert len(out.attentions) == len(want) == 4
+        for got, ref in zip(out.attentions, want, strict=True):
+            assert got.shape == (2, *ref.shape)
+            assert_probabilities_close(got[b].detach(), ref)  # a batch of 4 rounds otherwise
+    with torch.no_grad():
+        torch.testing.assert_close(out.logits, model(x), atol=1e-5, rtol=1e-5)
+    result = analyze_swin(loaded, x[0], gradients=True)
+    assert result.gradients is not None and len(result.gradients) == 4

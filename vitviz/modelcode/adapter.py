@@ -14,8 +14,10 @@ from typing import Any
 from torch import Tensor, nn
 
 from vitviz.model.vit import ViTOutput
+from vitviz.modelcode.assembly import HeadPlan, MatrixPlan
 from vitviz.modelcode.batching import FixedBatch
 from vitviz.modelcode.blocks import BlockWatch, pick_blocks, watch_blocks
+from vitviz.modelcode.calls import watch_calls
 from vitviz.modelcode.capture import CaptureLog, capture_attention
 from vitviz.modelcode.errors import ModelCodeError
 from vitviz.modelcode.outputs import OutputReading, find_output, head_width
@@ -36,6 +38,26 @@ class ModelCodeConfig:
     source: str = ""  # "FILE.py:NAME"
     outputs: str = "logits"  # what the forward returns: logits / probabilities / log-probabilities
     output_path: tuple = ()  # where in the returned value the (B, C) tensor is (OutputReading)
+    # attention computed one head at a time: (record, layer, head, heads) per one-head softmax
+    head_spots: tuple[tuple[int, int, int, int], ...] = ()
+    # attention computed one image and one head at a time: heads per layer (0: not so), order
+    matrix_heads: int = 0
+    matrix_by_image: bool = True
+
+    @property
+    def head_plan(self) -> HeadPlan | None:
+        """The grouping of one-head softmaxes into layers, None when the model has none."""
+        if not self.head_spots:
+            return None
+        return HeadPlan({r: (layer, h, n) for r, layer, h, n in self.head_spots})
+
+    @property
+    def matrix_plan(self) -> MatrixPlan | None:
+        """How (N, N) softmaxes made one image and one head at a time form layers, or None."""
+        if not self.matrix_heads:
+            return None
+        tokens = self.num_prefix_tokens + self.num_patches
+        return MatrixPlan(self.matrix_heads, tokens, self.matrix_by_image)
 
     @property
     def reading(self) -> OutputReading:
@@ -83,14 +105,28 @@ class RawRun:
 
 
 def run_captured(
-    inner: nn.Module, x: Tensor, hidden_states: bool, reading: OutputReading | None = None
+    inner: nn.Module,
+    x: Tensor,
+    hidden_states: bool,
+    reading: OutputReading | None = None,
+    heads: HeadPlan | None = None,
+    calls: bool = False,
+    matrices: MatrixPlan | None = None,
 ) -> RawRun:
     """The user's forward pass on x (B, C, H, W) with attention (and block outputs) noted;
-    the scores read as ``reading`` says, else found in the output (``find_output``)."""
+    the scores read as ``reading`` says, else found in the output (``find_output``). ``heads``
+    and ``matrices`` group one-head (one-image) softmaxes into layers; ``calls`` (the probing
+    pass) notes the module calls active at each attention (``log.places``, for
+    ``plan_heads``) and records (N, N) softmaxes of one image as (1, 1, N, N)."""
     with ExitStack() as stack:
-        log = stack.enter_context(capture_attention(batch=x.shape[0]))
+        log = stack.enter_context(
+            capture_attention(x.shape[0], heads, matrices, probing=calls and x.shape[0] == 1)
+        )
         watch = stack.enter_context(watch_blocks(inner)) if hidden_states else None
+        if calls:
+            stack.enter_context(watch_calls(inner, log))
         output = inner(x)
+    log.check_heads()
     if reading is None:
         reading = find_output(output, x.shape[0], head_width(inner))
     fixed = isinstance(inner, FixedBatch) and x.shape[0] <= inner.batch
@@ -126,7 +162,14 @@ class CapturedModel(nn.Module):
         prefix = self.config.num_prefix_tokens
         if not capture_attention:
             return ViTOutput(self.forward(x), [], [], grid, prefix)
-        run = run_captured(self.inner, x, hidden_states, self.config.reading)
+        run = run_captured(
+            self.inner,
+            x,
+            hidden_states,
+            self.config.reading,
+            self.config.head_plan,
+            matrices=self.config.matrix_plan,
+        )
         tokens = prefix + grid[0] * grid[1]
         attentions = [a for a in run.log.attentions if a.shape[-1] == tokens]
         if not attentions:

@@ -90,10 +90,10 @@ def pick_blocks(watch: BlockWatch, depth: int, tokens: int, batch: int) -> list[
     return []
 
 
-def block_counts(watch: BlockWatch, tokens: int, batch: int) -> list[int]:
-    """How many children each container has whose children all look like transformer blocks:
-    each called once, mapping (B, N, D) (or (N, B, D)) to the same shape."""
-    counts = []
+def block_containers(watch: BlockWatch, tokens: int, batch: int) -> list[nn.Module]:
+    """The containers whose children all look like transformer blocks: each called once,
+    mapping (B, N, D) (or (N, B, D)) to the same shape."""
+    found = []
     for ci, container in enumerate(watch.containers):
         calls = [c for c in watch.calls if c.container == ci]
         n = len(container)
@@ -105,5 +105,10 @@ def block_counts(watch: BlockWatch, tokens: int, batch: int) -> list[int]:
             and {c.output.shape[0], c.output.shape[1]} == {batch, tokens}
             for c in calls
         ):
-            counts.append(n)
-    return counts
+            found.append(container)
+    return found
+
+
+def block_counts(watch: BlockWatch, tokens: int, batch: int) -> list[int]:
+    """How many children each container of transformer blocks (``block_containers``) has."""
+    return [len(c) for c in block_containers(watch, tokens, batch)]

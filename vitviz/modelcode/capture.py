@@ -16,13 +16,19 @@ Every recorded tensor lies on the path from the input to the output, so gradient
 respect to it (∂y/∂A) can be taken. Recording changes no output value. Inside
 ``padded_batch`` (a model run on a batch padded to the size its forward fixes) only the
 caller's rows are recorded (nn.MultiheadAttention's then without a gradient path).
+
+Given a ``HeadPlan`` or ``MatrixPlan`` (attention computed one head, or one image and one head,
+at a time, grouped into layers by ``vitviz.modelcode.heads``), each piece is written into its
+layer's (B, H, N, N) tensor, which is what the log records (``vitviz.modelcode.assembly``): the
+model goes on with the piece's own values, on that tensor's gradient path. On the probing pass
+(``probing``, one image) an (N, N) softmax is recorded as that image's one head, (1, 1, N, N).
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -32,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
+
+from vitviz.modelcode.assembly import ONE_MATRIX, Assembly, HeadPlan, MatrixPlan
 
 _SOFTMAXES = frozenset({torch.softmax, torch.Tensor.softmax, F.softmax, torch.special.softmax})
 _SDPA = F.scaled_dot_product_attention
@@ -61,10 +69,34 @@ class CaptureLog:
     sdpa_calls: int = 0
     mha_calls: int = 0
     other_shapes: list[tuple[int, ...]] = field(default_factory=list)  # not square attention
+    locate: Callable[[], Any] | None = None  # called at each record: where the model is
+    places: list[Any] = field(default_factory=list)  # locate()'s answer per record (raw order)
+    records: int = 0  # square attentions seen, each one-head softmax counted (raw order)
+    matrices: bool = False  # record (N, N) softmaxes as one image's one head (probing B = 1)
+    assembly: Assembly | None = None  # layers made of one-head (or one-matrix) softmaxes
 
     def add(self, attention: Tensor, source: str) -> None:
         self.attentions.append(attention)
         self.sources.append(source)
+
+    def take(self, attention: Tensor, source: str) -> Tensor:
+        """Record (B, H, N, N) ``attention``; returns what the model goes on with (itself, or
+        for a one-head softmax of the plan, the same values on its layer tensor's path)."""
+        index = self.records
+        self.records += 1
+        if self.locate is not None:
+            self.places.append(self.locate())
+        if self.assembly is not None:
+            placed = self.assembly.one_head(index, attention)
+            if placed is not None:
+                return placed
+        self.add(attention, source)
+        return attention
+
+    def check_heads(self) -> None:
+        """ModelCodeError unless every layer of the plans got each of its pieces once."""
+        if self.assembly is not None:
+            self.assembly.check(self.batch)
 
     def note_other(self, shape: tuple[int, ...]) -> None:
         if len(self.other_shapes) < 8 and shape not in self.other_shapes:
@@ -90,6 +122,8 @@ def _record(log: CaptureLog, p: Tensor, source: str, heads: int | None = None) -
     with (gradients reach it).
     """
     shape = tuple(p.shape)
+    if p.ndim == 2 and shape[0] == shape[1]:
+        return _matrix(log, p, shape)
     if p.ndim not in (3, 4) or shape[-1] != shape[-2]:
         log.note_other(shape)
         return p
@@ -110,14 +144,24 @@ def _record(log: CaptureLog, p: Tensor, source: str, heads: int | None = None) -
     return _kept(log, p.unflatten(0, (B, H)), source).flatten(0, 1)  # via (B, H, N, N)
 
 
+def _matrix(log: CaptureLog, p: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """An (N, N) softmax: one image's one head, where a plan (or the probing pass) says so."""
+    if log.assembly is not None and log.keep is None:
+        placed = log.assembly.matrix(p, log.batch)
+        if placed is not None:
+            return placed
+    if log.matrices and log.batch == 1 and log.keep is None:
+        return _kept(log, p[None, None], ONE_MATRIX)[0, 0]
+    log.note_other(shape)
+    return p
+
+
 def _kept(log: CaptureLog, a: Tensor, source: str) -> Tensor:
     """Record (B, H, N, N) ``a``, only its first ``log.keep`` rows for a padded batch; returns
     what the model goes on with, built from the recorded rows (so gradients reach them)."""
     if log.keep is None or log.keep >= a.shape[0]:
-        log.add(a, source)
-        return a
-    kept = a[: log.keep]
-    log.add(kept, source)
+        return log.take(a, source)
+    kept = log.take(a[: log.keep], source)
     return torch.cat([kept, a[log.keep :]])
 
 
@@ -190,11 +234,11 @@ def _multihead(log: CaptureLog, args: tuple, kwargs: dict[str, Any]) -> Any:
     square = per_head.shape[-1] == per_head.shape[-2] and a.get("bias_k") is None
     if square and per_head.shape[0] == log.batch and not a.get("add_zero_attn"):
         if log.keep is not None and log.keep < log.batch:  # a padded batch: values only
-            log.add(per_head[: log.keep].detach(), "multihead_attention")
+            log.take(per_head[: log.keep].detach(), "multihead_attention")
         else:
             if torch.is_grad_enabled() and out.requires_grad:
                 per_head, out = _attention_path(a, per_head, out)
-            log.add(per_head, "multihead_attention")
+            log.take(per_head, "multihead_attention")
     else:
         log.note_other(tuple(per_head.shape))
     if not wanted:
@@ -237,14 +281,23 @@ _ACTIVE: ContextVar[CaptureLog | None] = ContextVar("vitviz_capture_log", defaul
 
 
 @contextmanager
-def capture_attention(batch: int) -> Iterator[CaptureLog]:
+def capture_attention(
+    batch: int,
+    heads: HeadPlan | None = None,
+    matrices: MatrixPlan | None = None,
+    probing: bool = False,
+) -> Iterator[CaptureLog]:
     """Within the block, every attention the current thread computes lands in the log.
 
-    ``batch`` is the batch size B of the model input (to split (B·H, N, N) into heads).
+    ``batch`` is the batch size B of the model input (to split (B·H, N, N) into heads);
+    ``heads`` and ``matrices`` group one-head (and one-image) softmaxes into layers (see the
+    module's docstring); ``probing`` (B = 1) records (N, N) softmaxes as (1, 1, N, N).
     The MultiheadAttention fast path is off inside the block and restored after, even when the
     block raises.
     """
-    log = CaptureLog(batch=batch)
+    log = CaptureLog(batch=batch, matrices=probing)
+    if heads is not None or matrices is not None:
+        log.assembly = Assembly(log.add, heads, matrices)
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     token = _ACTIVE.set(log)

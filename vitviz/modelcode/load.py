@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,9 @@ from vitviz.imaging import Preprocessing
 from vitviz.kinds import all_kinds
 from vitviz.kinds.sides import CodeModelRequest, ModelCodeSide
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
+from vitviz.modelcode.assembly import ONE_MATRIX, HeadPlan, MatrixPlan
 from vitviz.modelcode.batching import FixedBatch
-from vitviz.modelcode.blocks import block_counts
+from vitviz.modelcode.blocks import block_containers, block_counts
 from vitviz.modelcode.errors import (
     FixedBatchError,
     ModelCodeError,
@@ -23,6 +25,7 @@ from vitviz.modelcode.errors import (
     fixed_batch_error,
     setting_hint,
 )
+from vitviz.modelcode.heads import one_per_layer, plan_heads
 from vitviz.modelcode.importing import (
     build_module,
     effective_args,
@@ -31,8 +34,10 @@ from vitviz.modelcode.importing import (
     parameter_names,
 )
 from vitviz.modelcode.layout import PatchLayout, find_layout, patch_conv
+from vitviz.modelcode.matrices import matrix_plan
 from vitviz.modelcode.spec import ModelCodeSpec, read_class_names
-from vitviz.modelcode.weights import FoundWeights, find_weights
+from vitviz.modelcode.training_info import constructor_args, needs_more, read_training_info
+from vitviz.modelcode.weights import FoundWeights, find_weights, read_weights_file
 
 FAMILY = "model-code"
 DEFAULT_MEAN_STD = (0.5,)  # one number: every channel
@@ -53,7 +58,16 @@ def looked_at(model: nn.Module) -> str:
     return ", ".join(f"{counts[label]} {label}" for label, _ in _LOOKED_AT)
 
 
-def _probe(inner: nn.Module, layout: PatchLayout, name: str, file: Path) -> RawRun:
+def _probe(
+    inner: nn.Module,
+    layout: PatchLayout,
+    name: str,
+    file: Path,
+    heads: HeadPlan | None = None,
+    matrices: MatrixPlan | None = None,
+) -> RawRun:
+    """One captured pass on a seeded random image, with block outputs and (without a plan)
+    the module calls active at each attention noted."""
     h, w = layout.image_size
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, layout.in_channels, h, w, generator=g)
@@ -63,7 +77,14 @@ def _probe(inner: nn.Module, layout: PatchLayout, name: str, file: Path) -> RawR
         device = torch.device("cpu")
     try:
         with torch.no_grad():
-            return run_captured(inner, x.to(device), hidden_states=True)
+            return run_captured(
+                inner,
+                x.to(device),
+                hidden_states=True,
+                heads=heads,
+                calls=heads is None and matrices is None,
+                matrices=matrices,
+            )
     except ModelCodeError:
         raise
     except Exception as exc:
@@ -127,8 +148,57 @@ def _per_matrix_hint(shapes: list[tuple[int, ...]]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Grouping:
+    """How attention computed one head (and one image) at a time forms layers, and its note."""
+
+    heads: HeadPlan | None = None
+    matrices: MatrixPlan | None = None
+    note: str = ""
+
+
+def group_heads(
+    inner: nn.Module, layout: PatchLayout, run: RawRun, spec: ModelCodeSpec, file: Path
+) -> tuple[RawRun, Grouping]:
+    """Attention computed one head at a time, grouped into layers by the modules holding it
+    (``plan_heads``) and probed again with the grouping; the run as it was and an empty
+    Grouping for a model that computes its heads together."""
+    if not run.log.attentions or run.watch is None:
+        return run, Grouping()
+    _, tokens = _attention_layers(run, inner, layout, spec, [])
+    blocks = block_containers(run.watch, tokens, run.rows)
+    planned = plan_heads(run.log, inner, blocks, tokens, spec.name) or one_per_layer(
+        run.log, tokens
+    )
+    if planned is None:
+        return run, Grouping()
+    plan, note = planned
+    sources = {run.log.sources[i] for i in plan.spots}
+    if ONE_MATRIX not in sources:
+        return _probe(inner, layout, spec.name, file, plan), Grouping(plan, None, note)
+    if sources != {ONE_MATRIX}:
+        raise ModelCodeError(
+            f"{spec.name} computes some attention one image and one head at a time and some "
+            "one head at a time for the whole batch: vitviz can't tell its layers apart"
+        )
+    matrices = matrix_plan(inner, layout, plan, tokens, spec.name)
+    order = "image by image" if matrices.by_image else "head by head"
+    note = (
+        note.replace("one head at a time", "one image and one head at a time").replace(
+            "one-head softmaxes", "(N, N) softmaxes on one image"
+        )
+        + f"; checked on a batch of 2 images: computed {order}, each image's as when run alone"
+    )
+    return _probe(inner, layout, spec.name, file, matrices=matrices), Grouping(None, matrices, note)
+
+
 def make_config(
-    inner: nn.Module, layout: PatchLayout, run: RawRun, spec: ModelCodeSpec, notes: list[str]
+    inner: nn.Module,
+    layout: PatchLayout,
+    run: RawRun,
+    spec: ModelCodeSpec,
+    notes: list[str],
+    grouping: Grouping | None = None,
 ) -> ModelCodeConfig:
     """Depth, heads, prefix tokens, classes and width from one captured forward pass."""
     logits = run.logits
@@ -168,7 +238,14 @@ def make_config(
         source=spec.target,
         outputs=run.reading.kind,
         output_path=run.reading.path,
+        head_spots=tuple((record, *spot) for record, spot in sorted(_spots(grouping).items())),
+        matrix_heads=grouping.matrices.heads if grouping and grouping.matrices else 0,
+        matrix_by_image=grouping.matrices.by_image if grouping and grouping.matrices else True,
     )
+
+
+def _spots(grouping: Grouping | None) -> dict[int, tuple[int, int, int]]:
+    return grouping.heads.spots if grouping is not None and grouping.heads is not None else {}
 
 
 def _refuse_heads_as_layers(
@@ -267,18 +344,27 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
     module = import_model_file(file)
     file = Path(module.__file__ or file)
     factory = find_factory(module, spec.name, file)
-    inner = build_module(factory, spec.name, spec.args, file)
+    held, info = None, None  # the checkpoint's object, read first where the constructor needs it
+    if spec.checkpoint is not None and needs_more(factory, spec.args):
+        held = read_weights_file(spec.checkpoint.expanduser())
+        info = read_training_info(held)
+    args, args_notes = constructor_args(factory, spec.args, info)
+    inner = build_module(factory, spec.name, args, file)
     notes: list[str] = []
     weights = None
     if spec.checkpoint is not None:
         params = parameter_names(factory)
-        weights = find_weights(inner, spec.checkpoint.expanduser(), spec.name, params)
+        path = spec.checkpoint.expanduser()
+        held = read_weights_file(path) if held is None else held
+        info = read_training_info(held) if info is None else info
+        weights = find_weights(inner, path, spec.name, params, held)
         inner.load_state_dict(weights.state, strict=True)
-        notes += weights.notes
+        notes += weights.notes + info.notes
     else:
         notes.append("no state dict given: the weights are the model's own initialisation")
+    notes += args_notes
     inner.eval()
-    arguments = effective_args(factory, spec.args)
+    arguments = effective_args(factory, args)
     size, size_from = spec.image_size, "the settings"
     if size is None and weights is not None and weights.image_size is not None:
         size, size_from = weights.image_size, "the checkpoint"
@@ -293,23 +379,37 @@ def load_model_code(spec: ModelCodeSpec) -> LoadedModel:
             return layout, None
         return layout, _probe(model, layout, spec.name, file)
 
-    try:
-        layout, run = layout_and_probe(inner)
-    except FixedBatchError as exc:  # run it padded to the batch it demands, keep the first rows
-        inner = FixedBatch(inner, exc.batch, exc.where)
-        layout, run = layout_and_probe(inner)
-        if not inner.check_rows(layout.in_channels, layout.image_size):
+    def padded(exc: FixedBatchError, fixed: FixedBatch, layout: PatchLayout) -> FixedBatch:
+        """The model run padded to the batch it demands, its rows checked not to mix."""
+        if not fixed.check_rows(layout.in_channels, layout.image_size):
             raise ModelCodeError(f"{exc}; padding the batch won't do: its rows mix") from exc
         notes.append(
             f"the forward pass fixes the batch size at {exc.batch} ({exc.where}): vitviz runs "
             f"each image with {exc.batch - 1} copies of it and keeps its own row (checked: the "
             "rows don't mix)"
         )
+        return fixed
+
+    try:
+        layout, run = layout_and_probe(inner)
+    except FixedBatchError as exc:  # run it padded to the batch it demands, keep the first rows
+        fixed = FixedBatch(inner, exc.batch, exc.where)
+        layout, run = layout_and_probe(fixed)
+        inner = padded(exc, fixed, layout)
     notes.append(layout.size_note)
     if side is not None:
-        return _load_by_kind(side, inner, layout, spec, file, arguments, notes, weights)
+        try:
+            return _load_by_kind(side, inner, layout, spec, file, arguments, notes, weights)
+        except FixedBatchError as exc:  # a kind's probe found it: the same padding
+            if isinstance(inner, FixedBatch):
+                raise
+            inner = padded(exc, FixedBatch(inner, exc.batch, exc.where), layout)
+            return _load_by_kind(side, inner, layout, spec, file, arguments, notes, weights)
     assert run is not None  # probed: no kind claimed the module
-    config = make_config(inner, layout, run, spec, notes)
+    run, grouping = group_heads(inner, layout, run, spec, file)
+    if grouping.note:
+        notes.append(grouping.note)
+    config = make_config(inner, layout, run, spec, notes, grouping)
     preprocessing = _preprocessing(spec, arguments, layout, notes)
     model = CapturedModel(inner, config).eval()
     return _loaded(model, spec, file, preprocessing, notes, weights)
@@ -371,6 +471,9 @@ def _load_by_kind(
     except ModelCodeError:
         raise
     except Exception as exc:
+        refusal = fixed_batch_error(exc, file)
+        if refusal is not None:
+            raise refusal from exc
         h, w = layout.image_size
         raise ModelCodeError(
             f"running {spec.name} on a 1×{layout.in_channels}×{h}×{w} input failed: "

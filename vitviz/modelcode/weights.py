@@ -219,16 +219,23 @@ def _listed(keys: list[str], limit: int = 8) -> str:
     return shown + (f" … ({len(keys)} in all)" if len(keys) > limit else "")
 
 
-def find_weights(
-    model: nn.Module, path: Path, name: str, params: set[str] | None = None
-) -> FoundWeights:
-    """The state dict in ``path`` whose names and shapes are the model's, and what sits beside
-    it. Raises ModelCodeError naming what differs (from the closest candidate) and, by the
-    constructor's parameter names ``params``, the arguments the file's shapes say."""
+def read_weights_file(path: Path) -> Any:
+    """What ``path`` holds, read by vitviz's safe reader; ModelCodeError when it can't be."""
     try:
-        obj = read_checkpoint_object(path)
+        return read_checkpoint_object(path)
     except CheckpointError as exc:
         raise ModelCodeError(str(exc)) from exc
+
+
+def find_weights(
+    model: nn.Module, path: Path, name: str, params: set[str] | None = None, obj: Any = None
+) -> FoundWeights:
+    """The state dict in ``path`` (``obj``: what it holds, when already read) whose names and
+    shapes are the model's, and what sits beside it. Raises ModelCodeError naming what differs
+    (from the closest candidate) and, by the constructor's parameter names ``params``, the
+    arguments the file's shapes say."""
+    if obj is None:
+        obj = read_weights_file(path)
     own = model.state_dict()
     names = set(own)
     candidates = []

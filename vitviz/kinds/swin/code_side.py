@@ -65,6 +65,9 @@ class SwinCode:
             f"{request.patch_size} from {request.patch_source}; window layout from "
             + ("the settings" if windows is not None else "the modules' attributes")
         )
+        reading = model.config.reading
+        if reading is not None and reading.note():
+            note += f"; {reading.note()}"
         return model, note
 
 

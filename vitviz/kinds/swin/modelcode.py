@@ -28,8 +28,9 @@ from torch.overrides import TorchFunctionMode
 
 from vitviz.kinds.swin.network import SwinOutput
 from vitviz.kinds.swin.windows import WindowLayout
-from vitviz.modelcode.adapter import extract_logits
+from vitviz.modelcode.batching import FixedBatch
 from vitviz.modelcode.errors import ModelCodeError
+from vitviz.modelcode.outputs import OutputReading, find_output, head_width
 
 _SOFTMAXES = frozenset({torch.softmax, torch.Tensor.softmax, F.softmax, torch.special.softmax})
 
@@ -94,6 +95,13 @@ class SwinCodeConfig:
     block_stages: tuple[int, ...] = ()  # per block, from the probing forward pass
     block_windows: tuple[int, ...] = ()  # per block: the window's side (wh)
     block_dims: tuple[int, ...] = ()  # per block: the attention's ``dim`` (0 when unknown)
+    # what the forward returns (found on the probing pass, as for a ViT from code): where the
+    # (B, C) tensor is and whether it holds logits, probabilities or log-probabilities
+    reading: OutputReading | None = None
+
+    @property
+    def outputs(self) -> str:
+        return self.reading.kind if self.reading is not None else "logits"
 
     @property
     def depth(self) -> int:
@@ -122,12 +130,14 @@ class SwinCodeConfig:
             "version": 1,
             "source": self.source,
             "windows": None if self.windows is None else [list(w) for w in self.windows],
+            "outputs": self.outputs,
         }
 
 
 @dataclass
 class _Capture:
-    batch: int
+    batch: int  # rows the model runs (a FixedBatch model's padded batch)
+    keep: int | None = None  # rows to record of a padded batch (None: all)
     current: list[int] = field(default_factory=list)  # stack of active module indices
     attentions: dict[int, Tensor] = field(default_factory=dict)
     inputs: dict[int, tuple[int, ...]] = field(default_factory=dict)  # block input shapes
@@ -150,16 +160,23 @@ class _WindowSoftmax(TorchFunctionMode):
         square = out.ndim == 4 and out.shape[-1] == out.shape[-2]
         if dim in (-1, 3) and square and out.shape[0] % B == 0:
             a = out.unflatten(0, (B, out.shape[0] // B))  # (B, windows, heads, n, n)
-            self.cap.attentions[self.cap.current[-1]] = a
-            return a.flatten(0, 1)
+            keep = self.cap.keep
+            if keep is None or keep >= B:
+                self.cap.attentions[self.cap.current[-1]] = a
+                return a.flatten(0, 1)
+            kept = a[:keep]  # a padded batch: the caller's rows, on the path to the output
+            self.cap.attentions[self.cap.current[-1]] = kept
+            return torch.cat([kept, a[keep:]]).flatten(0, 1)
         return out
 
 
 @contextmanager
 def _capturing(model: nn.Module, batch: int) -> Iterator[_Capture]:
     """Within the block, each window-attention call's softmax and each block's input shape
-    land in the capture; the hooks are removed on the way out, even when the block raises."""
-    cap = _Capture(batch)
+    land in the capture; the hooks are removed on the way out, even when the block raises.
+    A FixedBatch ``model`` runs its padded batch: only the first ``batch`` rows are kept."""
+    fixed = isinstance(model, FixedBatch) and batch <= model.batch
+    cap = _Capture(model.batch, batch) if fixed else _Capture(batch)  # type: ignore[arg-type]
 
     def enter(_m: nn.Module, args: Any, *, i: int, own: bool) -> None:
         cap.current.append(i)
@@ -237,8 +254,15 @@ class SwinCodeModel(nn.Module):
             )
 
     def forward(self, x: Tensor) -> Tensor:
-        """(B, C, H, W) -> (B, classes) logits; the user's forward, nothing captured."""
-        return extract_logits(self.inner(x), self.inner)
+        """(B, C, H, W) -> (B, classes) logits (log-probabilities for a model that returns
+        probabilities); the user's forward, nothing captured."""
+        return self._scores(self.inner(x), x.shape[0])
+
+    def _scores(self, output: Any, batch: int) -> Tensor:
+        """The class scores of ``output`` as the probing pass found them (found on that pass)."""
+        if self.config.reading is None:
+            self.config.reading = find_output(output, batch, head_width(self.inner))
+        return self.config.reading.read(output)
 
     def _window(self, b: int) -> tuple[tuple[int, int], int]:
         """Block b's (wh, ww) window and shift."""
@@ -258,7 +282,7 @@ class SwinCodeModel(nn.Module):
         if not capture_attention:
             return SwinOutput(self.forward(x), [], [], [])
         with _capturing(self.inner, x.shape[0]) as cap:
-            logits = extract_logits(self.inner(x), self.inner)
+            logits = self._scores(self.inner(x), x.shape[0])
         out = SwinOutput(logits, [], [], [])
         for b, name in enumerate(self.attention_names):
             if b not in cap.attentions:
