@@ -570,7 +570,7 @@ def test_too_few_tokens_and_wrong_prefix_name_the_settings(tmp_path: Path):
 
 
 def test_the_documented_factory_opens_a_config_object_constructor(tmp_path: Path):
-    doc = Path(__file__).resolve().parents[1] / "docs" / "checkpoints.md"
+    doc = Path(__file__).resolve().parents[1] / "docs" / "model-code.md"
     text = doc.read_text(encoding="utf-8")
     block = text.split("```python\n# factory.py\n", 1)[1].split("```", 1)[0]
     source = CONFIG_OBJECT.replace("ConfigViT", "ViT")
