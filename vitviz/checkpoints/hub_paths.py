@@ -152,9 +152,7 @@ def cached_snapshot(repo_id: str, revision: str = "main", cache: Path | None = N
     if not folder.is_dir():
         shown = repo_id if revision == "main" else f"{repo_id}@{revision}"
         raise CheckpointError(
-            f"{shown} is neither a file nor a model in the Hugging Face cache ({folder.parent}); "
-            "vitviz downloads nothing: fetch it with timm, transformers or huggingface-cli, "
-            "or give its folder."
+            f"{shown} is neither a file nor a model in the Hugging Face cache ({folder.parent})."
         )
     return snapshot_of(folder, revision)
 
