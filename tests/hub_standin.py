@@ -44,6 +44,7 @@ class StandinRepo:
     commit: str = "c0ffee" + "0" * 34
     gated: bool = False
     tags: list[str] = field(default_factory=list)
+    damaged: set[str] = field(default_factory=set)  # served with a byte changed
 
     def is_lfs(self, name: str) -> bool:
         return name.endswith((".safetensors", ".bin", ".pth", ".h5", ".msgpack", ".onnx"))
@@ -204,6 +205,8 @@ def _handler(hub: StandinHub) -> type[BaseHTTPRequestHandler]:
                     return
                 status = 206
                 headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+            if name in repo.damaged:
+                data = data[:-1] + bytes([data[-1] ^ 1])
             part = data[start:]
             key = (repo_id, name)
             with hub._lock:

@@ -94,6 +94,7 @@ def hub(vit_files: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyP
         StandinRepo("org/bin-only", only_bin, COMMIT),
         StandinRepo("org/remote-code", remote, COMMIT),
         StandinRepo("org/gated-vit", dict(vit_files), COMMIT, gated=True),
+        StandinRepo("org/damaged", dict(vit_files), COMMIT, damaged={"model.safetensors"}),
     ]
     for name in ("HF_HUB_CACHE", "HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
@@ -215,6 +216,18 @@ def test_a_cancelled_download_leaves_nothing_trusted_and_resumes(
     assert gets[-1] == f"bytes={kept}-"
     assert hub.served[("org/tiny-vit", "model.safetensors")] - sent == size - kept
     assert not list((repo / "blobs").glob("*.incomplete"))
+
+
+def test_a_file_that_arrives_damaged_is_deleted_not_trusted(
+    hub: StandinHub, tmp_path: Path
+) -> None:
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/damaged")
+    _one_line(info, "org/damaged", "model.safetensors", "damaged")
+    repo = _repo_folder(tmp_path, "org/damaged")
+    assert not list((repo / "blobs").glob("*.incomplete"))
+    assert not (repo / "snapshots" / COMMIT / "model.safetensors").exists()
+    assert cached_target("org/damaged") is None
 
 
 def test_a_missing_repository_is_one_line_and_writes_nothing(
