@@ -9,7 +9,8 @@ makes, with the endpoints ``huggingface_hub`` calls (no network beyond this mach
   (``Range: bytes=N-`` -> 206 with ``Content-Range``); 404 ``EntryNotFound``.
 
 A gated repository answers only ``Authorization: Bearer <TOKEN>``. ``drop_after[(repo, file)] =
-n`` makes the next GET of that file send its headers and ``n`` bytes, then close the connection.
+n`` makes the next GET of that file send its headers and ``n`` bytes, then close the connection;
+``slow[(repo, file)] = s`` pauses ``s`` seconds after each 4 KiB of it.
 The server runs on a daemon thread, serves at most ``max_requests`` requests and stops itself
 after ``lifetime`` seconds if the test doesn't stop it first (``with StandinHub(...) as hub``).
 """
@@ -18,13 +19,20 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import re
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+import torch
+from safetensors.torch import save_file
+from transformers import ViTConfig, ViTForImageClassification
 
 TOKEN = "hf_standin_token"
 _API = re.compile(r"^/api/models/([^/]+/[^/]+)(?:/revision/(.+))?$")
@@ -78,6 +86,7 @@ class StandinHub:
     ) -> None:
         self.repos = {r.repo_id: r for r in repos}
         self.drop_after: dict[tuple[str, str], int] = {}
+        self.slow: dict[tuple[str, str], float] = {}  # seconds of pause per 4 KiB sent
         self.requests: list[tuple[str, str, str]] = []  # (method, path, Range header)
         self.served: dict[tuple[str, str], int] = {}  # body bytes sent, per (repo, file)
         self.max_requests = max_requests
@@ -211,7 +220,23 @@ def _handler(hub: StandinHub) -> type[BaseHTTPRequestHandler]:
             key = (repo_id, name)
             with hub._lock:
                 drop = hub.drop_after.pop(key, None) if body else None
-            if drop is None:
+            pause = hub.slow.get(key, 0.0)
+            if drop is None and pause and body:
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(part)))
+                self.end_headers()
+                sent = 0
+                try:
+                    for i in range(0, len(part), 4096):
+                        self.wfile.write(part[i : i + 4096])
+                        self.wfile.flush()
+                        sent += len(part[i : i + 4096])
+                        time.sleep(pause)
+                except OSError:  # the client went away (a cancel)
+                    self.close_connection = True
+            elif drop is None:
                 self._send(status, headers, part, body)
                 sent = len(part) if body else 0
             else:  # headers for the whole part, then a broken connection
@@ -230,3 +255,54 @@ def _handler(hub: StandinHub) -> type[BaseHTTPRequestHandler]:
                 hub.served[key] = hub.served.get(key, 0) + sent
 
     return Handler
+
+
+def tiny_vit_files() -> dict[str, bytes]:
+    """A tiny transformers ViT as a hub repository holds it: safetensors and a second copy of
+    the weights (.bin), a TF file, an ONNX export in a subfolder, a README."""
+    torch.manual_seed(0)
+    config = ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=32,
+        patch_size=8,
+        num_labels=3,
+    )
+    model = ViTForImageClassification(config)
+    with torch.no_grad():
+        model.classifier.weight.normal_()
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    weights = io.BytesIO()
+    torch.save(state, weights)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        folder_config = (Path(tmp) / "config.json").read_bytes()
+    prep = {
+        "do_resize": True,
+        "size": {"height": 32, "width": 32},
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    }
+    return {
+        "config.json": folder_config,
+        "preprocessor_config.json": json.dumps(prep).encode(),
+        "model.safetensors": _safetensors_bytes(state),
+        "pytorch_model.bin": weights.getvalue(),
+        "tf_model.h5": b"\x89HDF" + b"\0" * 5000,
+        "onnx/model.onnx": b"onnx" * 1000,
+        "README.md": b"# tiny vit\n",
+        ".gitattributes": b"*.bin filter=lfs\n",
+    }
+
+
+def _safetensors_bytes(state: dict[str, torch.Tensor]) -> bytes:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "w.safetensors"
+        save_file(state, path, metadata={"format": "pt"})
+        return path.read_bytes()

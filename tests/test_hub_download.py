@@ -4,15 +4,12 @@ each fault one line naming the id, nothing half-written that the next open would
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
 import torch
-from hub_standin import TOKEN, StandinHub, StandinRepo
-from safetensors.torch import save_file
-from transformers import ViTConfig, ViTForImageClassification
+from hub_standin import TOKEN, StandinHub, StandinRepo, tiny_vit_files
 
 from vitviz.checkpoints import CheckpointError, hub_fetch, load_checkpoint
 from vitviz.checkpoints.hub_fetch import (
@@ -30,54 +27,7 @@ NEEDED = {"config.json", "preprocessor_config.json", "model.safetensors"}
 
 @pytest.fixture(scope="module")
 def vit_files() -> dict[str, bytes]:
-    """A tiny transformers ViT as a hub repository holds it: safetensors and a second copy of
-    the weights (.bin), a TF file, an ONNX export in a subfolder, a README."""
-    torch.manual_seed(0)
-    config = ViTConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        image_size=32,
-        patch_size=8,
-        num_labels=3,
-    )
-    model = ViTForImageClassification(config)
-    with torch.no_grad():
-        model.classifier.weight.normal_()
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    weights = io.BytesIO()
-    torch.save(state, weights)
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp)
-        folder_config = (Path(tmp) / "config.json").read_bytes()
-    prep = {
-        "do_resize": True,
-        "size": {"height": 32, "width": 32},
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
-    }
-    return {
-        "config.json": folder_config,
-        "preprocessor_config.json": json.dumps(prep).encode(),
-        "model.safetensors": _safetensors_bytes(state),
-        "pytorch_model.bin": weights.getvalue(),
-        "tf_model.h5": b"\x89HDF" + b"\0" * 5000,
-        "onnx/model.onnx": b"onnx" * 1000,
-        "README.md": b"# tiny vit\n",
-        ".gitattributes": b"*.bin filter=lfs\n",
-    }
-
-
-def _safetensors_bytes(state: dict[str, torch.Tensor]) -> bytes:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "w.safetensors"
-        save_file(state, path, metadata={"format": "pt"})
-        return path.read_bytes()
+    return tiny_vit_files()
 
 
 @pytest.fixture

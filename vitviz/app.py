@@ -26,7 +26,12 @@ from typing import Any  # noqa: E402
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="vitviz", description="Look inside Vision Transformers.")
-    parser.add_argument("files", nargs="*", help="images, checkpoints or folders to open")
+    parser.add_argument(
+        "files",
+        nargs="*",
+        help="images, checkpoints or folders to open, or a Hugging Face model id "
+        "(org/name, downloaded into the hub cache when it isn't there)",
+    )
     parser.add_argument(
         "--quit-after-ms",
         type=int,
@@ -87,7 +92,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _install_timing(window)
     window.show()
 
-    files = [os.path.abspath(f) for f in args.files]
+    from vitviz.core.model_ids import parse_model_ref
+
+    # a model id (org/name[@revision]) that is not a path here stays an id
+    files = [
+        f if not os.path.exists(f) and parse_model_ref(f) else os.path.abspath(f)
+        for f in args.files
+    ]
     _after_first_paint(window, lambda: window.start(files, defaults=not files))
     if args.quit_after_ms is not None:
         _quit_when_idle(window, max(0, args.quit_after_ms))

@@ -26,9 +26,8 @@ import re
 from pathlib import Path
 
 from vitviz.checkpoints.errors import CheckpointError
+from vitviz.core.model_ids import looks_like_model_id, parse_model_ref  # noqa: F401 (re-exported)
 
-_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_REVISION = re.compile(r"^[A-Za-z0-9_.-][A-Za-z0-9_./-]*$")
 COMMIT_HASH = re.compile(r"^[0-9a-f]{40}$")
 _REF_MAX_BYTES = 256
 
@@ -118,24 +117,6 @@ def snapshot_of(folder: Path, revision: str = "main") -> Path:
         f"{name}: the cache holds {len(found)} snapshots and no refs/main to choose one; "
         f"open one of {folder / 'snapshots'}/… instead."
     )
-
-
-def looks_like_model_id(text: str) -> bool:
-    """``text`` has the shape of a hub model id (``org/name``)."""
-    return bool(_MODEL_ID.match(text)) and ".." not in text
-
-
-def parse_model_ref(text: str) -> tuple[str, str] | None:
-    """``org/name`` or ``org/name@revision`` -> (repo id, revision, "main" when none given);
-    None when ``text`` is not shaped like one."""
-    repo_id, at, revision = str(text).partition("@")
-    if not looks_like_model_id(repo_id):
-        return None
-    if not at:
-        return repo_id, "main"
-    if not _REVISION.match(revision) or ".." in revision.split("/"):
-        return None
-    return repo_id, revision
 
 
 def model_ref_of(path: str | Path) -> tuple[str, str] | None:

@@ -1,0 +1,30 @@
+"""Hugging Face model ids as a user types them: ``org/name`` or ``org/name@revision``.
+
+Plain text rules, no file access and no torch: the window (which must not import torch before
+it paints) and the checkpoint loader both decide with these what is an id and what is a path.
+"""
+
+from __future__ import annotations
+
+import re
+
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_REVISION = re.compile(r"^[A-Za-z0-9_.-][A-Za-z0-9_./-]*$")
+
+
+def looks_like_model_id(text: str) -> bool:
+    """``text`` has the shape of a hub model id (``org/name``)."""
+    return bool(_MODEL_ID.match(text)) and ".." not in text
+
+
+def parse_model_ref(text: str) -> tuple[str, str] | None:
+    """``org/name`` or ``org/name@revision`` -> (repo id, revision, "main" when none given);
+    None when ``text`` is not shaped like one."""
+    repo_id, at, revision = str(text).partition("@")
+    if not looks_like_model_id(repo_id):
+        return None
+    if not at:
+        return repo_id, "main"
+    if not _REVISION.match(revision) or ".." in revision.split("/"):
+        return None
+    return repo_id, revision
