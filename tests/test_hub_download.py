@@ -297,3 +297,23 @@ def test_which_files_are_chosen() -> None:
         choose_files("a/b", listing("config.json", "flax_model.msgpack"))
     with pytest.raises(CheckpointError, match="trust_remote_code"):
         choose_files("a/b", listing("config.json", "model.safetensors"), tags=["custom_code"])
+
+
+def test_the_curated_list_names_the_vits_people_study() -> None:
+    from datetime import date
+
+    from vitviz.checkpoints.hub_catalogue import curated_models
+    from vitviz.core.model_ids import parse_model_ref
+
+    as_of, models = curated_models()
+    date.fromisoformat(as_of)
+    labels = {m.label for m in models}
+    for wanted in (
+        "ViT-B/16 (AugReg)", "DeiT-S", "DeiT-B distilled", "DINO ViT-S/16", "DINO ViT-B/16",
+        "DINOv2-S with registers", "BEiT-B", "EVA-02-Ti", "Swin-T", "PVT v2-b0",
+        "CLIP ViT-B/32", "SigLIP-B/16",
+    ):  # fmt: skip
+        assert wanted in labels, wanted
+    for m in models:
+        assert parse_model_ref(m.repo_id) == (m.repo_id, "main"), m.repo_id
+        assert m.size_mb > 0 and m.trained_on and m.licence

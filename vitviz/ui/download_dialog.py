@@ -243,7 +243,7 @@ class DownloadDialog(QDialog):
         self.state = "done"
         self.bar.setValue(1000)
         shown = self.plan.shown
-        self.status.setText(f"{shown} is downloaded ({path.parent.parent.parent}); opening it.")
+        self.status.setText(f"{shown} is downloaded into {self.plan.folder}; opening it.")
         self.fill_rows()
         self._show_buttons()
         self.openRequested.emit(path, shown)
