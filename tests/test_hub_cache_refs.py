@@ -131,7 +131,7 @@ def test_without_refs_main_the_only_snapshot_is_taken_and_several_are_refused(
 def test_what_is_a_model_id() -> None:
     assert looks_like_model_id("timm/vit_small_patch16_224.augreg_in21k_ft_in1k")
     assert looks_like_model_id("facebook/dinov2-small")
-    for text in ("model.safetensors", "a/b/c", "../x", "/abs/path", "org/..", ""):
+    for text in ("model.safetensors", "a/b/c", "../x", "/abs/path", "org/..", "", "ckpt/vit.pth"):
         assert not looks_like_model_id(text), text
 
 

@@ -185,7 +185,7 @@ def test_a_missing_repository_is_one_line_and_writes_nothing(
 ) -> None:
     with pytest.raises(CheckpointError) as info:
         load_checkpoint("org/no-such-model")
-    _one_line(info, "org/no-such-model", "not on", "HF_TOKEN")
+    _one_line(info, "org/no-such-model", "nor a model on", "HF_TOKEN")
     assert not _repo_folder(tmp_path, "org/no-such-model").exists()
     with pytest.raises(CheckpointError) as info:
         load_checkpoint("org/tiny-vit@v9")

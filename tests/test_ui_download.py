@@ -135,7 +135,7 @@ def test_a_fault_is_one_line_in_the_dialog(qtbot, window: MainWindow, hub: Stand
     dialog.go_button.click()
     qtbot.waitUntil(lambda: dialog.state == "failed", timeout=20_000)
     text = dialog.status.text()
-    assert "org/no-such-model" in text and "not on" in text and "\n" not in text
+    assert "org/no-such-model" in text and "nor a model on" in text and "\n" not in text
     assert dialog.go_button.isVisible() and dialog.go_button.text() == "Download…"
 
 

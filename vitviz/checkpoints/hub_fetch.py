@@ -247,8 +247,8 @@ def hub_fault(shown: str, exc: BaseException, settings: HubSettings) -> Checkpoi
         )
     if isinstance(exc, errors.RepositoryNotFoundError):
         return CheckpointError(
-            f"{shown} is not on {hub}, or is private: check the id, or set HF_TOKEN to a token "
-            "that can read it."
+            f"{shown} is neither a path here nor a model on {hub} (or it is private): check the "
+            "path or the id, or set HF_TOKEN to a token that can read it."
         )
     if isinstance(exc, errors.RevisionNotFoundError):
         return CheckpointError(f"{shown}: {hub} has no such revision: check the part after @.")

@@ -10,11 +10,17 @@ import re
 
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _REVISION = re.compile(r"^[A-Za-z0-9_.-][A-Za-z0-9_./-]*$")
+# A name ending so is a file someone meant (a mistyped path), not a repository.
+_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".json", ".png", ".jpg", ".jpeg")
 
 
 def looks_like_model_id(text: str) -> bool:
-    """``text`` has the shape of a hub model id (``org/name``)."""
-    return bool(_MODEL_ID.match(text)) and ".." not in text
+    """``text`` has the shape of a hub model id (``org/name``), not of a file's path."""
+    return (
+        bool(_MODEL_ID.match(text))
+        and ".." not in text
+        and not text.lower().endswith(_FILE_SUFFIXES)
+    )
 
 
 def parse_model_ref(text: str) -> tuple[str, str] | None:
