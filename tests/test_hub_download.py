@@ -317,3 +317,23 @@ def test_the_curated_list_names_the_vits_people_study() -> None:
     for m in models:
         assert parse_model_ref(m.repo_id) == (m.repo_id, "main"), m.repo_id
         assert m.size_mb > 0 and m.trained_on and m.licence
+
+
+def test_a_blob_another_process_is_writing_is_waited_for_and_the_wait_can_be_cancelled(
+    hub: StandinHub, tmp_path: Path
+) -> None:
+    """The lock huggingface_hub takes for a blob is vitviz's too: while it is held (timm or
+    transformers downloading the same file) nothing is fetched, and Cancel still works."""
+    import time
+
+    from huggingface_hub.utils import WeakFileLock
+
+    plan = plan_download("org/tiny-vit", settings=hub_settings())
+    weights = plan.choice.files[-1]
+    lock = tmp_path / "hf" / "hub" / ".locks" / "models--org--tiny-vit" / f"{weights.etag}.lock"
+    lock.parent.mkdir(parents=True)
+    start = time.monotonic()
+    with WeakFileLock(lock), pytest.raises(DownloadCancelledError):
+        fetch(plan, cancelled=lambda: time.monotonic() - start > 1.5)
+    assert ("org/tiny-vit", weights.name) not in hub.served
+    assert fetch(plan) == plan.snapshot  # once free, it downloads

@@ -19,13 +19,14 @@ full disk) is a CheckpointError of one line naming the id and what to do.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -56,6 +57,7 @@ _HASH_CHUNK = 4 * 2**20
 _TIMEOUT = 30.0  # seconds without a byte before a connection counts as broken
 _RETRIES = 5  # broken connections in a row, with no byte between them, before giving up
 _RETRY_PAUSE = 0.5  # seconds
+_LOCK_WAIT = 0.5  # seconds between two looks at a cancel while another writer holds a blob
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 Cancelled = Callable[[], bool]
@@ -297,7 +299,9 @@ def fetch(
             counter.check()
             blob = blobs / f.etag
             if not (plan.snapshot / f.name).exists() and not blob.is_file():
-                _transfer(plan, f, blob, counter)
+                with _blob_lock(plan, f, counter):  # one writer per blob, huggingface_hub's too
+                    if not blob.is_file():
+                        _transfer(plan, f, blob, counter)
             if f.name == "config.json":
                 _refuse_code(plan, blob if blob.is_file() else plan.snapshot / f.name)
         for f in plan.choice.files:
@@ -310,6 +314,27 @@ def fetch(
         raise hub_fault(plan.shown, exc, plan.settings) from exc
     counter.report()
     return plan.target
+
+
+@contextlib.contextmanager
+def _blob_lock(plan: DownloadPlan, f: RepoFile, counter: _Counter) -> Iterator[None]:
+    """Hold the lock ``huggingface_hub`` takes for this blob (``.locks/<repo>/<etag>.lock``),
+    so that vitviz, timm or transformers in another process never write it at once; waiting
+    for it, a cancel is still heard."""
+    from filelock import Timeout
+    from huggingface_hub.utils import WeakFileLock
+
+    path = plan.settings.cache / ".locks" / plan.folder.name / f"{f.etag}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        while True:
+            counter.check()
+            try:
+                stack.enter_context(WeakFileLock(path, timeout=_LOCK_WAIT))
+                break
+            except Timeout:
+                continue
+        yield
 
 
 def _transfer(plan: DownloadPlan, f: RepoFile, blob: Path, counter: _Counter) -> None:

@@ -68,6 +68,10 @@ class DownloadRunner(QObject):
             self.cancelled.emit()
         except (VitvizError, MemoryError) as exc:
             self.failed.emit(str(exc) or type(exc).__name__)
+        except Exception as exc:  # a bug: said in the dialog, its traceback on stderr
+            why = f"{type(exc).__name__}: {exc}"
+            self.failed.emit(f"An unexpected error stopped the download ({why}).")
+            raise
 
     def _plan(self, text: str) -> None:
         from vitviz.checkpoints.errors import CheckpointError
