@@ -49,6 +49,7 @@ from vitviz.checkpoints.hub_paths import (
     repository_folder,
     snapshot_of,
 )
+from vitviz.core.printable import byte_size
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _TRUE = {"1", "ON", "YES", "TRUE"}
@@ -124,14 +125,6 @@ class DownloadPlan:
             elif (part := _partial(blob)).is_file():
                 have += min(part.stat().st_size, f.size)
         return have
-
-
-def describe_size(size: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{size:.1f} GB"
 
 
 # -- the cache ---------------------------------------------------------------------------------
@@ -464,8 +457,8 @@ def _check_disk(plan: DownloadPlan, missing: int) -> None:
         return
     if missing + _DISK_MARGIN > free:
         raise CheckpointError(
-            f"{plan.shown} needs {describe_size(missing)} and {place} has "
-            f"{describe_size(free)} free: free some space (or set HF_HOME to another disk) and "
+            f"{plan.shown} needs {byte_size(missing)} and {place} has "
+            f"{byte_size(free)} free: free some space (or set HF_HOME to another disk) and "
             "try again."
         )
 

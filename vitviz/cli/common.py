@@ -150,8 +150,9 @@ def resolve_checkpoint(path: Path, args: argparse.Namespace | None = None) -> Pa
     """What opens for ``path``: the path itself, or a model id's snapshot from the Hugging Face
     cache, downloaded when it isn't there (the size said first, a progress bar on stderr)."""
     from vitviz.checkpoints import CheckpointError
-    from vitviz.checkpoints.hub_fetch import describe_size, resolve_reference
+    from vitviz.checkpoints.hub_fetch import resolve_reference
     from vitviz.core.console import ProgressLine
+    from vitviz.core.printable import byte_size
 
     bar = ProgressLine()
 
@@ -159,7 +160,7 @@ def resolve_checkpoint(path: Path, args: argparse.Namespace | None = None) -> Pa
         files = len(plan.choice.files)
         bar.start(
             f"vitviz-cli: downloading {plan.shown} ({files} file{'s' * (files != 1)}, "
-            f"{describe_size(plan.choice.total)}) into {plan.folder}"
+            f"{byte_size(plan.choice.total)}) into {plan.folder}"
         )
 
     try:

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from vitviz.core.printable import byte_size
 from vitviz.workers.download import DownloadRunner
 
 if TYPE_CHECKING:  # the rows come from vitviz.checkpoints (torch): imported when asked
@@ -34,15 +35,6 @@ if TYPE_CHECKING:  # the rows come from vitviz.checkpoints (torch): imported whe
 
 COLUMNS = ("Model", "Hub id", "Size", "Trained on", "Licence", "Here")
 CACHED_MARK = "✓ cached"
-
-
-def size_text(size: float) -> str:
-    """Bytes as people read them: "346.4 MB" (powers of 1000, as the hub writes sizes)."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{size:.1f} GB"
 
 
 class DownloadDialog(QDialog):
@@ -139,7 +131,7 @@ class DownloadDialog(QDialog):
         """The table's cells; a model in the cache is marked (and opens at once)."""
         for r, m in enumerate(self.models):
             here = CACHED_MARK if m.cached() is not None else ""
-            cells = (m.label, m.repo_id, size_text(m.size_mb * 1e6), m.trained_on, m.licence, here)
+            cells = (m.label, m.repo_id, byte_size(m.size_mb * 1e6), m.trained_on, m.licence, here)
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(text)
@@ -199,10 +191,10 @@ class DownloadDialog(QDialog):
         files = plan.choice.files
         names = ", ".join(f.name for f in files)
         have = plan.have_bytes()
-        kept = f"; {size_text(have)} of it already here (resumed)" if have else ""
+        kept = f"; {byte_size(have)} of it already here (resumed)" if have else ""
         self.status.setText(
             f"{plan.shown}: {len(files)} file{'s' * (len(files) != 1)} ({names}), "
-            f"{size_text(plan.choice.total)}{kept}. Download into {plan.folder.parent}?"
+            f"{byte_size(plan.choice.total)}{kept}. Download into {plan.folder.parent}?"
         )
         self.go_button.setText("Download")
         self._show_buttons(go=True, back=True)
@@ -218,7 +210,7 @@ class DownloadDialog(QDialog):
     def _progress(self, done: int, total: int) -> None:
         self.bar.setValue(round(1000 * done / total) if total else 1000)
         self.status.setText(
-            f"Downloading {self.plan.shown}: {size_text(done)} of {size_text(total)}"
+            f"Downloading {self.plan.shown}: {byte_size(done)} of {byte_size(total)}"
         )
 
     def cancel(self) -> None:
@@ -234,7 +226,7 @@ class DownloadDialog(QDialog):
         self.bar.hide()
         have = self.plan.have_bytes() if self.plan is not None else 0
         self.status.setText(
-            f"Cancelled: {size_text(have)} of {self.plan.shown} kept; Download… resumes it."
+            f"Cancelled: {byte_size(have)} of {self.plan.shown} kept; Download… resumes it."
         )
         self.go_button.setText("Download…")
         self._show_buttons(go=True)
