@@ -148,3 +148,20 @@ def test_a_model_id_given_to_the_window_opens_through_the_dialog(
     with qtbot.waitSignal(window.client.resultReady, timeout=30_000, check_params_cb=_model):
         dialog.go_button.click()
     assert window.model.path == _snapshot(tmp_path, "org/tiny-vit")
+
+
+def test_the_command_line_keeps_a_model_id_and_makes_paths_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vitviz.app import given_files
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "photo.jpg").write_bytes(b"")
+    (tmp_path / "org").mkdir()
+    (tmp_path / "org" / "here").mkdir()  # a folder spelt like an id is a folder
+    assert given_files(["photo.jpg", "facebook/dinov2-small", "org/here", "a/b@v1.0"]) == [
+        str(tmp_path / "photo.jpg"),
+        "facebook/dinov2-small",
+        str(tmp_path / "org" / "here"),
+        "a/b@v1.0",
+    ]

@@ -47,6 +47,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def given_files(files: Sequence[str]) -> list[str]:
+    """The command line's files as absolute paths; a Hugging Face model id (``org/name``,
+    ``org/name@revision``) that is not a path here stays an id."""
+    from vitviz.core.model_ids import parse_model_ref
+
+    return [
+        f if not os.path.exists(f) and parse_model_ref(f) else os.path.abspath(f) for f in files
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import multiprocessing
 
@@ -92,13 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _install_timing(window)
     window.show()
 
-    from vitviz.core.model_ids import parse_model_ref
-
-    # a model id (org/name[@revision]) that is not a path here stays an id
-    files = [
-        f if not os.path.exists(f) and parse_model_ref(f) else os.path.abspath(f)
-        for f in args.files
-    ]
+    files = given_files(args.files)
     _after_first_paint(window, lambda: window.start(files, defaults=not files))
     if args.quit_after_ms is not None:
         _quit_when_idle(window, max(0, args.quit_after_ms))
