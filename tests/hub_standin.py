@@ -9,7 +9,8 @@ makes, with the endpoints ``huggingface_hub`` calls (no network beyond this mach
   (``Range: bytes=N-`` -> 206 with ``Content-Range``); 404 ``EntryNotFound``.
 
 A gated repository answers only ``Authorization: Bearer <TOKEN>``. ``drop_after[(repo, file)] =
-n`` makes the next GET of that file send its headers and ``n`` bytes, then close the connection;
+n`` makes the next GET of that file send its headers and ``n`` bytes, then close the connection
+(a list: one such break per GET, in turn);
 ``slow[(repo, file)] = s`` pauses ``s`` seconds after each 4 KiB of it.
 The server runs on a daemon thread, serves at most ``max_requests`` requests and stops itself
 after ``lifetime`` seconds if the test doesn't stop it first (``with StandinHub(...) as hub``).
@@ -85,7 +86,7 @@ class StandinHub:
         self, repos: list[StandinRepo], lifetime: float = 120.0, max_requests: int = 2000
     ) -> None:
         self.repos = {r.repo_id: r for r in repos}
-        self.drop_after: dict[tuple[str, str], int] = {}
+        self.drop_after: dict[tuple[str, str], int | list[int]] = {}
         self.slow: dict[tuple[str, str], float] = {}  # seconds of pause per 4 KiB sent
         self.requests: list[tuple[str, str, str]] = []  # (method, path, Range header)
         self.served: dict[tuple[str, str], int] = {}  # body bytes sent, per (repo, file)
@@ -220,6 +221,10 @@ def _handler(hub: StandinHub) -> type[BaseHTTPRequestHandler]:
             key = (repo_id, name)
             with hub._lock:
                 drop = hub.drop_after.pop(key, None) if body else None
+                if isinstance(drop, list):  # one break per GET, in turn
+                    if len(drop) > 1:
+                        hub.drop_after[key] = drop[1:]
+                    drop = drop[0]
             pause = hub.slow.get(key, 0.0)
             if drop is None and pause and body:
                 self.send_response(status)

@@ -337,3 +337,21 @@ def test_a_blob_another_process_is_writing_is_waited_for_and_the_wait_can_be_can
         fetch(plan, cancelled=lambda: time.monotonic() - start > 1.5)
     assert ("org/tiny-vit", weights.name) not in hub.served
     assert fetch(plan) == plan.snapshot  # once free, it downloads
+
+
+def test_a_connection_that_keeps_breaking_is_one_line_and_the_next_try_resumes(
+    hub: StandinHub, vit_files: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = len(vit_files["model.safetensors"])
+    monkeypatch.setattr(hub_fetch, "_RETRIES", 1)  # give up at the first break without progress
+    hub.drop_after[("org/tiny-vit", "model.safetensors")] = 0
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/tiny-vit")
+    _one_line(info, "org/tiny-vit", "connection", "broke", "resumes")
+    assert cached_target("org/tiny-vit") is None
+    hub.drop_after[("org/tiny-vit", "model.safetensors")] = [size // 2, 0]
+    with pytest.raises(CheckpointError, match="broke"):
+        load_checkpoint("org/tiny-vit")  # half of it came, then a break with nothing after
+    load_checkpoint("org/tiny-vit")
+    gets = [r for m, p, r in hub.requests if m == "GET" and p.endswith("/model.safetensors")]
+    assert gets[-1] == f"bytes={size // 2}-"
