@@ -139,6 +139,7 @@ VITVIZ_LAYERS: dict[str, int] = {
     "core": 0,
     **dict.fromkeys(("core.printable", "core.errors", "core.console", "core.tree_text"), 0),
     **dict.fromkeys(("core.devices", "core.finite", "core.layers"), 0),
+    "core.model_ids": 0,  # what text is a hub model id (org/name[@revision])
     **dict.fromkeys(("model", "imaging"), 1),
     **dict.fromkeys(("core.filekinds", "core.resources", "core.last_model", "explain"), 2),
     "checkpoints": 3,

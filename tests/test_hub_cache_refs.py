@@ -90,12 +90,12 @@ def test_hf_home_is_used_when_hf_hub_cache_is_not_set(
     assert resolve_hub_reference("facebook/tiny").name == REVISION
 
 
-def test_a_missing_model_id_names_the_id_and_the_cache(cache: Path) -> None:
+def test_a_missing_model_id_offline_names_the_id_and_the_cache(cache: Path) -> None:
     with pytest.raises(CheckpointError) as info:
-        load_checkpoint("facebook/dinov2-small")
+        load_checkpoint("facebook/dinov2-small", offline=True)
     msg = str(info.value)
     assert "\n" not in msg
-    assert "facebook/dinov2-small" in msg and str(cache) in msg and "downloads nothing" in msg
+    assert "facebook/dinov2-small" in msg and str(cache) in msg and "--offline" in msg
 
 
 def test_a_crafted_ref_cannot_leave_the_repository(cache: Path, tmp_path: Path) -> None:
@@ -103,14 +103,17 @@ def test_a_crafted_ref_cannot_leave_the_repository(cache: Path, tmp_path: Path) 
     outside = tmp_path / "outside"
     outside.mkdir()
     (repo / "refs" / "main").write_text("../../../outside")
-    with pytest.raises(CheckpointError, match="not a commit hash"):
+    with pytest.raises(CheckpointError, match="names no snapshot folder"):
+        load_checkpoint(repo)
+    (repo / "refs" / "main").write_text("..")
+    with pytest.raises(CheckpointError, match="names no snapshot folder"):
         load_checkpoint(repo)
 
 
 def test_a_ref_to_a_snapshot_not_fetched_is_refused(cache: Path) -> None:
     repo = _hub_repo(cache, "org/gone")
     (repo / "refs" / "main").write_text("f" * 40)
-    with pytest.raises(CheckpointError, match="not in the cache"):
+    with pytest.raises(CheckpointError, match="not in the"):
         load_checkpoint(repo)
 
 
@@ -128,5 +131,41 @@ def test_without_refs_main_the_only_snapshot_is_taken_and_several_are_refused(
 def test_what_is_a_model_id() -> None:
     assert looks_like_model_id("timm/vit_small_patch16_224.augreg_in21k_ft_in1k")
     assert looks_like_model_id("facebook/dinov2-small")
-    for text in ("model.safetensors", "a/b/c", "../x", "/abs/path", "org/..", ""):
+    for text in ("model.safetensors", "a/b/c", "../x", "/abs/path", "org/..", "", "ckpt/vit.pth"):
         assert not looks_like_model_id(text), text
+
+
+def _second_snapshot(repo: Path, name: str) -> Path:
+    """A copy of the repository's snapshot under ``name``, its classifier made different."""
+    from safetensors.torch import load_file, save_file
+
+    first = repo / "snapshots" / REVISION
+    snap = repo / "snapshots" / name
+    snap.mkdir()
+    for f in first.iterdir():
+        (snap / f.name).write_bytes(f.read_bytes())
+    state = load_file(snap / "model.safetensors")
+    state["classifier.bias"] = state["classifier.bias"] + 1.0
+    save_file(state, snap / "model.safetensors", metadata={"format": "pt"})
+    return snap
+
+
+def test_a_ref_that_is_not_a_hash_opens_the_same_snapshot_in_the_window_and_the_cli(
+    cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mirror's or a hand-made cache's refs/main names its snapshot by its own name: the
+    window's list, load_checkpoint and the CLI all open that one (as huggingface_hub does
+    offline), not the other snapshot beside it."""
+    from vitviz.checkpoints import list_cached_checkpoints
+    from vitviz.cli import main
+
+    repo = _hub_repo(cache, "mirror/tiny-vit")
+    mirrored = _second_snapshot(repo, "v1.0-mirror")
+    (repo / "refs" / "main").write_text("v1.0-mirror\n")
+    entries = [e for e in list_cached_checkpoints() if e.source == "huggingface"]
+    assert [e.path for e in entries] == [mirrored]
+    assert load_checkpoint("mirror/tiny-vit").path == mirrored
+    assert main(["info", "mirror/tiny-vit", "--json"]) == 0
+    assert f'"path": "{mirrored}"' in capsys.readouterr().out
+    loaded = load_checkpoint("mirror/tiny-vit@" + REVISION)  # a commit hash names its own
+    assert loaded.path == repo / "snapshots" / REVISION

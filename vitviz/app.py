@@ -26,7 +26,12 @@ from typing import Any  # noqa: E402
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="vitviz", description="Look inside Vision Transformers.")
-    parser.add_argument("files", nargs="*", help="images, checkpoints or folders to open")
+    parser.add_argument(
+        "files",
+        nargs="*",
+        help="images, checkpoints or folders to open, or a Hugging Face model id "
+        "(org/name, downloaded into the hub cache when it isn't there)",
+    )
     parser.add_argument(
         "--quit-after-ms",
         type=int,
@@ -40,6 +45,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="load the shipped model, analyse the samples offscreen, check; exit 0 or 1",
     )
     return parser.parse_args(argv)
+
+
+def given_files(files: Sequence[str]) -> list[str]:
+    """The command line's files as absolute paths; a Hugging Face model id (``org/name``,
+    ``org/name@revision``) that is not a path here stays an id."""
+    from vitviz.core.model_ids import parse_model_ref
+
+    return [
+        f if not os.path.exists(f) and parse_model_ref(f) else os.path.abspath(f) for f in files
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _install_timing(window)
     window.show()
 
-    files = [os.path.abspath(f) for f in args.files]
+    files = given_files(args.files)
     _after_first_paint(window, lambda: window.start(files, defaults=not files))
     if args.quit_after_ms is not None:
         _quit_when_idle(window, max(0, args.quit_after_ms))

@@ -2,8 +2,9 @@
 hub cache. Only what is there is listed; nothing is downloaded and no weights are read.
 
 - Hugging Face: ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``
-  (``~/.cache/huggingface/hub``): ``models--org--name/snapshots/<rev>/`` folders with config.json
-  and weights.
+  (``~/.cache/huggingface/hub``): of each ``models--org--name``, the snapshot its model id opens
+  (``hub_paths.snapshot_of``, the reader the CLI uses too), when it holds config.json and
+  weights; every snapshot when that reader can't choose one.
 - torch hub: ``TORCH_HOME/hub``, else ``$XDG_CACHE_HOME/torch/hub`` (``~/.cache/torch/hub``):
   ``checkpoints/*.pth`` (and .pt / .safetensors).
 """
@@ -14,7 +15,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.folders import WEIGHT_FILES
+from vitviz.checkpoints.hub_paths import cache_home, hf_hub_cache, snapshot_of
 
 _TORCH_SUFFIXES = (".pth", ".pt", ".safetensors", ".bin")
 # Family guesses from a name, most specific first.
@@ -40,19 +43,6 @@ class CacheEntry:
     source: str  # "huggingface" | "torch"
 
 
-def cache_home() -> Path:
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg) if xdg else Path.home() / ".cache"
-
-
-def hf_hub_cache() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]) / "hub"
-    return cache_home() / "huggingface" / "hub"
-
-
 def torch_hub_dir() -> Path:
     if os.environ.get("TORCH_HOME"):
         return Path(os.environ["TORCH_HOME"]) / "hub"
@@ -73,11 +63,21 @@ def _size(path: Path) -> int:
         return 0
 
 
+def _hf_snapshots(repo: Path) -> list[Path]:
+    """The snapshot a model id of ``repo`` opens (the one reader, ``hub_paths.snapshot_of``);
+    every snapshot when that reader can't choose one (several, and no refs/main)."""
+    try:
+        return [snapshot_of(repo)]
+    except CheckpointError:
+        snapshots = repo / "snapshots"
+        return sorted(p for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
+
+
 def _hf_entries(root: Path) -> list[CacheEntry]:
     entries = []
     for repo in sorted(root.glob("models--*")):
         repo_id = "/".join(repo.name.split("--")[1:])
-        for snap in sorted((repo / "snapshots").glob("*")):
+        for snap in _hf_snapshots(repo):
             if not (snap / "config.json").is_file():
                 continue
             if not any((snap / name).is_file() for name in WEIGHT_FILES):

@@ -1,30 +1,51 @@
 """Hugging Face cache references: a repository folder or a model id, to its snapshot folder.
 
-The hub cache keeps a model as ``models--<org>--<name>/`` with ``refs/main`` (the commit hash of
-the snapshot last fetched) and ``snapshots/<hash>/`` (the files). ``load_checkpoint`` accepts:
+The one reader of the hub cache, for the window's "Open from cache" and for every model id the
+CLI, the window and ``load_checkpoint`` are given. The cache keeps a model as
+``models--<org>--<name>/`` with ``refs/<revision>`` (a text file naming the snapshot last
+fetched for that branch or tag) and ``snapshots/<name>/`` (the files). A reference resolves as
+``huggingface_hub`` resolves it offline (DESIGN §3): a 40-character commit hash names its
+snapshot folder; any other revision is looked up in ``refs/`` and the ref's text, whatever it
+is (a commit hash, or a mirror's or a hand-made cache's own name), names the snapshot folder.
+With no ``refs/main`` the repository's only snapshot is taken.
 
-- the snapshot folder itself (a model folder like any other);
-- the repository folder: ``refs/main`` is followed to its snapshot (the only snapshot when there
-  is no ``refs/main``);
+- the snapshot folder itself is a model folder like any other;
+- the repository folder: its ``refs/main`` snapshot;
 - a model id such as ``timm/vit_small_patch16_224.augreg_in21k_ft_in1k`` or
-  ``facebook/dinov2-small`` that is not a path on this disk, looked up in the cache
-  (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``).
+  ``facebook/dinov2-small`` (optionally ``@revision``) that is not a path on this disk, looked
+  up in the cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``).
 
-Nothing is downloaded. ``refs/main`` is read as text and must be a commit hash: a file that says
-anything else is refused, so a crafted ref can't point outside the repository folder.
+A ref's text must name a folder directly inside ``snapshots/``: one that says ``../x`` or holds
+a separator is refused, so a crafted ref can't point outside the repository folder.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
-from vitviz.checkpoints.cache import hf_hub_cache
 from vitviz.checkpoints.errors import CheckpointError
+from vitviz.core.model_ids import looks_like_model_id, parse_model_ref  # noqa: F401 (re-exported)
 
-_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_REVISION = re.compile(r"^[0-9a-f]{7,64}$")
+COMMIT_HASH = re.compile(r"^[0-9a-f]{40}$")
 _REF_MAX_BYTES = 256
+
+
+def cache_home() -> Path:
+    """``XDG_CACHE_HOME``, else ``~/.cache``."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) if xdg else Path.home() / ".cache"
+
+
+def hf_hub_cache() -> Path:
+    """The Hugging Face hub cache: ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else
+    ``<cache home>/huggingface/hub`` (read when called: the variables may change)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]) / "hub"
+    return cache_home() / "huggingface" / "hub"
 
 
 def is_repository_folder(path: Path) -> bool:
@@ -37,26 +58,57 @@ def repository_id(folder: Path) -> str:
     return "/".join(folder.name.split("--")[1:])
 
 
-def snapshot_of(folder: Path) -> Path:
-    """The snapshot folder ``refs/main`` of repository folder ``folder`` names (its only
-    snapshot when it has no ``refs/main``). CheckpointError when none can be chosen."""
+def repository_folder(repo_id: str, cache: Path | None = None) -> Path:
+    """Where the cache keeps ``org/name``: ``<cache>/models--org--name``."""
+    return (cache or hf_hub_cache()) / ("models--" + repo_id.replace("/", "--"))
+
+
+def _snapshot_name(text: str) -> str | None:
+    """A ref's text as a folder name inside ``snapshots/``, or None when it can't be one."""
+    name = text.strip()
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+        return None
+    return name
+
+
+def read_ref(folder: Path, revision: str = "main") -> str | None:
+    """The snapshot name ``refs/<revision>`` of repository folder ``folder`` holds (None when
+    there is no such ref). CheckpointError when its text can't name a snapshot folder."""
+    ref = folder / "refs" / revision
+    if not ref.is_file():
+        return None
+    text = ""
+    if ref.stat().st_size <= _REF_MAX_BYTES:
+        text = ref.read_text(encoding="utf-8", errors="replace")
+    name = _snapshot_name(text)
+    if name is None:
+        raise CheckpointError(
+            f"{repository_id(folder)}: its refs/{revision} names no snapshot folder "
+            f"({text.strip()[:40]!r}); open one of its snapshots/ folders instead."
+        )
+    return name
+
+
+def snapshot_of(folder: Path, revision: str = "main") -> Path:
+    """The snapshot folder ``revision`` of repository folder ``folder`` names: a commit hash's
+    own, else the one ``refs/<revision>`` names (the only snapshot when there is no
+    ``refs/main``). CheckpointError when none can be chosen."""
     name = repository_id(folder)
     snapshots = folder / "snapshots"
-    ref = folder / "refs" / "main"
-    if ref.is_file():
-        if ref.stat().st_size > _REF_MAX_BYTES:
-            raise CheckpointError(f"{name}: its refs/main is not a commit hash.")
-        revision = ref.read_text(encoding="utf-8", errors="replace").strip()
-        if not _REVISION.match(revision):
-            raise CheckpointError(f"{name}: its refs/main is not a commit hash.")
-        snap = snapshots / revision
+    wanted = revision if COMMIT_HASH.match(revision) else read_ref(folder, revision)
+    if wanted is None and revision != "main" and (snapshots / revision).is_dir():
+        wanted = revision  # a snapshot folder named as the revision (a short hash, a tag)
+    if wanted is not None:
+        snap = snapshots / wanted
         if not snap.is_dir():
             raise CheckpointError(
-                f"{name}: refs/main names snapshot {revision[:7]}, which is not in the cache "
-                f"({folder}); open one of its snapshots/ folders instead."
+                f"{name}: revision {revision} names snapshot {wanted[:12]}, which is not in the "
+                f"cache ({folder}); open one of its snapshots/ folders instead."
             )
         return snap
-    found = sorted(p for p in snapshots.iterdir() if p.is_dir())
+    if revision != "main":
+        raise CheckpointError(f"{name}@{revision} is not in the Hugging Face cache ({folder}).")
+    found = sorted(p for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
     if len(found) == 1:
         return found[0]
     if not found:
@@ -67,9 +119,23 @@ def snapshot_of(folder: Path) -> Path:
     )
 
 
-def looks_like_model_id(text: str) -> bool:
-    """``text`` has the shape of a hub model id (``org/name``)."""
-    return bool(_MODEL_ID.match(text)) and ".." not in text
+def model_ref_of(path: str | Path) -> tuple[str, str] | None:
+    """(repo id, revision) when ``path`` is a model reference rather than a path on this disk."""
+    if Path(path).exists():
+        return None
+    return parse_model_ref(str(path))
+
+
+def cached_snapshot(repo_id: str, revision: str = "main", cache: Path | None = None) -> Path:
+    """The snapshot of ``repo_id@revision`` in the cache. CheckpointError naming the id and the
+    cache when it is not there."""
+    folder = repository_folder(repo_id, cache)
+    if not folder.is_dir():
+        shown = repo_id if revision == "main" else f"{repo_id}@{revision}"
+        raise CheckpointError(
+            f"{shown} is neither a file nor a model in the Hugging Face cache ({folder.parent})."
+        )
+    return snapshot_of(folder, revision)
 
 
 def resolve_hub_reference(path: str | Path) -> Path:
@@ -79,15 +145,7 @@ def resolve_hub_reference(path: str | Path) -> Path:
     p = Path(path)
     if p.is_dir() and is_repository_folder(p):
         return snapshot_of(p)
-    if p.exists() or not looks_like_model_id(str(path)):
+    ref = model_ref_of(path)
+    if ref is None:
         return p
-    org, name = str(path).split("/")
-    cache = hf_hub_cache()
-    folder = cache / f"models--{org}--{name}"
-    if not folder.is_dir():
-        raise CheckpointError(
-            f"{path} is neither a file nor a model in the Hugging Face cache ({cache}); "
-            "vitviz downloads nothing: fetch it with timm, transformers or huggingface-cli, "
-            "or give its folder."
-        )
-    return snapshot_of(folder)
+    return cached_snapshot(*ref)

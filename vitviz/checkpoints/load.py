@@ -23,7 +23,7 @@ from vitviz.checkpoints.folders import (
     beside,
     read_folder,
 )
-from vitviz.checkpoints.hub_paths import resolve_hub_reference
+from vitviz.checkpoints.hub_fetch import resolve_reference
 from vitviz.checkpoints.library_check import check_or_refuse
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import is_native, load_native
@@ -52,6 +52,7 @@ def load_checkpoint(
     config: Mapping[str, Any] | None = None,
     *,
     dtype: torch.dtype = torch.float32,
+    offline: bool | None = None,
 ) -> LoadedModel:
     """Open a checkpoint (file or model folder) safely and convert it to the one model.
 
@@ -59,11 +60,14 @@ def load_checkpoint(
     ``preprocessing``); it updates ``<checkpoint>.vitviz.json`` when that file is there.
     ``dtype``: the floating-point type of the model's weights (float16 and bfloat16 files
     load as float32 by default; ``analyze`` needs float32).
+    ``path`` may be a Hugging Face model id (``org/name``, ``org/name@revision``): opened from
+    the hub cache, else downloaded into it (``checkpoints.hub_fetch``), unless ``offline`` (or
+    ``HF_HUB_OFFLINE=1``) forbids it.
     Raises CheckpointError with a one-line message for anything that can't be opened.
     """
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-    p = resolve_hub_reference(path)  # a hub cache repository folder or model id: its snapshot
+    p = resolve_reference(path, offline=offline)  # a cache folder or a model id: what opens
     try:
         loaded = _load(p, config, dtype)
     except CheckpointError:

@@ -134,14 +134,55 @@ def add_arch_options(p: argparse.ArgumentParser) -> None:
         "vit_base_patch16_clip_224): its heads, norm eps, activation and pooling",
     )
     p.add_argument("--heads", type=int, metavar="N", help="attention heads per layer")
+    add_hub_options(p)
+
+
+def add_hub_options(p: argparse.ArgumentParser) -> None:
+    """--offline: a model id opens from the Hugging Face cache only (as HF_HUB_OFFLINE=1)."""
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="never download: a model id (org/name) opens only from the Hugging Face cache",
+    )
+
+
+def resolve_checkpoint(path: Path, args: argparse.Namespace | None = None) -> Path:
+    """What opens for ``path``: the path itself, or a model id's snapshot from the Hugging Face
+    cache, downloaded when it isn't there (the size said first, a progress bar on stderr)."""
+    from vitviz.checkpoints import CheckpointError
+    from vitviz.checkpoints.hub_fetch import resolve_reference
+    from vitviz.core.console import ProgressLine
+    from vitviz.core.printable import byte_size
+
+    bar = ProgressLine()
+
+    def before(plan: Any) -> None:
+        files = len(plan.choice.files)
+        bar.start(
+            f"vitviz-cli: downloading {plan.shown} ({files} file{'s' * (files != 1)}, "
+            f"{byte_size(plan.choice.total)}) into {plan.folder}"
+        )
+
+    try:
+        return resolve_reference(
+            path,
+            offline=bool(getattr(args, "offline", False)) or None,
+            progress=bar.update,
+            before=before,
+        )
+    except CheckpointError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        bar.finish()
 
 
 def load(path: Path, config_path: Path | None, args: argparse.Namespace | None = None) -> Any:
     from vitviz.checkpoints import CheckpointError, load_checkpoint
 
     config = with_arch_options(read_config(config_path), args)
+    target = resolve_checkpoint(path, args)
     try:
-        return load_checkpoint(path, config=config)
+        return load_checkpoint(target, config=config)
     except CheckpointError as exc:
         raise CliError(str(exc)) from exc
 

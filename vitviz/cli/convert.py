@@ -11,6 +11,7 @@ from vitviz.cli.common import (
     SubParsers,
     add_arch_options,
     read_config,
+    resolve_checkpoint,
     with_arch_options,
 )
 from vitviz.core.console import say
@@ -35,7 +36,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise CliError(f"the output must be a .safetensors file, got {args.target.name}")
     config = with_arch_options(read_config(args.config), args)
     try:
-        loaded = convert_checkpoint(args.source, args.target, config=config)
+        source = resolve_checkpoint(args.source, args)
+        loaded = convert_checkpoint(source, args.target, config=config)
     except CheckpointError as exc:
         raise CliError(str(exc)) from exc
     cfg = loaded.model.config

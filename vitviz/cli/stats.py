@@ -7,7 +7,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError, SubParsers, load
+from vitviz.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    CliError,
+    SubParsers,
+    add_hub_options,
+    load,
+)
 from vitviz.core.console import say
 
 
@@ -29,6 +37,7 @@ def add_parser(subparsers: SubParsers) -> None:
         help="checkpoint file, repeatable (e.g. epoch 1 and the best of a run)",
     )
     p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    add_hub_options(p)
     p.add_argument("--out", type=Path, default=Path("vitviz-stats"), help="output folder")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
     p.add_argument(
@@ -58,7 +67,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         raise CliError(f"--out {args.out}: cannot create it ({exc.strerror or exc})") from exc
     results = []
     for path in args.checkpoints:
-        loaded = load(path, args.config)
+        loaded = load(path, args.config, args)
         loaded.model.to(device)
 
         def progress(done: int, total: int, image: Path, error: str | None, name=path.name) -> None:

@@ -23,3 +23,12 @@ def printable(text: str) -> str:
 def display_name(path: str | os.PathLike) -> str:
     """A path as messages show it (see ``printable``)."""
     return printable(os.fsdecode(path))
+
+
+def byte_size(size: float) -> str:
+    """Bytes as the hub writes sizes: "346.4 MB" (powers of 1000)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"

@@ -31,11 +31,13 @@ from PySide6.QtWidgets import (
 from vitviz import __version__
 from vitviz.core import resources
 from vitviz.core.filekinds import CHECKPOINT_SUFFIXES, file_kind
+from vitviz.core.model_ids import parse_model_ref
 from vitviz.imaging.loading import IMAGE_EXTENSIONS, list_images
 from vitviz.modelcode import ModelCodeSpec
 from vitviz.ui import file_dialogs
 from vitviz.ui.cache_dialog import CacheDialog
 from vitviz.ui.checkpoint_settings_dialog import CheckpointSettingsDialog
+from vitviz.ui.download_dialog import DownloadDialog
 from vitviz.ui.errors import ErrorNotifier, MessageBar
 from vitviz.ui.families_dialog import FamiliesDialog
 from vitviz.ui.model_code_dialog import ModelCodeDialog
@@ -180,6 +182,12 @@ class MainWindow(QMainWindow):
             None,
             "Checkpoints already in the Hugging Face and torch hub caches on this disk",
         )
+        self.act_download = a(
+            "&Download a model…",
+            lambda: self.download_dialog(),
+            None,
+            "ViTs from the Hugging Face Hub (or any model id), into its cache, then opened",
+        )
         self.act_open_folder = a("Open image &folder…", self.open_folder_dialog, "Ctrl+Alt+O")
         self.act_paste = a("&Paste image", self.paste, "Ctrl+V")
         self.act_prev = a("Previous image", partial(self.step_folder, -1), "Alt+Left")
@@ -219,6 +227,7 @@ class MainWindow(QMainWindow):
             self.act_open_ckpt,
             self.act_open_code,
             self.act_open_cache,
+            self.act_download,
             self.act_open_folder,
             self.act_paste,
         ):
@@ -240,7 +249,9 @@ class MainWindow(QMainWindow):
             self.act_layer_next,
         ):
             view.addAction(act)
-        self.menuBar().addMenu("&Model").addAction(self.act_model_info)
+        model_menu = self.menuBar().addMenu("&Model")
+        model_menu.addAction(self.act_model_info)
+        model_menu.addAction(self.act_download)
         self.samples_menu = self.menuBar().addMenu("&Samples")
         self._fill_samples()
         help_menu = self.menuBar().addMenu("&Help")
@@ -337,10 +348,12 @@ class MainWindow(QMainWindow):
     # -- opening things -----------------------------------------------------------------------
     def open_paths(self, paths: list[str | Path]) -> None:
         """Open whatever was given: checkpoints first, then images / folders."""
-        checkpoints, images, unknown = [], [], []
+        checkpoints, images, unknown, model_ids = [], [], [], []
         for path in paths:
             kind = file_kind(path)
-            if kind in ("checkpoint", "checkpoint_folder"):
+            if kind == "missing" and parse_model_ref(str(path)) is not None:
+                model_ids.append(str(path))  # a Hugging Face model id: from the cache or the hub
+            elif kind in ("checkpoint", "checkpoint_folder"):
                 checkpoints.append(Path(path))
                 file_dialogs.remember(self.settings, "checkpoints", Path(path).parent)
             elif kind in ("image", "image_folder"):
@@ -355,7 +368,9 @@ class MainWindow(QMainWindow):
                 "; ".join(unknown) + ". Accepted: images (PNG, JPEG, …), "
                 "checkpoints (.safetensors, .pth, .pt, .bin) and folders."
             )
-        if checkpoints:
+        if model_ids and not checkpoints:
+            self.download_dialog(model_ids[-1])
+        elif checkpoints:
             self.open_checkpoint(checkpoints[-1])
         for path in images:
             if path.is_dir():
@@ -368,6 +383,23 @@ class MainWindow(QMainWindow):
         self._model_pending = True
         self.model_label.setText(f"loading {path.name}…")
         return self.client.submit("model", partial(jobs.load_model, path=path, config=config))
+
+    def download_dialog(self, model_id: str | None = None) -> DownloadDialog:
+        """Model ▸ Download a model…: the curated list and an id box; with ``model_id`` (a
+        model id given on the command line or dropped), that id's files are read at once (a
+        cached one opens at once)."""
+        from vitviz.checkpoints.hub_catalogue import curated_models
+        from vitviz.checkpoints.hub_paths import hf_hub_cache
+
+        as_of, models = curated_models()
+        dialog = DownloadDialog(models, as_of, str(hf_hub_cache()), self)
+        self.hub_dialog = dialog  # kept for tests
+        dialog.openRequested.connect(lambda path, _id: self.open_checkpoint(path))
+        dialog.show()
+        if model_id:
+            dialog.id_box.setText(model_id)
+            dialog.start()
+        return dialog
 
     def model_info_dialog(self) -> None:
         if self.model is None:

@@ -1,0 +1,357 @@
+"""A model id downloads from a hub (a stand-in on 127.0.0.1, ``tests/hub_standin.py``) into the
+standard cache: only the files vitviz reads, resumed after a broken connection or a cancel,
+each fault one line naming the id, nothing half-written that the next open would trust."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hub_standin import TOKEN, StandinHub, StandinRepo, tiny_vit_files
+
+from vitviz.checkpoints import CheckpointError, hub_fetch, load_checkpoint
+from vitviz.checkpoints.hub_fetch import (
+    DownloadCancelledError,
+    cached_target,
+    fetch,
+    hub_settings,
+    plan_download,
+)
+from vitviz.checkpoints.hub_files import RepoFile, choose_files
+
+COMMIT = "1234567890abcdef1234567890abcdef12345678"
+NEEDED = {"config.json", "preprocessor_config.json", "model.safetensors"}
+
+
+@pytest.fixture(scope="module")
+def vit_files() -> dict[str, bytes]:
+    return tiny_vit_files()
+
+
+@pytest.fixture
+def hub(vit_files: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    only_bin = {k: v for k, v in vit_files.items() if k in ("config.json", "pytorch_model.bin")}
+    code_config = {**json.loads(vit_files["config.json"]), "auto_map": {"AutoModel": "m.Tiny"}}
+    remote = {
+        "config.json": json.dumps(code_config).encode(),
+        "m.py": b"import os\n",
+        "model.safetensors": vit_files["model.safetensors"],
+    }
+    repos = [
+        StandinRepo("org/tiny-vit", dict(vit_files), COMMIT),
+        StandinRepo("org/bin-only", only_bin, COMMIT),
+        StandinRepo("org/remote-code", remote, COMMIT),
+        StandinRepo("org/gated-vit", dict(vit_files), COMMIT, gated=True),
+        StandinRepo("org/damaged", dict(vit_files), COMMIT, damaged={"model.safetensors"}),
+    ]
+    for name in ("HF_HUB_CACHE", "HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.chdir(tmp_path)  # a model id is not a relative path here
+    with StandinHub(repos) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        yield server
+
+
+def _repo_folder(tmp_path: Path, repo_id: str) -> Path:
+    return tmp_path / "hf" / "hub" / ("models--" + repo_id.replace("/", "--"))
+
+
+def _logits(loaded) -> torch.Tensor:
+    torch.manual_seed(1)
+    with torch.no_grad():
+        return loaded.model(torch.randn(1, 3, 32, 32))
+
+
+def _one_line(exc: pytest.ExceptionInfo[CheckpointError], *words: str) -> str:
+    msg = str(exc.value)
+    assert "\n" not in msg, msg
+    for word in words:
+        assert word in msg, (word, msg)
+    return msg
+
+
+def test_an_id_downloads_only_what_vitviz_reads_then_opens_from_the_cache(
+    hub: StandinHub, tmp_path: Path, vit_files: dict[str, bytes]
+) -> None:
+    loaded = load_checkpoint("org/tiny-vit")
+    repo = _repo_folder(tmp_path, "org/tiny-vit")
+    snap = repo / "snapshots" / COMMIT
+    assert loaded.path == snap
+    assert {p.name for p in snap.iterdir()} == NEEDED
+    assert all((snap / n).is_symlink() for n in NEEDED)  # into blobs/, as the hub's cache
+    assert (repo / "refs" / "main").read_text() == COMMIT
+    assert hub.files_served("org/tiny-vit") == NEEDED
+    assert hub.bytes_served() == sum(len(vit_files[n]) for n in NEEDED)
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    for name in NEEDED:
+        (folder / name).write_bytes(vit_files[name])
+    torch.testing.assert_close(_logits(loaded), _logits(load_checkpoint(folder)), rtol=0, atol=0)
+
+    asked = len(hub.requests)
+    again = load_checkpoint("org/tiny-vit")  # a cache hit: no request at all
+    assert again.path == snap and len(hub.requests) == asked
+
+
+def test_the_libraries_find_what_vitviz_downloaded(hub: StandinHub, tmp_path: Path) -> None:
+    from huggingface_hub import try_to_load_from_cache
+
+    load_checkpoint("org/tiny-vit")
+    found = try_to_load_from_cache(
+        "org/tiny-vit", "model.safetensors", cache_dir=tmp_path / "hf" / "hub"
+    )
+    assert isinstance(found, str) and Path(found).read_bytes()[:8] != b""
+    assert Path(found).resolve().parent.name == "blobs"
+
+
+def test_offline_never_touches_the_network_and_refuses_an_uncached_id(
+    hub: StandinHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/tiny-vit", offline=True)
+    _one_line(info, "org/tiny-vit", "--offline", "not in the Hugging Face cache")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/tiny-vit")
+    _one_line(info, "org/tiny-vit", "HF_HUB_OFFLINE=1")
+    assert hub.requests == []
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    load_checkpoint("org/tiny-vit")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    asked = len(hub.requests)
+    assert load_checkpoint("org/tiny-vit").model.config.num_classes == 3  # cached: offline opens
+    assert len(hub.requests) == asked
+
+
+def test_a_dropped_connection_resumes_with_a_range_request(
+    hub: StandinHub, vit_files: dict[str, bytes]
+) -> None:
+    size = len(vit_files["model.safetensors"])
+    hub.drop_after[("org/tiny-vit", "model.safetensors")] = size // 3
+    load_checkpoint("org/tiny-vit")
+    gets = [r for m, p, r in hub.requests if m == "GET" and p.endswith("/model.safetensors")]
+    assert gets == ["", f"bytes={size // 3}-"]
+    assert hub.served[("org/tiny-vit", "model.safetensors")] == size  # no byte sent twice
+
+
+def test_a_cancelled_download_leaves_nothing_trusted_and_resumes(
+    hub: StandinHub, tmp_path: Path, vit_files: dict[str, bytes]
+) -> None:
+    size = len(vit_files["model.safetensors"])
+    plan = plan_download("org/tiny-vit", settings=hub_settings())
+    assert plan.choice.total == sum(len(vit_files[n]) for n in NEEDED)  # known before
+    seen: list[int] = []
+    with pytest.raises(DownloadCancelledError):
+        fetch(
+            plan,
+            progress=lambda done, total: seen.append(done),
+            cancelled=lambda: bool(seen and seen[-1] > plan.choice.total - size // 2),
+        )
+    repo = _repo_folder(tmp_path, "org/tiny-vit")
+    partial = list((repo / "blobs").glob("*.incomplete"))
+    assert len(partial) == 1 and 0 < partial[0].stat().st_size < size
+    assert not (repo / "refs" / "main").exists()
+    assert not (repo / "snapshots" / COMMIT / "model.safetensors").exists()
+    assert cached_target("org/tiny-vit") is None
+    with pytest.raises(CheckpointError, match="not in the Hugging Face cache"):
+        load_checkpoint("org/tiny-vit", offline=True)
+
+    kept = partial[0].stat().st_size
+    sent = hub.served[("org/tiny-vit", "model.safetensors")]
+    load_checkpoint("org/tiny-vit")
+    gets = [r for m, p, r in hub.requests if m == "GET" and p.endswith("/model.safetensors")]
+    assert gets[-1] == f"bytes={kept}-"
+    assert hub.served[("org/tiny-vit", "model.safetensors")] - sent == size - kept
+    assert not list((repo / "blobs").glob("*.incomplete"))
+
+
+def test_a_file_that_arrives_damaged_is_deleted_not_trusted(
+    hub: StandinHub, tmp_path: Path
+) -> None:
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/damaged")
+    _one_line(info, "org/damaged", "model.safetensors", "damaged")
+    repo = _repo_folder(tmp_path, "org/damaged")
+    assert not list((repo / "blobs").glob("*.incomplete"))
+    assert not (repo / "snapshots" / COMMIT / "model.safetensors").exists()
+    assert cached_target("org/damaged") is None
+
+
+def test_a_missing_repository_is_one_line_and_writes_nothing(
+    hub: StandinHub, tmp_path: Path
+) -> None:
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/no-such-model")
+    _one_line(info, "org/no-such-model", "nor a model on", "HF_TOKEN")
+    assert not _repo_folder(tmp_path, "org/no-such-model").exists()
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/tiny-vit@v9")
+    _one_line(info, "org/tiny-vit@v9", "no such revision")
+
+
+def test_a_repository_with_only_bin_weights_is_read_with_weights_only(
+    hub: StandinHub, tmp_path: Path
+) -> None:
+    loaded = load_checkpoint("org/bin-only")
+    assert {p.name for p in loaded.path.iterdir()} == {"config.json", "pytorch_model.bin"}
+    assert loaded.model.config.num_classes == 3
+
+
+def test_a_repository_that_needs_its_own_code_is_refused_before_its_weights(
+    hub: StandinHub,
+) -> None:
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/remote-code")
+    _one_line(info, "org/remote-code", "trust_remote_code", "never runs")
+    assert hub.files_served("org/remote-code") == {"config.json"}
+    assert cached_target("org/remote-code") is None
+
+
+def test_a_gated_repository_asks_for_a_token_and_opens_with_one(
+    hub: StandinHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/gated-vit")
+    _one_line(info, "org/gated-vit", "gated", "HF_TOKEN")
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert load_checkpoint("org/gated-vit").model.config.num_classes == 3
+
+
+def test_no_network_and_a_full_disk_are_one_line_each(
+    hub: StandinHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    real = shutil.disk_usage
+    monkeypatch.setattr(hub_fetch.shutil, "disk_usage", lambda _p: usage(10**6, 10**6, 1000))
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/tiny-vit")
+    _one_line(info, "org/tiny-vit", "free", "HF_HOME")
+    assert hub.bytes_served() == 0
+    monkeypatch.setattr(hub_fetch.shutil, "disk_usage", real)
+
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", nowhere)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/tiny-vit")
+    _one_line(info, "org/tiny-vit", "no connection", nowhere)
+
+
+def test_the_cli_downloads_with_a_progress_line_and_offline_refuses(
+    hub: StandinHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vitviz.cli import main
+
+    assert main(["info", "org/bin-only", "--offline"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "org/bin-only" in err and "--offline" in err
+    assert hub.requests == []
+    assert main(["info", "org/tiny-vit"]) == 0
+    err = capsys.readouterr().err
+    assert "downloading org/tiny-vit (3 files," in err and "100%" in err
+
+
+def test_which_files_are_chosen() -> None:
+    def listing(*names: str) -> list[RepoFile]:
+        return [RepoFile(n, 10, "e" * 64) for n in names]
+
+    both = choose_files("a/b", listing("config.json", "model.safetensors", "pytorch_model.bin"))
+    assert [f.name for f in both.files] == ["config.json", "model.safetensors"]
+    shards = choose_files(
+        "a/b",
+        listing(
+            "config.json",
+            "model.safetensors.index.json",
+            "model-00001-of-00002.safetensors",
+            "model-00002-of-00002.safetensors",
+            "pytorch_model.bin.index.json",
+            "pytorch_model-00001-of-00002.bin",
+        ),
+    )
+    assert [f.name for f in shards.files][1:] == [
+        "model.safetensors.index.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ]
+    clip = choose_files(
+        "a/clip",
+        listing("config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer.json"),
+    )
+    assert [f.name for f in clip.files] == ["config.json", "tokenizer.json", "model.safetensors"]
+    openclip = choose_files(
+        "laion/x", listing("open_clip_config.json", "open_clip_model.safetensors", "x.bin")
+    )
+    assert openclip.open_name == "open_clip_model.safetensors" and len(openclip.files) == 1
+    with pytest.raises(CheckpointError, match="several weights files"):
+        choose_files("a/b", listing("a.pth", "b.pth"))
+    with pytest.raises(CheckpointError, match="no weights vitviz reads"):
+        choose_files("a/b", listing("config.json", "flax_model.msgpack"))
+    with pytest.raises(CheckpointError, match="trust_remote_code"):
+        choose_files("a/b", listing("config.json", "model.safetensors"), tags=["custom_code"])
+
+
+def test_the_curated_list_names_the_vits_people_study() -> None:
+    from datetime import date
+
+    from vitviz.checkpoints.hub_catalogue import curated_models
+    from vitviz.core.model_ids import parse_model_ref
+
+    as_of, models = curated_models()
+    date.fromisoformat(as_of)
+    labels = {m.label for m in models}
+    for wanted in (
+        "ViT-B/16 (AugReg)", "DeiT-S", "DeiT-B distilled", "DINO ViT-S/16", "DINO ViT-B/16",
+        "DINOv2-S with registers", "BEiT-B", "EVA-02-Ti", "Swin-T", "PVT v2-b0",
+        "CLIP ViT-B/32", "SigLIP-B/16",
+    ):  # fmt: skip
+        assert wanted in labels, wanted
+    for m in models:
+        assert parse_model_ref(m.repo_id) == (m.repo_id, "main"), m.repo_id
+        assert m.size_mb > 0 and m.trained_on and m.licence
+
+
+def test_a_blob_another_process_is_writing_is_waited_for_and_the_wait_can_be_cancelled(
+    hub: StandinHub, tmp_path: Path
+) -> None:
+    """The lock huggingface_hub takes for a blob is vitviz's too: while it is held (timm or
+    transformers downloading the same file) nothing is fetched, and Cancel still works."""
+    import time
+
+    from huggingface_hub.utils import WeakFileLock
+
+    plan = plan_download("org/tiny-vit", settings=hub_settings())
+    weights = plan.choice.files[-1]
+    lock = tmp_path / "hf" / "hub" / ".locks" / "models--org--tiny-vit" / f"{weights.etag}.lock"
+    lock.parent.mkdir(parents=True)
+    start = time.monotonic()
+    with WeakFileLock(lock), pytest.raises(DownloadCancelledError):
+        fetch(plan, cancelled=lambda: time.monotonic() - start > 1.5)
+    assert ("org/tiny-vit", weights.name) not in hub.served
+    assert fetch(plan) == plan.snapshot  # once free, it downloads
+
+
+def test_a_connection_that_keeps_breaking_is_one_line_and_the_next_try_resumes(
+    hub: StandinHub, vit_files: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = len(vit_files["model.safetensors"])
+    monkeypatch.setattr(hub_fetch, "_RETRIES", 1)  # give up at the first break without progress
+    hub.drop_after[("org/tiny-vit", "model.safetensors")] = 0
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/tiny-vit")
+    _one_line(info, "org/tiny-vit", "connection", "broke", "resumes")
+    assert cached_target("org/tiny-vit") is None
+    hub.drop_after[("org/tiny-vit", "model.safetensors")] = [size // 2, 0]
+    with pytest.raises(CheckpointError, match="broke"):
+        load_checkpoint("org/tiny-vit")  # half of it came, then a break with nothing after
+    load_checkpoint("org/tiny-vit")
+    gets = [r for m, p, r in hub.requests if m == "GET" and p.endswith("/model.safetensors")]
+    assert gets[-1] == f"bytes={size // 2}-"
