@@ -57,7 +57,7 @@ TARGET_RELEVANCE = 3.5  # (c) / (a), at most
 PHOTO_SIZE = (500, 375)  # (W, H) of the PIL input: a typical ImageNet photo
 
 
-# Library architectures measured as a user opens them (issue 27): timm builds the model with
+# Library architectures measured as a user opens them: timm builds the model with
 # random weights, saves its folder (config.json + model.safetensors), vitviz loads that.
 TIMM_MODELS = {
     "eva02-tiny": "eva02_tiny_patch14_224",

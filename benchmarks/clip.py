@@ -13,7 +13,7 @@ tokens) with random weights, on the CPU (or ``--device``), batch 1, measured in 
       gradients for the new prompts (a forward pass with autograd and a backward pass);
   (d) a new prompt in the window: its text pass, the kept image embedding scored
       (``rescore``) and the numbers the window draws (``image_numbers``), no image-tower pass.
-Targets (issue 21): median(b) / median(a) ≤ 1.15; median(c) / median(a') ≤ 1.5; median(d)
+Targets: median(b) / median(a) ≤ 1.15; median(c) / median(a') ≤ 1.5; median(d)
 ≤ 300 ms.
 The prompts are tokenised byte by byte (no merges: each character one token), longer than
 CLIP's BPE gives, so the text pass measured is if anything dearer.

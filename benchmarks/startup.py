@@ -9,7 +9,7 @@ settings go to a private folder (XDG_CONFIG_HOME). Baseline, in the same run and
 a bare PySide6 window (``QApplication`` + ``QWidget.show()``) printing its own first paint.
 Runs take turns (baseline, vitviz, baseline, ...).
 
-Targets (issue #4, on 2 cores): first paint ≤ 1.5 s, first prediction ≤ 5 s (medians). The
+Targets (on 2 cores): first paint ≤ 1.5 s, first prediction ≤ 5 s (medians). The
 window must paint before torch is imported (DESIGN §2.6): a run where it does not is wrong.
 
     .venv/bin/python benchmarks/startup.py [--quick] [--no-check] [--repeats N] [--platform P]

@@ -11,7 +11,7 @@ in turns on the CPU:
   (r) the same with the method ``rollout``: plus the windowed rollout from the last stage's
       token under the click (info).
 
-Target: median(q) ≤ 20 ms (issue 16). The window's own drawing of the result comes on top.
+Target: median(q) ≤ 20 ms. The window's own drawing of the result comes on top.
 
     .venv/bin/python benchmarks/swin_window.py [--quick] [--no-check] [--repeats N]
 """

@@ -13,7 +13,7 @@ generated data (uint8 32 × 32 RGB, 10 classes), batch 64, on the CPU (or the GP
 
 Each loop runs in its own subprocess (so peak RSS is its own), the runs alternate, and images
 per second are taken over the same optimizer steps after a warm-up (compiling falls in it).
-Target: (b) ≥ 2 × (a) on the CPU, ≥ 3 × (a) on CUDA (issue 15). ``--model swin``: both loops
+Target: (b) ≥ 2 × (a) on the CPU, ≥ 3 × (a) on CUDA. ``--model swin``: both loops
 train the Training tab's small Swin preset instead (32 px, patch 2, window 4, widths 48-96-192,
 depths 2-2-2), the same target.
 
@@ -54,7 +54,7 @@ from _common import (
 from _step_ops import StepOps
 
 TARGET = 2.0  # (b) / (a) images per second, at least
-TARGET_CUDA = 3.0  # on a CUDA GPU (issue 15)
+TARGET_CUDA = 3.0  # on a CUDA GPU
 COMPILE_MODES = ("auto", "on", "off")
 OPS_WARMUP, OPS_STEPS = 3, 5  # --ops: steps before the profiled window, steps in it
 BATCH = 64

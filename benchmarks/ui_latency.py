@@ -12,8 +12,8 @@ paint counter on each viewport checks this and the table shows the paints per ch
 stops when the last paint returns. Baseline: the same with no change (Qt paints nothing, every
 view is repainted). 100 changes of each kind, taken in turns.
 
-Targets (absolute, from issue #4): median ≤ 16 ms and p95 ≤ 33 ms for each kind of change; for a
-Swin-T (issue #16) a query change's median ≤ 20 ms.
+Targets (absolute): median ≤ 16 ms and p95 ≤ 33 ms for each kind of change; for a
+Swin-T a query change's median ≤ 20 ms.
 
     .venv/bin/python benchmarks/ui_latency.py [--quick] [--no-check] [--repeats N] [--profile]
         [--model vit-base|swin-t]
@@ -38,7 +38,7 @@ from _common import Check, environment, finish, fmt_seconds, parser, print_table
 
 TARGET_MEDIAN_MS = 16.0
 TARGET_P95_MS = 33.0
-SWIN_QUERY_MEDIAN_MS = 20.0  # issue #16: a Swin-T's query change
+SWIN_QUERY_MEDIAN_MS = 20.0  # a Swin-T's query change
 
 
 def p95(times: list[float]) -> float:

@@ -23,7 +23,7 @@ OUT = Path(__file__).resolve().parents[1] / "vitviz" / "checkpoints" / "families
 
 
 def looks_like_timm_vit(keys: list[str]) -> bool:
-    """Fused ``qkv``, or EVA's separate ``q_proj``/``k_proj``/``v_proj`` (issue 27)."""
+    """Fused ``qkv``, or EVA's separate ``q_proj``/``k_proj``/``v_proj``."""
     ends = (".attn.qkv.weight", ".attn.q_proj.weight")
     return "patch_embed.proj.weight" in keys and any(
         k.startswith("blocks.") and k.endswith(ends) for k in keys

@@ -1,4 +1,4 @@
-"""Shared by the hostile-checkpoint tests of issue 13 item 5: the tiny torchvision ViT (image 32,
+"""Shared by the hostile-checkpoint tests: the tiny torchvision ViT (image 32,
 patch 8, 2 layers, 2 heads) written as a checkpoint with its ``<checkpoint>.vitviz.json``."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Bare timm state dicts no timm name has, whose layout timm architectures computing differently
-share (issue 27's review): a Perception Encoder (rotary, Eva class: norm_pre, no patch bias, an
+share (a review): a Perception Encoder (rotary, Eva class: norm_pre, no patch bias, an
 attention pool or no final norm), a rotary ViT without LayerScale or a position table, a
 CLIP-like ViT (eps 1e-5, GELU or QuickGELU). Each opened as the common ViT once given ``heads``,
 with wrong logits; now each is refused in one line naming the candidates and ``--arch``, and

@@ -1,4 +1,4 @@
-"""Many images in batches (issue 15, item 3): ``analyze_batch`` equals ``analyze`` image by
+"""Many images in batches: ``analyze_batch`` equals ``analyze`` image by
 image, and ``vitviz-cli explain`` over a folder with --batch-size writes the files one image at
 a time writes (equal within 1e-5), from a writer thread."""
 

@@ -1,4 +1,4 @@
-"""A CaiT in the window (issue 27): head-grid rows "SA 1", "SA 2", "CA 1"; the CLS's thumbnails
+"""A CaiT in the window: head-grid rows "SA 1", "SA 2", "CA 1"; the CLS's thumbnails
 in the class-attention layer only, a clicked patch's in the self-attention layers only (the
 other rows blank: that query has no row there), each equal to the analysis's attention."""
 

@@ -173,7 +173,7 @@ def test_torch_without_the_weights_only_fixes_is_refused() -> None:
     check_torch_version("10.0")
 
 
-# -- issue 13, item 5: what is in the file or the settings never ends in a raw traceback ---------
+# -- what is in the file or the settings never ends in a raw traceback ---------
 
 
 def _int8_patch(state: dict) -> dict:

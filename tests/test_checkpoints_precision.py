@@ -1,4 +1,4 @@
-"""Weights saved in float16 or bfloat16 load as float32 in every family (issue 13, item 5): the
+"""Weights saved in float16 or bfloat16 load as float32 in every family: the
 model gives the float32 result of the same (rounded) weights, and the user can ask otherwise."""
 
 from __future__ import annotations

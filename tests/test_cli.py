@@ -23,7 +23,7 @@ from vitviz.pipeline.analysis import Analysis, analyze
 REPO = Path(__file__).resolve().parents[1]
 
 EXPECTED = {  # key: numpy dtype kind (shapes are checked in _check_npz)
-    "kind": "U",  # the model kind (one npz vocabulary for every kind, issue 20)
+    "kind": "U",  # the model kind (one npz vocabulary for every kind)
     "input": "f",
     "logits": "f",
     "probs": "f",
@@ -408,7 +408,7 @@ def test_same_stem_twice_gets_two_outputs(
     assert written == inputs  # neither image overwrote the other
 
 
-# -- issue 13, item 5: checkpoints and settings that used to end in a raw traceback --------------
+# -- checkpoints and settings that used to end in a raw traceback --------------
 
 
 def _nan_weight(state: dict) -> dict:

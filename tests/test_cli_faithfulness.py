@@ -1,4 +1,4 @@
-"""`vitviz-cli faithfulness` (issue 14, items 5 and 6): the JSON is `report` of
+"""`vitviz-cli faithfulness`: the JSON is `report` of
 `evaluate_methods` on the same inputs, the CSV holds the same numbers, the PNG is drawn, and
 masks are found beside the images or in --masks DIR."""
 

@@ -1,4 +1,4 @@
-"""The method table on the command line (issue 14, item 4): `vitviz-cli methods`, `explain
+"""The method table on the command line: `vitviz-cli methods`, `explain
 --method` / `--param`, and the method list of docs/methods.md, all read from the one table."""
 
 from __future__ import annotations

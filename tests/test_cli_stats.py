@@ -1,4 +1,4 @@
-"""``vitviz-cli stats`` (issue 15, item 4): head statistics over a folder equal the mean (and
+"""``vitviz-cli stats``: head statistics over a folder equal the mean (and
 standard deviation) of the per-image statistics, for each checkpoint, in stats.csv; a plot with
 one colour per checkpoint."""
 

@@ -1,4 +1,4 @@
-"""A Hugging Face CLIPModel folder opens as the CLIP kind (issue 21): prompts typed are its
+"""A Hugging Face CLIPModel folder opens as the CLIP kind: prompts typed are its
 classes, and the logits, the image tower's attention and the embeddings equal the library's;
 relevance targets a prompt's logit (y = logits_per_image[prompt], the library's own autograd
 in the float64 reference). Random weights (biases and norms too) and a tokenizer learnt in the

@@ -1,4 +1,4 @@
-"""OpenCLIP state dicts open as the CLIP kind (issue 21): converted from their keys, with the
+"""OpenCLIP state dicts open as the CLIP kind: converted from their keys, with the
 activation the settings name, they give open_clip's own logits, attention and embeddings, and
 the tokenizer open_clip ships gives open_clip's ids. Random weights (biases and norms too)."""
 

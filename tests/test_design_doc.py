@@ -43,3 +43,18 @@ def test_every_design_citation_names_a_section_that_exists() -> None:
         if section not in sections or (item is not None and item > sections[section])
     ]
     assert not missing, f"citations of sections docs/DESIGN.md lacks: {missing}"
+
+
+ISSUE_NUMBER = re.compile(r"\b[Ii]ssues? #?\d+")
+
+
+def test_no_code_comment_cites_an_issue_number() -> None:
+    """The code cites the design document; an issue number means nothing to a reader of a clone."""
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in ("vitviz", "tests", "benchmarks", "packaging")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if ISSUE_NUMBER.search(line)
+    ]
+    assert not found, f"issue numbers cited in code: {found}"

@@ -1,4 +1,4 @@
-"""The analysis lives on its device (issue 15, items 1 and 2): maps computed where the forward
+"""The analysis lives on its device: maps computed where the forward
 pass ran equal the CPU's; only maps cross to the host; attention kept in half precision stays
 within the precision it states; a run that would not fit is refused naming the choices."""
 

@@ -1,4 +1,4 @@
-"""The families of issue 27 on a GPU: each new part (relative position bias, rotary tables,
+"""The families on a GPU: each new part (relative position bias, rotary tables,
 an attention pool, a ResNet stem, PVT v2's and Hiera's pyramids, CaiT's and XCiT's
 class attention) analysed on CUDA gives the CPU's logits and every method's map. (EVA-02 itself
 is left out: vitviz reads its rotary settings from timm 1.0.31's modules and refuses an older

@@ -1,4 +1,4 @@
-"""The twelve timm architectures that used to open with wrong numbers (issue 26) are now exact or
+"""The twelve timm architectures that used to open with wrong numbers are now exact or
 refused by name, as timm's folder (config.json + model.safetensors) and as a bare state dict.
 
 "Exact" is measured against timm's own eager forward on weights perturbed with seeded noise of
@@ -34,16 +34,16 @@ RPN = "residual post-norm blocks"  # refused by name (timm_arch.RPN_REASON says 
 TWELVE = [
     ("vit_base_patch16_rpn_224", RPN, RPN),  # residual post-norm blocks
     ("vit_base_patch16_gap_224", EXACT, AMBIGUOUS),  # 16 heads of 48, or SigLIP's 12 of 64
-    ("vit_small_patch16_rope_ape_224", EXACT, EXACT),  # issue 27: timm-eva
-    ("vit_pe_spatial_tiny_patch16_512", EXACT, EXACT),  # issue 27: timm-eva (no MAP head)
+    ("vit_small_patch16_rope_ape_224", EXACT, EXACT),  # timm-eva
+    ("vit_pe_spatial_tiny_patch16_512", EXACT, EXACT),  # timm-eva (no MAP head)
     ("vit_base_patch16_clip_quickgelu_224", EXACT, AMBIGUOUS),  # QuickGELU or GELU
     ("vit_base_patch16_clip_224", EXACT, AMBIGUOUS),
     ("vit_base_patch32_clip_224", EXACT, AMBIGUOUS),
     ("vit_medium_patch16_clip_224", EXACT, EXACT),
     ("vit_betwixt_patch32_clip_224", EXACT, EXACT),
-    ("vit_small_patch16_rope_224", EXACT, EXACT),  # issue 27: timm-eva
-    ("vit_mediumd_patch16_rope_reg1_gap_256", EXACT, EXACT),  # issue 27: timm-eva
-    ("vit_small_patch16_dinov3", EXACT, EXACT),  # issue 27: timm-eva
+    ("vit_small_patch16_rope_224", EXACT, EXACT),  # timm-eva
+    ("vit_mediumd_patch16_rope_reg1_gap_256", EXACT, EXACT),  # timm-eva
+    ("vit_small_patch16_dinov3", EXACT, EXACT),  # timm-eva
 ]
 # Folders the issue saw refused with "the weights don't say: heads" although config.json names them.
 NAMED_FOLDERS = [

@@ -1,4 +1,4 @@
-"""Transformer attribution on the parts of the other ViT families (issue 27), in float64.
+"""Transformer attribution on the parts of the other ViT families, in float64.
 
 The reference is written from the rules (the docstring of vitviz/explain/attribution.py) in the
 manner of the authors' code (tests/lrp_reference.py): modules remember their inputs and hand

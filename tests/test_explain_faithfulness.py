@@ -1,4 +1,4 @@
-"""Deletion / insertion faithfulness and localisation against a mask (issue 14, DESIGN §5).
+"""Deletion / insertion faithfulness and localisation against a mask (DESIGN §5).
 
 The batched implementation is compared with a plain loop written from the definition: one
 image at a time, patches blanked or restored pixel block by pixel block, in float64.

@@ -174,7 +174,7 @@ def test_heads_png_has_one_tile_per_layer_and_head_and_a_mean_column(tmp_path: P
 def test_titled_heads_png_has_a_title_a_colour_bar_and_a_mean_column(
     tmp_path: Path, loaded: LoadedModel
 ) -> None:
-    """As the map PNGs (issue 25): the titled heads PNG is the bare grid (mean column first)
+    """As the map PNGs: the titled heads PNG is the bare grid (mean column first)
     under a title, with a colour bar of the shared scale beside it; per head, each tile on its
     own scale and the bar says so."""
     a = analyze(loaded, Image.fromarray(skimage.data.chelsea()))

@@ -1,4 +1,4 @@
-"""The families table (issue 27, item 4): every registered checkpoint family says what it is and
+"""The families table: every registered checkpoint family says what it is and
 the parts it maps onto, and the CLI, the window's Help ▸ Supported checkpoints and the table of
 docs/checkpoints.md all read that one registry."""
 

@@ -1,4 +1,4 @@
-"""Memory planned before an analysis (issue 13, item 5): an image size whose analysis would not fit
+"""Memory planned before an analysis: an image size whose analysis would not fit
 is refused with the size, the tokens and the memory needed vs free, before anything big is
 allocated; the estimate is an upper bound within 2× of the measured peak."""
 

@@ -1,4 +1,4 @@
-"""The method table dispatches by model kind (issue 20): an entry's version per kind comes from
+"""The method table dispatches by model kind: an entry's version per kind comes from
 ``kind_of(analysis).implementation(name)``; which kinds a method applies to is what the registry
 implements; a kind says why it lacks a method and which parameters its version takes; one npz
 vocabulary for every kind."""

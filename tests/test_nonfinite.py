@@ -1,4 +1,4 @@
-"""NaN and infinity are never a prediction (issue 13, item 5): analyze raises NonFiniteError (a
+"""NaN and infinity are never a prediction: analyze raises NonFiniteError (a
 ValueError with one line) for non-finite inputs, logits, attention or gradients, and the window's
 job turns it into a plain message."""
 

@@ -1,4 +1,4 @@
-"""A Hugging Face SiglipModel folder opens as the CLIP kind (issue 21): no CLS token, a probe
+"""A Hugging Face SiglipModel folder opens as the CLIP kind: no CLS token, a probe
 token pools; each prompt's probability is its own sigmoid; the logits, the image tower's
 attention and the probe's attention equal the library's; the maps start from the probe's row
 (rollout, gradient rollout and relevance checked from their definitions in float64, with the

@@ -1,6 +1,6 @@
 """Imports point down the layers (DESIGN §2.7): no import circle and no upward import anywhere
-in vitviz (the layer map is ``tests/import_graph.py``'s), and the command line is one package
-(issue 20 item 4): ``vitviz/cli/``'s sub-command modules import ``vitviz.cli.common`` and lower
+in vitviz (the layer map is ``tests/import_graph.py``'s), and the command line is one package:
+``vitviz/cli/``'s sub-command modules import ``vitviz.cli.common`` and lower
 layers, never the package itself or its ``parser``; only ``parser`` (and the package's
 ``__init__`` / ``__main__``) import them."""
 

@@ -1,4 +1,4 @@
-"""`vitviz-cli explain` on a Swin: the npz of issue 16 item 2 equal to ``swin_arrays`` of
+"""`vitviz-cli explain` on a Swin: the npz equal to ``swin_arrays`` of
 ``analyze_swin`` on the same image, the rollout PNG, and --method names a Swin can't take refused
 in one line."""
 

@@ -1,4 +1,4 @@
-"""`vitviz-cli faithfulness` on a Swin (issues 14 and 16): every method a Swin takes is measured
+"""`vitviz-cli faithfulness` on a Swin: every method a Swin takes is measured
 (the JSON is `report` of `evaluate_swin_methods` on the same inputs, the CSV holds its numbers,
 the PNG is drawn), the methods that need a ViT are listed with why, and options a Swin can't
 take are refused in one line."""

@@ -33,7 +33,7 @@ def test_info_describes_the_stages(swin_ckpt: Path, capsys) -> None:
 
 
 def test_analyze_takes_a_swin_through_its_kind(swin_ckpt: Path, photo_files) -> None:
-    """analyze() is the one entry point for every kind (issue 20): a Swin's is analyze_swin."""
+    """analyze() is the one entry point for every kind: a Swin's is analyze_swin."""
     from vitviz.kinds.swin.analysis import analyze_swin
 
     loaded = load_checkpoint(swin_ckpt)

@@ -72,7 +72,7 @@ def test_npz_equals_the_cli_npz(
     got = _npz(written)
     want = _npz(_cli(image, swin_ckpt, tmp_path / "cli", *extra) / f"{image.stem}.npz")
     assert set(got) == set(want)
-    # one npz vocabulary (issue 20): the rollout is always `rollout`, another method `map_<name>`
+    # one npz vocabulary: the rollout is always `rollout`, another method `map_<name>`
     key = "rollout" if method == "rollout" else "map_" + method.replace("-", "_")
     assert "rollout" in got and (method == "attention" or key in got)
     assert int(got["target_class"]) == (top if target is None else target)

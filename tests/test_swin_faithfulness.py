@@ -1,4 +1,4 @@
-"""Faithfulness of a Swin's maps (issues 14 and 16): the curves of ``evaluate_swin_methods``
+"""Faithfulness of a Swin's maps: the curves of ``evaluate_swin_methods``
 against a plain float64 loop of the definition (one perturbed image at a time, patches blanked
 or restored pixel block by pixel block), for maps computed independently of it: the windowed
 rollouts of ``analyze_swin``, token Grad-CAM taken to the first stage's grid by a hand loop, the

@@ -1,4 +1,4 @@
-"""A kind is one package (issue 20, item 6): a third kind, defined in this file alone and
+"""A kind is one package: a third kind, defined in this file alone and
 registered at run time, goes through ``vitviz-cli explain``, ``faithfulness`` and ``stats`` and
 through the window (head-grid rows, a query click, export) with no product file edited for it.
 

@@ -1,4 +1,4 @@
-"""The window's prompt box (issue 21): a CLIP's classes are the prompts typed in it.
+"""The window's prompt box: a CLIP's classes are the prompts typed in it.
 
 A tiny Hugging Face CLIPModel folder (random weights, a tokenizer learnt in the test) is dropped
 on the real window with a photo; prompts are typed with real key presses, and what the window

@@ -1,4 +1,4 @@
-"""The first five minutes of a new user (issue 11): the window fits a laptop screen and a large
+"""The first five minutes of a new user: the window fits a laptop screen and a large
 one, every head of a real-size model is readable, each view says what it shows, and the small
 things (hover, titles, status tips, export message, statistics) tell the truth."""
 

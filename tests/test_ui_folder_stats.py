@@ -1,4 +1,4 @@
-"""Head statistics ▸ Over a folder… (issue 15): the job averages what analyze() gives per image,
+"""Head statistics ▸ Over a folder…: the job averages what analyze() gives per image,
 reports progress and stops when cancelled; the window runs it off the GUI thread and shows it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 25 (a second look): every colour bar labels both ends of its range in full, legends sit
+"""A second look: every colour bar labels both ends of its range in full, legends sit
 beside the points, Head statistics' sub-tabs show their names at 1280 × 720, the per-epoch strip
 never starts with half a tile, and the head grid offers each head its own colour scale."""
 

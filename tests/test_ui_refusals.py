@@ -1,4 +1,4 @@
-"""The window and the refusals of issue 13, item 5: a preprocessing too large for memory, a
+"""The window and the refusals: a preprocessing too large for memory, a
 checkpoint whose analysis would not fit, weights that give NaN. Each reaches the notifier as a
 plain message (no bug dialog), nothing is shown as a result, and the window keeps working."""
 

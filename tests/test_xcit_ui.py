@@ -1,4 +1,4 @@
-"""An XCiT in the window (issue 27): head-grid rows "CA 1", "CA 2" (its class-attention blocks,
+"""An XCiT in the window: head-grid rows "CA 1", "CA 2" (its class-attention blocks,
 the only layers with token maps); the CLS's thumbnails equal to the analysis's rows; a clicked
 patch has no row in any layer (every thumbnail blank), and no bug dialog."""
 

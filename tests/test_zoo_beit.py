@@ -1,4 +1,4 @@
-"""timm BEiT (issue 27, relative position bias): per-layer bias tables, q/v biases, LayerScale,
+"""timm BEiT (relative position bias): per-layer bias tables, q/v biases, LayerScale,
 mean pooling or CLS, with or without an absolute position embedding, as a bare state dict and
 as timm's folder; logits and attention against timm's eager forward, relevance and gradient
 rollout through the bias against float64 references from their definitions, transformer
@@ -159,7 +159,7 @@ def test_a_transformers_beit_base_without_pooler_reads_the_last_cls(tmp_path: Pa
 
 
 def test_the_model_info_names_the_parts(tmp_path: Path, capsys) -> None:
-    """vitviz-cli info: the family and the parts it maps onto (issue 27, item 4)."""
+    """vitviz-cli info: the family and the parts it maps onto."""
     from vitviz.cli import main
 
     path = tmp_path / "beit.pth"

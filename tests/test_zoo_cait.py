@@ -1,5 +1,5 @@
 """timm's CaiT as the CaiT kind opens it: talking-heads self-attention over the patches, then
-class attention from the CLS (issue 27). Exact against timm's eager forward on random perturbed
+class attention from the CLS. Exact against timm's eager forward on random perturbed
 weights (bare state dict and timm's folder), each method equal to a float64 reference written
 from its definition in ``vitviz.kinds.cait.methods`` on timm's own matrices and autograd, the
 CLI's npz, and the window."""

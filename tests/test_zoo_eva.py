@@ -1,4 +1,4 @@
-"""timm Eva (issue 27, rotary positions): EVA-02 (axial RoPE with ref_feat_shape, SwiGLU, sub-LN,
+"""timm Eva (rotary positions): EVA-02 (axial RoPE with ref_feat_shape, SwiGLU, sub-LN,
 q/k/v separate or fused with q/v biases), timm's RoPE ViTs (axial, mixed with learnt per-layer
 frequencies, registers with mean pooling, with an absolute table too), DINOv3 (centred RoPE,
 rotate-half, 4 registers), as bare state dicts named with ``arch`` and as timm's folders;

@@ -224,7 +224,7 @@ def test_hf_ijepa_has_no_cls_and_reads_the_mean_token(tmp_path: Path, head: str)
 
 @pytest.mark.parametrize("head", ["pretraining", "encoder"])
 def test_hf_vit_mae_opens_its_encoder_unmasked(tmp_path: Path, head: str) -> None:
-    """ViT-MAE (issue 27): a ViT with a fixed sin-cos table; vitviz shows the encoder on every
+    """ViT-MAE: a ViT with a fixed sin-cos table; vitviz shows the encoder on every
     patch in order, which transformers gives with mask_ratio 0 and ascending noise (no patch
     dropped or shuffled). ViTMAEForPreTraining's pixel decoder is dropped, said so; a folder
     saved with its pre-training mask_ratio 0.75 opens as the same unmasked encoder."""

@@ -1,4 +1,4 @@
-"""timm hybrid ViTs (issue 27, stems): a ResNetV2 (weight-standardised convs + GroupNorm) or a
+"""timm hybrid ViTs (stems): a ResNetV2 (weight-standardised convs + GroupNorm) or a
 ResNet-D (deep stem, avg-down, BatchNorm in eval mode) before a Conv2d projection to the
 tokens, or MobileCLIP's convolutional stem without one, as a bare state dict and as timm's
 folder; logits and attention against timm's eager

@@ -1,4 +1,4 @@
-"""timm's Perception Encoder core models (``vit_pe_core_*``, issue 27): an Eva (rotary attention,
+"""timm's Perception Encoder core models (``vit_pe_core_*``): an Eva (rotary attention,
 norm_pre, no patch bias) whose head is an attention pool (MAP, AttentionPoolLatent) over every
 token, prefix included, with its own head count (8, not the blocks') and its own MLP ratio.
 Logits and attention against timm's eager forward as timm's folder and as bare state dicts

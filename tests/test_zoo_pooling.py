@@ -1,4 +1,4 @@
-"""timm ViTs with an attention-pooling head (issue 27, MAP: ``global_pool='map'``, SigLIP's
+"""timm ViTs with an attention-pooling head (MAP: ``global_pool='map'``, SigLIP's
 ``vit_*_siglip_*``, ``vit_so150m_patch16_reg4_map_256``): a learnt latent query attends to the
 final tokens (q, kv, proj, norm, MLP, residual), vitviz's one ``AttentionPool``, the one the
 CLIP kind's SigLIP uses. Logits and attention against timm's eager forward (bare and folder);

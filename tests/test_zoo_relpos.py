@@ -1,4 +1,4 @@
-"""timm's relative-position ViTs (issue 27, ``vision_transformer_relpos``: ``vit_relpos_*``,
+"""timm's relative-position ViTs (``vision_transformer_relpos``: ``vit_relpos_*``,
 ``vit_srelpos_*``): no absolute positions; each layer's attention adds a bias from an MLP on
 log-spaced relative offsets (timm ``RelPosMlp``), or from one MLP shared by every layer, or a
 table (``rel_pos_type='bias'``); no CLS (mean pool through fc_norm or the final norm), a CLS

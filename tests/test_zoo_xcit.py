@@ -1,4 +1,4 @@
-"""timm's XCiT as the XCiT kind opens it (issue 27): exact against timm's eager forward (every
+"""timm's XCiT as the XCiT kind opens it: exact against timm's eager forward (every
 XCA block's channel attention, every class-attention row, the logits) on random perturbed
 weights and BatchNorm statistics, bare and as timm's folder, with and without ``tokens_norm``;
 its token maps come from the class-attention blocks only, and each method on them equals a

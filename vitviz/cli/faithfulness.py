@@ -1,5 +1,5 @@
 """``vitviz-cli faithfulness``: deletion and insertion curves of explanation methods on images,
-and, where an image has a mask, how well each map lands on the object (DESIGN §5, issue 14).
+and, where an image has a mask, how well each map lands on the object (DESIGN §5).
 
 Writes OUT/faithfulness.json (``vitviz.explain.faithfulness.report``), OUT/faithfulness.csv
 (one row per image × method) and OUT/faithfulness.png (the mean curves per method with their

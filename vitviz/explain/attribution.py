@@ -14,7 +14,7 @@ own weights (nothing in ``vitviz.model`` changes):
 - residual add: z rule to both inputs, then each rescaled so their sums keep the ratio
   |Σa| : |Σb| and together hold ΣR; the fork before a branch: the two relevances added.
 
-The same rules carry the parts of the other ViT families (issue 27), each written from them:
+The same rules carry the parts of the other ViT families, each written from them:
 
 - a relative position bias added to the scores (BEiT's table, timm relpos's MLP): a bias, which
   the rules ignore as the Linear's: the scores' relevance all goes to Q·Kᵀ;

@@ -1,4 +1,4 @@
-"""Faithfulness of explanation maps: deletion and insertion curves (DESIGN §5, issue 14).
+"""Faithfulness of explanation maps: deletion and insertion curves (DESIGN §5).
 
 Exact definition, so any two implementations agree:
 

@@ -174,7 +174,7 @@ class MethodImplementation(Protocol):
     ) -> Tensor: ...
 
 
-# -- added by the explain helper (issue 20): what the method table asks of a kind's version ----
+# -- what the method table asks of a kind's version ----
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,7 @@ class ModelShape:
     config: dict[str, Any] = field(default_factory=dict)
     headline: str = ""
     architecture: tuple[str, ...] = ()
-    # -- prompts (helper "prompts", issue 21) ---------------------------------------------------
+    # -- prompts ---------------------------------------------------
     takes_prompts: bool = False
     prompts: tuple[str, ...] = ()
 
@@ -266,7 +266,7 @@ class ViewWords:
     method_query_none: str | None = None
     method_query: str | None = None
     method_fixed: dict[str, str] = field(default_factory=dict)
-    # -- predictions (helper "prompts", issue 21) -----------------------------------------------
+    # -- predictions -----------------------------------------------
     probability: str = ""  # the predictions chart's axis; "": as the model's outputs say
     class_noun: str = "class"  # what a bar of the chart is ("prompt")
 
@@ -551,7 +551,7 @@ class ModelKind(EngineMembers, Protocol):
         (a Swin's prefix share: it has no prefix tokens)."""
         ...
 
-    # -- export (added by the explain helper, issue 20) -----------------------------------------
+    # -- export -----------------------------------------
     def npz_arrays(self, analysis: KindAnalysis) -> dict[str, np.ndarray]:
         """Its own arrays of the explain .npz, beside the shared ones (docs/cli.md's npz table)."""
         ...

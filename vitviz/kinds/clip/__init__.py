@@ -1,4 +1,4 @@
-"""The CLIP kind: an image tower whose classes are prompts the user types (issue 21).
+"""The CLIP kind: an image tower whose classes are prompts the user types.
 
 A SigLIP (``siglip.SiglipImageModel``) is a model of this kind too: a ViT without a CLS token
 whose head pools with a probe token (its attention is the maps' start row, the ViT kind's

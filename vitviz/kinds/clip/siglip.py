@@ -1,4 +1,4 @@
-"""A SigLIP image tower as vitviz explains it (issue 21): the CLIP kind's model without a CLS.
+"""A SigLIP image tower as vitviz explains it: the CLIP kind's model without a CLS.
 
 The image tower is vitviz's ``VisionTransformer`` with no prefix token (patches only, learned
 position table, pre-norm blocks, GELU-tanh) whose final LayerNorm (``post_layernorm``) runs over

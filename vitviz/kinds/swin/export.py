@@ -1,4 +1,4 @@
-"""The numbers of a Swin analysis as named arrays, for an .npz export (issue 16, item 2).
+"""The numbers of a Swin analysis as named arrays, for an .npz export.
 
 ``window_attention_<stage>_<block>`` (0-based, block within its stage): (windows, heads, n, n) in
 the order the model partitions its padded, cyclically shifted map; ``stage_grids`` (S, 2);

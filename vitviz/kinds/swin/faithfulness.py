@@ -1,5 +1,5 @@
 """Faithfulness of a Swin's maps: the deletion and insertion curves of ``faithfulness`` (DESIGN
-§5, issue 14) for the maps of the method table's Swin versions (issue 16), measured by the one
+§5) for the maps of the method table's Swin versions, measured by the one
 path of every kind (``vitviz.explain.faithfulness.evaluate_methods``).
 
 Nothing of the definition changes: the patches are the first stage's tokens (``patch_size``

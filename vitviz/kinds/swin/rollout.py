@@ -1,4 +1,4 @@
-"""Windowed rollout and gradient rollout of a Swin (issue 16, item 4), one row at a time.
+"""Windowed rollout and gradient rollout of a Swin, one row at a time.
 
 Per block, Ã_b = rownorm(fuse_h(Â_b) + I) over the block's real tokens (Â_b: see
 ``swin_attention``); merging stage s into s+1 is M_s (N_{s+1} × N_s), 1/4 from each of the 2 × 2
