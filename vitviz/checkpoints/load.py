@@ -16,6 +16,7 @@ import torch
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families import Family, Source, find_family
+from vitviz.checkpoints.families.timm_arch import known_name
 from vitviz.checkpoints.folders import FOLDER_ACCEPTED, beside, read_folder
 from vitviz.checkpoints.hub_paths import resolve_hub_reference
 from vitviz.checkpoints.library_check import check_or_refuse
@@ -23,6 +24,7 @@ from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import is_native, load_native
 from vitviz.checkpoints.reading import ACCEPTED, read_checkpoint, to_float
 from vitviz.checkpoints.sidecar import user_settings
+from vitviz.checkpoints.training_args import training_config
 from vitviz.imaging import Preprocessing
 from vitviz.kinds import get_kind
 
@@ -118,6 +120,11 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
         loaded.notes.extend(cast_notes)
         return loaded
     folder_config, preprocessor = beside(p) if p.exists() else (None, None)
+    config_from = None
+    if folder_config is None:  # a training checkpoint that names its timm model
+        found = training_config(raw.extra, p, known_name)
+        if found is not None:
+            folder_config, config_from = found
     source = Source(
         state=raw.state,
         path=p,
@@ -126,6 +133,7 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
         folder_config=folder_config,
         preprocessor=preprocessor,
         user=user_settings(p, config),
+        config_from=config_from,
     )
     keys = list(raw.state)
     family, prefix = _find_family_under_prefixes(source)

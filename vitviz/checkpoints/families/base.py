@@ -31,6 +31,9 @@ class Source:
     folder_config: dict[str, Any] | None = None  # config.json beside the weights (HF or timm)
     preprocessor: dict[str, Any] | None = None  # HF preprocessor_config.json
     user: dict[str, Any] = field(default_factory=dict)  # sidecar / --config / config=
+    # where folder_config came from when not config.json: a training checkpoint's own entries
+    # ("the 'args' entry of the training checkpoint") or "args.yaml beside it"
+    config_from: str | None = None
 
     @property
     def name(self) -> str:

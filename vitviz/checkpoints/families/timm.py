@@ -46,13 +46,15 @@ _BLOCK = r"blocks\.(\d+)\.attn\.qkv\.weight$"
 
 
 def detect(source: Source) -> bool:
-    """timm's ViT layout; or any timm folder (its named architecture then decides, so one that
-    isn't a plain ViT is refused by name, not as an unknown layout)."""
+    """timm's ViT layout; or any timm folder or training checkpoint naming a timm model (its
+    named architecture then decides, so one that isn't a plain ViT is refused by name, not as
+    an unknown layout) unless every key shares one prefix (a Lightning ``model.``)."""
     s = source.state
     vit_layout = "patch_embed.proj.weight" in s and any(
         k.endswith(".attn.qkv.weight") and k.startswith("blocks.") for k in s
     )
-    return vit_layout or source.timm_config is not None
+    wrapped = len({k.split(".", 1)[0] for k in s}) == 1 and all("." in k for k in s)
+    return vit_layout or (source.timm_config is not None and not wrapped)  # wrapped: look under
 
 
 def take_blocks(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:

@@ -81,7 +81,9 @@ def choose_architecture(
         except ArchError as exc:
             raise CheckpointError(f"{source.name}: {exc}.") from exc
         refuse_part(source, rec)
-        note = f"architecture {name} as {where} defines it: {summary(rec.settings)}"
+        by_file = source.config_from and not source.user.get("arch")
+        named = f", named by {source.config_from}," if by_file else ""
+        note = f"architecture {name}{named} as {where} defines it: {summary(rec.settings)}"
         own = source.user.get("arch") is None or rec.signature == signature_of(source.state)
         return Choice(rec, note, Reference("timm", name, dict(args)), own)
     found = [
