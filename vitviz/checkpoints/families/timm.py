@@ -25,15 +25,25 @@ from vitviz.checkpoints.families.common import (
     example_heads,
     finish,
     grid_from_table,
-    standard_heads,
 )
 from vitviz.checkpoints.families.timm_resolve import (
+    ACT_NAMES,
     applied,
     choose_architecture,
     how_to_name,
     refuse_ambiguous,
 )
+from vitviz.checkpoints.families.timm_settings import (
+    POOL_WORDS,
+    Resolved,
+    ask,
+    assumed_notes,
+    check_pool,
+    conventional_pool,
+    resolve_bare,
+)
 from vitviz.checkpoints.labels import names_from_timm
+from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import (
     TIMM_DEIT_DEFAULTS,
     TIMM_VIT_DEFAULTS,
@@ -170,12 +180,17 @@ def _pos_layout(state: dict[str, Tensor]) -> tuple[int, int] | None:
     return int(pos.shape[1]), prefix
 
 
-def assumption_note(source: Source, heads: int, dim: int) -> str:
-    """What a bare state dict matching no timm name is assumed to be, and how to say otherwise."""
+def assumption_note(source: Source, resolved: Resolved, dim: int) -> str:
+    """What a bare state dict matching no timm name is taken to be, by source."""
+    values = resolved.values
+    heads = int(source.user.get("heads", values.get("heads", 1)))
+    act = source.user.get("activation", "?")
+    given = ", ".join(sorted(resolved.user)) or "nothing"
     return (
         f"assumed timm's common ViT (no architecture named, and no timm name has these "
-        f"tensors): {heads} heads of {dim // heads}, LayerNorm eps 1e-6, GELU, pre-norm "
-        f"blocks, no rotary positions; if yours differs give {how_to_name(source)}, or --heads N"
+        f"tensors): {heads} heads of {dim // heads}, {ACT_NAMES.get(act, act)}, LayerNorm eps "
+        f"1e-6, pre-norm blocks, no rotary positions (you gave: {given}); if yours differs "
+        f"give {how_to_name(source)}"
     )
 
 
@@ -186,6 +201,44 @@ def _image_size(source: Source, args: dict[str, Any], pretrained: dict[str, Any]
     if isinstance(size, (list, tuple)) and len(size) == 3:
         return [int(size[1]), int(size[2])]
     return None
+
+
+def _named_grid(
+    source: Source,
+    inferred: dict[str, Any],
+    args: dict[str, Any],
+    pretrained: dict[str, Any],
+    pos: Tensor | None,
+    p: int,
+    prefix: int,
+    notes: list[str],
+) -> None:
+    """The image size and table layout of a named architecture: the folder's or the name's,
+    else read off a square table (noted)."""
+    size = _image_size(source, args, pretrained)
+    no_embed_class = inferred.pop("no_embed_class", args.get("no_embed_class"))
+    if pos is not None:
+        n = pos.shape[1]
+        if size is not None:
+            hw = (size, size) if isinstance(size, int) else tuple(size)
+            patches = (hw[0] // p) * (hw[1] // p)
+            if no_embed_class is None:
+                no_embed_class = n == patches and prefix > 0
+        else:
+            with_prefix, without = grid_from_table(n - prefix), grid_from_table(n)
+            if no_embed_class is None:
+                no_embed_class = with_prefix is None and without is not None and prefix > 0
+            grid = without if no_embed_class else with_prefix
+            if grid is not None:
+                size = (grid[0] * p, grid[1] * p)
+                notes.append(
+                    f"image size {size[0]}×{size[1]} inferred from the square position "
+                    f"table; set image_size in {source.sidecar_name} if it was not "
+                    f"square"
+                )
+    if size is not None:
+        inferred["image_size"] = size
+    inferred["no_embed_class"] = bool(no_embed_class)
 
 
 def convert(source: Source) -> Conversion:
@@ -256,30 +309,45 @@ def convert(source: Source) -> Conversion:
         final_norm="norm.weight" in out or "fc_norm.weight" in out,
         **block_info,
     )
-    if choice is None:  # a bare state dict no timm name has: the common ViT, said so
-        heads = standard_heads(D)
-        inferred.update(activation="gelu", norm_eps=1e-6)
-        if heads is not None:
-            inferred["heads"] = heads
-        said = source.user.get("heads", heads)
-        if isinstance(said, int) and said > 0:
-            notes.append(assumption_note(source, said, D))
+    named = choice is not None and choice.named
+    resolved = None
+    if not named:  # a bare state dict: each setting from the user, the tensors or a convention
+        guess = dict(choice.record.settings) if choice is not None else {}
+        if choice is not None:
+            inferred.update(applied(source, choice.record, inferred))
+            notes.append(choice.note)
+        for key in ("heads", "activation", "global_pool", "no_embed_class", "image_size"):
+            inferred.pop(key, None)
+        inferred.setdefault("norm_eps", 1e-6)
+        resolved = resolve_bare(source, inferred, guess, _pos_layout(out), has_pool)
+        ask(source, resolved, LOOKS_LIKE, choice.record.name if choice is not None else None)
+        inferred.update(resolved.values)
+        if choice is None:
+            notes.append(assumption_note(source, resolved, D))
+        notes.extend(assumed_notes(resolved))
         if has_pool and "pool_include_prefix" not in source.user:
             notes.append(
                 "assumed the attention pool reads the patch tokens only; if it reads the "
                 f"prefix tokens too, set pool_include_prefix in {source.sidecar_name}"
             )
     else:
-        inferred.update(applied(source, choice.record, inferred))
+        fc_norm = inferred["fc_norm"]
+        inferred.update(applied(source, choice.record, inferred, choice.by_user))
         notes.append(choice.note)
+        if choice.record.settings.get("fc_norm", fc_norm) != fc_norm:  # changed by a fine-tune
+            inferred["fc_norm"] = fc_norm
+            if "global_pool" not in source.user:
+                inferred["global_pool"], why = conventional_pool(inferred, has_pool)
+                notes.append(f"assumed {POOL_WORDS[inferred['global_pool']]}: {why} (if not, "
+                             'give "global_pool")')  # fmt: skip
         if not choice.own_sizes:  # named for other sizes: its head count is not theirs
             for key in ("heads", "attn_head_dim"):
                 inferred.pop(key, None)
-    if inferred["global_pool"] not in ("token", "avg", "map") or (
-        (inferred["global_pool"] == "map") != has_pool
-    ):
+    pool = source.user.get("global_pool", inferred["global_pool"])
+    check_pool(source, pool)
+    if pool not in ("token", "avg", "map") or ((pool == "map") != has_pool):
         raise CheckpointError(
-            f"{source.name}: timm global_pool {inferred['global_pool']!r} is not supported "
+            f"{source.name}: timm global_pool {pool!r} is not supported "
             f"(vitviz pools with 'token', 'avg', or 'map' with the attn_pool weights)."
         )
     if has_pool and out["pool.fc1.weight"].shape[0] != inferred["mlp_hidden_dim"]:
@@ -288,30 +356,8 @@ def convert(source: Source) -> Conversion:
             f"({out['pool.fc1.weight'].shape[0]} vs {inferred['mlp_hidden_dim']}): not supported."
         )
     inferred["pos_embed_interp"] = "bicubic_antialias"
-    size = _image_size(source, args, pretrained)
-    no_embed_class = inferred.pop("no_embed_class", args.get("no_embed_class"))
-    if pos is not None:
-        n = pos.shape[1]
-        if size is not None:
-            hw = (size, size) if isinstance(size, int) else tuple(size)
-            patches = (hw[0] // p) * (hw[1] // p)
-            if no_embed_class is None:
-                no_embed_class = n == patches and prefix > 0
-        else:
-            with_prefix, without = grid_from_table(n - prefix), grid_from_table(n)
-            if no_embed_class is None:
-                no_embed_class = with_prefix is None and without is not None and prefix > 0
-            grid = without if no_embed_class else with_prefix
-            if grid is not None:
-                size = (grid[0] * p, grid[1] * p)
-                notes.append(
-                    f"image size {size[0]}×{size[1]} inferred from the square position "
-                    f"table; set image_size in {source.sidecar_name} if it was not "
-                    f"square"
-                )
-    if size is not None:
-        inferred["image_size"] = size
-    inferred["no_embed_class"] = bool(no_embed_class)
+    if resolved is None:
+        _named_grid(source, inferred, args, pretrained, pos, p, prefix, notes)
 
     defaults = TIMM_DEIT_DEFAULTS if has_dist else TIMM_VIT_DEFAULTS
     prep, prep_notes = timm_preprocessing(pretrained, defaults)
@@ -334,8 +380,49 @@ def convert(source: Source) -> Conversion:
         notes=notes,
         imagenet_if_1000=True,
     )
-    conversion.reference = choice.reference if choice is not None else None
+    if choice is not None:
+        conversion.reference = same_settings(choice.reference, choice.record.settings, conversion)
     return conversion
+
+
+# vitviz's settings -> timm VisionTransformer's keyword, for the library check to build the
+# model vitviz built (the resolved settings, not the name's defaults).
+CHECK_ARGS = {
+    "heads": "num_heads",
+    "global_pool": "global_pool",
+    "fc_norm": "fc_norm",
+    "activation": "act_layer",
+    "no_embed_class": "no_embed_class",
+}
+
+
+def same_settings(ref: Reference, settings: dict[str, Any], conversion: Conversion) -> Reference:
+    """``ref`` with the resolved settings that differ from the name's as timm's keywords, and
+    the words for them ("6 heads, mean pooling") the check's note shows."""
+    cfg = conversion.config
+    args = dict(ref.model_args)
+    words = []
+    for ours, theirs in CHECK_ARGS.items():
+        value = getattr(cfg, ours)
+        if ours in settings and settings[ours] != value and theirs not in args:
+            args[theirs] = value
+            words.append(setting_words(ours, value))
+    if "global_pool" in args and "fc_norm" not in args:  # timm's fc_norm=None follows the pool
+        args["fc_norm"] = cfg.fc_norm
+    return Reference(ref.library, ref.arch, args, ", ".join(words))
+
+
+def setting_words(key: str, value: Any) -> str:
+    """'6 heads', 'mean pooling', 'GELU (tanh)', 'fc_norm', 'a table without the prefix'."""
+    if key == "heads":
+        return f"{value} heads"
+    if key == "global_pool":
+        return POOL_WORDS.get(value, f"pooling {value!r}")
+    if key == "activation":
+        return ACT_NAMES.get(value, str(value))
+    if key == "fc_norm":
+        return "fc_norm" if value else "no fc_norm"
+    return f"{key} {value}"
 
 
 FAMILY = Family(

@@ -1,0 +1,149 @@
+"""Bare timm state dicts fine-tuned with a setting the weights can't show (DESIGN §4): each is
+built with timm and the setting, every parameter perturbed, saved bare. Opened, it is asked for
+in one line naming the flags and keys that settle it, with the conventions that stand unless
+given; the answer, given, is exact. Before, each opened with another network's numbers."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from zoo_helpers import LOGIT_ATOL, assert_attention, assert_close, images, ours, randomize_
+from zoo_helpers import timm_reference as reference
+
+from vitviz.checkpoints import CheckpointError, load_checkpoint
+from vitviz.checkpoints.errors import MissingSettingsError
+
+# width 192: timm's names give it 3 heads of 64, the one width convention vitviz uses
+SMALL = dict(embed_dim=192, depth=2, patch_size=8, img_size=32, num_heads=3, num_classes=5)
+# id: (timm options beyond SMALL, the settings asked or assumed the message must name, the
+# answer that opens it exactly)
+CASES = {
+    "grid-4x6": (  # 4×6 patches + CLS = 25 entries: read as a square 5×5 without CLS before
+        dict(img_size=(32, 48)),
+        ["activation", "image_size", "no_embed_class"],
+        {"activation": "gelu", "image_size": [32, 48]},
+    ),
+    "grid-4x6-no-embed-class": (  # 24 entries: the size alone says the table skips CLS
+        dict(img_size=(32, 48), no_embed_class=True),
+        ["image_size"],
+        {"activation": "gelu", "image_size": [32, 48]},
+    ),
+    "fc-norm-with-cls-pooling": (
+        dict(fc_norm=True, global_pool="token"),
+        ["activation", "mean pooling", '"global_pool"'],
+        {"activation": "gelu", "global_pool": "token"},
+    ),
+    "mean-pooling-without-fc-norm": (
+        dict(fc_norm=False, global_pool="avg"),
+        ["activation", "CLS pooling", '"global_pool"'],
+        {"activation": "gelu", "global_pool": "avg"},
+    ),
+    "six-heads": (
+        dict(num_heads=6),
+        ["activation", "heads 3", "--heads N"],
+        {"activation": "gelu", "heads": 6},
+    ),
+    "gelu-tanh": (dict(act_layer="gelu_tanh"), ["activation"], {"activation": "gelu_tanh"}),
+    "quick-gelu": (dict(act_layer="quick_gelu"), ["activation"], {"activation": "quick_gelu"}),
+}
+
+
+def bare(tmp_path: Path, seed: int, name: str = "vit_tiny_patch16_224", **options) -> tuple:
+    """(timm's model with ``options``, every parameter perturbed; its bare state dict's path)."""
+    torch.manual_seed(seed)
+    model = randomize_(timm.create_model(name, **{**SMALL, **options}), seed=seed).eval()
+    path = tmp_path / "fine_tuned.pth"
+    torch.save(model.state_dict(), path)
+    return model, path
+
+
+def assert_exact(model: torch.nn.Module, loaded, seed: int = 0) -> None:
+    h, w = model.patch_embed.img_size
+    x = images(2, h, w, seed=seed)
+    ref_logits, ref_attn = reference(model, x)
+    logits, attn = ours(loaded, x)
+    assert_close("logits", ref_logits, logits, LOGIT_ATOL * float(ref_logits.abs().max()))
+    assert_attention(ref_attn, attn)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_setting_the_weights_cant_show_is_asked_for_and_the_answer_is_exact(
+    tmp_path: Path, case: str
+) -> None:
+    options, named, answer = CASES[case]
+    model, path = bare(tmp_path, seed=3, **options)
+    with pytest.raises(MissingSettingsError) as caught:  # before: opened wrong, nothing asked
+        load_checkpoint(path)
+    text = str(caught.value)
+    assert "\n" not in text and "the weights don't say" in text, text
+    for word in named:
+        assert word in text, (word, text)
+    guesses = {**caught.value.fields, **caught.value.assumed}  # the dialog's prefilled guesses
+    assert set(caught.value.fields) <= set(answer) | {"heads"}, caught.value.fields
+    assert guesses, text
+    loaded = load_checkpoint(path, answer)
+    assert_exact(model, loaded)
+
+
+def test_the_conventions_used_are_notes_that_say_so(tmp_path: Path) -> None:
+    """Given only the activation, a 192-wide file opens on timm's conventions, each a note
+    beginning 'assumed' (the CLI prints them first) with the flag that changes it."""
+    model, path = bare(tmp_path, seed=4, fc_norm=True, global_pool="avg")
+    loaded = load_checkpoint(path, {"activation": "gelu"})
+    assumed = [n for n in loaded.notes if n.startswith("assumed ")]
+    assert any(n.startswith("assumed heads 3:") and "--heads N" in n for n in assumed), assumed
+    assert any(n.startswith("assumed mean pooling: fc_norm is present") for n in assumed), assumed
+    assert loaded.config.global_pool == "avg" and loaded.config.heads == 3
+    assert_exact(model, loaded)
+
+
+def test_a_logit_per_token_is_refused_by_name(tmp_path: Path) -> None:
+    _model, path = bare(tmp_path, seed=5, global_pool="")
+    with pytest.raises(CheckpointError, match=r"global_pool '' gives a logit per token") as caught:
+        load_checkpoint(path, {"activation": "gelu", "global_pool": ""})
+    assert "\n" not in str(caught.value)
+
+
+def test_an_image_size_the_table_cannot_have_names_both_layouts(tmp_path: Path) -> None:
+    _model, path = bare(tmp_path, seed=6, img_size=(32, 48))
+    with pytest.raises(CheckpointError, match=r"no_embed_class false\) nor 16") as caught:
+        load_checkpoint(path, {"activation": "gelu", "image_size": 32})
+    assert "25 entries" in str(caught.value)
+
+
+# --arch NAME for weights of that name's own sizes (depth 12), fine-tuned with another setting
+FULL = dict(img_size=32, num_classes=4)
+ARCH = "vit_tiny_patch16_224"
+ARCH_CASES = {
+    # id: (timm options, the settings that say it, what the check's line says it built)
+    "six-heads": (dict(num_heads=6), {"heads": 6}, "6 heads"),
+    "mean-pooling": (dict(global_pool="avg", fc_norm=False), {"global_pool": "avg"}, "mean"),
+    "fc-norm-cls": (dict(global_pool="token", fc_norm=True), {"global_pool": "token"}, "fc_norm"),
+    "gelu-tanh": (dict(act_layer="gelu_tanh"), {"activation": "gelu_tanh"}, "GELU (tanh)"),
+    "quick-gelu": (dict(act_layer="quick_gelu"), {"activation": "quick_gelu"}, "QuickGELU"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ARCH_CASES))
+def test_arch_states_the_names_settings_and_the_check_builds_the_ones_given(
+    tmp_path: Path, case: str
+) -> None:
+    """--arch NAME alone: the name's settings are listed as assumed (before: nothing printed,
+    or 'logits 0.17' blamed on vitviz for --heads 6). With the setting given: exact, and the
+    library check's line says what it built."""
+    options, settings, built = ARCH_CASES[case]
+    torch.manual_seed(8)
+    model = randomize_(timm.create_model(ARCH, **FULL, **options), seed=8, scale=0.1).eval()
+    path = tmp_path / "fine_tuned.pth"
+    torch.save(model.state_dict(), path)
+    loaded = load_checkpoint(path, {"arch": ARCH})
+    first = next(n for n in loaded.notes if n.startswith("assumed from timm's " + ARCH))
+    assert "3 heads" in first and "GELU" in first and "--heads N" in first, first
+    loaded = load_checkpoint(path, {"arch": ARCH, **settings})
+    check = next(n for n in loaded.notes if n.startswith("checked against timm"))
+    assert re.search(rf"vitviz's reading of timm's {ARCH} with [^:]*{re.escape(built)}", check)
+    assert_exact(model, loaded)
