@@ -157,6 +157,7 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
         path=p,
         notes=conversion.notes,
         reference=conversion.reference,
+        assumed=dict(conversion.assumed),
     )
 
 

@@ -72,6 +72,7 @@ class Conversion:
     notes: list[str] = field(default_factory=list)
     reference: Reference | None = None  # the library architecture it claims to be
     kind: str = "vit"  # the generic layouts are the ViT's
+    assumed: dict[str, Any] = field(default_factory=dict)  # settings from a convention
 
 
 @dataclass(frozen=True)

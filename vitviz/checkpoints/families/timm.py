@@ -28,6 +28,7 @@ from vitviz.checkpoints.families.common import (
 )
 from vitviz.checkpoints.families.timm_resolve import (
     ACT_NAMES,
+    Choice,
     applied,
     choose_architecture,
     how_to_name,
@@ -382,7 +383,26 @@ def convert(source: Source) -> Conversion:
     )
     if choice is not None:
         conversion.reference = same_settings(choice.reference, choice.record.settings, conversion)
+    conversion.assumed = _assumed(source, resolved, choice, conversion)
     return conversion
+
+
+NAME_SETTINGS = ("heads", "activation", "global_pool")  # what a fine-tune of a name may change
+
+
+def _assumed(
+    source: Source, resolved: Resolved | None, choice: Choice | None, conversion: Conversion
+) -> dict[str, Any]:
+    """The settings a convention gave (a bare file), or the name's defaults for those a
+    fine-tune may change (an arch the user gave), with the values used."""
+    cfg = conversion.config
+    if resolved is not None:
+        keys = [k for k in resolved.assumed if k not in source.user]
+    elif choice is not None and choice.by_user:
+        keys = [k for k in NAME_SETTINGS if k not in source.user]
+    else:
+        return {}
+    return {k: list(v) if isinstance(v := getattr(cfg, k), tuple) else v for k in keys}
 
 
 # vitviz's settings -> timm VisionTransformer's keyword, for the library check to build the
