@@ -147,3 +147,40 @@ def test_arch_states_the_names_settings_and_the_check_builds_the_ones_given(
     check = next(n for n in loaded.notes if n.startswith("checked against timm"))
     assert re.search(rf"vitviz's reading of timm's {ARCH} with [^:]*{re.escape(built)}", check)
     assert_exact(model, loaded)
+
+
+ROPE = "vit_small_patch16_rope_224"
+
+
+@pytest.mark.parametrize("size", [64, (64, 96)], ids=["64px", "64x96"])
+def test_a_rotary_vits_trained_size_is_asked_for(tmp_path: Path, size) -> None:
+    """No position table says a rotary ViT's size: asked (before: run at the name's 224)."""
+    torch.manual_seed(9)
+    model = timm.create_model(ROPE, depth=2, img_size=size, num_classes=4)
+    model = randomize_(model, seed=9, scale=0.1).eval()
+    path = tmp_path / "rope.pth"
+    torch.save(model.state_dict(), path)
+    with pytest.raises(MissingSettingsError, match=r"the weights don't say: heads, image_size"):
+        load_checkpoint(path, {"arch": ROPE})
+    given = [size, size] if isinstance(size, int) else list(size)
+    loaded = load_checkpoint(path, {"arch": ROPE, "heads": 6, "image_size": given})
+    assert tuple(loaded.config.image_size) == tuple(given)
+    assert_exact(model, loaded)
+
+
+def test_an_eva02_fine_tuned_with_cls_pooling_opens_after_arch_and_heads(tmp_path: Path) -> None:
+    """Before: 'missing fc_norm…; unexpected norm…'. Now the tensors' final norm gives CLS
+    pooling, noted as assumed; timm's model with it agrees."""
+    torch.manual_seed(10)
+    arch = "eva02_tiny_patch14_224"
+    model = timm.create_model(arch, depth=2, img_size=56, num_classes=4, global_pool="token",
+                              use_fc_norm=False)  # fmt: skip
+    model = randomize_(model, seed=10, scale=0.1).eval()
+    path = tmp_path / "eva.pth"
+    torch.save(model.state_dict(), path)
+    loaded = load_checkpoint(path, {"arch": arch, "heads": 3})
+    assert loaded.config.global_pool == "token" and not loaded.config.fc_norm
+    assert any(n.startswith("assumed CLS pooling") for n in loaded.notes), loaded.notes
+    check = next(n for n in loaded.notes if n.startswith("checked against timm"))
+    assert "with CLS pooling, no fc_norm" in check, check
+    assert_exact(model, loaded)
