@@ -32,6 +32,7 @@ from vitviz.checkpoints.families.timm_resolve import (
     applied,
     choose_architecture,
     how_to_name,
+    layout_guess,
     refuse_ambiguous,
 )
 from vitviz.checkpoints.families.timm_settings import (
@@ -42,6 +43,7 @@ from vitviz.checkpoints.families.timm_settings import (
     check_pool,
     conventional_pool,
     resolve_bare,
+    shown,
 )
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
@@ -181,6 +183,22 @@ def _pos_layout(state: dict[str, Tensor]) -> tuple[int, int] | None:
     return int(pos.shape[1]), prefix
 
 
+def recognised_note(source: Source, choice: Choice, resolved: Resolved) -> str:
+    """The timm name a bare file's tensors fit, and which source gave each setting: the user,
+    a convention (assumed), or the name (the rest)."""
+    rec = choice.record.settings
+    yours = [f"{k} {source.user[k]!r}" for k in ("heads", "activation", "global_pool")
+             if k in source.user]  # fmt: skip
+    assumed = [shown(k, resolved.values[k]) for k in resolved.assumed]
+    named = f"LayerNorm eps {rec.get('norm_eps', 1e-6):g}"
+    head = choice.note.split(":", 1)[0]  # "recognised as timm's X (and N others) by its tensors"
+    return (
+        f"{head}; settings by source: yours: {', '.join(yours) or 'none'}; assumed: "
+        f"{', '.join(assumed) or 'none'}; the name's: {named}; if it is another, give "
+        f"{how_to_name(source)}"
+    )
+
+
 def assumption_note(source: Source, resolved: Resolved, dim: int) -> str:
     """What a bare state dict matching no timm name is taken to be, by source."""
     values = resolved.values
@@ -247,6 +265,7 @@ def convert(source: Source) -> Conversion:
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
     choice = choose_architecture(source, cfg, args, _pos_layout(source.state))
+    layout = layout_guess(source, _pos_layout(source.state)) if choice is None else {}
     source.user.pop("arch", None)  # read: not a ViTConfig field
     if choice is None:  # before any tensor is taken: the layout decides
         refuse_ambiguous(source)
@@ -314,9 +333,10 @@ def convert(source: Source) -> Conversion:
     resolved = None
     if not named:  # a bare state dict: each setting from the user, the tensors or a convention
         guess = dict(choice.record.settings) if choice is not None else {}
+        if choice is None:
+            guess = layout
         if choice is not None:
             inferred.update(applied(source, choice.record, inferred))
-            notes.append(choice.note)
         for key in ("heads", "activation", "global_pool", "no_embed_class", "image_size"):
             inferred.pop(key, None)
         inferred.setdefault("norm_eps", 1e-6)
@@ -325,6 +345,8 @@ def convert(source: Source) -> Conversion:
         inferred.update(resolved.values)
         if choice is None:
             notes.append(assumption_note(source, resolved, D))
+        else:
+            notes.append(recognised_note(source, choice, resolved))
         notes.extend(assumed_notes(resolved))
         if has_pool and "pool_include_prefix" not in source.user:
             notes.append(

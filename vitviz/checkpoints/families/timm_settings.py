@@ -184,8 +184,8 @@ def ask_message(source: Source, out: Resolved, looks_like: str, fits: str | None
         )
     standing = ""
     if out.assumed:
-        shown = "; ".join(f"{_shown(k, out.values[k])} ({HOW.get(k, k)})" for k in out.assumed)
-        standing = f" Assumed unless given: {shown}."
+        listed = "; ".join(f"{shown(k, out.values[k])} ({HOW.get(k, k)})" for k in out.assumed)
+        standing = f" Assumed unless given: {listed}."
     arch = f"--arch {fits} (the timm name its tensors fit)" if fits else "--arch NAME"
     return (
         f"{source.name} looks like {looks_like} that names no architecture; the weights don't "
@@ -205,7 +205,7 @@ def ask(source: Source, out: Resolved, looks_like: str, fits: str | None = None)
     raise MissingSettingsError(ask_message(source, out, looks_like, fits), out.asked, assumed)
 
 
-def _shown(key: str, value: Any) -> str:
+def shown(key: str, value: Any) -> str:
     """'heads 3', 'CLS pooling', 'image_size 32×32'."""
     if key == "global_pool":
         return POOL_WORDS.get(value, f"global_pool {value!r}")
@@ -219,7 +219,7 @@ def assumed_notes(out: Resolved) -> list[str]:
     notes = []
     for key, why in out.assumed.items():
         how = HOW.get(key, f'"{key}"')
-        notes.append(f"assumed {_shown(key, out.values[key])}: {why} (if not, give {how})")
+        notes.append(f"assumed {shown(key, out.values[key])}: {why} (if not, give {how})")
     return notes
 
 
