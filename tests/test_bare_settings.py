@@ -115,6 +115,23 @@ def test_an_image_size_the_table_cannot_have_names_both_layouts(tmp_path: Path) 
     assert "25 entries" in str(caught.value)
 
 
+def test_registers_and_a_non_square_grid_are_asked_the_size(tmp_path: Path) -> None:
+    """A DINOv2 with registers (its table covers the patches only) at a 2×3 grid: 6 entries,
+    which less the 5 prefix tokens is a 1×1 square; read so before, opened wrong."""
+    name = "vit_small_patch14_reg4_dinov2"
+    torch.manual_seed(11)
+    model = timm.create_model(name, img_size=(28, 42), num_classes=3)
+    model = randomize_(model, seed=11, scale=0.1).eval()
+    path = tmp_path / "dinov2.pth"
+    torch.save(model.state_dict(), path)
+    with pytest.raises(MissingSettingsError, match=r"don't say: image_size \(") as caught:
+        load_checkpoint(path, {"activation": "gelu"})
+    assert "no_embed_class" in str(caught.value)
+    loaded = load_checkpoint(path, {"activation": "gelu", "image_size": [28, 42]})
+    assert loaded.config.no_embed_class
+    assert_exact(model, loaded)
+
+
 # --arch NAME for weights of that name's own sizes (depth 12), fine-tuned with another setting
 FULL = dict(img_size=32, num_classes=4)
 ARCH = "vit_tiny_patch16_224"

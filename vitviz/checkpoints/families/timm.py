@@ -265,7 +265,7 @@ def convert(source: Source) -> Conversion:
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
     choice = choose_architecture(source, cfg, args, _pos_layout(source.state))
-    layout = layout_guess(source, _pos_layout(source.state)) if choice is None else {}
+    layout = layout_guess(source) if choice is None else {}
     source.user.pop("arch", None)  # read: not a ViTConfig field
     if choice is None:  # before any tensor is taken: the layout decides
         refuse_ambiguous(source)

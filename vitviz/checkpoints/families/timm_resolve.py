@@ -123,11 +123,12 @@ def choose_architecture(
     return Choice(found[0], note, Reference("timm", names[0], {}), named=False)
 
 
-def layout_guess(source: Source, pos_layout: tuple[int, int] | None) -> dict[str, Any]:
-    """``{"no_embed_class": v}`` when every timm name with these tensors whose table fits says
-    the same (a user's setting that no such name has, e.g. another activation, leaves the
-    layout the tensors share with them); {} otherwise."""
-    found = [r for r in candidates(signature_of(source.state)) if _fits_table(r, pos_layout)]
+def layout_guess(source: Source) -> dict[str, Any]:
+    """``{"no_embed_class": v}`` when every timm name with these tensors says the same, whether
+    or not its table fits a square grid (a user's setting no such name has, e.g. another
+    activation, or a non-square grid, leaves the layout the tensors share with them); {}
+    otherwise."""
+    found = candidates(signature_of(source.state))
     values = {r.settings.get("no_embed_class") for r in found if r.settings}
     return {"no_embed_class": values.pop()} if len(values) == 1 and None not in values else {}
 

@@ -179,8 +179,8 @@ def ask_message(source: Source, out: Resolved, looks_like: str, fits: str | None
     extra = ""
     if "image_size" in asked:
         extra = (
-            " (the position table fits a square grid without the class token and a "
-            "non-square one with it; no_embed_class follows from the size)"
+            " (the position table's length fits more than one grid, or only a non-square "
+            "one; whether it covers the class token, no_embed_class, follows from the size)"
         )
     standing = ""
     if out.assumed:
