@@ -5,6 +5,7 @@ given; the answer, given, is exact. Before, each opened with another network's n
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -201,3 +202,29 @@ def test_an_eva02_fine_tuned_with_cls_pooling_opens_after_arch_and_heads(tmp_pat
     check = next(n for n in loaded.notes if n.startswith("checked against timm"))
     assert "with CLS pooling, no fc_norm" in check, check
     assert_exact(model, loaded)
+
+
+def test_the_cli_refuses_in_one_line_then_lists_the_assumptions_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vitviz-cli explain: refused naming what settles it; given it, the first lines are the
+    assumed settings with their values, before any output."""
+    from PIL import Image
+
+    from vitviz.cli import main
+
+    _model, path = bare(tmp_path, seed=12, fc_norm=True, global_pool="avg")
+    image = tmp_path / "x.png"
+    Image.new("RGB", (40, 40), (200, 120, 40)).save(image)
+    argv = ["explain", str(image), "--checkpoint", str(path), "--device", "cpu",
+            "--out", str(tmp_path / "out"), "--method", "attention"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and '"activation"' in err and "--heads N" in err, err
+    (tmp_path / "act.json").write_text(json.dumps({"activation": "gelu"}))
+    assert main([*argv, "--config", str(tmp_path / "act.json")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assumed = [line for line in lines if line.startswith("vitviz-cli: assumed ")]
+    assert lines[: len(assumed)] == assumed, lines  # first
+    assert any("assumed heads 3" in line for line in assumed), lines
+    assert any("assumed mean pooling" in line for line in assumed), lines
