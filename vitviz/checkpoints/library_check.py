@@ -54,7 +54,9 @@ class Reference:
     @property
     def label(self) -> str:
         """ "timm's vit_tiny_patch16_224 with 6 heads, mean pooling"."""
-        return f"{self.library}'s {self.arch}" + (f" with {self.settings}" if self.settings else "")
+        whose = self.library + ("'" if self.library.endswith("s") else "'s")
+        named = f"{whose} {self.arch}" if self.arch else f"{self.library}'s model"
+        return named + (f" with {self.settings}" if self.settings else "")
 
 
 @dataclass(frozen=True)
