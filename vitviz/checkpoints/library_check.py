@@ -50,12 +50,14 @@ class Reference:
     arch: str
     model_args: dict[str, Any]
     settings: str = ""  # the settings built beside the name's, in words: "6 heads, mean pooling"
+    shown_as: str = ""  # what the note calls it when not ``arch`` ("VisionTransformer")
 
     @property
     def label(self) -> str:
         """ "timm's vit_tiny_patch16_224 with 6 heads, mean pooling"."""
         whose = self.library + ("'" if self.library.endswith("s") else "'s")
-        named = f"{whose} {self.arch}" if self.arch else f"{self.library}'s model"
+        what = self.shown_as or self.arch
+        named = f"{whose} {what}" if what else f"{self.library}'s model"
         return named + (f" with {self.settings}" if self.settings else "")
 
 

@@ -10,10 +10,11 @@ from config.json (``model_args``, ``pretrained_cfg``) or is inferred and noted.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
@@ -405,6 +406,8 @@ def convert(source: Source) -> Conversion:
     )
     if choice is not None:
         conversion.reference = same_settings(choice.reference, choice.record.settings, conversion)
+    elif not (has_dist or has_pool or inferred.get("rel_pos_bias")):
+        conversion.reference = common_reference(conversion.config)  # None: timm can't say it
     conversion.assumed = _assumed(source, resolved, choice, conversion)
     return conversion
 
@@ -452,6 +455,36 @@ def same_settings(ref: Reference, settings: dict[str, Any], conversion: Conversi
     if "global_pool" in args and "fc_norm" not in args:  # timm's fc_norm=None follows the pool
         args["fc_norm"] = cfg.fc_norm
     return Reference(ref.library, ref.arch, args, ", ".join(words))
+
+
+def common_reference(cfg: Any) -> Reference | None:
+    """timm's own VisionTransformer built with every setting vitviz resolved for a bare file no
+    timm name has (its widths, depth, tokens, heads, pooling, activation, eps, image size);
+    None for settings its keywords can't give (another head width, positions)."""
+    if cfg.attn_head_dim is not None or cfg.pos_embed not in ("learned", "none"):
+        return None
+    args = dict(
+        patch_size=cfg.patch_size, embed_dim=cfg.dim, depth=cfg.depth, num_heads=cfg.heads,
+        mlp_ratio=cfg.hidden_dim / cfg.dim, qkv_bias=cfg.qkv_bias,
+        init_values=1.0 if cfg.layer_scale_init is not None else None,
+        class_token=cfg.class_token, reg_tokens=cfg.num_register_tokens,
+        no_embed_class=cfg.no_embed_class, pre_norm=cfg.pre_norm, final_norm=cfg.final_norm,
+        fc_norm=cfg.fc_norm, global_pool=cfg.global_pool, act_layer=cfg.activation,
+        pos_embed="learn" if cfg.pos_embed == "learned" else "none",
+    )  # fmt: skip
+    if cfg.norm_eps != 1e-6:  # timm's VisionTransformer's own LayerNorm eps otherwise
+        args["norm_layer"] = partial(nn.LayerNorm, eps=cfg.norm_eps)
+    h, w = cfg.image_size
+    words = (
+        f"width {cfg.dim}, depth {cfg.depth}, {cfg.heads} heads, "
+        f"{POOL_WORDS.get(cfg.global_pool, cfg.global_pool)}{', fc_norm' if cfg.fc_norm else ''}, "
+        f"{ACT_NAMES.get(cfg.activation, cfg.activation)}, {h}×{w}"
+        + ("" if cfg.norm_eps == 1e-6 else f", LayerNorm eps {cfg.norm_eps:g}")
+    )
+    return Reference("timm", COMMON_NAME, args, words, shown_as="VisionTransformer")
+
+
+COMMON_NAME = "vit_base_patch16_224"  # any plain ViT name: every size is given beside it
 
 
 def setting_words(key: str, value: Any) -> str:
