@@ -87,6 +87,10 @@ def test_a_setting_the_weights_cant_show_is_asked_for_and_the_answer_is_exact(
     assert set(caught.value.fields) <= set(answer) | {"heads"}, caught.value.fields
     assert guesses, text
     loaded = load_checkpoint(path, answer)
+    check = next(n for n in loaded.notes if n.startswith("checked against timm"))
+    h, w = model.patch_embed.img_size  # timm's own model, built with the settings resolved
+    built = f"VisionTransformer with width 192, depth 2, {model.blocks[0].attn.num_heads} heads"
+    assert built in check and f"{h}×{w}" in check, check
     assert_exact(model, loaded)
 
 
