@@ -52,7 +52,10 @@ def _torchvision_safetensors(d: Path) -> tuple[Path, dict]:
 
 
 def _timm_pth(d: Path) -> tuple[Path, dict]:
-    return write_weights(d / "deit.pth", {"model": _timm(1, 3).state_dict()}), {"heads": 3}
+    return write_weights(d / "deit.pth", {"model": _timm(1, 3).state_dict()}), {
+        "heads": 3,
+        "activation": "gelu",
+    }
 
 
 def _dino(d: Path) -> tuple[Path, dict]:

@@ -25,6 +25,11 @@ from vitviz.checkpoints.families import timm_arch
 from vitviz.checkpoints.library_check import Reference, checked
 
 EXACT = "exact"
+# a bare state dict of a plain timm name: asked for its activation (a fine-tune may have another),
+# and exact once it is given
+ASKS = r"the weights don't say: activation\b.*--arch {name} \(the timm name its tensors fit\)"
+# a bare rotary ViT without a position table: its trained image size is not in the file
+ASKS_SIZE = r"rotary ViT; the weights don't say: image_size\b"
 ROTARY = "rotary position embedding"
 AMBIGUOUS = r"compute differently .* --arch NAME"
 # residual post-norm blocks attend on unnormalised tokens: at full width float32 rounding alone
@@ -39,11 +44,11 @@ TWELVE = [
     ("vit_base_patch16_clip_quickgelu_224", EXACT, AMBIGUOUS),  # QuickGELU or GELU
     ("vit_base_patch16_clip_224", EXACT, AMBIGUOUS),
     ("vit_base_patch32_clip_224", EXACT, AMBIGUOUS),
-    ("vit_medium_patch16_clip_224", EXACT, EXACT),
-    ("vit_betwixt_patch32_clip_224", EXACT, EXACT),
-    ("vit_small_patch16_rope_224", EXACT, EXACT),  # timm-eva
-    ("vit_mediumd_patch16_rope_reg1_gap_256", EXACT, EXACT),  # timm-eva
-    ("vit_small_patch16_dinov3", EXACT, EXACT),  # timm-eva
+    ("vit_medium_patch16_clip_224", EXACT, ASKS),
+    ("vit_betwixt_patch32_clip_224", EXACT, ASKS),
+    ("vit_small_patch16_rope_224", EXACT, ASKS_SIZE),  # timm-eva
+    ("vit_mediumd_patch16_rope_reg1_gap_256", EXACT, ASKS_SIZE),  # timm-eva
+    ("vit_small_patch16_dinov3", EXACT, ASKS_SIZE),  # timm-eva
 ]
 # Folders the issue saw refused with "the weights don't say: heads" although config.json names them.
 NAMED_FOLDERS = [
@@ -77,10 +82,12 @@ def _bare_shapes_only(name: str, path: Path) -> None:
     torch.save(state, path)
 
 
-def verdict(path: Path, model: torch.nn.Module | None) -> tuple[str, str]:
+def verdict(
+    path: Path, model: torch.nn.Module | None, settings: dict | None = None
+) -> tuple[str, str]:
     """("refused", message) or ("exact", numbers); opened-and-wrong fails here."""
     try:
-        loaded = load_checkpoint(path)
+        loaded = load_checkpoint(path, settings)
     except CheckpointError as exc:
         return "refused", str(exc)
     assert model is not None, f"{path.name} opened, but a refusal was expected: {loaded.notes}"
@@ -136,15 +143,23 @@ def test_bare_timm_state_dict_is_exact_or_refused(
 ) -> None:
     path = tmp_path / f"{name}.pth"
     model = None
-    if bare_verdict == EXACT:
+    if bare_verdict in (EXACT, ASKS, ASKS_SIZE):
         model = _model(name, seed=len(name))
         torch.save(model.state_dict(), path)
     else:
         _bare_shapes_only(name, path)
-    got = verdict(path, model)
-    _assert_verdict(got, bare_verdict)
+    got = verdict(path, model if bare_verdict == EXACT else None)
+    _assert_verdict(got, bare_verdict.format(name=name) if bare_verdict == ASKS else bare_verdict)
+    answer = None
+    if bare_verdict == ASKS:  # the answer the message asks for opens it exactly
+        answer = {"activation": timm_arch.from_timm(name, {}).settings["activation"]}
+    if bare_verdict == ASKS_SIZE:
+        answer = {"image_size": list(model.patch_embed.img_size)}
+    if answer is not None:
+        got = verdict(path, model, answer)
+        assert got[0] == "exact", got
     if got[0] == "exact":
-        notes = load_checkpoint(path).notes
+        notes = load_checkpoint(path, answer).notes
         assert any(n.startswith(f"recognised as timm's {name}") for n in notes), notes
 
 
@@ -166,7 +181,7 @@ def test_arch_setting_opens_an_ambiguous_bare_state_dict(tmp_path: Path) -> None
         load_checkpoint(path)
     loaded = load_checkpoint(path, config={"arch": name})
     assert (loaded.config.activation, loaded.config.norm_eps) == ("quick_gelu", 1e-5)
-    assert any(n.startswith(f"architecture {name} as timm") for n in loaded.notes)
+    assert any(n.startswith(f"assumed from timm's {name} (the arch given)") for n in loaded.notes)
     with pytest.raises(CheckpointError, match=r"install timm|can't build vit_nonexistent"):
         load_checkpoint(path, config={"arch": "vit_nonexistent_patch32"})
 
@@ -221,15 +236,21 @@ def test_cli_verify_prints_the_table_and_info_names_the_architecture(
     model = _model(name, seed=10)
     save_for_hf(model, tmp_path / "tiny", safe_serialization=True)
     torch.save(model.state_dict(), tmp_path / "tiny.pth")
-    assert main(["verify", str(tmp_path / "tiny"), str(tmp_path / "tiny.pth")]) == 0
-    out = capsys.readouterr().out
+    assert main(["verify", str(tmp_path / "tiny.pth")]) == 2  # the bare file's activation
+    assert "the weights don't say: activation" in capsys.readouterr().out
+    act = ["--config", str(tmp_path / "act.json")]
+    (tmp_path / "act.json").write_text('{"activation": "gelu"}')
+    assert main(["verify", str(tmp_path / "tiny"), str(tmp_path / "tiny.pth"), *act]) == 0
+    out, err = capsys.readouterr()
     rows = [line for line in out.splitlines() if line.startswith("tiny")]
     assert len(rows) == 2 and all(f"timm {timm.__version__}" in r for r in rows), out
-    assert all(r.rstrip().endswith("exact") for r in rows), out
-    assert main(["info", str(tmp_path / "tiny.pth")]) == 0
+    assert rows[0].rstrip().endswith("exact"), out  # the folder: nothing assumed
+    assert rows[1].rstrip().endswith("assumptions"), out  # the bare file: listed before
+    assert "vitviz-cli: tiny.pth: assumed heads 3" in err, err  # the lines before the table
+    assert main(["info", str(tmp_path / "tiny.pth"), *act]) == 0
     out = capsys.readouterr().out
     assert f"recognised as timm's {name}" in out and "checked against timm" in out
-    assert main(["info", str(tmp_path / "tiny.pth"), "--heads", "4"]) == 0
+    assert main(["info", str(tmp_path / "tiny.pth"), "--heads", "4", *act]) == 0
     out = capsys.readouterr().out  # heads 4 fits no timm name: the common ViT, said so
     assert "assumed timm's common ViT" in out and "4 heads of 48" in out
     (tmp_path / "eps.json").write_text('{"norm_eps": 0.01}')

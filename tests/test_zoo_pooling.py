@@ -37,7 +37,7 @@ CASES = {
     "registers": ("vit_base_patch16_224", dict(global_pool="map", class_token=False, reg_tokens=2)),
     "cls+prefix": ("vit_base_patch16_224", dict(global_pool="map", pool_include_prefix=True)),
 }
-BARE = {"heads": 4}  # a bare file of no timm name: what it can't say is given (or assumed)
+BARE = {"heads": 4, "activation": "gelu"}  # what a bare file of no timm name can't say
 
 
 def tiny(name: str, seed: int = 0, **options) -> torch.nn.Module:

@@ -33,7 +33,7 @@ from vitviz.pipeline.analysis import analyze
 
 TINY = dict(pretrained=False, img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4,
             num_classes=3)  # fmt: skip
-BARE = {"heads": 4, "image_size": 32}  # what a bare file of no timm name can't say
+BARE = {"heads": 4, "image_size": 32, "activation": "gelu"}  # what a bare file can't say
 CASES = {
     "mlp": ("vit_relpos_small_patch16_224", {}),
     "shared": ("vit_srelpos_small_patch16_224", {}),

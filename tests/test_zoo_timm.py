@@ -76,7 +76,7 @@ def test_timm_deit_distilled_pth_averages_both_heads(tmp_path: Path) -> None:
     randomize_(model, seed=1)
     path = tmp_path / "deit.pth"
     torch.save(model.state_dict(), path)
-    loaded = load_checkpoint(path, config={"heads": 2})
+    loaded = load_checkpoint(path, config={"heads": 2, "activation": "gelu"})
     assert loaded.config.distill_token and loaded.model.head_dist is not None
     assert any("head_dist" in n for n in loaded.notes)
     _check(model, loaded, images(2, 32, 32, seed=1))
@@ -132,7 +132,8 @@ def test_timm_avg_pool_fc_norm_without_class_token(tmp_path: Path, heads: int) -
     randomize_(model, seed=3)
     path = tmp_path / "gap.pth"
     torch.save(model.state_dict(), path)
-    path.with_name("gap.pth.vitviz.json").write_text(json.dumps({"heads": heads}))
+    settings = {"heads": heads, "activation": "gelu"}
+    path.with_name("gap.pth.vitviz.json").write_text(json.dumps(settings))
     loaded = load_checkpoint(path)
     cfg = loaded.config
     assert (cfg.class_token, cfg.global_pool, cfg.fc_norm) == (False, "avg", True)
@@ -167,7 +168,7 @@ def test_timm_1000_classes_get_imagenet_names(tmp_path: Path) -> None:
     )
     path = tmp_path / "in1k.pth"
     torch.save(model.state_dict(), path)
-    loaded = load_checkpoint(path, config={"heads": 3})
+    loaded = load_checkpoint(path, config={"heads": 3, "activation": "gelu"})
     assert loaded.class_names[0] == "tench" and len(loaded.class_names) == 1000
 
 
@@ -181,8 +182,8 @@ def test_timm_state_dict_of_unknown_width_asks_for_heads(tmp_path: Path) -> None
         load_checkpoint(path)
     msg = str(info.value)
     assert "mine.pth looks like a timm VisionTransformer" in msg
-    assert "the weights don't say: heads." in msg
-    assert 'mine.pth.vitviz.json, e.g. {"heads": 2}' in msg  # 12 doesn't divide 48
+    assert "the weights don't say: heads, activation." in msg
+    assert '"heads": 2' in msg and "--heads N" in msg  # 12 doesn't divide 48
 
 
 @pytest.mark.parametrize(("dim", "heads"), [(256, 4), (320, 5), (896, 14), (768, 12), (1280, 16)])
@@ -210,6 +211,6 @@ def test_lightning_style_prefix_is_looked_under(tmp_path: Path) -> None:
     path = tmp_path / "epoch=3.ckpt"
     sd = {f"model.{k}": v for k, v in model.state_dict().items()}
     torch.save({"state_dict": sd, "hyper_parameters": {"lr": 0.1}}, path)
-    loaded = load_checkpoint(path, config={"heads": 3})
+    loaded = load_checkpoint(path, config={"heads": 3, "activation": "gelu"})
     assert loaded.notes[0] == "weights read from under the key prefix 'model.'"
     _check(model, loaded, images(1, 32, 32, seed=6))

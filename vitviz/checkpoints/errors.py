@@ -12,8 +12,16 @@ class CheckpointError(VitvizError):
 
 
 class MissingSettingsError(CheckpointError):
-    """The weights don't say everything: ``fields`` maps each missing setting to an example."""
+    """The weights don't say everything: ``fields`` maps each missing setting to an example
+    (timm's value where it has one: a guess); ``assumed``: the settings a convention gave, with
+    their values, which a dialog shows beside them as guesses too."""
 
-    def __init__(self, message: str, fields: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        fields: dict[str, Any] | None = None,
+        assumed: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.fields = dict(fields or {})
+        self.assumed = dict(assumed or {})

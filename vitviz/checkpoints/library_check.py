@@ -49,6 +49,16 @@ class Reference:
     library: str  # "timm"
     arch: str
     model_args: dict[str, Any]
+    settings: str = ""  # the settings built beside the name's, in words: "6 heads, mean pooling"
+    shown_as: str = ""  # what the note calls it when not ``arch`` ("VisionTransformer")
+
+    @property
+    def label(self) -> str:
+        """ "timm's vit_tiny_patch16_224 with 6 heads, mean pooling"."""
+        whose = self.library + ("'" if self.library.endswith("s") else "'s")
+        what = self.shown_as or self.arch
+        named = f"{whose} {what}" if what else f"{self.library}'s model"
+        return named + (f" with {self.settings}" if self.settings else "")
 
 
 @dataclass(frozen=True)
@@ -56,7 +66,7 @@ class CheckResult:
     """``logits``: max relative error; ``attention``: max absolute error (None: not compared)."""
 
     library: str  # e.g. "timm 1.0.31"
-    arch: str
+    arch: str  # the architecture checked, with the settings built beside its name's
     logits: float | None
     attention: float | None
     problem: str | None = None  # why it could not be compared
@@ -73,7 +83,10 @@ class CheckResult:
         if self.problem is not None:
             return f"not checked against {self.library}: {self.problem}"
         att = "" if self.attention is None else f", attention {self.attention:.1g}"
-        return f"checked against {self.library} ({self.arch}): logits {self.logits:.1g}{att}"
+        return (
+            f"checked against {self.library}: vitviz's reading of {self.arch}: logits "
+            f"{self.logits:.1g}{att}"
+        )
 
 
 def cache_dir() -> Path:
@@ -148,7 +161,7 @@ def check_or_refuse(model: nn.Module, path: Path, ref: Reference | None, notes: 
     if not result.ok:
         att = "" if result.attention is None else f", attention {result.attention:.2g}"
         raise CheckpointError(
-            f"{path.name}: vitviz's reading of {ref.arch} differs from {result.library}'s own "
+            f"{path.name}: vitviz's reading of {ref.label} differs from {result.library}'s own "
             f"model: logits {result.logits:.2g} (limit {LOGITS_RTOL:g}){att} (limit "
             f"{ATTENTION_ATOL:g}); refused rather than shown wrong."
         )
@@ -171,7 +184,7 @@ def compare(model: nn.Module, weights: Path, ref: Reference, version: str) -> Ch
         CheckpointError,
     ) as exc:
         problem = f"its model does not take these tensors ({type(exc).__name__})"
-        return CheckResult(version, ref.arch, None, None, problem)
+        return CheckResult(version, ref.label, None, None, problem)
     g = torch.Generator().manual_seed(0)
     h, w = cfg.image_size
     x = torch.randn(1, cfg.in_channels, h, w, generator=g)
@@ -187,7 +200,7 @@ def compare(model: nn.Module, weights: Path, ref: Reference, version: str) -> Ch
             if same
             else float("inf")
         )
-    return CheckResult(version, ref.arch, logits, attention)
+    return CheckResult(version, ref.label, logits, attention)
 
 
 def file_state(weights: Path) -> dict[str, Tensor]:

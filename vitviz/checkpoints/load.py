@@ -16,6 +16,7 @@ import torch
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families import Family, Source, find_family
+from vitviz.checkpoints.families.timm_arch import known_name
 from vitviz.checkpoints.folders import (
     FOLDER_ACCEPTED,
     NO_PROCESSOR,
@@ -29,6 +30,7 @@ from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import is_native, load_native
 from vitviz.checkpoints.reading import ACCEPTED, read_checkpoint, to_float
 from vitviz.checkpoints.sidecar import user_settings
+from vitviz.checkpoints.training_args import training_config
 from vitviz.imaging import Preprocessing
 from vitviz.kinds import get_kind
 
@@ -128,15 +130,21 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
         loaded.notes.extend(cast_notes)
         return loaded
     found = beside(p) if p.exists() else Beside(None, None, NO_PROCESSOR)
+    folder_config, config_from = found.config, None
+    if folder_config is None:  # a training checkpoint that names its timm model
+        named = training_config(raw.extra, p, known_name)
+        if named is not None:
+            folder_config, config_from = named
     source = Source(
         state=raw.state,
         path=p,
         extra=raw.extra,
         metadata=raw.metadata,
-        folder_config=found.config,
+        folder_config=folder_config,
         preprocessor=found.preprocessor,
         preprocessor_found=found.found,
         user=user_settings(p, config),
+        config_from=config_from,
     )
     keys = list(raw.state)
     family, prefix = _find_family_under_prefixes(source)
@@ -160,6 +168,7 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
         path=p,
         notes=conversion.notes,
         reference=conversion.reference,
+        assumed=dict(conversion.assumed),
     )
 
 

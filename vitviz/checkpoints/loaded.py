@@ -22,6 +22,9 @@ class LoadedModel:
     provenance: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the conversion did or dropped
     reference: Any = None  # library_check.Reference: the library model it was checked against
+    # settings a convention or a named architecture's defaults gave, not the file nor the user
+    # ({"heads": 3, "global_pool": "token"}): the window marks them until they are confirmed
+    assumed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def config(self) -> ModelConfig:

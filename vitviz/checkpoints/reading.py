@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import pickle
 import pickletools
 import re
@@ -17,6 +18,7 @@ import torch
 from safetensors import safe_open
 
 from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.training_args import plain
 from vitviz.core.filekinds import CHECKPOINT_SUFFIXES
 
 ACCEPTED = (
@@ -62,6 +64,7 @@ _READABLE_DTYPES = frozenset(
     }
 )
 _PREFIXES = ("module.", "_orig_mod.")
+SAFE_CLASSES = [argparse.Namespace]
 
 
 @dataclass
@@ -87,6 +90,7 @@ def read_checkpoint(path: str | Path) -> RawCheckpoint:
     """Read ``path`` safely; raise CheckpointError with a plain message on anything else."""
     p, obj, metadata = _read(path)
     raw = RawCheckpoint(state=obj, metadata=metadata) if metadata is not None else _unwrap(obj, p)
+    raw.extra = {k: plain(v) for k, v in raw.extra.items()}  # timm's args Namespace: a dict
     raw.state = _strip_prefixes(checked_state(raw.state, p.name))
     raw.path = p
     return raw
@@ -177,8 +181,10 @@ def _read_torch(p: Path) -> Any:
             "torch.save(model.state_dict(), 'weights.pth')."
         )
     try:
-        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": we say it ourselves
-            warnings.simplefilter("ignore")
+        # timm's train.py keeps its run's argparse.Namespace in the checkpoint (``args``): the
+        # one class admitted beyond weights_only's own, for this load only; it holds data
+        with warnings.catch_warnings(), torch.serialization.safe_globals(SAFE_CLASSES):
+            warnings.simplefilter("ignore")  # e.g. "Detected pickle protocol 4": we say it
             obj = torch.load(p, map_location="cpu", weights_only=True, mmap=is_zip)
     except Exception as exc:  # any failure to parse is the user's file, not a bug
         needs = re.search(r"GLOBAL ([\w.]+)", str(exc))

@@ -1,4 +1,5 @@
-"""Ask for what a checkpoint's weights don't say (heads, image size, ...), then open it again."""
+"""Ask for what a checkpoint's weights don't say (heads, activation, image size, ...), then open it
+again; or confirm the settings it was opened with on a guess (Model ▸ Settings…)."""
 
 from __future__ import annotations
 
@@ -10,44 +11,67 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
     QDialogButtonBox,
-    QFormLayout,
+    QGridLayout,
     QLabel,
     QLineEdit,
     QVBoxLayout,
     QWidget,
 )
 
+GUESS_STYLE = "color: #8a5a00; font-style: italic;"
+YOURS_STYLE = "color: #1b6e20;"
+
 
 class CheckpointSettingsDialog(QDialog):
-    """One field per missing setting, pre-filled with an example value (JSON)."""
+    """One field per setting (a JSON value), each prefilled; ``guesses`` (setting -> where the
+    prefilled value comes from) are marked "guess" until edited. ``confirm``: the model is open
+    already and these are the settings it was opened with (the button says Confirm)."""
 
     def __init__(
-        self, path: Path, fields: dict[str, Any], message: str, parent: QWidget | None = None
+        self,
+        path: Path,
+        fields: dict[str, Any],
+        message: str,
+        parent: QWidget | None = None,
+        guesses: dict[str, str] | None = None,
+        confirm: bool = False,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle(f"Settings for {path.name}")
+        self.setMinimumWidth(640)
         self.path = Path(path)
+        self.guesses = dict(guesses or {})
         self.edits: dict[str, QLineEdit] = {}
+        self.marks: dict[str, QLabel] = {}
+        self._initial = {name: json.dumps(value) for name, value in fields.items()}
         intro = QLabel(message)
         intro.setWordWrap(True)
-        form = QFormLayout()
-        for name, example in fields.items():
-            edit = QLineEdit(json.dumps(example))
+        grid = QGridLayout()
+        grid.setColumnStretch(1, 1)
+        for row, name in enumerate(fields):
+            edit = QLineEdit(self._initial[name])
             edit.setToolTip('a JSON value, e.g. 4, 224, [224, 224], "gelu", true')
-            self.edits[name] = edit
-            form.addRow(name, edit)
+            mark = QLabel()
+            mark.setWordWrap(True)
+            self.edits[name], self.marks[name] = edit, mark
+            edit.textChanged.connect(lambda _text, n=name: self._mark(n))
+            grid.addWidget(QLabel(name), row, 0)
+            grid.addWidget(edit, row, 1)
+            grid.addWidget(mark, row, 2)
+            self._mark(name)
         self.save = QCheckBox(f"Remember them next to the checkpoint ({self.sidecar.name})")
         self.save.setChecked(True)
         self.error = QLabel("")
         self.error.setStyleSheet("color: #b00020;")
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Open | QDialogButtonBox.StandardButton.Cancel
-        )
+        ok = QDialogButtonBox.StandardButton.Ok if confirm else QDialogButtonBox.StandardButton.Open
+        buttons = QDialogButtonBox(ok | QDialogButtonBox.StandardButton.Cancel)
+        if confirm:
+            buttons.button(ok).setText("Confirm")
         buttons.accepted.connect(self._check_and_accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
-        layout.addLayout(form)
+        layout.addLayout(grid)
         layout.addWidget(self.save)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
@@ -57,6 +81,22 @@ class CheckpointSettingsDialog(QDialog):
         from vitviz.checkpoints.sidecar import sidecar_path  # torch is loaded by now
 
         return sidecar_path(self.path)
+
+    def _mark(self, name: str) -> None:
+        """A guess until its value is changed; then the user's."""
+        mark = self.marks[name]
+        if name in self.guesses and self.edits[name].text().strip() == self._initial[name]:
+            mark.setText(f"guess: {self.guesses[name]}")
+            mark.setStyleSheet(GUESS_STYLE)
+        elif name in self.guesses:
+            mark.setText("yours")
+            mark.setStyleSheet(YOURS_STYLE)
+        else:
+            mark.setText("")
+
+    def guessed(self) -> list[str]:
+        """The settings still at their guessed value (the window marks them as assumed)."""
+        return [n for n in self.guesses if n in self.edits and self.marks[n].text() != "yours"]
 
     def values(self) -> dict[str, Any]:
         """The settings as typed; ValueError naming the field that is not valid JSON."""

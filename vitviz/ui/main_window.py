@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 
@@ -57,6 +58,14 @@ from vitviz.workers.messages import (
     UserError,
 )
 
+ASSUMED_STYLE = "color: #7a4f00; background: #fff1c7; padding: 1px 6px; border-radius: 3px;"
+# Where a prefilled guess comes from, by setting (the dialog shows it beside the value).
+ASKED_GUESS = {
+    "activation": "timm's default; the weights can't tell",
+    "heads": "a divisor of the width near timm's 64 per head",
+    "image_size": "one grid the position table fits (not the only one)",
+}
+CONVENTION_GUESS = "timm's convention for these tensors"
 DEFAULT_SIZE = (1400, 900)  # the first window at least, where the screen has room for it
 SCREEN_SHARE = 0.88  # … and this share of a larger screen's free area, each way
 FRAME_ROOM = (16, 48)  # what a window manager's frame and title bar may add, in pixels
@@ -150,7 +159,11 @@ class MainWindow(QMainWindow):
         self.progress.hide()
         bar.addWidget(self.hover_label, 1)
         bar.addPermanentWidget(self.progress)
+        self.assumed_label = QLabel("")  # the settings opened on a guess, until confirmed
+        self.assumed_label.setStyleSheet(ASSUMED_STYLE)
+        self.assumed_label.hide()
         bar.addPermanentWidget(self.model_label)
+        bar.addPermanentWidget(self.assumed_label)
         bar.addPermanentWidget(self.device_label)
         self._busy_timer = QTimer(self, singleShot=True, interval=BUSY_DELAY_MS)
         self._busy_timer.timeout.connect(self.progress.show)
@@ -207,6 +220,11 @@ class MainWindow(QMainWindow):
             "Ctrl+I",
             "What the checkpoint is, and how images are prepared for it (editable)",
         )
+        self.act_model_settings = a(
+            "&Settings…",
+            self.confirm_model_settings,
+            tip="Confirm or change the settings the model was opened with on a guess",
+        )
         self.act_quit = a("&Quit", self.close, QKeySequence.StandardKey.Quit)
         self.act_about = a("&About vitviz", self.about)
         self.act_families = a("&Supported checkpoints…", self.show_families)
@@ -252,6 +270,7 @@ class MainWindow(QMainWindow):
         model_menu = self.menuBar().addMenu("&Model")
         model_menu.addAction(self.act_model_info)
         model_menu.addAction(self.act_download)
+        model_menu.addAction(self.act_model_settings)
         self.samples_menu = self.menuBar().addMenu("&Samples")
         self._fill_samples()
         help_menu = self.menuBar().addMenu("&Help")
@@ -417,14 +436,84 @@ class MainWindow(QMainWindow):
         )
 
     def ask_checkpoint_settings(self, error: UserError) -> None:
-        """The weights don't say everything: ask for the missing settings, then open again."""
+        """The weights don't say everything: ask for the missing settings (and show the ones a
+        convention would give), each prefilled with timm's value and marked as a guess, then
+        open again; those left at the guess stay marked as assumed for that file."""
         path, fields = error.details.get("path"), error.details.get("fields") or {}
         if path is None:
             return
-        dialog = CheckpointSettingsDialog(Path(path), fields, error.message, self)
+        assumed = error.details.get("assumed") or {}
+        message = error.message
+        if assumed:  # a bare file: every field a guess (timm's value), said so
+            guesses = {k: ASKED_GUESS.get(k, "an example") for k in fields}
+            guesses |= {k: CONVENTION_GUESS for k in assumed}
+            message = (
+                f"{Path(path).name} doesn't say how it computes these. Each is prefilled with "
+                "timm's value and marked as a guess until you change it: give the ones it was "
+                'trained with. Guesses you keep stay marked "assumed" until Model ▸ '
+                "Settings… confirms them."
+            )
+        else:
+            guesses = {}
+        dialog = CheckpointSettingsDialog(
+            Path(path), {**fields, **assumed}, message, self, guesses=guesses
+        )
         self.settings_dialog = dialog  # kept for tests
-        dialog.accepted.connect(lambda: self.open_checkpoint(path, dialog.values()))
+
+        def accepted() -> None:
+            values = dialog.values()
+            self.settings.remember_guesses(path, {k: values[k] for k in dialog.guessed()})
+            self.open_checkpoint(path, values)
+
+        dialog.accepted.connect(accepted)
         dialog.open()
+
+    def assumed_settings(self) -> dict:
+        """The current model's settings opened on a guess or a convention, not yet confirmed."""
+        model = self.model
+        if model is None:
+            return {}
+        remembered = self.settings.guesses_for(model.path) if model.path is not None else {}
+        return {**remembered, **model.assumed}
+
+    def confirm_model_settings(self) -> None:
+        """Model ▸ Settings…: the settings the model was opened with on a guess, to confirm or
+        change; confirmed, they are the user's (kept beside the file) and the marker goes."""
+        model = self.model
+        if model is None or model.path is None or model.family == "model-code":
+            self.notifier.user_error("No checkpoint is open: open one first.")
+            return
+        assumed = self.assumed_settings()
+        if not assumed:
+            self.notifier.info(f"{model.name}: every setting came from the file or from you.")
+            return
+        message = (
+            f"{model.name} was opened with these settings assumed (the file doesn't say them). "
+            "Confirm them, or give the ones it was trained with."
+        )
+        guesses = {k: "assumed" for k in assumed}
+        dialog = CheckpointSettingsDialog(
+            model.path, assumed, message, self, guesses=guesses, confirm=True
+        )
+        self.settings_dialog = dialog  # kept for tests
+        path = model.path
+
+        def confirmed() -> None:
+            self.settings.remember_guesses(path, {})
+            self.open_checkpoint(path, dialog.values())
+
+        dialog.accepted.connect(confirmed)
+        dialog.open()
+
+    def _show_assumed(self) -> None:
+        assumed = self.assumed_settings()
+        shown = ", ".join(f"{k} {json.dumps(v)}" for k, v in assumed.items())
+        self.assumed_label.setText(f"assumed: {shown}" if assumed else "")
+        self.assumed_label.setToolTip(
+            "Settings the file doesn't say, opened on a guess: Model ▸ Settings… confirms or "
+            "changes them."
+        )
+        self.assumed_label.setVisible(bool(assumed))
 
     def open_trained(self, path: Path) -> None:
         """A checkpoint from the Training tab: show it in the viewer on the current image."""
@@ -704,6 +793,7 @@ class MainWindow(QMainWindow):
         self.model_label.setText(
             f"{summary.name} ({summary.family}, {shape}, {summary.num_classes} classes)"
         )
+        self._show_assumed()
         self.device_label.setText(f"device: {summary.device}")
         if summary.path is not None and summary.family != "model-code":
             self.settings.add_recent("checkpoints", summary.path)

@@ -59,3 +59,26 @@ class AppSettings:
         except (TypeError, ValueError):
             return {}
         return sets if isinstance(sets, dict) else {}
+
+    def guesses_for(self, checkpoint: str | Path) -> dict[str, Any]:
+        """The settings of ``checkpoint`` opened on a guess and not confirmed yet, with their
+        values ({} when none)."""
+        found = self._guess_sets().get(str(Path(checkpoint).resolve()), {})
+        return found if isinstance(found, dict) else {}
+
+    def remember_guesses(self, checkpoint: str | Path, guesses: dict[str, Any]) -> None:
+        """Keep (or, given {}, forget: confirmed) the guessed settings of ``checkpoint``."""
+        key = str(Path(checkpoint).resolve())
+        sets = {k: v for k, v in self._guess_sets().items() if k != key}
+        if guesses:
+            sets = {key: dict(guesses), **sets}
+        self.qs.setValue(
+            "guesses/by_checkpoint", json.dumps(dict(list(sets.items())[:MAX_PROMPT_SETS]))
+        )
+
+    def _guess_sets(self) -> dict[str, Any]:
+        try:
+            sets = json.loads(str(self.qs.value("guesses/by_checkpoint", "{}")))
+        except (TypeError, ValueError):
+            return {}
+        return sets if isinstance(sets, dict) else {}

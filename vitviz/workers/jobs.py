@@ -115,6 +115,7 @@ def summarize(loaded: LoadedModel, device: str) -> ModelSummary:
         architecture=shape.architecture,
         takes_prompts=shape.takes_prompts,
         prompts=tuple(shape.prompts),
+        assumed=dict(loaded.assumed),
     )
 
 
@@ -182,7 +183,9 @@ def load_model(
     try:
         loaded = load_checkpoint(path, config=config)
     except MissingSettingsError as exc:
-        raise UserFacingError(str(exc), "settings", path=Path(path), fields=exc.fields) from exc
+        raise UserFacingError(
+            str(exc), "settings", path=Path(path), fields=exc.fields, assumed=exc.assumed
+        ) from exc
     except CheckpointError as exc:
         raise UserFacingError(str(exc), "checkpoint") from exc
     return use_model(state, loaded)

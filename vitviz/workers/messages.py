@@ -67,6 +67,7 @@ class ModelSummary:
     architecture: tuple[str, ...] = ()  # the model dialog's lines about its shape
     takes_prompts: bool = False  # its classes are prompts the user types (the prompt box)
     prompts: tuple[str, ...] = ()  # the prompts it scores now (none: no head yet)
+    assumed: dict[str, Any] = field(default_factory=dict)  # settings not from file nor user
 
 
 @dataclass(frozen=True)

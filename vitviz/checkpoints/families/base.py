@@ -34,6 +34,9 @@ class Source:
     # where ``preprocessor`` came from, or what was found instead (folders.read_image_processor)
     preprocessor_found: str = NO_PROCESSOR
     user: dict[str, Any] = field(default_factory=dict)  # sidecar / --config / config=
+    # where folder_config came from when not config.json: a training checkpoint's own entries
+    # ("the 'args' entry of the training checkpoint") or "args.yaml beside it"
+    config_from: str | None = None
 
     @property
     def name(self) -> str:
@@ -72,6 +75,7 @@ class Conversion:
     notes: list[str] = field(default_factory=list)
     reference: Reference | None = None  # the library architecture it claims to be
     kind: str = "vit"  # the generic layouts are the ViT's
+    assumed: dict[str, Any] = field(default_factory=dict)  # settings from a convention
 
 
 @dataclass(frozen=True)

@@ -25,13 +25,26 @@ from vitviz.checkpoints.families.common import (
     example_heads,
     finish,
     grid_from_table,
-    standard_heads,
 )
+from vitviz.checkpoints.families.timm_check_args import common_reference, same_settings
 from vitviz.checkpoints.families.timm_resolve import (
+    ACT_NAMES,
+    Choice,
     applied,
     choose_architecture,
     how_to_name,
+    layout_guess,
     refuse_ambiguous,
+)
+from vitviz.checkpoints.families.timm_settings import (
+    POOL_WORDS,
+    Resolved,
+    ask,
+    assumed_notes,
+    check_pool,
+    conventional_pool,
+    resolve_bare,
+    shown,
 )
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.preprocessing import (
@@ -46,13 +59,15 @@ _BLOCK = r"blocks\.(\d+)\.attn\.qkv\.weight$"
 
 
 def detect(source: Source) -> bool:
-    """timm's ViT layout; or any timm folder (its named architecture then decides, so one that
-    isn't a plain ViT is refused by name, not as an unknown layout)."""
+    """timm's ViT layout; or any timm folder or training checkpoint naming a timm model (its
+    named architecture then decides, so one that isn't a plain ViT is refused by name, not as
+    an unknown layout) unless every key shares one prefix (a Lightning ``model.``)."""
     s = source.state
     vit_layout = "patch_embed.proj.weight" in s and any(
         k.endswith(".attn.qkv.weight") and k.startswith("blocks.") for k in s
     )
-    return vit_layout or source.timm_config is not None
+    wrapped = len({k.split(".", 1)[0] for k in s}) == 1 and all("." in k for k in s)
+    return vit_layout or (source.timm_config is not None and not wrapped)  # wrapped: look under
 
 
 def take_blocks(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:
@@ -168,12 +183,33 @@ def _pos_layout(state: dict[str, Tensor]) -> tuple[int, int] | None:
     return int(pos.shape[1]), prefix
 
 
-def assumption_note(source: Source, heads: int, dim: int) -> str:
-    """What a bare state dict matching no timm name is assumed to be, and how to say otherwise."""
+def recognised_note(source: Source, choice: Choice, resolved: Resolved) -> str:
+    """The timm name a bare file's tensors fit, and which source gave each setting: the user,
+    a convention (assumed), or the name (the rest)."""
+    rec = choice.record.settings
+    yours = [f"{k} {source.user[k]!r}" for k in ("heads", "activation", "global_pool")
+             if k in source.user]  # fmt: skip
+    assumed = [shown(k, resolved.values[k]) for k in resolved.assumed]
+    named = f"LayerNorm eps {rec.get('norm_eps', 1e-6):g}"
+    head = choice.note.split(":", 1)[0]  # "recognised as timm's X (and N others) by its tensors"
+    return (
+        f"{head}; settings by source: yours: {', '.join(yours) or 'none'}; assumed: "
+        f"{', '.join(assumed) or 'none'}; the name's: {named}; if it is another, give "
+        f"{how_to_name(source)}"
+    )
+
+
+def assumption_note(source: Source, resolved: Resolved, dim: int) -> str:
+    """What a bare state dict matching no timm name is taken to be, by source."""
+    values = resolved.values
+    heads = int(source.user.get("heads", values.get("heads", 1)))
+    act = source.user.get("activation", "?")
+    given = ", ".join(sorted(resolved.user)) or "nothing"
     return (
         f"assumed timm's common ViT (no architecture named, and no timm name has these "
-        f"tensors): {heads} heads of {dim // heads}, LayerNorm eps 1e-6, GELU, pre-norm "
-        f"blocks, no rotary positions; if yours differs give {how_to_name(source)}, or --heads N"
+        f"tensors): {heads} heads of {dim // heads}, {ACT_NAMES.get(act, act)}, LayerNorm eps "
+        f"1e-6, pre-norm blocks, no rotary positions (you gave: {given}); if yours differs "
+        f"give {how_to_name(source)}"
     )
 
 
@@ -186,11 +222,50 @@ def _image_size(source: Source, args: dict[str, Any], pretrained: dict[str, Any]
     return None
 
 
+def _named_grid(
+    source: Source,
+    inferred: dict[str, Any],
+    args: dict[str, Any],
+    pretrained: dict[str, Any],
+    pos: Tensor | None,
+    p: int,
+    prefix: int,
+    notes: list[str],
+) -> None:
+    """The image size and table layout of a named architecture: the folder's or the name's,
+    else read off a square table (noted)."""
+    size = _image_size(source, args, pretrained)
+    no_embed_class = inferred.pop("no_embed_class", args.get("no_embed_class"))
+    if pos is not None:
+        n = pos.shape[1]
+        if size is not None:
+            hw = (size, size) if isinstance(size, int) else tuple(size)
+            patches = (hw[0] // p) * (hw[1] // p)
+            if no_embed_class is None:
+                no_embed_class = n == patches and prefix > 0
+        else:
+            with_prefix, without = grid_from_table(n - prefix), grid_from_table(n)
+            if no_embed_class is None:
+                no_embed_class = with_prefix is None and without is not None and prefix > 0
+            grid = without if no_embed_class else with_prefix
+            if grid is not None:
+                size = (grid[0] * p, grid[1] * p)
+                notes.append(
+                    f"image size {size[0]}×{size[1]} inferred from the square position "
+                    f"table; set image_size in {source.sidecar_name} if it was not "
+                    f"square"
+                )
+    if size is not None:
+        inferred["image_size"] = size
+    inferred["no_embed_class"] = bool(no_embed_class)
+
+
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
     choice = choose_architecture(source, cfg, args, _pos_layout(source.state))
+    layout = layout_guess(source) if choice is None else {}
     source.user.pop("arch", None)  # read: not a ViTConfig field
     if choice is None:  # before any tensor is taken: the layout decides
         refuse_ambiguous(source)
@@ -254,30 +329,46 @@ def convert(source: Source) -> Conversion:
         final_norm="norm.weight" in out or "fc_norm.weight" in out,
         **block_info,
     )
-    if choice is None:  # a bare state dict no timm name has: the common ViT, said so
-        heads = standard_heads(D)
-        inferred.update(activation="gelu", norm_eps=1e-6)
-        if heads is not None:
-            inferred["heads"] = heads
-        said = source.user.get("heads", heads)
-        if isinstance(said, int) and said > 0:
-            notes.append(assumption_note(source, said, D))
+    named = choice is not None and choice.named
+    resolved = None
+    if not named:  # a bare state dict: each setting from the user, the tensors or a convention
+        guess = dict(choice.record.settings) if choice is not None else layout
+        if choice is not None:
+            inferred.update(applied(source, choice.record, inferred))
+        for key in ("heads", "activation", "global_pool", "no_embed_class", "image_size"):
+            inferred.pop(key, None)
+        inferred.setdefault("norm_eps", 1e-6)
+        resolved = resolve_bare(source, inferred, guess, _pos_layout(out), has_pool)
+        ask(source, resolved, LOOKS_LIKE, choice.record.name if choice is not None else None)
+        inferred.update(resolved.values)
+        if choice is None:
+            notes.append(assumption_note(source, resolved, D))
+        else:
+            notes.append(recognised_note(source, choice, resolved))
+        notes.extend(assumed_notes(resolved))
         if has_pool and "pool_include_prefix" not in source.user:
             notes.append(
                 "assumed the attention pool reads the patch tokens only; if it reads the "
                 f"prefix tokens too, set pool_include_prefix in {source.sidecar_name}"
             )
     else:
-        inferred.update(applied(source, choice.record, inferred))
+        fc_norm = inferred["fc_norm"]
+        inferred.update(applied(source, choice.record, inferred, choice.by_user))
         notes.append(choice.note)
+        if choice.record.settings.get("fc_norm", fc_norm) != fc_norm:  # changed by a fine-tune
+            inferred["fc_norm"] = fc_norm
+            if "global_pool" not in source.user:
+                inferred["global_pool"], why = conventional_pool(inferred, has_pool)
+                notes.append(f"assumed {POOL_WORDS[inferred['global_pool']]}: {why} (if not, "
+                             'give "global_pool")')  # fmt: skip
         if not choice.own_sizes:  # named for other sizes: its head count is not theirs
             for key in ("heads", "attn_head_dim"):
                 inferred.pop(key, None)
-    if inferred["global_pool"] not in ("token", "avg", "map") or (
-        (inferred["global_pool"] == "map") != has_pool
-    ):
+    pool = source.user.get("global_pool", inferred["global_pool"])
+    check_pool(source, pool)
+    if pool not in ("token", "avg", "map") or ((pool == "map") != has_pool):
         raise CheckpointError(
-            f"{source.name}: timm global_pool {inferred['global_pool']!r} is not supported "
+            f"{source.name}: timm global_pool {pool!r} is not supported "
             f"(vitviz pools with 'token', 'avg', or 'map' with the attn_pool weights)."
         )
     if has_pool and out["pool.fc1.weight"].shape[0] != inferred["mlp_hidden_dim"]:
@@ -286,30 +377,8 @@ def convert(source: Source) -> Conversion:
             f"({out['pool.fc1.weight'].shape[0]} vs {inferred['mlp_hidden_dim']}): not supported."
         )
     inferred["pos_embed_interp"] = "bicubic_antialias"
-    size = _image_size(source, args, pretrained)
-    no_embed_class = inferred.pop("no_embed_class", args.get("no_embed_class"))
-    if pos is not None:
-        n = pos.shape[1]
-        if size is not None:
-            hw = (size, size) if isinstance(size, int) else tuple(size)
-            patches = (hw[0] // p) * (hw[1] // p)
-            if no_embed_class is None:
-                no_embed_class = n == patches and prefix > 0
-        else:
-            with_prefix, without = grid_from_table(n - prefix), grid_from_table(n)
-            if no_embed_class is None:
-                no_embed_class = with_prefix is None and without is not None and prefix > 0
-            grid = without if no_embed_class else with_prefix
-            if grid is not None:
-                size = (grid[0] * p, grid[1] * p)
-                notes.append(
-                    f"image size {size[0]}×{size[1]} inferred from the square position "
-                    f"table; set image_size in {source.sidecar_name} if it was not "
-                    f"square"
-                )
-    if size is not None:
-        inferred["image_size"] = size
-    inferred["no_embed_class"] = bool(no_embed_class)
+    if resolved is None:
+        _named_grid(source, inferred, args, pretrained, pos, p, prefix, notes)
 
     defaults = TIMM_DEIT_DEFAULTS if has_dist else TIMM_VIT_DEFAULTS
     prep, prep_notes = timm_preprocessing(pretrained, defaults)
@@ -332,8 +401,30 @@ def convert(source: Source) -> Conversion:
         notes=notes,
         imagenet_if_1000=True,
     )
-    conversion.reference = choice.reference if choice is not None else None
+    if choice is not None:
+        conversion.reference = same_settings(choice.reference, choice.record.settings, conversion)
+    elif not (has_dist or has_pool or inferred.get("rel_pos_bias")):
+        conversion.reference = common_reference(conversion.config)  # None: timm can't say it
+    conversion.assumed = _assumed(source, resolved, choice, conversion)
     return conversion
+
+
+NAME_SETTINGS = ("heads", "activation", "global_pool")  # what a fine-tune of a name may change
+
+
+def _assumed(
+    source: Source, resolved: Resolved | None, choice: Choice | None, conversion: Conversion
+) -> dict[str, Any]:
+    """The settings a convention gave (a bare file), or the name's defaults for those a
+    fine-tune may change (an arch the user gave), with the values used."""
+    cfg = conversion.config
+    if resolved is not None:
+        keys = [k for k in resolved.assumed if k not in source.user]
+    elif choice is not None and choice.by_user:
+        keys = [k for k in NAME_SETTINGS if k not in source.user]
+    else:
+        return {}
+    return {k: list(v) if isinstance(v := getattr(cfg, k), tuple) else v for k in keys}
 
 
 FAMILY = Family(

@@ -455,6 +455,18 @@ def record_for(name: str, model_args: Mapping[str, Any]) -> tuple[ArchRecord, st
     return rec, where
 
 
+def known_name(name: str) -> bool:
+    """Whether ``name`` is a timm model name: in vitviz's table, else (timm installed) one
+    timm can build."""
+    if from_table(name) is not None:
+        return True
+    if timm_version() is None:
+        return False
+    import timm
+
+    return bool(timm.is_model(name))
+
+
 def candidates(signature: str) -> list[ArchRecord]:
     """Every table architecture whose stored tensors have this signature."""
     archs = table()["archs"]

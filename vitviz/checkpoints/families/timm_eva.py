@@ -256,9 +256,15 @@ def convert(source: Source) -> Conversion:
 
     cfg = source.timm_config or {}
     pretrained = dict(cfg.get("pretrained_cfg") or {})
-    image = _image_size(args, pretrained, pos, prefix, rec, p, name)
+    image = _image_size(args, pretrained, pos, prefix, rec, p, name, source.timm_config is not None)
+    required: dict[str, Any] = {"heads": example_heads(D)} if other_sizes else {}
+    if image is None:  # rotary positions and no table: the trained size is not in the file
+        image = _name_size(name)
+        if "image_size" not in source.user:
+            required["image_size"] = list(image)
     hidden = int(out["blocks.0.mlp.fc2.weight"].shape[1])
     inferred: dict[str, Any] = {k: rec[k] for k in CONFIG_KEYS if k in rec}
+    notes_pool = _head_norm(source, rec, inferred, "fc_norm.weight" in out, "cls_token" in out)
     inferred.update(
         image_size=image, patch_size=p, in_channels=C, num_classes=0 if head is None
         else int(head.shape[0]), dim=D, depth=depth, mlp_hidden_dim=hidden, qkv_bias=qkv_bias,
@@ -269,14 +275,17 @@ def convert(source: Source) -> Conversion:
     pool_hidden = int(out["pool.fc1.weight"].shape[0]) if "pool.fc1.weight" in out else hidden
     if pool_hidden != hidden:
         inferred["pool_hidden_dim"] = pool_hidden
+    if "image_size" in required:
+        inferred.pop("image_size")
     prep, notes = timm_preprocessing(pretrained, TIMM_VIT_DEFAULTS)
     notes.insert(0, recognised)
+    notes[1:1] = notes_pool
     conversion = finish(
         source,
         family="timm-eva",
         looks_like=LOOKS_LIKE,
         inferred=inferred,
-        required={"heads": example_heads(D)} if other_sizes else {},
+        required=required,
         state=out,
         class_names=None,
         preprocessing=prep,
@@ -291,11 +300,41 @@ def convert(source: Source) -> Conversion:
     )  # fmt: skip
     if C != 3:
         ref_args["in_chans"] = C
+    words = []
+    if config.fc_norm != bool(rec.get("fc_norm")) or config.global_pool != rec.get("global_pool"):
+        ref_args.update(use_fc_norm=config.fc_norm, global_pool=config.global_pool)
+        pool = "mean pooling" if config.global_pool == "avg" else "CLS pooling"
+        words.append(pool + ("" if config.fc_norm else ", no fc_norm"))
     if config.global_pool == "map":  # the pool's own heads and MLP width, as opened
         ref_args.update(attn_pool_num_heads=config.pool_heads or config.heads,
                         attn_pool_mlp_ratio=(pool_hidden + 0.5) / D)  # fmt: skip
-    conversion.reference = Reference("timm", name, ref_args)
+    conversion.reference = Reference("timm", name, ref_args, ", ".join(words))
     return conversion
+
+
+def _head_norm(
+    source: Source, rec: dict[str, Any], inferred: dict[str, Any], fc_norm: bool, cls: bool
+) -> list[str]:
+    """The head's norm as the tensors show it (a fine-tune may move timm's fc_norm to the final
+    norm, or back) and the pooling timm ties to it when the name's no longer fits; the note."""
+    if bool(rec.get("fc_norm")) == fc_norm or rec.get("global_pool") == "map":
+        return []
+    inferred.update(fc_norm=fc_norm, final_norm=True)
+    if "global_pool" in source.user:
+        return []
+    pool = "avg" if fc_norm or not cls else "token"
+    inferred["global_pool"] = pool
+    why = "fc_norm is present" if fc_norm else "the final norm is where fc_norm was"
+    words = "mean pooling" if pool == "avg" else "CLS pooling"
+    return [f'assumed {words}: {why}, which timm pairs with it (if not, give "global_pool")']
+
+
+def _name_size(name: str) -> tuple[int, int]:
+    try:
+        embed = build_meta(name, {}).patch_embed
+        return tuple(int(s) for s in embed.img_size)  # type: ignore[return-value]
+    except Exception:  # noqa: BLE001 - checked when the settings were read
+        return 224, 224
 
 
 def _image_size(
@@ -306,8 +345,10 @@ def _image_size(
     rec: dict[str, Any],
     p: int,
     name: str,
-) -> tuple[int, int]:
-    """The trained input size: the position table's grid, else the folder's, else the name's."""
+    folder: bool,
+) -> tuple[int, int] | None:
+    """The trained input size: the position table's grid, else the folder's; None when the
+    file doesn't say (a rotary ViT's bare weights: asked for, the name's size offered)."""
     if pos is not None:
         n = int(pos.shape[1]) - (0 if rec["no_embed_class"] else prefix)
         grid = grid_from_table(n)
@@ -319,11 +360,7 @@ def _image_size(
     size = pretrained.get("input_size")
     if isinstance(size, (list, tuple)) and len(size) == 3:
         return int(size[1]), int(size[2])
-    try:
-        embed = build_meta(name, {}).patch_embed
-        return tuple(int(s) for s in embed.img_size)  # type: ignore[return-value]
-    except Exception:  # noqa: BLE001 - checked when the settings were read
-        return 224, 224
+    return _name_size(name) if folder else None
 
 
 FAMILY = Family(

@@ -39,6 +39,7 @@ SHOWN_BY_WEIGHTS = (
     "pos_embed",
     "layer_scale",
 )
+USER_OVERRIDES = ("heads", "activation", "global_pool", "norm_eps")
 ACT_NAMES = {"gelu": "GELU", "gelu_tanh": "GELU (tanh)", "quick_gelu": "QuickGELU", "relu": "ReLU"}
 
 
@@ -56,6 +57,8 @@ class Choice:
     reference: Reference
     own_sizes: bool = True  # False: the user named it for tensors of other sizes (its heads
     # then say nothing of theirs)
+    named: bool = True  # False: only recognised by its tensors (its settings are guesses)
+    by_user: bool = False  # named by the user's arch (a fine-tune of it may differ)
 
 
 def choose_architecture(
@@ -81,9 +84,22 @@ def choose_architecture(
         except ArchError as exc:
             raise CheckpointError(f"{source.name}: {exc}.") from exc
         refuse_part(source, rec)
-        note = f"architecture {name} as {where} defines it: {summary(rec.settings)}"
-        own = source.user.get("arch") is None or rec.signature == signature_of(source.state)
-        return Choice(rec, note, Reference("timm", name, dict(args)), own)
+        by_user = source.user.get("arch") is not None
+        named = f", named by {source.config_from}," if source.config_from and not by_user else ""
+        note = f"architecture {name}{named} as {where} defines it: {summary(rec.settings)}"
+        if by_user:  # the name's settings stand for a fine-tune's: an assumption, said so
+            yours = [k for k in USER_OVERRIDES if k in source.user]
+            merged = {**rec.settings, **{k: source.user[k] for k in yours}}
+            given = f" (yours: {', '.join(yours)})" if yours else ""
+            note = (
+                f"assumed from timm's {name} (the arch given), as {where} defines it: "
+                f"{summary(merged)}{given}; if the weights were trained with others give "
+                f'--heads N, "activation", "global_pool" or "image_size"'
+            )
+        own = source.user.get("arch") is None or rec.signature in _head_norm_signatures(
+            source.state
+        )
+        return Choice(rec, note, Reference("timm", name, dict(args)), own, by_user=by_user)
     found = [
         r
         for r in candidates(signature_of(source.state))
@@ -104,7 +120,17 @@ def choose_architecture(
         f"recognised as timm's {names[0]}{others} by its tensors: "
         f"{summary(found[0].settings)}; if it is another, give {how_to_name(source)}"
     )
-    return Choice(found[0], note, Reference("timm", names[0], {}))
+    return Choice(found[0], note, Reference("timm", names[0], {}), named=False)
+
+
+def layout_guess(source: Source) -> dict[str, Any]:
+    """``{"no_embed_class": v}`` when every timm name with these tensors says the same, whether
+    or not its table fits a square grid (a user's setting no such name has, e.g. another
+    activation, or a non-square grid, leaves the layout the tensors share with them); {}
+    otherwise."""
+    found = candidates(signature_of(source.state))
+    values = {r.settings.get("no_embed_class") for r in found if r.settings}
+    return {"no_embed_class": values.pop()} if len(values) == 1 and None not in values else {}
 
 
 # Layouts of a bare state dict that timm architectures computing differently from the common ViT
@@ -177,11 +203,17 @@ def refuse_part(source: Source, rec: ArchRecord, names: list[str] | None = None)
     )
 
 
-def applied(source: Source, rec: ArchRecord, inferred: Mapping[str, Any]) -> dict[str, Any]:
-    """The record's settings the weights can't show; those they show must agree."""
+def applied(
+    source: Source, rec: ArchRecord, inferred: Mapping[str, Any], by_user: bool = False
+) -> dict[str, Any]:
+    """The record's settings the weights can't show; those they show must agree (but for
+    fc_norm of a name the user gave: a fine-tune of it may have changed its head's norm)."""
     settings = dict(rec.settings)
     shown = dict(inferred, layer_scale=inferred.get("layer_scale_init") is not None)
+    free = ("fc_norm",) if by_user else ()
     for key in SHOWN_BY_WEIGHTS:
+        if key in free:
+            continue
         if key in settings and settings[key] != shown.get(key):
             raise CheckpointError(
                 f"{source.name}: timm's {rec.name} has {key} {settings[key]!r}, but the "
@@ -214,6 +246,15 @@ def differences(records: list[ArchRecord]) -> str:
         shown.append(f"{r.name}: {what}")
     more = f"; {len(records) - 4} more" if len(records) > 4 else ""
     return "; ".join(shown) + more
+
+
+def _head_norm_signatures(state: Mapping[str, Any]) -> set[str]:
+    """The signature of ``state``, and the one it has with its final norm moved to the other
+    place (``norm`` <-> ``fc_norm``, which a fine-tune may change): the same sizes."""
+    swap = {"norm.weight": "fc_norm.weight", "norm.bias": "fc_norm.bias"}
+    swap.update({v: k for k, v in swap.items()})
+    moved = {swap.get(k, k): v for k, v in state.items()}
+    return {signature_of(state), signature_of(moved)}
 
 
 def _fits_table(rec: ArchRecord, pos_layout: tuple[int, int] | None) -> bool:
