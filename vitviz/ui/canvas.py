@@ -98,6 +98,8 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
             "background: rgba(20, 20, 20, 210); color: #ffd479; padding: 8px; border-radius: 4px;"
         )
         self.notice.hide()
+        self._flat_text = ""  # the notice's words about a flat map …
+        self._view_text = ""  # … and the viewer's (a method shown instead, a scale's range)
         self.vb: pg.ViewBox = self.addViewBox(
             row=1, col=0, lockAspect=True, invertY=True, enableMenu=False
         )
@@ -182,7 +184,11 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self._show_notice(None if values is None else flat_value(values))
         if values is None:
             self.overlay.hide()
+            if self.colorbar is not None:  # no map: no scale that would suggest one
+                self.colorbar.hide()
             return
+        if self.colorbar is not None:
+            self.colorbar.show()
         lo, hi = levels if levels is not None else nice_levels(values)
         self.overlay.setImage(values, autoLevels=False, levels=(lo, hi))
         if self.colorbar is not None:
@@ -193,22 +199,38 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
 
     def _show_notice(self, flat: float | None) -> None:
         if flat is None:
-            self.notice.hide()
-            return
-        if np.isnan(flat):
-            text = "This map has no finite value: nothing to show."
+            self._flat_text = ""
+        elif np.isnan(flat):
+            self._flat_text = "This map has no finite value: nothing to show."
         else:
-            text = (
+            self._flat_text = (
                 f"Flat map: every patch has the value {flat:.4g}. This method sees no "
                 "difference between the patches here (e.g. an untrained model)."
             )
+        self._update_notice()
+
+    def set_message(self, text: str | None) -> None:
+        """Words shown in the view, over the map (a method shown instead of the chosen one and
+        why, a scale that leaves a cell out): in full, wrapped; None or "" hides them."""
+        self._view_text = text or ""
+        self._update_notice()
+
+    def notice_text(self) -> str:
+        """What the view says over the map ("" when nothing)."""
+        return self.notice.text() if not self.notice.isHidden() else ""
+
+    def _update_notice(self) -> None:
+        text = "\n\n".join(t for t in (self._view_text, self._flat_text) if t)
+        if not text:
+            self.notice.hide()
+            return
         self.notice.setText(text)
         self._place_notice()
         self.notice.show()
         self.notice.raise_()
 
     def _place_notice(self) -> None:
-        width = min(max(self.width() - 40, 100), 360)
+        width = min(max(self.width() - 40, 100), 480)
         self.notice.setFixedWidth(width)
         self.notice.adjustSize()
         self.notice.move((self.width() - width) // 2, TITLE_HEIGHT + 12)

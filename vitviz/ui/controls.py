@@ -241,7 +241,7 @@ class ViewControls(QWidget):
     # -- the method table ------------------------------------------------------------------------
     def set_methods(self, methods: list[MethodInfo]) -> None:
         """Fill the method list from the table (labels from it), keeping the selection."""
-        current = self.method.currentData() or self.wanted_method
+        current = self.wanted_method  # the user's choice (the list may show a nearer one)
         self.methods = {m.name: m for m in methods}
         self.method.blockSignals(True)
         self.method.clear()
@@ -272,6 +272,17 @@ class ViewControls(QWidget):
             item.setEnabled(why is None)
             info = self.methods.get(name)
             item.setToolTip(why if why is not None else (info.description if info else ""))
+
+    def show_method(self, name: str) -> None:
+        """Show ``name`` in the list and its parameters without making it the user's choice
+        (``wanted_method`` stays: a model that can run that one shows it again)."""
+        index = self.method.findData(name)
+        if index < 0 or index == self.method.currentIndex():
+            return
+        blocked = self.method.blockSignals(True)
+        self.method.setCurrentIndex(index)
+        self.method.blockSignals(blocked)
+        self.param_panel.show_method(self.current_method())
 
     def current_method(self) -> MethodInfo | None:
         return self.methods.get(self.method.currentData())

@@ -86,6 +86,7 @@ def method_table() -> list[MethodInfo]:
             queries=m.queries,
             scaling=m.scaling,
             description=m.description,
+            nearest=m.nearest,
         )
         for m in all_methods()
     ]

@@ -43,6 +43,7 @@ class MethodInfo:
     queries: bool = True  # a clicked patch changes the map
     scaling: str = "none"  # none | max | min-max | share
     description: str = ""
+    nearest: tuple[str, ...] = ()  # the methods closest to it, closest first
 
 
 @dataclass(frozen=True)
