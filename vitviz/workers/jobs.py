@@ -93,12 +93,14 @@ def method_table() -> list[MethodInfo]:
 
 
 def summarize(loaded: LoadedModel, device: str) -> ModelSummary:
+    from vitviz.core.model_names import architecture_words, known_name
     from vitviz.kinds import kind_of
 
     cfg = loaded.model.config
-    shape = kind_of(loaded).model_shape(loaded)
+    kind = kind_of(loaded)
+    shape = kind.model_shape(loaded)
     return ModelSummary(
-        name=loaded.name,
+        name=known_name(loaded.path, loaded.family),
         family=loaded.family,
         path=loaded.path,
         num_classes=cfg.num_classes,
@@ -116,6 +118,7 @@ def summarize(loaded: LoadedModel, device: str) -> ModelSummary:
         architecture=shape.architecture,
         takes_prompts=shape.takes_prompts,
         prompts=tuple(shape.prompts),
+        arch=architecture_words(loaded.path, kind.label),
     )
 
 

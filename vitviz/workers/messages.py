@@ -68,6 +68,7 @@ class ModelSummary:
     architecture: tuple[str, ...] = ()  # the model dialog's lines about its shape
     takes_prompts: bool = False  # its classes are prompts the user types (the prompt box)
     prompts: tuple[str, ...] = ()  # the prompts it scores now (none: no head yet)
+    arch: str = ""  # the architecture beside its name (its folder's, else its kind's label)
 
 
 @dataclass(frozen=True)
