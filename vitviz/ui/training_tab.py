@@ -58,6 +58,7 @@ from vitviz.training.events import (
     RunStarted,
     StepEvent,
 )
+from vitviz.training.runs import read_probes, read_steps
 from vitviz.ui import file_dialogs
 from vitviz.ui.charts import LegendBelow
 from vitviz.ui.form_panel import FoldingGroup, VerticalScrollArea
@@ -697,12 +698,33 @@ class TrainingTab(QWidget):
         record: RunRecord = read_run(item.data(Qt.ItemDataRole.UserRole))
         self._reset_monitor()
         self._draw_epochs(record.metrics)
+        self._show_kept(record.run_dir)
         self._show_run_progress(record)
         self.status.setText(
             f"{record.run_dir.name}: {record.status}"
             + (f" ({record.message})" if record.message else "")
         )
         self._update_open_buttons()
+
+    def _show_kept(self, run_dir: Path) -> None:
+        """A past run's per-step loss and probe strip, as they were shown while it ran (from
+        its folder's steps.jsonl and probes/)."""
+        steps = [
+            r
+            for r in read_steps(run_dir)
+            if all(isinstance(r.get(k), (int, float)) for k in ("step", "loss", "steps_per_epoch"))
+        ]
+        self.step_x = [r["step"] / max(1, r["steps_per_epoch"]) for r in steps]
+        self.step_loss = [float(r["loss"]) for r in steps]
+        self.curve_step.setData(self.step_x, self.step_loss)
+        self._probe_follow = True
+        for p in read_probes(run_dir):
+            self._add_probe(
+                ProbeEvent(
+                    p["epoch"], p["image"], p["rollout"], p["cls_attention"], p["label"],
+                    p["predicted"],
+                )
+            )  # fmt: skip
 
     def _show_run_progress(self, record: RunRecord) -> None:
         """The progress bar of a past run: its epochs done of those planned, and how it ended."""
