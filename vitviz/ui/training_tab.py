@@ -73,6 +73,7 @@ DATASETS = (
     ("random", "Random data (smoke test)"),
 )
 PROBE_SIZE = 96
+CURVES_MIN_HEIGHT = 235  # a plot's title, axes and legend take about 110 px of it
 
 
 def _spin(lo: int, hi: int, value: int, step: int = 1, special: str | None = None) -> QSpinBox:
@@ -373,6 +374,7 @@ class TrainingTab(QWidget):
         curves = QSplitter(Qt.Orientation.Horizontal)
         curves.addWidget(self.loss_plot)
         curves.addWidget(self.acc_plot)
+        curves.setMinimumHeight(CURVES_MIN_HEIGHT)  # plot areas of 120 px and more at 1280 × 720
 
         self.probe_strip = QHBoxLayout()
         self.probe_strip.addStretch(1)
@@ -397,6 +399,7 @@ class TrainingTab(QWidget):
         self.open_last.clicked.connect(lambda: self._open("last"))
         self.runs = QListWidget()
         self.runs.setMaximumHeight(140)
+        self.runs.setMinimumHeight(3 * self.runs.fontMetrics().lineSpacing() + 8)
         self.runs.currentItemChanged.connect(self._on_run_selected)
         refresh = QPushButton("Refresh")
         refresh.clicked.connect(self.refresh_runs)
@@ -464,8 +467,13 @@ class TrainingTab(QWidget):
         self.dataset_path.setText(path)
 
     def _on_model_kind(self) -> None:
-        """Only the fields the chosen model reads are editable: the shared ones and its kind's."""
+        """Only the fields the chosen model reads are shown (and editable): the shared ones and
+        its kind's."""
         own = {f.name for f in training_side(self.model_choice.currentText()).fields}
+        kind_fields = {f.name for f in KIND_FIELDS}
+        for f in FIELDS:
+            if f.field in kind_fields and f.group in getattr(self, "groups", {}):
+                self.groups[f.group].show_row(self.fields[f.field], f.field in own)
         for f in KIND_FIELDS:
             self.fields[f.name].setEnabled(f.name in own)
 
