@@ -253,10 +253,14 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.notice.raise_()
 
     def _place_notice(self) -> None:
-        width = min(max(self.width() - 40, 100), 480)
+        """At the foot of the image's view (the colour bar's labels stay readable)."""
+        bar = 0 if self.colorbar is None else int(self.colorbar.geometry().width())
+        room = self.width() - bar
+        width = min(max(room - 24, 100), 520)
         self.notice.setFixedWidth(width)
         self.notice.adjustSize()
-        self.notice.move((self.width() - width) // 2, TITLE_HEIGHT + 12)
+        top = max(TITLE_HEIGHT + 4, self.height() - self.notice.height() - 8)
+        self.notice.move(max(0, (room - width) // 2), top)
 
     def set_title(self, text: str) -> None:
         if text != self.title.text():

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
@@ -73,7 +73,16 @@ DATASETS = (
     ("random", "Random data (smoke test)"),
 )
 PROBE_SIZE = 96
-CURVES_MIN_HEIGHT = 235  # a plot's title, axes and legend take about 110 px of it
+CURVES_MIN_HEIGHT = 160  # a plot's title, axes and legend take about 110 px of it
+
+
+class RunsList(QListWidget):
+    """The runs list: it asks for four rows (the curves above take the room a small window
+    has; a larger one shares it out, ``_build_monitor``'s stretches)."""
+
+    def sizeHint(self) -> QSize:
+        hint = super().sizeHint()
+        return QSize(hint.width(), 4 * self.fontMetrics().lineSpacing() + 8)
 
 
 def _spin(lo: int, hi: int, value: int, step: int = 1, special: str | None = None) -> QSpinBox:
@@ -374,7 +383,7 @@ class TrainingTab(QWidget):
         curves = QSplitter(Qt.Orientation.Horizontal)
         curves.addWidget(self.loss_plot)
         curves.addWidget(self.acc_plot)
-        curves.setMinimumHeight(CURVES_MIN_HEIGHT)  # plot areas of 120 px and more at 1280 × 720
+        curves.setMinimumHeight(CURVES_MIN_HEIGHT)  # the window can still be made 600 px tall
 
         self.probe_strip = QHBoxLayout()
         self.probe_strip.addStretch(1)
@@ -397,7 +406,7 @@ class TrainingTab(QWidget):
         self.open_last.setToolTip("Open the run's latest checkpoint in the Viewer tab")
         self.open_best.clicked.connect(lambda: self._open("best"))
         self.open_last.clicked.connect(lambda: self._open("last"))
-        self.runs = QListWidget()
+        self.runs = RunsList()
         self.runs.setMaximumHeight(140)
         self.runs.setMinimumHeight(3 * self.runs.fontMetrics().lineSpacing() + 8)
         self.runs.currentItemChanged.connect(self._on_run_selected)
@@ -413,13 +422,13 @@ class TrainingTab(QWidget):
         self.monitor = QWidget()
         v = QVBoxLayout(self.monitor)
         v.addLayout(top)
-        v.addWidget(curves, 1)
+        v.addWidget(curves, 4)
         probe_title = QLabel("<b>Attention on a fixed probe image</b> (rollout, one per epoch)")
         probe_title.setWordWrap(True)
         v.addWidget(probe_title)
         v.addWidget(self.probe_scroll)
         v.addLayout(run_buttons)
-        v.addWidget(self.runs)
+        v.addWidget(self.runs, 1)
         self._update_open_buttons()
 
     # -- settings <-> config ------------------------------------------------------------------

@@ -93,10 +93,11 @@ def label_of(name: str, methods: Sequence[MethodInfo]) -> str:
 
 def fallback_note(wanted: str, shown: str, reason: str, methods: Sequence[MethodInfo]) -> str:
     """Why ``shown`` is on screen instead of ``wanted`` (the model's reason, in full)."""
-    reason = reason.rstrip(".")
+    reason, label = reason.rstrip("."), label_of(wanted, methods)
+    said = reason if reason.startswith(label) else f"{label} can't run on this model ({reason})"
     return (
-        f"{label_of(shown, methods)} shown: {label_of(wanted, methods)} can't run on this "
-        f"model ({reason}). It comes back when a model that can run it is opened."
+        f"{label_of(shown, methods)} shown instead: {said}. {label} comes back when a model "
+        "that can run it is opened."
     )
 
 
