@@ -131,15 +131,16 @@ MAX_LAYER_TICKS = 24  # more layers: every k-th layer is labelled
 
 
 def layer_ticks(layers: int) -> list[tuple[int, str]]:
-    """Integer ticks 1..L (thinned to at most MAX_LAYER_TICKS labels, the last always shown)."""
+    """Integer ticks 0..L-1, layers counted from 0 (thinned to at most MAX_LAYER_TICKS labels,
+    the last always shown)."""
     step = max(1, -(-layers // MAX_LAYER_TICKS))
-    shown = sorted({*range(1, layers + 1, step), layers})
+    shown = sorted({*range(0, layers, step), layers - 1})
     return [(layer, str(layer)) for layer in shown]
 
 
 class HeadStatsView(QTabWidget):
     """Per-layer dots, one per head: distance (as in the ViT paper), entropy, prefix share in
-    percent, and the token norms per layer. Layers count from 1; every plot has its legend."""
+    percent, and the token norms per layer. Layers count from 0; every plot has its legend."""
 
     SERIES = (  # key, tab (short: four fit a laptop's side panel), y-axis label, unit, legend
         ("distance", "Distance", "mean attention distance", "px", "one dot per head"),
@@ -180,7 +181,7 @@ class HeadStatsView(QTabWidget):
         notes: dict[str, str | None] | None = None,
     ) -> None:
         """(L, H) statistics (prefix share as a fraction) and (L, N) token norms; ``row_names``
-        (e.g. "1.2" for a Swin's blocks) label the rows instead of layer numbers, ``axis`` names
+        (e.g. "0.1" for a Swin's blocks) label the rows instead of layer numbers, ``axis`` names
         them ("block (stage.block)"). A plot without points says why inside it (``notes``, by
         default ``view_state.stats_notes`` of these numbers); the others fit their points."""
         if notes is None:
@@ -193,7 +194,7 @@ class HeadStatsView(QTabWidget):
             ("prefix", 100.0 * np.asarray(prefix)),
         ):
             L, H = values.shape
-            x = np.repeat(np.arange(1, L + 1), H) + np.tile(np.linspace(-0.15, 0.15, H), L)
+            x = np.repeat(np.arange(L), H) + np.tile(np.linspace(-0.15, 0.15, H), L)
             y = values.reshape(-1)
             shown = np.isfinite(y)  # NaN: a head a layer lacks, or no statistic
             plot = self._reset(key, L, row_names, axis)
@@ -208,7 +209,7 @@ class HeadStatsView(QTabWidget):
         plot = self._reset("norms", L, row_names, axis)
         if self._explain("norms", L):
             return
-        x = np.repeat(np.arange(1, L + 1), N) + np.tile(np.linspace(-0.3, 0.3, N), L)
+        x = np.repeat(np.arange(L), N) + np.tile(np.linspace(-0.3, 0.3, N), L)
         is_prefix = np.tile(np.arange(N) < num_prefix, L)
         values = norms.reshape(-1)
         for mask, brush, name in (
@@ -232,7 +233,7 @@ class HeadStatsView(QTabWidget):
         plot.setYRange(0.0, 1.0, padding=0)
         text = pg.TextItem(note, color="#555555", anchor=(0.5, 0.5))
         text.setTextWidth(max(160, int(plot.width() * 0.8)))
-        text.setPos((layers + 1) / 2, 0.5)
+        text.setPos((layers - 1) / 2, 0.5)
         plot.addItem(text)
         self.texts[key] = text
         return True
@@ -248,8 +249,8 @@ class HeadStatsView(QTabWidget):
         ticks = layer_ticks(layers)
         if names is not None:  # e.g. a Swin's blocks, "stage.block"
             step = max(1, -(-layers // (MAX_LAYER_TICKS // 2)))  # wider labels: half as many
-            ticks = [(i + 1, names[i]) for i in range(0, layers, step)]
+            ticks = [(i, names[i]) for i in range(0, layers, step)]
         plot.getAxis("bottom").setTicks([ticks])
         plot.setLabel("bottom", axis)
-        plot.setXRange(0.5, layers + 0.5, padding=0.02)
+        plot.setXRange(-0.5, layers - 0.5, padding=0.02)
         return plot

@@ -140,16 +140,17 @@ class ParamPanel(QGroupBox):
         return text
 
     def _int_spin(self, p: ParamInfo, value: int) -> QSpinBox:
-        """Layers and heads are shown counted from 1 (as the selectors); −1 as its meaning."""
+        """Layers and heads are shown counted from 0 (as the selectors, the CLI and the npz
+        arrays count them); −1 as its meaning."""
         spin = QSpinBox()
         lo, hi = p.range if p.range is not None else (-(2**31) + 1, 2**31 - 1)
         if p.per is not None:
             top = self._top(p)
-            spin.setRange(int(lo) + 1, top + 1)
+            spin.setRange(int(lo), top)
             if lo == -1:
                 spin.setSpecialValueText("last layer" if p.per == "layer" else "mean of heads")
-            spin.setValue(min(value, top) + 1)
-            spin.valueChanged.connect(lambda v: self._store(p, int(v) - 1))
+            spin.setValue(min(value, top))
+            spin.valueChanged.connect(lambda v: self._store(p, int(v)))
             return spin
         spin.setRange(int(lo), int(2**31 - 1 if hi is None else hi))
         spin.setValue(value)
@@ -176,7 +177,7 @@ class ViewControls(QWidget):
         )
         self.method.setMinimumContentsLength(14)
         self.layer = QSpinBox()
-        self.layer.setRange(1, 1)
+        self.layer.setRange(0, 0)  # counted from 0, as everywhere a user reads or types
         self.layer.setPrefix("layer ")
         self.head = QComboBox()
         self.head.addItem("mean of heads", MEAN)
@@ -314,7 +315,7 @@ class ViewControls(QWidget):
         """Adapt the layer and head choices to a model, keeping the selection where possible."""
         for w in (self.layer, self.head):
             w.blockSignals(True)
-        self.layer.setRange(1, layers)
+        self.layer.setRange(0, layers - 1)
         self.param_panel.set_shape(layers, heads)
         self.layer.setPrefix(f"{self.layer_word} ")
         layer = self.selected_layer()
@@ -339,7 +340,7 @@ class ViewControls(QWidget):
         self.head.clear()
         self.head.addItem("mean of heads", MEAN)
         for h in range(heads):
-            self.head.addItem(f"head {h + 1}", h)
+            self.head.addItem(f"head {h}", h)
         index = self.head.findData(current if current is not None and current < heads else MEAN)
         self.head.setCurrentIndex(max(index, 0))
         self.head.blockSignals(blocked)
@@ -367,14 +368,14 @@ class ViewControls(QWidget):
         return values
 
     def selected_layer(self) -> int:
-        return self.layer.value() - 1
+        return self.layer.value()
 
     def selected_head(self) -> int:
         return int(self.head.currentData())
 
     def select(self, layer: int | None = None, head: int | None = None) -> None:
         if layer is not None:
-            self.layer.setValue(layer + 1)
+            self.layer.setValue(layer)
         if head is not None:
             self.head.setCurrentIndex(max(0, self.head.findData(head)))
 
@@ -383,7 +384,7 @@ class ViewControls(QWidget):
         self.head.setCurrentIndex((self.head.currentIndex() + delta) % n)
 
     def step_layer(self, delta: int) -> None:
-        self.layer.setValue(min(self.layer.maximum(), max(1, self.layer.value() + delta)))
+        self.layer.setValue(min(self.layer.maximum(), max(0, self.layer.value() + delta)))
 
     def colormap_name(self) -> str:
         return self.colormap.currentText()

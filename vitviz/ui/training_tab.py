@@ -73,7 +73,6 @@ DATASETS = (
     ("random", "Random data (smoke test)"),
 )
 PROBE_SIZE = 96
-CURVES_MIN_HEIGHT = 160  # a plot's title, axes and legend take about 110 px of it
 
 
 class RunsList(QListWidget):
@@ -383,7 +382,6 @@ class TrainingTab(QWidget):
         curves = QSplitter(Qt.Orientation.Horizontal)
         curves.addWidget(self.loss_plot)
         curves.addWidget(self.acc_plot)
-        curves.setMinimumHeight(CURVES_MIN_HEIGHT)  # the window can still be made 600 px tall
 
         self.probe_strip = QHBoxLayout()
         self.probe_strip.addStretch(1)
@@ -408,7 +406,7 @@ class TrainingTab(QWidget):
         self.open_last.clicked.connect(lambda: self._open("last"))
         self.runs = RunsList()
         self.runs.setMaximumHeight(140)
-        self.runs.setMinimumHeight(3 * self.runs.fontMetrics().lineSpacing() + 8)
+        self.runs.setMinimumHeight(2 * self.runs.fontMetrics().lineSpacing() + 8)
         self.runs.currentItemChanged.connect(self._on_run_selected)
         refresh = QPushButton("Refresh")
         refresh.clicked.connect(self.refresh_runs)

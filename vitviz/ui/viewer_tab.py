@@ -437,11 +437,11 @@ class ViewerTab(QWidget):
         for p in info.parameters:
             value = values.get(p.name, p.default)
             if p.per == "head":
-                parts.append("mean of heads" if value == -1 else f"head {value + 1}")
-            elif p.per == "layer" and p.name == "layer":
-                parts.append(f"layer {layers if value == -1 else value + 1} of {layers}")
+                parts.append("mean of heads" if value == -1 else f"head {value}")
+            elif p.per == "layer" and p.name == "layer":  # counted from 0 (docs/window.md)
+                parts.append(f"layer {layers - 1 if value == -1 else value} of 0–{layers - 1}")
             elif p.per == "layer":  # a start layer: the layers the method runs through
-                parts.append(f"layers {value + 1}–{layers}")
+                parts.append(f"layers {value}–{layers - 1}")
             elif p.type == "float":
                 parts.append(f"{p.label.lower()} {value:.2f}")
             else:

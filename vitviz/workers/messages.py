@@ -129,10 +129,10 @@ class ImageResult:
             L = self.num_layers
             self.layer_rows = tuple(
                 LayerRow(
-                    f"L{i + 1}",
+                    f"L{i}",
                     self.num_heads,
-                    title=f"layer {i + 1} of {L}",
-                    hover=f"layer {i + 1}",
+                    title=f"layer {i} of 0–{L - 1}",
+                    hover=f"layer {i}",
                 )
                 for i in range(L)
             )
