@@ -233,8 +233,8 @@ def map_scale(
             finite = rest[np.isfinite(rest)]
             if finite.size and np.isfinite(own) and own > finite.max():
                 notes.append(
-                    f"The query's own patch ({own:.3g}, outlined) is left out of the colour "
-                    "scale: it would hide the rest."
+                    f"The query's own patch (outlined, value {own:.3g}) is left out of the "
+                    "colour scale: it would hide the rest."
                 )
                 levels = None
     finite = rest[np.isfinite(rest)]
