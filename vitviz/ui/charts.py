@@ -231,6 +231,7 @@ class HeadStatsView(QTabWidget):
             return False
         plot = self.plots[key]
         plot.setYRange(0.0, 1.0, padding=0)
+        plot.getAxis("left").setTicks([[]])  # no numbers on an axis with nothing to read
         text = pg.TextItem(note, color="#555555", anchor=(0.5, 0.5))
         text.setTextWidth(max(160, int(plot.width() * 0.8)))
         text.setPos((layers - 1) / 2, 0.5)
@@ -244,6 +245,7 @@ class HeadStatsView(QTabWidget):
         plot = self.plots[key]
         plot.clear()
         self.texts.pop(key, None)
+        plot.getAxis("left").setTicks(None)  # the values' own ticks again
         plot.enableAutoRange(axis="y", enable=True)  # the new points' range, not the last
         self.legends[key].clear()
         ticks = layer_ticks(layers)
