@@ -230,3 +230,9 @@ def test_every_switch_with_every_method(
         qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
         open_kind(qtbot, window, checkpoints[b])
         check_window(window, wanted)
+    # a method shown in place of the chosen one: the choice is what the settings keep
+    v.controls.select_method("transformer-attribution")
+    open_kind(qtbot, window, checkpoints["swin"])
+    assert v.controls.method_name() != "transformer-attribution"
+    v.save_settings(window.settings)
+    assert window.settings.get("view/method") == "transformer-attribution"

@@ -282,7 +282,7 @@ class ViewerTab(QWidget):
         ctl = self.controls
         settings.set("view/colormap", ctl.colormap_name())
         settings.set("view/opacity", ctl.opacity.value())
-        settings.set("view/method", ctl.method_name())
+        settings.set("view/method", ctl.wanted_method)  # the user's choice, not a stand-in
         settings.set("view/head_scale", self.head_panel.scale_name())
 
     def restore_settings(self, settings: AppSettings) -> None:
