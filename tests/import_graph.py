@@ -138,7 +138,7 @@ VITVIZ_LAYERS: dict[str, int] = {
     # core/: plain utilities; a package ranked as its lowest module, each module at its own rank
     "core": 0,
     **dict.fromkeys(("core.printable", "core.errors", "core.console", "core.tree_text"), 0),
-    **dict.fromkeys(("core.devices", "core.finite", "core.layers"), 0),
+    **dict.fromkeys(("core.devices", "core.finite", "core.layers", "core.model_names"), 0),
     "core.model_ids": 0,  # what text is a hub model id (org/name[@revision])
     **dict.fromkeys(("model", "imaging"), 1),
     **dict.fromkeys(("core.filekinds", "core.resources", "core.last_model", "explain"), 2),

@@ -1,6 +1,7 @@
-"""A CaiT in the window: head-grid rows "SA 1", "SA 2", "CA 1"; the CLS's thumbnails
-in the class-attention layer only, a clicked patch's in the self-attention layers only (the
-other rows blank: that query has no row there), each equal to the analysis's attention."""
+"""A CaiT in the window: head-grid rows "SA 0", "SA 1", "CA 0" (counted from 0); the
+CLS's thumbnails in the class-attention layer only, a clicked patch's in the self-attention
+layers only (the other rows blank: that query has no row there), each equal to the analysis's
+attention."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_the_window_shows_a_cait(qtbot, window, cait_ckpt: Path, photo_files) ->
     wait_shown(qtbot, window, image.name)
     v = window.viewer
     a = analyze(load_checkpoint(cait_ckpt), image)
-    assert v.head_grid.row_texts() == ["SA 1", "SA 2", "CA 1"]
+    assert v.head_grid.row_texts() == ["SA 0", "SA 1", "CA 0"]
     maps = v.maps.head_maps
     assert np.isnan(maps[:2]).all()  # the CLS is not in the self-attention blocks
     np.testing.assert_allclose(maps[2], _rows(a, 0)[2], atol=1e-6)
@@ -64,10 +65,10 @@ def test_the_window_shows_a_cait(qtbot, window, cait_ckpt: Path, photo_files) ->
     token = 1 + patch[0] * 4 + patch[1]
     np.testing.assert_allclose(maps[:2], _rows(a, token)[:2], atol=1e-6)
     assert np.isnan(maps[2]).all()  # only the CLS queries in class attention
-    assert "SA 1" in v.controls.layer.text()
+    assert "SA 0" in v.controls.layer.text()
     assert np.isnan(v.maps.prefix_attention[:2]).all()  # no CLS in a self-attention layer
     assert v.controls.prefix_label.text() == "Prefix tokens: none in this layer for this query."
     np.testing.assert_allclose(overlay(window), _rows(a, token)[0, 1], atol=1e-6)
     v.controls.select(layer=2, head=1)  # a class-attention layer: the patch has no row there
-    qtbot.waitUntil(lambda: settled(window) and "CA 1" in v.controls.layer.text(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: settled(window) and "CA 0" in v.controls.layer.text(), timeout=WAIT_MS)
     assert np.isnan(overlay(window)).all()

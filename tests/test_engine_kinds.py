@@ -54,13 +54,13 @@ def test_the_engine_and_the_window_name_no_kind() -> None:
 
 
 def test_a_vit_image_describes_its_layers(tiny_ckpt: Path, photo_files) -> None:
-    """A ViT's rows are "L1", "L2", … on the patch grid, without windows, in a ViT's words."""
+    """A ViT's rows are "L0", "L1", … on the patch grid, without windows, in a ViT's words."""
     state = jobs.EngineState()
     jobs.load_model(state, tiny_ckpt)
     result = jobs.analyze_image(state, photo_files["chelsea"], "chelsea")
     a = state.analysis
-    assert [r.label for r in result.layer_rows] == [f"L{i + 1}" for i in range(a.num_layers)]
-    assert result.layer_rows[1].title == f"layer 2 of {a.num_layers}"
+    assert [r.label for r in result.layer_rows] == [f"L{i}" for i in range(a.num_layers)]
+    assert result.layer_rows[1].title == f"layer 1 of 0–{a.num_layers - 1}"
     assert all(r.heads == a.num_heads for r in result.layer_rows)
     geometry = result.token_geometry
     assert geometry.grid == tuple(a.grid) and geometry.cell_pixels == a.patch_size
@@ -153,7 +153,7 @@ def test_the_window_draws_what_the_image_describes(qtbot) -> None:
     assert view.query_text(None) == "nothing" and view.query_text((1, 2)) == "cell 1-2"
     m = _maps("attention", (1, 2))
     assert (
-        view.attention_title(m, 0, 1, (1, 2)) == "Attention · first · head 2/2 · token 1:2 of 4x4"
+        view.attention_title(m, 0, 1, (1, 2)) == "Attention · first · head 1/2 · token 1:2 of 4x4"
     )
     assert view.attention_title(m, 1, -1, (1, 2)) == (
         "Attention · second · mean of heads · token 1:1 of 2x2"
@@ -161,7 +161,7 @@ def test_the_window_draws_what_the_image_describes(qtbot) -> None:
     assert view.method_words(m, "rollout", (1, 2)) == "from 1:1"
     assert view.method_words(m, "rollout", None) == "pooled"
     assert view.method_words(m, "gradcam", (1, 2)) == "fixed words"
-    assert view.describe((1, 0, 0.5)) == "stage b, head 1: 0.5"
+    assert view.describe((1, 0, 0.5)) == "stage b, head 0: 0.5"
     assert m.layer_map(1, -1).shape == (2, 2)  # the layer's own grid
     canvas = ImageCanvas("map")
     qtbot.addWidget(canvas)

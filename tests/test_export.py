@@ -16,6 +16,7 @@ from vitviz.checkpoints import LoadedModel, load_checkpoint, save_checkpoint
 from vitviz.imaging import Preprocessing
 from vitviz.imaging.figure import figure_layout
 from vitviz.imaging.overlay import head_grid_image, scale_each_tile
+from vitviz.kinds.maps import maps_levels
 from vitviz.pipeline.analysis import Analysis, analyze
 from vitviz.pipeline.export import (
     NPZ_KEYS,
@@ -185,8 +186,8 @@ def test_titled_heads_png_has_a_title_a_colour_bar_and_a_mean_column(
     ]
     with Image.open(path) as im:
         titled = np.asarray(im.convert("RGB"), int)
-    levels = (float(min(maps.min(), means.min())), float(maps.max()))
-    bare = head_grid_image(maps, a.pixels, levels=levels, means=means, row_names=["L1", "L2"])
+    levels = maps_levels(maps, means)  # the window's head-grid scale: 0 to a round number
+    bare = head_grid_image(maps, a.pixels, levels=levels, means=means, row_names=["L0", "L1"])
     bare_px = np.asarray(bare, int)
     assert bare_px.shape[1] > np.asarray(head_grid_image(maps, a.pixels), int).shape[1]
     # the bare grid sits where the figure's layout puts it, unchanged
@@ -214,7 +215,7 @@ def test_titled_heads_png_has_a_title_a_colour_bar_and_a_mean_column(
         a.pixels,
         levels=(0.0, 1.0),
         means=scale_each_tile(means),
-        row_names=["L1", "L2"],
+        row_names=["L0", "L1"],
     )
     np.testing.assert_array_equal(np.asarray(per_head), np.asarray(want))
     assert not np.array_equal(np.asarray(per_head), np.asarray(heads_grid(a, titled=False)))

@@ -224,7 +224,7 @@ def test_attention_map_is_the_query_row_spread_over_its_keys(pvt) -> None:
         none = get_method("attention")(a, None, None, {"layer": b}).numpy()
         np.testing.assert_allclose(none, (A.mean(axis=0).mean(axis=0) @ K).reshape(H, W), atol=1e-6)
     rows = kind_of(a).layer_rows(a)
-    assert [r.label for r in rows] == ["1.1", "2.1", "2.2", "3.1", "4.1"]
+    assert [r.label for r in rows] == ["0.0", "1.0", "1.1", "2.0", "3.0"]
     assert [r.heads for r in rows] == [1, 2, 2, 2, 4]
     words = "pooled to 7×7" if cfg.linear else "sr 8"
     assert words in rows[0].tooltip, rows[0].tooltip

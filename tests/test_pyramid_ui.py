@@ -48,11 +48,11 @@ def test_blocks_click_and_rollout(qtbot, pvt_shown) -> None:
     window, ref, _ = pvt_shown
     v = window.viewer
     grid = v.head_grid
-    assert grid.row_texts() == ["1.1", "2.1", "2.2", "3.1", "4.1"]
+    assert grid.row_texts() == ["0.0", "1.0", "1.1", "2.0", "3.0"]
     assert grid.row_heads() == [1, 2, 2, 2, 4]
     assert "sr 8" in v.image.layer_rows[0].tooltip
     v.controls.select(layer=2, head=1)  # block 2.2
-    assert "2.2" in v.controls.layer.text()
+    assert "1.1" in v.controls.layer.text()
     cell = (9, 4)
     view = v.input_view
     click(view, view.vb.mapViewToScene(view.patch_rect(*cell).center()))
@@ -126,7 +126,7 @@ def test_hiera_in_the_window(qtbot, tmp_path: Path, photo_files) -> None:
     wait_shown(qtbot, window, image.name)
     ref = analyze_pyramid(load_checkpoint(ckpt), image)
     v = window.viewer
-    assert v.head_grid.row_texts() == ["1.1", "2.1", "2.2", "3.1", "4.1"]
+    assert v.head_grid.row_texts() == ["0.0", "1.0", "1.1", "2.0", "3.0"]
     assert "mask units" in v.image.layer_rows[0].tooltip
     v.controls.select(layer=1, head=0)  # block 2.1: 8×8 pooled queries over 16×16 keys
     cell = (9, 4)

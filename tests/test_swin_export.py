@@ -118,7 +118,7 @@ def test_head_grid_png_is_every_block_and_heads_query_row(state, tmp_path) -> No
         row = row.reshape(-1, *layout.grid)
         idx = (np.arange(16) * 4 + 2) // px
         expected[b, : row.shape[0]] = row[:, idx[:, None], idx[None, :]]
-    labels = ["1.1 W", "1.2 SW", "2.1 W", "2.2 SW"]
+    labels = ["0.0 W", "0.1 SW", "1.0 W", "1.1 SW"]
     with np.errstate(all="ignore"):
         means = np.nanmean(expected, axis=1)  # over the heads each block has
     figure = dict(

@@ -42,7 +42,7 @@ def test_image_result_describes_every_block(swin_state) -> None:
     state, result = swin_state
     a = state.analysis
     layers = result.token_geometry.layers
-    assert [b.label for b in result.layer_rows] == ["1.1 W", "1.2 SW", "2.1 W", "2.2 SW"]
+    assert [b.label for b in result.layer_rows] == ["0.0 W", "0.1 SW", "1.0 W", "1.1 SW"]
     assert [b.heads for b in result.layer_rows] == [2, 2, 4, 4]
     assert [b.token_pixels for b in layers] == [4, 4, 8, 8]
     assert [b.grid for b in layers] == [tuple(lay.grid) for lay in a.layouts]

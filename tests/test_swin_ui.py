@@ -64,11 +64,11 @@ def _rows(ref, block: int, token: int) -> np.ndarray:
 def test_rows_are_blocks_with_their_heads(swin_shown) -> None:
     window, ref = swin_shown
     grid = window.viewer.head_grid
-    assert grid.row_texts() == ["1.1 W", "1.2 SW", "2.1 W", "2.2 SW"]
+    assert grid.row_texts() == ["0.0 W", "0.1 SW", "1.0 W", "1.1 SW"]
     assert grid.row_heads() == [int(a.shape[1]) for a in ref.attentions] == [2, 2, 4, 4]
     ctl = window.viewer.controls
     ctl.select(layer=1, head=MEAN)
-    assert ctl.head.count() == 1 + 2 and "1.2 SW" in ctl.layer.text()
+    assert ctl.head.count() == 1 + 2 and "0.1 SW" in ctl.layer.text()
     ctl.select(layer=3, head=3)
     assert ctl.head.count() == 1 + 4 and ctl.selected_head() == 3
     stats = window.viewer.image
@@ -106,7 +106,7 @@ def test_click_picks_token_at_in_every_block(qtbot, swin_shown) -> None:
             m.head_maps[b, :heads], rows[:, ys[:, None], xs[None, :]], atol=1e-6
         )
     np.testing.assert_allclose(overlay(window), _rows(ref, 1, m.query_tokens[1])[1], atol=1e-6)
-    assert "SW-MSA" in v.map_view.title.text() and "head 2 of 2" in v.map_view.title.text()
+    assert "SW-MSA" in v.map_view.title.text() and "head 1 of 0–1" in v.map_view.title.text()
     ids = v.image.token_geometry.layers[1].windows
     expected = partition_segments(ids) * 4
     assert v.map_view.window_lines.path().elementCount() == 2 * len(expected)
@@ -153,7 +153,7 @@ def test_rollout_map_and_then_a_vit(qtbot, swin_shown, tiny_ckpt: Path, photo_fi
     )
     vit = analyze(load_checkpoint(tiny_ckpt), image)
     np.testing.assert_allclose(overlay(window), vit.rollout().numpy(), atol=1e-5)
-    assert v.head_grid.row_texts()[0] == "L1"
+    assert v.head_grid.row_texts()[0] == "L0"
     assert v.controls.query_reset.text() == "Reset to CLS"
     assert v.map_view.window_lines.path().isEmpty()
     assert v.controls.head.count() == 1 + vit.num_heads
@@ -179,7 +179,7 @@ def test_model_info_shows_the_stages(qtbot, swin_shown, swin_ckpt: Path) -> None
     assert f"images prepared at {SIZE}×{SIZE}" in facts
     for s in range(len(cfg.depths)):
         line = (
-            f"stage {s + 1}: {cfg.depths[s]} blocks, width {cfg.dims[s]}, {cfg.heads[s]} heads, "
+            f"stage {s}: {cfg.depths[s]} blocks, width {cfg.dims[s]}, {cfg.heads[s]} heads, "
             f"window {cfg.window_sizes[s]}"
         )
         assert line in facts.splitlines(), facts
@@ -255,7 +255,7 @@ def test_model_info_of_a_model_code_swin(qtbot, tmp_path: Path) -> None:
     facts = dialog.findChild(QPlainTextEdit).toPlainText()
     for s, depth in enumerate(cfg["depths"]):
         line = (
-            f"stage {s + 1}: {depth} blocks, width {cfg['dims'][s]}, {cfg['heads'][s]} heads, "
+            f"stage {s}: {depth} blocks, width {cfg['dims'][s]}, {cfg['heads'][s]} heads, "
             f"window {cfg['window_sizes'][s]}"
         )
         assert line in facts.splitlines(), facts

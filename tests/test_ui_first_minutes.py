@@ -131,14 +131,14 @@ def test_head_grid_hover_names_layer_head_and_value(
     v = window.viewer
     grid = v.head_grid
     layout = grid.layout
-    x, y = layout.origin(7, 3 + 1)  # layer 8, head 4; patch (1, 2) of that tile
+    x, y = layout.origin(7, 3 + 1)  # layer 7, head 3 (from 0); patch (1, 2) of that tile
     scene = grid.vb.mapViewToScene(QPointF(x + 2.5, y + 1.5))
     with qtbot.waitSignal(grid.cellHovered, timeout=WAIT_MS) as hovered:
         grid.scene().sigMouseMoved.emit(scene)
     layer, head, value = hovered.args[0]
     assert (layer, head) == (7, 3)
     assert value == pytest.approx(float(v.maps.head_maps[7, 3, 1, 2]))
-    assert grid.toolTip().startswith("layer 8, head 4: ")
+    assert grid.toolTip().startswith("layer 7, head 3: ")
     assert window.hover_label.text() == grid.toolTip()
     # the selected tile's row and column labels stand out
     v.controls.select(layer=7, head=3)
@@ -148,7 +148,7 @@ def test_head_grid_hover_names_layer_head_and_value(
         for item in [*grid._row_labels, *itertools.chain(*grid._column_labels.values())]
         if item.textItem.font().bold()
     }
-    assert marked == {"L8", "H4"}
+    assert marked == {"L7", "H3"}
 
 
 def test_head_grid_zooms_and_fits_again(qtbot, window: MainWindow, ckpt_12x12, photo_files):
@@ -181,12 +181,12 @@ def test_titles_name_method_class_query_and_layers(
     show_model(qtbot, window, tiny_ckpt, photo_files["chelsea"])
     v = window.viewer
     title = v.map_view.title.text
-    assert title() == "Attention · layer 1 of 2 · mean of heads · query CLS"
+    assert title() == "Attention · layer 0 of 0–1 · mean of heads · query CLS"
     select_method(qtbot, window, "relevance")
     qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
     top = v.image.class_names[v.image.top_class]
     assert title().startswith(f"Relevance (Chefer) · class “{top}” · query CLS")
-    assert "layers 1–2" in title()
+    assert "layers 0–1" in title()
     click(v.map_view, v.map_view.vb.mapViewToScene(v.map_view.patch_rect(1, 2).center()))
     qtbot.waitUntil(lambda: v.query == (1, 2) and settled(window), timeout=WAIT_MS)
     info = v.controls.methods["relevance"]
@@ -227,8 +227,8 @@ def test_hover_readout_follows_a_click(qtbot, window: MainWindow, tiny_ckpt, pho
 
 
 def test_head_statistics_read_in_units(qtbot, window: MainWindow, tiny_ckpt, photo_files) -> None:
-    assert layer_ticks(12) == [(i, str(i)) for i in range(1, 13)]
-    assert [t for t, _ in layer_ticks(40)][-1] == 40 and len(layer_ticks(40)) <= 25
+    assert layer_ticks(12) == [(i, str(i)) for i in range(12)]
+    assert [t for t, _ in layer_ticks(40)][-1] == 39 and len(layer_ticks(40)) <= 25
     show_model(qtbot, window, tiny_ckpt, photo_files["chelsea"])
     stats = window.viewer.stats
     prefix = stats.plots["prefix"]
@@ -238,7 +238,7 @@ def test_head_statistics_read_in_units(qtbot, window: MainWindow, tiny_ckpt, pho
     assert stats.plots["distance"].getAxis("left").labelUnits == "px"
     assert stats.plots["entropy"].getAxis("left").labelUnits == "nats"
     ticks = stats.plots["distance"].getAxis("bottom")._tickLevels[0]
-    assert [t for t, _ in ticks] == [1, 2]
+    assert [t for t, _ in ticks] == [0, 1]  # layers counted from 0
     for key, plot in stats.plots.items():
         legend = stats.legends[key]
         assert len(legend.items) == len(plot.getPlotItem().listDataItems()) >= 1, key

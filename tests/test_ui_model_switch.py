@@ -183,7 +183,7 @@ def switch(qtbot, window: MainWindow, checkpoint: Path) -> None:
     qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "rollout", timeout=WAIT_MS)
     start = dict(v.maps.params.values).get("start_layer", 0)
     assert start == min(old.num_layers, new.num_layers) - 1
-    assert swin or f"layers {start + 1}–{new.num_layers}" in v.map_view.title.text()
+    assert swin or f"layers {start}–{new.num_layers - 1}" in v.map_view.title.text()
     assert np.isfinite(overlay(window)).all()
 
 

@@ -736,7 +736,7 @@ def test_layer_and_head_reach_the_methods_that_use_them(qtbot, shown) -> None:
     expected = ref.dino_masks(0, 0.6).float().mean(0).numpy()
     np.testing.assert_allclose(v.maps.method_map, expected, atol=ATOL)
     np.testing.assert_allclose(overlay(window), expected, atol=ATOL)
-    assert "layer 1 of 2 · mean of heads" in v.map_view.title.text()
+    assert "layer 0 of 0–1 · mean of heads" in v.map_view.title.text()
 
 
 def test_faithfulness_measures_the_attention_on_screen(qtbot, shown, tiny_ckpt: Path) -> None:

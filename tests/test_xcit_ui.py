@@ -1,4 +1,4 @@
-"""An XCiT in the window: head-grid rows "CA 1", "CA 2" (its class-attention blocks,
+"""An XCiT in the window: head-grid rows "CA 0", "CA 1" (its class-attention blocks,
 the only layers with token maps); the CLS's thumbnails equal to the analysis's rows; a clicked
 patch has no row in any layer (every thumbnail blank), and no bug dialog."""
 
@@ -39,7 +39,7 @@ def test_the_window_shows_an_xcit(qtbot, window, xcit_ckpt: Path, photo_files) -
     wait_shown(qtbot, window, image.name)
     v = window.viewer
     a = analyze(load_checkpoint(xcit_ckpt), image)
-    assert v.head_grid.row_texts() == ["CA 1", "CA 2"]
+    assert v.head_grid.row_texts() == ["CA 0", "CA 1"]
     want = a.attention[:, :, 0, 1:].reshape(2, 4, 4, 4).numpy()
     np.testing.assert_allclose(v.maps.head_maps, want, atol=1e-6)
     patch = (2, 1)

@@ -188,7 +188,7 @@ def test_what_a_cait_refuses_says_why(cait, photo_files) -> None:
     assert a.prefix_share[:2].isnan().all() and a.prefix_share[2].isfinite().all()
     assert a.mean_distance[2].isnan().all() and a.mean_distance[:2].isfinite().all()
     rows = kind_of(a).layer_rows(a)
-    assert [r.label for r in rows] == ["SA 1", "SA 2", "CA 1"]
+    assert [r.label for r in rows] == ["SA 0", "SA 1", "CA 0"]
 
 
 def test_cli_explain_writes_the_shared_npz_keys(cait, photo_files, tmp_path: Path) -> None:

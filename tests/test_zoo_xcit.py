@@ -137,7 +137,7 @@ def test_methods_run_through_the_class_attention_only(tmp_path: Path, photo_file
     assert get_method("transformer-attribution").unavailable(a) is None  # its CA layers' LRP
     with pytest.raises(ValueError, match="no layer of this model has a patch query"):
         get_method("transformer-attribution")(a, (1, 1), c, {"start_layer": 0})
-    assert [r.label for r in kind_of(a).layer_rows(a)] == ["CA 1", "CA 2"]
+    assert [r.label for r in kind_of(a).layer_rows(a)] == ["CA 0", "CA 1"]
     assert a.mean_distance.isnan().all() and a.entropy.isfinite().all()
 
 

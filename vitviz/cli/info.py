@@ -38,7 +38,12 @@ def add_parser(subparsers: SubParsers) -> None:
 def describe(loaded: Any) -> dict[str, Any]:
     """JSON-able summary of a LoadedModel."""
     cfg = loaded.model.config
+    from vitviz.core.model_names import architecture_words, known_name
+    from vitviz.kinds import kind_of
+
     return {
+        "name": known_name(loaded.path, loaded.family),
+        "architecture_name": architecture_words(loaded.path, kind_of(loaded).label),
         "path": str(loaded.path) if loaded.path else None,
         "family": loaded.family,
         "config": cfg.to_dict(),
@@ -75,6 +80,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     prep = d["preprocessing"]
     names = ", ".join(d["class_names"]) + (" …" if d["num_classes"] > 10 else "")
     lines = [
+        f"model:          {d['name']} · {d['architecture_name']}",
         f"file:           {d['path']}",
         f"family:         {d['family']}",
         f"architecture:   {kind_of(loaded).architecture(loaded.model)}, patch {cfg['patch_size']}, "

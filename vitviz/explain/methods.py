@@ -69,6 +69,8 @@ class Method:
         scaling: str = "none",  # none | max (divided by its max) | min-max | share (0..1)
         description: str = "",  # one line for `vitviz-cli methods` and docs/methods.md
         needs_layers: str = "any",  # any | every | last (LAYER_NEEDS): of the layers kept
+        nearest: tuple[str, ...] = (),  # the methods closest to it, closest first (the
+        # window shows the first one a model can run when it can't run this one)
     ) -> None:
         if not _NAME.match(name):
             raise ValueError(
@@ -93,6 +95,7 @@ class Method:
         self.scaling = scaling
         self.description = description
         self.needs_layers = needs_layers
+        self.nearest = tuple(nearest)
 
     def __repr__(self) -> str:
         return f"Method({self.name!r}, {self.label!r})"
@@ -330,6 +333,7 @@ class Method:
             "scaling": self.scaling,
             "description": self.description,
             "needs_layers": self.needs_layers,
+            "nearest": list(self.nearest),
         }
 
 
@@ -422,17 +426,19 @@ BUILTIN_METHODS = (
     Method(
         "rollout", "Attention rollout", None,
         (Parameter("fusion", str, "mean", "Head fusion", choices=FUSIONS), DISCARD, START_LAYER),
-        scaling="max", needs_layers="every",
+        scaling="max", needs_layers="every", nearest=("attention",),
         description="Abnar & Zuidema 2020: product of the row-normalised (fused attention + I)",
     ),
     Method(
         "gradient-rollout", "Gradient rollout", None, (DISCARD, START_LAYER),
         needs_gradients=True, scaling="max", needs_layers="every",
+        nearest=("relevance", "rollout"),
         description="rollout of (mean over heads of attention ⊙ gradient)⁺",
     ),
     Method(
         "relevance", "Relevance (Chefer)", None, (START_LAYER,),
         needs_gradients=True, scaling="min-max", needs_layers="every",
+        nearest=("transformer-attribution", "gradient-rollout", "grad-sam", "rollout"),
         description="Chefer et al. 2021 generic attention explainability: Π (I + mean_h (∇A ⊙ A)⁺)",
     ),
     Method(
@@ -442,28 +448,31 @@ BUILTIN_METHODS = (
             _head_param(),
             Parameter("threshold", float, 0.6, "Mask threshold", range=(0.05, 1.0), step=0.05),
         ),
-        scaling="share",
+        scaling="share", nearest=("attention",),
         description="per head, the fewest patches holding a share of the query's attention",
     ),
     Method(
         "transformer-attribution", "Transformer attribution (LRP)", None,
         (START_LAYER,), needs_gradients=True, scaling="min-max", needs_layers="every",
+        nearest=("relevance", "gradient-rollout", "grad-sam", "rollout"),
         description="Chefer, Gur & Wolf 2021: LRP relevance of each attention map ⊙ its gradient, "
         "rolled out",
     ),
     Method(
         "grad-sam", "Grad-SAM", None, (), needs_gradients=True,
         scaling="min-max", needs_layers="every",
+        nearest=("relevance", "attention-gradcam", "rollout"),
         description="Barkan et al. 2021: mean over layers and heads of ReLU(∇A) ⊙ A",
     ),
     Method(
         "attention-gradcam", "Grad-CAM on attention", None, (),
         needs_gradients=True, scaling="min-max", needs_layers="last",
+        nearest=("gradcam", "grad-sam", "attention"),
         description="last layer's attention, each head weighted by its mean gradient; ReLU",
     ),
     Method(
         "gradcam", "Grad-CAM (tokens)", None, (), needs_gradients=True, queries=False,
-        scaling="min-max",
+        scaling="min-max", nearest=("attention-gradcam", "grad-sam", "rollout"),
         description="Grad-CAM on the last block's first LayerNorm output over the patch grid",
     ),
     Method(

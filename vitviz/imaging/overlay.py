@@ -265,14 +265,14 @@ def head_grid_image(
     ``tile_width`` wide with the base image's aspect ratio, ``gap`` pixels apart on a white
     background; a map that is NaN everywhere (a head its row lacks, e.g. a Swin's early blocks)
     leaves its tile white. ``levels`` default: min..max over all maps. With ``row_labels`` rows
-    are labelled ``row_names`` (default "L1"..) on the left and columns "H1".. on top (PIL's
+    are labelled ``row_names`` (default "L0"..) on the left and columns "H0".. on top (PIL's
     default font). ``means`` (L, gh, gw): a first column "mean" of each row's mean of heads.
     ``per_head``: each tile on its own scale (``scale_each_tile``), ``levels`` unused.
     """
     stack = np.asarray(maps, dtype=np.float32)
     if stack.ndim != 4:
         raise ValueError(f"expected maps of shape (layers, heads, gh, gw), got {stack.shape}")
-    columns = [f"H{h + 1}" for h in range(stack.shape[1])]
+    columns = [f"H{h}" for h in range(stack.shape[1])]
     if means is not None:
         stack = np.concatenate([np.asarray(means, dtype=np.float32)[:, None], stack], axis=1)
         columns.insert(0, "mean")
@@ -288,7 +288,7 @@ def head_grid_image(
 
     font = _font()
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    names = list(row_names) if row_names is not None else [f"L{i + 1}" for i in range(n_layers)]
+    names = list(row_names) if row_names is not None else [f"L{i}" for i in range(n_layers)]
     if len(names) != n_layers:
         raise ValueError(f"{len(names)} row names for {n_layers} rows of maps")
     left_margin = top_margin = 0

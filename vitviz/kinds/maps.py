@@ -10,6 +10,9 @@ def maps_levels(head_maps: np.ndarray, mean_maps: np.ndarray) -> tuple[float, fl
     attention, so it stays put while the query moves). (L, H, h, w) and (L, h, w) maps."""
     from vitviz.imaging.colormaps import nice_levels
 
-    lo = min(float(head_maps.min()), float(mean_maps.min()))
-    hi = max(float(head_maps.max()), float(mean_maps.max()))
-    return nice_levels(np.array([lo, hi]))
+    ends = []
+    for m in (head_maps, mean_maps):
+        finite = m[np.isfinite(m)]  # a row a layer lacks (a CaiT's CLS in its SA layers): NaN
+        if finite.size:
+            ends += [float(finite.min()), float(finite.max())]
+    return nice_levels(np.array(ends))

@@ -257,7 +257,7 @@ class ViewWords:
 
     layer: str = "layer"  # the Layer selector's prefix
     axis: str = "layer"  # the head statistics' x axis
-    head: str = "head {head}"  # fields head (1-based), heads (the layer's)
+    head: str = "head {head}"  # fields head (counted from 0), heads (the layer's), last
     query_none: str = "CLS token"  # the query label without a query
     query_cell: str = "patch row {row}, col {col} (#{index})"
     title_query_none: str = "query CLS"

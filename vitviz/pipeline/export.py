@@ -247,7 +247,7 @@ def heads_grid(
         maps,
         maps.mean(axis=1),
         analysis.pixels,
-        row_names=[f"L{i + 1}" for i in analysis.layer_indices],  # the kept layers' numbers
+        row_names=[f"L{i}" for i in analysis.layer_indices],  # the kept layers, from 0
         title=f"Attention of every layer and head · {_prediction(analysis)}",
         query=query,
         colormap=colormap,
@@ -274,9 +274,12 @@ def heads_figure(
     titled: bool = True,
 ) -> Image.Image:
     """The head grid picture of (L, H, gh, gw) ``maps`` and their (L, gh, gw) ``means`` over
-    ``pixels``: rows ``row_names``, columns mean, H1, …; ``titled``: ``title``, the query and
-    the scale above it and a colour bar beside it (per head: 0 to each tile's max)."""
-    levels = None if per_head else map_levels(np.concatenate([maps.ravel(), means.ravel()]))
+    ``pixels``: rows ``row_names``, columns mean, H0, …; ``titled``: ``title``, the query and
+    the scale above it and a colour bar beside it (per head: 0 to each tile's max; shared: the
+    window's head-grid scale, 0 to a round number above the largest value)."""
+    from vitviz.kinds.maps import maps_levels
+
+    levels = None if per_head else maps_levels(maps, means)
     grid = head_grid_image(
         maps,
         pixels,
@@ -290,7 +293,7 @@ def heads_figure(
     if not titled:
         return grid
     scale = "each tile on its own scale (0 to its max)" if per_head else "one colour scale"
-    lines = [title, f"{query} · columns: mean of heads, H1, H2, … · {scale}"]
+    lines = [title, f"{query} · columns: mean of heads, H0, H1, … · {scale}"]
     ticks = PER_HEAD_TICKS if per_head else None
     return titled_figure(grid, lines, levels or (0.0, 1.0), colormap, ticks)
 

@@ -45,8 +45,11 @@ from vitviz.training.probe import probe_maps
 from vitviz.training.runs import (
     BEST_CHECKPOINT,
     LAST_CHECKPOINT,
+    PROBE_KEYS,
     append_metrics,
+    append_steps,
     prepare_run_dir,
+    write_probe,
     write_status,
 )
 from vitviz.training.schedule import lr_at
@@ -383,6 +386,9 @@ class _Run:
                         self._eta(step),
                     )
                 )
+                per_epoch = self.steps_per_epoch
+                row = dict(epoch=epoch, step=step, steps_per_epoch=per_epoch, loss=mean_loss)
+                append_steps(self.run_dir, row)
                 window_loss.zero_()
                 window_steps, window_images, t_window = 0, 0, now
         train_time = time.perf_counter() - t_epoch
@@ -479,14 +485,14 @@ class _Run:
         rollout, cls_map, predicted = probe_maps(self.model, x)
         masks = self.data.val_masks
         image = self.data.val_images[0]  # (C, S, S); shown as RGB (gray repeated for C = 1)
-        self.report(
-            ProbeEvent(
-                epoch,
-                image.expand(3, -1, -1).permute(1, 2, 0).contiguous().numpy(),
-                rollout,
-                cls_map,
-                int(self.data.val_labels[0]),
-                predicted,
-                None if masks is None else masks[0].numpy().copy(),
-            )
+        event = ProbeEvent(
+            epoch,
+            image.expand(3, -1, -1).permute(1, 2, 0).contiguous().numpy(),
+            rollout,
+            cls_map,
+            int(self.data.val_labels[0]),
+            predicted,
+            None if masks is None else masks[0].numpy().copy(),
         )
+        write_probe(self.run_dir, epoch, {k: getattr(event, k) for k in PROBE_KEYS})
+        self.report(event)

@@ -1,8 +1,10 @@
 """Run folders: where runs live, what each keeps, and reading past runs back.
 
 A run folder holds ``config.json`` (the TrainConfig), ``status.json`` (running / completed /
-cancelled / failed), ``metrics.jsonl`` (one JSON object per epoch) and the checkpoints
-``last.safetensors`` and ``best.safetensors``. Torch-free, so the window can list runs early.
+cancelled / failed), ``metrics.jsonl`` (one JSON object per epoch), ``steps.jsonl`` (the
+training loss as each step report gave it), ``probes/epoch_<n>.npz`` (the probe image's
+rollout after each epoch) and the checkpoints ``last.safetensors`` and ``best.safetensors``.
+Torch-free, so the window can list runs early and show a past run as it was shown live.
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vitviz.training.config import TrainConfig
 
 CONFIG_FILE = "config.json"
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
+STEPS_FILE = "steps.jsonl"
+PROBES_DIR = "probes"
+PROBE_KEYS = ("image", "rollout", "cls_attention", "label", "predicted")
 LAST_CHECKPOINT = "last.safetensors"
 BEST_CHECKPOINT = "best.safetensors"
 DATA_DIR_ENV = "VITVIZ_DATA_DIR"
@@ -117,9 +124,54 @@ def append_metrics(run_dir: Path, row: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def append_steps(run_dir: Path, row: dict[str, Any]) -> None:
+    """Append one step report ({epoch, step, steps_per_epoch, loss}) as a JSON line (flushed,
+    not synced: a killed run loses at most its last reports)."""
+    with open(run_dir / STEPS_FILE, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, default=float) + "\n")
+
+
+def read_steps(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The step reports of a run, oldest first (``read_metrics``'s rules)."""
+    return read_metrics(run_dir, STEPS_FILE)
+
+
+def write_probe(run_dir: Path, epoch: int, arrays: dict[str, np.ndarray]) -> Path:
+    """Keep one epoch's probe (``PROBE_KEYS``: image (S, S, 3) uint8, rollout and
+    cls_attention (gh, gw) float32, label, predicted) as ``probes/epoch_<n>.npz``, atomically."""
+    folder = run_dir / PROBES_DIR
+    folder.mkdir(exist_ok=True)
+    path = folder / f"epoch_{epoch:04d}.npz"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **{k: np.asarray(arrays[k]) for k in PROBE_KEYS})
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def read_probes(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The kept probes of a run, oldest epoch first: dicts of ``epoch`` and ``PROBE_KEYS``
+    (arrays; label and predicted as ints). Unreadable files are skipped (no pickle is read)."""
+    folder = Path(run_dir) / PROBES_DIR
+    out = []
+    for path in sorted(folder.glob("epoch_*.npz")) if folder.is_dir() else []:
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                probe = {k: data[k] for k in PROBE_KEYS}
+            epoch = int(path.stem.removeprefix("epoch_"))
+        except (OSError, ValueError, KeyError):
+            continue
+        probe.update(epoch=epoch, label=int(probe["label"]), predicted=int(probe["predicted"]))
+        out.append(probe)
+    return out
+
+
+def read_metrics(run_dir: str | os.PathLike[str], name: str = METRICS_FILE) -> list[dict[str, Any]]:
     """The per-epoch metrics of a run, oldest first; a torn last line (a killed run) is skipped."""
-    path = Path(run_dir) / METRICS_FILE
+    path = Path(run_dir) / name
     try:
         text = path.read_text(encoding="utf-8")
     except OSError:

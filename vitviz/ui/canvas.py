@@ -51,16 +51,39 @@ class GridLines(QGraphicsPathItem):
     translucent cosmetic pen some 50× slower (4 ms instead of 0.08 ms for a 14 × 14 grid).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fade: bool = False) -> None:
         super().__init__()
         pen = QPen(QColor(255, 255, 255, 70))
         pen.setCosmetic(True)
         pen.setWidthF(1.0)
         self.setPen(pen)
+        self.fade = fade  # the lines fade as the cells get small on screen (``cell``)
+        self.cell = 0.0  # the smallest cell side, in the item's units (image pixels)
 
     def paint(self, painter, option, widget=None) -> None:
         painter.setClipRect(self.boundingRect(), Qt.ClipOperation.IntersectClip)
-        super().paint(painter, option, widget)
+        if not self.fade or self.cell <= 0:
+            super().paint(painter, option, widget)
+            return
+        alpha = grid_alpha(self.cell * painter.worldTransform().m11())
+        if alpha > 0:  # the pen of this paint only: no setPen, which would paint again
+            pen = QPen(self.pen())
+            color = pen.color()
+            color.setAlpha(alpha)
+            pen.setColor(color)
+            painter.setPen(pen)
+            painter.drawPath(self.path())
+
+
+GRID_ALPHA = 70  # the grid lines' opacity (of 255) over cells FULL_CELL_PX or more across
+FULL_CELL_PX, NO_CELL_PX = 16.0, 4.0  # between, the lines fade; below, none
+
+
+def grid_alpha(cell_px: float) -> int:
+    """The grid lines' alpha for cells ``cell_px`` screen pixels across: GRID_ALPHA for large
+    cells, fading to none as they shrink to NO_CELL_PX (a 56 × 56 grid doesn't hide its image)."""
+    share = (abs(cell_px) - NO_CELL_PX) / (FULL_CELL_PX - NO_CELL_PX)
+    return round(GRID_ALPHA * min(1.0, max(0.0, share)))
 
 
 class ImageCanvas(pg.GraphicsLayoutWidget):
@@ -98,6 +121,8 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
             "background: rgba(20, 20, 20, 210); color: #ffd479; padding: 8px; border-radius: 4px;"
         )
         self.notice.hide()
+        self._flat_text = ""  # the notice's words about a flat map …
+        self._view_text = ""  # … and the viewer's (a method shown instead, a scale's range)
         self.vb: pg.ViewBox = self.addViewBox(
             row=1, col=0, lockAspect=True, invertY=True, enableMenu=False
         )
@@ -112,7 +137,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.dim.setPen(QPen(Qt.PenStyle.NoPen))
         self.dim.setZValue(15)
         self.vb.addItem(self.dim)
-        self.grid_lines = GridLines()
+        self.grid_lines = GridLines(fade=True)
         self.grid_lines.setZValue(20)
         self.vb.addItem(self.grid_lines)
         self.window_lines = GridLines()  # a layer's window partition (a Swin block's)
@@ -182,7 +207,11 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self._show_notice(None if values is None else flat_value(values))
         if values is None:
             self.overlay.hide()
+            if self.colorbar is not None:  # no map: no scale that would suggest one
+                self.colorbar.hide()
             return
+        if self.colorbar is not None:
+            self.colorbar.show()
         lo, hi = levels if levels is not None else nice_levels(values)
         self.overlay.setImage(values, autoLevels=False, levels=(lo, hi))
         if self.colorbar is not None:
@@ -193,25 +222,45 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
 
     def _show_notice(self, flat: float | None) -> None:
         if flat is None:
-            self.notice.hide()
-            return
-        if np.isnan(flat):
-            text = "This map has no finite value: nothing to show."
+            self._flat_text = ""
+        elif np.isnan(flat):
+            self._flat_text = "This map has no finite value: nothing to show."
         else:
-            text = (
+            self._flat_text = (
                 f"Flat map: every patch has the value {flat:.4g}. This method sees no "
                 "difference between the patches here (e.g. an untrained model)."
             )
+        self._update_notice()
+
+    def set_message(self, text: str | None) -> None:
+        """Words shown in the view, over the map (a method shown instead of the chosen one and
+        why, a scale that leaves a cell out): in full, wrapped; None or "" hides them."""
+        self._view_text = text or ""
+        self._update_notice()
+
+    def notice_text(self) -> str:
+        """What the view says over the map ("" when nothing)."""
+        return self.notice.text() if not self.notice.isHidden() else ""
+
+    def _update_notice(self) -> None:
+        text = "\n\n".join(t for t in (self._view_text, self._flat_text) if t)
+        if not text:
+            self.notice.hide()
+            return
         self.notice.setText(text)
         self._place_notice()
         self.notice.show()
         self.notice.raise_()
 
     def _place_notice(self) -> None:
-        width = min(max(self.width() - 40, 100), 360)
+        """At the foot of the image's view (the colour bar's labels stay readable)."""
+        bar = 0 if self.colorbar is None else int(self.colorbar.geometry().width())
+        room = self.width() - bar
+        width = min(max(room - 24, 100), 520)
         self.notice.setFixedWidth(width)
         self.notice.adjustSize()
-        self.notice.move((self.width() - width) // 2, TITLE_HEIGHT + 12)
+        top = max(TITLE_HEIGHT + 4, self.height() - self.notice.height() - 8)
+        self.notice.move(max(0, (room - width) // 2), top)
 
     def set_title(self, text: str) -> None:
         if text != self.title.text():
@@ -288,6 +337,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         for y in np.linspace(top, bottom, gh + 1):
             path.moveTo(left, y)
             path.lineTo(right, y)
+        self.grid_lines.cell = min((right - left) / gw, (bottom - top) / gh)
         self.grid_lines.setPath(path)
 
     def _draw_dim(self, width: int, height: int) -> None:

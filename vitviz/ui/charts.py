@@ -7,6 +7,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import QTabWidget
 
+from vitviz.ui.view_state import PROBABILITY_LABELS, stats_notes
+
 TOP_K = 5
 LEGEND_ROW = 4  # of a PlotItem's layout: below the bottom axis (rows 0-3: title, axes, view)
 
@@ -50,14 +52,6 @@ class LegendBelow(pg.LegendItem):
         width = max(sum(widths[i : i + n]) for i in rows) + left + right + 2
         self.setMinimumWidth(width)
         self.setMaximumWidth(width)
-
-
-PROBABILITY_LABELS = {
-    "logits": "probability",
-    "probabilities": "probability (the model's own output)",
-    "log-probabilities": "probability (exp of the model's log-probabilities)",
-    "sigmoid": "probability (each prompt's own sigmoid, not a softmax: SigLIP)",
-}
 
 
 class PredictionsChart(pg.PlotWidget):
@@ -137,15 +131,16 @@ MAX_LAYER_TICKS = 24  # more layers: every k-th layer is labelled
 
 
 def layer_ticks(layers: int) -> list[tuple[int, str]]:
-    """Integer ticks 1..L (thinned to at most MAX_LAYER_TICKS labels, the last always shown)."""
+    """Integer ticks 0..L-1, layers counted from 0 (thinned to at most MAX_LAYER_TICKS labels,
+    the last always shown)."""
     step = max(1, -(-layers // MAX_LAYER_TICKS))
-    shown = sorted({*range(1, layers + 1, step), layers})
+    shown = sorted({*range(0, layers, step), layers - 1})
     return [(layer, str(layer)) for layer in shown]
 
 
 class HeadStatsView(QTabWidget):
     """Per-layer dots, one per head: distance (as in the ViT paper), entropy, prefix share in
-    percent, and the token norms per layer. Layers count from 1; every plot has its legend."""
+    percent, and the token norms per layer. Layers count from 0; every plot has its legend."""
 
     SERIES = (  # key, tab (short: four fit a laptop's side panel), y-axis label, unit, legend
         ("distance", "Distance", "mean attention distance", "px", "one dot per head"),
@@ -158,6 +153,8 @@ class HeadStatsView(QTabWidget):
         super().__init__(parent)
         self.plots: dict[str, pg.PlotWidget] = {}
         self.legends: dict[str, pg.LegendItem] = {}
+        self.notes: dict[str, str | None] = {}  # per plot why it is empty (None: it is not)
+        self.texts: dict[str, pg.TextItem] = {}  # those words, inside the plot
         for key, title, label, unit, _ in self.SERIES:
             plot = pg.PlotWidget()
             plot.setAcceptDrops(False)
@@ -181,10 +178,15 @@ class HeadStatsView(QTabWidget):
         num_prefix: int,
         row_names: list[str] | None = None,
         axis: str = "layer",
+        notes: dict[str, str | None] | None = None,
     ) -> None:
         """(L, H) statistics (prefix share as a fraction) and (L, N) token norms; ``row_names``
-        (e.g. "1.2" for a Swin's blocks) label the rows instead of layer numbers, ``axis`` names
-        them ("block (stage.block)")."""
+        (e.g. "0.1" for a Swin's blocks) label the rows instead of layer numbers, ``axis`` names
+        them ("block (stage.block)"). A plot without points says why inside it (``notes``, by
+        default ``view_state.stats_notes`` of these numbers); the others fit their points."""
+        if notes is None:
+            notes = stats_notes(distance, entropy, prefix, norms, num_prefix)
+        self.notes = dict(notes)
         legends = {key: legend for key, *_, legend in self.SERIES}
         for key, values in (
             ("distance", distance),
@@ -192,10 +194,12 @@ class HeadStatsView(QTabWidget):
             ("prefix", 100.0 * np.asarray(prefix)),
         ):
             L, H = values.shape
-            x = np.repeat(np.arange(1, L + 1), H) + np.tile(np.linspace(-0.15, 0.15, H), L)
+            x = np.repeat(np.arange(L), H) + np.tile(np.linspace(-0.15, 0.15, H), L)
             y = values.reshape(-1)
             shown = np.isfinite(y)  # NaN: a head a layer lacks, or no statistic
             plot = self._reset(key, L, row_names, axis)
+            if self._explain(key, L):
+                continue
             dots = pg.ScatterPlotItem(
                 x=x[shown], y=y[shown], size=7, brush=pg.mkBrush(*HEAD_BRUSH), pen=None
             )
@@ -203,7 +207,9 @@ class HeadStatsView(QTabWidget):
             self.legends[key].addItem(dots, f"{legends[key]} ({H} heads)")
         L, N = norms.shape
         plot = self._reset("norms", L, row_names, axis)
-        x = np.repeat(np.arange(1, L + 1), N) + np.tile(np.linspace(-0.3, 0.3, N), L)
+        if self._explain("norms", L):
+            return
+        x = np.repeat(np.arange(L), N) + np.tile(np.linspace(-0.3, 0.3, N), L)
         is_prefix = np.tile(np.arange(N) < num_prefix, L)
         values = norms.reshape(-1)
         for mask, brush, name in (
@@ -217,17 +223,36 @@ class HeadStatsView(QTabWidget):
                 plot.addItem(dots)
                 self.legends["norms"].addItem(dots, name)
 
+    def _explain(self, key: str, layers: int) -> bool:
+        """Write why the plot ``key`` is empty inside it (on a fixed range: nothing of another
+        model's axes stays); False when it has points to show."""
+        note = self.notes.get(key)
+        if not note:
+            return False
+        plot = self.plots[key]
+        plot.setYRange(0.0, 1.0, padding=0)
+        plot.getAxis("left").setTicks([[]])  # no numbers on an axis with nothing to read
+        text = pg.TextItem(note, color="#555555", anchor=(0.5, 0.5))
+        text.setTextWidth(max(160, int(plot.width() * 0.8)))
+        text.setPos((layers - 1) / 2, 0.5)
+        plot.addItem(text)
+        self.texts[key] = text
+        return True
+
     def _reset(
         self, key: str, layers: int, names: list[str] | None = None, axis: str = "layer"
     ) -> pg.PlotWidget:
         plot = self.plots[key]
         plot.clear()
+        self.texts.pop(key, None)
+        plot.getAxis("left").setTicks(None)  # the values' own ticks again
+        plot.enableAutoRange(axis="y", enable=True)  # the new points' range, not the last
         self.legends[key].clear()
         ticks = layer_ticks(layers)
         if names is not None:  # e.g. a Swin's blocks, "stage.block"
             step = max(1, -(-layers // (MAX_LAYER_TICKS // 2)))  # wider labels: half as many
-            ticks = [(i + 1, names[i]) for i in range(0, layers, step)]
+            ticks = [(i, names[i]) for i in range(0, layers, step)]
         plot.getAxis("bottom").setTicks([ticks])
         plot.setLabel("bottom", axis)
-        plot.setXRange(0.5, layers + 0.5, padding=0.02)
+        plot.setXRange(-0.5, layers - 0.5, padding=0.02)
         return plot

@@ -140,16 +140,17 @@ class ParamPanel(QGroupBox):
         return text
 
     def _int_spin(self, p: ParamInfo, value: int) -> QSpinBox:
-        """Layers and heads are shown counted from 1 (as the selectors); −1 as its meaning."""
+        """Layers and heads are shown counted from 0 (as the selectors, the CLI and the npz
+        arrays count them); −1 as its meaning."""
         spin = QSpinBox()
         lo, hi = p.range if p.range is not None else (-(2**31) + 1, 2**31 - 1)
         if p.per is not None:
             top = self._top(p)
-            spin.setRange(int(lo) + 1, top + 1)
+            spin.setRange(int(lo), top)
             if lo == -1:
                 spin.setSpecialValueText("last layer" if p.per == "layer" else "mean of heads")
-            spin.setValue(min(value, top) + 1)
-            spin.valueChanged.connect(lambda v: self._store(p, int(v) - 1))
+            spin.setValue(min(value, top))
+            spin.valueChanged.connect(lambda v: self._store(p, int(v)))
             return spin
         spin.setRange(int(lo), int(2**31 - 1 if hi is None else hi))
         spin.setValue(value)
@@ -176,7 +177,7 @@ class ViewControls(QWidget):
         )
         self.method.setMinimumContentsLength(14)
         self.layer = QSpinBox()
-        self.layer.setRange(1, 1)
+        self.layer.setRange(0, 0)  # counted from 0, as everywhere a user reads or types
         self.layer.setPrefix("layer ")
         self.head = QComboBox()
         self.head.addItem("mean of heads", MEAN)
@@ -241,7 +242,7 @@ class ViewControls(QWidget):
     # -- the method table ------------------------------------------------------------------------
     def set_methods(self, methods: list[MethodInfo]) -> None:
         """Fill the method list from the table (labels from it), keeping the selection."""
-        current = self.method.currentData() or self.wanted_method
+        current = self.wanted_method  # the user's choice (the list may show a nearer one)
         self.methods = {m.name: m for m in methods}
         self.method.blockSignals(True)
         self.method.clear()
@@ -273,6 +274,17 @@ class ViewControls(QWidget):
             info = self.methods.get(name)
             item.setToolTip(why if why is not None else (info.description if info else ""))
 
+    def show_method(self, name: str) -> None:
+        """Show ``name`` in the list and its parameters without making it the user's choice
+        (``wanted_method`` stays: a model that can run that one shows it again)."""
+        index = self.method.findData(name)
+        if index < 0 or index == self.method.currentIndex():
+            return
+        blocked = self.method.blockSignals(True)
+        self.method.setCurrentIndex(index)
+        self.method.blockSignals(blocked)
+        self.param_panel.show_method(self.current_method())
+
     def current_method(self) -> MethodInfo | None:
         return self.methods.get(self.method.currentData())
 
@@ -303,7 +315,7 @@ class ViewControls(QWidget):
         """Adapt the layer and head choices to a model, keeping the selection where possible."""
         for w in (self.layer, self.head):
             w.blockSignals(True)
-        self.layer.setRange(1, layers)
+        self.layer.setRange(0, layers - 1)
         self.param_panel.set_shape(layers, heads)
         self.layer.setPrefix(f"{self.layer_word} ")
         layer = self.selected_layer()
@@ -328,7 +340,7 @@ class ViewControls(QWidget):
         self.head.clear()
         self.head.addItem("mean of heads", MEAN)
         for h in range(heads):
-            self.head.addItem(f"head {h + 1}", h)
+            self.head.addItem(f"head {h}", h)
         index = self.head.findData(current if current is not None and current < heads else MEAN)
         self.head.setCurrentIndex(max(index, 0))
         self.head.blockSignals(blocked)
@@ -356,14 +368,14 @@ class ViewControls(QWidget):
         return values
 
     def selected_layer(self) -> int:
-        return self.layer.value() - 1
+        return self.layer.value()
 
     def selected_head(self) -> int:
         return int(self.head.currentData())
 
     def select(self, layer: int | None = None, head: int | None = None) -> None:
         if layer is not None:
-            self.layer.setValue(layer + 1)
+            self.layer.setValue(layer)
         if head is not None:
             self.head.setCurrentIndex(max(0, self.head.findData(head)))
 
@@ -372,7 +384,7 @@ class ViewControls(QWidget):
         self.head.setCurrentIndex((self.head.currentIndex() + delta) % n)
 
     def step_layer(self, delta: int) -> None:
-        self.layer.setValue(min(self.layer.maximum(), max(1, self.layer.value() + delta)))
+        self.layer.setValue(min(self.layer.maximum(), max(0, self.layer.value() + delta)))
 
     def colormap_name(self) -> str:
         return self.colormap.currentText()

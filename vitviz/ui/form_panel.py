@@ -25,6 +25,7 @@ class FoldingGroup(QGroupBox):
         self.form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.more_button: QToolButton | None = None
         self._more_rows: list[int] = []
+        self._hidden: set[int] = set()  # rows shown to no one now (another model's settings)
 
     def add_row(self, label: str, field: QWidget | QLayout, more: bool = False) -> None:
         """Append a row; ``more`` rows are folded away until the toggle opens them."""
@@ -34,7 +35,19 @@ class FoldingGroup(QGroupBox):
         if more:
             row = self.form.rowCount() - 1
             self._more_rows.append(row)
-            self.form.setRowVisible(row, self.is_expanded())
+            self._apply(row)
+
+    def show_row(self, field: QWidget, shown: bool) -> None:
+        """Show or hide the row of ``field`` (label too); a folded row stays folded."""
+        row, _ = self.form.getWidgetPosition(field)
+        if row < 0:
+            return
+        (self._hidden.discard if shown else self._hidden.add)(row)
+        self._apply(row)
+
+    def _apply(self, row: int) -> None:
+        folded = row in self._more_rows and not self.is_expanded()
+        self.form.setRowVisible(row, row not in self._hidden and not folded)
 
     def is_expanded(self) -> bool:
         return self.more_button is not None and self.more_button.isChecked()
@@ -61,7 +74,7 @@ class FoldingGroup(QGroupBox):
         )
         self.more_button.setToolTip("Hide the settings rarely changed" if expanded else "")
         for row in self._more_rows:
-            self.form.setRowVisible(row, expanded)
+            self._apply(row)
 
 
 class VerticalScrollArea(QScrollArea):

@@ -183,7 +183,7 @@ def build_base(
 
 
 def column_text(column: int, short: bool) -> str:
-    return ("μ" if short else "mean") if column == 0 else f"H{column}"
+    return ("μ" if short else "mean") if column == 0 else f"H{column - 1}"  # heads from 0
 
 
 class HeadGrid(pg.GraphicsLayoutWidget):
@@ -358,7 +358,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self._row_labels = []
         for layer in range(lay.layers):
             x, y = lay.origin(layer, 0)
-            text = f"L{layer + 1}" if self._row_texts is None else self._row_texts[layer]
+            text = f"L{layer}" if self._row_texts is None else self._row_texts[layer]
             item = pg.TextItem(text, color=LABEL_COLOR, anchor=(1.0, 0.5))
             item.setFont(font)
             item.setPos(x - 0.2, y + gh / 2)
@@ -502,6 +502,6 @@ class HeadGrid(pg.GraphicsLayoutWidget):
     @staticmethod
     def describe(info: tuple[int, int, float]) -> str:
         layer, head, value = info
-        who = "mean of heads" if head == MEAN else f"head {head + 1}"
-        text = f"layer {layer + 1}, {who}"
+        who = "mean of heads" if head == MEAN else f"head {head}"
+        text = f"layer {layer}, {who}"
         return text + (f": {value:.4g}" if np.isfinite(value) else "")

@@ -45,7 +45,7 @@ class LayerView:
         return [r.label for r in self.image.layer_rows], [r.heads for r in self.image.layer_rows]
 
     def stats_names(self) -> list[str] | None:
-        """The head statistics' row names ("1.2"), None where the layers are numbered."""
+        """The head statistics' row names ("0.1"), None where the layers are numbered."""
         names = [r.name for r in self.image.layer_rows]
         return names if names and all(names) else None
 
@@ -169,8 +169,11 @@ class LayerView:
         """e.g. "Attention · layer 3 of 12 · head 2 · query patch (4, 9)", "Attention · block
         1.2 SW-MSA (window 7, shift 3) · head 2 of 3 · query token (4, 9) of 56×56"."""
         words, row = self.image.words, self.row(layer)
+        last = row.heads - 1
         heads = (
-            "mean of heads" if head == MEAN else words.head.format(head=head + 1, heads=row.heads)
+            "mean of heads"
+            if head == MEAN
+            else words.head.format(head=head, heads=row.heads, last=last)
         )
         if query is None:
             where = words.title_query_none
@@ -196,6 +199,6 @@ class LayerView:
     def describe(self, info: tuple[int, int, float]) -> str:
         """A head-grid tile under the pointer: layer, head and value."""
         layer, head, value = info
-        who = "mean of heads" if head == MEAN else f"head {head + 1}"
+        who = "mean of heads" if head == MEAN else f"head {head}"
         text = f"{self.row(layer).hover}, {who}"
         return text + (f": {value:.4g}" if np.isfinite(value) else "")

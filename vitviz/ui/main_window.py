@@ -71,6 +71,13 @@ SCREEN_SHARE = 0.88  # … and this share of a larger screen's free area, each w
 FRAME_ROOM = (16, 48)  # what a window manager's frame and title bar may add, in pixels
 
 
+def model_words(summary: ModelSummary) -> str:
+    """The model's name as people know it, and its architecture beside it where that says
+    more ("timm/vit_small_patch16_224.augreg_in21k_ft_in1k · vit_small_patch16_224")."""
+    arch = summary.arch
+    return summary.name if not arch or arch in summary.name else f"{summary.name} · {arch}"
+
+
 def plain_text(text: str) -> str:
     """A menu text without its mnemonic marks ("Open &image…" -> "Open image…")."""
     return text.replace("&&", "\0").replace("&", "").replace("\0", "&")
@@ -791,13 +798,13 @@ class MainWindow(QMainWindow):
         self._model_pending = False
         shape = summary.headline or f"{summary.depth} layers × {summary.heads} heads"
         self.model_label.setText(
-            f"{summary.name} ({summary.family}, {shape}, {summary.num_classes} classes)"
+            f"{model_words(summary)} ({summary.family}, {shape}, {summary.num_classes} classes)"
         )
         self._show_assumed()
         self.device_label.setText(f"device: {summary.device}")
         if summary.path is not None and summary.family != "model-code":
             self.settings.add_recent("checkpoints", summary.path)
-        self.setWindowTitle(f"vitviz — {summary.name}")
+        self.setWindowTitle(f"vitviz — {model_words(summary)}")
         self.viewer.target_class = None
         self.refresh_methods()
         self._show_prompts(summary, channel)  # remembered prompts go before the image
@@ -825,7 +832,9 @@ class MainWindow(QMainWindow):
         if channel == "model":
             self._model_pending = False
             self.model_label.setText(
-                "no model" if self.model is None else f"{self.model.name} ({self.model.family})"
+                "no model"
+                if self.model is None
+                else f"{model_words(self.model)} ({self.model.family})"
             )
         self.notifier.user_error(error.message)
         if error.kind == "settings":

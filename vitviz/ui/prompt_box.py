@@ -56,6 +56,9 @@ class PromptEdit(QPlainTextEdit):
             self.enterPressed.emit()
 
 
+MIN_LINES, MAX_LINES = 5, 12  # the prompts the box shows at least, and at most before scrolling
+
+
 class PromptBox(QWidget):
     """Typed prompts -> ``applyRequested(tuple[str, ...])``."""
 
@@ -72,8 +75,8 @@ class PromptBox(QWidget):
             "Each line is a prompt the image is scored against (softmax over the prompts). "
             "Enter or Apply prompts scores them; click a bar to explain that prompt."
         )
-        line = self.edit.fontMetrics().lineSpacing()
-        self.edit.setFixedHeight(3 * line + 12)  # three lines show; more scroll
+        self._fit_lines()
+        self.edit.textChanged.connect(self._fit_lines)
         self.apply_button = QPushButton("Apply prompts")
         self.apply_button.setToolTip("Score the image against the prompts typed above")
         top = QHBoxLayout()  # the title and the button on one row: the panel stays short
@@ -87,6 +90,15 @@ class PromptBox(QWidget):
         layout.addWidget(self.edit)
         self.edit.enterPressed.connect(self._on_enter)
         self.apply_button.clicked.connect(self.apply)
+
+    def _fit_lines(self) -> None:
+        """Five lines show at least; the box grows with its lines up to MAX_LINES (more
+        scroll)."""
+        lines = self.edit.document().blockCount() + 1  # room for the next prompt
+        shown = min(MAX_LINES, max(MIN_LINES, lines))
+        height = shown * self.edit.fontMetrics().lineSpacing() + 12
+        if self.edit.height() != height or self.edit.minimumHeight() != height:
+            self.edit.setFixedHeight(height)
 
     def prompts(self) -> tuple[str, ...]:
         return parse_prompts(self.edit.toPlainText())

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 from vitviz.ui import file_dialogs
 from vitviz.ui.charts import HeadStatsView
 from vitviz.ui.settings import AppSettings
+from vitviz.ui.view_state import stats_notes
 from vitviz.workers.folder_stats import FolderStatsResult
 
 
@@ -123,12 +124,13 @@ class StatsPanel(QWidget):
         self.set_idle()
         self.folder_result = result
         layers, _ = result.distance.shape
+        norms = np.zeros((layers, 0), dtype=np.float32)
+        prefix = self._image_stats[4] if self._image_stats is not None else 0
+        notes = stats_notes(
+            result.distance, result.entropy, result.prefix_share, norms, prefix, False
+        )
         self.view.set_statistics(
-            result.distance,
-            result.entropy,
-            result.prefix_share,
-            np.zeros((layers, 0), dtype=np.float32),
-            0,
+            result.distance, result.entropy, result.prefix_share, norms, 0, notes=notes
         )
         skipped = f"; {len(result.failed)} could not be read" if result.failed else ""
         self.scope.setText(

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
@@ -58,6 +58,7 @@ from vitviz.training.events import (
     RunStarted,
     StepEvent,
 )
+from vitviz.training.runs import read_probes, read_steps
 from vitviz.ui import file_dialogs
 from vitviz.ui.charts import LegendBelow
 from vitviz.ui.form_panel import FoldingGroup, VerticalScrollArea
@@ -72,6 +73,15 @@ DATASETS = (
     ("random", "Random data (smoke test)"),
 )
 PROBE_SIZE = 96
+
+
+class RunsList(QListWidget):
+    """The runs list: it asks for four rows (the curves above take the room a small window
+    has; a larger one shares it out, ``_build_monitor``'s stretches)."""
+
+    def sizeHint(self) -> QSize:
+        hint = super().sizeHint()
+        return QSize(hint.width(), 4 * self.fontMetrics().lineSpacing() + 8)
 
 
 def _spin(lo: int, hi: int, value: int, step: int = 1, special: str | None = None) -> QSpinBox:
@@ -394,8 +404,9 @@ class TrainingTab(QWidget):
         self.open_last.setToolTip("Open the run's latest checkpoint in the Viewer tab")
         self.open_best.clicked.connect(lambda: self._open("best"))
         self.open_last.clicked.connect(lambda: self._open("last"))
-        self.runs = QListWidget()
+        self.runs = RunsList()
         self.runs.setMaximumHeight(140)
+        self.runs.setMinimumHeight(2 * self.runs.fontMetrics().lineSpacing() + 8)
         self.runs.currentItemChanged.connect(self._on_run_selected)
         refresh = QPushButton("Refresh")
         refresh.clicked.connect(self.refresh_runs)
@@ -409,13 +420,13 @@ class TrainingTab(QWidget):
         self.monitor = QWidget()
         v = QVBoxLayout(self.monitor)
         v.addLayout(top)
-        v.addWidget(curves, 1)
+        v.addWidget(curves, 4)
         probe_title = QLabel("<b>Attention on a fixed probe image</b> (rollout, one per epoch)")
         probe_title.setWordWrap(True)
         v.addWidget(probe_title)
         v.addWidget(self.probe_scroll)
         v.addLayout(run_buttons)
-        v.addWidget(self.runs)
+        v.addWidget(self.runs, 1)
         self._update_open_buttons()
 
     # -- settings <-> config ------------------------------------------------------------------
@@ -463,8 +474,13 @@ class TrainingTab(QWidget):
         self.dataset_path.setText(path)
 
     def _on_model_kind(self) -> None:
-        """Only the fields the chosen model reads are editable: the shared ones and its kind's."""
+        """Only the fields the chosen model reads are shown (and editable): the shared ones and
+        its kind's."""
         own = {f.name for f in training_side(self.model_choice.currentText()).fields}
+        kind_fields = {f.name for f in KIND_FIELDS}
+        for f in FIELDS:
+            if f.field in kind_fields and f.group in getattr(self, "groups", {}):
+                self.groups[f.group].show_row(self.fields[f.field], f.field in own)
         for f in KIND_FIELDS:
             self.fields[f.name].setEnabled(f.name in own)
 
@@ -697,12 +713,33 @@ class TrainingTab(QWidget):
         record: RunRecord = read_run(item.data(Qt.ItemDataRole.UserRole))
         self._reset_monitor()
         self._draw_epochs(record.metrics)
+        self._show_kept(record.run_dir)
         self._show_run_progress(record)
         self.status.setText(
             f"{record.run_dir.name}: {record.status}"
             + (f" ({record.message})" if record.message else "")
         )
         self._update_open_buttons()
+
+    def _show_kept(self, run_dir: Path) -> None:
+        """A past run's per-step loss and probe strip, as they were shown while it ran (from
+        its folder's steps.jsonl and probes/)."""
+        steps = [
+            r
+            for r in read_steps(run_dir)
+            if all(isinstance(r.get(k), (int, float)) for k in ("step", "loss", "steps_per_epoch"))
+        ]
+        self.step_x = [r["step"] / max(1, r["steps_per_epoch"]) for r in steps]
+        self.step_loss = [float(r["loss"]) for r in steps]
+        self.curve_step.setData(self.step_x, self.step_loss)
+        self._probe_follow = True
+        for p in read_probes(run_dir):
+            self._add_probe(
+                ProbeEvent(
+                    p["epoch"], p["image"], p["rollout"], p["cls_attention"], p["label"],
+                    p["predicted"],
+                )
+            )  # fmt: skip
 
     def _show_run_progress(self, record: RunRecord) -> None:
         """The progress bar of a past run: its epochs done of those planned, and how it ended."""

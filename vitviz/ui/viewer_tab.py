@@ -19,6 +19,15 @@ from vitviz.ui.layer_view import LayerView
 from vitviz.ui.prompt_box import PromptBox
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.stats_panel import StatsPanel
+from vitviz.ui.view_state import (
+    PREDICTIONS_TITLE,
+    Choices,
+    ViewState,
+    class_words,
+    derive,
+    map_scale,
+    shown_class,
+)
 from vitviz.workers import jobs
 from vitviz.workers.engine import EngineClient
 from vitviz.workers.messages import (
@@ -34,8 +43,6 @@ PLACEHOLDER = (
     "Drop an image and a ViT checkpoint here\n(or use File ▸ Open image… "
     "and File ▸ Open checkpoint…)"
 )
-PREDICTIONS_TITLE = "<b>Predictions</b> (click a bar to explain that {noun})"
-NO_PROMPTS_TITLE = "<b>Predictions</b> (none yet: type prompts below)"
 
 
 class ViewerTab(QWidget):
@@ -50,6 +57,7 @@ class ViewerTab(QWidget):
         self.query: tuple[int, int] | None = None
         self.target_class: int | None = None
         self.layers: LayerView | None = None  # the image's layers: rows, token grids, words
+        self.state: ViewState = derive(None, [], Choices())  # what the view shows (view_state)
 
         # the plain model input (its patch grid, the query): the map is beside it, never on it
         self.input_view = ImageCanvas(INPUT_TITLE, colorbar=False)
@@ -118,7 +126,7 @@ class ViewerTab(QWidget):
         self.input_view.patchHovered.connect(self._on_hover)
         self.map_view.patchHovered.connect(self._on_hover)
         self.head_grid.cellHovered.connect(self._on_head_hover)
-        self.head_grid.cellClicked.connect(lambda layer, head: self.controls.select(layer, head))
+        self.head_grid.cellClicked.connect(self.show_head)
         self.predictions.classClicked.connect(self.set_target_class)
         self.faithfulness.measureRequested.connect(self.request_faithfulness)
         self.controls.method.currentIndexChanged.connect(self._faithfulness_stale)
@@ -192,11 +200,26 @@ class ViewerTab(QWidget):
         self._update_class_label()
 
     def _update_predictions_title(self) -> None:
-        if not self.prompt_box.isHidden() and not self.prompt_box.applied:
-            self.predictions_title.setText(NO_PROMPTS_TITLE)
-            return
-        noun = self.image.words.class_noun if self.image is not None else "class"
-        self.predictions_title.setText(PREDICTIONS_TITLE.format(noun=noun))
+        self._apply_view_state()
+
+    def _apply_view_state(self) -> ViewState:
+        """Derive what the view shows from the model's offer and the user's choices
+        (``view_state.derive``) and apply it: the method shown, the class, the predictions'
+        words. Every map request goes through here, so nothing of another model stays."""
+        self.state = derive(
+            self.image,
+            list(self.controls.methods.values()),
+            Choices(self.controls.wanted_method, self.target_class),
+            takes_prompts=not self.prompt_box.isHidden(),
+            prompts=self.prompt_box.applied,
+        )
+        if self.controls.methods:
+            self.controls.show_method(self.state.method)
+        self.controls.class_label.setText(self.state.class_text)
+        self.predictions_title.setText(self.state.predictions_title)
+        if self.predictions.getAxis("bottom").labelText != self.state.predictions_axis:
+            self.predictions.setLabel("bottom", self.state.predictions_axis)  # else no repaint
+        return self.state
 
     def _forget_model_views(self) -> None:
         """Another model: drop what was drawn with the last one's grid and layers until this
@@ -214,6 +237,7 @@ class ViewerTab(QWidget):
         self.controls.set_methods(methods)
         if self.image is not None:
             self.controls.set_unavailable(self.image.unavailable)
+            self.request_maps()  # the method shown may be another now (view_state)
 
     def needs_gradients(self) -> bool:
         """The shown method needs attention gradients (kept from the analysing pass)."""
@@ -258,7 +282,7 @@ class ViewerTab(QWidget):
         ctl = self.controls
         settings.set("view/colormap", ctl.colormap_name())
         settings.set("view/opacity", ctl.opacity.value())
-        settings.set("view/method", ctl.method_name())
+        settings.set("view/method", ctl.wanted_method)  # the user's choice, not a stand-in
         settings.set("view/head_scale", self.head_panel.scale_name())
 
     def restore_settings(self, settings: AppSettings) -> None:
@@ -288,6 +312,7 @@ class ViewerTab(QWidget):
         an attention array the window holds (no round trip), else by the engine."""
         if self.image is None:
             return None
+        self._apply_view_state()
         params = self.controls.params(self.query, self.target_class)
         if params.method == ATTENTION and self.image.attention is not None:
             self.client.supersede("maps")
@@ -317,6 +342,12 @@ class ViewerTab(QWidget):
         self._update_query_widgets()
         self.request_maps()
 
+    def show_head(self, layer: int, head: int) -> None:
+        """A tile of the head grid clicked: that layer's head large (its attention)."""
+        self.controls.select(layer, head)
+        if self.controls.method_name() != ATTENTION:
+            self.controls.select_method(ATTENTION)
+
     def set_target_class(self, index: int | None) -> None:
         self.target_class = index
         self._update_class_label()
@@ -324,9 +355,9 @@ class ViewerTab(QWidget):
         self.request_maps()
 
     def _shown_class(self) -> int | None:
-        if self.image is None or not self.image.class_names:
+        if self.image is None:
             return None
-        return self.image.top_class if self.target_class is None else self.target_class
+        return shown_class(self.target_class, self.image.top_class, self.image.class_names)
 
     # -- drawing ----------------------------------------------------------------------------------
     def current_map(self) -> tuple[np.ndarray | None, tuple[float, float] | None]:
@@ -353,7 +384,10 @@ class ViewerTab(QWidget):
         cmap, opacity = self.controls.colormap_name(), self.controls.opacity_value()
         values, levels = self.current_map()
         self.map_view.set_title(self._map_title(m))
-        self.map_view.set_map(values, levels, cmap, opacity)
+        scale = map_scale(values, levels, self._query_cell(m, values))
+        self.map_view.set_map(values, scale.levels, cmap, opacity)
+        notes = (self.state.method_note, m.error if values is None else None, scale.note)
+        self.map_view.set_message("\n\n".join(n for n in notes if n))
         self.head_grid.set_maps(m.head_maps, m.mean_maps, m.levels, cmap, opacity)
         self.head_grid.set_selection(self.controls.selected_layer(), self.controls.selected_head())
         if self.layers is not None:
@@ -363,6 +397,18 @@ class ViewerTab(QWidget):
             self.hoverText.emit(m.error)
         elif self._hovered is not None:  # the value under the pointer is the new map's
             self._on_hover((*self._hovered, self.map_view.value_at(*self._hovered)))
+
+    def _query_cell(self, m: MapsResult, values: np.ndarray | None) -> tuple[int, int] | None:
+        """The query's cell on the shown map's grid when the map is the query's (it is left out
+        of the colour scale), else None."""
+        info = self.controls.methods.get(m.params.method)
+        if self.query is None or values is None or self.image is None:
+            return None
+        if info is not None and not info.queries:
+            return None
+        if tuple(values.shape) != tuple(self.image.grid):
+            return None
+        return self.query
 
     def _map_title(self, m: MapsResult) -> str:
         """What the large view shows, in words: method, class, query, layers and settings."""
@@ -384,18 +430,18 @@ class ViewerTab(QWidget):
         values = m.params.params()
         parts = [info.label]
         if info.needs_gradients:
-            names = self.image.class_names if self.image else []
-            c = m.target_class
-            parts.append(f"class “{names[c] if 0 <= c < len(names) else c}”")
+            named = class_words(m.target_class, self.image.class_names)
+            if named is not None:  # a model without the class: none named
+                parts.append(named)
         parts.append(query if info.queries else "query CLS (fixed)")
         for p in info.parameters:
             value = values.get(p.name, p.default)
             if p.per == "head":
-                parts.append("mean of heads" if value == -1 else f"head {value + 1}")
-            elif p.per == "layer" and p.name == "layer":
-                parts.append(f"layer {layers if value == -1 else value + 1} of {layers}")
+                parts.append("mean of heads" if value == -1 else f"head {value}")
+            elif p.per == "layer" and p.name == "layer":  # counted from 0 (docs/window.md)
+                parts.append(f"layer {layers - 1 if value == -1 else value} of 0–{layers - 1}")
             elif p.per == "layer":  # a start layer: the layers the method runs through
-                parts.append(f"layers {value + 1}–{layers}")
+                parts.append(f"layers {value}–{layers - 1}")
             elif p.type == "float":
                 parts.append(f"{p.label.lower()} {value:.2f}")
             else:
@@ -416,16 +462,7 @@ class ViewerTab(QWidget):
             self.controls.query_label.setText("mean of patches")
 
     def _update_class_label(self) -> None:
-        c = self._shown_class()
-        if c is None:
-            takes_prompts = not self.prompt_box.isHidden()
-            self.controls.class_label.setText(
-                "(no prompts yet)" if takes_prompts else "(model has no classes)"
-            )
-            return
-        name = self.image.class_names[c] if self.image else str(c)
-        suffix = " (top prediction)" if self.target_class is None else ""
-        self.controls.class_label.setText(f"{name}{suffix}")
+        self._apply_view_state()
 
     def _update_prefix_label(self) -> None:
         if self.maps is None or self.image is None or self.image.num_prefix_tokens == 0:

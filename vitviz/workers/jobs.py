@@ -86,18 +86,21 @@ def method_table() -> list[MethodInfo]:
             queries=m.queries,
             scaling=m.scaling,
             description=m.description,
+            nearest=m.nearest,
         )
         for m in all_methods()
     ]
 
 
 def summarize(loaded: LoadedModel, device: str) -> ModelSummary:
+    from vitviz.core.model_names import architecture_words, known_name
     from vitviz.kinds import kind_of
 
     cfg = loaded.model.config
-    shape = kind_of(loaded).model_shape(loaded)
+    kind = kind_of(loaded)
+    shape = kind.model_shape(loaded)
     return ModelSummary(
-        name=loaded.name,
+        name=known_name(loaded.path, loaded.family),
         family=loaded.family,
         path=loaded.path,
         num_classes=cfg.num_classes,
@@ -116,6 +119,7 @@ def summarize(loaded: LoadedModel, device: str) -> ModelSummary:
         takes_prompts=shape.takes_prompts,
         prompts=tuple(shape.prompts),
         assumed=dict(loaded.assumed),
+        arch=architecture_words(loaded.path, kind.label),
     )
 
 

@@ -43,6 +43,7 @@ class MethodInfo:
     queries: bool = True  # a clicked patch changes the map
     scaling: str = "none"  # none | max | min-max | share
     description: str = ""
+    nearest: tuple[str, ...] = ()  # the methods closest to it, closest first
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class ModelSummary:
     takes_prompts: bool = False  # its classes are prompts the user types (the prompt box)
     prompts: tuple[str, ...] = ()  # the prompts it scores now (none: no head yet)
     assumed: dict[str, Any] = field(default_factory=dict)  # settings not from file nor user
+    arch: str = ""  # the architecture beside its name (its folder's, else its kind's label)
 
 
 @dataclass(frozen=True)
@@ -128,10 +130,10 @@ class ImageResult:
             L = self.num_layers
             self.layer_rows = tuple(
                 LayerRow(
-                    f"L{i + 1}",
+                    f"L{i}",
                     self.num_heads,
-                    title=f"layer {i + 1} of {L}",
-                    hover=f"layer {i + 1}",
+                    title=f"layer {i} of 0–{L - 1}",
+                    hover=f"layer {i}",
                 )
                 for i in range(L)
             )

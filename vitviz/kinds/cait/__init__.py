@@ -4,7 +4,7 @@ class-attention blocks where only the CLS queries [CLS, patches]).
 Its network (``network.CaitModel``) hands every layer's attention over in one layout,
 (H, 1 + P, 1 + P) over [CLS, patches], the rows of the tokens a layer does not update being the
 identity (see ``network``), so the ViT's analysis, capture, export and window run on it
-unchanged; this kind says what differs: its families, its layer rows ("SA 3", "CA 1"), which
+unchanged; this kind says what differs: its families, its layer rows ("SA 2", "CA 0"), which
 query has a row in which layer (``methods.query_problem``; the head grid leaves the others
 blank), its methods' definitions on that layout (``methods``), its head statistics
 (``stats``), and what the library check compares (each layer's own matrix: (H, P, P) of a
@@ -142,16 +142,16 @@ class CaitKind(ViTKind):
         rows = []
         for row, layer in zip(super().layer_rows(analysis), analysis.layer_indices, strict=True):
             if layer < S:
-                label, what = f"SA {layer + 1}", "self-attention over the patches (talking heads)"
-            else:
-                label, what = f"CA {layer - S + 1}", "class attention (only the CLS queries)"
+                label, what = f"SA {layer}", "self-attention over the patches (talking heads)"
+            else:  # counted from 0, as every layer, block and head
+                label, what = f"CA {layer - S}", "class attention (only the CLS queries)"
             rows.append(
                 dataclasses.replace(
                     row,
                     label=label,
-                    tooltip=f"layer {layer + 1} of {L}: {what}",
-                    title=f"layer {layer + 1} of {L} ({label}: {what})",
-                    hover=f"layer {layer + 1} ({label})",
+                    tooltip=f"layer {layer} of 0–{L - 1}: {what}",
+                    title=f"layer {layer} of 0–{L - 1} ({label}: {what})",
+                    hover=f"layer {layer} ({label})",
                     selector=f" · {label}",
                 )
             )

@@ -73,14 +73,14 @@ def query_problem(self_depth: int, depth: int, layer: int, query: Query) -> str 
     layer = layer + depth if layer < 0 else layer
     if layer < self_depth and query is None:
         return (
-            f"layer {layer + 1} is a self-attention block over the patches: the CLS token "
-            f"joins only at the class-attention blocks (layers {self_depth + 1}-{depth}); "
+            f"layer {layer} is a self-attention block over the patches: the CLS token "
+            f"joins only at the class-attention blocks (layers {self_depth}-{depth - 1}); "
             "click a patch, or pick one of those layers"
         )
     if layer >= self_depth and query is not None:
-        other = f", or a self-attention layer (1-{self_depth})" if self_depth else ""
+        other = f", or a self-attention layer (0-{self_depth - 1})" if self_depth else ""
         return (
-            f"layer {layer + 1} is a class-attention block: only the CLS token queries there "
+            f"layer {layer} is a class-attention block: only the CLS token queries there "
             f"(a patch takes nothing from other tokens there); use the CLS query{other}"
         )
     return None

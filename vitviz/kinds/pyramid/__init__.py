@@ -237,7 +237,7 @@ class PyramidKind(StagedEngineMembers):
         ):
             j = counts.get(s, 0)
             counts[s] = j + 1
-            name = f"{s + 1}.{j + 1}"
+            name = f"{s}.{j}"  # stages and blocks counted from 0
             H, W = analysis.stage_grids[s]
             kh, kw = keys.coarse
             rows.append(

@@ -46,7 +46,7 @@ def model_shape(loaded: Any, kind: ModelKind) -> ModelShape:
         for s in range(cfg.num_stages):
             keys = "pooled to 7×7" if cfg.linear else f"sr {cfg.sr_ratios[s]}"
             lines.append(
-                f"stage {s + 1}: {cfg.depths[s]} blocks, width {cfg.dims[s]}, {cfg.heads[s]} "
+                f"stage {s}: {cfg.depths[s]} blocks, width {cfg.dims[s]}, {cfg.heads[s]} "
                 f"heads, keys {keys}, MLP {cfg.mlp_hidden_dims[s]}"
             )
     lines.append(f"classes: {cfg.num_classes}; no prefix tokens (the head reads the mean of the "
@@ -102,13 +102,13 @@ def thumbnail_grid(a: PyramidAnalysis) -> tuple[tuple[int, int], int]:
 
 def words(a: PyramidAnalysis) -> ViewWords:
     h0, w0 = a.stage_grids[0]
-    last = len(a.stage_grids)
+    last = len(a.stage_grids) - 1  # stages counted from 0
     hl, wl = a.stage_grids[-1]
-    over = f"over stage 1's {h0}×{w0} tokens"
+    over = f"over stage 0's {h0}×{w0} tokens"
     return ViewWords(
         layer="block",
         axis="block (stage.block)",
-        head="head {head} of {heads}",
+        head="head {head} of 0–{last}",
         query_none="average pool (every token)",
         query_cell="point y {y:.0f}, x {x:.0f} px",
         title_query_none="query: mean over the tokens",

@@ -15,7 +15,7 @@ def architecture(cfg: HieraConfig) -> str:
 
 
 def parts(cfg: HieraConfig) -> tuple[str, ...]:
-    windowed = [str(s + 1) for s, w in enumerate(cfg.mask_unit_attn) if w]
+    windowed = [str(s) for s, w in enumerate(cfg.mask_unit_attn) if w]
     residual = "a Linear" if cfg.expand_proj else "[max, mean] over 2×2 (width doubled)"
     return (
         f"Conv2d stem (kernel {cfg.patch_kernel}, stride {cfg.patch_stride}, padding "
@@ -44,7 +44,7 @@ def stage_lines(cfg: HieraConfig) -> list[str]:
         scope = f"mask units {unit[0]}×{unit[1]}" if cfg.mask_unit_attn[s] else "global"
         pool = f", queries pooled {cfg.q_stride[0]}×{cfg.q_stride[1]} at its start" if s else ""
         lines.append(
-            f"stage {s + 1}: {cfg.depths[s]} blocks, width {cfg.dims[s]}, {cfg.heads[s]} heads, "
+            f"stage {s}: {cfg.depths[s]} blocks, width {cfg.dims[s]}, {cfg.heads[s]} heads, "
             f"attention {scope}{pool}, MLP {cfg.mlp_hidden_dims[s]}"
         )
     return lines

@@ -192,7 +192,7 @@ class SwinKind(StagedEngineMembers):
             index = counts.get(stage, 0)
             counts[stage] = index + 1
             kind = "SW" if layout.shifted else "W"
-            name = f"{stage + 1}.{index + 1}"
+            name = f"{stage}.{index}"  # stages and blocks counted from 0
             label = f"{name} {kind}"
             where = f"block {name} {kind}-MSA (window {layout.window[0]}"
             where += f", shift {layout.shift[0]})" if layout.shifted else ")"

@@ -67,9 +67,7 @@ def architecture(config: Mapping[str, Any], loaded: LoadedModel) -> tuple[str, .
         f"images prepared at {_size(loaded.preprocessing.image_size)} (below)",
     ]
     for s, (d, w, h, win) in enumerate(zip(depths, dims, heads, windows, strict=True)):
-        lines.append(
-            f"stage {s + 1}: {d} blocks, width {_known(w)}, {h} heads, window {_known(win)}"
-        )
+        lines.append(f"stage {s}: {d} blocks, width {_known(w)}, {h} heads, window {_known(win)}")
     lines.append(
         f"classes: {cfg.num_classes}; no prefix tokens (the head reads the average of the "
         "last stage's tokens)"
@@ -127,16 +125,17 @@ def thumbnail_grid(
 
 
 def words(analysis: SwinAnalysis) -> ViewWords:
-    """A Swin's words: blocks ("1.2"), points of the input, the average pool; the rollouts read
-    the last stage's token and span the first stage's grid, Grad-CAM the last stage's grid."""
+    """A Swin's words: blocks ("0.1", stages and blocks counted from 0), points of the input,
+    the average pool; the rollouts read the last stage's token and span the first stage's grid,
+    Grad-CAM the last stage's grid."""
     h0, w0 = analysis.stage_grids[0]
-    last = analysis.block_stages[-1] + 1
+    last = analysis.block_stages[-1]
     hl, wl = analysis.layouts[-1].grid
-    over = f"over stage 1's {h0}×{w0} tokens"
+    over = f"over stage 0's {h0}×{w0} tokens"
     return ViewWords(
         layer="block",
         axis="block (stage.block)",
-        head="head {head} of {heads}",
+        head="head {head} of 0–{last}",
         query_none="average pool (every token)",
         query_cell="point y {y:.0f}, x {x:.0f} px",
         title_query_none="query: average pool",

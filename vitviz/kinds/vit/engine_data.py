@@ -85,10 +85,10 @@ def layer_rows(analysis: Analysis) -> tuple[LayerRow, ...]:
     count, heads = int(analysis.num_layers), int(analysis.num_heads)
     return tuple(
         LayerRow(
-            label=f"L{i + 1}",
+            label=f"L{i}",
             heads=heads,
-            title=f"layer {i + 1} of {count}",
-            hover=f"layer {i + 1}",
+            title=f"layer {i} of 0–{count - 1}",
+            hover=f"layer {i}",
         )
         for i in range(count)
     )

@@ -2,7 +2,7 @@
 class-attention blocks where the CLS queries [CLS, patches]).
 
 Its token-to-token maps come only from its class-attention blocks: those are the analysis's
-layers ("CA 1", "CA 2"), in the CaiT kind's layout (``vitviz.kinds.cait``: the CLS row, identity
+layers ("CA 0", "CA 1"), in the CaiT kind's layout (``vitviz.kinds.cait``: the CLS row, identity
 below), so the CaiT kind's members apply with no self-attention layer. What each method is here:
 
 - raw attention, DINO masks, attention Grad-CAM: the CLS's row of a class-attention block; a
