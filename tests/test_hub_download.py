@@ -355,3 +355,46 @@ def test_a_connection_that_keeps_breaking_is_one_line_and_the_next_try_resumes(
     load_checkpoint("org/tiny-vit")
     gets = [r for m, p, r in hub.requests if m == "GET" and p.endswith("/model.safetensors")]
     assert gets[-1] == f"bytes={size // 2}-"
+
+
+# A listing's names that are no plain file name: on Windows "\\" and "C:" are a path (the first
+# climbs out of the snapshot folder), NUL and control characters make no file name, Windows
+# drops a trailing dot, ".." is the repository folder.
+HOSTILE_NAMES = (
+    "..\\..\\..\\..\\evil.safetensors",
+    "C:evil.safetensors",
+    "evil\x00.safetensors",
+    "evil\n.safetensors",
+    "evil.safetensors.",
+    "..",
+)
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_listed_name_that_is_no_plain_file_name_is_never_chosen(name: str) -> None:
+    with pytest.raises(CheckpointError, match="no weights vitviz reads"):
+        choose_files("a/b", [RepoFile(name, 10, "e" * 64)])
+    names = ("config.json", "model.safetensors.index.json", "model-1-of-2.safetensors")
+    shards = choose_files(
+        "a/b", [RepoFile(n, 10, "e" * 64) for n in (*names, "model-2-of-2.safetensors\n")]
+    )
+    assert [f.name for f in shards.files] == list(names)  # "$" let the newline by
+
+
+def test_a_hostile_listing_is_one_line_and_writes_nothing(
+    hub: StandinHub, tmp_path: Path, vit_files: dict[str, bytes]
+) -> None:
+    from vitviz.core.model_ids import parse_model_ref
+
+    weights = vit_files["model.safetensors"]
+    hub.repos["org/escape"] = StandinRepo("org/escape", {HOSTILE_NAMES[0]: weights}, COMMIT)
+    hub.repos["org/bad-sha"] = StandinRepo("org/bad-sha", dict(vit_files), "a" * 40 + "\n")
+    before = set(tmp_path.rglob("*"))
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/escape")
+    _one_line(info, "org/escape", "no weights vitviz reads")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/bad-sha")
+    _one_line(info, "org/bad-sha", "without a commit hash")
+    assert set(tmp_path.rglob("*")) == before and hub.bytes_served() == 0
+    assert parse_model_ref("org/name\n") is None and parse_model_ref("org/name@main\n") is None

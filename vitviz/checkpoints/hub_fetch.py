@@ -219,9 +219,9 @@ def plan_download(
         lfs = s.lfs
         size = lfs.size if lfs is not None else s.size
         etag = lfs.sha256 if lfs is not None else s.blob_id
-        if size is None or not etag:
+        if not isinstance(size, int) or size < 0 or not etag or not isinstance(s.rfilename, str):
             continue  # a listing without sizes: the file can't be planned, so it isn't chosen
-        listing.append(RepoFile(s.rfilename, int(size), str(etag)))
+        listing.append(RepoFile(s.rfilename, size, str(etag)))
     choice = choose_files(shown, listing, info.tags or ())
     for f in choice.files:
         if not _safe_etag(f.etag):
