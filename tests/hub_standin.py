@@ -11,7 +11,9 @@ makes, with the endpoints ``huggingface_hub`` calls (no network beyond this mach
 A gated repository answers only ``Authorization: Bearer <TOKEN>``. ``drop_after[(repo, file)] =
 n`` makes the next GET of that file send its headers and ``n`` bytes, then close the connection
 (a list: one such break per GET, in turn);
-``slow[(repo, file)] = s`` pauses ``s`` seconds after each 4 KiB of it.
+``slow[(repo, file)] = s`` pauses ``s`` seconds after each 4 KiB of it; ``ranges = False``
+answers every GET with the whole file (a server without ranges); a repository's
+``listed_sizes`` are what its listing says in place of the true sizes.
 The server runs on a daemon thread, serves at most ``max_requests`` requests and stops itself
 after ``lifetime`` seconds if the test doesn't stop it first (``with StandinHub(...) as hub``).
 """
@@ -54,6 +56,7 @@ class StandinRepo:
     gated: bool = False
     tags: list[str] = field(default_factory=list)
     damaged: set[str] = field(default_factory=set)  # served with a byte changed
+    listed_sizes: dict[str, int] = field(default_factory=dict)  # sizes the listing lies about
 
     def is_lfs(self, name: str) -> bool:
         return name.endswith((".safetensors", ".bin", ".pth", ".h5", ".msgpack", ".onnx"))
@@ -65,9 +68,10 @@ class StandinRepo:
     def info(self) -> dict:
         siblings = []
         for name, data in sorted(self.files.items()):
-            entry: dict = {"rfilename": name, "size": len(data), "blobId": git_blob_id(data)}
+            size = self.listed_sizes.get(name, len(data))
+            entry: dict = {"rfilename": name, "size": size, "blobId": git_blob_id(data)}
             if self.is_lfs(name):
-                entry["lfs"] = {"sha256": self.etag(name), "size": len(data), "pointerSize": 134}
+                entry["lfs"] = {"sha256": self.etag(name), "size": size, "pointerSize": 134}
             siblings.append(entry)
         return {
             "id": self.repo_id,
@@ -88,6 +92,7 @@ class StandinHub:
         self.repos = {r.repo_id: r for r in repos}
         self.drop_after: dict[tuple[str, str], int | list[int]] = {}
         self.slow: dict[tuple[str, str], float] = {}  # seconds of pause per 4 KiB sent
+        self.ranges = True  # False: a Range header is ignored (200, the whole file)
         self.requests: list[tuple[str, str, str]] = []  # (method, path, Range header)
         self.served: dict[tuple[str, str], int] = {}  # body bytes sent, per (repo, file)
         self.max_requests = max_requests
@@ -208,7 +213,7 @@ def _handler(hub: StandinHub) -> type[BaseHTTPRequestHandler]:
                 headers |= {"X-Linked-Etag": f'"{etag}"', "X-Linked-Size": str(len(data))}
             status, start = 200, 0
             ranged = re.match(r"^bytes=(\d+)-$", self.headers.get("Range", ""))
-            if ranged and body:
+            if ranged and body and hub.ranges:
                 start = int(ranged.group(1))
                 if start >= len(data):
                     self._error(416, "RangeNotSatisfiable", body)

@@ -398,3 +398,28 @@ def test_a_hostile_listing_is_one_line_and_writes_nothing(
     _one_line(info, "org/bad-sha", "without a commit hash")
     assert set(tmp_path.rglob("*")) == before and hub.bytes_served() == 0
     assert parse_model_ref("org/name\n") is None and parse_model_ref("org/name@main\n") is None
+
+
+@pytest.mark.parametrize("ranges", [True, False])
+def test_a_file_shorter_than_listed_is_one_line_deleted_and_not_asked_for_again(
+    hub: StandinHub, tmp_path: Path, vit_files: dict[str, bytes], ranges: bool
+) -> None:
+    """A listing whose size lies (more than the server has): without ranges, each new GET
+    started over and never reached the listed size, a loop only a cancel could end."""
+    size = len(vit_files["model.safetensors"])
+    lying = StandinRepo("org/short", dict(vit_files), COMMIT)
+    lying.listed_sizes["model.safetensors"] = size + 100
+    hub.repos["org/short"] = lying
+    hub.ranges = ranges
+
+    def gets() -> int:
+        return sum(m == "GET" and p.endswith("/model.safetensors") for m, p, _ in hub.requests)
+
+    plan = plan_download("org/short", settings=hub_settings())
+    with pytest.raises(CheckpointError) as info:
+        fetch(plan, cancelled=lambda: gets() > 5)
+    _one_line(info, "org/short", "model.safetensors", "damaged", "deleted")
+    assert gets() == 1
+    repo = _repo_folder(tmp_path, "org/short")
+    assert not list((repo / "blobs").glob("*.incomplete"))
+    assert cached_target("org/short") is None

@@ -351,12 +351,14 @@ def _transfer(plan: DownloadPlan, f: RepoFile, blob: Path, counter: _Counter) ->
                 if tries >= _RETRIES:
                     raise exc
                 time.sleep(_RETRY_PAUSE)
+                continue
+            break  # the answer ended whole: all the server has (asking again would loop)
     if not _matches(part, f):
         part.unlink(missing_ok=True)
         counter.add(-f.size)
         raise CheckpointError(
-            f"{plan.shown}: {f.name} arrived damaged (its hash is not the hub's); it was "
-            "deleted: run it again."
+            f"{plan.shown}: {f.name} arrived damaged (its size or hash is not the hub's); it "
+            "was deleted: run it again."
         )
     os.replace(part, blob)
 
