@@ -423,3 +423,67 @@ def test_a_file_shorter_than_listed_is_one_line_deleted_and_not_asked_for_again(
     repo = _repo_folder(tmp_path, "org/short")
     assert not list((repo / "blobs").glob("*.incomplete"))
     assert cached_target("org/short") is None
+
+
+def _sharded(files: dict[str, bytes]) -> dict[str, bytes]:
+    """``files`` with its model.safetensors as two shards and their index."""
+    from hub_standin import _safetensors_bytes
+    from safetensors.torch import load
+
+    state = load(files["model.safetensors"])
+    keys = sorted(state)
+    names = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    halves = (keys[: len(keys) // 2], keys[len(keys) // 2 :])
+    out = {k: v for k, v in files.items() if k != "model.safetensors"}
+    for name, part in zip(names, halves, strict=True):
+        out[name] = _safetensors_bytes({k: state[k] for k in part})
+    weight_map = {k: name for name, part in zip(names, halves, strict=True) for k in part}
+    index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
+    out["model.safetensors.index.json"] = json.dumps(index).encode()
+    return out
+
+
+@pytest.mark.parametrize("repo_id", ["org/tiny-vit", "org/sharded"])
+def test_links_that_stop_half_way_leave_nothing_the_next_open_trusts(
+    hub: StandinHub,
+    tmp_path: Path,
+    vit_files: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    repo_id: str,
+) -> None:
+    """Without symlinks (Windows without developer mode) the snapshot's files are copies of
+    the blobs; a disk that fills while copying the weights must leave neither a half copy
+    named model.safetensors nor a shards' index without all its shards (the next open would
+    take either as the model)."""
+    import errno
+    import shutil
+
+    hub.repos["org/sharded"] = StandinRepo("org/sharded", _sharded(vit_files), COMMIT)
+
+    def no_symlinks(self: Path, target: str) -> None:
+        raise OSError(errno.EPERM, "symlinks not allowed")
+
+    real_copy = shutil.copyfile
+
+    def disk_fills(src: Path, dst: Path) -> None:
+        name = Path(dst).name  # the weights (the last shard): half, then a full disk
+        if "-00002-of-" in name or ("model.safetensors" in name and "index" not in name):
+            Path(dst).write_bytes(Path(src).read_bytes()[:1000])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_copy(src, dst)
+
+    monkeypatch.setattr(Path, "symlink_to", no_symlinks)
+    monkeypatch.setattr(hub_fetch.shutil, "copyfile", disk_fills)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(repo_id)
+    _one_line(info, repo_id, "disk", "full")
+    snap = _repo_folder(tmp_path, repo_id) / "snapshots" / COMMIT
+    assert not (snap / "model.safetensors").exists()
+    assert not (snap / "model-00002-of-00002.safetensors").exists()
+    assert cached_target(repo_id) is None
+    monkeypatch.setattr(hub_fetch.shutil, "copyfile", real_copy)
+    served = hub.bytes_served(repo_id)
+    loaded = load_checkpoint(repo_id)  # the blobs stayed: only the copies are made now
+    assert loaded.path == snap and hub.bytes_served(repo_id) == served
+    assert not any(p.is_symlink() for p in snap.iterdir())
+    assert loaded.model.config.num_classes == 3

@@ -297,7 +297,9 @@ def fetch(
                         _transfer(plan, f, blob, counter)
             if f.name == "config.json":
                 _refuse_code(plan, blob if blob.is_file() else plan.snapshot / f.name)
-        for f in plan.choice.files:
+        # The weights file that makes the snapshot openable (``_openable``) is linked last, so
+        # links that stop half-way (a full disk while copying) leave nothing the next open trusts.
+        for f in sorted(plan.choice.files, key=lambda f: f.name in WEIGHT_FILES):
             _link(plan.snapshot / f.name, blobs / f.etag)
         if plan.revision != plan.commit:
             _write_ref(plan.folder / "refs" / plan.revision, plan.commit)
@@ -439,7 +441,10 @@ def _link(pointer: Path, blob: Path) -> None:
     try:
         pointer.symlink_to(os.path.relpath(blob, pointer.parent))
     except OSError:  # no symlinks here (Windows without developer mode): a copy, as the hub's
-        shutil.copyfile(blob, pointer)
+        from vitviz.checkpoints.atomic import atomic_path
+
+        with atomic_path(pointer) as tmp:  # whole or not at all: a half copy is never named
+            shutil.copyfile(blob, tmp)
 
 
 def _write_ref(ref: Path, commit: str) -> None:
