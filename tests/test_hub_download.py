@@ -487,3 +487,53 @@ def test_links_that_stop_half_way_leave_nothing_the_next_open_trusts(
     assert loaded.path == snap and hub.bytes_served(repo_id) == served
     assert not any(p.is_symlink() for p in snap.iterdir())
     assert loaded.model.config.num_classes == 3
+
+
+def test_a_folder_or_a_cached_or_offline_id_opens_no_socket_and_writes_nothing(
+    tmp_path: Path, vit_files: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No hub here (HF_ENDPOINT a closed port) and every connection refused and recorded:
+    a folder of files, a cached id, an uncached id offline open (or are refused) without a
+    socket, and none of them writes a file in the cache (no file a user gives writes one)."""
+    import socket
+
+    from vitviz.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{s.getsockname()[1]}")
+    for name in ("HF_HUB_CACHE", "HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.chdir(tmp_path)
+    tried: list[object] = []
+
+    def refuse(self: socket.socket, address: object) -> None:
+        tried.append(address)
+        raise ConnectionRefusedError("no sockets in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    for name in NEEDED:
+        (folder / name).write_bytes(vit_files[name])
+    assert load_checkpoint(folder).model.config.num_classes == 3
+    assert main(["info", str(folder)]) == 0
+    with pytest.raises(CheckpointError, match="--offline"):
+        load_checkpoint("org/tiny-vit", offline=True)
+    assert main(["info", "org/tiny-vit", "--offline"]) == 2
+    assert tried == [] and not (tmp_path / "hf").exists()
+
+    snap = _repo_folder(tmp_path, "org/tiny-vit") / "snapshots" / COMMIT
+    snap.mkdir(parents=True)
+    for name in NEEDED:
+        (snap / name).write_bytes(vit_files[name])
+    (snap.parent.parent / "refs").mkdir()
+    (snap.parent.parent / "refs" / "main").write_text(COMMIT)
+    cache = sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "hf").rglob("*"))
+    assert load_checkpoint("org/tiny-vit").path == snap
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["info", "org/tiny-vit"]) == 0
+    assert tried == []
+    assert sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "hf").rglob("*")) == cache
