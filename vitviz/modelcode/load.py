@@ -25,7 +25,7 @@ from vitviz.modelcode.errors import (
     fixed_batch_error,
     setting_hint,
 )
-from vitviz.modelcode.heads import one_per_layer, plan_heads
+from vitviz.modelcode.heads import check_side_by_side, one_per_layer, plan_heads
 from vitviz.modelcode.importing import (
     build_module,
     effective_args,
@@ -65,9 +65,11 @@ def _probe(
     file: Path,
     heads: HeadPlan | None = None,
     matrices: MatrixPlan | None = None,
+    gradients: bool = False,
 ) -> RawRun:
     """One captured pass on a seeded random image, with block outputs and (without a plan)
-    the module calls active at each attention noted."""
+    the module calls active at each attention noted; ``gradients``: with the autograd graph
+    from the image on (its records can be differentiated)."""
     h, w = layout.image_size
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, layout.in_channels, h, w, generator=g)
@@ -76,10 +78,10 @@ def _probe(
     except StopIteration:
         device = torch.device("cpu")
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(gradients):
             return run_captured(
                 inner,
-                x.to(device),
+                x.to(device).requires_grad_(gradients),
                 hidden_states=True,
                 heads=heads,
                 calls=heads is None and matrices is None,
@@ -173,6 +175,10 @@ def group_heads(
     if planned is None:
         return run, Grouping()
     plan, note = planned
+    with torch.enable_grad():  # heads grouped as one layer must not read each other's result
+        check_side_by_side(
+            _probe(inner, layout, spec.name, file, gradients=True).log, plan, spec.name
+        )
     sources = {run.log.sources[i] for i in plan.spots}
     if ONE_MATRIX not in sources:
         return _probe(inner, layout, spec.name, file, plan), Grouping(plan, None, note)
