@@ -13,7 +13,8 @@ n`` makes the next GET of that file send its headers and ``n`` bytes, then close
 (a list: one such break per GET, in turn);
 ``slow[(repo, file)] = s`` pauses ``s`` seconds after each 4 KiB of it; ``ranges = False``
 answers every GET with the whole file (a server without ranges); a repository's
-``listed_sizes`` are what its listing says in place of the true sizes.
+``listed_sizes`` and ``listed_etags`` are what its listing says in place of the true sizes
+and blob ids.
 The server runs on a daemon thread, serves at most ``max_requests`` requests and stops itself
 after ``lifetime`` seconds if the test doesn't stop it first (``with StandinHub(...) as hub``).
 """
@@ -57,6 +58,7 @@ class StandinRepo:
     tags: list[str] = field(default_factory=list)
     damaged: set[str] = field(default_factory=set)  # served with a byte changed
     listed_sizes: dict[str, int] = field(default_factory=dict)  # sizes the listing lies about
+    listed_etags: dict[str, str] = field(default_factory=dict)  # blob ids it lies about
 
     def is_lfs(self, name: str) -> bool:
         return name.endswith((".safetensors", ".bin", ".pth", ".h5", ".msgpack", ".onnx"))
@@ -69,9 +71,12 @@ class StandinRepo:
         siblings = []
         for name, data in sorted(self.files.items()):
             size = self.listed_sizes.get(name, len(data))
-            entry: dict = {"rfilename": name, "size": size, "blobId": git_blob_id(data)}
+            etag = self.listed_etags.get(name)
+            blob_id = etag or git_blob_id(data)
+            entry: dict = {"rfilename": name, "size": size, "blobId": blob_id}
             if self.is_lfs(name):
-                entry["lfs"] = {"sha256": self.etag(name), "size": size, "pointerSize": 134}
+                sha = etag or self.etag(name)
+                entry["lfs"] = {"sha256": sha, "size": size, "pointerSize": 134}
             siblings.append(entry)
         return {
             "id": self.repo_id,

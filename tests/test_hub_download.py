@@ -537,3 +537,19 @@ def test_a_folder_or_a_cached_or_offline_id_opens_no_socket_and_writes_nothing(
     assert main(["info", "org/tiny-vit"]) == 0
     assert tried == []
     assert sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "hf").rglob("*")) == cache
+
+
+@pytest.mark.parametrize("etag", ["abc", "../../x", "e" * 63, "g" * 64, "0" * 40 + "/"])
+def test_a_listed_blob_id_that_is_no_hash_is_refused_before_a_byte(
+    hub: StandinHub, tmp_path: Path, vit_files: dict[str, bytes], etag: str
+) -> None:
+    """A blob id names the blob's file and is the hash it is checked against: one that is
+    neither a git blob id nor a sha256 (a short one left the file unchecked) is refused."""
+    damaged = StandinRepo("org/odd", dict(vit_files), COMMIT, damaged={"model.safetensors"})
+    damaged.listed_etags["model.safetensors"] = etag
+    hub.repos["org/odd"] = damaged
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/odd")
+    _one_line(info, "org/odd", "model.safetensors", "hash vitviz can check")
+    assert hub.bytes_served() == 0
+    assert not _repo_folder(tmp_path, "org/odd").exists()

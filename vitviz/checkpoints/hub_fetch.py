@@ -24,6 +24,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -59,6 +60,7 @@ _TIMEOUT = 30.0  # seconds without a byte before a connection counts as broken
 _RETRIES = 5  # broken connections in a row, with no byte between them, before giving up
 _RETRY_PAUSE = 0.5  # seconds
 _LOCK_WAIT = 0.5  # seconds between two looks at a cancel while another writer holds a blob
+_ETAG = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 Cancelled = Callable[[], bool]
@@ -225,7 +227,10 @@ def plan_download(
     choice = choose_files(shown, listing, info.tags or ())
     for f in choice.files:
         if not _safe_etag(f.etag):
-            raise CheckpointError(f"{shown}: the hub's listing names {f.name} oddly ({f.etag!r}).")
+            raise CheckpointError(
+                f"{shown}: {settings.endpoint} lists {f.name} without a hash vitviz can check "
+                f"({f.etag[:24]!r}): is HF_ENDPOINT a hub?"
+            )
     return DownloadPlan(repo_id, revision, commit, choice, settings)
 
 
@@ -413,10 +418,8 @@ def _matches(path: Path, f: RepoFile) -> bool:
     etag = f.etag.lower()
     if len(etag) == 64:
         digest = hashlib.sha256()
-    elif len(etag) == 40:
+    else:  # 40: a plan holds no other (_safe_etag)
         digest = hashlib.sha1(f"blob {f.size}\0".encode(), usedforsecurity=False)
-    else:
-        return True
     with open(path, "rb") as src:
         while chunk := src.read(_HASH_CHUNK):
             digest.update(chunk)
@@ -475,7 +478,9 @@ def _partial(blob: Path) -> Path:
 
 
 def _safe_etag(etag: str) -> bool:
-    return bool(etag) and len(etag) <= 128 and all(c.isalnum() or c in "-_" for c in etag)
+    """A git blob id (40 hex digits) or an LFS sha256 (64): the blob's file name, and a hash
+    ``_matches`` checks (anything else would name a file that is trusted unchecked)."""
+    return bool(_ETAG.fullmatch(etag))
 
 
 class _Counter:
