@@ -59,6 +59,7 @@ class StandinRepo:
     damaged: set[str] = field(default_factory=set)  # served with a byte changed
     listed_sizes: dict[str, int] = field(default_factory=dict)  # sizes the listing lies about
     listed_etags: dict[str, str] = field(default_factory=dict)  # blob ids it lies about
+    any_revision: bool = False  # every revision asked for is answered with ``commit``
 
     def is_lfs(self, name: str) -> bool:
         return name.endswith((".safetensors", ".bin", ".pth", ".h5", ".msgpack", ".onnx"))
@@ -195,7 +196,7 @@ def _handler(hub: StandinHub) -> type[BaseHTTPRequestHandler]:
             repo = self._repo(repo_id, body)
             if repo is None:
                 return
-            if revision not in ("main", repo.commit):
+            if revision not in ("main", repo.commit) and not repo.any_revision:
                 self._error(404, "RevisionNotFound", body)
                 return
             data = json.dumps(repo.info()).encode()

@@ -553,3 +553,17 @@ def test_a_listed_blob_id_that_is_no_hash_is_refused_before_a_byte(
     _one_line(info, "org/odd", "model.safetensors", "hash vitviz can check")
     assert hub.bytes_served() == 0
     assert not _repo_folder(tmp_path, "org/odd").exists()
+
+
+def test_a_commit_asked_for_and_answered_with_another_is_refused(
+    hub: StandinHub, tmp_path: Path, vit_files: dict[str, bytes]
+) -> None:
+    """org/name@<commit> is that commit or nothing: a hub answering with another commit's
+    files would open a model the user did not ask for (and write a ref naming it)."""
+    asked = "f" * 40
+    hub.repos["org/any"] = StandinRepo("org/any", dict(vit_files), COMMIT, any_revision=True)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(f"org/any@{asked}")
+    _one_line(info, f"org/any@{asked}", "answered with commit 1234567890ab", "not the one")
+    assert hub.bytes_served() == 0 and not _repo_folder(tmp_path, "org/any").exists()
+    assert load_checkpoint(f"org/tiny-vit@{COMMIT}").path.name == COMMIT  # the one asked for

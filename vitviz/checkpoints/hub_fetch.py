@@ -214,6 +214,11 @@ def plan_download(
         raise CheckpointError(
             f"{shown}: {settings.endpoint} answered without a commit hash: is HF_ENDPOINT a hub?"
         )
+    if COMMIT_HASH.match(revision) and commit != revision:
+        raise CheckpointError(
+            f"{shown}: {settings.endpoint} answered with commit {commit[:12]}, not the one "
+            "asked for: is HF_ENDPOINT a hub?"
+        )
     if needs_code(info.config if isinstance(info.config, dict) else None, info.tags or ()):
         raise code_refusal(shown)
     listing = []
