@@ -32,6 +32,6 @@ def parse_model_ref(text: str) -> tuple[str, str] | None:
         return None
     if not at:
         return repo_id, "main"
-    if not _REVISION.match(revision) or ".." in revision.split("/"):
-        return None
+    if not _REVISION.match(revision) or {"", ".", ".."} & set(revision.split("/")):
+        return None  # "refs/." would name the refs folder itself, "a//b" an empty part
     return repo_id, revision
