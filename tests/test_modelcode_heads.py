@@ -630,3 +630,19 @@ class TwoAttention(nn.Module):
         assert_probabilities_close(a, want)
     for g, want in zip(got.gradients, grads, strict=True):
         torch.testing.assert_close(g, want, atol=1e-4 * float(want.abs().max()), rtol=1e-4)
+
+
+def test_heads_concatenated_in_another_order_than_listed_are_refused(tmp_path: Path):
+    """Computed in list order, concatenated reversed: the projection's slice k holds head
+    H-1-k's output, so numbered by the list every head's map would carry another's number."""
+    source = (
+        "class CatReversed(MultiHead):\n"
+        "    def forward(self, x):\n"
+        "        outs = [h(x) for h in self.heads]\n"
+        "        return self.proj(torch.cat(outs[::-1], dim=-1))\n"
+        + HEAD_MODULES.replace("Block(dim, heads, MultiHead)", "Block(dim, heads, CatReversed)")
+    )
+    message = _refused(tmp_path, source)
+    assert (
+        "projection beside blocks.0.attn.heads reads its heads in the order 3, 2, 1, 0" in message
+    )

@@ -150,7 +150,8 @@ def plan_heads(
         f"attention computed one head at a time: {len(one_head)} one-head softmaxes grouped "
         f"into {len(groups)} layers × {H} heads by the module holding them ({how})"
     )
-    return HeadPlan(spots), note
+    lists = tuple(dict.fromkeys(g.where for g in groups.values() if g.by_list))
+    return HeadPlan(spots, lists), note
 
 
 def check_side_by_side(log: CaptureLog, plan: HeadPlan, name: str) -> None:

@@ -18,6 +18,7 @@ from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run
 from vitviz.modelcode.assembly import ONE_MATRIX, HeadPlan, MatrixPlan
 from vitviz.modelcode.batching import FixedBatch
 from vitviz.modelcode.blocks import block_containers, block_counts
+from vitviz.modelcode.concat_order import watch_concat
 from vitviz.modelcode.errors import (
     FixedBatchError,
     ModelCodeError,
@@ -175,10 +176,12 @@ def group_heads(
     if planned is None:
         return run, Grouping()
     plan, note = planned
-    with torch.enable_grad():  # heads grouped as one layer must not read each other's result
-        check_side_by_side(
-            _probe(inner, layout, spec.name, file, gradients=True).log, plan, spec.name
-        )
+    # heads grouped as one layer must not read each other's result, and listed heads must
+    # fill the projection's input in their list order
+    with torch.enable_grad(), watch_concat(inner, plan.lists) as concat:
+        probe = _probe(inner, layout, spec.name, file, gradients=True)
+    check_side_by_side(probe.log, plan, spec.name)
+    concat.check(spec.name)
     sources = {run.log.sources[i] for i in plan.spots}
     if ONE_MATRIX not in sources:
         return _probe(inner, layout, spec.name, file, plan), Grouping(plan, None, note)
