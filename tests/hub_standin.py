@@ -12,7 +12,8 @@ A gated repository answers only ``Authorization: Bearer <TOKEN>``. ``drop_after[
 n`` makes the next GET of that file send its headers and ``n`` bytes, then close the connection
 (a list: one such break per GET, in turn);
 ``slow[(repo, file)] = s`` pauses ``s`` seconds after each 4 KiB of it; ``ranges = False``
-answers every GET with the whole file (a server without ranges); a repository's
+answers every GET with the whole file (a server without ranges); ``portal = True`` answers
+every request with an HTML page (a network's sign-in page); a repository's
 ``listed_sizes`` and ``listed_etags`` are what its listing says in place of the true sizes
 and blob ids.
 The server runs on a daemon thread, serves at most ``max_requests`` requests and stops itself
@@ -99,6 +100,7 @@ class StandinHub:
         self.drop_after: dict[tuple[str, str], int | list[int]] = {}
         self.slow: dict[tuple[str, str], float] = {}  # seconds of pause per 4 KiB sent
         self.ranges = True  # False: a Range header is ignored (200, the whole file)
+        self.portal = False  # True: every request answered 200 with an HTML sign-in page
         self.requests: list[tuple[str, str, str]] = []  # (method, path, Range header)
         self.served: dict[tuple[str, str], int] = {}  # body bytes sent, per (repo, file)
         self.max_requests = max_requests
@@ -174,6 +176,10 @@ def _handler(hub: StandinHub) -> type[BaseHTTPRequestHandler]:
                 over = len(hub.requests) > hub.max_requests
             if over:
                 self._error(503, "TooManyRequests", body)
+                return
+            if hub.portal:
+                page = b"<html><body>Sign in to use this network</body></html>"
+                self._send(200, {"Content-Type": "text/html"}, page, body)
                 return
             if m := _API.match(path):
                 self._info(m.group(1), m.group(2) or "main", body)

@@ -567,3 +567,20 @@ def test_a_commit_asked_for_and_answered_with_another_is_refused(
     _one_line(info, f"org/any@{asked}", "answered with commit 1234567890ab", "not the one")
     assert hub.bytes_served() == 0 and not _repo_folder(tmp_path, "org/any").exists()
     assert load_checkpoint(f"org/tiny-vit@{COMMIT}").path.name == COMMIT  # the one asked for
+
+
+def test_a_sign_in_page_in_place_of_the_hub_is_one_line(
+    hub: StandinHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A network that answers every request with its sign-in page (200, HTML): the listing is
+    no JSON, which was a JSONDecodeError traceback."""
+    from vitviz.cli import main
+
+    hub.portal = True
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/tiny-vit")
+    _one_line(info, "org/tiny-vit", hub.url, "did not answer as a hub does", "sign-in page")
+    assert main(["info", "org/tiny-vit"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "sign-in page" in err
+    assert not _repo_folder(tmp_path, "org/tiny-vit").exists()

@@ -208,6 +208,11 @@ def plan_download(
             repo_id, revision=revision, files_metadata=True
         )
     except Exception as exc:
+        if _malformed(exc):
+            raise CheckpointError(
+                f"{shown}: {settings.endpoint} did not answer as a hub does (no model listing "
+                "came): is HF_ENDPOINT a hub, or does this network want a sign-in page first?"
+            ) from exc
         raise hub_fault(shown, exc, settings) from exc
     commit = str(info.sha or "")
     if not COMMIT_HASH.match(commit):
@@ -237,6 +242,15 @@ def plan_download(
                 f"({f.etag[:24]!r}): is HF_ENDPOINT a hub?"
             )
     return DownloadPlan(repo_id, revision, commit, choice, settings)
+
+
+def _malformed(exc: BaseException) -> bool:
+    """A listing request answered with something that is no listing (a sign-in page's HTML,
+    JSON of another shape), not an HTTP error of the hub."""
+    from huggingface_hub import errors
+
+    wrong = (ValueError, TypeError, KeyError, AttributeError)
+    return isinstance(exc, wrong) and not isinstance(exc, errors.HfHubHTTPError)
 
 
 def hub_fault(shown: str, exc: BaseException, settings: HubSettings) -> CheckpointError:
