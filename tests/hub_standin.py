@@ -11,7 +11,11 @@ makes, with the endpoints ``huggingface_hub`` calls (no network beyond this mach
 A gated repository answers only ``Authorization: Bearer <TOKEN>``. ``drop_after[(repo, file)] =
 n`` makes the next GET of that file send its headers and ``n`` bytes, then close the connection
 (a list: one such break per GET, in turn);
-``slow[(repo, file)] = s`` pauses ``s`` seconds after each 4 KiB of it.
+``slow[(repo, file)] = s`` pauses ``s`` seconds after each 4 KiB of it; ``ranges = False``
+answers every GET with the whole file (a server without ranges); ``portal = True`` answers
+every request with an HTML page (a network's sign-in page); a repository's
+``listed_sizes`` and ``listed_etags`` are what its listing says in place of the true sizes
+and blob ids.
 The server runs on a daemon thread, serves at most ``max_requests`` requests and stops itself
 after ``lifetime`` seconds if the test doesn't stop it first (``with StandinHub(...) as hub``).
 """
@@ -54,6 +58,9 @@ class StandinRepo:
     gated: bool = False
     tags: list[str] = field(default_factory=list)
     damaged: set[str] = field(default_factory=set)  # served with a byte changed
+    listed_sizes: dict[str, int] = field(default_factory=dict)  # sizes the listing lies about
+    listed_etags: dict[str, str] = field(default_factory=dict)  # blob ids it lies about
+    any_revision: bool = False  # every revision asked for is answered with ``commit``
 
     def is_lfs(self, name: str) -> bool:
         return name.endswith((".safetensors", ".bin", ".pth", ".h5", ".msgpack", ".onnx"))
@@ -65,9 +72,13 @@ class StandinRepo:
     def info(self) -> dict:
         siblings = []
         for name, data in sorted(self.files.items()):
-            entry: dict = {"rfilename": name, "size": len(data), "blobId": git_blob_id(data)}
+            size = self.listed_sizes.get(name, len(data))
+            etag = self.listed_etags.get(name)
+            blob_id = etag or git_blob_id(data)
+            entry: dict = {"rfilename": name, "size": size, "blobId": blob_id}
             if self.is_lfs(name):
-                entry["lfs"] = {"sha256": self.etag(name), "size": len(data), "pointerSize": 134}
+                sha = etag or self.etag(name)
+                entry["lfs"] = {"sha256": sha, "size": size, "pointerSize": 134}
             siblings.append(entry)
         return {
             "id": self.repo_id,
@@ -88,6 +99,8 @@ class StandinHub:
         self.repos = {r.repo_id: r for r in repos}
         self.drop_after: dict[tuple[str, str], int | list[int]] = {}
         self.slow: dict[tuple[str, str], float] = {}  # seconds of pause per 4 KiB sent
+        self.ranges = True  # False: a Range header is ignored (200, the whole file)
+        self.portal = False  # True: every request answered 200 with an HTML sign-in page
         self.requests: list[tuple[str, str, str]] = []  # (method, path, Range header)
         self.served: dict[tuple[str, str], int] = {}  # body bytes sent, per (repo, file)
         self.max_requests = max_requests
@@ -164,6 +177,10 @@ def _handler(hub: StandinHub) -> type[BaseHTTPRequestHandler]:
             if over:
                 self._error(503, "TooManyRequests", body)
                 return
+            if hub.portal:
+                page = b"<html><body>Sign in to use this network</body></html>"
+                self._send(200, {"Content-Type": "text/html"}, page, body)
+                return
             if m := _API.match(path):
                 self._info(m.group(1), m.group(2) or "main", body)
             elif m := _RESOLVE.match(path):
@@ -185,7 +202,7 @@ def _handler(hub: StandinHub) -> type[BaseHTTPRequestHandler]:
             repo = self._repo(repo_id, body)
             if repo is None:
                 return
-            if revision not in ("main", repo.commit):
+            if revision not in ("main", repo.commit) and not repo.any_revision:
                 self._error(404, "RevisionNotFound", body)
                 return
             data = json.dumps(repo.info()).encode()
@@ -208,7 +225,7 @@ def _handler(hub: StandinHub) -> type[BaseHTTPRequestHandler]:
                 headers |= {"X-Linked-Etag": f'"{etag}"', "X-Linked-Size": str(len(data))}
             status, start = 200, 0
             ranged = re.match(r"^bytes=(\d+)-$", self.headers.get("Range", ""))
-            if ranged and body:
+            if ranged and body and hub.ranges:
                 start = int(ranged.group(1))
                 if start >= len(data):
                     self._error(416, "RangeNotSatisfiable", body)

@@ -135,6 +135,15 @@ def test_what_is_a_model_id() -> None:
         assert not looks_like_model_id(text), text
 
 
+def test_what_is_a_revision() -> None:
+    from vitviz.core.model_ids import parse_model_ref
+
+    for revision in ("main", "v1.0", "refs/pr/1", "a" * 40):
+        assert parse_model_ref(f"org/name@{revision}") == ("org/name", revision)
+    for revision in (".", "..", "a/./b", "a/../b", "a//b", "a/", "main\n", ""):
+        assert parse_model_ref(f"org/name@{revision}") is None, revision
+
+
 def _second_snapshot(repo: Path, name: str) -> Path:
     """A copy of the repository's snapshot under ``name``, its classifier made different."""
     from safetensors.torch import load_file, save_file

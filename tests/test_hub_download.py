@@ -355,3 +355,232 @@ def test_a_connection_that_keeps_breaking_is_one_line_and_the_next_try_resumes(
     load_checkpoint("org/tiny-vit")
     gets = [r for m, p, r in hub.requests if m == "GET" and p.endswith("/model.safetensors")]
     assert gets[-1] == f"bytes={size // 2}-"
+
+
+# A listing's names that are no plain file name: on Windows "\\" and "C:" are a path (the first
+# climbs out of the snapshot folder), NUL and control characters make no file name, Windows
+# drops a trailing dot, ".." is the repository folder.
+HOSTILE_NAMES = (
+    "..\\..\\..\\..\\evil.safetensors",
+    "C:evil.safetensors",
+    "evil\x00.safetensors",
+    "evil\n.safetensors",
+    "evil.safetensors.",
+    "..",
+)
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_listed_name_that_is_no_plain_file_name_is_never_chosen(name: str) -> None:
+    with pytest.raises(CheckpointError, match="no weights vitviz reads"):
+        choose_files("a/b", [RepoFile(name, 10, "e" * 64)])
+    names = ("config.json", "model.safetensors.index.json", "model-1-of-2.safetensors")
+    shards = choose_files(
+        "a/b", [RepoFile(n, 10, "e" * 64) for n in (*names, "model-2-of-2.safetensors\n")]
+    )
+    assert [f.name for f in shards.files] == list(names)  # "$" let the newline by
+
+
+def test_a_hostile_listing_is_one_line_and_writes_nothing(
+    hub: StandinHub, tmp_path: Path, vit_files: dict[str, bytes]
+) -> None:
+    from vitviz.core.model_ids import parse_model_ref
+
+    weights = vit_files["model.safetensors"]
+    hub.repos["org/escape"] = StandinRepo("org/escape", {HOSTILE_NAMES[0]: weights}, COMMIT)
+    hub.repos["org/bad-sha"] = StandinRepo("org/bad-sha", dict(vit_files), "a" * 40 + "\n")
+    before = set(tmp_path.rglob("*"))
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/escape")
+    _one_line(info, "org/escape", "no weights vitviz reads")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/bad-sha")
+    _one_line(info, "org/bad-sha", "without a commit hash")
+    assert set(tmp_path.rglob("*")) == before and hub.bytes_served() == 0
+    assert parse_model_ref("org/name\n") is None and parse_model_ref("org/name@main\n") is None
+
+
+@pytest.mark.parametrize("ranges", [True, False])
+def test_a_file_shorter_than_listed_is_one_line_deleted_and_not_asked_for_again(
+    hub: StandinHub, tmp_path: Path, vit_files: dict[str, bytes], ranges: bool
+) -> None:
+    """A listing whose size lies (more than the server has): without ranges, each new GET
+    started over and never reached the listed size, a loop only a cancel could end."""
+    size = len(vit_files["model.safetensors"])
+    lying = StandinRepo("org/short", dict(vit_files), COMMIT)
+    lying.listed_sizes["model.safetensors"] = size + 100
+    hub.repos["org/short"] = lying
+    hub.ranges = ranges
+
+    def gets() -> int:
+        return sum(m == "GET" and p.endswith("/model.safetensors") for m, p, _ in hub.requests)
+
+    plan = plan_download("org/short", settings=hub_settings())
+    with pytest.raises(CheckpointError) as info:
+        fetch(plan, cancelled=lambda: gets() > 5)
+    _one_line(info, "org/short", "model.safetensors", "damaged", "deleted")
+    assert gets() == 1
+    repo = _repo_folder(tmp_path, "org/short")
+    assert not list((repo / "blobs").glob("*.incomplete"))
+    assert cached_target("org/short") is None
+
+
+def _sharded(files: dict[str, bytes]) -> dict[str, bytes]:
+    """``files`` with its model.safetensors as two shards and their index."""
+    from hub_standin import _safetensors_bytes
+    from safetensors.torch import load
+
+    state = load(files["model.safetensors"])
+    keys = sorted(state)
+    names = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    halves = (keys[: len(keys) // 2], keys[len(keys) // 2 :])
+    out = {k: v for k, v in files.items() if k != "model.safetensors"}
+    for name, part in zip(names, halves, strict=True):
+        out[name] = _safetensors_bytes({k: state[k] for k in part})
+    weight_map = {k: name for name, part in zip(names, halves, strict=True) for k in part}
+    index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
+    out["model.safetensors.index.json"] = json.dumps(index).encode()
+    return out
+
+
+@pytest.mark.parametrize("repo_id", ["org/tiny-vit", "org/sharded"])
+def test_links_that_stop_half_way_leave_nothing_the_next_open_trusts(
+    hub: StandinHub,
+    tmp_path: Path,
+    vit_files: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    repo_id: str,
+) -> None:
+    """Without symlinks (Windows without developer mode) the snapshot's files are copies of
+    the blobs; a disk that fills while copying the weights must leave neither a half copy
+    named model.safetensors nor a shards' index without all its shards (the next open would
+    take either as the model)."""
+    import errno
+    import shutil
+
+    hub.repos["org/sharded"] = StandinRepo("org/sharded", _sharded(vit_files), COMMIT)
+
+    def no_symlinks(self: Path, target: str) -> None:
+        raise OSError(errno.EPERM, "symlinks not allowed")
+
+    real_copy = shutil.copyfile
+
+    def disk_fills(src: Path, dst: Path) -> None:
+        name = Path(dst).name  # the weights (the last shard): half, then a full disk
+        if "-00002-of-" in name or ("model.safetensors" in name and "index" not in name):
+            Path(dst).write_bytes(Path(src).read_bytes()[:1000])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_copy(src, dst)
+
+    monkeypatch.setattr(Path, "symlink_to", no_symlinks)
+    monkeypatch.setattr(hub_fetch.shutil, "copyfile", disk_fills)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(repo_id)
+    _one_line(info, repo_id, "disk", "full")
+    snap = _repo_folder(tmp_path, repo_id) / "snapshots" / COMMIT
+    assert not (snap / "model.safetensors").exists()
+    assert not (snap / "model-00002-of-00002.safetensors").exists()
+    assert cached_target(repo_id) is None
+    monkeypatch.setattr(hub_fetch.shutil, "copyfile", real_copy)
+    served = hub.bytes_served(repo_id)
+    loaded = load_checkpoint(repo_id)  # the blobs stayed: only the copies are made now
+    assert loaded.path == snap and hub.bytes_served(repo_id) == served
+    assert not any(p.is_symlink() for p in snap.iterdir())
+    assert loaded.model.config.num_classes == 3
+
+
+def test_a_folder_or_a_cached_or_offline_id_opens_no_socket_and_writes_nothing(
+    tmp_path: Path, vit_files: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No hub here (HF_ENDPOINT a closed port) and every connection refused and recorded:
+    a folder of files, a cached id, an uncached id offline open (or are refused) without a
+    socket, and none of them writes a file in the cache (no file a user gives writes one)."""
+    import socket
+
+    from vitviz.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{s.getsockname()[1]}")
+    for name in ("HF_HUB_CACHE", "HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.chdir(tmp_path)
+    tried: list[object] = []
+
+    def refuse(self: socket.socket, address: object) -> None:
+        tried.append(address)
+        raise ConnectionRefusedError("no sockets in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    for name in NEEDED:
+        (folder / name).write_bytes(vit_files[name])
+    assert load_checkpoint(folder).model.config.num_classes == 3
+    assert main(["info", str(folder)]) == 0
+    with pytest.raises(CheckpointError, match="--offline"):
+        load_checkpoint("org/tiny-vit", offline=True)
+    assert main(["info", "org/tiny-vit", "--offline"]) == 2
+    assert tried == [] and not (tmp_path / "hf").exists()
+
+    snap = _repo_folder(tmp_path, "org/tiny-vit") / "snapshots" / COMMIT
+    snap.mkdir(parents=True)
+    for name in NEEDED:
+        (snap / name).write_bytes(vit_files[name])
+    (snap.parent.parent / "refs").mkdir()
+    (snap.parent.parent / "refs" / "main").write_text(COMMIT)
+    cache = sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "hf").rglob("*"))
+    assert load_checkpoint("org/tiny-vit").path == snap
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["info", "org/tiny-vit"]) == 0
+    assert tried == []
+    assert sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "hf").rglob("*")) == cache
+
+
+@pytest.mark.parametrize("etag", ["abc", "../../x", "e" * 63, "g" * 64, "0" * 40 + "/"])
+def test_a_listed_blob_id_that_is_no_hash_is_refused_before_a_byte(
+    hub: StandinHub, tmp_path: Path, vit_files: dict[str, bytes], etag: str
+) -> None:
+    """A blob id names the blob's file and is the hash it is checked against: one that is
+    neither a git blob id nor a sha256 (a short one left the file unchecked) is refused."""
+    damaged = StandinRepo("org/odd", dict(vit_files), COMMIT, damaged={"model.safetensors"})
+    damaged.listed_etags["model.safetensors"] = etag
+    hub.repos["org/odd"] = damaged
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/odd")
+    _one_line(info, "org/odd", "model.safetensors", "hash vitviz can check")
+    assert hub.bytes_served() == 0
+    assert not _repo_folder(tmp_path, "org/odd").exists()
+
+
+def test_a_commit_asked_for_and_answered_with_another_is_refused(
+    hub: StandinHub, tmp_path: Path, vit_files: dict[str, bytes]
+) -> None:
+    """org/name@<commit> is that commit or nothing: a hub answering with another commit's
+    files would open a model the user did not ask for (and write a ref naming it)."""
+    asked = "f" * 40
+    hub.repos["org/any"] = StandinRepo("org/any", dict(vit_files), COMMIT, any_revision=True)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(f"org/any@{asked}")
+    _one_line(info, f"org/any@{asked}", "answered with commit 1234567890ab", "not the one")
+    assert hub.bytes_served() == 0 and not _repo_folder(tmp_path, "org/any").exists()
+    assert load_checkpoint(f"org/tiny-vit@{COMMIT}").path.name == COMMIT  # the one asked for
+
+
+def test_a_sign_in_page_in_place_of_the_hub_is_one_line(
+    hub: StandinHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A network that answers every request with its sign-in page (200, HTML): the listing is
+    no JSON, which was a JSONDecodeError traceback."""
+    from vitviz.cli import main
+
+    hub.portal = True
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint("org/tiny-vit")
+    _one_line(info, "org/tiny-vit", hub.url, "did not answer as a hub does", "sign-in page")
+    assert main(["info", "org/tiny-vit"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "sign-in page" in err
+    assert not _repo_folder(tmp_path, "org/tiny-vit").exists()

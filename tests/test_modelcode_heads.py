@@ -552,3 +552,97 @@ def test_heads_are_found_where_the_layer_list_holds_other_modules_too(tmp_path: 
         assert_probabilities_close(a, want)
     for g, want in zip(got.gradients, grads, strict=True):
         torch.testing.assert_close(g, want, atol=1e-4 * float(want.abs().max()), rtol=1e-4)
+
+
+TWO_LOOPS = """
+class TwoLoops(nn.Module):
+    # two attentions one after the other, each a loop over its heads, in one module's forward
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.first = nn.Linear(dim, 3 * dim)
+        self.second = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x):
+        for qkv in (self.first, self.second):
+            q, k, v = qkv(x).chunk(3, dim=-1)
+            d = q.shape[-1] // self.heads
+            outs = []
+            for h in range(self.heads):
+                s = slice(h * d, (h + 1) * d)
+                a = (q[..., s] @ k[..., s].transpose(-2, -1) * d**-0.5).softmax(dim=-1)
+                outs.append(a @ v[..., s])
+            x = x + torch.cat(outs, dim=-1)
+        return x
+"""
+
+
+def test_two_attentions_looped_in_one_module_are_refused_not_shown_as_one(tmp_path: Path):
+    """Both loops run inside one call of one module: grouped by that call they made one layer
+    of 2·H heads, the second attention's heads reading the first's result."""
+    source = TWO_LOOPS + HEAD_MODULES.replace(
+        "Block(dim, heads, MultiHead)", "TwoLoops(dim, heads)"
+    )
+    message = _refused(tmp_path, source)
+    assert "one head reads another's result" in message and "layer 0" in message
+
+
+def test_heads_computed_in_another_order_than_listed_are_refused(tmp_path: Path):
+    """Reversed, the projection reads head k's output where the list holds head H-1-k: ordered
+    by the list, every head's map would be shown under another head's number."""
+    source = (
+        "class Reversed(MultiHead):\n"
+        "    def forward(self, x):\n"
+        "        return self.proj(torch.cat([h(x) for h in reversed(self.heads)], dim=-1))\n"
+        + HEAD_MODULES.replace("Block(dim, heads, MultiHead)", "Block(dim, heads, Reversed)")
+    )
+    message = _refused(tmp_path, source)
+    assert "blocks.0.attn.heads in another order than listed (3, 2, 1, 0)" in message
+
+
+def test_two_attention_modules_in_one_block_are_two_layers(tmp_path: Path):
+    source = """
+class TwoAttention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.a1 = MultiHead(dim, heads)
+        self.a2 = MultiHead(dim, heads)
+
+    def forward(self, x):
+        x = x + self.a1(x)
+        return x + self.a2(x)
+""" + HEAD_MODULES.replace("Block(dim, heads, MultiHead)", "TwoAttention(dim, heads)")
+    file = tmp_path / "model.py"
+    file.write_text(textwrap.dedent(COMMON) + textwrap.dedent(source), encoding="utf-8")
+    torch.manual_seed(0)
+    model = import_file(file).ViT()
+    scramble(model, 7)
+    model.eval()
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    loaded = load_model_code(make_spec(file, "ViT", {}, tmp_path / "w.pth"))
+    assert (loaded.model.config.depth, loaded.model.config.heads) == (4, 4)
+    x = sample(8)
+    got = explain.attention_gradients(loaded.model, x, target=1)
+    attn, grads, _ = by_hand(model, x, target=1)
+    assert len(got.attentions) == len(attn) == 4
+    for a, want in zip(got.attentions, attn, strict=True):
+        assert_probabilities_close(a, want)
+    for g, want in zip(got.gradients, grads, strict=True):
+        torch.testing.assert_close(g, want, atol=1e-4 * float(want.abs().max()), rtol=1e-4)
+
+
+def test_heads_concatenated_in_another_order_than_listed_are_refused(tmp_path: Path):
+    """Computed in list order, concatenated reversed: the projection's slice k holds head
+    H-1-k's output, so numbered by the list every head's map would carry another's number."""
+    source = (
+        "class CatReversed(MultiHead):\n"
+        "    def forward(self, x):\n"
+        "        outs = [h(x) for h in self.heads]\n"
+        "        return self.proj(torch.cat(outs[::-1], dim=-1))\n"
+        + HEAD_MODULES.replace("Block(dim, heads, MultiHead)", "Block(dim, heads, CatReversed)")
+    )
+    message = _refused(tmp_path, source)
+    assert (
+        "projection beside blocks.0.attn.heads reads its heads in the order 3, 2, 1, 0" in message
+    )

@@ -24,6 +24,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -59,6 +60,7 @@ _TIMEOUT = 30.0  # seconds without a byte before a connection counts as broken
 _RETRIES = 5  # broken connections in a row, with no byte between them, before giving up
 _RETRY_PAUSE = 0.5  # seconds
 _LOCK_WAIT = 0.5  # seconds between two looks at a cancel while another writer holds a blob
+_ETAG = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 Cancelled = Callable[[], bool]
@@ -206,11 +208,21 @@ def plan_download(
             repo_id, revision=revision, files_metadata=True
         )
     except Exception as exc:
+        if _malformed(exc):
+            raise CheckpointError(
+                f"{shown}: {settings.endpoint} did not answer as a hub does (no model listing "
+                "came): is HF_ENDPOINT a hub, or does this network want a sign-in page first?"
+            ) from exc
         raise hub_fault(shown, exc, settings) from exc
     commit = str(info.sha or "")
     if not COMMIT_HASH.match(commit):
         raise CheckpointError(
             f"{shown}: {settings.endpoint} answered without a commit hash: is HF_ENDPOINT a hub?"
+        )
+    if COMMIT_HASH.match(revision) and commit != revision:
+        raise CheckpointError(
+            f"{shown}: {settings.endpoint} answered with commit {commit[:12]}, not the one "
+            "asked for: is HF_ENDPOINT a hub?"
         )
     if needs_code(info.config if isinstance(info.config, dict) else None, info.tags or ()):
         raise code_refusal(shown)
@@ -219,14 +231,26 @@ def plan_download(
         lfs = s.lfs
         size = lfs.size if lfs is not None else s.size
         etag = lfs.sha256 if lfs is not None else s.blob_id
-        if size is None or not etag:
+        if not isinstance(size, int) or size < 0 or not etag or not isinstance(s.rfilename, str):
             continue  # a listing without sizes: the file can't be planned, so it isn't chosen
-        listing.append(RepoFile(s.rfilename, int(size), str(etag)))
+        listing.append(RepoFile(s.rfilename, size, str(etag)))
     choice = choose_files(shown, listing, info.tags or ())
     for f in choice.files:
         if not _safe_etag(f.etag):
-            raise CheckpointError(f"{shown}: the hub's listing names {f.name} oddly ({f.etag!r}).")
+            raise CheckpointError(
+                f"{shown}: {settings.endpoint} lists {f.name} without a hash vitviz can check "
+                f"({f.etag[:24]!r}): is HF_ENDPOINT a hub?"
+            )
     return DownloadPlan(repo_id, revision, commit, choice, settings)
+
+
+def _malformed(exc: BaseException) -> bool:
+    """A listing request answered with something that is no listing (a sign-in page's HTML,
+    JSON of another shape), not an HTTP error of the hub."""
+    from huggingface_hub import errors
+
+    wrong = (ValueError, TypeError, KeyError, AttributeError)
+    return isinstance(exc, wrong) and not isinstance(exc, errors.HfHubHTTPError)
 
 
 def hub_fault(shown: str, exc: BaseException, settings: HubSettings) -> CheckpointError:
@@ -297,7 +321,9 @@ def fetch(
                         _transfer(plan, f, blob, counter)
             if f.name == "config.json":
                 _refuse_code(plan, blob if blob.is_file() else plan.snapshot / f.name)
-        for f in plan.choice.files:
+        # The weights file that makes the snapshot openable (``_openable``) is linked last, so
+        # links that stop half-way (a full disk while copying) leave nothing the next open trusts.
+        for f in sorted(plan.choice.files, key=lambda f: f.name in WEIGHT_FILES):
             _link(plan.snapshot / f.name, blobs / f.etag)
         if plan.revision != plan.commit:
             _write_ref(plan.folder / "refs" / plan.revision, plan.commit)
@@ -351,12 +377,14 @@ def _transfer(plan: DownloadPlan, f: RepoFile, blob: Path, counter: _Counter) ->
                 if tries >= _RETRIES:
                     raise exc
                 time.sleep(_RETRY_PAUSE)
+                continue
+            break  # the answer ended whole: all the server has (asking again would loop)
     if not _matches(part, f):
         part.unlink(missing_ok=True)
         counter.add(-f.size)
         raise CheckpointError(
-            f"{plan.shown}: {f.name} arrived damaged (its hash is not the hub's); it was "
-            "deleted: run it again."
+            f"{plan.shown}: {f.name} arrived damaged (its size or hash is not the hub's); it "
+            "was deleted: run it again."
         )
     os.replace(part, blob)
 
@@ -409,10 +437,8 @@ def _matches(path: Path, f: RepoFile) -> bool:
     etag = f.etag.lower()
     if len(etag) == 64:
         digest = hashlib.sha256()
-    elif len(etag) == 40:
+    else:  # 40: a plan holds no other (_safe_etag)
         digest = hashlib.sha1(f"blob {f.size}\0".encode(), usedforsecurity=False)
-    else:
-        return True
     with open(path, "rb") as src:
         while chunk := src.read(_HASH_CHUNK):
             digest.update(chunk)
@@ -437,7 +463,10 @@ def _link(pointer: Path, blob: Path) -> None:
     try:
         pointer.symlink_to(os.path.relpath(blob, pointer.parent))
     except OSError:  # no symlinks here (Windows without developer mode): a copy, as the hub's
-        shutil.copyfile(blob, pointer)
+        from vitviz.checkpoints.atomic import atomic_path
+
+        with atomic_path(pointer) as tmp:  # whole or not at all: a half copy is never named
+            shutil.copyfile(blob, tmp)
 
 
 def _write_ref(ref: Path, commit: str) -> None:
@@ -468,7 +497,9 @@ def _partial(blob: Path) -> Path:
 
 
 def _safe_etag(etag: str) -> bool:
-    return bool(etag) and len(etag) <= 128 and all(c.isalnum() or c in "-_" for c in etag)
+    """A git blob id (40 hex digits) or an LFS sha256 (64): the blob's file name, and a hash
+    ``_matches`` checks (anything else would name a file that is trusted unchecked)."""
+    return bool(_ETAG.fullmatch(etag))
 
 
 class _Counter:

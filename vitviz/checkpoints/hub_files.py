@@ -24,14 +24,31 @@ TOKENIZER_FALLBACK = ("vocab.json", "merges.txt")  # OpenAI CLIP's, when no toke
 # A config.json folder's weights, best first: (the file, the shards an index names).
 FOLDER_WEIGHTS = (
     ("model.safetensors", None),
-    ("model.safetensors.index.json", re.compile(r"^model-\d+-of-\d+\.safetensors$")),
+    ("model.safetensors.index.json", re.compile(r"model-\d+-of-\d+\.safetensors")),
     ("pytorch_model.bin", None),
-    ("pytorch_model.bin.index.json", re.compile(r"^pytorch_model-\d+-of-\d+\.bin$")),
+    ("pytorch_model.bin.index.json", re.compile(r"pytorch_model-\d+-of-\d+\.bin")),
 )
 # A repository without config.json (an OpenCLIP or a bare state dict): its one weights file.
 LONE_SAFE = (".safetensors",)
 LONE_PICKLE = (".bin", ".pth", ".pt")
 OPENCLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+# Characters no listed name may hold: separators (``/`` and Windows' ``\\`` and ``:``), the
+# rest of what Windows forbids, NUL and every control character (a newline included).
+_NOT_IN_NAMES = frozenset('/\\:<>"|?*') | frozenset(map(chr, [*range(32), 127]))
+
+
+def plain_file_name(name: object) -> bool:
+    """``name`` is one file name directly in a folder on every system: no separator, no
+    control character, not ``.`` or ``..``, no trailing dot or space (Windows drops them).
+    A hub's listing names outside this are never chosen, so a hostile listing can't write
+    outside the snapshot folder (DESIGN §3)."""
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= 255
+        and name not in (".", "..")
+        and not name.endswith((".", " "))
+        and not any(c in _NOT_IN_NAMES for c in name)
+    )
 
 
 @dataclass(frozen=True)
@@ -72,7 +89,7 @@ def choose_files(repo_id: str, listing: Iterable[RepoFile], tags: Iterable[str] 
     ``repo_id`` when it holds code, no weights vitviz reads, or several it can't choose from."""
     if needs_code(None, tags):
         raise code_refusal(repo_id)
-    top = {f.name: f for f in listing if "/" not in f.name}
+    top = {f.name: f for f in listing if plain_file_name(f.name)}  # a subfolder's: not read
     if "config.json" in top:
         weights = _folder_weights(top)
         if weights:
@@ -86,7 +103,7 @@ def choose_files(repo_id: str, listing: Iterable[RepoFile], tags: Iterable[str] 
 def _folder_weights(top: Mapping[str, RepoFile]) -> list[RepoFile]:
     for name, shards in FOLDER_WEIGHTS:
         if name in top:
-            parts = [] if shards is None else [top[n] for n in sorted(top) if shards.match(n)]
+            parts = [] if shards is None else [top[n] for n in sorted(top) if shards.fullmatch(n)]
             return [top[name], *parts]
     return []
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.core.model_ids import looks_like_model_id, parse_model_ref  # noqa: F401 (re-exported)
 
-COMMIT_HASH = re.compile(r"^[0-9a-f]{40}$")
+COMMIT_HASH = re.compile(r"\A[0-9a-f]{40}\Z")  # \Z: "$" would let a final newline by
 _REF_MAX_BYTES = 256
 
 

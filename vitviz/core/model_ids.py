@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
-_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_REVISION = re.compile(r"^[A-Za-z0-9_.-][A-Za-z0-9_./-]*$")
+# \Z, not $: "$" also matches before a final newline ("org/name\n" is no id).
+_MODEL_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+_REVISION = re.compile(r"\A[A-Za-z0-9_.-][A-Za-z0-9_./-]*\Z")
 # A name ending so is a file someone meant (a mistyped path), not a repository.
 _FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".json", ".png", ".jpg", ".jpeg")
 
@@ -31,6 +32,6 @@ def parse_model_ref(text: str) -> tuple[str, str] | None:
         return None
     if not at:
         return repo_id, "main"
-    if not _REVISION.match(revision) or ".." in revision.split("/"):
-        return None
+    if not _REVISION.match(revision) or {"", ".", ".."} & set(revision.split("/")):
+        return None  # "refs/." would name the refs folder itself, "a//b" an empty part
     return repo_id, revision

@@ -27,6 +27,7 @@ class HeadPlan:
     """Where each one-head softmax goes: record index (raw order) -> (layer, head, heads)."""
 
     spots: dict[int, tuple[int, int, int]]
+    lists: tuple[str, ...] = ()  # the ModuleLists whose elements are the heads (numbered by index)
 
     def layer_heads(self) -> dict[int, int]:
         """layer -> its head count."""

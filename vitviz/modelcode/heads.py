@@ -8,8 +8,10 @@ sees L·H one-head softmaxes. The module tree says which belong together:
 - the layer is the call of the repeated unit that holds them (a block: an element of the
   ModuleList / Sequential whose children are the transformer blocks), or else of the module
   that computes them;
-- inside it, heads held in a ModuleList / Sequential are ordered by their index in it (and must
-  read one input), heads computed in one module's loop by the order they are computed.
+- inside it, heads held in a ModuleList / Sequential are ordered by their index in it (they
+  must read one input and be computed in that order: the order the output projection is
+  taken to read them in), heads computed in one module's loop by the order they are computed;
+- the heads of one layer must not read each other's results (``check_side_by_side``).
 
 ``plan_heads`` turns the module calls active at each attention of the probing pass
 (``vitviz.modelcode.calls``) into a ``HeadPlan`` (record -> layer, head), or refuses in one line
@@ -130,6 +132,13 @@ def plan_heads(
                 f"{name} computes attention one head at a time, and two of the softmaxes of "
                 f"{g.where} come from one of its heads: vitviz can't tell which head is which"
             )
+        computed = [r for _, r in sorted(g.members)]
+        if g.by_list and computed != sorted(computed):
+            raise ModelCodeError(
+                f"{name} computes the heads of {g.where} in another order than listed "
+                f"({', '.join(map(str, computed))}): vitviz can't tell which part of the output "
+                "projection each one feeds; compute them in their list order"
+            )
         for head, (index, _) in enumerate(ranked):
             spots[index] = (layer, head, len(ranked))
     H = counts.pop()
@@ -141,7 +150,41 @@ def plan_heads(
         f"attention computed one head at a time: {len(one_head)} one-head softmaxes grouped "
         f"into {len(groups)} layers × {H} heads by the module holding them ({how})"
     )
-    return HeadPlan(spots), note
+    lists = tuple(dict.fromkeys(g.where for g in groups.values() if g.by_list))
+    return HeadPlan(spots, lists), note
+
+
+def check_side_by_side(log: CaptureLog, plan: HeadPlan, name: str) -> None:
+    """ModelCodeError when a head of a planned layer depends on another head of that layer.
+
+    ``log``: the probing pass run again with gradients (same image, same records). The heads
+    of one layer are computed side by side from one input; softmaxes computed one after the
+    other (two attentions in one module's loops, or in one block's forward) grouped into one
+    layer would be shown as heads of one attention, a false picture. For each layer L the
+    gradient of Σ_j <w_j, A_j> over its pieces A_j (random w_j) is w_i at each A_i exactly when
+    no piece depends on another; anything more is a dependency.
+    """
+    by_layer: dict[int, list[int]] = {}
+    for record, (layer, _, _) in plan.spots.items():
+        by_layer.setdefault(layer, []).append(record)
+    g = torch.Generator().manual_seed(2)
+    for layer, records in sorted(by_layer.items()):
+        if max(records) >= len(log.attentions):
+            raise ModelCodeError(f"{name}: its forward pass made fewer softmaxes when run again")
+        pieces = [log.attentions[r] for r in sorted(records)]
+        if not all(p.requires_grad for p in pieces):
+            continue  # no gradient path here: nothing to depend through
+        weights = [torch.rand(p.shape, generator=g, dtype=p.dtype).to(p.device) for p in pieces]
+        total = sum((p * w).sum() for p, w in zip(pieces, weights, strict=True))
+        grads = torch.autograd.grad(total, pieces, retain_graph=True, allow_unused=True)
+        for got, w in zip(grads, weights, strict=True):
+            if got is not None and not torch.allclose(got, w, rtol=1e-6, atol=1e-9):
+                raise ModelCodeError(
+                    f"{name} computes attention one head at a time, and in its layer {layer} "
+                    "one head reads another's result (two attentions computed one after the "
+                    "other in one module?): vitviz can't tell its layers apart; compute each "
+                    "attention in a module of its own"
+                )
 
 
 def _raw(log: CaptureLog) -> list[Tensor]:

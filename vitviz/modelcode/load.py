@@ -18,6 +18,7 @@ from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run
 from vitviz.modelcode.assembly import ONE_MATRIX, HeadPlan, MatrixPlan
 from vitviz.modelcode.batching import FixedBatch
 from vitviz.modelcode.blocks import block_containers, block_counts
+from vitviz.modelcode.concat_order import watch_concat
 from vitviz.modelcode.errors import (
     FixedBatchError,
     ModelCodeError,
@@ -25,7 +26,7 @@ from vitviz.modelcode.errors import (
     fixed_batch_error,
     setting_hint,
 )
-from vitviz.modelcode.heads import one_per_layer, plan_heads
+from vitviz.modelcode.heads import check_side_by_side, one_per_layer, plan_heads
 from vitviz.modelcode.importing import (
     build_module,
     effective_args,
@@ -65,9 +66,11 @@ def _probe(
     file: Path,
     heads: HeadPlan | None = None,
     matrices: MatrixPlan | None = None,
+    gradients: bool = False,
 ) -> RawRun:
     """One captured pass on a seeded random image, with block outputs and (without a plan)
-    the module calls active at each attention noted."""
+    the module calls active at each attention noted; ``gradients``: with the autograd graph
+    from the image on (its records can be differentiated)."""
     h, w = layout.image_size
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, layout.in_channels, h, w, generator=g)
@@ -76,10 +79,10 @@ def _probe(
     except StopIteration:
         device = torch.device("cpu")
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(gradients):
             return run_captured(
                 inner,
-                x.to(device),
+                x.to(device).requires_grad_(gradients),
                 hidden_states=True,
                 heads=heads,
                 calls=heads is None and matrices is None,
@@ -173,6 +176,12 @@ def group_heads(
     if planned is None:
         return run, Grouping()
     plan, note = planned
+    # heads grouped as one layer must not read each other's result, and listed heads must
+    # fill the projection's input in their list order
+    with torch.enable_grad(), watch_concat(inner, plan.lists) as concat:
+        probe = _probe(inner, layout, spec.name, file, gradients=True)
+    check_side_by_side(probe.log, plan, spec.name)
+    concat.check(spec.name)
     sources = {run.log.sources[i] for i in plan.spots}
     if ONE_MATRIX not in sources:
         return _probe(inner, layout, spec.name, file, plan), Grouping(plan, None, note)
