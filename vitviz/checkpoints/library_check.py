@@ -254,6 +254,8 @@ def timm_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         blocks += getattr(model, name, None) or []
     for block in blocks:
         a = getattr(block, "attn", None)
+        if a is None and hasattr(block, "in_proj"):  # a parallel block attends itself
+            a = block
         if a is not None and hasattr(a, "use_mask_unit_attn"):  # Hiera: no dropout module
             a.fused_attn = False
             handles.append(a.qkv.register_forward_hook(_mask_unit_probabilities(a, attn)))
