@@ -58,6 +58,7 @@ LOGITS_RTOL, ATTENTION_ATOL = 1e-4, 1e-5
 # A refusal message -> its reason, most specific first.
 REASONS = (
     (r"has (.+?), which vitviz does not model", None),
+    (r"this is (.+?), which vitviz does not model", None),
     (r"compute differently", "bare: several timm architectures fit (needs --arch)"),
     (r"don't say", "bare: asks for settings the weights lack"),
     (r"can't express", "tensors vitviz's model has no place for"),
