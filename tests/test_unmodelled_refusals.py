@@ -58,3 +58,12 @@ def test_a_transformers_folder_is_refused_by_its_model_type(tmp_path: Path, mode
     torch.manual_seed(0)
     cls(tr.CONFIG_MAPPING[model_type](num_labels=3)).save_pretrained(tmp_path / "m")
     assert TRANSFORMERS[model_type] in _refusal(tmp_path / "m")
+
+
+def test_a_siglip2_classifier_is_refused_by_name(tmp_path: Path) -> None:
+    import transformers as tr
+
+    vision = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    config = tr.Siglip2Config(vision_config=vision, num_labels=3)
+    tr.Siglip2ForImageClassification(config).save_pretrained(tmp_path / "m")
+    assert "SigLIP 2" in _refusal(tmp_path / "m")
