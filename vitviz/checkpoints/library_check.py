@@ -300,7 +300,8 @@ def build_transformers(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
     transformers from the folder's safetensors: local files only, no remote code. It is built as
     the file has it: a base model saved without its pooler (a ViTModel as DINO and MAE backbones
     and fine-tuning code save it) is built without one; any other part of the library's model
-    that the file lacks would be a fresh random one, so that refuses the comparison."""
+    that the file lacks would be a fresh random one: ValueError, no comparison (the note says
+    the file was not checked, and why)."""
     import transformers
 
     if weights.suffix != ".safetensors":
