@@ -54,3 +54,20 @@ def test_a_base_model_saved_without_its_pooler_opens_checked(
     assert_close("features", ref.last_hidden_state[:, 0] if cls is not tr.IJepaModel
                  else ref.last_hidden_state.mean(1), logits, LOGIT_ATOL)  # fmt: skip
     assert_attention(list(ref.attentions), attn)
+
+
+def test_a_part_the_file_lacks_is_not_compared_with_a_random_one(tmp_path: Path) -> None:
+    """A ViTForImageClassification folder whose classifier was cut out: the library's model
+    would hold a fresh random classifier, so no comparison is made and the note says so."""
+    from safetensors.torch import load_file, save_file
+
+    config = tr.ViTConfig(**TOWER, num_labels=3)
+    config._attn_implementation = "eager"
+    torch.manual_seed(6)
+    randomize_(tr.ViTForImageClassification(config), seed=6).save_pretrained(tmp_path / "cut")
+    weights = tmp_path / "cut" / "model.safetensors"
+    state = {k: v for k, v in load_file(weights).items() if not k.startswith("classifier.")}
+    save_file(state, weights, metadata={"format": "pt"})
+    loaded = load_checkpoint(tmp_path / "cut")
+    assert loaded.config.num_classes == 0
+    assert any(n.startswith("not checked against transformers") for n in loaded.notes)
