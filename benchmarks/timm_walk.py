@@ -58,6 +58,7 @@ LOGITS_RTOL, ATTENTION_ATOL = 1e-4, 1e-5
 # A refusal message -> its reason, most specific first.
 REASONS = (
     (r"has (.+?), which vitviz does not model", None),
+    (r"this is (.+?), which vitviz does not model", None),
     (r"compute differently", "bare: several timm architectures fit (needs --arch)"),
     (r"don't say", "bare: asks for settings the weights lack"),
     (r"can't express", "tensors vitviz's model has no place for"),
@@ -102,17 +103,25 @@ def build(name: str, seed: int) -> tuple[torch.nn.Module, torch.Tensor] | None:
     return None
 
 
-def opened_errors(loaded, x: torch.Tensor, ref_logits, ref_attn) -> tuple[float, float | None]:
-    """(logits max relative error, attention max error or None when not comparable). A model
-    whose classes are typed prompts and that has none yet (a CLIP image tower) gives no logits:
-    its attention alone is compared."""
+def opened_errors(
+    loaded, x: torch.Tensor, ref_logits, ref_attn, classifier: bool = True
+) -> tuple[float, float | None]:
+    """(logits max relative error, attention max error or None when not comparable). A base
+    model (``classifier`` False) whose classes are typed prompts and that has none yet (a CLIP
+    image tower) gives no logits: its attention alone is compared. A classifier's logits are
+    always compared: a head dropped is wrong."""
     from vitviz.kinds import kind_of
 
     scale = max(float(ref_logits.abs().max()), 1e-12)
     with torch.no_grad():
         logits = loaded.model(x)
-        no_head = logits.shape[-1] == 0 and ref_logits.shape[-1] != 0
-        rel = 0.0 if no_head else float((logits.double() - ref_logits.double()).abs().max()) / scale
+        no_head = not classifier and logits.shape[-1] == 0 and ref_logits.shape[-1] != 0
+        if no_head:
+            rel = 0.0
+        elif logits.shape != ref_logits.shape:
+            rel = float("inf")
+        else:
+            rel = float((logits.double() - ref_logits.double()).abs().max()) / scale
         explained, ours = kind_of(loaded).library_outputs(loaded.model, x)
     if not no_head and explained.shape == ref_logits.shape:  # the capture path's logits too
         rel = max(rel, float((explained.double() - ref_logits.double()).abs().max()) / scale)
@@ -145,14 +154,16 @@ def walk_one(name: str, folder: Path, seed: int) -> list[tuple[str, str, str]]:
     return rows
 
 
-def verdict(path: Path, x: torch.Tensor, ref_logits, ref_attn) -> tuple[str, str]:
+def verdict(
+    path: Path, x: torch.Tensor, ref_logits, ref_attn, classifier: bool = True
+) -> tuple[str, str]:
     """(refused | exact | OPEN-AND-WRONG, the reason or the errors) of opening ``path``."""
     try:
         loaded = load_checkpoint(path)
     except CheckpointError as exc:
         return "refused", reason_of(str(exc))
     try:
-        rel, att = opened_errors(loaded, x, ref_logits, ref_attn)
+        rel, att = opened_errors(loaded, x, ref_logits, ref_attn, classifier)
     except ValueError as exc:  # it opened, and refuses this input (Twins-SVT: not whole windows)
         return "refused", f"input: {reason_of(str(exc))}"
     wrong = rel > LOGITS_RTOL or (att is not None and att > ATTENTION_ATOL)
@@ -192,6 +203,8 @@ HF_TYPES = (
     "mobilevit",
     "siglip_vision_model",
     "clip_vision_model",
+    "siglip",  # SiglipForImageClassification: a tower with a classifier
+    "clip",  # CLIPForImageClassification
 )
 HF_TINY = dict(
     image_size=32,
@@ -207,6 +220,11 @@ HF_TINY = dict(
 # what a model type needs beyond the tiny sizes to be the model vitviz shows (ViT-MAE's encoder
 # without its pre-training's random masking)
 HF_EXTRA = {"vit_mae": {"mask_ratio": 0.0}}
+# a model type of two towers: its classifier alone (its base model needs text), tiny towers
+_TOWER = {k: v for k, v in HF_TINY.items() if k != "num_labels"}
+_TEXT = dict(hidden_size=48, num_hidden_layers=1, num_attention_heads=3, intermediate_size=96)
+HF_TWO_TOWERS = {"siglip", "clip"}
+HF_TWO_TOWER_SIZES = {"vision_config": _TOWER, "text_config": _TEXT, "num_labels": 4}
 
 
 def hf_classes(model_type: str) -> list[tuple[str, type]]:
@@ -220,6 +238,8 @@ def hf_classes(model_type: str) -> list[tuple[str, type]]:
         ("hf-cls", auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES),
         ("hf-base", auto.MODEL_MAPPING_NAMES),
     ):
+        if form == "hf-base" and model_type in HF_TWO_TOWERS:
+            continue
         name = names.get(model_type)
         name = name[0] if isinstance(name, (list, tuple)) else name
         cls = getattr(tr, name, None) if name else None
@@ -237,12 +257,14 @@ def hf_model(model_type: str, cls: type, seed: int) -> tuple[torch.nn.Module, to
         return None
     config_cls = tr.CONFIG_MAPPING[model_type]
     extra = HF_EXTRA.get(model_type, {})
-    for overrides in ({**HF_TINY, **extra}, {"num_labels": 4, **extra}):
+    tiny = HF_TWO_TOWER_SIZES if model_type in HF_TWO_TOWERS else HF_TINY
+    for overrides in ({**tiny, **extra}, {"num_labels": 4, **extra}):
         try:
             config = config_cls(**overrides)
             torch.manual_seed(seed)
             model = cls._from_config(config, attn_implementation="eager").eval()
-            side = config.image_size if isinstance(config.image_size, int) else 224
+            size = getattr(getattr(config, "vision_config", config), "image_size", None)
+            side = size if isinstance(size, int) else 224
             x = torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(seed))
             with torch.no_grad():
                 model(pixel_values=x)
@@ -268,7 +290,8 @@ def walk_hf(model_type: str, folder: Path, seed: int) -> list[tuple[str, str, st
         model, x = built
         ref_logits, ref_attn = transformers_forward(model, x)
         model.save_pretrained(folder / form, safe_serialization=True)
-        rows.append((form, *verdict(folder / form, x, ref_logits, ref_attn)))
+        is_classifier = form == "hf-cls"
+        rows.append((form, *verdict(folder / form, x, ref_logits, ref_attn, is_classifier)))
     return rows
 
 

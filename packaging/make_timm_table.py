@@ -23,8 +23,9 @@ OUT = Path(__file__).resolve().parents[1] / "vitviz" / "checkpoints" / "families
 
 
 def looks_like_timm_vit(keys: list[str]) -> bool:
-    """Fused ``qkv``, or EVA's separate ``q_proj``/``k_proj``/``v_proj``."""
-    ends = (".attn.qkv.weight", ".attn.q_proj.weight")
+    """Fused ``qkv``, EVA's separate ``q_proj``/``k_proj``/``v_proj``, or a parallel block's
+    fused ``in_proj``."""
+    ends = (".attn.qkv.weight", ".attn.q_proj.weight", ".in_proj.weight")
     return "patch_embed.proj.weight" in keys and any(
         k.startswith("blocks.") and k.endswith(ends) for k in keys
     )

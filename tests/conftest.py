@@ -16,6 +16,7 @@ from PIL import Image
 from torch import nn
 
 from vitviz.model import VisionTransformer, ViTConfig
+from vitviz.model.norms import RMSNorm
 
 # vitviz's cache (library-check results) goes to a folder of this run, not the user's.
 _CACHE = tempfile.mkdtemp(prefix="vitviz-test-cache-")
@@ -34,7 +35,8 @@ def random_vit(seed: int = 0, **overrides) -> VisionTransformer:
     with torch.no_grad():
         for module in model.modules():
             for name, p in module.named_parameters(recurse=False):
-                offset = 1.0 if isinstance(module, nn.LayerNorm) and name == "weight" else 0.0
+                norm = isinstance(module, (nn.LayerNorm, RMSNorm))
+                offset = 1.0 if norm and name == "weight" else 0.0
                 p.copy_(offset + 0.3 * torch.randn(p.shape, generator=g))
     return model.eval()
 

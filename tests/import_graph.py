@@ -197,6 +197,7 @@ VITVIZ_LAYERS: dict[str, int] = {
             "kinds.clip.openclip",
             "kinds.clip.siglip_huggingface",
             "kinds.clip.hf_towers",
+            "kinds.clip.hf_classifiers",
         ),
         3,
     ),

@@ -32,12 +32,9 @@ ASKS = r"the weights don't say: activation\b.*--arch {name} \(the timm name its 
 ASKS_SIZE = r"rotary ViT; the weights don't say: image_size\b"
 ROTARY = "rotary position embedding"
 AMBIGUOUS = r"compute differently .* --arch NAME"
-# residual post-norm blocks attend on unnormalised tokens: at full width float32 rounding alone
-# moved vitviz's attention 1.2e-4 from timm's on benchmarks/timm_walk.py's input (float64: 1e-12)
-RPN = "residual post-norm blocks"  # refused by name (timm_arch.RPN_REASON says why)
 # (architecture, verdict of the folder, verdict of the bare state dict): EXACT or a refusal regex.
 TWELVE = [
-    ("vit_base_patch16_rpn_224", RPN, RPN),  # residual post-norm blocks
+    ("vit_base_patch16_rpn_224", EXACT, EXACT),  # residual post-norm blocks, in timm's layout
     ("vit_base_patch16_gap_224", EXACT, AMBIGUOUS),  # 16 heads of 48, or SigLIP's 12 of 64
     ("vit_small_patch16_rope_ape_224", EXACT, EXACT),  # timm-eva
     ("vit_pe_spatial_tiny_patch16_512", EXACT, EXACT),  # timm-eva (no MAP head)
@@ -50,6 +47,15 @@ TWELVE = [
     ("vit_mediumd_patch16_rope_reg1_gap_256", EXACT, ASKS_SIZE),  # timm-eva
     ("vit_small_patch16_dinov3", EXACT, ASKS_SIZE),  # timm-eva
 ]
+# The block parts of timm's own ViT (DESIGN §4: a vocabulary of block parts), each named.
+BLOCK_PARTS = [
+    ("vit_pwee_patch16_reg1_gap_256", EXACT, EXACT),  # parallel attention/MLP blocks
+    ("vit_base_patch16_xp_224", EXACT, EXACT),  # RMSNorm, parallel blocks, qk-norm
+    ("beit3_base_patch16_224", EXACT, EXACT),  # norms inside the attention and the MLP
+    ("vit_small_patch16_18x2_224", "blocks of several branches", "blocks of several branches"),
+    ("vit_dwee_patch16_reg1_gap_256", "DiffAttention attention", "DiffAttention attention"),
+]
+ALL = TWELVE + BLOCK_PARTS
 # Folders the issue saw refused with "the weights don't say: heads" although config.json names them.
 NAMED_FOLDERS = [
     "vit_xsmall_patch16_clip_224",
@@ -124,7 +130,7 @@ def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VITVIZ_NO_LIBRARY_CHECK", raising=False)
 
 
-@pytest.mark.parametrize(("name", "folder_verdict", "_bare"), TWELVE, ids=[t[0] for t in TWELVE])
+@pytest.mark.parametrize(("name", "folder_verdict", "_bare"), ALL, ids=[t[0] for t in ALL])
 def test_timm_folder_is_exact_or_refused_by_name(
     tmp_path: Path, name: str, folder_verdict: str, _bare: str
 ) -> None:
@@ -137,7 +143,7 @@ def test_timm_folder_is_exact_or_refused_by_name(
         assert any(n.startswith(f"checked against timm {timm.__version__}") for n in notes)
 
 
-@pytest.mark.parametrize(("name", "_folder", "bare_verdict"), TWELVE, ids=[t[0] for t in TWELVE])
+@pytest.mark.parametrize(("name", "_folder", "bare_verdict"), ALL, ids=[t[0] for t in ALL])
 def test_bare_timm_state_dict_is_exact_or_refused(
     tmp_path: Path, name: str, _folder: str, bare_verdict: str
 ) -> None:

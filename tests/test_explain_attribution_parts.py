@@ -9,7 +9,10 @@ relevance down by autograd. What it adds to the authors' modules, each from its 
 - ``RMul``: SwiGLU's elementwise product, the z rule to both factors, halved by the caller (as
   the authors halve their einsums); ``RSiLU`` and the sub-LN norms: unchanged;
 - the relative position bias: added after Q·Kᵀ; the scores' relevance all goes to the product;
-- residual post-norm: a LayerNorm on each branch (unchanged);
+- residual post-norm: a LayerNorm on each branch (unchanged); ``RRMSNorm`` and qk-norm: norms
+  (unchanged);
+- ``RefParallelBlock``: a parallel block's fused Linear, its two branches added (``RAdd``) and
+  the residual add;
 - ``RefPool``: the attention pool, the probe's query a constant, its k and v rows of the
   packed in-projection one Linear (as a block's qkv).
 
@@ -54,8 +57,22 @@ def _linear(source: nn.Linear | None, weight=None, bias=None) -> RLinear:
     return ref
 
 
+class RRMSNorm(RelModule):
+    """x · rsqrt(mean(x²) + eps) · weight, written out; relevance unchanged (a norm)."""
+
+    def __init__(self, source: nn.Module):
+        super().__init__()
+        self.eps, self.weight = source.eps, nn.Parameter(source.weight.detach().clone())
+
+    def forward(self, x):
+        return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+
+
 def _norm(source: nn.Module) -> nn.Module:
-    """An RLayerNorm copy of a LayerNorm, or an identity that passes relevance (nn.Identity)."""
+    """An RLayerNorm copy of a LayerNorm, an RRMSNorm of an RMSNorm, or an identity that passes
+    relevance (nn.Identity)."""
+    if type(source).__name__ == "RMSNorm":
+        return RRMSNorm(source)
     if not isinstance(source, nn.LayerNorm):
         return RIdentity()
     ref = RLayerNorm(source.normalized_shape, eps=source.eps).to(source.weight.dtype)
@@ -137,6 +154,7 @@ class RefAttention(nn.Module):
         self.heads, self.hd, self.scale = attn.heads, attn.head_dim, attn.scale
         self.prefix, self.bias = attn.prefix, bias
         self.qkv, self.proj, self.norm = _linear(attn.qkv), _linear(attn.proj), _norm(attn.norm)
+        self.q_norm, self.k_norm = _norm(attn.q_norm), _norm(attn.k_norm)  # relevance: unchanged
         self.matmul1, self.matmul2 = REinsum("bhid,bhjd->bhij"), REinsum("bhij,bhjd->bhid")
         self.softmax = RSoftmax(-1)
         self.rot_q = self.rot_k = None
@@ -154,7 +172,8 @@ class RefAttention(nn.Module):
     def forward(self, x):
         b, n, _ = x.shape
         qkv = self.qkv(x).reshape(b, n, 3, self.heads, self.hd).permute(2, 0, 3, 1, 4)
-        q, k, v = self._turn(self.rot_q, qkv[0]), self._turn(self.rot_k, qkv[1]), qkv[2]
+        q, k = self.q_norm(qkv[0]), self.k_norm(qkv[1])
+        q, k, v = self._turn(self.rot_q, q), self._turn(self.rot_k, k), qkv[2]
         scores = self.matmul1([q, k]) * self.scale
         attn = self.softmax(scores if self.bias is None else scores + self.bias)
         self.attn = attn
@@ -241,6 +260,53 @@ class RefBlock(nn.Module):
         return self.clone1.relprop((r1, r2), alpha)
 
 
+class RefParallelBlock(nn.Module):
+    """A parallel block: one norm, one fused Linear to [MLP hidden, q, k, v], the attention
+    and the MLP side by side, their outputs added, then the residual add."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.heads, self.hd, self.scale = block.heads, block.head_dim, block.scale
+        self.split = block.split
+        self.mlp_bias = None if block.mlp_bias is None else block.mlp_bias.detach()
+        self.in_norm, self.in_proj = _norm(block.in_norm), _linear(block.in_proj)
+        self.q_norm, self.k_norm = _norm(block.q_norm), _norm(block.k_norm)
+        self.out_a, self.out_m = _linear(block.attn_out_proj), _linear(block.mlp_out_proj)
+        self.act, self.ls = RAct(block.mlp_act), RScale(block.ls)
+        self.matmul1, self.matmul2 = REinsum("bhid,bhjd->bhij"), REinsum("bhij,bhjd->bhid")
+        self.softmax, self.clone, self.add_y, self.add = RSoftmax(-1), RClone(), RAdd(), RAdd()
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        x1, x2 = self.clone(x, 2)
+        m, q, k, v = torch.split(self.in_proj(self.in_norm(x2)), self.split, dim=-1)
+        m = m if self.mlp_bias is None else m + self.mlp_bias  # a bias: the rules ignore it
+        q, k, v = (t.reshape(b, n, self.heads, self.hd).transpose(1, 2) for t in (q, k, v))
+        attn = self.softmax(self.matmul1([self.q_norm(q), self.k_norm(k)]) * self.scale)
+        self.attn = attn
+        attn.register_hook(self._keep_gradient)
+        ctx = self.matmul2([attn, v]).transpose(1, 2).reshape(b, n, -1)
+        y = self.add_y([self.out_a(ctx), self.out_m(self.act(m))])
+        return self.add([x1, self.ls(y)])
+
+    def _keep_gradient(self, grad):
+        self.attn_gradients = grad
+
+    def relprop(self, R, alpha):
+        r1, r2 = self.add.relprop(R, alpha)
+        r_a, r_m = self.add_y.relprop(self.ls.relprop(r2, alpha), alpha)
+        r_hidden = self.act.relprop(self.out_m.relprop(r_m, alpha), alpha)
+        r_ctx = self.out_a.relprop(r_a, alpha)
+        b, n, _ = r_ctx.shape
+        r_ctx = r_ctx.reshape(b, n, self.heads, self.hd).transpose(1, 2)
+        r_attn, r_v = (r / 2 for r in self.matmul2.relprop(r_ctx, alpha))
+        self.attn_cam = r_attn
+        r_q, r_k = (r / 2 for r in self.matmul1.relprop(self.softmax.relprop(r_attn, alpha), 1))
+        r_qkv = [t.transpose(1, 2).reshape(b, n, -1) for t in (r_q, r_k, r_v)]
+        r_in = self.in_proj.relprop(torch.cat([r_hidden, *r_qkv], dim=-1), alpha)
+        return self.clone.relprop((r1, self.in_norm.relprop(r_in, alpha)), alpha)
+
+
 class RefPool(nn.Module):
     """The attention pool: probe query (a constant here), k and v Linear, out_proj, MLP."""
 
@@ -301,7 +367,9 @@ class RefViT(nn.Module):
             else [None] * len(model.blocks)
         )
         self.blocks = nn.ModuleList(
-            RefBlock(b, r, b.attn.position_bias(n))
+            RefParallelBlock(b)
+            if hasattr(b, "in_proj")
+            else RefBlock(b, r, b.attn.position_bias(n))
             for b, r in zip(model.blocks, ropes, strict=True)
         )
         self.norm, self.fc_norm = _norm(model.norm), _norm(model.fc_norm)
@@ -340,7 +408,7 @@ def reference_map(ref: RefViT, x, target: int, start_layer: int = 0):
     one_hot[0, target] = 1.0
     (one_hot * logits).sum().backward()
     ref.relprop(one_hot)
-    attn = [b.attn for b in ref.blocks]
+    attn = [b if isinstance(b, RefParallelBlock) else b.attn for b in ref.blocks]
     cams, grads = [a.attn_cam.detach() for a in attn], [a.attn_gradients for a in attn]
     a_bar = [(g * c).clamp(min=0).mean(dim=1) for c, g in zip(cams, grads, strict=True)]
     P, N = ref.model.num_prefix_tokens, ref.n
@@ -373,6 +441,13 @@ CASES = {
     "rope-mixed": dict(rope="mixed", num_register_tokens=1),
     "dinov3": dict(rope="dinov3", rope_half=True, num_register_tokens=2, layer_scale_init=0.3),
     "rpn": dict(res_post_norm=True),
+    "rmsnorm": dict(norm="rmsnorm", attn_norm=True, mlp_norm=True, pre_norm=True),
+    "qk-norm": dict(qk_norm=True, rope="axial", rope_half=True, num_register_tokens=1),
+    "rms-qk-norm": dict(norm="rmsnorm", qk_norm=True, layer_scale_init=0.5),
+    "parallel": dict(parallel=True, qk_norm=True),
+    "parallel-rms": dict(
+        parallel=True, norm="rmsnorm", qk_norm=True, qkv_bias=False, layer_scale_init=0.5
+    ),
     "map": dict(global_pool="map", class_token=False),
     "map-with-cls": dict(global_pool="map", num_register_tokens=1),
     "map-every-token": dict(global_pool="map", pool_include_prefix=True),

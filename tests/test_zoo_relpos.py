@@ -24,9 +24,10 @@ from zoo_helpers import (
     images,
     ours,
     randomize_,
+    timm_reference,
 )
 
-from vitviz.checkpoints import CheckpointError, load_checkpoint
+from vitviz.checkpoints import load_checkpoint
 from vitviz.explain.methods import get_method
 from vitviz.model.position_bias import MlpPositionBias
 from vitviz.pipeline.analysis import analyze
@@ -87,16 +88,22 @@ def test_timm_relpos_opens_exactly_bare_and_folder(tmp_path: Path, case: str) ->
 
 
 @pytest.mark.parametrize("name", ["vit_base_patch16_rpn_224", "vit_relpos_small_patch16_rpn_224"])
-def test_timm_residual_post_norm_vits_are_refused_by_name(tmp_path: Path, name: str) -> None:
-    """timm's ResPostBlock / ResPostRelPosBlock (x + norm1(attn(x))): the attention reads
-    unnormalised tokens, and at full width float32 rounding alone put vitviz's attention 1.2e-4
-    from timm's on the walk's input (float64: 1e-12): not exact, so refused, folder and bare."""
+def test_timm_residual_post_norm_vits_open_exactly(tmp_path: Path, name: str) -> None:
+    """timm's ResPostBlock / ResPostRelPosBlock (x + norm1(attn(x))), folder and bare: the
+    attention reads unnormalised tokens, so float32 rounding shows any difference of order;
+    vitviz keeps timm's (its patch tokens in the patch embedding's memory layout), and the
+    numbers are timm's."""
     model = tiny(name, seed=4)
     save_for_hf(model, tmp_path / "rpn", safe_serialization=True)
     torch.save(model.state_dict(), tmp_path / "rpn.pth")
+    x = images(1, 32, 32, seed=4)
+    ref_logits, ref_attn = timm_reference(model, x)
     for path in (tmp_path / "rpn", tmp_path / "rpn.pth"):
-        with pytest.raises(CheckpointError, match="residual post-norm"):
-            load_checkpoint(path, None if path.is_dir() else {"arch": name})
+        loaded = load_checkpoint(path, None if path.is_dir() else {"arch": name, **BARE})
+        assert loaded.config.res_post_norm
+        logits, attn = ours(loaded, x)
+        assert_close("logits", ref_logits, logits, LOGIT_ATOL)
+        assert_attention(ref_attn, attn)
 
 
 def test_residual_post_norm_blocks_say_what_they_lack(photo_files) -> None:

@@ -192,14 +192,19 @@ def test_suggested_heads_divide_the_width_as_timm_does(dim: int, heads: int) -> 
     assert example_heads(dim) == heads
 
 
-def test_timm_qk_norm_is_refused_not_guessed(tmp_path: Path) -> None:
+def test_timm_qk_norm_is_read_from_its_tensors(tmp_path: Path) -> None:
+    """qk-norm (a LayerNorm on each head's q and k): its tensors say so, and the numbers are
+    timm's."""
+    torch.manual_seed(5)
     model = TimmViT(
         img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, num_classes=2, qk_norm=True
     )
+    randomize_(model, seed=5)
     path = tmp_path / "qknorm.pth"
     torch.save(model.state_dict(), path)
-    with pytest.raises(CheckpointError, match="q_norm"):
-        load_checkpoint(path, config={"heads": 2})
+    loaded = load_checkpoint(path, config={"heads": 2})
+    assert loaded.config.qk_norm
+    _check(model, loaded, images(1, 32, 32, seed=5))
 
 
 def test_lightning_style_prefix_is_looked_under(tmp_path: Path) -> None:

@@ -136,11 +136,10 @@ def timm_reference(
     attn: list[Tensor] = []
     handles = []
     for block in model.blocks:
-        block.attn.fused_attn = False
+        a = getattr(block, "attn", block)  # a parallel block attends itself
+        a.fused_attn = False
         handles.append(
-            block.attn.attn_drop.register_forward_hook(
-                lambda _m, _i, out: attn.append(out.detach())
-            )
+            a.attn_drop.register_forward_hook(lambda _m, _i, out: attn.append(out.detach()))
         )
     with torch.no_grad():
         out = model.forward_features(x) if features else model(x)

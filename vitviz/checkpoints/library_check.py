@@ -267,6 +267,8 @@ def timm_forward(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         blocks += getattr(model, name, None) or []
     for block in blocks:
         a = getattr(block, "attn", None)
+        if a is None and hasattr(block, "in_proj"):  # a parallel block attends itself
+            a = block
         if a is not None and hasattr(a, "use_mask_unit_attn"):  # Hiera: no dropout module
             a.fused_attn = False
             handles.append(a.qkv.register_forward_hook(_mask_unit_probabilities(a, attn)))
@@ -308,7 +310,11 @@ def _mask_unit_probabilities(a: nn.Module, out: list[Tensor]) -> Any:
 
 def build_transformers(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
     """transformers' own class of the folder (config.json's ``architectures``), loaded by
-    transformers from the folder's safetensors: local files only, no remote code."""
+    transformers from the folder's safetensors: local files only, no remote code. It is built as
+    the file has it: a base model saved without its pooler (a ViTModel as DINO and MAE backbones
+    and fine-tuning code save it) is built without one; any other part of the library's model
+    that the file lacks would be a fresh random one: ValueError, no comparison (the note says
+    the file was not checked, and why)."""
     import transformers
 
     if weights.suffix != ".safetensors":
@@ -316,24 +322,47 @@ def build_transformers(ref: Reference, cfg: Any, weights: Path) -> nn.Module:
     cls = getattr(transformers, ref.arch, None) if ref.arch else transformers.AutoModel
     if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
         cls = transformers.AutoModel
+    overrides = {k: v for k, v in ref.model_args.items() if k != "model_type"}  # config fields
+    model, missing = _from_folder(cls, weights.parent, overrides)
+    no_pooler = {"add_pooling_layer": False}
+    if missing and all(".pooler." in f".{k}" for k in missing) and _takes(cls, no_pooler):
+        model, missing = _from_folder(cls, weights.parent, {**overrides, **no_pooler})
+    if missing:
+        raise ValueError(f"its model has parts the file lacks: {', '.join(missing[:3])}")
+    return model.eval()
+
+
+def _takes(cls: type, kwargs: dict[str, Any]) -> bool:
+    """Whether ``cls``'s constructor takes every keyword of ``kwargs``."""
+    import inspect
+
+    return set(kwargs) <= set(inspect.signature(cls.__init__).parameters)
+
+
+def _from_folder(cls: Any, folder: Path, kwargs: dict[str, Any]) -> tuple[nn.Module, list[str]]:
+    """``cls.from_pretrained(folder)`` with its eager attention, and the names of its tensors
+    the folder lacked; transformers' progress bar and load report (its missing-weight warnings)
+    kept off the user's terminal."""
     from transformers.utils import logging as hf_logging
 
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # no "Loading weights" bar in the CLI's output
-    overrides = {k: v for k, v in ref.model_args.items() if k != "model_type"}  # config fields
+    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     try:
-        model = cls.from_pretrained(
-            weights.parent,
+        model, info = cls.from_pretrained(
+            folder,
             local_files_only=True,
             trust_remote_code=False,
             use_safetensors=True,
             attn_implementation="eager",
-            **overrides,
+            output_loading_info=True,
+            **kwargs,
         )
     finally:
+        hf_logging.set_verbosity(level)
         if bars:
             hf_logging.enable_progress_bar()
-    return model.eval()
+    return model, sorted(info.get("missing_keys") or ())
 
 
 ORDERED_NOISE = ("vit_mae",)  # model types whose forward shuffles the patches by random noise

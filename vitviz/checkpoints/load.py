@@ -31,6 +31,7 @@ from vitviz.checkpoints.native import is_native, load_native
 from vitviz.checkpoints.reading import ACCEPTED, read_checkpoint, to_float
 from vitviz.checkpoints.sidecar import user_settings
 from vitviz.checkpoints.training_args import training_config
+from vitviz.checkpoints.unmodelled import unmodelled
 from vitviz.imaging import Preprocessing
 from vitviz.kinds import get_kind
 
@@ -149,6 +150,12 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
     keys = list(raw.state)
     family, prefix = _find_family_under_prefixes(source)
     if family is None:
+        named = unmodelled(keys, source.hf_config)
+        if named is not None:
+            raise CheckpointError(
+                f"{p.name}: this is {named}, which vitviz does not model (refused rather than "
+                "shown with another network's numbers)."
+            )
         raise CheckpointError(_not_understood(keys, p))
     conversion = family.convert(source)
     if prefix:

@@ -21,8 +21,13 @@ The same rules carry the parts of the other ViT families, each written from them
 - rotary positions (RoPE) turning q and k: per token a fixed linear map z = J·x with no bias, so
   the z rule, R_x = x ⊙ Jᵀ(R / z) (Jᵀ turns back by the same angles); prefix tokens are not
   turned and their relevance passes unchanged;
-- sub-LN (a LayerNorm on the heads' output, or on the MLP's hidden layer) and residual
-  post-norm (a LayerNorm on each branch's output): LayerNorms, unchanged;
+- sub-LN (a LayerNorm on the heads' output, or on the MLP's hidden layer), residual
+  post-norm (a LayerNorm on each branch's output), qk-norm (a norm on each head's q and k)
+  and RMSNorm in place of any LayerNorm: norms, unchanged;
+- a parallel block (attention and MLP side by side on one norm, their inputs from one fused
+  Linear, ``vitviz.model.parallel``): the residual add, then the sum of the two branches by the
+  add rule; each branch down to its slice of the fused Linear's output, and that Linear by the
+  z⁺ rule at once (the fork of its input: the two branches' relevances added);
 - SwiGLU, h = SiLU(x·W_gᵀ) ⊙ (x·W_xᵀ): the product's z rule to both factors, each halved (as
   A·V's), SiLU unchanged, each Linear by the z⁺ rule and the fork at x adding the two;
 - an attention-pool head (MAP): the probe's attention is one more attention, a·V and q·Kᵀ as
@@ -56,6 +61,7 @@ from torch import Tensor, nn
 from vitviz.explain.rollout import relevance
 from vitviz.explain.targets import target_classes
 from vitviz.explain.tokens import query_token
+from vitviz.model.parallel import ParallelBlock
 from vitviz.model.rotary import apply_rotary, rotate
 from vitviz.model.swiglu import SwiGLU
 
@@ -141,12 +147,29 @@ def _attention(module: nn.Module, x: Tensor, rope: Rope) -> tuple[Tensor, ...]:
     heads, hd = module.heads, module.head_dim
     qkv = module.qkv(x).reshape(B, N, 3, heads, hd).permute(2, 0, 3, 1, 4)
     q_in, k_in, v = qkv.unbind(0)  # each (B, H, N, hd)
+    q_in, k_in = module.q_norm(q_in), module.k_norm(k_in)  # qk-norm: relevance unchanged
     q, k = apply_rotary(q_in, k_in, rope, module.prefix, module.rope_half)
     scores = (q * module.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
     bias = module.position_bias(N)  # a relative position bias: the rules ignore it
     attn = (scores if bias is None else scores + bias).softmax(dim=-1)
     ctx = module.norm((attn @ v).transpose(1, 2).reshape(B, N, heads * hd))
     return q_in, k_in, q, k, v, attn, ctx
+
+
+def _parallel_block(block: ParallelBlock, x: Tensor) -> tuple[Tensor, _BlockTrace]:
+    """A parallel block, eval mode, with its trace: ``attn_in`` = ``mlp_in`` = in_norm(x),
+    ``res2`` the attention's projected output and ``branch2`` the MLP's (the two summands of
+    y), ``branch1`` = ls(y)."""
+    h, m, q, k, v = block.project(x)
+    B, H, N, hd = q.shape
+    attn = ((q * block.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+    ctx = (attn @ v).transpose(1, 2).reshape(B, N, H * hd)
+    a_out = block.attn_out_proj(ctx)
+    hidden = block.mlp_act(m)
+    m_out = block.mlp_out_proj(hidden)
+    branch = block.ls(a_out + m_out)
+    trace = _BlockTrace(x, branch, h, q, k, q, k, v, attn, ctx, a_out, m_out, h, hidden)
+    return x + branch, trace
 
 
 def _mlp(mlp: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
@@ -161,7 +184,10 @@ def _mlp(mlp: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None, Tens
 
 
 def _block(block: nn.Module, x: Tensor, rope: Rope) -> tuple[Tensor, _BlockTrace]:
-    """One encoder block (pre-norm, post-norm or residual post-norm), eval mode, with its trace."""
+    """One encoder block (pre-norm, post-norm, residual post-norm or parallel), eval mode, with
+    its trace."""
+    if isinstance(block, ParallelBlock):
+        return _parallel_block(block, x)
     pre_norm = block.norm_first and not block.res_post_norm
     attn_in = block.norm1(x) if pre_norm else x
     q_in, k_in, q, k, v, attn, ctx = _attention(block.attn, attn_in, rope)
@@ -303,22 +329,44 @@ def _mlp_relprop(mlp: nn.Module, bt: _BlockTrace, r: Tensor) -> Tensor:
     return fork_rule(bt.mlp_in, r_g, linear_rule(bt.mlp_in, mlp.fc1_x.weight, r_up))
 
 
+def _qkv_relprop(
+    bt: _BlockTrace, proj: Tensor, r_out: Tensor, prefix: int = 0, half: bool = False
+) -> tuple[Tensor, Tensor]:
+    """Relevance at the attention's projected output (B, N, D), ``proj`` its weight -> (at
+    q, k, v as the qkv Linear gives them, (B, N, 3·H·hd); R_A (B, H, N, N))."""
+    B, H, N, hd = bt.v.shape
+    r_ctx = linear_rule(bt.ctx, proj, r_out)  # the sub-LN: unchanged
+    r_ctx = r_ctx.reshape(B, N, H, hd).transpose(1, 2)  # (B, H, N, hd)
+    r_attn, r_v = matmul_rule(bt.attn, bt.v, r_ctx)
+    r_q, r_kt = matmul_rule(bt.q, bt.k.transpose(-2, -1), r_attn)  # softmax, bias: unchanged
+    r_q = rotary_rule(bt.q_in, bt.q, bt.rope, prefix, half, r_q)  # qk-norm: unchanged
+    r_k = rotary_rule(bt.k_in, bt.k, bt.rope, prefix, half, r_kt.transpose(-2, -1))
+    return torch.stack([r_q, r_k, r_v]).permute(1, 3, 0, 2, 4).reshape(B, N, 3 * H * hd), r_attn
+
+
+def _parallel_relprop(block: ParallelBlock, bt: _BlockTrace, r: Tensor) -> tuple[Tensor, Tensor]:
+    """A parallel block: the residual add, then y = a + m by the add rule, each branch to the
+    fused in-projection's outputs ([MLP hidden, q, k, v]), which the z⁺ rule takes to the
+    norm's output at once (its fork), the norm unchanged, the fork at x."""
+    r_res, r_branch = add_rule(bt.res1, bt.branch1, r)  # LayerScale: unchanged
+    r_a, r_m = add_rule(bt.res2, bt.branch2, r_branch)
+    r_qkv, r_attn = _qkv_relprop(bt, block.attn_out_proj.weight, r_a)
+    r_hidden = linear_rule(bt.hidden, block.mlp_out_proj.weight, r_m)  # activation: unchanged
+    r_in = linear_rule(bt.attn_in, block.in_proj.weight, torch.cat([r_hidden, r_qkv], dim=-1))
+    return fork_rule(bt.res1, r_res, r_in), r_attn
+
+
 def _block_relprop(block: nn.Module, bt: _BlockTrace, r: Tensor) -> tuple[Tensor, Tensor]:
     """Relevance at the block's output (B, N, D) -> (at its input, R_A (B, H, N, N))."""
+    if isinstance(block, ParallelBlock):
+        return _parallel_relprop(block, bt, r)
     # norm2 (post-norm, residual post-norm) / LayerScale / dropout: relevance passes unchanged
     r_res2, r_branch2 = add_rule(bt.res2, bt.branch2, r)
     r = fork_rule(bt.res2, r_res2, _mlp_relprop(block.mlp, bt, r_branch2))
     r_res1, r_branch1 = add_rule(bt.res1, bt.branch1, r)
-    B, H, N, hd = bt.v.shape
-    r_ctx = linear_rule(bt.ctx, block.attn.proj.weight, r_branch1)  # the sub-LN: unchanged
-    r_ctx = r_ctx.reshape(B, N, H, hd).transpose(1, 2)  # (B, H, N, hd)
-    r_attn, r_v = matmul_rule(bt.attn, bt.v, r_ctx)
-    r_q, r_kt = matmul_rule(bt.q, bt.k.transpose(-2, -1), r_attn)  # softmax, bias: unchanged
-    prefix, half = block.attn.prefix, block.attn.rope_half
-    r_q = rotary_rule(bt.q_in, bt.q, bt.rope, prefix, half, r_q)
-    r_k = rotary_rule(bt.k_in, bt.k, bt.rope, prefix, half, r_kt.transpose(-2, -1))
-    r_qkv = torch.stack([r_q, r_k, r_v]).permute(1, 3, 0, 2, 4).reshape(B, N, 3 * H * hd)
-    r_attn_in = linear_rule(bt.attn_in, block.attn.qkv.weight, r_qkv)
+    a = block.attn
+    r_qkv, r_attn = _qkv_relprop(bt, a.proj.weight, r_branch1, a.prefix, a.rope_half)
+    r_attn_in = linear_rule(bt.attn_in, a.qkv.weight, r_qkv)
     return fork_rule(bt.res1, r_res1, r_attn_in), r_attn
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from vitviz.model.stem_config import StemConfig
 
 POS_EMBED_KINDS = ("learned", "sincos", "sincos2d", "none")
+NORMS = ("layernorm", "rmsnorm")  # the blocks' norm (vitviz/model/norms.py)
 POOLS = ("token", "avg", "token_avg", "map")  # token_avg: [CLS, mean of the patches] (DINOv2
 # heads); map: a learnt probe's multi-head attention over the final tokens (attention_pool)
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu")
@@ -87,6 +88,9 @@ class ViTConfig:
     swiglu: bool = False  # MLP fc2(SiLU(fc1_g x) · fc1_x x) (EVA-02's SwiGLU)
     mlp_norm: bool = False  # sub-LN: a LayerNorm before the MLP's fc2
     attn_norm: bool = False  # sub-LN: a LayerNorm on the heads' output before proj
+    norm: str = "layernorm"  # the blocks' and final norms: "layernorm" | "rmsnorm" (timm RmsNorm)
+    qk_norm: bool = False  # a norm over each head's q and k before the scores (timm qk_norm)
+    parallel: bool = False  # attention and MLP side by side on one norm (timm ParallelScaling)
     pool_heads: int | None = None  # the attention pool's (MAP) heads; None: ``heads`` (timm PE)
     pool_hidden_dim: int | None = None  # the attention pool's MLP width; None: ``hidden_dim``
     # Training-only regularisation (no effect in eval mode).
@@ -204,12 +208,33 @@ class ViTConfig:
         if self.patch_norm_pre and self.patch_embed != "linear":
             problems.append("patch_norm_pre needs patch_embed 'linear'")
         problems += self._rope_problems()
+        problems += self._block_problems()
         problems += self._pool_problems()
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 problems.append(f"{name} must be in [0, 1) (got {getattr(self, name)})")
         if problems:
             raise ValueError("Invalid ViT config: " + "; ".join(problems))
+
+    def _block_problems(self) -> list[str]:
+        """The norm kind, and what a parallel block (one fused in-projection) can't have."""
+        problems = []
+        if self.norm not in NORMS:
+            problems.append(f"norm must be one of {NORMS} (got {self.norm!r})")
+        if self.norm != "layernorm" and (self.global_pool == "map" or self.patch_norm_post):
+            problems.append("an attention pool and a patch norm are LayerNorms (norm 'layernorm')")
+        if self.parallel:
+            others = ("res_post_norm", "swiglu", "mlp_norm", "attn_norm", "rel_pos_bias")
+            kept = [n for n in others if getattr(self, n)]
+            if not self.norm_first:
+                kept.append("norm_first=False")
+            if self.rope != "none":
+                kept.append("rope")
+            if self.attn_head_dim is not None:
+                kept.append("attn_head_dim")
+            if kept:
+                problems.append(f"parallel blocks take no {', '.join(kept)}")
+        return problems
 
     def _pool_problems(self) -> list[str]:
         """The attention pool's own head count and MLP width: set only with global_pool 'map'."""

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vitviz.model.config import ViTConfig
+from vitviz.model.norms import make_norm
 from vitviz.model.position_bias import MlpPositionBias, table_index, table_rows
 from vitviz.model.rotary import apply_rotary
 from vitviz.model.swiglu import SwiGLU
@@ -72,7 +73,11 @@ class Attention(nn.Module):
         self.proj = nn.Linear(self.attn_dim, config.dim)
         self.proj_drop = nn.Dropout(config.drop_rate)
         eps = config.norm_eps  # sub-LN: a norm on the heads' output before proj (EVA-02)
-        self.norm = nn.LayerNorm(self.attn_dim, eps=eps) if config.attn_norm else nn.Identity()
+        kind, qk = config.norm, config.qk_norm
+        self.norm = make_norm(kind, self.attn_dim, eps) if config.attn_norm else nn.Identity()
+        # qk-norm: a norm over each head's q and k before the scores (and the rotary turn)
+        self.q_norm = make_norm(kind, self.head_dim, eps) if qk else nn.Identity()
+        self.k_norm = make_norm(kind, self.head_dim, eps) if qk else nn.Identity()
         self.prefix, self.rope_half = config.num_prefix_tokens, config.rope_half
         self.relative_position_bias_table: nn.Parameter | None = None
         self.rel_pos: MlpPositionBias | None = None  # timm relpos: an MLP gives the bias
@@ -122,7 +127,7 @@ class Attention(nn.Module):
         B, N, _ = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (B, nh, N, hd)
-        q, k = apply_rotary(q, k, rope, self.prefix, self.rope_half)
+        q, k = apply_rotary(self.q_norm(q), self.k_norm(k), rope, self.prefix, self.rope_half)
         bias = self.position_bias(N)
         attn: Tensor | None = None
         if capture:
@@ -164,7 +169,7 @@ class Mlp(nn.Module):
         self.fc1 = nn.Linear(config.dim, config.hidden_dim)
         self.act = make_activation(config.activation)
         self.norm: nn.Module = (  # sub-LN before fc2 (EVA's scale_mlp)
-            nn.LayerNorm(config.hidden_dim, eps=config.norm_eps)
+            make_norm(config.norm, config.hidden_dim, config.norm_eps)
             if config.mlp_norm
             else nn.Identity()
         )
@@ -211,9 +216,9 @@ class Block(nn.Module):
 
     def __init__(self, config: ViTConfig, drop_path: float = 0.0) -> None:
         super().__init__()
-        self.norm1 = nn.LayerNorm(config.dim, eps=config.norm_eps)
+        self.norm1 = make_norm(config.norm, config.dim, config.norm_eps)
         self.attn = Attention(config)
-        self.norm2 = nn.LayerNorm(config.dim, eps=config.norm_eps)
+        self.norm2 = make_norm(config.norm, config.dim, config.norm_eps)
         self.mlp = SwiGLU(config) if config.swiglu else Mlp(config)
         ls = config.layer_scale_init
         self.ls1 = LayerScale(config.dim, ls) if ls is not None else nn.Identity()

@@ -46,10 +46,15 @@ def vit_parts(cfg: ViTConfig) -> tuple[str, ...]:
         out[-1] += f" with {ROPE_WORDS.get(cfg.rope, cfg.rope)}"
     if not cfg.qkv_bias:
         out[-1] += " (no q/k/v bias)"
+    if cfg.qk_norm:
+        out[-1] += " with a norm on each head's q and k (qk-norm)"
     if cfg.attn_norm:
         out.append("a norm on the heads' output before proj (sub-LN)")
     place = "residual post" if cfg.res_post_norm else "pre" if cfg.norm_first else "post"
-    out.append(f"{place}-norm blocks (LayerNorm eps {cfg.norm_eps:g})")
+    if cfg.parallel:
+        place = "parallel (attention and MLP side by side on one norm, one fused in-projection) pre"
+    norm = "RMSNorm" if cfg.norm == "rmsnorm" else "LayerNorm"
+    out.append(f"{place}-norm blocks ({norm} eps {cfg.norm_eps:g})")
     if cfg.pre_norm:
         out.append("a LayerNorm before the blocks")
     act = ACTIVATION_WORDS.get(cfg.activation, cfg.activation)

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vitviz.model.config import ViTConfig
+from vitviz.model.norms import make_norm
 
 
 class SwiGLU(nn.Module):
@@ -18,7 +19,7 @@ class SwiGLU(nn.Module):
         self.fc1_g = nn.Linear(config.dim, hidden)
         self.fc1_x = nn.Linear(config.dim, hidden)
         self.norm: nn.Module = (
-            nn.LayerNorm(hidden, eps=config.norm_eps) if config.mlp_norm else nn.Identity()
+            make_norm(config.norm, hidden, config.norm_eps) if config.mlp_norm else nn.Identity()
         )
         self.fc2 = nn.Linear(hidden, config.dim)
         self.drop = nn.Dropout(config.drop_rate)

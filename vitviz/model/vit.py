@@ -12,6 +12,8 @@ from torch import Tensor, nn
 from vitviz.model.attention_pool import AttentionPool
 from vitviz.model.config import ViTConfig
 from vitviz.model.layers import Block, PatchEmbed
+from vitviz.model.norms import make_norm
+from vitviz.model.parallel import ParallelBlock
 from vitviz.model.posembed import resample_grid_embedding, sincos_1d, sincos_2d
 from vitviz.model.position_bias import shared_position_bias
 from vitviz.model.recompute import recomputed
@@ -66,6 +68,13 @@ def run_blocks(
     return tokens, attentions, hidden
 
 
+def _joined(prefix: list[Tensor], patches: Tensor) -> Tensor:
+    """[prefix tokens, patches] along the tokens; with no prefix the patches as they are, in
+    the patch embedding's memory layout, as timm keeps them (a copy would change a later
+    matmul's float32 rounding)."""
+    return torch.cat([*prefix, patches], dim=1) if prefix else patches
+
+
 class VisionTransformer(nn.Module):
     """Conv2d patch embedding, prefix tokens, position embedding, pre-norm blocks, head."""
 
@@ -86,15 +95,17 @@ class VisionTransformer(nn.Module):
         else:
             self.pos_embed = None
         self.pos_drop = nn.Dropout(config.drop_rate)
-        self.norm_pre = nn.LayerNorm(D, eps=config.norm_eps) if config.pre_norm else nn.Identity()
+        norm = config.norm
+        self.norm_pre = make_norm(norm, D, config.norm_eps) if config.pre_norm else nn.Identity()
         self.rope = Rotary(config) if config.rope != "none" else None  # rotary q/k positions
         L = config.depth
         rates = [config.drop_path_rate * i / max(L - 1, 1) for i in range(L)]  # linear
-        self.blocks = nn.ModuleList(Block(config, drop_path=r) for r in rates)
+        block = ParallelBlock if config.parallel else Block
+        self.blocks = nn.ModuleList(block(config, drop_path=r) for r in rates)
         self.shared_rel_pos = shared_position_bias(config, self.blocks)  # timm srelpos, or None
         final, fc = config.final_norm and not config.fc_norm, config.final_norm and config.fc_norm
-        self.norm = nn.LayerNorm(D, eps=config.norm_eps) if final else nn.Identity()
-        self.fc_norm = nn.LayerNorm(D, eps=config.norm_eps) if fc else nn.Identity()
+        self.norm = make_norm(norm, D, config.norm_eps) if final else nn.Identity()
+        self.fc_norm = make_norm(norm, D, config.norm_eps) if fc else nn.Identity()
         if config.head_hidden_dim:
             self.pre_logits: nn.Module = nn.Sequential(
                 nn.Linear(D, config.head_hidden_dim), nn.Tanh()
@@ -173,7 +184,7 @@ class VisionTransformer(nn.Module):
                     prefix = [head + prefix_pos]
                 else:
                     prefix = [head[:, :k] + prefix_pos, head[:, k:]]
-            tokens = torch.cat([*prefix, patches], dim=1)
+            tokens = _joined(prefix, patches)
         elif kind == "sincos":
             tokens = torch.cat([*prefix, patches], dim=1)
             tokens = tokens + sincos_1d(tokens.shape[1], tokens.shape[2]).to(tokens)
@@ -182,7 +193,7 @@ class VisionTransformer(nn.Module):
                 [*prefix, patches + sincos_2d(grid, patches.shape[2]).to(patches)], 1
             )
         else:
-            tokens = torch.cat([*prefix, patches], dim=1)
+            tokens = _joined(prefix, patches)
         return self.norm_pre(self.pos_drop(tokens)), grid
 
     def forward_features(

@@ -55,7 +55,7 @@ from vitviz.checkpoints.preprocessing import (
 
 LOOKS_LIKE = "a timm VisionTransformer"
 PREFIX_TOKENS = ("cls_token", "dist_token", "reg_token")
-_BLOCK = r"blocks\.(\d+)\.attn\.qkv\.weight$"
+_BLOCK = r"blocks\.(\d+)\.(?:attn\.qkv|in_proj)\.weight$"  # serial or parallel blocks
 
 
 def detect(source: Source) -> bool:
@@ -64,35 +64,74 @@ def detect(source: Source) -> bool:
     an unknown layout) unless every key shares one prefix (a Lightning ``model.``)."""
     s = source.state
     vit_layout = "patch_embed.proj.weight" in s and any(
-        k.endswith(".attn.qkv.weight") and k.startswith("blocks.") for k in s
+        k.endswith((".attn.qkv.weight", ".in_proj.weight")) and k.startswith("blocks.") for k in s
     )
     wrapped = len({k.split(".", 1)[0] for k in s}) == 1 and all("." in k for k in s)
     return vit_layout or (source.timm_config is not None and not wrapped)  # wrapped: look under
 
 
+def _take_norm(t: Taker, theirs: str, ours: str, out: dict[str, Tensor]) -> bool:
+    """A norm's weight (and a LayerNorm's bias: an RMSNorm has none) -> ``out``; False when the
+    checkpoint has no such norm."""
+    if f"{theirs}.weight" not in t:
+        return False
+    out[f"{ours}.weight"] = t.take(f"{theirs}.weight")
+    bias = t.maybe(f"{theirs}.bias")
+    if bias is not None:
+        out[f"{ours}.bias"] = bias
+    return True
+
+
+SERIAL_LINEARS = ("attn.proj", "mlp.fc1", "mlp.fc2")
+PARALLEL_LINEARS = ("attn_out_proj", "mlp_out_proj")
+SUB_NORMS = (("attn.q_norm", "qk_norm"), ("attn.norm", "attn_norm"), ("mlp.norm", "mlp_norm"))
+
+
 def take_blocks(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:
-    """Move ``blocks.N.*`` of timm's layout into ``out``; returns what they say about the config."""
-    layer_scale = False
-    qkv_bias = True
+    """Move ``blocks.N.*`` of timm's layout into ``out`` (its serial blocks, or its parallel
+    ones: ``in_norm``, ``in_proj``, ``attn_out_proj``, ``mlp_out_proj``); returns what they say
+    about the config."""
+    parallel = "blocks.0.in_proj.weight" in t
+    layer_scale, qkv_bias = False, True
+    shown: dict[str, Any] = {"parallel": parallel, "qk_norm": False}
     for i in range(depth):
         b = f"blocks.{i}."
-        for name in ("norm1", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2"):
+        norms = ("in_norm",) if parallel else ("norm1", "norm2")
+        for name in norms:
+            if not _take_norm(t, b + name, b + name, out):
+                t.take(f"{b}{name}.weight")  # names the missing tensor
+        for name in PARALLEL_LINEARS if parallel else SERIAL_LINEARS:
             out[f"{b}{name}.weight"] = t.take(f"{b}{name}.weight")
             out[f"{b}{name}.bias"] = t.take(f"{b}{name}.bias")
-        out[b + "attn.qkv.weight"] = t.take(b + "attn.qkv.weight")
-        bias = t.maybe(b + "attn.qkv.bias")
+        proj = "in_proj" if parallel else "attn.qkv"
+        out[f"{b}{proj}.weight"] = t.take(f"{b}{proj}.weight")
+        bias = t.maybe(f"{b}{proj}.bias")
         if bias is not None:
-            out[b + "attn.qkv.bias"] = bias
+            out[f"{b}{proj}.bias"] = bias
+        elif parallel:
+            out[b + "mlp_bias"] = t.take(b + "mlp_bias")
         qkv_bias = bias is not None
-        for j in (1, 2):
+        subs = (("q_norm", "qk_norm"),) if parallel else SUB_NORMS
+        for name, field in subs:
+            if _take_norm(t, b + name, b + name, out):
+                shown[field] = True
+                if field == "qk_norm":
+                    k = name.replace("q_norm", "k_norm")
+                    if not _take_norm(t, b + k, b + k, out):
+                        t.take(f"{b}{k}.weight")
+        for j in ("",) if parallel else (1, 2):
             gamma = t.maybe(f"{b}ls{j}.gamma", f"{b}gamma_{j}")
             if gamma is not None:
                 out[f"{b}ls{j}.gamma"] = gamma
                 layer_scale = True
+    first = "blocks.0.in_norm" if parallel else "blocks.0.norm1"
+    hidden = out["blocks.0.mlp_out_proj.weight" if parallel else "blocks.0.mlp.fc1.weight"]
     return {
+        **{k: v for k, v in shown.items() if v},
+        **({"norm": "rmsnorm"} if f"{first}.bias" not in out else {}),
         "qkv_bias": qkv_bias,
         "layer_scale_init": 1.0 if layer_scale else None,
-        "mlp_hidden_dim": out["blocks.0.mlp.fc1.weight"].shape[0],
+        "mlp_hidden_dim": hidden.shape[1] if parallel else hidden.shape[0],
     }
 
 
@@ -284,9 +323,7 @@ def convert(source: Source) -> Conversion:
     if pos is not None:
         out["pos_embed"] = pos
     for name in ("norm_pre", "norm", "fc_norm"):
-        if f"{name}.weight" in t:
-            out[f"{name}.weight"] = t.take(f"{name}.weight")
-            out[f"{name}.bias"] = t.take(f"{name}.bias")
+        _take_norm(t, name, name, out)
     block_info = take_blocks(t, depth, out)
     has_pool = take_attention_pool(t, out)
     block_info.update(take_rel_pos(t, depth, out))

@@ -12,10 +12,9 @@ embedding whose tables are computed, not stored). So the name decides, never a g
   ViT-family name of the timm it was made from (``packaging/make_timm_table.py``); an unknown
   name is refused with "install timm to open ARCH".
 
-Anything vitviz's one ViT can't compute (residual post-norm blocks, rotary position,
-relative position bias, attention-pool heads other than SigLIP's MAP, qk-norm, SwiGLU, other
-block classes) makes the
-record a refusal naming that part.
+Anything vitviz's one ViT can't compute (rotary position in this class, attention-pool heads
+other than SigLIP's MAP, SwiGLU, other block classes) makes the record a refusal naming that
+part.
 
 A bare state dict has no name. Its *signature* (the sorted key names and shapes, without the
 head, whose size is the class count, and without the position table's length, which is the
@@ -59,20 +58,12 @@ CLASS_REASONS = {
     "NaFlexVit": "NaFlex variable-resolution embedding",
     "Hiera": "a hierarchical (pooling-attention) ViT, Hiera",
 }
-# Residual post-norm blocks (x + norm(attn(x))) are computed right (float64 agrees with timm to
-# 1e-12) but the attention of a full-width one sits 1e-4 from timm's in float32 on some inputs:
-# not exact, so refused (timm_walk found vit_base_patch16_rpn_224 opened that far off).
-RPN_REASON = (
-    "residual post-norm blocks (rpn: the attention reads unnormalised tokens, and float32 "
-    "rounding alone puts vitviz's attention 1e-4 from timm's at full width)"
-)
 BLOCK_REASONS = {
-    "ResPostBlock": RPN_REASON,
-    "ResPostRelPosBlock": RPN_REASON,
-    "ParallelScalingBlock": "parallel attention/MLP blocks",
-    "ParallelThingsBlock": "parallel attention/MLP blocks",
+    "ParallelThingsBlock": "parallel attention/MLP blocks of several branches each",
     "DiffParallelScalingBlock": "differential attention blocks",
 }
+# block classes vitviz's ViT computes (ParallelScalingBlock: vitviz/model/parallel.py)
+VIT_BLOCKS = ("Block", "ResPostBlock", "ParallelScalingBlock")
 MLP_REASONS = {"SwiGLU": "SwiGLU MLP", "GluMlp": "gated (GLU) MLP", "SwiGLUPacked": "SwiGLU MLP"}
 
 
@@ -166,35 +157,75 @@ def _vit_refusal(model: nn.Module) -> str | None:
     stem_only = type(embed).__name__ == "HybridEmbed" and _is_identity(proj)  # MobileCLIP's
     if not stem_only and (not isinstance(proj, nn.Conv2d) or proj.kernel_size != proj.stride):
         return "overlapping patch embedding"
-    norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
-    if any(type(m).__name__ not in ("LayerNorm", "LayerNorm2d") for m in norms):
-        return "a norm other than LayerNorm"
+    why = _blocks_refusal(model)
+    if why is not None:
+        return why
+    norms = _norms(model)
+    if any(type(m).__name__ not in ("LayerNorm", "LayerNorm2d", "RmsNorm") for m in norms):
+        return "a norm other than LayerNorm or RMSNorm"
     if any(
-        not isinstance(m, nn.LayerNorm) for m in model.modules() if "RmsNorm" in type(m).__name__
+        not isinstance(m, nn.LayerNorm) and "RmsNorm" in type(m).__name__
+        for m in model.modules()
+        if type(m).__name__ != "RmsNorm"
     ):
-        return "RMSNorm"
+        return "an RMSNorm other than timm's RmsNorm"
+    if len({type(m).__name__ == "RmsNorm" for m in norms}) > 1:
+        return "LayerNorms and RMSNorms together"
     if len({m.eps for m in norms}) > 1:
         return "norms with different eps"
+    if any(getattr(m, "weight", None) is None for m in norms):
+        return "a norm without a learnt scale"
+    if any(type(m).__name__ == "RmsNorm" for m in norms) and (
+        getattr(model, "attn_pool", None) is not None
+        or not _is_identity(getattr(model.patch_embed, "norm", None))
+    ):
+        return "RMSNorm with an attention pool"
+    return None
+
+
+def _blocks_refusal(model: nn.Module) -> str | None:
+    """The first part of a timm VisionTransformer's blocks vitviz's ViT can't compute."""
     kinds = {type(block).__name__ for block in model.blocks}
     for block in model.blocks:
         kind = type(block).__name__
-        if kind != "Block" or len(kinds) > 1:
+        if kind not in VIT_BLOCKS or len(kinds) > 1:
             return BLOCK_REASONS.get(kind, f"{kind} blocks")
+        if kind == "ParallelScalingBlock":
+            why = _parallel_refusal(block)
+            if why is not None:
+                return why
+            continue
         attn, mlp = block.attn, block.mlp
         if type(attn).__name__ != "Attention":
             return f"{type(attn).__name__} attention"
-        if not (_is_identity(attn.q_norm) and _is_identity(attn.k_norm)):
-            return "qk_norm (a norm on queries and keys)"
-        if not _is_identity(getattr(attn, "norm", None)):
-            return "a norm inside the attention (scale_attn_norm)"
         if getattr(attn, "gate", None) is not None:
             return "gated attention"
         if type(mlp).__name__ != "Mlp":
             return MLP_REASONS.get(type(mlp).__name__, f"{type(mlp).__name__} MLP")
-        if not _is_identity(mlp.norm):
-            return "a norm inside the MLP (scale_mlp_norm)"
         if _activation(mlp.act) is None:
             return f"activation {type(mlp.act).__name__}"
+        if attn.proj.bias is None or mlp.fc1.bias is None or mlp.fc2.bias is None:
+            return "projections without a bias"
+    return None
+
+
+def _norms(model: nn.Module) -> list[nn.Module]:
+    """Every LayerNorm and timm RmsNorm of ``model``."""
+    return [
+        m for m in model.modules() if isinstance(m, nn.LayerNorm) or type(m).__name__ == "RmsNorm"
+    ]
+
+
+def _parallel_refusal(block: nn.Module) -> str | None:
+    """What of timm's ParallelScalingBlock vitviz's ``ParallelBlock`` can't compute, or None."""
+    if block.out_proj is not None:
+        return "parallel blocks with one fused output projection"
+    if _activation(block.mlp_act) is None:
+        return f"activation {type(block.mlp_act).__name__}"
+    if block.attn_out_proj.bias is None or block.mlp_out_proj.bias is None:
+        return "projections without a bias"
+    if block.in_proj.out_features != block.in_split[0] + 3 * block.in_split[1]:
+        return "a parallel block of other widths"
     return None
 
 
@@ -283,18 +314,21 @@ def stem_settings(embed: nn.Module) -> dict[str, Any]:
 
 def _vit_settings(model: nn.Module) -> dict[str, Any]:
     block = model.blocks[0]
-    attn = block.attn
+    parallel = type(block).__name__ == "ParallelScalingBlock"
+    attn = block if parallel else block.attn
     dim = model.embed_dim
     heads = int(attn.num_heads)
-    attn_dim = attn.qkv.out_features // 3
-    norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    attn_dim = dim if parallel else attn.qkv.out_features // 3
+    qkv_bias = (block.in_proj if parallel else attn.qkv).bias is not None
+    norms = _norms(model)
+    rms = any(type(m).__name__ == "RmsNorm" for m in norms)
     return {
         "heads": heads,
         "attn_head_dim": None if attn_dim == dim else attn_dim // heads,
         "norm_eps": float(norms[0].eps) if norms else 1e-6,
-        "activation": _activation(block.mlp.act),
-        "qkv_bias": attn.qkv.bias is not None,
-        "layer_scale": not _is_identity(getattr(block, "ls1", None)),
+        "activation": _activation(block.mlp_act if parallel else block.mlp.act),
+        "qkv_bias": qkv_bias,
+        "layer_scale": not _is_identity(getattr(block, "ls" if parallel else "ls1", None)),
         "class_token": bool(model.has_class_token),
         "distill_token": getattr(model, "dist_token", None) is not None,
         "num_register_tokens": int(model.num_reg_tokens),
@@ -308,6 +342,11 @@ def _vit_settings(model: nn.Module) -> dict[str, Any]:
            == "HybridEmbed" else {}),
         **({"pool_include_prefix": True} if getattr(model, "pool_include_prefix", False) else {}),
         **({"res_post_norm": True} if type(block).__name__ == "ResPostBlock" else {}),
+        **({"norm": "rmsnorm"} if rms else {}),
+        **({"qk_norm": True} if not _is_identity(attn.q_norm) else {}),
+        **({"parallel": True} if parallel else {}),
+        **({"attn_norm": True} if not parallel and not _is_identity(attn.norm) else {}),
+        **({"mlp_norm": True} if not parallel and not _is_identity(block.mlp.norm) else {}),
     }  # fmt: skip
 
 
@@ -333,7 +372,7 @@ def _relpos_refusal(model: nn.Module) -> str | None:
             return "a relative position table shared by every layer"
     kinds = {type(block).__name__ for block in model.blocks}
     for block in model.blocks:
-        if type(block).__name__ != "RelPosBlock" or len(kinds) > 1:
+        if type(block).__name__ not in ("RelPosBlock", "ResPostRelPosBlock") or len(kinds) > 1:
             return BLOCK_REASONS.get(type(block).__name__, f"{type(block).__name__} blocks")
         if not (_is_identity(block.attn.q_norm) and _is_identity(block.attn.k_norm)):
             return "qk_norm (a norm on queries and keys)"

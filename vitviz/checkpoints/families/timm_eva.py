@@ -76,9 +76,11 @@ def detect(source: Source) -> bool:
     name, _ = _named(source)
     if name is not None:
         return _is_eva_name(name)
+    found = candidates(signature(s))
+    if found and not any(r.refusal in EVA_REASONS for r in found):
+        return False  # timm names these tensors, none an EVA (a beit3's sub-LN: a plain ViT)
     if any(k in s for k in MARKERS):
         return True
-    found = candidates(signature(s))
     return bool(found) and all(r.refusal in EVA_REASONS for r in found)
 
 

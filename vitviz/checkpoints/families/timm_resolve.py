@@ -38,6 +38,10 @@ SHOWN_BY_WEIGHTS = (
     "final_norm",
     "pos_embed",
     "layer_scale",
+    "qk_norm",
+    "parallel",
+    "attn_norm",
+    "mlp_norm",
 )
 USER_OVERRIDES = ("heads", "activation", "global_pool", "norm_eps")
 ACT_NAMES = {"gelu": "GELU", "gelu_tanh": "GELU (tanh)", "quick_gelu": "QuickGELU", "relu": "ReLU"}

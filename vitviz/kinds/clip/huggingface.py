@@ -2,7 +2,8 @@
 tokenizer files, preprocessor_config.json) -> a ``ClipImageModel``.
 
 A ``CLIPVisionModel`` / ``CLIPVisionModelWithProjection`` folder (model_type
-"clip_vision_model") opens as an image tower alone: no prompts, its attention and features.
+"clip_vision_model") opens as an image tower alone: no prompts, its attention and features. A
+``CLIPForImageClassification`` opens as a ViT with its classifier (``hf_classifiers``).
 
 Image tower (``vision_model.*``) -> vitviz's ViT names: the class embedding is the CLS token,
 the patch convolution has no bias (a zero bias is added), ``pre_layrnorm`` is ``norm_pre``,
@@ -20,6 +21,7 @@ from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
+from vitviz.kinds.clip.hf_classifiers import classifier_conversion, drop_unread, has_classifier
 from vitviz.kinds.clip.hf_towers import (
     activation,
     encoder_depth,
@@ -56,14 +58,14 @@ def _unprefixed(source: Source) -> bool:
 
 def detect(source: Source) -> bool:
     cfg = source.hf_config
-    if _unprefixed(source):
+    if _unprefixed(source) or has_classifier(source, MODEL_TYPES[0]):
         return True
     if cfg is not None:
         return cfg.get("model_type") in MODEL_TYPES and _PROBE in source.state
     return _PROBE in source.state and "visual_projection.weight" in source.state
 
 
-def _vision_config(cfg: dict[str, Any], state: dict[str, Tensor]) -> ViTConfig:
+def vision_config(cfg: dict[str, Any], state: dict[str, Tensor]) -> ViTConfig:
     alone = cfg.get("model_type") == MODEL_TYPES[1]  # an image tower's own config
     vision = cfg if alone else cfg.get("vision_config") or {}
     conv = state["vision_model.embeddings.patch_embedding.weight"]  # (D, C, p, p)
@@ -110,13 +112,43 @@ def _vision_state(state: dict[str, Tensor], depth: int) -> dict[str, Tensor]:
     return out
 
 
+def _classifier(source: Source) -> Conversion:
+    """A CLIPForImageClassification: the mean of the patch tokens *before* the final norm (which
+    only the pooled CLS output reads), then the classifier."""
+    cfg = source.hf_config or {}
+    state, notes = source.state, []
+    v, e = "vision_model.", "vision_model.embeddings."
+    try:
+        fields = vision_config(cfg, state).to_dict()
+        conv = state.pop(e + "patch_embedding.weight")
+        out = {
+            "cls_token": state.pop(e + "class_embedding").reshape(1, 1, -1),
+            "pos_embed": state.pop(e + "position_embedding.weight")[None],
+            "patch_embed.proj.weight": conv,
+            "patch_embed.proj.bias": conv.new_zeros(conv.shape[0]),
+            "norm_pre.weight": state.pop(v + "pre_layrnorm.weight"),
+            "norm_pre.bias": state.pop(v + "pre_layrnorm.bias"),
+        }
+        state.pop(e + "position_ids", None)
+        take_encoder(state, fields["depth"], out)
+    except KeyError as exc:
+        raise CheckpointError(f"{source.name}: a CLIP checkpoint without {exc}") from exc
+    drop_unread(state, v + "post_layernorm.", "the final norm, read by the CLS output", notes)
+    notes.append("the classifier reads the mean of the patch tokens before the final norm")
+    side = {"height": fields["image_size"][0], "width": fields["image_size"][1]}
+    proc = {**CLIP_PROCESSOR, "size": {"shortest_edge": side["height"]}, "crop_size": side}
+    return classifier_conversion(source, "clip", {**fields, "final_norm": False}, out, proc, notes)
+
+
 def convert(source: Source) -> Conversion:
+    if has_classifier(source, MODEL_TYPES[0]):
+        return _classifier(source)
     cfg = source.hf_config or {}
     state = source.state
     if _unprefixed(source):
         restore_prefix(state)
     try:
-        vit = _vision_config(cfg, state)
+        vit = vision_config(cfg, state)
         out = _vision_state(state, vit.depth)
         embed_dim = int(out["head.projection.weight"].shape[0])
         text = None

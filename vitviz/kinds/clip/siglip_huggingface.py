@@ -1,6 +1,7 @@
 """Hugging Face ``SiglipModel`` folders (config.json with model_type "siglip", the weights,
 tokenizer.json, preprocessor_config.json) -> a ``SiglipImageModel``; a ``SiglipVisionModel``
-folder (model_type "siglip_vision_model") opens as an image tower alone: no prompts.
+folder (model_type "siglip_vision_model") opens as an image tower alone: no prompts. A
+``SiglipForImageClassification`` opens as a ViT with its classifier (``hf_classifiers``).
 
 Image tower (``vision_model.*``) -> vitviz's ViT names: the patch convolution (with its bias),
 the position table (patches only: there is no CLS), q/k/v fused into ``qkv``, ``post_layernorm``
@@ -19,6 +20,7 @@ from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
+from vitviz.kinds.clip.hf_classifiers import classifier_conversion, drop_unread, has_classifier
 from vitviz.kinds.clip.hf_towers import (
     activation,
     encoder_depth,
@@ -53,7 +55,7 @@ def _unprefixed(source: Source) -> bool:
 
 def detect(source: Source) -> bool:
     cfg = source.hf_config
-    if _unprefixed(source):
+    if _unprefixed(source) or has_classifier(source, MODEL_TYPES[0]):
         return True
     return _PROBE in source.state and (cfg is None or cfg.get("model_type") in MODEL_TYPES)
 
@@ -63,7 +65,7 @@ def _get(cfg: dict[str, Any], name: str, default: object) -> Any:
     return default if value is None else value
 
 
-def _vision_config(vision: dict[str, Any], state: dict[str, Tensor]) -> ViTConfig:
+def vision_config(vision: dict[str, Any], state: dict[str, Tensor]) -> ViTConfig:
     v = "vision_model."
     conv = state[v + "embeddings.patch_embedding.weight"]  # (D, C, p, p)
     D, C, p = int(conv.shape[0]), int(conv.shape[1]), int(conv.shape[-1])
@@ -88,16 +90,27 @@ def _vision_config(vision: dict[str, Any], state: dict[str, Tensor]) -> ViTConfi
     )
 
 
-def _vision_state(state: dict[str, Tensor], depth: int) -> dict[str, Tensor]:
-    """``vision_model.*`` + the logit scale and bias under vitviz's names (popped)."""
+def tower_state(state: dict[str, Tensor], depth: int) -> dict[str, Tensor]:
+    """``vision_model.*`` but its attention-pool head under vitviz's names (popped)."""
     v = "vision_model."
-    e, h = v + "embeddings.", v + "head."
+    e = v + "embeddings."
     out = {
         "pos_embed": state.pop(e + "position_embedding.weight")[None],
         "patch_embed.proj.weight": state.pop(e + "patch_embedding.weight"),
         "patch_embed.proj.bias": state.pop(e + "patch_embedding.bias"),
         "norm.weight": state.pop(v + "post_layernorm.weight"),
         "norm.bias": state.pop(v + "post_layernorm.bias"),
+    }
+    state.pop(e + "position_ids", None)
+    take_encoder(state, depth, out)
+    return out
+
+
+def _vision_state(state: dict[str, Tensor], depth: int) -> dict[str, Tensor]:
+    """``vision_model.*`` with its attention-pool head under vitviz's names (popped)."""
+    h = "vision_model.head."
+    out = {
+        **tower_state(state, depth),
         "pool.probe": state.pop(h + "probe"),
         "pool.in_proj_weight": state.pop(h + "attention.in_proj_weight"),
         "pool.in_proj_bias": state.pop(h + "attention.in_proj_bias"),
@@ -106,8 +119,6 @@ def _vision_state(state: dict[str, Tensor], depth: int) -> dict[str, Tensor]:
                          ("fc1", "mlp.fc1"), ("fc2", "mlp.fc2")):  # fmt: skip
         for part in ("weight", "bias"):
             out[f"pool.{ours}.{part}"] = state.pop(f"{h}{theirs}.{part}")
-    state.pop(e + "position_ids", None)
-    take_encoder(state, depth, out)
     return out
 
 
@@ -136,14 +147,33 @@ def _text(cfg: dict[str, Any], state: dict[str, Tensor]) -> tuple[TextConfig, di
     return text, weights
 
 
+def _classifier(source: Source) -> Conversion:
+    """A SiglipForImageClassification: the mean of the tokens after the final norm, then the
+    classifier; the tower's attention-pool head (when it has one) is never read."""
+    cfg = source.hf_config or {}
+    state, notes = source.state, []
+    try:
+        fields = vision_config(dict(cfg.get("vision_config") or {}), state).to_dict()
+        out = tower_state(state, fields["depth"])
+    except KeyError as exc:
+        raise CheckpointError(f"{source.name}: a SigLIP checkpoint without {exc}") from exc
+    drop_unread(state, "vision_model.head.", "the tower's attention-pool head", notes)
+    notes.append("the classifier reads the mean of the tokens after the final norm")
+    side = fields["image_size"][0]
+    proc = {**SIGLIP_PROCESSOR, "size": {"height": side, "width": side}}
+    return classifier_conversion(source, "siglip", fields, out, proc, notes)
+
+
 def convert(source: Source) -> Conversion:
+    if has_classifier(source, MODEL_TYPES[0]):
+        return _classifier(source)
     cfg = source.hf_config or {}
     state = source.state
     if _unprefixed(source):
         restore_prefix(state)
     alone = cfg.get("model_type") == MODEL_TYPES[1]  # an image tower alone: no prompts
     try:
-        vit = _vision_config(dict(cfg if alone else cfg.get("vision_config") or {}), state)
+        vit = vision_config(dict(cfg if alone else cfg.get("vision_config") or {}), state)
         out = _vision_state(state, vit.depth)
         out["head.logit_scale"] = state.pop("logit_scale", torch.zeros(())).reshape(())
         out["head.logit_bias"] = state.pop("logit_bias", torch.zeros(())).reshape(())

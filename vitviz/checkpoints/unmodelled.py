@@ -1,0 +1,40 @@
+"""Vision transformers vitviz knows by their tensors or their config but does not model: a file
+of one is refused naming it, not as an unknown layout (DESIGN §4, exact or refused).
+
+Each entry: what the weights (key names) or a Hugging Face config.json (``model_type``) show,
+and the words of the refusal. timm folders are named by their architecture already
+(``timm_arch``); these are the bare state dicts and the transformers folders."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# (the part of a key that only this architecture has, its name in the refusal)
+BY_KEYS = (
+    (".pool.fc.", "timm's PiT (pooling stages with a CLS token)"),
+    ("cls_token_1", "timm's CrossViT (two branches with cross-attention)"),
+    (".attn.rel_pos_h", "timm's MViTv2 (pooled attention with a decomposed relative bias)"),
+    ("stem.conv1.linear.", "timm's LeViT (convolutional stages and attention biases)"),
+    ("pixel_embed.proj.", "timm's TNT (attention inside and between patches)"),
+    ("post_network.", "timm's VOLO (outlook attention)"),
+)
+BY_MODEL_TYPE = {
+    "levit": "transformers' LeViT (convolutional stages and attention biases)",
+    "cvt": "transformers' CvT (convolutional token embeddings and projections)",
+    "mobilevit": "transformers' MobileViT (convolutions with transformer blocks inside)",
+    "mobilevitv2": "transformers' MobileViTV2 (separable self-attention)",
+    "pvt": "transformers' PVT v1 (a CLS token in its last stage only)",
+    "siglip2": "transformers' SigLIP 2 (a NaFlex patch embedding of any aspect ratio)",
+}
+
+
+def unmodelled(keys: list[str], hf_config: Mapping[str, Any] | None) -> str | None:
+    """The architecture a checkpoint is, when it is one vitviz knows and does not model."""
+    model_type = (hf_config or {}).get("model_type")
+    if model_type in BY_MODEL_TYPE:
+        return BY_MODEL_TYPE[str(model_type)]
+    for part, name in BY_KEYS:
+        if any(part in key for key in keys):
+            return name
+    return None
