@@ -288,14 +288,15 @@ def test_a_checkpoint_saved_on_a_gpu_opens_on_the_cpu(device: str, tmp_path: Pat
 
 
 def test_a_checkpoint_that_needs_code_is_refused_and_nothing_runs(tmp_path: Path):
-    """A checkpoint pickling an object (an argparse Namespace of the run) is refused by the
-    weights_only reader; the object's class is named, not imported or called."""
-    import argparse
+    """A checkpoint pickling an object the reader doesn't admit (a Fraction; an argparse
+    Namespace, timm's train.py's, is the one class admitted) is refused by the weights_only
+    reader; the object's class is named, not imported or called."""
+    from fractions import Fraction
 
     path = write_source(tmp_path, MNIST_CONV)
     model = build(path, "MnistViT", {})
-    torch.save({"model": model.state_dict(), "args": argparse.Namespace(lr=1)}, tmp_path / "a.pth")
-    with pytest.raises(ModelCodeError, match=r"argparse\.Namespace"):
+    torch.save({"model": model.state_dict(), "lr": Fraction(1, 3)}, tmp_path / "a.pth")
+    with pytest.raises(ModelCodeError, match=r"fractions\.Fraction"):
         load_model_code(make_spec(path, "MnistViT", {}, tmp_path / "a.pth"))
 
 
