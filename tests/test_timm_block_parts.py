@@ -48,8 +48,8 @@ def _timm(name: str, args: dict, seed: int) -> torch.nn.Module:
     return randomize_(model, seed=seed, noise_dtype=torch.float32)
 
 
-def _assert_exact(path: Path, model: torch.nn.Module) -> object:
-    loaded = load_checkpoint(path)
+def _assert_exact(path: Path, model: torch.nn.Module, settings: dict | None = None) -> object:
+    loaded = load_checkpoint(path, settings)
     x = images(2, 32, 32, seed=5)
     ref_logits, ref_attn = timm_reference(model, x)
     with torch.no_grad():
@@ -86,7 +86,12 @@ def test_a_bare_state_dict_shows_qk_norm_and_a_parallel_block_by_its_tensors(
         name, args, _ = CASES[case]
         model = _timm(name, args, seed=3)
         torch.save(model.state_dict(), tmp_path / f"{case}.pth")
-        loaded = _assert_exact(tmp_path / f"{case}.pth", model)
+        block = model.blocks[0]
+        heads = getattr(block, "num_heads", None) or block.attn.num_heads
+        # a bare file says neither its activation, nor its heads at these widths, nor (a table
+        # without the class token) its grid: the user does
+        settings = {"activation": "gelu", "heads": heads, "image_size": [32, 32]}
+        loaded = _assert_exact(tmp_path / f"{case}.pth", model, settings)
         assert loaded.config.qk_norm == (case == "qk-norm")
         assert loaded.config.parallel == (case == "parallel")
     name, args, _ = CASES["rms-parallel-qk"]

@@ -202,7 +202,7 @@ def test_timm_qk_norm_is_read_from_its_tensors(tmp_path: Path) -> None:
     randomize_(model, seed=5)
     path = tmp_path / "qknorm.pth"
     torch.save(model.state_dict(), path)
-    loaded = load_checkpoint(path, config={"heads": 2})
+    loaded = load_checkpoint(path, config={"heads": 2, "activation": "gelu"})
     assert loaded.config.qk_norm
     _check(model, loaded, images(1, 32, 32, seed=5))
 
