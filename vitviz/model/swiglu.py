@@ -28,15 +28,18 @@ class SwiGLU(nn.Module):
         self.drop = nn.Dropout(config.drop_rate)
         self.packed = config.swiglu_packed
 
-    def forward(self, x: Tensor) -> Tensor:
+    def projections(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, N, dim) -> (fc1_g x, fc1_x x), each (B, N, hidden), as one product when packed."""
         if self.packed:
             g, v = self.fc1_g, self.fc1_x
             first, second = (g, v) if self.packed == "gate_value" else (v, g)
             weight = torch.cat([first.weight, second.weight])  # (2·hidden, dim)
             both = F.linear(x, weight, torch.cat([first.bias, second.bias]))
             a, b = both.chunk(2, dim=-1)
-            gate, value = (a, b) if self.packed == "gate_value" else (b, a)
-        else:
-            gate, value = self.fc1_g(x), self.fc1_x(x)
+            return (a, b) if self.packed == "gate_value" else (b, a)
+        return self.fc1_g(x), self.fc1_x(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, value = self.projections(x)
         hidden = F.silu(gate) * value  # (B, N, hidden)
         return self.drop(self.fc2(self.norm(self.drop(hidden))))
