@@ -119,20 +119,22 @@ def one(name: str, setting: str, folder: Path, seed: int) -> tuple[str, str, str
     model = randomize_(model, seed=seed, noise_dtype=torch.float32)
     h, w = model.patch_embed.img_size
     x = torch.randn(1, 3, h, w, generator=torch.Generator().manual_seed(seed))
-    ref_logits, ref_attn = timm_forward(model, x)
+    with torch.no_grad():  # timm's own forward, its fused attention (timm_forward turns it off)
+        default_logits = model(x)
+    refs = (*timm_forward(model, x), default_logits)  # each vitviz path against timm's same
     path = folder / f"{name}-{setting.replace(' ', '_')}.pth"
     torch.save(model.state_dict(), path)
-    first, detail = _open(path, None, x, ref_logits, ref_attn)
+    first, detail = _open(path, None, x, refs)
     if first != "asks":
         return first, "", "", detail
     rec = timm_arch.table()["archs"][name]["settings"]
     answer = answer_for(rec, given, options, model)
-    second, detail2 = _open(path, answer, x, ref_logits, ref_attn)
+    second, detail2 = _open(path, answer, x, refs)
     if second == "refused" and "if it is a plain ViT without rotary positions" in detail2:
         answer.update(rope="none", norm_eps=rec["norm_eps"])  # the advice that refusal gives
-        second, detail2 = _open(path, answer, x, ref_logits, ref_attn)
+        second, detail2 = _open(path, answer, x, refs)
     asked = {k: answer[k] for k in detail.split(", ") if k in answer}
-    third, _ = _open(path, asked, x, ref_logits, ref_attn)
+    third, _ = _open(path, asked, x, refs)
     third = "stated" if third == "WRONG" and _stated(path, asked, setting) else third
     return first, second, third, detail2 if second != "exact" else detail
 
@@ -150,14 +152,16 @@ def _stated(path: Path, settings: dict, setting: str) -> bool:
     )
 
 
-def _open(path: Path, settings: dict | None, x, ref_logits, ref_attn) -> tuple[str, str]:
+def _open(path: Path, settings: dict | None, x, refs: tuple) -> tuple[str, str]:
+    """``refs``: timm's explicit logits and attention, and its own (fused) forward's logits."""
     try:
         loaded = load_checkpoint(path, settings)
     except MissingSettingsError as exc:
         return "asks", ", ".join(exc.fields)
     except CheckpointError as exc:
         return "refused", str(exc).split(": ", 1)[-1]
-    rel, att = opened_errors(loaded, x, ref_logits, ref_attn)
+    ref_logits, ref_attn, default_logits = refs
+    rel, att = opened_errors(loaded, x, ref_logits, ref_attn, True, default_logits)
     wrong = rel > LOGITS_RTOL or (att is not None and att > ATTENTION_ATOL)
     return ("WRONG" if wrong else "exact"), f"logits {rel:.1e}"
 

@@ -229,3 +229,20 @@ def test_an_eva_laid_out_otherwise_by_another_timm_is_refused_not_guessed() -> N
         del model.rope.rotate_half
     with pytest.raises(EvaRefusalError, match="rotate_half"):
         describe_eva(model)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_fused_path_is_timms_fused_forward_to_the_bit(tmp_path: Path, case: str) -> None:
+    """vitviz's fused path (scaled_dot_product_attention) runs timm's own forward's operations in
+    its order (rotary turn, scale inside the kernel, sub-LN, LayerScale): the same float32
+    logits, not merely close. timm's explicit path rounds otherwise (DESIGN §3: each path is
+    compared with the library's same path)."""
+    name, options, _ = CASES[case]
+    model = tiny(name, seed=3, **options).eval()
+    save_for_hf(model, tmp_path / case, safe_serialization=True)
+    loaded = load_checkpoint(tmp_path / case)
+    x = images(2, 32, 32, seed=3)
+    assert all(b.attn.fused_attn for b in model.blocks)  # timm's default: its fused branch
+    with torch.no_grad():
+        theirs, mine = model(x), loaded.model(x)
+    assert torch.equal(mine, theirs), float((mine - theirs).abs().max())

@@ -176,7 +176,8 @@ def _mlp(mlp: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None, Tens
     """The MLP (GELU-like or SwiGLU), eval mode: its output, fc2's input and SwiGLU's two
     factors (None for a plain MLP)."""
     if isinstance(mlp, SwiGLU):
-        gate, up = F.silu(mlp.fc1_g(x)), mlp.fc1_x(x)
+        pre, up = mlp.projections(x)  # the model's own products (one when packed)
+        gate = F.silu(pre)
         hidden = mlp.norm(gate * up)
         return mlp.fc2(hidden), hidden, gate, up
     hidden = mlp.norm(mlp.act(mlp.fc1(x)))

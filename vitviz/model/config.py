@@ -10,6 +10,7 @@ from vitviz.model.stem_config import StemConfig
 
 POS_EMBED_KINDS = ("learned", "sincos", "sincos2d", "none")
 NORMS = ("layernorm", "rmsnorm")  # the blocks' norm (vitviz/model/norms.py)
+SWIGLU_PACKINGS = ("", "gate_value", "value_gate")  # ViTConfig.swiglu_packed
 POOLS = ("token", "avg", "token_avg", "map")  # token_avg: [CLS, mean of the patches] (DINOv2
 # heads); map: a learnt probe's multi-head attention over the final tokens (attention_pool)
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu")
@@ -86,6 +87,10 @@ class ViTConfig:
     rope_xy: bool = False  # coordinates (column, row) instead of (row, column) (timm 'xy')
     rope_offset: float = 0.0  # added to each grid coordinate (timm grid_offset)
     swiglu: bool = False  # MLP fc2(SiLU(fc1_g x) · fc1_x x) (EVA-02's SwiGLU)
+    # SwiGLU's fc1_g and fc1_x run as one product, their weights packed in this order, as timm's
+    # GluMlp's one fc1 ("gate_value" | "value_gate"); "" two products. One GEMM of twice the
+    # width rounds otherwise than two (DESIGN §3: the library's order of operations)
+    swiglu_packed: str = ""
     mlp_norm: bool = False  # sub-LN: a LayerNorm before the MLP's fc2
     attn_norm: bool = False  # sub-LN: a LayerNorm on the heads' output before proj
     norm: str = "layernorm"  # the blocks' and final norms: "layernorm" | "rmsnorm" (timm RmsNorm)
@@ -221,6 +226,11 @@ class ViTConfig:
         problems = []
         if self.norm not in NORMS:
             problems.append(f"norm must be one of {NORMS} (got {self.norm!r})")
+        if self.swiglu_packed not in SWIGLU_PACKINGS or (self.swiglu_packed and not self.swiglu):
+            problems.append(
+                f"swiglu_packed must be one of {SWIGLU_PACKINGS}, set only with swiglu "
+                f"(got {self.swiglu_packed!r})"
+            )
         if self.norm != "layernorm" and (self.global_pool == "map" or self.patch_norm_post):
             problems.append("an attention pool and a patch norm are LayerNorms (norm 'layernorm')")
         if self.parallel:

@@ -186,8 +186,10 @@ def _take_attention(t: Taker, b: str, out: dict[str, Tensor], kind: str) -> bool
     return True
 
 
-def _take_mlp(t: Taker, b: str, out: dict[str, Tensor], rec: dict[str, Any]) -> None:
+def _take_mlp(t: Taker, b: str, out: dict[str, Tensor], rec: dict[str, Any]) -> str:
+    """The block's MLP tensors into ``out``; the SwiGLU packing (ViTConfig.swiglu_packed)."""
     o = b + "mlp."
+    packed = ""
     names = ["fc2", *(("norm",) if rec["mlp_norm"] else ())]
     if not rec["swiglu"]:
         names.append("fc1")
@@ -198,9 +200,11 @@ def _take_mlp(t: Taker, b: str, out: dict[str, Tensor], rec: dict[str, Any]) -> 
             a, c = t.take(f"{o}fc1.{part}").chunk(2, dim=0)
             gate, value = (c, a) if rec["glu_gate_last"] else (a, c)
             out[f"{o}fc1_g.{part}"], out[f"{o}fc1_x.{part}"] = gate, value
+        packed = "value_gate" if rec["glu_gate_last"] else "gate_value"
     for name in names:
         for part in ("weight", "bias"):
             out[f"{o}{name}.{part}"] = t.take(f"{o}{name}.{part}")
+    return packed
 
 
 def convert(source: Source) -> Conversion:
@@ -231,14 +235,14 @@ def convert(source: Source) -> Conversion:
         out["pos_embed"] = pos
     if rec["rope"] == "mixed":
         out["rope.freqs"] = t.take("rope.freqs")
-    qkv_bias = True
+    qkv_bias, packed = True, ""
     for i in range(depth):
         b = f"blocks.{i}."
         for n in ("norm1", "attn.proj", "norm2", *(("attn.norm",) if rec["attn_norm"] else ())):
             for part in ("weight", "bias"):
                 out[f"{b}{n}.{part}"] = t.take(f"{b}{n}.{part}")
         qkv_bias = _take_attention(t, b, out, rec["attn_kind"])
-        _take_mlp(t, b, out, rec)
+        packed = _take_mlp(t, b, out, rec)
         if rec["layer_scale"]:
             out[f"{b}ls1.gamma"] = t.take(f"{b}gamma_1")
             out[f"{b}ls2.gamma"] = t.take(f"{b}gamma_2")
@@ -274,6 +278,8 @@ def convert(source: Source) -> Conversion:
         class_token=rec["class_token"], num_register_tokens=prefix - int(rec["class_token"]),
         pos_embed=rec["pos_embed"], activation="gelu", pos_embed_interp=rec["pos_embed_interp"],
     )  # fmt: skip
+    if packed:
+        inferred["swiglu_packed"] = packed
     pool_hidden = int(out["pool.fc1.weight"].shape[0]) if "pool.fc1.weight" in out else hidden
     if pool_hidden != hidden:
         inferred["pool_hidden_dim"] = pool_hidden
