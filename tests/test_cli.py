@@ -24,6 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 EXPECTED = {  # key: numpy dtype kind (shapes are checked in _check_npz)
     "kind": "U",  # the model kind (one npz vocabulary for every kind)
+    "model_name": "U",  # the model's name people know (the file's here)
+    "model_arch": "U",
     "input": "f",
     "logits": "f",
     "probs": "f",
@@ -72,6 +74,7 @@ def _check_npz(npz: Path, a: Analysis, target: int, rollout: np.ndarray) -> None
     assert data["logits"].shape == data["probs"].shape == (C,)
     assert data["class_names"].tolist() == CLASS_NAMES
     assert str(data["kind"]) == "vit"
+    assert str(data["model_arch"]) == "Vision Transformer"
     assert data["attention"].shape == (L, H, N, N)
     assert data["grid"].tolist() == [gh, gw]
     assert data["num_prefix_tokens"].shape == ()

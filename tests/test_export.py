@@ -65,6 +65,8 @@ def test_npz_keys_are_exactly_the_documented_ones(tmp_path: Path, loaded: Loaded
         assert set(z.files) == set(NPZ_KEYS)
         assert set(NPZ_KEYS) == {
             "kind",
+            "model_name",
+            "model_arch",
             "input",
             "logits",
             "probs",
@@ -82,6 +84,7 @@ def test_npz_keys_are_exactly_the_documented_ones(tmp_path: Path, loaded: Loaded
         }
         assert z["class_names"].tolist() == CLASS_NAMES
         assert str(z["kind"]) == "vit"
+        assert str(z["model_arch"]) == "Vision Transformer"  # model_name: tests/test_model_names
         assert int(z["target_class"]) == a.top_class
         assert z["layers"].tolist() == list(range(a.num_layers))  # every layer kept
         np.testing.assert_array_equal(z["rollout"], a.rollout().numpy())

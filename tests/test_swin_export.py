@@ -128,10 +128,10 @@ def test_head_grid_png_is_every_block_and_heads_query_row(state, tmp_path) -> No
         colormap="magma",
         opacity=0.6,
     )
-    want = heads_figure(expected, means, a.pixels, **figure)  # titled, with a colour bar
+    want = heads_figure(expected, means, a, **figure)  # titled, with a colour bar
     assert got.shape == np.asarray(want).shape
     assert np.abs(got - np.asarray(want, int)).max() <= 1
-    bare = np.asarray(heads_figure(expected, means, a.pixels, **figure, titled=False))
+    bare = np.asarray(heads_figure(expected, means, a, **figure, titled=False))
     assert bare.shape[0] < got.shape[0] and bare.shape[1] < got.shape[1]
     tw, gap = 96, 2  # head_grid_image's tiles: block 1.1 has 2 heads, so its 4th tile is blank
     x = bare.shape[1] - tw

@@ -106,7 +106,7 @@ def test_click_picks_token_at_in_every_block(qtbot, swin_shown) -> None:
             m.head_maps[b, :heads], rows[:, ys[:, None], xs[None, :]], atol=1e-6
         )
     np.testing.assert_allclose(overlay(window), _rows(ref, 1, m.query_tokens[1])[1], atol=1e-6)
-    assert "SW-MSA" in v.map_view.title.text() and "head 1 of 0–1" in v.map_view.title.text()
+    assert "SW-MSA" in v.map_view.full_title and "head 1 of 0–1" in v.map_view.full_title
     ids = v.image.token_geometry.layers[1].windows
     expected = partition_segments(ids) * 4
     assert v.map_view.window_lines.path().elementCount() == 2 * len(expected)
@@ -135,7 +135,7 @@ def test_rollout_map_and_then_a_vit(qtbot, swin_shown, tiny_ckpt: Path, photo_fi
     qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "rollout", timeout=WAIT_MS)
     np.testing.assert_allclose(overlay(window), ref.rollout().numpy(), atol=1e-6)
     assert v.map_view.window_lines.path().isEmpty()  # the partition belongs to attention maps
-    assert "from the average pool" in v.map_view.title.text()
+    assert "from the average pool" in v.map_view.full_title
     assert v.controls.query_reset.text() == "Reset to the mean"  # a Swin has no CLS token
     panel = v.controls.param_panel.widgets
     assert panel["fusion"].isEnabled() and not panel["discard_ratio"].isEnabled()

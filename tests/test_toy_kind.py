@@ -351,7 +351,7 @@ class PoolKind:
 
         maps = _thumbs(session.analysis, query)
         rows = [r.label for r in self.layer_rows(session.analysis)]
-        return heads_figure(maps, maps.mean(1), session.analysis.pixels, row_names=rows,
+        return heads_figure(maps, maps.mean(1), session.analysis, row_names=rows,
                             title="toy", query="pool", colormap=colormap)  # fmt: skip
 
     def view_map_picture(self, session, values, colormap, opacity) -> Image.Image:

@@ -61,7 +61,7 @@ def test_tile_click_shows_that_head_large(qtbot, window, tmp_path: Path, photo_f
     assert v.controls.method_name() == "attention"
     assert (v.controls.selected_layer(), v.controls.selected_head()) == (1, 0)
     np.testing.assert_array_equal(overlay(window), v.maps.head_maps[1, 0])
-    assert v.map_view.title.text().startswith(v.layers.attention_title(v.maps, 1, 0, None)[:8])
+    assert v.map_view.full_title.startswith(v.layers.attention_title(v.maps, 1, 0, None)[:8])
 
 
 def test_a_patch_query_does_not_set_its_maps_scale(

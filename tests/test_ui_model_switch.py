@@ -173,7 +173,7 @@ def switch(qtbot, window: MainWindow, checkpoint: Path) -> None:
         click(v.map_view, v.map_view.vb.mapViewToScene(v.map_view.patch_rect(ngh - 1, 0).center()))
         qtbot.waitUntil(lambda: settled(window) and v.query == (ngh - 1, 0), timeout=WAIT_MS)
         mh, mw = v.current_map()[0].shape
-        assert (mh, mw) != (ngh, ngw) and f"of {mh}×{mw}" in v.map_view.title.text()
+        assert (mh, mw) != (ngh, ngw) and f"of {mh}×{mw}" in v.map_view.full_title
         hover(qtbot, v.map_view, (ngh - 1, 0))
         qtbot.waitUntil(
             lambda: window.hover_label.text().startswith(f"token row {mh - 1}, col 0 of {mh}×{mw}")
@@ -183,7 +183,7 @@ def switch(qtbot, window: MainWindow, checkpoint: Path) -> None:
     qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "rollout", timeout=WAIT_MS)
     start = dict(v.maps.params.values).get("start_layer", 0)
     assert start == min(old.num_layers, new.num_layers) - 1
-    assert swin or f"layers {start}–{new.num_layers - 1}" in v.map_view.title.text()
+    assert swin or f"layers {start}–{new.num_layers - 1}" in v.map_view.full_title
     assert np.isfinite(overlay(window)).all()
 
 

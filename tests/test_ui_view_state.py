@@ -175,7 +175,7 @@ def check_window(window: MainWindow, wanted: str) -> None:
         assert image.unavailable[wanted].rstrip(".") in notice, notice
     else:
         assert shown == wanted  # the user's choice comes back
-    title = v.map_view.title.text()
+    title = v.map_view.full_title
     assert '"-1"' not in title and "“-1”" not in title
     if "class “" in title:
         assert any(f"class “{name}”" in title for name in image.class_names), title

@@ -282,14 +282,14 @@ def test_query_change_paints_each_changed_view_once(qtbot, shown) -> None:
         return not counter.counts
 
     for patch in ((1, 2), (3, 0), (0, 3)):
-        title = v.map_view.title.text()
+        title = v.map_view.full_title
         qtbot.waitUntil(quiet, timeout=WAIT_MS)
         counter.counts.clear()
         v.set_query(patch)
         qtbot.waitUntil(lambda p=patch: v.maps is not None and v.maps.params.query == p)
         for _ in range(3):
             QApplication.processEvents()
-        assert v.map_view.title.text() != title
+        assert v.map_view.full_title != title
         painted = {name: counter.counts.get(view.viewport(), 0) for name, view in views.items()}
         assert painted == {"input": 1, "map": 1, "heads": 1, "predictions": 0}
 
@@ -671,7 +671,7 @@ def test_method_registered_at_run_time_is_listed_and_drawn(
         expected = np.arange(gh * gw, dtype=np.float32).reshape(gh, gw) * 2.5
         np.testing.assert_array_equal(v.maps.method_map, expected)
         np.testing.assert_array_equal(overlay(window), expected)
-        assert v.map_view.title.text() == "Toy rows · query CLS · scale 2.50"
+        assert v.map_view.full_title == "Toy rows · query CLS · scale 2.50"
     finally:
         unregister_method("toy-rows")
         unregister_method("toy-swin")
@@ -736,7 +736,7 @@ def test_layer_and_head_reach_the_methods_that_use_them(qtbot, shown) -> None:
     expected = ref.dino_masks(0, 0.6).float().mean(0).numpy()
     np.testing.assert_allclose(v.maps.method_map, expected, atol=ATOL)
     np.testing.assert_allclose(overlay(window), expected, atol=ATOL)
-    assert "layer 0 of 0–1 · mean of heads" in v.map_view.title.text()
+    assert "layer 0 of 0–1 · mean of heads" in v.map_view.full_title
 
 
 def test_faithfulness_measures_the_attention_on_screen(qtbot, shown, tiny_ckpt: Path) -> None:

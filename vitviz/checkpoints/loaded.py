@@ -34,6 +34,30 @@ class LoadedModel:
     def name(self) -> str:
         return self.path.name if self.path is not None else self.family
 
+    @property
+    def known_name(self) -> str:
+        """The name people know it by: a cached model's hub id, a folder's name, else the
+        file's; its family for a model built from code (``vitviz.core.model_names``)."""
+        from vitviz.core.model_names import known_name
+
+        return known_name(self.path, self.family)
+
+    @property
+    def architecture_name(self) -> str:
+        """The architecture its folder's config.json names, else its kind's label."""
+        from vitviz.core.model_names import architecture_words
+        from vitviz.kinds import kind_of
+
+        return architecture_words(self.path, kind_of(self).label)
+
+    @property
+    def known_words(self) -> str:
+        """Both as the window's title, the PNG titles and the CLI write them
+        ("timm/vit_small_patch16_224.augreg_in21k_ft_in1k · vit_small_patch16_224")."""
+        from vitviz.core.model_names import name_and_architecture
+
+        return name_and_architecture(self.known_name, self.architecture_name)
+
 
 def default_class_names(num_classes: int) -> list[str]:
     return [f"class {i}" for i in range(num_classes)]

@@ -186,7 +186,8 @@ def explain_many(
     args: argparse.Namespace, loaded: LoadedModel, settings: MapSettings, max_side: int | None
 ) -> int:
     """Analyse ``args.images`` (files and folders) in batches, write each image's files, say
-    one progress line per image; the exit status of ``vitviz-cli explain``."""
+    the model (its name people know, before the first image analysed) and one progress line
+    per image; the exit status of ``vitviz-cli explain``."""
     from vitviz.kinds import kind_of
     from vitviz.pipeline.export import compute_maps, output_stem
 
@@ -211,6 +212,7 @@ def explain_many(
         names.append(stem if stems[stem] == 1 else f"{stem}-{stems[stem]}")
     writer = _Writer(args.out, args.colormap, max_side, not args.bare, settings)
     failed, total, start = 0, len(images), time.perf_counter()
+    named = False  # the model's name people know, said once before the first image's line
     try:
         for item in _analyses(loaded, images, args, has_head, max_side, kept):
             path, stem = images[item.index], names[item.index]
@@ -229,6 +231,10 @@ def explain_many(
                 said = f"{analysis.class_names[c]} ({float(analysis.probs[c]):.1%}{scores})"
             else:
                 said = "no head"
+            if not named:  # (a run that ends in one error stays one line)
+                some = f"{total} image" + ("s" if total != 1 else "")
+                say(f"vitviz-cli: explaining {some} with {loaded.known_words}")
+                named = True
             rate = (item.index + 1) / max(1e-9, time.perf_counter() - start)
             say(
                 f"[{item.index + 1}/{total}] {path.name}: {said} -> {args.out / stem}.npz "

@@ -38,12 +38,9 @@ def add_parser(subparsers: SubParsers) -> None:
 def describe(loaded: Any) -> dict[str, Any]:
     """JSON-able summary of a LoadedModel."""
     cfg = loaded.model.config
-    from vitviz.core.model_names import architecture_words, known_name
-    from vitviz.kinds import kind_of
-
     return {
-        "name": known_name(loaded.path, loaded.family),
-        "architecture_name": architecture_words(loaded.path, kind_of(loaded).label),
+        "name": loaded.known_name,
+        "architecture_name": loaded.architecture_name,
         "path": str(loaded.path) if loaded.path else None,
         "family": loaded.family,
         "config": cfg.to_dict(),

@@ -82,3 +82,10 @@ def architecture_words(path: Path | None, kind_label: str) -> str:
     """The architecture shown beside a model's name: its folder's (``folder_architecture``),
     else its kind's label ("Swin Transformer")."""
     return folder_architecture(path) or kind_label
+
+
+def name_and_architecture(name: str, arch: str | None) -> str:
+    """A model's name with its architecture beside it where that says more:
+    "timm/vit_small_patch16_224.augreg_in21k_ft_in1k · vit_small_patch16_224", "my-run ·
+    Swin Transformer"; the name alone when the architecture is empty or already in it."""
+    return name if not arch or arch in name else f"{name} · {arch}"

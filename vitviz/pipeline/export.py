@@ -1,8 +1,10 @@
 """Writing an analysis of any kind out: the .npz of numbers and the overlay PNGs (same for the
 CLI and the window). One vocabulary (docs/cli.md, "The .npz"): the same method writes the same key
 for every kind (``rollout``, ``gradient_rollout``, ``relevance``, ``map_<name>``), ``kind``
-names the kind, and the kind adds its own arrays (``ModelKind.npz_arrays``: a ViT's
-``attention``, a Swin's ``window_attention_<stage>_<block>``, ...)."""
+names the kind, ``model_name`` and ``model_arch`` the model as people know it, and the kind adds
+its own arrays (``ModelKind.npz_arrays``: a ViT's ``attention``, a Swin's
+``window_attention_<stage>_<block>``, ...). Every titled picture names the model analysed
+(``model_line``), read here from the analysis's checkpoint, whatever its kind."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import numpy as np
 from PIL import Image
 
 from vitviz.checkpoints.atomic import atomic_path
+from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.explain.methods import Method, get_method
 from vitviz.imaging.figure import titled_figure
 from vitviz.imaging.overlay import fit_for_overlay, head_grid_image, overlay_on_image, save_png
@@ -27,6 +30,10 @@ from vitviz.pipeline.analysis import Analysis
 # the shared keys, then a ViT's own (``ModelKind.npz_arrays``), in the order written
 SHARED_NPZ_KEYS = (
     "kind",
+    "model_name",
+    "model_arch",
+    "model_name",
+    "model_arch",
     "input",
     "logits",
     "probs",
@@ -38,6 +45,8 @@ SHARED_NPZ_KEYS = (
 )
 NPZ_KEYS = (
     "kind",
+    "model_name",
+    "model_arch",
     "input",
     "logits",
     "probs",
@@ -124,6 +133,20 @@ def output_stem(stem: str) -> str:
     return f"{cut}-{digest}"
 
 
+def analysed_model(analysis: KindAnalysis) -> LoadedModel | None:
+    """The checkpoint ``analysis`` was made from (every kind's analysis keeps it as ``loaded``);
+    None for a bare model's analysis (a network given without a checkpoint)."""
+    loaded = getattr(analysis, "loaded", None)
+    return loaded if isinstance(loaded, LoadedModel) else None
+
+
+def model_line(analysis: KindAnalysis) -> list[str]:
+    """The title line naming the model analysed ("model timm/vit_small_patch16_224.augreg_in21k
+    _ft_in1k · vit_small_patch16_224"), as the window's title does; none for a bare model."""
+    loaded = analysed_model(analysis)
+    return [] if loaded is None else [f"model {loaded.known_words}"]
+
+
 def _has_head(analysis: KindAnalysis) -> bool:
     return bool(getattr(analysis, "has_head", analysis.logits.numel() > 0))
 
@@ -168,8 +191,11 @@ def npz_arrays(
     kind = kind_of(analysis)
     if class_names is None:
         class_names = analysis.class_names
+    loaded = analysed_model(analysis)
     shared = {
         "kind": np.array(kind.name, dtype=str),
+        "model_name": np.array(loaded.known_name if loaded else "", dtype=str),
+        "model_arch": np.array(loaded.architecture_name if loaded else kind.label, dtype=str),
         "input": analysis.input.detach().cpu().numpy().astype(np.float32),
         "logits": analysis.logits.detach().cpu().numpy().astype(np.float32),
         "probs": analysis.probs.detach().cpu().numpy().astype(np.float32),
@@ -246,7 +272,7 @@ def heads_grid(
     return heads_figure(
         maps,
         maps.mean(axis=1),
-        analysis.pixels,
+        analysis,
         row_names=[f"L{i}" for i in analysis.layer_indices],  # the kept layers, from 0
         title=f"Attention of every layer and head · {_prediction(analysis)}",
         query=query,
@@ -263,7 +289,7 @@ PER_HEAD_TICKS = ((0.0, "0"), (1.0, "each tile's max"))
 def heads_figure(
     maps: np.ndarray,
     means: np.ndarray,
-    pixels: np.ndarray,
+    analysis: KindAnalysis,
     *,
     row_names: list[str],
     title: str,
@@ -274,15 +300,16 @@ def heads_figure(
     titled: bool = True,
 ) -> Image.Image:
     """The head grid picture of (L, H, gh, gw) ``maps`` and their (L, gh, gw) ``means`` over
-    ``pixels``: rows ``row_names``, columns mean, H0, …; ``titled``: ``title``, the query and
-    the scale above it and a colour bar beside it (per head: 0 to each tile's max; shared: the
-    window's head-grid scale, 0 to a round number above the largest value)."""
+    ``analysis``'s pixels: rows ``row_names``, columns mean, H0, …; ``titled``: ``title``, the
+    query and the scale, and the model (``model_line``) above it and a colour bar beside it
+    (per head: 0 to each tile's max; shared: the window's head-grid scale, 0 to a round number
+    above the largest value)."""
     from vitviz.kinds.maps import maps_levels
 
     levels = None if per_head else maps_levels(maps, means)
     grid = head_grid_image(
         maps,
-        pixels,
+        analysis.pixels,
         colormap=colormap,
         opacity=opacity,
         levels=levels,
@@ -293,7 +320,11 @@ def heads_figure(
     if not titled:
         return grid
     scale = "each tile on its own scale (0 to its max)" if per_head else "one colour scale"
-    lines = [title, f"{query} · columns: mean of heads, H0, H1, … · {scale}"]
+    lines = [
+        title,
+        f"{query} · columns: mean of heads, H0, H1, … · {scale}",
+        *model_line(analysis),
+    ]
     ticks = PER_HEAD_TICKS if per_head else None
     return titled_figure(grid, lines, levels or (0.0, 1.0), colormap, ticks)
 
@@ -316,7 +347,7 @@ def map_title(
     analysis: KindAnalysis, maps: ExplainedMaps, name: str, settings: MapSettings | None = None
 ) -> list[str]:
     """Title lines of a map's figure: method and class with its probability; then the query
-    and, when ``settings`` are given, the method's parameter values."""
+    and, when ``settings`` are given, the method's parameter values; then the model."""
     method = get_method(name)
     if maps.target_class < 0 or not _has_head(analysis):
         said = "no classification head"
@@ -329,7 +360,7 @@ def map_title(
     if settings is not None and method.parameters:
         values = method.resolve(settings.params_for(method, analysis), strict=False)
         detail += " · " + ", ".join(f"{k} {v}" for k, v in values.items())
-    return [f"{method.label} · {said}", detail]
+    return [f"{method.label} · {said}", detail, *model_line(analysis)]
 
 
 def write_pngs(

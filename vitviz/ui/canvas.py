@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QPainterPath, QPalette, QPen
+from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel
 
 from vitviz.imaging.colormaps import nice_levels
@@ -86,6 +86,20 @@ def grid_alpha(cell_px: float) -> int:
     return round(GRID_ALPHA * min(1.0, max(0.0, share)))
 
 
+def fitted_title(text: str, fm: QFontMetrics, width: int) -> str:
+    """``text`` as it fits ``width`` pixels in ``fm``'s font: whole, else without its last
+    " · " parts (a title's least important) ending in " …", else cut at its end with "…"."""
+    if fm.horizontalAdvance(text) <= width:
+        return text
+    parts = text.split(" · ")
+    while len(parts) > 1:
+        parts.pop()
+        shorter = " · ".join(parts) + " …"
+        if fm.horizontalAdvance(shorter) <= width:
+            return shorter
+    return fm.elidedText(text, Qt.TextElideMode.ElideRight, max(0, width))
+
+
 class ImageCanvas(pg.GraphicsLayoutWidget):
     """Shows an RGB image with a (gh, gw) map stretched over ``region`` (l, t, r, b).
 
@@ -104,6 +118,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         # label only, it never re-lays out the scene (a pyqtgraph LabelItem would).
         self.addLabel("", row=0, col=0, colspan=2).setFixedHeight(TITLE_HEIGHT)
         self.title = QLabel(title, self)
+        self.full_title = title  # the title's whole text (the label may show it shortened)
         self.title.setAlignment(Qt.AlignmentFlag.AlignCenter)
         # Opaque, filled with the canvas's background: new text repaints the label alone, not
         # the scene beneath it (a transparent label costs the view a second paint per change)
@@ -263,14 +278,25 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.notice.move(max(0, (room - width) // 2), top)
 
     def set_title(self, text: str) -> None:
-        if text != self.title.text():
-            self.title.setText(text)
+        if text != self.full_title:
+            self.full_title = text
+            self._fit_title()
+
+    def _fit_title(self) -> None:
+        """The title as it fits the view's width (``fitted_title``); shortened, the whole of it
+        in the tooltip."""
+        room = self.width() - 8
+        shown = fitted_title(self.full_title, self.title.fontMetrics(), room)
+        if shown != self.title.text():
+            self.title.setText(shown)
+        self.title.setToolTip("" if shown == self.full_title else self.full_title)
 
     def resizeEvent(self, event: object) -> None:
         super().resizeEvent(event)
         title = getattr(self, "title", None)  # pyqtgraph resizes once before __init__ ends
         if title is not None:
             title.setGeometry(0, 2, self.width(), TITLE_HEIGHT)
+            self._fit_title()
             self._place_notice()
 
     def set_query(self, patch: tuple[int, int] | None) -> None:

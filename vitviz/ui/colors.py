@@ -35,16 +35,29 @@ def _tick_metrics(colorbar: pg.ColorBarItem) -> QFontMetrics:
     return QFontMetrics(font if isinstance(font, QFont) else QFont())
 
 
-def make_colorbar(image: pg.ImageItem, cmap: str = "viridis") -> pg.ColorBarItem:
-    """A fixed (not draggable) vertical colour bar driving ``image``'s colours, with room above
-    and below it for the half of its end labels that reaches past the bar."""
+def make_colorbar(
+    image: pg.ImageItem, cmap: str = "viridis", horizontal: bool = False
+) -> pg.ColorBarItem:
+    """A fixed (not draggable) colour bar driving ``image``'s colours, vertical (labels on its
+    right) or ``horizontal`` (labels below), with room past its ends for the half of its end
+    labels that reaches beyond the bar."""
     colorbar = pg.ColorBarItem(
-        values=(0, 1), colorMap=colormap(cmap), interactive=False, width=BAR_WIDTH
+        values=(0, 1),
+        colorMap=colormap(cmap),
+        interactive=False,
+        width=BAR_WIDTH,
+        orientation="horizontal" if horizontal else "vertical",
     )
     colorbar.setImageItem(image)
     colorbar.axis.enableAutoSIPrefix(False)  # the numbers as they are, never "(x1e-05)"
-    half = math.ceil(_tick_metrics(colorbar).height() / 2) + 2
-    colorbar.layout.setContentsMargins(1, half, 1, half)
+    fm = _tick_metrics(colorbar)
+    if horizontal:  # the end labels drawn past the axis's ends, into these margins
+        half = math.ceil(fm.horizontalAdvance(WIDTH_SAMPLE) / 2) + 2
+        colorbar.layout.setContentsMargins(half, 1, half, 1)
+        colorbar.axis.setStyle(hideOverlappingLabels=False)
+    else:
+        half = math.ceil(fm.height() / 2) + 2
+        colorbar.layout.setContentsMargins(1, half, 1, half)
     return colorbar
 
 
@@ -71,10 +84,16 @@ def set_colorbar_levels(
     else:
         axis.showLabel(False)
     fm = _tick_metrics(colorbar)
+    same_label = before is not None and before[2] == label
+    if getattr(colorbar, "horizontal", False):  # the labels' one line below the bar
+        room = fm.height() + axis.style["tickTextOffset"][1] + max(0, axis.style["tickLength"])
+        room += 4 + (fm.height() + 4 if label else 0)
+        if room > axis.height() or not same_label:
+            axis.setHeight(room)
+        return
     widest = max(fm.horizontalAdvance(text) for text in [t for _, t in ticks] + [WIDTH_SAMPLE])
     room = widest + axis.style["tickTextOffset"][0] + max(0, axis.style["tickLength"]) + 4
     if label:
         room += fm.height() + 4
-    same_label = before is not None and before[2] == label
     if room > axis.width() or not same_label:
         axis.setWidth(room)

@@ -192,7 +192,8 @@ class ViewControls(QWidget):
         self.query_reset = QPushButton("Reset to CLS")
         self.query_reset.clicked.connect(self.queryResetRequested)
         self.class_label = QLabel("top prediction")
-        self.class_label.setWordWrap(True)
+        self.class_label.setWordWrap(True)  # two fixed lines, as the query's: a long class name
+        self.class_label.setFixedHeight(2 * self.class_label.fontMetrics().lineSpacing() + 4)
         self.class_reset = QPushButton("Top prediction")
         self.class_reset.clicked.connect(self.classResetRequested)
         self.colormap = QComboBox()

@@ -29,9 +29,10 @@ LABEL_PX = 30  # room left of each band for its row labels ("L12")
 WIDE_LABEL_PX = 48  # … and for longer ones ("3.6 SW")
 SHORT_LABEL = 4  # characters that fit in LABEL_PX
 HEADER_PX = 18  # room above the tiles for the column labels ("H12")
-COLORBAR_PX = 70  # the colour bar and its axis, right of the tiles
+COLORBAR_PX = 44  # the colour bar and its labels, below the tiles (their width is scarcer)
 MIN_TILE_CELLS = 12  # a small patch grid is drawn with k × k cells a patch: gaps stay thin
 LABEL_GAP_PX = 6  # at least this much room between two column labels, else they are thinned
+LABEL_POINTS = (7.5, 9.0)  # the labels' font size beside small tiles (under 30 px), and else
 BASE_MAX_SIDE = 4096  # the greyed input under the tiles is drawn at most this large
 LABEL_COLOR, SELECTED_COLOR = "#cccccc", "#ff6b6b"
 PER_HEAD_TICKS = [(0.0, "0"), (1.0, "max")]  # the colour bar of the per-head scale
@@ -209,8 +210,10 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         self.maps.setZValue(10)
         self.vb.addItem(self.base)
         self.vb.addItem(self.maps)
-        self.colorbar = make_colorbar(self.maps)
-        self.addItem(self.colorbar, row=0, col=1)
+        # below the tiles: a grid of many heads is as wide as the window lets it be (2 bands of
+        # 13 columns at 1280 px), with height to spare
+        self.colorbar = make_colorbar(self.maps, horizontal=True)
+        self.addItem(self.colorbar, row=1, col=0)
         self.selection = QGraphicsRectItem()
         pen = QPen(QColor(255, 60, 60))
         pen.setCosmetic(True)
@@ -292,23 +295,28 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             self._apply_layout(*self.shape, self.grid, force=False)
 
     def _view_px(self) -> tuple[float, float]:
-        bar = self.colorbar.geometry().width() or COLORBAR_PX  # 0 before the first layout
-        return max(1.0, self.width() - bar - 8.0), max(1.0, self.height() - 8.0)
+        bar = self.colorbar.geometry().height() or COLORBAR_PX  # 0 before the first layout
+        return max(1.0, self.width() - 8.0), max(1.0, self.height() - bar - 8.0)
 
     def scale_at_height(self, height_px: float) -> float:
         """Pixels per cell the tiles would have if this view were ``height_px`` high (its width
         as now): how much a taller view would help."""
-        width, _ = self._view_px()
-        label_px = self._label_px()
-        return plan_layout(*self.shape, self.grid, width, max(1.0, height_px - 8.0), label_px)[1]
+        width, now = self._view_px()
+        tiles_px = max(1.0, height_px - (self.height() - now))  # less the bar and the margins
+        return plan_layout(*self.shape, self.grid, width, tiles_px, self._label_px())[1]
 
-    def _label_px(self) -> float:
-        """Room for the row labels: more for labels longer than "L123"."""
-        texts = self._row_texts or []
-        return LABEL_PX if all(len(t) <= SHORT_LABEL for t in texts) else WIDE_LABEL_PX
+    def _label_px(self, layers: int | None = None) -> float:
+        """Room for the row labels: what the widest needs in the larger label font, at most
+        LABEL_PX (WIDE_LABEL_PX for labels longer than "L123")."""
+        texts = self._row_texts or [f"L{i}" for i in range(layers or self.layout.layers or 1)]
+        most = LABEL_PX if all(len(t) <= SHORT_LABEL for t in texts) else WIDE_LABEL_PX
+        font = QFont()
+        font.setPointSizeF(LABEL_POINTS[1])
+        need = max(QFontMetrics(font).horizontalAdvance(t) for t in texts) + LABEL_GAP_PX
+        return float(min(most, need))
 
     def _apply_layout(self, layers: int, heads: int, grid: tuple[int, int], *, force: bool) -> None:
-        label_px = self._label_px()
+        label_px = self._label_px(layers)
         layout, scale = plan_layout(layers, heads, grid, *self._view_px(), label_px)
         self.scale = scale
         if layout != self.layout or force:
@@ -339,7 +347,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         tile_px = self.scale * gw
         short = tile_px < 40
         font = QFont()
-        font.setPointSizeF(7.5 if tile_px < 30 else 9.0)
+        font.setPointSizeF(LABEL_POINTS[0] if tile_px < 30 else LABEL_POINTS[1])
         widest = QFontMetrics(font).horizontalAdvance(column_text(lay.columns - 1, short))
         every = max(1, math.ceil((widest + LABEL_GAP_PX) / max(tile_px, 1e-6)))  # H1, H3, …
         self._column_labels = {}

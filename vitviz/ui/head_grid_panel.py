@@ -25,6 +25,7 @@ SCALES = (  # data, text, tooltip
 GRID_SHARE = (0.42, 0.6)  # of the left column's height: the least and the most the grid gets
 ENOUGH = 0.97  # a grid this close to its largest tiles needs no more height
 GOOD_TILE_PX = 64  # … nor one whose tiles are this large already
+READABLE_TILE_PX = 32  # but tiles this large where the width allows it (12 × 12 at 1280 × 720)
 
 
 class HeadGridPanel(QWidget):
@@ -70,7 +71,8 @@ class HeadGridPanel(QWidget):
         """A new ``model`` (any key naming it): this panel (the splitter's last part) gets the
         least height between GRID_SHARE's bounds that makes its tiles nearly as large as the
         most would, or GOOD_TILE_PX (a 12 × 12 grid wants height; a small one leaves the views
-        theirs). The same model again leaves the splitter where the user put it."""
+        theirs), and READABLE_TILE_PX where the width allows them. The same model again leaves
+        the splitter where the user put it."""
         sizes = splitter.sizes()
         total = sum(sizes)
         if model == self._model or total <= 0 or len(sizes) != 2:
@@ -78,8 +80,10 @@ class HeadGridPanel(QWidget):
         self._model = model
         bar = self.height() - self.grid.height()  # the scale's bar above the grid
         least, most = (round(share * total) for share in GRID_SHARE)
-        good = GOOD_TILE_PX / max(1, *self.grid.layout.tile)  # pixels per cell
-        enough = min(ENOUGH * self.grid.scale_at_height(most - bar), good)
+        tile = max(1, *self.grid.layout.tile)
+        best = self.grid.scale_at_height(most - bar)  # pixels per cell
+        readable = min(best, READABLE_TILE_PX / tile)
+        enough = min(max(ENOUGH * best, readable), GOOD_TILE_PX / tile)
         height = next(
             h
             for h in (*range(least, most, 8), most)

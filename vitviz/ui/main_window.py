@@ -74,8 +74,9 @@ FRAME_ROOM = (16, 48)  # what a window manager's frame and title bar may add, in
 def model_words(summary: ModelSummary) -> str:
     """The model's name as people know it, and its architecture beside it where that says
     more ("timm/vit_small_patch16_224.augreg_in21k_ft_in1k · vit_small_patch16_224")."""
-    arch = summary.arch
-    return summary.name if not arch or arch in summary.name else f"{summary.name} · {arch}"
+    from vitviz.core.model_names import name_and_architecture
+
+    return name_and_architecture(summary.name, summary.arch)
 
 
 def plain_text(text: str) -> str:

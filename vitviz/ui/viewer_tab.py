@@ -39,6 +39,9 @@ from vitviz.workers.messages import (
 )
 
 INPUT_TITLE = "Model input · click a patch to make it the query"
+# The side panel's width: this share of the tab, between these bounds (a small window's
+# views and head grid need the pixels more: 12 × 12 heads are 2 bands of 13 tiles wide)
+PANEL_SHARE, PANEL_PX = 0.24, (312, 380)
 PLACEHOLDER = (
     "Drop an image and a ViT checkpoint here\n(or use File ▸ Open image… "
     "and File ▸ Open checkpoint…)"
@@ -107,10 +110,12 @@ class ViewerTab(QWidget):
         main = QSplitter(Qt.Orientation.Horizontal)
         main.addWidget(left)
         main.addWidget(right_tabs)
-        main.setSizes([1000, 380])
+        main.setSizes([1000, PANEL_PX[1]])
         main.setStretchFactor(0, 1)  # a larger window widens the views and the grid, not the panel
         main.setStretchFactor(1, 0)
         self.main_splitter = main
+        self._panel_moved = False  # the user dragged the panel's edge: its width stays theirs
+        main.splitterMoved.connect(self._on_panel_moved)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.placeholder)
@@ -130,6 +135,21 @@ class ViewerTab(QWidget):
         self.predictions.classClicked.connect(self.set_target_class)
         self.faithfulness.measureRequested.connect(self.request_faithfulness)
         self.controls.method.currentIndexChanged.connect(self._faithfulness_stale)
+
+    def panel_width(self) -> int:
+        """The side panel's width for this tab's width (PANEL_SHARE within PANEL_PX)."""
+        least, most = PANEL_PX
+        return max(least, min(most, round(PANEL_SHARE * self.width())))
+
+    def _on_panel_moved(self) -> None:
+        self._panel_moved = True
+
+    def resizeEvent(self, event: Any) -> None:
+        super().resizeEvent(event)
+        total = sum(self.main_splitter.sizes())
+        if not self._panel_moved and total > 0:
+            panel = self.panel_width()
+            self.main_splitter.setSizes([max(1, total - panel), panel])
 
     # -- results from the engine -----------------------------------------------------------------
     def apply_image(self, result: ImageResult) -> None:

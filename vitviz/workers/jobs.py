@@ -93,14 +93,13 @@ def method_table() -> list[MethodInfo]:
 
 
 def summarize(loaded: LoadedModel, device: str) -> ModelSummary:
-    from vitviz.core.model_names import architecture_words, known_name
     from vitviz.kinds import kind_of
 
     cfg = loaded.model.config
     kind = kind_of(loaded)
     shape = kind.model_shape(loaded)
     return ModelSummary(
-        name=known_name(loaded.path, loaded.family),
+        name=loaded.known_name,
         family=loaded.family,
         path=loaded.path,
         num_classes=cfg.num_classes,
@@ -119,7 +118,7 @@ def summarize(loaded: LoadedModel, device: str) -> ModelSummary:
         takes_prompts=shape.takes_prompts,
         prompts=tuple(shape.prompts),
         assumed=dict(loaded.assumed),
-        arch=architecture_words(loaded.path, kind.label),
+        arch=loaded.architecture_name,
     )
 
 

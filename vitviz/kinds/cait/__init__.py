@@ -203,7 +203,7 @@ class CaitKind(ViTKind):
         return heads_figure(
             maps,
             maps.mean(axis=1),
-            analysis.pixels,
+            analysis,
             row_names=[r.label for r in self.layer_rows(analysis)],
             title="Attention of every layer and head",
             query="query CLS (class-attention layers; self-attention rows blank)",
@@ -228,7 +228,7 @@ class CaitKind(ViTKind):
         return heads_figure(
             shown.head_maps,
             shown.mean_maps,
-            session.analysis.pixels,
+            session.analysis,
             row_names=[r.label for r in self.layer_rows(session.analysis)],
             title="Attention of every layer and head",
             query=f"{words} ({rows} layers; the other rows blank)",

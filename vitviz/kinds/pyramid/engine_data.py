@@ -292,7 +292,7 @@ def heads_picture(
     return heads_figure(
         shown.head_maps,
         shown.mean_maps,
-        session.analysis.pixels,
+        session.analysis,
         row_names=list(labels),
         title="Spatial-reduction attention of every block and head",
         query=said,

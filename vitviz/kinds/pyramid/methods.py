@@ -108,7 +108,7 @@ def with_gradients(analysis: PyramidAnalysis, target_class: int | None) -> Pyram
     cache: dict[int, PyramidAnalysis] = vars(analysis).setdefault("_with_gradients", {})
     if c not in cache:
         cache.clear()
-        again = analyze_pyramid(analysis.loaded.model, analysis.input, True, c)
+        again = analyze_pyramid(analysis.loaded, analysis.input, True, c)  # its checkpoint kept
         again.pixels, again.source, again.geometry = (
             analysis.pixels, analysis.source, analysis.geometry,
         )  # fmt: skip

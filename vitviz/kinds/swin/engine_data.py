@@ -247,7 +247,7 @@ def with_gradients(session: Session, target: int) -> SwinAnalysis:
     a = session.analysis
     if a.gradients is None or a.target_class != target:
         kept = a.pixels, a.source, a.geometry
-        a = analyze_swin(session.loaded.model, a.input, gradients=True, target_class=target)
+        a = analyze_swin(session.loaded, a.input, gradients=True, target_class=target)
         a.pixels, a.source, a.geometry = kept
         session.analysis = a
     return a
@@ -373,7 +373,7 @@ def heads_picture(
     return heads_figure(
         shown.head_maps,
         shown.mean_maps,
-        session.analysis.pixels,
+        session.analysis,
         row_names=list(labels),
         title="Window attention of every block and head",
         query=words,
