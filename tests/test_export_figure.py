@@ -16,7 +16,14 @@ from vitviz.explain.methods import get_method
 from vitviz.imaging.colormaps import apply_colormap
 from vitviz.imaging.figure import figure_layout, font_size, scale_labels, titled_figure
 from vitviz.pipeline.analysis import analyze
-from vitviz.pipeline.export import MapSettings, compute_maps, map_levels, map_overlay, map_title
+from vitviz.pipeline.export import (
+    MapSettings,
+    compute_maps,
+    map_levels,
+    map_overlay,
+    map_title,
+    model_line,
+)
 
 
 def _overlay(w: int = 90, h: int = 60) -> Image.Image:
@@ -128,10 +135,13 @@ def test_cli_pngs_are_titled_by_default_and_bare_on_request(
         assert fig.shape[0] > 30 and fig.shape[1] > 45
         x, y = layout.overlay_at
         np.testing.assert_array_equal(fig[y : y + 30, x : x + 45], np.asarray(plain))
-    # the head grid: bare, or the same grid under a title (two lines) with a colour bar
+    # the head grid: bare, or the same grid under a title (the method, the query and scale, the
+    # model) with a colour bar
     with Image.open(bare / "scene_heads.png") as b, Image.open(titled / "scene_heads.png") as t:
         grid, fig = np.asarray(b.convert("RGB")), np.asarray(t.convert("RGB"))
-    x, y = figure_layout((grid.shape[1], grid.shape[0]), ["title", "query"], (0, 1)).overlay_at
+    lines = ["title", "query", *model_line(a)]
+    assert len(lines) == 3
+    x, y = figure_layout((grid.shape[1], grid.shape[0]), lines, (0, 1)).overlay_at
     assert fig.shape[0] > grid.shape[0] + y - 1 and fig.shape[1] > grid.shape[1] + x + 20
     np.testing.assert_array_equal(fig[y : y + grid.shape[0], x : x + grid.shape[1]], grid)
 

@@ -100,11 +100,11 @@ def test_a_train_py_checkpoint_of_a_model_vitviz_refuses_is_refused_by_name(
 
 
 def test_args_naming_a_vit_part_vitviz_lacks_is_refused_by_that_part(tmp_path: Path) -> None:
-    kwargs = dict(SIZES, num_heads=4, qk_norm=True)
+    kwargs = dict(SIZES, num_heads=4, attn_layer="diff")  # differential attention
     model = timm.create_model("vit_tiny_patch16_224", num_classes=5, **kwargs).eval()
     path = tmp_path / "model_best.pth.tar"
     torch.save(train_py_checkpoint(model, train_py_args(gp=None, model_kwargs=kwargs)), path)
-    with pytest.raises(CheckpointError, match=r"vit_tiny_patch16_224 has qk_norm"):
+    with pytest.raises(CheckpointError, match=r"vit_tiny_patch16_224 has DiffAttention attention"):
         load_checkpoint(path)
 
 
