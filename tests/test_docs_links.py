@@ -42,7 +42,7 @@ def test_the_front_page_is_short_and_starts_with_the_two_commands() -> None:
     assert first_block == [
         "bash packaging/install.sh && .venv/bin/vitviz",
         "bash packaging/install.sh --test && "
-        "QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q",
+        "QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q -n 2",
     ]
     head = "\n".join(text.splitlines()[:30])
     assert "--cpu" in head and "--families" in head
