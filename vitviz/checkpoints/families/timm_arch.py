@@ -39,6 +39,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from vitviz.core.optional import install_to_open
+
 TABLE = "timm_archs.json"
 # model_args a table record stays true under (they change sizes the weights already show).
 SIZE_ARGS = frozenset({"img_size", "num_classes", "in_chans", "dynamic_img_size", "global_pool"})
@@ -482,10 +484,11 @@ def record_for(name: str, model_args: Mapping[str, Any]) -> tuple[ArchRecord, st
         where = f"timm {made_from} (vitviz's table of it)"
     rec = from_table(name)
     if rec is None:
-        raise ArchError(f"install timm to open {name} (not in {where})")
+        raise ArchError(f"{install_to_open('timm', name)}: it is not in {where}")
     changed = sorted(set(model_args) - SIZE_ARGS)
     if changed:
-        raise ArchError(f"install timm to open {name} with model_args {', '.join(changed)}")
+        with_args = f"{name} with model_args {', '.join(changed)}"
+        raise ArchError(install_to_open("timm", with_args))
     if "global_pool" in model_args and rec.settings:
         pool = model_args["global_pool"]
         if pool not in ("token", "avg") and pool != rec.settings.get("global_pool"):

@@ -37,6 +37,7 @@ from vitviz.checkpoints.families.timm_arch import signature_of as signature
 from vitviz.checkpoints.families.timm_eva_arch import EvaRefusalError, build_meta, describe_eva
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import TIMM_VIT_DEFAULTS, timm_preprocessing
+from vitviz.core.optional import install_to_open
 
 LOOKS_LIKE = "a timm EVA / rotary ViT"
 EVA_REASONS = (CLASS_REASONS["Eva"], "Perception Encoder blocks (rotary attention)")
@@ -89,8 +90,8 @@ def _settings(source: Source, name: str, args: dict[str, Any]) -> dict[str, Any]
         model = build_meta(name, args)
     except ImportError as exc:
         raise CheckpointError(
-            f"{source.name}: install timm to open {name} (its rotary tables are computed "
-            "from the architecture, not stored)."
+            f"{source.name}: {install_to_open('timm', name)}: its rotary tables are computed "
+            "from the architecture, not stored."
         ) from exc
     except Exception as exc:  # timm's own error for a name or argument
         raise CheckpointError(f"{source.name}: timm can't build {name} ({exc}).") from exc

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
+from vitviz.core.optional import FAMILIES_INSTALL
 from vitviz.imaging import Preprocessing
 from vitviz.kinds.clip.network import ClipConfig
 from vitviz.kinds.clip.text import TextConfig
@@ -150,7 +151,7 @@ def convert(source: Source) -> Conversion:
     if text is not None and vocab is None:
         notes.append(
             "no prompts: OpenCLIP's tokenizer ships with the open_clip_torch package "
-            "(pip install open_clip_torch)"
+            f"({FAMILIES_INSTALL})"
         )
     prep = Preprocessing.from_dict({
         "image_size": list(vit.image_size), "resize": "crop", "crop_pct": 1.0,

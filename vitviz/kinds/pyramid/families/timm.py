@@ -27,6 +27,7 @@ from vitviz.checkpoints.families.timm_arch import timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
+from vitviz.core.optional import install_to_open
 from vitviz.kinds.pyramid.families.common import (
     finish_pyramid,
     timm_image_size,
@@ -156,7 +157,7 @@ def _settings(
         heads = args.get("num_heads", HEADS)
         return {"heads": tuple(heads) if isinstance(heads, (list, tuple)) else (heads,) * 4}
     if name:
-        raise CheckpointError(f"{source.name}: install timm to open {name}.")
+        raise CheckpointError(f"{source.name}: {install_to_open('timm', name)}.")
     if "heads" in source.user:
         return {}  # the user's stage_heads (see ``convert``)
     example = [max(1, d // 64) for d in shape["dims"]]

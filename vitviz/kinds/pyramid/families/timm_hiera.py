@@ -28,6 +28,7 @@ from vitviz.checkpoints.families.timm_arch import timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
+from vitviz.core.optional import install_to_open
 from vitviz.kinds.pyramid.families.common import (
     finish_pyramid,
     timm_name,
@@ -161,7 +162,7 @@ def _settings(
         first = KNOWN[name][2]
         return {"heads": tuple(first * 2**s for s in range(len(shape["depths"])))}
     if name:
-        raise CheckpointError(f"{source.name}: install timm to open {name}.")
+        raise CheckpointError(f"{source.name}: {install_to_open('timm', name)}.")
     if "heads" in source.user:
         return {}
     example = [max(1, d // 96) for d in shape["dims"]]

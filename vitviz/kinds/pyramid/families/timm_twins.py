@@ -29,6 +29,7 @@ from vitviz.checkpoints.families.timm_arch import timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
+from vitviz.core.optional import install_to_open
 from vitviz.kinds.pyramid.families.common import (
     finish_pyramid,
     timm_image_size,
@@ -161,7 +162,7 @@ def _settings(
             "windows": tuple(windows or ()),
         }
     if name:
-        raise CheckpointError(f"{source.name}: install timm to open {name}.")
+        raise CheckpointError(f"{source.name}: {install_to_open('timm', name)}.")
     if "heads" in source.user and (not shape["svt"] or "windows" in source.user):
         return {}  # the user's stage_heads (see ``convert``) and windows
     example = [max(1, d // 64) for d in shape["dims"]]

@@ -28,6 +28,7 @@ from vitviz.checkpoints.families.timm_arch import ArchError, timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
+from vitviz.core.optional import install_to_open
 from vitviz.kinds.swin.families.common import (
     BLOCK_PARTS,
     check_numbering,
@@ -88,7 +89,7 @@ def _v2_windows(
         if found is not None and len(found[0]) == stages:
             return found
         if re.search(r"window\d+to\d+", name):  # the name alone doesn't say the pretrained ones
-            raise CheckpointError(f"{source.name}: install timm to open {name}.")
+            raise CheckpointError(f"{source.name}: {install_to_open('timm', name)}.")
     m = re.search(r"window(\d+)", name)
     if m:
         return (int(m.group(1)),) * stages, None
