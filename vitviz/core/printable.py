@@ -25,10 +25,11 @@ def display_name(path: str | os.PathLike) -> str:
     return printable(os.fsdecode(path))
 
 
-def byte_size(size: float) -> str:
-    """Bytes as the hub writes sizes: "346.4 MB" (powers of 1000)."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
+def byte_size(size: float, step: int = 1000) -> str:
+    """Bytes as "346.4 MB": powers of ``step``, 1000 as the hub writes sizes (the cache dialog
+    counts in 1024s)."""
+    for unit in ("B", "KB", "MB"):
+        if size < step:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
+        size /= step
     return f"{size:.1f} GB"

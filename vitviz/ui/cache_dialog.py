@@ -16,13 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-
-def _size_text(size: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"
+from vitviz.core.printable import byte_size
 
 
 class CacheDialog(QDialog):
@@ -39,7 +33,7 @@ class CacheDialog(QDialog):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         for row, e in enumerate(self.entries):
-            cells = (e.label, e.family, _size_text(e.size), e.source)
+            cells = (e.label, e.family, byte_size(e.size, step=1024), e.source)
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(str(e.path))
