@@ -153,6 +153,7 @@ VITVIZ_LAYERS: dict[str, int] = {
     "pipeline.analysis": 4,
     # the kinds: the registry low; each kind's package spans the layers, module by module
     "kinds": 1,
+    "kindapi": 1,  # the kind contract, torch-free
     **dict.fromkeys(("kinds.swin.network", "kinds.swin.config", "kinds.swin.layers"), 1),
     "kinds.swin.windows": 1,
     **dict.fromkeys(("kinds.swin.attention", "kinds.swin.rollout", "kinds.swin.gradcam"), 2),

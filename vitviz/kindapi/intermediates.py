@@ -1,0 +1,44 @@
+"""One forward pass's inside, as every kind answers it: the accessor new capabilities are written
+on (interventions, feature views, model compare, the CAM family's target layers; DESIGN §3).
+
+Imports no torch at run time (the types are named for checkers only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from vitviz.kindapi.grids import LayerGrid
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+# (attention layer, head) -> what its output before the output projection becomes: None zeroes
+# it, a tensor (B, N_l, head_dim) laid out as ``Intermediates.heads[layer][:, head]`` replaces it.
+HeadReplacement = Mapping[tuple[int, int], "Tensor | None"]
+
+
+@dataclass(frozen=True)
+class Intermediates:
+    """What one forward pass of a batch computed inside, block by block and head by head.
+
+    ``logits`` (B, classes) (B, 0 without a head) of the pass, replacements applied.
+    ``blocks``: one per block, its output tokens on its own grid, (B, C, h, w) (NCHW, as timm's
+    ``forward_intermediates`` gives them); ``block_prefix`` the same blocks' prefix tokens
+    (B, P, C) (P = 0 for a kind without CLS or registers); ``block_grids`` each block's
+    ``LayerGrid``.
+    ``heads``: one per attention layer (the head grid's rows, ``ModelKind.layer_rows``), each
+    head's output before the output projection, (B, heads, N_l, head_dim): the prefix tokens first,
+    then the layer's grid row-major (a window-attention layer's windows put back on the image
+    grid, shifts undone). ``head_grids`` each attention layer's ``LayerGrid``.
+    """
+
+    logits: Tensor
+    blocks: tuple[Tensor, ...]
+    block_prefix: tuple[Tensor, ...]
+    block_grids: tuple[LayerGrid, ...]
+    heads: tuple[Tensor, ...]
+    head_grids: tuple[LayerGrid, ...]
+    replaced: tuple[tuple[int, int], ...] = field(default=())
