@@ -46,7 +46,7 @@ import torch
 from vitviz.pipeline.analysis import analyze
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import default_preprocessing
-from vitviz.model import create_model
+from vitviz.blocks import create_model
 
 variant, size, patch, depth, device, grads, dtype = sys.argv[1:8]
 size, patch, depth, grads = int(size), int(patch), int(depth), grads == "1"
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     variant = args.model or ("cifar10-tutorial" if args.quick else "vit-large")
     size = args.image_size or (96 if args.quick else 518)
     patch = args.patch_size or (8 if args.quick else 14)
-    from vitviz.model import vit_config
+    from vitviz.blocks import vit_config
 
     depth = args.depth or vit_config(variant).depth
     results = {k: measure(variant, size, patch, depth, str(device), k) for k in CASES}

@@ -47,9 +47,9 @@ from _common import (
 )
 from PIL import Image
 
+from vitviz.blocks import VARIANT_NAMES, create_model
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import default_preprocessing
-from vitviz.model import VARIANT_NAMES, create_model
 from vitviz.pipeline.analysis import analyze
 
 TARGET_ANALYSIS = 1.15  # (b) / (a), at most

@@ -47,11 +47,11 @@ from _common import (
 )
 from PIL import Image
 
+from vitviz.blocks import create_model
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import default_preprocessing
 from vitviz.cli.explain_batch import explain_many
 from vitviz.imaging import prepare_image
-from vitviz.model import create_model
 from vitviz.pipeline.batch import iter_analyses
 from vitviz.pipeline.export import MapSettings
 

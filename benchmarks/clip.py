@@ -45,13 +45,13 @@ from _common import (
     synced,
 )
 
+from vitviz.blocks import ViTConfig
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import default_preprocessing
 from vitviz.kinds import kind_of
 from vitviz.kinds.clip.network import ClipConfig, ClipImageModel
 from vitviz.kinds.clip.text import TextConfig, pad_prompts
 from vitviz.kinds.clip.tokenizer import END, START, ClipTokenizer, byte_table
-from vitviz.model import ViTConfig
 from vitviz.pipeline.analysis import analyze, analyze_vit
 
 TARGET_ANALYSIS = 1.15  # (b) / (a), at most

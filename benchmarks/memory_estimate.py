@@ -50,7 +50,7 @@ from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.pipeline.export import compute_maps
 from vitviz.imaging import Preprocessing
 from vitviz.pipeline.memory import estimate_analysis
-from vitviz.model import VisionTransformer, ViTConfig
+from vitviz.blocks import VisionTransformer, ViTConfig
 size, L, H, D = (int(v) for v in sys.argv[2:6])
 mode = sys.argv[6]
 keep = int(sys.argv[7])

@@ -58,8 +58,8 @@ def make_inputs(folder: Path) -> tuple[Path, Path]:
     import torch
     from PIL import Image
 
+    from vitviz.blocks import create_model
     from vitviz.checkpoints import save_checkpoint
-    from vitviz.model import create_model
 
     torch.manual_seed(0)
     ckpt = save_checkpoint(

@@ -79,7 +79,7 @@ def children_peak_rss_mib() -> float:
 
 def make_model(model: str):
     """The benchmarked model, freshly initialised: the tutorials' ViT or the swin preset."""
-    from vitviz.model import create_model
+    from vitviz.blocks import create_model
     from vitviz.training.config import PRESETS, TrainConfig
     from vitviz.training.models import build_model
 

@@ -90,9 +90,9 @@ class Rig:
     def _load(self, variant: str) -> None:
         import torch
 
+        from vitviz.blocks import create_model
         from vitviz.checkpoints import LoadedModel
         from vitviz.imaging import Preprocessing
-        from vitviz.model import create_model
         from vitviz.workers import jobs
 
         torch.manual_seed(0)

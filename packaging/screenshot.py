@@ -42,8 +42,8 @@ def default_checkpoint(folder: Path) -> Path:
     import torch
     from torch import nn
 
+    from vitviz.blocks import create_model
     from vitviz.checkpoints import save_checkpoint
-    from vitviz.model import create_model
 
     torch.manual_seed(3)
     model = create_model("cifar10-tutorial", image_size=64).eval()

@@ -15,8 +15,8 @@ import torch
 from PIL import Image
 from torch import nn
 
-from vitviz.model import VisionTransformer, ViTConfig
-from vitviz.model.norms import RMSNorm
+from vitviz.blocks import VisionTransformer, ViTConfig
+from vitviz.blocks.norms import RMSNorm
 
 # vitviz's cache (library-check results) goes to a folder of this run, not the user's.
 _CACHE = tempfile.mkdtemp(prefix="vitviz-test-cache-")

@@ -140,7 +140,7 @@ VITVIZ_LAYERS: dict[str, int] = {
     **dict.fromkeys(("core.printable", "core.errors", "core.console", "core.tree_text"), 0),
     **dict.fromkeys(("core.devices", "core.finite", "core.layers", "core.model_names"), 0),
     "core.model_ids": 0,  # what text is a hub model id (org/name[@revision])
-    **dict.fromkeys(("model", "imaging"), 1),
+    **dict.fromkeys(("blocks", "imaging"), 1),
     **dict.fromkeys(("core.filekinds", "core.resources", "core.last_model", "explain"), 2),
     "checkpoints": 3,
     "modelcode": 4,

@@ -132,7 +132,7 @@ def forbidden_imports(path: Path) -> list[str]:
 
 def test_core_walk_is_not_vacuous():
     modules = core_modules()
-    for expected in ("vitviz.model.vit", "vitviz.model.layers", "vitviz.explain.rollout"):
+    for expected in ("vitviz.blocks.vit", "vitviz.blocks.layers", "vitviz.explain.rollout"):
         assert expected in modules
     assert all(m.split(".")[1] in CORE for m in modules)
 

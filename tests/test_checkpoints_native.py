@@ -12,10 +12,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 import vitviz.checkpoints.native as native
+from vitviz.blocks import create_model
 from vitviz.checkpoints import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from vitviz.checkpoints.atomic import atomic_path
 from vitviz.imaging import Preprocessing
-from vitviz.model import create_model
 
 
 def _inputs(seed: int = 1, size: tuple[int, int] = (32, 32)) -> torch.Tensor:

@@ -187,7 +187,7 @@ def test_the_gradient_pass_recomputes_blocks_only_where_memory_asks(
 ) -> None:
     """Both gradient passes give the same maps; the lean one (each block recomputed in the
     backward pass) is chosen for a big model, the fast one where the graph fits the plan."""
-    from vitviz.model import create_model
+    from vitviz.blocks import create_model
     from vitviz.pipeline import capture
 
     with torch.device("meta"):  # shapes only: no 300M weights in a test

@@ -496,7 +496,7 @@ def test_a_patch_query_on_an_attention_pool_model_reads_its_row():
 def test_rotary_rule_is_the_z_rule_of_the_turn():
     """Float64: R_x = x ⊙ Jᵀ(R/z) with J the turn's Jacobian, by autograd; conserves ΣR (a
     rotation has no bias); the prefix tokens' relevance passes unchanged."""
-    from vitviz.model.rotary import apply_rotary
+    from vitviz.blocks.rotary import apply_rotary
 
     g = torch.Generator().manual_seed(3)
     x, r = (torch.randn(2, 2, 7, 8, generator=g, dtype=torch.float64) for _ in range(2))

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from vitviz.blocks import VisionTransformer, ViTConfig
 from vitviz.explain import (
     attention_entropy,
     attention_maps,
@@ -18,7 +19,6 @@ from vitviz.explain import (
     query_token,
     token_norms,
 )
-from vitviz.model import VisionTransformer, ViTConfig
 
 B, H = 2, 3
 GRID = (3, 5)

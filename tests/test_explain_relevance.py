@@ -7,6 +7,8 @@ import torch
 from loop_math import matmul
 from torch import nn
 
+from vitviz.blocks import VisionTransformer, ViTConfig
+from vitviz.blocks.layers import LayerScale
 from vitviz.explain import (
     attention_gradients,
     gradient_rollout,
@@ -14,8 +16,6 @@ from vitviz.explain import (
     relevance,
     relevance_row,
 )
-from vitviz.model import VisionTransformer, ViTConfig
-from vitviz.model.layers import LayerScale
 
 B, L, H = 2, 4, 3
 GRID = (3, 5)

@@ -18,13 +18,13 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from vitviz.blocks import VisionTransformer, ViTConfig
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.checkpoints.families import GENERIC, all_families
 from vitviz.checkpoints.families.base import Conversion, Family, Source
 from vitviz.checkpoints.native import default_preprocessing, save_checkpoint
 from vitviz.kinds import all_kinds, register_kind, unregister_kind
 from vitviz.kinds.sides import CodeModelRequest, SettingValue, TrainingField, TrainSettings
-from vitviz.model import VisionTransformer, ViTConfig
 from vitviz.modelcode.errors import ModelCodeError
 from vitviz.modelcode.spec import make_spec, setting_keys
 

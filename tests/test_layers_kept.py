@@ -221,7 +221,7 @@ def test_the_npz_says_which_layers_it_holds(tmp_path: Path, loaded: LoadedModel)
 
 
 def _config(depth: int = 12, heads: int = 6):
-    from vitviz.model import ViTConfig
+    from vitviz.blocks import ViTConfig
 
     return ViTConfig(image_size=224, patch_size=16, dim=384, depth=depth, heads=heads)
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 from checkpoint_cases import photo, tv_checkpoint
 
+from vitviz.blocks import ViTConfig
 from vitviz.checkpoints import load_checkpoint
 from vitviz.imaging import Preprocessing
-from vitviz.model import ViTConfig
 from vitviz.pipeline import memory
 from vitviz.pipeline.analysis import NotEnoughMemoryError, analyze
 from vitviz.pipeline.memory import (
@@ -142,7 +142,7 @@ def test_a_module_level_budget_can_be_patched(
 
 def test_an_unknown_budget_refuses_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(memory, "available_memory", lambda device: None)
-    from vitviz.model import VisionTransformer
+    from vitviz.blocks import VisionTransformer
 
     est = check_analysis_memory(VisionTransformer(CONFIG), (4096, 4096))
     assert est.needed > 2**40  # enormous, but nobody can say it won't fit
@@ -157,7 +157,7 @@ from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.pipeline.export import compute_maps
 from vitviz.imaging import Preprocessing
 from vitviz.pipeline.memory import estimate_analysis
-from vitviz.model import VisionTransformer, ViTConfig
+from vitviz.blocks import VisionTransformer, ViTConfig
 size = int(sys.argv[1])
 cfg = ViTConfig(image_size=32, patch_size=8, dim=32, depth=2, heads=2, num_classes=3)
 loaded = LoadedModel(VisionTransformer(cfg).eval(), ["a", "b", "c"], Preprocessing((32, 32)), "t")

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitviz.model import VARIANT_NAMES, VisionTransformer, ViTConfig, create_model, vit_config
-from vitviz.model.layers import LayerScale
+from vitviz.blocks import VARIANT_NAMES, VisionTransformer, ViTConfig, create_model, vit_config
+from vitviz.blocks.layers import LayerScale
 
 BASE = dict(image_size=32, patch_size=8, num_classes=7, dim=32, depth=2, heads=4)
 

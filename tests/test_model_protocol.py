@@ -1,4 +1,4 @@
-"""One Protocol (vitviz.model.protocol) describes what a model must offer: vitviz's ViT and a
+"""One Protocol (vitviz.blocks.protocol) describes what a model must offer: vitviz's ViT and a
 user's module run through vitviz.modelcode both satisfy it, and a module without the explained
 forward pass does not."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vitviz.model import create_model
-from vitviz.model.protocol import ExplainableModel, ModelConfig
+from vitviz.blocks import create_model
+from vitviz.blocks.protocol import ExplainableModel, ModelConfig
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig
 
 

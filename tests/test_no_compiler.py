@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from conftest import random_vit
 
-from vitviz.model.recompute import recomputed
+from vitviz.blocks.recompute import recomputed
 
 REPO = Path(__file__).resolve().parents[1]
 COMPILER = ("torch._dynamo", "torch._inductor")

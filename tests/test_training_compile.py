@@ -151,7 +151,7 @@ def test_an_out_of_memory_step_is_not_blamed_on_the_compiler() -> None:
 
 
 def test_a_compiled_module_saves_the_eager_keys(tmp_path: Path) -> None:
-    from vitviz.model import create_model
+    from vitviz.blocks import create_model
 
     model = create_model("cifar10-tutorial")
     wrapped = torch.compile(model, backend="eager")

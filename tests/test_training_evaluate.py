@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from vitviz.blocks import VisionTransformer, ViTConfig
 from vitviz.checkpoints import CheckpointError, LoadedModel, save_checkpoint
 from vitviz.checkpoints.native import default_preprocessing
-from vitviz.model import VisionTransformer, ViTConfig
 from vitviz.training.evaluate import (
     evaluate_shapes_checkpoint,
     evaluate_shapes_model,

@@ -95,7 +95,7 @@ def test_cancel_mid_epoch_leaves_the_last_checkpoint_loadable(
 WRITER = """
 import sys, torch
 from vitviz.checkpoints import save_checkpoint
-from vitviz.model import ViTConfig, VisionTransformer
+from vitviz.blocks import ViTConfig, VisionTransformer
 torch.manual_seed(0)
 model = VisionTransformer(ViTConfig(image_size=32, patch_size=8, num_classes=10, dim=384,
                                     depth=6, heads=6))  # about 43 MB of weights

@@ -8,8 +8,8 @@ import pyqtgraph as pg
 import pytest
 from PySide6.QtCore import QSettings
 
+from vitviz.blocks import VisionTransformer, ViTConfig
 from vitviz.checkpoints import save_checkpoint
-from vitviz.model import VisionTransformer, ViTConfig
 from vitviz.ui.main_window import MainWindow
 from vitviz.ui.settings import AppSettings
 

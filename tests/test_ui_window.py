@@ -29,13 +29,13 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
+from vitviz.blocks import create_model
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.core import resources
 from vitviz.explain.faithfulness import evaluate_methods
 from vitviz.explain.localisation import mask_grid_for
 from vitviz.explain.methods import Method, method_names, register_method, unregister_method
 from vitviz.explain.params import Parameter
-from vitviz.model import create_model
 from vitviz.pipeline import export as ex
 from vitviz.pipeline.analysis import Analysis, analyze
 from vitviz.ui.controls import MEAN

@@ -23,8 +23,8 @@ from zoo_helpers import (
     randomize_,
 )
 
+from vitviz.blocks.position_bias import relative_position_index
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.model.position_bias import relative_position_index
 from vitviz.pipeline.analysis import analyze
 
 TINY = dict(pretrained=False, img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4,

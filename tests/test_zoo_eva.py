@@ -27,9 +27,9 @@ from zoo_helpers import (
 )
 from zoo_helpers import timm_reference as reference
 
+from vitviz.blocks import ViTConfig
+from vitviz.blocks.rotary import Rotary
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.model import ViTConfig
-from vitviz.model.rotary import Rotary
 from vitviz.pipeline.analysis import analyze
 
 TINY = dict(pretrained=False, img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4,

@@ -28,11 +28,11 @@ from zoo_helpers import (
     timm_reference,
 )
 
+from vitviz.blocks.config import ViTConfig
+from vitviz.blocks.stem_config import StemConfig
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.explain import transformer_attribution
 from vitviz.explain.methods import get_method, method_names
-from vitviz.model.config import ViTConfig
-from vitviz.model.stem_config import StemConfig
 from vitviz.pipeline.analysis import analyze
 
 TINY = dict(pretrained=False, embed_dim=32, depth=2, num_heads=4, num_classes=3)

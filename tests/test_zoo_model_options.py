@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from zoo_helpers import images, max_diff, randomize_
 
-from vitviz.model import VisionTransformer, ViTConfig
-from vitviz.model.posembed import resample_grid_embedding
+from vitviz.blocks import VisionTransformer, ViTConfig
+from vitviz.blocks.posembed import resample_grid_embedding
 
 BASE = dict(image_size=32, patch_size=8, num_classes=5, dim=32, depth=2, heads=4)
 OPTIONS = {

@@ -29,11 +29,11 @@ from zoo_helpers import (
 )
 from zoo_helpers import timm_reference as reference
 
+from vitviz.blocks import ViTConfig
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.checkpoints.errors import MissingSettingsError
 from vitviz.kinds import kind_of
 from vitviz.kinds.vit import engine_data
-from vitviz.model import ViTConfig
 from vitviz.pipeline.analysis import analyze
 
 NAME = "vit_pe_core_tiny_patch16_384"

@@ -27,9 +27,9 @@ from zoo_helpers import (
     timm_reference,
 )
 
+from vitviz.blocks.position_bias import MlpPositionBias
 from vitviz.checkpoints import load_checkpoint
 from vitviz.explain.methods import get_method
-from vitviz.model.position_bias import MlpPositionBias
 from vitviz.pipeline.analysis import analyze
 
 TINY = dict(pretrained=False, img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4,
@@ -109,9 +109,9 @@ def test_timm_residual_post_norm_vits_open_exactly(tmp_path: Path, name: str) ->
 def test_residual_post_norm_blocks_say_what_they_lack(photo_files) -> None:
     """vitviz's own ViT with residual post-norm blocks: token Grad-CAM (it reads norm1's output
     as the tokens) and transformer attribution are refused with the reason."""
+    from vitviz.blocks import VisionTransformer, ViTConfig
     from vitviz.checkpoints import LoadedModel
     from vitviz.checkpoints.native import default_preprocessing
-    from vitviz.model import VisionTransformer, ViTConfig
 
     cfg = ViTConfig(image_size=32, patch_size=8, dim=32, depth=2, heads=4, num_classes=3,
                     res_post_norm=True)  # fmt: skip

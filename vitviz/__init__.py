@@ -12,9 +12,9 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "ViTConfig": "vitviz.model",
-    "VisionTransformer": "vitviz.model",
-    "create_model": "vitviz.model",
+    "ViTConfig": "vitviz.blocks",
+    "VisionTransformer": "vitviz.blocks",
+    "create_model": "vitviz.blocks",
     "save_checkpoint": "vitviz.checkpoints",
     "load_checkpoint": "vitviz.checkpoints",
     "LoadedModel": "vitviz.checkpoints",

@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from vitviz.blocks import VisionTransformer, ViTConfig
 from vitviz.checkpoints.assign import assign_exactly
 from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.errors import CheckpointError
@@ -26,7 +27,6 @@ from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
 from vitviz.kinds import get_kind, kind_of
 from vitviz.kinds.sides import ModelConfig
-from vitviz.model import VisionTransformer, ViTConfig
 
 FORMAT_NAME = "vitviz"
 FORMAT_VERSION = "1"

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from vitviz.blocks import ViTConfig
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.folders import read_json
-from vitviz.model import ViTConfig
 
 SUFFIX = ".vitviz.json"
 # ViTConfig fields by their annotation (the module uses postponed annotations: strings).

@@ -6,7 +6,7 @@ With G_l = ∂y_c/∂A_l: Ā_l = mean_h((G_l ⊙ R_A^l)⁺); R = I; R = R + Ā_l
 the map is R[q, patches] (q = CLS), min-max scaled.
 
 The rules are those of the authors' public code, written here in closed form on the model's
-own weights (nothing in ``vitviz.model`` changes):
+own weights (nothing in ``vitviz.blocks`` changes):
 
 - Linear: z⁺ rule, R_in = x⁺ ⊙ (S·W⁺) + x⁻ ⊙ (S·W⁻), S = R / (x⁺W⁺ᵀ + x⁻W⁻ᵀ) (bias ignored);
 - LayerNorm, GELU (any activation), softmax, dropout, LayerScale: relevance passes unchanged;
@@ -25,7 +25,7 @@ The same rules carry the parts of the other ViT families, each written from them
   post-norm (a LayerNorm on each branch's output), qk-norm (a norm on each head's q and k)
   and RMSNorm in place of any LayerNorm: norms, unchanged;
 - a parallel block (attention and MLP side by side on one norm, their inputs from one fused
-  Linear, ``vitviz.model.parallel``): the residual add, then the sum of the two branches by the
+  Linear, ``vitviz.blocks.parallel``): the residual add, then the sum of the two branches by the
   add rule; each branch down to its slice of the fused Linear's output, and that Linear by the
   z⁺ rule at once (the fork of its input: the two branches' relevances added);
 - SwiGLU, h = SiLU(x·W_gᵀ) ⊙ (x·W_xᵀ): the product's z rule to both factors, each halved (as
@@ -58,12 +58,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitviz.blocks.parallel import ParallelBlock
+from vitviz.blocks.rotary import apply_rotary, rotate
+from vitviz.blocks.swiglu import SwiGLU
 from vitviz.explain.rollout import relevance
 from vitviz.explain.targets import target_classes
 from vitviz.explain.tokens import query_token
-from vitviz.model.parallel import ParallelBlock
-from vitviz.model.rotary import apply_rotary, rotate
-from vitviz.model.swiglu import SwiGLU
 
 Rope = tuple[Tensor, Tensor] | None  # one layer's rotary (sin, cos) tables, or None
 
@@ -95,7 +95,7 @@ class _BlockTrace:
 
 @dataclass
 class _PoolTrace:
-    """An attention-pool head's forward (``vitviz.model.attention_pool``), for its relevance."""
+    """An attention-pool head's forward (``vitviz.blocks.attention_pool``), for its relevance."""
 
     tokens: Tensor  # (B, N', D) the tokens the pool reads
     q: Tensor  # (1, H, 1, hd) the probe's query, unscaled

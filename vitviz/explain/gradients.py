@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from vitviz.blocks.vit import VisionTransformer
 from vitviz.explain.targets import target_classes
-from vitviz.model.vit import VisionTransformer
 
 
 @dataclass

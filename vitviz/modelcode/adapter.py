@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from vitviz.model.vit import ViTOutput
+from vitviz.blocks.vit import ViTOutput
 from vitviz.modelcode.assembly import HeadPlan, MatrixPlan
 from vitviz.modelcode.batching import FixedBatch
 from vitviz.modelcode.blocks import BlockWatch, pick_blocks, watch_blocks

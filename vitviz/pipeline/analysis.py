@@ -31,6 +31,7 @@ from PIL import Image
 from torch import Tensor
 
 from vitviz import explain
+from vitviz.blocks import VisionTransformer
 from vitviz.checkpoints import LoadedModel
 from vitviz.core.devices import resolve_device
 from vitviz.core.errors import VitvizError
@@ -49,7 +50,6 @@ from vitviz.imaging.preprocess import (
 )
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
 from vitviz.kinds import KindAnalysis, UnknownKindError, kind_of
-from vitviz.model import VisionTransformer
 from vitviz.pipeline.capture import Captured, capture_batch, recompute_pays, reduced_gradient_pass
 from vitviz.pipeline.head_stats import HeadStats
 from vitviz.pipeline.kept_graph import KeptGraph, frozen_parameters
@@ -77,7 +77,7 @@ def analyze(loaded: LoadedModel, image: Any, **options: Any) -> KindAnalysis:
 def require_patch_grid(loaded: LoadedModel) -> None:
     """Refuse, in one line, a model without the ViT's one grid of patch tokens (e.g. a Swin)
     given to the ViT's own analysis."""
-    from vitviz.model.protocol import ExplainableModel
+    from vitviz.blocks.protocol import ExplainableModel
 
     if not isinstance(loaded.model, ExplainableModel):
         label = kind_of(loaded).label

@@ -21,10 +21,10 @@ import torch
 from torch import Tensor
 
 from vitviz import explain
+from vitviz.blocks import VisionTransformer, ViTOutput
 from vitviz.explain.gradients import GradientProducts, _Products, attention_gradient_products
 from vitviz.explain.stats import patch_distances
 from vitviz.explain.targets import target_classes
-from vitviz.model import VisionTransformer, ViTOutput
 from vitviz.pipeline.head_stats import layer_statistics
 from vitviz.pipeline.kept_graph import KeptGraph, frozen_parameters
 from vitviz.pipeline.memory import USABLE_FRACTION, available_memory

@@ -363,7 +363,7 @@ def _choices(
 def _hands_over_layers(model: Any) -> bool:
     """Whether the model's forward pass hands each layer's attention over as it comes
     (vitviz's own ViT), so layers not kept are never held; model code lists them all."""
-    from vitviz.model import VisionTransformer
+    from vitviz.blocks import VisionTransformer
 
     return isinstance(model, VisionTransformer)
 

@@ -12,12 +12,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vitviz.blocks import ViTConfig
 from vitviz.checkpoints.assign import few
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Source
 from vitviz.checkpoints.labels import resolve_class_names
 from vitviz.imaging import Preprocessing
-from vitviz.model import ViTConfig
 
 CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(ViTConfig))
 # patch_order: tutorials. (arch, a timm model name, is taken by the timm converters.)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from vitviz.blocks import ViTConfig
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.loaded import default_class_names
 from vitviz.checkpoints.native import default_preprocessing
 from vitviz.imaging import Preprocessing
-from vitviz.model import ViTConfig
 
 
 def embedded_config(source: Source) -> dict[str, Any] | None:

@@ -64,7 +64,7 @@ BLOCK_REASONS = {
     "ParallelThingsBlock": "parallel attention/MLP blocks of several branches each",
     "DiffParallelScalingBlock": "differential attention blocks",
 }
-# block classes vitviz's ViT computes (ParallelScalingBlock: vitviz/model/parallel.py)
+# block classes vitviz's ViT computes (ParallelScalingBlock: vitviz/blocks/parallel.py)
 VIT_BLOCKS = ("Block", "ResPostBlock", "ParallelScalingBlock")
 MLP_REASONS = {"SwiGLU": "SwiGLU MLP", "GluMlp": "gated (GLU) MLP", "SwiGLUPacked": "SwiGLU MLP"}
 

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vitviz.blocks.stem_config import StemConfig
+from vitviz.blocks.stems import make_backbone
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
@@ -38,8 +40,6 @@ from vitviz.checkpoints.preprocessing import (
     TIMM_VIT_DEFAULTS,
     timm_preprocessing,
 )
-from vitviz.model.stem_config import StemConfig
-from vitviz.model.stems import make_backbone
 
 LOOKS_LIKE = "a timm hybrid ViT (a ResNet before the tokens)"
 BACKBONE = "patch_embed.backbone."

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vitviz.model.config import ViTConfig
+from vitviz.blocks.config import ViTConfig
 
 # ViTConfig options a CaiT has fixed, and the value it has (anything else is refused by name).
 FIXED = {

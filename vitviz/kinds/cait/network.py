@@ -41,10 +41,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from vitviz.blocks.layers import DropPath, LayerScale, Mlp, PatchEmbed
+from vitviz.blocks.posembed import resample_grid_embedding
+from vitviz.blocks.vit import ViTOutput, run_blocks
 from vitviz.kinds.cait.config import CaitConfig
-from vitviz.model.layers import DropPath, LayerScale, Mlp, PatchEmbed
-from vitviz.model.posembed import resample_grid_embedding
-from vitviz.model.vit import ViTOutput, run_blocks
 
 
 def _mix_heads(linear: nn.Linear, a: Tensor) -> Tensor:

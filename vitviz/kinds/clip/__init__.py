@@ -44,7 +44,7 @@ class ClipKind(ViTKind):
         return f"{super().architecture(model)}, embedding {model.clip_config.embed_dim}, {text}"
 
     def parts(self, model: nn.Module) -> tuple[str, ...]:
-        from vitviz.model.parts import vit_parts
+        from vitviz.blocks.parts import vit_parts
 
         own = [p for p in vit_parts(model.config) if not p.startswith("head reads")]
         if getattr(model, "pool", None) is not None:  # a SigLIP

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vitviz.blocks import ViTConfig
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.kinds.clip.hf_classifiers import classifier_conversion, drop_unread, has_classifier
@@ -33,7 +34,6 @@ from vitviz.kinds.clip.hf_towers import (
 )
 from vitviz.kinds.clip.network import ClipConfig
 from vitviz.kinds.clip.text import hf_text_config, hf_text_state
-from vitviz.model import ViTConfig
 
 # CLIPImageProcessor's defaults (OpenAI's): resize the short side to 224, centre-crop 224.
 CLIP_PROCESSOR: dict[str, Any] = {

@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitviz.blocks import VisionTransformer, ViTConfig
 from vitviz.kinds.clip.text import TextConfig, TextTower, pad_prompts
 from vitviz.kinds.clip.tokenizer import ClipTokenizer
-from vitviz.model import VisionTransformer, ViTConfig
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from vitviz.blocks import ViTConfig
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.core.optional import FAMILIES_INSTALL
 from vitviz.imaging import Preprocessing
 from vitviz.kinds.clip.network import ClipConfig
 from vitviz.kinds.clip.text import TextConfig
-from vitviz.model import ViTConfig
 
 VOCAB_FILE = "bpe_simple_vocab_16e6.txt.gz"  # in the open_clip package
 HEAD_WIDTH = 64

@@ -12,7 +12,7 @@ Each prompt is scored on its own (a sigmoid, not a softmax over the prompts)::
     logits[p] = exp(logit_scale) · <v / |v|, t_p / |t_p|> + logit_bias,   p = sigmoid(logits[p])
 
 what Hugging Face's ``SiglipModel`` gives as ``logits_per_image``. The probe's attention over
-the patches (``vitviz.model.attention_pool.AttentionPool.attend``, the ViT's MAP head) is the
+the patches (``vitviz.blocks.attention_pool.AttentionPool.attend``, the ViT's MAP head) is the
 model's "CLS row": the map of raw attention at the last layer and the row rollout, gradient
 rollout and relevance start from (the ViT kind's ``ProbeAnalysis``).
 
@@ -30,11 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitviz.blocks import VisionTransformer, ViTConfig
+from vitviz.blocks.attention_pool import AttentionPool
 from vitviz.kinds.clip.network import ClipConfig, ClipImageModel
 from vitviz.kinds.clip.siglip_tokenizer import UnigramTokenizer
 from vitviz.kinds.clip.text import TextConfig, TextTower
-from vitviz.model import VisionTransformer, ViTConfig
-from vitviz.model.attention_pool import AttentionPool
 
 
 @dataclass(frozen=True)

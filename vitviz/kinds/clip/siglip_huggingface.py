@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vitviz.blocks import ViTConfig
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.kinds.clip.hf_classifiers import classifier_conversion, drop_unread, has_classifier
@@ -32,7 +33,6 @@ from vitviz.kinds.clip.hf_towers import (
 )
 from vitviz.kinds.clip.siglip import SiglipConfig
 from vitviz.kinds.clip.text import TextConfig, hf_text_state
-from vitviz.model import ViTConfig
 
 # SiglipImageProcessor's defaults: squash to 224 × 224 (bilinear), scale to [-1, 1].
 SIGLIP_PROCESSOR: dict[str, Any] = {

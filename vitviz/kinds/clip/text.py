@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitviz.model.layers import make_activation
+from vitviz.blocks.layers import make_activation
 
-# Hugging Face's activation names -> vitviz's (vitviz.model.layers.make_activation)
+# Hugging Face's activation names -> vitviz's (vitviz.blocks.layers.make_activation)
 HF_ACTIVATIONS = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
@@ -35,7 +35,7 @@ class TextConfig:
     embed_dim: int  # the projection's output: the shared image-text space
     end_id: int
     pool_argmax: bool = False
-    activation: str = "quick_gelu"  # a vitviz.model.layers.make_activation name
+    activation: str = "quick_gelu"  # a vitviz.blocks.layers.make_activation name
     eps: float = 1e-5
     causal: bool = True  # False: every token sees every token (SigLIP's text tower)
 

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from vitviz.model.config import _pair
+from vitviz.blocks.config import _pair
 
 
 @dataclass

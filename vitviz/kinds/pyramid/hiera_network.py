@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitviz.blocks.layers import LayerScale
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
-from vitviz.model.layers import LayerScale
 
 
 @dataclass

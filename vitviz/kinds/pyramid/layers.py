@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitviz.blocks.layers import DropPath
 from vitviz.kinds.pyramid.config import PyramidConfig
-from vitviz.model.layers import DropPath
 
 
 class OverlapPatchEmbed(nn.Module):

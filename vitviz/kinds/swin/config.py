@@ -23,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from vitviz.model.config import _pair
+from vitviz.blocks.config import _pair
 
 WINDOW_CLAMPS = ("none", "axis", "min")
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitviz.blocks.layers import DropPath, make_activation
 from vitviz.kinds.swin.config import SwinConfig
 from vitviz.kinds.swin.windows import (
     WindowLayout,
@@ -18,7 +19,6 @@ from vitviz.kinds.swin.windows import (
     shift_mask,
     unpartition,
 )
-from vitviz.model.layers import DropPath, make_activation
 
 
 class SwinPatchEmbed(nn.Module):

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # torch-free at import; the ViT's analysis sits above the reg
     from PIL import Image
     from torch import Tensor, nn
 
+    from vitviz.blocks import ViTConfig
     from vitviz.checkpoints import LoadedModel
     from vitviz.kinds.protocol import (
         FaithfulnessReport,
@@ -30,7 +31,6 @@ if TYPE_CHECKING:  # torch-free at import; the ViT's analysis sits above the reg
         QueryMaps,
         Session,
     )
-    from vitviz.model import ViTConfig
     from vitviz.pipeline.analysis import Analysis
 
 
@@ -41,7 +41,7 @@ class ViTKind:
     label = "Vision Transformer"
 
     def owns(self, model: nn.Module) -> bool:
-        from vitviz.model.protocol import ExplainableModel
+        from vitviz.blocks.protocol import ExplainableModel
 
         return isinstance(model, ExplainableModel)
 
@@ -50,8 +50,8 @@ class ViTKind:
         return f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}"
 
     def parts(self, model: nn.Module) -> tuple[str, ...]:
-        from vitviz.model import VisionTransformer
-        from vitviz.model.parts import vit_parts
+        from vitviz.blocks import VisionTransformer
+        from vitviz.blocks.parts import vit_parts
 
         if isinstance(model, VisionTransformer):
             return vit_parts(model.config)
@@ -63,7 +63,7 @@ class ViTKind:
 
     # -- loading, model code and training (helper "loading") ---------------------------------
     def config_from_dict(self, data: dict[str, object]) -> ViTConfig:
-        from vitviz.model import ViTConfig
+        from vitviz.blocks import ViTConfig
 
         return ViTConfig.from_dict(data)
 
@@ -101,7 +101,7 @@ class ViTKind:
     def finish_analysis(self, analysis: Analysis) -> Analysis:
         """As made; a model whose head is an attention pool (MAP) adds its probe's attention,
         the row its maps start from (``ProbeAnalysis``)."""
-        from vitviz.model.attention_pool import AttentionPool
+        from vitviz.blocks.attention_pool import AttentionPool
 
         model = None if analysis.loaded is None else analysis.loaded.model
         if not isinstance(getattr(model, "pool", None), AttentionPool):

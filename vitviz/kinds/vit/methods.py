@@ -120,7 +120,7 @@ def _own_vit(reads: str) -> Callable[[str, nn.Module], str | None]:
     """A version that reads vitviz's own ViT modules: refuses a model from the user's code."""
 
     def requires(label: str, model: nn.Module) -> str | None:
-        from vitviz.model import VisionTransformer
+        from vitviz.blocks import VisionTransformer
 
         if isinstance(model, VisionTransformer):
             return None

@@ -1,6 +1,6 @@
 """The analysis of a ViT whose head pools with an attention probe (MAP): its row starts the maps.
 
-A model whose head is an attention pool (``vitviz.model.attention_pool``: SigLIP's image tower,
+A model whose head is an attention pool (``vitviz.blocks.attention_pool``: SigLIP's image tower,
 timm's ``global_pool='map'`` ViTs) has no CLS token the head reads: a learnt probe attends to the
 final tokens. Where a ViT's maps read the CLS token's row (the query None), these start from the
 probe's attention over the tokens, A_p (H, N) (zero on prefix tokens the pool doesn't read), and

@@ -68,7 +68,7 @@ class ViTTraining:
     def model_kwargs(
         self, cfg: TrainSettings, num_classes: int, in_channels: int
     ) -> dict[str, SettingValue]:
-        """Keyword arguments of vitviz.model.ViTConfig for the run ``cfg``."""
+        """Keyword arguments of vitviz.blocks.ViTConfig for the run ``cfg``."""
         return dict(
             in_channels=cfg.in_channels or in_channels,
             image_size=cfg.image_size,
@@ -102,7 +102,7 @@ class ViTTraining:
 
     def build(self, cfg: TrainSettings, num_classes: int, channels: int) -> nn.Module:
         """A freshly initialised VisionTransformer."""
-        from vitviz.model import VisionTransformer, ViTConfig
+        from vitviz.blocks import VisionTransformer, ViTConfig
 
         return VisionTransformer(ViTConfig(**self.model_kwargs(cfg, num_classes, channels)))
 

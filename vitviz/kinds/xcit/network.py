@@ -31,10 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitviz.blocks.layers import Mlp
+from vitviz.blocks.vit import ViTOutput, run_blocks
 from vitviz.kinds.cait.network import ClassAttention
 from vitviz.kinds.xcit.config import XcitConfig
-from vitviz.model.layers import Mlp
-from vitviz.model.vit import ViTOutput, run_blocks
 
 
 def _conv_bn(c_in: int, c_out: int) -> nn.Sequential:

@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 
 from torch import Tensor
 
-from vitviz.model.vit import ViTOutput
+from vitviz.blocks.vit import ViTOutput
 
 
 @runtime_checkable

@@ -6,16 +6,16 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitviz.model.stem_config import StemConfig
+from vitviz.blocks.stem_config import StemConfig
 
 POS_EMBED_KINDS = ("learned", "sincos", "sincos2d", "none")
-NORMS = ("layernorm", "rmsnorm")  # the blocks' norm (vitviz/model/norms.py)
+NORMS = ("layernorm", "rmsnorm")  # the blocks' norm (vitviz/blocks/norms.py)
 SWIGLU_PACKINGS = ("", "gate_value", "value_gate")  # ViTConfig.swiglu_packed
 POOLS = ("token", "avg", "token_avg", "map")  # token_avg: [CLS, mean of the patches] (DINOv2
 # heads); map: a learnt probe's multi-head attention over the final tokens (attention_pool)
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu")
 PATCH_EMBEDS = ("conv", "linear", "hybrid")  # hybrid: a convolutional stem (``stem``)
-# Rotary positions on the patch tokens' q and k (vitviz/model/rotary.py): "axial" (EVA-02's and
+# Rotary positions on the patch tokens' q and k (vitviz/blocks/rotary.py): "axial" (EVA-02's and
 # timm's RotaryEmbeddingCat: index coordinates), "mixed" (learnt per-layer, per-head frequencies,
 # RoPE-Mixed), "dinov3" (centred coordinates in [-1, 1], DINOv3's periods).
 ROPE_KINDS = ("none", "axial", "mixed", "dinov3")

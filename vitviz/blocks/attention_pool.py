@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitviz.model.layers import make_activation
+from vitviz.blocks.layers import make_activation
 
 
 class AttentionPool(nn.Module):

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from vitviz.model.config import ViTConfig
+    from vitviz.blocks.config import ViTConfig
 
 
 def relative_position_index(grid: tuple[int, int]) -> Tensor:

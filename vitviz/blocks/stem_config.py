@@ -1,5 +1,5 @@
 """StemConfig: the convolutional backbone before the tokens of a hybrid ViT (timm's
-``vision_transformer_hybrid``), as plain numbers; the modules are in ``vitviz.model.stems``.
+``vision_transformer_hybrid``), as plain numbers; the modules are in ``vitviz.blocks.stems``.
 
 Two backbones:
 

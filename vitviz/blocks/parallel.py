@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitviz.model.config import ViTConfig
-from vitviz.model.layers import DropPath, LayerScale, make_activation
-from vitviz.model.norms import make_norm
+from vitviz.blocks.config import ViTConfig
+from vitviz.blocks.layers import DropPath, LayerScale, make_activation
+from vitviz.blocks.norms import make_norm
 
 
 class ParallelBlock(nn.Module):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vitviz.model.config import ViTConfig
-from vitviz.model.vit import VisionTransformer
+from vitviz.blocks.config import ViTConfig
+from vitviz.blocks.vit import VisionTransformer
 
 _VARIANTS: dict[str, dict[str, Any]] = {
     # The "ViT from scratch" tutorials' CIFAR-10 model.

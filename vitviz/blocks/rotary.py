@@ -26,7 +26,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from vitviz.model.config import ViTConfig
+from vitviz.blocks.config import ViTConfig
 
 
 def grid_coordinates(config: ViTConfig, grid: tuple[int, int]) -> Tensor:

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitviz.model.config import ViTConfig
-from vitviz.model.norms import make_norm
+from vitviz.blocks.config import ViTConfig
+from vitviz.blocks.norms import make_norm
 
 
 class SwiGLU(nn.Module):

@@ -15,8 +15,8 @@ import math
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitviz.model.config import ViTConfig
-from vitviz.model.stem_config import StemConfig
+from vitviz.blocks.config import ViTConfig
+from vitviz.blocks.stem_config import StemConfig
 
 
 def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:

@@ -4,7 +4,7 @@ onto vitviz's one ViT."""
 
 from __future__ import annotations
 
-from vitviz.model.config import ViTConfig
+from vitviz.blocks.config import ViTConfig
 
 ACTIVATION_WORDS = {
     "gelu": "GELU",

@@ -9,16 +9,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitviz.model.attention_pool import AttentionPool
-from vitviz.model.config import ViTConfig
-from vitviz.model.layers import Block, PatchEmbed
-from vitviz.model.norms import make_norm
-from vitviz.model.parallel import ParallelBlock
-from vitviz.model.posembed import resample_grid_embedding, sincos_1d, sincos_2d
-from vitviz.model.position_bias import shared_position_bias
-from vitviz.model.recompute import recomputed
-from vitviz.model.rotary import Rotary
-from vitviz.model.stems import HybridEmbed
+from vitviz.blocks.attention_pool import AttentionPool
+from vitviz.blocks.config import ViTConfig
+from vitviz.blocks.layers import Block, PatchEmbed
+from vitviz.blocks.norms import make_norm
+from vitviz.blocks.parallel import ParallelBlock
+from vitviz.blocks.posembed import resample_grid_embedding, sincos_1d, sincos_2d
+from vitviz.blocks.position_bias import shared_position_bias
+from vitviz.blocks.recompute import recomputed
+from vitviz.blocks.rotary import Rotary
+from vitviz.blocks.stems import HybridEmbed
 
 
 @dataclass

@@ -6,11 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitviz.model.config import ViTConfig
-from vitviz.model.norms import make_norm
-from vitviz.model.position_bias import MlpPositionBias, table_index, table_rows
-from vitviz.model.rotary import apply_rotary
-from vitviz.model.swiglu import SwiGLU
+from vitviz.blocks.config import ViTConfig
+from vitviz.blocks.norms import make_norm
+from vitviz.blocks.position_bias import MlpPositionBias, table_index, table_rows
+from vitviz.blocks.rotary import apply_rotary
+from vitviz.blocks.swiglu import SwiGLU
 
 
 class PatchEmbed(nn.Module):
