@@ -48,7 +48,7 @@ from _common import (
 from vitviz.blocks import ViTConfig
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import default_preprocessing
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.kinds.clip.network import ClipConfig, ClipImageModel
 from vitviz.kinds.clip.text import TextConfig, pad_prompts
 from vitviz.kinds.clip.tokenizer import END, START, ClipTokenizer, byte_table

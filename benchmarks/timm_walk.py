@@ -120,7 +120,7 @@ def opened_errors(
     model (``classifier`` False) whose classes are typed prompts and that has none yet (a CLIP
     image tower) gives no logits: its attention alone is compared. A classifier's logits are
     always compared: a head dropped is wrong."""
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     scale = max(float(ref_logits.abs().max()), 1e-12)
     fused_ref = ref_logits if default_logits is None else default_logits

@@ -164,11 +164,9 @@ VITVIZ_LAYERS: dict[str, int] = {
     "kinds.swin.families": 3,
     "kinds.swin.modelcode": 4,
     **dict.fromkeys(("kinds.swin", "kinds.swin.output", "kinds.vit"), 5),
-    "kinds.sides": 1,  # the torch-free types of the kinds' loading, model-code, training sides
     **dict.fromkeys(("kinds.swin.training", "kinds.swin.code_side", "kinds.vit.training"), 5),
     # what the engine asks of a kind, as numpy for the window (no Qt, no workers, no ui)
     **dict.fromkeys(("kinds.swin.engine_data", "kinds.vit.engine_data"), 5),
-    "kinds.maps": 1,
     # pyramid ViTs (PVT v2): the network low, the families beside the checkpoints
     **dict.fromkeys(("kinds.pyramid.config", "kinds.pyramid.layers", "kinds.pyramid.network"), 1),
     **dict.fromkeys(("kinds.pyramid.hiera_config", "kinds.pyramid.hiera_network"), 1),

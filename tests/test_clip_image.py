@@ -17,7 +17,7 @@ from lrp_reference import library_block_relevances, z_plus
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.cli import main
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.pipeline.analysis import analyze
 
 PROMPTS = ["a photo of a dog", "a photo of a cat on a sofa", "a red car"]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.pipeline.analysis import analyze
 
 open_clip = pytest.importorskip("open_clip", reason="open_clip_torch is not installed")

@@ -18,7 +18,7 @@ from zoo_helpers import randomize_, randomize_stem_
 from vitviz.checkpoints import load_checkpoint
 from vitviz.core.devices import resolve_device
 from vitviz.explain.methods import all_methods
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 
 pytestmark = [
     pytest.mark.gpu,

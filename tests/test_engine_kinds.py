@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vitviz.kinds import all_kinds
-from vitviz.kinds.protocol import EngineMembers, LayerGrid, LayerRow, TokenGeometry, ViewWords
+from vitviz.kindapi import all_kinds
+from vitviz.kindapi.protocol import EngineMembers, LayerGrid, LayerRow, TokenGeometry, ViewWords
 from vitviz.workers import jobs
 from vitviz.workers.messages import ImageResult, MapParams, MapsResult
 
@@ -33,7 +33,7 @@ def test_every_kind_has_the_engine_members() -> None:
         assert missing == [], f"{kind.name} lacks {missing}"
 
 
-@pytest.mark.parametrize("module", ["vitviz.workers.messages", "vitviz.kinds.protocol"])
+@pytest.mark.parametrize("module", ["vitviz.workers.messages", "vitviz.kindapi.protocol"])
 def test_messages_cross_without_torch(module: str) -> None:
     code = f"import sys, {module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

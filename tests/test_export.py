@@ -14,9 +14,9 @@ from PIL import Image
 
 from vitviz.checkpoints import LoadedModel, load_checkpoint, save_checkpoint
 from vitviz.imaging import Preprocessing
+from vitviz.imaging.colormaps import maps_levels
 from vitviz.imaging.figure import figure_layout
 from vitviz.imaging.overlay import head_grid_image, scale_each_tile
-from vitviz.kinds.maps import maps_levels
 from vitviz.pipeline.analysis import Analysis, analyze
 from vitviz.pipeline.export import (
     NPZ_KEYS,

@@ -23,8 +23,8 @@ from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.checkpoints.families import GENERIC, all_families
 from vitviz.checkpoints.families.base import Conversion, Family, Source
 from vitviz.checkpoints.native import default_preprocessing, save_checkpoint
-from vitviz.kinds import all_kinds, register_kind, unregister_kind
-from vitviz.kinds.sides import CodeModelRequest, SettingValue, TrainingField, TrainSettings
+from vitviz.kindapi import all_kinds, register_kind, unregister_kind
+from vitviz.kindapi.sides import CodeModelRequest, SettingValue, TrainingField, TrainSettings
 from vitviz.modelcode.errors import ModelCodeError
 from vitviz.modelcode.spec import make_spec, setting_keys
 
@@ -225,7 +225,7 @@ def test_a_kinds_model_code_setting_is_accepted_and_checked_by_it(toy: ToyKind) 
 TOY_TRAINING = """
 import json, sys
 sys.path.insert(0, {tests!r})
-from vitviz.kinds import register_kind
+from vitviz.kindapi import register_kind
 from test_kinds_loading import ToyKind
 register_kind(ToyKind())
 from vitviz.training.config import MODEL_KINDS, PRESETS, TrainConfig, equivalent_command
@@ -270,7 +270,7 @@ def test_the_kinds_and_their_declared_sides_import_without_torch() -> None:
     code = (
         "import sys\n"
         "import vitviz.training.config, vitviz.training.validate, vitviz.modelcode.spec\n"
-        "from vitviz.kinds import all_kinds\n"
+        "from vitviz.kindapi import all_kinds\n"
         "sides = [(k.training and k.training.fields, k.model_code) for k in all_kinds()]\n"
         "assert any(k.training for k in all_kinds())\n"
         "keys = vitviz.modelcode.spec.setting_keys()\n"

@@ -20,7 +20,7 @@ from torch import Tensor
 from vitviz import cli
 from vitviz.checkpoints import load_checkpoint
 from vitviz.explain.methods import get_method
-from vitviz.kinds import (
+from vitviz.kindapi import (
     KindMethod,
     LayerGrid,
     TokenGeometry,

@@ -19,7 +19,7 @@ from vitviz import cli
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.checkpoints.library_check import timm_forward
 from vitviz.explain.methods import get_method
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.kinds.pyramid.analysis import analyze_pyramid
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
 from vitviz.kinds.pyramid.hiera_network import HieraViT, unrolled_order

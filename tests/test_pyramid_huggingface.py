@@ -14,7 +14,7 @@ from zoo_helpers import max_diff, randomize_
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.checkpoints.library_check import transformers_forward
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 
 transformers = pytest.importorskip("transformers")
 

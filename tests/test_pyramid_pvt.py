@@ -26,7 +26,7 @@ from vitviz import cli
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.checkpoints.library_check import timm_forward
 from vitviz.explain.methods import get_method
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.kinds.pyramid.analysis import analyze_pyramid
 
 pytest.importorskip("timm")

@@ -16,7 +16,7 @@ import torch
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.cli import main
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.pipeline.analysis import analyze
 
 PROMPTS = ["a photo of a dog", "A cat on a SOFA!", "a red car"]

@@ -21,7 +21,7 @@ from zoo_helpers import ATTN_ATOL, images, max_diff, randomize_, timm_reference
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.explain.methods import compute_maps, methods_for
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.pipeline.analysis import analyze
 
 LOGITS_RTOL = 1e-4

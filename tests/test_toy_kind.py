@@ -27,8 +27,8 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.cli import main
-from vitviz.kinds import register_kind, unregister_kind
-from vitviz.kinds.protocol import (
+from vitviz.kindapi import register_kind, unregister_kind
+from vitviz.kindapi.protocol import (
     ImageNumbers,
     KindMethod,
     LayerGrid,

@@ -20,7 +20,7 @@ from test_ui_window import WAIT_MS, click, drop, new_window, select_method, sett
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.explain.methods import get_method
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.pipeline.analysis import analyze
 from vitviz.ui.main_window import MainWindow
 from vitviz.ui.prompt_box import HINT

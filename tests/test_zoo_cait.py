@@ -21,7 +21,7 @@ from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.checkpoints.library_check import timm_forward
 from vitviz.checkpoints.native import save_checkpoint
 from vitviz.explain.methods import get_method
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.pipeline.analysis import analyze
 
 ARGS = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, depth_token_only=1, num_heads=4)

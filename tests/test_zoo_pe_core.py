@@ -32,7 +32,7 @@ from zoo_helpers import timm_reference as reference
 from vitviz.blocks import ViTConfig
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.checkpoints.errors import MissingSettingsError
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.kinds.vit import engine_data
 from vitviz.pipeline.analysis import analyze
 

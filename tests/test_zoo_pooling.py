@@ -27,7 +27,7 @@ from zoo_helpers import (
 )
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.pipeline.analysis import analyze
 
 TINY = dict(pretrained=False, img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4,

@@ -19,7 +19,7 @@ from vitviz import cli
 from vitviz.checkpoints import load_checkpoint
 from vitviz.checkpoints.library_check import timm_forward
 from vitviz.explain.methods import get_method
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.pipeline.analysis import analyze
 
 ARGS = dict(img_size=32, embed_dim=32, depth=2, cls_attn_layers=2, num_heads=4)

@@ -34,7 +34,7 @@ from vitviz.checkpoints.cache import cache_home
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.folders import folder_weights
 from vitviz.checkpoints.reading import read_checkpoint, to_float
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 
 LOGITS_RTOL = 1e-4
 ATTENTION_ATOL = 1e-5

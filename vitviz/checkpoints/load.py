@@ -33,7 +33,7 @@ from vitviz.checkpoints.sidecar import user_settings
 from vitviz.checkpoints.training_args import training_config
 from vitviz.checkpoints.unmodelled import unmodelled
 from vitviz.imaging import Preprocessing
-from vitviz.kinds import get_kind
+from vitviz.kindapi import get_kind
 
 # What user data can make a converter raise (wrong types, shapes, values in the file or the
 # settings). Caught at this one boundary and re-raised as a CheckpointError naming the file,

@@ -9,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from vitviz.imaging import Preprocessing
-from vitviz.kinds.sides import ModelConfig
+from vitviz.kindapi.sides import ModelConfig
 
 
 @dataclass
@@ -46,7 +46,7 @@ class LoadedModel:
     def architecture_name(self) -> str:
         """The architecture its folder's config.json names, else its kind's label."""
         from vitviz.core.model_names import architecture_words
-        from vitviz.kinds import kind_of
+        from vitviz.kindapi import kind_of
 
         return architecture_words(self.path, kind_of(self).label)
 

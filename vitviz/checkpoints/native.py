@@ -25,8 +25,8 @@ from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
-from vitviz.kinds import get_kind, kind_of
-from vitviz.kinds.sides import ModelConfig
+from vitviz.kindapi import get_kind, kind_of
+from vitviz.kindapi.sides import ModelConfig
 
 FORMAT_NAME = "vitviz"
 FORMAT_VERSION = "1"

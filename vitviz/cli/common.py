@@ -84,7 +84,7 @@ def read_prompts(args: argparse.Namespace, templated: bool = True) -> list[str]:
 def apply_prompts(args: argparse.Namespace, loaded: Any) -> Any:
     """The prompts given become the model's classes through its kind; one line when it
     takes none (a ViT's classes are its head's)."""
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     prompts = read_prompts(args)
     if prompts:

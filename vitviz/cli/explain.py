@@ -77,7 +77,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from vitviz.core.devices import resolve_device
     from vitviz.imaging.colormaps import COLORMAPS
     from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     if not 0.0 <= args.discard < 1.0:
         raise CliError(f"--discard must be in [0, 1), got {args.discard}")

@@ -22,7 +22,7 @@ from vitviz.core.console import say
 
 if TYPE_CHECKING:
     from vitviz.checkpoints import LoadedModel
-    from vitviz.kinds import KindAnalysis
+    from vitviz.kindapi import KindAnalysis
     from vitviz.pipeline.batch import BatchItem
     from vitviz.pipeline.export import ExplainedMaps, MapSettings
 
@@ -188,7 +188,7 @@ def explain_many(
     """Analyse ``args.images`` (files and folders) in batches, write each image's files, say
     the model (its name people know, before the first image analysed) and one progress line
     per image; the exit status of ``vitviz-cli explain``."""
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
     from vitviz.pipeline.export import compute_maps, output_stem
 
     if args.batch_size is not None and args.batch_size < 1:

@@ -91,7 +91,7 @@ def add_parser(subparsers: SubParsers) -> None:
 def cmd_faithfulness(args: argparse.Namespace) -> int:
     from vitviz.core.devices import resolve_device
     from vitviz.explain.localisation import mask_path_for
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     if args.steps < 1:
         raise CliError(f"--steps must be a whole number of at least 1, got {args.steps}")
@@ -170,7 +170,7 @@ def _measure(
     from vitviz.core.errors import VitvizError
     from vitviz.explain.faithfulness import evaluate_methods
     from vitviz.imaging import ImageLoadError
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     try:
         analysis = kind_of(loaded).analyze(loaded, path, gradients=True)

@@ -66,7 +66,7 @@ def crop_text(prep: Preprocessing) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from vitviz.imaging.preprocess import Preprocessing
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     loaded = load_for(args)
     d = describe(loaded)

@@ -17,7 +17,7 @@ from vitviz.cli.common import CliError
 if TYPE_CHECKING:  # the table imports torch: only when a command runs, not to parse arguments
     from vitviz.checkpoints import LoadedModel
     from vitviz.explain.methods import Method
-    from vitviz.kinds import ModelKind
+    from vitviz.kindapi import ModelKind
     from vitviz.pipeline.export import MapSettings
 
 PARAM_FORM = "METHOD.PARAMETER=VALUE"
@@ -182,7 +182,7 @@ def _check_layer_params(m: Method, values: Mapping[str, Any], layers: tuple[int,
 def model_size(loaded: LoadedModel) -> tuple[int, int]:
     """(layers, heads) of the model, for the parameters' model bounds (its kind says which:
     a Swin's blocks and the most heads of a stage)."""
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     return kind_of(loaded).parameter_bounds(loaded.model)
 
@@ -221,7 +221,7 @@ def map_settings(args: argparse.Namespace, loaded: LoadedModel) -> MapSettings:
     --start-layer for every map computed whose version takes that parameter (today's maps
     included)."""
     from vitviz.explain.methods import get_method
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
     from vitviz.pipeline.export import LEGACY_MAPS, MapSettings
 
     kind = kind_of(loaded)

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.explain.localisation import Localisation, localise
-from vitviz.kinds import KindAnalysis
+from vitviz.kindapi import KindAnalysis
 
 DEFAULT_STEPS = 20
 DEFAULT_BATCH = 64
@@ -175,7 +175,7 @@ def _probabilities(
     model: nn.Module, x: Tensor, kept: list[Tensor], target: int, patch: int, batch_size: int
 ) -> np.ndarray:
     """p_k of the target for every map × (deletion, insertion) × k: (M, 2, S+1) float64."""
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     scores = kind_of(model).probabilities
     M, S1 = len(kept), (kept[0].shape[0] if kept else 0)
@@ -272,7 +272,7 @@ def evaluate_methods(
     ValueError (plain) for a method that can't run on this model, before anything is computed.
     """
     from vitviz.explain.methods import get_method
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     if analysis.loaded is None:
         raise ValueError("faithfulness needs the model: this analysis has none attached")

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from vitviz.explain.fusion import FUSIONS
 from vitviz.explain.params import Parameter
 from vitviz.explain.subject import Explained
-from vitviz.kinds import KindAnalysis, KindMethod, ModelKind, all_kinds, kind_of
+from vitviz.kindapi import KindAnalysis, KindMethod, ModelKind, all_kinds, kind_of
 
 Query = tuple[int, int] | None
 Compute = Callable[[Any, Query, "int | None", Mapping[str, Any]], Tensor]

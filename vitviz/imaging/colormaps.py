@@ -138,3 +138,14 @@ def tick_text(value: float) -> str:
     """A scale's number, short: 4 significant digits from 0.001 to 99999, else 2 with an
     exponent (5.3e-05)."""
     return f"{value:.4g}" if value == 0 or 1e-3 <= abs(value) < 1e5 else f"{value:.2g}"
+
+
+def maps_levels(head_maps: np.ndarray, mean_maps: np.ndarray) -> tuple[float, float]:
+    """One colour scale for every thumbnail of the head grid (0 to a round number for
+    attention, so it stays put while the query moves). (L, H, h, w) and (L, h, w) maps."""
+    ends = []
+    for m in (head_maps, mean_maps):
+        finite = m[np.isfinite(m)]  # a row a layer lacks (a CaiT's CLS in its SA layers): NaN
+        if finite.size:
+            ends += [float(finite.min()), float(finite.max())]
+    return nice_levels(np.array(ends))

@@ -15,7 +15,13 @@ if TYPE_CHECKING:
     import numpy as np
     from PIL import Image
 
-    from vitviz.kinds.protocol import FaithfulnessReport, ImageNumbers, LayerRow, QueryMaps, Session
+    from vitviz.kindapi.protocol import (
+        FaithfulnessReport,
+        ImageNumbers,
+        LayerRow,
+        QueryMaps,
+        Session,
+    )
 
 
 class StagedEngineMembers:

@@ -12,8 +12,8 @@ from torch import nn
 
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
-from vitviz.kinds import all_kinds
-from vitviz.kinds.sides import CodeModelRequest, ModelCodeSide
+from vitviz.kindapi import all_kinds
+from vitviz.kindapi.sides import CodeModelRequest, ModelCodeSide
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
 from vitviz.modelcode.assembly import ONE_MATRIX, HeadPlan, MatrixPlan
 from vitviz.modelcode.batching import FixedBatch

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitviz.kinds.sides import ModelCodeSide
+from vitviz.kindapi.sides import ModelCodeSide
 from vitviz.modelcode.errors import ModelCodeError
 
 # The settings every model from code takes; each kind's model-code side adds the ones it reads
@@ -30,7 +30,7 @@ SETTING_KEYS = (
 
 def kind_setting_readers() -> dict[str, ModelCodeSide]:
     """Setting name -> the model-code side of the kind that reads it (the registry's kinds)."""
-    from vitviz.kinds import all_kinds
+    from vitviz.kindapi import all_kinds
 
     sides = [kind.model_code for kind in all_kinds() if kind.model_code is not None]
     return {name: side for side in sides for name in side.settings}

@@ -49,7 +49,7 @@ from vitviz.imaging.preprocess import (
     source_for_display,
 )
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
-from vitviz.kinds import KindAnalysis, UnknownKindError, kind_of
+from vitviz.kindapi import KindAnalysis, UnknownKindError, kind_of
 from vitviz.pipeline.capture import Captured, capture_batch, recompute_pays, reduced_gradient_pass
 from vitviz.pipeline.head_stats import HeadStats
 from vitviz.pipeline.kept_graph import KeptGraph, frozen_parameters

@@ -21,7 +21,7 @@ from vitviz.core.errors import VitvizError
 from vitviz.core.layers import LayerSpec, parse_layers
 from vitviz.imaging import Preprocessing
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
-from vitviz.kinds import KindAnalysis
+from vitviz.kindapi import KindAnalysis
 from vitviz.pipeline.analysis import (
     Analysis,
     _analysis,
@@ -143,7 +143,7 @@ def iter_kind_analyses(
     from dataclasses import replace
 
     from vitviz.core.devices import resolve_device
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     kind = kind_of(loaded)
     if "batch_size" not in kind.unused_options():

@@ -24,7 +24,7 @@ from vitviz.explain.methods import Method, get_method
 from vitviz.imaging.figure import titled_figure
 from vitviz.imaging.overlay import fit_for_overlay, head_grid_image, overlay_on_image, save_png
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
-from vitviz.kinds import KindAnalysis, kind_of
+from vitviz.kindapi import KindAnalysis, kind_of
 from vitviz.pipeline.analysis import Analysis
 
 # the shared keys, then a ViT's own (``ModelKind.npz_arrays``), in the order written
@@ -304,7 +304,7 @@ def heads_figure(
     query and the scale, and the model (``model_line``) above it and a colour bar beside it
     (per head: 0 to each tile's max; shared: the window's head-grid scale, 0 to a round number
     above the largest value)."""
-    from vitviz.kinds.maps import maps_levels
+    from vitviz.imaging.colormaps import maps_levels
 
     levels = None if per_head else maps_levels(maps, means)
     grid = head_grid_image(

@@ -112,7 +112,7 @@ def folder_statistics(
 ) -> FolderStatistics:
     """Analyse ``images`` with ``loaded`` (forward passes in batches, no gradients) and gather
     the statistics; ``progress(done, total, path, error)`` after each image."""
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
     from vitviz.pipeline.batch import iter_kind_analyses
 
     kind = kind_of(loaded)

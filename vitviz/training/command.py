@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.core.console import say as _say
-from vitviz.kinds.sides import TrainingField
+from vitviz.kindapi.sides import TrainingField
 from vitviz.training.config import (
     COMPILE_MODES,
     DEFAULT_MODEL,

@@ -1,7 +1,7 @@
 """TrainConfig: every setting of a training run, and the dataset spec it names.
 
 The settings every run has are written here; each model kind with a training side
-(``ModelKind.training``, ``vitviz.kinds.sides.TrainingSide``) adds its own fields (a ViT's
+(``ModelKind.training``, ``vitviz.kindapi.sides.TrainingSide``) adds its own fields (a ViT's
 width and depth, a Swin's per-stage lists, ...), its presets and its CLI options, read from the
 kinds' registry when this module is first imported. Torch-free, so the window and the CLI can build,
 check and store a config before torch loads.
@@ -13,8 +13,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from vitviz.kinds import all_kinds
-from vitviz.kinds.sides import SettingValue, TrainingField, TrainingSide
+from vitviz.kindapi import all_kinds
+from vitviz.kindapi.sides import SettingValue, TrainingField, TrainingSide
 
 DATASET_KINDS = ("shapes", "random", "folder", "cifar10")
 AMP_MODES = ("auto", "off", "bf16", "fp16")

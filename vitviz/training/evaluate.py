@@ -26,7 +26,7 @@ from torch import Tensor
 
 from vitviz import explain
 from vitviz.checkpoints import CheckpointError, LoadedModel, load_checkpoint
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 from vitviz.training.augment import Normalizer
 from vitviz.training.datasets import gray_u8
 from vitviz.training.shapes import SHAPE_NAMES, make_shapes

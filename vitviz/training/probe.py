@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor, nn
 
-from vitviz.kinds import kind_of
+from vitviz.kindapi import kind_of
 
 
 def probe_maps(model: nn.Module, x: Tensor) -> tuple[np.ndarray, np.ndarray, int]:

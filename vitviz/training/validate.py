@@ -10,8 +10,8 @@ from pathlib import Path
 
 from vitviz.core.errors import VitvizError
 from vitviz.imaging.preprocess import IMAGE_CHANNELS
-from vitviz.kinds.sides import at_least as _at_least
-from vitviz.kinds.sides import in_range as _in_range
+from vitviz.kindapi.sides import at_least as _at_least
+from vitviz.kindapi.sides import in_range as _in_range
 from vitviz.training.cifar import missing_cifar_files
 from vitviz.training.config import (
     AMP_MODES,

@@ -9,7 +9,7 @@ import numpy as np
 from PySide6.QtCore import QRectF
 from PySide6.QtGui import QPainterPath
 
-from vitviz.kinds.protocol import LayerGrid, LayerRow
+from vitviz.kindapi.protocol import LayerGrid, LayerRow
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.window_outline import partition_segments, window_segments
 from vitviz.workers.messages import ImageResult, MapsResult

@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.imaging.overlay import overlay_on_image
-from vitviz.kinds.sides import TrainingField
+from vitviz.kindapi.sides import TrainingField
 from vitviz.training import (
     PRESETS,
     RunRecord,

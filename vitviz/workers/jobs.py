@@ -3,7 +3,7 @@
 The engine thread calls these; each either returns a message for the window or raises. A
 UserFacingError carries a short message for an expected mistake; anything else is a bug and
 goes to the error dialog with its traceback. What differs between model kinds (a ViT, a Swin)
-is asked of the current model's kind (``vitviz.kinds.kind_of``): these jobs never test it.
+is asked of the current model's kind (``vitviz.kindapi.kind_of``): these jobs never test it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitviz.kinds.maps import maps_levels
+from vitviz.imaging.colormaps import maps_levels
 from vitviz.workers.job_basics import UserFacingError, display_copy
 from vitviz.workers.messages import (
     CurvesResult,
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from vitviz.checkpoints.loaded import LoadedModel
     from vitviz.imaging import Preprocessing
     from vitviz.imaging.loading import ImageSource
-    from vitviz.kinds import KindAnalysis
+    from vitviz.kindapi import KindAnalysis
     from vitviz.modelcode import ModelCodeSpec
 
 __all__ = ["UserFacingError", "display_copy", "maps_levels"]  # known as jobs.* elsewhere
@@ -93,7 +93,7 @@ def method_table() -> list[MethodInfo]:
 
 
 def summarize(loaded: LoadedModel, device: str) -> ModelSummary:
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     cfg = loaded.model.config
     kind = kind_of(loaded)
@@ -127,7 +127,7 @@ def apply_prompts(state: EngineState, prompts: tuple[str, ...]) -> ModelSummary:
     as its kind does it (``ModelKind.apply_prompts``); a kind that takes none, or a model that
     can't read them, says why in one line. The current image is analysed again by the window
     (the summary's arrival), so its predictions rank the prompts."""
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     if state.loaded is None:
         raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
@@ -168,7 +168,7 @@ def _check_fits(model: nn.Module, prep: Preprocessing) -> None:
     """ValueError when ``prep`` can't make inputs for ``model`` (patch size) or their analysis
     would not fit in memory ("fit" sizes depend on the image: checked when it is analysed)."""
     from vitviz.checkpoints.load import preprocessing_problem
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     problem = preprocessing_problem(prep, model.config.patch_size)
     if problem is not None:
@@ -223,7 +223,7 @@ def analyze_image(
     """Analyse ``source`` (path, bytes or uint8 array) with the current model; ``gradients``
     keeps the top class's attention gradients from the same pass (gradient methods shown)."""
     from vitviz.imaging import ImageLoadError
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     if state.loaded is None:
         raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
@@ -291,7 +291,7 @@ def raw_maps(
 
 def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
     """Raw maps of the query for every layer and head, plus the chosen method's map."""
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     a = state.analysis
     if a is None:
@@ -332,7 +332,7 @@ def faithfulness(
     query without a clicked cell, e.g. the CLS token; its top class), with the localisation
     numbers when a mask lies beside it; the kind's ``evaluate_faithfulness`` measures them."""
     from vitviz.explain.localisation import mask_grid_for
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     a = state.analysis
     if a is None:
@@ -386,7 +386,7 @@ def export(
     grid ('heads' PNG: titled, on the grid's scale, shared or ``per_head``) or the numbers of
     ``vitviz-cli explain`` with the shown method, its parameters and class (.npz)."""
     from vitviz.imaging.overlay import save_png
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     a = state.analysis
     if a is None:

@@ -1,7 +1,7 @@
 """What crosses between the window and the engine thread: plain data, numpy only.
 
 One ``ImageResult`` and one ``MapsResult`` for every model kind: a kind's layers, token grids and
-words come as ``LayerRow``, ``TokenGeometry`` and ``ViewWords`` (vitviz.kinds.protocol, which
+words come as ``LayerRow``, ``TokenGeometry`` and ``ViewWords`` (vitviz.kindapi.protocol, which
 imports no torch), so the window never asks which kind it shows."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from vitviz.kinds.protocol import LayerGrid, LayerRow, TokenGeometry, ViewWords
+from vitviz.kindapi.protocol import LayerGrid, LayerRow, TokenGeometry, ViewWords
 
 OLD_METHOD_NAMES = {"gradient_rollout": "gradient-rollout", "dino_masks": "dino-masks"}
 

@@ -41,7 +41,7 @@ GENERIC: tuple[Family, ...] = (
 
 def all_families() -> tuple[Family, ...]:
     """Every family, in the order they are tried."""
-    from vitviz.kinds import all_kinds
+    from vitviz.kindapi import all_kinds
 
     by_kind = tuple(family for kind in all_kinds() for family in kind.families)
     return (own.FAMILY, *by_kind, *GENERIC)

@@ -18,7 +18,7 @@ from torch import Tensor
 from vitviz.checkpoints.folders import NO_PROCESSOR
 from vitviz.checkpoints.library_check import Reference
 from vitviz.imaging import Preprocessing
-from vitviz.kinds.sides import ModelConfig
+from vitviz.kindapi.sides import ModelConfig
 
 
 @dataclass

@@ -29,7 +29,7 @@ def _row(family: Family, kind: str) -> FamilyRow:
 
 def family_rows() -> list[FamilyRow]:
     """Every registered family, in the order a checkpoint is tried against them."""
-    from vitviz.kinds import all_kinds, get_kind
+    from vitviz.kindapi import all_kinds, get_kind
 
     rows = [_row(own_family.FAMILY, "any")]
     for kind in all_kinds():

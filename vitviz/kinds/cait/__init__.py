@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kinds.protocol import KindMethod, LayerRow, ViewWords
+from vitviz.kindapi.protocol import KindMethod, LayerRow, ViewWords
 from vitviz.kinds.vit import ViTKind
 
 if TYPE_CHECKING:
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from PIL import Image
     from torch import Tensor, nn
 
+    from vitviz.kindapi.protocol import ImageNumbers, QueryMaps, Session
     from vitviz.kinds.cait.config import CaitConfig
-    from vitviz.kinds.protocol import ImageNumbers, QueryMaps, Session
     from vitviz.pipeline.analysis import Analysis
 
 

@@ -48,8 +48,8 @@ from torch import Tensor
 
 from vitviz.explain.attribution import AttributionResult, attribution_map
 from vitviz.explain.subject import Explained
+from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.cait.attribution import cait_attention_relevance
-from vitviz.kinds.protocol import KindMethod
 from vitviz.kinds.vit.methods import COMPUTE, cached_result, model_input, target_class
 
 Query = tuple[int, int] | None

@@ -24,9 +24,9 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     import numpy as np
     from torch import Tensor, nn
 
+    from vitviz.kindapi.protocol import ImageInput, ImageNumbers, Loaded, ModelShape, Session
     from vitviz.kinds.clip.network import ClipConfig
     from vitviz.kinds.clip.siglip import SiglipConfig
-    from vitviz.kinds.protocol import ImageInput, ImageNumbers, Loaded, ModelShape, Session
     from vitviz.pipeline.analysis import Analysis
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kinds.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
+from vitviz.kindapi.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
 from vitviz.kinds.staged_engine import StagedEngineMembers
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from PIL import Image
     from torch import Tensor, nn
 
-    from vitviz.kinds.protocol import (
+    from vitviz.kindapi.protocol import (
         ImageInput,
         Loaded,
         ModelShape,

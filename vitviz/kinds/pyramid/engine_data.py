@@ -17,7 +17,14 @@ import numpy as np
 from PIL import Image
 from torch import nn
 
-from vitviz.kinds.protocol import ImageNumbers, ModelKind, ModelShape, QueryMaps, Session, ViewWords
+from vitviz.kindapi.protocol import (
+    ImageNumbers,
+    ModelKind,
+    ModelShape,
+    QueryMaps,
+    Session,
+    ViewWords,
+)
 from vitviz.kinds.pyramid import hiera_words
 from vitviz.kinds.pyramid.analysis import ModelOnly, PyramidAnalysis
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
@@ -245,7 +252,7 @@ def export_npz(
 ) -> Path:
     """``vitviz-cli explain``'s npz with the shown method (its parameters, the chosen class)."""
     from vitviz.explain.methods import get_method
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
     from vitviz.pipeline.export import MapSettings, compute_maps, write_npz
 
     loaded, a = session.loaded, session.analysis
@@ -270,7 +277,7 @@ def picture(a: PyramidAnalysis, values: np.ndarray, colormap: str, opacity: floa
     import torch
 
     from vitviz.imaging.overlay import overlay_on_image
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     geometry = kind_of(a).token_geometry(a)
     fine = geometry.on_grid(torch.as_tensor(np.asarray(values))).numpy()

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.explain.random_map import random_map
-from vitviz.kinds.protocol import KindMethod
+from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.pyramid.analysis import PyramidAnalysis, analyze_pyramid
 from vitviz.kinds.pyramid.gradcam import pyramid_token_gradcam
 from vitviz.kinds.pyramid.hiera_network import HieraViT

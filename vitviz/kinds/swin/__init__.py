@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kinds.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
-from vitviz.kinds.sides import ModelCodeSide, TrainingSide
+from vitviz.kindapi.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
+from vitviz.kindapi.sides import ModelCodeSide, TrainingSide
 from vitviz.kinds.staged_engine import StagedEngineMembers
 from vitviz.kinds.swin import code_side, training
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     from torch import Tensor, nn
 
     from vitviz.checkpoints import LoadedModel
-    from vitviz.kinds.protocol import (
+    from vitviz.kindapi.protocol import (
         ImageInput,
         Loaded,
         ModelShape,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vitviz.kinds.sides import CodeModelRequest
+from vitviz.kindapi.sides import CodeModelRequest
 
 if TYPE_CHECKING:
     from torch import nn
@@ -32,7 +32,7 @@ def parse_windows(value: object) -> tuple[tuple[int, int], ...]:
 
 
 class SwinCode:
-    """The Swin's model-code side (``vitviz.kinds.sides.ModelCodeSide``): a module holding
+    """The Swin's model-code side (``vitviz.kindapi.sides.ModelCodeSide``): a module holding
     window-attention modules (``window_size`` and ``num_heads``) is opened as a Swin."""
 
     settings = (WINDOWS,)

@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 from torch import nn
 
-from vitviz.kinds.protocol import (
+from vitviz.kindapi.protocol import (
     ImageNumbers,
     ModelKind,
     ModelShape,
@@ -72,7 +72,7 @@ def architecture(config: Mapping[str, Any], loaded: LoadedModel) -> tuple[str, .
         f"classes: {cfg.num_classes}; no prefix tokens (the head reads the average of the "
         "last stage's tokens)"
     )
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     lines.append("parts: " + "; ".join(kind_of(loaded).parts(loaded.model)))
     return tuple(lines)

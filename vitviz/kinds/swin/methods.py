@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.explain.random_map import random_map
-from vitviz.kinds.protocol import KindMethod
+from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.swin.analysis import SwinAnalysis
 from vitviz.kinds.swin.attention import from_slots, query_row, windowed_attention
 from vitviz.kinds.swin.gradcam import swin_token_gradcam
@@ -42,7 +42,7 @@ def ignored_parameters() -> dict[str, tuple[str, ...]]:
     """{method: names of its table parameters a Swin's version does not take} (the window
     disables their controls): ``Method.taken_parameters`` of the Swin kind."""
     from vitviz.explain.methods import all_methods
-    from vitviz.kinds import get_kind
+    from vitviz.kindapi import get_kind
 
     kind = get_kind("swin")
     out = {}

@@ -35,7 +35,7 @@ def export_settings(
     the shown method's ``values`` (those a Swin version does not take are dropped: the window
     disables their controls). A method a Swin can't take, rollout (written anyway) or
     attention adds no ``map_<name>``."""
-    from vitviz.kinds import kind_of
+    from vitviz.kindapi import kind_of
 
     kind = kind_of(model)
     m = get_method(method)

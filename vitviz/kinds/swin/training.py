@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from vitviz.kinds.sides import (
+from vitviz.kindapi.sides import (
     SettingValue,
     TrainingField,
     TrainSettings,
@@ -49,7 +49,7 @@ SWIN_PRESET: dict[str, SettingValue] = dict(
 
 
 class SwinTraining:
-    """The Swin's training side (``vitviz.kinds.sides.TrainingSide``)."""
+    """The Swin's training side (``vitviz.kindapi.sides.TrainingSide``)."""
 
     fields = FIELDS
     presets: Mapping[str, Mapping[str, SettingValue]] = {"swin": SWIN_PRESET}

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kinds.protocol import KindMethod, LayerRow, TokenGeometry
-from vitviz.kinds.sides import TrainingSide
+from vitviz.kindapi.protocol import KindMethod, LayerRow, TokenGeometry
+from vitviz.kindapi.sides import TrainingSide
 from vitviz.kinds.vit import training
 
 if TYPE_CHECKING:  # torch-free at import; the ViT's analysis sits above the registry
@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # torch-free at import; the ViT's analysis sits above the reg
 
     from vitviz.blocks import ViTConfig
     from vitviz.checkpoints import LoadedModel
-    from vitviz.kinds.protocol import (
+    from vitviz.kindapi.protocol import (
         FaithfulnessReport,
         ImageInput,
         ImageNumbers,

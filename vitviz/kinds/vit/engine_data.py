@@ -15,9 +15,9 @@ import numpy as np
 from PIL import Image
 from torch import nn
 
-from vitviz.kinds import kind_of
-from vitviz.kinds.maps import maps_levels
-from vitviz.kinds.protocol import (
+from vitviz.imaging.colormaps import maps_levels
+from vitviz.kindapi import kind_of
+from vitviz.kindapi.protocol import (
     ImageNumbers,
     LayerGrid,
     LayerRow,

@@ -21,7 +21,7 @@ from vitviz.explain.maps import attention_maps
 from vitviz.explain.random_map import random_map
 from vitviz.explain.subject import Explained
 from vitviz.explain.tokens import min_max_scale
-from vitviz.kinds.protocol import KindMethod
+from vitviz.kindapi.protocol import KindMethod
 
 Query = tuple[int, int] | None
 

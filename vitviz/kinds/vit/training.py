@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from vitviz.kinds.sides import SettingValue, TrainingField, TrainSettings, at_least
+from vitviz.kindapi.sides import SettingValue, TrainingField, TrainSettings, at_least
 
 if TYPE_CHECKING:
     import numpy as np
@@ -52,7 +52,7 @@ SHAPES_PRESET: dict[str, SettingValue] = dict(
 
 
 class ViTTraining:
-    """The ViT's training side (``vitviz.kinds.sides.TrainingSide``)."""
+    """The ViT's training side (``vitviz.kindapi.sides.TrainingSide``)."""
 
     fields = FIELDS
     presets: Mapping[str, Mapping[str, SettingValue]] = {

@@ -33,7 +33,7 @@ from vitviz.kinds.cait import CaitKind
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
-    from vitviz.kinds.protocol import KindMethod
+    from vitviz.kindapi.protocol import KindMethod
     from vitviz.kinds.xcit.config import XcitConfig
 
 

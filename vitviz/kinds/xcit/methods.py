@@ -15,8 +15,8 @@ from torch import Tensor
 
 from vitviz.explain.attribution import AttributionResult, attribution_map
 from vitviz.explain.subject import Explained
+from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.cait.methods import require_patch_queries
-from vitviz.kinds.protocol import KindMethod
 from vitviz.kinds.vit.methods import cached_result, model_input, target_class
 from vitviz.kinds.xcit.attribution import xcit_attention_relevance
 

@@ -16,7 +16,7 @@ Sections of the protocol:
 - window: ``layer_rows`` (head-grid row labels); a layer's window partition, drawn over the big
   map, is in its ``LayerGrid.windows``;
 - training: ``training`` (its settings, presets, checks, network and probe maps; see
-  ``vitviz.kinds.sides``).
+  ``vitviz.kindapi.sides``).
 - engine and window (``EngineMembers``): ``model_shape``, ``check_memory``, ``image_numbers``,
   ``default_class``, ``query_maps``, ``method_map``, ``evaluate_faithfulness``, ``export_npz``,
   ``heads_picture``, ``map_picture`` (what the engine's jobs ask; the numbers cross to the window
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from vitviz.kindapi.grids import LayerGrid as LayerGrid  # re-exported
 from vitviz.kindapi.grids import TokenGeometry
-from vitviz.kinds.sides import ModelCodeSide, ModelConfig, TrainingSide
+from vitviz.kindapi.sides import ModelCodeSide, ModelConfig, TrainingSide
 
 if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds before torch loads
     from pathlib import Path
