@@ -52,7 +52,7 @@ from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import default_preprocessing
 from vitviz.cli.explain_batch import explain_many
 from vitviz.imaging import prepare_image
-from vitviz.pipeline.batch import iter_analyses
+from vitviz.kinds.vit.batch import iter_analyses
 from vitviz.pipeline.export import MapSettings
 
 TARGET_CUDA = 0.7  # (b) / (a) images per second, at least, on CUDA

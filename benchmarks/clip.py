@@ -7,7 +7,7 @@ tokens) with random weights, on the CPU (or ``--device``), batch 1, measured in 
   (b) the prompts set (their text pass; the text cache emptied first) + ``analyze`` + rollout
       + every layer's CLS maps;
   (c) a new prompt typed: its text pass + its relevance map: the shown image's analysis (its
-      forward pass's graph kept, ``vitviz.pipeline.kept_graph``) scored anew (``rescore``) and
+      forward pass's graph kept, ``vitviz.kinds.vit.kept_graph``) scored anew (``rescore``) and
       one backward pass from the new prompt's score through the kept graph;
   (c0) the same as it was done before the graph was kept (info): the analysis made again with
       gradients for the new prompts (a forward pass with autograd and a backward pass);
@@ -52,7 +52,8 @@ from vitviz.kindapi import kind_of
 from vitviz.kinds.clip.network import ClipConfig, ClipImageModel
 from vitviz.kinds.clip.text import TextConfig, pad_prompts
 from vitviz.kinds.clip.tokenizer import END, START, ClipTokenizer, byte_table
-from vitviz.pipeline.analysis import analyze, analyze_vit
+from vitviz.kinds.vit.analysis import analyze_vit
+from vitviz.pipeline.analysis import analyze
 
 TARGET_ANALYSIS = 1.15  # (b) / (a), at most
 TARGET_NEW_PROMPT = 1.5  # (c) / (a'), at most

@@ -12,8 +12,8 @@ from conftest import CLASS_NAMES
 from PIL import Image
 
 import vitviz.explain
-import vitviz.pipeline.analysis
-import vitviz.pipeline.capture
+import vitviz.kinds.vit.analysis
+import vitviz.kinds.vit.capture
 from vitviz.checkpoints import LoadedModel, load_checkpoint
 from vitviz.imaging import Preprocessing, load_image, prepare_image
 from vitviz.pipeline.analysis import analyze
@@ -229,15 +229,15 @@ def test_gradients_only_when_asked_and_cached_per_class(
     loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    real = vitviz.pipeline.analysis.reduced_gradient_pass  # the maps' gradient pass (reduced)
+    real = vitviz.kinds.vit.analysis.reduced_gradient_pass  # the maps' gradient pass (reduced)
 
     def counting(model, x, target, attention_of, **kwargs):
         calls.append(int(target))
         return real(model, x, target, attention_of, **kwargs)
 
-    monkeypatch.setattr(vitviz.pipeline.analysis, "reduced_gradient_pass", counting)
+    monkeypatch.setattr(vitviz.kinds.vit.analysis, "reduced_gradient_pass", counting)
     # the lean pass, as for a graph past the memory plan (the tiny model's fits: kept)
-    monkeypatch.setattr(vitviz.pipeline.capture, "SMALL_GRAPH", 0)
+    monkeypatch.setattr(vitviz.kinds.vit.capture, "SMALL_GRAPH", 0)
     a = analyze(loaded, _x(8))
     a.rollout()
     a.dino_masks()

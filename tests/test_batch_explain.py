@@ -16,9 +16,10 @@ from PIL import Image
 import vitviz
 from vitviz.checkpoints import LoadedModel, load_checkpoint
 from vitviz.cli import main
-from vitviz.pipeline import batch, export
+from vitviz.kinds.vit import batch
+from vitviz.kinds.vit.batch import choose_batch_size, iter_analyses
+from vitviz.pipeline import export
 from vitviz.pipeline.analysis import analyze
-from vitviz.pipeline.batch import choose_batch_size, iter_analyses
 from vitviz.pipeline.memory import BUDGET_ENV, estimate_analysis
 
 

@@ -18,7 +18,8 @@ from PIL import Image
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.cli import main
 from vitviz.imaging.preprocess import Preprocessing
-from vitviz.pipeline.analysis import Analysis, analyze
+from vitviz.kinds.vit.analysis import Analysis
+from vitviz.pipeline.analysis import analyze
 
 REPO = Path(__file__).resolve().parents[1]
 

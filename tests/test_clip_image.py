@@ -337,7 +337,7 @@ def test_a_new_prompts_gradient_maps_are_one_backward_pass_through_the_kept_grap
     Grad-CAM run no image-tower pass, make no weight gradient, and equal those of an analysis
     made from scratch (a forward pass with autograd and a backward pass) for that prompt."""
     from vitviz.explain.methods import get_method
-    from vitviz.pipeline.analysis import analyze_vit
+    from vitviz.kinds.vit.analysis import analyze_vit
 
     folder, _ = clip_folder
     loaded = load_checkpoint(folder)

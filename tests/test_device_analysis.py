@@ -13,13 +13,12 @@ import torch
 from vitviz import explain
 from vitviz.checkpoints import LoadedModel, load_checkpoint
 from vitviz.explain.methods import all_methods
-from vitviz.pipeline.analysis import (
+from vitviz.kinds.vit.analysis import (
     ATTENTION_ABSOLUTE,
     ATTENTION_PRECISION,
-    NotEnoughMemoryError,
-    analyze,
     attention_precision_text,
 )
+from vitviz.pipeline.analysis import NotEnoughMemoryError, analyze
 from vitviz.pipeline.memory import BUDGET_ENV, check_analysis_memory, estimate_analysis
 
 DEVICES = [
@@ -188,7 +187,7 @@ def test_the_gradient_pass_recomputes_blocks_only_where_memory_asks(
     """Both gradient passes give the same maps; the lean one (each block recomputed in the
     backward pass) is chosen for a big model, the fast one where the graph fits the plan."""
     from vitviz.blocks import create_model
-    from vitviz.pipeline import capture
+    from vitviz.kinds.vit import capture
 
     with torch.device("meta"):  # shapes only: no 300M weights in a test
         large = create_model("vit-large", image_size=518, patch_size=14)

@@ -17,16 +17,10 @@ from vitviz.imaging import Preprocessing
 from vitviz.imaging.colormaps import maps_levels
 from vitviz.imaging.figure import figure_layout
 from vitviz.imaging.overlay import head_grid_image, scale_each_tile
-from vitviz.pipeline.analysis import Analysis, analyze
-from vitviz.pipeline.export import (
-    NPZ_KEYS,
-    MapSettings,
-    compute_maps,
-    heads_grid,
-    map_overlay,
-    write_npz,
-    write_pngs,
-)
+from vitviz.kinds.vit.analysis import Analysis
+from vitviz.kinds.vit.pictures import heads_grid, map_overlay
+from vitviz.pipeline.analysis import analyze
+from vitviz.pipeline.export import NPZ_KEYS, MapSettings, compute_maps, write_npz, write_pngs
 
 
 @pytest.fixture

@@ -15,15 +15,9 @@ from vitviz.cli import main
 from vitviz.explain.methods import get_method
 from vitviz.imaging.colormaps import apply_colormap
 from vitviz.imaging.figure import figure_layout, font_size, scale_labels, titled_figure
+from vitviz.kinds.vit.pictures import map_overlay
 from vitviz.pipeline.analysis import analyze
-from vitviz.pipeline.export import (
-    MapSettings,
-    compute_maps,
-    map_levels,
-    map_overlay,
-    map_title,
-    model_line,
-)
+from vitviz.pipeline.export import MapSettings, compute_maps, map_levels, map_title, model_line
 
 
 def _overlay(w: int = 90, h: int = 60) -> Image.Image:

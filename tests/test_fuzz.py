@@ -70,14 +70,14 @@ def test_harness_sees_ghostscript_started(
     from PIL import Image
 
     import vitviz
-    import vitviz.pipeline.analysis
+    import vitviz.kinds.vit.analysis
 
     def naive(source: object, **_: object) -> Image.Image:
         with Image.open(source) as image:  # every format Pillow knows, EPS included
             return image.convert("RGB")
 
     monkeypatch.setattr(vitviz, "load_image", naive)
-    monkeypatch.setattr(vitviz.pipeline.analysis, "load_image", naive)
+    monkeypatch.setattr(vitviz.kinds.vit.analysis, "load_image", naive)
     outcome = run_case(_case("postscript/eps-writes-a-file.png"), tmp_path, fuzz_env, cli=False)
     assert "program" in outcome.categories(), outcome.problems
     assert any("ghostscript-started" in p for p in outcome.problems), outcome.problems

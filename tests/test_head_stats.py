@@ -12,9 +12,9 @@ from conftest import CLASS_NAMES, random_vit
 from vitviz.checkpoints import LoadedModel
 from vitviz.explain.stats import patch_distances
 from vitviz.imaging import Preprocessing
+from vitviz.kinds.vit.batch import analyze_batch
+from vitviz.kinds.vit.head_stats import HeadStats, layer_statistics
 from vitviz.pipeline.analysis import analyze
-from vitviz.pipeline.batch import analyze_batch
-from vitviz.pipeline.head_stats import HeadStats, layer_statistics
 
 SIZE = (24, 40)  # 3 × 5 patches of 8: not square on purpose
 

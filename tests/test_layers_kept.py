@@ -15,8 +15,8 @@ from vitviz.checkpoints import LoadedModel, load_checkpoint, save_checkpoint
 from vitviz.cli import main
 from vitviz.core.layers import LayersNotKeptError, LayerSpecError, layers_text, parse_layers
 from vitviz.explain.methods import get_method, methods_for
+from vitviz.kinds.vit.batch import analyze_batch
 from vitviz.pipeline.analysis import NotEnoughMemoryError, analyze
-from vitviz.pipeline.batch import analyze_batch
 from vitviz.pipeline.export import compute_maps, write_npz, write_pngs
 from vitviz.pipeline.memory import (
     BUDGET_ENV,

@@ -77,7 +77,7 @@ def test_analyze_refuses_what_does_not_fit_before_preparing_the_image(
     def never(*args, **kwargs):
         raise AssertionError("the image was prepared before the memory check")
 
-    monkeypatch.setattr("vitviz.pipeline.analysis.prepare_image", never)
+    monkeypatch.setattr("vitviz.kinds.vit.analysis.prepare_image", never)
     with pytest.raises(NotEnoughMemoryError) as info:
         analyze(loaded, photo(tmp_path))
     msg = str(info.value)

@@ -94,8 +94,8 @@ def _title_line_drawn(png: Path, overlay_size: tuple[int, int], text: str) -> bo
 
 def test_cli_explain_names_the_model(cached: Path, photo_files, tmp_path: Path, capsys) -> None:
     from vitviz.checkpoints import load_checkpoint
+    from vitviz.kinds.vit.pictures import heads_grid
     from vitviz.pipeline.analysis import analyze
-    from vitviz.pipeline.export import heads_grid
 
     out = tmp_path / "out"
     image = photo_files["chelsea"]

@@ -34,8 +34,9 @@ from tutorial_families import (
 
 from vitviz.checkpoints import LoadedModel
 from vitviz.cli import main
+from vitviz.kinds.vit.analysis import Analysis
 from vitviz.modelcode import ModelCodeError, load_model_code, make_spec
-from vitviz.pipeline.analysis import Analysis, analyze
+from vitviz.pipeline.analysis import analyze
 
 BY_HAND = {"Attention": fused_by_hand, "MHSA": separate_by_hand}
 BY_HAND["MultiheadAttention"] = multihead_by_hand

@@ -53,7 +53,7 @@ def test_nan_attention_with_finite_logits_is_refused(tmp_path: Path, monkeypatch
 
     def forward(x, **kwargs):
         sink = kwargs.get("attention_sink")
-        if sink is not None:  # the layers are handed over as they come (vitviz.pipeline.capture)
+        if sink is not None:  # the layers are handed over as they come (vitviz.kinds.vit.capture)
 
             def poisoned(layer, a):
                 if layer == last:

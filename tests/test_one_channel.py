@@ -22,7 +22,7 @@ from zoo_helpers import ATTN_ATOL, LOGIT_ATOL, assert_attention, assert_close, r
 from vitviz.checkpoints import load_checkpoint
 from vitviz.cli import main
 from vitviz.imaging import Preprocessing
-from vitviz.pipeline import export as ex
+from vitviz.kinds.vit.pictures import map_overlay
 from vitviz.pipeline.analysis import analyze
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
@@ -114,7 +114,7 @@ def test_api_matches_the_model_run_by_hand(mnist, gray_photos, photo: str) -> No
         luma = np.asarray(image.convert("L"))
     assert a.source is not None and np.array_equal(np.asarray(a.source)[..., 0], luma)
     assert is_gray(np.asarray(a.source))
-    assert is_gray(np.asarray(ex.map_overlay(a, a.rollout().numpy(), opacity=0.0)))
+    assert is_gray(np.asarray(map_overlay(a, a.rollout().numpy(), opacity=0.0)))
 
 
 def test_channel_mismatch_is_one_line_before_the_forward_pass(mnist, gray_photos) -> None:

@@ -7,7 +7,8 @@ import torch
 
 from vitviz import explain
 from vitviz.explain.rollout import PreparedRollout
-from vitviz.pipeline.analysis import ROLLOUT_CACHE_SIZE, analyze
+from vitviz.kinds.vit.analysis import ROLLOUT_CACHE_SIZE
+from vitviz.pipeline.analysis import analyze
 
 
 def _attention(L: int = 3, B: int = 2, H: int = 2, N: int = 13, seed: int = 0) -> list:

@@ -428,7 +428,7 @@ def test_a_new_prompts_maps_are_one_backward_pass_through_the_kept_graph(
     after new prompts are scored a new prompt's probe-started maps (relevance, gradient
     rollout) and Grad-SAM run no tower pass and equal an analysis made from scratch."""
     from vitviz.explain.methods import get_method
-    from vitviz.pipeline.analysis import analyze_vit
+    from vitviz.kinds.vit.analysis import analyze_vit
 
     folder, _, _ = siglip_folder
     loaded = load_checkpoint(folder)

@@ -44,7 +44,7 @@ def test_analyze_takes_a_swin_through_its_kind(swin_ckpt: Path, photo_files) -> 
 
 
 def test_the_vit_analysis_refuses_a_swin_in_one_line(swin_ckpt: Path, photo_files) -> None:
-    from vitviz.pipeline.analysis import analyze_vit
+    from vitviz.kinds.vit.analysis import analyze_vit
 
     with pytest.raises(UnsupportedModelError, match="Swin") as info:
         analyze_vit(load_checkpoint(swin_ckpt), photo_files["chelsea"])

@@ -36,8 +36,9 @@ from vitviz.explain.faithfulness import evaluate_methods
 from vitviz.explain.localisation import mask_grid_for
 from vitviz.explain.methods import Method, method_names, register_method, unregister_method
 from vitviz.explain.params import Parameter
+from vitviz.kinds.vit.analysis import Analysis
 from vitviz.pipeline import export as ex
-from vitviz.pipeline.analysis import Analysis, analyze
+from vitviz.pipeline.analysis import analyze
 from vitviz.ui.controls import MEAN
 from vitviz.ui.main_window import MainWindow
 from vitviz.ui.paint_counter import PaintCounter

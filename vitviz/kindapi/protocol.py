@@ -27,7 +27,7 @@ This module imports neither torch nor Qt at run time (the window reads its data 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -438,6 +438,13 @@ class ModelKind(EngineMembers, Protocol):
     # -- analysis -----------------------------------------------------------------------------
     def analyze(self, loaded: Loaded, image: ImageInput, **options: Any) -> KindAnalysis:
         """One forward pass of ``loaded``'s model on ``image`` with its attention captured."""
+        ...
+
+    def analyze_images(
+        self, loaded: Loaded, images: Sequence[ImageInput], **options: Any
+    ) -> Iterator[Any]:
+        """One ``vitviz.pipeline.batch.BatchItem`` per image, in order, from the kind's own
+        batches; asked only of a kind that takes ``batch_size`` (``unused_options`` lacks it)."""
         ...
 
     # helper "siglip": what a kind adds to the ViT analysis's result (a SigLIP's probe row)

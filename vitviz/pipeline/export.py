@@ -22,10 +22,9 @@ from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.explain.methods import Method, get_method
 from vitviz.imaging.figure import titled_figure
-from vitviz.imaging.overlay import fit_for_overlay, head_grid_image, overlay_on_image, save_png
+from vitviz.imaging.overlay import head_grid_image, save_png
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
 from vitviz.kindapi import KindAnalysis, kind_of
-from vitviz.pipeline.analysis import Analysis
 
 # the shared keys, then a ViT's own (``ModelKind.npz_arrays``), in the order written
 SHARED_NPZ_KEYS = (
@@ -234,55 +233,6 @@ def write_npz(
     return target
 
 
-def map_overlay(
-    analysis: Analysis,
-    map_: np.ndarray,
-    colormap: str = "viridis",
-    opacity: float = 0.6,
-    max_side: int | None = OVERLAY_MAX_SIDE,
-) -> Image.Image:
-    """A (gh, gw) map over the source image (or, for a tensor input, the model input).
-
-    The overlay is the source's size, scaled down to at most ``max_side`` pixels on its long
-    side; None keeps the source's size (the full image needs ``analyze(..., max_side=None)``,
-    which keeps the source at full size).
-    """
-    if analysis.source is not None:
-        image, geometry = fit_for_overlay(analysis.source, analysis.geometry, max_side)
-        return overlay_on_image(image, map_, geometry=geometry, colormap=colormap, opacity=opacity)
-    return overlay_on_image(analysis.pixels, map_, colormap=colormap, opacity=opacity)
-
-
-def heads_grid(
-    analysis: Analysis,
-    colormap: str = "viridis",
-    opacity: float = 0.6,
-    patch: tuple[int, int] | None = None,
-    per_head: bool = False,
-    titled: bool = True,
-) -> Image.Image:
-    """The layer × head grid of the query's (default CLS) maps with a mean-of-heads column, as
-    the window's head grid shows it: one shared colour scale, or each tile its own
-    (``per_head``); ``titled``: with a title and a colour bar (``heads_figure``)."""
-    maps = analysis.all_attention_maps(patch).numpy()  # (L, H, gh, gw)
-    if patch is not None:
-        query = f"query patch ({patch[0]}, {patch[1]})"
-    else:
-        query = "query CLS" if analysis.num_prefix_tokens else "query: mean of the patches"
-    return heads_figure(
-        maps,
-        maps.mean(axis=1),
-        analysis,
-        row_names=[f"L{i}" for i in analysis.layer_indices],  # the kept layers, from 0
-        title=f"Attention of every layer and head · {_prediction(analysis)}",
-        query=query,
-        colormap=colormap,
-        opacity=opacity,
-        per_head=per_head,
-        titled=titled,
-    )
-
-
 PER_HEAD_TICKS = ((0.0, "0"), (1.0, "each tile's max"))
 
 
@@ -329,7 +279,7 @@ def heads_figure(
     return titled_figure(grid, lines, levels or (0.0, 1.0), colormap, ticks)
 
 
-def _prediction(analysis: KindAnalysis) -> str:
+def prediction_text(analysis: KindAnalysis) -> str:
     """'prediction 'tabby' (43.1%)', or that the model has no classification head."""
     if not _has_head(analysis):
         return "no classification head"
@@ -355,7 +305,7 @@ def map_title(
         c = maps.target_class
         said = f"class '{analysis.class_names[c]}' ({float(analysis.probs[c]):.1%})"
     else:
-        said = _prediction(analysis)
+        said = prediction_text(analysis)
     detail = "query CLS"
     if settings is not None and method.parameters:
         values = method.resolve(settings.params_for(method, analysis), strict=False)
@@ -401,18 +351,3 @@ def write_pngs(
         save_png(heads, path)
         written.append(path)
     return written
-
-
-def vit_map_picture(
-    analysis: Analysis,
-    map_: np.ndarray,
-    colormap: str,
-    max_side: int | None,
-    title: list[str] | None,
-) -> Image.Image:
-    """A ViT's map over its source image (``map_overlay``), titled with a colour bar when
-    ``title`` is given."""
-    picture = map_overlay(analysis, map_, colormap, max_side=max_side)
-    if title is not None:
-        picture = titled_figure(picture, title, map_levels(map_), colormap)
-    return picture

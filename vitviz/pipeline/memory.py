@@ -42,10 +42,10 @@ _F32 = 4
 # to the peaks benchmarks/memory_estimate.py measures (36 cases: 1-12 layers, 1-4 heads, 785-9,217
 # tokens, every layer or 1-3 kept; estimate 1.05-1.95× the peak) and rounded up.
 _CAPTURE_LAYER_TEMPORARIES = 1.5  # × 4·H·N²: a capture without gradients keeps its attention
-# as each layer comes (vitviz.pipeline.capture): one layer's scores and softmax beside the kept copy
+# as each layer comes (the ViT kind's capture): one layer's scores and softmax beside the kept one
 _GRAPH_ATTENTION = 1.5  # × 4·L·H·N²: the attention the autograd graph saves for the backward pass
 _RECOMPUTED_BLOCK = 3.0  # × 4·H·N²: with fewer layers kept the backward pass recomputes each
-# block instead (vitviz.pipeline.capture): one block's scores and attention
+# block instead (vitviz.kinds.vit.capture): one block's scores and attention
 _BACKWARD_LAYER = 2.5  # × 4·H·N²: one layer's gradient G_l and A_l ⊙ G_l as the products form
 _LAYER_TEMPORARIES = 1.0  # × 4·H·N²: scores before the softmax, the entropy's rows
 _PAIR_TABLES = 2.0  # × 4·N²: the patch-distance table and its temporaries

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from vitviz.kindapi.protocol import ImageNumbers, QueryMaps, Session
     from vitviz.kinds.cait.config import CaitConfig
-    from vitviz.pipeline.analysis import Analysis
+    from vitviz.kinds.vit.analysis import Analysis
 
 
 def _self_depth(analysis: Any) -> tuple[int, int]:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     from vitviz.kindapi.protocol import ImageInput, ImageNumbers, Loaded, ModelShape, Session
     from vitviz.kinds.clip.network import ClipConfig
     from vitviz.kinds.clip.siglip import SiglipConfig
-    from vitviz.pipeline.analysis import Analysis
+    from vitviz.kinds.vit.analysis import Analysis
 
 
 class ClipKind(ViTKind):
@@ -100,9 +100,9 @@ class ClipKind(ViTKind):
 
     def analyze(self, loaded: Loaded, image: ImageInput, **options: Any) -> Analysis:
         """The ViT's analysis, keeping its forward pass's autograd graph (one image's, while it
-        fits: ``vitviz.pipeline.kept_graph``), so a new prompt's gradient maps are one backward
+        fits: ``vitviz.kinds.vit.kept_graph``), so a new prompt's gradient maps are one backward
         pass from its score, never the image tower again."""
-        from vitviz.pipeline.analysis import analyze_vit
+        from vitviz.kinds.vit.analysis import analyze_vit
 
         return analyze_vit(loaded, image, keep_graph=True, **options)
 

@@ -6,7 +6,7 @@ Holds vitviz's own ``VisionTransformer`` and any module from a user's code whose
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from vitviz.kindapi.protocol import KindMethod, LayerRow, TokenGeometry
@@ -31,7 +31,8 @@ if TYPE_CHECKING:  # torch-free at import; the ViT's analysis sits above the reg
         QueryMaps,
         Session,
     )
-    from vitviz.pipeline.analysis import Analysis
+    from vitviz.kinds.vit.analysis import Analysis
+    from vitviz.pipeline.batch import BatchItem
 
 
 class ViTKind:
@@ -94,9 +95,17 @@ class ViTKind:
         return "a ViT's classes are its head's; prompts need a CLIP-style model with a text tower"
 
     def analyze(self, loaded: LoadedModel, image: ImageInput, **options: Any) -> Analysis:
-        from vitviz.pipeline.analysis import analyze_vit
+        from vitviz.kinds.vit.analysis import analyze_vit
 
         return analyze_vit(loaded, image, **options)
+
+    def analyze_images(
+        self, loaded: LoadedModel, images: Sequence[ImageInput], **options: Any
+    ) -> Iterator[BatchItem]:
+        """Batched forward passes (``vitviz.kinds.vit.batch.iter_analyses`` and its options)."""
+        from vitviz.kinds.vit.batch import iter_analyses
+
+        return iter_analyses(loaded, images, **options)
 
     def finish_analysis(self, analysis: Analysis) -> Analysis:
         """As made; a model whose head is an attention pool (MAP) adds its probe's attention,
@@ -158,12 +167,12 @@ class ViTKind:
         max_side: int | None,
         title: list[str] | None,
     ) -> Image.Image:
-        from vitviz.pipeline.export import vit_map_picture
+        from vitviz.kinds.vit.pictures import vit_map_picture
 
         return vit_map_picture(analysis, map_, colormap, max_side, title)
 
     def heads_picture(self, analysis: Analysis, colormap: str, titled: bool) -> Image.Image | None:
-        from vitviz.pipeline.export import heads_grid
+        from vitviz.kinds.vit.pictures import heads_grid
 
         return heads_grid(analysis, colormap, titled=titled)
 

@@ -31,7 +31,7 @@ from vitviz.kindapi.protocol import (
 if TYPE_CHECKING:
     from vitviz.checkpoints.loaded import LoadedModel
     from vitviz.explain.faithfulness import ImageFaithfulness
-    from vitviz.pipeline.analysis import Analysis
+    from vitviz.kinds.vit.analysis import Analysis
     from vitviz.pipeline.export import MapSettings
 
 LOCAL_ATTENTION_BYTES = 96 * 2**20  # attention up to this size goes to the window (fast path)
@@ -264,12 +264,12 @@ def heads_picture(
     opacity: float,
     per_head: bool,
 ) -> Image.Image:
-    from vitviz.pipeline import export as ex
+    from vitviz.kinds.vit import pictures
 
-    return ex.heads_grid(session.analysis, colormap, opacity, query, per_head)
+    return pictures.heads_grid(session.analysis, colormap, opacity, query, per_head)
 
 
 def map_picture(session: Session, values: np.ndarray, colormap: str, opacity: float) -> Image.Image:
-    from vitviz.pipeline import export as ex
+    from vitviz.kinds.vit import pictures
 
-    return ex.map_overlay(session.analysis, values, colormap, opacity)
+    return pictures.map_overlay(session.analysis, values, colormap, opacity)

@@ -34,8 +34,8 @@ from torch import Tensor
 
 from vitviz import explain
 from vitviz.explain.tokens import min_max_scale, patch_part, scale_to_max
-from vitviz.pipeline.analysis import Analysis
-from vitviz.pipeline.kept_graph import frozen_parameters
+from vitviz.kinds.vit.analysis import Analysis
+from vitviz.kinds.vit.kept_graph import frozen_parameters
 
 
 @dataclass

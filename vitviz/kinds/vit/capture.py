@@ -5,7 +5,7 @@ own (L, H, N, N) buffer (in the attention dtype asked for) and the layer is drop
 peak holds the kept attention and one layer, never the captured list and a stacked copy
 together. The head statistics are taken there only when the attention is kept in a half type
 (from the float32 layer); a float32 attention is kept exactly, and the analysis makes them
-from it when they are first read (``vitviz.pipeline.head_stats``). Nothing leaves the device
+from it when they are first read (``vitviz.kinds.vit.head_stats``). Nothing leaves the device
 here.
 
 With ``layers`` (the model layers to keep, sorted) only those layers' attention, statistics
@@ -25,8 +25,8 @@ from vitviz.blocks import VisionTransformer, ViTOutput
 from vitviz.explain.gradients import GradientProducts, _Products, attention_gradient_products
 from vitviz.explain.stats import patch_distances
 from vitviz.explain.targets import target_classes
-from vitviz.pipeline.head_stats import layer_statistics
-from vitviz.pipeline.kept_graph import KeptGraph, frozen_parameters
+from vitviz.kinds.vit.head_stats import layer_statistics
+from vitviz.kinds.vit.kept_graph import KeptGraph, frozen_parameters
 from vitviz.pipeline.memory import USABLE_FRACTION, available_memory
 
 
