@@ -40,8 +40,8 @@ from timm_walk import opened_errors, param_count  # noqa: E402
 from zoo_helpers import randomize_  # noqa: E402
 
 from vitviz.checkpoints import CheckpointError, MissingSettingsError, load_checkpoint  # noqa: E402
-from vitviz.checkpoints.families import timm_arch  # noqa: E402
 from vitviz.checkpoints.library_check import timm_forward  # noqa: E402
+from vitviz.kinds.vit.families import timm_arch  # noqa: E402
 
 LOGITS_RTOL, ATTENTION_ATOL = 1e-4, 1e-5
 SETTINGS = ("pooling", "heads", "activation", "image size", "grid shape")

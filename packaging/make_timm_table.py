@@ -1,4 +1,4 @@
-"""Write vitviz/checkpoints/families/timm_archs.json: every timm architecture whose weights look
+"""Write vitviz/kinds/vit/families/timm_archs.json: every timm architecture whose weights look
 like a timm ViT (``patch_embed.proj`` + ``blocks.N.attn.qkv``, or EVA's ``q_proj``), described
 by vitviz's own reading of the model timm builds on the meta device (``timm_arch.describe``).
 Facts about timm's definitions (heads, eps, activation, block kind), no timm code.
@@ -17,7 +17,7 @@ from pathlib import Path
 import timm
 import torch
 
-from vitviz.checkpoints.families.timm_arch import TABLE, describe
+from vitviz.kinds.vit.families.timm_arch import TABLE, describe
 
 OUT = Path(__file__).resolve().parents[1] / "vitviz" / "checkpoints" / "families" / TABLE
 

@@ -256,7 +256,7 @@ def test_conversion_errors_from_the_file_become_checkpoint_errors(tmp_path: Path
 def test_a_bug_in_a_converter_is_not_hidden(tmp_path: Path, monkeypatch) -> None:
     """Only errors user data can cause are turned into CheckpointErrors; a bug surfaces."""
     import vitviz.checkpoints.families as families
-    from vitviz.checkpoints.families import torchvision as tv
+    from vitviz.kinds.vit.families import torchvision as tv
 
     def broken(source):
         raise AttributeError("a bug in vitviz")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from vitviz.checkpoints.families.timm_settings import HOW
 from vitviz.checkpoints.training_args import SETTINGS_KEYS, YAML_NAME
+from vitviz.kinds.vit.families.timm_settings import HOW
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
 

@@ -21,8 +21,8 @@ from timm.models import save_for_hf
 from zoo_helpers import ATTN_ATOL, images, max_diff, randomize_, timm_reference
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.checkpoints.families import timm_arch
 from vitviz.checkpoints.library_check import Reference, checked
+from vitviz.kinds.vit.families import timm_arch
 
 EXACT = "exact"
 # a bare state dict of a plain timm name: asked for its activation (a fine-tune may have another),
@@ -308,9 +308,7 @@ def test_transformers_fields_not_read_are_listed_without_transformers(
     cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
     cfg["fancy_new_attention"] = True  # a field this vitviz has never heard of
     (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
-    monkeypatch.setattr(
-        "vitviz.checkpoints.families.huggingface.library_version", lambda _name: None
-    )
+    monkeypatch.setattr("vitviz.kinds.vit.families.huggingface.library_version", lambda _name: None)
     notes = load_checkpoint(tmp_path / "hf").notes
     assert any("did not read" in n and "fancy_new_attention" in n for n in notes), notes
     assert not any("did not read" in n and "transformers_version" in n for n in notes)

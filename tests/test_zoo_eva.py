@@ -222,7 +222,7 @@ def test_vitvizs_own_format_keeps_the_rotary_settings(tmp_path: Path) -> None:
 def test_an_eva_laid_out_otherwise_by_another_timm_is_refused_not_guessed() -> None:
     """timm 1.0.29's RotaryEmbeddingCat has no ``rotate_half``: a setting vitviz can't read is
     refused in one line naming it (it was an AttributeError)."""
-    from vitviz.checkpoints.families.timm_eva_arch import EvaRefusalError, build_meta, describe_eva
+    from vitviz.kinds.vit.families.timm_eva_arch import EvaRefusalError, build_meta, describe_eva
 
     model = build_meta("eva02_tiny_patch14_224", {})
     if hasattr(model.rope, "rotate_half"):  # a timm before 1.0.31 has none: as it comes

@@ -221,7 +221,7 @@ def test_vitvizs_own_format_keeps_the_stem(tmp_path: Path) -> None:
 def test_a_files_unaligned_view_is_copied_to_aligned_storage() -> None:
     """A safetensors view may start anywhere in the file's buffer; the convs then round
     otherwise than timm's own (aligned) weights. ``aligned`` copies only such a view."""
-    from vitviz.checkpoints.families.timm_hybrid import aligned
+    from vitviz.kinds.vit.families.timm_hybrid import aligned
 
     buffer = torch.arange(200, dtype=torch.float32)
     view = buffer[3:131]

@@ -16,7 +16,7 @@ import torch
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families import Family, Source, find_family
-from vitviz.checkpoints.families.timm_arch import known_name
+from vitviz.checkpoints.families.timm_names import known_name
 from vitviz.checkpoints.folders import (
     FOLDER_ACCEPTED,
     NO_PROCESSOR,

@@ -45,17 +45,20 @@ def _import_packages() -> None:
 
 
 def register_kind(kind: ModelKind, *, first: bool = False) -> ModelKind:
-    """Add ``kind`` (tried before the others with ``first``). A name taken: ValueError."""
+    """Add ``kind``: tried before the others with ``first``, else after the others but before
+    the kinds that take whatever is left (``catch_all``: the ViT, whose generic checkpoint
+    layouts and captured models of a user's code come last). A name taken: ValueError."""
     _import_packages()
     if kind.name in _KINDS:
         raise ValueError(f"a model kind named {kind.name!r} is already registered")
+    kinds = list(_KINDS.values())
     if first:
-        rest = dict(_KINDS)
-        _KINDS.clear()
-        _KINDS[kind.name] = kind
-        _KINDS.update(rest)
+        at = 0
     else:
-        _KINDS[kind.name] = kind
+        at = next((i for i, k in enumerate(kinds) if getattr(k, "catch_all", False)), len(kinds))
+    kinds.insert(at, kind)
+    _KINDS.clear()
+    _KINDS.update((k.name, k) for k in kinds)
     return kind
 
 

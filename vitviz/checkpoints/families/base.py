@@ -99,3 +99,6 @@ class Family:
     detect: Callable[[Source], bool]
     convert: Callable[[Source], Conversion]
     info: FamilyInfo | None = None
+    # the architecture names it can build without its library (a training checkpoint's
+    # ``model`` name, e.g. a table of timm's names), None: none
+    knows_name: Callable[[str], bool] | None = None

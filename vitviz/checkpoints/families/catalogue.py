@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from vitviz.checkpoints.families import GENERIC
 from vitviz.checkpoints.families import own as own_family
 from vitviz.checkpoints.families.base import Family, FamilyInfo
 
@@ -29,13 +28,11 @@ def _row(family: Family, kind: str) -> FamilyRow:
 
 def family_rows() -> list[FamilyRow]:
     """Every registered family, in the order a checkpoint is tried against them."""
-    from vitviz.kindapi import all_kinds, get_kind
+    from vitviz.kindapi import all_kinds
 
     rows = [_row(own_family.FAMILY, "any")]
     for kind in all_kinds():
         rows.extend(_row(family, kind.label) for family in kind.families)
-    vit = get_kind("vit").label
-    rows.extend(_row(family, vit) for family in GENERIC)
     return rows
 
 

@@ -52,6 +52,7 @@ class CaitKind(ViTKind):
 
     name = "cait"
     label = "CaiT (class-attention image transformer)"
+    catch_all = False
 
     def owns(self, model: nn.Module) -> bool:
         return getattr(model, "model_kind", None) == self.name

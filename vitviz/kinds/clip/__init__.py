@@ -35,6 +35,7 @@ class ClipKind(ViTKind):
 
     name = "clip"
     label = "CLIP image tower"
+    catch_all = False
 
     def owns(self, model: nn.Module) -> bool:
         return getattr(model, "model_kind", None) == self.name

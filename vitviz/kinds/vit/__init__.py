@@ -40,6 +40,7 @@ class ViTKind:
 
     name = "vit"
     label = "Vision Transformer"
+    catch_all = True  # tried last: its generic layouts and any captured model of a user's code
 
     def owns(self, model: nn.Module) -> bool:
         from vitviz.blocks.protocol import ExplainableModel
@@ -60,7 +61,9 @@ class ViTKind:
 
     @property
     def families(self) -> Sequence[Any]:
-        return ()  # the generic layouts of vitviz.checkpoints.families
+        from vitviz.kinds.vit.families import FAMILIES
+
+        return FAMILIES
 
     # -- loading, model code and training (helper "loading") ---------------------------------
     def config_from_dict(self, data: dict[str, object]) -> ViTConfig:

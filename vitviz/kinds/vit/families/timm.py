@@ -26,8 +26,15 @@ from vitviz.checkpoints.families.common import (
     finish,
     grid_from_table,
 )
-from vitviz.checkpoints.families.timm_check_args import common_reference, same_settings
-from vitviz.checkpoints.families.timm_resolve import (
+from vitviz.checkpoints.labels import names_from_timm
+from vitviz.checkpoints.preprocessing import (
+    TIMM_DEIT_DEFAULTS,
+    TIMM_VIT_DEFAULTS,
+    timm_preprocessing,
+)
+from vitviz.kinds.vit.families.timm_arch import from_table
+from vitviz.kinds.vit.families.timm_check_args import common_reference, same_settings
+from vitviz.kinds.vit.families.timm_resolve import (
     ACT_NAMES,
     Choice,
     applied,
@@ -36,7 +43,7 @@ from vitviz.checkpoints.families.timm_resolve import (
     layout_guess,
     refuse_ambiguous,
 )
-from vitviz.checkpoints.families.timm_settings import (
+from vitviz.kinds.vit.families.timm_settings import (
     POOL_WORDS,
     Resolved,
     ask,
@@ -45,12 +52,6 @@ from vitviz.checkpoints.families.timm_settings import (
     conventional_pool,
     resolve_bare,
     shown,
-)
-from vitviz.checkpoints.labels import names_from_timm
-from vitviz.checkpoints.preprocessing import (
-    TIMM_DEIT_DEFAULTS,
-    TIMM_VIT_DEFAULTS,
-    timm_preprocessing,
 )
 
 LOOKS_LIKE = "a timm VisionTransformer"
@@ -485,4 +486,5 @@ FAMILY = Family(
             "Conv2d patch embedding",
         ),
     ),
+    knows_name=lambda name: from_table(name) is not None,
 )

@@ -11,9 +11,9 @@ from typing import Any
 from torch import nn
 
 from vitviz.checkpoints.families.base import Conversion
-from vitviz.checkpoints.families.timm_resolve import ACT_NAMES
-from vitviz.checkpoints.families.timm_settings import POOL_WORDS
 from vitviz.checkpoints.library_check import Reference
+from vitviz.kinds.vit.families.timm_resolve import ACT_NAMES
+from vitviz.kinds.vit.families.timm_settings import POOL_WORDS
 
 # vitviz's settings -> timm VisionTransformer's keyword, for the library check to build the
 # model vitviz built (the resolved settings, not the name's defaults).

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from vitviz.checkpoints.families.timm_arch import pool_refusal
+from vitviz.kinds.vit.families.timm_arch import pool_refusal
 
 ROPE_CLASSES = {
     "RotaryEmbeddingCat": "axial",

@@ -17,7 +17,8 @@ from vitviz.checkpoints.assign import few
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Source
 from vitviz.checkpoints.families.common import grid_from_table
-from vitviz.checkpoints.families.timm_arch import (
+from vitviz.checkpoints.library_check import Reference
+from vitviz.kinds.vit.families.timm_arch import (
     ArchError,
     ArchRecord,
     candidates,
@@ -25,7 +26,6 @@ from vitviz.checkpoints.families.timm_arch import (
     record_for,
     signature_of,
 )
-from vitviz.checkpoints.library_check import Reference
 
 # Settings the weights show (key presence); a named architecture must agree with them.
 SHOWN_BY_WEIGHTS = (

@@ -31,13 +31,13 @@ from vitviz.checkpoints.families.common import (
     fuse_qkv,
     grid_from_table,
 )
-from vitviz.checkpoints.families.timm import take_attention_pool
-from vitviz.checkpoints.families.timm_arch import CLASS_REASONS, candidates, from_table
-from vitviz.checkpoints.families.timm_arch import signature_of as signature
-from vitviz.checkpoints.families.timm_eva_arch import EvaRefusalError, build_meta, describe_eva
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import TIMM_VIT_DEFAULTS, timm_preprocessing
 from vitviz.core.optional import install_to_open
+from vitviz.kinds.vit.families.timm import take_attention_pool
+from vitviz.kinds.vit.families.timm_arch import CLASS_REASONS, candidates, from_table
+from vitviz.kinds.vit.families.timm_arch import signature_of as signature
+from vitviz.kinds.vit.families.timm_eva_arch import EvaRefusalError, build_meta, describe_eva
 
 LOOKS_LIKE = "a timm EVA / rotary ViT"
 EVA_REASONS = (CLASS_REASONS["Eva"], "Perception Encoder blocks (rotary attention)")

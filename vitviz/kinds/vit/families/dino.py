@@ -29,8 +29,8 @@ from vitviz.checkpoints.families.common import (
     grid_from_table,
     standard_heads,
 )
-from vitviz.checkpoints.families.timm import take_blocks, take_patch_embed
 from vitviz.checkpoints.preprocessing import DINO_DEFAULTS
+from vitviz.kinds.vit.families.timm import take_blocks, take_patch_embed
 
 _BACKBONES = ("teacher.backbone.", "backbone.", "student.backbone.", "module.backbone.")
 _CHUNKED = re.compile(r"^blocks\.\d+\.(\d+)\.")

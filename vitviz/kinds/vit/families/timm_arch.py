@@ -34,11 +34,13 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib import metadata, resources
+from importlib import resources
 from typing import Any
 
 from torch import Tensor, nn
 
+from vitviz.checkpoints.families.timm_names import ArchError as ArchError  # re-exported
+from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.core.optional import install_to_open
 
 TABLE = "timm_archs.json"
@@ -428,18 +430,6 @@ def describe(name: str, model: nn.Module) -> ArchRecord:
     return ArchRecord(name, settings, refusal, signature)
 
 
-def timm_version() -> str | None:
-    """The installed timm's version (read from its metadata: timm is not imported)."""
-    try:
-        return metadata.version("timm")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-class ArchError(Exception):
-    """An architecture that can't be described (unknown name, bad model_args): the message."""
-
-
 def from_timm(name: str, model_args: Mapping[str, Any]) -> ArchRecord:
     """Build ``name`` with timm on the meta device and describe it. Raises ArchError when timm
     doesn't know the name or refuses the arguments."""
@@ -495,18 +485,6 @@ def record_for(name: str, model_args: Mapping[str, Any]) -> tuple[ArchRecord, st
             return ArchRecord(name, {}, f"global_pool {pool!r}", rec.signature), where
         rec = ArchRecord(name, {**rec.settings, "global_pool": pool}, None, rec.signature)
     return rec, where
-
-
-def known_name(name: str) -> bool:
-    """Whether ``name`` is a timm model name: in vitviz's table, else (timm installed) one
-    timm can build."""
-    if from_table(name) is not None:
-        return True
-    if timm_version() is None:
-        return False
-    import timm
-
-    return bool(timm.is_model(name))
 
 
 def candidates(signature: str) -> list[ArchRecord]:

@@ -32,14 +32,14 @@ from vitviz.checkpoints.families.common import (
     grid_from_table,
     standard_heads,
 )
-from vitviz.checkpoints.families.timm import PREFIX_TOKENS, _pos_layout, take_blocks
-from vitviz.checkpoints.families.timm_resolve import applied, choose_architecture, how_to_name
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.preprocessing import (
     TIMM_DEIT_DEFAULTS,
     TIMM_VIT_DEFAULTS,
     timm_preprocessing,
 )
+from vitviz.kinds.vit.families.timm import PREFIX_TOKENS, _pos_layout, take_blocks
+from vitviz.kinds.vit.families.timm_resolve import applied, choose_architecture, how_to_name
 
 LOOKS_LIKE = "a timm hybrid ViT (a ResNet before the tokens)"
 BACKBONE = "patch_embed.backbone."
