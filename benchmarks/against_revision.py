@@ -10,9 +10,9 @@ measures); where the revision lacks the script, or with ``--same-script``, this 
 Every run's tables (``print_table``'s markdown rows in ``benchmarks/_common.py``) are read; a row
 is known by its first cell (a repeated first cell gets " #2", ...), a column by its header. Each
 numeric cell (``12.3 ms``, ``1.2 s``, ``512 MiB``, ``0.91``, ``3×``, ``42``) is taken in a common
-unit, its median over the runs printed in the unit of its first run, with new/old. Targets
-(``≤ 1.5``) and words are left out. A measuring tool: it exits 0 whatever the runs say (their
-exit codes are reported).
+unit, its median over a side's runs printed in the unit of that side's first run, with new/old.
+Targets (``≤ 1.5``) and words are left out. A measuring tool: it exits 0 whatever the runs say
+(their exit codes are reported).
 
     .venv/bin/python benchmarks/against_revision.py 81810f2 benchmarks/analysis_overhead.py --quick
     .venv/bin/python benchmarks/against_revision.py --runs 5 main~3 benchmarks/startup.py --quick
@@ -117,7 +117,6 @@ def compare(old_runs: Iterable[Table], new_runs: Iterable[Table]) -> list[tuple[
     for key in keys:
         old = [t[key] for t in old_runs if key in t]
         new = [t[key] for t in new_runs if key in t]
-        unit = (new or old)[0][1]
         old_m = statistics.median(v for v, _ in old) if old else None
         new_m = statistics.median(v for v, _ in new) if new else None
         ratio = "—"
@@ -127,8 +126,8 @@ def compare(old_runs: Iterable[Table], new_runs: Iterable[Table]) -> list[tuple[
             (
                 key[0],
                 key[1],
-                "—" if old_m is None else show(old_m, unit),
-                "—" if new_m is None else show(new_m, unit),
+                "—" if old_m is None else show(old_m, old[0][1]),
+                "—" if new_m is None else show(new_m, new[0][1]),
                 ratio,
             )
         )
