@@ -180,20 +180,28 @@ def main() -> int:
     if not (REPO_ROOT / script).is_file():
         print(f"{a.script}: no such benchmark in {REPO_ROOT}")
         return 0
-    old_label = git("rev-parse", "--short", a.revision)
+    try:
+        old_label = git("rev-parse", "--short", "--verify", a.revision + "^{commit}")
+    except subprocess.CalledProcessError:
+        print(f"{a.revision}: no such revision in {REPO_ROOT}")
+        return 0
     new_label = git("rev-parse", "--short", "HEAD")
     if git("status", "--porcelain", "--untracked-files=no"):
         new_label += " + uncommitted changes"
     tmp = Path(tempfile.mkdtemp(prefix="against-revision-"))
     tree = tmp / old_label
     try:
-        git("worktree", "add", "--detach", str(tree), old_label)
+        try:
+            git("worktree", "add", "--detach", str(tree), old_label)
+        except subprocess.CalledProcessError as exc:
+            print(f"git worktree add {old_label} failed: {exc.stderr.strip()}")
+            return 0
         note = "each side runs its own script"
         if a.same_script or not (tree / script).is_file():
             for f in (REPO_ROOT / "benchmarks").glob("*.py"):
                 shutil.copy2(f, tree / "benchmarks" / f.name)
             note = "both sides run this checkout's benchmarks/ files"
-        print(f"# {script} {' '.join(a.args)}: old {old_label}, new {new_label}")
+        print(f"# {' '.join([str(script), *a.args])}: old {old_label}, new {new_label}")
         print(f"{a.runs} runs of each side in turns (old, new, ...); {note}")
         old_runs: list[Table] = []
         new_runs: list[Table] = []
