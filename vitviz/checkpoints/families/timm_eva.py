@@ -35,6 +35,7 @@ from vitviz.checkpoints.families.timm import take_attention_pool
 from vitviz.checkpoints.families.timm_arch import CLASS_REASONS, candidates, from_table
 from vitviz.checkpoints.families.timm_arch import signature_of as signature
 from vitviz.checkpoints.families.timm_eva_arch import EvaRefusalError, build_meta, describe_eva
+from vitviz.checkpoints.families.timm_library import LIBRARY_MODEL
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import TIMM_VIT_DEFAULTS, timm_preprocessing
 from vitviz.core.optional import install_to_open
@@ -317,7 +318,7 @@ def convert(source: Source) -> Conversion:
     if config.global_pool == "map":  # the pool's own heads and MLP width, as opened
         ref_args.update(attn_pool_num_heads=config.pool_heads or config.heads,
                         attn_pool_mlp_ratio=(pool_hidden + 0.5) / D)  # fmt: skip
-    conversion.reference = Reference("timm", name, ref_args, ", ".join(words))
+    conversion.reference = Reference("timm", name, ref_args, ", ".join(words), how=LIBRARY_MODEL)
     return conversion
 
 
