@@ -1,4 +1,4 @@
-"""A family brings its own library reference (DESIGN §3): the library check builds and reads the
+"""A family brings its own library reference (DESIGN §4): the library check builds and reads the
 library's model the way the family's ``LibraryReference`` says, and refuses what differs.
 
 The toy family here is registered by the test alone (no shared module edited); its "library" is

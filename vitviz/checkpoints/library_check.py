@@ -2,11 +2,11 @@
 
 When a converter knows which library architecture a checkpoint is (a timm folder's
 ``architecture``, ``--arch``, or a bare state dict recognised by its tensors) and that library
-is importable, its model is built from the name alone (on the meta device, then given the
-file's own tensors: no init, no network, no remote code; the tensors come from vitviz's safe
-reading, safetensors or ``weights_only``) and both models run one seeded probe image. How the
-library's model is built and read is the family's (its ``Reference.how``, a
-``families.reference.LibraryReference``): this module only builds, runs, compares and words:
+is importable, its model is built holding the file's own tensors (no network, no remote code;
+the tensors come from vitviz's safe reading, safetensors or ``weights_only``) and both models run
+one seeded probe image. How the library's model is built and read is the family's (its
+``Reference.how``, a ``families.reference.LibraryReference``, DESIGN §4): this module only asks
+it, runs both models, compares and words the result:
 
     logits     max |ours - theirs| / max |theirs|        must be <= 1e-4
     attention  max |ours - theirs| over every layer      must be <= 1e-5

@@ -1,4 +1,4 @@
-"""transformers' model for the library check (DESIGN §3): the folder's own class loaded by
+"""transformers' model for the library check (DESIGN §4): the folder's own class loaded by
 transformers from its safetensors (local files only, no remote code, eager attention), read with
 ``output_attentions``. The ViT's Hugging Face families use it as it is or with their own extra
 inputs; a kind's family makes its own with ``transformers_reference`` (its logits from the

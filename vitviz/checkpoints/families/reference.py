@@ -1,4 +1,4 @@
-"""How a family's library builds and runs its model for the library check (DESIGN §3).
+"""How a family's library builds and runs its model for the library check (DESIGN §4).
 
 A family's ``Reference`` (``vitviz.checkpoints.library_check``) names the library architecture a
 conversion claims to be; its ``how`` is a ``LibraryReference`` saying how that library's model is

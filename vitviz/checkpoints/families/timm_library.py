@@ -1,4 +1,4 @@
-"""timm's model for the library check (DESIGN §3): built from the architecture's name on the meta
+"""timm's model for the library check (DESIGN §4): built from the architecture's name on the meta
 device and given the file's own tensors (no init, no network), read with hooks on its attention
 dropout (its explicit path). The ViT's timm families use ``LIBRARY_MODEL``; a kind's timm family
 makes its own with ``timm_reference``, naming its blocks and how their probabilities are read."""
