@@ -48,9 +48,9 @@ _BLOCK = {  # ours -> theirs, under stages.{s}.blocks.{j}. / encoder.layers.{s}.
 def map_mean(model: nn.Module, out: Any) -> Tensor:
     """transformers' PVT v2 logits; its base model's: the mean of its last (B, C, H, W) map
     over the positions, (B, C)."""
-    hidden = out.last_hidden_state
-    if getattr(out, "logits", None) is None and hidden.ndim == 4:
-        return hidden.flatten(2).mean(2)
+    hidden = getattr(out, "last_hidden_state", None)
+    if getattr(out, "logits", None) is None and hidden is not None and hidden.ndim == 4:
+        return hidden.flatten(2).transpose(1, 2).mean(1)
     return pooled_or_token(model, out)
 
 
