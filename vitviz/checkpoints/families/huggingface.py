@@ -138,6 +138,7 @@ def ordered_noise(model: nn.Module, x: Tensor) -> dict[str, Any]:
 
 # transformers' model of a Hugging Face ViT folder, a ViT-MAE's patches kept in order
 LIBRARY_MODEL = transformers_reference(inputs=ordered_noise)
+
 _LAYER = re.compile(r"^(.*?)(?:encoder\.layer|layers|encoder\.layers)\.(\d+)\.")
 # Each role of a layer's tensors, by the names transformers saves and holds in memory.
 _ROLES = {
