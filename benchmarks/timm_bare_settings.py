@@ -40,7 +40,7 @@ from timm_walk import opened_errors, param_count  # noqa: E402
 from zoo_helpers import randomize_  # noqa: E402
 
 from vitviz.checkpoints import CheckpointError, MissingSettingsError, load_checkpoint  # noqa: E402
-from vitviz.checkpoints.library_check import timm_forward  # noqa: E402
+from vitviz.checkpoints.families.timm_library import LIBRARY_MODEL  # noqa: E402
 from vitviz.kinds.vit.families import timm_arch  # noqa: E402
 
 LOGITS_RTOL, ATTENTION_ATOL = 1e-4, 1e-5
@@ -119,9 +119,10 @@ def one(name: str, setting: str, folder: Path, seed: int) -> tuple[str, str, str
     model = randomize_(model, seed=seed, noise_dtype=torch.float32)
     h, w = model.patch_embed.img_size
     x = torch.randn(1, 3, h, w, generator=torch.Generator().manual_seed(seed))
-    with torch.no_grad():  # timm's own forward, its fused attention (timm_forward turns it off)
+    with torch.no_grad():  # timm's own forward, its fused attention (the reading turns it off)
         default_logits = model(x)
-    refs = (*timm_forward(model, x), default_logits)  # each vitviz path against timm's same
+    ref_logits, ref_attn = LIBRARY_MODEL.read(model, x)  # the ViT's: timm's explicit path
+    refs = (ref_logits, ref_attn or [], default_logits)  # each vitviz path against timm's same
     path = folder / f"{name}-{setting.replace(' ', '_')}.pth"
     torch.save(model.state_dict(), path)
     first, detail = _open(path, None, x, refs)

@@ -31,7 +31,9 @@ from timm.models import save_for_hf  # noqa: E402
 from zoo_helpers import randomize_, randomize_stem_  # noqa: E402
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint  # noqa: E402
-from vitviz.checkpoints.library_check import timm_forward  # noqa: E402
+from vitviz.checkpoints.families import timm_library  # noqa: E402
+from vitviz.kinds.pyramid.families.timm_hiera import mask_unit_probabilities  # noqa: E402
+from vitviz.kinds.vit.families import huggingface as vit_hf  # noqa: E402
 
 PATTERNS = (
     "vit_*",
@@ -153,34 +155,71 @@ def walk_one(name: str, folder: Path, seed: int) -> list[tuple[str, str, str]]:
     if built is None:
         return [("both", "not built", "timm can't build it at a small size here")]
     model, x = built
-    with torch.no_grad():  # timm's own forward, its fused attention (timm_forward turns it off)
+    with torch.no_grad():  # timm's own forward, its fused attention (the reading turns it off)
         default_logits = model(x)
-    ref_logits, ref_attn = timm_forward(model, x)
-    if not ref_logits.isfinite().all():  # nothing to compare with (NaN would pass as exact)
+    if not default_logits.isfinite().all():  # nothing to compare with (NaN would pass as exact)
         return [("both", "not built", "timm's own logits are not finite on these weights")]
     bare = folder / f"{name}.pth"
     torch.save(model.state_dict(), bare)
     save_for_hf(model, folder / name, safe_serialization=True)
     rows = []
     for form, path in (("bare", bare), ("folder", folder / name)):
-        rows.append((form, *verdict(path, x, ref_logits, ref_attn, True, default_logits)))
+        theirs = (model, ANY_TIMM)
+        rows.append((form, *verdict(path, x, theirs, True, default_logits)))
     return rows
+
+
+def _every_block(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Every attention block a timm model has, in vitviz's order: its ``blocks`` (one list per
+    stage or not), else its stages' blocks, then its class-attention blocks."""
+    blocks = getattr(model, "blocks", None)
+    if blocks is not None:
+        nested = torch.nn.ModuleList
+        found = [b for x in blocks for b in (x if isinstance(x, nested) else [x])]
+    else:
+        found = [b for st in getattr(model, "stages", []) for b in getattr(st, "blocks", [])]
+    for name in ("blocks_token_only", "cls_attn_blocks"):
+        found += list(getattr(model, name, None) or [])
+    return found
+
+
+def _any_probabilities(block: torch.nn.Module, out: list) -> object:
+    """A block's probabilities as its family reads them: within mask units, or its dropout's."""
+    if hasattr(getattr(block, "attn", None), "use_mask_unit_attn"):
+        return mask_unit_probabilities(block, out)
+    return timm_library.after_dropout(block, out)
+
+
+# the walk's reading of a timm file opened without a library reference: every block it has
+ANY_TIMM = timm_library.timm_reference(_every_block, _any_probabilities)
+
+
+def library_reading(loaded, theirs: tuple, x: torch.Tensor) -> tuple:
+    """The library model's explicit logits and attention (a list), read as the family that
+    opened the file reads them (its reference's ``how``: CaiT's class-attention blocks, Hiera's
+    mask units, ...); ``theirs``: (the library's model, the reading of a file opened with no
+    reference)."""
+    model, fallback = theirs
+    how = loaded.reference.how if loaded.reference is not None else fallback
+    logits, attention = how.read(model, x)
+    return logits, attention or []
 
 
 def verdict(
     path: Path,
     x: torch.Tensor,
-    ref_logits,
-    ref_attn,
+    theirs: tuple,
     classifier: bool = True,
     default_logits: torch.Tensor | None = None,
 ) -> tuple[str, str]:
     """(refused | exact | OPEN-AND-WRONG, the reason or the errors) of opening ``path``;
+    ``theirs``: the library's model and its fallback reading (``library_reading``);
     ``default_logits``: the library's own forward, which vitviz's fused path is compared with."""
     try:
         loaded = load_checkpoint(path)
     except CheckpointError as exc:
         return "refused", reason_of(str(exc))
+    ref_logits, ref_attn = library_reading(loaded, theirs, x)
     try:
         rel, att = opened_errors(loaded, x, ref_logits, ref_attn, classifier, default_logits)
     except ValueError as exc:  # it opened, and refuses this input (Twins-SVT: not whole windows)
@@ -297,8 +336,6 @@ def walk_hf(model_type: str, folder: Path, seed: int) -> list[tuple[str, str, st
     """[(form, verdict, detail)] of ``model_type``'s ``save_pretrained`` folders."""
     from transformers.utils import logging as hf_logging
 
-    from vitviz.checkpoints.library_check import transformers_forward
-
     hf_logging.disable_progress_bar()
     rows = []
     for form, cls in hf_classes(model_type) or [("hf", None)]:
@@ -307,10 +344,10 @@ def walk_hf(model_type: str, folder: Path, seed: int) -> list[tuple[str, str, st
             rows.append((form, "not built", "transformers can't build it here"))
             continue
         model, x = built
-        ref_logits, ref_attn = transformers_forward(model, x)
         model.save_pretrained(folder / form, safe_serialization=True)
         is_classifier = form == "hf-cls"
-        rows.append((form, *verdict(folder / form, x, ref_logits, ref_attn, is_classifier)))
+        theirs = (model, vit_hf.LIBRARY_MODEL)
+        rows.append((form, *verdict(folder / form, x, theirs, is_classifier)))
     return rows
 
 

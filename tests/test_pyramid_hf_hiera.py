@@ -17,10 +17,11 @@ import torch
 from zoo_helpers import max_diff, randomize_
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.checkpoints.library_check import timm_forward, transformers_forward
 from vitviz.explain.methods import get_method
 from vitviz.kindapi import kind_of
 from vitviz.kinds.pyramid.analysis import analyze_pyramid
+from vitviz.kinds.pyramid.families.hf_hiera import LIBRARY_MODEL as HF_HIERA
+from vitviz.kinds.pyramid.families.timm_hiera import LIBRARY_MODEL as TIMM_HIERA
 from vitviz.kinds.pyramid.hiera_network import HieraViT
 
 transformers = pytest.importorskip("transformers")
@@ -57,7 +58,7 @@ def test_exact_against_transformers(tmp_path, cls_name) -> None:
     assert cfg.num_classes == (5 if cls_name.endswith("Classification") else 0)
     assert any("checked against transformers" in n for n in loaded.notes), loaded.notes
     x = _x()
-    ref_logits, ref_attn = transformers_forward(model, x)
+    ref_logits, ref_attn = HF_HIERA.read(model, x)
     with torch.no_grad():
         fused = loaded.model(x)
         logits, attn = kind_of(loaded).library_outputs(loaded.model, x)
@@ -88,8 +89,8 @@ def test_same_model_as_timms_form(tmp_path) -> None:
     ).eval()  # fmt: skip
     theirs.load_state_dict(state, strict=True)
     x = _x(2)
-    timm_logits, timm_attn = timm_forward(theirs, x)
-    hf_logits, hf_attn = transformers_forward(model, x)
+    timm_logits, timm_attn = TIMM_HIERA.read(theirs, x)
+    hf_logits, hf_attn = HF_HIERA.read(model, x)
     assert max_diff(timm_logits, hf_logits) / float(hf_logits.abs().max()) <= 1e-4
     assert max(max_diff(a, b) for a, b in zip(timm_attn, hf_attn, strict=True)) <= 1e-5
     bare = tmp_path / "hiera.pth"

@@ -17,10 +17,10 @@ from zoo_helpers import max_diff, randomize_
 
 from vitviz import cli
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.checkpoints.library_check import timm_forward
 from vitviz.explain.methods import get_method
 from vitviz.kindapi import kind_of
 from vitviz.kinds.pyramid.analysis import analyze_pyramid
+from vitviz.kinds.pyramid.families.timm_hiera import LIBRARY_MODEL
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
 from vitviz.kinds.pyramid.hiera_network import HieraViT, unrolled_order
 
@@ -56,7 +56,7 @@ def _pair(stages: tuple[int, ...], abswin: bool) -> tuple[torch.nn.Module, Hiera
 def test_logits_and_attention_exact(stages, abswin) -> None:
     theirs, mine = _pair(stages, abswin)
     x = torch.randn(1, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(0))
-    ref_logits, ref_attn = timm_forward(theirs, x)
+    ref_logits, ref_attn = LIBRARY_MODEL.read(theirs, x)
     with torch.no_grad():
         fused = mine(x)
         out = mine.forward_explained(x)
@@ -124,7 +124,7 @@ def test_checkpoint_exact(saved, form) -> None:
     assert kind_of(loaded).name == "pyramid" and loaded.family == "timm-hiera"
     assert isinstance(loaded.model, HieraViT) and loaded.model.config.heads == (1, 2, 4, 8)
     x = _x()
-    ref_logits, ref_attn = timm_forward(theirs, x)
+    ref_logits, ref_attn = LIBRARY_MODEL.read(theirs, x)
     with torch.no_grad():
         logits, attn = kind_of(loaded).library_outputs(loaded.model, x)
     assert max_diff(logits, ref_logits) / float(ref_logits.abs().max()) <= 1e-4

@@ -13,8 +13,8 @@ import torch
 from zoo_helpers import max_diff, randomize_
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.checkpoints.library_check import transformers_forward
 from vitviz.kindapi import kind_of
+from vitviz.kinds.pyramid.families.huggingface import LIBRARY_MODEL
 
 transformers = pytest.importorskip("transformers")
 
@@ -44,7 +44,7 @@ def test_exact_against_transformers(tmp_path, cls_name, linear) -> None:
     assert loaded.model.config.linear is linear and loaded.model.config.scale_after
     assert any("checked against transformers" in n for n in loaded.notes), loaded.notes
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(5))
-    ref_logits, ref_attn = transformers_forward(model, x)
+    ref_logits, ref_attn = LIBRARY_MODEL.read(model, x)
     with torch.no_grad():
         fused = loaded.model(x)
         logits, attn = kind_of(loaded).library_outputs(loaded.model, x)

@@ -24,10 +24,10 @@ from zoo_helpers import max_diff
 
 from vitviz import cli
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.checkpoints.library_check import timm_forward
 from vitviz.explain.methods import get_method
 from vitviz.kindapi import kind_of
 from vitviz.kinds.pyramid.analysis import analyze_pyramid
+from vitviz.kinds.pyramid.families.timm import LIBRARY_MODEL
 
 pytest.importorskip("timm")
 
@@ -54,7 +54,7 @@ def test_logits_and_attention_exact(pvt, form) -> None:
     assert kind_of(loaded).name == "pyramid"
     assert loaded.model.config.heads == HEADS
     x = _x()
-    ref_logits, ref_attn = timm_forward(model, x)
+    ref_logits, ref_attn = LIBRARY_MODEL.read(model, x)
     with torch.no_grad():
         fused = loaded.model(x)
         logits, attn = kind_of(loaded).library_outputs(loaded.model, x)
@@ -82,7 +82,7 @@ def test_bare_timm_name_recognised_and_checked(tmp_path) -> None:
     assert any("recognised as timm's pvt_v2_b0" in n for n in loaded.notes), loaded.notes
     assert any("checked against timm" in n for n in loaded.notes), loaded.notes
     x = _x(3)
-    ref_logits, _ = timm_forward(model, x)
+    ref_logits, _ = LIBRARY_MODEL.read(model, x)
     with torch.no_grad():
         assert max_diff(loaded.model(x), ref_logits) / float(ref_logits.abs().max()) <= 1e-4
 

@@ -17,10 +17,10 @@ from torch import Tensor, nn
 from zoo_helpers import max_diff, randomize_
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.checkpoints.library_check import timm_forward
 from vitviz.explain.methods import get_method
 from vitviz.kindapi import kind_of
 from vitviz.kinds.pyramid.analysis import analyze_pyramid
+from vitviz.kinds.pyramid.families.timm_twins import LIBRARY_MODEL
 
 pytest.importorskip("timm")
 
@@ -72,7 +72,7 @@ def test_logits_and_attention_exact(twins, form) -> None:
         HEADS, True, False, False, False,
     )  # fmt: skip
     x = _x()
-    ref_logits, ref_attn = timm_forward(model, x)
+    ref_logits, ref_attn = LIBRARY_MODEL.read(model, x)
     assert len(ref_attn) == 6
     with torch.no_grad():
         fused = loaded.model(x)
@@ -155,7 +155,7 @@ def test_svt_exact(svt, form, tmp_path) -> None:
     loaded = load_checkpoint(path)
     assert loaded.model.config.windows == (2, 2, 2, 1)
     x = _x(5)
-    ref_logits, ref_attn = timm_forward(model, x)
+    ref_logits, ref_attn = LIBRARY_MODEL.read(model, x)
     with torch.no_grad():
         fused = loaded.model(x)
         logits, attn = kind_of(loaded).library_outputs(loaded.model, x)

@@ -18,10 +18,10 @@ from zoo_helpers import ATTN_ATOL, LOGIT_ATOL, assert_close, images, randomize_
 
 from vitviz import cli
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.checkpoints.library_check import timm_forward
 from vitviz.checkpoints.native import save_checkpoint
 from vitviz.explain.methods import get_method
 from vitviz.kindapi import kind_of
+from vitviz.kinds.cait.families import LIBRARY_MODEL
 from vitviz.pipeline.analysis import analyze
 
 ARGS = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, depth_token_only=1, num_heads=4)
@@ -43,7 +43,7 @@ def cait(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
 
 
 def _compare(model: torch.nn.Module, loaded, x: torch.Tensor) -> None:
-    ref_logits, ref_attn = timm_forward(model, x)
+    ref_logits, ref_attn = LIBRARY_MODEL.read(model, x)
     assert [tuple(a.shape[2:]) for a in ref_attn] == [(16, 16), (16, 16), (1, 17)]
     logits, attn = kind_of(loaded.model).library_outputs(loaded.model, x)
     scale = float(ref_logits.abs().max())

@@ -17,9 +17,9 @@ from zoo_helpers import ATTN_ATOL, LOGIT_ATOL, assert_close, images, randomize_
 
 from vitviz import cli
 from vitviz.checkpoints import load_checkpoint
-from vitviz.checkpoints.library_check import timm_forward
 from vitviz.explain.methods import get_method
 from vitviz.kindapi import kind_of
+from vitviz.kinds.xcit.families import LIBRARY_MODEL
 from vitviz.pipeline.analysis import analyze
 
 ARGS = dict(img_size=32, embed_dim=32, depth=2, cls_attn_layers=2, num_heads=4)
@@ -41,7 +41,7 @@ def tiny_xcit(name: str = "xcit_tiny_12_p8_224", seed: int = 0) -> torch.nn.Modu
 
 
 def _compare(model: torch.nn.Module, loaded, x: torch.Tensor) -> None:
-    ref_logits, ref_attn = timm_forward(model, x)
+    ref_logits, ref_attn = LIBRARY_MODEL.read(model, x)
     logits, attn = kind_of(loaded.model).library_outputs(loaded.model, x)
     assert [tuple(a.shape[2:]) for a in ref_attn] == [(8, 8), (8, 8), (1, 17), (1, 17)]
     scale = float(ref_logits.abs().max())

@@ -17,7 +17,7 @@ import dataclasses
 import re
 from typing import Any
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
@@ -30,6 +30,7 @@ from vitviz.checkpoints.families.common import (
     check_depth,
     grid_from_table,
 )
+from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
@@ -55,6 +56,15 @@ CAIT_DEFAULTS = {
 }
 _FIELDS = frozenset(f.name for f in dataclasses.fields(CaitConfig))
 _EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+
+
+def cait_blocks(model: nn.Module) -> list[nn.Module]:
+    """timm's CaiT's attention blocks in vitviz's order: its self-attention ``blocks``, then its
+    class-attention ``blocks_token_only``."""
+    return [*model.blocks, *model.blocks_token_only]
+
+
+LIBRARY_MODEL = timm_reference(blocks=cait_blocks)  # timm's Cait, read over both kinds of block
 
 
 def detect(source: Source) -> bool:
@@ -195,7 +205,9 @@ def convert(source: Source) -> Conversion:
         if named is not None:
             notes.append(f"recognised as timm's {named} by its width and depths")
     if isinstance(named, str) and re.match(r"cait_", named):  # timm's own model checks ours
-        conversion.reference = Reference("timm", named, {} if arch else dict(args))
+        conversion.reference = Reference(
+            "timm", named, {} if arch else dict(args), how=LIBRARY_MODEL
+        )
     return conversion
 
 

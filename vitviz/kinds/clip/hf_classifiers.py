@@ -22,6 +22,7 @@ from torch import Tensor
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Source
 from vitviz.checkpoints.families.common import dropped, finish, refuse_leftovers
+from vitviz.checkpoints.families.hf_library import LIBRARY_MODEL
 from vitviz.checkpoints.labels import names_from_id2label
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import hf_preprocessing
@@ -95,5 +96,7 @@ def classifier_conversion(
         preprocessing=prep,
         notes=notes + prep_notes,
     )
-    conversion.reference = Reference("transformers", name, {"model_type": model_type})
+    conversion.reference = Reference(
+        "transformers", name, {"model_type": model_type}, how=LIBRARY_MODEL
+    )
     return conversion

@@ -22,11 +22,12 @@ import re
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import block_indices, check_channels, check_depth
+from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
 from vitviz.checkpoints.library_check import Reference
@@ -44,6 +45,15 @@ _ARGS = {
 _FIELDS = frozenset(f.name for f in dataclasses.fields(XcitConfig))
 _EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
 _SIZES = {128: "nano", 192: "tiny", 384: "small", 512: "medium", 768: "large"}
+
+
+def xcit_blocks(model: nn.Module) -> list[nn.Module]:
+    """timm's XCiT's attention blocks in vitviz's order: its ``blocks`` (cross-covariance
+    attention, (B, heads, d, d)), then its class-attention ``cls_attn_blocks``."""
+    return [*model.blocks, *model.cls_attn_blocks]
+
+
+LIBRARY_MODEL = timm_reference(blocks=xcit_blocks)  # timm's Xcit, read over both kinds of block
 
 
 def detect(source: Source) -> bool:
@@ -190,7 +200,9 @@ def convert(source: Source) -> Conversion:
         notes.append(f"recognised as timm's {recognised} by its width, depth and patch")
     named = name or recognised
     if isinstance(named, str) and named.startswith("xcit_"):  # timm's own model checks ours
-        conversion.reference = Reference("timm", named, {} if arch else dict(args))
+        conversion.reference = Reference(
+            "timm", named, {} if arch else dict(args), how=LIBRARY_MODEL
+        )
     return conversion
 
 

@@ -25,9 +25,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import Taker
+from vitviz.checkpoints.families.hf_library import transformers_reference
 from vitviz.checkpoints.labels import names_from_id2label
 from vitviz.checkpoints.library_check import Reference
 from vitviz.kinds.pyramid.families.common import finish_pyramid, hf_pyramid_preprocessing
@@ -48,6 +52,30 @@ _NOT_SHOWN = {
     "HieraForPreTraining": "its MAE pre-training model (masked units, a pixel decoder)",
     "HieraBackbone": "a backbone of feature maps with no pooled output or classifier",
 }
+
+
+def layer_probabilities(model: nn.Module, out: list[Tensor]) -> list[RemovableHandle]:
+    """Forward hooks on each transformers Hiera attention appending the probabilities it
+    returns, every layer's (its outputs keep a stage's last), in timm's layout:
+    (B, heads, units, t_q, t_k) within mask units, else (B, heads, N_q, N_k) (its one "unit" of
+    global attention dropped)."""
+
+    def hook_of(a: nn.Module) -> Any:
+        def hook(_m: nn.Module, _inputs: tuple[Tensor, ...], output: tuple[Tensor, Any]) -> None:
+            probs = output[1]
+            if probs is not None:
+                out.append(probs if a.use_mask_unit_attn else probs.squeeze(2))
+
+        return hook
+
+    return [
+        m.register_forward_hook(hook_of(m))
+        for m in model.modules()
+        if hasattr(m, "use_mask_unit_attn")
+    ]
+
+
+LIBRARY_MODEL = transformers_reference(hooks=layer_probabilities)  # transformers' Hiera
 
 
 def _base(state: dict[str, Any]) -> str | None:
@@ -187,7 +215,9 @@ def convert(source: Source) -> Conversion:
         config_cls=HieraConfig,
     )
     arch = (cfg.get("architectures") or [""])[0]
-    conversion.reference = Reference("transformers", str(arch), {"model_type": "hiera"})
+    conversion.reference = Reference(
+        "transformers", str(arch), {"model_type": "hiera"}, how=LIBRARY_MODEL
+    )
     return conversion
 
 

@@ -20,11 +20,12 @@ import re
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import Taker
+from vitviz.checkpoints.families.hf_library import pooled_or_token, transformers_reference
 from vitviz.checkpoints.labels import names_from_id2label
 from vitviz.checkpoints.library_check import Reference
 from vitviz.kinds.pyramid.families.common import finish_pyramid, hf_pyramid_preprocessing
@@ -42,6 +43,18 @@ _BLOCK = {  # ours -> theirs, under stages.{s}.blocks.{j}. / encoder.layers.{s}.
     "mlp.dwconv": "mlp.dwconv.dwconv",
     "mlp.fc2": "mlp.dense2",
 }
+
+
+def map_mean(model: nn.Module, out: Any) -> Tensor:
+    """transformers' PVT v2 logits; its base model's: the mean of its last (B, C, H, W) map
+    over the positions, (B, C)."""
+    hidden = getattr(out, "last_hidden_state", None)
+    if getattr(out, "logits", None) is None and hidden is not None and hidden.ndim == 4:
+        return hidden.flatten(2).transpose(1, 2).mean(1)
+    return pooled_or_token(model, out)
+
+
+LIBRARY_MODEL = transformers_reference(logits=map_mean)  # transformers' PvtV2
 
 
 def _base(state: dict[str, Tensor]) -> str | None:
@@ -187,7 +200,9 @@ def convert(source: Source) -> Conversion:
         notes=notes + prep_notes,
     )
     arch = (cfg.get("architectures") or [""])[0]
-    conversion.reference = Reference("transformers", str(arch), {"model_type": "pvt_v2"})
+    conversion.reference = Reference(
+        "transformers", str(arch), {"model_type": "pvt_v2"}, how=LIBRARY_MODEL
+    )
     return conversion
 
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD
+from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
@@ -55,6 +56,14 @@ _DEFAULTS = {
     "mean": IMAGENET_MEAN,
     "std": IMAGENET_STD,
 }
+
+
+def stage_blocks(model: nn.Module) -> list[nn.Module]:
+    """timm's PVT v2's attention blocks in order: each of its ``stages``' ``blocks``."""
+    return [block for stage in model.stages for block in stage.blocks]
+
+
+LIBRARY_MODEL = timm_reference(blocks=stage_blocks)  # timm's PyramidVisionTransformerV2
 
 
 def detect(source: Source) -> bool:
@@ -193,7 +202,9 @@ def convert(source: Source) -> Conversion:
         notes=notes,
     )
     if isinstance(name, str):  # timm's own model of that name checks ours
-        conversion.reference = Reference("timm", name, {} if user_arch else dict(args))
+        conversion.reference = Reference(
+            "timm", name, {} if user_arch else dict(args), how=LIBRARY_MODEL
+        )
     return conversion
 
 

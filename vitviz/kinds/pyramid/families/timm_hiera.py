@@ -21,9 +21,13 @@ import math
 import re
 from typing import Any
 
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD
+from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
@@ -56,6 +60,34 @@ _DEFAULTS = {
     "mean": IMAGENET_MEAN,
     "std": IMAGENET_STD,
 }
+
+
+def mask_unit_probabilities(block: nn.Module, out: list[Tensor]) -> RemovableHandle:
+    """A forward hook on a timm Hiera block's ``attn.qkv`` Linear appending its probabilities
+    softmax((q·scale)·kᵀ) as timm's eager path forms them from that output (its attention has no
+    dropout module to hook), in timm's layout: (B, heads, units, t_q, t_k) within mask units,
+    else (B, heads, N_q, N_k), unrolled order."""
+    a = block.attn
+    a.fused_attn = False
+
+    def hook(_m: nn.Module, inputs: tuple[Tensor, ...], qkv: Tensor) -> None:
+        B, N, _ = inputs[0].shape
+        h, d, stride = a.heads, a.head_dim, a.q_stride
+        if a.use_mask_unit_attn:
+            units = N // (stride * a.window_size)
+            q, k, _v = qkv.reshape(B, -1, units, 3, h, d).permute(3, 0, 4, 2, 1, 5).unbind(0)
+            if stride > 1:
+                q = q.view(B, h, units, stride, -1, d).amax(dim=3)
+        else:
+            q, k, _v = qkv.reshape(B, N, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+            if stride > 1:
+                q = q.view(B, h, stride, -1, d).amax(dim=2)
+        out.append(((q * a.scale) @ k.transpose(-1, -2)).softmax(dim=-1))
+
+    return a.qkv.register_forward_hook(hook)
+
+
+LIBRARY_MODEL = timm_reference(probabilities=mask_unit_probabilities)  # timm's Hiera
 
 
 def detect(source: Source) -> bool:
@@ -230,7 +262,9 @@ def convert(source: Source) -> Conversion:
         config_cls=HieraConfig,
     )
     if isinstance(name, str):  # timm's own model of that name checks ours
-        conversion.reference = Reference("timm", name, {} if user_arch else dict(args))
+        conversion.reference = Reference(
+            "timm", name, {} if user_arch else dict(args), how=LIBRARY_MODEL
+        )
     return conversion
 
 

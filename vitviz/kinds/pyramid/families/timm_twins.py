@@ -20,11 +20,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD
+from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
@@ -62,6 +63,14 @@ _DEFAULTS = {
     "mean": IMAGENET_MEAN,
     "std": IMAGENET_STD,
 }
+
+
+def twins_blocks(model: nn.Module) -> list[nn.Module]:
+    """timm's Twins' attention blocks in order: its ``blocks``, one list per stage."""
+    return [block for stage in model.blocks for block in stage]
+
+
+LIBRARY_MODEL = timm_reference(blocks=twins_blocks)  # timm's Twins
 
 
 def detect(source: Source) -> bool:
@@ -242,7 +251,9 @@ def convert(source: Source) -> Conversion:
     )
     _whole_windows(source, conversion.config)
     if isinstance(name, str):  # timm's own model of that name checks ours
-        conversion.reference = Reference("timm", name, {} if user_arch else dict(args))
+        conversion.reference = Reference(
+            "timm", name, {} if user_arch else dict(args), how=LIBRARY_MODEL
+        )
     return conversion
 
 

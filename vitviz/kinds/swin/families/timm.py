@@ -24,6 +24,7 @@ from torch import Tensor
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, dropped
+from vitviz.checkpoints.families.timm_library import no_blocks, timm_reference
 from vitviz.checkpoints.families.timm_names import ArchError, timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
@@ -52,6 +53,11 @@ _DEFAULTS = {
     "mean": IMAGENET_MEAN,
     "std": IMAGENET_STD,
 }
+
+
+# timm's SwinTransformer, its logits only: its windows' maps aren't vitviz's layout (the kind
+# compares no attention either)
+LIBRARY_MODEL = timm_reference(blocks=no_blocks)
 
 
 def detect(source: Source) -> bool:
@@ -207,7 +213,9 @@ def convert(source: Source) -> Conversion:
         imagenet_if_1000=True,
     )
     if isinstance(named, str):  # timm's own model of that name checks ours
-        conversion.reference = Reference("timm", named, {} if user_arch else dict(args))
+        conversion.reference = Reference(
+            "timm", named, {} if user_arch else dict(args), how=LIBRARY_MODEL
+        )
     return conversion
 
 

@@ -16,6 +16,7 @@ from torch import Tensor
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import Taker, block_indices, check_depth, finish, fuse_qkv
+from vitviz.checkpoints.families.hf_library import LIBRARY_MODEL
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import IMAGENET_MEAN, IMAGENET_STD, hf_preprocessing
 
@@ -124,7 +125,9 @@ def convert(source: Source) -> Conversion:
         preprocessing=prep,
         notes=notes,
     )
-    conversion.reference = Reference("transformers", "DINOv3ViTModel", {"model_type": MODEL_TYPE})
+    conversion.reference = Reference(
+        "transformers", "DINOv3ViTModel", {"model_type": MODEL_TYPE}, how=LIBRARY_MODEL
+    )
     return conversion
 
 

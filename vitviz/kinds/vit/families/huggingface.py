@@ -18,7 +18,8 @@ import math
 import re
 from typing import Any
 
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
@@ -32,6 +33,7 @@ from vitviz.checkpoints.families.common import (
     grid_from_table,
     standard_heads,
 )
+from vitviz.checkpoints.families.hf_library import transformers_reference
 from vitviz.checkpoints.labels import names_from_id2label
 from vitviz.checkpoints.library_check import Reference, library_version
 from vitviz.checkpoints.preprocessing import HF_DEFAULTS, hf_preprocessing
@@ -122,6 +124,21 @@ DESCRIPTIVE_FIELDS = frozenset(
 # ViT-MAE's forward drops mask_ratio of the patches at random and shuffles the rest; vitviz
 # shows its encoder on every patch in order, which the library gives with these settings
 MAE_UNMASKED = {"mask_ratio": 0.0}
+
+
+def ordered_noise(model: nn.Module, x: Tensor) -> dict[str, Any]:
+    """A ViT-MAE's masking noise, ascending: no patch shuffled (with mask_ratio 0, none
+    dropped); (B, patches). Other models take none."""
+    if getattr(model.config, "model_type", None) != "vit_mae":
+        return {}
+    p = int(model.config.patch_size)
+    n = (x.shape[-2] // p) * (x.shape[-1] // p)
+    return {"noise": torch.arange(n, dtype=x.dtype).expand(x.shape[0], n)}
+
+
+# transformers' model of a Hugging Face ViT folder, a ViT-MAE's patches kept in order
+LIBRARY_MODEL = transformers_reference(inputs=ordered_noise)
+
 _LAYER = re.compile(r"^(.*?)(?:encoder\.layer|layers|encoder\.layers)\.(\d+)\.")
 # Each role of a layer's tensors, by the names transformers saves and holds in memory.
 _ROLES = {
@@ -356,7 +373,7 @@ def convert(source: Source) -> Conversion:
         args: dict[str, Any] = {"model_type": model_type}
         if model_type == "vit_mae":  # the encoder alone, unmasked
             arch, args = "ViTMAEModel", {**args, **MAE_UNMASKED}
-        conversion.reference = Reference("transformers", str(arch), args)
+        conversion.reference = Reference("transformers", str(arch), args, how=LIBRARY_MODEL)
     return conversion
 
 

@@ -20,6 +20,7 @@ from torch import Tensor
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import Taker, block_indices, check_depth, finish
+from vitviz.checkpoints.families.timm_library import LIBRARY_MODEL
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 
@@ -125,7 +126,7 @@ def convert(source: Source) -> Conversion:
         "use_shared_rel_pos_bias": False, "init_values": 0.1 if layer_scale else None,
         "global_pool": "avg" if mean_pool else "token", "use_fc_norm": mean_pool,
         "num_classes": config.num_classes, "in_chans": C,
-    })  # fmt: skip
+    }, how=LIBRARY_MODEL)  # fmt: skip
     return conversion
 
 

@@ -5,12 +5,14 @@ words its note says them with ("with 6 heads, mean pooling")."""
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import Any
 
 from torch import nn
 
 from vitviz.checkpoints.families.base import Conversion
+from vitviz.checkpoints.families.timm_library import LIBRARY_MODEL
 from vitviz.checkpoints.library_check import Reference
 from vitviz.kinds.vit.families.timm_resolve import ACT_NAMES
 from vitviz.kinds.vit.families.timm_settings import POOL_WORDS
@@ -39,7 +41,7 @@ def same_settings(ref: Reference, settings: dict[str, Any], conversion: Conversi
             words.append(setting_words(ours, value))
     if "global_pool" in args and "fc_norm" not in args:  # timm's fc_norm=None follows the pool
         args["fc_norm"] = cfg.fc_norm
-    return Reference(ref.library, ref.arch, args, ", ".join(words))
+    return dataclasses.replace(ref, model_args=args, settings=", ".join(words))
 
 
 def common_reference(cfg: Any) -> Reference | None:
@@ -66,7 +68,9 @@ def common_reference(cfg: Any) -> Reference | None:
         f"{ACT_NAMES.get(cfg.activation, cfg.activation)}, {h}×{w}"
         + ("" if cfg.norm_eps == 1e-6 else f", LayerNorm eps {cfg.norm_eps:g}")
     )
-    return Reference("timm", COMMON_NAME, args, words, shown_as="VisionTransformer")
+    return Reference(
+        "timm", COMMON_NAME, args, words, shown_as="VisionTransformer", how=LIBRARY_MODEL
+    )
 
 
 COMMON_NAME = "vit_base_patch16_224"  # any plain ViT name: every size is given beside it

@@ -31,6 +31,7 @@ from vitviz.checkpoints.families.common import (
     fuse_qkv,
     grid_from_table,
 )
+from vitviz.checkpoints.families.timm_library import LIBRARY_MODEL
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import TIMM_VIT_DEFAULTS, timm_preprocessing
 from vitviz.core.optional import install_to_open
@@ -317,7 +318,7 @@ def convert(source: Source) -> Conversion:
     if config.global_pool == "map":  # the pool's own heads and MLP width, as opened
         ref_args.update(attn_pool_num_heads=config.pool_heads or config.heads,
                         attn_pool_mlp_ratio=(pool_hidden + 0.5) / D)  # fmt: skip
-    conversion.reference = Reference("timm", name, ref_args, ", ".join(words))
+    conversion.reference = Reference("timm", name, ref_args, ", ".join(words), how=LIBRARY_MODEL)
     return conversion
 
 

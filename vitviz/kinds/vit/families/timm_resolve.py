@@ -17,6 +17,7 @@ from vitviz.checkpoints.assign import few
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Source
 from vitviz.checkpoints.families.common import grid_from_table
+from vitviz.checkpoints.families.timm_library import LIBRARY_MODEL
 from vitviz.checkpoints.library_check import Reference
 from vitviz.kinds.vit.families.timm_arch import (
     ArchError,
@@ -103,7 +104,8 @@ def choose_architecture(
         own = source.user.get("arch") is None or rec.signature in _head_norm_signatures(
             source.state
         )
-        return Choice(rec, note, Reference("timm", name, dict(args)), own, by_user=by_user)
+        ref = Reference("timm", name, dict(args), how=LIBRARY_MODEL)
+        return Choice(rec, note, ref, own, by_user=by_user)
     found = [
         r
         for r in candidates(signature_of(source.state))
@@ -124,7 +126,7 @@ def choose_architecture(
         f"recognised as timm's {names[0]}{others} by its tensors: "
         f"{summary(found[0].settings)}; if it is another, give {how_to_name(source)}"
     )
-    return Choice(found[0], note, Reference("timm", names[0], {}), named=False)
+    return Choice(found[0], note, Reference("timm", names[0], {}, how=LIBRARY_MODEL), named=False)
 
 
 def layout_guess(source: Source) -> dict[str, Any]:

@@ -1,0 +1,130 @@
+"""A family brings its own library reference (DESIGN §4): the library check builds and reads the
+library's model the way the family's ``LibraryReference`` says, and refuses what differs.
+
+The toy family here is registered by the test alone (no shared module edited); its "library" is
+torch, its model vitviz's ViT rebuilt from the file's own tensors by the reference's ``build``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import CLASS_NAMES, TINY, random_vit
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from vitviz.blocks import VisionTransformer, ViTConfig
+from vitviz.checkpoints import families
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.families.base import Conversion, Family, Source
+from vitviz.checkpoints.families.reference import LibraryReference
+from vitviz.checkpoints.library_check import Reference
+from vitviz.checkpoints.load import load_checkpoint
+from vitviz.checkpoints.native import default_preprocessing
+
+MARKER = "toy_marker"
+
+
+class ToyLibrary:
+    """The toy family's reference: builds from the file, reads its logits and attention, and
+    records that it was asked; ``logit_scale`` / ``attention_shift`` make its numbers differ."""
+
+    def __init__(self, logit_scale: float = 1.0, attention_shift: float = 0.0) -> None:
+        self.logit_scale = logit_scale
+        self.attention_shift = attention_shift
+        self.calls: list[str] = []
+
+    def build(self, arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path) -> nn.Module:
+        self.calls.append(f"build {arch}")
+        state = load_file(str(weights))
+        del state[MARKER]
+        model = VisionTransformer(ViTConfig(**TINY))
+        model.load_state_dict(state, strict=True)
+        return model.eval()
+
+    def read(self, model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor] | None]:
+        self.calls.append("read")
+        with torch.no_grad():
+            out = model.forward_explained(x, capture_attention=True)
+        attention = [a + self.attention_shift for a in out.attentions]
+        return out.logits * self.logit_scale, attention
+
+    def reference(self, **limits: float) -> LibraryReference:
+        return LibraryReference(self.build, self.read, **limits)
+
+
+def _toy_family(how: LibraryReference) -> Family:
+    def detect(source: Source) -> bool:
+        return MARKER in source.state
+
+    def convert(source: Source) -> Conversion:
+        source.state.pop(MARKER)
+        config = ViTConfig(**TINY)
+        state = dict(source.state)
+        source.state.clear()
+        return Conversion(
+            family="toy",
+            config=config,
+            state=state,
+            class_names=list(CLASS_NAMES),
+            preprocessing=default_preprocessing(config),
+            reference=Reference("torch", "ToyNet", {}, how=how),
+        )
+
+    return Family("toy", detect, convert)
+
+
+@pytest.fixture
+def toy_file(tmp_path: Path) -> Path:
+    state = {k: v.contiguous() for k, v in random_vit(seed=3).state_dict().items()}
+    state[MARKER] = torch.zeros(1)
+    path = tmp_path / "toy.safetensors"
+    save_file(state, str(path))
+    return path
+
+
+def _register(monkeypatch: pytest.MonkeyPatch, how: LibraryReference) -> None:
+    """The toy family first, for this test only: no module of vitviz edited."""
+    listed = families.all_families
+    toy = _toy_family(how)
+    monkeypatch.setattr(families, "all_families", lambda: (toy, *listed()))
+
+
+def test_a_new_family_brings_its_own_library_reference(
+    toy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    toy = ToyLibrary(logit_scale=1 + 1e-6)  # within the project's 1e-4
+    _register(monkeypatch, toy.reference())
+    loaded = load_checkpoint(toy_file)
+    assert toy.calls == ["build ToyNet", "read"]
+    note = next(n for n in loaded.notes if n.startswith("checked against torch "))
+    assert "torch's ToyNet" in note and "attention" in note
+
+
+@pytest.mark.parametrize(
+    ("logit_scale", "attention_shift", "limits", "what"),
+    [
+        (1 + 1e-3, 0.0, {}, "logits 0.001"),
+        (1.0, 1e-3, {}, "attention 0.001"),
+        # a family may tighten the limits but never loosen them
+        (1 + 1e-3, 0.0, {"logits_rtol": 1e-2}, "logits 0.001 .limit 0.0001"),
+        (1 + 1e-6, 0.0, {"logits_rtol": 1e-7}, "logits 1e-06 .limit 1e-07"),
+    ],
+)
+def test_a_reference_whose_numbers_differ_is_refused(
+    toy_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    logit_scale: float,
+    attention_shift: float,
+    limits: dict[str, float],
+    what: str,
+) -> None:
+    toy = ToyLibrary(logit_scale, attention_shift)
+    _register(monkeypatch, toy.reference(**limits))
+    with pytest.raises(CheckpointError, match=rf"differs from torch .*{what}"):
+        load_checkpoint(toy_file)
+    assert toy.calls == ["build ToyNet", "read"]

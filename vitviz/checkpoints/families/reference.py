@@ -1,0 +1,37 @@
+"""How a family's library builds and runs its model for the library check (DESIGN §4).
+
+A family's ``Reference`` (``vitviz.checkpoints.library_check``) names the library architecture a
+conversion claims to be; its ``how`` is a ``LibraryReference`` saying how that library's model is
+built from the file's tensors and read: its logits and each attention layer's probabilities, with
+the family's own forward hooks. The library check only builds, runs both models and compares, so a
+new family brings its reference with it and edits no shared module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor, nn
+
+# (arch, model_args, vitviz's model config, the weights file) -> the library's model, eval mode,
+# holding the file's tensors; raises ImportError, ValueError, ... when it does not take them
+Build = Callable[[str, Mapping[str, Any], Any, Path], nn.Module]
+# (the library's model, a (B, C, H, W) image) -> logits (B, classes) and each attention layer's
+# probabilities in vitviz's order (L × (B, heads, N_q, N_k)), or None where not comparable
+Read = Callable[[nn.Module, Tensor], tuple[Tensor, list[Tensor] | None]]
+
+
+@dataclass(frozen=True)
+class LibraryReference:
+    """How one family's library model is built and read for the library check.
+
+    ``logits_rtol`` / ``attention_atol``: a family's own limits, when tighter than the project's
+    (1e-4 relative, 1e-5 absolute); a looser one is not taken (the check keeps the project's)."""
+
+    build: Build
+    read: Read
+    logits_rtol: float | None = None
+    attention_atol: float | None = None

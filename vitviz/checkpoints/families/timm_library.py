@@ -1,0 +1,119 @@
+"""timm's model for the library check (DESIGN §4): built from the architecture's name on the meta
+device and given the file's own tensors (no init, no network), read with hooks on its attention
+dropout (its explicit path). The ViT's timm families use ``LIBRARY_MODEL``; a kind's timm family
+makes its own with ``timm_reference``, naming its blocks and how their probabilities are read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+
+from vitviz.checkpoints.families.reference import LibraryReference
+from vitviz.checkpoints.reading import read_checkpoint, to_float
+
+# (a block, the list its probabilities go to) -> the hook's handle, or None: no attention
+Probabilities = Callable[[nn.Module, list[Tensor]], RemovableHandle | None]
+
+
+def file_state(weights: Path) -> dict[str, Tensor]:
+    """The file's tensors as float32, under timm's names (a shared wrapper prefix removed)."""
+    state = read_checkpoint(weights).state
+    to_float(state, torch.float32, weights.name)
+    for _ in range(2):
+        if "patch_embed.proj.weight" in state:
+            break
+        heads = {k.split(".", 1)[0] for k in state}
+        if len(heads) != 1:
+            break
+        cut = len(heads.pop()) + 1
+        state = {k[cut:]: v for k, v in state.items()}
+    return state
+
+
+def build_timm(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path) -> nn.Module:
+    """timm's ``arch`` with ``model_args`` holding the file's tensors (strict: every tensor
+    taken, none missing); classes, image size and channels from vitviz's ``cfg``."""
+    import timm
+
+    # aligned storage, as timm's model has after a normal load (assign=True would keep views
+    # into the file's buffer, maybe unaligned: a conv's fp32 rounding follows the alignment)
+    state = {k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in file_state(weights).items()}
+    args = dict(model_args)
+    args.setdefault("num_classes", cfg.num_classes)
+    args.setdefault("img_size", tuple(cfg.image_size))
+    if cfg.in_channels != 3:
+        args.setdefault("in_chans", cfg.in_channels)
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(arch, pretrained=False, **args)
+    except TypeError:  # an architecture of any input size takes no img_size
+        if "img_size" in model_args:
+            raise
+        del args["img_size"]
+        with torch.device("meta"):
+            model = timm.create_model(arch, pretrained=False, **args)
+    model.load_state_dict(dict(state), strict=True, assign=True)
+    if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):  # computed buffers
+        model = timm.create_model(arch, pretrained=False, **args)
+        model.load_state_dict(dict(state), strict=True)
+    return model.eval()
+
+
+def own_blocks(model: nn.Module) -> list[nn.Module]:
+    """The model's ``blocks`` in order."""
+    return list(getattr(model, "blocks", None) or [])
+
+
+def no_blocks(model: nn.Module) -> list[nn.Module]:
+    """No block compared: a model whose attention maps are not the library's layout."""
+    return []
+
+
+def after_dropout(block: nn.Module, out: list[Tensor]) -> RemovableHandle | None:
+    """Switch ``block.attn`` (or a parallel block, which attends itself) to its explicit path
+    and append what enters its ``attn_drop``: softmax(q·kᵀ), (B, heads, N, N)."""
+    a = getattr(block, "attn", None)
+    if a is None and hasattr(block, "in_proj"):
+        a = block
+    if a is None or not hasattr(a, "attn_drop"):
+        return None
+    a.fused_attn = False
+    return a.attn_drop.register_forward_hook(lambda _m, _i, o: out.append(o))
+
+
+def read_timm(
+    model: nn.Module,
+    x: Tensor,
+    blocks: Callable[[nn.Module], list[nn.Module]] = own_blocks,
+    probabilities: Probabilities = after_dropout,
+) -> tuple[Tensor, list[Tensor] | None]:
+    """timm's logits (B, classes) and each of ``blocks(model)``'s attention probabilities as
+    ``probabilities`` hooks them (None: no block has one)."""
+    attn: list[Tensor] = []
+    handles = [h for b in blocks(model) if (h := probabilities(b, attn)) is not None]
+    try:
+        with torch.no_grad():
+            logits = model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return logits, attn or None
+
+
+def timm_reference(
+    blocks: Callable[[nn.Module], list[nn.Module]] = own_blocks,
+    probabilities: Probabilities = after_dropout,
+) -> LibraryReference:
+    """timm's model read over ``blocks`` with ``probabilities``'s hooks."""
+    return LibraryReference(
+        build_timm, partial(read_timm, blocks=blocks, probabilities=probabilities)
+    )
+
+
+LIBRARY_MODEL = timm_reference()  # the ViT's: ``blocks``, serial or parallel
