@@ -100,7 +100,10 @@ def test_a_kind_registered_at_run_time_runs_its_version(toy_kind, capsys) -> Non
     with pytest.raises(ValueError, match="no attention to speak of"):
         relevance(a)
     refusal = rollout.parameter_refusal(toy_kind, "discard_ratio")
-    assert refusal == "rollout.discard_ratio does not apply to a Toy Transformer: no discard"
+    assert refusal == (
+        "rollout.discard_ratio does not apply to a Toy Transformer: no discard; "
+        "its rollout takes fusion"
+    )
     assert rollout.parameter_refusal(toy_kind, "fusion") is None
     with pytest.raises(ValueError, match="does not apply to a Toy"):
         rollout(a, params={"discard_ratio": 0.5})
