@@ -100,7 +100,10 @@ def test_a_kind_registered_at_run_time_runs_its_version(toy_kind, capsys) -> Non
     with pytest.raises(ValueError, match="no attention to speak of"):
         relevance(a)
     refusal = rollout.parameter_refusal(toy_kind, "discard_ratio")
-    assert refusal == "rollout.discard_ratio does not apply to a Toy Transformer: no discard"
+    assert refusal == (
+        "rollout.discard_ratio does not apply to a Toy Transformer: no discard; "
+        "its rollout takes fusion"
+    )
     assert rollout.parameter_refusal(toy_kind, "fusion") is None
     with pytest.raises(ValueError, match="does not apply to a Toy"):
         rollout(a, params={"discard_ratio": 0.5})
@@ -159,6 +162,17 @@ def test_the_table_runs_a_swin_through_its_kind(swin_loaded) -> None:
         geometry.on_grid(torch.zeros(3, 3))
     why = get_method("dino-masks").unavailable(a)
     assert why is not None and "not to this swin model" in why and "CLS token" in why
+    # random: the table's own version over the first stage's grid, in the window too
+    from types import SimpleNamespace
+
+    from vitviz.explain.random_map import random_map
+    from vitviz.kinds.swin import engine_data
+
+    want = random_map(tuple(a.stage_grids[0]), 3)
+    assert torch.equal(get_method("random")(a, (1, 1), None, {"seed": 3}), want)
+    session = SimpleNamespace(loaded=swin_loaded, analysis=a)
+    shown = engine_data.method_map(session, "random", (1, 1), None, {"seed": 3})
+    np.testing.assert_array_equal(shown, want.numpy())
 
 
 def test_one_npz_vocabulary_for_every_kind(swin_loaded, tmp_path: Path, photo_files) -> None:

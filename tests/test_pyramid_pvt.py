@@ -239,6 +239,10 @@ def test_other_methods_refused_with_a_reason(pvt) -> None:
     assert "CLS" in (get_method("dino-masks").unavailable(a) or "")
     with pytest.raises(ValueError, match="discard_ratio"):
         get_method("rollout")(a, None, None, {"discard_ratio": 0.5})
+    from vitviz.explain.random_map import random_map  # the table's own, over the first stage
+
+    want = random_map(tuple(a.stage_grids[0]), 2)
+    assert torch.equal(get_method("random")(a, None, None, {"seed": 2}), want)
     stats = kind_of(a).head_statistics(a)
     assert stats["distance"].shape == (5, 4) and np.isnan(stats["distance"][0, 1:]).all()
     assert np.isfinite(stats["entropy"][4]).all() and np.isnan(stats["prefix_share"]).all()

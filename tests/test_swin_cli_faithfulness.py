@@ -114,7 +114,7 @@ def test_every_method_a_swin_takes_is_measured(
         ),
         (
             ["--method", "rollout", "--param", "rollout.discard_ratio=0.2"],
-            ["rollout.discard_ratio", "a Swin's rollout does not take", "fusion"],
+            ["rollout.discard_ratio", "no discard step", "fusion"],
         ),
         (["--method", "attention", "--param", "attention.layer=9"], ["attention", "layer"]),
     ],

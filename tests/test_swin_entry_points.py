@@ -65,19 +65,23 @@ def test_integer_weights_are_refused_by_name(tmp_path: Path) -> None:
 def test_the_method_table_says_which_methods_take_a_swin(capsys) -> None:
     import json
 
-    from vitviz.explain.methods import Method, register_method, unregister_method
-    from vitviz.kinds.swin.methods import swin_unavailable
+    from vitviz.explain.methods import Method, get_method, register_method, unregister_method
+    from vitviz.kindapi import get_kind
 
     assert cli.main(["methods", "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
     rows = table["methods"] if isinstance(table, dict) else table
     takes = {m["name"] for m in rows if "swin" in m["applies_to"]}
     assert takes == {"attention", "rollout", "gradient-rollout", "gradcam", "random"}
-    for m in rows:  # the window and the CLI refuse exactly the others
-        assert (swin_unavailable(m["name"], m["label"], True) is None) == (m["name"] in takes)
-    toy = Method("toy-swin", "Toy", lambda *a: None, applies_to={"swin"})
+    swin = get_kind("swin")
+    for m in rows:  # the window and the CLI refuse exactly the others, saying why
+        why = get_method(m["name"]).missing_on(swin)
+        assert (why is None) == (m["name"] in takes)
+        assert why is None or ("CLS token" in why and "it runs attention, rollout" in why)
+    toy = Method("toy-swin", "Toy", None, applies_to={"swin"})
     register_method(toy)
-    try:  # claims the kind but has no Swin version here: refused, not run
-        assert "no Swin version" in swin_unavailable("toy-swin", "Toy", True)
+    try:  # names the kind but has no Swin version, nor one of its own: refused, not run
+        why = toy.missing_on(swin)
+        assert why is not None and "vitviz has no Swin Transformer version of it" in why
     finally:
         unregister_method("toy-swin")

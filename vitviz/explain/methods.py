@@ -2,15 +2,19 @@
 
 The window's method list and parameter controls, the CLI, export (npz keys, PNG names) and the
 method list of docs/methods.md read this table and nothing else. An entry says what a method is
-(name, label, parameters, scaling, description); how it runs on a model comes from the model's kind
-(``vitviz.kinds``): ``kind_of(analysis).implementation(method.name)``, a ``KindMethod`` that
-also says which table parameters that version takes and what it requires of the model. A kind
-without a version of a method leaves it unavailable, with a sentence saying why.
+(name, label, parameters, scaling, description, and optionally a kind-independent ``compute``).
+Which kinds run it and which of its parameters each takes is derived here (DESIGN §5), from the
+one declaration of each kind (``vitviz/kinds/<kind>/methods.py``: ``METHODS`` {method:
+``KindMethod``}, its own versions, each naming the table parameters it refuses and why; ``CANNOT``
+{method: why}, what it can't run): a kind runs its own version, else the entry's ``compute``,
+unless it says it can't. A version takes every parameter of its entry it does not refuse, so a
+parameter added to an entry reaches every kind. The refusals (a method a kind can't run, a
+parameter its version does not take) are sentences built here from the entry and the kind's
+reason.
 
-Adding a method: one ``register_method(Method(...))`` below, and its math in each kind that
-implements it (``vitviz/kinds/<kind>/methods.py``), with its tests. A method added at run time
-(a plugin, a test's toy) may bring its own kind-independent ``compute`` instead, for the kinds
-named in its ``applies_to``.
+Adding a method (DESIGN §9): one ``Method`` entry below; a ``compute`` written for every kind
+(over ``ModelKind.token_geometry``) costs nothing more; otherwise a line in ``METHODS`` (or
+``CANNOT``) of each kind. A kind with neither has no version, and says so in the table's words.
 
 A map comes back as float32 on the CPU over the grid of one of the kind's layers
 (``TokenGeometry``: the clickable grid for every method of a ViT). ``query`` is a (row, col)
@@ -29,6 +33,7 @@ from torch import Tensor, nn
 
 from vitviz.explain.fusion import FUSIONS
 from vitviz.explain.params import Parameter
+from vitviz.explain.random_map import random_method
 from vitviz.explain.subject import Explained
 from vitviz.kindapi import KindAnalysis, KindMethod, ModelKind, all_kinds, kind_of
 
@@ -108,14 +113,15 @@ class Method:
     # -- which kinds ------------------------------------------------------------------------
 
     def implementation_for(self, kind: ModelKind) -> KindMethod | None:
-        """``kind``'s version of this method: its own, else this entry's ``compute``; None
-        without either, or where ``applies_to`` (when given) does not name the kind."""
+        """``kind``'s version of this method: its own, else this entry's ``compute`` unless the
+        kind says it can't run it (``missing_method``); None without either, or where
+        ``applies_to`` (when given) does not name the kind."""
         if self.declared is not None and kind.name not in self.declared:
             return None
         own = kind.implementation(self.name)
         if own is not None:
             return own
-        if self.compute is not None:
+        if self.compute is not None and kind.missing_method(self.name) is None:
             return KindMethod(self.compute)
         return None
 
@@ -133,8 +139,13 @@ class Method:
             return None
         kinds = ", ".join(sorted(self.applies_to)) or "no registered"
         said = f"{self.label} applies to {kinds} models, not to this {kind.name} model"
-        why = kind.missing_method(self.name)
-        return f"{said}: {why}" if why else said
+        if self.declared is not None:
+            if kind.name not in self.declared:
+                return said  # the entry names its kinds: that is the reason
+            said = f"{self.label} names {kind.name} models"
+        why = kind.missing_method(self.name) or f"vitviz has no {kind.label} version of it"
+        runs = ", ".join(m.name for m in all_methods() if m.implementation_for(kind) is not None)
+        return f"{said}: {why} (it runs {runs or 'no method of the table'})"
 
     # -- parameters -------------------------------------------------------------------------
 
@@ -179,12 +190,17 @@ class Method:
 
     def parameter_refusal(self, kind: ModelKind, parameter: str) -> str | None:
         """Why table parameter ``parameter`` means nothing to ``kind``'s version of this method
-        (one sentence naming both, e.g. a Swin's rollout has no discard step), or None."""
+        (one sentence naming both and what the version takes, e.g. a Swin's rollout has no
+        discard step), or None."""
         impl = self.implementation_for(kind)
         why = None if impl is None else impl.refusal(parameter)
         if why is None:
             return None
-        return f"{self.name}.{parameter} does not apply to a {kind.label}: {why}"
+        taken = ", ".join(self.taken_parameters(kind)) or "no parameters"
+        return (
+            f"{self.name}.{parameter} does not apply to a {kind.label}: {why}; "
+            f"its {self.name} takes {taken}"
+        )
 
     def taken_parameters(self, kind: ModelKind) -> tuple[str, ...]:
         """The names of the table parameters ``kind``'s version reads (all without one)."""
@@ -380,6 +396,20 @@ def methods_for(analysis: Explained) -> tuple[Method, ...]:
     return tuple(m for m in _REGISTRY.values() if m.unavailable(analysis) is None)
 
 
+def ignored_parameters(kind: ModelKind) -> dict[str, tuple[str, ...]]:
+    """{method: names of its table parameters ``kind``'s version does not take} over the
+    methods the kind runs (the window disables their controls)."""
+    out = {}
+    for method in all_methods():
+        if method.implementation_for(kind) is None:
+            continue
+        taken = method.taken_parameters(kind)
+        unused = tuple(p.name for p in method.parameters if p.name not in taken)
+        if unused:
+            out[method.name] = unused
+    return out
+
+
 def compute_maps(
     analysis: Explained,
     names: list[str] | tuple[str, ...],
@@ -476,7 +506,7 @@ BUILTIN_METHODS = (
         description="Grad-CAM on the last block's first LayerNorm output over the patch grid",
     ),
     Method(
-        "random", "Random (baseline)", None,
+        "random", "Random (baseline)", random_method,
         (Parameter("seed", int, 0, "Seed", range=(0, 2**31 - 1)),),
         queries=False, scaling="none",
         description="seeded uniform noise: the faithfulness baseline",

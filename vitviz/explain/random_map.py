@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -13,3 +16,14 @@ def random_map(grid: tuple[int, int], seed: int = 0) -> Tensor:
         raise ValueError(f"the grid must have at least one patch (got {gh}×{gw})")
     g = torch.Generator().manual_seed(int(seed))
     return torch.rand(gh, gw, generator=g, dtype=torch.float32)
+
+
+def random_method(
+    analysis: Any, query: object, target_class: int | None, params: Mapping[str, Any]
+) -> Tensor:
+    """The table's ``random`` on every kind: ``random_map`` over the clickable grid of the
+    analysis's kind (``TokenGeometry.grid``) with ``params['seed']``; query and class unused."""
+    from vitviz.kindapi import kind_of
+
+    grid = kind_of(analysis).token_geometry(analysis).grid
+    return random_map((int(grid[0]), int(grid[1])), int(params["seed"]))

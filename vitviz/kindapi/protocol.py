@@ -104,9 +104,10 @@ class MethodImplementation(Protocol):
 class KindMethod:
     """A kind's version of one method of the table, as ``ModelKind.implementation`` gives it.
 
-    ``compute``: the map (see ``MethodImplementation``). ``takes``: the table parameters it
-    reads (None: every one the table lists); ``refusals`` {parameter: why it means nothing to
-    this version}, for those it does not take (the CLI refuses them with the reason).
+    ``compute``: the map (see ``MethodImplementation``). ``refusals`` {parameter: why it means
+    nothing to this version}: the table parameters it does not take (the CLI refuses them with
+    the reason); it takes every other one its table entry lists, one added later included.
+    ``takes`` (optional): a closed list of those it reads instead (None: all but ``refusals``).
     ``requires(label, model)``: why it can't run on ``model`` although the kind has a version
     (e.g. it needs vitviz's own network, not one from the user's code), or None.
     """
@@ -126,7 +127,9 @@ class KindMethod:
         return self.compute(analysis, query, target_class, params)
 
     def takes_parameter(self, name: str) -> bool:
-        return self.takes is None or name in self.takes
+        if self.takes is None:
+            return name not in self.refusals
+        return name in self.takes
 
     def refusal(self, name: str) -> str | None:
         """Why this version does not take parameter ``name`` (a clause), None when it does."""
@@ -463,8 +466,9 @@ class ModelKind(EngineMembers, Protocol):
         ...
 
     def missing_method(self, method: str) -> str | None:
-        """Why it has no version of table method ``method`` (a clause, e.g. the CLS token a
-        Swin lacks), or None when it has one."""
+        """Why it can't run table method ``method`` (a clause, e.g. the CLS token a Swin lacks;
+        the table's kind-independent version is refused too), or None: it runs its own version
+        or the table's."""
         ...
 
     def parameter_bounds(self, subject: KindAnalysis | nn.Module) -> tuple[int, int]:

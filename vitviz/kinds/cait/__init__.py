@@ -128,14 +128,14 @@ class CaitKind(ViTKind):
         return analysis
 
     def implementation(self, method: str) -> KindMethod | None:
-        from vitviz.kinds.cait.methods import implementation
+        from vitviz.kinds.cait.methods import METHODS
 
-        return implementation(method)
+        return METHODS.get(method)
 
     def missing_method(self, method: str) -> str | None:
-        from vitviz.kinds.cait.methods import MISSING
+        from vitviz.kinds.cait.methods import CANNOT
 
-        return MISSING.get(method)
+        return CANNOT.get(method)
 
     def layer_rows(self, analysis: Analysis) -> tuple[LayerRow, ...]:
         """ "SA i" for the self-attention layers, "CA j" for the class-attention layers."""

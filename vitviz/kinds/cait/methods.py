@@ -50,7 +50,8 @@ from vitviz.explain.attribution import AttributionResult, attribution_map
 from vitviz.explain.subject import Explained
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.cait.attribution import cait_attention_relevance
-from vitviz.kinds.vit.methods import COMPUTE, cached_result, model_input, target_class
+from vitviz.kinds.vit.methods import METHODS as VIT_METHODS
+from vitviz.kinds.vit.methods import cached_result, model_input, target_class
 
 Query = tuple[int, int] | None
 
@@ -87,7 +88,7 @@ def query_problem(self_depth: int, depth: int, layer: int, query: Query) -> str 
 
 
 def _one_layer(name: str, fixed_layer: int | None = None) -> Any:
-    vit = COMPUTE[name]
+    own = VIT_METHODS[name]
 
     def compute(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
         S, L = class_layers(a)
@@ -95,7 +96,7 @@ def _one_layer(name: str, fixed_layer: int | None = None) -> Any:
         why = query_problem(S, L, layer, q)
         if why is not None:
             raise ValueError(why)
-        return vit(a, q, c, p)
+        return own(a, q, c, p)
 
     return compute
 
@@ -121,11 +122,11 @@ def _gradient_rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any
 
 
 def _chained(name: str) -> Any:
-    vit = COMPUTE[name]
+    own = VIT_METHODS[name]
 
     def compute(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
         require_patch_queries(a, q)
-        return vit(a, q, c, p)
+        return own(a, q, c, p)
 
     return compute
 
@@ -142,29 +143,18 @@ def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[s
     return attribution_map(res, q, p["start_layer"])[0]
 
 
-# Why the CaiT has no version of a table method (``CaitKind.missing_method``), a clause.
-MISSING: dict[str, str] = {}
-
-
-_ROLLOUTS = {"rollout": _rollout, "gradient-rollout": _gradient_rollout}
-_OWN = {
-    "attention": _one_layer("attention"),
-    "dino-masks": _one_layer("dino-masks"),
-    "attention-gradcam": _one_layer("attention-gradcam", fixed_layer=-1),
-    "relevance": _chained("relevance"),
-    "grad-sam": _chained("grad-sam"),
-    "transformer-attribution": _transformer_attribution,
+# The CaiT kind's one declaration (DESIGN §5): its versions of the table's methods, each taking
+# every parameter of its entry but those it refuses ...
+METHODS: dict[str, KindMethod] = {
+    "attention": KindMethod(_one_layer("attention")),
+    "rollout": KindMethod(_rollout, refusals={"discard_ratio": NO_DISCARD}),
+    "gradient-rollout": KindMethod(_gradient_rollout, refusals={"discard_ratio": NO_DISCARD}),
+    "relevance": KindMethod(_chained("relevance")),
+    "dino-masks": KindMethod(_one_layer("dino-masks")),
+    "transformer-attribution": KindMethod(_transformer_attribution),
+    "grad-sam": KindMethod(_chained("grad-sam")),
+    "attention-gradcam": KindMethod(_one_layer("attention-gradcam", fixed_layer=-1)),
+    "gradcam": KindMethod(VIT_METHODS["gradcam"].compute),  # its own CaitModel's last block
 }
-
-
-def implementation(name: str) -> KindMethod | None:
-    """The CaiT's version of table method ``name``, or None."""
-    if name in MISSING:
-        return None
-    if name in _ROLLOUTS:
-        takes = frozenset({"fusion", "start_layer"})
-        return KindMethod(_ROLLOUTS[name], takes=takes, refusals={"discard_ratio": NO_DISCARD})
-    compute = _OWN.get(name, COMPUTE.get(name))
-    if compute is None:
-        return None
-    return KindMethod(compute)  # token Grad-CAM reads vitviz's own CaitModel's last block
+# ... and what it can't run (``CaitKind.missing_method``), with why: nothing
+CANNOT: dict[str, str] = {}

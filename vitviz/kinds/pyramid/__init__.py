@@ -179,14 +179,14 @@ class PyramidKind(StagedEngineMembers):
         )
 
     def implementation(self, method: str) -> KindMethod | None:
-        from vitviz.kinds.pyramid.methods import implementation
+        from vitviz.kinds.pyramid.methods import METHODS
 
-        return implementation(method)
+        return METHODS.get(method)
 
     def missing_method(self, method: str) -> str | None:
-        from vitviz.kinds.pyramid.methods import missing_reason
+        from vitviz.kinds.pyramid.methods import CANNOT
 
-        return None if self.implementation(method) is not None else missing_reason(method)
+        return CANNOT.get(method)
 
     def parameter_bounds(self, subject: PyramidAnalysis | nn.Module) -> tuple[int, int]:
         from torch import nn

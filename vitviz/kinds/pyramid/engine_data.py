@@ -82,20 +82,6 @@ def unavailable(loaded: Any) -> dict[str, str]:
     return out
 
 
-def ignored_parameters(kind: ModelKind) -> dict[str, tuple[str, ...]]:
-    from vitviz.explain.methods import all_methods
-
-    out = {}
-    for method in all_methods():
-        if method.implementation_for(kind) is None:
-            continue
-        taken = method.taken_parameters(kind)
-        unused = tuple(p.name for p in method.parameters if p.name not in taken)
-        if unused:
-            out[method.name] = unused
-    return out
-
-
 def thumbnail_grid(a: PyramidAnalysis) -> tuple[tuple[int, int], int]:
     """The finest stage grid at most THUMB_MAX_CELLS a side that covers the first exactly."""
     h0, w0 = a.stage_grids[0]
@@ -127,6 +113,8 @@ def words(a: PyramidAnalysis) -> ViewWords:
 
 
 def image_numbers(session: Session, kind: ModelKind) -> ImageNumbers:
+    from vitviz.explain.methods import ignored_parameters
+
     loaded, a = session.loaded, session.analysis
     head = has_head(loaded.model)
     rows = kind.layer_rows(a)

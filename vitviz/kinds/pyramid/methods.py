@@ -1,7 +1,8 @@
 """The method table's entries that run on a pyramid ViT (the window's engine, ``vitviz-cli
 explain``, ``faithfulness`` and ``stats`` reach them through ``PyramidKind.implementation``):
 attention (one block and head), rollout, gradient rollout and relevance across the stages
-(``rollout``), token Grad-CAM and the random baseline. The others say why they don't run.
+(``rollout``) and token Grad-CAM (the random baseline is the table's own). The others say why they
+don't run. The kind's one declaration of them is ``METHODS`` and ``CANNOT`` at the end (DESIGN §5).
 
 A query is a cell of the first stage's grid; in each block it is the token of that block's
 stage covering the cell's centre. Without one, the attention map is the mean of every query's
@@ -16,29 +17,22 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vitviz.explain.random_map import random_map
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.pyramid.analysis import PyramidAnalysis, analyze_pyramid
 from vitviz.kinds.pyramid.gradcam import pyramid_token_gradcam
 from vitviz.kinds.pyramid.hiera_network import HieraViT
 from vitviz.kinds.pyramid.network import PyramidViT
 
-# the table parameters each takes on a pyramid ViT
-PARAMETERS = {
-    "attention": frozenset({"layer", "head"}),
-    "rollout": frozenset({"fusion"}),
-    "gradient-rollout": frozenset(),
-    "relevance": frozenset(),
-    "gradcam": frozenset(),
-    "random": frozenset({"seed"}),
-}
-NOT_HERE = {
+# why a table parameter means nothing to the chains across a pyramid's stages
+# (``KindMethod.refusals``: the table refuses it with this reason)
+NOT_ACROSS_STAGES = {
     "discard_ratio": "the rollout across a pyramid's stages has no discard step (it keeps every "
     "entry of each block)",
     "start_layer": "the rollout across a pyramid's stages always runs through every block of "
     "every stage (a later start would leave the first stage's grid unreached)",
 }
-MISSING = {
+# why a pyramid ViT can't run the table's other methods (``PyramidKind.missing_method``)
+CANNOT: dict[str, str] = {
     "transformer-attribution": "its LRP rules cover a ViT's blocks; vitviz has no rule for the "
     "spatial-reduction convolution, the depthwise MLP convolution or the downsampling between "
     "stages (PVT v2), nor the position convolution (Twins), nor for the max-pooled queries and "
@@ -49,12 +43,6 @@ MISSING = {
     "attention-gradcam": "it reads the last layer's CLS row over the patch grid; a pyramid ViT has "
     "no CLS token",
 }
-
-
-def missing_reason(name: str) -> str:
-    """Why a pyramid ViT has no version of table method ``name`` (a clause)."""
-    takes = ", ".join(PARAMETERS)
-    return MISSING.get(name, f"vitviz has no pyramid version of it (it takes {takes})")
 
 
 def block_index(analysis: PyramidAnalysis, block: int) -> int:
@@ -141,9 +129,7 @@ def pyramid_method_map(
         x = analysis.input[None].to(param.device, param.dtype)
         with torch.inference_mode(False):
             return pyramid_token_gradcam(model, x, target_class)[0].detach().cpu()
-    if name == "random":
-        return random_map(tuple(analysis.stage_grids[0]), int(params.get("seed", 0)))
-    raise ValueError(f"{name} does not run on a pyramid ViT: {missing_reason(name)}")
+    raise ValueError(f"vitviz has no pyramid version of {name!r} here (see METHODS)")
 
 
 def _requires_own(label: str, model: nn.Module) -> str | None:
@@ -152,11 +138,9 @@ def _requires_own(label: str, model: nn.Module) -> str | None:
     return f"{label} needs vitviz's own pyramid ViT, and this model is a {type(model).__name__}"
 
 
-def implementation(name: str) -> KindMethod | None:
-    """The pyramid version of table method ``name`` (None without one): (analysis, query cell
-    or None, target class, parameters) -> map; which parameters it takes and why not the rest."""
-    if name not in PARAMETERS:
-        return None
+def _version(name: str) -> Any:
+    """The compute function of the pyramid version of table method ``name``: (analysis, query
+    cell or None, target class, parameters) -> map."""
 
     def compute(
         analysis: PyramidAnalysis,
@@ -166,12 +150,19 @@ def implementation(name: str) -> KindMethod | None:
     ) -> Tensor:
         return pyramid_method_map(analysis, name, query, target_class, params)
 
-    takes = PARAMETERS[name]
-    listed = ", ".join(sorted(takes)) or "none"
-    refusals = {
-        p: f"a pyramid ViT's {name} does not take {p} (its parameters: {listed}); "
-        + NOT_HERE.get(p, "the pyramid version of this method does not take it")
-        for p in ("discard_ratio", "start_layer", "layer", "head", "fusion", "seed", "threshold")
-        if p not in takes
-    }
-    return KindMethod(compute, takes=takes, refusals=refusals, requires=_requires_own)
+    return compute
+
+
+# The pyramid kind's one declaration (DESIGN §5): its versions of the table's methods, each taking
+# every parameter of its entry but those it refuses (and what it can't run: ``CANNOT`` above)
+METHODS: dict[str, KindMethod] = {
+    "attention": KindMethod(_version("attention"), requires=_requires_own),
+    "rollout": KindMethod(_version("rollout"), refusals=NOT_ACROSS_STAGES, requires=_requires_own),
+    "gradient-rollout": KindMethod(
+        _version("gradient-rollout"), refusals=NOT_ACROSS_STAGES, requires=_requires_own
+    ),
+    "relevance": KindMethod(
+        _version("relevance"), refusals=NOT_ACROSS_STAGES, requires=_requires_own
+    ),
+    "gradcam": KindMethod(_version("gradcam"), requires=_requires_own),
+}

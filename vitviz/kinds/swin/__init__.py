@@ -136,14 +136,14 @@ class SwinKind(StagedEngineMembers):
         return TokenGeometry(input_size=size, grid=(h0, w0), cell_pixels=patch, layers=layers)
 
     def implementation(self, method: str) -> KindMethod | None:
-        from vitviz.kinds.swin.methods import implementation
+        from vitviz.kinds.swin.methods import METHODS
 
-        return implementation(method)
+        return METHODS.get(method)
 
     def missing_method(self, method: str) -> str | None:
-        from vitviz.kinds.swin.methods import missing_reason
+        from vitviz.kinds.swin.methods import CANNOT
 
-        return None if self.implementation(method) is not None else missing_reason(method)
+        return CANNOT.get(method)
 
     def parameter_bounds(self, subject: SwinAnalysis | nn.Module) -> tuple[int, int]:
         from torch import nn

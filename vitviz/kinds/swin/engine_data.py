@@ -100,11 +100,9 @@ def model_shape(loaded: LoadedModel) -> ModelShape:
 def unavailable(loaded: LoadedModel) -> dict[str, str]:
     """{method name: why it can't run on a Swin} over the whole method table."""
     from vitviz.explain.methods import all_methods
-    from vitviz.kinds.swin.methods import swin_unavailable
 
     head = has_head(loaded.model) and bool(loaded.class_names)
-    model = loaded.model
-    reasons = {m.name: swin_unavailable(m.name, m.label, head, model) for m in all_methods()}
+    reasons = {m.name: m.unavailable_on(loaded.model, head) for m in all_methods()}
     return {name: why for name, why in reasons.items() if why is not None}
 
 
@@ -149,7 +147,7 @@ def words(analysis: SwinAnalysis) -> ViewWords:
 def image_numbers(session: Session, kind: ModelKind) -> ImageNumbers:
     """The block layout, head statistics per block and head (NaN beyond a block's heads), the
     predictions; every query goes to the engine (its rows cost O(n) there)."""
-    from vitviz.kinds.swin.methods import ignored_parameters
+    from vitviz.explain.methods import ignored_parameters
 
     loaded, a = session.loaded, session.analysis
     head = has_head(loaded.model)
@@ -177,7 +175,7 @@ def image_numbers(session: Session, kind: ModelKind) -> ImageNumbers:
         device=str(next(loaded.model.parameters()).device),
         attention=None,
         unavailable=unavailable(loaded),
-        ignored_params=ignored_parameters(),
+        ignored_params=ignored_parameters(kind),
         thumb_grid=thumb_grid,
         thumb_pixels=thumb_pixels,
         layer_rows=rows,
@@ -299,15 +297,20 @@ def method_map(
     params: Mapping[str, Any],
 ) -> np.ndarray:
     """``swin_method_map`` from the last stage's token covering the clicked cell's centre (None:
-    the average pool); the gradient rollout of ``target_class`` runs the pass again for it."""
-    from vitviz.kinds.swin.methods import swin_method_map
+    the average pool); the gradient rollout of ``target_class`` runs the pass again for it. A
+    method the Swin runs as the table's own version (``random``) runs through the table."""
+    from vitviz.kinds.swin.methods import METHODS, swin_method_map
 
     a = session.analysis
+    target = default_class(session) if target_class is None else target_class
+    if method not in METHODS:
+        from vitviz.explain.methods import get_method
+
+        return get_method(method)(a, query, target, params, strict=False).numpy()
     model = session.loaded.model
     patch = model.config.patch_size
     point = query_point(query, patch)
     token = None if point is None else (query_tokens(a, point, patch)[-1], len(a.stage_grids) - 1)
-    target = default_class(session) if target_class is None else target_class
     if method == "gradient-rollout":
         a = with_gradients(session, target)
     return swin_method_map(a, model, method, token, target, dict(params)).float().numpy()

@@ -1,7 +1,8 @@
 """The method table's entries that run on a Swin, over a SwinAnalysis (used by the window's engine,
 ``vitviz-cli explain`` and ``faithfulness``): attention (one block and head), the windowed rollout,
-the windowed gradient rollout, token Grad-CAM and the random baseline. Every other method needs a
-ViT's CLS token or its one grid of patches and says so in one sentence.
+the windowed gradient rollout and token Grad-CAM (the random baseline is the table's own). Every
+other method needs a ViT's CLS token or its one grid of patches and says so (``CANNOT``). The
+kind's one declaration of them is ``METHODS`` and ``CANNOT`` at the end (DESIGN §5).
 """
 
 from __future__ import annotations
@@ -12,81 +13,21 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vitviz.explain.random_map import random_map
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.swin.analysis import SwinAnalysis
 from vitviz.kinds.swin.attention import from_slots, query_row, windowed_attention
 from vitviz.kinds.swin.gradcam import swin_token_gradcam
 from vitviz.kinds.swin.network import SwinTransformer
 
-# the parameters each takes on a Swin (the table's others are the ViT's: discard ratio, start layer)
-SWIN_PARAMETERS = {
-    "attention": frozenset({"layer", "head"}),
-    "rollout": frozenset({"fusion"}),
-    "gradient-rollout": frozenset(),
-    "gradcam": frozenset(),
-    "random": frozenset({"seed"}),
-}
-
-
-# why a table parameter means nothing on a Swin (``KindMethod.refusals``: the CLI refuses it
-# with this reason)
-NOT_ON_SWIN = {
+# why a table parameter means nothing to a Swin's windowed rollouts (``KindMethod.refusals``:
+# the table refuses it with this reason)
+NOT_IN_WINDOWED_ROLLOUT = {
     "discard_ratio": "the windowed rollout of a Swin has no discard step (it keeps every entry "
     "of each window)",
     "start_layer": "the windowed rollout of a Swin always runs through every block of every stage",
 }
-
-
-def ignored_parameters() -> dict[str, tuple[str, ...]]:
-    """{method: names of its table parameters a Swin's version does not take} (the window
-    disables their controls): ``Method.taken_parameters`` of the Swin kind."""
-    from vitviz.explain.methods import all_methods
-    from vitviz.kindapi import get_kind
-
-    kind = get_kind("swin")
-    out = {}
-    for method in all_methods():
-        if method.name not in SWIN_PARAMETERS:
-            continue
-        taken = method.taken_parameters(kind)
-        unused = tuple(p.name for p in method.parameters if p.name not in taken)
-        if unused:
-            out[method.name] = unused
-    return out
-
-
-def swin_methods() -> tuple[str, ...]:
-    """The methods whose table entry says they apply to a Swin (``applies_to``)."""
-    from vitviz.explain.methods import all_methods
-
-    return tuple(m.name for m in all_methods() if "swin" in m.applies_to)
-
-
-def swin_unavailable(
-    name: str, label: str, has_head: bool, model: object | None = None
-) -> str | None:
-    """Why method ``name`` can't run on a Swin (a plain sentence), or None if it can: the
-    table's ``applies_to`` says which do, and this module holds their Swin versions.
-    ``model``: the Swin itself, when known (token Grad-CAM needs vitviz's own)."""
-    from vitviz.explain.methods import get_method
-
-    takes = swin_methods()
-    if name not in takes:
-        return (
-            f"{label} needs a ViT's CLS token and single patch grid; a Swin has neither "
-            f"(it takes {', '.join(takes)})"
-        )
-    if name not in SWIN_PARAMETERS:
-        return f"{label} says it applies to a Swin, but vitviz has no Swin version of it yet"
-    if name == "gradcam" and model is not None and not isinstance(model, SwinTransformer):
-        return (
-            f"{label} needs vitviz's own Swin (it reads the last block's first LayerNorm), "
-            "and this model comes from your code"
-        )
-    if get_method(name).needs_gradients and not has_head:
-        return f"{label} needs a classification head, and this model has none"
-    return None
+# why a Swin can't run the table's other methods (``SwinKind.missing_method``)
+NO_CLS = "it needs a ViT's CLS token and single patch grid; a Swin has neither"
 
 
 def block_index(analysis: SwinAnalysis, block: int) -> int:
@@ -127,8 +68,7 @@ def swin_method_map(
     """The map of method ``name``: ``query`` (token, stage) picks the query token (None: the
     average pool). ``attention``: block ``params['layer']`` (the table's name; blocks of all
     stages counted from 0, default the last), head ``params['head']`` (−1: mean), at the block's
-    resolution; rollouts and ``random`` (``params['seed']``) over the first stage's grid;
-    Grad-CAM over the last stage's grid."""
+    resolution; rollouts over the first stage's grid; Grad-CAM over the last stage's grid."""
     p = dict(params or {})
     token, stage = (None, None) if query is None else query
     if name == "attention":
@@ -147,9 +87,11 @@ def swin_method_map(
         x = analysis.input[None].to(param.device, param.dtype)
         with torch.inference_mode(False):
             return swin_token_gradcam(model, x, target_class)[0].detach().cpu()
-    if name == "random":
-        return random_map(tuple(analysis.stage_grids[0]), int(p.get("seed", 0)))
-    raise ValueError(swin_unavailable(name, name, True) or f"unknown method {name!r}")
+    from vitviz.explain.methods import get_method
+    from vitviz.kindapi import get_kind
+
+    method = get_method(name)  # ValueError naming the table's methods for an unknown name
+    raise ValueError(method.missing_on(get_kind("swin")) or f"{name} is the table's own version")
 
 
 def _requires_own_swin(label: str, model: nn.Module) -> str | None:
@@ -159,14 +101,6 @@ def _requires_own_swin(label: str, model: nn.Module) -> str | None:
     return (
         f"{label} needs vitviz's own Swin (it reads the last block's first LayerNorm), "
         "and this model comes from your code"
-    )
-
-
-def missing_reason(name: str) -> str:
-    """Why a Swin has no version of table method ``name`` (a clause)."""
-    takes = ", ".join(SWIN_PARAMETERS)
-    return (
-        f"it needs a ViT's CLS token and single patch grid; a Swin has neither (it takes {takes})"
     )
 
 
@@ -197,14 +131,11 @@ def _query_token(analysis: SwinAnalysis, block: int, cell: tuple[int, int]) -> t
     return token, stage
 
 
-def implementation(name: str) -> KindMethod | None:
-    """The Swin version of table method ``name`` as the kind gives it: (analysis, query cell of
-    the first stage's grid or None for the average pool, target class, parameters) -> map
-    (attention at its block's grid, Grad-CAM at the last stage's, the others at the first
-    stage's); which table parameters it takes and why the others mean nothing here. None
-    without one."""
-    if name not in SWIN_PARAMETERS:
-        return None
+def _version(name: str) -> Any:
+    """The compute function of the Swin version of table method ``name``: (analysis, query cell
+    of the first stage's grid or None for the average pool, target class, parameters) -> map
+    (attention at its block's grid, Grad-CAM at the last stage's, the rollouts at the first
+    stage's)."""
 
     def compute(
         analysis: SwinAnalysis,
@@ -225,17 +156,18 @@ def implementation(name: str) -> KindMethod | None:
             token = _query_token(analysis, block, query)
         return swin_method_map(source, model, name, token, target_class, params)
 
-    takes = SWIN_PARAMETERS[name]
-    listed = ", ".join(sorted(takes)) or "none"
-    refusals = {
-        p: f"a Swin's {name} does not take {p} (its parameters: {listed}); "
-        + NOT_ON_SWIN.get(p, "the Swin version of this method does not take it")
-        for p in ("discard_ratio", "start_layer", "layer", "head", "fusion", "seed", "threshold")
-        if p not in takes
-    }
-    return KindMethod(
-        compute,
-        takes=takes,
-        refusals=refusals,
-        requires=_requires_own_swin if name == "gradcam" else None,
-    )
+    return compute
+
+
+# The Swin kind's one declaration (DESIGN §5): its versions of the table's methods, each taking
+# every parameter of its entry but those it refuses ...
+METHODS: dict[str, KindMethod] = {
+    "attention": KindMethod(_version("attention")),
+    "rollout": KindMethod(_version("rollout"), refusals=NOT_IN_WINDOWED_ROLLOUT),
+    "gradient-rollout": KindMethod(_version("gradient-rollout"), refusals=NOT_IN_WINDOWED_ROLLOUT),
+    "gradcam": KindMethod(_version("gradcam"), requires=_requires_own_swin),
+}
+# ... and what it can't run (``SwinKind.missing_method``), with why
+CANNOT: dict[str, str] = dict.fromkeys(
+    ("relevance", "dino-masks", "transformer-attribution", "grad-sam", "attention-gradcam"), NO_CLS
+)

@@ -128,12 +128,14 @@ class ViTKind:
         return engine_data.token_geometry(analysis)
 
     def implementation(self, method: str) -> KindMethod | None:
-        from vitviz.kinds.vit.methods import implementation
+        from vitviz.kinds.vit.methods import METHODS
 
-        return implementation(method)
+        return METHODS.get(method)
 
     def missing_method(self, method: str) -> str | None:
-        return None  # the table's sentence ("applies to swin models, ...") says it all
+        from vitviz.kinds.vit.methods import CANNOT
+
+        return CANNOT.get(method)
 
     def parameter_bounds(self, subject: Analysis | nn.Module) -> tuple[int, int]:
         from torch import nn

@@ -141,6 +141,8 @@ def image_numbers(session: Session) -> ImageNumbers:
     """The numbers the window shows; a model with an attention probe keeps its attention with
     the engine (the probe's row is the query None's last layer, which the window's own maps
     of the attention array would not give)."""
+    from vitviz.explain.methods import ignored_parameters
+
     a = session.analysis
     probe = getattr(a, "probe_attention", None) is not None
     return ImageNumbers(
@@ -161,7 +163,7 @@ def image_numbers(session: Session) -> ImageNumbers:
         device=a.device,
         attention=None if probe else shareable_attention(a),
         unavailable=unavailable(a),
-        ignored_params={},
+        ignored_params=ignored_parameters(kind_of(a)),
         thumb_grid=tuple(a.grid),
         thumb_pixels=int(a.patch_size),
         layer_rows=layer_rows(a),

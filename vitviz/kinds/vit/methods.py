@@ -1,10 +1,11 @@
-"""The ViT's versions of the method table's entries (DESIGN §5): one compute function each.
+"""The ViT's versions of the method table's entries (DESIGN §5): one compute function each,
+declared once in ``METHODS`` (the ViT takes every parameter of each entry and can run every
+method: ``CANNOT`` is empty; ``random`` is the table's own, kind-independent version).
 
 A compute function takes (analysis, query, target_class, params) and returns a (gh, gw) float32
 map over the patch grid, scaled as its table entry's ``scaling`` says. ``query`` is a (row, col)
 patch or None for CLS (the mean of the patch queries on a model without prefix tokens);
-``target_class`` None means the top prediction. ``implementation(name)`` is what the ViT kind
-answers the table with.
+``target_class`` None means the top prediction.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from torch import Tensor, nn
 from vitviz.explain.attribution import AttributionResult, attention_relevance, attribution_map
 from vitviz.explain.gradcam import attention_gradcam, token_gradcam
 from vitviz.explain.maps import attention_maps
-from vitviz.explain.random_map import random_map
 from vitviz.explain.subject import Explained
 from vitviz.explain.tokens import min_max_scale
 from vitviz.kindapi.protocol import KindMethod
@@ -112,10 +112,6 @@ def _gradcam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Ten
     return cached_result(a, ("gradcam", cls), build).clone()  # the cached map stays as it is
 
 
-def _random(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    return random_map(a.grid, p["seed"])
-
-
 def _own_vit(reads: str) -> Callable[[str, nn.Module], str | None]:
     """A version that reads vitviz's own ViT modules: refuses a model from the user's code."""
 
@@ -127,20 +123,6 @@ def _own_vit(reads: str) -> Callable[[str, nn.Module], str | None]:
         return f"{label} needs vitviz's own ViT ({reads}), and this model comes from your code"
 
     return requires
-
-
-COMPUTE = {
-    "attention": _attention,
-    "rollout": _rollout,
-    "gradient-rollout": _gradient_rollout,
-    "relevance": _relevance,
-    "dino-masks": _dino_masks,
-    "transformer-attribution": _transformer_attribution,
-    "grad-sam": _grad_sam,
-    "attention-gradcam": _attention_gradcam,
-    "gradcam": _gradcam,
-    "random": _random,
-}
 
 
 def _lrp_rules(label: str, model: nn.Module) -> str | None:
@@ -159,15 +141,17 @@ def _gradcam_features(label: str, model: nn.Module) -> str | None:
     return why
 
 
-REQUIRES = {
-    "transformer-attribution": _lrp_rules,
-    "gradcam": _gradcam_features,
+# The ViT kind's one declaration (DESIGN §5): its versions of the table's methods.
+METHODS: dict[str, KindMethod] = {
+    "attention": KindMethod(_attention),
+    "rollout": KindMethod(_rollout),
+    "gradient-rollout": KindMethod(_gradient_rollout),
+    "relevance": KindMethod(_relevance),
+    "dino-masks": KindMethod(_dino_masks),
+    "transformer-attribution": KindMethod(_transformer_attribution, requires=_lrp_rules),
+    "grad-sam": KindMethod(_grad_sam),
+    "attention-gradcam": KindMethod(_attention_gradcam),
+    "gradcam": KindMethod(_gradcam, requires=_gradcam_features),
 }
-
-
-def implementation(name: str) -> KindMethod | None:
-    """The ViT's version of table method ``name`` (every table parameter taken), or None."""
-    compute = COMPUTE.get(name)
-    if compute is None:
-        return None
-    return KindMethod(compute, requires=REQUIRES.get(name))
+# ... and what it can't run (with why): nothing
+CANNOT: dict[str, str] = {}

@@ -96,9 +96,14 @@ class XcitKind(CaitKind):
         return model.forward_library(x)
 
     def implementation(self, method: str) -> KindMethod | None:
-        from vitviz.kinds.xcit.methods import implementation
+        from vitviz.kinds.xcit.methods import METHODS
 
-        return implementation(method) or super().implementation(method)
+        return METHODS.get(method)
+
+    def missing_method(self, method: str) -> str | None:
+        from vitviz.kinds.xcit.methods import CANNOT
+
+        return CANNOT.get(method)
 
 
 KIND = XcitKind()

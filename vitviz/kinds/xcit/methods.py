@@ -16,6 +16,8 @@ from torch import Tensor
 from vitviz.explain.attribution import AttributionResult, attribution_map
 from vitviz.explain.subject import Explained
 from vitviz.kindapi.protocol import KindMethod
+from vitviz.kinds.cait.methods import CANNOT as CAIT_CANNOT
+from vitviz.kinds.cait.methods import METHODS as CAIT_METHODS
 from vitviz.kinds.cait.methods import require_patch_queries
 from vitviz.kinds.vit.methods import cached_result, model_input, target_class
 from vitviz.kinds.xcit.attribution import xcit_attention_relevance
@@ -36,10 +38,10 @@ def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[s
     return attribution_map(res, q, p["start_layer"])[0]
 
 
-_OWN = {"transformer-attribution": _transformer_attribution}
-
-
-def implementation(name: str) -> KindMethod | None:
-    """The XCiT's own version of table method ``name``, or None (the CaiT kind's then)."""
-    compute = _OWN.get(name)
-    return None if compute is None else KindMethod(compute)
+# The XCiT kind's one declaration (DESIGN §5): the CaiT's versions, its own LRP ...
+METHODS: dict[str, KindMethod] = {
+    **CAIT_METHODS,
+    "transformer-attribution": KindMethod(_transformer_attribution),
+}
+# ... and what it can't run, with why: what the CaiT can't
+CANNOT: dict[str, str] = dict(CAIT_CANNOT)
