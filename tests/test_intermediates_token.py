@@ -130,8 +130,12 @@ def _hf_clip(folder: Path) -> Case:
 
 
 def _hf_tower(folder: Path, siglip: bool) -> Case:
-    from transformers import CLIPVisionConfig, CLIPVisionModel, SiglipVisionConfig
-    from transformers import SiglipVisionModel
+    from transformers import (
+        CLIPVisionConfig,
+        CLIPVisionModel,
+        SiglipVisionConfig,
+        SiglipVisionModel,
+    )
 
     torch.manual_seed(4)
     config = (SiglipVisionConfig if siglip else CLIPVisionConfig)(
@@ -206,9 +210,9 @@ def test_heads_projected_are_each_attention_layers_output(case: Case, photo_file
     assert len(out.heads) == len(rows) == len(seen) == len(out.head_grids)
     for layer, (heads, branch) in enumerate(zip(out.heads, seen, strict=True)):
         B, H, N, d = heads.shape
-        assert H == rows[layer].heads and d * H == attention[layer].proj.in_features
+        assert rows[layer].heads == H and attention[layer].proj.in_features == d * H
         g = out.head_grids[layer]
-        assert N == g.num_prefix_tokens + g.grid[0] * g.grid[1]
+        assert g.num_prefix_tokens + g.grid[0] * g.grid[1] == N
         with torch.no_grad():
             projected = attention[layer].proj(heads.transpose(1, 2).reshape(B, N, H * d))
         _close(projected, branch, f"layer {layer}", rtol=1e-6)
@@ -231,7 +235,8 @@ def test_a_head_replaced_by_itself_changes_nothing(case: Case) -> None:
         _close(a, b, "replaced by itself", rtol=1e-6)
     other = {(0, 0): first.heads[0][:, 1]}  # another head's output: a different pass
     moved = _run(case, x, replace=other)
-    assert any(not torch.allclose(a, b) for a, b in zip(_compared(moved), _compared(first)))
+    pairs = zip(_compared(moved), _compared(first), strict=True)
+    assert any(not torch.allclose(a, b) for a, b in pairs)
 
 
 def test_a_zeroed_head_is_its_projection_columns_zeroed(case: Case) -> None:
@@ -247,8 +252,9 @@ def test_a_zeroed_head_is_its_projection_columns_zeroed(case: Case) -> None:
         reference = _run(case, x, by_hand)
         for a, b in zip(_compared(ablated), _compared(reference), strict=True):
             _close(a, b, f"layer {layer} head {head} zeroed")
-        changed = [not torch.allclose(a, b) for a, b in zip(_compared(ablated), _compared(plain))]
-        assert any(changed), f"zeroing layer {layer} head {head} changed nothing"
+        pairs = zip(_compared(ablated), _compared(plain), strict=True)
+        changed = any(not torch.allclose(a, b) for a, b in pairs)
+        assert changed, f"zeroing layer {layer} head {head} changed nothing"
 
 
 def test_bad_replacements_are_refused_and_the_model_is_left_as_it_was(case: Case) -> None:
@@ -293,3 +299,14 @@ def test_a_model_from_the_users_code_is_refused_with_the_reason() -> None:
     model = CapturedModel(nn.Linear(4, 3), ModelCodeConfig((32, 32), 8, 3, 2, 2, 16, 1))
     with pytest.raises(ValueError, match="your own code"):
         VIT.intermediates(model, images(1, SIDE, SIDE))
+
+
+def test_a_prompt_head_keeps_the_analysiss_image_embedding(case: Case, photo_files) -> None:
+    """A CLIP's or SigLIP's prompt head keeps each pass's image embedding (new prompts rescore
+    it): a pass of the accessor leaves the analysis's there (other kinds keep none)."""
+    head = case.loaded.model.head
+    analyze(case.loaded, photo_files["chelsea"])
+    kept = getattr(head, "last_embedding", None)
+    assert (kept is not None) == (kind_of(case.loaded).name == "clip")
+    _run(case, images(2, SIDE, SIDE))
+    assert getattr(head, "last_embedding", None) is kept
