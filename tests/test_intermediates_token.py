@@ -271,6 +271,7 @@ def test_bad_replacements_are_refused_and_the_model_is_left_as_it_was(case: Case
         "batch": ({(L - 1, 0): torch.zeros(B + 1, N, d)}, "head_dim"),
         "value": ({(L - 1, 0): 0.0}, "None"),
         "key": ({(L - 1,): None}, "layer, head"),
+        "index": ({(0.0, 0): None}, "two ints"),
     }
     for what, (replace, words) in bad.items():
         with pytest.raises(ValueError, match=words):

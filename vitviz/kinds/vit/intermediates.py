@@ -50,11 +50,15 @@ class HeadSite:
         return LayerGrid(grid if self.patches else (0, 0), token_pixels, self.prefix)
 
 
+def _is_index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def check_replacement(replace: HeadReplacement | None, sites: Sequence[HeadSite]) -> None:
     """ValueError for a layer or head out of range, or a value neither None nor a tensor."""
     for key, value in (replace or {}).items():
-        if not (isinstance(key, tuple) and len(key) == 2):
-            raise ValueError(f"a head replacement's key is (layer, head), got {key!r}")
+        if not (isinstance(key, tuple) and len(key) == 2 and all(_is_index(i) for i in key)):
+            raise ValueError(f"a head replacement's key is (layer, head), two ints: got {key!r}")
         layer, head = key
         if not 0 <= layer < len(sites):
             raise ValueError(
