@@ -38,10 +38,15 @@ class Case:
     loaded: object
     library: nn.Module
     reference: Callable[[nn.Module, Tensor], list[tuple[Tensor, Tensor]]]
+    size: tuple[int, int] = (SIDE, SIDE)
+
+    def images(self, batch: int, seed: int = 0) -> Tensor:
+        return images(batch, *self.size, seed=seed)
 
 
 def _timm_vit(folder: Path) -> Case:
-    args = dict(img_size=SIDE, patch_size=8, embed_dim=32, depth=2, num_heads=4, reg_tokens=2)
+    size = (SIDE, 48)  # 4 × 6 patches: rows and columns apart
+    args = dict(img_size=size, patch_size=8, embed_dim=32, depth=2, num_heads=4, reg_tokens=2)
     torch.manual_seed(0)
     model = randomize_(timm.create_model("vit_tiny_patch16_224", num_classes=5, **args))
     save_for_hf(model, folder, model_args=args, safe_serialization=True)
@@ -49,7 +54,7 @@ def _timm_vit(folder: Path) -> Case:
     def reference(m: nn.Module, x: Tensor) -> list[tuple[Tensor, Tensor]]:
         return m.forward_intermediates(x, return_prefix_tokens=True, intermediates_only=True)
 
-    return Case(load_checkpoint(folder), model, reference)
+    return Case(load_checkpoint(folder), model, reference, size)
 
 
 def _class_outputs(blocks: nn.ModuleList, m: nn.Module, x: Tensor) -> list[Tensor]:
@@ -179,7 +184,7 @@ def _close(a: Tensor, b: Tensor, what: str, rtol: float = 1e-5) -> None:
 def test_blocks_equal_the_librarys_in_float64(case: Case) -> None:
     ours = copy.deepcopy(case.loaded.model).double()
     library = copy.deepcopy(case.library).double()
-    x = images(2, SIDE, SIDE).double()
+    x = case.images(2).double()
     out = _run(case, x, ours)
     with torch.no_grad():
         reference = case.reference(library, x)
@@ -202,7 +207,7 @@ def test_heads_projected_are_each_attention_layers_output(case: Case, photo_file
     seen: list[Tensor] = []
     handles = [a.register_forward_hook(lambda _m, _a, o: seen.append(o[0])) for a in attention]
     try:
-        out = _run(case, images(2, SIDE, SIDE))
+        out = _run(case, case.images(2))
     finally:
         for h in handles:
             h.remove()
@@ -224,7 +229,7 @@ def _compared(out) -> list[Tensor]:
 
 
 def test_a_head_replaced_by_itself_changes_nothing(case: Case) -> None:
-    x = images(2, SIDE, SIDE, seed=1)
+    x = case.images(2, seed=1)
     first = _run(case, x)
     H = first.heads[0].shape[1]
     same = {(layer, (layer + 1) % H): first.heads[layer][:, (layer + 1) % H]
@@ -240,7 +245,7 @@ def test_a_head_replaced_by_itself_changes_nothing(case: Case) -> None:
 
 
 def test_a_zeroed_head_is_its_projection_columns_zeroed(case: Case) -> None:
-    x = images(2, SIDE, SIDE, seed=2)
+    x = case.images(2, seed=2)
     plain = _run(case, x)
     for layer, heads in enumerate(plain.heads):
         head, d = (layer + 1) % heads.shape[1], heads.shape[-1]
@@ -258,7 +263,7 @@ def test_a_zeroed_head_is_its_projection_columns_zeroed(case: Case) -> None:
 
 
 def test_bad_replacements_are_refused_and_the_model_is_left_as_it_was(case: Case) -> None:
-    x = images(1, SIDE, SIDE)
+    x = case.images(1)
     first = _run(case, x)
     L, (B, H, N, d) = len(first.heads), first.heads[-1].shape
     bad = {
@@ -309,5 +314,5 @@ def test_a_prompt_head_keeps_the_analysiss_image_embedding(case: Case, photo_fil
     analyze(case.loaded, photo_files["chelsea"])
     kept = getattr(head, "last_embedding", None)
     assert (kept is not None) == (kind_of(case.loaded).name == "clip")
-    _run(case, images(2, SIDE, SIDE))
+    _run(case, case.images(2))
     assert getattr(head, "last_embedding", None) is kept
