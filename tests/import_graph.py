@@ -160,6 +160,9 @@ VITVIZ_LAYERS: dict[str, int] = {
     **dict.fromkeys(("kinds.swin.analysis", "kinds.swin.methods", "kinds.swin.stats"), 2),
     **dict.fromkeys(("kinds.swin.faithfulness", "kinds.swin.export"), 2),
     "kinds.vit.methods": 2,
+    # the intermediates accessor of the token-layout kinds: the ViT's, the others' sites on it
+    **dict.fromkeys(("kinds.vit.intermediates", "kinds.cait.intermediates"), 2),
+    **dict.fromkeys(("kinds.xcit.intermediates", "kinds.clip.intermediates"), 2),
     "kinds.vit.probe_analysis": 5,  # the ViT's Analysis with an attention pool's probe row
     "kinds.swin.families": 3,
     "kinds.swin.modelcode": 4,

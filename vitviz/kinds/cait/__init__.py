@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from PIL import Image
     from torch import Tensor, nn
 
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kindapi.protocol import ImageNumbers, QueryMaps, Session
     from vitviz.kinds.cait.config import CaitConfig
     from vitviz.kinds.vit.analysis import Analysis
@@ -126,6 +127,14 @@ class CaitKind(ViTKind):
         )
         analysis.mean_distance, analysis.entropy, analysis.prefix_share = stats
         return analysis
+
+    def intermediates(
+        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+    ) -> Intermediates:
+        """The ViT's accessor on its own blocks (``vitviz.kinds.cait.intermediates``)."""
+        from vitviz.kinds.cait.intermediates import cait_intermediates
+
+        return cait_intermediates(model, x, replace=replace)
 
     def implementation(self, method: str) -> KindMethod | None:
         from vitviz.kinds.cait.methods import METHODS

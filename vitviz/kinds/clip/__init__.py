@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     import numpy as np
     from torch import Tensor, nn
 
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kindapi.protocol import ImageInput, ImageNumbers, Loaded, ModelShape, Session
     from vitviz.kinds.clip.network import ClipConfig
     from vitviz.kinds.clip.siglip import SiglipConfig
@@ -152,6 +153,14 @@ class ClipKind(ViTKind):
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Sequence[Tensor]]:
         out = model.forward_explained(x, capture_attention=True)
         return model.image_embedding(x), out.attentions
+
+    def intermediates(
+        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+    ) -> Intermediates:
+        """The ViT's accessor on its own blocks (``vitviz.kinds.clip.intermediates``)."""
+        from vitviz.kinds.clip.intermediates import clip_intermediates
+
+        return clip_intermediates(model, x, replace=replace)
 
     @property
     def model_code(self) -> None:

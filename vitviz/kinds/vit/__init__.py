@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # torch-free at import; the ViT's analysis sits above the reg
 
     from vitviz.blocks import ViTConfig
     from vitviz.checkpoints import LoadedModel
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kindapi.protocol import (
         FaithfulnessReport,
         ImageInput,
@@ -126,6 +127,14 @@ class ViTKind:
         from vitviz.kinds.vit import engine_data
 
         return engine_data.token_geometry(analysis)
+
+    def intermediates(
+        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+    ) -> Intermediates:
+        """Every block's output and every head before the output projection (DESIGN §3)."""
+        from vitviz.kinds.vit.intermediates import vit_intermediates
+
+        return vit_intermediates(model, x, replace=replace)
 
     def implementation(self, method: str) -> KindMethod | None:
         from vitviz.kinds.vit.methods import METHODS

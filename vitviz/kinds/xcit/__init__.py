@@ -33,6 +33,7 @@ from vitviz.kinds.cait import CaitKind
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kindapi.protocol import KindMethod
     from vitviz.kinds.xcit.config import XcitConfig
 
@@ -94,6 +95,14 @@ class XcitKind(CaitKind):
         """timm's shapes: (B, H, d, d) of each XCA block, (B, H, 1, 1 + P) of each
         class-attention block."""
         return model.forward_library(x)
+
+    def intermediates(
+        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+    ) -> Intermediates:
+        """The ViT's accessor on its own blocks (``vitviz.kinds.xcit.intermediates``)."""
+        from vitviz.kinds.xcit.intermediates import xcit_intermediates
+
+        return xcit_intermediates(model, x, replace=replace)
 
     def implementation(self, method: str) -> KindMethod | None:
         from vitviz.kinds.xcit.methods import METHODS
