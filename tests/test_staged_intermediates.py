@@ -262,9 +262,9 @@ def test_a_head_replaced_by_itself_changes_nothing(models, passes, name) -> None
     with torch.no_grad():
         again = kind_of(model).intermediates(model, x, replace=replace)
     assert again.replaced == tuple(sorted(replace))
-    assert torch.allclose(again.logits, out.logits, rtol=0, atol=1e-6)
+    assert torch.equal(again.logits, out.logits)
     for got, want in zip(again.blocks, out.blocks, strict=True):
-        assert torch.allclose(got, want, rtol=0, atol=1e-5)
+        assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -321,3 +321,32 @@ def test_another_network_is_refused(models) -> None:
     with pytest.raises(ValueError, match="takes a batch"):
         kind_of(hiera).intermediates(hiera, x[0])
     assert isinstance(hiera, HieraViT)
+
+
+def test_headless_networks_give_no_logits_and_gradients_reach_the_blocks() -> None:
+    """Without a head the logits are (B, 0), not the pooled features; with gradients enabled
+    the blocks and heads stay in the graph (what a target layer of the CAM family needs)."""
+    from vitviz.kinds.pyramid.hiera_config import HieraConfig
+    from vitviz.kinds.swin.config import SwinConfig
+    from vitviz.kinds.swin.network import SwinTransformer
+
+    torch.manual_seed(0)
+    swin = SwinTransformer(
+        SwinConfig(
+            image_size=(32, 32), num_classes=0, dims=(16, 32), depths=(2, 2), heads=(2, 4),
+            window_sizes=(4, 4),
+        )
+    ).eval()  # fmt: skip
+    hiera = HieraViT(
+        HieraConfig(
+            image_size=(32, 32), num_classes=0, dims=(16, 32), depths=(1, 1), heads=(1, 2),
+            mlp_hidden_dims=(32, 64), mask_unit_attn=(True, False), mask_unit=(2, 2),
+        )
+    ).eval()  # fmt: skip
+    x = _x((32, 32))
+    for model in (swin, hiera):
+        out = kind_of(model).intermediates(model, x)
+        assert out.logits.shape == (2, 0)
+        features = out.blocks[-1].mean(dim=(2, 3)).sum()
+        grads = torch.autograd.grad(features, [out.blocks[0], out.heads[0]])
+        assert all(float(g.abs().sum()) > 0 for g in grads)

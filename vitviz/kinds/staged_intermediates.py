@@ -8,7 +8,8 @@ One forward pass of the network's own ``forward`` with hooks: a forward pre-hook
 input is the heads' outputs concatenated, (B, *, heads·d) in the module's token order: read,
 mapped to the grid row-major, and, where ``replace`` asks, overwritten before the projection
 reads it), and a forward hook on every block (its output tokens, put on the grid as (B, C, h, w)).
-The hooks are removed when the pass ends, whatever happens.
+Both hand the network back the tensors they report, mapped back to its order (the same values),
+so that gradients reach them. The hooks are removed when the pass ends, whatever happens.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ class StagedSites(Protocol):
 
     def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
         """``block``'s output tokens on its grid, (B, C, h, w)."""
+        ...
+
+    def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
+        """``block``'s ``output`` with its tokens taken from ``tokens`` (B, C, h, w) (the same
+        values: later blocks then read the tensor the accessor hands back)."""
         ...
 
     def grid(self, block: int) -> LayerGrid:
@@ -147,18 +153,18 @@ def staged_intermediates(
             grid = order.gather(args[0])  # (B, N, C)
             B, N, C = grid.shape
             per_head = grid.reshape(B, N, counts[b], C // counts[b]).transpose(1, 2)
-            if b not in plan:
-                heads[b] = per_head
-                return None
-            per_head = heads[b] = _replaced(per_head, b, plan[b])
+            if b in plan:
+                per_head = _replaced(per_head, b, plan[b])
+            heads[b] = per_head  # what the projection reads, so gradients reach it
             merged = per_head.transpose(1, 2).reshape(B, N, C)
             return (order.scatter(args[0], merged), *args[1:])
 
         return hook
 
-    def leave(b: int) -> Callable[..., None]:
-        def hook(_module: nn.Module, _args: tuple[Any, ...], output: Any) -> None:
-            blocks[b] = sites.block_tokens(b, inputs[b], output)
+    def leave(b: int) -> Callable[..., Any]:
+        def hook(_module: nn.Module, _args: tuple[Any, ...], output: Any) -> Any:
+            tokens = blocks[b] = sites.block_tokens(b, inputs[b], output)
+            return sites.block_output(b, tokens, output)
 
         return hook
 

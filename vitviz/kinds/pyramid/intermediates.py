@@ -42,6 +42,11 @@ def _on_grid(tokens: Tensor, grid: tuple[int, int]) -> Tensor:
     return tokens.transpose(1, 2).reshape(B, C, *grid)
 
 
+def _off_grid(tokens: Tensor) -> Tensor:
+    """(B, C, H, W) -> (B, H·W, C) row-major."""
+    return tokens.flatten(2).transpose(1, 2)
+
+
 class PyramidSites:
     """A PVT v2's or Twins' blocks for one pass (``StagedSites``)."""
 
@@ -60,6 +65,9 @@ class PyramidSites:
     def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
         grid = self.grids[block] = tuple(int(v) for v in args[1])  # forward(t, grid, capture)
         return _on_grid(output[0], grid)
+
+    def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
+        return (_off_grid(tokens), *output[1:])
 
     def grid(self, block: int) -> LayerGrid:
         cfg = self.model.config
@@ -106,6 +114,9 @@ class HieraSites:
     def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
         tokens = self.orders[block].gather(output[0])  # unrolled -> row-major
         return _on_grid(tokens, self.layer_grids[block].grid)
+
+    def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
+        return (self.orders[block].scatter(output[0], _off_grid(tokens)), *output[1:])
 
     def grid(self, block: int) -> LayerGrid:
         return self.layer_grids[block]

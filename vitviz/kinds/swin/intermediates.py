@@ -66,6 +66,9 @@ class SwinSites:
     def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
         return output[0].permute(0, 3, 1, 2)  # (B, H, W, C) -> (B, C, H, W)
 
+    def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
+        return (tokens.permute(0, 2, 3, 1), *output[1:])
+
     def grid(self, block: int) -> LayerGrid:
         layout = self.layouts[block]
         assert layout is not None  # set when the block ran
