@@ -1,12 +1,12 @@
 """The intermediates accessor of the staged kinds (DESIGN §3) on tiny timm Swins (v1 padded and
-shifted, v2), PVT v2, Twins-PCPVT, Twins-SVT and Hiera with perturbed weights, opened through
-vitviz: every block's output equals the library's (its blocks' outputs, and its
-``forward_intermediates`` where that gives blocks' outputs) within 1e-5 relative; every head's
-output before the projection, pushed through the projection, equals the attention branch's
-output put on the grid by the model's own route (Swin: ``unpartition``; Hiera: timm's
-``reroll``); a head replaced by itself changes nothing; a zeroed head equals zeroing its columns
-of the projection's weight; bad replacements are refused with ValueError; the grids are the
-kind's token geometry's."""
+shifted, v2), a torchvision Swin (padded before the roll), PVT v2, Twins-PCPVT, Twins-SVT and
+Hiera with perturbed weights, opened through vitviz: every block's output equals the library's
+(its blocks' outputs, and its ``forward_intermediates`` where that gives blocks' outputs) within
+1e-5 relative; every head's output before the projection, pushed through the projection, equals
+the attention branch's output put on the grid by the model's own route (Swin: ``unpartition``;
+Hiera: timm's ``reroll``); a head replaced by itself changes nothing (bitwise); a zeroed head
+equals zeroing its columns of the projection's weight; bad replacements are refused with
+ValueError; the grids are the kind's token geometry's; gradients reach blocks and heads."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
-from swin_helpers import tiny_timm_swin
+from swin_helpers import tiny_timm_swin, tiny_torchvision_swin
 from torch import Tensor, nn
 from zoo_helpers import randomize_
 
@@ -76,6 +76,7 @@ def _hiera() -> nn.Module:
 
 CASES = {
     "swin-v1-padded": ("swin", (60, 52)),  # 15×13 tokens: padded to whole windows, shifted
+    "swin-torchvision-padded": ("swin", (60, 52)),  # padded, then rolled (timm: the other way)
     "swin-v2": ("swin2", (SIZE, SIZE)),
     "pvt-v2": ("pvt", (SIZE, SIZE)),
     "twins-pcpvt": ("pcpvt", (SIZE, SIZE)),
@@ -92,6 +93,9 @@ def models(tmp_path_factory) -> dict[str, tuple[nn.Module, nn.Module]]:
         "swin-v1-padded": _swin(root, 1, (60, 52)),
         "swin-v2": _swin(root, 2, (SIZE, SIZE)),
     }
+    tv = tiny_torchvision_swin(window=4, seed=5)
+    torch.save(tv.state_dict(), root / "swin_t_tiny.pth")
+    refs["swin-torchvision-padded"] = (tv, root / "swin_t_tiny.pth")
     pyramids = {
         "pvt-v2": _pyramid("pvt_v2_b0", 1, depths=(1, 2, 1, 1)),
         "twins-pcpvt": _pyramid("twins_pcpvt_small", 2, depths=(2, 2, 1, 1)),
@@ -127,7 +131,11 @@ def library_blocks(name: str, ref: nn.Module, x: Tensor) -> list[Tensor]:
     if name == "hiera":
         with torch.no_grad():
             return list(ref.forward_intermediates(x, coarse=False, intermediates_only=True))
-    if name.startswith("swin"):
+    if name == "swin-torchvision-padded":
+        from torchvision.models.swin_transformer import SwinTransformerBlock
+
+        blocks = [m for m in ref.modules() if isinstance(m, SwinTransformerBlock)]
+    elif name.startswith("swin"):
         blocks = [b for stage in ref.layers for b in stage.blocks]
     elif name == "pvt-v2":
         blocks = [b for stage in ref.stages for b in stage.blocks]
@@ -165,7 +173,7 @@ def test_blocks_equal_the_library(models, passes, name) -> None:
     with torch.no_grad():
         ref_logits = ref(x)
     assert _rel(out.logits, ref_logits) <= 1e-4
-    if name.startswith("swin"):  # timm's forward_intermediates: each stage's last block
+    if name in ("swin-v1-padded", "swin-v2"):  # timm's forward_intermediates: stages' last blocks
         with torch.no_grad():
             stage_ends = ref.forward_intermediates(x, intermediates_only=True)
         last = np.cumsum([len(s.blocks) for s in ref.layers]) - 1
@@ -246,6 +254,7 @@ def test_grids_are_the_kinds_token_geometry(models, passes, name) -> None:
 REPLACED = {
     "swin-v1-padded": (1, 3),
     "swin-v2": (1, 2),
+    "swin-torchvision-padded": (1, 3),
     "pvt-v2": (0, 2, 4),
     "twins-pcpvt": (1, 2),
     "twins-svt": (0, 2, 5),
