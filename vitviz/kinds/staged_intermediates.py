@@ -178,15 +178,17 @@ def staged_intermediates(
     finally:
         for handle in handles:
             handle.remove()
-    if any(t is None for t in blocks) or any(t is None for t in heads):
+    kept = [t for t in blocks if t is not None]
+    per_head = [t for t in heads if t is not None]
+    if len(kept) != L or len(per_head) != L:
         raise ValueError("the forward pass did not run every block's attention")
     grids = tuple(sites.grid(b) for b in range(L))
     return Intermediates(
         logits=logits,
-        blocks=tuple(blocks),  # type: ignore[arg-type]
-        block_prefix=tuple(t.new_zeros(t.shape[0], 0, t.shape[1]) for t in blocks),  # type: ignore[union-attr]
+        blocks=tuple(kept),
+        block_prefix=tuple(t.new_zeros(t.shape[0], 0, t.shape[1]) for t in kept),
         block_grids=grids,
-        heads=tuple(heads),  # type: ignore[arg-type]
+        heads=tuple(per_head),
         head_grids=grids,
         replaced=tuple(sorted((layer, h) for layer, hs in plan.items() for h in hs)),
     )
