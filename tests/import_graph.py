@@ -156,6 +156,8 @@ VITVIZ_LAYERS: dict[str, int] = {
     "kindapi": 1,  # the kind contract, torch-free
     **dict.fromkeys(("kinds.swin.network", "kinds.swin.config", "kinds.swin.layers"), 1),
     "kinds.swin.windows": 1,
+    "kinds.staged_intermediates": 1,  # the staged kinds' intermediates accessor, written once
+    **dict.fromkeys(("kinds.swin.intermediates", "kinds.pyramid.intermediates"), 2),
     **dict.fromkeys(("kinds.swin.attention", "kinds.swin.rollout", "kinds.swin.gradcam"), 2),
     **dict.fromkeys(("kinds.swin.analysis", "kinds.swin.methods", "kinds.swin.stats"), 2),
     **dict.fromkeys(("kinds.swin.faithfulness", "kinds.swin.export"), 2),

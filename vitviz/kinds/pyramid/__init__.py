@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from PIL import Image
     from torch import Tensor, nn
 
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kindapi.protocol import (
         ImageInput,
         Loaded,
@@ -177,6 +178,14 @@ class PyramidKind(StagedEngineMembers):
             cell_pixels=analysis.stage_pixels[0],
             layers=layers,
         )
+
+    def intermediates(
+        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+    ) -> Intermediates:
+        """Blocks on their grids, heads before the projection, row-major (DESIGN §3)."""
+        from vitviz.kinds.pyramid.intermediates import pyramid_intermediates
+
+        return pyramid_intermediates(model, x, replace)
 
     def implementation(self, method: str) -> KindMethod | None:
         from vitviz.kinds.pyramid.methods import METHODS

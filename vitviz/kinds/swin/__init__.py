@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     from torch import Tensor, nn
 
     from vitviz.checkpoints import LoadedModel
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kindapi.protocol import (
         ImageInput,
         Loaded,
@@ -134,6 +135,14 @@ class SwinKind(StagedEngineMembers):
         )
         size = tuple(int(v) for v in analysis.input.shape[-2:])
         return TokenGeometry(input_size=size, grid=(h0, w0), cell_pixels=patch, layers=layers)
+
+    def intermediates(
+        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+    ) -> Intermediates:
+        """Blocks on their grids, heads before the projection, windows un-shifted (DESIGN §3)."""
+        from vitviz.kinds.swin.intermediates import swin_intermediates
+
+        return swin_intermediates(model, x, replace)
 
     def implementation(self, method: str) -> KindMethod | None:
         from vitviz.kinds.swin.methods import METHODS

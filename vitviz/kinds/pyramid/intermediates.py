@@ -1,0 +1,141 @@
+"""The intermediates accessor (DESIGN §3) of the pyramid kind's networks: every block's output
+on its stage's grid and every head's output before the attention's projection, row-major.
+
+- PVT v2, Twins-PCPVT (spatial-reduction attention): the queries are every grid token, so the
+  projection reads (B, N, C) row-major already; the reduction touches keys and values only.
+- Twins-SVT's grouped blocks: the attention puts its ws × ws windows back in grid order before
+  the projection, which reads (B, N, C) row-major as well. A block's output is taken before
+  the stage's position convolution (Twins' PEG, after a stage's first block), which is no block.
+- Hiera: the blocks run on "unrolled" tokens (``hiera_network.unrolled_order``). A block's
+  projection reads one row per query in the unrolled order of its output grid (a pooling
+  block's queries already 2 × 2 max-pooled; within mask units position t·units + w holds unit
+  w's t-th token, which is that order too), so position i is row-major token
+  ``unrolled_order(g_out, q, S − 1 − s)[i]`` of the output grid; the block's output tokens are
+  in the same order. Every stage maps exactly: each query has one cell of its grid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from torch import Tensor, nn
+
+from vitviz.kindapi.grids import LayerGrid
+from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
+from vitviz.kinds.pyramid import hiera_network, layers
+from vitviz.kinds.pyramid.hiera_network import HieraViT, unrolled_order
+from vitviz.kinds.pyramid.network import PyramidViT
+from vitviz.kinds.staged_intermediates import (
+    ROW_MAJOR,
+    TokenOrder,
+    head_logits,
+    model_input,
+    permuted,
+    staged_intermediates,
+)
+
+
+def _on_grid(tokens: Tensor, grid: tuple[int, int]) -> Tensor:
+    """(B, H·W, C) row-major -> (B, C, H, W)."""
+    B, _, C = tokens.shape
+    return tokens.transpose(1, 2).reshape(B, C, *grid)
+
+
+def _off_grid(tokens: Tensor) -> Tensor:
+    """(B, C, H, W) -> (B, H·W, C) row-major."""
+    return tokens.flatten(2).transpose(1, 2)
+
+
+class PyramidSites:
+    """A PVT v2's or Twins' blocks for one pass (``StagedSites``)."""
+
+    def __init__(self, model: PyramidViT) -> None:
+        cfg = model.config
+        self.model = model
+        self.blocks = model.blocks
+        self.projections = [b.attn.proj for b in self.blocks]
+        self.head_counts = [b.attn.heads for b in self.blocks]
+        self.places = [(s, j) for s, d in enumerate(cfg.depths) for j in range(d)]
+        self.grids: list[tuple[int, int] | None] = [None] * len(self.blocks)
+
+    def head_order(self, block: int, args: tuple[Any, ...]) -> TokenOrder:
+        return ROW_MAJOR
+
+    def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
+        grid = self.grids[block] = tuple(int(v) for v in args[1])  # forward(t, grid, capture)
+        return _on_grid(output[0], grid)
+
+    def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
+        return (_off_grid(tokens), *output[1:])
+
+    def grid(self, block: int) -> LayerGrid:
+        cfg = self.model.config
+        s, j = self.places[block]
+        grid = self.grids[block]
+        assert grid is not None  # set when the block ran
+        ws = cfg.window(s, j)
+        windows = layers.window_ids(grid, ws).numpy().astype(np.int32) if ws else None
+        return LayerGrid(grid=grid, token_pixels=cfg.stage_stride(s), windows=windows)
+
+    def logits(self, x: Tensor) -> Tensor:
+        return head_logits(self.model(x), int(self.model.config.num_classes))
+
+
+class HieraSites:
+    """A Hiera's blocks for one pass on ``x`` (``StagedSites``): the unrolled orders follow
+    from the first-stage grid, known before the pass."""
+
+    def __init__(self, model: HieraViT, x: Tensor) -> None:
+        cfg = model.config
+        self.model = model
+        self.blocks = list(model.blocks)
+        self.projections = [b.attn.proj for b in self.blocks]
+        self.head_counts = [b.attn.heads for b in self.blocks]
+        self.grid0 = (x.shape[-2] // cfg.patch_stride, x.shape[-1] // cfg.patch_stride)
+        S, q = cfg.num_stages, cfg.q_stride
+        self.orders, self.layer_grids = [], []
+        for b, s in enumerate(model.block_stages):
+            _, windowed, _, g_out = model.block_plan(b, self.grid0)
+            self.orders.append(permuted(unrolled_order(g_out, q, S - 1 - s).to(x.device)))
+            unit = (cfg.mask_unit[0] // q[0] ** s, cfg.mask_unit[1] // q[1] ** s)
+            ids = hiera_network.window_ids(g_out, unit).reshape(g_out).numpy().astype(np.int32)
+            self.layer_grids.append(
+                LayerGrid(
+                    grid=tuple(g_out),
+                    token_pixels=cfg.stage_stride(s),
+                    windows=ids if windowed else None,
+                )
+            )
+
+    def head_order(self, block: int, args: tuple[Any, ...]) -> TokenOrder:
+        return self.orders[block]
+
+    def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
+        tokens = self.orders[block].gather(output[0])  # unrolled -> row-major
+        return _on_grid(tokens, self.layer_grids[block].grid)
+
+    def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
+        return (self.orders[block].scatter(output[0], _off_grid(tokens)), *output[1:])
+
+    def grid(self, block: int) -> LayerGrid:
+        return self.layer_grids[block]
+
+    def logits(self, x: Tensor) -> Tensor:
+        return head_logits(self.model(x), int(self.model.config.num_classes))
+
+
+def pyramid_intermediates(
+    model: nn.Module, x: Tensor, replace: HeadReplacement | None = None
+) -> Intermediates:
+    """``Intermediates`` of vitviz's PyramidViT (PVT v2, Twins) or HieraViT on ``x``
+    (B, C, H, W); ValueError for another network and for a replacement that does not fit."""
+    if isinstance(model, HieraViT):
+        x = model_input(model, x)
+        return staged_intermediates(HieraSites(model, x), x, replace)
+    if isinstance(model, PyramidViT):
+        return staged_intermediates(PyramidSites(model), model_input(model, x), replace)
+    raise ValueError(
+        f"the intermediates accessor needs vitviz's PyramidViT or HieraViT, got "
+        f"{type(model).__name__}"
+    )

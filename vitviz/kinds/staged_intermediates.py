@@ -1,0 +1,209 @@
+"""The intermediates accessor (``Intermediates``, DESIGN §3) for the kinds whose stages each have
+their own token grid (Swin, the pyramid ViTs), written once over a ``StagedSites`` each kind
+gives: its blocks, their output projections, and how a projection's input and a block's output
+are laid out against the block's grid.
+
+One forward pass of the network's own ``forward`` with hooks: a forward pre-hook on every block
+(its inputs, for the layout), a forward pre-hook on every attention's output projection (its
+input is the heads' outputs concatenated, (B, *, heads·d) in the module's token order: read,
+mapped to the grid row-major, and, where ``replace`` asks, overwritten before the projection
+reads it), and a forward hook on every block (its output tokens, put on the grid as (B, C, h, w)).
+Both hand the network back the tensors they report, mapped back to its order (the same values),
+so that gradients reach them. The hooks are removed when the pass ends, whatever happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from vitviz.kindapi.grids import LayerGrid
+from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
+
+
+@dataclass(frozen=True)
+class TokenOrder:
+    """How an attention layer's projection input (B, *, C), in the module's own token order,
+    sits on the layer's grid: ``gather`` (B, *, C) -> (B, N, C) row-major over the grid;
+    ``scatter(x, g)`` the module's input ``x`` with its grid tokens replaced by ``g`` (B, N, C)
+    (slots of no grid token, a Swin window's padding, kept as they are)."""
+
+    gather: Callable[[Tensor], Tensor]
+    scatter: Callable[[Tensor, Tensor], Tensor]
+
+
+ROW_MAJOR = TokenOrder(gather=lambda x: x, scatter=lambda x, g: g)  # (B, N, C) as it is
+
+
+def permuted(order: Tensor) -> TokenOrder:
+    """Position i of the module's tokens holds row-major grid token ``order[i]`` (N,) long."""
+    inverse = torch.argsort(order)
+    return TokenOrder(gather=lambda x: x[:, inverse], scatter=lambda x, g: g[:, order])
+
+
+class StagedSites(Protocol):
+    """One network's attention layers for one input, as a kind lays them out (one attention
+    layer per block, in the order of the kind's ``layer_rows``)."""
+
+    blocks: Sequence[nn.Module]  # every block, stage by stage
+    projections: Sequence[nn.Module]  # each block's attention output projection
+    head_counts: Sequence[int]  # each block's heads
+
+    def head_order(self, block: int, args: tuple[Any, ...]) -> TokenOrder:
+        """The token order of ``block``'s projection input; ``args`` the block's inputs."""
+        ...
+
+    def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
+        """``block``'s output tokens on its grid, (B, C, h, w)."""
+        ...
+
+    def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
+        """``block``'s ``output`` with its tokens taken from ``tokens`` (B, C, h, w) (the same
+        values: later blocks then read the tensor the accessor hands back)."""
+        ...
+
+    def grid(self, block: int) -> LayerGrid:
+        """``block``'s grid (asked after the pass)."""
+        ...
+
+    def logits(self, x: Tensor) -> Tensor:
+        """The network's own forward: (B, classes), (B, 0) without a head."""
+        ...
+
+
+Plan = dict[int, dict[int, Tensor | None]]
+
+
+def check_replace(replace: HeadReplacement | None, head_counts: Sequence[int]) -> Plan:
+    """{layer: {head: None or tensor}} of ``replace``; ValueError for a key that is not a
+    (layer, head) pair of the network or a value that is neither None nor a tensor."""
+    plan: Plan = {}
+    layers = len(head_counts)
+    for key, value in (replace or {}).items():
+        if not (
+            isinstance(key, tuple)
+            and len(key) == 2
+            and all(isinstance(k, int) and not isinstance(k, bool) for k in key)
+        ):
+            raise ValueError(f"a head replacement's key is (layer, head), got {key!r}")
+        layer, head = key
+        if not 0 <= layer < layers:
+            raise ValueError(
+                f"layer {layer} is out of range: the model has {layers} attention layers "
+                f"(0 to {layers - 1})"
+            )
+        if not 0 <= head < head_counts[layer]:
+            raise ValueError(
+                f"head {head} is out of range: layer {layer} has {head_counts[layer]} heads "
+                f"(0 to {head_counts[layer] - 1})"
+            )
+        if value is not None and not isinstance(value, Tensor):
+            raise ValueError(
+                f"the replacement of layer {layer} head {head} must be None (zero it) or a "
+                f"tensor, got {type(value).__name__}"
+            )
+        plan.setdefault(layer, {})[head] = value
+    return plan
+
+
+def _replaced(per_head: Tensor, layer: int, wanted: Mapping[int, Tensor | None]) -> Tensor:
+    """(B, heads, N, d) with the heads ``wanted`` replaced (None: zeroed); ValueError for a
+    replacement whose shape is not that head's (B, N, d)."""
+    B, _, N, d = per_head.shape
+    out = per_head.clone()
+    for head, value in wanted.items():
+        if value is None:
+            out[:, head] = 0
+            continue
+        if tuple(value.shape) != (B, N, d):
+            raise ValueError(
+                f"the replacement of layer {layer} head {head} is {tuple(value.shape)}; that "
+                f"head's output is (B, N, head_dim) = {(B, N, d)}"
+            )
+        out[:, head] = value.to(device=out.device, dtype=out.dtype)
+    return out
+
+
+def staged_intermediates(
+    sites: StagedSites, x: Tensor, replace: HeadReplacement | None
+) -> Intermediates:
+    """One forward pass of ``x`` (B, C, H, W) with every block's output and every head's output
+    before the projection captured, ``replace`` applied before the projection. Gradients flow
+    where the caller has them enabled (the tensors are not detached)."""
+    counts = [int(c) for c in sites.head_counts]
+    plan = check_replace(replace, counts)
+    L = len(counts)
+    inputs: list[tuple[Any, ...]] = [()] * L
+    blocks: list[Tensor | None] = [None] * L
+    heads: list[Tensor | None] = [None] * L
+
+    def enter(b: int) -> Callable[..., None]:
+        def hook(_module: nn.Module, args: tuple[Any, ...]) -> None:
+            inputs[b] = args
+
+        return hook
+
+    def project(b: int) -> Callable[..., tuple[Any, ...] | None]:
+        def hook(_module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+            order = sites.head_order(b, inputs[b])
+            grid = order.gather(args[0])  # (B, N, C)
+            B, N, C = grid.shape
+            per_head = grid.reshape(B, N, counts[b], C // counts[b]).transpose(1, 2)
+            if b in plan:
+                per_head = _replaced(per_head, b, plan[b])
+            heads[b] = per_head  # what the projection reads, so gradients reach it
+            merged = per_head.transpose(1, 2).reshape(B, N, C)
+            return (order.scatter(args[0], merged), *args[1:])
+
+        return hook
+
+    def leave(b: int) -> Callable[..., Any]:
+        def hook(_module: nn.Module, _args: tuple[Any, ...], output: Any) -> Any:
+            tokens = blocks[b] = sites.block_tokens(b, inputs[b], output)
+            return sites.block_output(b, tokens, output)
+
+        return hook
+
+    handles = []
+    try:
+        for b, (block, proj) in enumerate(zip(sites.blocks, sites.projections, strict=True)):
+            handles.append(block.register_forward_pre_hook(enter(b)))
+            handles.append(proj.register_forward_pre_hook(project(b)))
+            handles.append(block.register_forward_hook(leave(b)))
+        logits = sites.logits(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    kept = [t for t in blocks if t is not None]
+    per_head = [t for t in heads if t is not None]
+    if len(kept) != L or len(per_head) != L:
+        raise ValueError("the forward pass did not run every block's attention")
+    grids = tuple(sites.grid(b) for b in range(L))
+    return Intermediates(
+        logits=logits,
+        blocks=tuple(kept),
+        block_prefix=tuple(t.new_zeros(t.shape[0], 0, t.shape[1]) for t in kept),
+        block_grids=grids,
+        heads=tuple(per_head),
+        head_grids=grids,
+        replaced=tuple(sorted((layer, h) for layer, hs in plan.items() for h in hs)),
+    )
+
+
+def model_input(model: nn.Module, x: Tensor) -> Tensor:
+    """``x`` (B, C, H, W) on the model's device and in its dtype; ValueError for another rank."""
+    if not isinstance(x, Tensor) or x.ndim != 4:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"the intermediates accessor takes a batch (B, C, H, W), got {shape}")
+    param = next(model.parameters())
+    return x.to(device=param.device, dtype=param.dtype)
+
+
+def head_logits(logits: Tensor, classes: int) -> Tensor:
+    """The forward's output as logits: (B, 0) for a network without a head (whose forward
+    gives the pooled features)."""
+    return logits if classes else logits.new_zeros(logits.shape[0], 0)
