@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds be
     from torch import Tensor, nn
 
     from vitviz.imaging import Preprocessing
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.imaging.loading import ImageSource
 
     ImageInput = ImageSource | Tensor  # what analyze reads: a file, bytes, an image or (C, H, W)
@@ -458,6 +459,14 @@ class ModelKind(EngineMembers, Protocol):
 
     def token_geometry(self, analysis: KindAnalysis) -> TokenGeometry:
         """Where ``analysis``'s tokens sit on the model input, layer by layer."""
+        ...
+
+    def intermediates(
+        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+    ) -> Intermediates:
+        """One forward pass of x (B, C, H, W) with every block's output on its grid and every
+        head's output before the output projection, ``replace``'s heads swapped in (DESIGN §3);
+        ValueError (a clause) for a model it can't take apart, or a bad replacement."""
         ...
 
     # -- methods ------------------------------------------------------------------------------
