@@ -133,84 +133,23 @@ def upward_imports(
     return sorted(found)
 
 
-# vitviz's layers, lowest first (DESIGN §1-2): a module may import its own layer and those below.
+# vitviz's layers, lowest first (DESIGN §2): one line per top-level package. A module may import
+# its own package and those below it; the kind packages (kinds/) are plug-ins on top of the
+# shared layers, which reach them only through the registry (kindapi).
 VITVIZ_LAYERS: dict[str, int] = {
-    # core/: plain utilities; a package ranked as its lowest module, each module at its own rank
-    "core": 0,
-    **dict.fromkeys(("core.printable", "core.errors", "core.console", "core.tree_text"), 0),
-    **dict.fromkeys(("core.devices", "core.finite", "core.layers", "core.model_names"), 0),
-    "core.model_ids": 0,  # what text is a hub model id (org/name[@revision])
-    **dict.fromkeys(("blocks", "imaging"), 1),
-    **dict.fromkeys(("core.filekinds", "core.resources", "core.last_model", "explain"), 2),
-    "checkpoints": 3,
-    "modelcode": 4,
-    # pipeline/: from a model and images to numbers and files, module by module
-    "pipeline": 2,
-    "pipeline.memory": 2,
-    "pipeline.head_stats": 2,  # an analysis's head statistics, made from its attention when read
-    "pipeline.kept_graph": 3,  # one image's autograd graph, kept for later targets
-    "pipeline.capture": 3,
-    "pipeline.analysis": 4,
-    # the kinds: the registry low; each kind's package spans the layers, module by module
-    "kinds": 1,
-    "kindapi": 1,  # the kind contract, torch-free
-    **dict.fromkeys(("kinds.swin.network", "kinds.swin.config", "kinds.swin.layers"), 1),
-    "kinds.swin.windows": 1,
-    "kinds.staged_intermediates": 1,  # the staged kinds' intermediates accessor, written once
-    **dict.fromkeys(("kinds.swin.intermediates", "kinds.pyramid.intermediates"), 2),
-    **dict.fromkeys(("kinds.swin.attention", "kinds.swin.rollout", "kinds.swin.gradcam"), 2),
-    **dict.fromkeys(("kinds.swin.analysis", "kinds.swin.methods", "kinds.swin.stats"), 2),
-    **dict.fromkeys(("kinds.swin.faithfulness", "kinds.swin.export"), 2),
-    "kinds.vit.methods": 2,
-    # the intermediates accessor of the token-layout kinds: the ViT's, the others' sites on it
-    **dict.fromkeys(("kinds.vit.intermediates", "kinds.cait.intermediates"), 2),
-    **dict.fromkeys(("kinds.xcit.intermediates", "kinds.clip.intermediates"), 2),
-    "kinds.vit.probe_analysis": 5,  # the ViT's Analysis with an attention pool's probe row
-    "kinds.swin.families": 3,
-    "kinds.swin.modelcode": 4,
-    **dict.fromkeys(("kinds.swin", "kinds.swin.output", "kinds.vit"), 5),
-    **dict.fromkeys(("kinds.swin.training", "kinds.swin.code_side", "kinds.vit.training"), 5),
-    # what the engine asks of a kind, as numpy for the window (no Qt, no workers, no ui)
-    **dict.fromkeys(("kinds.swin.engine_data", "kinds.vit.engine_data"), 5),
-    # pyramid ViTs (PVT v2): the network low, the families beside the checkpoints
-    **dict.fromkeys(("kinds.pyramid.config", "kinds.pyramid.layers", "kinds.pyramid.network"), 1),
-    **dict.fromkeys(("kinds.pyramid.hiera_config", "kinds.pyramid.hiera_network"), 1),
-    "kinds.pyramid.hiera_words": 1,
-    "kinds.pyramid.hiera_plan": 2,
-    "kinds.pyramid.reduction": 1,
-    **dict.fromkeys(("kinds.pyramid.rollout", "kinds.pyramid.gradcam", "kinds.pyramid.stats"), 2),
-    **dict.fromkeys(("kinds.pyramid.analysis", "kinds.pyramid.methods", "kinds.pyramid.export"), 2),
-    "kinds.pyramid.families": 3,
-    **dict.fromkeys(("kinds.pyramid", "kinds.pyramid.engine_data"), 5),
-    # CaiT: its config and network low, its family beside the checkpoints, the kind over the ViT's
-    **dict.fromkeys(("kinds.cait.config", "kinds.cait.network"), 1),
-    **dict.fromkeys(("kinds.cait.methods", "kinds.cait.stats"), 2),
-    "kinds.cait.attribution": 2,  # its LRP relevance, by the rules of explain.attribution
-    "kinds.cait.families": 3,
-    "kinds.cait": 5,
-    **dict.fromkeys(("kinds.xcit.config", "kinds.xcit.network"), 1),
-    **dict.fromkeys(("kinds.xcit.attribution", "kinds.xcit.methods"), 2),  # its LRP on CA blocks
-    "kinds.xcit.families": 3,
-    "kinds.xcit": 5,
-    # CLIP: the text side and the network low, its checkpoint family beside the checkpoints
-    **dict.fromkeys(("kinds.clip.text", "kinds.clip.tokenizer", "kinds.clip.network"), 1),
-    **dict.fromkeys(("kinds.clip.siglip", "kinds.clip.siglip_tokenizer"), 1),
-    **dict.fromkeys(
-        (
-            "kinds.clip.huggingface",
-            "kinds.clip.openclip",
-            "kinds.clip.siglip_huggingface",
-            "kinds.clip.hf_towers",
-            "kinds.clip.hf_classifiers",
-        ),
-        3,
-    ),
-    "kinds.clip": 5,  # numpy helpers over query maps (the window's fast path shares them)
-    **dict.fromkeys(("pipeline.batch", "pipeline.export", "pipeline.folder_stats"), 5),
-    "training": 5,
-    "cli": 6,
-    "workers": 7,
-    "ui": 8,
-    **dict.fromkeys(("app", "selftest", "qt_deps", "__main__"), 9),
+    "core": 0,  # plain utilities, the image formats
+    "imaging": 1,  # decoding, preprocessing, overlays
+    "blocks": 1,  # the transformer blocks several kinds build on (pure torch)
+    "kindapi": 2,  # the kind contract and registry, torch-free
+    "explain": 3,  # the methods' definitions and the method table
+    "checkpoints": 4,  # reading, families' toolkit, the library check
+    "modelcode": 5,  # a model from a user's own code
+    "pipeline": 6,  # analyze through the kind, batches, export, statistics over folders
+    "kinds": 7,  # the kind packages: vit, swin, pyramid, cait, xcit, clip
+    "training": 8,
+    "cli": 9,
+    "workers": 10,
+    "ui": 11,
+    **dict.fromkeys(("app", "selftest", "qt_deps", "__main__"), 12),  # entry points
 }
 VITVIZ_LAYERS = {f"vitviz.{name}": rank for name, rank in VITVIZ_LAYERS.items()}

@@ -86,3 +86,28 @@ def test_no_import_circle_and_no_upward_import() -> None:
     assert upward_imports(graph, VITVIZ_LAYERS) == []
     unranked = [m for m in graph if m != "vitviz" and layer_of(m, VITVIZ_LAYERS) is None]
     assert unranked == []  # every module has a layer (the package's __init__ is the top)
+
+
+def test_the_layer_map_ranks_whole_packages() -> None:
+    """One rank per top-level package (DESIGN §2): adding a module or a kind edits no rank
+    line, and no module is ranked apart from its package."""
+    top = {p.stem for p in PACKAGE_DIR.glob("*.py")} | {
+        p.parent.name for p in PACKAGE_DIR.glob("*/__init__.py")
+    }
+    names = [name.removeprefix("vitviz.") for name in VITVIZ_LAYERS]
+    assert all("." not in name for name in names), names
+    assert set(names) <= top
+
+
+def test_no_shared_module_imports_a_kind_package() -> None:
+    """The kinds are plug-ins (DESIGN §3): outside ``vitviz/kinds/`` nothing imports one of
+    them; the registry finds them by the package names it lists."""
+    graph = import_graph(PACKAGE_DIR)
+    found = [
+        f"{module} -> {target}"
+        for module, edges in graph.items()
+        if not module.startswith("vitviz.kinds") and module != "vitviz"
+        for target in edges
+        if target.startswith("vitviz.kinds.")
+    ]
+    assert found == []

@@ -76,7 +76,7 @@ def layers_option(spec: str | None, depth: int) -> tuple[int, ...] | None:
 
 
 def attention_dtype(name: str) -> Any:
-    from vitviz.kinds.vit.analysis import ATTENTION_DTYPES
+    from vitviz.pipeline.attention_dtype import ATTENTION_DTYPES
 
     return ATTENTION_DTYPES[name]
 
@@ -196,7 +196,7 @@ def explain_many(
     images = expand_images(args.images)
     unused = kind_of(loaded).unused_options()
     if args.attention_dtype != "float32" and "attention_dtype" not in unused:  # stated once
-        from vitviz.kinds.vit.analysis import attention_precision_text
+        from vitviz.pipeline.attention_dtype import attention_precision_text
 
         say(f"vitviz-cli: {attention_precision_text(attention_dtype(args.attention_dtype))}")
     kept = getattr(args, "kept_layers", None)

@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from vitviz.imaging.loading import IMAGE_EXTENSIONS, sniff_format
+from vitviz.core.image_formats import IMAGE_EXTENSIONS, sniff_format
 
 CHECKPOINT_SUFFIXES = frozenset({".safetensors", ".pth", ".pt", ".bin", ".ckpt"})
 _CHECKPOINT_MAGIC = (b"PK\x03\x04", b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")

@@ -48,7 +48,7 @@ def default_model_path() -> Path | None:
 
 def sample_images() -> list[Path]:
     """The shipped sample images, sorted by name."""
-    from vitviz.imaging.loading import is_image_path  # the formats vitviz reads
+    from vitviz.core.image_formats import is_image_path  # the formats vitviz reads
 
     folder = resource_dir() / "samples"
     if not folder.is_dir():

@@ -28,9 +28,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from PIL import Image, ImageFile, UnidentifiedImageError, features
+from PIL import Image, ImageFile, UnidentifiedImageError
 
 from vitviz.core.errors import VitvizError
+from vitviz.core.image_formats import ACCEPTED as ACCEPTED  # re-exported
+from vitviz.core.image_formats import FORMATS as FORMATS  # re-exported
+from vitviz.core.image_formats import IMAGE_EXTENSIONS as IMAGE_EXTENSIONS  # re-exported
+from vitviz.core.image_formats import OPENED_AS, PIL_FORMATS, sniff_format
+from vitviz.core.image_formats import is_image_path as is_image_path  # re-exported
 from vitviz.core.printable import display_name
 
 __all__ = [
@@ -54,66 +59,6 @@ __all__ = [
 #: Twice PIL's own warning threshold, i.e. PIL's hard limit (about 179 megapixels).
 DEFAULT_MAX_PIXELS = 178_956_970
 
-#: The formats vitviz opens: Pillow's name -> the name messages use. All are decoded by Pillow
-#: itself, in this process; nothing here needs another program.
-FORMATS: dict[str, str] = {
-    "PNG": "PNG",
-    "JPEG": "JPEG",
-    "BMP": "BMP",
-    "GIF": "GIF",
-    "TIFF": "TIFF",
-    "WEBP": "WebP",
-    "PPM": "PPM/PGM/PBM",
-    "ICO": "ICO",
-}
-
-Image.init()  # register every plugin once, so the lists below are complete
-#: What ``Image.open`` may try, in this order (a format this Pillow build lacks is left out).
-PIL_FORMATS: tuple[str, ...] = tuple(
-    f for f in FORMATS if f in Image.OPEN and (f != "WEBP" or features.check_module("webp"))
-)
-# PIL images handed in already open: Pillow opens multi-picture JPEGs (phones) as "MPO".
-_OPENED_AS = frozenset({*PIL_FORMATS, "MPO"})
-
-_LABELS = [FORMATS[f] for f in PIL_FORMATS]
-ACCEPTED = f"Accepted: {', '.join(_LABELS[:-1])} and {_LABELS[-1]} images"
-
-#: Lower-case suffixes Pillow registers for the formats above (".png", ".jpg", ".tif", ...).
-IMAGE_EXTENSIONS: frozenset[str] = frozenset(
-    ext.lower() for ext, fmt in Image.registered_extensions().items() if fmt in PIL_FORMATS
-)
-
-# Formats vitviz refuses, recognised by their first bytes (offset, signature, name). Only
-# distinctive signatures: a name is given only where the header really says it.
-_FOREIGN: tuple[tuple[int, bytes, str], ...] = (
-    (0, b"%!PS", "EPS (PostScript)"),
-    (0, b"\xc5\xd0\xd3\xc6", "EPS (PostScript)"),
-    (0, b"%PDF-", "PDF"),
-    (0, b"8BPS", "PSD (Photoshop)"),
-    (0, b"gimp xcf", "XCF (GIMP)"),
-    (0, b"\x00\x00\x00\x0cjP  \r\n\x87\n", "JPEG 2000"),
-    (0, b"\xff\x4f\xff\x51", "JPEG 2000"),
-    (0, b"\x00\x00\x00\x0cJXL \r\n\x87\n", "JPEG XL"),
-    (4, b"ftypheic", "HEIC"),
-    (4, b"ftypheix", "HEIC"),
-    (4, b"ftypmif1", "HEIF"),
-    (4, b"ftypavif", "AVIF"),
-    (4, b"ftypavis", "AVIF"),
-    (0, b"icns", "ICNS"),
-    (0, b"DDS ", "DDS"),
-    (0, b"qoif", "QOI"),
-    (0, b"v/1\x01", "OpenEXR"),
-    (0, b"SIMPLE  =", "FITS"),
-    (0, b"\x89HDF\r\n\x1a\n", "HDF5"),
-    (0, b"BUFR", "BUFR"),
-    (0, b"GRIB", "GRIB"),
-    (0, b"\xd7\xcd\xc6\x9a", "WMF"),
-    (40, b" EMF", "EMF"),
-    (0, b"\x00\x00\x01\xb3", "MPEG video"),
-    (0, b"\x00\x00\x01\xba", "MPEG video"),
-    (0, b"PK\x03\x04", "ZIP"),
-    (0, b"\x1f\x8b", "gzip"),
-)
 _HEAD_BYTES = 64
 
 ImageSource = (
@@ -132,33 +77,6 @@ logging.getLogger("PIL").addHandler(logging.NullHandler())
 
 class ImageLoadError(VitvizError):
     """An input that is not a usable image; the message is a plain sentence for the user."""
-
-
-def is_image_path(path: str | os.PathLike) -> bool:
-    """True when the file name has a suffix of a format vitviz reads (no file access)."""
-    return Path(path).suffix.lower() in IMAGE_EXTENSIONS
-
-
-def sniff_format(head: bytes) -> tuple[str, bool] | None:
-    """(name, accepted) of the format the first bytes of a file show, or None.
-
-    ``accepted``: one of ``FORMATS`` (by Pillow's own signature check); otherwise a format
-    vitviz refuses, from a table of distinctive signatures. Nothing is decoded.
-    """
-    for fmt in PIL_FORMATS:
-        accept = Image.OPEN[fmt][1]
-        verdict = False if accept is None else accept(head)
-        if verdict and not isinstance(verdict, str):  # a str: "known, but not built in"
-            return FORMATS[fmt], True
-    for offset, magic, name in _FOREIGN:
-        if head[offset : offset + len(magic)] == magic:
-            return name, False
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
-    if text.startswith((b"<?xml", b"<svg")) and b"<svg" in text:
-        return "SVG", False
-    if text.startswith((b"<!doctype html", b"<html")):
-        return "HTML", False
-    return None
 
 
 def _natural_key(path: Path) -> tuple:
@@ -516,7 +434,7 @@ def _from_pil(image: Image.Image, max_pixels: int, rule: _Reduction | None) -> I
     decoded is decoded only when it is one of the accepted formats."""
     _check_size("The image", image.size, max_pixels)
     fmt = getattr(image, "format", None)
-    if isinstance(image, ImageFile.ImageFile) and image.tile and fmt not in _OPENED_AS:
+    if isinstance(image, ImageFile.ImageFile) and image.tile and fmt not in OPENED_AS:
         label = "EPS (PostScript)" if fmt == "EPS" else str(fmt)
         raise ImageLoadError(
             f"The image holds {label} data, which vitviz does not open. {ACCEPTED}."

@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds be
     from torch import Tensor, nn
 
     from vitviz.imaging import Preprocessing
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.imaging.loading import ImageSource
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
 
     ImageInput = ImageSource | Tensor  # what analyze reads: a file, bytes, an image or (C, H, W)
 

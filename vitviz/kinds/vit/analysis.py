@@ -21,7 +21,6 @@ maps that need every layer (rollout, gradient rollout, relevance) refuse in one 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +53,8 @@ from vitviz.kinds.vit.capture import Captured, capture_batch, recompute_pays, re
 from vitviz.kinds.vit.head_stats import HeadStats
 from vitviz.kinds.vit.kept_graph import KeptGraph, frozen_parameters
 from vitviz.pipeline.analysis import UnsupportedModelError
+from vitviz.pipeline.attention_dtype import ATTENTION_DTYPES as ATTENTION_DTYPES  # re-exported
+from vitviz.pipeline.attention_dtype import ATTENTION_PRECISION, attention_precision_text
 from vitviz.pipeline.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
 from vitviz.pipeline.memory import check_analysis_memory
 
@@ -72,32 +73,6 @@ def require_patch_grid(loaded: LoadedModel) -> None:
 
 
 ROLLOUT_CACHE_SIZE = 4  # prepared rollouts kept per analysis (settings × classes)
-
-# Attention kept in a half type: each probability is rounded to the type's precision (the
-# largest relative error of one entry, half an ulp); maps are computed from it in float32.
-ATTENTION_DTYPES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
-ATTENTION_PRECISION = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
-# ... and absolutely for the tiny entries a type holds as subnormals (float16: below 2^-14)
-ATTENTION_ABSOLUTE = {torch.float32: 0.0, torch.float16: 2.0**-25, torch.bfloat16: 0.0}
-
-
-def attention_precision_text(dtype: torch.dtype) -> str:
-    """One line saying what keeping attention in ``dtype`` costs, for the info and the CLI."""
-    name = str(dtype).removeprefix("torch.")
-    if dtype == torch.float32:
-        return "attention kept in float32 (exact as computed)"
-    eps = ATTENTION_PRECISION[dtype]
-    tiny = ATTENTION_ABSOLUTE[dtype]
-    below = f" (below 2^-14 within {tiny:.1e} absolute)" if tiny else ""
-    return (
-        f"attention kept in {name}: each probability within a relative {eps:.1e} "
-        f"(2^{math.log2(eps):.0f}) of float32{below}, half the memory; "
-        f"maps are computed from it in float32"
-    )
 
 
 @dataclass
