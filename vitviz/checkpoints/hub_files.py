@@ -31,7 +31,8 @@ FOLDER_WEIGHTS = (
 # A repository without config.json (an OpenCLIP or a bare state dict): its one weights file.
 LONE_SAFE = (".safetensors",)
 LONE_PICKLE = (".bin", ".pth", ".pt")
-OPENCLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+# The lone weights an OpenCLIP repository names, tried before any other lone file.
+NAMED_LONE_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 # Characters no listed name may hold: separators (``/`` and Windows' ``\\`` and ``:``), the
 # rest of what Windows forbids, NUL and every control character (a newline included).
 _NOT_IN_NAMES = frozenset('/\\:<>"|?*') | frozenset(map(chr, [*range(32), 127]))
@@ -117,7 +118,7 @@ def _tokenizer(top: Mapping[str, RepoFile]) -> list[RepoFile]:
 
 
 def _lone_weights(repo_id: str, top: Mapping[str, RepoFile]) -> RepoFile:
-    for name in OPENCLIP_WEIGHTS:
+    for name in NAMED_LONE_WEIGHTS:
         if name in top:
             return top[name]
     for suffixes in (LONE_SAFE, LONE_PICKLE):

@@ -147,7 +147,7 @@ NO_POSITIONS = (
     "rotary ViTs, whose positions are computed: vit_*_rope_*, DINOv3's vit_*_dinov3*",
     ("rope",),
 )
-CLIP_OR_PE = (
+NORM_BEFORE_BLOCKS = (
     "a norm before the blocks and no patch bias",
     "CLIP's vit_*_clip_* with LayerNorm eps 1e-5 and GELU or QuickGELU, and the rotary "
     "Perception Encoder vit_pe_*",
@@ -175,7 +175,7 @@ def ambiguous_layout(state: Mapping[str, Any]) -> tuple[str, str, tuple[str, ...
         return shows.format(what="an attention pool"), who.format(names="vit_pe_core_*"), needs
     if "norm.weight" not in state and "fc_norm.weight" not in state:
         return shows.format(what="no final norm"), who.format(names="vit_pe_spatial_*"), needs
-    return CLIP_OR_PE
+    return NORM_BEFORE_BLOCKS
 
 
 def refuse_ambiguous(source: Source) -> None:
