@@ -15,8 +15,8 @@ step() {  # step SECONDS NAME COMMAND...
     echo "   exit $? · $(tail -n 1 "$out/$name.log")"
 }
 step 200 cuda-tests python3 -m pytest -q -p no:cacheprovider -p no:qt -o addopts="-ra" \
-    tests/test_device_analysis.py tests/test_modelcode_capture.py tests/test_swin_explain.py \
-    tests/test_training_device_data.py tests/test_device_families.py
+    tests/kinds/vit/test_device_analysis.py tests/modelcode/test_modelcode_capture.py tests/kinds/swin/test_swin_explain.py \
+    tests/training/test_training_device_data.py tests/checkpoints/test_device_families.py
 step 120 analysis_overhead python3 benchmarks/analysis_overhead.py --device cuda
 step 90 swin python3 benchmarks/swin.py --device cuda
 step 90 batch_explain python3 benchmarks/batch_explain.py --device cuda

@@ -21,7 +21,7 @@ Prints one table, then the findings behind its rows. Nothing is timed or run; ex
 - members of the kind protocol: class ``ModelKind`` found by name anywhere in the package, with
   the classes of the package it inherits from (``Protocol``/``Generic`` aside), each member
   name once (methods, properties, annotated and assigned attributes).
-- the toy kind of ``tests/test_toy_kind.py``: its top-level classes named ``*Kind`` and the
+- the toy kind of ``tests/kindapi/test_toy_kind.py``: its top-level classes named ``*Kind`` and the
   top-level definitions only they use (a definition joins when every top-level statement that
   names it has joined, repeated until nothing changes); their non-blank, non-comment lines,
   decorators and docstrings included.
@@ -92,7 +92,7 @@ CLIP_VERB = frozenset(
         "ClipOperation",
     }
 )
-TOY_KIND = Path("tests/test_toy_kind.py")
+TOY_KIND = Path("tests/kindapi/test_toy_kind.py")
 REPEAT_PAIRS = (("swin", "pyramid"), ("cait", "xcit"))
 MIN_RUN = 6
 

@@ -1,6 +1,7 @@
 """Runs one hostile case through vitviz's Python API and CLI and says what went wrong, if anything.
 
-Shared by tests/test_fuzz.py (one test per case) and benchmarks/fuzz.py (thousands of cases in
+Shared by tests/project/test_fuzz.py (one test per case) and benchmarks/fuzz.py (thousands of
+cases in
 subprocesses). The API stage is ``vitviz.load_image`` (images) or ``load_checkpoint`` (checkpoints),
 then ``analyze`` without gradients and, when that worked, with them (as the CLI's explain does);
 the CLI stage is ``vitviz.cli.main`` in this process with stderr captured: ``explain`` of the image

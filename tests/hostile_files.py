@@ -1,4 +1,4 @@
-"""Seeded generators of hostile images and checkpoints, shared by tests/test_fuzz.py and
+"""Seeded generators of hostile images and checkpoints, shared by tests/project/test_fuzz.py and
 benchmarks/fuzz.py.
 
 A ``Case`` is a small named object: what kind of input it is, a function that writes its file(s)
@@ -29,7 +29,8 @@ class Case:
     """One hostile (or control) input.
 
     ``write(folder)`` creates the file(s) inside ``folder`` (which exists and is empty) and returns
-    the path to give vitviz. ``ci``: part of the CI subset (tests/test_fuzz.py); ``heavy``: slow or
+    the path to give vitviz. ``ci``: part of the CI subset (tests/project/test_fuzz.py);
+    ``heavy``: slow or
     memory-hungry, run by the benchmark only.
     """
 

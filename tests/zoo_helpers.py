@@ -151,7 +151,7 @@ def timm_reference(
 def assert_attribution_offered(analysis, target=None) -> None:
     """Transformer attribution is offered for the analysis's model and the method gives the
     explain function's map, with structure (its rules per part are checked in float64 against
-    references in tests/test_explain_attribution_parts.py)."""
+    references in tests/explain/test_explain_attribution_parts.py)."""
     from vitviz.explain import transformer_attribution
     from vitviz.explain.methods import get_method
 

@@ -1,0 +1,68 @@
+"""benchmarks/batch_explain.py and analysis_memory.py run at --quick sizes and print their tables;
+every benchmark refuses a device that is not here plainly (no timing is asserted)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONWARNINGS": "error"}
+    return subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        cwd=BENCHMARKS.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_batch_explain_quick() -> None:
+    proc = _run("batch_explain.py", "--quick", "--no-check", "--device", "cpu", "--images", "5")
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    out = proc.stdout
+    assert "device: cpu (" in out
+    assert "5 .npz and 15 PNG files written" in out  # rollout, relevance, heads per image
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()
+            if line.startswith("| (")]  # fmt: skip
+    assert [r[0][:3] for r in rows] == ["(a)", "(b)", "(c)"]
+    assert rows[0][4] == "baseline" and rows[1][4] == "info"  # the target is CUDA's
+    assert all(float(r[2].replace(",", "")) > 0 for r in rows)  # images per second
+    assert "WRONG RESULT" not in out
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "analysis_overhead.py",
+        "rollout.py",
+        "batch_explain.py",
+        "train_throughput.py",
+        "analysis_memory.py",
+    ],
+)
+def test_a_missing_device_is_refused_plainly(script: str) -> None:
+    proc = _run(script, "--quick", "--device", "cuda:99")  # no machine has a 100th GPU
+    assert proc.returncode == 2
+    assert "--device cuda:99: " in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_analysis_memory_quick() -> None:
+    proc = _run("analysis_memory.py", "--quick", "--no-check", "--device", "cpu")
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    out = proc.stdout
+    assert "device: cpu (" in out and "fresh subprocess" in out
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()
+            if line.startswith("| (")]  # fmt: skip
+    assert [r[0][:3] for r in rows] == ["(a)", "(b)", "(c)"]
+    assert [r[5] for r in rows] == ["≤ 1.5", "≤ 1.5", "info"]
+    assert all(float(r[4]) > 0 for r in rows)  # a peak was measured
