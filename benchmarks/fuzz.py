@@ -1,8 +1,8 @@
 """Hostile images and checkpoints, thousands of them: does every one end cleanly?
 
-The same seeded generators as tests/project/test_fuzz.py (tests/hostile_files.py), with more
-rounds of their random variants (truncation points, flipped bits, sidecar mixes, poisoned
-weights, ...) and the heavy cases the CI subset leaves out (80 MP photographs). Each case goes through vitviz's
+The same seeded generators as tests/project/test_fuzz.py (tests/hostile_files.py), with more rounds
+of their random variants (truncation points, flipped bits, sidecar mixes, poisoned weights, ...)
+and the heavy cases the CI subset leaves out (80 MP photographs). Each case goes through vitviz's
 Python API (load_image / load_checkpoint, analyze) and CLI (explain; info) as in
 tests/fuzz_harness.py, in child processes of ``--batch-size`` cases each: a case that hangs past
 ``--case-timeout`` or kills its child is recorded (hang / crash) and the run goes on with the next
@@ -15,11 +15,11 @@ RSS. Failing cases follow, grouped by their first problem. Exit 1 when any case 
 (``--no-check`` only reports); a case the harness itself could not write is a wrong result.
 
 Seeds: the random variants come from ``--seed`` (default 0, as CI's subset in
-tests/project/test_fuzz.py, which stays fixed). ``--seeds N`` runs ``--cases`` cases for each of N seeds in one run: S, S+1,
-..., S+N-1 from ``--seed S``, or from a fresh random S when no ``--seed`` is given (new inputs
-every run); the seeds are printed, a failing case is named with its seed, and ``--seed S
---only NAME`` runs that case again. After any change to loading or decoding, run it with new
-seeds: a fixed seed only ever finds what it found once.
+tests/project/test_fuzz.py, which stays fixed). ``--seeds N`` runs ``--cases`` cases for each of N
+seeds in one run: S, S+1, ..., S+N-1 from ``--seed S``, or from a fresh random S when no ``--seed``
+is given (new inputs every run); the seeds are printed, a failing case is named with its seed, and
+``--seed S --only NAME`` runs that case again. After any change to loading or decoding, run it with
+new seeds: a fixed seed only ever finds what it found once.
 
     .venv/bin/python benchmarks/fuzz.py [--cases N] [--seed S] [--seeds N] [--quick]
         [--no-check] [--batch-size B] [--case-timeout SECONDS] [--json FILE]
