@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds be
     from torch import Tensor, nn
 
     from vitviz.imaging import Preprocessing
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.imaging.loading import ImageSource
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
 
     ImageInput = ImageSource | Tensor  # what analyze reads: a file, bytes, an image or (C, H, W)
 
@@ -361,28 +361,9 @@ class EngineMembers(Protocol):
         ...
 
 
-@runtime_checkable
-class ModelKind(EngineMembers, Protocol):
-    """A kind of network vitviz explains. Its package registers one object meeting this (the
-    engine's members, ``EngineMembers``, included)."""
-
-    name: str  # "vit", "swin": a model's ``model_kind``, the npz's ``kind``
-    label: str  # "Vision Transformer", "Swin Transformer": what the window and the CLI say
-
-    def owns(self, model: nn.Module) -> bool:
-        """``model`` is of this kind (read only when the model has no ``model_kind`` naming a
-        registered kind)."""
-        ...
-
-    def architecture(self, model: nn.Module) -> str:
-        """One line of its shape for ``vitviz-cli info`` (a ViT: width, depth, heads; a Swin:
-        its stages' widths, depths, heads and windows). Added by the explain helper."""
-        ...
-
-    def parts(self, model: nn.Module) -> tuple[str, ...]:
-        """The building blocks ``model`` uses, in words (the model info's "parts" line): its
-        attention, norms, MLP, positions, prefix tokens, pooling, stem."""
-        ...
+class LoadingMembers(Protocol):
+    """Role "loading": how a kind's checkpoints are found, rebuilt and checked, its model code,
+    training and prompts (what ``vitviz.checkpoints`` and the Training tab ask)."""
 
     # -- loading ------------------------------------------------------------------------------
     @property
@@ -439,6 +420,11 @@ class ModelKind(EngineMembers, Protocol):
         classes are its head's), or None when done."""
         ...
 
+
+class AnalysingMembers(Protocol):
+    """Role "analysing": one image's (or a batch's) forward pass with what the methods need, and
+    where its tokens sit (what ``vitviz.pipeline`` and the explain façade ask)."""
+
     # -- analysis -----------------------------------------------------------------------------
     def analyze(self, loaded: Loaded, image: ImageInput, **options: Any) -> KindAnalysis:
         """One forward pass of ``loaded``'s model on ``image`` with its attention captured."""
@@ -469,6 +455,10 @@ class ModelKind(EngineMembers, Protocol):
         ValueError (a clause) for a model it can't take apart, or a bad replacement."""
         ...
 
+
+class MethodMembers(Protocol):
+    """Role "methods": its versions of the method table's methods and what they index."""
+
     # -- methods ------------------------------------------------------------------------------
     def implementation(self, method: str) -> KindMethod | None:
         """Its version of the method of the table called ``method``; None: it has none."""
@@ -492,6 +482,21 @@ class ModelKind(EngineMembers, Protocol):
         and ``prefix_share``, each (L, heads) float32 over its attention layers and the most
         heads of a layer, NaN for a head a layer lacks or a statistic it has no meaning for
         (a Swin's prefix share: it has no prefix tokens)."""
+        ...
+
+
+class PresentingMembers(Protocol):
+    """Role "presenting": what the CLI and the window say and draw of a model or an analysis
+    (its shape in words, statistics, the npz's arrays, pictures, head-grid rows)."""
+
+    def architecture(self, model: nn.Module) -> str:
+        """One line of its shape for ``vitviz-cli info`` (a ViT: width, depth, heads; a Swin:
+        its stages' widths, depths, heads and windows). Added by the explain helper."""
+        ...
+
+    def parts(self, model: nn.Module) -> tuple[str, ...]:
+        """The building blocks ``model`` uses, in words (the model info's "parts" line): its
+        attention, norms, MLP, positions, prefix tokens, pooling, stem."""
         ...
 
     # -- export -----------------------------------------
@@ -526,4 +531,21 @@ class ModelKind(EngineMembers, Protocol):
     # -- window -------------------------------------------------------------------------------
     def layer_rows(self, analysis: KindAnalysis) -> tuple[LayerRow, ...]:
         """The head grid's rows, one per attention layer."""
+        ...
+
+
+@runtime_checkable
+class ModelKind(
+    LoadingMembers, AnalysingMembers, MethodMembers, PresentingMembers, EngineMembers, Protocol
+):
+    """A kind of network vitviz explains: its identity and the roles' members. Its package
+    registers one object meeting this; ``vitviz.kindapi.base.KindBase`` holds the members most
+    kinds leave as they are (DESIGN §3)."""
+
+    name: str  # "vit", "swin": a model's ``model_kind``, the npz's ``kind``
+    label: str  # "Vision Transformer", "Swin Transformer": what the window and the CLI say
+
+    def owns(self, model: nn.Module) -> bool:
+        """``model`` is of this kind (read only when the model has no ``model_kind`` naming a
+        registered kind)."""
         ...

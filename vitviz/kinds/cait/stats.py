@@ -11,32 +11,6 @@ patch queries):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from vitviz.kinds.class_attention_methods import class_layer_statistics
 
-import torch
-from torch import Tensor
-
-
-def class_layer_statistics(
-    attention: Tensor,
-    layers: Sequence[int],
-    self_depth: int,
-    distance: Tensor,
-    entropy: Tensor,
-    prefix: Tensor,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """``attention`` (K, H, N, N) of model layers ``layers``; the (K, H) statistics as the ViT's
-    analysis made them -> (distance, entropy, prefix share) (K, H) float32 as above."""
-    distance, entropy, prefix = distance.clone(), entropy.clone(), prefix.clone()
-    nan = float("nan")
-    for row, layer in enumerate(layers):
-        if layer < self_depth:
-            entropy[row] = nan
-            prefix[row] = nan
-            continue
-        cls = attention[row, :, 0, :].double()  # (H, N) the CLS's row
-        tiny = torch.finfo(torch.float64).tiny
-        entropy[row] = (-(cls * (cls + tiny).log()).sum(dim=-1)).to(entropy).cpu()
-        prefix[row] = cls[:, 0].to(prefix).cpu()
-        distance[row] = nan
-    return distance, entropy, prefix
+__all__ = ["class_layer_statistics"]
