@@ -1,26 +1,31 @@
-"""What the rest of vitviz asks of a model kind (a ViT, a Swin, ...): one ``typing.Protocol``.
+"""What the rest of vitviz asks of a model kind (a ViT, a Swin, ...): ``ModelKind``, made of
+one ``typing.Protocol`` per role (DESIGN §3).
 
 A kind is one package under ``vitviz/kinds/`` whose ``KIND`` object meets ``ModelKind``. The shared
 layers (analysis façade, method table, faithfulness, statistics, export, batches, the CLI, the
 engine and the window) call these members and never test which kind they hold.
 
-Sections of the protocol:
-- identity: ``name``, ``label``, ``owns``;
-- loading: ``families`` (checkpoint families, detected from keys), ``config_from_dict`` and
-  ``build_from_state`` (a native file's model, a conversion's), ``library_outputs`` (what the
-  library check compares);
-- model code: ``model_code`` (a user's module it recognises, wrapped; its settings);
-- analysis: ``analyze`` (one forward pass with capture into one analysis object);
-- token geometry: ``token_geometry`` (grids, prefix tokens, token <-> image region, windows);
-- methods: ``implementation`` (its version of a method of the method table, by the method's name);
-- window: ``layer_rows`` (head-grid row labels); a layer's window partition, drawn over the big
-  map, is in its ``LayerGrid.windows``;
-- training: ``training`` (its settings, presets, checks, network and probe maps; see
-  ``vitviz.kindapi.sides``).
-- engine and window (``EngineMembers``): ``model_shape``, ``check_memory``, ``image_numbers``,
-  ``default_class``, ``query_maps``, ``method_map``, ``evaluate_faithfulness``, ``export_npz``,
-  ``heads_picture``, ``map_picture`` (what the engine's jobs ask; the numbers cross to the window
-  as plain numpy, described by ``LayerRow``, ``TokenGeometry`` and ``ViewWords``).
+Its roles:
+- identity (``ModelKind`` itself): ``name``, ``label``, ``owns``;
+- ``LoadingMembers``: ``families`` (checkpoint families, detected from keys), ``config_from_dict``
+  and ``build_from_state`` (a native file's model, a conversion's), ``library_outputs`` (what the
+  library check compares), ``model_code`` (a user's module it recognises), ``training`` (see
+  ``vitviz.kindapi.sides``), ``probabilities``, ``rescore``, ``apply_prompts``;
+- ``AnalysingMembers``: ``analyze`` (one forward pass with capture into one analysis object),
+  ``analyze_images``, ``finish_analysis``, ``token_geometry`` (grids, prefix tokens, token <->
+  image region, windows), ``intermediates``;
+- ``MethodMembers``: ``implementation`` (its version of a method of the table, by the method's
+  name), ``missing_method``, ``parameter_bounds``, ``head_statistics``;
+- ``PresentingMembers``: ``architecture``, ``parts``, ``npz_arrays``, ``map_picture``,
+  ``heads_picture``, ``unused_options``, ``layer_rows`` (head-grid rows; a layer's window
+  partition, drawn over the big map, is in its ``LayerGrid.windows``);
+- ``EngineMembers`` (the engine and window): ``model_shape``, ``check_memory``,
+  ``image_numbers``, ``default_class``, ``query_maps``, ``method_map``, ``evaluate_faithfulness``,
+  ``export_npz``, ``view_heads_picture``, ``view_map_picture`` (what the engine's jobs ask; the
+  numbers cross to the window as plain numpy, described by ``LayerRow``, ``TokenGeometry`` and
+  ``ViewWords``).
+
+``vitviz.kindapi.base.KindBase`` holds the defaults most kinds keep.
 
 This module imports neither torch nor Qt at run time (the window reads its data classes).
 """

@@ -17,15 +17,17 @@ Head statistics (``class_layer_statistics``), layer by layer, as they mean somet
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from vitviz.explain.attribution import AttributionResult, attribution_map
 from vitviz.explain.subject import Explained
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.vit.methods import METHODS as VIT_METHODS
+from vitviz.kinds.vit.methods import cached_result, model_input, target_class
 
 Query = tuple[int, int] | None
 
@@ -103,6 +105,27 @@ def _chained(name: str) -> Any:
         return own(a, q, c, p)
 
     return compute
+
+
+def transformer_attribution(
+    relevance: Callable[[nn.Module, Tensor, int], AttributionResult],
+) -> KindMethod:
+    """Transformer attribution (Chefer, Gur & Wolf 2021) with a kind's LRP: ``relevance(model,
+    x, class)`` gives R_A^l and G_l in the captured layout; the map is the query's row of
+    relevance's chain with R_A for A, over the patches."""
+
+    def compute(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
+        require_patch_queries(a, q)
+        cls = target_class(a, c)
+
+        def build() -> AttributionResult:
+            model, x = model_input(a)
+            return relevance(model, x, cls)
+
+        res = cached_result(a, ("transformer-attribution", cls), build)
+        return attribution_map(res, q, p["start_layer"])[0]
+
+    return KindMethod(compute)
 
 
 # Their versions of the table's methods, each taking every parameter of its entry but those it

@@ -41,13 +41,6 @@ multiplies V):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from torch import Tensor
-
-from vitviz.explain.attribution import AttributionResult, attribution_map
-from vitviz.explain.subject import Explained
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.cait.attribution import cait_attention_relevance
 from vitviz.kinds.class_attention_methods import CANNOT as CLASS_ATTENTION_CANNOT
@@ -58,27 +51,14 @@ from vitviz.kinds.class_attention_methods import (  # noqa: F401  (their names, 
     class_layers,
     query_problem,
     require_patch_queries,
+    transformer_attribution,
 )
-from vitviz.kinds.vit.methods import cached_result, model_input, target_class
-
-
-def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    require_patch_queries(a, q)
-    cls = target_class(a, c)
-
-    def build() -> AttributionResult:
-        model, x = model_input(a)
-        return cait_attention_relevance(model, x, cls)
-
-    res = cached_result(a, ("transformer-attribution", cls), build)
-    return attribution_map(res, q, p["start_layer"])[0]
-
 
 # The CaiT kind's one declaration (DESIGN §5): the class-attention layout's versions and its
 # own LRP, each taking every parameter of its entry but those it refuses ...
 METHODS: dict[str, KindMethod] = {
     **CLASS_ATTENTION_METHODS,
-    "transformer-attribution": KindMethod(_transformer_attribution),
+    "transformer-attribution": transformer_attribution(cait_attention_relevance),
 }
 # ... and what it can't run (``missing_method``), with why: nothing
 CANNOT: dict[str, str] = dict(CLASS_ATTENTION_CANNOT)

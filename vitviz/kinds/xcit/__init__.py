@@ -2,8 +2,8 @@
 class-attention blocks where the CLS queries [CLS, patches]).
 
 Its token-to-token maps come only from its class-attention blocks: those are the analysis's
-layers ("CA 0", "CA 1"), in the class-attention layout it shares with the CaiT kind
-(``vitviz.kinds.class_attention``: the CLS row, identity below), with no self-attention layer.
+layers ("CA 0", "CA 1"), in the class-attention layout (``vitviz.kinds.class_attention``: the
+CLS row, identity below), with no self-attention layer.
 What each method is here:
 
 - raw attention, DINO masks, attention Grad-CAM: the CLS's row of a class-attention block; a
