@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from vitviz.kindapi.base import KindBase
 from vitviz.kindapi.protocol import LayerRow, ViewWords
 
 if TYPE_CHECKING:
@@ -136,31 +137,13 @@ class ClassAttentionLayers:
             titled=titled,
         )
 
-    def view_heads_picture(
-        self,
-        session: Session,
-        query: tuple[int, int] | None,
-        colormap: str,
-        opacity: float,
-        per_head: bool,
-    ) -> Image.Image:
-        """The window's head grid as it shows it (blank rows included), titled."""
-        from vitviz.pipeline.export import heads_figure
+    # the window's head grid as it shows it (blank rows included), titled
+    view_heads_picture = KindBase.view_heads_picture
 
-        shown = self.query_maps(session, query)
+    def heads_query_words(self, query: tuple[int, int] | None) -> str:
         rows = "class-attention" if query is None else "self-attention"
         words = "query CLS" if query is None else f"query patch ({query[0]}, {query[1]})"
-        return heads_figure(
-            shown.head_maps,
-            shown.mean_maps,
-            session.analysis,
-            row_names=[r.label for r in self.layer_rows(session.analysis)],
-            title="Attention of every layer and head",
-            query=f"{words} ({rows} layers; the other rows blank)",
-            colormap=colormap,
-            opacity=opacity,
-            per_head=per_head,
-        )
+        return f"{words} ({rows} layers; the other rows blank)"
 
     def npz_arrays(self, analysis: Analysis) -> dict[str, np.ndarray]:
         import numpy as np

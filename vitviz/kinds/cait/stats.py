@@ -1,12 +1,6 @@
-"""A CaiT's head statistics, layer by layer, as they mean something (DESIGN §5's are over the
-patch queries):
-
-- self-attention layers (patches only, talking heads): mean attention distance over the patch
-  queries (the captured weights as they are); entropy NaN (a talking-heads matrix is no
-  probability distribution: entries can be negative); prefix share NaN (no prefix token there);
-- class-attention layers (only the CLS queries): distance NaN (the CLS has no position);
-  entropy of the CLS's row over [CLS, patches] (nats); prefix share = the CLS's attention to
-  itself.
+"""A CaiT's head statistics, layer by layer, as they mean something: the class-attention
+layout's (``vitviz.kinds.class_attention_methods.class_layer_statistics`` says what each is in a
+self-attention and in a class-attention layer).
 """
 
 from __future__ import annotations
