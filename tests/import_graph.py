@@ -159,8 +159,8 @@ VITVIZ_LAYERS: dict[str, int] = {
     "kinds.staged_intermediates": 1,  # the staged kinds' intermediates accessor, written once
     "kinds.class_attention_methods": 2,  # the class-attention layout's methods and statistics
     # the kinds' bases (DESIGN §3): torch-free at import, above what their members call
-    "kindapi.base": 5,
-    **dict.fromkeys(("kinds.token_layout", "kinds.class_attention", "kinds.staged"), 5),
+    **dict.fromkeys(("kinds.table_kind", "kinds.token_layout", "kinds.class_attention"), 5),
+    "kinds.staged": 5,
     **dict.fromkeys(("kinds.swin.intermediates", "kinds.pyramid.intermediates"), 2),
     **dict.fromkeys(("kinds.swin.attention", "kinds.swin.rollout", "kinds.swin.gradcam"), 2),
     **dict.fromkeys(("kinds.swin.analysis", "kinds.swin.methods", "kinds.swin.stats"), 2),

@@ -27,7 +27,6 @@ from torch import Tensor, nn
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.cli import main
 from vitviz.kindapi import register_kind, unregister_kind
-from vitviz.kindapi.base import KindBase
 from vitviz.kindapi.protocol import (
     KindMethod,
     LayerGrid,
@@ -36,6 +35,7 @@ from vitviz.kindapi.protocol import (
     TokenGeometry,
     ViewWords,
 )
+from vitviz.kinds.table_kind import TableKind
 
 SIDE, PATCH, GRID = 32, 8, 4  # input side, patch side, tokens per side
 CLASSES = ["circle", "square", "stripe"]
@@ -154,8 +154,8 @@ def _thumbs(a: PoolAnalysis, query: tuple[int, int] | None) -> np.ndarray:
     return np.stack(out)
 
 
-class PoolKind(KindBase):
-    """The third kind: what is its own, on ``KindBase``'s defaults; nothing asked by name."""
+class PoolKind(TableKind):
+    """The third kind: what is its own, on ``TableKind``'s defaults; nothing asked by name."""
 
     name = "toy-pool"
     label = "Pooled attention toy"

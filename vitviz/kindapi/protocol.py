@@ -25,7 +25,8 @@ Its roles:
   numbers cross to the window as plain numpy, described by ``LayerRow``, ``TokenGeometry`` and
   ``ViewWords``).
 
-``vitviz.kindapi.base.KindBase`` holds the defaults most kinds keep.
+``vitviz.kindapi.base.KindBase`` holds the defaults most kinds keep (``TableKind`` in
+``vitviz.kinds.table_kind`` adds the engine's members made through the method table).
 
 This module imports neither torch nor Qt at run time (the window reads its data classes).
 """

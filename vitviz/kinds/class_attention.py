@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kindapi.base import KindBase
 from vitviz.kindapi.protocol import LayerRow, ViewWords
+from vitviz.kinds.table_kind import TableKind
 
 if TYPE_CHECKING:
     import numpy as np
@@ -138,7 +138,7 @@ class ClassAttentionLayers:
         )
 
     # the window's head grid as it shows it (blank rows included), titled
-    view_heads_picture = KindBase.view_heads_picture
+    view_heads_picture = TableKind.view_heads_picture
 
     def heads_query_words(self, query: tuple[int, int] | None) -> str:
         rows = "class-attention" if query is None else "self-attention"

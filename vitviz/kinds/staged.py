@@ -1,7 +1,7 @@
 """``StagedKind``: what the kinds whose stages each have their own token grid share (Swin, the
 pyramid ViTs; DESIGN §3): blocks named "stage.block", heads that differ from stage to stage, no
 prefix tokens, the head pooling the last stage, one image at a time, the window's numbers
-through ``KindBase`` with thumbnails at the finest stage grid that fits, and the engine's query
+through ``TableKind`` with thumbnails at the finest stage grid that fits, and the engine's query
 maps and methods from the kind's ``engine_data`` module (imported when first called, so a kind
 package stays torch-free when the registry reads it).
 """
@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kindapi.base import KindBase
+from vitviz.kinds.table_kind import TableKind
 
 if TYPE_CHECKING:
     import numpy as np
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from vitviz.kindapi.protocol import FaithfulnessReport, Loaded, QueryMaps, Session, ViewWords
 
 
-class StagedKind(KindBase):
+class StagedKind(TableKind):
     """``ENGINE_DATA`` names the kind's module (``query_maps``, ``words``); ``OWNER`` how its
     messages name one ("a Swin"); ``HEAD_AXIS`` the heads' axis of its kept attention."""
 

@@ -94,7 +94,7 @@ def model_shape(loaded: LoadedModel) -> ModelShape:
 
 def unavailable(loaded: LoadedModel) -> dict[str, str]:
     """{method name: why it can't run on a Swin} over the whole method table."""
-    from vitviz.kindapi.base import unavailable_methods
+    from vitviz.kinds.table_kind import unavailable_methods
 
     return unavailable_methods(loaded, has_head(loaded.model) and bool(loaded.class_names))
 
