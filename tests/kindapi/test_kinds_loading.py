@@ -24,6 +24,7 @@ from vitviz.checkpoints.families import all_families
 from vitviz.checkpoints.families.base import Conversion, Family, Source
 from vitviz.checkpoints.native import default_preprocessing, save_checkpoint
 from vitviz.kindapi import all_kinds, get_kind, register_kind, unregister_kind
+from vitviz.kindapi.base import KindBase
 from vitviz.kindapi.sides import CodeModelRequest, SettingValue, TrainingField, TrainSettings
 from vitviz.modelcode.errors import ModelCodeError
 from vitviz.modelcode.spec import make_spec, setting_keys
@@ -106,7 +107,9 @@ class ToyTraining:
         return ToyNet(ToyConfig(**self.model_kwargs(cfg, num_classes, channels)))
 
 
-class ToyKind:
+class ToyKind(KindBase):
+    """A kind's loading side on ``KindBase``: its families, model code and training."""
+
     name = "toy"
     label = "Toy"
     families = (Family("toy-layout", _toy_detect, _toy_convert),)

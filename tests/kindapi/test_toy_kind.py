@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import math
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from test_ui_window import WAIT_MS, click, drop, new_window, settled, wait_shown
 from torch import Tensor, nn
 
@@ -29,15 +28,14 @@ from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.cli import main
 from vitviz.kindapi import register_kind, unregister_kind
 from vitviz.kindapi.protocol import (
-    ImageNumbers,
     KindMethod,
     LayerGrid,
     LayerRow,
-    ModelShape,
     QueryMaps,
     TokenGeometry,
     ViewWords,
 )
+from vitviz.kinds.table_kind import TableKind
 
 SIDE, PATCH, GRID = 32, 8, 4  # input side, patch side, tokens per side
 CLASSES = ["circle", "square", "stripe"]
@@ -156,20 +154,14 @@ def _thumbs(a: PoolAnalysis, query: tuple[int, int] | None) -> np.ndarray:
     return np.stack(out)
 
 
-class PoolKind:
-    """The third kind: everything the rest of vitviz asks of it, nothing asked by name."""
+class PoolKind(TableKind):
+    """The third kind: what is its own, on ``TableKind``'s defaults; nothing asked by name."""
 
     name = "toy-pool"
     label = "Pooled attention toy"
-    families: Sequence[Any] = ()
-    model_code = None
-    training = None
 
     def owns(self, model: nn.Module) -> bool:
         return isinstance(model, PoolNet)
-
-    def parts(self, model: nn.Module) -> tuple[str, ...]:
-        return ("attention", "mean pooling")
 
     def architecture(self, model: nn.Module) -> str:
         c = model.config
@@ -186,15 +178,6 @@ class PoolKind:
 
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, None]:
         return model(x), None
-
-    def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
-        return logits.softmax(dim=-1)
-
-    def rescore(self, analysis: Any, loaded: Any) -> None:
-        return None
-
-    def apply_prompts(self, loaded: Any, prompts: Sequence[str]) -> str | None:
-        return "the toy's classes are its head's"
 
     # analysis
     def analyze(self, loaded: Any, image: Any, **options: Any) -> PoolAnalysis:
@@ -251,70 +234,22 @@ class PoolKind:
         return {"distance": nan, "entropy": np.stack(ent).astype(np.float32),
                 "prefix_share": nan}  # fmt: skip
 
-    # export
+    # export and window
     def npz_arrays(self, analysis: PoolAnalysis) -> dict[str, np.ndarray]:
         return {"toy_attention": np.stack([a.numpy() for a in analysis.attentions])}
-
-    def map_picture(self, analysis, map_, colormap, max_side, title) -> Image.Image:
-        from vitviz.imaging.overlay import overlay_on_image
-
-        return overlay_on_image(analysis.pixels, map_, colormap=colormap)
-
-    def heads_picture(self, analysis, colormap, titled) -> Image.Image | None:
-        return None
 
     def unused_options(self) -> Mapping[str, str]:
         return {"batch_size": "is not used on the toy", "layers": "keeps every layer",
                 "attention_dtype": "is not used", "max_side": "is not used"}  # fmt: skip
 
-    # window
     def layer_rows(self, analysis: PoolAnalysis) -> tuple[LayerRow, ...]:
         return tuple(
             LayerRow(f"T{i + 1}", int(a.shape[0]), name=f"T{i + 1}", title=f"toy layer {i + 1}")
             for i, a in enumerate(analysis.attentions)
         )
 
-    # engine
-    def model_shape(self, loaded: Any) -> ModelShape:
-        c = loaded.model.config
-        return ModelShape(c.depth, c.heads, 0, c.to_dict(), f"toy {c.depth} × {c.heads}",
-                          (self.architecture(loaded.model),))  # fmt: skip
-
-    def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
-        return None
-
-    def image_numbers(self, session: Any) -> ImageNumbers:
-        a = session.analysis
-        stats = self.head_statistics(a)
-        L, H = len(a.attentions), int(a.attentions[0].shape[0])
-        return ImageNumbers(
-            input_pixels=a.pixels,
-            grid=(GRID, GRID),
-            patch_size=PATCH,
-            num_prefix_tokens=0,
-            num_layers=L,
-            num_heads=H,
-            class_names=list(a.class_names),
-            probs=a.probs.numpy(),
-            logits=a.logits.numpy(),
-            top_class=a.top_class,
-            mean_distance=np.zeros((L, H), np.float32),
-            entropy=stats["entropy"],
-            prefix_share=np.zeros((L, H), np.float32),
-            token_norms=np.zeros((L, 0), np.float32),
-            device="cpu",
-            attention=None,  # every query goes to query_maps
-            unavailable={},
-            ignored_params={},
-            thumb_grid=(GRID, GRID),
-            thumb_pixels=PATCH,
-            layer_rows=self.layer_rows(a),
-            token_geometry=self.token_geometry(a),
-            words=ViewWords(layer="toy layer", query_none="the pool"),
-        )
-
-    def default_class(self, session: Any) -> int:
-        return session.analysis.top_class
+    def view_words(self, analysis: PoolAnalysis) -> ViewWords:
+        return ViewWords(layer="toy layer", query_none="the pool")
 
     def query_maps(self, session: Any, query: tuple[int, int] | None) -> QueryMaps:
         maps = _thumbs(session.analysis, query)
@@ -327,37 +262,6 @@ class PoolKind:
             query_tokens=(token,) * len(maps),
             levels=(float(maps.min()), float(maps.max())),
         )
-
-    def method_map(self, session, method, query, target_class, params) -> np.ndarray:
-        from vitviz.explain.methods import get_method
-
-        return get_method(method)(session.analysis, query, target_class, dict(params)).numpy()
-
-    def evaluate_faithfulness(self, session, names, *, steps, mask, name, params) -> Any:
-        from vitviz.explain.faithfulness import evaluate_methods
-
-        return evaluate_methods(session.analysis, list(names), steps=steps, mask=mask,
-                                name=name, params=params)  # fmt: skip
-
-    def export_npz(self, session, path, method, params, target_class) -> Path:
-        from vitviz.pipeline import export as ex
-
-        a = session.analysis
-        settings = ex.MapSettings(target_class=target_class, methods=(method,))
-        return ex.write_npz(a, ex.compute_maps(a, settings), path)
-
-    def view_heads_picture(self, session, query, colormap, opacity, per_head) -> Image.Image:
-        from vitviz.pipeline.export import heads_figure
-
-        maps = _thumbs(session.analysis, query)
-        rows = [r.label for r in self.layer_rows(session.analysis)]
-        return heads_figure(maps, maps.mean(1), session.analysis, row_names=rows,
-                            title="toy", query="pool", colormap=colormap)  # fmt: skip
-
-    def view_map_picture(self, session, values, colormap, opacity) -> Image.Image:
-        from vitviz.imaging.overlay import overlay_on_image
-
-        return overlay_on_image(session.analysis.pixels, values, colormap=colormap)
 
 
 # -- fixtures ------------------------------------------------------------------------------------

@@ -1,26 +1,32 @@
-"""What the rest of vitviz asks of a model kind (a ViT, a Swin, ...): one ``typing.Protocol``.
+"""What the rest of vitviz asks of a model kind (a ViT, a Swin, ...): ``ModelKind``, made of
+one ``typing.Protocol`` per role (DESIGN §3).
 
 A kind is one package under ``vitviz/kinds/`` whose ``KIND`` object meets ``ModelKind``. The shared
 layers (analysis façade, method table, faithfulness, statistics, export, batches, the CLI, the
 engine and the window) call these members and never test which kind they hold.
 
-Sections of the protocol:
-- identity: ``name``, ``label``, ``owns``;
-- loading: ``families`` (checkpoint families, detected from keys), ``config_from_dict`` and
-  ``build_from_state`` (a native file's model, a conversion's), ``library_outputs`` (what the
-  library check compares);
-- model code: ``model_code`` (a user's module it recognises, wrapped; its settings);
-- analysis: ``analyze`` (one forward pass with capture into one analysis object);
-- token geometry: ``token_geometry`` (grids, prefix tokens, token <-> image region, windows);
-- methods: ``implementation`` (its version of a method of the method table, by the method's name);
-- window: ``layer_rows`` (head-grid row labels); a layer's window partition, drawn over the big
-  map, is in its ``LayerGrid.windows``;
-- training: ``training`` (its settings, presets, checks, network and probe maps; see
-  ``vitviz.kindapi.sides``).
-- engine and window (``EngineMembers``): ``model_shape``, ``check_memory``, ``image_numbers``,
-  ``default_class``, ``query_maps``, ``method_map``, ``evaluate_faithfulness``, ``export_npz``,
-  ``heads_picture``, ``map_picture`` (what the engine's jobs ask; the numbers cross to the window
-  as plain numpy, described by ``LayerRow``, ``TokenGeometry`` and ``ViewWords``).
+Its roles:
+- identity (``ModelKind`` itself): ``name``, ``label``, ``owns``;
+- ``LoadingMembers``: ``families`` (checkpoint families, detected from keys), ``config_from_dict``
+  and ``build_from_state`` (a native file's model, a conversion's), ``library_outputs`` (what the
+  library check compares), ``model_code`` (a user's module it recognises), ``training`` (see
+  ``vitviz.kindapi.sides``), ``probabilities``, ``rescore``, ``apply_prompts``;
+- ``AnalysingMembers``: ``analyze`` (one forward pass with capture into one analysis object),
+  ``analyze_images``, ``finish_analysis``, ``token_geometry`` (grids, prefix tokens, token <->
+  image region, windows), ``intermediates``;
+- ``MethodMembers``: ``implementation`` (its version of a method of the table, by the method's
+  name), ``missing_method``, ``parameter_bounds``, ``head_statistics``;
+- ``PresentingMembers``: ``architecture``, ``parts``, ``npz_arrays``, ``map_picture``,
+  ``heads_picture``, ``unused_options``, ``layer_rows`` (head-grid rows; a layer's window
+  partition, drawn over the big map, is in its ``LayerGrid.windows``);
+- ``EngineMembers`` (the engine and window): ``model_shape``, ``check_memory``,
+  ``image_numbers``, ``default_class``, ``query_maps``, ``method_map``, ``evaluate_faithfulness``,
+  ``export_npz``, ``view_heads_picture``, ``view_map_picture`` (what the engine's jobs ask; the
+  numbers cross to the window as plain numpy, described by ``LayerRow``, ``TokenGeometry`` and
+  ``ViewWords``).
+
+``vitviz.kindapi.base.KindBase`` holds the defaults most kinds keep (``TableKind`` in
+``vitviz.kinds.table_kind`` adds the engine's members made through the method table).
 
 This module imports neither torch nor Qt at run time (the window reads its data classes).
 """
@@ -361,28 +367,9 @@ class EngineMembers(Protocol):
         ...
 
 
-@runtime_checkable
-class ModelKind(EngineMembers, Protocol):
-    """A kind of network vitviz explains. Its package registers one object meeting this (the
-    engine's members, ``EngineMembers``, included)."""
-
-    name: str  # "vit", "swin": a model's ``model_kind``, the npz's ``kind``
-    label: str  # "Vision Transformer", "Swin Transformer": what the window and the CLI say
-
-    def owns(self, model: nn.Module) -> bool:
-        """``model`` is of this kind (read only when the model has no ``model_kind`` naming a
-        registered kind)."""
-        ...
-
-    def architecture(self, model: nn.Module) -> str:
-        """One line of its shape for ``vitviz-cli info`` (a ViT: width, depth, heads; a Swin:
-        its stages' widths, depths, heads and windows). Added by the explain helper."""
-        ...
-
-    def parts(self, model: nn.Module) -> tuple[str, ...]:
-        """The building blocks ``model`` uses, in words (the model info's "parts" line): its
-        attention, norms, MLP, positions, prefix tokens, pooling, stem."""
-        ...
+class LoadingMembers(Protocol):
+    """Role "loading": how a kind's checkpoints are found, rebuilt and checked, its model code,
+    training and prompts (what ``vitviz.checkpoints`` and the Training tab ask)."""
 
     # -- loading ------------------------------------------------------------------------------
     @property
@@ -439,6 +426,11 @@ class ModelKind(EngineMembers, Protocol):
         classes are its head's), or None when done."""
         ...
 
+
+class AnalysingMembers(Protocol):
+    """Role "analysing": one image's (or a batch's) forward pass with what the methods need, and
+    where its tokens sit (what ``vitviz.pipeline`` and the explain façade ask)."""
+
     # -- analysis -----------------------------------------------------------------------------
     def analyze(self, loaded: Loaded, image: ImageInput, **options: Any) -> KindAnalysis:
         """One forward pass of ``loaded``'s model on ``image`` with its attention captured."""
@@ -469,6 +461,10 @@ class ModelKind(EngineMembers, Protocol):
         ValueError (a clause) for a model it can't take apart, or a bad replacement."""
         ...
 
+
+class MethodMembers(Protocol):
+    """Role "methods": its versions of the method table's methods and what they index."""
+
     # -- methods ------------------------------------------------------------------------------
     def implementation(self, method: str) -> KindMethod | None:
         """Its version of the method of the table called ``method``; None: it has none."""
@@ -492,6 +488,21 @@ class ModelKind(EngineMembers, Protocol):
         and ``prefix_share``, each (L, heads) float32 over its attention layers and the most
         heads of a layer, NaN for a head a layer lacks or a statistic it has no meaning for
         (a Swin's prefix share: it has no prefix tokens)."""
+        ...
+
+
+class PresentingMembers(Protocol):
+    """Role "presenting": what the CLI and the window say and draw of a model or an analysis
+    (its shape in words, statistics, the npz's arrays, pictures, head-grid rows)."""
+
+    def architecture(self, model: nn.Module) -> str:
+        """One line of its shape for ``vitviz-cli info`` (a ViT: width, depth, heads; a Swin:
+        its stages' widths, depths, heads and windows). Added by the explain helper."""
+        ...
+
+    def parts(self, model: nn.Module) -> tuple[str, ...]:
+        """The building blocks ``model`` uses, in words (the model info's "parts" line): its
+        attention, norms, MLP, positions, prefix tokens, pooling, stem."""
         ...
 
     # -- export -----------------------------------------
@@ -526,4 +537,21 @@ class ModelKind(EngineMembers, Protocol):
     # -- window -------------------------------------------------------------------------------
     def layer_rows(self, analysis: KindAnalysis) -> tuple[LayerRow, ...]:
         """The head grid's rows, one per attention layer."""
+        ...
+
+
+@runtime_checkable
+class ModelKind(
+    LoadingMembers, AnalysingMembers, MethodMembers, PresentingMembers, EngineMembers, Protocol
+):
+    """A kind of network vitviz explains: its identity and the roles' members. Its package
+    registers one object meeting this; ``vitviz.kindapi.base.KindBase`` holds the members most
+    kinds leave as they are (DESIGN §3)."""
+
+    name: str  # "vit", "swin": a model's ``model_kind``, the npz's ``kind``
+    label: str  # "Vision Transformer", "Swin Transformer": what the window and the CLI say
+
+    def owns(self, model: nn.Module) -> bool:
+        """``model`` is of this kind (read only when the model has no ``model_kind`` naming a
+        registered kind)."""
         ...

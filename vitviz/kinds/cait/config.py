@@ -17,29 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vitviz.blocks.class_attention import FIXED
 from vitviz.blocks.config import ViTConfig
-
-# ViTConfig options a CaiT has fixed, and the value it has (anything else is refused by name).
-FIXED = {
-    "class_token": True,
-    "distill_token": False,
-    "num_register_tokens": 0,
-    "rel_pos_bias": False,
-    "no_embed_class": True,
-    "pos_embed": "learned",
-    "global_pool": "token",
-    "fc_norm": False,
-    "pre_norm": False,
-    "head_hidden_dim": None,
-    "norm_first": True,
-    "final_norm": True,
-    "pos_embed_prefix": None,
-    "attn_head_dim": None,
-    "pool_include_prefix": False,
-    "patch_embed": "conv",
-    "patch_norm_pre": False,
-    "patch_norm_post": False,
-}
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vitviz.kinds.vit.intermediates import BlockSite, HeadSite, read_intermediates
+from vitviz.kinds.vit.intermediates import BlockSite, HeadSite, read_patch_model
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -35,13 +35,4 @@ def cait_intermediates(
         else HeadSite(b.attn.proj, b.attn.heads, 1, patches=False)
         for i, b in enumerate(model.blocks)
     ]  # fmt: skip
-    return read_intermediates(
-        model,
-        x,
-        blocks=blocks,
-        heads=heads,
-        grid_from=model.patch_embed,
-        token_pixels=int(model.config.patch_size),
-        num_classes=int(model.config.num_classes),
-        replace=replace,
-    )
+    return read_patch_model(model, x, blocks, heads, replace)

@@ -41,120 +41,24 @@ multiplies V):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from torch import Tensor
-
-from vitviz.explain.attribution import AttributionResult, attribution_map
-from vitviz.explain.subject import Explained
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.cait.attribution import cait_attention_relevance
-from vitviz.kinds.vit.methods import METHODS as VIT_METHODS
-from vitviz.kinds.vit.methods import cached_result, model_input, target_class
-
-Query = tuple[int, int] | None
-
-NO_DISCARD = (
-    "a CaiT's layers are P × P (self-attention over the patches) and 1 × (1 + P) (the CLS's "
-    "class attention), so DESIGN's one count of ⌊ratio·N²⌋ entries has no single meaning"
+from vitviz.kinds.class_attention_methods import CANNOT as CLASS_ATTENTION_CANNOT
+from vitviz.kinds.class_attention_methods import METHODS as CLASS_ATTENTION_METHODS
+from vitviz.kinds.class_attention_methods import (  # noqa: F401  (their names, as before)
+    NO_DISCARD,
+    Query,
+    class_layers,
+    query_problem,
+    require_patch_queries,
+    transformer_attribution,
 )
 
-
-def class_layers(analysis: Explained) -> tuple[int, int]:
-    """(self-attention layers S, model layers L) of the analysis's CaiT."""
-    assert analysis.loaded is not None
-    cfg = analysis.loaded.model.config
-    return int(cfg.self_depth), int(cfg.depth)
-
-
-def query_problem(self_depth: int, depth: int, layer: int, query: Query) -> str | None:
-    """Why ``query`` (None: the CLS) has no row in model layer ``layer`` (-1: the last), or
-    None when it queries there."""
-    layer = layer + depth if layer < 0 else layer
-    if layer < self_depth and query is None:
-        return (
-            f"layer {layer} is a self-attention block over the patches: the CLS token "
-            f"joins only at the class-attention blocks (layers {self_depth}-{depth - 1}); "
-            "click a patch, or pick one of those layers"
-        )
-    if layer >= self_depth and query is not None:
-        other = f", or a self-attention layer (0-{self_depth - 1})" if self_depth else ""
-        return (
-            f"layer {layer} is a class-attention block: only the CLS token queries there "
-            f"(a patch takes nothing from other tokens there); use the CLS query{other}"
-        )
-    return None
-
-
-def _one_layer(name: str, fixed_layer: int | None = None) -> Any:
-    own = VIT_METHODS[name]
-
-    def compute(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-        S, L = class_layers(a)
-        layer = fixed_layer if fixed_layer is not None else int(p["layer"])
-        why = query_problem(S, L, layer, q)
-        if why is not None:
-            raise ValueError(why)
-        return own(a, q, c, p)
-
-    return compute
-
-
-def require_patch_queries(a: Explained, q: Query) -> None:
-    """ValueError for a patch query on a model where no layer has a patch query (an XCiT's
-    class-attention layers only): its chain would be the patch itself."""
-    if q is not None and class_layers(a)[0] == 0:
-        raise ValueError(
-            "no layer of this model has a patch query (only the CLS queries, in the "
-            "class-attention blocks); use the CLS query"
-        )
-
-
-def _rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    require_patch_queries(a, q)
-    return a.rollout(q, p["fusion"], None, 0.0, p["start_layer"])
-
-
-def _gradient_rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    require_patch_queries(a, q)
-    return a.gradient_rollout(c, q, 0.0, p["start_layer"])
-
-
-def _chained(name: str) -> Any:
-    own = VIT_METHODS[name]
-
-    def compute(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-        require_patch_queries(a, q)
-        return own(a, q, c, p)
-
-    return compute
-
-
-def _transformer_attribution(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    require_patch_queries(a, q)
-    cls = target_class(a, c)
-
-    def build() -> AttributionResult:
-        model, x = model_input(a)
-        return cait_attention_relevance(model, x, cls)
-
-    res = cached_result(a, ("transformer-attribution", cls), build)
-    return attribution_map(res, q, p["start_layer"])[0]
-
-
-# The CaiT kind's one declaration (DESIGN §5): its versions of the table's methods, each taking
-# every parameter of its entry but those it refuses ...
+# The CaiT kind's one declaration (DESIGN §5): the class-attention layout's versions and its
+# own LRP, each taking every parameter of its entry but those it refuses ...
 METHODS: dict[str, KindMethod] = {
-    "attention": KindMethod(_one_layer("attention")),
-    "rollout": KindMethod(_rollout, refusals={"discard_ratio": NO_DISCARD}),
-    "gradient-rollout": KindMethod(_gradient_rollout, refusals={"discard_ratio": NO_DISCARD}),
-    "relevance": KindMethod(_chained("relevance")),
-    "dino-masks": KindMethod(_one_layer("dino-masks")),
-    "transformer-attribution": KindMethod(_transformer_attribution),
-    "grad-sam": KindMethod(_chained("grad-sam")),
-    "attention-gradcam": KindMethod(_one_layer("attention-gradcam", fixed_layer=-1)),
-    "gradcam": KindMethod(VIT_METHODS["gradcam"].compute),  # its own CaitModel's last block
+    **CLASS_ATTENTION_METHODS,
+    "transformer-attribution": transformer_attribution(cait_attention_relevance),
 }
-# ... and what it can't run (``CaitKind.missing_method``), with why: nothing
-CANNOT: dict[str, str] = {}
+# ... and what it can't run (``missing_method``), with why: nothing
+CANNOT: dict[str, str] = dict(CLASS_ATTENTION_CANNOT)

@@ -41,6 +41,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from vitviz.blocks.class_attention import ClassAttention
 from vitviz.blocks.layers import DropPath, LayerScale, Mlp, PatchEmbed
 from vitviz.blocks.posembed import resample_grid_embedding
 from vitviz.blocks.vit import ViTOutput, run_blocks
@@ -84,40 +85,6 @@ class TalkingHeadsAttention(nn.Module):
             embedded[:, :, 1:, 1:] = a
             a = embedded[:, :, 1:, 1:]  # the forward pass computes with the captured tensor
         out = (self.attn_drop(a) @ v).transpose(1, 2).reshape(B, P, D)
-        return self.proj_drop(self.proj(out)), embedded
-
-
-class ClassAttention(nn.Module):
-    """The CLS queries [CLS, patches]: (B, N, D) normed tokens -> (B, 1, D) the CLS's update,
-    and with ``capture`` the embedded (B, H, N, N) matrix (CLS row; identity below), else None."""
-
-    def __init__(self, config: CaitConfig) -> None:
-        super().__init__()
-        D = config.dim
-        self.heads = config.heads
-        self.head_dim = D // config.heads
-        self.scale = self.head_dim**-0.5
-        self.q = nn.Linear(D, D, bias=config.qkv_bias)
-        self.k = nn.Linear(D, D, bias=config.qkv_bias)
-        self.v = nn.Linear(D, D, bias=config.qkv_bias)
-        self.attn_drop = nn.Dropout(config.attn_drop_rate)
-        self.proj = nn.Linear(D, D)
-        self.proj_drop = nn.Dropout(config.drop_rate)
-
-    def forward(self, u: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
-        B, N, D = u.shape
-        H, hd = self.heads, self.head_dim
-        q = self.q(u[:, 0]).reshape(B, 1, H, hd).permute(0, 2, 1, 3)  # (B, H, 1, hd)
-        k = self.k(u).reshape(B, N, H, hd).permute(0, 2, 1, 3)
-        v = self.v(u).reshape(B, N, H, hd).permute(0, 2, 1, 3)
-        a = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, 1, N)
-        embedded = None
-        if capture:
-            eye = torch.eye(N, dtype=a.dtype, device=a.device)
-            embedded = eye.expand(B, H, N, N).clone()  # the patches pass unchanged
-            embedded[:, :, :1] = a
-            a = embedded[:, :, :1]
-        out = (self.attn_drop(a) @ v).transpose(1, 2).reshape(B, 1, D)
         return self.proj_drop(self.proj(out)), embedded
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kinds.vit import ViTKind
+from vitviz.kinds.token_layout import TokenLayoutKind
 
 if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loads
     import numpy as np
@@ -31,15 +31,12 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     from vitviz.kinds.vit.analysis import Analysis
 
 
-class ClipKind(ViTKind):
-    """A CLIP image tower (``model_kind`` "clip"); the ViT kind's members where a ViT's hold."""
+class ClipKind(TokenLayoutKind):
+    """A CLIP image tower (``model_kind`` "clip"); the token-layout base's members where a
+    ViT's hold."""
 
     name = "clip"
     label = "CLIP image tower"
-    catch_all = False
-
-    def owns(self, model: nn.Module) -> bool:
-        return getattr(model, "model_kind", None) == self.name
 
     def architecture(self, model: nn.Module) -> str:
         text = "no text tower" if model.text is None else f"{len(model.prompts)} prompts"
@@ -161,14 +158,6 @@ class ClipKind(ViTKind):
         from vitviz.kinds.clip.intermediates import clip_intermediates
 
         return clip_intermediates(model, x, replace=replace)
-
-    @property
-    def model_code(self) -> None:
-        return None
-
-    @property
-    def training(self) -> None:
-        return None  # vitviz trains no CLIP
 
     def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
         """A CLIP's softmax over the prompts; a SigLIP's: each prompt's own sigmoid."""

@@ -13,16 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kindapi.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
-from vitviz.kinds.staged_engine import StagedEngineMembers
+from vitviz.kindapi.protocol import LayerGrid, LayerRow, TokenGeometry
+from vitviz.kinds.staged import StagedKind
 
 if TYPE_CHECKING:
     import numpy as np
-    from PIL import Image
     from torch import Tensor, nn
 
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kindapi.protocol import (
+        FaithfulnessReport,
         ImageInput,
         Loaded,
         ModelShape,
@@ -31,14 +31,6 @@ if TYPE_CHECKING:
     from vitviz.kinds.pyramid.analysis import PyramidAnalysis
     from vitviz.kinds.pyramid.config import PyramidConfig
     from vitviz.kinds.pyramid.hiera_config import HieraConfig
-
-UNUSED_OPTIONS = {
-    "layers": "applies to ViT models; a pyramid ViT's analysis keeps every block",
-    "batch_size": "is not used on a pyramid ViT: its images are analysed one at a time",
-    "attention_dtype": "is not used on a pyramid ViT: its attention is kept as the model "
-    "computes it",
-    "max_side": "is not used on a pyramid ViT: its map PNGs are drawn over the model input",
-}
 
 
 def _hiera_words(cfg: object) -> Any:
@@ -49,15 +41,17 @@ def _hiera_words(cfg: object) -> Any:
     return hiera_words if isinstance(cfg, HieraConfig) else None
 
 
-class PyramidKind(StagedEngineMembers):
+class PyramidKind(StagedKind):
     """vitviz's PyramidViT (PVT v2) and HieraViT (Hiera)."""
 
-    ENGINE_DATA = "vitviz.kinds.pyramid.engine_data"  # its engine members (StagedEngineMembers)
+    ENGINE_DATA = "vitviz.kinds.pyramid.engine_data"  # its query maps and words (StagedKind)
+    METHODS_MODULE = "vitviz.kinds.pyramid.methods"
+    OWNER = "a pyramid ViT"
     name = "pyramid"
     label = "Pyramid ViT (PVT v2, Twins, Hiera)"
-
-    def owns(self, model: nn.Module) -> bool:
-        return getattr(model, "model_kind", None) == self.name
+    POOL_QUERY = "query: mean over the tokens"
+    POOL_SOURCE = "the mean of the last stage's tokens"
+    HEADS_TITLE = "Spatial-reduction attention of every block and head"
 
     def architecture(self, model: nn.Module) -> str:
         cfg = model.config
@@ -134,26 +128,6 @@ class PyramidKind(StagedEngineMembers):
         # (B, heads, units, t_q, t_k) within mask units
         return out.logits, out.attentions
 
-    @property
-    def model_code(self) -> None:
-        return None
-
-    @property
-    def training(self) -> None:
-        return None  # vitviz trains no pyramid ViT: the Training tab does not offer one
-
-    def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
-        return logits.softmax(dim=-1)
-
-    def rescore(self, analysis: PyramidAnalysis, loaded: Loaded) -> None:
-        return None
-
-    def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
-        return "a pyramid ViT's classes are its head's; prompts need a CLIP-style model"
-
-    def finish_analysis(self, analysis: PyramidAnalysis) -> PyramidAnalysis:
-        return analysis
-
     def analyze(self, loaded: Loaded, image: ImageInput, **options: Any) -> PyramidAnalysis:
         from vitviz.kinds.pyramid.analysis import analyze_pyramid
 
@@ -187,23 +161,6 @@ class PyramidKind(StagedEngineMembers):
 
         return pyramid_intermediates(model, x, replace)
 
-    def implementation(self, method: str) -> KindMethod | None:
-        from vitviz.kinds.pyramid.methods import METHODS
-
-        return METHODS.get(method)
-
-    def missing_method(self, method: str) -> str | None:
-        from vitviz.kinds.pyramid.methods import CANNOT
-
-        return CANNOT.get(method)
-
-    def parameter_bounds(self, subject: PyramidAnalysis | nn.Module) -> tuple[int, int]:
-        from torch import nn
-
-        if isinstance(subject, nn.Module):
-            return int(subject.config.depth), max(int(h) for h in subject.config.heads)
-        return len(subject.attentions), max(int(a.shape[0]) for a in subject.attentions)
-
     def head_statistics(self, analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
         from vitviz.kinds.pyramid.stats import head_statistics
 
@@ -214,39 +171,16 @@ class PyramidKind(StagedEngineMembers):
 
         return pyramid_arrays(analysis)
 
-    def map_picture(
-        self,
-        analysis: PyramidAnalysis,
-        map_: np.ndarray,
-        colormap: str,
-        max_side: int | None,
-        title: list[str] | None,
-    ) -> Image.Image:
-        """Over the model input, untitled (each map at its own grid)."""
-        from vitviz.kinds.pyramid.engine_data import picture
-
-        return picture(analysis, map_, colormap, 0.6)
-
-    def heads_picture(
-        self, analysis: PyramidAnalysis, colormap: str, titled: bool
-    ) -> Image.Image | None:
-        return None  # the window's head grid shows its blocks; explain writes no picture
-
-    def unused_options(self) -> Mapping[str, str]:
-        return UNUSED_OPTIONS
-
     def layer_rows(self, analysis: PyramidAnalysis) -> tuple[LayerRow, ...]:
-        rows, counts = [], {}
-        for attn, s, words, keys in zip(
+        rows = []
+        for attn, s, words, keys, name in zip(
             analysis.attentions,
             analysis.block_stages,
             analysis.reductions,
             analysis.keys,
+            self.block_names(analysis.block_stages),
             strict=True,
         ):
-            j = counts.get(s, 0)
-            counts[s] = j + 1
-            name = f"{s}.{j}"  # stages and blocks counted from 0
             H, W = analysis.stage_grids[s]
             kh, kw = keys.coarse
             rows.append(
@@ -268,15 +202,26 @@ class PyramidKind(StagedEngineMembers):
 
         return engine_data.model_shape(loaded, self)
 
-    def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
-        return None  # its analysis memory is not modelled yet
+    def thumbnails(self, analysis: PyramidAnalysis) -> tuple[tuple[int, int], int]:
+        from vitviz.kinds.pyramid.engine_data import thumbnail_grid
 
-    def view_map_picture(
-        self, session: Session, values: np.ndarray, colormap: str, opacity: float
-    ) -> Image.Image:
-        from vitviz.kinds.pyramid import engine_data
+        return thumbnail_grid(analysis)
 
-        return engine_data.picture(session.analysis, values, colormap, opacity)
+    def curves(
+        self, session: Session, names: list[str], options: dict[str, Any]
+    ) -> FaithfulnessReport:
+        """Curves on the session's model (an analysis made without it is given it)."""
+        from dataclasses import replace
+
+        from vitviz.explain.faithfulness import evaluate_methods
+        from vitviz.kinds.pyramid.analysis import ModelOnly
+
+        a, model = session.analysis, session.loaded.model
+        if not self.has_head(session.loaded):
+            raise ValueError("faithfulness needs a classification head, and this model has none")
+        if a.loaded is None or a.loaded.model is not model:
+            a = replace(a, loaded=ModelOnly(model))
+        return evaluate_methods(a, names, **options)
 
 
 KIND = PyramidKind()

@@ -26,6 +26,7 @@ from vitviz.kinds.pyramid.rollout import (
     gradient_blocks,
     relevance_blocks,
 )
+from vitviz.kinds.staged_analysis import StagedAnalysisBase
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class ModelOnly:
 
 
 @dataclass
-class PyramidAnalysis:
+class PyramidAnalysis(StagedAnalysisBase):
     """What one image did in a pyramid ViT (batch of one)."""
 
     logits: Tensor  # (C,)
@@ -62,18 +63,6 @@ class PyramidAnalysis:
     kind: str = "pyramid"
 
     _prepared: dict[tuple, PreparedPyramidRollout] = field(default_factory=dict, repr=False)
-
-    @property
-    def top_class(self) -> int:
-        return int(self.logits.argmax()) if self.logits.numel() else -1
-
-    @property
-    def has_head(self) -> bool:
-        return self.logits.numel() > 0
-
-    @property
-    def class_names(self) -> list[str]:
-        return list(getattr(self.loaded, "class_names", None) or [])
 
     def prepared(self, method: str, fusion: str = "mean") -> PreparedPyramidRollout:
         """The per-block matrices of ``method`` (rollout, gradient-rollout, relevance)."""

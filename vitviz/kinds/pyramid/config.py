@@ -12,18 +12,20 @@ convolution of stride ``sr_ratios[s]`` (or, ``linear``, by an adaptive average p
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 from vitviz.blocks.config import _pair
+from vitviz.kinds.staged_config import StagedConfig
 
 
 @dataclass
-class PyramidConfig:
+class PyramidConfig(StagedConfig):
     """Architecture of a PVT v2: stage s has ``depths[s]`` blocks of width ``dims[s]`` with
     ``heads[s]`` heads, keys reduced ``sr_ratios[s]`` times per side and an MLP of
     ``mlp_hidden_dims[s]`` channels with a depthwise 3 × 3 convolution."""
+
+    NOUN: ClassVar[str] = "pyramid ViT"
 
     image_size: tuple[int, int] = (224, 224)
     patch_size: int = 4  # the stem's stride: input pixels per side of a first-stage token
@@ -58,20 +60,6 @@ class PyramidConfig:
         for name in ("dims", "depths", "heads", "sr_ratios", "mlp_hidden_dims", "windows"):
             setattr(self, name, tuple(int(v) for v in getattr(self, name)))
 
-    @property
-    def num_stages(self) -> int:
-        return len(self.depths)
-
-    @property
-    def depth(self) -> int:
-        """Blocks in all stages."""
-        return sum(self.depths)
-
-    @property
-    def dim(self) -> int:
-        """Width of the last stage (the features the head reads)."""
-        return self.dims[-1]
-
     def window(self, stage: int, block: int) -> int:
         """The window side of block ``block`` of ``stage`` (Twins-SVT's even blocks), 0: global."""
         ws = self.windows[stage] if self.windows else 0
@@ -104,15 +92,3 @@ class PyramidConfig:
             raise ValueError("windows needs one positive window side per stage (or none)")
         if self.num_classes < 0 or self.pool_size < 1 or self.down_stride < 1:
             raise ValueError("classes must not be negative, pool size and stride positive")
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PyramidConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown pyramid ViT config fields: {', '.join(unknown)}")
-        return cls(**data)

@@ -8,32 +8,21 @@ to the thumbnail grid, in the head grid. Without a query: the mean row over ever
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
-from torch import nn
 
 from vitviz.kindapi.protocol import (
-    ImageNumbers,
     ModelKind,
     ModelShape,
     QueryMaps,
     Session,
-    ViewWords,
 )
 from vitviz.kinds.pyramid import hiera_words
-from vitviz.kinds.pyramid.analysis import ModelOnly, PyramidAnalysis
+from vitviz.kinds.pyramid.analysis import PyramidAnalysis
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
 
 THUMB_MAX_CELLS = 32
-
-
-def has_head(model: nn.Module) -> bool:
-    return int(model.config.num_classes) > 0
 
 
 def model_shape(loaded: Any, kind: ModelKind) -> ModelShape:
@@ -69,19 +58,6 @@ def model_shape(loaded: Any, kind: ModelKind) -> ModelShape:
     )
 
 
-def unavailable(loaded: Any) -> dict[str, str]:
-    """{method name: why it can't run here} over the whole table."""
-    from vitviz.explain.methods import all_methods
-
-    head = has_head(loaded.model) and bool(loaded.class_names)
-    out = {}
-    for m in all_methods():
-        why = m.unavailable_on(loaded.model, head)
-        if why is not None:
-            out[m.name] = why
-    return out
-
-
 def thumbnail_grid(a: PyramidAnalysis) -> tuple[tuple[int, int], int]:
     """The finest stage grid at most THUMB_MAX_CELLS a side that covers the first exactly."""
     h0, w0 = a.stage_grids[0]
@@ -91,60 +67,6 @@ def thumbnail_grid(a: PyramidAnalysis) -> tuple[tuple[int, int], int]:
         if exact and max(grid) <= THUMB_MAX_CELLS:
             return tuple(grid), px
     return (h0, w0), p0
-
-
-def words(a: PyramidAnalysis) -> ViewWords:
-    h0, w0 = a.stage_grids[0]
-    last = len(a.stage_grids) - 1  # stages counted from 0
-    hl, wl = a.stage_grids[-1]
-    over = f"over stage 0's {h0}×{w0} tokens"
-    return ViewWords(
-        layer="block",
-        axis="block (stage.block)",
-        head="head {head} of 0–{last}",
-        query_none="average pool (every token)",
-        query_cell="point y {y:.0f}, x {x:.0f} px",
-        title_query_none="query: mean over the tokens",
-        title_query="query token ({trow}, {tcol}) of {th}×{tw}",
-        method_query_none=f"from the mean of the last stage's tokens · {over}",
-        method_query=f"from stage {last}'s token ({{trow}}, {{tcol}}) · {over}",
-        method_fixed={"gradcam": f"stage {last}'s {hl}×{wl} tokens"},
-    )
-
-
-def image_numbers(session: Session, kind: ModelKind) -> ImageNumbers:
-    from vitviz.explain.methods import ignored_parameters
-
-    loaded, a = session.loaded, session.analysis
-    head = has_head(loaded.model)
-    rows = kind.layer_rows(a)
-    stats = kind.head_statistics(a)
-    thumb, thumb_px = thumbnail_grid(a)
-    return ImageNumbers(
-        input_pixels=np.ascontiguousarray(a.pixels, dtype=np.uint8),
-        grid=tuple(a.stage_grids[0]),
-        patch_size=a.patch_size,
-        num_prefix_tokens=0,
-        num_layers=len(rows),
-        num_heads=max(r.heads for r in rows),
-        class_names=list(loaded.class_names) if head else [],
-        probs=a.probs.float().cpu().numpy(),
-        logits=a.logits.float().cpu().numpy(),
-        top_class=a.target_class if head else -1,
-        mean_distance=stats["distance"],
-        entropy=stats["entropy"],
-        prefix_share=stats["prefix_share"],
-        token_norms=np.zeros((len(rows), 0), dtype=np.float32),
-        device=str(next(loaded.model.parameters()).device),
-        attention=None,
-        unavailable=unavailable(loaded),
-        ignored_params=ignored_parameters(kind),
-        thumb_grid=thumb,
-        thumb_pixels=thumb_px,
-        layer_rows=rows,
-        token_geometry=kind.token_geometry(a),
-        words=words(a),
-    )
 
 
 def query_maps(session: Session, query: tuple[int, int] | None) -> QueryMaps:
@@ -189,109 +111,4 @@ def query_maps(session: Session, query: tuple[int, int] | None) -> QueryMaps:
         prefix_attention=np.zeros((L, most, 0), dtype=np.float32),
         query_tokens=tuple(tokens),
         levels=nice_levels(np.array([lo, hi])),
-    )
-
-
-def default_class(session: Session) -> int:
-    return session.analysis.target_class if has_head(session.loaded.model) else -1
-
-
-def method_map(
-    session: Session,
-    method: str,
-    query: tuple[int, int] | None,
-    target_class: int | None,
-    params: Mapping[str, Any],
-) -> np.ndarray:
-    """The table's map through the method table (its checks, then this kind's version)."""
-    from vitviz.explain.methods import get_method
-
-    target = default_class(session) if target_class is None else target_class
-    m = get_method(method)
-    out = m(session.analysis, query, target if target >= 0 else None, dict(params), strict=False)
-    return out.numpy()
-
-
-def evaluate_faithfulness(
-    session: Session,
-    names: Sequence[str],
-    *,
-    steps: int,
-    mask: np.ndarray | None,
-    name: str,
-    params: Mapping[str, Mapping[str, Any]],
-) -> Any:
-    from vitviz.explain.faithfulness import evaluate_methods
-
-    a, model = session.analysis, session.loaded.model
-    if not has_head(model):
-        raise ValueError("faithfulness needs a classification head, and this model has none")
-    if a.loaded is None or a.loaded.model is not model:
-        a = replace(a, loaded=ModelOnly(model))
-    return evaluate_methods(a, list(names), steps=steps, mask=mask, name=name, params=params)
-
-
-def export_npz(
-    session: Session,
-    path: Path,
-    method: str,
-    params: Mapping[str, Any],
-    target_class: int | None,
-) -> Path:
-    """``vitviz-cli explain``'s npz with the shown method (its parameters, the chosen class)."""
-    from vitviz.explain.methods import get_method
-    from vitviz.kindapi import kind_of
-    from vitviz.pipeline.export import MapSettings, compute_maps, write_npz
-
-    loaded, a = session.loaded, session.analysis
-    kind = kind_of(loaded)
-    head = has_head(loaded.model)
-    m = get_method(method)
-    usable = m.unavailable_on(loaded.model, head) is None
-    methods = (method,) if usable and method not in ("rollout", "attention") else ()
-    layers, heads = kind.parameter_bounds(loaded.model)
-    given = {method: params} if usable else {}
-    values = {
-        n: get_method(n).values_for(kind, given.get(n), layers, heads, strict=False)
-        for n in ("rollout", *methods)
-    }
-    settings = MapSettings(methods=methods, params=values, target_class=target_class)
-    return write_npz(a, compute_maps(a, settings), path, loaded.class_names)
-
-
-def picture(a: PyramidAnalysis, values: np.ndarray, colormap: str, opacity: float) -> Image.Image:
-    """A map of any of the model's grids over the model input (taken to the first stage's grid,
-    each cell the value of the token covering its centre)."""
-    import torch
-
-    from vitviz.imaging.overlay import overlay_on_image
-    from vitviz.kindapi import kind_of
-
-    geometry = kind_of(a).token_geometry(a)
-    fine = geometry.on_grid(torch.as_tensor(np.asarray(values))).numpy()
-    return overlay_on_image(a.pixels, fine, colormap=colormap, opacity=opacity)
-
-
-def heads_picture(
-    session: Session,
-    query: tuple[int, int] | None,
-    colormap: str,
-    opacity: float,
-    per_head: bool,
-    labels: Sequence[str],
-) -> Image.Image:
-    from vitviz.pipeline.export import heads_figure
-
-    shown = query_maps(session, query)
-    said = "query: mean over the tokens" if query is None else f"query cell {query}"
-    return heads_figure(
-        shown.head_maps,
-        shown.mean_maps,
-        session.analysis,
-        row_names=list(labels),
-        title="Spatial-reduction attention of every block and head",
-        query=said,
-        colormap=colormap,
-        opacity=opacity,
-        per_head=per_head,
     )

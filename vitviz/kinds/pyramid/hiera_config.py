@@ -10,18 +10,20 @@ later ones globally. Only timm's schedule is supported: every stage after the fi
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 from vitviz.blocks.config import _pair
+from vitviz.kinds.staged_config import StagedConfig
 
 
 @dataclass
-class HieraConfig:
+class HieraConfig(StagedConfig):
     """Architecture of a Hiera: stage s has ``depths[s]`` blocks of width ``dims[s]`` with
     ``heads[s]`` heads and MLPs of ``mlp_hidden_dims[s]``; ``mask_unit_attn[s]``: attention
     within mask units (else global)."""
+
+    NOUN: ClassVar[str] = "Hiera"
 
     image_size: tuple[int, int] = (224, 224)
     in_channels: int = 3
@@ -50,18 +52,6 @@ class HieraConfig:
         for name in ("dims", "depths", "heads", "mlp_hidden_dims"):
             setattr(self, name, tuple(int(v) for v in getattr(self, name)))
         self.mask_unit_attn = tuple(bool(v) for v in self.mask_unit_attn)
-
-    @property
-    def num_stages(self) -> int:
-        return len(self.depths)
-
-    @property
-    def depth(self) -> int:
-        return sum(self.depths)
-
-    @property
-    def dim(self) -> int:
-        return self.dims[-1]
 
     @property
     def patch_size(self) -> int:
@@ -107,15 +97,3 @@ class HieraConfig:
             raise ValueError("without expand_proj every stage must double the width")
         if self.num_classes < 0 or min(self.patch_kernel, self.patch_stride) < 1:
             raise ValueError("classes must not be negative, the stem's kernel and stride positive")
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HieraConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown Hiera config fields: {', '.join(unknown)}")
-        return cls(**data)

@@ -8,7 +8,6 @@ M_b keys, in nats, averaged over the queries. No prefix tokens: the prefix share
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,6 +15,7 @@ import torch
 from torch import Tensor
 
 from vitviz.kinds.pyramid.reduction import Reduction, identity
+from vitviz.kinds.staged_analysis import padded
 
 if TYPE_CHECKING:
     from vitviz.kinds.pyramid.analysis import PyramidAnalysis
@@ -38,14 +38,6 @@ def block_statistics(
     distance = (a * dist).sum(dim=-1).mean(dim=-1)
     entropy = -(a * (a + torch.finfo(a.dtype).tiny).log()).sum(dim=-1).mean(dim=-1)
     return distance, entropy
-
-
-def padded(rows: Sequence[np.ndarray], heads: int) -> np.ndarray:
-    """Per block (h_b,) values -> (L, heads) float32, NaN where a block has fewer heads."""
-    out = np.full((len(rows), heads), np.nan, dtype=np.float32)
-    for b, r in enumerate(rows):
-        out[b, : r.shape[0]] = r
-    return out
 
 
 def head_statistics(analysis: PyramidAnalysis) -> dict[str, np.ndarray]:

@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kindapi.protocol import KindMethod, LayerGrid, LayerRow, TokenGeometry
+from vitviz.kindapi.protocol import LayerGrid, LayerRow, TokenGeometry
 from vitviz.kindapi.sides import ModelCodeSide, TrainingSide
-from vitviz.kinds.staged_engine import StagedEngineMembers
+from vitviz.kinds.staged import StagedKind
 from vitviz.kinds.swin import code_side, training
 
 if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loads
+    from pathlib import Path
+
     import numpy as np
     from PIL import Image
     from torch import Tensor, nn
@@ -22,6 +24,7 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     from vitviz.checkpoints import LoadedModel
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kindapi.protocol import (
+        FaithfulnessReport,
         ImageInput,
         Loaded,
         ModelShape,
@@ -30,26 +33,17 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     from vitviz.kinds.swin.analysis import SwinAnalysis
     from vitviz.kinds.swin.config import SwinConfig
 
-# analyze options of a ViT a Swin's analysis does not use, and why (the CLI says so)
-# (what follows the option's name in the CLI's line)
-UNUSED_OPTIONS = {
-    "layers": "applies to ViT models; a Swin's analysis keeps every block",
-    "batch_size": "is not used on a Swin: a Swin's images are analysed one at a time",
-    "attention_dtype": "is not used on a Swin: a Swin's window attention is kept as the model "
-    "computes it",
-    "max_side": "is not used on a Swin: a Swin's map PNGs are drawn over the model input",
-}
 
-
-class SwinKind(StagedEngineMembers):
+class SwinKind(StagedKind):
     """vitviz's SwinTransformer and any captured model whose ``model_kind`` is "swin"."""
 
-    ENGINE_DATA = "vitviz.kinds.swin.engine_data"  # its engine members (StagedEngineMembers)
+    ENGINE_DATA = "vitviz.kinds.swin.engine_data"  # its query maps and words (StagedKind)
+    METHODS_MODULE = "vitviz.kinds.swin.methods"
+    HEAD_AXIS = 1  # its kept attention: (windows, heads, n, n)
+    OWNER = "a Swin"
+    HEADS_TITLE = "Window attention of every block and head"
     name = "swin"
     label = "Swin Transformer"
-
-    def owns(self, model: nn.Module) -> bool:
-        return getattr(model, "model_kind", None) == self.name
 
     def architecture(self, model: nn.Module) -> str:
         cfg = model.config.to_dict()
@@ -99,18 +93,6 @@ class SwinKind(StagedEngineMembers):
     def training(self) -> TrainingSide:
         return training.SIDE
 
-    def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
-        return logits.softmax(dim=-1)
-
-    def rescore(self, analysis: SwinAnalysis, loaded: Loaded) -> None:
-        return None  # its classes never change under an analysis
-
-    def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
-        return "a Swin's classes are its head's; prompts need a CLIP-style model with a text tower"
-
-    def finish_analysis(self, analysis: SwinAnalysis) -> SwinAnalysis:
-        return analysis  # a Swin's own analysis is complete as made
-
     def analyze(self, loaded: LoadedModel, image: ImageInput, **options: Any) -> SwinAnalysis:
         """``gradients`` only where the model has a head (its classes' gradients)."""
         from vitviz.kinds.swin import engine_data
@@ -144,24 +126,6 @@ class SwinKind(StagedEngineMembers):
 
         return swin_intermediates(model, x, replace)
 
-    def implementation(self, method: str) -> KindMethod | None:
-        from vitviz.kinds.swin.methods import METHODS
-
-        return METHODS.get(method)
-
-    def missing_method(self, method: str) -> str | None:
-        from vitviz.kinds.swin.methods import CANNOT
-
-        return CANNOT.get(method)
-
-    def parameter_bounds(self, subject: SwinAnalysis | nn.Module) -> tuple[int, int]:
-        from torch import nn
-
-        if isinstance(subject, nn.Module):
-            cfg = subject.config
-            return int(cfg.depth), max(int(h) for h in cfg.heads)
-        return len(subject.attentions), max(int(a.shape[1]) for a in subject.attentions)
-
     def head_statistics(self, analysis: SwinAnalysis) -> dict[str, np.ndarray]:
         from vitviz.kinds.swin.stats import padded_head_statistics
 
@@ -185,23 +149,15 @@ class SwinKind(StagedEngineMembers):
 
         return swin_map_picture(analysis, map_, colormap)
 
-    def heads_picture(
-        self, analysis: SwinAnalysis, colormap: str, titled: bool
-    ) -> Image.Image | None:
-        return None  # the window's head grid shows a Swin's blocks; explain writes no picture
-
-    def unused_options(self) -> Mapping[str, str]:
-        return UNUSED_OPTIONS
-
     def layer_rows(self, analysis: SwinAnalysis) -> tuple[LayerRow, ...]:
-        rows, counts = [], {}
-        for attn, layout, stage in zip(
-            analysis.attentions, analysis.layouts, analysis.block_stages, strict=True
+        rows = []
+        for attn, layout, name in zip(
+            analysis.attentions,
+            analysis.layouts,
+            self.block_names(analysis.block_stages),
+            strict=True,
         ):
-            index = counts.get(stage, 0)
-            counts[stage] = index + 1
             kind = "SW" if layout.shifted else "W"
-            name = f"{stage}.{index}"  # stages and blocks counted from 0
             label = f"{name} {kind}"
             where = f"block {name} {kind}-MSA (window {layout.window[0]}"
             where += f", shift {layout.shift[0]})" if layout.shifted else ")"
@@ -223,15 +179,48 @@ class SwinKind(StagedEngineMembers):
 
         return engine_data.model_shape(loaded)
 
-    def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
-        return None  # a Swin's analysis memory is not modelled yet
+    def thumbnails(self, analysis: SwinAnalysis) -> tuple[tuple[int, int], int]:
+        from vitviz.kinds.swin.engine_data import thumbnail_grid
+
+        return thumbnail_grid(analysis.stage_grids, analysis.patch_size)
+
+    def method_map(
+        self,
+        session: Session,
+        method: str,
+        query: tuple[int, int] | None,
+        target_class: int | None,
+        params: Mapping[str, Any],
+    ) -> np.ndarray:
+        from vitviz.kinds.swin import engine_data
+
+        return engine_data.method_map(session, method, query, target_class, params)
+
+    def curves(
+        self, session: Session, names: list[str], options: dict[str, Any]
+    ) -> FaithfulnessReport:
+        from vitviz.kinds.swin.faithfulness import evaluate_swin_methods
+
+        return evaluate_swin_methods(session.analysis, session.loaded.model, names, **options)
+
+    def export_npz(
+        self,
+        session: Session,
+        path: Path,
+        method: str,
+        params: Mapping[str, Any],
+        target_class: int | None,
+    ) -> Path:
+        from vitviz.kinds.swin import engine_data
+
+        return engine_data.export_npz(session, path, method, params, target_class)
 
     def view_map_picture(
         self, session: Session, values: np.ndarray, colormap: str, opacity: float
     ) -> Image.Image:
-        from vitviz.kinds.swin import engine_data
+        from vitviz.kinds.swin.output import swin_map_picture
 
-        return engine_data.map_picture(session, values, colormap, opacity)
+        return swin_map_picture(session.analysis, values, colormap, opacity)
 
 
 KIND = SwinKind()

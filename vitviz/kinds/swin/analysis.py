@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.imaging.geometry import PatchGeometry
+from vitviz.kinds.staged_analysis import StagedAnalysisBase
 from vitviz.kinds.swin.network import SwinTransformer
 from vitviz.kinds.swin.rollout import PreparedSwinRollout, fused_blocks, gradient_blocks
 from vitviz.kinds.swin.windows import WindowLayout
@@ -28,7 +29,7 @@ class ModelOnly:
 
 
 @dataclass
-class SwinAnalysis:
+class SwinAnalysis(StagedAnalysisBase):
     """What one image did in a Swin (batch of one)."""
 
     logits: Tensor  # (C,)
@@ -49,20 +50,6 @@ class SwinAnalysis:
     kind: str = "swin"  # the model kind (vitviz.kinds)
 
     _prepared: dict[tuple, PreparedSwinRollout] = field(default_factory=dict, repr=False)
-
-    @property
-    def top_class(self) -> int:
-        """The top prediction (-1 without a head)."""
-        return int(self.logits.argmax()) if self.logits.numel() else -1
-
-    @property
-    def has_head(self) -> bool:
-        return self.logits.numel() > 0
-
-    @property
-    def class_names(self) -> list[str]:
-        """The checkpoint's class names (empty for an analysis of a bare model)."""
-        return list(getattr(self.loaded, "class_names", None) or [])
 
     def prepared_rollout(
         self, fusion: str = "mean", heads: list[int] | None = None

@@ -19,23 +19,25 @@ branch (x + norm(f(x))) and patch merging that normalises after the reduction.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 from vitviz.blocks.config import _pair
+from vitviz.kinds.staged_config import StagedConfig
 
 WINDOW_CLAMPS = ("none", "axis", "min")
 
 
 @dataclass
-class SwinConfig:
+class SwinConfig(StagedConfig):
     """Architecture of a Swin Transformer: stages of window attention joined by patch merging.
 
     Stage s has ``depths[s]`` blocks of width ``dims[s]`` with ``heads[s]`` heads and windows of
     ``window_sizes[s]`` tokens a side; blocks alternate W-MSA (no shift) and SW-MSA (shift
     ``window_sizes[s] // 2``). Stage s > 0 starts with a 2 × 2 patch merging.
     """
+
+    NOUN: ClassVar[str] = "Swin"
 
     image_size: tuple[int, int] = (224, 224)
     patch_size: int = 4
@@ -71,20 +73,6 @@ class SwinConfig:
         sizes = self.pretrained_window_sizes
         return 0 if sizes is None else sizes[stage]
 
-    @property
-    def num_stages(self) -> int:
-        return len(self.depths)
-
-    @property
-    def depth(self) -> int:
-        """Blocks in all stages."""
-        return sum(self.depths)
-
-    @property
-    def dim(self) -> int:
-        """Width of the last stage (the features the head reads)."""
-        return self.dims[-1]
-
     def hidden_dim(self, stage: int) -> int:
         if self.mlp_hidden_dims is not None:
             return self.mlp_hidden_dims[stage]
@@ -113,15 +101,3 @@ class SwinConfig:
             raise ValueError(f"Swin version must be 1 or 2, got {self.version}")
         if self.window_clamp not in WINDOW_CLAMPS:
             raise ValueError(f"window_clamp must be one of {', '.join(WINDOW_CLAMPS)}")
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SwinConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown Swin config fields: {', '.join(unknown)}")
-        return cls(**data)

@@ -14,22 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PIL import Image
 from torch import nn
 
 from vitviz.kindapi.protocol import (
-    ImageNumbers,
-    ModelKind,
     ModelShape,
     QueryMaps,
     Session,
-    ViewWords,
 )
 from vitviz.kinds.swin.analysis import SwinAnalysis
 
 if TYPE_CHECKING:
     from vitviz.checkpoints.loaded import LoadedModel
-    from vitviz.explain.faithfulness import ImageFaithfulness
 
 THUMB_MAX_CELLS = 32  # a thumbnail tile is a few dozen screen pixels wide: finer grids are lost
 
@@ -99,11 +94,9 @@ def model_shape(loaded: LoadedModel) -> ModelShape:
 
 def unavailable(loaded: LoadedModel) -> dict[str, str]:
     """{method name: why it can't run on a Swin} over the whole method table."""
-    from vitviz.explain.methods import all_methods
+    from vitviz.kinds.table_kind import unavailable_methods
 
-    head = has_head(loaded.model) and bool(loaded.class_names)
-    reasons = {m.name: m.unavailable_on(loaded.model, head) for m in all_methods()}
-    return {name: why for name, why in reasons.items() if why is not None}
+    return unavailable_methods(loaded, has_head(loaded.model) and bool(loaded.class_names))
 
 
 def thumbnail_grid(
@@ -120,68 +113,6 @@ def thumbnail_grid(
         if exact and max(grid) <= THUMB_MAX_CELLS:
             return (int(grid[0]), int(grid[1])), patch * 2**s
     return (h0, w0), patch
-
-
-def words(analysis: SwinAnalysis) -> ViewWords:
-    """A Swin's words: blocks ("0.1", stages and blocks counted from 0), points of the input,
-    the average pool; the rollouts read the last stage's token and span the first stage's grid,
-    Grad-CAM the last stage's grid."""
-    h0, w0 = analysis.stage_grids[0]
-    last = analysis.block_stages[-1]
-    hl, wl = analysis.layouts[-1].grid
-    over = f"over stage 0's {h0}×{w0} tokens"
-    return ViewWords(
-        layer="block",
-        axis="block (stage.block)",
-        head="head {head} of 0–{last}",
-        query_none="average pool (every token)",
-        query_cell="point y {y:.0f}, x {x:.0f} px",
-        title_query_none="query: average pool",
-        title_query="query token ({trow}, {tcol}) of {th}×{tw}",
-        method_query_none=f"from the average pool · {over}",
-        method_query=f"from stage {last}'s token ({{trow}}, {{tcol}}) · {over}",
-        method_fixed={"gradcam": f"stage {last}'s {hl}×{wl} tokens"},
-    )
-
-
-def image_numbers(session: Session, kind: ModelKind) -> ImageNumbers:
-    """The block layout, head statistics per block and head (NaN beyond a block's heads), the
-    predictions; every query goes to the engine (its rows cost O(n) there)."""
-    from vitviz.explain.methods import ignored_parameters
-
-    loaded, a = session.loaded, session.analysis
-    head = has_head(loaded.model)
-    patch = loaded.model.config.patch_size
-    rows = kind.layer_rows(a)
-    stats = kind.head_statistics(a)
-    most = max(r.heads for r in rows)
-    L = len(rows)
-    thumb_grid, thumb_pixels = thumbnail_grid(a.stage_grids, patch)
-    return ImageNumbers(
-        input_pixels=np.ascontiguousarray(a.pixels, dtype=np.uint8),
-        grid=tuple(a.stage_grids[0]),
-        patch_size=patch,
-        num_prefix_tokens=0,
-        num_layers=L,
-        num_heads=most,
-        class_names=list(loaded.class_names) if head else [],
-        probs=a.probs.float().cpu().numpy(),
-        logits=a.logits.float().cpu().numpy(),
-        top_class=a.target_class if head else -1,
-        mean_distance=stats["distance"],
-        entropy=stats["entropy"],
-        prefix_share=stats["prefix_share"],
-        token_norms=np.zeros((L, 0), dtype=np.float32),
-        device=str(next(loaded.model.parameters()).device),
-        attention=None,
-        unavailable=unavailable(loaded),
-        ignored_params=ignored_parameters(kind),
-        thumb_grid=thumb_grid,
-        thumb_pixels=thumb_pixels,
-        layer_rows=rows,
-        token_geometry=kind.token_geometry(a),
-        words=words(a),
-    )
 
 
 def query_point(query: tuple[int, int] | None, patch: int) -> tuple[float, float] | None:
@@ -321,23 +252,6 @@ def default_class(session: Session) -> int:
     return session.analysis.target_class if has_head(session.loaded.model) else -1
 
 
-def evaluate_faithfulness(
-    session: Session,
-    names: Sequence[str],
-    *,
-    steps: int,
-    mask: np.ndarray | None,
-    name: str,
-    params: Mapping[str, Mapping[str, Any]],
-) -> ImageFaithfulness:
-    from vitviz.kinds.swin.faithfulness import evaluate_swin_methods
-
-    a, model = session.analysis, session.loaded.model
-    return evaluate_swin_methods(
-        a, model, list(names), steps=steps, mask=mask, name=name, params=params
-    )
-
-
 def export_npz(
     session: Session,
     path: Path,
@@ -358,35 +272,3 @@ def export_npz(
         a = with_gradients(session, target)  # the class's pass, as the CLI's --class runs it
     maps = swin_output_maps(a, loaded.model, settings)
     return write_swin_npz(a, loaded.class_names, maps, path)
-
-
-def heads_picture(
-    session: Session,
-    query: tuple[int, int] | None,
-    colormap: str,
-    opacity: float,
-    per_head: bool,
-    labels: Sequence[str],
-) -> Image.Image:
-    """The query's thumbnails (every block and head, as the head grid shows them), titled."""
-    from vitviz.pipeline.export import heads_figure
-
-    shown = query_maps(session, query)
-    words = "query: average pool" if query is None else f"query cell {query}"
-    return heads_figure(
-        shown.head_maps,
-        shown.mean_maps,
-        session.analysis,
-        row_names=list(labels),
-        title="Window attention of every block and head",
-        query=words,
-        colormap=colormap,
-        opacity=opacity,
-        per_head=per_head,
-    )
-
-
-def map_picture(session: Session, values: np.ndarray, colormap: str, opacity: float) -> Image.Image:
-    from vitviz.kinds.swin.output import swin_map_picture
-
-    return swin_map_picture(session.analysis, values, colormap, opacity)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from vitviz.kinds.staged_analysis import padded
 from vitviz.kinds.swin.attention import windowed_attention
 from vitviz.kinds.swin.windows import WindowLayout, slots_on
 
@@ -65,14 +66,6 @@ def swin_head_statistics(
         distances.append(d)
         entropies.append(e)
     return distances, entropies
-
-
-def padded(rows: Sequence[np.ndarray], heads: int) -> np.ndarray:
-    """Per block (h_b,) values -> (L, heads) float32, NaN where a block has fewer heads."""
-    out = np.full((len(rows), heads), np.nan, dtype=np.float32)
-    for b, r in enumerate(rows):
-        out[b, : r.shape[0]] = r
-    return out
 
 
 def padded_head_statistics(analysis: SwinAnalysis) -> dict[str, np.ndarray]:

@@ -168,6 +168,27 @@ def read_intermediates(
 
 
 # -- vitviz's VisionTransformer (a ViT, a CLIP or SigLIP image tower) -------------------------
+def read_patch_model(
+    model: nn.Module,
+    x: Tensor,
+    blocks: Sequence[BlockSite],
+    heads: Sequence[HeadSite],
+    replace: HeadReplacement | None = None,
+) -> Intermediates:
+    """``read_intermediates`` of one of vitviz's token-layout networks: its forward pass, its
+    ``patch_embed`` giving the grid, its config the patch size and the classes."""
+    return read_intermediates(
+        model,
+        x,
+        blocks=blocks,
+        heads=heads,
+        grid_from=model.patch_embed,
+        token_pixels=int(model.config.patch_size),
+        num_classes=int(model.config.num_classes),
+        replace=replace,
+    )
+
+
 def _vit_head_site(block: nn.Module, prefix: int) -> HeadSite:
     from vitviz.blocks.parallel import ParallelBlock
 
@@ -190,13 +211,6 @@ def vit_intermediates(
             "before the output projection, so it can't read or replace heads"
         )
     prefix = int(model.num_prefix_tokens)
-    return read_intermediates(
-        model,
-        x,
-        blocks=[BlockSite(b, prefix) for b in model.blocks],
-        heads=[_vit_head_site(b, prefix) for b in model.blocks],
-        grid_from=model.patch_embed,
-        token_pixels=int(model.config.patch_size),
-        num_classes=int(model.config.num_classes),
-        replace=replace,
-    )
+    blocks = [BlockSite(b, prefix) for b in model.blocks]
+    heads = [_vit_head_site(b, prefix) for b in model.blocks]
+    return read_patch_model(model, x, blocks, heads, replace)

@@ -2,8 +2,9 @@
 class-attention blocks where the CLS queries [CLS, patches]).
 
 Its token-to-token maps come only from its class-attention blocks: those are the analysis's
-layers ("CA 0", "CA 1"), in the CaiT kind's layout (``vitviz.kinds.cait``: the CLS row, identity
-below), so the CaiT kind's members apply with no self-attention layer. What each method is here:
+layers ("CA 0", "CA 1"), in the class-attention layout (``vitviz.kinds.class_attention``: the
+CLS row, identity below), with no self-attention layer.
+What each method is here:
 
 - raw attention, DINO masks, attention Grad-CAM: the CLS's row of a class-attention block; a
   patch has no row in any layer (refused with the reason; the window leaves its thumbnails
@@ -28,22 +29,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kinds.cait import CaitKind
+from vitviz.kinds.class_attention import ClassAttentionLayers
+from vitviz.kinds.token_layout import TokenLayoutKind
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
-    from vitviz.kindapi.protocol import KindMethod
     from vitviz.kinds.xcit.config import XcitConfig
 
 
-class XcitKind(CaitKind):
-    """vitviz's XcitModel (``model_kind`` "xcit"): the CaiT kind with class-attention layers
-    only."""
+class XcitKind(ClassAttentionLayers, TokenLayoutKind):
+    """vitviz's XcitModel (``model_kind`` "xcit"): the ViT's analysis on its class-attention
+    layers only (``ClassAttentionLayers``)."""
 
     name = "xcit"
     label = "XCiT (cross-covariance image transformer)"
+    METHODS_MODULE = "vitviz.kinds.xcit.methods"
+    OWNER = "a ViT"  # the words the ViT kind's refusal gave it
 
     def architecture(self, model: nn.Module) -> str:
         cfg = model.config
@@ -103,16 +106,6 @@ class XcitKind(CaitKind):
         from vitviz.kinds.xcit.intermediates import xcit_intermediates
 
         return xcit_intermediates(model, x, replace=replace)
-
-    def implementation(self, method: str) -> KindMethod | None:
-        from vitviz.kinds.xcit.methods import METHODS
-
-        return METHODS.get(method)
-
-    def missing_method(self, method: str) -> str | None:
-        from vitviz.kinds.xcit.methods import CANNOT
-
-        return CANNOT.get(method)
 
 
 KIND = XcitKind()

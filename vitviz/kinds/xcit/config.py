@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vitviz.blocks.class_attention import FIXED
 from vitviz.blocks.config import ViTConfig
-from vitviz.kinds.cait.config import FIXED
 
 
 @dataclass

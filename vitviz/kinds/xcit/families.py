@@ -26,17 +26,30 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import block_indices, check_channels, check_depth
+from vitviz.checkpoints.families.common import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    block_indices,
+    check_channels,
+    check_depth,
+)
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.imaging import Preprocessing
-from vitviz.kinds.cait.families import CAIT_DEFAULTS
 from vitviz.kinds.xcit.config import XcitConfig
 
 LOOKS_LIKE = "a timm XCiT"
+# timm's default_cfg of every XCiT: ImageNet mean and std, the whole image (crop_pct 1), bicubic.
+XCIT_DEFAULTS = {
+    "resize": "crop",
+    "crop_pct": 1.0,
+    "interpolation": "bicubic",
+    "mean": IMAGENET_MEAN,
+    "std": IMAGENET_STD,
+}
 _ARGS = {
     "img_size", "num_classes", "in_chans", "pretrained", "patch_size", "embed_dim", "depth",
     "num_heads", "mlp_ratio", "qkv_bias", "eta", "cls_attn_layers", "tokens_norm",
@@ -177,7 +190,7 @@ def convert(source: Source) -> Conversion:
         raise CheckpointError(f"{source.name}: the XCiT settings are invalid: {exc}") from exc
     n = config.num_classes
     names = resolve_class_names(n, user.get("class_names"), names_from_timm(cfg, n), True)
-    prep_dict, prep_notes = timm_preprocessing(pretrained, CAIT_DEFAULTS)
+    prep_dict, prep_notes = timm_preprocessing(pretrained, XCIT_DEFAULTS)
     notes += prep_notes
     prep = {"image_size": list(config.image_size), **prep_dict}
     if isinstance(user.get("preprocessing"), dict):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vitviz.kinds.vit.intermediates import BlockSite, HeadSite, read_intermediates
+from vitviz.kinds.vit.intermediates import BlockSite, HeadSite, read_patch_model
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -28,13 +28,4 @@ def xcit_intermediates(
     """An ``XcitModel``'s blocks (XCA, then class attention) and class-attention heads."""
     blocks = [BlockSite(b, 0) for b in model.xca_blocks] + [BlockSite(b, 1) for b in model.blocks]
     heads = [HeadSite(b.attn.proj, b.attn.heads, 1, patches=False) for b in model.blocks]
-    return read_intermediates(
-        model,
-        x,
-        blocks=blocks,
-        heads=heads,
-        grid_from=model.patch_embed,
-        token_pixels=int(model.config.patch_size),
-        num_classes=int(model.config.num_classes),
-        replace=replace,
-    )
+    return read_patch_model(model, x, blocks, heads, replace)

@@ -1,5 +1,5 @@
 """XcitModel: vitviz's XCiT (timm's ``Xcit``, eval mode), the class-attention blocks' attention
-captured in the CaiT kind's layout.
+captured in the class-attention layout (``vitviz.blocks.class_attention``).
 
 Forward pass, x (B, C, H, W), P = gh·gw patches, D width::
 
@@ -17,7 +17,7 @@ XCA, per head with d = D / H channels: q̂, k̂ = q, k L2-normalised over the to
 A = softmax_channels(τ_h · q̂ k̂ᵀ) (d × d), out = A v: channel attention, no token-to-token
 map. Its (B, H, d, d) matrices are kept only for the library check (``forward_library``).
 
-The class-attention blocks' attention is captured as the CaiT's (``ClassAttention``): (B, H, N, N)
+The class-attention blocks' attention is captured by ``ClassAttention``: (B, H, N, N)
 over [CLS, patches] with the CLS row and identity below (a patch's update in these blocks is its
 own: no token mixing). The analysis's layers are these blocks only.
 """
@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitviz.blocks.class_attention import ClassAttention
 from vitviz.blocks.layers import Mlp
 from vitviz.blocks.vit import ViTOutput, run_blocks
-from vitviz.kinds.cait.network import ClassAttention
 from vitviz.kinds.xcit.config import XcitConfig
 
 
@@ -160,7 +160,8 @@ class XcaBlock(nn.Module):
 
 class XcitClassBlock(nn.Module):
     """(B, 1 + P, D) [CLS, patches] -> the same: XCiT's class-attention block (see the module
-    docstring), and with ``capture`` the CaiT layout's (B, H, N, N) attention, else None."""
+    docstring), and with ``capture`` the class-attention layout's (B, H, N, N) attention, else
+    None."""
 
     def __init__(self, config: XcitConfig) -> None:
         super().__init__()

@@ -1,0 +1,160 @@
+"""``KindBase``: the members of ``ModelKind`` most kinds leave as they are, written once
+(DESIGN §3), from what lies beneath the contract (the imaging, the kind's own members). A kind
+subclasses it, or ``vitviz.kinds.table_kind.TableKind`` (the engine's members made through the
+method table and the pipeline) or a family's base (``vitviz.kinds.token_layout``,
+``vitviz.kinds.staged``), and writes what is its own: identity, loading, its analysis, token
+geometry, layer rows, head statistics, query maps and the npz's arrays.
+
+Torch-free at import: every member imports what it needs when called.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    from PIL import Image
+    from torch import Tensor, nn
+
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
+    from vitviz.kindapi.protocol import (
+        ImageInput,
+        KindAnalysis,
+        KindMethod,
+        Loaded,
+        ModelShape,
+        Session,
+        ViewWords,
+    )
+
+
+class KindBase:
+    """Defaults of ``ModelKind``: a kind of classifier whose classes are its head's, that
+    vitviz neither trains nor opens from a user's code, analysing one image at a time."""
+
+    name: str
+    label: str
+    catch_all = False  # tried last among the kinds that own a model (the ViT's generic layouts)
+    families: Sequence[Any] = ()
+    model_code: Any = None
+    training: Any = None
+    METHODS_MODULE = ""  # the module whose METHODS and CANNOT declare its methods (DESIGN §5)
+    OWNER = "this model"  # "a ViT": whose classes ``apply_prompts`` refuses to replace
+
+    # -- identity and words --------------------------------------------------------------------
+    def owns(self, model: nn.Module) -> bool:
+        return getattr(model, "model_kind", None) == self.name
+
+    def architecture(self, model: nn.Module) -> str:
+        return type(model).__name__
+
+    def parts(self, model: nn.Module) -> tuple[str, ...]:
+        return ()
+
+    # -- loading -------------------------------------------------------------------------------
+    def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
+        return logits.softmax(dim=-1)
+
+    def rescore(self, analysis: KindAnalysis, loaded: Loaded) -> KindAnalysis | None:
+        return None  # its classes never change under an analysis
+
+    def apply_prompts(self, loaded: Loaded, prompts: Sequence[str]) -> str | None:
+        return (
+            f"{self.OWNER}'s classes are its head's; prompts need a CLIP-style model "
+            "with a text tower"
+        )
+
+    # -- analysing -----------------------------------------------------------------------------
+    def analyze_images(
+        self, loaded: Loaded, images: Sequence[ImageInput], **options: Any
+    ) -> Iterator[Any]:
+        raise ValueError(f"{self.label} analyses its images one at a time")
+
+    def finish_analysis(self, analysis: KindAnalysis) -> KindAnalysis:
+        return analysis  # its own analysis is complete as made
+
+    def intermediates(
+        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+    ) -> Intermediates:
+        raise ValueError(f"vitviz can't take a {self.label} apart into its blocks and heads")
+
+    # -- methods -------------------------------------------------------------------------------
+    def _methods(self) -> Any:
+        return importlib.import_module(self.METHODS_MODULE) if self.METHODS_MODULE else None
+
+    def implementation(self, method: str) -> KindMethod | None:
+        module = self._methods()
+        return None if module is None else module.METHODS.get(method)
+
+    def missing_method(self, method: str) -> str | None:
+        module = self._methods()
+        return None if module is None else module.CANNOT.get(method)
+
+    # -- presenting ----------------------------------------------------------------------------
+    def map_picture(
+        self,
+        analysis: Any,
+        map_: np.ndarray,
+        colormap: str,
+        max_side: int | None,
+        title: list[str] | None,
+    ) -> Image.Image:
+        """Over the model input, untitled (each map at its own grid)."""
+        return self.over_input(analysis, map_, colormap, 0.6)
+
+    def over_input(
+        self, analysis: Any, values: np.ndarray, colormap: str, opacity: float
+    ) -> Image.Image:
+        """``values`` (a map of any of its grids) over the model input, taken to the first grid
+        (each cell the value of the token covering its centre)."""
+        import numpy as np
+        import torch
+
+        from vitviz.imaging.overlay import overlay_on_image
+
+        fine = self.token_geometry(analysis).on_grid(torch.as_tensor(np.asarray(values)))
+        return overlay_on_image(analysis.pixels, fine.numpy(), colormap=colormap, opacity=opacity)
+
+    def heads_picture(self, analysis: Any, colormap: str, titled: bool) -> Image.Image | None:
+        return None  # the window's head grid shows its layers; explain writes no picture
+
+    def unused_options(self) -> Mapping[str, str]:
+        return {}
+
+    # -- engine and window ---------------------------------------------------------------------
+    def has_head(self, loaded: Loaded) -> bool:
+        """Its model has a classification head (maps of a class, faithfulness)."""
+        return int(getattr(loaded.model.config, "num_classes", 1)) > 0
+
+    def view_words(self, analysis: Any) -> ViewWords:
+        """How the window words its layers and queries."""
+        from vitviz.kindapi.protocol import ViewWords
+
+        return ViewWords()
+
+    def model_shape(self, loaded: Loaded) -> ModelShape:
+        from vitviz.kindapi.protocol import ModelShape
+
+        depth, heads = self.parameter_bounds(loaded.model)
+        config = loaded.model.config.to_dict()
+        lines = (f"architecture: {self.architecture(loaded.model)}",)
+        return ModelShape(depth, heads, 0, config, f"{depth} layers × {heads} heads", lines)
+
+    def thumbnails(self, analysis: Any) -> tuple[tuple[int, int], int]:
+        """The head grid's thumbnails' grid and its cells' side in input pixels."""
+        geometry = self.token_geometry(analysis)
+        return tuple(geometry.grid), geometry.cell_pixels
+
+    def check_memory(self, model: nn.Module, image_size: tuple[int, int]) -> None:
+        return None  # its analysis memory is not modelled
+
+    def default_class(self, session: Session) -> int:
+        return int(session.analysis.top_class) if self.has_head(session.loaded) else -1
+
+    def view_map_picture(
+        self, session: Session, values: np.ndarray, colormap: str, opacity: float
+    ) -> Image.Image:
+        return self.over_input(session.analysis, values, colormap, opacity)

@@ -1,0 +1,122 @@
+"""``StagedKind``: what the kinds whose stages each have their own token grid share (Swin, the
+pyramid ViTs; DESIGN §3): blocks named "stage.block", heads that differ from stage to stage, no
+prefix tokens, the head pooling the last stage, one image at a time, the window's numbers
+through ``TableKind`` with thumbnails at the finest stage grid that fits, and the engine's query
+maps and methods from the kind's ``engine_data`` module (imported when first called, so a kind
+package stays torch-free when the registry reads it).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from vitviz.kinds.table_kind import TableKind
+
+if TYPE_CHECKING:
+    import numpy as np
+    from torch import nn
+
+    from vitviz.kindapi.protocol import FaithfulnessReport, Loaded, QueryMaps, Session, ViewWords
+
+
+class StagedKind(TableKind):
+    """``ENGINE_DATA`` names the kind's module (``query_maps``, ``words``); ``OWNER`` how its
+    messages name one ("a Swin"); ``HEAD_AXIS`` the heads' axis of its kept attention."""
+
+    ENGINE_DATA: str
+    HEAD_AXIS = 0
+    POOL_QUERY = "query: average pool"  # the words of the query without a clicked cell
+    POOL_SOURCE = "the average pool"  # where the methods start without one
+
+    def _engine(self) -> ModuleType:
+        return importlib.import_module(self.ENGINE_DATA)
+
+    # -- analysing and methods -----------------------------------------------------------------
+    def parameter_bounds(self, subject: Any) -> tuple[int, int]:
+        """A model's blocks and most heads of a stage; an analysis's kept blocks and heads."""
+        from torch import nn
+
+        if isinstance(subject, nn.Module):
+            return int(subject.config.depth), max(int(h) for h in subject.config.heads)
+        attentions = subject.attentions
+        return len(attentions), max(int(a.shape[self.HEAD_AXIS]) for a in attentions)
+
+    def unused_options(self) -> Mapping[str, str]:
+        """The ViT's ``analyze`` options its analysis does not use, and why."""
+        noun = self.OWNER
+        return {
+            "layers": f"applies to ViT models; {noun}'s analysis keeps every block",
+            "batch_size": f"is not used on {noun}: its images are analysed one at a time",
+            "attention_dtype": f"is not used on {noun}: its attention is kept as the model "
+            "computes it",
+            "max_side": f"is not used on {noun}: its map PNGs are drawn over the model input",
+        }
+
+    # -- presenting ----------------------------------------------------------------------------
+    @staticmethod
+    def block_names(block_stages: Any) -> Iterator[str]:
+        """ "stage.block" of each block, stages and blocks counted from 0 ("0.0", "0.1", "1.0")."""
+        counts: dict[int, int] = {}
+        for stage in block_stages:
+            index = counts.get(int(stage), 0)
+            counts[int(stage)] = index + 1
+            yield f"{stage}.{index}"
+
+    # -- engine and window ---------------------------------------------------------------------
+    def has_head(self, loaded: Loaded | nn.Module) -> bool:
+        model = getattr(loaded, "model", loaded)
+        return int(model.config.num_classes) > 0
+
+    def default_class(self, session: Session) -> int:
+        """The current pass's class (the top one, or the one a gradient pass was run for)."""
+        return session.analysis.target_class if self.has_head(session.loaded) else -1
+
+    def view_words(self, analysis: Any) -> ViewWords:
+        """Blocks ("0.1"), points of the input, the pool; the rollouts read the last stage's
+        token and span the first stage's grid, Grad-CAM the last stage's grid."""
+        from vitviz.kindapi.protocol import ViewWords
+
+        h0, w0 = analysis.stage_grids[0]
+        last = analysis.block_stages[-1]
+        hl, wl = self.token_geometry(analysis).layers[-1].grid
+        over = f"over stage 0's {h0}×{w0} tokens"
+        return ViewWords(
+            layer="block",
+            axis="block (stage.block)",
+            head="head {head} of 0–{last}",
+            query_none="average pool (every token)",
+            query_cell="point y {y:.0f}, x {x:.0f} px",
+            title_query_none=self.POOL_QUERY,
+            title_query="query token ({trow}, {tcol}) of {th}×{tw}",
+            method_query_none=f"from {self.POOL_SOURCE} · {over}",
+            method_query=f"from stage {last}'s token ({{trow}}, {{tcol}}) · {over}",
+            method_fixed={"gradcam": f"stage {last}'s {hl}×{wl} tokens"},
+        )
+
+    def evaluate_faithfulness(
+        self,
+        session: Session,
+        names: Sequence[str],
+        *,
+        steps: int,
+        mask: np.ndarray | None,
+        name: str,
+        params: Mapping[str, Mapping[str, Any]],
+    ) -> FaithfulnessReport:
+        options = {"steps": steps, "mask": mask, "name": name, "params": params}
+        return self.curves(session, list(names), options)
+
+    def curves(
+        self, session: Session, names: list[str], options: dict[str, Any]
+    ) -> FaithfulnessReport:
+        """Deletion and insertion curves of ``names`` (``evaluate_faithfulness``'s options)."""
+        return super().evaluate_faithfulness(session, names, **options)
+
+    def query_maps(self, session: Session, query: tuple[int, int] | None) -> QueryMaps:
+        return self._engine().query_maps(session, query)
+
+    def heads_query_words(self, query: tuple[int, int] | None) -> str:
+        return self.POOL_QUERY if query is None else f"query cell {query}"
