@@ -84,11 +84,9 @@ def read_prompts(args: argparse.Namespace, templated: bool = True) -> list[str]:
 def apply_prompts(args: argparse.Namespace, loaded: Any) -> Any:
     """The prompts given become the model's classes through its kind; one line when it
     takes none (a ViT's classes are its head's)."""
-    from vitviz.kindapi import kind_of
-
     prompts = read_prompts(args)
     if prompts:
-        why = kind_of(loaded).apply_prompts(loaded, prompts)
+        why = loaded.kind.apply_prompts(loaded, prompts)
         if why is not None:
             raise CliError(f"--prompt: {why}")
     target = getattr(args, "target", None)

@@ -91,7 +91,6 @@ def add_parser(subparsers: SubParsers) -> None:
 def cmd_faithfulness(args: argparse.Namespace) -> int:
     from vitviz.core.devices import resolve_device
     from vitviz.explain.localisation import mask_path_for
-    from vitviz.kindapi import kind_of
 
     if args.steps < 1:
         raise CliError(f"--steps must be a whole number of at least 1, got {args.steps}")
@@ -110,7 +109,7 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
             "faithfulness needs a model with a classification head (it follows the "
             "probability of the top class), and this model has none"
         )
-    kind = kind_of(loaded)
+    kind = loaded.kind
     methods = choose_methods(args.methods, loaded)
     left_out = {} if methods else not_applicable(loaded)  # said once the options are good
     methods = methods or applicable(loaded)
@@ -170,10 +169,9 @@ def _measure(
     from vitviz.core.errors import VitvizError
     from vitviz.explain.faithfulness import evaluate_methods
     from vitviz.imaging import ImageLoadError
-    from vitviz.kindapi import kind_of
 
     try:
-        analysis = kind_of(loaded).analyze(loaded, path, gradients=True)
+        analysis = loaded.kind.analyze(loaded, path, gradients=True)
     except (ImageLoadError, VitvizError, ValueError) as exc:
         raise _SkippedError(str(exc)) from exc
     mask = _mask(path, analysis.geometry, args.masks)

@@ -59,7 +59,7 @@ def unavailable_on(
     """Why ``m`` can't run on ``loaded``'s model keeping only the model layers ``layers`` (None:
     every layer), a plain sentence, or None if it can (the table asks the model's kind)."""
     depth = model_size(loaded)[0] if layers is not None else None
-    return m.unavailable_on(loaded.model, has_head(loaded), layers, depth)
+    return m.unavailable_on(loaded.model, has_head(loaded), layers, depth, kind=loaded.kind)
 
 
 def applicable(loaded: LoadedModel, layers: tuple[int, ...] | None = None) -> tuple[Method, ...]:
@@ -182,9 +182,7 @@ def _check_layer_params(m: Method, values: Mapping[str, Any], layers: tuple[int,
 def model_size(loaded: LoadedModel) -> tuple[int, int]:
     """(layers, heads) of the model, for the parameters' model bounds (its kind says which:
     a Swin's blocks and the most heads of a stage)."""
-    from vitviz.kindapi import kind_of
-
-    return kind_of(loaded).parameter_bounds(loaded.model)
+    return loaded.kind.parameter_bounds(loaded.model)
 
 
 # explain's options that set the table parameter of every method having it:
@@ -221,10 +219,9 @@ def map_settings(args: argparse.Namespace, loaded: LoadedModel) -> MapSettings:
     --start-layer for every map computed whose version takes that parameter (today's maps
     included)."""
     from vitviz.explain.methods import get_method
-    from vitviz.kindapi import kind_of
     from vitviz.pipeline.export import LEGACY_MAPS, MapSettings
 
-    kind = kind_of(loaded)
+    kind = loaded.kind
     kept = getattr(args, "kept_layers", None)  # --layers, parsed
     methods = choose_methods(args.methods, loaded, kept)
     usable = {m.name for m in applicable(loaded, kept)}

@@ -35,7 +35,7 @@ from vitviz.explain.fusion import FUSIONS
 from vitviz.explain.params import Parameter
 from vitviz.explain.random_map import random_method
 from vitviz.explain.subject import Explained
-from vitviz.kindapi import KindAnalysis, KindMethod, ModelKind, all_kinds, kind_of
+from vitviz.kindapi import KindAnalysis, KindMethod, ModelKind, all_kinds, get_kind, kind_of
 
 Query = tuple[int, int] | None
 Compute = Callable[[Any, Query, "int | None", Mapping[str, Any]], Tensor]
@@ -48,8 +48,15 @@ _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
 def model_kind(model: object) -> str:
-    """The name of ``model``'s kind (``vitviz.kinds``): "vit", "swin", ..."""
+    """The name of ``model``'s kind (``vitviz.kinds``): "vit", "swin", ... (a bare model handed
+    to the Python API: the one place here that asks the registry to work it out)."""
     return kind_of(model).name
+
+
+def carried_kind(analysis: KindAnalysis | Explained) -> ModelKind:
+    """The kind ``analysis`` carries by name (``kind``, as the npz writes it): a look-up of
+    the registered kind, never worked out again from the model (DESIGN §3)."""
+    return get_kind(analysis.kind)
 
 
 class Method:
@@ -242,7 +249,7 @@ class Method:
         kept = getattr(analysis, "layers", None)  # None: every layer kept
         depth = getattr(analysis, "model_layers", None)
         has_head = bool(getattr(analysis, "has_head", analysis.logits.numel() > 0))
-        return self._unavailable(kind_of(analysis), model, has_head, kept, depth)
+        return self._unavailable(carried_kind(analysis), model, has_head, kept, depth)
 
     def unavailable_on(
         self,
@@ -250,12 +257,13 @@ class Method:
         has_head: bool,
         layers: tuple[int, ...] | None = None,
         depth: int | None = None,
+        *,
+        kind: ModelKind | None,
     ) -> str | None:
-        """Why this method can't run on ``model`` (None: no model attached; ``has_head``: it
-        has a classification head with class names; ``layers``: the model layers kept of
-        ``depth``, None for all), or None if it can. Lets the CLI refuse a method before any
-        image is analysed."""
-        kind = kind_of(model) if model is not None else None
+        """Why this method can't run on ``model`` of ``kind`` (the kind its LoadedModel carries;
+        None with no model attached; ``has_head``: it has a classification head with class
+        names; ``layers``: the model layers kept of ``depth``, None for all), or None if it
+        can. Lets the CLI refuse a method before any image is analysed."""
         return self._unavailable(kind, model, has_head, layers, depth)
 
     def _unavailable(
@@ -316,7 +324,7 @@ class Method:
             n = analysis.logits.numel()
             if not 0 <= int(target_class) < n:
                 raise ValueError(f"class {target_class} is out of range: 0..{n - 1}")
-        kind = kind_of(analysis)
+        kind = carried_kind(analysis)
         impl = self.implementation_for(kind)
         assert impl is not None  # unavailable() said so otherwise
         layers, heads = kind.parameter_bounds(analysis)

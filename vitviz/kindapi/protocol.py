@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds be
     from torch import Tensor, nn
 
     from vitviz.imaging import Preprocessing
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.imaging.loading import ImageSource
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
 
     ImageInput = ImageSource | Tensor  # what analyze reads: a file, bytes, an image or (C, H, W)
 
@@ -260,6 +260,9 @@ class Loaded(Protocol):
     class_names: list[str]
     preprocessing: Preprocessing
 
+    @property
+    def kind(self) -> ModelKind: ...  # resolved once, where the model entered (DESIGN §3)
+
 
 class Session(Protocol):
     """The engine's current model and analysis. A member that runs the pass again (e.g. for a
@@ -267,6 +270,9 @@ class Session(Protocol):
 
     loaded: Loaded
     analysis: KindAnalysis
+
+    @property
+    def kind(self) -> ModelKind: ...  # the current model's, carried by ``loaded``
 
 
 class FaithfulnessReport(Protocol):

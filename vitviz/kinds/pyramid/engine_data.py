@@ -76,7 +76,7 @@ def unavailable(loaded: Any) -> dict[str, str]:
     head = has_head(loaded.model) and bool(loaded.class_names)
     out = {}
     for m in all_methods():
-        why = m.unavailable_on(loaded.model, head)
+        why = m.unavailable_on(loaded.model, head, kind=loaded.kind)
         if why is not None:
             out[m.name] = why
     return out
@@ -240,14 +240,12 @@ def export_npz(
 ) -> Path:
     """``vitviz-cli explain``'s npz with the shown method (its parameters, the chosen class)."""
     from vitviz.explain.methods import get_method
-    from vitviz.kindapi import kind_of
     from vitviz.pipeline.export import MapSettings, compute_maps, write_npz
 
-    loaded, a = session.loaded, session.analysis
-    kind = kind_of(loaded)
+    loaded, a, kind = session.loaded, session.analysis, session.kind
     head = has_head(loaded.model)
     m = get_method(method)
-    usable = m.unavailable_on(loaded.model, head) is None
+    usable = m.unavailable_on(loaded.model, head, kind=kind) is None
     methods = (method,) if usable and method not in ("rollout", "attention") else ()
     layers, heads = kind.parameter_bounds(loaded.model)
     given = {method: params} if usable else {}
@@ -265,9 +263,9 @@ def picture(a: PyramidAnalysis, values: np.ndarray, colormap: str, opacity: floa
     import torch
 
     from vitviz.imaging.overlay import overlay_on_image
-    from vitviz.kindapi import kind_of
+    from vitviz.kindapi import get_kind
 
-    geometry = kind_of(a).token_geometry(a)
+    geometry = get_kind(a.kind).token_geometry(a)  # the kind it carries by name
     fine = geometry.on_grid(torch.as_tensor(np.asarray(values))).numpy()
     return overlay_on_image(a.pixels, fine, colormap=colormap, opacity=opacity)
 
