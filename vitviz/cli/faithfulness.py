@@ -30,13 +30,12 @@ from vitviz.cli.common import (
 )
 from vitviz.cli.method_options import (
     add_method_options,
-    applicable,
     choose_methods,
     has_head,
     method_params,
-    model_size,
     not_applicable,
     parse_param_options,
+    table_for,
 )
 from vitviz.core.console import say
 
@@ -109,13 +108,13 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
             "faithfulness needs a model with a classification head (it follows the "
             "probability of the top class), and this model has none"
         )
-    kind = loaded.kind
-    methods = choose_methods(args.methods, loaded)
-    left_out = {} if methods else not_applicable(loaded)  # said once the options are good
-    methods = methods or applicable(loaded)
+    table = table_for(loaded)  # the options checked in one pass against it
+    methods = choose_methods(args.methods, table)
+    left_out = {} if methods else not_applicable(table)  # said once the options are good
+    methods = methods or table.usable
     names = [m.name for m in methods]
-    given = parse_param_options(args.params)
-    params = method_params(methods, given, {}, kind, model_size(loaded))
+    given = parse_param_options(args.params, table)
+    params = method_params(methods, given, {}, table)
     make_out_folder(args.out)
     for name, why in left_out.items():
         say(f"vitviz-cli: {name} not measured: {why}")

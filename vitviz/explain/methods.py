@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -416,6 +417,55 @@ def ignored_parameters(kind: ModelKind) -> dict[str, tuple[str, ...]]:
         if unused:
             out[method.name] = unused
     return out
+
+
+@dataclass(frozen=True)
+class TableView:
+    """The method table as one model of one kind reads it, asked once (DESIGN §5), so that a
+    whole request (the CLI's --method, --param and shared options) is checked against it in one
+    pass instead of asking the table method by method.
+
+    ``unavailable``: why each method can't run on the model keeping ``layers`` (None: it can);
+    ``taken``: the table parameters each one's version reads; ``refused`` {method: {parameter:
+    the kind's reason}} and ``refusals`` (the same as the table's sentence, naming both);
+    ``bounds``: the model's (layers, heads) for the parameters' bounds."""
+
+    kind: ModelKind
+    methods: Mapping[str, Method]
+    unavailable: Mapping[str, str | None]
+    taken: Mapping[str, tuple[str, ...]]
+    refused: Mapping[str, Mapping[str, str]]
+    refusals: Mapping[str, Mapping[str, str]]
+    bounds: tuple[int, int]
+    layers: tuple[int, ...] | None = None
+
+    @property
+    def usable(self) -> tuple[Method, ...]:
+        """The methods that can run, in table order."""
+        return tuple(self.methods[n] for n, why in self.unavailable.items() if why is None)
+
+
+def table_view(
+    kind: ModelKind,
+    model: nn.Module | None,
+    has_head: bool,
+    layers: tuple[int, ...] | None = None,
+) -> TableView:
+    """The table as ``model`` of ``kind`` (the kind its LoadedModel carries) reads it, keeping
+    the model layers ``layers`` (None: every layer); ``has_head``: a classification head with
+    class names."""
+    bounds = kind.parameter_bounds(model) if model is not None else (0, 0)
+    depth = bounds[0] if layers is not None else None
+    methods = {m.name: m for m in all_methods()}
+    unavailable, taken, refused, refusals = {}, {}, {}, {}
+    for name, m in methods.items():
+        unavailable[name] = m._unavailable(kind, model, has_head, layers, depth)
+        taken[name] = m.taken_parameters(kind)
+        impl = m.implementation_for(kind)
+        raw = {p.name: impl.refusal(p.name) for p in m.parameters} if impl is not None else {}
+        refused[name] = {p: why for p, why in raw.items() if why is not None}
+        refusals[name] = {p: m.parameter_refusal(kind, p) or "" for p in refused[name]}
+    return TableView(kind, methods, unavailable, taken, refused, refusals, bounds, layers)
 
 
 def compute_maps(
