@@ -105,3 +105,40 @@ def test_the_cli_and_the_engine_use_the_kind_carried(
     assert result is not None
     jobs.export(state, tmp_path / "view.npz", "npz", MapParams(method="attention"), None, "jet", 1)
     assert (tmp_path / "view.npz").is_file()
+
+
+@pytest.mark.parametrize("which", ["toy", "swin"])
+def test_the_table_view_answers_as_the_table_does(
+    which: str, toy_ckpt: Path, tmp_path: Path
+) -> None:
+    """``table_view`` (the CLI's one pass over the table) says for every method what the
+    table says asked one by one: its refusal (layers kept or not), the parameters its kind's
+    version takes and the refusal of each one it doesn't (a Swin's rollout: discard_ratio)."""
+    import torch
+    from swin_helpers import tiny_torchvision_swin
+
+    from vitviz.explain.methods import all_methods, table_view
+
+    if which == "swin":
+        toy_ckpt = tmp_path / "swin.pth"
+        torch.save(tiny_torchvision_swin(window=4).state_dict(), toy_ckpt)
+    loaded = load_checkpoint(toy_ckpt)
+    kind, model = loaded.kind, loaded.model
+    depth = kind.parameter_bounds(model)[0]
+    refused = 0
+    for layers in (None, (depth - 1,)):
+        view = table_view(kind, model, True, layers)
+        assert view.bounds == kind.parameter_bounds(model) and view.layers == layers
+        for m in all_methods():
+            want = m.unavailable_on(model, True, layers, depth if layers else None, kind=kind)
+            assert view.unavailable[m.name] == want, m.name
+            assert view.taken[m.name] == m.taken_parameters(kind), m.name
+            for p in m.parameters:
+                assert view.refusals[m.name].get(p.name) == m.parameter_refusal(kind, p.name)
+                refused += p.name in view.refused[m.name]
+        assert [m.name for m in view.usable] == [
+            m.name for m in all_methods() if view.unavailable[m.name] is None
+        ]
+        assert "attention" in {m.name for m in view.usable}
+        assert "relevance" not in {m.name for m in view.usable}  # neither the toy nor a Swin
+    assert refused > 0 or which == "toy"  # a Swin's versions refuse some parameters
