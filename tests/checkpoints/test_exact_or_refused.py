@@ -215,7 +215,7 @@ def test_library_check_refuses_a_model_that_differs_and_caches_results(
     monkeypatch.setattr("vitviz.checkpoints.library_check.compare", no_second_check)
     again = load_checkpoint(tmp_path / "f")
     assert [n for n in again.notes if "checked" in n] == [n for n in loaded.notes if "checked" in n]
-    result = checked(loaded.model, tmp_path / "f", loaded.reference)
+    result = checked(loaded.model, tmp_path / "f", loaded.reference, kind=loaded.kind)
     assert result is not None and result.ok
 
 

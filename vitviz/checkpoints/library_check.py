@@ -35,7 +35,7 @@ from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.cache import cache_home
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.folders import folder_weights
-from vitviz.kindapi import kind_of
+from vitviz.kindapi import ModelKind
 
 if TYPE_CHECKING:
     from vitviz.checkpoints.families.reference import LibraryReference
@@ -132,10 +132,11 @@ def library_version(library: str) -> str | None:
 
 
 def checked(
-    model: nn.Module, path: Path, ref: Reference, force: bool = False
+    model: nn.Module, path: Path, ref: Reference, force: bool = False, *, kind: ModelKind
 ) -> CheckResult | None:
-    """The check of ``model`` (vitviz's, from ``path``) against ``ref``, from the cache when it
-    was made before; None when the library is not importable or the check is switched off."""
+    """The check of ``model`` (vitviz's, from ``path``, of ``kind``) against ``ref``, from the
+    cache when it was made before; None when the library is not importable or the check is
+    switched off."""
     version = library_version(ref.library)
     if version is None or (os.environ.get(SKIP_ENV) == "1" and not force):
         return None
@@ -151,7 +152,7 @@ def checked(
             return CheckResult(**json.loads(where.read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError):
             pass
-    result = compare(model, weights, ref, version)
+    result = compare(model, weights, ref, version, kind=kind)
     try:
         with atomic_path(where) as tmp:
             tmp.write_text(json.dumps(asdict(result)), encoding="utf-8")
@@ -160,14 +161,17 @@ def checked(
     return result
 
 
-def check_or_refuse(model: nn.Module, path: Path, ref: Reference | None, notes: list[str]) -> None:
-    """Note the check's result, or refuse the checkpoint when the numbers differ."""
+def check_or_refuse(
+    model: nn.Module, path: Path, ref: Reference | None, notes: list[str], kind: ModelKind
+) -> None:
+    """Note the check's result, or refuse the checkpoint when the numbers differ (``kind``: the
+    model's, resolved by the loader)."""
     if ref is None:
         return
     if os.environ.get(SKIP_ENV) == "1":
         notes.append(f"not checked against {ref.library} ({SKIP_ENV}=1)")
         return
-    result = checked(model, path, ref)
+    result = checked(model, path, ref, kind=kind)
     if result is None:
         return
     if not result.ok:
@@ -180,7 +184,9 @@ def check_or_refuse(model: nn.Module, path: Path, ref: Reference | None, notes: 
     notes.append(result.note())
 
 
-def compare(model: nn.Module, weights: Path, ref: Reference, version: str) -> CheckResult:
+def compare(
+    model: nn.Module, weights: Path, ref: Reference, version: str, *, kind: ModelKind
+) -> CheckResult:
     """Build the library's model as the family's reference says, load the file's tensors, run
     both on one probe image and compare."""
     cfg = model.config
@@ -204,7 +210,7 @@ def compare(model: nn.Module, weights: Path, ref: Reference, version: str) -> Ch
     x = torch.randn(1, cfg.in_channels, h, w, generator=g)
     ref_logits, ref_attn = how.read(theirs, x)
     with torch.no_grad():  # its kind says which of its outputs the library's are comparable with
-        mine, attentions = kind_of(model).library_outputs(model, x)
+        mine, attentions = kind.library_outputs(model, x)
     logits = _relative(mine, ref_logits)
     attention = None
     if ref_attn and attentions is not None:

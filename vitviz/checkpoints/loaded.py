@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from vitviz.imaging import Preprocessing
 from vitviz.kindapi.sides import ModelConfig
+
+if TYPE_CHECKING:
+    from vitviz.kindapi import ModelKind
 
 
 @dataclass
@@ -25,6 +28,18 @@ class LoadedModel:
     # settings a convention or a named architecture's defaults gave, not the file nor the user
     # ({"heads": 3, "global_pool": "token"}): the window marks them until they are confirmed
     assumed: dict[str, Any] = field(default_factory=dict)
+    # its kind, resolved once where the model entered vitviz (the loader passes it; DESIGN §3)
+    resolved_kind: ModelKind | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def kind(self) -> ModelKind:
+        """The model's kind, carried: the one the loader resolved, else (a LoadedModel built
+        by hand) the registry's answer for its model, asked once."""
+        if self.resolved_kind is None:
+            from vitviz.kindapi import kind_of
+
+            self.resolved_kind = kind_of(self.model)
+        return self.resolved_kind
 
     @property
     def config(self) -> ModelConfig:
@@ -46,9 +61,8 @@ class LoadedModel:
     def architecture_name(self) -> str:
         """The architecture its folder's config.json names, else its kind's label."""
         from vitviz.core.model_names import architecture_words
-        from vitviz.kindapi import kind_of
 
-        return architecture_words(self.path, kind_of(self).label)
+        return architecture_words(self.path, self.kind.label)
 
     @property
     def known_words(self) -> str:

@@ -157,4 +157,5 @@ def load_native(
         family="vitviz",
         path=path,
         provenance=provenance,
+        resolved_kind=kind,
     )

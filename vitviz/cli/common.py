@@ -81,33 +81,43 @@ def read_prompts(args: argparse.Namespace, templated: bool = True) -> list[str]:
     return texts
 
 
-def apply_prompts(args: argparse.Namespace, loaded: Any) -> Any:
-    """The prompts given become the model's classes through its kind; one line when it
-    takes none (a ViT's classes are its head's)."""
-    from vitviz.kindapi import kind_of
-
+def read_prompt_options(args: argparse.Namespace) -> tuple[list[str], int | None]:
+    """The prompts given (through --template) and the index of the one --target names (None:
+    no --target), read and checked before the model opens; CliError naming the option."""
     prompts = read_prompts(args)
+    target = getattr(args, "target", None)
+    if target is None:
+        return prompts, None
+    typed = read_prompts(args, templated=False)
+    if target not in typed and target not in prompts:
+        raise CliError(f"--target {target!r} is none of the prompts given")
+    return prompts, (typed if target in typed else prompts).index(target)
+
+
+def apply_prompts(
+    args: argparse.Namespace, loaded: Any, prompts: list[str], target: int | None
+) -> Any:
+    """The prompts given become the model's classes through its kind (the one it carries);
+    one line when it takes none (a ViT's classes are its head's). --target sets the class."""
     if prompts:
-        why = kind_of(loaded).apply_prompts(loaded, prompts)
+        why = loaded.kind.apply_prompts(loaded, prompts)
         if why is not None:
             raise CliError(f"--prompt: {why}")
-    target = getattr(args, "target", None)
     if target is not None:
-        typed = read_prompts(args, templated=False)
-        if target not in typed and target not in prompts:
-            raise CliError(f"--target {target!r} is none of the prompts given")
-        args.target_class = (typed if target in typed else prompts).index(target)
+        args.target_class = target
     return loaded
 
 
 def load_for(args: argparse.Namespace) -> Any:
-    """The model of --model-code, else of the checkpoint argument (with the prompts given)."""
+    """The model of --model-code, else of the checkpoint argument (with the prompts given,
+    read before it opens)."""
     if args.model_code is None:
         if args.model_args is not None:
             raise CliError("--model-args needs --model-code FILE.py:NAME")
         if args.checkpoint is None:
             raise CliError("give a checkpoint (or --model-code FILE.py:NAME)")
-        return apply_prompts(args, load(args.checkpoint, args.config, args))
+        prompts, target = read_prompt_options(args)
+        return apply_prompts(args, load(args.checkpoint, args.config, args), prompts, target)
     from vitviz.modelcode import (
         ModelCodeError,
         load_model_code,

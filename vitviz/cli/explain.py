@@ -77,7 +77,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from vitviz.core.devices import resolve_device
     from vitviz.imaging.colormaps import COLORMAPS
     from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
-    from vitviz.kindapi import kind_of
 
     if not 0.0 <= args.discard < 1.0:
         raise CliError(f"--discard must be in [0, 1), got {args.discard}")
@@ -93,7 +92,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for note in loaded.notes:  # what the weights could not say comes first
         if note.startswith(ASSUMPTION_PREFIXES):
             say(f"vitviz-cli: {note}")
-    kind = kind_of(loaded)
+    kind = loaded.kind
     unused = kind.unused_options()
     if args.layers is not None and "layers" in unused:
         raise CliError(f"--layers {unused['layers']}")

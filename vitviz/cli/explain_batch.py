@@ -188,13 +188,12 @@ def explain_many(
     """Analyse ``args.images`` (files and folders) in batches, write each image's files, say
     the model (its name people know, before the first image analysed) and one progress line
     per image; the exit status of ``vitviz-cli explain``."""
-    from vitviz.kindapi import kind_of
     from vitviz.pipeline.export import compute_maps, output_stem
 
     if args.batch_size is not None and args.batch_size < 1:
         raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
     images = expand_images(args.images)
-    unused = kind_of(loaded).unused_options()
+    unused = loaded.kind.unused_options()
     if args.attention_dtype != "float32" and "attention_dtype" not in unused:  # stated once
         from vitviz.pipeline.attention_dtype import attention_precision_text
 

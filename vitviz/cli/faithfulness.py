@@ -30,13 +30,12 @@ from vitviz.cli.common import (
 )
 from vitviz.cli.method_options import (
     add_method_options,
-    applicable,
     choose_methods,
     has_head,
     method_params,
-    model_size,
     not_applicable,
     parse_param_options,
+    table_for,
 )
 from vitviz.core.console import say
 
@@ -91,7 +90,6 @@ def add_parser(subparsers: SubParsers) -> None:
 def cmd_faithfulness(args: argparse.Namespace) -> int:
     from vitviz.core.devices import resolve_device
     from vitviz.explain.localisation import mask_path_for
-    from vitviz.kindapi import kind_of
 
     if args.steps < 1:
         raise CliError(f"--steps must be a whole number of at least 1, got {args.steps}")
@@ -110,13 +108,13 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
             "faithfulness needs a model with a classification head (it follows the "
             "probability of the top class), and this model has none"
         )
-    kind = kind_of(loaded)
-    methods = choose_methods(args.methods, loaded)
-    left_out = {} if methods else not_applicable(loaded)  # said once the options are good
-    methods = methods or applicable(loaded)
+    table = table_for(loaded)  # the options checked in one pass against it
+    methods = choose_methods(args.methods, table)
+    left_out = {} if methods else not_applicable(table)  # said once the options are good
+    methods = methods or table.usable
     names = [m.name for m in methods]
-    given = parse_param_options(args.params)
-    params = method_params(methods, given, {}, kind, model_size(loaded))
+    given = parse_param_options(args.params, table)
+    params = method_params(methods, given, {}, table)
     make_out_folder(args.out)
     for name, why in left_out.items():
         say(f"vitviz-cli: {name} not measured: {why}")
@@ -170,10 +168,9 @@ def _measure(
     from vitviz.core.errors import VitvizError
     from vitviz.explain.faithfulness import evaluate_methods
     from vitviz.imaging import ImageLoadError
-    from vitviz.kindapi import kind_of
 
     try:
-        analysis = kind_of(loaded).analyze(loaded, path, gradients=True)
+        analysis = loaded.kind.analyze(loaded, path, gradients=True)
     except (ImageLoadError, VitvizError, ValueError) as exc:
         raise _SkippedError(str(exc)) from exc
     mask = _mask(path, analysis.geometry, args.masks)

@@ -66,7 +66,6 @@ def crop_text(prep: Preprocessing) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from vitviz.imaging.preprocess import Preprocessing
-    from vitviz.kindapi import kind_of
 
     loaded = load_for(args)
     d = describe(loaded)
@@ -80,10 +79,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         f"model:          {d['name']} · {d['architecture_name']}",
         f"file:           {d['path']}",
         f"family:         {d['family']}",
-        f"architecture:   {kind_of(loaded).architecture(loaded.model)}, patch {cfg['patch_size']}, "
+        f"architecture:   {loaded.kind.architecture(loaded.model)}, patch {cfg['patch_size']}, "
         f"image {cfg['image_size'][0]}×{cfg['image_size'][1]}, "
         f"{d['num_parameters']:,} parameters",
-        f"parts:          {'; '.join(kind_of(loaded).parts(loaded.model))}",
+        f"parts:          {'; '.join(loaded.kind.parts(loaded.model))}",
         f"classes:        {d['num_classes']} ({names})",
         f"preprocessing:  {prep['resize']} to {prep['image_size'][0]}×{prep['image_size'][1]}, "
         f"{crop_text(Preprocessing.from_dict(prep))}, mean {prep['mean']}, std {prep['std']}, "

@@ -16,8 +16,7 @@ from vitviz.cli.common import CliError
 
 if TYPE_CHECKING:  # the table imports torch: only when a command runs, not to parse arguments
     from vitviz.checkpoints import LoadedModel
-    from vitviz.explain.methods import Method
-    from vitviz.kindapi import ModelKind
+    from vitviz.explain.methods import Method, TableView
     from vitviz.pipeline.export import MapSettings
 
 PARAM_FORM = "METHOD.PARAMETER=VALUE"
@@ -53,58 +52,51 @@ def has_head(loaded: LoadedModel) -> bool:
     return n > 0 and len(loaded.class_names) == n
 
 
-def unavailable_on(
-    m: Method, loaded: LoadedModel, layers: tuple[int, ...] | None = None
-) -> str | None:
-    """Why ``m`` can't run on ``loaded``'s model keeping only the model layers ``layers`` (None:
-    every layer), a plain sentence, or None if it can (the table asks the model's kind)."""
-    depth = model_size(loaded)[0] if layers is not None else None
-    return m.unavailable_on(loaded.model, has_head(loaded), layers, depth)
+def table_for(loaded: LoadedModel, layers: tuple[int, ...] | None = None) -> TableView:
+    """The method table as ``loaded``'s model reads it keeping the model layers ``layers``
+    (None: every layer): asked once, with the kind the model carries; the options are checked
+    against it in one pass."""
+    from vitviz.explain.methods import table_view
+
+    return table_view(loaded.kind, loaded.model, has_head(loaded), layers)
 
 
-def applicable(loaded: LoadedModel, layers: tuple[int, ...] | None = None) -> tuple[Method, ...]:
-    """The table's methods that can run on ``loaded``'s model (keeping only ``layers``)."""
-    from vitviz.explain.methods import all_methods
-
-    return tuple(m for m in all_methods() if unavailable_on(m, loaded, layers) is None)
+def not_applicable(table: TableView) -> dict[str, str]:
+    """{name: why} of the table's methods that can't run on the model."""
+    return {name: why for name, why in table.unavailable.items() if why is not None}
 
 
-def not_applicable(loaded: LoadedModel) -> dict[str, str]:
-    """{name: why} of the table's methods that can't run on ``loaded``'s model."""
-    from vitviz.explain.methods import all_methods
-
-    reasons = {m.name: unavailable_on(m, loaded) for m in all_methods()}
-    return {name: why for name, why in reasons.items() if why is not None}
-
-
-def choose_methods(
-    names: Sequence[str] | None, loaded: LoadedModel, layers: tuple[int, ...] | None = None
-) -> tuple[Method, ...]:
-    """The methods of ``--method`` (in order, each once), checked against the model and the
-    layers kept (``--layers``); CliError naming the methods that apply otherwise. None or
-    empty: no method."""
+def _method(table: TableView, name: str) -> Method:
+    """The table's entry ``name``; the table's ValueError (listing the names) otherwise."""
+    if name in table.methods:
+        return table.methods[name]
     from vitviz.explain.methods import get_method
 
+    return get_method(name)  # raises: not in the table
+
+
+def choose_methods(names: Sequence[str] | None, table: TableView) -> tuple[Method, ...]:
+    """The methods of ``--method`` (in order, each once), checked against the model and the
+    layers kept (``--layers``, the table's ``layers``); CliError naming the methods that apply
+    otherwise. None or empty: no method."""
     chosen: list[Method] = []
     for name in dict.fromkeys(names or ()):
         try:
-            chosen.append(get_method(name))
+            chosen.append(_method(table, name))
         except ValueError as exc:
             raise CliError(f"--method: {exc}") from exc
     for m in chosen:
-        reason = unavailable_on(m, loaded, layers)
+        reason = table.unavailable[m.name]
         if reason is not None:
-            usable = ", ".join(m.name for m in applicable(loaded, layers)) or "none"
-            where = "these layers" if layers is not None else "this model"
+            usable = ", ".join(u.name for u in table.usable) or "none"
+            where = "these layers" if table.layers is not None else "this model"
             raise CliError(f"--method {m.name}: {reason}; methods for {where}: {usable}")
     return tuple(chosen)
 
 
-def parse_param_options(texts: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+def parse_param_options(texts: Sequence[str] | None, table: TableView) -> dict[str, dict[str, Any]]:
     """``--param`` texts -> {method: {parameter: typed value}}, each parsed by its method's
     table entry; CliError naming the option otherwise."""
-    from vitviz.explain.methods import get_method
-
     out: dict[str, dict[str, Any]] = {}
     for text in texts or ():
         key, sep, value = text.partition("=")
@@ -112,7 +104,7 @@ def parse_param_options(texts: Sequence[str] | None) -> dict[str, dict[str, Any]
         if not sep or not dot or not name or not param:
             raise CliError(f"--param {text}: expected {PARAM_FORM}, e.g. rollout.discard_ratio=0.2")
         try:
-            method = get_method(name)
+            method = _method(table, name)
             out.setdefault(name, {}).update(method.parse_params({param: value}))
         except ValueError as exc:
             raise CliError(f"--param {text}: {exc}") from exc
@@ -123,20 +115,16 @@ def method_params(
     methods: Iterable[Method],
     params: Mapping[str, Mapping[str, Any]],
     shared: Mapping[str, Any],
-    kind: ModelKind,
-    size: tuple[int, int],
-    layers: tuple[int, ...] | None = None,
+    table: TableView,
 ) -> dict[str, dict[str, Any]]:
-    """{method: the value of each parameter ``kind``'s version takes} for ``methods``:
+    """{method: the value of each parameter the kind's version takes} for ``methods``:
     ``shared`` values (e.g. --fusion) go to each method whose version takes a parameter of that
-    name, ``params`` win over them; checked against the model's layers and heads
-    (``size``: ``model_size``), and a layer parameter against the layers kept (``layers``;
-    None: every layer). CliError for a --param of a method not computed, or one the kind's
-    version does not take (with the reason)."""
-    from vitviz.explain.methods import get_method
-
+    name, ``params`` win over them; checked against the model's layers and heads (the table's
+    ``bounds``), and a layer parameter against the layers kept (the table's ``layers``; None:
+    every layer). CliError for a --param of a method not computed, or one the kind's version
+    does not take (with the reason)."""
     methods = tuple(methods)
-    num_layers, num_heads = size
+    num_layers, num_heads = table.bounds
     names = {m.name for m in methods}
     for name, given in params.items():
         if name not in names:
@@ -147,22 +135,21 @@ def method_params(
             )
     for name, given in params.items():
         for parameter in given:
-            why = get_method(name).parameter_refusal(kind, parameter)
-            if why is not None:
-                raise CliError(f"--param {why}")
+            if parameter in table.refusals[name]:
+                raise CliError(f"--param {table.refusals[name][parameter]}")
     out = {}
     for m in methods:
-        own = set(m.taken_parameters(kind))
+        own = set(table.taken[m.name])
         values = {k: v for k, v in shared.items() if k in own}
         values.update(params.get(m.name, {}))
         try:
-            out[m.name] = m.values_for(kind, values, num_layers, num_heads)
+            out[m.name] = m.values_for(table.kind, values, num_layers, num_heads)
         except ValueError as exc:
             raise CliError(
                 f"{m.name}: {exc} (this model has {num_layers} layers of {num_heads} heads)"
             ) from exc
-        if layers is not None:
-            _check_layer_params(m, out[m.name], layers)
+        if table.layers is not None:
+            _check_layer_params(m, out[m.name], table.layers)
     return out
 
 
@@ -179,14 +166,6 @@ def _check_layer_params(m: Method, values: Mapping[str, Any], layers: tuple[int,
             )
 
 
-def model_size(loaded: LoadedModel) -> tuple[int, int]:
-    """(layers, heads) of the model, for the parameters' model bounds (its kind says which:
-    a Swin's blocks and the most heads of a stage)."""
-    from vitviz.kindapi import kind_of
-
-    return kind_of(loaded).parameter_bounds(loaded.model)
-
-
 # explain's options that set the table parameter of every method having it:
 # (option, its attribute, the parameter, the option's default)
 SHARED_OPTIONS = (
@@ -197,7 +176,7 @@ SHARED_OPTIONS = (
 
 
 def shared_values(
-    args: argparse.Namespace, computed: Sequence[Method], kind: ModelKind
+    args: argparse.Namespace, computed: Sequence[Method], table: TableView
 ) -> dict[str, Any]:
     """{parameter: value} of --fusion, --discard and --start-layer. One given (not its
     default) that no computed method's version takes on this kind is refused in one line
@@ -209,36 +188,32 @@ def shared_values(
         if value == default:
             continue
         having = [m for m in computed if any(p.name == name for p in m.parameters)]
-        if having and all(m.parameter_refusal(kind, name) is not None for m in having):
-            impl = having[0].implementation_for(kind)
-            why = impl.refusal(name) if impl is not None else None
-            raise CliError(f"{option} {value} does not apply to a {kind.label}: {why}")
+        if having and all(name in table.refused[m.name] for m in having):
+            why = table.refused[having[0].name][name]
+            raise CliError(f"{option} {value} does not apply to a {table.kind.label}: {why}")
     return out
 
 
 def map_settings(args: argparse.Namespace, loaded: LoadedModel) -> MapSettings:
     """explain's MapSettings from its options: --method, --param, and --fusion, --discard,
     --start-layer for every map computed whose version takes that parameter (today's maps
-    included)."""
-    from vitviz.explain.methods import get_method
-    from vitviz.kindapi import kind_of
+    included), all checked in one pass against the table as the model reads it."""
     from vitviz.pipeline.export import LEGACY_MAPS, MapSettings
 
-    kind = kind_of(loaded)
-    kept = getattr(args, "kept_layers", None)  # --layers, parsed
-    methods = choose_methods(args.methods, loaded, kept)
-    usable = {m.name for m in applicable(loaded, kept)}
-    today = [get_method(name) for _key, name in LEGACY_MAPS if name in usable]
+    table = table_for(loaded, getattr(args, "kept_layers", None))  # --layers, parsed
+    methods = choose_methods(args.methods, table)
+    usable = {m.name for m in table.usable}
+    today = [table.methods[name] for _key, name in LEGACY_MAPS if name in usable]
     computed = list({m.name: m for m in [*today, *methods]}.values())
-    given = parse_param_options(args.params)
-    shared = shared_values(args, computed, kind)
-    size = model_size(loaded)
-    if not 0 <= args.start_layer < size[0]:
+    given = parse_param_options(args.params, table)
+    shared = shared_values(args, computed, table)
+    depth = table.bounds[0]
+    if not 0 <= args.start_layer < depth:
         raise CliError(
             f"--start-layer {args.start_layer} is out of range: the model has "
-            f"{size[0]} layers (0..{size[0] - 1})"
+            f"{depth} layers (0..{depth - 1})"
         )
-    params = method_params(computed, given, shared, kind, size, kept)
+    params = method_params(computed, given, shared, table)
     return MapSettings(
         args.fusion,
         args.discard,

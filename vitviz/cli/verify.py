@@ -50,7 +50,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             say(f"vitviz-cli: {path.name}: {note}")
         result = None
         if loaded.reference is not None:
-            result = checked(loaded.model, path, loaded.reference, force=True)
+            result = checked(loaded.model, path, loaded.reference, force=True, kind=loaded.kind)
         if result is None:
             why = "no library architecture named" if loaded.reference is None else "not importable"
             rows.append((path.name, "—", "—", "—", "—", f"not checked ({why})"))

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.explain.localisation import Localisation, localise
-from vitviz.kindapi import KindAnalysis
+from vitviz.kindapi import KindAnalysis, ModelKind
 
 DEFAULT_STEPS = 20
 DEFAULT_BATCH = 64
@@ -118,6 +118,7 @@ def faithfulness(
     device: str | torch.device | None = None,
     mask: Tensor | np.ndarray | None = None,
     target_class: int | None = None,
+    kind: ModelKind | None = None,
 ) -> ImageFaithfulness:
     """Deletion and insertion curves of each map in ``maps`` ({name: (gh, gw)}) on one image,
     of ``target_class``'s probability (None: the top class's), as the model's kind scores its
@@ -127,9 +128,12 @@ def faithfulness(
     (C, H, W) / (1, C, H, W) or an Analysis (its ``input``). Runs on ``device`` (None: where
     the model is) in the model's dtype; p_k are floats (float64 in the result). ``name``: the
     image's path as reported. ``mask``: a (gh, gw) bool patch mask of the object (see
-    ``mask_to_grid``); with it each method also gets its localisation numbers.
+    ``mask_to_grid``); with it each method also gets its localisation numbers. ``kind``: the
+    model's kind (None: the one a LoadedModel carries, else the registry's for a bare model).
     """
-    model = getattr(model, "model", model)  # a LoadedModel
+    if kind is None and hasattr(model, "model"):  # a LoadedModel: the kind it carries
+        kind = model.kind
+    model = getattr(model, "model", model)
     _check_steps(steps)
     if batch_size < 1:
         raise ValueError(f"batch size must be at least 1 (got {batch_size})")
@@ -158,10 +162,14 @@ def faithfulness(
         if tuple(values.shape) != grid:
             raise ValueError(f"the {n} map is {tuple(values.shape)}, the model's grid is {grid}")
         kept.append(_kept_masks(patch_order(values), counts, grid))
+    if kind is None:  # a bare model handed to the Python API: its kind worked out here
+        from vitviz.kindapi import kind_of
+
+        kind = kind_of(model)
     with torch.inference_mode():
         logits = model(x[None])
         target = int(logits[0].argmax()) if target_class is None else int(target_class)
-        probs = _probabilities(model, x, kept, target, p, batch_size)  # (M, 2, S+1)
+        probs = _probabilities(model, kind, x, kept, target, p, batch_size)  # (M, 2, S+1)
     result = ImageFaithfulness(image=name, target_class=target, steps=steps)
     for i, n in enumerate(names):
         deletion = [float(v) for v in probs[i, 0]]
@@ -172,12 +180,17 @@ def faithfulness(
 
 
 def _probabilities(
-    model: nn.Module, x: Tensor, kept: list[Tensor], target: int, patch: int, batch_size: int
+    model: nn.Module,
+    kind: ModelKind,
+    x: Tensor,
+    kept: list[Tensor],
+    target: int,
+    patch: int,
+    batch_size: int,
 ) -> np.ndarray:
-    """p_k of the target for every map × (deletion, insertion) × k: (M, 2, S+1) float64."""
-    from vitviz.kindapi import kind_of
-
-    scores = kind_of(model).probabilities
+    """p_k of the target for every map × (deletion, insertion) × k: (M, 2, S+1) float64, as
+    ``kind`` scores the model's classes."""
+    scores = kind.probabilities
     M, S1 = len(kept), (kept[0].shape[0] if kept else 0)
     if M == 0:
         return np.zeros((0, 2, 0))
@@ -271,8 +284,7 @@ def evaluate_methods(
     ratio) is left out, as the window disables its control; an unknown one is refused.
     ValueError (plain) for a method that can't run on this model, before anything is computed.
     """
-    from vitviz.explain.methods import get_method
-    from vitviz.kindapi import kind_of
+    from vitviz.explain.methods import carried_kind, get_method
 
     if analysis.loaded is None:
         raise ValueError("faithfulness needs the model: this analysis has none attached")
@@ -289,7 +301,7 @@ def evaluate_methods(
     if not 0 <= target < logits.numel():
         raise ValueError(f"class {target} is out of range: the model has {logits.numel()}")
     params = params or {}
-    kind = kind_of(analysis)
+    kind = carried_kind(analysis)
     geometry = kind.token_geometry(analysis)
     maps = {}
     for m in methods:
@@ -305,4 +317,5 @@ def evaluate_methods(
         name=name,
         mask=mask,
         target_class=target,
+        kind=kind,
     )

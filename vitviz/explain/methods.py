@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,7 +36,7 @@ from vitviz.explain.fusion import FUSIONS
 from vitviz.explain.params import Parameter
 from vitviz.explain.random_map import random_method
 from vitviz.explain.subject import Explained
-from vitviz.kindapi import KindAnalysis, KindMethod, ModelKind, all_kinds, kind_of
+from vitviz.kindapi import KindAnalysis, KindMethod, ModelKind, all_kinds, get_kind, kind_of
 
 Query = tuple[int, int] | None
 Compute = Callable[[Any, Query, "int | None", Mapping[str, Any]], Tensor]
@@ -48,8 +49,15 @@ _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
 def model_kind(model: object) -> str:
-    """The name of ``model``'s kind (``vitviz.kinds``): "vit", "swin", ..."""
+    """The name of ``model``'s kind (``vitviz.kinds``): "vit", "swin", ... (a bare model handed
+    to the Python API: the one place here that asks the registry to work it out)."""
     return kind_of(model).name
+
+
+def carried_kind(analysis: KindAnalysis | Explained) -> ModelKind:
+    """The kind ``analysis`` carries by name (``kind``, as the npz writes it): a look-up of
+    the registered kind, never worked out again from the model (DESIGN §3)."""
+    return get_kind(analysis.kind)
 
 
 class Method:
@@ -242,7 +250,7 @@ class Method:
         kept = getattr(analysis, "layers", None)  # None: every layer kept
         depth = getattr(analysis, "model_layers", None)
         has_head = bool(getattr(analysis, "has_head", analysis.logits.numel() > 0))
-        return self._unavailable(kind_of(analysis), model, has_head, kept, depth)
+        return self._unavailable(carried_kind(analysis), model, has_head, kept, depth)
 
     def unavailable_on(
         self,
@@ -250,12 +258,13 @@ class Method:
         has_head: bool,
         layers: tuple[int, ...] | None = None,
         depth: int | None = None,
+        *,
+        kind: ModelKind | None,
     ) -> str | None:
-        """Why this method can't run on ``model`` (None: no model attached; ``has_head``: it
-        has a classification head with class names; ``layers``: the model layers kept of
-        ``depth``, None for all), or None if it can. Lets the CLI refuse a method before any
-        image is analysed."""
-        kind = kind_of(model) if model is not None else None
+        """Why this method can't run on ``model`` of ``kind`` (the kind its LoadedModel carries;
+        None with no model attached; ``has_head``: it has a classification head with class
+        names; ``layers``: the model layers kept of ``depth``, None for all), or None if it
+        can. Lets the CLI refuse a method before any image is analysed."""
         return self._unavailable(kind, model, has_head, layers, depth)
 
     def _unavailable(
@@ -316,7 +325,7 @@ class Method:
             n = analysis.logits.numel()
             if not 0 <= int(target_class) < n:
                 raise ValueError(f"class {target_class} is out of range: 0..{n - 1}")
-        kind = kind_of(analysis)
+        kind = carried_kind(analysis)
         impl = self.implementation_for(kind)
         assert impl is not None  # unavailable() said so otherwise
         layers, heads = kind.parameter_bounds(analysis)
@@ -408,6 +417,55 @@ def ignored_parameters(kind: ModelKind) -> dict[str, tuple[str, ...]]:
         if unused:
             out[method.name] = unused
     return out
+
+
+@dataclass(frozen=True)
+class TableView:
+    """The method table as one model of one kind reads it, asked once (DESIGN §5), so that a
+    whole request (the CLI's --method, --param and shared options) is checked against it in one
+    pass instead of asking the table method by method.
+
+    ``unavailable``: why each method can't run on the model keeping ``layers`` (None: it can);
+    ``taken``: the table parameters each one's version reads; ``refused`` {method: {parameter:
+    the kind's reason}} and ``refusals`` (the same as the table's sentence, naming both);
+    ``bounds``: the model's (layers, heads) for the parameters' bounds."""
+
+    kind: ModelKind
+    methods: Mapping[str, Method]
+    unavailable: Mapping[str, str | None]
+    taken: Mapping[str, tuple[str, ...]]
+    refused: Mapping[str, Mapping[str, str]]
+    refusals: Mapping[str, Mapping[str, str]]
+    bounds: tuple[int, int]
+    layers: tuple[int, ...] | None = None
+
+    @property
+    def usable(self) -> tuple[Method, ...]:
+        """The methods that can run, in table order."""
+        return tuple(self.methods[n] for n, why in self.unavailable.items() if why is None)
+
+
+def table_view(
+    kind: ModelKind,
+    model: nn.Module | None,
+    has_head: bool,
+    layers: tuple[int, ...] | None = None,
+) -> TableView:
+    """The table as ``model`` of ``kind`` (the kind its LoadedModel carries) reads it, keeping
+    the model layers ``layers`` (None: every layer); ``has_head``: a classification head with
+    class names."""
+    bounds = kind.parameter_bounds(model) if model is not None else (0, 0)
+    depth = bounds[0] if layers is not None else None
+    methods = {m.name: m for m in all_methods()}
+    unavailable, taken, refused, refusals = {}, {}, {}, {}
+    for name, m in methods.items():
+        unavailable[name] = m._unavailable(kind, model, has_head, layers, depth)
+        taken[name] = m.taken_parameters(kind)
+        impl = m.implementation_for(kind)
+        raw = {p.name: impl.refusal(p.name) for p in m.parameters} if impl is not None else {}
+        refused[name] = {p: why for p, why in raw.items() if why is not None}
+        refusals[name] = {p: m.parameter_refusal(kind, p) or "" for p in refused[name]}
+    return TableView(kind, methods, unavailable, taken, refused, refusals, bounds, layers)
 
 
 def compute_maps(

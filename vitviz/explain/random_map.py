@@ -23,7 +23,7 @@ def random_method(
 ) -> Tensor:
     """The table's ``random`` on every kind: ``random_map`` over the clickable grid of the
     analysis's kind (``TokenGeometry.grid``) with ``params['seed']``; query and class unused."""
-    from vitviz.kindapi import kind_of
+    from vitviz.kindapi import get_kind
 
-    grid = kind_of(analysis).token_geometry(analysis).grid
+    grid = get_kind(analysis.kind).token_geometry(analysis).grid  # the kind it carries
     return random_map((int(grid[0]), int(grid[1])), int(params["seed"]))

@@ -33,6 +33,7 @@ class Explained(Protocol):
     attention: Tensor  # (L, H, N, N) post-softmax, rows = queries
     grid: tuple[int, int]  # (gh, gw)
     num_prefix_tokens: int
+    kind: str  # the name of its model's kind (its kind object: ``get_kind(kind)``; DESIGN §3)
 
     @property
     def loaded(self) -> HasModel | None: ...

@@ -266,6 +266,9 @@ class Loaded(Protocol):
     class_names: list[str]
     preprocessing: Preprocessing
 
+    @property
+    def kind(self) -> ModelKind: ...  # resolved once, where the model entered (DESIGN §3)
+
 
 class Session(Protocol):
     """The engine's current model and analysis. A member that runs the pass again (e.g. for a
@@ -273,6 +276,9 @@ class Session(Protocol):
 
     loaded: Loaded
     analysis: KindAnalysis
+
+    @property
+    def kind(self) -> ModelKind: ...  # the current model's, carried by ``loaded``
 
 
 class FaithfulnessReport(Protocol):

@@ -12,7 +12,7 @@ from torch import nn
 
 from vitviz.checkpoints.loaded import LoadedModel, default_class_names
 from vitviz.imaging import Preprocessing
-from vitviz.kindapi import all_kinds
+from vitviz.kindapi import all_kinds, kind_of
 from vitviz.kindapi.sides import CodeModelRequest, ModelCodeSide
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig, RawRun, run_captured
 from vitviz.modelcode.assembly import ONE_MATRIX, HeadPlan, MatrixPlan
@@ -446,6 +446,7 @@ def _loaded(
             "state_dict": str(spec.checkpoint) if spec.checkpoint else None,
         },
         notes=notes,
+        resolved_kind=kind_of(model),  # a model from a user's code enters here (DESIGN §3)
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from vitviz.checkpoints import LoadedModel
 from vitviz.core.errors import VitvizError
 from vitviz.core.finite import NonFiniteError as NonFiniteError  # re-exported: analyze raises it
-from vitviz.kindapi import KindAnalysis, UnknownKindError, kind_of
+from vitviz.kindapi import KindAnalysis, UnknownKindError
 from vitviz.pipeline.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
 
 
@@ -23,7 +23,7 @@ def analyze(loaded: LoadedModel, image: Any, **options: Any) -> KindAnalysis:
     preprocessing, attention_dtype, gradients, max_side, layers). UnsupportedModelError (one
     line) for a model no kind explains."""
     try:
-        kind = kind_of(loaded)
+        kind = loaded.kind  # resolved when it was opened (a LoadedModel built by hand: now)
     except UnknownKindError as exc:
         raise UnsupportedModelError(f"{loaded.name}: {exc}") from None
     return kind.analyze(loaded, image, **options)

@@ -45,9 +45,8 @@ def iter_kind_analyses(
     from dataclasses import replace
 
     from vitviz.core.devices import resolve_device
-    from vitviz.kindapi import kind_of
 
-    kind = kind_of(loaded)
+    kind = loaded.kind  # carried from where the model was opened (DESIGN §3)
     if "batch_size" not in kind.unused_options():
         yield from kind.analyze_images(
             loaded,

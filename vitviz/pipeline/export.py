@@ -20,11 +20,11 @@ from PIL import Image
 
 from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.loaded import LoadedModel
-from vitviz.explain.methods import Method, get_method
+from vitviz.explain.methods import Method, carried_kind, get_method
 from vitviz.imaging.figure import titled_figure
 from vitviz.imaging.overlay import head_grid_image, save_png
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
-from vitviz.kindapi import KindAnalysis, kind_of
+from vitviz.kindapi import KindAnalysis
 
 # the shared keys, then a ViT's own (``ModelKind.npz_arrays``), in the order written
 SHARED_NPZ_KEYS = (
@@ -96,7 +96,7 @@ class MapSettings:
         with ``analysis``, only those its kind's version of the method takes."""
         names = {p.name for p in method.parameters}
         if analysis is not None:
-            names = set(method.taken_parameters(kind_of(analysis)))
+            names = set(method.taken_parameters(carried_kind(analysis)))
         out = {k: getattr(self, k) for k in SHARED_PARAMETERS if k in names}
         out.update(self.params.get(method.name, {}))
         return out
@@ -167,7 +167,7 @@ def compute_maps(analysis: KindAnalysis, settings: MapSettings = MapSettings()) 
     the method can't run on this analysis) and those of ``settings.methods``, all of the CLS
     query (a Swin: the average pool), computed by the method table."""
     today = {}
-    grid = kind_of(analysis).token_geometry(analysis).grid
+    grid = carried_kind(analysis).token_geometry(analysis).grid
     for key, name in LEGACY_MAPS:
         if get_method(name).unavailable(analysis) is not None:
             today[key] = np.full(grid, np.nan, dtype=np.float32)
@@ -187,7 +187,7 @@ def npz_arrays(
     """Every array of one analysis's npz, in the order written: the shared keys in
     ``NPZ_KEYS`` order, then the kind's own others, then ``map_<name>`` of each method.
     ``class_names``: the checkpoint's (default: the analysis's)."""
-    kind = kind_of(analysis)
+    kind = carried_kind(analysis)
     if class_names is None:
         class_names = analysis.class_names
     loaded = analysed_model(analysis)
@@ -332,7 +332,7 @@ def write_pngs(
     ``map_overlay``; a Swin's over the model input). ``titled``: the kind may add a title
     (method, class, probability; ``settings`` add the parameter values) and a colour bar of
     its scale, to the maps and the heads PNG."""
-    kind = kind_of(analysis)
+    kind = carried_kind(analysis)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     overlays = {name: getattr(maps, name) for name in LEGACY_PNGS}

@@ -112,10 +112,9 @@ def folder_statistics(
 ) -> FolderStatistics:
     """Analyse ``images`` with ``loaded`` (forward passes in batches, no gradients) and gather
     the statistics; ``progress(done, total, path, error)`` after each image."""
-    from vitviz.kindapi import kind_of
     from vitviz.pipeline.batch import iter_kind_analyses
 
-    kind = kind_of(loaded)
+    kind = loaded.kind
     stats = FolderStatistics(name)
     for item in iter_kind_analyses(loaded, images, batch_size=batch_size, **analyze_options):
         path = images[item.index]

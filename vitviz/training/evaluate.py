@@ -26,7 +26,6 @@ from torch import Tensor
 
 from vitviz import explain
 from vitviz.checkpoints import CheckpointError, LoadedModel, load_checkpoint
-from vitviz.kindapi import kind_of
 from vitviz.training.augment import Normalizer
 from vitviz.training.datasets import gray_u8
 from vitviz.training.shapes import SHAPE_NAMES, make_shapes
@@ -83,7 +82,7 @@ def evaluate_shapes_model(
     _check_shapes_model(loaded)
     start = time.perf_counter()
     model = loaded.model.eval()
-    side = kind_of(model).training
+    side = loaded.kind.training  # the kind it carries since it was opened
     if side is None:
         raise CheckpointError(f"vitviz can't evaluate a {type(model).__name__} on the shapes.")
     prep = loaded.preprocessing

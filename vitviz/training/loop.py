@@ -482,7 +482,7 @@ class _Run:
 
     def _probe(self, epoch: int) -> None:
         x = self.normalize(self.val_x[:1])  # (1, C, S, S)
-        rollout, cls_map, predicted = probe_maps(self.model, x)
+        rollout, cls_map, predicted = probe_maps(self.cfg.side, self.model, x)
         masks = self.data.val_masks
         image = self.data.val_images[0]  # (C, S, S); shown as RGB (gray repeated for C = 1)
         event = ProbeEvent(

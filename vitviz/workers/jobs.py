@@ -3,7 +3,8 @@
 The engine thread calls these; each either returns a message for the window or raises. A
 UserFacingError carries a short message for an expected mistake; anything else is a bug and
 goes to the error dialog with its traceback. What differs between model kinds (a ViT, a Swin)
-is asked of the current model's kind (``vitviz.kindapi.kind_of``): these jobs never test it.
+is asked of the current model's kind, which the state carries (``EngineState.kind``, the one
+resolved when the model was opened; DESIGN §3): these jobs never test it nor work it out again.
 """
 
 from __future__ import annotations
@@ -29,12 +30,10 @@ from vitviz.workers.messages import (
 )
 
 if TYPE_CHECKING:
-    from torch import nn
-
     from vitviz.checkpoints.loaded import LoadedModel
     from vitviz.imaging import Preprocessing
     from vitviz.imaging.loading import ImageSource
-    from vitviz.kindapi import KindAnalysis
+    from vitviz.kindapi import KindAnalysis, ModelKind
     from vitviz.modelcode import ModelCodeSpec
 
 __all__ = ["UserFacingError", "display_copy", "maps_levels"]  # known as jobs.* elsewhere
@@ -50,6 +49,12 @@ class EngineState:
     label: str = ""
     device: str = "cpu"
     rescored: bool = False  # analysis is the current classes' (new prompts scored, no forward)
+
+    @property
+    def kind(self) -> ModelKind:
+        """The current model's kind, carried by it (``LoadedModel.kind``); a model is loaded."""
+        assert self.loaded is not None
+        return self.loaded.kind
 
 
 def warm_up() -> list[str]:
@@ -93,10 +98,8 @@ def method_table() -> list[MethodInfo]:
 
 
 def summarize(loaded: LoadedModel, device: str) -> ModelSummary:
-    from vitviz.kindapi import kind_of
-
     cfg = loaded.model.config
-    kind = kind_of(loaded)
+    kind = loaded.kind
     shape = kind.model_shape(loaded)
     return ModelSummary(
         name=loaded.known_name,
@@ -127,14 +130,12 @@ def apply_prompts(state: EngineState, prompts: tuple[str, ...]) -> ModelSummary:
     as its kind does it (``ModelKind.apply_prompts``); a kind that takes none, or a model that
     can't read them, says why in one line. The current image is analysed again by the window
     (the summary's arrival), so its predictions rank the prompts."""
-    from vitviz.kindapi import kind_of
-
     if state.loaded is None:
         raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
     prompts = tuple(dict.fromkeys(p.strip() for p in prompts if p.strip()))
     if not prompts:
         raise UserFacingError("Prompts not applied: type at least one, one per line.", "prompts")
-    kind = kind_of(state.loaded)
+    kind = state.kind
     why = kind.apply_prompts(state.loaded, prompts)
     if why is not None:
         raise UserFacingError(f"Prompts not applied: {why.rstrip('.')}.", "prompts")
@@ -156,7 +157,7 @@ def set_preprocessing(state: EngineState, preprocessing: dict[str, Any]) -> Mode
         channels = state.loaded.model.config.in_channels  # the form may leave channels out
         prep = Preprocessing.from_dict({"channels": channels, **preprocessing})
         check_channels(prep, channels)
-        _check_fits(state.loaded.model, prep)  # too large for memory: refused, not run
+        _check_fits(state.loaded, prep)  # too large for memory: refused, not run
     except (TypeError, ValueError) as exc:
         raise UserFacingError(f"Preprocessing not changed: {exc}", "settings_invalid") from exc
     state.loaded.preprocessing = prep
@@ -164,17 +165,17 @@ def set_preprocessing(state: EngineState, preprocessing: dict[str, Any]) -> Mode
     return summarize(state.loaded, state.device)
 
 
-def _check_fits(model: nn.Module, prep: Preprocessing) -> None:
-    """ValueError when ``prep`` can't make inputs for ``model`` (patch size) or their analysis
-    would not fit in memory ("fit" sizes depend on the image: checked when it is analysed)."""
+def _check_fits(loaded: LoadedModel, prep: Preprocessing) -> None:
+    """ValueError when ``prep`` can't make inputs for ``loaded``'s model (patch size) or their
+    analysis would not fit in memory ("fit" sizes depend on the image: checked when it is
+    analysed)."""
     from vitviz.checkpoints.load import preprocessing_problem
-    from vitviz.kindapi import kind_of
 
-    problem = preprocessing_problem(prep, model.config.patch_size)
+    problem = preprocessing_problem(prep, loaded.model.config.patch_size)
     if problem is not None:
         raise ValueError(problem)
     if prep.resize != "fit":
-        kind_of(model).check_memory(model, prep.image_size)
+        loaded.kind.check_memory(loaded.model, prep.image_size)
 
 
 def load_model(
@@ -223,11 +224,10 @@ def analyze_image(
     """Analyse ``source`` (path, bytes or uint8 array) with the current model; ``gradients``
     keeps the top class's attention gradients from the same pass (gradient methods shown)."""
     from vitviz.imaging import ImageLoadError
-    from vitviz.kindapi import kind_of
 
     if state.loaded is None:
         raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
-    kind = kind_of(state.loaded)
+    kind = state.kind
     start = time.perf_counter()
     same = source is state.source or (
         isinstance(source, (str, Path)) and isinstance(state.source, (str, Path))
@@ -291,13 +291,11 @@ def raw_maps(
 
 def compute_maps(state: EngineState, params: MapParams) -> MapsResult:
     """Raw maps of the query for every layer and head, plus the chosen method's map."""
-    from vitviz.kindapi import kind_of
-
     a = state.analysis
     if a is None:
         # after a model change, until the image is analysed again with it (the window waits)
         raise UserFacingError("No image has been analysed yet.", "no_image")
-    kind = kind_of(state.loaded)
+    kind = state.kind
     try:  # computed where the attention is; only the maps cross to the host
         q = kind.query_maps(state, params.query)
     except ValueError as exc:
@@ -332,7 +330,6 @@ def faithfulness(
     query without a clicked cell, e.g. the CLS token; its top class), with the localisation
     numbers when a mask lies beside it; the kind's ``evaluate_faithfulness`` measures them."""
     from vitviz.explain.localisation import mask_grid_for
-    from vitviz.kindapi import kind_of
 
     a = state.analysis
     if a is None:
@@ -345,7 +342,7 @@ def faithfulness(
         mask = None
         if mask_file is not None and geometry is not None:
             mask = mask_grid_for(state.source, geometry)
-        result = kind_of(state.loaded).evaluate_faithfulness(
+        result = state.kind.evaluate_faithfulness(
             state, names, steps=steps, mask=mask, name=state.label, params=given
         )
     except ValueError as exc:
@@ -386,12 +383,11 @@ def export(
     grid ('heads' PNG: titled, on the grid's scale, shared or ``per_head``) or the numbers of
     ``vitviz-cli explain`` with the shown method, its parameters and class (.npz)."""
     from vitviz.imaging.overlay import save_png
-    from vitviz.kindapi import kind_of
 
     a = state.analysis
     if a is None:
         raise UserFacingError("Nothing to export yet: open an image and a checkpoint.", "export")
-    kind = kind_of(state.loaded)
+    kind = state.kind
     target = Path(path)
     try:
         if what == "npz":

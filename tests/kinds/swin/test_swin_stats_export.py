@@ -108,10 +108,11 @@ def test_method_table_says_why_its_vit_methods_do_not_apply_to_a_swin(tmp_path):
 
     path = tmp_path / "swin.pth"
     torch.save(tiny_torchvision_swin(window=4).state_dict(), path)
-    model = load_checkpoint(path).model
+    loaded = load_checkpoint(path)
+    model = loaded.model
     assert model_kind(model) == "swin"
     vit_only = [m for m in all_methods() if "swin" not in m.applies_to]
     assert vit_only
     for method in vit_only:
-        reason = method.unavailable_on(model, has_head=True)
+        reason = method.unavailable_on(model, has_head=True, kind=loaded.kind)
         assert reason is not None and "swin" in reason, method.name

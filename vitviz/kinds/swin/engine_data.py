@@ -67,9 +67,7 @@ def architecture(config: Mapping[str, Any], loaded: LoadedModel) -> tuple[str, .
         f"classes: {cfg.num_classes}; no prefix tokens (the head reads the average of the "
         "last stage's tokens)"
     )
-    from vitviz.kindapi import kind_of
-
-    lines.append("parts: " + "; ".join(kind_of(loaded).parts(loaded.model)))
+    lines.append("parts: " + "; ".join(loaded.kind.parts(loaded.model)))
     return tuple(lines)
 
 
@@ -266,7 +264,7 @@ def export_npz(
 
     loaded, a = session.loaded, session.analysis
     head = has_head(loaded.model)
-    settings = export_settings(loaded.model, head, method, dict(params), target_class)
+    settings = export_settings(loaded.kind, loaded.model, head, method, dict(params), target_class)
     target = a.target_class if target_class is None else target_class
     if head and (target != a.target_class or "gradient-rollout" in settings.methods):
         a = with_gradients(session, target)  # the class's pass, as the CLI's --class runs it

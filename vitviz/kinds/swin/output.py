@@ -17,6 +17,7 @@ from torch import nn
 
 from vitviz.explain.methods import get_method
 from vitviz.imaging.overlay import overlay_on_image
+from vitviz.kindapi import ModelKind
 from vitviz.kinds.swin.analysis import SwinAnalysis
 from vitviz.pipeline.export import ExplainedMaps, MapSettings, compute_maps, write_npz
 
@@ -25,6 +26,7 @@ OPACITY = 0.6  # the CLI's PNGs (the window's view export uses the slider's)
 
 
 def export_settings(
+    kind: ModelKind,
     model: nn.Module,
     has_head: bool,
     method: str,
@@ -35,11 +37,8 @@ def export_settings(
     the shown method's ``values`` (those a Swin version does not take are dropped: the window
     disables their controls). A method a Swin can't take, rollout (written anyway) or
     attention adds no ``map_<name>``."""
-    from vitviz.kindapi import kind_of
-
-    kind = kind_of(model)
     m = get_method(method)
-    usable = m.unavailable_on(model, has_head) is None
+    usable = m.unavailable_on(model, has_head, kind=kind) is None
     methods = (method,) if usable and method not in (*ALWAYS, "attention") else ()
     given = {method: values} if usable else {}
     layers, heads = kind.parameter_bounds(model)

@@ -48,7 +48,6 @@ from vitviz.imaging.preprocess import (
     source_for_display,
 )
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
-from vitviz.kindapi import kind_of
 from vitviz.kinds.vit.capture import Captured, capture_batch, recompute_pays, reduced_gradient_pass
 from vitviz.kinds.vit.head_stats import HeadStats
 from vitviz.kinds.vit.kept_graph import KeptGraph, frozen_parameters
@@ -65,7 +64,7 @@ def require_patch_grid(loaded: LoadedModel) -> None:
     from vitviz.blocks.protocol import ExplainableModel
 
     if not isinstance(loaded.model, ExplainableModel):
-        label = kind_of(loaded).label
+        label = loaded.kind.label
         raise UnsupportedModelError(
             f"{loaded.name} is a {label}: the ViT's batched analysis takes one grid of patch "
             "tokens; vitviz.pipeline.analysis.analyze explains it through its kind"
@@ -594,11 +593,11 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
         loaded=loaded,
         layers=cap.layers,
         depth=int(loaded.model.config.depth),
-        kind=kind_of(loaded).name,  # a ViT's, or a kind whose network is a ViT (a CLIP tower)
+        kind=loaded.kind.name,  # a ViT's, or a kind whose network is a ViT (a CLIP tower)
         graph=cap.graph,
         _products={cap.target: products} if products is not None else {},
     )
-    return kind_of(loaded).finish_analysis(analysis)
+    return loaded.kind.finish_analysis(analysis)
 
 
 def analyze_vit(

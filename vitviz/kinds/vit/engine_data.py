@@ -16,7 +16,6 @@ from PIL import Image
 from torch import nn
 
 from vitviz.imaging.colormaps import maps_levels
-from vitviz.kindapi import kind_of
 from vitviz.kindapi.protocol import (
     ImageNumbers,
     LayerGrid,
@@ -52,7 +51,7 @@ def model_shape(loaded: LoadedModel) -> ModelShape:
             f"layers × heads: {cfg.depth} × {cfg.heads}, dim {config.get('dim', '?')}, "
             f"patch {cfg.patch_size}, trained at {trained}",
             f"classes: {cfg.num_classes}; prefix tokens: {cfg.num_prefix_tokens}",
-            "parts: " + "; ".join(kind_of(loaded).parts(loaded.model)),
+            "parts: " + "; ".join(loaded.kind.parts(loaded.model)),
         ),
     )
 
@@ -163,7 +162,7 @@ def image_numbers(session: Session) -> ImageNumbers:
         device=a.device,
         attention=None if probe else shareable_attention(a),
         unavailable=unavailable(a),
-        ignored_params=ignored_parameters(kind_of(a)),
+        ignored_params=ignored_parameters(session.kind),
         thumb_grid=tuple(a.grid),
         thumb_pixels=int(a.patch_size),
         layer_rows=layer_rows(a),
