@@ -125,6 +125,10 @@ def make_cases(loaded: LoadedModel, x: torch.Tensor) -> dict[str, Callable[[], o
         loaded: LoadedModel
         analysis: object
 
+        @property
+        def kind(self) -> object:
+            return self.loaded.kind
+
     def window_prompt() -> object:
         typed = f"a drawing of thing {next(fresh)}"  # a new text: its text pass runs
         kind.apply_prompts(loaded, [*PROMPTS, typed])

@@ -34,6 +34,7 @@ from _common import (
     print_timed_report,
 )
 
+from vitviz.kindapi import get_kind
 from vitviz.kinds.swin.analysis import analyze_swin
 from vitviz.kinds.swin.attention import query_row, token_at
 from vitviz.kinds.swin.config import SwinConfig
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     model = SwinTransformer(config).eval()
     x = torch.randn(1, config.in_channels, *config.image_size)
-    state = jobs.EngineState(loaded=SimpleNamespace(model=model))
+    state = jobs.EngineState(loaded=SimpleNamespace(model=model, kind=get_kind("swin")))
     state.analysis = analyze_swin(model, x[0])
     gh, gw = state.analysis.stage_grids[0]
     cells = itertools.cycle([(7 * i % gh, 13 * i % gw) for i in range(97)])

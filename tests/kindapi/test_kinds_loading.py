@@ -255,7 +255,7 @@ print(json.dumps({{
 
 
 def test_a_kind_brings_its_training_settings_preset_option_and_checks() -> None:
-    code = TOY_TRAINING.format(tests=str(TESTS))
+    code = TOY_TRAINING.format(tests=str(Path(__file__).resolve().parent))
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300
     )

@@ -25,7 +25,9 @@ def unavailable_methods(loaded: Loaded, head: bool) -> dict[str, str]:
     (``head``: the model has a classification head and classes)."""
     from vitviz.explain.methods import all_methods
 
-    reasons = {m.name: m.unavailable_on(loaded.model, head) for m in all_methods()}
+    reasons = {
+        m.name: m.unavailable_on(loaded.model, head, kind=loaded.kind) for m in all_methods()
+    }
     return {name: why for name, why in reasons.items() if why is not None}
 
 
@@ -122,7 +124,7 @@ class TableKind(KindBase):
 
         loaded, a = session.loaded, session.analysis
         m = get_method(method)
-        usable = m.unavailable_on(loaded.model, self.has_head(loaded)) is None
+        usable = m.unavailable_on(loaded.model, self.has_head(loaded), kind=self) is None
         methods = (method,) if usable and method not in ("rollout", "attention") else ()
         layers, heads = self.parameter_bounds(loaded.model)
         given = {method: params} if usable else {}

@@ -158,6 +158,7 @@ def test_the_window_names_the_probe(tmp_path: Path, photo_files) -> None:
 
     class Session:
         analysis = a
+        kind = loaded.kind
 
     numbers = engine_data.image_numbers(Session())  # type: ignore[arg-type]
     assert numbers.words.query_none.startswith("attention-pool probe")
