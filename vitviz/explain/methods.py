@@ -405,15 +405,19 @@ def methods_for(analysis: Explained) -> tuple[Method, ...]:
     return tuple(m for m in _REGISTRY.values() if m.unavailable(analysis) is None)
 
 
-def ignored_parameters(kind: ModelKind) -> dict[str, tuple[str, ...]]:
-    """{method: names of its table parameters ``kind``'s version does not take} over the
-    methods the kind runs (the window disables their controls)."""
+def ignored_parameters(kind: ModelKind) -> dict[str, dict[str, str]]:
+    """{method: {table parameter ``kind``'s version does not take: why (a clause)}} over the
+    methods the kind runs (the window disables their controls and says why)."""
     out = {}
     for method in all_methods():
-        if method.implementation_for(kind) is None:
+        impl = method.implementation_for(kind)
+        if impl is None:
             continue
-        taken = method.taken_parameters(kind)
-        unused = tuple(p.name for p in method.parameters if p.name not in taken)
+        unused = {
+            p.name: impl.refusal(p.name) or "its version does not take it"
+            for p in method.parameters
+            if not impl.takes_parameter(p.name)
+        }
         if unused:
             out[method.name] = unused
     return out

@@ -212,8 +212,8 @@ class ImageNumbers:
     cells; head statistics ``mean_distance``, ``entropy``, ``prefix_share`` (L, heads) with NaN
     for heads a layer lacks; ``token_norms`` (L, N); ``attention`` (L, H, N, N) float32 read-only
     for the window's own query maps, or None (the engine computes them); ``unavailable``
-    {method: why}; ``ignored_params`` {method: parameters this kind ignores}; ``thumb_grid`` the
-    head grid's thumbnails' grid of ``thumb_pixels``-pixel cells.
+    {method: why}; ``ignored_params`` {method: {parameter this kind ignores: why}};
+    ``thumb_grid`` the head grid's thumbnails' grid of ``thumb_pixels``-pixel cells.
     """
 
     input_pixels: np.ndarray
@@ -233,7 +233,7 @@ class ImageNumbers:
     device: str
     attention: np.ndarray | None
     unavailable: dict[str, str]
-    ignored_params: dict[str, tuple[str, ...]]
+    ignored_params: dict[str, dict[str, str]]
     thumb_grid: tuple[int, int]
     thumb_pixels: int
     layer_rows: tuple[LayerRow, ...]

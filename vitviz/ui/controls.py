@@ -50,7 +50,8 @@ class ParamPanel(QGroupBox):
         self.values: dict[str, dict[str, Any]] = {}
         self.widgets: dict[str, QWidget] = {}
         self.shape = (1, 1)  # the model's layers, heads
-        self.ignored: dict[str, tuple[str, ...]] = {}  # method -> parameters this model ignores
+        # method -> {parameter this model ignores: why}
+        self.ignored: dict[str, dict[str, str]] = {}
 
     def show_method(self, method: MethodInfo | None) -> None:
         self.method = method
@@ -61,9 +62,10 @@ class ParamPanel(QGroupBox):
         for p in shown:
             widget = self._widget(p)
             widget.setToolTip(p.help)
-            if p.name in self.ignored.get(method.name, ()):  # e.g. a Swin's rollout
+            why = self.ignored.get(method.name, {}).get(p.name)
+            if why is not None:  # e.g. a Swin's rollout: the kind's reason, from the table
                 widget.setEnabled(False)
-                widget.setToolTip(f"{p.label}: a ViT's setting, not used on this model")
+                widget.setToolTip(f"{p.label}: not used on this model: {why}")
             self.widgets[p.name] = widget
             self.form.addRow(p.label, widget)
         if not shown:

@@ -119,7 +119,7 @@ class ImageResult:
     layer_rows: tuple[LayerRow, ...] = ()
     token_geometry: TokenGeometry | None = None  # each layer's grid, token size and windows
     words: ViewWords = field(default_factory=ViewWords)
-    ignored_params: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kind ignores
+    ignored_params: dict[str, dict[str, str]] = field(default_factory=dict)  # kind ignores
     thumb_grid: tuple[int, int] = (0, 0)  # the head grid's thumbnails: (0, 0) the grid
     thumb_pixels: int = 0  # input pixels per thumbnail cell
 

@@ -25,6 +25,7 @@ from test_ui_window import (
 )
 
 from vitviz.checkpoints import load_checkpoint
+from vitviz.kindapi import get_kind
 from vitviz.kinds.swin.analysis import analyze_swin
 from vitviz.kinds.swin.attention import query_row, token_at
 from vitviz.pipeline.analysis import analyze
@@ -140,6 +141,10 @@ def test_rollout_map_and_then_a_vit(qtbot, swin_shown, tiny_ckpt: Path, photo_fi
     panel = v.controls.param_panel.widgets
     assert panel["fusion"].isEnabled() and not panel["discard_ratio"].isEnabled()
     assert not panel["start_layer"].isEnabled()  # the ViT's settings, not taken by a Swin
+    why = (
+        get_kind("swin").implementation("rollout").refusal("discard_ratio")
+    )  # the kind's own reason
+    assert why in panel["discard_ratio"].toolTip()
     assert not v.controls.method.model().item(v.controls.method.findData("relevance")).isEnabled()
     image = photo_files["chelsea"]
     drop(window, [tiny_ckpt])
