@@ -1,7 +1,21 @@
-"""What an analysis of a ViT (or a token-layout model analysed as one) takes, planned before it
-runs (DESIGN §7): ``vitviz.pipeline.memory``'s estimate for the model loaded (its config and
-weights, how its forward pass hands the layers over) against the memory free where it runs, and
-the refusal that names the other ways to run it.
+"""What an analysis of a ViT (or of a token-layout model analysed as one) takes, planned before
+it runs (DESIGN §7): the estimate for an input of a given size, the check of a loaded model
+against the memory free where it runs (``vitviz.pipeline.memory``), and the refusal that names
+the other ways to run it.
+
+The estimate is dominated by attention: N tokens, L layers, H heads give L·H·N² float32
+probabilities, which an analysis without gradients holds once (each layer kept as it comes,
+float16 / bfloat16 halve it) and one with gradients about two and a half times (the kept copy
+and the attention the autograd graph saves; the gradients themselves are reduced layer by layer
+to a few N×N products, ``GradientProducts``), plus per-layer temporaries of H·N², the N×N
+matrices of the maps (rollout, gradient rollout, relevance) and the activations a gradient pass
+saves. The factors below were fitted to peaks measured in fresh processes (1-12 layers, 1-4
+heads, 785-9,217 tokens) and rounded up: the estimate came out 1.05-1.95× the measured peak
+(``benchmarks/memory_estimate.py`` prints the comparison).
+
+An analysis that keeps K of the L layers (``analyze(..., layers=...)``) counts the attention,
+its gradients and the maps' matrices of those K layers only; the block outputs and the
+activations a gradient pass saves still count every layer.
 """
 
 from __future__ import annotations
@@ -17,9 +31,96 @@ from vitviz.pipeline.memory import (
     USABLE_FRACTION,
     MemoryEstimate,
     NotEnoughMemoryError,
-    estimate_analysis,
     format_bytes,
 )
+
+_F32 = 4
+
+# Multiples of one layer's 4·H·N², of one 4·N² matrix and of the K kept layers' 4·K·N², fitted
+# to the peaks benchmarks/memory_estimate.py measures (36 cases: 1-12 layers, 1-4 heads, 785-9,217
+# tokens, every layer or 1-3 kept; estimate 1.05-1.95× the peak) and rounded up.
+_CAPTURE_LAYER_TEMPORARIES = 1.5  # × 4·H·N²: a capture without gradients keeps its attention
+# as each layer comes (the ViT kind's capture): one layer's scores and softmax beside the kept one
+_GRAPH_ATTENTION = 1.5  # × 4·L·H·N²: the attention the autograd graph saves for the backward pass
+_RECOMPUTED_BLOCK = 3.0  # × 4·H·N²: with fewer layers kept the backward pass recomputes each
+# block instead (vitviz.kinds.vit.capture): one block's scores and attention
+_BACKWARD_LAYER = 2.5  # × 4·H·N²: one layer's gradient G_l and A_l ⊙ G_l as the products form
+_LAYER_TEMPORARIES = 1.0  # × 4·H·N²: scores before the softmax, the entropy's rows
+_PAIR_TABLES = 2.0  # × 4·N²: the patch-distance table and its temporaries
+_BLOCK_OUTPUTS = 2.0  # × 4·L·N·D: every block's output tokens and their norms
+_GRADIENT_MAP_MATRICES = 1.0  # × 4·K·N²: gradient rollout's prepared matrices
+_MAP_MATRICES = 3.0  # × 4·K·N²: prepared rollouts (kept), relevance's matrices
+
+
+def estimate_analysis(
+    config: Any,
+    input_size: tuple[int, int],
+    *,
+    gradients: bool = False,
+    maps: bool = True,
+    weights: int = 0,
+    gradient_pass_only: bool = False,
+    attention_bytes: int = _F32,
+    batch: int = 1,
+    layers: int | None = None,
+) -> MemoryEstimate:
+    """What analysing an input of ``input_size`` (H, W) with a model of ``config`` needs.
+
+    ``config``: a ViTConfig or any object with depth, heads, dim, patch_size and
+    num_prefix_tokens (hidden_dim and in_channels optional). ``gradients``: the forward pass
+    also keeps the attention gradients. ``maps``: count the maps computed from it afterwards.
+    ``gradient_pass_only``: a later gradient pass (and its maps) of an analysis in memory.
+    ``attention_bytes``: bytes per kept attention entry (2 for float16 / bfloat16).
+    ``batch``: images whose forward pass runs at once (every number but the weights scales).
+    ``layers``: how many layers' attention (and gradients) are kept (None: every layer).
+    """
+    if batch > 1:
+        one = estimate_analysis(
+            config, input_size, gradients=gradients, maps=maps, weights=weights,
+            gradient_pass_only=gradient_pass_only, attention_bytes=attention_bytes,
+            layers=layers,
+        )  # fmt: skip
+        return MemoryEstimate(
+            one.input_size, one.tokens, one.layers, one.heads, batch * one.attention,
+            batch * one.forward_peak, batch * one.kept, one.maps_peak, weights, one.layers_kept,
+        )  # fmt: skip
+    h, w = (int(v) for v in input_size)
+    p = max(1, int(config.patch_size))
+    L, H, D = int(config.depth), int(config.heads), int(config.dim)
+    K = L if layers is None else max(1, min(L, int(layers)))  # layers whose attention is kept
+    partial = K if K < L else None
+    hidden = int(getattr(config, "hidden_dim", 0) or 4 * D)
+    C = int(getattr(config, "in_channels", 3) or 3)
+    N = int(config.num_prefix_tokens) + (h // p) * (w // p)
+    pair = _F32 * N * N  # one N×N float32 matrix
+    A = K * H * pair  # the kept layers' attention
+    block = _F32 * N * (4 * D + hidden)  # one block's activations
+    layer = _LAYER_TEMPORARIES * H * pair + block  # one block's temporaries
+    saved = L * _F32 * N * (8 * D + 2 * hidden)  # activations autograd keeps per block
+    outputs = _BLOCK_OUTPUTS * L * _F32 * N * D
+    inputs = 3 * _F32 * C * h * w  # the input tensor, its pixels, the resized image
+    # GradientProducts: weighted and positive per kept layer, Grad-SAM's sum, the last G_L
+    products = (2 * K + 1 + H) * pair
+    graph = _RECOMPUTED_BLOCK * H * pair if partial else _GRAPH_ATTENTION * L * H * pair
+    backward = graph + products + _BACKWARD_LAYER * H * pair + layer + saved + _PAIR_TABLES * pair
+    gradient_maps = (_GRADIENT_MAP_MATRICES + _MAP_MATRICES) * K * pair
+    if gradient_pass_only:  # the analysis (its attention) is already in memory
+        return MemoryEstimate(
+            (h, w), N, L, H, A, int(backward), products, int(gradient_maps), weights, partial
+        )
+    kept_attention = A * attention_bytes // _F32
+    if gradients:
+        forward = kept_attention + backward + outputs + inputs
+        kept = kept_attention + products + inputs
+        maps_peak = gradient_maps if maps else 0
+    else:
+        forward = kept_attention + _CAPTURE_LAYER_TEMPORARIES * H * pair + _PAIR_TABLES * pair
+        forward += outputs + block + inputs
+        kept = kept_attention + inputs
+        maps_peak = _MAP_MATRICES * K * pair if maps else 0
+    return MemoryEstimate(
+        (h, w), N, L, H, A, int(forward), int(kept), int(maps_peak), weights, partial
+    )
 
 
 def estimate_for_model(
