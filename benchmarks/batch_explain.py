@@ -112,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=batch,
             attention_dtype="float32",
             bare=False,
+            full_size=True,
         )  # fmt: skip  (bare=False: titled PNGs, what `vitviz-cli explain` writes)
-        return explain_many(ns, loaded, MapSettings(), None)
+        return explain_many(ns, loaded, images, MapSettings())
 
     def analyses_only() -> object:
         for item in iter_analyses(loaded, images, batch_size=batch):

@@ -1,4 +1,4 @@
-"""vitviz.pipeline.memory's estimate of an analysis against the peak memory it really takes.
+"""vitviz.kinds.vit.memory's estimate of an analysis against the peak memory it really takes.
 
 Each case runs in a fresh Python process: a random ViT (patch 8, the layers, heads and width
 given), one warm-up analysis at 32 px, then ``analyze`` of an input of the given size, either
@@ -49,7 +49,7 @@ from vitviz.pipeline.analysis import analyze
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.pipeline.export import compute_maps
 from vitviz.imaging import Preprocessing
-from vitviz.pipeline.memory import estimate_analysis
+from vitviz.kinds.vit.memory import estimate_analysis
 from vitviz.blocks import VisionTransformer, ViTConfig
 size, L, H, D = (int(v) for v in sys.argv[2:6])
 mode = sys.argv[6]

@@ -18,9 +18,10 @@ from vitviz.checkpoints import LoadedModel, load_checkpoint
 from vitviz.cli import main
 from vitviz.kinds.vit import batch
 from vitviz.kinds.vit.batch import choose_batch_size, iter_analyses
+from vitviz.kinds.vit.memory import estimate_analysis
 from vitviz.pipeline import export
 from vitviz.pipeline.analysis import analyze
-from vitviz.pipeline.memory import BUDGET_ENV, estimate_analysis
+from vitviz.pipeline.memory import BUDGET_ENV
 
 
 @pytest.fixture

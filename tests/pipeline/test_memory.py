@@ -16,13 +16,12 @@ from checkpoint_cases import photo, tv_checkpoint
 from vitviz.blocks import ViTConfig
 from vitviz.checkpoints import load_checkpoint
 from vitviz.imaging import Preprocessing
+from vitviz.kinds.vit.memory import check_analysis_memory, estimate_analysis, estimate_for_model
 from vitviz.pipeline import memory
 from vitviz.pipeline.analysis import NotEnoughMemoryError, analyze
 from vitviz.pipeline.memory import (
     BUDGET_ENV,
     available_memory,
-    check_analysis_memory,
-    estimate_analysis,
     parse_bytes,
 )
 
@@ -120,8 +119,8 @@ def test_fewer_layers_are_offered_to_a_new_analysis_not_to_a_later_gradient_pass
     model = _model_with(tmp_path, {}).model
     size = (256, 256)
     for kind in ({"gradients": True}, {"gradient_pass_only": True}):
-        every = memory.estimate_for_model(model, size, **kind).needed
-        one = memory.estimate_for_model(model, size, layers=1, **kind).needed
+        every = estimate_for_model(model, size, **kind).needed
+        one = estimate_for_model(model, size, layers=1, **kind).needed
         assert one < every
         free = int((one + every) / 2 / memory.USABLE_FRACTION)
         monkeypatch.setattr(memory, "available_memory", lambda device, free=free: free)
@@ -156,7 +155,7 @@ from vitviz.pipeline.analysis import analyze
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.pipeline.export import compute_maps
 from vitviz.imaging import Preprocessing
-from vitviz.pipeline.memory import estimate_analysis
+from vitviz.kinds.vit.memory import estimate_analysis
 from vitviz.blocks import VisionTransformer, ViTConfig
 size = int(sys.argv[1])
 cfg = ViTConfig(image_size=32, patch_size=8, dim=32, depth=2, heads=2, num_classes=3)

@@ -111,13 +111,14 @@ def apply_prompts(
 def load_for(args: argparse.Namespace) -> Any:
     """The model of --model-code, else of the checkpoint argument (with the prompts given,
     read before it opens)."""
+    config = read_config(args.config)  # both ways read it, before anything opens
     if args.model_code is None:
         if args.model_args is not None:
             raise CliError("--model-args needs --model-code FILE.py:NAME")
         if args.checkpoint is None:
             raise CliError("give a checkpoint (or --model-code FILE.py:NAME)")
         prompts, target = read_prompt_options(args)
-        return apply_prompts(args, load(args.checkpoint, args.config, args), prompts, target)
+        return apply_prompts(args, open_checkpoint(args.checkpoint, config, args), prompts, target)
     from vitviz.modelcode import (
         ModelCodeError,
         load_model_code,
@@ -129,7 +130,7 @@ def load_for(args: argparse.Namespace) -> Any:
     try:
         file, name = parse_target(args.model_code)
         arguments = parse_args_text(args.model_args)
-        spec = make_spec(file, name, arguments, args.checkpoint, read_config(args.config))
+        spec = make_spec(file, name, arguments, args.checkpoint, config)
         return load_model_code(spec)
     except ModelCodeError as exc:
         raise CliError(str(exc)) from exc
@@ -187,9 +188,17 @@ def resolve_checkpoint(path: Path, args: argparse.Namespace | None = None) -> Pa
 
 
 def load(path: Path, config_path: Path | None, args: argparse.Namespace | None = None) -> Any:
+    return open_checkpoint(path, read_config(config_path), args)
+
+
+def open_checkpoint(
+    path: Path, config: dict[str, Any] | None, args: argparse.Namespace | None = None
+) -> Any:
+    """The checkpoint ``path`` opened with the --config settings ``config`` (read already) and
+    --arch / --heads over them."""
     from vitviz.checkpoints import CheckpointError, load_checkpoint
 
-    config = with_arch_options(read_config(config_path), args)
+    config = with_arch_options(config, args)
     target = resolve_checkpoint(path, args)
     try:
         return load_checkpoint(target, config=config)

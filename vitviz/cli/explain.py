@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from vitviz.cli.common import (
     ASSUMPTION_PREFIXES,
@@ -14,11 +14,13 @@ from vitviz.cli.common import (
     add_model_code_options,
     add_prompt_options,
     load_for,
-    make_out_folder,
 )
-from vitviz.cli.explain_batch import add_batch_options, explain_many, layers_option
+from vitviz.cli.explain_batch import add_batch_options, expand_images, explain_many, layers_option
 from vitviz.cli.method_options import add_method_options, map_settings
 from vitviz.core.console import say
+
+if TYPE_CHECKING:
+    from vitviz.pipeline.export import MapSettings
 
 
 def add_parser(subparsers: SubParsers) -> None:
@@ -74,14 +76,12 @@ def add_parser(subparsers: SubParsers) -> None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    """The options read and checked within the CLI in one pass (the images listed), the model
+    opened, the options it decides checked against it, then the run."""
     from vitviz.core.devices import resolve_device
-    from vitviz.imaging.colormaps import COLORMAPS
-    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
 
-    if not 0.0 <= args.discard < 1.0:
-        raise CliError(f"--discard must be in [0, 1), got {args.discard}")
-    if args.colormap not in COLORMAPS:
-        raise CliError(f"--colormap must be one of {', '.join(COLORMAPS)}")
+    check_explain_options(args)
+    images = expand_images(args.images)
     try:
         device = resolve_device(args.device)
     except ValueError as exc:
@@ -89,6 +89,26 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.checkpoint is None and args.model_code is None and args.model_args is None:
         args.checkpoint = _default_checkpoint()
     loaded = load_for(args)
+    settings = model_settings(args, loaded, device)
+    return explain_many(args, loaded, images, settings)  # batches, a writer thread
+
+
+def check_explain_options(args: argparse.Namespace) -> None:
+    """CliError for an option wrong whatever the model: --discard, --colormap, --batch-size."""
+    from vitviz.imaging.colormaps import COLORMAPS
+
+    if not 0.0 <= args.discard < 1.0:
+        raise CliError(f"--discard must be in [0, 1), got {args.discard}")
+    if args.colormap not in COLORMAPS:
+        raise CliError(f"--colormap must be one of {', '.join(COLORMAPS)}")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
+
+
+def model_settings(args: argparse.Namespace, loaded: Any, device: Any) -> MapSettings:
+    """The options the opened model decides, checked against it (what the weights could not
+    say said first; --layers, --class, then the method table's options in one pass); the model
+    on ``device`` in eval mode. Sets ``args.kept_layers`` (--layers parsed)."""
     for note in loaded.notes:  # what the weights could not say comes first
         if note.startswith(ASSUMPTION_PREFIXES):
             say(f"vitviz-cli: {note}")
@@ -105,25 +125,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         )
     depth, _heads = kind.parameter_bounds(loaded.model)
     args.kept_layers = layers_option(args.layers, depth)
-    settings = map_settings(args, loaded)
-    make_out_folder(args.out)
-    note_unused_options(args, unused)
-    max_side = None if args.full_size else OVERLAY_MAX_SIDE
-    return explain_many(args, loaded, settings, max_side)  # batches, a writer thread
-
-
-def note_unused_options(args: argparse.Namespace, unused: Mapping[str, str]) -> None:
-    """One line on stderr for each option given that the model's kind does not use (the run
-    goes on: they change how, not what, is computed)."""
-    given = (
-        ("batch_size", args.batch_size is not None, f"--batch-size {args.batch_size}"),
-        ("attention_dtype", args.attention_dtype != "float32",
-         f"--attention-dtype {args.attention_dtype}"),
-        ("max_side", args.full_size, "--full-size"),
-    )  # fmt: skip
-    for option, was_given, text in given:
-        if was_given and option in unused:
-            say(f"vitviz-cli: note: {text} {unused[option]}")
+    return map_settings(args, loaded)
 
 
 def _default_checkpoint() -> Path:

@@ -12,18 +12,17 @@ import argparse
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError
+from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError, make_out_folder
 from vitviz.core.console import say
 
 if TYPE_CHECKING:
     from vitviz.checkpoints import LoadedModel
     from vitviz.kindapi import KindAnalysis
-    from vitviz.pipeline.batch import BatchItem
     from vitviz.pipeline.export import ExplainedMaps, MapSettings
 
 WRITE_QUEUE = 2  # analyses waiting for the writer (each holds its attention)
@@ -75,10 +74,18 @@ def layers_option(spec: str | None, depth: int) -> tuple[int, ...] | None:
         raise CliError(f"--layers {spec}: {exc.reason}") from exc
 
 
-def attention_dtype(name: str) -> Any:
-    from vitviz.pipeline.attention_dtype import ATTENTION_DTYPES
-
-    return ATTENTION_DTYPES[name]
+def note_unused_options(args: argparse.Namespace, unused: Mapping[str, str]) -> None:
+    """One line on stderr for each option given that the model's kind does not use (the run
+    goes on: they change how, not what, is computed)."""
+    given = (
+        ("batch_size", args.batch_size is not None, f"--batch-size {args.batch_size}"),
+        ("attention_dtype", args.attention_dtype != "float32",
+         f"--attention-dtype {args.attention_dtype}"),
+        ("max_side", args.full_size, "--full-size"),
+    )  # fmt: skip
+    for option, was_given, text in given:
+        if was_given and option in unused:
+            say(f"vitviz-cli: note: {text} {unused[option]}")
 
 
 def expand_images(paths: Sequence[Path]) -> list[Path]:
@@ -160,44 +167,26 @@ def kept_layers_text(kept: tuple[int, ...], depth: int) -> str:
     return text
 
 
-def _analyses(
-    loaded: LoadedModel,
-    images: Sequence[Path],
-    args: argparse.Namespace,
-    gradients: bool,
-    max_side: int | None,
-    kept: tuple[int, ...] | None,
-) -> Iterator[BatchItem]:
-    """One analysis per image, in order (``vitviz.pipeline.batch.iter_kind_analyses``)."""
-    from vitviz.pipeline.batch import iter_kind_analyses
-
-    return iter_kind_analyses(
-        loaded,
-        images,
-        batch_size=args.batch_size,
-        attention_dtype=attention_dtype(args.attention_dtype),
-        gradients=gradients,  # from the same pass, planned
-        max_side=max_side,
-        layers=kept,
-    )
-
-
 def explain_many(
-    args: argparse.Namespace, loaded: LoadedModel, settings: MapSettings, max_side: int | None
+    args: argparse.Namespace, loaded: LoadedModel, images: Sequence[Path], settings: MapSettings
 ) -> int:
-    """Analyse ``args.images`` (files and folders) in batches, write each image's files, say
-    the model (its name people know, before the first image analysed) and one progress line
-    per image; the exit status of ``vitviz-cli explain``."""
+    """Analyse ``images`` (``args.images`` expanded) in batches, write each image's files into
+    ``--out`` (made here), say the model (its name people know, before the first image
+    analysed) and one progress line per image; the exit status of ``vitviz-cli explain``."""
+    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
+    from vitviz.pipeline.attention_dtype import ATTENTION_DTYPES
+    from vitviz.pipeline.batch import iter_kind_analyses
     from vitviz.pipeline.export import compute_maps, output_stem
 
-    if args.batch_size is not None and args.batch_size < 1:
-        raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
-    images = expand_images(args.images)
+    make_out_folder(args.out)
     unused = loaded.kind.unused_options()
+    note_unused_options(args, unused)
+    max_side = None if args.full_size else OVERLAY_MAX_SIDE
+    dtype = ATTENTION_DTYPES[args.attention_dtype]
     if args.attention_dtype != "float32" and "attention_dtype" not in unused:  # stated once
         from vitviz.pipeline.attention_dtype import attention_precision_text
 
-        say(f"vitviz-cli: {attention_precision_text(attention_dtype(args.attention_dtype))}")
+        say(f"vitviz-cli: {attention_precision_text(dtype)}")
     kept = getattr(args, "kept_layers", None)
     if kept is not None:  # what keeping fewer layers leaves out, stated once
         say(f"vitviz-cli: {kept_layers_text(kept, int(loaded.model.config.depth))}")
@@ -213,7 +202,16 @@ def explain_many(
     failed, total, start = 0, len(images), time.perf_counter()
     named = False  # the model's name people know, said once before the first image's line
     try:
-        for item in _analyses(loaded, images, args, has_head, max_side, kept):
+        analyses = iter_kind_analyses(  # one per image, in order
+            loaded,
+            images,
+            batch_size=args.batch_size,
+            attention_dtype=dtype,
+            gradients=has_head,  # from the same pass, planned
+            max_side=max_side,
+            layers=kept,
+        )
+        for item in analyses:
             path, stem = images[item.index], names[item.index]
             if item.error is not None:
                 say(f"vitviz-cli: skipped {path}: {item.error}")

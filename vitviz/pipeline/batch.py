@@ -47,12 +47,13 @@ def iter_kind_analyses(
     from vitviz.core.devices import resolve_device
 
     kind = loaded.kind  # carried from where the model was opened (DESIGN §3)
+    dev = None if device is None else resolve_device(device)  # either way: resolved once
     if "batch_size" not in kind.unused_options():
         yield from kind.analyze_images(
             loaded,
             images,
             batch_size=batch_size,
-            device=device,
+            device=dev,
             preprocessing=preprocessing,
             gradients=gradients,
             **batch_options,
@@ -60,8 +61,8 @@ def iter_kind_analyses(
         return
     if preprocessing is not None:
         loaded = replace(loaded, preprocessing=preprocessing)
-    if device is not None:
-        loaded.model.to(resolve_device(device))
+    if dev is not None:
+        loaded.model.to(dev)
     for index, image in enumerate(images):
         try:
             analysis = kind.analyze(loaded, image, gradients=gradients)

@@ -13,13 +13,14 @@ import torch
 from vitviz import explain
 from vitviz.checkpoints import LoadedModel, load_checkpoint
 from vitviz.explain.methods import all_methods
+from vitviz.kinds.vit.memory import check_analysis_memory, estimate_analysis
 from vitviz.pipeline.analysis import NotEnoughMemoryError, analyze
 from vitviz.pipeline.attention_dtype import (
     ATTENTION_ABSOLUTE,
     ATTENTION_PRECISION,
     attention_precision_text,
 )
-from vitviz.pipeline.memory import BUDGET_ENV, check_analysis_memory, estimate_analysis
+from vitviz.pipeline.memory import BUDGET_ENV
 
 DEVICES = [
     "cpu",

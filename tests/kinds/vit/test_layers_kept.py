@@ -16,14 +16,10 @@ from vitviz.cli import main
 from vitviz.core.layers import LayersNotKeptError, LayerSpecError, layers_text, parse_layers
 from vitviz.explain.methods import get_method, methods_for
 from vitviz.kinds.vit.batch import analyze_batch
+from vitviz.kinds.vit.memory import check_analysis_memory, estimate_analysis
 from vitviz.pipeline.analysis import NotEnoughMemoryError, analyze
 from vitviz.pipeline.export import compute_maps, write_npz, write_pngs
-from vitviz.pipeline.memory import (
-    BUDGET_ENV,
-    USABLE_FRACTION,
-    check_analysis_memory,
-    estimate_analysis,
-)
+from vitviz.pipeline.memory import BUDGET_ENV, USABLE_FRACTION
 
 DEPTH = 6
 KEPT = (1, 4, 5)

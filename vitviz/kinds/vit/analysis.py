@@ -51,11 +51,11 @@ from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
 from vitviz.kinds.vit.capture import Captured, capture_batch, recompute_pays, reduced_gradient_pass
 from vitviz.kinds.vit.head_stats import HeadStats
 from vitviz.kinds.vit.kept_graph import KeptGraph, frozen_parameters
+from vitviz.kinds.vit.memory import check_analysis_memory
 from vitviz.pipeline.analysis import UnsupportedModelError
 from vitviz.pipeline.attention_dtype import ATTENTION_DTYPES as ATTENTION_DTYPES  # re-exported
 from vitviz.pipeline.attention_dtype import ATTENTION_PRECISION, attention_precision_text
 from vitviz.pipeline.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
-from vitviz.pipeline.memory import check_analysis_memory
 
 
 def require_patch_grid(loaded: LoadedModel) -> None:

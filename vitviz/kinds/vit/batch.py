@@ -30,14 +30,9 @@ from vitviz.kinds.vit.analysis import (
     _setup,
 )
 from vitviz.kinds.vit.capture import capture_batch
+from vitviz.kinds.vit.memory import check_analysis_memory, estimate_for_model
 from vitviz.pipeline.batch import BatchItem
-from vitviz.pipeline.memory import (
-    USABLE_FRACTION,
-    NotEnoughMemoryError,
-    available_memory,
-    check_analysis_memory,
-    estimate_for_model,
-)
+from vitviz.pipeline.memory import USABLE_FRACTION, NotEnoughMemoryError, available_memory
 
 MAX_BATCH = 32  # the default batch size's ceiling: larger batches gain nothing measurable
 UNKNOWN_MEMORY_BATCH = 8  # default where free memory can't be known (MPS)

@@ -23,9 +23,8 @@ from torch import Tensor
 from vitviz import explain
 from vitviz.blocks import VisionTransformer, ViTOutput
 from vitviz.explain.gradients import GradientProducts, _Products, attention_gradient_products
-from vitviz.explain.stats import patch_distances
 from vitviz.explain.targets import target_classes
-from vitviz.kinds.vit.head_stats import layer_statistics
+from vitviz.kinds.vit.head_stats import LayerStatistics
 from vitviz.kinds.vit.kept_graph import KeptGraph, frozen_parameters
 from vitviz.pipeline.memory import USABLE_FRACTION, available_memory
 
@@ -293,7 +292,7 @@ class _Collector:
         self.kept: list[Tensor] = []
         self.stats: Tensor | None = None  # (3, K, B, H) for a half kept dtype (STATISTICS)
         self.sums: Tensor | None = None  # (K, B)
-        self.dist: Tensor | None = None  # (P, P)
+        self.statistics: LayerStatistics | None = None  # for a half kept dtype
 
     def add(self, layer: int, a: Tensor, dtype: torch.dtype) -> None:
         if layer not in self.slot:
@@ -307,14 +306,12 @@ class _Collector:
             self.sums = torch.empty((self.L, B), dtype=torch.float32, device=a.device)
             if dtype != torch.float32:  # the kept copy is rounded: take them from this one
                 self.stats = torch.empty((3, self.L, B, H), dtype=torch.float32, device=a.device)
-                self.dist = patch_distances(self.grid, self.patch, a[:0].float())
+                self.statistics = LayerStatistics(self.grid, self.prefix, self.patch)
         assert self.sums is not None
         af = a.float()  # (B, H, N, N); no copy when the model computed float32
         if self.stats is not None:
-            assert self.dist is not None
-            self.stats[:, layer] = layer_statistics(
-                af, self.grid, self.prefix, self.patch, self.dist
-            )
+            assert self.statistics is not None
+            self.stats[:, layer] = self.statistics(af)
         self.sums[layer] = af.sum(dim=(1, 2, 3))
         for i in range(B):
             self.kept[i][layer].copy_(a[i])

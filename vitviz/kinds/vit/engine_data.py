@@ -57,7 +57,7 @@ def model_shape(loaded: LoadedModel) -> ModelShape:
 
 
 def check_memory(model: nn.Module, image_size: tuple[int, int]) -> None:
-    from vitviz.pipeline.memory import check_analysis_memory
+    from vitviz.kinds.vit.memory import check_analysis_memory
 
     check_analysis_memory(model, image_size)
 

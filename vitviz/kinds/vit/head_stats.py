@@ -36,6 +36,21 @@ def layer_statistics(
     )
 
 
+class LayerStatistics:
+    """``layer_statistics`` of one grid, layer after layer: attn (B, H, N, N) float32 ->
+    (3, B, H); the grid's ``patch_distances`` made at the first layer, on its device, and
+    kept for the others."""
+
+    def __init__(self, grid: tuple[int, int], num_prefix: int, patch_size: int) -> None:
+        self.grid, self.prefix, self.patch = grid, num_prefix, patch_size
+        self.distances: Tensor | None = None  # (P, P)
+
+    def __call__(self, attn: Tensor) -> Tensor:
+        if self.distances is None:
+            self.distances = patch_distances(self.grid, self.patch, attn[:0])
+        return layer_statistics(attn, self.grid, self.prefix, self.patch, self.distances)
+
+
 class HeadStats:
     """(3, K, H) float32 on the host, rows as ``STATISTICS``: given, or made from a kept
     (K, H, N, N) float32 attention on the first read of ``values`` (one transfer), then kept.
@@ -81,11 +96,8 @@ class HeadStats:
         attention = self._attention
         assert attention is not None
         with torch.inference_mode():
-            dist = patch_distances(self._grid, self._patch, attention[:0].float())
-            per_layer = [
-                layer_statistics(a[None], self._grid, self._prefix, self._patch, dist)[:, 0]
-                for a in attention
-            ]  # K × (3, H)
+            of_layer = LayerStatistics(self._grid, self._prefix, self._patch)
+            per_layer = [of_layer(a[None])[:, 0] for a in attention]  # K × (3, H)
             if not per_layer:
                 return torch.empty((3, 0, attention.shape[1]))
             return torch.stack(per_layer, dim=1).cpu()  # one transfer
