@@ -448,6 +448,7 @@ class ViewerTab(QWidget):
             else words.title_query.format(**self.layers.query_fields(self.query, m, layer))
         )
         values = m.params.params()
+        unused = self.image.ignored_params.get(m.params.method, {})  # the model ignores them
         parts = [info.label]
         if info.needs_gradients:
             named = class_words(m.target_class, self.image.class_names)
@@ -455,6 +456,8 @@ class ViewerTab(QWidget):
                 parts.append(named)
         parts.append(query if info.queries else "query CLS (fixed)")
         for p in info.parameters:
+            if p.name in unused:  # a title names only what the map was made with
+                continue
             value = values.get(p.name, p.default)
             if p.per == "head":
                 parts.append("mean of heads" if value == -1 else f"head {value}")

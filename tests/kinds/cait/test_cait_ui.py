@@ -11,7 +11,16 @@ import numpy as np
 import pytest
 import timm
 import torch
-from test_ui_window import WAIT_MS, click, drop, new_window, overlay, settled, wait_shown
+from test_ui_window import (
+    WAIT_MS,
+    click,
+    drop,
+    new_window,
+    overlay,
+    select_method,
+    settled,
+    wait_shown,
+)
 from zoo_helpers import randomize_
 
 from vitviz.checkpoints import load_checkpoint
@@ -72,3 +81,24 @@ def test_the_window_shows_a_cait(qtbot, window, cait_ckpt: Path, photo_files) ->
     v.controls.select(layer=2, head=1)  # a class-attention layer: the patch has no row there
     qtbot.waitUntil(lambda: settled(window) and "CA 0" in v.controls.layer.text(), timeout=WAIT_MS)
     assert np.isnan(overlay(window)).all()
+
+
+def test_the_rollout_says_why_the_discard_ratio_is_not_used(
+    qtbot, window, cait_ckpt: Path, photo_files
+) -> None:
+    """The discard control is disabled with the kind's own reason, and the map's title names only
+    the settings the map was made with (no "discard ratio" for a rollout that has none)."""
+    from vitviz.kindapi import get_kind
+
+    image = photo_files["chelsea"]
+    drop(window, [image, cait_ckpt])
+    wait_shown(qtbot, window, image.name)
+    select_method(qtbot, window, "rollout")
+    v = window.viewer
+    qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "rollout", timeout=WAIT_MS)
+    discard = v.controls.param_panel.widgets["discard_ratio"]
+    why = get_kind("cait").implementation("rollout").refusal("discard_ratio")
+    assert not discard.isEnabled() and why in discard.toolTip()
+    title = v.map_view.full_title
+    assert title.startswith("Attention rollout") and "head fusion" in title
+    assert "discard ratio" not in title
