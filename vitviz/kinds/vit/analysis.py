@@ -34,7 +34,6 @@ from vitviz import explain
 from vitviz.blocks import VisionTransformer
 from vitviz.checkpoints import LoadedModel
 from vitviz.core.devices import resolve_device
-from vitviz.core.finite import NonFiniteError as NonFiniteError  # re-exported: analyze raises it
 from vitviz.core.finite import check_finite
 from vitviz.core.layers import LayersNotKeptError, LayerSpec, layers_text, parse_layers
 from vitviz.explain.gradients import GradientProducts
@@ -53,9 +52,11 @@ from vitviz.kinds.vit.head_stats import HeadStats
 from vitviz.kinds.vit.kept_graph import KeptGraph, frozen_parameters
 from vitviz.kinds.vit.memory import check_analysis_memory
 from vitviz.pipeline.analysis import UnsupportedModelError
-from vitviz.pipeline.attention_dtype import ATTENTION_DTYPES as ATTENTION_DTYPES  # re-exported
-from vitviz.pipeline.attention_dtype import ATTENTION_PRECISION, attention_precision_text
-from vitviz.pipeline.memory import NotEnoughMemoryError as NotEnoughMemoryError  # re-exported too
+from vitviz.pipeline.attention_dtype import (
+    ATTENTION_DTYPES,
+    ATTENTION_PRECISION,
+    attention_precision_text,
+)
 
 
 def require_patch_grid(loaded: LoadedModel) -> None:
