@@ -67,6 +67,9 @@ def test_a_family_analysed_on_cuda_gives_the_cpu_maps(tmp_path: Path, case: str)
             continue
         want = method(cpu, None, None, {})
         got = method(gpu, None, None, {})
-        torch.testing.assert_close(got.cpu().float(), want.cpu().float(), atol=2e-4, rtol=1e-3)
+        torch.testing.assert_close(
+            got.cpu().float(), want.cpu().float(), atol=2e-4, rtol=1e-3,
+            msg=lambda m, name=method.name: f"{case}, {name}: {m}",
+        )  # fmt: skip
         compared += 1
     assert compared >= 3, f"{case}: only {compared} methods apply"

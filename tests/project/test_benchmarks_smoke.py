@@ -78,7 +78,13 @@ def test_clip_quick() -> None:
     targets = {r[0].split(" ")[0]: r[5] for r in table_rows(out)}
     assert targets == {
         "(a)": "baseline", "(a')": "baseline", "(b)": "≤ 1.15", "(c)": "≤ 1.5", "(c0)": "info",
-        "(d)": "≤ 300",
+        "(r)": "≤ 0.3", "(d)": "≤ 300",
     }  # fmt: skip
     assert "kept graph of one image" in out and "none kept" not in out
     assert "WRONG RESULT" not in out and "analysis logits differ" not in out
+
+
+def test_analysis_profile_quick() -> None:
+    out = run_quick("analysis_profile.py", "--model", "cifar10-tutorial", "--cases", "a,c")
+    assert out.count("wall per call under the profiler") == 2
+    assert "## (c) analyze(gradients=True) + relevance" in out and "Self CPU time total" in out

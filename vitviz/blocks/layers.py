@@ -117,7 +117,9 @@ class Attention(nn.Module):
         assert table is not None
         index = self._rel_index
         if index is None or index.device != table.device:  # not a buffer: a meta-built model
-            index = self._rel_index = table_index(self.rel_grid, self.rel_cls).to(table.device)
+            with torch.inference_mode(False):  # kept: a later backward pass saves it
+                index = table_index(self.rel_grid, self.rel_cls).to(table.device)
+            self._rel_index = index
         return table[index.view(-1)].view(n, n, -1).permute(2, 0, 1)
 
     def forward(

@@ -48,17 +48,25 @@ class _Recomputed:
     def _run_again(self) -> None:
         saved: list[Tensor] = []
 
-        def keep(tensor: Tensor) -> Tensor:
-            saved.append(tensor)
-            return tensor
+        def keep(tensor: Tensor) -> int:
+            # The recomputed graph is never run backward: it holds a number, not the tensor.
+            # A saved output held as itself would hold its own graph (output -> grad_fn ->
+            # saved output), a cycle through C++ that no collector frees: one block's
+            # activations lost for every backward pass.
+            saved.append(tensor.detach())
+            return len(saved) - 1
 
-        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(keep, _never_read):
             self.fn(*self.args)
         if len(saved) != self.count:
             raise RuntimeError(
                 f"recomputing a block saved {len(saved)} tensors, its forward pass {self.count}"
             )
         self.made = {i: t for i, t in enumerate(saved) if i not in self.kept}
+
+
+def _never_read(index: int) -> Tensor:
+    raise RuntimeError("a recomputed block's own graph was run backward")
 
 
 def recomputed(fn: Callable[..., T], *args: object) -> T:

@@ -101,9 +101,10 @@ class Rotary(nn.Module):
             key = (grid, like.device, like.dtype)
             if self._cache is not None and self._cache[:3] == key:
                 return self._cache[3]
-            angles = _layout(self._fixed_angles(coords), cfg.rope_half)  # (N, hd)
-            sin = angles.sin().to(like)[None, None]
-            cos = angles.cos().to(like)[None, None]
+            with torch.inference_mode(False):  # kept: a later backward pass saves them
+                angles = _layout(self._fixed_angles(coords), cfg.rope_half)  # (N, hd)
+                sin = angles.sin().to(like)[None, None]
+                cos = angles.cos().to(like)[None, None]
             out = [(sin, cos)] * cfg.depth
             self._cache = (grid, like.device, like.dtype, out)
             return out

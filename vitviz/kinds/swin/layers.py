@@ -67,7 +67,8 @@ class _WindowAttentionBase(nn.Module):
         key = (window, table, device)
         index = self._index.get(key)
         if index is None:
-            index = self._index[key] = relative_position_index(window, table).to(device)
+            with torch.inference_mode(False):  # kept: a later backward pass saves it
+                index = self._index[key] = relative_position_index(window, table).to(device)
         return index
 
     def position_bias(self, window: tuple[int, int]) -> Tensor:

@@ -72,11 +72,17 @@ def slots_on(layout: WindowLayout, device: torch.device | str) -> tuple[Tensor, 
 
 @functools.lru_cache(maxsize=256)
 def _slots_on(layout: WindowLayout, device: str) -> tuple[Tensor, Tensor, Tensor]:
-    return tuple(t.to(device) for t in _slots(layout))  # type: ignore[return-value]
+    with torch.inference_mode(False):  # kept: a later backward pass saves them
+        return tuple(t.to(device) for t in _slots(layout))  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=256)
 def _slots(layout: WindowLayout) -> tuple[Tensor, Tensor, Tensor]:
+    with torch.inference_mode(False):  # kept: a later backward pass saves them
+        return _make_slots(layout)
+
+
+def _make_slots(layout: WindowLayout) -> tuple[Tensor, Tensor, Tensor]:
     H, W = layout.grid
     Hp, Wp = layout.padded
     wh, ww = layout.window
@@ -163,6 +169,11 @@ def shift_mask(layout: WindowLayout, device: torch.device | str | None = None) -
 
 @functools.lru_cache(maxsize=64)
 def _shift_mask(layout: WindowLayout, device: str) -> Tensor:
+    with torch.inference_mode(False):  # kept: a later backward pass may save it
+        return _make_shift_mask(layout, device)
+
+
+def _make_shift_mask(layout: WindowLayout, device: str) -> Tensor:
     (Hp, Wp), (wh, ww) = layout.padded, layout.window
     rows = _regions(Hp, wh, layout.shift[0])
     cols = _regions(Wp, ww, layout.shift[1])
