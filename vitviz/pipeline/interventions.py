@@ -188,7 +188,7 @@ def holding(
 
 
 def _zero_output(_module: nn.Module, _args: tuple[Any, ...], output: Tensor) -> Tensor:
-    return torch.zeros_like(output)
+    return output * 0  # 0, still joined to the graph: the layer's gradients are 0, not missing
 
 
 def _head_hook(heads: int, head_dim: int, wanted: Mapping[int, Tensor | None]):
@@ -230,6 +230,39 @@ def ablation_values(
     return {key: fixed_value(ablation, layout, *key) for key in heads}
 
 
+@contextmanager
+def knocked_out(
+    loaded: Any,
+    image: Any,
+    ablate: Sequence[tuple[int, int]] = (),
+    ablation: Ablation = "zero",
+    branches: Sequence[int] = (),
+    **options: Any,
+) -> Iterator[None]:
+    """While open, ``loaded``'s model has ``ablate``'s heads knocked out as ``ablation`` says
+    for ``image`` and ``branches``' attention branches zeroed, in every pass (an analysis's,
+    and the passes its gradient maps run later). A clean analysis (``options`` as given, no
+    gradients) gives the model input when the ablation is the image's mean or the model's
+    heads were not read yet."""
+    kind, model = loaded.kind, loaded.model
+    check_ablation(ablation)
+    layout = _LAYOUTS.get(model)
+    x = None
+    if layout is None or (isinstance(ablation, str) and ablation == "mean"):
+        plain = {k: v for k, v in options.items() if k != "gradients"}
+        x = kind.analyze(loaded, image, **plain).input[None]
+        layout = head_layout(kind, model, x)
+    heads = layout.check_heads(list(ablate))
+    for layer in branches:
+        layout.check_layer(layer, f"the attention branch of block {layer}")
+    if x is not None:
+        values = ablation_values(kind, model, x, layout, heads, ablation)
+    else:
+        values = {key: fixed_value(ablation, layout, *key) for key in heads}
+    with holding(layout, values, branches):
+        yield
+
+
 def analyze_ablated(
     loaded: Any,
     image: Any,
@@ -238,27 +271,12 @@ def analyze_ablated(
     branches: Sequence[int] = (),
     **options: Any,
 ) -> KindAnalysis:
-    """The kind's own analysis of ``image`` run on the model with ``ablate``'s heads knocked out
-    as ``ablation`` says and ``branches``' attention branches zeroed: logits, attention and
-    gradients (so every map) from the intervened model. A first clean analysis gives the model
-    input when the ablation is the image's mean or the model's heads were not read yet."""
-    kind, model = loaded.kind, loaded.model
-    check_ablation(ablation)
-    layout = _LAYOUTS.get(model)
-    x = None
-    if layout is None or (isinstance(ablation, str) and ablation == "mean"):
-        x = kind.analyze(loaded, image, **options).input[None]
-        layout = head_layout(kind, model, x)
-    heads = layout.check_heads(list(ablate))
-    for layer in branches:
-        layout.check_layer(layer, f"the attention branch of block {layer}")
-    values = (
-        ablation_values(kind, model, x, layout, heads, ablation)
-        if x is not None
-        else {key: fixed_value(ablation, layout, *key) for key in heads}
-    )
-    with holding(layout, values, branches):
-        return kind.analyze(loaded, image, **options)
+    """The kind's own analysis of ``image`` inside ``knocked_out``: its logits, attention and
+    the gradients it takes in its pass (``gradients=True``) are the intervened model's. A map
+    that runs the model again later (another class's gradients) is the intervened model's only
+    when made inside ``knocked_out`` too."""
+    with knocked_out(loaded, image, ablate, ablation, branches, **options):
+        return loaded.kind.analyze(loaded, image, **options)
 
 
 def dataset_mean(kind: ModelKind, model: nn.Module, inputs: Sequence[Tensor]) -> DatasetMean:
