@@ -28,7 +28,7 @@ def add_parser(subparsers: SubParsers) -> None:
     p = subparsers.add_parser(
         "ablate",
         help="each head's effect on the prediction, knocked out alone: .npz and a grid PNG",
-        description="For each image: y_c(full) − y_c(head knocked out) for every layer and head "
+        description="For each image: y_c(full) - y_c(head knocked out) for every layer and head "
         "(c: the top prediction or --class; a CLIP's prompt), and the probabilities' change. "
         "Folders: each image, and the mean and standard deviation over them.",
     )
@@ -94,7 +94,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         write_npz(args.out / f"{stem}_ablation.npz", ablation_arrays(effects))
         c = effects.target
         title = f"{path.name}: head effects on {loaded.class_names[c]} (class {c})"
-        sub = f"y_c(full) − y_c(head knocked out, {args.ablation}), logits"
+        sub = f"y_c(full) - y_c(head knocked out, {args.ablation}), logits"
         grid_png(args.out / f"{stem}_ablation.png", effects.effect.numpy(), [title, sub], labels)
         names.append(path.name)
         grids.append(effects.effect.numpy())
@@ -111,7 +111,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         write_npz(args.out / "ablation_summary.npz", arrays)
         title = f"head effects over {len(grids)} images ({args.ablation} ablation)"
         grid_png(args.out / "ablation_summary.png", arrays["head_effect_mean"],
-                 [title, "mean of y_c(full) − y_c(head knocked out), each image's c"],
+                 [title, "mean of y_c(full) - y_c(head knocked out), each image's c"],
                  labels or [])  # fmt: skip
         summary = args.out / "ablation_summary.npz"
         say(f"mean and standard deviation over {len(grids)} images -> {summary}")

@@ -95,7 +95,7 @@ def cmd_patch(args: argparse.Namespace) -> int:
         write_npz(args.out / f"{stem}_patching.npz", patching_arrays(effects))
         c = effects.target
         title = f"patching {a.name} into {b.name}: {loaded.class_names[c]} (class {c})"
-        sub = "(y_c(patched) − y_c(corrupted)) / (y_c(clean) − y_c(corrupted))"
+        sub = "(y_c(patched) - y_c(corrupted)) / (y_c(clean) - y_c(corrupted))"
         grid_png(args.out / f"{stem}_patching.png", effects.effect.numpy(), [title, sub], labels)
         names.append(f"{a.name}->{b.name}")
         grids.append(effects.effect.numpy())

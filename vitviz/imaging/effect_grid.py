@@ -38,7 +38,7 @@ def effect_grid_picture(
     values: np.ndarray,
     lines: Sequence[str],
     row_labels: Sequence[str] | None = None,
-    cell: int = 44,
+    cell: int = 56,
 ) -> Image.Image:
     """``values`` (L, H) as a titled grid picture (``lines``: title, then smaller lines)."""
     values = np.asarray(values, dtype=np.float64)
