@@ -14,8 +14,8 @@ batch 1, on ``--device`` (default cpu):
       peak allocated memory on a GPU.
 
 Targets: (k) / (a) ≤ 1.3; (e) / (L·H · a) ≤ 0.6 on the CPU, (e) / a ≤ 15 on a GPU; (m) ≤ 1.5.
-The effects do not reuse the activations below each layer (each batch runs the whole network),
-so (e) is about L·H / (batched speed-up) bare forwards: the table says how far that is.
+The effects reuse the full pass's blocks below each layer (``vitviz.pipeline.reuse``): a layer's
+batch runs only its own block and those above, so (e) is about half of L·H forwards.
 
     .venv/bin/python benchmarks/ablation.py [--quick] [--no-check] [--variant NAME] [--device D]
 """

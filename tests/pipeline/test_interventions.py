@@ -340,3 +340,29 @@ def test_swin_dataset_mean_and_effects(swin) -> None:
         want = float(full[c] - alone[c])
         assert abs(float(effects.effect[layer, head]) - want) < 1e-4 * (1 + abs(want))
     assert effects.effect[:2, 2:].isnan().all()  # stage 0's blocks have 2 heads, not 4
+
+
+@pytest.mark.parametrize("which", ["tv", "swin"])
+def test_the_blocks_below_a_layer_run_once(which, request) -> None:
+    """The single-head passes of layer l reuse the full pass's blocks below l: those blocks'
+    insides (their MLPs) do not run again, and the effects still equal single passes above."""
+    from vitviz.pipeline.head_effects import full_pass
+
+    _, loaded, xs = request.getfixturevalue(which)
+    kind, model = loaded.kind, loaded.model
+    base, cache = full_pass(kind, model, xs[:1].to(torch.float32))
+    assert cache is not None
+    ran: list[int] = []
+    mlps = [b.mlp for b in cache.blocks]
+    handles = [m.register_forward_hook(lambda m, a, o, i=i: ran.append(i)) for i, m in
+               enumerate(mlps)]  # fmt: skip
+    try:
+        layer = len(base.heads) - 1
+        with cache.below(layer, 2), torch.no_grad():
+            out = kind.intermediates(model, xs[:1].expand(2, -1, -1, -1))
+    finally:
+        for h in handles:
+            h.remove()
+    assert ran == [cache.owners[layer]]  # only the last block ran
+    _close = _rel(out.logits[1], base.logits[0])
+    assert _close < 1e-5

@@ -36,7 +36,8 @@ class Intermediates:
     ``projections``: each attention layer's output projection, the module whose input the heads
     are read from (its input's last axis is the heads concatenated, head by head, in whatever
     token order the module has): interventions that must hold over passes the accessor does not
-    run (an analysis's) hook it there (DESIGN §3).
+    run (an analysis's) hook it there (DESIGN §3). ``block_modules``: the modules whose outputs
+    ``blocks`` are, in order.
     """
 
     logits: Tensor
@@ -47,3 +48,4 @@ class Intermediates:
     head_grids: tuple[LayerGrid, ...]
     replaced: tuple[tuple[int, int], ...] = field(default=())
     projections: tuple[Any, ...] = field(default=())
+    block_modules: tuple[Any, ...] = field(default=())

@@ -192,6 +192,7 @@ def staged_intermediates(
         head_grids=grids,
         replaced=tuple(sorted((layer, h) for layer, hs in plan.items() for h in hs)),
         projections=tuple(sites.projections),
+        block_modules=tuple(sites.blocks),
     )
 
 

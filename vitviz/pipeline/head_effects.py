@@ -9,12 +9,14 @@
 The L · H single-head passes go through in batches: the image stacked once per head of a layer,
 row j with the j-th head replaced. Every other head of that layer is handed its own output of
 the full pass, which is what it computes there anyway (nothing below layer l has changed), so
-each row is exactly the single-head pass.
+each row is exactly the single-head pass. The blocks below layer l are not run again: they
+hand the batch their outputs of the full pass (``vitviz.pipeline.reuse``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +30,9 @@ from vitviz.pipeline.interventions import (
     InterventionError,
     check_ablation,
     fixed_value,
+    head_layout,
 )
+from vitviz.pipeline.reuse import BlockCache
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,16 @@ def _target(logits: Tensor, target: int | None) -> int:
     return c
 
 
+def full_pass(kind: ModelKind, model: nn.Module, x: Tensor) -> tuple[Intermediates, Any]:
+    """The full pass of ``x`` (1, C, H, W) and its blocks' outputs for the single-head passes
+    to reuse (None where they can't)."""
+    layout = head_layout(kind, model, x)
+    with torch.no_grad():
+        return BlockCache.capture(
+            lambda: kind.intermediates(model, x), layout.blocks, layout.projections
+        )
+
+
 def single_head_logits(
     kind: ModelKind,
     model: nn.Module,
@@ -87,10 +101,12 @@ def single_head_logits(
     base: Intermediates,
     value_of: Callable[[int, int], Tensor | None],
     batch: int | None = None,
+    cache: BlockCache | None = None,
 ) -> Tensor:
     """(L, H, classes) logits of ``x`` (1, C, H, W) with one head at a time replaced by
     ``value_of(layer, head)`` ((N, head_dim), or None: zero), NaN rows for heads a layer lacks;
-    ``base`` the full pass of ``x``. ``batch`` heads per pass (default all of a layer)."""
+    ``base`` the full pass of ``x``. ``batch`` heads per pass (default all of a layer);
+    ``cache`` the full pass's block outputs: the blocks below each layer are not run again."""
     counts = [int(h.shape[1]) for h in base.heads]
     out = base.logits.new_full((len(counts), max(counts), base.logits.shape[1]), float("nan"))
     with torch.no_grad():
@@ -106,7 +122,8 @@ def single_head_logits(
                     new = value_of(layer, head)
                     value[j] = 0.0 if new is None else new
                     replace[(layer, head)] = value
-                passed = kind.intermediates(model, x.expand(k, -1, -1, -1), replace=replace)
+                with cache.below(layer, k) if cache is not None else nullcontext():
+                    passed = kind.intermediates(model, x.expand(k, -1, -1, -1), replace=replace)
                 out[layer, start : start + k] = passed.logits
     return out
 
@@ -130,8 +147,7 @@ def head_effects(
     check_ablation(mode)
     kind, model = loaded.kind, loaded.model
     x = model_input(loaded, image)
-    with torch.no_grad():
-        base = kind.intermediates(model, x)
+    base, cache = full_pass(kind, model, x)
     layout = HeadLayout.of(base)
     c = _target(base.logits[0], target)
 
@@ -142,7 +158,7 @@ def head_effects(
         value = fixed_value(mode, layout, layer, head)
         return None if value is None else value.expand(base.heads[layer].shape[2], -1)
 
-    ablated = single_head_logits(kind, model, x, base, value_of, batch)  # (L, H, classes)
+    ablated = single_head_logits(kind, model, x, base, value_of, batch, cache)  # (L, H, classes)
     full = base.logits[0]
     probs = kind.probabilities(model, torch.cat([full[None], ablated.flatten(0, 1)]))
     missing = ablated[..., 0].isnan()
@@ -157,18 +173,19 @@ def head_effects(
 
 
 def _pair(loaded: Any, clean: Any, corrupted: Any) -> tuple[Tensor, Tensor, Intermediates,
-                                                             Intermediates]:  # fmt: skip
+                                                             Intermediates, Any]:  # fmt: skip
     kind, model = loaded.kind, loaded.model
     xa, xb = model_input(loaded, clean), model_input(loaded, corrupted)
     with torch.no_grad():
-        a, b = kind.intermediates(model, xa), kind.intermediates(model, xb)
+        a = kind.intermediates(model, xa)
+    b, cache = full_pass(kind, model, xb)
     for layer, (ha, hb) in enumerate(zip(a.heads, b.heads, strict=True)):
         if ha.shape != hb.shape:
             raise InterventionError(
                 f"the clean and corrupted images give layer {layer} {ha.shape[2]} and "
                 f"{hb.shape[2]} tokens: patching needs two inputs of one size"
             )
-    return xa, xb, a, b
+    return xa, xb, a, b, cache
 
 
 def patched_logits(
@@ -176,7 +193,7 @@ def patched_logits(
 ) -> Tensor:
     """(classes,) logits of ``corrupted``'s pass with ``heads``' outputs taken from
     ``clean``'s pass, all at once."""
-    _, xb, a, b = _pair(loaded, clean, corrupted)
+    _, xb, a, b, _ = _pair(loaded, clean, corrupted)
     chosen = HeadLayout.of(a).check_heads(list(heads))
     if not chosen:
         return b.logits[0].float().cpu()
@@ -197,7 +214,7 @@ def patching_effects(
     """Every head's patching effect from ``clean`` (A) into ``corrupted`` (B) on class
     ``target`` (default A's top class); InterventionError when A and B give c one logit (the
     effect's denominator)."""
-    _, xb, a, b = _pair(loaded, clean, corrupted)
+    _, xb, a, b, cache = _pair(loaded, clean, corrupted)
     c = _target(a.logits[0], target)
     ya, yb = a.logits[0, c], b.logits[0, c]
     if float(ya - yb) == 0.0:
@@ -208,7 +225,7 @@ def patching_effects(
     def value_of(layer: int, head: int) -> Tensor:
         return a.heads[layer][0, head]
 
-    patched = single_head_logits(loaded.kind, loaded.model, xb, b, value_of, batch)
+    patched = single_head_logits(loaded.kind, loaded.model, xb, b, value_of, batch, cache)
     return PatchingEffects(
         effect=((patched[..., c] - yb) / (ya - yb)).float().cpu(),
         target=c,

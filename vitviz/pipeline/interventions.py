@@ -53,11 +53,12 @@ Ablation = str | Tensor | DatasetMean  # "zero" | "mean" | (head_dim,) | Dataset
 @dataclass(frozen=True)
 class HeadLayout:
     """What a model's attention layers are as the accessor reads them: each layer's output
-    projection, its head count and head width."""
+    projection, its head count and head width; the blocks in order."""
 
     projections: tuple[nn.Module, ...]
     heads: tuple[int, ...]
     head_dims: tuple[int, ...]
+    blocks: tuple[nn.Module, ...] = ()
 
     @classmethod
     def of(cls, out: Intermediates) -> HeadLayout:
@@ -65,6 +66,7 @@ class HeadLayout:
             projections=tuple(out.projections),
             heads=tuple(int(h.shape[1]) for h in out.heads),
             head_dims=tuple(int(h.shape[-1]) for h in out.heads),
+            blocks=tuple(out.block_modules),
         )
 
     @property
