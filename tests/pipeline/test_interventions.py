@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -366,3 +367,30 @@ def test_the_blocks_below_a_layer_run_once(which, request) -> None:
     assert ran == [cache.owners[layer]]  # only the last block ran
     _close = _rel(out.logits[1], base.logits[0])
     assert _close < 1e-5
+
+
+def test_a_folders_mean_is_computed_once_per_model_and_folder(tv, tmp_path) -> None:
+    from PIL import Image
+
+    from vitviz.pipeline import folder_mean as module
+
+    _, loaded, _ = tv
+    rng = np.random.default_rng(0)
+    for i in range(2):
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(
+            tmp_path / f"{i}.png"
+        )
+    first = module.folder_mean(loaded, tmp_path)
+    inputs = [analyze(loaded, tmp_path / f"{i}.png").input for i in range(2)]
+    want = dataset_mean(loaded.kind, loaded.model, inputs)
+    for ours, theirs in zip(first.means, want.means, strict=True):
+        assert _rel(ours, theirs) < 1e-6
+    assert module.folder_mean(loaded, tmp_path) is first  # kept
+    Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(tmp_path / "2.png")
+    third = module.folder_mean(loaded, tmp_path)  # the folder changed: computed again
+    assert third is not first and third.images == 3
+    with pytest.raises(InterventionError, match="no image"):
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        (empty / "bad.png").write_bytes(b"not a png")
+        module.folder_mean(loaded, empty)
