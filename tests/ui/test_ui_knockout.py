@@ -135,3 +135,35 @@ def test_knock_out_restore_and_importance(qtbot, window, files) -> None:
     assert not ko.knocked and not ko.status.isVisible()
     clean_b = analyze(load_checkpoint(other), photo).probs.numpy()
     qtbot.waitUntil(lambda: np.abs(_probs(window) - clean_b).max() < 1e-5, timeout=WAIT_MS)
+
+
+def test_a_tile_of_a_head_the_layer_lacks_is_no_head(qtbot, window, tmp_path, photo_files):
+    """A Swin's first stage has fewer heads than its grid's columns: its empty tiles can't be
+    knocked out; a real head of the last stage can, and the predictions are the intervened
+    model's."""
+    import json
+
+    import torch
+    from swin_helpers import tiny_torchvision_swin
+
+    swin = tmp_path / "swin.pth"
+    torch.save(tiny_torchvision_swin().state_dict(), swin)
+    side = {"preprocessing": {"image_size": [64, 64]}}
+    swin.with_name(swin.name + ".vitviz.json").write_text(json.dumps(side))
+    photo = photo_files["chelsea"]
+    window.open_checkpoint(swin)
+    window.open_image(photo)
+    wait_shown(qtbot, window, photo.name)
+    ko, grid = window.knockout, window.viewer.head_grid
+    assert grid.row_heads()[0] < grid.shape[1]
+    ko.act_mode.setChecked(True)
+    click(grid, grid.tile_center(0, grid.shape[1] - 1))  # a tile of no head
+    qtbot.wait(200)
+    assert not ko.knocked and not window.client.is_busy()
+    last = grid.shape[0] - 1
+    click(grid, grid.tile_center(last, grid.shape[1] - 1))
+    qtbot.waitUntil(lambda: settled(window) and ko.knocked == {(last, 3)}, timeout=WAIT_MS)
+    loaded = load_checkpoint(swin)
+    want = analyze(loaded, photo, ablate=[(last, 3)]).probs.numpy()
+    qtbot.waitUntil(lambda: np.abs(_probs(window) - want).max() < 1e-5, timeout=WAIT_MS)
+    assert _greyed(window) == {(last, 3)}

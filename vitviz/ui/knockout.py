@@ -207,8 +207,9 @@ class KnockoutController(QObject):
             return
         p = self.grid.vb.mapSceneToView(event.scenePos())
         cell = self.grid.cell_at(p.x(), p.y())
-        if cell is not None and cell[1] != MEAN:
-            self.toggle(*cell)
+        heads = self.grid.row_heads()
+        if cell is not None and cell[1] != MEAN and cell[1] < heads[cell[0]]:
+            self.toggle(*cell)  # a head the layer has (a Swin's early rows have fewer)
 
     # -- importance -----------------------------------------------------------------------------
     def _on_importance(self, on: bool) -> None:
