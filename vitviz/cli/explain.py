@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitviz.cli.ablate_options import ablated_analyses, add_ablate_options
 from vitviz.cli.common import (
     ASSUMPTION_PREFIXES,
     CliError,
@@ -72,6 +73,7 @@ def add_parser(subparsers: SubParsers) -> None:
     add_model_code_options(ex)
     add_prompt_options(ex)
     add_batch_options(ex)
+    add_ablate_options(ex)
     ex.set_defaults(func=cmd_explain)
 
 
@@ -90,7 +92,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         args.checkpoint = _default_checkpoint()
     loaded = load_for(args)
     settings = model_settings(args, loaded, device)
-    return explain_many(args, loaded, images, settings)  # batches, a writer thread
+    args.expanded_images = images
+    intervened = ablated_analyses(args, loaded)  # None without --ablate
+    return explain_many(args, loaded, images, settings, intervened)  # batches, a writer thread
 
 
 def check_explain_options(args: argparse.Namespace) -> None:

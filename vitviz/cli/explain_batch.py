@@ -15,7 +15,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +26,7 @@ from vitviz.core.console import say
 if TYPE_CHECKING:
     from vitviz.checkpoints import LoadedModel
     from vitviz.kindapi import KindAnalysis
+    from vitviz.pipeline.batch import BatchItem
     from vitviz.pipeline.export import ExplainedMaps, MapSettings
 
 WRITE_QUEUE = 2  # analyses waiting for the writers (each holds its attention)
@@ -187,7 +188,11 @@ def kept_layers_text(kept: tuple[int, ...], depth: int) -> str:
 
 
 def explain_many(
-    args: argparse.Namespace, loaded: LoadedModel, images: Sequence[Path], settings: MapSettings
+    args: argparse.Namespace,
+    loaded: LoadedModel,
+    images: Sequence[Path],
+    settings: MapSettings,
+    analyses_of: Callable[..., Iterator[BatchItem]] | None = None,
 ) -> int:
     """Analyse ``images`` (``args.images`` expanded) in batches, write each image's files into
     ``--out`` (made here), say the model (its name people know, before the first image
@@ -223,7 +228,7 @@ def explain_many(
     failed, total, start = 0, len(images), time.perf_counter()
     named = False  # the model's name people know, said once before the first image's line
     try:
-        analyses = iter_kind_analyses(  # one per image, in order
+        analyses = (analyses_of or iter_kind_analyses)(  # one per image, in order
             loaded,
             images,
             batch_size=args.batch_size,

@@ -32,6 +32,9 @@ _ANCHORS: dict[str, tuple[str, ...]] = {
         "#e2ff15", "#ff9700", "#ff2100", "#800000",
     ),
     "grey": ("#000000", "#ffffff"),
+    "coolwarm": (  # diverging: effects of either sign around a neutral 0 (head effects)
+        "#3b4cc0", "#6f92f3", "#aac7fd", "#dddcdc", "#f7b89c", "#e7745b", "#b40426",
+    ),
 }  # fmt: skip
 
 COLORMAPS: tuple[str, ...] = tuple(_ANCHORS)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vitviz.kindapi.grids import LayerGrid
 
@@ -33,6 +33,11 @@ class Intermediates:
     head's output before the output projection, (B, heads, N_l, head_dim): the prefix tokens first,
     then the layer's grid row-major (a window-attention layer's windows put back on the image
     grid, shifts undone). ``head_grids`` each attention layer's ``LayerGrid``.
+    ``projections``: each attention layer's output projection, the module whose input the heads
+    are read from (its input's last axis is the heads concatenated, head by head, in whatever
+    token order the module has): interventions that must hold over passes the accessor does not
+    run (an analysis's) hook it there (DESIGN §3). ``block_modules``: the modules whose outputs
+    ``blocks`` are, in order.
     """
 
     logits: Tensor
@@ -42,3 +47,5 @@ class Intermediates:
     heads: tuple[Tensor, ...]
     head_grids: tuple[LayerGrid, ...]
     replaced: tuple[tuple[int, int], ...] = field(default=())
+    projections: tuple[Any, ...] = field(default=())
+    block_modules: tuple[Any, ...] = field(default=())

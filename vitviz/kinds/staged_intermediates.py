@@ -191,6 +191,8 @@ def staged_intermediates(
         heads=tuple(per_head),
         head_grids=grids,
         replaced=tuple(sorted((layer, h) for layer, hs in plan.items() for h in hs)),
+        projections=tuple(sites.projections),
+        block_modules=tuple(sites.blocks),
     )
 
 

@@ -3,6 +3,7 @@ model's kind (its ``ModelKind.analyze``; the ViT's is ``vitviz.kinds.vit.analysi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from vitviz.checkpoints import LoadedModel
@@ -17,13 +18,30 @@ class UnsupportedModelError(VitvizError):
     analysis (``analyze_vit``, ``vitviz.pipeline.batch``): one line naming it."""
 
 
-def analyze(loaded: LoadedModel, image: Any, **options: Any) -> KindAnalysis:
+def analyze(
+    loaded: LoadedModel,
+    image: Any,
+    *,
+    ablate: Sequence[tuple[int, int]] = (),
+    ablation: Any = "zero",
+    ablate_attention: Sequence[int] = (),
+    **options: Any,
+) -> KindAnalysis:
     """Run ``loaded``'s model on ``image`` with attention capture, whatever its kind: the
     kind's ``analyze`` (``vitviz.kinds``); for a ViT ``analyze_vit`` and its options (device,
     preprocessing, attention_dtype, gradients, max_side, layers). UnsupportedModelError (one
-    line) for a model no kind explains."""
+    line) for a model no kind explains.
+
+    ``ablate`` [(layer, head), ...] knocks heads out as ``ablation`` says ("zero", "mean", a
+    (head_dim,) tensor or a ``DatasetMean``) and ``ablate_attention`` [layer, ...] zeroes those
+    blocks' attention branches: logits, attention and every map then come from the intervened
+    model (``vitviz.pipeline.interventions``, DESIGN §5)."""
     try:
         kind = loaded.kind  # resolved when it was opened (a LoadedModel built by hand: now)
     except UnknownKindError as exc:
         raise UnsupportedModelError(f"{loaded.name}: {exc}") from None
+    if ablate or ablate_attention:
+        from vitviz.pipeline.interventions import analyze_ablated
+
+        return analyze_ablated(loaded, image, ablate, ablation, ablate_attention, **options)
     return kind.analyze(loaded, image, **options)

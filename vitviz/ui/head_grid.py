@@ -196,6 +196,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
 
     cellClicked = Signal(int, int)  # layer, head (MEAN = -1)
     cellHovered = Signal(object)  # (layer, head, value) or None off the tiles
+    layoutChanged = Signal()  # the tiles moved (items drawn over them follow)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent=parent)
@@ -337,6 +338,7 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             self._selected = (-1, -1)
             if layer >= 0:
                 self.set_selection(layer, MEAN if column == 0 else column - 1)
+            self.layoutChanged.emit()
         self.fit()
 
     def _make_labels(self) -> None:

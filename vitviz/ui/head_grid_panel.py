@@ -44,6 +44,8 @@ class HeadGridPanel(QWidget):
         bar.setContentsMargins(4, 2, 4, 2)
         bar.addWidget(title)
         bar.addStretch(1)
+        self.extras = QHBoxLayout()  # widgets others add to the bar (the importance scale)
+        bar.addLayout(self.extras)
         bar.addWidget(QLabel("Colours:"))
         bar.addWidget(self.scale)
         layout = QVBoxLayout(self)

@@ -41,6 +41,7 @@ from vitviz.ui.checkpoint_settings_dialog import CheckpointSettingsDialog
 from vitviz.ui.download_dialog import DownloadDialog
 from vitviz.ui.errors import ErrorNotifier, MessageBar
 from vitviz.ui.families_dialog import FamiliesDialog
+from vitviz.ui.knockout import KnockoutController
 from vitviz.ui.model_code_dialog import ModelCodeDialog
 from vitviz.ui.model_info_dialog import ModelInfoDialog
 from vitviz.ui.settings import AppSettings
@@ -153,6 +154,7 @@ class MainWindow(QMainWindow):
         self.folder_stats.finished.connect(panel.show_folder)
         self.folder_stats.cancelled.connect(lambda: panel.set_idle("Cancelled."))
         self.folder_stats.failed.connect(self._folder_stats_failed)
+        self.knockout = KnockoutController(self)  # toolbar toggles, grid overlay, status line
         guard_wheel(self)  # no combo, spin box or slider changes on the wheel unless focused
 
     # -- construction -------------------------------------------------------------------------

@@ -27,6 +27,7 @@ CHANNELS = (
     "cache",
     "faithfulness",
     "prompts",
+    "interventions",
 )
 
 

@@ -49,6 +49,7 @@ class EngineState:
     label: str = ""
     device: str = "cpu"
     rescored: bool = False  # analysis is the current classes' (new prompts scored, no forward)
+    intervention: Any = None  # heads knocked out of the model (workers.interventions), or None
 
     @property
     def kind(self) -> ModelKind:
@@ -160,6 +161,9 @@ def set_preprocessing(state: EngineState, preprocessing: dict[str, Any]) -> Mode
         _check_fits(state.loaded, prep)  # too large for memory: refused, not run
     except (TypeError, ValueError) as exc:
         raise UserFacingError(f"Preprocessing not changed: {exc}", "settings_invalid") from exc
+    from vitviz.workers.held import release
+
+    release(state)  # the window restores every head with a model's summary
     state.loaded.preprocessing = prep
     state.analysis = None
     return summarize(state.loaded, state.device)
@@ -198,7 +202,9 @@ def load_model(
 def use_model(state: EngineState, loaded: LoadedModel) -> ModelSummary:
     """Make ``loaded`` (a model of any kind) the current model (on the current device)."""
     from vitviz.core.devices import resolve_device
+    from vitviz.workers.held import release
 
+    release(state)  # another model: no head of it is knocked out
     loaded.model.to(resolve_device(state.device)).eval()
     state.loaded = loaded
     state.analysis = None

@@ -164,6 +164,8 @@ def read_intermediates(
         heads=tuple(read[i] for i in range(len(heads))),
         head_grids=tuple(s.layer_grid((gh, gw), token_pixels) for s in heads),
         replaced=tuple(sorted((replace or {}).keys())),
+        projections=tuple(s.projection for s in heads),
+        block_modules=tuple(s.block for s in blocks),
     )
 
 

@@ -1,0 +1,71 @@
+"""Knocking heads out works on every kind through the intermediates accessor (DESIGN §3, §5):
+ViT (with registers), CaiT, XCiT, a CLIP per prompt, Swin, and the pyramids (PVT v2, Twins-SVT,
+Hiera). For each: ``head_effects`` (batched) equals one single-head pass of the accessor, and
+the kind's own analysis run with that head knocked out (``analyze(..., ablate=...)``) gives
+those logits, its attention changed only from the next layer on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from test_intermediates_token import _hf_clip, _timm_cait, _timm_vit, _timm_xcit
+from test_staged_intermediates import _folder, _hiera, _pyramid, _swin
+
+from vitviz.checkpoints import load_checkpoint
+from vitviz.pipeline.analysis import analyze
+from vitviz.pipeline.head_effects import head_effects
+
+SIZE = 64
+
+
+def _staged(name: str, root: Path):
+    if name == "swin":
+        return load_checkpoint(_swin(root, 1, (60, 52))[1]), (60, 52)
+    model = {
+        "pvt-v2": lambda: _pyramid("pvt_v2_b0", 1, depths=(1, 2, 1, 1)),
+        "twins-svt": lambda: _pyramid("twins_svt_small", 4, depths=(2, 2, 1, 1), wss=(2, 2, 2, 1)),
+        "hiera": _hiera,
+    }[name]()
+    return load_checkpoint(_folder(model, root, name, (SIZE, SIZE))), (SIZE, SIZE)
+
+
+TOKEN = {"vit": _timm_vit, "cait": _timm_cait, "xcit": _timm_xcit, "clip": _hf_clip}
+STAGED = ["swin", "pvt-v2", "twins-svt", "hiera"]
+
+
+@pytest.fixture(scope="module", params=[*TOKEN, *STAGED])
+def opened(request, tmp_path_factory):
+    """(loaded model, one input (C, H, W))."""
+    root = tmp_path_factory.mktemp(request.param)
+    if request.param in TOKEN:
+        case = TOKEN[request.param](root)
+        loaded, size = case.loaded, case.size
+    else:
+        loaded, size = _staged(request.param, root)
+    x = torch.randn(3, *size, generator=torch.Generator().manual_seed(9))
+    return loaded, x
+
+
+def test_head_effects_equal_a_single_head_pass(opened) -> None:
+    loaded, x = opened
+    kind, model = loaded.kind, loaded.model
+    with torch.no_grad():
+        full = kind.intermediates(model, x[None])
+    classes = full.logits.shape[1]
+    target = classes - 1  # a CLIP's last prompt, a classifier's last class
+    effects = head_effects(loaded, x, target=target)
+    L = len(full.heads)
+    assert effects.effect.shape == (L, max(h.shape[1] for h in full.heads))
+    for layer in {0, L - 1}:
+        head = full.heads[layer].shape[1] - 1
+        with torch.no_grad():
+            alone = kind.intermediates(model, x[None], replace={(layer, head): None}).logits[0]
+        want = float(full.logits[0, target] - alone[target])
+        got = float(effects.effect[layer, head])
+        assert abs(got - want) < 1e-4 * (1 + abs(want)), (layer, head, got, want)
+        analysed = analyze(loaded, x, ablate=[(layer, head)])
+        scale = float(alone.abs().max())
+        assert float((analysed.logits - alone).abs().max()) < 1e-4 * scale
+    assert float(effects.effect.nan_to_num().abs().max()) > 1e-5  # knocking out does something

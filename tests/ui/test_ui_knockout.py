@@ -1,0 +1,169 @@
+"""Knocking heads out in the window (DESIGN §5, "Interventions"): the toolbar's "Knock out"
+toggle and Alt+click toggle a head (the engine re-analyses with it knocked out: the predictions
+are the intervened model's, the tile greyed with a cross, the status bar names the head);
+"Restore all" brings the model back; the importance view colours the tiles by each head's
+effect, with its scale, and says the value on hover; a new model restores every head."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import random_vit
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QGraphicsLineItem, QGraphicsRectItem
+from test_ui_window import WAIT_MS, click, new_window, settled, wait_shown
+
+from vitviz.checkpoints import load_checkpoint, save_checkpoint
+from vitviz.pipeline.analysis import analyze
+from vitviz.pipeline.head_effects import head_effects
+from vitviz.pipeline.interventions import knocked_out
+from vitviz.ui.knockout import KNOCKED_FILL
+from vitviz.ui.main_window import MainWindow
+
+
+@pytest.fixture
+def files(tmp_path: Path, photo_files) -> tuple[Path, Path, Path]:
+    names = [f"k{i}" for i in range(5)]
+    a = random_vit(image_size=64, patch_size=8, dim=48, depth=3, heads=3, seed=2)
+    b = random_vit(image_size=64, patch_size=8, depth=2, heads=2, seed=3)
+    return (
+        save_checkpoint(a, tmp_path / "a.safetensors", class_names=names),
+        save_checkpoint(b, tmp_path / "b.safetensors", class_names=names),
+        photo_files["chelsea"],
+    )
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> MainWindow:
+    w = new_window(qtbot, tmp_path / "settings.ini")
+    bugs: list[str] = []
+    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
+    yield w
+    assert not bugs, f"the bug dialog was shown: {bugs}"
+
+
+def _greyed(window: MainWindow) -> set[tuple[int, int]]:
+    """The tiles drawn greyed with a cross, read from the items over the grid."""
+    grid = window.viewer.head_grid
+    gh, gw = grid.layout.tile
+    out = set()
+    items = grid.vb.addedItems
+    crosses = [i for i in items if isinstance(i, QGraphicsLineItem)]
+    for item in items:
+        if isinstance(item, QGraphicsRectItem) and item.brush().color() == KNOCKED_FILL:
+            assert item.zValue() > grid.maps.zValue()  # over the thumbnail
+            rect = item.rect()
+            cell = grid.cell_at(rect.x() + gw / 2, rect.y() + gh / 2)
+            assert cell is not None
+            inside = [c for c in crosses if rect.contains(c.line().center())]
+            assert len(inside) == 2  # a cross on it
+            out.add(cell)
+    return out
+
+
+def _probs(window: MainWindow) -> np.ndarray:
+    return np.asarray(window.viewer.image.probs)
+
+
+def test_knock_out_restore_and_importance(qtbot, window, files) -> None:
+    ckpt, other, photo = files
+    window.open_checkpoint(ckpt)
+    window.open_image(photo)
+    wait_shown(qtbot, window, photo.name)
+    loaded = load_checkpoint(ckpt)
+    clean = analyze(loaded, photo).probs.numpy()
+    np.testing.assert_allclose(_probs(window), clean, atol=1e-5)
+    ko, grid = window.knockout, window.viewer.head_grid
+    assert not ko.status.isVisible() and not ko.act_restore.isEnabled()
+
+    ko.act_mode.setChecked(True)  # the toolbar toggle: a click on a tile knocks it out
+    click(grid, grid.tile_center(2, 1))
+    qtbot.waitUntil(lambda: settled(window) and ko.knocked == {(2, 1)}, timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: np.abs(_probs(window) - clean).max() > 1e-4, timeout=WAIT_MS
+    )  # the intervened model's predictions
+    want = analyze(loaded, photo, ablate=[(2, 1)]).probs.numpy()
+    np.testing.assert_allclose(_probs(window), want, atol=1e-5)
+    assert _greyed(window) == {(2, 1)}
+    assert ko.status.isVisible() and "2.1" in ko.status.text()
+    assert ko.act_restore.isEnabled()
+
+    ko.act_mode.setChecked(False)  # Alt+click knocks out without the mode
+    pos = grid.mapFromScene(grid.tile_center(0, 2))
+    QTest.mouseClick(grid.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.AltModifier,
+                     pos)  # fmt: skip
+    qtbot.waitUntil(lambda: settled(window) and ko.knocked == {(2, 1), (0, 2)}, timeout=WAIT_MS)
+    want = analyze(loaded, photo, ablate=[(2, 1), (0, 2)]).probs.numpy()
+    qtbot.waitUntil(lambda: np.abs(_probs(window) - want).max() < 1e-5, timeout=WAIT_MS)
+    assert _greyed(window) == {(2, 1), (0, 2)} and "0.2, 2.1" in ko.status.text()
+    click(grid, grid.tile_center(1, 1))  # a plain click without the mode: no knocking out
+    qtbot.wait(200)
+    assert ko.knocked == {(2, 1), (0, 2)}
+
+    ko.act_importance.setChecked(True)  # the importance view, on the intervened model
+    qtbot.waitUntil(lambda: ko.effect is not None, timeout=WAIT_MS)
+    target = window.viewer.image.top_class
+    with knocked_out(loaded, photo, [(2, 1), (0, 2)]):
+        x = analyze(loaded, photo).input
+        effects = head_effects(loaded, x, target)
+    np.testing.assert_allclose(ko.effect, effects.effect.numpy(), atol=1e-5)
+    assert ko.scale.isVisible()
+    lo, hi = ko.overlay.levels
+    assert lo == -hi and hi >= np.nanmax(np.abs(ko.effect))
+    coloured = [
+        i for i in grid.vb.addedItems
+        if isinstance(i, QGraphicsRectItem) and i.zValue() == 20
+        and i.brush().color() != KNOCKED_FILL
+    ]  # fmt: skip
+    assert len(coloured) == 9
+    info = grid.hover_info(grid.tile_center(1, 0))
+    ko._on_hover(info)
+    assert f"{effects.effect[1, 0]:+.4g}" in grid.toolTip()
+
+    ko.act_restore.trigger()  # every head back: the clean model's predictions
+    qtbot.waitUntil(lambda: settled(window) and not ko.knocked, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: np.abs(_probs(window) - clean).max() < 1e-5, timeout=WAIT_MS)
+    assert _greyed(window) == set() and not ko.status.isVisible()
+
+    ko.toggle(1, 1)  # a new model restores every head, in the engine and on screen
+    qtbot.waitUntil(lambda: settled(window) and ko.knocked == {(1, 1)}, timeout=WAIT_MS)
+    window.open_checkpoint(other)
+    qtbot.waitUntil(lambda: settled(window) and grid.shape == (2, 2), timeout=WAIT_MS)
+    assert not ko.knocked and not ko.status.isVisible()
+    clean_b = analyze(load_checkpoint(other), photo).probs.numpy()
+    qtbot.waitUntil(lambda: np.abs(_probs(window) - clean_b).max() < 1e-5, timeout=WAIT_MS)
+
+
+def test_a_tile_of_a_head_the_layer_lacks_is_no_head(qtbot, window, tmp_path, photo_files):
+    """A Swin's first stage has fewer heads than its grid's columns: its empty tiles can't be
+    knocked out; a real head of the last stage can, and the predictions are the intervened
+    model's."""
+    import json
+
+    import torch
+    from swin_helpers import tiny_torchvision_swin
+
+    swin = tmp_path / "swin.pth"
+    torch.save(tiny_torchvision_swin().state_dict(), swin)
+    side = {"preprocessing": {"image_size": [64, 64]}}
+    swin.with_name(swin.name + ".vitviz.json").write_text(json.dumps(side))
+    photo = photo_files["chelsea"]
+    window.open_checkpoint(swin)
+    window.open_image(photo)
+    wait_shown(qtbot, window, photo.name)
+    ko, grid = window.knockout, window.viewer.head_grid
+    assert grid.row_heads()[0] < grid.shape[1]
+    ko.act_mode.setChecked(True)
+    click(grid, grid.tile_center(0, grid.shape[1] - 1))  # a tile of no head
+    qtbot.wait(200)
+    assert not ko.knocked and not window.client.is_busy()
+    last = grid.shape[0] - 1
+    click(grid, grid.tile_center(last, grid.shape[1] - 1))
+    qtbot.waitUntil(lambda: settled(window) and ko.knocked == {(last, 3)}, timeout=WAIT_MS)
+    loaded = load_checkpoint(swin)
+    want = analyze(loaded, photo, ablate=[(last, 3)]).probs.numpy()
+    qtbot.waitUntil(lambda: np.abs(_probs(window) - want).max() < 1e-5, timeout=WAIT_MS)
+    assert _greyed(window) == {(last, 3)}

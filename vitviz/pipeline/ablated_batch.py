@@ -1,0 +1,70 @@
+"""Many images through a model with heads knocked out (``vitviz-cli explain --ablate``): the
+batches of ``iter_kind_analyses`` run inside the interventions' hooks (DESIGN §5,
+"Interventions"), which stay while each item is used (its maps may run the model again)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from vitviz.core.errors import VitvizError
+from vitviz.pipeline.batch import BatchItem, iter_kind_analyses
+from vitviz.pipeline.interventions import (
+    Ablation,
+    HeadLayout,
+    ablation_values,
+    check_ablation,
+    fixed_value,
+    head_layout,
+    holding,
+)
+
+
+def layout_for(loaded: Any, images: Sequence[Any]) -> HeadLayout:
+    """The model's ``HeadLayout``, read on the first image that opens (each is tried in turn;
+    the last one's error when none does)."""
+    error: Exception | None = None
+    for image in images:
+        try:
+            x = loaded.kind.analyze(loaded, image).input[None]
+        except (VitvizError, ValueError) as exc:
+            error = exc
+            continue
+        return head_layout(loaded.kind, loaded.model, x)
+    raise error if error is not None else VitvizError("no image to read the model's heads on")
+
+
+def iter_ablated(
+    loaded: Any,
+    images: Sequence[Any],
+    heads: Sequence[tuple[int, int]],
+    ablation: Ablation = "zero",
+    branches: Sequence[int] = (),
+    **options: Any,
+) -> Iterator[BatchItem]:
+    """``iter_kind_analyses(loaded, images, **options)`` from the model with ``heads`` knocked
+    out as ``ablation`` says and ``branches``' attention branches zeroed. An ablation that is
+    the image's mean runs one image at a time (its values are each image's)."""
+    check_ablation(ablation)
+    layout = layout_for(loaded, images)
+    chosen = layout.check_heads(list(heads))
+    for layer in branches:
+        layout.check_layer(layer, f"the attention branch of block {layer}")
+    if not (isinstance(ablation, str) and ablation == "mean"):
+        values = {key: fixed_value(ablation, layout, *key) for key in chosen}
+        with holding(layout, values, branches):
+            yield from iter_kind_analyses(loaded, images, **options)
+        return
+    kind, model = loaded.kind, loaded.model
+    for index, image in enumerate(images):
+        try:
+            x = kind.analyze(loaded, image).input[None]
+            values = ablation_values(kind, model, x, layout, chosen, ablation)
+        except (VitvizError, ValueError) as exc:
+            error = exc if isinstance(exc, VitvizError) else VitvizError(str(exc))
+            yield BatchItem(index, image, None, error)
+            continue
+        with holding(layout, values, branches):
+            for item in iter_kind_analyses(loaded, [image], **options):
+                item.index = index
+                yield item

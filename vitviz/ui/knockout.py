@@ -1,0 +1,270 @@
+"""Knock out: click heads of the head grid out of the model and watch the prediction (DESIGN §5,
+"Interventions"), and colour the grid by each head's importance.
+
+``KnockoutController`` adds the toolbar's "Knock out" toggle (then a click on a head tile
+toggles it; Alt+click does at any time), "Restore all" and "Head importance", and a status-bar
+line naming the knocked-out heads while the shown results come from the intervened model. The
+engine does the work (``vitviz.workers.interventions``); this module only draws:
+``KnockoutOverlay`` greys knocked-out tiles with a cross, and paints each tile in the
+importance view on a diverging colour map whose scale sits above the grid.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+from PySide6.QtCore import QLineF, QObject, QRectF, Qt
+from PySide6.QtGui import QAction, QBrush, QColor, QImage, QPen, QPixmap
+from PySide6.QtWidgets import (
+    QGraphicsLineItem,
+    QGraphicsRectItem,
+    QHBoxLayout,
+    QLabel,
+    QToolBar,
+    QWidget,
+)
+
+from vitviz.imaging.colormaps import tick_text
+from vitviz.imaging.effect_grid import diverging_colours, symmetric_levels
+from vitviz.ui.head_grid import MEAN, HeadGrid
+from vitviz.workers import interventions as jobs
+from vitviz.workers.messages import ImageResult, ModelSummary
+
+KNOCKED_FILL = QColor(40, 40, 40, 215)
+CROSS_COLOR = QColor(255, 140, 60)
+STATUS_STYLE = "QLabel { color: #1a1a1a; background: #ffb347; padding: 0 6px; }"
+IMPORTANCE_ALPHA = 225
+
+
+def heads_text(heads: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> str:
+    """'0.3, 2.1' (layer.head, 0-based), the first 8 and a count of the rest."""
+    words = [f"{layer}.{head}" for layer, head in sorted(heads)]
+    return ", ".join(words[:8]) + (f" and {len(words) - 8} more" if len(words) > 8 else "")
+
+
+class KnockoutOverlay:
+    """Rectangles and crosses over a HeadGrid's tiles (in its view coordinates)."""
+
+    def __init__(self, grid: HeadGrid) -> None:
+        self.grid = grid
+        self.knocked: set[tuple[int, int]] = set()
+        self.effect: np.ndarray | None = None  # (L, H) shown as colours, or None
+        self.levels = (-1.0, 1.0)
+        self._items: list = []
+
+    def show(self, knocked: set[tuple[int, int]], effect: np.ndarray | None) -> None:
+        self.knocked, self.effect = set(knocked), effect
+        if effect is not None:
+            self.levels = symmetric_levels(effect)
+        self.redraw()
+
+    def redraw(self) -> None:
+        vb = self.grid.vb
+        for item in self._items:
+            vb.removeItem(item)
+        self._items = []
+        L, H = self.grid.shape
+        gh, gw = self.grid.layout.tile
+        if self.effect is not None and self.effect.shape[0] == L:
+            colours = diverging_colours(self.effect, self.levels)
+            for layer, head in zip(*np.nonzero(np.isfinite(self.effect)), strict=True):
+                if head >= H:
+                    continue
+                r, g, b = (int(c) for c in colours[layer, head])
+                self._rect(int(layer), int(head), QColor(r, g, b, IMPORTANCE_ALPHA), gh, gw)
+        for layer, head in self.knocked:
+            if layer >= L or head >= H:
+                continue
+            x, y = self._rect(layer, head, KNOCKED_FILL, gh, gw)
+            pen = QPen(CROSS_COLOR)
+            pen.setCosmetic(True)
+            pen.setWidthF(2.0)
+            m = 0.2
+            for line in (
+                QLineF(x + m * gw, y + m * gh, x + (1 - m) * gw, y + (1 - m) * gh),
+                QLineF(x + (1 - m) * gw, y + m * gh, x + m * gw, y + (1 - m) * gh),
+            ):
+                item = QGraphicsLineItem(line)
+                item.setPen(pen)
+                item.setZValue(22)
+                vb.addItem(item)
+                self._items.append(item)
+
+    def _rect(self, layer: int, head: int, colour: QColor, gh: int, gw: int) -> tuple[int, int]:
+        x, y = self.grid.layout.origin(layer, head + 1)
+        item = QGraphicsRectItem(QRectF(x, y, gw, gh))
+        item.setBrush(QBrush(colour))
+        item.setPen(QPen(Qt.PenStyle.NoPen))
+        item.setZValue(20)
+        self.grid.vb.addItem(item)
+        self._items.append(item)
+        return x, y
+
+    def value(self, layer: int, head: int) -> float | None:
+        if self.effect is None or head == MEAN or layer >= self.effect.shape[0]:
+            return None
+        if head >= self.effect.shape[1] or not np.isfinite(self.effect[layer, head]):
+            return None
+        return float(self.effect[layer, head])
+
+
+class ImportanceScale(QWidget):
+    """The importance view's colour scale: '−m [diverging bar] +m logits'."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.lo, self.bar, self.hi = QLabel(), QLabel(), QLabel()
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 8, 0)
+        layout.setSpacing(3)
+        layout.addWidget(QLabel("Importance:"))
+        for w in (self.lo, self.bar, self.hi):
+            layout.addWidget(w)
+        values = np.linspace(-1.0, 1.0, 96)[None].repeat(10, 0)
+        rgb = np.ascontiguousarray(diverging_colours(values, (-1.0, 1.0)))
+        image = QImage(rgb.data, 96, 10, 96 * 3, QImage.Format.Format_RGB888).copy()
+        self.bar.setPixmap(QPixmap.fromImage(image))
+        self.setToolTip(
+            "Each head's effect on the shown class: its logit with every head minus its logit "
+            "with that head knocked out alone (red: the head helps the class, blue: it hurts)"
+        )
+
+    def set_levels(self, levels: tuple[float, float], class_name: str) -> None:
+        self.lo.setText(tick_text(levels[0]))
+        self.hi.setText(f"+{tick_text(levels[1])} logits ({class_name})")
+
+
+class KnockoutController(QObject):
+    """The window's knock-out mode and importance view, over its viewer's head grid."""
+
+    def __init__(self, window) -> None:
+        super().__init__(window)
+        self.window, self.client, self.viewer = window, window.client, window.viewer
+        self.grid: HeadGrid = self.viewer.head_grid
+        self.overlay = KnockoutOverlay(self.grid)
+        self.knocked: set[tuple[int, int]] = set()
+        self.effect: np.ndarray | None = None
+        self.prob: np.ndarray | None = None
+        self.act_mode = QAction("Knock out", self, checkable=True)
+        self.act_mode.setToolTip(
+            "Knock heads out: click a head tile to remove that head from the model (Alt+click "
+            "works at any time); predictions and maps then come from the intervened model"
+        )
+        self.act_restore = QAction("Restore all", self)
+        self.act_restore.setToolTip("Put every knocked-out head back")
+        self.act_restore.setEnabled(False)
+        self.act_restore.triggered.connect(self.restore_all)
+        self.act_importance = QAction("Head importance", self, checkable=True)
+        self.act_importance.setToolTip(
+            "Colour each head tile by its effect on the shown class (each head knocked out "
+            "alone); hover a tile for its value"
+        )
+        self.act_importance.toggled.connect(self._on_importance)
+        toolbar = window.findChild(QToolBar, "mainToolbar")
+        if toolbar is not None:
+            toolbar.addSeparator()
+            for act in (self.act_mode, self.act_restore, self.act_importance):
+                toolbar.addAction(act)
+        self.scale = ImportanceScale()
+        self.scale.hide()
+        self.viewer.head_panel.extras.addWidget(self.scale)
+        self.status = QLabel("")
+        self.status.setStyleSheet(STATUS_STYLE)
+        self.status.hide()
+        window.statusBar().addPermanentWidget(self.status)
+        self.grid.scene().sigMouseClicked.connect(self._on_click)
+        self.grid.cellHovered.connect(self._on_hover)
+        self.grid.layoutChanged.connect(self.overlay.redraw)
+        self.client.resultReady.connect(self._on_result)
+
+    # -- knocking out --------------------------------------------------------------------------
+    def toggle(self, layer: int, head: int) -> int:
+        """Knock (layer, head) out, or put it back; the image is analysed again."""
+        key = (layer, head)
+        self.knocked.symmetric_difference_update({key})
+        return self._submit()
+
+    def restore_all(self) -> int | None:
+        if not self.knocked:
+            return None
+        self.knocked.clear()
+        return self._submit()
+
+    def _submit(self) -> int:
+        self._show()
+        heads = tuple(sorted(self.knocked))
+        job = partial(jobs.knock_out, heads=heads, gradients=self.viewer.needs_gradients())
+        return self.client.submit("image", job)
+
+    def _on_click(self, event) -> None:
+        if event.button() != Qt.MouseButton.LeftButton or self.grid.shape == (0, 0):
+            return
+        alt = bool(event.modifiers() & Qt.KeyboardModifier.AltModifier)
+        if not (alt or self.act_mode.isChecked()) or event.double():
+            return
+        if not self.grid.vb.sceneBoundingRect().contains(event.scenePos()):
+            return
+        p = self.grid.vb.mapSceneToView(event.scenePos())
+        cell = self.grid.cell_at(p.x(), p.y())
+        heads = self.grid.row_heads()
+        if cell is not None and cell[1] != MEAN and cell[1] < heads[cell[0]]:
+            self.toggle(*cell)  # a head the layer has (a Swin's early rows have fewer)
+
+    # -- importance -----------------------------------------------------------------------------
+    def _on_importance(self, on: bool) -> None:
+        if on:
+            self.request_importance()
+        else:
+            self.effect = self.prob = None
+            self._show()
+
+    def request_importance(self) -> int | None:
+        if self.viewer.image is None:
+            return None
+        job = partial(jobs.head_importance, target_class=self.viewer.target_class)
+        return self.client.submit("interventions", job)
+
+    # -- results -------------------------------------------------------------------------------
+    def _on_result(self, channel: str, result: object) -> None:
+        if isinstance(result, ModelSummary) and channel == "model":
+            self.knocked.clear()  # the engine restored every head with the model
+            self.effect = self.prob = None
+            self._show()
+        elif isinstance(result, ImageResult):
+            self.overlay.redraw()
+            if self.act_importance.isChecked():
+                self.request_importance()
+        elif isinstance(result, jobs.HeadEffectsResult):
+            if not self.act_importance.isChecked():
+                return
+            self.effect, self.prob = result.effect, result.effect_prob
+            self._show()
+            self.scale.set_levels(self.overlay.levels, result.class_name)
+
+    def _show(self) -> None:
+        self.overlay.show(self.knocked, self.effect)
+        self.scale.setVisible(self.effect is not None)
+        self.act_restore.setEnabled(bool(self.knocked))
+        if self.knocked:
+            self.status.setText(
+                f"Intervened model: heads {heads_text(tuple(self.knocked))} knocked out (zero)"
+            )
+        self.status.setVisible(bool(self.knocked))
+
+    def _on_hover(self, info: object) -> None:
+        if info is None:
+            return
+        layer, head, _ = info
+        extra = []
+        value = self.overlay.value(layer, head)
+        if value is not None and self.prob is not None:
+            extra.append(
+                f"effect {value:+.4g} logits ({float(self.prob[layer, head]):+.2%} probability)"
+            )
+        if (layer, head) in self.knocked:
+            extra.append("knocked out")
+        if extra:
+            text = f"{self.grid.describe(info)} · {' · '.join(extra)}"
+            self.grid.setToolTip(text)
+            self.viewer.hoverText.emit(text)

@@ -1,0 +1,81 @@
+"""The engine's jobs for knocking heads out in the window (DESIGN §5, "Interventions"): no Qt.
+
+The knocked-out heads stay knocked out (zero ablation, hooks held on the current model) until
+they are restored or another model (or preprocessing) is used, so every pass the window asks
+for (a new image, a class's gradients, a method's map) is the intervened model's.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vitviz.workers.held import HeldIntervention, knocked_out, release
+from vitviz.workers.job_basics import UserFacingError
+
+if TYPE_CHECKING:
+    from vitviz.workers.jobs import EngineState
+    from vitviz.workers.messages import ImageResult
+
+
+@dataclass(frozen=True)
+class HeadEffectsResult:
+    """Every head's effect on ``target_class`` (DESIGN §5) for the window's importance view:
+    ``effect`` (L, H) float32 logits, ``effect_prob`` (L, H), NaN for a head its layer lacks;
+    ``knocked_out`` the heads knocked out of the model it was measured on."""
+
+    effect: np.ndarray
+    effect_prob: np.ndarray
+    target_class: int
+    class_name: str
+    knocked_out: tuple[tuple[int, int], ...]
+
+
+def knock_out(
+    state: EngineState, heads: tuple[tuple[int, int], ...], gradients: bool = False
+) -> ImageResult:
+    """Knock ``heads`` out of the current model (zero ablation; () restores every head) and
+    analyse the current image again with it: predictions, attention and maps then come from
+    the intervened model."""
+    from vitviz.core.errors import VitvizError
+    from vitviz.pipeline.interventions import head_layout, holding
+    from vitviz.workers.jobs import analyze_image
+
+    if state.loaded is None or state.analysis is None or state.source is None:
+        raise UserFacingError("Open a model and an image first.", "no_image")
+    release(state)
+    if heads:
+        model = state.loaded.model
+        layout = head_layout(state.kind, model, state.analysis.input[None])
+        try:
+            chosen = tuple(layout.check_heads(list(heads)))
+        except VitvizError as exc:
+            raise UserFacingError(str(exc), "image") from exc
+        stack = ExitStack()
+        stack.enter_context(holding(layout, dict.fromkeys(chosen)))
+        state.intervention = HeldIntervention(model, chosen, stack)
+    return analyze_image(state, state.source, state.label, gradients)
+
+
+def head_importance(state: EngineState, target_class: int | None) -> HeadEffectsResult:
+    """Every head's effect on ``target_class`` (None: the shown prediction) for the current
+    image, knocked out alone from the model as it is now (with the heads already out)."""
+    from vitviz.pipeline.head_effects import head_effects
+
+    if state.loaded is None or state.analysis is None:
+        raise UserFacingError("Open a model and an image first.", "no_image")
+    target = state.kind.default_class(state) if target_class is None else target_class
+    if target < 0:
+        raise UserFacingError("The model has no classes to measure heads on.", "image")
+    effects = head_effects(state.loaded, state.analysis.input, target)
+    names = state.loaded.class_names
+    return HeadEffectsResult(
+        effect=effects.effect.numpy().astype(np.float32),
+        effect_prob=effects.effect_prob.numpy().astype(np.float32),
+        target_class=effects.target,
+        class_name=names[effects.target] if effects.target < len(names) else str(target),
+        knocked_out=knocked_out(state),
+    )
