@@ -20,10 +20,12 @@ from PIL import Image
 
 from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.loaded import LoadedModel
+from vitviz.explain.feature_methods import feature_arrays
 from vitviz.explain.methods import Method, carried_kind, get_method
 from vitviz.imaging.figure import titled_figure
 from vitviz.imaging.overlay import head_grid_image, save_png
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
+from vitviz.imaging.rgb_map import rgb_over_image
 from vitviz.kindapi import KindAnalysis
 
 # the shared keys, then a ViT's own (``ModelKind.npz_arrays``), in the order written
@@ -60,6 +62,8 @@ NPZ_KEYS = (
     "mean_distance",
     "entropy",
     "layers",
+    "logit_lens",
+    "token_norms",
 )
 
 
@@ -204,6 +208,7 @@ def npz_arrays(
         "relevance": maps.relevance,
         "target_class": np.array(maps.target_class, dtype=np.int64),
     }
+    shared.update(feature_arrays(analysis))  # logit_lens, token_norms (DESIGN §5)
     own = kind.npz_arrays(analysis)
     own = {k: v for k, v in own.items() if k not in shared}  # the shared ones win
     arrays = {**shared, **own}
@@ -342,6 +347,10 @@ def write_pngs(
         if np.isnan(m).all():
             continue
         path = out / f"{stem}_{name}.png"
+        if m.ndim == 3:  # an RGB map (DESIGN §5): its colours over the model input
+            save_png(rgb_over_image(analysis.pixels, m), path)
+            written.append(path)
+            continue
         lines = map_title(analysis, maps, name, settings) if titled else None
         save_png(kind.map_picture(analysis, m, colormap, max_side, lines), path)
         written.append(path)
