@@ -1,5 +1,5 @@
 """vitviz-cli: the headless twin of the window (explain, info, convert, verify, train, methods,
-families, faithfulness, stats): the parser of every sub-command and ``main``.
+families, faithfulness, stats, compare): the parser of every sub-command and ``main``.
 
 Exit status: 0 all done; 1 some inputs failed (the others were still written); 2 nothing could
 be done (bad arguments, unreadable checkpoint, no device).
@@ -12,7 +12,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vitviz.cli import convert, explain, faithfulness, families, info, methods, stats, verify
+from vitviz.cli import (
+    compare,
+    convert,
+    explain,
+    faithfulness,
+    families,
+    info,
+    methods,
+    stats,
+    verify,
+)
 from vitviz.cli.common import EXIT_FAILED, CliError
 from vitviz.core.console import say
 from vitviz.core.errors import VitvizError
@@ -24,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vitviz-cli", description="Look inside Vision Transformers, headless."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (explain, info, convert, verify, train, methods, families, faithfulness, stats):
+    for command in (explain, info, convert, verify, train, methods, families, faithfulness, stats,
+                    compare):  # fmt: skip
         command.add_parser(sub)  # each sub-command's module adds its sub-parser, in this order
     return parser
 
