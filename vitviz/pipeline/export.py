@@ -25,7 +25,6 @@ from vitviz.explain.methods import Method, carried_kind, get_method
 from vitviz.imaging.figure import titled_figure
 from vitviz.imaging.overlay import head_grid_image, save_png
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
-from vitviz.imaging.rgb_map import rgb_over_image
 from vitviz.kindapi import KindAnalysis
 
 # the shared keys, then a ViT's own (``ModelKind.npz_arrays``), in the order written
@@ -318,6 +317,20 @@ def map_title(
     return [f"{method.label} · {said}", detail, *model_line(analysis)]
 
 
+def rgb_map_picture(
+    analysis: KindAnalysis, rgb: np.ndarray, max_side: int | None, title: list[str] | None
+) -> Image.Image:
+    """An RGB map (h, w, 3) in [0, 1] drawn by the kind: each channel drawn in grey by its
+    ``map_picture`` (same place, size and title as any map), the three pictures' own channel
+    merged, so the colours lie over the image at the kind's opacity."""
+    kind = carried_kind(analysis)
+    channels = [
+        np.asarray(kind.map_picture(analysis, rgb[..., c], "grey", max_side, title).convert("RGB"))
+        for c in range(3)
+    ]
+    return Image.fromarray(np.stack([ch[..., c] for c, ch in enumerate(channels)], axis=-1))
+
+
 def write_pngs(
     analysis: KindAnalysis,
     maps: ExplainedMaps,
@@ -347,12 +360,11 @@ def write_pngs(
         if np.isnan(m).all():
             continue
         path = out / f"{stem}_{name}.png"
-        if m.ndim == 3:  # an RGB map (DESIGN §5): its colours over the model input
-            save_png(rgb_over_image(analysis.pixels, m), path)
-            written.append(path)
-            continue
         lines = map_title(analysis, maps, name, settings) if titled else None
-        save_png(kind.map_picture(analysis, m, colormap, max_side, lines), path)
+        if m.ndim == 3:  # an RGB map (DESIGN §5): its colours, where the kind draws a map
+            save_png(rgb_map_picture(analysis, m, max_side, lines), path)
+        else:
+            save_png(kind.map_picture(analysis, m, colormap, max_side, lines), path)
         written.append(path)
     heads = kind.heads_picture(analysis, colormap, titled)
     if heads is not None:

@@ -41,6 +41,7 @@ from vitviz.ui.checkpoint_settings_dialog import CheckpointSettingsDialog
 from vitviz.ui.download_dialog import DownloadDialog
 from vitviz.ui.errors import ErrorNotifier, MessageBar
 from vitviz.ui.families_dialog import FamiliesDialog
+from vitviz.ui.features_tab import FeaturesTab
 from vitviz.ui.model_code_dialog import ModelCodeDialog
 from vitviz.ui.model_info_dialog import ModelInfoDialog
 from vitviz.ui.settings import AppSettings
@@ -52,6 +53,7 @@ from vitviz.workers.engine import EngineClient
 from vitviz.workers.folder_stats import FolderStatsRunner
 from vitviz.workers.messages import (
     FaithfulnessResult,
+    FeaturesResult,
     ImageResult,
     MapsResult,
     ModelSummary,
@@ -121,6 +123,8 @@ class MainWindow(QMainWindow):
         self.viewer = ViewerTab(self.client)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.viewer, "Viewer")
+        self.features = FeaturesTab(self.client)  # what the tokens carry (DESIGN §5)
+        self.tabs.addTab(self.features, "Features")
         self.training = TrainingTab()
         self.training.app_settings = self.viewer.stats_panel.app_settings = self.settings
         self.tabs.addTab(self.training, "Training")
@@ -729,6 +733,9 @@ class MainWindow(QMainWindow):
                 self._apply_image(result)
             case MapsResult():
                 self.viewer.apply_maps(result)
+            case FeaturesResult():
+                self.features.apply_features(result)
+                self.viewer.logit_lens.set_lens(result.logit_lens, result.class_names)
             case FaithfulnessResult():
                 self.viewer.apply_faithfulness(result)
             case list() if channel == "warmup":
@@ -816,6 +823,7 @@ class MainWindow(QMainWindow):
     def _apply_image(self, result: ImageResult) -> None:
         self._shown_source, self._shown_label = self._requested_source, result.label
         self.viewer.apply_image(result)
+        self.features.apply_image(result)
         self.device_label.setText(f"device: {result.device}")
         secs = result.seconds
         took = f"{secs:.2f} s" if secs >= 1 else f"{secs * 1e3:.0f} ms"
@@ -828,6 +836,10 @@ class MainWindow(QMainWindow):
         # kind "checkpoint": no model yet; keep the image, _apply_model opens it with the model
         if channel == "maps" and error.kind == "no_image":
             return  # a new model's re-analysis is under way; its maps are asked for on arrival
+        if channel == "features":  # said in the Features tab, not over every image
+            self.features.failed(error.message)
+            self.viewer.logit_lens.set_lens(None, [])
+            return
         if channel == "faithfulness":
             self.viewer.faithfulness_failed(error.message)
         if channel == "model":

@@ -27,6 +27,7 @@ CHANNELS = (
     "cache",
     "faithfulness",
     "prompts",
+    "features",  # the Features view and the logit lens
 )
 
 
