@@ -36,7 +36,11 @@ def _cls_rows(analysis) -> np.ndarray:
 
 def test_head_similarity_is_the_cosine_of_cls_rows(pair) -> None:
     la, a, lb, b = pair
-    got = compare_analyses(la, a, lb, b).head_similarity
+    both = compare_analyses(la, a, lb, b)
+    np.testing.assert_array_equal(both.rollout_a, a.rollout().numpy())
+    np.testing.assert_array_equal(both.rollout_b, b.rollout().numpy())
+    np.testing.assert_array_equal(both.logits_b, b.logits.numpy())
+    got = both.head_similarity
     ra, rb = _cls_rows(a), _cls_rows(b)
     want = (ra * rb).sum(-1) / (np.linalg.norm(ra, axis=-1) * np.linalg.norm(rb, axis=-1))
     assert got.shape == want.shape == (2, 2)
