@@ -23,8 +23,8 @@ from vitviz.pipeline.export import MapSettings, method_map, model_line, predicti
 
 
 @dataclass(frozen=True)
-class _Session:
-    """A model and its analysis, as a kind's engine members read them."""
+class ModelSession:
+    """A model and its analysis, as a kind's engine members read them (``kindapi.Session``)."""
 
     loaded: Loaded
     analysis: KindAnalysis
@@ -37,7 +37,7 @@ class _Session:
 def query_attention(loaded: Loaded, analysis: KindAnalysis) -> torch.Tensor:
     """(L, H, h, w) float32: every layer's and head's attention of the CLS (or pooled) query
     over the patches, at the head grid's thumbnails (NaN for heads a layer lacks)."""
-    shown = carried_kind(analysis).query_maps(_Session(loaded, analysis), None)
+    shown = carried_kind(analysis).query_maps(ModelSession(loaded, analysis), None)
     return torch.from_numpy(np.asarray(shown.head_maps, dtype=np.float32))
 
 

@@ -28,6 +28,7 @@ CHANNELS = (
     "faithfulness",
     "prompts",
     "features",  # the Features view and the logit lens
+    "compare",  # File ▸ Compare with…: the second model and both maps
 )
 
 

@@ -243,3 +243,21 @@ class FeaturesResult:
     logit_lens: np.ndarray | None
     class_names: list[str]
     note: str = ""  # why a part is missing (a model without a readout)
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """Two models on the current image (File ▸ Compare with…, DESIGN §5): each one's map of
+    ``method`` for ``query`` (``map_a``, ``map_b``: (h, w), None with ``error``), its name and
+    top predictions [(class, probability)], and ``head_similarity`` (L, H) or (L, 1)."""
+
+    method: str
+    query: tuple[int, int] | None
+    name_a: str
+    name_b: str
+    map_a: np.ndarray | None
+    map_b: np.ndarray | None
+    top_a: list[tuple[str, float]]
+    top_b: list[tuple[str, float]]
+    head_similarity: np.ndarray
+    error: str = ""
