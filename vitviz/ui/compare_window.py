@@ -10,7 +10,7 @@ from functools import partial
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QRectF, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -82,6 +82,7 @@ class CompareWindow(QWidget):
         views = QSplitter(Qt.Orientation.Horizontal)
         for w in (self.view_a, self.view_b, self.view_diff, self.heads):
             views.addWidget(w)
+        self.views = views
         self.heads_title = QLabel("")
         self.pred_a, self.pred_b, self.status = QLabel(""), QLabel(""), QLabel("")
         for label in (self.pred_a, self.pred_b, self.status, self.heads_title):
@@ -140,6 +141,14 @@ class CompareWindow(QWidget):
         self.pred_b.setText(top_words(f"B {result.name_b}", result.top_b))
         sim = result.head_similarity
         self.heads_image.setImage(sim, autoLevels=False, levels=(0.0, 1.0))
+        rows, cols = sim.shape
+        self.heads_image.setRect(QRectF(-0.5, -0.5, cols, rows))  # cell (l, h) on (h, l)
+        self.heads.getAxis("left").setTicks([[(i, str(i)) for i in range(rows)]])
+        self.heads.getAxis("bottom").setTicks(
+            [[(i, str(i) if cols > 1 else "mean") for i in range(cols)]]
+        )
+        self.heads.setXRange(-0.5, cols - 0.5, padding=0.02)
+        self.heads.setYRange(-0.5, rows - 0.5, padding=0.02)
         per = "per layer and head" if sim.shape[1] > 1 else "per layer (heads averaged)"
         self.heads_title.setText(
             f"Head similarity of the query attention, {per} (0 to 1): mean {np.nanmean(sim):.3f}"
@@ -162,7 +171,11 @@ class CompareWindow(QWidget):
         self.view_a.set_title(f"A · {r.name_a}")
         self.view_b.set_title(f"B · {r.name_b}")
         shown = self.diff.isChecked()
-        self.view_diff.setVisible(shown)
+        if shown != self.view_diff.isVisible():
+            self.view_diff.setVisible(shown)
+            width = max(sum(self.views.sizes()), 4)
+            parts = (1, 1, 1, 0.7) if shown else (1, 1, 0, 0.7)
+            self.views.setSizes([int(width * p / sum(parts)) for p in parts])
         d = difference(r.map_a, r.map_b)
         if shown:
             if d is None:
