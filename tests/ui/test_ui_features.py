@@ -1,8 +1,8 @@
 """The Features tab and the logit-lens chart, driven as a user would: the PCA, similarity and
 token-norm views show what the feature maps compute on the same image and checkpoint; a click
 makes a patch the query, the block spin box picks the block; high-norm tokens are outlined;
-the logit-lens chart draws the top classes by depth; the pca method shows colours in the
-Viewer's large map."""
+the logit-lens chart below them draws the top classes by depth; the pca method shows colours
+in the Viewer's large map."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_click_and_block_follow(qtbot, shown) -> None:
 
 def test_logit_lens_chart_draws_the_top_classes_by_depth(qtbot, shown) -> None:
     window, ref = shown
-    chart = window.viewer.logit_lens
+    chart = window.features.logit_lens
     lens = analysis_logit_lens(ref).numpy()
     top = [int(c) for c in np.argsort(-lens[-1], kind="stable")[:3]]
     assert chart.shown == top

@@ -1,7 +1,8 @@
 """The Features view (DESIGN §5): what the tokens carry on the current image. The PCA of the
 final tokens as colours over the photo, the similarity of every patch to the query (the CLS,
-or the clicked patch) after the chosen block, and the token norms of that block with the
-high-norm tokens outlined and the prefix and register tokens' norms listed. Results come from
+or the clicked patch) after the chosen block, the token norms of that block with the
+high-norm tokens outlined and the prefix and register tokens' norms listed, and the logit
+lens (the top classes' probability after each block). Results come from
 the engine (``vitviz.workers.feature_jobs``); nothing here touches torch."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.ui.canvas import ImageCanvas
+from vitviz.ui.logit_lens_chart import LogitLensChart
 from vitviz.workers import feature_jobs
 from vitviz.workers.engine import EngineClient
 from vitviz.workers.messages import FeaturesResult, ImageResult
@@ -98,9 +100,16 @@ class FeaturesTab(QWidget):
         self.prefix_label.setWordWrap(True)
         self.status = QLabel("Open an image and a checkpoint to see what its tokens carry.")
         self.status.setWordWrap(True)
+        self.logit_lens = LogitLensChart()  # the top classes by depth (DESIGN §5)
+        self.logit_lens.setMinimumHeight(120)
+        body = QSplitter(Qt.Orientation.Vertical)
+        body.addWidget(views)
+        body.addWidget(self.logit_lens)
+        body.setStretchFactor(0, 3)
+        body.setStretchFactor(1, 1)
         layout = QVBoxLayout(self)
         layout.addLayout(controls)
-        layout.addWidget(views, 1)
+        layout.addWidget(body, 1)
         layout.addWidget(self.prefix_label)
         layout.addWidget(self.status)
 
@@ -158,6 +167,7 @@ class FeaturesTab(QWidget):
         self.norm_view.set_title(f"Token norm · {block} · {high} high-norm outlined")
         self._outline(result.high)
         self.prefix_label.setText(prefix_words(result.prefix_norms))
+        self.logit_lens.set_lens(result.logit_lens, result.class_names)
         said = f"{high} high-norm token{'s' if high != 1 else ''} (norm > median + 4 · MAD)"
         self.status.setText("  ".join(t for t in (said, result.note) if t))
 
@@ -173,6 +183,7 @@ class FeaturesTab(QWidget):
 
     def failed(self, message: str) -> None:
         self.status.setText(message)
+        self.logit_lens.set_lens(None, [])
 
     def _outline(self, high: np.ndarray) -> None:
         """A red box around each high-norm token of the norm map's grid."""

@@ -1,4 +1,4 @@
-"""The logit lens under the predictions (DESIGN §5): the top classes' probability by depth,
+"""The logit lens of the Features tab (DESIGN §5): the top classes' probability by depth,
 one line per class, read from each block's tokens through the final norm and head."""
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ class LogitLensChart(pg.PlotWidget):
         self.setMenuEnabled(False)
         self.setMouseEnabled(x=False, y=False)
         self.hideButtons()
-        self.setLabel("bottom", "block (logit lens)")
+        self.setTitle("Top classes' probability read after each block (logit lens)", size="9pt")
+        self.setLabel("bottom", "block")
         self.setLabel("left", "p")
         self.getAxis("left").setTicks([[(0.0, "0"), (0.5, "0.5"), (1.0, "1")]])  # it is short
         self.setYRange(0.0, 1.0, padding=0.02)

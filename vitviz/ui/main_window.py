@@ -770,7 +770,6 @@ class MainWindow(QMainWindow):
                     self.compare.apply_compare(result)
             case FeaturesResult():
                 self.features.apply_features(result)
-                self.viewer.logit_lens.set_lens(result.logit_lens, result.class_names)
             case FaithfulnessResult():
                 self.viewer.apply_faithfulness(result)
             case list() if channel == "warmup":
@@ -877,7 +876,6 @@ class MainWindow(QMainWindow):
             self.compare.failed(error.message)
         if channel == "features":  # said in the Features tab, not over every image
             self.features.failed(error.message)
-            self.viewer.logit_lens.set_lens(None, [])
             return
         if channel == "faithfulness":
             self.viewer.faithfulness_failed(error.message)

@@ -16,7 +16,6 @@ from vitviz.ui.controls import ATTENTION, MEAN, ViewControls
 from vitviz.ui.faithfulness_panel import FaithfulnessPanel
 from vitviz.ui.head_grid_panel import HeadGridPanel
 from vitviz.ui.layer_view import LayerView
-from vitviz.ui.logit_lens_chart import LogitLensChart
 from vitviz.ui.prompt_box import PromptBox
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.stats_panel import StatsPanel
@@ -71,9 +70,6 @@ class ViewerTab(QWidget):
         self.predictions = PredictionsChart()
         self.predictions.setMinimumHeight(110)
         self.predictions.setMaximumHeight(130)  # the controls below fit at 1366 × 768
-        self.logit_lens = LogitLensChart()  # the top classes by depth (DESIGN §5)
-        self.logit_lens.setMinimumHeight(90)
-        self.logit_lens.setMaximumHeight(120)
         self.stats_panel = StatsPanel()  # this image's statistics, or a folder's
         self.stats = self.stats_panel.view
         self.prompt_box = PromptBox()  # shown for a model whose classes are typed prompts
@@ -101,7 +97,6 @@ class ViewerTab(QWidget):
         self.predictions_title = QLabel(PREDICTIONS_TITLE.format(noun="class"))
         panel_layout.addWidget(self.predictions_title)
         panel_layout.addWidget(self.predictions)
-        panel_layout.addWidget(self.logit_lens)
         panel_layout.addWidget(self.prompt_box)
         panel_layout.addWidget(self.controls, 1)
         scroll = QScrollArea()
