@@ -101,7 +101,7 @@ class FeaturesTab(QWidget):
         self.status = QLabel("Open an image and a checkpoint to see what its tokens carry.")
         self.status.setWordWrap(True)
         self.logit_lens = LogitLensChart()  # the top classes by depth (DESIGN §5)
-        self.logit_lens.setMinimumHeight(120)
+        self.logit_lens.setMinimumHeight(150)
         body = QSplitter(Qt.Orientation.Vertical)
         body.addWidget(views)
         body.addWidget(self.logit_lens)

@@ -30,8 +30,7 @@ class LogitLensChart(pg.PlotWidget):
         self.setMenuEnabled(False)
         self.setMouseEnabled(x=False, y=False)
         self.hideButtons()
-        self.setTitle("Top classes' probability read after each block (logit lens)", size="9pt")
-        self.setLabel("bottom", "block")
+        self.setLabel("bottom", "block: the top classes' probability read after it (logit lens)")
         self.setLabel("left", "p")
         self.getAxis("left").setTicks([[(0.0, "0"), (0.5, "0.5"), (1.0, "1")]])  # it is short
         self.setYRange(0.0, 1.0, padding=0.02)
