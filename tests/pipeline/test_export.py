@@ -75,6 +75,8 @@ def test_npz_keys_are_exactly_the_documented_ones(tmp_path: Path, loaded: Loaded
             "mean_distance",
             "entropy",
             "layers",
+            "logit_lens",
+            "token_norms",
         }
         assert z["class_names"].tolist() == CLASS_NAMES
         assert str(z["kind"]) == "vit"

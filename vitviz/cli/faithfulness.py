@@ -111,7 +111,7 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
     table = table_for(loaded)  # the options checked in one pass against it
     methods = choose_methods(args.methods, table)
     left_out = {} if methods else not_applicable(table)  # said once the options are good
-    methods = methods or table.usable
+    methods = methods or [m for m in table.usable if m.map_kind == "scalar"]  # no colours
     names = [m.name for m in methods]
     given = parse_param_options(args.params, table)
     params = method_params(methods, given, {}, table)

@@ -1,5 +1,6 @@
 """vitviz-cli: the headless twin of the window (explain, info, convert, verify, train, methods,
-families, faithfulness, stats, ablate, patch): the parser of every sub-command and ``main``.
+families, faithfulness, stats, ablate, patch, compare): the parser of every sub-command and
+``main``.
 
 Exit status: 0 all done; 1 some inputs failed (the others were still written); 2 nothing could
 be done (bad arguments, unreadable checkpoint, no device).
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 from vitviz.cli import (
     ablate,
+    compare,
     convert,
     explain,
     faithfulness,
@@ -36,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     commands = (explain, info, convert, verify, train, methods, families, faithfulness, stats)
-    for command in (*commands, ablate, patch):
+    for command in (*commands, ablate, patch, compare):
         command.add_parser(sub)  # each sub-command's module adds its sub-parser, in this order
     return parser
 

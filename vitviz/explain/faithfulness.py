@@ -290,6 +290,8 @@ def evaluate_methods(
         raise ValueError("faithfulness needs the model: this analysis has none attached")
     methods = [get_method(n) for n in names]
     for m in methods:
+        if m.map_kind != "scalar":
+            raise ValueError(f"{m.label} is a map of colours: it puts the patches in no order")
         reason = m.unavailable(analysis)
         if reason is not None:
             raise ValueError(reason)

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vitviz.explain.feature_methods import pca_method, similarity_method, token_norm_method
 from vitviz.explain.fusion import FUSIONS
 from vitviz.explain.params import Parameter
 from vitviz.explain.random_map import random_method
@@ -42,6 +43,8 @@ Query = tuple[int, int] | None
 Compute = Callable[[Any, Query, "int | None", Mapping[str, Any]], Tensor]
 
 SCALINGS = ("none", "max", "min-max", "share")
+# What a map is: scalar (gh, gw), shown through a colour map; rgb (gh, gw, 3) colours in [0, 1]
+MAP_KINDS = ("scalar", "rgb")
 # The layers' attention a method reads: any (its layer parameter picks one kept layer, or it
 # reads none), every (refused on an analysis that kept only some layers), last (the last one)
 LAYER_NEEDS = ("any", "every", "last")
@@ -84,6 +87,7 @@ class Method:
         needs_layers: str = "any",  # any | every | last (LAYER_NEEDS): of the layers kept
         nearest: tuple[str, ...] = (),  # the methods closest to it, closest first (the
         # window shows the first one a model can run when it can't run this one)
+        map_kind: str = "scalar",  # scalar (gh, gw) | rgb (gh, gw, 3) colours (MAP_KINDS)
     ) -> None:
         if not _NAME.match(name):
             raise ValueError(
@@ -95,6 +99,8 @@ class Method:
             raise ValueError(
                 f"needs_layers must be one of {', '.join(LAYER_NEEDS)} (got {needs_layers!r})"
             )
+        if map_kind not in MAP_KINDS:
+            raise ValueError(f"map_kind must be one of {', '.join(MAP_KINDS)} (got {map_kind!r})")
         names = [p.name for p in parameters]
         if len(set(names)) != len(names):
             raise ValueError(f"method {name!r} has a parameter name twice: {names}")
@@ -109,6 +115,7 @@ class Method:
         self.description = description
         self.needs_layers = needs_layers
         self.nearest = tuple(nearest)
+        self.map_kind = map_kind
 
     def __repr__(self) -> str:
         return f"Method({self.name!r}, {self.label!r})"
@@ -341,7 +348,8 @@ class Method:
         out = impl(analysis, query, target_class, values)
         geometry = kind.token_geometry(analysis)
         grids = {tuple(geometry.grid)} | {tuple(g.grid) for g in geometry.layers}
-        if tuple(out.shape) not in grids:
+        shape = tuple(out.shape[:2]) if self.map_kind == "rgb" and out.ndim == 3 else out.shape
+        if tuple(shape) not in grids or (self.map_kind == "rgb") != (out.ndim == 3):
             raise RuntimeError(f"{self.name} gave a {tuple(out.shape)} map for {geometry.grid}")
         return out.detach().to("cpu", torch.float32)
 
@@ -359,6 +367,7 @@ class Method:
             "description": self.description,
             "needs_layers": self.needs_layers,
             "nearest": list(self.nearest),
+            "map_kind": self.map_kind,
         }
 
 
@@ -572,6 +581,28 @@ BUILTIN_METHODS = (
         (Parameter("seed", int, 0, "Seed", range=(0, 2**31 - 1)),),
         queries=False, scaling="none",
         description="seeded uniform noise: the faithfulness baseline",
+    ),
+    Method(
+        "token-norm", "Token norm", token_norm_method, (_layer_param(),),
+        queries=False, scaling="none",
+        description="‖t_l‖₂ of each patch token after block l; high-norm: > median + 4·MAD",
+    ),
+    Method(
+        "similarity", "Token similarity", similarity_method, (_layer_param(),),
+        scaling="none",
+        description="cosine of the query token (CLS, mean or clicked patch) with each patch "
+        "token after block l",
+    ),
+    Method(
+        "pca", "PCA of features (RGB)", pca_method,
+        (
+            Parameter(
+                "foreground", float, 0.0, "Foreground threshold", range=(0.0, 0.99), step=0.05,
+                help="0: every patch; else the first component (scaled 0..1) above it",
+            ),
+        ),
+        queries=False, scaling="min-max", map_kind="rgb",
+        description="first three principal components of the final-normed patch tokens as RGB",
     ),
 )  # fmt: skip
 

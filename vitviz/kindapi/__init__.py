@@ -3,7 +3,7 @@ one, torch-free, beneath everything that uses it (DESIGN §3). The kind packages
 (``vitviz/kinds/``) stand on top as plug-ins."""
 
 from vitviz.kindapi.grids import LayerGrid, TokenGeometry
-from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
+from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
 from vitviz.kindapi.protocol import (
     FaithfulnessReport,
     ImageNumbers,
@@ -43,6 +43,7 @@ __all__ = [
     "ModelKind",
     "ModelShape",
     "QueryMaps",
+    "Readout",
     "Session",
     "TokenGeometry",
     "UnknownKindError",

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from PIL import Image
     from torch import Tensor, nn
 
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
     from vitviz.kindapi.protocol import (
         ImageInput,
         KindAnalysis,
@@ -80,6 +80,10 @@ class KindBase:
         self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
     ) -> Intermediates:
         raise ValueError(f"vitviz can't take a {self.label} apart into its blocks and heads")
+
+    def readout(self, model: nn.Module) -> Readout:
+        """Its network's final norm and head, applied to a block's tokens (DESIGN §5)."""
+        raise ValueError(f"vitviz can't read a {self.label}'s blocks out through its head")
 
     # -- methods -------------------------------------------------------------------------------
     def _methods(self) -> Any:

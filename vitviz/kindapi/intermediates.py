@@ -6,7 +6,7 @@ Imports no torch at run time (the types are named for checkers only).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,3 +49,21 @@ class Intermediates:
     replaced: tuple[tuple[int, int], ...] = field(default=())
     projections: tuple[Any, ...] = field(default=())
     block_modules: tuple[Any, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Readout:
+    """What a kind's network does after its blocks, applied to any block's tokens (the feature
+    views' final norm and the logit lens, DESIGN §5).
+
+    ``norm``: the final norm per token, (..., C) -> (..., C) (the norm the head reads through).
+    ``logits(prefix, patches)``: a block's raw output, prefix (B, P, C) and patches (B, N, C)
+    row-major -> (B, classes): the final norm, the token the head reads (the CLS; the mean
+    token where the block has none or the model pools) and the head, as the network does it
+    after its last block. ``width``: the C the head reads (a block of another width has no
+    readout: a Swin's earlier stages).
+    """
+
+    norm: Callable[[Tensor], Tensor]
+    logits: Callable[[Tensor, Tensor], Tensor]
+    width: int

@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds be
 
     from vitviz.imaging import Preprocessing
     from vitviz.imaging.loading import ImageSource
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
 
     ImageInput = ImageSource | Tensor  # what analyze reads: a file, bytes, an image or (C, H, W)
 
@@ -465,6 +465,11 @@ class AnalysingMembers(Protocol):
         """One forward pass of x (B, C, H, W) with every block's output on its grid and every
         head's output before the output projection, ``replace``'s heads swapped in (DESIGN §3);
         ValueError (a clause) for a model it can't take apart, or a bad replacement."""
+        ...
+
+    def readout(self, model: nn.Module) -> Readout:
+        """``model``'s final norm and head as they apply to any block's tokens (the logit lens,
+        the PCA's final tokens; DESIGN §5); ValueError (a clause) where it has none."""
         ...
 
 

@@ -47,6 +47,12 @@ def rows_without(analysis: Any, query: tuple[int, int] | None) -> list[int]:
 class ClassAttentionLayers:
     """Mixin before ``TokenLayoutKind``: the members a class-attention layout changes."""
 
+    def readout(self, model: Any) -> Any:
+        """head(norm(CLS)); before the CLS joins, of the mean patch token (DESIGN §5)."""
+        from vitviz.kinds.readouts import class_attention_readout
+
+        return class_attention_readout(model)
+
     def finish_analysis(self, analysis: Analysis) -> Analysis:
         from vitviz.kinds.class_attention_methods import class_layer_statistics
 

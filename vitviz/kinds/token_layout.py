@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from PIL import Image
     from torch import Tensor, nn
 
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
+    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
     from vitviz.kindapi.protocol import (
         FaithfulnessReport,
         ImageInput,
@@ -96,6 +96,12 @@ class TokenLayoutKind(KindBase):
         from vitviz.kinds.vit.intermediates import vit_intermediates
 
         return vit_intermediates(model, x, replace=replace)
+
+    def readout(self, model: nn.Module) -> Readout:
+        """The final norm, then the model's own head (DESIGN §5)."""
+        from vitviz.kinds.readouts import token_layout_readout
+
+        return token_layout_readout(model)
 
     # -- methods -------------------------------------------------------------------------------
     def parameter_bounds(self, subject: Analysis | nn.Module) -> tuple[int, int]:

@@ -20,6 +20,7 @@ from PIL import Image
 
 from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.loaded import LoadedModel
+from vitviz.explain.feature_methods import feature_arrays
 from vitviz.explain.methods import Method, carried_kind, get_method
 from vitviz.imaging.figure import titled_figure
 from vitviz.imaging.overlay import head_grid_image, save_png
@@ -60,6 +61,8 @@ NPZ_KEYS = (
     "mean_distance",
     "entropy",
     "layers",
+    "logit_lens",
+    "token_norms",
 )
 
 
@@ -204,6 +207,7 @@ def npz_arrays(
         "relevance": maps.relevance,
         "target_class": np.array(maps.target_class, dtype=np.int64),
     }
+    shared.update(feature_arrays(analysis))  # logit_lens, token_norms (DESIGN §5)
     own = kind.npz_arrays(analysis)
     own = {k: v for k, v in own.items() if k not in shared}  # the shared ones win
     arrays = {**shared, **own}
@@ -313,6 +317,20 @@ def map_title(
     return [f"{method.label} · {said}", detail, *model_line(analysis)]
 
 
+def rgb_map_picture(
+    analysis: KindAnalysis, rgb: np.ndarray, max_side: int | None, title: list[str] | None
+) -> Image.Image:
+    """An RGB map (h, w, 3) in [0, 1] drawn by the kind: each channel drawn in grey by its
+    ``map_picture`` (same place, size and title as any map), the three pictures' own channel
+    merged, so the colours lie over the image at the kind's opacity."""
+    kind = carried_kind(analysis)
+    channels = [
+        np.asarray(kind.map_picture(analysis, rgb[..., c], "grey", max_side, title).convert("RGB"))
+        for c in range(3)
+    ]
+    return Image.fromarray(np.stack([ch[..., c] for c, ch in enumerate(channels)], axis=-1))
+
+
 def write_pngs(
     analysis: KindAnalysis,
     maps: ExplainedMaps,
@@ -343,7 +361,10 @@ def write_pngs(
             continue
         path = out / f"{stem}_{name}.png"
         lines = map_title(analysis, maps, name, settings) if titled else None
-        save_png(kind.map_picture(analysis, m, colormap, max_side, lines), path)
+        if m.ndim == 3:  # an RGB map (DESIGN §5): its colours, where the kind draws a map
+            save_png(rgb_map_picture(analysis, m, max_side, lines), path)
+        else:
+            save_png(kind.map_picture(analysis, m, colormap, max_side, lines), path)
         written.append(path)
     heads = kind.heads_picture(analysis, colormap, titled)
     if heads is not None:

@@ -147,6 +147,10 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.overlay.hide()  # until a map is set
         self.vb.addItem(self.image)
         self.vb.addItem(self.overlay)
+        self.rgb_overlay = ImageItem(axisOrder="row-major")  # a map of colours (the PCA's)
+        self.rgb_overlay.setZValue(10)
+        self.rgb_overlay.hide()
+        self.vb.addItem(self.rgb_overlay)
         self.dim = QGraphicsPathItem()
         self.dim.setBrush(QBrush(QColor(0, 0, 0, 150)))
         self.dim.setPen(QPen(Qt.PenStyle.NoPen))
@@ -197,6 +201,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self._draw_dim(rgb.shape[1], rgb.shape[0])
         left, top, right, bottom = self.region
         self.overlay.setRect(QRectF(left, top, right - left, bottom - top))
+        self.rgb_overlay.setRect(QRectF(left, top, right - left, bottom - top))
         if not same_size:
             self.vb.autoRange(padding=0.02)
         if self._pointer is not None:  # the pointer stays: say what is under it now
@@ -218,7 +223,12 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
                 self.overlay.setColorMap(colormap(cmap))
         if opacity is not None:
             self.overlay.setOpacity(opacity)
+            self.rgb_overlay.setOpacity(opacity)
         self._map = values
+        self.rgb_overlay.hide()
+        if values is not None and values.ndim == 3:  # (h, w, 3) colours in [0, 1]
+            self._show_rgb(values)
+            return
         self._show_notice(None if values is None else flat_value(values))
         if values is None:
             self.overlay.hide()
@@ -234,6 +244,18 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         left, top, right, bottom = self.region
         self.overlay.setRect(QRectF(left, top, right - left, bottom - top))
         self.overlay.show()
+
+    def _show_rgb(self, values: np.ndarray) -> None:
+        """An RGB map over the region, no colour scale (its colours are its values)."""
+        self._show_notice(None)
+        self.overlay.hide()
+        if self.colorbar is not None:
+            self.colorbar.hide()
+        colours = np.nan_to_num(np.clip(values, 0.0, 1.0)).astype(np.float32)
+        self.rgb_overlay.setImage(colours, autoLevels=False, levels=(0.0, 1.0))
+        left, top, right, bottom = self.region
+        self.rgb_overlay.setRect(QRectF(left, top, right - left, bottom - top))
+        self.rgb_overlay.show()
 
     def _show_notice(self, flat: float | None) -> None:
         if flat is None:
@@ -340,14 +362,14 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         """The shown map's cell under a cell of the grid, and the map's (rows, cols): a coarser
         map (a layer's own tokens) has cells of its own; with no map, the grid's."""
         gh, gw = self.grid
-        mh, mw = self._map.shape if self._map is not None else (gh, gw)
+        mh, mw = self._map.shape[:2] if self._map is not None else (gh, gw)
         return row * mh // gh, col * mw // gw, (mh, mw)
 
     def value_at(self, row: int, col: int) -> float:
         """The shown map's value at a cell of the grid (NaN off the grid or with no map)."""
         gh, gw = self.grid
-        if self._map is None or not self.overlay.isVisible():
-            return float("nan")
+        if self._map is None or self._map.ndim != 2 or not self.overlay.isVisible():
+            return float("nan")  # no map, or colours (an RGB map) rather than values
         if not (0 <= row < gh and 0 <= col < gw):
             return float("nan")
         r, c, _ = self.map_cell(row, col)

@@ -38,9 +38,11 @@ from vitviz.modelcode import ModelCodeSpec
 from vitviz.ui import file_dialogs
 from vitviz.ui.cache_dialog import CacheDialog
 from vitviz.ui.checkpoint_settings_dialog import CheckpointSettingsDialog
+from vitviz.ui.compare_window import CompareWindow
 from vitviz.ui.download_dialog import DownloadDialog
 from vitviz.ui.errors import ErrorNotifier, MessageBar
 from vitviz.ui.families_dialog import FamiliesDialog
+from vitviz.ui.features_tab import FeaturesTab
 from vitviz.ui.knockout import KnockoutController
 from vitviz.ui.model_code_dialog import ModelCodeDialog
 from vitviz.ui.model_info_dialog import ModelInfoDialog
@@ -48,11 +50,13 @@ from vitviz.ui.settings import AppSettings
 from vitviz.ui.training_tab import TrainingTab
 from vitviz.ui.viewer_tab import ViewerTab
 from vitviz.ui.wheel_guard import guard_wheel
-from vitviz.workers import jobs
+from vitviz.workers import compare_jobs, jobs
 from vitviz.workers.engine import EngineClient
 from vitviz.workers.folder_stats import FolderStatsRunner
 from vitviz.workers.messages import (
+    CompareResult,
     FaithfulnessResult,
+    FeaturesResult,
     ImageResult,
     MapsResult,
     ModelSummary,
@@ -122,6 +126,9 @@ class MainWindow(QMainWindow):
         self.viewer = ViewerTab(self.client)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.viewer, "Viewer")
+        self.features = FeaturesTab(self.client)  # what the tokens carry (DESIGN §5)
+        self.compare: CompareWindow | None = None  # File ▸ Compare with… (DESIGN §5)
+        self.tabs.addTab(self.features, "Features")
         self.training = TrainingTab()
         self.training.app_settings = self.viewer.stats_panel.app_settings = self.settings
         self.tabs.addTab(self.training, "Training")
@@ -224,6 +231,7 @@ class MainWindow(QMainWindow):
         self.act_export_npz = a(
             "Export numbers (.npz)…", partial(self.export_dialog, "npz"), "Ctrl+Alt+E"
         )
+        self.act_compare = a("&Compare with…", self.compare_dialog)
         self.act_model_info = a(
             "Model and &preprocessing…",
             self.model_info_dialog,
@@ -265,6 +273,8 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         for act in (self.act_export_view, self.act_export_heads, self.act_export_npz):
             menu.addAction(act)
+        menu.addSeparator()
+        menu.addAction(self.act_compare)
         menu.addSeparator()
         menu.addAction(self.act_quit)
         view = self.menuBar().addMenu("&View")
@@ -628,6 +638,30 @@ class MainWindow(QMainWindow):
         if path:
             self.open_checkpoint(path)
 
+    def compare_dialog(self) -> None:
+        """File ▸ Compare with…: a second checkpoint beside the current model (DESIGN §5)."""
+        filters = f"{CHECKPOINT_FILTER};;All files (*)"
+        path = file_dialogs.open_file(
+            self, self.settings, "checkpoints", "Compare with checkpoint", filters
+        )
+        if path:
+            self.compare_with(path)
+
+    def compare_with(self, path: str | Path) -> int:
+        """Open ``path`` as model B; the compare window shows both once it is open."""
+        return self.client.submit("compare", partial(compare_jobs.open_second, path=path))
+
+    def _show_compare(self) -> None:
+        if self.compare is None:
+            self.compare = CompareWindow(self.client, self)
+        v = self.viewer
+        self.compare.set_methods(list(v.controls.methods.values()), v.controls.method_name())
+        self.compare.resize(1400, 760)
+        self.compare.show()
+        self.compare.raise_()
+        if v.image is not None:
+            self.compare.apply_image(v.image)
+
     def open_model_code_dialog(self) -> None:
         spec = ModelCodeDialog.get_spec(self, self.settings)
         if spec is not None:
@@ -731,6 +765,13 @@ class MainWindow(QMainWindow):
                 self._apply_image(result)
             case MapsResult():
                 self.viewer.apply_maps(result)
+            case str() if channel == "compare":
+                self._show_compare()
+            case CompareResult():
+                if self.compare is not None:
+                    self.compare.apply_compare(result)
+            case FeaturesResult():
+                self.features.apply_features(result)
             case FaithfulnessResult():
                 self.viewer.apply_faithfulness(result)
             case list() if channel == "warmup":
@@ -818,6 +859,9 @@ class MainWindow(QMainWindow):
     def _apply_image(self, result: ImageResult) -> None:
         self._shown_source, self._shown_label = self._requested_source, result.label
         self.viewer.apply_image(result)
+        self.features.apply_image(result)
+        if self.compare is not None and self.compare.isVisible():
+            self.compare.apply_image(result)
         self.device_label.setText(f"device: {result.device}")
         secs = result.seconds
         took = f"{secs:.2f} s" if secs >= 1 else f"{secs * 1e3:.0f} ms"
@@ -830,6 +874,11 @@ class MainWindow(QMainWindow):
         # kind "checkpoint": no model yet; keep the image, _apply_model opens it with the model
         if channel == "maps" and error.kind == "no_image":
             return  # a new model's re-analysis is under way; its maps are asked for on arrival
+        if channel == "compare" and self.compare is not None:
+            self.compare.failed(error.message)
+        if channel == "features":  # said in the Features tab, not over every image
+            self.features.failed(error.message)
+            return
         if channel == "faithfulness":
             self.viewer.faithfulness_failed(error.message)
         if channel == "model":

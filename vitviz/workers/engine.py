@@ -28,6 +28,8 @@ CHANNELS = (
     "faithfulness",
     "prompts",
     "interventions",
+    "features",  # the Features view and the logit lens
+    "compare",  # File ▸ Compare with…: the second model and both maps
 )
 
 

@@ -222,3 +222,42 @@ class UserError:
     # "image" | "checkpoint" | "settings" | "export" | "device" | "no_image" | "error"
     kind: str = "error"
     details: dict[str, Any] = field(default_factory=dict)  # e.g. the settings a checkpoint needs
+
+
+@dataclass(frozen=True)
+class FeaturesResult:
+    """What the tokens carry on the current image (the Features view, DESIGN §5): ``pca``
+    (h, w, 3) colours of the final tokens; ``similarity`` (h, w) cosine with the query's token
+    and ``norms`` (h, w) with ``high`` (h, w) bool, both of block ``layer`` of ``blocks``;
+    ``prefix_norms`` (P,) the CLS's and registers' norms there; ``logit_lens`` (L, classes)
+    (None: no head or no readout) over ``class_names``."""
+
+    layer: int  # the block shown, counted from 0
+    blocks: int
+    query: tuple[int, int] | None
+    pca: np.ndarray
+    similarity: np.ndarray
+    norms: np.ndarray
+    high: np.ndarray
+    prefix_norms: np.ndarray
+    logit_lens: np.ndarray | None
+    class_names: list[str]
+    note: str = ""  # why a part is missing (a model without a readout)
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """Two models on the current image (File ▸ Compare with…, DESIGN §5): each one's map of
+    ``method`` for ``query`` (``map_a``, ``map_b``: (h, w), None with ``error``), its name and
+    top predictions [(class, probability)], and ``head_similarity`` (L, H) or (L, 1)."""
+
+    method: str
+    query: tuple[int, int] | None
+    name_a: str
+    name_b: str
+    map_a: np.ndarray | None
+    map_b: np.ndarray | None
+    top_a: list[tuple[str, float]]
+    top_b: list[tuple[str, float]]
+    head_similarity: np.ndarray
+    error: str = ""

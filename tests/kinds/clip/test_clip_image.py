@@ -160,7 +160,7 @@ def test_every_method_a_clip_tower_has_runs_and_the_rest_say_why(clip_folder, ph
         why = method.unavailable(a)
         if why is None:
             out = method(a, None, 2, {}, strict=False)
-            assert out.shape == (4, 4) and torch.isfinite(out).all(), method.name
+            assert out.shape[:2] == (4, 4) and torch.isfinite(out).all(), method.name
             ran.append(method.name)
     assert {"relevance", "gradient-rollout", "grad-sam", "attention-gradcam", "gradcam",
             "rollout", "attention", "transformer-attribution"} <= set(ran)  # fmt: skip

@@ -161,6 +161,17 @@ class PyramidKind(StagedKind):
 
         return pyramid_intermediates(model, x, replace)
 
+    def readout(self, model: nn.Module) -> Any:
+        """PVT v2 / Twins: head(mean(last stage's norm(tokens))); Hiera: its head, the norm
+        of the mean token (DESIGN §5)."""
+        from vitviz.kinds.pyramid.hiera_network import HieraViT
+        from vitviz.kinds.readouts import mean_pool_readout, norm_of_mean_readout
+
+        width = int(model.config.dims[-1])
+        if isinstance(model, HieraViT):
+            return norm_of_mean_readout(model.head, model.head.norm, width)
+        return mean_pool_readout(model.stages[-1].norm, model.head, width)
+
     def head_statistics(self, analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
         from vitviz.kinds.pyramid.stats import head_statistics
 

@@ -126,6 +126,15 @@ class SwinKind(StagedKind):
 
         return swin_intermediates(model, x, replace)
 
+    def readout(self, model: nn.Module) -> Any:
+        """head(mean(norm(tokens))) at the last stage's width (DESIGN §5)."""
+        from vitviz.kinds.readouts import mean_pool_readout
+        from vitviz.kinds.swin.network import SwinTransformer
+
+        if not isinstance(model, SwinTransformer):
+            return super().readout(model)
+        return mean_pool_readout(model.norm, model.head, int(model.config.dims[-1]))
+
     def head_statistics(self, analysis: SwinAnalysis) -> dict[str, np.ndarray]:
         from vitviz.kinds.swin.stats import padded_head_statistics
 

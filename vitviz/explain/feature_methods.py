@@ -1,0 +1,141 @@
+"""The method table's feature maps (DESIGN §5: ``token-norm``, ``similarity``, ``pca``) and the
+per-analysis numbers every explain writes (``logit_lens``, ``token_norms``), on every kind
+through its intermediates accessor and readout: one extra forward pass per analysis, kept
+while the analysis lives."""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from vitviz.explain.features import (
+    block_tokens,
+    high_norm_mask,
+    logit_lens,
+    pca_rgb,
+    query_token,
+    similarity,
+    token_norm_table,
+    token_norms,
+)
+from vitviz.kindapi import Intermediates, get_kind
+
+_PASSES: dict[int, tuple[weakref.ref, Intermediates]] = {}
+_KEPT = 4  # analyses whose pass is kept (the window's current one and a compare's two)
+
+
+def _model(analysis: Any) -> Any:
+    loaded = getattr(analysis, "loaded", None)
+    if loaded is None:
+        raise ValueError("the feature maps need the model itself, and this analysis has none")
+    return loaded.model
+
+
+def feature_pass(analysis: Any) -> Intermediates:
+    """The intermediates of ``analysis``'s input (batch of one) through its model, without
+    gradients; computed once per analysis object."""
+    key = id(analysis)
+    hit = _PASSES.get(key)
+    if hit is not None and hit[0]() is analysis:
+        return hit[1]
+    model = _model(analysis)
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        inter = get_kind(analysis.kind).intermediates(model, analysis.input[None].to(device))
+    for k in [k for k, (ref, _) in _PASSES.items() if ref() is None]:
+        del _PASSES[k]
+    while len(_PASSES) >= _KEPT:
+        del _PASSES[next(iter(_PASSES))]
+    with contextlib.suppress(TypeError):  # an analysis without weak references: not kept
+        _PASSES[key] = (weakref.ref(analysis), inter)
+    return inter
+
+
+def _grid(analysis: Any) -> tuple[int, int]:
+    grid = get_kind(analysis.kind).token_geometry(analysis).grid
+    return int(grid[0]), int(grid[1])
+
+
+def token_norm_method(
+    analysis: Any, query: object, target_class: int | None, params: Mapping[str, Any]
+) -> Tensor:
+    """The table's ``token-norm``: ‖t_l‖₂ over block ``layer``'s grid."""
+    grid, _ = token_norms(feature_pass(analysis), int(params["layer"]))
+    return grid.float().cpu()
+
+
+def similarity_method(
+    analysis: Any,
+    query: tuple[int, int] | None,
+    target_class: int | None,
+    params: Mapping[str, Any],
+) -> Tensor:
+    """The table's ``similarity``: cosine of the query token (CLS, mean, or the clicked
+    patch) with every patch token of block ``layer``."""
+    inter, layer = feature_pass(analysis), int(params["layer"])
+    q = query_token(inter, layer, query, _grid(analysis))
+    return similarity(inter, layer, q).float().cpu()
+
+
+def final_patches(analysis: Any) -> tuple[Tensor, tuple[int, int]]:
+    """f = final_norm(t_L)'s patch tokens (N, C) of ``analysis`` and the last block's grid."""
+    inter = feature_pass(analysis)
+    readout = get_kind(analysis.kind).readout(_model(analysis))
+    _, patches = block_tokens(inter, -1)
+    with torch.no_grad():
+        normed = readout.norm(patches)
+    h, w = inter.blocks[-1].shape[-2:]
+    return normed, (int(h), int(w))
+
+
+def pca_method(
+    analysis: Any, query: object, target_class: int | None, params: Mapping[str, Any]
+) -> Tensor:
+    """The table's ``pca``: (h, w, 3) colours of the first three principal components."""
+    features, grid = final_patches(analysis)
+    return pca_rgb([features], [grid], float(params["foreground"]))[0].cpu()
+
+
+def joint_pca(analyses: Sequence[Any], foreground: float = 0.0) -> list[np.ndarray]:
+    """The PCA colours of several analyses fitted jointly (DINOv2's figure): (h, w, 3) each."""
+    pairs = [final_patches(a) for a in analyses]
+    maps = pca_rgb([f for f, _ in pairs], [g for _, g in pairs], foreground)
+    return [m.cpu().numpy() for m in maps]
+
+
+def high_norm_tokens(analysis: Any, layer: int = -1) -> dict[str, np.ndarray]:
+    """Block ``layer``'s token norms: ``norms`` (h, w), ``high`` (h, w) bool (median + 4·MAD),
+    ``prefix`` (P,) the prefix and register tokens' norms."""
+    grid, prefix = token_norms(feature_pass(analysis), layer)
+    return {
+        "norms": grid.float().cpu().numpy(),
+        "high": high_norm_mask(grid).cpu().numpy(),
+        "prefix": prefix.float().cpu().numpy(),
+    }
+
+
+def analysis_logit_lens(analysis: Any) -> Tensor:
+    """(L, classes): the logit lens of ``analysis`` (the kind's probabilities)."""
+    kind, model = get_kind(analysis.kind), _model(analysis)
+    readout = kind.readout(model)
+    with torch.no_grad():
+        return logit_lens(feature_pass(analysis), readout, lambda z: kind.probabilities(model, z))
+
+
+def feature_arrays(analysis: Any) -> dict[str, np.ndarray]:
+    """The npz's ``logit_lens`` (L, classes) and ``token_norms`` (L, N) of ``analysis``; {}
+    for a model vitviz can't take apart (a network from the user's code)."""
+    try:
+        inter = feature_pass(analysis)
+    except ValueError:
+        return {}
+    out = {"token_norms": token_norm_table(inter).numpy().astype(np.float32)}
+    with contextlib.suppress(ValueError):  # a model without a readout: no logit lens
+        out["logit_lens"] = analysis_logit_lens(analysis).cpu().numpy().astype(np.float32)
+    return dict(sorted(out.items()))

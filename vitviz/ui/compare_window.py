@@ -1,0 +1,191 @@
+"""File ▸ Compare with… (DESIGN §5): the current model (A) and a second checkpoint (B) on the
+same image, side by side: each one's large map of one method and query, kept in sync (a
+click on either makes that patch the query of both), a difference mode A − B on a diverging
+scale, both predictions and the head similarity of their query attention. Results come from
+the engine (``vitviz.workers.compare_jobs``); nothing here touches torch."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from vitviz.ui.canvas import ImageCanvas
+from vitviz.workers import compare_jobs
+from vitviz.workers.engine import EngineClient
+from vitviz.workers.messages import CompareResult, ImageResult, MethodInfo
+
+# blue (A < B) through white to red (A > B)
+DIVERGING = pg.ColorMap([0.0, 0.5, 1.0], [(59, 76, 192), (245, 245, 245), (180, 4, 38)])
+
+
+def difference(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    """A − B where both are maps of one grid (None otherwise: colours, or other grids)."""
+    if a is None or b is None or a.ndim != 2 or a.shape != b.shape:
+        return None
+    return (a.astype(np.float64) - b.astype(np.float64)).astype(np.float32)
+
+
+def top_words(name: str, top: list[tuple[str, float]]) -> str:
+    if not top:
+        return f"{name}: no classification head"
+    return f"{name}: " + " · ".join(f"{c} {p:.1%}" for c, p in top)
+
+
+class CompareWindow(QWidget):
+    """Two models side by side on the viewer's image."""
+
+    def __init__(self, client: EngineClient, parent: QWidget | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Window)
+        self.setWindowTitle("vitviz · compare two models")
+        self.client = client
+        self.image: ImageResult | None = None
+        self.result: CompareResult | None = None
+        self.query: tuple[int, int] | None = None
+        self.method = QComboBox()
+        self.diff = QCheckBox("Difference A − B")
+        self.query_label = QLabel("query: CLS")
+        reset = QPushButton("Reset query")
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Method"))
+        top.addWidget(self.method)
+        top.addWidget(self.diff)
+        top.addWidget(self.query_label)
+        top.addWidget(reset)
+        top.addStretch(1)
+        self.view_a = ImageCanvas("A")
+        self.view_b = ImageCanvas("B")
+        self.view_diff = ImageCanvas("A − B")
+        self.view_diff.hide()
+        self.heads = pg.PlotWidget()
+        self.heads.setBackground("w")
+        self.heads.setMenuEnabled(False)
+        self.heads.setLabel("left", "layer")
+        self.heads.setLabel("bottom", "head")
+        self.heads.getViewBox().invertY(True)
+        self.heads_image = pg.ImageItem(axisOrder="row-major")
+        self.heads_image.setColorMap(pg.colormap.get("viridis"))
+        self.heads.addItem(self.heads_image)
+        self.heads.setMinimumWidth(220)
+        views = QSplitter(Qt.Orientation.Horizontal)
+        for w in (self.view_a, self.view_b, self.view_diff, self.heads):
+            views.addWidget(w)
+        self.views = views
+        self.heads_title = QLabel("")
+        self.pred_a, self.pred_b, self.status = QLabel(""), QLabel(""), QLabel("")
+        for label in (self.pred_a, self.pred_b, self.status, self.heads_title):
+            label.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(views, 1)
+        layout.addWidget(self.heads_title)
+        layout.addWidget(self.pred_a)
+        layout.addWidget(self.pred_b)
+        layout.addWidget(self.status)
+        self.method.currentIndexChanged.connect(lambda _i: self.request())
+        self.diff.toggled.connect(self._draw)
+        reset.clicked.connect(lambda: self.set_query(None))
+        for v in (self.view_a, self.view_b, self.view_diff):
+            v.patchClicked.connect(lambda r, c: self.set_query((r, c)))
+
+    def set_methods(self, methods: list[MethodInfo], shown: str | None) -> None:
+        self.method.blockSignals(True)
+        self.method.clear()
+        for m in methods:
+            self.method.addItem(m.label, m.name)
+        index = self.method.findData(shown) if shown else -1
+        self.method.setCurrentIndex(max(index, 0))
+        self.method.blockSignals(False)
+
+    def apply_image(self, result: ImageResult) -> None:
+        if self.image is None or self.image.grid != result.grid:
+            self.query = None
+        self.image = result
+        for v in (self.view_a, self.view_b, self.view_diff):
+            v.set_image(result.display, result.region, tuple(result.grid))
+            v.set_query(self.query)
+        self.request()
+
+    def set_query(self, patch: tuple[int, int] | None) -> None:
+        self.query = patch
+        for v in (self.view_a, self.view_b, self.view_diff):
+            v.set_query(patch)
+        self.request()
+
+    def request(self) -> int | None:
+        if self.image is None or self.method.currentData() is None:
+            return None
+        self.query_label.setText(
+            "query: CLS (or the mean)" if self.query is None
+            else f"query: patch row {self.query[0]}, col {self.query[1]}"
+        )  # fmt: skip
+        job = partial(compare_jobs.compare_view, method=self.method.currentData(), query=self.query)
+        return self.client.submit("compare", job)
+
+    def apply_compare(self, result: CompareResult) -> None:
+        self.result = result
+        self._draw()
+        self.pred_a.setText(top_words(f"A {result.name_a}", result.top_a))
+        self.pred_b.setText(top_words(f"B {result.name_b}", result.top_b))
+        sim = result.head_similarity
+        self.heads_image.setImage(sim, autoLevels=False, levels=(0.0, 1.0))
+        rows, cols = sim.shape
+        self.heads_image.setRect(QRectF(-0.5, -0.5, cols, rows))  # cell (l, h) on (h, l)
+        self.heads.getAxis("left").setTicks([[(i, str(i)) for i in range(rows)]])
+        self.heads.getAxis("bottom").setTicks(
+            [[(i, str(i) if cols > 1 else "mean") for i in range(cols)]]
+        )
+        self.heads.setXRange(-0.5, cols - 0.5, padding=0.02)
+        self.heads.setYRange(-0.5, rows - 0.5, padding=0.02)
+        per = "per layer and head" if sim.shape[1] > 1 else "per layer (heads averaged)"
+        self.heads_title.setText(
+            f"Head similarity of the query attention, {per} (0 to 1): mean {np.nanmean(sim):.3f}"
+        )
+        self.status.setText(result.error)
+
+    def failed(self, message: str) -> None:
+        self.status.setText(message)
+
+    def _draw(self) -> None:
+        r = self.result
+        if r is None:
+            return
+        finite = [m[np.isfinite(m)] for m in (r.map_a, r.map_b) if m is not None and m.ndim == 2]
+        levels = None
+        if finite and all(f.size for f in finite):
+            levels = (min(float(f.min()) for f in finite), max(float(f.max()) for f in finite))
+        self.view_a.set_map(r.map_a, levels, opacity=0.6)
+        self.view_b.set_map(r.map_b, levels, opacity=0.6)
+        self.view_a.set_title(f"A · {r.name_a}")
+        self.view_b.set_title(f"B · {r.name_b}")
+        shown = self.diff.isChecked()
+        if shown != self.view_diff.isVisible():
+            self.view_diff.setVisible(shown)
+            width = max(sum(self.views.sizes()), 4)
+            parts = (1, 1, 1, 0.7) if shown else (1, 1, 0, 0.7)
+            self.views.setSizes([int(width * p / sum(parts)) for p in parts])
+        d = difference(r.map_a, r.map_b)
+        if shown:
+            if d is None:
+                self.view_diff.set_map(None)
+                self.view_diff.set_message("No difference: the maps are colours or other grids.")
+            else:
+                top = max(float(np.nanmax(np.abs(d))), 1e-12)
+                self.view_diff.overlay.setColorMap(DIVERGING)
+                if self.view_diff.colorbar is not None:
+                    self.view_diff.colorbar.setColorMap(DIVERGING)
+                    self.view_diff._cmap_name = "diverging"
+                self.view_diff.set_map(d, (-top, top), opacity=0.8)
+                self.view_diff.set_message(None)

@@ -1,0 +1,56 @@
+"""The logit lens of the Features tab (DESIGN §5): the top classes' probability by depth,
+one line per class, read from each block's tokens through the final norm and head."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+
+from vitviz.ui.charts import LegendBelow
+
+TOP = 3  # classes drawn: the last block's (the model's) top three
+COLOURS = ("#4c72b0", "#dd8452", "#55a868")
+
+
+def lens_classes(lens: np.ndarray, top: int = TOP) -> list[int]:
+    """The classes the chart draws: the last finite row's top ``top``, most probable first."""
+    finite = [row for row in lens if np.isfinite(row).all()]
+    if not finite:
+        return []
+    return [int(c) for c in np.argsort(-finite[-1], kind="stable")[:top]]
+
+
+class LogitLensChart(pg.PlotWidget):
+    """Probability (0..1) of the top classes after each block; a gap where a block has no
+    readout (an earlier stage of another width)."""
+
+    def __init__(self, parent: object = None) -> None:
+        super().__init__(parent)
+        self.setBackground("w")
+        self.setMenuEnabled(False)
+        self.setMouseEnabled(x=False, y=False)
+        self.hideButtons()
+        self.setLabel("bottom", "block: the top classes' probability read after it (logit lens)")
+        self.setLabel("left", "p")
+        self.getAxis("left").setTicks([[(0.0, "0"), (0.5, "0.5"), (1.0, "1")]])  # it is short
+        self.setYRange(0.0, 1.0, padding=0.02)
+        self.legend = LegendBelow(self, columns=3, labelTextSize="8pt")
+        self.shown: list[int] = []
+
+    def set_lens(self, lens: np.ndarray | None, class_names: list[str]) -> None:
+        """Draw ``lens`` (L, classes); None clears (a model without a head or readout)."""
+        self.clear()
+        self.legend.clear()
+        self.shown = []
+        if lens is None or lens.ndim != 2 or lens.shape[1] == 0:
+            return
+        self.shown = lens_classes(lens)
+        x = np.arange(lens.shape[0], dtype=np.float64)
+        for colour, c in zip(COLOURS, self.shown, strict=False):
+            name = class_names[c] if c < len(class_names) else f"class {c}"
+            pen = pg.mkPen(colour, width=2)
+            y = lens[:, c].astype(np.float64)
+            self.plot(x, y, pen=pen, symbol="o", symbolSize=5, symbolBrush=colour,
+                      symbolPen=None, name=name[:24], connect="finite")  # fmt: skip
+        self.setXRange(-0.3, max(lens.shape[0] - 0.7, 0.7), padding=0)
+        self.setYRange(0.0, 1.0, padding=0.02)

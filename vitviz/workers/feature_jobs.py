@@ -1,0 +1,64 @@
+"""The engine's feature jobs (DESIGN §2.4, §5): the Features view's maps and the logit lens of
+the current analysis, as numpy for the window, from ``vitviz.explain.feature_methods`` (one
+intermediates pass per analysis, kept: a new query or layer costs no forward pass)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vitviz.workers.job_basics import UserFacingError
+from vitviz.workers.jobs import EngineState
+from vitviz.workers.messages import FeaturesResult
+
+
+def features(
+    state: EngineState,
+    layer: int = -1,
+    query: tuple[int, int] | None = None,
+    foreground: float = 0.0,
+) -> FeaturesResult:
+    """PCA, similarity to ``query`` (None: the CLS or the mean token) and token norms of
+    block ``layer`` (−1: the last), the logit lens; UserFacingError (kind "features") for a
+    model vitviz can't take apart."""
+    import torch
+
+    from vitviz.explain.feature_methods import (
+        analysis_logit_lens,
+        feature_pass,
+        high_norm_tokens,
+        similarity_method,
+    )
+    from vitviz.explain.methods import get_method
+
+    a = state.analysis
+    if a is None or state.loaded is None:
+        raise UserFacingError("Open an image and a checkpoint first.", "no_image")
+    try:
+        inter = feature_pass(a)
+        count = len(inter.blocks)
+        index = max(0, min(count - 1, count + layer if layer < 0 else layer))
+        shown = high_norm_tokens(a, index)
+        sim = similarity_method(a, query, None, {"layer": index}).numpy()
+        pca = get_method("pca")(a, None, None, {"foreground": foreground}).numpy()
+    except ValueError as exc:
+        raise UserFacingError(str(exc), "features") from exc
+    lens, note = None, ""
+    if state.kind.has_head(state.loaded) and a.logits.numel() > 0:
+        try:
+            with torch.no_grad():
+                lens = analysis_logit_lens(a).cpu().numpy().astype(np.float32)
+        except ValueError as exc:
+            note = str(exc)
+    return FeaturesResult(
+        layer=index,
+        blocks=count,
+        query=query,
+        pca=pca,
+        similarity=sim,
+        norms=shown["norms"],
+        high=shown["high"],
+        prefix_norms=shown["prefix"],
+        logit_lens=lens,
+        class_names=list(state.loaded.class_names) if lens is not None else [],
+        note=note,
+    )
