@@ -32,10 +32,21 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vitviz.explain.ablationcam import ablationcam_method
+from vitviz.explain.cam_layer import layer_parameter
+from vitviz.explain.eigen_gradcam import eigen_gradcam_method
+from vitviz.explain.eigencam import eigencam_method
 from vitviz.explain.fusion import FUSIONS
+from vitviz.explain.gradcam import gradcam_method
+from vitviz.explain.gradcam_elementwise import gradcam_elementwise_method
+from vitviz.explain.gradcam_plusplus import gradcam_plusplus_method
+from vitviz.explain.hirescam import hirescam_method
+from vitviz.explain.layercam import layercam_method
 from vitviz.explain.params import Parameter
 from vitviz.explain.random_map import random_method
+from vitviz.explain.scorecam import scorecam_method
 from vitviz.explain.subject import Explained
+from vitviz.explain.xgradcam import xgradcam_method
 from vitviz.kindapi import KindAnalysis, KindMethod, ModelKind, all_kinds, get_kind, kind_of
 
 Query = tuple[int, int] | None
@@ -563,9 +574,62 @@ BUILTIN_METHODS = (
         description="last layer's attention, each head weighted by its mean gradient; ReLU",
     ),
     Method(
-        "gradcam", "Grad-CAM (tokens)", None, (), needs_gradients=True, queries=False,
+        "gradcam", "Grad-CAM (tokens)", gradcam_method, (layer_parameter(),),
+        needs_gradients=True, queries=False,
         scaling="min-max", nearest=("attention-gradcam", "grad-sam", "rollout"),
-        description="Grad-CAM on the last block's first LayerNorm output over the patch grid",
+        description="Grad-CAM on a layer's tokens (default the last block's first LayerNorm "
+        "output) over its grid",
+    ),
+    Method(
+        "hirescam", "HiResCAM", hirescam_method, (layer_parameter(),),
+        needs_gradients=True, queries=False, scaling="min-max", nearest=("gradcam",),
+        description="Draelos & Carin 2020: ReLU(Σ_k ∇A_k ⊙ A_k) on a layer's tokens",
+    ),
+    Method(
+        "gradcam-plusplus", "Grad-CAM++", gradcam_plusplus_method, (layer_parameter(),),
+        needs_gradients=True, queries=False, scaling="min-max", nearest=("gradcam",),
+        description="Chattopadhay et al. 2018: channels weighted by Σ α ReLU(∇A), "
+        "α = g²/(2g² + ΣA·g³)",
+    ),
+    Method(
+        "xgradcam", "XGrad-CAM", xgradcam_method, (layer_parameter(),),
+        needs_gradients=True, queries=False, scaling="min-max", nearest=("gradcam",),
+        description="Fu et al. 2020: channels weighted by Σ ∇A ⊙ A / ΣA",
+    ),
+    Method(
+        "layercam", "LayerCAM", layercam_method, (layer_parameter(),),
+        needs_gradients=True, queries=False, scaling="min-max", nearest=("gradcam",),
+        description="Jiang et al. 2021: ReLU(Σ_k ReLU(∇A_k) ⊙ A_k)",
+    ),
+    Method(
+        "gradcam-elementwise", "Grad-CAM (element-wise)", gradcam_elementwise_method,
+        (layer_parameter(),), needs_gradients=True, queries=False, scaling="min-max",
+        nearest=("hirescam", "gradcam"),
+        description="Σ_k ReLU(∇A_k ⊙ A_k) on a layer's tokens",
+    ),
+    Method(
+        "eigen-gradcam", "Eigen-Grad-CAM", eigen_gradcam_method, (layer_parameter(),),
+        needs_gradients=True, queries=False, scaling="min-max",
+        nearest=("eigencam", "gradcam"),
+        description="first principal component of ∇A ⊙ A over the grid; ReLU",
+    ),
+    Method(
+        "eigencam", "Eigen-CAM", eigencam_method, (layer_parameter(),),
+        queries=False, scaling="min-max", nearest=("eigen-gradcam", "gradcam"),
+        description="Muhammad & Yeasin 2020: first principal component of a layer's tokens; "
+        "no class",
+    ),
+    Method(
+        "scorecam", "Score-CAM", scorecam_method, (layer_parameter(),),
+        needs_gradients=True, queries=False, scaling="min-max", nearest=("ablationcam", "gradcam"),
+        description="Wang et al. 2020: channels weighted by the class's probability on the input "
+        "masked by each; cost: 1 + C forward passes (C the layer's channels)",
+    ),
+    Method(
+        "ablationcam", "Ablation-CAM", ablationcam_method, (layer_parameter(),),
+        needs_gradients=True, queries=False, scaling="min-max", nearest=("scorecam", "gradcam"),
+        description="Desai & Ramaswamy 2020: channels weighted by the score's drop when each is "
+        "zeroed; cost: 1 + C forward passes (C the layer's channels)",
     ),
     Method(
         "random", "Random (baseline)", random_method,

@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds be
 
     from vitviz.imaging import Preprocessing
     from vitviz.imaging.loading import ImageSource
+    from vitviz.kindapi.feature_sites import FeatureSite, LayerChoice
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
 
     ImageInput = ImageSource | Tensor  # what analyze reads: a file, bytes, an image or (C, H, W)
@@ -465,6 +466,12 @@ class AnalysingMembers(Protocol):
         """One forward pass of x (B, C, H, W) with every block's output on its grid and every
         head's output before the output projection, ``replace``'s heads swapped in (DESIGN §3);
         ValueError (a clause) for a model it can't take apart, or a bad replacement."""
+        ...
+
+    def feature_site(self, model: nn.Module, x: Tensor, layer: LayerChoice) -> FeatureSite:
+        """Where the CAM family reads ``layer`` (a block's norm1, norm2 or output) of ``model``
+        for the input x (B, C, H, W) (DESIGN §5); ValueError (a clause) for a layer it can't
+        read."""
         ...
 
 
