@@ -581,6 +581,12 @@ BUILTIN_METHODS = (
         "output) over its grid",
     ),
     Method(
+        "random", "Random (baseline)", random_method,
+        (Parameter("seed", int, 0, "Seed", range=(0, 2**31 - 1)),),
+        queries=False, scaling="none",
+        description="seeded uniform noise: the faithfulness baseline",
+    ),
+    Method(
         "hirescam", "HiResCAM", hirescam_method, (layer_parameter(),),
         needs_gradients=True, queries=False, scaling="min-max", nearest=("gradcam",),
         description="Draelos & Carin 2020: ReLU(Σ_k ∇A_k ⊙ A_k) on a layer's tokens",
@@ -630,12 +636,6 @@ BUILTIN_METHODS = (
         needs_gradients=True, queries=False, scaling="min-max", nearest=("scorecam", "gradcam"),
         description="Desai & Ramaswamy 2020: channels weighted by the score's drop when each is "
         "zeroed; cost: 1 + C forward passes (C the layer's channels)",
-    ),
-    Method(
-        "random", "Random (baseline)", random_method,
-        (Parameter("seed", int, 0, "Seed", range=(0, 2**31 - 1)),),
-        queries=False, scaling="none",
-        description="seeded uniform noise: the faithfulness baseline",
     ),
 )  # fmt: skip
 
