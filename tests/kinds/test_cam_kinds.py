@@ -41,6 +41,24 @@ def analysed(request, tmp_path_factory):
 LAYERS = ("auto", "0.norm1", "1.norm1", "1.norm2", "-1.output")
 
 
+def _todays_gradcam(name: str):
+    """The token Grad-CAM each kind ran before the layer parameter: its default must stay."""
+    from vitviz.explain.gradcam import token_gradcam
+    from vitviz.kinds.pyramid.gradcam import pyramid_token_gradcam
+    from vitviz.kinds.swin.gradcam import swin_token_gradcam
+
+    return {"swin": swin_token_gradcam, "pvt": pyramid_token_gradcam,
+            "hiera": pyramid_token_gradcam}.get(name, token_gradcam)  # fmt: skip
+
+
+def test_the_default_layer_is_each_kinds_token_gradcam(analysed) -> None:
+    name, loaded, a = analysed
+    p = next(loaded.model.parameters())
+    c = int(a.top_class)
+    want = _todays_gradcam(name)(loaded.model, a.input[None].to(p), c)[0].detach()
+    torch.testing.assert_close(get_method("gradcam")(a), want.float(), rtol=0, atol=1e-5)
+
+
 def test_every_kind_runs_every_cam_on_its_layers(analysed) -> None:
     name, loaded, a = analysed
     kind = loaded.kind
