@@ -79,3 +79,14 @@ def test_every_kind_runs_every_cam_on_its_layers(analysed) -> None:
             assert tuple(cam.shape) == tuple(inter.block_grids[block].grid), layer
         else:
             assert tuple(cam.shape) == tuple(inter.block_grids[0].grid), layer
+
+
+def test_a_staged_kind_words_every_cam_on_its_layers_stage_grid(analysed) -> None:
+    """A staged kind's map title says a CAM is on its target layer's stage grid (the window
+    adds the layer), not the last stage's, for every method of the family."""
+    name, loaded, a = analysed
+    if name not in ("swin", "pvt", "hiera"):
+        return
+    fixed = loaded.kind.view_words(a).method_fixed
+    assert set(CAMS) <= set(fixed)
+    assert all(fixed[m].startswith("its layer's stage grid, over stage 0's") for m in CAMS)
