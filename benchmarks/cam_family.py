@@ -8,7 +8,7 @@ Ablation-CAM 1 + C forward passes (C the layer's channels), 16 at a time. No tar
 says what a map costs (docs/methods.md states it).
 
     .venv/bin/python benchmarks/cam_family.py [--quick] [--model tiny|vit-ti|vit-b]
-        [--repeats N] [--threads N]
+        [--fast-only] [--repeats N] [--threads N]
 """
 
 from __future__ import annotations
@@ -95,6 +95,11 @@ def _cases(model: VisionTransformer, x: torch.Tensor) -> dict[str, Callable[[], 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--model", choices=list(MODELS), default="vit-b")
+    p.add_argument(
+        "--fast-only",
+        action="store_true",
+        help="leave out Score-CAM and Ablation-CAM (1 + C passes each: minutes on a ViT-B)",
+    )
     args = p.parse_args(argv)
     apply_threads(args.threads)
     name = "tiny" if args.quick else args.model
@@ -103,9 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     cases = _cases(model, x)
     fast = {k: f for k, f in cases.items() if k not in SLOW}
     times = interleaved(fast, repeats=repeats, warmup=1)
-    slow = interleaved({"baseline": cases["bare forward"]} | {k: cases[k] for k in SLOW}, 1, 0)
-    times["bare forward"] += slow.pop("baseline")  # the baseline's runs pooled
-    times.update(slow)
+    if args.fast_only:
+        cases = fast
+    else:
+        slow = {"baseline": cases["bare forward"]} | {k: cases[k] for k in SLOW}
+        slow_times = interleaved(slow, 1, 0)
+        times["bare forward"] += slow_times.pop("baseline")  # the baseline's runs pooled
+        times.update(slow_times)
     wrong = []
     for k, fn in cases.items():
         out = fn()

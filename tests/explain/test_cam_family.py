@@ -351,3 +351,16 @@ def _flipped(method: str, loaded, image: Tensor, layer: str, c: int) -> np.ndarr
     lp = layer_pass(loaded.kind, loaded.model, image[None], layer, c)
     x = lp.activations if method == "eigencam" else lp.activations * lp.gradients
     return _scaled(_relu(-first_component(x.double())[0].numpy()))
+
+
+def test_the_table_states_each_cams_cost() -> None:
+    from vitviz.cli.methods import methods_markdown
+    from vitviz.explain.methods import all_methods
+
+    rows = {line.split("|")[1].strip(" `"): line for line in
+            methods_markdown(all_methods()).splitlines()[2:]}  # fmt: skip
+    for name in ("scorecam", "ablationcam"):
+        assert "| 1 + C forward passes (C its layer's channels), 16 at a time |" in rows[name]
+    for name in GRADIENT_CAMS:
+        assert "| 1 forward, 1 backward pass to its layer |" in rows[name]
+    assert "| 1 forward pass |" in rows["eigencam"]

@@ -95,6 +95,7 @@ class Method:
         needs_layers: str = "any",  # any | every | last (LAYER_NEEDS): of the layers kept
         nearest: tuple[str, ...] = (),  # the methods closest to it, closest first (the
         # window shows the first one a model can run when it can't run this one)
+        cost: str = "",  # what a map costs beyond the analysis ("" : the default for its needs)
     ) -> None:
         if not _NAME.match(name):
             raise ValueError(
@@ -120,6 +121,9 @@ class Method:
         self.description = description
         self.needs_layers = needs_layers
         self.nearest = tuple(nearest)
+        self.cost = cost or (
+            "a pass with gradients" if needs_gradients else "none: the analysis's attention"
+        )
 
     def __repr__(self) -> str:
         return f"Method({self.name!r}, {self.label!r})"
@@ -370,6 +374,7 @@ class Method:
             "description": self.description,
             "needs_layers": self.needs_layers,
             "nearest": list(self.nearest),
+            "cost": self.cost,
         }
 
 
@@ -519,6 +524,9 @@ DISCARD = Parameter(
 )  # fmt: skip
 
 
+GRADIENT_CAM_COST = "1 forward, 1 backward pass to its layer"
+SLOW_CAM_COST = "1 + C forward passes (C its layer's channels), 16 at a time"
+
 BUILTIN_METHODS = (
     Method(
         "attention", "Attention (layer, head)", None,
@@ -575,7 +583,8 @@ BUILTIN_METHODS = (
     ),
     Method(
         "gradcam", "Grad-CAM (tokens)", gradcam_method, (layer_parameter(),),
-        needs_gradients=True, queries=False,
+        needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False,
         scaling="min-max", nearest=("attention-gradcam", "grad-sam", "rollout"),
         description="Grad-CAM on a layer's tokens (default the last block's first LayerNorm "
         "output) over its grid",
@@ -588,40 +597,47 @@ BUILTIN_METHODS = (
     ),
     Method(
         "hirescam", "HiResCAM", hirescam_method, (layer_parameter(),),
-        needs_gradients=True, queries=False, scaling="min-max", nearest=("gradcam",),
+        needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False, scaling="min-max", nearest=("gradcam",),
         description="Draelos & Carin 2020: ReLU(Σ_k ∇A_k ⊙ A_k) on a layer's tokens",
     ),
     Method(
         "gradcam-plusplus", "Grad-CAM++", gradcam_plusplus_method, (layer_parameter(),),
-        needs_gradients=True, queries=False, scaling="min-max", nearest=("gradcam",),
+        needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False, scaling="min-max", nearest=("gradcam",),
         description="Chattopadhay et al. 2018: channels weighted by Σ α ReLU(∇A), "
         "α = g²/(2g² + ΣA·g³)",
     ),
     Method(
         "xgradcam", "XGrad-CAM", xgradcam_method, (layer_parameter(),),
-        needs_gradients=True, queries=False, scaling="min-max", nearest=("gradcam",),
+        needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False, scaling="min-max", nearest=("gradcam",),
         description="Fu et al. 2020: channels weighted by Σ ∇A ⊙ A / ΣA",
     ),
     Method(
         "layercam", "LayerCAM", layercam_method, (layer_parameter(),),
-        needs_gradients=True, queries=False, scaling="min-max", nearest=("gradcam",),
+        needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False, scaling="min-max", nearest=("gradcam",),
         description="Jiang et al. 2021: ReLU(Σ_k ReLU(∇A_k) ⊙ A_k)",
     ),
     Method(
         "gradcam-elementwise", "Grad-CAM (element-wise)", gradcam_elementwise_method,
-        (layer_parameter(),), needs_gradients=True, queries=False, scaling="min-max",
+        (layer_parameter(),), needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False, scaling="min-max",
         nearest=("hirescam", "gradcam"),
         description="Σ_k ReLU(∇A_k ⊙ A_k) on a layer's tokens",
     ),
     Method(
         "eigen-gradcam", "Eigen-Grad-CAM", eigen_gradcam_method, (layer_parameter(),),
-        needs_gradients=True, queries=False, scaling="min-max",
+        needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False, scaling="min-max",
         nearest=("eigencam", "gradcam"),
         description="first principal component of ∇A ⊙ A over the grid; ReLU",
     ),
     Method(
         "eigencam", "Eigen-CAM", eigencam_method, (layer_parameter(),),
-        queries=False, scaling="min-max", nearest=("eigen-gradcam", "gradcam"),
+        queries=False, scaling="min-max", cost="1 forward pass",
+        nearest=("eigen-gradcam", "gradcam"),
         description="Muhammad & Yeasin 2020: first principal component of a layer's tokens; "
         "no class",
     ),
@@ -629,13 +645,13 @@ BUILTIN_METHODS = (
         "scorecam", "Score-CAM", scorecam_method, (layer_parameter(),),
         needs_gradients=True, queries=False, scaling="min-max", nearest=("ablationcam", "gradcam"),
         description="Wang et al. 2020: channels weighted by the class's probability on the input "
-        "masked by each; cost: 1 + C forward passes (C the layer's channels)",
+        "masked by each", cost=SLOW_CAM_COST,
     ),
     Method(
         "ablationcam", "Ablation-CAM", ablationcam_method, (layer_parameter(),),
         needs_gradients=True, queries=False, scaling="min-max", nearest=("scorecam", "gradcam"),
         description="Desai & Ramaswamy 2020: channels weighted by the score's drop when each is "
-        "zeroed; cost: 1 + C forward passes (C the layer's channels)",
+        "zeroed", cost=SLOW_CAM_COST,
     ),
 )  # fmt: skip
 
