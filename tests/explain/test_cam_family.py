@@ -364,3 +364,15 @@ def test_the_table_states_each_cams_cost() -> None:
     for name in GRADIENT_CAMS:
         assert "| 1 forward, 1 backward pass to its layer |" in rows[name]
     assert "| 1 forward pass |" in rows["eigencam"]
+
+
+def test_eigencam_needs_no_head_and_the_gradient_cams_say_they_do() -> None:
+    from conftest import random_vit
+
+    from vitviz.kinds.vit import KIND as VIT
+
+    model, x = random_vit(0, num_classes=0), images(1, 32, 32, seed=6)
+    lp = layer_pass(VIT, model, x, "auto", gradients=False)
+    assert tuple(eigen_cam(lp.activations).shape) == (1, 4, 4) and lp.target.tolist() == [-1]
+    with pytest.raises(ValueError, match="needs a class score, and this model has no head"):
+        layer_pass(VIT, model, x, "auto")

@@ -70,7 +70,8 @@ def report(done: int, total: int) -> None:
 class LayerPass:
     """One pass's features of the chosen layer: ``activations`` (B, C, h, w) on its block's
     grid, ``gradients`` ∂y_c/∂activations (same shape) or None, ``logits`` (B, classes),
-    ``target`` (B,) the classes explained, ``layer`` the block and part read."""
+    ``target`` (B,) the classes explained (−1 without a head), ``layer`` the block and part
+    read."""
 
     activations: Tensor
     gradients: Tensor | None
@@ -125,9 +126,9 @@ def layer_pass(
     with torch.inference_mode(False), torch.set_grad_enabled(gradients), _edited(site, keep, None):
         inter = kind.intermediates(model, x)
         logits = inter.logits
-        if logits.shape[-1] == 0:
+        if logits.shape[-1] == 0 and (gradients or target is not None):
             raise ValueError("a CAM needs a class score, and this model has no head or prompts")
-        c = _targets(logits, target)
+        c = _targets(logits, target) if logits.shape[-1] else logits.new_full((len(x),), -1).long()
         grads = None
         if gradients:
             y = logits.gather(1, c[:, None]).sum()
