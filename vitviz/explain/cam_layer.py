@@ -253,12 +253,3 @@ class LayerParameter(Parameter):
 
 def layer_parameter() -> LayerParameter:
     return LayerParameter("layer", str, DEFAULT_LAYER, "Target layer", help=LAYER_HELP)
-
-
-def cam_methods() -> tuple[str, ...]:
-    """The names of the table's methods that read a target layer (the CAM family)."""
-    from vitviz.explain.methods import all_methods
-
-    return tuple(
-        m.name for m in all_methods() if any(isinstance(p, LayerParameter) for p in m.parameters)
-    )

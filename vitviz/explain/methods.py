@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.explain.ablationcam import ablationcam_method
-from vitviz.explain.cam_layer import layer_parameter
+from vitviz.explain.cam_layer import LayerParameter, layer_parameter
 from vitviz.explain.eigen_gradcam import eigen_gradcam_method
 from vitviz.explain.eigencam import eigencam_method
 from vitviz.explain.fusion import FUSIONS
@@ -419,6 +419,13 @@ def method_names() -> tuple[str, ...]:
 def methods_for(analysis: Explained) -> tuple[Method, ...]:
     """The methods that can run on ``analysis`` (its model kind, a head where needed)."""
     return tuple(m for m in _REGISTRY.values() if m.unavailable(analysis) is None)
+
+
+def cam_methods() -> tuple[str, ...]:
+    """The names of the methods that read a target layer (the CAM family, DESIGN §5)."""
+    return tuple(
+        m.name for m in all_methods() if any(isinstance(p, LayerParameter) for p in m.parameters)
+    )
 
 
 def ignored_parameters(kind: ModelKind) -> dict[str, dict[str, str]]:

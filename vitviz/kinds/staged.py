@@ -77,7 +77,7 @@ class StagedKind(TableKind):
     def view_words(self, analysis: Any) -> ViewWords:
         """Blocks ("0.1"), points of the input, the pool; the rollouts read the last stage's
         token and span the first stage's grid, Grad-CAM the last stage's grid."""
-        from vitviz.explain.cam_layer import cam_methods
+        from vitviz.explain.methods import cam_methods
         from vitviz.kindapi.protocol import ViewWords
 
         h0, w0 = analysis.stage_grids[0]
