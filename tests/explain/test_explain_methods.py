@@ -42,6 +42,15 @@ BUILTIN = (
     "attention-gradcam",
     "gradcam",
     "random",
+    "hirescam",
+    "gradcam-plusplus",
+    "xgradcam",
+    "layercam",
+    "gradcam-elementwise",
+    "eigen-gradcam",
+    "eigencam",
+    "scorecam",
+    "ablationcam",
 )
 GRID = (3, 5)  # non-square on purpose
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError, make_out_folder
+from vitviz.cli.pass_progress import passes_shown
 from vitviz.core.console import say
 
 if TYPE_CHECKING:
@@ -245,7 +246,8 @@ def explain_many(
                 continue
             analysis = item.analysis
             try:  # on the device; the maps cross to the host
-                maps = compute_maps(analysis, settings)
+                with passes_shown(path.name):
+                    maps = compute_maps(analysis, settings)
             except ValueError as exc:  # e.g. attention.head beyond the chosen layer's heads
                 raise CliError(str(exc)) from exc
             writer.put(analysis, maps, stem, str(path))

@@ -37,6 +37,7 @@ from vitviz.cli.method_options import (
     parse_param_options,
     table_for,
 )
+from vitviz.cli.pass_progress import passes_shown
 from vitviz.core.console import say
 
 if TYPE_CHECKING:
@@ -123,7 +124,8 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
     n = len(images)
     for i, path in enumerate(images, 1):
         try:
-            result, probs = _measure(loaded, path, names, params, args)
+            with passes_shown(path.name):
+                result, probs = _measure(loaded, path, names, params, args)
         except _SkippedError as exc:
             say(f"vitviz-cli: skipped {path}: {exc}")
             continue

@@ -63,7 +63,7 @@ def methods_text(methods: Iterable[Method]) -> str:
         lines = [f"{m.name}  ({m.label})", f"    {m.description}"]
         lines.append(
             f"    npz key {m.key}; needs {_needs(m)}; applies to {', '.join(sorted(m.applies_to))}"
-            f"; scaling {m.scaling}"
+            f"; scaling {m.scaling}; cost {m.cost}"
         )
         for p in m.parameters:
             helps = f": {p.help}" if p.help else ""
@@ -81,14 +81,14 @@ def _cell(text: str) -> str:
 def methods_markdown(methods: Iterable[Method]) -> str:
     """The method table of docs/methods.md: one row per method of the table, in its order."""
     rows = [
-        "| name | what it is | parameters (default) | needs | applies to |",
-        "|---|---|---|---|---|",
+        "| name | what it is | parameters (default) | needs | cost | applies to |",
+        "|---|---|---|---|---|---|",
     ]
     for m in methods:
         params = "; ".join(f"`{parameter_text(p)}`" for p in m.parameters) or "none"
         rows.append(
             f"| `{m.name}` | {_cell(m.label)}: {_cell(m.description)} | {_cell(params)} | "
-            f"{_needs(m)} | {', '.join(sorted(m.applies_to))} |"
+            f"{_needs(m)} | {_cell(m.cost)} | {', '.join(sorted(m.applies_to))} |"
         )
     return "\n".join(rows)
 

@@ -1,11 +1,13 @@
-"""Grad-CAM baselines for ViTs: on the last layer's attention (Chefer et al. 2021) and on tokens
-(as pytorch-grad-cam does it, with the grid taken from the model)."""
+"""Grad-CAM baselines: on the last layer's attention (Chefer et al. 2021) and on tokens (as
+pytorch-grad-cam does it, with the grid taken from the model): ``token_gradcam`` a ViT's last
+block's norm1, ``gradcam_method`` the table's on any layer of any kind (DESIGN §5)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
 
+from vitviz.explain.cam_layer import gradient_method
 from vitviz.explain.maps import attention_maps
 from vitviz.explain.targets import target_classes
 from vitviz.explain.tokens import min_max_scale, patch_part
@@ -63,3 +65,13 @@ def token_gradcam(model: nn.Module, x: Tensor, target: int | Tensor | None = Non
     weights = grads[:, P:].mean(dim=1, keepdim=True)  # (B, 1, D)
     cam = (f * weights).sum(dim=-1).clamp_min(0)  # (B, gh·gw)
     return min_max_scale(patch_part(cam, out.grid, 0))
+
+
+def grad_cam(activations: Tensor, gradients: Tensor) -> Tensor:
+    """Grad-CAM (Selvaraju et al. 2017) on a layer's features A (B, C, h, w) and G = ∂y_c/∂A:
+    w_k = mean over the grid of G_k; ReLU(Σ_k w_k A_k) -> (B, h, w), unscaled."""
+    weights = gradients.mean(dim=(2, 3))  # (B, C)
+    return (activations * weights[:, :, None, None]).sum(dim=1).clamp_min(0)
+
+
+gradcam_method = gradient_method("gradcam", grad_cam)  # the table's, on every kind (DESIGN §5)

@@ -32,11 +32,22 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vitviz.explain.ablationcam import ablationcam_method
+from vitviz.explain.cam_layer import LayerParameter, layer_parameter
+from vitviz.explain.eigen_gradcam import eigen_gradcam_method
+from vitviz.explain.eigencam import eigencam_method
 from vitviz.explain.feature_methods import pca_method, similarity_method, token_norm_method
 from vitviz.explain.fusion import FUSIONS
+from vitviz.explain.gradcam import gradcam_method
+from vitviz.explain.gradcam_elementwise import gradcam_elementwise_method
+from vitviz.explain.gradcam_plusplus import gradcam_plusplus_method
+from vitviz.explain.hirescam import hirescam_method
+from vitviz.explain.layercam import layercam_method
 from vitviz.explain.params import Parameter
 from vitviz.explain.random_map import random_method
+from vitviz.explain.scorecam import scorecam_method
 from vitviz.explain.subject import Explained
+from vitviz.explain.xgradcam import xgradcam_method
 from vitviz.kindapi import KindAnalysis, KindMethod, ModelKind, all_kinds, get_kind, kind_of
 
 Query = tuple[int, int] | None
@@ -88,6 +99,7 @@ class Method:
         nearest: tuple[str, ...] = (),  # the methods closest to it, closest first (the
         # window shows the first one a model can run when it can't run this one)
         map_kind: str = "scalar",  # scalar (gh, gw) | rgb (gh, gw, 3) colours (MAP_KINDS)
+        cost: str = "",  # what a map costs beyond the analysis ("" : the default for its needs)
     ) -> None:
         if not _NAME.match(name):
             raise ValueError(
@@ -116,6 +128,9 @@ class Method:
         self.needs_layers = needs_layers
         self.nearest = tuple(nearest)
         self.map_kind = map_kind
+        self.cost = cost or (
+            "a pass with gradients" if needs_gradients else "none: the analysis's attention"
+        )
 
     def __repr__(self) -> str:
         return f"Method({self.name!r}, {self.label!r})"
@@ -368,6 +383,7 @@ class Method:
             "needs_layers": self.needs_layers,
             "nearest": list(self.nearest),
             "map_kind": self.map_kind,
+            "cost": self.cost,
         }
 
 
@@ -412,6 +428,13 @@ def method_names() -> tuple[str, ...]:
 def methods_for(analysis: Explained) -> tuple[Method, ...]:
     """The methods that can run on ``analysis`` (its model kind, a head where needed)."""
     return tuple(m for m in _REGISTRY.values() if m.unavailable(analysis) is None)
+
+
+def cam_methods() -> tuple[str, ...]:
+    """The names of the methods that read a target layer (the CAM family, DESIGN §5)."""
+    return tuple(
+        m.name for m in all_methods() if any(isinstance(p, LayerParameter) for p in m.parameters)
+    )
 
 
 def ignored_parameters(kind: ModelKind) -> dict[str, dict[str, str]]:
@@ -517,6 +540,9 @@ DISCARD = Parameter(
 )  # fmt: skip
 
 
+GRADIENT_CAM_COST = "1 forward, 1 backward pass to its layer"
+SLOW_CAM_COST = "1 + C forward passes (C its layer's channels), 16 at a time"
+
 BUILTIN_METHODS = (
     Method(
         "attention", "Attention (layer, head)", None,
@@ -572,9 +598,12 @@ BUILTIN_METHODS = (
         description="last layer's attention, each head weighted by its mean gradient; ReLU",
     ),
     Method(
-        "gradcam", "Grad-CAM (tokens)", None, (), needs_gradients=True, queries=False,
+        "gradcam", "Grad-CAM (tokens)", gradcam_method, (layer_parameter(),),
+        needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False,
         scaling="min-max", nearest=("attention-gradcam", "grad-sam", "rollout"),
-        description="Grad-CAM on the last block's first LayerNorm output over the patch grid",
+        description="Grad-CAM on a layer's tokens (default the last block's first LayerNorm "
+        "output) over its grid",
     ),
     Method(
         "random", "Random (baseline)", random_method,
@@ -603,6 +632,64 @@ BUILTIN_METHODS = (
         ),
         queries=False, scaling="min-max", map_kind="rgb",
         description="first three principal components of the final-normed patch tokens as RGB",
+    ),
+    Method(
+        "hirescam", "HiResCAM", hirescam_method, (layer_parameter(),),
+        needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False, scaling="min-max", nearest=("gradcam",),
+        description="Draelos & Carin 2020: ReLU(Σ_k ∇A_k ⊙ A_k) on a layer's tokens",
+    ),
+    Method(
+        "gradcam-plusplus", "Grad-CAM++", gradcam_plusplus_method, (layer_parameter(),),
+        needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False, scaling="min-max", nearest=("gradcam",),
+        description="Chattopadhay et al. 2018: channels weighted by Σ α ReLU(∇A), "
+        "α = g²/(2g² + ΣA·g³)",
+    ),
+    Method(
+        "xgradcam", "XGrad-CAM", xgradcam_method, (layer_parameter(),),
+        needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False, scaling="min-max", nearest=("gradcam",),
+        description="Fu et al. 2020: channels weighted by Σ ∇A ⊙ A / ΣA",
+    ),
+    Method(
+        "layercam", "LayerCAM", layercam_method, (layer_parameter(),),
+        needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False, scaling="min-max", nearest=("gradcam",),
+        description="Jiang et al. 2021: ReLU(Σ_k ReLU(∇A_k) ⊙ A_k)",
+    ),
+    Method(
+        "gradcam-elementwise", "Grad-CAM (element-wise)", gradcam_elementwise_method,
+        (layer_parameter(),), needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False, scaling="min-max",
+        nearest=("hirescam", "gradcam"),
+        description="Σ_k ReLU(∇A_k ⊙ A_k) on a layer's tokens",
+    ),
+    Method(
+        "eigen-gradcam", "Eigen-Grad-CAM", eigen_gradcam_method, (layer_parameter(),),
+        needs_gradients=True,
+        cost=GRADIENT_CAM_COST, queries=False, scaling="min-max",
+        nearest=("eigencam", "gradcam"),
+        description="first principal component of ∇A ⊙ A over the grid; ReLU",
+    ),
+    Method(
+        "eigencam", "Eigen-CAM", eigencam_method, (layer_parameter(),),
+        queries=False, scaling="min-max", cost="1 forward pass",
+        nearest=("eigen-gradcam", "gradcam"),
+        description="Muhammad & Yeasin 2020: first principal component of a layer's tokens; "
+        "no class",
+    ),
+    Method(
+        "scorecam", "Score-CAM", scorecam_method, (layer_parameter(),),
+        needs_gradients=True, queries=False, scaling="min-max", nearest=("ablationcam", "gradcam"),
+        description="Wang et al. 2020: channels weighted by the class's probability on the input "
+        "masked by each", cost=SLOW_CAM_COST,
+    ),
+    Method(
+        "ablationcam", "Ablation-CAM", ablationcam_method, (layer_parameter(),),
+        needs_gradients=True, queries=False, scaling="min-max", nearest=("scorecam", "gradcam"),
+        description="Desai & Ramaswamy 2020: channels weighted by the score's drop when each is "
+        "zeroed", cost=SLOW_CAM_COST,
     ),
 )  # fmt: skip
 

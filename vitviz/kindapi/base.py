@@ -11,7 +11,7 @@ Torch-free at import: every member imports what it needs when called.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from PIL import Image
     from torch import Tensor, nn
 
+    from vitviz.kindapi.feature_sites import FeatureSite, LayerChoice
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
     from vitviz.kindapi.protocol import (
         ImageInput,
@@ -84,6 +85,49 @@ class KindBase:
     def readout(self, model: nn.Module) -> Readout:
         """Its network's final norm and head, applied to a block's tokens (DESIGN §5)."""
         raise ValueError(f"vitviz can't read a {self.label}'s blocks out through its head")
+    def feature_site(self, model: nn.Module, x: Tensor, layer: LayerChoice) -> FeatureSite:
+        """The CAM family's layer (DESIGN §5): ``layer``'s part of one of ``cam_blocks``,
+        put on the grid by ``tokens_on_grid``."""
+        from vitviz.kindapi.feature_sites import (
+            DEFAULT_LAYER,
+            FeatureSite,
+            LayerChoice,
+            first_item,
+            with_first_item,
+        )
+
+        blocks = self.cam_blocks(model)
+        if layer.part == DEFAULT_LAYER:
+            layer = LayerChoice(-1, self.default_cam_part(model))
+        choice = layer.resolved(len(blocks))
+        block = blocks[choice.block]
+        module = block if choice.part == "output" else getattr(block, choice.part, None)
+        if module is None:
+            raise ValueError(f"block {choice.block} of this {self.label} has no {choice.part}")
+        return FeatureSite(
+            module=module,
+            tensor=first_item,
+            to_grid=self.tokens_on_grid(model, x, choice),
+            replace=with_first_item,
+            depth=len(blocks),
+        )
+
+    def default_cam_part(self, model: nn.Module) -> str:
+        """The part of the last block a CAM reads by default: its norm1 (token Grad-CAM's)."""
+        return "norm1"
+
+    def cam_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
+        """The blocks the intermediates accessor's ``blocks`` read, in its order."""
+        blocks = getattr(model, "blocks", None)
+        if blocks is None:
+            raise ValueError(f"vitviz can't take a {self.label} apart into its blocks")
+        return list(blocks)
+
+    def tokens_on_grid(
+        self, model: nn.Module, x: Tensor, layer: LayerChoice
+    ) -> Callable[[Tensor, tuple[int, int]], Tensor]:
+        """(tokens channels last, the block's grid) -> (B, C, h, w) for ``layer`` (resolved)."""
+        raise ValueError(f"vitviz can't put a {self.label}'s layer {layer.text} on its grid")
 
     # -- methods -------------------------------------------------------------------------------
     def _methods(self) -> Any:

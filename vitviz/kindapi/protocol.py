@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds be
 
     from vitviz.imaging import Preprocessing
     from vitviz.imaging.loading import ImageSource
+    from vitviz.kindapi.feature_sites import FeatureSite, LayerChoice
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
 
     ImageInput = ImageSource | Tensor  # what analyze reads: a file, bytes, an image or (C, H, W)
@@ -470,6 +471,12 @@ class AnalysingMembers(Protocol):
     def readout(self, model: nn.Module) -> Readout:
         """``model``'s final norm and head as they apply to any block's tokens (the logit lens,
         the PCA's final tokens; DESIGN §5); ValueError (a clause) where it has none."""
+        ...
+
+    def feature_site(self, model: nn.Module, x: Tensor, layer: LayerChoice) -> FeatureSite:
+        """Where the CAM family reads ``layer`` (a block's norm1, norm2 or output) of ``model``
+        for the input x (B, C, H, W) (DESIGN §5); ValueError (a clause) for a layer it can't
+        read."""
         ...
 
 

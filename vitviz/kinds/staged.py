@@ -77,11 +77,11 @@ class StagedKind(TableKind):
     def view_words(self, analysis: Any) -> ViewWords:
         """Blocks ("0.1"), points of the input, the pool; the rollouts read the last stage's
         token and span the first stage's grid, Grad-CAM the last stage's grid."""
+        from vitviz.explain.methods import cam_methods
         from vitviz.kindapi.protocol import ViewWords
 
         h0, w0 = analysis.stage_grids[0]
         last = analysis.block_stages[-1]
-        hl, wl = self.token_geometry(analysis).layers[-1].grid
         over = f"over stage 0's {h0}×{w0} tokens"
         return ViewWords(
             layer="block",
@@ -93,7 +93,8 @@ class StagedKind(TableKind):
             title_query="query token ({trow}, {tcol}) of {th}×{tw}",
             method_query_none=f"from {self.POOL_SOURCE} · {over}",
             method_query=f"from stage {last}'s token ({{trow}}, {{tcol}}) · {over}",
-            method_fixed={"gradcam": f"stage {last}'s {hl}×{wl} tokens"},
+            # the CAM family: its target layer's stage grid, brought to stage 0's
+            method_fixed=dict.fromkeys(cam_methods(), f"its layer's stage grid, {over}"),
         )
 
     def evaluate_faithfulness(

@@ -10,7 +10,7 @@ it writes its identity, loading and what differs. Torch-free at import.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from vitviz.kindapi.base import KindBase
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from PIL import Image
     from torch import Tensor, nn
 
+    from vitviz.kindapi.feature_sites import LayerChoice
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
     from vitviz.kindapi.protocol import (
         FaithfulnessReport,
@@ -102,6 +103,24 @@ class TokenLayoutKind(KindBase):
         from vitviz.kinds.readouts import token_layout_readout
 
         return token_layout_readout(model)
+    def tokens_on_grid(
+        self, model: nn.Module, x: Tensor, layer: LayerChoice
+    ) -> Callable[[Tensor, tuple[int, int]], Tensor]:
+        """A block's tokens (B, N, C) end with its grid's, row-major (DESIGN §3): the last
+        h·w of them, (B, C, h, w). A residual post-norm block's norm1 normalises the attention's
+        output, not the tokens: refused (DESIGN §5)."""
+        config = getattr(model, "config", None)
+        if layer.part == "norm1" and getattr(config, "res_post_norm", False):
+            raise ValueError(
+                "a residual post-norm block's first LayerNorm normalises the attention's output, "
+                "not the tokens; pick its norm2 or output"
+            )
+
+        def on_grid(tokens: Tensor, grid: tuple[int, int]) -> Tensor:
+            h, w = grid
+            return tokens[:, tokens.shape[1] - h * w :].transpose(1, 2).unflatten(-1, (h, w))
+
+        return on_grid
 
     # -- methods -------------------------------------------------------------------------------
     def parameter_bounds(self, subject: Analysis | nn.Module) -> tuple[int, int]:

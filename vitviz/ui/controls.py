@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from vitviz.ui.cam_layer_picker import LAYER_PARAMETER, CamLayerPicker
 from vitviz.ui.colors import COLORMAPS
 from vitviz.ui.wheel_guard import guard_wheel
 from vitviz.workers.messages import OLD_METHOD_NAMES, MapParams, MethodInfo, ParamInfo
@@ -35,6 +36,12 @@ ATTENTION = "attention"  # drawn from the head maps the window holds (its speed 
 def from_selection(p: ParamInfo) -> bool:
     """A method's layer or head index comes from the Layer/Head selectors (and grid clicks)."""
     return p.name in SELECTION and p.per == p.name
+
+
+def from_layer_picker(p: ParamInfo) -> bool:
+    """A CAM method's target layer (text ``BLOCK.PART``) comes from the picker beside the
+    method (``CamLayerPicker``)."""
+    return p.name == LAYER_PARAMETER and p.type == "str"
 
 
 class ParamPanel(QGroupBox):
@@ -58,7 +65,11 @@ class ParamPanel(QGroupBox):
         while self.form.rowCount():
             self.form.removeRow(0)
         self.widgets = {}
-        shown = [] if method is None else [p for p in method.parameters if not from_selection(p)]
+        shown = (
+            []
+            if method is None
+            else [p for p in method.parameters if not (from_selection(p) or from_layer_picker(p))]
+        )
         for p in shown:
             widget = self._widget(p)
             widget.setToolTip(p.help)
@@ -74,6 +85,8 @@ class ParamPanel(QGroupBox):
                     "none"
                     if method is None or not method.parameters
                     else "layer and head: the selectors above"
+                    if not any(map(from_layer_picker, method.parameters))
+                    else "the target layer: the picker above"
                 )
             )
         self.setTitle(f"{method.label}: parameters" if method is not None else "Method parameters")
@@ -178,6 +191,7 @@ class ViewControls(QWidget):
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
         self.method.setMinimumContentsLength(14)
+        self.cam_layer = CamLayerPicker()  # a CAM method's target layer, beside the method
         self.layer = QSpinBox()
         self.layer.setRange(0, 0)  # counted from 0, as everywhere a user reads or types
         self.layer.setPrefix("layer ")
@@ -211,6 +225,8 @@ class ViewControls(QWidget):
         what = QGroupBox("Map")
         form = QFormLayout(what)
         form.addRow("Method", self.method)
+        form.addRow("Target layer", self.cam_layer)
+        self._map_form = form
         form.addRow("Layer", self.layer)
         form.addRow("Head", self.head)
         query_row = QHBoxLayout()
@@ -236,6 +252,8 @@ class ViewControls(QWidget):
         layout.addStretch(1)
 
         self.method.currentIndexChanged.connect(self._method_changed)
+        self.cam_layer.chosen.connect(self._cam_layer_chosen)
+        self._show_cam_layer()
         self.param_panel.changed.connect(self.paramsChanged)
         self.layer.valueChanged.connect(self._selection_changed)
         self.head.currentIndexChanged.connect(self._selection_changed)
@@ -287,6 +305,7 @@ class ViewControls(QWidget):
         self.method.setCurrentIndex(index)
         self.method.blockSignals(blocked)
         self.param_panel.show_method(self.current_method())
+        self._show_cam_layer()
 
     def current_method(self) -> MethodInfo | None:
         return self.methods.get(self.method.currentData())
@@ -304,6 +323,25 @@ class ViewControls(QWidget):
         if m is not None:
             self.wanted_method = m.name
         self.param_panel.show_method(m)
+        self._show_cam_layer()
+        self.paramsChanged.emit()
+
+    def _show_cam_layer(self) -> None:
+        """The target-layer picker, shown for a method that takes one, with its value."""
+        m = self.current_method()
+        p = None if m is None else next(filter(from_layer_picker, m.parameters), None)
+        self._map_form.setRowVisible(self.cam_layer, p is not None)
+        if m is not None and p is not None:
+            self.cam_layer.set_layer(str(self.param_panel.values.get(m.name, {}).get(
+                p.name, p.default)))  # fmt: skip
+            why = self.param_panel.ignored.get(m.name, {}).get(p.name)
+            self.cam_layer.setEnabled(why is None)
+
+    def _cam_layer_chosen(self, text: str) -> None:
+        m = self.current_method()
+        if m is None:
+            return
+        self.param_panel.set_value(m.name, LAYER_PARAMETER, text)
         self.paramsChanged.emit()
 
     def _selection_changed(self) -> None:
@@ -320,6 +358,7 @@ class ViewControls(QWidget):
             w.blockSignals(True)
         self.layer.setRange(0, layers - 1)
         self.param_panel.set_shape(layers, heads)
+        self.cam_layer.set_blocks(layers)
         self.layer.setPrefix(f"{self.layer_word} ")
         layer = self.selected_layer()
         self._fill_heads(self.row_heads[layer] if layer < len(self.row_heads) else heads)

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QProgressBar,
+    QPushButton,
     QTabWidget,
     QToolBar,
     QVBoxLayout,
@@ -151,6 +152,7 @@ class MainWindow(QMainWindow):
         self.client.userError.connect(self._on_user_error)
         self.client.failed.connect(self._on_failed)
         self.client.busyChanged.connect(self._on_busy)
+        self.client.passProgress.connect(self._on_passes)
         self.viewer.hoverText.connect(self.hover_label.setText)
         self.viewer.prompt_box.applyRequested.connect(self.apply_prompts)
         self.folder_stats = FolderStatsRunner(self)
@@ -176,6 +178,12 @@ class MainWindow(QMainWindow):
         self.progress.hide()
         bar.addWidget(self.hover_label, 1)
         bar.addPermanentWidget(self.progress)
+        self.passes_cancel = QPushButton("Cancel")  # a long method's forward passes
+        self.passes_cancel.setToolTip("Stop this map's forward passes")
+        self.passes_cancel.hide()
+        self.passes_cancel.clicked.connect(self._cancel_passes)
+        self._passes_channel = ""
+        bar.addPermanentWidget(self.passes_cancel)
         self.assumed_label = QLabel("")  # the settings opened on a guess, until confirmed
         self.assumed_label.setStyleSheet(ASSUMED_STYLE)
         self.assumed_label.hide()
@@ -902,6 +910,23 @@ class MainWindow(QMainWindow):
         else:
             self._busy_timer.stop()
             self.progress.hide()
+            self.progress.setRange(0, 0)
+            self.passes_cancel.hide()
+
+    def _on_passes(self, channel: str, done: int, total: int) -> None:
+        """A long method's forward passes (Score-CAM, Ablation-CAM): counted, with Cancel."""
+        self._passes_channel = channel
+        self.progress.setRange(0, max(1, total))
+        self.progress.setValue(done)
+        self.progress.setFormat("%v/%m passes")
+        self.progress.show()
+        self.passes_cancel.setVisible(done < total)
+
+    def _cancel_passes(self) -> None:
+        if self._passes_channel:
+            self.client.cancel(self._passes_channel)
+        self.passes_cancel.hide()
+        self.progress.setRange(0, 0)
 
     def show_families(self) -> FamiliesDialog:
         """Help ▸ Supported checkpoints: the families table, modeless."""

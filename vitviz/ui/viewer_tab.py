@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QSplitter, QTabWidget, QVBoxL
 
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.charts import PredictionsChart
-from vitviz.ui.controls import ATTENTION, MEAN, ViewControls
+from vitviz.ui.controls import ATTENTION, MEAN, ViewControls, from_layer_picker
 from vitviz.ui.faithfulness_panel import FaithfulnessPanel
 from vitviz.ui.head_grid_panel import HeadGridPanel
 from vitviz.ui.layer_view import LayerView
@@ -439,6 +439,10 @@ class ViewerTab(QWidget):
             return self.layers.attention_title(m, layer, head, self.query)
         kind_words = self.layers.method_words(m, m.params.method, self.query)
         if kind_words is not None:  # the kind words what the method starts from and spans
+            picker = next(filter(from_layer_picker, info.parameters), None)
+            if picker is not None:  # a CAM: the layer it read
+                chosen = m.params.params().get(picker.name, picker.default)
+                kind_words += f" · target layer {chosen}"
             return f"{info.label} · {kind_words}"
         layers = self.image.num_layers
         words = self.image.words

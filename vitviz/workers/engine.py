@@ -40,6 +40,7 @@ class Engine(QObject):
     userError = Signal(int, str, object)  # request id, channel, UserError
     failed = Signal(int, str, str)  # request id, channel, traceback text
     skipped = Signal(int, str)  # request id, channel: superseded, not run
+    passes = Signal(int, str, int, int)  # request id, channel, forward passes done, in all
 
     def __init__(self, latest: dict[str, int]) -> None:
         super().__init__()
@@ -51,8 +52,19 @@ class Engine(QObject):
         if req_id < self._latest.get(channel, 0):
             self.skipped.emit(req_id, channel)  # superseded before it started
             return
+        from vitviz.explain.cam_layer import CamCancelledError, reporting
+
+        def report(done: int, total: int) -> None:
+            self.passes.emit(req_id, channel, done, total)
+
+        def stale() -> bool:  # a newer request on the channel (or a cancel) stops the passes
+            return req_id < self._latest.get(channel, 0)
+
         try:
-            result = job(self.state)
+            with reporting(report, stale):  # a long method's passes (DESIGN §5)
+                result = job(self.state)
+        except CamCancelledError:
+            self.skipped.emit(req_id, channel)
         except jobs.UserFacingError as exc:
             self.userError.emit(req_id, channel, UserError(str(exc), exc.kind, exc.details))
         except Exception:  # noqa: BLE001 - every bug goes to the one error dialog
@@ -68,6 +80,7 @@ class EngineClient(QObject):
     userError = Signal(str, object)  # channel, UserError
     failed = Signal(str, str)  # channel, traceback text
     busyChanged = Signal(bool)
+    passProgress = Signal(str, int, int)  # channel, forward passes done, in all (the newest's)
     _submit = Signal(int, str, object)
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -84,6 +97,7 @@ class EngineClient(QObject):
         self._engine.userError.connect(self._on_user_error)
         self._engine.failed.connect(self._on_failed)
         self._engine.skipped.connect(self._settle)
+        self._engine.passes.connect(self._on_passes)
         self._thread.start()
 
     # -- requests -------------------------------------------------------------------------------
@@ -104,6 +118,11 @@ class EngineClient(QObject):
         self._next_id += 1
         self._latest[channel] = self._next_id
 
+    def cancel(self, channel: str) -> None:
+        """Stop the request running on ``channel`` at its next batch of forward passes (a
+        Score-CAM's, an Ablation-CAM's): it is superseded, its result never comes."""
+        self.supersede(channel)
+
     def is_busy(self) -> bool:
         return self._pending > 0
 
@@ -119,6 +138,10 @@ class EngineClient(QObject):
 
     def _current(self, req_id: int, channel: str) -> bool:
         return req_id >= self._latest[channel]
+
+    def _on_passes(self, req_id: int, channel: str, done: int, total: int) -> None:
+        if self._current(req_id, channel):
+            self.passProgress.emit(channel, done, total)
 
     def _on_finished(self, req_id: int, channel: str, result: object) -> None:
         self._settle()

@@ -10,7 +10,7 @@ one (``training`` is None: the Training tab does not offer it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from vitviz.kindapi.protocol import LayerGrid, LayerRow, TokenGeometry
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import numpy as np
     from torch import Tensor, nn
 
+    from vitviz.kindapi.feature_sites import LayerChoice
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kindapi.protocol import (
         FaithfulnessReport,
@@ -171,6 +172,20 @@ class PyramidKind(StagedKind):
         if isinstance(model, HieraViT):
             return norm_of_mean_readout(model.head, model.head.norm, width)
         return mean_pool_readout(model.stages[-1].norm, model.head, width)
+    def default_cam_part(self, model: nn.Module) -> str:
+        """A Hiera's last block may pool: its norm2 is on the last grid (a PVT's norm1)."""
+        from vitviz.kinds.pyramid.hiera_network import HieraViT
+
+        return "norm2" if isinstance(model, HieraViT) else "norm1"
+
+    def tokens_on_grid(
+        self, model: nn.Module, x: Tensor, layer: LayerChoice
+    ) -> Callable[[Tensor, tuple[int, int]], Tensor]:
+        """A block's tokens, its norms' too, row-major on its grid (a Hiera's unrolled order
+        undone; DESIGN §5)."""
+        from vitviz.kinds.pyramid.intermediates import pyramid_tokens_on_grid
+
+        return pyramid_tokens_on_grid(model, x, layer)
 
     def head_statistics(self, analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
         from vitviz.kinds.pyramid.stats import head_statistics

@@ -16,7 +16,8 @@ on its stage's grid and every head's output before the attention's projection, r
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch import Tensor, nn
@@ -34,6 +35,9 @@ from vitviz.kinds.staged_intermediates import (
     permuted,
     staged_intermediates,
 )
+
+if TYPE_CHECKING:
+    from vitviz.kindapi.feature_sites import LayerChoice
 
 
 def _on_grid(tokens: Tensor, grid: tuple[int, int]) -> Tensor:
@@ -139,3 +143,22 @@ def pyramid_intermediates(
         f"the intermediates accessor needs vitviz's PyramidViT or HieraViT, got "
         f"{type(model).__name__}"
     )
+
+
+def pyramid_tokens_on_grid(
+    model: nn.Module, x: Tensor, layer: LayerChoice
+) -> Callable[[Tensor, tuple[int, int]], Tensor]:
+    """(B, N, C) tokens of ``layer`` (resolved) -> (B, C, h, w) on its block's grid: row-major
+    for a PVT v2 or Twins; a Hiera's unrolled order undone (DESIGN §5's CAM layers), a pooling
+    block's norm1 on the stage before's grid (the tokens it reads)."""
+    if not isinstance(model, HieraViT):
+        return lambda tokens, grid: _on_grid(tokens, grid)
+    sites = HieraSites(model, model_input(model, x))
+    pools, _, g_in, _ = model.block_plan(layer.block, sites.grid0)
+    if not (pools and layer.part == "norm1"):
+        order = sites.orders[layer.block]
+        return lambda tokens, grid: _on_grid(order.gather(tokens), grid)
+    # a pooling block's norm1 reads the stage before's tokens, in that stage's unrolled order
+    cfg, s = model.config, model.block_stages[layer.block]
+    before = permuted(unrolled_order(g_in, cfg.q_stride, cfg.num_stages - s).to(x.device))
+    return lambda tokens, grid: _on_grid(before.gather(tokens), tuple(g_in))

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.pyramid.analysis import PyramidAnalysis, analyze_pyramid
 from vitviz.kinds.pyramid.gradcam import pyramid_token_gradcam
@@ -164,5 +165,5 @@ METHODS: dict[str, KindMethod] = {
     "relevance": KindMethod(
         _version("relevance"), refusals=NOT_ACROSS_STAGES, requires=_requires_own
     ),
-    "gradcam": KindMethod(_version("gradcam"), requires=_requires_own),
+    "gradcam": KindMethod(gradcam_method, requires=_requires_own),
 }

@@ -6,7 +6,7 @@ and its versions of the table's methods are the modules beside this one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from vitviz.kindapi.protocol import LayerGrid, LayerRow, TokenGeometry
@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
     from torch import Tensor, nn
 
     from vitviz.checkpoints import LoadedModel
+    from vitviz.kindapi.feature_sites import LayerChoice
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kindapi.protocol import (
         FaithfulnessReport,
@@ -134,6 +135,13 @@ class SwinKind(StagedKind):
         if not isinstance(model, SwinTransformer):
             return super().readout(model)
         return mean_pool_readout(model.norm, model.head, int(model.config.dims[-1]))
+    def tokens_on_grid(
+        self, model: nn.Module, x: Tensor, layer: LayerChoice
+    ) -> Callable[[Tensor, tuple[int, int]], Tensor]:
+        """A block's maps (B, H, W, C), its norms' too, on its grid (DESIGN §5)."""
+        from vitviz.kinds.swin.intermediates import swin_tokens_on_grid
+
+        return swin_tokens_on_grid
 
     def head_statistics(self, analysis: SwinAnalysis) -> dict[str, np.ndarray]:
         from vitviz.kinds.swin.stats import padded_head_statistics

@@ -94,3 +94,10 @@ def swin_intermediates(
             f"{type(model).__name__} (a Swin from a user's file has no such accessor yet)"
         )
     return staged_intermediates(SwinSites(model), model_input(model, x), replace)
+
+
+def swin_tokens_on_grid(tokens: Tensor, grid: tuple[int, int]) -> Tensor:
+    """A block's (or its norms') maps (B, H, W, C) -> (B, C, H, W) (DESIGN §5's CAM layers)."""
+    if tuple(tokens.shape[1:3]) != tuple(grid):
+        raise ValueError(f"a {tuple(tokens.shape[1:3])} map is not on the block's {grid} grid")
+    return tokens.permute(0, 3, 1, 2)

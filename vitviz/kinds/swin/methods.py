@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.swin.analysis import SwinAnalysis
 from vitviz.kinds.swin.attention import from_slots, query_row, windowed_attention
@@ -165,7 +166,7 @@ METHODS: dict[str, KindMethod] = {
     "attention": KindMethod(_version("attention")),
     "rollout": KindMethod(_version("rollout"), refusals=NOT_IN_WINDOWED_ROLLOUT),
     "gradient-rollout": KindMethod(_version("gradient-rollout"), refusals=NOT_IN_WINDOWED_ROLLOUT),
-    "gradcam": KindMethod(_version("gradcam"), requires=_requires_own_swin),
+    "gradcam": KindMethod(gradcam_method, requires=_requires_own_swin),
 }
 # ... and what it can't run (``SwinKind.missing_method``), with why
 CANNOT: dict[str, str] = dict.fromkeys(

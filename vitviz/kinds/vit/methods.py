@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.explain.attribution import AttributionResult, attention_relevance, attribution_map
-from vitviz.explain.gradcam import attention_gradcam, token_gradcam
+from vitviz.explain.gradcam import attention_gradcam, gradcam_method
 from vitviz.explain.maps import attention_maps
 from vitviz.explain.subject import Explained
 from vitviz.explain.tokens import min_max_scale
@@ -103,13 +103,7 @@ def _attention_gradcam(a: Explained, q: Query, c: int | None, p: Mapping[str, An
 
 
 def _gradcam(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-    cls = target_class(a, c)
-
-    def build() -> Tensor:
-        model, x = model_input(a)
-        return token_gradcam(model, x, cls)[0].cpu()
-
-    return cached_result(a, ("gradcam", cls), build).clone()  # the cached map stays as it is
+    return gradcam_method(a, q, c, p)  # the table's, on its layer (DESIGN §5)
 
 
 def _own_vit(reads: str) -> Callable[[str, nn.Module], str | None]:

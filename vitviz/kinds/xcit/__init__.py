@@ -107,5 +107,9 @@ class XcitKind(ClassAttentionLayers, TokenLayoutKind):
 
         return xcit_intermediates(model, x, replace=replace)
 
+    def cam_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
+        """The XCA blocks, then the class-attention blocks (the accessor's ``blocks``)."""
+        return [*model.xca_blocks, *model.blocks]
+
 
 KIND = XcitKind()

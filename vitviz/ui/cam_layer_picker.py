@@ -1,0 +1,74 @@
+"""The CAM family's target layer beside the method (DESIGN §5): ``auto``, the last block's
+norm1, norm2 and output, then every block's; any other ``BLOCK.PART`` can be typed."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QComboBox, QWidget
+
+from vitviz.kindapi.feature_sites import DEFAULT_LAYER, PARTS, parse_layer
+
+LAYER_PARAMETER = "layer"  # a CAM method's text parameter the picker sets
+
+
+class CamLayerPicker(QComboBox):
+    """An editable list of layers; ``chosen(text)`` when the user picks or types a valid one
+    (a text that is not ``BLOCK.PART`` goes back to the last valid one)."""
+
+    chosen = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setEditable(True)
+        self.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        self.setToolTip(
+            "The layer the CAM reads: BLOCK.PART, a block from 0 (-1 the last) and its norm1, "
+            "norm2 or output; auto: the model's usual one (the last block's norm1)"
+        )
+        self._valid = DEFAULT_LAYER
+        self.set_blocks(1)
+        self.activated.connect(lambda _i: self._take(self.currentText()))
+        line = self.lineEdit()
+        assert line is not None
+        line.editingFinished.connect(lambda: self._take(line.text()))
+
+    def set_blocks(self, blocks: int) -> None:
+        """Offer ``blocks`` blocks' parts (the model's), keeping the current layer."""
+        current = self._valid
+        self.blockSignals(True)
+        self.clear()
+        self.addItem(f"{DEFAULT_LAYER} (the last block's norm1)", DEFAULT_LAYER)
+        for b in (-1, *range(max(0, blocks))):
+            for part in PARTS:
+                text = f"{b}.{part}"
+                self.addItem(f"{text} (last block)" if b == -1 else text, text)
+        self.blockSignals(False)
+        self.set_layer(current)
+
+    def set_layer(self, text: str) -> None:
+        """Show ``text`` (a layer's canonical text) without emitting ``chosen``."""
+        self._valid = text
+        self.blockSignals(True)
+        index = self.findData(text)
+        if index >= 0:
+            self.setCurrentIndex(index)
+        else:
+            self.setEditText(text)
+        self.blockSignals(False)
+
+    def layer(self) -> str:
+        return self._valid
+
+    def _take(self, text: str) -> None:
+        index = self.findText(text)
+        data = self.itemData(index) if index >= 0 else text.strip()
+        try:
+            value = parse_layer(str(data)).text
+        except ValueError:
+            self.set_layer(self._valid)
+            return
+        if value != self._valid:
+            self.set_layer(value)
+            self.chosen.emit(value)
+        else:
+            self.set_layer(value)
