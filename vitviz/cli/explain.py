@@ -15,6 +15,7 @@ from vitviz.cli.common import (
     add_prompt_options,
     load_for,
 )
+from vitviz.cli.engine_options import add_engine_options, check_engine_options, engine_inputs
 from vitviz.cli.explain_batch import add_batch_options, expand_images, explain_many, layers_option
 from vitviz.cli.method_options import add_method_options, map_settings
 from vitviz.core.console import say
@@ -72,6 +73,7 @@ def add_parser(subparsers: SubParsers) -> None:
     add_model_code_options(ex)
     add_prompt_options(ex)
     add_batch_options(ex)
+    add_engine_options(ex)
     ex.set_defaults(func=cmd_explain)
 
 
@@ -81,7 +83,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from vitviz.core.devices import resolve_device
 
     check_explain_options(args)
-    images = expand_images(args.images)
+    check_engine_options(args)
+    images = expand_images(engine_inputs(args, args.images))
     try:
         device = resolve_device(args.device)
     except ValueError as exc:
@@ -90,6 +93,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
         args.checkpoint = _default_checkpoint()
     loaded = load_for(args)
     settings = model_settings(args, loaded, device)
+    if args.engine == "ray":  # the same per-image work on Ray's workers (DESIGN §7)
+        from vitviz.cli.on_ray import explain_on_ray
+
+        del loaded
+        return explain_on_ray(args, images, settings)
     return explain_many(args, loaded, images, settings)  # batches, a writer thread
 
 
