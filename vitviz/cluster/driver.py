@@ -119,13 +119,13 @@ class RayRun:
             for o in run_on_ray(self._ray, job, todo, self.options, self.workers):
                 if order.seen(o.index):
                     continue  # a repeat (a retried batch): counted once
-                for ready in order.add(o):
-                    self._handle(ready, checkpoint)
-                    yield ready
                 computed += 1
                 failed += o.error is not None
                 self.record.computed += 1
                 progress.update(computed, failed)
+                for ready in order.add(o):
+                    self._handle(ready, checkpoint)
+                    yield ready
         finally:
             progress.finish()
             for o in order.drain():  # finished but behind a missing one: kept in the table

@@ -173,7 +173,7 @@ def run_on_ray(
     ds = ds.map_batches(
         _worker_class(job),
         batch_size=per_task,
-        compute=ray.data.ActorPoolStrategy(size=workers),
+        compute=ray.data.ActorPoolStrategy(size=min(workers, blocks)),  # no idle actor
         batch_format="numpy",
         **remote,
     )

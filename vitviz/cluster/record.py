@@ -52,7 +52,7 @@ def _schema(methods: Sequence[str]) -> Any:
     fields = [
         ("path", pa.string()),
         ("checkpoint", pa.string()),
-        ("status", pa.string()),  # "ok" | "failed"
+        ("status", pa.string()),  # "ok" | "failed" | "skipped"
         ("error", pa.string()),
         ("target_class", pa.int64()),
         ("top5_classes", pa.list_(pa.int64())),
@@ -65,6 +65,14 @@ def _schema(methods: Sequence[str]) -> Any:
     return pa.schema(fields)
 
 
+def _status(outcome: Outcome) -> str:
+    """failed (its error), ok (its numbers), skipped (done before, its numbers not known:
+    ``--resume`` found its files but no row of them in the previous table)."""
+    if outcome.error is not None:
+        return "failed"
+    return "ok" if outcome.record else "skipped"
+
+
 def table_row(outcome: Outcome, checkpoint: str, methods: Sequence[str]) -> dict[str, Any]:
     """One image's row of ``images.parquet``."""
     r = outcome.record or {}
@@ -73,7 +81,7 @@ def table_row(outcome: Outcome, checkpoint: str, methods: Sequence[str]) -> dict
     row: dict[str, Any] = {
         "path": outcome.path,
         "checkpoint": checkpoint,
-        "status": "failed" if outcome.error is not None else "ok",
+        "status": _status(outcome),
         "error": outcome.error,
         "target_class": r.get("target_class"),
         "top5_classes": [int(c) for c, _ in top5] if top5 else None,
