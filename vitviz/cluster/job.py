@@ -5,7 +5,8 @@ per-image work is written; every engine calls it, so the files are the same whic
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -28,17 +29,21 @@ class Outcome:
     record: dict[str, Any] | None = None
     error: str | None = None
     worker: int = 0  # the process id of the worker that made it (0: the driver)
+    finished: float = field(default_factory=time.time)  # when it was made (the epoch, s)
 
     def to_json(self) -> str:
         return json.dumps(
             {"index": self.index, "path": self.path, "record": self.record,
-             "error": self.error, "worker": self.worker}
+             "error": self.error, "worker": self.worker, "finished": self.finished}
         )  # fmt: skip
 
     @classmethod
     def from_json(cls, text: str) -> Outcome:
         d = json.loads(text)
-        return cls(int(d["index"]), str(d["path"]), d["record"], d["error"], int(d["worker"]))
+        return cls(
+            int(d["index"]), str(d["path"]), d["record"], d["error"], int(d["worker"]),
+            float(d["finished"]),
+        )  # fmt: skip
 
 
 class ImageJob(Protocol):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -159,7 +160,9 @@ def run_on_ray(
     repeat one: the caller keeps the first)."""
     if not items:
         return
-    context = ray.data.DataContext.get_current()
+    with warnings.catch_warnings():  # Ray Data's context warns about its own defaults
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # vitviz draws its own (images/s, ETA)
     context.print_on_execution_start = False
     per_task = max(1, options.images_per_task)
