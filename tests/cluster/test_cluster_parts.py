@@ -110,3 +110,44 @@ def test_without_ray_one_line_says_how_to_install_it(
             "pip install 'vitviz[cluster]'"
         ]
     assert not (tmp_path / "out").exists()
+
+
+class _Job:
+    """A job whose model can't open (``broken``) or whose run fails on image ``bad``."""
+
+    def __init__(self, broken: bool = False, bad: int = -1) -> None:
+        self.broken, self.bad = broken, bad
+
+    def open(self) -> str:
+        if self.broken:
+            raise OSError("model.safetensors: no such file on this node")
+        return "model"
+
+    def run(self, state: str, items: list) -> list[Outcome]:
+        if any(it.index == self.bad for it in items):
+            raise RuntimeError("CUDA error:\n  device-side assert")
+        return [Outcome(it.index, it.path, {"by": state}) for it in items]
+
+    def complete(self, item, record) -> bool:
+        return False
+
+
+def _batch(n: int) -> dict:
+    return {
+        "index": np.arange(n),
+        "path": np.array([f"im{i}.png" for i in range(n)], dtype=object),
+        "stem": np.array([f"im{i}" for i in range(n)], dtype=object),
+    }
+
+
+def test_a_worker_records_failures_instead_of_failing_the_run() -> None:
+    from vitviz.cluster.ray_engine import _Worker
+
+    rows = _Worker(_Job(bad=1))(_batch(3))["outcome"]
+    got = [Outcome.from_json(r) for r in rows]
+    assert [o.index for o in got] == [0, 1, 2]
+    assert got[0].record == {"by": "model"} and got[2].record == {"by": "model"}
+    assert got[1].error == "RuntimeError: CUDA error: device-side assert"  # one line
+    broken = [Outcome.from_json(r) for r in _Worker(_Job(broken=True))(_batch(2))["outcome"]]
+    why = "OSError: model.safetensors: no such file on this node"
+    assert [o.error for o in broken] == [f"the worker could not open the model: {why}"] * 2

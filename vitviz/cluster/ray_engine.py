@@ -90,8 +90,13 @@ class _Worker:
 
     def __init__(self, job: ImageJob) -> None:
         self.job = job
-        self.state = job.open()
         self.pid = os.getpid()
+        self.state: Any = None
+        self.broken: str | None = None  # why the model could not be opened here
+        try:
+            self.state = job.open()
+        except Exception as exc:  # noqa: BLE001  (said for each image; a restart would loop)
+            self.broken = f"the worker could not open the model: {_one_line(exc)}"
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
@@ -108,6 +113,8 @@ class _Worker:
     def _run(self, items: list[ImageItem]) -> list[Outcome]:
         """The job's outcomes; where the job fails as a whole, each item alone, so one image
         that breaks the model's code is recorded as failed and the others go on."""
+        if self.broken is not None:
+            return [Outcome(it.index, it.path, None, self.broken) for it in items]
         try:
             return self.job.run(self.state, items)
         except Exception:  # noqa: BLE001  (retried one by one below, each failure recorded)
@@ -117,8 +124,12 @@ class _Worker:
         try:
             return self.job.run(self.state, [item])[0]
         except Exception as exc:  # noqa: BLE001  (one image's failure, recorded in run.json)
-            reason = " ".join(str(exc).split()) or type(exc).__name__
-            return Outcome(item.index, item.path, None, f"{type(exc).__name__}: {reason}")
+            return Outcome(item.index, item.path, None, _one_line(exc))
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or '(no message)'}"
 
 
 def _worker_class(job: ImageJob) -> type:
