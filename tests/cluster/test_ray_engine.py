@@ -6,11 +6,14 @@ bad image is recorded under ``failed`` and the run goes on."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import json
 import os
 import shutil
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,17 +34,30 @@ from vitviz.cluster.ray_engine import RayOptions
 from vitviz.imaging.loading import list_images
 
 SUMMARIES = {"run.json", "images.parquet"}
-pytestmark = pytest.mark.xdist_group("ray")  # one Ray at a time: these run in one worker
+
+
+@contextlib.contextmanager
+def _one_at_a_time(lock: Path) -> Iterator[None]:
+    """An exclusive lock on ``lock`` for the block: pytest-xdist's workers share the folder
+    above their temporary folders, so the workers that run these tests take turns."""
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    """One local Ray for the module (the commands join it rather than start their own)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """One local Ray for the module (the commands join it rather than start their own), and
+    one on the machine: a second xdist worker waits until the first has shut its Ray down."""
+    with _one_at_a_time(tmp_path_factory.getbasetemp().parent / "vitviz-ray.lock"):
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
 
 
 @pytest.fixture(scope="module")
