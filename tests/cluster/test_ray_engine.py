@@ -225,7 +225,14 @@ def test_ctrl_c_leaves_complete_files_and_resume_recomputes_only_what_is_missing
 
 
 def test_stats_on_ray_equal_the_local_engine(ray_cluster, model_file, images, tmp_path) -> None:
-    argv = ["stats", str(images), "--checkpoint", str(model_file)]
+    """Two checkpoints of two kinds (a ViT and a Swin, whose blocks have different numbers of
+    heads and no prefix tokens), each reduced in the images' order."""
+    import torch
+    from swin_helpers import tiny_torchvision_swin
+
+    swin = tmp_path / "swin.pth"
+    torch.save(tiny_torchvision_swin(seed=3).state_dict(), swin)
+    argv = ["stats", str(images), "--checkpoint", str(model_file), "--checkpoint", str(swin)]
     assert _run([*argv, "--out", str(tmp_path / "local")]) == 1  # the broken image
     on_ray = [*argv, "--out", str(tmp_path / "ray"), "--engine", "ray", "--batch-size", "3"]
     assert _run(on_ray) == 1
@@ -233,19 +240,20 @@ def test_stats_on_ray_equal_the_local_engine(ray_cluster, model_file, images, tm
     for engine in ("local", "ray"):
         with open(tmp_path / engine / "stats.csv", newline="") as f:
             rows.append(list(csv.reader(f)))
-    assert len(rows[0]) == len(rows[1]) == 1 + 2 * 2  # header, 2 layers × 2 heads
-    for a, b in zip(*rows, strict=True):
-        assert a[:4] == b[:4]
-        np.testing.assert_allclose(
-            [float(v) for v in b[4:] or [0]], [float(v) for v in a[4:] or [0]], atol=1e-5
-        ) if a[0] != "checkpoint" else None
-    assert rows[0][1][3] == "7"  # the images analysed
+    assert rows[0][0] == rows[1][0] and len(rows[0]) == len(rows[1])
+    kinds = {r[0] for r in rows[0][1:]}
+    assert kinds == {str(model_file), str(swin)}
+    for a, b in zip(rows[0][1:], rows[1][1:], strict=True):
+        assert a[:4] == b[:4]  # checkpoint, layer, head, images
+        got, want = np.array(b[4:], float), np.array(a[4:], float)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5, equal_nan=True)
+    assert {r[3] for r in rows[0][1:]} == {"7"}  # the images analysed
     assert (tmp_path / "ray" / "stats.png").is_file()
     table = pq.read_table(tmp_path / "ray" / "images.parquet").to_pylist()
-    assert {r["checkpoint"] for r in table} == {str(model_file)}
-    ok = [np.asarray(r["distance"]) for r in table if r["status"] == "ok"]
-    mean = float(rows[1][1][4])
-    assert len(ok) == 7 and abs(np.mean([d[0, 0] for d in ok]) - mean) < 1e-5
+    assert [r["checkpoint"] for r in table] == [str(model_file)] * 8 + [str(swin)] * 8
+    ok = [np.asarray(r["distance"]) for r in table[:8] if r["status"] == "ok"]
+    first = next(r for r in rows[1][1:] if r[0] == str(model_file))
+    assert len(ok) == 7 and abs(np.mean([d[0, 0] for d in ok]) - float(first[4])) < 1e-5
 
 
 def test_faithfulness_on_ray_equals_the_local_engine(ray_cluster, model_file, tmp_path) -> None:
