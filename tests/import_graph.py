@@ -147,6 +147,7 @@ VITVIZ_LAYERS: dict[str, int] = {
     "pipeline": 6,  # analyze through the kind, batches, export, statistics over folders
     "kinds": 7,  # the kind packages: vit, swin, pyramid, cait, xcit, clip
     "training": 8,
+    "cluster": 8,  # running a command's per-image work on an engine (Ray), torch-free
     "cli": 9,
     "workers": 10,
     "ui": 11,

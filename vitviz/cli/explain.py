@@ -16,6 +16,7 @@ from vitviz.cli.common import (
     add_prompt_options,
     load_for,
 )
+from vitviz.cli.engine_options import add_engine_options, check_engine_options, engine_inputs
 from vitviz.cli.explain_batch import add_batch_options, expand_images, explain_many, layers_option
 from vitviz.cli.method_options import add_method_options, map_settings
 from vitviz.core.console import say
@@ -74,6 +75,7 @@ def add_parser(subparsers: SubParsers) -> None:
     add_prompt_options(ex)
     add_batch_options(ex)
     add_ablate_options(ex)
+    add_engine_options(ex)
     ex.set_defaults(func=cmd_explain)
 
 
@@ -83,7 +85,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from vitviz.core.devices import resolve_device
 
     check_explain_options(args)
-    images = expand_images(args.images)
+    check_engine_options(args)
+    if args.engine == "ray" and args.ablate:
+        raise CliError("--ablate runs on the local engine only: leave out --engine ray")
+    images = expand_images(engine_inputs(args, args.images))
     try:
         device = resolve_device(args.device)
     except ValueError as exc:
@@ -93,6 +98,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     loaded = load_for(args)
     settings = model_settings(args, loaded, device)
     args.expanded_images = images
+    if args.engine == "ray":  # the same per-image work on Ray's workers (DESIGN §7)
+        from vitviz.cli.on_ray import explain_on_ray
+
+        del loaded
+        return explain_on_ray(args, images, settings)
     intervened = ablated_analyses(args, loaded)  # None without --ablate
     return explain_many(args, loaded, images, settings, intervened)  # batches, a writer thread
 

@@ -28,6 +28,7 @@ from vitviz.cli.common import (
     load_for,
     make_out_folder,
 )
+from vitviz.cli.engine_options import add_engine_options, check_engine_options, engine_inputs
 from vitviz.cli.method_options import (
     add_method_options,
     choose_methods,
@@ -85,6 +86,7 @@ def add_parser(subparsers: SubParsers) -> None:
     p.add_argument("--out", type=Path, default=Path("vitviz-faithfulness"), help="output folder")
     add_model_code_options(p)
     add_prompt_options(p)
+    add_engine_options(p)
     p.set_defaults(func=cmd_faithfulness)
 
 
@@ -98,6 +100,7 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
         raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.masks is not None and not args.masks.is_dir():
         raise CliError(f"--masks {args.masks}: not a folder (it should hold <stem>_mask.png)")
+    check_engine_options(args)
     try:
         device = resolve_device(args.device)
     except ValueError as exc:
@@ -119,10 +122,14 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
     make_out_folder(args.out)
     for name, why in left_out.items():
         say(f"vitviz-cli: {name} not measured: {why}")
-    images = without_masks(args.images, args.masks)
+    images = without_masks(engine_inputs(args, args.images), args.masks)
     results: list[ImageFaithfulness] = []
     n = len(images)
-    for i, path in enumerate(images, 1):
+    if args.engine == "ray":  # the same per-image work (_measure) on Ray's workers (DESIGN §7)
+        from vitviz.cli.on_ray import faithfulness_on_ray
+
+        results = faithfulness_on_ray(args, names, params, images, _measure)
+    for i, path in enumerate(images if args.engine == "local" else (), 1):
         try:
             with passes_shown(path.name):
                 result, probs = _measure(loaded, path, names, params, args)

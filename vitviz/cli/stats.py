@@ -16,6 +16,7 @@ from vitviz.cli.common import (
     add_hub_options,
     load,
 )
+from vitviz.cli.engine_options import add_engine_options, check_engine_options, engine_inputs
 from vitviz.core.console import say
 
 
@@ -43,6 +44,7 @@ def add_parser(subparsers: SubParsers) -> None:
     p.add_argument(
         "--batch-size", type=int, default=None, metavar="N", help="images per forward pass"
     )
+    add_engine_options(p)
     p.set_defaults(func=cmd_stats)
 
 
@@ -54,8 +56,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     if args.batch_size is not None and args.batch_size < 1:
         raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
+    check_engine_options(args)
     try:
-        images = list_images(args.folder)
+        local = args.engine == "local"
+        images = list_images(args.folder) if local else engine_inputs(args, [args.folder])
         device = resolve_device(args.device)
     except (ImageLoadError, ValueError) as exc:
         raise CliError(str(exc)) from exc
@@ -65,6 +69,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CliError(f"--out {args.out}: cannot create it ({exc.strerror or exc})") from exc
+    if args.engine == "ray":  # the same per-image work on Ray's workers (DESIGN §7)
+        from vitviz.cli.on_ray import stats_on_ray
+
+        return stats_on_ray(args, images)
     results = []
     for path in args.checkpoints:
         loaded = load(path, args.config, args)

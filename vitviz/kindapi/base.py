@@ -85,6 +85,7 @@ class KindBase:
     def readout(self, model: nn.Module) -> Readout:
         """Its network's final norm and head, applied to a block's tokens (DESIGN §5)."""
         raise ValueError(f"vitviz can't read a {self.label}'s blocks out through its head")
+
     def feature_site(self, model: nn.Module, x: Tensor, layer: LayerChoice) -> FeatureSite:
         """The CAM family's layer (DESIGN §5): ``layer``'s part of one of ``cam_blocks``,
         put on the grid by ``tokens_on_grid``."""

@@ -103,6 +103,7 @@ class TokenLayoutKind(KindBase):
         from vitviz.kinds.readouts import token_layout_readout
 
         return token_layout_readout(model)
+
     def tokens_on_grid(
         self, model: nn.Module, x: Tensor, layer: LayerChoice
     ) -> Callable[[Tensor, tuple[int, int]], Tensor]:

@@ -172,6 +172,7 @@ class PyramidKind(StagedKind):
         if isinstance(model, HieraViT):
             return norm_of_mean_readout(model.head, model.head.norm, width)
         return mean_pool_readout(model.stages[-1].norm, model.head, width)
+
     def default_cam_part(self, model: nn.Module) -> str:
         """A Hiera's last block may pool: its norm2 is on the last grid (a PVT's norm1)."""
         from vitviz.kinds.pyramid.hiera_network import HieraViT

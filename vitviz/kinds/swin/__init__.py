@@ -135,6 +135,7 @@ class SwinKind(StagedKind):
         if not isinstance(model, SwinTransformer):
             return super().readout(model)
         return mean_pool_readout(model.norm, model.head, int(model.config.dims[-1]))
+
     def tokens_on_grid(
         self, model: nn.Module, x: Tensor, layer: LayerChoice
     ) -> Callable[[Tensor, tuple[int, int]], Tensor]:

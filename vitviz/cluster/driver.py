@@ -1,0 +1,137 @@
+"""A command's run on the Ray engine, around its job (DESIGN §7): Ray connected (or started)
+for the run, ``--resume``'s skipping, the outcomes handed on in the order of the inputs (the
+reductions are then those of the local engine), the progress bar, ``images.parquet`` and
+``run.json``, written also when the run is stopped (Ctrl+C), so ``--resume`` continues it."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from vitviz.cluster.job import ImageItem, ImageJob, Outcome
+from vitviz.cluster.ordered import InOrder
+from vitviz.cluster.progress import RunProgress
+from vitviz.cluster.ray_engine import (
+    RayOptions,
+    import_ray,
+    ray_session,
+    run_on_ray,
+    worker_count,
+)
+from vitviz.cluster.record import RunRecord, TableWriter, previous_records
+
+
+def sweep_temporaries(folder: Path, stems: Sequence[str]) -> int:
+    """Remove the atomic writers' temporary files (``.<name>.<random>.tmp``) of these outputs
+    that a killed worker left behind; how many."""
+    prefixes = tuple(f".{s}{sep}" for s in stems for sep in "._")
+    removed = 0
+    if not prefixes:
+        return 0
+    for f in folder.iterdir():
+        if f.name.endswith(".tmp") and f.name.startswith(prefixes) and f.is_file():
+            f.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+class RayRun:
+    """``with RayRun(...) as run: for outcome in run.outcomes(job, items): ...``: one
+    invocation of a command on Ray, its record and table written on the way out."""
+
+    def __init__(
+        self,
+        command: str,
+        out: Path,
+        options: RayOptions,
+        say: Callable[[str], None],
+        *,
+        resume: bool = False,
+        methods: Sequence[str] = (),
+    ) -> None:
+        self.command, self.out, self.options, self.say = command, out, options, say
+        self.resume, self.methods = resume, tuple(methods)
+        self._stack = contextlib.ExitStack()
+        self.record: RunRecord | None = None
+        self._previous: dict[tuple[str, str], dict[str, Any]] = {}
+        self._stems: list[str] = []
+
+    def __enter__(self) -> RayRun:
+        import_ray()  # one line saying how to install it, before anything starts
+        self._ray = self._stack.enter_context(ray_session(self.options, self.say))
+        self.workers = worker_count(self._ray, self.options)
+        if self.resume:
+            self._previous = previous_records(self.out)
+        self._table = TableWriter(self.out, self.methods)
+        self.record = RunRecord(self.command, "ray", self.workers, str(self._ray.__version__))
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        assert self.record is not None
+        try:
+            self.record.interrupted = kind is not None and issubclass(kind, KeyboardInterrupt)
+            self.record.seconds = round(time.perf_counter() - self._t0, 3)
+            rate = self.record.computed / max(1e-9, self.record.seconds)
+            self.record.images_per_second = round(rate, 3)
+            self._table.close()
+            self.record.write(self.out)
+            sweep_temporaries(self.out, self._stems)
+        finally:
+            self._stack.close()
+
+    def _handle(self, o: Outcome, checkpoint: str) -> None:
+        assert self.record is not None
+        if o.error is not None:
+            self.record.failed.append({"path": o.path, "reason": o.error})
+        self._table.add(o, checkpoint)
+
+    def outcomes(
+        self, job: ImageJob, items: Sequence[ImageItem], checkpoint: str = ""
+    ) -> Iterator[Outcome]:
+        """Each item's outcome in the items' order: a done one's (``--resume``, its record
+        from the previous table, or {}) without running it, the others from the workers."""
+        assert self.record is not None
+        self._stems += [it.stem for it in items]
+        todo, done = [], []
+        for it in items:
+            previous = self._previous.get((checkpoint, it.path))
+            if self.resume and job.complete(it, previous):
+                done.append(Outcome(it.index, it.path, previous or {}))
+            else:
+                todo.append(it)
+        self.record.images += len(items)
+        self.record.skipped += len(done)
+        order = InOrder(it.index for it in items)
+        label = f"[{checkpoint}] " if checkpoint else ""
+        progress = RunProgress(len(todo), label)
+        if done:
+            self.say(f"{label}--resume: {len(done)} of {len(items)} images done before, skipped")
+        computed = failed = 0
+        try:
+            for o in done:
+                for ready in order.add(o):
+                    self._handle(ready, checkpoint)
+                    yield ready
+            for o in run_on_ray(self._ray, job, todo, self.options, self.workers):
+                if order.seen(o.index):
+                    continue  # a repeat (a retried batch): counted once
+                computed += 1
+                failed += o.error is not None
+                self.record.computed += 1
+                progress.update(computed, failed)
+                for ready in order.add(o):
+                    self._handle(ready, checkpoint)
+                    yield ready
+        finally:
+            progress.finish()
+            for o in order.drain():  # finished but behind a missing one: kept in the table
+                self._handle(o, checkpoint)
+        for index in order.missing():
+            it = next(i for i in items if i.index == index)
+            lost = Outcome(index, it.path, None, "no result came back from the workers")
+            self._handle(lost, checkpoint)
+            yield lost
