@@ -18,6 +18,11 @@ BY_KEYS = (
     ("stem.conv1.linear.", "timm's LeViT (convolutional stages and attention biases)"),
     ("pixel_embed.proj.", "timm's TNT (attention inside and between patches)"),
     ("post_network.", "timm's VOLO (outlook attention)"),
+    (
+        ".lambda_q1",
+        "timm's differential attention ViT (vit_dwee_*, vit_dpwee_*, vit_dlittle_*: the "
+        "difference of two softmax maps)",
+    ),
 )
 BY_MODEL_TYPE = {
     "levit": "transformers' LeViT (convolutional stages and attention biases)",

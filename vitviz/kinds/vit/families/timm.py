@@ -32,6 +32,7 @@ from vitviz.checkpoints.preprocessing import (
     TIMM_VIT_DEFAULTS,
     timm_preprocessing,
 )
+from vitviz.checkpoints.unmodelled import unmodelled
 from vitviz.kinds.vit.families.timm_arch import from_table
 from vitviz.kinds.vit.families.timm_check_args import common_reference, same_settings
 from vitviz.kinds.vit.families.timm_resolve import (
@@ -358,6 +359,12 @@ def convert(source: Source) -> Conversion:
     layout = layout_guess(source) if choice is None else {}
     source.user.pop("arch", None)  # read: not a ViTConfig field
     if choice is None:  # before any tensor is taken: the layout decides
+        named = unmodelled(list(source.state), None)
+        if named is not None:  # timm's layout with a part only another architecture has
+            raise CheckpointError(
+                f"{source.name}: this is {named}, which vitviz does not model (refused rather "
+                "than shown with another network's numbers)."
+            )
         refuse_ambiguous(source)
     t = Taker(source, LOOKS_LIKE)
     notes: list[str] = []

@@ -61,11 +61,23 @@ CLASS_REASONS = {
     "VisionTransformerSAM": "windowed attention with relative position (SAM)",
     "NaFlexVit": "NaFlex variable-resolution embedding",
     "Hiera": "a hierarchical (pooling-attention) ViT, Hiera",
+    # token layouts beside the plain ViT (no kind of vitviz's has them yet)
+    "PoolingVisionTransformer": "PiT's pooling stages with a CLS token through them",
+    "CrossVit": "CrossViT's two branches of different patch sizes with cross-attention",
+    "MultiScaleVit": "MViTv2's pooled attention with a decomposed relative position bias",
+    "Levit": "LeViT's convolutional stages and attention biases",
+    "LevitDistilled": "LeViT's convolutional stages and attention biases",
+    "TNT": "TNT's attention inside and between patches",
+    "VOLO": "VOLO's outlook attention",
 }
-BLOCK_REASONS = {"DiffParallelScalingBlock": "differential attention blocks"}
+BLOCK_REASONS = {
+    "DiffParallelScalingBlock": "parallel blocks with differential attention (the difference of "
+    "two softmax maps)"
+}
 # block classes vitviz's ViT computes (ParallelScalingBlock: vitviz/blocks/parallel.py;
 # ParallelThingsBlock: vitviz/blocks/branches.py)
 VIT_BLOCKS = ("Block", "ResPostBlock", "ParallelScalingBlock", "ParallelThingsBlock")
+ATTENTION_REASONS = {"DiffAttention": "differential attention (the difference of two softmax maps)"}
 MLP_REASONS = {"SwiGLU": "SwiGLU MLP", "GluMlp": "gated (GLU) MLP", "SwiGLUPacked": "SwiGLU MLP"}
 
 
@@ -216,7 +228,8 @@ def _attentions_and_mlps(block: nn.Module) -> list[tuple[nn.Module, nn.Module]]:
 def _serial_refusal(attn: nn.Module, mlp: nn.Module) -> str | None:
     """The first part of a block's attention and MLP vitviz's ViT can't compute, or None."""
     if type(attn).__name__ != "Attention":
-        return f"{type(attn).__name__} attention"
+        kind = type(attn).__name__
+        return ATTENTION_REASONS.get(kind, f"{kind} attention")
     if getattr(attn, "gate", None) is not None:
         return "gated attention"
     if type(mlp).__name__ != "Mlp":
