@@ -71,3 +71,17 @@ def test_a_siglip2_classifier_is_refused_by_name(tmp_path: Path) -> None:
     config = tr.Siglip2Config(vision_config=vision, num_labels=3)
     tr.Siglip2ForImageClassification(config).save_pretrained(tmp_path / "m")
     assert "SigLIP 2" in _refusal(tmp_path / "m")
+
+
+def test_a_bare_sam_is_not_named_for_a_key_it_shares_with_another_architecture(
+    tmp_path: Path,
+) -> None:
+    """SAM's blocks have MViTv2's ``attn.rel_pos_h`` too; a file of timm's ViT layout is named
+    only by a part that is its own (differential attention's lambdas)."""
+    name = "samvit_base_patch16_224"
+    with torch.device("meta"):
+        model = timm.create_model(name, pretrained=False, num_classes=5)
+    zero = torch.zeros(())
+    torch.save({k: zero.expand(v.shape) for k, v in model.state_dict().items()}, tmp_path / "m.pth")
+    text = _refusal(tmp_path / "m.pth")
+    assert "MViTv2" not in text and name in text, text

@@ -32,7 +32,7 @@ from vitviz.checkpoints.preprocessing import (
     TIMM_VIT_DEFAULTS,
     timm_preprocessing,
 )
-from vitviz.checkpoints.unmodelled import unmodelled
+from vitviz.checkpoints.unmodelled import unmodelled_timm_vit
 from vitviz.kinds.vit.families.timm_arch import from_table
 from vitviz.kinds.vit.families.timm_check_args import common_reference, same_settings
 from vitviz.kinds.vit.families.timm_resolve import (
@@ -359,7 +359,7 @@ def convert(source: Source) -> Conversion:
     layout = layout_guess(source) if choice is None else {}
     source.user.pop("arch", None)  # read: not a ViTConfig field
     if choice is None:  # before any tensor is taken: the layout decides
-        named = unmodelled(list(source.state), None)
+        named = unmodelled_timm_vit(list(source.state))
         if named is not None:  # timm's layout with a part only another architecture has
             raise CheckpointError(
                 f"{source.name}: this is {named}, which vitviz does not model (refused rather "
