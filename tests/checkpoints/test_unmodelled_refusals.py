@@ -77,11 +77,12 @@ def test_a_bare_sam_is_not_named_for_a_key_it_shares_with_another_architecture(
     tmp_path: Path,
 ) -> None:
     """SAM's blocks have MViTv2's ``attn.rel_pos_h`` too; a file of timm's ViT layout is named
-    only by a part that is its own (differential attention's lambdas)."""
+    only by a part that is its own (differential attention's lambdas). (At 64 px its tensors
+    are no timm name's: the file's layout alone speaks.)"""
     name = "samvit_base_patch16_224"
     with torch.device("meta"):
-        model = timm.create_model(name, pretrained=False, num_classes=5)
+        model = timm.create_model(name, pretrained=False, num_classes=5, img_size=64)
     zero = torch.zeros(())
     torch.save({k: zero.expand(v.shape) for k, v in model.state_dict().items()}, tmp_path / "m.pth")
     text = _refusal(tmp_path / "m.pth")
-    assert "MViTv2" not in text and name in text, text
+    assert "MViTv2" not in text, text
