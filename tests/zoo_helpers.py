@@ -132,10 +132,27 @@ def timm_reference(
     model: nn.Module, x: Tensor, features: bool = False
 ) -> tuple[Tensor, list[Tensor]]:
     """timm's logits (or ``forward_features`` output) and its attention per block, taken from
-    the explicit path (fused attention off) by a hook on each block's attention dropout."""
+    the explicit path (fused attention off) by a hook on each block's attention dropout; a
+    block of several branches (ParallelThingsBlock): its branches' heads side by side."""
     attn: list[Tensor] = []
+    branch: list[Tensor] = []
     handles = []
+
+    def joined(*_args: object) -> None:  # a block of several branches has run
+        attn.append(torch.cat(branch, dim=1))
+        branch.clear()
+
     for block in model.blocks:
+        if hasattr(block, "attns"):
+            for b in block.attns:
+                b.attn.fused_attn = False
+                handles.append(
+                    b.attn.attn_drop.register_forward_hook(
+                        lambda _m, _i, out: branch.append(out.detach())
+                    )
+                )
+            handles.append(block.register_forward_hook(joined))
+            continue
         a = getattr(block, "attn", block)  # a parallel block attends itself
         a.fused_attn = False
         handles.append(

@@ -55,8 +55,8 @@ BLOCK_PARTS = [
     ("vit_pwee_patch16_reg1_gap_256", EXACT, ASKS),  # parallel attention/MLP blocks
     ("vit_base_patch16_xp_224", EXACT, ASKS),  # RMSNorm, parallel blocks, qk-norm
     ("beit3_base_patch16_224", EXACT, ASKS),  # norms inside the attention and the MLP
-    ("vit_small_patch16_18x2_224", "blocks of several branches", "blocks of several branches"),
-    ("vit_dwee_patch16_reg1_gap_256", "DiffAttention attention", "DiffAttention attention"),
+    ("vit_small_patch16_18x2_224", EXACT, ASKS),  # blocks of several parallel branches
+    ("vit_dwee_patch16_reg1_gap_256", "differential attention", "differential attention"),
 ]
 ALL = TWELVE + BLOCK_PARTS
 # Folders the issue saw refused with "the weights don't say: heads" although config.json names them.

@@ -20,6 +20,8 @@ TIMM = {
     "levit_128s": "LeViT",
     "tnt_s_patch16_224": "TNT",
     "volo_d1_224": "VOLO",
+    "vit_dwee_patch16_reg1_gap_256": "differential attention",
+    "vit_dpwee_patch16_reg1_gap_256": "differential attention",
 }
 TRANSFORMERS = {"levit": "LeViT", "cvt": "CvT", "mobilevit": "MobileViT", "pvt": "PVT v1"}
 
@@ -41,11 +43,13 @@ def test_a_bare_timm_state_dict_is_refused_by_name(tmp_path: Path, name: str) ->
     assert TIMM[name] in _refusal(tmp_path / "m.pth")
 
 
-@pytest.mark.parametrize("name", ["pit_ti_224", "levit_128s"])
+@pytest.mark.parametrize("name", list(TIMM))
 def test_a_timm_folder_is_refused_by_its_architecture(tmp_path: Path, name: str) -> None:
+    """Its name and the part vitviz lacks, in words (not timm's class name alone)."""
     model = timm.create_model(name, pretrained=False, num_classes=5)
     save_for_hf(model, tmp_path / name, safe_serialization=True)
-    assert "architecture" in _refusal(tmp_path / name)
+    text = _refusal(tmp_path / name)
+    assert text.startswith(f"{name}: {name} has") and TIMM[name] in text, text
 
 
 @pytest.mark.parametrize("model_type", list(TRANSFORMERS))
@@ -67,3 +71,18 @@ def test_a_siglip2_classifier_is_refused_by_name(tmp_path: Path) -> None:
     config = tr.Siglip2Config(vision_config=vision, num_labels=3)
     tr.Siglip2ForImageClassification(config).save_pretrained(tmp_path / "m")
     assert "SigLIP 2" in _refusal(tmp_path / "m")
+
+
+def test_a_bare_sam_is_not_named_for_a_key_it_shares_with_another_architecture(
+    tmp_path: Path,
+) -> None:
+    """SAM's blocks have MViTv2's ``attn.rel_pos_h`` too; a file of timm's ViT layout is named
+    only by a part that is its own (differential attention's lambdas). (At 64 px its tensors
+    are no timm name's: the file's layout alone speaks.)"""
+    name = "samvit_base_patch16_224"
+    with torch.device("meta"):
+        model = timm.create_model(name, pretrained=False, num_classes=5, img_size=64)
+    zero = torch.zeros(())
+    torch.save({k: zero.expand(v.shape) for k, v in model.state_dict().items()}, tmp_path / "m.pth")
+    text = _refusal(tmp_path / "m.pth")
+    assert "MViTv2" not in text, text

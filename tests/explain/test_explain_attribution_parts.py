@@ -13,6 +13,9 @@ relevance down by autograd. What it adds to the authors' modules, each from its 
   (unchanged);
 - ``RefParallelBlock``: a parallel block's fused Linear, its two branches added (``RAdd``) and
   the residual add;
+- ``RefBranchedBlock``: a block of several branches, each a ``RefAttention`` or ``RefMlp`` on
+  its own norm, their outputs summed (``RSum``: the authors' rescaled Add over any number of
+  operands) and the residual added; the input cloned to the residual and every branch;
 - ``RefPool``: the attention pool, the probe's query a constant, its k and v rows of the
   packed in-projection one Linear (as a block's qkv).
 
@@ -307,6 +310,66 @@ class RefParallelBlock(nn.Module):
         return self.clone.relprop((r1, self.in_norm.relprop(r_in, alpha)), alpha)
 
 
+class RSum(RelModule):
+    """z = Σ_i t_i: the authors' Add (z rule, each share rescaled to |ΣR_i| of ΣR) over any
+    number of operands."""
+
+    def forward(self, operands):
+        return torch.stack(list(operands)).sum(dim=0)
+
+    def relprop(self, R, alpha):
+        z = self.forward(self.X)
+        s = authors_safe_divide(R, z)
+        c = torch.autograd.grad(z, self.X, s, retain_graph=True)
+        parts = [x * ci for x, ci in zip(self.X, c, strict=True)]
+        every = sum(p.sum().abs() for p in parts)
+        return [
+            p * authors_safe_divide(authors_safe_divide(p.sum().abs(), every) * R.sum(), p.sum())
+            for p in parts
+        ]
+
+
+class RefBranchedBlock(nn.Module):
+    """A block of several branches: x + Σ_i ls_i(attn_i(norm_i(x))), then the same with MLPs;
+    each branch its own attention (the layer's heads: the branches' side by side)."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        P = len(block.attns)
+        self.attns = nn.ModuleList(RefAttention(b.attn, None, None) for b in block.attns)
+        self.mlps = nn.ModuleList(RefMlp(f.mlp) for f in block.ffns)
+        self.norms1 = nn.ModuleList(_norm(b.norm) for b in block.attns)
+        self.norms2 = nn.ModuleList(_norm(f.norm) for f in block.ffns)
+        self.ls1 = nn.ModuleList(RScale(b.ls) for b in block.attns)
+        self.ls2 = nn.ModuleList(RScale(f.ls) for f in block.ffns)
+        self.clone1, self.clone2, self.sum1, self.sum2 = RClone(), RClone(), RSum(), RSum()
+        self.add1, self.add2, self.P = RAdd(), RAdd(), P
+
+    def forward(self, x):
+        x0, *xs = self.clone1(x, self.P + 1)
+        parts = zip(self.norms1, self.attns, self.ls1, xs, strict=True)
+        x = self.add1([x0, self.sum1([ls(a(n(xi))) for n, a, ls, xi in parts])])
+        x0, *xs = self.clone2(x, self.P + 1)
+        parts = zip(self.norms2, self.mlps, self.ls2, xs, strict=True)
+        return self.add2([x0, self.sum2([ls(m(n(xi))) for n, m, ls, xi in parts])])
+
+    @staticmethod
+    def _half(R, sums, norms, fns, scales, clone, add):
+        r0, r_sum = add.relprop(R, 1)
+        rs = [
+            n.relprop(f.relprop(ls.relprop(r, 1), 1), 1)
+            for r, n, f, ls in zip(sums.relprop(r_sum, 1), norms, fns, scales, strict=True)
+        ]
+        return clone.relprop((r0, *rs), 1)
+
+    def relprop(self, R, alpha):
+        R = self._half(R, self.sum2, self.norms2, self.mlps, self.ls2, self.clone2, self.add2)
+        R = self._half(R, self.sum1, self.norms1, self.attns, self.ls1, self.clone1, self.add1)
+        self.attn_cam = torch.cat([a.attn_cam for a in self.attns], dim=1)
+        self.attn_gradients = torch.cat([a.attn_gradients for a in self.attns], dim=1)
+        return R
+
+
 class RefPool(nn.Module):
     """The attention pool: probe query (a constant here), k and v Linear, out_proj, MLP."""
 
@@ -369,6 +432,8 @@ class RefViT(nn.Module):
         self.blocks = nn.ModuleList(
             RefParallelBlock(b)
             if hasattr(b, "in_proj")
+            else RefBranchedBlock(b)
+            if hasattr(b, "attns")
             else RefBlock(b, r, b.attn.position_bias(n))
             for b, r in zip(model.blocks, ropes, strict=True)
         )
@@ -408,7 +473,9 @@ def reference_map(ref: RefViT, x, target: int, start_layer: int = 0):
     one_hot[0, target] = 1.0
     (one_hot * logits).sum().backward()
     ref.relprop(one_hot)
-    attn = [b if isinstance(b, RefParallelBlock) else b.attn for b in ref.blocks]
+    attn = [
+        b if isinstance(b, (RefParallelBlock, RefBranchedBlock)) else b.attn for b in ref.blocks
+    ]
     cams, grads = [a.attn_cam.detach() for a in attn], [a.attn_gradients for a in attn]
     a_bar = [(g * c).clamp(min=0).mean(dim=1) for c, g in zip(cams, grads, strict=True)]
     P, N = ref.model.num_prefix_tokens, ref.n
@@ -448,6 +515,8 @@ CASES = {
     "parallel-rms": dict(
         parallel=True, norm="rmsnorm", qk_norm=True, qkv_bias=False, layer_scale_init=0.5
     ),
+    "branches": dict(branches=2, layer_scale_init=0.5),
+    "branches-3-qk-norm": dict(branches=3, qk_norm=True, attn_norm=True, mlp_norm=True),
     "map": dict(global_pool="map", class_token=False),
     "map-with-cls": dict(global_pool="map", num_register_tokens=1),
     "map-every-token": dict(global_pool="map", pool_include_prefix=True),

@@ -96,6 +96,9 @@ class ViTConfig:
     norm: str = "layernorm"  # the blocks' and final norms: "layernorm" | "rmsnorm" (timm RmsNorm)
     qk_norm: bool = False  # a norm over each head's q and k before the scores (timm qk_norm)
     parallel: bool = False  # attention and MLP side by side on one norm (timm ParallelScaling)
+    # several pre-norm attention branches summed, then several MLP branches (timm
+    # ParallelThings); each layer's attention is its branches' heads side by side
+    branches: int = 1
     pool_heads: int | None = None  # the attention pool's (MAP) heads; None: ``heads`` (timm PE)
     pool_hidden_dim: int | None = None  # the attention pool's MLP width; None: ``hidden_dim``
     # Training-only regularisation (no effect in eval mode).
@@ -143,6 +146,11 @@ class ViTConfig:
     def attn_dim(self) -> int:
         """Width of q, k and v together over the heads: heads · head_dim (usually dim)."""
         return self.heads * self.head_dim
+
+    @property
+    def layer_heads(self) -> int:
+        """The heads of one layer's attention: ``heads`` in each of its ``branches``."""
+        return self.heads * self.branches
 
     @property
     def hidden_dim(self) -> int:
@@ -244,7 +252,19 @@ class ViTConfig:
                 kept.append("attn_head_dim")
             if kept:
                 problems.append(f"parallel blocks take no {', '.join(kept)}")
-        return problems
+        return problems + self._branch_problems()
+
+    def _branch_problems(self) -> list[str]:
+        """What blocks of several branches (``vitviz.blocks.branches``) can't have."""
+        if self.branches < 1:
+            return [f"branches must be at least 1 (got {self.branches})"]
+        if self.branches == 1:
+            return []
+        others = ("parallel", "res_post_norm", "swiglu", "rel_pos_bias")
+        kept = [n for n in others if getattr(self, n)]
+        kept += ["norm_first=False"] if not self.norm_first else []
+        kept += ["rope"] if self.rope != "none" else []
+        return [f"blocks of several branches take no {', '.join(kept)}"] if kept else []
 
     def _pool_problems(self) -> list[str]:
         """The attention pool's own head count and MLP width: set only with global_pool 'map'."""

@@ -53,6 +53,11 @@ def vit_parts(cfg: ViTConfig) -> tuple[str, ...]:
     place = "residual post" if cfg.res_post_norm else "pre" if cfg.norm_first else "post"
     if cfg.parallel:
         place = "parallel (attention and MLP side by side on one norm, one fused in-projection) pre"
+    if cfg.branches > 1:
+        place = (
+            f"{cfg.branches}-branch ({cfg.branches} attentions summed, then {cfg.branches} MLPs "
+            f"summed, each on its own norm; {cfg.branches} × {cfg.heads} heads a layer) pre"
+        )
     norm = "RMSNorm" if cfg.norm == "rmsnorm" else "LayerNorm"
     out.append(f"{place}-norm blocks ({norm} eps {cfg.norm_eps:g})")
     if cfg.pre_norm:

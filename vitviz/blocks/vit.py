@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vitviz.blocks.attention_pool import AttentionPool
+from vitviz.blocks.branches import BranchedBlock
 from vitviz.blocks.config import ViTConfig
 from vitviz.blocks.layers import Block, PatchEmbed
 from vitviz.blocks.norms import make_norm
@@ -101,6 +102,7 @@ class VisionTransformer(nn.Module):
         L = config.depth
         rates = [config.drop_path_rate * i / max(L - 1, 1) for i in range(L)]  # linear
         block = ParallelBlock if config.parallel else Block
+        block = BranchedBlock if config.branches > 1 else block
         self.blocks = nn.ModuleList(block(config, drop_path=r) for r in rates)
         self.shared_rel_pos = shared_position_bias(config, self.blocks)  # timm srelpos, or None
         final, fc = config.final_norm and not config.fc_norm, config.final_norm and config.fc_norm

@@ -19,6 +19,15 @@ BY_KEYS = (
     ("pixel_embed.proj.", "timm's TNT (attention inside and between patches)"),
     ("post_network.", "timm's VOLO (outlook attention)"),
 )
+# A timm ViT's layout with a part only this architecture has (its blocks are otherwise timm's
+# ViT's, so the timm family reads the file and asks this before any tensor is taken)
+TIMM_VIT_BY_KEYS = (
+    (
+        ".lambda_q1",
+        "timm's differential attention ViT (vit_dwee_*, vit_dpwee_*, vit_dlittle_*: the "
+        "difference of two softmax maps)",
+    ),
+)
 BY_MODEL_TYPE = {
     "levit": "transformers' LeViT (convolutional stages and attention biases)",
     "cvt": "transformers' CvT (convolutional token embeddings and projections)",
@@ -34,7 +43,17 @@ def unmodelled(keys: list[str], hf_config: Mapping[str, Any] | None) -> str | No
     model_type = (hf_config or {}).get("model_type")
     if model_type in BY_MODEL_TYPE:
         return BY_MODEL_TYPE[str(model_type)]
-    for part, name in BY_KEYS:
+    return _by_keys(keys, BY_KEYS + TIMM_VIT_BY_KEYS)
+
+
+def unmodelled_timm_vit(keys: list[str]) -> str | None:
+    """The architecture a file of timm's ViT layout is, when a part of it is one vitviz does
+    not model (differential attention); None otherwise."""
+    return _by_keys(keys, TIMM_VIT_BY_KEYS)
+
+
+def _by_keys(keys: list[str], table: tuple[tuple[str, str], ...]) -> str | None:
+    for part, name in table:
         if any(part in key for key in keys):
             return name
     return None

@@ -28,6 +28,12 @@ The same rules carry the parts of the other ViT families, each written from them
   Linear, ``vitviz.blocks.parallel``): the residual add, then the sum of the two branches by the
   add rule; each branch down to its slice of the fused Linear's output, and that Linear by the
   z⁺ rule at once (the fork of its input: the two branches' relevances added);
+- a block of several branches (``vitviz.blocks.branches``: x + Σ_i attn_i(norm_i(x)), then
+  the same with MLPs): the residual add, then the branches' sum to each branch by the z rule,
+  each rescaled to its share of ΣR as the add rule does (for two branches, the add rule
+  itself); every branch by its own rules, its heads' relevance R_A the rows of the layer's
+  joint attention (B, P·H, N, N) that are its own; the fork at the block's input x (used by
+  the residual and every branch): x ⊙ Σ_j (R_j / x);
 - SwiGLU, h = SiLU(x·W_gᵀ) ⊙ (x·W_xᵀ): the product's z rule to both factors, each halved (as
   A·V's), SiLU unchanged, each Linear by the z⁺ rule and the fork at x adding the two;
 - an attention-pool head (MAP): the probe's attention is one more attention, a·V and q·Kᵀ as
@@ -58,6 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitviz.blocks.branches import BranchedBlock
 from vitviz.blocks.parallel import ParallelBlock
 from vitviz.blocks.rotary import apply_rotary, rotate
 from vitviz.blocks.swiglu import SwiGLU
@@ -91,6 +98,25 @@ class _BlockTrace:
     rope: Rope = None  # the rotary tables that turned q and k
     gate: Tensor | None = None  # (B, N, hidden) SwiGLU's SiLU(fc1_g x) ...
     up: Tensor | None = None  # ... and fc1_x x, whose product is the hidden layer
+
+
+@dataclass
+class _BranchedTrace:
+    """A block of several branches' forward (``vitviz.blocks.branches``), for its relevance:
+    lists hold one entry per branch."""
+
+    res1: Tensor  # (B, N, D) the block's input: the residual and every attention branch's
+    attn_in: list[Tensor]  # (B, N, D) each branch's norm(x), input of its qkv
+    q: Tensor  # (B, P·H, N, hd) every branch's heads side by side, unscaled
+    k: Tensor
+    v: Tensor
+    attn: Tensor  # (B, P·H, N, N), part of the autograd graph
+    ctx: list[Tensor]  # (B, N, H·hd) each branch's proj input (after its sub-LN, if any)
+    branch1: list[Tensor]  # (B, N, D) each attention branch's output (after LayerScale)
+    res2: Tensor  # (B, N, D) x + Σ branch1: the residual and every MLP branch's input
+    mlp_in: list[Tensor]  # (B, N, D) each MLP branch's norm output, input of its fc1
+    hidden: list[Tensor]  # (B, N, hidden) each MLP branch's fc2 input
+    branch2: list[Tensor]  # (B, N, D) each MLP branch's output (after LayerScale)
 
 
 @dataclass
@@ -172,6 +198,29 @@ def _parallel_block(block: ParallelBlock, x: Tensor) -> tuple[Tensor, _BlockTrac
     return x + branch, trace
 
 
+def _branched_block(block: BranchedBlock, x: Tensor) -> tuple[Tensor, _BranchedTrace]:
+    """A block of several branches, eval mode, with its trace; the attention of every
+    branch's heads at once, as the block computes it."""
+    attn_in, q, k, v = block.joint_qkv(x)
+    first = block.attns[0].attn
+    attn = ((q * first.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, P·H, N, N)
+    B, _, N, _ = q.shape
+    chunks = (attn @ v).chunk(len(block.attns), dim=1)
+    ctx = [
+        b.attn.norm(c.transpose(1, 2).reshape(B, N, b.attn.attn_dim))
+        for b, c in zip(block.attns, chunks, strict=True)
+    ]
+    branch1 = [b.ls(b.attn.proj(c)) for b, c in zip(block.attns, ctx, strict=True)]
+    mid = x + torch.stack(branch1).sum(dim=0)
+    mlp_in = [f.norm(mid) for f in block.ffns]
+    mlps = [_mlp(f.mlp, m) for f, m in zip(block.ffns, mlp_in, strict=True)]
+    branch2 = [f.ls(m[0]) for f, m in zip(block.ffns, mlps, strict=True)]
+    out = mid + torch.stack(branch2).sum(dim=0)
+    hidden = [m[1] for m in mlps]
+    trace = _BranchedTrace(x, attn_in, q, k, v, attn, ctx, branch1, mid, mlp_in, hidden, branch2)
+    return out, trace
+
+
 def _mlp(mlp: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
     """The MLP (GELU-like or SwiGLU), eval mode: its output, fc2's input and SwiGLU's two
     factors (None for a plain MLP)."""
@@ -189,6 +238,8 @@ def _block(block: nn.Module, x: Tensor, rope: Rope) -> tuple[Tensor, _BlockTrace
     its trace."""
     if isinstance(block, ParallelBlock):
         return _parallel_block(block, x)
+    if isinstance(block, BranchedBlock):
+        return _branched_block(block, x)  # type: ignore[return-value]
     pre_norm = block.norm_first and not block.res_post_norm
     attn_in = block.norm1(x) if pre_norm else x
     q_in, k_in, q, k, v, attn, ctx = _attention(block.attn, attn_in, rope)
@@ -296,6 +347,24 @@ def fork_rule(x: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
     return x * (safe_divide(r1, x) + safe_divide(r2, x))
 
 
+def sum_rule(terms: list[Tensor], r: Tensor) -> list[Tensor]:
+    """Relevance of z = Σ_i t_i split to each term by the z rule, each rescaled to its share
+    |ΣR_i| / Σ_j |ΣR_j| of ΣR (per sample); for two terms, ``add_rule``."""
+    s = safe_divide(r, torch.stack(terms).sum(dim=0))
+    parts = [t * s for t in terms]
+    sums = [_sum(p) for p in parts]
+    every, total = torch.stack([q.abs() for q in sums]).sum(dim=0), _sum(r)
+    return [
+        p * safe_divide(safe_divide(q.abs(), every) * total, q)
+        for p, q in zip(parts, sums, strict=True)
+    ]
+
+
+def fork_sum_rule(x: Tensor, rs: list[Tensor]) -> Tensor:
+    """Relevance of x used by several consumers: x ⊙ Σ_j (r_j / x); for two, ``fork_rule``."""
+    return x * torch.stack([safe_divide(r, x) for r in rs]).sum(dim=0)
+
+
 def matmul_rule(a: Tensor, b: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
     """z rule through z = a @ b to both operands, each halved: (.., n, m), (.., m, p)."""
     s = safe_divide(r, a @ b)
@@ -357,10 +426,41 @@ def _parallel_relprop(block: ParallelBlock, bt: _BlockTrace, r: Tensor) -> tuple
     return fork_rule(bt.res1, r_res, r_in), r_attn
 
 
+def _branched_relprop(block: BranchedBlock, bt: _BranchedTrace, r: Tensor) -> tuple[Tensor, Tensor]:
+    """A block of several branches: the MLP half (the residual add, the branches' sum, each
+    MLP, the fork at its input), then the attention half the same way, its heads' relevances
+    side by side (B, P·H, N, N) as the joint attention is."""
+    r_res2, r_sum2 = add_rule(bt.res2, torch.stack(bt.branch2).sum(dim=0), r)
+    into_mid = [r_res2]
+    for f, r_m, hidden, mlp_in in zip(
+        block.ffns, sum_rule(bt.branch2, r_sum2), bt.hidden, bt.mlp_in, strict=True
+    ):  # LayerScale, sub-LN, activation, norm: unchanged
+        r_hidden = linear_rule(hidden, f.mlp.fc2.weight, r_m)
+        into_mid.append(linear_rule(mlp_in, f.mlp.fc1.weight, r_hidden))
+    r = fork_sum_rule(bt.res2, into_mid)
+    r_res1, r_sum1 = add_rule(bt.res1, torch.stack(bt.branch1).sum(dim=0), r)
+    B, _, N, hd = bt.v.shape
+    r_ctx = [
+        linear_rule(c, b.attn.proj.weight, r_b).reshape(B, N, -1, hd).transpose(1, 2)
+        for b, c, r_b in zip(block.attns, bt.ctx, sum_rule(bt.branch1, r_sum1), strict=True)
+    ]  # each (B, H, N, hd)
+    r_attn, r_v = matmul_rule(bt.attn, bt.v, torch.cat(r_ctx, dim=1))
+    r_q, r_kt = matmul_rule(bt.q, bt.k.transpose(-2, -1), r_attn)  # softmax, qk-norm: unchanged
+    r_qkv = torch.stack([r_q, r_kt.transpose(-2, -1), r_v])  # (3, B, P·H, N, hd)
+    into_x = [r_res1]
+    P = len(block.attns)
+    for b, part, attn_in in zip(block.attns, r_qkv.chunk(P, dim=2), bt.attn_in, strict=True):
+        packed = part.permute(1, 3, 0, 2, 4).reshape(B, N, -1)  # (B, N, 3·H·hd) as qkv's
+        into_x.append(linear_rule(attn_in, b.attn.qkv.weight, packed))
+    return fork_sum_rule(bt.res1, into_x), r_attn
+
+
 def _block_relprop(block: nn.Module, bt: _BlockTrace, r: Tensor) -> tuple[Tensor, Tensor]:
     """Relevance at the block's output (B, N, D) -> (at its input, R_A (B, H, N, N))."""
     if isinstance(block, ParallelBlock):
         return _parallel_relprop(block, bt, r)
+    if isinstance(block, BranchedBlock):
+        return _branched_relprop(block, bt, r)  # type: ignore[arg-type]
     # norm2 (post-norm, residual post-norm) / LayerScale / dropout: relevance passes unchanged
     r_res2, r_branch2 = add_rule(bt.res2, bt.branch2, r)
     r = fork_rule(bt.res2, r_res2, _mlp_relprop(block.mlp, bt, r_branch2))

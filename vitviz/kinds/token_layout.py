@@ -129,7 +129,7 @@ class TokenLayoutKind(KindBase):
 
         if isinstance(subject, nn.Module):
             cfg = subject.config
-            return int(cfg.depth), int(cfg.heads)
+            return int(cfg.depth), int(getattr(cfg, "layer_heads", cfg.heads))
         return int(getattr(subject, "model_layers", subject.num_layers)), int(subject.num_heads)
 
     def head_statistics(self, analysis: Analysis) -> dict[str, np.ndarray]:

@@ -1,8 +1,9 @@
 """The block parts of timm's own ViT, as parts of vitviz's one ViT (DESIGN §3, §4): RMSNorm,
-parallel attention/MLP blocks, qk-norm, norms inside the attention and the MLP (beit3), residual
-post-norm. Each opens with timm's logits (1e-4 relative) and attention (1e-5) from a timm folder
-(config.json with the architecture and its model_args) and a bare state dict, and every method
-of the table runs on it (transformer attribution's rules for them: the float64 reference in
+parallel attention/MLP blocks, blocks of several parallel branches, qk-norm, norms inside the
+attention and the MLP (beit3), residual post-norm. Each opens with timm's logits (1e-4
+relative) and attention (1e-5) from a timm folder (config.json with the architecture and its
+model_args) and a bare state dict, and every method of the table runs on it (transformer
+attribution's rules for them: the float64 reference in
 tests/explain/test_explain_attribution_parts.py).
 
 The real names (vit_base_patch16_xp_224, vit_pwee_*, beit3_*, *_rpn_*) at their own widths:
@@ -33,6 +34,7 @@ CASES = {
     "parallel": ("vit_pwee_patch16_reg1_gap_256", dict(embed_dim=192, num_heads=3), "parallel ("),
     "sub-norms": ("beit3_base_patch16_224", dict(embed_dim=64, num_heads=4), "sub-LN"),
     "rpn": ("vit_base_patch16_rpn_224", dict(embed_dim=64, num_heads=4), "residual post-norm"),
+    "branches": ("vit_small_patch16_18x2_224", dict(embed_dim=64, num_heads=4), "2-branch ("),
 }
 
 
@@ -100,7 +102,18 @@ def test_a_bare_state_dict_shows_qk_norm_and_a_parallel_block_by_its_tensors(
         load_checkpoint(tmp_path / "xp.pth")
 
 
-@pytest.mark.parametrize("case", ["rms-parallel-qk", "qk-norm"])
+def test_a_bare_state_dict_of_several_branches_opens_with_its_heads(tmp_path: Path) -> None:
+    """Blocks of several branches (timm's ParallelThingsBlock) by their tensors alone: each
+    layer's attention is its branches' heads side by side, as the library's."""
+    name, args, _ = CASES["branches"]
+    model = _timm(name, args, seed=3)
+    torch.save(model.state_dict(), tmp_path / "b.pth")
+    loaded = _assert_exact(tmp_path / "b.pth", model, {"activation": "gelu", "heads": 4})
+    assert loaded.config.branches == 2 and loaded.config.layer_heads == 8
+    assert kind_of(loaded).parameter_bounds(loaded.model) == (2, 8)
+
+
+@pytest.mark.parametrize("case", ["rms-parallel-qk", "qk-norm", "branches"])
 def test_every_method_runs_on_the_part(tmp_path: Path, case: str) -> None:
     """Every method of the table has its rule for these parts: each gives a finite map, the
     attention-based ones not flat (transformer attribution's equality with its float64
@@ -121,6 +134,8 @@ def test_every_method_runs_on_the_part(tmp_path: Path, case: str) -> None:
         "relevance",
         "transformer-attribution",
     )
+    if case == "branches":  # one first norm per branch: token Grad-CAM is refused, by name
+        assert "gradcam" not in names
     for method, grid in compute_maps(analysis, names).items():
         assert torch.isfinite(grid).all(), method
         if method in structured:  # (a ReLU'd Grad-CAM or a mask share may be flat on 2 × 2)

@@ -18,7 +18,7 @@ from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.reading import read_checkpoint, to_float
 
 # (a block, the list its probabilities go to) -> the hook's handle, or None: no attention
-Probabilities = Callable[[nn.Module, list[Tensor]], RemovableHandle | None]
+Probabilities = Callable[[nn.Module, list[Tensor]], Any]  # a hook handle (its ``remove``) or None
 
 
 def file_state(weights: Path) -> dict[str, Tensor]:
@@ -75,9 +75,37 @@ def no_blocks(model: nn.Module) -> list[nn.Module]:
     return []
 
 
-def after_dropout(block: nn.Module, out: list[Tensor]) -> RemovableHandle | None:
+class _Handles:
+    """Several hooks removed as one (a block of several branches)."""
+
+    def __init__(self, handles: list[RemovableHandle]) -> None:
+        self.handles = handles
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def _branches_after_dropout(block: nn.Module, out: list[Tensor]) -> _Handles:
+    """A block of several attention branches (timm's ParallelThingsBlock): each branch's
+    probabilities, appended as one (B, P·H, N, N) once the block has run, branch 0's heads
+    first."""
+    kept: list[Tensor] = []
+    handles = [h for branch in block.attns if (h := after_dropout(branch, kept)) is not None]
+
+    def joined(_module: nn.Module, _args: tuple, _output: Tensor) -> None:
+        out.append(torch.cat(kept, dim=1))
+        kept.clear()
+
+    return _Handles([*handles, block.register_forward_hook(joined)])
+
+
+def after_dropout(block: nn.Module, out: list[Tensor]) -> RemovableHandle | _Handles | None:
     """Switch ``block.attn`` (or a parallel block, which attends itself) to its explicit path
-    and append what enters its ``attn_drop``: softmax(q·kᵀ), (B, heads, N, N)."""
+    and append what enters its ``attn_drop``: softmax(q·kᵀ), (B, heads, N, N); a block of
+    several attention branches: every branch's heads side by side."""
+    if isinstance(getattr(block, "attns", None), nn.ModuleList):
+        return _branches_after_dropout(block, out)
     a = getattr(block, "attn", None)
     if a is None and hasattr(block, "in_proj"):
         a = block

@@ -43,12 +43,12 @@ def model_shape(loaded: LoadedModel) -> ModelShape:
     config = cfg.to_dict()
     return ModelShape(
         depth=cfg.depth,
-        heads=cfg.heads,
+        heads=cfg.layer_heads,
         num_prefix_tokens=cfg.num_prefix_tokens,
         config=config,
-        headline=f"{cfg.depth} layers × {cfg.heads} heads",
+        headline=f"{cfg.depth} layers × {cfg.layer_heads} heads",
         architecture=(
-            f"layers × heads: {cfg.depth} × {cfg.heads}, dim {config.get('dim', '?')}, "
+            f"layers × heads: {cfg.depth} × {cfg.layer_heads}, dim {config.get('dim', '?')}, "
             f"patch {cfg.patch_size}, trained at {trained}",
             f"classes: {cfg.num_classes}; prefix tokens: {cfg.num_prefix_tokens}",
             "parts: " + "; ".join(loaded.kind.parts(loaded.model)),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
 from vitviz.kindapi.grids import LayerGrid
@@ -41,10 +42,22 @@ class HeadSite:
     heads: int
     prefix: int
     patches: bool = True
+    # a block of several branches: the other branches' projections; the layer's ``heads`` are
+    # split evenly among ``projections``, branch after branch
+    branches: tuple[nn.Linear, ...] = ()
+
+    @property
+    def projections(self) -> tuple[nn.Linear, ...]:
+        return (self.projection, *self.branches)
+
+    @property
+    def branch_heads(self) -> int:
+        """The heads each projection reads."""
+        return self.heads // len(self.projections)
 
     @property
     def head_dim(self) -> int:
-        return self.projection.in_features // self.heads
+        return self.projection.in_features // self.branch_heads
 
     def layer_grid(self, grid: tuple[int, int], token_pixels: int) -> LayerGrid:
         return LayerGrid(grid if self.patches else (0, 0), token_pixels, self.prefix)
@@ -77,21 +90,30 @@ def check_replacement(replace: HeadReplacement | None, sites: Sequence[HeadSite]
             )
 
 
-def _replaced(heads: Tensor, todo: dict[int, Tensor | None], layer: int) -> Tensor:
-    """(B, H, N, hd) heads with ``todo`` {head: None (zeros) or (B, N, hd)} put in."""
-    B, _, N, hd = heads.shape
+def _replaced(heads: Tensor, todo: dict[int, Tensor | None], layer: int, first: int = 0) -> Tensor:
+    """(B, H, N, hd) heads with ``todo`` {head: None (zeros) or (B, N, hd)} put in; the
+    layer's heads from ``first`` on (a branch's)."""
+    B, H, N, hd = heads.shape
     out = heads.clone()
     for head, value in todo.items():
+        if not first <= head < first + H:
+            continue
         if value is None:
-            out[:, head] = 0.0
+            out[:, head - first] = 0.0
             continue
         if tuple(value.shape) != (B, N, hd):
             raise ValueError(
                 f"head replacement ({layer}, {head}): a tensor (B, N, head_dim) = "
                 f"{(B, N, hd)} is needed, got {tuple(value.shape)}"
             )
-        out[:, head] = value.to(out)
+        out[:, head - first] = value.to(out)
     return out
+
+
+def _joined_branches(read: dict[int, Tensor]) -> Tensor:
+    """{branch: (B, H', N, hd)} -> the layer's heads (B, H, N, hd), branch after branch."""
+    parts = [read[b] for b in sorted(read)]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 def read_intermediates(
@@ -114,7 +136,7 @@ def read_intermediates(
         todo.setdefault(layer, {})[head] = value
     grid: list[tuple[int, int]] = []
     outputs: dict[int, Tensor] = {}
-    read: dict[int, Tensor] = {}
+    read: dict[int, dict[int, Tensor]] = {}  # {layer: {branch: (B, H', N, hd)}}
 
     def keep_grid(module: nn.Module, args: tuple, output: tuple) -> None:
         grid.append((int(output[1][0]), int(output[1][1])))
@@ -125,16 +147,16 @@ def read_intermediates(
 
         return hook
 
-    def at_projection(i: int, site: HeadSite) -> Callable:
+    def at_projection(i: int, site: HeadSite, branch: int) -> Callable:
         def hook(module: nn.Module, args: tuple) -> tuple | None:
             concat = args[0]  # (B, N, heads · head_dim)
             B, N, _ = concat.shape
-            split = concat.unflatten(-1, (site.heads, site.head_dim)).transpose(1, 2)
+            split = concat.unflatten(-1, (site.branch_heads, site.head_dim)).transpose(1, 2)
             if i not in todo:
-                read[i] = split
+                read.setdefault(i, {})[branch] = split
                 return None
-            split = _replaced(split, todo[i], i)
-            read[i] = split
+            split = _replaced(split, todo[i], i, branch * site.branch_heads)
+            read.setdefault(i, {})[branch] = split
             return (split.transpose(1, 2).reshape(B, N, -1), *args[1:])
 
         return hook
@@ -142,7 +164,9 @@ def read_intermediates(
     handles = [grid_from.register_forward_hook(keep_grid)]
     handles += [s.block.register_forward_hook(keep_block(i)) for i, s in enumerate(blocks)]
     handles += [
-        s.projection.register_forward_pre_hook(at_projection(i, s)) for i, s in enumerate(heads)
+        proj.register_forward_pre_hook(at_projection(i, s, b))
+        for i, s in enumerate(heads)
+        for b, proj in enumerate(s.projections)
     ]
     try:
         logits = forward(x)
@@ -161,7 +185,7 @@ def read_intermediates(
         blocks=tuple(on_grid),
         block_prefix=tuple(prefix),
         block_grids=tuple(LayerGrid((gh, gw), token_pixels, s.prefix) for s in blocks),
-        heads=tuple(read[i] for i in range(len(heads))),
+        heads=tuple(_joined_branches(read[i]) for i in range(len(heads))),
         head_grids=tuple(s.layer_grid((gh, gw), token_pixels) for s in heads),
         replaced=tuple(sorted((replace or {}).keys())),
         projections=tuple(s.projection for s in heads),
@@ -192,10 +216,14 @@ def read_patch_model(
 
 
 def _vit_head_site(block: nn.Module, prefix: int) -> HeadSite:
+    from vitviz.blocks.branches import BranchedBlock
     from vitviz.blocks.parallel import ParallelBlock
 
     if isinstance(block, ParallelBlock):  # attention beside the MLP: its own out projection
         return HeadSite(block.attn_out_proj, block.heads, prefix)
+    if isinstance(block, BranchedBlock):  # each branch's heads at its own projection
+        first, *more = [b.attn.proj for b in block.attns]
+        return HeadSite(first, block.heads, prefix, branches=tuple(more))
     return HeadSite(block.attn.proj, block.attn.heads, prefix)
 
 

@@ -86,7 +86,7 @@ def estimate_analysis(
         )  # fmt: skip
     h, w = (int(v) for v in input_size)
     p = max(1, int(config.patch_size))
-    L, H, D = int(config.depth), int(config.heads), int(config.dim)
+    L, H, D = int(config.depth), int(getattr(config, "layer_heads", config.heads)), int(config.dim)
     K = L if layers is None else max(1, min(L, int(layers)))  # layers whose attention is kept
     partial = K if K < L else None
     hidden = int(getattr(config, "hidden_dim", 0) or 4 * D)

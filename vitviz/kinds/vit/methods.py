@@ -132,6 +132,11 @@ def _gradcam_features(label: str, model: nn.Module) -> str | None:
             f"{label} reads the last block's first LayerNorm as the tokens' features, and a "
             "residual post-norm block's normalises the attention's output instead"
         )
+    if why is None and getattr(model.config, "branches", 1) > 1:
+        return (
+            f"{label} reads the last block's first LayerNorm as the tokens' features, and a "
+            "block of several parallel branches has one for each branch"
+        )
     return why
 
 

@@ -32,6 +32,7 @@ from vitviz.checkpoints.preprocessing import (
     TIMM_VIT_DEFAULTS,
     timm_preprocessing,
 )
+from vitviz.checkpoints.unmodelled import unmodelled_timm_vit
 from vitviz.kinds.vit.families.timm_arch import from_table
 from vitviz.kinds.vit.families.timm_check_args import common_reference, same_settings
 from vitviz.kinds.vit.families.timm_resolve import (
@@ -56,7 +57,8 @@ from vitviz.kinds.vit.families.timm_settings import (
 
 LOOKS_LIKE = "a timm VisionTransformer"
 PREFIX_TOKENS = ("cls_token", "dist_token", "reg_token")
-_BLOCK = r"blocks\.(\d+)\.(?:attn\.qkv|in_proj)\.weight$"  # serial or parallel blocks
+# serial, parallel or branched blocks
+_BLOCK = r"blocks\.(\d+)\.(?:attn\.qkv|in_proj|attns\.0\.attn\.qkv)\.weight$"
 
 
 def detect(source: Source) -> bool:
@@ -90,8 +92,10 @@ SUB_NORMS = (("attn.q_norm", "qk_norm"), ("attn.norm", "attn_norm"), ("mlp.norm"
 
 def take_blocks(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:
     """Move ``blocks.N.*`` of timm's layout into ``out`` (its serial blocks, or its parallel
-    ones: ``in_norm``, ``in_proj``, ``attn_out_proj``, ``mlp_out_proj``); returns what they say
-    about the config."""
+    ones: ``in_norm``, ``in_proj``, ``attn_out_proj``, ``mlp_out_proj``; or its blocks of
+    several branches: ``attns.J.*``, ``ffns.J.*``); returns what they say about the config."""
+    if "blocks.0.attns.0.attn.qkv.weight" in t:
+        return take_branched_blocks(t, depth, out)
     parallel = "blocks.0.in_proj.weight" in t
     layer_scale, qkv_bias = False, True
     shown: dict[str, Any] = {"parallel": parallel, "qk_norm": False}
@@ -133,6 +137,53 @@ def take_blocks(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:
         "qkv_bias": qkv_bias,
         "layer_scale_init": 1.0 if layer_scale else None,
         "mlp_hidden_dim": hidden.shape[1] if parallel else hidden.shape[0],
+    }
+
+
+def _branch_count(t: Taker) -> int:
+    """How many attention branches ``blocks.0.attns.J`` the checkpoint has."""
+    return len({k.split(".")[3] for k in t.state if k.startswith("blocks.0.attns.")})
+
+
+def take_branched_blocks(t: Taker, depth: int, out: dict[str, Tensor]) -> dict[str, Any]:
+    """Move timm's ``ParallelThingsBlock``s (``blocks.N.attns.J.{norm, attn.*, ls.gamma}``,
+    ``blocks.N.ffns.J.{norm, mlp.*, ls.gamma}``) into ``out`` under the same names; returns
+    what they say about the config."""
+    P = _branch_count(t)
+    shown: dict[str, Any] = {"branches": P, "qk_norm": False, "attn_norm": False}
+    shown["mlp_norm"] = False
+    layer_scale, qkv_bias = False, True
+    for i in range(depth):
+        for j in range(P):
+            a, f = f"blocks.{i}.attns.{j}.", f"blocks.{i}.ffns.{j}."
+            for norm in (a + "norm", f + "norm"):
+                if not _take_norm(t, norm, norm, out):
+                    t.take(f"{norm}.weight")  # names the missing tensor
+            for name in (a + "attn.proj", f + "mlp.fc1", f + "mlp.fc2"):
+                out[f"{name}.weight"] = t.take(f"{name}.weight")
+                out[f"{name}.bias"] = t.take(f"{name}.bias")
+            out[a + "attn.qkv.weight"] = t.take(a + "attn.qkv.weight")
+            bias = t.maybe(a + "attn.qkv.bias")
+            if bias is not None:
+                out[a + "attn.qkv.bias"] = bias
+            qkv_bias = bias is not None
+            for name, field in ((a + "attn.q_norm", "qk_norm"), (a + "attn.norm", "attn_norm"),
+                                (f + "mlp.norm", "mlp_norm")):  # fmt: skip
+                if _take_norm(t, name, name, out):
+                    shown[field] = True
+            if shown["qk_norm"] and not _take_norm(t, a + "attn.k_norm", a + "attn.k_norm", out):
+                t.take(a + "attn.k_norm.weight")
+            for branch in (a, f):
+                gamma = t.maybe(branch + "ls.gamma")
+                if gamma is not None:
+                    out[branch + "ls.gamma"] = gamma
+                    layer_scale = True
+    return {
+        **{k: v for k, v in shown.items() if v},
+        **({"norm": "rmsnorm"} if "blocks.0.attns.0.norm.bias" not in out else {}),
+        "qkv_bias": qkv_bias,
+        "layer_scale_init": 1.0 if layer_scale else None,
+        "mlp_hidden_dim": out["blocks.0.ffns.0.mlp.fc1.weight"].shape[0],
     }
 
 
@@ -308,6 +359,12 @@ def convert(source: Source) -> Conversion:
     layout = layout_guess(source) if choice is None else {}
     source.user.pop("arch", None)  # read: not a ViTConfig field
     if choice is None:  # before any tensor is taken: the layout decides
+        named = unmodelled_timm_vit(list(source.state))
+        if named is not None:  # timm's layout with a part only another architecture has
+            raise CheckpointError(
+                f"{source.name}: this is {named}, which vitviz does not model (refused rather "
+                "than shown with another network's numbers)."
+            )
         refuse_ambiguous(source)
     t = Taker(source, LOOKS_LIKE)
     notes: list[str] = []

@@ -61,13 +61,23 @@ CLASS_REASONS = {
     "VisionTransformerSAM": "windowed attention with relative position (SAM)",
     "NaFlexVit": "NaFlex variable-resolution embedding",
     "Hiera": "a hierarchical (pooling-attention) ViT, Hiera",
+    # token layouts beside the plain ViT (no kind of vitviz's has them yet)
+    "PoolingVisionTransformer": "PiT's pooling stages with a CLS token through them",
+    "CrossVit": "CrossViT's two branches of different patch sizes with cross-attention",
+    "MultiScaleVit": "MViTv2's pooled attention with a decomposed relative position bias",
+    "Levit": "LeViT's convolutional stages and attention biases",
+    "LevitDistilled": "LeViT's convolutional stages and attention biases",
+    "TNT": "TNT's attention inside and between patches",
+    "VOLO": "VOLO's outlook attention",
 }
 BLOCK_REASONS = {
-    "ParallelThingsBlock": "parallel attention/MLP blocks of several branches each",
-    "DiffParallelScalingBlock": "differential attention blocks",
+    "DiffParallelScalingBlock": "parallel blocks with differential attention (the difference of "
+    "two softmax maps)"
 }
-# block classes vitviz's ViT computes (ParallelScalingBlock: vitviz/blocks/parallel.py)
-VIT_BLOCKS = ("Block", "ResPostBlock", "ParallelScalingBlock")
+# block classes vitviz's ViT computes (ParallelScalingBlock: vitviz/blocks/parallel.py;
+# ParallelThingsBlock: vitviz/blocks/branches.py)
+VIT_BLOCKS = ("Block", "ResPostBlock", "ParallelScalingBlock", "ParallelThingsBlock")
+ATTENTION_REASONS = {"DiffAttention": "differential attention (the difference of two softmax maps)"}
 MLP_REASONS = {"SwiGLU": "SwiGLU MLP", "GluMlp": "gated (GLU) MLP", "SwiGLUPacked": "SwiGLU MLP"}
 
 
@@ -194,22 +204,40 @@ def _blocks_refusal(model: nn.Module) -> str | None:
         kind = type(block).__name__
         if kind not in VIT_BLOCKS or len(kinds) > 1:
             return BLOCK_REASONS.get(kind, f"{kind} blocks")
+        if kind == "ParallelThingsBlock" and len(block.attns) < 2:
+            return "a parallel block of one branch"
         if kind == "ParallelScalingBlock":
             why = _parallel_refusal(block)
             if why is not None:
                 return why
             continue
-        attn, mlp = block.attn, block.mlp
-        if type(attn).__name__ != "Attention":
-            return f"{type(attn).__name__} attention"
-        if getattr(attn, "gate", None) is not None:
-            return "gated attention"
-        if type(mlp).__name__ != "Mlp":
-            return MLP_REASONS.get(type(mlp).__name__, f"{type(mlp).__name__} MLP")
-        if _activation(mlp.act) is None:
-            return f"activation {type(mlp.act).__name__}"
-        if attn.proj.bias is None or mlp.fc1.bias is None or mlp.fc2.bias is None:
-            return "projections without a bias"
+        for attn, mlp in _attentions_and_mlps(block):
+            why = _serial_refusal(attn, mlp)
+            if why is not None:
+                return why
+    return None
+
+
+def _attentions_and_mlps(block: nn.Module) -> list[tuple[nn.Module, nn.Module]]:
+    """[(attention, MLP)] of a serial block, or of each branch of a ParallelThingsBlock."""
+    if type(block).__name__ != "ParallelThingsBlock":
+        return [(block.attn, block.mlp)]
+    return [(a.attn, f.mlp) for a, f in zip(block.attns, block.ffns, strict=True)]
+
+
+def _serial_refusal(attn: nn.Module, mlp: nn.Module) -> str | None:
+    """The first part of a block's attention and MLP vitviz's ViT can't compute, or None."""
+    if type(attn).__name__ != "Attention":
+        kind = type(attn).__name__
+        return ATTENTION_REASONS.get(kind, f"{kind} attention")
+    if getattr(attn, "gate", None) is not None:
+        return "gated attention"
+    if type(mlp).__name__ != "Mlp":
+        return MLP_REASONS.get(type(mlp).__name__, f"{type(mlp).__name__} MLP")
+    if _activation(mlp.act) is None:
+        return f"activation {type(mlp.act).__name__}"
+    if attn.proj.bias is None or mlp.fc1.bias is None or mlp.fc2.bias is None:
+        return "projections without a bias"
     return None
 
 
@@ -319,6 +347,9 @@ def stem_settings(embed: nn.Module) -> dict[str, Any]:
 def _vit_settings(model: nn.Module) -> dict[str, Any]:
     block = model.blocks[0]
     parallel = type(block).__name__ == "ParallelScalingBlock"
+    branches = len(block.attns) if type(block).__name__ == "ParallelThingsBlock" else 1
+    if type(block).__name__ == "ParallelThingsBlock":  # read as the serial block of its first
+        block = _FirstBranch(block.attns[0], block.ffns[0])
     attn = block if parallel else block.attn
     dim = model.embed_dim
     heads = int(attn.num_heads)
@@ -349,9 +380,18 @@ def _vit_settings(model: nn.Module) -> dict[str, Any]:
         **({"norm": "rmsnorm"} if rms else {}),
         **({"qk_norm": True} if not _is_identity(attn.q_norm) else {}),
         **({"parallel": True} if parallel else {}),
+        **({"branches": branches} if branches > 1 else {}),
         **({"attn_norm": True} if not parallel and not _is_identity(attn.norm) else {}),
         **({"mlp_norm": True} if not parallel and not _is_identity(block.mlp.norm) else {}),
     }  # fmt: skip
+
+
+class _FirstBranch(nn.Module):
+    """A ParallelThingsBlock's first branches as a serial block's names (attn, mlp, ls1)."""
+
+    def __init__(self, attn_branch: nn.Module, mlp_branch: nn.Module) -> None:
+        super().__init__()
+        self.attn, self.mlp, self.ls1 = attn_branch.attn, mlp_branch.mlp, attn_branch.ls
 
 
 def _relpos_refusal(model: nn.Module) -> str | None:

@@ -41,6 +41,7 @@ SHOWN_BY_WEIGHTS = (
     "layer_scale",
     "qk_norm",
     "parallel",
+    "branches",
     "attn_norm",
     "mlp_norm",
 )
