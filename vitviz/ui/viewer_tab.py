@@ -454,7 +454,7 @@ class ViewerTab(QWidget):
         values = m.params.params()
         unused = self.image.ignored_params.get(m.params.method, {})  # the model ignores them
         parts = [info.label]
-        if info.needs_gradients:
+        if info.needs_head:
             named = class_words(m.target_class, self.image.class_names)
             if named is not None:  # a model without the class: none named
                 parts.append(named)

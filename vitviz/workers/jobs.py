@@ -93,6 +93,7 @@ def method_table() -> list[MethodInfo]:
             scaling=m.scaling,
             description=m.description,
             nearest=m.nearest,
+            needs_head=m.needs_head,
         )
         for m in all_methods()
     ]

@@ -44,6 +44,7 @@ class MethodInfo:
     scaling: str = "none"  # none | max | min-max | share
     description: str = ""
     nearest: tuple[str, ...] = ()  # the methods closest to it, closest first
+    needs_head: bool = False  # it explains a class (the map's title names it)
 
 
 @dataclass(frozen=True)
