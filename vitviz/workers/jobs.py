@@ -263,6 +263,7 @@ def analyze_image(
         region=(left * scale, top * scale, right * scale, bottom * scale),
         scores=getattr(state.loaded.model.config, "outputs", "logits"),
         mask_path=_mask_path(source),
+        cam_blocks=kind.cam_depth(state.loaded.model),
         seconds=time.perf_counter() - start,
         **{f.name: getattr(numbers, f.name) for f in fields(numbers)},
     )

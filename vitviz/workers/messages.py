@@ -123,8 +123,11 @@ class ImageResult:
     ignored_params: dict[str, dict[str, str]] = field(default_factory=dict)  # kind ignores
     thumb_grid: tuple[int, int] = (0, 0)  # the head grid's thumbnails: (0, 0) the grid
     thumb_pixels: int = 0  # input pixels per thumbnail cell
+    cam_blocks: int | None = None  # blocks the CAM layer picker offers (None: num_layers)
 
     def __post_init__(self) -> None:
+        if self.cam_blocks is None:
+            self.cam_blocks = self.num_layers
         if self.thumb_grid == (0, 0):
             self.thumb_grid, self.thumb_pixels = tuple(self.grid), self.patch_size
         if not self.layer_rows:  # a plain stack of layers
