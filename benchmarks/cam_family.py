@@ -7,7 +7,7 @@ and one backward pass back to that layer only; Eigen-CAM one forward pass; Score
 Ablation-CAM 1 + C forward passes (C the layer's channels), 16 at a time. No target: the table
 says what a map costs (docs/methods.md states it).
 
-    .venv/bin/python benchmarks/cam_family.py [--quick] [--model tiny|vit-ti|vit-b]
+    .venv/bin/python benchmarks/cam_family.py [--quick] [--model tiny|vit-ti|vit-s|vit-b]
         [--fast-only] [--repeats N] [--threads N]
 """
 
@@ -46,6 +46,7 @@ from vitviz.kinds.vit import KIND as VIT
 MODELS = {  # name: (image, patch, dim, depth, heads)
     "tiny": (32, 8, 32, 2, 2),
     "vit-ti": (224, 16, 192, 12, 3),
+    "vit-s": (224, 16, 384, 12, 6),  # mid size: Score- and Ablation-CAM finish in minutes
     "vit-b": (224, 16, 768, 12, 12),
 }
 GRADIENT_CAMS = {

@@ -245,7 +245,7 @@ def test_a_method_that_does_not_apply_names_those_that_do(
     out = tmp_path / "out"
     assert _explain(ckpt, image, out, "--method", "grad-sam") == 2
     line = _one_line_error(capsys)
-    usable = [m.name for m in all_methods() if not m.needs_gradients]
+    usable = [m.name for m in all_methods() if not m.needs_head]
     assert "Grad-SAM needs a classification head" in line
     assert line.endswith("methods for this model: " + ", ".join(usable))
     assert not out.exists()

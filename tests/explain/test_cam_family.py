@@ -288,6 +288,7 @@ LIBRARY_CAMS = {
     "eigen-gradcam": "EigenGradCAM",
     "eigencam": "EigenCAM",
     "scorecam": "ScoreCAM",
+    "ablationcam": "AblationCAM",
 }
 # the library's layers named as vitviz's: (vitviz layer, the library's module)
 LIBRARY_LAYERS = {
@@ -314,8 +315,10 @@ def _library_map(name: str, library: nn.Module, method: str, layer: nn.Module, x
             return t.transpose(1, 2).reshape(t.shape[0], -1, x.shape[-2] // 4, x.shape[-1] // 4)
         return t[:, P:].transpose(1, 2).reshape(t.shape[0], -1, h, w)
 
+    extra = {"ablation_layer": _zeroing_layer(), "batch_size": CAM_BATCH} if (
+        method == "ablationcam") else {}  # fmt: skip
     cam = getattr(pytorch_grad_cam, LIBRARY_CAMS[method])(
-        model=library, target_layers=[layer], reshape_transform=reshape
+        model=library, target_layers=[layer], reshape_transform=reshape, **extra
     )
     cam.get_target_width_height = lambda _x: None  # the map on the layer's grid, not resized
     # Score-CAM softmaxes the channels' target values: with log p_c those weights are
@@ -325,6 +328,24 @@ def _library_map(name: str, library: nn.Module, method: str, layer: nn.Module, x
     if method == "scorecam":
         cam.batch_size = CAM_BATCH
     return cam(input_tensor=x, targets=[target])[0]
+
+
+def _zeroing_layer() -> nn.Module:
+    """pytorch-grad-cam's own ablation layer for token layers, configured as the paper ablates:
+    the channel set to 0 at every token. The library's default sets it to (the layer's minimum
+    − 10⁷) wherever that minimum is not 0 (any LayerNorm's or block's output), so its default
+    weights are not the definition's; its ``ablation_layer`` argument is how its API lets the
+    value be chosen."""
+    from pytorch_grad_cam.ablation_layer import AblationLayerVit
+
+    class Zeroing(AblationLayerVit):
+        def __call__(self, x: Tensor) -> Tensor:
+            out = self.activations.transpose(1, self.activations.ndim - 1)  # channels at 1
+            for i in range(out.shape[0]):
+                out[i, int(self.indices[i])] = 0
+            return out.transpose(1, out.ndim - 1)
+
+    return Zeroing()
 
 
 @pytest.mark.parametrize("name", ["vit", "swin"])
@@ -376,3 +397,41 @@ def test_eigencam_needs_no_head_and_the_gradient_cams_say_they_do() -> None:
     assert tuple(eigen_cam(lp.activations).shape) == (1, 4, 4) and lp.target.tolist() == [-1]
     with pytest.raises(ValueError, match="needs a class score, and this model has no head"):
         layer_pass(VIT, model, x, "auto")
+
+
+def test_the_table_says_what_each_cam_needs() -> None:
+    """Score-CAM and Ablation-CAM score a class with forward passes (a head and the model, no
+    gradient), Eigen-CAM runs one forward pass (the model, no head): the table, its markdown,
+    the refusals and the window's method data say so; only the gradient CAMs make the window
+    keep gradients."""
+    from conftest import random_vit
+
+    from vitviz.cli.methods import methods_markdown
+    from vitviz.explain.methods import all_methods
+    from vitviz.kinds.vit import KIND as VIT
+    from vitviz.workers.jobs import method_table
+
+    table = {m.name: m for m in all_methods()}
+    needs = {n: (table[n].needs_gradients, table[n].needs_head, table[n].needs_model) for n in ALL}
+    assert needs == {
+        **{n: (True, True, True) for n in GRADIENT_CAMS},
+        "eigencam": (False, False, True),
+        "scorecam": (False, True, True),
+        "ablationcam": (False, True, True),
+    }
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[4].strip() for line in
+            methods_markdown(all_methods()).splitlines()[2:]}  # fmt: skip
+    assert rows["scorecam"] == rows["ablationcam"] == "head + model, no gradients"
+    assert rows["eigencam"] == "model, no head, no gradients"
+    assert {rows[n] for n in GRADIENT_CAMS} == {"gradients"}
+    headless = random_vit(0, num_classes=0)
+    for name in ("scorecam", "ablationcam"):
+        said = table[name].unavailable_on(headless, False, kind=VIT)
+        assert said == f"{table[name].label} needs a classification head, and this model has none"
+    assert table["eigencam"].unavailable_on(headless, False, kind=VIT) is None
+    for name in ("eigencam", "scorecam", "ablationcam"):
+        said = table[name].unavailable_on(None, True, kind=VIT)
+        assert said == f"{table[name].label} needs the model itself for its forward passes"
+    info = {m.name: m for m in method_table()}
+    assert [n for n in ALL if info[n].needs_gradients] == list(GRADIENT_CAMS)
+    assert [n for n in ALL if info[n].needs_head] == [*GRADIENT_CAMS, "scorecam", "ablationcam"]

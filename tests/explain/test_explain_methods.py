@@ -42,6 +42,9 @@ BUILTIN = (
     "attention-gradcam",
     "gradcam",
     "random",
+    "token-norm",
+    "similarity",
+    "pca",
     "hirescam",
     "gradcam-plusplus",
     "xgradcam",
@@ -194,7 +197,7 @@ def test_gradient_methods_need_a_head():
     a = make_analysis(1, num_classes=0)
     names = {m.name for m in methods_for(a)}
     assert names >= {"attention", "rollout", "dino-masks", "random"}
-    assert not names & {m.name for m in all_methods() if m.needs_gradients}
+    assert not names & {m.name for m in all_methods() if m.needs_head}
     with pytest.raises(ValueError, match="needs a classification head, and this model has none"):
         get_method("grad-sam")(a)
 
@@ -215,10 +218,10 @@ def test_methods_declare_the_model_kinds_they_apply_to(analysis):
 # -- every method: shape, dtype, scaling -----------------------------------------------------
 
 
-@pytest.mark.parametrize("name", BUILTIN)
-def test_every_method_gives_a_grid_map_scaled_as_declared(analysis, name):
+@pytest.mark.parametrize("name", [n for n in BUILTIN if get_method(n).map_kind == "scalar"])
+def test_every_method_gives_a_grid_map_scaled_as_declared(analysis, name):  # pca: test_features
     method = get_method(name)
-    classes = range(analysis.logits.numel()) if method.needs_gradients else [None]
+    classes = range(analysis.logits.numel()) if method.needs_head else [None]
     maps = {c: method(analysis, None, c) for c in classes}
     for out in maps.values():
         assert out.shape == GRID and out.dtype == torch.float32 and out.device.type == "cpu"

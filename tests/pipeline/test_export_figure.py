@@ -91,6 +91,9 @@ def test_titles_name_method_class_probability_and_parameters(tiny_ckpt: Path, im
         relevance[0] == f"{get_method('relevance').label} · class '{a.class_names[c]}' ({p_c:.1%})"
     )
     assert relevance[1] == "query CLS"
+    # Score-CAM takes no gradient but explains a class all the same: its title names it
+    score = map_title(a, maps, "scorecam")
+    assert score[0] == f"{get_method('scorecam').label} · class '{a.class_names[c]}' ({p_c:.1%})"
 
 
 def test_title_of_a_model_without_a_head(tmp_path: Path) -> None:

@@ -22,8 +22,8 @@ def add_parser(subparsers: SubParsers) -> None:
         help="list the explanation methods (names for --method, parameters for --param)",
         description="List the explanation methods: name (for --method; npz key map_<name>), "
         "label, parameters with their defaults and ranges (for --param METHOD.PARAMETER=VALUE; "
-        "L and H are the model's layers and heads), whether gradients are needed, and the "
-        "models each applies to.",
+        "L and H are the model's layers and heads), what each needs (gradients, a head, the "
+        "model), and the models each applies to.",
     )
     form = p.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -53,7 +53,7 @@ def parameter_text(p: Parameter) -> str:
 
 
 def _needs(m: Method) -> str:
-    return "gradients" if m.needs_gradients else "attention only"
+    return m.needs
 
 
 def methods_text(methods: Iterable[Method]) -> str:

@@ -91,6 +91,9 @@ class Method:
         parameters: tuple[Parameter, ...] = (),
         *,
         needs_gradients: bool = False,  # needs a classification head and a backward pass
+        needs_head: bool | None = None,  # scores a class: a classification head (None: as
+        # needs_gradients)
+        needs_model: bool | None = None,  # runs passes of the model itself (None: as needs_head)
         applies_to: Iterable[str] | None = None,
         queries: bool = True,  # a clicked patch (query) changes the map
         scaling: str = "none",  # none | max (divided by its max) | min-max | share (0..1)
@@ -121,6 +124,10 @@ class Method:
         self.compute = compute
         self.parameters = tuple(parameters)
         self.needs_gradients = needs_gradients
+        self.needs_head = needs_gradients if needs_head is None else needs_head
+        self.needs_model = self.needs_head if needs_model is None else needs_model
+        if needs_gradients and not (self.needs_head and self.needs_model):
+            raise ValueError(f"method {name!r} needs gradients: it needs a head and the model")
         self.declared = None if applies_to is None else frozenset(applies_to)
         self.queries = queries
         self.scaling = scaling
@@ -129,11 +136,26 @@ class Method:
         self.nearest = tuple(nearest)
         self.map_kind = map_kind
         self.cost = cost or (
-            "a pass with gradients" if needs_gradients else "none: the analysis's attention"
-        )
+            "a pass with gradients" if needs_gradients
+            else "forward passes" if self.needs_model
+            else "none: the analysis's attention"
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"Method({self.name!r}, {self.label!r})"
+
+    @property
+    def needs(self) -> str:
+        """What a map needs beyond the analysis's attention, in the table's words: gradients
+        (a head, the model and a backward pass), a head and the model (forward passes scoring
+        the class, no gradient), the model (forward passes, no class) or attention only."""
+        if self.needs_gradients:
+            return "gradients"
+        if self.needs_head:
+            return "head + model, no gradients"
+        if self.needs_model:
+            return "model, no head, no gradients"
+        return "attention only"
 
     @property
     def key(self) -> str:
@@ -305,11 +327,11 @@ class Method:
             reason = self.layers_missing(layers, depth)
             if reason is not None:
                 return reason
-        if self.needs_gradients:
-            if not has_head:
-                return f"{self.label} needs a classification head, and this model has none"
-            if model is None:
-                return f"{self.label} needs the model itself to compute gradients"
+        if self.needs_head and not has_head:
+            return f"{self.label} needs a classification head, and this model has none"
+        if self.needs_model and model is None:
+            why = "to compute gradients" if self.needs_gradients else "for its forward passes"
+            return f"{self.label} needs the model itself {why}"
         impl = None if kind is None else self.implementation_for(kind)
         return None if impl is None else impl.unavailable_on(self.label, model)
 
@@ -376,6 +398,9 @@ class Method:
             "key": self.key,
             "parameters": [p.to_dict() for p in self.parameters],
             "needs_gradients": self.needs_gradients,
+            "needs_head": self.needs_head,
+            "needs_model": self.needs_model,
+            "needs": self.needs,
             "applies_to": sorted(self.applies_to),
             "queries": self.queries,
             "scaling": self.scaling,
@@ -541,6 +566,7 @@ DISCARD = Parameter(
 
 
 GRADIENT_CAM_COST = "1 forward, 1 backward pass to its layer"
+FEATURE_COST = "1 forward pass per image, kept while the analysis lives"
 SLOW_CAM_COST = "1 + C forward passes (C its layer's channels), 16 at a time"
 
 BUILTIN_METHODS = (
@@ -613,12 +639,12 @@ BUILTIN_METHODS = (
     ),
     Method(
         "token-norm", "Token norm", token_norm_method, (_layer_param(),),
-        queries=False, scaling="none",
+        queries=False, scaling="none", needs_model=True, cost=FEATURE_COST,
         description="‖t_l‖₂ of each patch token after block l; high-norm: > median + 4·MAD",
     ),
     Method(
         "similarity", "Token similarity", similarity_method, (_layer_param(),),
-        scaling="none",
+        scaling="none", needs_model=True, cost=FEATURE_COST,
         description="cosine of the query token (CLS, mean or clicked patch) with each patch "
         "token after block l",
     ),
@@ -630,7 +656,7 @@ BUILTIN_METHODS = (
                 help="0: every patch; else the first component (scaled 0..1) above it",
             ),
         ),
-        queries=False, scaling="min-max", map_kind="rgb",
+        queries=False, scaling="min-max", map_kind="rgb", needs_model=True, cost=FEATURE_COST,
         description="first three principal components of the final-normed patch tokens as RGB",
     ),
     Method(
@@ -674,20 +700,20 @@ BUILTIN_METHODS = (
     ),
     Method(
         "eigencam", "Eigen-CAM", eigencam_method, (layer_parameter(),),
-        queries=False, scaling="min-max", cost="1 forward pass",
+        needs_model=True, queries=False, scaling="min-max", cost="1 forward pass",
         nearest=("eigen-gradcam", "gradcam"),
         description="Muhammad & Yeasin 2020: first principal component of a layer's tokens; "
         "no class",
     ),
     Method(
         "scorecam", "Score-CAM", scorecam_method, (layer_parameter(),),
-        needs_gradients=True, queries=False, scaling="min-max", nearest=("ablationcam", "gradcam"),
+        needs_head=True, queries=False, scaling="min-max", nearest=("ablationcam", "gradcam"),
         description="Wang et al. 2020: channels weighted by the class's probability on the input "
         "masked by each", cost=SLOW_CAM_COST,
     ),
     Method(
         "ablationcam", "Ablation-CAM", ablationcam_method, (layer_parameter(),),
-        needs_gradients=True, queries=False, scaling="min-max", nearest=("scorecam", "gradcam"),
+        needs_head=True, queries=False, scaling="min-max", nearest=("scorecam", "gradcam"),
         description="Desai & Ramaswamy 2020: channels weighted by the score's drop when each is "
         "zeroed", cost=SLOW_CAM_COST,
     ),

@@ -117,6 +117,13 @@ class KindBase:
         """The part of the last block a CAM reads by default: its norm1 (token Grad-CAM's)."""
         return "norm1"
 
+    def cam_depth(self, model: nn.Module) -> int:
+        """How many blocks ``feature_site`` counts: ``cam_blocks``'s (0 without any)."""
+        try:
+            return len(self.cam_blocks(model))
+        except ValueError:
+            return 0
+
     def cam_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
         """The blocks the intermediates accessor's ``blocks`` read, in its order."""
         blocks = getattr(model, "blocks", None)

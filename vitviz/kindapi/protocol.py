@@ -479,6 +479,12 @@ class AnalysingMembers(Protocol):
         read."""
         ...
 
+    def cam_depth(self, model: nn.Module) -> int:
+        """How many blocks ``feature_site``'s ``layer`` counts (the accessor's ``blocks``: an
+        XCiT's XCA and class-attention blocks); the window's layer picker offers each; 0 for a
+        model it can't take apart."""
+        ...
+
 
 class MethodMembers(Protocol):
     """Role "methods": its versions of the method table's methods and what they index."""

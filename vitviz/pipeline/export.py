@@ -305,7 +305,7 @@ def map_title(
     method = get_method(name)
     if maps.target_class < 0 or not _has_head(analysis):
         said = "no classification head"
-    elif method.needs_gradients:
+    elif method.needs_head:
         c = maps.target_class
         said = f"class '{analysis.class_names[c]}' ({float(analysis.probs[c]):.1%})"
     else:

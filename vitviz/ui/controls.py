@@ -352,13 +352,14 @@ class ViewControls(QWidget):
         self.displayChanged.emit()
 
     # -- model shape -----------------------------------------------------------------------------
-    def set_shape(self, layers: int, heads: int) -> None:
-        """Adapt the layer and head choices to a model, keeping the selection where possible."""
+    def set_shape(self, layers: int, heads: int, cam_blocks: int | None = None) -> None:
+        """Adapt the layer and head choices to a model, keeping the selection where possible;
+        the CAM layer picker offers ``cam_blocks`` blocks (None: ``layers``)."""
         for w in (self.layer, self.head):
             w.blockSignals(True)
         self.layer.setRange(0, layers - 1)
         self.param_panel.set_shape(layers, heads)
-        self.cam_layer.set_blocks(layers)
+        self.cam_layer.set_blocks(layers if cam_blocks is None else cam_blocks)
         self.layer.setPrefix(f"{self.layer_word} ")
         layer = self.selected_layer()
         self._fill_heads(self.row_heads[layer] if layer < len(self.row_heads) else heads)

@@ -169,7 +169,7 @@ class ViewerTab(QWidget):
             result.words.layer, [r.selector for r in rows], [r.heads for r in rows]
         )
         self.controls.param_panel.ignored = result.ignored_params
-        self.controls.set_shape(result.num_layers, result.num_heads)
+        self.controls.set_shape(result.num_layers, result.num_heads, result.cam_blocks)
         self.controls.set_unavailable(result.unavailable)
         self.faithfulness.clear()
         # the clickable grid (hover and query cells) is the token geometry's, over the input
@@ -454,7 +454,7 @@ class ViewerTab(QWidget):
         values = m.params.params()
         unused = self.image.ignored_params.get(m.params.method, {})  # the model ignores them
         parts = [info.label]
-        if info.needs_gradients:
+        if info.needs_head:
             named = class_words(m.target_class, self.image.class_names)
             if named is not None:  # a model without the class: none named
                 parts.append(named)

@@ -93,6 +93,7 @@ def method_table() -> list[MethodInfo]:
             scaling=m.scaling,
             description=m.description,
             nearest=m.nearest,
+            needs_head=m.needs_head,
         )
         for m in all_methods()
     ]
@@ -262,6 +263,7 @@ def analyze_image(
         region=(left * scale, top * scale, right * scale, bottom * scale),
         scores=getattr(state.loaded.model.config, "outputs", "logits"),
         mask_path=_mask_path(source),
+        cam_blocks=kind.cam_depth(state.loaded.model),
         seconds=time.perf_counter() - start,
         **{f.name: getattr(numbers, f.name) for f in fields(numbers)},
     )

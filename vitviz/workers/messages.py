@@ -44,6 +44,7 @@ class MethodInfo:
     scaling: str = "none"  # none | max | min-max | share
     description: str = ""
     nearest: tuple[str, ...] = ()  # the methods closest to it, closest first
+    needs_head: bool = False  # it explains a class (the map's title names it)
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,11 @@ class ImageResult:
     ignored_params: dict[str, dict[str, str]] = field(default_factory=dict)  # kind ignores
     thumb_grid: tuple[int, int] = (0, 0)  # the head grid's thumbnails: (0, 0) the grid
     thumb_pixels: int = 0  # input pixels per thumbnail cell
+    cam_blocks: int | None = None  # blocks the CAM layer picker offers (None: num_layers)
 
     def __post_init__(self) -> None:
+        if self.cam_blocks is None:
+            self.cam_blocks = self.num_layers
         if self.thumb_grid == (0, 0):
             self.thumb_grid, self.thumb_pixels = tuple(self.grid), self.patch_size
         if not self.layer_rows:  # a plain stack of layers

@@ -46,3 +46,32 @@ def test_the_window_shows_an_xcit(qtbot, window, xcit_ckpt: Path, photo_files) -
     click(v.map_view, v.map_view.vb.mapViewToScene(v.map_view.patch_rect(*patch).center()))
     qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == patch, timeout=WAIT_MS)
     assert np.isnan(v.maps.head_maps).all()
+
+
+def test_the_cam_layer_picker_offers_every_xcit_block(
+    qtbot, window, xcit_ckpt: Path, photo_files
+) -> None:
+    """The head grid has the class-attention rows only, but a CAM reads any block the accessor
+    counts (2 XCA, then 2 class-attention blocks): the picker offers all four, and a map on an
+    XCA block's norm1 is the table's."""
+    from vitviz.explain.methods import get_method
+
+    image = photo_files["chelsea"]
+    drop(window, [image, xcit_ckpt])
+    wait_shown(qtbot, window, image.name)
+    v = window.viewer
+    assert v.head_grid.row_texts() == ["CA 0", "CA 1"]
+    picker = v.controls.cam_layer
+    offered = [picker.itemData(i) for i in range(picker.count())]
+    assert offered[4:] == [f"{b}.{p}" for b in range(4) for p in ("norm1", "norm2", "output")]
+    v.controls.select_method("gradcam")
+    qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "gradcam", timeout=WAIT_MS)
+    picker.lineEdit().setText("1.norm1")
+    picker.lineEdit().editingFinished.emit()
+    qtbot.waitUntil(
+        lambda: settled(window) and v.maps.params.params().get("layer") == "1.norm1",
+        timeout=WAIT_MS,
+    )
+    a = analyze(load_checkpoint(xcit_ckpt), image)
+    want = get_method("gradcam")(a, None, None, {"layer": "1.norm1"}).numpy()
+    np.testing.assert_allclose(v.maps.method_map, want, atol=1e-5)
