@@ -350,3 +350,26 @@ def test_compare_on_ray_writes_the_local_files(ray_cluster, model_file, tmp_path
     }  # fmt: skip
     run = json.loads((tmp_path / "ray" / "run.json").read_text())
     assert run["command"] == "compare" and (run["images"], len(run["failed"])) == (6, 1)
+
+
+def test_the_windows_folder_statistics_on_a_cluster_equal_the_local_ones(
+    ray_cluster, model_file, images
+) -> None:
+    """The window's "Over a folder…" with a cluster address: the same means, the same progress
+    (each image, in order), and Cancel stops the run."""
+    from vitviz.workers.folder_stats import RunCancelledError, folder_stats_job
+
+    local_steps, ray_steps = [], []
+    local = folder_stats_job(model_file, images, lambda *a: local_steps.append(a), lambda: False)
+    on_ray = folder_stats_job(
+        model_file, images, lambda *a: ray_steps.append(a), lambda: False, address="auto"
+    )
+    assert ray_steps == local_steps == [(i, 8) for i in range(1, 9)]
+    assert (on_ray.images, len(on_ray.failed)) == (local.images, len(local.failed)) == (7, 1)
+    for name in ("distance", "entropy", "prefix_share", "distance_std", "entropy_std"):
+        np.testing.assert_allclose(getattr(on_ray, name), getattr(local, name), atol=1e-5)
+    with pytest.raises(RunCancelledError):
+        folder_stats_job(model_file, images, lambda *a: ray_steps.append(a),
+                         lambda: len(ray_steps) > 9,
+                         address="auto")  # fmt: skip
+    assert len(ray_steps) == 10  # stopped at the Cancel
