@@ -21,8 +21,8 @@ IMAGES_PER_TASK = 8
 
 @dataclass
 class WindowStatsJob:
-    """The window's checkpoint and preprocessing, opened on each actor on ``auto`` (its own
-    GPU where it has one)."""
+    """The window's checkpoint and preprocessing, opened on each actor on ``auto`` (the CPU:
+    the window's runs reserve no GPU on the cluster)."""
 
     checkpoint: Path
     preprocessing: dict[str, Any] | None
