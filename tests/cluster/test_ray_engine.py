@@ -291,3 +291,85 @@ def test_faithfulness_on_ray_equals_the_local_engine(ray_cluster, model_file, tm
     assert first["insertion_auc_attention"] == pytest.approx(curves["attention"]["insertion_auc"])
     run = json.loads((tmp_path / "ray" / "run.json").read_text())
     assert run["command"] == "faithfulness" and len(run["failed"]) == 1
+
+
+def _noise_images(folder: Path, names: list[str], seed: int) -> list[Path]:
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i, name in enumerate(names):
+        paths.append(folder / name)
+        size = (32 + 8 * i, 40)
+        Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(paths[-1])
+    return paths
+
+
+def test_ablate_on_ray_writes_the_local_files(ray_cluster, model_file, tmp_path) -> None:
+    """Each image's effects written by a worker (``ablate_image``, the local command's), the
+    summary reduced on the driver in the images' order: the same files."""
+    folder = tmp_path / "images"
+    _noise_images(folder, ["a.png", "b.png", "c.png"], seed=7)
+    (folder / "d_broken.png").write_bytes(b"not a png at all")
+    argv = ["ablate", str(folder), "--checkpoint", str(model_file), "--ablation", "mean"]
+    assert _run([*argv, "--out", str(tmp_path / "local")]) == 1  # the broken image
+    on_ray = [*argv, "--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "2"]
+    assert _run(on_ray) == 1
+    _same_files(tmp_path / "local", tmp_path / "ray")
+    with np.load(tmp_path / "ray" / "ablation_summary.npz") as npz:
+        assert list(npz["images"]) == ["a.png", "b.png", "c.png"]  # the images' order
+        assert npz["head_effect_mean"].shape == (2, 2)
+    run = json.loads((tmp_path / "ray" / "run.json").read_text())
+    assert run["command"] == "ablate" and (run["images"], run["computed"]) == (4, 4)
+    assert [f["path"] for f in run["failed"]] == [str(folder / "d_broken.png")]
+    (tmp_path / "ray" / "b_ablation.npz").unlink()  # --resume recomputes only that one
+    kept = (tmp_path / "ray" / "a_ablation.npz").stat()
+    assert _run([*on_ray, "--resume"]) == 1
+    after = (tmp_path / "ray" / "a_ablation.npz").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (kept.st_ino, kept.st_mtime_ns)
+    run = json.loads((tmp_path / "ray" / "run.json").read_text())
+    assert (run["skipped"], run["computed"]) == (2, 2)
+    _same_files(tmp_path / "local", tmp_path / "ray")
+
+
+def test_compare_on_ray_writes_the_local_files(ray_cluster, model_file, tmp_path) -> None:
+    """Single images written by the workers and a folder's mean reduced on the driver in its
+    images' order (``compare_image`` and ``write_mean``, the local command's): the same files."""
+    other = save_checkpoint(random_vit(seed=4), tmp_path / "other.safetensors")
+    singles = _noise_images(tmp_path / "singles", ["one.png", "two.jpg"], seed=8)
+    _noise_images(tmp_path / "set", ["p.png", "q.png", "r.png"], seed=9)
+    (tmp_path / "set" / "s_broken.png").write_bytes(b"not a png at all")
+    argv = ["compare", *map(str, singles), str(tmp_path / "set")]
+    argv += ["--checkpoint", str(model_file), "--checkpoint", str(other)]
+    assert _run([*argv, "--out", str(tmp_path / "local")]) == 1  # the broken image
+    on_ray = [*argv, "--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "2"]
+    assert _run(on_ray) == 1
+    _same_files(tmp_path / "local", tmp_path / "ray")
+    assert {p.name for p in (tmp_path / "local").iterdir()} == {
+        "one_compare.npz", "one_compare.png", "two_compare.npz", "two_compare.png",
+        "set_compare.npz",
+    }  # fmt: skip
+    run = json.loads((tmp_path / "ray" / "run.json").read_text())
+    assert run["command"] == "compare" and (run["images"], len(run["failed"])) == (6, 1)
+
+
+def test_the_windows_folder_statistics_on_a_cluster_equal_the_local_ones(
+    ray_cluster, model_file, images
+) -> None:
+    """The window's "Over a folder…" with a cluster address: the same means, the same progress
+    (each image, in order), and Cancel stops the run."""
+    from vitviz.workers.folder_stats import RunCancelledError, folder_stats_job
+
+    local_steps, ray_steps = [], []
+    local = folder_stats_job(model_file, images, lambda *a: local_steps.append(a), lambda: False)
+    on_ray = folder_stats_job(
+        model_file, images, lambda *a: ray_steps.append(a), lambda: False, address="auto"
+    )
+    assert ray_steps == local_steps == [(i, 8) for i in range(1, 9)]
+    assert (on_ray.images, len(on_ray.failed)) == (local.images, len(local.failed)) == (7, 1)
+    for name in ("distance", "entropy", "prefix_share", "distance_std", "entropy_std"):
+        np.testing.assert_allclose(getattr(on_ray, name), getattr(local, name), atol=1e-5)
+    with pytest.raises(RunCancelledError):
+        folder_stats_job(model_file, images, lambda *a: ray_steps.append(a),
+                         lambda: len(ray_steps) > 9,
+                         address="auto")  # fmt: skip
+    assert len(ray_steps) == 10  # stopped at the Cancel

@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vitviz.cli.ablate_work import ablate_image, write_summary
 from vitviz.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -21,6 +22,7 @@ from vitviz.cli.common import (
     load_for,
     make_out_folder,
 )
+from vitviz.cli.engine_options import add_engine_options, check_engine_options, engine_inputs
 from vitviz.core.console import say
 
 
@@ -46,11 +48,8 @@ def add_parser(subparsers: SubParsers) -> None:
         "--batch-size", type=int, default=None, metavar="N", help="heads per forward pass"
     )
     add_prompt_options(p)
+    add_engine_options(p)
     p.set_defaults(func=cmd_ablate, model_code=None, model_args=None)
-
-
-def row_labels(loaded: Any, analysis: Any) -> list[str]:
-    return [row.label for row in loaded.kind.layer_rows(analysis)]
 
 
 def open_model(args: argparse.Namespace) -> Any:
@@ -71,48 +70,35 @@ def open_model(args: argparse.Namespace) -> Any:
 def cmd_ablate(args: argparse.Namespace) -> int:
     from vitviz.cli.explain_batch import expand_images
     from vitviz.core.errors import VitvizError
-    from vitviz.pipeline.effects_export import ablation_arrays, grid_png, summary_arrays, write_npz
     from vitviz.pipeline.export import output_stem
-    from vitviz.pipeline.head_effects import head_effects
 
-    images = expand_images(args.images)
+    check_engine_options(args)
+    images = expand_images(engine_inputs(args, args.images))
     loaded = open_model(args)
     make_out_folder(args.out)
+    if args.engine == "ray":  # the same per-image work (ablate_image) on Ray's workers (DESIGN §7)
+        from vitviz.cli.on_ray import ablate_on_ray
+
+        return ablate_on_ray(args, images)
     names, grids, labels, failed = [], [], None, 0
     for i, path in enumerate(images):
         try:
-            analysis = loaded.kind.analyze(loaded, path)
-            effects = head_effects(
-                loaded, analysis.input, args.target_class, args.ablation, args.batch_size
-            )
+            effects, labels = ablate_image(loaded, path, output_stem(path.stem), args)
         except (VitvizError, ValueError) as exc:
             say(f"vitviz-cli: skipped {path}: {exc}")
             failed += 1
             continue
-        labels = row_labels(loaded, analysis)
-        stem = output_stem(path.stem)
-        write_npz(args.out / f"{stem}_ablation.npz", ablation_arrays(effects))
-        c = effects.target
-        title = f"{path.name}: head effects on {loaded.class_names[c]} (class {c})"
-        sub = f"y_c(full) - y_c(head knocked out, {args.ablation}), logits"
-        grid_png(args.out / f"{stem}_ablation.png", effects.effect.numpy(), [title, sub], labels)
         names.append(path.name)
         grids.append(effects.effect.numpy())
+        c = effects.target
         top = effects.effect.nan_to_num(float("-inf")).flatten().argmax()
         L, H = divmod(int(top), effects.effect.shape[1])
+        stem = output_stem(path.stem)
         say(
             f"[{i + 1}/{len(images)}] {path.name}: {loaded.class_names[c]}; largest effect "
             f"head {L}.{H} ({float(effects.effect[L, H]):+.4g}) -> {args.out / stem}_ablation.npz"
         )
     if not grids:
         return EXIT_FAILED
-    if len(grids) > 1:
-        arrays = summary_arrays("head_effect", grids, names)
-        write_npz(args.out / "ablation_summary.npz", arrays)
-        title = f"head effects over {len(grids)} images ({args.ablation} ablation)"
-        grid_png(args.out / "ablation_summary.png", arrays["head_effect_mean"],
-                 [title, "mean of y_c(full) - y_c(head knocked out), each image's c"],
-                 labels or [])  # fmt: skip
-        summary = args.out / "ablation_summary.npz"
-        say(f"mean and standard deviation over {len(grids)} images -> {summary}")
+    write_summary(args, names, grids, labels or [])
     return EXIT_PARTIAL if failed else EXIT_OK

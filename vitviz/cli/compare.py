@@ -9,14 +9,14 @@ import argparse
 from pathlib import Path
 
 from vitviz.cli.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_PARTIAL,
     CliError,
     SubParsers,
     add_hub_options,
     load,
 )
+from vitviz.cli.compare_work import compare_base, compare_image, exit_status, write_mean
+from vitviz.cli.engine_options import add_engine_options, check_engine_options, engine_inputs
+from vitviz.cluster.inputs import LIST_SUFFIXES
 from vitviz.core.console import say
 
 
@@ -42,6 +42,7 @@ def add_parser(subparsers: SubParsers) -> None:
     add_hub_options(p)
     p.add_argument("--out", type=Path, default=Path("vitviz-compare"), help="output folder")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    add_engine_options(p)
     p.set_defaults(func=cmd_compare)
 
 
@@ -51,16 +52,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if len(args.checkpoints) != 2:
         raise CliError(f"compare takes --checkpoint twice (A and B), got {len(args.checkpoints)}")
+    check_engine_options(args)
+    ray = args.engine == "ray"
     jobs: list[tuple[str, list[Path], bool]] = []  # (stem, images, a folder's mean)
     try:
         for given in args.images:
             if given.is_dir():
-                listed = list_images(given)
+                listed = engine_inputs(args, [given]) if ray else list_images(given)
                 if not listed:
                     raise CliError(f"{given}: the folder holds no images")
                 jobs.append((given.name or "folder", listed, True))
-            elif given.is_file():
+            elif given.is_file() and not (ray and given.suffix.lower() in LIST_SUFFIXES):
                 jobs.append((given.stem, [given], False))
+            elif ray:  # a glob or a list of paths: each image on its own
+                jobs += [(p.stem, [p], False) for p in engine_inputs(args, [given])]
             else:
                 raise CliError(f"{given}: no such image or folder")
         device = resolve_device(args.device)
@@ -71,6 +76,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"--out {args.out}: cannot create it ({exc.strerror or exc})") from exc
     models = [load(path, args.config, args) for path in args.checkpoints]
+    if ray:  # the same per-image work (compare_image) on Ray's workers (DESIGN §7)
+        from vitviz.cli.on_ray import compare_on_ray
+
+        return compare_on_ray(args, jobs, [m.class_names for m in models])
     for loaded in models:
         loaded.model.to(device)
     failed = written = 0
@@ -78,50 +87,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
         done, failures = _compare(models, stem, images, mean, args.out)
         written += done
         failed += failures
-    if not written:
-        say("vitviz-cli: no image could be compared")
-        return EXIT_FAILED
-    return EXIT_PARTIAL if failed else EXIT_OK
+    return exit_status(written, failed)
 
 
 def _compare(models: list, stem: str, images: list[Path], mean: bool, out: Path) -> tuple[int, int]:
     """Writes one job's outputs; (outputs written, images failed)."""
     from vitviz.core.errors import VitvizError
     from vitviz.imaging.loading import ImageLoadError
-    from vitviz.imaging.overlay import save_png
-    from vitviz.pipeline.analysis import analyze
-    from vitviz.pipeline.compare import (
-        compare_analyses,
-        mean_comparison,
-        side_by_side,
-        write_compare_npz,
-    )
-    from vitviz.pipeline.export import output_stem
 
-    a_model, b_model = models
     results, failed = [], 0
     for image in images:
+        base = None if mean else compare_base(out, stem)
         try:
-            a, b = analyze(a_model, image), analyze(b_model, image)
-            comparison = compare_analyses(a_model, a, b_model, b)
+            comparison = compare_image(models, image, base)
         except (ImageLoadError, VitvizError, ValueError) as exc:
             say(f"vitviz-cli: skipped {image}: {exc}")
             failed += 1
             continue
         results.append(comparison)
-        if not mean:
-            base = out / f"{output_stem(stem)}_compare"
-            npz = write_compare_npz(comparison, base.with_suffix(".npz"), a.class_names,
-                                    b.class_names)  # fmt: skip
-            png = save_png(side_by_side(a, b, comparison), base.with_suffix(".png"))
-            say(f"{image} -> {npz}, {png}")
-    if mean and results:
-        try:
-            comparison = mean_comparison(results)
-        except ValueError as exc:  # rollouts of images on other grids can't be averaged
-            say(f"vitviz-cli: {stem}: {exc}")
-            return 0, failed
-        npz = out / f"{output_stem(stem)}_compare.npz"
-        write_compare_npz(comparison, npz, a_model.class_names, b_model.class_names)
-        say(f"{len(results)} images of {stem} -> {npz} (the mean)")
+        if base is not None:
+            say(f"{image} -> {base.with_suffix('.npz')}, {base.with_suffix('.png')}")
+    if mean:
+        return write_mean([m.class_names for m in models], stem, results, out), failed
     return len(results), failed

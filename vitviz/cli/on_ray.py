@@ -302,3 +302,151 @@ def faithfulness_on_ray(
                 assert o.record is not None
                 results.append(faithfulness_from_record(o.record))
     return results
+
+
+# -- ablate and compare ----------------------------------------------------------------------------
+
+ABLATE_TASK_IMAGES = 2  # each image is one forward pass per head
+
+
+def _top5(probs: Any) -> list[list[float]]:
+    p = np.asarray(probs, np.float64).reshape(-1)
+    return [[int(c), float(p[c])] for c in np.argsort(-p, kind="stable")[:5]]
+
+
+@dataclass
+class AblateJob:
+    """``ablate``'s work: ``ablate_image`` (the command's own), each image's files written by
+    the worker; the record carries the (L, H) effects the summary averages."""
+
+    args: argparse.Namespace
+
+    def open(self) -> Any:
+        return _open(self.args)
+
+    def run(self, loaded: Any, items: list[ImageItem]) -> list[Outcome]:
+        from vitviz.cli.ablate_work import ablate_image
+
+        out = []
+        for it in items:
+            try:
+                effects, labels = ablate_image(loaded, Path(it.path), it.stem, self.args)
+            except Exception as exc:  # noqa: BLE001  (the command's one-image refusal)
+                out.append(Outcome(it.index, it.path, None, str(exc)))
+                continue
+            record = {
+                "target_class": int(effects.target),
+                "top5": _top5(effects.logits.softmax(-1).numpy()),
+                "head_effect": effects.effect.numpy().tolist(),
+                "labels": list(labels),
+            }
+            out.append(Outcome(it.index, it.path, record))
+        return out
+
+    def complete(self, item: ImageItem, record: dict[str, Any] | None) -> bool:
+        done = (self.args.out / f"{item.stem}_ablation.npz").is_file()
+        return done and record is not None and "head_effect" in record
+
+
+def ablate_on_ray(args: argparse.Namespace, images: Sequence[Path]) -> int:
+    """``ablate --engine ray``: each image's files written by a worker; the summary reduced
+    here in the images' order (``write_summary``, the local engine's)."""
+    from vitviz.cli.ablate_work import write_summary
+    from vitviz.pipeline.export import output_stem
+
+    items = [ImageItem(i, str(p), output_stem(p.stem)) for i, p in enumerate(images)]
+    tally = _Tally()
+    names, grids, labels = [], [], []
+    with _start(args, "ablate", ABLATE_TASK_IMAGES) as run:
+        say(f"vitviz-cli: ablating {len(items)} images on Ray ({run.workers} workers)")
+        for o in run.outcomes(AblateJob(args), items):
+            if tally.note(o):
+                assert o.record is not None
+                names.append(Path(o.path).name)
+                grids.append(np.asarray(o.record["head_effect"], np.float32))
+                labels = o.record["labels"]
+    if not grids:
+        return EXIT_FAILED
+    write_summary(args, names, grids, labels)
+    say(f"{len(grids)} images -> {args.out}")
+    return EXIT_PARTIAL if tally.failed else EXIT_OK
+
+
+@dataclass
+class CompareJob:
+    """``compare``'s work: ``compare_image`` (the command's own) with both models; a single
+    image's files written by the worker, a folder's image sent back as its comparison's arrays
+    (small: (L, H), the classes, two token grids) for the mean (``members``: their indices)."""
+
+    args: argparse.Namespace
+    members: frozenset[int]
+
+    def open(self) -> Any:
+        return [_open(self.args, path) for path in self.args.checkpoints]
+
+    def run(self, models: Any, items: list[ImageItem]) -> list[Outcome]:
+        from vitviz.cli.compare_work import compare_base, compare_image
+
+        out = []
+        for it in items:
+            member = it.index in self.members
+            base = None if member else compare_base(self.args.out, it.stem)
+            try:
+                comparison = compare_image(models, Path(it.path), base)
+            except Exception as exc:  # noqa: BLE001  (the command's one-image refusal)
+                out.append(Outcome(it.index, it.path, None, str(exc)))
+                continue
+            record: dict[str, Any] = {
+                "target_class": int(np.argmax(comparison.probs_a)),
+                "top5": _top5(comparison.probs_a),
+            }
+            if member:
+                record["comparison"] = {
+                    name: np.asarray(getattr(comparison, name)).tolist()
+                    for name in type(comparison).__dataclass_fields__
+                }
+            out.append(Outcome(it.index, it.path, record))
+        return out
+
+    def complete(self, item: ImageItem, record: dict[str, Any] | None) -> bool:
+        if item.index in self.members:
+            return record is not None and "comparison" in record
+        from vitviz.cli.compare_work import compare_base
+
+        return compare_base(self.args.out, item.stem).with_suffix(".npz").is_file()
+
+
+def compare_on_ray(
+    args: argparse.Namespace, jobs: Sequence[tuple[str, list[Path], bool]], class_names: list
+) -> int:
+    """``compare --engine ray``: ``jobs`` as the local engine has them ((stem, images, a
+    folder's mean)); single images written by the workers, each folder's mean reduced here in
+    its images' order (``write_mean``, the local engine's)."""
+    from vitviz.cli.compare_work import exit_status, write_mean
+    from vitviz.pipeline.compare import Comparison
+
+    items, members, owner = [], set(), []
+    for j, (stem, images, mean) in enumerate(jobs):
+        for p in images:
+            if mean:
+                members.add(len(items))
+            items.append(ImageItem(len(items), str(p), stem))
+            owner.append(j)
+    tally = _Tally()
+    results: list[list[Any]] = [[] for _ in jobs]
+    written = 0
+    with _start(args, "compare", TASK_IMAGES) as run:
+        say(f"vitviz-cli: comparing {len(items)} images on Ray ({run.workers} workers)")
+        for o in run.outcomes(CompareJob(args, frozenset(members)), items):
+            if not tally.note(o):
+                continue
+            assert o.record is not None
+            if o.index not in members:
+                written += 1
+                continue
+            arrays = {k: np.asarray(v, np.float64) for k, v in o.record["comparison"].items()}
+            results[owner[o.index]].append(Comparison(**arrays))
+    for j, (stem, _, mean) in enumerate(jobs):
+        if mean:
+            written += write_mean(class_names, stem, results[j], args.out)
+    return exit_status(written, len(tally.failed))

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vitviz.cli.ablate import open_model, row_labels
+from vitviz.cli.ablate import open_model
+from vitviz.cli.ablate_work import row_labels
 from vitviz.cli.common import (
     EXIT_FAILED,
     EXIT_OK,

@@ -588,6 +588,7 @@ class MainWindow(QMainWindow):
             Path(folder),
             preprocessing=model.preprocessing,
             device=self.device_combo.currentText() or "cpu",
+            address=self.viewer.stats_panel.cluster_address(),
         )
         return True
 

@@ -11,6 +11,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QProgressBar,
     QPushButton,
     QVBoxLayout,
@@ -22,6 +23,8 @@ from vitviz.ui.charts import HeadStatsView
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.view_state import stats_notes
 from vitviz.workers.folder_stats import FolderStatsResult
+
+CLUSTER_KEY = "stats/cluster_address"  # the Ray cluster "Over a folder…" runs on ("": here)
 
 
 class StatsPanel(QWidget):
@@ -54,17 +57,49 @@ class StatsPanel(QWidget):
         buttons.addWidget(self.progress, 1)
         buttons.addWidget(self.cancel)
         buttons.addStretch(0)
+        self.cluster = QLineEdit()
+        self.cluster.setPlaceholderText("this computer")
+        self.cluster.setClearButtonEnabled(True)
+        self.cluster.setToolTip(
+            "Where “Over a folder…” measures the images: empty for this computer, or a Ray "
+            "cluster's address (auto: the cluster this computer belongs to; ray://host:10001), "
+            "each of its workers on its own GPU where it has one (docs/cluster.md)"
+        )
+        self.cluster.editingFinished.connect(self._remember_cluster)
+        where = QHBoxLayout()
+        where.addWidget(QLabel("Folders run on:"))
+        where.addWidget(self.cluster, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(buttons)
+        layout.addLayout(where)
         layout.addWidget(self.scope)
         layout.addWidget(self.view, 1)
         self._image_stats: tuple | None = None  # what set_statistics last got for the image
         self.folder_result: FolderStatsResult | None = None
-        self.app_settings: AppSettings | None = None  # where the folder dialog opens (the window's)
+        self._app_settings: AppSettings | None = None
         self.over_folder.clicked.connect(self._choose_folder)
         self.cancel.clicked.connect(self.cancelRequested)
         self.back.clicked.connect(self.show_image)
+
+    @property
+    def app_settings(self) -> AppSettings | None:
+        """The window's settings: where the folder dialog opens, the cluster address."""
+        return self._app_settings
+
+    @app_settings.setter
+    def app_settings(self, settings: AppSettings | None) -> None:
+        self._app_settings = settings
+        if settings is not None:
+            self.cluster.setText(str(settings.get(CLUSTER_KEY, "", str) or ""))
+
+    def cluster_address(self) -> str | None:
+        """The Ray cluster's address folders are measured on; None: this computer."""
+        return self.cluster.text().strip() or None
+
+    def _remember_cluster(self) -> None:
+        if self._app_settings is not None:
+            self._app_settings.set(CLUSTER_KEY, self.cluster.text().strip())
 
     # -- the image on screen ---------------------------------------------------------------------
     def set_statistics(
@@ -100,12 +135,15 @@ class StatsPanel(QWidget):
 
     def set_running(self, folder: Path) -> None:
         self.over_folder.setEnabled(False)
+        self.cluster.setEnabled(False)
         self.progress.setRange(0, 0)  # until the first image is done
         self.progress.setFormat("%v / %m images")
         self.progress.show()
         self.cancel.show()
         self.cancel.setEnabled(True)
-        self.scope.setText(f"Measuring the images of {folder}…")
+        address = self.cluster_address()
+        where = f" on the cluster at {address}" if address else ""
+        self.scope.setText(f"Measuring the images of {folder}{where}…")
 
     def set_progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, total)
@@ -114,6 +152,7 @@ class StatsPanel(QWidget):
     def set_idle(self, message: str | None = None) -> None:
         """The run ended without a result (cancelled or failed): say so, keep what is shown."""
         self.over_folder.setEnabled(True)
+        self.cluster.setEnabled(True)
         self.progress.hide()
         self.cancel.hide()
         if message is not None:

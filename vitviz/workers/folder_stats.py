@@ -46,10 +46,13 @@ def folder_stats_job(
     cancelled: Callable[[], bool],
     preprocessing: dict[str, Any] | None = None,
     device: str = "cpu",
+    address: str | None = None,
 ) -> FolderStatsResult:
     """Analyse every image of ``folder`` with the model in ``checkpoint`` (no gradients) and
     average its head statistics; ``progress(done, total)`` after each image, RunCancelledError
-    as soon as ``cancelled()`` says so; VitvizError (one line) when nothing can be measured."""
+    as soon as ``cancelled()`` says so; VitvizError (one line) when nothing can be measured.
+    ``address``: a Ray cluster's (``auto``, ``ray://host:port``) to measure the images on, its
+    actors on their own devices (DESIGN §7); None: this process, on ``device``."""
     from vitviz.checkpoints import CheckpointError, load_checkpoint
     from vitviz.imaging import Preprocessing
     from vitviz.imaging.loading import list_images
@@ -74,9 +77,19 @@ def folder_stats_job(
 
     if cancelled():
         raise RunCancelledError
-    stats = folder_statistics(
-        loaded, images, checkpoint.name, progress=step, device=device, preprocessing=prep
-    )
+    if address:
+        from vitviz.workers.folder_stats_ray import folder_statistics_on_ray
+
+        try:
+            stats = folder_statistics_on_ray(checkpoint, images, address, step, preprocessing)
+        except (RunCancelledError, VitvizError):
+            raise
+        except Exception as exc:  # Ray's own (an unreachable cluster, ...), said in one line
+            raise VitvizError(f"the cluster at {address}: {' '.join(str(exc).split())}") from exc
+    else:
+        stats = folder_statistics(
+            loaded, images, checkpoint.name, progress=step, device=device, preprocessing=prep
+        )
     if stats.images == 0:
         raise VitvizError(f"none of the {len(images)} images of {folder.name} could be analysed")
     m = stats.moments
