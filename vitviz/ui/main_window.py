@@ -130,6 +130,10 @@ class MainWindow(QMainWindow):
         self.features = FeaturesTab(self.client)  # what the tokens carry (DESIGN §5)
         self.compare: CompareWindow | None = None  # File ▸ Compare with… (DESIGN §5)
         self.tabs.addTab(self.features, "Features")
+        self.features.set_showing(False)  # its jobs run while it shows (the Viewer does now)
+        self.tabs.currentChanged.connect(
+            lambda _i: self.features.set_showing(self.tabs.currentWidget() is self.features)
+        )
         self.training = TrainingTab()
         self.training.app_settings = self.viewer.stats_panel.app_settings = self.settings
         self.tabs.addTab(self.training, "Training")
