@@ -138,6 +138,7 @@ class MainWindow(QMainWindow):
         self.training.app_settings = self.viewer.stats_panel.app_settings = self.settings
         self.tabs.addTab(self.training, "Training")
         self.training.openCheckpoint.connect(self.open_trained)
+        self.training.compareCheckpoints.connect(self.compare_trained)
         self.training.message.connect(lambda text: self.notifier.user_error(text))
         central = QWidget()
         layout = QVBoxLayout(central)
@@ -557,6 +558,12 @@ class MainWindow(QMainWindow):
                 self.open_image(samples[0])
             else:
                 self.notifier.info("Model opened: drop or open an image to see its attention.")
+
+    def compare_trained(self, first: Path, best: Path) -> None:
+        """Training tab's "Epoch 1 vs best": epoch 1's checkpoint in the viewer, compared with
+        the best one (the engine runs the jobs in order: B opens after A)."""
+        self.open_trained(first)
+        self.compare_with(best)
 
     def open_image(self, source: object, label: str | None = None) -> int:
         self._model_for_lone_image()
