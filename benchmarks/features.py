@@ -6,8 +6,9 @@ variant, cifar10-tutorial with --quick) on the CPU, batch 1, one process, cases 
 
   (a) baseline: ``model(x)``, the fused forward under ``torch.inference_mode()``;
   (b) ``analyze(loaded, x)`` + ``rollout()``: the analysis the window makes of an image;
-  (f) as (b), then the feature maps of that analysis: its intermediates pass, ``token-norm``,
-      ``similarity``, ``pca`` and the logit lens (what the Features tab and the chart ask);
+  (f) as (b), then the feature maps of that analysis: ``token-norm``, ``similarity``, ``pca``
+      and the logit lens from the block outputs its pass kept (what the Features tab and the
+      chart ask);
   (q) a similarity query change on an analysis whose features are made (the engine's part
       of a click in the Features tab);
   (c) compare: two models' analyses (A and B, same shape) + ``compare_analyses`` (head
@@ -103,7 +104,7 @@ def make_cases(a: LoadedModel, b: LoadedModel, x: torch.Tensor) -> dict[str, Cal
 LABELS = {
     "a": "(a) model(x), fused, inference_mode",
     "b": "(b) analyze + rollout",
-    "f": "(f) as (b) + intermediates, token-norm, similarity, pca, logit lens",
+    "f": "(f) as (b) + token-norm, similarity, pca, logit lens",
     "q": "(q) similarity query change (features made)",
     "c": "(c) compare: two analyses + head similarity + both rollouts",
 }

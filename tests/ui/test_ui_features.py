@@ -24,9 +24,31 @@ def shown(qtbot, tmp_path: Path, tiny_ckpt: Path, photo_files):
     image = photo_files["chelsea"]
     drop(window, [image, tiny_ckpt])
     wait_shown(qtbot, window, image.name)
+    window.tabs.setCurrentWidget(window.features)  # its features are asked for as it shows
     qtbot.waitUntil(lambda: window.features.result is not None and not window.client.is_busy(),
                     timeout=WAIT_MS)  # fmt: skip
     return window, analyze(load_checkpoint(tiny_ckpt), image)
+
+
+def test_features_run_only_while_the_tab_shows(qtbot, tmp_path: Path, tiny_ckpt: Path,
+                                               photo_files) -> None:  # fmt: skip
+    window = new_window(qtbot, tmp_path / "settings" / "vitviz.ini")
+    asked: list[str] = []
+    submit = window.client.submit
+    window.client.submit = lambda channel, job: asked.append(channel) or submit(channel, job)
+    drop(window, [photo_files["chelsea"], tiny_ckpt])
+    wait_shown(qtbot, window, photo_files["chelsea"].name)
+    assert "features" not in asked and window.features.result is None  # the Viewer shows
+    window.tabs.setCurrentWidget(window.features)
+    qtbot.waitUntil(lambda: _features_settled(window), timeout=WAIT_MS)
+    assert asked.count("features") == 1
+    window.tabs.setCurrentWidget(window.viewer)
+    drop(window, [photo_files["rocket"]])
+    wait_shown(qtbot, window, photo_files["rocket"].name)
+    assert asked.count("features") == 1  # hidden: the new image asks nothing yet
+    window.tabs.setCurrentWidget(window.features)
+    qtbot.waitUntil(lambda: _features_settled(window) and asked.count("features") == 2,
+                    timeout=WAIT_MS)  # fmt: skip
 
 
 def _features_settled(window) -> bool:

@@ -1,7 +1,8 @@
 """The method table's feature maps (DESIGN §5: ``token-norm``, ``similarity``, ``pca``) and the
 per-analysis numbers every explain writes (``logit_lens``, ``token_norms``), on every kind
-through its intermediates accessor and readout: one extra forward pass per analysis, kept
-while the analysis lives."""
+through its readout and the block outputs its analysis kept (``analysis_blocks``), or where it
+kept none its intermediates accessor's pass: one extra forward pass per analysis, kept while
+the analysis lives."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ from vitviz.explain.features import (
     token_norm_table,
     token_norms,
 )
-from vitviz.kindapi import Intermediates, get_kind
+from vitviz.kindapi import BlockOutputs, Intermediates, get_kind
 
-_PASSES: dict[int, tuple[weakref.ref, Intermediates]] = {}
+_PASSES: dict[int, tuple[weakref.ref, Intermediates | BlockOutputs]] = {}
 _KEPT = 4  # analyses whose pass is kept (the window's current one and a compare's two)
 
 
@@ -37,9 +38,14 @@ def _model(analysis: Any) -> Any:
     return loaded.model
 
 
-def feature_pass(analysis: Any) -> Intermediates:
-    """The intermediates of ``analysis``'s input (batch of one) through its model, without
-    gradients; computed once per analysis object."""
+def feature_pass(analysis: Any) -> Intermediates | BlockOutputs:
+    """The block outputs of ``analysis``'s input (batch of one): those its own forward pass
+    kept (the kind's ``analysis_blocks``), else the intermediates accessor's pass through its
+    model without gradients, computed once per analysis object."""
+    _model(analysis)
+    kept = get_kind(analysis.kind).analysis_blocks(analysis)
+    if kept is not None:
+        return kept
     key = id(analysis)
     hit = _PASSES.get(key)
     if hit is not None and hit[0]() is analysis:

@@ -1,7 +1,8 @@
 """What the tokens carry (DESIGN §5): token norms and high-norm tokens, cosine similarity to a
 query token, the PCA of the final tokens as colours, the logit lens and the head similarity of
-two models. Pure torch over the intermediates accessor's tensors (``kindapi.Intermediates``)
-and a kind's ``Readout``: written once for every kind."""
+two models. Pure torch over the intermediates accessor's tensors (``kindapi.Intermediates``, or
+the block outputs an analysis kept, ``kindapi.BlockOutputs``) and a kind's ``Readout``: written
+once for every kind."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from vitviz.kindapi.intermediates import Intermediates, Readout
+from vitviz.kindapi.intermediates import BlockOutputs, Intermediates, Readout
+
+Blocks = Intermediates | BlockOutputs  # what the views read: blocks, block_prefix, logits
 
 HIGH_NORM_MADS = 4.0  # a token is high-norm above median + 4 · MAD of the patches' norms
 
@@ -24,7 +27,7 @@ def block_index(layer: int, count: int) -> int:
     return index
 
 
-def block_tokens(inter: Intermediates, layer: int, item: int = 0) -> tuple[Tensor, Tensor]:
+def block_tokens(inter: Blocks, layer: int, item: int = 0) -> tuple[Tensor, Tensor]:
     """Block ``layer``'s output of batch item ``item``: prefix (P, C) and patches (h·w, C)
     row-major."""
     i = block_index(layer, len(inter.blocks))
@@ -32,7 +35,7 @@ def block_tokens(inter: Intermediates, layer: int, item: int = 0) -> tuple[Tenso
     return inter.block_prefix[i][item], grid.flatten(1).transpose(0, 1)
 
 
-def token_norms(inter: Intermediates, layer: int, item: int = 0) -> tuple[Tensor, Tensor]:
+def token_norms(inter: Blocks, layer: int, item: int = 0) -> tuple[Tensor, Tensor]:
     """‖t_l‖₂ of block ``layer``: the patches' on the block's grid (h, w) and the prefix
     tokens' (P,)."""
     i = block_index(layer, len(inter.blocks))
@@ -51,7 +54,7 @@ def high_norm_mask(norms: Tensor, mads: float = HIGH_NORM_MADS) -> Tensor:
 
 
 def query_token(
-    inter: Intermediates,
+    inter: Blocks,
     layer: int,
     cell: tuple[int, int] | None,
     grid: tuple[int, int],
@@ -72,7 +75,7 @@ def query_token(
     return patches[rl * w + cl]
 
 
-def similarity(inter: Intermediates, layer: int, query: Tensor, item: int = 0) -> Tensor:
+def similarity(inter: Blocks, layer: int, query: Tensor, item: int = 0) -> Tensor:
     """Cosine similarity (h, w) of ``query`` (C,) with every patch token of block ``layer``."""
     i = block_index(layer, len(inter.blocks))
     _, patches = block_tokens(inter, i, item)
@@ -132,7 +135,7 @@ def pca_rgb(
 
 
 def logit_lens(
-    inter: Intermediates,
+    inter: Blocks,
     readout: Readout,
     probabilities: Callable[[Tensor], Tensor],
     item: int = 0,
@@ -152,7 +155,7 @@ def logit_lens(
     return torch.stack(rows).float() if rows else inter.logits.new_zeros(0, classes)
 
 
-def token_norm_table(inter: Intermediates, item: int = 0) -> Tensor:
+def token_norm_table(inter: Blocks, item: int = 0) -> Tensor:
     """(L, N) float32: every block's token norms, prefix first then its grid row-major, NaN
     after a block's last token (a stage of a smaller grid)."""
     rows = []

@@ -3,7 +3,7 @@ one, torch-free, beneath everything that uses it (DESIGN §3). The kind packages
 (``vitviz/kinds/``) stand on top as plug-ins."""
 
 from vitviz.kindapi.grids import LayerGrid, TokenGeometry
-from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
+from vitviz.kindapi.intermediates import BlockOutputs, HeadReplacement, Intermediates, Readout
 from vitviz.kindapi.protocol import (
     FaithfulnessReport,
     ImageNumbers,
@@ -30,6 +30,7 @@ from vitviz.kindapi.registry import (
 
 __all__ = [
     "KIND_PACKAGES",
+    "BlockOutputs",
     "FaithfulnessReport",
     "HeadReplacement",
     "ImageNumbers",

@@ -20,7 +20,12 @@ if TYPE_CHECKING:
     from torch import Tensor, nn
 
     from vitviz.kindapi.feature_sites import FeatureSite, LayerChoice
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
+    from vitviz.kindapi.intermediates import (
+        BlockOutputs,
+        HeadReplacement,
+        Intermediates,
+        Readout,
+    )
     from vitviz.kindapi.protocol import (
         ImageInput,
         KindAnalysis,
@@ -85,6 +90,10 @@ class KindBase:
     def readout(self, model: nn.Module) -> Readout:
         """Its network's final norm and head, applied to a block's tokens (DESIGN §5)."""
         raise ValueError(f"vitviz can't read a {self.label}'s blocks out through its head")
+
+    def analysis_blocks(self, analysis: KindAnalysis) -> BlockOutputs | None:
+        """None: the analysis kept no block outputs (the accessor's pass makes them)."""
+        return None
 
     def feature_site(self, model: nn.Module, x: Tensor, layer: LayerChoice) -> FeatureSite:
         """The CAM family's layer (DESIGN §5): ``layer``'s part of one of ``cam_blocks``,

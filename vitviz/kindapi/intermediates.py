@@ -52,6 +52,18 @@ class Intermediates:
 
 
 @dataclass(frozen=True)
+class BlockOutputs:
+    """The block part of ``Intermediates`` (``logits``, ``blocks``, ``block_prefix``,
+    ``block_grids``, laid out as there) that an analysis's own forward pass already kept: the
+    feature views read it instead of running the accessor's pass again (DESIGN §5)."""
+
+    logits: Tensor
+    blocks: tuple[Tensor, ...]
+    block_prefix: tuple[Tensor, ...]
+    block_grids: tuple[LayerGrid, ...]
+
+
+@dataclass(frozen=True)
 class Readout:
     """What a kind's network does after its blocks, applied to any block's tokens (the feature
     views' final norm and the logit lens, DESIGN §5).

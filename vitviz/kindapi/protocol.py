@@ -51,7 +51,12 @@ if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds be
     from vitviz.imaging import Preprocessing
     from vitviz.imaging.loading import ImageSource
     from vitviz.kindapi.feature_sites import FeatureSite, LayerChoice
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
+    from vitviz.kindapi.intermediates import (
+        BlockOutputs,
+        HeadReplacement,
+        Intermediates,
+        Readout,
+    )
 
     ImageInput = ImageSource | Tensor  # what analyze reads: a file, bytes, an image or (C, H, W)
 
@@ -471,6 +476,13 @@ class AnalysingMembers(Protocol):
     def readout(self, model: nn.Module) -> Readout:
         """``model``'s final norm and head as they apply to any block's tokens (the logit lens,
         the PCA's final tokens; DESIGN §5); ValueError (a clause) where it has none."""
+        ...
+
+    def analysis_blocks(self, analysis: KindAnalysis) -> BlockOutputs | None:
+        """The block outputs ``analysis``'s own forward pass kept, laid out as
+        ``intermediates`` gives them for its input (batch of one), so the feature views need
+        no pass of their own (DESIGN §5); None where it kept none (the accessor's pass then
+        makes them)."""
         ...
 
     def feature_site(self, model: nn.Module, x: Tensor, layer: LayerChoice) -> FeatureSite:

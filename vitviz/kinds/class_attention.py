@@ -53,6 +53,11 @@ class ClassAttentionLayers:
 
         return class_attention_readout(model)
 
+    def analysis_blocks(self, analysis: Any) -> None:
+        """None: its blocks' outputs are laid out per block kind (self- or class-attention),
+        which only its accessor knows; the feature views run that (DESIGN §5)."""
+        return None
+
     def finish_analysis(self, analysis: Analysis) -> Analysis:
         from vitviz.kinds.class_attention_methods import class_layer_statistics
 

@@ -23,7 +23,12 @@ if TYPE_CHECKING:
     from torch import Tensor, nn
 
     from vitviz.kindapi.feature_sites import LayerChoice
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
+    from vitviz.kindapi.intermediates import (
+        BlockOutputs,
+        HeadReplacement,
+        Intermediates,
+        Readout,
+    )
     from vitviz.kindapi.protocol import (
         FaithfulnessReport,
         ImageInput,
@@ -103,6 +108,12 @@ class TokenLayoutKind(KindBase):
         from vitviz.kinds.readouts import token_layout_readout
 
         return token_layout_readout(model)
+
+    def analysis_blocks(self, analysis: Any) -> BlockOutputs | None:
+        """The capture pass's block outputs, as ``intermediates`` lays them out (DESIGN §5)."""
+        from vitviz.kinds.vit.block_outputs import vit_analysis_blocks
+
+        return vit_analysis_blocks(analysis)
 
     def tokens_on_grid(
         self, model: nn.Module, x: Tensor, layer: LayerChoice

@@ -44,6 +44,7 @@ from vitviz.training.optim import AmpSettings, amp_settings, make_optimizer
 from vitviz.training.probe import probe_maps
 from vitviz.training.runs import (
     BEST_CHECKPOINT,
+    FIRST_CHECKPOINT,
     LAST_CHECKPOINT,
     PROBE_KEYS,
     append_metrics,
@@ -454,6 +455,8 @@ class _Run:
         last = self._save(self.run_dir / LAST_CHECKPOINT, provenance)
         if is_best:
             best = self._save(self.run_dir / BEST_CHECKPOINT, provenance)
+        if epoch == 1:  # kept for "compare epoch 1 with best" (DESIGN §5)
+            self._save(self.run_dir / FIRST_CHECKPOINT, provenance)
         append_metrics(self.run_dir, row)
         self.metrics.append(row)
         self.report(

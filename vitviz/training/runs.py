@@ -31,6 +31,7 @@ PROBES_DIR = "probes"
 PROBE_KEYS = ("image", "rollout", "cls_attention", "label", "predicted")
 LAST_CHECKPOINT = "last.safetensors"
 BEST_CHECKPOINT = "best.safetensors"
+FIRST_CHECKPOINT = "epoch_1.safetensors"  # epoch 1's weights, to compare with the best
 DATA_DIR_ENV = "VITVIZ_DATA_DIR"
 
 

@@ -51,6 +51,9 @@ class FeaturesTab(QWidget):
         self.image: ImageResult | None = None
         self.result: FeaturesResult | None = None
         self.query: tuple[int, int] | None = None
+        self.showing = True  # the tab is the one shown (the window says); hidden, nothing is
+        # asked of the engine until it shows (``set_showing``)
+        self._stale = False  # a request waits for the tab to show
         self._outlines: list[QGraphicsRectItem] = []
 
         self.block = QSpinBox()
@@ -132,14 +135,24 @@ class FeaturesTab(QWidget):
             v.set_query(self.query)
         self.request()
 
+    def set_showing(self, showing: bool) -> None:
+        """The window shows the tab (or another): shown, what waited is asked for now."""
+        self.showing = showing
+        if showing and self._stale:
+            self.request()
+
     def request(self) -> int | None:
-        """The features for the current block, query and foreground, from the engine."""
+        """The features for the current block, query and foreground, from the engine; while
+        the tab is hidden, asked when it shows (one job then, not one per image)."""
         if self.image is None:
             return None
         self.query_label.setText(
             "query: CLS (or the mean token)" if self.query is None
             else f"query: patch row {self.query[0]}, col {self.query[1]}"
         )  # fmt: skip
+        self._stale = not self.showing
+        if self._stale:
+            return None
         job = partial(
             feature_jobs.features,
             layer=self.block.value(),

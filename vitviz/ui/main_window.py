@@ -130,10 +130,15 @@ class MainWindow(QMainWindow):
         self.features = FeaturesTab(self.client)  # what the tokens carry (DESIGN §5)
         self.compare: CompareWindow | None = None  # File ▸ Compare with… (DESIGN §5)
         self.tabs.addTab(self.features, "Features")
+        self.features.set_showing(False)  # its jobs run while it shows (the Viewer does now)
+        self.tabs.currentChanged.connect(
+            lambda _i: self.features.set_showing(self.tabs.currentWidget() is self.features)
+        )
         self.training = TrainingTab()
         self.training.app_settings = self.viewer.stats_panel.app_settings = self.settings
         self.tabs.addTab(self.training, "Training")
         self.training.openCheckpoint.connect(self.open_trained)
+        self.training.compareCheckpoints.connect(self.compare_trained)
         self.training.message.connect(lambda text: self.notifier.user_error(text))
         central = QWidget()
         layout = QVBoxLayout(central)
@@ -553,6 +558,12 @@ class MainWindow(QMainWindow):
                 self.open_image(samples[0])
             else:
                 self.notifier.info("Model opened: drop or open an image to see its attention.")
+
+    def compare_trained(self, first: Path, best: Path) -> None:
+        """Training tab's "Epoch 1 vs best": epoch 1's checkpoint in the viewer, compared with
+        the best one (the engine runs the jobs in order: B opens after A)."""
+        self.open_trained(first)
+        self.compare_with(best)
 
     def open_image(self, source: object, label: str | None = None) -> int:
         self._model_for_lone_image()

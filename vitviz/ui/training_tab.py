@@ -232,6 +232,7 @@ FIELDS = (
 
 class TrainingTab(QWidget):
     openCheckpoint = Signal(object)  # Path of a checkpoint to open in the viewer
+    compareCheckpoints = Signal(object, object)  # Paths: epoch 1's in the viewer, B the best
     message = Signal(str)  # short user messages for the window's message bar
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -402,6 +403,12 @@ class TrainingTab(QWidget):
         self.open_best.setToolTip("Open the run's best checkpoint (validation) in the Viewer tab")
         self.open_last = QPushButton("Open latest")
         self.open_last.setToolTip("Open the run's latest checkpoint in the Viewer tab")
+        self.compare_first = QPushButton("Epoch 1 vs best")
+        self.compare_first.setToolTip(
+            "Open epoch 1's checkpoint in the Viewer tab and compare it with the best one "
+            "(as File ▸ Compare with…)"
+        )
+        self.compare_first.clicked.connect(self._compare_first)
         self.open_best.clicked.connect(lambda: self._open("best"))
         self.open_last.clicked.connect(lambda: self._open("last"))
         self.runs = RunsList()
@@ -414,6 +421,7 @@ class TrainingTab(QWidget):
         run_buttons.addWidget(QLabel("<b>Runs</b>"))
         run_buttons.addStretch(1)
         run_buttons.addWidget(refresh)
+        run_buttons.addWidget(self.compare_first)
         run_buttons.addWidget(self.open_best)
         run_buttons.addWidget(self.open_last)
 
@@ -760,6 +768,15 @@ class TrainingTab(QWidget):
     def _update_open_buttons(self) -> None:
         self.open_best.setEnabled(self._checkpoint("best") is not None)
         self.open_last.setEnabled(self._checkpoint("last") is not None)
+        both = self._checkpoint("epoch_1") is not None and self._checkpoint("best") is not None
+        self.compare_first.setEnabled(both)
+
+    def _compare_first(self) -> None:
+        first, best = self._checkpoint("epoch_1"), self._checkpoint("best")
+        if first is None or best is None:
+            self.message.emit("This run has no epoch 1 and best checkpoints to compare yet.")
+            return
+        self.compareCheckpoints.emit(first, best)
 
     def _open(self, which: str) -> None:
         path = self._checkpoint(which)

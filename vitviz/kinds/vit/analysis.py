@@ -114,6 +114,8 @@ class Analysis:
     kind: str = "vit"  # the model kind (vitviz.kinds)
     graph: KeptGraph | None = field(default=None, repr=False)  # the capture pass's graph, kept
     # when asked (``keep_graph``): a new target's gradients are one backward pass through it
+    block_outputs: tuple[Tensor, ...] = field(default=(), repr=False)  # every block's output
+    # (N, D) on ``device``, from the capture pass, for the feature views (DESIGN §5)
     _gradients: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)
     _products: dict[int, GradientProducts] = field(default_factory=dict, repr=False)
     _rollouts: dict[tuple, Any] = field(default_factory=dict, repr=False)
@@ -596,6 +598,7 @@ def _analysis(loaded: LoadedModel, inp: _Input, cap: Captured, patch: int, dev: 
         depth=int(loaded.model.config.depth),
         kind=loaded.kind.name,  # a ViT's, or a kind whose network is a ViT (a CLIP tower)
         graph=cap.graph,
+        block_outputs=cap.hidden,
         _products={cap.target: products} if products is not None else {},
     )
     return loaded.kind.finish_analysis(analysis)

@@ -45,6 +45,8 @@ class Captured:
     num_prefix_tokens: int
     layers: tuple[int, ...] | None = None  # the model layers kept (None: every layer)
     graph: KeptGraph | None = None  # the forward pass's graph, when asked and kept
+    hidden: tuple[Tensor, ...] = ()  # every block's output (N, D), for the feature views
+    # (DESIGN §5); () for a model whose block outputs are unknown (model code)
 
 
 def capture_batch(
@@ -333,6 +335,7 @@ class _Collector:
             norms = explain.token_norms([hidden[layer] for layer in self.layers]).float()
         else:
             norms = torch.zeros((batch, self.L, N), device=dev)
+        blocks = _per_image(hidden, batch)
         hidden.clear()
         if products is None:
             per_image: list[GradientProducts | None] = [None] * batch
@@ -352,6 +355,15 @@ class _Collector:
                 grid=self.grid,
                 num_prefix_tokens=self.prefix,
                 layers=self.partial,
+                hidden=blocks[i],
             )
             for i in range(batch)
         ]
+
+
+def _per_image(hidden: list[Tensor], batch: int) -> list[tuple[Tensor, ...]]:
+    """Each image's block outputs (N, D) from L × (B, N, D), detached: views for one image, a
+    copy each in a batch (a view would keep the whole batch's tensors alive)."""
+    if batch == 1:
+        return [tuple(h[0].detach() for h in hidden)]
+    return [tuple(h[i].detach().clone() for h in hidden) for i in range(batch)]
