@@ -167,3 +167,32 @@ def test_a_tile_of_a_head_the_layer_lacks_is_no_head(qtbot, window, tmp_path, ph
     want = analyze(loaded, photo, ablate=[(last, 3)]).probs.numpy()
     qtbot.waitUntil(lambda: np.abs(_probs(window) - want).max() < 1e-5, timeout=WAIT_MS)
     assert _greyed(window) == {(last, 3)}
+
+
+def test_mean_ablation_beside_the_toggle(qtbot, window, files, photo_files) -> None:
+    """The ablation chosen beside "Knock out": mean gives the mean-ablated model's predictions,
+    the status line says which, and a new image gets its own means."""
+    ckpt, _, photo = files
+    window.open_checkpoint(ckpt)
+    window.open_image(photo)
+    wait_shown(qtbot, window, photo.name)
+    loaded = load_checkpoint(ckpt)
+    ko = window.knockout
+    ko.toggle(2, 1)
+    ko.toggle(0, 2)
+    zero = analyze(loaded, photo, ablate=[(2, 1), (0, 2)]).probs.numpy()
+    qtbot.waitUntil(lambda: np.abs(_probs(window) - zero).max() < 1e-5, timeout=WAIT_MS)
+    assert "(zero ablation)" in ko.status.text()
+
+    ko.ablation.setCurrentText("mean")  # the knocked-out heads again, as their means
+    mean = analyze(loaded, photo, ablate=[(2, 1), (0, 2)], ablation="mean").probs.numpy()
+    assert np.abs(mean - zero).max() > 1e-4  # the two ablations differ: the test can fail
+    qtbot.waitUntil(lambda: np.abs(_probs(window) - mean).max() < 1e-5, timeout=WAIT_MS)
+    assert "(mean ablation)" in ko.status.text() and "0.2, 2.1" in ko.status.text()
+
+    rocket = photo_files["rocket"]  # another image: its own tokens' means
+    window.open_image(rocket)
+    wait_shown(qtbot, window, rocket.name)
+    want = analyze(loaded, rocket, ablate=[(2, 1), (0, 2)], ablation="mean").probs.numpy()
+    qtbot.waitUntil(lambda: np.abs(_probs(window) - want).max() < 1e-5, timeout=WAIT_MS)
+    assert settled(window) and ko.knocked == {(2, 1), (0, 2)}

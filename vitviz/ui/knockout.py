@@ -2,8 +2,9 @@
 "Interventions"), and colour the grid by each head's importance.
 
 ``KnockoutController`` adds the toolbar's "Knock out" toggle (then a click on a head tile
-toggles it; Alt+click does at any time), "Restore all" and "Head importance", and a status-bar
-line naming the knocked-out heads while the shown results come from the intervened model. The
+toggles it; Alt+click does at any time) with its ablation (zero or mean) beside it, "Restore
+all" and "Head importance", and a status-bar line naming the knocked-out heads and the
+ablation while the shown results come from the intervened model. The
 engine does the work (``vitviz.workers.interventions``); this module only draws:
 ``KnockoutOverlay`` greys knocked-out tiles with a cross, and paints each tile in the
 importance view on a diverging colour map whose scale sits above the grid.
@@ -17,6 +18,7 @@ import numpy as np
 from PySide6.QtCore import QLineF, QObject, QRectF, Qt
 from PySide6.QtGui import QAction, QBrush, QColor, QImage, QPen, QPixmap
 from PySide6.QtWidgets import (
+    QComboBox,
     QGraphicsLineItem,
     QGraphicsRectItem,
     QHBoxLayout,
@@ -151,6 +153,15 @@ class KnockoutController(QObject):
             "Knock heads out: click a head tile to remove that head from the model (Alt+click "
             "works at any time); predictions and maps then come from the intervened model"
         )
+        self.ablation = QComboBox()
+        self.ablation.setObjectName("knockoutAblation")
+        self.ablation.addItems(["zero", "mean"])
+        self.ablation.setToolTip(
+            "What a knocked-out head's output becomes: 0 on every token, or its mean over the "
+            "image's tokens"
+        )
+        self.ablation.currentTextChanged.connect(self._on_ablation)
+        self._mean_for: tuple[object, object] | None = None  # the image a mean was taken on
         self.act_restore = QAction("Restore all", self)
         self.act_restore.setToolTip("Put every knocked-out head back")
         self.act_restore.setEnabled(False)
@@ -164,7 +175,9 @@ class KnockoutController(QObject):
         toolbar = window.findChild(QToolBar, "mainToolbar")
         if toolbar is not None:
             toolbar.addSeparator()
-            for act in (self.act_mode, self.act_restore, self.act_importance):
+            toolbar.addAction(self.act_mode)
+            toolbar.addWidget(self.ablation)
+            for act in (self.act_restore, self.act_importance):
                 toolbar.addAction(act)
         self.scale = ImportanceScale()
         self.scale.hide()
@@ -191,10 +204,30 @@ class KnockoutController(QObject):
         self.knocked.clear()
         return self._submit()
 
-    def _submit(self) -> int:
+    @property
+    def mode(self) -> str:
+        """The ablation chosen beside the toggle: "zero" or "mean"."""
+        return self.ablation.currentText()
+
+    def _on_ablation(self, _mode: str) -> None:
+        if self.knocked:
+            self._submit()
+
+    def _submit(self, shown: tuple[object, object] | None = None) -> int:
+        """Ask the engine for the current heads knocked out; ``shown`` the image it will
+        analyse (label, path), when the viewer does not show it yet."""
         self._show()
         heads = tuple(sorted(self.knocked))
-        job = partial(jobs.knock_out, heads=heads, gradients=self.viewer.needs_gradients())
+        image = self.viewer.image
+        if shown is None and image is not None:
+            shown = (image.label, image.source_path)
+        self._mean_for = shown
+        job = partial(
+            jobs.knock_out,
+            heads=heads,
+            gradients=self.viewer.needs_gradients(),
+            ablation=self.mode,
+        )
         return self.client.submit("image", job)
 
     def _on_click(self, event) -> None:
@@ -222,7 +255,9 @@ class KnockoutController(QObject):
     def request_importance(self) -> int | None:
         if self.viewer.image is None:
             return None
-        job = partial(jobs.head_importance, target_class=self.viewer.target_class)
+        job = partial(
+            jobs.head_importance, target_class=self.viewer.target_class, ablation=self.mode
+        )
         return self.client.submit("interventions", job)
 
     # -- results -------------------------------------------------------------------------------
@@ -232,6 +267,10 @@ class KnockoutController(QObject):
             self.effect = self.prob = None
             self._show()
         elif isinstance(result, ImageResult):
+            shown = (result.label, result.source_path)
+            if self.knocked and self.mode == "mean" and shown != self._mean_for:
+                self._submit(shown)  # another image: its own means, not the last one's
+                return
             self.overlay.redraw()
             if self.act_importance.isChecked():
                 self.request_importance()
@@ -248,7 +287,8 @@ class KnockoutController(QObject):
         self.act_restore.setEnabled(bool(self.knocked))
         if self.knocked:
             self.status.setText(
-                f"Intervened model: heads {heads_text(tuple(self.knocked))} knocked out (zero)"
+                f"Intervened model: heads {heads_text(tuple(self.knocked))} knocked out "
+                f"({self.mode} ablation)"
             )
         self.status.setVisible(bool(self.knocked))
 

@@ -1,8 +1,9 @@
 """The engine's jobs for knocking heads out in the window (DESIGN §5, "Interventions"): no Qt.
 
-The knocked-out heads stay knocked out (zero ablation, hooks held on the current model) until
-they are restored or another model (or preprocessing) is used, so every pass the window asks
-for (a new image, a class's gradients, a method's map) is the intervened model's.
+The knocked-out heads stay knocked out (zero or mean ablation, hooks held on the current model)
+until they are restored or another model (or preprocessing) is used, so every pass the window
+asks for (a new image, a class's gradients, a method's map) is the intervened model's. A mean
+ablation's values are the image's it was asked on: the window asks again for a new image.
 """
 
 from __future__ import annotations
@@ -35,13 +36,16 @@ class HeadEffectsResult:
 
 
 def knock_out(
-    state: EngineState, heads: tuple[tuple[int, int], ...], gradients: bool = False
+    state: EngineState,
+    heads: tuple[tuple[int, int], ...],
+    gradients: bool = False,
+    ablation: str = "zero",
 ) -> ImageResult:
-    """Knock ``heads`` out of the current model (zero ablation; () restores every head) and
-    analyse the current image again with it: predictions, attention and maps then come from
-    the intervened model."""
+    """Knock ``heads`` out of the current model (``ablation`` "zero", or "mean": each head's
+    mean over the current image's tokens; () restores every head) and analyse the current
+    image again with it: predictions, attention and maps then come from the intervened model."""
     from vitviz.core.errors import VitvizError
-    from vitviz.pipeline.interventions import head_layout, holding
+    from vitviz.pipeline.interventions import ablation_values, check_ablation, head_layout, holding
     from vitviz.workers.jobs import analyze_image
 
     if state.loaded is None or state.analysis is None or state.source is None:
@@ -49,20 +53,26 @@ def knock_out(
     release(state)
     if heads:
         model = state.loaded.model
-        layout = head_layout(state.kind, model, state.analysis.input[None])
+        x = state.analysis.input[None]
+        layout = head_layout(state.kind, model, x)
         try:
+            check_ablation(ablation)
             chosen = tuple(layout.check_heads(list(heads)))
+            values = ablation_values(state.kind, model, x, layout, chosen, ablation)
         except VitvizError as exc:
             raise UserFacingError(str(exc), "image") from exc
         stack = ExitStack()
-        stack.enter_context(holding(layout, dict.fromkeys(chosen)))
+        stack.enter_context(holding(layout, values))
         state.intervention = HeldIntervention(model, chosen, stack)
     return analyze_image(state, state.source, state.label, gradients)
 
 
-def head_importance(state: EngineState, target_class: int | None) -> HeadEffectsResult:
+def head_importance(
+    state: EngineState, target_class: int | None, ablation: str = "zero"
+) -> HeadEffectsResult:
     """Every head's effect on ``target_class`` (None: the shown prediction) for the current
-    image, knocked out alone from the model as it is now (with the heads already out)."""
+    image, knocked out alone (as ``ablation`` says) from the model as it is now (with the
+    heads already out)."""
     from vitviz.pipeline.head_effects import head_effects
 
     if state.loaded is None or state.analysis is None:
@@ -70,7 +80,7 @@ def head_importance(state: EngineState, target_class: int | None) -> HeadEffects
     target = state.kind.default_class(state) if target_class is None else target_class
     if target < 0:
         raise UserFacingError("The model has no classes to measure heads on.", "image")
-    effects = head_effects(state.loaded, state.analysis.input, target)
+    effects = head_effects(state.loaded, state.analysis.input, target, ablation)
     names = state.loaded.class_names
     return HeadEffectsResult(
         effect=effects.effect.numpy().astype(np.float32),
