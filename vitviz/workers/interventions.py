@@ -89,3 +89,43 @@ def head_importance(
         class_name=names[effects.target] if effects.target < len(names) else str(target),
         knocked_out=knocked_out(state),
     )
+
+
+@dataclass(frozen=True)
+class PatchingResult:
+    """Every head's patching effect (DESIGN §5) from the image ``clean_label`` (A, the clean
+    run) into the shown image (B) on A's top class: ``effect`` (L, H) float32, NaN for a head
+    its layer lacks; ``knocked_out`` the heads knocked out of the model it was measured on."""
+
+    effect: np.ndarray
+    target_class: int
+    class_name: str
+    clean_label: str
+    knocked_out: tuple[tuple[int, int], ...]
+
+
+def head_patching(state: EngineState, clean: str) -> PatchingResult:
+    """Each head of the shown image's pass patched in from ``clean``'s (a path), on the model
+    as it is now (with the heads already out)."""
+    from pathlib import Path
+
+    from vitviz.core.errors import VitvizError
+    from vitviz.pipeline.head_effects import patching_effects
+
+    if state.loaded is None or state.analysis is None:
+        raise UserFacingError("Open a model and an image first.", "no_image")
+    label = Path(clean).name
+    try:
+        clean_input = state.kind.analyze(state.loaded, clean).input
+        effects = patching_effects(state.loaded, clean_input, state.analysis.input)
+    except (VitvizError, ValueError) as exc:
+        raise UserFacingError(f"Patch from {label}: {exc}", "image") from exc
+    names = state.loaded.class_names
+    c = effects.target
+    return PatchingResult(
+        effect=effects.effect.numpy().astype(np.float32),
+        target_class=c,
+        class_name=names[c] if c < len(names) else str(c),
+        clean_label=label,
+        knocked_out=knocked_out(state),
+    )
