@@ -198,7 +198,7 @@ def test_mean_ablation_beside_the_toggle(qtbot, window, files, photo_files) -> N
     assert settled(window) and ko.knocked == {(2, 1), (0, 2)}
 
 
-def test_patch_from_a_second_image(qtbot, window, files, photo_files) -> None:
+def test_patch_from_a_second_image(qtbot, window, files, photo_files, monkeypatch) -> None:
     """The "Patch from…" view: the clean image's patching effects into the shown one coloured on the
     head grid, with the scale and the value on hover; unchecking it puts the grid back."""
     from vitviz.pipeline.head_effects import patching_effects
@@ -209,7 +209,10 @@ def test_patch_from_a_second_image(qtbot, window, files, photo_files) -> None:
     wait_shown(qtbot, window, photo.name)
     ko, grid = window.knockout, window.viewer.head_grid
     rocket = photo_files["rocket"]
-    ko.patch_from(str(rocket))
+    from vitviz.ui import file_dialogs
+
+    monkeypatch.setattr(file_dialogs, "open_file", lambda *a, **k: str(rocket))  # the dialog
+    ko.act_patch.trigger()
     qtbot.waitUntil(lambda: settled(window) and ko.effect is not None, timeout=WAIT_MS)
     loaded = load_checkpoint(ckpt)
     want = patching_effects(loaded, rocket, photo)

@@ -294,12 +294,13 @@ class KnockoutController(QObject):
             self._end_patching()
             self._show()
             return
+        from vitviz.imaging import IMAGE_EXTENSIONS
         from vitviz.ui import file_dialogs
-        from vitviz.ui.main_window import IMAGE_FILTER
 
+        images = "Images (" + " ".join(f"*{s}" for s in sorted(IMAGE_EXTENSIONS)) + ")"
         path = file_dialogs.open_file(
             self.window, self.window.settings, "images", "Patch from (the clean image)",
-            f"{IMAGE_FILTER};;All files (*)",
+            f"{images};;All files (*)",
         )  # fmt: skip
         if not path:
             self.act_patch.setChecked(self.patch_clean is not None)
