@@ -449,3 +449,30 @@ def test_a_folders_mean_is_computed_once_per_model_and_folder(tv, tmp_path) -> N
         empty.mkdir()
         (empty / "bad.png").write_bytes(b"not a png")
         module.folder_mean(loaded, empty)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "zeroed"),
+    [
+        ({"res_post_norm": True, "layer_scale_init": 0.5}, ("norm2.weight", "norm2.bias")),
+        ({"parallel": True}, ("mlp_out_proj.weight", "mlp_out_proj.bias")),
+    ],
+)
+def test_the_mlp_branch_of_other_blocks(tmp_path, overrides, zeroed) -> None:
+    """A residual post-norm block (x + norm2(mlp(x))) and a parallel block: the branch knocked
+    out is the same model with the branch's last weights set to 0 (the branch is then 0)."""
+    from conftest import random_vit
+
+    from vitviz.checkpoints import save_checkpoint
+
+    model = random_vit(seed=4, **overrides)
+    path = save_checkpoint(model, tmp_path / "a.safetensors")
+    x = images(1, 32, 32, seed=2)[0]
+    got = analyze(load_checkpoint(path), x, ablate_mlp=[1]).logits
+    with torch.no_grad():
+        for name in zeroed:
+            model.blocks[1].get_parameter(name).zero_()
+    ref = analyze(load_checkpoint(save_checkpoint(model, tmp_path / "b.safetensors")), x).logits
+    full = analyze(load_checkpoint(path), x).logits
+    assert _rel(got, ref) < RTOL
+    assert _rel(full, ref) > 1e-3
