@@ -102,13 +102,28 @@ def test_explain_ablate_writes_the_intervened_models_numbers(ckpt, folders, tmp_
     assert np.abs(got["attention"][1] - clean.attention[1].numpy()).max() > 1e-3
 
 
+def test_explain_ablate_mlp_writes_the_intervened_model_and_says_so(ckpt, folders, tmp_path):
+    image = folders[0] / "im1.png"
+    args = ["explain", str(image), "--checkpoint", str(ckpt), "--out", str(tmp_path)]
+    assert main([*args, "--ablate", "1.mlp", "--ablate", "0.1", "--ablation", "mean"]) == 0
+    loaded = load_checkpoint(ckpt)
+    want = analyze(loaded, image, ablate=[(0, 1)], ablation="mean", ablate_mlp=[1])
+    clean = analyze(loaded, image)
+    got = np.load(tmp_path / "im1.npz")
+    np.testing.assert_allclose(got["logits"], want.logits.numpy(), rtol=1e-5, atol=1e-6)
+    assert np.abs(got["logits"] - clean.logits.numpy()).max() > 1e-3
+    assert got["ablated"].tolist() == [[0, 1]] and str(got["ablation"]) == "mean"
+    assert got["ablated_mlp"].tolist() == [1] and got["ablated_attention"].tolist() == []
+
+
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
         (["--ablate", "2.0"], "no layer 2"),
         (["--ablate", "1.5"], "layer 1 has heads 0–1"),
         (["--ablate", "3.*"], "no layer 3"),
-        (["--ablate", "one"], "use L.H, L.* or L.attn"),
+        (["--ablate", "one"], "use L.H, L.*, L.attn or L.mlp"),
+        (["--ablate", "4.mlp"], "no block 4"),
     ],
 )
 def test_explain_ablate_refuses_in_one_line(ckpt, folders, tmp_path, capsys, extra, words):

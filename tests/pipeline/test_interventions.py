@@ -51,9 +51,12 @@ def _ablate(a: Tensor, heads: dict[int, object], real: Tensor | None = None) -> 
 
 
 # -- torchvision's ViT, written out -----------------------------------------------------------
-def _tv_forward(m: nn.Module, x: Tensor, plan: dict[int, dict[int, object]], seen=None) -> Tensor:
+def _tv_forward(
+    m: nn.Module, x: Tensor, plan: dict[int, dict[int, object]], seen=None, no_mlp=()
+) -> Tensor:
     """torchvision ``VisionTransformer`` (eval) by hand; ``plan`` {layer: {head: how}};
-    ``seen`` (a list) gets each layer's heads' outputs (B, H, N, hd) before the ablation."""
+    ``seen`` (a list) gets each layer's heads' outputs (B, H, N, hd) before the ablation;
+    the blocks of ``no_mlp`` add no MLP branch."""
     B = x.shape[0]
     t = F.conv2d(x, m.conv_proj.weight, m.conv_proj.bias, stride=m.patch_size)
     t = t.flatten(2).transpose(1, 2)
@@ -71,6 +74,8 @@ def _tv_forward(m: nn.Module, x: Tensor, plan: dict[int, dict[int, object]], see
         a = _ablate(a, plan.get(i, {}))
         o = a.transpose(1, 2).flatten(2) @ mha.out_proj.weight.T + mha.out_proj.bias
         t = t + o
+        if i in no_mlp:
+            continue
         y = F.layer_norm(t, (D,), layer.ln_2.weight, layer.ln_2.bias, layer.ln_2.eps)
         y = F.gelu(y @ layer.mlp[0].weight.T + layer.mlp[0].bias)
         t = t + y @ layer.mlp[3].weight.T + layer.mlp[3].bias
@@ -205,12 +210,44 @@ def test_the_attention_branch_of_a_block(tv) -> None:
     assert _rel(zeroed, ref) > 1e-3  # zeroing every head keeps the bias: another thing
 
 
+@pytest.mark.parametrize("blocks", [[0], [1], [0, 1]])
+def test_the_mlp_branch_of_a_block(tv, blocks) -> None:
+    model, loaded, xs = tv
+    with torch.no_grad():
+        ref = _tv_forward(model, xs[:1], {}, no_mlp=blocks)[0]
+        full = _tv_forward(model, xs[:1], {})[0]
+    got = analyze(loaded, xs[0], ablate_mlp=blocks, gradients=True)
+    assert _rel(got.logits, ref) < RTOL
+    assert _rel(full, ref) > 1e-3  # the branch matters: the comparison can fail
+    both = analyze(loaded, xs[0], ablate=[(0, 1)], ablate_mlp=blocks)  # with a head too
+    with torch.no_grad():
+        ref_both = _tv_forward(model, xs[:1], {0: {1: "zero"}}, no_mlp=blocks)[0]
+    assert _rel(both.logits, ref_both) < RTOL
+    assert _rel(analyze(loaded, xs[0]).logits, full) < RTOL  # the hooks are gone
+
+
+def test_an_intervened_analysis_says_so_in_its_npz(tv, tmp_path) -> None:
+    from vitviz.pipeline.export import compute_maps, write_npz
+
+    _, loaded, xs = tv
+    got = analyze(loaded, xs[0], ablate=[(1, 0), (0, 1)], ablation="mean", ablate_mlp=[1])
+    write_npz(got, compute_maps(got), tmp_path / "a.npz")
+    a = np.load(tmp_path / "a.npz")
+    assert a["ablated"].dtype == np.int64 and a["ablated"].tolist() == [[0, 1], [1, 0]]
+    assert str(a["ablation"]) == "mean"
+    assert a["ablated_mlp"].tolist() == [1] and a["ablated_attention"].tolist() == []
+    clean = analyze(loaded, xs[0])
+    write_npz(clean, compute_maps(clean), tmp_path / "b.npz")
+    assert "ablated" not in np.load(tmp_path / "b.npz")  # a clean model's file has no record
+
+
 @pytest.mark.parametrize(
     "call",
     [
         lambda lo, x: analyze(lo, x, ablate=[(2, 0)]),
         lambda lo, x: analyze(lo, x, ablate=[(1, 2)]),
         lambda lo, x: analyze(lo, x, ablate_attention=[5]),
+        lambda lo, x: analyze(lo, x, ablate_mlp=[2]),
         lambda lo, x: patched_logits(lo, x, x, [(7, 0)]),
         lambda lo, x: analyze(lo, x, ablate=[(0, 0)], ablation="median"),
         lambda lo, x: analyze(lo, x, ablate=[(0, 0)], ablation=torch.zeros(3)),
@@ -319,6 +356,24 @@ def test_analyze_ablated_is_the_hand_written_swin(swin, mode, which) -> None:
     assert _rel(full, ref) > 1e-3
 
 
+def test_the_mlp_branch_of_a_swin_block(swin) -> None:
+    ref_model, loaded, xs = swin
+    blocks = [b for stage in ref_model.layers for b in stage.blocks]
+    saved = blocks[2].mlp.forward
+    blocks[2].mlp.forward = torch.zeros_like  # timm's block then adds no MLP branch
+    try:
+        with torch.no_grad():
+            ref = ref_model(xs[:1])[0]
+    finally:
+        blocks[2].mlp.forward = saved
+    with torch.no_grad():
+        full = ref_model(xs[:1])[0]
+    got = analyze(loaded, xs[0], ablate_mlp=[2])
+    assert _rel(got.logits, ref) < RTOL
+    assert _rel(full, ref) > 1e-3
+    assert _rel(analyze(loaded, xs[0]).logits, full) < RTOL
+
+
 def test_swin_dataset_mean_and_effects(swin) -> None:
     ref_model, loaded, xs = swin
     per_image = []
@@ -394,3 +449,30 @@ def test_a_folders_mean_is_computed_once_per_model_and_folder(tv, tmp_path) -> N
         empty.mkdir()
         (empty / "bad.png").write_bytes(b"not a png")
         module.folder_mean(loaded, empty)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "zeroed"),
+    [
+        ({"res_post_norm": True, "layer_scale_init": 0.5}, ("norm2.weight", "norm2.bias")),
+        ({"parallel": True}, ("mlp_out_proj.weight", "mlp_out_proj.bias")),
+    ],
+)
+def test_the_mlp_branch_of_other_blocks(tmp_path, overrides, zeroed) -> None:
+    """A residual post-norm block (x + norm2(mlp(x))) and a parallel block: the branch knocked
+    out is the same model with the branch's last weights set to 0 (the branch is then 0)."""
+    from conftest import random_vit
+
+    from vitviz.checkpoints import save_checkpoint
+
+    model = random_vit(seed=4, **overrides)
+    path = save_checkpoint(model, tmp_path / "a.safetensors")
+    x = images(1, 32, 32, seed=2)[0]
+    got = analyze(load_checkpoint(path), x, ablate_mlp=[1]).logits
+    with torch.no_grad():
+        for name in zeroed:
+            model.blocks[1].get_parameter(name).zero_()
+    ref = analyze(load_checkpoint(save_checkpoint(model, tmp_path / "b.safetensors")), x).logits
+    full = analyze(load_checkpoint(path), x).logits
+    assert _rel(got, ref) < RTOL
+    assert _rel(full, ref) > 1e-3

@@ -167,3 +167,71 @@ def test_a_tile_of_a_head_the_layer_lacks_is_no_head(qtbot, window, tmp_path, ph
     want = analyze(loaded, photo, ablate=[(last, 3)]).probs.numpy()
     qtbot.waitUntil(lambda: np.abs(_probs(window) - want).max() < 1e-5, timeout=WAIT_MS)
     assert _greyed(window) == {(last, 3)}
+
+
+def test_mean_ablation_beside_the_toggle(qtbot, window, files, photo_files) -> None:
+    """The ablation chosen beside "Knock out": mean gives the mean-ablated model's predictions,
+    the status line says which, and a new image gets its own means."""
+    ckpt, _, photo = files
+    window.open_checkpoint(ckpt)
+    window.open_image(photo)
+    wait_shown(qtbot, window, photo.name)
+    loaded = load_checkpoint(ckpt)
+    ko = window.knockout
+    ko.toggle(2, 1)
+    ko.toggle(0, 2)
+    zero = analyze(loaded, photo, ablate=[(2, 1), (0, 2)]).probs.numpy()
+    qtbot.waitUntil(lambda: np.abs(_probs(window) - zero).max() < 1e-5, timeout=WAIT_MS)
+    assert "(zero ablation)" in ko.status.text()
+
+    ko.ablation.setCurrentText("mean")  # the knocked-out heads again, as their means
+    mean = analyze(loaded, photo, ablate=[(2, 1), (0, 2)], ablation="mean").probs.numpy()
+    assert np.abs(mean - zero).max() > 1e-4  # the two ablations differ: the test can fail
+    qtbot.waitUntil(lambda: np.abs(_probs(window) - mean).max() < 1e-5, timeout=WAIT_MS)
+    assert "(mean ablation)" in ko.status.text() and "0.2, 2.1" in ko.status.text()
+
+    rocket = photo_files["rocket"]  # another image: its own tokens' means
+    window.open_image(rocket)
+    wait_shown(qtbot, window, rocket.name)
+    want = analyze(loaded, rocket, ablate=[(2, 1), (0, 2)], ablation="mean").probs.numpy()
+    qtbot.waitUntil(lambda: np.abs(_probs(window) - want).max() < 1e-5, timeout=WAIT_MS)
+    assert settled(window) and ko.knocked == {(2, 1), (0, 2)}
+
+
+def test_patch_from_a_second_image(qtbot, window, files, photo_files, monkeypatch) -> None:
+    """The "Patch from…" view: the clean image's patching effects into the shown one coloured on the
+    head grid, with the scale and the value on hover; unchecking it puts the grid back."""
+    from vitviz.pipeline.head_effects import patching_effects
+
+    ckpt, _, photo = files
+    window.open_checkpoint(ckpt)
+    window.open_image(photo)
+    wait_shown(qtbot, window, photo.name)
+    ko, grid = window.knockout, window.viewer.head_grid
+    rocket = photo_files["rocket"]
+    from vitviz.ui import file_dialogs
+
+    monkeypatch.setattr(file_dialogs, "open_file", lambda *a, **k: str(rocket))  # the dialog
+    ko.act_patch.trigger()
+    qtbot.waitUntil(lambda: settled(window) and ko.effect is not None, timeout=WAIT_MS)
+    loaded = load_checkpoint(ckpt)
+    want = patching_effects(loaded, rocket, photo)
+    np.testing.assert_allclose(ko.effect, want.effect.numpy(), atol=1e-4)
+    assert np.abs(ko.effect).max() > 1e-3  # not an empty grid
+    assert ko.act_patch.isChecked() and ko.scale.isVisible()
+    assert rocket.name in ko.scale.title.text()
+    lo, hi = ko.overlay.levels
+    assert lo == -hi and hi >= np.nanmax(np.abs(ko.effect))
+    coloured = [
+        i for i in grid.vb.addedItems
+        if isinstance(i, QGraphicsRectItem) and i.zValue() == 20
+        and i.brush().color() != KNOCKED_FILL
+    ]  # fmt: skip
+    assert len(coloured) == 9
+    ko._on_hover(grid.hover_info(grid.tile_center(2, 0)))
+    assert f"patching effect {want.effect[2, 0]:+.4g}" in grid.toolTip()
+
+    ko.act_patch.trigger()  # unchecked: the plain grid again
+    assert ko.effect is None and not ko.scale.isVisible() and ko.patch_clean is None
+    assert not [i for i in grid.vb.addedItems if isinstance(i, QGraphicsRectItem)
+                and i.zValue() == 20]  # fmt: skip

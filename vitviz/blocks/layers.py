@@ -229,6 +229,12 @@ class Block(nn.Module):
         self.norm_first = config.norm_first
         self.res_post_norm = config.res_post_norm
 
+    @property
+    def mlp_branch(self) -> nn.Module:
+        """The module whose output the residual adds as the MLP branch, up to LayerScale and
+        drop path: the norm after the MLP in a residual post-norm block, else the MLP."""
+        return self.norm2 if self.res_post_norm else self.mlp
+
     def forward(
         self, x: Tensor, capture: bool = False, rope: tuple[Tensor, Tensor] | None = None
     ) -> tuple[Tensor, Tensor | None]:

@@ -47,6 +47,11 @@ class ParallelBlock(nn.Module):
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     @property
+    def mlp_branch(self) -> nn.Module:
+        """The module whose output is the MLP branch as the block adds it (before LayerScale)."""
+        return self.mlp_out_proj
+
+    @property
     def norm1(self) -> nn.Module:
         """The norm whose output the block's attention reads (token Grad-CAM's features)."""
         return self.in_norm

@@ -1,5 +1,5 @@
-"""``--ablate L.H`` / ``L.*`` / ``L.attn`` and ``--ablation zero|mean`` of ``vitviz-cli
-explain``: heads (or a block's attention branch) knocked out, every number and map then the
+"""``--ablate L.H`` / ``L.*`` / ``L.attn`` / ``L.mlp`` and ``--ablation zero|mean`` of ``vitviz-cli
+explain``: heads (or a block's attention or MLP branch) knocked out, every number and map then the
 intervened model's (DESIGN §5, "Interventions"). Layers and heads are counted from 0."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from vitviz.cli.common import CliError
 from vitviz.core.console import say
 
-_SPEC = re.compile(r"^(\d+)\.(\d+|\*|attn)$")
+_SPEC = re.compile(r"^(\d+)\.(\d+|\*|attn|mlp)$")
 
 
 def add_ablate_options(p: argparse.ArgumentParser) -> None:
@@ -22,8 +22,8 @@ def add_ablate_options(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="L.H",
         help="knock head H of layer L out (0-based, repeatable; L.* every head of layer L, "
-        "L.attn the whole attention branch of block L): the numbers and maps are the "
-        "intervened model's",
+        "L.attn the whole attention branch of block L, L.mlp its MLP branch): the numbers "
+        "and maps are the intervened model's",
     )
     p.add_argument(
         "--ablation",
@@ -33,28 +33,34 @@ def add_ablate_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_ablate(specs: list[str] | None) -> tuple[list[tuple[int, int | None]], list[int]]:
-    """(heads, branches) of the --ablate values: (layer, head) with head None for ``L.*``, and
-    the layers of ``L.attn``; CliError naming a value that is none of these."""
+def parse_ablate(
+    specs: list[str] | None,
+) -> tuple[list[tuple[int, int | None]], list[int], list[int]]:
+    """(heads, branches, mlps) of the --ablate values: (layer, head) with head None for
+    ``L.*``, the layers of ``L.attn`` and the blocks of ``L.mlp``; CliError naming a value that
+    is none of these."""
     heads: list[tuple[int, int | None]] = []
     branches: list[int] = []
+    mlps: list[int] = []
     for spec in specs or []:
         match = _SPEC.match(spec.strip())
         if match is None:
-            raise CliError(f"--ablate {spec!r}: use L.H, L.* or L.attn (0-based), e.g. 3.7")
+            raise CliError(f"--ablate {spec!r}: use L.H, L.*, L.attn or L.mlp (0-based), e.g. 3.7")
         layer, head = int(match[1]), match[2]
         if head == "attn":
             branches.append(layer)
+        elif head == "mlp":
+            mlps.append(layer)
         else:
             heads.append((layer, None if head == "*" else int(head)))
-    return heads, branches
+    return heads, branches, mlps
 
 
 def ablated_analyses(args: argparse.Namespace, loaded: Any) -> Callable[..., Iterator[Any]] | None:
     """What ``explain_many`` analyses images with under --ablate (None: no --ablate); the
     heads checked against the model on the first image, one line saying what is knocked out."""
-    heads, branches = parse_ablate(getattr(args, "ablate", None))
-    if not heads and not branches:
+    heads, branches, mlps = parse_ablate(getattr(args, "ablate", None))
+    if not heads and not branches and not mlps:
         return None
     from vitviz.core.errors import VitvizError
     from vitviz.pipeline.ablated_batch import iter_ablated, layout_for
@@ -72,16 +78,26 @@ def ablated_analyses(args: argparse.Namespace, loaded: Any) -> Callable[..., Ite
         layout.check_heads(chosen)
         for layer in branches:
             layout.check_layer(layer, f"--ablate {layer}.attn")
+        for block in mlps:
+            layout.check_mlp(block)
     except VitvizError as exc:
         raise CliError(str(exc)) from exc
     words = [f"{layer}.{h}" for layer, h in sorted(set(chosen))]
     words += [f"{layer}.attn" for layer in sorted(set(branches))]
+    words += [f"{block}.mlp" for block in sorted(set(mlps))]
     say(f"vitviz-cli: knocked out ({args.ablation}): {', '.join(words)}; every number and map "
         "is the intervened model's")  # fmt: skip
     return functools.partial(
-        _run, heads=chosen, ablation=args.ablation, branches=branches, iterate=iter_ablated
+        _run,
+        heads=chosen,
+        ablation=args.ablation,
+        branches=branches,
+        mlps=mlps,
+        iterate=iter_ablated,
     )
 
 
-def _run(loaded: Any, images: Any, *, heads, ablation, branches, iterate, **options) -> Iterator:
-    return iterate(loaded, images, heads, ablation, branches, **options)
+def _run(
+    loaded: Any, images: Any, *, heads, ablation, branches, mlps, iterate, **options
+) -> Iterator:
+    return iterate(loaded, images, heads, ablation, branches, mlps, **options)

@@ -37,7 +37,9 @@ class Intermediates:
     are read from (its input's last axis is the heads concatenated, head by head, in whatever
     token order the module has): interventions that must hold over passes the accessor does not
     run (an analysis's) hook it there (DESIGN §3). ``block_modules``: the modules whose outputs
-    ``blocks`` are, in order.
+    ``blocks`` are, in order; ``mlps`` each block's MLP branch (``mlp_branch``), the module
+    whose output the block's residual adds as its MLP branch (up to LayerScale and drop path),
+    None for a block without one.
     """
 
     logits: Tensor
@@ -49,6 +51,15 @@ class Intermediates:
     replaced: tuple[tuple[int, int], ...] = field(default=())
     projections: tuple[Any, ...] = field(default=())
     block_modules: tuple[Any, ...] = field(default=())
+    mlps: tuple[Any, ...] = field(default=())
+
+
+def mlp_branch(block: Any) -> Any:
+    """The module whose output ``block``'s residual adds as its MLP branch: the block's own
+    ``mlp_branch`` where it names one (a residual post-norm block's norm after the MLP, a
+    parallel block's MLP output projection), else its ``mlp``; None without either."""
+    named = getattr(block, "mlp_branch", None)
+    return named if named is not None else getattr(block, "mlp", None)
 
 
 @dataclass(frozen=True)

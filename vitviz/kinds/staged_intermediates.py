@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.kindapi.grids import LayerGrid
-from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
+from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, mlp_branch
 
 
 @dataclass(frozen=True)
@@ -193,6 +193,7 @@ def staged_intermediates(
         replaced=tuple(sorted((layer, h) for layer, hs in plan.items() for h in hs)),
         projections=tuple(sites.projections),
         block_modules=tuple(sites.blocks),
+        mlps=tuple(mlp_branch(b) for b in sites.blocks),
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from vitviz.core.errors import VitvizError
 from vitviz.pipeline.batch import BatchItem, iter_kind_analyses
+from vitviz.pipeline.intervention_record import InterventionRecord, mark
 from vitviz.pipeline.interventions import (
     Ablation,
     HeadLayout,
@@ -40,20 +41,26 @@ def iter_ablated(
     heads: Sequence[tuple[int, int]],
     ablation: Ablation = "zero",
     branches: Sequence[int] = (),
+    mlps: Sequence[int] = (),
     **options: Any,
 ) -> Iterator[BatchItem]:
     """``iter_kind_analyses(loaded, images, **options)`` from the model with ``heads`` knocked
-    out as ``ablation`` says and ``branches``' attention branches zeroed. An ablation that is
+    out as ``ablation`` says, ``branches``' attention branches and ``mlps``' MLP branches
+    zeroed; each analysis carries the ``InterventionRecord``. An ablation that is
     the image's mean runs one image at a time (its values are each image's)."""
     check_ablation(ablation)
     layout = layout_for(loaded, images)
     chosen = layout.check_heads(list(heads))
     for layer in branches:
         layout.check_layer(layer, f"the attention branch of block {layer}")
+    for block in mlps:
+        layout.check_mlp(block)
+    record = InterventionRecord.of(chosen, ablation, branches, mlps)
     if not (isinstance(ablation, str) and ablation == "mean"):
         values = {key: fixed_value(ablation, layout, *key) for key in chosen}
-        with holding(layout, values, branches):
-            yield from iter_kind_analyses(loaded, images, **options)
+        with holding(layout, values, branches, mlps):
+            for item in iter_kind_analyses(loaded, images, **options):
+                yield _marked(item, record)
         return
     kind, model = loaded.kind, loaded.model
     for index, image in enumerate(images):
@@ -64,7 +71,13 @@ def iter_ablated(
             error = exc if isinstance(exc, VitvizError) else VitvizError(str(exc))
             yield BatchItem(index, image, None, error)
             continue
-        with holding(layout, values, branches):
+        with holding(layout, values, branches, mlps):
             for item in iter_kind_analyses(loaded, [image], **options):
                 item.index = index
-                yield item
+                yield _marked(item, record)
+
+
+def _marked(item: BatchItem, record: InterventionRecord) -> BatchItem:
+    if item.analysis is not None:
+        mark(item.analysis, record)
+    return item

@@ -25,6 +25,7 @@ def analyze(
     ablate: Sequence[tuple[int, int]] = (),
     ablation: Any = "zero",
     ablate_attention: Sequence[int] = (),
+    ablate_mlp: Sequence[int] = (),
     **options: Any,
 ) -> KindAnalysis:
     """Run ``loaded``'s model on ``image`` with attention capture, whatever its kind: the
@@ -33,15 +34,18 @@ def analyze(
     line) for a model no kind explains.
 
     ``ablate`` [(layer, head), ...] knocks heads out as ``ablation`` says ("zero", "mean", a
-    (head_dim,) tensor or a ``DatasetMean``) and ``ablate_attention`` [layer, ...] zeroes those
-    blocks' attention branches: logits, attention and every map then come from the intervened
-    model (``vitviz.pipeline.interventions``, DESIGN §5)."""
+    (head_dim,) tensor or a ``DatasetMean``), ``ablate_attention`` [layer, ...] zeroes those
+    blocks' attention branches and ``ablate_mlp`` [block, ...] those blocks' MLP branches:
+    logits, attention and every map then come from the intervened model
+    (``vitviz.pipeline.interventions``, DESIGN §5)."""
     try:
         kind = loaded.kind  # resolved when it was opened (a LoadedModel built by hand: now)
     except UnknownKindError as exc:
         raise UnsupportedModelError(f"{loaded.name}: {exc}") from None
-    if ablate or ablate_attention:
+    if ablate or ablate_attention or ablate_mlp:
         from vitviz.pipeline.interventions import analyze_ablated
 
-        return analyze_ablated(loaded, image, ablate, ablation, ablate_attention, **options)
+        return analyze_ablated(
+            loaded, image, ablate, ablation, ablate_attention, ablate_mlp, **options
+        )
     return kind.analyze(loaded, image, **options)

@@ -26,6 +26,7 @@ from vitviz.imaging.figure import titled_figure
 from vitviz.imaging.overlay import head_grid_image, save_png
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
 from vitviz.kindapi import KindAnalysis
+from vitviz.pipeline.intervention_record import intervention_arrays
 
 # the shared keys, then a ViT's own (``ModelKind.npz_arrays``), in the order written
 SHARED_NPZ_KEYS = (
@@ -214,6 +215,7 @@ def npz_arrays(
     order = [k for k in NPZ_KEYS if k in arrays] + [k for k in arrays if k not in NPZ_KEYS]
     out = {k: arrays[k] for k in order}
     out.update(maps.method_arrays())
+    out.update(intervention_arrays(analysis))  # an intervened model's: what was knocked out
     return out
 
 

@@ -9,6 +9,8 @@ kinds' intermediates accessor (DESIGN §3).
 - A tensor (head_dim,): every token of the head becomes it.
 - The attention branch of block l (``branches``): the branch's output is 0 (its projection's
   output, bias included), so the block adds its MLP alone.
+- The MLP branch of block l (``mlps``): the output of the module the block's residual adds as
+  its MLP branch (``Intermediates.mlps``) is 0, so the block adds its attention alone.
 
 Every replacement is the same for every token, so it is written where the accessor reads the
 heads (the input of each attention layer's output projection, ``Intermediates.projections``)
@@ -29,6 +31,7 @@ from torch import Tensor, nn
 
 from vitviz.core.errors import VitvizError
 from vitviz.kindapi import Intermediates, KindAnalysis, ModelKind
+from vitviz.pipeline.intervention_record import InterventionRecord, mark
 
 MODES = ("zero", "mean")
 
@@ -53,12 +56,14 @@ Ablation = str | Tensor | DatasetMean  # "zero" | "mean" | (head_dim,) | Dataset
 @dataclass(frozen=True)
 class HeadLayout:
     """What a model's attention layers are as the accessor reads them: each layer's output
-    projection, its head count and head width; the blocks in order."""
+    projection, its head count and head width; the blocks in order and each one's MLP branch
+    (None: it has none)."""
 
     projections: tuple[nn.Module, ...]
     heads: tuple[int, ...]
     head_dims: tuple[int, ...]
     blocks: tuple[nn.Module, ...] = ()
+    mlps: tuple[nn.Module | None, ...] = ()
 
     @classmethod
     def of(cls, out: Intermediates) -> HeadLayout:
@@ -67,6 +72,7 @@ class HeadLayout:
             heads=tuple(int(h.shape[1]) for h in out.heads),
             head_dims=tuple(int(h.shape[-1]) for h in out.heads),
             blocks=tuple(out.block_modules),
+            mlps=tuple(out.mlps),
         )
 
     @property
@@ -86,6 +92,16 @@ class HeadLayout:
                     f"head {layer}.{head}: layer {layer} has heads 0–{self.heads[layer] - 1}"
                 )
         return sorted(set(heads))
+
+    def check_mlp(self, block: int) -> None:
+        """InterventionError (one line) for a block the model lacks or one without an MLP."""
+        what = f"the MLP branch of block {block}"
+        if not _is_int(block) or not 0 <= block < len(self.mlps):
+            raise InterventionError(
+                f"{what}: the model has blocks 0–{len(self.mlps) - 1}, no block {block}"
+            )
+        if self.mlps[block] is None:
+            raise InterventionError(f"{what}: block {block} has no MLP")
 
     def check_layer(self, layer: int, what: str) -> None:
         if not _is_int(layer) or not 0 <= layer < self.layers:
@@ -168,11 +184,12 @@ def holding(
     layout: HeadLayout,
     values: Mapping[tuple[int, int], Tensor | None],
     branches: Sequence[int] = (),
+    mlps: Sequence[int] = (),
 ) -> Iterator[None]:
     """While open, every pass of the model has ``values``' heads replaced ({(layer, head):
-    None (zero) or a vector (head_dim,) or (B, head_dim) for every token}) and the attention
-    branch of each layer of ``branches`` zeroed; the hooks go when it closes, whatever
-    happens."""
+    None (zero) or a vector (head_dim,) or (B, head_dim) for every token}), the attention
+    branch of each layer of ``branches`` and the MLP branch of each block of ``mlps`` zeroed;
+    the hooks go when it closes, whatever happens."""
     by_layer: dict[int, dict[int, Tensor | None]] = {}
     for (layer, head), value in values.items():
         by_layer.setdefault(layer, {})[head] = value
@@ -183,6 +200,10 @@ def holding(
             handles.append(layout.projections[layer].register_forward_pre_hook(hook))
         for layer in sorted(set(branches)):
             handles.append(layout.projections[layer].register_forward_hook(_zero_output))
+        for block in sorted(set(mlps)):
+            module = layout.mlps[block]
+            assert module is not None  # check_mlp refused a block without one
+            handles.append(module.register_forward_hook(_zero_output))
         yield
     finally:
         for handle in handles:
@@ -239,10 +260,12 @@ def knocked_out(
     ablate: Sequence[tuple[int, int]] = (),
     ablation: Ablation = "zero",
     branches: Sequence[int] = (),
+    mlps: Sequence[int] = (),
     **options: Any,
 ) -> Iterator[None]:
     """While open, ``loaded``'s model has ``ablate``'s heads knocked out as ``ablation`` says
-    for ``image`` and ``branches``' attention branches zeroed, in every pass (an analysis's,
+    for ``image``, ``branches``' attention branches and ``mlps``' MLP branches zeroed, in every
+    pass (an analysis's,
     and the passes its gradient maps run later). A clean analysis (``options`` as given, no
     gradients) gives the model input when the ablation is the image's mean or the model's
     heads were not read yet."""
@@ -257,11 +280,13 @@ def knocked_out(
     heads = layout.check_heads(list(ablate))
     for layer in branches:
         layout.check_layer(layer, f"the attention branch of block {layer}")
+    for block in mlps:
+        layout.check_mlp(block)
     if x is not None:
         values = ablation_values(kind, model, x, layout, heads, ablation)
     else:
         values = {key: fixed_value(ablation, layout, *key) for key in heads}
-    with holding(layout, values, branches):
+    with holding(layout, values, branches, mlps):
         yield
 
 
@@ -271,14 +296,17 @@ def analyze_ablated(
     ablate: Sequence[tuple[int, int]] = (),
     ablation: Ablation = "zero",
     branches: Sequence[int] = (),
+    mlps: Sequence[int] = (),
     **options: Any,
 ) -> KindAnalysis:
     """The kind's own analysis of ``image`` inside ``knocked_out``: its logits, attention and
     the gradients it takes in its pass (``gradients=True``) are the intervened model's. A map
     that runs the model again later (another class's gradients) is the intervened model's only
-    when made inside ``knocked_out`` too."""
-    with knocked_out(loaded, image, ablate, ablation, branches, **options):
-        return loaded.kind.analyze(loaded, image, **options)
+    when made inside ``knocked_out`` too. The analysis carries what was done as
+    ``intervention`` (an ``InterventionRecord``, written into its npz)."""
+    with knocked_out(loaded, image, ablate, ablation, branches, mlps, **options):
+        analysis = loaded.kind.analyze(loaded, image, **options)
+    return mark(analysis, InterventionRecord.of(ablate, ablation, branches, mlps))
 
 
 def dataset_mean(kind: ModelKind, model: nn.Module, inputs: Sequence[Tensor]) -> DatasetMean:

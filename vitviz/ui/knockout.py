@@ -2,8 +2,10 @@
 "Interventions"), and colour the grid by each head's importance.
 
 ``KnockoutController`` adds the toolbar's "Knock out" toggle (then a click on a head tile
-toggles it; Alt+click does at any time), "Restore all" and "Head importance", and a status-bar
-line naming the knocked-out heads while the shown results come from the intervened model. The
+toggles it; Alt+click does at any time) with its ablation (zero or mean) beside it, "Restore
+all" and "Head importance", and a status-bar line naming the knocked-out heads and the
+ablation while the shown results come from the intervened model; "Patch from…" takes a second
+image as the clean run and colours each tile by its patching effect into the shown image. The
 engine does the work (``vitviz.workers.interventions``); this module only draws:
 ``KnockoutOverlay`` greys knocked-out tiles with a cross, and paints each tile in the
 importance view on a diverging colour map whose scale sits above the grid.
@@ -17,6 +19,7 @@ import numpy as np
 from PySide6.QtCore import QLineF, QObject, QRectF, Qt
 from PySide6.QtGui import QAction, QBrush, QColor, QImage, QPen, QPixmap
 from PySide6.QtWidgets import (
+    QComboBox,
     QGraphicsLineItem,
     QGraphicsRectItem,
     QHBoxLayout,
@@ -35,6 +38,15 @@ KNOCKED_FILL = QColor(40, 40, 40, 215)
 CROSS_COLOR = QColor(255, 140, 60)
 STATUS_STYLE = "QLabel { color: #1a1a1a; background: #ffb347; padding: 0 6px; }"
 IMPORTANCE_ALPHA = 225
+IMPORTANCE_TIP = (
+    "Each head's effect on the shown class: its logit with every head minus its logit with that "
+    "head knocked out alone (red: the head helps the class, blue: it hurts)"
+)
+PATCHING_TIP = (
+    "Each head's patching effect: the shown image's pass with that head's output taken from the "
+    "clean image's pass, (y(patched) − y(shown)) / (y(clean) − y(shown)) for the clean image's "
+    "top class (1: the head alone carries the difference, 0: it carries none)"
+)
 
 
 def heads_text(heads: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> str:
@@ -110,7 +122,7 @@ class KnockoutOverlay:
 
 
 class ImportanceScale(QWidget):
-    """The importance view's colour scale: '−m [diverging bar] +m logits'."""
+    """The importance (or patching) view's colour scale: '−m [diverging bar] +m logits'."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -118,21 +130,29 @@ class ImportanceScale(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 8, 0)
         layout.setSpacing(3)
-        layout.addWidget(QLabel("Importance:"))
+        self.title = QLabel("Importance:")
+        layout.addWidget(self.title)
         for w in (self.lo, self.bar, self.hi):
             layout.addWidget(w)
         values = np.linspace(-1.0, 1.0, 96)[None].repeat(10, 0)
         rgb = np.ascontiguousarray(diverging_colours(values, (-1.0, 1.0)))
         image = QImage(rgb.data, 96, 10, 96 * 3, QImage.Format.Format_RGB888).copy()
         self.bar.setPixmap(QPixmap.fromImage(image))
-        self.setToolTip(
-            "Each head's effect on the shown class: its logit with every head minus its logit "
-            "with that head knocked out alone (red: the head helps the class, blue: it hurts)"
-        )
+        self.setToolTip(IMPORTANCE_TIP)
 
-    def set_levels(self, levels: tuple[float, float], class_name: str) -> None:
+    def set_levels(
+        self, levels: tuple[float, float], class_name: str, unit: str = "logits"
+    ) -> None:
         self.lo.setText(tick_text(levels[0]))
-        self.hi.setText(f"+{tick_text(levels[1])} logits ({class_name})")
+        self.hi.setText(f"+{tick_text(levels[1])} {unit} ({class_name})".replace("  ", " "))
+
+    def show_importance(self) -> None:
+        self.title.setText("Importance:")
+        self.setToolTip(IMPORTANCE_TIP)
+
+    def show_patching(self, clean: str) -> None:
+        self.title.setText(f"Patched from {clean}:")
+        self.setToolTip(PATCHING_TIP)
 
 
 class KnockoutController(QObject):
@@ -151,6 +171,15 @@ class KnockoutController(QObject):
             "Knock heads out: click a head tile to remove that head from the model (Alt+click "
             "works at any time); predictions and maps then come from the intervened model"
         )
+        self.ablation = QComboBox()
+        self.ablation.setObjectName("knockoutAblation")
+        self.ablation.addItems(["zero", "mean"])
+        self.ablation.setToolTip(
+            "What a knocked-out head's output becomes: 0 on every token, or its mean over the "
+            "image's tokens"
+        )
+        self.ablation.currentTextChanged.connect(self._on_ablation)
+        self._mean_for: tuple[object, object] | None = None  # the image a mean was taken on
         self.act_restore = QAction("Restore all", self)
         self.act_restore.setToolTip("Put every knocked-out head back")
         self.act_restore.setEnabled(False)
@@ -161,10 +190,21 @@ class KnockoutController(QObject):
             "alone); hover a tile for its value"
         )
         self.act_importance.toggled.connect(self._on_importance)
+        self.act_patch = QAction("Patch from…", self, checkable=True)
+        self.act_patch.setToolTip(
+            "Choose a second image as the clean run: each head tile is coloured by how much of "
+            "the clean image's prediction that head carries into the shown image when patched "
+            "in; hover a tile for its value"
+        )
+        self.act_patch.triggered.connect(self._on_patch_action)
+        self.patch_clean: str | None = None  # the clean image's path while the view is shown
+        self.patch_label = ""
         toolbar = window.findChild(QToolBar, "mainToolbar")
         if toolbar is not None:
             toolbar.addSeparator()
-            for act in (self.act_mode, self.act_restore, self.act_importance):
+            toolbar.addAction(self.act_mode)
+            toolbar.addWidget(self.ablation)
+            for act in (self.act_restore, self.act_importance, self.act_patch):
                 toolbar.addAction(act)
         self.scale = ImportanceScale()
         self.scale.hide()
@@ -191,10 +231,30 @@ class KnockoutController(QObject):
         self.knocked.clear()
         return self._submit()
 
-    def _submit(self) -> int:
+    @property
+    def mode(self) -> str:
+        """The ablation chosen beside the toggle: "zero" or "mean"."""
+        return self.ablation.currentText()
+
+    def _on_ablation(self, _mode: str) -> None:
+        if self.knocked:
+            self._submit()
+
+    def _submit(self, shown: tuple[object, object] | None = None) -> int:
+        """Ask the engine for the current heads knocked out; ``shown`` the image it will
+        analyse (label, path), when the viewer does not show it yet."""
         self._show()
         heads = tuple(sorted(self.knocked))
-        job = partial(jobs.knock_out, heads=heads, gradients=self.viewer.needs_gradients())
+        image = self.viewer.image
+        if shown is None and image is not None:
+            shown = (image.label, image.source_path)
+        self._mean_for = shown
+        job = partial(
+            jobs.knock_out,
+            heads=heads,
+            gradients=self.viewer.needs_gradients(),
+            ablation=self.mode,
+        )
         return self.client.submit("image", job)
 
     def _on_click(self, event) -> None:
@@ -214,6 +274,7 @@ class KnockoutController(QObject):
     # -- importance -----------------------------------------------------------------------------
     def _on_importance(self, on: bool) -> None:
         if on:
+            self._end_patching()
             self.request_importance()
         else:
             self.effect = self.prob = None
@@ -222,25 +283,80 @@ class KnockoutController(QObject):
     def request_importance(self) -> int | None:
         if self.viewer.image is None:
             return None
-        job = partial(jobs.head_importance, target_class=self.viewer.target_class)
+        job = partial(
+            jobs.head_importance, target_class=self.viewer.target_class, ablation=self.mode
+        )
         return self.client.submit("interventions", job)
+
+    # -- patching -------------------------------------------------------------------------------
+    def _on_patch_action(self, checked: bool) -> None:
+        if not checked:
+            self._end_patching()
+            self._show()
+            return
+        from vitviz.imaging import IMAGE_EXTENSIONS
+        from vitviz.ui import file_dialogs
+
+        images = "Images (" + " ".join(f"*{s}" for s in sorted(IMAGE_EXTENSIONS)) + ")"
+        path = file_dialogs.open_file(
+            self.window, self.window.settings, "images", "Patch from (the clean image)",
+            f"{images};;All files (*)",
+        )  # fmt: skip
+        if not path:
+            self.act_patch.setChecked(self.patch_clean is not None)
+            return
+        self.patch_from(path)
+
+    def patch_from(self, path: str) -> int | None:
+        """Show each head's patching effect from the image at ``path`` (the clean run) into
+        the shown one."""
+        if self.viewer.image is None:
+            return None
+        self.patch_clean = str(path)
+        self.act_patch.setChecked(True)
+        self.act_importance.setChecked(False)
+        job = partial(jobs.head_patching, clean=self.patch_clean)
+        return self.client.submit("interventions", job)
+
+    def _end_patching(self) -> None:
+        if self.patch_clean is None:
+            return
+        self.patch_clean = None
+        self.act_patch.setChecked(False)
+        self.effect = self.prob = None
 
     # -- results -------------------------------------------------------------------------------
     def _on_result(self, channel: str, result: object) -> None:
         if isinstance(result, ModelSummary) and channel == "model":
             self.knocked.clear()  # the engine restored every head with the model
+            self._end_patching()
             self.effect = self.prob = None
             self._show()
         elif isinstance(result, ImageResult):
+            shown = (result.label, result.source_path)
+            if self.knocked and self.mode == "mean" and shown != self._mean_for:
+                self._submit(shown)  # another image: its own means, not the last one's
+                return
             self.overlay.redraw()
             if self.act_importance.isChecked():
                 self.request_importance()
+            elif self.patch_clean is not None:  # the shown image's pass changed: again
+                self.patch_from(self.patch_clean)
         elif isinstance(result, jobs.HeadEffectsResult):
             if not self.act_importance.isChecked():
                 return
             self.effect, self.prob = result.effect, result.effect_prob
             self._show()
+            self.scale.show_importance()
             self.scale.set_levels(self.overlay.levels, result.class_name)
+        elif isinstance(result, jobs.PatchingResult):
+            if self.patch_clean is None:
+                return
+            self.effect, self.prob = result.effect, None
+            self.patch_label = result.clean_label
+            self._show()
+            self.scale.show_patching(result.clean_label)
+            self.scale.set_levels(self.overlay.levels, result.class_name, unit="")
 
     def _show(self) -> None:
         self.overlay.show(self.knocked, self.effect)
@@ -248,7 +364,8 @@ class KnockoutController(QObject):
         self.act_restore.setEnabled(bool(self.knocked))
         if self.knocked:
             self.status.setText(
-                f"Intervened model: heads {heads_text(tuple(self.knocked))} knocked out (zero)"
+                f"Intervened model: heads {heads_text(tuple(self.knocked))} knocked out "
+                f"({self.mode} ablation)"
             )
         self.status.setVisible(bool(self.knocked))
 
@@ -258,7 +375,9 @@ class KnockoutController(QObject):
         layer, head, _ = info
         extra = []
         value = self.overlay.value(layer, head)
-        if value is not None and self.prob is not None:
+        if value is not None and self.patch_clean is not None:
+            extra.append(f"patching effect {value:+.4g} (from {self.patch_label})")
+        elif value is not None and self.prob is not None:
             extra.append(
                 f"effect {value:+.4g} logits ({float(self.prob[layer, head]):+.2%} probability)"
             )

@@ -1,8 +1,9 @@
 """The engine's jobs for knocking heads out in the window (DESIGN §5, "Interventions"): no Qt.
 
-The knocked-out heads stay knocked out (zero ablation, hooks held on the current model) until
-they are restored or another model (or preprocessing) is used, so every pass the window asks
-for (a new image, a class's gradients, a method's map) is the intervened model's.
+The knocked-out heads stay knocked out (zero or mean ablation, hooks held on the current model)
+until they are restored or another model (or preprocessing) is used, so every pass the window
+asks for (a new image, a class's gradients, a method's map) is the intervened model's. A mean
+ablation's values are the image's it was asked on: the window asks again for a new image.
 """
 
 from __future__ import annotations
@@ -35,13 +36,16 @@ class HeadEffectsResult:
 
 
 def knock_out(
-    state: EngineState, heads: tuple[tuple[int, int], ...], gradients: bool = False
+    state: EngineState,
+    heads: tuple[tuple[int, int], ...],
+    gradients: bool = False,
+    ablation: str = "zero",
 ) -> ImageResult:
-    """Knock ``heads`` out of the current model (zero ablation; () restores every head) and
-    analyse the current image again with it: predictions, attention and maps then come from
-    the intervened model."""
+    """Knock ``heads`` out of the current model (``ablation`` "zero", or "mean": each head's
+    mean over the current image's tokens; () restores every head) and analyse the current
+    image again with it: predictions, attention and maps then come from the intervened model."""
     from vitviz.core.errors import VitvizError
-    from vitviz.pipeline.interventions import head_layout, holding
+    from vitviz.pipeline.interventions import ablation_values, check_ablation, head_layout, holding
     from vitviz.workers.jobs import analyze_image
 
     if state.loaded is None or state.analysis is None or state.source is None:
@@ -49,20 +53,26 @@ def knock_out(
     release(state)
     if heads:
         model = state.loaded.model
-        layout = head_layout(state.kind, model, state.analysis.input[None])
+        x = state.analysis.input[None]
+        layout = head_layout(state.kind, model, x)
         try:
+            check_ablation(ablation)
             chosen = tuple(layout.check_heads(list(heads)))
+            values = ablation_values(state.kind, model, x, layout, chosen, ablation)
         except VitvizError as exc:
             raise UserFacingError(str(exc), "image") from exc
         stack = ExitStack()
-        stack.enter_context(holding(layout, dict.fromkeys(chosen)))
+        stack.enter_context(holding(layout, values))
         state.intervention = HeldIntervention(model, chosen, stack)
     return analyze_image(state, state.source, state.label, gradients)
 
 
-def head_importance(state: EngineState, target_class: int | None) -> HeadEffectsResult:
+def head_importance(
+    state: EngineState, target_class: int | None, ablation: str = "zero"
+) -> HeadEffectsResult:
     """Every head's effect on ``target_class`` (None: the shown prediction) for the current
-    image, knocked out alone from the model as it is now (with the heads already out)."""
+    image, knocked out alone (as ``ablation`` says) from the model as it is now (with the
+    heads already out)."""
     from vitviz.pipeline.head_effects import head_effects
 
     if state.loaded is None or state.analysis is None:
@@ -70,12 +80,52 @@ def head_importance(state: EngineState, target_class: int | None) -> HeadEffects
     target = state.kind.default_class(state) if target_class is None else target_class
     if target < 0:
         raise UserFacingError("The model has no classes to measure heads on.", "image")
-    effects = head_effects(state.loaded, state.analysis.input, target)
+    effects = head_effects(state.loaded, state.analysis.input, target, ablation)
     names = state.loaded.class_names
     return HeadEffectsResult(
         effect=effects.effect.numpy().astype(np.float32),
         effect_prob=effects.effect_prob.numpy().astype(np.float32),
         target_class=effects.target,
         class_name=names[effects.target] if effects.target < len(names) else str(target),
+        knocked_out=knocked_out(state),
+    )
+
+
+@dataclass(frozen=True)
+class PatchingResult:
+    """Every head's patching effect (DESIGN §5) from the image ``clean_label`` (A, the clean
+    run) into the shown image (B) on A's top class: ``effect`` (L, H) float32, NaN for a head
+    its layer lacks; ``knocked_out`` the heads knocked out of the model it was measured on."""
+
+    effect: np.ndarray
+    target_class: int
+    class_name: str
+    clean_label: str
+    knocked_out: tuple[tuple[int, int], ...]
+
+
+def head_patching(state: EngineState, clean: str) -> PatchingResult:
+    """Each head of the shown image's pass patched in from ``clean``'s (a path), on the model
+    as it is now (with the heads already out)."""
+    from pathlib import Path
+
+    from vitviz.core.errors import VitvizError
+    from vitviz.pipeline.head_effects import patching_effects
+
+    if state.loaded is None or state.analysis is None:
+        raise UserFacingError("Open a model and an image first.", "no_image")
+    label = Path(clean).name
+    try:
+        clean_input = state.kind.analyze(state.loaded, clean).input
+        effects = patching_effects(state.loaded, clean_input, state.analysis.input)
+    except (VitvizError, ValueError) as exc:
+        raise UserFacingError(f"Patch from {label}: {exc}", "image") from exc
+    names = state.loaded.class_names
+    c = effects.target
+    return PatchingResult(
+        effect=effects.effect.numpy().astype(np.float32),
+        target_class=c,
+        class_name=names[c] if c < len(names) else str(c),
+        clean_label=label,
         knocked_out=knocked_out(state),
     )

@@ -225,6 +225,12 @@ class SwinBlock(nn.Module):
         self.mlp = SwinMlp(dim, config.hidden_dim(stage), config.activation)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
+    @property
+    def mlp_branch(self) -> nn.Module:
+        """The module whose output the residual adds as the MLP branch (v2: the norm after
+        the MLP)."""
+        return self.norm2 if self.post_norm else self.mlp
+
     def layout(self, grid: tuple[int, int]) -> WindowLayout:
         return block_layout(grid, self.window, self.target_shift, self.clamp, self.shift_first)
 

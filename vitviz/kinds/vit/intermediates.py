@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.kindapi.grids import LayerGrid
-from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
+from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, mlp_branch
 
 
 @dataclass(frozen=True)
@@ -190,6 +190,7 @@ def read_intermediates(
         replaced=tuple(sorted((replace or {}).keys())),
         projections=tuple(s.projection for s in heads),
         block_modules=tuple(s.block for s in blocks),
+        mlps=tuple(mlp_branch(s.block) for s in blocks),
     )
 
 
