@@ -41,6 +41,8 @@ EXPECTED = {  # key: numpy dtype kind (shapes are checked in _check_npz)
     "mean_distance": "f",
     "entropy": "f",
     "layers": "i",
+    "logit_lens": "f",  # the features every explain writes (DESIGN §5)
+    "token_norms": "f",
 }
 
 

@@ -47,3 +47,32 @@ def test_writer_threads_leave_a_core_to_the_computation(monkeypatch: pytest.Monk
     for cores, threads in ((None, 1), (1, 1), (2, 1), (3, 2), (16, explain_batch.MAX_WRITERS)):
         monkeypatch.setattr(explain_batch.os, "cpu_count", lambda c=cores: c)
         assert explain_batch.writer_threads() == threads
+
+
+def test_a_file_that_fails_to_write_is_reported_and_the_run_goes_on(
+    tmp_path: Path,
+    tiny_ckpt: Path,
+    photo_files: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    from vitviz.pipeline import export
+
+    real = export.write_npz
+
+    def failing(analysis, maps, path, *args, **kwargs):  # one image's writer raises, not OSError
+        if Path(path).stem == "chelsea":
+            raise RuntimeError("a map that can't be written")
+        return real(analysis, maps, path, *args, **kwargs)
+
+    monkeypatch.setattr(export, "write_npz", failing)
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name, path in photo_files.items():
+        shutil.copy(path, folder / f"{name}{path.suffix}")
+    out = tmp_path / "out"
+    code = main(["explain", str(folder), "--checkpoint", str(tiny_ckpt), "--out", str(out)])
+    assert code == 1  # some inputs failed, the others written
+    assert sorted(p.name for p in out.glob("*.npz")) == ["coffee.npz", "rocket.npz"]
+    err = capsys.readouterr().err
+    assert "could not write" in err and "a map that can't be written" in err

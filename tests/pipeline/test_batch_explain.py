@@ -127,7 +127,7 @@ def test_cli_explain_over_a_folder_in_batches_writes_what_one_at_a_time_does(
     out = tmp_path / "batched"
     argv = ["explain", str(folder), "--checkpoint", str(tiny_ckpt), "--out", str(out)]
     assert main([*argv, "--batch-size", "2"]) == 0
-    assert writers == {"vitviz-writer"}  # written beside the compute, not by it
+    assert writers and all(n.startswith("vitviz-writer") for n in writers)  # beside the compute
     err = capsys.readouterr().err
     assert "[1/5] img0.png:" in err and "[5/5] img4.png:" in err and "images/s" in err
     ref = tmp_path / "single"

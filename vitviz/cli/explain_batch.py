@@ -163,6 +163,8 @@ class _Writer:
                 )
             except OSError as exc:
                 self.failed.append(f"vitviz-cli: could not write {name}: {exc.strerror or exc}")
+            except Exception as exc:  # noqa: BLE001 - a writer that died would hang the run
+                self.failed.append(f"vitviz-cli: could not write {name}: {exc}")
             del analysis, maps, job
 
     def put(self, analysis: KindAnalysis, maps: ExplainedMaps, stem: str, name: str) -> None:

@@ -7,6 +7,7 @@ the analysis lives."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -54,6 +55,13 @@ def feature_pass(analysis: Any) -> Intermediates | BlockOutputs:
     device = next(model.parameters()).device
     with torch.no_grad():
         inter = get_kind(analysis.kind).intermediates(model, analysis.input[None].to(device))
+    inter = dataclasses.replace(  # a kind's accessor may keep its graph (a Swin's): not here
+        inter,
+        logits=inter.logits.detach(),
+        blocks=tuple(b.detach() for b in inter.blocks),
+        block_prefix=tuple(p.detach() for p in inter.block_prefix),
+        heads=tuple(h.detach() for h in inter.heads),
+    )
     for k in [k for k, (ref, _) in _PASSES.items() if ref() is None]:
         del _PASSES[k]
     while len(_PASSES) >= _KEPT:

@@ -20,11 +20,18 @@ from vitviz.checkpoints import load_checkpoint
 from vitviz.cli import main
 from vitviz.explain.faithfulness import report
 from vitviz.explain.localisation import mask_grid_for
+from vitviz.explain.methods import all_methods
+from vitviz.kindapi import get_kind
 from vitviz.kinds.swin.analysis import analyze_swin
 from vitviz.kinds.swin.faithfulness import evaluate_swin_methods
 
 STEPS = 3
-SWIN_METHODS = ["attention", "rollout", "gradient-rollout", "gradcam", "random"]
+# every scalar map of the table a Swin takes (an RGB map orders no patches), in table order
+SWIN_METHODS = [
+    m.name
+    for m in all_methods()
+    if m.missing_on(get_kind("swin")) is None and m.map_kind == "scalar"
+]
 VIT_ONLY = ["relevance", "dino-masks", "transformer-attribution", "grad-sam", "attention-gradcam"]
 
 

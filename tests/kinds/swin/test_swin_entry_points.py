@@ -72,7 +72,12 @@ def test_the_method_table_says_which_methods_take_a_swin(capsys) -> None:
     table = json.loads(capsys.readouterr().out)
     rows = table["methods"] if isinstance(table, dict) else table
     takes = {m["name"] for m in rows if "swin" in m["applies_to"]}
-    assert takes == {"attention", "rollout", "gradient-rollout", "gradcam", "random"}
+    cams = {"hirescam", "gradcam-plusplus", "xgradcam", "layercam", "gradcam-elementwise",
+            "eigen-gradcam", "eigencam", "scorecam", "ablationcam"}  # fmt: skip
+    features = {"token-norm", "similarity", "pca"}  # on each block's own grid
+    assert (
+        takes == {"attention", "rollout", "gradient-rollout", "gradcam", "random"} | cams | features
+    )
     swin = get_kind("swin")
     for m in rows:  # the window and the CLI refuse exactly the others, saying why
         why = get_method(m["name"]).missing_on(swin)

@@ -152,7 +152,8 @@ def test_every_method_maps_the_token_grid(tmp_path: Path, photo_files) -> None:
         if method.unavailable(a) is not None:
             continue
         m = method(a, None, a.top_class, {})
-        assert m.shape == (4, 4) and m.isfinite().all(), name
+        shape = (4, 4, 3) if method.map_kind == "rgb" else (4, 4)
+        assert m.shape == shape and m.isfinite().all(), name
     assert get_method("transformer-attribution").unavailable(a) is None
     assert get_method("gradcam").unavailable(a) is None
 
