@@ -207,7 +207,13 @@ def test_ctrl_c_leaves_complete_files_and_resume_recomputes_only_what_is_missing
     deleted = done[0].stem  # and one finished image's outputs deleted
     for f in out.glob(f"{deleted}[._]*"):
         f.unlink()
-    kept = {p.name: p.stat() for p in out.iterdir() if p.name not in SUMMARIES}
+    complete = {f.stem for f in out.glob("*.npz")}  # an image's npz is written last
+
+    def finished(name: str) -> bool:  # a file of an image whose outputs are all written
+        return any(name == f"{s}.npz" or name.startswith(f"{s}_") for s in complete)
+
+    # (PNGs of the image Ctrl+C stopped before its npz are made again: not "finished")
+    kept = {p.name: p.stat() for p in out.iterdir() if p.name not in SUMMARIES and finished(p.name)}
     argv = [a if a != str(explained["out"] / "ray") else str(out) for a in explained["argv"]]
     assert _run([*argv, "--resume"]) == 1  # the broken image fails again
     run = json.loads((out / "run.json").read_text())

@@ -104,7 +104,7 @@ def test_args_naming_a_vit_part_vitviz_lacks_is_refused_by_that_part(tmp_path: P
     model = timm.create_model("vit_tiny_patch16_224", num_classes=5, **kwargs).eval()
     path = tmp_path / "model_best.pth.tar"
     torch.save(train_py_checkpoint(model, train_py_args(gp=None, model_kwargs=kwargs)), path)
-    with pytest.raises(CheckpointError, match=r"vit_tiny_patch16_224 has DiffAttention attention"):
+    with pytest.raises(CheckpointError, match=r"vit_tiny_patch16_224 has differential attention"):
         load_checkpoint(path)
 
 

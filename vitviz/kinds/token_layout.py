@@ -115,6 +115,15 @@ class TokenLayoutKind(KindBase):
 
         return vit_analysis_blocks(analysis)
 
+    def default_cam_part(self, model: nn.Module) -> str:
+        """The last block's norm1 (token Grad-CAM's), or its output where the norms don't
+        see the tokens: a residual post-norm block's normalise its branches' outputs, a block
+        of several parallel branches has one first norm per branch (DESIGN §5)."""
+        config = getattr(model, "config", None)
+        if getattr(config, "res_post_norm", False) or getattr(config, "branches", 1) > 1:
+            return "output"
+        return "norm1"
+
     def tokens_on_grid(
         self, model: nn.Module, x: Tensor, layer: LayerChoice
     ) -> Callable[[Tensor, tuple[int, int]], Tensor]:

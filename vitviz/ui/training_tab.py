@@ -421,9 +421,11 @@ class TrainingTab(QWidget):
         run_buttons.addWidget(QLabel("<b>Runs</b>"))
         run_buttons.addStretch(1)
         run_buttons.addWidget(refresh)
-        run_buttons.addWidget(self.compare_first)
         run_buttons.addWidget(self.open_best)
         run_buttons.addWidget(self.open_last)
+        compare_row = QHBoxLayout()  # its own row: the runs row keeps the window's least width
+        compare_row.addStretch(1)
+        compare_row.addWidget(self.compare_first)
 
         self.monitor = QWidget()
         v = QVBoxLayout(self.monitor)
@@ -435,6 +437,7 @@ class TrainingTab(QWidget):
         v.addWidget(self.probe_scroll)
         v.addLayout(run_buttons)
         v.addWidget(self.runs, 1)
+        v.addLayout(compare_row)
         self._update_open_buttons()
 
     # -- settings <-> config ------------------------------------------------------------------

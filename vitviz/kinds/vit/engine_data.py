@@ -39,16 +39,17 @@ LOCAL_ATTENTION_BYTES = 96 * 2**20  # attention up to this size goes to the wind
 def model_shape(loaded: LoadedModel) -> ModelShape:
     """Layers × heads, width, patch, the size it was trained at, classes and prefix tokens."""
     cfg = loaded.model.config
+    layer_heads = int(getattr(cfg, "layer_heads", cfg.heads))  # a parallel block's P·H
     trained = "×".join(str(int(v)) for v in cfg.image_size)
     config = cfg.to_dict()
     return ModelShape(
         depth=cfg.depth,
-        heads=cfg.layer_heads,
+        heads=layer_heads,
         num_prefix_tokens=cfg.num_prefix_tokens,
         config=config,
-        headline=f"{cfg.depth} layers × {cfg.layer_heads} heads",
+        headline=f"{cfg.depth} layers × {layer_heads} heads",
         architecture=(
-            f"layers × heads: {cfg.depth} × {cfg.layer_heads}, dim {config.get('dim', '?')}, "
+            f"layers × heads: {cfg.depth} × {layer_heads}, dim {config.get('dim', '?')}, "
             f"patch {cfg.patch_size}, trained at {trained}",
             f"classes: {cfg.num_classes}; prefix tokens: {cfg.num_prefix_tokens}",
             "parts: " + "; ".join(loaded.kind.parts(loaded.model)),
