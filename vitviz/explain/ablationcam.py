@@ -9,19 +9,16 @@ reads A and y_c.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from torch import Tensor, nn
 
 from vitviz.explain.cam_layer import (
-    analysis_input,
     batched_scores,
-    cached,
     cam_from_weights,
     layer_pass,
+    passes_method,
 )
-from vitviz.explain.tokens import min_max_scale
 from vitviz.kindapi import ModelKind
 from vitviz.kindapi.feature_sites import DEFAULT_LAYER, parse_layer
 
@@ -54,15 +51,4 @@ def ablation_cam(
     return cam_from_weights(acts[None].double(), weights[None])[0]
 
 
-def ablationcam_method(
-    analysis: Any, query: object, target_class: int | None, params: Mapping[str, Any]
-) -> Tensor:
-    """The table's Ablation-CAM on layer ``params['layer']``: (h, w), min-max scaled."""
-    kind, model, x, top = analysis_input(analysis)
-    cls = top if target_class is None else int(target_class)
-    layer = str(params.get("layer", DEFAULT_LAYER))
-
-    def build() -> Tensor:
-        return min_max_scale(ablation_cam(kind, model, x, layer, cls)[None])[0].float().cpu()
-
-    return cached(analysis, ("ablationcam", cls, layer), build)
+ablationcam_method = passes_method("ablationcam", ablation_cam)  # the table's Ablation-CAM

@@ -229,6 +229,29 @@ def gradient_method(name: str, formula: CamFormula) -> Callable[..., Tensor]:
     return compute
 
 
+PassesCam = Callable[[ModelKind, nn.Module, Tensor, str, int], Tensor]  # -> (h, w)
+
+
+def passes_method(name: str, cam: PassesCam) -> Callable[..., Tensor]:
+    """The table's compute of a CAM that runs passes of its own (Score-CAM, Ablation-CAM):
+    ``cam(kind, model, x, layer, class)`` on the analysis's input, for the class (None: the
+    top one); (h, w) float32, min-max scaled."""
+
+    def compute(
+        analysis: Any, query: object, target_class: int | None, params: Mapping[str, Any]
+    ) -> Tensor:
+        kind, model, x, top = analysis_input(analysis)
+        cls = top if target_class is None else int(target_class)
+        layer = str(params.get("layer", DEFAULT_LAYER))
+
+        def build() -> Tensor:
+            return min_max_scale(cam(kind, model, x, layer, cls)[None])[0].float().cpu()
+
+        return cached(analysis, (name, cls, layer), build)
+
+    return compute
+
+
 def cam_from_weights(activations: Tensor, weights: Tensor) -> Tensor:
     """ReLU(Σ_k w_k A_k): activations (B, C, h, w), weights (B, C) -> (B, h, w)."""
     return (activations * weights[:, :, None, None]).sum(dim=1).clamp_min(0)

@@ -10,21 +10,18 @@ ReLU(Σ_k s_k A_k). C forward passes, ``CAM_BATCH`` at a time, after the one tha
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vitviz.explain.cam_layer import (
-    analysis_input,
     batched_scores,
-    cached,
     cam_from_weights,
     layer_pass,
+    passes_method,
 )
-from vitviz.explain.tokens import min_max_scale
 from vitviz.kindapi import ModelKind
 from vitviz.kindapi.feature_sites import DEFAULT_LAYER
 
@@ -60,15 +57,4 @@ def score_cam(
     return cam_from_weights(acts[None].double(), weights[None].double())[0]
 
 
-def scorecam_method(
-    analysis: Any, query: object, target_class: int | None, params: Mapping[str, Any]
-) -> Tensor:
-    """The table's Score-CAM on layer ``params['layer']``: (h, w), min-max scaled."""
-    kind, model, x, top = analysis_input(analysis)
-    cls = top if target_class is None else int(target_class)
-    layer = str(params.get("layer", DEFAULT_LAYER))
-
-    def build() -> Tensor:
-        return min_max_scale(score_cam(kind, model, x, layer, cls)[None])[0].float().cpu()
-
-    return cached(analysis, ("scorecam", cls, layer), build)
+scorecam_method = passes_method("scorecam", score_cam)  # the table's Score-CAM
