@@ -11,7 +11,7 @@ out="${OUT:-cuda-logs}"
 mkdir -p "$out"
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 budget="${BUDGET:-420}"
-steps="${STEPS:-analysis swin clip batch memory train rollout profile tests}"
+steps="${STEPS:-analysis swin clip batch memory train rollout profile interventions tests}"
 started=$SECONDS
 summary="$out/summary.txt"
 {
@@ -43,6 +43,12 @@ step() {  # step SECONDS NAME COMMAND...
 }
 wants() { [[ " $steps " == *" $1 "* ]]; }
 
+if wants large; then  # the largest case alone, with a small one beside it as its baseline
+    step 60 overhead-vit-large-518 python3 benchmarks/analysis_overhead.py --device cuda --no-check \
+        --model vit-large --image-size 518 --patch-size 14 --repeats 10 --warmup 3
+    step 45 overhead-vit-base-224 python3 benchmarks/analysis_overhead.py --device cuda --no-check \
+        --model vit-base --repeats 10 --warmup 3
+fi
 if wants analysis; then
     for m in "vit-small 224 16" "vit-small 384 16" "vit-base 224 16" "vit-base 384 16" \
         "vit-large 224 16" "vit-large 384 16" "vit-large 518 14"; do
@@ -61,6 +67,8 @@ if wants train; then
     step 60 train-eager python3 benchmarks/train_throughput.py --device cuda --no-check --compile off --steps 200
     step 150 train-compile python3 benchmarks/train_throughput.py --device cuda --no-check --compile on --steps 200
 fi
+wants interventions && step 90 ablation python3 benchmarks/ablation.py --device cuda --no-check \
+    --variant vit-base
 wants rollout && step 45 rollout python3 benchmarks/rollout.py --device cuda --no-check
 if wants profile; then
     step 45 profile-vit-base python3 benchmarks/analysis_profile.py --device cuda --cases a,b,c
@@ -72,6 +80,7 @@ wants tests && step 200 cuda-tests python3 -m pytest -q -p no:cacheprovider -p n
     -o addopts="-ra" -k "cuda or device or gpu" tests/kinds/vit/test_device_analysis.py \
     tests/modelcode/test_modelcode_capture.py tests/kinds/swin/test_swin_explain.py \
     tests/training/test_training_device_data.py tests/checkpoints/test_device_families.py \
-    tests/modelcode/test_modelcode_heads.py tests/modelcode/test_modelcode_tutorials.py
+    tests/modelcode/test_modelcode_heads.py tests/modelcode/test_modelcode_tutorials.py \
+    tests/pipeline/test_device_interventions.py
 echo "== done in $((SECONDS - started)) s" | tee -a "$summary"
 tar -czf "$out/logs.tar.gz" -C "$out" --exclude=logs.tar.gz . 2>/dev/null || true

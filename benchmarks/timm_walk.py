@@ -8,6 +8,8 @@ logits within 1e-4 (relative), attention within 1e-5. Prints one line per name a
 the table: exact / refused by reason / OPEN-AND-WRONG (which must be 0).
 
     python benchmarks/timm_walk.py [--budget S] [--sample K --seed N] [--max-params M]
+        [--transformers] [--shard I/N --tsv PATH]   # one of N processes, verdicts to PATH
+    python benchmarks/timm_walk.py --tally PATH...  # the table of several shards' TSVs
 """
 
 from __future__ import annotations
@@ -380,9 +382,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--transformers", action="store_true", help="walk transformers' vision model types too"
     )
+    parser.add_argument("--shard", default="0/1", help="I/N: walk every N-th name from the I-th")
+    parser.add_argument("--tsv", type=Path, help="also write name, form, verdict, detail here")
+    parser.add_argument("--tally", type=Path, nargs="+", help="print the table of these TSVs")
     args = parser.parse_args(argv)
+    if args.tally:
+        return tally(args.tally)
     seed = args.seed if args.seed is not None else random.randrange(10_000)
     names, big = names_to_walk(args.patterns, args.max_params, args.sample, seed)
+    index, count = (int(part) for part in args.shard.split("/"))
+    names = names[index::count]
+    tsv = args.tsv.open("w", encoding="utf-8") if args.tsv else None
     print(f"timm {timm.__version__}, seed {seed}, {len(names)} names ({big} over the size limit)")
     start = time.perf_counter()
     verdicts: Counter[str] = Counter()
@@ -395,21 +405,37 @@ def main(argv: list[str] | None = None) -> int:
             folder.mkdir()
             for form, verdict, detail in walk_one(name, folder, seed):
                 print(f"{name:48s} {form:6s} {verdict:15s} {detail}", flush=True)
+                _row(tsv, name, form, verdict, detail)
                 key = verdict if verdict != "refused" else f"refused: {detail}"
                 verdicts[f"{form:7s} {key}"] += 1
             walked += 1
             for f in folder.rglob("*"):
                 if f.is_file():
                     f.unlink()
-        for model_type in HF_TYPES if args.transformers else ():
+        for model_type in HF_TYPES[index::count] if args.transformers else ():
             folder = Path(tmp) / f"hf-{model_type}"
             folder.mkdir()
             for form, verdict, detail in walk_hf(model_type, folder, seed):
                 print(f"{'transformers ' + model_type:48s} {form:7s} {verdict:15s} {detail}")
+                _row(tsv, f"transformers {model_type}", form, verdict, detail)
                 key = verdict if verdict != "refused" else f"refused: {detail}"
                 verdicts[f"{form:7s} {key}"] += 1
     took = time.perf_counter() - start
+    if tsv is not None:
+        tsv.close()
     print(f"\nwalked {walked} of {len(names)} names in {took:.0f} s")
+    return print_table(verdicts)
+
+
+def _row(tsv, name: str, form: str, verdict: str, detail: str) -> None:
+    if tsv is not None:
+        clean = " ".join(str(detail).split())
+        tsv.write(f"{name}\t{form.strip()}\t{verdict.strip()}\t{clean}\n")
+        tsv.flush()
+
+
+def print_table(verdicts: Counter[str]) -> int:
+    """The table of verdicts (form, verdict, count) and the OPEN-AND-WRONG line; 1 if any."""
     print(f"| {'form':7s} | {'verdict':70s} | {'count':>5s} |")
     for key, count in sorted(verdicts.items()):
         form, verdict = key.split(" ", 1)
@@ -417,6 +443,23 @@ def main(argv: list[str] | None = None) -> int:
     wrong = sum(c for k, c in verdicts.items() if "OPEN-AND-WRONG" in k)
     print(f"OPEN-AND-WRONG: {wrong}")
     return 1 if wrong else 0
+
+
+def tally(paths: list[Path]) -> int:
+    """The table of several shards' TSVs (each name counted once per form)."""
+    verdicts: Counter[str] = Counter()
+    seen: set[tuple[str, str]] = set()
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            name, form, verdict, detail = [*line.split("\t"), "", "", ""][:4]
+            if (name, form) in seen:
+                continue
+            seen.add((name, form))
+            key = verdict if verdict != "refused" else f"refused: {detail}"
+            verdicts[f"{form:7s} {key}"] += 1
+    names = {name for name, _ in seen}
+    print(f"{len(names)} names in {len(paths)} files")
+    return print_table(verdicts)
 
 
 if __name__ == "__main__":

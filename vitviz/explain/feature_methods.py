@@ -26,7 +26,7 @@ from vitviz.explain.features import (
     token_norm_table,
     token_norms,
 )
-from vitviz.kindapi import BlockOutputs, Intermediates, get_kind
+from vitviz.kindapi import BlockOutputs, Intermediates, Readout, get_kind
 
 _PASSES: dict[int, tuple[weakref.ref, Intermediates | BlockOutputs]] = {}
 _KEPT = 4  # analyses whose pass is kept (the window's current one and a compare's two)
@@ -37,6 +37,23 @@ def _model(analysis: Any) -> Any:
     if loaded is None:
         raise ValueError("the feature maps need the model itself, and this analysis has none")
     return loaded.model
+
+
+def model_readout(analysis: Any) -> Readout:
+    """The kind's ``Readout`` of ``analysis``'s model, taking tokens on any device to the
+    model's and handing the result back on theirs (the window may move the model after an
+    analysis)."""
+    model = _model(analysis)
+    readout = get_kind(analysis.kind).readout(model)
+    device = next(model.parameters()).device
+
+    def norm(x: Tensor) -> Tensor:
+        return readout.norm(x.to(device)).to(x.device)
+
+    def logits(prefix: Tensor, patches: Tensor) -> Tensor:
+        return readout.logits(prefix.to(device), patches.to(device)).to(patches.device)
+
+    return Readout(norm, logits, readout.width)
 
 
 def feature_pass(analysis: Any) -> Intermediates | BlockOutputs:
@@ -100,7 +117,7 @@ def similarity_method(
 def final_patches(analysis: Any) -> tuple[Tensor, tuple[int, int]]:
     """f = final_norm(t_L)'s patch tokens (N, C) of ``analysis`` and the last block's grid."""
     inter = feature_pass(analysis)
-    readout = get_kind(analysis.kind).readout(_model(analysis))
+    readout = model_readout(analysis)
     _, patches = block_tokens(inter, -1)
     with torch.no_grad():
         normed = readout.norm(patches)
@@ -137,9 +154,13 @@ def high_norm_tokens(analysis: Any, layer: int = -1) -> dict[str, np.ndarray]:
 def analysis_logit_lens(analysis: Any) -> Tensor:
     """(L, classes): the logit lens of ``analysis`` (the kind's probabilities)."""
     kind, model = get_kind(analysis.kind), _model(analysis)
-    readout = kind.readout(model)
+    readout, device = model_readout(analysis), next(model.parameters()).device
     with torch.no_grad():
-        return logit_lens(feature_pass(analysis), readout, lambda z: kind.probabilities(model, z))
+        return logit_lens(
+            feature_pass(analysis),
+            readout,
+            lambda z: kind.probabilities(model, z.to(device)).to(z.device),
+        )
 
 
 def feature_arrays(analysis: Any) -> dict[str, np.ndarray]:

@@ -18,6 +18,7 @@ from vitviz.pipeline.interventions import (
     fixed_value,
     head_layout,
     holding,
+    model_input,
 )
 
 
@@ -27,7 +28,7 @@ def layout_for(loaded: Any, images: Sequence[Any]) -> HeadLayout:
     error: Exception | None = None
     for image in images:
         try:
-            x = loaded.kind.analyze(loaded, image).input[None]
+            x = model_input(loaded, loaded.kind.analyze(loaded, image).input)
         except (VitvizError, ValueError) as exc:
             error = exc
             continue
@@ -65,7 +66,7 @@ def iter_ablated(
     kind, model = loaded.kind, loaded.model
     for index, image in enumerate(images):
         try:
-            x = kind.analyze(loaded, image).input[None]
+            x = model_input(loaded, kind.analyze(loaded, image).input)
             values = ablation_values(kind, model, x, layout, chosen, ablation)
         except (VitvizError, ValueError) as exc:
             error = exc if isinstance(exc, VitvizError) else VitvizError(str(exc))

@@ -31,6 +31,7 @@ from vitviz.pipeline.interventions import (
     check_ablation,
     fixed_value,
     head_layout,
+    model_input,
 )
 from vitviz.pipeline.reuse import BlockCache
 
@@ -58,20 +59,6 @@ class PatchingEffects:
     target: int
     clean_logits: Tensor
     corrupted_logits: Tensor
-
-
-def model_input(loaded: Any, image: Any) -> Tensor:
-    """(1, C, H, W) on the model's device: a normalised tensor (C, H, W) or (1, C, H, W) as it
-    is, anything else prepared as the kind's analysis prepares it."""
-    if isinstance(image, Tensor):
-        x = image[None] if image.ndim == 3 else image
-        if x.ndim != 4 or x.shape[0] != 1:
-            raise InterventionError(f"one image (C, H, W) is needed, got {tuple(image.shape)}")
-    else:
-        with torch.no_grad():
-            x = loaded.kind.analyze(loaded, image).input[None]
-    param = next(loaded.model.parameters())
-    return x.to(device=param.device, dtype=param.dtype)
 
 
 def _target(logits: Tensor, target: int | None) -> int:

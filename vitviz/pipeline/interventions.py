@@ -117,6 +117,20 @@ def _is_int(value: object) -> bool:
 _LAYOUTS: weakref.WeakKeyDictionary[nn.Module, HeadLayout] = weakref.WeakKeyDictionary()
 
 
+def model_input(loaded: Any, image: Any) -> Tensor:
+    """(1, C, H, W) on the model's device: a normalised tensor (C, H, W) or (1, C, H, W) as it
+    is, anything else prepared as the kind's analysis prepares it."""
+    if isinstance(image, Tensor):
+        x = image[None] if image.ndim == 3 else image
+        if x.ndim != 4 or x.shape[0] != 1:
+            raise InterventionError(f"one image (C, H, W) is needed, got {tuple(image.shape)}")
+    else:
+        with torch.no_grad():
+            x = loaded.kind.analyze(loaded, image).input[None]
+    param = next(loaded.model.parameters())
+    return x.to(device=param.device, dtype=param.dtype)
+
+
 def head_layout(kind: ModelKind, model: nn.Module, x: Tensor) -> HeadLayout:
     """The model's ``HeadLayout``, read by one accessor pass of ``x`` (1, C, H, W) the first
     time a model is asked (kept while the model lives)."""
@@ -275,7 +289,7 @@ def knocked_out(
     x = None
     if layout is None or (isinstance(ablation, str) and ablation == "mean"):
         plain = {k: v for k, v in options.items() if k != "gradients"}
-        x = kind.analyze(loaded, image, **plain).input[None]
+        x = model_input(loaded, kind.analyze(loaded, image, **plain).input)
         layout = head_layout(kind, model, x)
     heads = layout.check_heads(list(ablate))
     for layer in branches:
@@ -315,9 +329,10 @@ def dataset_mean(kind: ModelKind, model: nn.Module, inputs: Sequence[Tensor]) ->
     if not inputs:
         raise InterventionError("a dataset mean needs at least one image")
     sums: list[Tensor] | None = None
+    param = next(model.parameters())
     with torch.no_grad():
         for x in inputs:
-            out = kind.intermediates(model, x[None])
+            out = kind.intermediates(model, x[None].to(device=param.device, dtype=param.dtype))
             means = [h[0].mean(dim=1).double() for h in out.heads]  # (heads, head_dim)
             sums = means if sums is None else [s + m for s, m in zip(sums, means, strict=True)]
     assert sums is not None

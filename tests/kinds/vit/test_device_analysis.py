@@ -61,7 +61,8 @@ def test_the_device_path_gives_the_cpu_results(loaded: LoadedModel, device: str)
             a, b = m(dev, q), m(cpu, q)
             assert a.device.type == "cpu" and a.shape[:2] == cpu.grid
             tol = 1e-4 if m.needs_gradients else 1e-5  # relevance within 1e-4, maps 1e-5
-            torch.testing.assert_close(a, b, atol=tol, rtol=0, msg=f"{m.name} at {q}")
+            # (token norms are not scaled to [0, 1]: float32's relative precision holds them)
+            torch.testing.assert_close(a, b, atol=tol, rtol=1e-5, msg=f"{m.name} at {q}")
         head, mean, prefix = dev.host_query_maps(q)
         np.testing.assert_allclose(head, cpu.all_attention_maps(q).numpy(), atol=1e-5)
         np.testing.assert_allclose(mean, head.mean(axis=1), atol=1e-6)
