@@ -40,6 +40,13 @@ def test_compare_shows_both_models_in_sync(qtbot, tmp_path: Path, tiny_ckpt: Pat
     want = compare_analyses(a_loaded, a, b_loaded, b)
     np.testing.assert_allclose(c.result.head_similarity, want.head_similarity, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(c.heads_image.image), want.head_similarity, rtol=1e-5)
+    # the grid's colour scale beside it: 0 to 1, driving the grid's colours
+    bar = c.heads_bar
+    assert bar.scene() is c.heads.scene() and bar.isVisible()
+    assert tuple(bar.levels()) == (0.0, 1.0) and tuple(c.heads_image.levels) == (0.0, 1.0)
+    ticks = [t for _, t in bar.axis._tickLevels[0]]
+    assert "0" in ticks and "1" in ticks
+    assert bar.mapRectToScene(bar.boundingRect()).left() > c.heads_image.sceneBoundingRect().right()
     assert "epoch1.safetensors" in c.pred_b.text() and CLASS_NAMES[b.top_class] in c.pred_b.text()
 
     c.method.setCurrentIndex(c.method.findData("rollout"))

@@ -105,6 +105,8 @@ def test_logit_lens_chart_draws_the_top_classes_by_depth(qtbot, shown) -> None:
     lens = analysis_logit_lens(ref).numpy()
     top = [int(c) for c in np.argsort(-lens[-1], kind="stable")[:3]]
     assert chart.shown == top
+    ticks = chart.getAxis("bottom")._tickLevels[0]  # whole blocks, none between
+    assert [v for v, _ in ticks] == list(range(lens.shape[0]))
     curves = chart.getPlotItem().listDataItems()
     assert len(curves) == 3
     for curve, c in zip(curves, top, strict=True):

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.ui.canvas import ImageCanvas
+from vitviz.ui.colors import make_colorbar, set_colorbar_levels
 from vitviz.workers import compare_jobs
 from vitviz.workers.engine import EngineClient
 from vitviz.workers.messages import CompareResult, ImageResult, MethodInfo
@@ -76,8 +77,11 @@ class CompareWindow(QWidget):
         self.heads.setLabel("bottom", "head")
         self.heads.getViewBox().invertY(True)
         self.heads_image = pg.ImageItem(axisOrder="row-major")
-        self.heads_image.setColorMap(pg.colormap.get("viridis"))
         self.heads.addItem(self.heads_image)
+        # its scale beside it, 0 to 1, as the other grids' colour bars (it sets the colours)
+        self.heads_bar = make_colorbar(self.heads_image, "viridis")
+        self.heads_bar.setImageItem(self.heads_image, insert_in=self.heads.getPlotItem())
+        set_colorbar_levels(self.heads_bar, (0.0, 1.0), label="head similarity")
         self.heads.setMinimumWidth(220)
         views = QSplitter(Qt.Orientation.Horizontal)
         for w in (self.view_a, self.view_b, self.view_diff, self.heads):
