@@ -39,6 +39,16 @@ def difference(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
     return (a.astype(np.float64) - b.astype(np.float64)).astype(np.float32)
 
 
+MAX_HEAD_TICKS = 6  # head numbers under the narrow grid at most (a Swin's 24 heads: every 4th)
+MAX_ROW_TICKS = 16  # layer numbers beside it at most
+
+
+def every(count: int, most: int) -> list[tuple[int, str]]:
+    """Ticks 0, s, 2s, … below ``count``, with the step s that gives at most ``most``."""
+    step = max(1, -(-count // most))
+    return [(i, str(i)) for i in range(0, count, step)]
+
+
 def top_words(name: str, top: list[tuple[str, float]]) -> str:
     if not top:
         return f"{name}: no classification head"
@@ -147,9 +157,9 @@ class CompareWindow(QWidget):
         self.heads_image.setImage(sim, autoLevels=False, levels=(0.0, 1.0))
         rows, cols = sim.shape
         self.heads_image.setRect(QRectF(-0.5, -0.5, cols, rows))  # cell (l, h) on (h, l)
-        self.heads.getAxis("left").setTicks([[(i, str(i)) for i in range(rows)]])
+        self.heads.getAxis("left").setTicks([every(rows, MAX_ROW_TICKS)])
         self.heads.getAxis("bottom").setTicks(
-            [[(i, str(i) if cols > 1 else "mean") for i in range(cols)]]
+            [every(cols, MAX_HEAD_TICKS) if cols > 1 else [(0, "mean")]]
         )
         self.heads.setXRange(-0.5, cols - 0.5, padding=0.02)
         self.heads.setYRange(-0.5, rows - 0.5, padding=0.02)
