@@ -92,3 +92,45 @@ def test_class_attention_kinds_keep_the_accessors_pass(tmp_path) -> None:
     analysis = analyze(loaded, _image(4))
     assert get_kind(analysis.kind).analysis_blocks(analysis) is None
     assert set(feature_arrays(analysis)) == {"logit_lens", "token_norms"}
+
+
+def _staged(name: str):
+    """A tiny vitviz Swin or Hiera (32 × 32, two stages) as a LoadedModel."""
+    from vitviz.checkpoints import LoadedModel
+    from vitviz.imaging import Preprocessing
+    from vitviz.kinds.pyramid.hiera_config import HieraConfig
+    from vitviz.kinds.pyramid.hiera_network import HieraViT
+    from vitviz.kinds.swin.config import SwinConfig
+    from vitviz.kinds.swin.network import SwinTransformer
+
+    torch.manual_seed(5)
+    if name == "swin":
+        model = SwinTransformer(
+            SwinConfig(image_size=(32, 32), num_classes=4, dims=(16, 32), depths=(2, 2),
+                       heads=(2, 4), window_sizes=(4, 4))
+        )  # fmt: skip
+    else:
+        model = HieraViT(
+            HieraConfig(image_size=(32, 32), num_classes=4, dims=(16, 32), depths=(1, 1),
+                        heads=(1, 2), mlp_hidden_dims=(32, 64), mask_unit_attn=(True, False),
+                        mask_unit=(2, 2))
+        )  # fmt: skip
+    names = [f"class {i}" for i in range(4)]
+    return LoadedModel(model.eval(), names, Preprocessing(image_size=(32, 32)), "vitviz")
+
+
+@pytest.mark.parametrize("name", ["swin", "hiera"])
+def test_a_staged_kind_explains_its_features_without_another_forward_pass(name: str) -> None:
+    loaded = _staged(name)
+    passes = []
+    hook = loaded.model.blocks[0].register_forward_hook(lambda *_: passes.append(1))
+    try:
+        analysis = analyze(loaded, _image(5)[:32, :32], gradients=True)
+        assert len(passes) == 1
+        assert get_kind(analysis.kind).analysis_blocks(analysis) is not None
+        assert set(feature_arrays(analysis)) == {"logit_lens", "token_norms"}
+        for method in ("token-norm", "similarity", "pca"):
+            assert torch.isfinite(get_method(method)(analysis, None, None, {})).all()
+    finally:
+        hook.remove()
+    assert len(passes) == 1  # the analysis's own pass, no accessor pass after it

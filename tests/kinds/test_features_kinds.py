@@ -63,3 +63,32 @@ def test_high_norm_flags_and_prefix_norms(analysis) -> None:
     inter = feature_pass(analysis)
     assert shown["high"].shape == shown["norms"].shape == tuple(inter.blocks[-1].shape[-2:])
     assert shown["prefix"].shape == (inter.block_prefix[-1].shape[1],)
+
+
+KEEP_NONE = {"cait", "xcit"}  # their blocks differ by stage: the accessor's pass makes them
+
+
+def test_analyses_keep_the_accessors_block_outputs(analysis) -> None:
+    """Every kind's analysis but CaiT's and XCiT's keeps its own pass's block outputs
+    (``analysis_blocks``; Swin and the pyramids too): the accessor's values and grids."""
+    from vitviz.kindapi import get_kind
+
+    kind = get_kind(analysis.kind)
+    kept = kind.analysis_blocks(analysis)
+    if kind.name in KEEP_NONE:
+        assert kept is None
+        return
+    assert kept is not None
+    with torch.no_grad():
+        inter = kind.intermediates(analysis.loaded.model, analysis.input[None])
+    assert len(kept.blocks) == len(inter.blocks)
+    for a, b in zip(kept.blocks + kept.block_prefix, inter.blocks + inter.block_prefix,
+                    strict=True):  # fmt: skip
+        assert a.shape == b.shape and not a.requires_grad
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for a, b in zip(kept.block_grids, inter.block_grids, strict=True):
+        assert a.grid == b.grid and a.token_pixels == b.token_pixels
+        assert (a.windows is None) == (b.windows is None)
+        if a.windows is not None:
+            np.testing.assert_array_equal(a.windows, b.windows)
+    torch.testing.assert_close(kept.logits, inter.logits, rtol=1e-5, atol=1e-6)

@@ -217,3 +217,24 @@ def test_preprocessing_object_given_to_analyze_is_planned(
     prep = Preprocessing(image_size=(2048, 2048))
     with pytest.raises(NotEnoughMemoryError, match="input size 2048×2048"):
         analyze(loaded, photo(tmp_path), preprocessing=prep)
+
+
+@pytest.mark.parametrize("gradients", [False, True])
+def test_the_kept_block_outputs_count_in_what_an_analysis_keeps(
+    tmp_path: Path, gradients: bool
+) -> None:
+    """Every analysis keeps each block's output tokens (L × N × D, for the feature views): the
+    estimate counts them in ``kept``, as many bytes as the analysis holds."""
+    from dataclasses import replace
+
+    narrow = estimate_analysis(CONFIG, (64, 64), gradients=gradients)
+    wide = estimate_analysis(replace(CONFIG, dim=64), (64, 64), gradients=gradients)
+    L, N = CONFIG.depth, narrow.tokens
+    assert narrow.block_outputs == 4 * L * N * CONFIG.dim
+    assert wide.kept - narrow.kept == 4 * L * N * (64 - CONFIG.dim)  # nothing else grows with D
+    assert narrow.kept >= narrow.attention + narrow.block_outputs
+    loaded = _model_with(tmp_path, {})
+    analysis = analyze(loaded, torch.zeros(3, 32, 32), gradients=gradients)
+    held = sum(t.numel() * t.element_size() for t in analysis.block_outputs)
+    est = estimate_for_model(loaded.model, (32, 32), gradients=gradients)
+    assert held > 0 and est.block_outputs == held

@@ -44,6 +44,10 @@ def test_ui_latency_quick(tmp_path: Path) -> None:
     assert any(r.startswith("head") for r in rows)
     assert any(r.startswith("layer") for r in rows)
     assert any(r.startswith("query") for r in rows)
+    assert "features baseline: repaint, no change" in rows
+    assert any(r.startswith("features: similarity query") for r in rows)
+    assert "compare baseline: repaint, no change" in rows
+    assert any(r.startswith("compare: synced query") for r in rows)
 
 
 def test_startup_quick(tmp_path: Path) -> None:

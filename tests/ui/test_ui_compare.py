@@ -14,6 +14,7 @@ from test_ui_window import WAIT_MS, click, drop, new_window, wait_shown
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.pipeline.analysis import analyze
 from vitviz.pipeline.compare import compare_analyses
+from vitviz.ui.compare_window import MAX_HEAD_TICKS, every
 
 
 def _settled(window, query) -> bool:
@@ -40,6 +41,15 @@ def test_compare_shows_both_models_in_sync(qtbot, tmp_path: Path, tiny_ckpt: Pat
     want = compare_analyses(a_loaded, a, b_loaded, b)
     np.testing.assert_allclose(c.result.head_similarity, want.head_similarity, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(c.heads_image.image), want.head_similarity, rtol=1e-5)
+    # the grid's colour scale beside it: 0 to 1, driving the grid's colours
+    bar = c.heads_bar
+    assert bar.scene() is c.heads.scene() and bar.isVisible()
+    assert tuple(bar.levels()) == (0.0, 1.0) and tuple(c.heads_image.levels) == (0.0, 1.0)
+    ticks = [t for _, t in bar.axis._tickLevels[0]]
+    assert "0" in ticks and "1" in ticks
+    assert bar.mapRectToScene(bar.boundingRect()).left() > c.heads_image.sceneBoundingRect().right()
+    cols = want.head_similarity.shape[1]
+    assert c.heads.getAxis("bottom")._tickLevels[0] == every(cols, MAX_HEAD_TICKS)
     assert "epoch1.safetensors" in c.pred_b.text() and CLASS_NAMES[b.top_class] in c.pred_b.text()
 
     c.method.setCurrentIndex(c.method.findData("rollout"))
@@ -62,3 +72,9 @@ def test_compare_shows_both_models_in_sync(qtbot, tmp_path: Path, tiny_ckpt: Pat
     assert c.view_diff.isVisible()
     a_minus_b = a.rollout((1, 2)).numpy() - b.rollout((1, 2)).numpy()
     np.testing.assert_allclose(np.asarray(c.view_diff.overlay.image), a_minus_b, atol=1e-6)
+
+
+def test_the_head_numbers_thin_out_to_fit_the_narrow_grid() -> None:
+    assert every(4, MAX_HEAD_TICKS) == [(0, "0"), (1, "1"), (2, "2"), (3, "3")]
+    assert [v for v, _ in every(12, MAX_HEAD_TICKS)] == [0, 2, 4, 6, 8, 10]
+    assert [v for v, _ in every(24, MAX_HEAD_TICKS)] == [0, 4, 8, 12, 16, 20]  # a Swin's stage 4

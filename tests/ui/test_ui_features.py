@@ -77,17 +77,24 @@ def test_click_and_block_follow(qtbot, shown) -> None:
     window.tabs.setCurrentWidget(f)
     view = f.similarity_view
     qtbot.waitUntil(lambda: view.isVisible(), timeout=WAIT_MS)
+    before, curves = f.result, f.logit_lens.getPlotItem().listDataItems()
     click(view, view.vb.mapViewToScene(view.patch_rect(2, 1).center()))
     assert f.query == (2, 1)
     qtbot.waitUntil(lambda: _features_settled(window), timeout=WAIT_MS)
     want = get_method("similarity")(ref, (2, 1), None, {"layer": -1}).numpy()
     np.testing.assert_allclose(np.asarray(view.overlay.image), want, atol=1e-6)
+    # a click computes and draws the similarity only: the rest is the same arrays, not redrawn
+    assert f.result is not before and f.result.similarity is not before.similarity
+    assert f.result.pca is before.pca and f.result.norms is before.norms
+    assert f.result.logit_lens is before.logit_lens
+    assert f.logit_lens.getPlotItem().listDataItems() == curves
     f.block.setValue(0)
     qtbot.waitUntil(lambda: _features_settled(window) and f.result.layer == 0, timeout=WAIT_MS)
     want = get_method("similarity")(ref, (2, 1), None, {"layer": 0}).numpy()
     np.testing.assert_allclose(np.asarray(view.overlay.image), want, atol=1e-6)
     want = get_method("token-norm")(ref, None, None, {"layer": 0}).numpy()
     np.testing.assert_allclose(np.asarray(f.norm_view.overlay.image), want, rtol=1e-6)
+    assert f.result.norms is not before.norms and f.result.pca is before.pca
     f.query_reset.click()
     qtbot.waitUntil(lambda: _features_settled(window) and f.result.query is None, timeout=WAIT_MS)
 
@@ -98,6 +105,8 @@ def test_logit_lens_chart_draws_the_top_classes_by_depth(qtbot, shown) -> None:
     lens = analysis_logit_lens(ref).numpy()
     top = [int(c) for c in np.argsort(-lens[-1], kind="stable")[:3]]
     assert chart.shown == top
+    ticks = chart.getAxis("bottom")._tickLevels[0]  # whole blocks, none between
+    assert [v for v, _ in ticks] == list(range(lens.shape[0]))
     curves = chart.getPlotItem().listDataItems()
     assert len(curves) == 3
     for curve, c in zip(curves, top, strict=True):

@@ -58,6 +58,12 @@ def add_parser(subparsers: SubParsers) -> None:
     add_method_options(
         ex, "default: today's maps only; each NAME adds npz key map_<name> and <stem>_<name>.png"
     )
+    ex.add_argument(
+        "--joint-pca",
+        action="store_true",
+        help="fit the pca map over all the run's images at once (DINOv2's figure: one "
+        "colour per feature across images; a first pass through the model); needs --method pca",
+    )
     ex.add_argument("--colormap", default="viridis")
     ex.add_argument(
         "--bare",
@@ -98,6 +104,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     loaded = load_for(args)
     settings = model_settings(args, loaded, device)
     args.expanded_images = images
+    check_joint_pca(args, settings)
     if args.engine == "ray":  # the same per-image work on Ray's workers (DESIGN §7)
         from vitviz.cli.on_ray import explain_on_ray
 
@@ -117,6 +124,18 @@ def check_explain_options(args: argparse.Namespace) -> None:
         raise CliError(f"--colormap must be one of {', '.join(COLORMAPS)}")
     if args.batch_size is not None and args.batch_size < 1:
         raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
+
+
+def check_joint_pca(args: argparse.Namespace, settings: MapSettings) -> None:
+    """CliError for --joint-pca without the pca map, or on Ray (its fit sees every image)."""
+    if not getattr(args, "joint_pca", False):
+        return
+    from vitviz.pipeline.joint_pca import JOINT_METHOD
+
+    if JOINT_METHOD not in settings.methods:
+        raise CliError(f"--joint-pca colours the {JOINT_METHOD} map: add --method {JOINT_METHOD}")
+    if args.engine == "ray":
+        raise CliError("--joint-pca runs on the local engine only: leave out --engine ray")
 
 
 def model_settings(args: argparse.Namespace, loaded: Any, device: Any) -> MapSettings:

@@ -25,6 +25,8 @@ from vitviz.cli.pass_progress import passes_shown
 from vitviz.core.console import say
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from vitviz.checkpoints import LoadedModel
     from vitviz.kindapi import KindAnalysis
     from vitviz.pipeline.batch import BatchItem
@@ -190,6 +192,42 @@ def kept_layers_text(kept: tuple[int, ...], depth: int) -> str:
     return text
 
 
+def fit_joint(
+    args: argparse.Namespace,
+    loaded: LoadedModel,
+    images: Sequence[Path],
+    settings: MapSettings,
+    analyses_of: Callable[..., Iterator[BatchItem]] | None,
+    max_side: int | None,
+    dtype: object,
+) -> dict[int, np.ndarray]:
+    """--joint-pca: the pca map of each image from one fit over all of them (a first pass
+    through the model, without gradients: ``vitviz.pipeline.joint_pca``); {} without it."""
+    if not getattr(args, "joint_pca", False):
+        return {}
+    from vitviz.explain.methods import get_method
+    from vitviz.pipeline.batch import iter_kind_analyses
+    from vitviz.pipeline.joint_pca import JOINT_METHOD, fit_joint_pca
+
+    method = get_method(JOINT_METHOD)
+    foreground = method.resolve(settings.params_for(method), strict=False)["foreground"]
+    some = f"{len(images)} image" + ("s" if len(images) != 1 else "")
+    say(f"vitviz-cli: fitting the {JOINT_METHOD} map over {some} (a first pass)")
+    items = (analyses_of or iter_kind_analyses)(
+        loaded,
+        images,
+        batch_size=args.batch_size,
+        attention_dtype=dtype,
+        gradients=False,
+        max_side=max_side,
+        layers=getattr(args, "kept_layers", None),
+    )
+    try:
+        return fit_joint_pca(items, float(foreground))
+    except ValueError as exc:  # a model whose tokens vitviz can't read
+        raise CliError(str(exc)) from exc
+
+
 def explain_many(
     args: argparse.Namespace,
     loaded: LoadedModel,
@@ -204,6 +242,7 @@ def explain_many(
     from vitviz.pipeline.attention_dtype import ATTENTION_DTYPES
     from vitviz.pipeline.batch import iter_kind_analyses
     from vitviz.pipeline.export import compute_maps, output_stem
+    from vitviz.pipeline.joint_pca import joined
 
     make_out_folder(args.out)
     unused = loaded.kind.unused_options()
@@ -228,6 +267,7 @@ def explain_many(
     writer = _Writer(
         args.out, args.colormap, max_side, not args.bare, settings, threads=writer_threads()
     )
+    joint = fit_joint(args, loaded, images, settings, analyses_of, max_side, dtype)
     failed, total, start = 0, len(images), time.perf_counter()
     named = False  # the model's name people know, said once before the first image's line
     try:
@@ -252,7 +292,7 @@ def explain_many(
                     maps = compute_maps(analysis, settings)
             except ValueError as exc:  # e.g. attention.head beyond the chosen layer's heads
                 raise CliError(str(exc)) from exc
-            writer.put(analysis, maps, stem, str(path))
+            writer.put(analysis, joined(maps, joint, item.index), stem, str(path))
             if has_head:
                 c = analysis.top_class
                 said = f"{analysis.class_names[c]} ({float(analysis.probs[c]):.1%}{scores})"

@@ -9,7 +9,7 @@ package stays torch-free when the registry reads it).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +54,34 @@ class StagedKind(TableKind):
             "computes it",
             "max_side": f"is not used on {noun}: its map PNGs are drawn over the model input",
         }
+
+    # -- the block outputs of the analysis's own pass (DESIGN §5) -------------------------------
+    def staged_sites(self, model: nn.Module, x: Any) -> Any:
+        """The accessor's ``StagedSites`` of ``model`` for the input x (1, C, H, W); None for a
+        network the accessor can't take apart (the kinds override it)."""
+        return None
+
+    def keeping_blocks(self, loaded: Any, run: Callable[[], Any]) -> Any:
+        """``run()``'s analysis (one forward pass of ``loaded``'s model) with the block outputs
+        that pass computed kept as ``kept_blocks`` (laid out as ``intermediates`` gives them),
+        so the feature views need no pass of their own."""
+        from vitviz.kinds.staged_intermediates import block_calls, kept_block_outputs
+
+        model = getattr(loaded, "model", loaded)
+        try:
+            blocks = self.cam_blocks(model)
+        except ValueError:
+            return run()
+        with block_calls(blocks) as calls:
+            analysis = run()
+        sites = self.staged_sites(model, analysis.input[None])
+        if sites is not None:
+            analysis.kept_blocks = kept_block_outputs(sites, calls, analysis.logits[None])
+        return analysis
+
+    def analysis_blocks(self, analysis: Any) -> Any:
+        """The block outputs its own pass kept (``keeping_blocks``), None without them."""
+        return getattr(analysis, "kept_blocks", None)
 
     # -- presenting ----------------------------------------------------------------------------
     @staticmethod

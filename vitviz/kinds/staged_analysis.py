@@ -16,6 +16,7 @@ class StagedAnalysisBase:
 
     logits: Tensor
     loaded: Any
+    kept_blocks: Any = None  # the BlockOutputs its own pass kept (StagedKind.keeping_blocks)
 
     @property
     def top_class(self) -> int:

@@ -14,7 +14,8 @@ so that gradients reach them. The hooks are removed when the pass ends, whatever
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.kindapi.grids import LayerGrid
-from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, mlp_branch
+from vitviz.kindapi.intermediates import BlockOutputs, HeadReplacement, Intermediates, mlp_branch
 
 
 @dataclass(frozen=True)
@@ -210,3 +211,46 @@ def head_logits(logits: Tensor, classes: int) -> Tensor:
     """The forward's output as logits: (B, 0) for a network without a head (whose forward
     gives the pooled features)."""
     return logits if classes else logits.new_zeros(logits.shape[0], 0)
+
+
+Calls = list[tuple[tuple[Any, ...], Any] | None]  # per block: (its inputs, its output)
+
+
+@contextmanager
+def block_calls(blocks: Sequence[nn.Module]) -> Iterator[Calls]:
+    """Each of ``blocks``' inputs and output during the ``with`` (an analysis's own pass), for
+    ``kept_block_outputs``; the hooks change nothing and are removed when it ends."""
+    calls: Calls = [None] * len(blocks)
+
+    def leave(b: int) -> Callable[..., None]:
+        def hook(_module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            calls[b] = (args, output)
+
+        return hook
+
+    handles = [block.register_forward_hook(leave(b)) for b, block in enumerate(blocks)]
+    try:
+        yield calls
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def kept_block_outputs(sites: StagedSites, calls: Calls, logits: Tensor) -> BlockOutputs | None:
+    """The block outputs of another pass of the same input (``block_calls``), laid out as
+    ``staged_intermediates`` lays them out: ``blocks`` (B, C, h, w) detached, no prefix,
+    ``block_grids``; None where a block did not run."""
+    if len(calls) != len(sites.blocks) or any(c is None for c in calls):
+        return None
+    blocks = []
+    for b, call in enumerate(calls):
+        assert call is not None
+        args, output = call
+        sites.head_order(b, args)  # as the accessor's pass asks it (a Swin's window layout)
+        blocks.append(sites.block_tokens(b, args, output).detach())
+    return BlockOutputs(
+        logits=logits,
+        blocks=tuple(blocks),
+        block_prefix=tuple(t.new_zeros(t.shape[0], 0, t.shape[1]) for t in blocks),
+        block_grids=tuple(sites.grid(b) for b in range(len(blocks))),
+    )

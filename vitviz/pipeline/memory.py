@@ -50,10 +50,11 @@ class MemoryEstimate:
     heads: int
     attention: int  # one copy of every kept layer's attention: 4·K·H·N²
     forward_peak: int  # the forward pass, head statistics (and gradients) at their peak
-    kept: int  # what the analysis keeps afterwards: attention (and its gradients)
+    kept: int  # what the analysis keeps afterwards: attention (and its gradients), block outputs
     maps_peak: int  # beyond ``kept``: the N×N matrices of rollout, gradient rollout, relevance
     weights: int = 0  # the model's parameters
     layers_kept: int | None = None  # K, when fewer than the model's layers are kept
+    block_outputs: int = 0  # of ``kept``: every block's output tokens, 4·L·N·D (DESIGN §5)
 
     @property
     def needed(self) -> int:

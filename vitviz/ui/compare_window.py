@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.ui.canvas import ImageCanvas
+from vitviz.ui.colors import make_colorbar, set_colorbar_levels
 from vitviz.workers import compare_jobs
 from vitviz.workers.engine import EngineClient
 from vitviz.workers.messages import CompareResult, ImageResult, MethodInfo
@@ -36,6 +37,16 @@ def difference(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
     if a is None or b is None or a.ndim != 2 or a.shape != b.shape:
         return None
     return (a.astype(np.float64) - b.astype(np.float64)).astype(np.float32)
+
+
+MAX_HEAD_TICKS = 6  # head numbers under the narrow grid at most (a Swin's 24 heads: every 4th)
+MAX_ROW_TICKS = 16  # layer numbers beside it at most
+
+
+def every(count: int, most: int) -> list[tuple[int, str]]:
+    """Ticks 0, s, 2s, … below ``count``, with the step s that gives at most ``most``."""
+    step = max(1, -(-count // most))
+    return [(i, str(i)) for i in range(0, count, step)]
 
 
 def top_words(name: str, top: list[tuple[str, float]]) -> str:
@@ -76,8 +87,11 @@ class CompareWindow(QWidget):
         self.heads.setLabel("bottom", "head")
         self.heads.getViewBox().invertY(True)
         self.heads_image = pg.ImageItem(axisOrder="row-major")
-        self.heads_image.setColorMap(pg.colormap.get("viridis"))
         self.heads.addItem(self.heads_image)
+        # its scale beside it, 0 to 1, as the other grids' colour bars (it sets the colours)
+        self.heads_bar = make_colorbar(self.heads_image, "viridis")
+        self.heads_bar.setImageItem(self.heads_image, insert_in=self.heads.getPlotItem())
+        set_colorbar_levels(self.heads_bar, (0.0, 1.0), label="head similarity")
         self.heads.setMinimumWidth(220)
         views = QSplitter(Qt.Orientation.Horizontal)
         for w in (self.view_a, self.view_b, self.view_diff, self.heads):
@@ -143,9 +157,9 @@ class CompareWindow(QWidget):
         self.heads_image.setImage(sim, autoLevels=False, levels=(0.0, 1.0))
         rows, cols = sim.shape
         self.heads_image.setRect(QRectF(-0.5, -0.5, cols, rows))  # cell (l, h) on (h, l)
-        self.heads.getAxis("left").setTicks([[(i, str(i)) for i in range(rows)]])
+        self.heads.getAxis("left").setTicks([every(rows, MAX_ROW_TICKS)])
         self.heads.getAxis("bottom").setTicks(
-            [[(i, str(i) if cols > 1 else "mean") for i in range(cols)]]
+            [every(cols, MAX_HEAD_TICKS) if cols > 1 else [(0, "mean")]]
         )
         self.heads.setXRange(-0.5, cols - 0.5, padding=0.02)
         self.heads.setYRange(-0.5, rows - 0.5, padding=0.02)

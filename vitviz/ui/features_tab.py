@@ -168,34 +168,42 @@ class FeaturesTab(QWidget):
         self.request()
 
     def apply_features(self, result: FeaturesResult) -> None:
-        self.result = result
+        """Draw ``result``; what the engine handed back unchanged (the same arrays: a click
+        changes only the similarity) is not drawn again."""
+        old, self.result = self.result, result
         if self.block.maximum() != result.blocks - 1:
             self.block.blockSignals(True)
             self.block.setRange(LAST, result.blocks - 1)
             self.block.blockSignals(False)
-        self._draw()
+        self._draw(old)
         block = f"block {result.layer} of 0–{result.blocks - 1}"
         self.similarity_view.set_title(f"Similarity to the query · {block} · click a patch")
         high = int(result.high.sum())
         self.norm_view.set_title(f"Token norm · {block} · {high} high-norm outlined")
-        self._outline(result.high)
+        if old is None or old.high is not result.high:
+            self._outline(result.high)
         self.prefix_label.setText(prefix_words(result.prefix_norms))
-        self.logit_lens.set_lens(result.logit_lens, result.class_names)
+        if old is None or old.logit_lens is not result.logit_lens:
+            self.logit_lens.set_lens(result.logit_lens, result.class_names)
         said = f"{high} high-norm token{'s' if high != 1 else ''} (norm > median + 4 · MAD)"
         self.status.setText("  ".join(t for t in (said, result.note) if t))
 
-    def _draw(self) -> None:
-        """The maps over the photo at the chosen opacity."""
+    def _draw(self, old: FeaturesResult | None = None) -> None:
+        """The maps over the photo at the chosen opacity; with ``old`` (the result shown
+        before, at this opacity) only those whose arrays changed."""
         r = self.result
         if r is None:
             return
         opacity = self.opacity.value() / 100.0
-        self.pca_view.set_map(r.pca, (0.0, 1.0), opacity=opacity)
+        if old is None or old.pca is not r.pca:
+            self.pca_view.set_map(r.pca, (0.0, 1.0), opacity=opacity)
         self.similarity_view.set_map(r.similarity, opacity=opacity)
-        self.norm_view.set_map(r.norms, opacity=opacity)
+        if old is None or old.norms is not r.norms:
+            self.norm_view.set_map(r.norms, opacity=opacity)
 
     def failed(self, message: str) -> None:
         self.status.setText(message)
+        self.result = None  # the next result is drawn whole
         self.logit_lens.set_lens(None, [])
 
     def _outline(self, high: np.ndarray) -> None:

@@ -10,6 +10,7 @@ from vitviz.ui.charts import LegendBelow
 
 TOP = 3  # classes drawn: the last block's (the model's) top three
 COLOURS = ("#4c72b0", "#dd8452", "#55a868")
+MAX_TICKS = 16  # block numbers on the axis at most (whole blocks only, never 0.5)
 
 
 def lens_classes(lens: np.ndarray, top: int = TOP) -> list[int]:
@@ -52,5 +53,8 @@ class LogitLensChart(pg.PlotWidget):
             y = lens[:, c].astype(np.float64)
             self.plot(x, y, pen=pen, symbol="o", symbolSize=5, symbolBrush=colour,
                       symbolPen=None, name=name[:24], connect="finite")  # fmt: skip
-        self.setXRange(-0.3, max(lens.shape[0] - 0.7, 0.7), padding=0)
+        blocks = lens.shape[0]
+        step = max(1, -(-blocks // MAX_TICKS))
+        self.getAxis("bottom").setTicks([[(i, str(i)) for i in range(0, blocks, step)]])
+        self.setXRange(-0.3, max(blocks - 0.7, 0.7), padding=0)
         self.setYRange(0.0, 1.0, padding=0.02)

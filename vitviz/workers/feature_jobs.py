@@ -1,14 +1,38 @@
 """The engine's feature jobs (DESIGN §2.4, §5): the Features view's maps and the logit lens of
 the current analysis, as numpy for the window, from ``vitviz.explain.feature_methods`` (one
-intermediates pass per analysis, kept: a new query or layer costs no forward pass)."""
+intermediates pass per analysis, kept: a new query or layer costs no forward pass). What a
+query does not change (the PCA, the norms of a block, the logit lens) is kept per analysis too
+and handed back as the same arrays, so a click computes and redraws the similarity only."""
 
 from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from vitviz.workers.job_basics import UserFacingError
 from vitviz.workers.jobs import EngineState
 from vitviz.workers.messages import FeaturesResult
+
+# id(state) -> (a weak reference to its analysis, key -> part): a replaced analysis is not kept
+_PARTS: dict[int, tuple[Callable[[], Any], dict[tuple, Any]]] = {}
+
+
+def _kept(state: EngineState, key: tuple, compute: Callable[[], Any]) -> Any:
+    """``compute()`` once per ``key`` and analysis of ``state`` (a new analysis forgets all)."""
+    held = _PARTS.get(id(state))
+    if held is None or held[0]() is not state.analysis:
+        try:
+            ref: Callable[[], Any] = weakref.ref(state.analysis)
+        except TypeError:  # an analysis without weak references: its parts are not kept
+            return compute()
+        held = _PARTS[id(state)] = (ref, {})
+    parts = held[1]
+    if key not in parts:
+        parts[key] = compute()
+    return parts[key]
 
 
 def features(
@@ -37,18 +61,26 @@ def features(
         inter = feature_pass(a)
         count = len(inter.blocks)
         index = max(0, min(count - 1, count + layer if layer < 0 else layer))
-        shown = high_norm_tokens(a, index)
+        shown = _kept(state, ("norms", index), lambda: high_norm_tokens(a, index))
         sim = similarity_method(a, query, None, {"layer": index}).numpy()
-        pca = get_method("pca")(a, None, None, {"foreground": foreground}).numpy()
+        pca = _kept(
+            state,
+            ("pca", foreground),
+            lambda: get_method("pca")(a, None, None, {"foreground": foreground}).numpy(),
+        )
     except ValueError as exc:
         raise UserFacingError(str(exc), "features") from exc
-    lens, note = None, ""
-    if state.kind.has_head(state.loaded) and a.logits.numel() > 0:
+
+    def lens_of() -> tuple[np.ndarray | None, str]:
+        if not (state.kind.has_head(state.loaded) and a.logits.numel() > 0):
+            return None, ""
         try:
             with torch.no_grad():
-                lens = analysis_logit_lens(a).cpu().numpy().astype(np.float32)
+                return analysis_logit_lens(a).cpu().numpy().astype(np.float32), ""
         except ValueError as exc:
-            note = str(exc)
+            return None, str(exc)
+
+    lens, note = _kept(state, ("lens",), lens_of)
     return FeaturesResult(
         layer=index,
         blocks=count,

@@ -81,7 +81,9 @@ def test_npz_equals_the_cli_npz(
         if value.dtype.kind in "US":
             assert got[k].tolist() == value.tolist(), k
         else:
-            np.testing.assert_allclose(got[k], value, atol=1e-6, err_msg=k)
+            # rtol: token_norms (~10) come from each analysis's own pass, with or without
+            # gradients, whose float32 rounding differs by an ulp
+            np.testing.assert_allclose(got[k], value, rtol=1e-6, atol=1e-6, err_msg=k)
     if method == "rollout":  # the shown fusion reached the npz
         mean = state.analysis.rollout("mean").numpy()
         assert np.abs(got["rollout"] - mean).max() > 1e-3

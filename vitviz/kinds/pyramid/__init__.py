@@ -134,7 +134,15 @@ class PyramidKind(StagedKind):
 
         model = getattr(loaded, "model", loaded)
         gradients = bool(options.get("gradients")) and int(model.config.num_classes) > 0
-        return analyze_pyramid(loaded, image, gradients, options.get("target_class"))
+        return self.keeping_blocks(
+            loaded, lambda: analyze_pyramid(loaded, image, gradients, options.get("target_class"))
+        )
+
+    def staged_sites(self, model: nn.Module, x: Tensor) -> Any:
+        """A PVT v2's, Twins' or Hiera's blocks as its accessor reads them (None: another)."""
+        from vitviz.kinds.pyramid.intermediates import pyramid_sites
+
+        return pyramid_sites(model, x)
 
     def token_geometry(self, analysis: PyramidAnalysis) -> TokenGeometry:
         windows = analysis.windows or [None] * len(analysis.block_stages)

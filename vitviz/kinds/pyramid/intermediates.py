@@ -134,15 +134,23 @@ def pyramid_intermediates(
 ) -> Intermediates:
     """``Intermediates`` of vitviz's PyramidViT (PVT v2, Twins) or HieraViT on ``x``
     (B, C, H, W); ValueError for another network and for a replacement that does not fit."""
+    sites = pyramid_sites(model, x)
+    if sites is None:
+        raise ValueError(
+            f"the intermediates accessor needs vitviz's PyramidViT or HieraViT, got "
+            f"{type(model).__name__}"
+        )
+    return staged_intermediates(sites, model_input(model, x), replace)
+
+
+def pyramid_sites(model: nn.Module, x: Tensor) -> PyramidSites | HieraSites | None:
+    """The ``StagedSites`` of vitviz's PyramidViT or HieraViT for x (B, C, H, W); None for
+    another network."""
     if isinstance(model, HieraViT):
-        x = model_input(model, x)
-        return staged_intermediates(HieraSites(model, x), x, replace)
+        return HieraSites(model, model_input(model, x))
     if isinstance(model, PyramidViT):
-        return staged_intermediates(PyramidSites(model), model_input(model, x), replace)
-    raise ValueError(
-        f"the intermediates accessor needs vitviz's PyramidViT or HieraViT, got "
-        f"{type(model).__name__}"
-    )
+        return PyramidSites(model)
+    return None
 
 
 def pyramid_tokens_on_grid(

@@ -101,7 +101,14 @@ class SwinKind(StagedKind):
 
         if options.get("gradients"):
             options["gradients"] = engine_data.has_head(getattr(loaded, "model", loaded))
-        return analyze_swin(loaded, image, **options)
+        return self.keeping_blocks(loaded, lambda: analyze_swin(loaded, image, **options))
+
+    def staged_sites(self, model: nn.Module, x: Tensor) -> Any:
+        """vitviz's SwinTransformer's blocks as its accessor reads them (None: another)."""
+        from vitviz.kinds.swin.intermediates import SwinSites
+        from vitviz.kinds.swin.network import SwinTransformer
+
+        return SwinSites(model) if isinstance(model, SwinTransformer) else None
 
     def token_geometry(self, analysis: SwinAnalysis) -> TokenGeometry:
         from vitviz.kinds.swin.attention import window_ids

@@ -15,7 +15,8 @@ heads, 785-9,217 tokens) and rounded up: the estimate came out 1.05-1.95× the m
 
 An analysis that keeps K of the L layers (``analyze(..., layers=...)``) counts the attention,
 its gradients and the maps' matrices of those K layers only; the block outputs and the
-activations a gradient pass saves still count every layer.
+activations a gradient pass saves still count every layer. Every analysis keeps every block's
+output tokens, 4·L·N·D (the feature views read them, DESIGN §5): they count in what it keeps.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def estimate_analysis(
         return MemoryEstimate(
             one.input_size, one.tokens, one.layers, one.heads, batch * one.attention,
             batch * one.forward_peak, batch * one.kept, one.maps_peak, weights, one.layers_kept,
+            block_outputs=batch * one.block_outputs,
         )  # fmt: skip
     h, w = (int(v) for v in input_size)
     p = max(1, int(config.patch_size))
@@ -98,6 +100,7 @@ def estimate_analysis(
     layer = _LAYER_TEMPORARIES * H * pair + block  # one block's temporaries
     saved = L * _F32 * N * (8 * D + 2 * hidden)  # activations autograd keeps per block
     outputs = _BLOCK_OUTPUTS * L * _F32 * N * D
+    kept_outputs = L * _F32 * N * D  # every block's output, kept for the feature views
     inputs = 3 * _F32 * C * h * w  # the input tensor, its pixels, the resized image
     # GradientProducts: weighted and positive per kept layer, Grad-SAM's sum, the last G_L
     products = (2 * K + 1 + H) * pair
@@ -111,16 +114,17 @@ def estimate_analysis(
     kept_attention = A * attention_bytes // _F32
     if gradients:
         forward = kept_attention + backward + outputs + inputs
-        kept = kept_attention + products + inputs
+        kept = kept_attention + products + inputs + kept_outputs
         maps_peak = gradient_maps if maps else 0
     else:
         forward = kept_attention + _CAPTURE_LAYER_TEMPORARIES * H * pair + _PAIR_TABLES * pair
         forward += outputs + block + inputs
-        kept = kept_attention + inputs
+        kept = kept_attention + inputs + kept_outputs
         maps_peak = _MAP_MATRICES * K * pair if maps else 0
     return MemoryEstimate(
-        (h, w), N, L, H, A, int(forward), int(kept), int(maps_peak), weights, partial
-    )
+        (h, w), N, L, H, A, int(forward), int(kept), int(maps_peak), weights, partial,
+        block_outputs=kept_outputs,
+    )  # fmt: skip
 
 
 def estimate_for_model(
