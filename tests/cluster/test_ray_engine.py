@@ -362,8 +362,8 @@ def test_the_windows_folder_statistics_on_a_cluster_equal_the_local_ones(
     ray_cluster, model_file, images
 ) -> None:
     """The window's "Over a folder…" with a cluster address: the same means, the same progress
-    (each image, in order), and Cancel stops the run."""
-    from vitviz.workers.folder_stats import RunCancelledError, folder_stats_job
+    (each image, in order)."""
+    from vitviz.workers.folder_stats import folder_stats_job
 
     local_steps, ray_steps = [], []
     local = folder_stats_job(model_file, images, lambda *a: local_steps.append(a), lambda: False)
@@ -374,8 +374,49 @@ def test_the_windows_folder_statistics_on_a_cluster_equal_the_local_ones(
     assert (on_ray.images, len(on_ray.failed)) == (local.images, len(local.failed)) == (7, 1)
     for name in ("distance", "entropy", "prefix_share", "distance_std", "entropy_std"):
         np.testing.assert_allclose(getattr(on_ray, name), getattr(local, name), atol=1e-5)
+    # (Cancel on a cluster: run_on_cluster's, tested with the Faithfulness panel's run below)
+
+
+def test_the_windows_folder_faithfulness_on_a_cluster_equals_the_local_one(
+    ray_cluster, model_file, tmp_path, capfd
+) -> None:
+    """The Faithfulness panel's "Over a folder…" with a cluster address: the same mean curves,
+    AUCs and localisation numbers as on this computer (the command's job on both engines), the
+    same progress (each image, in order), no bar of the CLI's on the terminal, and Cancel stops
+    the run."""
+    from vitviz.workers.folder_faithfulness import folder_faithfulness_job
+    from vitviz.workers.folder_stats import RunCancelledError
+
+    samples = Path(__file__).resolve().parents[2] / "resources" / "samples"
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for name in ("arrow", "circle"):
+        for suffix in (".png", "_mask.png"):
+            shutil.copy(samples / f"{name}{suffix}", folder / f"{name}{suffix}")
+    (folder / "zz_broken.png").write_bytes(b"not a png at all")
+    options = {"method": "rollout", "params": {"discard_ratio": 0.5}, "steps": 3}
+    steps: dict[str, list] = {"local": [], "ray": []}
+    local = folder_faithfulness_job(model_file, folder, lambda *a: steps["local"].append(a),
+                                    lambda: False, **options)  # fmt: skip
+    on_ray = folder_faithfulness_job(model_file, folder, lambda *a: steps["ray"].append(a),
+                                     lambda: False, address="auto", **options)  # fmt: skip
+    assert steps["ray"] == steps["local"] == [(1, 3), (2, 3), (3, 3)]
+    assert "images/s" not in capfd.readouterr().err  # the window shows its own progress
+    assert (on_ray.images, on_ray.masked, on_ray.on_cluster) == (2, 2, "auto")
+    assert (local.images, local.masked, local.on_cluster) == (2, 2, None)
+    assert on_ray.failed == local.failed and "not an image" in local.failed[0]
+    assert set(on_ray.curves) == set(local.curves) == {"rollout", "random"}
+    for name, want in local.curves.items():
+        got = on_ray.curves[name]
+        assert len(got.deletion) == 4  # p_0 … p_3
+        np.testing.assert_allclose(got.deletion, want.deletion, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(got.insertion, want.insertion, rtol=0, atol=1e-5)
+        for key in ("deletion_auc", "insertion_auc", "mass_in_mask"):
+            assert getattr(got, key) == pytest.approx(getattr(want, key), abs=1e-5), key
+    assert on_ray.pointing == local.pointing and set(local.pointing) == {"rollout", "random"}
+    stopped: list = []
     with pytest.raises(RunCancelledError):
-        folder_stats_job(model_file, images, lambda *a: ray_steps.append(a),
-                         lambda: len(ray_steps) > 9,
-                         address="auto")  # fmt: skip
-    assert len(ray_steps) == 10  # stopped at the Cancel
+        folder_faithfulness_job(model_file, folder, lambda *a: stopped.append(a),
+                                lambda: len(stopped) >= 1, address="auto",
+                                **options)  # fmt: skip
+    assert stopped == [(1, 3)]  # stopped at the Cancel, after the first image

@@ -125,14 +125,14 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
     images = without_masks(engine_inputs(args, args.images), args.masks)
     results: list[ImageFaithfulness] = []
     n = len(images)
-    if args.engine == "ray":  # the same per-image work (_measure) on Ray's workers (DESIGN §7)
+    if args.engine == "ray":  # the same per-image work (measure_image) on Ray's workers (DESIGN §7)
         from vitviz.cli.on_ray import faithfulness_on_ray
 
-        results = faithfulness_on_ray(args, names, params, images, _measure)
+        results = faithfulness_on_ray(args, names, params, images, measure_image)
     for i, path in enumerate(images if args.engine == "local" else (), 1):
         try:
             with passes_shown(path.name):
-                result, probs = _measure(loaded, path, names, params, args)
+                result, probs = measure_image(loaded, path, names, params, args)
         except _SkippedError as exc:
             say(f"vitviz-cli: skipped {path}: {exc}")
             continue
@@ -165,7 +165,7 @@ def _mask(path: Path, geometry: Any, masks: Path | None) -> Any:
         raise _SkippedError(f"its mask {mask_path_for(path, masks)}: {exc}") from exc
 
 
-def _measure(
+def measure_image(
     loaded: LoadedModel,
     path: Path,
     names: list[str],
@@ -238,9 +238,7 @@ def write_outputs(results: Sequence[ImageFaithfulness], folder: Path) -> list[Pa
     return [json_path, csv_path, png_path]
 
 
-def _mean_curves(
-    results: Sequence[ImageFaithfulness], name: str
-) -> tuple[list[float], list[float]]:
+def mean_curves(results: Sequence[ImageFaithfulness], name: str) -> tuple[list[float], list[float]]:
     """The mean over images of p_k, for deletion and for insertion."""
     curves = [r.methods[name] for r in results if name in r.methods]
     deletion = [sum(v) / len(curves) for v in zip(*(c.deletion for c in curves), strict=True)]
@@ -293,7 +291,7 @@ def figure(results: Sequence[ImageFaithfulness]) -> Image.Image:
         colour = GREY if baseline else PALETTE[hue % len(PALETTE)]
         dashed = baseline or hue >= len(PALETTE)  # more methods than hues: dashed too
         hue += not baseline
-        d, ins = _mean_curves(results, name)
+        d, ins = mean_curves(results, name)
         deletion.append(Curve(d, colour, dashed))
         insertion.append(Curve(ins, colour, dashed))
         legend.append(LegendRow(colour, row, dashed))

@@ -157,15 +157,18 @@ class StatsJob:
 
 @dataclass
 class FaithfulnessJob:
-    """``faithfulness``' work: ``measure`` (the command's own measure of one image)."""
+    """``faithfulness``' work: ``measure`` (the command's own measure of one image).
+    ``opener``: how a worker opens the model (the window's checkpoint and preprocessing,
+    picklable); None: from the command's arguments."""
 
     args: argparse.Namespace
     names: list[str]
     params: dict[str, Any]
     measure: Callable[..., Any]
+    opener: Callable[[], Any] | None = None
 
     def open(self) -> Any:
-        return _open(self.args)
+        return _open(self.args) if self.opener is None else self.opener()
 
     def run(self, loaded: Any, items: list[ImageItem]) -> list[Outcome]:
         out = []

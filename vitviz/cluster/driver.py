@@ -24,6 +24,16 @@ from vitviz.cluster.ray_engine import (
 from vitviz.cluster.record import RunRecord, TableWriter, previous_records
 
 
+class _Nowhere:
+    """A stream that keeps nothing (the bar of a run whose caller shows its own progress)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
 def sweep_temporaries(folder: Path, stems: Sequence[str]) -> int:
     """Remove the atomic writers' temporary files (``.<name>.<random>.tmp``) of these outputs
     that a killed worker left behind; how many."""
@@ -51,9 +61,11 @@ class RayRun:
         *,
         resume: bool = False,
         methods: Sequence[str] = (),
+        progress: bool = True,
     ) -> None:
         self.command, self.out, self.options, self.say = command, out, options, say
         self.resume, self.methods = resume, tuple(methods)
+        self.progress = progress  # the bar on stderr (False: the caller shows its own)
         self._stack = contextlib.ExitStack()
         self.record: RunRecord | None = None
         self._previous: dict[tuple[str, str], dict[str, Any]] = {}
@@ -107,7 +119,7 @@ class RayRun:
         self.record.skipped += len(done)
         order = InOrder(it.index for it in items)
         label = f"[{checkpoint}] " if checkpoint else ""
-        progress = RunProgress(len(todo), label)
+        progress = RunProgress(len(todo), label, stream=None if self.progress else _Nowhere())
         if done:
             self.say(f"{label}--resume: {len(done)} of {len(items)} images done before, skipped")
         computed = failed = 0
