@@ -151,3 +151,33 @@ def test_a_worker_records_failures_instead_of_failing_the_run() -> None:
     broken = [Outcome.from_json(r) for r in _Worker(_Job(broken=True))(_batch(2))["outcome"]]
     why = "OSError: model.safetensors: no such file on this node"
     assert [o.error for o in broken] == [f"the worker could not open the model: {why}"] * 2
+
+
+def test_the_local_engine_records_its_run_and_without_pyarrow_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run.json of the local engine (its images, each computed, the failed ones and why);
+    images.parquet only with pyarrow, and one line when it is missing; a run that stops on an
+    error leaves neither."""
+    import json
+    import os
+
+    from vitviz.cluster.record import NO_TABLE, LocalRunFiles
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    said: list[str] = []
+    with LocalRunFiles(tmp_path, "explain", said.append, 2) as files:
+        files.add(Outcome(0, "a.png", {"target_class": 1}))
+        files.add(Outcome(1, "b.png", None, "b.png is not an image"))
+    assert said == [NO_TABLE] and "pyarrow" in NO_TABLE and "\n" not in NO_TABLE
+    assert os.listdir(tmp_path) == ["run.json"]
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert (run["engine"], run["images"], run["computed"], run["skipped"]) == ("local", 2, 2, 0)
+    assert run["failed"] == [{"path": "b.png", "reason": "b.png is not an image"}]
+    monkeypatch.undo()  # pyarrow back: a run stopped by an error leaves no table nor record
+    (tmp_path / "x").mkdir()
+    with pytest.raises(ValueError), LocalRunFiles(tmp_path / "x", "stats", said.append, 1) as f:
+        f.add(Outcome(0, "a.png", {"target_class": 1}))
+        raise ValueError("a bad option found late")
+    assert not list((tmp_path / "x").iterdir()) and len(said) == 1

@@ -103,8 +103,37 @@ def _same_npz(a: Path, b: Path) -> None:
                 assert np.array_equal(x[k], y[k]), f"{a.name} {k}"
 
 
+def _close(x, y) -> bool:
+    """Equal, numbers within 1e-5 (NaN equal to NaN), through lists and dicts."""
+    if isinstance(x, dict):
+        return isinstance(y, dict) and x.keys() == y.keys() and all(_close(x[k], y[k]) for k in x)
+    if isinstance(x, list):
+        return isinstance(y, list) and len(x) == len(y) and all(map(_close, x, y))
+    if isinstance(x, float) and isinstance(y, float):
+        return (x != x and y != y) or abs(x - y) <= 1e-5
+    return x == y
+
+
+def _same_summaries(local: Path, remote: Path) -> None:
+    """Both engines' run.json with the same keys and counts, and their images.parquet with the
+    same columns and rows (numbers within 1e-5; the record each row carries too)."""
+    a, b = (json.loads((f / "run.json").read_text()) for f in (local, remote))
+    assert list(a) == list(b) and (a["engine"], b["engine"]) == ("local", "ray")
+    assert (a["workers"], a["ray_version"], a["skipped"], a["interrupted"]) == (1, None, 0, False)
+    for key in ("command", "images", "computed", "failed"):
+        assert a[key] == b[key], key
+    assert a["seconds"] > 0 and a["images_per_second"] > 0
+    x, y = (pq.read_table(f / "images.parquet") for f in (local, remote))
+    assert x.schema == y.schema and x.num_rows == y.num_rows == a["images"]
+    for row, other in zip(x.to_pylist(), y.to_pylist(), strict=True):
+        record, other_record = row.pop("record"), other.pop("record")
+        assert _close(row, other), (row, other)
+        assert (record is None) == (other_record is None) == (row["status"] == "failed")
+        assert record is None or _close(json.loads(record), json.loads(other_record))
+
+
 def _same_files(local: Path, remote: Path) -> None:
-    names = {p.name for p in local.iterdir()}
+    names = {p.name for p in local.iterdir()} - SUMMARIES
     assert {p.name for p in remote.iterdir()} == names | SUMMARIES
     for name in names:
         if name.endswith(".npz"):
@@ -119,6 +148,7 @@ def test_explain_on_ray_writes_the_local_files_and_records_the_run(explained, im
     assert explained["codes"] == (1, 1)  # both: one image failed, the others written
     local, remote = explained["out"] / "local", explained["out"] / "ray"
     _same_files(local, remote)
+    _same_summaries(local, remote)
     assert len(list(local.glob("*.npz"))) == 7
     run = json.loads((remote / "run.json").read_text())
     assert run["engine"] == "ray" and run["workers"] == 2 and run["ray_version"] == ray.__version__
@@ -254,6 +284,7 @@ def test_stats_on_ray_equal_the_local_engine(ray_cluster, model_file, images, tm
         got, want = np.array(b[4:], float), np.array(a[4:], float)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5, equal_nan=True)
     assert {r[3] for r in rows[0][1:]} == {"7"}  # the images analysed
+    _same_summaries(tmp_path / "local", tmp_path / "ray")
     assert (tmp_path / "ray" / "stats.png").is_file()
     table = pq.read_table(tmp_path / "ray" / "images.parquet").to_pylist()
     assert [r["checkpoint"] for r in table] == [str(model_file)] * 8 + [str(swin)] * 8
@@ -297,6 +328,7 @@ def test_faithfulness_on_ray_equals_the_local_engine(ray_cluster, model_file, tm
     assert first["insertion_auc_attention"] == pytest.approx(curves["attention"]["insertion_auc"])
     run = json.loads((tmp_path / "ray" / "run.json").read_text())
     assert run["command"] == "faithfulness" and len(run["failed"]) == 1
+    _same_summaries(tmp_path / "local", tmp_path / "ray")
 
 
 def _noise_images(folder: Path, names: list[str], seed: int) -> list[Path]:
