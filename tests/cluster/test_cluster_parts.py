@@ -181,3 +181,36 @@ def test_the_local_engine_records_its_run_and_without_pyarrow_says_so_in_one_lin
         f.add(Outcome(0, "a.png", {"target_class": 1}))
         raise ValueError("a bad option found late")
     assert not list((tmp_path / "x").iterdir()) and len(said) == 1
+
+
+def test_ray_is_started_with_its_notices_kept_off_the_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A local Ray started for a run: its workers' lines stay in its log files, its logger
+    says errors only (its notices, e.g. on token authentication, not), the dashboard's
+    address is said, and it stops at the end."""
+    import logging
+    from types import SimpleNamespace
+
+    import vitviz.cluster.ray_engine as engine
+
+    calls: dict = {}
+
+    class FakeRay:  # what ray_session asks of the ray module
+        def is_initialized(self) -> bool:
+            return False
+
+        def init(self, address=None, **options):
+            calls.update(options, address=address)
+            return SimpleNamespace(dashboard_url="127.0.0.1:8265")
+
+        def shutdown(self) -> None:
+            calls["shutdown"] = True
+
+    monkeypatch.setattr(engine, "import_ray", FakeRay)
+    said: list[str] = []
+    with engine.ray_session(engine.RayOptions(), said.append):
+        assert "shutdown" not in calls
+    assert calls["log_to_driver"] is False and calls["logging_level"] == logging.ERROR
+    assert calls["configure_logging"] is True and calls["address"] is None
+    assert said == ["Ray dashboard: http://127.0.0.1:8265"] and calls["shutdown"]

@@ -9,6 +9,7 @@ Ray is imported here only, when a run starts: the local engine never needs it.""
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import warnings
@@ -62,7 +63,11 @@ def ray_session(options: RayOptions, say: Callable[[str], None]) -> Iterator[Any
     if ray.is_initialized():
         yield ray
         return
-    kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    kwargs: dict[str, Any] = {
+        "log_to_driver": False,  # the workers' own lines stay in Ray's log files
+        "configure_logging": True,
+        "logging_level": logging.ERROR,  # Ray's notices (token authentication, ...) unsaid,
+    }  # its errors said (its C++ core's lines are its own: docs/cluster.md)
     if options.address is None:
         kwargs["num_cpus"] = os.cpu_count() or 1
     context = ray.init(address=options.address, **kwargs)
