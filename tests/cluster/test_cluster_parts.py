@@ -214,3 +214,19 @@ def test_ray_is_started_with_its_notices_kept_off_the_terminal(
     assert calls["log_to_driver"] is False and calls["logging_level"] == logging.ERROR
     assert calls["configure_logging"] is True and calls["address"] is None
     assert said == ["Ray dashboard: http://127.0.0.1:8265"] and calls["shutdown"]
+
+
+def test_workers_are_one_per_share_of_the_gpus_and_none_without_gpus() -> None:
+    from types import SimpleNamespace
+
+    from vitviz.cluster.ray_engine import RayOptions, worker_count
+    from vitviz.core.errors import VitvizError
+
+    def cluster(**resources):
+        return SimpleNamespace(cluster_resources=lambda: resources)
+
+    assert worker_count(cluster(CPU=16, GPU=4), RayOptions(gpus_per_worker=0.5)) == 8
+    assert worker_count(cluster(CPU=16), RayOptions()) == 4  # one per 4 CPUs
+    assert worker_count(cluster(CPU=16), RayOptions(workers=3, gpus_per_worker=1)) == 3
+    with pytest.raises(VitvizError, match="asks for 1 GPU and the cluster has 0"):
+        worker_count(cluster(CPU=16), RayOptions(gpus_per_worker=1))  # would wait forever

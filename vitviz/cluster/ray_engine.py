@@ -81,12 +81,19 @@ def ray_session(options: RayOptions, say: Callable[[str], None]) -> Iterator[Any
 
 
 def worker_count(ray: Any, options: RayOptions) -> int:
-    """The actors to start: ``options.workers``, else sized to the cluster's resources."""
+    """The actors to start: ``options.workers``, else sized to the cluster's resources
+    (VitvizError when each asks for more GPUs than the cluster has)."""
     if options.workers is not None:
         return options.workers
     resources = ray.cluster_resources()
     if options.gpus_per_worker > 0:
-        return max(1, int(resources.get("GPU", 0) // options.gpus_per_worker))
+        gpus = resources.get("GPU", 0)
+        if gpus < options.gpus_per_worker:  # no worker could start: said, not waited for
+            raise VitvizError(
+                f"each worker asks for {options.gpus_per_worker:g} GPU and the cluster has "
+                f"{gpus:g}: ask for 0 GPUs per worker to run on its CPUs"
+            )
+        return max(1, int(gpus // options.gpus_per_worker))
     return max(1, int(resources.get("CPU", 1)) // 4)
 
 
