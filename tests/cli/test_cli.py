@@ -109,10 +109,11 @@ def test_explain_writes_npz_and_pngs_with_defaults(
     out = tmp_path / "out"
     assert _explain(tiny_ckpt, images, out) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{stem}{suffix}"
-        for stem in ("chelsea", "rocket")
-        for suffix in (".npz", "_rollout.png", "_relevance.png", "_heads.png")
-    )
+        [f"{stem}{suffix}"
+         for stem in ("chelsea", "rocket")
+         for suffix in (".npz", "_rollout.png", "_relevance.png", "_heads.png")]
+        + ["images.parquet", "run.json"]  # the run's record and table (docs/cluster.md)
+    )  # fmt: skip
     loaded = load_checkpoint(tiny_ckpt)
     for image in images:
         a = analyze(loaded, image)
@@ -338,6 +339,8 @@ def test_console_entry_point_end_to_end(
         "chelsea_heads.png",
         "chelsea_relevance.png",
         "chelsea_rollout.png",
+        "images.parquet",
+        "run.json",
     ]
     a = analyze(load_checkpoint(tiny_ckpt), photo_files["chelsea"])
     with np.load(out / "chelsea.npz") as z:

@@ -80,6 +80,8 @@ def test_json_csv_and_png_are_the_measured_numbers(
         "faithfulness.csv",
         "faithfulness.json",
         "faithfulness.png",
+        "images.parquet",
+        "run.json",
     ]
     doc = json.loads((out / "faithfulness.json").read_text())
     ref = _reference(ckpt, samples)

@@ -265,6 +265,8 @@ def test_default_explain_is_unchanged_by_the_table(
     with np.load(out / "scene.npz") as z:
         assert list(z.files) == list(NPZ_KEYS)
     assert sorted(p.name for p in out.iterdir()) == [
+        "images.parquet",
+        "run.json",
         "scene.npz",
         "scene_heads.png",
         "scene_relevance.png",

@@ -151,3 +151,82 @@ def test_a_worker_records_failures_instead_of_failing_the_run() -> None:
     broken = [Outcome.from_json(r) for r in _Worker(_Job(broken=True))(_batch(2))["outcome"]]
     why = "OSError: model.safetensors: no such file on this node"
     assert [o.error for o in broken] == [f"the worker could not open the model: {why}"] * 2
+
+
+def test_the_local_engine_records_its_run_and_without_pyarrow_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run.json of the local engine (its images, each computed, the failed ones and why);
+    images.parquet only with pyarrow, and one line when it is missing; a run that stops on an
+    error leaves neither."""
+    import json
+    import os
+
+    from vitviz.cluster.record import NO_TABLE, LocalRunFiles
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    said: list[str] = []
+    with LocalRunFiles(tmp_path, "explain", said.append, 2) as files:
+        files.add(Outcome(0, "a.png", {"target_class": 1}))
+        files.add(Outcome(1, "b.png", None, "b.png is not an image"))
+    assert said == [NO_TABLE] and "pyarrow" in NO_TABLE and "\n" not in NO_TABLE
+    assert os.listdir(tmp_path) == ["run.json"]
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert (run["engine"], run["images"], run["computed"], run["skipped"]) == ("local", 2, 2, 0)
+    assert run["failed"] == [{"path": "b.png", "reason": "b.png is not an image"}]
+    monkeypatch.undo()  # pyarrow back: a run stopped by an error leaves no table nor record
+    (tmp_path / "x").mkdir()
+    with pytest.raises(ValueError), LocalRunFiles(tmp_path / "x", "stats", said.append, 1) as f:
+        f.add(Outcome(0, "a.png", {"target_class": 1}))
+        raise ValueError("a bad option found late")
+    assert not list((tmp_path / "x").iterdir()) and len(said) == 1
+
+
+def test_ray_is_started_with_its_notices_kept_off_the_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A local Ray started for a run: its workers' lines stay in its log files, its logger
+    says errors only (its notices, e.g. on token authentication, not), the dashboard's
+    address is said, and it stops at the end."""
+    import logging
+    from types import SimpleNamespace
+
+    import vitviz.cluster.ray_engine as engine
+
+    calls: dict = {}
+
+    class FakeRay:  # what ray_session asks of the ray module
+        def is_initialized(self) -> bool:
+            return False
+
+        def init(self, address=None, **options):
+            calls.update(options, address=address)
+            return SimpleNamespace(dashboard_url="127.0.0.1:8265")
+
+        def shutdown(self) -> None:
+            calls["shutdown"] = True
+
+    monkeypatch.setattr(engine, "import_ray", FakeRay)
+    said: list[str] = []
+    with engine.ray_session(engine.RayOptions(), said.append):
+        assert "shutdown" not in calls
+    assert calls["log_to_driver"] is False and calls["logging_level"] == logging.ERROR
+    assert calls["configure_logging"] is True and calls["address"] is None
+    assert said == ["Ray dashboard: http://127.0.0.1:8265"] and calls["shutdown"]
+
+
+def test_workers_are_one_per_share_of_the_gpus_and_none_without_gpus() -> None:
+    from types import SimpleNamespace
+
+    from vitviz.cluster.ray_engine import RayOptions, worker_count
+    from vitviz.core.errors import VitvizError
+
+    def cluster(**resources):
+        return SimpleNamespace(cluster_resources=lambda: resources)
+
+    assert worker_count(cluster(CPU=16, GPU=4), RayOptions(gpus_per_worker=0.5)) == 8
+    assert worker_count(cluster(CPU=16), RayOptions()) == 4  # one per 4 CPUs
+    assert worker_count(cluster(CPU=16), RayOptions(workers=3, gpus_per_worker=1)) == 3
+    with pytest.raises(VitvizError, match="asks for 1 GPU and the cluster has 0"):
+        worker_count(cluster(CPU=16), RayOptions(gpus_per_worker=1))  # would wait forever

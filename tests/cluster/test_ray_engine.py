@@ -103,8 +103,37 @@ def _same_npz(a: Path, b: Path) -> None:
                 assert np.array_equal(x[k], y[k]), f"{a.name} {k}"
 
 
+def _close(x, y) -> bool:
+    """Equal, numbers within 1e-5 (NaN equal to NaN), through lists and dicts."""
+    if isinstance(x, dict):
+        return isinstance(y, dict) and x.keys() == y.keys() and all(_close(x[k], y[k]) for k in x)
+    if isinstance(x, list):
+        return isinstance(y, list) and len(x) == len(y) and all(map(_close, x, y))
+    if isinstance(x, float) and isinstance(y, float):
+        return (x != x and y != y) or abs(x - y) <= 1e-5
+    return x == y
+
+
+def _same_summaries(local: Path, remote: Path) -> None:
+    """Both engines' run.json with the same keys and counts, and their images.parquet with the
+    same columns and rows (numbers within 1e-5; the record each row carries too)."""
+    a, b = (json.loads((f / "run.json").read_text()) for f in (local, remote))
+    assert list(a) == list(b) and (a["engine"], b["engine"]) == ("local", "ray")
+    assert (a["workers"], a["ray_version"], a["skipped"], a["interrupted"]) == (1, None, 0, False)
+    for key in ("command", "images", "computed", "failed"):
+        assert a[key] == b[key], key
+    assert a["seconds"] > 0 and a["images_per_second"] > 0
+    x, y = (pq.read_table(f / "images.parquet") for f in (local, remote))
+    assert x.schema == y.schema and x.num_rows == y.num_rows == a["images"]
+    for row, other in zip(x.to_pylist(), y.to_pylist(), strict=True):
+        record, other_record = row.pop("record"), other.pop("record")
+        assert _close(row, other), (row, other)
+        assert (record is None) == (other_record is None) == (row["status"] == "failed")
+        assert record is None or _close(json.loads(record), json.loads(other_record))
+
+
 def _same_files(local: Path, remote: Path) -> None:
-    names = {p.name for p in local.iterdir()}
+    names = {p.name for p in local.iterdir()} - SUMMARIES
     assert {p.name for p in remote.iterdir()} == names | SUMMARIES
     for name in names:
         if name.endswith(".npz"):
@@ -119,6 +148,7 @@ def test_explain_on_ray_writes_the_local_files_and_records_the_run(explained, im
     assert explained["codes"] == (1, 1)  # both: one image failed, the others written
     local, remote = explained["out"] / "local", explained["out"] / "ray"
     _same_files(local, remote)
+    _same_summaries(local, remote)
     assert len(list(local.glob("*.npz"))) == 7
     run = json.loads((remote / "run.json").read_text())
     assert run["engine"] == "ray" and run["workers"] == 2 and run["ray_version"] == ray.__version__
@@ -254,6 +284,7 @@ def test_stats_on_ray_equal_the_local_engine(ray_cluster, model_file, images, tm
         got, want = np.array(b[4:], float), np.array(a[4:], float)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5, equal_nan=True)
     assert {r[3] for r in rows[0][1:]} == {"7"}  # the images analysed
+    _same_summaries(tmp_path / "local", tmp_path / "ray")
     assert (tmp_path / "ray" / "stats.png").is_file()
     table = pq.read_table(tmp_path / "ray" / "images.parquet").to_pylist()
     assert [r["checkpoint"] for r in table] == [str(model_file)] * 8 + [str(swin)] * 8
@@ -274,7 +305,7 @@ def test_faithfulness_on_ray_equals_the_local_engine(ray_cluster, model_file, tm
     argv = ["faithfulness", *files, "--checkpoint", str(model_file), "--steps", "4"]
     argv += ["--method", "rollout", "attention", "random"]
     assert _run([*argv, "--out", str(tmp_path / "local")]) == 1
-    assert _run([*argv, "--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "2"]) == 1
+    assert _run([*argv, "--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "1"]) == 1
     a = json.loads((tmp_path / "local" / "faithfulness.json").read_text())
     b = json.loads((tmp_path / "ray" / "faithfulness.json").read_text())
     assert len(a["images"]) == 3 and "mass_in_mask" in a["summary"]["rollout"]
@@ -297,6 +328,11 @@ def test_faithfulness_on_ray_equals_the_local_engine(ray_cluster, model_file, tm
     assert first["insertion_auc_attention"] == pytest.approx(curves["attention"]["insertion_auc"])
     run = json.loads((tmp_path / "ray" / "run.json").read_text())
     assert run["command"] == "faithfulness" and len(run["failed"]) == 1
+    _same_summaries(tmp_path / "local", tmp_path / "ray")
+
+
+# (faithfulness, ablate and compare run on one worker: an actor fewer to start; the outcomes of
+# two workers in the inputs' order are the explain and killed-worker tests')
 
 
 def _noise_images(folder: Path, names: list[str], seed: int) -> list[Path]:
@@ -318,7 +354,7 @@ def test_ablate_on_ray_writes_the_local_files(ray_cluster, model_file, tmp_path)
     (folder / "d_broken.png").write_bytes(b"not a png at all")
     argv = ["ablate", str(folder), "--checkpoint", str(model_file), "--ablation", "mean"]
     assert _run([*argv, "--out", str(tmp_path / "local")]) == 1  # the broken image
-    on_ray = [*argv, "--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "2"]
+    on_ray = [*argv, "--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "1"]
     assert _run(on_ray) == 1
     _same_files(tmp_path / "local", tmp_path / "ray")
     with np.load(tmp_path / "ray" / "ablation_summary.npz") as npz:
@@ -347,7 +383,7 @@ def test_compare_on_ray_writes_the_local_files(ray_cluster, model_file, tmp_path
     argv = ["compare", *map(str, singles), str(tmp_path / "set")]
     argv += ["--checkpoint", str(model_file), "--checkpoint", str(other)]
     assert _run([*argv, "--out", str(tmp_path / "local")]) == 1  # the broken image
-    on_ray = [*argv, "--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "2"]
+    on_ray = [*argv, "--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "1"]
     assert _run(on_ray) == 1
     _same_files(tmp_path / "local", tmp_path / "ray")
     assert {p.name for p in (tmp_path / "local").iterdir()} == {
@@ -362,8 +398,8 @@ def test_the_windows_folder_statistics_on_a_cluster_equal_the_local_ones(
     ray_cluster, model_file, images
 ) -> None:
     """The window's "Over a folder…" with a cluster address: the same means, the same progress
-    (each image, in order), and Cancel stops the run."""
-    from vitviz.workers.folder_stats import RunCancelledError, folder_stats_job
+    (each image, in order)."""
+    from vitviz.workers.folder_stats import folder_stats_job
 
     local_steps, ray_steps = [], []
     local = folder_stats_job(model_file, images, lambda *a: local_steps.append(a), lambda: False)
@@ -374,8 +410,49 @@ def test_the_windows_folder_statistics_on_a_cluster_equal_the_local_ones(
     assert (on_ray.images, len(on_ray.failed)) == (local.images, len(local.failed)) == (7, 1)
     for name in ("distance", "entropy", "prefix_share", "distance_std", "entropy_std"):
         np.testing.assert_allclose(getattr(on_ray, name), getattr(local, name), atol=1e-5)
+    # (Cancel on a cluster: run_on_cluster's, tested with the Faithfulness panel's run below)
+
+
+def test_the_windows_folder_faithfulness_on_a_cluster_equals_the_local_one(
+    ray_cluster, model_file, tmp_path, capfd
+) -> None:
+    """The Faithfulness panel's "Over a folder…" with a cluster address: the same mean curves,
+    AUCs and localisation numbers as on this computer (the command's job on both engines), the
+    same progress (each image, in order), no bar of the CLI's on the terminal, and Cancel stops
+    the run."""
+    from vitviz.workers.folder_faithfulness import folder_faithfulness_job
+    from vitviz.workers.folder_stats import RunCancelledError
+
+    samples = Path(__file__).resolve().parents[2] / "resources" / "samples"
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for name in ("arrow", "circle"):
+        for suffix in (".png", "_mask.png"):
+            shutil.copy(samples / f"{name}{suffix}", folder / f"{name}{suffix}")
+    (folder / "zz_broken.png").write_bytes(b"not a png at all")
+    options = {"method": "rollout", "params": {"discard_ratio": 0.5}, "steps": 3}
+    steps: dict[str, list] = {"local": [], "ray": []}
+    local = folder_faithfulness_job(model_file, folder, lambda *a: steps["local"].append(a),
+                                    lambda: False, **options)  # fmt: skip
+    on_ray = folder_faithfulness_job(model_file, folder, lambda *a: steps["ray"].append(a),
+                                     lambda: False, address="auto", **options)  # fmt: skip
+    assert steps["ray"] == steps["local"] == [(1, 3), (2, 3), (3, 3)]
+    assert "images/s" not in capfd.readouterr().err  # the window shows its own progress
+    assert (on_ray.images, on_ray.masked, on_ray.on_cluster) == (2, 2, "auto")
+    assert (local.images, local.masked, local.on_cluster) == (2, 2, None)
+    assert on_ray.failed == local.failed and "not an image" in local.failed[0]
+    assert set(on_ray.curves) == set(local.curves) == {"rollout", "random"}
+    for name, want in local.curves.items():
+        got = on_ray.curves[name]
+        assert len(got.deletion) == 4  # p_0 … p_3
+        np.testing.assert_allclose(got.deletion, want.deletion, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(got.insertion, want.insertion, rtol=0, atol=1e-5)
+        for key in ("deletion_auc", "insertion_auc", "mass_in_mask"):
+            assert getattr(got, key) == pytest.approx(getattr(want, key), abs=1e-5), key
+    assert on_ray.pointing == local.pointing and set(local.pointing) == {"rollout", "random"}
+    stopped: list = []
     with pytest.raises(RunCancelledError):
-        folder_stats_job(model_file, images, lambda *a: ray_steps.append(a),
-                         lambda: len(ray_steps) > 9,
-                         address="auto")  # fmt: skip
-    assert len(ray_steps) == 10  # stopped at the Cancel
+        folder_faithfulness_job(model_file, folder, lambda *a: stopped.append(a),
+                                lambda: len(stopped) >= 1, address="auto",
+                                **options)  # fmt: skip
+    assert stopped == [(1, 3)]  # stopped at the Cancel, after the first image

@@ -133,7 +133,8 @@ def test_cli_explain_over_a_folder_in_batches_writes_what_one_at_a_time_does(
     ref = tmp_path / "single"
     _one_at_a_time(load_checkpoint(tiny_ckpt), _images(folder), ref)
     names = sorted(p.name for p in ref.iterdir())
-    assert sorted(p.name for p in out.iterdir()) == names
+    summaries = ["images.parquet", "run.json"]  # the run's table and record (docs/cluster.md)
+    assert sorted(p.name for p in out.iterdir()) == sorted(names + summaries)
     assert len([n for n in names if n.endswith(".npz")]) == 5
     for name in names:
         if name.endswith(".npz"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -238,6 +239,9 @@ def explain_many(
     """Analyse ``images`` (``args.images`` expanded) in batches, write each image's files into
     ``--out`` (made here), say the model (its name people know, before the first image
     analysed) and one progress line per image; the exit status of ``vitviz-cli explain``."""
+    from vitviz.cli.on_ray import image_record
+    from vitviz.cluster.job import Outcome
+    from vitviz.cluster.record import LocalRunFiles
     from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
     from vitviz.pipeline.attention_dtype import ATTENTION_DTYPES
     from vitviz.pipeline.batch import iter_kind_analyses
@@ -270,6 +274,7 @@ def explain_many(
     joint = fit_joint(args, loaded, images, settings, analyses_of, max_side, dtype)
     failed, total, start = 0, len(images), time.perf_counter()
     named = False  # the model's name people know, said once before the first image's line
+    files = LocalRunFiles(args.out, "explain", say, total)  # run.json, images.parquet (as Ray's)
     try:
         analyses = (analyses_of or iter_kind_analyses)(  # one per image, in order
             loaded,
@@ -284,6 +289,7 @@ def explain_many(
             path, stem = images[item.index], names[item.index]
             if item.error is not None:
                 say(f"vitviz-cli: skipped {path}: {item.error}")
+                files.add(Outcome(item.index, str(path), None, str(item.error)))
                 failed += 1
                 continue
             analysis = item.analysis
@@ -293,6 +299,8 @@ def explain_many(
             except ValueError as exc:  # e.g. attention.head beyond the chosen layer's heads
                 raise CliError(str(exc)) from exc
             writer.put(analysis, joined(maps, joint, item.index), stem, str(path))
+            target = maps.target_class if has_head else None
+            files.add(Outcome(item.index, str(path), image_record(loaded, analysis, target)))
             if has_head:
                 c = analysis.top_class
                 said = f"{analysis.class_names[c]} ({float(analysis.probs[c]):.1%}{scores})"
@@ -310,6 +318,7 @@ def explain_many(
             del analysis, maps, item
     finally:
         errors = writer.close()
+        files.end(sys.exc_info()[1])  # written when done or stopped (Ctrl+C), not on an error
     for message in errors:
         say(message)
     failed += len(errors)

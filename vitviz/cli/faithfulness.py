@@ -92,7 +92,6 @@ def add_parser(subparsers: SubParsers) -> None:
 
 def cmd_faithfulness(args: argparse.Namespace) -> int:
     from vitviz.core.devices import resolve_device
-    from vitviz.explain.localisation import mask_path_for
 
     if args.steps < 1:
         raise CliError(f"--steps must be a whole number of at least 1, got {args.steps}")
@@ -123,31 +122,54 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
     for name, why in left_out.items():
         say(f"vitviz-cli: {name} not measured: {why}")
     images = without_masks(engine_inputs(args, args.images), args.masks)
-    results: list[ImageFaithfulness] = []
     n = len(images)
-    if args.engine == "ray":  # the same per-image work (_measure) on Ray's workers (DESIGN §7)
+    if args.engine == "ray":  # the same per-image work (measure_image) on Ray's workers (DESIGN §7)
         from vitviz.cli.on_ray import faithfulness_on_ray
 
-        results = faithfulness_on_ray(args, names, params, images, _measure)
-    for i, path in enumerate(images if args.engine == "local" else (), 1):
-        try:
-            with passes_shown(path.name):
-                result, probs = _measure(loaded, path, names, params, args)
-        except _SkippedError as exc:
-            say(f"vitviz-cli: skipped {path}: {exc}")
-            continue
-        results.append(result)
-        c = result.target_class
-        said = f"{loaded.class_names[c]} ({float(probs[c]):.1%})"
-        mask_file = mask_path_for(path, args.masks)
-        masked = f", mask {mask_file.name}" if mask_file is not None else ", no mask"
-        say(f"[{i}/{n}] {path.name}: {said}{masked}, {len(names)} methods measured")
+        results = faithfulness_on_ray(args, names, params, images, measure_image)
+    else:
+        results = _measure_here(args, loaded, images, names, params)
     if not results:
         return EXIT_FAILED
     written = write_outputs(results, args.out)
     print(summary_markdown(results))
     say(f"-> {', '.join(str(p) for p in written)}")
     return EXIT_PARTIAL if len(results) < n else EXIT_OK
+
+
+def _measure_here(
+    args: argparse.Namespace,
+    loaded: LoadedModel,
+    images: Sequence[Path],
+    names: list[str],
+    params: dict[str, Any],
+) -> list[ImageFaithfulness]:
+    """The local engine: each image measured in this process, in order (its record in
+    run.json and images.parquet, as on Ray: ``vitviz.cluster.record``)."""
+    from vitviz.cli.on_ray import faithfulness_record
+    from vitviz.cluster.job import Outcome
+    from vitviz.cluster.record import LocalRunFiles
+    from vitviz.explain.localisation import mask_path_for
+
+    results = []
+    n = len(images)
+    with LocalRunFiles(args.out, "faithfulness", say, n, names) as files:
+        for i, path in enumerate(images):
+            try:
+                with passes_shown(path.name):
+                    result, probs = measure_image(loaded, path, names, params, args)
+            except _SkippedError as exc:
+                say(f"vitviz-cli: skipped {path}: {exc}")
+                files.add(Outcome(i, str(path), None, str(exc)))
+                continue
+            results.append(result)
+            files.add(Outcome(i, str(path), faithfulness_record(result, probs)))
+            c = result.target_class
+            said = f"{loaded.class_names[c]} ({float(probs[c]):.1%})"
+            mask_file = mask_path_for(path, args.masks)
+            masked = f", mask {mask_file.name}" if mask_file is not None else ", no mask"
+            say(f"[{i + 1}/{n}] {path.name}: {said}{masked}, {len(names)} methods measured")
+    return results
 
 
 class _SkippedError(Exception):
@@ -165,7 +187,7 @@ def _mask(path: Path, geometry: Any, masks: Path | None) -> Any:
         raise _SkippedError(f"its mask {mask_path_for(path, masks)}: {exc}") from exc
 
 
-def _measure(
+def measure_image(
     loaded: LoadedModel,
     path: Path,
     names: list[str],
@@ -238,9 +260,7 @@ def write_outputs(results: Sequence[ImageFaithfulness], folder: Path) -> list[Pa
     return [json_path, csv_path, png_path]
 
 
-def _mean_curves(
-    results: Sequence[ImageFaithfulness], name: str
-) -> tuple[list[float], list[float]]:
+def mean_curves(results: Sequence[ImageFaithfulness], name: str) -> tuple[list[float], list[float]]:
     """The mean over images of p_k, for deletion and for insertion."""
     curves = [r.methods[name] for r in results if name in r.methods]
     deletion = [sum(v) / len(curves) for v in zip(*(c.deletion for c in curves), strict=True)]
@@ -293,7 +313,7 @@ def figure(results: Sequence[ImageFaithfulness]) -> Image.Image:
         colour = GREY if baseline else PALETTE[hue % len(PALETTE)]
         dashed = baseline or hue >= len(PALETTE)  # more methods than hues: dashed too
         hue += not baseline
-        d, ins = _mean_curves(results, name)
+        d, ins = mean_curves(results, name)
         deletion.append(Curve(d, colour, dashed))
         insertion.append(Curve(ins, colour, dashed))
         legend.append(LegendRow(colour, row, dashed))

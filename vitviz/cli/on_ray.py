@@ -65,6 +65,31 @@ def image_record(loaded: Any, analysis: Any, target_class: int | None) -> dict[s
     return record
 
 
+def image_outcome(loaded: Any, path: Path, item: Any, index: int | None = None) -> Outcome:
+    """One analysed image's Outcome (``item`` its ``BatchItem``): its record, the target its
+    top class where the model has a head, or its error; ``index``: its place in the run
+    (None: the item's)."""
+    index = item.index if index is None else index
+    if item.error is not None:
+        return Outcome(index, str(path), None, str(item.error))
+    has_head = item.analysis.probs.numel() > 0
+    target = item.analysis.top_class if has_head else None
+    return Outcome(index, str(path), image_record(loaded, item.analysis, target))
+
+
+def faithfulness_record(result: ImageFaithfulness, probs: Any) -> dict[str, Any]:
+    """The per-image record of ``faithfulness``: the target class, the top 5 with their
+    probabilities, the steps and every method's curves (``ImageFaithfulness.to_dict``)."""
+    p = probs.detach().float().cpu().numpy().reshape(-1)
+    top = np.argsort(-p, kind="stable")[:5]
+    return {
+        "target_class": int(result.target_class),
+        "top5": [[int(c), float(p[c])] for c in top],
+        "steps": int(result.steps),
+        "faithfulness": result.to_dict(),
+    }
+
+
 def _open(args: argparse.Namespace, checkpoint: Path | None = None) -> Any:
     """The model on the worker, on ``--device`` (the worker's own GPU where it has one)."""
     from vitviz.core.devices import resolve_device
@@ -143,12 +168,7 @@ class StatsJob:
         paths = [Path(it.path) for it in items]
         for b in iter_kind_analyses(loaded, paths, batch_size=self.args.batch_size):
             it = items[b.index]
-            if b.error is not None:
-                out.append(Outcome(it.index, it.path, None, str(b.error)))
-                continue
-            has_head = b.analysis.probs.numel() > 0
-            target = b.analysis.top_class if has_head else None
-            out.append(Outcome(it.index, it.path, image_record(loaded, b.analysis, target)))
+            out.append(image_outcome(loaded, Path(it.path), b, it.index))
         return out
 
     def complete(self, item: ImageItem, record: dict[str, Any] | None) -> bool:
@@ -157,15 +177,18 @@ class StatsJob:
 
 @dataclass
 class FaithfulnessJob:
-    """``faithfulness``' work: ``measure`` (the command's own measure of one image)."""
+    """``faithfulness``' work: ``measure`` (the command's own measure of one image).
+    ``opener``: how a worker opens the model (the window's checkpoint and preprocessing,
+    picklable); None: from the command's arguments."""
 
     args: argparse.Namespace
     names: list[str]
     params: dict[str, Any]
     measure: Callable[..., Any]
+    opener: Callable[[], Any] | None = None
 
     def open(self) -> Any:
-        return _open(self.args)
+        return _open(self.args) if self.opener is None else self.opener()
 
     def run(self, loaded: Any, items: list[ImageItem]) -> list[Outcome]:
         out = []
@@ -176,15 +199,7 @@ class FaithfulnessJob:
             except Exception as exc:  # noqa: BLE001  (the command's one-image refusal)
                 out.append(Outcome(it.index, it.path, None, str(exc)))
                 continue
-            p = probs.detach().float().cpu().numpy().reshape(-1)
-            top = np.argsort(-p, kind="stable")[:5]
-            record = {
-                "target_class": int(result.target_class),
-                "top5": [[int(c), float(p[c])] for c in top],
-                "steps": int(result.steps),
-                "faithfulness": result.to_dict(),
-            }
-            out.append(Outcome(it.index, it.path, record))
+            out.append(Outcome(it.index, it.path, faithfulness_record(result, probs)))
         return out
 
     def complete(self, item: ImageItem, record: dict[str, Any] | None) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from vitviz.cli.common import (
     EXIT_FAILED,
@@ -49,10 +50,11 @@ def add_parser(subparsers: SubParsers) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from vitviz.cluster.record import LocalRunFiles
     from vitviz.core.devices import resolve_device
     from vitviz.imaging.loading import ImageLoadError, list_images
     from vitviz.imaging.overlay import save_png
-    from vitviz.pipeline.folder_stats import distance_plot, folder_statistics, write_csv
+    from vitviz.pipeline.folder_stats import distance_plot, write_csv
 
     if args.batch_size is not None and args.batch_size < 1:
         raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -74,22 +76,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
         return stats_on_ray(args, images)
     results = []
-    for path in args.checkpoints:
-        loaded = load(path, args.config, args)
-        loaded.model.to(device)
-
-        def progress(done: int, total: int, image: Path, error: str | None, name=path.name) -> None:
-            if error is not None:
-                say(f"vitviz-cli: skipped {image}: {error}")
-            elif done == total or done % 10 == 0:
-                say(f"[{name}] {done}/{total} images")
-
-        results.append(
-            folder_statistics(
-                loaded, images, str(path), batch_size=args.batch_size, progress=progress
-            )
-        )
-        del loaded
+    with LocalRunFiles(args.out, "stats", say, len(images) * len(args.checkpoints)) as files:
+        for path in args.checkpoints:
+            results.append(_statistics_here(args, path, images, device, files))
     if all(r.images == 0 for r in results):
         say("vitviz-cli: no image could be analysed")
         return EXIT_FAILED
@@ -97,3 +86,28 @@ def cmd_stats(args: argparse.Namespace) -> int:
     png_path = save_png(distance_plot(results), args.out / "stats.png")
     say(f"{len(images)} images × {len(results)} checkpoint(s) -> {csv_path}, {png_path}")
     return EXIT_PARTIAL if any(r.failed for r in results) else EXIT_OK
+
+
+def _statistics_here(
+    args: argparse.Namespace, path: Path, images: list[Path], device: Any, files: Any
+) -> Any:
+    """The local engine: one checkpoint's statistics over the images, in this process; each
+    image's record to ``files`` (run.json and images.parquet, as on Ray)."""
+    from vitviz.cli.on_ray import image_outcome
+    from vitviz.pipeline.folder_stats import folder_statistics
+
+    loaded = load(path, args.config, args)
+    loaded.model.to(device)
+
+    def progress(done: int, total: int, image: Path, error: str | None) -> None:
+        if error is not None:
+            say(f"vitviz-cli: skipped {image}: {error}")
+        elif done == total or done % 10 == 0:
+            say(f"[{path.name}] {done}/{total} images")
+
+    def each(item: Any) -> None:
+        files.add(image_outcome(loaded, images[item.index], item), str(path))
+
+    return folder_statistics(
+        loaded, images, str(path), batch_size=args.batch_size, progress=progress, each=each
+    )

@@ -6,7 +6,6 @@ reductions are then those of the local engine), the progress bar, ``images.parqu
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,17 @@ from vitviz.cluster.ray_engine import (
     run_on_ray,
     worker_count,
 )
-from vitviz.cluster.record import RunRecord, TableWriter, previous_records
+from vitviz.cluster.record import RunFiles, RunRecord, previous_records
+
+
+class _Nowhere:
+    """A stream that keeps nothing (the bar of a run whose caller shows its own progress)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
 
 
 def sweep_temporaries(folder: Path, stems: Sequence[str]) -> int:
@@ -51,9 +60,11 @@ class RayRun:
         *,
         resume: bool = False,
         methods: Sequence[str] = (),
+        progress: bool = True,
     ) -> None:
         self.command, self.out, self.options, self.say = command, out, options, say
         self.resume, self.methods = resume, tuple(methods)
+        self.progress = progress  # the bar on stderr (False: the caller shows its own)
         self._stack = contextlib.ExitStack()
         self.record: RunRecord | None = None
         self._previous: dict[tuple[str, str], dict[str, Any]] = {}
@@ -65,29 +76,19 @@ class RayRun:
         self.workers = worker_count(self._ray, self.options)
         if self.resume:
             self._previous = previous_records(self.out)
-        self._table = TableWriter(self.out, self.methods)
         self.record = RunRecord(self.command, "ray", self.workers, str(self._ray.__version__))
-        self._t0 = time.perf_counter()
+        self._files = RunFiles(self.out, self.record, self.say, self.methods)
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        assert self.record is not None
         try:
-            self.record.interrupted = kind is not None and issubclass(kind, KeyboardInterrupt)
-            self.record.seconds = round(time.perf_counter() - self._t0, 3)
-            rate = self.record.computed / max(1e-9, self.record.seconds)
-            self.record.images_per_second = round(rate, 3)
-            self._table.close()
-            self.record.write(self.out)
+            self._files.close(kind is not None and issubclass(kind, KeyboardInterrupt))
             sweep_temporaries(self.out, self._stems)
         finally:
             self._stack.close()
 
     def _handle(self, o: Outcome, checkpoint: str) -> None:
-        assert self.record is not None
-        if o.error is not None:
-            self.record.failed.append({"path": o.path, "reason": o.error})
-        self._table.add(o, checkpoint)
+        self._files.add(o, checkpoint)
 
     def outcomes(
         self, job: ImageJob, items: Sequence[ImageItem], checkpoint: str = ""
@@ -107,7 +108,7 @@ class RayRun:
         self.record.skipped += len(done)
         order = InOrder(it.index for it in items)
         label = f"[{checkpoint}] " if checkpoint else ""
-        progress = RunProgress(len(todo), label)
+        progress = RunProgress(len(todo), label, stream=None if self.progress else _Nowhere())
         if done:
             self.say(f"{label}--resume: {len(done)} of {len(items)} images done before, skipped")
         computed = failed = 0

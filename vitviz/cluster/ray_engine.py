@@ -9,6 +9,7 @@ Ray is imported here only, when a run starts: the local engine never needs it.""
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import warnings
@@ -62,7 +63,11 @@ def ray_session(options: RayOptions, say: Callable[[str], None]) -> Iterator[Any
     if ray.is_initialized():
         yield ray
         return
-    kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    kwargs: dict[str, Any] = {
+        "log_to_driver": False,  # the workers' own lines stay in Ray's log files
+        "configure_logging": True,
+        "logging_level": logging.ERROR,  # Ray's notices (token authentication, ...) unsaid,
+    }  # its errors said (its C++ core's lines are its own: docs/cluster.md)
     if options.address is None:
         kwargs["num_cpus"] = os.cpu_count() or 1
     context = ray.init(address=options.address, **kwargs)
@@ -76,12 +81,19 @@ def ray_session(options: RayOptions, say: Callable[[str], None]) -> Iterator[Any
 
 
 def worker_count(ray: Any, options: RayOptions) -> int:
-    """The actors to start: ``options.workers``, else sized to the cluster's resources."""
+    """The actors to start: ``options.workers``, else sized to the cluster's resources
+    (VitvizError when each asks for more GPUs than the cluster has)."""
     if options.workers is not None:
         return options.workers
     resources = ray.cluster_resources()
     if options.gpus_per_worker > 0:
-        return max(1, int(resources.get("GPU", 0) // options.gpus_per_worker))
+        gpus = resources.get("GPU", 0)
+        if gpus < options.gpus_per_worker:  # no worker could start: said, not waited for
+            raise VitvizError(
+                f"each worker asks for {options.gpus_per_worker:g} GPU and the cluster has "
+                f"{gpus:g}: ask for 0 GPUs per worker to run on its CPUs"
+            )
+        return max(1, int(gpus // options.gpus_per_worker))
     return max(1, int(resources.get("CPU", 1)) // 4)
 
 

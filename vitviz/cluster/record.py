@@ -1,13 +1,15 @@
 """What a run on an engine leaves beside its files: ``run.json`` (engine, workers, counts, the
 images that failed and why, time, rate) and ``images.parquet``, one row per image (path, target
 class, top-5, per-head statistics, AUCs per method, and the record the reduction read), for
-dataset-level analysis with pandas, Polars or DuckDB. Both are written atomically."""
+dataset-level analysis with pandas, Polars or DuckDB. Both are written atomically, by
+``RunFiles`` for every engine (the local one and Ray's), so they are the same whichever ran."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,10 @@ from typing import Any
 from vitviz.cluster.job import Outcome
 
 RUN_FILE = "run.json"
+NO_TABLE = (
+    "vitviz-cli: images.parquet not written: pyarrow is not installed "
+    "(pip install 'vitviz[cluster]')"
+)
 TABLE_FILE = "images.parquet"
 STATISTICS = ("distance", "entropy", "prefix_share")
 ROW_GROUP = 256  # rows held before they are written to the table
@@ -131,6 +137,11 @@ class TableWriter:
         os.replace(self.tmp, self.target)
         return self.target
 
+    def discard(self) -> None:
+        """No table after all: the temporary file removed."""
+        self._writer.close()
+        self.tmp.unlink(missing_ok=True)
+
 
 def previous_records(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """{(checkpoint, path): record} of the images a previous run's table has as done (for
@@ -149,3 +160,81 @@ def previous_records(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
         if row["status"] == "ok" and row["record"] is not None:
             out[(row["checkpoint"] or "", row["path"])] = json.loads(row["record"])
     return out
+
+
+def has_pyarrow() -> bool:
+    """Whether pyarrow (the table's writer) can be imported."""
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class RunFiles:
+    """``run.json`` and ``images.parquet`` of one invocation on any engine: ``add`` each
+    image's outcome (in the images' order), ``close`` when the run ends (also when it was
+    stopped). Without pyarrow only ``run.json``, and ``say`` gets one line saying so."""
+
+    def __init__(
+        self,
+        folder: Path,
+        record: RunRecord,
+        say: Callable[[str], None],
+        methods: Sequence[str] = (),
+    ) -> None:
+        self.folder, self.record = folder, record
+        self.table: TableWriter | None = None
+        if has_pyarrow():
+            self.table = TableWriter(folder, methods)
+        else:
+            say(NO_TABLE)
+        self._t0 = time.perf_counter()
+
+    def add(self, outcome: Outcome, checkpoint: str = "") -> None:
+        if outcome.error is not None:
+            self.record.failed.append({"path": outcome.path, "reason": outcome.error})
+        if self.table is not None:
+            self.table.add(outcome, checkpoint)
+
+    def close(self, interrupted: bool = False) -> None:
+        r = self.record
+        r.interrupted = interrupted
+        r.seconds = round(time.perf_counter() - self._t0, 3)
+        r.images_per_second = round(r.computed / max(1e-9, r.seconds), 3)
+        if self.table is not None:
+            self.table.close()
+        r.write(self.folder)
+
+
+class LocalRunFiles(RunFiles):
+    """``RunFiles`` of the local engine (this process, one worker, no Ray): ``add`` counts each
+    image as computed (the local engine has no ``--resume``)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        command: str,
+        say: Callable[[str], None],
+        images: int,
+        methods: Sequence[str] = (),
+    ) -> None:
+        super().__init__(folder, RunRecord(command, "local", 1, None, images=images), say, methods)
+
+    def add(self, outcome: Outcome, checkpoint: str = "") -> None:
+        self.record.computed += 1
+        super().add(outcome, checkpoint)
+
+    def end(self, exc: BaseException | None) -> None:
+        """The run ended: completed (``exc`` None) or stopped by Ctrl+C, both files written;
+        refused by an error (a bad option found late), nothing left behind."""
+        if exc is None or isinstance(exc, KeyboardInterrupt):
+            self.close(interrupted=exc is not None)
+        elif self.table is not None:
+            self.table.discard()
+
+    def __enter__(self) -> LocalRunFiles:
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        self.end(exc)

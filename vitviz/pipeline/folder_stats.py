@@ -108,10 +108,12 @@ def folder_statistics(
     *,
     batch_size: int | None = None,
     progress: Callable[[int, int, Path, str | None], None] | None = None,
+    each: Callable[[Any], None] | None = None,
     **analyze_options: Any,
 ) -> FolderStatistics:
     """Analyse ``images`` with ``loaded`` (forward passes in batches, no gradients) and gather
-    the statistics; ``progress(done, total, path, error)`` after each image."""
+    the statistics; ``each(item)`` with each image's ``BatchItem`` (its analysis or error),
+    then ``progress(done, total, path, error)``."""
     from vitviz.pipeline.batch import iter_kind_analyses
 
     kind = loaded.kind
@@ -124,6 +126,8 @@ def folder_statistics(
             stats.failed.append(f"{path}: {error}")
         else:
             stats.add(kind.head_statistics(item.analysis))
+        if each is not None:
+            each(item)
         if progress is not None:
             progress(item.index + 1, len(images), path, error)
         del item

@@ -44,6 +44,7 @@ from vitviz.ui.download_dialog import DownloadDialog
 from vitviz.ui.errors import ErrorNotifier, MessageBar
 from vitviz.ui.families_dialog import FamiliesDialog
 from vitviz.ui.features_tab import FeaturesTab
+from vitviz.ui.folder_faithfulness import FolderFaithfulness
 from vitviz.ui.knockout import KnockoutController
 from vitviz.ui.model_code_dialog import ModelCodeDialog
 from vitviz.ui.model_info_dialog import ModelInfoDialog
@@ -169,6 +170,7 @@ class MainWindow(QMainWindow):
         self.folder_stats.cancelled.connect(lambda: panel.set_idle("Cancelled."))
         self.folder_stats.failed.connect(self._folder_stats_failed)
         self.knockout = KnockoutController(self)  # toolbar toggles, grid overlay, status line
+        self.folder_faithfulness = FolderFaithfulness(self)  # the panel's "Over a folder…"
         guard_wheel(self)  # no combo, spin box or slider changes on the wheel unless focused
 
     # -- construction -------------------------------------------------------------------------
@@ -354,6 +356,7 @@ class MainWindow(QMainWindow):
         self.training.runner.shutdown()
         self.folder_stats.cancel()
         self.folder_stats.wait(5.0)
+        self.folder_faithfulness.shutdown()
         self.client.shutdown()
         super().closeEvent(event)
 
@@ -600,6 +603,7 @@ class MainWindow(QMainWindow):
             preprocessing=model.preprocessing,
             device=self.device_combo.currentText() or "cpu",
             address=self.viewer.stats_panel.cluster_address(),
+            gpus_per_worker=self.viewer.stats_panel.cluster_row.gpus_per_worker(),
         )
         return True
 

@@ -11,7 +11,6 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QProgressBar,
     QPushButton,
     QVBoxLayout,
@@ -20,11 +19,10 @@ from PySide6.QtWidgets import (
 
 from vitviz.ui import file_dialogs
 from vitviz.ui.charts import HeadStatsView
+from vitviz.ui.cluster_row import ClusterRow
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.view_state import stats_notes
 from vitviz.workers.folder_stats import FolderStatsResult
-
-CLUSTER_KEY = "stats/cluster_address"  # the Ray cluster "Over a folder…" runs on ("": here)
 
 
 class StatsPanel(QWidget):
@@ -57,22 +55,12 @@ class StatsPanel(QWidget):
         buttons.addWidget(self.progress, 1)
         buttons.addWidget(self.cancel)
         buttons.addStretch(0)
-        self.cluster = QLineEdit()
-        self.cluster.setPlaceholderText("this computer")
-        self.cluster.setClearButtonEnabled(True)
-        self.cluster.setToolTip(
-            "Where “Over a folder…” measures the images: empty for this computer, or a Ray "
-            "cluster's address (auto: the cluster this computer belongs to; ray://host:10001), "
-            "each of its workers on its own GPU where it has one (docs/cluster.md)"
-        )
-        self.cluster.editingFinished.connect(self._remember_cluster)
-        where = QHBoxLayout()
-        where.addWidget(QLabel("Folders run on:"))
-        where.addWidget(self.cluster, 1)
+        self.cluster_row = ClusterRow()  # this computer, or a Ray cluster (the settings')
+        self.cluster = self.cluster_row.address
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(buttons)
-        layout.addLayout(where)
+        layout.addWidget(self.cluster_row)
         layout.addWidget(self.scope)
         layout.addWidget(self.view, 1)
         self._image_stats: tuple | None = None  # what set_statistics last got for the image
@@ -90,16 +78,11 @@ class StatsPanel(QWidget):
     @app_settings.setter
     def app_settings(self, settings: AppSettings | None) -> None:
         self._app_settings = settings
-        if settings is not None:
-            self.cluster.setText(str(settings.get(CLUSTER_KEY, "", str) or ""))
+        self.cluster_row.bind(settings)
 
     def cluster_address(self) -> str | None:
         """The Ray cluster's address folders are measured on; None: this computer."""
-        return self.cluster.text().strip() or None
-
-    def _remember_cluster(self) -> None:
-        if self._app_settings is not None:
-            self._app_settings.set(CLUSTER_KEY, self.cluster.text().strip())
+        return self.cluster_row.cluster_address()
 
     # -- the image on screen ---------------------------------------------------------------------
     def set_statistics(
@@ -135,7 +118,7 @@ class StatsPanel(QWidget):
 
     def set_running(self, folder: Path) -> None:
         self.over_folder.setEnabled(False)
-        self.cluster.setEnabled(False)
+        self.cluster_row.setEnabled(False)
         self.progress.setRange(0, 0)  # until the first image is done
         self.progress.setFormat("%v / %m images")
         self.progress.show()
@@ -152,7 +135,7 @@ class StatsPanel(QWidget):
     def set_idle(self, message: str | None = None) -> None:
         """The run ended without a result (cancelled or failed): say so, keep what is shown."""
         self.over_folder.setEnabled(True)
-        self.cluster.setEnabled(True)
+        self.cluster_row.setEnabled(True)
         self.progress.hide()
         self.cancel.hide()
         if message is not None:

@@ -7,8 +7,9 @@ free for the image on screen while a folder is measured.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,14 @@ def folder_stats_job(
     preprocessing: dict[str, Any] | None = None,
     device: str = "cpu",
     address: str | None = None,
+    gpus_per_worker: float = 0.0,
 ) -> FolderStatsResult:
     """Analyse every image of ``folder`` with the model in ``checkpoint`` (no gradients) and
     average its head statistics; ``progress(done, total)`` after each image, RunCancelledError
     as soon as ``cancelled()`` says so; VitvizError (one line) when nothing can be measured.
     ``address``: a Ray cluster's (``auto``, ``ray://host:port``) to measure the images on, its
-    actors on their own devices (DESIGN §7); None: this process, on ``device``."""
+    actors on their own devices, each reserving ``gpus_per_worker`` (DESIGN §7); None: this
+    process, on ``device``."""
     from vitviz.checkpoints import CheckpointError, load_checkpoint
     from vitviz.imaging import Preprocessing
     from vitviz.imaging.loading import list_images
@@ -80,12 +83,10 @@ def folder_stats_job(
     if address:
         from vitviz.workers.folder_stats_ray import folder_statistics_on_ray
 
-        try:
-            stats = folder_statistics_on_ray(checkpoint, images, address, step, preprocessing)
-        except (RunCancelledError, VitvizError):
-            raise
-        except Exception as exc:  # Ray's own (an unreachable cluster, ...), said in one line
-            raise VitvizError(f"the cluster at {address}: {' '.join(str(exc).split())}") from exc
+        with cluster_errors(address):
+            stats = folder_statistics_on_ray(
+                checkpoint, images, address, step, preprocessing, gpus_per_worker
+            )
     else:
         stats = folder_statistics(
             loaded, images, checkpoint.name, progress=step, device=device, preprocessing=prep
@@ -107,6 +108,18 @@ def folder_stats_job(
     )
 
 
+@contextlib.contextmanager
+def cluster_errors(address: str) -> Iterator[None]:
+    """Ray's own errors (an unreachable cluster, ...) as one VitvizError line naming the
+    cluster; the user's Cancel and vitviz's own errors as they are."""
+    try:
+        yield
+    except (RunCancelledError, VitvizError):
+        raise
+    except Exception as exc:  # any of Ray's (an unreachable cluster, ...), said in one line
+        raise VitvizError(f"the cluster at {address}: {' '.join(str(exc).split())}") from exc
+
+
 class FolderStatsRunner(QObject):
     """Runs ``folder_stats_job`` on a thread; one run at a time. Signals arrive on the GUI
     thread: ``progress(done, total)``, then one of ``finished(result)``, ``failed(message)``,
@@ -116,6 +129,8 @@ class FolderStatsRunner(QObject):
     finished = Signal(object)  # FolderStatsResult
     failed = Signal(str)
     cancelled = Signal()
+    # the job run on the thread: job(checkpoint, folder, progress, cancelled, **options)
+    job: Callable[..., Any] = staticmethod(folder_stats_job)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -146,7 +161,7 @@ class FolderStatsRunner(QObject):
 
     def _run(self, checkpoint: Path, folder: Path, options: dict[str, Any]) -> None:
         try:
-            result = folder_stats_job(
+            result = self.job(
                 checkpoint, folder, self.progress.emit, self._cancel.is_set, **options
             )
         except RunCancelledError:

@@ -70,6 +70,8 @@ def test_every_method_a_swin_takes_is_measured(
         "faithfulness.csv",
         "faithfulness.json",
         "faithfulness.png",
+        "images.parquet",
+        "run.json",
     ]
     doc = json.loads((out / "faithfulness.json").read_text())
     loaded = load_checkpoint(swin_ckpt)
