@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
@@ -59,6 +59,13 @@ def stage_blocks(model: nn.Module) -> list[nn.Module]:
 
 
 LIBRARY_MODEL = timm_reference(blocks=stage_blocks)  # timm's PoolingVisionTransformer
+
+
+def aligned(t: Tensor) -> Tensor:
+    """``t`` in 64-byte aligned storage (a copy when it is an unaligned view into a file's
+    buffer): a conv's or a product's kernel choice, and so its fp32 rounding, follows the
+    alignment, as in the library's own model after a normal load."""
+    return t if t.data_ptr() % 64 == 0 else t.clone()
 
 
 def detect(source: Source) -> bool:
@@ -237,7 +244,7 @@ def convert(source: Source) -> Conversion:
         extras=EXTRAS,
         family="timm-pit",
         inferred=inferred,
-        state=dict(source.state),
+        state={k: aligned(v) for k, v in source.state.items()},
         class_names=names_from_timm(cfg, shape["num_classes"]),
         preprocessing=prep,
         notes=notes + prep_notes,
