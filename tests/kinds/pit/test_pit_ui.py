@@ -1,6 +1,6 @@
 """A PiT in the window: one head-grid row per block ("1.1") with its stage's heads, a click
 picks the patch of each block's stage covering the cell, the big map is that block's query row
-on its stage's grid, the rollout is the kind's, the methods a PiT can't run are greyed out, and
+on its stage's grid, the prefix tokens' share of a block with fewer heads than the most, the rollout is the kind's, the methods a PiT can't run are greyed out, and
 File ▸ Export writes the CLI's npz."""
 
 from __future__ import annotations
@@ -54,7 +54,10 @@ def test_blocks_click_rollout_and_export(qtbot, tmp_path: Path, photo_files) -> 
     expected = block_rows(ref, 2, cell).numpy()[1]
     assert expected.shape == (3, 3)
     np.testing.assert_allclose(overlay(window), expected, atol=1e-6)
-    v.controls.select(layer=0, head=MEAN)
+    v.controls.select(layer=0, head=MEAN)  # block 0.0: 2 of the 4 heads a block has at most
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+    row = ref.attentions[0][:, 2 + v.maps.query_tokens[0], :2].sum(dim=-1).mean()
+    assert f"{float(row):.1%} of this query's attention" in v.controls.prefix_label.text()
     select_method(qtbot, window, "rollout")
     qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "rollout", timeout=WAIT_MS)
     np.testing.assert_allclose(overlay(window), get_method("rollout")(ref, cell).numpy(), atol=1e-6)
