@@ -1,7 +1,8 @@
 """A PiT in the window: one head-grid row per block ("1.1") with its stage's heads, a click
 picks the patch of each block's stage covering the cell, the big map is that block's query row
-on its stage's grid, the prefix tokens' share of a block with fewer heads than the most, the rollout is the kind's, the methods a PiT can't run are greyed out, and
-File ▸ Export writes the CLI's npz."""
+on its stage's grid, the prefix tokens' share of a block with fewer heads than the most, the
+rollout is the kind's, the methods a PiT can't run are greyed out, and File ▸ Export writes the
+CLI's npz."""
 
 from __future__ import annotations
 
