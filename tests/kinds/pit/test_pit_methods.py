@@ -165,3 +165,14 @@ def test_what_it_cant_run_says_why(case) -> None:
             get_method(name)(a, None, None, {})
     with pytest.raises(ValueError, match="discard step"):
         get_method("rollout")(a, None, None, {"discard_ratio": 0.5})
+
+
+def test_a_headless_pit_has_no_classes_and_its_maps_without_a_class(tmp_path) -> None:
+    """timm's PiT without a head gives the CLS features: the analysis has no logits, no
+    class, and the maps that need none."""
+    loaded = load_checkpoint(save_folder(tiny_timm_pit(num_classes=0), tmp_path / "pit"))
+    a = loaded.kind.analyze(loaded, images(1, SIZE, SIZE, seed=1)[0])
+    assert a.logits.shape == (0,) and a.top_class == -1 and not a.has_head
+    assert tuple(get_method("rollout")(a, None, None, {}).shape) == GRIDS[0]
+    with pytest.raises(ValueError, match="head"):
+        get_method("relevance")(a, None, None, {})

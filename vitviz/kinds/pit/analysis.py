@@ -126,8 +126,10 @@ def analyze_pit(
         if gradients:
             x = x.detach().requires_grad_(True)
         out = model.forward_explained(x, capture_attention=True)
-        logits = out.logits[0]
-        c = int(logits.argmax()) if target_class is None else int(target_class)
+        # without a head the network gives the features the head would read: no classes
+        logits = out.logits[0] if cfg.num_classes else out.logits[0, :0]
+        top = int(logits.argmax()) if logits.numel() else -1
+        c = top if target_class is None else int(target_class)
         grads = None
         if gradients:
             if not 0 <= c < logits.shape[0]:
