@@ -1,9 +1,10 @@
 """The families on a GPU: each new part (relative position bias, rotary tables,
 an attention pool, a ResNet stem, PVT v2's and Hiera's pyramids, CaiT's and XCiT's
-class attention) analysed on CUDA gives the CPU's logits and every method's map. (EVA-02 itself
-is left out: vitviz reads its rotary settings from timm 1.0.31's modules and refuses an older
-timm's, as the GPU machine has; RoPE-Mixed and DINOv3 carry the rotary tables here.) Skipped, with
-its reason, where there is no CUDA device (CI); the CPU side of each is the families' own tests."""
+class attention, PiT's pooling stages) analysed on CUDA gives the CPU's logits and every
+method's map. (EVA-02 itself is left out: vitviz reads its rotary settings from timm 1.0.31's
+modules and refuses an older timm's, as the GPU machine has; RoPE-Mixed and DINOv3 carry the
+rotary tables here.) Skipped, with its reason, where there is no CUDA device (CI); the CPU side
+of each is the families' own tests."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ CASES = {  # id: (timm name, options, image side)
     "hiera": ("hiera_tiny_224", dict(embed_dim=16, num_heads=1, stages=(1, 2, 1, 1)), 64),
     "cait": ("cait_xxs24_224", dict(VIT, depth_token_only=1), 32),
     "xcit": ("xcit_nano_12_p16_224", dict(img_size=32, embed_dim=32, depth=2, num_heads=4), 32),
+    "pit": ("pit_ti_distilled_224", dict(base_dims=[8] * 3, depth=[1, 2, 1], heads=[2, 2, 4]), 48),
 }  # fmt: skip
 
 

@@ -14,7 +14,6 @@ from timm.models import save_for_hf
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 
 TIMM = {
-    "pit_ti_224": "PiT",
     "crossvit_tiny_240": "CrossViT",
     "mvitv2_tiny": "MViTv2",
     "levit_128s": "LeViT",

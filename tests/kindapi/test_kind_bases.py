@@ -37,7 +37,8 @@ def test_model_kind_is_its_identity_and_the_roles() -> None:
 @pytest.mark.parametrize(
     ("name", "base"),
     [("vit", TokenLayoutKind), ("cait", TokenLayoutKind), ("xcit", TokenLayoutKind),
-     ("clip", TokenLayoutKind), ("swin", StagedKind), ("pyramid", StagedKind)],
+     ("clip", TokenLayoutKind), ("swin", StagedKind), ("pyramid", StagedKind),
+     ("pit", StagedKind)],
 )  # fmt: skip
 def test_each_kind_stands_on_its_familys_base(name: str, base: type) -> None:
     kind = get_kind(name)

@@ -21,6 +21,7 @@ KIND_PACKAGES: tuple[str, ...] = (
     "vitviz.kinds.clip",
     "vitviz.kinds.swin",
     "vitviz.kinds.pyramid",
+    "vitviz.kinds.pit",
     "vitviz.kinds.cait",
     "vitviz.kinds.xcit",
     "vitviz.kinds.vit",

@@ -497,13 +497,16 @@ class ViewerTab(QWidget):
             return
         layer, head = self.controls.selected_layer(), self.controls.selected_head()
         pa = self.maps.prefix_attention[min(layer, self.maps.prefix_attention.shape[0] - 1)]
-        share = pa.mean(axis=0) if head == MEAN else pa[head]  # (num_prefix,)
+        heads = np.isfinite(pa).all(axis=1)  # NaN rows: heads a layer lacks (fewer heads)
+        share = pa[heads].mean(axis=0) if head == MEAN and heads.any() else pa[head]
         if not np.isfinite(share.sum()):  # NaN: the layer has no prefix token for this query
             self.controls.prefix_label.setText("Prefix tokens: none in this layer for this query.")
             return
+        over = self.image.prefix_share[layer]
+        over = over[np.isfinite(over)]
         self.controls.prefix_label.setText(
             f"Prefix tokens: {share.sum():.1%} of this query's attention in this layer "
-            f"({self.image.prefix_share[layer].mean():.1%} over all patch queries)."
+            f"({over.mean() if over.size else np.nan:.1%} over all patch queries)."
         )
 
     def _on_hover(self, info: object) -> None:

@@ -1,0 +1,44 @@
+"""The tests every kind runs through its intermediates accessor and readout (DESIGN §3, §5), on a
+tiny perturbed timm pit_ti_distilled opened through vitviz: knocking heads out (``head_effects``
+equals a single-head pass of the accessor; the kind's analysis with the head knocked out gives
+those logits) and the feature views (maps on a block's grid, the logit lens of the last block is
+the model's prediction, high-norm flags and prefix norms). The test functions are the shared
+ones, run here with a PiT's fixtures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from pit_helpers import SIZE, save_folder, tiny_timm_pit
+from test_features_kinds import (  # noqa: F401 - collected here with this module's fixtures
+    test_high_norm_flags_and_prefix_norms,
+    test_logit_lens_ends_at_the_models_prediction,
+    test_maps_lie_on_a_blocks_grid,
+)
+from test_interventions_kinds import (  # noqa: F401 - collected here with this module's fixtures
+    test_head_effects_equal_a_single_head_pass,
+)
+
+from vitviz.checkpoints import load_checkpoint
+from vitviz.pipeline.analysis import analyze
+
+pytest.importorskip("timm")
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    model = tiny_timm_pit(distilled=True, seed=8)
+    return load_checkpoint(save_folder(model, tmp_path_factory.mktemp("pit") / "pit"))
+
+
+@pytest.fixture(scope="module")
+def opened(loaded):
+    """(loaded model, one input (C, H, W)), as the interventions' tests take it."""
+    return loaded, torch.randn(3, SIZE, SIZE, generator=torch.Generator().manual_seed(9))
+
+
+@pytest.fixture(scope="module")
+def analysis(loaded):
+    image = np.random.default_rng(3).integers(0, 255, (SIZE, SIZE, 3), dtype=np.uint8)
+    return analyze(loaded, image)

@@ -1,0 +1,176 @@
+"""analyze_pit: one forward pass of a PiT with everything its explanations need.
+
+Logits, probabilities, each block's captured attention (heads, P + N_s, P + N_s) over its
+prefix tokens and its stage's grid, the stage grids and the pools between them, and on request
+∂y_c/∂A_b for every block (same shapes, each paired with its own block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vitviz.explain.fusion import fuse_heads
+from vitviz.imaging.geometry import PatchGeometry
+from vitviz.kinds.pit.network import PiTViT
+from vitviz.kinds.pit.rollout import PiTRollout
+from vitviz.kinds.pyramid.reduction import Reduction, intervals_matrix, strided_intervals
+from vitviz.kinds.staged_analysis import StagedAnalysisBase
+
+
+@dataclass(frozen=True)
+class ModelOnly:
+    """An analysis's ``loaded`` for a bare model (no checkpoint): the model, no class names."""
+
+    model: nn.Module
+    class_names: tuple[str, ...] = ()
+
+
+def pool_reduction(grid: tuple[int, int], stride: int) -> Reduction:
+    """The next stage's patches on ``grid``: each reads the (stride + 1)² patches of its
+    depthwise conv (padding stride // 2, left out)."""
+    H, W = grid
+    k, pad = stride + 1, stride // 2
+    return Reduction(
+        intervals_matrix(*strided_intervals(H, k, stride, pad), H),
+        intervals_matrix(*strided_intervals(W, k, stride, pad), W),
+    )
+
+
+@dataclass
+class PiTAnalysis(StagedAnalysisBase):
+    """What one image did in a PiT (batch of one)."""
+
+    logits: Tensor  # (C,)
+    probs: Tensor  # (C,)
+    target_class: int
+    attentions: list[Tensor]  # per block (heads, P + N_s, P + N_s), rows = queries
+    block_stages: list[int]  # per block
+    stage_grids: list[tuple[int, int]]  # (h_s, w_s) per stage
+    pools: list[Reduction]  # per stage boundary s -> s + 1
+    stage_pixels: list[int]  # input pixels per side of a token of each stage
+    num_prefix_tokens: int  # 1 (CLS) or 2 (CLS, distillation)
+    gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
+    input: Tensor | None = None  # (C, H, W) the normalised model input
+    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
+    source: Any = None  # the decoded source image
+    geometry: PatchGeometry | None = None  # model input <-> source pixels
+    patch_size: int = 0  # input pixels per side of a first-stage token (the stem's stride)
+    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
+    kind: str = "pit"
+
+    _prepared: dict[tuple, PiTRollout] = field(default_factory=dict, repr=False)
+
+    def prepared(self, method: str, fusion: str = "mean") -> PiTRollout:
+        """The per-block matrices of ``method`` (rollout, gradient-rollout, relevance)."""
+        key = (method, fusion)
+        if key not in self._prepared:
+            attn = [a.double() for a in self.attentions]
+            if method == "rollout":
+                mats, mode = [fuse_heads(a[None], fusion)[0] for a in attn], "rollout"
+            else:
+                if self.gradients is None:
+                    raise ValueError(f"{method} needs the analysis run with gradients=True")
+                grads = [g.double() for g in self.gradients]
+                if method == "gradient-rollout":
+                    mats = [
+                        (a * g).mean(dim=0).clamp_min(0) for a, g in zip(attn, grads, strict=True)
+                    ]
+                    mode = "rollout"
+                else:
+                    mats = [
+                        (a * g).clamp_min(0).mean(dim=0) for a, g in zip(attn, grads, strict=True)
+                    ]
+                    mode = "relevance"
+            self._prepared[key] = PiTRollout(
+                mats, self.block_stages, self.stage_grids, self.pools, self.num_prefix_tokens, mode
+            )
+        return self._prepared[key]
+
+
+def _model(model_or_loaded: object) -> PiTViT:
+    model = getattr(model_or_loaded, "model", model_or_loaded)
+    if not isinstance(model, PiTViT):
+        raise TypeError(f"analyze_pit needs a PiT, got {type(model).__name__}")
+    return model
+
+
+def analyze_pit(
+    model_or_loaded: object,
+    image: Any,
+    gradients: bool = False,
+    target_class: int | None = None,
+) -> PiTAnalysis:
+    """Run a PiT (or a LoadedModel holding one) on ``image``: a normalised tensor (C, H, W) or
+    (1, C, H, W), or, with a LoadedModel, anything ``vitviz.imaging.load_image`` opens, prepared
+    as the checkpoint's preprocessing says. ``target_class``: the class y_c whose gradients are
+    taken (default the top prediction)."""
+    model = _model(model_or_loaded)
+    cfg = model.config
+    pixels = source = geometry = None
+    if not isinstance(image, Tensor):
+        prep = getattr(model_or_loaded, "preprocessing", None)
+        if prep is None:
+            raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
+        source, prepared = _decode(image, prep, cfg.stride)
+        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
+    x = image.unsqueeze(0) if image.ndim == 3 else image
+    if x.ndim != 4 or x.shape[0] != 1:
+        raise ValueError(f"analyze_pit takes one image (C, H, W), got {tuple(image.shape)}")
+    param = next(model.parameters())
+    x = x.to(device=param.device, dtype=param.dtype)
+    with torch.set_grad_enabled(gradients):
+        if gradients:
+            x = x.detach().requires_grad_(True)
+        out = model.forward_explained(x, capture_attention=True)
+        # without a head the network gives the features the head would read: no classes
+        logits = out.logits[0] if cfg.num_classes else out.logits[0, :0]
+        top = int(logits.argmax()) if logits.numel() else -1
+        c = top if target_class is None else int(target_class)
+        grads = None
+        if gradients:
+            if not 0 <= c < logits.shape[0]:
+                raise ValueError(f"class {c} out of range for {logits.shape[0]} classes")
+            grads = [g[0].detach() for g in torch.autograd.grad(logits[c], out.attentions)]
+    grids = [tuple(g) for g in out.stage_grids]
+    pools = []
+    for s in range(len(grids) - 1):
+        red = pool_reduction(grids[s], cfg.pool_stride)
+        if red.coarse != grids[s + 1]:
+            raise ValueError(
+                f"stage {s + 1}'s grid {grids[s + 1]} is not the pooling of {grids[s]}"
+            )
+        pools.append(red)
+    return PiTAnalysis(
+        logits=logits.detach(),
+        probs=logits.detach().softmax(dim=-1),
+        target_class=c,
+        attentions=[a[0].detach() for a in out.attentions],
+        block_stages=list(out.block_stages),
+        stage_grids=grids,
+        pools=pools,
+        stage_pixels=[cfg.stage_stride(s) for s in range(len(grids))],
+        num_prefix_tokens=int(cfg.num_tokens),
+        gradients=grads,
+        input=x[0].detach(),
+        pixels=pixels,
+        source=source,
+        geometry=geometry,
+        patch_size=int(cfg.stride),
+        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
+    )
+
+
+def _decode(image: Any, prep: Any, patch: int) -> tuple[Any, Any]:
+    """The source decoded as ``analyze`` decodes it and the model input prepared from it."""
+    from vitviz.imaging import load_image, prepare_image
+    from vitviz.imaging.loading import full_size
+    from vitviz.imaging.preprocess import source_for_display
+    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
+
+    source = load_image(image, max_side=OVERLAY_MAX_SIDE, min_size=model_min_size(prep, patch))
+    source = source_for_display(source, prep.channels)
+    return source, prepare_image(source, prep, patch, full_size=full_size(source))
