@@ -31,7 +31,14 @@ size = model.config.image_size
 loaded = LoadedModel(model, [f"c{i}" for i in range(model.config.num_classes)],
                      Preprocessing(size), "t")
 compute_maps(analyze(loaded, torch.rand(3, *size), gradients=True))
-print(" ".join(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules) or "none")
+print("compiler:", " ".join(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules)
+      or "none")
+if len(sys.argv) > 1:  # then a plain explain from the command line, in the same process
+    from vitviz.cli import main
+
+    assert main(["explain", *sys.argv[1:]]) == 0
+    print("compiler:", " ".join(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules)
+          or "none")
 """
 
 
@@ -49,22 +56,18 @@ def _child(argv: list[str], temp: Path, **env: str) -> subprocess.CompletedProce
     return proc
 
 
-def test_analyze_with_gradients_imports_no_compiler(tmp_path: Path) -> None:
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    proc = _child(["-c", _ANALYZE], temp)
-    assert proc.stdout.split()[-1] == "none", proc.stdout
-    assert sorted(os.listdir(temp)) == []
-
-
-def test_a_plain_explain_leaves_the_temp_folder_empty(
+def test_analyze_with_gradients_and_a_plain_explain_import_no_compiler_and_leave_temp_empty(
     tmp_path: Path, tiny_ckpt: Path, photo_files: dict[str, Path]
 ) -> None:
+    """One fresh Python (one start-up, not two): an analysis with gradients, then the CLI's
+    explain; after each, neither compiler module is imported, and the temp folder stays empty."""
     temp = tmp_path / "temp"
     temp.mkdir()
     out = tmp_path / "out"
     image, ckpt = str(photo_files["chelsea"]), str(tiny_ckpt)
-    _child(["-m", "vitviz.cli", "explain", image, "--checkpoint", ckpt, "--out", str(out)], temp)
+    proc = _child(["-c", _ANALYZE, image, "--checkpoint", ckpt, "--out", str(out)], temp)
+    seen = [line for line in proc.stdout.splitlines() if line.startswith("compiler:")]
+    assert seen == ["compiler: none"] * 2, proc.stdout  # after the analysis, after the explain
     assert any(out.iterdir())  # the explain did run
     assert sorted(os.listdir(temp)) == []
 

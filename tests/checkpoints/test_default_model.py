@@ -104,17 +104,15 @@ def test_self_test_passes() -> None:
     assert "self-test passed" in proc.stdout
 
 
-def test_self_test_says_what_failed(tmp_path: Path) -> None:
+def test_self_test_says_what_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In this process (test_self_test_passes runs ``python -m vitviz --self-test`` in its own):
+    the same ``main``, its exit status 1 and what it prints."""
+    from vitviz.app import main
+
     broken = tmp_path / "resources"
     (broken / "icons").mkdir(parents=True)  # resources found, but no model in them
-    proc = subprocess.run(
-        [sys.executable, "-m", "vitviz", "--self-test"],
-        env={**os.environ, "QT_QPA_PLATFORM": "offscreen", "VITVIZ_RESOURCES": str(broken)},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 1
-    assert "FAILED: the default model is missing" in proc.stdout
+    monkeypatch.setenv("VITVIZ_RESOURCES", str(broken))
+    assert main(["--self-test"]) == 1
+    assert "FAILED: the default model is missing" in capsys.readouterr().out

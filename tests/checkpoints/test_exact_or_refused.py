@@ -92,13 +92,19 @@ def _bare_shapes_only(name: str, path: Path) -> None:
 
 
 def verdict(
-    path: Path, model: torch.nn.Module | None, settings: dict | None = None
+    path: Path,
+    model: torch.nn.Module | None,
+    settings: dict | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[str, str]:
-    """("refused", message) or ("exact", numbers); opened-and-wrong fails here."""
+    """("refused", message) or ("exact", numbers); opened-and-wrong fails here. ``notes``, when
+    given, receives the opened checkpoint's notes (no second load to read them)."""
     try:
         loaded = load_checkpoint(path, settings)
     except CheckpointError as exc:
         return "refused", str(exc)
+    if notes is not None:
+        notes.extend(loaded.notes)
     assert model is not None, f"{path.name} opened, but a refusal was expected: {loaded.notes}"
     size = getattr(getattr(model, "patch_embed", None), "img_size", None)  # timm's built size
     x = images(1, *(size or loaded.config.image_size), seed=3)  # (a rotary ViT's may differ)
@@ -139,10 +145,10 @@ def test_timm_folder_is_exact_or_refused_by_name(
 ) -> None:
     model = _model(name, seed=len(name), depth=1)
     save_for_hf(model, tmp_path / name, safe_serialization=True)
-    got = verdict(tmp_path / name, model if folder_verdict == EXACT else None)
+    notes: list[str] = []
+    got = verdict(tmp_path / name, model if folder_verdict == EXACT else None, notes=notes)
     _assert_verdict(got, folder_verdict)
     if got[0] == "exact":
-        notes = load_checkpoint(tmp_path / name).notes
         assert any(n.startswith(f"checked against timm {timm.__version__}") for n in notes)
 
 
@@ -157,7 +163,8 @@ def test_bare_timm_state_dict_is_exact_or_refused(
         torch.save(model.state_dict(), path)
     else:
         _bare_shapes_only(name, path)
-    got = verdict(path, model if bare_verdict == EXACT else None)
+    notes: list[str] = []  # those of the last verdict's load (settings None, or the answer)
+    got = verdict(path, model if bare_verdict == EXACT else None, notes=notes)
     _assert_verdict(got, bare_verdict.format(name=name) if bare_verdict == ASKS else bare_verdict)
     answer = None
     if bare_verdict == ASKS:  # the answer the message asks for opens it exactly
@@ -168,10 +175,10 @@ def test_bare_timm_state_dict_is_exact_or_refused(
     if bare_verdict == ASKS_SIZE:
         answer = {"image_size": list(model.patch_embed.img_size)}
     if answer is not None:
-        got = verdict(path, model, answer)
+        notes.clear()
+        got = verdict(path, model, answer, notes=notes)
         assert got[0] == "exact", got
     if got[0] == "exact":
-        notes = load_checkpoint(path, answer).notes
         assert any(n.startswith(f"recognised as timm's {name}") for n in notes), notes
 
 

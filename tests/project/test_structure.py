@@ -10,6 +10,7 @@ import ast
 import shutil
 from pathlib import Path
 
+import pytest
 from import_graph import VITVIZ_LAYERS, circles, import_graph, layer_of, upward_imports
 
 import vitviz
@@ -19,11 +20,20 @@ CLI = "vitviz.cli"
 TOP = ("__init__.py", "__main__.py", "parser.py")  # may import the sub-command modules
 
 
-def cli_circles(package_dir: Path) -> list[list[str]]:
-    """The import circles of the package with a member in vitviz.cli."""
+@pytest.fixture(scope="module")
+def graph() -> dict[str, dict[str, int]]:
+    """vitviz's import graph, read once for this module's tests (none of them changes it)."""
+    return import_graph(PACKAGE_DIR)
+
+
+def cli_circles(
+    package_dir: Path, graph: dict[str, dict[str, int]] | None = None
+) -> list[list[str]]:
+    """The import circles of the package (of ``graph`` when given: the package's, read
+    already) with a member in vitviz.cli."""
     return [
         c
-        for c in circles(import_graph(package_dir))
+        for c in circles(import_graph(package_dir) if graph is None else graph)
         if any(m == CLI or m.startswith(CLI + ".") for m in c)
     ]
 
@@ -48,8 +58,7 @@ def package_imports(cli_dir: Path) -> list[str]:
     return found
 
 
-def test_the_cli_is_a_package_of_sub_command_modules() -> None:
-    graph = import_graph(PACKAGE_DIR)
+def test_the_cli_is_a_package_of_sub_command_modules(graph: dict[str, dict[str, int]]) -> None:
     assert (PACKAGE_DIR / "cli").is_dir() and not (PACKAGE_DIR / "cli.py").exists()
     for command in ("explain", "info", "convert", "verify", "methods", "faithfulness", "stats"):
         assert f"{CLI}.{command}" in graph[f"{CLI}.parser"], command
@@ -57,8 +66,8 @@ def test_the_cli_is_a_package_of_sub_command_modules() -> None:
     assert f"{CLI}.common" in graph[f"{CLI}.explain"]
 
 
-def test_no_import_circle_has_a_member_in_the_cli() -> None:
-    assert cli_circles(PACKAGE_DIR) == []
+def test_no_import_circle_has_a_member_in_the_cli(graph: dict[str, dict[str, int]]) -> None:
+    assert cli_circles(PACKAGE_DIR, graph) == []
     assert package_imports(PACKAGE_DIR / "cli") == []
 
 
@@ -78,10 +87,9 @@ def test_a_circle_through_the_cli_is_caught(tmp_path: Path) -> None:
     assert package_imports(copy / "cli") == [f"stats.py:{text.count(chr(10)) + 4} {CLI}.main"]
 
 
-def test_no_import_circle_and_no_upward_import() -> None:
+def test_no_import_circle_and_no_upward_import(graph: dict[str, dict[str, int]]) -> None:
     """DESIGN §2.7 over the whole package: imports only point down the layers
     (``VITVIZ_LAYERS``), and no set of modules imports itself round."""
-    graph = import_graph(PACKAGE_DIR)
     assert circles(graph) == []
     assert upward_imports(graph, VITVIZ_LAYERS) == []
     unranked = [m for m in graph if m != "vitviz" and layer_of(m, VITVIZ_LAYERS) is None]
@@ -99,10 +107,9 @@ def test_the_layer_map_ranks_whole_packages() -> None:
     assert set(names) <= top
 
 
-def test_no_shared_module_imports_a_kind_package() -> None:
+def test_no_shared_module_imports_a_kind_package(graph: dict[str, dict[str, int]]) -> None:
     """The kinds are plug-ins (DESIGN §3): outside ``vitviz/kinds/`` nothing imports one of
     them; the registry finds them by the package names it lists."""
-    graph = import_graph(PACKAGE_DIR)
     found = [
         f"{module} -> {target}"
         for module, edges in graph.items()

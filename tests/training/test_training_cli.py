@@ -1,4 +1,5 @@
-"""vitviz-cli train end to end in a subprocess, then vitviz-cli explain on what it wrote."""
+"""vitviz-cli train end to end in a subprocess, then vitviz-cli explain (its ``main``, in this
+process) on what it wrote."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from vitviz.checkpoints import load_checkpoint
@@ -34,7 +36,9 @@ def cli(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_train_then_explain(tmp_path: Path) -> None:
+def test_train_then_explain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "run"
     train = cli(
         "train", "--dataset", "shapes", "--train-size", "40", "--val-size", "20",
@@ -68,12 +72,15 @@ def test_train_then_explain(tmp_path: Path) -> None:
     images, _, _ = make_shapes(1, 96, seed=42)
     photo = tmp_path / "shape.png"
     Image.fromarray(images[0].permute(1, 2, 0).numpy()).save(photo)
-    explained = cli(
+    # the explain in this process (the train's subprocess above is the end-to-end start-up)
+    from vitviz.cli import main
+
+    monkeypatch.setenv("VITVIZ_DATA_DIR", str(tmp_path / "data"))
+    explained = main([
         "explain", str(photo), "--checkpoint", str(out / "best.safetensors"),
         "--device", "cpu", "--out", str(tmp_path / "explained"),
-        data_dir=tmp_path / "data",
-    )  # fmt: skip
-    assert explained.returncode == 0, explained.stderr
+    ])  # fmt: skip
+    assert explained == 0, capsys.readouterr().err
     with np.load(tmp_path / "explained" / "shape.npz", allow_pickle=False) as z:
         assert z["rollout"].shape == (4, 4)
         assert list(z["class_names"]) == list(SHAPE_NAMES)
