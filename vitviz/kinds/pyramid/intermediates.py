@@ -130,15 +130,17 @@ class HieraSites:
 
 
 def pyramid_intermediates(
-    model: nn.Module, x: Tensor, replace: HeadReplacement | None = None
+    model: nn.Module, x: Tensor, replace: HeadReplacement | None = None, logits_only: bool = False
 ) -> Intermediates:
     """``Intermediates`` of vitviz's PyramidViT (PVT v2, Twins) or HieraViT on ``x``
     (B, C, H, W); ValueError for another network and for a replacement that does not fit."""
     if isinstance(model, HieraViT):
         x = model_input(model, x)
-        return staged_intermediates(HieraSites(model, x), x, replace)
+        return staged_intermediates(HieraSites(model, x), x, replace, logits_only)
     if isinstance(model, PyramidViT):
-        return staged_intermediates(PyramidSites(model), model_input(model, x), replace)
+        return staged_intermediates(
+            PyramidSites(model), model_input(model, x), replace, logits_only
+        )
     raise ValueError(
         f"the intermediates accessor needs vitviz's PyramidViT or HieraViT, got "
         f"{type(model).__name__}"
