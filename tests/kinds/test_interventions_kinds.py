@@ -86,3 +86,20 @@ def test_a_logits_only_pass_keeps_nothing_else(opened) -> None:
             assert got.blocks == got.heads == got.block_prefix == got.head_grids == ()
             assert got.projections == full.projections and got.mlps == full.mlps
     assert not torch.allclose(replaced.logits, full.logits)  # the replacement is seen
+
+
+def test_a_layer_past_the_last_is_refused_in_one_line(opened) -> None:
+    """A head of a layer the model lacks: one line; where some blocks' heads are no layer of the
+    head grid (an XCiT's XCA blocks), the line says those can't be knocked out."""
+    from vitviz.pipeline.interventions import InterventionError
+
+    loaded, x = opened
+    with torch.no_grad():
+        full = loaded.kind.intermediates(loaded.model, x[None], logits_only=True)
+    layers = len(full.projections)
+    with pytest.raises(InterventionError) as refused:
+        analyze(loaded, x, ablate=[(layers, 0)])
+    line = str(refused.value)
+    assert "\n" not in line and f"no layer {layers}" in line
+    unread = len(full.block_modules) - layers
+    assert (f"the heads of its {unread} other blocks can't be knocked out" in line) == (unread > 0)

@@ -110,8 +110,16 @@ class HeadLayout:
 
     def check_layer(self, layer: int, what: str) -> None:
         if not _is_int(layer) or not 0 <= layer < self.layers:
+            unread = len(self.blocks) - self.layers  # blocks whose heads the accessor can't read
+            why = (
+                f" (layers count the head grid's rows; the heads of its {unread} other blocks "
+                "can't be knocked out)"
+                if unread > 0
+                else ""
+            )
             raise InterventionError(
                 f"{what}: the model has attention layers 0–{self.layers - 1}, no layer {layer}"
+                + why
             )
 
 
