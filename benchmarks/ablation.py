@@ -10,18 +10,26 @@ batch 1, on ``--device`` (default cpu):
       engine's ``knock_out`` path: ``holding`` hooks + the kind's analysis);
   (e) every single-head effect (``head_effects``: one full pass, then each layer's heads as one
       batch), against L·H bare forwards (a × L·H);
-  (m) memory: the process's peak resident growth after (e) against after one analysis (CPU), or
-      peak allocated memory on a GPU.
+  (m) memory: (e)'s peak against one analysis's (p), each measured in a fresh child process
+      of this script that builds the same model first: on the CPU the peak resident memory
+      (VmHWM, reset after the model is built) above the resident memory then; on a GPU the
+      peak allocated memory above the allocated memory then. The weights are not in either
+      (with them, the totals are printed beside).
 
 Targets: (k) / (a) ≤ 1.3; (e) / (L·H · a) ≤ 0.6 on the CPU, (e) / a ≤ 15 on a GPU; (m) ≤ 1.5.
 The effects reuse the full pass's blocks below each layer (``vitviz.pipeline.reuse``): a layer's
 batch runs only its own block and those above, so (e) is about half of L·H forwards.
+``--batch`` sets the heads per pass (default ``head_effects``'s choice for the device).
 
     .venv/bin/python benchmarks/ablation.py [--quick] [--no-check] [--variant NAME] [--device D]
+        [--batch K]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import subprocess
 import sys
 
 import torch
@@ -36,7 +44,7 @@ from _common import (
     fmt_seconds,
     interleaved,
     parser,
-    peak_rss_mib,
+    print_table,
     print_timed_report,
     synced,
 )
@@ -74,13 +82,66 @@ def build(variant: str, quick: bool, device: torch.device) -> LoadedModel:
     )
 
 
+def _status_mib(key: str) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith(key + ":"))
+
+
+def child(case: str, variant: str, quick: bool, device: torch.device, batch: int | None) -> None:
+    """Run one case (p or e) on a model built here; print as JSON (MiB) its peak above the
+    memory once the model is built (``growth``), the whole peak and that memory."""
+    on_gpu = device.type == "cuda"
+    before = torch.cuda.memory_allocated(device) if on_gpu else 0
+    loaded = build(variant, quick, device)
+    size = loaded.model.config.image_size
+    x = torch.randn(3, *size, generator=torch.Generator().manual_seed(1)).to(device)
+    _ = loaded.kind  # resolved before the reset
+    if on_gpu:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+    else:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # the peak (VmHWM) from here on: the model's building is not in it
+        start = _status_mib("VmRSS")
+    if case == "p":
+        analyze(loaded, x)
+    else:
+        head_effects(loaded, x, batch=batch)
+    if on_gpu:
+        torch.cuda.synchronize(device)
+        peak, model_mib = torch.cuda.max_memory_allocated(device), start - before
+        peak, start, model_mib = peak / 2**20, start / 2**20, model_mib / 2**20
+    else:
+        peak, model_mib = _status_mib("VmHWM"), start
+    print(json.dumps({"growth": peak - start, "total": peak, "model": model_mib}))
+
+
+def measured(case: str, args) -> dict:
+    """``child``'s numbers, from a fresh process of this script."""
+    cmd = [sys.executable, __file__, "--child", case, "--variant", args.variant]
+    cmd += ["--device", str(args.device)] + (["--quick"] if args.quick else [])
+    cmd += ["--batch", str(args.batch)] if args.batch else []
+    cmd += ["--threads", str(args.threads)] if args.threads else []
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"memory case {case} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     add_device_option(p)
     p.add_argument("--variant", default="vit-base", help="vit-tiny, vit-small, vit-base, …")
+    p.add_argument("--batch", type=int, default=None, help="heads per pass (default: by device)")
+    p.add_argument("--child", choices=["p", "e"], default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     apply_threads(args.threads)
     device = bench_device(args.device)
+    if args.child:
+        child(args.child, args.variant, args.quick, device, args.batch)
+        return 0
+    memory = {case: measured(case, args) for case in ("p", "e")}
     repeats = args.repeats or (2 if args.quick else 5)
     warmup = args.warmup if args.warmup is not None else 1
     loaded = build(args.variant, args.quick, device)
@@ -90,20 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     layout = head_layout(kind, model, x[None])
     L, H = layout.layers, max(layout.heads)
     head = (L // 2, H // 2)
-
-    before = peak_rss_mib() if device.type == "cpu" else 0.0
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    analyze(loaded, x)
-    after_analysis = peak_rss_mib() - before if device.type == "cpu" else None
-    if device.type == "cuda":
-        after_analysis = torch.cuda.max_memory_allocated(device) / 2**20
-        torch.cuda.reset_peak_memory_stats(device)
-    effects = head_effects(loaded, x)
-    if device.type == "cuda":
-        after_effects = torch.cuda.max_memory_allocated(device) / 2**20
-    else:
-        after_effects = peak_rss_mib() - before
+    effects = head_effects(loaded, x, batch=args.batch)
 
     wrong = []
     with holding(layout, {head: None}):
@@ -125,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         "a": synced(bare, device),
         "p": synced(lambda: analyze(loaded, x), device),
         "k": synced(knock, device),
-        "e": synced(lambda: head_effects(loaded, x), device),
+        "e": synced(lambda: head_effects(loaded, x, batch=args.batch), device),
     }
     stats = {k: Stats.of(v) for k, v in interleaved(cases, repeats, warmup).items()}
     base = stats["a"].median
@@ -138,11 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         "k": Check("(k) knocked-out analysis / bare forward", knock_ratio, TARGET_KNOCK, True),
         "e": Check(effects_name, effects_ratio, effects_target, True),
     }
-    if after_analysis:
-        memory_ratio = after_effects / after_analysis
-        checks["m"] = Check(
-            "(m) memory of the effects / of one analysis", memory_ratio, TARGET_MEMORY, True
-        )
+    memory_ratio = memory["e"]["growth"] / memory["p"]["growth"]
+    checks["m"] = Check("(m) memory of the effects / of one analysis", memory_ratio, TARGET_MEMORY,
+                        True)  # fmt: skip
     rows = []
     for key, s in stats.items():
         check = checks.get(key)
@@ -166,14 +212,19 @@ def main(argv: list[str] | None = None) -> int:
         args.quick,
         device_line=f"device: {device_name(device)}",
     )
-    what = "peak allocated" if on_gpu else "peak resident growth"
-    if "m" in checks:
-        print(
-            f"memory ({what}): one analysis {after_analysis:.0f} MiB, with every effect "
-            f"{after_effects:.0f} MiB ({checks['m'].ratio:.2f}×, target {checks['m'].target})"
-        )
-    else:  # the process's peak was set before the analysis: too small to see
-        print(f"memory ({what}): too small to measure here ({after_effects:.0f} MiB)")
+    what = "peak allocated" if on_gpu else "peak resident (VmHWM)"
+    whole = "all allocated memory" if on_gpu else "the process's, Python and torch too"
+    print(f"memory, each case in a fresh process: {what} above what it was once the model was "
+          f"built ({memory['p']['model']:.0f} MiB), and the whole peak ({whole}), MiB")  # fmt: skip
+    print_table(
+        ["case", "peak growth", "whole peak", "× (p)", "target", ""],
+        [
+            [LABELS["p"], f"{memory['p']['growth']:.0f}", f"{memory['p']['total']:.0f}", "1.00",
+             "baseline", ""],
+            [LABELS["e"], f"{memory['e']['growth']:.0f}", f"{memory['e']['total']:.0f}",
+             f"{memory_ratio:.2f}", checks["m"].target, checks["m"].verdict],
+        ],
+    )  # fmt: skip
     return finish(list(checks.values()), args.no_check, wrong)
 
 

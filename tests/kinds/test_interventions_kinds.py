@@ -69,3 +69,37 @@ def test_head_effects_equal_a_single_head_pass(opened) -> None:
         scale = float(alone.abs().max())
         assert float((analysed.logits - alone).abs().max()) < 1e-4 * scale
     assert float(effects.effect.nan_to_num().abs().max()) > 1e-5  # knocking out does something
+
+
+def test_a_logits_only_pass_keeps_nothing_else(opened) -> None:
+    """The accessor's ``logits_only`` pass (what the single-head passes ask): the same logits,
+    replacements applied, and no block's or head's output kept (DESIGN §3)."""
+    loaded, x = opened
+    kind, model = loaded.kind, loaded.model
+    with torch.no_grad():
+        full = kind.intermediates(model, x[None])
+        last = (len(full.heads) - 1, full.heads[-1].shape[1] - 1)
+        replaced = kind.intermediates(model, x[None], replace={last: None})
+        for want, replace in [(full, None), (replaced, {last: None})]:
+            got = kind.intermediates(model, x[None], replace=replace, logits_only=True)
+            assert torch.allclose(got.logits, want.logits, rtol=1e-6, atol=1e-6)
+            assert got.blocks == got.heads == got.block_prefix == got.head_grids == ()
+            assert got.projections == full.projections and got.mlps == full.mlps
+    assert not torch.allclose(replaced.logits, full.logits)  # the replacement is seen
+
+
+def test_a_layer_past_the_last_is_refused_in_one_line(opened) -> None:
+    """A head of a layer the model lacks: one line; where some blocks' heads are no layer of the
+    head grid (an XCiT's XCA blocks), the line says those can't be knocked out."""
+    from vitviz.pipeline.interventions import InterventionError
+
+    loaded, x = opened
+    with torch.no_grad():
+        full = loaded.kind.intermediates(loaded.model, x[None], logits_only=True)
+    layers = len(full.projections)
+    with pytest.raises(InterventionError) as refused:
+        analyze(loaded, x, ablate=[(layers, 0)])
+    line = str(refused.value)
+    assert "\n" not in line and f"no layer {layers}" in line
+    unread = len(full.block_modules) - layers
+    assert (f"the heads of its {unread} other blocks can't be knocked out" in line) == (unread > 0)

@@ -409,17 +409,21 @@ def test_the_blocks_below_a_layer_run_once(which, request) -> None:
     base, cache = full_pass(kind, model, xs[:1].to(torch.float32))
     assert cache is not None
     ran: list[int] = []
+    projected: list[int] = []
     mlps = [b.mlp for b in cache.blocks]
     handles = [m.register_forward_hook(lambda m, a, o, i=i: ran.append(i)) for i, m in
                enumerate(mlps)]  # fmt: skip
+    handles += [p.register_forward_hook(lambda m, a, o, i=i: projected.append(i)) for i, p in
+                enumerate(base.projections)]  # fmt: skip
     try:
         layer = len(base.heads) - 1
         with cache.below(layer, 2), torch.no_grad():
-            out = kind.intermediates(model, xs[:1].expand(2, -1, -1, -1))
+            out = kind.intermediates(model, xs[:1].expand(2, -1, -1, -1), logits_only=True)
     finally:
         for h in handles:
             h.remove()
     assert ran == [cache.owners[layer]]  # only the last block ran
+    assert projected == [layer]  # and no attention below it: nothing reads its heads again
     _close = _rel(out.logits[1], base.logits[0])
     assert _close < 1e-5
 
@@ -474,5 +478,56 @@ def test_the_mlp_branch_of_other_blocks(tmp_path, overrides, zeroed) -> None:
             model.blocks[1].get_parameter(name).zero_()
     ref = analyze(load_checkpoint(save_checkpoint(model, tmp_path / "b.safetensors")), x).logits
     full = analyze(load_checkpoint(path), x).logits
+    assert _rel(got, ref) < RTOL
+    assert _rel(full, ref) > 1e-3
+
+
+def test_the_attention_branch_of_a_residual_post_norm_block(tmp_path) -> None:
+    """x + ls1(norm1(attn(x))): the branch knocked out is the block written by hand without it,
+    x + ls2(norm2(mlp(x))), not x + ls1(norm1(0)) (norm1's bias would still be added)."""
+    from conftest import random_vit
+
+    from vitviz.checkpoints import save_checkpoint
+
+    path = save_checkpoint(
+        random_vit(seed=4, res_post_norm=True, layer_scale_init=0.5), tmp_path / "rpn.safetensors"
+    )
+    x = images(1, 32, 32, seed=2)[0]
+    got = analyze(load_checkpoint(path), x, ablate_attention=[1]).logits
+    ref_model = load_checkpoint(path).model
+    block = ref_model.blocks[1]
+
+    def without_attention(t: Tensor, **_: object) -> tuple[Tensor, None]:
+        return t + block.ls2(block.norm2(block.mlp(t))), None
+
+    with torch.no_grad():
+        full = ref_model(x[None])[0]
+        block.forward = without_attention
+        ref = ref_model(x[None])[0]
+    assert _rel(got, ref) < RTOL
+    assert _rel(full, ref) > 1e-3
+
+
+def test_the_attention_branch_of_a_swin_v2_block(tmp_path) -> None:
+    """timm's Swin v2 block adds norm1(attn(x)): knocked out, it is the block written by hand
+    without the branch, x + norm2(mlp(x))."""
+    ref_model = tiny_timm_swin(SWIN_SIZE, window=4, seed=11, version=2).eval()
+    path = tmp_path / "model.safetensors"
+    save_file({k: v.contiguous() for k, v in ref_model.state_dict().items()}, str(path))
+    side = {"preprocessing": {"image_size": list(SWIN_SIZE)}, "window_sizes": [4, 4]}
+    (tmp_path / "model.safetensors.vitviz.json").write_text(json.dumps(side))
+    x = images(1, *SWIN_SIZE, seed=5)[0]
+    got = analyze(load_checkpoint(path), x, ablate_attention=[1]).logits
+    block = ref_model.layers[0].blocks[1]  # shifted, its windows padded
+
+    def without_attention(t: Tensor) -> Tensor:  # (B, H, W, C)
+        B, H, W, C = t.shape
+        flat = t.reshape(B, -1, C)
+        return (flat + block.norm2(block.mlp(flat))).reshape(B, H, W, C)
+
+    with torch.no_grad():
+        full = ref_model(x[None])[0]
+        block.forward = without_attention
+        ref = ref_model(x[None])[0]
     assert _rel(got, ref) < RTOL
     assert _rel(full, ref) > 1e-3

@@ -235,6 +235,13 @@ class Block(nn.Module):
         drop path: the norm after the MLP in a residual post-norm block, else the MLP."""
         return self.norm2 if self.res_post_norm else self.mlp
 
+    @property
+    def attention_branch(self) -> nn.Module | None:
+        """The module whose output the residual adds as the attention branch where it is not
+        the attention's output projection: the norm after the attention in a residual
+        post-norm block (None otherwise)."""
+        return self.norm1 if self.res_post_norm else None
+
     def forward(
         self, x: Tensor, capture: bool = False, rope: tuple[Tensor, Tensor] | None = None
     ) -> tuple[Tensor, Tensor | None]:

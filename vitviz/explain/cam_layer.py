@@ -169,7 +169,7 @@ def batched_scores(
             else contextlib.nullcontext()
         )
         with torch.no_grad(), hooked:
-            logits = kind.intermediates(model, inputs(idx)).logits
+            logits = kind.intermediates(model, inputs(idx), logits_only=True).logits
         out.append(score(logits, idx).detach())
         report(idx[-1] + 1, count)
     return torch.cat(out)

@@ -83,7 +83,12 @@ class KindBase:
         return analysis  # its own analysis is complete as made
 
     def intermediates(
-        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+        self,
+        model: nn.Module,
+        x: Tensor,
+        *,
+        replace: HeadReplacement | None = None,
+        logits_only: bool = False,
     ) -> Intermediates:
         raise ValueError(f"vitviz can't take a {self.label} apart into its blocks and heads")
 

@@ -39,7 +39,13 @@ class Intermediates:
     run (an analysis's) hook it there (DESIGN §3). ``block_modules``: the modules whose outputs
     ``blocks`` are, in order; ``mlps`` each block's MLP branch (``mlp_branch``), the module
     whose output the block's residual adds as its MLP branch (up to LayerScale and drop path),
-    None for a block without one.
+    None for a block without one. ``attention_branches`` each attention layer's modules whose
+    outputs the block's residual adds as its attention branch (up to LayerScale and drop path):
+    its projections (``attention_branch``), or the norm after them in a residual post-norm
+    block; zeroing each zeroes the branch.
+    A pass asked for its logits alone (``logits_only``) keeps no block's or head's output:
+    ``blocks``, ``block_prefix``, ``block_grids``, ``heads`` and ``head_grids`` are empty, the
+    modules (``projections``, ``block_modules``, ``mlps``) named as ever.
     """
 
     logits: Tensor
@@ -52,6 +58,7 @@ class Intermediates:
     projections: tuple[Any, ...] = field(default=())
     block_modules: tuple[Any, ...] = field(default=())
     mlps: tuple[Any, ...] = field(default=())
+    attention_branches: tuple[tuple[Any, ...], ...] = field(default=())
 
 
 def mlp_branch(block: Any) -> Any:
@@ -60,6 +67,14 @@ def mlp_branch(block: Any) -> Any:
     parallel block's MLP output projection), else its ``mlp``; None without either."""
     named = getattr(block, "mlp_branch", None)
     return named if named is not None else getattr(block, "mlp", None)
+
+
+def attention_branch(block: Any, projections: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The modules whose outputs ``block``'s residual adds as its attention branch: the block's
+    own ``attention_branch`` where it names one (a residual post-norm block's norm after the
+    attention), else its attention layer's ``projections`` (several in a block of branches)."""
+    named = getattr(block, "attention_branch", None)
+    return (named,) if named is not None else tuple(projections)
 
 
 @dataclass(frozen=True)

@@ -466,10 +466,17 @@ class AnalysingMembers(Protocol):
         ...
 
     def intermediates(
-        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+        self,
+        model: nn.Module,
+        x: Tensor,
+        *,
+        replace: HeadReplacement | None = None,
+        logits_only: bool = False,
     ) -> Intermediates:
         """One forward pass of x (B, C, H, W) with every block's output on its grid and every
         head's output before the output projection, ``replace``'s heads swapped in (DESIGN §3);
+        ``logits_only``: the pass keeps nothing but its logits (``blocks``, ``heads`` and their
+        grids empty), for the many passes that need no more (head effects, patching);
         ValueError (a clause) for a model it can't take apart, or a bad replacement."""
         ...
 

@@ -23,7 +23,13 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.kindapi.grids import LayerGrid
-from vitviz.kindapi.intermediates import BlockOutputs, HeadReplacement, Intermediates, mlp_branch
+from vitviz.kindapi.intermediates import (
+    BlockOutputs,
+    HeadReplacement,
+    Intermediates,
+    attention_branch,
+    mlp_branch,
+)
 
 
 @dataclass(frozen=True)
@@ -130,11 +136,12 @@ def _replaced(per_head: Tensor, layer: int, wanted: Mapping[int, Tensor | None])
 
 
 def staged_intermediates(
-    sites: StagedSites, x: Tensor, replace: HeadReplacement | None
+    sites: StagedSites, x: Tensor, replace: HeadReplacement | None, logits_only: bool = False
 ) -> Intermediates:
     """One forward pass of ``x`` (B, C, H, W) with every block's output and every head's output
     before the projection captured, ``replace`` applied before the projection. Gradients flow
-    where the caller has them enabled (the tensors are not detached)."""
+    where the caller has them enabled (the tensors are not detached). ``logits_only``: nothing
+    read or kept but the logits (hooks on the replaced layers only)."""
     counts = [int(c) for c in sites.head_counts]
     plan = check_replace(replace, counts)
     L = len(counts)
@@ -156,7 +163,8 @@ def staged_intermediates(
             per_head = grid.reshape(B, N, counts[b], C // counts[b]).transpose(1, 2)
             if b in plan:
                 per_head = _replaced(per_head, b, plan[b])
-            heads[b] = per_head  # what the projection reads, so gradients reach it
+            if not logits_only:
+                heads[b] = per_head  # what the projection reads, so gradients reach it
             merged = per_head.transpose(1, 2).reshape(B, N, C)
             return (order.scatter(args[0], merged), *args[1:])
 
@@ -172,13 +180,26 @@ def staged_intermediates(
     handles = []
     try:
         for b, (block, proj) in enumerate(zip(sites.blocks, sites.projections, strict=True)):
-            handles.append(block.register_forward_pre_hook(enter(b)))
-            handles.append(proj.register_forward_pre_hook(project(b)))
-            handles.append(block.register_forward_hook(leave(b)))
+            if b in plan or not logits_only:
+                handles.append(block.register_forward_pre_hook(enter(b)))
+                handles.append(proj.register_forward_pre_hook(project(b)))
+            if not logits_only:
+                handles.append(block.register_forward_hook(leave(b)))
         logits = sites.logits(x)
     finally:
         for handle in handles:
             handle.remove()
+    modules = dict(
+        replaced=tuple(sorted((layer, h) for layer, hs in plan.items() for h in hs)),
+        projections=tuple(sites.projections),
+        block_modules=tuple(sites.blocks),
+        mlps=tuple(mlp_branch(b) for b in sites.blocks),
+        attention_branches=tuple(
+            attention_branch(b, (p,)) for b, p in zip(sites.blocks, sites.projections, strict=True)
+        ),
+    )
+    if logits_only:
+        return Intermediates(logits, (), (), (), (), (), **modules)
     kept = [t for t in blocks if t is not None]
     per_head = [t for t in heads if t is not None]
     if len(kept) != L or len(per_head) != L:
@@ -191,10 +212,7 @@ def staged_intermediates(
         block_grids=grids,
         heads=tuple(per_head),
         head_grids=grids,
-        replaced=tuple(sorted((layer, h) for layer, hs in plan.items() for h in hs)),
-        projections=tuple(sites.projections),
-        block_modules=tuple(sites.blocks),
-        mlps=tuple(mlp_branch(b) for b in sites.blocks),
+        **modules,
     )
 
 

@@ -96,12 +96,17 @@ class TokenLayoutKind(KindBase):
         return token_geometry(analysis)
 
     def intermediates(
-        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+        self,
+        model: nn.Module,
+        x: Tensor,
+        *,
+        replace: HeadReplacement | None = None,
+        logits_only: bool = False,
     ) -> Intermediates:
         """Every block's output and every head before the output projection (DESIGN §3)."""
         from vitviz.kinds.vit.intermediates import vit_intermediates
 
-        return vit_intermediates(model, x, replace=replace)
+        return vit_intermediates(model, x, replace=replace, logits_only=logits_only)
 
     def readout(self, model: nn.Module) -> Readout:
         """The final norm, then the model's own head (DESIGN §5)."""

@@ -81,6 +81,17 @@ def full_pass(kind: ModelKind, model: nn.Module, x: Tensor) -> tuple[Intermediat
         )
 
 
+# Heads replaced per pass when the caller names no batch (DESIGN §5, "Interventions"): on a CPU
+# a few, so that a pass's activations stay within about one analysis's memory (the time per
+# head is the same); on a GPU, whose passes are bound by their kernel launches, a layer's heads.
+CPU_BATCH = 3
+
+
+def default_batch(x: Tensor, heads: int) -> int:
+    """Heads per single-head pass for the input ``x`` on its device, of a layer of ``heads``."""
+    return heads if x.device.type != "cpu" else min(heads, CPU_BATCH)
+
+
 def single_head_logits(
     kind: ModelKind,
     model: nn.Module,
@@ -92,14 +103,15 @@ def single_head_logits(
 ) -> Tensor:
     """(L, H, classes) logits of ``x`` (1, C, H, W) with one head at a time replaced by
     ``value_of(layer, head)`` ((N, head_dim), or None: zero), NaN rows for heads a layer lacks;
-    ``base`` the full pass of ``x``. ``batch`` heads per pass (default all of a layer);
-    ``cache`` the full pass's block outputs: the blocks below each layer are not run again."""
+    ``base`` the full pass of ``x``. ``batch`` heads per pass (default ``default_batch``);
+    ``cache`` the full pass's block outputs: the blocks below each layer are not run again.
+    Each pass keeps its logits alone (the accessor's ``logits_only``)."""
     counts = [int(h.shape[1]) for h in base.heads]
     out = base.logits.new_full((len(counts), max(counts), base.logits.shape[1]), float("nan"))
     with torch.no_grad():
         for layer, H in enumerate(counts):
             own = base.heads[layer][0]  # (H, N, hd)
-            step = batch or H
+            step = batch or default_batch(x, H)
             for start in range(0, H, step):
                 rows = list(range(start, min(H, start + step)))
                 k = len(rows)
@@ -110,8 +122,9 @@ def single_head_logits(
                     value[j] = 0.0 if new is None else new
                     replace[(layer, head)] = value
                 with cache.below(layer, k) if cache is not None else nullcontext():
-                    passed = kind.intermediates(model, x.expand(k, -1, -1, -1), replace=replace)
-                out[layer, start : start + k] = passed.logits
+                    out[layer, start : start + k] = kind.intermediates(
+                        model, x.expand(k, -1, -1, -1), replace=replace, logits_only=True
+                    ).logits
     return out
 
 

@@ -7,8 +7,10 @@ kinds' intermediates accessor (DESIGN §3).
   heads of earlier layers already knocked out).
 - Dataset-mean ablation (``DatasetMean``): its mean over a folder's images and their tokens.
 - A tensor (head_dim,): every token of the head becomes it.
-- The attention branch of block l (``branches``): the branch's output is 0 (its projection's
-  output, bias included), so the block adds its MLP alone.
+- The attention branch of block l (``branches``): the branch's output is 0 (the output of the
+  modules the accessor names as the branch, ``Intermediates.attention_branches``: the
+  projection, bias included, or the norm after it in a residual post-norm block), so the block
+  adds its MLP alone.
 - The MLP branch of block l (``mlps``): the output of the module the block's residual adds as
   its MLP branch (``Intermediates.mlps``) is 0, so the block adds its attention alone.
 
@@ -57,13 +59,14 @@ Ablation = str | Tensor | DatasetMean  # "zero" | "mean" | (head_dim,) | Dataset
 class HeadLayout:
     """What a model's attention layers are as the accessor reads them: each layer's output
     projection, its head count and head width; the blocks in order and each one's MLP branch
-    (None: it has none)."""
+    (None: it has none); each attention layer's attention-branch modules."""
 
     projections: tuple[nn.Module, ...]
     heads: tuple[int, ...]
     head_dims: tuple[int, ...]
     blocks: tuple[nn.Module, ...] = ()
     mlps: tuple[nn.Module | None, ...] = ()
+    attention_branches: tuple[tuple[nn.Module, ...], ...] = ()
 
     @classmethod
     def of(cls, out: Intermediates) -> HeadLayout:
@@ -73,6 +76,8 @@ class HeadLayout:
             head_dims=tuple(int(h.shape[-1]) for h in out.heads),
             blocks=tuple(out.block_modules),
             mlps=tuple(out.mlps),
+            attention_branches=tuple(out.attention_branches)
+            or tuple((p,) for p in out.projections),
         )
 
     @property
@@ -105,8 +110,16 @@ class HeadLayout:
 
     def check_layer(self, layer: int, what: str) -> None:
         if not _is_int(layer) or not 0 <= layer < self.layers:
+            unread = len(self.blocks) - self.layers  # blocks whose heads the accessor can't read
+            why = (
+                f" (layers count the head grid's rows; the heads of its {unread} other blocks "
+                "can't be knocked out)"
+                if unread > 0
+                else ""
+            )
             raise InterventionError(
                 f"{what}: the model has attention layers 0–{self.layers - 1}, no layer {layer}"
+                + why
             )
 
 
@@ -213,7 +226,8 @@ def holding(
             hook = _head_hook(layout.heads[layer], layout.head_dims[layer], heads)
             handles.append(layout.projections[layer].register_forward_pre_hook(hook))
         for layer in sorted(set(branches)):
-            handles.append(layout.projections[layer].register_forward_hook(_zero_output))
+            for module in layout.attention_branches[layer]:
+                handles.append(module.register_forward_hook(_zero_output))
         for block in sorted(set(mlps)):
             module = layout.mlps[block]
             assert module is not None  # check_mlp refused a block without one

@@ -5,7 +5,8 @@ changes nothing before block b hands every earlier block its own output from the
 Written over what the accessor names (``Intermediates.block_modules``, ``projections``), for any
 kind, where it is safe: every block runs once per pass and every tensor of its output is
 batch-first (batch 1 in the full pass). Otherwise ``BlockCache.capture`` gives None and the
-passes run whole.
+passes run whole. The passes it serves ask the accessor for their logits alone
+(``logits_only``): the skipped blocks' heads are not read again.
 """
 
 from __future__ import annotations
@@ -38,25 +39,20 @@ def _stacked(obj: Any, k: int) -> Any:
 
 
 class BlockCache:
-    """Each block's output of a batch-1 pass, each attention layer's projection input, and which
-    block holds each attention layer."""
+    """Each block's output of a batch-1 pass, and which block holds each attention layer."""
 
-    def __init__(
-        self, blocks: Sequence[nn.Module], outputs: list[Any], projections: Sequence[nn.Module],
-        inputs: list[Tensor], owners: list[int],
-    ) -> None:  # fmt: skip
+    def __init__(self, blocks: Sequence[nn.Module], outputs: list[Any], owners: list[int]) -> None:
         self.blocks, self.outputs, self.owners = list(blocks), outputs, owners
-        self.projections, self.inputs = list(projections), inputs
 
     @classmethod
     def capture(
         cls, run: Callable[[], Intermediates], blocks: Sequence[nn.Module],
         projections: Sequence[nn.Module],
     ) -> tuple[Intermediates, BlockCache | None]:  # fmt: skip
-        """``run()`` (the full pass, batch 1) with every block's output and every projection's
-        input kept; the cache, or None where reusing them is not safe."""
+        """``run()`` (the full pass, batch 1) with every block's output kept; the cache, or
+        None where reusing them is not safe (``projections``: each attention layer's, to find
+        its block)."""
         outputs: list[list[Any]] = [[] for _ in blocks]
-        inputs: list[list[Any]] = [[] for _ in projections]
 
         def keep(i: int) -> Callable:
             def hook(_m: nn.Module, _args: tuple, output: Any) -> None:
@@ -64,14 +60,7 @@ class BlockCache:
 
             return hook
 
-        def keep_input(i: int) -> Callable:
-            def hook(_m: nn.Module, args: tuple) -> None:
-                inputs[i].append(args[0])
-
-            return hook
-
         handles = [b.register_forward_hook(keep(i)) for i, b in enumerate(blocks)]
-        handles += [p.register_forward_pre_hook(keep_input(i)) for i, p in enumerate(projections)]
         try:
             base = run()
         finally:
@@ -81,33 +70,23 @@ class BlockCache:
         for proj in projections:
             owner = next((i for i, b in enumerate(blocks) for m in b.modules() if m is proj), None)
             owners.append(-1 if owner is None else owner)
-        once = all(len(o) == 1 for o in [*outputs, *inputs])
-        safe = once and all(_leaves_batch_first(o[0]) for o in [*outputs, *inputs])
+        once = all(len(o) == 1 for o in outputs)
+        safe = once and all(_leaves_batch_first(o[0]) for o in outputs)
         if not blocks or not safe or -1 in owners:
             return base, None
-        kept = [o[0] for o in outputs]
-        return base, cls(blocks, kept, projections, [i[0] for i in inputs], owners)
+        return base, cls(blocks, [o[0] for o in outputs], owners)
 
     @contextmanager
     def below(self, layer: int, k: int) -> Iterator[None]:
         """While open, the blocks before attention layer ``layer``'s block return their kept
-        outputs stacked ``k`` times instead of running (their projections alone run, on their
-        kept inputs, so that the accessor reads every head)."""
-        upto = self.owners[layer]
+        outputs stacked ``k`` times (each made when its block is called) instead of running;
+        their attention layers do not run, so a pass inside reads its logits alone."""
         patched = []
         try:
-            for i in range(upto):
-                out = _stacked(self.outputs[i], k)
-                projs = [
-                    (p, _stacked(x, k))
-                    for p, x, owner in zip(self.projections, self.inputs, self.owners, strict=True)
-                    if owner == i
-                ]
+            for i in range(self.owners[layer]):
 
-                def forward(*args: Any, _out: Any = out, _projs: list = projs, **kw: Any) -> Any:
-                    for proj, x in _projs:
-                        proj(x)
-                    return _out
+                def forward(*args: Any, _out: Any = self.outputs[i], **kw: Any) -> Any:
+                    return _stacked(_out, k)
 
                 self.blocks[i].forward = forward  # type: ignore[method-assign]
                 patched.append(self.blocks[i])

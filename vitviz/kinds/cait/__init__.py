@@ -87,12 +87,17 @@ class CaitKind(ClassAttentionLayers, TokenLayoutKind):
         return out.logits, maps
 
     def intermediates(
-        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+        self,
+        model: nn.Module,
+        x: Tensor,
+        *,
+        replace: HeadReplacement | None = None,
+        logits_only: bool = False,
     ) -> Intermediates:
         """The ViT's accessor on its own blocks (``vitviz.kinds.cait.intermediates``)."""
         from vitviz.kinds.cait.intermediates import cait_intermediates
 
-        return cait_intermediates(model, x, replace=replace)
+        return cait_intermediates(model, x, replace=replace, logits_only=logits_only)
 
 
 KIND = CaitKind()

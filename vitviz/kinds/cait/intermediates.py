@@ -23,7 +23,11 @@ if TYPE_CHECKING:
 
 
 def cait_intermediates(
-    model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+    model: nn.Module,
+    x: Tensor,
+    *,
+    replace: HeadReplacement | None = None,
+    logits_only: bool = False,
 ) -> Intermediates:
     """A ``CaitModel``'s blocks (self-attention, then class attention) and heads, in its
     layers' order."""
@@ -35,4 +39,4 @@ def cait_intermediates(
         else HeadSite(b.attn.proj, b.attn.heads, 1, patches=False)
         for i, b in enumerate(model.blocks)
     ]  # fmt: skip
-    return read_patch_model(model, x, blocks, heads, replace)
+    return read_patch_model(model, x, blocks, heads, replace, logits_only)

@@ -152,12 +152,17 @@ class ClipKind(TokenLayoutKind):
         return model.image_embedding(x), out.attentions
 
     def intermediates(
-        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+        self,
+        model: nn.Module,
+        x: Tensor,
+        *,
+        replace: HeadReplacement | None = None,
+        logits_only: bool = False,
     ) -> Intermediates:
         """The ViT's accessor on its own blocks (``vitviz.kinds.clip.intermediates``)."""
         from vitviz.kinds.clip.intermediates import clip_intermediates
 
-        return clip_intermediates(model, x, replace=replace)
+        return clip_intermediates(model, x, replace=replace, logits_only=logits_only)
 
     def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
         """A CLIP's softmax over the prompts; a SigLIP's: each prompt's own sigmoid."""

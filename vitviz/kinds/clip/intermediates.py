@@ -15,12 +15,16 @@ if TYPE_CHECKING:
 
 
 def clip_intermediates(
-    model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+    model: nn.Module,
+    x: Tensor,
+    *,
+    replace: HeadReplacement | None = None,
+    logits_only: bool = False,
 ) -> Intermediates:
     head = model.head
     kept = head.__dict__.get("last_embedding")  # set by every pass of the prompt head
     try:
-        return vit_intermediates(model, x, replace=replace)
+        return vit_intermediates(model, x, replace=replace, logits_only=logits_only)
     finally:
         if kept is None:
             head.__dict__.pop("last_embedding", None)

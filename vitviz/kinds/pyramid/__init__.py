@@ -163,12 +163,17 @@ class PyramidKind(StagedKind):
         )
 
     def intermediates(
-        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+        self,
+        model: nn.Module,
+        x: Tensor,
+        *,
+        replace: HeadReplacement | None = None,
+        logits_only: bool = False,
     ) -> Intermediates:
         """Blocks on their grids, heads before the projection, row-major (DESIGN §3)."""
         from vitviz.kinds.pyramid.intermediates import pyramid_intermediates
 
-        return pyramid_intermediates(model, x, replace)
+        return pyramid_intermediates(model, x, replace, logits_only)
 
     def readout(self, model: nn.Module) -> Any:
         """PVT v2 / Twins: head(mean(last stage's norm(tokens))); Hiera: its head, the norm

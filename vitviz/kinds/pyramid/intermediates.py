@@ -130,7 +130,7 @@ class HieraSites:
 
 
 def pyramid_intermediates(
-    model: nn.Module, x: Tensor, replace: HeadReplacement | None = None
+    model: nn.Module, x: Tensor, replace: HeadReplacement | None = None, logits_only: bool = False
 ) -> Intermediates:
     """``Intermediates`` of vitviz's PyramidViT (PVT v2, Twins) or HieraViT on ``x``
     (B, C, H, W); ValueError for another network and for a replacement that does not fit."""
@@ -140,7 +140,7 @@ def pyramid_intermediates(
             f"the intermediates accessor needs vitviz's PyramidViT or HieraViT, got "
             f"{type(model).__name__}"
         )
-    return staged_intermediates(sites, model_input(model, x), replace)
+    return staged_intermediates(sites, model_input(model, x), replace, logits_only)
 
 
 def pyramid_sites(model: nn.Module, x: Tensor) -> PyramidSites | HieraSites | None:

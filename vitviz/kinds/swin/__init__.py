@@ -127,12 +127,17 @@ class SwinKind(StagedKind):
         return TokenGeometry(input_size=size, grid=(h0, w0), cell_pixels=patch, layers=layers)
 
     def intermediates(
-        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+        self,
+        model: nn.Module,
+        x: Tensor,
+        *,
+        replace: HeadReplacement | None = None,
+        logits_only: bool = False,
     ) -> Intermediates:
         """Blocks on their grids, heads before the projection, windows un-shifted (DESIGN §3)."""
         from vitviz.kinds.swin.intermediates import swin_intermediates
 
-        return swin_intermediates(model, x, replace)
+        return swin_intermediates(model, x, replace, logits_only)
 
     def readout(self, model: nn.Module) -> Any:
         """head(mean(norm(tokens))) at the last stage's width (DESIGN §5)."""

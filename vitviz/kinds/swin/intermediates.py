@@ -83,7 +83,7 @@ class SwinSites:
 
 
 def swin_intermediates(
-    model: nn.Module, x: Tensor, replace: HeadReplacement | None = None
+    model: nn.Module, x: Tensor, replace: HeadReplacement | None = None, logits_only: bool = False
 ) -> Intermediates:
     """``Intermediates`` of vitviz's SwinTransformer on ``x`` (B, C, H, W); ValueError for
     another network (a Swin opened from a user's file is captured by its softmaxes, not its
@@ -93,7 +93,7 @@ def swin_intermediates(
             f"the intermediates accessor needs vitviz's SwinTransformer, got "
             f"{type(model).__name__} (a Swin from a user's file has no such accessor yet)"
         )
-    return staged_intermediates(SwinSites(model), model_input(model, x), replace)
+    return staged_intermediates(SwinSites(model), model_input(model, x), replace, logits_only)
 
 
 def swin_tokens_on_grid(tokens: Tensor, grid: tuple[int, int]) -> Tensor:

@@ -231,6 +231,12 @@ class SwinBlock(nn.Module):
         the MLP)."""
         return self.norm2 if self.post_norm else self.mlp
 
+    @property
+    def attention_branch(self) -> nn.Module | None:
+        """The module whose output the residual adds as the attention branch where it is not
+        the attention's output projection (v2: the norm after the attention; None in v1)."""
+        return self.norm1 if self.post_norm else None
+
     def layout(self, grid: tuple[int, int]) -> WindowLayout:
         return block_layout(grid, self.window, self.target_shift, self.clamp, self.shift_first)
 

@@ -18,7 +18,12 @@ import torch
 from torch import Tensor, nn
 
 from vitviz.kindapi.grids import LayerGrid
-from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, mlp_branch
+from vitviz.kindapi.intermediates import (
+    HeadReplacement,
+    Intermediates,
+    attention_branch,
+    mlp_branch,
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,12 @@ class HeadSite:
     # a block of several branches: the other branches' projections; the layer's ``heads`` are
     # split evenly among ``projections``, branch after branch
     branches: tuple[nn.Linear, ...] = ()
+    block: nn.Module | None = None  # the block that adds the layer's attention branch
+
+    @property
+    def attention_branch(self) -> tuple[nn.Module, ...]:
+        """The modules whose outputs are the layer's attention branch (``attention_branch``)."""
+        return attention_branch(self.block, self.projections)
 
     @property
     def projections(self) -> tuple[nn.Linear, ...]:
@@ -126,10 +137,12 @@ def read_intermediates(
     token_pixels: int,
     num_classes: int,
     replace: HeadReplacement | None = None,
+    logits_only: bool = False,
 ) -> Intermediates:
     """``forward(x)`` (the network's own, logits (B, classes)) with every block's output and
     every head read, ``replace`` applied at the projections. ``grid_from``: the patch
-    embedding, whose output is (tokens, (gh, gw)); ``num_classes`` 0: the logits are (B, 0)."""
+    embedding, whose output is (tokens, (gh, gw)); ``num_classes`` 0: the logits are (B, 0);
+    ``logits_only``: nothing read or kept but the logits (hooks on the replaced layers only)."""
     check_replacement(replace, heads)
     todo: dict[int, dict[int, Tensor | None]] = {}
     for (layer, head), value in (replace or {}).items():
@@ -156,23 +169,37 @@ def read_intermediates(
                 read.setdefault(i, {})[branch] = split
                 return None
             split = _replaced(split, todo[i], i, branch * site.branch_heads)
-            read.setdefault(i, {})[branch] = split
+            if not logits_only:
+                read.setdefault(i, {})[branch] = split
             return (split.transpose(1, 2).reshape(B, N, -1), *args[1:])
 
         return hook
 
-    handles = [grid_from.register_forward_hook(keep_grid)]
-    handles += [s.block.register_forward_hook(keep_block(i)) for i, s in enumerate(blocks)]
+    handles = []
+    if not logits_only:
+        handles.append(grid_from.register_forward_hook(keep_grid))
+        handles += [s.block.register_forward_hook(keep_block(i)) for i, s in enumerate(blocks)]
     handles += [
         proj.register_forward_pre_hook(at_projection(i, s, b))
         for i, s in enumerate(heads)
         for b, proj in enumerate(s.projections)
+        if i in todo or not logits_only
     ]
     try:
         logits = forward(x)
     finally:
         for handle in handles:
             handle.remove()
+    modules = dict(
+        replaced=tuple(sorted((replace or {}).keys())),
+        projections=tuple(s.projection for s in heads),
+        block_modules=tuple(s.block for s in blocks),
+        mlps=tuple(mlp_branch(s.block) for s in blocks),
+        attention_branches=tuple(s.attention_branch for s in heads),
+    )
+    logits = logits if num_classes else logits[:, :0]
+    if logits_only:
+        return Intermediates(logits, (), (), (), (), (), **modules)
     gh, gw = grid[-1]
     on_grid, prefix = [], []
     for i, site in enumerate(blocks):
@@ -181,16 +208,13 @@ def read_intermediates(
         patches = tokens[:, site.prefix :]
         on_grid.append(patches.transpose(1, 2).unflatten(-1, (gh, gw)))
     return Intermediates(
-        logits=logits if num_classes else logits[:, :0],
+        logits=logits,
         blocks=tuple(on_grid),
         block_prefix=tuple(prefix),
         block_grids=tuple(LayerGrid((gh, gw), token_pixels, s.prefix) for s in blocks),
         heads=tuple(_joined_branches(read[i]) for i in range(len(heads))),
         head_grids=tuple(s.layer_grid((gh, gw), token_pixels) for s in heads),
-        replaced=tuple(sorted((replace or {}).keys())),
-        projections=tuple(s.projection for s in heads),
-        block_modules=tuple(s.block for s in blocks),
-        mlps=tuple(mlp_branch(s.block) for s in blocks),
+        **modules,
     )
 
 
@@ -201,6 +225,7 @@ def read_patch_model(
     blocks: Sequence[BlockSite],
     heads: Sequence[HeadSite],
     replace: HeadReplacement | None = None,
+    logits_only: bool = False,
 ) -> Intermediates:
     """``read_intermediates`` of one of vitviz's token-layout networks: its forward pass, its
     ``patch_embed`` giving the grid, its config the patch size and the classes."""
@@ -213,6 +238,7 @@ def read_patch_model(
         token_pixels=int(model.config.patch_size),
         num_classes=int(model.config.num_classes),
         replace=replace,
+        logits_only=logits_only,
     )
 
 
@@ -221,15 +247,19 @@ def _vit_head_site(block: nn.Module, prefix: int) -> HeadSite:
     from vitviz.blocks.parallel import ParallelBlock
 
     if isinstance(block, ParallelBlock):  # attention beside the MLP: its own out projection
-        return HeadSite(block.attn_out_proj, block.heads, prefix)
+        return HeadSite(block.attn_out_proj, block.heads, prefix, block=block)
     if isinstance(block, BranchedBlock):  # each branch's heads at its own projection
         first, *more = [b.attn.proj for b in block.attns]
-        return HeadSite(first, block.heads, prefix, branches=tuple(more))
-    return HeadSite(block.attn.proj, block.attn.heads, prefix)
+        return HeadSite(first, block.heads, prefix, branches=tuple(more), block=block)
+    return HeadSite(block.attn.proj, block.attn.heads, prefix, block=block)
 
 
 def vit_intermediates(
-    model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+    model: nn.Module,
+    x: Tensor,
+    *,
+    replace: HeadReplacement | None = None,
+    logits_only: bool = False,
 ) -> Intermediates:
     """A ``VisionTransformer``'s intermediates: every block attends over [prefix, patches].
     ValueError for a model from the user's code (its heads are not vitviz's to read)."""
@@ -244,4 +274,4 @@ def vit_intermediates(
     prefix = int(model.num_prefix_tokens)
     blocks = [BlockSite(b, prefix) for b in model.blocks]
     heads = [_vit_head_site(b, prefix) for b in model.blocks]
-    return read_patch_model(model, x, blocks, heads, replace)
+    return read_patch_model(model, x, blocks, heads, replace, logits_only)

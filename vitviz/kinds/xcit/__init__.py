@@ -100,12 +100,17 @@ class XcitKind(ClassAttentionLayers, TokenLayoutKind):
         return model.forward_library(x)
 
     def intermediates(
-        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+        self,
+        model: nn.Module,
+        x: Tensor,
+        *,
+        replace: HeadReplacement | None = None,
+        logits_only: bool = False,
     ) -> Intermediates:
         """The ViT's accessor on its own blocks (``vitviz.kinds.xcit.intermediates``)."""
         from vitviz.kinds.xcit.intermediates import xcit_intermediates
 
-        return xcit_intermediates(model, x, replace=replace)
+        return xcit_intermediates(model, x, replace=replace, logits_only=logits_only)
 
     def cam_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
         """The XCA blocks, then the class-attention blocks (the accessor's ``blocks``)."""

@@ -23,9 +23,13 @@ if TYPE_CHECKING:
 
 
 def xcit_intermediates(
-    model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+    model: nn.Module,
+    x: Tensor,
+    *,
+    replace: HeadReplacement | None = None,
+    logits_only: bool = False,
 ) -> Intermediates:
     """An ``XcitModel``'s blocks (XCA, then class attention) and class-attention heads."""
     blocks = [BlockSite(b, 0) for b in model.xca_blocks] + [BlockSite(b, 1) for b in model.blocks]
     heads = [HeadSite(b.attn.proj, b.attn.heads, 1, patches=False) for b in model.blocks]
-    return read_patch_model(model, x, blocks, heads, replace)
+    return read_patch_model(model, x, blocks, heads, replace, logits_only)
