@@ -7,6 +7,7 @@ through the kind's accessor give finite maps on the kind's grids; what it refuse
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from pit_helpers import SIZE, save_folder, timm_attention_and_gradients, tiny_timm_pit
@@ -195,3 +196,17 @@ def test_faithfulness_deletes_whole_cells_and_the_margin(case) -> None:
     assert curves.deletion[-1] == pytest.approx(float(zero), abs=1e-6)
     assert curves.insertion[0] == pytest.approx(float(zero), abs=1e-6)
     assert curves.insertion[-1] == pytest.approx(float(full), abs=1e-6)
+
+
+def test_a_map_picture_draws_the_cells_as_the_window_does(case) -> None:
+    """Each first-stage cell over its 8 px square from the top left; the 8 px margin the stem's
+    grid leaves is not coloured (the image shows through), the cells are."""
+    loaded = case[1]
+    rgb = np.random.default_rng(0).integers(0, 255, (SIZE, SIZE, 3), dtype=np.uint8)
+    a = loaded.kind.analyze(loaded, rgb)
+    picture = np.asarray(loaded.kind.map_picture(a, np.ones(GRIDS[0]), "viridis", None, None))
+    image = np.asarray(a.pixels)
+    assert picture.shape == image.shape == (SIZE, SIZE, 3)
+    assert np.array_equal(picture[40:], image[40:])
+    assert np.array_equal(picture[:, 40:], image[:, 40:])
+    assert not np.array_equal(picture[:40, :40], image[:40, :40])
