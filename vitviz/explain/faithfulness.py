@@ -148,11 +148,11 @@ def faithfulness(
     param = next(model.parameters())
     dev = torch.device(device) if device is not None else param.device
     x = x.to(dev, param.dtype)
-    p = model.config.patch_size
-    H, W = x.shape[-2:]
-    if H % p or W % p:
-        raise ValueError(f"the input {H}×{W} is not divisible by the patch size {p}")
-    grid = (H // p, W // p)
+    if kind is None:  # a bare model handed to the Python API: its kind worked out here
+        from vitviz.kindapi import kind_of
+
+        kind = kind_of(model)
+    grid, p = _cells(model, kind, image, x)
     P = grid[0] * grid[1]
     counts = step_counts(P, steps)
     names = list(maps)
@@ -162,10 +162,6 @@ def faithfulness(
         if tuple(values.shape) != grid:
             raise ValueError(f"the {n} map is {tuple(values.shape)}, the model's grid is {grid}")
         kept.append(_kept_masks(patch_order(values), counts, grid))
-    if kind is None:  # a bare model handed to the Python API: its kind worked out here
-        from vitviz.kindapi import kind_of
-
-        kind = kind_of(model)
     with torch.inference_mode():
         logits = model(x[None])
         target = int(logits[0].argmax()) if target_class is None else int(target_class)
@@ -177,6 +173,24 @@ def faithfulness(
         loc = localise(maps[n], mask) if mask is not None else None
         result.methods[n] = Curves(deletion, insertion, auc(deletion), auc(insertion), loc)
     return result
+
+
+def _cells(model: nn.Module, kind: ModelKind, image: Any, x: Tensor) -> tuple[tuple[int, int], int]:
+    """The cells the curves delete: an analysis's clickable grid (its kind's token geometry)
+    and its cells' side in pixels, else the model's patch grid. A grid that leaves at most one
+    cell's width uncovered at the bottom and right (a PiT's stem of kernel 16, stride 8: 27
+    cells of 8 px on 224, its last token reading the last 16 px) gives that margin to its last
+    row's and column's cells."""
+    H, W = x.shape[-2:]
+    if isinstance(image, KindAnalysis):
+        geometry = kind.token_geometry(image)
+        grid, p = (int(geometry.grid[0]), int(geometry.grid[1])), int(geometry.cell_pixels)
+        if 0 <= H - grid[0] * p <= p and 0 <= W - grid[1] * p <= p:
+            return grid, p
+    p = model.config.patch_size
+    if H % p or W % p:
+        raise ValueError(f"the input {H}×{W} is not divisible by the patch size {p}")
+    return (H // p, W // p), p
 
 
 def _probabilities(
@@ -200,7 +214,10 @@ def _probabilities(
     for start in range(0, len(jobs), batch_size):
         chunk = jobs[start : start + batch_size]
         masks = all_kept[[j for j, _ in chunk]].to(x.device)  # (b, gh, gw)
-        pixels = masks.repeat_interleave(patch, 1).repeat_interleave(patch, 2)[:, None]
+        H, W = x.shape[-2:]  # each pixel's cell (a margin the last row's and column's)
+        rows = (torch.arange(H, device=x.device) // patch).clamp_max(masks.shape[1] - 1)
+        cols = (torch.arange(W, device=x.device) // patch).clamp_max(masks.shape[2] - 1)
+        pixels = masks[:, rows][:, :, cols][:, None]
         deletion = torch.tensor([d for _, d in chunk], device=x.device)[:, None, None, None]
         keep = torch.where(deletion, ~pixels, pixels)  # (b, 1, H, W)
         batch = x[None] * keep.to(x.dtype)

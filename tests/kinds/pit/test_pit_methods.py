@@ -7,6 +7,7 @@ through the kind's accessor give finite maps on the kind's grids; what it refuse
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from pit_helpers import SIZE, save_folder, timm_attention_and_gradients, tiny_timm_pit
@@ -176,3 +177,36 @@ def test_a_headless_pit_has_no_classes_and_its_maps_without_a_class(tmp_path) ->
     assert tuple(get_method("rollout")(a, None, None, {}).shape) == GRIDS[0]
     with pytest.raises(ValueError, match="head"):
         get_method("relevance")(a, None, None, {})
+
+
+def test_faithfulness_deletes_whole_cells_and_the_margin(case) -> None:
+    """A PiT's 5 × 5 cells of 8 px leave 8 px of its 48 px input: the last row's and column's
+    cells take them (the last token reads them), so deleting every cell is the all-zero input
+    and inserting every cell the image itself (DESIGN §5)."""
+    from vitviz.explain.faithfulness import evaluate_methods
+
+    _, loaded, a, _, _, _ = case
+    result = evaluate_methods(a, ["rollout"], steps=5)
+    curves = result.methods["rollout"]
+    c = result.target_class
+    with torch.no_grad():
+        full = loaded.model(a.input[None]).softmax(dim=-1)[0, c]
+        zero = loaded.model(torch.zeros_like(a.input)[None]).softmax(dim=-1)[0, c]
+    assert curves.deletion[0] == pytest.approx(float(full), abs=1e-6)
+    assert curves.deletion[-1] == pytest.approx(float(zero), abs=1e-6)
+    assert curves.insertion[0] == pytest.approx(float(zero), abs=1e-6)
+    assert curves.insertion[-1] == pytest.approx(float(full), abs=1e-6)
+
+
+def test_a_map_picture_draws_the_cells_as_the_window_does(case) -> None:
+    """Each first-stage cell over its 8 px square from the top left; the 8 px margin the stem's
+    grid leaves is not coloured (the image shows through), the cells are."""
+    loaded = case[1]
+    rgb = np.random.default_rng(0).integers(0, 255, (SIZE, SIZE, 3), dtype=np.uint8)
+    a = loaded.kind.analyze(loaded, rgb)
+    picture = np.asarray(loaded.kind.map_picture(a, np.ones(GRIDS[0]), "viridis", None, None))
+    image = np.asarray(a.pixels)
+    assert picture.shape == image.shape == (SIZE, SIZE, 3)
+    assert np.array_equal(picture[40:], image[40:])
+    assert np.array_equal(picture[:, 40:], image[:, 40:])
+    assert not np.array_equal(picture[:40, :40], image[:40, :40])

@@ -105,3 +105,33 @@ def test_a_folders_tensors_are_aligned_as_timms_after_a_load(refs, tmp_path: Pat
     folder once parted from timm by 2e-5 in attention. Every weight is held aligned."""
     loaded = load_checkpoint(save_folder(refs[True], tmp_path / "pit"))
     assert all(p.data_ptr() % 64 == 0 for p in loaded.model.parameters())
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (("drop", "transformers.1.blocks.0.mlp.fc1.weight"), "lacks"),
+        (("drop", "pos_embed"), "position table"),
+        (("drop", "transformers.0.blocks.0.norm1.weight"), "numbered"),
+        (("set", "cls_token", torch.zeros(5)), "CLS"),
+        (("set", "cls_token", torch.zeros(1, 3, 16)), "num_tokens"),
+        (("set", "patch_embed.conv.weight", torch.zeros(16, 3, 16, 8)), "not square"),
+    ],
+)
+def test_a_broken_pit_is_refused_in_one_line(refs, tmp_path: Path, change, words) -> None:
+    state = dict(refs[False].state_dict())
+    if change[0] == "drop":
+        del state[change[1]]
+    else:
+        state[change[1]] = change[2]
+    path = save_bare_state(state, tmp_path / "pit.pth")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    text = str(info.value)
+    assert "\n" not in text and words in text, text
+
+
+def save_bare_state(state: dict, path: Path) -> Path:
+    torch.save(state, path)
+    path.with_name(path.name + ".vitviz.json").write_text('{"stage_heads": [2, 2, 4], "stride": 8}')
+    return path

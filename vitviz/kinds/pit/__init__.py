@@ -173,6 +173,25 @@ class PiTKind(StagedKind):
             )
         return tuple(rows)
 
+    def over_input(self, analysis: Any, values: np.ndarray, colormap: str, opacity: float) -> Any:
+        """``values`` over the model input as the window draws it: each first-stage cell over
+        its stride's square from the top left, the margin the stem's grid leaves (its last
+        token reads it, but no cell is drawn there) uncoloured."""
+        import numpy as np
+        import torch
+
+        from vitviz.imaging.overlay import overlay_on_image
+
+        geometry = self.token_geometry(analysis)
+        fine = geometry.on_grid(torch.as_tensor(np.asarray(values))).numpy()
+        H, W = geometry.input_size
+        p, (gh, gw) = geometry.cell_pixels, geometry.grid
+        rows, cols = np.arange(H) // p, np.arange(W) // p
+        pixels = np.full((H, W), np.nan, dtype=np.float32)
+        inside = (rows < gh)[:, None] & (cols < gw)[None, :]
+        pixels[inside] = fine[np.minimum(rows, gh - 1)][:, np.minimum(cols, gw - 1)][inside]
+        return overlay_on_image(analysis.pixels, pixels, colormap=colormap, opacity=opacity)
+
     # -- engine and window ---------------------------------------------------------------------
     def model_shape(self, loaded: Loaded) -> ModelShape:
         from vitviz.kinds.pit import engine_data

@@ -90,6 +90,12 @@ def _shape(source: Source) -> dict[str, Any]:
         sorted(found[i]) != list(range(len(found[i]))) for i in stages
     ):
         raise _fail(source, f"its stages and blocks are not numbered 0..n-1 (found {stages})")
+    needed = [
+        f"transformers.{i}.blocks.0.{part}.weight" for i in stages for part in ("norm1", "mlp.fc1")
+    ]
+    missing = [k for k in needed if k not in s]
+    if missing:
+        raise _fail(source, f"it lacks {', '.join(missing[:3])}")
     stem, pos, cls = s["patch_embed.conv.weight"], s.get("pos_embed"), s["cls_token"]
     if stem.ndim != 4 or stem.shape[-1] != stem.shape[-2]:
         raise _fail(source, f"its stem kernel {tuple(stem.shape)} is not square")
