@@ -110,12 +110,17 @@ class PiTKind(StagedKind):
         )
 
     def intermediates(
-        self, model: nn.Module, x: Tensor, *, replace: HeadReplacement | None = None
+        self,
+        model: nn.Module,
+        x: Tensor,
+        *,
+        replace: HeadReplacement | None = None,
+        logits_only: bool = False,
     ) -> Intermediates:
         """Blocks on their grids with their prefix, heads before the projection (DESIGN §3)."""
         from vitviz.kinds.pit.intermediates import pit_intermediates
 
-        return pit_intermediates(model, x, replace)
+        return pit_intermediates(model, x, replace, logits_only)
 
     def readout(self, model: nn.Module) -> Readout:
         """The final norm on the prefix tokens and the head(s) (DESIGN §5): a block's own

@@ -75,16 +75,19 @@ class PiTSites:
 
 
 def pit_intermediates(
-    model: nn.Module, x: Tensor, replace: HeadReplacement | None = None
+    model: nn.Module, x: Tensor, replace: HeadReplacement | None = None, logits_only: bool = False
 ) -> Intermediates:
     """``Intermediates`` of vitviz's PiTViT on ``x`` (B, C, H, W); ValueError for another
-    network and for a replacement that does not fit."""
+    network and for a replacement that does not fit. ``logits_only``: nothing kept but the
+    logits (the staged accessor's)."""
     if not isinstance(model, PiTViT):
         raise ValueError(
             f"the intermediates accessor needs vitviz's PiTViT, got {type(model).__name__}"
         )
     sites = PiTSites(model)
-    out = staged_intermediates(sites, model_input(model, x), replace)
+    out = staged_intermediates(sites, model_input(model, x), replace, logits_only)
+    if logits_only:
+        return out
     prefixes = tuple(p for p in sites.prefixes if p is not None)
     return dataclasses.replace(out, block_prefix=prefixes)
 
