@@ -104,6 +104,12 @@ def test_click_and_block_follow(qtbot, shown) -> None:
     want = get_method("token-norm")(ref, None, None, {"layer": 0}).numpy()
     np.testing.assert_allclose(np.asarray(f.norm_view.overlay.image), want, rtol=1e-6)
     assert f.result.norms is not before.norms and f.result.pca is before.pca
+    f.foreground.setValue(0.3)  # asked of the engine (with the query (0, 3)) …
+    click(view, view.vb.mapViewToScene(view.patch_rect(1, 1).center()))  # … clicked meanwhile
+    qtbot.waitUntil(lambda: not window.client.is_busy(), timeout=WAIT_MS)
+    assert asked == ["features", "features"] and f.result.query == (1, 1)
+    want = get_method("similarity")(ref, (1, 1), None, {"layer": 0}).numpy()
+    np.testing.assert_allclose(np.asarray(view.overlay.image), want, atol=1e-6)
     f.query_reset.click()
     qtbot.waitUntil(lambda: _features_settled(window) and f.result.query is None, timeout=WAIT_MS)
 
