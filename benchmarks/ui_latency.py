@@ -14,11 +14,12 @@ view is repainted). 100 changes of each kind, taken in turns.
 
 Then the same for the other views of DESIGN §5, each against its own baseline (its views
 repainted with no change): the Features tab shown, a click there (``features.set_query``)
-until the new similarity map is applied and its views (PCA, similarity, token norm, logit
-lens) are painted; then File ▸ Compare with… a second model of the same shape (other random
-weights, from a checkpoint file), a click in the compare window (``compare.set_query``: the
-patch becomes both models' query) until both maps and the head similarity are applied and
-its views (A, B, the head-similarity grid) are painted.
+until the new similarity map is applied (looked up by the window in the block's table, or
+computed by the engine) and its views (PCA, similarity, token norm, logit lens) are painted;
+then File ▸ Compare with… a second model of the same shape (other random weights, from a
+checkpoint file), a click in the compare window (``compare.set_query``: the patch becomes
+both models' query) until both maps and the head similarity are applied and its views (A, B,
+the head-similarity grid) are painted.
 
 Targets (absolute): median ≤ 16 ms and p95 ≤ 33 ms for each kind of change in the viewer and
 for the Features tab's similarity query; for a Swin-T a query change's median ≤ 20 ms; a

@@ -92,3 +92,18 @@ def test_analyses_keep_the_accessors_block_outputs(analysis) -> None:
         if a.windows is not None:
             np.testing.assert_array_equal(a.windows, b.windows)
     torch.testing.assert_close(kept.logits, inter.logits, rtol=1e-5, atol=1e-6)
+
+
+def test_the_windows_similarity_table_holds_every_clicked_patchs_map(analysis) -> None:
+    """The Features tab looks a click up in ``similarity_rows``: each clickable cell's row is
+    the ``similarity`` map of that cell as the query, on the block's own grid."""
+    from vitviz.explain.feature_methods import similarity_rows
+
+    for layer in (0, -1):
+        rows = similarity_rows(analysis, layer)
+        assert rows is not None
+        table, cells = rows
+        gh, gw = cells.shape
+        for cell in ((0, 0), (gh - 1, gw - 1), (gh // 2, gw // 3)):
+            want = get_method("similarity")(analysis, cell, None, {"layer": layer}).numpy()
+            np.testing.assert_allclose(table[cells[cell]], want, atol=2e-6)

@@ -78,9 +78,13 @@ def test_click_and_block_follow(qtbot, shown) -> None:
     view = f.similarity_view
     qtbot.waitUntil(lambda: view.isVisible(), timeout=WAIT_MS)
     before, curves = f.result, f.logit_lens.getPlotItem().listDataItems()
+    asked: list[str] = []
+    submit = window.client.submit
+    window.client.submit = lambda channel, job: asked.append(channel) or submit(channel, job)
     click(view, view.vb.mapViewToScene(view.patch_rect(2, 1).center()))
     assert f.query == (2, 1)
     qtbot.waitUntil(lambda: _features_settled(window), timeout=WAIT_MS)
+    assert asked == []  # the window looked the clicked patch up in the shown block's table
     want = get_method("similarity")(ref, (2, 1), None, {"layer": -1}).numpy()
     np.testing.assert_allclose(np.asarray(view.overlay.image), want, atol=1e-6)
     # a click computes and draws the similarity only: the rest is the same arrays, not redrawn
@@ -90,11 +94,22 @@ def test_click_and_block_follow(qtbot, shown) -> None:
     assert f.logit_lens.getPlotItem().listDataItems() == curves
     f.block.setValue(0)
     qtbot.waitUntil(lambda: _features_settled(window) and f.result.layer == 0, timeout=WAIT_MS)
+    assert asked == ["features"]  # another block: the engine's
     want = get_method("similarity")(ref, (2, 1), None, {"layer": 0}).numpy()
+    np.testing.assert_allclose(np.asarray(view.overlay.image), want, atol=1e-6)
+    click(view, view.vb.mapViewToScene(view.patch_rect(0, 3).center()))
+    assert asked == ["features"] and f.result.query == (0, 3)  # looked up at once
+    want = get_method("similarity")(ref, (0, 3), None, {"layer": 0}).numpy()
     np.testing.assert_allclose(np.asarray(view.overlay.image), want, atol=1e-6)
     want = get_method("token-norm")(ref, None, None, {"layer": 0}).numpy()
     np.testing.assert_allclose(np.asarray(f.norm_view.overlay.image), want, rtol=1e-6)
     assert f.result.norms is not before.norms and f.result.pca is before.pca
+    f.foreground.setValue(0.3)  # asked of the engine (with the query (0, 3)) …
+    click(view, view.vb.mapViewToScene(view.patch_rect(1, 1).center()))  # … clicked meanwhile
+    qtbot.waitUntil(lambda: not window.client.is_busy(), timeout=WAIT_MS)
+    assert asked == ["features", "features"] and f.result.query == (1, 1)
+    want = get_method("similarity")(ref, (1, 1), None, {"layer": 0}).numpy()
+    np.testing.assert_allclose(np.asarray(view.overlay.image), want, atol=1e-6)
     f.query_reset.click()
     qtbot.waitUntil(lambda: _features_settled(window) and f.result.query is None, timeout=WAIT_MS)
 

@@ -17,12 +17,15 @@ import torch
 from torch import Tensor
 
 from vitviz.explain.features import (
+    block_index,
     block_tokens,
+    cell_tokens,
     high_norm_mask,
     logit_lens,
     pca_rgb,
     query_token,
     similarity,
+    similarity_table,
     token_norm_table,
     token_norms,
 )
@@ -112,6 +115,24 @@ def similarity_method(
     inter, layer = feature_pass(analysis), int(params["layer"])
     q = query_token(inter, layer, query, _grid(analysis))
     return similarity(inter, layer, q).float().cpu()
+
+
+MAX_TABLE = 2**21  # entries (8 MiB of float32) of a similarity table handed to the window
+
+
+def similarity_rows(analysis: Any, layer: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every clicked patch's ``similarity`` of block ``layer`` at once, for the window to look
+    up: (T, h, w) float32 rows (``similarity_table``) and (gh, gw) int32, the row of each cell
+    of the clickable grid; None where the table would exceed ``MAX_TABLE`` entries."""
+    inter = feature_pass(analysis)
+    i = block_index(layer, len(inter.blocks))
+    h, w = (int(n) for n in inter.blocks[i].shape[-2:])
+    if (h * w) ** 2 > MAX_TABLE:
+        return None
+    with torch.no_grad():
+        table = similarity_table(inter, i).float().cpu().numpy()
+    cells = cell_tokens((h, w), _grid(analysis)).numpy().astype(np.int32)
+    return table, cells
 
 
 def final_patches(analysis: Any) -> tuple[Tensor, tuple[int, int]]:

@@ -71,8 +71,26 @@ def query_token(
     r, c = cell
     if not (0 <= r < grid[0] and 0 <= c < grid[1]):
         raise ValueError(f"query cell {cell} is outside the {grid[0]}×{grid[1]} grid")
-    rl, cl = int((r + 0.5) * h / grid[0]), int((c + 0.5) * w / grid[1])
-    return patches[rl * w + cl]
+    return patches[int(cell_tokens((int(h), int(w)), grid)[r, c])]
+
+
+def cell_tokens(block_grid: tuple[int, int], grid: tuple[int, int]) -> Tensor:
+    """(gh, gw) long: the row-major token of a block's (h, w) grid under the centre of each cell
+    of the clickable ``grid`` (gh, gw), the token ``query_token`` reads for that cell."""
+    h, w = block_grid
+    rows = ((torch.arange(grid[0], dtype=torch.float64) + 0.5) * h / grid[0]).long()
+    cols = ((torch.arange(grid[1], dtype=torch.float64) + 0.5) * w / grid[1]).long()
+    return rows[:, None] * w + cols[None, :]
+
+
+def similarity_table(inter: Blocks, layer: int, item: int = 0) -> Tensor:
+    """(T, h, w): row t the cosine similarity of block ``layer``'s patch token t with every
+    patch token (``similarity`` of that token as the query, up to float32 rounding)."""
+    i = block_index(layer, len(inter.blocks))
+    _, patches = block_tokens(inter, i, item)
+    h, w = inter.blocks[i].shape[-2:]
+    unit = patches / patches.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return (unit @ unit.T).reshape(-1, h, w)
 
 
 def similarity(inter: Blocks, layer: int, query: Tensor, item: int = 0) -> Tensor:

@@ -7,6 +7,7 @@ the engine (``vitviz.workers.feature_jobs``); nothing here touches torch."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -40,6 +41,18 @@ def prefix_words(norms: np.ndarray) -> str:
         return "No prefix or register tokens: the model has none."
     parts = [f"{i}{' (CLS)' if i == 0 else ''} {v:.4g}" for i, v in enumerate(norms.tolist())]
     return "Prefix and register tokens' norms: " + " · ".join(parts)
+
+
+def with_query(result: FeaturesResult, patch: tuple[int, int] | None) -> FeaturesResult | None:
+    """``result`` with ``patch``'s similarity, the row of its table for that cell (a click
+    the window answers without the engine); None without a table or a patch, or off its grid."""
+    cells, table = result.cells, result.table
+    if patch is None or cells is None or table is None:
+        return None
+    row, col = patch
+    if not (0 <= row < cells.shape[0] and 0 <= col < cells.shape[1]):
+        return None
+    return replace(result, query=patch, similarity=table[int(cells[row, col])])
 
 
 class FeaturesTab(QWidget):
@@ -130,6 +143,7 @@ class FeaturesTab(QWidget):
         if old is None or old.grid != result.grid:
             self.query = None
         self.image = result
+        self.result = None  # the old image's: drawn until the new one's come, never looked up
         for v in (self.pca_view, self.similarity_view, self.norm_view):
             v.set_image(result.display, result.region, tuple(result.grid))
             v.set_query(self.query)
@@ -141,15 +155,18 @@ class FeaturesTab(QWidget):
         if showing and self._stale:
             self.request()
 
+    def _say_query(self) -> None:
+        self.query_label.setText(
+            "query: CLS (or the mean token)" if self.query is None
+            else f"query: patch row {self.query[0]}, col {self.query[1]}"
+        )  # fmt: skip
+
     def request(self) -> int | None:
         """The features for the current block, query and foreground, from the engine; while
         the tab is hidden, asked when it shows (one job then, not one per image)."""
         if self.image is None:
             return None
-        self.query_label.setText(
-            "query: CLS (or the mean token)" if self.query is None
-            else f"query: patch row {self.query[0]}, col {self.query[1]}"
-        )  # fmt: skip
+        self._say_query()
         self._stale = not self.showing
         if self._stale:
             return None
@@ -162,14 +179,26 @@ class FeaturesTab(QWidget):
         return self.client.submit("features", job)
 
     def set_query(self, patch: tuple[int, int] | None) -> None:
+        """``patch`` the query: its similarity looked up in the shown result's table (a
+        click needs no engine job), else asked of the engine."""
         self.query = patch
         for v in (self.pca_view, self.similarity_view, self.norm_view):
             v.set_query(patch)
-        self.request()
+        r = self.result  # the current image's (a new image forgets it)
+        looked_up = None
+        if r is not None and not self._stale and r.asked_layer == self.block.value():
+            looked_up = with_query(r, patch)
+        if looked_up is None:
+            self.request()
+            return
+        self._say_query()
+        self.apply_features(looked_up)
 
     def apply_features(self, result: FeaturesResult) -> None:
         """Draw ``result``; what the engine handed back unchanged (the same arrays: a click
         changes only the similarity) is not drawn again."""
+        if result.query != self.query:  # asked before a click the window answered itself
+            result = with_query(result, self.query) or result
         old, self.result = self.result, result
         if self.block.maximum() != result.blocks - 1:
             self.block.blockSignals(True)

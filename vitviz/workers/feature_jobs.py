@@ -51,6 +51,7 @@ def features(
         feature_pass,
         high_norm_tokens,
         similarity_method,
+        similarity_rows,
     )
     from vitviz.explain.methods import get_method
 
@@ -63,6 +64,7 @@ def features(
         index = max(0, min(count - 1, count + layer if layer < 0 else layer))
         shown = _kept(state, ("norms", index), lambda: high_norm_tokens(a, index))
         sim = similarity_method(a, query, None, {"layer": index}).numpy()
+        rows = _kept(state, ("table", index), lambda: similarity_rows(a, index))
         pca = _kept(
             state,
             ("pca", foreground),
@@ -93,4 +95,7 @@ def features(
         logit_lens=lens,
         class_names=list(state.loaded.class_names) if lens is not None else [],
         note=note,
+        asked_layer=layer,
+        table=None if rows is None else rows[0],
+        cells=None if rows is None else rows[1],
     )

@@ -247,6 +247,11 @@ class FeaturesResult:
     logit_lens: np.ndarray | None
     class_names: list[str]
     note: str = ""  # why a part is missing (a model without a readout)
+    asked_layer: int = -1  # the block as asked (−1: the last)
+    # every clicked patch's similarity at once, for a click the window answers itself:
+    # ``table`` (T, h, w) and ``cells`` (gh, gw) int32, each clickable cell's row (None: too big)
+    table: np.ndarray | None = None
+    cells: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
