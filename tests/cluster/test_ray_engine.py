@@ -357,6 +357,7 @@ def test_ablate_on_ray_writes_the_local_files(ray_cluster, model_file, tmp_path)
     on_ray = [*argv, "--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "1"]
     assert _run(on_ray) == 1
     _same_files(tmp_path / "local", tmp_path / "ray")
+    _same_summaries(tmp_path / "local", tmp_path / "ray")
     with np.load(tmp_path / "ray" / "ablation_summary.npz") as npz:
         assert list(npz["images"]) == ["a.png", "b.png", "c.png"]  # the images' order
         assert npz["head_effect_mean"].shape == (2, 2)

@@ -69,6 +69,9 @@ def open_model(args: argparse.Namespace) -> Any:
 
 def cmd_ablate(args: argparse.Namespace) -> int:
     from vitviz.cli.explain_batch import expand_images
+    from vitviz.cli.on_ray import ablate_record
+    from vitviz.cluster.job import Outcome
+    from vitviz.cluster.record import LocalRunFiles
     from vitviz.core.errors import VitvizError
     from vitviz.pipeline.export import output_stem
 
@@ -81,23 +84,27 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
         return ablate_on_ray(args, images)
     names, grids, labels, failed = [], [], None, 0
-    for i, path in enumerate(images):
-        try:
-            effects, labels = ablate_image(loaded, path, output_stem(path.stem), args)
-        except (VitvizError, ValueError) as exc:
-            say(f"vitviz-cli: skipped {path}: {exc}")
-            failed += 1
-            continue
-        names.append(path.name)
-        grids.append(effects.effect.numpy())
-        c = effects.target
-        top = effects.effect.nan_to_num(float("-inf")).flatten().argmax()
-        L, H = divmod(int(top), effects.effect.shape[1])
-        stem = output_stem(path.stem)
-        say(
-            f"[{i + 1}/{len(images)}] {path.name}: {loaded.class_names[c]}; largest effect "
-            f"head {L}.{H} ({float(effects.effect[L, H]):+.4g}) -> {args.out / stem}_ablation.npz"
-        )
+    with LocalRunFiles(args.out, "ablate", say, len(images)) as files:  # run.json, as Ray's
+        for i, path in enumerate(images):
+            try:
+                effects, labels = ablate_image(loaded, path, output_stem(path.stem), args)
+            except (VitvizError, ValueError) as exc:
+                say(f"vitviz-cli: skipped {path}: {exc}")
+                files.add(Outcome(i, str(path), None, str(exc)))
+                failed += 1
+                continue
+            files.add(Outcome(i, str(path), ablate_record(effects, labels)))
+            names.append(path.name)
+            grids.append(effects.effect.numpy())
+            c = effects.target
+            top = effects.effect.nan_to_num(float("-inf")).flatten().argmax()
+            L, H = divmod(int(top), effects.effect.shape[1])
+            stem = output_stem(path.stem)
+            say(
+                f"[{i + 1}/{len(images)}] {path.name}: {loaded.class_names[c]}; largest effect "
+                f"head {L}.{H} ({float(effects.effect[L, H]):+.4g}) -> "
+                f"{args.out / stem}_ablation.npz"
+            )
     if not grids:
         return EXIT_FAILED
     write_summary(args, names, grids, labels or [])

@@ -329,6 +329,17 @@ def _top5(probs: Any) -> list[list[float]]:
     return [[int(c), float(p[c])] for c in np.argsort(-p, kind="stable")[:5]]
 
 
+def ablate_record(effects: Any, labels: Sequence[str]) -> dict[str, Any]:
+    """The per-image record of ``ablate``: the target class, the top 5, the (L, H) effects
+    (nested lists) and the rows' labels."""
+    return {
+        "target_class": int(effects.target),
+        "top5": _top5(effects.logits.softmax(-1).numpy()),
+        "head_effect": effects.effect.numpy().tolist(),
+        "labels": list(labels),
+    }
+
+
 @dataclass
 class AblateJob:
     """``ablate``'s work: ``ablate_image`` (the command's own), each image's files written by
@@ -349,13 +360,7 @@ class AblateJob:
             except Exception as exc:  # noqa: BLE001  (the command's one-image refusal)
                 out.append(Outcome(it.index, it.path, None, str(exc)))
                 continue
-            record = {
-                "target_class": int(effects.target),
-                "top5": _top5(effects.logits.softmax(-1).numpy()),
-                "head_effect": effects.effect.numpy().tolist(),
-                "labels": list(labels),
-            }
-            out.append(Outcome(it.index, it.path, record))
+            out.append(Outcome(it.index, it.path, ablate_record(effects, labels)))
         return out
 
     def complete(self, item: ImageItem, record: dict[str, Any] | None) -> bool:

@@ -79,16 +79,24 @@ def _status(outcome: Outcome) -> str:
     return "ok" if outcome.record else "skipped"
 
 
+def _text(value: str | None) -> str | None:
+    """``value`` as UTF-8 can hold it: a file name's undecodable bytes (``\udce9``, Python's
+    surrogate escapes) written as ``\xe9``."""
+    if value is None:
+        return None
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def table_row(outcome: Outcome, checkpoint: str, methods: Sequence[str]) -> dict[str, Any]:
     """One image's row of ``images.parquet``."""
     r = outcome.record or {}
     top5 = r.get("top5") or []
     stats = r.get("statistics") or {}
     row: dict[str, Any] = {
-        "path": outcome.path,
-        "checkpoint": checkpoint,
+        "path": _text(outcome.path),
+        "checkpoint": _text(checkpoint),
         "status": _status(outcome),
-        "error": outcome.error,
+        "error": _text(outcome.error),
         "target_class": r.get("target_class"),
         "top5_classes": [int(c) for c, _ in top5] if top5 else None,
         "top5_probs": [float(p) for _, p in top5] if top5 else None,
@@ -190,14 +198,23 @@ class RunFiles:
         else:
             say(NO_TABLE)
         self._t0 = time.perf_counter()
+        self.succeeded = 0  # images analysed (or found done) without an error
 
     def add(self, outcome: Outcome, checkpoint: str = "") -> None:
         if outcome.error is not None:
             self.record.failed.append({"path": outcome.path, "reason": outcome.error})
+        else:
+            self.succeeded += 1
         if self.table is not None:
             self.table.add(outcome, checkpoint)
 
     def close(self, interrupted: bool = False) -> None:
+        """Both files written; none when the run ended with no image analysed (as it leaves
+        no other file: a refused image writes nothing), unless it was stopped (Ctrl+C)."""
+        if not interrupted and self.succeeded == 0:
+            if self.table is not None:
+                self.table.discard()
+            return
         r = self.record
         r.interrupted = interrupted
         r.seconds = round(time.perf_counter() - self._t0, 3)

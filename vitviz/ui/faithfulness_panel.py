@@ -42,6 +42,7 @@ class CurvePlot(pg.PlotWidget):
         self.setMenuEnabled(False)
         self.setMouseEnabled(False, False)
         self.hideButtons()
+        self.title = title  # shown again when the plot is emptied
         self.setTitle(title, size="9pt")
         self.setLabel("bottom", "share of patches")
         self.setLabel("left", "p(class)")
@@ -233,8 +234,9 @@ class FaithfulnessPanel(QWidget):
         """The method's curves against random's in both plots, and the table of numbers
         (``pointing``: a folder's hit rates; None: this image's hit or miss)."""
         if method not in all_curves:
-            self.deletion.show_curves({})
-            self.insertion.show_curves({})
+            for plot in (self.deletion, self.insertion):
+                plot.show_curves({})
+                plot.setTitle(plot.title, size="9pt")
             self.numbers.setText("")
             return
         shown, base = all_curves[method], all_curves.get(BASELINE)

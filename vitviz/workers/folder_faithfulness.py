@@ -107,20 +107,13 @@ def folder_faithfulness_job(
 
 def _open_here(checkpoint: Path, preprocessing: dict[str, Any] | None, device: str) -> Any:
     """The window's model opened in this process on ``device`` (one line if it can't be)."""
-    from dataclasses import replace
-
-    from vitviz.checkpoints import CheckpointError, load_checkpoint
-    from vitviz.core.devices import resolve_device
-    from vitviz.imaging import Preprocessing
+    from vitviz.checkpoints import CheckpointError
+    from vitviz.workers.folder_stats_ray import WindowModel
 
     try:
-        loaded = load_checkpoint(checkpoint)
+        return WindowModel(checkpoint, preprocessing, device)()
     except CheckpointError as exc:
         raise VitvizError(str(exc)) from exc
-    if preprocessing is not None:
-        loaded = replace(loaded, preprocessing=Preprocessing.from_dict(preprocessing))
-    loaded.model.to(resolve_device(device)).eval()
-    return loaded
 
 
 def _reduce(

@@ -52,11 +52,13 @@ class WindowStatsJob:
 
 @dataclass
 class WindowModel:
-    """The window's checkpoint with the window's preprocessing, opened by a worker on ``auto``
-    (its GPU where the run reserves one, else the CPU); picklable, it travels to the actors."""
+    """The window's checkpoint with the window's preprocessing, opened on ``device`` (a
+    worker's ``auto``: its GPU where the run reserves one, else the CPU); picklable, it travels
+    to the actors."""
 
     checkpoint: Path
     preprocessing: dict[str, Any] | None
+    device: str = "auto"
 
     def __call__(self) -> Any:
         from dataclasses import replace
@@ -68,7 +70,7 @@ class WindowModel:
         loaded = load_checkpoint(self.checkpoint)
         if self.preprocessing is not None:
             loaded = replace(loaded, preprocessing=Preprocessing.from_dict(self.preprocessing))
-        loaded.model.to(resolve_device("auto")).eval()
+        loaded.model.to(resolve_device(self.device)).eval()
         return loaded
 
 
