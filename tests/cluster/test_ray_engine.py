@@ -387,10 +387,11 @@ def test_compare_on_ray_writes_the_local_files(ray_cluster, model_file, tmp_path
     on_ray = [*argv, "--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "1"]
     assert _run(on_ray) == 1
     _same_files(tmp_path / "local", tmp_path / "ray")
+    _same_summaries(tmp_path / "local", tmp_path / "ray")
     assert {p.name for p in (tmp_path / "local").iterdir()} == {
         "one_compare.npz", "one_compare.png", "two_compare.npz", "two_compare.png",
         "set_compare.npz",
-    }  # fmt: skip
+    } | SUMMARIES  # fmt: skip
     run = json.loads((tmp_path / "ray" / "run.json").read_text())
     assert run["command"] == "compare" and (run["images"], len(run["failed"])) == (6, 1)
 

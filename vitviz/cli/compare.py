@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from vitviz.cli.common import (
     CliError,
@@ -80,30 +81,44 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from vitviz.cli.on_ray import compare_on_ray
 
         return compare_on_ray(args, jobs, [m.class_names for m in models])
+    from vitviz.cluster.record import LocalRunFiles
+
     for loaded in models:
         loaded.model.to(device)
     failed = written = 0
-    for stem, images, mean in jobs:
-        done, failures = _compare(models, stem, images, mean, args.out)
-        written += done
-        failed += failures
+    total = sum(len(images) for _, images, _ in jobs)
+    with LocalRunFiles(args.out, "compare", say, total) as files:  # run.json, as Ray's
+        first = 0  # each image's index in the run, as the Ray engine numbers them
+        for stem, images, mean in jobs:
+            done, failures = _compare(models, stem, images, mean, args.out, (files, first))
+            written += done
+            failed += failures
+            first += len(images)
     return exit_status(written, failed)
 
 
-def _compare(models: list, stem: str, images: list[Path], mean: bool, out: Path) -> tuple[int, int]:
-    """Writes one job's outputs; (outputs written, images failed)."""
+def _compare(
+    models: list, stem: str, images: list[Path], mean: bool, out: Path, rows: tuple[Any, int]
+) -> tuple[int, int]:
+    """Writes one job's outputs, each image's row to ``rows`` (the run's ``LocalRunFiles`` and
+    the index of the job's first image); (outputs written, images failed)."""
+    from vitviz.cli.on_ray import compare_record
+    from vitviz.cluster.job import Outcome
     from vitviz.core.errors import VitvizError
     from vitviz.imaging.loading import ImageLoadError
 
+    files, first = rows
     results, failed = [], 0
-    for image in images:
+    for index, image in enumerate(images, start=first):
         base = None if mean else compare_base(out, stem)
         try:
             comparison = compare_image(models, image, base)
         except (ImageLoadError, VitvizError, ValueError) as exc:
             say(f"vitviz-cli: skipped {image}: {exc}")
+            files.add(Outcome(index, str(image), None, str(exc)))
             failed += 1
             continue
+        files.add(Outcome(index, str(image), compare_record(comparison, mean)))
         results.append(comparison)
         if base is not None:
             say(f"{image} -> {base.with_suffix('.npz')}, {base.with_suffix('.png')}")

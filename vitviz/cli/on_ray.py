@@ -416,16 +416,7 @@ class CompareJob:
             except Exception as exc:  # noqa: BLE001  (the command's one-image refusal)
                 out.append(Outcome(it.index, it.path, None, str(exc)))
                 continue
-            record: dict[str, Any] = {
-                "target_class": int(np.argmax(comparison.probs_a)),
-                "top5": _top5(comparison.probs_a),
-            }
-            if member:
-                record["comparison"] = {
-                    name: np.asarray(getattr(comparison, name)).tolist()
-                    for name in type(comparison).__dataclass_fields__
-                }
-            out.append(Outcome(it.index, it.path, record))
+            out.append(Outcome(it.index, it.path, compare_record(comparison, member)))
         return out
 
     def complete(self, item: ImageItem, record: dict[str, Any] | None) -> bool:
@@ -434,6 +425,21 @@ class CompareJob:
         from vitviz.cli.compare_work import compare_base
 
         return compare_base(self.args.out, item.stem).with_suffix(".npz").is_file()
+
+
+def compare_record(comparison: Any, member: bool) -> dict[str, Any]:
+    """One image's row of a compare run (both engines): model A's target class and top 5; a
+    folder member's whole comparison too (its folder's mean is reduced from the rows)."""
+    record: dict[str, Any] = {
+        "target_class": int(np.argmax(comparison.probs_a)),
+        "top5": _top5(comparison.probs_a),
+    }
+    if member:
+        record["comparison"] = {
+            name: np.asarray(getattr(comparison, name)).tolist()
+            for name in type(comparison).__dataclass_fields__
+        }
+    return record
 
 
 def compare_on_ray(
