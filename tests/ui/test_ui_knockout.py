@@ -235,3 +235,24 @@ def test_patch_from_a_second_image(qtbot, window, files, photo_files, monkeypatc
     assert ko.effect is None and not ko.scale.isVisible() and ko.patch_clean is None
     assert not [i for i in grid.vb.addedItems if isinstance(i, QGraphicsRectItem)
                 and i.zValue() == 20]  # fmt: skip
+
+
+def test_the_status_bar_keeps_the_model_line_whole_at_1366(qtbot, window) -> None:
+    """At 1366 px the intervention line gives way to the model line: the model line is whole,
+    the intervention line keeps its start (the ablation, how many heads) and its whole text is
+    its tooltip; neither covers the other."""
+    ko = window.knockout
+    window.model_label.setText(
+        "vit-twelve-layers-by-twelve-heads-demo.safetensors · Vision Transformer (vitviz, "
+        "12 layers × 12 heads, 5 classes)"
+    )
+    ko.knocked = {(layer, (5 * layer) % 12) for layer in range(10)}
+    ko._show()  # what a knocked-out result shows
+    window.resize(1366, 768)
+    qtbot.waitUntil(lambda: window.width() == 1366 and ko.status.isVisible(), timeout=WAIT_MS)
+    model, status = window.model_label, ko.status
+    qtbot.waitUntil(lambda: model.width() >= model.sizeHint().width(), timeout=WAIT_MS)
+    assert model.geometry().right() < status.geometry().left()
+    assert status.geometry().right() <= window.statusBar().width()
+    assert status.width() < status.sizeHint().width()  # cut, so its tooltip says it whole
+    assert status.toolTip() == status.text() and "10 heads knocked out" in status.text()

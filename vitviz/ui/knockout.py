@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from vitviz.imaging.colormaps import tick_text
 from vitviz.imaging.effect_grid import diverging_colours, symmetric_levels
+from vitviz.ui.elided_label import ElidedLabel
 from vitviz.ui.head_grid import MEAN, HeadGrid
 from vitviz.workers import interventions as jobs
 from vitviz.workers.messages import ImageResult, ModelSummary
@@ -209,7 +210,7 @@ class KnockoutController(QObject):
         self.scale = ImportanceScale()
         self.scale.hide()
         self.viewer.head_panel.extras.addWidget(self.scale)
-        self.status = QLabel("")
+        self.status = ElidedLabel("")  # gives way to the model line when the bar is short
         self.status.setStyleSheet(STATUS_STYLE)
         self.status.hide()
         window.statusBar().addPermanentWidget(self.status)
@@ -363,9 +364,10 @@ class KnockoutController(QObject):
         self.scale.setVisible(self.effect is not None)
         self.act_restore.setEnabled(bool(self.knocked))
         if self.knocked:
+            n = len(self.knocked)
             self.status.setText(
-                f"Intervened model: heads {heads_text(tuple(self.knocked))} knocked out "
-                f"({self.mode} ablation)"
+                f"Intervened model ({self.mode} ablation): {n} head{'s' if n > 1 else ''} "
+                f"knocked out: {heads_text(tuple(self.knocked))}"
             )
         self.status.setVisible(bool(self.knocked))
 
