@@ -22,6 +22,7 @@ from vitviz.pipeline.head_effects import head_effects
 from vitviz.pipeline.interventions import knocked_out
 from vitviz.ui.knockout import KNOCKED_FILL
 from vitviz.ui.main_window import MainWindow
+from vitviz.workers.messages import ImageResult
 
 
 @pytest.fixture
@@ -190,12 +191,18 @@ def test_mean_ablation_beside_the_toggle(qtbot, window, files, photo_files) -> N
     qtbot.waitUntil(lambda: np.abs(_probs(window) - mean).max() < 1e-5, timeout=WAIT_MS)
     assert "(mean ablation)" in ko.status.text() and "0.2, 2.1" in ko.status.text()
 
-    rocket = photo_files["rocket"]  # another image: its own tokens' means
+    rocket = photo_files["rocket"]  # another image: its own tokens' means, the first time
+    arrived: list[np.ndarray] = []
+    window.client.resultReady.connect(
+        lambda _c, r: arrived.append(np.asarray(r.probs))
+        if isinstance(r, ImageResult) and r.label == rocket.name else None
+    )  # fmt: skip
     window.open_image(rocket)
     wait_shown(qtbot, window, rocket.name)
     want = analyze(loaded, rocket, ablate=[(2, 1), (0, 2)], ablation="mean").probs.numpy()
     qtbot.waitUntil(lambda: np.abs(_probs(window) - want).max() < 1e-5, timeout=WAIT_MS)
     assert settled(window) and ko.knocked == {(2, 1), (0, 2)}
+    assert len(arrived) == 1 and np.abs(arrived[0] - want).max() < 1e-5  # no stale first one
 
 
 def test_patch_from_a_second_image(qtbot, window, files, photo_files, monkeypatch) -> None:

@@ -180,7 +180,6 @@ class KnockoutController(QObject):
             "image's tokens"
         )
         self.ablation.currentTextChanged.connect(self._on_ablation)
-        self._mean_for: tuple[object, object] | None = None  # the image a mean was taken on
         self.act_restore = QAction("Restore all", self)
         self.act_restore.setToolTip("Put every knocked-out head back")
         self.act_restore.setEnabled(False)
@@ -241,15 +240,11 @@ class KnockoutController(QObject):
         if self.knocked:
             self._submit()
 
-    def _submit(self, shown: tuple[object, object] | None = None) -> int:
-        """Ask the engine for the current heads knocked out; ``shown`` the image it will
-        analyse (label, path), when the viewer does not show it yet."""
+    def _submit(self) -> int:
+        """Ask the engine for the current heads knocked out (a mean ablation's values are
+        the shown image's; the engine takes another image's own when it opens one)."""
         self._show()
         heads = tuple(sorted(self.knocked))
-        image = self.viewer.image
-        if shown is None and image is not None:
-            shown = (image.label, image.source_path)
-        self._mean_for = shown
         job = partial(
             jobs.knock_out,
             heads=heads,
@@ -334,10 +329,6 @@ class KnockoutController(QObject):
             self.effect = self.prob = None
             self._show()
         elif isinstance(result, ImageResult):
-            shown = (result.label, result.source_path)
-            if self.knocked and self.mode == "mean" and shown != self._mean_for:
-                self._submit(shown)  # another image: its own means, not the last one's
-                return
             self.overlay.redraw()
             if self.act_importance.isChecked():
                 self.request_importance()

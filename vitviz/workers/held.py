@@ -16,6 +16,7 @@ class HeldIntervention:
     model: Any
     heads: tuple[tuple[int, int], ...]
     stack: ExitStack
+    ablation: str = "zero"  # "mean": its values are one image's (renewed for another)
 
     def close(self) -> None:
         self.stack.close()
