@@ -531,3 +531,23 @@ def test_the_attention_branch_of_a_swin_v2_block(tmp_path) -> None:
         ref = ref_model(x[None])[0]
     assert _rel(got, ref) < RTOL
     assert _rel(full, ref) > 1e-3
+
+
+def test_the_attention_branch_of_a_block_of_branches(tmp_path) -> None:
+    """A block of two attention branches: knocked out, both are 0, the same model with both
+    branches' projections set to 0 (not the first branch alone)."""
+    from conftest import random_vit
+
+    from vitviz.checkpoints import save_checkpoint
+
+    model = random_vit(seed=5, branches=2)
+    path = save_checkpoint(model, tmp_path / "a.safetensors")
+    x = images(1, 32, 32, seed=2)[0]
+    got = analyze(load_checkpoint(path), x, ablate_attention=[1]).logits
+    with torch.no_grad():
+        for branch in model.blocks[1].attns:
+            branch.attn.proj.weight.zero_()
+            branch.attn.proj.bias.zero_()
+    ref = analyze(load_checkpoint(save_checkpoint(model, tmp_path / "b.safetensors")), x).logits
+    assert _rel(got, ref) < RTOL
+    assert _rel(analyze(load_checkpoint(path), x).logits, ref) > 1e-3
