@@ -535,7 +535,8 @@ def test_the_attention_branch_of_a_swin_v2_block(tmp_path) -> None:
 
 def test_the_attention_branch_of_a_block_of_branches(tmp_path) -> None:
     """A block of two attention branches: knocked out, both are 0, the same model with both
-    branches' projections set to 0 (not the first branch alone)."""
+    branches' projections set to 0 (not the first branch alone); a head of the second branch
+    knocked out in an analysis is the accessor's pass with it replaced."""
     from conftest import random_vit
 
     from vitviz.checkpoints import save_checkpoint
@@ -543,6 +544,11 @@ def test_the_attention_branch_of_a_block_of_branches(tmp_path) -> None:
     model = random_vit(seed=5, branches=2)
     path = save_checkpoint(model, tmp_path / "a.safetensors")
     x = images(1, 32, 32, seed=2)[0]
+    loaded = load_checkpoint(path)
+    for head in (0, 3):  # heads 2 and 3 are the second branch's
+        with torch.no_grad():
+            want = loaded.kind.intermediates(loaded.model, x[None], replace={(1, head): None})
+        assert _rel(analyze(loaded, x, ablate=[(1, head)]).logits, want.logits[0]) < RTOL
     got = analyze(load_checkpoint(path), x, ablate_attention=[1]).logits
     with torch.no_grad():
         for branch in model.blocks[1].attns:
