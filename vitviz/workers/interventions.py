@@ -8,18 +8,15 @@ ablation's values are the image's it was asked on: the window asks again for a n
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitviz.workers.held import HeldIntervention, knocked_out, release
+from vitviz.workers.held import hold, knocked_out, release
 from vitviz.workers.job_basics import UserFacingError
 
 if TYPE_CHECKING:
-    from torch import Tensor
-
     from vitviz.workers.jobs import EngineState
     from vitviz.workers.messages import ImageResult
 
@@ -52,41 +49,8 @@ def knock_out(
         raise UserFacingError("Open a model and an image first.", "no_image")
     release(state)
     if heads:
-        _hold(state, heads, ablation, state.analysis.input[None])
+        hold(state, heads, ablation, state.analysis.input[None])
     return analyze_image(state, state.source, state.label, gradients)
-
-
-def _hold(state: EngineState, heads: tuple[tuple[int, int], ...], ablation: str, x: Tensor) -> None:
-    """Hold ``heads`` knocked out of the current model (none held now) with their values
-    for the model input ``x`` (1, C, H, W)."""
-    from vitviz.core.errors import VitvizError
-    from vitviz.pipeline.interventions import ablation_values, check_ablation, head_layout, holding
-
-    assert state.loaded is not None
-    model = state.loaded.model
-    layout = head_layout(state.kind, model, x)
-    try:
-        check_ablation(ablation)
-        chosen = tuple(layout.check_heads(list(heads)))
-        values = ablation_values(state.kind, model, x, layout, chosen, ablation)
-    except VitvizError as exc:
-        raise UserFacingError(str(exc), "image") from exc
-    stack = ExitStack()
-    stack.enter_context(holding(layout, values))
-    state.intervention = HeldIntervention(model, chosen, stack, ablation)
-
-
-def renew_means(state: EngineState, x: Tensor) -> bool:
-    """Before another image (model input ``x`` (1, C, H, W)) is shown: a mean ablation held
-    takes its values on it (the first result shown is then right); False where none is held."""
-    held = state.intervention
-    if held is None or held.ablation != "mean" or state.loaded is None:
-        return False
-    if held.model is not state.loaded.model:
-        return False
-    release(state)
-    _hold(state, held.heads, "mean", x)
-    return True
 
 
 def head_importance(

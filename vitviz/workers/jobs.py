@@ -231,7 +231,7 @@ def analyze_image(
     """Analyse ``source`` (path, bytes or uint8 array) with the current model; ``gradients``
     keeps the top class's attention gradients from the same pass (gradient methods shown)."""
     from vitviz.imaging import ImageLoadError
-    from vitviz.workers.interventions import renew_means
+    from vitviz.workers.held import renew_means
 
     if state.loaded is None:
         raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
