@@ -531,3 +531,29 @@ def test_the_attention_branch_of_a_swin_v2_block(tmp_path) -> None:
         ref = ref_model(x[None])[0]
     assert _rel(got, ref) < RTOL
     assert _rel(full, ref) > 1e-3
+
+
+def test_the_attention_branch_of_a_block_of_branches(tmp_path) -> None:
+    """A block of two attention branches: knocked out, both are 0, the same model with both
+    branches' projections set to 0 (not the first branch alone); a head of the second branch
+    knocked out in an analysis is the accessor's pass with it replaced."""
+    from conftest import random_vit
+
+    from vitviz.checkpoints import save_checkpoint
+
+    model = random_vit(seed=5, branches=2)
+    path = save_checkpoint(model, tmp_path / "a.safetensors")
+    x = images(1, 32, 32, seed=2)[0]
+    loaded = load_checkpoint(path)
+    for head in (0, 3):  # heads 2 and 3 are the second branch's
+        with torch.no_grad():
+            want = loaded.kind.intermediates(loaded.model, x[None], replace={(1, head): None})
+        assert _rel(analyze(loaded, x, ablate=[(1, head)]).logits, want.logits[0]) < RTOL
+    got = analyze(load_checkpoint(path), x, ablate_attention=[1]).logits
+    with torch.no_grad():
+        for branch in model.blocks[1].attns:
+            branch.attn.proj.weight.zero_()
+            branch.attn.proj.bias.zero_()
+    ref = analyze(load_checkpoint(save_checkpoint(model, tmp_path / "b.safetensors")), x).logits
+    assert _rel(got, ref) < RTOL
+    assert _rel(analyze(load_checkpoint(path), x).logits, ref) > 1e-3

@@ -22,6 +22,7 @@ from vitviz.pipeline.head_effects import head_effects
 from vitviz.pipeline.interventions import knocked_out
 from vitviz.ui.knockout import KNOCKED_FILL
 from vitviz.ui.main_window import MainWindow
+from vitviz.workers.messages import ImageResult
 
 
 @pytest.fixture
@@ -190,12 +191,18 @@ def test_mean_ablation_beside_the_toggle(qtbot, window, files, photo_files) -> N
     qtbot.waitUntil(lambda: np.abs(_probs(window) - mean).max() < 1e-5, timeout=WAIT_MS)
     assert "(mean ablation)" in ko.status.text() and "0.2, 2.1" in ko.status.text()
 
-    rocket = photo_files["rocket"]  # another image: its own tokens' means
+    rocket = photo_files["rocket"]  # another image: its own tokens' means, the first time
+    arrived: list[np.ndarray] = []
+    window.client.resultReady.connect(
+        lambda _c, r: arrived.append(np.asarray(r.probs))
+        if isinstance(r, ImageResult) and r.label == rocket.name else None
+    )  # fmt: skip
     window.open_image(rocket)
     wait_shown(qtbot, window, rocket.name)
     want = analyze(loaded, rocket, ablate=[(2, 1), (0, 2)], ablation="mean").probs.numpy()
     qtbot.waitUntil(lambda: np.abs(_probs(window) - want).max() < 1e-5, timeout=WAIT_MS)
     assert settled(window) and ko.knocked == {(2, 1), (0, 2)}
+    assert len(arrived) == 1 and np.abs(arrived[0] - want).max() < 1e-5  # no stale first one
 
 
 def test_patch_from_a_second_image(qtbot, window, files, photo_files, monkeypatch) -> None:
@@ -235,3 +242,24 @@ def test_patch_from_a_second_image(qtbot, window, files, photo_files, monkeypatc
     assert ko.effect is None and not ko.scale.isVisible() and ko.patch_clean is None
     assert not [i for i in grid.vb.addedItems if isinstance(i, QGraphicsRectItem)
                 and i.zValue() == 20]  # fmt: skip
+
+
+def test_the_status_bar_keeps_the_model_line_whole_at_1366(qtbot, window) -> None:
+    """At 1366 px the intervention line gives way to the model line: the model line is whole,
+    the intervention line keeps its start (the ablation, how many heads) and its whole text is
+    its tooltip; neither covers the other."""
+    ko = window.knockout
+    window.model_label.setText(
+        "vit-twelve-layers-by-twelve-heads-demo.safetensors · Vision Transformer (vitviz, "
+        "12 layers × 12 heads, 5 classes)"
+    )
+    ko.knocked = {(layer, (5 * layer) % 12) for layer in range(10)}
+    ko._show()  # what a knocked-out result shows
+    window.resize(1366, 768)
+    qtbot.waitUntil(lambda: window.width() == 1366 and ko.status.isVisible(), timeout=WAIT_MS)
+    model, status = window.model_label, ko.status
+    qtbot.waitUntil(lambda: model.width() >= model.sizeHint().width(), timeout=WAIT_MS)
+    assert model.geometry().right() < status.geometry().left()
+    assert status.geometry().right() <= window.statusBar().width()
+    assert status.width() < status.sizeHint().width()  # cut, so its tooltip says it whole
+    assert status.toolTip() == status.text() and "10 heads knocked out" in status.text()

@@ -42,7 +42,9 @@ class Intermediates:
     None for a block without one. ``attention_branches`` each attention layer's modules whose
     outputs the block's residual adds as its attention branch (up to LayerScale and drop path):
     its projections (``attention_branch``), or the norm after them in a residual post-norm
-    block; zeroing each zeroes the branch.
+    block; zeroing each zeroes the branch. ``head_projections`` each attention layer's
+    projections that read its heads, the heads split evenly among them, branch after branch
+    (one but in a block of several attention branches; empty: ``projections`` alone).
     A pass asked for its logits alone (``logits_only``) keeps no block's or head's output:
     ``blocks``, ``block_prefix``, ``block_grids``, ``heads`` and ``head_grids`` are empty, the
     modules (``projections``, ``block_modules``, ``mlps``) named as ever.
@@ -59,6 +61,7 @@ class Intermediates:
     block_modules: tuple[Any, ...] = field(default=())
     mlps: tuple[Any, ...] = field(default=())
     attention_branches: tuple[tuple[Any, ...], ...] = field(default=())
+    head_projections: tuple[tuple[Any, ...], ...] = field(default=())
 
 
 def mlp_branch(block: Any) -> Any:

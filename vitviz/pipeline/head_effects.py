@@ -84,7 +84,7 @@ def full_pass(kind: ModelKind, model: nn.Module, x: Tensor) -> tuple[Intermediat
 # Heads replaced per pass when the caller names no batch (DESIGN §5, "Interventions"): on a CPU
 # a few, so that a pass's activations stay within about one analysis's memory (the time per
 # head is the same); on a GPU, whose passes are bound by their kernel launches, a layer's heads.
-CPU_BATCH = 3
+CPU_BATCH = 2
 
 
 def default_batch(x: Tensor, heads: int) -> int:

@@ -67,6 +67,7 @@ class HeadLayout:
     blocks: tuple[nn.Module, ...] = ()
     mlps: tuple[nn.Module | None, ...] = ()
     attention_branches: tuple[tuple[nn.Module, ...], ...] = ()
+    head_projections: tuple[tuple[nn.Module, ...], ...] = ()  # a layer's heads, branch by branch
 
     @classmethod
     def of(cls, out: Intermediates) -> HeadLayout:
@@ -78,6 +79,7 @@ class HeadLayout:
             mlps=tuple(out.mlps),
             attention_branches=tuple(out.attention_branches)
             or tuple((p,) for p in out.projections),
+            head_projections=tuple(out.head_projections) or tuple((p,) for p in out.projections),
         )
 
     @property
@@ -223,8 +225,13 @@ def holding(
     handles = []
     try:
         for layer, heads in by_layer.items():
-            hook = _head_hook(layout.heads[layer], layout.head_dims[layer], heads)
-            handles.append(layout.projections[layer].register_forward_pre_hook(hook))
+            projections = layout.head_projections[layer]
+            each = layout.heads[layer] // len(projections)  # a branch's heads
+            for b, projection in enumerate(projections):
+                mine = {h - b * each: v for h, v in heads.items() if b * each <= h < (b + 1) * each}
+                if mine:
+                    hook = _head_hook(each, layout.head_dims[layer], mine)
+                    handles.append(projection.register_forward_pre_hook(hook))
         for layer in sorted(set(branches)):
             for module in layout.attention_branches[layer]:
                 handles.append(module.register_forward_hook(_zero_output))

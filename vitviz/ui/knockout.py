@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from vitviz.imaging.colormaps import tick_text
 from vitviz.imaging.effect_grid import diverging_colours, symmetric_levels
+from vitviz.ui.elided_label import ElidedLabel
 from vitviz.ui.head_grid import MEAN, HeadGrid
 from vitviz.workers import interventions as jobs
 from vitviz.workers.messages import ImageResult, ModelSummary
@@ -179,7 +180,6 @@ class KnockoutController(QObject):
             "image's tokens"
         )
         self.ablation.currentTextChanged.connect(self._on_ablation)
-        self._mean_for: tuple[object, object] | None = None  # the image a mean was taken on
         self.act_restore = QAction("Restore all", self)
         self.act_restore.setToolTip("Put every knocked-out head back")
         self.act_restore.setEnabled(False)
@@ -209,7 +209,7 @@ class KnockoutController(QObject):
         self.scale = ImportanceScale()
         self.scale.hide()
         self.viewer.head_panel.extras.addWidget(self.scale)
-        self.status = QLabel("")
+        self.status = ElidedLabel("")  # gives way to the model line when the bar is short
         self.status.setStyleSheet(STATUS_STYLE)
         self.status.hide()
         window.statusBar().addPermanentWidget(self.status)
@@ -240,15 +240,11 @@ class KnockoutController(QObject):
         if self.knocked:
             self._submit()
 
-    def _submit(self, shown: tuple[object, object] | None = None) -> int:
-        """Ask the engine for the current heads knocked out; ``shown`` the image it will
-        analyse (label, path), when the viewer does not show it yet."""
+    def _submit(self) -> int:
+        """Ask the engine for the current heads knocked out (a mean ablation's values are
+        the shown image's; the engine takes another image's own when it opens one)."""
         self._show()
         heads = tuple(sorted(self.knocked))
-        image = self.viewer.image
-        if shown is None and image is not None:
-            shown = (image.label, image.source_path)
-        self._mean_for = shown
         job = partial(
             jobs.knock_out,
             heads=heads,
@@ -333,10 +329,6 @@ class KnockoutController(QObject):
             self.effect = self.prob = None
             self._show()
         elif isinstance(result, ImageResult):
-            shown = (result.label, result.source_path)
-            if self.knocked and self.mode == "mean" and shown != self._mean_for:
-                self._submit(shown)  # another image: its own means, not the last one's
-                return
             self.overlay.redraw()
             if self.act_importance.isChecked():
                 self.request_importance()
@@ -363,9 +355,10 @@ class KnockoutController(QObject):
         self.scale.setVisible(self.effect is not None)
         self.act_restore.setEnabled(bool(self.knocked))
         if self.knocked:
+            n = len(self.knocked)
             self.status.setText(
-                f"Intervened model: heads {heads_text(tuple(self.knocked))} knocked out "
-                f"({self.mode} ablation)"
+                f"Intervened model ({self.mode} ablation): {n} head{'s' if n > 1 else ''} "
+                f"knocked out: {heads_text(tuple(self.knocked))}"
             )
         self.status.setVisible(bool(self.knocked))
 

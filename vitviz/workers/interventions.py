@@ -8,13 +8,12 @@ ablation's values are the image's it was asked on: the window asks again for a n
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitviz.workers.held import HeldIntervention, knocked_out, release
+from vitviz.workers.held import hold, knocked_out, release
 from vitviz.workers.job_basics import UserFacingError
 
 if TYPE_CHECKING:
@@ -44,26 +43,13 @@ def knock_out(
     """Knock ``heads`` out of the current model (``ablation`` "zero", or "mean": each head's
     mean over the current image's tokens; () restores every head) and analyse the current
     image again with it: predictions, attention and maps then come from the intervened model."""
-    from vitviz.core.errors import VitvizError
-    from vitviz.pipeline.interventions import ablation_values, check_ablation, head_layout, holding
     from vitviz.workers.jobs import analyze_image
 
     if state.loaded is None or state.analysis is None or state.source is None:
         raise UserFacingError("Open a model and an image first.", "no_image")
     release(state)
     if heads:
-        model = state.loaded.model
-        x = state.analysis.input[None]
-        layout = head_layout(state.kind, model, x)
-        try:
-            check_ablation(ablation)
-            chosen = tuple(layout.check_heads(list(heads)))
-            values = ablation_values(state.kind, model, x, layout, chosen, ablation)
-        except VitvizError as exc:
-            raise UserFacingError(str(exc), "image") from exc
-        stack = ExitStack()
-        stack.enter_context(holding(layout, values))
-        state.intervention = HeldIntervention(model, chosen, stack)
+        hold(state, heads, ablation, state.analysis.input[None])
     return analyze_image(state, state.source, state.label, gradients)
 
 

@@ -231,6 +231,7 @@ def analyze_image(
     """Analyse ``source`` (path, bytes or uint8 array) with the current model; ``gradients``
     keeps the top class's attention gradients from the same pass (gradient methods shown)."""
     from vitviz.imaging import ImageLoadError
+    from vitviz.workers.held import renew_means
 
     if state.loaded is None:
         raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
@@ -246,6 +247,8 @@ def analyze_image(
         if reuse:  # new prompts on the image shown: scored without running the model again
             analysis = state.analysis
         else:
+            analysis = kind.analyze(state.loaded, source, gradients=gradients)
+        if not same and renew_means(state, analysis.input[None]):  # its own means (DESIGN §5)
             analysis = kind.analyze(state.loaded, source, gradients=gradients)
     except ImageLoadError as exc:
         raise UserFacingError(str(exc), "image") from exc

@@ -196,6 +196,7 @@ def read_intermediates(
         block_modules=tuple(s.block for s in blocks),
         mlps=tuple(mlp_branch(s.block) for s in blocks),
         attention_branches=tuple(s.attention_branch for s in heads),
+        head_projections=tuple(s.projections for s in heads),
     )
     logits = logits if num_classes else logits[:, :0]
     if logits_only:
