@@ -1,7 +1,7 @@
 """An 80-megapixel photograph through ``vitviz-cli explain``: reduced decoding against full size.
 
 The photograph: skimage's astronaut (512 × 512) upscaled to 10000 × 8000 (bicubic) with seeded
-noise of ±12 grey levels, saved as JPEG quality 90 (``--quick``: 4400 × 1100). The model: the
+noise of ±12 grey levels, saved as JPEG quality 90 (``--quick``: 4800 × 1600). The model: the
 shipped 64-px shapes model. Each case runs ``vitviz.cli.main(["explain", PHOTO, "--checkpoint",
 MODEL, "--out", DIR, ...])`` in a fresh Python process:
 
@@ -39,7 +39,7 @@ import numpy as np
 from _common import REPO_ROOT, Check, environment, finish, fmt_seconds, parser, print_table
 from PIL import Image
 
-SIZE, QUICK_SIZE = (10000, 8000), (4400, 1100)  # (W, H)
+SIZE, QUICK_SIZE = (10000, 8000), (4800, 1600)  # (W, H)
 RSS_TARGET_MIB = 2048.0
 TIME_TARGET = 0.5  # default / full size, at most
 MAX_SIDE = 4096

@@ -28,7 +28,7 @@ def test_big_image_benchmark_quick() -> None:
         for cells in ([c.strip() for c in line.strip("|").split("|")] for line in out.splitlines())
         if cells[0] in ("baseline --full-size", "vitviz")
     }
-    assert rows["baseline --full-size"][4] == "4400×1100"  # the full size
-    assert rows["vitviz"][4] == "4096×1024"  # at most 4096 px long
+    assert rows["baseline --full-size"][4] == "4800×1600"  # the full size
+    assert rows["vitviz"][4] == "4096×1365"  # at most 4096 px long
     assert float(rows["vitviz"][3]) > 0  # a peak RSS was measured
     assert "WRONG RESULT" not in out
