@@ -41,6 +41,15 @@ def random_vit(seed: int = 0, **overrides) -> VisionTransformer:
     return model.eval()
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Once every test module is imported, what exists (modules, torch, Qt, the tests' tables)
+    lives to the end of the run: ``gc.freeze`` takes it out of the collector's walk, so a full
+    collection (each Qt test below runs two) walks only what tests made since: about 0.02 s
+    instead of 0.15 s. Nothing a test makes is frozen; what it leaves is collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
 def _collect_garbage_on_the_gui_thread(request: pytest.FixtureRequest):
     """In a Qt test, no cyclic garbage is collected by a worker thread (as vitviz.app arranges
