@@ -33,3 +33,22 @@ def test_a_sample_of_timm_names_is_exact_or_refused(tmp_path: Path) -> None:
     rows = [line.split() for line in out.splitlines() if not line.startswith("|")]
     verdicts = [row[2] for row in rows if len(row) > 2 and row[1] in ("bare", "folder")]
     assert len(verdicts) >= 2 and set(verdicts) <= {"exact", "refused", "not"}, out
+
+
+def test_the_walk_calls_float32_rounding_exact_and_a_wrong_model_wrong() -> None:
+    """The walk's float64 reading (``float64_error``): the same function computed in another
+    order is ~0 in float64; a model that computes otherwise is not."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("timm_walk", BENCHMARKS / "timm_walk.py")
+    walk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(walk)
+    torch.manual_seed(0)
+    library = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
+    same = torch.nn.Sequential(*[m for m in library])  # the same weights, another module
+    x = torch.randn(2, 8)
+    assert walk.float64_error(same, library, x) <= walk.FLOAT64_RTOL
+    other = torch.nn.Sequential(library[0], torch.nn.ReLU(), library[2])  # GELU -> ReLU
+    assert walk.float64_error(other, library, x) > 1e-3
