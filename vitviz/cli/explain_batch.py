@@ -271,11 +271,11 @@ def explain_many(
     writer = _Writer(
         args.out, args.colormap, max_side, not args.bare, settings, threads=writer_threads()
     )
-    joint = fit_joint(args, loaded, images, settings, analyses_of, max_side, dtype)
     failed, total, start = 0, len(images), time.perf_counter()
     named = False  # the model's name people know, said once before the first image's line
     files = LocalRunFiles(args.out, "explain", say, total)  # run.json, images.parquet (as Ray's)
     try:
+        joint = fit_joint(args, loaded, images, settings, analyses_of, max_side, dtype)
         analyses = (analyses_of or iter_kind_analyses)(  # one per image, in order
             loaded,
             images,

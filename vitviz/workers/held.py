@@ -45,11 +45,18 @@ def hold(state: Any, heads: tuple[tuple[int, int], ...], ablation: str, x: Tenso
     """Hold ``heads`` knocked out of the current model (none held now) with their values
     for the model input ``x`` (1, C, H, W)."""
     from vitviz.core.errors import VitvizError
-    from vitviz.pipeline.interventions import ablation_values, check_ablation, head_layout, holding
+    from vitviz.pipeline.interventions import (
+        ablation_values,
+        check_ablation,
+        head_layout,
+        holding,
+        model_input,
+    )
     from vitviz.workers.job_basics import UserFacingError
 
     assert state.loaded is not None
     model = state.loaded.model
+    x = model_input(state.loaded, x)  # the model may have moved since (the Device box)
     layout = head_layout(state.kind, model, x)
     try:
         check_ablation(ablation)

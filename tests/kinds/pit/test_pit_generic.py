@@ -15,8 +15,11 @@ from test_features_kinds import (  # noqa: F401 - collected here with this modul
     test_high_norm_flags_and_prefix_norms,
     test_logit_lens_ends_at_the_models_prediction,
     test_maps_lie_on_a_blocks_grid,
+    test_the_windows_similarity_table_holds_every_clicked_patchs_map,
 )
 from test_interventions_kinds import (  # noqa: F401 - collected here with this module's fixtures
+    test_a_layer_past_the_last_is_refused_in_one_line,
+    test_a_logits_only_pass_keeps_nothing_else,
     test_head_effects_equal_a_single_head_pass,
 )
 
