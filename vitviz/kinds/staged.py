@@ -76,8 +76,15 @@ class StagedKind(TableKind):
             analysis = run()
         sites = self.staged_sites(model, analysis.input[None])
         if sites is not None:
-            analysis.kept_blocks = kept_block_outputs(sites, calls, analysis.logits[None])
+            kept = kept_block_outputs(sites, calls, analysis.logits[None])
+            analysis.kept_blocks = None if kept is None else self.kept_with_prefix(sites, kept)
         return analysis
+
+    def kept_with_prefix(self, sites: Any, kept: Any) -> Any:
+        """``kept`` (``kindapi.BlockOutputs``, no prefix) with the prefix tokens each block
+        carried, read from ``sites`` after it laid the blocks out; as it is for a kind whose
+        blocks carry none (the kinds with a prefix override it)."""
+        return kept
 
     def analysis_blocks(self, analysis: Any) -> Any:
         """The block outputs its own pass kept (``keeping_blocks``), None without them."""

@@ -12,6 +12,7 @@ import pytest
 import torch
 from pit_helpers import SIZE, save_folder, tiny_timm_pit
 from test_features_kinds import (  # noqa: F401 - collected here with this module's fixtures
+    test_analyses_keep_the_accessors_block_outputs,
     test_high_norm_flags_and_prefix_norms,
     test_logit_lens_ends_at_the_models_prediction,
     test_maps_lie_on_a_blocks_grid,

@@ -89,7 +89,24 @@ class PiTKind(StagedKind):
 
         model = getattr(loaded, "model", loaded)
         gradients = bool(options.get("gradients")) and int(model.config.num_classes) > 0
-        return analyze_pit(loaded, image, gradients, options.get("target_class"))
+        target = options.get("target_class")
+        return self.keeping_blocks(loaded, lambda: analyze_pit(loaded, image, gradients, target))
+
+    def staged_sites(self, model: nn.Module, x: Tensor) -> Any:
+        """vitviz's PiTViT's blocks as its accessor reads them (None: another network)."""
+        from vitviz.kinds.pit.intermediates import PiTSites
+        from vitviz.kinds.pit.network import PiTViT
+
+        return PiTSites(model) if isinstance(model, PiTViT) else None
+
+    def kept_with_prefix(self, sites: Any, kept: Any) -> Any:
+        """The CLS (and distillation) token each block carried, as the accessor gives them."""
+        import dataclasses
+
+        prefixes = tuple(p.detach() for p in sites.prefixes if p is not None)
+        if len(prefixes) != len(kept.blocks):
+            return None
+        return dataclasses.replace(kept, block_prefix=prefixes)
 
     def token_geometry(self, analysis: PiTAnalysis) -> TokenGeometry:
         P = analysis.num_prefix_tokens
