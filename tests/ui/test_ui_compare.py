@@ -47,7 +47,11 @@ def test_compare_shows_both_models_in_sync(qtbot, tmp_path: Path, tiny_ckpt: Pat
     assert tuple(bar.levels()) == (0.0, 1.0) and tuple(c.heads_image.levels) == (0.0, 1.0)
     ticks = [t for _, t in bar.axis._tickLevels[0]]
     assert "0" in ticks and "1" in ticks
-    assert bar.mapRectToScene(bar.boundingRect()).left() > c.heads_image.sceneBoundingRect().right()
+    grid = c.heads.getPlotItem().vb  # the bar beside the grid's box, once Qt has laid it out
+    qtbot.waitUntil(
+        lambda: bar.mapRectToScene(bar.boundingRect()).left() >= grid.sceneBoundingRect().right(),
+        timeout=WAIT_MS,
+    )
     cols = want.head_similarity.shape[1]
     assert c.heads.getAxis("bottom")._tickLevels[0] == every(cols, MAX_HEAD_TICKS)
     assert "epoch1.safetensors" in c.pred_b.text() and CLASS_NAMES[b.top_class] in c.pred_b.text()
