@@ -165,3 +165,17 @@ def test_the_command_line_keeps_a_model_id_and_makes_paths_absolute(
         str(tmp_path / "org" / "here"),
         "a/b@v1.0",
     ]
+
+
+def test_download_right_after_cancel_is_taken_once_the_last_run_ends(
+    qtbot, window: MainWindow, hub: StandinHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A click on Download… while the cancelled run's thread is still ending is not lost."""
+    dialog = window.download_dialog()
+    dialog.id_box.setText("org/tiny-vit")
+    dialog.state = "cancelled"
+    ending = iter([True, True])  # the last run's thread alive for the first two looks
+    real = dialog.runner.is_running
+    monkeypatch.setattr(dialog.runner, "is_running", lambda: next(ending, None) or real())
+    dialog.go_button.click()
+    qtbot.waitUntil(lambda: dialog.state == "asking", timeout=20_000)

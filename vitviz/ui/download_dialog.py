@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -176,6 +176,8 @@ class DownloadDialog(QDialog):
         """Download… / Open: read what the chosen id needs (or open it when it's cached);
         Download (when asking): fetch the files."""
         if self.runner.is_running():
+            if self.state in ("cancelled", "done", "failed"):  # its thread is still winding down
+                QTimer.singleShot(20, self.start)  # the click is taken once it has ended
             return
         if self.state == "asking":
             self._fetch()
