@@ -87,3 +87,25 @@ class ClusterRow(QWidget):
     def showEvent(self, event: Any) -> None:
         self.reload()
         super().showEvent(event)
+
+
+class FolderRunsOn:
+    """What a panel with a ``cluster_row`` (a ``ClusterRow``) and ``_app_settings`` says of
+    where its folder runs go; mixed into the Head statistics' and the Faithfulness panel."""
+
+    cluster_row: ClusterRow
+    _app_settings: AppSettings | None
+
+    @property
+    def app_settings(self) -> AppSettings | None:
+        """The window's settings: where the folder dialog opens, the cluster address."""
+        return self._app_settings
+
+    @app_settings.setter
+    def app_settings(self, settings: AppSettings | None) -> None:
+        self._app_settings = settings
+        self.cluster_row.bind(settings)
+
+    def cluster_address(self) -> str | None:
+        """The Ray cluster's address folders are measured on; None: this computer."""
+        return self.cluster_row.cluster_address()

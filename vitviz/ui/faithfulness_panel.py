@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.ui import file_dialogs
-from vitviz.ui.cluster_row import ClusterRow
+from vitviz.ui.cluster_row import ClusterRow, FolderRunsOn
 from vitviz.ui.settings import AppSettings
 from vitviz.workers.folder_faithfulness import FolderFaithfulnessResult
 from vitviz.workers.messages import CurvesResult, FaithfulnessResult
@@ -61,7 +61,7 @@ class CurvePlot(pg.PlotWidget):
             self.curves[role] = self.plot(x, values, pen=PENS[role], name=text)
 
 
-class FaithfulnessPanel(QWidget):
+class FaithfulnessPanel(FolderRunsOn, QWidget):
     """A button asks for the numbers (``measureRequested``); ``show_result`` draws them.
     ``folderRequested(folder)`` asks for them over a folder's images, ``cancelRequested``
     stops that run; the window answers with ``set_progress``, ``show_folder`` or
@@ -125,20 +125,6 @@ class FaithfulnessPanel(QWidget):
         layout.addWidget(self.deletion, 1)
         layout.addWidget(self.insertion, 1)
         layout.addWidget(self.numbers)
-
-    @property
-    def app_settings(self) -> AppSettings | None:
-        """The window's settings: where the folder dialog opens, the cluster address."""
-        return self._app_settings
-
-    @app_settings.setter
-    def app_settings(self, settings: AppSettings | None) -> None:
-        self._app_settings = settings
-        self.cluster_row.bind(settings)
-
-    def cluster_address(self) -> str | None:
-        """The Ray cluster's address folders are measured on; None: this computer."""
-        return self.cluster_row.cluster_address()
 
     def set_busy(self, text: str) -> None:
         self.status.setText(text)

@@ -19,13 +19,13 @@ from PySide6.QtWidgets import (
 
 from vitviz.ui import file_dialogs
 from vitviz.ui.charts import HeadStatsView
-from vitviz.ui.cluster_row import ClusterRow
+from vitviz.ui.cluster_row import ClusterRow, FolderRunsOn
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.view_state import stats_notes
 from vitviz.workers.folder_stats import FolderStatsResult
 
 
-class StatsPanel(QWidget):
+class StatsPanel(FolderRunsOn, QWidget):
     """``folderRequested(folder)`` asks for the statistics over a folder; ``cancelRequested``
     stops that run. The window answers with ``set_progress``, ``show_folder`` or ``set_idle``."""
 
@@ -69,20 +69,6 @@ class StatsPanel(QWidget):
         self.over_folder.clicked.connect(self._choose_folder)
         self.cancel.clicked.connect(self.cancelRequested)
         self.back.clicked.connect(self.show_image)
-
-    @property
-    def app_settings(self) -> AppSettings | None:
-        """The window's settings: where the folder dialog opens, the cluster address."""
-        return self._app_settings
-
-    @app_settings.setter
-    def app_settings(self, settings: AppSettings | None) -> None:
-        self._app_settings = settings
-        self.cluster_row.bind(settings)
-
-    def cluster_address(self) -> str | None:
-        """The Ray cluster's address folders are measured on; None: this computer."""
-        return self.cluster_row.cluster_address()
 
     # -- the image on screen ---------------------------------------------------------------------
     def set_statistics(
