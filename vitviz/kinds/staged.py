@@ -19,7 +19,14 @@ if TYPE_CHECKING:
     import numpy as np
     from torch import nn
 
-    from vitviz.kindapi.protocol import FaithfulnessReport, Loaded, QueryMaps, Session, ViewWords
+    from vitviz.kindapi.protocol import (
+        FaithfulnessReport,
+        Loaded,
+        ModelShape,
+        QueryMaps,
+        Session,
+        ViewWords,
+    )
 
 
 class StagedKind(TableKind):
@@ -148,8 +155,27 @@ class StagedKind(TableKind):
     def curves(
         self, session: Session, names: list[str], options: dict[str, Any]
     ) -> FaithfulnessReport:
-        """Deletion and insertion curves of ``names`` (``evaluate_faithfulness``'s options)."""
-        return super().evaluate_faithfulness(session, names, **options)
+        """Deletion and insertion curves of ``names`` (``evaluate_faithfulness``'s options) on
+        the session's model (an analysis made without it is given it)."""
+        from dataclasses import replace
+
+        from vitviz.explain.faithfulness import evaluate_methods
+        from vitviz.kinds.staged_analysis import ModelOnly
+
+        a, model = session.analysis, session.loaded.model
+        if not self.has_head(session.loaded):
+            raise ValueError("faithfulness needs a classification head, and this model has none")
+        if a.loaded is None or a.loaded.model is not model:
+            a = replace(a, loaded=ModelOnly(model))
+        return evaluate_methods(a, names, **options)
+
+    def model_shape(self, loaded: Loaded) -> ModelShape:
+        """The engine module's ``model_shape(loaded, kind)``."""
+        return self._engine().model_shape(loaded, self)
+
+    def thumbnails(self, analysis: Any) -> tuple[tuple[int, int], int]:
+        """The engine module's ``thumbnail_grid(analysis)``: (grid, cell pixels)."""
+        return self._engine().thumbnail_grid(analysis)
 
     def query_maps(self, session: Session, query: tuple[int, int] | None) -> QueryMaps:
         return self._engine().query_maps(session, query)

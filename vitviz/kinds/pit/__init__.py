@@ -22,11 +22,8 @@ if TYPE_CHECKING:
     from vitviz.kindapi.feature_sites import LayerChoice
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
     from vitviz.kindapi.protocol import (
-        FaithfulnessReport,
         ImageInput,
         Loaded,
-        ModelShape,
-        Session,
         ViewWords,
     )
     from vitviz.kinds.pit.analysis import PiTAnalysis
@@ -215,37 +212,11 @@ class PiTKind(StagedKind):
         return overlay_on_image(analysis.pixels, pixels, colormap=colormap, opacity=opacity)
 
     # -- engine and window ---------------------------------------------------------------------
-    def model_shape(self, loaded: Loaded) -> ModelShape:
-        from vitviz.kinds.pit import engine_data
-
-        return engine_data.model_shape(loaded, self)
-
-    def thumbnails(self, analysis: PiTAnalysis) -> tuple[tuple[int, int], int]:
-        from vitviz.kinds.pit.engine_data import thumbnail_grid
-
-        return thumbnail_grid(analysis)
-
     def view_words(self, analysis: Any) -> ViewWords:
         """The staged kinds' words, the query without a clicked cell being the CLS token."""
         from dataclasses import replace
 
         return replace(super().view_words(analysis), query_none="CLS token")
-
-    def curves(
-        self, session: Session, names: list[str], options: dict[str, Any]
-    ) -> FaithfulnessReport:
-        """Curves on the session's model (an analysis made without it is given it)."""
-        from dataclasses import replace
-
-        from vitviz.explain.faithfulness import evaluate_methods
-        from vitviz.kinds.pit.analysis import ModelOnly
-
-        a, model = session.analysis, session.loaded.model
-        if not self.has_head(session.loaded):
-            raise ValueError("faithfulness needs a classification head, and this model has none")
-        if a.loaded is None or a.loaded.model is not model:
-            a = replace(a, loaded=ModelOnly(model))
-        return evaluate_methods(a, names, **options)
 
 
 KIND = PiTKind()

@@ -16,11 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from vitviz.explain.gradcam import attention_gradcam, gradcam_method
 from vitviz.explain.masks import dino_masks
 from vitviz.kindapi.protocol import KindMethod
+from vitviz.kinds.kind_methods import requires_own, versions_of
 from vitviz.kinds.pit.analysis import PiTAnalysis, analyze_pit
 from vitviz.kinds.pit.network import PiTViT
 
@@ -147,24 +148,8 @@ def pit_method_map(
     raise ValueError(f"vitviz has no PiT version of {name!r} here (see METHODS)")
 
 
-def _requires_own(label: str, model: nn.Module) -> str | None:
-    if isinstance(model, PiTViT):
-        return None
-    return f"{label} needs vitviz's own PiT, and this model is a {type(model).__name__}"
-
-
-def _version(name: str) -> Any:
-    """The compute function of the PiT version of table method ``name``."""
-
-    def compute(
-        analysis: PiTAnalysis,
-        query: tuple[int, int] | None,
-        target_class: int | None,
-        params: Mapping[str, Any],
-    ) -> Tensor:
-        return pit_method_map(analysis, name, query, target_class, params)
-
-    return compute
+_requires_own = requires_own("PiT", PiTViT)
+_version = versions_of(pit_method_map)
 
 
 # The PiT kind's one declaration (DESIGN §5): its versions of the table's methods, each taking

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.pyramid.hiera_network import HieraViT
@@ -26,15 +26,7 @@ from vitviz.kinds.pyramid.rollout import (
     gradient_blocks,
     relevance_blocks,
 )
-from vitviz.kinds.staged_analysis import StagedAnalysisBase
-
-
-@dataclass(frozen=True)
-class ModelOnly:
-    """An analysis's ``loaded`` for a bare model (no checkpoint): the model, no class names."""
-
-    model: nn.Module
-    class_names: tuple[str, ...] = ()
+from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, decode_for_model
 
 
 @dataclass
@@ -156,7 +148,7 @@ def analyze_pyramid(
         prep = getattr(model_or_loaded, "preprocessing", None)
         if prep is None:
             raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
-        source, prepared = _decode(image, prep, cfg.patch_size)
+        source, prepared = decode_for_model(image, prep, cfg.patch_size)
         image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
     x = image.unsqueeze(0) if image.ndim == 3 else image
     if x.ndim != 4 or x.shape[0] != 1:
@@ -212,15 +204,3 @@ def analyze_pyramid(
         patch_size=int(cfg.patch_size),
         loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )
-
-
-def _decode(image: Any, prep: Any, patch: int) -> tuple[Any, Any]:
-    """The source decoded as ``analyze`` decodes it and the model input prepared from it."""
-    from vitviz.imaging import load_image, prepare_image
-    from vitviz.imaging.loading import full_size
-    from vitviz.imaging.preprocess import source_for_display
-    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
-
-    source = load_image(image, max_side=OVERLAY_MAX_SIDE, min_size=model_min_size(prep, patch))
-    source = source_for_display(source, prep.channels)
-    return source, prepare_image(source, prep, patch, full_size=full_size(source))

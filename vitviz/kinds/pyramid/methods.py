@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
+from vitviz.kinds.kind_methods import requires_own, versions_of
 from vitviz.kinds.pyramid.analysis import PyramidAnalysis, analyze_pyramid
 from vitviz.kinds.pyramid.gradcam import pyramid_token_gradcam
 from vitviz.kinds.pyramid.hiera_network import HieraViT
@@ -133,25 +134,8 @@ def pyramid_method_map(
     raise ValueError(f"vitviz has no pyramid version of {name!r} here (see METHODS)")
 
 
-def _requires_own(label: str, model: nn.Module) -> str | None:
-    if isinstance(model, (PyramidViT, HieraViT)):
-        return None
-    return f"{label} needs vitviz's own pyramid ViT, and this model is a {type(model).__name__}"
-
-
-def _version(name: str) -> Any:
-    """The compute function of the pyramid version of table method ``name``: (analysis, query
-    cell or None, target class, parameters) -> map."""
-
-    def compute(
-        analysis: PyramidAnalysis,
-        query: tuple[int, int] | None,
-        target_class: int | None,
-        params: Mapping[str, Any],
-    ) -> Tensor:
-        return pyramid_method_map(analysis, name, query, target_class, params)
-
-    return compute
+_requires_own = requires_own("pyramid ViT", PyramidViT, HieraViT)
+_version = versions_of(pyramid_method_map)
 
 
 # The pyramid kind's one declaration (DESIGN §5): its versions of the table's methods, each taking

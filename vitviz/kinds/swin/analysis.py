@@ -10,22 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from vitviz.imaging.geometry import PatchGeometry
-from vitviz.kinds.staged_analysis import StagedAnalysisBase
+from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, decode_for_model
 from vitviz.kinds.swin.network import SwinTransformer
 from vitviz.kinds.swin.rollout import PreparedSwinRollout, fused_blocks, gradient_blocks
 from vitviz.kinds.swin.windows import WindowLayout
-
-
-@dataclass(frozen=True)
-class ModelOnly:
-    """What an analysis of a bare model (no checkpoint) holds as its ``loaded``: the model,
-    so the methods that run it (gradients, Grad-CAM) can; no class names."""
-
-    model: nn.Module
-    class_names: tuple[str, ...] = ()
 
 
 @dataclass
@@ -119,7 +110,7 @@ def analyze_swin(
         prep = getattr(model_or_loaded, "preprocessing", None)
         if prep is None:
             raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
-        source, prepared = _decode(image, prep, model.config.patch_size)
+        source, prepared = decode_for_model(image, prep, model.config.patch_size)
         image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
     x = image.unsqueeze(0) if image.ndim == 3 else image
     if x.ndim != 4 or x.shape[0] != 1:
@@ -153,16 +144,3 @@ def analyze_swin(
         patch_size=int(model.config.patch_size),
         loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )
-
-
-def _decode(image: Any, prep: Any, patch: int) -> tuple[Any, Any]:
-    """The source decoded as ``analyze`` decodes it (a huge photo reduced to OVERLAY_MAX_SIDE,
-    gray RGB for a 1-channel model) and the model input prepared from it."""
-    from vitviz.imaging import load_image, prepare_image
-    from vitviz.imaging.loading import full_size
-    from vitviz.imaging.preprocess import source_for_display
-    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
-
-    source = load_image(image, max_side=OVERLAY_MAX_SIDE, min_size=model_min_size(prep, patch))
-    source = source_for_display(source, prep.channels)
-    return source, prepare_image(source, prep, patch, full_size=full_size(source))

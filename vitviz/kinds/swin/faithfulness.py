@@ -24,7 +24,8 @@ from torch import Tensor, nn
 
 from vitviz.explain.faithfulness import DEFAULT_BATCH, DEFAULT_STEPS, ImageFaithfulness
 from vitviz.explain.subject import HasModel
-from vitviz.kinds.swin.analysis import ModelOnly, SwinAnalysis
+from vitviz.kinds.staged_analysis import ModelOnly
+from vitviz.kinds.swin.analysis import SwinAnalysis
 from vitviz.kinds.swin.attention import covering_tokens
 
 
