@@ -88,6 +88,11 @@ class MViTConfig(StagedConfig):
         return int(self.use_cls_token)
 
     @property
+    def patch_size(self) -> int:
+        """Input pixels per side of a first-stage token (the stem's stride)."""
+        return self.patch_stride[0]
+
+    @property
     def stem_grid(self) -> tuple[int, int]:
         """(h, w) of the stem's output."""
         k, s, p = self.patch_kernel, self.patch_stride, self.patch_padding
