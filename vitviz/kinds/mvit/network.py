@@ -226,6 +226,8 @@ class MViT(nn.Module):
     """vitviz's MViTv2; ``forward`` (B, C, H, W) -> (B, classes) (without a head: the pooled
     features the head would read)."""
 
+    model_kind = "mvit"
+
     def __init__(self, config: MViTConfig) -> None:
         super().__init__()
         config.validate()
