@@ -61,7 +61,7 @@ class Softmaxes(torch.overrides.TorchFunctionMode):
         super().__init__()
         self.out: list[Tensor] = []
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         if func in (torch.Tensor.softmax, torch.softmax, torch.nn.functional.softmax):
             self.out.append(result)

@@ -33,7 +33,9 @@ IDS = ["avg", "cls", "avg-mlp-widens", "cls-mlp-widens"]
 
 @pytest.fixture(scope="module")
 def refs() -> dict[tuple[bool, bool], torch.nn.Module]:
-    return {v: tiny_timm_mvit(cls=v[0], expand_attn=v[1], seed=3 + i) for i, v in enumerate(VARIANTS)}
+    return {
+        v: tiny_timm_mvit(cls=v[0], expand_attn=v[1], seed=3 + i) for i, v in enumerate(VARIANTS)
+    }
 
 
 def _compare(loaded, ref: torch.nn.Module, size: int, blocks: int) -> None:

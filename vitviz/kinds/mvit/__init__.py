@@ -232,7 +232,9 @@ class MViTKind(StagedKind):
         from dataclasses import replace
 
         none = "CLS token" if analysis.num_prefix_tokens else "mean of every query"
-        return replace(super().view_words(analysis), query_none=none, title_query_none=f"query: {none}")
+        return replace(
+            super().view_words(analysis), query_none=none, title_query_none=f"query: {none}"
+        )
 
     def curves(
         self, session: Session, names: list[str], options: dict[str, Any]

@@ -146,7 +146,9 @@ class MViTConfig(StagedConfig):
         S = self.num_stages
         if S == 0:
             raise ValueError("an MViTv2 needs at least one stage")
-        if {len(self.dims), len(self.heads)} != {S} or min(len(self.stride_q), len(self.stride_kv)) < S:
+        if {len(self.dims), len(self.heads)} != {S} or min(
+            len(self.stride_q), len(self.stride_kv)
+        ) < S:
             raise ValueError("dims, heads, stride_q and stride_kv need one per stage")
         if min(self.depths) < 1 or min(self.heads) < 1 or min(self.dims) < 1:
             raise ValueError("depths, heads and widths must be positive")
@@ -158,7 +160,9 @@ class MViTConfig(StagedConfig):
             raise ValueError(f"vitviz's MViTv2 takes odd pooling kernels, not {self.kernel_qkv}")
         for b in self.blocks():
             if b.att_dim % b.heads:
-                raise ValueError(f"stage {b.stage}: width {b.att_dim} is not divisible by {b.heads} heads")
+                raise ValueError(
+                    f"stage {b.stage}: width {b.att_dim} is not divisible by {b.heads} heads"
+                )
             for g, st in ((b.grid_in, b.stride_q), (b.grid_in, b.stride_kv)):
                 if g[0] % st[0] or g[1] % st[1] or min(g) < 1:
                     raise ValueError(
@@ -168,6 +172,8 @@ class MViTConfig(StagedConfig):
         if self.global_pool not in ("avg", "token") or (
             self.global_pool == "token" and not self.use_cls_token
         ):
-            raise ValueError(f"global_pool is 'avg' or (with a CLS token) 'token', not {self.global_pool!r}")
+            raise ValueError(
+                f"global_pool is 'avg' or (with a CLS token) 'token', not {self.global_pool!r}"
+            )
         if self.num_classes < 0:
             raise ValueError("classes must not be negative")

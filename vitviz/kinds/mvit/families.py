@@ -99,8 +99,10 @@ def _blocks(source: Source) -> list[list[int]]:
         if m:
             found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
     stages = sorted(found)
-    if not stages or stages != list(range(len(stages))) or any(
-        sorted(found[i]) != list(range(len(found[i]))) for i in stages
+    if (
+        not stages
+        or stages != list(range(len(stages)))
+        or any(sorted(found[i]) != list(range(len(found[i]))) for i in stages)
     ):
         raise _fail(source, f"its stages and blocks are not numbered 0..n-1 (found {stages})")
     return [sorted(found[i]) for i in stages]
@@ -150,7 +152,9 @@ def _shape(source: Source) -> dict[str, Any]:
         use_abs_pos="pos_embed" in s,
         rel_pos=rel is not None,
         qkv_bias="stages.0.blocks.0.attn.qkv.bias" in s,
-        kernel_qkv=tuple(int(v) for v in _tensor(source, f"{first[0]}.attn.pool_k.weight").shape[-2:]),
+        kernel_qkv=tuple(
+            int(v) for v in _tensor(source, f"{first[0]}.attn.pool_k.weight").shape[-2:]
+        ),
         patch_kernel=tuple(int(v) for v in stem.shape[-2:]),
         in_channels=int(stem.shape[1]),
         num_classes=int(head.shape[0]) if head is not None else 0,
@@ -285,7 +289,7 @@ def convert(source: Source) -> Conversion:
     shape = _shape(source)
     name, user_arch, notes = _name(source, shape)
     S = len(shape["depths"])
-    if S > len(SHARED["stride_q"]):
+    if len(SHARED["stride_q"]) < S:
         raise _fail(source, f"it has {S} stages, and timm's MViTv2 strides are given for 4")
     stride_q = SHARED["stride_q"][:S]
     inferred = {k: v for k, v in shape.items() if k != "table"}
@@ -298,9 +302,7 @@ def convert(source: Source) -> Conversion:
         patch_padding=SHARED["patch_padding"],
         residual_pooling=SHARED["residual_pooling"],
         norm_eps=SHARED["norm_eps"],
-        global_pool=str(
-            args.get("global_pool") or ("token" if shape["use_cls_token"] else "avg")
-        ),
+        global_pool=str(args.get("global_pool") or ("token" if shape["use_cls_token"] else "avg")),
     )
     prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
     prep.pop("image_size", None)  # the size the tables were made for, not the folder's default

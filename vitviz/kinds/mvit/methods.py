@@ -29,8 +29,7 @@ _POOLED = (
 # why an MViTv2 can't run the table's other methods (``MViTKind.missing_method``)
 CANNOT: dict[str, str] = {
     "rollout": f"it multiplies each block's attention over the tokens it reads; {_POOLED}",
-    "gradient-rollout": f"it multiplies each block's attention over the tokens it reads; "
-    f"{_POOLED}",
+    "gradient-rollout": f"it multiplies each block's attention over the tokens it reads; {_POOLED}",
     "relevance": f"its relevance rule propagates through attention over the tokens a block "
     f"reads; {_POOLED}",
     "transformer-attribution": "its LRP rules cover a ViT's blocks; vitviz has no rule for an "
