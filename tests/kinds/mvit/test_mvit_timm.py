@@ -141,3 +141,19 @@ def test_a_broken_mvit_is_refused_in_one_line(refs, tmp_path: Path, change, word
         load_checkpoint(tmp_path / "mvit.pth")
     text = str(info.value)
     assert "\n" not in text and words in text, text
+
+
+def test_vitvizs_own_file_of_an_mvit_opens_as_it_was(refs, tmp_path: Path) -> None:
+    """``vitviz-cli convert`` writes the config (its per-stage strides too) beside the weights;
+    the file opens to the same network."""
+    from vitviz.cli import main
+
+    ref = refs[(True, False)]
+    bare = save_bare(ref, tmp_path / "mvit.pth")
+    assert main(["convert", str(bare), str(tmp_path / "own.safetensors")]) == 0
+    own, first = load_checkpoint(tmp_path / "own.safetensors"), load_checkpoint(bare)
+    assert own.family == "vitviz" and own.model.config == first.model.config
+    x = images(1, SIZE, SIZE, seed=6)
+    with torch.no_grad():
+        got, want = own.model(x), ref(x)
+    assert float((got - want).abs().max()) / float(want.abs().max()) < LOGITS_RTOL

@@ -61,7 +61,7 @@ def key_pixels(cfg: MViTConfig) -> list[int]:
         if not first:
             px = cfg.stage_stride(p.stage)
         else:
-            px = cfg.stage_stride(p.stage - 1) if p.stage else cfg.patch_stride[0]
+            px = cfg.stage_stride(p.stage - 1) if p.stage else cfg.patch_size
         out.append(px * p.stride_kv[0])
     return out
 
@@ -80,7 +80,7 @@ def analyze_mvit(model_or_loaded: object, image: Any) -> MViTAnalysis:
     model = _model(model_or_loaded)
     cfg = model.config
     pixels = source = geometry = None
-    stride = cfg.patch_stride[0]
+    stride = cfg.patch_size
     if not isinstance(image, Tensor):
         prep = getattr(model_or_loaded, "preprocessing", None)
         if prep is None:

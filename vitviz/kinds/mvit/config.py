@@ -1,7 +1,7 @@
 """MViTConfig: every number and switch needed to rebuild vitviz's MViTv2 (Li et al. 2022, timm's
 ``mvitv2_*``).
 
-A stem Conv2d (kernel ``patch_kernel``, stride ``patch_stride``, padding ``patch_padding``) makes
+A stem Conv2d (kernel ``patch_kernel``, stride ``patch_size``, padding ``patch_padding``) makes
 the first stage's grid; an optional CLS token (``use_cls_token``) goes through every block.
 Stage s has ``depths[s]`` pre-norm blocks with ``heads[s]`` heads; each block's attention pools
 its queries, keys and values on the grid with depthwise convs (kernel ``kernel_qkv``, padding
@@ -69,7 +69,7 @@ class MViTConfig(StagedConfig):
     stride_q: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (2, 2), (2, 2))
     stride_kv: tuple[tuple[int, int], ...] = ((4, 4), (2, 2), (1, 1), (1, 1))
     patch_kernel: tuple[int, int] = (7, 7)
-    patch_stride: tuple[int, int] = (4, 4)
+    patch_size: int = 4  # the stem's stride: input pixels per side of a first-stage token
     patch_padding: tuple[int, int] = (3, 3)
     norm_eps: float = 1e-6
     global_pool: str = "avg"  # the head reads the mean of the patch tokens, or "token": the CLS
@@ -78,7 +78,7 @@ class MViTConfig(StagedConfig):
         self.image_size = _pair(self.image_size)
         for name in ("depths", "dims", "heads"):
             setattr(self, name, tuple(int(v) for v in getattr(self, name)))
-        for name in ("kernel_qkv", "patch_kernel", "patch_stride", "patch_padding"):
+        for name in ("kernel_qkv", "patch_kernel", "patch_padding"):
             setattr(self, name, tuple(int(v) for v in _pair(getattr(self, name))))
         for name in ("stride_q", "stride_kv"):
             setattr(self, name, tuple(tuple(int(v) for v in s) for s in getattr(self, name)))
@@ -88,14 +88,9 @@ class MViTConfig(StagedConfig):
         return int(self.use_cls_token)
 
     @property
-    def patch_size(self) -> int:
-        """Input pixels per side of a first-stage token (the stem's stride)."""
-        return self.patch_stride[0]
-
-    @property
     def stem_grid(self) -> tuple[int, int]:
         """(h, w) of the stem's output."""
-        k, s, p = self.patch_kernel, self.patch_stride, self.patch_padding
+        k, s, p = self.patch_kernel, (self.patch_size,) * 2, self.patch_padding
         return tuple((n + 2 * p[i] - k[i]) // s[i] + 1 for i, n in enumerate(self.image_size))  # type: ignore[return-value]
 
     def stage_output_dim(self, s: int) -> int:
@@ -137,7 +132,7 @@ class MViTConfig(StagedConfig):
 
     def stage_stride(self, stage: int) -> int:
         """Input pixels per side of a token of ``stage`` (the strides multiplied)."""
-        px = self.patch_stride[0]
+        px = self.patch_size
         for s in range(stage + 1):
             px *= self.stride_q[s][0]
         return px
@@ -152,8 +147,10 @@ class MViTConfig(StagedConfig):
             raise ValueError("dims, heads, stride_q and stride_kv need one per stage")
         if min(self.depths) < 1 or min(self.heads) < 1 or min(self.dims) < 1:
             raise ValueError("depths, heads and widths must be positive")
-        if self.patch_stride[0] != self.patch_stride[1] or self.image_size[0] != self.image_size[1]:
-            raise ValueError("vitviz's MViTv2 takes square images and a square stem stride")
+        if min(self.patch_size, self.in_channels) < 1:
+            raise ValueError("the stem's stride and the channels must be positive")
+        if self.image_size[0] != self.image_size[1]:
+            raise ValueError("vitviz's MViTv2 takes square images")
         if any(q[0] != q[1] for q in self.stride_q[:S]):
             raise ValueError("vitviz's MViTv2 takes square query strides")
         if self.kernel_qkv[0] % 2 == 0 or self.kernel_qkv[1] % 2 == 0:

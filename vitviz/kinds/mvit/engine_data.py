@@ -26,7 +26,7 @@ def model_shape(loaded: Any, kind: ModelKind) -> ModelShape:
     prepared = f"images prepared at {'×'.join(map(str, loaded.preprocessing.image_size))}"
     lines = [
         f"architecture: {kind.architecture(loaded.model)}",
-        f"stem kernel {cfg.patch_kernel[0]}, stride {cfg.patch_stride[0]}, trained at {size} "
+        f"stem kernel {cfg.patch_kernel[0]}, stride {cfg.patch_size}, trained at {size} "
         f"(its relative position tables fix the size); {prepared}",
     ]
     plans = cfg.blocks()

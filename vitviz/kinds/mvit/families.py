@@ -56,7 +56,7 @@ KNOWN: dict[str, tuple[tuple[int, ...], int, int, bool, bool]] = {
 SHARED: dict[str, Any] = dict(
     stride_q=((1, 1), (2, 2), (2, 2), (2, 2)),
     stride_kv_adaptive=(4, 4),
-    patch_stride=(4, 4),
+    patch_size=4,
     patch_padding=(3, 3),
     residual_pooling=True,
     norm_eps=1e-6,
@@ -179,7 +179,7 @@ def _image_size(shape: Mapping[str, Any], args: Mapping[str, Any], pretrained: M
     """The image side: the first block's relative position table says its grid (2g - 1 rows),
     else the folder's img_size or input size, else 224."""
     if shape["table"] is not None:
-        return (shape["table"] + 1) // 2 * SHARED["patch_stride"][0]
+        return (shape["table"] + 1) // 2 * SHARED["patch_size"]
     size = args.get("img_size") or (pretrained.get("input_size") or [3, 224])[-1]
     return int(size[0] if isinstance(size, list | tuple) else size)
 
@@ -227,7 +227,7 @@ def timm_cfg_args(config: MViTConfig) -> dict[str, Any]:
         stride_q=[list(s) for s in config.stride_q],
         stride_kv=[list(s) for s in config.stride_kv],
         patch_kernel=list(config.patch_kernel),
-        patch_stride=list(config.patch_stride),
+        patch_stride=[config.patch_size] * 2,
         patch_padding=list(config.patch_padding),
         rel_pos_type="spatial" if config.rel_pos else "none",
         norm_eps=config.norm_eps,
@@ -298,7 +298,7 @@ def convert(source: Source) -> Conversion:
         image_size=(size, size),
         stride_q=stride_q,
         stride_kv=adaptive_kv_strides(stride_q, SHARED["stride_kv_adaptive"]),
-        patch_stride=SHARED["patch_stride"],
+        patch_size=SHARED["patch_size"],
         patch_padding=SHARED["patch_padding"],
         residual_pooling=SHARED["residual_pooling"],
         norm_eps=SHARED["norm_eps"],
@@ -338,7 +338,7 @@ def mvit_parts(config: MViTConfig) -> tuple[str, ...]:
     head = "the CLS token" if config.global_pool == "token" else "the mean of the patch tokens"
     widths = "the attention" if config.expand_attn else "the MLP"
     return (
-        f"Conv2d stem (kernel {config.patch_kernel[0]}, stride {config.patch_stride[0]})"
+        f"Conv2d stem (kernel {config.patch_kernel[0]}, stride {config.patch_size})"
         + (", a CLS token through every block" if config.use_cls_token else ""),
         f"pooled attention: q, k, v pooled per head by depthwise {k} convs and a LayerNorm "
         "(queries by 2 at a stage's first block, keys and values by the stage's stride)",

@@ -209,7 +209,7 @@ class MViTPatchEmbed(nn.Module):
             config.in_channels,
             config.dims[0],
             config.patch_kernel,
-            stride=config.patch_stride,
+            stride=config.patch_size,
             padding=config.patch_padding,
         )
 
