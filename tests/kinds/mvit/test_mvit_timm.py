@@ -145,11 +145,12 @@ def test_a_broken_mvit_is_refused_in_one_line(refs, tmp_path: Path, change, word
 
 def test_vitvizs_own_file_of_an_mvit_opens_as_it_was(refs, tmp_path: Path) -> None:
     """``vitviz-cli convert`` writes the config (its per-stage strides too) beside the weights;
-    the file opens to the same network."""
+    the file opens to the same network; ``vitviz-cli info`` describes both."""
     from vitviz.cli import main
 
     ref = refs[(True, False)]
     bare = save_bare(ref, tmp_path / "mvit.pth")
+    assert main(["info", str(bare)]) == 0
     assert main(["convert", str(bare), str(tmp_path / "own.safetensors")]) == 0
     own, first = load_checkpoint(tmp_path / "own.safetensors"), load_checkpoint(bare)
     assert own.family == "vitviz" and own.model.config == first.model.config
