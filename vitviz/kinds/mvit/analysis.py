@@ -1,0 +1,134 @@
+"""analyze_mvit: one forward pass of an MViTv2 with everything its attention views need.
+
+Logits, probabilities, each block's captured attention (heads, P + Nq, P + Nk): its queries on
+its stage's grid over its keys pooled on the key grid (the CLS token first in both where the
+model has one), the stage grids and each block's key grid with their pixels per cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vitviz.imaging.geometry import PatchGeometry
+from vitviz.kinds.mvit.config import MViTConfig
+from vitviz.kinds.mvit.network import MViT
+from vitviz.kinds.staged_analysis import StagedAnalysisBase
+
+
+@dataclass(frozen=True)
+class ModelOnly:
+    """An analysis's ``loaded`` for a bare model (no checkpoint): the model, no class names."""
+
+    model: nn.Module
+    class_names: tuple[str, ...] = ()
+
+
+@dataclass
+class MViTAnalysis(StagedAnalysisBase):
+    """What one image did in an MViTv2 (batch of one)."""
+
+    logits: Tensor  # (C,)
+    probs: Tensor  # (C,)
+    target_class: int
+    attentions: list[Tensor]  # per block (heads, P + Nq, P + Nk), rows = queries
+    block_stages: list[int]  # per block
+    stage_grids: list[tuple[int, int]]  # (h_s, w_s) per stage: its blocks' queries
+    key_grids: list[tuple[int, int]]  # per block: the grid its keys are pooled to
+    key_pixels: list[int]  # per block: input pixels per side of a key cell
+    stage_pixels: list[int]  # input pixels per side of a token of each stage
+    num_prefix_tokens: int  # 1 (CLS) or 0
+    gradients: list[Tensor] | None = None  # not kept: no method of the kind reads them
+    input: Tensor | None = None  # (C, H, W) the normalised model input
+    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
+    source: Any = None  # the decoded source image
+    geometry: PatchGeometry | None = None  # model input <-> source pixels
+    patch_size: int = 0  # input pixels per side of a first-stage token (the stem's stride)
+    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
+    kind: str = "mvit"
+
+
+def key_pixels(cfg: MViTConfig) -> list[int]:
+    """Per block: input pixels per side of a key cell (the cells of the grid it reads, times
+    its key stride)."""
+    out, seen = [], set()
+    for p in cfg.blocks():
+        first = p.stage not in seen
+        seen.add(p.stage)
+        if not first:
+            px = cfg.stage_stride(p.stage)
+        else:
+            px = cfg.stage_stride(p.stage - 1) if p.stage else cfg.patch_size
+        out.append(px * p.stride_kv[0])
+    return out
+
+
+def _model(model_or_loaded: object) -> MViT:
+    model = getattr(model_or_loaded, "model", model_or_loaded)
+    if not isinstance(model, MViT):
+        raise TypeError(f"analyze_mvit needs an MViTv2, got {type(model).__name__}")
+    return model
+
+
+def analyze_mvit(model_or_loaded: object, image: Any) -> MViTAnalysis:
+    """Run an MViTv2 (or a LoadedModel holding one) on ``image``: a normalised tensor (C, H, W)
+    or (1, C, H, W), or, with a LoadedModel, anything ``vitviz.imaging.load_image`` opens,
+    prepared as the checkpoint's preprocessing says."""
+    model = _model(model_or_loaded)
+    cfg = model.config
+    pixels = source = geometry = None
+    stride = cfg.patch_size
+    if not isinstance(image, Tensor):
+        prep = getattr(model_or_loaded, "preprocessing", None)
+        if prep is None:
+            raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
+        source, prepared = _decode(image, prep, stride)
+        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
+    x = image.unsqueeze(0) if image.ndim == 3 else image
+    if x.ndim != 4 or x.shape[0] != 1:
+        raise ValueError(f"analyze_mvit takes one image (C, H, W), got {tuple(image.shape)}")
+    if tuple(x.shape[-2:]) != tuple(cfg.image_size):
+        raise ValueError(
+            f"this MViTv2 takes {cfg.image_size[0]}×{cfg.image_size[1]} images (its relative "
+            f"position tables are of that size), got {x.shape[-2]}×{x.shape[-1]}"
+        )
+    param = next(model.parameters())
+    x = x.to(device=param.device, dtype=param.dtype)
+    with torch.no_grad():
+        out = model.forward_explained(x)
+    logits = out.logits[0] if cfg.num_classes else out.logits[0, :0]
+    plans = cfg.blocks()
+    stage_pixels = [cfg.stage_stride(s) for s in range(cfg.num_stages)]
+    return MViTAnalysis(
+        logits=logits.detach(),
+        probs=logits.detach().softmax(dim=-1),
+        target_class=int(logits.argmax()) if logits.numel() else -1,
+        attentions=[a[0].detach() for a in out.attentions],
+        block_stages=[p.stage for p in plans],
+        stage_grids=cfg.stage_grids(),
+        key_grids=[p.grid_kv for p in plans],
+        key_pixels=key_pixels(cfg),
+        stage_pixels=stage_pixels,
+        num_prefix_tokens=cfg.num_prefix_tokens,
+        input=x[0].detach(),
+        pixels=pixels,
+        source=source,
+        geometry=geometry,
+        patch_size=stride,
+        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
+    )
+
+
+def _decode(image: Any, prep: Any, patch: int) -> tuple[Any, Any]:
+    """The source decoded as ``analyze`` decodes it and the model input prepared from it."""
+    from vitviz.imaging import load_image, prepare_image
+    from vitviz.imaging.loading import full_size
+    from vitviz.imaging.preprocess import source_for_display
+    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
+
+    source = load_image(image, max_side=OVERLAY_MAX_SIDE, min_size=model_min_size(prep, patch))
+    source = source_for_display(source, prep.channels)
+    return source, prepare_image(source, prep, patch, full_size=full_size(source))
