@@ -16,7 +16,6 @@ from vitviz.checkpoints import CheckpointError, load_checkpoint
 TIMM = {
     "crossvit_tiny_240": "CrossViT",
     "mvitv2_tiny": "MViTv2",
-    "levit_128s": "LeViT",
     "tnt_s_patch16_224": "TNT",
     "volo_d1_224": "VOLO",
     "vit_dwee_patch16_reg1_gap_256": "differential attention",

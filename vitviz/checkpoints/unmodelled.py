@@ -14,7 +14,6 @@ from typing import Any
 BY_KEYS = (
     ("cls_token_1", "timm's CrossViT (two branches with cross-attention)"),
     (".attn.rel_pos_h", "timm's MViTv2 (pooled attention with a decomposed relative bias)"),
-    ("stem.conv1.linear.", "timm's LeViT (convolutional stages and attention biases)"),
     ("pixel_embed.proj.", "timm's TNT (attention inside and between patches)"),
     ("post_network.", "timm's VOLO (outlook attention)"),
 )

@@ -64,8 +64,6 @@ CLASS_REASONS = {
     # token layouts beside the plain ViT (no kind of vitviz's has them yet)
     "CrossVit": "CrossViT's two branches of different patch sizes with cross-attention",
     "MultiScaleVit": "MViTv2's pooled attention with a decomposed relative position bias",
-    "Levit": "LeViT's convolutional stages and attention biases",
-    "LevitDistilled": "LeViT's convolutional stages and attention biases",
     "TNT": "TNT's attention inside and between patches",
     "VOLO": "VOLO's outlook attention",
 }
