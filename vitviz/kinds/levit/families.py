@@ -6,7 +6,8 @@ Keys (vitviz's network uses timm's names): ``stem.conv{i}.{linear, bn}``,
 ``stages.{s}.downsample.attn_downsample.{kv, q.ln, proj.ln, attention_biases}`` and
 ``stages.{s}.downsample.mlp.{ln1, ln2}`` (s > 0), ``stages.{s}.blocks.{j}.attn.{qkv, proj.ln,
 attention_biases}`` and ``.mlp.{ln1, ln2}``, ``head.{bn, linear}``, ``head_dist``. A
-``levit_conv_*`` file holds the same tensors as 1×1 convs (taken as the Linear they compute).
+``levit_conv_*`` file holds the same tensors as 1×1 convs (vitviz's network then computes in
+that layout, as timm's does).
 The weights say the widths, depths, heads (the bias tables' rows), key and value widths, MLP
 widths, the stem's stride (its convs), the first grid (the bias table's columns: a square),
 the distillation head and the classes. They don't say the activation (Hardswish, or SiLU in
@@ -335,15 +336,11 @@ def _library_args(config: LeViTConfig) -> dict[str, Any]:
     )
 
 
-def linear_layout(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """A ``levit_conv_*`` file's 1×1 conv weights outside the stem as the Linear weights they
-    compute with; every tensor in aligned storage (a view into a file's buffer copied)."""
-    out = {}
-    for key, t in state.items():
-        if t.ndim == 4 and not key.startswith("stem.") and t.shape[-2:] == (1, 1):
-            t = t[:, :, 0, 0]
-        out[key] = t if t.is_contiguous() and t.data_ptr() % 64 == 0 else t.clone()
-    return out
+def aligned(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Every tensor in aligned storage (a view into a file's buffer copied): a kernel's choice,
+    and so its float32 rounding, follows the alignment, as in the library's model after a
+    normal load."""
+    return {k: t if t.data_ptr() % 64 == 0 else t.clone() for k, t in state.items()}
 
 
 def convert(source: Source) -> Conversion:
@@ -365,7 +362,7 @@ def convert(source: Source) -> Conversion:
         extras=EXTRAS,
         family="timm-levit",
         inferred=inferred,
-        state=linear_layout(source.state),
+        state=aligned(source.state),
         class_names=names_from_timm(cfg, shape["num_classes"]),
         preprocessing=prep,
         notes=notes + prep_notes,

@@ -29,6 +29,13 @@ from vitviz.kinds.staged_intermediates import (
 if TYPE_CHECKING:
     from vitviz.kindapi.feature_sites import LayerChoice
 
+# the conv layout's projection input (B, C, h, w) <-> (B, N, C) row-major (handed back
+# contiguous, as the network made it: a conv's kernel, so its rounding, follows the layout)
+CHANNELS_FIRST = TokenOrder(
+    gather=lambda x: x.flatten(2).transpose(1, 2),
+    scatter=lambda x, g: g.transpose(1, 2).reshape(x.shape).contiguous(),
+)
+
 
 class LeViTSites:
     """A LeViT's attention layers for one pass (``StagedSites``)."""
@@ -39,21 +46,24 @@ class LeViTSites:
         self.blocks = model.blocks
         self.projections = [b.attn.proj for b in self.blocks]
         self.head_counts = cfg.layer_heads
+        self.conv = bool(cfg.conv)
         grids = cfg.stage_grids()
         self.layer_grids = [
             LayerGrid(grid=grids[s], token_pixels=cfg.stage_stride(s)) for s in cfg.layer_stages
         ]
 
     def head_order(self, block: int, args: tuple[Any, ...]) -> TokenOrder:
-        return ROW_MAJOR
+        return CHANNELS_FIRST if self.conv else ROW_MAJOR
 
     def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
-        tokens = output[0]  # (B, N, C)
+        tokens = output[0]  # (B, N, C); the conv layout's (B, C, h, w) already
+        if self.conv:
+            return tokens
         B, _, C = tokens.shape
         return tokens.transpose(1, 2).reshape(B, C, *self.layer_grids[block].grid)
 
     def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
-        return (tokens.flatten(2).transpose(1, 2), *output[1:])
+        return (tokens if self.conv else tokens.flatten(2).transpose(1, 2), *output[1:])
 
     def grid(self, block: int) -> LayerGrid:
         return self.layer_grids[block]
@@ -81,11 +91,14 @@ def levit_intermediates(
 def levit_tokens_on_grid(
     model: nn.Module, x: Tensor, layer: LayerChoice
 ) -> Callable[[Tensor, tuple[int, int]], Tensor]:
-    """(B, N, C) tokens of a block's part -> (B, C, h, w) row-major on the block's grid; a
+    """(B, N, C) tokens of a block's part -> (B, C, h, w) row-major on the block's grid (the
+    conv layout's are (B, C, h, w) already); a
     subsample block's ``attn_downsample.kv`` side reads the stage before's grid, which no
     part named here gives (its attention, its MLP and its output are on the new grid)."""
 
     def on_grid(tokens: Tensor, grid: tuple[int, int]) -> Tensor:
+        if tokens.ndim == 4:  # the conv layout's (B, C, h, w)
+            return tokens
         return tokens.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], *grid)
 
     return on_grid

@@ -5,8 +5,9 @@ row-major on the stem's grid. Stage s > 0 starts with ``LeViTDownsample`` (the s
 attention from the stage's grid to the previous one's tokens, then an MLP residual); each
 stage's ``LeViTBlock``s add attention and an MLP to their input. The head: the mean token,
 ``NormLinear`` (BatchNorm, Linear), distilled the mean of two. Every BatchNorm computes with its
-running statistics (the library's eval mode), unfused. Module names are timm's, so a timm
-state dict in its Linear layout is this network's.
+running statistics (the library's eval mode), unfused. Module names and layouts are timm's
+(``config.conv``: timm's ``levit_conv_*``, 1×1 convs on (B, C, h, w)), so a timm state dict is
+this network's, and each layout computes in the library's order (its float32 rounding).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class EvalBatchNorm(nn.BatchNorm1d):
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.dim == 1:  # (B, C, ...) as the library's BatchNorm2d takes it
+            return F.batch_norm(
+                x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+            )
         moved = x.movedim(self.dim, -1)
         flat = moved.reshape(-1, moved.shape[-1])
         out = F.batch_norm(
@@ -53,12 +58,17 @@ class EvalBatchNorm(nn.BatchNorm1d):
 
 
 class LinearNorm(nn.Module):
-    """Linear (no bias) then BatchNorm: (B, N, C_in) -> (B, N, C_out)."""
+    """Linear (no bias) then BatchNorm: (B, N, C_in) -> (B, N, C_out); in the conv layout a
+    1×1 conv then BatchNorm over the channels, (B, C_in, h, w) -> (B, C_out, h, w)."""
 
-    def __init__(self, dim_in: int, dim_out: int, eps: float) -> None:
+    def __init__(self, dim_in: int, dim_out: int, eps: float, conv: bool = False) -> None:
         super().__init__()
-        self.linear = nn.Linear(dim_in, dim_out, bias=False)
-        self.bn = EvalBatchNorm(dim_out, eps)
+        self.linear: nn.Module = (
+            nn.Conv2d(dim_in, dim_out, 1, bias=False)
+            if conv
+            else nn.Linear(dim_in, dim_out, bias=False)
+        )
+        self.bn = EvalBatchNorm(dim_out, eps, dim=1 if conv else -1)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.bn(self.linear(x))
@@ -118,12 +128,25 @@ def bias_index(queries: tuple[int, int], keys: tuple[int, int], stride: int) -> 
 def attend(
     q: Tensor, k: Tensor, v: Tensor, bias: Tensor, capture: bool
 ) -> tuple[Tensor, Tensor | None]:
-    """q (B, h, N_q, d), k (B, h, N_k, d), v (B, h, N_k, e), bias (h, N_q, N_k) -> the heads'
-    outputs concatenated (B, N_q, h·e) and softmax(q·kᵀ/√d + bias) when ``capture``."""
-    attn = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5 + bias
-    attn = attn.softmax(dim=-1)
-    out = (attn @ v).transpose(1, 2).flatten(2)
+    """q (B, N_q, h, d), k (B, N_k, h, d), v (B, N_k, h, e), bias (h, N_q, N_k) -> the heads'
+    outputs concatenated (B, N_q, h·e) and A = softmax(q·kᵀ/√d + bias) (B, h, N_q, N_k) when
+    ``capture`` (the library's order of operations, so its float32 rounding)."""
+    scale = q.shape[-1] ** -0.5
+    q, k, v = q.permute(0, 2, 1, 3), k.permute(0, 2, 3, 1), v.permute(0, 2, 1, 3)
+    attn = (q @ k * scale + bias).softmax(dim=-1)
+    out = (attn @ v).transpose(1, 2).reshape(v.shape[0], attn.shape[2], -1)
     return out, attn if capture else None
+
+
+def attend_channels(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor, capture: bool
+) -> tuple[Tensor, Tensor | None]:
+    """The conv layout's: q (B, h, d, N_q), k (B, h, d, N_k), v (B, h, e, N_k) -> the heads'
+    outputs (B, h·e, N_q) channels first and A (B, h, N_q, N_k) when ``capture``."""
+    scale = q.shape[2] ** -0.5
+    attn = ((q.transpose(-2, -1) @ k) * scale + bias).softmax(dim=-1)
+    out = v @ attn.transpose(-2, -1)  # (B, h, e, N_q)
+    return out.reshape(out.shape[0], -1, out.shape[-1]), attn if capture else None
 
 
 class LeViTAttention(nn.Module):
@@ -132,24 +155,29 @@ class LeViTAttention(nn.Module):
 
     def __init__(self, config: LeViTConfig, stage: int, grid: tuple[int, int]) -> None:
         super().__init__()
-        D, h = config.dims[stage], config.heads[stage]
+        D, h, eps, conv = config.dims[stage], config.heads[stage], config.bn_eps, config.conv
         self.heads, self.key_dim, self.value_dim = h, config.key_dim, config.value_dims[stage]
-        self.grid = grid
-        self.qkv = LinearNorm(D, h * (2 * self.key_dim + self.value_dim), config.bn_eps)
+        self.grid, self.conv = grid, conv
+        self.qkv = LinearNorm(D, h * (2 * self.key_dim + self.value_dim), eps, conv)
         self.proj = nn.Sequential(
             OrderedDict(
                 act=activation(config.activation),
-                ln=LinearNorm(h * self.value_dim, D, config.bn_eps),
+                ln=LinearNorm(h * self.value_dim, D, eps, conv),
             )
         )
         self.attention_biases = nn.Parameter(torch.zeros(h, grid[0] * grid[1]))
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
+        bias = self.attention_biases[:, bias_index(self.grid, self.grid, 1).to(x.device)]
+        sizes = [self.key_dim, self.key_dim, self.value_dim]
+        if self.conv:
+            B, _, H, W = x.shape
+            q, k, v = self.qkv(x).view(B, self.heads, -1, H * W).split(sizes, dim=2)
+            out, attn = attend_channels(q, k, v, bias, capture)
+            return self.proj(out.view(B, -1, H, W)), attn
         B, N, _ = x.shape
-        qkv = self.qkv(x).view(B, N, self.heads, -1).permute(0, 2, 1, 3)
-        q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        idx = bias_index(self.grid, self.grid, 1).to(x.device)
-        out, attn = attend(q, k, v, self.attention_biases[:, idx], capture)
+        q, k, v = self.qkv(x).view(B, N, self.heads, -1).split(sizes, dim=3)
+        out, attn = attend(q, k, v, bias, capture)
         return self.proj(out), attn
 
 
@@ -157,11 +185,13 @@ class Subsample(nn.Module):
     """(B, h·w, C) -> (B, h'·w', C): the tokens at every other row and column (the first
     included) of the (h, w) grid."""
 
-    def __init__(self, grid: tuple[int, int]) -> None:
+    def __init__(self, grid: tuple[int, int], conv: bool = False) -> None:
         super().__init__()
-        self.grid = grid
+        self.grid, self.conv = grid, conv
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.conv:  # (B, C, h, w) -> (B, C, h', w')
+            return x[:, :, ::2, ::2].contiguous()
         B, _, C = x.shape
         return x.view(B, *self.grid, C)[:, ::2, ::2].reshape(B, -1, C)
 
@@ -174,29 +204,35 @@ class LeViTAttentionDownsample(nn.Module):
     def __init__(self, config: LeViTConfig, stage: int, fine: tuple[int, int]) -> None:
         super().__init__()
         D_in, D_out = config.dims[stage - 1], config.dims[stage]
-        h, kd = config.down_heads(stage), config.key_dim
+        h, kd, eps, conv = config.down_heads(stage), config.key_dim, config.bn_eps, config.conv
         self.heads, self.key_dim, self.value_dim = h, kd, DOWN_VALUE_RATIO * kd
-        self.fine = fine
+        self.fine, self.conv = fine, conv
         self.coarse = ((fine[0] - 1) // 2 + 1, (fine[1] - 1) // 2 + 1)
-        self.kv = LinearNorm(D_in, h * (kd + self.value_dim), config.bn_eps)
+        self.kv = LinearNorm(D_in, h * (kd + self.value_dim), eps, conv)
         self.q = nn.Sequential(
-            OrderedDict(down=Subsample(fine), ln=LinearNorm(D_in, h * kd, config.bn_eps))
+            OrderedDict(down=Subsample(fine, conv), ln=LinearNorm(D_in, h * kd, eps, conv))
         )
         self.proj = nn.Sequential(
             OrderedDict(
                 act=activation(config.activation),
-                ln=LinearNorm(h * self.value_dim, D_out, config.bn_eps),
+                ln=LinearNorm(h * self.value_dim, D_out, eps, conv),
             )
         )
         self.attention_biases = nn.Parameter(torch.zeros(h, fine[0] * fine[1]))
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
+        bias = self.attention_biases[:, bias_index(self.coarse, self.fine, 2).to(x.device)]
+        sizes = [self.key_dim, self.value_dim]
+        if self.conv:
+            B, _, H, W = x.shape
+            k, v = self.kv(x).view(B, self.heads, -1, H * W).split(sizes, dim=2)
+            q = self.q(x).view(B, self.heads, self.key_dim, -1)
+            out, attn = attend_channels(q, k, v, bias, capture)
+            return self.proj(out.reshape(B, -1, *self.coarse)), attn
         B, N, _ = x.shape
-        kv = self.kv(x).view(B, N, self.heads, -1).permute(0, 2, 1, 3)
-        k, v = kv.split([self.key_dim, self.value_dim], dim=-1)
-        q = self.q(x).view(B, -1, self.heads, self.key_dim).permute(0, 2, 1, 3)
-        idx = bias_index(self.coarse, self.fine, 2).to(x.device)
-        out, attn = attend(q, k, v, self.attention_biases[:, idx], capture)
+        k, v = self.kv(x).view(B, N, self.heads, -1).split(sizes, dim=3)
+        q = self.q(x).view(B, -1, self.heads, self.key_dim)
+        out, attn = attend(q, k, v, bias, capture)
         return self.proj(out), attn
 
 
@@ -205,9 +241,9 @@ class LeViTMlp(nn.Module):
 
     def __init__(self, dim: int, hidden: int, config: LeViTConfig) -> None:
         super().__init__()
-        self.ln1 = LinearNorm(dim, hidden, config.bn_eps)
+        self.ln1 = LinearNorm(dim, hidden, config.bn_eps, config.conv)
         self.act = activation(config.activation)
-        self.ln2 = LinearNorm(hidden, dim, config.bn_eps)
+        self.ln2 = LinearNorm(hidden, dim, config.bn_eps, config.conv)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.ln2(self.act(self.ln1(x)))
@@ -291,8 +327,8 @@ class LeViTNet(nn.Module):
         return out
 
     def embed(self, x: Tensor) -> Tensor:
-        """(B, C_in, H, W) -> (B, N_0, D_0) row-major; ValueError for an input of another grid
-        (the attention biases are learnt on the trained grid)."""
+        """(B, C_in, H, W) -> (B, N_0, D_0) row-major ((B, D_0, h, w) in the conv layout);
+        ValueError for an input of another grid (the biases are learnt on the trained grid)."""
         x = self.stem(x)
         want = self.config.stage_grids()[0]
         if tuple(x.shape[-2:]) != want:
@@ -302,12 +338,17 @@ class LeViTNet(nn.Module):
                 f"input gives {x.shape[-2]}×{x.shape[-1]}; analyse it at the model's own input "
                 f"size {H}×{W}"
             )
-        return x.flatten(2).transpose(1, 2)
+        return x if self.config.conv else x.flatten(2).transpose(1, 2)
+
+    def pool(self, tokens: Tensor) -> Tensor:
+        """The mean token (B, D) of the last stage's tokens, in either layout."""
+        return tokens.mean(dim=(-2, -1)) if self.config.conv else tokens.mean(dim=1)
 
     def forward_features(
         self, x: Tensor, capture_attention: bool = False
     ) -> tuple[Tensor, LeViTOutput]:
-        """(B, C_in, H, W) -> the last stage's tokens (B, N, D) and the report."""
+        """(B, C_in, H, W) -> the last stage's tokens (B, N, D) ((B, D, h, w) in the conv
+        layout) and the report."""
         t = self.embed(x)
         report = LeViTOutput(
             logits=t.new_empty(0), attentions=[], stage_grids=self.config.stage_grids()
@@ -327,10 +368,10 @@ class LeViTNet(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, C_in, H, W) -> (B, num_classes) logits."""
-        return self.forward_head(self.forward_features(x)[0].mean(dim=1))
+        return self.forward_head(self.pool(self.forward_features(x)[0]))
 
     def forward_explained(self, x: Tensor, capture_attention: bool = True) -> LeViTOutput:
         """The forward pass that also hands back each attention layer's probabilities."""
         tokens, report = self.forward_features(x, capture_attention)
-        report.logits = self.forward_head(tokens.mean(dim=1))
+        report.logits = self.forward_head(self.pool(tokens))
         return report
