@@ -18,13 +18,18 @@ BARE_SETTINGS = {"activation": "hard_swish"}
 
 
 def randomize_levit_(model: nn.Module, seed: int) -> nn.Module:
-    """``randomize_``, then every BatchNorm's weight around 1 and its running mean and variance
-    random (a library's init, unit norms and zero means, would hide a wrong fold)."""
+    """``randomize_``, then every Linear's and conv's weight at its own scale (N(0, 1/fan_in):
+    a full-size LeViT's logits stay finite), every BatchNorm's weight around 1 and its running
+    mean and variance random (a library's init, unit norms and zero means, would hide a wrong
+    fold), the attention biases of order 1."""
     randomize_(model, seed=seed)
     g = torch.Generator().manual_seed(50 + seed)
     with torch.no_grad():
         for m in model.modules():
-            if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
+            if isinstance(m, (nn.Linear, nn.Conv2d)):
+                w = torch.randn(m.weight.shape, generator=g)
+                m.weight.copy_(w / m.weight[0].numel() ** 0.5)
+            elif isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
                 m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=g))
                 m.bias.copy_(0.2 * torch.randn(m.bias.shape, generator=g))
                 m.running_mean.copy_(0.3 * torch.randn(m.running_mean.shape, generator=g))
@@ -40,13 +45,16 @@ def tiny_timm_levit(
     seed: int = 1,
     num_classes: int = 5,
     act_layer: str | None = None,
+    stem_type: str | None = None,
 ) -> nn.Module:
     """timm's levit_128s (levit_conv_128s) with widths 16-24-32, key_dim 4, heads 2-3-4,
-    depths 1-2-1, at 64 px; ``distilled`` False: timm's Levit without head_dist."""
+    depths 1-2-1, at 64 px; ``distilled`` False: timm's Levit without head_dist; ``stem_type``
+    "s8": the stride-8 stem of three convs."""
     import timm
 
     name = "levit_conv_128s" if conv else "levit_128s"
     extra = {} if act_layer is None else {"act_layer": act_layer}
+    extra |= {} if stem_type is None else {"stem_type": stem_type}
     model = timm.create_model(
         name, pretrained=False, num_classes=num_classes, img_size=SIZE, embed_dim=DIMS,
         key_dim=KEY_DIM, num_heads=HEADS, depth=DEPTHS, distilled=distilled, **extra,
