@@ -46,9 +46,10 @@ def tiny_timm_levit(
     num_classes: int = 5,
     act_layer: str | None = None,
     stem_type: str | None = None,
+    size: int = SIZE,
 ) -> nn.Module:
     """timm's levit_128s (levit_conv_128s) with widths 16-24-32, key_dim 4, heads 2-3-4,
-    depths 1-2-1, at 64 px; ``distilled`` False: timm's Levit without head_dist; ``stem_type``
+    depths 1-2-1, at ``size`` px; ``distilled`` False: timm's Levit without head_dist; ``stem_type``
     "s8": the stride-8 stem of three convs."""
     import timm
 
@@ -56,7 +57,7 @@ def tiny_timm_levit(
     extra = {} if act_layer is None else {"act_layer": act_layer}
     extra |= {} if stem_type is None else {"stem_type": stem_type}
     model = timm.create_model(
-        name, pretrained=False, num_classes=num_classes, img_size=SIZE, embed_dim=DIMS,
+        name, pretrained=False, num_classes=num_classes, img_size=size, embed_dim=DIMS,
         key_dim=KEY_DIM, num_heads=HEADS, depth=DEPTHS, distilled=distilled, **extra,
     )  # fmt: skip
     return randomize_levit_(model, seed)
