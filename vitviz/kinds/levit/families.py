@@ -343,33 +343,53 @@ def aligned(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return {k: t if t.data_ptr() % 64 == 0 else t.clone() for k, t in state.items()}
 
 
-def convert(source: Source) -> Conversion:
-    cfg = source.timm_config or {}
-    args: dict[str, Any] = dict(cfg.get("model_args") or {})
-    pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
-    shape = _shape(source)
-    name, user_arch, notes = _name(source, shape)
+def levit_conversion(
+    source: Source,
+    shape: dict[str, Any],
+    settings: dict[str, Any],
+    family: str,
+    class_names: list[str] | None,
+    preprocessing: dict[str, Any],
+    notes: list[str],
+) -> Conversion:
+    """The conversion of ``source`` (its state under timm's names) whose weights say ``shape``
+    (``_shape``) and whose activation ``settings`` give: the config, checked against timm's
+    rules for the tensors it fixes."""
     inferred = {k: v for k, v in shape.items() if k != "grid"}
-    inferred.update(_settings(source, shape, name, {} if user_arch else args))
+    inferred.update(settings)
     inferred["image_size"] = tuple(g * shape["stem_stride"] for g in shape["grid"])
-    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    prep.pop("image_size", None)  # the bias table's grid's size, not the folder's default
     conversion = finish_kind(
         source,
         kind="levit",
         config_cls=LeViTConfig,
         words=("a LeViT", "its config fields", "LeViT"),
         extras=EXTRAS,
-        family="timm-levit",
+        family=family,
         inferred=inferred,
         state=aligned(source.state),
-        class_names=names_from_timm(cfg, shape["num_classes"]),
-        preprocessing=prep,
-        notes=notes + prep_notes,
+        class_names=class_names,
+        preprocessing=preprocessing,
+        notes=notes,
         imagenet_if_1000=True,
     )
+    _check_timm_rules(source, conversion.config)
+    return conversion
+
+
+def convert(source: Source) -> Conversion:
+    cfg = source.timm_config or {}
+    args: dict[str, Any] = dict(cfg.get("model_args") or {})
+    pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
+    shape = _shape(source)
+    name, user_arch, notes = _name(source, shape)
+    settings = _settings(source, shape, name, {} if user_arch else args)
+    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
+    prep.pop("image_size", None)  # the bias table's grid's size, not the folder's default
+    conversion = levit_conversion(
+        source, shape, settings, "timm-levit", names_from_timm(cfg, shape["num_classes"]), prep,
+        notes + prep_notes,
+    )  # fmt: skip
     config = conversion.config
-    _check_timm_rules(source, config)
     if isinstance(name, str):  # timm's own model of that name checks ours
         given = {} if user_arch else dict(args)
         conversion.reference = Reference("timm", name, given, how=LIBRARY_MODEL)
