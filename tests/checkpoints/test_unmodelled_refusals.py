@@ -21,7 +21,7 @@ TIMM = {
     "vit_dwee_patch16_reg1_gap_256": "differential attention",
     "vit_dpwee_patch16_reg1_gap_256": "differential attention",
 }
-TRANSFORMERS = {"levit": "LeViT", "cvt": "CvT", "mobilevit": "MobileViT", "pvt": "PVT v1"}
+TRANSFORMERS = {"cvt": "CvT", "mobilevit": "MobileViT", "pvt": "PVT v1"}
 
 
 def _refusal(path: Path) -> str:

@@ -27,7 +27,6 @@ TIMM_VIT_BY_KEYS = (
     ),
 )
 BY_MODEL_TYPE = {
-    "levit": "transformers' LeViT (convolutional stages and attention biases)",
     "cvt": "transformers' CvT (convolutional token embeddings and projections)",
     "mobilevit": "transformers' MobileViT (convolutions with transformer blocks inside)",
     "mobilevitv2": "transformers' MobileViTV2 (separable self-attention)",

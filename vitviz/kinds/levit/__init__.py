@@ -67,9 +67,9 @@ class LeViTKind(StagedKind):
 
     @property
     def families(self) -> Sequence[Any]:
-        from vitviz.kinds.levit.families import FAMILY
+        from vitviz.kinds.levit import families, hf_family
 
-        return (FAMILY,)
+        return (families.FAMILY, hf_family.FAMILY)
 
     def config_from_dict(self, data: dict[str, object]) -> LeViTConfig:
         from vitviz.kinds.levit.config import LeViTConfig
