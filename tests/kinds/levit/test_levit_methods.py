@@ -7,6 +7,7 @@ through the kind's accessor give finite maps on the kind's grids; what it refuse
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from levit_helpers import save_folder, timm_attention_and_gradients, tiny_timm_levit
@@ -138,3 +139,29 @@ def test_a_headless_levit_has_no_classes_and_its_maps_without_a_class(tmp_path) 
     assert tuple(get_method("rollout")(a, None, None, {}).shape) == GRIDS[0]
     with pytest.raises(ValueError, match="head"):
         get_method("relevance")(a, None, None, {})
+
+
+def test_head_statistics_measure_a_subsample_query_from_its_finer_cell(case) -> None:
+    """Distance: Σ_k A[q, k]·‖pos_q − pos_k‖ averaged over the queries, a subsample query (i, j)
+    at the finer grid's cell (2i, 2j) (its bias's offset 0); entropy in nats; no prefix share."""
+    _, loaded, a, attn, _, _ = case
+    stats = loaded.kind.head_statistics(a)
+    for b in (0, 1, 4):  # a block of stage 0, the subsample to stage 1, the one to stage 2
+        (hq, wq), (hk, wk), px = GRIDS[STAGES[b]], GRIDS[KEYS[b]], PIXELS[KEYS[b]]
+        step = 2 if STAGES[b] != KEYS[b] else 1
+        want = torch.zeros(attn[b].shape[0], dtype=torch.float64)
+        for q in range(hq * wq):
+            qy, qx = ((q // wq) * step + 0.5) * px, ((q % wq) * step + 0.5) * px
+            for k in range(hk * wk):
+                ky, kx = (k // wk + 0.5) * px, (k % wk + 0.5) * px
+                want += attn[b][:, q, k] * ((qy - ky) ** 2 + (qx - kx) ** 2) ** 0.5
+        want /= hq * wq
+        heads = attn[b].shape[0]
+        torch.testing.assert_close(
+            torch.as_tensor(stats["distance"][b, :heads]).double(), want, rtol=1e-5, atol=1e-4
+        )
+        entropy = -(attn[b] * attn[b].log()).sum(dim=-1).mean(dim=-1)
+        torch.testing.assert_close(
+            torch.as_tensor(stats["entropy"][b, :heads]).double(), entropy, rtol=1e-5, atol=1e-5
+        )
+    assert np.isnan(stats["prefix_share"]).all()
