@@ -304,7 +304,20 @@ HF_TINY = dict(
 
 # what a model type needs beyond the tiny sizes to be the model vitviz shows (ViT-MAE's encoder
 # without its pre-training's random masking)
-HF_EXTRA = {"vit_mae": {"mask_ratio": 0.0}}
+HF_EXTRA = {
+    "vit_mae": {"mask_ratio": 0.0},
+    # LeViT's stem is 16 px whatever patch_size says, and its defaults' full size overflows under
+    # the walk's perturbation (NaN logits): a tiny one, its subsamples as its config derives them
+    "levit": {
+        "image_size": 64,
+        "patch_size": 16,
+        "hidden_sizes": [16, 24, 32],
+        "key_dim": [4, 4, 4],
+        "num_attention_heads": [2, 3, 4],
+        "depths": [1, 2, 1],
+        "down_ops": [["Subsample", 4, 4, 4, 2, 2], ["Subsample", 4, 6, 4, 2, 2]],
+    },
+}
 # a model type of two towers: its classifier alone (its base model needs text), tiny towers
 _TOWER = {k: v for k, v in HF_TINY.items() if k != "num_labels"}
 _TEXT = dict(hidden_size=48, num_hidden_layers=1, num_attention_heads=3, intermediate_size=96)
@@ -355,8 +368,21 @@ def hf_model(model_type: str, cls: type, seed: int) -> tuple[torch.nn.Module, to
                 model(pixel_values=x)
         except Exception:  # noqa: BLE001 - sizes this type won't take: its defaults next
             continue
-        return randomize_(model, seed=seed, noise_dtype=torch.float32), x
+        model = randomize_(model, seed=seed, noise_dtype=torch.float32)
+        return _without_stale_caches(model), x
     return None
+
+
+def _without_stale_caches(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with the attention biases it cached in its size test forgotten: transformers'
+    LeViT keeps the biases indexed in eval mode and clears them only when set to train, so after
+    the perturbation its own forward would still add the old ones (its saved folder has the
+    new)."""
+    for module in model.modules():
+        cache = getattr(module, "attention_bias_cache", None)
+        if isinstance(cache, dict):
+            cache.clear()
+    return model
 
 
 def walk_hf(model_type: str, folder: Path, seed: int) -> list[tuple[str, str, str]]:

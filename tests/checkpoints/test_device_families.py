@@ -38,6 +38,8 @@ CASES = {  # id: (timm name, options, image side)
     "cait": ("cait_xxs24_224", dict(VIT, depth_token_only=1), 32),
     "xcit": ("xcit_nano_12_p16_224", dict(img_size=32, embed_dim=32, depth=2, num_heads=4), 32),
     "pit": ("pit_ti_distilled_224", dict(base_dims=[8] * 3, depth=[1, 2, 1], heads=[2, 2, 4]), 48),
+    "levit": ("levit_128s", dict(embed_dim=(16, 24, 32), key_dim=4, num_heads=(2, 3, 4),
+                                 depth=(1, 2, 1)), 96),
 }  # fmt: skip
 
 

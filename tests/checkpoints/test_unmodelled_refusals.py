@@ -15,13 +15,12 @@ from vitviz.checkpoints import CheckpointError, load_checkpoint
 
 TIMM = {
     "crossvit_tiny_240": "CrossViT",
-    "levit_128s": "LeViT",
     "tnt_s_patch16_224": "TNT",
     "volo_d1_224": "VOLO",
     "vit_dwee_patch16_reg1_gap_256": "differential attention",
     "vit_dpwee_patch16_reg1_gap_256": "differential attention",
 }
-TRANSFORMERS = {"levit": "LeViT", "cvt": "CvT", "mobilevit": "MobileViT", "pvt": "PVT v1"}
+TRANSFORMERS = {"cvt": "CvT", "mobilevit": "MobileViT", "pvt": "PVT v1"}
 
 
 def _refusal(path: Path) -> str:

@@ -13,7 +13,6 @@ from typing import Any
 # (the part of a key that only this architecture has, its name in the refusal)
 BY_KEYS = (
     ("cls_token_1", "timm's CrossViT (two branches with cross-attention)"),
-    ("stem.conv1.linear.", "timm's LeViT (convolutional stages and attention biases)"),
     ("pixel_embed.proj.", "timm's TNT (attention inside and between patches)"),
     ("post_network.", "timm's VOLO (outlook attention)"),
 )
@@ -27,7 +26,6 @@ TIMM_VIT_BY_KEYS = (
     ),
 )
 BY_MODEL_TYPE = {
-    "levit": "transformers' LeViT (convolutional stages and attention biases)",
     "cvt": "transformers' CvT (convolutional token embeddings and projections)",
     "mobilevit": "transformers' MobileViT (convolutions with transformer blocks inside)",
     "mobilevitv2": "transformers' MobileViTV2 (separable self-attention)",

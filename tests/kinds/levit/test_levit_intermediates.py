@@ -1,0 +1,132 @@
+"""The LeViT kind's intermediates accessor (DESIGN §3) on tiny perturbed timm levit_128s opened
+through vitviz, in the Linear and the conv layout: every layer's block output on its grid (a
+subsample block's on the new grid) equals timm's; every head's output, through the projection,
+is timm's attention branch; a zeroed head is its projection's columns zeroed; a head replaced
+by itself changes nothing; bad replacements are refused; the readout of the last block is the
+model's logits; gradients reach blocks and heads."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from levit_helpers import SIZE, save_folder, timm_layers, tiny_timm_levit
+from zoo_helpers import images
+
+from vitviz.checkpoints import load_checkpoint
+
+timm = pytest.importorskip("timm")
+
+GRIDS = [(4, 4), (2, 2), (2, 2), (2, 2), (1, 1), (1, 1)]  # per layer: its output's grid
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["linear", "conv"])
+def opened(request, tmp_path_factory):
+    ref = tiny_timm_levit(conv=request.param, seed=21)
+    loaded = load_checkpoint(save_folder(ref, tmp_path_factory.mktemp("levit") / "levit"))
+    x = images(2, SIZE, SIZE, seed=3)
+    with torch.no_grad():
+        inter = loaded.kind.intermediates(loaded.model, x)
+    return ref, loaded, x, inter
+
+
+def _timm_outputs(ref, x) -> tuple[list, list]:
+    """timm's blocks' outputs and attention branches (the attention modules' outputs), each on
+    the grid as (B, C, h, w)."""
+    blocks, branches, handles = [], [], []
+    modules = []
+    for stage in ref.stages:
+        if hasattr(stage.downsample, "attn_downsample"):
+            modules.append(stage.downsample)
+        modules += list(stage.blocks)
+
+    def grid(t, b):
+        if t.ndim == 4:
+            return t
+        return t.transpose(1, 2).reshape(t.shape[0], t.shape[2], *GRIDS[b])
+
+    for b, (block, attn) in enumerate(zip(modules, timm_layers(ref), strict=True)):
+        handles.append(
+            block.register_forward_hook(lambda _m, _i, o, b=b: blocks.append(grid(o, b)))
+        )
+        handles.append(
+            attn.register_forward_hook(lambda _m, _i, o, b=b: branches.append(grid(o, b)))
+        )
+    try:
+        with torch.no_grad():
+            ref(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return blocks, branches
+
+
+def test_blocks_equal_timms(opened) -> None:
+    ref, _, x, inter = opened
+    want, _ = _timm_outputs(ref, x)
+    assert len(inter.blocks) == len(want) == 6
+    for b, (got, w) in enumerate(zip(inter.blocks, want, strict=True)):
+        assert tuple(got.shape) == tuple(w.shape) and tuple(got.shape[-2:]) == GRIDS[b]
+        assert float((got - w).abs().max()) / float(w.abs().max()) < 1e-5, b
+        assert inter.block_grids[b].grid == GRIDS[b] and inter.block_prefix[b].shape[1] == 0
+
+
+def test_heads_through_the_projection_are_the_attention_branch(opened) -> None:
+    ref, loaded, x, inter = opened
+    _, want = _timm_outputs(ref, x)
+    conv = loaded.model.config.conv
+    for b, (heads, proj, w) in enumerate(zip(inter.heads, inter.projections, want, strict=True)):
+        B, H, N, d = heads.shape
+        assert GRIDS[b][0] * GRIDS[b][1] == N and loaded.model.config.layer_heads[b] == H
+        merged = heads.transpose(1, 2).reshape(B, N, H * d)
+        if conv:
+            merged = merged.transpose(1, 2).reshape(B, H * d, *GRIDS[b])
+        with torch.no_grad():
+            got = proj(merged)
+        if not conv:
+            got = got.transpose(1, 2).reshape(B, -1, *GRIDS[b])
+        assert float((got - w).abs().max()) / float(w.abs().max()) < 1e-5, b
+
+
+def test_a_zeroed_head_is_its_projection_columns_zeroed(opened) -> None:
+    _, loaded, x, inter = opened
+    for layer, head in ((1, 2), (3, 1)):  # the subsample of stage 1, a block of stage 1
+        with torch.no_grad():
+            got = loaded.kind.intermediates(loaded.model, x, replace={(layer, head): None}).logits
+            model = copy.deepcopy(loaded.model)
+            attn = model.blocks[layer].attn
+            w = attn.proj.ln.linear.weight  # (D, heads·e) or (D, heads·e, 1, 1)
+            e = attn.value_dim
+            w[:, head * e : (head + 1) * e] = 0  # Hardswish(0) = 0: the head's columns read 0
+            want = model(x)
+        assert not torch.allclose(got, inter.logits)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    itself = {(4, 0): inter.heads[4][:, 0]}
+    with torch.no_grad():
+        same = loaded.kind.intermediates(loaded.model, x, replace=itself).logits
+    assert torch.equal(same, inter.logits)
+
+
+def test_bad_replacements_are_refused(opened) -> None:
+    _, loaded, x, _ = opened
+    for bad, words in (
+        ({(6, 0): None}, "layer 6"),
+        ({(4, 6): None}, "head 6"),
+        ({(0, 0): torch.zeros(2, 5, 8)}, "replacement"),
+        ({(0, 0): 1.0}, "tensor"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            loaded.kind.intermediates(loaded.model, x, replace=bad)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in loaded.model.modules())
+
+
+def test_the_readout_of_the_last_block_is_the_logits_and_gradients_flow(opened) -> None:
+    _, loaded, x, _ = opened
+    inter = loaded.kind.intermediates(loaded.model, x)
+    readout = loaded.kind.readout(loaded.model)
+    patches = inter.blocks[-1].flatten(2).transpose(1, 2)
+    torch.testing.assert_close(readout.logits(inter.block_prefix[-1], patches), inter.logits)
+    y = inter.logits[:, 0].sum()
+    grads = torch.autograd.grad(y, [inter.blocks[0], inter.heads[1], inter.heads[3]])
+    assert all(float(g.abs().sum()) > 0 for g in grads)

@@ -1,0 +1,143 @@
+"""timm's LeViT opened by vitviz, as a timm folder and as a bare state dict, distilled and
+plain, in timm's Linear layout and its conv layout (levit_conv_*), Hardswish and SiLU, with
+perturbed weights and BatchNorm statistics: logits within 1e-4 (relative) and every attention
+layer's probabilities within 1e-5 of timm's own model, at 64 px (grids 4×4, 2×2, 1×1); the
+library check ran; a bare file whose tensors are a timm name opens as it (noted), one whose
+tensors are none is refused with the line asking for the activation; broken files are refused
+in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from levit_helpers import (
+    BARE_SETTINGS,
+    GRIDS,
+    SIZE,
+    randomize_levit_,
+    save_bare,
+    save_folder,
+    timm_attention_and_gradients,
+    tiny_timm_levit,
+)
+from zoo_helpers import images
+
+from vitviz.checkpoints import CheckpointError, MissingSettingsError, load_checkpoint
+
+timm = pytest.importorskip("timm")
+
+LOGITS_RTOL, ATTENTION_ATOL = 1e-4, 1e-5
+CASES = {
+    "distilled": dict(distilled=True),
+    "plain": dict(distilled=False),
+    "conv": dict(conv=True),
+    "silu": dict(distilled=False, act_layer="silu"),
+    "s8": dict(distilled=False, act_layer="silu", stem_type="s8"),  # levit_*_s8's stem
+}
+
+
+@pytest.fixture(scope="module")
+def refs() -> dict[str, torch.nn.Module]:
+    return {name: tiny_timm_levit(seed=3 + i, **kw) for i, (name, kw) in enumerate(CASES.items())}
+
+
+def _compare(loaded, ref: torch.nn.Module) -> None:
+    x = images(2, SIZE, SIZE, seed=4)
+    with torch.no_grad():
+        want = ref(x)
+        got = loaded.model(x)
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) / scale < LOGITS_RTOL
+    want_logits, want_attn, _, _ = timm_attention_and_gradients(ref, x[:1])
+    assert float((want_logits - want[0]).abs().max()) / scale < LOGITS_RTOL  # the hooks' pass
+    with torch.no_grad():
+        out = loaded.model.forward_explained(x[:1], capture_attention=True)
+    assert float((out.logits[0] - want[0]).abs().max()) / scale < LOGITS_RTOL
+    assert len(out.attentions) == len(want_attn) == 6
+    for a, b in zip(out.attentions, want_attn, strict=True):
+        assert a[0].shape == b.shape
+        assert float((a[0] - b).abs().max()) < ATTENTION_ATOL
+    s8 = loaded.model.config.stem_stride == 8
+    assert [tuple(g) for g in out.stage_grids] == ([(8, 8), (4, 4), (2, 2)] if s8 else GRIDS)
+    assert any("checked against timm" in n for n in loaded.notes), loaded.notes
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_timm_folder_opens_exactly(refs, tmp_path: Path, case: str) -> None:
+    loaded = load_checkpoint(save_folder(refs[case], tmp_path / "levit"))
+    cfg = loaded.model.config
+    assert loaded.kind.name == "levit" and cfg.distilled == CASES[case].get("distilled", True)
+    silu = case in ("silu", "s8")
+    assert cfg.conv == (case == "conv") and cfg.activation == ("silu" if silu else "hard_swish")
+    assert tuple(loaded.preprocessing.image_size) == (SIZE, SIZE)
+    _compare(loaded, refs[case])
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_bare_state_dict_with_its_settings_opens_exactly(refs, tmp_path, case) -> None:
+    settings = {"activation": "silu"} if case in ("silu", "s8") else BARE_SETTINGS
+    _compare(load_checkpoint(save_bare(refs[case], tmp_path / "levit.pth", settings)), refs[case])
+
+
+def test_a_bare_state_dict_without_settings_asks_for_them(refs, tmp_path: Path) -> None:
+    """Its widths are no timm name's: the activation is not in it."""
+    path = save_bare(refs["plain"], tmp_path / "levit.pth")
+    with pytest.raises(MissingSettingsError) as info:
+        load_checkpoint(path)
+    text = str(info.value)
+    assert "\n" not in text and "activation" in text and "--arch" in text, text
+
+
+@pytest.mark.parametrize("name", ["levit_128s", "levit_conv_128s"])
+def test_a_bare_timm_name_is_recognised_by_its_tensors(tmp_path: Path, name: str) -> None:
+    """levit_128s's own widths, depths, heads and key width (at 64 px): its activation is
+    timm's definition's, and the note says so."""
+    ref = timm.create_model(name, pretrained=False, num_classes=3, img_size=SIZE)
+    ref = randomize_levit_(ref, seed=7)
+    loaded = load_checkpoint(save_bare(ref, tmp_path / "levit.pth"))
+    assert loaded.model.config.heads == (4, 6, 8) and loaded.model.config.activation == "hard_swish"
+    assert any(f"recognised as timm's {name}" in n for n in loaded.notes), loaded.notes
+    x = images(1, SIZE, SIZE, seed=2)
+    with torch.no_grad():
+        want, got = ref(x), loaded.model(x)
+    assert float((got - want).abs().max()) / float(want.abs().max()) < LOGITS_RTOL
+
+
+def test_a_tensor_vitviz_has_no_place_for_is_refused(refs, tmp_path: Path) -> None:
+    state = dict(refs["plain"].state_dict())
+    state["stages.0.blocks.0.attn.q_norm.weight"] = torch.ones(8)
+    path = save_bare_state(state, tmp_path / "levit.pth")
+    with pytest.raises(CheckpointError, match="q_norm"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (("drop", "stages.1.blocks.0.mlp.ln1.linear.weight"), "lacks"),
+        (("drop", "stages.0.blocks.0.attn.attention_biases"), "numbered"),
+        (("drop", "stem.conv4.linear.weight"), "stem"),
+        (("set", "stages.0.blocks.0.attn.attention_biases", torch.zeros(2, 15)), "square"),
+        (("set", "stages.1.blocks.1.attn.attention_biases", torch.zeros(3, 9)), "bias table"),
+        (("set", "stages.1.downsample.mlp.ln1.linear.weight", torch.zeros(40, 24)), "express"),
+        (("set", "stages.1.downsample.attn_downsample.kv.linear.weight", torch.zeros(8)), "kv"),
+    ],
+)
+def test_a_broken_levit_is_refused_in_one_line(refs, tmp_path: Path, change, words) -> None:
+    state = dict(refs["plain"].state_dict())
+    if change[0] == "drop":
+        del state[change[1]]
+    else:
+        state[change[1]] = change[2]
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(save_bare_state(state, tmp_path / "levit.pth"))
+    text = str(info.value)
+    assert "\n" not in text and words in text, text
+
+
+def save_bare_state(state: dict, path: Path) -> Path:
+    torch.save(state, path)
+    path.with_name(path.name + ".vitviz.json").write_text('{"activation": "hard_swish"}')
+    return path

@@ -1,0 +1,155 @@
+"""analyze_levit: one forward pass of a LeViT with everything its explanations need.
+
+Logits, probabilities, each attention layer's probabilities (heads, N_q, N_k) (a subsample's
+queries on its stage's grid, its keys on the stage before's), the stage grids, and on request
+∂y_c/∂A_b for every layer (same shapes, each paired with its own layer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vitviz.explain.fusion import fuse_heads
+from vitviz.imaging.geometry import PatchGeometry
+from vitviz.kinds.levit.network import LeViTNet
+from vitviz.kinds.levit.rollout import LeViTRollout
+from vitviz.kinds.staged_analysis import StagedAnalysisBase
+
+
+@dataclass(frozen=True)
+class ModelOnly:
+    """An analysis's ``loaded`` for a bare model (no checkpoint): the model, no class names."""
+
+    model: nn.Module
+    class_names: tuple[str, ...] = ()
+
+
+@dataclass
+class LeViTAnalysis(StagedAnalysisBase):
+    """What one image did in a LeViT (batch of one)."""
+
+    logits: Tensor  # (C,)
+    probs: Tensor  # (C,)
+    target_class: int
+    attentions: list[Tensor]  # per layer (heads, N_q, N_k), rows = queries
+    block_stages: list[int]  # per layer: its queries' stage
+    key_stages: list[int]  # per layer: its keys' stage (a subsample's: the stage before)
+    stage_grids: list[tuple[int, int]]  # (h_s, w_s) per stage
+    stage_pixels: list[int]  # input pixels per side of a token of each stage
+    gradients: list[Tensor] | None = None  # per layer ∂y_c/∂A_b, like ``attentions``
+    input: Tensor | None = None  # (C, H, W) the normalised model input
+    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
+    source: Any = None  # the decoded source image
+    geometry: PatchGeometry | None = None  # model input <-> source pixels
+    patch_size: int = 0  # input pixels per side of a first-stage token (the stem's stride)
+    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
+    kind: str = "levit"
+
+    _prepared: dict[tuple, LeViTRollout] = field(default_factory=dict, repr=False)
+
+    @property
+    def subsample(self) -> list[bool]:
+        """Per layer: whether it is a subsample (queries and keys on different grids)."""
+        return [q != k for q, k in zip(self.block_stages, self.key_stages, strict=True)]
+
+    def prepared(self, method: str, fusion: str = "mean") -> LeViTRollout:
+        """The per-layer matrices of ``method`` (rollout, gradient-rollout, relevance)."""
+        key = (method, fusion)
+        if key not in self._prepared:
+            attn = [a.double() for a in self.attentions]
+            if method == "rollout":
+                mats, mode = [fuse_heads(a[None], fusion)[0] for a in attn], "rollout"
+            else:
+                if self.gradients is None:
+                    raise ValueError(f"{method} needs the analysis run with gradients=True")
+                grads = [g.double() for g in self.gradients]
+                pairs = zip(attn, grads, strict=True)
+                if method == "gradient-rollout":
+                    mats, mode = [(a * g).mean(dim=0).clamp_min(0) for a, g in pairs], "rollout"
+                else:
+                    mats, mode = [(a * g).clamp_min(0).mean(dim=0) for a, g in pairs], "relevance"
+            self._prepared[key] = LeViTRollout(mats, self.subsample, self.stage_grids, mode)
+        return self._prepared[key]
+
+
+def _model(model_or_loaded: object) -> LeViTNet:
+    model = getattr(model_or_loaded, "model", model_or_loaded)
+    if not isinstance(model, LeViTNet):
+        raise TypeError(f"analyze_levit needs a LeViT, got {type(model).__name__}")
+    return model
+
+
+def analyze_levit(
+    model_or_loaded: object,
+    image: Any,
+    gradients: bool = False,
+    target_class: int | None = None,
+) -> LeViTAnalysis:
+    """Run a LeViT (or a LoadedModel holding one) on ``image``: a normalised tensor (C, H, W) or
+    (1, C, H, W), or, with a LoadedModel, anything ``vitviz.imaging.load_image`` opens, prepared
+    as the checkpoint's preprocessing says. ``target_class``: the class y_c whose gradients are
+    taken (default the top prediction)."""
+    model = _model(model_or_loaded)
+    cfg = model.config
+    pixels = source = geometry = None
+    if not isinstance(image, Tensor):
+        prep = getattr(model_or_loaded, "preprocessing", None)
+        if prep is None:
+            raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
+        source, prepared = _decode(image, prep, cfg.stem_stride)
+        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
+    x = image.unsqueeze(0) if image.ndim == 3 else image
+    if x.ndim != 4 or x.shape[0] != 1:
+        raise ValueError(f"analyze_levit takes one image (C, H, W), got {tuple(image.shape)}")
+    param = next(model.parameters())
+    x = x.to(device=param.device, dtype=param.dtype)
+    with torch.set_grad_enabled(gradients):
+        if gradients:
+            x = x.detach().requires_grad_(True)
+        out = model.forward_explained(x, capture_attention=True)
+        # without a head the network gives the mean token: no classes
+        logits = out.logits[0] if cfg.num_classes else out.logits[0, :0]
+        top = int(logits.argmax()) if logits.numel() else -1
+        c = top if target_class is None else int(target_class)
+        grads = None
+        if gradients:
+            if not 0 <= c < logits.shape[0]:
+                raise ValueError(f"class {c} out of range for {logits.shape[0]} classes")
+            grads = [g[0].detach() for g in torch.autograd.grad(logits[c], out.attentions)]
+    stages = list(out.layer_stages)
+    subsample_starts = {s for s in stages if s > 0}
+    firsts = [stages.index(s) for s in subsample_starts]
+    keys = [s - 1 if b in firsts else s for b, s in enumerate(stages)]
+    return LeViTAnalysis(
+        logits=logits.detach(),
+        probs=logits.detach().softmax(dim=-1),
+        target_class=c,
+        attentions=[a[0].detach() for a in out.attentions],
+        block_stages=stages,
+        key_stages=keys,
+        stage_grids=[tuple(g) for g in out.stage_grids],
+        stage_pixels=[cfg.stage_stride(s) for s in range(cfg.num_stages)],
+        gradients=grads,
+        input=x[0].detach(),
+        pixels=pixels,
+        source=source,
+        geometry=geometry,
+        patch_size=int(cfg.stem_stride),
+        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
+    )
+
+
+def _decode(image: Any, prep: Any, patch: int) -> tuple[Any, Any]:
+    """The source decoded as ``analyze`` decodes it and the model input prepared from it."""
+    from vitviz.imaging import load_image, prepare_image
+    from vitviz.imaging.loading import full_size
+    from vitviz.imaging.preprocess import source_for_display
+    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
+
+    source = load_image(image, max_side=OVERLAY_MAX_SIDE, min_size=model_min_size(prep, patch))
+    source = source_for_display(source, prep.channels)
+    return source, prepare_image(source, prep, patch, full_size=full_size(source))

@@ -1,0 +1,158 @@
+"""The method table's entries that run on a LeViT (the window's engine, ``vitviz-cli explain``,
+``faithfulness`` and ``stats`` reach them through ``LeViTKind.implementation``): attention (one
+layer and head; a subsample's queries on its stage's grid over keys on the stage before's),
+rollout, gradient rollout and relevance across the stages (``rollout``), and the table's own
+CAM family, features and random baseline on the blocks' outputs. The others say why they don't
+run. The kind's one declaration of them is ``METHODS`` and ``CANNOT`` at the end (DESIGN §5).
+
+A query is a cell of the first stage's grid; in each layer it is the token of that layer's
+queries' stage covering the cell's centre. Without one, the attention map is the mean of every
+query's row and the rollouts start from the mean over the last stage's tokens (what the head
+pools).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import Tensor, nn
+
+from vitviz.explain.gradcam import gradcam_method
+from vitviz.kindapi.protocol import KindMethod
+from vitviz.kinds.levit.analysis import LeViTAnalysis, analyze_levit
+from vitviz.kinds.levit.network import LeViTNet
+
+# why a table parameter means nothing to the chains across a LeViT's stages
+NOT_ACROSS_STAGES = {
+    "discard_ratio": "the rollout across a LeViT's stages has no discard step (it keeps every "
+    "entry of each layer)",
+    "start_layer": "the rollout across a LeViT's stages always runs through every layer of "
+    "every stage (a later start would leave the first stage's grid unreached)",
+}
+# why a LeViT can't run the table's other methods (``LeViTKind.missing_method``)
+CANNOT: dict[str, str] = {
+    "transformer-attribution": "its LRP rules cover a ViT's blocks; vitviz has no rule for a "
+    "LeViT's BatchNorms, Hardswish before the projection, learned attention biases or its "
+    "subsample attention without a residual",
+    "dino-masks": "it reads a CLS token's attention, and a LeViT has no CLS token",
+    "grad-sam": "it averages every layer's query row over one grid of patches; a LeViT's "
+    "layers attend over different grids",
+    "attention-gradcam": "it reads the last layer's CLS row over the patch grid; a LeViT has no "
+    "CLS token",
+}
+
+
+def block_index(analysis: LeViTAnalysis, block: int) -> int:
+    count = len(analysis.attentions)
+    if not -count <= block < count:
+        raise ValueError(f"layer {block} out of range: the model has {count} attention layers")
+    return block % count
+
+
+def token_of(analysis: LeViTAnalysis, stage: int, cell: tuple[int, int]) -> int:
+    """The token of ``stage`` covering the centre of first-stage cell ``cell``."""
+    p = analysis.patch_size
+    y, x = (cell[0] + 0.5) * p, (cell[1] + 0.5) * p
+    H, W = analysis.stage_grids[stage]
+    px = analysis.stage_pixels[stage]
+    r = min(max(int(y // px), 0), H - 1)
+    c = min(max(int(x // px), 0), W - 1)
+    return r * W + c
+
+
+def block_rows(analysis: LeViTAnalysis, block: int, token: int | None) -> Tensor:
+    """(heads, h_k, w_k): each head's row of query ``token`` (None: the mean row over every
+    query) on the layer's keys' grid."""
+    attn = analysis.attentions[block]  # (heads, N_q, N_k)
+    rows = attn.mean(dim=1) if token is None else attn[:, token]
+    return rows.reshape(-1, *analysis.stage_grids[analysis.key_stages[block]])
+
+
+def attention_map(
+    analysis: LeViTAnalysis, block: int, head: int, cell: tuple[int, int] | None
+) -> Tensor:
+    """(h_k, w_k) layer ``block``'s attention of the query for ``head`` (−1: their mean)."""
+    b = block_index(analysis, block)
+    heads = int(analysis.attentions[b].shape[0])
+    if not -1 <= head < heads:
+        raise ValueError(f"head {head} out of range: layer {b} has {heads} heads (-1: their mean)")
+    token = None if cell is None else token_of(analysis, analysis.block_stages[b], cell)
+    rows = block_rows(analysis, b, token).float()
+    return rows.mean(dim=0) if head == -1 else rows[head]
+
+
+def with_gradients(analysis: LeViTAnalysis, target_class: int | None) -> LeViTAnalysis:
+    """``analysis`` when it holds the gradients of ``target_class`` (None: its own class), else
+    the same input analysed again with them (one class kept on ``analysis``)."""
+    c = analysis.target_class if target_class is None else int(target_class)
+    if analysis.gradients is not None and analysis.target_class == c:
+        return analysis
+    if analysis.loaded is None or analysis.input is None:
+        raise ValueError("this method needs the analysis run with gradients=True")
+    cache: dict[int, LeViTAnalysis] = vars(analysis).setdefault("_with_gradients", {})
+    if c not in cache:
+        cache.clear()
+        again = analyze_levit(analysis.loaded, analysis.input, True, c)
+        again.pixels, again.source, again.geometry = (
+            analysis.pixels, analysis.source, analysis.geometry,
+        )  # fmt: skip
+        cache[c] = again
+    return cache[c]
+
+
+def levit_method_map(
+    analysis: LeViTAnalysis,
+    name: str,
+    query: tuple[int, int] | None,
+    target_class: int | None,
+    params: Mapping[str, Any],
+) -> Tensor:
+    """The map of method ``name`` for a query cell of the first stage's grid (None: the mean).
+    Attention on its layer's keys' grid, the rollouts on the first stage's."""
+    last = len(analysis.stage_grids) - 1
+    token = None if query is None else token_of(analysis, last, query)
+    if name == "attention":
+        return attention_map(
+            analysis, int(params.get("layer", -1)), int(params.get("head", -1)), query
+        )
+    if name == "rollout":
+        return analysis.prepared("rollout", str(params.get("fusion", "mean"))).map(token).float()
+    if name in ("gradient-rollout", "relevance"):
+        return with_gradients(analysis, target_class).prepared(name).map(token).float()
+    raise ValueError(f"vitviz has no LeViT version of {name!r} here (see METHODS)")
+
+
+def _requires_own(label: str, model: nn.Module) -> str | None:
+    if isinstance(model, LeViTNet):
+        return None
+    return f"{label} needs vitviz's own LeViT, and this model is a {type(model).__name__}"
+
+
+def _version(name: str) -> Any:
+    """The compute function of the LeViT version of table method ``name``."""
+
+    def compute(
+        analysis: LeViTAnalysis,
+        query: tuple[int, int] | None,
+        target_class: int | None,
+        params: Mapping[str, Any],
+    ) -> Tensor:
+        return levit_method_map(analysis, name, query, target_class, params)
+
+    return compute
+
+
+# The LeViT kind's one declaration (DESIGN §5): its versions of the table's methods, each taking
+# every parameter of its entry but those it refuses (and what it can't run: ``CANNOT`` above)
+METHODS: dict[str, KindMethod] = {
+    "attention": KindMethod(_version("attention"), requires=_requires_own),
+    "rollout": KindMethod(_version("rollout"), refusals=NOT_ACROSS_STAGES, requires=_requires_own),
+    "gradient-rollout": KindMethod(
+        _version("gradient-rollout"), refusals=NOT_ACROSS_STAGES, requires=_requires_own
+    ),
+    "relevance": KindMethod(
+        _version("relevance"), refusals=NOT_ACROSS_STAGES, requires=_requires_own
+    ),
+    "gradcam": KindMethod(gradcam_method, requires=_requires_own),
+}
