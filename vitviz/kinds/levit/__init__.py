@@ -23,11 +23,8 @@ if TYPE_CHECKING:
     from vitviz.kindapi.feature_sites import LayerChoice
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
     from vitviz.kindapi.protocol import (
-        FaithfulnessReport,
         ImageInput,
         Loaded,
-        ModelShape,
-        Session,
     )
     from vitviz.kinds.levit.analysis import LeViTAnalysis
     from vitviz.kinds.levit.config import LeViTConfig
@@ -196,31 +193,6 @@ class LeViTKind(StagedKind):
         return tuple(rows)
 
     # -- engine and window ---------------------------------------------------------------------
-    def model_shape(self, loaded: Loaded) -> ModelShape:
-        from vitviz.kinds.levit import engine_data
-
-        return engine_data.model_shape(loaded, self)
-
-    def thumbnails(self, analysis: LeViTAnalysis) -> tuple[tuple[int, int], int]:
-        from vitviz.kinds.levit.engine_data import thumbnail_grid
-
-        return thumbnail_grid(analysis)
-
-    def curves(
-        self, session: Session, names: list[str], options: dict[str, Any]
-    ) -> FaithfulnessReport:
-        """Curves on the session's model (an analysis made without it is given it)."""
-        from dataclasses import replace
-
-        from vitviz.explain.faithfulness import evaluate_methods
-        from vitviz.kinds.levit.analysis import ModelOnly
-
-        a, model = session.analysis, session.loaded.model
-        if not self.has_head(session.loaded):
-            raise ValueError("faithfulness needs a classification head, and this model has none")
-        if a.loaded is None or a.loaded.model is not model:
-            a = replace(a, loaded=ModelOnly(model))
-        return evaluate_methods(a, names, **options)
 
 
 KIND = LeViTKind()

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
+from vitviz.kinds.kind_methods import requires_own, versions_of
 from vitviz.kinds.levit.analysis import LeViTAnalysis, analyze_levit
 from vitviz.kinds.levit.network import LeViTNet
 
@@ -123,24 +124,8 @@ def levit_method_map(
     raise ValueError(f"vitviz has no LeViT version of {name!r} here (see METHODS)")
 
 
-def _requires_own(label: str, model: nn.Module) -> str | None:
-    if isinstance(model, LeViTNet):
-        return None
-    return f"{label} needs vitviz's own LeViT, and this model is a {type(model).__name__}"
-
-
-def _version(name: str) -> Any:
-    """The compute function of the LeViT version of table method ``name``."""
-
-    def compute(
-        analysis: LeViTAnalysis,
-        query: tuple[int, int] | None,
-        target_class: int | None,
-        params: Mapping[str, Any],
-    ) -> Tensor:
-        return levit_method_map(analysis, name, query, target_class, params)
-
-    return compute
+_requires_own = requires_own("LeViT", LeViTNet)
+_version = versions_of(levit_method_map)
 
 
 # The LeViT kind's one declaration (DESIGN §5): its versions of the table's methods, each taking

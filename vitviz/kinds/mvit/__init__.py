@@ -23,11 +23,8 @@ if TYPE_CHECKING:
     from vitviz.kindapi.feature_sites import LayerChoice
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
     from vitviz.kindapi.protocol import (
-        FaithfulnessReport,
         ImageInput,
         Loaded,
-        ModelShape,
-        Session,
         ViewWords,
     )
     from vitviz.kinds.mvit.analysis import MViTAnalysis
@@ -216,16 +213,6 @@ class MViTKind(StagedKind):
         )
 
     # -- engine and window ---------------------------------------------------------------------
-    def model_shape(self, loaded: Loaded) -> ModelShape:
-        from vitviz.kinds.mvit import engine_data
-
-        return engine_data.model_shape(loaded, self)
-
-    def thumbnails(self, analysis: MViTAnalysis) -> tuple[tuple[int, int], int]:
-        from vitviz.kinds.mvit.engine_data import thumbnail_grid
-
-        return thumbnail_grid(analysis)
-
     def view_words(self, analysis: Any) -> ViewWords:
         """The staged kinds' words, the query without a clicked cell being the CLS token (or
         the mean of every query's row)."""
@@ -235,22 +222,6 @@ class MViTKind(StagedKind):
         return replace(
             super().view_words(analysis), query_none=none, title_query_none=f"query: {none}"
         )
-
-    def curves(
-        self, session: Session, names: list[str], options: dict[str, Any]
-    ) -> FaithfulnessReport:
-        """Curves on the session's model (an analysis made without it is given it)."""
-        from dataclasses import replace
-
-        from vitviz.explain.faithfulness import evaluate_methods
-        from vitviz.kinds.mvit.analysis import ModelOnly
-
-        a, model = session.analysis, session.loaded.model
-        if not self.has_head(session.loaded):
-            raise ValueError("faithfulness needs a classification head, and this model has none")
-        if a.loaded is None or a.loaded.model is not model:
-            a = replace(a, loaded=ModelOnly(model))
-        return evaluate_methods(a, names, **options)
 
 
 KIND = MViTKind()

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
+from vitviz.kinds.kind_methods import requires_own
 from vitviz.kinds.mvit.analysis import MViTAnalysis
 from vitviz.kinds.mvit.network import MViT
 
@@ -98,10 +99,7 @@ def _attention(
     return attention_map(analysis, int(params.get("layer", -1)), int(params.get("head", -1)), query)
 
 
-def _requires_own(label: str, model: nn.Module) -> str | None:
-    if isinstance(model, MViT):
-        return None
-    return f"{label} needs vitviz's own MViTv2, and this model is a {type(model).__name__}"
+_requires_own = requires_own("MViTv2", MViT)
 
 
 # The MViTv2 kind's one declaration (DESIGN §5): its versions of the table's methods (and what
