@@ -12,7 +12,6 @@ from typing import Any
 
 # (the part of a key that only this architecture has, its name in the refusal)
 BY_KEYS = (
-    ("cls_token_1", "timm's CrossViT (two branches with cross-attention)"),
     (".attn.rel_pos_h", "timm's MViTv2 (pooled attention with a decomposed relative bias)"),
     ("stem.conv1.linear.", "timm's LeViT (convolutional stages and attention biases)"),
     ("pixel_embed.proj.", "timm's TNT (attention inside and between patches)"),

@@ -22,6 +22,7 @@ KIND_PACKAGES: tuple[str, ...] = (
     "vitviz.kinds.swin",
     "vitviz.kinds.pyramid",
     "vitviz.kinds.pit",
+    "vitviz.kinds.crossvit",
     "vitviz.kinds.cait",
     "vitviz.kinds.xcit",
     "vitviz.kinds.vit",

@@ -62,7 +62,6 @@ CLASS_REASONS = {
     "NaFlexVit": "NaFlex variable-resolution embedding",
     "Hiera": "a hierarchical (pooling-attention) ViT, Hiera",
     # token layouts beside the plain ViT (no kind of vitviz's has them yet)
-    "CrossVit": "CrossViT's two branches of different patch sizes with cross-attention",
     "MultiScaleVit": "MViTv2's pooled attention with a decomposed relative position bias",
     "Levit": "LeViT's convolutional stages and attention biases",
     "LevitDistilled": "LeViT's convolutional stages and attention biases",
