@@ -14,7 +14,6 @@ from timm.models import save_for_hf
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 
 TIMM = {
-    "crossvit_tiny_240": "CrossViT",
     "mvitv2_tiny": "MViTv2",
     "levit_128s": "LeViT",
     "tnt_s_patch16_224": "TNT",
