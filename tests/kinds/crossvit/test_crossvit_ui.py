@@ -1,6 +1,7 @@
 """A CrossViT in the window: one head-grid row per attention layer ("0.S0", "0.L1", "0.S×L")
 with its heads, a click picks the patch of each ViT block's branch covering the cell (the
-cross-attention rows keep their one CLS query), the big map is that layer's query row on its
+cross-attention rows keep their one CLS query, whose share on the CLS key is said without a
+patch queries' mean: it has none), the big map is that layer's query row on its
 key branch's grid, the methods a CrossViT can't run are greyed out, and File ▸ Export writes
 the CLI's npz."""
 
@@ -57,6 +58,10 @@ def test_layers_click_cross_attention_and_export(qtbot, tmp_path: Path, photo_fi
     qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
     cls_row = ref.attentions[4][0, 0, 1:].reshape(10, 10).numpy()
     np.testing.assert_allclose(overlay(window), cls_row, atol=1e-6)
+    share = float(ref.attentions[4][0, 0, 0])  # its one query's attention on the CLS key
+    assert v.controls.prefix_label.text() == (
+        f"Prefix tokens: {share:.1%} of this query's attention in this layer (no patch query here)."
+    )
     model = v.controls.method.model()
     for name, enabled in (("rollout", False), ("relevance", False), ("gradcam", True)):
         assert model.item(v.controls.method.findData(name)).isEnabled() == enabled, name
