@@ -426,6 +426,10 @@ class ViewerTab(QWidget):
             return None
         if info is not None and not info.queries:
             return None
+        if self.layers is not None and not self.layers.queried(
+            m, self.controls.selected_layer(), self.query
+        ):  # the shown layer's query is its prefix token: the clicked cell is a key like any
+            return None
         if tuple(values.shape) != tuple(self.image.grid):
             return None
         return self.query

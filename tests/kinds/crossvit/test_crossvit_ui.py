@@ -58,6 +58,9 @@ def test_layers_click_cross_attention_and_export(qtbot, tmp_path: Path, photo_fi
     qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
     cls_row = ref.attentions[4][0, 0, 1:].reshape(10, 10).numpy()
     np.testing.assert_allclose(overlay(window), cls_row, atol=1e-6)
+    title = v.map_view.full_title
+    assert title.endswith("query: CLS token"), title  # its query is the CLS, not the click
+    assert v._query_cell(v.maps, cls_row) is None  # the clicked cell is a key like any other
     share = float(ref.attentions[4][0, 0, 0])  # its one query's attention on the CLS key
     assert v.controls.prefix_label.text() == (
         f"Prefix tokens: {share:.1%} of this query's attention in this layer (no patch query here)."
