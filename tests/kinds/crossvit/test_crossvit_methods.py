@@ -53,7 +53,7 @@ def _row(layer: int, query: tuple[int, int] | None) -> int:
     return 0 if query is None or how == "cross" else 1 + _token(branch, query)
 
 
-@pytest.mark.parametrize("query", [None, (9, 2), (4, 7)])
+@pytest.mark.parametrize("query", [None, (9, 2), (8, 5)])
 def test_attention_is_the_query_row_on_its_key_branchs_grid(case, query) -> None:
     _, a, attn = case
     for layer, (_how, branch) in enumerate(LAYERS):
@@ -66,8 +66,9 @@ def test_attention_is_the_query_row_on_its_key_branchs_grid(case, query) -> None
 
 def test_a_branch_1_patch_is_the_one_under_the_clicked_point() -> None:
     """Branch 1's tokens are 17.14 input px wide: cell (9, 2) of branch 0 (centre y 114,
-    x 30) is branch 1's patch (6, 1), cell (4, 7) (y 54, x 90) its (3, 5)."""
-    assert _token(1, (9, 2)) == 6 * 7 + 1 and _token(1, (4, 7)) == 3 * 7 + 5
+    x 30) is branch 1's patch (6, 1), cell (8, 5) (y 102, x 66) its (5, 3), where tokens of
+    16 px would read (6, 4)."""
+    assert _token(1, (9, 2)) == 6 * 7 + 1 and _token(1, (8, 5)) == 5 * 7 + 3
 
 
 @pytest.mark.parametrize("layer", [2, 3, 4])
