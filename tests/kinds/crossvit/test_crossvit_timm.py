@@ -122,3 +122,22 @@ def test_a_broken_crossvit_is_refused_in_one_line(refs, tmp_path: Path, change, 
         load_checkpoint(path)
     text = str(info.value)
     assert "\n" not in text and words in text, text
+
+
+def test_a_native_file_keeps_it_and_info_describes_it(refs, tmp_path: Path, capsys) -> None:
+    """``vitviz-cli convert`` writes vitviz's own file; it opens as the same CrossViT (the
+    same logits) and ``vitviz-cli info`` describes it."""
+    from vitviz import cli
+
+    folder = save_folder(refs["dagger"], tmp_path / "crossvit")
+    native = tmp_path / "crossvit.safetensors"
+    assert cli.main(["convert", str(folder), str(native)]) == 0
+    loaded, again = load_checkpoint(folder), load_checkpoint(native)
+    assert again.kind.name == "crossvit" and again.model.config == loaded.model.config
+    x = images(1, SIZE, SIZE, seed=6)
+    with torch.no_grad():
+        torch.testing.assert_close(again.model(x), loaded.model(x), rtol=1e-5, atol=1e-6)
+    capsys.readouterr()
+    assert cli.main(["info", str(native)]) == 0
+    out = capsys.readouterr().out
+    assert "CrossViT, widths 24/48, heads 2/4, patches 12/16" in out and "patch 12" in out

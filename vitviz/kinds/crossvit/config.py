@@ -133,11 +133,13 @@ class CrossViTConfig:
         out = dataclasses.asdict(self)
         out = {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
         out["block_depths"] = [list(d) for d in self.block_depths]
+        out["patch_size"] = self.patch_size  # the clickable cell, as every kind's dict says it
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CrossViTConfig:
         """The config of ``to_dict``'s dict; ValueError naming fields it does not know."""
+        data = {k: v for k, v in data.items() if k != "patch_size"}  # derived (``to_dict``)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
