@@ -1,9 +1,9 @@
 """timm's CrossViT opened by vitviz, as a timm folder and as a bare state dict, with perturbed
 weights: logits within 1e-4 (relative) and every attention layer's (both branches' blocks and the
 cross-attention of each CLS) within 1e-5 of timm's own model, at 120 px; the plain stem with
-branch 1 resized by timm's 224/240, the dagger's conv stem, mean pooling; the library check ran;
-a bare file whose tensors are a timm name opens as it (noted), one whose tensors are none is
-refused asking for --arch; broken files are refused in one line."""
+branch 1 resized by timm's 224/240, the dagger's conv stem, mean pooling, no head; the library
+check ran; a bare file whose tensors are a timm name opens as it (noted), one whose tensors are
+none is refused asking for --arch; broken files are refused in one line."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ VARIANTS = {
     "plain": dict(name="crossvit_tiny_240"),
     "dagger": dict(name="crossvit_9_dagger_240"),
     "avg-pool": dict(name="crossvit_small_240", global_pool="avg"),
+    "headless": dict(name="crossvit_tiny_240", num_classes=0),  # the two CLS features side by side
 }
 
 

@@ -238,7 +238,8 @@ def convert(source: Source) -> Conversion:
     shape = _shape(source)
     name, user_arch, notes = _name(source, shape)
     given = {} if user_arch else dict(args)
-    size = 12 * shape["grids"][0]
+    stem = source.state.get("patch_embed.0.proj.weight")  # a dagger's stem: timm's 12 px
+    size = (int(stem.shape[-1]) if stem is not None else 12) * shape["grids"][0]
     if timm_version() is not None:
         built = dict(given)
         built.setdefault("img_size", size)
