@@ -133,6 +133,13 @@ class LayerView:
         tokens = maps.query_tokens
         return tokens[layer] if 0 <= layer < len(tokens) else -1
 
+    @classmethod
+    def queried(cls, maps: MapsResult, layer: int, query: tuple[int, int] | None) -> bool:
+        """Whether ``layer`` reads the clicked cell: a query is given and the layer's query
+        token is one (−1 there: its query stays the prefix token, a cross-attention's CLS)."""
+        tokens = maps.query_tokens
+        return query is not None and not (0 <= layer < len(tokens) and tokens[layer] < 0)
+
     def query_fields(
         self, query: tuple[int, int] | None, maps: MapsResult | None, layer: int
     ) -> dict[str, float]:
@@ -175,7 +182,7 @@ class LayerView:
             if head == MEAN
             else words.head.format(head=head, heads=row.heads, last=last)
         )
-        if query is None:
+        if not self.queried(maps, layer, query):
             where = words.title_query_none
         else:
             where = words.title_query.format(**self.query_fields(query, maps, layer))

@@ -426,6 +426,10 @@ class ViewerTab(QWidget):
             return None
         if info is not None and not info.queries:
             return None
+        if self.layers is not None and not self.layers.queried(
+            m, self.controls.selected_layer(), self.query
+        ):  # the shown layer's query is its prefix token: the clicked cell is a key like any
+            return None
         if tuple(values.shape) != tuple(self.image.grid):
             return None
         return self.query
@@ -504,9 +508,11 @@ class ViewerTab(QWidget):
             return
         over = self.image.prefix_share[layer]
         over = over[np.isfinite(over)]
+        overall = (  # a layer whose one query is a prefix token (a cross-attention) has none
+            f"{over.mean():.1%} over all patch queries" if over.size else "no patch query here"
+        )
         self.controls.prefix_label.setText(
-            f"Prefix tokens: {share.sum():.1%} of this query's attention in this layer "
-            f"({over.mean() if over.size else np.nan:.1%} over all patch queries)."
+            f"Prefix tokens: {share.sum():.1%} of this query's attention in this layer ({overall})."
         )
 
     def _on_hover(self, info: object) -> None:

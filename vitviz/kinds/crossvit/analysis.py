@@ -1,0 +1,134 @@
+"""analyze_crossvit: one forward pass of a CrossViT with everything its explanations need.
+
+Logits, probabilities, every attention layer's captured attention in the network's order
+(``CrossViTConfig.layers``): a ViT block's (heads, 1 + N_b, 1 + N_b) over its branch's CLS and
+grid, a cross-attention layer's (heads, 1, 1 + N_o): its branch's CLS (projected) as the one
+query over [itself, the other branch's patches]; each layer's key grid (``layer_branches``: the
+branch whose patches its keys are) and the two branch grids; on request ∂y_c/∂A for every
+layer (same shapes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vitviz.imaging.geometry import PatchGeometry
+from vitviz.kinds.crossvit.network import CrossViTNet
+from vitviz.kinds.staged_analysis import StagedAnalysisBase
+
+
+@dataclass(frozen=True)
+class ModelOnly:
+    """An analysis's ``loaded`` for a bare model (no checkpoint): the model, no class names."""
+
+    model: nn.Module
+    class_names: tuple[str, ...] = ()
+
+
+@dataclass
+class CrossViTAnalysis(StagedAnalysisBase):
+    """What one image did in a CrossViT (batch of one). ``stage_grids`` are the two branches'
+    grids and ``block_stages`` each layer's key branch, so the staged kinds' code reads a
+    layer's map on its grid."""
+
+    logits: Tensor  # (C,)
+    probs: Tensor  # (C,)
+    target_class: int
+    attentions: list[Tensor]  # per layer (heads, Q, 1 + N): Q = 1 + N (self), 1 (cross)
+    block_stages: list[int]  # per layer: the branch whose grid its keys are
+    layer_kinds: list[str]  # per layer: "self" or "cross"
+    layer_blocks: list[int]  # per layer: its multi-scale block
+    layer_owners: list[int]  # per layer: the branch whose tokens it updates (its CLS's)
+    stage_grids: list[tuple[int, int]]  # (h, w) of branch 0 and branch 1
+    stage_pixels: list[float]  # input pixels per side of a token of each branch
+    gradients: list[Tensor] | None = None  # per layer ∂y_c/∂A, like ``attentions``
+    input: Tensor | None = None  # (C, S, S) the normalised model input
+    pixels: Any = None  # (S, S, 3) uint8 of the input when it came from an image
+    source: Any = None  # the decoded source image
+    geometry: PatchGeometry | None = None  # model input <-> source pixels
+    patch_size: int = 0  # input pixels per side of a branch-0 token (the clickable cell)
+    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
+    kind: str = "crossvit"
+
+    num_prefix_tokens: int = 1  # the CLS of each branch
+
+
+def _model(model_or_loaded: object) -> CrossViTNet:
+    model = getattr(model_or_loaded, "model", model_or_loaded)
+    if not isinstance(model, CrossViTNet):
+        raise TypeError(f"analyze_crossvit needs a CrossViT, got {type(model).__name__}")
+    return model
+
+
+def analyze_crossvit(
+    model_or_loaded: object,
+    image: Any,
+    gradients: bool = False,
+    target_class: int | None = None,
+) -> CrossViTAnalysis:
+    """Run a CrossViT (or a LoadedModel holding one) on ``image``: a normalised tensor
+    (C, S, S) or (1, C, S, S), or, with a LoadedModel, anything ``vitviz.imaging.load_image``
+    opens, prepared as the checkpoint's preprocessing says. ``target_class``: the class y_c
+    whose gradients are taken (default the top prediction)."""
+    model = _model(model_or_loaded)
+    cfg = model.config
+    pixels = source = geometry = None
+    if not isinstance(image, Tensor):
+        prep = getattr(model_or_loaded, "preprocessing", None)
+        if prep is None:
+            raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
+        source, prepared = _decode(image, prep, cfg.patch_sizes[0])
+        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
+    x = image.unsqueeze(0) if image.ndim == 3 else image
+    if x.ndim != 4 or x.shape[0] != 1:
+        raise ValueError(f"analyze_crossvit takes one image (C, H, W), got {tuple(image.shape)}")
+    param = next(model.parameters())
+    x = x.to(device=param.device, dtype=param.dtype)
+    with torch.set_grad_enabled(gradients):
+        if gradients:
+            x = x.detach().requires_grad_(True)
+        out = model.forward_explained(x)
+        logits = out.logits[0] if cfg.num_classes else out.logits[0, :0]
+        top = int(logits.argmax()) if logits.numel() else -1
+        c = top if target_class is None else int(target_class)
+        grads = None
+        if gradients:
+            if not 0 <= c < logits.shape[0]:
+                raise ValueError(f"class {c} out of range for {logits.shape[0]} classes")
+            grads = [g[0].detach() for g in torch.autograd.grad(logits[c], out.attentions)]
+    layers = cfg.layers()
+    return CrossViTAnalysis(
+        logits=logits.detach(),
+        probs=logits.detach().softmax(dim=-1),
+        target_class=c,
+        attentions=[a[0].detach() for a in out.attentions],
+        block_stages=[b if how == "self" else 1 - b for _k, how, b in layers],
+        layer_kinds=[how for _k, how, _b in layers],
+        layer_blocks=[k for k, _how, _b in layers],
+        layer_owners=[b for _k, _how, b in layers],
+        stage_grids=[cfg.grid(0), cfg.grid(1)],
+        stage_pixels=[cfg.token_pixels(0), cfg.token_pixels(1)],
+        gradients=grads,
+        input=x[0].detach(),
+        pixels=pixels,
+        source=source,
+        geometry=geometry,
+        patch_size=int(cfg.patch_sizes[0]),
+        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
+    )
+
+
+def _decode(image: Any, prep: Any, patch: int) -> tuple[Any, Any]:
+    """The source decoded as ``analyze`` decodes it and the model input prepared from it."""
+    from vitviz.imaging import load_image, prepare_image
+    from vitviz.imaging.loading import full_size
+    from vitviz.imaging.preprocess import source_for_display
+    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
+
+    source = load_image(image, max_side=OVERLAY_MAX_SIDE, min_size=model_min_size(prep, patch))
+    source = source_for_display(source, prep.channels)
+    return source, prepare_image(source, prep, patch, full_size=full_size(source))

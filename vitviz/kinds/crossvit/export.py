@@ -1,0 +1,27 @@
+"""A CrossViT's own arrays of the explain .npz, beside the shared keys.
+
+``attention_<i>`` per attention layer (0-based, in the head grid's order): a ViT block's
+(heads, 1 + N_b, 1 + N_b), a cross-attention layer's (heads, 1, 1 + N_o), float32, the CLS
+first, then the key branch's grid row-major; ``branch_grids`` (2, 2); ``layer_branch`` (L,) the
+branch of each layer's keys; ``layer_cross`` (L,) 1 for a cross-attention layer; ``logits``,
+``probs``, ``target_class``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vitviz.kinds.crossvit.analysis import CrossViTAnalysis
+
+
+def crossvit_arrays(analysis: CrossViTAnalysis) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for i, attn in enumerate(analysis.attentions):
+        out[f"attention_{i}"] = attn.detach().float().cpu().numpy()
+    out["branch_grids"] = np.asarray(analysis.stage_grids, dtype=np.int32).reshape(-1, 2)
+    out["layer_branch"] = np.asarray(analysis.block_stages, dtype=np.int32)
+    out["layer_cross"] = np.asarray([k == "cross" for k in analysis.layer_kinds], dtype=np.int32)
+    out["logits"] = analysis.logits.detach().float().cpu().numpy()
+    out["probs"] = analysis.probs.detach().float().cpu().numpy()
+    out["target_class"] = np.asarray(analysis.target_class, dtype=np.int64)
+    return out
