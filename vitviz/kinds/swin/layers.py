@@ -75,8 +75,9 @@ class _WindowAttentionBase(nn.Module):
         """(heads, n, n) bias for a (wh, ww) window (at most the block's window)."""
         raise NotImplementedError
 
-    def queries_keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
-        """(q', k', scale) with scores = scale · q'k'ᵀ."""
+    def queries_keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float | Tensor]:
+        """(q', k', scale) with scores = scale · q'k'ᵀ (a per-head (heads, 1, 1) scale is
+        applied after the product, in the library's order)."""
         raise NotImplementedError
 
     def qkv_bias(self) -> Tensor | None:
@@ -96,11 +97,16 @@ class _WindowAttentionBase(nn.Module):
             bias = (bias + mask.to(bias.dtype).unsqueeze(1)).repeat(B, 1, 1, 1)  # (B·nW, h, n, n)
         attn: Tensor | None = None
         if capture:
-            scores = (q * scale) @ k.transpose(-2, -1) + bias  # (B·nW, heads, n, n)
+            if isinstance(scale, Tensor):
+                scores = (q @ k.transpose(-2, -1)) * scale + bias  # (B·nW, heads, n, n)
+            else:
+                scores = (q * scale) @ k.transpose(-2, -1) + bias
             attn = scores.softmax(dim=-1).reshape(B, nW, self.heads, n, n)
             out = attn.reshape(B * nW, self.heads, n, n) @ v  # from the tensor handed back,
             # so that gradients with respect to it reach the output
         else:
+            if isinstance(scale, Tensor):
+                q, scale = q * scale, 1.0
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), scale=scale)
         out = out.transpose(1, 2).reshape(B, nW, n, C)
         return self.proj(out), attn
@@ -221,10 +227,10 @@ class CrWindowAttention(_WindowAttentionBase):
         n = window[0] * window[1]
         return table[index.reshape(-1)].reshape(n, n, -1).permute(2, 0, 1)
 
-    def queries_keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+    def queries_keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         scale = torch.clamp(self.logit_scale, max=math.log(100.0)).exp().reshape(-1, 1, 1)
         eps = max(1e-12, torch.finfo(q.dtype).tiny)
-        return F.normalize(q, dim=-1, eps=eps) * scale, F.normalize(k, dim=-1, eps=eps), 1.0
+        return F.normalize(q, dim=-1, eps=eps), F.normalize(k, dim=-1, eps=eps), scale
 
 
 class SwinMlp(nn.Module):
