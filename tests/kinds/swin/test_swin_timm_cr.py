@@ -156,3 +156,19 @@ def test_broken_files_are_refused_in_one_line(tmp_path, change, words):
         load_checkpoint(path, config={"image_size": 64, "window_sizes": [4, 4]})
     message = str(info.value)
     assert change.rsplit(".", 1)[0] in message and "\n" not in message, message
+
+
+def test_vitviz_own_format_keeps_a_swinv2_cr(tmp_path):
+    """Saved by vitviz (``save_checkpoint``) and opened again: still a SwinV2-CR, same logits."""
+    from vitviz.checkpoints import save_checkpoint
+
+    ref = tiny_timm_swin_cr(64, name="swinv2_cr_tiny_ns_224", seed=7)
+    save_for_hf(ref, tmp_path / "cr")
+    path = save_checkpoint(load_checkpoint(tmp_path / "cr").model, tmp_path / "own.safetensors")
+    again = load_checkpoint(path)
+    assert again.config.cr and again.config.extra_norm_blocks == (1, 3)
+    assert not again.config.final_norm
+    x = images(1, 64, 64)
+    with torch.no_grad():
+        theirs, ours = ref(x), again.model(x)
+    assert float((ours - theirs).abs().max()) / float(theirs.abs().max()) < LOGITS_RTOL
