@@ -26,11 +26,6 @@ TIMM_VIT_BY_KEYS = (
         "timm's differential attention ViT (vit_dwee_*, vit_dpwee_*, vit_dlittle_*: the "
         "difference of two softmax maps)",
     ),
-    (
-        ".attn.gating_param",
-        "timm's ConViT (gated positional self-attention over the patches, its CLS joining for "
-        "the last blocks)",
-    ),
 )
 BY_MODEL_TYPE = {
     "levit": "transformers' LeViT (convolutional stages and attention biases)",

@@ -23,6 +23,7 @@ KIND_PACKAGES: tuple[str, ...] = (
     "vitviz.kinds.pyramid",
     "vitviz.kinds.pit",
     "vitviz.kinds.cait",
+    "vitviz.kinds.convit",
     "vitviz.kinds.xcit",
     "vitviz.kinds.vit",
 )

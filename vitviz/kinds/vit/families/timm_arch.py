@@ -68,8 +68,6 @@ CLASS_REASONS = {
     "LevitDistilled": "LeViT's convolutional stages and attention biases",
     "TNT": "TNT's attention inside and between patches",
     "VOLO": "VOLO's outlook attention",
-    "ConVit": "ConViT's gated positional self-attention (GPSA) over the patches, its CLS "
-    "joining for the last blocks",
 }
 BLOCK_REASONS = {
     "DiffParallelScalingBlock": "parallel blocks with differential attention (the difference of "
