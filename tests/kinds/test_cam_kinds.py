@@ -27,6 +27,11 @@ def _open(name: str, root) -> tuple[object, tuple[int, int]]:
         return case.loaded, case.size
     if name == "swin":
         return load_checkpoint(_swin(root, 1, (32, 32))[1]), (32, 32)
+    if name == "convit":  # GPSA blocks over the patches, then the CLS joins
+        from test_zoo_convit import tiny_convit
+
+        torch.save(tiny_convit().state_dict(), root / "convit.pth")
+        return load_checkpoint(root / "convit.pth"), (32, 32)
     if name == "swin-cr":  # timm's SwinV2-CR: post-norm blocks, extra norm3, no final norm
         from swin_helpers import tiny_timm_swin_cr
         from timm.models import save_for_hf
@@ -38,7 +43,8 @@ def _open(name: str, root) -> tuple[object, tuple[int, int]]:
 
 
 @pytest.fixture(
-    scope="module", params=["vit", "cait", "xcit", "clip", "swin", "swin-cr", "pvt", "hiera"]
+    scope="module",
+    params=["vit", "cait", "convit", "xcit", "clip", "swin", "swin-cr", "pvt", "hiera"],
 )
 def analysed(request, tmp_path_factory):
     loaded, size = _open(request.param, tmp_path_factory.mktemp(request.param))
