@@ -109,6 +109,18 @@ class ConvitKind(TokenLayoutKind):
         its accessor knows; the feature views run that (DESIGN §5)."""
         return None
 
+    def finish_analysis(self, analysis: Analysis) -> Analysis:
+        """The prefix share of a GPSA layer is NaN: there is no CLS key there (DESIGN §5)."""
+        from vitviz.kinds.convit.methods import gpsa_layers
+
+        S, _ = gpsa_layers(analysis)
+        rows = [row for row, layer in enumerate(analysis.layer_indices) if layer < S]
+        if rows:
+            share = analysis.prefix_share.clone()
+            share[rows] = float("nan")
+            analysis.prefix_share = share
+        return analysis
+
     def layer_rows(self, analysis: Analysis) -> tuple[LayerRow, ...]:
         """ "GPSA i" for the GPSA layers, "SA j" for the plain ones."""
         from vitviz.kinds.convit.methods import gpsa_layers
