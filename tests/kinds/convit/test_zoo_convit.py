@@ -280,3 +280,29 @@ def test_cli_explain_writes_its_maps_and_the_cls_heads(convit, photo_files, tmp_
     code = cli.main(["explain", str(image), "--checkpoint", str(path), "--out", str(out),
                      "--method", "transformer-attribution"])  # fmt: skip
     assert code != 0
+
+
+def test_a_convit_of_other_shapes_with_biases_and_no_head(tmp_path: Path) -> None:
+    """A bare ConViT no timm name has (1 GPSA block of 4, 3 heads, q/k/v biases, MLP ×2, no
+    head, a 6 × 6 grid): read off its tensors, checked against timm built with them."""
+    torch.manual_seed(2)
+    model = timm.create_model(
+        "convit_tiny", pretrained=False, img_size=48, patch_size=8, embed_dim=8, num_heads=3,
+        depth=4, local_up_to_layer=1, qkv_bias=True, mlp_ratio=2.0, num_classes=0,
+    )  # fmt: skip
+    model = randomize_(model, seed=2)
+    path = tmp_path / "odd.pth"
+    torch.save(model.state_dict(), path)
+    loaded = load_checkpoint(path)
+    cfg = loaded.config
+    assert (cfg.gpsa_depth, cfg.depth, cfg.heads, cfg.qkv_bias, cfg.num_classes) == (
+        1, 4, 3, True, 0
+    )  # fmt: skip
+    assert any(n.startswith("checked against timm") for n in loaded.notes), loaded.notes
+    x = images(2, 48, 48)
+    ref_logits, ref_attn = LIBRARY_MODEL.read(model, x)
+    with torch.no_grad():
+        logits, attn = kind_of(loaded.model).library_outputs(loaded.model, x)
+    assert_close("features", ref_logits, logits, LOGIT_ATOL * float(ref_logits.abs().max()))
+    for i, (a, b) in enumerate(zip(ref_attn, attn, strict=True)):
+        assert_close(f"attention {i}", a, b, ATTN_ATOL)
