@@ -76,3 +76,48 @@ def run_ours(model: nn.Module, x: Tensor):
         out = model.forward_explained(x)
     assert max_diff(out.logits, logits) < 1e-5, "capture path differs from the fused path"
     return logits, out
+
+
+def tiny_timm_swin_cr(
+    img_size: int | tuple[int, int] = 64,
+    window: int | None = 4,
+    classes: int = 5,
+    seed: int = 0,
+    name: str = "swinv2_cr_tiny_224",
+    **extra,
+) -> nn.Module:
+    """timm's SwinV2-CR ``name`` at width 16, depths (2, 2), heads (2, 4), perturbed (window
+    None: timm's own, the patch grid ÷ 8)."""
+    import timm
+
+    sized = {} if window is None else {"window_size": window}
+    model = timm.create_model(
+        name,
+        pretrained=False,
+        img_size=img_size,
+        embed_dim=16,
+        depths=DEPTHS,
+        num_heads=HEADS,
+        num_classes=classes,
+        **sized,
+        **extra,
+    )
+    return randomize_(model, seed=seed).eval()
+
+
+def timm_cr_attention(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """timm's SwinV2-CR logits and each block's probabilities (B·windows, heads, n, n), read
+    after its attention dropout (the identity in eval mode)."""
+    attn: list[Tensor] = []
+    handles = [
+        block.attn.attn_drop.register_forward_hook(lambda _m, _i, o: attn.append(o))
+        for stage in model.stages
+        for block in stage.blocks
+    ]
+    try:
+        with torch.no_grad():
+            logits = model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return logits, attn

@@ -27,11 +27,25 @@ def _open(name: str, root) -> tuple[object, tuple[int, int]]:
         return case.loaded, case.size
     if name == "swin":
         return load_checkpoint(_swin(root, 1, (32, 32))[1]), (32, 32)
+    if name == "convit":  # GPSA blocks over the patches, then the CLS joins
+        from test_zoo_convit import tiny_convit
+
+        torch.save(tiny_convit().state_dict(), root / "convit.pth")
+        return load_checkpoint(root / "convit.pth"), (32, 32)
+    if name == "swin-cr":  # timm's SwinV2-CR: post-norm blocks, extra norm3, no final norm
+        from swin_helpers import tiny_timm_swin_cr
+        from timm.models import save_for_hf
+
+        save_for_hf(tiny_timm_swin_cr(32, name="swinv2_cr_tiny_ns_224"), root / "cr")
+        return load_checkpoint(root / "cr"), (32, 32)
     model = _pyramid("pvt_v2_b0", 1, depths=(1, 2, 1, 1)) if name == "pvt" else _hiera()
     return load_checkpoint(_folder(model, root, name, (64, 64))), (64, 64)
 
 
-@pytest.fixture(scope="module", params=["vit", "cait", "xcit", "clip", "swin", "pvt", "hiera"])
+@pytest.fixture(
+    scope="module",
+    params=["vit", "cait", "convit", "xcit", "clip", "swin", "swin-cr", "pvt", "hiera"],
+)
 def analysed(request, tmp_path_factory):
     loaded, size = _open(request.param, tmp_path_factory.mktemp(request.param))
     return request.param, loaded, analyze(loaded, images(1, *size, seed=5)[0])
@@ -47,7 +61,8 @@ def _todays_gradcam(name: str):
     from vitviz.kinds.pyramid.gradcam import pyramid_token_gradcam
     from vitviz.kinds.swin.gradcam import swin_token_gradcam
 
-    return {"swin": swin_token_gradcam, "pvt": pyramid_token_gradcam,
+    return {"swin": swin_token_gradcam, "swin-cr": swin_token_gradcam,
+            "pvt": pyramid_token_gradcam,
             "hiera": pyramid_token_gradcam}.get(name, token_gradcam)  # fmt: skip
 
 

@@ -65,7 +65,8 @@ def test_high_norm_flags_and_prefix_norms(analysis) -> None:
     assert shown["prefix"].shape == (inter.block_prefix[-1].shape[1],)
 
 
-KEEP_NONE = {"cait", "xcit"}  # their blocks differ by stage: the accessor's pass makes them
+# their blocks differ by stage: the accessor's pass makes them
+KEEP_NONE = {"cait", "xcit", "convit"}
 
 
 def test_analyses_keep_the_accessors_block_outputs(analysis) -> None:

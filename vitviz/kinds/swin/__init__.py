@@ -50,7 +50,8 @@ class SwinKind(StagedKind):
         cfg = model.config.to_dict()
         v = cfg.get("version", 1)
         return (
-            f"Swin{' V2' if v == 2 else ''}, widths {'-'.join(map(str, cfg['dims']))}, "
+            f"Swin{' V2' if v == 2 else ''}{'-CR' if cfg.get('cr') else ''}, "
+            f"widths {'-'.join(map(str, cfg['dims']))}, "
             f"depths {'-'.join(map(str, cfg['depths']))}, "
             f"heads {'-'.join(map(str, cfg['heads']))}, "
             f"windows {'-'.join(map(str, cfg['window_sizes']))}"
@@ -63,14 +64,16 @@ class SwinKind(StagedKind):
             if version == 2
             else "window attention with a relative position bias per window"
         )
+        if getattr(model.config, "cr", False):
+            attention = "scaled cosine window attention, an MLP bias over log offsets (V2-CR)"
         return (attention, "shifted windows every other block", "patch merging between stages",
                 "head reads the mean of the last stage's tokens")  # fmt: skip
 
     @property
     def families(self) -> Sequence[Any]:
-        from vitviz.kinds.swin.families import huggingface, timm, torchvision
+        from vitviz.kinds.swin.families import huggingface, timm, timm_cr, torchvision
 
-        return (torchvision.FAMILY, timm.FAMILY, huggingface.FAMILY)
+        return (torchvision.FAMILY, timm.FAMILY, timm_cr.FAMILY, huggingface.FAMILY)
 
     # -- loading, model code and training (helper "loading") ---------------------------------
     def config_from_dict(self, data: dict[str, object]) -> SwinConfig:

@@ -15,6 +15,13 @@ when a feature map does not fill whole windows; the layout switches say which on
 ``version`` 2 (Swin V2): cosine attention with a learned per-head logit scale, a continuous
 position bias (an MLP over log-spaced offsets, 16·sigmoid), residuals normalised after the
 branch (x + norm(f(x))) and patch merging that normalises after the reduction.
+
+``cr`` (timm's ``swinv2_cr_*``, a V2 of its own): the same cosine attention and post-norm
+residuals, but its position MLP (``meta_mlp``: Linear, ReLU, Linear, both with biases) reads
+sign(d)·ln(1 + |d|) of the raw offsets and its output is the bias as it is (no 16·sigmoid); the
+key has a bias; patch merging normalises before the reduction (as v1); the blocks listed in
+``extra_norm_blocks`` end with a LayerNorm of the whole map (``norm3``); no final norm when
+``final_norm`` is off (the last block's extra norm is its final norm). DESIGN §1.
 """
 
 from __future__ import annotations
@@ -58,6 +65,9 @@ class SwinConfig(StagedConfig):
     version: int = 1
     pretrained_window_sizes: tuple[int, ...] | None = None  # v2 offsets scale; 0: the window
     cpb_hidden: int = 512  # v2 position-bias MLP width
+    cr: bool = False  # timm's swinv2_cr layout (see the module docstring)
+    extra_norm_blocks: tuple[int, ...] = ()  # blocks (counted over all stages) ending in norm3
+    final_norm: bool = True  # the LayerNorm before the pool
 
     def __post_init__(self) -> None:
         self.image_size = _pair(self.image_size)
@@ -67,6 +77,7 @@ class SwinConfig(StagedConfig):
             self.mlp_hidden_dims = tuple(int(v) for v in self.mlp_hidden_dims)
         if self.pretrained_window_sizes is not None:
             self.pretrained_window_sizes = tuple(int(v) for v in self.pretrained_window_sizes)
+        self.extra_norm_blocks = tuple(int(v) for v in self.extra_norm_blocks)
 
     def pretrained_window(self, stage: int) -> int:
         """The window a v2 stage's position offsets are scaled by (0: its own window)."""
@@ -99,5 +110,9 @@ class SwinConfig(StagedConfig):
             raise ValueError("patch size and channels must be positive, classes not negative")
         if self.version not in (1, 2):
             raise ValueError(f"Swin version must be 1 or 2, got {self.version}")
+        if self.cr and self.version != 2:
+            raise ValueError("a SwinV2-CR (cr) is a version 2 Swin")
+        if any(not 0 <= b < self.depth for b in self.extra_norm_blocks):
+            raise ValueError(f"extra_norm_blocks must be blocks 0..{self.depth - 1}")
         if self.window_clamp not in WINDOW_CLAMPS:
             raise ValueError(f"window_clamp must be one of {', '.join(WINDOW_CLAMPS)}")

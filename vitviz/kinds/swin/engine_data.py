@@ -55,6 +55,7 @@ def architecture(config: Mapping[str, Any], loaded: LoadedModel) -> tuple[str, .
     depths, dims = config["depths"], config.get("dims") or [0] * len(config["depths"])
     heads, windows = config["heads"], config.get("window_sizes") or [0] * len(depths)
     version = " V2" if config.get("version", 1) == 2 else " (v1)"
+    version = " V2-CR" if config.get("cr") else version
     lines = [
         f"architecture: Swin{version}, {len(depths)} stages, {sum(depths)} blocks "
         f"(depths {'-'.join(map(str, depths))})",

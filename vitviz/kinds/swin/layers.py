@@ -75,8 +75,9 @@ class _WindowAttentionBase(nn.Module):
         """(heads, n, n) bias for a (wh, ww) window (at most the block's window)."""
         raise NotImplementedError
 
-    def queries_keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
-        """(q', k', scale) with scores = scale · q'k'ᵀ."""
+    def queries_keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float | Tensor]:
+        """(q', k', scale) with scores = scale · q'k'ᵀ (a per-head (heads, 1, 1) scale is
+        applied after the product, in the library's order)."""
         raise NotImplementedError
 
     def qkv_bias(self) -> Tensor | None:
@@ -96,11 +97,16 @@ class _WindowAttentionBase(nn.Module):
             bias = (bias + mask.to(bias.dtype).unsqueeze(1)).repeat(B, 1, 1, 1)  # (B·nW, h, n, n)
         attn: Tensor | None = None
         if capture:
-            scores = (q * scale) @ k.transpose(-2, -1) + bias  # (B·nW, heads, n, n)
+            if isinstance(scale, Tensor):
+                scores = (q @ k.transpose(-2, -1)) * scale + bias  # (B·nW, heads, n, n)
+            else:
+                scores = (q * scale) @ k.transpose(-2, -1) + bias
             attn = scores.softmax(dim=-1).reshape(B, nW, self.heads, n, n)
             out = attn.reshape(B * nW, self.heads, n, n) @ v  # from the tensor handed back,
             # so that gradients with respect to it reach the output
         else:
+            if isinstance(scale, Tensor):
+                q, scale = q * scale, 1.0
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), scale=scale)
         out = out.transpose(1, 2).reshape(B, nW, n, C)
         return self.proj(out), attn
@@ -180,6 +186,53 @@ class CosineWindowAttention(_WindowAttentionBase):
         return F.normalize(q, dim=-1, eps=eps) * scale, F.normalize(k, dim=-1, eps=eps), 1.0
 
 
+class _MetaMlp(nn.Module):
+    """SwinV2-CR's position MLP: Linear(2, hidden), ReLU, Linear(hidden, heads), both biased."""
+
+    def __init__(self, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(2, hidden)
+        self.fc2 = nn.Linear(hidden, heads)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class CrWindowAttention(_WindowAttentionBase):
+    """SwinV2-CR (timm's swinv2_cr): scores cos(q, k)·exp(min(logit_scale, log 100)) plus
+    ``meta_mlp`` over the offsets sign(d)·ln(1 + |d|) (dy, dx in tokens, not scaled by the
+    window), the MLP's output the bias as it is. q, k and v all have biases. ``logit_scale``
+    is (heads,)."""
+
+    def __init__(
+        self, dim: int, heads: int, window: int, qkv_bias: bool = True, hidden: int = 384
+    ) -> None:
+        super().__init__(dim, heads, window, qkv_bias)
+        self.logit_scale = nn.Parameter(torch.full((heads,), math.log(10.0)))
+        self.meta_mlp = _MetaMlp(hidden, heads)
+
+    def offsets(self, window: tuple[int, int], like: Tensor) -> Tensor:
+        """((2wh − 1)·(2ww − 1), 2) log-spaced offsets, rows in the v1 table's order."""
+        wh, ww = window
+        dy = torch.arange(-(wh - 1), wh, dtype=torch.float32)
+        dx = torch.arange(-(ww - 1), ww, dtype=torch.float32)
+        grid = torch.stack(torch.meshgrid(dy, dx, indexing="ij"), dim=-1)
+        grid = torch.sign(grid) * torch.log(1.0 + grid.abs())
+        return grid.reshape(-1, 2).to(device=like.device, dtype=like.dtype)
+
+    def position_bias(self, window: tuple[int, int]) -> Tensor:
+        weight = self.meta_mlp.fc1.weight
+        table = self.meta_mlp(self.offsets(window, weight))  # ((2wh−1)(2ww−1), heads)
+        index = self._relative_index(window, window, weight.device)
+        n = window[0] * window[1]
+        return table[index.reshape(-1)].reshape(n, n, -1).permute(2, 0, 1)
+
+    def queries_keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        scale = torch.clamp(self.logit_scale, max=math.log(100.0)).exp().reshape(-1, 1, 1)
+        eps = max(1e-12, torch.finfo(q.dtype).tiny)
+        return F.normalize(q, dim=-1, eps=eps), F.normalize(k, dim=-1, eps=eps), scale
+
+
 class SwinMlp(nn.Module):
     """Linear -> activation -> Linear, token-wise."""
 
@@ -195,10 +248,16 @@ class SwinMlp(nn.Module):
 
 class SwinBlock(nn.Module):
     """x + attn(norm1(x)) inside (shifted) windows; x + mlp(norm2(x)) (v2: x + norm1(attn(x));
-    x + norm2(mlp(x))). Maps are (B, H, W, C)."""
+    x + norm2(mlp(x)); SwinV2-CR's ``extra_norm`` blocks then norm3 the sum). Maps are
+    (B, H, W, C)."""
 
     def __init__(
-        self, config: SwinConfig, stage: int, shifted: bool, drop_path: float = 0.0
+        self,
+        config: SwinConfig,
+        stage: int,
+        shifted: bool,
+        drop_path: float = 0.0,
+        extra_norm: bool = False,
     ) -> None:
         super().__init__()
         dim, window = config.dims[stage], config.window_sizes[stage]
@@ -210,7 +269,9 @@ class SwinBlock(nn.Module):
         self.norm1 = nn.LayerNorm(dim, eps=config.norm_eps)
         heads = config.heads[stage]
         self.attn: _WindowAttentionBase = (
-            CosineWindowAttention(
+            CrWindowAttention(dim, heads, window, config.qkv_bias, config.cpb_hidden)
+            if config.cr
+            else CosineWindowAttention(
                 dim,
                 heads,
                 window,
@@ -224,6 +285,7 @@ class SwinBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=config.norm_eps)
         self.mlp = SwinMlp(dim, config.hidden_dim(stage), config.activation)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm3 = nn.LayerNorm(dim, eps=config.norm_eps) if extra_norm else None
 
     @property
     def mlp_branch(self) -> nn.Module:
@@ -250,6 +312,8 @@ class SwinBlock(nn.Module):
             y, attn = self.attn(partition(x, layout), mask, layout.window, capture=capture)
             x = x + self.drop_path(self.norm1(unpartition(y, layout)))
             x = x + self.drop_path(self.norm2(self.mlp(x)))
+            if self.norm3 is not None:  # SwinV2-CR's extra norm of the whole map
+                x = self.norm3(x)
             return x, attn, layout
         windows = partition(self.norm1(x), layout)  # (B, windows, n, C)
         y, attn = self.attn(windows, mask, layout.window, capture=capture)

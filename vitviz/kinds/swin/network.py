@@ -36,13 +36,22 @@ class SwinStage(nn.Module):
         super().__init__()
         self.merge = (
             PatchMerging(
-                config.dims[stage - 1], config.dims[stage], config.norm_eps, config.version == 2
+                config.dims[stage - 1],
+                config.dims[stage],
+                config.norm_eps,
+                config.version == 2 and not config.cr,  # CR normalises before, as v1
             )
             if stage > 0
             else None
         )
         self.blocks = nn.ModuleList(
-            SwinBlock(config, stage, shifted=j % 2 == 1, drop_path=drop_paths[j])
+            SwinBlock(
+                config,
+                stage,
+                shifted=j % 2 == 1,
+                drop_path=drop_paths[j],
+                extra_norm=sum(config.depths[:stage]) + j in config.extra_norm_blocks,
+            )
             for j in range(config.depths[stage])
         )
 
@@ -65,7 +74,11 @@ class SwinTransformer(nn.Module):
             start = sum(config.depths[:s])
             stages.append(SwinStage(config, s, rates[start : start + d]))
         self.stages = nn.ModuleList(stages)
-        self.norm = nn.LayerNorm(config.dims[-1], eps=config.norm_eps)
+        self.norm: nn.Module = (
+            nn.LayerNorm(config.dims[-1], eps=config.norm_eps)
+            if config.final_norm
+            else nn.Identity()
+        )
         C = config.num_classes
         self.head = nn.Linear(config.dims[-1], C) if C else nn.Identity()
         self.init_weights()

@@ -1,0 +1,251 @@
+"""timm's ConViT (``convit_tiny``, ``convit_small``, ``convit_base``): a bare state dict (.pth or
+.safetensors) or timm's folder (``config.json`` + ``model.safetensors``, ``save_for_hf``).
+
+Keys: ``cls_token`` (1, 1, D), ``pos_embed`` (1, P, D) (patches only), ``patch_embed.proj``,
+``blocks.{i}.{norm1, attn.qk, attn.v, attn.pos_proj, attn.gating_param, attn.proj, norm2,
+mlp.fc1, mlp.fc2}`` for the GPSA blocks (timm's ``local_up_to_layer`` of them: read off the
+keys), ``blocks.{i}.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}`` after them,
+``norm``, ``head``. What the weights don't say is timm's for every ConViT: LayerNorm eps 1e-6,
+GELU, CLS pooling; the heads are the gates' count. The grid must be square (GPSA's offsets).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from torch import Tensor
+
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
+from vitviz.checkpoints.families.common import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Taker,
+    block_indices,
+    check_channels,
+    check_depth,
+    grid_from_table,
+)
+from vitviz.checkpoints.families.timm_library import timm_reference
+from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
+from vitviz.checkpoints.library_check import Reference
+from vitviz.checkpoints.preprocessing import timm_preprocessing
+from vitviz.imaging import Preprocessing
+from vitviz.kinds.convit.config import ConvitConfig
+
+LOOKS_LIKE = "a timm ConViT"
+# model_args the weights already show (sizes), or that only change the initialisation or
+# training: anything else changes the computation and is refused by name.
+_SIZE_ARGS = {
+    "img_size", "num_classes", "in_chans", "pretrained", "patch_size", "embed_dim", "depth",
+    "num_heads", "mlp_ratio", "qkv_bias", "local_up_to_layer", "locality_strength",
+    "drop_rate", "pos_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
+}  # fmt: skip
+_GPSA = ("attn.qk", "attn.v")
+_PLAIN = ("attn.qkv",)
+_COMMON = ("norm1", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2")
+# timm's default_cfg of every ConViT: ImageNet mean and std, crop 0.875, bicubic.
+CONVIT_DEFAULTS = {
+    "resize": "crop",
+    "crop_pct": 0.875,
+    "interpolation": "bicubic",
+    "mean": IMAGENET_MEAN,
+    "std": IMAGENET_STD,
+}
+_FIELDS = frozenset(f.name for f in dataclasses.fields(ConvitConfig))
+_EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+# timm's ConViTs by (width, heads, depth, GPSA depth)
+_NAMES = {
+    (192, 4, 12, 10): "convit_tiny",
+    (432, 9, 12, 10): "convit_small",
+    (768, 16, 12, 10): "convit_base",
+}
+
+LIBRARY_MODEL = timm_reference()  # timm's ConVit over its ``blocks``, GPSA and plain alike
+
+
+def detect(source: Source) -> bool:
+    s = source.state
+    return "blocks.0.attn.gating_param" in s and "blocks.0.attn.pos_proj.weight" in s
+
+
+def _linear(t: Taker, old: str, out: dict[str, Tensor], bias: bool) -> None:
+    out[old + ".weight"] = t.take(old + ".weight")
+    b = t.maybe(old + ".bias")
+    if b is not None:
+        out[old + ".bias"] = b
+    elif bias:
+        raise CheckpointError(
+            f"{t.source.name} looks like {LOOKS_LIKE}, but {old}.bias is missing."
+        )
+
+
+def _blocks(t: Taker, out: dict[str, Tensor]) -> tuple[int, int]:
+    """Take every block's tensors (our names are timm's); (depth, GPSA depth)."""
+    L = check_depth(t.source, block_indices(t.state, r"blocks\.(\d+)\.norm1\.weight$"))
+    gpsa = [i for i in range(L) if f"blocks.{i}.attn.gating_param" in t]
+    S = len(gpsa)
+    if gpsa != list(range(S)) or S == L:
+        raise CheckpointError(
+            f"{t.source.name} looks like {LOOKS_LIKE}, but its GPSA blocks ({gpsa}) are not "
+            f"the first blocks followed by plain ones (of {L})."
+        )
+    for i in range(L):
+        b = f"blocks.{i}."
+        for part in _COMMON:
+            _linear(t, b + part, out, bias=True)
+        for part in _GPSA if i < S else _PLAIN:
+            _linear(t, b + part, out, bias=False)
+        if i < S:
+            _linear(t, b + "attn.pos_proj", out, bias=True)
+            out[b + "attn.gating_param"] = t.take(b + "attn.gating_param")
+    return L, S
+
+
+def _refuse_args(source: Source, args: dict[str, Any]) -> None:
+    changed = sorted(set(args) - _SIZE_ARGS - {"global_pool", "use_pos_embed"})
+    if args.get("global_pool", "token") != "token":
+        changed.append(f"global_pool {args['global_pool']!r} (vitviz's ConViT reads the CLS)")
+    if args.get("use_pos_embed", True) is not True:
+        changed.append("use_pos_embed False")
+    if changed:
+        raise CheckpointError(
+            f"{source.name}: timm ConViT model_args {', '.join(changed)} change the computation "
+            "and vitviz does not model them; refused rather than shown wrong."
+        )
+
+
+def convert(source: Source) -> Conversion:
+    cfg = source.timm_config or {}
+    args: dict[str, Any] = dict(cfg.get("model_args") or {})
+    pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
+    _refuse_args(source, args)
+    t = Taker(source, LOOKS_LIKE)
+    out: dict[str, Tensor] = {}
+    L, S = _blocks(t, out)
+    out["cls_token"] = t.take("cls_token")
+    out["pos_embed"] = pos = t.take("pos_embed")
+    out["patch_embed.proj.weight"] = patch = t.take("patch_embed.proj.weight")
+    out["patch_embed.proj.bias"] = t.take("patch_embed.proj.bias")
+    out["norm.weight"] = t.take("norm.weight")
+    out["norm.bias"] = t.take("norm.bias")
+    num_classes = 0
+    if "head.weight" in t:
+        out["head.weight"] = t.take("head.weight")
+        out["head.bias"] = t.take("head.bias")
+        num_classes = out["head.weight"].shape[0]
+    t.refuse_leftovers()
+
+    D, p = patch.shape[0], patch.shape[-1]
+    notes = ["timm ConViT: LayerNorm eps 1e-6, GELU and the CLS head, as timm builds every ConViT"]
+    size = args.get("img_size")
+    if size is None and isinstance(pretrained.get("input_size"), (list, tuple)):
+        size = list(pretrained["input_size"][1:])
+    if size is None:
+        grid = grid_from_table(pos.shape[1])
+        if grid is None:
+            raise CheckpointError(
+                f"{source.name}: pos_embed has {pos.shape[1]} patches, not a square grid (a "
+                "ConViT's GPSA needs one)."
+            )
+        size = [grid[0] * p, grid[1] * p]
+        notes.append(f"image size {size[0]}×{size[1]} read off the square position table")
+    heads = int(out["blocks.0.attn.gating_param"].shape[0])
+    inferred: dict[str, Any] = dict(
+        image_size=size,
+        patch_size=p,
+        in_channels=patch.shape[1],
+        num_classes=num_classes,
+        dim=D,
+        depth=L,
+        gpsa_depth=S,
+        heads=heads,
+        mlp_hidden_dim=out["blocks.0.mlp.fc1.weight"].shape[0],
+        qkv_bias="blocks.0.attn.qk.bias" in out,
+        norm_eps=1e-6,
+        activation="gelu",
+    )
+    user = dict(source.user)
+    arch = user.pop("arch", None)
+    unknown = sorted(set(user) - _FIELDS - _EXTRAS)
+    if unknown:
+        raise CheckpointError(
+            f"{source.name}: unknown settings {', '.join(unknown)} for a ConViT; accepted: "
+            "ConViT config fields, class_names, preprocessing."
+        )
+    fields = {**inferred, **{k: v for k, v in user.items() if k in _FIELDS}}
+    try:
+        config = ConvitConfig(**fields)
+        config.validate()
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{source.name}: the ConViT settings are invalid: {exc}") from exc
+    if config.num_patches != pos.shape[1]:
+        raise CheckpointError(
+            f"{source.name}: pos_embed holds {pos.shape[1]} patches, the image size "
+            f"{config.image_size[0]}×{config.image_size[1]} gives {config.num_patches}."
+        )
+    names = resolve_class_names(
+        num_classes, user.get("class_names"), names_from_timm(cfg, num_classes), True
+    )
+    prep_dict, prep_notes = timm_preprocessing(pretrained, CONVIT_DEFAULTS)
+    notes += prep_notes
+    if not pretrained:
+        notes.append(
+            "no timm config.json beside the file: preprocessing is timm's ConViT default (set "
+            f"preprocessing in {source.sidecar_name} to change it)"
+        )
+    prep = {"image_size": list(config.image_size), **prep_dict}
+    if isinstance(user.get("preprocessing"), dict):
+        prep.update(user["preprocessing"])
+    prep["channels"] = check_channels(source, prep.get("channels"), config.in_channels)
+    try:
+        prepared = Preprocessing.from_dict(prep)
+    except ValueError as exc:
+        raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
+    conversion = Conversion(
+        family="timm-convit",
+        config=config,
+        state=out,
+        class_names=names,
+        preprocessing=prepared,
+        notes=notes,
+        kind="convit",
+    )
+    named = arch or cfg.get("architecture")
+    model_args = {} if arch else dict(args)
+    if not named:  # a bare file: timm's convit built with the file's shapes checks ours
+        named = _NAMES.get((D, heads, L, S), "convit_tiny")
+        model_args = dict(
+            embed_dim=D // heads,
+            num_heads=heads,
+            depth=L,
+            local_up_to_layer=S,
+            mlp_ratio=config.hidden_dim / D,
+            qkv_bias=config.qkv_bias,
+            patch_size=p,
+            num_classes=num_classes,
+        )
+    conversion.reference = Reference("timm", str(named), model_args, how=LIBRARY_MODEL)
+    return conversion
+
+
+FAMILY = Family(
+    "timm-convit",
+    detect,
+    convert,
+    info=FamilyInfo(
+        label="timm ConViT",
+        names="convit_tiny, convit_small, convit_base",
+        forms="state dict (.pth, .safetensors); timm folder",
+        parts=(
+            "gated positional self-attention (GPSA) over the patches",
+            "plain self-attention over [CLS, patches] in the last blocks",
+            "pre-norm blocks",
+            "GELU MLP",
+            "learnt position table",
+            "CLS token joined after the GPSA blocks",
+            "Conv2d patch embedding",
+        ),
+    ),
+)
