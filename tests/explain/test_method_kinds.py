@@ -116,6 +116,7 @@ def test_a_kind_registered_at_run_time_runs_its_version(toy_kind, capsys) -> Non
     assert by_name["rollout"]["applies_to"] == [
         "cait",
         "clip",
+        "convit",
         "levit",
         "pit",
         "pyramid",

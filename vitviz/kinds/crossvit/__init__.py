@@ -24,11 +24,8 @@ if TYPE_CHECKING:
     from vitviz.kindapi.feature_sites import LayerChoice
     from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
     from vitviz.kindapi.protocol import (
-        FaithfulnessReport,
         ImageInput,
         Loaded,
-        ModelShape,
-        Session,
         ViewWords,
     )
     from vitviz.kinds.crossvit.analysis import CrossViTAnalysis
@@ -228,16 +225,6 @@ class CrossViTKind(StagedKind):
         return tuple(rows)
 
     # -- engine and window ---------------------------------------------------------------------
-    def model_shape(self, loaded: Loaded) -> ModelShape:
-        from vitviz.kinds.crossvit import engine_data
-
-        return engine_data.model_shape(loaded, self)
-
-    def thumbnails(self, analysis: CrossViTAnalysis) -> tuple[tuple[int, int], int]:
-        from vitviz.kinds.crossvit.engine_data import thumbnail_grid
-
-        return thumbnail_grid(analysis)  # type: ignore[return-value]
-
     def view_words(self, analysis: Any) -> ViewWords:
         """Layers ("0.S1", "0.S×L"), points of the input; without a clicked cell the CLS."""
         from dataclasses import replace
@@ -251,22 +238,6 @@ class CrossViTKind(StagedKind):
             method_query_none=f"from the CLS token · over branch 0's {h0}×{w0} tokens",
             method_query=f"from the clicked point · over branch 0's {h0}×{w0} tokens",
         )
-
-    def curves(
-        self, session: Session, names: list[str], options: dict[str, Any]
-    ) -> FaithfulnessReport:
-        """Curves on the session's model (an analysis made without it is given it)."""
-        from dataclasses import replace
-
-        from vitviz.explain.faithfulness import evaluate_methods
-        from vitviz.kinds.crossvit.analysis import ModelOnly
-
-        a, model = session.analysis, session.loaded.model
-        if not self.has_head(session.loaded):
-            raise ValueError("faithfulness needs a classification head, and this model has none")
-        if a.loaded is None or a.loaded.model is not model:
-            a = replace(a, loaded=ModelOnly(model))
-        return evaluate_methods(a, names, **options)
 
 
 KIND = CrossViTKind()

@@ -14,19 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.crossvit.network import CrossViTNet
-from vitviz.kinds.staged_analysis import StagedAnalysisBase
-
-
-@dataclass(frozen=True)
-class ModelOnly:
-    """An analysis's ``loaded`` for a bare model (no checkpoint): the model, no class names."""
-
-    model: nn.Module
-    class_names: tuple[str, ...] = ()
+from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, decode_for_model
 
 
 @dataclass
@@ -81,7 +73,7 @@ def analyze_crossvit(
         prep = getattr(model_or_loaded, "preprocessing", None)
         if prep is None:
             raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
-        source, prepared = _decode(image, prep, cfg.patch_sizes[0])
+        source, prepared = decode_for_model(image, prep, cfg.patch_sizes[0])
         image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
     x = image.unsqueeze(0) if image.ndim == 3 else image
     if x.ndim != 4 or x.shape[0] != 1:
@@ -120,15 +112,3 @@ def analyze_crossvit(
         patch_size=int(cfg.patch_sizes[0]),
         loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )
-
-
-def _decode(image: Any, prep: Any, patch: int) -> tuple[Any, Any]:
-    """The source decoded as ``analyze`` decodes it and the model input prepared from it."""
-    from vitviz.imaging import load_image, prepare_image
-    from vitviz.imaging.loading import full_size
-    from vitviz.imaging.preprocess import source_for_display
-    from vitviz.imaging.reduction import OVERLAY_MAX_SIDE, model_min_size
-
-    source = load_image(image, max_side=OVERLAY_MAX_SIDE, min_size=model_min_size(prep, patch))
-    source = source_for_display(source, prep.channels)
-    return source, prepare_image(source, prep, patch, full_size=full_size(source))

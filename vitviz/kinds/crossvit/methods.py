@@ -15,12 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from vitviz.explain.masks import dino_masks
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.crossvit.analysis import CrossViTAnalysis
 from vitviz.kinds.crossvit.network import CrossViTNet
+from vitviz.kinds.kind_methods import requires_own, versions_of
 
 _TWO_BRANCHES = (
     "a CrossViT's branches meet only through the cross-attention of their CLS tokens, between "
@@ -100,22 +101,8 @@ def crossvit_method_map(
     return rows.mean(dim=0) if head == -1 else rows[head]
 
 
-def _requires_own(label: str, model: nn.Module) -> str | None:
-    if isinstance(model, CrossViTNet):
-        return None
-    return f"{label} needs vitviz's own CrossViT, and this model is a {type(model).__name__}"
-
-
-def _version(name: str) -> Any:
-    def compute(
-        analysis: CrossViTAnalysis,
-        query: tuple[int, int] | None,
-        target_class: int | None,
-        params: Mapping[str, Any],
-    ) -> Tensor:
-        return crossvit_method_map(analysis, name, query, target_class, params)
-
-    return compute
+_requires_own = requires_own("CrossViT", CrossViTNet)
+_version = versions_of(crossvit_method_map)
 
 
 # The CrossViT kind's one declaration (DESIGN §5): its versions of the table's methods (and
