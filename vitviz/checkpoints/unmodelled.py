@@ -29,7 +29,6 @@ BY_MODEL_TYPE = {
     "cvt": "transformers' CvT (convolutional token embeddings and projections)",
     "mobilevit": "transformers' MobileViT (convolutions with transformer blocks inside)",
     "mobilevitv2": "transformers' MobileViTV2 (separable self-attention)",
-    "pvt": "transformers' PVT v1 (a CLS token in its last stage only)",
     "siglip2": "transformers' SigLIP 2 (a NaFlex patch embedding of any aspect ratio)",
 }
 

@@ -97,6 +97,7 @@ class PyramidKind(StagedKind):
     def families(self) -> Sequence[Any]:
         from vitviz.kinds.pyramid.families import (
             hf_hiera,
+            hf_pvt,
             huggingface,
             timm,
             timm_hiera,
@@ -105,6 +106,7 @@ class PyramidKind(StagedKind):
 
         return (
             timm.FAMILY, huggingface.FAMILY, timm_hiera.FAMILY, hf_hiera.FAMILY, timm_twins.FAMILY,
+            hf_pvt.FAMILY,
         )  # fmt: skip
 
     def config_from_dict(self, data: dict[str, object]) -> PyramidConfig | HieraConfig:
