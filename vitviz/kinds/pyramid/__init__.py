@@ -268,6 +268,21 @@ class PyramidKind(StagedKind):
         return tuple(rows)
 
     # -- engine and window ---------------------------------------------------------------------
+    def view_words(self, analysis: Any) -> Any:
+        """The staged kinds' words; a PVT v1's query without a clicked cell is its last
+        stage's CLS token (its blocks before that stage: the mean of every query's row)."""
+        from dataclasses import replace
+
+        words = super().view_words(analysis)
+        if not any(analysis.prefix):
+            return words
+        none = "CLS token (earlier stages: the mean of every query)"
+        return replace(
+            words,
+            query_none=none,
+            title_query_none=f"query: {none}",
+            method_query_none=words.method_query_none.replace(self.POOL_SOURCE, "the CLS token"),
+        )
 
 
 KIND = PyramidKind()
