@@ -45,6 +45,8 @@ def test_blocks_click_rollout_and_export(qtbot, tmp_path: Path, photo_files) -> 
     v = window.viewer
     assert v.head_grid.row_texts() == ["0.0", "1.0", "1.1", "2.0", "3.0", "3.1"]
     assert v.head_grid.row_heads() == [1, 2, 2, 2, 4, 4]
+    assert "and the CLS" in v.image.layer_rows[5].tooltip
+    assert "CLS" not in v.image.layer_rows[3].tooltip
     v.controls.select(layer=5, head=2)  # the last block: the CLS and a 2×2 grid
     cell = (9, 4)  # centre (38, 18) px: the last stage's token (1, 0)
     view = v.input_view

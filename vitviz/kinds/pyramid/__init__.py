@@ -244,12 +244,14 @@ class PyramidKind(StagedKind):
 
     def layer_rows(self, analysis: PyramidAnalysis) -> tuple[LayerRow, ...]:
         rows = []
-        for attn, s, words, keys, name in zip(
+        cls = [" and the CLS" if analysis.prefix_of(b) else "" for b in range(len(analysis.keys))]
+        for attn, s, words, keys, name, c in zip(
             analysis.attentions,
             analysis.block_stages,
             analysis.reductions,
             analysis.keys,
             self.block_names(analysis.block_stages),
+            cls,
             strict=True,
         ):
             H, W = analysis.stage_grids[s]
@@ -258,9 +260,9 @@ class PyramidKind(StagedKind):
                 LayerRow(
                     name,
                     int(attn.shape[0]),
-                    tooltip=f"block {name}: queries {H}×{W} tokens, {words}",
+                    tooltip=f"block {name}: queries {H}×{W} tokens{c}, {words}{c}",
                     name=name,
-                    title=f"block {name} ({H}×{W} queries, {kh}×{kw} keys)",
+                    title=f"block {name} ({H}×{W} queries{c}, {kh}×{kw} keys{c})",
                     hover=f"block {name}",
                     selector=f" · {name}",
                 )
