@@ -95,3 +95,14 @@ def test_missing_tensor_refused(tmp_path) -> None:
     with pytest.raises(CheckpointError) as info:
         load_checkpoint(folder)
     assert "cls_token" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_bare_file_without_its_config_refused(tmp_path) -> None:
+    """A PVT v1's tensors alone don't say its head counts or its kernels: one line asks for
+    the folder transformers saved."""
+    _, folder = saved_pvt1(tmp_path / "pvt", "PvtForImageClassification")
+    bare = tmp_path / "pvt1.safetensors"
+    bare.write_bytes((folder / "model.safetensors").read_bytes())
+    with pytest.raises(CheckpointError, match="looks like a Hugging Face PVT v1") as info:
+        load_checkpoint(bare)
+    assert "config.json" in str(info.value) and "\n" not in str(info.value)
