@@ -133,3 +133,11 @@ def test_attention_rows_and_statistics(pvt1) -> None:
     geometry = kind_of(a).token_geometry(a)
     assert [g.num_prefix_tokens for g in geometry.layers] == [0, 0, 0, 0, 1, 1]
     assert kind_of(a).npz_arrays(a)["block_prefix"].tolist() == [0, 0, 0, 0, 1, 1]
+
+
+def test_the_query_without_a_click_is_named_the_cls(pvt1) -> None:
+    _, loaded = pvt1
+    a = analyze_pyramid(loaded, torch.zeros(3, 64, 64))
+    words = kind_of(a).view_words(a)
+    assert words.query_none.startswith("CLS token") and "CLS" in words.title_query_none
+    assert words.method_query_none.startswith("from the CLS token")
