@@ -19,7 +19,11 @@ TIMM = {
     "vit_dwee_patch16_reg1_gap_256": "differential attention",
     "vit_dpwee_patch16_reg1_gap_256": "differential attention",
 }
-TRANSFORMERS = {"cvt": "CvT", "mobilevit": "MobileViT", "pvt": "PVT v1"}
+TRANSFORMERS = {
+    "cvt": "CvT",
+    "mobilevit": "MobileViT (MobileNetV2 blocks",
+    "mobilevitv2": "MobileViTV2",
+}
 
 
 def _refusal(path: Path) -> str:

@@ -26,9 +26,10 @@ TIMM_VIT_BY_KEYS = (
 )
 BY_MODEL_TYPE = {
     "cvt": "transformers' CvT (convolutional token embeddings and projections)",
-    "mobilevit": "transformers' MobileViT (convolutions with transformer blocks inside)",
+    "mobilevit": "transformers' MobileViT (MobileNetV2 blocks with BatchNorm, and transformer "
+    "layers over unfolded p × p patches in which each pixel position attends only to the same "
+    "position of the other patches: no vitviz kind has its network or its per-position maps)",
     "mobilevitv2": "transformers' MobileViTV2 (separable self-attention)",
-    "pvt": "transformers' PVT v1 (a CLS token in its last stage only)",
     "siglip2": "transformers' SigLIP 2 (a NaFlex patch embedding of any aspect ratio)",
 }
 

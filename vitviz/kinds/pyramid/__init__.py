@@ -60,6 +60,7 @@ class PyramidKind(StagedKind):
             f"reductions {'-'.join(map(str, cfg.sr_ratios))}"
         )  # fmt: skip
         name = ("Twins-SVT" if cfg.windows else "Twins-PCPVT") if cfg.pos_conv else "PVT v2"
+        name = "PVT v1" if cfg.cls_last else name
         return (
             f"{name}, widths {'-'.join(map(str, cfg.dims))}, "
             f"depths {'-'.join(map(str, cfg.depths))}, heads {'-'.join(map(str, cfg.heads))}, "
@@ -81,6 +82,15 @@ class PyramidKind(StagedKind):
             from vitviz.kinds.pyramid.families.timm_twins import twins_parts
 
             return twins_parts(cfg)
+        if cfg.cls_last:
+            return (
+                f"non-overlapping patch embeddings (stride {cfg.patch_size}, then "
+                f"{cfg.down_stride}), LayerNorm, a learned position table per stage",
+                attention,
+                "pre-norm blocks, plain MLP",
+                "a CLS token joins in the last stage (keys unreduced there)",
+                "one LayerNorm at the end; head reads the CLS token",
+            )
         return (
             f"overlapping conv stem (kernel {cfg.stem_kernel}, stride {cfg.patch_size}), LayerNorm",
             attention,
@@ -97,6 +107,7 @@ class PyramidKind(StagedKind):
     def families(self) -> Sequence[Any]:
         from vitviz.kinds.pyramid.families import (
             hf_hiera,
+            hf_pvt,
             huggingface,
             timm,
             timm_hiera,
@@ -105,6 +116,7 @@ class PyramidKind(StagedKind):
 
         return (
             timm.FAMILY, huggingface.FAMILY, timm_hiera.FAMILY, hf_hiera.FAMILY, timm_twins.FAMILY,
+            hf_pvt.FAMILY,
         )  # fmt: skip
 
     def config_from_dict(self, data: dict[str, object]) -> PyramidConfig | HieraConfig:
@@ -141,6 +153,18 @@ class PyramidKind(StagedKind):
 
         return pyramid_sites(model, x)
 
+    def kept_with_prefix(self, sites: Any, kept: Any) -> Any:
+        """A PVT v1's last-stage blocks with the CLS token they carried, as the accessor
+        gives them (every other pyramid's: no prefix)."""
+        import dataclasses
+
+        if not any(getattr(sites, "prefix", ())):
+            return kept
+        prefixes = tuple(p.detach() for p in sites.prefixes if p is not None)
+        if len(prefixes) != len(kept.blocks):
+            return None
+        return dataclasses.replace(kept, block_prefix=prefixes)
+
     def token_geometry(self, analysis: PyramidAnalysis) -> TokenGeometry:
         windows = analysis.windows or [None] * len(analysis.block_stages)
         layers = tuple(
@@ -148,8 +172,9 @@ class PyramidKind(StagedKind):
                 grid=tuple(analysis.stage_grids[s]),
                 token_pixels=analysis.stage_pixels[s],
                 windows=w,  # a Hiera block's mask units (a Twins-SVT's windows), None: global
+                num_prefix_tokens=analysis.prefix_of(b),  # a PVT v1's last stage: its CLS
             )
-            for s, w in zip(analysis.block_stages, windows, strict=True)
+            for b, (s, w) in enumerate(zip(analysis.block_stages, windows, strict=True))
         )
         size = tuple(int(v) for v in analysis.input.shape[-2:])
         return TokenGeometry(
@@ -175,12 +200,21 @@ class PyramidKind(StagedKind):
     def readout(self, model: nn.Module) -> Any:
         """PVT v2 / Twins: head(mean(last stage's norm(tokens))); Hiera: its head, the norm
         of the mean token (DESIGN §5)."""
+        from vitviz.kindapi.intermediates import Readout
         from vitviz.kinds.pyramid.hiera_network import HieraViT
         from vitviz.kinds.readouts import mean_pool_readout, norm_of_mean_readout
 
         width = int(model.config.dims[-1])
         if isinstance(model, HieraViT):
             return norm_of_mean_readout(model.head, model.head.norm, width)
+        if model.config.cls_last:  # PVT v1: head(norm(CLS)), a block without one its mean
+            return Readout(
+                model.stages[-1].norm,
+                lambda prefix, patches: model.head(
+                    model.stages[-1].norm(prefix[:, 0] if prefix.shape[1] else patches.mean(1))
+                ),
+                width,
+            )
         return mean_pool_readout(model.stages[-1].norm, model.head, width)
 
     def default_cam_part(self, model: nn.Module) -> str:
@@ -210,12 +244,14 @@ class PyramidKind(StagedKind):
 
     def layer_rows(self, analysis: PyramidAnalysis) -> tuple[LayerRow, ...]:
         rows = []
-        for attn, s, words, keys, name in zip(
+        cls = [" and the CLS" if analysis.prefix_of(b) else "" for b in range(len(analysis.keys))]
+        for attn, s, words, keys, name, c in zip(
             analysis.attentions,
             analysis.block_stages,
             analysis.reductions,
             analysis.keys,
             self.block_names(analysis.block_stages),
+            cls,
             strict=True,
         ):
             H, W = analysis.stage_grids[s]
@@ -224,9 +260,9 @@ class PyramidKind(StagedKind):
                 LayerRow(
                     name,
                     int(attn.shape[0]),
-                    tooltip=f"block {name}: queries {H}×{W} tokens, {words}",
+                    tooltip=f"block {name}: queries {H}×{W} tokens{c}, {words}{c}",
                     name=name,
-                    title=f"block {name} ({H}×{W} queries, {kh}×{kw} keys)",
+                    title=f"block {name} ({H}×{W} queries{c}, {kh}×{kw} keys{c})",
                     hover=f"block {name}",
                     selector=f" · {name}",
                 )
@@ -234,6 +270,21 @@ class PyramidKind(StagedKind):
         return tuple(rows)
 
     # -- engine and window ---------------------------------------------------------------------
+    def view_words(self, analysis: Any) -> Any:
+        """The staged kinds' words; a PVT v1's query without a clicked cell is its last
+        stage's CLS token (its blocks before that stage: the mean of every query's row)."""
+        from dataclasses import replace
+
+        words = super().view_words(analysis)
+        if not any(analysis.prefix):
+            return words
+        none = "CLS token (earlier stages: the mean of every query)"
+        return replace(
+            words,
+            query_none=none,
+            title_query_none=f"query: {none}",
+            method_query_none=words.method_query_none.replace(self.POOL_SOURCE, "the CLS token"),
+        )
 
 
 KIND = PyramidKind()

@@ -2,7 +2,8 @@
 
 Logits, probabilities, each block's captured attention (heads, N_q, N_kv) with its key
 reduction, the stage grids and the downsamplings between them, and on request ∂y_c/∂A_b for
-every block (same shapes, each paired with its own block).
+every block (same shapes, each paired with its own block). A PVT v1's last-stage blocks attend
+among its CLS token and the grid: (heads, 1 + N, 1 + N), the CLS first (``prefix`` per block).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class PyramidAnalysis(StagedAnalysisBase):
     logits: Tensor  # (C,)
     probs: Tensor  # (C,)
     target_class: int
-    attentions: list[Tensor]  # per block (heads, N_s, M_b), rows = queries
+    attentions: list[Tensor]  # per block (heads, P_b + N_s, P_b + M_b), rows = queries
     block_stages: list[int]  # per block
     stage_grids: list[tuple[int, int]]  # (H_s, W_s) per stage
     keys: list[Reduction]  # per block: its keys on its stage's grid
@@ -53,8 +54,14 @@ class PyramidAnalysis(StagedAnalysisBase):
     patch_size: int = 0  # input pixels per side of a first-stage token
     loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "pyramid"
+    prefix: list[int] = field(default_factory=list)  # per block its CLS tokens (PVT v1's last
+    # stage: 1), first in its rows and columns; [] or 0: none
 
     _prepared: dict[tuple, PreparedPyramidRollout] = field(default_factory=dict, repr=False)
+
+    def prefix_of(self, block: int) -> int:
+        """Block ``block``'s prefix (CLS) tokens, first in its attention's rows and columns."""
+        return self.prefix[block] if self.prefix else 0
 
     def prepared(self, method: str, fusion: str = "mean") -> PreparedPyramidRollout:
         """The per-block matrices of ``method`` (rollout, gradient-rollout, relevance)."""
@@ -71,7 +78,7 @@ class PyramidAnalysis(StagedAnalysisBase):
                     mats, mode = relevance_blocks(self.attentions, self.gradients), "relevance"
             self._prepared[key] = PreparedPyramidRollout(
                 mats, self.keys, self.block_stages, self.stage_grids, self.stages, mode,
-                self.residuals,
+                self.residuals, self.prefix,
             )  # fmt: skip
         return self._prepared[key]
 
@@ -180,8 +187,12 @@ def analyze_pyramid(
     else:
         keys, words, stages = _pvt_plan(cfg, grids, out.block_stages)
         windows = _svt_windows(cfg, grids, out.block_stages)
-    for a, k in zip(attentions, keys, strict=True):
-        if a.shape[-1] != k.coarse[0] * k.coarse[1]:
+    last = len(grids) - 1
+    prefix = [int(cfg.cls_last and s == last) for s in out.block_stages] if (
+        isinstance(model, PyramidViT)
+    ) else []  # fmt: skip
+    for a, k, p in zip(attentions, keys, prefix or [0] * len(keys), strict=True):
+        if a.shape[-1] != p + k.coarse[0] * k.coarse[1]:
             raise ValueError(f"attention {tuple(a.shape)} does not have the {k.coarse} keys")
     return PyramidAnalysis(
         logits=logits.detach(),
@@ -203,4 +214,5 @@ def analyze_pyramid(
         geometry=geometry,
         patch_size=int(cfg.patch_size),
         loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
+        prefix=prefix,
     )

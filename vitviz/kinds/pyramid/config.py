@@ -54,6 +54,10 @@ class PyramidConfig(StagedConfig):
     pos_conv: bool = False  # x + depthwise 3 × 3 conv(x) after each stage's first block (PEG)
     stage_norms: bool = True  # a LayerNorm ends every stage; False: the last stage's only
     windows: tuple[int, ...] = ()  # Twins-SVT: per stage ws, blocks 0, 2, … attend in ws × ws
+    # PVT v1's options (transformers' PvtModel): a learned position table per stage at its trained
+    # grid, and a CLS token prepended in the last stage only, which the head reads (DESIGN §5)
+    pos_embed: bool = False
+    cls_last: bool = False
 
     def __post_init__(self) -> None:
         self.image_size = _pair(self.image_size)
@@ -64,6 +68,18 @@ class PyramidConfig(StagedConfig):
         """The window side of block ``block`` of ``stage`` (Twins-SVT's even blocks), 0: global."""
         ws = self.windows[stage] if self.windows else 0
         return ws if ws > 1 and block % 2 == 0 else 0
+
+    def trained_grids(self) -> list[tuple[int, int]]:
+        """(H_s, W_s) per stage at ``image_size``: the stem's and downsamplings' arithmetic."""
+        grids, (H, W) = [], self.image_size
+        for s in range(self.num_stages):
+            k, st = (self.stem_kernel, self.patch_size) if s == 0 else (
+                self.down_kernel, self.down_stride
+            )  # fmt: skip
+            pad = k // 2 if self.embed_overlap else 0
+            H, W = (H + 2 * pad - k) // st + 1, (W + 2 * pad - k) // st + 1
+            grids.append((H, W))
+        return grids
 
     def stage_stride(self, stage: int) -> int:
         """Input pixels per side of a token of ``stage`` (the strides multiplied)."""
@@ -90,5 +106,10 @@ class PyramidConfig(StagedConfig):
             raise ValueError("patch size, channels and kernels must be positive")
         if self.windows and (len(self.windows) != S or min(self.windows) < 1):
             raise ValueError("windows needs one positive window side per stage (or none)")
+        if self.cls_last and (self.sr_ratios[-1] != 1 or self.linear or self.windows):
+            raise ValueError(
+                "a CLS token in the last stage needs that stage's keys unreduced (sr 1): a "
+                "reduction convolution can't read the CLS token"
+            )
         if self.num_classes < 0 or self.pool_size < 1 or self.down_stride < 1:
             raise ValueError("classes must not be negative, pool size and stride positive")

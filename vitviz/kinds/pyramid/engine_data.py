@@ -41,12 +41,17 @@ def model_shape(loaded: Any, kind: ModelKind) -> ModelShape:
         )
         for s in range(cfg.num_stages):
             keys = "pooled to 7×7" if cfg.linear else f"sr {cfg.sr_ratios[s]}"
+            keys += " (and the CLS)" if cfg.cls_last and s == cfg.num_stages - 1 else ""
             lines.append(
                 f"stage {s}: {cfg.depths[s]} blocks, width {cfg.dims[s]}, {cfg.heads[s]} "
                 f"heads, keys {keys}, MLP {cfg.mlp_hidden_dims[s]}"
             )
-    lines.append(f"classes: {cfg.num_classes}; no prefix tokens (the head reads the mean of the "
-                 "last stage's tokens)")  # fmt: skip
+    if getattr(cfg, "cls_last", False):
+        lines.append(f"classes: {cfg.num_classes}; a CLS token joins in the last stage (the head "
+                     "reads it after the final norm)")  # fmt: skip
+    else:
+        lines.append(f"classes: {cfg.num_classes}; no prefix tokens (the head reads the mean of "
+                     "the last stage's tokens)")  # fmt: skip
     lines.append("parts: " + "; ".join(kind.parts(loaded.model)))
     return ModelShape(
         depth=cfg.depth,

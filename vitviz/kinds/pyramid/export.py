@@ -4,7 +4,8 @@
 rows the stage's tokens row-major, columns the block's reduced keys row-major; ``stage_grids``
 (S, 2); per block ``block_stage`` (L,), ``key_grid`` (L, 2) and ``sr_ratio`` (L,) (0 for a
 linear block's pooled keys and for a Hiera's, whose keys are the block's input tokens);
-``logits``, ``probs``, ``target_class``.
+``logits``, ``probs``, ``target_class``; ``block_prefix`` (L,): a block's CLS tokens, first in
+its rows and columns (a PVT v1's last stage: 1).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def pyramid_arrays(analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
         for s in analysis.block_stages
     ]  # a Hiera (no key reduction): 0
     out["sr_ratio"] = np.asarray(srs, dtype=np.int32)
+    L = len(analysis.attentions)
+    out["block_prefix"] = np.asarray([analysis.prefix_of(b) for b in range(L)], dtype=np.int32)
     out["logits"] = analysis.logits.detach().float().cpu().numpy()
     out["probs"] = analysis.probs.detach().float().cpu().numpy()
     out["target_class"] = np.asarray(analysis.target_class, dtype=np.int64)

@@ -2,7 +2,7 @@
 grid (a Hiera's second LayerNorm: its last block may pool, its first norm then being on the
 stage before). features F (B, N_S, D); weights w_d = mean over tokens of ∂y_c/∂F[·, d];
 map = ReLU(Σ_d w_d F[·, d]), min-max scaled, (B, H_S, W_S): the ViT's definition on the grid
-the head pools."""
+the head pools (a PVT v1's CLS token left out, as a ViT's)."""
 
 from __future__ import annotations
 
@@ -29,10 +29,12 @@ def pyramid_token_gradcam(
             out = model.forward_explained(x, capture_attention=False)
             c = target_classes(out.logits, target)
             y = out.logits.gather(1, c[:, None]).sum()
-            features = captured[-1]  # (B, N_S, D)
+            features = captured[-1]  # (B, P + N_S, D)
             (grads,) = torch.autograd.grad(y, features)
     finally:
         handle.remove()
+    P = int(getattr(model.config, "cls_last", False))  # a PVT v1's CLS: not on the grid
+    features, grads = features[:, P:], grads[:, P:]
     weights = grads.mean(dim=1, keepdim=True)  # (B, 1, D)
     cam = (features.detach() * weights).sum(dim=-1).clamp_min(0)  # (B, N_S)
     return min_max_scale(cam.reshape(x.shape[0], *out.stage_grids[-1]))

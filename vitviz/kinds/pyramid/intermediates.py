@@ -6,6 +6,8 @@ on its stage's grid and every head's output before the attention's projection, r
 - Twins-SVT's grouped blocks: the attention puts its ws × ws windows back in grid order before
   the projection, which reads (B, N, C) row-major as well. A block's output is taken before
   the stage's position convolution (Twins' PEG, after a stage's first block), which is no block.
+- PVT v1: its last stage's blocks carry the CLS token first; their outputs are given on the
+  grid with the CLS beside it (``block_prefix``), their heads [CLS, grid row-major] as computed.
 - Hiera: the blocks run on "unrolled" tokens (``hiera_network.unrolled_order``). A block's
   projection reads one row per query in the unrolled order of its output grid (a pooling
   block's queries already 2 × 2 max-pooled; within mask units position t·units + w holds unit
@@ -16,10 +18,12 @@ on its stage's grid and every head's output before the attention's projection, r
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 from torch import Tensor, nn
 
 from vitviz.kindapi.grids import LayerGrid
@@ -62,16 +66,23 @@ class PyramidSites:
         self.head_counts = [b.attn.heads for b in self.blocks]
         self.places = [(s, j) for s, d in enumerate(cfg.depths) for j in range(d)]
         self.grids: list[tuple[int, int] | None] = [None] * len(self.blocks)
+        last = cfg.num_stages - 1
+        self.prefix = [int(cfg.cls_last and s == last) for s, _ in self.places]
+        self.prefixes: list[Tensor | None] = [None] * len(self.blocks)
 
     def head_order(self, block: int, args: tuple[Any, ...]) -> TokenOrder:
         return ROW_MAJOR
 
     def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
         grid = self.grids[block] = tuple(int(v) for v in args[1])  # forward(t, grid, capture)
-        return _on_grid(output[0], grid)
+        P = self.prefix[block]
+        self.prefixes[block] = output[0][:, :P]
+        return _on_grid(output[0][:, P:], grid)
 
     def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
-        return (_off_grid(tokens), *output[1:])
+        prefix = self.prefixes[block]
+        assert prefix is not None  # kept by block_tokens just before
+        return (torch.cat([prefix, _off_grid(tokens)], dim=1), *output[1:])
 
     def grid(self, block: int) -> LayerGrid:
         cfg = self.model.config
@@ -80,7 +91,12 @@ class PyramidSites:
         assert grid is not None  # set when the block ran
         ws = cfg.window(s, j)
         windows = layers.window_ids(grid, ws).numpy().astype(np.int32) if ws else None
-        return LayerGrid(grid=grid, token_pixels=cfg.stage_stride(s), windows=windows)
+        return LayerGrid(
+            grid=grid,
+            token_pixels=cfg.stage_stride(s),
+            windows=windows,
+            num_prefix_tokens=self.prefix[block],
+        )
 
     def logits(self, x: Tensor) -> Tensor:
         return head_logits(self.model(x), int(self.model.config.num_classes))
@@ -140,7 +156,10 @@ def pyramid_intermediates(
             f"the intermediates accessor needs vitviz's PyramidViT or HieraViT, got "
             f"{type(model).__name__}"
         )
-    return staged_intermediates(sites, model_input(model, x), replace, logits_only)
+    out = staged_intermediates(sites, model_input(model, x), replace, logits_only)
+    if logits_only or not isinstance(sites, PyramidSites) or not any(sites.prefix):
+        return out
+    return dataclasses.replace(out, block_prefix=tuple(p for p in sites.prefixes if p is not None))
 
 
 def pyramid_sites(model: nn.Module, x: Tensor) -> PyramidSites | HieraSites | None:
@@ -160,7 +179,10 @@ def pyramid_tokens_on_grid(
     for a PVT v2 or Twins; a Hiera's unrolled order undone (DESIGN §5's CAM layers), a pooling
     block's norm1 on the stage before's grid (the tokens it reads)."""
     if not isinstance(model, HieraViT):
-        return lambda tokens, grid: _on_grid(tokens, grid)
+        cfg = getattr(model, "config", None)
+        last = sum(cfg.depths[:-1]) if cfg is not None else 0
+        P = int(bool(getattr(cfg, "cls_last", False)) and layer.block >= last)  # PVT v1's CLS
+        return lambda tokens, grid: _on_grid(tokens[:, P:], grid)
     sites = HieraSites(model, model_input(model, x))
     pools, _, g_in, _ = model.block_plan(layer.block, sites.grid0)
     if not (pools and layer.part == "norm1"):

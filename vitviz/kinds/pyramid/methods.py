@@ -6,7 +6,8 @@ don't run. The kind's one declaration of them is ``METHODS`` and ``CANNOT`` at t
 
 A query is a cell of the first stage's grid; in each block it is the token of that block's
 stage covering the cell's centre. Without one, the attention map is the mean of every query's
-row and the rollouts start from the mean over the last stage's tokens (what the head pools).
+row and the rollouts start from the mean over the last stage's tokens (what the head pools); a
+PVT v1's from its last stage's CLS token (what its head reads; DESIGN §5).
 """
 
 from __future__ import annotations
@@ -67,9 +68,12 @@ def token_of(analysis: PyramidAnalysis, stage: int, cell: tuple[int, int]) -> in
 
 def block_rows(analysis: PyramidAnalysis, block: int, token: int | None) -> Tensor:
     """(heads, H_s, W_s): each head's row of query ``token`` (None: the mean row over every
-    query), its keys' weights spread evenly over the tokens each key is made of."""
-    attn = analysis.attentions[block]  # (heads, N, M)
-    rows = attn.mean(dim=1) if token is None else attn[:, token]  # (heads, M)
+    query; in a PVT v1's last stage the CLS's row, what its head reads), its keys' weights
+    spread evenly over the tokens each key is made of; a CLS key's share is not on the grid."""
+    attn = analysis.attentions[block]  # (heads, P + N, P + M)
+    P = analysis.prefix_of(block)
+    none = attn[:, 0, P:] if P else attn.mean(dim=1)
+    rows = none if token is None else attn[:, P + token, P:]  # (heads, M)
     keys = analysis.keys[block]
     return keys.spread(rows.double()).reshape(-1, *keys.fine)
 

@@ -6,13 +6,16 @@ spatial-reduction attention (see ``layers``) and end in the stage's LayerNorm; t
 the mean of the last stage's tokens. No CLS token, no position embedding (the depthwise
 convolution in the MLP gives positions). Twins-PCPVT (config's Twins options): non-overlapping
 patch embeddings, a plain MLP, a position convolution after each stage's first block, one norm
-at the end.
+at the end. PVT v1 (config's ``pos_embed``, ``cls_last``): non-overlapping patch embeddings,
+each stage's tokens plus a learned position table at its trained grid, a plain MLP, a CLS token
+prepended in the last stage only, one norm at the end, the head reading the normed CLS.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor, nn
 
 from vitviz.kinds.pyramid.config import PyramidConfig
@@ -53,6 +56,15 @@ class PyramidStage(nn.Module):
             for j in range(config.depths[stage])
         )
         last = stage == config.num_stages - 1
+        # PVT v1: a position table at the stage's trained grid (the CLS's first, where it has one)
+        cls = config.cls_last and last
+        grid = config.trained_grids()[stage]
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, config.dims[stage])) if cls else None
+        self.pos_embed = (
+            nn.Parameter(torch.zeros(1, int(cls) + grid[0] * grid[1], config.dims[stage]))
+            if config.pos_embed
+            else None
+        )
         self.norm = (
             nn.LayerNorm(config.dims[stage], eps=config.norm_eps)
             if config.stage_norms or last
@@ -113,6 +125,7 @@ class PyramidViT(nn.Module):
             grid = (int(H), int(W))
             report.stage_grids.append(grid)
             t = x.reshape(B, H * W, D)
+            t = self.embed_positions(stage, t, grid)
             for j, block in enumerate(stage.blocks):
                 t, attn = block(t, grid, capture_attention)
                 report.block_stages.append(s)
@@ -121,8 +134,25 @@ class PyramidViT(nn.Module):
                 if j == 0 and stage.pos_conv is not None:
                     t = stage.pos_conv(t, grid)  # Twins' PEG: not attention, no row of its own
             t = stage.norm(t)
-            x = t.reshape(B, H, W, D)
+            if stage.cls_token is None:
+                x = t.reshape(B, H, W, D)
         return t, report
+
+    def embed_positions(self, stage: PyramidStage, t: Tensor, grid: tuple[int, int]) -> Tensor:
+        """PVT v1: (B, N, D) a stage's tokens -> [CLS,] tokens + its position table; unchanged
+        for a model without one. The table is at the trained grid only (transformers' own
+        resizing fails at another): another grid is refused."""
+        if stage.cls_token is not None:
+            t = torch.cat([stage.cls_token.expand(t.shape[0], -1, -1), t], dim=1)
+        if stage.pos_embed is None:
+            return t
+        if stage.pos_embed.shape[1] != t.shape[1]:
+            size = "×".join(map(str, self.config.image_size))
+            raise ValueError(
+                f"this PVT v1's position tables are for {size} px images; a {grid[0]}×{grid[1]} "
+                f"token grid needs another size (prepare the image at {size})"
+            )
+        return t + stage.pos_embed
 
     def grid_attention(self, b: int, attn: Tensor, grid0: tuple[int, int]) -> Tensor:
         """Block ``b``'s attention (or its gradient) as computed -> (B, heads, N, M) over its
@@ -141,8 +171,8 @@ class PyramidViT(nn.Module):
         return windows_to_grid(attn, (H, W), ws)
 
     def forward_head(self, tokens: Tensor) -> Tensor:
-        """(B, N, D) last stage's tokens -> (B, C) logits of their mean."""
-        return self.head(tokens.mean(dim=1))
+        """(B, N, D) last stage's tokens -> (B, C) logits of their mean (PVT v1: of its CLS)."""
+        return self.head(tokens[:, 0] if self.config.cls_last else tokens.mean(dim=1))
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, C_in, H, W) -> (B, num_classes) logits; the fused attention path."""

@@ -32,12 +32,19 @@ MLP and Twins-PCPVT's position convolution (x + depthwise 3 × 3 conv(x) after a
 block) pass r unchanged, as every rollout passes the MLP (the methods follow attention and the
 residual only); transformer attribution, which would need a rule for them, is refused.
 
+A PVT v1's last stage carries a CLS token first (its blocks' A_b are (1 + N) × (1 + N), keys
+unreduced): r there runs over [CLS, grid], starting from e_CLS (no query: what the head reads)
+or e_q of grid token q; at the stage's entry the CLS's entry is dropped, not spread: the CLS
+is a learned parameter, no image token made it (the share that reached it is lost, as a ViT's
+rollout drops its CLS column).
+
 Nothing N × N is built: a step costs O(N_s·M_b).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -90,6 +97,7 @@ class PreparedPyramidRollout:
         stages: Sequence[Reduction],
         mode: str = "rollout",
         residuals: Sequence[Reduction | None] | None = None,
+        prefix: Sequence[int] | None = None,
     ) -> None:
         if not matrices:
             raise ValueError("no attention blocks were given")
@@ -103,17 +111,23 @@ class PreparedPyramidRollout:
         self.mode = mode
         self.residuals = list(residuals) if residuals is not None else [None] * len(self.matrices)
         self.inv_sums = [1 / (m.sum(dim=-1) + 1) for m in self.matrices]
+        self.prefix = list(prefix) if prefix else [0] * len(self.matrices)  # CLS first (PVT v1)
 
     def start(self, query: int | None) -> Tensor:
-        """e_q over the last stage's tokens, or the uniform row (query None)."""
+        """e_q over the last stage's tokens, or the uniform row (query None); with a CLS first
+        (PVT v1) over [CLS, tokens], e_CLS for query None."""
         H, W = self.stage_grids[-1]
+        P = self.prefix[-1]
         like = self.matrices[0]
-        r = torch.zeros(H * W, dtype=like.dtype, device=like.device)
+        r = torch.zeros(P + H * W, dtype=like.dtype, device=like.device)
         if query is None:
+            if P:
+                r[0] = 1.0
+                return r
             return r + 1.0 / (H * W)
         if not 0 <= query < H * W:
             raise ValueError(f"query token {query} out of range for the {H}×{W} grid")
-        r[query] = 1.0
+        r[P + query] = 1.0
         return r
 
     def row(self, query: int | None = None) -> Tensor:
@@ -123,9 +137,9 @@ class PreparedPyramidRollout:
         for b in reversed(range(len(self.matrices))):
             s = self.block_stages[b]
             while current > s:
-                r = self.stages[current - 1].spread(r)
+                r = self.stages[current - 1].spread(self._entry(r, current))
                 current -= 1
-            mixed = self.keys[b].spread
+            mixed = self._keys(b)
             residual = self.residuals[b]
             keep = (lambda t: t) if residual is None else residual.spread
             if self.mode == "rollout":
@@ -136,9 +150,24 @@ class PreparedPyramidRollout:
             if residual is not None:
                 current = s - 1  # the pooling block took r to the previous stage
         while current > 0:
-            r = self.stages[current - 1].spread(r)
+            r = self.stages[current - 1].spread(self._entry(r, current))
             current -= 1
-        return r
+        return self._entry(r, 0)
+
+    def _stage_prefix(self, stage: int) -> int:
+        stages = zip(self.prefix, self.block_stages, strict=True)
+        return next((p for p, s in stages if s == stage), 0)
+
+    def _entry(self, r: Tensor, stage: int) -> Tensor:
+        """r at ``stage``'s entry over its grid: a CLS's entry dropped (PVT v1)."""
+        return r[self._stage_prefix(stage) :]
+
+    def _keys(self, b: int) -> Any:
+        """Block ``b``'s key spread over [prefix, keys] -> [prefix, tokens]."""
+        spread, P = self.keys[b].spread, self.prefix[b]
+        if not P:
+            return spread
+        return lambda t: torch.cat([t[..., :P], spread(t[..., P:])], dim=-1)
 
     def map(self, query: int | None = None) -> Tensor:
         """The row as a map over the first stage's grid: max 1 (rollout) or min-max (relevance)."""

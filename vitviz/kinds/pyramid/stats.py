@@ -3,7 +3,10 @@
 Mean attention distance: Σ_m A[q, m]·‖pos_q − pos_m‖ in input pixels, averaged over the
 queries; pos_q the centre of query token q (a token of stage s is ``stage_pixels[s]`` wide),
 pos_m the centre of the rectangle of tokens key m is made of. Entropy: of each row over the
-M_b keys, in nats, averaged over the queries. No prefix tokens: the prefix share is NaN.
+M_b keys, in nats, averaged over the queries. No prefix tokens: the prefix share is NaN. A PVT
+v1's last-stage blocks (a CLS first): the queries are the grid's tokens, the entropy is of their
+whole rows (the CLS key too), the distance over the grid's keys (the CLS has no place) and the
+prefix share the mean of the rows' CLS entry.
 """
 
 from __future__ import annotations
@@ -45,14 +48,21 @@ def head_statistics(analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
     block's heads; prefix share all NaN (no prefix tokens)."""
     a = analysis
     dist, ent = [], []
-    for attn, keys, s in zip(a.attentions, a.keys, a.block_stages, strict=True):
+    most = max(int(t.shape[0]) for t in a.attentions)
+    share = np.full((len(a.attentions), most), np.nan, dtype=np.float32)
+    for b, (attn, keys, s) in enumerate(zip(a.attentions, a.keys, a.block_stages, strict=True)):
         key_px = a.stage_pixels[a.stage_grids.index(tuple(keys.fine))]
-        d, e = block_statistics(attn, keys, key_px, (a.stage_grids[s], a.stage_pixels[s]))
+        P = a.prefix_of(b)
+        rows = attn[:, P:]  # the grid's queries
+        d, _ = block_statistics(rows[..., P:], keys, key_px, (a.stage_grids[s], a.stage_pixels[s]))
+        r = rows.double()
+        e = -(r * (r + torch.finfo(r.dtype).tiny).log()).sum(dim=-1).mean(dim=-1)
+        if P:
+            share[b, : attn.shape[0]] = r[..., :P].sum(dim=-1).mean(dim=-1).float().cpu().numpy()
         dist.append(d.float().cpu().numpy())
         ent.append(e.float().cpu().numpy())
-    most = max(int(t.shape[0]) for t in a.attentions)
     return {
         "distance": padded(dist, most),
         "entropy": padded(ent, most),
-        "prefix_share": np.full((len(a.attentions), most), np.nan, dtype=np.float32),
+        "prefix_share": share,
     }

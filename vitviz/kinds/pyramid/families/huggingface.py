@@ -8,10 +8,7 @@ dwconv.dwconv, dense2}}``, ``…layers.{s}.layer_norm``, ``classifier``. Key and
 into timm's one ``kv``; every other tensor keeps its place. The head counts, eps
 (``layer_norm_eps``, every norm's), kernels and strides (``patch_sizes``, ``strides``), the
 activation and ``linear_attention`` come from config.json.
-
-transformers' PVT v1 folders (``model_type`` "pvt") are claimed here only to be refused by name:
-its last stage alone prepends a CLS token (with its own position embedding) that its classifier
-reads, and the pyramid kind's maps (rollout across stages, the stage grids) carry no prefix token.
+transformers' PVT v1 folders (``model_type`` "pvt") are ``hf_pvt``'s.
 """
 
 from __future__ import annotations
@@ -62,13 +59,8 @@ def _base(state: dict[str, Tensor]) -> str | None:
     return None if key is None else key[: -len(_STEM)]
 
 
-_V1 = "encoder.block.0.0.attention.self.query.weight"
-
-
 def detect(source: Source) -> bool:
     cfg = source.hf_config
-    if cfg is not None and cfg.get("model_type") == "pvt":  # PVT v1: refused by name
-        return any(k.endswith(_V1) for k in source.state)
     if cfg is not None and cfg.get("model_type") != "pvt_v2":
         return False
     base = _base(source.state)
@@ -94,11 +86,6 @@ def _same_after_first(values: list[int], name: str, where: str) -> None:
 
 def convert(source: Source) -> Conversion:
     cfg: dict[str, Any] = dict(source.hf_config or {})
-    if cfg.get("model_type") == "pvt":
-        raise CheckpointError(
-            f"{source.name}: transformers' PVT v1 has a CLS token in its last stage only, which "
-            "vitviz does not model (the pyramid maps run over stage grids with no prefix token)."
-        )
     if not cfg:
         raise CheckpointError(
             f"{source.name} looks like {LOOKS_LIKE}, but its config.json (head counts, eps, "
