@@ -15,7 +15,6 @@ from vitviz.checkpoints import CheckpointError, load_checkpoint
 
 TIMM = {
     "crossvit_tiny_240": "CrossViT",
-    "tnt_s_patch16_224": "TNT",
     "volo_d1_224": "VOLO",
     "vit_dwee_patch16_reg1_gap_256": "differential attention",
     "vit_dpwee_patch16_reg1_gap_256": "differential attention",

@@ -38,7 +38,7 @@ def test_model_kind_is_its_identity_and_the_roles() -> None:
     ("name", "base"),
     [("vit", TokenLayoutKind), ("cait", TokenLayoutKind), ("xcit", TokenLayoutKind),
      ("clip", TokenLayoutKind), ("swin", StagedKind), ("pyramid", StagedKind),
-     ("pit", StagedKind), ("levit", StagedKind)],
+     ("pit", StagedKind), ("levit", StagedKind), ("tnt", StagedKind)],
 )  # fmt: skip
 def test_each_kind_stands_on_its_familys_base(name: str, base: type) -> None:
     kind = get_kind(name)

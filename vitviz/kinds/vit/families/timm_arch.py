@@ -63,7 +63,6 @@ CLASS_REASONS = {
     "Hiera": "a hierarchical (pooling-attention) ViT, Hiera",
     # token layouts beside the plain ViT (no kind of vitviz's has them yet)
     "CrossVit": "CrossViT's two branches of different patch sizes with cross-attention",
-    "TNT": "TNT's attention inside and between patches",
     "VOLO": "VOLO's outlook attention",
 }
 BLOCK_REASONS = {
