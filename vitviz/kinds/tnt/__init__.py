@@ -141,6 +141,21 @@ class TNTKind(StagedKind):
 
         return Readout(model.norm, logits, int(model.config.embed_dim))
 
+    def feature_site(self, model: nn.Module, x: Tensor, layer: LayerChoice) -> Any:
+        """The CAM family's layer (DESIGN §5): a block's ``norm1`` (its outer attention's
+        LayerNorm), ``norm2`` (its outer MLP's) or ``output``, whose token tensor is the
+        second item of the block's output (the first: its pixel tokens)."""
+        import dataclasses
+
+        site = super().feature_site(model, x, layer)
+        if not isinstance(site.module, type(model.blocks[0])):
+            return site
+        return dataclasses.replace(
+            site,
+            tensor=lambda output: output[1],
+            replace=lambda output, tokens: (output[0], tokens, *output[2:]),
+        )
+
     def tokens_on_grid(
         self, model: nn.Module, x: Tensor, layer: LayerChoice
     ) -> Callable[[Tensor, tuple[int, int]], Tensor]:
