@@ -213,16 +213,20 @@ class TNTKind(StagedKind):
         """A ViT's words: blocks numbered from 0, the query the CLS token or a patch."""
         from dataclasses import replace
 
+        from vitviz.explain.methods import cam_methods
+
         h, w = analysis.stage_grids[0]
         return replace(
             super().view_words(analysis),
             axis="block",
             head="head {head}",
             query_none="CLS token",
+            query_cell="patch row {row}, col {col} (#{index})",
             title_query_none="query: CLS token",
             title_query="query patch ({row}, {col})",
             method_query_none=f"from the CLS token · over the {h}×{w} patches",
             method_query=f"from patch ({{row}}, {{col}}) · over the {h}×{w} patches",
+            method_fixed=dict.fromkeys(cam_methods(), f"a block's patch tokens, {h}×{w}"),
         )
 
 
