@@ -40,6 +40,8 @@ CASES = {  # id: (timm name, options, image side)
     "pit": ("pit_ti_distilled_224", dict(base_dims=[8] * 3, depth=[1, 2, 1], heads=[2, 2, 4]), 48),
     "levit": ("levit_128s", dict(embed_dim=(16, 24, 32), key_dim=4, num_heads=(2, 3, 4),
                                  depth=(1, 2, 1)), 96),
+    "tnt": ("tnt_s_patch16_224", dict(embed_dim=32, inner_dim=8, depth=2, num_heads_outer=4,
+                                      num_heads_inner=2, patch_size=8), 32),
 }  # fmt: skip
 
 

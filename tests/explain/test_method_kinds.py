@@ -121,6 +121,7 @@ def test_a_kind_registered_at_run_time_runs_its_version(toy_kind, capsys) -> Non
         "pit",
         "pyramid",
         "swin",
+        "tnt",
         "toy",
         "vit",
         "xcit",

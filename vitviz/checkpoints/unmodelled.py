@@ -12,7 +12,6 @@ from typing import Any
 
 # (the part of a key that only this architecture has, its name in the refusal)
 BY_KEYS = (
-    ("pixel_embed.proj.", "timm's TNT (attention inside and between patches)"),
     ("post_network.", "timm's VOLO (outlook attention)"),
 )
 # A timm ViT's layout with a part only this architecture has (its blocks are otherwise timm's

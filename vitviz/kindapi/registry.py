@@ -25,6 +25,7 @@ KIND_PACKAGES: tuple[str, ...] = (
     "vitviz.kinds.mvit",
     "vitviz.kinds.levit",
     "vitviz.kinds.crossvit",
+    "vitviz.kinds.tnt",
     "vitviz.kinds.cait",
     "vitviz.kinds.convit",
     "vitviz.kinds.xcit",

@@ -62,7 +62,6 @@ CLASS_REASONS = {
     "NaFlexVit": "NaFlex variable-resolution embedding",
     "Hiera": "a hierarchical (pooling-attention) ViT, Hiera",
     # token layouts beside the plain ViT (no kind of vitviz's has them yet)
-    "TNT": "TNT's attention inside and between patches",
     "VOLO": "VOLO's outlook attention",
 }
 BLOCK_REASONS = {

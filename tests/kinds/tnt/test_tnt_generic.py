@@ -1,0 +1,49 @@
+"""The tests every kind runs through its intermediates accessor and readout (DESIGN §3, §5), on a
+tiny perturbed timm TNT (the head reads the final-normed CLS token)
+opened through vitviz: knocking heads out (``head_effects`` equals a single-head pass of the
+accessor; the kind's analysis with the head knocked out gives those logits) and the feature
+views (maps on a block's grid, the logit lens of the last block is the model's prediction,
+high-norm flags). The test functions are the shared ones, run here with a TNT's fixtures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_features_kinds import (  # noqa: F401 - collected here with this module's fixtures
+    test_analyses_keep_the_accessors_block_outputs,
+    test_high_norm_flags_and_prefix_norms,
+    test_logit_lens_ends_at_the_models_prediction,
+    test_maps_lie_on_a_blocks_grid,
+    test_the_windows_similarity_table_holds_every_clicked_patchs_map,
+)
+from test_interventions_kinds import (  # noqa: F401 - collected here with this module's fixtures
+    test_a_layer_past_the_last_is_refused_in_one_line,
+    test_a_logits_only_pass_keeps_nothing_else,
+    test_head_effects_equal_a_single_head_pass,
+)
+from tnt_helpers import SETTINGS, SIZE, save_bare, tiny_timm_tnt
+
+from vitviz.checkpoints import load_checkpoint
+from vitviz.pipeline.analysis import analyze
+
+pytest.importorskip("timm")
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    model = tiny_timm_tnt(seed=8)
+    path = tmp_path_factory.mktemp("tnt") / "tnt.pth"
+    return load_checkpoint(save_bare(model, path, SETTINGS))
+
+
+@pytest.fixture(scope="module")
+def opened(loaded):
+    """(loaded model, one input (C, H, W)), as the interventions' tests take it."""
+    return loaded, torch.randn(3, SIZE, SIZE, generator=torch.Generator().manual_seed(9))
+
+
+@pytest.fixture(scope="module")
+def analysis(loaded):
+    image = np.random.default_rng(3).integers(0, 255, (SIZE, SIZE, 3), dtype=np.uint8)
+    return analyze(loaded, image)

@@ -1,0 +1,24 @@
+"""A TNT's own arrays of the explain .npz, beside the shared keys.
+
+``attention_<block>`` (0-based): (heads, 1 + N, 1 + N) float32, the block's outer attention,
+the CLS first, then the patch grid row-major; ``grid`` (2,); ``pixel_grid`` (2,) (a patch's
+pixel tokens, whose inner attention is not exported); ``logits``, ``probs``, ``target_class``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vitviz.kinds.tnt.analysis import TNTAnalysis
+
+
+def tnt_arrays(analysis: TNTAnalysis) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for b, attn in enumerate(analysis.attentions):
+        out[f"attention_{b}"] = attn.detach().float().cpu().numpy()
+    out["grid"] = np.asarray(analysis.stage_grids[0], dtype=np.int32)
+    out["pixel_grid"] = np.asarray(analysis.pixel_grid, dtype=np.int32)
+    out["logits"] = analysis.logits.detach().float().cpu().numpy()
+    out["probs"] = analysis.probs.detach().float().cpu().numpy()
+    out["target_class"] = np.asarray(analysis.target_class, dtype=np.int64)
+    return out
