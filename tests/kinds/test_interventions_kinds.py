@@ -186,3 +186,40 @@ def test_a_head_replaced_on_some_rows_leaves_the_others_as_they_compute(opened) 
         assert torch.allclose(got.logits[row], want, rtol=1e-5, atol=1e-5), row
     assert not torch.allclose(zeroed, full.logits[0], atol=1e-5)
     assert not torch.allclose(valued, zeroed, atol=1e-5)
+
+
+def test_attention_and_mlp_branches_count_the_same_blocks(opened) -> None:
+    """``ablate_attention=[b]`` and ``ablate_mlp=[b]`` both name the model's block b (0-based
+    over its blocks): each leaves the blocks before b as they were and changes b's output. A
+    block whose heads are no row of the head grid (an XCiT's XCA blocks) has its attention
+    refused in one line naming the blocks that do; its MLP can be zeroed."""
+    from vitviz.pipeline.interventions import HeadLayout, InterventionError, holding
+
+    loaded, x = opened
+    kind, model = loaded.kind, loaded.model
+    with torch.no_grad():
+        clean = kind.intermediates(model, x[None])
+    layout = HeadLayout.of(clean)
+    blocks = len(clean.block_modules)
+    rows = [b for b in range(blocks) if b >= blocks - len(clean.heads)]  # the grid's blocks
+    for b in {0, blocks - 1}:
+        for branches, mlps in [([b], []), ([], [b])]:
+            if branches and b not in rows:
+                with pytest.raises(InterventionError) as refused:
+                    analyze(loaded, x, ablate_attention=branches)
+                line = str(refused.value)
+                assert "\n" not in line and f"blocks {rows[0]}–{rows[-1]}" in line
+                continue
+            if mlps and layout.mlps[b] is None:
+                continue
+            with holding(layout, {}, branches, mlps), torch.no_grad():
+                out = kind.intermediates(model, x[None])
+            for i in range(b):
+                assert torch.equal(out.blocks[i], clean.blocks[i]), (b, branches, i)
+                assert torch.equal(out.block_prefix[i], clean.block_prefix[i]), (b, branches, i)
+            same = torch.allclose(out.blocks[b], clean.blocks[b]) and torch.allclose(
+                out.block_prefix[b], clean.block_prefix[b]
+            )  # a class-attention block changes its CLS (the prefix) alone
+            assert not same, (b, branches)
+    with pytest.raises(InterventionError, match=f"no block {blocks}"):
+        analyze(loaded, x, ablate_attention=[blocks])
