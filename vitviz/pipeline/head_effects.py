@@ -122,7 +122,8 @@ def single_head_logits(
     chosen = plan if isinstance(plan, PassPlan) else pass_plan(x, base, batch, plan)
     out = base.logits.new_full((len(counts), max(counts), base.logits.shape[1]), float("nan"))
     rows = torch.arange(max(chosen.widest, 1), device=x.device)  # each row's index, made once
-    got: list[Tensor] = []
+    keys = torch.tensor([key for p in chosen.passes for key in p], device=out.device).T
+    done = 0
     with torch.no_grad():
         for heads in chosen.passes:
             k = len(heads)
@@ -132,14 +133,12 @@ def single_head_logits(
                 replace[(layer, head)] = OnRows(rows[j : j + 1], None if new is None else new[None])
             below = cache.below(PassPlan.start(heads), k) if cache is not None else nullcontext()
             with below:
-                got.append(
-                    kind.intermediates(
-                        model, x.expand(k, -1, -1, -1), replace=replace, logits_only=True
-                    ).logits
-                )
-    if got:
-        index = torch.tensor([key for p in chosen.passes for key in p], device=out.device).T
-        out[index[0], index[1]] = torch.cat(got)
+                logits = kind.intermediates(
+                    model, x.expand(k, -1, -1, -1), replace=replace, logits_only=True
+                ).logits
+            # written as it comes (no launch of its own waits: the indices are on the device)
+            out[keys[0, done : done + k], keys[1, done : done + k]] = logits
+            done += k
     return out
 
 
