@@ -8,21 +8,31 @@ batch 1, on ``--device`` (default cpu):
   (p) a plain analysis (``analyze``: attention captured), for reference;
   (k) one knocked-out head in the window: the analysis run again with the head held out (the
       engine's ``knock_out`` path: ``holding`` hooks + the kind's analysis);
-  (e) every single-head effect (``head_effects``: one full pass, then each layer's heads as one
-      batch), against L·H bare forwards (a × L·H);
-  (m) memory: (e)'s peak against one analysis's (p), each measured in a fresh child process
-      of this script that builds the same model first: on the CPU the peak resident memory
-      (VmHWM, reset after the model is built) above the resident memory then; on a GPU the
-      peak allocated memory above the allocated memory then. The weights are not in either
+  (e) every single-head effect (``head_effects``: one full pass, then the single-head passes)
+      in the per-layer plan: each pass a layer's heads (``--batch`` rows, default 2 on a CPU, a
+      layer's heads elsewhere), starting at that layer's cached input;
+  (g) the same effects in the multi-layer plan (``vitviz.pipeline.head_passes``): heads of
+      several layers in one pass from the lowest one's cached input, each row's head replaced
+      in its row alone, the layers grouped for a launch cost of ``GPU_LAUNCH_ROWS`` rows
+      (``--launch X,Y``: one more case for each other cost), rows up to ``--batch`` or what
+      fits in memory;
+  (m) memory: each plan's peak against one analysis's (p), each measured in a fresh child
+      process of this script that builds the same model first: on the CPU the peak resident
+      memory (VmHWM, reset after the model is built) above the resident memory then; on a GPU
+      the peak allocated memory above the allocated memory then. The weights are not in either
       (with them, the totals are printed beside).
 
-Targets: (k) / (a) ≤ 1.3; (e) / (L·H · a) ≤ 0.6 on the CPU, (e) / a ≤ 15 on a GPU; (m) ≤ 1.5.
-The effects reuse the full pass's blocks below each layer (``vitviz.pipeline.reuse``): a layer's
-batch runs only its own block and those above, so (e) is about half of L·H forwards.
-``--batch`` sets the heads per pass (default ``head_effects``'s choice for the device).
+A table of the plans says what each runs: passes, rows, layer runs (Σ over passes of the layers
+each runs: a pass's kernel launches grow with them) and rows × layers (the work), beside a bare
+forward's (1 pass, 1 row, L layer runs).
+
+Targets, on the device's own plan (the per-layer one on a CPU, the multi-layer one elsewhere):
+(k) / (a) ≤ 1.3; effects / (L·H · a) ≤ 0.6 on the CPU, effects / a ≤ 15 on a GPU; (m) ≤ 1.5.
+The effects reuse the full pass's blocks below each pass (``vitviz.pipeline.reuse``), so (e) is
+about half of L·H forwards; the other plan is reported beside it.
 
     .venv/bin/python benchmarks/ablation.py [--quick] [--no-check] [--variant NAME] [--device D]
-        [--batch K]
+        [--batch K] [--launch X,Y]
 """
 
 from __future__ import annotations
@@ -53,8 +63,16 @@ from vitviz.blocks import create_model
 from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import default_preprocessing
 from vitviz.pipeline.analysis import analyze
-from vitviz.pipeline.head_effects import head_effects
-from vitviz.pipeline.interventions import head_layout, holding
+from vitviz.pipeline.head_effects import full_pass, head_effects, kept_bytes
+from vitviz.pipeline.head_passes import (
+    CPU_ROWS,
+    GPU_LAUNCH_ROWS,
+    PassPlan,
+    multi_layer,
+    per_layer,
+    rows_that_fit,
+)
+from vitviz.pipeline.interventions import head_layout, holding, model_input
 
 TARGET_KNOCK = 1.3
 TARGET_EFFECTS_CPU = 0.6  # of L·H bare forwards
@@ -64,7 +82,8 @@ LABELS = {
     "a": "(a) bare forward (baseline)",
     "p": "(p) plain analysis",
     "k": "(k) analysis, one head knocked out",
-    "e": "(e) every single-head effect",
+    "e": "(e) every single-head effect, per-layer plan",
+    "g": "(g) every single-head effect, multi-layer plan",
 }
 
 
@@ -82,20 +101,50 @@ def build(variant: str, quick: bool, device: torch.device) -> LoadedModel:
     )
 
 
+def launches(args) -> list[float]:
+    """The launch costs of the multi-layer cases: ``GPU_LAUNCH_ROWS``, then ``--launch``'s."""
+    more = [float(v) for v in args.launch.split(",") if v.strip()] if args.launch else []
+    return [GPU_LAUNCH_ROWS, *(v for v in more if v != GPU_LAUNCH_ROWS)]
+
+
+def plans(loaded: LoadedModel, x: torch.Tensor, args) -> dict[str, PassPlan]:
+    """{case: its plan} of the single-head passes of ``x`` (C, H, W): "e" per layer (``--batch``
+    rows, default 2 on a CPU, a layer's heads elsewhere), "g" multi-layer at the GPU's launch
+    cost, "g<cost>" at each other ``--launch`` (rows: ``--batch``, else what fits in memory)."""
+    xb = model_input(loaded, x)
+    base, _ = full_pass(loaded.kind, loaded.model, xb)
+    counts = [int(h.shape[1]) for h in base.heads]
+    cpu = xb.device.type == "cpu"
+    rows_e = args.batch or (min(CPU_ROWS, max(counts)) if cpu else max(counts))
+    rows_g = args.batch or rows_that_fit(xb.device, kept_bytes(base), sum(counts))
+    out = {"e": per_layer(counts, rows_e)}
+    for cost in launches(args):
+        name = "g" if cost == GPU_LAUNCH_ROWS else f"g{cost:g}"
+        out[name] = multi_layer(counts, rows_g, cost)
+    return out
+
+
+def label(case: str) -> str:
+    if case in LABELS:
+        return LABELS[case]
+    return f"{LABELS['g']}, launch {case[1:]}"
+
+
 def _status_mib(key: str) -> float:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) / 1024 for line in f if line.startswith(key + ":"))
 
 
-def child(case: str, variant: str, quick: bool, device: torch.device, batch: int | None) -> None:
-    """Run one case (p or e) on a model built here; print as JSON (MiB) its peak above the
+def child(case: str, args, device: torch.device) -> None:
+    """Run one case (p, e or g) on a model built here; print as JSON (MiB) its peak above the
     memory once the model is built (``growth``), the whole peak and that memory."""
     on_gpu = device.type == "cuda"
     before = torch.cuda.memory_allocated(device) if on_gpu else 0
-    loaded = build(variant, quick, device)
+    loaded = build(args.variant, args.quick, device)
     size = loaded.model.config.image_size
     x = torch.randn(3, *size, generator=torch.Generator().manual_seed(1)).to(device)
     _ = loaded.kind  # resolved before the reset
+    plan = plans(loaded, x, args).get(case)  # planned before the reset: no pass counts twice
     if on_gpu:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -107,7 +156,7 @@ def child(case: str, variant: str, quick: bool, device: torch.device, batch: int
     if case == "p":
         analyze(loaded, x)
     else:
-        head_effects(loaded, x, batch=batch)
+        head_effects(loaded, x, plan=plan)
     if on_gpu:
         torch.cuda.synchronize(device)
         peak, model_mib = torch.cuda.max_memory_allocated(device), start - before
@@ -129,19 +178,36 @@ def measured(case: str, args) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def plan_rows(planned: dict[str, PassPlan], L: int) -> list[list[str]]:
+    """The plans' table rows, a bare forward's first."""
+    rows = [["(a) bare forward", "1", "1", "1", str(L), "1.00", "1.0", str(L), ""]]
+    least = planned["e"].row_layers
+    for case, plan in planned.items():
+        rows.append([
+            label(case), str(len(plan.passes)), str(plan.rows), str(plan.widest),
+            str(plan.layer_runs), f"{plan.layer_runs / L:.2f}",
+            f"{plan.row_layers / plan.layer_runs:.1f}", str(plan.row_layers),
+            f"{plan.row_layers / least:.2f}",
+        ])  # fmt: skip
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     add_device_option(p)
     p.add_argument("--variant", default="vit-base", help="vit-tiny, vit-small, vit-base, …")
-    p.add_argument("--batch", type=int, default=None, help="heads per pass (default: by device)")
-    p.add_argument("--child", choices=["p", "e"], default=None, help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, default=None, help="rows per pass (default: by device)")
+    p.add_argument("--launch", default="", help="more multi-layer cases: launch costs, in rows")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     apply_threads(args.threads)
     device = bench_device(args.device)
     if args.child:
-        child(args.child, args.variant, args.quick, device, args.batch)
+        child(args.child, args, device)
         return 0
-    memory = {case: measured(case, args) for case in ("p", "e")}
+    on_gpu = device.type == "cuda"
+    own = "g" if on_gpu else "e"  # the plan head_effects picks on this device
+    memory = {case: measured(case, args) for case in ("p", "e", "g")}
     repeats = args.repeats or (2 if args.quick else 5)
     warmup = args.warmup if args.warmup is not None else 1
     loaded = build(args.variant, args.quick, device)
@@ -151,15 +217,21 @@ def main(argv: list[str] | None = None) -> int:
     layout = head_layout(kind, model, x[None])
     L, H = layout.layers, max(layout.heads)
     head = (L // 2, H // 2)
-    effects = head_effects(loaded, x, batch=args.batch)
+    planned = plans(loaded, x, args)
+    effects = {case: head_effects(loaded, x, plan=plan) for case, plan in planned.items()}
 
     wrong = []
     with holding(layout, {head: None}):
         knocked = kind.analyze(loaded, x).logits
-    c = effects.target
-    want = float(effects.logits[c] - knocked[c].cpu())
-    if abs(float(effects.effect[head]) - want) > 1e-3 * (1 + abs(want)):
-        wrong.append(f"head {head}: effect {float(effects.effect[head])} != {want}")
+    c = effects["e"].target
+    want = float(effects["e"].logits[c] - knocked[c].cpu())
+    if abs(float(effects["e"].effect[head]) - want) > 1e-3 * (1 + abs(want)):
+        wrong.append(f"head {head}: effect {float(effects['e'].effect[head])} != {want}")
+    scale = 1 + float(effects["e"].effect.abs().max())
+    for case, got in effects.items():
+        diff = float((got.effect - effects["e"].effect).abs().max())
+        if diff > 1e-3 * scale:
+            wrong.append(f"{label(case)}: effects differ from the per-layer plan's by {diff:.2e}")
 
     def bare() -> None:
         with torch.inference_mode():
@@ -173,32 +245,34 @@ def main(argv: list[str] | None = None) -> int:
         "a": synced(bare, device),
         "p": synced(lambda: analyze(loaded, x), device),
         "k": synced(knock, device),
-        "e": synced(lambda: head_effects(loaded, x, batch=args.batch), device),
     }
+    for case, plan in planned.items():
+        cases[case] = synced(lambda plan=plan: head_effects(loaded, x, plan=plan), device)
     stats = {k: Stats.of(v) for k, v in interleaved(cases, repeats, warmup).items()}
     base = stats["a"].median
-    on_gpu = device.type == "cuda"
-    effects_ratio = stats["e"].median / (base if on_gpu else base * L * H)
+    effects_ratio = stats[own].median / (base if on_gpu else base * L * H)
     knock_ratio = stats["k"].median / base
-    effects_name = "(e) effects / bare forward" if on_gpu else f"(e) effects / ({L}·{H} forwards)"
+    effects_name = (
+        f"({own}) effects / bare forward" if on_gpu else f"({own}) effects / ({L}·{H} forwards)"
+    )
     effects_target = TARGET_EFFECTS_GPU if on_gpu else TARGET_EFFECTS_CPU
     checks = {
         "k": Check("(k) knocked-out analysis / bare forward", knock_ratio, TARGET_KNOCK, True),
-        "e": Check(effects_name, effects_ratio, effects_target, True),
+        own: Check(effects_name, effects_ratio, effects_target, True),
     }
-    memory_ratio = memory["e"]["growth"] / memory["p"]["growth"]
-    checks["m"] = Check("(m) memory of the effects / of one analysis", memory_ratio, TARGET_MEMORY,
-                        True)  # fmt: skip
+    memory_ratio = memory[own]["growth"] / memory["p"]["growth"]
+    checks["m"] = Check(f"(m) memory of the effects ({own}) / of one analysis", memory_ratio,
+                        TARGET_MEMORY, True)  # fmt: skip
     rows = []
     for key, s in stats.items():
         check = checks.get(key)
         ratio = s.median / base
-        if key == "e" and not on_gpu:
-            ratio_cell = f"{ratio:.2f} ({effects_ratio:.2f} of {L * H})"
+        if key not in ("a", "p", "k") and not on_gpu:
+            ratio_cell = f"{ratio:.2f} ({s.median / (base * L * H):.2f} of {L * H})"
         else:
             ratio_cell = "1.00" if key == "a" else f"{ratio:.2f}"
         rows.append([
-            LABELS[key], fmt_seconds(s.median), fmt_seconds(s.p90), fmt_seconds(s.min),
+            label(key), fmt_seconds(s.median), fmt_seconds(s.p90), fmt_seconds(s.min),
             ratio_cell, check.target if check else ("baseline" if key == "a" else "info"),
             check.verdict if check else "",
         ])  # fmt: skip
@@ -212,19 +286,27 @@ def main(argv: list[str] | None = None) -> int:
         args.quick,
         device_line=f"device: {device_name(device)}",
     )
+    print("the plans' passes: layer runs (Σ over passes of the layers each runs; kernel launches "
+          "grow with them), rows per layer run, rows × layers (the work)")  # fmt: skip
+    print_table(
+        ["plan", "passes", "rows", "widest pass", "layer runs", "÷ L", "rows / layer run",
+         "rows × layers", "× (e)"],
+        plan_rows(planned, L),
+    )  # fmt: skip
     what = "peak allocated" if on_gpu else "peak resident (VmHWM)"
     whole = "all allocated memory" if on_gpu else "the process's, Python and torch too"
     print(f"memory, each case in a fresh process: {what} above what it was once the model was "
           f"built ({memory['p']['model']:.0f} MiB), and the whole peak ({whole}), MiB")  # fmt: skip
-    print_table(
-        ["case", "peak growth", "whole peak", "× (p)", "target", ""],
-        [
-            [LABELS["p"], f"{memory['p']['growth']:.0f}", f"{memory['p']['total']:.0f}", "1.00",
-             "baseline", ""],
-            [LABELS["e"], f"{memory['e']['growth']:.0f}", f"{memory['e']['total']:.0f}",
-             f"{memory_ratio:.2f}", checks["m"].target, checks["m"].verdict],
-        ],
-    )  # fmt: skip
+    mem_rows = [[LABELS["p"], f"{memory['p']['growth']:.0f}", f"{memory['p']['total']:.0f}",
+                 "1.00", "baseline", ""]]  # fmt: skip
+    for case in ("e", "g"):
+        check = checks["m"] if case == own else None
+        mem_rows.append([
+            LABELS[case], f"{memory[case]['growth']:.0f}", f"{memory[case]['total']:.0f}",
+            f"{memory[case]['growth'] / memory['p']['growth']:.2f}",
+            check.target if check else "info", check.verdict if check else "",
+        ])  # fmt: skip
+    print_table(["case", "peak growth", "whole peak", "× (p)", "target", ""], mem_rows)
     return finish(list(checks.values()), args.no_check, wrong)
 
 

@@ -67,8 +67,10 @@ if wants train; then
     step 60 train-eager python3 benchmarks/train_throughput.py --device cuda --no-check --compile off --steps 200
     step 150 train-compile python3 benchmarks/train_throughput.py --device cuda --no-check --compile on --steps 200
 fi
-wants interventions && step 90 ablation python3 benchmarks/ablation.py --device cuda --no-check \
-    --variant vit-base
+# the per-layer plan (e) and the multi-layer plan (g) of the head effects in one run, with
+# the multi-layer plan's grouping at three more launch costs (1000: every head in one pass)
+wants interventions && step 120 ablation python3 benchmarks/ablation.py --device cuda --no-check \
+    --variant vit-base --launch 2,16,1000
 wants rollout && step 45 rollout python3 benchmarks/rollout.py --device cuda --no-check
 if wants profile; then
     step 45 profile-vit-base python3 benchmarks/analysis_profile.py --device cuda --cases a,b,c

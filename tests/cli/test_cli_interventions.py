@@ -133,3 +133,27 @@ def test_explain_ablate_refuses_in_one_line(ckpt, folders, tmp_path, capsys, ext
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
     assert not (tmp_path / "o" / "im0.npz").exists()
+
+
+def test_an_xcits_attn_and_mlp_count_the_same_blocks(folders, tmp_path, capsys):
+    """An XCiT has XCA blocks (0, 1) then class-attention blocks (2, 3), the head grid's rows:
+    ``2.attn`` and ``2.mlp`` are the same block's branches; ``0.attn`` (an XCA block's heads
+    are no row) is refused in one line naming the blocks that are."""
+    from test_intermediates_token import _timm_xcit
+
+    _timm_xcit(tmp_path)
+    ckpt = tmp_path / "xcit.pth"
+    loaded = load_checkpoint(ckpt)  # as the command opens it
+    image = folders[0] / "im1.png"
+    args = ["explain", str(image), "--checkpoint", str(ckpt), "--out", str(tmp_path / "o")]
+    assert main([*args, "--ablate", "2.attn", "--ablate", "0.mlp"]) == 0
+    got = np.load(tmp_path / "o" / "im1.npz")
+    want = analyze(loaded, image, ablate_attention=[2], ablate_mlp=[0])
+    np.testing.assert_allclose(got["logits"], want.logits.numpy(), rtol=1e-5, atol=1e-6)
+    assert got["ablated_attention"].tolist() == [2] and got["ablated_mlp"].tolist() == [0]
+    last = analyze(loaded, image, ablate_attention=[3]).logits
+    assert np.abs(got["logits"] - last.numpy()).max() > 1e-4  # block 2, not the last CA block
+    capsys.readouterr()
+    assert main([*args, "--ablate", "0.attn"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no row of the head grid" in err[0] and "blocks 2–3" in err[0], err

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from zoo_helpers import images, randomize_
 
 from vitviz.checkpoints import load_checkpoint
-from vitviz.kindapi import kind_of
+from vitviz.kindapi import OnRows, kind_of
 from vitviz.kinds.vit import KIND as VIT
 from vitviz.modelcode.adapter import CapturedModel, ModelCodeConfig
 from vitviz.pipeline.analysis import analyze
@@ -277,6 +277,9 @@ def test_bad_replacements_are_refused_and_the_model_is_left_as_it_was(case: Case
         "value": ({(L - 1, 0): 0.0}, "None"),
         "key": ({(L - 1,): None}, "layer, head"),
         "index": ({(0.0, 0): None}, "two ints"),
+        "row": ({(L - 1, 0): OnRows(torch.tensor([B]))}, "rows"),
+        "rows": ({(L - 1, 0): OnRows(torch.zeros(1, 1, dtype=torch.long))}, "rows"),
+        "row's value": ({(L - 1, 0): OnRows(torch.tensor([0]), torch.zeros(2, N, d))}, "R, N"),
     }
     for what, (replace, words) in bad.items():
         with pytest.raises(ValueError, match=words):

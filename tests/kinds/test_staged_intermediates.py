@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from zoo_helpers import randomize_
 
 from vitviz.checkpoints import load_checkpoint
-from vitviz.kindapi import kind_of
+from vitviz.kindapi import OnRows, kind_of
 from vitviz.kinds.pyramid.hiera_network import HieraViT
 from vitviz.kinds.swin.windows import unpartition
 
@@ -311,6 +311,8 @@ def test_bad_replacements_are_refused(models, passes, name) -> None:
         "that head's output is": {(L - 1, 0): torch.zeros(B, N - 1, d)},
         "that head's output is ": {(L - 1, 0): torch.zeros(B + 1, N, d)},
         "that head's output is  ": {(L - 1, 0): torch.zeros(B, N, d + 1)},
+        "rows \\(R,\\) of a batch": {(L - 1, 0): OnRows(torch.tensor([B]))},
+        "\\(R, N, head_dim\\)": {(L - 1, 0): OnRows(torch.tensor([0]), torch.zeros(1, N, d + 1))},
     }
     for message, replace in bad.items():
         with pytest.raises(ValueError, match=message.strip()), torch.no_grad():

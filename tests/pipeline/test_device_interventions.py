@@ -106,3 +106,29 @@ def test_compare_on_cuda_gives_the_cpu_comparison() -> None:
     np.testing.assert_allclose(gpu.head_similarity, cpu.head_similarity, atol=1e-5)
     np.testing.assert_allclose(gpu.rollout_a, cpu.rollout_a, atol=1e-5)
     np.testing.assert_allclose(gpu.logits_b, cpu.logits_b, atol=1e-4, rtol=1e-4)
+
+
+def test_a_gpu_batches_heads_of_several_layers_and_gives_the_cpu_effects(loaded) -> None:
+    """On CUDA the default plan puts heads of several layers in one pass (fewer passes, fewer
+    layer runs than a pass per layer); its effects and patching equal the CPU's per-layer
+    plan's, zero and mean."""
+    from vitviz.pipeline.head_effects import full_pass, pass_plan
+    from vitviz.pipeline.interventions import model_input
+
+    a, b = images(2, 32, 32, seed=8)
+    gpu_loaded = _on_cuda(loaded)
+    x = model_input(gpu_loaded, a)
+    base, _ = full_pass(gpu_loaded.kind, gpu_loaded.model, x)
+    gpu_plan, cpu_plan = pass_plan(x, base), pass_plan(x.cpu(), base, plan="per-layer")
+    assert any(len({layer for layer, _ in p}) > 1 for p in gpu_plan.passes)
+    assert gpu_plan.layer_runs < cpu_plan.layer_runs and len(gpu_plan.passes) < len(cpu_plan.passes)
+    for mode in ("zero", "mean"):
+        cpu = head_effects(loaded, a, mode=mode, plan="per-layer")
+        gpu = head_effects(gpu_loaded, a, mode=mode)
+        forced = head_effects(gpu_loaded, a, mode=mode, plan="multi-layer", batch=3)
+        for got in (gpu, forced):
+            np.testing.assert_allclose(got.effect.numpy(), cpu.effect.numpy(), atol=1e-4,
+                                       rtol=1e-4)  # fmt: skip
+    cpu_p = patching_effects(loaded, a, b, plan="per-layer")
+    gpu_p = patching_effects(gpu_loaded, a, b)
+    np.testing.assert_allclose(gpu_p.effect.numpy(), cpu_p.effect.numpy(), atol=1e-3, rtol=1e-3)

@@ -252,6 +252,8 @@ def test_an_intervened_analysis_says_so_in_its_npz(tv, tmp_path) -> None:
         lambda lo, x: analyze(lo, x, ablate=[(0, 0)], ablation="median"),
         lambda lo, x: analyze(lo, x, ablate=[(0, 0)], ablation=torch.zeros(3)),
         lambda lo, x: head_effects(lo, x, target=9),
+        lambda lo, x: head_effects(lo, x, plan="sideways"),
+        lambda lo, x: patching_effects(lo, x, x + 1, batch=0),
     ],
 )
 def test_what_the_model_lacks_is_refused_in_one_line(tv, call) -> None:

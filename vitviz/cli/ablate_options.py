@@ -76,8 +76,8 @@ def ablated_analyses(args: argparse.Namespace, loaded: Any) -> Callable[..., Ite
             for h in (range(layout.heads[layer]) if head is None else [head])
         ]  # fmt: skip
         layout.check_heads(chosen)
-        for layer in branches:
-            layout.check_layer(layer, f"--ablate {layer}.attn")
+        for block in branches:
+            layout.attention_layer(block, f"--ablate {block}.attn")
         for block in mlps:
             layout.check_mlp(block)
     except VitvizError as exc:

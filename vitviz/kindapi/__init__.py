@@ -3,7 +3,13 @@ one, torch-free, beneath everything that uses it (DESIGN §3). The kind packages
 (``vitviz/kinds/``) stand on top as plug-ins."""
 
 from vitviz.kindapi.grids import LayerGrid, TokenGeometry
-from vitviz.kindapi.intermediates import BlockOutputs, HeadReplacement, Intermediates, Readout
+from vitviz.kindapi.intermediates import (
+    BlockOutputs,
+    HeadReplacement,
+    Intermediates,
+    OnRows,
+    Readout,
+)
 from vitviz.kindapi.protocol import (
     FaithfulnessReport,
     ImageNumbers,
@@ -43,6 +49,7 @@ __all__ = [
     "MethodImplementation",
     "ModelKind",
     "ModelShape",
+    "OnRows",
     "QueryMaps",
     "Readout",
     "Session",

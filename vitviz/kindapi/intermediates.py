@@ -15,9 +15,41 @@ from vitviz.kindapi.grids import LayerGrid
 if TYPE_CHECKING:
     from torch import Tensor
 
+
+@dataclass(frozen=True)
+class OnRows:
+    """A head replaced in some rows of the batch only, every other row keeping what it computes
+    (single-head passes of several layers in one batch, DESIGN §5): ``rows`` (R,) long, the
+    batch rows, each once; ``value`` (R, N_l, head_dim) their replacements in that order, laid
+    out as ``Intermediates.heads[layer][:, head]``; None zeroes them."""
+
+    rows: Tensor
+    value: Tensor | None = None
+
+    def put(self, heads: Tensor, index: int, what: str) -> None:
+        """Write the replacement into ``heads`` (B, H, N, hd) at head ``index``, in place;
+        ValueError (a clause naming ``what``) for rows or a value that do not fit."""
+        B, _, N, hd = heads.shape
+        R = int(self.rows.shape[0]) if self.rows.ndim == 1 else -1
+        on_host = self.rows.device.type == "cpu"  # checked there; on a device, no sync for it
+        if R < 0 or (R and on_host and not 0 <= int(self.rows.min()) <= int(self.rows.max()) < B):
+            raise ValueError(f"{what}: rows (R,) of a batch of {B} are needed")
+        rows = self.rows.to(heads.device)
+        if self.value is None:
+            heads[rows, index] = 0.0
+            return
+        if tuple(self.value.shape) != (R, N, hd):
+            raise ValueError(
+                f"{what}: a tensor (R, N, head_dim) = {(R, N, hd)} is needed for its rows, got "
+                f"{tuple(self.value.shape)}"
+            )
+        heads[rows, index] = self.value.to(device=heads.device, dtype=heads.dtype)
+
+
 # (attention layer, head) -> what its output before the output projection becomes: None zeroes
-# it, a tensor (B, N_l, head_dim) laid out as ``Intermediates.heads[layer][:, head]`` replaces it.
-HeadReplacement = Mapping[tuple[int, int], "Tensor | None"]
+# it, a tensor (B, N_l, head_dim) laid out as ``Intermediates.heads[layer][:, head]`` replaces it,
+# ``OnRows`` replaces it in some rows of the batch only.
+HeadReplacement = Mapping[tuple[int, int], "Tensor | OnRows | None"]
 
 
 @dataclass(frozen=True)

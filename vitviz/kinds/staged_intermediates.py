@@ -27,6 +27,7 @@ from vitviz.kindapi.intermediates import (
     BlockOutputs,
     HeadReplacement,
     Intermediates,
+    OnRows,
     attention_branch,
     mlp_branch,
 )
@@ -82,7 +83,7 @@ class StagedSites(Protocol):
         ...
 
 
-Plan = dict[int, dict[int, Tensor | None]]
+Plan = dict[int, dict[int, Tensor | OnRows | None]]
 
 
 def check_replace(replace: HeadReplacement | None, head_counts: Sequence[int]) -> Plan:
@@ -108,21 +109,24 @@ def check_replace(replace: HeadReplacement | None, head_counts: Sequence[int]) -
                 f"head {head} is out of range: layer {layer} has {head_counts[layer]} heads "
                 f"(0 to {head_counts[layer] - 1})"
             )
-        if value is not None and not isinstance(value, Tensor):
+        if value is not None and not isinstance(value, (Tensor, OnRows)):
             raise ValueError(
                 f"the replacement of layer {layer} head {head} must be None (zero it) or a "
-                f"tensor, got {type(value).__name__}"
+                f"tensor (of every row, or OnRows), got {type(value).__name__}"
             )
         plan.setdefault(layer, {})[head] = value
     return plan
 
 
-def _replaced(per_head: Tensor, layer: int, wanted: Mapping[int, Tensor | None]) -> Tensor:
-    """(B, heads, N, d) with the heads ``wanted`` replaced (None: zeroed); ValueError for a
-    replacement whose shape is not that head's (B, N, d)."""
+def _replaced(per_head: Tensor, layer: int, wanted: Mapping[int, Tensor | OnRows | None]) -> Tensor:
+    """(B, heads, N, d) with the heads ``wanted`` replaced (None: zeroed; ``OnRows``: in its
+    rows only); ValueError for a replacement whose shape is not that head's (B, N, d)."""
     B, _, N, d = per_head.shape
     out = per_head.clone()
     for head, value in wanted.items():
+        if isinstance(value, OnRows):
+            value.put(out, head, f"the replacement of layer {layer} head {head}")
+            continue
         if value is None:
             out[:, head] = 0
             continue

@@ -52,8 +52,8 @@ def iter_ablated(
     check_ablation(ablation)
     layout = layout_for(loaded, images)
     chosen = layout.check_heads(list(heads))
-    for layer in branches:
-        layout.check_layer(layer, f"the attention branch of block {layer}")
+    for block in branches:
+        layout.attention_layer(block, f"the attention branch of block {block}")
     for block in mlps:
         layout.check_mlp(block)
     record = InterventionRecord.of(chosen, ablation, branches, mlps)

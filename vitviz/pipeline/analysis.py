@@ -34,7 +34,7 @@ def analyze(
     line) for a model no kind explains.
 
     ``ablate`` [(layer, head), ...] knocks heads out as ``ablation`` says ("zero", "mean", a
-    (head_dim,) tensor or a ``DatasetMean``), ``ablate_attention`` [layer, ...] zeroes those
+    (head_dim,) tensor or a ``DatasetMean``), ``ablate_attention`` [block, ...] zeroes those
     blocks' attention branches and ``ablate_mlp`` [block, ...] those blocks' MLP branches:
     logits, attention and every map then come from the intervened model
     (``vitviz.pipeline.interventions``, DESIGN §5)."""

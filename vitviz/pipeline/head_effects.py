@@ -6,11 +6,12 @@
 - Activation patching (clean image A, corrupted B): B's pass with head (l, h)'s output taken
   from A's pass; effect (y_c(patched) − y_c(B)) / (y_c(A) − y_c(B)), c = A's top class.
 
-The L · H single-head passes go through in batches: the image stacked once per head of a layer,
-row j with the j-th head replaced. Every other head of that layer is handed its own output of
-the full pass, which is what it computes there anyway (nothing below layer l has changed), so
-each row is exactly the single-head pass. The blocks below layer l are not run again: they
-hand the batch their outputs of the full pass (``vitviz.pipeline.reuse``).
+The L · H single-head passes go through in batches (``vitviz.pipeline.head_passes``): the image
+stacked once per row, row j with its head (l, h) replaced in that row alone (the accessor's
+``OnRows``); every other row computes that head as the full pass did, so each row is exactly its
+single-head pass. A batch holds heads of one layer (a CPU's plan) or of several (a GPU's: fewer,
+bigger passes); the blocks below its lowest layer are not run again: they hand the batch their
+outputs of the full pass (``vitviz.pipeline.reuse``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vitviz.kindapi import Intermediates, ModelKind
+from vitviz.kindapi import Intermediates, ModelKind, OnRows
+from vitviz.pipeline.head_passes import PassPlan, plan_for
 from vitviz.pipeline.interventions import (
     Ablation,
     HeadLayout,
@@ -81,15 +83,23 @@ def full_pass(kind: ModelKind, model: nn.Module, x: Tensor) -> tuple[Intermediat
         )
 
 
-# Heads replaced per pass when the caller names no batch (DESIGN §5, "Interventions"): on a CPU
-# a few, so that a pass's activations stay within about one analysis's memory (the time per
-# head is the same); on a GPU, whose passes are bound by their kernel launches, a layer's heads.
-CPU_BATCH = 2
+def kept_bytes(base: Intermediates) -> int:
+    """Bytes the full pass ``base`` (batch 1) kept: its heads' and blocks' outputs, about what
+    one row of a logits-only pass needs at its peak (the memory plan's row, DESIGN §7)."""
+    kept = (*base.heads, *base.blocks, *base.block_prefix)
+    return sum(t.numel() * t.element_size() for t in kept)
 
 
-def default_batch(x: Tensor, heads: int) -> int:
-    """Heads per single-head pass for the input ``x`` on its device, of a layer of ``heads``."""
-    return heads if x.device.type != "cpu" else min(heads, CPU_BATCH)
+def pass_plan(
+    x: Tensor, base: Intermediates, batch: int | None = None, plan: str | None = None
+) -> PassPlan:
+    """The single-head passes for ``x`` (1, C, H, W) on its device: ``plan_for`` with ``batch``
+    rows per pass at most; InterventionError for a plan or batch that is none."""
+    counts = [int(h.shape[1]) for h in base.heads]
+    try:
+        return plan_for(counts, x.device, plan, batch, kept_bytes(base))
+    except ValueError as exc:
+        raise InterventionError(str(exc)) from None
 
 
 def single_head_logits(
@@ -100,31 +110,35 @@ def single_head_logits(
     value_of: Callable[[int, int], Tensor | None],
     batch: int | None = None,
     cache: BlockCache | None = None,
+    plan: str | PassPlan | None = None,
 ) -> Tensor:
     """(L, H, classes) logits of ``x`` (1, C, H, W) with one head at a time replaced by
     ``value_of(layer, head)`` ((N, head_dim), or None: zero), NaN rows for heads a layer lacks;
-    ``base`` the full pass of ``x``. ``batch`` heads per pass (default ``default_batch``);
-    ``cache`` the full pass's block outputs: the blocks below each layer are not run again.
+    ``base`` the full pass of ``x``. The passes as ``plan`` says (a ``PassPlan``, or its name
+    for ``pass_plan`` with ``batch`` rows per pass at most; default by device); ``cache`` the
+    full pass's block outputs: the blocks below each pass's lowest layer are not run again.
     Each pass keeps its logits alone (the accessor's ``logits_only``)."""
     counts = [int(h.shape[1]) for h in base.heads]
+    chosen = plan if isinstance(plan, PassPlan) else pass_plan(x, base, batch, plan)
     out = base.logits.new_full((len(counts), max(counts), base.logits.shape[1]), float("nan"))
+    rows = torch.arange(max(chosen.widest, 1), device=x.device)  # each row's index, made once
+    keys = torch.tensor([key for p in chosen.passes for key in p], device=out.device).T
+    done = 0
     with torch.no_grad():
-        for layer, H in enumerate(counts):
-            own = base.heads[layer][0]  # (H, N, hd)
-            step = batch or default_batch(x, H)
-            for start in range(0, H, step):
-                rows = list(range(start, min(H, start + step)))
-                k = len(rows)
-                replace: dict[tuple[int, int], Tensor | None] = {}
-                for j, head in enumerate(rows):
-                    value = own[head][None].repeat(k, 1, 1)  # (k, N, hd)
-                    new = value_of(layer, head)
-                    value[j] = 0.0 if new is None else new
-                    replace[(layer, head)] = value
-                with cache.below(layer, k) if cache is not None else nullcontext():
-                    out[layer, start : start + k] = kind.intermediates(
-                        model, x.expand(k, -1, -1, -1), replace=replace, logits_only=True
-                    ).logits
+        for heads in chosen.passes:
+            k = len(heads)
+            replace: dict[tuple[int, int], Tensor | OnRows | None] = {}
+            for j, (layer, head) in enumerate(heads):
+                new = value_of(layer, head)
+                replace[(layer, head)] = OnRows(rows[j : j + 1], None if new is None else new[None])
+            below = cache.below(PassPlan.start(heads), k) if cache is not None else nullcontext()
+            with below:
+                logits = kind.intermediates(
+                    model, x.expand(k, -1, -1, -1), replace=replace, logits_only=True
+                ).logits
+            # written as it comes (no launch of its own waits: the indices are on the device)
+            out[keys[0, done : done + k], keys[1, done : done + k]] = logits
+            done += k
     return out
 
 
@@ -140,10 +154,13 @@ def head_effects(
     target: int | None = None,
     mode: Ablation = "zero",
     batch: int | None = None,
+    plan: str | PassPlan | None = None,
 ) -> HeadEffects:
     """Every head's effect on class ``target`` (default the top prediction; for a CLIP, the
     prompt) of ``image`` under ablation ``mode`` ("zero", "mean", a (head_dim,) tensor or a
-    ``DatasetMean``): one full pass, then the single-head passes, ``batch`` heads at a time."""
+    ``DatasetMean``): one full pass, then the single-head passes, ``batch`` heads at a time
+    at most, grouped as ``plan`` says ("per-layer", "multi-layer" or a ``PassPlan``; default
+    by device, ``vitviz.pipeline.head_passes``)."""
     check_ablation(mode)
     kind, model = loaded.kind, loaded.model
     x = model_input(loaded, image)
@@ -158,7 +175,7 @@ def head_effects(
         value = fixed_value(mode, layout, layer, head)
         return None if value is None else value.expand(base.heads[layer].shape[2], -1)
 
-    ablated = single_head_logits(kind, model, x, base, value_of, batch, cache)  # (L, H, classes)
+    ablated = single_head_logits(kind, model, x, base, value_of, batch, cache, plan)  # (L, H, C)
     full = base.logits[0]
     probs = kind.probabilities(model, torch.cat([full[None], ablated.flatten(0, 1)]))
     missing = ablated[..., 0].isnan()
@@ -210,10 +227,11 @@ def patching_effects(
     corrupted: Any,
     target: int | None = None,
     batch: int | None = None,
+    plan: str | PassPlan | None = None,
 ) -> PatchingEffects:
     """Every head's patching effect from ``clean`` (A) into ``corrupted`` (B) on class
-    ``target`` (default A's top class); InterventionError when A and B give c one logit (the
-    effect's denominator)."""
+    ``target`` (default A's top class), the passes as ``head_effects``' (``batch``, ``plan``);
+    InterventionError when A and B give c one logit (the effect's denominator)."""
     _, xb, a, b, cache = _pair(loaded, clean, corrupted)
     c = _target(a.logits[0], target)
     ya, yb = a.logits[0, c], b.logits[0, c]
@@ -225,7 +243,7 @@ def patching_effects(
     def value_of(layer: int, head: int) -> Tensor:
         return a.heads[layer][0, head]
 
-    patched = single_head_logits(loaded.kind, loaded.model, xb, b, value_of, batch, cache)
+    patched = single_head_logits(loaded.kind, loaded.model, xb, b, value_of, batch, cache, plan)
     return PatchingEffects(
         effect=((patched[..., c] - yb) / (ya - yb)).float().cpu(),
         target=c,

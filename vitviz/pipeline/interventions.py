@@ -7,7 +7,8 @@ kinds' intermediates accessor (DESIGN §3).
   heads of earlier layers already knocked out).
 - Dataset-mean ablation (``DatasetMean``): its mean over a folder's images and their tokens.
 - A tensor (head_dim,): every token of the head becomes it.
-- The attention branch of block l (``branches``): the branch's output is 0 (the output of the
+- The attention branch of block b (``branches``, blocks counted as ``mlps`` counts them, 0-based
+  over the model's blocks): the branch's output is 0 (the output of the
   modules the accessor names as the branch, ``Intermediates.attention_branches``: the
   projection, bias included, or the norm after it in a residual post-norm block), so the block
   adds its MLP alone.
@@ -68,6 +69,7 @@ class HeadLayout:
     mlps: tuple[nn.Module | None, ...] = ()
     attention_branches: tuple[tuple[nn.Module, ...], ...] = ()
     head_projections: tuple[tuple[nn.Module, ...], ...] = ()  # a layer's heads, branch by branch
+    block_layers: tuple[int | None, ...] = ()  # each block's attention layer (None: none read)
 
     @classmethod
     def of(cls, out: Intermediates) -> HeadLayout:
@@ -80,6 +82,7 @@ class HeadLayout:
             attention_branches=tuple(out.attention_branches)
             or tuple((p,) for p in out.projections),
             head_projections=tuple(out.head_projections) or tuple((p,) for p in out.projections),
+            block_layers=_block_layers(out.block_modules, out.projections),
         )
 
     @property
@@ -99,6 +102,25 @@ class HeadLayout:
                     f"head {layer}.{head}: layer {layer} has heads 0–{self.heads[layer] - 1}"
                 )
         return sorted(set(heads))
+
+    def attention_layer(self, block: int, what: str) -> int:
+        """The attention layer (the head grid's row) of block ``block``, blocks counted 0-based
+        over the model's blocks as ``check_mlp`` counts them; InterventionError (one line) for a
+        block the model lacks or one whose heads are no row of the head grid (an XCiT's XCA
+        blocks)."""
+        owners = self.block_layers or tuple(range(self.layers))
+        if not _is_int(block) or not 0 <= block < len(owners):
+            raise InterventionError(
+                f"{what}: the model has blocks 0–{len(owners) - 1}, no block {block}"
+            )
+        layer = owners[block]
+        if layer is None:
+            rows = [b for b, owned in enumerate(owners) if owned is not None]
+            raise InterventionError(
+                f"{what}: block {block}'s heads are no row of the head grid, so its attention "
+                f"can't be knocked out (the grid's rows are blocks {rows[0]}–{rows[-1]})"
+            )
+        return layer
 
     def check_mlp(self, block: int) -> None:
         """InterventionError (one line) for a block the model lacks or one without an MLP."""
@@ -127,6 +149,17 @@ class HeadLayout:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _block_layers(
+    blocks: Sequence[nn.Module], projections: Sequence[nn.Module]
+) -> tuple[int | None, ...]:
+    """Each of ``blocks``' attention layer: the one whose projection it holds (None: none)."""
+    layer_of = {id(p): layer for layer, p in enumerate(projections)}
+    return tuple(
+        next((layer_of[id(m)] for m in block.modules() if id(m) in layer_of), None)
+        for block in blocks
+    )
 
 
 _LAYOUTS: weakref.WeakKeyDictionary[nn.Module, HeadLayout] = weakref.WeakKeyDictionary()
@@ -217,7 +250,7 @@ def holding(
 ) -> Iterator[None]:
     """While open, every pass of the model has ``values``' heads replaced ({(layer, head):
     None (zero) or a vector (head_dim,) or (B, head_dim) for every token}), the attention
-    branch of each layer of ``branches`` and the MLP branch of each block of ``mlps`` zeroed;
+    branch of each block of ``branches`` and the MLP branch of each block of ``mlps`` zeroed;
     the hooks go when it closes, whatever happens."""
     by_layer: dict[int, dict[int, Tensor | None]] = {}
     for (layer, head), value in values.items():
@@ -232,7 +265,8 @@ def holding(
                 if mine:
                     hook = _head_hook(each, layout.head_dims[layer], mine)
                     handles.append(projection.register_forward_pre_hook(hook))
-        for layer in sorted(set(branches)):
+        layers = {layout.attention_layer(block, "an attention branch") for block in branches}
+        for layer in sorted(layers):
             for module in layout.attention_branches[layer]:
                 handles.append(module.register_forward_hook(_zero_output))
         for block in sorted(set(mlps)):
@@ -313,8 +347,8 @@ def knocked_out(
         x = model_input(loaded, kind.analyze(loaded, image, **plain).input)
         layout = head_layout(kind, model, x)
     heads = layout.check_heads(list(ablate))
-    for layer in branches:
-        layout.check_layer(layer, f"the attention branch of block {layer}")
+    for block in branches:
+        layout.attention_layer(block, f"the attention branch of block {block}")
     for block in mlps:
         layout.check_mlp(block)
     if x is not None:

@@ -29,6 +29,7 @@ LABEL_PX = 30  # room left of each band for its row labels ("L12")
 WIDE_LABEL_PX = 48  # … and for longer ones ("3.6 SW")
 SHORT_LABEL = 4  # characters that fit in LABEL_PX
 HEADER_PX = 18  # room above the tiles for the column labels ("H12")
+EDGE_PX = 4  # room between the tiles (and their labels) and the view's edges, all round
 COLORBAR_PX = 44  # the colour bar and its labels, below the tiles (their width is scarcer)
 MIN_TILE_CELLS = 12  # a small patch grid is drawn with k × k cells a patch: gaps stay thin
 LABEL_GAP_PX = 6  # at least this much room between two column labels, else they are thinned
@@ -45,7 +46,8 @@ class GridLayout:
 
     Band b holds layers b·rows … b·rows + rows − 1, one per tile row; tile column 0 is the mean
     of heads, column h + 1 head h. Each band has ``margin`` cells on its left for row labels;
-    ``header`` cells above all bands hold the column labels.
+    ``header`` cells above all bands hold the column labels; the view shows ``edge`` cells more
+    on every side (``HeadGrid.fit``), so nothing touches its edges.
     """
 
     layers: int
@@ -55,6 +57,7 @@ class GridLayout:
     margin: int = 0
     header: int = 0
     sub: int = 1  # cells per patch along each side
+    edge: int = 0  # cells of room round the mosaic in the view
 
     @property
     def tile(self) -> tuple[int, int]:
@@ -124,15 +127,16 @@ def plan_layout(
             continue  # the same rows as with one band fewer
         tiles_w = bands * columns * (gw + GAP) - GAP
         tiles_h = rows * (gh + GAP) - GAP
-        avail_w = max(1.0, width_px - bands * label_px)
-        avail_h = max(1.0, height_px - HEADER_PX)
+        avail_w = max(1.0, width_px - bands * label_px - 2 * EDGE_PX)
+        avail_h = max(1.0, height_px - HEADER_PX - 2 * EDGE_PX)
         scale = min(avail_w / tiles_w, avail_h / tiles_h)
         if best is None or scale > best[0] * 1.001:  # ties: fewer bands
             best = (scale, bands)
     scale, bands = best if best is not None else (1.0, 1)
     margin = max(GAP, math.ceil(label_px / scale))
     header = max(1, math.ceil(HEADER_PX / scale))
-    return GridLayout(layers, heads, tuple(grid), bands, margin, header, sub), scale
+    edge = max(1, math.ceil(EDGE_PX / scale))
+    return GridLayout(layers, heads, tuple(grid), bands, margin, header, sub, edge), scale
 
 
 def build_mosaic(head_maps: np.ndarray, mean_maps: np.ndarray, layout: GridLayout) -> np.ndarray:
@@ -281,9 +285,10 @@ class HeadGrid(pg.GraphicsLayoutWidget):
         return self.scale * max(self.layout.tile)
 
     def fit(self) -> None:
-        """Show the whole mosaic (after zooming or panning)."""
+        """Show the whole mosaic (after zooming or panning), ``edge`` cells of room round it."""
         rows, cols = self.layout.size
-        self.vb.setRange(QRectF(0, 0, cols, rows), padding=0.0)
+        e = self.layout.edge
+        self.vb.setRange(QRectF(-e, -e, cols + 2 * e, rows + 2 * e), padding=0.0)
 
     def resizeEvent(self, event: object) -> None:
         super().resizeEvent(event)

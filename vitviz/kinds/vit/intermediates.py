@@ -21,6 +21,7 @@ from vitviz.kindapi.grids import LayerGrid
 from vitviz.kindapi.intermediates import (
     HeadReplacement,
     Intermediates,
+    OnRows,
     attention_branch,
     mlp_branch,
 )
@@ -94,20 +95,25 @@ def check_replacement(replace: HeadReplacement | None, sites: Sequence[HeadSite]
                 f"head replacement ({layer}, {head}): head {head} is out of range "
                 f"(layer {layer} has heads 0–{sites[layer].heads - 1})"
             )
-        if value is not None and not isinstance(value, Tensor):
+        if value is not None and not isinstance(value, (Tensor, OnRows)):
             raise ValueError(
                 f"head replacement ({layer}, {head}): None (zero it) or a tensor "
-                f"(B, N, head_dim), got {type(value).__name__}"
+                f"(B, N, head_dim) (or OnRows: some rows), got {type(value).__name__}"
             )
 
 
-def _replaced(heads: Tensor, todo: dict[int, Tensor | None], layer: int, first: int = 0) -> Tensor:
-    """(B, H, N, hd) heads with ``todo`` {head: None (zeros) or (B, N, hd)} put in; the
-    layer's heads from ``first`` on (a branch's)."""
+def _replaced(
+    heads: Tensor, todo: dict[int, Tensor | OnRows | None], layer: int, first: int = 0
+) -> Tensor:
+    """(B, H, N, hd) heads with ``todo`` {head: None (zeros), (B, N, hd) or ``OnRows``} put in;
+    the layer's heads from ``first`` on (a branch's)."""
     B, H, N, hd = heads.shape
     out = heads.clone()
     for head, value in todo.items():
         if not first <= head < first + H:
+            continue
+        if isinstance(value, OnRows):
+            value.put(out, head - first, f"head replacement ({layer}, {head})")
             continue
         if value is None:
             out[:, head - first] = 0.0
@@ -144,7 +150,7 @@ def read_intermediates(
     embedding, whose output is (tokens, (gh, gw)); ``num_classes`` 0: the logits are (B, 0);
     ``logits_only``: nothing read or kept but the logits (hooks on the replaced layers only)."""
     check_replacement(replace, heads)
-    todo: dict[int, dict[int, Tensor | None]] = {}
+    todo: dict[int, dict[int, Tensor | OnRows | None]] = {}
     for (layer, head), value in (replace or {}).items():
         todo.setdefault(layer, {})[head] = value
     grid: list[tuple[int, int]] = []
