@@ -118,7 +118,9 @@ def check_replace(replace: HeadReplacement | None, head_counts: Sequence[int]) -
     return plan
 
 
-def _replaced(per_head: Tensor, layer: int, wanted: Mapping[int, Tensor | OnRows | None]) -> Tensor:
+def replaced_heads(
+    per_head: Tensor, layer: int, wanted: Mapping[int, Tensor | OnRows | None]
+) -> Tensor:
     """(B, heads, N, d) with the heads ``wanted`` replaced (None: zeroed; ``OnRows``: in its
     rows only); ValueError for a replacement whose shape is not that head's (B, N, d)."""
     B, _, N, d = per_head.shape
@@ -166,7 +168,7 @@ def staged_intermediates(
             B, N, C = grid.shape
             per_head = grid.reshape(B, N, counts[b], C // counts[b]).transpose(1, 2)
             if b in plan:
-                per_head = _replaced(per_head, b, plan[b])
+                per_head = replaced_heads(per_head, b, plan[b])
             if not logits_only:
                 heads[b] = per_head  # what the projection reads, so gradients reach it
             merged = per_head.transpose(1, 2).reshape(B, N, C)

@@ -19,9 +19,12 @@ from test_features_kinds import (  # noqa: F401 - collected here with this modul
     test_the_windows_similarity_table_holds_every_clicked_patchs_map,
 )
 from test_interventions_kinds import (  # noqa: F401 - collected here with this module's fixtures
+    test_a_head_replaced_on_some_rows_leaves_the_others_as_they_compute,
     test_a_layer_past_the_last_is_refused_in_one_line,
     test_a_logits_only_pass_keeps_nothing_else,
+    test_attention_and_mlp_branches_count_the_same_blocks,
     test_head_effects_equal_a_single_head_pass,
+    test_the_multi_layer_plan_gives_the_single_head_passes,
 )
 
 from vitviz.checkpoints import load_checkpoint

@@ -35,6 +35,7 @@ from vitviz.kinds.staged_intermediates import (
     check_replace,
     head_logits,
     model_input,
+    replaced_heads,
 )
 
 if TYPE_CHECKING:
@@ -117,17 +118,7 @@ def crossvit_intermediates(
             B, N, C = args[0].shape
             per_head = args[0].reshape(B, N, counts[i], C // counts[i]).transpose(1, 2)
             if i in plan:
-                per_head = per_head.clone()
-                for head, value in plan[i].items():
-                    if value is None:
-                        per_head[:, head] = 0
-                        continue
-                    if tuple(value.shape) != (B, N, C // counts[i]):
-                        raise ValueError(
-                            f"the replacement of layer {i} head {head} is {tuple(value.shape)}; "
-                            f"that head's output is (B, N, head_dim) = {(B, N, C // counts[i])}"
-                        )
-                    per_head[:, head] = value.to(device=per_head.device, dtype=per_head.dtype)
+                per_head = replaced_heads(per_head, i, plan[i])
             if not logits_only:
                 heads[i] = per_head
             return (per_head.transpose(1, 2).reshape(B, N, C), *args[1:])
