@@ -128,3 +128,44 @@ def test_a_reference_whose_numbers_differ_is_refused(
     with pytest.raises(CheckpointError, match=rf"differs from torch .*{what}"):
         load_checkpoint(toy_file)
     assert toy.calls == ["build ToyNet", "read"]
+
+
+class _UnfitLibrary(ToyLibrary):
+    """A reference whose named architecture is not the file's: one block too many."""
+
+    def build(self, arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path) -> nn.Module:
+        self.calls.append(f"build {arch}")
+        state = load_file(str(weights))
+        del state[MARKER]
+        model = VisionTransformer(ViTConfig(**{**TINY, "depth": TINY["depth"] + 1}))
+        model.load_state_dict(state, strict=True)  # missing the last block's tensors
+        return model.eval()
+
+
+def test_a_reference_that_does_not_take_the_files_tensors_is_refused(
+    toy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reading claims an architecture whose model can't hold the file (a wrong --arch):
+    refused in one line naming the first missing tensor, never opened with "not checked"."""
+    toy = _UnfitLibrary()
+    _register(monkeypatch, toy.reference())
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(toy_file)
+    text = str(info.value)
+    assert "torch's ToyNet does not take this file's tensors" in text, text
+    assert "Missing key(s)" in text and "blocks." in text and "\n" not in text, text
+    assert toy.calls == ["build ToyNet"]
+
+
+def test_a_reference_that_cannot_be_built_here_is_a_note(
+    toy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library that can't build the architecture at all (an older version without it) says
+    so in a note: the reading stands on vitviz's own tests."""
+
+    def build(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path) -> nn.Module:
+        raise KeyError(f"unknown model {arch}")
+
+    _register(monkeypatch, LibraryReference(build, ToyLibrary().read))
+    loaded = load_checkpoint(toy_file)
+    assert any(n.startswith("not checked against torch") for n in loaded.notes), loaded.notes

@@ -82,11 +82,12 @@ class CheckResult:
     problem: str | None = None  # why it could not be compared
     logits_limit: float = LOGITS_RTOL  # the family's, when tighter than the project's
     attention_limit: float = ATTENTION_ATOL
+    unfit: bool = False  # the library's named architecture does not take the file's tensors
 
     @property
     def ok(self) -> bool:
         if self.logits is None:
-            return self.problem is not None
+            return self.problem is not None and not self.unfit
         return self.logits <= self.logits_limit and (
             self.attention is None or self.attention <= self.attention_limit
         )
@@ -174,6 +175,12 @@ def check_or_refuse(
     result = checked(model, path, ref, kind=kind)
     if result is None:
         return
+    if result.unfit:  # the file is not what its reading claims: nothing could vouch for it
+        raise CheckpointError(
+            f"{path.name}: {ref.label} does not take this file's tensors ({result.problem}); "
+            "refused rather than shown unchecked: give the architecture it was saved from "
+            "(--arch NAME)."
+        )
     if not result.ok:
         att = "" if result.attention is None else f", attention {result.attention:.2g}"
         raise CheckpointError(
@@ -194,9 +201,14 @@ def compare(
     limits = _limits(how)
     try:
         theirs = how.build(ref.arch, ref.model_args, cfg, weights)
+    except RuntimeError as exc:
+        if "state_dict" not in str(exc):
+            problem = f"its model does not take these tensors ({type(exc).__name__})"
+            return CheckResult(version, ref.label, None, None, problem, *limits)
+        # torch's load_state_dict: the named architecture's tensors are not the file's
+        return CheckResult(version, ref.label, None, None, _first_mismatch(exc), *limits, True)
     except (
         ImportError,
-        RuntimeError,
         ValueError,
         TypeError,
         KeyError,
@@ -221,6 +233,14 @@ def compare(
             else float("inf")
         )
     return CheckResult(version, ref.label, logits, attention, None, *limits)
+
+
+def _first_mismatch(exc: RuntimeError) -> str:
+    """The first of torch's ``load_state_dict`` complaints, in one line ("size mismatch for
+    pos_embed: ...")."""
+    lines = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
+    first = (lines[0] if lines else str(exc).splitlines()[0]).rstrip(".")
+    return first if len(first) <= 160 else first[: first.find(",", 40) + 1 or 160] + " …"
 
 
 def _limits(how: LibraryReference) -> tuple[float, float]:
