@@ -57,7 +57,7 @@ class ToyLibrary:
         return LibraryReference(self.build, self.read, **limits)
 
 
-def _toy_family(how: LibraryReference) -> Family:
+def _toy_family(how: LibraryReference, unexpressible: str = "") -> Family:
     def detect(source: Source) -> bool:
         return MARKER in source.state
 
@@ -72,7 +72,7 @@ def _toy_family(how: LibraryReference) -> Family:
             state=state,
             class_names=list(CLASS_NAMES),
             preprocessing=default_preprocessing(config),
-            reference=Reference("torch", "ToyNet", {}, how=how),
+            reference=Reference("torch", "ToyNet", {}, unexpressible=unexpressible, how=how),
         )
 
     return Family("toy", detect, convert)
@@ -87,10 +87,12 @@ def toy_file(tmp_path: Path) -> Path:
     return path
 
 
-def _register(monkeypatch: pytest.MonkeyPatch, how: LibraryReference) -> None:
+def _register(
+    monkeypatch: pytest.MonkeyPatch, how: LibraryReference, unexpressible: str = ""
+) -> None:
     """The toy family first, for this test only: no module of vitviz edited."""
     listed = families.all_families
-    toy = _toy_family(how)
+    toy = _toy_family(how, unexpressible)
     monkeypatch.setattr(families, "all_families", lambda: (toy, *listed()))
 
 
@@ -169,3 +171,16 @@ def test_a_reference_that_cannot_be_built_here_is_a_note(
     _register(monkeypatch, LibraryReference(build, ToyLibrary().read))
     loaded = load_checkpoint(toy_file)
     assert any(n.startswith("not checked against torch") for n in loaded.notes), loaded.notes
+
+
+def test_a_setting_the_librarys_model_args_cant_give_is_a_note_naming_it(
+    toy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reading the library's model can't be built like (a setting its keywords don't have):
+    the check is skipped with a note naming the setting, nothing built, never silently."""
+    toy = ToyLibrary()
+    why = "its ToyNet has no keyword for LayerNorm eps 1e-3"
+    _register(monkeypatch, toy.reference(), unexpressible=why)
+    loaded = load_checkpoint(toy_file)
+    assert any(n.startswith("not checked against torch") and why in n for n in loaded.notes)
+    assert toy.calls == []

@@ -55,6 +55,10 @@ class Reference:
     model_args: dict[str, Any]
     settings: str = ""  # the settings built beside the name's, in words: "6 heads, mean pooling"
     shown_as: str = ""  # what the note calls it when not ``arch`` ("VisionTransformer")
+    # why the library's model can't be built as the file has it (a setting its model args
+    # can't give: "its SwinTransformer has no keyword for LayerNorm eps 1e-6"): the check is
+    # skipped with a note saying so; "" when it can
+    unexpressible: str = ""
     # how the family builds and reads the library's model (not part of the cache key)
     how: LibraryReference = field(kw_only=True, compare=False, repr=False)
 
@@ -141,6 +145,8 @@ def checked(
     version = library_version(ref.library)
     if version is None or (os.environ.get(SKIP_ENV) == "1" and not force):
         return None
+    if ref.unexpressible:  # never a silent skip: the note names the setting
+        return CheckResult(version, ref.label, None, None, ref.unexpressible)
     weights = weights_file(path)
     mine = f"vitviz {vitviz_version}"
     config = json.dumps(

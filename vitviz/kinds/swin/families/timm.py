@@ -40,6 +40,7 @@ from vitviz.kinds.swin.families.common import (
     stage_blocks,
     take_block,
 )
+from vitviz.kinds.swin.families.timm_check import swin_args
 
 LOOKS_LIKE = "a timm Swin Transformer"
 _BLOCK = r"layers\.(\d+)\.blocks\.(\d+)\.norm1\.weight$"
@@ -212,9 +213,15 @@ def convert(source: Source) -> Conversion:
         notes=notes,
         imagenet_if_1000=True,
     )
-    if isinstance(named, str):  # timm's own model of that name checks ours
+    if isinstance(named, str):  # timm's own model of that name, built as the file has it
+        given, words, why = swin_args(conversion.config)
         conversion.reference = Reference(
-            "timm", named, {} if user_arch else dict(args), how=LIBRARY_MODEL
+            "timm",
+            named,
+            {**({} if user_arch else args), **given},
+            words,
+            unexpressible=why,
+            how=LIBRARY_MODEL,
         )
     return conversion
 
