@@ -139,3 +139,21 @@ def test_a_v2_name_for_v1_tensors_is_refused_in_one_line(tmp_path):
     text = str(info.value)
     assert "swinv2_tiny_window8_256" in text and "does not take this file's tensors" in text
     assert "Missing key(s)" in text and "logit_scale" in text and "\n" not in text, text
+
+
+def test_an_original_layout_file_is_checked_through_timms_own_conversion(tmp_path):
+    """The original Microsoft layout (merging at the end of a stage, ``head``, the index and
+    mask buffers) named by --arch: its tensors reach timm's model as timm's own loading
+    converts them, so it is checked, not refused for the layout."""
+    ref_model = tiny_timm_swin(64, window=4)
+    state = {}
+    for k, v in ref_model.state_dict().items():
+        if k.startswith("layers.1.downsample."):
+            k = k.replace("layers.1.", "layers.0.")
+        state[k.replace("head.fc.", "head.")] = v
+    state["layers.0.blocks.1.attn_mask"] = torch.zeros(16, 16, 16)
+    path = tmp_path / "swin_original.pth"
+    torch.save(state, path)
+    loaded = load_checkpoint(path, config={"arch": "swin_tiny_patch4_window7_224"})
+    checked = [n for n in loaded.notes if "checked against timm" in n]
+    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes

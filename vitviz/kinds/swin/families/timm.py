@@ -15,11 +15,12 @@ settings.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
@@ -56,9 +57,17 @@ _DEFAULTS = {
 }
 
 
+def timm_layout(state: dict[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
+    """The file's tensors as timm's own loading converts them for ``model`` (its module's
+    ``checkpoint_filter_fn``: the original layout's merging moved, its computed buffers
+    dropped), so an original-layout file is checked too."""
+    module = sys.modules[type(model).__module__]
+    return module.checkpoint_filter_fn(state, model)
+
+
 # timm's SwinTransformer, its logits only: its windows' maps aren't vitviz's layout (the kind
 # compares no attention either)
-LIBRARY_MODEL = timm_reference(blocks=no_blocks)
+LIBRARY_MODEL = timm_reference(blocks=no_blocks, prepare=timm_layout)
 
 
 def detect(source: Source) -> bool:
