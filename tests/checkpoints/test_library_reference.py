@@ -57,7 +57,7 @@ class ToyLibrary:
         return LibraryReference(self.build, self.read, **limits)
 
 
-def _toy_family(how: LibraryReference) -> Family:
+def _toy_family(how: LibraryReference, unexpressible: str = "") -> Family:
     def detect(source: Source) -> bool:
         return MARKER in source.state
 
@@ -72,7 +72,7 @@ def _toy_family(how: LibraryReference) -> Family:
             state=state,
             class_names=list(CLASS_NAMES),
             preprocessing=default_preprocessing(config),
-            reference=Reference("torch", "ToyNet", {}, how=how),
+            reference=Reference("torch", "ToyNet", {}, unexpressible=unexpressible, how=how),
         )
 
     return Family("toy", detect, convert)
@@ -87,10 +87,12 @@ def toy_file(tmp_path: Path) -> Path:
     return path
 
 
-def _register(monkeypatch: pytest.MonkeyPatch, how: LibraryReference) -> None:
+def _register(
+    monkeypatch: pytest.MonkeyPatch, how: LibraryReference, unexpressible: str = ""
+) -> None:
     """The toy family first, for this test only: no module of vitviz edited."""
     listed = families.all_families
-    toy = _toy_family(how)
+    toy = _toy_family(how, unexpressible)
     monkeypatch.setattr(families, "all_families", lambda: (toy, *listed()))
 
 
@@ -128,3 +130,57 @@ def test_a_reference_whose_numbers_differ_is_refused(
     with pytest.raises(CheckpointError, match=rf"differs from torch .*{what}"):
         load_checkpoint(toy_file)
     assert toy.calls == ["build ToyNet", "read"]
+
+
+class _UnfitLibrary(ToyLibrary):
+    """A reference whose named architecture is not the file's: one block too many."""
+
+    def build(self, arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path) -> nn.Module:
+        self.calls.append(f"build {arch}")
+        state = load_file(str(weights))
+        del state[MARKER]
+        model = VisionTransformer(ViTConfig(**{**TINY, "depth": TINY["depth"] + 1}))
+        model.load_state_dict(state, strict=True)  # missing the last block's tensors
+        return model.eval()
+
+
+def test_a_reference_that_does_not_take_the_files_tensors_is_refused(
+    toy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reading claims an architecture whose model can't hold the file (a wrong --arch):
+    refused in one line naming the first missing tensor, never opened with "not checked"."""
+    toy = _UnfitLibrary()
+    _register(monkeypatch, toy.reference())
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(toy_file)
+    text = str(info.value)
+    assert "torch's ToyNet does not take this file's tensors" in text, text
+    assert "Missing key(s)" in text and "blocks." in text and "\n" not in text, text
+    assert toy.calls == ["build ToyNet"]
+
+
+def test_a_reference_that_cannot_be_built_here_is_a_note(
+    toy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library that can't build the architecture at all (an older version without it) says
+    so in a note: the reading stands on vitviz's own tests."""
+
+    def build(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path) -> nn.Module:
+        raise KeyError(f"unknown model {arch}")
+
+    _register(monkeypatch, LibraryReference(build, ToyLibrary().read))
+    loaded = load_checkpoint(toy_file)
+    assert any(n.startswith("not checked against torch") for n in loaded.notes), loaded.notes
+
+
+def test_a_setting_the_librarys_model_args_cant_give_is_a_note_naming_it(
+    toy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reading the library's model can't be built like (a setting its keywords don't have):
+    the check is skipped with a note naming the setting, nothing built, never silently."""
+    toy = ToyLibrary()
+    why = "its ToyNet has no keyword for LayerNorm eps 1e-3"
+    _register(monkeypatch, toy.reference(), unexpressible=why)
+    loaded = load_checkpoint(toy_file)
+    assert any(n.startswith("not checked against torch") and why in n for n in loaded.notes)
+    assert toy.calls == []

@@ -55,6 +55,10 @@ class Reference:
     model_args: dict[str, Any]
     settings: str = ""  # the settings built beside the name's, in words: "6 heads, mean pooling"
     shown_as: str = ""  # what the note calls it when not ``arch`` ("VisionTransformer")
+    # why the library's model can't be built as the file has it (a setting its model args
+    # can't give: "its SwinTransformer has no keyword for LayerNorm eps 1e-6"): the check is
+    # skipped with a note saying so; "" when it can
+    unexpressible: str = ""
     # how the family builds and reads the library's model (not part of the cache key)
     how: LibraryReference = field(kw_only=True, compare=False, repr=False)
 
@@ -82,11 +86,12 @@ class CheckResult:
     problem: str | None = None  # why it could not be compared
     logits_limit: float = LOGITS_RTOL  # the family's, when tighter than the project's
     attention_limit: float = ATTENTION_ATOL
+    unfit: bool = False  # the library's named architecture does not take the file's tensors
 
     @property
     def ok(self) -> bool:
         if self.logits is None:
-            return self.problem is not None
+            return self.problem is not None and not self.unfit
         return self.logits <= self.logits_limit and (
             self.attention is None or self.attention <= self.attention_limit
         )
@@ -140,6 +145,8 @@ def checked(
     version = library_version(ref.library)
     if version is None or (os.environ.get(SKIP_ENV) == "1" and not force):
         return None
+    if ref.unexpressible:  # never a silent skip: the note names the setting
+        return CheckResult(version, ref.label, None, None, ref.unexpressible)
     weights = weights_file(path)
     mine = f"vitviz {vitviz_version}"
     config = json.dumps(
@@ -174,6 +181,12 @@ def check_or_refuse(
     result = checked(model, path, ref, kind=kind)
     if result is None:
         return
+    if result.unfit:  # the file is not what its reading claims: nothing could vouch for it
+        raise CheckpointError(
+            f"{path.name}: {ref.label} does not take this file's tensors ({result.problem}); "
+            "refused rather than shown unchecked: give the architecture it was saved from "
+            "(--arch NAME)."
+        )
     if not result.ok:
         att = "" if result.attention is None else f", attention {result.attention:.2g}"
         raise CheckpointError(
@@ -194,9 +207,14 @@ def compare(
     limits = _limits(how)
     try:
         theirs = how.build(ref.arch, ref.model_args, cfg, weights)
+    except RuntimeError as exc:
+        if "state_dict" not in str(exc):
+            problem = f"its model does not take these tensors ({type(exc).__name__})"
+            return CheckResult(version, ref.label, None, None, problem, *limits)
+        # torch's load_state_dict: the named architecture's tensors are not the file's
+        return CheckResult(version, ref.label, None, None, _first_mismatch(exc), *limits, True)
     except (
         ImportError,
-        RuntimeError,
         ValueError,
         TypeError,
         KeyError,
@@ -221,6 +239,14 @@ def compare(
             else float("inf")
         )
     return CheckResult(version, ref.label, logits, attention, None, *limits)
+
+
+def _first_mismatch(exc: RuntimeError) -> str:
+    """The first of torch's ``load_state_dict`` complaints, in one line ("size mismatch for
+    pos_embed: ...")."""
+    lines = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
+    first = (lines[0] if lines else str(exc).splitlines()[0]).rstrip(".")
+    return first if len(first) <= 160 else first[: first.find(",", 40) + 1 or 160] + " …"
 
 
 def _limits(how: LibraryReference) -> tuple[float, float]:

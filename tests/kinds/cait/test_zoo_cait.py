@@ -77,6 +77,18 @@ def test_bare_state_dict_and_timm_folder_are_exact(cait, tmp_path: Path) -> None
     _compare(model, loaded, x)
 
 
+@pytest.mark.parametrize("arch", [None, "cait_xxs24_224"])
+def test_the_library_check_builds_the_files_sizes(cait, arch: str | None) -> None:
+    """A CaiT of width 32 and 2 + 1 blocks, bare (no timm name has its sizes) or named by
+    --arch for timm's 24 + 2-block CaiT: timm's Cait is built with the file's sizes, so the
+    check compares (its note says "checked against timm"), never skips nor refuses it."""
+    _, path = cait
+    loaded = load_checkpoint(path, None if arch is None else {"arch": arch})
+    checked = [n for n in loaded.notes if "checked against timm" in n]
+    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
+    assert "width 32, 2 + 1 blocks, 4 heads" in checked[0], checked[0]
+
+
 def test_computation_changing_model_args_are_refused(cait, tmp_path: Path) -> None:
     model, _ = cait
     folder = tmp_path / "odd"

@@ -141,3 +141,15 @@ def save_bare_state(state: dict, path: Path) -> Path:
     torch.save(state, path)
     path.with_name(path.name + ".vitviz.json").write_text('{"activation": "hard_swish"}')
     return path
+
+
+def test_the_library_check_builds_the_files_sizes(tmp_path: Path) -> None:
+    """--arch names timm's levit_128s (widths 128-256-384, depths 2-3-4) for a LeViT of widths
+    16-24-32, depths 1-2-1: timm's Levit is built with the file's sizes, so the check compares
+    (its note says "checked against timm"), never refuses it."""
+    path = tmp_path / "levit.pth"
+    torch.save(tiny_timm_levit().state_dict(), path)
+    loaded = load_checkpoint(path, {"arch": "levit_128s"})
+    checked = [n for n in loaded.notes if "checked against timm" in n]
+    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
+    assert "levit_128s with widths 16, 24, 32, depths 1, 2, 1, heads 2, 3, 4" in checked[0]

@@ -158,3 +158,15 @@ def test_vitvizs_own_file_of_an_mvit_opens_as_it_was(refs, tmp_path: Path) -> No
     with torch.no_grad():
         got, want = own.model(x), ref(x)
     assert float((got - want).abs().max()) / float(want.abs().max()) < LOGITS_RTOL
+
+
+def test_the_library_check_builds_the_files_sizes(tmp_path: Path) -> None:
+    """--arch names timm's mvitv2_tiny (widths 96-768, depths 1-2-5-2) for an MViTv2 of widths
+    8-64, depths 1-2-1-1: timm's MultiScaleVit is built with the file's sizes, so the check
+    compares (its note says "checked against timm"), never refuses it."""
+    path = tmp_path / "mvit.pth"
+    torch.save(tiny_timm_mvit().state_dict(), path)
+    loaded = load_checkpoint(path, {"arch": "mvitv2_tiny"})
+    checked = [n for n in loaded.notes if "checked against timm" in n]
+    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
+    assert "mvitv2_tiny with widths 8, 16, 32, 64, depths 1, 2, 1, 1" in checked[0], checked[0]

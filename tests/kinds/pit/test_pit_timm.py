@@ -12,6 +12,7 @@ import pytest
 import torch
 from pit_helpers import (
     BARE_SETTINGS,
+    HEADS,
     SIZE,
     save_bare,
     save_folder,
@@ -135,3 +136,14 @@ def save_bare_state(state: dict, path: Path) -> Path:
     torch.save(state, path)
     path.with_name(path.name + ".vitviz.json").write_text('{"stage_heads": [2, 2, 4], "stride": 8}')
     return path
+
+
+def test_the_library_check_builds_the_files_sizes(refs, tmp_path: Path) -> None:
+    """--arch names timm's pit_ti_224 (depths 2-6-4) for a PiT of depths 1-2-1: timm's PiT is
+    built with the file's widths, depths and heads, so the check compares (its note says
+    "checked against timm"), never refuses it."""
+    path = save_bare(refs[False], tmp_path / "pit.pth")
+    loaded = load_checkpoint(path, {"arch": "pit_ti_224", "stage_heads": list(HEADS)})
+    checked = [n for n in loaded.notes if "checked against timm" in n]
+    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
+    assert "pit_ti_224 with widths 16, 16, 32, depths 1, 2, 1, heads 2, 2, 4" in checked[0]

@@ -353,3 +353,18 @@ def test_words_name_the_twins(twins) -> None:
     assert kind.architecture(loaded.model).startswith("Twins-PCPVT")
     assert any("position" in p for p in kind.parts(loaded.model))
     assert Path(bare).exists()
+
+
+def test_the_library_check_builds_the_files_sizes(twins, tmp_path) -> None:
+    """--arch names timm's twins_pcpvt_small (widths 64-512, depths 3-4-6-3) for a Twins of
+    widths 16-64, depths 2-2-1-1, its heads in the settings: timm's Twins is built with the
+    file's sizes and those heads, so the check compares (its note says "checked against
+    timm"), never refuses it."""
+    model, _, _ = twins
+    path = tmp_path / "t.pth"
+    torch.save(model.state_dict(), path)
+    settings = {"arch": "twins_pcpvt_small", "stage_heads": list(HEADS)}
+    loaded = load_checkpoint(path, {**settings, "preprocessing": {"image_size": [SIZE, SIZE]}})
+    checked = [n for n in loaded.notes if "checked against timm" in n]
+    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
+    assert "widths 16, 32, 48, 64, depths 2, 2, 1, 1, heads 1, 2, 2, 4" in checked[0]

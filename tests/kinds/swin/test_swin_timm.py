@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 from swin_helpers import run_ours, tiny_timm_swin
 from zoo_helpers import ATTN_ATOL, LOGIT_ATOL, assert_close, images
 
-from vitviz.checkpoints import MissingSettingsError, load_checkpoint
+from vitviz.checkpoints import CheckpointError, MissingSettingsError, load_checkpoint
 from vitviz.kinds.swin.network import SwinTransformer
 
 
@@ -109,3 +109,51 @@ def test_bare_v1_image_size_follows_timms_window_rule(tmp_path):
     loaded = load_checkpoint(path)
     assert loaded.config.image_size == (64, 64)
     assert any(n.startswith("image size 64 assumed") for n in loaded.notes), loaded.notes
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_library_check_builds_the_files_sizes_not_the_names(tmp_path, version):
+    """A two-stage Swin of width 32 named by timm's four-stage tiny (its config.json, or
+    --arch): timm's model is built with the file's widths, depths, heads and windows, so the
+    check compares (its note says "checked against timm"), never refuses nor skips it."""
+    ref_model = tiny_timm_swin(64, window=4, version=version)
+    path = tmp_path / "model.safetensors"
+    save_file({k: v.contiguous() for k, v in ref_model.state_dict().items()}, str(path))
+    name = "swin_tiny_patch4_window7_224" if version == 1 else "swinv2_tiny_window8_256"
+    config = {"architecture": name, "model_args": {"window_size": 4}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = load_checkpoint(path)
+    checked = [n for n in loaded.notes if "checked against timm" in n]
+    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
+    assert "depths 2, 2" in checked[0] and "window 4" in checked[0], checked[0]
+
+
+def test_a_v2_name_for_v1_tensors_is_refused_in_one_line(tmp_path):
+    """--arch of timm's Swin v2 on a v1 file: timm's SwinTransformerV2 does not take its
+    tensors (the file lacks v2's cosine attention scale): refused in one line naming what."""
+    ref_model = tiny_timm_swin(64, window=8, version=1)
+    path = tmp_path / "v1.pth"
+    torch.save(ref_model.state_dict(), path)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path, config={"arch": "swinv2_tiny_window8_256"})
+    text = str(info.value)
+    assert "swinv2_tiny_window8_256" in text and "does not take this file's tensors" in text
+    assert "Missing key(s)" in text and "logit_scale" in text and "\n" not in text, text
+
+
+def test_an_original_layout_file_is_checked_through_timms_own_conversion(tmp_path):
+    """The original Microsoft layout (merging at the end of a stage, ``head``, the index and
+    mask buffers) named by --arch: its tensors reach timm's model as timm's own loading
+    converts them, so it is checked, not refused for the layout."""
+    ref_model = tiny_timm_swin(64, window=4)
+    state = {}
+    for k, v in ref_model.state_dict().items():
+        if k.startswith("layers.1.downsample."):
+            k = k.replace("layers.1.", "layers.0.")
+        state[k.replace("head.fc.", "head.")] = v
+    state["layers.0.blocks.1.attn_mask"] = torch.zeros(16, 16, 16)
+    path = tmp_path / "swin_original.pth"
+    torch.save(state, path)
+    loaded = load_checkpoint(path, config={"arch": "swin_tiny_patch4_window7_224"})
+    checked = [n for n in loaded.notes if "checked against timm" in n]
+    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes

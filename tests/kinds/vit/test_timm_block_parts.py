@@ -140,3 +140,33 @@ def test_every_method_runs_on_the_part(tmp_path: Path, case: str) -> None:
         assert torch.isfinite(grid).all(), method
         if method in structured:  # (a ReLU'd Grad-CAM or a mask share may be flat on 2 × 2)
             assert float(grid.max() - grid.min()) > 0, method
+
+
+@pytest.mark.parametrize("case", ["qk-norm", "parallel", "branches"])
+def test_a_bare_files_block_kind_is_checked_against_timm_built_with_it(
+    tmp_path: Path, case: str
+) -> None:
+    """A bare file no timm name has: timm's VisionTransformer is built with the block kind its
+    tensors show (qk-norm, a parallel block, several branches) beside its sizes, so the check
+    compares like with like and says so (never "not checked", never refused)."""
+    name, args, _ = CASES[case]
+    model = _timm(name, args, seed=6)
+    torch.save(model.state_dict(), tmp_path / "m.pth")
+    settings = {"activation": "gelu", "heads": args.get("num_heads", 6), "image_size": [32, 32]}
+    loaded = load_checkpoint(tmp_path / "m.pth", settings)
+    checked = [n for n in loaded.notes if "checked against timm" in n]
+    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
+    said = {"qk-norm": "qk-norm", "parallel": "parallel blocks", "branches": "2 branches"}[case]
+    assert "VisionTransformer with width" in checked[0] and said in checked[0], checked[0]
+
+
+def test_a_named_file_of_other_sizes_is_checked_with_its_sizes(tmp_path: Path) -> None:
+    """--arch names timm's 12-block residual post-norm ViT for a 2-block file of width 64: timm's
+    model is built with the file's width and depth (the name gives the rest), and checks it."""
+    name, args, _ = CASES["rpn"]
+    model = _timm(name, args, seed=7)
+    torch.save(model.state_dict(), tmp_path / "rpn.pth")
+    loaded = load_checkpoint(tmp_path / "rpn.pth", {"arch": name, "heads": 4})
+    checked = [n for n in loaded.notes if "checked against timm" in n]
+    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
+    assert f"{name} with width 64, depth 2" in checked[0], checked[0]

@@ -230,3 +230,20 @@ def test_a_files_unaligned_view_is_copied_to_aligned_storage() -> None:
     copy = aligned(view)
     assert copy.data_ptr() % 64 == 0 and torch.equal(copy, view)
     assert aligned(buffer) is buffer
+
+
+def test_the_library_check_builds_the_files_vit_sizes(tmp_path: Path) -> None:
+    """A hybrid of width 32 and depth 2 on timm's R26 backbone: named by --arch
+    (vit_small_r26_s32_224, width 384, depth 12) timm's hybrid is built with the file's ViT
+    sizes and checks it; unnamed, the note says why it was not checked (timm builds a hybrid's
+    backbone from its name alone), never silence."""
+    model, _ = tiny_hybrid("r26")
+    path = tmp_path / "bare.pth"
+    torch.save(model.state_dict(), path)
+    loaded = load_checkpoint(path, config={"arch": "vit_small_r26_s32_224", "heads": 4})
+    checked = [n for n in loaded.notes if "checked against timm" in n]
+    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
+    assert "vit_small_r26_s32_224 with width 32, depth 2, 4 heads" in checked[0], checked[0]
+    loaded = load_checkpoint(path, config={"heads": 4})
+    unchecked = [n for n in loaded.notes if n.startswith("not checked against timm")]
+    assert len(unchecked) == 1 and "backbone from its name" in unchecked[0], loaded.notes

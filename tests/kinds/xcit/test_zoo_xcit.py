@@ -152,3 +152,18 @@ def test_cli_explain_writes_the_shared_npz_keys(tmp_path: Path, photo_files) -> 
         assert {"attention", "rollout", "relevance", "grid", "kind"} <= set(npz.files)
         assert str(npz["kind"]) == "xcit" and npz["attention"].shape == (2, 4, 17, 17)
         assert npz["class_attention_layers"].tolist() == [True, True]
+
+
+@pytest.mark.parametrize("arch", [None, "xcit_tiny_12_p8_224"])
+def test_the_library_check_builds_the_files_sizes(tmp_path: Path, arch: str | None) -> None:
+    """An XCiT of width 32 and 2 + 2 blocks, bare (no timm name has its sizes) or named by
+    --arch for timm's 12-block tiny: timm's Xcit is built with the file's sizes, so the check
+    compares (its note says "checked against timm"), never skips nor refuses it."""
+    model = tiny_xcit()
+    path = tmp_path / "xcit.pth"
+    torch.save(model.state_dict(), path)
+    settings = {"image_size": 32, "tokens_norm": True, **({"arch": arch} if arch else {})}
+    loaded = load_checkpoint(path, config=settings)
+    checked = [n for n in loaded.notes if "checked against timm" in n]
+    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
+    assert "width 32, 2 + 2 blocks, 4 heads" in checked[0], checked[0]

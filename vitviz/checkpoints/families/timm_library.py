@@ -36,9 +36,21 @@ def file_state(weights: Path) -> dict[str, Tensor]:
     return state
 
 
-def build_timm(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path) -> nn.Module:
+# (the file's tensors, timm's model built on the meta device) -> the tensors in that model's
+# layout, as timm's own loading converts them (its checkpoint_filter_fn)
+Prepare = Callable[[dict[str, Tensor], nn.Module], dict[str, Tensor]]
+
+
+def build_timm(
+    arch: str,
+    model_args: Mapping[str, Any],
+    cfg: Any,
+    weights: Path,
+    prepare: Prepare | None = None,
+) -> nn.Module:
     """timm's ``arch`` with ``model_args`` holding the file's tensors (strict: every tensor
-    taken, none missing); classes, image size and channels from vitviz's ``cfg``."""
+    taken, none missing), through ``prepare`` when given; classes, image size and channels from
+    vitviz's ``cfg``."""
     import timm
 
     # aligned storage, as timm's model has after a normal load (assign=True would keep views
@@ -58,6 +70,8 @@ def build_timm(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path
         del args["img_size"]
         with torch.device("meta"):
             model = timm.create_model(arch, pretrained=False, **args)
+    if prepare is not None:
+        state = prepare(dict(state), model)
     model.load_state_dict(dict(state), strict=True, assign=True)
     if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):  # computed buffers
         model = timm.create_model(arch, pretrained=False, **args)
@@ -137,11 +151,12 @@ def read_timm(
 def timm_reference(
     blocks: Callable[[nn.Module], list[nn.Module]] = own_blocks,
     probabilities: Probabilities = after_dropout,
+    prepare: Prepare | None = None,
 ) -> LibraryReference:
-    """timm's model read over ``blocks`` with ``probabilities``'s hooks."""
-    return LibraryReference(
-        build_timm, partial(read_timm, blocks=blocks, probabilities=probabilities)
-    )
+    """timm's model read over ``blocks`` with ``probabilities``'s hooks (the file's tensors
+    through ``prepare`` first, when given)."""
+    build = build_timm if prepare is None else partial(build_timm, prepare=prepare)
+    return LibraryReference(build, partial(read_timm, blocks=blocks, probabilities=probabilities))
 
 
 LIBRARY_MODEL = timm_reference()  # the ViT's: ``blocks``, serial or parallel

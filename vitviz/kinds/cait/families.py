@@ -204,11 +204,39 @@ def convert(source: Source) -> Conversion:
         named = _NAMES.get((D, S, K))
         if named is not None:
             notes.append(f"recognised as timm's {named} by its width and depths")
+    given, words = _library_args(config)
     if isinstance(named, str) and re.match(r"cait_", named):  # timm's own model checks ours
+        given = {**({} if arch else args), **given}
+        conversion.reference = Reference("timm", named, given, words, how=LIBRARY_MODEL)
+    elif named is None:  # no name: timm's Cait built with every size the file has
         conversion.reference = Reference(
-            "timm", named, {} if arch else dict(args), how=LIBRARY_MODEL
+            "timm", "cait_xxs24_224", given, words, shown_as="Cait", how=LIBRARY_MODEL
         )
     return conversion
+
+
+def _library_args(config: CaitConfig) -> tuple[dict[str, Any], str]:
+    """timm's Cait keywords for the sizes the file's tensors show (the check builds the file's
+    model, not the name's defaults), and the words its note says them with."""
+
+    def ratio(hidden: int) -> float:  # one whose int(dim · ratio) gives ``hidden`` back
+        r = hidden / config.dim
+        return r if int(config.dim * r) == hidden else (hidden + 0.5) / config.dim
+
+    class_hidden = config.class_mlp_hidden_dim or config.hidden_dim
+    depth = config.depth - config.class_depth
+    args = {
+        "patch_size": config.patch_size,
+        "embed_dim": config.dim,
+        "depth": depth,
+        "depth_token_only": config.class_depth,
+        "num_heads": config.heads,
+        "mlp_ratio": ratio(config.hidden_dim),
+        "mlp_ratio_token_only": ratio(class_hidden),
+        "qkv_bias": config.qkv_bias,
+    }
+    words = f"width {config.dim}, {depth} + {config.class_depth} blocks, {config.heads} heads"
+    return args, words
 
 
 # timm's CaiT widths, self-attention depths and class-attention depths by name (the name's

@@ -390,13 +390,17 @@ def convert(source: Source) -> Conversion:
         notes + prep_notes,
     )  # fmt: skip
     config = conversion.config
-    if isinstance(name, str):  # timm's own model of that name checks ours
-        given = {} if user_arch else dict(args)
-        conversion.reference = Reference("timm", name, given, how=LIBRARY_MODEL)
+    words = (
+        f"widths {', '.join(map(str, config.dims))}, depths "
+        f"{', '.join(map(str, config.depths))}, heads {', '.join(map(str, config.heads))}"
+    )
+    if isinstance(name, str):  # timm's own model of that name, built as the file has it
+        given = {**({} if user_arch else args), **_library_args(config)}
+        conversion.reference = Reference("timm", name, given, words, how=LIBRARY_MODEL)
     else:  # the user's settings: timm's LeViT built with them
         arch = "levit_conv_128s" if config.conv else "levit_128s"
         conversion.reference = Reference(
-            "timm", arch, _library_args(config), shown_as="Levit", how=LIBRARY_MODEL
+            "timm", arch, _library_args(config), words, shown_as="Levit", how=LIBRARY_MODEL
         )
     return conversion
 

@@ -321,14 +321,18 @@ def convert(source: Source) -> Conversion:
         imagenet_if_1000=True,
     )
     config = conversion.config
-    if isinstance(name, str):  # timm's own model of that name checks ours
-        given = {} if user_arch else dict(args)
-        conversion.reference = Reference("timm", name, given, how=LIBRARY_MODEL)
-    else:  # timm's MultiScaleVit built with what was read
-        conversion.reference = Reference(
-            "timm", "", {"cfg": timm_cfg_args(config)}, shown_as="MultiScaleVit",
-            how=LIBRARY_MODEL,
-        )  # fmt: skip
+    # timm's MultiScaleVit built with what was read: the name's model config holds its own
+    # sizes and no keyword changes them, so a named file's is built from its reading too (the
+    # name's settings the tensors can't show are in it), like with like (DESIGN §4)
+    words = (
+        f"widths {', '.join(map(str, config.dims))}, depths "
+        f"{', '.join(map(str, config.depths))}, heads {', '.join(map(str, config.heads))}"
+    )
+    conversion.reference = Reference(
+        "timm", "", {"cfg": timm_cfg_args(config)}, words,
+        shown_as=name if isinstance(name, str) else "MultiScaleVit",
+        how=LIBRARY_MODEL,
+    )  # fmt: skip
     return conversion
 
 

@@ -258,13 +258,27 @@ def convert(source: Source) -> Conversion:
     )
     config = conversion.config
     library = _library_args(config)
-    if isinstance(name, str):  # timm's own model of that name checks ours
-        given = {} if user_arch else dict(args)
-        conversion.reference = Reference("timm", name, given, how=LIBRARY_MODEL)
-    elif library is not None:  # the user's settings: timm's PiT built with them
-        conversion.reference = Reference(
-            "timm", "pit_ti_224", library, shown_as="PoolingVisionTransformer", how=LIBRARY_MODEL
+    why, words = "", ""
+    if library is None:
+        why = "timm's PiT has one MLP ratio, pool stride 2 and LayerNorm eps 1e-6 (not this file)"
+    else:
+        words = (
+            ", ".join(
+                f"{what} {', '.join(map(str, values))}"
+                for what, values in (("widths", config.dims), ("depths", config.depths))
+            )
+            + f", heads {', '.join(map(str, config.heads))}"
         )
+    if isinstance(name, str):  # timm's own model of that name, built as the file has it
+        given = {**({} if user_arch else args), **(library or {})}
+        conversion.reference = Reference(
+            "timm", name, given, words, unexpressible=why, how=LIBRARY_MODEL
+        )
+    else:  # the user's settings: timm's PiT built with them
+        conversion.reference = Reference(
+            "timm", "pit_ti_224", library or {}, words, shown_as="PoolingVisionTransformer",
+            unexpressible=why, how=LIBRARY_MODEL,
+        )  # fmt: skip
     return conversion
 
 

@@ -212,11 +212,51 @@ def convert(source: Source) -> Conversion:
     if recognised:
         notes.append(f"recognised as timm's {recognised} by its width, depth and patch")
     named = name or recognised
+    given, words, why = _library_args(config)
     if isinstance(named, str) and named.startswith("xcit_"):  # timm's own model checks ours
+        given = {**({} if arch else args), **given}
         conversion.reference = Reference(
-            "timm", named, {} if arch else dict(args), how=LIBRARY_MODEL
+            "timm", named, given, words, unexpressible=why, how=LIBRARY_MODEL
         )
+    elif not named:  # no name: timm's Xcit built with every size the file has
+        conversion.reference = Reference(
+            "timm", "xcit_nano_12_p16_224", given, words, shown_as="Xcit", unexpressible=why,
+            how=LIBRARY_MODEL,
+        )  # fmt: skip
     return conversion
+
+
+TIMM_POS_HIDDEN = 32  # timm's Fourier position encoding: 32 frequencies per axis
+
+
+def _library_args(config: Any) -> tuple[dict[str, Any], str, str]:
+    """timm's Xcit keywords for the sizes the file's tensors show (the check builds the file's
+    model, not the name's defaults), the words its note says them with, and why timm can't
+    build it ("" when it can)."""
+    if config.pos_hidden != TIMM_POS_HIDDEN:
+        return (
+            {},
+            "",
+            (
+                f"timm's Xcit has {TIMM_POS_HIDDEN} position frequencies per axis (this file's: "
+                f"{config.pos_hidden})"
+            ),
+        )
+    ratio = config.hidden_dim / config.dim
+    if int(config.dim * ratio) != config.hidden_dim:
+        ratio = (config.hidden_dim + 0.5) / config.dim
+    args = {
+        "patch_size": config.patch_size,
+        "embed_dim": config.dim,
+        "depth": config.xca_depth,
+        "cls_attn_layers": config.depth,
+        "num_heads": config.heads,
+        "mlp_ratio": ratio,
+        "qkv_bias": config.qkv_bias,
+        "tokens_norm": config.tokens_norm,
+    }
+    words = f"width {config.dim}, {config.xca_depth} + {config.depth} blocks, {config.heads} heads"
+    return args, words, ""
 
 
 FAMILY = Family(

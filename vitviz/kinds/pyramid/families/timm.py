@@ -35,6 +35,7 @@ from vitviz.kinds.pyramid.families.common import (
     timm_name,
     timm_on_meta,
 )
+from vitviz.kinds.pyramid.families.timm_check import pvt_args, stage_words
 
 LOOKS_LIKE = "a timm PVT v2"
 _BLOCK = re.compile(r"stages\.(\d+)\.blocks\.(\d+)\.norm1\.weight$")
@@ -201,10 +202,11 @@ def convert(source: Source) -> Conversion:
         preprocessing=prep,
         notes=notes,
     )
-    if isinstance(name, str):  # timm's own model of that name checks ours
-        conversion.reference = Reference(
-            "timm", name, {} if user_arch else dict(args), how=LIBRARY_MODEL
-        )
+    if isinstance(name, str):  # timm's own model of that name, built as the file has it
+        heads = bool(user_arch)  # the user's heads beside the user's name
+        given = {**({} if user_arch else args), **pvt_args(conversion.config, heads)}
+        words = stage_words(conversion.config, heads)
+        conversion.reference = Reference("timm", name, given, words, how=LIBRARY_MODEL)
     return conversion
 
 

@@ -38,6 +38,7 @@ from vitviz.kinds.pyramid.families.common import (
     timm_name,
     timm_on_meta,
 )
+from vitviz.kinds.pyramid.families.timm_check import hiera_args, stage_words
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
 
 LOOKS_LIKE = "a timm Hiera"
@@ -261,10 +262,13 @@ def convert(source: Source) -> Conversion:
         notes=notes + prep_notes,
         config_cls=HieraConfig,
     )
-    if isinstance(name, str):  # timm's own model of that name checks ours
+    if isinstance(name, str):  # timm's own model of that name, built as the file has it
+        heads = bool(user_arch)  # the user's heads beside the user's name
+        given, why = hiera_args(conversion.config, heads)
         conversion.reference = Reference(
-            "timm", name, {} if user_arch else dict(args), how=LIBRARY_MODEL
-        )
+            "timm", name, {**({} if user_arch else args), **given},
+            stage_words(conversion.config, heads), unexpressible=why, how=LIBRARY_MODEL,
+        )  # fmt: skip
     return conversion
 
 

@@ -37,6 +37,7 @@ from vitviz.kinds.pyramid.families.common import (
     timm_name,
     timm_on_meta,
 )
+from vitviz.kinds.pyramid.families.timm_check import stage_words, twins_args
 
 LOOKS_LIKE = "a timm Twins"
 _BLOCK = re.compile(r"blocks\.(\d+)\.(\d+)\.norm1\.weight$")
@@ -250,10 +251,11 @@ def convert(source: Source) -> Conversion:
         notes=notes,
     )
     _whole_windows(source, conversion.config)
-    if isinstance(name, str):  # timm's own model of that name checks ours
-        conversion.reference = Reference(
-            "timm", name, {} if user_arch else dict(args), how=LIBRARY_MODEL
-        )
+    if isinstance(name, str):  # timm's own model of that name, built as the file has it
+        heads = bool(user_arch)  # the user's heads beside the user's name
+        given = {**({} if user_arch else args), **twins_args(conversion.config, heads)}
+        words = stage_words(conversion.config, heads)
+        conversion.reference = Reference("timm", name, given, words, how=LIBRARY_MODEL)
     return conversion
 
 

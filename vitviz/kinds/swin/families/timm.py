@@ -15,11 +15,12 @@ settings.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
@@ -40,6 +41,7 @@ from vitviz.kinds.swin.families.common import (
     stage_blocks,
     take_block,
 )
+from vitviz.kinds.swin.families.timm_check import swin_args
 
 LOOKS_LIKE = "a timm Swin Transformer"
 _BLOCK = r"layers\.(\d+)\.blocks\.(\d+)\.norm1\.weight$"
@@ -55,9 +57,17 @@ _DEFAULTS = {
 }
 
 
+def timm_layout(state: dict[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
+    """The file's tensors as timm's own loading converts them for ``model`` (its module's
+    ``checkpoint_filter_fn``: the original layout's merging moved, its computed buffers
+    dropped), so an original-layout file is checked too."""
+    module = sys.modules[type(model).__module__]
+    return module.checkpoint_filter_fn(state, model)
+
+
 # timm's SwinTransformer, its logits only: its windows' maps aren't vitviz's layout (the kind
 # compares no attention either)
-LIBRARY_MODEL = timm_reference(blocks=no_blocks)
+LIBRARY_MODEL = timm_reference(blocks=no_blocks, prepare=timm_layout)
 
 
 def detect(source: Source) -> bool:
@@ -212,9 +222,15 @@ def convert(source: Source) -> Conversion:
         notes=notes,
         imagenet_if_1000=True,
     )
-    if isinstance(named, str):  # timm's own model of that name checks ours
+    if isinstance(named, str):  # timm's own model of that name, built as the file has it
+        given, words, why = swin_args(conversion.config)
         conversion.reference = Reference(
-            "timm", named, {} if user_arch else dict(args), how=LIBRARY_MODEL
+            "timm",
+            named,
+            {**({} if user_arch else args), **given},
+            words,
+            unexpressible=why,
+            how=LIBRARY_MODEL,
         )
     return conversion
 

@@ -498,8 +498,8 @@ def convert(source: Source) -> Conversion:
     )
     if choice is not None:
         conversion.reference = same_settings(choice.reference, choice.record.settings, conversion)
-    elif not (has_dist or has_pool or inferred.get("rel_pos_bias")):
-        conversion.reference = common_reference(conversion.config)  # None: timm can't say it
+    else:  # timm's VisionTransformer with every setting, or a note naming what it can't have
+        conversion.reference = common_reference(conversion.config)
     conversion.assumed = _assumed(source, resolved, choice, conversion)
     return conversion
 

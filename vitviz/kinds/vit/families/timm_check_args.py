@@ -29,14 +29,16 @@ CHECK_ARGS = {
 
 
 def same_settings(ref: Reference, settings: dict[str, Any], conversion: Conversion) -> Reference:
-    """``ref`` with the resolved settings that differ from the name's as timm's keywords, and
-    the words for them ("6 heads, mean pooling") the check's note shows."""
+    """``ref`` built like the file: its sizes (width, depth, MLP width, patch, which the weights
+    show and a name's defaults need not have: a fine-tune, a small model given a name), and the
+    resolved settings that differ from the name's, as timm's keywords; with the words for them
+    ("width 64, depth 2, 6 heads, mean pooling") the check's note shows."""
     cfg = conversion.config
-    args = dict(ref.model_args)
-    words = []
+    args = {**dict(ref.model_args), **size_args(cfg)}
+    words = [f"width {cfg.dim}, depth {cfg.depth}"]
     for ours, theirs in CHECK_ARGS.items():
         value = getattr(cfg, ours)
-        if ours in settings and settings[ours] != value and theirs not in args:
+        if ours in settings and settings[ours] != value and theirs not in ref.model_args:
             args[theirs] = value
             words.append(setting_words(ours, value))
     if "global_pool" in args and "fc_norm" not in args:  # timm's fc_norm=None follows the pool
@@ -44,33 +46,123 @@ def same_settings(ref: Reference, settings: dict[str, Any], conversion: Conversi
     return dataclasses.replace(ref, model_args=args, settings=", ".join(words))
 
 
-def common_reference(cfg: Any) -> Reference | None:
-    """timm's own VisionTransformer built with every setting vitviz resolved for a bare file no
-    timm name has (its widths, depth, tokens, heads, pooling, activation, eps, image size);
-    None for settings its keywords can't give (another head width, positions)."""
-    if cfg.attn_head_dim is not None or cfg.pos_embed not in ("learned", "none"):
+def size_args(cfg: Any) -> dict[str, Any]:
+    """timm's keywords for the sizes the weights show: width, depth, patch, MLP ratio (one
+    whose ``int(dim · ratio)`` gives the file's MLP width back)."""
+    ratio = cfg.hidden_dim / cfg.dim
+    if int(cfg.dim * ratio) != cfg.hidden_dim:
+        ratio = (cfg.hidden_dim + 0.5) / cfg.dim
+    return {
+        "patch_size": cfg.patch_size,
+        "embed_dim": cfg.dim,
+        "depth": cfg.depth,
+        "mlp_ratio": ratio,
+    }
+
+
+def _norm_layer(cfg: Any) -> Any:
+    """timm's norm of ``cfg``'s kind with its eps (None: timm is not importable)."""
+    try:
+        from timm.layers import RmsNorm
+    except ImportError:
         return None
+    return partial(RmsNorm if cfg.norm == "rmsnorm" else nn.LayerNorm, eps=cfg.norm_eps)
+
+
+def common_reference(cfg: Any) -> Reference:
+    """timm's own VisionTransformer built with every setting vitviz resolved for a bare file no
+    timm name has (its widths, depth, tokens, heads, pooling, activation, eps, image size, block
+    kind: qk-norm, parallel, branches, residual post-norm, sub-norms, RMSNorm); a setting its
+    keywords can't give (another head width, positions, a distillation token, an attention
+    pool, a convolutional stem ...) is named in ``unexpressible``: the check says why it
+    did not run."""
+    why = _not_in_vision_transformer(cfg)
+    blocks = _block_args(cfg) if not why else {}
+    if blocks is None:
+        why = "timm is not importable"
     args = dict(
-        patch_size=cfg.patch_size, embed_dim=cfg.dim, depth=cfg.depth, num_heads=cfg.heads,
-        mlp_ratio=cfg.hidden_dim / cfg.dim, qkv_bias=cfg.qkv_bias,
+        **size_args(cfg), num_heads=cfg.heads, qkv_bias=cfg.qkv_bias, qk_norm=cfg.qk_norm,
+        scale_attn_norm=cfg.attn_norm, scale_mlp_norm=cfg.mlp_norm,
         init_values=1.0 if cfg.layer_scale_init is not None else None,
         class_token=cfg.class_token, reg_tokens=cfg.num_register_tokens,
         no_embed_class=cfg.no_embed_class, pre_norm=cfg.pre_norm, final_norm=cfg.final_norm,
         fc_norm=cfg.fc_norm, global_pool=cfg.global_pool, act_layer=cfg.activation,
-        pos_embed="learn" if cfg.pos_embed == "learned" else "none",
+        pool_include_prefix=cfg.pool_include_prefix,
+        pos_embed="learn" if cfg.pos_embed == "learned" else "none", **(blocks or {}),
     )  # fmt: skip
-    if cfg.norm_eps != 1e-6:  # timm's VisionTransformer's own LayerNorm eps otherwise
-        args["norm_layer"] = partial(nn.LayerNorm, eps=cfg.norm_eps)
     h, w = cfg.image_size
-    words = (
-        f"width {cfg.dim}, depth {cfg.depth}, {cfg.heads} heads, "
-        f"{POOL_WORDS.get(cfg.global_pool, cfg.global_pool)}{', fc_norm' if cfg.fc_norm else ''}, "
-        f"{ACT_NAMES.get(cfg.activation, cfg.activation)}, {h}×{w}"
-        + ("" if cfg.norm_eps == 1e-6 else f", LayerNorm eps {cfg.norm_eps:g}")
-    )
+    parts = [
+        f"width {cfg.dim}, depth {cfg.depth}, {cfg.heads} heads",
+        POOL_WORDS.get(cfg.global_pool, cfg.global_pool),
+        *(["fc_norm"] if cfg.fc_norm else []),
+        ACT_NAMES.get(cfg.activation, cfg.activation),
+        f"{h}×{w}",
+        *(["qk-norm"] if cfg.qk_norm else []),
+        *(["parallel blocks"] if cfg.parallel else []),
+        *([f"{cfg.branches} branches"] if cfg.branches > 1 else []),
+        *(["residual post-norm"] if cfg.res_post_norm else []),
+        *(["sub-norms"] if cfg.attn_norm or cfg.mlp_norm else []),
+        *(["RMSNorm"] if cfg.norm == "rmsnorm" else []),
+        *([] if cfg.norm_eps == 1e-6 else [f"{_NORM_WORDS[cfg.norm]} eps {cfg.norm_eps:g}"]),
+    ]
     return Reference(
-        "timm", COMMON_NAME, args, words, shown_as="VisionTransformer", how=LIBRARY_MODEL
+        "timm",
+        COMMON_NAME,
+        args,
+        ", ".join(parts),
+        shown_as="VisionTransformer",
+        unexpressible=why,
+        how=LIBRARY_MODEL,
     )
+
+
+_NORM_WORDS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
+
+
+def _not_in_vision_transformer(cfg: Any) -> str:
+    """Why timm's VisionTransformer's keywords can't build ``cfg`` ("" when they can)."""
+    unlike = [
+        (cfg.attn_head_dim is not None, f"{cfg.heads} heads of {cfg.attn_head_dim}"),
+        (cfg.pos_embed not in ("learned", "none"), f"{cfg.pos_embed} positions"),
+        (cfg.rel_pos_bias, "relative position biases"),
+        (cfg.rope != "none", "rotary positions"),
+        (cfg.distill_token, "a distillation token"),
+        (cfg.global_pool not in ("token", "avg"), f"pooling {cfg.global_pool!r}"),
+        (cfg.head_hidden_dim is not None, "a hidden layer before the head"),
+        (not cfg.norm_first, "post-norm blocks"),
+        (cfg.patch_embed != "conv", f"a {cfg.patch_embed} patch embedding"),
+        (cfg.patch_norm_pre or cfg.patch_norm_post, "a norm in the patch embedding"),
+        (cfg.swiglu, "a SwiGLU MLP"),
+        (cfg.pos_embed_prefix is not None, "a position table over some prefix tokens"),
+        (cfg.parallel and cfg.branches > 1, "parallel blocks of several branches"),
+        (cfg.res_post_norm and (cfg.parallel or cfg.branches > 1), "parallel post-norm blocks"),
+    ]
+    found = [words for present, words in unlike if present]
+    if not found:
+        return ""
+    return f"timm's VisionTransformer has no keyword for {found[0]} (no timm name has its tensors)"
+
+
+def _block_args(cfg: Any) -> dict[str, Any] | None:
+    """timm's keywords for the block kind and norm of ``cfg`` (None: timm is not importable)."""
+    try:
+        from timm.models.vision_transformer import (
+            ParallelScalingBlock,
+            ParallelThingsBlock,
+            ResPostBlock,
+        )
+    except ImportError:
+        return None
+    args: dict[str, Any] = {}
+    if cfg.parallel:
+        args["block_fn"] = ParallelScalingBlock
+    elif cfg.branches > 1:
+        args["block_fn"] = partial(ParallelThingsBlock, num_parallel=cfg.branches)
+    elif cfg.res_post_norm:
+        args["block_fn"] = ResPostBlock
+    if cfg.norm != "layernorm" or cfg.norm_eps != 1e-6:  # timm's own LayerNorm eps otherwise
+        args["norm_layer"] = _norm_layer(cfg)
+    return args
 
 
 COMMON_NAME = "vit_base_patch16_224"  # any plain ViT name: every size is given beside it

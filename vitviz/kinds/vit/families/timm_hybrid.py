@@ -13,6 +13,7 @@ backbone tensor vitviz's stem would not hold, or one it lacks, refuses the check
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -32,14 +33,21 @@ from vitviz.checkpoints.families.common import (
     grid_from_table,
     standard_heads,
 )
+from vitviz.checkpoints.families.timm_library import LIBRARY_MODEL
 from vitviz.checkpoints.labels import names_from_timm
+from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import (
     TIMM_DEIT_DEFAULTS,
     TIMM_VIT_DEFAULTS,
     timm_preprocessing,
 )
 from vitviz.kinds.vit.families.timm import PREFIX_TOKENS, _pos_layout, take_blocks
-from vitviz.kinds.vit.families.timm_resolve import applied, choose_architecture, how_to_name
+from vitviz.kinds.vit.families.timm_resolve import (
+    Choice,
+    applied,
+    choose_architecture,
+    how_to_name,
+)
 
 LOOKS_LIKE = "a timm hybrid ViT (a ResNet before the tokens)"
 BACKBONE = "patch_embed.backbone."
@@ -268,8 +276,27 @@ def convert(source: Source) -> Conversion:
         notes=notes,
         imagenet_if_1000=True,
     )
-    conversion.reference = choice.reference if choice is not None else None
+    conversion.reference = _library_reference(choice, conversion.config)
     return conversion
+
+
+def _library_reference(choice: Choice | None, cfg: Any) -> Reference:
+    """timm's hybrid of the name with the file's ViT sizes (width, depth, heads, MLP ratio: the
+    name's backbone is the file's, or its tensors refuse it); with no name, the note that timm
+    builds a hybrid's backbone from its name alone."""
+    if choice is None:
+        return Reference(
+            "timm", "", {}, shown_as="hybrid ViT", how=LIBRARY_MODEL,
+            unexpressible="timm builds a hybrid's backbone from its name alone, and no timm "
+            "name has these tensors (give it with --arch NAME)",
+        )  # fmt: skip
+    ref = choice.reference
+    ratio = cfg.hidden_dim / cfg.dim
+    if int(cfg.dim * ratio) != cfg.hidden_dim:
+        ratio = (cfg.hidden_dim + 0.5) / cfg.dim
+    sizes = {"embed_dim": cfg.dim, "depth": cfg.depth, "num_heads": cfg.heads, "mlp_ratio": ratio}
+    words = f"width {cfg.dim}, depth {cfg.depth}, {cfg.heads} heads"
+    return dataclasses.replace(ref, model_args={**ref.model_args, **sizes}, settings=words)
 
 
 FAMILY = Family(
