@@ -20,7 +20,7 @@ TIMM = {
 }
 TRANSFORMERS = {
     "cvt": "CvT",
-    "mobilevit": "MobileViT (MobileNetV2 blocks",
+    "mobilevit": "MobileViT (MobileNetV2 blocks around",
     "mobilevitv2": "MobileViTV2",
 }
 

@@ -23,9 +23,9 @@ TIMM_VIT_BY_KEYS = (
 )
 BY_MODEL_TYPE = {
     "cvt": "transformers' CvT (convolutional token embeddings and projections)",
-    "mobilevit": "transformers' MobileViT (MobileNetV2 blocks with BatchNorm, and transformer "
-    "layers over unfolded p × p patches in which each pixel position attends only to the same "
-    "position of the other patches: no vitviz kind has its network or its per-position maps)",
+    "mobilevit": "transformers' MobileViT (MobileNetV2 blocks around transformer layers in which "
+    "each pixel position of a p × p patch attends to the same position of every other patch; "
+    "vitviz has no kind for its network yet)",
     "mobilevitv2": "transformers' MobileViTV2 (separable self-attention)",
     "siglip2": "transformers' SigLIP 2 (a NaFlex patch embedding of any aspect ratio)",
 }
