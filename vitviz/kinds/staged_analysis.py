@@ -63,3 +63,62 @@ def decode_for_model(image: Any, prep: Any, patch: int) -> tuple[Any, Any]:
     source = load_image(image, max_side=OVERLAY_MAX_SIDE, min_size=model_min_size(prep, patch))
     source = source_for_display(source, prep.channels)
     return source, prepare_image(source, prep, patch, full_size=full_size(source))
+
+
+@dataclass(frozen=True)
+class PreparedInput:
+    """One image as a staged kind's analysis runs it: ``x`` (1, C, H, W) on the model's device
+    and dtype, and what the window draws it over (None for a tensor given as it is)."""
+
+    x: Tensor
+    source: Any = None
+    pixels: Any = None
+    geometry: Any = None
+
+
+def prepared_input(model_or_loaded: Any, image: Any, patch: int, what: str) -> PreparedInput:
+    """``image`` as ``what`` (e.g. "analyze_pit") takes it: a normalised tensor (C, H, W) or
+    (1, C, H, W), or, with a LoadedModel, anything ``load_image`` opens, prepared as the
+    checkpoint's preprocessing says (``patch``: the input's stride); TypeError / ValueError in
+    one line otherwise."""
+    model = getattr(model_or_loaded, "model", model_or_loaded)
+    source = pixels = geometry = None
+    if not isinstance(image, Tensor):
+        prep = getattr(model_or_loaded, "preprocessing", None)
+        if prep is None:
+            raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
+        source, prepared = decode_for_model(image, prep, patch)
+        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
+    x = image.unsqueeze(0) if image.ndim == 3 else image
+    if x.ndim != 4 or x.shape[0] != 1:
+        raise ValueError(f"{what} takes one image (C, H, W), got {tuple(image.shape)}")
+    param = next(model.parameters())
+    return PreparedInput(x.to(device=param.device, dtype=param.dtype), source, pixels, geometry)
+
+
+def explained_pass(
+    model: nn.Module,
+    x: Tensor,
+    gradients: bool,
+    target_class: int | None,
+    **forward: Any,
+) -> tuple[Any, Tensor, int, list[Tensor] | None]:
+    """``model.forward_explained(x, **forward)`` with, when ``gradients``, ∂y_c/∂A of every
+    attention it kept: (its output, logits (C,) (none without a head: the network then gives
+    the features the head would read), c (the top class when ``target_class`` is None, -1
+    without a head), the gradients (heads, ...) per layer or None)."""
+    import torch
+
+    with torch.set_grad_enabled(gradients):
+        if gradients:
+            x = x.detach().requires_grad_(True)
+        out = model.forward_explained(x, **forward)
+        logits = out.logits[0] if model.config.num_classes else out.logits[0, :0]
+        top = int(logits.argmax()) if logits.numel() else -1
+        c = top if target_class is None else int(target_class)
+        grads = None
+        if gradients:
+            if not 0 <= c < logits.shape[0]:
+                raise ValueError(f"class {c} out of range for {logits.shape[0]} classes")
+            grads = [g[0].detach() for g in torch.autograd.grad(logits[c], out.attentions)]
+    return out, logits, c, grads

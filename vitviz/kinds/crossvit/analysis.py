@@ -13,12 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.crossvit.network import CrossViTNet
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, decode_for_model
+from vitviz.kinds.staged_analysis import (
+    ModelOnly,
+    StagedAnalysisBase,
+    explained_pass,
+    prepared_input,
+)
 
 
 @dataclass
@@ -68,30 +72,9 @@ def analyze_crossvit(
     whose gradients are taken (default the top prediction)."""
     model = _model(model_or_loaded)
     cfg = model.config
-    pixels = source = geometry = None
-    if not isinstance(image, Tensor):
-        prep = getattr(model_or_loaded, "preprocessing", None)
-        if prep is None:
-            raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
-        source, prepared = decode_for_model(image, prep, cfg.patch_sizes[0])
-        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
-    x = image.unsqueeze(0) if image.ndim == 3 else image
-    if x.ndim != 4 or x.shape[0] != 1:
-        raise ValueError(f"analyze_crossvit takes one image (C, H, W), got {tuple(image.shape)}")
-    param = next(model.parameters())
-    x = x.to(device=param.device, dtype=param.dtype)
-    with torch.set_grad_enabled(gradients):
-        if gradients:
-            x = x.detach().requires_grad_(True)
-        out = model.forward_explained(x)
-        logits = out.logits[0] if cfg.num_classes else out.logits[0, :0]
-        top = int(logits.argmax()) if logits.numel() else -1
-        c = top if target_class is None else int(target_class)
-        grads = None
-        if gradients:
-            if not 0 <= c < logits.shape[0]:
-                raise ValueError(f"class {c} out of range for {logits.shape[0]} classes")
-            grads = [g[0].detach() for g in torch.autograd.grad(logits[c], out.attentions)]
+    given = prepared_input(model_or_loaded, image, cfg.patch_sizes[0], "analyze_crossvit")
+    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    out, logits, c, grads = explained_pass(model, x, gradients, target_class)
     layers = cfg.layers()
     return CrossViTAnalysis(
         logits=logits.detach(),

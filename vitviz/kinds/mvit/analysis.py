@@ -16,7 +16,7 @@ from torch import Tensor
 from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.mvit.config import MViTConfig
 from vitviz.kinds.mvit.network import MViT
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, decode_for_model
+from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, prepared_input
 
 
 @dataclass
@@ -71,24 +71,13 @@ def analyze_mvit(model_or_loaded: object, image: Any) -> MViTAnalysis:
     prepared as the checkpoint's preprocessing says."""
     model = _model(model_or_loaded)
     cfg = model.config
-    pixels = source = geometry = None
-    stride = cfg.patch_size
-    if not isinstance(image, Tensor):
-        prep = getattr(model_or_loaded, "preprocessing", None)
-        if prep is None:
-            raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
-        source, prepared = decode_for_model(image, prep, stride)
-        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
-    x = image.unsqueeze(0) if image.ndim == 3 else image
-    if x.ndim != 4 or x.shape[0] != 1:
-        raise ValueError(f"analyze_mvit takes one image (C, H, W), got {tuple(image.shape)}")
+    given = prepared_input(model_or_loaded, image, cfg.patch_size, "analyze_mvit")
+    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
     if tuple(x.shape[-2:]) != tuple(cfg.image_size):
         raise ValueError(
             f"this MViTv2 takes {cfg.image_size[0]}×{cfg.image_size[1]} images (its relative "
             f"position tables are of that size), got {x.shape[-2]}×{x.shape[-1]}"
         )
-    param = next(model.parameters())
-    x = x.to(device=param.device, dtype=param.dtype)
     with torch.no_grad():
         out = model.forward_explained(x)
     logits = out.logits[0] if cfg.num_classes else out.logits[0, :0]
@@ -109,6 +98,6 @@ def analyze_mvit(model_or_loaded: object, image: Any) -> MViTAnalysis:
         pixels=pixels,
         source=source,
         geometry=geometry,
-        patch_size=stride,
+        patch_size=cfg.patch_size,
         loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

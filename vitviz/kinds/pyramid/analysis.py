@@ -27,7 +27,7 @@ from vitviz.kinds.pyramid.rollout import (
     gradient_blocks,
     relevance_blocks,
 )
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, decode_for_model
+from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, prepared_input
 
 
 @dataclass
@@ -150,18 +150,8 @@ def analyze_pyramid(
     whose gradients are taken (default the top prediction)."""
     model = _model(model_or_loaded)
     cfg = model.config
-    pixels = source = geometry = None
-    if not isinstance(image, Tensor):
-        prep = getattr(model_or_loaded, "preprocessing", None)
-        if prep is None:
-            raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
-        source, prepared = decode_for_model(image, prep, cfg.patch_size)
-        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
-    x = image.unsqueeze(0) if image.ndim == 3 else image
-    if x.ndim != 4 or x.shape[0] != 1:
-        raise ValueError(f"analyze_pyramid takes one image (C, H, W), got {tuple(image.shape)}")
-    param = next(model.parameters())
-    x = x.to(device=param.device, dtype=param.dtype)
+    given = prepared_input(model_or_loaded, image, cfg.patch_size, "analyze_pyramid")
+    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
     with torch.set_grad_enabled(gradients):
         if gradients:
             x = x.detach().requires_grad_(True)

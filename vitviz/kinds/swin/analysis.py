@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from vitviz.imaging.geometry import PatchGeometry
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, decode_for_model
+from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, prepared_input
 from vitviz.kinds.swin.network import SwinTransformer
 from vitviz.kinds.swin.rollout import PreparedSwinRollout, fused_blocks, gradient_blocks
 from vitviz.kinds.swin.windows import WindowLayout
@@ -105,18 +105,8 @@ def analyze_swin(
     ``target_class``: the class y_c whose gradients are taken (default the top prediction).
     """
     model = _model(model_or_loaded)
-    pixels = source = geometry = None
-    if not isinstance(image, Tensor):
-        prep = getattr(model_or_loaded, "preprocessing", None)
-        if prep is None:
-            raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
-        source, prepared = decode_for_model(image, prep, model.config.patch_size)
-        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
-    x = image.unsqueeze(0) if image.ndim == 3 else image
-    if x.ndim != 4 or x.shape[0] != 1:
-        raise ValueError(f"analyze_swin takes one image (C, H, W), got {tuple(image.shape)}")
-    param = next(model.parameters())
-    x = x.to(device=param.device, dtype=param.dtype)
+    given = prepared_input(model_or_loaded, image, model.config.patch_size, "analyze_swin")
+    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
     with torch.set_grad_enabled(gradients):
         if gradients:
             x = x.detach().requires_grad_(True)  # attention joins the graph

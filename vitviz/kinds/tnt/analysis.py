@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from vitviz.imaging.geometry import PatchGeometry
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, decode_for_model
+from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, prepared_input
 from vitviz.kinds.tnt.network import TNT
 
 
@@ -59,23 +59,13 @@ def analyze_tnt(
     attention, c ``target_class`` (None: the top class)."""
     model = _model(model_or_loaded)
     cfg = model.config
-    pixels = source = geometry = None
-    if not isinstance(image, Tensor):
-        prep = getattr(model_or_loaded, "preprocessing", None)
-        if prep is None:
-            raise TypeError("an image that is not a tensor needs a LoadedModel (its preprocessing)")
-        source, prepared = decode_for_model(image, prep, cfg.patch_size)
-        image, pixels, geometry = prepared.tensor, prepared.pixels, prepared.geometry
-    x = image.unsqueeze(0) if image.ndim == 3 else image
-    if x.ndim != 4 or x.shape[0] != 1:
-        raise ValueError(f"analyze_tnt takes one image (C, H, W), got {tuple(image.shape)}")
+    given = prepared_input(model_or_loaded, image, cfg.patch_size, "analyze_tnt")
+    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
     if tuple(x.shape[-2:]) != tuple(cfg.image_size):
         raise ValueError(
             f"this TNT takes {cfg.image_size[0]}×{cfg.image_size[1]} images (its patch_pos is of "
             f"that grid), got {x.shape[-2]}×{x.shape[-1]}"
         )
-    param = next(model.parameters())
-    x = x.to(device=param.device, dtype=param.dtype)
     grads = None
     if gradients:
         if not cfg.num_classes:
