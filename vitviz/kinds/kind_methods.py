@@ -42,3 +42,50 @@ def versions_of(method_map: Callable[..., Tensor]) -> Callable[[str], MethodComp
         return compute
 
     return version
+
+
+def block_index(analysis: Any, block: int) -> int:
+    """``block`` checked against the analysis's attention layers (negative counts from the
+    end); ValueError in one line past them."""
+    count = len(analysis.attentions)
+    if not -count <= block < count:
+        raise ValueError(f"block {block} out of range: the model has {count} blocks")
+    return block % count
+
+
+def token_under(analysis: Any, stage: int, cell: tuple[int, int]) -> int:
+    """The token of ``stage``'s grid (row-major, prefix tokens not counted) covering the
+    centre of first-grid cell ``cell`` (each first-grid cell ``analysis.patch_size`` pixels,
+    each of the stage's ``analysis.stage_pixels[stage]``), clamped to the grid."""
+    p = analysis.patch_size
+    y, x = (cell[0] + 0.5) * p, (cell[1] + 0.5) * p
+    H, W = analysis.stage_grids[stage]
+    px = analysis.stage_pixels[stage]
+    r = min(max(int(y // px), 0), H - 1)
+    c = min(max(int(x // px), 0), W - 1)
+    return r * W + c
+
+
+def with_gradients_of(analyze: Callable[..., Any]) -> Callable[[Any, int | None], Any]:
+    """``with_gradients(analysis, target_class)``: ``analysis`` when it holds the gradients of
+    ``target_class`` (None: its own class), else the same input analysed again by
+    ``analyze(loaded, input, True, c)`` with them, drawn over the same picture (one class kept
+    on ``analysis``: the window asks for one at a time)."""
+
+    def with_gradients(analysis: Any, target_class: int | None) -> Any:
+        c = analysis.target_class if target_class is None else int(target_class)
+        if analysis.gradients is not None and analysis.target_class == c:
+            return analysis
+        if analysis.loaded is None or analysis.input is None:
+            raise ValueError("this method needs the analysis run with gradients=True")
+        cache: dict[int, Any] = vars(analysis).setdefault("_with_gradients", {})
+        if c not in cache:
+            cache.clear()
+            again = analyze(analysis.loaded, analysis.input, True, c)
+            again.pixels, again.source, again.geometry = (
+                analysis.pixels, analysis.source, analysis.geometry,
+            )  # fmt: skip
+            cache[c] = again
+        return cache[c]
+
+    return with_gradients

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
-from vitviz.kinds.kind_methods import requires_own, versions_of
+from vitviz.kinds.kind_methods import requires_own, token_under, versions_of, with_gradients_of
 from vitviz.kinds.levit.analysis import LeViTAnalysis, analyze_levit
 from vitviz.kinds.levit.network import LeViTNet
 
@@ -51,15 +51,7 @@ def block_index(analysis: LeViTAnalysis, block: int) -> int:
     return block % count
 
 
-def token_of(analysis: LeViTAnalysis, stage: int, cell: tuple[int, int]) -> int:
-    """The token of ``stage`` covering the centre of first-stage cell ``cell``."""
-    p = analysis.patch_size
-    y, x = (cell[0] + 0.5) * p, (cell[1] + 0.5) * p
-    H, W = analysis.stage_grids[stage]
-    px = analysis.stage_pixels[stage]
-    r = min(max(int(y // px), 0), H - 1)
-    c = min(max(int(x // px), 0), W - 1)
-    return r * W + c
+token_of = token_under
 
 
 def block_rows(analysis: LeViTAnalysis, block: int, token: int | None) -> Tensor:
@@ -83,23 +75,7 @@ def attention_map(
     return rows.mean(dim=0) if head == -1 else rows[head]
 
 
-def with_gradients(analysis: LeViTAnalysis, target_class: int | None) -> LeViTAnalysis:
-    """``analysis`` when it holds the gradients of ``target_class`` (None: its own class), else
-    the same input analysed again with them (one class kept on ``analysis``)."""
-    c = analysis.target_class if target_class is None else int(target_class)
-    if analysis.gradients is not None and analysis.target_class == c:
-        return analysis
-    if analysis.loaded is None or analysis.input is None:
-        raise ValueError("this method needs the analysis run with gradients=True")
-    cache: dict[int, LeViTAnalysis] = vars(analysis).setdefault("_with_gradients", {})
-    if c not in cache:
-        cache.clear()
-        again = analyze_levit(analysis.loaded, analysis.input, True, c)
-        again.pixels, again.source, again.geometry = (
-            analysis.pixels, analysis.source, analysis.geometry,
-        )  # fmt: skip
-        cache[c] = again
-    return cache[c]
+with_gradients = with_gradients_of(analyze_levit)
 
 
 def levit_method_map(

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
-from vitviz.kinds.kind_methods import requires_own
+from vitviz.kinds.kind_methods import block_index, requires_own
 from vitviz.kinds.mvit.analysis import MViTAnalysis
 from vitviz.kinds.mvit.network import MViT
 
@@ -42,13 +42,6 @@ CANNOT: dict[str, str] = {
     "dino-masks": "it thresholds the CLS row's mass over one grid of patches; an MViTv2's keys "
     "are pooled (and most MViTv2s have no CLS token)",
 }
-
-
-def block_index(analysis: MViTAnalysis, block: int) -> int:
-    count = len(analysis.attentions)
-    if not -count <= block < count:
-        raise ValueError(f"block {block} out of range: the model has {count} blocks")
-    return block % count
 
 
 def token_of(analysis: MViTAnalysis, stage: int, cell: tuple[int, int]) -> int:

@@ -21,7 +21,13 @@ from torch import Tensor
 from vitviz.explain.gradcam import attention_gradcam, gradcam_method
 from vitviz.explain.masks import dino_masks
 from vitviz.kindapi.protocol import KindMethod
-from vitviz.kinds.kind_methods import requires_own, versions_of
+from vitviz.kinds.kind_methods import (
+    block_index,
+    requires_own,
+    token_under,
+    versions_of,
+    with_gradients_of,
+)
 from vitviz.kinds.pit.analysis import PiTAnalysis, analyze_pit
 from vitviz.kinds.pit.network import PiTViT
 
@@ -41,23 +47,7 @@ CANNOT: dict[str, str] = {
 }
 
 
-def block_index(analysis: PiTAnalysis, block: int) -> int:
-    count = len(analysis.attentions)
-    if not -count <= block < count:
-        raise ValueError(f"block {block} out of range: the model has {count} blocks")
-    return block % count
-
-
-def token_of(analysis: PiTAnalysis, stage: int, cell: tuple[int, int]) -> int:
-    """The patch of ``stage`` (row-major, prefix not counted) covering the centre of first-stage
-    cell ``cell``."""
-    p = analysis.patch_size
-    y, x = (cell[0] + 0.5) * p, (cell[1] + 0.5) * p
-    H, W = analysis.stage_grids[stage]
-    px = analysis.stage_pixels[stage]
-    r = min(max(int(y // px), 0), H - 1)
-    c = min(max(int(x // px), 0), W - 1)
-    return r * W + c
+token_of = token_under
 
 
 def query_row(analysis: PiTAnalysis, block: int, cell: tuple[int, int] | None) -> int:
@@ -87,23 +77,7 @@ def attention_map(
     return rows.mean(dim=0) if head == -1 else rows[head]
 
 
-def with_gradients(analysis: PiTAnalysis, target_class: int | None) -> PiTAnalysis:
-    """``analysis`` when it holds the gradients of ``target_class`` (None: its own class), else
-    the same input analysed again with them (one class kept on ``analysis``)."""
-    c = analysis.target_class if target_class is None else int(target_class)
-    if analysis.gradients is not None and analysis.target_class == c:
-        return analysis
-    if analysis.loaded is None or analysis.input is None:
-        raise ValueError("this method needs the analysis run with gradients=True")
-    cache: dict[int, PiTAnalysis] = vars(analysis).setdefault("_with_gradients", {})
-    if c not in cache:
-        cache.clear()
-        again = analyze_pit(analysis.loaded, analysis.input, True, c)
-        again.pixels, again.source, again.geometry = (
-            analysis.pixels, analysis.source, analysis.geometry,
-        )  # fmt: skip
-        cache[c] = again
-    return cache[c]
+with_gradients = with_gradients_of(analyze_pit)
 
 
 def pit_method_map(

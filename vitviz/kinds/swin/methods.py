@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
+from vitviz.kinds.kind_methods import block_index
 from vitviz.kinds.swin.analysis import SwinAnalysis
 from vitviz.kinds.swin.attention import from_slots, query_row, windowed_attention
 from vitviz.kinds.swin.gradcam import swin_token_gradcam
@@ -29,14 +30,6 @@ NOT_IN_WINDOWED_ROLLOUT = {
 }
 # why a Swin can't run the table's other methods (``SwinKind.missing_method``)
 NO_CLS = "it needs a ViT's CLS token and single patch grid; a Swin has neither"
-
-
-def block_index(analysis: SwinAnalysis, block: int) -> int:
-    """``block`` checked against the analysis (negative counts from the end)."""
-    count = len(analysis.attentions)
-    if not -count <= block < count:
-        raise ValueError(f"block {block} out of range: the model has {count} blocks")
-    return block % count
 
 
 def attention_map(analysis: SwinAnalysis, block: int, head: int, token: int | None) -> Tensor:

@@ -25,7 +25,7 @@ from vitviz.explain.gradsam import grad_sam
 from vitviz.explain.masks import dino_masks
 from vitviz.explain.rollout import gradient_rollout, relevance, rollout
 from vitviz.kindapi.protocol import KindMethod
-from vitviz.kinds.kind_methods import requires_own, versions_of
+from vitviz.kinds.kind_methods import block_index, requires_own, versions_of, with_gradients_of
 from vitviz.kinds.tnt.analysis import TNTAnalysis, analyze_tnt
 from vitviz.kinds.tnt.network import TNT
 
@@ -34,13 +34,6 @@ CANNOT: dict[str, str] = {
     "transformer-attribution": "its LRP rules cover a ViT's blocks; vitviz has no rule for a "
     "TNT's inner transformer and the projection of its pixel tokens added to each patch token",
 }
-
-
-def block_index(analysis: TNTAnalysis, block: int) -> int:
-    count = len(analysis.attentions)
-    if not -count <= block < count:
-        raise ValueError(f"block {block} out of range: the model has {count} blocks")
-    return block % count
 
 
 def token_of(analysis: TNTAnalysis, stage: int, cell: tuple[int, int]) -> int:
@@ -74,23 +67,7 @@ def attention_map(
     return rows.mean(dim=0) if head == -1 else rows[head]
 
 
-def with_gradients(analysis: TNTAnalysis, target_class: int | None) -> TNTAnalysis:
-    """``analysis`` when it holds the gradients of ``target_class`` (None: its own class), else
-    the same input analysed again with them (one class kept on ``analysis``)."""
-    c = analysis.target_class if target_class is None else int(target_class)
-    if analysis.gradients is not None and analysis.target_class == c:
-        return analysis
-    if analysis.loaded is None or analysis.input is None:
-        raise ValueError("this method needs the analysis run with gradients=True")
-    cache: dict[int, TNTAnalysis] = vars(analysis).setdefault("_with_gradients", {})
-    if c not in cache:
-        cache.clear()
-        again = analyze_tnt(analysis.loaded, analysis.input, True, c)
-        again.pixels, again.source, again.geometry = (
-            analysis.pixels, analysis.source, analysis.geometry,
-        )  # fmt: skip
-        cache[c] = again
-    return cache[c]
+with_gradients = with_gradients_of(analyze_tnt)
 
 
 def _batched(tensors: list[Tensor]) -> list[Tensor]:
