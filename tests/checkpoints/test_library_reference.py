@@ -184,3 +184,50 @@ def test_a_setting_the_librarys_model_args_cant_give_is_a_note_naming_it(
     loaded = load_checkpoint(toy_file)
     assert any(n.startswith("not checked against torch") and why in n for n in loaded.notes)
     assert toy.calls == []
+
+
+def test_a_setting_the_librarys_model_does_not_have_refuses_the_file(
+    toy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder's settings name one the library's model has no keyword for ("bogus"): the
+    reading could not have followed it either, so the file is refused, not opened unchecked."""
+
+    def build(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path) -> nn.Module:
+        raise TypeError("ToyNet.__init__() got an unexpected keyword argument 'bogus'")
+
+    _register(monkeypatch, LibraryReference(build, ToyLibrary().read))
+    with pytest.raises(CheckpointError, match="torch's ToyNet takes no setting 'bogus'"):
+        load_checkpoint(toy_file)
+
+
+def test_a_check_that_could_not_run_is_not_kept(
+    toy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A passing problem (the library could not build the model this time) is not cached: the
+    next open checks the file."""
+    calls: list[str] = []
+
+    def broken(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path) -> nn.Module:
+        calls.append("broken")
+        raise KeyError(arch)
+
+    _register(monkeypatch, LibraryReference(broken, ToyLibrary().read))
+    first = load_checkpoint(toy_file)
+    assert any(n.startswith("not checked against torch") for n in first.notes), first.notes
+    toy = ToyLibrary()
+    monkeypatch.undo()
+    _register(monkeypatch, toy.reference())
+    second = load_checkpoint(toy_file)
+    assert toy.calls == ["build ToyNet", "read"], toy.calls
+    assert any(n.startswith("checked against torch") for n in second.notes), second.notes
+
+
+def test_a_library_that_is_not_installed_is_said(
+    toy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vitviz.checkpoints import library_check
+
+    _register(monkeypatch, ToyLibrary().reference())
+    monkeypatch.setattr(library_check, "library_version", lambda library: None)
+    loaded = load_checkpoint(toy_file)
+    assert "not checked against torch: it is not installed" in loaded.notes, loaded.notes

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
 LOGITS_RTOL = 1e-4
 ATTENTION_ATOL = 1e-5
 SKIP_ENV = "VITVIZ_NO_LIBRARY_CHECK"
+# part of every cached result's key: raised whenever what a check decides changes, so no
+# result written by an older rule is trusted (a build failure read as a note, not a refusal)
+CHECK_RULES = 2
 _MIB = 1 << 20
 
 
@@ -148,7 +152,7 @@ def checked(
     if ref.unexpressible:  # never a silent skip: the note names the setting
         return CheckResult(version, ref.label, None, None, ref.unexpressible)
     weights = weights_file(path)
-    mine = f"vitviz {vitviz_version}"
+    mine = f"vitviz {vitviz_version}, check rules {CHECK_RULES}"
     config = json.dumps(
         [model.config.to_dict(), ref.described(), version, mine], sort_keys=True, default=str
     )
@@ -160,6 +164,8 @@ def checked(
         except (OSError, ValueError, TypeError):
             pass
     result = compare(model, weights, ref, version, kind=kind)
+    if result.problem is not None and not result.unfit:
+        return result  # a passing problem (the library could not build it here): not kept
     try:
         with atomic_path(where) as tmp:
             tmp.write_text(json.dumps(asdict(result)), encoding="utf-8")
@@ -179,11 +185,12 @@ def check_or_refuse(
         notes.append(f"not checked against {ref.library} ({SKIP_ENV}=1)")
         return
     result = checked(model, path, ref, kind=kind)
-    if result is None:
+    if result is None:  # never a silent skip: the note says the library is not there
+        notes.append(f"not checked against {ref.library}: it is not installed")
         return
     if result.unfit:  # the file is not what its reading claims: nothing could vouch for it
         raise CheckpointError(
-            f"{path.name}: {ref.label} does not take this file's tensors ({result.problem}); "
+            f"{path.name}: {ref.label} {result.problem}; "
             "refused rather than shown unchecked: give the architecture it was saved from "
             "(--arch NAME)."
         )
@@ -212,11 +219,20 @@ def compare(
             problem = f"its model does not take these tensors ({type(exc).__name__})"
             return CheckResult(version, ref.label, None, None, problem, *limits)
         # torch's load_state_dict: the named architecture's tensors are not the file's
-        return CheckResult(version, ref.label, None, None, _first_mismatch(exc), *limits, True)
+        problem = f"does not take this file's tensors ({_first_mismatch(exc)})"
+        return CheckResult(version, ref.label, None, None, problem, *limits, True)
+    except TypeError as exc:
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        if unknown is None:
+            problem = f"its model does not take these tensors ({type(exc).__name__})"
+            return CheckResult(version, ref.label, None, None, problem, *limits)
+        # the file's settings name one the library's model does not have: vitviz's reading
+        # could not have followed it either
+        problem = f"takes no setting {unknown.group(1)!r}, which the file gives"
+        return CheckResult(version, ref.label, None, None, problem, *limits, True)
     except (
         ImportError,
         ValueError,
-        TypeError,
         KeyError,
         OSError,
         CheckpointError,

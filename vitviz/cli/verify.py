@@ -59,7 +59,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if result.ok and assumed:
             verdict = f"exact, on {len(assumed)} assumption{'s' if len(assumed) > 1 else ''}"
         if result.problem is not None:
-            verdict = f"not checked ({result.problem})"
+            verdict = f"{'refused' if result.unfit else 'not checked'} ({result.problem})"
         failed = failed or not result.ok
         rows.append(
             (
