@@ -231,3 +231,19 @@ def test_a_library_that_is_not_installed_is_said(
     monkeypatch.setattr(library_check, "library_version", lambda library: None)
     loaded = load_checkpoint(toy_file)
     assert "not checked against torch: it is not installed" in loaded.notes, loaded.notes
+
+
+def test_a_check_of_the_logits_alone_says_so(
+    toy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library whose attention could not be read (its softmaxes not where the family looks)
+    is compared on its logits alone, and the note says the attention was not compared."""
+    toy = ToyLibrary()
+
+    def read(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor] | None]:
+        return toy.read(model, x)[0], None
+
+    _register(monkeypatch, LibraryReference(toy.build, read))
+    loaded = load_checkpoint(toy_file)
+    note = next(n for n in loaded.notes if n.startswith("checked against torch "))
+    assert note.endswith(", attention not compared"), note

@@ -103,7 +103,10 @@ class CheckResult:
     def note(self) -> str:
         if self.problem is not None:
             return f"not checked against {self.library}: {self.problem}"
-        att = "" if self.attention is None else f", attention {self.attention:.1g}"
+        # a library whose attention could not be read compares the logits alone: said
+        att = ", attention not compared" if self.attention is None else (
+            f", attention {self.attention:.1g}"
+        )  # fmt: skip
         return (
             f"checked against {self.library}: vitviz's reading of {self.arch}: logits "
             f"{self.logits:.1g}{att}"
