@@ -406,14 +406,7 @@ def finish_kind(
             f"{source.name}: class_names must be a list of {config.num_classes} names."
         )
     names = resolve_class_names(config.num_classes, given, class_names, imagenet_if_1000)
-    prep = {"image_size": list(config.image_size), **preprocessing}
-    if isinstance(user.get("preprocessing"), dict):
-        prep.update(user["preprocessing"])
-    prep["channels"] = check_channels(source, prep.get("channels"), config.in_channels)
-    try:
-        prepared = Preprocessing.from_dict(prep)
-    except ValueError as exc:
-        raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
+    prepared = prepared_preprocessing(source, config, preprocessing, user)
     return Conversion(
         family=family,
         config=config,
@@ -423,3 +416,19 @@ def finish_kind(
         notes=notes,
         kind=kind,
     )
+
+
+def prepared_preprocessing(
+    source: Source, config: Any, preprocessing: Mapping[str, Any], user: Mapping[str, Any]
+) -> Preprocessing:
+    """The model's preprocessing: ``preprocessing`` (the library's, at ``config``'s image size)
+    with the user's ``preprocessing`` object laid over it and the channels checked against the
+    model's; CheckpointError in one line for one ``Preprocessing`` can't take."""
+    prep = {"image_size": list(config.image_size), **preprocessing}
+    if isinstance(user.get("preprocessing"), dict):
+        prep.update(user["preprocessing"])
+    prep["channels"] = check_channels(source, prep.get("channels"), config.in_channels)
+    try:
+        return Preprocessing.from_dict(prep)
+    except ValueError as exc:
+        raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc

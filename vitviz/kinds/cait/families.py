@@ -26,15 +26,14 @@ from vitviz.checkpoints.families.common import (
     IMAGENET_STD,
     Taker,
     block_indices,
-    check_channels,
     check_depth,
     grid_from_table,
+    prepared_preprocessing,
 )
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
-from vitviz.imaging import Preprocessing
 from vitviz.kinds.cait.config import CaitConfig
 
 LOOKS_LIKE = "a timm CaiT"
@@ -182,14 +181,7 @@ def convert(source: Source) -> Conversion:
             "no timm config.json beside the file: preprocessing is timm's CaiT default (set "
             f"preprocessing in {source.sidecar_name} to change it)"
         )
-    prep = {"image_size": list(config.image_size), **prep_dict}
-    if isinstance(user.get("preprocessing"), dict):
-        prep.update(user["preprocessing"])
-    prep["channels"] = check_channels(source, prep.get("channels"), config.in_channels)
-    try:
-        prepared = Preprocessing.from_dict(prep)
-    except ValueError as exc:
-        raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
+    prepared = prepared_preprocessing(source, config, prep_dict, user)
     conversion = Conversion(
         family="timm-cait",
         config=config,

@@ -23,15 +23,14 @@ from vitviz.checkpoints.families.common import (
     IMAGENET_STD,
     Taker,
     block_indices,
-    check_channels,
     check_depth,
     grid_from_table,
+    prepared_preprocessing,
 )
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
-from vitviz.imaging import Preprocessing
 from vitviz.kinds.convit.config import ConvitConfig
 
 LOOKS_LIKE = "a timm ConViT"
@@ -195,14 +194,7 @@ def convert(source: Source) -> Conversion:
             "no timm config.json beside the file: preprocessing is timm's ConViT default (set "
             f"preprocessing in {source.sidecar_name} to change it)"
         )
-    prep = {"image_size": list(config.image_size), **prep_dict}
-    if isinstance(user.get("preprocessing"), dict):
-        prep.update(user["preprocessing"])
-    prep["channels"] = check_channels(source, prep.get("channels"), config.in_channels)
-    try:
-        prepared = Preprocessing.from_dict(prep)
-    except ValueError as exc:
-        raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
+    prepared = prepared_preprocessing(source, config, prep_dict, user)
     conversion = Conversion(
         family="timm-convit",
         config=config,

@@ -30,15 +30,14 @@ from vitviz.checkpoints.families.common import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     block_indices,
-    check_channels,
     check_depth,
+    prepared_preprocessing,
 )
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
-from vitviz.imaging import Preprocessing
 from vitviz.kinds.xcit.config import XcitConfig
 
 LOOKS_LIKE = "a timm XCiT"
@@ -192,14 +191,7 @@ def convert(source: Source) -> Conversion:
     names = resolve_class_names(n, user.get("class_names"), names_from_timm(cfg, n), True)
     prep_dict, prep_notes = timm_preprocessing(pretrained, XCIT_DEFAULTS)
     notes += prep_notes
-    prep = {"image_size": list(config.image_size), **prep_dict}
-    if isinstance(user.get("preprocessing"), dict):
-        prep.update(user["preprocessing"])
-    prep["channels"] = check_channels(source, prep.get("channels"), config.in_channels)
-    try:
-        prepared = Preprocessing.from_dict(prep)
-    except ValueError as exc:
-        raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
+    prepared = prepared_preprocessing(source, config, prep_dict, user)
     conversion = Conversion(
         family="timm-xcit",
         config=config,
