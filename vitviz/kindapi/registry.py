@@ -24,6 +24,7 @@ KIND_PACKAGES: tuple[str, ...] = (
     "vitviz.kinds.pit",
     "vitviz.kinds.mvit",
     "vitviz.kinds.levit",
+    "vitviz.kinds.mobilevit",
     "vitviz.kinds.crossvit",
     "vitviz.kinds.tnt",
     "vitviz.kinds.cait",
