@@ -9,8 +9,7 @@ say every width and depth, the hidden widths, the classes. They don't say the he
 size or the strides: those come from timm's own model of the architecture's name (config.json's
 ``architecture``, ``--arch``), else a bare file whose shapes are one of timm's three names is
 recognised as it (and noted), else ``stage_heads``, ``patch_size`` and ``strides`` in its
-settings. SE-MobileViT (squeeze-excitation in the blocks) and MobileViTV2 (separable
-attention) are refused by name.
+settings. MobileViTV2 (separable attention) is refused by name.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from vitviz.kinds.mobilevit.config import MobileViTConfig
 LOOKS_LIKE = "a timm MobileViT"
 _BLOCK = re.compile(r"stages\.(\d+)\.(\d+)\.")
 _LAYER = re.compile(r"stages\.(\d+)\.(\d+)\.transformer\.(\d+)\.attn\.qkv\.weight$")
-_SE = re.compile(r"stages\.\d+\.\d+\.attn\.fc1\.")
+_V2 = re.compile(r"stages\.\d+\.\d+\.transformer\.\d+\.attn\.qkv_proj\.weight$")
 # timm's MobileViT names: (stem, widths, inverted residuals, transformer widths, final width)
 KNOWN: dict[str, tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], int]] = {
     "mobilevit_xxs": (16, (16, 24, 48, 64, 80), (1, 3, 1, 1, 1), (0, 0, 64, 80, 96), 320),
@@ -137,7 +136,7 @@ LIBRARY_MODEL = LibraryReference(build_library, _read)
 # -- reading a file --------------------------------------------------------------------------
 def detect(source: Source) -> bool:
     s = source.state
-    return "stem.conv.weight" in s and any(_LAYER.match(k) for k in s)
+    return "stem.conv.weight" in s and any(_LAYER.match(k) or _V2.match(k) for k in s)
 
 
 def _fail(source: Source, what: str) -> CheckpointError:
@@ -157,10 +156,10 @@ def _shape(source: Source) -> dict[str, Any]:
     """What the weights say: stem, widths, inverted residuals and their hidden widths, each
     MobileViT block's width, layers and MLP width, the final width and the classes."""
     s = source.state
-    if any(_SE.match(k) for k in s):
+    if any(_V2.match(k) for k in s):
         raise CheckpointError(
-            f"{source.name} is timm's SE-MobileViT (semobilevit_s: squeeze-excitation in its "
-            "blocks), which vitviz does not model."
+            f"{source.name} is timm's MobileViTV2 (mobilevitv2_*: separable self-attention, one "
+            "score per token and no query-key map), which vitviz does not model."
         )
     found: dict[int, set[int]] = {}
     for key in s:

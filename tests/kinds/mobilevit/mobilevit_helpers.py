@@ -1,0 +1,103 @@
+"""Tiny timm MobileViTs for the MobileViT kind's tests (random, perturbed weights and BatchNorm
+running statistics): timm's ByobNet built with a MobileViT's blocks (widths 8-16, two MobileViT
+blocks of 2 and 1 layers), and timm's own mobilevit_xxs at 64 px."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+from zoo_helpers import randomize_
+
+SIZE = 64  # tiny: stage maps 32, 16, 8, 4 (2×2 patches: 4×4 and 2×2 patch grids)
+HEADS = (0, 0, 2, 2)
+STRIDES = (1, 2, 2, 2)
+BARE_SETTINGS = {"stage_heads": list(HEADS), "patch_size": 2, "strides": list(STRIDES)}
+
+
+def perturbed_(model: nn.Module, seed: int) -> nn.Module:
+    """``randomize_``, every BatchNorm's statistics measured on random images (so the features
+    keep depending on the input) and then perturbed (mean shifted, variance scaled)."""
+    randomize_(model, seed=seed, scale=0.3)
+    g = torch.Generator().manual_seed(seed + 100)
+    model.train()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.momentum = None  # the cumulative average of the batches below
+    with torch.no_grad():
+        model(torch.randn(8, 3, SIZE, SIZE, generator=g))
+        for name, buf in model.named_buffers():
+            if name.endswith("running_mean"):
+                buf.add_(0.1 * torch.randn(buf.shape, generator=g))
+            elif name.endswith("running_var"):
+                buf.mul_(0.8 + 0.4 * torch.rand(buf.shape, generator=g))
+    return model.eval()
+
+
+def tiny_timm_mobilevit(seed: int = 1, num_classes: int = 5) -> nn.Module:
+    """timm's ByobNet with MobileViT blocks: stem 8, stages 8 (IR), 16 (IR ×2, stride 2),
+    16 (IR + MobileViT of width 16, 2 layers, 2 heads), 16 (IR + MobileViT of width 24, 1
+    layer, 2 heads), final conv 32."""
+    from timm.models.byobnet import ByoBlockCfg, ByobNet, ByoModelCfg
+
+    def ir(d: int, c: int, s: int) -> ByoBlockCfg:
+        return ByoBlockCfg(type="bottle", d=d, c=c, s=s, gs=1, br=2.0,
+                           block_kwargs=dict(bottle_in=True, linear_out=True))  # fmt: skip
+
+    def mvit(c: int, dim: int, depth: int) -> ByoBlockCfg:
+        return ByoBlockCfg(type="mobilevit", d=1, c=c, s=1, block_kwargs=dict(
+            transformer_dim=dim, transformer_depth=depth, patch_size=2, num_heads=2,
+        ))  # fmt: skip
+
+    cfg = ByoModelCfg(
+        blocks=(ir(1, 8, 1), ir(2, 16, 2), (ir(1, 16, 2), mvit(16, 16, 2)),
+                (ir(1, 16, 2), mvit(16, 24, 1))),
+        stem_chs=8, stem_type="3x3", stem_pool="", downsample="", act_layer="silu",
+        num_features=32,
+    )  # fmt: skip
+    return perturbed_(ByobNet(cfg=cfg, num_classes=num_classes), seed)
+
+
+def timm_xxs(seed: int = 2, num_classes: int = 5) -> nn.Module:
+    """timm's own mobilevit_xxs (1.3 M parameters), perturbed."""
+    import timm
+
+    return perturbed_(timm.create_model("mobilevit_xxs", num_classes=num_classes), seed)
+
+
+def save_folder(model: nn.Module, folder: Path) -> Path:
+    """timm's own folder (config.json + model.safetensors)."""
+    from timm.models import save_for_hf
+
+    save_for_hf(model, folder, safe_serialization=True)
+    return folder
+
+
+def save_bare(model: nn.Module, path: Path, settings: dict | None = None) -> Path:
+    """torch.save of the state dict, ``settings`` (if any) in its sidecar."""
+    torch.save(model.state_dict(), path)
+    if settings is not None:
+        path.with_name(path.name + ".vitviz.json").write_text(json.dumps(settings))
+    return path
+
+
+def timm_attention(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """timm's eager forward: logits and each transformer layer's attention (B·P, heads, N, N)."""
+    attn: list[torch.Tensor] = []
+    handles = []
+    for stage in model.stages:
+        for block in stage:
+            for layer in getattr(block, "transformer", ()):
+                layer.attn.fused_attn = False
+                handles.append(
+                    layer.attn.attn_drop.register_forward_hook(lambda _m, _i, o: attn.append(o))
+                )
+    try:
+        with torch.no_grad():
+            logits = model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return logits, attn
