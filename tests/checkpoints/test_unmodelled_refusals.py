@@ -20,7 +20,6 @@ TIMM = {
 }
 TRANSFORMERS = {
     "cvt": "CvT",
-    "mobilevit": "MobileViT (MobileNetV2 blocks around",
     "mobilevitv2": "MobileViTV2",
 }
 

@@ -23,8 +23,6 @@ TIMM_VIT_BY_KEYS = (
 )
 BY_MODEL_TYPE = {
     "cvt": "transformers' CvT (convolutional token embeddings and projections)",
-    "mobilevit": "transformers' MobileViT (MobileNetV2 blocks around transformer layers in which "
-    "each pixel position of a p × p patch attends to the same position of every other patch)",
     "mobilevitv2": "transformers' MobileViTV2 (separable self-attention)",
     "siglip2": "transformers' SigLIP 2 (a NaFlex patch embedding of any aspect ratio)",
 }

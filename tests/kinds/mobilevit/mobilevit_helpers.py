@@ -101,3 +101,37 @@ def timm_attention(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, lis
         for h in handles:
             h.remove()
     return logits, attn
+
+
+def tiny_hf_mobilevit(seed: int = 3, base: bool = False) -> nn.Module:
+    """transformers' MobileViT (for image classification, or the base model) with widths
+    8-32, transformer widths 16-16-24, 2 heads, expand ratio 2, perturbed, 64 px."""
+    import transformers as tr
+
+    cfg = tr.MobileViTConfig(
+        image_size=SIZE, neck_hidden_sizes=[8, 8, 16, 16, 16, 24, 32], hidden_sizes=[16, 16, 24],
+        num_attention_heads=2, expand_ratio=2.0, num_labels=5,
+    )  # fmt: skip
+    model = tr.MobileViTModel(cfg) if base else tr.MobileViTForImageClassification(cfg)
+    perturbed_(getattr(model, "mobilevit", model), seed)
+    return model.eval()
+
+
+def hf_attention(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """transformers' forward: logits (the pooled features of a base model) and each layer's
+    attention probabilities (B·P, heads, N, N)."""
+    attn: list[torch.Tensor] = []
+    base = getattr(model, "mobilevit", model)
+    handles = [
+        layer.attention.attention.dropout.register_forward_hook(lambda _m, _i, o: attn.append(o))
+        for stage in base.encoder.layer
+        for layer in getattr(getattr(stage, "transformer", None), "layer", ())
+    ]
+    try:
+        with torch.no_grad():
+            out = model(pixel_values=x)
+    finally:
+        for h in handles:
+            h.remove()
+    logits = out.logits if hasattr(out, "logits") else out.pooler_output
+    return logits, attn

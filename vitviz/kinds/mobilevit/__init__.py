@@ -58,9 +58,9 @@ class MobileViTKind(StagedKind):
 
     @property
     def families(self) -> Sequence[Any]:
-        from vitviz.kinds.mobilevit.families import FAMILY
+        from vitviz.kinds.mobilevit import families, hf_family
 
-        return (FAMILY,)
+        return (families.FAMILY, hf_family.FAMILY)
 
     def config_from_dict(self, data: dict[str, object]) -> MobileViTConfig:
         from vitviz.kinds.mobilevit.config import MobileViTConfig

@@ -1,0 +1,86 @@
+"""transformers' MobileViT folders open as the MobileViT kind, exactly: logits 1e-4 relative
+and every layer's attention 1e-5 against transformers' own model with perturbed weights and
+BatchNorm statistics, given the channel order its image processor feeds (BGR: vitviz reverses
+its stem's input channels); the classifier and the base model; the library check ran."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from mobilevit_helpers import SIZE, hf_attention, tiny_hf_mobilevit
+
+from vitviz.checkpoints import load_checkpoint
+from vitviz.checkpoints.errors import CheckpointError
+from vitviz.kinds.mobilevit.network import MobileViTNet
+
+pytest.importorskip("transformers")
+
+
+def _exact(ours, theirs, x_theirs, x_ours) -> None:
+    want, attn = hf_attention(theirs, x_theirs)
+    with torch.no_grad():
+        out = ours.forward_explained(x_ours)
+    rel = float((out.logits - want).abs().max() / want.abs().max())
+    assert rel < 1e-4, rel
+    assert len(out.attentions) == len(attn) == 9
+    for a, b in zip(out.attentions, attn, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("base", [False, True])
+def test_a_transformers_folder_is_transformers_model_on_bgr(tmp_path, base) -> None:
+    model = tiny_hf_mobilevit(seed=5, base=base)
+    model.save_pretrained(tmp_path / "hf")
+    loaded = load_checkpoint(tmp_path / "hf")
+    assert isinstance(loaded.model, MobileViTNet)
+    assert any("checked against transformers" in n for n in loaded.notes)
+    assert any("BGR" in n for n in loaded.notes)
+    x = torch.randn(2, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1))
+    _exact(loaded.model, model, x.flip(1), x)
+    assert (loaded.model.config.num_classes == 0) == base
+
+
+def test_a_processor_that_keeps_rgb_is_read_as_it(tmp_path) -> None:
+    model = tiny_hf_mobilevit(seed=6)
+    model.save_pretrained(tmp_path / "hf")
+    proc = {
+        "do_flip_channel_order": False,
+        "do_resize": True,
+        "size": {"shortest_edge": 72},
+        "do_center_crop": True,
+        "crop_size": {"height": 64, "width": 64},
+        "resample": 3,
+    }
+    (tmp_path / "hf" / "preprocessor_config.json").write_text(json.dumps(proc))
+    loaded = load_checkpoint(tmp_path / "hf")
+    assert not any("BGR" in n for n in loaded.notes)
+    assert loaded.preprocessing.image_size == (64, 64)
+    x = torch.randn(1, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(2))
+    _exact(loaded.model, model, x, x)
+
+
+def test_a_broken_transformers_folder_is_refused_in_one_line(tmp_path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    model = tiny_hf_mobilevit(seed=7)
+    model.save_pretrained(tmp_path / "hf")
+    path = tmp_path / "hf" / "model.safetensors"
+    state = load_file(path)
+    del state["mobilevit.encoder.layer.2.fusion.convolution.weight"]
+    save_file(state, path)
+    with pytest.raises(CheckpointError) as refused:
+        load_checkpoint(tmp_path / "hf")
+    line = str(refused.value)
+    assert "\n" not in line and "fusion" in line
+
+
+def test_a_bare_transformers_state_dict_asks_for_its_folder_in_one_line(tmp_path) -> None:
+    """Its heads, norm eps and image processor are in config.json and preprocessor_config.json,
+    and transformers' model for the check is built from the folder."""
+    torch.save(tiny_hf_mobilevit(seed=8).state_dict(), tmp_path / "bare.pth")
+    with pytest.raises(CheckpointError) as refused:
+        load_checkpoint(tmp_path / "bare.pth")
+    line = str(refused.value)
+    assert "\n" not in line and "config.json" in line and "MobileViT" in line
