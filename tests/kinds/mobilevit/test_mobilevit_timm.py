@@ -99,7 +99,10 @@ def test_mobilevitv2_is_refused_by_name(tmp_path) -> None:
         state = {k: torch.zeros(v.shape, dtype=v.dtype) for k, v in model.state_dict().items()}
         path = tmp_path / f"{name}.pth"
         torch.save(state, path)
-        with pytest.raises(CheckpointError) as refused:
-            load_checkpoint(path)
-        line = str(refused.value)
-        assert "\n" not in line and words in line, line
+        model = timm.create_model(name, num_classes=3)
+        folder = save_folder(model, tmp_path / name)
+        for form in (path, folder):
+            with pytest.raises(CheckpointError) as refused:
+                load_checkpoint(form)
+            line = str(refused.value)
+            assert "\n" not in line and f"this is timm's {words}" in line, line

@@ -158,8 +158,8 @@ def _shape(source: Source) -> dict[str, Any]:
     s = source.state
     if any(_V2.match(k) for k in s):
         raise CheckpointError(
-            f"{source.name} is timm's MobileViTV2 (mobilevitv2_*: separable self-attention, one "
-            "score per token and no query-key map), which vitviz does not model."
+            f"{source.name}: this is timm's MobileViTV2 (separable self-attention: one score per "
+            "token, no query-key map), which vitviz does not model."
         )
     found: dict[int, set[int]] = {}
     for key in s:

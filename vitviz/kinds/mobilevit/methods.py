@@ -41,6 +41,8 @@ CANNOT: dict[str, str] = {
     "layers attend over different grids, per pixel offset",
     "attention-gradcam": "it reads the last layer's CLS row over the patch grid; a MobileViT "
     "has no CLS token",
+    "pca": "it reads the last layer's tokens through the network's final norm into its head; a "
+    "MobileViT's layers reach the head only through the fold, projection, fusion and convs",
 }
 
 
