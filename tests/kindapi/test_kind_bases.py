@@ -39,7 +39,8 @@ def test_model_kind_is_its_identity_and_the_roles() -> None:
     [("vit", TokenLayoutKind), ("cait", TokenLayoutKind), ("xcit", TokenLayoutKind),
      ("clip", TokenLayoutKind), ("swin", StagedKind), ("pyramid", StagedKind),
      ("convit", TokenLayoutKind), ("pit", StagedKind), ("levit", StagedKind),
-     ("mvit", StagedKind), ("crossvit", StagedKind), ("tnt", StagedKind)],
+     ("mvit", StagedKind), ("crossvit", StagedKind), ("tnt", StagedKind),
+     ("mobilevit", StagedKind)],
 )  # fmt: skip
 def test_each_kind_stands_on_its_familys_base(name: str, base: type) -> None:
     kind = get_kind(name)
