@@ -97,3 +97,36 @@ def test_the_methods_a_mobilevit_cant_run_say_why(case) -> None:
     assert set(METHODS) == {"attention", "gradcam"}
     assert not set(METHODS) & set(CANNOT)
     assert "CLS" in kind.missing_method("dino-masks")
+
+
+def test_head_statistics_are_distance_and_entropy_over_every_offset_and_patch(case) -> None:
+    """Distance: Σ_m A[o, n, m]·‖centre_n − centre_m‖ (patch centres in input pixels), averaged
+    over every offset o and patch n; entropy of each row, averaged; no prefix share."""
+    _, loaded, _, analysis = case
+    stats = loaded.kind.head_statistics(analysis)
+    for layer, (side, px) in enumerate(((4, 16), (4, 16), (2, 32))):  # patch grids, patch px
+        attn = analysis.attentions[layer].double()  # (heads, P, N, N)
+        for head in range(2):
+            dist = ent = 0.0
+            for o in range(P * P):
+                for n in range(side * side):
+                    for m in range(side * side):
+                        a = float(attn[head, o, n, m])
+                        dy, dx = (n // side - m // side) * px, (n % side - m % side) * px
+                        dist += a * (dy * dy + dx * dx) ** 0.5
+                        ent -= a * np.log(a) if a > 0 else 0.0
+            count = P * P * side * side
+            assert stats["distance"][layer, head] == pytest.approx(dist / count, rel=1e-5)
+            assert stats["entropy"][layer, head] == pytest.approx(ent / count, rel=1e-5)
+    assert np.isnan(stats["prefix_share"]).all()
+
+
+def test_an_input_whose_stage_maps_are_no_multiple_of_the_patch_is_refused(case) -> None:
+    """At 40 px the second block's map is 5 × 5: the libraries resize it to 6 × 6 before the
+    unfold, so its tokens are no pixels of the map; the analysis says so in one line."""
+    _, loaded, _, _ = case
+    x = torch.randn(3, 40, 40, generator=torch.Generator().manual_seed(3))
+    with pytest.raises(ValueError) as refused:
+        analyze_mobilevit(loaded, x)
+    line = str(refused.value)
+    assert "\n" not in line and "5×5" in line and "2×2 patches" in line
