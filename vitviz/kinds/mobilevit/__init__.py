@@ -177,7 +177,7 @@ class MobileViTKind(StagedKind):
                     tooltip=f"layer {name}: {H}×{W} pixels in {p}×{p} patches; each pixel "
                     f"attends over its offset in the {nh}×{nw} patches",
                     name=name,
-                    title=f"layer {name} ({nh}×{nw} patches, one of {p * p} offsets)",
+                    title=f"layer {name} ({nh}×{nw} patches)",
                     hover=f"layer {name}",
                     selector=f" · {name}",
                 )
@@ -189,15 +189,13 @@ class MobileViTKind(StagedKind):
         """The staged kinds' words, a row being a pixel offset's sequence of patches."""
         from dataclasses import replace
 
-        p = analysis.patch
         words = super().view_words(analysis)
         return replace(
             words,
             layer="layer",
             axis="layer (block.layer)",
             query_none="mean of every pixel's row",
-            title_query="patch ({trow}, {tcol}) of {th}×{tw}: the query pixel's offset in "
-            f"its {p}×{p} patch, over that offset of every patch",
+            title_query="query pixel in patch ({trow}, {tcol}): its offset in every patch",
         )
 
 
