@@ -1,7 +1,8 @@
 """Walk timm's ViT-family architectures: each one exact, refused (by reason), never opened wrong.
 
 Every name matching the patterns is built by timm with random weights (every parameter
-perturbed, seeded, at its own scale) at the smallest image size it takes, saved as a user has it
+perturbed, seeded, at its own scale; a name whose own logits overflow at that, at each layer's
+fan-in) at the smallest image size it takes, saved as a user has it
 (a bare ``state_dict`` with ``torch.save``; timm's folder, config.json + model.safetensors, by
 ``save_for_hf``), opened with ``load_checkpoint`` and compared with timm's eager forward:
 logits within 1e-4 (relative), attention within 1e-5. Prints one line per name and form, then
@@ -107,8 +108,43 @@ def build(name: str, seed: int) -> tuple[torch.nn.Module, torch.Tensor] | None:
         except Exception:  # noqa: BLE001 - a size (or name) timm refuses: try the next
             continue
         model = randomize_(model, seed=seed, noise_dtype=torch.float32)
-        return randomize_stem_(model, seed), x  # a hybrid's ResNet at its own scale
+        model = randomize_stem_(model, seed)  # a hybrid's ResNet at its own scale
+        if not finite_logits(model, x):  # overflows at 0.2 (a wide LeViT's Linear + BatchNorm)
+            model = randomize_at_fan_in_(model, seed)
+        return model, x
     return None
+
+
+def finite_logits(model: torch.nn.Module, x: torch.Tensor) -> bool:
+    with torch.no_grad():
+        return bool(model(x).isfinite().all())
+
+
+def randomize_at_fan_in_(model: torch.nn.Module, seed: int, scale: float = 0.2) -> torch.nn.Module:
+    """Every parameter random at its layer's own scale, for a name whose logits ``randomize_``'s
+    one scale overflows (LeViT from width 256: every Linear is followed by a BatchNorm whose
+    weight ``randomize_`` puts around 0, so nothing holds the product of 0.2-wide weights over
+    hundreds of inputs): Linear and conv weights ~ N(0, 1/fan_in), norm weights around 1, the
+    rest (biases, attention biases, tokens) ``scale`` wide; BatchNorm's running statistics random
+    too, so its eval computation is compared. The names ``randomize_`` keeps finite keep their
+    weights (the walk's results for them stay as they were)."""
+    norms = (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm)
+    g = torch.Generator().manual_seed(200 + seed)
+    with torch.no_grad():
+        for module in model.modules():
+            for leaf, p in module.named_parameters(recurse=False):
+                noise = torch.randn(p.shape, generator=g).to(p.dtype)
+                if isinstance(module, norms) and leaf == "weight":
+                    p.copy_(1 + scale * noise)
+                elif leaf == "weight" and p.ndim >= 2:
+                    p.copy_(noise / p[0].numel() ** 0.5)
+                else:
+                    p.copy_(scale * noise)
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                mean, var = module.running_mean, module.running_var
+                mean.copy_(0.3 * torch.randn(mean.shape, generator=g))
+                var.copy_(0.5 + torch.rand(var.shape, generator=g))
+    return model.eval()  # eval() also drops the attention biases timm's LeViT cached
 
 
 def opened_errors(

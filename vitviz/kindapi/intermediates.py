@@ -31,9 +31,15 @@ class OnRows:
         ValueError (a clause naming ``what``) for rows or a value that do not fit."""
         B, _, N, hd = heads.shape
         R = int(self.rows.shape[0]) if self.rows.ndim == 1 else -1
-        on_host = self.rows.device.type == "cpu"  # checked there; on a device, no sync for it
-        if R < 0 or (R and on_host and not 0 <= int(self.rows.min()) <= int(self.rows.max()) < B):
-            raise ValueError(f"{what}: rows (R,) of a batch of {B} are needed")
+        needed = f"{what}: rows (R,) of a batch of {B} are needed"
+        if R < 0:
+            raise ValueError(needed)
+        # rows on a device are checked there too (one sync: an index out of range would break
+        # the device's context, not raise); rows kept on the host cost none
+        outside = (self.rows < 0) | (self.rows >= B)
+        if R and bool(outside.any()):
+            row = int(self.rows[outside][0])
+            raise ValueError(f"{needed} (row {row} is outside 0..{B - 1})")
         rows = self.rows.to(heads.device)
         if self.value is None:
             heads[rows, index] = 0.0

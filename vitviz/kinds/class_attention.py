@@ -151,7 +151,7 @@ class ClassAttentionLayers:
     # the window's head grid as it shows it (blank rows included), titled
     view_heads_picture = TableKind.view_heads_picture
 
-    def heads_query_words(self, query: tuple[int, int] | None) -> str:
+    def heads_query_words(self, query: tuple[int, int] | None, analysis: Any = None) -> str:
         rows = "class-attention" if query is None else "self-attention"
         words = "query CLS" if query is None else f"query patch ({query[0]}, {query[1]})"
         return f"{words} ({rows} layers; the other rows blank)"

@@ -180,5 +180,9 @@ class StagedKind(TableKind):
     def query_maps(self, session: Session, query: tuple[int, int] | None) -> QueryMaps:
         return self._engine().query_maps(session, query)
 
-    def heads_query_words(self, query: tuple[int, int] | None) -> str:
-        return self.POOL_QUERY if query is None else f"query cell {query}"
+    def heads_query_words(self, query: tuple[int, int] | None, analysis: Any = None) -> str:
+        """A clicked cell, or the query without one as the view's title names it for this
+        model (a PVT v1's last-stage CLS token, an MViTv2's CLS)."""
+        if query is not None:
+            return f"query cell {query}"
+        return self.POOL_QUERY if analysis is None else self.view_words(analysis).title_query_none

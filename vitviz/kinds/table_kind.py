@@ -137,8 +137,9 @@ class TableKind(KindBase):
 
     HEADS_TITLE = "Attention of every layer and head"
 
-    def heads_query_words(self, query: tuple[int, int] | None) -> str:
-        """The head-grid picture's words for the query (None: no cell clicked)."""
+    def heads_query_words(self, query: tuple[int, int] | None, analysis: Any = None) -> str:
+        """The head-grid picture's words for the query (None: no cell clicked) on ``analysis``
+        (the model's own: a kind whose query without a click differs per model reads it)."""
         return "query: no cell" if query is None else f"query cell {query}"
 
     def view_heads_picture(
@@ -159,7 +160,7 @@ class TableKind(KindBase):
             session.analysis,
             row_names=[r.label for r in self.layer_rows(session.analysis)],
             title=self.HEADS_TITLE,
-            query=self.heads_query_words(query),
+            query=self.heads_query_words(query, session.analysis),
             colormap=colormap,
             opacity=opacity,
             per_head=per_head,

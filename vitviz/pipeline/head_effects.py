@@ -121,7 +121,8 @@ def single_head_logits(
     counts = [int(h.shape[1]) for h in base.heads]
     chosen = plan if isinstance(plan, PassPlan) else pass_plan(x, base, batch, plan)
     out = base.logits.new_full((len(counts), max(counts), base.logits.shape[1]), float("nan"))
-    rows = torch.arange(max(chosen.widest, 1), device=x.device)  # each row's index, made once
+    # each row's index, made once, on the host: OnRows checks them there without a sync
+    rows = torch.arange(max(chosen.widest, 1))
     keys = torch.tensor([key for p in chosen.passes for key in p], device=out.device).T
     done = 0
     with torch.no_grad():

@@ -170,3 +170,37 @@ def test_the_library_check_builds_the_files_sizes(tmp_path: Path) -> None:
     checked = [n for n in loaded.notes if "checked against timm" in n]
     assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
     assert "mvitv2_tiny with widths 8, 16, 32, 64, depths 1, 2, 1, 1" in checked[0], checked[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (
+            {"stride_q": ((1, 1), (2, 2), (2, 2), (1, 1))},
+            "stride_q ((1, 1), (2, 2), (2, 2), (1, 1))",
+        ),
+        ({"residual_pooling": False}, "residual_pooling False"),
+        ({"norm_eps": 1e-5}, "norm_eps 1e-05"),
+    ],
+    ids=["strides", "residual-pooling", "eps"],
+)
+def test_a_named_files_unseen_settings_are_the_names(
+    tmp_path: Path, monkeypatch, change: dict, words: str
+) -> None:
+    """The settings the weights don't say are compared with timm's config of the name the file
+    gives (its ``model_cfgs`` entry, here changed): a name whose strides, residual pooling or
+    eps vitviz's reading does not have is refused in one line naming them; without the name
+    the file opens (read with every timm name's settings)."""
+    import dataclasses
+
+    from timm.models import mvitv2
+
+    path = tmp_path / "mvit.pth"
+    torch.save(tiny_timm_mvit().state_dict(), path)
+    named = dataclasses.replace(mvitv2.model_cfgs["mvitv2_tiny"], stride_kv=None, **change)
+    monkeypatch.setitem(mvitv2.model_cfgs, "mvitv2_tiny", named)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path, {"arch": "mvitv2_tiny"})
+    text = str(info.value)
+    assert "\n" not in text and f"timm's mvitv2_tiny has {words}" in text, text
+    assert any("checked against timm" in n for n in load_checkpoint(path).notes)

@@ -141,3 +141,22 @@ def test_the_query_without_a_click_is_named_the_cls(pvt1) -> None:
     words = kind_of(a).view_words(a)
     assert words.query_none.startswith("CLS token") and "CLS" in words.title_query_none
     assert words.method_query_none.startswith("from the CLS token")
+
+
+def test_the_head_grid_picture_names_the_cls_query(pvt1, monkeypatch) -> None:
+    """The exported head grid's title says the query the thumbnails are: a PVT v1's last-stage
+    CLS token, not a mean over the tokens."""
+    from types import SimpleNamespace
+
+    from vitviz.pipeline import export
+
+    _, loaded = pvt1
+    a = analyze_pyramid(loaded, torch.zeros(3, 64, 64))
+    kind = kind_of(a)
+    titles: list[str] = []
+    monkeypatch.setattr(export, "heads_figure", lambda *args, **kw: titles.append(kw["query"]))
+    session = SimpleNamespace(loaded=loaded, analysis=a, kind=kind)
+    kind.view_heads_picture(session, None, "inferno", 0.5, False)
+    assert titles == [kind.view_words(a).title_query_none] and "CLS" in titles[0], titles
+    kind.view_heads_picture(session, (1, 2), "inferno", 0.5, False)
+    assert titles[1] == "query cell (1, 2)"

@@ -183,3 +183,24 @@ def test_vitvizs_own_file_of_a_tnt_opens_as_it_was(refs, tmp_path: Path) -> None
     with torch.no_grad():
         got, want = own.model(x), ref(x)
     assert float((got - want).abs().max()) / float(want.abs().max()) < LOGITS_RTOL
+
+
+def test_a_norm_eps_of_the_settings_is_the_one_checked(tmp_path: Path) -> None:
+    """A TNT trained with another LayerNorm eps, said in its settings: vitviz reads it and the
+    library check builds timm's TNT (unnamed, and a folder's name) with that eps too."""
+    from tnt_helpers import TINY
+    from zoo_helpers import randomize_
+
+    eps = {"norm_eps": 0.5}
+    ref = timm.create_model("tnt_s_patch16_224", pretrained=False, num_classes=3, **TINY)
+    for module in ref.modules():  # every norm's eps, as timm's norm_layer keyword sets it
+        if isinstance(module, torch.nn.LayerNorm):
+            module.eps = 0.5
+    ref = randomize_(ref, seed=6).eval()
+    bare = load_checkpoint(save_bare(ref, tmp_path / "tnt.pth", {**SETTINGS, **eps}))
+    args = {k: v for k, v in TINY.items() if k != "img_size"}  # the folder's model_args
+    named = load_checkpoint(save_folder(ref, tmp_path / "tnt", **args), eps)
+    for loaded in (bare, named):
+        assert loaded.model.config.norm_eps == 0.5
+        assert any("LayerNorm eps 0.5" in n for n in loaded.notes), loaded.notes
+        _compare(loaded, ref, 2)

@@ -38,13 +38,9 @@ def test_a_sample_of_timm_names_is_exact_or_refused(tmp_path: Path) -> None:
 def test_the_walk_tells_float32_rounding_from_a_wrong_model() -> None:
     """The walk's float64 reading (``float64_error``): the same function computed in another
     order is ~0 in float64; a model that computes otherwise is not."""
-    import importlib.util
-
     import torch
 
-    spec = importlib.util.spec_from_file_location("timm_walk", BENCHMARKS / "timm_walk.py")
-    walk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(walk)
+    walk = _walk()
     torch.manual_seed(0)
     library = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
     same = torch.nn.Sequential(*[m for m in library])  # the same weights, another module
@@ -52,3 +48,44 @@ def test_the_walk_tells_float32_rounding_from_a_wrong_model() -> None:
     assert walk.float64_error(same, library, x) <= walk.FLOAT64_RTOL
     other = torch.nn.Sequential(library[0], torch.nn.ReLU(), library[2])  # GELU -> ReLU
     assert walk.float64_error(other, library, x) > 1e-3
+
+
+def _walk():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("timm_walk", BENCHMARKS / "timm_walk.py")
+    walk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(walk)
+    return walk
+
+
+def test_a_name_whose_logits_overflow_is_perturbed_at_its_layers_scale(monkeypatch) -> None:
+    """The walk's ``build``: a model whose own logits the one 0.2 perturbation overflows (a
+    wide LeViT; here a tiny one perturbed 100 wide) is perturbed at each layer's fan-in, its
+    BatchNorm statistics random, and its logits are finite and distinct; one the perturbation
+    keeps finite keeps ``randomize_``'s weights (the walk's earlier results stand)."""
+    from functools import partial
+
+    import torch
+    from timm.models.levit import Levit
+    from zoo_helpers import randomize_
+
+    walk = _walk()
+
+    def tiny_levit(name, pretrained, num_classes, img_size=None):
+        sizes = dict(embed_dim=(32, 48), key_dim=8, depth=(1, 1), num_heads=(2, 3))
+        return Levit(img_size=img_size or 64, num_classes=num_classes, **sizes)
+
+    monkeypatch.setattr(walk.timm, "create_model", tiny_levit)
+    kept, x = walk.build("tiny", seed=7)
+    torch.manual_seed(7)
+    want = randomize_(tiny_levit("", False, 5, 32), seed=7, noise_dtype=torch.float32)
+    for (name, a), b in zip(kept.state_dict().items(), want.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    monkeypatch.setattr(walk, "randomize_", partial(randomize_, scale=100.0))
+    model, x = walk.build("tiny", seed=7)
+    with torch.no_grad():
+        logits = model(x)
+    assert logits.isfinite().all() and logits.std() > 1e-3, logits
+    bn = model.stages[0].blocks[0].attn.qkv.bn
+    assert not torch.equal(bn.running_var, torch.ones_like(bn.running_var))

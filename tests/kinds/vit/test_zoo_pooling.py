@@ -68,6 +68,8 @@ def test_a_map_head_opens_exactly_bare_and_folder(tmp_path: Path, case: str) -> 
         loaded = load_checkpoint(path, settings)
         assert loaded.config.global_pool == "map" and loaded.model.pool is not None
         assert "an attention-pooling probe" in " ".join(kind_of(loaded).parts(loaded.model))
+        # a bare file's MAP head too: timm's VisionTransformer built with it (DESIGN §4)
+        assert any(n.startswith("checked against timm") for n in loaded.notes), loaded.notes
         logits, attn = ours(loaded, x)
         assert_close("logits", ref_logits, logits, LOGIT_ATOL)
         assert_attention(ref_attn, attn)

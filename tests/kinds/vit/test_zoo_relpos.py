@@ -82,6 +82,8 @@ def test_timm_relpos_opens_exactly_bare_and_folder(tmp_path: Path, case: str) ->
         cfg = loaded.config
         assert cfg.rel_pos_bias and cfg.pos_embed == "none"
         assert cfg.rel_pos_mlp == hidden and cfg.rel_pos_shared == (case == "shared")
+        # a bare file of no timm name too: timm's VisionTransformerRelPos built with it
+        assert any(n.startswith("checked against timm") for n in loaded.notes), loaded.notes
         logits, attn = ours(loaded, x)
         assert_close("logits", ref_logits, logits, LOGIT_ATOL)
         assert_attention(ref_attn, attn)
@@ -101,6 +103,7 @@ def test_timm_residual_post_norm_vits_open_exactly(tmp_path: Path, name: str) ->
     for path in (tmp_path / "rpn", tmp_path / "rpn.pth"):
         loaded = load_checkpoint(path, None if path.is_dir() else {"arch": name, **BARE})
         assert loaded.config.res_post_norm
+        assert any(n.startswith("checked against timm") for n in loaded.notes), loaded.notes
         logits, attn = ours(loaded, x)
         assert_close("logits", ref_logits, logits, LOGIT_ATOL)
         assert_attention(ref_attn, attn)

@@ -205,7 +205,7 @@ class ConvitKind(TokenLayoutKind):
     # the window's head grid as it shows it (blank rows included), titled
     view_heads_picture = TableKind.view_heads_picture
 
-    def heads_query_words(self, query: tuple[int, int] | None) -> str:
+    def heads_query_words(self, query: tuple[int, int] | None, analysis: Any = None) -> str:
         if query is None:
             return "query CLS (the layers after the GPSA blocks; GPSA rows blank)"
         return f"query patch ({query[0]}, {query[1]})"

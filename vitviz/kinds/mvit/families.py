@@ -261,6 +261,55 @@ def build_mvit(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path
 LIBRARY_MODEL = LibraryReference(build_mvit, read_mvit)
 
 
+# timm's MultiScaleVitCfg fields the weights don't say, and vitviz's MViTConfig key of each
+# (None: vitviz computes only the value in VITVIZ_ONLY)
+UNSEEN: dict[str, str | None] = {
+    "stride_q": "stride_q",
+    "stride_kv": "stride_kv",
+    "patch_stride": "patch_size",
+    "patch_padding": "patch_padding",
+    "residual_pooling": "residual_pooling",
+    "norm_eps": "norm_eps",
+    "mode": None,
+    "pool_first": None,
+    "act_layer": None,
+    "norm_layer": None,
+}
+VITVIZ_ONLY = {"mode": "conv", "pool_first": False, "act_layer": "gelu", "norm_layer": "layernorm"}
+
+
+def _nested(value: Any) -> Any:
+    """Lists and tuples as tuples, all the way down (timm's config and vitviz's alike)."""
+    return tuple(_nested(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def name_differences(name: str, config: MViTConfig, given: set[str]) -> list[str]:
+    """The settings of timm's ``name`` (its ``model_cfgs`` entry) that the weights don't say and
+    vitviz's reading has otherwise ("stride_q ((1, 1), (2, 2)) (vitviz read ((1, 1), (1, 1)))"),
+    the per-stage ones over the file's stages; those in ``given`` (the user's) are the user's
+    to say. [] when timm is not importable (the check's note says so)."""
+    try:
+        from timm.models.mvitv2 import model_cfgs
+    except ImportError:
+        return []
+    theirs = model_cfgs.get(name.split(".")[0])
+    if theirs is None:
+        return []
+    ours = timm_cfg_args(config)
+    stages = len(config.depths)
+    found = []
+    for field, key in UNSEEN.items():
+        if key is not None and key in given:
+            continue
+        want = _nested(getattr(theirs, field, None))
+        have = _nested(VITVIZ_ONLY[field] if key is None else ours[field])
+        if field in ("stride_q", "stride_kv") and isinstance(want, tuple):
+            want = want[:stages]
+        if want != have:
+            found.append(f"{field} {want} (vitviz read {have})")
+    return found
+
+
 def _name(source: Source, shape: dict[str, Any]) -> tuple[str | None, bool, list[str]]:
     """(the timm name, whether the user gave it, notes)."""
     user_arch = source.user.pop("arch", None)
@@ -287,6 +336,7 @@ def convert(source: Source) -> Conversion:
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
     shape = _shape(source)
+    given = set(source.user)
     name, user_arch, notes = _name(source, shape)
     S = len(shape["depths"])
     if len(SHARED["stride_q"]) < S:
@@ -321,9 +371,15 @@ def convert(source: Source) -> Conversion:
         imagenet_if_1000=True,
     )
     config = conversion.config
+    differ = name_differences(name, config, given) if isinstance(name, str) else []
+    if differ:  # the name's settings the tensors can't show are not the ones read
+        raise CheckpointError(
+            f"{source.name}: timm's {name} has {'; '.join(differ)}, which vitviz's reading of "
+            "an MViTv2 does not follow (refused rather than shown wrong)."
+        )
     # timm's MultiScaleVit built with what was read: the name's model config holds its own
-    # sizes and no keyword changes them, so a named file's is built from its reading too (the
-    # name's settings the tensors can't show are in it), like with like (DESIGN §4)
+    # sizes and no keyword changes them, so a named file's is built from its reading too (its
+    # settings the tensors can't show compared above), like with like (DESIGN §4)
     words = (
         f"widths {', '.join(map(str, config.dims))}, depths "
         f"{', '.join(map(str, config.depths))}, heads {', '.join(map(str, config.heads))}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -153,9 +154,18 @@ def read_tnt(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor] | None]:
     return logits, (mode.out if len(mode.out) == 2 * len(model.blocks) else None)
 
 
+def norm_args(config: TNTConfig) -> dict[str, Any]:
+    """timm's TNT's ``norm_layer`` for ``config``'s eps where it is not timm's LayerNorm's
+    (a sidecar's or a folder's settings): the library check builds the eps vitviz read."""
+    if config.norm_eps == SHARED["norm_eps"]:
+        return {}
+    return {"norm_layer": partial(nn.LayerNorm, eps=config.norm_eps)}
+
+
 def timm_args(config: TNTConfig) -> dict[str, Any]:
     """timm's TNT arguments of ``config``."""
     return dict(
+        **norm_args(config),
         patch_size=config.patch_size,
         embed_dim=config.embed_dim,
         inner_dim=config.inner_dim,
@@ -276,11 +286,13 @@ def convert(source: Source) -> Conversion:
             f"{config.patch_size} and pixel stride {config.first_stride} make; give patch_size "
             "and first_stride in its settings",
         )
+    eps = f"LayerNorm eps {config.norm_eps:g}" if norm_args(config) else ""
     if isinstance(name, str):  # timm's own model of that name checks ours
-        conversion.reference = Reference("timm", name, dict(given), how=LIBRARY_MODEL)
+        given = {**given, **norm_args(config)}
+        conversion.reference = Reference("timm", name, given, eps, how=LIBRARY_MODEL)
     else:  # timm's TNT built with what was read
         conversion.reference = Reference(
-            "timm", "", timm_args(config), shown_as="TNT", how=LIBRARY_MODEL
+            "timm", "", timm_args(config), eps, shown_as="TNT", how=LIBRARY_MODEL
         )
     return conversion
 
