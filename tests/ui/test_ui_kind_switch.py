@@ -1,14 +1,20 @@
 """A new user's walk across kinds: each model opened after another shows nothing the old one
 left (DESIGN §6: a control, title or plot never keeps state that a newly opened model can't
 have). The shipped model with a query in its last patch row, then a tiny ViT whose input is
-smaller (32 px): the model input is shown whole, fitted to its view."""
+smaller (32 px): the model input is shown whole, fitted to its view. At 1280 × 720 the walk
+shipped → Swin → CLIP (prompts typed) → shipped, a CAM shown: the side panel is never cut
+sideways and its wrapped labels show every line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import torch
+from clip_fixtures import CORPUS, learn_bpe, save_openai_files, tiny_clip
 from conftest import CLASS_NAMES, random_vit
+from swin_helpers import tiny_torchvision_swin
 from test_ui_window import WAIT_MS, click, drop, new_window, settled, wait_shown
 
 from vitviz.checkpoints import save_checkpoint
@@ -19,14 +25,26 @@ from vitviz.ui.main_window import MainWindow
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The shipped model and a tiny ViT of a smaller input (32 px, a 4 × 4 grid)."""
+    """The shipped model, a tiny ViT of a smaller input (32 px, a 4 × 4 grid), a tiny Swin
+    (64 px, no CLS) and a tiny CLIP folder (32 px, classes are prompts)."""
+    from transformers import CLIPImageProcessor
+
     folder = tmp_path_factory.mktemp("kind-switch")
     shipped = resources.default_model_path()
     assert shipped is not None
     small = save_checkpoint(
         random_vit(seed=3), folder / "small.safetensors", class_names=CLASS_NAMES
     )
-    return {"shipped": shipped, "small": small}
+    swin = folder / "swin.pth"
+    torch.save(tiny_torchvision_swin().state_dict(), swin)
+    sidecar = swin.with_name(swin.name + ".vitviz.json")
+    sidecar.write_text(json.dumps({"preprocessing": {"image_size": [64, 64]}}))
+    vocab, merges = learn_bpe(CORPUS, merges=150)
+    clip = folder / "tiny-clip"
+    tiny_clip(len(vocab), seed=4).save_pretrained(clip)
+    save_openai_files(clip, vocab, merges)
+    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size=32).save_pretrained(clip)
+    return {"shipped": shipped, "small": small, "swin": swin, "clip": clip}
 
 
 @pytest.fixture
@@ -75,3 +93,37 @@ def test_a_smaller_input_is_shown_whole_after_a_query_on_the_last(
     assert v.query is None
     assert fitted(v.input_view), v.input_view.vb.viewRange()
     assert fitted(v.map_view)
+
+
+def side_panel_problems(window: MainWindow) -> list[str]:
+    """What the Explain panel can't show: a sideways scroll (its right edge cut), a text cut
+    (ui_fit's check), a wrapped label with fewer lines than its text needs."""
+    from ui_fit import clipped_widgets
+
+    v = window.viewer
+    scroll = v.right_tabs.widget(0)
+    found = clipped_widgets(scroll)
+    if scroll.horizontalScrollBar().maximum() > 0:
+        found.append(f"the panel scrolls sideways by {scroll.horizontalScrollBar().maximum()} px")
+    c = v.controls
+    for label in (c.query_label, c.class_label, c.prefix_label):
+        if label.height() < label.heightForWidth(label.width()):
+            found.append(f"{label.text()!r} is cut: {label.height()} px of its height")
+    return found
+
+
+def test_the_side_panel_is_whole_at_1280x720_across_kinds(
+    qtbot, window: MainWindow, checkpoints: dict[str, Path], photo_files
+) -> None:
+    window.resize(1280, 720)
+    v = window.viewer
+    drop(window, [photo_files["chelsea"], checkpoints["shipped"]])
+    wait_shown(qtbot, window, photo_files["chelsea"].name)
+    v.controls.select_method("gradcam")  # a CAM: its target layer shows beside the method
+    for name in ("swin", "clip", "shipped"):
+        open_model(qtbot, window, checkpoints[name])
+        if v.prompt_box.isVisible():
+            window.apply_prompts(("a photo of a dog", "a photo of a cat on a sofa", "a red car"))
+            qtbot.waitUntil(lambda: bool(v.prompt_box.applied) and settled(window), timeout=WAIT_MS)
+        qtbot.wait(50)  # the panel laid out for what it shows now
+        assert side_panel_problems(window) == [], name

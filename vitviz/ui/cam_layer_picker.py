@@ -21,6 +21,10 @@ class CamLayerPicker(QComboBox):
         super().__init__(parent)
         self.setEditable(True)
         self.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        # as wide as the panel gives, not as its longest item: at 1280 × 720 the side panel
+        # was cut sideways by a CAM's list (DESIGN §6)
+        self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.setMinimumContentsLength(14)
         self.setToolTip(
             "The layer the CAM reads: BLOCK.PART, a block from 0 (-1 the last) and its norm1, "
             "norm2 or output; auto: the model's usual one (the last block's norm1)"
@@ -37,7 +41,7 @@ class CamLayerPicker(QComboBox):
         current = self._valid
         self.blockSignals(True)
         self.clear()
-        self.addItem(f"{DEFAULT_LAYER} (the last block's norm1)", DEFAULT_LAYER)
+        self.addItem(f"{DEFAULT_LAYER} (last block's norm1)", DEFAULT_LAYER)
         for b in (-1, *range(max(0, blocks))):
             for part in PARTS:
                 text = f"{b}.{part}"

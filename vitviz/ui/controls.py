@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from vitviz.ui.cam_layer_picker import LAYER_PARAMETER, CamLayerPicker
 from vitviz.ui.colors import COLORMAPS
+from vitviz.ui.lines_label import LinesLabel
 from vitviz.ui.wheel_guard import guard_wheel
 from vitviz.workers.messages import OLD_METHOD_NAMES, MapParams, MethodInfo, ParamInfo
 
@@ -201,15 +202,13 @@ class ViewControls(QWidget):
         self.row_suffixes: list[str] = []  # per layer after its number ("", " · 1.2 SW")
         self.row_heads: list[int] = []  # heads per layer (they differ in a Swin's stages)
         self.param_panel = ParamPanel()
-        self.query_label = QLabel("CLS token")
-        self.query_label.setWordWrap(True)  # a probe's words are long: they wrap, not widen,
-        # in two fixed lines (the row around it doesn't grow for a wrapped label's height)
-        self.query_label.setFixedHeight(2 * self.query_label.fontMetrics().lineSpacing() + 4)
+        # a probe's words are long: they wrap, not widen, in two steady lines (more only
+        # while a narrow panel needs them: the row around it doesn't grow for a wrapped label)
+        self.query_label = LinesLabel("CLS token", lines=2)
         self.query_reset = QPushButton("Reset to CLS")
         self.query_reset.clicked.connect(self.queryResetRequested)
-        self.class_label = QLabel("top prediction")
-        self.class_label.setWordWrap(True)  # two fixed lines, as the query's: a long class name
-        self.class_label.setFixedHeight(2 * self.class_label.fontMetrics().lineSpacing() + 4)
+        # two steady lines, as the query's: a long class name
+        self.class_label = LinesLabel("top prediction", lines=2)
         self.class_reset = QPushButton("Top prediction")
         self.class_reset.clicked.connect(self.classResetRequested)
         self.colormap = QComboBox()
@@ -217,10 +216,8 @@ class ViewControls(QWidget):
         self.opacity = QSlider(Qt.Orientation.Horizontal)
         self.opacity.setRange(0, 100)
         self.opacity.setValue(60)
-        self.prefix_label = QLabel("")
-        # three fixed lines: new text must not re-lay out the panel on every query change
-        self.prefix_label.setWordWrap(True)
-        self.prefix_label.setFixedHeight(3 * self.prefix_label.fontMetrics().lineSpacing() + 4)
+        # three steady lines: new text must not re-lay out the panel on every query change
+        self.prefix_label = LinesLabel("", lines=3)
 
         what = QGroupBox("Map")
         form = QFormLayout(what)

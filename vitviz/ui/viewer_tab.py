@@ -95,6 +95,7 @@ class ViewerTab(QWidget):
         panel_layout = QVBoxLayout(panel)
         panel_layout.setContentsMargins(4, 4, 4, 4)
         self.predictions_title = QLabel(PREDICTIONS_TITLE.format(noun="class"))
+        self.predictions_title.setWordWrap(True)  # a prompt's or a missing head's words: wrapped
         panel_layout.addWidget(self.predictions_title)
         panel_layout.addWidget(self.predictions)
         panel_layout.addWidget(self.prompt_box)
