@@ -3,7 +3,9 @@ left (DESIGN §6: a control, title or plot never keeps state that a newly opened
 have). The shipped model with a query in its last patch row, then a tiny ViT whose input is
 smaller (32 px): the model input is shown whole, fitted to its view. At 1280 × 720 the walk
 shipped → Swin → CLIP (prompts typed) → shipped, a CAM shown: the side panel is never cut
-sideways and its wrapped labels show every line."""
+sideways and its wrapped labels show every line. Head importance asked on the shipped model,
+then a backbone without a classifier: greyed with its reason (no class to measure), never run
+and refused on each image; the shipped model again measures it."""
 
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from vitviz.ui.main_window import MainWindow
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The shipped model, a tiny ViT of a smaller input (32 px, a 4 × 4 grid), a tiny Swin
-    (64 px, no CLS) and a tiny CLIP folder (32 px, classes are prompts)."""
+    (64 px, no CLS), a tiny CLIP folder (32 px, classes are prompts) and a tiny ViT without a
+    classifier (a DINO-style backbone)."""
     from transformers import CLIPImageProcessor
 
     folder = tmp_path_factory.mktemp("kind-switch")
@@ -44,7 +47,14 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tiny_clip(len(vocab), seed=4).save_pretrained(clip)
     save_openai_files(clip, vocab, merges)
     CLIPImageProcessor(size={"shortest_edge": 32}, crop_size=32).save_pretrained(clip)
-    return {"shipped": shipped, "small": small, "swin": swin, "clip": clip}
+    backbone = save_checkpoint(random_vit(seed=5, num_classes=0), folder / "backbone.safetensors")
+    return {
+        "shipped": shipped,
+        "small": small,
+        "swin": swin,
+        "clip": clip,
+        "backbone": backbone,
+    }
 
 
 @pytest.fixture
@@ -127,3 +137,28 @@ def test_the_side_panel_is_whole_at_1280x720_across_kinds(
             qtbot.waitUntil(lambda: bool(v.prompt_box.applied) and settled(window), timeout=WAIT_MS)
         qtbot.wait(50)  # the panel laid out for what it shows now
         assert side_panel_problems(window) == [], name
+
+
+def test_head_importance_is_greyed_on_a_model_without_classes(
+    qtbot, window: MainWindow, checkpoints: dict[str, Path], photo_files
+) -> None:
+    messages: list[str] = []
+    window.notifier.userMessage.connect(messages.append)
+    knockout = window.knockout
+    drop(window, [photo_files["chelsea"], checkpoints["shipped"]])
+    wait_shown(qtbot, window, photo_files["chelsea"].name)
+    knockout.act_importance.setChecked(True)
+    qtbot.waitUntil(lambda: knockout.effect is not None, timeout=WAIT_MS)
+    open_model(qtbot, window, checkpoints["backbone"])
+    assert window.viewer.image.class_names == []
+    qtbot.wait(200)  # an importance asked of this model would have been refused by now
+    assert messages == []
+    for action in (knockout.act_importance, knockout.act_patch):
+        assert not action.isEnabled()
+        assert "this model has none" in action.toolTip()
+    assert knockout.effect is None and not knockout.scale.isVisible()
+    open_model(qtbot, window, checkpoints["shipped"])  # the choice comes back with classes
+    assert knockout.act_importance.isEnabled() and knockout.act_patch.isEnabled()
+    qtbot.waitUntil(lambda: knockout.effect is not None, timeout=WAIT_MS)
+    assert knockout.effect.shape == (window.viewer.image.num_layers, window.viewer.image.num_heads)
+    assert messages == []
