@@ -5,7 +5,9 @@ smaller (32 px): the model input is shown whole, fitted to its view. At 1280 × 
 shipped → Swin → CLIP (prompts typed) → shipped, a CAM shown: the side panel is never cut
 sideways and its wrapped labels show every line. Head importance asked on the shipped model,
 then a backbone without a classifier: greyed with its reason (no class to measure), never run
-and refused on each image; the shipped model again measures it."""
+and refused on each image; the shipped model again measures it. The compare window open on
+relevance while model A becomes a Swin: relevance greyed there with the Swin's reason, the
+nearest method shown, relevance back with the shipped model."""
 
 from __future__ import annotations
 
@@ -162,3 +164,32 @@ def test_head_importance_is_greyed_on_a_model_without_classes(
     qtbot.waitUntil(lambda: knockout.effect is not None, timeout=WAIT_MS)
     assert knockout.effect.shape == (window.viewer.image.num_layers, window.viewer.image.num_heads)
     assert messages == []
+
+
+def test_compare_window_greys_what_model_a_cannot_run(
+    qtbot, window: MainWindow, checkpoints: dict[str, Path], photo_files
+) -> None:
+    from PySide6.QtGui import QStandardItemModel
+
+    v = window.viewer
+    drop(window, [photo_files["chelsea"], checkpoints["shipped"]])
+    wait_shown(qtbot, window, photo_files["chelsea"].name)
+    v.controls.select_method("relevance")
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+    window.compare_with(checkpoints["small"])
+    qtbot.waitUntil(lambda: window.compare is not None and window.compare.result is not None)
+    c = window.compare
+    assert c.method.currentData() == "relevance"
+    open_model(qtbot, window, checkpoints["swin"])
+    why = v.image.unavailable["relevance"]
+    qtbot.waitUntil(lambda: c.result is not None and c.result.name_a == "swin.pth", timeout=WAIT_MS)
+    assert c.method.currentData() != "relevance"
+    assert c.method.currentData() not in v.image.unavailable
+    model = c.method.model()
+    assert isinstance(model, QStandardItemModel)
+    item = model.item(c.method.findData("relevance"))
+    assert not item.isEnabled() and item.toolTip() == why
+    assert why not in c.status.text()  # never run on A and refused
+    open_model(qtbot, window, checkpoints["shipped"])
+    qtbot.waitUntil(lambda: c.method.currentData() == "relevance", timeout=WAIT_MS)
+    assert model.item(c.method.findData("relevance")).isEnabled()
