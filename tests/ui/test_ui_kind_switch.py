@@ -7,7 +7,9 @@ sideways and its wrapped labels show every line. Head importance asked on the sh
 then a backbone without a classifier: greyed with its reason (no class to measure), never run
 and refused on each image; the shipped model again measures it. The compare window open on
 relevance while model A becomes a Swin: relevance greyed there with the Swin's reason, the
-nearest method shown, relevance back with the shipped model."""
+nearest method shown, relevance back with the shipped model. A CAM's target layer typed on the
+shipped model's last block (3.norm2), then a 2-block CLIP: the CLIP's last block (1.norm2) is
+read, as the Layer selector and a start layer are; the shipped model gets 3.norm2 again."""
 
 from __future__ import annotations
 
@@ -193,3 +195,28 @@ def test_compare_window_greys_what_model_a_cannot_run(
     open_model(qtbot, window, checkpoints["shipped"])
     qtbot.waitUntil(lambda: c.method.currentData() == "relevance", timeout=WAIT_MS)
     assert model.item(c.method.findData("relevance")).isEnabled()
+
+
+def test_a_cam_target_layer_beyond_the_new_model_is_its_last_block(
+    qtbot, window: MainWindow, checkpoints: dict[str, Path], photo_files
+) -> None:
+    v = window.viewer
+    c = v.controls
+    drop(window, [photo_files["chelsea"], checkpoints["shipped"]])
+    wait_shown(qtbot, window, photo_files["chelsea"].name)
+    assert v.image.cam_blocks == 4
+    c.select_method("gradcam")
+    c.cam_layer._take("3.norm2")  # as typed in the picker and confirmed
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+    assert dict(v.maps.params.values)["layer"] == "3.norm2"
+    open_model(qtbot, window, checkpoints["clip"])
+    window.apply_prompts(("a photo of a dog", "a red car"))
+    qtbot.waitUntil(lambda: bool(v.prompt_box.applied) and settled(window), timeout=WAIT_MS)
+    assert v.image.cam_blocks == 2 and c.method_name() == "gradcam"
+    assert dict(v.maps.params.values)["layer"] == "1.norm2"
+    assert c.cam_layer.currentText() == "1.norm2"
+    assert "out of range" not in v.map_view.notice_text()
+    assert "target layer 1.norm2" in v.map_view.full_title
+    open_model(qtbot, window, checkpoints["shipped"])
+    assert dict(v.maps.params.values)["layer"] == "3.norm2"
+    assert c.cam_layer.currentText() == "3.norm2"

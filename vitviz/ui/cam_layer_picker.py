@@ -38,6 +38,7 @@ class CamLayerPicker(QComboBox):
 
     def set_blocks(self, blocks: int) -> None:
         """Offer ``blocks`` blocks' parts (the model's), keeping the current layer."""
+        self.blocks = blocks
         current = self._valid
         self.blockSignals(True)
         self.clear()
@@ -62,6 +63,18 @@ class CamLayerPicker(QComboBox):
 
     def layer(self) -> str:
         return self._valid
+
+    def fit(self, text: str) -> str:
+        """``text`` as this model reads it: a block beyond its blocks is its last one (the
+        Layer selector's rule, DESIGN §6); the user's text is kept to come back with a model
+        that has that block."""
+        try:
+            choice = parse_layer(text)
+        except ValueError:
+            return text
+        if choice.text == DEFAULT_LAYER or choice.block < self.blocks:
+            return choice.text
+        return f"{max(self.blocks - 1, 0)}.{choice.part}"
 
     def _take(self, text: str) -> None:
         index = self.findText(text)

@@ -329,8 +329,8 @@ class ViewControls(QWidget):
         p = None if m is None else next(filter(from_layer_picker, m.parameters), None)
         self._map_form.setRowVisible(self.cam_layer, p is not None)
         if m is not None and p is not None:
-            self.cam_layer.set_layer(str(self.param_panel.values.get(m.name, {}).get(
-                p.name, p.default)))  # fmt: skip
+            self.cam_layer.set_layer(self.cam_layer.fit(str(self.param_panel.values.get(
+                m.name, {}).get(p.name, p.default))))  # fmt: skip
             why = self.param_panel.ignored.get(m.name, {}).get(p.name)
             self.cam_layer.setEnabled(why is None)
 
@@ -357,6 +357,7 @@ class ViewControls(QWidget):
         self.layer.setRange(0, layers - 1)
         self.param_panel.set_shape(layers, heads)
         self.cam_layer.set_blocks(layers if cam_blocks is None else cam_blocks)
+        self._show_cam_layer()  # the method's target layer as this model reads it
         self.layer.setPrefix(f"{self.layer_word} ")
         layer = self.selected_layer()
         self._fill_heads(self.row_heads[layer] if layer < len(self.row_heads) else heads)
@@ -405,6 +406,9 @@ class ViewControls(QWidget):
         if m is not None:
             selection = {"layer": self.selected_layer(), "head": self.selected_head()}
             values.update({p.name: selection[p.name] for p in m.parameters if from_selection(p)})
+            for p in filter(from_layer_picker, m.parameters):  # as the picker shows it
+                if p.name in values:
+                    values[p.name] = self.cam_layer.fit(str(values[p.name]))
         return values
 
     def selected_layer(self) -> int:
