@@ -120,7 +120,7 @@ def side_panel_problems(window: MainWindow) -> list[str]:
     if scroll.horizontalScrollBar().maximum() > 0:
         found.append(f"the panel scrolls sideways by {scroll.horizontalScrollBar().maximum()} px")
     c = v.controls
-    for label in (c.query_label, c.class_label, c.prefix_label):
+    for label in (c.query_label, c.class_label, v.predictions_title):
         if label.height() < label.heightForWidth(label.width()):
             found.append(f"{label.text()!r} is cut: {label.height()} px of its height")
     return found
@@ -220,3 +220,24 @@ def test_a_cam_target_layer_beyond_the_new_model_is_its_last_block(
     open_model(qtbot, window, checkpoints["shipped"])
     assert dict(v.maps.params.values)["layer"] == "3.norm2"
     assert c.cam_layer.currentText() == "3.norm2"
+
+
+def test_faithfulness_is_greyed_on_a_model_without_classes(
+    qtbot, window: MainWindow, checkpoints: dict[str, Path], photo_files
+) -> None:
+    messages: list[str] = []
+    window.notifier.userMessage.connect(messages.append)
+    panel = window.viewer.faithfulness
+    drop(window, [photo_files["chelsea"], checkpoints["backbone"]])
+    wait_shown(qtbot, window, photo_files["chelsea"].name)
+    for button in (panel.measure, panel.over_folder):
+        assert not button.isEnabled()
+        assert "this model has none" in button.toolTip()
+    panel.measure.click()  # a greyed button: nothing is asked, nothing refused
+    qtbot.wait(200)
+    assert messages == [] and panel.result is None
+    open_model(qtbot, window, checkpoints["shipped"])
+    assert panel.measure.isEnabled() and panel.over_folder.isEnabled()
+    panel.measure.click()
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=WAIT_MS)
+    assert messages == []

@@ -32,6 +32,7 @@ from vitviz.imaging.colormaps import tick_text
 from vitviz.imaging.effect_grid import diverging_colours, symmetric_levels
 from vitviz.ui.elided_label import ElidedLabel
 from vitviz.ui.head_grid import MEAN, HeadGrid
+from vitviz.ui.view_state import NO_CLASSES
 from vitviz.workers import interventions as jobs
 from vitviz.workers.messages import ImageResult, ModelSummary
 
@@ -165,7 +166,6 @@ PATCH_TIP = (
     "clean image's prediction that head carries into the shown image when patched in; hover "
     "a tile for its value"
 )
-NO_CLASSES = "measures a class, and this model has none (no classifier, or no prompts yet)"
 
 
 class KnockoutController(QObject):

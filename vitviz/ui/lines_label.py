@@ -1,6 +1,7 @@
 """A wrapped label of a steady height: ``lines`` lines tall, taller only while its text needs
 more at its width (a kind's long query words in a narrow side panel), so a new text of as many
-lines never lays the panel out again and no text is cut (DESIGN §6)."""
+lines never lays the panel out again and no text is cut (DESIGN §6). Its height is its own: it
+answers no height-for-width, and the same text set again changes nothing."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ class LinesLabel(QLabel):
         self.setWordWrap(True)
         self._fit()
 
+    def hasHeightForWidth(self) -> bool:
+        return False  # its height is its own (``_fit``): the layout never asks it again
+
     def setText(self, text: str) -> None:
+        if text == self.text():
+            return  # the same words: no new layout (a wrapped label's would move the panel)
         super().setText(text)
         self._fit()
 
