@@ -241,3 +241,22 @@ def test_faithfulness_is_greyed_on_a_model_without_classes(
     panel.measure.click()
     qtbot.waitUntil(lambda: panel.result is not None, timeout=WAIT_MS)
     assert messages == []
+
+
+def test_a_folders_faithfulness_curves_go_with_their_model(
+    qtbot, window: MainWindow, checkpoints: dict[str, Path], photo_files, tmp_path: Path
+) -> None:
+    from test_ui_folder_stats import image_folder
+
+    panel = window.viewer.faithfulness
+    drop(window, [photo_files["chelsea"], checkpoints["shipped"]])
+    wait_shown(qtbot, window, photo_files["chelsea"].name)
+    runs = window.folder_faithfulness
+    runs.steps = 2
+    with qtbot.waitSignal(runs.runner.finished, timeout=WAIT_MS):
+        assert runs.start(image_folder(tmp_path / "imgs", 2))
+    assert panel.folder_result is not None and not panel.back.isHidden()
+    open_model(qtbot, window, checkpoints["small"])
+    assert panel.folder_result is None and panel.back.isHidden()
+    assert "Mean over" not in panel.status.text()
+    assert panel.deletion.curves == {}  # no curve of the last model's folder

@@ -248,9 +248,10 @@ class ViewerTab(QWidget):
     def _forget_model_views(self) -> None:
         """Another model: drop what was drawn with the last one's grid and layers until this
         one's maps come (the overlay and the head grid's thumbnails), and show this image's
-        head statistics rather than a folder's measured with the last model."""
+        head statistics and faithfulness rather than a folder's measured with the last model."""
         self.map_view.set_map(None)
         self.stats_panel.show_image()
+        self.faithfulness.show_image()
 
     def apply_maps(self, result: MapsResult) -> None:
         self.maps = result
