@@ -9,7 +9,8 @@ and refused on each image; the shipped model again measures it. The compare wind
 relevance while model A becomes a Swin: relevance greyed there with the Swin's reason, the
 nearest method shown, relevance back with the shipped model. A CAM's target layer typed on the
 shipped model's last block (3.norm2), then a 2-block CLIP: the CLIP's last block (1.norm2) is
-read, as the Layer selector and a start layer are; the shipped model gets 3.norm2 again."""
+read, as the Layer selector and a start layer are; the shipped model gets 3.norm2 again.
+Faithfulness greyed on the backbone; a folder's curves gone with the model that measured them."""
 
 from __future__ import annotations
 
