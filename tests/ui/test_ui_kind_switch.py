@@ -120,6 +120,20 @@ def side_panel_problems(window: MainWindow) -> list[str]:
     found = clipped_widgets(scroll)
     if scroll.horizontalScrollBar().maximum() > 0:
         found.append(f"the panel scrolls sideways by {scroll.horizontalScrollBar().maximum()} px")
+    chart = v.predictions
+    for axis in ("left", "bottom"):  # the chart's names and its axis's words, whole in it
+        item = chart.getAxis(axis)
+        texts = [item.label] if axis == "bottom" else []
+        for text in texts:
+            rect = chart.mapFromScene(text.mapRectToScene(text.boundingRect())).boundingRect()
+            if rect.left() < 0 or rect.right() > chart.viewport().width():  # cut sideways
+                found.append(f"the predictions' {axis} label is cut: {rect}")
+        if axis == "left":
+            from ui_fit import axis_labels
+
+            for name, rect in axis_labels(item, chart):
+                if not chart.viewport().rect().toRectF().contains(rect):
+                    found.append(f"the predictions' name {name!r} is cut: {rect}")
     c = v.controls
     for label in (c.query_label, c.class_label, v.predictions_title):
         if label.height() < label.heightForWidth(label.width()):
