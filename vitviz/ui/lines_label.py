@@ -12,9 +12,11 @@ from PySide6.QtWidgets import QLabel, QWidget
 class LinesLabel(QLabel):
     """A word-wrapped QLabel whose fixed height is max(``lines``, the lines its text needs)."""
 
-    def __init__(self, text: str = "", lines: int = 2, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, text: str = "", lines: int = 2, pad: int = 4, parent: QWidget | None = None
+    ) -> None:
         super().__init__(text, parent)
-        self.lines = lines
+        self.lines, self.pad = lines, pad  # ``pad`` pixels beside the lines' own height
         self.setWordWrap(True)
         self._fit()
 
@@ -32,7 +34,7 @@ class LinesLabel(QLabel):
         self._fit()
 
     def _fit(self) -> None:
-        least = self.lines * self.fontMetrics().lineSpacing() + 4
+        least = self.lines * self.fontMetrics().lineSpacing() + self.pad
         height = max(least, self.heightForWidth(self.width()))
         if self.height() != height or self.minimumHeight() != height:
             self.setFixedHeight(height)

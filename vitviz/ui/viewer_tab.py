@@ -97,7 +97,7 @@ class ViewerTab(QWidget):
         panel_layout.setContentsMargins(4, 4, 4, 4)
         # a prompt's or a missing head's words wrap in a narrow panel; a steady height, so a
         # query change doesn't lay the panel out again (nor repaint the chart below)
-        self.predictions_title = LinesLabel(PREDICTIONS_TITLE.format(noun="class"), lines=1)
+        self.predictions_title = LinesLabel(PREDICTIONS_TITLE.format(noun="class"), lines=1, pad=0)
         panel_layout.addWidget(self.predictions_title)
         panel_layout.addWidget(self.predictions)
         panel_layout.addWidget(self.prompt_box)
