@@ -10,7 +10,9 @@ relevance while model A becomes a Swin: relevance greyed there with the Swin's r
 nearest method shown, relevance back with the shipped model. A CAM's target layer typed on the
 shipped model's last block (3.norm2), then a 2-block CLIP: the CLIP's last block (1.norm2) is
 read, as the Layer selector and a start layer are; the shipped model gets 3.norm2 again.
-Faithfulness greyed on the backbone; a folder's curves gone with the model that measured them."""
+Faithfulness greyed on the backbone; a folder's curves gone with the model that measured them.
+A job's refusal about the last model ("this model's classes are its head's") leaves the
+message bar when another model opens; a message about the drop that opened it stays."""
 
 from __future__ import annotations
 
@@ -275,3 +277,22 @@ def test_a_folders_faithfulness_curves_go_with_their_model(
     assert panel.folder_result is None and panel.back.isHidden()
     assert "Mean over" not in panel.status.text()
     assert panel.deletion.curves == {}  # no curve of the last model's folder
+
+
+def test_a_refusal_about_the_last_model_goes_when_another_opens(
+    qtbot, window: MainWindow, checkpoints: dict[str, Path], photo_files, tmp_path: Path
+) -> None:
+    bar = window.message_bar
+    drop(window, [photo_files["chelsea"], checkpoints["shipped"]])
+    wait_shown(qtbot, window, photo_files["chelsea"].name)
+    window.apply_prompts(("a photo of a cat",))  # the shipped model's classes are its head's
+    qtbot.waitUntil(lambda: bar.text().startswith("Prompts not applied"), timeout=WAIT_MS)
+    open_model(qtbot, window, checkpoints["small"])
+    assert bar.text() == ""
+    missing = tmp_path / "gone.png"
+    drop(window, [missing, checkpoints["shipped"]])  # said with the drop, before the model
+    qtbot.waitUntil(
+        lambda: window.model.name == checkpoints["shipped"].name and settled(window),
+        timeout=WAIT_MS,
+    )
+    assert "gone.png: no such file" in bar.text()
