@@ -21,6 +21,10 @@ class CamLayerPicker(QComboBox):
         super().__init__(parent)
         self.setEditable(True)
         self.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        # as wide as the panel gives, not as its longest item: at 1280 × 720 the side panel
+        # was cut sideways by a CAM's list (DESIGN §6)
+        self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.setMinimumContentsLength(14)
         self.setToolTip(
             "The layer the CAM reads: BLOCK.PART, a block from 0 (-1 the last) and its norm1, "
             "norm2 or output; auto: the model's usual one (the last block's norm1)"
@@ -34,10 +38,11 @@ class CamLayerPicker(QComboBox):
 
     def set_blocks(self, blocks: int) -> None:
         """Offer ``blocks`` blocks' parts (the model's), keeping the current layer."""
+        self.blocks = blocks
         current = self._valid
         self.blockSignals(True)
         self.clear()
-        self.addItem(f"{DEFAULT_LAYER} (the last block's norm1)", DEFAULT_LAYER)
+        self.addItem(f"{DEFAULT_LAYER} (last block's norm1)", DEFAULT_LAYER)
         for b in (-1, *range(max(0, blocks))):
             for part in PARTS:
                 text = f"{b}.{part}"
@@ -58,6 +63,18 @@ class CamLayerPicker(QComboBox):
 
     def layer(self) -> str:
         return self._valid
+
+    def fit(self, text: str) -> str:
+        """``text`` as this model reads it: a block beyond its blocks is its last one (the
+        Layer selector's rule, DESIGN §6); the user's text is kept to come back with a model
+        that has that block."""
+        try:
+            choice = parse_layer(text)
+        except ValueError:
+            return text
+        if choice.text == DEFAULT_LAYER or choice.block < self.blocks:
+            return choice.text
+        return f"{max(self.blocks - 1, 0)}.{choice.part}"
 
     def _take(self, text: str) -> None:
         index = self.findText(text)

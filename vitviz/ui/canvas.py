@@ -202,8 +202,9 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         left, top, right, bottom = self.region
         self.overlay.setRect(QRectF(left, top, right - left, bottom - top))
         self.rgb_overlay.setRect(QRectF(left, top, right - left, bottom - top))
-        if not same_size:
-            self.vb.autoRange(padding=0.02)
+        if not same_size:  # fitted to the image alone: the marks still on the last model's
+            # grid (its query box, its windows) are redrawn after and must not widen the view
+            self.vb.autoRange(padding=0.02, items=[self.image])
         if self._pointer is not None:  # the pointer stays: say what is under it now
             self._on_move(self._pointer)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QTabWidget
 
 from vitviz.ui.view_state import PROBABILITY_LABELS, stats_notes
@@ -75,6 +76,8 @@ class PredictionsChart(pg.PlotWidget):
         self.labels: list[str] = []
         self.probs: list[float] = []
         self.selected: int | None = None
+        self.axis_words = "probability"  # the bottom axis's words
+        self._ticks_width = -1  # the chart width the names were fitted to
         self.scene().sigMouseClicked.connect(self._on_click)
 
     def set_predictions(
@@ -89,7 +92,8 @@ class PredictionsChart(pg.PlotWidget):
         """The top ``k`` of ``probs``; ``scores`` (what the model returned) names the axis:
         the softmax of logits, the model's own probabilities, or the exp of its log-probs;
         ``label``, where given, names it instead (a kind's words: "softmax over the prompts")."""
-        self.setLabel("bottom", label or PROBABILITY_LABELS.get(scores, "probability"))
+        self.axis_words = label or PROBABILITY_LABELS.get(scores, "probability")
+        self.setLabel("bottom", self.axis_words)
         order = np.argsort(-probs, kind="stable")[: min(k, probs.size)]
         self.indices = [int(i) for i in order]
         self.labels = [names[i] for i in self.indices]
@@ -103,12 +107,30 @@ class PredictionsChart(pg.PlotWidget):
         self.bars.setOpts(
             x0=np.zeros(n), y=np.arange(n), height=0.7, width=np.array(self.probs), brushes=brushes
         )
-        ticks = [
-            (i, f"{name}  {p:.1%}")
-            for i, (name, p) in enumerate(zip(self.labels, self.probs, strict=True))
-        ]
-        self.getAxis("left").setTicks([ticks])
+        self._set_ticks()
         self.setYRange(-0.6, max(n, 1) - 0.4, padding=0)
+
+    def _set_ticks(self) -> None:
+        """Each bar's name and share; a name cut with "…" where the whole would leave the bars
+        too narrow for the axis's words (long prompts in a narrow panel: cut in the middle, so
+        prompts that start alike still differ; whole in the tooltip)."""
+        fm = QFontMetrics(self.font())
+        shares = [f"  {p:.1%}" for p in self.probs]
+        room = self.width() - fm.horizontalAdvance(self.axis_words) - 24
+        room -= max((fm.horizontalAdvance(t) for t in shares), default=0)
+        room = max(room, fm.horizontalAdvance("x" * 8))
+        names = [fm.elidedText(n, Qt.TextElideMode.ElideMiddle, room) for n in self.labels]
+        ticks = [n + t for n, t in zip(names, shares, strict=True)]
+        self.getAxis("left").setTicks([list(enumerate(ticks))])
+        whole = zip(self.labels, names, shares, strict=True)
+        cut = [n + t for n, e, t in whole if n != e]
+        self.setToolTip("\n".join(cut))
+        self._ticks_width = self.width()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if getattr(self, "labels", None) and self.width() != self._ticks_width:
+            self._set_ticks()
 
     def clear_predictions(self) -> None:
         self.indices, self.labels, self.probs = [], [], []

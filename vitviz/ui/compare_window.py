@@ -11,6 +11,7 @@ from functools import partial
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.colors import make_colorbar, set_colorbar_levels
+from vitviz.ui.view_state import nearest_runnable
 from vitviz.workers import compare_jobs
 from vitviz.workers.engine import EngineClient
 from vitviz.workers.messages import CompareResult, ImageResult, MethodInfo
@@ -65,6 +67,8 @@ class CompareWindow(QWidget):
         self.image: ImageResult | None = None
         self.result: CompareResult | None = None
         self.query: tuple[int, int] | None = None
+        self.methods: list[MethodInfo] = []
+        self.wanted: str | None = None  # the user's method: shown again where A can run it
         self.method = QComboBox()
         self.diff = QCheckBox("Difference A − B")
         self.query_label = QLabel("query: CLS")
@@ -108,13 +112,14 @@ class CompareWindow(QWidget):
         layout.addWidget(self.pred_a)
         layout.addWidget(self.pred_b)
         layout.addWidget(self.status)
-        self.method.currentIndexChanged.connect(lambda _i: self.request())
+        self.method.currentIndexChanged.connect(self._method_chosen)
         self.diff.toggled.connect(self._draw)
         reset.clicked.connect(lambda: self.set_query(None))
         for v in (self.view_a, self.view_b, self.view_diff):
             v.patchClicked.connect(lambda r, c: self.set_query((r, c)))
 
     def set_methods(self, methods: list[MethodInfo], shown: str | None) -> None:
+        self.methods, self.wanted = list(methods), shown
         self.method.blockSignals(True)
         self.method.clear()
         for m in methods:
@@ -122,11 +127,37 @@ class CompareWindow(QWidget):
         index = self.method.findData(shown) if shown else -1
         self.method.setCurrentIndex(max(index, 0))
         self.method.blockSignals(False)
+        if self.image is not None:
+            self._offer(self.image.unavailable)
+
+    def _method_chosen(self, _index: int) -> None:
+        self.wanted = self.method.currentData()
+        self.request()
+
+    def _offer(self, unavailable: dict[str, str]) -> None:
+        """The methods model A (the viewer's model) can't run greyed with its reasons, and the
+        user's method shown where A runs it, else the nearest it runs (DESIGN §6)."""
+        model = self.method.model()
+        if not isinstance(model, QStandardItemModel):
+            return
+        for i in range(self.method.count()):
+            item, why = model.item(i), unavailable.get(self.method.itemData(i))
+            if item is not None:
+                item.setEnabled(why is None)
+                item.setToolTip(why or "")
+        if self.wanted is None or not self.methods:
+            return
+        index = self.method.findData(nearest_runnable(self.wanted, self.methods, unavailable))
+        if index >= 0:
+            blocked = self.method.blockSignals(True)
+            self.method.setCurrentIndex(index)
+            self.method.blockSignals(blocked)
 
     def apply_image(self, result: ImageResult) -> None:
         if self.image is None or self.image.grid != result.grid:
             self.query = None
         self.image = result
+        self._offer(result.unavailable)
         for v in (self.view_a, self.view_b, self.view_diff):
             v.set_image(result.display, result.region, tuple(result.grid))
             v.set_query(self.query)

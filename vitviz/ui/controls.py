@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from vitviz.ui.cam_layer_picker import LAYER_PARAMETER, CamLayerPicker
 from vitviz.ui.colors import COLORMAPS
+from vitviz.ui.lines_label import LinesLabel
 from vitviz.ui.wheel_guard import guard_wheel
 from vitviz.workers.messages import OLD_METHOD_NAMES, MapParams, MethodInfo, ParamInfo
 
@@ -201,15 +202,13 @@ class ViewControls(QWidget):
         self.row_suffixes: list[str] = []  # per layer after its number ("", " · 1.2 SW")
         self.row_heads: list[int] = []  # heads per layer (they differ in a Swin's stages)
         self.param_panel = ParamPanel()
-        self.query_label = QLabel("CLS token")
-        self.query_label.setWordWrap(True)  # a probe's words are long: they wrap, not widen,
-        # in two fixed lines (the row around it doesn't grow for a wrapped label's height)
-        self.query_label.setFixedHeight(2 * self.query_label.fontMetrics().lineSpacing() + 4)
+        # a probe's words are long: they wrap, not widen, in two steady lines (more only
+        # while a narrow panel needs them: the row around it doesn't grow for a wrapped label)
+        self.query_label = LinesLabel("CLS token", lines=2)
         self.query_reset = QPushButton("Reset to CLS")
         self.query_reset.clicked.connect(self.queryResetRequested)
-        self.class_label = QLabel("top prediction")
-        self.class_label.setWordWrap(True)  # two fixed lines, as the query's: a long class name
-        self.class_label.setFixedHeight(2 * self.class_label.fontMetrics().lineSpacing() + 4)
+        # two steady lines, as the query's: a long class name
+        self.class_label = LinesLabel("top prediction", lines=2)
         self.class_reset = QPushButton("Top prediction")
         self.class_reset.clicked.connect(self.classResetRequested)
         self.colormap = QComboBox()
@@ -332,8 +331,8 @@ class ViewControls(QWidget):
         p = None if m is None else next(filter(from_layer_picker, m.parameters), None)
         self._map_form.setRowVisible(self.cam_layer, p is not None)
         if m is not None and p is not None:
-            self.cam_layer.set_layer(str(self.param_panel.values.get(m.name, {}).get(
-                p.name, p.default)))  # fmt: skip
+            self.cam_layer.set_layer(self.cam_layer.fit(str(self.param_panel.values.get(
+                m.name, {}).get(p.name, p.default))))  # fmt: skip
             why = self.param_panel.ignored.get(m.name, {}).get(p.name)
             self.cam_layer.setEnabled(why is None)
 
@@ -360,6 +359,7 @@ class ViewControls(QWidget):
         self.layer.setRange(0, layers - 1)
         self.param_panel.set_shape(layers, heads)
         self.cam_layer.set_blocks(layers if cam_blocks is None else cam_blocks)
+        self._show_cam_layer()  # the method's target layer as this model reads it
         self.layer.setPrefix(f"{self.layer_word} ")
         layer = self.selected_layer()
         self._fill_heads(self.row_heads[layer] if layer < len(self.row_heads) else heads)
@@ -408,6 +408,9 @@ class ViewControls(QWidget):
         if m is not None:
             selection = {"layer": self.selected_layer(), "head": self.selected_head()}
             values.update({p.name: selection[p.name] for p in m.parameters if from_selection(p)})
+            for p in filter(from_layer_picker, m.parameters):  # as the picker shows it
+                if p.name in values:
+                    values[p.name] = self.cam_layer.fit(str(values[p.name]))
         return values
 
     def selected_layer(self) -> int:

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 from vitviz.ui import file_dialogs
 from vitviz.ui.cluster_row import ClusterRow, FolderRunsOn
 from vitviz.ui.settings import AppSettings
+from vitviz.ui.view_state import NO_CLASSES
 from vitviz.workers.folder_faithfulness import FolderFaithfulnessResult
 from vitviz.workers.messages import CurvesResult, FaithfulnessResult
 
@@ -61,6 +62,16 @@ class CurvePlot(pg.PlotWidget):
             self.curves[role] = self.plot(x, values, pen=PENS[role], name=text)
 
 
+MEASURE_TIP = (
+    "Deletion and insertion curves of the shown method and of a random map for this image's "
+    "top class (CLS query; on a Swin the average pool): patches removed or restored best first"
+)
+FOLDER_TIP = (
+    "The same curves averaged over every image of a folder (each image's own top class; its "
+    "<stem>_mask.png beside it for the localisation numbers)"
+)
+
+
 class FaithfulnessPanel(FolderRunsOn, QWidget):
     """A button asks for the numbers (``measureRequested``); ``show_result`` draws them.
     ``folderRequested(folder)`` asks for them over a folder's images, ``cancelRequested``
@@ -74,21 +85,15 @@ class FaithfulnessPanel(FolderRunsOn, QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.result: FaithfulnessResult | None = None
+        self.has_classes = True  # the model on screen has classes to measure (``offer``)
         self.measure = QPushButton("Measure faithfulness")
-        self.measure.setToolTip(
-            "Deletion and insertion curves of the shown method and of a random map for this "
-            "image's top class (CLS query; on a Swin the average pool): patches removed or "
-            "restored best first"
-        )
+        self.measure.setToolTip(MEASURE_TIP)
         self.measure.clicked.connect(self.measureRequested)
         self.folder_result: FolderFaithfulnessResult | None = None
         self.running = False
         self._app_settings: AppSettings | None = None
         self.over_folder = QPushButton("Over a folder…")
-        self.over_folder.setToolTip(
-            "The same curves averaged over every image of a folder (each image's own top "
-            "class; its <stem>_mask.png beside it for the localisation numbers)"
-        )
+        self.over_folder.setToolTip(FOLDER_TIP)
         self.over_folder.clicked.connect(self._choose_folder)
         self.back = QPushButton("This image")
         self.back.setToolTip("Show this image's curves again")
@@ -126,6 +131,15 @@ class FaithfulnessPanel(FolderRunsOn, QWidget):
         layout.addWidget(self.insertion, 1)
         layout.addWidget(self.numbers)
 
+    def offer(self, has_classes: bool) -> None:
+        """The curves follow a class: a model without classes greys both buttons with the
+        reason (DESIGN §6)."""
+        self.has_classes = has_classes
+        for button, tip in ((self.measure, MEASURE_TIP), (self.over_folder, FOLDER_TIP)):
+            button.setToolTip(tip if has_classes else f"Faithfulness {NO_CLASSES}")
+        self.measure.setEnabled(has_classes and not self.running)
+        self.over_folder.setEnabled(has_classes and not self.running)
+
     def set_busy(self, text: str) -> None:
         self.status.setText(text)
         self.measure.setEnabled(False)
@@ -133,7 +147,7 @@ class FaithfulnessPanel(FolderRunsOn, QWidget):
     def set_idle(self, text: str | None = None) -> None:
         if text is not None:
             self.status.setText(text)
-        self.measure.setEnabled(not self.running)
+        self.measure.setEnabled(self.has_classes and not self.running)
 
     def clear(self, text: str = "Not measured yet.") -> None:
         self.result = None
@@ -186,7 +200,7 @@ class FaithfulnessPanel(FolderRunsOn, QWidget):
     def set_folder_idle(self, message: str | None = None) -> None:
         """The folder's run ended without a result (cancelled or failed): say so."""
         self.running = False
-        self.over_folder.setEnabled(True)
+        self.over_folder.setEnabled(self.has_classes)
         self.cluster_row.setEnabled(True)
         self.progress.hide()
         self.cancel.hide()

@@ -32,6 +32,7 @@ from vitviz.imaging.colormaps import tick_text
 from vitviz.imaging.effect_grid import diverging_colours, symmetric_levels
 from vitviz.ui.elided_label import ElidedLabel
 from vitviz.ui.head_grid import MEAN, HeadGrid
+from vitviz.ui.view_state import NO_CLASSES
 from vitviz.workers import interventions as jobs
 from vitviz.workers.messages import ImageResult, ModelSummary
 
@@ -156,6 +157,17 @@ class ImportanceScale(QWidget):
         self.setToolTip(PATCHING_TIP)
 
 
+IMPORTANCE_TIP = (
+    "Colour each head tile by its effect on the shown class (each head knocked out alone); "
+    "hover a tile for its value"
+)
+PATCH_TIP = (
+    "Choose a second image as the clean run: each head tile is coloured by how much of the "
+    "clean image's prediction that head carries into the shown image when patched in; hover "
+    "a tile for its value"
+)
+
+
 class KnockoutController(QObject):
     """The window's knock-out mode and importance view, over its viewer's head grid."""
 
@@ -185,17 +197,10 @@ class KnockoutController(QObject):
         self.act_restore.setEnabled(False)
         self.act_restore.triggered.connect(self.restore_all)
         self.act_importance = QAction("Head importance", self, checkable=True)
-        self.act_importance.setToolTip(
-            "Colour each head tile by its effect on the shown class (each head knocked out "
-            "alone); hover a tile for its value"
-        )
+        self.act_importance.setToolTip(IMPORTANCE_TIP)
         self.act_importance.toggled.connect(self._on_importance)
         self.act_patch = QAction("Patch from…", self, checkable=True)
-        self.act_patch.setToolTip(
-            "Choose a second image as the clean run: each head tile is coloured by how much of "
-            "the clean image's prediction that head carries into the shown image when patched "
-            "in; hover a tile for its value"
-        )
+        self.act_patch.setToolTip(PATCH_TIP)
         self.act_patch.triggered.connect(self._on_patch_action)
         self.patch_clean: str | None = None  # the clean image's path while the view is shown
         self.patch_label = ""
@@ -329,7 +334,10 @@ class KnockoutController(QObject):
             self.effect = self.prob = None
             self._show()
         elif isinstance(result, ImageResult):
+            self._offer(bool(result.class_names))
             self.overlay.redraw()
+            if not result.class_names:
+                return  # nothing to measure: the choice waits for a model with classes
             if self.act_importance.isChecked():
                 self.request_importance()
             elif self.patch_clean is not None:  # the shown image's pass changed: again
@@ -349,6 +357,13 @@ class KnockoutController(QObject):
             self._show()
             self.scale.show_patching(result.clean_label)
             self.scale.set_levels(self.overlay.levels, result.class_name, unit="")
+
+    def _offer(self, has_classes: bool) -> None:
+        """Importance and patching measure a class: a model without classes (a backbone, a
+        CLIP before its prompts) greys them with the reason, the user's choice kept (DESIGN §6)."""
+        for action, tip in ((self.act_importance, IMPORTANCE_TIP), (self.act_patch, PATCH_TIP)):
+            action.setEnabled(has_classes)
+            action.setToolTip(tip if has_classes else f"{action.text()} {NO_CLASSES}")
 
     def _show(self) -> None:
         self.overlay.show(self.knocked, self.effect)

@@ -120,6 +120,7 @@ class MainWindow(QMainWindow):
         self._requested_label = ""
         self._shown_label = ""
         self._model_pending = False  # a model is being opened (an image alone waits for it)
+        self._job_message = ""  # the last refusal of an engine job (about the model it ran on)
         self.folder_images: list[Path] = []
         self.folder_index = -1
 
@@ -862,6 +863,8 @@ class MainWindow(QMainWindow):
             self.apply_prompts(remembered)
 
     def _apply_model(self, summary: ModelSummary, channel: str = "model") -> None:
+        if self._job_message and self.message_bar.text() == self._job_message:
+            self.message_bar.hide()  # a refusal about the model before this one (DESIGN §6)
         self.model = summary
         self._model_pending = False
         shape = summary.headline or f"{summary.depth} layers × {summary.heads} heads"
@@ -913,6 +916,7 @@ class MainWindow(QMainWindow):
                 else f"{model_words(self.model)} ({self.model.family})"
             )
         self.notifier.user_error(error.message)
+        self._job_message = error.message
         if error.kind == "settings":
             self.ask_checkpoint_settings(error)
 

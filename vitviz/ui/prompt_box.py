@@ -68,6 +68,7 @@ class PromptBox(QWidget):
         super().__init__(parent)
         self.applied: tuple[str, ...] = ()  # the prompts the model scores now
         self.title = QLabel(TITLE.format(scored="none yet"))
+        self.title.setWordWrap(True)  # beside the button in a narrow panel: two lines, not cut
         self.edit = PromptEdit()
         self.edit.setPlaceholderText(HINT)
         self.edit.setTabChangesFocus(True)

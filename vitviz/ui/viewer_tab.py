@@ -16,6 +16,7 @@ from vitviz.ui.controls import ATTENTION, MEAN, ViewControls, from_layer_picker
 from vitviz.ui.faithfulness_panel import FaithfulnessPanel
 from vitviz.ui.head_grid_panel import HeadGridPanel
 from vitviz.ui.layer_view import LayerView
+from vitviz.ui.lines_label import LinesLabel
 from vitviz.ui.prompt_box import PromptBox
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.stats_panel import StatsPanel
@@ -94,7 +95,9 @@ class ViewerTab(QWidget):
         panel = QWidget()
         panel_layout = QVBoxLayout(panel)
         panel_layout.setContentsMargins(4, 4, 4, 4)
-        self.predictions_title = QLabel(PREDICTIONS_TITLE.format(noun="class"))
+        # a prompt's or a missing head's words wrap in a narrow panel; a steady height, so a
+        # query change doesn't lay the panel out again (nor repaint the chart below)
+        self.predictions_title = LinesLabel(PREDICTIONS_TITLE.format(noun="class"), lines=1, pad=0)
         panel_layout.addWidget(self.predictions_title)
         panel_layout.addWidget(self.predictions)
         panel_layout.addWidget(self.prompt_box)
@@ -171,6 +174,7 @@ class ViewerTab(QWidget):
         self.controls.param_panel.ignored = result.ignored_params
         self.controls.set_shape(result.num_layers, result.num_heads, result.cam_blocks)
         self.controls.set_unavailable(result.unavailable)
+        self.faithfulness.offer(bool(result.class_names))
         self.faithfulness.clear()
         # the clickable grid (hover and query cells) is the token geometry's, over the input
         geometry = self.layers.geometry
@@ -244,9 +248,10 @@ class ViewerTab(QWidget):
     def _forget_model_views(self) -> None:
         """Another model: drop what was drawn with the last one's grid and layers until this
         one's maps come (the overlay and the head grid's thumbnails), and show this image's
-        head statistics rather than a folder's measured with the last model."""
+        head statistics and faithfulness rather than a folder's measured with the last model."""
         self.map_view.set_map(None)
         self.stats_panel.show_image()
+        self.faithfulness.show_image()
 
     def apply_maps(self, result: MapsResult) -> None:
         self.maps = result
