@@ -26,6 +26,7 @@ KIND_PACKAGES: tuple[str, ...] = (
     "vitviz.kinds.levit",
     "vitviz.kinds.crossvit",
     "vitviz.kinds.tnt",
+    "vitviz.kinds.volo",
     "vitviz.kinds.cait",
     "vitviz.kinds.convit",
     "vitviz.kinds.xcit",
