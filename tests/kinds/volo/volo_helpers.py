@@ -19,16 +19,22 @@ DEPTHS = (2, 1, 1, 1)
 KINDS = ["outlook", "outlook", "self", "self", "self", "class", "class"]
 
 
-def tiny_timm_volo(seed: int = 1, num_classes: int = 5, **kwargs) -> nn.Module:
-    """timm's VOLO with volo_d1_224's heads at tiny sizes, every parameter and BatchNorm
-    statistic perturbed; named volo_d1_224 for timm's folder."""
+# volo_d2_224's heads (8, 16) at widths 32/64, one block a stage: six layers whose heads the
+# multi-layer plan cuts across layers at 3 rows and at all of them (the shared tests ask it)
+D2 = dict(layers=(1, 1, 1, 1), embed_dims=(32, 64, 64, 64), num_heads=(8, 16, 16, 16))
+
+
+def tiny_timm_volo(
+    seed: int = 1, num_classes: int = 5, name: str = "volo_d1_224", **kwargs
+) -> nn.Module:
+    """timm's VOLO with ``name``'s heads at tiny sizes (volo_d1_224: ``DEPTHS``, ``DIMS``;
+    volo_d2_224: ``D2``), every parameter and BatchNorm statistic perturbed; named ``name`` for
+    timm's folder."""
     import timm
     from timm.models.volo import VOLO
 
-    args = dict(
-        layers=DEPTHS, embed_dims=DIMS, num_heads=HEADS, stem_hidden_dim=8, img_size=SIZE,
-        num_classes=num_classes,
-    )  # fmt: skip
+    sizes = D2 if name == "volo_d2_224" else dict(layers=DEPTHS, embed_dims=DIMS, num_heads=HEADS)
+    args = dict(stem_hidden_dim=8, img_size=SIZE, num_classes=num_classes, **sizes)
     args.update(kwargs)
     model = randomize_(VOLO(**args), seed=seed)
     g = torch.Generator().manual_seed(50 + seed)
@@ -37,8 +43,8 @@ def tiny_timm_volo(seed: int = 1, num_classes: int = 5, **kwargs) -> nn.Module:
             if isinstance(m, nn.BatchNorm2d):
                 m.running_mean.copy_(0.2 * torch.randn(m.running_mean.shape, generator=g))
                 m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=g))
-    model.pretrained_cfg = dict(timm.models.get_pretrained_cfg("volo_d1_224").to_dict())
-    model.pretrained_cfg["architecture"] = "volo_d1_224"
+    model.pretrained_cfg = dict(timm.models.get_pretrained_cfg(name).to_dict())
+    model.pretrained_cfg["architecture"] = name
     return model.eval()
 
 
