@@ -14,7 +14,6 @@ from timm.models import save_for_hf
 from vitviz.checkpoints import CheckpointError, load_checkpoint
 
 TIMM = {
-    "volo_d1_224": "VOLO",
     "vit_dwee_patch16_reg1_gap_256": "differential attention",
     "vit_dpwee_patch16_reg1_gap_256": "differential attention",
 }

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 # (the part of a key that only this architecture has, its name in the refusal)
-BY_KEYS = (("post_network.", "timm's VOLO (outlook attention)"),)
+BY_KEYS: tuple[tuple[str, str], ...] = ()
 # A timm ViT's layout with a part only this architecture has (its blocks are otherwise timm's
 # ViT's, so the timm family reads the file and asks this before any tensor is taken)
 TIMM_VIT_BY_KEYS = (

@@ -27,6 +27,7 @@ KIND_PACKAGES: tuple[str, ...] = (
     "vitviz.kinds.mobilevit",
     "vitviz.kinds.crossvit",
     "vitviz.kinds.tnt",
+    "vitviz.kinds.volo",
     "vitviz.kinds.cait",
     "vitviz.kinds.convit",
     "vitviz.kinds.xcit",

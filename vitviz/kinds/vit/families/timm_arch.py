@@ -61,8 +61,6 @@ CLASS_REASONS = {
     "VisionTransformerSAM": "windowed attention with relative position (SAM)",
     "NaFlexVit": "NaFlex variable-resolution embedding",
     "Hiera": "a hierarchical (pooling-attention) ViT, Hiera",
-    # token layouts beside the plain ViT (no kind of vitviz's has them yet)
-    "VOLO": "VOLO's outlook attention",
 }
 BLOCK_REASONS = {
     "DiffParallelScalingBlock": "parallel blocks with differential attention (the difference of "
