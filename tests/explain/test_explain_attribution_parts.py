@@ -539,9 +539,10 @@ CASES = {
     "rmsnorm": dict(norm="rmsnorm", attn_norm=True, mlp_norm=True, pre_norm=True),
     "qk-norm": dict(qk_norm=True, rope="axial", rope_half=True, num_register_tokens=1),
     "rms-qk-norm": dict(norm="rmsnorm", qk_norm=True, layer_scale_init=0.5),
-    "gqa": dict(kv_heads=(2, 1, 2)),
+    "gqa": dict(heads=4, kv_heads=(4, 2, 1)),  # kv head j serves query heads 2j, 2j + 1
     "sapiens2": dict(
-        kv_heads=(2, 1, 2),
+        heads=4,
+        kv_heads=(4, 2, 4),
         qk_norm=True,
         norm="rmsnorm",
         rope="dinov3",
