@@ -212,8 +212,8 @@ def _take_attention(t: Taker, b: str, out: dict[str, Tensor], rows: list[int]) -
             raise CheckpointError(f"{t.source.name}: {o}q_proj and v_proj differ in bias.")
         out[f"{o}qkv.bias"] = fuse_qkv(qb, vb.new_zeros(vb.shape) if kb is None else kb, vb)
         return True
-    rows += [int(t.state[f"{o}qkv.weight"].shape[0]) // 3] * 2 if f"{o}qkv.weight" in t else []
     out[f"{o}qkv.weight"] = t.take(f"{o}qkv.weight")
+    rows += [int(out[f"{o}qkv.weight"].shape[0]) // 3] * 2  # as many k heads as q heads
     bias = t.maybe(f"{o}qkv.bias")
     if bias is not None:
         out[f"{o}qkv.bias"] = bias
@@ -267,8 +267,8 @@ def convert(source: Source) -> Conversion:
     else:
         rec, recognised = _settings(source, name, args), f"architecture {name} as timm defines it"
     _check_shown(source, name, rec)
-    width_dim = int(source.state["patch_embed.proj.weight"].shape[0])  # the name's head width
-    named_width = None if other_sizes else rec["attn_head_dim"] or width_dim // rec["heads"]
+    dim = int(source.state["patch_embed.proj.weight"].shape[0])  # the name's, with its sizes
+    named_width = None if other_sizes else rec["attn_head_dim"] or dim // rec["heads"]
     if other_sizes:  # the name's per-block kv heads are not theirs (maybe not their depth)
         rec = {k: v for k, v in rec.items() if k != "kv_heads"}
     if other_sizes and "heads" not in source.user:  # the name's head count is not theirs
