@@ -111,6 +111,9 @@ def test_the_folder_opens_exactly_with_every_part_read(model, loaded) -> None:
     cfg = loaded.config
     assert loaded.family == "timm-eva"
     assert kv_heads() == (4, 2, 2, 4) and model.blocks[1].attn.num_kv_heads == 2
+    # timm's rotary coordinates are rescaled at random while training (rope_rescale_coords):
+    # in eval they are not, which the comparisons below hold
+    assert model.rope.aug_active and model.rope.rescale_coords and not model.training
     read = dict(qk_norm=True, norm="rmsnorm", kv_heads=(4, 2, 2, 4), layer_scale_mlp=False,
                 rope="dinov3", rope_half=True, rope_temperature=100.0, num_register_tokens=8,
                 swiglu=True, global_pool="token", qkv_bias=True, heads=4)  # fmt: skip
