@@ -269,6 +269,7 @@ def convert(source: Source) -> Conversion:
     _check_shown(source, name, rec)
     dim = int(source.state["patch_embed.proj.weight"].shape[0])  # the name's, with its sizes
     named_width = None if other_sizes else rec["attn_head_dim"] or dim // rec["heads"]
+    named_kv = rec["kv_heads"]
     if other_sizes:  # the name's per-block kv heads are not theirs (maybe not their depth)
         rec = {k: v for k, v in rec.items() if k != "kv_heads"}
     if other_sizes and "heads" not in source.user:  # the name's head count is not theirs
@@ -378,7 +379,7 @@ def convert(source: Source) -> Conversion:
     if C != 3:
         ref_args["in_chans"] = C
     ref_args.update(_attention_args(config, rec))
-    words = [f"key/value heads {list(config.kv_heads)}"] if config.kv_heads else []
+    words = [] if config.kv_heads == named_kv else [_kv_words(config.kv_heads, config.heads)]
     if config.fc_norm != bool(rec.get("fc_norm")) or config.global_pool != rec.get("global_pool"):
         ref_args.update(use_fc_norm=config.fc_norm, global_pool=config.global_pool)
         pool = "mean pooling" if config.global_pool == "avg" else "CLS pooling"
@@ -420,6 +421,19 @@ def _heads_shown(rows: list[int], width: int, D: int, rec: dict[str, Any]) -> di
     if rec.get("qk_norm"):  # the head count itself shown by the qk-norm's width
         shown.update(heads=heads, attn_head_dim=None if heads * width == D else width)
     return shown
+
+
+def _kv_words(kv_heads: tuple[int, ...] | None, heads: int) -> str:
+    """Each block's key/value heads in runs: "key/value heads 4, 2 × 2, 4"."""
+    runs: list[list[int]] = []
+    for h in kv_heads or (heads,):
+        if runs and runs[-1][0] == h:
+            runs[-1][1] += 1
+        else:
+            runs.append([h, 1])
+    if kv_heads is None:
+        return f"{heads} key/value heads in every block"
+    return "key/value heads " + ", ".join(f"{h} × {n}" if n > 1 else f"{h}" for h, n in runs)
 
 
 def _attention_args(config: Any, rec: dict[str, Any]) -> dict[str, Any]:
