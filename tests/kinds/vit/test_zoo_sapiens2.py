@@ -238,3 +238,22 @@ def test_the_model_info_names_the_new_parts(loaded) -> None:
     for word in ("qk-norm", "grouped-query in 2 of 4 blocks", "RMSNorm",
                  "LayerScale on the attention branch only", "8 registers"):  # fmt: skip
         assert word in parts, parts
+
+
+def test_the_new_settings_are_checked_and_survive_a_json_round_trip() -> None:
+    import json
+
+    from vitviz.blocks import ViTConfig
+
+    base = dict(image_size=32, patch_size=8, dim=64, depth=4, heads=4)
+    cfg = ViTConfig(**base, kv_heads=[4, 2, 2, 4], layer_scale_init=1.0, layer_scale_mlp=False)
+    back = ViTConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert back == cfg and back.kv_heads == (4, 2, 2, 4)
+    for bad, words in (
+        (dict(kv_heads=(4, 2)), "one entry per block"),
+        (dict(kv_heads=(4, 3, 3, 4)), "must divide heads 4"),
+        (dict(kv_heads=(4, 2, 2, 4), parallel=True), "takes no parallel"),
+        (dict(layer_scale_mlp=False), "needs layer_scale_init"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            ViTConfig(**base, **bad)
