@@ -11,6 +11,8 @@ relevance down by autograd. What it adds to the authors' modules, each from its 
 - the relative position bias: added after Q·Kᵀ; the scores' relevance all goes to the product;
 - residual post-norm: a LayerNorm on each branch (unchanged); ``RRMSNorm`` and qk-norm: norms
   (unchanged);
+- ``RShare``: grouped-query attention's kv head used by each of its query heads (a fork), its
+  relevance by the z rule through autograd as the authors' Clone (vitviz sums in closed form);
 - ``RefParallelBlock``: a parallel block's fused Linear, its two branches added (``RAdd``) and
   the residual add;
 - ``RefBranchedBlock``: a block of several branches, each a ``RefAttention`` or ``RefMlp`` on
@@ -151,10 +153,32 @@ class RRotary(RelModule):
         return self.X * c
 
 
+class RShare(RelModule):
+    """Grouped-query attention: each kv head (B, H_kv, N, hd) copied to its ``groups`` query
+    heads, kv head j to heads j·groups .. (j + 1)·groups − 1, written as a loop of copies."""
+
+    def __init__(self, groups: int):
+        super().__init__()
+        self.groups = groups
+
+    def forward(self, x):
+        return torch.stack([x[:, j] for j in range(x.shape[1]) for _ in range(self.groups)], 1)
+
+    def relprop(self, R, alpha):
+        z = self.forward(self.X)
+        s = authors_safe_divide(R, z)
+        (c,) = torch.autograd.grad(z, self.X, s, retain_graph=True)
+        return self.X * c
+
+
 class RefAttention(nn.Module):
     def __init__(self, attn: nn.Module, rope, bias):
         super().__init__()
         self.heads, self.hd, self.scale = attn.heads, attn.head_dim, attn.scale
+        self.kv = (attn.qkv.weight.shape[0] // attn.head_dim - attn.heads) // 2  # kv heads
+        groups = self.heads // self.kv  # a fork only where a kv head serves several
+        self.share_k = RShare(groups) if groups > 1 else RIdentity()
+        self.share_v = RShare(groups) if groups > 1 else RIdentity()
         self.prefix, self.bias = attn.prefix, bias
         self.qkv, self.proj, self.norm = _linear(attn.qkv), _linear(attn.proj), _norm(attn.norm)
         self.q_norm, self.k_norm = _norm(attn.q_norm), _norm(attn.k_norm)  # relevance: unchanged
@@ -174,9 +198,12 @@ class RefAttention(nn.Module):
 
     def forward(self, x):
         b, n, _ = x.shape
-        qkv = self.qkv(x).reshape(b, n, 3, self.heads, self.hd).permute(2, 0, 3, 1, 4)
-        q, k = self.q_norm(qkv[0]), self.k_norm(qkv[1])
-        q, k, v = self._turn(self.rot_q, q), self._turn(self.rot_k, k), qkv[2]
+        w = self.hd * self.kv  # q's rows, then k's and v's: H·hd + 2·H_kv·hd
+        q, k, v = self.qkv(x).split([self.heads * self.hd, w, w], dim=-1)
+        q, k, v = (t.reshape(b, n, -1, self.hd).transpose(1, 2) for t in (q, k, v))
+        q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self._turn(self.rot_q, q), self._turn(self.rot_k, k)
+        k, v = self.share_k(k), self.share_v(v)  # each query head's kv head
         scores = self.matmul1([q, k]) * self.scale
         attn = self.softmax(scores if self.bias is None else scores + self.bias)
         self.attn = attn
@@ -195,8 +222,9 @@ class RefAttention(nn.Module):
         r_attn, r_v = r_attn / 2, r_v / 2
         self.attn_cam = r_attn
         r_q, r_k = self.matmul1.relprop(self.softmax.relprop(r_attn, alpha), alpha)  # bias: none
-        r_q, r_k = self._turn_back(self.rot_q, r_q / 2), self._turn_back(self.rot_k, r_k / 2)
-        r_qkv = torch.stack([r_q, r_k, r_v]).permute(1, 3, 0, 2, 4).reshape(b, n, -1)
+        r_k, r_v = self.share_k.relprop(r_k / 2, alpha), self.share_v.relprop(r_v, alpha)
+        r_q, r_k = self._turn_back(self.rot_q, r_q / 2), self._turn_back(self.rot_k, r_k)
+        r_qkv = torch.cat([t.transpose(1, 2).reshape(b, n, -1) for t in (r_q, r_k, r_v)], -1)
         return self.qkv.relprop(r_qkv, alpha)
 
 
@@ -511,6 +539,20 @@ CASES = {
     "rmsnorm": dict(norm="rmsnorm", attn_norm=True, mlp_norm=True, pre_norm=True),
     "qk-norm": dict(qk_norm=True, rope="axial", rope_half=True, num_register_tokens=1),
     "rms-qk-norm": dict(norm="rmsnorm", qk_norm=True, layer_scale_init=0.5),
+    "gqa": dict(heads=4, kv_heads=(4, 2, 1)),  # kv head j serves query heads 2j, 2j + 1
+    "sapiens2": dict(
+        heads=4,
+        kv_heads=(4, 2, 4),
+        qk_norm=True,
+        norm="rmsnorm",
+        rope="dinov3",
+        rope_half=True,
+        rope_temperature=100.0,
+        num_register_tokens=8,
+        swiglu=True,
+        layer_scale_init=0.5,
+        layer_scale_mlp=False,
+    ),
     "parallel": dict(parallel=True, qk_norm=True),
     "parallel-rms": dict(
         parallel=True, norm="rmsnorm", qk_norm=True, qkv_bias=False, layer_scale_init=0.5

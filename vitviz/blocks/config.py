@@ -101,6 +101,10 @@ class ViTConfig:
     branches: int = 1
     pool_heads: int | None = None  # the attention pool's (MAP) heads; None: ``heads`` (timm PE)
     pool_hidden_dim: int | None = None  # the attention pool's MLP width; None: ``hidden_dim``
+    # Grouped-query attention: each block's key/value heads, dividing ``heads``; query head h
+    # reads kv head h // (heads / kv) (timm's num_kv_heads). None: ``heads`` in every block
+    kv_heads: tuple[int, ...] | None = None
+    layer_scale_mlp: bool = True  # LayerScale on the MLP branch too; False: attention only
     # Training-only regularisation (no effect in eval mode).
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
@@ -113,6 +117,8 @@ class ViTConfig:
             self.stem = StemConfig(**self.stem)
         if self.rope_ref_grid is not None:
             self.rope_ref_grid = _pair(self.rope_ref_grid)
+        if self.kv_heads is not None:  # a JSON config's list
+            self.kv_heads = tuple(int(h) for h in self.kv_heads)
         self.validate()
 
     # -- derived ----------------------------------------------------------------------------------
@@ -151,6 +157,10 @@ class ViTConfig:
     def layer_heads(self) -> int:
         """The heads of one layer's attention: ``heads`` in each of its ``branches``."""
         return self.heads * self.branches
+
+    def block_kv_heads(self, layer: int) -> int:
+        """Block ``layer``'s key/value heads (``heads`` without grouped-query attention)."""
+        return self.heads if self.kv_heads is None else self.kv_heads[layer]
 
     @property
     def hidden_dim(self) -> int:
@@ -252,7 +262,35 @@ class ViTConfig:
                 kept.append("attn_head_dim")
             if kept:
                 problems.append(f"parallel blocks take no {', '.join(kept)}")
+        problems += self._kv_problems() + self._layer_scale_problems()
         return problems + self._branch_problems()
+
+    def _kv_problems(self) -> list[str]:
+        """Grouped-query attention: one kv head count per block, each dividing ``heads``; the
+        blocks that fuse or join heads otherwise take none."""
+        if self.kv_heads is None:
+            return []
+        if len(self.kv_heads) != self.depth:
+            return [f"kv_heads needs one entry per block ({len(self.kv_heads)} for {self.depth})"]
+        problems = []
+        bad = sorted({h for h in self.kv_heads if h < 1 or self.heads % h})
+        if bad:
+            problems.append(f"kv_heads must divide heads {self.heads} (got {bad})")
+        kept = [n for n in ("parallel", "rel_pos_bias") if getattr(self, n)]
+        kept += ["branches"] if self.branches > 1 else []
+        kept += ["rope 'mixed'"] if self.rope == "mixed" else []
+        if kept:
+            problems.append(f"grouped-query attention (kv_heads) takes no {', '.join(kept)}")
+        return problems
+
+    def _layer_scale_problems(self) -> list[str]:
+        """LayerScale on the attention branch only: a plain block's, with a LayerScale."""
+        if self.layer_scale_mlp:
+            return []
+        if self.layer_scale_init is None or self.parallel or self.branches > 1:
+            return ["layer_scale_mlp=False needs layer_scale_init and plain (not parallel or "
+                    "branched) blocks"]  # fmt: skip
+        return []
 
     def _branch_problems(self) -> list[str]:
         """What blocks of several branches (``vitviz.blocks.branches``) can't have."""
@@ -304,6 +342,8 @@ class ViTConfig:
         d["image_size"] = list(self.image_size)
         if self.rope_ref_grid is not None:
             d["rope_ref_grid"] = list(self.rope_ref_grid)
+        if self.kv_heads is not None:
+            d["kv_heads"] = list(self.kv_heads)
         return d
 
     @classmethod

@@ -60,15 +60,22 @@ class Attention(nn.Module):
     With ``capture=True`` the probabilities softmax(QKᵀ/√d) are computed explicitly and returned,
     shape (B, heads, N, N), rows = queries; otherwise the fused scaled_dot_product_attention runs
     and ``None`` is returned. Both paths give the same output.
+
+    Grouped-query attention (``kv_heads`` < heads): qkv gives [q (heads·hd), k (kv·hd),
+    v (kv·hd)]; each kv head's k and v (normed and turned once) serve heads/kv query heads,
+    query head h reading kv head h // (heads/kv): the attention stays (B, heads, N, N).
     """
 
-    def __init__(self, config: ViTConfig) -> None:
+    def __init__(self, config: ViTConfig, kv_heads: int | None = None) -> None:
         super().__init__()
         self.heads = config.heads
         self.head_dim = config.head_dim
         self.attn_dim = config.attn_dim
+        self.kv_heads = kv_heads or config.heads
+        self.groups = self.heads // self.kv_heads  # query heads per kv head
         self.scale = self.head_dim**-0.5
-        self.qkv = nn.Linear(config.dim, 3 * self.attn_dim, bias=config.qkv_bias)
+        out = self.attn_dim + 2 * self.kv_heads * self.head_dim
+        self.qkv = nn.Linear(config.dim, out, bias=config.qkv_bias)
         self.attn_drop = nn.Dropout(config.attn_drop_rate)
         self.proj = nn.Linear(self.attn_dim, config.dim)
         self.proj_drop = nn.Dropout(config.drop_rate)
@@ -122,14 +129,30 @@ class Attention(nn.Module):
             self._rel_index = index
         return table[index.view(-1)].view(n, n, -1).permute(2, 0, 1)
 
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(B, N, dim) -> q (B, heads, N, hd), k and v (B, kv_heads, N, hd), unnormed."""
+        B, N, _ = x.shape
+        if self.groups == 1:
+            qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.unbind(0)
+            return q, k, v
+        kv = self.kv_heads * self.head_dim
+        parts = self.qkv(x).split([self.attn_dim, kv, kv], dim=-1)
+        q, k, v = (t.reshape(B, N, -1, self.head_dim).transpose(1, 2) for t in parts)
+        return q, k, v
+
+    def shared(self, t: Tensor) -> Tensor:
+        """(B, kv_heads, N, hd) -> (B, heads, N, hd): each kv head for its query heads."""
+        return t if self.groups == 1 else t.repeat_interleave(self.groups, dim=1)
+
     def forward(
         self, x: Tensor, capture: bool = False, rope: tuple[Tensor, Tensor] | None = None
     ) -> tuple[Tensor, Tensor | None]:
         """``rope``: this layer's rotary (sin, cos) tables for the patch tokens, or None."""
         B, N, _ = x.shape
-        qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)  # each (B, nh, N, hd)
+        q, k, v = self.project(x)
         q, k = apply_rotary(self.q_norm(q), self.k_norm(k), rope, self.prefix, self.rope_half)
+        k, v = self.shared(k), self.shared(v)
         bias = self.position_bias(N)
         attn: Tensor | None = None
         if capture:
@@ -216,14 +239,17 @@ class Block(nn.Module):
     rpn): x + norm1(attn(x)); x + norm2(mlp(x)).
     """
 
-    def __init__(self, config: ViTConfig, drop_path: float = 0.0) -> None:
+    def __init__(
+        self, config: ViTConfig, drop_path: float = 0.0, kv_heads: int | None = None
+    ) -> None:
         super().__init__()
         self.norm1 = make_norm(config.norm, config.dim, config.norm_eps)
-        self.attn = Attention(config)
+        self.attn = Attention(config, kv_heads)
         self.norm2 = make_norm(config.norm, config.dim, config.norm_eps)
         self.mlp = SwiGLU(config) if config.swiglu else Mlp(config)
         ls = config.layer_scale_init
         self.ls1 = LayerScale(config.dim, ls) if ls is not None else nn.Identity()
+        ls = ls if config.layer_scale_mlp else None  # attention-only LayerScale (Sapiens2)
         self.ls2 = LayerScale(config.dim, ls) if ls is not None else nn.Identity()
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm_first = config.norm_first

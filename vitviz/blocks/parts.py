@@ -48,6 +48,12 @@ def vit_parts(cfg: ViTConfig) -> tuple[str, ...]:
         out[-1] += " (no q/k/v bias)"
     if cfg.qk_norm:
         out[-1] += " with a norm on each head's q and k (qk-norm)"
+    if cfg.kv_heads is not None and any(h != cfg.heads for h in cfg.kv_heads):
+        grouped = sum(h != cfg.heads for h in cfg.kv_heads)
+        out[-1] += (
+            f", grouped-query in {grouped} of {cfg.depth} blocks "
+            f"({'/'.join(str(h) for h in sorted(set(cfg.kv_heads)))} key/value heads)"
+        )
     if cfg.attn_norm:
         out.append("a norm on the heads' output before proj (sub-LN)")
     place = "residual post" if cfg.res_post_norm else "pre" if cfg.norm_first else "post"
@@ -66,7 +72,7 @@ def vit_parts(cfg: ViTConfig) -> tuple[str, ...]:
     mlp = "SwiGLU MLP" if cfg.swiglu else f"{act} MLP"
     out.append(mlp + (" with a norm before fc2 (sub-LN)" if cfg.mlp_norm else ""))
     if cfg.layer_scale_init is not None:
-        out.append("LayerScale")
+        out.append("LayerScale" + ("" if cfg.layer_scale_mlp else " on the attention branch only"))
     out.append(POSITION_WORDS.get(cfg.pos_embed, cfg.pos_embed))
     prefix = ["CLS token"] if cfg.class_token else []
     prefix += ["distillation token"] if cfg.distill_token else []

@@ -103,7 +103,11 @@ class VisionTransformer(nn.Module):
         rates = [config.drop_path_rate * i / max(L - 1, 1) for i in range(L)]  # linear
         block = ParallelBlock if config.parallel else Block
         block = BranchedBlock if config.branches > 1 else block
-        self.blocks = nn.ModuleList(block(config, drop_path=r) for r in rates)
+        grouped = config.kv_heads is not None  # grouped-query attention: each block's kv heads
+        self.blocks = nn.ModuleList(
+            block(config, drop_path=r, **({"kv_heads": config.kv_heads[i]} if grouped else {}))
+            for i, r in enumerate(rates)
+        )
         self.shared_rel_pos = shared_position_bias(config, self.blocks)  # timm srelpos, or None
         final, fc = config.final_norm and not config.fc_norm, config.final_norm and config.fc_norm
         self.norm = make_norm(norm, D, config.norm_eps) if final else nn.Identity()

@@ -24,6 +24,9 @@ The same rules carry the parts of the other ViT families, each written from them
 - sub-LN (a LayerNorm on the heads' output, or on the MLP's hidden layer), residual
   post-norm (a LayerNorm on each branch's output), qk-norm (a norm on each head's q and k)
   and RMSNorm in place of any LayerNorm: norms, unchanged;
+- grouped-query attention (fewer kv heads than query heads, ``Attention.kv_heads``): a kv
+  head's k and v feed each of its query heads, a fork: x ⊙ Σ_j (R_j / x) over those heads
+  (before the rotary turn back of k); the qkv Linear's rows are [q; k; v], k and v narrower;
 - a parallel block (attention and MLP side by side on one norm, their inputs from one fused
   Linear, ``vitviz.blocks.parallel``): the residual add, then the sum of the two branches by the
   add rule; each branch down to its slice of the fused Linear's output, and that Linear by the
@@ -98,6 +101,7 @@ class _BlockTrace:
     rope: Rope = None  # the rotary tables that turned q and k
     gate: Tensor | None = None  # (B, N, hidden) SwiGLU's SiLU(fc1_g x) ...
     up: Tensor | None = None  # ... and fc1_x x, whose product is the hidden layer
+    groups: int = 1  # grouped-query attention: query heads per kv head (k_in, k, v have H/groups)
 
 
 @dataclass
@@ -168,17 +172,16 @@ class AttributionResult:
 
 def _attention(module: nn.Module, x: Tensor, rope: Rope) -> tuple[Tensor, ...]:
     """vitviz's Attention, explicit softmax: q and k before and after the rotary turn, v
-    (B, H, N, hd), attn (B, H, N, N) and the heads' output as proj reads it, ctx (B, N, H·hd)."""
+    (B, H, N, hd; k and v with the kv heads under grouped-query attention), attn (B, H, N, N)
+    and the heads' output as proj reads it, ctx (B, N, H·hd)."""
     B, N, _ = x.shape
-    heads, hd = module.heads, module.head_dim
-    qkv = module.qkv(x).reshape(B, N, 3, heads, hd).permute(2, 0, 3, 1, 4)
-    q_in, k_in, v = qkv.unbind(0)  # each (B, H, N, hd)
+    q_in, k_in, v = module.project(x)  # (B, H, N, hd), k and v (B, H_kv, N, hd)
     q_in, k_in = module.q_norm(q_in), module.k_norm(k_in)  # qk-norm: relevance unchanged
     q, k = apply_rotary(q_in, k_in, rope, module.prefix, module.rope_half)
-    scores = (q * module.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
+    scores = (q * module.scale) @ module.shared(k).transpose(-2, -1)  # (B, H, N, N)
     bias = module.position_bias(N)  # a relative position bias: the rules ignore it
     attn = (scores if bias is None else scores + bias).softmax(dim=-1)
-    ctx = module.norm((attn @ v).transpose(1, 2).reshape(B, N, heads * hd))
+    ctx = module.norm((attn @ module.shared(v)).transpose(1, 2).reshape(B, N, module.attn_dim))
     return q_in, k_in, q, k, v, attn, ctx
 
 
@@ -255,7 +258,7 @@ def _block(block: nn.Module, x: Tensor, rope: Rope) -> tuple[Tensor, _BlockTrace
         out = block.norm2(out)
     trace = _BlockTrace(
         x, branch1, attn_in, q_in, k_in, q, k, v, attn, ctx, mid_out, branch2, mlp_in, hidden,
-        rope, gate, up,
+        rope, gate, up, block.attn.groups,
     )  # fmt: skip
     return out, trace
 
@@ -403,15 +406,28 @@ def _qkv_relprop(
     bt: _BlockTrace, proj: Tensor, r_out: Tensor, prefix: int = 0, half: bool = False
 ) -> tuple[Tensor, Tensor]:
     """Relevance at the attention's projected output (B, N, D), ``proj`` its weight -> (at
-    q, k, v as the qkv Linear gives them, (B, N, 3·H·hd); R_A (B, H, N, N))."""
-    B, H, N, hd = bt.v.shape
+    q, k, v as the qkv Linear gives them, (B, N, (H + 2·H_kv)·hd); R_A (B, H, N, N)).
+    Grouped-query attention: a kv head's k and v feed ``groups`` query heads, a fork: by the
+    fork rule x ⊙ Σ_j (R_j / x) over its query heads j."""
+    B, H, N, hd = bt.q.shape
+    g = bt.groups
+
+    def shared(t: Tensor) -> Tensor:  # (B, H_kv, N, hd) -> (B, H, N, hd)
+        return t if g == 1 else t.repeat_interleave(g, dim=1)
+
+    def fork(x: Tensor, r: Tensor) -> Tensor:  # x (B, H_kv, N, hd), r (B, H, N, hd) -> as x
+        if g == 1:
+            return r
+        return x * safe_divide(r, shared(x)).reshape(B, H // g, g, N, hd).sum(dim=2)
+
     r_ctx = linear_rule(bt.ctx, proj, r_out)  # the sub-LN: unchanged
     r_ctx = r_ctx.reshape(B, N, H, hd).transpose(1, 2)  # (B, H, N, hd)
-    r_attn, r_v = matmul_rule(bt.attn, bt.v, r_ctx)
-    r_q, r_kt = matmul_rule(bt.q, bt.k.transpose(-2, -1), r_attn)  # softmax, bias: unchanged
+    r_attn, r_v = matmul_rule(bt.attn, shared(bt.v), r_ctx)
+    r_q, r_kt = matmul_rule(bt.q, shared(bt.k).transpose(-2, -1), r_attn)  # softmax, bias
     r_q = rotary_rule(bt.q_in, bt.q, bt.rope, prefix, half, r_q)  # qk-norm: unchanged
-    r_k = rotary_rule(bt.k_in, bt.k, bt.rope, prefix, half, r_kt.transpose(-2, -1))
-    return torch.stack([r_q, r_k, r_v]).permute(1, 3, 0, 2, 4).reshape(B, N, 3 * H * hd), r_attn
+    r_k = rotary_rule(bt.k_in, bt.k, bt.rope, prefix, half, fork(bt.k, r_kt.transpose(-2, -1)))
+    flat = [t.transpose(1, 2).reshape(B, N, -1) for t in (r_q, r_k, fork(bt.v, r_v))]
+    return torch.cat(flat, dim=-1), r_attn
 
 
 def _parallel_relprop(block: ParallelBlock, bt: _BlockTrace, r: Tensor) -> tuple[Tensor, Tensor]:

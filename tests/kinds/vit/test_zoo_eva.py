@@ -48,6 +48,7 @@ CASES = {  # id: (timm name, options beyond TINY, what vitviz must read)
     "dinov3": ("vit_small_patch16_dinov3", {}, dict(rope="dinov3", rope_half=True,
                                                     num_register_tokens=4, qkv_bias=False)),
     "dinov3-qkvb": ("vit_small_patch16_dinov3_qkvb", {}, dict(rope="dinov3", qkv_bias=True)),
+    "eva02-qk-norm": ("eva02_tiny_patch14_224", {"qk_norm": True}, dict(qk_norm=True)),
 }  # fmt: skip
 
 
@@ -106,8 +107,8 @@ def test_a_bare_state_dict_with_sub_ln_named_as_eva02_tiny_is_refused(tmp_path: 
 
 @pytest.mark.parametrize(
     "options, part",
-    [({"qk_norm": True}, "qk_norm"), ({"use_post_norm": True}, "post-norm")],
-    ids=["qk-norm", "post-norm"],  # an Eva's attention pool (MAP): test_zoo_pe_core.py
+    [({"dynamic_img_pad": True}, "pads the image"), ({"use_post_norm": True}, "post-norm")],
+    ids=["padding-patch-embed", "post-norm"],  # an Eva's attention pool (MAP): test_zoo_pe_core.py
 )  # fmt: skip
 def test_parts_vitviz_does_not_model_are_refused_by_name(tmp_path: Path, options, part) -> None:
     save_for_hf(tiny("eva02_tiny_patch14_224", **options), tmp_path / "m", safe_serialization=True)

@@ -1,6 +1,8 @@
-"""timm ``Eva`` state dicts (EVA, EVA-02, timm's ``vit_*_rope_*``, DINOv3; .pth or a timm
-folder): rotary positions on the patches' q and k, fused ``qkv`` with ``q_bias``/``v_bias`` (k
-without bias) or ``q_proj``/``k_proj``/``v_proj``, LayerScale ``gamma_1``/``gamma_2``, SwiGLU
+"""timm ``Eva`` state dicts (EVA, EVA-02, timm's ``vit_*_rope_*``, DINOv3, Sapiens2; .pth or a
+timm folder): rotary positions on the patches' q and k, fused ``qkv`` with ``q_bias``/``v_bias``
+(k without bias) or ``q_proj``/``k_proj``/``v_proj`` (k and v with fewer heads under
+grouped-query attention, Sapiens2's), qk-norm (``attn.q_norm``/``k_norm``), LayerNorm or RmsNorm,
+LayerScale ``gamma_1``/``gamma_2`` (or ``gamma_1`` alone: the attention branch only), SwiGLU
 (``fc1_g``/``fc1_x``, or GluMlp's packed ``fc1``), sub-LN (``attn.norm``, ``mlp.norm``), prefix
 tokens with registers, CLS or mean pooling through ``fc_norm``, or (Perception Encoder core)
 an attention pool (``attn_pool``, MAP) over every token with its own head count.
@@ -31,10 +33,11 @@ from vitviz.checkpoints.families.common import (
     fuse_qkv,
     grid_from_table,
 )
-from vitviz.checkpoints.families.timm_library import LIBRARY_MODEL
+from vitviz.checkpoints.families.timm_library import LIBRARY_MODEL, timm_reference
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import TIMM_VIT_DEFAULTS, timm_preprocessing
 from vitviz.core.optional import install_to_open
+from vitviz.kinds.vit.families.sapiens2_names import has_meta_names, rename_meta
 from vitviz.kinds.vit.families.timm import take_attention_pool
 from vitviz.kinds.vit.families.timm_arch import CLASS_REASONS, candidates, from_table
 from vitviz.kinds.vit.families.timm_arch import signature_of as signature
@@ -48,7 +51,20 @@ MARKERS = ("blocks.0.gamma_1", "blocks.0.attn.q_bias", "blocks.0.attn.q_proj.wei
 CONFIG_KEYS = ("rope", "rope_half", "rope_temperature", "rope_ref_grid", "rope_xy",
                "rope_offset", "heads", "attn_head_dim", "attn_norm", "mlp_norm", "swiglu",
                "norm_eps", "global_pool", "fc_norm", "final_norm", "pre_norm",
-               "no_embed_class", "pool_heads", "pool_include_prefix")  # fmt: skip
+               "no_embed_class", "pool_heads", "pool_include_prefix", "norm", "qk_norm",
+               "kv_heads", "layer_scale_mlp")  # fmt: skip
+
+
+def _timm_loading(state: dict[str, Tensor], model: torch.nn.Module) -> dict[str, Tensor]:
+    """The file's tensors as timm's own loading converts them (its ``checkpoint_filter_fn``:
+    Sapiens2's original names to timm's), for the library check."""
+    from timm.models.eva import checkpoint_filter_fn
+
+    return checkpoint_filter_fn(state, model)
+
+
+# The library check of a file under Sapiens2's original names: timm renames them itself
+META_LIBRARY_MODEL = timm_reference(prepare=_timm_loading)
 
 
 def _named(source: Source) -> tuple[str | None, dict[str, Any]]:
@@ -73,11 +89,16 @@ def _is_eva_name(name: Any) -> bool:
 
 def detect(source: Source) -> bool:
     s = source.state
-    if "patch_embed.proj.weight" not in s or "blocks.0.attn.relative_position_bias_table" in s:
+    meta = has_meta_names(s)  # Sapiens2's original names (sapiens2_names)
+    if "patch_embed.proj.weight" not in s and not meta:
+        return False
+    if "blocks.0.attn.relative_position_bias_table" in s:
         return False
     name, _ = _named(source)
     if name is not None:
         return _is_eva_name(name)
+    if meta:
+        return True
     found = candidates(signature(s))
     if found and not any(r.refusal in EVA_REASONS for r in found):
         return False  # timm names these tensors, none an EVA (a beit3's sub-LN: a plain ViT)
@@ -146,6 +167,9 @@ def _check_shown(source: Source, name: str, rec: dict[str, Any]) -> None:
         "a norm inside the attention (sub-LN)": ("blocks.0.attn.norm.weight" in s, "attn_norm"),
         "a norm inside the MLP (sub-LN)": ("blocks.0.mlp.norm.weight" in s, "mlp_norm"),
         "LayerScale": ("blocks.0.gamma_1" in s, "layer_scale"),
+        "LayerScale on the MLP branch": ("blocks.0.gamma_2" in s, "layer_scale_on_mlp"),
+        "a norm on each head's q and k (qk-norm)": ("blocks.0.attn.q_norm.weight" in s,
+                                                    "qk_norm"),
         "a gated (SwiGLU) MLP": ("blocks.0.mlp.fc2.weight" in s and (
             "blocks.0.mlp.fc1_g.weight" in s or s["blocks.0.mlp.fc2.weight"].shape[1] * 2
             == s.get("blocks.0.mlp.fc1.weight", s["blocks.0.mlp.fc2.weight"]).shape[0]
@@ -153,6 +177,7 @@ def _check_shown(source: Source, name: str, rec: dict[str, Any]) -> None:
         "an attention-pool head (MAP)": ("attn_pool.latent" in s, "pool_heads"),
         "a class token": ("cls_token" in s, "class_token"),
     }  # fmt: skip
+    rec = {**rec, "layer_scale_on_mlp": rec["layer_scale"] and rec["layer_scale_mlp"]}
     for part, (has, key) in shown.items():
         if has != bool(rec.get(key)):
             what = "have" if has else "lack"
@@ -163,20 +188,32 @@ def _check_shown(source: Source, name: str, rec: dict[str, Any]) -> None:
             )
 
 
-def _take_attention(t: Taker, b: str, out: dict[str, Tensor], kind: str) -> bool:
-    """q/k/v of block ``b`` into vitviz's fused ``qkv``; returns whether it has biases."""
+def _take_norm(t: Taker, name: str, out: dict[str, Tensor], rms: bool) -> None:
+    """A norm's weight, and its bias unless it is an RMSNorm (which has none)."""
+    for part in ("weight",) if rms else ("weight", "bias"):
+        out[f"{name}.{part}"] = t.take(f"{name}.{part}")
+
+
+def _take_attention(t: Taker, b: str, out: dict[str, Tensor], rows: list[int]) -> bool:
+    """q/k/v of block ``b`` into vitviz's fused ``qkv`` ([q; k; v], k and v with fewer rows
+    under grouped-query attention); appends (q rows, k rows) to ``rows``; returns whether it
+    has biases."""
     o = b + "attn."
     if f"{o}q_proj.weight" in t:
         q, k, v = (t.take(f"{o}{n}_proj.weight") for n in "qkv")
+        if k.shape != v.shape:
+            raise CheckpointError(f"{t.source.name}: {o}k_proj and v_proj differ in shape.")
+        rows += [int(q.shape[0]), int(k.shape[0])]
         out[f"{o}qkv.weight"] = fuse_qkv(q, k, v)
         qb, kb, vb = (t.maybe(f"{o}{n}_proj.bias") for n in "qkv")
         if qb is None and vb is None and kb is None:
             return False
         if qb is None or vb is None:
             raise CheckpointError(f"{t.source.name}: {o}q_proj and v_proj differ in bias.")
-        out[f"{o}qkv.bias"] = fuse_qkv(qb, torch.zeros_like(qb) if kb is None else kb, vb)
+        out[f"{o}qkv.bias"] = fuse_qkv(qb, vb.new_zeros(vb.shape) if kb is None else kb, vb)
         return True
     out[f"{o}qkv.weight"] = t.take(f"{o}qkv.weight")
+    rows += [int(out[f"{o}qkv.weight"].shape[0]) // 3] * 2  # as many k heads as q heads
     bias = t.maybe(f"{o}qkv.bias")
     if bias is not None:
         out[f"{o}qkv.bias"] = bias
@@ -209,7 +246,20 @@ def _take_mlp(t: Taker, b: str, out: dict[str, Tensor], rec: dict[str, Any]) -> 
     return packed
 
 
+def _meta_names(source: Source) -> list[str]:
+    """Sapiens2's original names renamed to timm's in place (sapiens2_names); the note."""
+    if not has_meta_names(source.state):
+        return []
+    try:
+        rename_meta(source.state)
+    except ValueError as exc:
+        raise CheckpointError(f"{source.name}: {exc}; refused rather than guessed.") from exc
+    return ["Sapiens2's original tensor names (attn.wq, ffn.w12, ln1, storage_tokens) read as "
+            "timm's, as timm's own loading renames them"]  # fmt: skip
+
+
 def convert(source: Source) -> Conversion:
+    meta = _meta_names(source)
     name, args = _named(source)
     other_sizes = source.user.pop("arch", None) is not None and not _own_sizes(source, name)
     if name is None:
@@ -217,6 +267,11 @@ def convert(source: Source) -> Conversion:
     else:
         rec, recognised = _settings(source, name, args), f"architecture {name} as timm defines it"
     _check_shown(source, name, rec)
+    dim = int(source.state["patch_embed.proj.weight"].shape[0])  # the name's, with its sizes
+    named_width = None if other_sizes else rec["attn_head_dim"] or dim // rec["heads"]
+    named_kv = rec["kv_heads"]
+    if other_sizes:  # the name's per-block kv heads are not theirs (maybe not their depth)
+        rec = {k: v for k, v in rec.items() if k != "kv_heads"}
     if other_sizes and "heads" not in source.user:  # the name's head count is not theirs
         rec = {k: v for k, v in rec.items() if k not in ("heads", "attn_head_dim")}
     t = Taker(source, LOOKS_LIKE)
@@ -237,19 +292,24 @@ def convert(source: Source) -> Conversion:
         out["pos_embed"] = pos
     if rec["rope"] == "mixed":
         out["rope.freqs"] = t.take("rope.freqs")
-    qkv_bias, packed = True, ""
+    qkv_bias, packed, rows = True, "", []
+    rms = rec["norm"] == "rmsnorm"
     for i in range(depth):
         b = f"blocks.{i}."
-        for n in ("norm1", "attn.proj", "norm2", *(("attn.norm",) if rec["attn_norm"] else ())):
-            for part in ("weight", "bias"):
-                out[f"{b}{n}.{part}"] = t.take(f"{b}{n}.{part}")
-        qkv_bias = _take_attention(t, b, out, rec["attn_kind"])
+        out[f"{b}attn.proj.weight"] = t.take(f"{b}attn.proj.weight")
+        out[f"{b}attn.proj.bias"] = t.take(f"{b}attn.proj.bias")
+        norms = ("norm1", "norm2", *(("attn.norm",) if rec["attn_norm"] else ()),
+                 *(("attn.q_norm", "attn.k_norm") if rec["qk_norm"] else ()))  # fmt: skip
+        for n in norms:
+            _take_norm(t, b + n, out, rms)
+        qkv_bias = _take_attention(t, b, out, rows)
         packed = _take_mlp(t, b, out, rec)
         if rec["layer_scale"]:
             out[f"{b}ls1.gamma"] = t.take(f"{b}gamma_1")
-            out[f"{b}ls2.gamma"] = t.take(f"{b}gamma_2")
+            if rec["layer_scale_mlp"]:
+                out[f"{b}ls2.gamma"] = t.take(f"{b}gamma_2")
     for norm in ("norm_pre", "norm", "fc_norm"):
-        for part in ("weight", "bias"):
+        for part in ("weight",) if rms else ("weight", "bias"):
             tensor = t.maybe(f"{norm}.{part}")
             if tensor is not None:
                 out[f"{norm}.{part}"] = tensor
@@ -265,13 +325,18 @@ def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     pretrained = dict(cfg.get("pretrained_cfg") or {})
     image = _image_size(args, pretrained, pos, prefix, rec, p, name, source.timm_config is not None)
-    required: dict[str, Any] = {"heads": example_heads(D)} if other_sizes else {}
+    width = _head_width(out, rows, named_width, source.user)
+    heads_shown = _heads_shown(rows, width, D, rec) if width else {}
+    required: dict[str, Any] = {}
+    if other_sizes and "heads" not in heads_shown:
+        required["heads"] = example_heads(D)
     if image is None:  # rotary positions and no table: the trained size is not in the file
         image = _name_size(name)
         if "image_size" not in source.user:
             required["image_size"] = list(image)
     hidden = int(out["blocks.0.mlp.fc2.weight"].shape[1])
     inferred: dict[str, Any] = {k: rec[k] for k in CONFIG_KEYS if k in rec}
+    inferred.update(heads_shown)
     notes_pool = _head_norm(source, rec, inferred, "fc_norm.weight" in out, "cls_token" in out)
     inferred.update(
         image_size=image, patch_size=p, in_channels=C, num_classes=0 if head is None
@@ -288,6 +353,9 @@ def convert(source: Source) -> Conversion:
     if "image_size" in required:
         inferred.pop("image_size")
     prep, notes = timm_preprocessing(pretrained, TIMM_VIT_DEFAULTS)
+    notes[0:0] = meta
+    if "kv_heads" in heads_shown and heads_shown["kv_heads"] != rec.get("kv_heads"):
+        notes.append(f"key/value heads per block read from the tensors: {heads_shown['kv_heads']}")
     notes.insert(0, recognised)
     notes[1:1] = notes_pool
     conversion = finish(
@@ -310,7 +378,8 @@ def convert(source: Source) -> Conversion:
     )  # fmt: skip
     if C != 3:
         ref_args["in_chans"] = C
-    words = []
+    ref_args.update(_attention_args(config, rec))
+    words = [] if config.kv_heads == named_kv else [_kv_words(config.kv_heads, config.heads)]
     if config.fc_norm != bool(rec.get("fc_norm")) or config.global_pool != rec.get("global_pool"):
         ref_args.update(use_fc_norm=config.fc_norm, global_pool=config.global_pool)
         pool = "mean pooling" if config.global_pool == "avg" else "CLS pooling"
@@ -318,8 +387,65 @@ def convert(source: Source) -> Conversion:
     if config.global_pool == "map":  # the pool's own heads and MLP width, as opened
         ref_args.update(attn_pool_num_heads=config.pool_heads or config.heads,
                         attn_pool_mlp_ratio=(pool_hidden + 0.5) / D)  # fmt: skip
-    conversion.reference = Reference("timm", name, ref_args, ", ".join(words), how=LIBRARY_MODEL)
+    how = META_LIBRARY_MODEL if meta else LIBRARY_MODEL
+    conversion.reference = Reference("timm", name, ref_args, ", ".join(words), how=how)
     return conversion
+
+
+def _head_width(
+    out: dict[str, Tensor], rows: list[int], named: int | None, user: dict[str, Any]
+) -> int | None:
+    """Each head's width: a qk-norm's weight shows it; else the named architecture's (its own
+    sizes), else the heads given by the user over q's rows; None when nothing says."""
+    norm = out.get("blocks.0.attn.q_norm.weight")
+    if norm is not None:
+        return int(norm.shape[0])
+    if named is not None:
+        return named
+    heads = user.get("heads")
+    if isinstance(heads, int) and heads > 0 and rows and rows[0] % heads == 0:
+        return rows[0] // heads
+    return None
+
+
+def _heads_shown(rows: list[int], width: int, D: int, rec: dict[str, Any]) -> dict[str, Any]:
+    """The heads and each block's key/value heads that q's and k's rows give at head width
+    ``width`` (``rows``: q rows, k rows of each block); kv_heads None when every block has
+    as many as heads."""
+    q_rows, k_rows = rows[0::2], rows[1::2]
+    if any(r % width for r in rows) or len(set(q_rows)) != 1:
+        return {}  # not whole heads: the model's build says which tensor
+    heads = q_rows[0] // width
+    kv = tuple(r // width for r in k_rows)
+    shown: dict[str, Any] = {"kv_heads": kv if any(h != heads for h in kv) else None}
+    if rec.get("qk_norm"):  # the head count itself shown by the qk-norm's width
+        shown.update(heads=heads, attn_head_dim=None if heads * width == D else width)
+    return shown
+
+
+def _kv_words(kv_heads: tuple[int, ...] | None, heads: int) -> str:
+    """Each block's key/value heads in runs: "key/value heads 4, 2 × 2, 4"."""
+    runs: list[list[int]] = []
+    for h in kv_heads or (heads,):
+        if runs and runs[-1][0] == h:
+            runs[-1][1] += 1
+        else:
+            runs.append([h, 1])
+    if kv_heads is None:
+        return f"{heads} key/value heads in every block"
+    return "key/value heads " + ", ".join(f"{h} × {n}" if n > 1 else f"{h}" for h, n in runs)
+
+
+def _attention_args(config: Any, rec: dict[str, Any]) -> dict[str, Any]:
+    """timm's Eva keywords for the attention and LayerScale as vitviz reads them (DESIGN §4:
+    like with like): qk-norm, each block's key/value heads (the rotary attention's), and
+    LayerScale on the attention branch only."""
+    args: dict[str, Any] = {"qk_norm": config.qk_norm}
+    if rec["attn_kind"] == "AttentionRope":
+        args["num_kv_heads"] = tuple(config.block_kv_heads(i) for i in range(config.depth))
+    if config.layer_scale_init is not None:
+        args["attn_only_layer_scale"] = not config.layer_scale_mlp
+    return args
 
 
 def _head_norm(
@@ -379,16 +505,19 @@ FAMILY = Family(
     convert,
     info=FamilyInfo(
         label="timm EVA, EVA-02 and rotary ViTs",
-        names="eva_*, eva02_*, vit_*_rope_*, vit_*_dinov3*, vit_pe_spatial_*, vit_pe_core_*",
+        names="eva_*, eva02_*, vit_*_rope_*, vit_*_dinov3*, vit_*_sapiens2, vit_pe_spatial_*, "
+        "vit_pe_core_*",
         forms="state dict (.pth, .safetensors) with its architecture; timm folder",
         parts=(
             "attention with rotary positions on the patches' q and k (EVA-02's axial RoPE, "
             "RoPE-Mixed, DINOv3's)",
-            "q and v biases",
-            "pre-norm blocks",
+            "q and v biases (or q, k and v)",
+            "qk-norm",
+            "grouped-query attention with each block's key/value heads (Sapiens2)",
+            "pre-norm blocks (LayerNorm or RMSNorm)",
             "SwiGLU or GELU MLP",
             "sub-LN norms inside the attention and the MLP",
-            "LayerScale",
+            "LayerScale (on both branches or the attention's only)",
             "learnt position table or none",
             "CLS token, registers",
             "CLS or mean pooling through fc_norm",

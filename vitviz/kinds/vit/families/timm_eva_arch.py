@@ -60,8 +60,11 @@ def _rope_settings(model: nn.Module) -> dict[str, Any]:
 
 
 def _block_settings(model: nn.Module) -> dict[str, Any]:
-    """Settings every block shares (the first's), after checking each block has them."""
+    """Settings every block shares (the first's), after checking each block has them, and
+    ``kv_heads``: each block's key/value heads (grouped-query attention), None when all are
+    ``heads``."""
     found: list[dict[str, Any]] = []
+    kv_heads: list[int] = []
     for block in model.blocks:
         kind = type(block).__name__
         if kind != "EvaBlock":
@@ -71,14 +74,13 @@ def _block_settings(model: nn.Module) -> dict[str, Any]:
         attn, mlp = block.attn, block.mlp
         if type(attn).__name__ not in ("EvaAttention", "AttentionRope"):
             raise EvaRefusalError(f"{type(attn).__name__} attention")
-        if not (_identity(attn.q_norm) and _identity(attn.k_norm)):
-            raise EvaRefusalError("qk_norm (a norm on queries and keys)")
+        if _identity(attn.q_norm) != _identity(attn.k_norm):
+            raise EvaRefusalError("a norm on the queries or the keys alone")
         if getattr(attn, "gate", None) is not None:
             raise EvaRefusalError("gated attention")
-        if getattr(attn, "num_kv_groups", 1) != 1:
-            raise EvaRefusalError("grouped-query attention")
-        if (block.gamma_1 is None) != (block.gamma_2 is None):
-            raise EvaRefusalError("LayerScale on the attention branch only")
+        kv_heads.append(int(getattr(attn, "num_kv_heads", attn.num_heads)))
+        if block.gamma_1 is None and block.gamma_2 is not None:
+            raise EvaRefusalError("LayerScale on the MLP branch only")
         mlp_kind = type(mlp).__name__
         if mlp_kind == "Mlp":
             act = mlp.act
@@ -100,11 +102,14 @@ def _block_settings(model: nn.Module) -> dict[str, Any]:
                 "rotate_half": bool(getattr(attn, "rotate_half", False)),
                 "attn_kind": type(attn).__name__,
                 "layer_scale": block.gamma_1 is not None,
+                "layer_scale_mlp": block.gamma_2 is not None or block.gamma_1 is None,
+                "qk_norm": not _identity(attn.q_norm),
             }
         )
     if any(f != found[0] for f in found):
         raise EvaRefusalError("blocks that differ from one another")
-    return found[0]
+    grouped = any(h != found[0]["heads"] for h in kv_heads)
+    return {**found[0], "kv_heads": tuple(kv_heads) if grouped else None}
 
 
 def describe_eva(model: nn.Module) -> dict[str, Any]:
@@ -112,7 +117,7 @@ def describe_eva(model: nn.Module) -> dict[str, Any]:
     the first part vitviz's ViT can't compute, or the attribute another timm version's Eva lacks
     (vitviz reads timm's modules: one that keeps a setting elsewhere is refused, never guessed).
     Keys beyond ViTConfig's: ``attn_kind``, ``glu_gate_last``, ``layer_scale``, ``rotate_half``,
-    ``patch_bias``."""
+    ``patch_bias``; ``kv_heads`` None without grouped-query attention."""
     try:
         return _describe_eva(model)
     except AttributeError as exc:
@@ -141,9 +146,7 @@ def _describe_eva(model: nn.Module) -> dict[str, Any]:
     blocks = _block_settings(model)
     leaves = [m for m in model.modules() if not any(True for _ in m.children())]
     norms = [m for m in leaves if "norm" in type(m).__name__.lower()]
-    if any(not isinstance(m, nn.LayerNorm) for m in norms):
-        kinds = sorted({type(m).__name__ for m in norms if not isinstance(m, nn.LayerNorm)})
-        raise EvaRefusalError(f"{', '.join(kinds)} norms")
+    norm = _norm_kind(norms)
     eps = {float(m.eps) for m in norms}
     if len(eps) > 1:
         raise EvaRefusalError("norms with different eps")
@@ -162,6 +165,10 @@ def _describe_eva(model: nn.Module) -> dict[str, Any]:
         glu_gate_last=blocks["glu_gate_last"],
         attn_kind=blocks["attn_kind"],
         layer_scale=blocks["layer_scale"],
+        layer_scale_mlp=blocks["layer_scale_mlp"],
+        qk_norm=blocks["qk_norm"],
+        kv_heads=blocks["kv_heads"],
+        norm=norm,
         norm_eps=eps.pop() if eps else 1e-6,
         global_pool=model.global_pool,
         fc_norm=fc_norm,
@@ -178,6 +185,22 @@ def _describe_eva(model: nn.Module) -> dict[str, Any]:
         raise EvaRefusalError("a final norm and an fc_norm both")
     settings.update(pool)
     return settings
+
+
+def _norm_kind(norms: list[nn.Module]) -> str:
+    """The blocks' norm: "layernorm" when every norm is a LayerNorm, "rmsnorm" when every one is
+    timm's RmsNorm with its weight (Sapiens2's); else EvaRefusalError naming the others."""
+    if all(isinstance(m, nn.LayerNorm) for m in norms):
+        return "layernorm"
+    if all(type(m).__name__ == "RmsNorm" and m.elementwise_affine for m in norms):
+        return "rmsnorm"
+    kinds = sorted({type(m).__name__ for m in norms})
+    if kinds == ["RmsNorm"]:
+        raise EvaRefusalError("RmsNorm norms without a weight")
+    others = [k for k in kinds if k != "LayerNorm"]
+    if others == ["RmsNorm"]:
+        raise EvaRefusalError("RmsNorm and LayerNorm norms together")
+    raise EvaRefusalError(f"{', '.join(others)} norms")
 
 
 def _pool_settings(model: nn.Module) -> dict[str, Any]:
