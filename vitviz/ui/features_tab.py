@@ -226,6 +226,10 @@ class FeaturesTab(QWidget):
         opacity = self.opacity.value() / 100.0
         if old is None or old.pca is not r.pca:
             self.pca_view.set_map(r.pca, (0.0, 1.0), opacity=opacity)
+            # a kind that refuses PCA: the view blank, saying why (DESIGN §5)
+            self.pca_view.set_message(
+                f"No PCA on this model: {r.pca_note}" if r.pca is None and r.pca_note else None
+            )
         self.similarity_view.set_map(r.similarity, opacity=opacity)
         if old is None or old.norms is not r.norms:
             self.norm_view.set_map(r.norms, opacity=opacity)

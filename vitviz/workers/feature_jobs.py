@@ -43,7 +43,8 @@ def features(
 ) -> FeaturesResult:
     """PCA, similarity to ``query`` (None: the CLS or the mean token) and token norms of
     block ``layer`` (−1: the last), the logit lens; UserFacingError (kind "features") for a
-    model vitviz can't take apart."""
+    model vitviz can't take apart. A kind that refuses PCA gets ``pca`` None and the reason in
+    ``pca_note``, its other views still shown."""
     import torch
 
     from vitviz.explain.feature_methods import (
@@ -65,13 +66,21 @@ def features(
         shown = _kept(state, ("norms", index), lambda: high_norm_tokens(a, index))
         sim = similarity_method(a, query, None, {"layer": index}).numpy()
         rows = _kept(state, ("table", index), lambda: similarity_rows(a, index))
-        pca = _kept(
-            state,
-            ("pca", foreground),
-            lambda: get_method("pca")(a, None, None, {"foreground": foreground}).numpy(),
-        )
     except ValueError as exc:
         raise UserFacingError(str(exc), "features") from exc
+
+    def pca_of() -> tuple[np.ndarray | None, str]:
+        """The PCA colours, or None and why (a kind that refuses PCA keeps the other views)."""
+        method = get_method("pca")
+        reason = method.unavailable(a)
+        if reason is not None:
+            return None, reason
+        try:
+            return method(a, None, None, {"foreground": foreground}).numpy(), ""
+        except ValueError as exc:
+            return None, str(exc)
+
+    pca, pca_note = _kept(state, ("pca", foreground), pca_of)
 
     def lens_of() -> tuple[np.ndarray | None, str]:
         if not (state.kind.has_head(state.loaded) and a.logits.numel() > 0):
@@ -88,6 +97,7 @@ def features(
         blocks=count,
         query=query,
         pca=pca,
+        pca_note=pca_note,
         similarity=sim,
         norms=shown["norms"],
         high=shown["high"],

@@ -231,15 +231,16 @@ class UserError:
 @dataclass(frozen=True)
 class FeaturesResult:
     """What the tokens carry on the current image (the Features view, DESIGN §5): ``pca``
-    (h, w, 3) colours of the final tokens; ``similarity`` (h, w) cosine with the query's token
-    and ``norms`` (h, w) with ``high`` (h, w) bool, both of block ``layer`` of ``blocks``;
-    ``prefix_norms`` (P,) the CLS's and registers' norms there; ``logit_lens`` (L, classes)
-    (None: no head or no readout) over ``class_names``."""
+    (h, w, 3) colours of the final tokens (None: the kind refuses PCA, why in ``pca_note``);
+    ``similarity`` (h, w) cosine with the query's token and ``norms`` (h, w) with ``high``
+    (h, w) bool, both of block ``layer`` of ``blocks``; ``prefix_norms`` (P,) the CLS's and
+    registers' norms there; ``logit_lens`` (L, classes) (None: no head or no readout) over
+    ``class_names``."""
 
     layer: int  # the block shown, counted from 0
     blocks: int
     query: tuple[int, int] | None
-    pca: np.ndarray
+    pca: np.ndarray | None
     similarity: np.ndarray
     norms: np.ndarray
     high: np.ndarray
@@ -252,6 +253,7 @@ class FeaturesResult:
     # ``table`` (T, h, w) and ``cells`` (gh, gw) int32, each clickable cell's row (None: too big)
     table: np.ndarray | None = None
     cells: np.ndarray | None = None
+    pca_note: str = ""  # why ``pca`` is None (the kind refuses PCA)
 
 
 @dataclass(frozen=True)
