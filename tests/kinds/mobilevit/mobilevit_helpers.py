@@ -36,24 +36,31 @@ def perturbed_(model: nn.Module, seed: int) -> nn.Module:
     return model.eval()
 
 
-def tiny_timm_mobilevit(seed: int = 1, num_classes: int = 5) -> nn.Module:
+def tiny_timm_mobilevit(
+    seed: int = 1,
+    num_classes: int = 5,
+    dims: tuple[int, int] = (16, 24),
+    mlp_ratios: tuple[float, float] = (2.0, 2.0),
+) -> nn.Module:
     """timm's ByobNet with MobileViT blocks: stem 8, stages 8 (IR), 16 (IR ×2, stride 2),
-    16 (IR + MobileViT of width 16, 2 layers, 2 heads), 16 (IR + MobileViT of width 24, 1
-    layer, 2 heads), final conv 32."""
+    16 (IR + MobileViT of width ``dims[0]`` (16), 2 layers, 2 heads), 16 (IR + MobileViT of
+    width ``dims[1]`` (24), 1 layer, 2 heads), final conv 32; each MobileViT block's MLP
+    int(width · ``mlp_ratios``) wide."""
     from timm.models.byobnet import ByoBlockCfg, ByobNet, ByoModelCfg
 
     def ir(d: int, c: int, s: int) -> ByoBlockCfg:
         return ByoBlockCfg(type="bottle", d=d, c=c, s=s, gs=1, br=2.0,
                            block_kwargs=dict(bottle_in=True, linear_out=True))  # fmt: skip
 
-    def mvit(c: int, dim: int, depth: int) -> ByoBlockCfg:
+    def mvit(c: int, dim: int, depth: int, mlp_ratio: float) -> ByoBlockCfg:
         return ByoBlockCfg(type="mobilevit", d=1, c=c, s=1, block_kwargs=dict(
             transformer_dim=dim, transformer_depth=depth, patch_size=2, num_heads=2,
+            mlp_ratio=mlp_ratio,
         ))  # fmt: skip
 
     cfg = ByoModelCfg(
-        blocks=(ir(1, 8, 1), ir(2, 16, 2), (ir(1, 16, 2), mvit(16, 16, 2)),
-                (ir(1, 16, 2), mvit(16, 24, 1))),
+        blocks=(ir(1, 8, 1), ir(2, 16, 2), (ir(1, 16, 2), mvit(16, dims[0], 2, mlp_ratios[0])),
+                (ir(1, 16, 2), mvit(16, dims[1], 1, mlp_ratios[1]))),
         stem_chs=8, stem_type="3x3", stem_pool="", downsample="", act_layer="silu",
         num_features=32,
     )  # fmt: skip

@@ -56,6 +56,18 @@ def test_a_bare_tiny_file_with_its_settings_is_timms_model(tiny, tmp_path) -> No
     _exact(loaded.model, tiny, 40)  # maps 20, 10, 5 -> 6, 3 -> 4: the bilinear resize
 
 
+def test_a_bare_file_whose_mlp_width_is_no_float_multiple_is_timms_model(tmp_path) -> None:
+    # transformer widths 22, 24 with MLPs 30, 48: timm's int(22 · 30 / 22) is 29, one short
+    model = tiny_timm_mobilevit(seed=8, dims=(22, 24), mlp_ratios=(30.5 / 22, 2.0))
+    hidden = [
+        b.transformer[0].mlp.fc1.out_features for b in (model.stages[2][1], model.stages[3][1])
+    ]
+    assert hidden == [30, 48]
+    loaded = load_checkpoint(save_bare(model, tmp_path / "w22.pth", BARE_SETTINGS))
+    assert any("checked against timm" in n and "ByobNet" in n for n in loaded.notes)
+    _exact(loaded.model, model, SIZE)
+
+
 def test_timms_folder_and_bare_mobilevit_xxs_are_timms_model(xxs, tmp_path) -> None:
     folder = load_checkpoint(save_folder(xxs, tmp_path / "xxs"))
     bare = load_checkpoint(save_bare(xxs, tmp_path / "xxs.safetensors.pth"))

@@ -432,3 +432,13 @@ def prepared_preprocessing(
         return Preprocessing.from_dict(prep)
     except ValueError as exc:
         raise CheckpointError(f"{source.name}: the preprocessing is invalid: {exc}") from exc
+
+
+def timm_mlp_ratio(dim: int, hidden: int) -> float:
+    """timm's MLP ratio r that gives a ``dim``-wide block an MLP ``hidden`` wide: timm builds
+    int(dim · r), and hidden / dim can come out one short in floats (22 · (30 / 22) = 29.99…),
+    so then the middle of hidden and hidden + 1 (a ``dim`` of 0: no layer, hidden itself)."""
+    if dim <= 0:
+        return float(hidden)
+    r = hidden / dim
+    return r if int(dim * r) == hidden else (hidden + 0.5) / dim

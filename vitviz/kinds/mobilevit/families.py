@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import finish_kind
+from vitviz.checkpoints.families.common import finish_kind, timm_mlp_ratio
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state, read_timm
 from vitviz.checkpoints.families.timm_names import timm_version
@@ -85,7 +85,7 @@ def byob_stages(config: MobileViTConfig) -> list[dict[str, Any]] | None:
         stages.append(dict(
             ir=len(hidden), c=c, s=config.strides[s], br=ratio, depth=config.depths[s],
             dim=config.transformer_dims[s], heads=config.heads[s],
-            mlp_ratio=config.mlp_dims[s] / max(config.transformer_dims[s], 1),
+            mlp_ratio=timm_mlp_ratio(config.transformer_dims[s], config.mlp_dims[s]),
         ))  # fmt: skip
         c_in = c
     return stages

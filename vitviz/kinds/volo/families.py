@@ -28,7 +28,12 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, finish_kind
+from vitviz.checkpoints.families.common import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    finish_kind,
+    timm_mlp_ratio,
+)
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import file_state, read_timm
 from vitviz.checkpoints.labels import names_from_timm
@@ -71,11 +76,9 @@ def attention_blocks(model: nn.Module) -> list[nn.Module]:
 
 def _mlp_ratio(config: VOLOConfig) -> tuple[float, ...]:
     """timm's MLP ratio per stage giving each stage's MLP width (int(dim · ratio))."""
-    out = []
-    for d, h in zip(config.dims, config.mlp_hidden_dims, strict=True):
-        r = h / d
-        out.append(r if int(d * r) == h else (h + 0.5) / d)
-    return tuple(out)
+    return tuple(
+        timm_mlp_ratio(d, h) for d, h in zip(config.dims, config.mlp_hidden_dims, strict=True)
+    )
 
 
 def library_args(config: VOLOConfig) -> dict[str, Any]:
