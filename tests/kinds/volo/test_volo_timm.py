@@ -81,6 +81,28 @@ def test_a_bare_file_of_no_timm_name_asks_for_arch_and_opens_with_it(refs, tmp_p
     _compare(load_checkpoint(path), refs["aux"])
 
 
+def test_a_name_whose_heads_in_timm_differ_from_vitviz_table_is_refused(
+    refs, tmp_path: Path, monkeypatch
+) -> None:
+    from vitviz.kinds.volo import families
+
+    depths, dims, _heads, ratio, stem = families.KNOWN["volo_d1"]
+    monkeypatch.setitem(families.KNOWN, "volo_d1", (depths, dims, (6, 12, 12, 8), ratio, stem))
+    path = save_bare(refs["aux"], tmp_path / "volo.pth", {"arch": "volo_d1_224"})
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    text = str(info.value)
+    assert "\n" not in text and "6-12-12-12" in text and "6-12-12-8" in text, text
+
+
+def test_a_name_timm_lacks_is_refused_in_one_line(refs, tmp_path: Path) -> None:
+    path = save_bare(refs["aux"], tmp_path / "volo.pth", {"arch": "volo_d1_999"})
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    text = str(info.value)
+    assert "\n" not in text and "volo_d1_999" in text and "can't build" in text, text
+
+
 @pytest.mark.parametrize(
     "name",
     [

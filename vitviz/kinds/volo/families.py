@@ -36,6 +36,7 @@ from vitviz.checkpoints.families.common import (
 )
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import file_state, read_timm
+from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
@@ -209,9 +210,12 @@ def recognised(shape: dict[str, Any]) -> str | None:
     return None
 
 
-def _heads(source: Source, shape: dict[str, Any]) -> tuple[str, tuple[int, ...], list[str]]:
+def _heads(
+    source: Source, shape: dict[str, Any], args: dict[str, Any]
+) -> tuple[str, tuple[int, ...], list[str]]:
     """(the timm name, its heads, notes): ``--arch``, the folder's ``architecture`` or the name
-    the tensors are; a one-line refusal without any."""
+    the tensors are; a one-line refusal without any, of a name timm lacks, or of one whose heads
+    in timm (with the folder's ``args``) are not vitviz's table's."""
     user_arch = source.user.pop("arch", None)
     name = user_arch or (source.timm_config or {}).get("architecture")
     notes: list[str] = []
@@ -230,7 +234,35 @@ def _heads(source: Source, shape: dict[str, Any]) -> tuple[str, tuple[int, ...],
         raise CheckpointError(
             f"{source.name}: vitviz knows timm's volo_d1 to volo_d5 names, not {name}."
         )
-    return str(name), KNOWN[base][2], notes
+    heads = KNOWN[base][2]
+    if timm_version() is not None:  # the name's own heads, as the library check builds it
+        theirs = timm_heads(source, str(name), args)
+        if theirs != heads:
+            raise CheckpointError(
+                f"{source.name}: timm's {name} has heads {'-'.join(map(str, theirs))}, vitviz's "
+                f"table {'-'.join(map(str, heads))}: refused rather than shown with either."
+            )
+    return str(name), heads, notes
+
+
+def timm_heads(source: Source, name: str, args: dict[str, Any]) -> tuple[int, ...]:
+    """Each stage's heads (outlookers, then each transformer stage) of timm's ``name`` with the
+    folder's ``args``, built on the meta device; a one-line refusal of a name timm lacks."""
+    import timm
+
+    kwargs = {k: v for k, v in args.items() if k not in ("pretrained", "img_size")}
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, **kwargs)
+    except Exception as exc:  # timm's own error: an unknown name, arguments it refuses
+        raise CheckpointError(
+            f"{source.name}: timm can't build {name} ({type(exc).__name__}: {exc})."
+        ) from exc
+    stages = [m for m in getattr(model, "network", ()) if isinstance(m, nn.Sequential)]
+    if type(model).__name__ != "VOLO" or not stages:
+        raise CheckpointError(f"{source.name}: timm's {name} is a {type(model).__name__}, not "
+                              "a VOLO.")  # fmt: skip
+    return tuple(int(stage[0].attn.num_heads) for stage in stages)
 
 
 def convert(source: Source) -> Conversion:
@@ -242,7 +274,7 @@ def convert(source: Source) -> Conversion:
         raise _fail(source, f"its global_pool is {pool!r}: vitviz models the head on the CLS "
                     "(timm's 'token', every volo_* name's)")  # fmt: skip
     shape = _shape(source)
-    name, heads, notes = _heads(source, shape)
+    name, heads, notes = _heads(source, shape, args)
     inferred = {k: v for k, v in shape.items() if k != "outlook_heads"}
     if len(heads) != len(shape["depths"]):
         raise _fail(source, f"it has {len(shape['depths'])} stages; timm's {name} has "
