@@ -104,3 +104,22 @@ def test_checkpoints_whose_analysis_is_refused_leave_a_plain_message(
         lambda: _idle(window) and v.image is not shown and v.maps is not None, timeout=WAIT_MS
     )
     assert window.viewer.image.label == "photo.png"
+
+
+def test_a_refusal_stays_until_the_model_changes(qtbot, window: MainWindow, tmp_path: Path):
+    from vitviz.workers.messages import UserError
+
+    image = photo(tmp_path)
+    window.open_paths([tv_checkpoint(tmp_path, "good.pth"), image])
+    _shown(qtbot, window, "photo.png")
+    message = "The maps were refused on this model."
+    window._on_user_error("maps", UserError(message, "error"))  # a job's refusal, as the engine's
+    assert window.message_bar.isVisible() and window.message_bar.text() == message
+    model = window.model
+    window.set_preprocessing(dict(window.model.preprocessing))  # the same model, answered again
+    qtbot.waitUntil(lambda: _idle(window) and window.model is not model, timeout=WAIT_MS)
+    assert window.message_bar.isVisible() and window.message_bar.text() == message
+    window.open_checkpoint(tv_checkpoint(tmp_path, "other.pth", seed=1))
+    qtbot.waitUntil(lambda: _idle(window) and window.model.path.name == "other.pth",
+                    timeout=WAIT_MS)  # fmt: skip
+    assert not window.message_bar.isVisible()

@@ -863,7 +863,8 @@ class MainWindow(QMainWindow):
             self.apply_prompts(remembered)
 
     def _apply_model(self, summary: ModelSummary, channel: str = "model") -> None:
-        if self._job_message and self.message_bar.text() == self._job_message:
+        opened = self._model_pending or self.model is None or summary.path != self.model.path
+        if opened and self._job_message and self.message_bar.text() == self._job_message:
             self.message_bar.hide()  # a refusal about the model before this one (DESIGN §6)
         self.model = summary
         self._model_pending = False
