@@ -68,6 +68,14 @@ def test_a_bare_file_whose_mlp_width_is_no_float_multiple_is_timms_model(tmp_pat
     _exact(loaded.model, model, SIZE)
 
 
+def test_the_not_checked_note_names_only_the_reason_that_holds(tiny, tmp_path) -> None:
+    settings = {**BARE_SETTINGS, "norm_eps": 1e-6}
+    loaded = load_checkpoint(save_bare(tiny, tmp_path / "eps.pth", settings))
+    (note,) = [n for n in loaded.notes if n.startswith("not checked against timm")]
+    assert "LayerNorm eps 1e-5 (this file: LayerNorm 1e-06)" in note, note
+    assert "bottleneck" not in note and "BatchNorm" not in note and "qkv" not in note, note
+
+
 def test_timms_folder_and_bare_mobilevit_xxs_are_timms_model(xxs, tmp_path) -> None:
     folder = load_checkpoint(save_folder(xxs, tmp_path / "xxs"))
     bare = load_checkpoint(save_bare(xxs, tmp_path / "xxs.safetensors.pth"))

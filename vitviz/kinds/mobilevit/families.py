@@ -300,10 +300,25 @@ def _name(source: Source, shape: dict[str, Any]) -> tuple[str | None, bool, list
     return name, user_arch is not None, notes
 
 
+def _unexpressible(config: MobileViTConfig) -> str:
+    """Why timm's ByobNet can't be built as ``config`` (only the reasons that hold; "": it can)."""
+    why = []
+    if byob_stages(config) is None:
+        why.append("one bottleneck ratio per stage, which can't give this file's widths")
+    eps = {"LayerNorm": config.norm_eps, "BatchNorm": config.bn_eps}
+    wrong = {k: v for k, v in eps.items() if v != 1e-5}
+    if wrong:
+        this = ", ".join(f"{k} {v:g}" for k, v in wrong.items())
+        why.append(f"{' and '.join(wrong)} eps 1e-5 (this file: {this})")
+    if not config.qkv_bias:
+        why.append("a qkv bias (this file has none)")
+    return f"timm's ByobNet has {'; '.join(why)}" if why else ""
+
+
 def _library_args(config: MobileViTConfig) -> dict[str, Any] | None:
     """The ByobNet settings of ``config`` (None where timm's ratios can't say it)."""
     stages = byob_stages(config)
-    if stages is None or config.norm_eps != 1e-5 or config.bn_eps != 1e-5 or not config.qkv_bias:
+    if stages is None or _unexpressible(config):
         return None
     return dict(
         byob=stages, patch_size=config.patch_size, stem_chs=config.stem_dim,
@@ -348,14 +363,7 @@ def convert(source: Source) -> Conversion:
         conversion.reference = Reference("timm", name, given, words, how=LIBRARY_MODEL)
     else:
         library = _library_args(config)
-        why = (
-            ""
-            if library is not None
-            else (
-                "timm's ByobNet has one bottleneck ratio per stage, LayerNorm and BatchNorm eps "
-                "1e-5 and a qkv bias (not this file)"
-            )
-        )
+        why = _unexpressible(config)
         conversion.reference = Reference(
             "timm", "mobilevit_xxs", library or {}, words, shown_as="ByobNet",
             unexpressible=why, how=LIBRARY_MODEL,
