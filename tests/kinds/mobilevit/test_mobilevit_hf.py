@@ -84,3 +84,28 @@ def test_a_bare_transformers_state_dict_asks_for_its_folder_in_one_line(tmp_path
         load_checkpoint(tmp_path / "bare.pth")
     line = str(refused.value)
     assert "\n" not in line and "config.json" in line and "MobileViT" in line
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("mvit_hf") / "hf"
+    tiny_hf_mobilevit(seed=8).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("output_stride", None), ("image_size", "big"), ("patch_size", []),
+     ("num_attention_heads", 2.5), ("layer_norm_eps", "small")],
+)  # fmt: skip
+def test_a_bad_config_value_is_refused_in_one_line_naming_it(hf_folder, key, value) -> None:
+    path = hf_folder / "config.json"
+    saved = path.read_text()
+    try:
+        path.write_text(json.dumps({**json.loads(saved), key: value}))
+        with pytest.raises(CheckpointError) as refused:
+            load_checkpoint(hf_folder)
+    finally:
+        path.write_text(saved)
+    line = str(refused.value)
+    assert "\n" not in line and f"config.json's {key} is {value!r}" in line, line

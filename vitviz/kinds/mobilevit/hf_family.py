@@ -177,25 +177,51 @@ def _settings(source: Source, cfg: dict[str, Any], stages: int) -> dict[str, Any
         raise CheckpointError(
             f"{source.name}: vitviz's MobileViT computes with SiLU, not {cfg['hidden_act']!r}."
         )
-    if int(cfg.get("output_stride", 32)) != 32:
+    stride = _whole(source, cfg, "output_stride", 32)
+    if stride != 32:
         raise CheckpointError(
-            f"{source.name}: output_stride {cfg['output_stride']} dilates the last stages, "
+            f"{source.name}: output_stride {stride} dilates the last stages, "
             "which vitviz's MobileViT does not model."
         )
-    if int(cfg.get("conv_kernel_size", 3)) != 3:
+    if _whole(source, cfg, "conv_kernel_size", 3) != 3:
         raise CheckpointError(f"{source.name}: vitviz's MobileViT has 3×3 local and fusion convs.")
-    patch = cfg.get("patch_size", 2)
-    if isinstance(patch, (list, tuple)):
-        if len(set(patch)) != 1:
-            raise CheckpointError(f"{source.name}: vitviz's MobileViT has square patches")
-        patch = patch[0]
-    heads = int(cfg.get("num_attention_heads", 4))
+    ph, pw = _hw(source, cfg, "patch_size", 2)
+    if ph != pw:
+        raise CheckpointError(f"{source.name}: vitviz's MobileViT has square patches")
+    eps = cfg.get("layer_norm_eps", 1e-5)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        raise _bad(source, "layer_norm_eps", eps, "a small positive number")
     return {
-        "patch_size": int(patch),
-        "norm_eps": float(cfg.get("layer_norm_eps", 1e-5)),
-        "heads": heads,
+        "patch_size": ph,
+        "norm_eps": float(eps),
+        "heads": _whole(source, cfg, "num_attention_heads", 4),
         "strides": (1,) + (2,) * (stages - 1),
     }
+
+
+def _bad(source: Source, key: str, value: Any, wanted: str) -> CheckpointError:
+    return CheckpointError(f"{source.name}: config.json's {key} is {value!r}, not {wanted}.")
+
+
+def _whole(source: Source, cfg: dict[str, Any], key: str, default: int) -> int:
+    """config.json's ``key`` (``default`` where absent): a positive whole number, else refused
+    in one line naming the field."""
+    value = cfg.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise _bad(source, key, value, "a positive whole number")
+    return value
+
+
+def _hw(source: Source, cfg: dict[str, Any], key: str, default: int) -> tuple[int, int]:
+    """config.json's ``key`` as (h, w): one positive whole number or a list of one or two."""
+    value = cfg.get(key, default)
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    ok = 1 <= len(items) <= 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items
+    )
+    if not ok:
+        raise _bad(source, key, value, "a positive whole number or a list of one or two")
+    return int(items[0]), int(items[-1])
 
 
 def convert(source: Source) -> Conversion:
@@ -224,7 +250,7 @@ def convert(source: Source) -> Conversion:
             "channels reversed (the same products)"
         )
     proc.setdefault("do_normalize", False)
-    size = tuple(int(v) for v in _hw(cfg.get("image_size", 256)))
+    size = _hw(source, cfg, "image_size", 256)
     prep, prep_notes = hf_preprocessing(proc, size)
     inferred = {**shape, **settings, "image_size": tuple(prep.pop("image_size", size))}
     conversion = finish_kind(
@@ -247,12 +273,6 @@ def convert(source: Source) -> Conversion:
         how=LIBRARY_MODEL_BGR if flip else LIBRARY_MODEL,
     )  # fmt: skip
     return conversion
-
-
-def _hw(value: Any) -> tuple[int, int]:
-    if isinstance(value, (list, tuple)):
-        return int(value[0]), int(value[-1])
-    return int(value), int(value)
 
 
 FAMILY = Family(
