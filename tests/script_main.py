@@ -36,11 +36,12 @@ def run_script(
     """(exit code, stdout, stderr) of ``script`` run with ``args``: every warning an error (as
     ``PYTHONWARNINGS=error``, which its child processes inherit), ``env`` set and ``unset``
     removed for the run; this process's environment, working folder, ``sys.argv``, torch's
-    threads and random state are as they were afterwards. An exception the script raises
-    propagates (a traceback: the test fails)."""
+    threads and random state are as they were afterwards; the test's captured output keeps what
+    the script wrote. An exception the script raises propagates (a traceback: the test
+    fails)."""
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
     saved_env = dict(os.environ)
-    capfd.readouterr()  # what came before is not the script's
+    before = capfd.readouterr()  # not the script's: given back to the capture afterwards
     code = 0
     try:
         with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
@@ -61,5 +62,7 @@ def run_script(
         os.environ.update(saved_env)  # what the script itself set, too
         torch.set_num_threads(threads)
         torch.set_rng_state(rng)
-    out, err = capfd.readouterr()
+        out, err = capfd.readouterr()
+        sys.stdout.write(before.out + out)  # the test's captured output: shown if it fails
+        sys.stderr.write(before.err + err)
     return code, out, err
