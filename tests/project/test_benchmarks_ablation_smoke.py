@@ -5,8 +5,8 @@ from __future__ import annotations
 from test_benchmarks_smoke import run_quick, table_rows
 
 
-def test_ablation_quick() -> None:
-    out = run_quick("ablation.py", "--device", "cpu", "--launch", "0")
+def test_ablation_quick(capfd) -> None:
+    out = run_quick(capfd, "ablation.py", "--device", "cpu", "--launch", "0")
     timed, rest = out.split("the plans' passes")
     plans, memory = rest.split("memory, each case in a fresh process")
     rows = table_rows(timed)

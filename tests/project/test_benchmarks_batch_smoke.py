@@ -3,34 +3,20 @@ every benchmark refuses a device that is not here plainly (no timing is asserted
 
 from __future__ import annotations
 
-import os
 import runpy
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_main import run_script
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def _run(script: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONWARNINGS": "error"}
-    return subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), *args],
-        cwd=BENCHMARKS.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-
-
-def test_batch_explain_quick() -> None:
-    proc = _run("batch_explain.py", "--quick", "--no-check", "--device", "cpu", "--images", "5")
-    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
-    out = proc.stdout
+def test_batch_explain_quick(capfd: pytest.CaptureFixture[str]) -> None:
+    args = ["--quick", "--no-check", "--device", "cpu", "--images", "5"]
+    code, out, err = run_script(BENCHMARKS / "batch_explain.py", *args, capfd=capfd)
+    assert code == 0, f"{out}\n{err}"
     assert "device: cpu (" in out
     assert "5 .npz and 15 PNG files written" in out  # rollout, relevance, heads per image
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()
@@ -66,10 +52,10 @@ def test_a_missing_device_is_refused_plainly(
     assert "--device cuda:99: " in err and "Traceback" not in err
 
 
-def test_analysis_memory_quick() -> None:
-    proc = _run("analysis_memory.py", "--quick", "--no-check", "--device", "cpu")
-    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
-    out = proc.stdout
+def test_analysis_memory_quick(capfd: pytest.CaptureFixture[str]) -> None:
+    args = ["--quick", "--no-check", "--device", "cpu"]
+    code, out, err = run_script(BENCHMARKS / "analysis_memory.py", *args, capfd=capfd)
+    assert code == 0, f"{out}\n{err}"  # each case still in a fresh child
     assert "device: cpu (" in out and "fresh subprocess" in out
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()
             if line.startswith("| (")]  # fmt: skip

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
+from script_main import run_script
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def test_big_image_benchmark_quick() -> None:
-    env = {**os.environ, "PYTHONWARNINGS": "error"}
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "big_image.py"), "--quick", "--no-check"],
-        cwd=BENCHMARKS.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    out = proc.stdout
-    assert proc.returncode == 0, f"big_image.py exited {proc.returncode}\n{out}\n{proc.stderr}"
+def test_big_image_benchmark_quick(capfd: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_script(BENCHMARKS / "big_image.py", "--quick", "--no-check", capfd=capfd)
+    assert code == 0, f"big_image.py exited {code}\n{out}\n{err}"
     rows = {
         cells[0]: cells
         for cells in ([c.strip() for c in line.strip("|").split("|")] for line in out.splitlines())

@@ -6,8 +6,8 @@ from __future__ import annotations
 from test_benchmarks_smoke import run_quick, table_rows
 
 
-def test_cam_family_quick() -> None:
-    out = run_quick("cam_family.py")
+def test_cam_family_quick(capfd) -> None:
+    out = run_quick(capfd, "cam_family.py")
     rows = table_rows(out)
     assert [r[0] for r in rows] == [
         "bare forward", "gradcam", "hirescam", "gradcam-plusplus", "xgradcam", "layercam",

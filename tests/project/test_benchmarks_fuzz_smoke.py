@@ -4,43 +4,25 @@ and prints its table; whether the cases are clean is tests/project/test_fuzz.py'
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
+from script_main import run_script
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def test_fuzz_benchmark_quick_with_two_seeds(tmp_path: Path) -> None:
+def test_fuzz_benchmark_quick_with_two_seeds(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """--seeds 2 without --seed: two consecutive seeds from a random start, printed, each with
     its 10 cases (one child each), its row and its outcomes."""
-    env = {**os.environ, "PYTHONWARNINGS": "error"}
     outcomes = tmp_path / "outcomes.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(BENCHMARKS / "fuzz.py"),
-            "--quick",
-            "--no-check",
-            "--cases",
-            "10",
-            "--seeds",
-            "2",
-            "--batch-size",
-            "10",
-            "--json",
-            str(outcomes),
-        ],
-        cwd=BENCHMARKS.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    out = proc.stdout
-    assert proc.returncode == 0, f"fuzz.py exited {proc.returncode}\n{out}\n{proc.stderr}"
+    args = ["--quick", "--no-check", "--cases", "10", "--seeds", "2", "--batch-size", "10"]
+    code, out, err = run_script(
+        BENCHMARKS / "fuzz.py", *args, "--json", str(outcomes), capfd=capfd
+    )  # in this process; each case still in a child of its own
+    assert code == 0, f"fuzz.py exited {code}\n{out}\n{err}"
     header = next(line for line in out.splitlines() if line.startswith("# fuzz: 20 "))
     first, second = (int(s) for s in header.split("(seeds ")[1].split(",")[:2])
     assert second == first + 1 and first != 0, header

@@ -3,26 +3,19 @@ fetched (only the files vitviz reads), a cached id opened with no request, its t
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
+from script_main import run_script
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def test_hub_download_benchmark_quick() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "hub_download.py"), "--quick", "--no-check"],
-        cwd=BENCHMARKS.parent,
-        env={**os.environ},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+def test_hub_download_benchmark_quick(capfd: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_script(
+        BENCHMARKS / "hub_download.py", "--quick", "--no-check", capfd=capfd
     )
-    out = proc.stdout
-    assert proc.returncode == 0, f"hub_download.py exited {proc.returncode}\n{out}\n{proc.stderr}"
+    assert code == 0, f"hub_download.py exited {code}\n{out}\n{err}"
     assert "WRONG RESULT" not in out
     rows = [line for line in out.splitlines() if line.startswith("| ") and "/" in line]
     assert len(rows) == 3, out

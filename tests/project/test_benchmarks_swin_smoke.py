@@ -5,8 +5,8 @@ from __future__ import annotations
 from test_benchmarks_smoke import run_quick, table_rows
 
 
-def test_swin_benchmark_quick() -> None:
-    out = run_quick("swin.py")
+def test_swin_benchmark_quick(capfd) -> None:
+    out = run_quick(capfd, "swin.py")
     rows = table_rows(out)
     targets = {r[0].split(" ")[0]: r[5] for r in rows}  # "(a)", "(b)", ... -> target cell
     assert targets == {

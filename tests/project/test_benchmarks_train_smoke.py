@@ -8,14 +8,26 @@ import sys
 from pathlib import Path
 
 import pytest
+from script_main import run_script
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def run_benchmark(*flags: str) -> subprocess.CompletedProcess[str]:
+def run_benchmark(capfd: pytest.CaptureFixture[str], *flags: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of train_throughput.py run as ``__main__`` in this process
+    (its timed loops still run in children of their own)."""
     # --compile with the "eager" backend: the compiled path's plumbing without a C++ build
+    return run_script(
+        BENCHMARKS / "train_throughput.py", "--quick", "--no-check", *flags,
+        capfd=capfd, env={"VITVIZ_COMPILE_BACKEND": "eager"},
+    )  # fmt: skip
+
+
+def run_in_a_child(*flags: str) -> tuple[int, str, str]:
+    """The same in a Python of its own: --ops runs the loops in the script's process (a
+    DataLoader's forked workers and a compiled step kept out of the test's process)."""
     env = {**os.environ, "PYTHONWARNINGS": "error", "VITVIZ_COMPILE_BACKEND": "eager"}
-    return subprocess.run(
+    proc = subprocess.run(
         [sys.executable, str(BENCHMARKS / "train_throughput.py"), "--quick", "--no-check",
          *flags],
         cwd=BENCHMARKS.parent,
@@ -25,6 +37,7 @@ def run_benchmark(*flags: str) -> subprocess.CompletedProcess[str]:
         timeout=240,
         check=False,
     )  # fmt: skip
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def table(stdout: str) -> list[list[str]]:
@@ -35,12 +48,13 @@ def table(stdout: str) -> list[list[str]]:
 @pytest.mark.parametrize(
     "model, compile_flags", [("vit", ["--compile"]), ("swin", [])], ids=["vit", "swin"]
 )
-def test_train_throughput_quick(model: str, compile_flags: list[str]) -> None:
+def test_train_throughput_quick(model: str, compile_flags: list[str], capfd) -> None:
     # 1 warm-up step (compiling falls in it) and 1 timed one: the table's plumbing, not a speed
-    proc = run_benchmark("--steps", "2", "--warmup", "1", "--model", model, *compile_flags)
-    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
-    cells = table(proc.stdout)
-    assert len(cells) == 2, proc.stdout
+    flags = ["--steps", "2", "--warmup", "1", "--model", model, *compile_flags]
+    code, out, err = run_benchmark(capfd, *flags)
+    assert code == 0, f"{out}\n{err}"
+    cells = table(out)
+    assert len(cells) == 2, out
     assert cells[0][0].startswith("(a) tutorial") and cells[0][5] == "baseline"
     assert cells[1][0].startswith("(b) vitviz") and cells[1][5] == "≥ 2"  # the CPU's target
     # --compile alone is "on"; without it, "auto" compiles on CUDA only
@@ -48,17 +62,18 @@ def test_train_throughput_quick(model: str, compile_flags: list[str]) -> None:
     for row in cells:
         assert float(row[1].replace(",", "")) > 0  # images per second
         assert row[3].endswith("MiB")  # peak RSS
-    assert "WRONG RESULT" not in proc.stdout
-    assert "device: cpu (" in proc.stdout  # the device named
-    assert ("swin preset" in proc.stdout) == (model == "swin")
+    assert "WRONG RESULT" not in out
+    assert "device: cpu (" in out  # the device named
+    assert ("swin preset" in out) == (model == "swin")
 
 
 def test_train_throughput_ops_table() -> None:
-    proc = run_benchmark("--ops", "--compile", "on", "--steps", "1")  # counts are per step
-    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
-    assert "# Host work per training step" in proc.stdout and "device: cpu (" in proc.stdout
-    cells = table(proc.stdout)
-    assert [row[0][:3] for row in cells] == ["(a)", "(b)", "(c)"], proc.stdout
+    # counts are per step
+    code, out, err = run_in_a_child("--ops", "--compile", "on", "--steps", "1")
+    assert code == 0, f"{out}\n{err}"
+    assert "# Host work per training step" in out and "device: cpu (" in out
+    cells = table(out)
+    assert [row[0][:3] for row in cells] == ["(a)", "(b)", "(c)"], out
     assert cells[2][0].endswith("torch.compile")
     for row in cells:
         assert float(row[1]) > 100  # a forward and backward pass of 4 blocks at least
