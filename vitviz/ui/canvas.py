@@ -138,6 +138,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.notice.hide()
         self._flat_text = ""  # the notice's words about a flat map …
         self._view_text = ""  # … and the viewer's (a method shown instead, a scale's range)
+        self._view_details = ""  # … those in full (the notice's tooltip)
         self.vb: pg.ViewBox = self.addViewBox(
             row=1, col=0, lockAspect=True, invertY=True, enableMenu=False
         )
@@ -270,10 +271,12 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
             )
         self._update_notice()
 
-    def set_message(self, text: str | None) -> None:
+    def set_message(self, text: str | None, details: str | None = None) -> None:
         """Words shown in the view, over the map (a method shown instead of the chosen one and
-        why, a scale that leaves a cell out): in full, wrapped; None or "" hides them."""
+        why, a scale that leaves a cell out): wrapped; None or "" hides them. ``details``: the
+        same in full, the notice's tooltip (None: ``text`` is whole)."""
         self._view_text = text or ""
+        self._view_details = details or self._view_text
         self._update_notice()
 
     def notice_text(self) -> str:
@@ -286,6 +289,8 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
             self.notice.hide()
             return
         self.notice.setText(text)
+        full = "\n\n".join(t for t in (self._view_details, self._flat_text) if t)
+        self.notice.setToolTip("" if full == text else full)
         self._place_notice()
         self.notice.show()
         self.notice.raise_()

@@ -1,0 +1,66 @@
+"""A method the model refuses, at 1280 × 720: the viewer's "shown instead" note is short enough
+that the map stays in sight (its full reason in the note's tooltip), and the compare window
+greys a method either model refuses with the reason, naming the model (DESIGN §6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CLASS_NAMES, random_vit
+from swin_helpers import tiny_torchvision_swin
+from test_ui_window import WAIT_MS, drop, new_window, settled, wait_shown
+
+from vitviz.checkpoints import save_checkpoint
+from vitviz.ui.canvas import TITLE_HEIGHT
+from vitviz.ui.main_window import MainWindow
+
+REFUSED = "relevance"  # a method the Swin refuses and the ViT runs
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny ViT (32 px) and a tiny Swin (64 px)."""
+    folder = tmp_path_factory.mktemp("refused-method")
+    vit = save_checkpoint(random_vit(seed=3), folder / "vit.safetensors", class_names=CLASS_NAMES)
+    swin = folder / "swin.pth"
+    torch.save(tiny_torchvision_swin().state_dict(), swin)
+    sidecar = swin.with_name(swin.name + ".vitviz.json")
+    sidecar.write_text(json.dumps({"preprocessing": {"image_size": [64, 64]}}))
+    return {"vit": vit, "swin": swin}
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> MainWindow:
+    return new_window(qtbot, tmp_path / "settings.ini")
+
+
+def open_model(qtbot, window: MainWindow, checkpoint: Path) -> None:
+    drop(window, [checkpoint])
+    qtbot.waitUntil(
+        lambda: window.model is not None and window.model.name == checkpoint.name,
+        timeout=WAIT_MS,
+    )
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+
+
+def test_the_shown_instead_note_leaves_the_map_in_sight_at_1280x720(
+    qtbot, window: MainWindow, checkpoints: dict[str, Path], photo_files
+) -> None:
+    window.resize(1280, 720)
+    v = window.viewer
+    drop(window, [photo_files["chelsea"], checkpoints["vit"]])
+    wait_shown(qtbot, window, photo_files["chelsea"].name)
+    v.controls.select_method(REFUSED)
+    open_model(qtbot, window, checkpoints["swin"])
+    why = v.image.unavailable[REFUSED]
+    canvas = v.map_view
+    qtbot.waitUntil(lambda: "shown instead" in canvas.notice_text(), timeout=WAIT_MS)
+    qtbot.wait(50)  # laid out at the window's size
+    notice = canvas.notice
+    in_sight = notice.y() - TITLE_HEIGHT  # the map's view between its title and the note
+    assert canvas.height() > 200, canvas.height()
+    assert in_sight >= 0.6 * canvas.height(), (in_sight, canvas.height(), notice.text())
+    assert why.rstrip(".") in notice.toolTip()  # the full reason is one hover away
