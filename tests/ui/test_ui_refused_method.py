@@ -34,7 +34,12 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path) -> MainWindow:
-    return new_window(qtbot, tmp_path / "settings.ini")
+    """The window with its own settings; the bug dialog must not open."""
+    w = new_window(qtbot, tmp_path / "settings.ini")
+    bugs: list[str] = []
+    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
+    yield w
+    assert not bugs, f"the bug dialog was shown: {bugs}"
 
 
 def open_model(qtbot, window: MainWindow, checkpoint: Path) -> None:
@@ -64,3 +69,33 @@ def test_the_shown_instead_note_leaves_the_map_in_sight_at_1280x720(
     assert canvas.height() > 200, canvas.height()
     assert in_sight >= 0.6 * canvas.height(), (in_sight, canvas.height(), notice.text())
     assert why.rstrip(".") in notice.toolTip()  # the full reason is one hover away
+
+
+def test_compare_greys_a_method_model_b_refuses_naming_it(
+    qtbot, window: MainWindow, checkpoints: dict[str, Path], photo_files
+) -> None:
+    from PySide6.QtGui import QStandardItemModel
+
+    v = window.viewer
+    drop(window, [photo_files["chelsea"], checkpoints["vit"]])
+    wait_shown(qtbot, window, photo_files["chelsea"].name)
+    v.controls.select_method(REFUSED)
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+    assert REFUSED not in v.image.unavailable  # model A runs it
+    window.compare_with(checkpoints["swin"])
+    qtbot.waitUntil(lambda: window.compare is not None and window.compare.result is not None)
+    c = window.compare
+    # B's refusal greys it, and the nearest method both run is shown, with B's map (a Swin's
+    # gradient rollout: its pass again for the gradients replaces the session's analysis)
+    qtbot.waitUntil(
+        lambda: c.result.method != REFUSED and c.result.map_b is not None, timeout=WAIT_MS
+    )
+    model = c.method.model()
+    assert isinstance(model, QStandardItemModel)
+    item = model.item(c.method.findData(REFUSED))
+    assert not item.isEnabled()
+    tip = item.toolTip()
+    assert tip.startswith("Model B (swin.pth): ") and "swin" in tip.removeprefix("Model B"), tip
+    assert "Model A" not in tip  # A runs it
+    assert c.method.currentData() == c.result.method != REFUSED
+    assert c.result.error == "" and c.status.text() == ""  # never run on B and refused
