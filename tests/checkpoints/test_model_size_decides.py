@@ -16,7 +16,7 @@ from skimage.data import chelsea
 from swin_helpers import DEPTHS, EMBED, HEADS
 from zoo_helpers import randomize_
 
-from vitviz.checkpoints import load_checkpoint
+from vitviz.checkpoints import CheckpointError, load_checkpoint
 from vitviz.imaging.preprocess import prepare_image
 
 # (architecture, the model_args it is built with, the pretrained_cfg's other size)
@@ -80,3 +80,21 @@ def test_what_the_window_analyses_is_what_timm_computes(folder) -> None:
         theirs = model(x)  # timm's model built at img_size rejects any other size
         ours, _ = loaded.kind.library_outputs(loaded.model, x)
     assert torch.allclose(ours, theirs, rtol=1e-4, atol=1e-5 * theirs.abs().max().item())
+
+
+def test_a_table_of_another_size_than_the_only_size_given_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """No model_args img_size: pretrained_cfg's 48 is all that names a size, and the position
+    table is 32 px's: which is meant can't be told, so the file is refused, never resized."""
+    arch, args, other = CASES["vit"]
+    model = randomize_(timm.create_model(arch, pretrained=False, **args), seed=3)
+    save_file(dict(model.state_dict()), tmp_path / "model.safetensors")
+    unsized = {k: v for k, v in args.items() if k != "img_size"}
+    config = {"architecture": arch, "num_classes": 5, "model_args": unsized,
+              "pretrained_cfg": {"input_size": [3, other, other]}}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(tmp_path)
+    text = str(info.value)
+    assert "pos_embed" in text and "\n" not in text, text
