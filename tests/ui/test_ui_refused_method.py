@@ -14,7 +14,7 @@ from swin_helpers import tiny_torchvision_swin
 from test_ui_window import WAIT_MS, drop, new_window, settled, wait_shown
 
 from vitviz.checkpoints import save_checkpoint
-from vitviz.ui.canvas import TITLE_HEIGHT
+from vitviz.ui.canvas import NOTICE_SHARE, TITLE_HEIGHT, ImageCanvas
 from vitviz.ui.main_window import MainWindow
 
 REFUSED = "relevance"  # a method the Swin refuses and the ViT runs
@@ -99,3 +99,20 @@ def test_compare_greys_a_method_model_b_refuses_naming_it(
     assert "Model A" not in tip  # A runs it
     assert c.method.currentData() == c.result.method != REFUSED
     assert c.result.error == "" and c.status.text() == ""  # never run on B and refused
+
+
+def test_notes_taller_than_their_share_of_the_view_go_to_the_tooltip(qtbot) -> None:
+    """A second note that would cover the map is left to the tooltip ("…" says so)."""
+    canvas = ImageCanvas("map")
+    qtbot.addWidget(canvas)
+    canvas.resize(420, 264)  # the map's view of a 1280 × 720 window
+    canvas.show()
+    second = "Nearly uniform: every value lies in 0.969–1; " + "the colours span it. " * 8
+    canvas.set_message(f"Attention shown instead.\n\n{second}")
+    qtbot.wait(10)
+    notice = canvas.notice
+    assert notice.height() <= NOTICE_SHARE * canvas.height(), notice.height()
+    assert notice.text() == "Attention shown instead.\n…"
+    assert second in notice.toolTip()
+    canvas.set_message("Attention shown instead.")  # one short note: whole, no tooltip
+    assert notice.text() == "Attention shown instead." and notice.toolTip() == ""
