@@ -38,6 +38,17 @@ CASES = {
         ),
         64,
     ),
+    "crossvit": (  # two branches (120 px and 112 px: timm's scale), two position tables
+        "crossvit_tiny_240",
+        dict(
+            img_size=120,
+            embed_dim=[24, 48],
+            depth=[[1, 2, 0], [1, 1, 0]],
+            num_heads=[2, 4],
+            num_classes=5,
+        ),
+        240,
+    ),
 }
 
 
@@ -75,7 +86,7 @@ def test_what_the_window_analyses_is_what_timm_computes(folder) -> None:
     model, where, _, _ = folder
     loaded = load_checkpoint(where)
     prep = loaded.preprocessing
-    x = prepare_image(Image.fromarray(chelsea()), prep, loaded.config.patch_size).tensor[None]
+    x = prepare_image(Image.fromarray(chelsea()), prep, 1).tensor[None]  # (1, 3, H, W)
     with torch.no_grad():
         theirs = model(x)  # timm's model built at img_size rejects any other size
         ours, _ = loaded.kind.library_outputs(loaded.model, x)
