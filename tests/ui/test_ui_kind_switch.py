@@ -207,7 +207,7 @@ def test_compare_window_greys_what_model_a_cannot_run(
     model = c.method.model()
     assert isinstance(model, QStandardItemModel)
     item = model.item(c.method.findData("relevance"))
-    assert not item.isEnabled() and item.toolTip() == why
+    assert not item.isEnabled() and item.toolTip() == f"Model A: {why}"
     assert why not in c.status.text()  # never run on A and refused
     open_model(qtbot, window, checkpoints["shipped"])
     qtbot.waitUntil(lambda: c.method.currentData() == "relevance", timeout=WAIT_MS)

@@ -19,6 +19,7 @@ from vitviz.checkpoints.families.common import (
     IMAGENET_STD,
     INCEPTION_MEAN,
     INCEPTION_STD,
+    SIZE_SAID_BY,
 )
 
 # PIL resampling codes used by Hugging Face image processors.
@@ -70,6 +71,7 @@ def timm_preprocessing(
     size = cfg.get("input_size")
     if isinstance(size, (list, tuple)) and len(size) == 3:
         out["image_size"] = [int(size[1]), int(size[2])]
+        out[SIZE_SAID_BY] = "timm's pretrained_cfg input_size"  # the model's size decides
     if isinstance(cfg.get("crop_pct"), (int, float)):
         out["crop_pct"] = min(1.0, float(cfg["crop_pct"]))
     mode = cfg.get("crop_mode", "center")

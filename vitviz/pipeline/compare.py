@@ -22,9 +22,11 @@ from vitviz.kindapi import KindAnalysis, Loaded, ModelKind
 from vitviz.pipeline.export import MapSettings, method_map, model_line, prediction_text
 
 
-@dataclass(frozen=True)
+@dataclass
 class ModelSession:
-    """A model and its analysis, as a kind's engine members read them (``kindapi.Session``)."""
+    """A model and its analysis, as a kind's engine members read them (``kindapi.Session``:
+    a member that runs the pass again, a Swin's for a class's gradients, replaces
+    ``analysis``)."""
 
     loaded: Loaded
     analysis: KindAnalysis

@@ -15,6 +15,7 @@ from vitviz.ui.colors import colormap, make_colorbar, set_colorbar_levels
 from vitviz.ui.image_item import ImageItem
 
 TITLE_HEIGHT = 20
+NOTICE_SHARE = 0.3  # of the view's height, at most, the notes over the map take
 BACKGROUND = "#202020"
 FLAT_TOLERANCE = 1e-6  # a map whose values spread less than this (relative) says it is flat
 
@@ -138,6 +139,8 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         self.notice.hide()
         self._flat_text = ""  # the notice's words about a flat map …
         self._view_text = ""  # … and the viewer's (a method shown instead, a scale's range)
+        self._view_details = ""  # … those in full (the notice's tooltip)
+        self._notice_text = self._notice_full = ""  # the notes over the map; in full
         self.vb: pg.ViewBox = self.addViewBox(
             row=1, col=0, lockAspect=True, invertY=True, enableMenu=False
         )
@@ -270,10 +273,12 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
             )
         self._update_notice()
 
-    def set_message(self, text: str | None) -> None:
+    def set_message(self, text: str | None, details: str | None = None) -> None:
         """Words shown in the view, over the map (a method shown instead of the chosen one and
-        why, a scale that leaves a cell out): in full, wrapped; None or "" hides them."""
+        why, a scale that leaves a cell out): wrapped; None or "" hides them. ``details``: the
+        same in full, the notice's tooltip (None: ``text`` is whole)."""
         self._view_text = text or ""
+        self._view_details = details or self._view_text
         self._update_notice()
 
     def notice_text(self) -> str:
@@ -285,18 +290,28 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         if not text:
             self.notice.hide()
             return
-        self.notice.setText(text)
+        self._notice_text = text
+        self._notice_full = "\n\n".join(t for t in (self._view_details, self._flat_text) if t)
         self._place_notice()
         self.notice.show()
         self.notice.raise_()
 
     def _place_notice(self) -> None:
-        """At the foot of the image's view (the colour bar's labels stay readable)."""
+        """At the foot of the image's view (the colour bar's labels stay readable), at most
+        NOTICE_SHARE of its height: the notes that don't fit are left to the tooltip."""
         bar = 0 if self.colorbar is None else int(self.colorbar.geometry().width())
         room = self.width() - bar
         width = min(max(room - 24, 100), 520)
         self.notice.setFixedWidth(width)
-        self.notice.adjustSize()
+        parts = self._notice_text.split("\n\n")
+        for count in range(len(parts), 0, -1):
+            more = "" if count == len(parts) else "\n…"  # the rest in the tooltip
+            self.notice.setText("\n\n".join(parts[:count]) + more)
+            self.notice.adjustSize()
+            if self.notice.height() <= NOTICE_SHARE * self.height():
+                break
+        whole = self.notice.text() == self._notice_full
+        self.notice.setToolTip("" if whole else self._notice_full)
         top = max(TITLE_HEIGHT + 4, self.height() - self.notice.height() - 8)
         self.notice.move(max(0, (room - width) // 2), top)
 

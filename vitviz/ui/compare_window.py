@@ -128,36 +128,52 @@ class CompareWindow(QWidget):
         self.method.setCurrentIndex(max(index, 0))
         self.method.blockSignals(False)
         if self.image is not None:
-            self._offer(self.image.unavailable)
+            self._offer()
 
     def _method_chosen(self, _index: int) -> None:
         self.wanted = self.method.currentData()
         self.request()
 
-    def _offer(self, unavailable: dict[str, str]) -> None:
-        """The methods model A (the viewer's model) can't run greyed with its reasons, and the
-        user's method shown where A runs it, else the nearest it runs (DESIGN §6)."""
+    def refusals(self) -> dict[str, str]:
+        """{method: why} for each method model A (the viewer's) or model B can't run, the
+        reason naming the model (B's known from its last result)."""
+        a = {} if self.image is None else self.image.unavailable
+        b = {} if self.result is None else self.result.refused_b
+        name_b = "" if self.result is None else f" ({self.result.name_b})"
+        said: dict[str, list[str]] = {}
+        for who, refused in (("Model A", a), (f"Model B{name_b}", b)):
+            for name, why in refused.items():
+                said.setdefault(name, []).append(f"{who}: {why}")
+        return {name: "\n".join(lines) for name, lines in said.items()}
+
+    def _offer(self) -> bool:
+        """The methods model A or model B can't run greyed with their reasons, and the user's
+        method shown where both run it, else the nearest both run (DESIGN §6); True when the
+        method shown changed."""
         model = self.method.model()
         if not isinstance(model, QStandardItemModel):
-            return
+            return False
+        unavailable = self.refusals()
         for i in range(self.method.count()):
             item, why = model.item(i), unavailable.get(self.method.itemData(i))
             if item is not None:
                 item.setEnabled(why is None)
                 item.setToolTip(why or "")
         if self.wanted is None or not self.methods:
-            return
+            return False
         index = self.method.findData(nearest_runnable(self.wanted, self.methods, unavailable))
-        if index >= 0:
-            blocked = self.method.blockSignals(True)
-            self.method.setCurrentIndex(index)
-            self.method.blockSignals(blocked)
+        if index < 0 or index == self.method.currentIndex():
+            return False
+        blocked = self.method.blockSignals(True)
+        self.method.setCurrentIndex(index)
+        self.method.blockSignals(blocked)
+        return True
 
     def apply_image(self, result: ImageResult) -> None:
         if self.image is None or self.image.grid != result.grid:
             self.query = None
         self.image = result
-        self._offer(result.unavailable)
+        self._offer()
         for v in (self.view_a, self.view_b, self.view_diff):
             v.set_image(result.display, result.region, tuple(result.grid))
             v.set_query(self.query)
@@ -181,6 +197,8 @@ class CompareWindow(QWidget):
 
     def apply_compare(self, result: CompareResult) -> None:
         self.result = result
+        if self._offer():  # model B can't run the method shown: the nearest both run instead
+            self.request()
         self._draw()
         self.pred_a.setText(top_words(f"A {result.name_a}", result.top_a))
         self.pred_b.setText(top_words(f"B {result.name_b}", result.top_b))

@@ -49,7 +49,9 @@ class ViewState:
     ``method``: the method shown (the chosen one where this model runs it, else the nearest one
     it runs); ``method_note``: why another one is shown, in full (None: the chosen one is);
     ``shown_class``: the class explained and marked in the chart (None: the model has none);
-    ``stats_notes``: per statistics plot (STAT_KEYS) why it is empty, None where it has points.
+    ``stats_notes``: per statistics plot (STAT_KEYS) why it is empty, None where it has points;
+    ``method_brief``: ``method_note`` in one short line, as the map's view shows it (the full
+    note in its tooltip, so the map stays in sight at 1280 × 720).
     """
 
     method: str
@@ -59,6 +61,7 @@ class ViewState:
     predictions_title: str
     predictions_axis: str
     stats_notes: dict[str, str | None] = field(default_factory=dict)
+    method_brief: str | None = None
 
 
 def nearest_runnable(
@@ -100,6 +103,14 @@ def fallback_note(wanted: str, shown: str, reason: str, methods: Sequence[Method
     return (
         f"{label_of(shown, methods)} shown instead: {said}. {label} comes back when a model "
         "that can run it is opened."
+    )
+
+
+def fallback_brief(wanted: str, shown: str, methods: Sequence[MethodInfo]) -> str:
+    """``fallback_note`` in one short line: what is shown, what can't run (why: its tooltip)."""
+    return (
+        f"{label_of(shown, methods)} shown instead: {label_of(wanted, methods)} can't run on "
+        "this model (hover for why)."
     )
 
 
@@ -179,9 +190,10 @@ def derive(
     ``choices``: see ``ViewState``."""
     unavailable = {} if image is None else dict(image.unavailable)
     method = nearest_runnable(choices.method, methods, unavailable)
-    note = None
+    note = brief = None
     if method != choices.method and choices.method in unavailable:
         note = fallback_note(choices.method, method, unavailable[choices.method], methods)
+        brief = fallback_brief(choices.method, method, methods)
     names = [] if image is None else list(image.class_names)
     top = -1 if image is None else image.top_class
     c = shown_class(choices.target_class, top, names)
@@ -202,7 +214,7 @@ def derive(
             image.num_prefix_tokens,
         )
     )
-    return ViewState(method, note, c, class_text, title, axis, notes)
+    return ViewState(method, note, c, class_text, title, axis, notes, brief)
 
 
 @dataclass(frozen=True)

@@ -411,8 +411,12 @@ class ViewerTab(QWidget):
         self.map_view.set_title(self._map_title(m))
         scale = map_scale(values, levels, self._query_cell(m, values))
         self.map_view.set_map(values, scale.levels, cmap, opacity)
-        notes = (self.state.method_note, m.error if values is None else None, scale.note)
-        self.map_view.set_message("\n\n".join(n for n in notes if n))
+        error = m.error if values is None else None
+        notes = (self.state.method_brief, error, scale.note)
+        details = (self.state.method_note, error, scale.note)  # in full: the note's tooltip
+        self.map_view.set_message(
+            "\n\n".join(n for n in notes if n), "\n\n".join(n for n in details if n)
+        )
         self.head_grid.set_maps(m.head_maps, m.mean_maps, m.levels, cmap, opacity)
         self.head_grid.set_selection(self.controls.selected_layer(), self.controls.selected_head())
         if self.layers is not None:

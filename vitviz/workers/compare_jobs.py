@@ -13,6 +13,7 @@ from vitviz.workers.messages import CompareResult
 
 _SECOND: dict[int, Any] = {}  # id(engine state) -> the second LoadedModel
 _ANALYSED: dict[int, tuple[Any, Any]] = {}  # id(state) -> (the first's analysis, the second's)
+_REFUSED: dict[int, tuple[Any, dict[str, str]]] = {}  # id(state) -> (B's analysis, its refusals)
 TOP = 5
 
 
@@ -28,6 +29,7 @@ def open_second(state: EngineState, path: str | Path) -> str:
     loaded.model.to(resolve_device(state.device)).eval()
     _SECOND[id(state)] = loaded
     _ANALYSED.pop(id(state), None)
+    _REFUSED.pop(id(state), None)
     return str(loaded.name)
 
 
@@ -40,6 +42,21 @@ def _second_analysis(state: EngineState) -> Any:
     analysis = second.kind.analyze(second, state.source)
     _ANALYSED[id(state)] = (state.analysis, analysis)
     return analysis
+
+
+def _refused(state: EngineState, loaded: Any, analysis: Any) -> dict[str, str]:
+    """{method: why} model B (``loaded``) can't run on ``analysis``, as its kind says it for
+    the viewer (kept with the analysis)."""
+    from vitviz.pipeline.compare import ModelSession
+
+    key = id(state)
+    kept = _REFUSED.get(key)
+    if kept is not None and kept[0] is analysis:
+        return kept[1]
+    session = ModelSession(loaded, analysis)
+    refused = dict(session.kind.image_numbers(session).unavailable)
+    _REFUSED[key] = (analysis, refused)
+    return refused
 
 
 def _top(loaded: Any, analysis: Any) -> list[tuple[str, float]]:
@@ -91,4 +108,5 @@ def compare_view(
         top_b=_top(second, b),
         head_similarity=sim,
         error=error,
+        refused_b=_refused(state, second, b),
     )

@@ -260,7 +260,8 @@ class FeaturesResult:
 class CompareResult:
     """Two models on the current image (File ▸ Compare with…, DESIGN §5): each one's map of
     ``method`` for ``query`` (``map_a``, ``map_b``: (h, w), None with ``error``), its name and
-    top predictions [(class, probability)], and ``head_similarity`` (L, H) or (L, 1)."""
+    top predictions [(class, probability)], ``head_similarity`` (L, H) or (L, 1), and the
+    methods model B can't run on this image with its reasons (``refused_b``)."""
 
     method: str
     query: tuple[int, int] | None
@@ -272,3 +273,4 @@ class CompareResult:
     top_b: list[tuple[str, float]]
     head_similarity: np.ndarray
     error: str = ""
+    refused_b: dict[str, str] = field(default_factory=dict)  # {method: why B can't run it}

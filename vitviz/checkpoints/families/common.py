@@ -42,6 +42,11 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 INCEPTION_MEAN = (0.5, 0.5, 0.5)
 INCEPTION_STD = (0.5, 0.5, 0.5)
 
+# The key a library's preprocessing sets beside an ``image_size`` that is only the library's
+# evaluation setting (timm's pretrained_cfg input_size), never the model's own size: its value
+# names where the size came from (DESIGN §4: the size analysed is the size checked).
+SIZE_SAID_BY = "image_size_said_by"
+
 
 class Taker:
     """Takes tensors out of ``source.state`` (so each original is freed once converted).
@@ -219,7 +224,7 @@ def finish(
     names = resolve_class_names(
         config.num_classes, user.get("class_names"), class_names, imagenet_if_1000
     )
-    prep = {"image_size": list(config.image_size), **preprocessing}
+    prep = model_sized(config.image_size, preprocessing, notes)
     user_prep = user.get("preprocessing")
     if user_prep is not None:
         if not isinstance(user_prep, dict):
@@ -406,7 +411,7 @@ def finish_kind(
             f"{source.name}: class_names must be a list of {config.num_classes} names."
         )
     names = resolve_class_names(config.num_classes, given, class_names, imagenet_if_1000)
-    prepared = prepared_preprocessing(source, config, preprocessing, user)
+    prepared = prepared_preprocessing(source, config, preprocessing, user, notes)
     return Conversion(
         family=family,
         config=config,
@@ -418,13 +423,39 @@ def finish_kind(
     )
 
 
+def model_sized(
+    model_size: Sequence[int], preprocessing: Mapping[str, Any], notes: list[str] | None
+) -> dict[str, Any]:
+    """``preprocessing`` at the model's own ``model_size`` (H, W): a size a library's settings
+    gave (marked with SIZE_SAID_BY, e.g. timm's pretrained_cfg input_size) that is not the
+    model's is dropped with a note, so the size analysed is the one the library check built and
+    ran (DESIGN §4); a size a family set itself is kept."""
+    prep = dict(preprocessing)
+    said_by = prep.pop(SIZE_SAID_BY, None)
+    size = prep.get("image_size")
+    mh, mw = (int(v) for v in model_size)
+    if said_by is not None and size is not None and [int(v) for v in size] != [mh, mw]:
+        del prep["image_size"]
+        if notes is not None:
+            notes.append(
+                f"{said_by} {int(size[0])}×{int(size[1])} is not the size the model is built "
+                f"for: analysed at its own {mh}×{mw} (its settings and position table), the "
+                "size checked"
+            )
+    return {"image_size": [mh, mw], **prep}
+
+
 def prepared_preprocessing(
-    source: Source, config: Any, preprocessing: Mapping[str, Any], user: Mapping[str, Any]
+    source: Source,
+    config: Any,
+    preprocessing: Mapping[str, Any],
+    user: Mapping[str, Any],
+    notes: list[str] | None = None,
 ) -> Preprocessing:
-    """The model's preprocessing: ``preprocessing`` (the library's, at ``config``'s image size)
-    with the user's ``preprocessing`` object laid over it and the channels checked against the
-    model's; CheckpointError in one line for one ``Preprocessing`` can't take."""
-    prep = {"image_size": list(config.image_size), **preprocessing}
+    """The model's preprocessing: ``preprocessing`` (the library's, at ``config``'s image size:
+    model_sized) with the user's ``preprocessing`` object laid over it and the channels checked
+    against the model's; CheckpointError in one line for one ``Preprocessing`` can't take."""
+    prep = model_sized(config.image_size, preprocessing, notes)
     if isinstance(user.get("preprocessing"), dict):
         prep.update(user["preprocessing"])
     prep["channels"] = check_channels(source, prep.get("channels"), config.in_channels)

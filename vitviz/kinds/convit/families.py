@@ -194,7 +194,7 @@ def convert(source: Source) -> Conversion:
             "no timm config.json beside the file: preprocessing is timm's ConViT default (set "
             f"preprocessing in {source.sidecar_name} to change it)"
         )
-    prepared = prepared_preprocessing(source, config, prep_dict, user)
+    prepared = prepared_preprocessing(source, config, prep_dict, user, notes)
     conversion = Conversion(
         family="timm-convit",
         config=config,

@@ -256,7 +256,6 @@ def convert(source: Source) -> Conversion:
             int(source.state[f"patch_embed.{b}.proj.weight"].shape[-1]) for b in (0, 1)
         )
     prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    prep.pop("image_size", None)  # the position tables' size, not the folder's default
     conversion = finish_kind(
         source,
         kind="crossvit",

@@ -384,7 +384,6 @@ def convert(source: Source) -> Conversion:
     name, user_arch, notes = _name(source, shape)
     settings = _settings(source, shape, name, {} if user_arch else args)
     prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    prep.pop("image_size", None)  # the bias table's grid's size, not the folder's default
     conversion = levit_conversion(
         source, shape, settings, "timm-levit", names_from_timm(cfg, shape["num_classes"]), prep,
         notes + prep_notes,

@@ -355,7 +355,6 @@ def convert(source: Source) -> Conversion:
         global_pool=str(args.get("global_pool") or ("token" if shape["use_cls_token"] else "avg")),
     )
     prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    prep.pop("image_size", None)  # the size the tables were made for, not the folder's default
     conversion = finish_kind(
         source,
         kind="mvit",

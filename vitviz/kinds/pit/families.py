@@ -241,7 +241,6 @@ def convert(source: Source) -> Conversion:
     # the size whose stem grid is the position table's (timm's img_size of this table)
     inferred["image_size"] = tuple((g - 1) * stride + patch for g in shape["grid"])
     prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    prep.pop("image_size", None)  # the position table's size, not the folder's default
     conversion = finish_kind(
         source,
         kind="pit",

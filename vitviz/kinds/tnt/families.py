@@ -263,7 +263,6 @@ def convert(source: Source) -> Conversion:
         global_pool=str(given.get("global_pool") or "token"),
     )
     prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    prep.pop("image_size", None)  # the size patch_pos was made for, not the folder's default
     conversion = finish_kind(
         source,
         kind="tnt",

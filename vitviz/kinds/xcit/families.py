@@ -191,7 +191,7 @@ def convert(source: Source) -> Conversion:
     names = resolve_class_names(n, user.get("class_names"), names_from_timm(cfg, n), True)
     prep_dict, prep_notes = timm_preprocessing(pretrained, XCIT_DEFAULTS)
     notes += prep_notes
-    prepared = prepared_preprocessing(source, config, prep_dict, user)
+    prepared = prepared_preprocessing(source, config, prep_dict, user, notes)
     conversion = Conversion(
         family="timm-xcit",
         config=config,
