@@ -23,6 +23,13 @@ _CACHE = tempfile.mkdtemp(prefix="vitviz-test-cache-")
 os.environ.setdefault("VITVIZ_CACHE_DIR", _CACHE)
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
+# Under pytest-xdist each worker would run torch's pool of a thread per core, and the python
+# processes tests start would too: two workers on two cores then fight over the cores (the tiny
+# models' ops run fastest on one thread; a subset of the suite took 2.3 times as long).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 TINY = dict(image_size=32, patch_size=8, dim=32, depth=2, heads=2, num_classes=5)
 CLASS_NAMES = ["tabby", "rocket", "coffee", "astronaut", "teapot"]
 

@@ -282,7 +282,6 @@ def convert(source: Source) -> Conversion:
     inferred["heads"] = heads
     inferred["kernel_size"] = KERNEL
     prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    prep.pop("image_size", None)  # the position table's size, not the folder's default
     conversion = finish_kind(
         source,
         kind="volo",
