@@ -141,6 +141,35 @@ def replaced_heads(
     return out
 
 
+def heads_hook(
+    layer: int,
+    count: int,
+    wanted: Mapping[int, Tensor | OnRows | None] | None,
+    into: list[Tensor | None] | None,
+    order: Callable[[], TokenOrder] = lambda: ROW_MAJOR,
+) -> Callable[..., tuple[Any, ...]]:
+    """A forward pre-hook for attention layer ``layer``'s output projection, whose input
+    (B, *, count·d) is its ``count`` heads' outputs side by side: split on the layer's grid
+    (``order``, asked at each call) into (B, count, N, d), the heads ``wanted`` replaced
+    (replaced_heads), kept in ``into[layer]`` (None: nothing kept) and handed back to the
+    projection in its own token order (the same values where nothing is replaced), so that
+    gradients reach the kept tensor."""
+
+    def hook(_module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        token_order = order()
+        grid = token_order.gather(args[0])  # (B, N, C)
+        B, N, C = grid.shape
+        per_head = grid.reshape(B, N, count, C // count).transpose(1, 2)
+        if wanted is not None:
+            per_head = replaced_heads(per_head, layer, wanted)
+        if into is not None:
+            into[layer] = per_head
+        merged = per_head.transpose(1, 2).reshape(B, N, C)
+        return (token_order.scatter(args[0], merged), *args[1:])
+
+    return hook
+
+
 def staged_intermediates(
     sites: StagedSites, x: Tensor, replace: HeadReplacement | None, logits_only: bool = False
 ) -> Intermediates:
@@ -161,21 +190,6 @@ def staged_intermediates(
 
         return hook
 
-    def project(b: int) -> Callable[..., tuple[Any, ...] | None]:
-        def hook(_module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-            order = sites.head_order(b, inputs[b])
-            grid = order.gather(args[0])  # (B, N, C)
-            B, N, C = grid.shape
-            per_head = grid.reshape(B, N, counts[b], C // counts[b]).transpose(1, 2)
-            if b in plan:
-                per_head = replaced_heads(per_head, b, plan[b])
-            if not logits_only:
-                heads[b] = per_head  # what the projection reads, so gradients reach it
-            merged = per_head.transpose(1, 2).reshape(B, N, C)
-            return (order.scatter(args[0], merged), *args[1:])
-
-        return hook
-
     def leave(b: int) -> Callable[..., Any]:
         def hook(_module: nn.Module, _args: tuple[Any, ...], output: Any) -> Any:
             tokens = blocks[b] = sites.block_tokens(b, inputs[b], output)
@@ -188,7 +202,14 @@ def staged_intermediates(
         for b, (block, proj) in enumerate(zip(sites.blocks, sites.projections, strict=True)):
             if b in plan or not logits_only:
                 handles.append(block.register_forward_pre_hook(enter(b)))
-                handles.append(proj.register_forward_pre_hook(project(b)))
+                hook = heads_hook(
+                    b,
+                    counts[b],
+                    plan.get(b),
+                    None if logits_only else heads,
+                    lambda b=b: sites.head_order(b, inputs[b]),
+                )
+                handles.append(proj.register_forward_pre_hook(hook))
             if not logits_only:
                 handles.append(block.register_forward_hook(leave(b)))
         logits = sites.logits(x)

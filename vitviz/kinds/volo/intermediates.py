@@ -31,8 +31,8 @@ from vitviz.kinds.staged_intermediates import (
     TokenOrder,
     check_replace,
     head_logits,
+    heads_hook,
     model_input,
-    replaced_heads,
 )
 from vitviz.kinds.volo.network import Outlooker, VOLONet
 
@@ -106,18 +106,6 @@ def volo_intermediates(
     heads: list[Tensor | None] = [None] * len(layers)
     blocks: list[Tensor | None] = [None] * len(sites.blocks)
 
-    def project(i: int) -> Callable[..., tuple[Any, ...]]:
-        def hook(_module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-            B, N, C = args[0].shape
-            per_head = args[0].reshape(B, N, counts[i], C // counts[i]).transpose(1, 2)
-            if i in plan:
-                per_head = replaced_heads(per_head, i, plan[i])
-            if not logits_only:
-                heads[i] = per_head
-            return (per_head.transpose(1, 2).reshape(B, N, C), *args[1:])
-
-        return hook
-
     def leave(j: int) -> Callable[..., Any]:
         def hook(_module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
             grid = blocks[j] = sites.block_tokens(j, args, output)
@@ -129,7 +117,8 @@ def volo_intermediates(
     try:
         for i, proj in enumerate(projections):
             if i in plan or not logits_only:
-                handles.append(proj.register_forward_pre_hook(project(i)))
+                hook = heads_hook(i, counts[i], plan.get(i), None if logits_only else heads)
+                handles.append(proj.register_forward_pre_hook(hook))
         if not logits_only:
             for j, block in enumerate(sites.blocks):
                 handles.append(block.register_forward_hook(leave(j)))
