@@ -12,9 +12,10 @@ from conftest import CLASS_NAMES, random_vit
 from test_ui_window import WAIT_MS, click, drop, new_window, wait_shown
 
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
+from vitviz.imaging.colormaps import nice_levels
 from vitviz.pipeline.analysis import analyze
 from vitviz.pipeline.compare import compare_analyses
-from vitviz.ui.compare_window import MAX_HEAD_TICKS, every
+from vitviz.ui.compare_window import MAX_HEAD_TICKS, SAME_MAPS, SHARED_SCALE, every, shared_levels
 
 
 def _settled(window, query) -> bool:
@@ -82,3 +83,67 @@ def test_the_head_numbers_thin_out_to_fit_the_narrow_grid() -> None:
     assert every(4, MAX_HEAD_TICKS) == [(0, "0"), (1, "1"), (2, "2"), (3, "3")]
     assert [v for v, _ in every(12, MAX_HEAD_TICKS)] == [0, 2, 4, 6, 8, 10]
     assert [v for v, _ in every(24, MAX_HEAD_TICKS)] == [0, 4, 8, 12, 16, 20]  # a Swin's stage 4
+
+
+def test_one_colour_scale_for_both_maps_set_by_either() -> None:
+    a = np.array([[0.0, 0.1], [0.05, 0.02]], dtype=np.float32)
+    b = np.array([[0.0, 0.43], [0.2, np.nan]], dtype=np.float32)  # B's peak sets the top
+    assert shared_levels(a, b) == shared_levels(b, a) == (0.0, 0.5)
+    assert shared_levels(a, None) == nice_levels(a)  # A alone: the viewer's scale of A
+    assert shared_levels(None, np.full((2, 2), np.nan)) is None
+
+
+def test_both_maps_on_one_scale_said_on_both_bars_and_same_maps_said(
+    qtbot, tmp_path: Path, tiny_ckpt: Path, photo_files
+) -> None:
+    window = new_window(qtbot, tmp_path / "settings" / "vitviz.ini")
+    image = photo_files["chelsea"]
+    drop(window, [image, tiny_ckpt])
+    wait_shown(qtbot, window, image.name)
+    other = save_checkpoint(random_vit(seed=7), tmp_path / "b.safetensors",
+                            class_names=CLASS_NAMES)  # fmt: skip
+    window.compare_with(other)
+    qtbot.waitUntil(lambda: _settled(window, None), timeout=WAIT_MS)
+    c = window.compare
+    r = c.result
+    levels = shared_levels(r.map_a, r.map_b)
+    assert levels is not None and levels[1] >= max(np.nanmax(r.map_a), np.nanmax(r.map_b))
+    for view in (c.view_a, c.view_b):
+        np.testing.assert_allclose(view.colorbar.levels(), levels, rtol=1e-6)
+        np.testing.assert_allclose(view.overlay.levels, levels, rtol=1e-6)
+        axis = view.colorbar.axis
+        assert axis.label.isVisible() and SHARED_SCALE in axis.labelString()
+
+    same = tmp_path / "a-again.safetensors"  # A itself under another name: A − B is 0
+    same.write_bytes(tiny_ckpt.read_bytes())
+    c.diff.setChecked(True)
+    window.compare_with(same)
+    qtbot.waitUntil(
+        lambda: _settled(window, None) and c.result.name_b == same.name, timeout=WAIT_MS
+    )
+    assert c.view_diff.notice_text() == SAME_MAPS
+    assert not c.view_diff.overlay.isVisible() and not c.view_diff.colorbar.isVisible()
+
+
+def test_a_model_without_a_map_says_why_in_its_view(qtbot, tmp_path: Path, photo_files) -> None:
+    """A on an 8 × 8 grid, B on a 4 × 4 one: A's grid lines are not drawn over B's coarser
+    map, and a query of A's that B's grid lacks leaves B's view blank with the reason in it."""
+    window = new_window(qtbot, tmp_path / "settings" / "vitviz.ini")
+    image = photo_files["chelsea"]
+    a = save_checkpoint(random_vit(seed=2, image_size=64), tmp_path / "a.safetensors",
+                        class_names=CLASS_NAMES)  # fmt: skip
+    b = save_checkpoint(random_vit(seed=7), tmp_path / "b.safetensors", class_names=CLASS_NAMES)
+    drop(window, [image, a])
+    wait_shown(qtbot, window, image.name)
+    window.compare_with(b)
+    qtbot.waitUntil(lambda: _settled(window, None), timeout=WAIT_MS)
+    c = window.compare
+    assert c.result.map_a.shape == (8, 8) and c.result.map_b.shape == (4, 4)
+    assert c.view_a.grid_lines.isVisible() and not c.view_b.grid_lines.isVisible()
+    assert c.view_a.notice_text() == c.view_b.notice_text() == ""
+    c.set_query((6, 5))
+    qtbot.waitUntil(lambda: _settled(window, (6, 5)), timeout=WAIT_MS)
+    assert c.result.map_b is None and c.result.map_a is not None
+    said = c.view_b.notice_text()
+    assert said.startswith("No map from B: ") and c.result.errors[1] in said, said
+    assert c.view_a.notice_text() == ""

@@ -29,6 +29,7 @@ from test_ui_window import WAIT_MS, click, drop, new_window, settled, wait_shown
 from vitviz.checkpoints import save_checkpoint
 from vitviz.core import resources
 from vitviz.ui.canvas import ImageCanvas
+from vitviz.ui.logit_lens_chart import NO_LENS
 from vitviz.ui.main_window import MainWindow
 
 
@@ -296,3 +297,34 @@ def test_a_refusal_about_the_last_model_goes_when_another_opens(
         timeout=WAIT_MS,
     )
     assert "gone.png: no such file" in bar.text()
+
+
+def test_words_about_the_last_model_go_with_it(
+    qtbot, window: MainWindow, checkpoints: dict[str, Path], photo_files
+) -> None:
+    """Model ▸ Settings… on the shipped model ("every setting came from the file") and its
+    logit lens in the Features tab; then a backbone without a classifier: the message about
+    the shipped model is gone, and the lens chart keeps none of its block numbers and says
+    why it is empty."""
+    bar, f = window.message_bar, window.features
+    drop(window, [photo_files["chelsea"], checkpoints["shipped"]])
+    wait_shown(qtbot, window, photo_files["chelsea"].name)
+    window.confirm_model_settings()
+    assert bar.text().startswith(checkpoints["shipped"].name)
+    window.tabs.setCurrentWidget(f)
+    qtbot.waitUntil(lambda: f.result is not None and not window.client.is_busy(), timeout=WAIT_MS)
+    lens = f.logit_lens
+    blocks = window.viewer.image.num_layers
+    assert lens.getAxis("bottom")._tickLevels[0] == [(i, str(i)) for i in range(blocks)]
+    assert lens.getPlotItem().listDataItems() and lens.note() == ""
+
+    open_model(qtbot, window, checkpoints["backbone"])
+    assert bar.text() == ""
+    qtbot.waitUntil(
+        lambda: f.result is not None and f.result.logit_lens is None
+        and not window.client.is_busy(),
+        timeout=WAIT_MS,
+    )  # fmt: skip
+    assert not lens.getPlotItem().listDataItems()
+    assert lens.getAxis("bottom")._tickLevels[0] == []
+    assert lens.note() == NO_LENS

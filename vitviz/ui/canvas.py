@@ -217,8 +217,10 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         levels: tuple[float, float] | None = None,
         cmap: str | None = None,
         opacity: float | None = None,
+        scale_label: str = "",
     ) -> None:
-        """Show a (gh, gw) float map over the region (None hides it)."""
+        """Show a (gh, gw) float map over the region (None hides it); ``scale_label`` is
+        written along its colour bar (what the scale is, e.g. one shared by two maps)."""
         if cmap is not None and cmap != self._cmap_name:
             self._cmap_name = cmap
             if self.colorbar is not None:
@@ -244,7 +246,7 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         lo, hi = levels if levels is not None else nice_levels(values)
         self.overlay.setImage(values, autoLevels=False, levels=(lo, hi))
         if self.colorbar is not None:
-            set_colorbar_levels(self.colorbar, (lo, hi))
+            set_colorbar_levels(self.colorbar, (lo, hi), label=scale_label)
         left, top, right, bottom = self.region
         self.overlay.setRect(QRectF(left, top, right - left, bottom - top))
         self.overlay.show()

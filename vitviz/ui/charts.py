@@ -8,6 +8,7 @@ from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QTabWidget
 
+from vitviz.ui.plot_axes import plain_axes
 from vitviz.ui.view_state import PROBABILITY_LABELS, stats_notes
 
 TOP_K = 5
@@ -69,6 +70,7 @@ class PredictionsChart(pg.PlotWidget):
         self.hideButtons()
         self.getPlotItem().invertY(True)
         self.setLabel("bottom", "probability")
+        plain_axes(self)
         self.setXRange(0, 1, padding=0.02)
         self.bars = pg.BarGraphItem(x0=[], y=[], height=0.7, width=[])
         self.addItem(self.bars)
@@ -184,7 +186,7 @@ class HeadStatsView(QTabWidget):
             plot.setMenuEnabled(False)
             plot.setLabel("bottom", "layer")
             plot.setLabel("left", label, units=unit or None)
-            plot.getAxis("left").enableAutoSIPrefix(False)  # no "(x0.001)": values as they are
+            plain_axes(plot)  # no "layer (x0.001)": values as they are
             plot.showGrid(x=True, y=True, alpha=0.2)
             self.legends[key] = LegendBelow(plot, 2, labelTextColor="#333333")
             self.plots[key] = plot

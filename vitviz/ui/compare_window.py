@@ -23,8 +23,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from vitviz.imaging.colormaps import nice_levels
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.colors import make_colorbar, set_colorbar_levels
+from vitviz.ui.plot_axes import plain_axes
 from vitviz.ui.view_state import nearest_runnable
 from vitviz.workers import compare_jobs
 from vitviz.workers.engine import EngineClient
@@ -49,6 +51,19 @@ def every(count: int, most: int) -> list[tuple[int, str]]:
     """Ticks 0, s, 2s, … below ``count``, with the step s that gives at most ``most``."""
     step = max(1, -(-count // most))
     return [(i, str(i)) for i in range(0, count, step)]
+
+
+SHARED_SCALE = "A and B: one scale"  # along both maps' colour bars
+SAME_MAPS = "A − B is 0 on every patch: both models give this map the same values."
+
+
+def shared_levels(*maps: np.ndarray | None) -> tuple[float, float] | None:
+    """One colour scale for the (h, w) maps given (None or colours left out): ``nice_levels``
+    of all their finite values together, so equal colours mean equal values across the maps;
+    None when no map has a finite value."""
+    finite = [m[np.isfinite(m)] for m in maps if m is not None and m.ndim == 2]
+    values = np.concatenate([f.ravel() for f in finite]) if finite else np.empty(0)
+    return nice_levels(values) if values.size else None
 
 
 def top_words(name: str, top: list[tuple[str, float]]) -> str:
@@ -89,6 +104,7 @@ class CompareWindow(QWidget):
         self.heads.setMenuEnabled(False)
         self.heads.setLabel("left", "layer")
         self.heads.setLabel("bottom", "head")
+        plain_axes(self.heads)  # one column (heads averaged) would read "head (x0.001)"
         self.heads.getViewBox().invertY(True)
         self.heads_image = pg.ImageItem(axisOrder="row-major")
         self.heads.addItem(self.heads_image)
@@ -225,14 +241,20 @@ class CompareWindow(QWidget):
         r = self.result
         if r is None:
             return
-        finite = [m[np.isfinite(m)] for m in (r.map_a, r.map_b) if m is not None and m.ndim == 2]
-        levels = None
-        if finite and all(f.size for f in finite):
-            levels = (min(float(f.min()) for f in finite), max(float(f.max()) for f in finite))
-        self.view_a.set_map(r.map_a, levels, opacity=0.6)
-        self.view_b.set_map(r.map_b, levels, opacity=0.6)
+        # one scale for both maps, said along both bars: a colour means one value in A and B
+        levels = shared_levels(r.map_a, r.map_b)
+        self.view_a.set_map(r.map_a, levels, opacity=0.6, scale_label=SHARED_SCALE)
+        self.view_b.set_map(r.map_b, levels, opacity=0.6, scale_label=SHARED_SCALE)
         self.view_a.set_title(f"A · {r.name_a}")
         self.view_b.set_title(f"B · {r.name_b}")
+        grid = None if self.image is None else tuple(self.image.grid)
+        for view, values, error, who in ((self.view_a, r.map_a, r.errors[0], "A"),
+                                         (self.view_b, r.map_b, r.errors[1], "B")):  # fmt: skip
+            # a map without its reason would be a blank view: the reason in it, naming the model
+            view.set_message(f"No map from {who}: {error}" if values is None and error else None)
+            # the grid's lines are model A's patches: on a map of another grid they would lie
+            other = values is not None and values.ndim == 2 and tuple(values.shape) != grid
+            view.set_grid_visible(not other)
         shown = self.diff.isChecked()
         if shown != self.view_diff.isVisible():
             self.view_diff.setVisible(shown)
@@ -244,8 +266,11 @@ class CompareWindow(QWidget):
             if d is None:
                 self.view_diff.set_map(None)
                 self.view_diff.set_message("No difference: the maps are colours or other grids.")
+            elif (gap := np.abs(d[np.isfinite(d)])).size and gap.max() == 0:  # the same maps
+                self.view_diff.set_map(None)
+                self.view_diff.set_message(SAME_MAPS)
             else:
-                top = max(float(np.nanmax(np.abs(d))), 1e-12)
+                top = float(gap.max()) if gap.size else 1.0
                 self.view_diff.overlay.setColorMap(DIVERGING)
                 if self.view_diff.colorbar is not None:
                     self.view_diff.colorbar.setColorMap(DIVERGING)

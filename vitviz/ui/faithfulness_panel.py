@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from vitviz.ui import file_dialogs
 from vitviz.ui.cluster_row import ClusterRow, FolderRunsOn
+from vitviz.ui.plot_axes import plain_axes
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.view_state import NO_CLASSES
 from vitviz.workers.folder_faithfulness import FolderFaithfulnessResult
@@ -47,6 +48,7 @@ class CurvePlot(pg.PlotWidget):
         self.setTitle(title, size="9pt")
         self.setLabel("bottom", "share of patches")
         self.setLabel("left", "p(class)")
+        plain_axes(self)
         self.setXRange(0, 1, padding=0.02)
         self.setYRange(0, 1, padding=0.02)
         self.setMinimumHeight(150)

@@ -237,7 +237,7 @@ class FeaturesTab(QWidget):
     def failed(self, message: str) -> None:
         self.status.setText(message)
         self.result = None  # the next result is drawn whole
-        self.logit_lens.set_lens(None, [])
+        self.logit_lens.set_lens(None, [], why="")  # the status line says why
 
     def _outline(self, high: np.ndarray) -> None:
         """A red box around each high-norm token of the norm map's grid."""

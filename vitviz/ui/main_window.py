@@ -120,7 +120,7 @@ class MainWindow(QMainWindow):
         self._requested_label = ""
         self._shown_label = ""
         self._model_pending = False  # a model is being opened (an image alone waits for it)
-        self._job_message = ""  # the last refusal of an engine job (about the model it ran on)
+        self._job_message = ""  # the last word about the model on screen (a job's refusal)
         self.folder_images: list[Path] = []
         self.folder_index = -1
 
@@ -522,7 +522,9 @@ class MainWindow(QMainWindow):
             return
         assumed = self.assumed_settings()
         if not assumed:
-            self.notifier.info(f"{model.name}: every setting came from the file or from you.")
+            said = f"{model.name}: every setting came from the file or from you."
+            self.notifier.info(said)
+            self._job_message = said  # about this model: gone when another opens (DESIGN §6)
             return
         message = (
             f"{model.name} was opened with these settings assumed (the file doesn't say them). "

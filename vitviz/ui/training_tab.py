@@ -62,6 +62,7 @@ from vitviz.training.runs import read_probes, read_steps
 from vitviz.ui import file_dialogs
 from vitviz.ui.charts import LegendBelow
 from vitviz.ui.form_panel import FoldingGroup, VerticalScrollArea
+from vitviz.ui.plot_axes import plain_axes
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.wheel_guard import guard_wheel
 from vitviz.workers.training import TrainingRunner
@@ -363,6 +364,7 @@ class TrainingTab(QWidget):
             plot.showGrid(x=True, y=True, alpha=0.2)
             plot.setLabel("bottom", "epoch")
             plot.setLabel("left", label)
+            plain_axes(plot)
             LegendBelow(plot, 3)
         self.acc_plot.setYRange(0, 1)
         self.curve_step = self.loss_plot.plot(

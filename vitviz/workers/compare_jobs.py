@@ -89,14 +89,15 @@ def compare_view(
     except (ValueError, OSError) as exc:
         raise UserFacingError(str(exc), "compare") from exc
     sim = head_similarity(query_attention(state.loaded, a), query_attention(second, b)).numpy()
-    maps, error = [], ""
+    maps, errors = [], []
     for loaded, analysis in ((state.loaded, a), (second, b)):
         session = ModelSession(loaded, analysis)
         try:
             maps.append(loaded.kind.method_map(session, method, query, None, params or {}))
+            errors.append("")
         except ValueError as exc:
             maps.append(None)
-            error = error or str(exc)
+            errors.append(str(exc))
     return CompareResult(
         method=method,
         query=query,
@@ -107,6 +108,7 @@ def compare_view(
         top_a=_top(state.loaded, a),
         top_b=_top(second, b),
         head_similarity=sim,
-        error=error,
+        error=next((e for e in errors if e), ""),
         refused_b=_refused(state, second, b),
+        errors=(errors[0], errors[1]),
     )

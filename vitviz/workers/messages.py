@@ -259,7 +259,8 @@ class FeaturesResult:
 @dataclass(frozen=True)
 class CompareResult:
     """Two models on the current image (File ▸ Compare with…, DESIGN §5): each one's map of
-    ``method`` for ``query`` (``map_a``, ``map_b``: (h, w), None with ``error``), its name and
+    ``method`` for ``query`` (``map_a``, ``map_b``: (h, w), None with its reason in ``errors``
+    and the first of them in ``error``), its name and
     top predictions [(class, probability)], ``head_similarity`` (L, H) or (L, 1), and the
     methods model B can't run on this image with its reasons (``refused_b``)."""
 
@@ -274,3 +275,4 @@ class CompareResult:
     head_similarity: np.ndarray
     error: str = ""
     refused_b: dict[str, str] = field(default_factory=dict)  # {method: why B can't run it}
+    errors: tuple[str, str] = ("", "")  # why map_a, map_b is None ("" where it is not)
