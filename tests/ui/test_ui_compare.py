@@ -113,6 +113,9 @@ def test_both_maps_on_one_scale_said_on_both_bars_and_same_maps_said(
         np.testing.assert_allclose(view.overlay.levels, levels, rtol=1e-6)
         axis = view.colorbar.axis
         assert axis.label.isVisible() and SHARED_SCALE in axis.labelString()
+    assert c.method.currentData() == "attention"  # made at its defaults, and said so
+    said = c.settings_label.text()
+    assert "Layer: the last layer" in said and "Head: the mean of the heads" in said, said
 
     same = tmp_path / "a-again.safetensors"  # A itself under another name: A − B is 0
     same.write_bytes(tiny_ckpt.read_bytes())

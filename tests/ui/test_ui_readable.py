@@ -74,6 +74,25 @@ def test_a_map_colour_bar_reads_in_full(qtbot, hi: float) -> None:
     assert colorbar_problems(canvas.colorbar, canvas) == []
 
 
+def test_a_view_made_narrower_keeps_its_notice_whole(qtbot) -> None:
+    """Words over a map (one line in a wide view) wrap to two when the view narrows (the compare
+    window's difference view shown beside them): the notice grows to show both lines."""
+    canvas = ImageCanvas("B")
+    qtbot.addWidget(canvas)
+    canvas.resize(700, 500)
+    canvas.show()
+    qtbot.waitExposed(canvas)
+    canvas.set_image(np.zeros((32, 32, 3), np.uint8), (0, 0, 32, 32), (4, 4))
+    canvas.set_message("No map from B: patch (4, 4) is outside the 4×4 grid")
+    settle(canvas)
+    notice = canvas.notice
+    one_line = notice.height()
+    canvas.resize(340, 500)
+    settle(canvas)
+    assert notice.width() < 340
+    assert notice.height() >= notice.heightForWidth(notice.width()) > one_line
+
+
 @pytest.mark.parametrize("size", [(1280, 720), (1600, 900)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_window_colour_bars_legends_and_tabs_read_in_full(
     qtbot, window: MainWindow, tiny_ckpt, photo_files, size

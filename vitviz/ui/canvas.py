@@ -309,7 +309,10 @@ class ImageCanvas(pg.GraphicsLayoutWidget):
         for count in range(len(parts), 0, -1):
             more = "" if count == len(parts) else "\n…"  # the rest in the tooltip
             self.notice.setText("\n\n".join(parts[:count]) + more)
-            self.notice.adjustSize()
+            # its height at this width: adjustSize() keeps the size hint of the width the words
+            # last had (a narrower view would cut the second line off)
+            tall = self.notice.heightForWidth(width)
+            self.notice.resize(width, tall if tall > 0 else self.notice.sizeHint().height())
             if self.notice.height() <= NOTICE_SHARE * self.height():
                 break
         whole = self.notice.text() == self._notice_full

@@ -66,6 +66,21 @@ def shared_levels(*maps: np.ndarray | None) -> tuple[float, float] | None:
     return nice_levels(values) if values.size else None
 
 
+def default_words(method: MethodInfo | None) -> str:
+    """What settings both maps are made with (the method's defaults: the compare window has no
+    controls for them), e.g. "Both at the method's defaults: Layer: the last layer · Head: the
+    mean of the heads"; "" for a method without settings."""
+    if method is None or not method.parameters:
+        return ""
+    said = []
+    for p in method.parameters:
+        value = p.default
+        head, _, rest = p.help.partition(": ")
+        words = rest if rest and head == str(value) else str(value)  # "-1: the last layer"
+        said.append(f"{p.label}: {words}")
+    return "Both at the method's defaults: " + " · ".join(said)
+
+
 def top_words(name: str, top: list[tuple[str, float]]) -> str:
     if not top:
         return f"{name}: no classification head"
@@ -121,8 +136,11 @@ class CompareWindow(QWidget):
         self.pred_a, self.pred_b, self.status = QLabel(""), QLabel(""), QLabel("")
         for label in (self.pred_a, self.pred_b, self.status, self.heads_title):
             label.setWordWrap(True)
+        self.settings_label = QLabel("")  # the method's settings both maps are made with
+        self.settings_label.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
+        layout.addWidget(self.settings_label)
         layout.addWidget(views, 1)
         layout.addWidget(self.heads_title)
         layout.addWidget(self.pred_a)
@@ -204,6 +222,9 @@ class CompareWindow(QWidget):
     def request(self) -> int | None:
         if self.image is None or self.method.currentData() is None:
             return None
+        shown = next((m for m in self.methods if m.name == self.method.currentData()), None)
+        self.settings_label.setText(default_words(shown))
+        self.settings_label.setVisible(bool(self.settings_label.text()))
         self.query_label.setText(
             "query: CLS (or the mean)" if self.query is None
             else f"query: patch row {self.query[0]}, col {self.query[1]}"
