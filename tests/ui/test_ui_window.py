@@ -40,7 +40,7 @@ from vitviz.kinds.vit.analysis import Analysis
 from vitviz.pipeline import export as ex
 from vitviz.pipeline.analysis import analyze
 from vitviz.ui.controls import MEAN
-from vitviz.ui.main_window import MainWindow
+from vitviz.ui.main_window import MainWindow, model_line
 from vitviz.ui.paint_counter import PaintCounter
 from vitviz.ui.settings import AppSettings
 
@@ -376,6 +376,7 @@ def test_corrupt_image_and_checkpoint_leave_the_state_alone(
     assert "garbage.safetensors" in window.message_bar.text()
     qtbot.waitUntil(lambda: not window.client.is_busy(), timeout=WAIT_MS)
     assert window.model is model_before
+    assert window.model_label.text() == model_line(model_before)  # its shape too, as before
     assert window.model_label.text().startswith("tiny.safetensors")
     assert v.image is image_before and v.maps is maps_before
 

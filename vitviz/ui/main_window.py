@@ -86,6 +86,12 @@ def model_words(summary: ModelSummary) -> str:
     return name_and_architecture(summary.name, summary.arch)
 
 
+def model_line(summary: ModelSummary) -> str:
+    """The status bar's line about the model on screen: its name, family, shape and classes."""
+    shape = summary.headline or f"{summary.depth} layers × {summary.heads} heads"
+    return f"{model_words(summary)} ({summary.family}, {shape}, {summary.num_classes} classes)"
+
+
 def plain_text(text: str) -> str:
     """A menu text without its mnemonic marks ("Open &image…" -> "Open image…")."""
     return text.replace("&&", "\0").replace("&", "").replace("\0", "&")
@@ -870,10 +876,7 @@ class MainWindow(QMainWindow):
             self.message_bar.hide()  # a refusal about the model before this one (DESIGN §6)
         self.model = summary
         self._model_pending = False
-        shape = summary.headline or f"{summary.depth} layers × {summary.heads} heads"
-        self.model_label.setText(
-            f"{model_words(summary)} ({summary.family}, {shape}, {summary.num_classes} classes)"
-        )
+        self.model_label.setText(model_line(summary))
         self._show_assumed()
         self.device_label.setText(f"device: {summary.device}")
         if summary.path is not None and summary.family != "model-code":
@@ -913,11 +916,8 @@ class MainWindow(QMainWindow):
             self.viewer.faithfulness_failed(error.message)
         if channel == "model":
             self._model_pending = False
-            self.model_label.setText(
-                "no model"
-                if self.model is None
-                else f"{model_words(self.model)} ({self.model.family})"
-            )
+            # the model still on screen, said as when it opened (its shape too)
+            self.model_label.setText("no model" if self.model is None else model_line(self.model))
         self.notifier.user_error(error.message)
         self._job_message = error.message
         if error.kind == "settings":
