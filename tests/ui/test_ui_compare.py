@@ -16,6 +16,7 @@ from vitviz.imaging.colormaps import nice_levels
 from vitviz.pipeline.analysis import analyze
 from vitviz.pipeline.compare import compare_analyses
 from vitviz.ui.compare_window import MAX_HEAD_TICKS, SAME_MAPS, SHARED_SCALE, every, shared_levels
+from vitviz.ui.main_window import COMPARE_SIZE, FRAME_ROOM, fitted_size
 
 
 def _settled(window, query) -> bool:
@@ -37,6 +38,8 @@ def test_compare_shows_both_models_in_sync(qtbot, tmp_path: Path, tiny_ckpt: Pat
     qtbot.waitUntil(lambda: _settled(window, None), timeout=WAIT_MS)
     c = window.compare
     assert c.isVisible() and c.method.currentData() == window.viewer.controls.method_name()
+    free = c.screen().availableGeometry()  # opened on the screen, never wider or taller
+    assert c.width() <= free.width() and c.height() <= free.height(), (c.size(), free)
     a_loaded, b_loaded = load_checkpoint(tiny_ckpt), load_checkpoint(other)
     a, b = analyze(a_loaded, image), analyze(b_loaded, image)
     want = compare_analyses(a_loaded, a, b_loaded, b)
@@ -150,3 +153,10 @@ def test_a_model_without_a_map_says_why_in_its_view(qtbot, tmp_path: Path, photo
     said = c.view_b.notice_text()
     assert said.startswith("No map from B: ") and c.result.errors[1] in said, said
     assert c.view_a.notice_text() == ""
+
+
+def test_the_compare_window_fits_a_small_screen() -> None:
+    assert fitted_size(COMPARE_SIZE, (1920, 1050)) == COMPARE_SIZE
+    width, height = fitted_size(COMPARE_SIZE, (1366, 740))  # a 1366 × 768 laptop's free area
+    assert width <= 1366 - FRAME_ROOM[0] and height <= 740 - FRAME_ROOM[1]
+    assert fitted_size(COMPARE_SIZE, None) == COMPARE_SIZE

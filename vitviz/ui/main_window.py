@@ -76,6 +76,7 @@ CONVENTION_GUESS = "timm's convention for these tensors"
 DEFAULT_SIZE = (1400, 900)  # the first window at least, where the screen has room for it
 SCREEN_SHARE = 0.88  # … and this share of a larger screen's free area, each way
 FRAME_ROOM = (16, 48)  # what a window manager's frame and title bar may add, in pixels
+COMPARE_SIZE = (1400, 760)  # the compare window, where the screen has room for it
 
 
 def model_words(summary: ModelSummary) -> str:
@@ -100,6 +101,14 @@ def plain_text(text: str) -> str:
 IMAGE_FILTER = "Images (" + " ".join(f"*{s}" for s in sorted(IMAGE_EXTENSIONS)) + ")"
 CHECKPOINT_FILTER = "Checkpoints (" + " ".join(f"*{s}" for s in sorted(CHECKPOINT_SUFFIXES)) + ")"
 BUSY_DELAY_MS = 500
+
+
+def fitted_size(want: tuple[int, int], free: tuple[int, int] | None) -> tuple[int, int]:
+    """``want`` (width, height), made smaller where a screen's ``free`` area (None: unknown)
+    can't hold it with a window frame."""
+    if free is None:
+        return want
+    return min(want[0], free[0] - FRAME_ROOM[0]), min(want[1], free[1] - FRAME_ROOM[1])
 
 
 def first_window_size(free_width: int, free_height: int) -> tuple[int, int]:
@@ -689,7 +698,15 @@ class MainWindow(QMainWindow):
             self.compare = CompareWindow(self.client, self)
         v = self.viewer
         self.compare.set_methods(list(v.controls.methods.values()), v.controls.method_name())
-        self.compare.resize(1400, 760)
+        if not self.compare.isVisible():  # opened: a size the screen holds (1366 × 768 too)
+            screen = self.screen() or QGuiApplication.primaryScreen()
+            free = screen.availableGeometry() if screen is not None else None
+            room = None if free is None else (free.width(), free.height())
+            self.compare.resize(*fitted_size(COMPARE_SIZE, room))
+            if free is not None:
+                size = self.compare.size()
+                self.compare.move(free.x() + (free.width() - size.width()) // 2,
+                                  free.y() + (free.height() - size.height()) // 2)  # fmt: skip
         self.compare.show()
         self.compare.raise_()
         if v.image is not None:
