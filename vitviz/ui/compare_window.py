@@ -36,6 +36,17 @@ from vitviz.workers.messages import CompareResult, ImageResult, MethodInfo
 DIVERGING = pg.ColorMap([0.0, 0.5, 1.0], [(59, 76, 192), (245, 245, 245), (180, 4, 38)])
 
 
+def no_difference(a: np.ndarray | None, b: np.ndarray | None) -> str:
+    """Why there is no A − B for these maps (``difference`` gave None), in words."""
+    if a is None or b is None:
+        missing = " and ".join(who for who, m in (("A", a), ("B", b)) if m is None)
+        return f"No difference: {missing} made no map here."
+    if a.ndim != 2 or b.ndim != 2:
+        return "No difference: the maps are colours, not values."
+    cells_a, cells_b = ("×".join(str(n) for n in m.shape) for m in (a, b))
+    return f"No difference: A's map is {cells_a} cells, B's {cells_b} (other grids)."
+
+
 def difference(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
     """A − B where both are maps of one grid (None otherwise: colours, or other grids)."""
     if a is None or b is None or a.ndim != 2 or a.shape != b.shape:
@@ -286,7 +297,7 @@ class CompareWindow(QWidget):
         if shown:
             if d is None:
                 self.view_diff.set_map(None)
-                self.view_diff.set_message("No difference: the maps are colours or other grids.")
+                self.view_diff.set_message(no_difference(r.map_a, r.map_b))
             elif (gap := np.abs(d[np.isfinite(d)])).size and gap.max() == 0:  # the same maps
                 self.view_diff.set_map(None)
                 self.view_diff.set_message(SAME_MAPS)
