@@ -31,6 +31,7 @@ from vitviz.core import resources
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.logit_lens_chart import NO_LENS
 from vitviz.ui.main_window import MainWindow
+from vitviz.ui.view_state import NO_CLASS_TO_EXPLAIN
 
 
 @pytest.fixture(scope="module")
@@ -305,12 +306,14 @@ def test_words_about_the_last_model_go_with_it(
     """Model ▸ Settings… on the shipped model ("every setting came from the file") and its
     logit lens in the Features tab; then a backbone without a classifier: the message about
     the shipped model is gone, and the lens chart keeps none of its block numbers and says
-    why it is empty."""
+    why it is empty, and "Top prediction" is greyed with its reason."""
     bar, f = window.message_bar, window.features
     drop(window, [photo_files["chelsea"], checkpoints["shipped"]])
     wait_shown(qtbot, window, photo_files["chelsea"].name)
     window.confirm_model_settings()
     assert bar.text().startswith(checkpoints["shipped"].name)
+    reset = window.viewer.controls.class_reset
+    assert reset.isEnabled()
     window.tabs.setCurrentWidget(f)
     qtbot.waitUntil(lambda: f.result is not None and not window.client.is_busy(), timeout=WAIT_MS)
     lens = f.logit_lens
@@ -328,3 +331,4 @@ def test_words_about_the_last_model_go_with_it(
     assert not lens.getPlotItem().listDataItems()
     assert lens.getAxis("bottom")._tickLevels[0] == []
     assert lens.note() == NO_LENS
+    assert not reset.isEnabled() and reset.toolTip() == NO_CLASS_TO_EXPLAIN  # no class to go to

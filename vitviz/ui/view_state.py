@@ -28,6 +28,7 @@ NO_PROMPTS_TITLE = "<b>Predictions</b> (none yet: type prompts below)"
 NO_CLASSES_TITLE = "<b>Predictions</b> (none: this model has no classifier)"
 # what a control that measures a class says on a model without classes (DESIGN §6)
 NO_CLASSES = "measures a class, and this model has none (no classifier, or no prompts yet)"
+NO_CLASS_TO_EXPLAIN = "No class to explain: this model has none (no classifier, or no prompts yet)"
 STAT_KEYS = ("distance", "entropy", "prefix", "norms")
 # a map whose values spread less than this share of its largest magnitude is nearly uniform
 NEARLY_UNIFORM = 0.2

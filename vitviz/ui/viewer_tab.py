@@ -21,6 +21,7 @@ from vitviz.ui.prompt_box import PromptBox
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.stats_panel import StatsPanel
 from vitviz.ui.view_state import (
+    NO_CLASS_TO_EXPLAIN,
     PREDICTIONS_TITLE,
     Choices,
     ViewState,
@@ -240,6 +241,12 @@ class ViewerTab(QWidget):
         if self.controls.methods:
             self.controls.show_method(self.state.method)
         self.controls.class_label.setText(self.state.class_text)
+        # no class to go back to on a model without classes: greyed, saying why
+        has_class = self.state.shown_class is not None
+        self.controls.class_reset.setEnabled(has_class)
+        self.controls.class_reset.setToolTip(
+            "Explain the top prediction again" if has_class else NO_CLASS_TO_EXPLAIN
+        )
         self.predictions_title.setText(self.state.predictions_title)
         if self.predictions.getAxis("bottom").labelText != self.state.predictions_axis:
             self.predictions.setLabel("bottom", self.state.predictions_axis)  # else no repaint
