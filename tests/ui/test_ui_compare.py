@@ -15,7 +15,14 @@ from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.imaging.colormaps import nice_levels
 from vitviz.pipeline.analysis import analyze
 from vitviz.pipeline.compare import compare_analyses
-from vitviz.ui.compare_window import MAX_HEAD_TICKS, SAME_MAPS, SHARED_SCALE, every, shared_levels
+from vitviz.ui.compare_window import (
+    MAX_HEAD_TICKS,
+    OWN_SCALE,
+    SAME_MAPS,
+    SHARED_SCALE,
+    every,
+    shared_levels,
+)
 from vitviz.ui.main_window import COMPARE_SIZE, FRAME_ROOM, fitted_size
 
 
@@ -116,6 +123,12 @@ def test_both_maps_on_one_scale_said_on_both_bars_and_same_maps_said(
         np.testing.assert_allclose(view.overlay.levels, levels, rtol=1e-6)
         axis = view.colorbar.axis
         assert axis.label.isVisible() and SHARED_SCALE in axis.labelString()
+    c.one_scale.setChecked(False)  # each map on its own scale, said along its bar
+    for view, values, who in ((c.view_a, r.map_a, "A"), (c.view_b, r.map_b, "B")):
+        np.testing.assert_allclose(view.colorbar.levels(), nice_levels(values), rtol=1e-6)
+        assert OWN_SCALE.format(who=who) in view.colorbar.axis.labelString()
+    c.one_scale.setChecked(True)
+    np.testing.assert_allclose(c.view_b.colorbar.levels(), levels, rtol=1e-6)
     assert c.method.currentData() == "attention"  # made at its defaults, and said so
     said = c.settings_label.text()
     assert "Layer: the last layer" in said and "Head: the mean of the heads" in said, said

@@ -65,6 +65,7 @@ def every(count: int, most: int) -> list[tuple[int, str]]:
 
 
 SHARED_SCALE = "A and B: one scale"  # along both maps' colour bars
+OWN_SCALE = "{who}'s own scale"  # … or along each, when each map has its own
 SAME_MAPS = "A − B is 0 on every patch: both models give this map the same values."
 
 
@@ -112,11 +113,18 @@ class CompareWindow(QWidget):
         self.wanted: str | None = None  # the user's method: shown again where A can run it
         self.method = QComboBox()
         self.diff = QCheckBox("Difference A − B")
+        self.one_scale = QCheckBox("One colour scale")
+        self.one_scale.setChecked(True)
+        self.one_scale.setToolTip(
+            "On: A and B on one colour scale (a colour is one value in both maps). Off: each map "
+            "on its own scale (shows the structure of a map whose values are much smaller)"
+        )
         self.query_label = QLabel("query: CLS")
         reset = QPushButton("Reset query")
         top = QHBoxLayout()
         top.addWidget(QLabel("Method"))
         top.addWidget(self.method)
+        top.addWidget(self.one_scale)
         top.addWidget(self.diff)
         top.addWidget(self.query_label)
         top.addWidget(reset)
@@ -159,6 +167,7 @@ class CompareWindow(QWidget):
         layout.addWidget(self.status)
         self.method.currentIndexChanged.connect(self._method_chosen)
         self.diff.toggled.connect(self._draw)
+        self.one_scale.toggled.connect(self._draw)
         reset.clicked.connect(lambda: self.set_query(None))
         for v in (self.view_a, self.view_b, self.view_diff):
             v.patchClicked.connect(lambda r, c: self.set_query((r, c)))
@@ -273,10 +282,16 @@ class CompareWindow(QWidget):
         r = self.result
         if r is None:
             return
-        # one scale for both maps, said along both bars: a colour means one value in A and B
-        levels = shared_levels(r.map_a, r.map_b)
-        self.view_a.set_map(r.map_a, levels, opacity=0.6, scale_label=SHARED_SCALE)
-        self.view_b.set_map(r.map_b, levels, opacity=0.6, scale_label=SHARED_SCALE)
+        # one scale for both maps (a colour means one value in A and B) or each its own, said
+        # along the bars
+        if self.one_scale.isChecked():
+            levels = shared_levels(r.map_a, r.map_b)
+            self.view_a.set_map(r.map_a, levels, opacity=0.6, scale_label=SHARED_SCALE)
+            self.view_b.set_map(r.map_b, levels, opacity=0.6, scale_label=SHARED_SCALE)
+        else:
+            for view, values, who in ((self.view_a, r.map_a, "A"), (self.view_b, r.map_b, "B")):
+                own = OWN_SCALE.format(who=who)
+                view.set_map(values, shared_levels(values), opacity=0.6, scale_label=own)
         self.view_a.set_title(f"A · {r.name_a}")
         self.view_b.set_title(f"B · {r.name_b}")
         grid = None if self.image is None else tuple(self.image.grid)
