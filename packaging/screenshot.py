@@ -10,6 +10,8 @@ generated tiny ViT (random weights scaled so its attention is peaked) and scikit
 
     .venv/bin/python packaging/screenshot.py [--image IMG] [--checkpoint CKPT] [--out PNG]
 
+``--layer N`` selects layer (a Swin's block) N, counted from 0 as everywhere.
+
 ``--head-scale per-head`` shows the head grid with each tile on its own scale; ``--tab training
 --run DIR`` shows a finished run's curves (a run folder of ``vitviz-cli train``) selected in
 the Training tab. ``--prompt TEXT`` (repeatable) types prompts into the prompt box of a model
@@ -142,7 +144,7 @@ def shoot(
         if errors:
             raise RuntimeError(f"the window reported: {errors}")
         # the last layer (or --layer), mean of heads; --query: that patch is the query
-        ctl.select(layer=v.image.num_layers - 1 if layer is None else layer - 1, head=-1)
+        ctl.select(layer=v.image.num_layers - 1 if layer is None else layer, head=-1)
         if query is not None:
             v.set_query(query)
         wait(lambda: ctl.method.findData(method) >= 0)  # the method table has arrived
@@ -195,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "--faithfulness", action="store_true", help="show the Faithfulness tab, measured"
     )
     p.add_argument("--tab", choices=("viewer", "training", "statistics"), default="viewer")
-    p.add_argument("--layer", type=int, help="layer (a Swin's block) to select, 1-based")
+    p.add_argument("--layer", type=int, help="layer (a Swin's block) to select, from 0")
     p.add_argument("--query", help="ROW,COL: the patch (first-stage cell for a Swin) to query")
     p.add_argument("--head-scale", choices=("shared", "per-head"), default="shared")
     p.add_argument("--run", type=Path, help="a finished run's folder to show (--tab training)")
