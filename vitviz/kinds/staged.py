@@ -36,6 +36,7 @@ class StagedKind(TableKind):
     ENGINE_DATA: str
     HEAD_AXIS = 0
     POOL_QUERY = "query: average pool"  # the words of the query without a clicked cell
+    POOL_WORDS = "average pool (every token)"  # … in the side panel's Query row
     POOL_SOURCE = "the average pool"  # where the methods start without one
 
     def _engine(self) -> ModuleType:
@@ -129,7 +130,7 @@ class StagedKind(TableKind):
             layer="block",
             axis="block (stage.block)",
             head="head {head} of 0–{last}",
-            query_none="average pool (every token)",
+            query_none=self.POOL_WORDS,
             query_cell="point y {y:.0f}, x {x:.0f} px",
             title_query_none=self.POOL_QUERY,
             title_query="query token ({trow}, {tcol}) of {th}×{tw}",

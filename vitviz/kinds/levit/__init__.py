@@ -39,6 +39,7 @@ class LeViTKind(StagedKind):
     name = "levit"
     label = "LeViT"
     POOL_QUERY = "query: mean over the tokens"
+    POOL_WORDS = "mean over the tokens"
     POOL_SOURCE = "the mean of the last stage's tokens"
     HEADS_TITLE = "Attention of every layer and head (a subsample's over the finer grid)"
 

@@ -48,6 +48,7 @@ class PyramidKind(StagedKind):
     name = "pyramid"
     label = "Pyramid ViT (PVT v2, Twins, Hiera)"
     POOL_QUERY = "query: mean over the tokens"
+    POOL_WORDS = "mean over the tokens"
     POOL_SOURCE = "the mean of the last stage's tokens"
     HEADS_TITLE = "Spatial-reduction attention of every block and head"
 
