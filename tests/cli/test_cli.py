@@ -250,6 +250,41 @@ def test_bad_options_exit_2_with_one_line(
     assert not out.exists() or not list(out.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["explain", "a.png", "--methdo", "rollout"], ["--methdo: did you mean --method?"]),
+        (["info", "m.safetensors", "--jsn"], ["vitviz-cli info", "--jsn: did you mean --json?"]),
+        (["stats", "photos", "--checkpoint", "m.safetensors", "x"], ["stats", "arguments: x."]),
+    ],
+)
+def test_an_unknown_option_is_one_line_naming_the_closest(
+    capsys: pytest.CaptureFixture, argv: list[str], words: list[str]
+) -> None:
+    """A mistyped option: exit 2 in one line of the sub-command's (not the top-level usage),
+    with its closest option and where the options are listed; nothing runs."""
+    assert main(argv) == 2
+    line = _one_line_error(capsys)
+    for word in [*words, f"`vitviz-cli {argv[0]} --help`"]:
+        assert word in line, line
+
+
+def test_a_folder_of_sub_folders_names_them_and_the_advice_works(
+    tmp_path: Path, tiny_ckpt: Path, photo_files: dict[str, Path], capsys: pytest.CaptureFixture
+) -> None:
+    """A folder whose images are in sub-folders (a class-per-folder data set): one line naming
+    the sub-folders and the formats read; giving a sub-folder, as it says, runs."""
+    top = tmp_path / "photos"
+    (top / "cats").mkdir(parents=True)
+    Image.open(photo_files["chelsea"]).save(top / "cats" / "chelsea.png")
+    assert _explain(tiny_ckpt, [top], tmp_path / "out") == 2
+    line = _one_line_error(capsys)
+    assert "no images directly in it" in line and f"give one of them ({top / 'cats'})" in line
+    assert "Accepted: PNG, JPEG" in line
+    assert _explain(tiny_ckpt, [top / "cats"], tmp_path / "out") == 0
+    assert (tmp_path / "out" / "chelsea.npz").is_file()
+
+
 def test_info_prints_family_and_config(tiny_ckpt: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["info", str(tiny_ckpt)]) == 0
     text = capsys.readouterr().out
