@@ -42,7 +42,12 @@ def add_parser(subparsers: SubParsers) -> None:
     p.add_argument(
         "--class", dest="target_class", type=int, default=None, help="class (default: the top)"
     )
-    p.add_argument("--out", type=Path, default=Path("vitviz-ablate"), help="output folder")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("vitviz-ablate"),
+        help="output folder (default: %(default)s)",
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
     p.add_argument(
         "--batch-size", type=int, default=None, metavar="N", help="heads per forward pass"

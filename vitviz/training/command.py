@@ -85,8 +85,8 @@ def add_parser(subparsers: Any) -> None:
         help=f"train a small model ({', '.join(MODEL_KINDS)}) on shapes, random data, an image "
         "folder or CIFAR-10",
         description="Train a small model. Writes OUT/config.json, OUT/metrics.jsonl and the "
-        "checkpoints OUT/last.safetensors and OUT/best.safetensors (by validation accuracy), "
-        "which `vitviz-cli explain` opens.",
+        "checkpoints OUT/last.safetensors, OUT/best.safetensors (by validation accuracy) and "
+        "OUT/epoch_1.safetensors, which `vitviz-cli explain` opens.",
     )
     p.add_argument(
         "--dataset",
