@@ -285,6 +285,26 @@ def test_a_folder_of_sub_folders_names_them_and_the_advice_works(
     assert (tmp_path / "out" / "chelsea.npz").is_file()
 
 
+def test_a_missing_head_count_names_the_flag_where_the_command_has_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """settings.md: the CLI names the flags and keys that settle a refusal. A bare torchvision
+    ViT without its head count: explain and convert name --heads, and that flag opens it; stats,
+    which has no --heads, names only the sidecar and --config."""
+    ckpt = tv_checkpoint(tmp_path)
+    (tmp_path / "vit.pth.vitviz.json").unlink()  # the weights alone
+    image = photo(tmp_path)
+    out = tmp_path / "out"
+    assert _explain(ckpt, [image], out) == 2
+    line = _one_line_error(capsys)
+    assert "the weights don't say: heads" in line and line.endswith("--heads 2."), line
+    assert main(["convert", str(ckpt), str(tmp_path / "c.safetensors")]) == 2
+    assert _one_line_error(capsys).endswith("On the command line: --heads 2.")
+    assert main(["stats", str(tmp_path), "--checkpoint", str(ckpt), "--out", str(out)]) == 2
+    assert "--heads" not in _one_line_error(capsys)
+    assert _explain(ckpt, [image], out, "--heads", "2") == 0
+
+
 def test_info_prints_family_and_config(tiny_ckpt: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["info", str(tiny_ckpt)]) == 0
     text = capsys.readouterr().out

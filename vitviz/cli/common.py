@@ -203,7 +203,18 @@ def open_checkpoint(
     try:
         return load_checkpoint(target, config=config)
     except CheckpointError as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(str(exc) + heads_flag_advice(exc, args)) from exc
+
+
+def heads_flag_advice(exc: Exception, args: argparse.Namespace | None) -> str:
+    """For a refusal that lacks the head count, on a command that takes --heads: the flag that
+    settles it too (settings.md: the CLI names the flags and keys)."""
+    from vitviz.checkpoints.errors import MissingSettingsError
+
+    fields = getattr(exc, "fields", {}) if isinstance(exc, MissingSettingsError) else {}
+    if "heads" not in fields or not hasattr(args, "heads"):
+        return ""
+    return f" On the command line: --heads {fields['heads']}."
 
 
 def with_arch_options(
