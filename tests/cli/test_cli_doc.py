@@ -110,3 +110,16 @@ def test_cli_md_names_every_option_of_every_command() -> None:
         and not re.search(re.escape(flag) + r"(?![\w-])", text)
     ]
     assert not missing, f"docs/cli.md does not name: {missing}"
+
+
+def test_every_option_has_a_help_text() -> None:
+    """`vitviz-cli COMMAND --help` says what each option does (cli.md sends readers there)."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    silent = [
+        f"{name} {a.option_strings[-1]}"
+        for name, p in sub.choices.items()
+        for a in p._actions
+        if a.option_strings and not a.help
+    ]
+    assert not silent, silent
