@@ -256,16 +256,18 @@ def test_bad_options_exit_2_with_one_line(
         (["explain", "a.png", "--methdo", "rollout"], ["--methdo: did you mean --method?"]),
         (["info", "m.safetensors", "--jsn"], ["vitviz-cli info", "--jsn: did you mean --json?"]),
         (["stats", "photos", "--checkpoint", "m.safetensors", "x"], ["stats", "arguments: x."]),
+        (["explian", "cat.png"], ["'explian' is not a command. Did you mean explain?"]),
     ],
 )
 def test_an_unknown_option_is_one_line_naming_the_closest(
     capsys: pytest.CaptureFixture, argv: list[str], words: list[str]
 ) -> None:
-    """A mistyped option: exit 2 in one line of the sub-command's (not the top-level usage),
-    with its closest option and where the options are listed; nothing runs."""
+    """A mistyped option or command: exit 2 in one line (not argparse's usage), with the closest
+    option or command and where they are listed; nothing runs."""
     assert main(argv) == 2
     line = _one_line_error(capsys)
-    for word in [*words, f"`vitviz-cli {argv[0]} --help`"]:
+    listed = "`vitviz-cli --help`" if argv[0] == "explian" else f"`vitviz-cli {argv[0]} --help`"
+    for word in [*words, listed]:
         assert word in line, line
 
 

@@ -60,9 +60,28 @@ def unrecognized_line(parser: argparse.ArgumentParser, command: str, extra: Sequ
     )
 
 
+def unknown_command_line(parser: argparse.ArgumentParser, word: str) -> str | None:
+    """The one line for a first word that is no command (a typo: its closest command), or None
+    when ``word`` is a command or an option (argparse answers those)."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if word.startswith("-") or word in sub.choices:
+        return None
+    close = difflib.get_close_matches(word, list(sub.choices), n=1, cutoff=0.6)
+    guess = f" Did you mean {close[0]}?" if close else ""
+    return (
+        f"vitviz-cli: {word!r} is not a command.{guess} The commands: "
+        f"{', '.join(sub.choices)} (`vitviz-cli --help` says what each does)."
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    wrong = unknown_command_line(parser, words[0]) if words else None
+    if wrong is not None:
+        say(wrong)
+        return EXIT_FAILED
+    args, extra = parser.parse_known_args(words)
     if extra:  # one line naming the sub-command's closest option, not the top-level usage
         say(unrecognized_line(parser, args.command, extra))
         return EXIT_FAILED
