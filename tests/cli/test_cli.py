@@ -292,7 +292,7 @@ def test_a_missing_head_count_names_the_flag_where_the_command_has_it(
 ) -> None:
     """settings.md: the CLI names the flags and keys that settle a refusal. A bare torchvision
     ViT without its head count: explain and convert name --heads, and that flag opens it; stats,
-    which has no --heads, names only the sidecar and --config."""
+    which has no --heads, names only the sidecar and --config; faithfulness takes --heads too."""
     ckpt = tv_checkpoint(tmp_path)
     (tmp_path / "vit.pth.vitviz.json").unlink()  # the weights alone
     image = photo(tmp_path)
@@ -305,6 +305,8 @@ def test_a_missing_head_count_names_the_flag_where_the_command_has_it(
     assert main(["stats", str(tmp_path), "--checkpoint", str(ckpt), "--out", str(out)]) == 2
     assert "--heads" not in _one_line_error(capsys)
     assert _explain(ckpt, [image], out, "--heads", "2") == 0
+    faith = ["faithfulness", str(image), "--checkpoint", str(ckpt), "--method", "random"]
+    assert main([*faith, "--steps", "2", "--out", str(tmp_path / "f"), "--heads", "2"]) == 0
 
 
 def test_info_prints_family_and_config(tiny_ckpt: Path, capsys: pytest.CaptureFixture) -> None:

@@ -22,7 +22,7 @@ from vitviz.cli.common import (
     EXIT_PARTIAL,
     CliError,
     SubParsers,
-    add_hub_options,
+    add_arch_options,
     add_model_code_options,
     add_prompt_options,
     load_for,
@@ -77,7 +77,7 @@ def add_parser(subparsers: SubParsers) -> None:
         help="checkpoint file (with --model-code: the model's state dict, optional)",
     )
     p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
-    add_hub_options(p)
+    add_arch_options(p)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
     add_method_options(p, "default: every method that applies to the model")
     p.add_argument(
