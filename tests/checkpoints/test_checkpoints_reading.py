@@ -203,6 +203,18 @@ def test_bad_file_is_a_checkpoint_error_naming_file_and_problem(
     assert "\n" not in msg  # one plain line
 
 
+def test_a_text_file_is_refused_without_a_bare_lookup_key(tmp_path: Path) -> None:
+    """torch.load of text raises KeyError(<a byte's code>): the line says what the file is not,
+    not a meaningless number."""
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    msg = str(info.value)
+    assert msg.startswith("notes.txt is not a PyTorch or safetensors checkpoint"), msg
+    assert "damaged. Accepted" in msg, msg
+
+
 def test_pickled_tensor_without_weights_dict_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "tensor.pth"
     torch.save(torch.zeros(3), path)

@@ -250,6 +250,65 @@ def test_bad_options_exit_2_with_one_line(
     assert not out.exists() or not list(out.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["explain", "a.png", "--methdo", "rollout"], ["--methdo: did you mean --method?"]),
+        (["info", "m.safetensors", "--jsn"], ["vitviz-cli info", "--jsn: did you mean --json?"]),
+        (["stats", "photos", "--checkpoint", "m.safetensors", "x"], ["stats", "arguments: x."]),
+        (["explian", "cat.png"], ["'explian' is not a command. Did you mean explain?"]),
+    ],
+)
+def test_an_unknown_option_is_one_line_naming_the_closest(
+    capsys: pytest.CaptureFixture, argv: list[str], words: list[str]
+) -> None:
+    """A mistyped option or command: exit 2 in one line (not argparse's usage), with the closest
+    option or command and where they are listed; nothing runs."""
+    assert main(argv) == 2
+    line = _one_line_error(capsys)
+    listed = "`vitviz-cli --help`" if argv[0] == "explian" else f"`vitviz-cli {argv[0]} --help`"
+    for word in [*words, listed]:
+        assert word in line, line
+
+
+def test_a_folder_of_sub_folders_names_them_and_the_advice_works(
+    tmp_path: Path, tiny_ckpt: Path, photo_files: dict[str, Path], capsys: pytest.CaptureFixture
+) -> None:
+    """A folder whose images are in sub-folders (a class-per-folder data set): one line naming
+    the sub-folders and the formats read; giving a sub-folder, as it says, runs."""
+    top = tmp_path / "photos"
+    (top / "cats").mkdir(parents=True)
+    Image.open(photo_files["chelsea"]).save(top / "cats" / "chelsea.png")
+    assert _explain(tiny_ckpt, [top], tmp_path / "out") == 2
+    line = _one_line_error(capsys)
+    assert "no images directly in it" in line and f"give one of them ({top / 'cats'})" in line
+    assert "Accepted: PNG, JPEG" in line
+    assert _explain(tiny_ckpt, [top / "cats"], tmp_path / "out") == 0
+    assert (tmp_path / "out" / "chelsea.npz").is_file()
+
+
+def test_a_missing_head_count_names_the_flag_where_the_command_has_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """settings.md: the CLI names the flags and keys that settle a refusal. A bare torchvision
+    ViT without its head count: explain and convert name --heads, and that flag opens it; stats,
+    which has no --heads, names only the sidecar and --config; faithfulness takes --heads too."""
+    ckpt = tv_checkpoint(tmp_path)
+    (tmp_path / "vit.pth.vitviz.json").unlink()  # the weights alone
+    image = photo(tmp_path)
+    out = tmp_path / "out"
+    assert _explain(ckpt, [image], out) == 2
+    line = _one_line_error(capsys)
+    assert "the weights don't say: heads" in line and line.endswith("--heads 2."), line
+    assert main(["convert", str(ckpt), str(tmp_path / "c.safetensors")]) == 2
+    assert _one_line_error(capsys).endswith("On the command line: --heads 2.")
+    assert main(["stats", str(tmp_path), "--checkpoint", str(ckpt), "--out", str(out)]) == 2
+    assert "--heads" not in _one_line_error(capsys)
+    assert _explain(ckpt, [image], out, "--heads", "2") == 0
+    faith = ["faithfulness", str(image), "--checkpoint", str(ckpt), "--method", "random"]
+    assert main([*faith, "--steps", "2", "--out", str(tmp_path / "f"), "--heads", "2"]) == 0
+
+
 def test_info_prints_family_and_config(tiny_ckpt: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["info", str(tiny_ckpt)]) == 0
     text = capsys.readouterr().out

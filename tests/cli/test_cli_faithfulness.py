@@ -208,6 +208,28 @@ def test_default_methods_and_masks_among_the_inputs(
     assert "2 of the inputs are masks of the others" in capsys.readouterr().err
 
 
+def test_a_folder_stands_for_its_images_and_their_masks(
+    tmp_path: Path, ckpt: Path, samples: list[Path], capsys: pytest.CaptureFixture
+) -> None:
+    """A folder (as `explain` takes one): its images measured, its `<stem>_mask.png` used as
+    their masks, the same JSON as the images listed; a folder without images: one line, exit 2."""
+    listed, folder = tmp_path / "listed", tmp_path / "folder"
+    assert _faithfulness(ckpt, samples, listed, "--method", "random") == 0
+    assert _faithfulness(ckpt, [samples[0].parent], folder, "--method", "random") == 0
+    want = json.loads((listed / "faithfulness.json").read_text())
+    got = json.loads((folder / "faithfulness.json").read_text())
+    assert sorted(got["images"], key=lambda im: im["image"]) == sorted(
+        want["images"], key=lambda im: im["image"]
+    )
+    assert got["summary"]["random"]["masked_images"] == 2
+    capsys.readouterr()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _faithfulness(ckpt, [empty], tmp_path / "none", "--method", "random") == 2
+    assert "holds no images" in _one_line_error(capsys)
+    assert not (tmp_path / "none").exists()
+
+
 def test_bad_images_and_masks_are_skipped_exit_1(
     tmp_path: Path, ckpt: Path, samples: list[Path], capsys: pytest.CaptureFixture
 ) -> None:

@@ -87,6 +87,26 @@ def test_patch_pairs_two_folders_by_name(ckpt, folders, tmp_path):
     np.testing.assert_allclose(summary["patching_effect_std"], np.std(grids, 0), atol=1e-6)
 
 
+def test_patch_says_which_images_have_no_namesake(ckpt, folders, tmp_path, capsys):
+    """An image of one folder without a same-named image in the other is named on stderr (not
+    patched), never left out silently; the pairs are patched."""
+    a, b = tmp_path / "clean", tmp_path / "corrupted"
+    a.mkdir(), b.mkdir()
+    for name in ("im0.png", "im1.png"):
+        (a / name).write_bytes((folders[0] / name).read_bytes())
+    (a / "only_clean.png").write_bytes((folders[0] / "im2.png").read_bytes())
+    (b / "im0.png").write_bytes((folders[1] / "im0.png").read_bytes())
+    (b / "im1.png").write_bytes((folders[1] / "im1.png").read_bytes())
+    out = tmp_path / "out"
+    assert main(["patch", str(a), str(b), "--checkpoint", str(ckpt), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"not patched, no namesake in {b}: only_clean.png (in {a})" in err, err
+    assert sorted(p.name for p in out.glob("*_patching.npz")) == [
+        "im0_to_im0_patching.npz",
+        "im1_to_im1_patching.npz",
+    ]
+
+
 def test_explain_ablate_writes_the_intervened_models_numbers(ckpt, folders, tmp_path):
     image = folders[0] / "im2.png"
     args = ["explain", str(image), "--checkpoint", str(ckpt), "--out", str(tmp_path)]

@@ -194,7 +194,9 @@ def _read_torch(p: Path) -> Any:
             global_name = _pickle_global(p)
             if global_name is not None:
                 raise _refused_pickle(p, global_name) from exc
-        raise _unreadable(p, None if isinstance(exc, pickle.UnpicklingError) else exc) from exc
+        # a KeyError's text is torch's bare lookup key (a text file: "101"), which says nothing
+        said = None if isinstance(exc, (pickle.UnpicklingError, KeyError)) else exc
+        raise _unreadable(p, said) from exc
     return obj
 
 

@@ -38,11 +38,21 @@ def add_parser(subparsers: SubParsers) -> None:
     p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint file")
     p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
     add_arch_options(p)
-    p.add_argument("--ablation", default="zero", choices=("zero", "mean"))
+    p.add_argument(
+        "--ablation",
+        default="zero",
+        choices=("zero", "mean"),
+        help="a knocked-out head's output becomes 0 (default), or its mean over the image's tokens",
+    )
     p.add_argument(
         "--class", dest="target_class", type=int, default=None, help="class (default: the top)"
     )
-    p.add_argument("--out", type=Path, default=Path("vitviz-ablate"), help="output folder")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("vitviz-ablate"),
+        help="output folder (default: %(default)s)",
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
     p.add_argument(
         "--batch-size", type=int, default=None, metavar="N", help="heads per forward pass"

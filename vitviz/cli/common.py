@@ -203,7 +203,18 @@ def open_checkpoint(
     try:
         return load_checkpoint(target, config=config)
     except CheckpointError as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(str(exc) + heads_flag_advice(exc, args)) from exc
+
+
+def heads_flag_advice(exc: Exception, args: argparse.Namespace | None) -> str:
+    """For a refusal that lacks the head count, on a command that takes --heads: the flag that
+    settles it too (settings.md: the CLI names the flags and keys)."""
+    from vitviz.checkpoints.errors import MissingSettingsError
+
+    fields = getattr(exc, "fields", {}) if isinstance(exc, MissingSettingsError) else {}
+    if "heads" not in fields or not hasattr(args, "heads"):
+        return ""
+    return f" On the command line: --heads {fields['heads']}."
 
 
 def with_arch_options(
@@ -240,3 +251,21 @@ def make_out_folder(out: Path) -> None:
     except OSError as exc:
         why = exc.strerror or exc
         raise CliError(f"--out {out}: cannot create the output folder ({why})") from exc
+
+
+def no_images(folder: Path) -> CliError:
+    """The one line for an input folder without images directly in it: what is read, and its
+    sub-folders that hold images (not read: the advice names them)."""
+    from vitviz.imaging.loading import ACCEPTED, list_images
+
+    try:
+        subs = sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
+        full = [d for d in subs[:20] if list_images(d)]
+    except OSError:
+        full = []
+    where = ""
+    if full:
+        more = ", …" if len(full) > 3 else ""
+        named = ", ".join(str(d) for d in full[:3])
+        where = f"; its sub-folders are not read: give one of them ({named}{more})"
+    return CliError(f"{folder}: the folder holds no images directly in it{where}. {ACCEPTED}.")

@@ -14,6 +14,7 @@ from vitviz.cli.common import (
     SubParsers,
     add_hub_options,
     load,
+    no_images,
 )
 from vitviz.cli.compare_work import compare_base, compare_image, exit_status, write_mean
 from vitviz.cli.engine_options import add_engine_options, check_engine_options, engine_inputs
@@ -41,7 +42,12 @@ def add_parser(subparsers: SubParsers) -> None:
     )
     p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
     add_hub_options(p)
-    p.add_argument("--out", type=Path, default=Path("vitviz-compare"), help="output folder")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("vitviz-compare"),
+        help="output folder (default: %(default)s)",
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
     add_engine_options(p)
     p.set_defaults(func=cmd_compare)
@@ -61,7 +67,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             if given.is_dir():
                 listed = engine_inputs(args, [given]) if ray else list_images(given)
                 if not listed:
-                    raise CliError(f"{given}: the folder holds no images")
+                    raise no_images(given)
                 jobs.append((given.name or "folder", listed, True))
             elif given.is_file() and not (ray and given.suffix.lower() in LIST_SUFFIXES):
                 jobs.append((given.stem, [given], False))

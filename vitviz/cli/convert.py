@@ -10,6 +10,7 @@ from vitviz.cli.common import (
     CliError,
     SubParsers,
     add_arch_options,
+    heads_flag_advice,
     read_config,
     resolve_checkpoint,
     with_arch_options,
@@ -39,7 +40,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         source = resolve_checkpoint(args.source, args)
         loaded = convert_checkpoint(source, args.target, config=config)
     except CheckpointError as exc:
-        raise CliError(str(exc)) from exc
+        raise CliError(str(exc) + heads_flag_advice(exc, args)) from exc
     cfg = loaded.model.config
     say(
         f"{args.source.name} ({loaded.family}, dim {cfg.dim}, depth {cfg.depth}, heads "

@@ -52,9 +52,19 @@ def add_parser(subparsers: SubParsers) -> None:
         default=None,
         help="class index to explain (default: the top prediction)",
     )
-    ex.add_argument("--fusion", default="mean", choices=("mean", "max", "min"))
+    ex.add_argument(
+        "--fusion",
+        default="mean",
+        choices=("mean", "max", "min"),
+        help="how rollout fuses the heads of a layer (default mean)",
+    )
     ex.add_argument("--discard", type=float, default=0.0, help="rollout discard ratio in [0, 1)")
-    ex.add_argument("--start-layer", type=int, default=0)
+    ex.add_argument(
+        "--start-layer",
+        type=int,
+        default=0,
+        help="first layer rollout, gradient rollout and relevance use (default 0)",
+    )
     add_method_options(
         ex, "default: today's maps only; each NAME adds npz key map_<name> and <stem>_<name>.png"
     )
@@ -64,13 +74,19 @@ def add_parser(subparsers: SubParsers) -> None:
         help="fit the pca map over all the run's images at once (DINOv2's figure: one "
         "colour per feature across images; a first pass through the model); needs --method pca",
     )
-    ex.add_argument("--colormap", default="viridis")
+    ex.add_argument(
+        "--colormap",
+        default="viridis",
+        help="colour map of the map PNGs: viridis (default), inferno, magma, jet, grey, coolwarm",
+    )
     ex.add_argument(
         "--bare",
         action="store_true",
         help="map PNGs without title and colour bar (the overlay alone, at the image's size)",
     )
-    ex.add_argument("--out", type=Path, default=Path("vitviz-out"), help="output folder")
+    ex.add_argument(
+        "--out", type=Path, default=Path("vitviz-out"), help="output folder (default: %(default)s)"
+    )
     ex.add_argument(
         "--full-size",
         action="store_true",

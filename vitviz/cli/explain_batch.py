@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, CliError, make_out_folder
+from vitviz.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    CliError,
+    make_out_folder,
+    no_images,
+)
 from vitviz.cli.pass_progress import passes_shown
 from vitviz.core.console import say
 
@@ -115,7 +122,7 @@ def expand_images(paths: Sequence[Path]) -> list[Path]:
         if p.is_dir() and not is_image_path(p):
             found = list_images(p)
             if not found:
-                raise CliError(f"{p}: the folder holds no images")
+                raise no_images(p)
             out.extend(found)
         else:
             out.append(p)

@@ -22,7 +22,7 @@ from vitviz.cli.common import (
     EXIT_PARTIAL,
     CliError,
     SubParsers,
-    add_hub_options,
+    add_arch_options,
     add_model_code_options,
     add_prompt_options,
     load_for,
@@ -64,14 +64,20 @@ def add_parser(subparsers: SubParsers) -> None:
         "share of each map's mass inside the mask and whether its maximum lies inside. Writes "
         "OUT/faithfulness.json, OUT/faithfulness.csv, OUT/faithfulness.png.",
     )
-    p.add_argument("images", nargs="+", type=Path, help="image files")
+    p.add_argument(
+        "images",
+        nargs="+",
+        type=Path,
+        help="image files or folders of them (the images directly in a folder; the inputs "
+        "that are another input's <stem>_mask.png are used as its mask)",
+    )
     p.add_argument(
         "--checkpoint",
         type=Path,
         help="checkpoint file (with --model-code: the model's state dict, optional)",
     )
     p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
-    add_hub_options(p)
+    add_arch_options(p)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
     add_method_options(p, "default: every method that applies to the model")
     p.add_argument(
@@ -83,7 +89,12 @@ def add_parser(subparsers: SubParsers) -> None:
     p.add_argument(
         "--masks", type=Path, help="folder of <stem>_mask.png files (default: beside each image)"
     )
-    p.add_argument("--out", type=Path, default=Path("vitviz-faithfulness"), help="output folder")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("vitviz-faithfulness"),
+        help="output folder (default: %(default)s)",
+    )
     add_model_code_options(p)
     add_prompt_options(p)
     add_engine_options(p)
@@ -91,6 +102,7 @@ def add_parser(subparsers: SubParsers) -> None:
 
 
 def cmd_faithfulness(args: argparse.Namespace) -> int:
+    from vitviz.cli.explain_batch import expand_images
     from vitviz.core.devices import resolve_device
 
     if args.steps < 1:
@@ -100,6 +112,7 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
     if args.masks is not None and not args.masks.is_dir():
         raise CliError(f"--masks {args.masks}: not a folder (it should hold <stem>_mask.png)")
     check_engine_options(args)
+    images = without_masks(expand_images(engine_inputs(args, args.images)), args.masks)
     try:
         device = resolve_device(args.device)
     except ValueError as exc:
@@ -121,7 +134,6 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
     make_out_folder(args.out)
     for name, why in left_out.items():
         say(f"vitviz-cli: {name} not measured: {why}")
-    images = without_masks(engine_inputs(args, args.images), args.masks)
     n = len(images)
     if args.engine == "ray":  # the same per-image work (measure_image) on Ray's workers (DESIGN §7)
         from vitviz.cli.on_ray import faithfulness_on_ray

@@ -9,6 +9,7 @@ be done (bad arguments, unreadable checkpoint, no device).
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 from collections.abc import Sequence
@@ -43,8 +44,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def unrecognized_line(parser: argparse.ArgumentParser, command: str, extra: Sequence[str]) -> str:
+    """The one line for arguments ``command`` does not take: each unknown option's closest
+    option of ``command`` (a typo), and where its options are listed."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    options = [o for a in sub.choices[command]._actions for o in a.option_strings]
+    guesses = []
+    for token in extra:
+        if token.startswith("-"):
+            close = difflib.get_close_matches(token.split("=", 1)[0], options, n=1, cutoff=0.6)
+            guesses += [f" {token.split('=', 1)[0]}: did you mean {close[0]}?"] if close else []
+    return (
+        f"vitviz-cli {command}: unrecognized arguments: {' '.join(extra)}.{''.join(guesses)} "
+        f"`vitviz-cli {command} --help` lists its options."
+    )
+
+
+def unknown_command_line(parser: argparse.ArgumentParser, word: str) -> str | None:
+    """The one line for a first word that is no command (a typo: its closest command), or None
+    when ``word`` is a command or an option (argparse answers those)."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if word.startswith("-") or word in sub.choices:
+        return None
+    close = difflib.get_close_matches(word, list(sub.choices), n=1, cutoff=0.6)
+    guess = f" Did you mean {close[0]}?" if close else ""
+    return (
+        f"vitviz-cli: {word!r} is not a command.{guess} The commands: "
+        f"{', '.join(sub.choices)} (`vitviz-cli --help` says what each does)."
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    wrong = unknown_command_line(parser, words[0]) if words else None
+    if wrong is not None:
+        say(wrong)
+        return EXIT_FAILED
+    args, extra = parser.parse_known_args(words)
+    if extra:  # one line naming the sub-command's closest option, not the top-level usage
+        say(unrecognized_line(parser, args.command, extra))
+        return EXIT_FAILED
     try:
         return args.func(args)
     except (CliError, VitvizError) as exc:  # a user's input that can't be used: one line

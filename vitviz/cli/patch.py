@@ -42,7 +42,12 @@ def add_parser(subparsers: SubParsers) -> None:
     p.add_argument(
         "--class", dest="target_class", type=int, default=None, help="class (default: the top)"
     )
-    p.add_argument("--out", type=Path, default=Path("vitviz-patch"), help="output folder")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("vitviz-patch"),
+        help="output folder (default: %(default)s)",
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
     p.add_argument(
         "--batch-size", type=int, default=None, metavar="N", help="heads per forward pass"
@@ -67,6 +72,12 @@ def pairs(clean: Path, corrupted: Path) -> list[tuple[Path, Path]]:
     out = [(p, by_name[p.name]) for p in a if p.name in by_name]
     if not out:
         raise CliError(f"{clean} and {corrupted} hold no images of the same file name")
+    names = {clean: {p.name for p in a}, corrupted: set(by_name)}
+    for folder, other, images in ((clean, corrupted, a), (corrupted, clean, b)):
+        alone = [p.name for p in images if p.name not in names[other]]
+        if alone:  # said, not silently left out
+            listed = ", ".join(alone[:5]) + (f", … ({len(alone)} in all)" if len(alone) > 5 else "")
+            say(f"vitviz-cli: not patched, no namesake in {other}: {listed} (in {folder})")
     return out
 
 

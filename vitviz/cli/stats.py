@@ -16,6 +16,7 @@ from vitviz.cli.common import (
     SubParsers,
     add_hub_options,
     load,
+    no_images,
 )
 from vitviz.cli.engine_options import add_engine_options, check_engine_options, engine_inputs
 from vitviz.core.console import say
@@ -40,7 +41,12 @@ def add_parser(subparsers: SubParsers) -> None:
     )
     p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
     add_hub_options(p)
-    p.add_argument("--out", type=Path, default=Path("vitviz-stats"), help="output folder")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("vitviz-stats"),
+        help="output folder (default: %(default)s)",
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
     p.add_argument(
         "--batch-size", type=int, default=None, metavar="N", help="images per forward pass"
@@ -66,7 +72,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     except (ImageLoadError, ValueError) as exc:
         raise CliError(str(exc)) from exc
     if not images:
-        raise CliError(f"{args.folder}: the folder holds no images")
+        raise no_images(args.folder)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

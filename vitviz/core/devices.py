@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from vitviz.core.errors import VitvizError
+
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
+USE_CPU = 'use the CPU: --device cpu (device="cpu" in Python)'
 
 
 def available_devices() -> list[str]:
@@ -29,7 +32,8 @@ def full_float32(device: torch.device) -> torch.device:
 
 
 def resolve_device(choice: str | torch.device | None = "auto") -> torch.device:
-    """'auto' picks CUDA, then MPS, then CPU; an absent device raises ValueError plainly. A GPU
+    """'auto' picks CUDA, then MPS, then CPU; an absent device is a VitvizError (a ValueError) in
+    one line. A GPU
     computes in full float32 from then on (``full_float32``)."""
     return full_float32(_resolve(choice))
 
@@ -47,15 +51,17 @@ def _resolve(choice: str | torch.device | None) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError as exc:
-        raise ValueError(
+        raise VitvizError(
             f"unknown device {choice!r}; use one of {', '.join(DEVICE_CHOICES)}"
         ) from exc
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("CUDA was asked for but no CUDA GPU is available here; use --device cpu")
+        raise VitvizError(f"CUDA was asked for but no CUDA GPU is available here; {USE_CPU}")
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise ValueError(f"{name} asked for but only {torch.cuda.device_count()} CUDA GPU(s) exist")
+        raise VitvizError(
+            f"{name} asked for but only {torch.cuda.device_count()} CUDA GPU(s) exist"
+        )
     if device.type == "mps" and name not in available_devices():
-        raise ValueError("MPS (Apple GPU) was asked for but is not available here; use cpu")
+        raise VitvizError(f"MPS (Apple GPU) was asked for but is not available here; {USE_CPU}")
     if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"unsupported device {choice!r}; use one of {', '.join(DEVICE_CHOICES)}")
+        raise VitvizError(f"unsupported device {choice!r}; use one of {', '.join(DEVICE_CHOICES)}")
     return device

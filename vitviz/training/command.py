@@ -22,6 +22,7 @@ from vitviz.training.config import (
     MODEL_KINDS,
     PRESET_LABELS,
     PRESETS,
+    SIDES,
     TrainConfig,
     preset_config,
 )
@@ -85,8 +86,8 @@ def add_parser(subparsers: Any) -> None:
         help=f"train a small model ({', '.join(MODEL_KINDS)}) on shapes, random data, an image "
         "folder or CIFAR-10",
         description="Train a small model. Writes OUT/config.json, OUT/metrics.jsonl and the "
-        "checkpoints OUT/last.safetensors and OUT/best.safetensors (by validation accuracy), "
-        "which `vitviz-cli explain` opens.",
+        "checkpoints OUT/last.safetensors, OUT/best.safetensors (by validation accuracy) and "
+        "OUT/epoch_1.safetensors, which `vitviz-cli explain` opens.",
     )
     p.add_argument(
         "--dataset",
@@ -97,10 +98,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--preset",
         choices=tuple(PRESETS),
-        default="tutorial",
+        default=None,
         help="starting settings: "
         + "; ".join(f"{name} ({PRESET_LABELS.get(name, name)})" for name in PRESETS)
-        + "; the options below override them",
+        + "; the options below override them (default: the --model kind's first preset: "
+        + ", ".join(f"{kind}: {next(iter(side.presets))}" for kind, side in SIDES.items())
+        + ")",
     )
     for flag, dest, kind, help_text in _OPTIONS:
         p.add_argument(flag, dest=dest, type=kind, default=None, help=help_text)
@@ -138,7 +141,16 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     overrides["dataset"] = args.dataset
     if args.out is not None:
         overrides["out_dir"] = str(args.out)
-    return preset_config(args.preset, step_report_interval_s=2.0, **overrides)
+    return preset_config(default_preset(args), step_report_interval_s=2.0, **overrides)
+
+
+def default_preset(args: argparse.Namespace) -> str:
+    """--preset, else the first preset of the --model kind (``train --model swin`` starts from
+    the small Swin, not from the ViT's patch 8), else the ViT's tutorial."""
+    if args.preset is not None:
+        return args.preset
+    side = SIDES.get(getattr(args, "model", None) or DEFAULT_MODEL)
+    return next(iter(side.presets)) if side is not None and side.presets else "tutorial"
 
 
 def _duration(seconds: float) -> str:

@@ -146,6 +146,27 @@ def test_preset_and_equivalent_command_round_trip():
     assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
 
 
+def test_model_swin_alone_starts_from_the_swin_preset():
+    """`vitviz-cli train --model swin` (checkpoints.md) trains the small Swin: without --preset
+    the kind's own preset, not the ViT's patch 8 (refused: 32 px not divisible by 128); a ViT
+    still starts from the tutorial, and an explicit --preset wins."""
+    from vitviz.cli import build_parser
+    from vitviz.training.command import config_from_args
+
+    def config(*flags: str) -> TrainConfig:
+        return config_from_args(build_parser().parse_args(["train", *flags]))
+
+    swin = config("--model", "swin", "--device", "cpu")
+    assert swin.replace(step_report_interval_s=0) == preset_config(
+        "swin", dataset="shapes", device="cpu", step_report_interval_s=0
+    )
+    assert validate_training_config(swin) == []
+    assert config().replace(step_report_interval_s=0) == preset_config(
+        "tutorial", dataset="shapes", step_report_interval_s=0
+    )
+    assert config("--model", "swin", "--preset", "tutorial").patch_size == 8
+
+
 def test_swin_preset_in_the_training_tab(qtbot, tmp_path: Path):
     from vitviz.ui.training_tab import TrainingTab
 
