@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from torch import Tensor, nn
 
     from vitviz.kindapi.feature_sites import LayerChoice
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kindapi.protocol import (
         FaithfulnessReport,
         ImageInput,
@@ -72,7 +71,6 @@ class StagedKind(DeclaredModules, TableKind):
     ANALYZE: str  # ``analyze(loaded, image, gradients, target_class)``
     ATTENTION_GRADIENTS = True  # whether ``ANALYZE`` takes ∂y_c/∂A when the options ask
     SITES: str  # its ``StagedSites`` class: ``SITES(model)`` of a ``NETWORK``
-    INTERMEDIATES: str  # ``intermediates(model, x, replace, logits_only)``
     TOKENS_ON_GRID: str  # ``tokens_on_grid(model, x, layer)``
     HEAD_STATISTICS: str  # ``head_statistics(analysis)``
     NPZ_ARRAYS: str  # ``arrays(analysis)``: the npz's arrays
@@ -174,18 +172,6 @@ class StagedKind(DeclaredModules, TableKind):
         return getattr(analysis, "kept_blocks", None)
 
     # -- the accessor and the numbers of an analysis --------------------------------------------
-    def intermediates(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        replace: HeadReplacement | None = None,
-        logits_only: bool = False,
-    ) -> Intermediates:
-        """``INTERMEDIATES``: the blocks on their grids, every head before its projection
-        (DESIGN §3)."""
-        return imported(self.INTERMEDIATES)(model, x, replace, logits_only)
-
     def tokens_on_grid(
         self, model: nn.Module, x: Tensor, layer: LayerChoice
     ) -> Callable[[Tensor, tuple[int, int]], Tensor]:

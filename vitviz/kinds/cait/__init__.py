@@ -23,8 +23,6 @@ from vitviz.kinds.token_layout import TokenLayoutKind
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
-
 
 class CaitKind(ClassAttentionLayers, DeclaredModules, TokenLayoutKind):
     """vitviz's CaitModel (``model_kind`` "cait"): the ViT's analysis on its captured layout
@@ -36,6 +34,8 @@ class CaitKind(ClassAttentionLayers, DeclaredModules, TokenLayoutKind):
     CONFIG = "vitviz.kinds.cait.config:CaitConfig"
     NETWORK = "vitviz.kinds.cait.network:CaitModel"
     FAMILIES = ("vitviz.kinds.cait.families:FAMILY",)
+    # the ViT's accessor on its own blocks
+    INTERMEDIATES = "vitviz.kinds.cait.intermediates:cait_intermediates"
     MODEL_NOUN = "CaiT"
     OWNER = "a ViT"  # the words the ViT kind's refusal gave it
 
@@ -68,19 +68,6 @@ class CaitKind(ClassAttentionLayers, DeclaredModules, TokenLayoutKind):
         S = model.config.self_depth
         maps = [a[:, :, 1:, 1:] if i < S else a[:, :, :1] for i, a in enumerate(out.attentions)]
         return out.logits, maps
-
-    def intermediates(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        replace: HeadReplacement | None = None,
-        logits_only: bool = False,
-    ) -> Intermediates:
-        """The ViT's accessor on its own blocks (``vitviz.kinds.cait.intermediates``)."""
-        from vitviz.kinds.cait.intermediates import cait_intermediates
-
-        return cait_intermediates(model, x, replace=replace, logits_only=logits_only)
 
 
 KIND = CaitKind()

@@ -22,7 +22,6 @@ from vitviz.kinds.token_layout import TokenLayoutKind
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kinds.vit.analysis import Analysis
 
 
@@ -41,6 +40,8 @@ class ConvitKind(LateClsLayers, DeclaredModules, TokenLayoutKind):
     CONFIG = "vitviz.kinds.convit.config:ConvitConfig"
     NETWORK = "vitviz.kinds.convit.network:ConvitModel"
     FAMILIES = ("vitviz.kinds.convit.families:FAMILY",)
+    # the ViT's accessor on its own blocks
+    INTERMEDIATES = "vitviz.kinds.convit.intermediates:convit_intermediates"
     MODEL_NOUN = "ConViT"
     OWNER = "a ViT"
 
@@ -71,18 +72,6 @@ class ConvitKind(LateClsLayers, DeclaredModules, TokenLayoutKind):
         S = model.config.gpsa_depth
         maps = [a[:, :, 1:, 1:] if i < S else a for i, a in enumerate(out.attentions)]
         return out.logits, maps
-
-    def intermediates(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        replace: HeadReplacement | None = None,
-        logits_only: bool = False,
-    ) -> Intermediates:
-        from vitviz.kinds.convit.intermediates import convit_intermediates
-
-        return convit_intermediates(model, x, replace=replace, logits_only=logits_only)
 
     def early_layers(self, analysis: Any) -> tuple[int, int]:
         from vitviz.kinds.convit.methods import gpsa_layers

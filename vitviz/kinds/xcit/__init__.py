@@ -36,8 +36,6 @@ from vitviz.kinds.token_layout import TokenLayoutKind
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
-
 
 class XcitKind(ClassAttentionLayers, DeclaredModules, TokenLayoutKind):
     """vitviz's XcitModel (``model_kind`` "xcit"): the ViT's analysis on its class-attention
@@ -49,6 +47,8 @@ class XcitKind(ClassAttentionLayers, DeclaredModules, TokenLayoutKind):
     CONFIG = "vitviz.kinds.xcit.config:XcitConfig"
     NETWORK = "vitviz.kinds.xcit.network:XcitModel"
     FAMILIES = ("vitviz.kinds.xcit.families:FAMILY",)
+    # the ViT's accessor on its own blocks
+    INTERMEDIATES = "vitviz.kinds.xcit.intermediates:xcit_intermediates"
     MODEL_NOUN = "XCiT"
     OWNER = "a ViT"  # the words the ViT kind's refusal gave it
 
@@ -81,19 +81,6 @@ class XcitKind(ClassAttentionLayers, DeclaredModules, TokenLayoutKind):
         """timm's shapes: (B, H, d, d) of each XCA block, (B, H, 1, 1 + P) of each
         class-attention block."""
         return model.forward_library(x)
-
-    def intermediates(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        replace: HeadReplacement | None = None,
-        logits_only: bool = False,
-    ) -> Intermediates:
-        """The ViT's accessor on its own blocks (``vitviz.kinds.xcit.intermediates``)."""
-        from vitviz.kinds.xcit.intermediates import xcit_intermediates
-
-        return xcit_intermediates(model, x, replace=replace, logits_only=logits_only)
 
     def cam_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
         """The XCA blocks, then the class-attention blocks (the accessor's ``blocks``)."""
