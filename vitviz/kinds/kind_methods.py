@@ -89,3 +89,33 @@ def with_gradients_of(analyze: Callable[..., Any]) -> Callable[[Any, int | None]
         return cache[c]
 
     return with_gradients
+
+
+def head_of_rows(
+    analysis: Any, layer: int, head: int, rows: Callable[[], Tensor], noun: str = "block"
+) -> Tensor:
+    """(h, w) head ``head``'s row of attention layer ``layer`` (an index checked against the
+    analysis's layers) (−1: the heads' mean), of ``rows()`` (heads, h, w), asked only once the
+    head is checked; ValueError naming the ``noun`` ("block", "layer") past its heads."""
+    heads = int(analysis.attentions[layer].shape[0])
+    if not -1 <= head < heads:
+        raise ValueError(
+            f"head {head} out of range: {noun} {layer} has {heads} heads (-1: their mean)"
+        )
+    out = rows().float()
+    return out.mean(dim=0) if head == -1 else out[head]
+
+
+def rollout_methods(
+    version: Callable[[str], MethodCompute],
+    refusals: Mapping[str, str],
+    requires: Callable[[str, nn.Module], str | None],
+) -> dict[str, Any]:
+    """The kind's rollout, gradient rollout and relevance (``version(name)`` each), every one
+    refusing the parameters ``refusals`` says and running where ``requires`` does."""
+    from vitviz.kindapi.protocol import KindMethod
+
+    return {
+        name: KindMethod(version(name), refusals=refusals, requires=requires)
+        for name in ("rollout", "gradient-rollout", "relevance")
+    }

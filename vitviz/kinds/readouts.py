@@ -63,3 +63,13 @@ def norm_of_mean_readout(head: nn.Module, norm: nn.Module, width: int) -> Readou
         return head(patches)
 
     return Readout(norm, logits, width)
+
+
+def readout_without_lens(norm: nn.Module, width: int, why: str) -> Readout:
+    """A network's final norm (DESIGN §5's f) with no logit lens: ``logits`` raises
+    ValueError(``why``), the head reading nothing a single block's tokens give."""
+
+    def logits(prefix: Tensor, patches: Tensor) -> Tensor:
+        raise ValueError(why)
+
+    return Readout(norm, logits, width)

@@ -122,3 +122,32 @@ def explained_pass(
                 raise ValueError(f"class {c} out of range for {logits.shape[0]} classes")
             grads = [g[0].detach() for g in torch.autograd.grad(logits[c], out.attentions)]
     return out, logits, c, grads
+
+
+def method_matrices(
+    attentions: Sequence[Tensor], gradients: Sequence[Tensor] | None, method: str, fusion: str
+) -> tuple[list[Tensor], str]:
+    """Each layer's matrix (N_q, N_k) of ``method`` in float64, from its attention (heads,
+    N_q, N_k) and ∂y_c/∂A (the same shape), and the mode the kind's rollout chains them in:
+    rollout fuse_h(A) ("rollout"), gradient-rollout (mean_h(A ⊙ ∂y_c/∂A))⁺ ("rollout"),
+    relevance mean_h((A ⊙ ∂y_c/∂A)⁺) ("relevance"); ValueError without the gradients."""
+    from vitviz.explain.fusion import fuse_heads
+
+    attn = [a.double() for a in attentions]
+    if method == "rollout":
+        return [fuse_heads(a[None], fusion)[0] for a in attn], "rollout"
+    if gradients is None:
+        raise ValueError(f"{method} needs the analysis run with gradients=True")
+    pairs = zip(attn, [g.double() for g in gradients], strict=True)
+    if method == "gradient-rollout":
+        return [(a * g).mean(dim=0).clamp_min(0) for a, g in pairs], "rollout"
+    return [(a * g).clamp_min(0).mean(dim=0) for a, g in pairs], "relevance"
+
+
+def own_model(model_or_loaded: Any, networks: type | tuple[type, ...], refusal: str) -> Any:
+    """The model ``model_or_loaded`` is (or, a LoadedModel, holds), one of vitviz's own
+    ``networks``; TypeError "{refusal}, got {its class}" for another."""
+    model = getattr(model_or_loaded, "model", model_or_loaded)
+    if not isinstance(model, networks):
+        raise TypeError(f"{refusal}, got {type(model).__name__}")
+    return model

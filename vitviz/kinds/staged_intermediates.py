@@ -14,6 +14,7 @@ so that gradients reach them. The hooks are removed when the pass ends, whatever
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -81,6 +82,52 @@ class StagedSites(Protocol):
     def logits(self, x: Tensor) -> Tensor:
         """The network's own forward: (B, classes), (B, 0) without a head."""
         ...
+
+
+class PrefixedSites:
+    """``StagedSites`` of a network whose blocks give [``prefix`` tokens, their grid row-major]
+    (B, P + N, C) as item ``TOKENS_AT`` of their output (MViTv2, PiT, TNT, CrossViT's ViT
+    blocks): heads in that order, each block's prefix kept in ``prefixes`` (B, P, C) as the
+    pass reaches it. A subclass gives ``grid(block)``."""
+
+    TOKENS_AT = 0  # the item of a block's output that holds its tokens
+
+    def __init__(
+        self,
+        model: nn.Module,
+        blocks: Sequence[nn.Module],
+        projections: Sequence[nn.Module],
+        head_counts: Sequence[int],
+        prefix: int,
+    ) -> None:
+        self.model = model
+        self.blocks = blocks
+        self.projections = projections
+        self.head_counts = head_counts
+        self.prefix = prefix
+        self.prefixes: list[Tensor | None] = [None] * len(blocks)
+
+    def head_order(self, block: int, args: tuple[Any, ...]) -> TokenOrder:
+        return ROW_MAJOR  # [prefix, grid row-major], as the accessor lays heads out
+
+    def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
+        tokens = output[self.TOKENS_AT]  # (B, P + N, C)
+        self.prefixes[block] = tokens[:, : self.prefix]
+        B, _, C = tokens.shape
+        return tokens[:, self.prefix :].transpose(1, 2).reshape(B, C, *self.grid(block).grid)
+
+    def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
+        prefix = self.prefixes[block]
+        assert prefix is not None  # kept by block_tokens just before
+        merged = torch.cat([prefix, tokens.flatten(2).transpose(1, 2)], dim=1)
+        at = self.TOKENS_AT
+        return (*output[:at], merged, *output[at + 1 :])
+
+    def grid(self, block: int) -> LayerGrid:
+        raise NotImplementedError
+
+    def logits(self, x: Tensor) -> Tensor:
+        return head_logits(self.model(x), int(self.model.config.num_classes))
 
 
 Plan = dict[int, dict[int, Tensor | OnRows | None]]
@@ -299,3 +346,93 @@ def kept_block_outputs(sites: StagedSites, calls: Calls, logits: Tensor) -> Bloc
         block_prefix=tuple(t.new_zeros(t.shape[0], 0, t.shape[1]) for t in blocks),
         block_grids=tuple(sites.grid(b) for b in range(len(blocks))),
     )
+
+
+def layer_intermediates(
+    model: nn.Module,
+    sites: StagedSites,
+    layers: Sequence[nn.Module],
+    head_grids: Sequence[LayerGrid],
+    x: Tensor,
+    replace: HeadReplacement | None,
+    logits_only: bool,
+    prefixes: Sequence[Tensor | None] | None = None,
+) -> Intermediates:
+    """``Intermediates`` of a network whose attention layers are not one per block (CrossViT's
+    cross-attention, VOLO's class blocks) on ``x`` (B, C, H, W): ``layers`` in the head grid's
+    order, each with an ``attn`` whose ``proj`` input (B, N, heads·d) is its heads side by
+    side, row-major on ``head_grids``; ``sites.blocks`` those on a grid, their outputs
+    (B, C, h, w) kept.
+    ``prefixes``: each kept block's prefix tokens (B, P, C), filled by ``sites`` during the
+    pass (None: no prefix). One pass of the network's own forward (``sites.logits``), the
+    hooks removed when it ends."""
+    projections = [m.attn.proj for m in layers]
+    counts = [int(m.attn.heads) for m in layers]
+    plan = check_replace(replace, counts)
+    heads: list[Tensor | None] = [None] * len(layers)
+    blocks: list[Tensor | None] = [None] * len(sites.blocks)
+
+    def leave(j: int) -> Callable[..., Any]:
+        def hook(_module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+            grid = blocks[j] = sites.block_tokens(j, args, output)
+            return sites.block_output(j, grid, output)
+
+        return hook
+
+    handles = []
+    try:
+        for i, proj in enumerate(projections):
+            if i in plan or not logits_only:
+                hook = heads_hook(i, counts[i], plan.get(i), None if logits_only else heads)
+                handles.append(proj.register_forward_pre_hook(hook))
+        if not logits_only:
+            for j, block in enumerate(sites.blocks):
+                handles.append(block.register_forward_hook(leave(j)))
+        logits = sites.logits(model_input(model, x))
+    finally:
+        for handle in handles:
+            handle.remove()
+    modules = dict(
+        replaced=tuple(sorted((i, h) for i, hs in plan.items() for h in hs)),
+        projections=tuple(projections),
+        block_modules=tuple(sites.blocks),
+        mlps=tuple(mlp_branch(b) for b in sites.blocks),
+        attention_branches=tuple(
+            attention_branch(m, (p,)) for m, p in zip(layers, projections, strict=True)
+        ),
+    )
+    if logits_only:
+        return Intermediates(logits, (), (), (), (), (), **modules)
+    kept = [t for t in blocks if t is not None]
+    per_head = [t for t in heads if t is not None]
+    if len(kept) != len(blocks) or len(per_head) != len(heads):
+        raise ValueError("the forward pass did not run every attention layer")
+    if prefixes is None:
+        block_prefix = tuple(t.new_zeros(t.shape[0], 0, t.shape[1]) for t in kept)
+    else:
+        block_prefix = tuple(p for p in prefixes if p is not None)
+    return Intermediates(
+        logits=logits,
+        blocks=tuple(kept),
+        block_prefix=block_prefix,
+        block_grids=tuple(sites.grid(j) for j in range(len(kept))),
+        heads=tuple(per_head),
+        head_grids=tuple(head_grids),
+        **modules,
+    )
+
+
+def prefixed_intermediates(
+    model: nn.Module,
+    sites: PrefixedSites,
+    x: Tensor,
+    replace: HeadReplacement | None,
+    logits_only: bool,
+) -> Intermediates:
+    """``staged_intermediates`` of ``model``'s ``sites`` on ``x`` (B, C, H, W) with each
+    block's prefix tokens (B, P, C) as ``block_prefix`` (a model without any: none)."""
+    out = staged_intermediates(sites, model_input(model, x), replace, logits_only)
+    if logits_only or not sites.prefix:
+        return out
+    prefixes = tuple(p for p in sites.prefixes if p is not None)
+    return dataclasses.replace(out, block_prefix=prefixes)

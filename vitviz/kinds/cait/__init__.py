@@ -13,26 +13,30 @@ self-attention block, (H, 1, 1 + P) of a class-attention block, as timm computes
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from vitviz.kinds.class_attention import ClassAttentionLayers
+from vitviz.kinds.declared import DeclaredModules
 from vitviz.kinds.token_layout import TokenLayoutKind
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
-    from vitviz.kinds.cait.config import CaitConfig
 
-
-class CaitKind(ClassAttentionLayers, TokenLayoutKind):
+class CaitKind(ClassAttentionLayers, DeclaredModules, TokenLayoutKind):
     """vitviz's CaitModel (``model_kind`` "cait"): the ViT's analysis on its captured layout
     (``ClassAttentionLayers``: its rows, blank queries, statistics and npz)."""
 
     name = "cait"
     label = "CaiT (class-attention image transformer)"
     METHODS_MODULE = "vitviz.kinds.cait.methods"
+    CONFIG = "vitviz.kinds.cait.config:CaitConfig"
+    NETWORK = "vitviz.kinds.cait.network:CaitModel"
+    FAMILIES = ("vitviz.kinds.cait.families:FAMILY",)
+    # the ViT's accessor on its own blocks
+    INTERMEDIATES = "vitviz.kinds.cait.intermediates:cait_intermediates"
+    MODEL_NOUN = "CaiT"
     OWNER = "a ViT"  # the words the ViT kind's refusal gave it
 
     def architecture(self, model: nn.Module) -> str:
@@ -57,27 +61,6 @@ class CaitKind(ClassAttentionLayers, TokenLayoutKind):
             "Conv2d patch embedding",
         )
 
-    @property
-    def families(self) -> Sequence[Any]:
-        from vitviz.kinds.cait.families import FAMILY
-
-        return (FAMILY,)
-
-    def config_from_dict(self, data: dict[str, object]) -> CaitConfig:
-        from vitviz.kinds.cait.config import CaitConfig
-
-        return CaitConfig.from_dict(data)
-
-    def build_from_state(self, config: CaitConfig, state: Mapping[str, Tensor]) -> nn.Module:
-        import torch
-
-        from vitviz.checkpoints.assign import assign_exactly
-        from vitviz.kinds.cait.network import CaitModel
-
-        with torch.device("meta"):
-            model = CaitModel(config)
-        return assign_exactly(model, state, "CaiT model")
-
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Sequence[Tensor]]:
         """timm's shapes: (B, H, P, P) of each self-attention layer, (B, H, 1, 1 + P) of each
         class-attention layer."""
@@ -85,19 +68,6 @@ class CaitKind(ClassAttentionLayers, TokenLayoutKind):
         S = model.config.self_depth
         maps = [a[:, :, 1:, 1:] if i < S else a[:, :, :1] for i, a in enumerate(out.attentions)]
         return out.logits, maps
-
-    def intermediates(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        replace: HeadReplacement | None = None,
-        logits_only: bool = False,
-    ) -> Intermediates:
-        """The ViT's accessor on its own blocks (``vitviz.kinds.cait.intermediates``)."""
-        from vitviz.kinds.cait.intermediates import cait_intermediates
-
-        return cait_intermediates(model, x, replace=replace, logits_only=logits_only)
 
 
 KIND = CaitKind()

@@ -27,15 +27,12 @@ the identity row and the zero column.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor, nn
 
-from vitviz.blocks.layers import Attention, DropPath, Mlp, PatchEmbed
-from vitviz.blocks.posembed import resample_grid_embedding
-from vitviz.blocks.vit import ViTOutput, run_blocks
+from vitviz.blocks.layers import Attention, DropPath, Mlp
 from vitviz.kinds.convit.config import ConvitConfig
+from vitviz.kinds.late_cls_network import LateClsNetwork
 
 
 def grid_offsets(side: int) -> Tensor:
@@ -135,76 +132,18 @@ class PlainBlock(nn.Module):
         return x, attn
 
 
-class ConvitModel(nn.Module):
+class ConvitModel(LateClsNetwork):
     """vitviz's ConViT: ``blocks`` holds the GPSA blocks, then the plain ones (layer l of the
     analysis is ``blocks[l]``)."""
 
     model_kind = "convit"  # vitviz.kinds: the ConViT kind explains it
 
-    def __init__(self, config: ConvitConfig) -> None:
-        super().__init__()
-        config.validate()
-        self.config = config
-        D = config.dim
-        self.patch_embed = PatchEmbed(config)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
-        self.pos_embed = nn.Parameter(torch.zeros(1, config.num_patches, D))
-        self.pos_drop = nn.Dropout(config.drop_rate)
+    config: ConvitConfig
+
+    def make_blocks(self, config: ConvitConfig) -> list[nn.Module]:
+        """The GPSA blocks, then the plain ones."""
         rate = config.drop_path_rate
-        self.blocks = nn.ModuleList(
+        return [
             GpsaBlock(config, rate) if i < config.gpsa_depth else PlainBlock(config, rate)
             for i in range(config.depth)
-        )
-        self.norm = nn.LayerNorm(D, eps=config.norm_eps)
-        self.head_drop = nn.Dropout(config.drop_rate)
-        C = config.num_classes
-        self.head = nn.Linear(D, C) if C else nn.Identity()
-        self.init_weights()
-
-    def init_weights(self) -> None:
-        """Truncated-normal (std 0.02) Linear weights, position table and CLS, zero biases."""
-        if any(p.is_meta for p in self.parameters()):
-            return
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
-
-    @property
-    def num_prefix_tokens(self) -> int:
-        return 1
-
-    def embed(self, x: Tensor) -> tuple[Tensor, tuple[int, int]]:
-        """(B, C, H, W) -> (B, 1 + P, D) [CLS, patches + positions], and the grid (the table
-        resampled, vitviz's bicubic, for another square grid)."""
-        patches, grid = self.patch_embed(x)
-        pos = resample_grid_embedding(
-            self.pos_embed, self.config.grid_size, grid, method=self.config.pos_embed_interp
-        )
-        patches = self.pos_drop(patches + pos)
-        cls = self.cls_token.expand(patches.shape[0], -1, -1)
-        return torch.cat([cls, patches], dim=1), grid
-
-    def forward_explained(
-        self,
-        x: Tensor,
-        capture_attention: bool = True,
-        hidden_states: bool = False,
-        attention_sink: Callable[[int, Tensor], None] | None = None,
-        recompute_blocks: bool = False,
-    ) -> ViTOutput:
-        """Logits (B, C) and each layer's embedded attention L × (B, H, 1 + P, 1 + P) (or handed
-        to ``attention_sink(layer, attn)``), block outputs L × (B, 1 + P, D) when asked."""
-        tokens, grid = self.embed(x)
-        tokens, attentions, hidden = run_blocks(
-            self.blocks, tokens, capture_attention, hidden_states, attention_sink, recompute_blocks
-        )
-        logits = self.head(self.head_drop(self.norm(tokens)[:, 0]))
-        return ViTOutput(logits, attentions, hidden, grid, 1)
-
-    def forward(self, x: Tensor) -> Tensor:
-        """(B, C, H, W) -> (B, classes) logits."""
-        return self.forward_explained(x, capture_attention=False).logits
+        ]

@@ -11,25 +11,17 @@ what ``vitviz.kinds`` registers; vitviz does not train one (``training`` is None
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kindapi.protocol import LayerGrid, LayerRow, TokenGeometry
 from vitviz.kinds.staged import StagedKind
 
 if TYPE_CHECKING:
-    import numpy as np
-    from torch import Tensor, nn
+    from torch import nn
 
-    from vitviz.kindapi.feature_sites import LayerChoice
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
-    from vitviz.kindapi.protocol import (
-        ImageInput,
-        Loaded,
-        ViewWords,
-    )
+    from vitviz.kindapi.intermediates import Readout
+    from vitviz.kindapi.protocol import LayerRow, ViewWords
     from vitviz.kinds.crossvit.analysis import CrossViTAnalysis
-    from vitviz.kinds.crossvit.config import CrossViTConfig
 
 BRANCH_LETTERS = ("S", "L")  # branch 0: the small patches, branch 1: the large
 
@@ -56,6 +48,18 @@ class CrossViTKind(StagedKind):
 
     ENGINE_DATA = "vitviz.kinds.crossvit.engine_data"  # its query maps (StagedKind)
     METHODS_MODULE = "vitviz.kinds.crossvit.methods"
+    CONFIG = "vitviz.kinds.crossvit.config:CrossViTConfig"
+    NETWORK = "vitviz.kinds.crossvit.network:CrossViTNet"
+    FAMILIES = ("vitviz.kinds.crossvit.families:FAMILY",)
+    PARTS = "vitviz.kinds.crossvit.families:crossvit_parts"
+    ANALYZE = "vitviz.kinds.crossvit.analysis:analyze_crossvit"
+    SITES = "vitviz.kinds.crossvit.intermediates:CrossViTSites"
+    # ViT blocks on their branch's grid with their CLS, every layer's heads before its
+    # projection (DESIGN §3)
+    INTERMEDIATES = "vitviz.kinds.crossvit.intermediates:crossvit_intermediates"
+    TOKENS_ON_GRID = "vitviz.kinds.crossvit.intermediates:crossvit_tokens_on_grid"
+    HEAD_STATISTICS = "vitviz.kinds.crossvit.stats:head_statistics"
+    NPZ_ARRAYS = "vitviz.kinds.crossvit.export:crossvit_arrays"
     OWNER = "a CrossViT"
     name = "crossvit"
     label = "CrossViT (two-branch cross-attention ViT)"
@@ -72,46 +76,6 @@ class CrossViTKind(StagedKind):
             f"multi-scale blocks{stem}"
         )
 
-    def parts(self, model: nn.Module) -> tuple[str, ...]:
-        from vitviz.kinds.crossvit.families import crossvit_parts
-
-        return crossvit_parts(model.config)
-
-    @property
-    def families(self) -> Sequence[Any]:
-        from vitviz.kinds.crossvit.families import FAMILY
-
-        return (FAMILY,)
-
-    def config_from_dict(self, data: dict[str, object]) -> CrossViTConfig:
-        from vitviz.kinds.crossvit.config import CrossViTConfig
-
-        return CrossViTConfig.from_dict(data)
-
-    def build_from_state(self, config: CrossViTConfig, state: Mapping[str, Tensor]) -> nn.Module:
-        import torch
-
-        from vitviz.checkpoints.assign import assign_exactly
-        from vitviz.kinds.crossvit.network import CrossViTNet
-
-        with torch.device("meta"):
-            model = CrossViTNet(config)
-        return assign_exactly(model, state, "CrossViT model")
-
-    def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-        out = model.forward_explained(x)
-        return out.logits, out.attentions  # in timm's order of its blocks and fusions
-
-    def analyze(self, loaded: Loaded, image: ImageInput, **options: Any) -> CrossViTAnalysis:
-        from vitviz.kinds.crossvit.analysis import analyze_crossvit
-
-        model = getattr(loaded, "model", loaded)
-        gradients = bool(options.get("gradients")) and int(model.config.num_classes) > 0
-        target = options.get("target_class")
-        return self.keeping_blocks(
-            loaded, lambda: analyze_crossvit(loaded, image, gradients, target)
-        )
-
     def cam_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
         """The ViT blocks of both branches, in the order they run (the accessor's ``blocks``)."""
         from vitviz.kinds.crossvit.network import CrossViTNet
@@ -120,81 +84,23 @@ class CrossViTKind(StagedKind):
             raise ValueError(f"vitviz can't take a {type(model).__name__} apart into its blocks")
         return [block for _b, block in model.self_blocks()]
 
-    def staged_sites(self, model: nn.Module, x: Tensor) -> Any:
-        from vitviz.kinds.crossvit.intermediates import CrossViTSites
-        from vitviz.kinds.crossvit.network import CrossViTNet
+    def carries_prefix(self, sites: Any) -> bool:
+        """The CLS each ViT block carried."""
+        return True
 
-        return CrossViTSites(model) if isinstance(model, CrossViTNet) else None
-
-    def kept_with_prefix(self, sites: Any, kept: Any) -> Any:
-        """The CLS each ViT block carried, as the accessor gives it."""
-        import dataclasses
-
-        prefixes = tuple(p.detach() for p in sites.prefixes if p is not None)
-        if len(prefixes) != len(kept.blocks):
-            return None
-        return dataclasses.replace(kept, block_prefix=prefixes)
-
-    def token_geometry(self, analysis: CrossViTAnalysis) -> TokenGeometry:
-        layers = tuple(
-            LayerGrid(
-                grid=tuple(analysis.stage_grids[b]),
-                token_pixels=analysis.stage_pixels[b],  # type: ignore[arg-type]
-                num_prefix_tokens=1,
-            )
-            for b in analysis.block_stages
-        )
-        size = tuple(int(v) for v in analysis.input.shape[-2:])
-        return TokenGeometry(
-            input_size=size,
-            grid=tuple(analysis.stage_grids[0]),
-            cell_pixels=int(analysis.stage_pixels[0]),
-            layers=layers,
-        )
-
-    def intermediates(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        replace: HeadReplacement | None = None,
-        logits_only: bool = False,
-    ) -> Intermediates:
-        """ViT blocks on their branch's grid with their CLS, every layer's heads before its
-        projection (DESIGN §3)."""
-        from vitviz.kinds.crossvit.intermediates import crossvit_intermediates
-
-        return crossvit_intermediates(model, x, replace, logits_only)
+    def layer_prefix(self, analysis: CrossViTAnalysis, layer: int) -> int:
+        return 1
 
     def readout(self, model: nn.Module) -> Readout:
         """Branch 1's final norm (the last block's, DESIGN §5's f); no logit lens: the
         prediction is the mean of both branches' heads, a block's tokens are one branch's."""
-        from vitviz.kindapi.intermediates import Readout
+        from vitviz.kinds.readouts import readout_without_lens
 
-        def logits(prefix: Tensor, patches: Tensor) -> Tensor:
-            raise ValueError(
-                "a CrossViT's prediction is the mean of both branches' heads; one block's "
-                "tokens are one branch's, so it has no logit lens"
-            )
-
-        return Readout(model.norm[1], logits, int(model.config.dims[1]))
-
-    def tokens_on_grid(
-        self, model: nn.Module, x: Tensor, layer: LayerChoice
-    ) -> Callable[[Tensor, tuple[int, int]], Tensor]:
-        from vitviz.kinds.crossvit.intermediates import crossvit_tokens_on_grid
-
-        return crossvit_tokens_on_grid(model, x, layer)
-
-    def head_statistics(self, analysis: CrossViTAnalysis) -> dict[str, np.ndarray]:
-        from vitviz.kinds.crossvit.stats import head_statistics
-
-        return head_statistics(analysis)
-
-    def npz_arrays(self, analysis: CrossViTAnalysis) -> dict[str, np.ndarray]:
-        from vitviz.kinds.crossvit.export import crossvit_arrays
-
-        return crossvit_arrays(analysis)
+        why = (
+            "a CrossViT's prediction is the mean of both branches' heads; one block's "
+            "tokens are one branch's, so it has no logit lens"
+        )
+        return readout_without_lens(model.norm[1], int(model.config.dims[1]), why)
 
     def layer_rows(self, analysis: CrossViTAnalysis) -> tuple[LayerRow, ...]:
         rows = []
@@ -211,17 +117,8 @@ class CrossViTKind(StagedKind):
             else:
                 tip = f"block {name}: branch {b}'s CLS and {H}×{W} patches attend to each other"
                 title = f"layer {name} (branch {b}: {H}×{W} patches + CLS)"
-            rows.append(
-                LayerRow(
-                    name,
-                    int(analysis.attentions[i].shape[0]),
-                    tooltip=tip,
-                    name=name,
-                    title=title,
-                    hover=f"layer {name}",
-                    selector=f" · {name}",
-                )
-            )
+            heads = int(analysis.attentions[i].shape[0])
+            rows.append(self.named_row(name, heads, tip, title, "layer"))
         return tuple(rows)
 
     # -- engine and window ---------------------------------------------------------------------

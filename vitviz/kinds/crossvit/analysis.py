@@ -21,6 +21,7 @@ from vitviz.kinds.staged_analysis import (
     ModelOnly,
     StagedAnalysisBase,
     explained_pass,
+    own_model,
     prepared_input,
 )
 
@@ -53,13 +54,6 @@ class CrossViTAnalysis(StagedAnalysisBase):
     num_prefix_tokens: int = 1  # the CLS of each branch
 
 
-def _model(model_or_loaded: object) -> CrossViTNet:
-    model = getattr(model_or_loaded, "model", model_or_loaded)
-    if not isinstance(model, CrossViTNet):
-        raise TypeError(f"analyze_crossvit needs a CrossViT, got {type(model).__name__}")
-    return model
-
-
 def analyze_crossvit(
     model_or_loaded: object,
     image: Any,
@@ -70,7 +64,7 @@ def analyze_crossvit(
     (C, S, S) or (1, C, S, S), or, with a LoadedModel, anything ``vitviz.imaging.load_image``
     opens, prepared as the checkpoint's preprocessing says. ``target_class``: the class y_c
     whose gradients are taken (default the top prediction)."""
-    model = _model(model_or_loaded)
+    model = own_model(model_or_loaded, CrossViTNet, "analyze_crossvit needs a CrossViT")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.patch_sizes[0], "analyze_crossvit")
     x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry

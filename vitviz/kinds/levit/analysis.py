@@ -12,7 +12,6 @@ from typing import Any
 
 from torch import Tensor
 
-from vitviz.explain.fusion import fuse_heads
 from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.levit.network import LeViTNet
 from vitviz.kinds.levit.rollout import LeViTRollout
@@ -20,6 +19,8 @@ from vitviz.kinds.staged_analysis import (
     ModelOnly,
     StagedAnalysisBase,
     explained_pass,
+    method_matrices,
+    own_model,
     prepared_input,
 )
 
@@ -56,27 +57,9 @@ class LeViTAnalysis(StagedAnalysisBase):
         """The per-layer matrices of ``method`` (rollout, gradient-rollout, relevance)."""
         key = (method, fusion)
         if key not in self._prepared:
-            attn = [a.double() for a in self.attentions]
-            if method == "rollout":
-                mats, mode = [fuse_heads(a[None], fusion)[0] for a in attn], "rollout"
-            else:
-                if self.gradients is None:
-                    raise ValueError(f"{method} needs the analysis run with gradients=True")
-                grads = [g.double() for g in self.gradients]
-                pairs = zip(attn, grads, strict=True)
-                if method == "gradient-rollout":
-                    mats, mode = [(a * g).mean(dim=0).clamp_min(0) for a, g in pairs], "rollout"
-                else:
-                    mats, mode = [(a * g).clamp_min(0).mean(dim=0) for a, g in pairs], "relevance"
+            mats, mode = method_matrices(self.attentions, self.gradients, method, fusion)
             self._prepared[key] = LeViTRollout(mats, self.subsample, self.stage_grids, mode)
         return self._prepared[key]
-
-
-def _model(model_or_loaded: object) -> LeViTNet:
-    model = getattr(model_or_loaded, "model", model_or_loaded)
-    if not isinstance(model, LeViTNet):
-        raise TypeError(f"analyze_levit needs a LeViT, got {type(model).__name__}")
-    return model
 
 
 def analyze_levit(
@@ -89,7 +72,7 @@ def analyze_levit(
     (1, C, H, W), or, with a LoadedModel, anything ``vitviz.imaging.load_image`` opens, prepared
     as the checkpoint's preprocessing says. ``target_class``: the class y_c whose gradients are
     taken (default the top prediction)."""
-    model = _model(model_or_loaded)
+    model = own_model(model_or_loaded, LeViTNet, "analyze_levit needs a LeViT")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.stem_stride, "analyze_levit")
     x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry

@@ -20,7 +20,14 @@ from torch import Tensor
 
 from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
-from vitviz.kinds.kind_methods import requires_own, token_under, versions_of, with_gradients_of
+from vitviz.kinds.kind_methods import (
+    head_of_rows,
+    requires_own,
+    rollout_methods,
+    token_under,
+    versions_of,
+    with_gradients_of,
+)
 from vitviz.kinds.levit.analysis import LeViTAnalysis, analyze_levit
 from vitviz.kinds.levit.network import LeViTNet
 
@@ -67,12 +74,8 @@ def attention_map(
 ) -> Tensor:
     """(h_k, w_k) layer ``block``'s attention of the query for ``head`` (−1: their mean)."""
     b = block_index(analysis, block)
-    heads = int(analysis.attentions[b].shape[0])
-    if not -1 <= head < heads:
-        raise ValueError(f"head {head} out of range: layer {b} has {heads} heads (-1: their mean)")
     token = None if cell is None else token_of(analysis, analysis.block_stages[b], cell)
-    rows = block_rows(analysis, b, token).float()
-    return rows.mean(dim=0) if head == -1 else rows[head]
+    return head_of_rows(analysis, b, head, lambda: block_rows(analysis, b, token), "layer")
 
 
 with_gradients = with_gradients_of(analyze_levit)
@@ -108,12 +111,6 @@ _version = versions_of(levit_method_map)
 # every parameter of its entry but those it refuses (and what it can't run: ``CANNOT`` above)
 METHODS: dict[str, KindMethod] = {
     "attention": KindMethod(_version("attention"), requires=_requires_own),
-    "rollout": KindMethod(_version("rollout"), refusals=NOT_ACROSS_STAGES, requires=_requires_own),
-    "gradient-rollout": KindMethod(
-        _version("gradient-rollout"), refusals=NOT_ACROSS_STAGES, requires=_requires_own
-    ),
-    "relevance": KindMethod(
-        _version("relevance"), refusals=NOT_ACROSS_STAGES, requires=_requires_own
-    ),
+    **rollout_methods(_version, NOT_ACROSS_STAGES, _requires_own),
     "gradcam": KindMethod(gradcam_method, requires=_requires_own),
 }

@@ -11,21 +11,17 @@ one (``training`` is None: the Training tab does not offer it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kindapi.protocol import LayerGrid, LayerRow, TokenGeometry
+from vitviz.kindapi.protocol import LayerGrid, TokenGeometry
 from vitviz.kinds.staged import StagedKind
 
 if TYPE_CHECKING:
-    import numpy as np
     from torch import Tensor, nn
 
-    from vitviz.kindapi.feature_sites import LayerChoice
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
-    from vitviz.kindapi.protocol import ImageInput, Loaded, ViewWords
+    from vitviz.kindapi.intermediates import Readout
+    from vitviz.kindapi.protocol import LayerRow, ViewWords
     from vitviz.kinds.mobilevit.analysis import MobileViTAnalysis
-    from vitviz.kinds.mobilevit.config import MobileViTConfig
 
 
 class MobileViTKind(StagedKind):
@@ -33,6 +29,20 @@ class MobileViTKind(StagedKind):
 
     ENGINE_DATA = "vitviz.kinds.mobilevit.engine_data"  # its query maps and words (StagedKind)
     METHODS_MODULE = "vitviz.kinds.mobilevit.methods"
+    CONFIG = "vitviz.kinds.mobilevit.config:MobileViTConfig"
+    NETWORK = "vitviz.kinds.mobilevit.network:MobileViTNet"
+    FAMILIES = (
+        "vitviz.kinds.mobilevit.families:FAMILY",
+        "vitviz.kinds.mobilevit.hf_family:FAMILY",
+    )
+    PARTS = "vitviz.kinds.mobilevit.families:mobilevit_parts"
+    ANALYZE = "vitviz.kinds.mobilevit.analysis:analyze_mobilevit"
+    ATTENTION_GRADIENTS = False  # no method of the kind reads them
+    # layers on their stage's pixel grid, heads before the projection (DESIGN §3)
+    INTERMEDIATES = "vitviz.kinds.mobilevit.intermediates:mobilevit_intermediates"
+    TOKENS_ON_GRID = "vitviz.kinds.mobilevit.intermediates:mobilevit_tokens_on_grid"
+    HEAD_STATISTICS = "vitviz.kinds.mobilevit.stats:head_statistics"
+    NPZ_ARRAYS = "vitviz.kinds.mobilevit.export:mobilevit_arrays"
     OWNER = "a MobileViT"
     name = "mobilevit"
     label = "MobileViT"
@@ -51,49 +61,9 @@ class MobileViTKind(StagedKind):
             f"{cfg.patch_size} patches"
         )
 
-    def parts(self, model: nn.Module) -> tuple[str, ...]:
-        from vitviz.kinds.mobilevit.families import mobilevit_parts
-
-        return mobilevit_parts(model.config)
-
-    @property
-    def families(self) -> Sequence[Any]:
-        from vitviz.kinds.mobilevit import families, hf_family
-
-        return (families.FAMILY, hf_family.FAMILY)
-
-    def config_from_dict(self, data: dict[str, object]) -> MobileViTConfig:
-        from vitviz.kinds.mobilevit.config import MobileViTConfig
-
-        return MobileViTConfig.from_dict(data)
-
-    def build_from_state(self, config: MobileViTConfig, state: Mapping[str, Tensor]) -> nn.Module:
-        import torch
-
-        from vitviz.checkpoints.assign import assign_exactly
-        from vitviz.kinds.mobilevit.network import MobileViTNet
-
-        with torch.device("meta"):
-            model = MobileViTNet(config)
-        return assign_exactly(model, state, "MobileViT model")
-
-    def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-        out = model.forward_explained(x, capture_attention=True)
-        return out.logits, out.attentions  # (B·P, heads, N, N), as the libraries' layers
-
-    def parameter_bounds(self, subject: Any) -> tuple[int, int]:
-        """A model's transformer layers and most heads; an analysis's kept layers and heads."""
-        from torch import nn
-
-        if isinstance(subject, nn.Module):
-            return int(subject.config.depth), max(subject.config.layer_heads)
-        return super().parameter_bounds(subject)
-
-    def analyze(self, loaded: Loaded, image: ImageInput, **options: Any) -> MobileViTAnalysis:
-        from vitviz.kinds.mobilevit.analysis import analyze_mobilevit
-
-        target = options.get("target_class")
-        return self.keeping_blocks(loaded, lambda: analyze_mobilevit(loaded, image, False, target))
+    def model_heads(self, config: Any) -> list[int]:
+        """Each transformer layer's heads."""
+        return config.layer_heads
 
     def staged_sites(self, model: nn.Module, x: Tensor) -> Any:
         """vitviz's MobileViTNet's layers as its accessor reads them (None: another network)."""
@@ -116,19 +86,6 @@ class MobileViTKind(StagedKind):
             layers=layers,
         )  # fmt: skip
 
-    def intermediates(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        replace: HeadReplacement | None = None,
-        logits_only: bool = False,
-    ) -> Intermediates:
-        """Layers on their stage's pixel grid, heads before the projection (DESIGN §3)."""
-        from vitviz.kinds.mobilevit.intermediates import mobilevit_intermediates
-
-        return mobilevit_intermediates(model, x, replace, logits_only)
-
     def readout(self, model: nn.Module) -> Readout:
         """None: a layer's tokens reach the head only through the block's fold, projection and
         fusion with the block's input and the convolutions after (DESIGN §5)."""
@@ -142,23 +99,6 @@ class MobileViTKind(StagedKind):
         """The CAM family reads the last transformer layer's output, folded onto its grid."""
         return "output"
 
-    def tokens_on_grid(
-        self, model: nn.Module, x: Tensor, layer: LayerChoice
-    ) -> Callable[[Tensor, tuple[int, int]], Tensor]:
-        from vitviz.kinds.mobilevit.intermediates import mobilevit_tokens_on_grid
-
-        return mobilevit_tokens_on_grid(model, x, layer)
-
-    def head_statistics(self, analysis: MobileViTAnalysis) -> dict[str, np.ndarray]:
-        from vitviz.kinds.mobilevit.stats import head_statistics
-
-        return head_statistics(analysis)
-
-    def npz_arrays(self, analysis: MobileViTAnalysis) -> dict[str, np.ndarray]:
-        from vitviz.kinds.mobilevit.export import mobilevit_arrays
-
-        return mobilevit_arrays(analysis)
-
     def layer_rows(self, analysis: MobileViTAnalysis) -> tuple[LayerRow, ...]:
         rows = []
         p = analysis.patch
@@ -170,18 +110,12 @@ class MobileViTKind(StagedKind):
         ):
             H, W = analysis.stage_grids[s]
             nh, nw = analysis.patch_grids[s]
-            rows.append(
-                LayerRow(
-                    name,
-                    int(attn.shape[0]),
-                    tooltip=f"layer {name}: {H}×{W} pixels in {p}×{p} patches; each pixel "
-                    f"attends over its offset in the {nh}×{nw} patches",
-                    name=name,
-                    title=f"layer {name} ({nh}×{nw} patches)",
-                    hover=f"layer {name}",
-                    selector=f" · {name}",
-                )
+            tip = (
+                f"layer {name}: {H}×{W} pixels in {p}×{p} patches; each pixel attends over "
+                f"its offset in the {nh}×{nw} patches"
             )
+            title = f"layer {name} ({nh}×{nw} patches)"
+            rows.append(self.named_row(name, int(attn.shape[0]), tip, title, "layer"))
         return tuple(rows)
 
     # -- engine and window ---------------------------------------------------------------------

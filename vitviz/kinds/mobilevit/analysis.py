@@ -19,6 +19,7 @@ from vitviz.kinds.staged_analysis import (
     ModelOnly,
     StagedAnalysisBase,
     explained_pass,
+    own_model,
     prepared_input,
 )
 
@@ -60,13 +61,6 @@ class MobileViTAnalysis(StagedAnalysisBase):
         return (r % p) * p + c % p, (r // p) * nw + c // p
 
 
-def _model(model_or_loaded: object) -> MobileViTNet:
-    model = getattr(model_or_loaded, "model", model_or_loaded)
-    if not isinstance(model, MobileViTNet):
-        raise TypeError(f"analyze_mobilevit needs a MobileViT, got {type(model).__name__}")
-    return model
-
-
 def analyze_mobilevit(
     model_or_loaded: object, image: Any, gradients: bool = False, target_class: int | None = None
 ) -> MobileViTAnalysis:
@@ -74,7 +68,7 @@ def analyze_mobilevit(
     (1, C, H, W), or, with a LoadedModel, anything ``vitviz.imaging.load_image`` opens,
     prepared as the checkpoint's preprocessing says. ``target_class``: the class reported
     (default the top prediction); no attention gradients are taken."""
-    model = _model(model_or_loaded)
+    model = own_model(model_or_loaded, MobileViTNet, "analyze_mobilevit needs a MobileViT")
     cfg = model.config
     stages = cfg.attention_stages
     first = cfg.stage_stride(stages[0])

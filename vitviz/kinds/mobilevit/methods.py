@@ -20,7 +20,7 @@ from torch import Tensor
 
 from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
-from vitviz.kinds.kind_methods import block_index, requires_own, versions_of
+from vitviz.kinds.kind_methods import block_index, head_of_rows, requires_own, versions_of
 from vitviz.kinds.mobilevit.analysis import MobileViTAnalysis
 from vitviz.kinds.mobilevit.network import MobileViTNet
 
@@ -64,11 +64,7 @@ def attention_map(
 ) -> Tensor:
     """(nh, nw) layer ``layer``'s attention of the query for ``head`` (−1: their mean)."""
     b = block_index(analysis, layer)
-    heads = int(analysis.attentions[b].shape[0])
-    if not -1 <= head < heads:
-        raise ValueError(f"head {head} out of range: layer {b} has {heads} heads (-1: their mean)")
-    rows = layer_rows(analysis, b, cell).float()
-    return rows.mean(dim=0) if head == -1 else rows[head]
+    return head_of_rows(analysis, b, head, lambda: layer_rows(analysis, b, cell), "layer")
 
 
 def mobilevit_method_map(

@@ -16,7 +16,7 @@ from torch import Tensor
 from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.mvit.config import MViTConfig
 from vitviz.kinds.mvit.network import MViT
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, prepared_input
+from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, own_model, prepared_input
 
 
 @dataclass
@@ -58,18 +58,11 @@ def key_pixels(cfg: MViTConfig) -> list[int]:
     return out
 
 
-def _model(model_or_loaded: object) -> MViT:
-    model = getattr(model_or_loaded, "model", model_or_loaded)
-    if not isinstance(model, MViT):
-        raise TypeError(f"analyze_mvit needs an MViTv2, got {type(model).__name__}")
-    return model
-
-
 def analyze_mvit(model_or_loaded: object, image: Any) -> MViTAnalysis:
     """Run an MViTv2 (or a LoadedModel holding one) on ``image``: a normalised tensor (C, H, W)
     or (1, C, H, W), or, with a LoadedModel, anything ``vitviz.imaging.load_image`` opens,
     prepared as the checkpoint's preprocessing says."""
-    model = _model(model_or_loaded)
+    model = own_model(model_or_loaded, MViT, "analyze_mvit needs an MViTv2")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.patch_size, "analyze_mvit")
     x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry

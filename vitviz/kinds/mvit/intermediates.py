@@ -9,22 +9,17 @@ Written on the staged kinds' one pass (``staged_intermediates``), as PiT's.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor, nn
 
 from vitviz.kindapi.grids import LayerGrid
 from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
 from vitviz.kinds.mvit.network import MViT
 from vitviz.kinds.staged_intermediates import (
-    ROW_MAJOR,
-    TokenOrder,
-    head_logits,
-    model_input,
-    staged_intermediates,
+    PrefixedSites,
+    prefixed_intermediates,
 )
 
 if TYPE_CHECKING:
@@ -41,37 +36,22 @@ def block_grids(model: MViT) -> list[LayerGrid]:
     ]
 
 
-class MViTSites:
-    """An MViTv2's blocks for one pass (``StagedSites``)."""
+class MViTSites(PrefixedSites):
+    """An MViTv2's blocks for one pass (``StagedSites``): [CLS, query grid row-major]."""
 
     def __init__(self, model: MViT) -> None:
-        self.model = model
-        self.blocks = model.blocks
-        self.projections = [b.attn.proj for b in self.blocks]
-        self.head_counts = [b.attn.heads for b in self.blocks]
-        self.prefix = model.config.num_prefix_tokens
+        blocks = model.blocks
+        super().__init__(
+            model,
+            blocks,
+            [b.attn.proj for b in blocks],
+            [b.attn.heads for b in blocks],
+            model.config.num_prefix_tokens,
+        )
         self.layer_grids = block_grids(model)
-        self.prefixes: list[Tensor | None] = [None] * len(self.blocks)
-
-    def head_order(self, block: int, args: tuple[Any, ...]) -> TokenOrder:
-        return ROW_MAJOR  # [CLS, query grid row-major], as the accessor lays heads out
-
-    def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
-        tokens = output[0]  # (B, P + Nq, C)
-        self.prefixes[block] = tokens[:, : self.prefix]
-        B, _, C = tokens.shape
-        return tokens[:, self.prefix :].transpose(1, 2).reshape(B, C, *self.layer_grids[block].grid)
-
-    def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
-        prefix = self.prefixes[block]
-        assert prefix is not None  # kept by block_tokens just before
-        return (torch.cat([prefix, tokens.flatten(2).transpose(1, 2)], dim=1), *output[1:])
 
     def grid(self, block: int) -> LayerGrid:
         return self.layer_grids[block]
-
-    def logits(self, x: Tensor) -> Tensor:
-        return head_logits(self.model(x), int(self.model.config.num_classes))
 
 
 def mvit_intermediates(
@@ -83,12 +63,7 @@ def mvit_intermediates(
         raise ValueError(
             f"the intermediates accessor needs vitviz's MViT, got {type(model).__name__}"
         )
-    sites = MViTSites(model)
-    out = staged_intermediates(sites, model_input(model, x), replace, logits_only)
-    if logits_only or not sites.prefix:
-        return out
-    prefixes = tuple(p for p in sites.prefixes if p is not None)
-    return dataclasses.replace(out, block_prefix=prefixes)
+    return prefixed_intermediates(model, MViTSites(model), x, replace, logits_only)
 
 
 def mvit_tokens_on_grid(

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
-from vitviz.kinds.kind_methods import block_index, requires_own
+from vitviz.kinds.kind_methods import block_index, head_of_rows, requires_own
 from vitviz.kinds.mvit.analysis import MViTAnalysis
 from vitviz.kinds.mvit.network import MViT
 
@@ -76,11 +76,7 @@ def attention_map(
 ) -> Tensor:
     """(kh, kw) block ``block``'s attention of the query for ``head`` (−1: their mean)."""
     b = block_index(analysis, block)
-    heads = int(analysis.attentions[b].shape[0])
-    if not -1 <= head < heads:
-        raise ValueError(f"head {head} out of range: block {b} has {heads} heads (-1: their mean)")
-    rows = block_rows(analysis, b, cell).float()
-    return rows.mean(dim=0) if head == -1 else rows[head]
+    return head_of_rows(analysis, b, head, lambda: block_rows(analysis, b, cell), "block")
 
 
 def _attention(

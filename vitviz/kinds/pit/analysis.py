@@ -12,7 +12,6 @@ from typing import Any
 
 from torch import Tensor
 
-from vitviz.explain.fusion import fuse_heads
 from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.pit.network import PiTViT
 from vitviz.kinds.pit.rollout import PiTRollout
@@ -21,6 +20,8 @@ from vitviz.kinds.staged_analysis import (
     ModelOnly,
     StagedAnalysisBase,
     explained_pass,
+    method_matrices,
+    own_model,
     prepared_input,
 )
 
@@ -64,34 +65,11 @@ class PiTAnalysis(StagedAnalysisBase):
         """The per-block matrices of ``method`` (rollout, gradient-rollout, relevance)."""
         key = (method, fusion)
         if key not in self._prepared:
-            attn = [a.double() for a in self.attentions]
-            if method == "rollout":
-                mats, mode = [fuse_heads(a[None], fusion)[0] for a in attn], "rollout"
-            else:
-                if self.gradients is None:
-                    raise ValueError(f"{method} needs the analysis run with gradients=True")
-                grads = [g.double() for g in self.gradients]
-                if method == "gradient-rollout":
-                    mats = [
-                        (a * g).mean(dim=0).clamp_min(0) for a, g in zip(attn, grads, strict=True)
-                    ]
-                    mode = "rollout"
-                else:
-                    mats = [
-                        (a * g).clamp_min(0).mean(dim=0) for a, g in zip(attn, grads, strict=True)
-                    ]
-                    mode = "relevance"
+            mats, mode = method_matrices(self.attentions, self.gradients, method, fusion)
             self._prepared[key] = PiTRollout(
                 mats, self.block_stages, self.stage_grids, self.pools, self.num_prefix_tokens, mode
             )
         return self._prepared[key]
-
-
-def _model(model_or_loaded: object) -> PiTViT:
-    model = getattr(model_or_loaded, "model", model_or_loaded)
-    if not isinstance(model, PiTViT):
-        raise TypeError(f"analyze_pit needs a PiT, got {type(model).__name__}")
-    return model
 
 
 def analyze_pit(
@@ -104,7 +82,7 @@ def analyze_pit(
     (1, C, H, W), or, with a LoadedModel, anything ``vitviz.imaging.load_image`` opens, prepared
     as the checkpoint's preprocessing says. ``target_class``: the class y_c whose gradients are
     taken (default the top prediction)."""
-    model = _model(model_or_loaded)
+    model = own_model(model_or_loaded, PiTViT, "analyze_pit needs a PiT")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.stride, "analyze_pit")
     x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry

@@ -11,67 +11,42 @@ back (so gradients reach both).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor, nn
 
 from vitviz.kindapi.grids import LayerGrid
 from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
 from vitviz.kinds.pit.network import PiTViT
 from vitviz.kinds.staged_intermediates import (
-    ROW_MAJOR,
-    TokenOrder,
-    head_logits,
-    model_input,
-    staged_intermediates,
+    PrefixedSites,
+    prefixed_intermediates,
 )
 
 if TYPE_CHECKING:
     from vitviz.kindapi.feature_sites import LayerChoice
 
 
-class PiTSites:
-    """A PiT's blocks for one pass (``StagedSites``)."""
+class PiTSites(PrefixedSites):
+    """A PiT's blocks for one pass (``StagedSites``): [prefix, stage grid row-major]."""
 
     def __init__(self, model: PiTViT) -> None:
         cfg = model.config
-        self.model = model
-        self.blocks = model.blocks
-        self.projections = [b.attn.proj for b in self.blocks]
-        self.head_counts = [b.attn.heads for b in self.blocks]
-        self.prefix = int(cfg.num_tokens)
+        blocks = model.blocks
+        prefix = int(cfg.num_tokens)
+        super().__init__(
+            model, blocks, [b.attn.proj for b in blocks], [b.attn.heads for b in blocks], prefix
+        )
         grids = cfg.stage_grids()
         stages = [s for s, d in enumerate(cfg.depths) for _ in range(d)]
         self.layer_grids = [
-            LayerGrid(
-                grid=grids[s], token_pixels=cfg.stage_stride(s), num_prefix_tokens=self.prefix
-            )
+            LayerGrid(grid=grids[s], token_pixels=cfg.stage_stride(s), num_prefix_tokens=prefix)
             for s in stages
         ]
-        self.prefixes: list[Tensor | None] = [None] * len(self.blocks)
-
-    def head_order(self, block: int, args: tuple[Any, ...]) -> TokenOrder:
-        return ROW_MAJOR  # [prefix, patches row-major], as the accessor lays heads out
-
-    def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
-        tokens = output[0]  # (B, P + N, C)
-        self.prefixes[block] = tokens[:, : self.prefix]
-        B, _, C = tokens.shape
-        return tokens[:, self.prefix :].transpose(1, 2).reshape(B, C, *self.layer_grids[block].grid)
-
-    def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
-        prefix = self.prefixes[block]
-        assert prefix is not None  # kept by block_tokens just before
-        return (torch.cat([prefix, tokens.flatten(2).transpose(1, 2)], dim=1), *output[1:])
 
     def grid(self, block: int) -> LayerGrid:
         return self.layer_grids[block]
-
-    def logits(self, x: Tensor) -> Tensor:
-        return head_logits(self.model(x), int(self.model.config.num_classes))
 
 
 def pit_intermediates(
@@ -84,12 +59,7 @@ def pit_intermediates(
         raise ValueError(
             f"the intermediates accessor needs vitviz's PiTViT, got {type(model).__name__}"
         )
-    sites = PiTSites(model)
-    out = staged_intermediates(sites, model_input(model, x), replace, logits_only)
-    if logits_only:
-        return out
-    prefixes = tuple(p for p in sites.prefixes if p is not None)
-    return dataclasses.replace(out, block_prefix=prefixes)
+    return prefixed_intermediates(model, PiTSites(model), x, replace, logits_only)
 
 
 def pit_tokens_on_grid(

@@ -23,7 +23,9 @@ from vitviz.explain.masks import dino_masks
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.kind_methods import (
     block_index,
+    head_of_rows,
     requires_own,
+    rollout_methods,
     token_under,
     versions_of,
     with_gradients_of,
@@ -70,11 +72,7 @@ def attention_map(
 ) -> Tensor:
     """(h_s, w_s) block ``block``'s attention of the query for ``head`` (−1: their mean)."""
     b = block_index(analysis, block)
-    heads = int(analysis.attentions[b].shape[0])
-    if not -1 <= head < heads:
-        raise ValueError(f"head {head} out of range: block {b} has {heads} heads (-1: their mean)")
-    rows = block_rows(analysis, b, cell).float()
-    return rows.mean(dim=0) if head == -1 else rows[head]
+    return head_of_rows(analysis, b, head, lambda: block_rows(analysis, b, cell), "block")
 
 
 with_gradients = with_gradients_of(analyze_pit)
@@ -131,13 +129,7 @@ _version = versions_of(pit_method_map)
 METHODS: dict[str, KindMethod] = {
     "attention": KindMethod(_version("attention"), requires=_requires_own),
     "dino-masks": KindMethod(_version("dino-masks"), requires=_requires_own),
-    "rollout": KindMethod(_version("rollout"), refusals=NOT_ACROSS_STAGES, requires=_requires_own),
-    "gradient-rollout": KindMethod(
-        _version("gradient-rollout"), refusals=NOT_ACROSS_STAGES, requires=_requires_own
-    ),
-    "relevance": KindMethod(
-        _version("relevance"), refusals=NOT_ACROSS_STAGES, requires=_requires_own
-    ),
+    **rollout_methods(_version, NOT_ACROSS_STAGES, _requires_own),
     "attention-gradcam": KindMethod(_version("attention-gradcam"), requires=_requires_own),
     "gradcam": KindMethod(gradcam_method, requires=_requires_own),
 }

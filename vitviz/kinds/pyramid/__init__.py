@@ -10,22 +10,16 @@ one (``training`` is None: the Training tab does not offer it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kindapi.protocol import LayerGrid, LayerRow, TokenGeometry
 from vitviz.kinds.staged import StagedKind
 
 if TYPE_CHECKING:
     import numpy as np
     from torch import Tensor, nn
 
-    from vitviz.kindapi.feature_sites import LayerChoice
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
-    from vitviz.kindapi.protocol import (
-        ImageInput,
-        Loaded,
-    )
+    from vitviz.kindapi.protocol import LayerRow
     from vitviz.kinds.pyramid.analysis import PyramidAnalysis
     from vitviz.kinds.pyramid.config import PyramidConfig
     from vitviz.kinds.pyramid.hiera_config import HieraConfig
@@ -44,6 +38,17 @@ class PyramidKind(StagedKind):
 
     ENGINE_DATA = "vitviz.kinds.pyramid.engine_data"  # its query maps and words (StagedKind)
     METHODS_MODULE = "vitviz.kinds.pyramid.methods"
+    FAMILIES = tuple(
+        f"vitviz.kinds.pyramid.families.{module}:FAMILY"
+        for module in ("timm", "huggingface", "timm_hiera", "hf_hiera", "timm_twins", "hf_pvt")
+    )
+    ANALYZE = "vitviz.kinds.pyramid.analysis:analyze_pyramid"
+    # blocks on their grids, heads before the projection, row-major (DESIGN §3); a block's
+    # tokens on its grid (a Hiera's unrolled order undone)
+    INTERMEDIATES = "vitviz.kinds.pyramid.intermediates:pyramid_intermediates"
+    TOKENS_ON_GRID = "vitviz.kinds.pyramid.intermediates:pyramid_tokens_on_grid"
+    HEAD_STATISTICS = "vitviz.kinds.pyramid.stats:head_statistics"
+    NPZ_ARRAYS = "vitviz.kinds.pyramid.export:pyramid_arrays"
     OWNER = "a pyramid ViT"
     name = "pyramid"
     label = "Pyramid ViT (PVT v2, Twins, Hiera)"
@@ -104,22 +109,6 @@ class PyramidKind(StagedKind):
             "head reads the mean of the last stage's tokens",
         )
 
-    @property
-    def families(self) -> Sequence[Any]:
-        from vitviz.kinds.pyramid.families import (
-            hf_hiera,
-            hf_pvt,
-            huggingface,
-            timm,
-            timm_hiera,
-            timm_twins,
-        )
-
-        return (
-            timm.FAMILY, huggingface.FAMILY, timm_hiera.FAMILY, hf_hiera.FAMILY, timm_twins.FAMILY,
-            hf_pvt.FAMILY,
-        )  # fmt: skip
-
     def config_from_dict(self, data: dict[str, object]) -> PyramidConfig | HieraConfig:
         from vitviz.kinds.pyramid.config import PyramidConfig
         from vitviz.kinds.pyramid.hiera_config import HieraConfig
@@ -133,70 +122,23 @@ class PyramidKind(StagedKind):
 
         return build_pyramid(config, state)
 
-    def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-        out = model.forward_explained(x, capture_attention=True)
-        # as timm's blocks compute them: PVT v2's (B, heads, N_q, N_kv); a Hiera's unrolled,
-        # (B, heads, units, t_q, t_k) within mask units
-        return out.logits, out.attentions
-
-    def analyze(self, loaded: Loaded, image: ImageInput, **options: Any) -> PyramidAnalysis:
-        from vitviz.kinds.pyramid.analysis import analyze_pyramid
-
-        model = getattr(loaded, "model", loaded)
-        gradients = bool(options.get("gradients")) and int(model.config.num_classes) > 0
-        return self.keeping_blocks(
-            loaded, lambda: analyze_pyramid(loaded, image, gradients, options.get("target_class"))
-        )
-
     def staged_sites(self, model: nn.Module, x: Tensor) -> Any:
         """A PVT v2's, Twins' or Hiera's blocks as its accessor reads them (None: another)."""
         from vitviz.kinds.pyramid.intermediates import pyramid_sites
 
         return pyramid_sites(model, x)
 
-    def kept_with_prefix(self, sites: Any, kept: Any) -> Any:
-        """A PVT v1's last-stage blocks with the CLS token they carried, as the accessor
-        gives them (every other pyramid's: no prefix)."""
-        import dataclasses
+    def carries_prefix(self, sites: Any) -> bool:
+        """A PVT v1's last-stage blocks carry the CLS token (every other pyramid's: none)."""
+        return any(getattr(sites, "prefix", ()))
 
-        if not any(getattr(sites, "prefix", ())):
-            return kept
-        prefixes = tuple(p.detach() for p in sites.prefixes if p is not None)
-        if len(prefixes) != len(kept.blocks):
-            return None
-        return dataclasses.replace(kept, block_prefix=prefixes)
+    def layer_prefix(self, analysis: PyramidAnalysis, layer: int) -> int:
+        """A PVT v1's last stage: its CLS."""
+        return analysis.prefix_of(layer)
 
-    def token_geometry(self, analysis: PyramidAnalysis) -> TokenGeometry:
-        windows = analysis.windows or [None] * len(analysis.block_stages)
-        layers = tuple(
-            LayerGrid(
-                grid=tuple(analysis.stage_grids[s]),
-                token_pixels=analysis.stage_pixels[s],
-                windows=w,  # a Hiera block's mask units (a Twins-SVT's windows), None: global
-                num_prefix_tokens=analysis.prefix_of(b),  # a PVT v1's last stage: its CLS
-            )
-            for b, (s, w) in enumerate(zip(analysis.block_stages, windows, strict=True))
-        )
-        size = tuple(int(v) for v in analysis.input.shape[-2:])
-        return TokenGeometry(
-            input_size=size,
-            grid=tuple(analysis.stage_grids[0]),
-            cell_pixels=analysis.stage_pixels[0],
-            layers=layers,
-        )
-
-    def intermediates(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        replace: HeadReplacement | None = None,
-        logits_only: bool = False,
-    ) -> Intermediates:
-        """Blocks on their grids, heads before the projection, row-major (DESIGN §3)."""
-        from vitviz.kinds.pyramid.intermediates import pyramid_intermediates
-
-        return pyramid_intermediates(model, x, replace, logits_only)
+    def layer_windows(self, analysis: PyramidAnalysis, layer: int) -> np.ndarray | None:
+        """A Hiera block's mask units (a Twins-SVT's windows), None: global."""
+        return analysis.windows[layer] if analysis.windows else None
 
     def readout(self, model: nn.Module) -> Any:
         """PVT v2 / Twins: head(mean(last stage's norm(tokens))); Hiera: its head, the norm
@@ -224,25 +166,6 @@ class PyramidKind(StagedKind):
 
         return "norm2" if isinstance(model, HieraViT) else "norm1"
 
-    def tokens_on_grid(
-        self, model: nn.Module, x: Tensor, layer: LayerChoice
-    ) -> Callable[[Tensor, tuple[int, int]], Tensor]:
-        """A block's tokens, its norms' too, row-major on its grid (a Hiera's unrolled order
-        undone; DESIGN §5)."""
-        from vitviz.kinds.pyramid.intermediates import pyramid_tokens_on_grid
-
-        return pyramid_tokens_on_grid(model, x, layer)
-
-    def head_statistics(self, analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
-        from vitviz.kinds.pyramid.stats import head_statistics
-
-        return head_statistics(analysis)
-
-    def npz_arrays(self, analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
-        from vitviz.kinds.pyramid.export import pyramid_arrays
-
-        return pyramid_arrays(analysis)
-
     def layer_rows(self, analysis: PyramidAnalysis) -> tuple[LayerRow, ...]:
         rows = []
         cls = [" and the CLS" if analysis.prefix_of(b) else "" for b in range(len(analysis.keys))]
@@ -257,17 +180,9 @@ class PyramidKind(StagedKind):
         ):
             H, W = analysis.stage_grids[s]
             kh, kw = keys.coarse
-            rows.append(
-                LayerRow(
-                    name,
-                    int(attn.shape[0]),
-                    tooltip=f"block {name}: queries {H}×{W} tokens{c}, {words}{c}",
-                    name=name,
-                    title=f"block {name} ({H}×{W} queries{c}, {kh}×{kw} keys{c})",
-                    hover=f"block {name}",
-                    selector=f" · {name}",
-                )
-            )
+            tip = f"block {name}: queries {H}×{W} tokens{c}, {words}{c}"
+            title = f"block {name} ({H}×{W} queries{c}, {kh}×{kw} keys{c})"
+            rows.append(self.named_row(name, int(attn.shape[0]), tip, title, "block"))
         return tuple(rows)
 
     # -- engine and window ---------------------------------------------------------------------

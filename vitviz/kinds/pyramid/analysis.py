@@ -27,7 +27,7 @@ from vitviz.kinds.pyramid.rollout import (
     gradient_blocks,
     relevance_blocks,
 )
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, prepared_input
+from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, own_model, prepared_input
 
 
 @dataclass
@@ -131,13 +131,6 @@ def _pvt_plan(
     return keys, words, stages
 
 
-def _model(model_or_loaded: object) -> PyramidViT | HieraViT:
-    model = getattr(model_or_loaded, "model", model_or_loaded)
-    if not isinstance(model, (PyramidViT, HieraViT)):
-        raise TypeError(f"analyze_pyramid needs a pyramid ViT, got {type(model).__name__}")
-    return model
-
-
 def analyze_pyramid(
     model_or_loaded: object,
     image: Any,
@@ -148,7 +141,9 @@ def analyze_pyramid(
     (C, H, W) or (1, C, H, W), or, with a LoadedModel, anything ``vitviz.imaging.load_image``
     opens, prepared as the checkpoint's preprocessing says. ``target_class``: the class y_c
     whose gradients are taken (default the top prediction)."""
-    model = _model(model_or_loaded)
+    model = own_model(
+        model_or_loaded, (PyramidViT, HieraViT), "analyze_pyramid needs a pyramid ViT"
+    )
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.patch_size, "analyze_pyramid")
     x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from vitviz.kindapi.protocol import (
     ModelKind,
     ModelShape,
@@ -21,19 +19,23 @@ from vitviz.kindapi.protocol import (
 from vitviz.kinds.pyramid import hiera_words
 from vitviz.kinds.pyramid.analysis import PyramidAnalysis
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
-
-THUMB_MAX_CELLS = 32
+from vitviz.kinds.staged_engine import (
+    THUMB_MAX_CELLS,
+    LayerRows,
+    prepared_words,
+    staged_model_shape,
+    staged_query_maps,
+)
 
 
 def model_shape(loaded: Any, kind: ModelKind) -> ModelShape:
     cfg = loaded.model.config
-    config = cfg.to_dict()
     size = "×".join(map(str, cfg.image_size))
-    prepared = f"images prepared at {'×'.join(map(str, loaded.preprocessing.image_size))}"
-    lines = [f"architecture: {kind.architecture(loaded.model)}"]
+    prepared = prepared_words(loaded)
+    lines = []
     if isinstance(cfg, HieraConfig):
         lines += hiera_words.stage_lines(cfg)
-        lines[1] += f"; {prepared}"
+        lines[0] += f"; {prepared}"
     else:
         lines.append(
             f"stem stride {cfg.patch_size} (kernel {cfg.stem_kernel}), trained at {size}; "
@@ -52,14 +54,13 @@ def model_shape(loaded: Any, kind: ModelKind) -> ModelShape:
     else:
         lines.append(f"classes: {cfg.num_classes}; no prefix tokens (the head reads the mean of "
                      "the last stage's tokens)")  # fmt: skip
-    lines.append("parts: " + "; ".join(kind.parts(loaded.model)))
-    return ModelShape(
-        depth=cfg.depth,
+    return staged_model_shape(
+        loaded,
+        kind,
+        lines,
         heads=max(cfg.heads),
         num_prefix_tokens=0,
-        config=config,
         headline=f"{cfg.depth} blocks, {min(cfg.heads)}–{max(cfg.heads)} heads",
-        architecture=tuple(lines),
     )
 
 
@@ -77,43 +78,15 @@ def thumbnail_grid(a: PyramidAnalysis) -> tuple[tuple[int, int], int]:
 def query_maps(session: Session, query: tuple[int, int] | None) -> QueryMaps:
     """Every block's and head's row of the query at the thumbnail grid, their mean, and every
     block's rows at its own grid."""
-    import torch
-
-    from vitviz.imaging.colormaps import nice_levels
     from vitviz.kinds.pyramid.methods import block_rows, token_of
 
     a = session.analysis
-    if query is not None:
-        h0, w0 = a.stage_grids[0]
-        if not (0 <= query[0] < h0 and 0 <= query[1] < w0):
-            raise ValueError(f"query {query} is outside the {h0}×{w0} grid")
-    thumb, thumb_px = thumbnail_grid(a)
-    L = len(a.attentions)
-    most = max(int(t.shape[0]) for t in a.attentions)
-    head_maps = np.full((L, most, *thumb), np.nan, dtype=np.float32)
-    mean_maps = np.empty((L, *thumb), dtype=np.float32)
-    layer_maps, tokens = [], []
-    lo, hi = np.inf, -np.inf
-    for b in range(L):
-        s = a.block_stages[b]
-        token = None if query is None else token_of(a, s, query)
-        tokens.append(-1 if token is None else token)
-        with torch.no_grad():
-            rows = block_rows(a, b, token).float().cpu().numpy()  # (heads, H_s, W_s)
-        layer_maps.append(rows)
-        H, W = rows.shape[1:]  # the keys' grid: a Hiera pooling block's is the stage before
-        px = a.stage_pixels[a.stage_grids.index((H, W))]
-        ys = np.minimum(((np.arange(thumb[0]) + 0.5) * thumb_px // px).astype(int), H - 1)
-        xs = np.minimum(((np.arange(thumb[1]) + 0.5) * thumb_px // px).astype(int), W - 1)
-        small = rows[:, ys[:, None], xs[None, :]]
-        head_maps[b, : rows.shape[0]] = small
-        mean_maps[b] = small.mean(axis=0)
-        lo, hi = min(lo, float(rows.min())), max(hi, float(rows.max()))
-    return QueryMaps(
-        head_maps=head_maps,
-        mean_maps=mean_maps,
-        layer_maps=tuple(layer_maps),
-        prefix_attention=np.zeros((L, most, 0), dtype=np.float32),
-        query_tokens=tuple(tokens),
-        levels=nice_levels(np.array([lo, hi])),
-    )
+
+    def layer_rows(b: int) -> LayerRows:
+        token = None if query is None else token_of(a, a.block_stages[b], query)
+        rows = block_rows(a, b, token).float().cpu().numpy()  # (heads, H_s, W_s)
+        # the keys' grid: a Hiera pooling block's is the stage before
+        px = a.stage_pixels[a.stage_grids.index(tuple(rows.shape[1:]))]
+        return LayerRows(rows, px, -1 if token is None else token)
+
+    return staged_query_maps(a, query, thumbnail_grid(a), 0, layer_rows)

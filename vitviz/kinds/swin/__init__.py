@@ -6,7 +6,7 @@ and its versions of the table's methods are the modules beside this one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from vitviz.kindapi.protocol import LayerGrid, LayerRow, TokenGeometry
@@ -23,7 +23,6 @@ if TYPE_CHECKING:  # torch-free at import: the registry is read before torch loa
 
     from vitviz.checkpoints import LoadedModel
     from vitviz.kindapi.feature_sites import LayerChoice
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
     from vitviz.kindapi.protocol import (
         FaithfulnessReport,
         ImageInput,
@@ -41,6 +40,17 @@ class SwinKind(StagedKind):
     ENGINE_DATA = "vitviz.kinds.swin.engine_data"  # its query maps and words (StagedKind)
     METHODS_MODULE = "vitviz.kinds.swin.methods"
     HEAD_AXIS = 1  # its kept attention: (windows, heads, n, n)
+    CONFIG = "vitviz.kinds.swin.config:SwinConfig"
+    NETWORK = "vitviz.kinds.swin.network:SwinTransformer"
+    FAMILIES = tuple(
+        f"vitviz.kinds.swin.families.{module}:FAMILY"
+        for module in ("torchvision", "timm", "timm_cr", "huggingface")
+    )
+    SITES = "vitviz.kinds.swin.intermediates:SwinSites"
+    # blocks on their grids, heads before the projection, windows un-shifted (DESIGN §3)
+    INTERMEDIATES = "vitviz.kinds.swin.intermediates:swin_intermediates"
+    HEAD_STATISTICS = "vitviz.kinds.swin.stats:padded_head_statistics"
+    NPZ_ARRAYS = "vitviz.kinds.swin.export:swin_arrays"
     OWNER = "a Swin"
     HEADS_TITLE = "Window attention of every block and head"
     name = "swin"
@@ -69,18 +79,7 @@ class SwinKind(StagedKind):
         return (attention, "shifted windows every other block", "patch merging between stages",
                 "head reads the mean of the last stage's tokens")  # fmt: skip
 
-    @property
-    def families(self) -> Sequence[Any]:
-        from vitviz.kinds.swin.families import huggingface, timm, timm_cr, torchvision
-
-        return (torchvision.FAMILY, timm.FAMILY, timm_cr.FAMILY, huggingface.FAMILY)
-
     # -- loading, model code and training (helper "loading") ---------------------------------
-    def config_from_dict(self, data: dict[str, object]) -> SwinConfig:
-        from vitviz.kinds.swin.config import SwinConfig
-
-        return SwinConfig.from_dict(data)
-
     def build_from_state(self, config: SwinConfig, state: Mapping[str, Tensor]) -> nn.Module:
         from vitviz.kinds.swin.families.common import build_swin
 
@@ -106,13 +105,6 @@ class SwinKind(StagedKind):
             options["gradients"] = engine_data.has_head(getattr(loaded, "model", loaded))
         return self.keeping_blocks(loaded, lambda: analyze_swin(loaded, image, **options))
 
-    def staged_sites(self, model: nn.Module, x: Tensor) -> Any:
-        """vitviz's SwinTransformer's blocks as its accessor reads them (None: another)."""
-        from vitviz.kinds.swin.intermediates import SwinSites
-        from vitviz.kinds.swin.network import SwinTransformer
-
-        return SwinSites(model) if isinstance(model, SwinTransformer) else None
-
     def token_geometry(self, analysis: SwinAnalysis) -> TokenGeometry:
         from vitviz.kinds.swin.attention import window_ids
 
@@ -128,19 +120,6 @@ class SwinKind(StagedKind):
         )
         size = tuple(int(v) for v in analysis.input.shape[-2:])
         return TokenGeometry(input_size=size, grid=(h0, w0), cell_pixels=patch, layers=layers)
-
-    def intermediates(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        replace: HeadReplacement | None = None,
-        logits_only: bool = False,
-    ) -> Intermediates:
-        """Blocks on their grids, heads before the projection, windows un-shifted (DESIGN §3)."""
-        from vitviz.kinds.swin.intermediates import swin_intermediates
-
-        return swin_intermediates(model, x, replace, logits_only)
 
     def readout(self, model: nn.Module) -> Any:
         """head(mean(norm(tokens))) at the last stage's width (DESIGN §5)."""
@@ -158,16 +137,6 @@ class SwinKind(StagedKind):
         from vitviz.kinds.swin.intermediates import swin_tokens_on_grid
 
         return swin_tokens_on_grid
-
-    def head_statistics(self, analysis: SwinAnalysis) -> dict[str, np.ndarray]:
-        from vitviz.kinds.swin.stats import padded_head_statistics
-
-        return padded_head_statistics(analysis)
-
-    def npz_arrays(self, analysis: SwinAnalysis) -> dict[str, np.ndarray]:
-        from vitviz.kinds.swin.export import swin_arrays
-
-        return swin_arrays(analysis)
 
     def map_picture(
         self,

@@ -11,21 +11,19 @@ not train one (``training`` is None).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kindapi.protocol import LayerGrid, LayerRow, TokenGeometry
-from vitviz.kinds.staged import StagedKind
+from vitviz.kindapi.protocol import LayerRow
+from vitviz.kinds.staged import StagedKind, overlay_stretched
 
 if TYPE_CHECKING:
     import numpy as np
     from torch import Tensor, nn
 
     from vitviz.kindapi.feature_sites import LayerChoice
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
+    from vitviz.kindapi.intermediates import Readout
     from vitviz.kindapi.protocol import ImageInput, Loaded, ViewWords
     from vitviz.kinds.tnt.analysis import TNTAnalysis
-    from vitviz.kinds.tnt.config import TNTConfig
 
 
 class TNTKind(StagedKind):
@@ -33,6 +31,17 @@ class TNTKind(StagedKind):
 
     ENGINE_DATA = "vitviz.kinds.tnt.engine_data"  # its query maps and words (StagedKind)
     METHODS_MODULE = "vitviz.kinds.tnt.methods"
+    CONFIG = "vitviz.kinds.tnt.config:TNTConfig"
+    NETWORK = "vitviz.kinds.tnt.network:TNT"
+    FAMILIES = ("vitviz.kinds.tnt.families:FAMILY",)
+    PARTS = "vitviz.kinds.tnt.families:tnt_parts"
+    SITES = "vitviz.kinds.tnt.intermediates:TNTSites"
+    # blocks on the patch grid with the CLS, the outer heads before the outer attention's
+    # projection (DESIGN §3, §5); a block's patch tokens on the patch grid, the CLS left out
+    INTERMEDIATES = "vitviz.kinds.tnt.intermediates:tnt_intermediates"
+    TOKENS_ON_GRID = "vitviz.kinds.tnt.intermediates:tnt_tokens_on_grid"
+    HEAD_STATISTICS = "vitviz.kinds.tnt.stats:head_statistics"
+    NPZ_ARRAYS = "vitviz.kinds.tnt.export:tnt_arrays"
     OWNER = "a TNT"
     name = "tnt"
     label = "TNT (Transformer in Transformer)"
@@ -49,32 +58,6 @@ class TNTKind(StagedKind):
             f"{legacy}"
         )
 
-    def parts(self, model: nn.Module) -> tuple[str, ...]:
-        from vitviz.kinds.tnt.families import tnt_parts
-
-        return tnt_parts(model.config)
-
-    @property
-    def families(self) -> Sequence[Any]:
-        from vitviz.kinds.tnt.families import FAMILY
-
-        return (FAMILY,)
-
-    def config_from_dict(self, data: dict[str, object]) -> TNTConfig:
-        from vitviz.kinds.tnt.config import TNTConfig
-
-        return TNTConfig.from_dict(data)
-
-    def build_from_state(self, config: TNTConfig, state: Mapping[str, Tensor]) -> nn.Module:
-        import torch
-
-        from vitviz.checkpoints.assign import assign_exactly
-        from vitviz.kinds.tnt.network import TNT
-
-        with torch.device("meta"):
-            model = TNT(config)
-        return assign_exactly(model, state, "TNT model")
-
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Logits and each block's inner then outer probabilities, as timm's softmaxes run."""
         out = model.forward_explained(x)
@@ -87,45 +70,13 @@ class TNTKind(StagedKind):
 
         return self.keeping_blocks(loaded, lambda: analyze_tnt(loaded, image))
 
-    def staged_sites(self, model: nn.Module, x: Tensor) -> Any:
-        """vitviz's TNT's blocks as its accessor reads them (None: another network)."""
-        from vitviz.kinds.tnt.intermediates import TNTSites
-        from vitviz.kinds.tnt.network import TNT
+    def carries_prefix(self, sites: Any) -> bool:
+        """The CLS token each block carried."""
+        return True
 
-        return TNTSites(model) if isinstance(model, TNT) else None
-
-    def kept_with_prefix(self, sites: Any, kept: Any) -> Any:
-        """The CLS token each block carried, as the accessor gives it."""
-        import dataclasses
-
-        prefixes = tuple(p.detach() for p in sites.prefixes if p is not None)
-        if len(prefixes) != len(kept.blocks):
-            return None
-        return dataclasses.replace(kept, block_prefix=prefixes)
-
-    def token_geometry(self, analysis: TNTAnalysis) -> TokenGeometry:
-        grid = tuple(analysis.stage_grids[0])
-        layer = LayerGrid(grid=grid, token_pixels=analysis.patch_size, num_prefix_tokens=1)
-        return TokenGeometry(
-            input_size=tuple(int(v) for v in analysis.input.shape[-2:]),
-            grid=grid,
-            cell_pixels=analysis.patch_size,
-            layers=(layer,) * len(analysis.attentions),
-        )
-
-    def intermediates(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        replace: HeadReplacement | None = None,
-        logits_only: bool = False,
-    ) -> Intermediates:
-        """Blocks on the patch grid with the CLS, the outer heads before the outer attention's
-        projection (DESIGN §3, §5)."""
-        from vitviz.kinds.tnt.intermediates import tnt_intermediates
-
-        return tnt_intermediates(model, x, replace, logits_only)
+    def layer_prefix(self, analysis: TNTAnalysis, layer: int) -> int:
+        """The CLS before every block's patch grid."""
+        return 1
 
     def readout(self, model: nn.Module) -> Readout:
         """The final norm and the head on the CLS token (or the mean of the patches), as the
@@ -156,25 +107,6 @@ class TNTKind(StagedKind):
             replace=lambda output, tokens: (output[0], tokens, *output[2:]),
         )
 
-    def tokens_on_grid(
-        self, model: nn.Module, x: Tensor, layer: LayerChoice
-    ) -> Callable[[Tensor, tuple[int, int]], Tensor]:
-        """A block's patch tokens, its norms' too, row-major on the patch grid, the CLS left
-        out."""
-        from vitviz.kinds.tnt.intermediates import tnt_tokens_on_grid
-
-        return tnt_tokens_on_grid(model, x, layer)
-
-    def head_statistics(self, analysis: TNTAnalysis) -> dict[str, np.ndarray]:
-        from vitviz.kinds.tnt.stats import head_statistics
-
-        return head_statistics(analysis)
-
-    def npz_arrays(self, analysis: TNTAnalysis) -> dict[str, np.ndarray]:
-        from vitviz.kinds.tnt.export import tnt_arrays
-
-        return tnt_arrays(analysis)
-
     def layer_rows(self, analysis: TNTAnalysis) -> tuple[LayerRow, ...]:
         h, w = analysis.stage_grids[0]
         n = "×".join(map(str, analysis.pixel_grid))
@@ -195,18 +127,7 @@ class TNTKind(StagedKind):
 
     def over_input(self, analysis: Any, values: np.ndarray, colormap: str, opacity: float) -> Any:
         """``values`` on the patch grid over the model input, each patch over its square."""
-        import numpy as np
-
-        from vitviz.imaging.overlay import overlay_on_image
-
-        values = np.asarray(values, dtype=np.float32)
-        H, W = (int(v) for v in analysis.input.shape[-2:])
-        h, w = values.shape
-        rows = np.minimum(np.arange(H) * h // H, h - 1)
-        cols = np.minimum(np.arange(W) * w // W, w - 1)
-        return overlay_on_image(
-            analysis.pixels, values[rows][:, cols], colormap=colormap, opacity=opacity
-        )
+        return overlay_stretched(analysis, values, colormap, opacity)
 
     # -- engine and window ---------------------------------------------------------------------
     def view_words(self, analysis: Any) -> ViewWords:

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from vitviz.imaging.geometry import PatchGeometry
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, prepared_input
+from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, own_model, prepared_input
 from vitviz.kinds.tnt.network import TNT
 
 
@@ -43,13 +43,6 @@ class TNTAnalysis(StagedAnalysisBase):
     kind: str = "tnt"
 
 
-def _model(model_or_loaded: object) -> TNT:
-    model = getattr(model_or_loaded, "model", model_or_loaded)
-    if not isinstance(model, TNT):
-        raise TypeError(f"analyze_tnt needs a TNT, got {type(model).__name__}")
-    return model
-
-
 def analyze_tnt(
     model_or_loaded: object, image: Any, gradients: bool = False, target_class: int | None = None
 ) -> TNTAnalysis:
@@ -57,7 +50,7 @@ def analyze_tnt(
     (1, C, H, W), or, with a LoadedModel, anything ``vitviz.imaging.load_image`` opens, prepared
     as the checkpoint's preprocessing says. ``gradients``: also ∂y_c/∂A_b of every block's outer
     attention, c ``target_class`` (None: the top class)."""
-    model = _model(model_or_loaded)
+    model = own_model(model_or_loaded, TNT, "analyze_tnt needs a TNT")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.patch_size, "analyze_tnt")
     x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry

@@ -9,21 +9,16 @@ Written on the staged kinds' one pass (``staged_intermediates``), as MViTv2's.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor, nn
 
 from vitviz.kindapi.grids import LayerGrid
 from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
 from vitviz.kinds.staged_intermediates import (
-    ROW_MAJOR,
-    TokenOrder,
-    head_logits,
-    model_input,
-    staged_intermediates,
+    PrefixedSites,
+    prefixed_intermediates,
 )
 from vitviz.kinds.tnt.network import TNT
 
@@ -31,39 +26,22 @@ if TYPE_CHECKING:
     from vitviz.kindapi.feature_sites import LayerChoice
 
 
-class TNTSites:
-    """A TNT's blocks for one pass (``StagedSites``): their outer attention's projections."""
+class TNTSites(PrefixedSites):
+    """A TNT's blocks for one pass (``StagedSites``): their outer attention's projections,
+    [CLS, patches row-major] the second item of a block's output (the first: its pixel
+    tokens)."""
+
+    TOKENS_AT = 1
 
     def __init__(self, model: TNT) -> None:
         cfg = model.config
-        self.model = model
-        self.blocks = list(model.blocks)
-        self.projections = [b.attn_out.proj for b in self.blocks]
-        self.head_counts = [b.attn_out.heads for b in self.blocks]
-        self.prefix = 1
+        blocks = list(model.blocks)
+        projections = [b.attn_out.proj for b in blocks]
+        super().__init__(model, blocks, projections, [b.attn_out.heads for b in blocks], 1)
         self.layer_grid = LayerGrid(grid=cfg.grid, token_pixels=cfg.patch_size, num_prefix_tokens=1)
-        self.prefixes: list[Tensor | None] = [None] * len(self.blocks)
-
-    def head_order(self, block: int, args: tuple[Any, ...]) -> TokenOrder:
-        return ROW_MAJOR  # [CLS, patches row-major], as the accessor lays heads out
-
-    def block_tokens(self, block: int, args: tuple[Any, ...], output: Any) -> Tensor:
-        tokens = output[1]  # (B, 1 + N, C)
-        self.prefixes[block] = tokens[:, :1]
-        B, _, C = tokens.shape
-        return tokens[:, 1:].transpose(1, 2).reshape(B, C, *self.layer_grid.grid)
-
-    def block_output(self, block: int, tokens: Tensor, output: Any) -> Any:
-        prefix = self.prefixes[block]
-        assert prefix is not None  # kept by block_tokens just before
-        merged = torch.cat([prefix, tokens.flatten(2).transpose(1, 2)], dim=1)
-        return (output[0], merged, *output[2:])
 
     def grid(self, block: int) -> LayerGrid:
         return self.layer_grid
-
-    def logits(self, x: Tensor) -> Tensor:
-        return head_logits(self.model(x), int(self.model.config.num_classes))
 
 
 def tnt_intermediates(
@@ -75,12 +53,7 @@ def tnt_intermediates(
         raise ValueError(
             f"the intermediates accessor needs vitviz's TNT, got {type(model).__name__}"
         )
-    sites = TNTSites(model)
-    out = staged_intermediates(sites, model_input(model, x), replace, logits_only)
-    if logits_only:
-        return out
-    prefixes = tuple(p for p in sites.prefixes if p is not None)
-    return dataclasses.replace(out, block_prefix=prefixes)
+    return prefixed_intermediates(model, TNTSites(model), x, replace, logits_only)
 
 
 def tnt_tokens_on_grid(

@@ -25,7 +25,13 @@ from vitviz.explain.gradsam import grad_sam
 from vitviz.explain.masks import dino_masks
 from vitviz.explain.rollout import gradient_rollout, relevance, rollout
 from vitviz.kindapi.protocol import KindMethod
-from vitviz.kinds.kind_methods import block_index, requires_own, versions_of, with_gradients_of
+from vitviz.kinds.kind_methods import (
+    block_index,
+    head_of_rows,
+    requires_own,
+    versions_of,
+    with_gradients_of,
+)
 from vitviz.kinds.tnt.analysis import TNTAnalysis, analyze_tnt
 from vitviz.kinds.tnt.network import TNT
 
@@ -60,11 +66,7 @@ def attention_map(
 ) -> Tensor:
     """(h, w) block ``block``'s outer attention of the query for ``head`` (−1: their mean)."""
     b = block_index(analysis, block)
-    heads = int(analysis.attentions[b].shape[0])
-    if not -1 <= head < heads:
-        raise ValueError(f"head {head} out of range: block {b} has {heads} heads (-1: their mean)")
-    rows = block_rows(analysis, b, cell).float()
-    return rows.mean(dim=0) if head == -1 else rows[head]
+    return head_of_rows(analysis, b, head, lambda: block_rows(analysis, b, cell), "block")
 
 
 with_gradients = with_gradients_of(analyze_tnt)

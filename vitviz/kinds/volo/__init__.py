@@ -11,21 +11,17 @@ outlookers ("0.j"), the transformer blocks ("s.j", s ≥ 1), the class blocks ("
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from vitviz.kindapi.protocol import LayerGrid, LayerRow, TokenGeometry
 from vitviz.kinds.staged import StagedKind
 
 if TYPE_CHECKING:
-    import numpy as np
-    from torch import Tensor, nn
+    from torch import nn
 
-    from vitviz.kindapi.feature_sites import LayerChoice
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates, Readout
-    from vitviz.kindapi.protocol import ImageInput, Loaded, ViewWords
+    from vitviz.kindapi.intermediates import Readout
+    from vitviz.kindapi.protocol import LayerRow, ViewWords
     from vitviz.kinds.volo.analysis import VOLOAnalysis
-    from vitviz.kinds.volo.config import VOLOConfig
 
 
 class VOLOKind(StagedKind):
@@ -33,6 +29,17 @@ class VOLOKind(StagedKind):
 
     ENGINE_DATA = "vitviz.kinds.volo.engine_data"  # its query maps (StagedKind)
     METHODS_MODULE = "vitviz.kinds.volo.methods"
+    CONFIG = "vitviz.kinds.volo.config:VOLOConfig"
+    NETWORK = "vitviz.kinds.volo.network:VOLONet"
+    FAMILIES = ("vitviz.kinds.volo.families:FAMILY",)
+    PARTS = "vitviz.kinds.volo.families:volo_parts"
+    ANALYZE = "vitviz.kinds.volo.analysis:analyze_volo"
+    SITES = "vitviz.kinds.volo.intermediates:VOLOSites"
+    # grid blocks on their grids, every layer's heads before its projection (DESIGN §3)
+    INTERMEDIATES = "vitviz.kinds.volo.intermediates:volo_intermediates"
+    TOKENS_ON_GRID = "vitviz.kinds.volo.intermediates:volo_tokens_on_grid"
+    HEAD_STATISTICS = "vitviz.kinds.volo.stats:head_statistics"
+    NPZ_ARRAYS = "vitviz.kinds.volo.export:volo_arrays"
     OWNER = "a VOLO"
     name = "volo"
     label = "VOLO (outlook attention)"
@@ -49,44 +56,6 @@ class VOLOKind(StagedKind):
             f"{'-'.join(map(str, cfg.heads))}, patch {cfg.patch_size}{aux}"
         )
 
-    def parts(self, model: nn.Module) -> tuple[str, ...]:
-        from vitviz.kinds.volo.families import volo_parts
-
-        return volo_parts(model.config)
-
-    @property
-    def families(self) -> Sequence[Any]:
-        from vitviz.kinds.volo.families import FAMILY
-
-        return (FAMILY,)
-
-    def config_from_dict(self, data: dict[str, object]) -> VOLOConfig:
-        from vitviz.kinds.volo.config import VOLOConfig
-
-        return VOLOConfig.from_dict(data)
-
-    def build_from_state(self, config: VOLOConfig, state: Mapping[str, Tensor]) -> nn.Module:
-        import torch
-
-        from vitviz.checkpoints.assign import assign_exactly
-        from vitviz.kinds.volo.network import VOLONet
-
-        with torch.device("meta"):
-            model = VOLONet(config)
-        return assign_exactly(model, state, "VOLO model")
-
-    def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-        out = model.forward_explained(x)
-        return out.logits, out.attentions  # in timm's order: outlookers, blocks, class blocks
-
-    def analyze(self, loaded: Loaded, image: ImageInput, **options: Any) -> VOLOAnalysis:
-        from vitviz.kinds.volo.analysis import analyze_volo
-
-        model = getattr(loaded, "model", loaded)
-        gradients = bool(options.get("gradients")) and int(model.config.num_classes) > 0
-        target = options.get("target_class")
-        return self.keeping_blocks(loaded, lambda: analyze_volo(loaded, image, gradients, target))
-
     def cam_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
         """The outlookers and transformer blocks (the accessor's ``blocks``)."""
         from vitviz.kinds.volo.network import VOLONet
@@ -95,71 +64,20 @@ class VOLOKind(StagedKind):
             raise ValueError(f"vitviz can't take a {type(model).__name__} apart into its blocks")
         return model.blocks
 
-    def staged_sites(self, model: nn.Module, x: Tensor) -> Any:
-        from vitviz.kinds.volo.intermediates import VOLOSites
-        from vitviz.kinds.volo.network import VOLONet
-
-        return VOLOSites(model) if isinstance(model, VOLONet) else None
-
-    def token_geometry(self, analysis: VOLOAnalysis) -> TokenGeometry:
-        layers = tuple(
-            LayerGrid(
-                grid=tuple(analysis.stage_grids[s]),
-                token_pixels=analysis.stage_pixels[s],
-                num_prefix_tokens=1 if how == "class" else 0,
-            )
-            for s, how in zip(analysis.block_stages, analysis.layer_kinds, strict=True)
-        )
-        size = tuple(int(v) for v in analysis.input.shape[-2:])
-        return TokenGeometry(
-            input_size=size,
-            grid=tuple(analysis.stage_grids[0]),
-            cell_pixels=int(analysis.stage_pixels[0]),
-            layers=layers,
-        )
-
-    def intermediates(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        replace: HeadReplacement | None = None,
-        logits_only: bool = False,
-    ) -> Intermediates:
-        """Grid blocks on their grids, every layer's heads before its projection (DESIGN §3)."""
-        from vitviz.kinds.volo.intermediates import volo_intermediates
-
-        return volo_intermediates(model, x, replace, logits_only)
+    def layer_prefix(self, analysis: VOLOAnalysis, layer: int) -> int:
+        """A class block's CLS."""
+        return 1 if analysis.layer_kinds[layer] == "class" else 0
 
     def readout(self, model: nn.Module) -> Readout:
         """The final norm (DESIGN §5's f); no logit lens: the head reads the CLS the class
         blocks make, which no grid block has."""
-        from vitviz.kindapi.intermediates import Readout
+        from vitviz.kinds.readouts import readout_without_lens
 
-        def logits(prefix: Tensor, patches: Tensor) -> Tensor:
-            raise ValueError(
-                "a VOLO's head reads the CLS its class blocks make from the last block's "
-                "tokens; no grid block has one, so it has no logit lens"
-            )
-
-        return Readout(model.norm, logits, int(model.config.dims[-1]))
-
-    def tokens_on_grid(
-        self, model: nn.Module, x: Tensor, layer: LayerChoice
-    ) -> Callable[[Tensor, tuple[int, int]], Tensor]:
-        from vitviz.kinds.volo.intermediates import volo_tokens_on_grid
-
-        return volo_tokens_on_grid(model, x, layer)
-
-    def head_statistics(self, analysis: VOLOAnalysis) -> dict[str, np.ndarray]:
-        from vitviz.kinds.volo.stats import head_statistics
-
-        return head_statistics(analysis)
-
-    def npz_arrays(self, analysis: VOLOAnalysis) -> dict[str, np.ndarray]:
-        from vitviz.kinds.volo.export import volo_arrays
-
-        return volo_arrays(analysis)
+        why = (
+            "a VOLO's head reads the CLS its class blocks make from the last block's "
+            "tokens; no grid block has one, so it has no logit lens"
+        )
+        return readout_without_lens(model.norm, int(model.config.dims[-1]), why)
 
     def layer_rows(self, analysis: VOLOAnalysis) -> tuple[LayerRow, ...]:
         rows = []
@@ -178,17 +96,8 @@ class VOLOKind(StagedKind):
             else:
                 tip = f"block {name}: {H}×{W} patches attend to each other"
                 title = f"block {name} ({H}×{W} patches)"
-            rows.append(
-                LayerRow(
-                    name,
-                    int(analysis.attentions[i].shape[0]),
-                    tooltip=tip,
-                    name=name,
-                    title=title,
-                    hover=f"layer {name}",
-                    selector=f" · {name}",
-                )
-            )
+            heads = int(analysis.attentions[i].shape[0])
+            rows.append(self.named_row(name, heads, tip, title, "layer"))
         return tuple(rows)
 
     # -- engine and window ---------------------------------------------------------------------

@@ -20,6 +20,7 @@ from vitviz.kinds.staged_analysis import (
     ModelOnly,
     StagedAnalysisBase,
     explained_pass,
+    own_model,
     prepared_input,
 )
 from vitviz.kinds.volo.network import VOLONet
@@ -70,13 +71,6 @@ def layer_layout(model: VOLONet) -> tuple[list[str], list[str], list[int]]:
     return kinds, names, grids
 
 
-def _model(model_or_loaded: object) -> VOLONet:
-    model = getattr(model_or_loaded, "model", model_or_loaded)
-    if not isinstance(model, VOLONet):
-        raise TypeError(f"analyze_volo needs a VOLO, got {type(model).__name__}")
-    return model
-
-
 def analyze_volo(
     model_or_loaded: object,
     image: Any,
@@ -87,7 +81,7 @@ def analyze_volo(
     or (1, C, H, W), or, with a LoadedModel, anything ``vitviz.imaging.load_image`` opens,
     prepared as the checkpoint's preprocessing says. ``target_class``: the class y_c whose
     gradients are taken (default the top prediction)."""
-    model = _model(model_or_loaded)
+    model = own_model(model_or_loaded, VOLONet, "analyze_volo needs a VOLO")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, 2 * cfg.patch_size, "analyze_volo")
     x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry

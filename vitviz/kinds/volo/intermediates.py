@@ -23,16 +23,12 @@ from vitviz.kindapi.grids import LayerGrid
 from vitviz.kindapi.intermediates import (
     HeadReplacement,
     Intermediates,
-    attention_branch,
-    mlp_branch,
 )
 from vitviz.kinds.staged_intermediates import (
     ROW_MAJOR,
     TokenOrder,
-    check_replace,
     head_logits,
-    heads_hook,
-    model_input,
+    layer_intermediates,
 )
 from vitviz.kinds.volo.network import Outlooker, VOLONet
 
@@ -98,57 +94,9 @@ def volo_intermediates(
         raise ValueError(
             f"the intermediates accessor needs vitviz's VOLO, got {type(model).__name__}"
         )
-    layers = model.attention_layers
-    projections = [m.attn.proj for m in layers]
-    counts = [int(m.attn.heads) for m in layers]
-    plan = check_replace(replace, counts)
     sites = VOLOSites(model)
-    heads: list[Tensor | None] = [None] * len(layers)
-    blocks: list[Tensor | None] = [None] * len(sites.blocks)
-
-    def leave(j: int) -> Callable[..., Any]:
-        def hook(_module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-            grid = blocks[j] = sites.block_tokens(j, args, output)
-            return sites.block_output(j, grid, output)
-
-        return hook
-
-    handles = []
-    try:
-        for i, proj in enumerate(projections):
-            if i in plan or not logits_only:
-                hook = heads_hook(i, counts[i], plan.get(i), None if logits_only else heads)
-                handles.append(proj.register_forward_pre_hook(hook))
-        if not logits_only:
-            for j, block in enumerate(sites.blocks):
-                handles.append(block.register_forward_hook(leave(j)))
-        logits = sites.logits(model_input(model, x))
-    finally:
-        for handle in handles:
-            handle.remove()
-    modules = dict(
-        replaced=tuple(sorted((i, h) for i, hs in plan.items() for h in hs)),
-        projections=tuple(projections),
-        block_modules=tuple(sites.blocks),
-        mlps=tuple(mlp_branch(b) for b in sites.blocks),
-        attention_branches=tuple(
-            attention_branch(m, (p,)) for m, p in zip(layers, projections, strict=True)
-        ),
-    )
-    if logits_only:
-        return Intermediates(logits, (), (), (), (), (), **modules)
-    kept = [t for t in blocks if t is not None]
-    per_head = [t for t in heads if t is not None]
-    if len(kept) != len(blocks) or len(per_head) != len(heads):
-        raise ValueError("the forward pass did not run every attention layer")
-    return Intermediates(
-        logits=logits,
-        blocks=tuple(kept),
-        block_prefix=tuple(t.new_zeros(t.shape[0], 0, t.shape[1]) for t in kept),
-        block_grids=tuple(sites.grid(j) for j in range(len(kept))),
-        heads=tuple(per_head),
-        head_grids=tuple(head_grids(model)),
-        **modules,
+    return layer_intermediates(
+        model, sites, model.attention_layers, head_grids(model), x, replace, logits_only
     )
 
 

@@ -26,26 +26,30 @@ every class-attention block's (H, 1, 1 + P) row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from vitviz.kinds.class_attention import ClassAttentionLayers
+from vitviz.kinds.declared import DeclaredModules
 from vitviz.kinds.token_layout import TokenLayoutKind
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
-    from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
-    from vitviz.kinds.xcit.config import XcitConfig
 
-
-class XcitKind(ClassAttentionLayers, TokenLayoutKind):
+class XcitKind(ClassAttentionLayers, DeclaredModules, TokenLayoutKind):
     """vitviz's XcitModel (``model_kind`` "xcit"): the ViT's analysis on its class-attention
     layers only (``ClassAttentionLayers``)."""
 
     name = "xcit"
     label = "XCiT (cross-covariance image transformer)"
     METHODS_MODULE = "vitviz.kinds.xcit.methods"
+    CONFIG = "vitviz.kinds.xcit.config:XcitConfig"
+    NETWORK = "vitviz.kinds.xcit.network:XcitModel"
+    FAMILIES = ("vitviz.kinds.xcit.families:FAMILY",)
+    # the ViT's accessor on its own blocks
+    INTERMEDIATES = "vitviz.kinds.xcit.intermediates:xcit_intermediates"
+    MODEL_NOUN = "XCiT"
     OWNER = "a ViT"  # the words the ViT kind's refusal gave it
 
     def architecture(self, model: nn.Module) -> str:
@@ -73,44 +77,10 @@ class XcitKind(ClassAttentionLayers, TokenLayoutKind):
             "with BatchNorm)",
         )
 
-    @property
-    def families(self) -> Sequence[Any]:
-        from vitviz.kinds.xcit.families import FAMILY
-
-        return (FAMILY,)
-
-    def config_from_dict(self, data: dict[str, object]) -> XcitConfig:
-        from vitviz.kinds.xcit.config import XcitConfig
-
-        return XcitConfig.from_dict(data)
-
-    def build_from_state(self, config: XcitConfig, state: Mapping[str, Tensor]) -> nn.Module:
-        import torch
-
-        from vitviz.checkpoints.assign import assign_exactly
-        from vitviz.kinds.xcit.network import XcitModel
-
-        with torch.device("meta"):
-            model = XcitModel(config)
-        return assign_exactly(model, state, "XCiT model")
-
     def library_outputs(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Sequence[Tensor]]:
         """timm's shapes: (B, H, d, d) of each XCA block, (B, H, 1, 1 + P) of each
         class-attention block."""
         return model.forward_library(x)
-
-    def intermediates(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        replace: HeadReplacement | None = None,
-        logits_only: bool = False,
-    ) -> Intermediates:
-        """The ViT's accessor on its own blocks (``vitviz.kinds.xcit.intermediates``)."""
-        from vitviz.kinds.xcit.intermediates import xcit_intermediates
-
-        return xcit_intermediates(model, x, replace=replace, logits_only=logits_only)
 
     def cam_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
         """The XCA blocks, then the class-attention blocks (the accessor's ``blocks``)."""
