@@ -291,14 +291,12 @@ def compare(
     own = (int(cfg.image_size[0]), int(cfg.image_size[1]))
     probes = sizes or [own]
     rows: list[tuple[Size, float, float | None]] = [(own, *_probe(model, theirs, how, kind, own))]
-    resized: nn.Module | str | None = None  # the library's model at other sizes, or why none
     skipped: list[str] = []
-    for size in probes[1:]:
-        if resized is None:
-            resized = _any_size_model(ref, cfg, weights, theirs)
-        if isinstance(resized, str):
-            skipped.append(f"{size_words(size)}, a size analysed: {resized}")
-            continue
+    resized = _any_size_model(ref, cfg, weights, theirs) if len(probes) > 1 else theirs
+    if isinstance(resized, str):  # the library's model runs at its own size only
+        where = " and ".join(size_words(s) for s in probes[1:])
+        skipped.append(f"{where}, {'sizes' if len(probes) > 2 else 'a size'} analysed: {resized}")
+    for size in [] if isinstance(resized, str) else probes[1:]:
         try:
             rows.append((size, *_probe(model, resized, how, kind, size)))
         except _RUN_ERRORS as exc:
@@ -306,7 +304,8 @@ def compare(
                 f"{size_words(size)}, a size analysed: the probe fails there ({_why(exc)})"
             )
     logits = max(r[1] for r in rows)
-    attention = None if any(r[2] is None for r in rows) else max(r[2] for r in rows)  # type: ignore[type-var]
+    compared = [r[2] for r in rows if r[2] is not None]
+    attention = max(compared) if len(compared) == len(rows) else None
     failed = [r[0] for r in rows if r[1] > limits[0] or (r[2] is not None and r[2] > limits[1])]
     return CheckResult(
         version,
