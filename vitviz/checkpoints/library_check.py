@@ -11,9 +11,14 @@ it, runs both models, compares and words the result:
     logits     max |ours - theirs| / max |theirs|        must be <= 1e-4
     attention  max |ours - theirs| over every layer      must be <= 1e-5
 
-A difference refuses the checkpoint with both numbers. The result is kept in vitviz's cache
-folder under a key of the file (size, mtime, a hash of its first and last MiB), the settings
-and the library's and vitviz's versions, so the second open costs nothing.
+The probe runs at the model's own size and at each size vitviz analyses that is not it (an
+image processor's crop, a sidecar's ``preprocessing.image_size``, the sizes of ``resize: "fit"``:
+``probe_sizes``), where the position table is resampled: the library's model resamples its own
+(the reference's ``any_size``); one that can't run there leaves that size unchecked, said in the
+note. A difference at any size refuses the checkpoint with both numbers and the size. The result
+is kept in vitviz's cache folder under a key of the file (size, mtime, a hash of its first and
+last MiB), the settings, the probe sizes and the library's and vitviz's versions, so the second
+open costs nothing.
 ``VITVIZ_NO_LIBRARY_CHECK=1`` skips the check (a note says so).
 """
 
@@ -36,6 +41,8 @@ from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.cache import cache_home
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.folders import folder_weights
+from vitviz.checkpoints.probe_sizes import Size, analysed_sizes, probe_sizes, size_words
+from vitviz.imaging import Preprocessing
 from vitviz.kindapi import ModelKind
 
 if TYPE_CHECKING:
@@ -46,7 +53,7 @@ ATTENTION_ATOL = 1e-5
 SKIP_ENV = "VITVIZ_NO_LIBRARY_CHECK"
 # part of every cached result's key: raised whenever what a check decides changes, so no
 # result written by an older rule is trusted (a build failure read as a note, not a refusal)
-CHECK_RULES = 2
+CHECK_RULES = 3  # 3: the probe runs at every size analysed, not the model's own alone
 _MIB = 1 << 20
 
 
@@ -73,7 +80,7 @@ class Reference:
     @property
     def label(self) -> str:
         """ "timm's vit_tiny_patch16_224 with 6 heads, mean pooling"."""
-        whose = self.library + ("'" if self.library.endswith("s") else "'s")
+        whose = possessive(self.library)
         what = self.shown_as or self.arch
         named = f"{whose} {what}" if what else f"{self.library}'s model"
         return named + (f" with {self.settings}" if self.settings else "")
@@ -91,6 +98,9 @@ class CheckResult:
     logits_limit: float = LOGITS_RTOL  # the family's, when tighter than the project's
     attention_limit: float = ATTENTION_ATOL
     unfit: bool = False  # the library's named architecture does not take the file's tensors
+    sizes: tuple[Size, ...] = ()  # the probe sizes (H, W) compared, the model's own first
+    failed_at: Size | None = None  # the first of them whose numbers are beyond the limits
+    unchecked: str = ""  # the sizes analysed the probe could not run at, and why
 
     @property
     def ok(self) -> bool:
@@ -107,10 +117,19 @@ class CheckResult:
         att = ", attention not compared" if self.attention is None else (
             f", attention {self.attention:.1g}"
         )  # fmt: skip
+        at = ""
+        if len(self.sizes) > 1 or self.unchecked:
+            at = " at " + " and ".join(size_words(s) for s in self.sizes)
+        skipped = f"; not checked at {self.unchecked}" if self.unchecked else ""
         return (
-            f"checked against {self.library}: vitviz's reading of {self.arch}: logits "
-            f"{self.logits:.1g}{att}"
+            f"checked against {self.library}: vitviz's reading of {self.arch}{at}: logits "
+            f"{self.logits:.1g}{att}{skipped}"
         )
+
+
+def possessive(library: str) -> str:
+    """ "timm's", "transformers'"."""
+    return library + ("'" if library.endswith("s") else "'s")
 
 
 def cache_dir() -> Path:
@@ -144,9 +163,16 @@ def library_version(library: str) -> str | None:
 
 
 def checked(
-    model: nn.Module, path: Path, ref: Reference, force: bool = False, *, kind: ModelKind
+    model: nn.Module,
+    path: Path,
+    ref: Reference,
+    force: bool = False,
+    *,
+    kind: ModelKind,
+    sizes: list[Size] | None = None,
 ) -> CheckResult | None:
-    """The check of ``model`` (vitviz's, from ``path``, of ``kind``) against ``ref``, from the
+    """The check of ``model`` (vitviz's, from ``path``, of ``kind``) against ``ref`` at its own
+    size and each of ``sizes`` (H, W) (those analysed: ``probe_sizes.analysed_sizes``), from the
     cache when it was made before; None when the library is not importable or the check is
     switched off."""
     version = library_version(ref.library)
@@ -156,17 +182,20 @@ def checked(
         return CheckResult(version, ref.label, None, None, ref.unexpressible)
     weights = weights_file(path)
     mine = f"vitviz {vitviz_version}, check rules {CHECK_RULES}"
+    probes = probe_sizes(model.config.image_size, sizes or [])
     config = json.dumps(
-        [model.config.to_dict(), ref.described(), version, mine], sort_keys=True, default=str
+        [model.config.to_dict(), ref.described(), version, mine, probes],
+        sort_keys=True,
+        default=str,
     )
     key = hashlib.sha1((file_key(weights) + config).encode()).hexdigest()
     where = cache_dir() / "library_checks" / f"{key}.json"
     if not force:
         try:
-            return CheckResult(**json.loads(where.read_text(encoding="utf-8")))
+            return _from_json(json.loads(where.read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError):
             pass
-    result = compare(model, weights, ref, version, kind=kind)
+    result = compare(model, weights, ref, version, kind=kind, sizes=probes)
     if result.problem is not None and not result.unfit:
         return result  # a passing problem (the library could not build it here): not kept
     try:
@@ -178,16 +207,23 @@ def checked(
 
 
 def check_or_refuse(
-    model: nn.Module, path: Path, ref: Reference | None, notes: list[str], kind: ModelKind
+    model: nn.Module,
+    path: Path,
+    ref: Reference | None,
+    notes: list[str],
+    kind: ModelKind,
+    prep: Preprocessing | None = None,
 ) -> None:
     """Note the check's result, or refuse the checkpoint when the numbers differ (``kind``: the
-    model's, resolved by the loader)."""
+    model's, resolved by the loader; ``prep``: its preprocessing, whose input sizes are probed
+    beside the model's own)."""
     if ref is None:
         return
     if os.environ.get(SKIP_ENV) == "1":
         notes.append(f"not checked against {ref.library} ({SKIP_ENV}=1)")
         return
-    result = checked(model, path, ref, kind=kind)
+    analysed, unsaid = analysed_sizes(prep, model.config.patch_size)
+    result = checked(model, path, ref, kind=kind, sizes=analysed)
     if result is None:  # never a silent skip: the note says the library is not there
         notes.append(f"not checked against {ref.library}: it is not installed")
         return
@@ -199,19 +235,29 @@ def check_or_refuse(
         )
     if not result.ok:
         att = "" if result.attention is None else f", attention {result.attention:.2g}"
+        at = "" if result.failed_at is None else f" at {size_words(result.failed_at)}"
+        if result.failed_at is not None and list(result.failed_at) != list(result.sizes[0]):
+            at += " (a size analysed; its own is " + size_words(result.sizes[0]) + ")"
         raise CheckpointError(
             f"{path.name}: vitviz's reading of {ref.label} differs from {result.library}'s own "
-            f"model: logits {result.logits:.2g} (limit {result.logits_limit:g}){att} (limit "
+            f"model{at}: logits {result.logits:.2g} (limit {result.logits_limit:g}){att} (limit "
             f"{result.attention_limit:g}); refused rather than shown wrong."
         )
-    notes.append(result.note())
+    notes.append(result.note() + (f" ({unsaid})" if unsaid and result.problem is None else ""))
 
 
 def compare(
-    model: nn.Module, weights: Path, ref: Reference, version: str, *, kind: ModelKind
+    model: nn.Module,
+    weights: Path,
+    ref: Reference,
+    version: str,
+    *,
+    kind: ModelKind,
+    sizes: list[Size] | None = None,
 ) -> CheckResult:
     """Build the library's model as the family's reference says, load the file's tensors, run
-    both on one probe image and compare."""
+    both on one probe image at each of ``sizes`` (H, W; the model's own first, its own alone
+    when None) and compare."""
     cfg = model.config
     how = ref.how
     limits = _limits(how)
@@ -242,9 +288,49 @@ def compare(
     ) as exc:
         problem = f"its model does not take these tensors ({type(exc).__name__})"
         return CheckResult(version, ref.label, None, None, problem, *limits)
+    own = (int(cfg.image_size[0]), int(cfg.image_size[1]))
+    probes = sizes or [own]
+    rows: list[tuple[Size, float, float | None]] = [(own, *_probe(model, theirs, how, kind, own))]
+    skipped: list[str] = []
+    resized = _any_size_model(ref, cfg, weights, theirs) if len(probes) > 1 else theirs
+    if isinstance(resized, str):  # the library's model runs at its own size only
+        where = " and ".join(size_words(s) for s in probes[1:])
+        skipped.append(f"{where}, {'sizes' if len(probes) > 2 else 'a size'} analysed: {resized}")
+    for size in [] if isinstance(resized, str) else probes[1:]:
+        try:
+            rows.append((size, *_probe(model, resized, how, kind, size)))
+        except _RUN_ERRORS as exc:
+            skipped.append(
+                f"{size_words(size)}, a size analysed: the probe fails there ({_why(exc)})"
+            )
+    logits = max(r[1] for r in rows)
+    compared = [r[2] for r in rows if r[2] is not None]
+    attention = max(compared) if len(compared) == len(rows) else None
+    failed = [r[0] for r in rows if r[1] > limits[0] or (r[2] is not None and r[2] > limits[1])]
+    return CheckResult(
+        version,
+        ref.label,
+        logits,
+        attention,
+        None,
+        *limits,
+        sizes=tuple(r[0] for r in rows),
+        failed_at=failed[0] if failed else None,
+        unchecked="; ".join(skipped),
+    )
+
+
+# what running a model at a size it can't take raises (timm's patch embedding asserts its size)
+_RUN_ERRORS = (RuntimeError, ValueError, TypeError, AssertionError, IndexError)
+
+
+def _probe(
+    model: nn.Module, theirs: nn.Module, how: LibraryReference, kind: ModelKind, size: Size
+) -> tuple[float, float | None]:
+    """Both models on one seeded (1, C, H, W) image: (logits' relative error, attention's
+    absolute error or None where not compared)."""
     g = torch.Generator().manual_seed(0)
-    h, w = cfg.image_size
-    x = torch.randn(1, cfg.in_channels, h, w, generator=g)
+    x = torch.randn(1, model.config.in_channels, *size, generator=g)
     ref_logits, ref_attn = how.read(theirs, x)
     with torch.no_grad():  # its kind says which of its outputs the library's are comparable with
         mine, attentions = kind.library_outputs(model, x)
@@ -257,7 +343,36 @@ def compare(
             if same
             else float("inf")
         )
-    return CheckResult(version, ref.label, logits, attention, None, *limits)
+    return logits, attention
+
+
+def _any_size_model(ref: Reference, cfg: Any, weights: Path, theirs: nn.Module) -> nn.Module | str:
+    """The library's model that runs at other input sizes (``how.any_size``), or why there is
+    none, in words."""
+    extra = ref.how.any_size
+    if extra is None:
+        return f"{possessive(ref.library)} model here runs at its own size only"
+    if not extra:
+        return theirs
+    try:
+        return ref.how.build(ref.arch, {**ref.model_args, **extra}, cfg, weights)
+    except (*_RUN_ERRORS, ImportError, KeyError, OSError, CheckpointError) as exc:
+        return f"{possessive(ref.library)} model is not built to run at other sizes ({_why(exc)})"
+
+
+def _why(exc: BaseException) -> str:
+    """One short line of ``exc``."""
+    text = " ".join(str(exc).split())
+    text = text if len(text) <= 100 else text[:99] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _from_json(data: dict[str, Any]) -> CheckResult:
+    """A cached result: JSON's lists made the size tuples again."""
+    data["sizes"] = tuple(tuple(s) for s in data.get("sizes") or ())
+    if data.get("failed_at") is not None:
+        data["failed_at"] = tuple(data["failed_at"])
+    return CheckResult(**data)
 
 
 def _first_mismatch(exc: RuntimeError) -> str:

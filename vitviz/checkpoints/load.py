@@ -166,7 +166,9 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
         model = kind.build_from_state(conversion.config, conversion.state)
     except CheckpointError as exc:  # it can't name the file
         raise CheckpointError(f"{p.name}: {exc}") from exc
-    check_or_refuse(model, p, conversion.reference, conversion.notes, kind)
+    check_or_refuse(
+        model, p, conversion.reference, conversion.notes, kind, conversion.preprocessing
+    )
     return LoadedModel(
         model=model,
         class_names=conversion.class_names,

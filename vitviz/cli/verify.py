@@ -35,6 +35,7 @@ def _number(value: float | None) -> str:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from vitviz.checkpoints.library_check import ATTENTION_ATOL, LOGITS_RTOL, checked
+    from vitviz.checkpoints.probe_sizes import analysed_sizes
 
     rows = [("checkpoint", "library", "architecture", "logits", "attention", "verdict")]
     failed = False
@@ -50,7 +51,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
             say(f"vitviz-cli: {path.name}: {note}")
         result = None
         if loaded.reference is not None:
-            result = checked(loaded.model, path, loaded.reference, force=True, kind=loaded.kind)
+            sizes, _ = analysed_sizes(loaded.preprocessing, loaded.config.patch_size)
+            result = checked(
+                loaded.model, path, loaded.reference, force=True, kind=loaded.kind, sizes=sizes
+            )
         if result is None:
             why = "no library architecture named" if loaded.reference is None else "not importable"
             rows.append((path.name, "—", "—", "—", "—", f"not checked ({why})"))

@@ -1,6 +1,7 @@
 """transformers' model for the library check (DESIGN §4): the folder's own class loaded by
 transformers from its safetensors (local files only, no remote code, eager attention), read with
-``output_attentions``. The ViT's Hugging Face families use it as it is or with their own extra
+``output_attentions`` (at a size not the config's, with ``interpolate_pos_encoding`` where the
+model takes it). The ViT's Hugging Face families use it as it is or with their own extra
 inputs; a kind's family makes its own with ``transformers_reference`` (its logits from the
 outputs, its layers' probabilities by its own hooks)."""
 
@@ -105,6 +106,19 @@ def pooled_or_token(model: nn.Module, out: Any) -> Tensor:
     return hidden[:, 0] if has_cls else hidden.mean(1)
 
 
+def at_size(model: nn.Module, x: Tensor) -> dict[str, Any]:
+    """``interpolate_pos_encoding=True`` where ``x`` (B, C, H, W) is not the size of the model's
+    config and its forward takes the keyword (ViT, DeiT, BEiT, ...: their position tables
+    resampled by transformers' own rule; DINOv2 always resamples and has no keyword), else {}."""
+    size = getattr(getattr(model, "config", None), "image_size", None)
+    if isinstance(size, int):
+        size = (size, size)
+    if not isinstance(size, (list, tuple)) or tuple(x.shape[-2:]) == tuple(size):
+        return {}
+    takes = "interpolate_pos_encoding" in inspect.signature(model.forward).parameters
+    return {"interpolate_pos_encoding": True} if takes else {}
+
+
 def read_transformers(
     model: nn.Module,
     x: Tensor,
@@ -118,7 +132,8 @@ def read_transformers(
     handles = hooks(model, per_layer)
     try:
         with torch.no_grad():
-            out = model(pixel_values=x, output_attentions=True, **inputs(model, x))
+            given = {**at_size(model, x), **inputs(model, x)}
+            out = model(pixel_values=x, output_attentions=True, **given)
     finally:
         for h in handles:
             h.remove()
@@ -134,7 +149,9 @@ def transformers_reference(
     """transformers' model read with ``inputs`` beside the pixels, ``logits`` from its outputs
     and its probabilities from ``hooks`` (else its ``attentions``)."""
     return LibraryReference(
-        build_transformers, partial(read_transformers, inputs=inputs, logits=logits, hooks=hooks)
+        build_transformers,
+        partial(read_transformers, inputs=inputs, logits=logits, hooks=hooks),
+        any_size={},  # at_size tells the model when the probe is not its own size
     )
 
 

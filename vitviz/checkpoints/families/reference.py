@@ -29,9 +29,16 @@ class LibraryReference:
     """How one family's library model is built and read for the library check.
 
     ``logits_rtol`` / ``attention_atol``: a family's own limits, when tighter than the project's
-    (1e-4 relative, 1e-5 absolute); a looser one is not taken (the check keeps the project's)."""
+    (1e-4 relative, 1e-5 absolute); a looser one is not taken (the check keeps the project's).
+
+    ``any_size``: the model args that make the library's model run at an input size other than
+    its own, its position table resampled by the library's own rule (timm's
+    ``{"dynamic_img_size": True}``); ``{}``: the model as built does (``read`` tells it, as
+    transformers' ``interpolate_pos_encoding``); None: it runs at its own size only, and a size
+    vitviz analyses that is not the model's own stays unchecked, said in a note (DESIGN §4)."""
 
     build: Build
     read: Read
     logits_rtol: float | None = None
     attention_atol: float | None = None
+    any_size: Mapping[str, Any] | None = None

@@ -156,7 +156,11 @@ def timm_reference(
     """timm's model read over ``blocks`` with ``probabilities``'s hooks (the file's tensors
     through ``prepare`` first, when given)."""
     build = build_timm if prepare is None else partial(build_timm, prepare=prepare)
-    return LibraryReference(build, partial(read_timm, blocks=blocks, probabilities=probabilities))
+    return LibraryReference(
+        build,
+        partial(read_timm, blocks=blocks, probabilities=probabilities),
+        any_size={"dynamic_img_size": True},  # its position table resampled by timm's own rule
+    )
 
 
 LIBRARY_MODEL = timm_reference()  # the ViT's: ``blocks``, serial or parallel
