@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from vitviz.blocks import ViTConfig
 from vitviz.checkpoints.assign import few
@@ -473,3 +474,26 @@ def timm_mlp_ratio(dim: int, hidden: int) -> float:
         return float(hidden)
     r = hidden / dim
     return r if int(dim * r) == hidden else (hidden + 0.5) / dim
+
+
+class _Softmaxes(TorchFunctionMode):
+    """Every softmax's output while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out: list[Tensor] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        result = func(*args, **(kwargs or {}))
+        if func in (torch.Tensor.softmax, torch.softmax, torch.nn.functional.softmax):
+            self.out.append(result)
+        return result
+
+
+def read_softmaxes(model: nn.Module, x: Tensor, count: int) -> tuple[Tensor, list[Tensor] | None]:
+    """A library model's logits on ``x`` and every softmax's output in order (in a model whose
+    only softmaxes are its attention's, each attention's probabilities, e.g. (B, heads, N, N)),
+    None when there are not ``count`` of them."""
+    with torch.no_grad(), _Softmaxes() as mode:
+        logits = model(x)
+    return logits, (mode.out if len(mode.out) == count else None)

@@ -26,11 +26,15 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, finish_kind
+from vitviz.checkpoints.families.common import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    finish_kind,
+    read_softmaxes,
+)
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
 from vitviz.checkpoints.labels import names_from_timm
@@ -189,26 +193,10 @@ def stage_blocks(model: nn.Module) -> list[nn.Module]:
     return [b for stage in model.stages for b in stage.blocks]
 
 
-class _Softmaxes(TorchFunctionMode):
-    """Every softmax's output while active: in timm's MultiScaleVit, each block's attention
-    probabilities in order (its only softmaxes; its attention has no dropout to hook)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.out: list[Tensor] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        result = func(*args, **(kwargs or {}))
-        if func in (torch.Tensor.softmax, torch.softmax, torch.nn.functional.softmax):
-            self.out.append(result)
-        return result
-
-
 def read_mvit(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor] | None]:
-    """timm's logits and each block's probabilities (B, heads, P + Nq, P + Nk)."""
-    with torch.no_grad(), _Softmaxes() as mode:
-        logits = model(x)
-    return logits, (mode.out if len(mode.out) == len(stage_blocks(model)) else None)
+    """timm's logits and each block's probabilities (B, heads, P + Nq, P + Nk): in timm's
+    MultiScaleVit, its softmaxes (its only ones; its attention has no dropout to hook)."""
+    return read_softmaxes(model, x, len(stage_blocks(model)))
 
 
 def timm_cfg_args(config: MViTConfig) -> dict[str, Any]:

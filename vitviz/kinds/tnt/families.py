@@ -29,11 +29,15 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import INCEPTION_MEAN, INCEPTION_STD, finish_kind
+from vitviz.checkpoints.families.common import (
+    INCEPTION_MEAN,
+    INCEPTION_STD,
+    finish_kind,
+    read_softmaxes,
+)
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
 from vitviz.checkpoints.labels import names_from_timm
@@ -132,26 +136,10 @@ def recognised(shape: Mapping[str, Any]) -> str | None:
     return None
 
 
-class _Softmaxes(TorchFunctionMode):
-    """Every softmax's output while active: in timm's TNT each block's inner then outer
-    attention probabilities (its only softmaxes)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.out: list[Tensor] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        result = func(*args, **(kwargs or {}))
-        if func in (torch.Tensor.softmax, torch.softmax, torch.nn.functional.softmax):
-            self.out.append(result)
-        return result
-
-
 def read_tnt(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor] | None]:
-    """timm's logits and each block's inner and outer probabilities, in that order."""
-    with torch.no_grad(), _Softmaxes() as mode:
-        logits = model(x)
-    return logits, (mode.out if len(mode.out) == 2 * len(model.blocks) else None)
+    """timm's logits and each block's inner and outer probabilities, in that order: its
+    softmaxes (timm's TNT's only ones)."""
+    return read_softmaxes(model, x, 2 * len(model.blocks))
 
 
 def norm_args(config: TNTConfig) -> dict[str, Any]:
