@@ -52,6 +52,17 @@ def zero_columns(weight: Tensor, head: int, width: int) -> None:
     weight[:, head * width : (head + 1) * width] = 0
 
 
+def zero_attn_head(layer: int, head: int) -> Callable[[nn.Module], None]:
+    """``zero`` for ``check_zeroed_head`` where ``model.blocks[layer].attn`` has ``heads`` and a
+    ``proj`` Linear taking the heads side by side."""
+
+    def zero(model: nn.Module) -> None:
+        attn = model.blocks[layer].attn
+        zero_columns(attn.proj.weight, head, attn.proj.in_features // attn.heads)
+
+    return zero
+
+
 def check_zeroed_head(
     loaded: Any, x: Tensor, inter: Any, layer: int, head: int, zero: Callable[[nn.Module], None]
 ) -> None:

@@ -7,15 +7,9 @@ model's logits; gradients reach blocks and heads."""
 
 from __future__ import annotations
 
+import intermediates_checks as checks
 import pytest
 import torch
-from intermediates_checks import (
-    check_bad_replacements,
-    check_readout_and_gradients,
-    check_replaced_by_itself,
-    check_zeroed_head,
-    zero_columns,
-)
 from levit_helpers import SIZE, save_folder, timm_layers, tiny_timm_levit
 from zoo_helpers import images
 
@@ -98,7 +92,7 @@ def _zero_head(layer: int, head: int):
     def zero(model) -> None:
         attn = model.blocks[layer].attn
         w = attn.proj.ln.linear.weight  # (D, heads·e) or (D, heads·e, 1, 1)
-        zero_columns(w, head, attn.value_dim)  # Hardswish(0) = 0: the head's columns read 0
+        checks.zero_columns(w, head, attn.value_dim)  # Hardswish(0) = 0: the head's columns read 0
 
     return zero
 
@@ -106,17 +100,17 @@ def _zero_head(layer: int, head: int):
 def test_a_zeroed_head_is_its_projection_columns_zeroed(opened) -> None:
     _, loaded, x, inter = opened
     for layer, head in ((1, 2), (3, 1)):  # the subsample of stage 1, a block of stage 1
-        check_zeroed_head(loaded, x, inter, layer, head, _zero_head(layer, head))
-    check_replaced_by_itself(loaded, x, inter, 4, 0)
+        checks.check_zeroed_head(loaded, x, inter, layer, head, _zero_head(layer, head))
+    checks.check_replaced_by_itself(loaded, x, inter, 4, 0)
 
 
 def test_bad_replacements_are_refused(opened) -> None:
     _, loaded, x, _ = opened
-    check_bad_replacements(loaded, x, 6, 4, 6)
+    checks.check_bad_replacements(loaded, x, 6, 4, 6)
 
 
 def test_the_readout_of_the_last_block_is_the_logits_and_gradients_flow(opened) -> None:
     _, loaded, x, _ = opened
-    check_readout_and_gradients(
+    checks.check_readout_and_gradients(
         loaded, x, lambda inter: [inter.blocks[0], inter.heads[1], inter.heads[3]]
     )

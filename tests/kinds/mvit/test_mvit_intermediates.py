@@ -8,17 +8,9 @@ model's logits; gradients reach blocks, the CLS and heads."""
 
 from __future__ import annotations
 
+import intermediates_checks as checks
 import pytest
 import torch
-from intermediates_checks import (
-    check_bad_replacements,
-    check_blocks_and_prefix,
-    check_heads_through_projection,
-    check_readout_and_gradients,
-    check_replaced_by_itself,
-    check_zeroed_head,
-    zero_columns,
-)
 from mvit_helpers import SIZE, Softmaxes, save_bare, tiny_timm_mvit
 from zoo_helpers import images
 
@@ -66,7 +58,7 @@ def _timm_run(ref, x) -> dict[str, list]:
 def test_blocks_and_the_cls_equal_timms(opened) -> None:
     ref, _, x, inter = opened
     want = _timm_run(ref, x)["block"]
-    check_blocks_and_prefix(inter, want, GRIDS, P)
+    checks.check_blocks_and_prefix(inter, want, GRIDS, P)
 
 
 def test_a_head_is_its_attention_times_v_plus_its_pooled_queries(opened) -> None:
@@ -83,30 +75,22 @@ def test_a_head_is_its_attention_times_v_plus_its_pooled_queries(opened) -> None
 def test_heads_through_the_projection_are_the_attention_branch(opened) -> None:
     ref, _, x, inter = opened
     want = _timm_run(ref, x)["branch"]
-    check_heads_through_projection(inter, want)
-
-
-def _zero_head(layer: int, head: int):
-    def zero(model) -> None:
-        attn = model.blocks[layer].attn
-        zero_columns(attn.proj.weight, head, attn.proj.in_features // attn.heads)
-
-    return zero
+    checks.check_heads_through_projection(inter, want)
 
 
 def test_a_zeroed_head_is_its_projection_columns_zeroed(opened) -> None:
     _, loaded, x, inter = opened
-    check_zeroed_head(loaded, x, inter, 3, 2, _zero_head(3, 2))
-    check_replaced_by_itself(loaded, x, inter, 4, 0)
+    checks.check_zeroed_head(loaded, x, inter, 3, 2, checks.zero_attn_head(3, 2))
+    checks.check_replaced_by_itself(loaded, x, inter, 4, 0)
 
 
 def test_bad_replacements_are_refused(opened) -> None:
     _, loaded, x, _ = opened
-    check_bad_replacements(loaded, x, 5, 4, 8)
+    checks.check_bad_replacements(loaded, x, 5, 4, 8)
 
 
 def test_the_readout_of_the_last_block_is_the_logits_and_gradients_flow(opened) -> None:
     _, loaded, x, _ = opened
-    check_readout_and_gradients(
+    checks.check_readout_and_gradients(
         loaded, x, lambda inter: [inter.blocks[0], inter.block_prefix[1], inter.heads[2]]
     )

@@ -7,17 +7,9 @@ block is the model's logits; gradients reach blocks, prefixes and heads."""
 
 from __future__ import annotations
 
+import intermediates_checks as checks
 import pytest
 import torch
-from intermediates_checks import (
-    check_bad_replacements,
-    check_blocks_and_prefix,
-    check_heads_through_projection,
-    check_readout_and_gradients,
-    check_replaced_by_itself,
-    check_zeroed_head,
-    zero_columns,
-)
 from pit_helpers import SIZE, save_folder, timm_blocks, tiny_timm_pit
 from zoo_helpers import images
 
@@ -58,7 +50,7 @@ def test_blocks_and_prefixes_equal_timms(opened) -> None:
     ref, _, x, inter = opened
     want, _ = _timm_outputs(ref, x)
     assert len(want) == 4
-    check_blocks_and_prefix(inter, want, GRIDS, P)
+    checks.check_blocks_and_prefix(inter, want, GRIDS, P)
 
 
 def test_heads_through_the_projection_are_the_attention_branch(opened) -> None:
@@ -67,30 +59,22 @@ def test_heads_through_the_projection_are_the_attention_branch(opened) -> None:
     for b, heads in enumerate(inter.heads):
         N = heads.shape[2]
         assert P + GRIDS[b][0] * GRIDS[b][1] == N and inter.head_grids[b].num_prefix_tokens == P
-    check_heads_through_projection(inter, want)
-
-
-def _zero_head(layer: int, head: int):
-    def zero(model) -> None:
-        attn = model.blocks[layer].attn
-        zero_columns(attn.proj.weight, head, attn.proj.in_features // attn.heads)
-
-    return zero
+    checks.check_heads_through_projection(inter, want)
 
 
 def test_a_zeroed_head_is_its_projection_columns_zeroed(opened) -> None:
     _, loaded, x, inter = opened
-    check_zeroed_head(loaded, x, inter, 2, 1, _zero_head(2, 1))
-    check_replaced_by_itself(loaded, x, inter, 3, 0)
+    checks.check_zeroed_head(loaded, x, inter, 2, 1, checks.zero_attn_head(2, 1))
+    checks.check_replaced_by_itself(loaded, x, inter, 3, 0)
 
 
 def test_bad_replacements_are_refused(opened) -> None:
     _, loaded, x, _ = opened
-    check_bad_replacements(loaded, x, 4, 3, 4)
+    checks.check_bad_replacements(loaded, x, 4, 3, 4)
 
 
 def test_the_readout_of_the_last_block_is_the_logits_and_gradients_flow(opened) -> None:
     _, loaded, x, _ = opened
-    check_readout_and_gradients(
+    checks.check_readout_and_gradients(
         loaded, x, lambda inter: [inter.blocks[0], inter.block_prefix[1], inter.heads[2]]
     )

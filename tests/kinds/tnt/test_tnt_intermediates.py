@@ -7,17 +7,9 @@ readout of the last block is the model's logits; gradients reach blocks, the CLS
 
 from __future__ import annotations
 
+import intermediates_checks as checks
 import pytest
 import torch
-from intermediates_checks import (
-    check_bad_replacements,
-    check_blocks_and_prefix,
-    check_heads_through_projection,
-    check_readout_and_gradients,
-    check_replaced_by_itself,
-    check_zeroed_head,
-    zero_columns,
-)
 from tnt_helpers import SETTINGS, SIZE, Softmaxes, save_bare, tiny_timm_tnt
 from zoo_helpers import images
 
@@ -60,7 +52,7 @@ def _timm_run(ref, x) -> dict[str, list]:
 def test_blocks_and_the_cls_equal_timms(opened) -> None:
     ref, _, x, inter = opened
     want = _timm_run(ref, x)["block"]
-    check_blocks_and_prefix(inter, want, [GRID, GRID], 1)
+    checks.check_blocks_and_prefix(inter, want, [GRID, GRID], 1)
     for b, grid_out in enumerate(inter.blocks):
         assert tuple(grid_out.shape) == (2, 32, *GRID) and inter.block_grids[b].token_pixels == 8
 
@@ -78,26 +70,26 @@ def test_a_head_is_its_outer_attention_times_v(opened) -> None:
 def test_heads_through_the_projection_are_the_attention_branch(opened) -> None:
     ref, _, x, inter = opened
     want = _timm_run(ref, x)["branch"]
-    check_heads_through_projection(inter, want)
+    checks.check_heads_through_projection(inter, want)
 
 
 def test_a_zeroed_head_is_its_projection_columns_zeroed(opened) -> None:
     _, loaded, x, inter = opened
 
     def zero(model) -> None:
-        zero_columns(model.blocks[1].attn_out.proj.weight, 2, D)
+        checks.zero_columns(model.blocks[1].attn_out.proj.weight, 2, D)
 
-    check_zeroed_head(loaded, x, inter, 1, 2, zero)
-    check_replaced_by_itself(loaded, x, inter, 0, 3)
+    checks.check_zeroed_head(loaded, x, inter, 1, 2, zero)
+    checks.check_replaced_by_itself(loaded, x, inter, 0, 3)
 
 
 def test_bad_replacements_are_refused(opened) -> None:
     _, loaded, x, _ = opened
-    check_bad_replacements(loaded, x, 2, 1, 4)
+    checks.check_bad_replacements(loaded, x, 2, 1, 4)
 
 
 def test_the_readout_of_the_last_block_is_the_logits_and_gradients_flow(opened) -> None:
     _, loaded, x, _ = opened
-    check_readout_and_gradients(
+    checks.check_readout_and_gradients(
         loaded, x, lambda inter: [inter.blocks[0], inter.block_prefix[0], inter.heads[1]]
     )
