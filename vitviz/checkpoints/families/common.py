@@ -497,3 +497,15 @@ def read_softmaxes(model: nn.Module, x: Tensor, count: int) -> tuple[Tensor, lis
     with torch.no_grad(), _Softmaxes() as mode:
         logits = model(x)
     return logits, (mode.out if len(mode.out) == count else None)
+
+
+def aligned(t: Tensor) -> Tensor:
+    """``t`` in 64-byte aligned storage (a copy when it is an unaligned view into a file's
+    buffer): a conv's or a product's kernel choice, and so its fp32 rounding, follows the
+    alignment, as in the library's own model after a normal load."""
+    return t if t.data_ptr() % 64 == 0 else t.clone()
+
+
+def aligned_state(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Every tensor of ``state`` in aligned storage (``aligned``)."""
+    return {k: aligned(t) for k, t in state.items()}

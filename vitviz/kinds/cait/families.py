@@ -31,7 +31,7 @@ from vitviz.checkpoints.families.common import (
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.library_check import Reference
 from vitviz.kinds.cait.config import CaitConfig
-from vitviz.kinds.timm_cls_family import (
+from vitviz.kinds.timm_family import (
     check_table,
     refuse_model_args,
     settings_config,

@@ -27,7 +27,12 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, finish_kind
+from vitviz.checkpoints.families.common import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    aligned_state,
+    finish_kind,
+)
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.labels import names_from_timm
@@ -336,13 +341,6 @@ def _library_args(config: LeViTConfig) -> dict[str, Any]:
     )
 
 
-def aligned(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Every tensor in aligned storage (a view into a file's buffer copied): a kernel's choice,
-    and so its float32 rounding, follows the alignment, as in the library's model after a
-    normal load."""
-    return {k: t if t.data_ptr() % 64 == 0 else t.clone() for k, t in state.items()}
-
-
 def levit_conversion(
     source: Source,
     shape: dict[str, Any],
@@ -366,7 +364,7 @@ def levit_conversion(
         extras=EXTRAS,
         family=family,
         inferred=inferred,
-        state=aligned(source.state),
+        state=aligned_state(source.state),
         class_names=class_names,
         preprocessing=preprocessing,
         notes=notes,

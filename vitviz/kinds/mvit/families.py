@@ -32,15 +32,14 @@ from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Sou
 from vitviz.checkpoints.families.common import (
     IMAGENET_MEAN,
     IMAGENET_STD,
-    finish_kind,
+    aligned_state,
     read_softmaxes,
 )
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
-from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.kinds.mvit.config import MViTConfig
+from vitviz.kinds.timm_family import finish_timm_kind
 
 LOOKS_LIKE = "a timm MViTv2"
 _BLOCK = re.compile(r"stages\.(\d+)\.blocks\.(\d+)\.norm1\.weight$")
@@ -241,7 +240,7 @@ def build_mvit(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path
             num_classes=cfg.num_classes,
             global_pool=cfg.global_pool,
         )
-    state = {k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in file_state(weights).items()}
+    state = aligned_state(file_state(weights))
     model.load_state_dict(state, strict=True, assign=True)
     return model.eval()
 
@@ -342,20 +341,17 @@ def convert(source: Source) -> Conversion:
         norm_eps=SHARED["norm_eps"],
         global_pool=str(args.get("global_pool") or ("token" if shape["use_cls_token"] else "avg")),
     )
-    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    conversion = finish_kind(
+    conversion = finish_timm_kind(
         source,
         kind="mvit",
         config_cls=MViTConfig,
-        words=("an MViTv2", "its config fields", "MViTv2"),
+        model=("an MViTv2", "MViTv2"),
         extras=EXTRAS,
         family="timm-mvitv2",
         inferred=inferred,
-        state={k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in source.state.items()},
-        class_names=names_from_timm(cfg, shape["num_classes"]),
-        preprocessing=prep,
-        notes=notes + prep_notes,
-        imagenet_if_1000=True,
+        num_classes=shape["num_classes"],
+        defaults=_DEFAULTS,
+        notes=notes,
     )
     config = conversion.config
     differ = name_differences(name, config, given) if isinstance(name, str) else []

@@ -35,14 +35,13 @@ from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Sou
 from vitviz.checkpoints.families.common import (
     INCEPTION_MEAN,
     INCEPTION_STD,
-    finish_kind,
+    aligned_state,
     read_softmaxes,
 )
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
-from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
+from vitviz.kinds.timm_family import finish_timm_kind
 from vitviz.kinds.tnt.config import TNTConfig
 
 LOOKS_LIKE = "a timm TNT"
@@ -182,7 +181,7 @@ def build_tnt(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path)
             num_classes=cfg.num_classes,
             **model_args,
         )
-    state = {k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in file_state(weights).items()}
+    state = aligned_state(file_state(weights))
     model.load_state_dict(state, strict=True, assign=True)
     return model.eval()
 
@@ -231,7 +230,6 @@ def _heads(source: Source, name: str | None, args: Mapping[str, Any]) -> dict[st
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
-    pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
     shape = _shape(source)
     name, user_arch, notes = _name(source, shape)
     given = {} if user_arch else args
@@ -250,20 +248,17 @@ def convert(source: Source) -> Conversion:
         norm_eps=SHARED["norm_eps"],
         global_pool=str(given.get("global_pool") or "token"),
     )
-    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    conversion = finish_kind(
+    conversion = finish_timm_kind(
         source,
         kind="tnt",
         config_cls=TNTConfig,
-        words=("a TNT", "its config fields", "TNT"),
+        model=("a TNT", "TNT"),
         extras=EXTRAS,
         family="timm-tnt",
         inferred=inferred,
-        state={k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in source.state.items()},
-        class_names=names_from_timm(cfg, shape["num_classes"]),
-        preprocessing=prep,
-        notes=notes + prep_notes,
-        imagenet_if_1000=True,
+        num_classes=shape["num_classes"],
+        defaults=_DEFAULTS,
+        notes=notes,
     )
     config: TNTConfig = conversion.config
     if config.pixel_grid != (shape["pixels"],) * 2:

@@ -36,7 +36,7 @@ from vitviz.checkpoints.families.common import (
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.library_check import Reference
-from vitviz.kinds.timm_cls_family import (
+from vitviz.kinds.timm_family import (
     refuse_model_args,
     said_image_size,
     settings_config,

@@ -1,6 +1,8 @@
-"""The steps timm's CLS-token families of one patch grid share (CaiT, ConViT, XCiT): refusing
-model arguments vitviz does not model, taking the stem and head tensors, reading the image
-size, the user's settings over what the weights said, and the preprocessing and Conversion.
+"""The steps the kinds' timm families share. Those of one patch grid with a CLS token (CaiT,
+ConViT, XCiT): refusing model arguments vitviz does not model, taking the stem and head
+tensors, reading the image size, the user's settings over what the weights said, and the
+preprocessing and Conversion; the others' (CrossViT, MobileViT, MViTv2, PiT, TNT, VOLO): their
+Conversion from timm's preprocessing and class names (``finish_timm_kind``).
 
 Each family keeps its own blocks, names and words; these say them the same way for all.
 """
@@ -14,7 +16,13 @@ from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Source
-from vitviz.checkpoints.families.common import Taker, grid_from_table, prepared_preprocessing
+from vitviz.checkpoints.families.common import (
+    Taker,
+    aligned_state,
+    finish_kind,
+    grid_from_table,
+    prepared_preprocessing,
+)
 from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 
@@ -188,4 +196,44 @@ def timm_conversion(
         preprocessing=prepared,
         notes=notes,
         kind=kind,
+    )
+
+
+def finish_timm_kind(
+    source: Source,
+    *,
+    kind: str,
+    config_cls: type,
+    model: tuple[str, str],
+    extras: frozenset[str],
+    family: str,
+    inferred: dict[str, Any],
+    num_classes: int,
+    defaults: Mapping[str, Any],
+    notes: list[str],
+    preprocessing: tuple[dict[str, Any], list[str]] | None = None,
+) -> Conversion:
+    """``finish_kind`` for a timm family: the source's tensors in aligned storage, timm's class
+    names (ImageNet's for 1000 classes) and its preprocessing (``defaults`` where config.json
+    says none; ``preprocessing``: (fields, notes) already read). ``model`` = (a model, the
+    model), e.g. ("a PiT", "PiT")."""
+    cfg = source.timm_config or {}
+    if preprocessing is None:
+        pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
+        preprocessing = timm_preprocessing(pretrained, defaults)
+    prep, prep_notes = preprocessing
+    a_model, word = model
+    return finish_kind(
+        source,
+        kind=kind,
+        config_cls=config_cls,
+        words=(a_model, "its config fields", word),
+        extras=extras,
+        family=family,
+        inferred=inferred,
+        state=aligned_state(source.state),
+        class_names=names_from_timm(cfg, num_classes),
+        preprocessing=prep,
+        notes=notes + prep_notes,
+        imagenet_if_1000=True,
     )
