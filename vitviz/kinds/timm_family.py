@@ -17,6 +17,7 @@ from torch import Tensor
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Source
 from vitviz.checkpoints.families.common import (
+    KIND_EXTRAS,
     Taker,
     aligned_state,
     finish_kind,
@@ -134,7 +135,7 @@ def settings_config(
     "CaiT"). Settings that are neither fields nor class_names, preprocessing, arch are refused
     by name; invalid ones in one line."""
     a_model, model = words
-    unknown = sorted(set(user) - set(fields) - {"class_names", "preprocessing", "arch"})
+    unknown = sorted(set(user) - set(fields) - KIND_EXTRAS)
     if unknown:
         raise CheckpointError(
             f"{source.name}: unknown settings {', '.join(unknown)} for {a_model}; accepted: "

@@ -43,6 +43,24 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 INCEPTION_MEAN = (0.5, 0.5, 0.5)
 INCEPTION_STD = (0.5, 0.5, 0.5)
 
+# The settings a kind's family takes beside its config's fields (arch: a timm model name).
+KIND_EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+
+
+def timm_crop(
+    crop_pct: float, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD
+) -> dict[str, Any]:
+    """timm's default_cfg preprocessing of a model: a centre crop of ``crop_pct``, bicubic,
+    ``mean`` and ``std`` (ImageNet's unless given)."""
+    return {
+        "resize": "crop",
+        "crop_pct": crop_pct,
+        "interpolation": "bicubic",
+        "mean": mean,
+        "std": std,
+    }
+
+
 # The key a library's preprocessing sets beside an ``image_size`` that is only the library's
 # evaluation setting (timm's pretrained_cfg input_size), never the model's own size: its value
 # names where the size came from (DESIGN §4: the size analysed is the size checked).

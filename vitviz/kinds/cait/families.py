@@ -21,11 +21,10 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     Taker,
     block_indices,
     check_depth,
+    timm_crop,
     timm_mlp_ratio,
 )
 from vitviz.checkpoints.families.timm_library import timm_reference
@@ -51,13 +50,7 @@ _SIZE_ARGS = {
     "drop_path_rate",
 }  # fmt: skip
 # timm's default_cfg of every CaiT: ImageNet mean and std, the whole image (crop_pct 1), bicubic.
-CAIT_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 1.0,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
+CAIT_DEFAULTS = timm_crop(1.0)
 _FIELDS = frozenset(f.name for f in dataclasses.fields(CaitConfig))
 
 

@@ -19,11 +19,10 @@ from torch import Tensor
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     Taker,
     block_indices,
     check_depth,
+    timm_crop,
 )
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.library_check import Reference
@@ -50,13 +49,7 @@ _GPSA = ("attn.qk", "attn.v")
 _PLAIN = ("attn.qkv",)
 _COMMON = ("norm1", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2")
 # timm's default_cfg of every ConViT: ImageNet mean and std, crop 0.875, bicubic.
-CONVIT_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.875,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
+CONVIT_DEFAULTS = timm_crop(0.875)
 _FIELDS = frozenset(f.name for f in dataclasses.fields(ConvitConfig))
 # timm's ConViTs by (width, heads, depth, GPSA depth)
 _NAMES = {

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD
+from vitviz.checkpoints.families.common import KIND_EXTRAS, timm_crop
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.library_check import Reference
@@ -50,14 +50,8 @@ KNOWN: dict[str, tuple[tuple[int, int], tuple[int, int], int, int, bool]] = {
 }
 SIZES = {"_240": (240, 224), "_408": (408, 384)}  # the name's input and branch 1's size
 NAMES = (*(f"{b}_240" for b in KNOWN), "crossvit_15_dagger_408", "crossvit_18_dagger_408")
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.875,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+_DEFAULTS = timm_crop(0.875)
+EXTRAS = KIND_EXTRAS
 
 
 def attention_blocks(model: nn.Module) -> list[nn.Module]:

@@ -28,10 +28,10 @@ from torch import Tensor, nn
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
+    KIND_EXTRAS,
     aligned_state,
     finish_kind,
+    timm_crop,
 )
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
@@ -57,14 +57,8 @@ KNOWN: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int, i
     "levit_256d": ((256, 384, 512), (4, 8, 6), (4, 6, 8), 32, 16, "silu"),
     "levit_512d": ((512, 640, 768), (4, 8, 6), (8, 10, 12), 64, 16, "silu"),
 }
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+_DEFAULTS = timm_crop(0.9)
+EXTRAS = KIND_EXTRAS
 
 
 # -- timm's model as the library check reads it -----------------------------------------------

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import aligned_state, timm_mlp_ratio
+from vitviz.checkpoints.families.common import KIND_EXTRAS, aligned_state, timm_mlp_ratio
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state, read_timm
 from vitviz.checkpoints.families.timm_names import timm_version
@@ -54,7 +54,7 @@ _DEFAULTS = {
     "std": (1.0, 1.0, 1.0),
     "image_size": (256, 256),
 }
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+EXTRAS = KIND_EXTRAS
 
 
 # -- timm's model as the library check builds and reads it ------------------------------------

@@ -30,10 +30,10 @@ from torch import Tensor, nn
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
+    KIND_EXTRAS,
     aligned_state,
     read_softmaxes,
+    timm_crop,
 )
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
@@ -64,14 +64,8 @@ SHARED: dict[str, Any] = dict(
     residual_pooling=True,
     norm_eps=1e-6,
 )
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+_DEFAULTS = timm_crop(0.9)
+EXTRAS = KIND_EXTRAS
 
 
 def adaptive_kv_strides(stride_q: tuple[tuple[int, int], ...], start: tuple[int, int]) -> tuple:

@@ -24,7 +24,7 @@ from torch import nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD
+from vitviz.checkpoints.families.common import KIND_EXTRAS, timm_crop
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.library_check import Reference
@@ -42,14 +42,8 @@ KNOWN: dict[str, tuple[int, int, tuple[int, ...], tuple[int, ...], tuple[int, ..
     "pit_b_224": (14, 7, (256, 512, 1024), (3, 6, 4), (4, 8, 16)),
 }
 MLP_RATIO = 4  # every timm PiT's
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+_DEFAULTS = timm_crop(0.9)
+EXTRAS = KIND_EXTRAS
 
 
 def stage_blocks(model: nn.Module) -> list[nn.Module]:

@@ -35,8 +35,10 @@ from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Sou
 from vitviz.checkpoints.families.common import (
     INCEPTION_MEAN,
     INCEPTION_STD,
+    KIND_EXTRAS,
     aligned_state,
     read_softmaxes,
+    timm_crop,
 )
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
@@ -53,14 +55,8 @@ KNOWN: dict[str, tuple[int, int, int, int, int, bool]] = {
     "tnt_b_patch16_224": (640, 40, 12, 10, 4, False),
 }
 SHARED: dict[str, Any] = dict(patch_size=16, first_stride=4, norm_eps=1e-5)
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": INCEPTION_MEAN,
-    "std": INCEPTION_STD,
-}
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+_DEFAULTS = timm_crop(0.9, INCEPTION_MEAN, INCEPTION_STD)
+EXTRAS = KIND_EXTRAS
 
 
 def detect(source: Source) -> bool:

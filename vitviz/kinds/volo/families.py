@@ -29,9 +29,9 @@ from torch import Tensor, nn
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
+    KIND_EXTRAS,
     aligned_state,
+    timm_crop,
     timm_mlp_ratio,
 )
 from vitviz.checkpoints.families.reference import LibraryReference
@@ -57,14 +57,8 @@ NAMES = (
     "volo_d1_224", "volo_d1_384", "volo_d2_224", "volo_d2_384", "volo_d3_224", "volo_d3_448",
     "volo_d4_224", "volo_d4_448", "volo_d5_224", "volo_d5_448", "volo_d5_512",
 )  # fmt: skip
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.96,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+_DEFAULTS = timm_crop(0.96)
+EXTRAS = KIND_EXTRAS
 
 
 def attention_blocks(model: nn.Module) -> list[nn.Module]:

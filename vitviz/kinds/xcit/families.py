@@ -27,10 +27,9 @@ from torch import Tensor, nn
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     block_indices,
     check_depth,
+    timm_crop,
     timm_mlp_ratio,
 )
 from vitviz.checkpoints.families.timm_library import timm_reference
@@ -46,13 +45,7 @@ from vitviz.kinds.xcit.config import XcitConfig
 
 LOOKS_LIKE = "a timm XCiT"
 # timm's default_cfg of every XCiT: ImageNet mean and std, the whole image (crop_pct 1), bicubic.
-XCIT_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 1.0,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
+XCIT_DEFAULTS = timm_crop(1.0)
 _ARGS = {
     "img_size", "num_classes", "in_chans", "pretrained", "patch_size", "embed_dim", "depth",
     "num_heads", "mlp_ratio", "qkv_bias", "eta", "cls_attn_layers", "tokens_norm",
