@@ -9,6 +9,7 @@ reference networks of them and load vitviz's weights (tests/test_explain_attribu
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -218,6 +219,103 @@ class RefMlp(nn.Module):
 
     def relprop(self, R, alpha):
         return self.fc1.relprop(self.act.relprop(self.fc2.relprop(R, alpha), alpha), alpha)
+
+
+class RefClassAttn(nn.Module):
+    """timm's ClassAttn: the CLS's q over k, v of every normed token, proj on its output."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads, self.scale = heads, (dim // heads) ** -0.5
+        self.q, self.k, self.v = RLinear(dim, dim), RLinear(dim, dim), RLinear(dim, dim)
+        self.proj = RLinear(dim, dim)
+        self.matmul1 = REinsum("bhid,bhjd->bhij")
+        self.matmul2 = REinsum("bhij,bhjd->bhid")
+        self.softmax = RSoftmax(-1)
+
+    def forward(self, cls, u_k, u_v):
+        b, n, d = u_k.shape
+        h = self.heads
+        q = self.q(cls).reshape(b, 1, h, d // h).transpose(1, 2)
+        k = self.k(u_k).reshape(b, n, h, d // h).transpose(1, 2)
+        v = self.v(u_v).reshape(b, n, h, d // h).transpose(1, 2)
+        attn = self.softmax(self.matmul1([q, k]) * self.scale)
+        self.attn = attn
+        attn.register_hook(keep_gradient(self))
+        return self.proj(self.matmul2([attn, v]).transpose(1, 2).reshape(b, 1, d))
+
+    def relprop(self, R, alpha):
+        """Relevance at proj's output (b, 1, d) -> at q's input (the CLS), k's and v's."""
+        R = self.proj.relprop(R, alpha)
+        b, _, d = R.shape
+        h = self.heads
+        R = R.reshape(b, 1, h, d // h).transpose(1, 2)
+        r_attn, r_v = (t / 2 for t in self.matmul2.relprop(R, alpha))
+        self.attn_cam = r_attn
+        r_q, r_k = (t / 2 for t in self.matmul1.relprop(self.softmax.relprop(r_attn, alpha), alpha))
+        n = r_k.shape[2]
+        r_cls = self.q.relprop(r_q.transpose(1, 2).reshape(b, 1, d), alpha)
+        r_u_k = self.k.relprop(r_k.transpose(1, 2).reshape(b, n, d), alpha)
+        r_u_v = self.v.relprop(r_v.transpose(1, 2).reshape(b, n, d), alpha)
+        return r_cls, r_u_k, r_u_v
+
+
+def backward_and_relprop(ref, logits, target):
+    """The reference's gradients and relevance for class ``target`` (None: the top one) of its
+    ``logits`` (1, C); returns (the class, the relevance at the reference's input)."""
+    c = int(logits.argmax()) if target is None else target
+    one_hot = torch.zeros_like(logits)
+    one_hot[0, c] = 1.0
+    ref.zero_grad()
+    (one_hot * logits).sum().backward()
+    return c, ref.relprop(one_hot)
+
+
+def reference_rollout_map(layers, query, start_layer, grid):
+    """Row ``query`` of (I + Ā_L) ⋯ (I + Ā_s) over the patches (after the one CLS), Ā_l =
+    mean_h((G ⊙ R_A)⁺), min-max scaled onto ``grid``; ``layers``: each layer's (R_A, G),
+    (1, H, 1 + P, 1 + P)."""
+    n = layers[0][0].shape[-1]
+    eye = torch.eye(n, dtype=torch.float64)
+    joint = eye
+    for r_a, g in layers[start_layer:]:
+        joint = (eye + (g[0] * r_a[0]).clamp(min=0).mean(dim=0)) @ joint
+    row = joint[query, 1:]
+    return ((row - row.min()) / (row.max() - row.min())).reshape(grid)
+
+
+def assert_layers_equal(layers, res):
+    """Each layer's R_A and G of a relevance result ``res`` equal the reference's ``layers``."""
+    for layer, ((r_a, g), mine_r, mine_g) in enumerate(
+        zip(layers, res.relevances, res.gradients, strict=True)
+    ):
+        assert_close_scaled(mine_r, r_a, f"R_A of layer {layer}")
+        assert_close_scaled(mine_g, g, f"G of layer {layer}")
+
+
+def assert_relevance_refusals(relevance, model, x, whose):
+    """``relevance(model, x)`` refuses a model in training mode, and anything but ``whose``
+    (e.g. "vitviz's own CaiT"), by name."""
+    model.train()
+    try:
+        with pytest.raises(ValueError, match="eval mode"):
+            relevance(model, x)
+    finally:
+        model.eval()
+    with pytest.raises(ValueError, match=whose):
+        relevance(nn.Linear(2, 2), x)
+
+
+def assert_batch_is_one_by_one(relevance, model, x, targets):
+    """``relevance`` of a batch ``x`` for ``targets`` equals each image's alone, layer by
+    layer, its R_A and G."""
+    both = relevance(model, x, torch.tensor(targets))
+    for i, c in enumerate(targets):
+        one = relevance(model, x[i : i + 1], c)
+        for mine, theirs in zip(both.relevances, one.relevances, strict=True):
+            torch.testing.assert_close(mine[i : i + 1], theirs, rtol=1e-9, atol=1e-15)
+        for mine, theirs in zip(both.gradients, one.gradients, strict=True):
+            torch.testing.assert_close(mine[i : i + 1], theirs, rtol=1e-9, atol=1e-15)
 
 
 def assert_close_scaled(mine, theirs, what):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -253,3 +255,35 @@ def assert_timm_relevance_maps(analysis, model: nn.Module, target: int, atol: fl
     assert roll.max() > 0.01  # the query row reaches the patches
     ours = get_method("gradient-rollout")(analysis, None, target, {}).double()
     torch.testing.assert_close(ours, roll / roll.max(), rtol=1e-5, atol=atol)
+
+
+def save_timm_folder(model: nn.Module, folder: Path, **model_args) -> Path:
+    """timm's own folder (config.json + model.safetensors), ``model_args`` (if any) in its
+    config.json."""
+    from timm.models import save_for_hf
+
+    save_for_hf(model, folder, safe_serialization=True, model_args=model_args or None)
+    return folder
+
+
+def save_bare(model: nn.Module, path: Path, settings: dict | None = None) -> Path:
+    """torch.save of the state dict, ``settings`` (if any) in its sidecar."""
+    torch.save(model.state_dict(), path)
+    if settings is not None:
+        path.with_name(path.name + ".vitviz.json").write_text(json.dumps(settings))
+    return path
+
+
+class Softmaxes(torch.overrides.TorchFunctionMode):
+    """Every softmax's output while active, in order (a timm model whose only softmaxes are its
+    attention's: each attention's probabilities)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out: list[Tensor] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func in (torch.Tensor.softmax, torch.softmax, torch.nn.functional.softmax):
+            self.out.append(result)
+        return result

@@ -222,18 +222,29 @@ class Opened:
     spec: ModelCodeSpec
 
 
+def _write(folder: Path, source: str) -> Path:
+    """``source`` (after COMMON) as ``folder``/model.py."""
+    file = folder / "model.py"
+    file.write_text(textwrap.dedent(COMMON) + textwrap.dedent(source), encoding="utf-8")
+    return file
+
+
+def _open(folder: Path, source: str, seed: int, weights: str = "w.pth"):
+    """The ``ViT`` that ``source`` defines (scrambled with ``seed``, in eval mode), its weights
+    saved as ``weights``, and its spec; (model, spec)."""
+    file = _write(folder, source)
+    torch.manual_seed(0)
+    model = import_file(file).ViT()
+    scramble(model, seed)
+    model.eval()
+    torch.save(model.state_dict(), folder / weights)
+    return model, make_spec(file, "ViT", {}, folder / weights)
+
+
 @pytest.fixture(scope="module", params=list(MODELS))
 def opened(request, tmp_path_factory) -> Opened:
     source, depth, heads, prefix = MODELS[request.param]
-    folder = tmp_path_factory.mktemp(request.param)
-    file = folder / "model.py"
-    file.write_text(textwrap.dedent(COMMON) + textwrap.dedent(source), encoding="utf-8")
-    torch.manual_seed(0)
-    model = import_file(file).ViT()
-    scramble(model, 3)
-    model.eval()
-    torch.save(model.state_dict(), folder / "weights.pth")
-    spec = make_spec(file, "ViT", {}, folder / "weights.pth")
+    model, spec = _open(tmp_path_factory.mktemp(request.param), source, 3, "weights.pth")
     return Opened(request.param, depth, heads, prefix, model, load_model_code(spec), spec)
 
 
@@ -496,11 +507,22 @@ def test_images_that_mix_in_a_per_image_loop_are_refused(tmp_path: Path):
 
 
 def _refused(tmp_path: Path, source: str) -> str:
-    file = tmp_path / "model.py"
-    file.write_text(textwrap.dedent(COMMON) + textwrap.dedent(source), encoding="utf-8")
+    file = _write(tmp_path, source)
     with pytest.raises(ModelCodeError) as info:
         load_model_code(make_spec(file, "ViT", {}))
     return str(info.value)
+
+
+def _assert_by_hand(loaded, model: nn.Module, x: Tensor, target: int) -> int:
+    """Each head's attention and gradient of ``loaded`` equal ``model``'s run by hand; returns
+    the layers compared."""
+    got = explain.attention_gradients(loaded.model, x, target=target)
+    attn, grads, _ = by_hand(model, x, target=target)
+    for a, want in zip(got.attentions, attn, strict=True):
+        assert_probabilities_close(a, want)
+    for g, want in zip(got.gradients, grads, strict=True):
+        torch.testing.assert_close(g, want, atol=1e-4 * float(want.abs().max()), rtol=1e-4)
+    return len(attn)
 
 
 def test_layers_of_different_head_counts_are_refused(tmp_path: Path):
@@ -536,22 +558,10 @@ def test_heads_are_found_where_the_layer_list_holds_other_modules_too(tmp_path: 
     source = source.replace(
         "self.head = nn.Linear(dim, num_classes)", "self.head = nn.Linear(2 * dim, num_classes)"
     )
-    file = tmp_path / "model.py"
-    file.write_text(textwrap.dedent(COMMON) + textwrap.dedent(source), encoding="utf-8")
-    torch.manual_seed(0)
-    model = import_file(file).ViT()
-    scramble(model, 5)
-    model.eval()
-    torch.save(model.state_dict(), tmp_path / "w.pth")
-    loaded = load_model_code(make_spec(file, "ViT", {}, tmp_path / "w.pth"))
+    model, spec = _open(tmp_path, source, 5)
+    loaded = load_model_code(spec)
     assert (loaded.model.config.depth, loaded.model.config.heads) == (2, 4)
-    x = sample(6)
-    got = explain.attention_gradients(loaded.model, x, target=0)
-    attn, grads, _ = by_hand(model, x, target=0)
-    for a, want in zip(got.attentions, attn, strict=True):
-        assert_probabilities_close(a, want)
-    for g, want in zip(got.gradients, grads, strict=True):
-        torch.testing.assert_close(g, want, atol=1e-4 * float(want.abs().max()), rtol=1e-4)
+    _assert_by_hand(loaded, model, sample(6), 0)
 
 
 TWO_LOOPS = """
@@ -613,23 +623,10 @@ class TwoAttention(nn.Module):
         x = x + self.a1(x)
         return x + self.a2(x)
 """ + HEAD_MODULES.replace("Block(dim, heads, MultiHead)", "TwoAttention(dim, heads)")
-    file = tmp_path / "model.py"
-    file.write_text(textwrap.dedent(COMMON) + textwrap.dedent(source), encoding="utf-8")
-    torch.manual_seed(0)
-    model = import_file(file).ViT()
-    scramble(model, 7)
-    model.eval()
-    torch.save(model.state_dict(), tmp_path / "w.pth")
-    loaded = load_model_code(make_spec(file, "ViT", {}, tmp_path / "w.pth"))
+    model, spec = _open(tmp_path, source, 7)
+    loaded = load_model_code(spec)
     assert (loaded.model.config.depth, loaded.model.config.heads) == (4, 4)
-    x = sample(8)
-    got = explain.attention_gradients(loaded.model, x, target=1)
-    attn, grads, _ = by_hand(model, x, target=1)
-    assert len(got.attentions) == len(attn) == 4
-    for a, want in zip(got.attentions, attn, strict=True):
-        assert_probabilities_close(a, want)
-    for g, want in zip(got.gradients, grads, strict=True):
-        torch.testing.assert_close(g, want, atol=1e-4 * float(want.abs().max()), rtol=1e-4)
+    assert _assert_by_hand(loaded, model, sample(8), 1) == 4
 
 
 def test_heads_concatenated_in_another_order_than_listed_are_refused(tmp_path: Path):

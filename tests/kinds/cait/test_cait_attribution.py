@@ -20,14 +20,20 @@ from lrp_reference import (
     RAdd,
     RClone,
     RConv2d,
+    RefClassAttn,
     RefMlp,
     REinsum,
     RIndexSelect,
     RLayerNorm,
     RLinear,
     RSoftmax,
+    assert_batch_is_one_by_one,
     assert_close_scaled,
+    assert_layers_equal,
+    assert_relevance_refusals,
+    backward_and_relprop,
     keep_gradient,
+    reference_rollout_map,
 )
 from torch import nn
 from zoo_helpers import images, randomize_
@@ -77,46 +83,21 @@ class RefTalkingHeads(nn.Module):
         return self.qkv.relprop(r_qkv, alpha)
 
 
-class RefClassAttn(nn.Module):
-    """The CLS's q (index 0 of the normed tokens) over k, v of every token."""
+class RefCaitClassAttn(RefClassAttn):
+    """The CLS's q (index 0 of the normed tokens) over k, v of every token: the normed tokens
+    forked three ways, the CLS picked for q."""
 
     def __init__(self, dim, heads):
-        super().__init__()
-        self.heads, self.scale = heads, (dim // heads) ** -0.5
-        self.q, self.k, self.v = RLinear(dim, dim), RLinear(dim, dim), RLinear(dim, dim)
-        self.proj = RLinear(dim, dim)
+        super().__init__(dim, heads)
         self.clone, self.pick = RClone(), RIndexSelect()
-        self.matmul1 = REinsum("bhid,bhjd->bhij")
-        self.matmul2 = REinsum("bhij,bhjd->bhid")
-        self.softmax = RSoftmax(-1)
 
     def forward(self, u):
-        b, n, d = u.shape
-        h = self.heads
         u_q, u_k, u_v = self.clone(u, 3)
-        cls = self.pick(u_q, dim=1, indices=torch.tensor([0]))
-        q = self.q(cls).reshape(b, 1, h, d // h).transpose(1, 2)
-        k = self.k(u_k).reshape(b, n, h, d // h).transpose(1, 2)
-        v = self.v(u_v).reshape(b, n, h, d // h).transpose(1, 2)
-        attn = self.softmax(self.matmul1([q, k]) * self.scale)
-        self.attn = attn
-        attn.register_hook(keep_gradient(self))
-        return self.proj(self.matmul2([attn, v]).transpose(1, 2).reshape(b, 1, d))
+        return super().forward(self.pick(u_q, dim=1, indices=torch.tensor([0])), u_k, u_v)
 
     def relprop(self, R, alpha):
-        R = self.proj.relprop(R, alpha)
-        b, _, d = R.shape
-        h = self.heads
-        R = R.reshape(b, 1, h, d // h).transpose(1, 2)
-        r_attn, r_v = (t / 2 for t in self.matmul2.relprop(R, alpha))
-        self.attn_cam = r_attn
-        r_q, r_k = (t / 2 for t in self.matmul1.relprop(self.softmax.relprop(r_attn, alpha), alpha))
-        n = r_k.shape[2]
-        r_cls = self.q.relprop(r_q.transpose(1, 2).reshape(b, 1, d), alpha)
-        r_u_q = self.pick.relprop(r_cls, alpha)
-        r_u_k = self.k.relprop(r_k.transpose(1, 2).reshape(b, n, d), alpha)
-        r_u_v = self.v.relprop(r_v.transpose(1, 2).reshape(b, n, d), alpha)
-        return self.clone.relprop((r_u_q, r_u_k, r_u_v), alpha)
+        r_cls, r_u_k, r_u_v = super().relprop(R, alpha)
+        return self.clone.relprop((self.pick.relprop(r_cls, alpha), r_u_k, r_u_v), alpha)
 
 
 class RefSelfBlock(nn.Module):
@@ -150,7 +131,7 @@ class RefClassBlock(nn.Module):
     def __init__(self, dim, heads, hidden, eps):
         super().__init__()
         self.norm1, self.norm2 = RLayerNorm(dim, eps=eps), RLayerNorm(dim, eps=eps)
-        self.attn, self.mlp = RefClassAttn(dim, heads), RefMlp(dim, hidden)
+        self.attn, self.mlp = RefCaitClassAttn(dim, heads), RefMlp(dim, hidden)
         self.gamma_1, self.gamma_2 = nn.Parameter(torch.ones(dim)), nn.Parameter(torch.ones(dim))
         self.add1, self.add2, self.clone1, self.clone2 = RAdd(), RAdd(), RClone(), RClone()
         self.cls, self.patches = RIndexSelect(), RIndexSelect()
@@ -235,17 +216,6 @@ def reference_layers(ref):
     return out
 
 
-def reference_map(layers, query, start_layer=0):
-    """Row ``query`` of (I + Ā_L) ⋯ (I + Ā_s) over the patches, Ā_l = mean_h((G ⊙ R_A)⁺),
-    min-max scaled."""
-    eye = torch.eye(P + 1, dtype=torch.float64)
-    joint = eye
-    for r_a, g in layers[start_layer:]:
-        joint = (eye + (g[0] * r_a[0]).clamp(min=0).mean(dim=0)) @ joint
-    row = joint[query, 1:]
-    return ((row - row.min()) / (row.max() - row.min())).reshape(GRID)
-
-
 def tiny_cait(seed):
     torch.manual_seed(seed)
     model = timm.create_model("cait_xxs24_224", pretrained=False, num_classes=5, **ARGS)
@@ -270,24 +240,15 @@ def test_every_layer_and_the_map_equal_the_reference_float64(models, target):
     x = images(1, 32, 32, seed=4).double()
     logits = ref(x)
     torch.testing.assert_close(logits, timm_model(x), rtol=0, atol=1e-12)  # the same network
-    c = int(logits.argmax()) if target is None else target
-    one_hot = torch.zeros_like(logits)
-    one_hot[0, c] = 1.0
-    ref.zero_grad()
-    (one_hot * logits).sum().backward()
-    ref.relprop(one_hot)
+    c, _ = backward_and_relprop(ref, logits, target)
     layers = reference_layers(ref)
     res = cait_attention_relevance(ours, x, target)
     torch.testing.assert_close(res.logits, logits.detach(), rtol=0, atol=1e-12)
     assert int(res.target) == c
-    for layer, ((r_a, g), mine_r, mine_g) in enumerate(
-        zip(layers, res.relevances, res.gradients, strict=True)
-    ):
-        assert_close_scaled(mine_r, r_a, f"R_A of layer {layer}")
-        assert_close_scaled(mine_g, g, f"G of layer {layer}")
+    assert_layers_equal(layers, res)
     for start_layer in (0, 1, S):
         for query, patch in ((0, None), (1 + 6, (1, 2))):
-            want = reference_map(layers, query, start_layer)
+            want = reference_rollout_map(layers, query, start_layer, GRID)
             got = cait_transformer_attribution(ours, x, target, start_layer, patch)[0]
             assert_close_scaled(got, want, f"map from layer {start_layer}, query {patch}")
             assert want.std() > 0.01  # a map with structure, not a constant one
@@ -311,23 +272,10 @@ def test_the_kinds_method_is_the_map(models, photo_files):
 def test_refusals(models):
     _, _, ours, _ = models
     x = images(1, 32, 32).double()
-    ours.train()
-    try:
-        with pytest.raises(ValueError, match="eval mode"):
-            cait_attention_relevance(ours, x)
-    finally:
-        ours.eval()
-    with pytest.raises(ValueError, match="vitviz's own CaiT"):
-        cait_attention_relevance(nn.Linear(2, 2), x)
+    assert_relevance_refusals(cait_attention_relevance, ours, x, "vitviz's own CaiT")
 
 
 def test_a_batch_equals_its_images_one_by_one(models):
     _, _, ours, _ = models
     x = images(2, 32, 32, seed=5).double()
-    both = cait_attention_relevance(ours, x, torch.tensor([1, 4]))
-    for i, c in enumerate([1, 4]):
-        one = cait_attention_relevance(ours, x[i : i + 1], c)
-        for mine, theirs in zip(both.relevances, one.relevances, strict=True):
-            torch.testing.assert_close(mine[i : i + 1], theirs, rtol=1e-9, atol=1e-15)
-        for mine, theirs in zip(both.gradients, one.gradients, strict=True):
-            torch.testing.assert_close(mine[i : i + 1], theirs, rtol=1e-9, atol=1e-15)
+    assert_batch_is_one_by_one(cait_attention_relevance, ours, x, [1, 4])

@@ -11,20 +11,15 @@ import numpy as np
 import pytest
 import timm
 import torch
-from test_ui_window import (
-    WAIT_MS,
-    click,
-    drop,
-    new_window,
-    overlay,
-    select_method,
-    settled,
-    wait_shown,
+from cls_ui_checks import (
+    check_discard_refused,
+    click_patch,
+    open_shown,
+    query_rows,
+    watched_window,
 )
+from test_ui_window import WAIT_MS, overlay, settled
 from zoo_helpers import randomize_
-
-from vitviz.checkpoints import load_checkpoint
-from vitviz.pipeline.analysis import analyze
 
 ARGS = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, depth_token_only=1, num_heads=4)
 
@@ -40,38 +35,24 @@ def cait_ckpt(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path):
-    w = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
-    yield w
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    yield from watched_window(qtbot, tmp_path)
 
 
 def _rows(a, token: int) -> np.ndarray:
-    """(L, H, 4, 4) every layer's and head's row of ``token`` over the patches."""
-    return a.attention[:, :, token, 1:].reshape(3, 4, 4, 4).numpy()
+    return query_rows(a, token, 3)
 
 
 def test_the_window_shows_a_cait(qtbot, window, cait_ckpt: Path, photo_files) -> None:
     image = photo_files["chelsea"]
-    drop(window, [image, cait_ckpt])
-    wait_shown(qtbot, window, image.name)
-    v = window.viewer
-    a = analyze(load_checkpoint(cait_ckpt), image)
-    assert v.head_grid.row_texts() == ["SA 0", "SA 1", "CA 0"]
+    v, a = open_shown(qtbot, window, cait_ckpt, image, ["SA 0", "SA 1", "CA 0"])
     maps = v.maps.head_maps
     assert np.isnan(maps[:2]).all()  # the CLS is not in the self-attention blocks
     np.testing.assert_allclose(maps[2], _rows(a, 0)[2], atol=1e-6)
     stats = v.image
     assert np.isnan(stats.entropy[:2]).all() and np.isfinite(stats.entropy[2]).all()
     v.controls.select(layer=0, head=1)
-    patch = (2, 1)
-    centre = v.map_view.vb.mapViewToScene(v.map_view.patch_rect(*patch).center())
-    click(v.map_view, centre)
-    assert v.query == patch
-    qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == patch, timeout=WAIT_MS)
+    token = click_patch(qtbot, window, (2, 1))
     maps = v.maps.head_maps
-    token = 1 + patch[0] * 4 + patch[1]
     np.testing.assert_allclose(maps[:2], _rows(a, token)[:2], atol=1e-6)
     assert np.isnan(maps[2]).all()  # only the CLS queries in class attention
     assert "SA 0" in v.controls.layer.text()
@@ -88,17 +69,9 @@ def test_the_rollout_says_why_the_discard_ratio_is_not_used(
 ) -> None:
     """The discard control is disabled with the kind's own reason, and the map's title names only
     the settings the map was made with (no "discard ratio" for a rollout that has none)."""
-    from vitviz.kindapi import get_kind
-
     image = photo_files["chelsea"]
-    drop(window, [image, cait_ckpt])
-    wait_shown(qtbot, window, image.name)
-    select_method(qtbot, window, "rollout")
-    v = window.viewer
-    qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "rollout", timeout=WAIT_MS)
-    discard = v.controls.param_panel.widgets["discard_ratio"]
-    why = get_kind("cait").implementation("rollout").refusal("discard_ratio")
-    assert not discard.isEnabled() and why in discard.toolTip()
+    v, _ = open_shown(qtbot, window, cait_ckpt, image, ["SA 0", "SA 1", "CA 0"])
+    check_discard_refused(qtbot, window, "cait")
     title = v.map_view.full_title
     assert title.startswith("Attention rollout") and "head fusion" in title
     assert "discard ratio" not in title

@@ -14,11 +14,16 @@ import pytest
 import timm
 import torch
 from timm.models import save_for_hf
-from zoo_helpers import ATTN_ATOL, LOGIT_ATOL, assert_close, images, randomize_
+from timm_cls_checks import (
+    assert_library_outputs,
+    assert_native_and_folder,
+    min_max,
+    timm_attention_pass,
+)
+from zoo_helpers import assert_close, images, randomize_
 
 from vitviz import cli
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.checkpoints.native import save_checkpoint
 from vitviz.explain.methods import get_method
 from vitviz.kindapi import kind_of
 from vitviz.kinds.cait.families import LIBRARY_MODEL
@@ -43,15 +48,10 @@ def cait(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
 
 
 def _compare(model: torch.nn.Module, loaded, x: torch.Tensor) -> None:
-    ref_logits, ref_attn = LIBRARY_MODEL.read(model, x)
-    assert [tuple(a.shape[2:]) for a in ref_attn] == [(16, 16), (16, 16), (1, 17)]
-    logits, attn = kind_of(loaded.model).library_outputs(loaded.model, x)
-    scale = float(ref_logits.abs().max())
-    assert_close("logits", ref_logits / scale, logits / scale, LOGIT_ATOL)
+    shapes = [(16, 16), (16, 16), (1, 17)]
+    logits, _ = assert_library_outputs(LIBRARY_MODEL, model, loaded, x, shapes)
     with torch.no_grad():
         assert_close("fused path", loaded.model(x), logits, 1e-5)
-    for i, (a, b) in enumerate(zip(ref_attn, attn, strict=True)):
-        assert_close(f"attention {i}", a, b, ATTN_ATOL)
 
 
 def test_bare_state_dict_and_timm_folder_are_exact(cait, tmp_path: Path) -> None:
@@ -61,20 +61,9 @@ def test_bare_state_dict_and_timm_folder_are_exact(cait, tmp_path: Path) -> None
     assert loaded.family == "timm-cait" and kind_of(loaded.model).name == "cait"
     assert (loaded.config.depth, loaded.config.class_depth, loaded.config.heads) == (3, 1, 4)
     _compare(model, loaded, x)
-    native = save_checkpoint(loaded.model, tmp_path / "cait.safetensors", loaded.class_names)
-    again = load_checkpoint(native)
-    assert kind_of(again.model).name == "cait" and again.config == loaded.config
-    _compare(model, again, x)
-    names = ["a", "b", "c", "d", "e"]
-    folder = tmp_path / "cait"
-    save_for_hf(
-        model, folder, model_config={"label_names": names}, model_args=ARGS,
-        safe_serialization=True,
-    )  # fmt: skip
-    loaded = load_checkpoint(folder)
-    assert loaded.family == "timm-cait" and loaded.class_names == names
-    assert any(n.startswith("checked against timm") for n in loaded.notes), loaded.notes
-    _compare(model, loaded, x)
+    assert_native_and_folder(
+        model, loaded, tmp_path, ARGS, lambda m, opened: _compare(m, opened, x)
+    )
 
 
 @pytest.mark.parametrize("arch", [None, "cait_xxs24_224"])
@@ -104,15 +93,7 @@ def _timm_pass(model: torch.nn.Module, x: torch.Tensor, target: int):
     """timm's matrices in float64 ((H, P, P) per SA layer, (H, 1, 1 + P) per CA layer) and
     their gradients of logit ``target``."""
     ref = model.double()
-    kept: list[torch.Tensor] = []
-    for block in [*ref.blocks, *ref.blocks_token_only]:
-        block.attn.fused_attn = False
-        block.attn.attn_drop.register_forward_hook(lambda _m, _i, o: kept.append(o) or o)
-    logits = ref(x.double())
-    for t in kept:
-        t.retain_grad()
-    logits[0, target].backward()
-    return [t[0].detach() for t in kept], [t.grad[0] for t in kept]
+    return timm_attention_pass([*ref.blocks, *ref.blocks_token_only], ref, x, target)
 
 
 def _chain(mats: list[torch.Tensor], S: int, q: int | None) -> torch.Tensor:
@@ -134,7 +115,7 @@ def _chain(mats: list[torch.Tensor], S: int, q: int | None) -> torch.Tensor:
 
 
 def _min_max(m: torch.Tensor) -> torch.Tensor:
-    return ((m - m.min()) / (m.max() - m.min())).reshape(GRID)
+    return min_max(m, GRID)
 
 
 def test_methods_equal_float64_references(cait, photo_files) -> None:

@@ -14,10 +14,15 @@ import pytest
 import timm
 import torch
 from timm.models import save_for_hf
+from timm_cls_checks import (
+    assert_library_outputs,
+    assert_native_and_folder,
+    min_max,
+    timm_attention_pass,
+)
 from zoo_helpers import ATTN_ATOL, LOGIT_ATOL, assert_close, images, randomize_
 
 from vitviz.checkpoints import CheckpointError, load_checkpoint
-from vitviz.checkpoints.native import save_checkpoint
 from vitviz.explain.methods import get_method
 from vitviz.kindapi import kind_of
 from vitviz.kinds.convit.families import LIBRARY_MODEL
@@ -49,15 +54,10 @@ def convit(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
 
 
 def _compare(model: torch.nn.Module, loaded, x: torch.Tensor) -> None:
-    ref_logits, ref_attn = LIBRARY_MODEL.read(model, x)
-    assert [tuple(a.shape[2:]) for a in ref_attn] == [(16, 16), (16, 16), (17, 17)]
-    logits, attn = kind_of(loaded.model).library_outputs(loaded.model, x)
-    scale = float(ref_logits.abs().max())
-    assert_close("logits", ref_logits / scale, logits / scale, LOGIT_ATOL)
+    shapes = [(16, 16), (16, 16), (17, 17)]
+    logits, scale = assert_library_outputs(LIBRARY_MODEL, model, loaded, x, shapes)
     with torch.no_grad():
         assert_close("fused path", loaded.model(x) / scale, logits / scale, LOGIT_ATOL)
-    for i, (a, b) in enumerate(zip(ref_attn, attn, strict=True)):
-        assert_close(f"attention {i}", a, b, ATTN_ATOL)
 
 
 def test_bare_state_dict_and_timm_folder_are_exact(convit, tmp_path: Path) -> None:
@@ -69,20 +69,9 @@ def test_bare_state_dict_and_timm_folder_are_exact(convit, tmp_path: Path) -> No
     assert (cfg.depth, cfg.gpsa_depth, cfg.heads, cfg.dim) == (3, 2, 4, 32)
     assert any(n.startswith("checked against timm") for n in loaded.notes), loaded.notes
     _compare(model, loaded, x)
-    native = save_checkpoint(loaded.model, tmp_path / "convit.safetensors", loaded.class_names)
-    again = load_checkpoint(native)
-    assert kind_of(again.model).name == "convit" and again.config == loaded.config
-    _compare(model, again, x)
-    names = ["a", "b", "c", "d", "e"]
-    folder = tmp_path / "convit"
-    save_for_hf(
-        model, folder, model_config={"label_names": names}, model_args=ARGS,
-        safe_serialization=True,
-    )  # fmt: skip
-    loaded = load_checkpoint(folder)
-    assert loaded.family == "timm-convit" and loaded.class_names == names
-    assert any(n.startswith("checked against timm") for n in loaded.notes), loaded.notes
-    _compare(model, loaded, x)
+    assert_native_and_folder(
+        model, loaded, tmp_path, ARGS, lambda m, opened: _compare(m, opened, x)
+    )
 
 
 def test_gpsa_attention_is_its_definition(convit) -> None:
@@ -138,14 +127,7 @@ def _timm_pass(model: torch.nn.Module, x: torch.Tensor, target: int):
     """timm's matrices in float64 ((H, P, P) per GPSA layer, (H, N, N) per plain one) and
     their gradients of logit ``target``."""
     ref = model.double()
-    kept: list[torch.Tensor] = []
-    for block in ref.blocks:
-        block.attn.attn_drop.register_forward_hook(lambda _m, _i, o: kept.append(o) or o)
-    logits = ref(x.double())
-    for t in kept:
-        t.retain_grad()
-    logits[0, target].backward()
-    return [t[0].detach() for t in kept], [t.grad[0] for t in kept]
+    return timm_attention_pass(ref.blocks, ref, x, target)
 
 
 def _rownorm_plus_eye(m: torch.Tensor) -> torch.Tensor:
@@ -168,7 +150,7 @@ def _chain(mats: list[torch.Tensor], q: int | None) -> torch.Tensor:
 
 
 def _min_max(m: torch.Tensor) -> torch.Tensor:
-    return ((m - m.min()) / (m.max() - m.min())).reshape(GRID)
+    return min_max(m, GRID)
 
 
 def _embedded(m: torch.Tensor) -> torch.Tensor:

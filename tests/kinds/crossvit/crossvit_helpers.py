@@ -5,12 +5,10 @@ input px, as at timm's 240)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 from torch import Tensor, nn
-from zoo_helpers import randomize_
+from zoo_helpers import randomize_, save_timm_folder
+from zoo_helpers import save_bare as save_bare
 
 SIZE = 120
 GRIDS = [(10, 10), (7, 7)]
@@ -38,22 +36,6 @@ def tiny_timm_crossvit(
     return randomize_(model, seed=seed).eval()
 
 
-def save_folder(model: nn.Module, folder: Path) -> Path:
-    """timm's own folder (config.json + model.safetensors)."""
-    from timm.models import save_for_hf
-
-    save_for_hf(model, folder, safe_serialization=True)
-    return folder
-
-
-def save_bare(model: nn.Module, path: Path, settings: dict | None = None) -> Path:
-    """torch.save of the state dict, ``settings`` (if any) in its sidecar."""
-    torch.save(model.state_dict(), path)
-    if settings is not None:
-        path.with_name(path.name + ".vitviz.json").write_text(json.dumps(settings))
-    return path
-
-
 def timm_attention(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
     """timm's eager forward: logits (B, C) and every attention layer's softmax in the order it
     runs (each branch's blocks, then the two fusions, per multi-scale block)."""
@@ -71,3 +53,6 @@ def timm_attention(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         for h in handles:
             h.remove()
     return logits, attn
+
+
+save_folder = save_timm_folder  # timm's own folder (config.json + model.safetensors)

@@ -7,8 +7,7 @@ model's logits; gradients reach blocks and heads."""
 
 from __future__ import annotations
 
-import copy
-
+import intermediates_checks as checks
 import pytest
 import torch
 from levit_helpers import SIZE, save_folder, timm_layers, tiny_timm_levit
@@ -89,44 +88,29 @@ def test_heads_through_the_projection_are_the_attention_branch(opened) -> None:
         assert float((got - w).abs().max()) / float(w.abs().max()) < 1e-5, b
 
 
+def _zero_head(layer: int, head: int):
+    def zero(model) -> None:
+        attn = model.blocks[layer].attn
+        w = attn.proj.ln.linear.weight  # (D, heads·e) or (D, heads·e, 1, 1)
+        checks.zero_columns(w, head, attn.value_dim)  # Hardswish(0) = 0: the head's columns read 0
+
+    return zero
+
+
 def test_a_zeroed_head_is_its_projection_columns_zeroed(opened) -> None:
     _, loaded, x, inter = opened
     for layer, head in ((1, 2), (3, 1)):  # the subsample of stage 1, a block of stage 1
-        with torch.no_grad():
-            got = loaded.kind.intermediates(loaded.model, x, replace={(layer, head): None}).logits
-            model = copy.deepcopy(loaded.model)
-            attn = model.blocks[layer].attn
-            w = attn.proj.ln.linear.weight  # (D, heads·e) or (D, heads·e, 1, 1)
-            e = attn.value_dim
-            w[:, head * e : (head + 1) * e] = 0  # Hardswish(0) = 0: the head's columns read 0
-            want = model(x)
-        assert not torch.allclose(got, inter.logits)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    itself = {(4, 0): inter.heads[4][:, 0]}
-    with torch.no_grad():
-        same = loaded.kind.intermediates(loaded.model, x, replace=itself).logits
-    assert torch.equal(same, inter.logits)
+        checks.check_zeroed_head(loaded, x, inter, layer, head, _zero_head(layer, head))
+    checks.check_replaced_by_itself(loaded, x, inter, 4, 0)
 
 
 def test_bad_replacements_are_refused(opened) -> None:
     _, loaded, x, _ = opened
-    for bad, words in (
-        ({(6, 0): None}, "layer 6"),
-        ({(4, 6): None}, "head 6"),
-        ({(0, 0): torch.zeros(2, 5, 8)}, "replacement"),
-        ({(0, 0): 1.0}, "tensor"),
-    ):
-        with pytest.raises(ValueError, match=words):
-            loaded.kind.intermediates(loaded.model, x, replace=bad)
-    assert not any(m._forward_hooks or m._forward_pre_hooks for m in loaded.model.modules())
+    checks.check_bad_replacements(loaded, x, 6, 4, 6)
 
 
 def test_the_readout_of_the_last_block_is_the_logits_and_gradients_flow(opened) -> None:
     _, loaded, x, _ = opened
-    inter = loaded.kind.intermediates(loaded.model, x)
-    readout = loaded.kind.readout(loaded.model)
-    patches = inter.blocks[-1].flatten(2).transpose(1, 2)
-    torch.testing.assert_close(readout.logits(inter.block_prefix[-1], patches), inter.logits)
-    y = inter.logits[:, 0].sum()
-    grads = torch.autograd.grad(y, [inter.blocks[0], inter.heads[1], inter.heads[3]])
-    assert all(float(g.abs().sum()) > 0 for g in grads)
+    checks.check_readout_and_gradients(
+        loaded, x, lambda inter: [inter.blocks[0], inter.heads[1], inter.heads[3]]
+    )

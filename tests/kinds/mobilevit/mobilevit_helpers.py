@@ -4,12 +4,10 @@ blocks of 2 and 1 layers), and timm's own mobilevit_xxs at 64 px."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 from torch import nn
-from zoo_helpers import randomize_
+from zoo_helpers import randomize_, save_timm_folder
+from zoo_helpers import save_bare as save_bare
 
 SIZE = 64  # tiny: stage maps 32, 16, 8, 4 (2×2 patches: 4×4 and 2×2 patch grids)
 HEADS = (0, 0, 2, 2)
@@ -74,22 +72,6 @@ def timm_xxs(seed: int = 2, num_classes: int = 5) -> nn.Module:
     return perturbed_(timm.create_model("mobilevit_xxs", num_classes=num_classes), seed)
 
 
-def save_folder(model: nn.Module, folder: Path) -> Path:
-    """timm's own folder (config.json + model.safetensors)."""
-    from timm.models import save_for_hf
-
-    save_for_hf(model, folder, safe_serialization=True)
-    return folder
-
-
-def save_bare(model: nn.Module, path: Path, settings: dict | None = None) -> Path:
-    """torch.save of the state dict, ``settings`` (if any) in its sidecar."""
-    torch.save(model.state_dict(), path)
-    if settings is not None:
-        path.with_name(path.name + ".vitviz.json").write_text(json.dumps(settings))
-    return path
-
-
 def timm_attention(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """timm's eager forward: logits and each transformer layer's attention (B·P, heads, N, N)."""
     attn: list[torch.Tensor] = []
@@ -142,3 +124,6 @@ def hf_attention(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[
             h.remove()
     logits = out.logits if hasattr(out, "logits") else out.pooler_output
     return logits, attn
+
+
+save_folder = save_timm_folder  # timm's own folder (config.json + model.safetensors)

@@ -8,8 +8,7 @@ model's logits; gradients reach blocks, the CLS and heads."""
 
 from __future__ import annotations
 
-import copy
-
+import intermediates_checks as checks
 import pytest
 import torch
 from mvit_helpers import SIZE, Softmaxes, save_bare, tiny_timm_mvit
@@ -59,17 +58,7 @@ def _timm_run(ref, x) -> dict[str, list]:
 def test_blocks_and_the_cls_equal_timms(opened) -> None:
     ref, _, x, inter = opened
     want = _timm_run(ref, x)["block"]
-    assert len(inter.blocks) == len(want) == 5
-    for b, (grid_out, prefix, w) in enumerate(
-        zip(inter.blocks, inter.block_prefix, want, strict=True)
-    ):
-        h, wd = GRIDS[b]
-        assert tuple(grid_out.shape[-2:]) == (h, wd) and prefix.shape[1] == P
-        patches = w[:, P:].transpose(1, 2).reshape(w.shape[0], -1, h, wd)
-        scale = float(w.abs().max())
-        assert float((grid_out - patches).abs().max()) / scale < 1e-5, b
-        assert float((prefix - w[:, :P]).abs().max()) / scale < 1e-5, b
-        assert inter.block_grids[b].grid == (h, wd) and inter.block_grids[b].num_prefix_tokens == P
+    checks.check_blocks_and_prefix(inter, want, GRIDS, P)
 
 
 def test_a_head_is_its_attention_times_v_plus_its_pooled_queries(opened) -> None:
@@ -86,51 +75,22 @@ def test_a_head_is_its_attention_times_v_plus_its_pooled_queries(opened) -> None
 def test_heads_through_the_projection_are_the_attention_branch(opened) -> None:
     ref, _, x, inter = opened
     want = _timm_run(ref, x)["branch"]
-    for b, (heads, proj, w) in enumerate(zip(inter.heads, inter.projections, want, strict=True)):
-        B, H, N, d = heads.shape
-        with torch.no_grad():
-            got = proj(heads.transpose(1, 2).reshape(B, N, H * d))
-        assert float((got - w).abs().max()) / float(w.abs().max()) < 1e-5, b
+    checks.check_heads_through_projection(inter, want)
 
 
 def test_a_zeroed_head_is_its_projection_columns_zeroed(opened) -> None:
     _, loaded, x, inter = opened
-    layer, head = 3, 2
-    with torch.no_grad():
-        got = loaded.kind.intermediates(loaded.model, x, replace={(layer, head): None}).logits
-        model = copy.deepcopy(loaded.model)
-        proj = model.blocks[layer].attn.proj
-        d = proj.in_features // model.blocks[layer].attn.heads
-        proj.weight[:, head * d : (head + 1) * d] = 0
-        want = model(x)
-    assert not torch.allclose(got, inter.logits)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    itself = {(4, 0): inter.heads[4][:, 0]}
-    with torch.no_grad():
-        same = loaded.kind.intermediates(loaded.model, x, replace=itself).logits
-    assert torch.equal(same, inter.logits)
+    checks.check_zeroed_head(loaded, x, inter, 3, 2, checks.zero_attn_head(3, 2))
+    checks.check_replaced_by_itself(loaded, x, inter, 4, 0)
 
 
 def test_bad_replacements_are_refused(opened) -> None:
     _, loaded, x, _ = opened
-    for bad, words in (
-        ({(5, 0): None}, "layer 5"),
-        ({(4, 8): None}, "head 8"),
-        ({(0, 0): torch.zeros(2, 5, 8)}, "replacement"),
-        ({(0, 0): 1.0}, "tensor"),
-    ):
-        with pytest.raises(ValueError, match=words):
-            loaded.kind.intermediates(loaded.model, x, replace=bad)
-    assert not any(m._forward_hooks or m._forward_pre_hooks for m in loaded.model.modules())
+    checks.check_bad_replacements(loaded, x, 5, 4, 8)
 
 
 def test_the_readout_of_the_last_block_is_the_logits_and_gradients_flow(opened) -> None:
     _, loaded, x, _ = opened
-    inter = loaded.kind.intermediates(loaded.model, x)
-    readout = loaded.kind.readout(loaded.model)
-    patches = inter.blocks[-1].flatten(2).transpose(1, 2)
-    torch.testing.assert_close(readout.logits(inter.block_prefix[-1], patches), inter.logits)
-    y = inter.logits[:, 0].sum()
-    tensors = [inter.blocks[0], inter.block_prefix[1], inter.heads[2]]
-    grads = torch.autograd.grad(y, tensors)
-    assert all(float(g.abs().sum()) > 0 for g in grads)
+    checks.check_readout_and_gradients(
+        loaded, x, lambda inter: [inter.blocks[0], inter.block_prefix[1], inter.heads[2]]
+    )

@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 from torch import Tensor, nn
-from zoo_helpers import randomize_
+from zoo_helpers import randomize_, save_timm_folder
+from zoo_helpers import save_bare as save_bare
 
 SIZE = 48
 HEADS = (2, 2, 4)
@@ -26,22 +24,6 @@ def tiny_timm_pit(distilled: bool = False, seed: int = 1, num_classes: int = 5) 
         base_dims=[8, 8, 8], depth=[1, 2, 1], heads=list(HEADS),
     )  # fmt: skip
     return randomize_(model, seed=seed)
-
-
-def save_folder(model: nn.Module, folder: Path) -> Path:
-    """timm's own folder (config.json + model.safetensors)."""
-    from timm.models import save_for_hf
-
-    save_for_hf(model, folder, safe_serialization=True)
-    return folder
-
-
-def save_bare(model: nn.Module, path: Path, settings: dict | None = None) -> Path:
-    """torch.save of the state dict, ``settings`` (if any) in its sidecar."""
-    torch.save(model.state_dict(), path)
-    if settings is not None:
-        path.with_name(path.name + ".vitviz.json").write_text(json.dumps(settings))
-    return path
 
 
 BARE_SETTINGS = {"stage_heads": list(HEADS), "stride": STRIDE}
@@ -69,3 +51,6 @@ def timm_attention_and_gradients(
     c = int(logits.argmax()) if target is None else target
     grads = torch.autograd.grad(logits[c], attn)
     return logits.detach(), [a[0].detach() for a in attn], [g[0] for g in grads], c
+
+
+save_folder = save_timm_folder  # timm's own folder (config.json + model.safetensors)

@@ -5,12 +5,10 @@ heads, inner width 8 with 2 heads, depth 2; current and legacy layouts; and timm
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 from torch import Tensor, nn
-from zoo_helpers import randomize_
+from zoo_helpers import Softmaxes, randomize_, save_timm_folder
+from zoo_helpers import save_bare as save_bare
 
 SIZE = 32
 TINY = dict(
@@ -40,36 +38,6 @@ def named_timm_tnt(
     return randomize_(model, seed=seed).eval()
 
 
-def save_folder(model: nn.Module, folder: Path, **model_args) -> Path:
-    """timm's own folder (config.json + model.safetensors)."""
-    from timm.models import save_for_hf
-
-    save_for_hf(model, folder, safe_serialization=True, model_args=model_args or None)
-    return folder
-
-
-def save_bare(model: nn.Module, path: Path, settings: dict | None = None) -> Path:
-    """torch.save of the state dict, ``settings`` (if any) in its sidecar."""
-    torch.save(model.state_dict(), path)
-    if settings is not None:
-        path.with_name(path.name + ".vitviz.json").write_text(json.dumps(settings))
-    return path
-
-
-class Softmaxes(torch.overrides.TorchFunctionMode):
-    """Every softmax's output while active: timm's TNT's inner then outer probabilities."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.out: list[Tensor] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        if func in (torch.Tensor.softmax, torch.softmax, torch.nn.functional.softmax):
-            self.out.append(result)
-        return result
-
-
 def timm_logits_and_attention(
     model: nn.Module, x: Tensor
 ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
@@ -78,3 +46,6 @@ def timm_logits_and_attention(
     with torch.no_grad(), Softmaxes() as mode:
         logits = model(x)
     return logits, mode.out[1::2], mode.out[0::2]
+
+
+save_folder = save_timm_folder  # timm's own folder (config.json + model.safetensors)

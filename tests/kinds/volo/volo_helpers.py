@@ -4,12 +4,12 @@ timm's volo_d1 heads (6, 12), one or two blocks a stage, two class blocks."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from zoo_helpers import randomize_
+from zoo_helpers import randomize_, save_timm_folder
+from zoo_helpers import save_bare as save_bare
 
 SIZE = 64
 GRIDS = [(8, 8), (4, 4)]
@@ -54,18 +54,7 @@ def tiny_timm_volo(
 
 def save_folder(model: nn.Module, folder: Path) -> Path:
     """timm's own folder (config.json + model.safetensors)."""
-    from timm.models import save_for_hf
-
-    save_for_hf(model, folder, safe_serialization=True, model_args={"img_size": SIZE})
-    return folder
-
-
-def save_bare(model: nn.Module, path: Path, settings: dict | None = None) -> Path:
-    """torch.save of the state dict, ``settings`` (if any) in its sidecar."""
-    torch.save(model.state_dict(), path)
-    if settings is not None:
-        path.with_name(path.name + ".vitviz.json").write_text(json.dumps(settings))
-    return path
+    return save_timm_folder(model, folder, img_size=SIZE)
 
 
 def timm_attention(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:

@@ -21,14 +21,17 @@ import torch
 from lrp_reference import (
     RAdd,
     RClone,
+    RefClassAttn,
     RefMlp,
-    REinsum,
     RIndexSelect,
     RLayerNorm,
     RLinear,
-    RSoftmax,
+    assert_batch_is_one_by_one,
     assert_close_scaled,
-    keep_gradient,
+    assert_layers_equal,
+    assert_relevance_refusals,
+    backward_and_relprop,
+    reference_rollout_map,
 )
 from test_zoo_xcit import tiny_xcit
 from torch import nn
@@ -49,45 +52,6 @@ NAMES = {True: "xcit_tiny_12_p8_224", False: "xcit_nano_12_p8_224"}  # tokens_no
 
 def _rows(n):
     return torch.tensor([0]), torch.arange(1, n)
-
-
-class RefClassAttn(nn.Module):
-    """timm's ClassAttn: the CLS's q over k, v of every normed token, proj on its output."""
-
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads, self.scale = heads, (dim // heads) ** -0.5
-        self.q, self.k, self.v = RLinear(dim, dim), RLinear(dim, dim), RLinear(dim, dim)
-        self.proj = RLinear(dim, dim)
-        self.matmul1 = REinsum("bhid,bhjd->bhij")
-        self.matmul2 = REinsum("bhij,bhjd->bhid")
-        self.softmax = RSoftmax(-1)
-
-    def forward(self, cls, u_k, u_v):
-        b, n, d = u_k.shape
-        h = self.heads
-        q = self.q(cls).reshape(b, 1, h, d // h).transpose(1, 2)
-        k = self.k(u_k).reshape(b, n, h, d // h).transpose(1, 2)
-        v = self.v(u_v).reshape(b, n, h, d // h).transpose(1, 2)
-        attn = self.softmax(self.matmul1([q, k]) * self.scale)
-        self.attn = attn
-        attn.register_hook(keep_gradient(self))
-        return self.proj(self.matmul2([attn, v]).transpose(1, 2).reshape(b, 1, d))
-
-    def relprop(self, R, alpha):
-        """Relevance at proj's output (b, 1, d) -> at q's input (the CLS), k's and v's."""
-        R = self.proj.relprop(R, alpha)
-        b, _, d = R.shape
-        h = self.heads
-        R = R.reshape(b, 1, h, d // h).transpose(1, 2)
-        r_attn, r_v = (t / 2 for t in self.matmul2.relprop(R, alpha))
-        self.attn_cam = r_attn
-        r_q, r_k = (t / 2 for t in self.matmul1.relprop(self.softmax.relprop(r_attn, alpha), alpha))
-        n = r_k.shape[2]
-        r_cls = self.q.relprop(r_q.transpose(1, 2).reshape(b, 1, d), alpha)
-        r_u_k = self.k.relprop(r_k.transpose(1, 2).reshape(b, n, d), alpha)
-        r_u_v = self.v.relprop(r_v.transpose(1, 2).reshape(b, n, d), alpha)
-        return r_cls, r_u_k, r_u_v
 
 
 class RefClassBlock(nn.Module):
@@ -189,17 +153,6 @@ def reference_layers(ref):
     return out
 
 
-def reference_map(layers, start_layer=0):
-    """The CLS's row of (I + Ā_L) ⋯ (I + Ā_s) over the patches, Ā_l = mean_h((G ⊙ R_A)⁺),
-    min-max scaled."""
-    eye = torch.eye(P + 1, dtype=torch.float64)
-    joint = eye
-    for r_a, g in layers[start_layer:]:
-        joint = (eye + (g[0] * r_a[0]).clamp(min=0).mean(dim=0)) @ joint
-    row = joint[0, 1:]
-    return ((row - row.min()) / (row.max() - row.min())).reshape(GRID)
-
-
 @pytest.fixture(scope="module", params=[True, False], ids=["tokens_norm", "cls_norm"])
 def models(request, tmp_path_factory):
     """timm's XCiT (float64), the reference on its weights, vitviz's on its checkpoint."""
@@ -226,12 +179,8 @@ def test_every_layer_and_the_map_equal_the_reference_float64(models, target):
         p = timm_patches(timm_model, x)
     logits = ref(p)
     torch.testing.assert_close(logits, timm_model(x), rtol=0, atol=1e-12)  # the same network
-    c = int(logits.argmax()) if target is None else target
-    one_hot = torch.zeros_like(logits)
-    one_hot[0, c] = 1.0
-    ref.zero_grad()
-    (one_hot * logits).sum().backward()
-    r_in = ref.relprop(one_hot).detach()
+    c, r_in = backward_and_relprop(ref, logits, target)
+    r_in = r_in.detach()
     layers = reference_layers(ref)
     res, mine_in = xcit_relevance(ours, x, target)
     # at the stage's input: the patches' rules too (their doubling, their own normed tokens in
@@ -241,13 +190,9 @@ def test_every_layer_and_the_map_equal_the_reference_float64(models, target):
     torch.testing.assert_close(res.logits, logits.detach(), rtol=0, atol=1e-12)
     assert int(res.target) == c and res.num_prefix_tokens == 1 and res.grid == GRID
     assert len(res.relevances) == len(res.gradients) == L
-    for layer, ((r_a, g), mine_r, mine_g) in enumerate(
-        zip(layers, res.relevances, res.gradients, strict=True)
-    ):
-        assert_close_scaled(mine_r, r_a, f"R_A of layer {layer}")
-        assert_close_scaled(mine_g, g, f"G of layer {layer}")
+    assert_layers_equal(layers, res)
     for start_layer in range(L):
-        want = reference_map(layers, start_layer)
+        want = reference_rollout_map(layers, 0, start_layer, GRID)
         got = xcit_transformer_attribution(ours, x, target, start_layer)[0]
         assert_close_scaled(got, want, f"map from layer {start_layer}")
         assert want.std() > 0.01  # a map with structure, not a constant one
@@ -276,23 +221,10 @@ def test_the_kinds_method_is_the_map(models, photo_files):
 def test_refusals(models):
     _, _, ours, _, _ = models
     x = images(1, 32, 32).double()
-    ours.train()
-    try:
-        with pytest.raises(ValueError, match="eval mode"):
-            xcit_attention_relevance(ours, x)
-    finally:
-        ours.eval()
-    with pytest.raises(ValueError, match="vitviz's own XCiT"):
-        xcit_attention_relevance(nn.Linear(2, 2), x)
+    assert_relevance_refusals(xcit_attention_relevance, ours, x, "vitviz's own XCiT")
 
 
 def test_a_batch_equals_its_images_one_by_one(models):
     _, _, ours, _, _ = models
     x = images(2, 32, 32, seed=5).double()
-    both = xcit_attention_relevance(ours, x, torch.tensor([1, 4]))
-    for i, c in enumerate([1, 4]):
-        one = xcit_attention_relevance(ours, x[i : i + 1], c)
-        for mine, theirs in zip(both.relevances, one.relevances, strict=True):
-            torch.testing.assert_close(mine[i : i + 1], theirs, rtol=1e-9, atol=1e-15)
-        for mine, theirs in zip(both.gradients, one.gradients, strict=True):
-            torch.testing.assert_close(mine[i : i + 1], theirs, rtol=1e-9, atol=1e-15)
+    assert_batch_is_one_by_one(xcit_attention_relevance, ours, x, [1, 4])

@@ -9,11 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_ui_window import WAIT_MS, click, drop, new_window, settled, wait_shown
+from cls_ui_checks import click_patch, open_shown, query_rows, watched_window
+from test_ui_window import WAIT_MS, settled
 from test_zoo_xcit import tiny_xcit
-
-from vitviz.checkpoints import load_checkpoint
-from vitviz.pipeline.analysis import analyze
 
 
 @pytest.fixture
@@ -26,25 +24,14 @@ def xcit_ckpt(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path):
-    w = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
-    yield w
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    yield from watched_window(qtbot, tmp_path)
 
 
 def test_the_window_shows_an_xcit(qtbot, window, xcit_ckpt: Path, photo_files) -> None:
     image = photo_files["chelsea"]
-    drop(window, [image, xcit_ckpt])
-    wait_shown(qtbot, window, image.name)
-    v = window.viewer
-    a = analyze(load_checkpoint(xcit_ckpt), image)
-    assert v.head_grid.row_texts() == ["CA 0", "CA 1"]
-    want = a.attention[:, :, 0, 1:].reshape(2, 4, 4, 4).numpy()
-    np.testing.assert_allclose(v.maps.head_maps, want, atol=1e-6)
-    patch = (2, 1)
-    click(v.map_view, v.map_view.vb.mapViewToScene(v.map_view.patch_rect(*patch).center()))
-    qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == patch, timeout=WAIT_MS)
+    v, a = open_shown(qtbot, window, xcit_ckpt, image, ["CA 0", "CA 1"])
+    np.testing.assert_allclose(v.maps.head_maps, query_rows(a, 0, 2), atol=1e-6)
+    click_patch(qtbot, window, (2, 1))
     assert np.isnan(v.maps.head_maps).all()
 
 
@@ -57,10 +44,7 @@ def test_the_cam_layer_picker_offers_every_xcit_block(
     from vitviz.explain.methods import get_method
 
     image = photo_files["chelsea"]
-    drop(window, [image, xcit_ckpt])
-    wait_shown(qtbot, window, image.name)
-    v = window.viewer
-    assert v.head_grid.row_texts() == ["CA 0", "CA 1"]
+    v, a = open_shown(qtbot, window, xcit_ckpt, image, ["CA 0", "CA 1"])
     picker = v.controls.cam_layer
     offered = [picker.itemData(i) for i in range(picker.count())]
     assert offered[4:] == [f"{b}.{p}" for b in range(4) for p in ("norm1", "norm2", "output")]
@@ -72,6 +56,5 @@ def test_the_cam_layer_picker_offers_every_xcit_block(
         lambda: settled(window) and v.maps.params.params().get("layer") == "1.norm1",
         timeout=WAIT_MS,
     )
-    a = analyze(load_checkpoint(xcit_ckpt), image)
     want = get_method("gradcam")(a, None, None, {"layer": "1.norm1"}).numpy()
     np.testing.assert_allclose(v.maps.method_map, want, atol=1e-5)

@@ -13,7 +13,8 @@ import pytest
 import timm
 import torch
 from timm.models import save_for_hf
-from zoo_helpers import ATTN_ATOL, LOGIT_ATOL, assert_close, images, randomize_
+from timm_cls_checks import assert_library_outputs, min_max, timm_attention_pass
+from zoo_helpers import assert_close, images, randomize_
 
 from vitviz import cli
 from vitviz.checkpoints import load_checkpoint
@@ -41,15 +42,10 @@ def tiny_xcit(name: str = "xcit_tiny_12_p8_224", seed: int = 0) -> torch.nn.Modu
 
 
 def _compare(model: torch.nn.Module, loaded, x: torch.Tensor) -> None:
-    ref_logits, ref_attn = LIBRARY_MODEL.read(model, x)
-    logits, attn = kind_of(loaded.model).library_outputs(loaded.model, x)
-    assert [tuple(a.shape[2:]) for a in ref_attn] == [(8, 8), (8, 8), (1, 17), (1, 17)]
-    scale = float(ref_logits.abs().max())
-    assert_close("logits", ref_logits / scale, logits / scale, LOGIT_ATOL)
+    shapes = [(8, 8), (8, 8), (1, 17), (1, 17)]
+    logits, _ = assert_library_outputs(LIBRARY_MODEL, model, loaded, x, shapes)
     with torch.no_grad():
         assert_close("fused path", loaded.model(x), logits, 1e-5)
-    for i, (a, b) in enumerate(zip(ref_attn, attn, strict=True)):
-        assert_close(f"attention {i}", a, b, ATTN_ATOL)
 
 
 @pytest.mark.parametrize("name", ["xcit_nano_12_p8_224", "xcit_tiny_12_p8_224"])
@@ -83,19 +79,11 @@ def _timm_pass(model: torch.nn.Module, x: torch.Tensor, target: int):
     """timm's class-attention rows (H, 1, 1 + P) in float64 and their gradients of logit
     ``target``."""
     ref = model.double()
-    kept: list[torch.Tensor] = []
-    for block in ref.cls_attn_blocks:
-        block.attn.fused_attn = False
-        block.attn.attn_drop.register_forward_hook(lambda _m, _i, o: kept.append(o) or o)
-    logits = ref(x.double())
-    for t in kept:
-        t.retain_grad()
-    logits[0, target].backward()
-    return [t[0, :, 0].detach() for t in kept], [t.grad[0, :, 0] for t in kept]
+    return timm_attention_pass(ref.cls_attn_blocks, ref, x, target, lambda t: t[0, :, 0])
 
 
 def _min_max(m: torch.Tensor) -> torch.Tensor:
-    return ((m - m.min()) / (m.max() - m.min())).reshape(GRID)
+    return min_max(m, GRID)
 
 
 def test_methods_run_through_the_class_attention_only(tmp_path: Path, photo_files) -> None:

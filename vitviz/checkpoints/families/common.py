@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from vitviz.blocks import ViTConfig
 from vitviz.checkpoints.assign import few
@@ -41,6 +42,24 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INCEPTION_MEAN = (0.5, 0.5, 0.5)
 INCEPTION_STD = (0.5, 0.5, 0.5)
+
+# The settings a kind's family takes beside its config's fields (arch: a timm model name).
+KIND_EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+
+
+def timm_crop(
+    crop_pct: float, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD
+) -> dict[str, Any]:
+    """timm's default_cfg preprocessing of a model: a centre crop of ``crop_pct``, bicubic,
+    ``mean`` and ``std`` (ImageNet's unless given)."""
+    return {
+        "resize": "crop",
+        "crop_pct": crop_pct,
+        "interpolation": "bicubic",
+        "mean": mean,
+        "std": std,
+    }
+
 
 # The key a library's preprocessing sets beside an ``image_size`` that is only the library's
 # evaluation setting (timm's pretrained_cfg input_size), never the model's own size: its value
@@ -473,3 +492,38 @@ def timm_mlp_ratio(dim: int, hidden: int) -> float:
         return float(hidden)
     r = hidden / dim
     return r if int(dim * r) == hidden else (hidden + 0.5) / dim
+
+
+class _Softmaxes(TorchFunctionMode):
+    """Every softmax's output while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out: list[Tensor] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        result = func(*args, **(kwargs or {}))
+        if func in (torch.Tensor.softmax, torch.softmax, torch.nn.functional.softmax):
+            self.out.append(result)
+        return result
+
+
+def read_softmaxes(model: nn.Module, x: Tensor, count: int) -> tuple[Tensor, list[Tensor] | None]:
+    """A library model's logits on ``x`` and every softmax's output in order (in a model whose
+    only softmaxes are its attention's, each attention's probabilities, e.g. (B, heads, N, N)),
+    None when there are not ``count`` of them."""
+    with torch.no_grad(), _Softmaxes() as mode:
+        logits = model(x)
+    return logits, (mode.out if len(mode.out) == count else None)
+
+
+def aligned(t: Tensor) -> Tensor:
+    """``t`` in 64-byte aligned storage (a copy when it is an unaligned view into a file's
+    buffer): a conv's or a product's kernel choice, and so its fp32 rounding, follows the
+    alignment, as in the library's own model after a normal load."""
+    return t if t.data_ptr() % 64 == 0 else t.clone()
+
+
+def aligned_state(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Every tensor of ``state`` in aligned storage (``aligned``)."""
+    return {k: aligned(t) for k, t in state.items()}

@@ -19,22 +19,26 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     Taker,
     block_indices,
     check_depth,
-    grid_from_table,
-    prepared_preprocessing,
+    timm_crop,
+    timm_mlp_ratio,
 )
 from vitviz.checkpoints.families.timm_library import timm_reference
-from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.kinds.cait.config import CaitConfig
+from vitviz.kinds.timm_family import (
+    check_table,
+    refuse_model_args,
+    settings_config,
+    table_image_size,
+    take_linear,
+    take_stem_and_head,
+    timm_conversion,
+)
 
 LOOKS_LIKE = "a timm CaiT"
 # model_args the weights already show (sizes), or that only change the initialisation or
@@ -46,15 +50,8 @@ _SIZE_ARGS = {
     "drop_path_rate",
 }  # fmt: skip
 # timm's default_cfg of every CaiT: ImageNet mean and std, the whole image (crop_pct 1), bicubic.
-CAIT_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 1.0,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
+CAIT_DEFAULTS = timm_crop(1.0)
 _FIELDS = frozenset(f.name for f in dataclasses.fields(CaitConfig))
-_EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
 
 
 def cait_blocks(model: nn.Module) -> list[nn.Module]:
@@ -71,22 +68,11 @@ def detect(source: Source) -> bool:
     return "blocks_token_only.0.attn.q.weight" in s and "blocks.0.attn.proj_l.weight" in s
 
 
-def _linear(t: Taker, old: str, new: str, out: dict[str, Tensor], bias: bool = True) -> None:
-    out[new + ".weight"] = t.take(old + ".weight")
-    b = t.maybe(old + ".bias")
-    if b is not None:
-        out[new + ".bias"] = b
-    elif bias:
-        raise CheckpointError(
-            f"{t.source.name} looks like {LOOKS_LIKE}, but {old}.bias is missing."
-        )
-
-
 def _block(t: Taker, old: str, new: str, attn: tuple[str, ...], out: dict[str, Tensor]) -> None:
     for part in ("norm1", "norm2", "mlp.fc1", "mlp.fc2", "attn.proj"):
-        _linear(t, f"{old}.{part}", f"{new}.{part}", out)
+        take_linear(t, f"{old}.{part}", out, f"{new}.{part}")
     for part in attn:
-        _linear(t, f"{old}.attn.{part}", f"{new}.attn.{part}", out, bias=part.startswith("proj"))
+        take_linear(t, f"{old}.attn.{part}", out, f"{new}.attn.{part}", part.startswith("proj"))
     out[f"{new}.ls1.gamma"] = t.take(f"{old}.gamma_1")
     out[f"{new}.ls2.gamma"] = t.take(f"{old}.gamma_2")
 
@@ -95,14 +81,9 @@ def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
-    changed = sorted(set(args) - _SIZE_ARGS - {"global_pool"})
-    if args.get("global_pool", "token") != "token":
-        changed.append(f"global_pool {args['global_pool']!r} (vitviz's CaiT reads the CLS token)")
-    if changed:
-        raise CheckpointError(
-            f"{source.name}: timm CaiT model_args {', '.join(changed)} change the computation "
-            "and vitviz does not model them; refused rather than shown wrong."
-        )
+    refuse_model_args(
+        source, args, _SIZE_ARGS, "CaiT", pool_note=" (vitviz's CaiT reads the CLS token)"
+    )
     t = Taker(source, LOOKS_LIKE)
     out: dict[str, Tensor] = {}
     S = check_depth(source, block_indices(t.state, r"blocks\.(\d+)\.norm1\.weight$"))
@@ -111,33 +92,15 @@ def convert(source: Source) -> Conversion:
         _block(t, f"blocks.{i}", f"blocks.{i}", ("qkv", "proj_l", "proj_w"), out)
     for j in range(K):
         _block(t, f"blocks_token_only.{j}", f"blocks.{S + j}", ("q", "k", "v"), out)
-    out["cls_token"] = t.take("cls_token")
-    out["pos_embed"] = pos = t.take("pos_embed")
-    out["patch_embed.proj.weight"] = patch = t.take("patch_embed.proj.weight")
-    out["patch_embed.proj.bias"] = t.take("patch_embed.proj.bias")
-    out["norm.weight"] = t.take("norm.weight")
-    out["norm.bias"] = t.take("norm.bias")
-    num_classes = 0
-    if "head.weight" in t:
-        out["head.weight"] = t.take("head.weight")
-        out["head.bias"] = t.take("head.bias")
-        num_classes = out["head.weight"].shape[0]
+    pos, patch, num_classes = take_stem_and_head(t, out)
     t.refuse_leftovers()
 
     D, p = patch.shape[0], patch.shape[-1]
     notes = ["timm CaiT: LayerNorm eps 1e-6, GELU and the CLS head, as timm builds every CaiT"]
-    size = args.get("img_size")
-    if size is None and isinstance(pretrained.get("input_size"), (list, tuple)):
-        size = list(pretrained["input_size"][1:])
-    if size is None:
-        grid = grid_from_table(pos.shape[1])
-        if grid is None:
-            raise CheckpointError(
-                f"{source.name}: pos_embed has {pos.shape[1]} patches, not a square grid; set "
-                f"image_size in {source.sidecar_name}."
-            )
-        size = [grid[0] * p, grid[1] * p]
-        notes.append(f"image size {size[0]}×{size[1]} read off the square position table")
+    size = table_image_size(
+        source, args, pretrained, pos.shape[1], p, notes,
+        f"; set image_size in {source.sidecar_name}.",
+    )  # fmt: skip
     inferred: dict[str, Any] = dict(
         image_size=size,
         patch_size=p,
@@ -155,41 +118,18 @@ def convert(source: Source) -> Conversion:
     )
     user = dict(source.user)
     arch = user.pop("arch", None)
-    unknown = sorted(set(user) - _FIELDS - _EXTRAS)
-    if unknown:
-        raise CheckpointError(
-            f"{source.name}: unknown settings {', '.join(unknown)} for a CaiT; accepted: CaiT "
-            "config fields, class_names, preprocessing."
-        )
-    fields = {**inferred, **{k: v for k, v in user.items() if k in _FIELDS}}
-    try:
-        config = CaitConfig(**fields)
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{source.name}: the CaiT settings are invalid: {exc}") from exc
-    if config.num_patches != pos.shape[1]:
-        raise CheckpointError(
-            f"{source.name}: pos_embed holds {pos.shape[1]} patches, the image size "
-            f"{config.image_size[0]}×{config.image_size[1]} gives {config.num_patches}."
-        )
-    names = resolve_class_names(
-        num_classes, user.get("class_names"), names_from_timm(cfg, num_classes), True
-    )
-    prep_dict, prep_notes = timm_preprocessing(pretrained, CAIT_DEFAULTS)
-    notes += prep_notes
-    if not pretrained:
-        notes.append(
-            "no timm config.json beside the file: preprocessing is timm's CaiT default (set "
-            f"preprocessing in {source.sidecar_name} to change it)"
-        )
-    prepared = prepared_preprocessing(source, config, prep_dict, user, notes)
-    conversion = Conversion(
+    config = settings_config(source, user, inferred, CaitConfig, _FIELDS, ("a CaiT", "CaiT"))
+    check_table(source, config, pos.shape[1])
+    conversion = timm_conversion(
+        source,
         family="timm-cait",
+        kind="cait",
         config=config,
         state=out,
-        class_names=names,
-        preprocessing=prepared,
+        num_classes=num_classes,
+        defaults=CAIT_DEFAULTS,
         notes=notes,
-        kind="cait",
+        default_word="CaiT",
     )
     named = arch or cfg.get("architecture")
     if not named:
@@ -211,10 +151,6 @@ def _library_args(config: CaitConfig) -> tuple[dict[str, Any], str]:
     """timm's Cait keywords for the sizes the file's tensors show (the check builds the file's
     model, not the name's defaults), and the words its note says them with."""
 
-    def ratio(hidden: int) -> float:  # one whose int(dim · ratio) gives ``hidden`` back
-        r = hidden / config.dim
-        return r if int(config.dim * r) == hidden else (hidden + 0.5) / config.dim
-
     class_hidden = config.class_mlp_hidden_dim or config.hidden_dim
     depth = config.depth - config.class_depth
     args = {
@@ -223,8 +159,8 @@ def _library_args(config: CaitConfig) -> tuple[dict[str, Any], str]:
         "depth": depth,
         "depth_token_only": config.class_depth,
         "num_heads": config.heads,
-        "mlp_ratio": ratio(config.hidden_dim),
-        "mlp_ratio_token_only": ratio(class_hidden),
+        "mlp_ratio": timm_mlp_ratio(config.dim, config.hidden_dim),
+        "mlp_ratio_token_only": timm_mlp_ratio(config.dim, class_hidden),
         "qkv_bias": config.qkv_bias,
     }
     words = f"width {config.dim}, {depth} + {config.class_depth} blocks, {config.heads} heads"

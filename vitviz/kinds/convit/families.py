@@ -19,19 +19,23 @@ from torch import Tensor
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     Taker,
     block_indices,
     check_depth,
-    grid_from_table,
-    prepared_preprocessing,
+    timm_crop,
 )
 from vitviz.checkpoints.families.timm_library import timm_reference
-from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.kinds.convit.config import ConvitConfig
+from vitviz.kinds.timm_family import (
+    check_table,
+    refuse_model_args,
+    settings_config,
+    table_image_size,
+    take_linear,
+    take_stem_and_head,
+    timm_conversion,
+)
 
 LOOKS_LIKE = "a timm ConViT"
 # model_args the weights already show (sizes), or that only change the initialisation or
@@ -45,15 +49,8 @@ _GPSA = ("attn.qk", "attn.v")
 _PLAIN = ("attn.qkv",)
 _COMMON = ("norm1", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2")
 # timm's default_cfg of every ConViT: ImageNet mean and std, crop 0.875, bicubic.
-CONVIT_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.875,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
+CONVIT_DEFAULTS = timm_crop(0.875)
 _FIELDS = frozenset(f.name for f in dataclasses.fields(ConvitConfig))
-_EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
 # timm's ConViTs by (width, heads, depth, GPSA depth)
 _NAMES = {
     (192, 4, 12, 10): "convit_tiny",
@@ -69,17 +66,6 @@ def detect(source: Source) -> bool:
     return "blocks.0.attn.gating_param" in s and "blocks.0.attn.pos_proj.weight" in s
 
 
-def _linear(t: Taker, old: str, out: dict[str, Tensor], bias: bool) -> None:
-    out[old + ".weight"] = t.take(old + ".weight")
-    b = t.maybe(old + ".bias")
-    if b is not None:
-        out[old + ".bias"] = b
-    elif bias:
-        raise CheckpointError(
-            f"{t.source.name} looks like {LOOKS_LIKE}, but {old}.bias is missing."
-        )
-
-
 def _blocks(t: Taker, out: dict[str, Tensor]) -> tuple[int, int]:
     """Take every block's tensors (our names are timm's); (depth, GPSA depth)."""
     L = check_depth(t.source, block_indices(t.state, r"blocks\.(\d+)\.norm1\.weight$"))
@@ -93,63 +79,34 @@ def _blocks(t: Taker, out: dict[str, Tensor]) -> tuple[int, int]:
     for i in range(L):
         b = f"blocks.{i}."
         for part in _COMMON:
-            _linear(t, b + part, out, bias=True)
+            take_linear(t, b + part, out)
         for part in _GPSA if i < S else _PLAIN:
-            _linear(t, b + part, out, bias=False)
+            take_linear(t, b + part, out, bias=False)
         if i < S:
-            _linear(t, b + "attn.pos_proj", out, bias=True)
+            take_linear(t, b + "attn.pos_proj", out)
             out[b + "attn.gating_param"] = t.take(b + "attn.gating_param")
     return L, S
-
-
-def _refuse_args(source: Source, args: dict[str, Any]) -> None:
-    changed = sorted(set(args) - _SIZE_ARGS - {"global_pool", "use_pos_embed"})
-    if args.get("global_pool", "token") != "token":
-        changed.append(f"global_pool {args['global_pool']!r} (vitviz's ConViT reads the CLS)")
-    if args.get("use_pos_embed", True) is not True:
-        changed.append("use_pos_embed False")
-    if changed:
-        raise CheckpointError(
-            f"{source.name}: timm ConViT model_args {', '.join(changed)} change the computation "
-            "and vitviz does not model them; refused rather than shown wrong."
-        )
 
 
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
-    _refuse_args(source, args)
+    refuse_model_args(
+        source, args, _SIZE_ARGS, "ConViT", pool_note=" (vitviz's ConViT reads the CLS)",
+        pos_embed=True,
+    )  # fmt: skip
     t = Taker(source, LOOKS_LIKE)
     out: dict[str, Tensor] = {}
     L, S = _blocks(t, out)
-    out["cls_token"] = t.take("cls_token")
-    out["pos_embed"] = pos = t.take("pos_embed")
-    out["patch_embed.proj.weight"] = patch = t.take("patch_embed.proj.weight")
-    out["patch_embed.proj.bias"] = t.take("patch_embed.proj.bias")
-    out["norm.weight"] = t.take("norm.weight")
-    out["norm.bias"] = t.take("norm.bias")
-    num_classes = 0
-    if "head.weight" in t:
-        out["head.weight"] = t.take("head.weight")
-        out["head.bias"] = t.take("head.bias")
-        num_classes = out["head.weight"].shape[0]
+    pos, patch, num_classes = take_stem_and_head(t, out)
     t.refuse_leftovers()
 
     D, p = patch.shape[0], patch.shape[-1]
     notes = ["timm ConViT: LayerNorm eps 1e-6, GELU and the CLS head, as timm builds every ConViT"]
-    size = args.get("img_size")
-    if size is None and isinstance(pretrained.get("input_size"), (list, tuple)):
-        size = list(pretrained["input_size"][1:])
-    if size is None:
-        grid = grid_from_table(pos.shape[1])
-        if grid is None:
-            raise CheckpointError(
-                f"{source.name}: pos_embed has {pos.shape[1]} patches, not a square grid (a "
-                "ConViT's GPSA needs one)."
-            )
-        size = [grid[0] * p, grid[1] * p]
-        notes.append(f"image size {size[0]}×{size[1]} read off the square position table")
+    size = table_image_size(
+        source, args, pretrained, pos.shape[1], p, notes, " (a ConViT's GPSA needs one)."
+    )
     heads = int(out["blocks.0.attn.gating_param"].shape[0])
     inferred: dict[str, Any] = dict(
         image_size=size,
@@ -167,42 +124,19 @@ def convert(source: Source) -> Conversion:
     )
     user = dict(source.user)
     arch = user.pop("arch", None)
-    unknown = sorted(set(user) - _FIELDS - _EXTRAS)
-    if unknown:
-        raise CheckpointError(
-            f"{source.name}: unknown settings {', '.join(unknown)} for a ConViT; accepted: "
-            "ConViT config fields, class_names, preprocessing."
-        )
-    fields = {**inferred, **{k: v for k, v in user.items() if k in _FIELDS}}
-    try:
-        config = ConvitConfig(**fields)
-        config.validate()
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{source.name}: the ConViT settings are invalid: {exc}") from exc
-    if config.num_patches != pos.shape[1]:
-        raise CheckpointError(
-            f"{source.name}: pos_embed holds {pos.shape[1]} patches, the image size "
-            f"{config.image_size[0]}×{config.image_size[1]} gives {config.num_patches}."
-        )
-    names = resolve_class_names(
-        num_classes, user.get("class_names"), names_from_timm(cfg, num_classes), True
-    )
-    prep_dict, prep_notes = timm_preprocessing(pretrained, CONVIT_DEFAULTS)
-    notes += prep_notes
-    if not pretrained:
-        notes.append(
-            "no timm config.json beside the file: preprocessing is timm's ConViT default (set "
-            f"preprocessing in {source.sidecar_name} to change it)"
-        )
-    prepared = prepared_preprocessing(source, config, prep_dict, user, notes)
-    conversion = Conversion(
+    words = ("a ConViT", "ConViT")
+    config = settings_config(source, user, inferred, ConvitConfig, _FIELDS, words, validate=True)
+    check_table(source, config, pos.shape[1])
+    conversion = timm_conversion(
+        source,
         family="timm-convit",
+        kind="convit",
         config=config,
         state=out,
-        class_names=names,
-        preprocessing=prepared,
+        num_classes=num_classes,
+        defaults=CONVIT_DEFAULTS,
         notes=notes,
-        kind="convit",
+        default_word="ConViT",
     )
     named = arch or cfg.get("architecture")
     model_args = {} if arch else dict(args)

@@ -25,14 +25,13 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, finish_kind
+from vitviz.checkpoints.families.common import KIND_EXTRAS, timm_crop
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
-from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.core.optional import install_to_open
 from vitviz.kinds.crossvit.config import CrossViTConfig
+from vitviz.kinds.timm_family import finish_timm_kind
 
 LOOKS_LIKE = "a timm CrossViT"
 _BLOCK = re.compile(r"blocks\.(\d+)\.blocks\.([01])\.(\d+)\.norm1\.weight$")
@@ -51,14 +50,8 @@ KNOWN: dict[str, tuple[tuple[int, int], tuple[int, int], int, int, bool]] = {
 }
 SIZES = {"_240": (240, 224), "_408": (408, 384)}  # the name's input and branch 1's size
 NAMES = (*(f"{b}_240" for b in KNOWN), "crossvit_15_dagger_408", "crossvit_18_dagger_408")
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.875,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+_DEFAULTS = timm_crop(0.875)
+EXTRAS = KIND_EXTRAS
 
 
 def attention_blocks(model: nn.Module) -> list[nn.Module]:
@@ -73,11 +66,6 @@ def attention_blocks(model: nn.Module) -> list[nn.Module]:
 
 
 LIBRARY_MODEL = timm_reference(blocks=attention_blocks)  # timm's CrossVit
-
-
-def aligned(t: Tensor) -> Tensor:
-    """``t`` in 64-byte aligned storage (as PiT's: a conv's fp32 rounding follows it)."""
-    return t if t.data_ptr() % 64 == 0 else t.clone()
 
 
 def detect(source: Source) -> bool:
@@ -234,7 +222,6 @@ def _name(source: Source, shape: dict[str, Any]) -> tuple[str, bool, list[str]]:
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
-    pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
     shape = _shape(source)
     name, user_arch, notes = _name(source, shape)
     given = {} if user_arch else dict(args)
@@ -255,20 +242,17 @@ def convert(source: Source) -> Conversion:
         inferred["patch_sizes"] = tuple(
             int(source.state[f"patch_embed.{b}.proj.weight"].shape[-1]) for b in (0, 1)
         )
-    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    conversion = finish_kind(
+    conversion = finish_timm_kind(
         source,
         kind="crossvit",
         config_cls=CrossViTConfig,
-        words=("a CrossViT", "its config fields", "CrossViT"),
+        model=("a CrossViT", "CrossViT"),
         extras=EXTRAS,
         family="timm-crossvit",
         inferred=inferred,
-        state={k: aligned(v) for k, v in source.state.items()},
-        class_names=names_from_timm(cfg, shape["num_classes"]),
-        preprocessing=prep,
-        notes=notes + prep_notes,
-        imagenet_if_1000=True,
+        num_classes=shape["num_classes"],
+        defaults=_DEFAULTS,
+        notes=notes,
     )
     config = conversion.config
     grids = tuple(config.grid(b)[0] for b in (0, 1))

@@ -27,7 +27,12 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, finish_kind
+from vitviz.checkpoints.families.common import (
+    KIND_EXTRAS,
+    aligned_state,
+    finish_kind,
+    timm_crop,
+)
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.labels import names_from_timm
@@ -52,14 +57,8 @@ KNOWN: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int, i
     "levit_256d": ((256, 384, 512), (4, 8, 6), (4, 6, 8), 32, 16, "silu"),
     "levit_512d": ((512, 640, 768), (4, 8, 6), (8, 10, 12), 64, 16, "silu"),
 }
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+_DEFAULTS = timm_crop(0.9)
+EXTRAS = KIND_EXTRAS
 
 
 # -- timm's model as the library check reads it -----------------------------------------------
@@ -336,13 +335,6 @@ def _library_args(config: LeViTConfig) -> dict[str, Any]:
     )
 
 
-def aligned(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Every tensor in aligned storage (a view into a file's buffer copied): a kernel's choice,
-    and so its float32 rounding, follows the alignment, as in the library's model after a
-    normal load."""
-    return {k: t if t.data_ptr() % 64 == 0 else t.clone() for k, t in state.items()}
-
-
 def levit_conversion(
     source: Source,
     shape: dict[str, Any],
@@ -366,7 +358,7 @@ def levit_conversion(
         extras=EXTRAS,
         family=family,
         inferred=inferred,
-        state=aligned(source.state),
+        state=aligned_state(source.state),
         class_names=class_names,
         preprocessing=preprocessing,
         notes=notes,

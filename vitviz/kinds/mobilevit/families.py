@@ -24,15 +24,15 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import finish_kind, timm_mlp_ratio
+from vitviz.checkpoints.families.common import KIND_EXTRAS, aligned_state, timm_mlp_ratio
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state, read_timm
 from vitviz.checkpoints.families.timm_names import timm_version
-from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.core.optional import install_to_open
 from vitviz.kinds.mobilevit.config import MobileViTConfig
+from vitviz.kinds.timm_family import finish_timm_kind
 
 LOOKS_LIKE = "a timm MobileViT"
 _BLOCK = re.compile(r"stages\.(\d+)\.(\d+)\.")
@@ -54,7 +54,7 @@ _DEFAULTS = {
     "std": (1.0, 1.0, 1.0),
     "image_size": (256, 256),
 }
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+EXTRAS = KIND_EXTRAS
 
 
 # -- timm's model as the library check builds and reads it ------------------------------------
@@ -121,7 +121,7 @@ def build_library(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: P
         downsample="", act_layer="silu", num_features=model_args["num_features"],
     )  # fmt: skip
     model = ByobNet(cfg=byob, num_classes=cfg.num_classes, in_chans=cfg.in_channels)
-    state = {k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in file_state(weights).items()}
+    state = aligned_state(file_state(weights))
     model.load_state_dict(state, strict=True)
     return model.eval()
 
@@ -334,22 +334,21 @@ def convert(source: Source) -> Conversion:
     name, user_arch, notes = _name(source, shape)
     inferred = dict(shape)
     inferred.update(_settings(source, shape, name, {} if user_arch else args))
-    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    size = prep.get("image_size") or _DEFAULTS["image_size"]
+    prepared = timm_preprocessing(pretrained, _DEFAULTS)
+    size = prepared[0].get("image_size") or _DEFAULTS["image_size"]
     inferred["image_size"] = tuple(size)[-2:]
-    conversion = finish_kind(
+    conversion = finish_timm_kind(
         source,
         kind="mobilevit",
         config_cls=MobileViTConfig,
-        words=("a MobileViT", "its config fields", "MobileViT"),
+        model=("a MobileViT", "MobileViT"),
         extras=EXTRAS,
         family="timm-mobilevit",
         inferred=inferred,
-        state={k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in source.state.items()},
-        class_names=names_from_timm(cfg, shape["num_classes"]),
-        preprocessing=prep,
-        notes=notes + prep_notes,
-        imagenet_if_1000=True,
+        num_classes=shape["num_classes"],
+        defaults=_DEFAULTS,
+        notes=notes,
+        preprocessing=prepared,
     )
     config = conversion.config
     words = (

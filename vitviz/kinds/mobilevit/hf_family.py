@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import Taker, finish_kind, fuse_qkv
+from vitviz.checkpoints.families.common import Taker, aligned_state, finish_kind, fuse_qkv
 from vitviz.checkpoints.families.hf_library import build_transformers, read_transformers
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.labels import names_from_id2label
@@ -261,7 +261,7 @@ def convert(source: Source) -> Conversion:
         extras=EXTRAS,
         family="huggingface-mobilevit",
         inferred=inferred,
-        state={k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in state.items()},
+        state=aligned_state(state),
         class_names=names_from_id2label(cfg.get("id2label"), shape["num_classes"]),
         preprocessing=prep,
         notes=notes + prep_notes,

@@ -26,17 +26,20 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, finish_kind
+from vitviz.checkpoints.families.common import (
+    KIND_EXTRAS,
+    aligned_state,
+    read_softmaxes,
+    timm_crop,
+)
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
-from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.kinds.mvit.config import MViTConfig
+from vitviz.kinds.timm_family import finish_timm_kind
 
 LOOKS_LIKE = "a timm MViTv2"
 _BLOCK = re.compile(r"stages\.(\d+)\.blocks\.(\d+)\.norm1\.weight$")
@@ -61,14 +64,8 @@ SHARED: dict[str, Any] = dict(
     residual_pooling=True,
     norm_eps=1e-6,
 )
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+_DEFAULTS = timm_crop(0.9)
+EXTRAS = KIND_EXTRAS
 
 
 def adaptive_kv_strides(stride_q: tuple[tuple[int, int], ...], start: tuple[int, int]) -> tuple:
@@ -189,26 +186,10 @@ def stage_blocks(model: nn.Module) -> list[nn.Module]:
     return [b for stage in model.stages for b in stage.blocks]
 
 
-class _Softmaxes(TorchFunctionMode):
-    """Every softmax's output while active: in timm's MultiScaleVit, each block's attention
-    probabilities in order (its only softmaxes; its attention has no dropout to hook)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.out: list[Tensor] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        result = func(*args, **(kwargs or {}))
-        if func in (torch.Tensor.softmax, torch.softmax, torch.nn.functional.softmax):
-            self.out.append(result)
-        return result
-
-
 def read_mvit(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor] | None]:
-    """timm's logits and each block's probabilities (B, heads, P + Nq, P + Nk)."""
-    with torch.no_grad(), _Softmaxes() as mode:
-        logits = model(x)
-    return logits, (mode.out if len(mode.out) == len(stage_blocks(model)) else None)
+    """timm's logits and each block's probabilities (B, heads, P + Nq, P + Nk): in timm's
+    MultiScaleVit, its softmaxes (its only ones; its attention has no dropout to hook)."""
+    return read_softmaxes(model, x, len(stage_blocks(model)))
 
 
 def timm_cfg_args(config: MViTConfig) -> dict[str, Any]:
@@ -253,7 +234,7 @@ def build_mvit(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path
             num_classes=cfg.num_classes,
             global_pool=cfg.global_pool,
         )
-    state = {k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in file_state(weights).items()}
+    state = aligned_state(file_state(weights))
     model.load_state_dict(state, strict=True, assign=True)
     return model.eval()
 
@@ -354,20 +335,17 @@ def convert(source: Source) -> Conversion:
         norm_eps=SHARED["norm_eps"],
         global_pool=str(args.get("global_pool") or ("token" if shape["use_cls_token"] else "avg")),
     )
-    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    conversion = finish_kind(
+    conversion = finish_timm_kind(
         source,
         kind="mvit",
         config_cls=MViTConfig,
-        words=("an MViTv2", "its config fields", "MViTv2"),
+        model=("an MViTv2", "MViTv2"),
         extras=EXTRAS,
         family="timm-mvitv2",
         inferred=inferred,
-        state={k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in source.state.items()},
-        class_names=names_from_timm(cfg, shape["num_classes"]),
-        preprocessing=prep,
-        notes=notes + prep_notes,
-        imagenet_if_1000=True,
+        num_classes=shape["num_classes"],
+        defaults=_DEFAULTS,
+        notes=notes,
     )
     config = conversion.config
     differ = name_differences(name, config, given) if isinstance(name, str) else []

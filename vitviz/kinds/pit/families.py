@@ -20,18 +20,17 @@ import re
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, finish_kind
+from vitviz.checkpoints.families.common import KIND_EXTRAS, timm_crop
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
-from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.core.optional import install_to_open
 from vitviz.kinds.pit.config import PiTConfig
+from vitviz.kinds.timm_family import finish_timm_kind
 
 LOOKS_LIKE = "a timm PiT"
 _BLOCK = re.compile(r"transformers\.(\d+)\.blocks\.(\d+)\.norm1\.weight$")
@@ -43,14 +42,8 @@ KNOWN: dict[str, tuple[int, int, tuple[int, ...], tuple[int, ...], tuple[int, ..
     "pit_b_224": (14, 7, (256, 512, 1024), (3, 6, 4), (4, 8, 16)),
 }
 MLP_RATIO = 4  # every timm PiT's
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+_DEFAULTS = timm_crop(0.9)
+EXTRAS = KIND_EXTRAS
 
 
 def stage_blocks(model: nn.Module) -> list[nn.Module]:
@@ -59,13 +52,6 @@ def stage_blocks(model: nn.Module) -> list[nn.Module]:
 
 
 LIBRARY_MODEL = timm_reference(blocks=stage_blocks)  # timm's PoolingVisionTransformer
-
-
-def aligned(t: Tensor) -> Tensor:
-    """``t`` in 64-byte aligned storage (a copy when it is an unaligned view into a file's
-    buffer): a conv's or a product's kernel choice, and so its fp32 rounding, follows the
-    alignment, as in the library's own model after a normal load."""
-    return t if t.data_ptr() % 64 == 0 else t.clone()
 
 
 def detect(source: Source) -> bool:
@@ -231,7 +217,6 @@ def _library_args(config: PiTConfig) -> dict[str, Any] | None:
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
-    pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
     shape = _shape(source)
     name, user_arch, notes = _name(source, shape)
     inferred = {k: v for k, v in shape.items() if k != "grid"}
@@ -240,20 +225,17 @@ def convert(source: Source) -> Conversion:
     patch = int(shape["patch_size"])
     # the size whose stem grid is the position table's (timm's img_size of this table)
     inferred["image_size"] = tuple((g - 1) * stride + patch for g in shape["grid"])
-    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    conversion = finish_kind(
+    conversion = finish_timm_kind(
         source,
         kind="pit",
         config_cls=PiTConfig,
-        words=("a PiT", "its config fields", "PiT"),
+        model=("a PiT", "PiT"),
         extras=EXTRAS,
         family="timm-pit",
         inferred=inferred,
-        state={k: aligned(v) for k, v in source.state.items()},
-        class_names=names_from_timm(cfg, shape["num_classes"]),
-        preprocessing=prep,
-        notes=notes + prep_notes,
-        imagenet_if_1000=True,
+        num_classes=shape["num_classes"],
+        defaults=_DEFAULTS,
+        notes=notes,
     )
     config = conversion.config
     library = _library_args(config)

@@ -29,16 +29,21 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import INCEPTION_MEAN, INCEPTION_STD, finish_kind
+from vitviz.checkpoints.families.common import (
+    INCEPTION_MEAN,
+    INCEPTION_STD,
+    KIND_EXTRAS,
+    aligned_state,
+    read_softmaxes,
+    timm_crop,
+)
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
-from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
+from vitviz.kinds.timm_family import finish_timm_kind
 from vitviz.kinds.tnt.config import TNTConfig
 
 LOOKS_LIKE = "a timm TNT"
@@ -50,14 +55,8 @@ KNOWN: dict[str, tuple[int, int, int, int, int, bool]] = {
     "tnt_b_patch16_224": (640, 40, 12, 10, 4, False),
 }
 SHARED: dict[str, Any] = dict(patch_size=16, first_stride=4, norm_eps=1e-5)
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": INCEPTION_MEAN,
-    "std": INCEPTION_STD,
-}
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+_DEFAULTS = timm_crop(0.9, INCEPTION_MEAN, INCEPTION_STD)
+EXTRAS = KIND_EXTRAS
 
 
 def detect(source: Source) -> bool:
@@ -132,26 +131,10 @@ def recognised(shape: Mapping[str, Any]) -> str | None:
     return None
 
 
-class _Softmaxes(TorchFunctionMode):
-    """Every softmax's output while active: in timm's TNT each block's inner then outer
-    attention probabilities (its only softmaxes)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.out: list[Tensor] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        result = func(*args, **(kwargs or {}))
-        if func in (torch.Tensor.softmax, torch.softmax, torch.nn.functional.softmax):
-            self.out.append(result)
-        return result
-
-
 def read_tnt(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor] | None]:
-    """timm's logits and each block's inner and outer probabilities, in that order."""
-    with torch.no_grad(), _Softmaxes() as mode:
-        logits = model(x)
-    return logits, (mode.out if len(mode.out) == 2 * len(model.blocks) else None)
+    """timm's logits and each block's inner and outer probabilities, in that order: its
+    softmaxes (timm's TNT's only ones)."""
+    return read_softmaxes(model, x, 2 * len(model.blocks))
 
 
 def norm_args(config: TNTConfig) -> dict[str, Any]:
@@ -194,7 +177,7 @@ def build_tnt(arch: str, model_args: Mapping[str, Any], cfg: Any, weights: Path)
             num_classes=cfg.num_classes,
             **model_args,
         )
-    state = {k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in file_state(weights).items()}
+    state = aligned_state(file_state(weights))
     model.load_state_dict(state, strict=True, assign=True)
     return model.eval()
 
@@ -243,7 +226,6 @@ def _heads(source: Source, name: str | None, args: Mapping[str, Any]) -> dict[st
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
-    pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
     shape = _shape(source)
     name, user_arch, notes = _name(source, shape)
     given = {} if user_arch else args
@@ -262,20 +244,17 @@ def convert(source: Source) -> Conversion:
         norm_eps=SHARED["norm_eps"],
         global_pool=str(given.get("global_pool") or "token"),
     )
-    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    conversion = finish_kind(
+    conversion = finish_timm_kind(
         source,
         kind="tnt",
         config_cls=TNTConfig,
-        words=("a TNT", "its config fields", "TNT"),
+        model=("a TNT", "TNT"),
         extras=EXTRAS,
         family="timm-tnt",
         inferred=inferred,
-        state={k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in source.state.items()},
-        class_names=names_from_timm(cfg, shape["num_classes"]),
-        preprocessing=prep,
-        notes=notes + prep_notes,
-        imagenet_if_1000=True,
+        num_classes=shape["num_classes"],
+        defaults=_DEFAULTS,
+        notes=notes,
     )
     config: TNTConfig = conversion.config
     if config.pixel_grid != (shape["pixels"],) * 2:

@@ -29,17 +29,16 @@ from torch import Tensor, nn
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    finish_kind,
+    KIND_EXTRAS,
+    aligned_state,
+    timm_crop,
     timm_mlp_ratio,
 )
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import file_state, read_timm
 from vitviz.checkpoints.families.timm_names import timm_version
-from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
+from vitviz.kinds.timm_family import finish_timm_kind
 from vitviz.kinds.volo.config import VOLOConfig
 
 LOOKS_LIKE = "a timm VOLO"
@@ -58,14 +57,8 @@ NAMES = (
     "volo_d1_224", "volo_d1_384", "volo_d2_224", "volo_d2_384", "volo_d3_224", "volo_d3_448",
     "volo_d4_224", "volo_d4_448", "volo_d5_224", "volo_d5_448", "volo_d5_512",
 )  # fmt: skip
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.96,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+_DEFAULTS = timm_crop(0.96)
+EXTRAS = KIND_EXTRAS
 
 
 def attention_blocks(model: nn.Module) -> list[nn.Module]:
@@ -104,7 +97,7 @@ def build_volo(arch: str, model_args: dict[str, Any], cfg: Any, weights: Path) -
     holding the file's tensors (strict)."""
     from timm.models.volo import VOLO
 
-    state = {k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in file_state(weights).items()}
+    state = aligned_state(file_state(weights))
     args = {**library_args(cfg), **dict(model_args)}
     args.setdefault("img_size", tuple(cfg.image_size))
     with torch.device("meta"):
@@ -268,7 +261,6 @@ def timm_heads(source: Source, name: str, args: dict[str, Any]) -> tuple[int, ..
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
-    pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
     pool = args.get("global_pool", cfg.get("global_pool", "token"))
     if pool != "token":
         raise _fail(source, f"its global_pool is {pool!r}: vitviz models the head on the CLS "
@@ -281,20 +273,17 @@ def convert(source: Source) -> Conversion:
                     f"{len(heads)}")  # fmt: skip
     inferred["heads"] = heads
     inferred["kernel_size"] = KERNEL
-    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    conversion = finish_kind(
+    conversion = finish_timm_kind(
         source,
         kind="volo",
         config_cls=VOLOConfig,
-        words=("a VOLO", "its config fields", "VOLO"),
+        model=("a VOLO", "VOLO"),
         extras=EXTRAS,
         family="timm-volo",
         inferred=inferred,
-        state={k: v if v.data_ptr() % 64 == 0 else v.clone() for k, v in source.state.items()},
-        class_names=names_from_timm(cfg, shape["num_classes"]),
-        preprocessing=prep,
-        notes=notes + prep_notes,
-        imagenet_if_1000=True,
+        num_classes=shape["num_classes"],
+        defaults=_DEFAULTS,
+        notes=notes,
     )
     config = conversion.config
     if config.heads[0] != shape["outlook_heads"]:

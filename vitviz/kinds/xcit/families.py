@@ -27,35 +27,31 @@ from torch import Tensor, nn
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     block_indices,
     check_depth,
-    prepared_preprocessing,
+    timm_crop,
+    timm_mlp_ratio,
 )
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
-from vitviz.checkpoints.labels import names_from_timm, resolve_class_names
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
+from vitviz.kinds.timm_family import (
+    refuse_model_args,
+    said_image_size,
+    settings_config,
+    timm_conversion,
+)
 from vitviz.kinds.xcit.config import XcitConfig
 
 LOOKS_LIKE = "a timm XCiT"
 # timm's default_cfg of every XCiT: ImageNet mean and std, the whole image (crop_pct 1), bicubic.
-XCIT_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 1.0,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
+XCIT_DEFAULTS = timm_crop(1.0)
 _ARGS = {
     "img_size", "num_classes", "in_chans", "pretrained", "patch_size", "embed_dim", "depth",
     "num_heads", "mlp_ratio", "qkv_bias", "eta", "cls_attn_layers", "tokens_norm",
     "drop_rate", "pos_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
 }  # fmt: skip
 _FIELDS = frozenset(f.name for f in dataclasses.fields(XcitConfig))
-_EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
 _SIZES = {128: "nano", 192: "tiny", 384: "small", 512: "medium", 768: "large"}
 
 
@@ -117,16 +113,7 @@ def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
     pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
-    changed = sorted(set(args) - _ARGS - {"global_pool", "use_pos_embed"})
-    if args.get("global_pool", "token") != "token":
-        changed.append(f"global_pool {args['global_pool']!r}")
-    if args.get("use_pos_embed", True) is not True:
-        changed.append("use_pos_embed False")
-    if changed:
-        raise CheckpointError(
-            f"{source.name}: timm XCiT model_args {', '.join(changed)} change the computation "
-            "and vitviz does not model them; refused rather than shown wrong."
-        )
+    refuse_model_args(source, args, _ARGS, "XCiT", pos_embed=True)
     state = _renamed(source.state)
     try:
         D = state["cls_token"].shape[-1]
@@ -158,9 +145,7 @@ def convert(source: Source) -> Conversion:
     notes = ["timm XCiT: LayerNorm eps 1e-6, GELU and the CLS head, as timm builds every XCiT"]
     if assumed and "tokens_norm" not in user:
         notes.append(assumed)
-    size = args.get("img_size")
-    if size is None and isinstance(pretrained.get("input_size"), (list, tuple)):
-        size = list(pretrained["input_size"][1:])
+    size = said_image_size(args, pretrained)
     if size is None:
         m = re.search(r"_(\d+)$", str(name or ""))
         size = int(m.group(1)) if m else 224
@@ -176,30 +161,16 @@ def convert(source: Source) -> Conversion:
         num_classes=state["head.weight"].shape[0] if "head.weight" in state else 0,
         norm_eps=1e-6, activation="gelu",
     )  # fmt: skip
-    unknown = sorted(set(user) - _FIELDS - _EXTRAS)
-    if unknown:
-        raise CheckpointError(
-            f"{source.name}: unknown settings {', '.join(unknown)} for an XCiT; accepted: XCiT "
-            "config fields, class_names, preprocessing."
-        )
-    fields = {**inferred, **{k: v for k, v in user.items() if k in _FIELDS}}
-    try:
-        config = XcitConfig(**fields)
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{source.name}: the XCiT settings are invalid: {exc}") from exc
-    n = config.num_classes
-    names = resolve_class_names(n, user.get("class_names"), names_from_timm(cfg, n), True)
-    prep_dict, prep_notes = timm_preprocessing(pretrained, XCIT_DEFAULTS)
-    notes += prep_notes
-    prepared = prepared_preprocessing(source, config, prep_dict, user, notes)
-    conversion = Conversion(
+    config = settings_config(source, user, inferred, XcitConfig, _FIELDS, ("an XCiT", "XCiT"))
+    conversion = timm_conversion(
+        source,
         family="timm-xcit",
+        kind="xcit",
         config=config,
         state=state,
-        class_names=names,
-        preprocessing=prepared,
+        num_classes=config.num_classes,
+        defaults=XCIT_DEFAULTS,
         notes=notes,
-        kind="xcit",
     )
     if recognised:
         notes.append(f"recognised as timm's {recognised} by its width, depth and patch")
@@ -234,16 +205,13 @@ def _library_args(config: Any) -> tuple[dict[str, Any], str, str]:
                 f"{config.pos_hidden})"
             ),
         )
-    ratio = config.hidden_dim / config.dim
-    if int(config.dim * ratio) != config.hidden_dim:
-        ratio = (config.hidden_dim + 0.5) / config.dim
     args = {
         "patch_size": config.patch_size,
         "embed_dim": config.dim,
         "depth": config.xca_depth,
         "cls_attn_layers": config.depth,
         "num_heads": config.heads,
-        "mlp_ratio": ratio,
+        "mlp_ratio": timm_mlp_ratio(config.dim, config.hidden_dim),
         "qkv_bias": config.qkv_bias,
         "tokens_norm": config.tokens_norm,
     }

@@ -12,14 +12,14 @@ from torch import Tensor
 from vitviz.checkpoints.assign import assign_exactly
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, finish_kind
+from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, KIND_EXTRAS, finish_kind
 from vitviz.checkpoints.preprocessing import hf_preprocessing
 from vitviz.kinds.pyramid.config import PyramidConfig
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
 from vitviz.kinds.pyramid.hiera_network import HieraViT
 from vitviz.kinds.pyramid.network import PyramidViT
 
-EXTRAS = frozenset({"class_names", "preprocessing", "arch"})
+EXTRAS = KIND_EXTRAS
 
 
 def finish_pyramid(

@@ -32,9 +32,16 @@ from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import Taker
 from vitviz.checkpoints.families.hf_library import transformers_reference
-from vitviz.checkpoints.labels import names_from_id2label
-from vitviz.checkpoints.library_check import Reference
-from vitviz.kinds.pyramid.families.common import finish_pyramid, hf_pyramid_preprocessing
+from vitviz.kinds.pyramid.families.hf_common import (
+    base_of,
+    hf_config_of,
+    hf_image_size,
+    hf_pyramid_conversion,
+    refuse_activation,
+    stage_blocks,
+    take_classifier,
+    take_renamed,
+)
 from vitviz.kinds.pyramid.hiera_config import HieraConfig
 
 LOOKS_LIKE = "a Hugging Face Hiera"
@@ -78,16 +85,11 @@ def layer_probabilities(model: nn.Module, out: list[Tensor]) -> list[RemovableHa
 LIBRARY_MODEL = transformers_reference(hooks=layer_probabilities)  # transformers' Hiera
 
 
-def _base(state: dict[str, Any]) -> str | None:
-    key = next((k for k in state if k.endswith(_STEM)), None)
-    return None if key is None else key[: -len(_STEM)]
-
-
 def detect(source: Source) -> bool:
     cfg = source.hf_config
     if cfg is not None and cfg.get("model_type") != "hiera":
         return False
-    base = _base(source.state)
+    base = base_of(source.state, _STEM)
     return base is not None and f"{base}encoder.stages.0.layers.0.attn.qkv.weight" in source.state
 
 
@@ -109,9 +111,7 @@ def _refusals(cfg: dict[str, Any], stages: int, where: str) -> list[bool]:
     if arch in _NOT_SHOWN:
         raise CheckpointError(f"{where}: transformers' {arch} is {_NOT_SHOWN[arch]}; vitviz "
                               "opens HieraForImageClassification and HieraModel.")  # fmt: skip
-    act = cfg.get("hidden_act", "gelu")
-    if act != "gelu":
-        raise CheckpointError(f"{where}: hidden_act {act!r} is not supported (Hiera uses gelu).")
+    refuse_activation(cfg, where, "Hiera")
     pools = int(cfg.get("num_query_pool", stages - 1))
     if pools != stages - 1:
         raise CheckpointError(
@@ -132,27 +132,14 @@ def _refusals(cfg: dict[str, Any], stages: int, where: str) -> list[bool]:
 
 
 def convert(source: Source) -> Conversion:
-    cfg: dict[str, Any] = dict(source.hf_config or {})
+    cfg = hf_config_of(source, LOOKS_LIKE, "heads, mask units, q-stride")
     where = source.name
-    if not cfg:
-        raise CheckpointError(
-            f"{where} looks like {LOOKS_LIKE}, but its config.json (heads, mask units, "
-            "q-stride) is not beside it; open the folder transformers saved."
-        )
     t = Taker(source, LOOKS_LIKE)
-    base = _base(t.state) or ""
+    base = base_of(t.state, _STEM) or ""
     enc = base + "encoder.stages."
-    rx = re.compile(re.escape(enc) + r"(\d+)\.layers\.(\d+)\.layernorm_before\.weight$")
-    found: dict[int, set[int]] = {}
-    for key in t.state:
-        m = rx.match(key)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    pattern = re.escape(enc) + r"(\d+)\.layers\.(\d+)\.layernorm_before\.weight$"
+    found = stage_blocks(t.state, pattern, where, "Hiera stages and layers")
     stages = sorted(found)
-    if stages != list(range(len(stages))) or any(
-        sorted(found[s]) != list(range(len(found[s]))) for s in stages
-    ):
-        raise CheckpointError(f"{where}: the Hiera stages and layers are not numbered 0..n-1.")
     S = len(stages)
     flags = _refusals(cfg, S, where)
     out: dict[str, Any] = {}
@@ -162,28 +149,18 @@ def convert(source: Source) -> Conversion:
     out["pos_embed"] = t.take(f"{emb}position_embeddings")
     i = 0
     for s in stages:
-        for j in sorted(found[s]):
-            old = f"{enc}{s}.layers.{j}."
-            for ours, theirs in _LAYER.items():
-                for kind in ("weight", "bias"):
-                    tensor = t.maybe(f"{old}{theirs}.{kind}")
-                    if tensor is not None:
-                        out[f"blocks.{i}.{ours}.{kind}"] = tensor
+        for j in found[s]:
+            take_renamed(t, f"{enc}{s}.layers.{j}.", f"blocks.{i}.", _LAYER, out)
             i += 1
     for kind in ("weight", "bias"):
         out[f"head.norm.{kind}"] = t.take(f"{base}pooler.layernorm.{kind}")
-    num_classes = 0
-    if "classifier.weight" in t:
-        out["head.fc.weight"] = t.take("classifier.weight")
-        out["head.fc.bias"] = t.take("classifier.bias")
-        num_classes = int(out["head.fc.weight"].shape[0])
+    num_classes = take_classifier(t, "head.fc", out)
     t.refuse_leftovers()
     firsts = [sum(len(found[r]) for r in range(s)) for s in stages]
     dims = [int(out[f"blocks.{b}.norm2.weight"].shape[0]) for b in firsts]
     q = _pair(cfg, "query_stride", 2, where)
     stem = out["patch_embed.proj.weight"]
-    size = cfg.get("image_size", [224, 224])
-    image = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    image = hf_image_size(cfg, [224, 224])
     unit = cfg.get("masked_unit_size", [8, 8])
     inferred = dict(
         image_size=image,
@@ -203,22 +180,20 @@ def convert(source: Source) -> Conversion:
         expand_proj=True,  # transformers' widening block always has its proj Linear
     )
     notes: list[str] = []
-    prep, prep_notes = hf_pyramid_preprocessing(source, image, 3, notes)
-    conversion = finish_pyramid(
+    return hf_pyramid_conversion(
         source,
+        cfg,
         family="huggingface-hiera",
+        model_type="hiera",
+        image=image,
+        resample=3,
         inferred=inferred,
         state=out,
-        class_names=names_from_id2label(cfg.get("id2label"), num_classes),
-        preprocessing=prep,
-        notes=notes + prep_notes,
+        num_classes=num_classes,
+        notes=notes,
+        how=LIBRARY_MODEL,
         config_cls=HieraConfig,
     )
-    arch = (cfg.get("architectures") or [""])[0]
-    conversion.reference = Reference(
-        "transformers", str(arch), {"model_type": "hiera"}, how=LIBRARY_MODEL
-    )
-    return conversion
 
 
 FAMILY = Family(

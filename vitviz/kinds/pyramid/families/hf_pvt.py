@@ -17,19 +17,29 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import Taker
 from vitviz.checkpoints.families.hf_library import transformers_reference
-from vitviz.checkpoints.labels import names_from_id2label
-from vitviz.checkpoints.library_check import Reference
-from vitviz.kinds.pyramid.families.common import finish_pyramid, hf_pyramid_preprocessing
+from vitviz.kinds.pyramid.families.hf_common import (
+    base_of,
+    hf_config_of,
+    hf_image_size,
+    hf_pyramid_conversion,
+    per_stage,
+    refuse_activation,
+    same_after_first,
+    stage_blocks,
+    take_classifier,
+    take_kv,
+    take_renamed,
+)
 
 LOOKS_LIKE = "a Hugging Face PVT v1"
 _QUERY = "encoder.block.0.0.attention.self.query.weight"
+_ONE = "PVT v1 has one patch embedding"
 _BLOCK = {  # ours -> theirs, under stages.{s}.blocks.{j}. / encoder.block.{s}.{j}.
     "norm1": "layer_norm_1",
     "attn.q": "attention.self.query",
@@ -51,39 +61,11 @@ def cls_logits(model: nn.Module, out: Any) -> Tensor:
 LIBRARY_MODEL = transformers_reference(logits=cls_logits)  # transformers' Pvt
 
 
-def _base(state: dict[str, Tensor]) -> str | None:
-    key = next((k for k in state if k.endswith(_QUERY)), None)
-    return None if key is None else key[: -len(_QUERY)]
-
-
 def detect(source: Source) -> bool:
     cfg = source.hf_config
     if cfg is not None and cfg.get("model_type") != "pvt":
         return False
-    return _base(source.state) is not None
-
-
-def _per_stage(cfg: dict[str, Any], key: str, stages: int, where: str) -> list[Any]:
-    value = cfg.get(key)
-    if isinstance(value, (list, tuple)) and len(value) >= stages:
-        return list(value[:stages])
-    raise CheckpointError(f"{where}: config.json's {key} {value!r} is not one value per stage.")
-
-
-def _stages(t: Taker, enc: str, where: str) -> dict[int, list[int]]:
-    """{stage: [block indices]} numbered 0..n-1, else CheckpointError."""
-    rx = re.compile(re.escape(enc) + r"block\.(\d+)\.(\d+)\.layer_norm_1\.weight$")
-    found: dict[int, set[int]] = {}
-    for key in t.state:
-        m = rx.match(key)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    stages = sorted(found)
-    if stages != list(range(len(stages))) or any(
-        sorted(found[s]) != list(range(len(found[s]))) for s in stages
-    ):
-        raise CheckpointError(f"{where}: the PVT v1 stages and blocks are not numbered 0..n-1.")
-    return {s: sorted(found[s]) for s in stages}
+    return base_of(source.state, _QUERY) is not None
 
 
 def _take_state(t: Taker, enc: str, found: dict[int, list[int]]) -> dict[str, Tensor]:
@@ -101,64 +83,38 @@ def _take_state(t: Taker, enc: str, found: dict[int, list[int]]) -> dict[str, Te
             out[f"stages.{s}.cls_token"] = t.take(f"{old}cls_token")
         for j in blocks:
             old, new = f"{enc}block.{s}.{j}.", f"stages.{s}.blocks.{j}."
-            for ours, theirs in _BLOCK.items():
-                for kind in ("weight", "bias"):
-                    tensor = t.maybe(f"{old}{theirs}.{kind}")
-                    if tensor is not None:
-                        out[f"{new}{ours}.{kind}"] = tensor
-            for kind in ("weight", "bias"):
-                k = t.maybe(f"{old}attention.self.key.{kind}")
-                v = t.maybe(f"{old}attention.self.value.{kind}")
-                if k is not None and v is not None:
-                    out[f"{new}attn.kv.{kind}"] = torch.cat([k, v])
+            take_renamed(t, old, new, _BLOCK, out)
+            a = f"{old}attention.self."
+            take_kv(t, f"{a}key", f"{a}value", f"{new}attn.kv", out)
     for kind in ("weight", "bias"):
         out[f"stages.{last}.norm.{kind}"] = t.take(f"{enc}layer_norm.{kind}")
     return out
 
 
-def _one_after_first(values: list[int], name: str, where: str) -> None:
-    if len(set(values[1:])) > 1:
-        raise CheckpointError(
-            f"{where}: {name} {values} differ between later stages; vitviz's PVT v1 has one "
-            "patch embedding for every stage after the first."
-        )
-
-
 def convert(source: Source) -> Conversion:
-    cfg: dict[str, Any] = dict(source.hf_config or {})
+    cfg = hf_config_of(source, LOOKS_LIKE, "head counts, eps, strides")
     where = source.name
-    if not cfg:
-        raise CheckpointError(
-            f"{where} looks like {LOOKS_LIKE}, but its config.json (head counts, eps, strides) "
-            "is not beside it; open the folder transformers saved."
-        )
     t = Taker(source, LOOKS_LIKE)
-    enc = (_base(t.state) or "") + "encoder."
-    found = _stages(t, enc, where)
+    enc = (base_of(t.state, _QUERY) or "") + "encoder."
+    pattern = re.escape(enc) + r"block\.(\d+)\.(\d+)\.layer_norm_1\.weight$"
+    found = stage_blocks(t.state, pattern, where, "PVT v1 stages and blocks")
     out = _take_state(t, enc, found)
-    num_classes = 0
-    if "classifier.weight" in t:
-        out["head.weight"] = t.take("classifier.weight")
-        out["head.bias"] = t.take("classifier.bias")
-        num_classes = int(out["head.weight"].shape[0])
+    num_classes = take_classifier(t, "head", out)
     t.refuse_leftovers()
     S = len(found)
-    act = cfg.get("hidden_act", "gelu")
-    if act != "gelu":
-        raise CheckpointError(f"{where}: hidden_act {act!r} is not supported (PVT v1 uses gelu).")
-    kernels = [int(v) for v in _per_stage(cfg, "strides", S, where)]  # its conv's kernel
-    strides = [int(v) for v in _per_stage(cfg, "patch_sizes", S, where)]  # and stride
-    _one_after_first(kernels, "strides", where)
-    _one_after_first(strides, "patch_sizes", where)
-    ratios = [int(r) for r in _per_stage(cfg, "sequence_reduction_ratios", S, where)]
+    refuse_activation(cfg, where, "PVT v1")
+    kernels = [int(v) for v in per_stage(cfg, "strides", S, where)]  # its conv's kernel
+    strides = [int(v) for v in per_stage(cfg, "patch_sizes", S, where)]  # and stride
+    same_after_first(kernels, "strides", where, _ONE)
+    same_after_first(strides, "patch_sizes", where, _ONE)
+    ratios = [int(r) for r in per_stage(cfg, "sequence_reduction_ratios", S, where)]
     if ratios[-1] != 1:
         raise CheckpointError(
             f"{where}: sequence_reduction_ratios {ratios} reduce the last stage, whose CLS token "
             "a reduction can't read (transformers can't run it either)."
         )
     eps = float(cfg.get("layer_norm_eps", 1e-6))
-    size = cfg.get("image_size", 224)
-    image = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    image = hf_image_size(cfg, 224)
     inferred = dict(
         image_size=image,
         patch_size=strides[0],
@@ -166,7 +122,7 @@ def convert(source: Source) -> Conversion:
         num_classes=num_classes,
         dims=tuple(int(out[f"stages.{s}.blocks.0.norm1.weight"].shape[0]) for s in found),
         depths=tuple(len(found[s]) for s in found),
-        heads=tuple(int(h) for h in _per_stage(cfg, "num_attention_heads", S, where)),
+        heads=tuple(int(h) for h in per_stage(cfg, "num_attention_heads", S, where)),
         sr_ratios=tuple(ratios),
         mlp_hidden_dims=tuple(
             int(out[f"stages.{s}.blocks.0.mlp.fc1.weight"].shape[0]) for s in found
@@ -185,21 +141,19 @@ def convert(source: Source) -> Conversion:
         cls_last=True,
     )
     notes: list[str] = []
-    prep, prep_notes = hf_pyramid_preprocessing(source, image, 2, notes)
-    conversion = finish_pyramid(
+    return hf_pyramid_conversion(
         source,
+        cfg,
         family="huggingface-pvt",
+        model_type="pvt",
+        image=image,
+        resample=2,
         inferred=inferred,
         state=out,
-        class_names=names_from_id2label(cfg.get("id2label"), num_classes),
-        preprocessing=prep,
-        notes=notes + prep_notes,
+        num_classes=num_classes,
+        notes=notes,
+        how=LIBRARY_MODEL,
     )
-    arch = (cfg.get("architectures") or [""])[0]
-    conversion.reference = Reference(
-        "transformers", str(arch), {"model_type": "pvt"}, how=LIBRARY_MODEL
-    )
-    return conversion
 
 
 FAMILY = Family(

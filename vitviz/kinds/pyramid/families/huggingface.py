@@ -16,19 +16,28 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import Taker
 from vitviz.checkpoints.families.hf_library import pooled_or_token, transformers_reference
-from vitviz.checkpoints.labels import names_from_id2label
-from vitviz.checkpoints.library_check import Reference
-from vitviz.kinds.pyramid.families.common import finish_pyramid, hf_pyramid_preprocessing
+from vitviz.kinds.pyramid.families.hf_common import (
+    base_of,
+    hf_config_of,
+    hf_image_size,
+    hf_pyramid_conversion,
+    per_stage,
+    refuse_activation,
+    same_after_first,
+    stage_blocks,
+    take_classifier,
+    take_kv,
+    take_renamed,
+)
 
 LOOKS_LIKE = "a Hugging Face PVT v2"
 _STEM = "encoder.layers.0.patch_embedding.proj.weight"
+_ONE = "PVT v2 has one downsampling"
 _BLOCK = {  # ours -> theirs, under stages.{s}.blocks.{j}. / encoder.layers.{s}.blocks.{j}.
     "norm1": "layer_norm_1",
     "attn.q": "attention.query",
@@ -54,59 +63,24 @@ def map_mean(model: nn.Module, out: Any) -> Tensor:
 LIBRARY_MODEL = transformers_reference(logits=map_mean)  # transformers' PvtV2
 
 
-def _base(state: dict[str, Tensor]) -> str | None:
-    key = next((k for k in state if k.endswith(_STEM)), None)
-    return None if key is None else key[: -len(_STEM)]
-
-
 def detect(source: Source) -> bool:
     cfg = source.hf_config
     if cfg is not None and cfg.get("model_type") != "pvt_v2":
         return False
-    base = _base(source.state)
+    base = base_of(source.state, _STEM)
     return base is not None and f"{base}encoder.layers.0.blocks.0.attention.query.weight" in (
         source.state
     )
 
 
-def _per_stage(cfg: dict[str, Any], key: str, stages: int, where: str) -> list[Any]:
-    value = cfg.get(key)
-    if isinstance(value, (list, tuple)) and len(value) >= stages:
-        return list(value[:stages])
-    raise CheckpointError(f"{where}: config.json's {key} {value!r} is not one value per stage.")
-
-
-def _same_after_first(values: list[int], name: str, where: str) -> None:
-    if len(set(values[1:])) > 1:
-        raise CheckpointError(
-            f"{where}: {name} {values} differ between later stages; vitviz's PVT v2 has one "
-            "downsampling for every stage after the first."
-        )
-
-
 def convert(source: Source) -> Conversion:
-    cfg: dict[str, Any] = dict(source.hf_config or {})
-    if not cfg:
-        raise CheckpointError(
-            f"{source.name} looks like {LOOKS_LIKE}, but its config.json (head counts, eps, "
-            "strides) is not beside it; open the folder transformers saved."
-        )
+    cfg = hf_config_of(source, LOOKS_LIKE, "head counts, eps, strides")
+    where = source.name
     t = Taker(source, LOOKS_LIKE)
-    base = _base(t.state) or ""
-    enc = base + "encoder.layers."
-    rx = re.compile(re.escape(enc) + r"(\d+)\.blocks\.(\d+)\.layer_norm_1\.weight$")
-    found: dict[int, set[int]] = {}
-    for key in t.state:
-        m = rx.match(key)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    enc = (base_of(t.state, _STEM) or "") + "encoder.layers."
+    pattern = re.escape(enc) + r"(\d+)\.blocks\.(\d+)\.layer_norm_1\.weight$"
+    found = stage_blocks(t.state, pattern, where, "PVT v2 stages and blocks")
     stages = sorted(found)
-    if stages != list(range(len(stages))) or any(
-        sorted(found[s]) != list(range(len(found[s]))) for s in stages
-    ):
-        raise CheckpointError(
-            f"{source.name}: the PVT v2 stages and blocks are not numbered 0..n-1."
-        )
     out: dict[str, Tensor] = {}
     for s in stages:
         embed = "patch_embed." if s == 0 else f"stages.{s}.downsample."
@@ -114,42 +88,24 @@ def convert(source: Source) -> Conversion:
             out[f"{embed}proj.{kind}"] = t.take(f"{enc}{s}.patch_embedding.proj.{kind}")
             out[f"{embed}norm.{kind}"] = t.take(f"{enc}{s}.patch_embedding.layer_norm.{kind}")
             out[f"stages.{s}.norm.{kind}"] = t.take(f"{enc}{s}.layer_norm.{kind}")
-        for j in sorted(found[s]):
+        for j in found[s]:
             old, new = f"{enc}{s}.blocks.{j}.", f"stages.{s}.blocks.{j}."
-            for ours, theirs in _BLOCK.items():
-                for kind in ("weight", "bias"):
-                    tensor = t.maybe(f"{old}{theirs}.{kind}")
-                    if tensor is not None:
-                        out[f"{new}{ours}.{kind}"] = tensor
-            for kind in ("weight", "bias"):
-                k, v = (
-                    t.maybe(f"{old}attention.key.{kind}"),
-                    t.maybe(f"{old}attention.value.{kind}"),
-                )
-                if k is not None and v is not None:
-                    out[f"{new}attn.kv.{kind}"] = torch.cat([k, v])  # timm's fused kv
-    num_classes = 0
-    if "classifier.weight" in t:
-        out["head.weight"] = t.take("classifier.weight")
-        out["head.bias"] = t.take("classifier.bias")
-        num_classes = int(out["head.weight"].shape[0])
+            take_renamed(t, old, new, _BLOCK, out)
+            take_kv(t, f"{old}attention.key", f"{old}attention.value", f"{new}attn.kv", out)
+    num_classes = take_classifier(t, "head", out)
     t.refuse_leftovers()
     S = len(stages)
-    where = source.name
-    act = cfg.get("hidden_act", "gelu")
-    if act != "gelu":
-        raise CheckpointError(f"{where}: hidden_act {act!r} is not supported (PVT v2 uses gelu).")
-    kernels = [int(v) for v in _per_stage(cfg, "patch_sizes", S, where)]
-    strides = [int(v) for v in _per_stage(cfg, "strides", S, where)]
-    _same_after_first(kernels, "patch_sizes", where)
-    _same_after_first(strides, "strides", where)
+    refuse_activation(cfg, where, "PVT v2")
+    kernels = [int(v) for v in per_stage(cfg, "patch_sizes", S, where)]
+    strides = [int(v) for v in per_stage(cfg, "strides", S, where)]
+    same_after_first(kernels, "patch_sizes", where, _ONE)
+    same_after_first(strides, "strides", where, _ONE)
     linear = bool(cfg.get("linear_attention", False))
-    ratios = [float(v) for v in _per_stage(cfg, "mlp_ratios", S, where)]
+    ratios = [float(v) for v in per_stage(cfg, "mlp_ratios", S, where)]
     dims = [int(out[f"stages.{s}.blocks.0.norm1.weight"].shape[0]) for s in stages]
     eps = float(cfg.get("layer_norm_eps", 1e-6))
     stem = out["patch_embed.proj.weight"]
-    size = cfg.get("image_size", 224)
-    image = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    image = hf_image_size(cfg, 224)
     inferred = dict(
         image_size=image,
         patch_size=strides[0],
@@ -157,8 +113,8 @@ def convert(source: Source) -> Conversion:
         num_classes=num_classes,
         dims=tuple(dims),
         depths=tuple(len(found[s]) for s in stages),
-        heads=tuple(int(h) for h in _per_stage(cfg, "num_attention_heads", S, where)),
-        sr_ratios=tuple(1 if linear else int(r) for r in _per_stage(cfg, "sr_ratios", S, where)),
+        heads=tuple(int(h) for h in per_stage(cfg, "num_attention_heads", S, where)),
+        sr_ratios=tuple(1 if linear else int(r) for r in per_stage(cfg, "sr_ratios", S, where)),
         mlp_hidden_dims=tuple(
             int(out[f"stages.{s}.blocks.0.mlp.fc1.weight"].shape[0]) for s in stages
         ),
@@ -176,21 +132,19 @@ def convert(source: Source) -> Conversion:
         int(d * r) != h for d, r, h in zip(dims, ratios, inferred["mlp_hidden_dims"], strict=True)
     ):
         notes.append("the MLP widths are read from the weights (config.json's mlp_ratios differ)")
-    prep, prep_notes = hf_pyramid_preprocessing(source, image, 2, notes)
-    conversion = finish_pyramid(
+    return hf_pyramid_conversion(
         source,
+        cfg,
         family="huggingface-pvt-v2",
+        model_type="pvt_v2",
+        image=image,
+        resample=2,
         inferred=inferred,
         state=out,
-        class_names=names_from_id2label(cfg.get("id2label"), num_classes),
-        preprocessing=prep,
-        notes=notes + prep_notes,
+        num_classes=num_classes,
+        notes=notes,
+        how=LIBRARY_MODEL,
     )
-    arch = (cfg.get("architectures") or [""])[0]
-    conversion.reference = Reference(
-        "transformers", str(arch), {"model_type": "pvt_v2"}, how=LIBRARY_MODEL
-    )
-    return conversion
 
 
 FAMILY = Family(

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD
+from vitviz.checkpoints.families.common import timm_crop
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.labels import names_from_timm
@@ -50,13 +50,7 @@ KNOWN: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], bool]]
     "pvt_v2_b5": ((3, 6, 40, 3), (64, 128, 320, 512), (4, 4, 4, 4), False),
     "pvt_v2_b2_li": ((3, 4, 6, 3), (64, 128, 320, 512), (8, 8, 4, 4), True),
 }
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
+_DEFAULTS = timm_crop(0.9)
 
 
 def stage_blocks(model: nn.Module) -> list[nn.Module]:

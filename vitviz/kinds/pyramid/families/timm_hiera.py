@@ -26,7 +26,7 @@ from torch.utils.hooks import RemovableHandle
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD
+from vitviz.checkpoints.families.common import timm_crop
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.labels import names_from_timm
@@ -54,13 +54,7 @@ KNOWN: dict[str, tuple[int, tuple[int, ...], int, bool, bool, int]] = {
     "hiera_small_abswin_256": (96, (1, 2, 11, 2), 1, True, False, 256),
     "hiera_base_abswin_256": (96, (2, 3, 16, 3), 1, True, True, 256),
 }
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
+_DEFAULTS = timm_crop(0.9)
 
 
 def mask_unit_probabilities(block: nn.Module, out: list[Tensor]) -> RemovableHandle:

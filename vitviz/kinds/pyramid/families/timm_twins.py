@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD
+from vitviz.checkpoints.families.common import timm_crop
 from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.labels import names_from_timm
@@ -57,13 +57,7 @@ KNOWN: dict[str, tuple[tuple[int, ...], ...]] = {
         (2, 2, 18, 2), (128, 256, 512, 1024), (512, 1024, 2048, 4096), (4, 8, 16, 32), (7,) * 4,
     ),
 }  # fmt: skip
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
+_DEFAULTS = timm_crop(0.9)
 
 
 def twins_blocks(model: nn.Module) -> list[nn.Module]:

@@ -24,7 +24,11 @@ from torch import Tensor, nn
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, dropped
+from vitviz.checkpoints.families.common import (
+    Taker,
+    dropped,
+    timm_crop,
+)
 from vitviz.checkpoints.families.timm_library import no_blocks, timm_reference
 from vitviz.checkpoints.families.timm_names import ArchError, timm_version
 from vitviz.checkpoints.labels import names_from_timm
@@ -48,13 +52,7 @@ _BLOCK = r"layers\.(\d+)\.blocks\.(\d+)\.norm1\.weight$"
 _NAMES = {part: (part,) for part in BLOCK_PARTS}
 _V2 = ("attn.logit_scale", "attn.cpb_mlp.0.weight", "attn.cpb_mlp.0.bias", "attn.cpb_mlp.2.weight")
 _SENTINELS = (".attn.relative_position_bias_table", ".attn.cpb_mlp.0.weight")
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
+_DEFAULTS = timm_crop(0.9)
 
 
 def timm_layout(state: dict[str, Tensor], model: nn.Module) -> dict[str, Tensor]:

@@ -22,7 +22,11 @@ from torch import Tensor
 
 from vitviz.checkpoints.errors import CheckpointError, MissingSettingsError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
-from vitviz.checkpoints.families.common import IMAGENET_MEAN, IMAGENET_STD, Taker, dropped
+from vitviz.checkpoints.families.common import (
+    Taker,
+    dropped,
+    timm_crop,
+)
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
@@ -41,13 +45,7 @@ _PARTS = ("norm1", "attn.qkv", "attn.proj", "attn.meta_mlp.fc1", "attn.meta_mlp.
 _PARTS += ("mlp.fc1", "mlp.fc2")
 _WINDOW_RATIO = 8  # timm's default: the window is the patch grid ÷ 8
 _DEFAULT_ARCH = "swinv2_cr_tiny_224"  # the name the library check builds with the file's shapes
-_DEFAULTS = {
-    "resize": "crop",
-    "crop_pct": 0.9,
-    "interpolation": "bicubic",
-    "mean": IMAGENET_MEAN,
-    "std": IMAGENET_STD,
-}
+_DEFAULTS = timm_crop(0.9)
 
 
 def detect(source: Source) -> bool:

@@ -26,6 +26,7 @@ from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.families.base import Conversion, Family, FamilyInfo, Source
 from vitviz.checkpoints.families.common import (
     Taker,
+    aligned,
     block_indices,
     check_depth,
     example_heads,
@@ -52,12 +53,6 @@ from vitviz.kinds.vit.families.timm_resolve import (
 LOOKS_LIKE = "a timm hybrid ViT (a ResNet before the tokens)"
 BACKBONE = "patch_embed.backbone."
 _BLOCK = r"blocks\.(\d+)\.attn\.qkv\.weight$"
-
-
-def aligned(t: Tensor) -> Tensor:
-    """``t`` in 64-byte aligned storage (a copy when it is an unaligned view into a file's
-    buffer): a conv's kernel choice, and so its fp32 rounding, follows the weight's alignment."""
-    return t if t.data_ptr() % 64 == 0 else t.clone()
 
 
 def detect(source: Source) -> bool:
