@@ -30,6 +30,7 @@ from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import is_native, load_native
 from vitviz.checkpoints.reading import ACCEPTED, read_checkpoint, to_float
 from vitviz.checkpoints.sidecar import user_settings
+from vitviz.checkpoints.timm_folder import MAX_MODEL_SIDE
 from vitviz.checkpoints.training_args import training_config
 from vitviz.checkpoints.unmodelled import unmodelled
 from vitviz.imaging import Preprocessing
@@ -89,6 +90,21 @@ def load_checkpoint(
         raise CheckpointError(f"{p.name}: {problem}.")
     loaded.notes.extend(_non_finite_notes(loaded.model))
     return loaded
+
+
+def model_size_problem(config: Any) -> str | None:
+    """Why a model's input size can't be run (one phrase: larger than ``MAX_MODEL_SIDE`` a
+    side, which would allocate GBs for one image, or smaller than its patch), or None."""
+    h, w = config.image_size
+    if max(h, w) > MAX_MODEL_SIDE:
+        return (
+            f"its input size {h}×{w} is larger than vitviz runs ({MAX_MODEL_SIDE} pixels a side "
+            "at most)"
+        )
+    patch = getattr(config, "patch_size", 1)
+    if isinstance(patch, int) and patch > min(h, w):
+        return f"its patch size {patch} is larger than its input size {h}×{w}"
+    return None
 
 
 def preprocessing_problem(prep: Preprocessing, patch_size: int) -> str | None:
@@ -158,6 +174,9 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
             )
         raise CheckpointError(_not_understood(keys, p))
     conversion = family.convert(source)
+    size_problem = model_size_problem(conversion.config)
+    if size_problem is not None:  # before anything is built or run at that size
+        raise CheckpointError(f"{p.name}: {size_problem}.")
     if prefix:
         conversion.notes.insert(0, f"weights read from under the key prefix {prefix!r}")
     conversion.notes.extend(cast_notes)
