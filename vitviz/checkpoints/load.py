@@ -7,6 +7,7 @@ and converted (see ``vitviz.checkpoints.families``).
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -81,6 +82,12 @@ def load_checkpoint(
     except MemoryError as exc:
         raise CheckpointError(f"{p.name}: not enough memory to load these weights.") from exc
     except _FROM_USER_DATA as exc:
+        short_of = _allocation(exc)
+        if short_of is not None:  # torch's allocator, e.g. the library check's probe
+            size = f" (torch could not allocate {short_of / 2**30:.1f} GB)" if short_of else ""
+            raise CheckpointError(
+                f"{p.name}: not enough memory to load and check these weights{size}."
+            ) from exc
         raise CheckpointError(
             f"{p.name}: vitviz could not convert these weights ({type(exc).__name__}: "
             f"{_short(exc)}). {ACCEPTED}"
@@ -131,6 +138,15 @@ def _non_finite_notes(model: torch.nn.Module) -> list[str]:
         return []
     shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
     return [f"NaN or infinite values in {shown}: analyses will be refused"]
+
+
+def _allocation(exc: BaseException) -> int | None:
+    """The bytes torch failed to allocate, when ``exc`` says it ran out of memory; else None."""
+    text = str(exc)
+    if isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in text:
+        found = re.search(r"allocate (\d+) bytes", text)
+        return int(found.group(1)) if found else 0
+    return None
 
 
 def _short(exc: BaseException, limit: int = 160) -> str:
