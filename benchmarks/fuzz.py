@@ -10,8 +10,11 @@ case in a new child. Peak RSS: the largest child's (getrusage of the children) a
 growth within one case (VmHWM).
 
 The table: cases, accepted, clean refusals, raw tracebacks and crashes, hangs, files created,
-programs started, other problems (wrong verdicts, messages, exit codes, NaN results, memory), peak
-RSS. Failing cases follow, grouped by their first problem. Exit 1 when any case is not clean
+programs started, opened wrong (a newer kind's checkpoint that opened but does not run as the
+library's own model holding its tensors, tests/hostile_kinds.py), other problems (wrong verdicts,
+unclear messages, exit codes, NaN results, memory), peak RSS; one row more for each newer kind's
+seed (``kind-volo``, ...; ``--only kind-`` runs just those). Failing cases follow, grouped by
+their first problem. Exit 1 when any case is not clean
 (``--no-check`` only reports); a case the harness itself could not write is a wrong result.
 
 Seeds: the random variants come from ``--seed`` (default 0, as CI's subset in
@@ -114,6 +117,7 @@ def _synthetic(case: Any, problem: str, seconds: float) -> dict[str, Any]:
         "messages": [],
         "seconds": seconds,
         "peak_growth_mib": 0.0,
+        "peak_rss_mib": 0.0,  # unknown: the child died or was killed
     }
 
 
@@ -233,6 +237,7 @@ COLUMNS = [
     "hangs",
     "files created",
     "programs started",
+    "opened wrong",
     "other problems",
     "peak RSS MiB",
     "max growth in a case MiB",
@@ -261,6 +266,7 @@ def _row(label: str, results: list[dict[str, Any]]) -> list[str]:
         str(sum(1 for c in cats if "hang" in c)),
         str(sum(1 for c in cats if "file" in c)),
         str(sum(1 for c in cats if "program" in c)),
+        str(sum(1 for c in cats if "exact" in c)),
         str(sum(1 for c in cats if c & others)),
         f"{peak:.0f}",
         f"{growth:.0f}",
@@ -369,6 +375,9 @@ def main() -> int:
     images = [r for r in results if r["kind"] == "image"]
     ckpts = [r for r in results if r["kind"] == "checkpoint"]
     rows = [_row("images", images), _row("checkpoints", ckpts), _row("all", results)]
+    # the newer kinds' seeds and their mutations (tests/hostile_kinds.py), one row a seed
+    kinds = sorted({r["name"].split("/")[0] for r in results if r["name"].startswith("kind-")})
+    rows += [_row(k, [r for r in results if r["name"].startswith(k + "/")]) for k in kinds]
     if len(seeds) > 1:
         rows += [_row(f"seed {s}", [r for r in results if r["seed"] == s]) for s in seeds]
     child_peak = max((r["peak_rss_mib"] for r in results), default=0.0)

@@ -9,7 +9,9 @@ with a tiny native checkpoint (and, for some cases, beside a valid image), or ``
 ``explain`` of the checkpoint with a valid image. While a case runs, an audit hook records
 programs started and files written, RLIMIT_AS stops runaway allocations, vitviz's memory budget
 is the harness's limit, a fake ``gs`` is first on PATH and temporary files go to a private
-folder that is compared before and after.
+folder that is compared before and after; vitviz's own cache folder (library-check results) is
+the one other place it may write. A case with a ``reference`` (hostile_kinds.py) that opens is
+run beside the library's own model holding the file's tensors.
 
 A case is clean when it ends accepted (where acceptance is allowed) or in vitviz's own error with
 a one-line message, the CLI exits 2 for nothing usable (1 when part of a batch failed) with only
@@ -17,9 +19,12 @@ a one-line message, the CLI exits 2 for nothing usable (1 when part of a batch f
 limits. Problems are strings ``"<category>: <detail>"``; the categories:
 
 - ``raw``: an exception that is not vitviz's own (or a CLI traceback / uncaught exception);
-- ``message``: vitviz's error, but not one non-empty line;
+- ``message``: vitviz's error, but not one non-empty line (or, for a case with a
+  ``reference``, the loader's catch-all wording a raw exception instead of naming the fault);
 - ``verdict``: accepted where it must be refused, or refused where it must be accepted;
 - ``nonfinite``: accepted with non-finite logits or attention (a "nan%" prediction);
+- ``exact``: opened, but not as the library's own model holding the file's tensors runs (or
+  opened where the library's model can't take them): cases with a ``reference`` only;
 - ``exit``: the CLI's exit status or stderr is not what the API's outcome says it must be;
 - ``program``: another program was started (audit hook, or the fake ``gs`` ran);
 - ``file``: a file or folder was created, changed or removed outside the case's output folder;
@@ -48,12 +53,14 @@ from hostile_files import Case
 
 MEMORY_LIMIT_MIB = 2048  # peak RSS growth allowed per case: the 2 GB bound for large images
 MEMORY_BUDGET_ENV = "VITVIZ_MEMORY_BUDGET"  # read by vitviz.pipeline.memory
+CACHE_DIR_ENV = "VITVIZ_CACHE_DIR"  # read by vitviz.checkpoints.library_check
 ADDRESS_SPACE_HEADROOM = 2 << 30  # RLIMIT_AS above the process's size while a case runs
 CATEGORIES = (
     "raw",
     "message",
     "verdict",
     "nonfinite",
+    "exact",
     "exit",
     "program",
     "file",
@@ -279,6 +286,11 @@ class FuzzEnv:
     bin: Path
     loaded: Any = None  # the native checkpoint, loaded once
 
+    @property
+    def cache(self) -> Path:
+        """vitviz's cache folder while a case runs."""
+        return self.root / "cache"
+
     @classmethod
     def open(cls, root: Path, load: bool = True) -> FuzzEnv:
         """The environment under ``root`` (made by ``create``); ``load`` the native checkpoint."""
@@ -321,13 +333,16 @@ class FuzzEnv:
         """Fake ``gs`` first on PATH (Pillow's cached answer reset), temp files go to ``temp``."""
         from PIL import EpsImagePlugin
 
-        saved = {k: os.environ.get(k) for k in ("PATH", "TMPDIR", MEMORY_BUDGET_ENV)}
+        saved = {k: os.environ.get(k) for k in ("PATH", "TMPDIR", MEMORY_BUDGET_ENV, CACHE_DIR_ENV)}
         saved_gs = EpsImagePlugin.gs_binary
         saved_tempdir = tempfile.tempdir
         os.environ["PATH"] = f"{self.bin}{os.pathsep}{saved['PATH'] or ''}"
         os.environ["TMPDIR"] = str(self.temp)
         # vitviz plans an analysis's memory against this budget: the same as the harness's limit.
         os.environ[MEMORY_BUDGET_ENV] = f"{MEMORY_LIMIT_MIB}M"
+        # vitviz's own cache (library-check results): the one folder outside a case's output
+        # it may write to (run_case allows it)
+        os.environ[CACHE_DIR_ENV] = str(self.cache)
         tempfile.tempdir = str(self.temp)
         EpsImagePlugin.gs_binary = None
         install_hook()
@@ -435,6 +450,7 @@ class _Stage:
 
     def __init__(self, outcome: Outcome) -> None:
         self.outcome = outcome
+        self.loaded: Any = None  # the checkpoint, when load_checkpoint opened it
 
     def call(self, label: str, fn: Callable[[], Any]) -> tuple[bool, Any]:
         try:
@@ -457,13 +473,18 @@ class _Stage:
 
 
 def _finite(analysis: Any) -> bool:
+    """Logits, probabilities and attention all finite (a ViT's ``attention`` tensor, or the
+    list of per-layer maps other kinds' analyses hold as ``attentions``)."""
     import torch
 
-    return bool(
-        torch.isfinite(analysis.logits).all()
-        and torch.isfinite(analysis.probs).all()
-        and torch.isfinite(analysis.attention.float()).all()
-    )
+    tensors = [analysis.logits, analysis.probs]
+    for name in ("attention", "attentions"):
+        value = getattr(analysis, name, None)
+        if isinstance(value, torch.Tensor):
+            tensors.append(value)
+        elif isinstance(value, (list, tuple)):
+            tensors += [t for t in value if isinstance(t, torch.Tensor)]
+    return all(bool(torch.isfinite(t.float()).all()) for t in tensors)
 
 
 def run_cli(argv: list[str]) -> tuple[int | None, str, str | None]:
@@ -545,6 +566,7 @@ def _api_checkpoint(case_path: Path, env: FuzzEnv, stage: _Stage) -> tuple[bool,
     loaded_ok, loaded = stage.call("load_checkpoint", lambda: load_checkpoint(case_path))
     if not loaded_ok:
         return False, False, False
+    stage.loaded = loaded
     ok, with_gradients = _analyze_both(
         stage, lambda g: analyze(loaded, env.control_image, gradients=g)
     )
@@ -566,13 +588,21 @@ def run_case(
     stage = _Stage(outcome)
     start = time.perf_counter()
     rss = reset_peak()
-    with armed([out]) as guard, address_space_limit():
+    with armed([out, env.cache]) as guard, address_space_limit():
         api = _api_image if case.kind == "image" else _api_checkpoint
         loaded_ok, ok, with_gradients = api(path, env, stage)
         outcome.verdict = "accepted" if ok else "refused"
         if cli:  # the CLI's explain computes the gradient maps too
             _run_cli_stage(case, path, env, out, outcome, loaded_ok, with_gradients, batch)
     outcome.seconds = time.perf_counter() - start
+    if case.reference is not None:
+        if stage.loaded is not None:
+            with address_space_limit():
+                check_exact(case, path, stage.loaded, outcome)
+        # the loader's last resort words a raw exception: the file's fault went unnamed
+        outcome.problems += [
+            f"message: unclear: {m[:200]!r}" for m in outcome.messages if BACKSTOP in m
+        ]
     peak = peak_kib()
     outcome.peak_growth_mib = max(0, peak - rss) / 1024
     outcome.peak_rss_mib = peak / 1024
@@ -591,6 +621,49 @@ def run_case(
             category = "program" if label == "ghostscript witness" else "file"
             outcome.problems.append(f"{category}: {label}: {change}")
     return outcome
+
+
+BACKSTOP = "vitviz could not convert these weights ("  # load_checkpoint's catch-all
+EXACT_RTOL = 1e-4  # logits: max |ours - theirs| / max |theirs| (DESIGN's rule)
+
+
+def check_exact(case: Case, path: Path, loaded: Any, outcome: Outcome) -> None:
+    """An opened checkpoint runs as the library's model holding the file's tensors (the case's
+    ``reference``) on one seeded input at the size vitviz analyses; where that model can't take
+    the tensors, opening it was wrong."""
+    import torch
+
+    assert case.reference is not None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = case.reference(path)
+    except Exception as exc:  # noqa: BLE001 - the library's refusal, in words
+        outcome.problems.append(
+            f"exact: opened, but the library's model can't take the file: {_describe(exc)}"
+        )
+        return
+    h, w = loaded.preprocessing.image_size
+    x = torch.randn(1, 3, h, w, generator=torch.Generator().manual_seed(5))
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs = ref(x)
+            theirs = getattr(theirs, "logits", theirs)
+            ours = loaded.model(x)
+            ours = getattr(ours, "logits", ours)
+    except Exception as exc:  # noqa: BLE001
+        outcome.problems.append(f"exact: at {h}x{w}: {_describe(exc)}")
+        return
+    if ours.shape != theirs.shape:
+        outcome.problems.append(
+            f"exact: logits {tuple(ours.shape)}, the library's {tuple(theirs.shape)}"
+        )
+        return
+    scale = float(theirs.abs().max()) or 1.0
+    err = float((ours.double() - theirs.double()).abs().max()) / scale
+    if not err <= EXACT_RTOL:
+        outcome.problems.append(f"exact: logits differ from the library's by {err:.3g} (rel)")
 
 
 def _run_cli_stage(

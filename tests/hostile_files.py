@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 Kind = Literal["image", "checkpoint"]
 Expect = Literal["accepted", "refused", "either"]
@@ -40,6 +40,9 @@ class Case:
     expect: Expect
     ci: bool = True
     heavy: bool = False
+    # ``reference(path)``: the library's own model holding the written file's tensors (raises
+    # when it can't take them): an accepted case must run as it does (hostile_kinds.py)
+    reference: Callable[[Path], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.expect not in EXPECTS:
@@ -59,8 +62,9 @@ def generators() -> list[Generator]:
     """Every generator, images first (imported here so each module stays one job)."""
     from hostile_checkpoints import CHECKPOINT_GENERATORS
     from hostile_images import IMAGE_GENERATORS
+    from hostile_kinds import KIND_GENERATORS
 
-    return [*IMAGE_GENERATORS, *CHECKPOINT_GENERATORS]
+    return [*IMAGE_GENERATORS, *CHECKPOINT_GENERATORS, *KIND_GENERATORS]
 
 
 def _round(seed: int, index: int) -> Iterator[Case]:

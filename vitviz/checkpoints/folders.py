@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.reading import ACCEPTED, RawCheckpoint, read_checkpoint
+from vitviz.checkpoints.timm_folder import check_timm_config
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -127,4 +128,6 @@ def beside(path: Path) -> Beside:
         return Beside(None, None, NO_PROCESSOR)  # an unrelated config.json beside a file
     if cfg is None or not ("model_type" in cfg or "architecture" in cfg):
         return Beside(None, None, NO_PROCESSOR)
+    if "model_type" not in cfg:  # timm's: its fields' types and sizes, before a family reads it
+        check_timm_config(cfg, folder.name)
     return Beside(cfg, *read_image_processor(folder))

@@ -7,6 +7,7 @@ and converted (see ``vitviz.checkpoints.families``).
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +31,7 @@ from vitviz.checkpoints.loaded import LoadedModel
 from vitviz.checkpoints.native import is_native, load_native
 from vitviz.checkpoints.reading import ACCEPTED, read_checkpoint, to_float
 from vitviz.checkpoints.sidecar import user_settings
+from vitviz.checkpoints.timm_folder import MAX_MODEL_SIDE
 from vitviz.checkpoints.training_args import training_config
 from vitviz.checkpoints.unmodelled import unmodelled
 from vitviz.imaging import Preprocessing
@@ -80,6 +82,12 @@ def load_checkpoint(
     except MemoryError as exc:
         raise CheckpointError(f"{p.name}: not enough memory to load these weights.") from exc
     except _FROM_USER_DATA as exc:
+        short_of = _allocation(exc)
+        if short_of is not None:  # torch's allocator, e.g. the library check's probe
+            size = f" (torch could not allocate {short_of / 2**30:.1f} GB)" if short_of else ""
+            raise CheckpointError(
+                f"{p.name}: not enough memory to load and check these weights{size}."
+            ) from exc
         raise CheckpointError(
             f"{p.name}: vitviz could not convert these weights ({type(exc).__name__}: "
             f"{_short(exc)}). {ACCEPTED}"
@@ -89,6 +97,21 @@ def load_checkpoint(
         raise CheckpointError(f"{p.name}: {problem}.")
     loaded.notes.extend(_non_finite_notes(loaded.model))
     return loaded
+
+
+def model_size_problem(config: Any) -> str | None:
+    """Why a model's input size can't be run (one phrase: larger than ``MAX_MODEL_SIDE`` a
+    side, which would allocate GBs for one image, or smaller than its patch), or None."""
+    h, w = config.image_size
+    if max(h, w) > MAX_MODEL_SIDE:
+        return (
+            f"its input size {h}×{w} is larger than vitviz runs ({MAX_MODEL_SIDE} pixels a side "
+            "at most)"
+        )
+    patch = getattr(config, "patch_size", 1)
+    if isinstance(patch, int) and patch > min(h, w):
+        return f"its patch size {patch} is larger than its input size {h}×{w}"
+    return None
 
 
 def preprocessing_problem(prep: Preprocessing, patch_size: int) -> str | None:
@@ -115,6 +138,15 @@ def _non_finite_notes(model: torch.nn.Module) -> list[str]:
         return []
     shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
     return [f"NaN or infinite values in {shown}: analyses will be refused"]
+
+
+def _allocation(exc: BaseException) -> int | None:
+    """The bytes torch failed to allocate, when ``exc`` says it ran out of memory; else None."""
+    text = str(exc)
+    if isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in text:
+        found = re.search(r"allocate (\d+) bytes", text)
+        return int(found.group(1)) if found else 0
+    return None
 
 
 def _short(exc: BaseException, limit: int = 160) -> str:
@@ -158,6 +190,9 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
             )
         raise CheckpointError(_not_understood(keys, p))
     conversion = family.convert(source)
+    size_problem = model_size_problem(conversion.config)
+    if size_problem is not None:  # before anything is built or run at that size
+        raise CheckpointError(f"{p.name}: {size_problem}.")
     if prefix:
         conversion.notes.insert(0, f"weights read from under the key prefix {prefix!r}")
     conversion.notes.extend(cast_notes)

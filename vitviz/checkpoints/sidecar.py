@@ -62,6 +62,8 @@ def check_settings(settings: Mapping[str, Any], name: str) -> None:
         elif key == "class_names":
             ok = isinstance(value, (list, tuple)) and all(isinstance(n, (str, int)) for n in value)
             problem = None if ok else "must be a list of names"
+        elif key == "arch":
+            problem = None if isinstance(value, str) and value else "must be a model name"
         elif key == "patch_order":
             problem = None if isinstance(value, str) else 'must be a string such as "c p1 p2"'
         else:

@@ -72,15 +72,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(d, indent=2, default=str))
         return EXIT_OK
-    cfg = d["config"]
+    cfg = loaded.model.config  # its attributes: a kind's config may derive the patch size
     prep = d["preprocessing"]
     names = ", ".join(d["class_names"]) + (" …" if d["num_classes"] > 10 else "")
     lines = [
         f"model:          {d['name']} · {d['architecture_name']}",
         f"file:           {d['path']}",
         f"family:         {d['family']}",
-        f"architecture:   {loaded.kind.architecture(loaded.model)}, patch {cfg['patch_size']}, "
-        f"image {cfg['image_size'][0]}×{cfg['image_size'][1]}, "
+        f"architecture:   {loaded.kind.architecture(loaded.model)}, patch {cfg.patch_size}, "
+        f"image {cfg.image_size[0]}×{cfg.image_size[1]}, "
         f"{d['num_parameters']:,} parameters",
         f"parts:          {'; '.join(loaded.kind.parts(loaded.model))}",
         f"classes:        {d['num_classes']} ({names})",

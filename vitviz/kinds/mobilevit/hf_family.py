@@ -224,6 +224,39 @@ def _hw(source: Source, cfg: dict[str, Any], key: str, default: int) -> tuple[in
     return int(items[0]), int(items[-1])
 
 
+def _library_reads(source: Source, cfg: dict[str, Any]) -> None:
+    """Refuse a config.json transformers' MobileViT can't be built from (a field of the wrong
+    type, widths of the wrong count): vitviz could not show the library's numbers for it."""
+    for key, count in (("hidden_sizes", 3), ("neck_hidden_sizes", 7)):
+        value = cfg.get(key)
+        ok = (
+            isinstance(value, list)
+            and len(value) == count
+            and all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 16 for v in value
+            )
+        )
+        if value is not None and not ok:
+            raise _bad(source, key, value, f"a list of {count} positive whole numbers")
+    arch = cfg.get("architectures")
+    if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
+        raise _bad(source, "architectures", arch, "a list of class names")
+    if _whole(source, cfg, "num_channels", 3) != 3:
+        raise CheckpointError(f"{source.name}: vitviz's MobileViT takes RGB images (3 channels).")
+    try:
+        from transformers import MobileViTConfig as LibraryConfig
+    except ImportError:
+        return  # the library check says it is not installed
+    try:
+        LibraryConfig.from_dict(cfg)
+    except Exception as exc:
+        text = " ".join(str(exc).split())
+        raise CheckpointError(
+            f"{source.name}: transformers can't read its config.json ({type(exc).__name__}: "
+            f"{text[:160]})."
+        ) from exc
+
+
 def convert(source: Source) -> Conversion:
     cfg: dict[str, Any] = dict(source.hf_config or {})
     if not cfg:
@@ -253,6 +286,7 @@ def convert(source: Source) -> Conversion:
     size = _hw(source, cfg, "image_size", 256)
     prep, prep_notes = hf_preprocessing(proc, size)
     inferred = {**shape, **settings, "image_size": tuple(prep.pop("image_size", size))}
+    _library_reads(source, cfg)  # after vitviz's own field checks, which name the field
     conversion = finish_kind(
         renamed,
         kind="mobilevit",
