@@ -263,3 +263,34 @@ def test_the_status_bar_keeps_the_model_line_whole_at_1366(qtbot, window) -> Non
     assert status.geometry().right() <= window.statusBar().width()
     assert status.width() < status.sizeHint().width()  # cut, so its tooltip says it whole
     assert status.toolTip() == status.text() and "10 heads knocked out" in status.text()
+
+
+def test_the_map_title_names_the_heads_knocked_out(qtbot, window, files) -> None:
+    """The large map's title says the model is intervened (which heads, a mean ablation),
+    right after the method (a short view drops a title's last parts first); restored: not."""
+    ckpt, _, photo = files
+    window.open_checkpoint(ckpt)
+    window.open_image(photo)
+    wait_shown(qtbot, window, photo.name)
+    ko, view = window.knockout, window.viewer.map_view
+    assert "knocked out" not in view.full_title
+    ko.toggle(2, 1)
+    ko.toggle(0, 2)
+    qtbot.waitUntil(
+        lambda: settled(window) and window.viewer.image.knocked_out == ((0, 2), (2, 1)),
+        timeout=WAIT_MS,
+    )
+    assert view.full_title.startswith("Attention · heads 0.2, 2.1 knocked out · ")
+    window.viewer.controls.select_method("rollout")  # a method's map too
+    qtbot.waitUntil(
+        lambda: settled(window) and view.full_title.startswith("Attention rollout · heads"),
+        timeout=WAIT_MS,
+    )
+    assert "heads 0.2, 2.1 knocked out" in view.full_title
+    ko.ablation.setCurrentText("mean")
+    qtbot.waitUntil(lambda: "(mean ablation)" in view.full_title, timeout=WAIT_MS)
+    ko.act_restore.trigger()
+    qtbot.waitUntil(
+        lambda: settled(window) and "knocked out" not in view.full_title, timeout=WAIT_MS
+    )
+    assert view.full_title.startswith("Attention rollout · ")

@@ -39,6 +39,32 @@ def from_selection(p: ParamInfo) -> bool:
     return p.name in SELECTION and p.per == p.name
 
 
+def map_reads(m: MethodInfo | None, ignored: dict[str, dict[str, str]], name: str) -> bool:
+    """Whether method ``m``'s map reads selector ``name`` ("layer" or "head"): a parameter of
+    its table entry taken from that selector which this model's version does not ignore."""
+    if m is None:
+        return False
+    unused = ignored.get(m.name, {})
+    return name not in unused and any(from_selection(p) and p.name == name for p in m.parameters)
+
+
+def selector_words(
+    m: MethodInfo | None, ignored: dict[str, dict[str, str]], name: str
+) -> tuple[str, str]:
+    """The (row label, tooltip) of the Layer or Head selector (``name``) under method ``m``,
+    from its table parameters: the map's layer or head, or only the head grid's tile."""
+    word = name.capitalize()
+    if m is None or map_reads(m, ignored, name):
+        return word, f"The {name} of the map (and the head grid's outlined tile)"
+    why = ignored.get(m.name, {}).get(name)
+    reason = (
+        f"{m.label} does not use a {name} on this model: {why}"
+        if why is not None
+        else f"{m.label}'s map does not depend on a {name}"
+    )
+    return f"Grid {name}", f"Picks the head grid's outlined tile only: {reason}"
+
+
 def from_layer_picker(p: ParamInfo) -> bool:
     """A CAM method's target layer (text ``BLOCK.PART``) comes from the picker beside the
     method (``CamLayerPicker``)."""
@@ -81,15 +107,15 @@ class ParamPanel(QGroupBox):
             self.widgets[p.name] = widget
             self.form.addRow(p.label, widget)
         if not shown:
-            self.form.addRow(
-                QLabel(
-                    "none"
-                    if method is None or not method.parameters
-                    else "layer and head: the selectors above"
-                    if not any(map(from_layer_picker, method.parameters))
-                    else "the target layer: the picker above"
-                )
+            picked = (
+                [] if method is None else [p.name for p in method.parameters if from_selection(p)]
             )
+            selectors = f"{' and '.join(picked)}: the selector{'s' * (len(picked) > 1)} above"
+            if method is None or not method.parameters:
+                selectors = "none"
+            elif any(map(from_layer_picker, method.parameters)):
+                selectors = "the target layer: the picker above"
+            self.form.addRow(QLabel(selectors))
         self.setTitle(f"{method.label}: parameters" if method is not None else "Method parameters")
         guard_wheel(self)  # the new controls too: the wheel scrolls the panel, not a value
 
@@ -226,8 +252,9 @@ class ViewControls(QWidget):
         form.addRow("Method", self.method)
         form.addRow("Target layer", self.cam_layer)
         self._map_form = form
-        form.addRow("Layer", self.layer)
-        form.addRow("Head", self.head)
+        self.layer_label, self.head_label = QLabel("Layer"), QLabel("Head")
+        form.addRow(self.layer_label, self.layer)
+        form.addRow(self.head_label, self.head)
         query_row = QHBoxLayout()
         query_row.addWidget(self.query_label, 1)
         query_row.addWidget(self.query_reset)
@@ -305,6 +332,7 @@ class ViewControls(QWidget):
         self.method.blockSignals(blocked)
         self.param_panel.show_method(self.current_method())
         self._show_cam_layer()
+        self._word_selectors()
 
     def current_method(self) -> MethodInfo | None:
         return self.methods.get(self.method.currentData())
@@ -323,7 +351,21 @@ class ViewControls(QWidget):
             self.wanted_method = m.name
         self.param_panel.show_method(m)
         self._show_cam_layer()
+        self._word_selectors()
         self.paramsChanged.emit()
+
+    def _word_selectors(self) -> None:
+        """The Layer and Head rows say whether the shown method's map reads them or they only
+        pick the head grid's tile (from the method's table parameters, DESIGN §5)."""
+        m, ignored = self.current_method(), self.param_panel.ignored
+        for name, label, widget in (
+            ("layer", self.layer_label, self.layer),
+            ("head", self.head_label, self.head),
+        ):
+            text, tip = selector_words(m, ignored, name)
+            label.setText(text)
+            label.setToolTip(tip)
+            widget.setToolTip(tip)
 
     def _show_cam_layer(self) -> None:
         """The target-layer picker, shown for a method that takes one, with its value."""
@@ -360,6 +402,7 @@ class ViewControls(QWidget):
         self.param_panel.set_shape(layers, heads)
         self.cam_layer.set_blocks(layers if cam_blocks is None else cam_blocks)
         self._show_cam_layer()  # the method's target layer as this model reads it
+        self._word_selectors()  # this model may ignore a layer or head the method takes
         self.layer.setPrefix(f"{self.layer_word} ")
         layer = self.selected_layer()
         self._fill_heads(self.row_heads[layer] if layer < len(self.row_heads) else heads)

@@ -57,6 +57,16 @@ def heads_text(heads: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> st
     return ", ".join(words[:8]) + (f" and {len(words) - 8} more" if len(words) > 8 else "")
 
 
+def knocked_words(heads: tuple[tuple[int, int], ...], ablation: str = "zero") -> str:
+    """The map title's words for a model with ``heads`` knocked out: "heads 0.2, 2.1 knocked
+    out" ("(mean ablation)" after it for a mean ablation); "" for the model as it is."""
+    if not heads:
+        return ""
+    noun = "heads" if len(heads) > 1 else "head"
+    how = "" if ablation == "zero" else f" ({ablation} ablation)"
+    return f"{noun} {heads_text(heads)} knocked out{how}"
+
+
 class KnockoutOverlay:
     """Rectangles and crosses over a HeadGrid's tiles (in its view coordinates)."""
 

@@ -62,7 +62,7 @@ from vitviz.training.runs import read_probes, read_steps
 from vitviz.ui import file_dialogs
 from vitviz.ui.charts import LegendBelow
 from vitviz.ui.form_panel import FoldingGroup, VerticalScrollArea
-from vitviz.ui.plot_axes import plain_axes
+from vitviz.ui.plot_axes import CountAxis, plain_axes
 from vitviz.ui.settings import AppSettings
 from vitviz.ui.wheel_guard import guard_wheel
 from vitviz.workers.training import TrainingRunner
@@ -102,6 +102,10 @@ def _dspin(lo: float, hi: float, value: float, step: float, decimals: int) -> QD
     w.setSingleStep(step)
     w.setValue(value)
     return w
+
+
+NO_RUN_NOTE = "No run yet"
+NO_POINTS_NOTE = "No points yet"  # a run shown (running, or picked from the list) without any
 
 
 def _format_eta(seconds: float) -> str:
@@ -262,6 +266,8 @@ class TrainingTab(QWidget):
         self.runner.runningChanged.connect(self._on_running)
         self.apply_preset(preset_for_dataset(self.dataset_kind.currentData()))
         self.refresh_runs()
+        self._mark_empty()
+        self.epochs_box.valueChanged.connect(lambda _v: self._mark_empty(again=True))
         guard_wheel(self)
 
     # -- building -------------------------------------------------------------------------------
@@ -356,8 +362,9 @@ class TrainingTab(QWidget):
         top.addWidget(self.status, 3)
         top.addWidget(self.progress, 2)
         top.addWidget(self.eta)
-        self.loss_plot = pg.PlotWidget(title="Loss")
-        self.acc_plot = pg.PlotWidget(title="Accuracy")
+        # epochs are counted: whole-number ticks (an empty plot's 0 to 1 never reads "0.2")
+        self.loss_plot = pg.PlotWidget(title="Loss", axisItems={"bottom": CountAxis()})
+        self.acc_plot = pg.PlotWidget(title="Accuracy", axisItems={"bottom": CountAxis()})
         for plot, label in ((self.loss_plot, "loss"), (self.acc_plot, "accuracy")):
             plot.setBackground("#fafafa")
             plot.setAcceptDrops(False)
@@ -382,6 +389,12 @@ class TrainingTab(QWidget):
         self.curve_val_acc = self.acc_plot.plot(
             pen=pg.mkPen("#e6550d", width=2), symbol="o", symbolSize=5, name="validation"
         )
+        self.empty_notes = {}  # plot -> its "No run yet" note, shown while it has no curve
+        for plot in (self.loss_plot, self.acc_plot):
+            note = pg.TextItem(NO_RUN_NOTE, color="#888", anchor=(0.5, 0.5))
+            plot.addItem(note, ignoreBounds=True)
+            self.empty_notes[plot] = note
+        self._empty: bool | None = None
         curves = QSplitter(Qt.Orientation.Horizontal)
         curves.addWidget(self.loss_plot)
         curves.addWidget(self.acc_plot)
@@ -525,6 +538,7 @@ class TrainingTab(QWidget):
             self._show_problem(f"Can't start: {exc}")
             return False
         self.run_dir = handle.run_dir
+        self._mark_empty(again=True)  # "No points yet" until its first step
         self.status.setText(f"Starting… ({handle.run_dir.name})")
         self.progress.setFormat("%p%")
         self.refresh_runs()  # the new run is listed (running) from its start
@@ -564,10 +578,34 @@ class TrainingTab(QWidget):
             self.probe_strip.removeWidget(label)
             label.deleteLater()
         self.probe_labels = []
+        self._mark_empty()
         self.progress.setValue(0)
         self.progress.setFormat("%p%")
         self.eta.setText("")
         self._cancelling = False
+
+    def _mark_empty(self, again: bool = False) -> None:
+        """Plots without a curve say "No run yet" over whole epochs 0 to the planned number;
+        the first point of a run hides the note and gives the axes back to the curves."""
+        curves = (self.curve_step, self.curve_train, self.curve_val)
+        curves += (self.curve_train_acc, self.curve_val_acc)
+        empty = all(c.xData is None or len(c.xData) == 0 for c in curves)
+        if empty == self._empty and not (empty and again):
+            return
+        self._empty = empty
+        planned = max(1, self.epochs_box.value())
+        shown_run = self.run_dir is not None or self.runs.currentItem() is not None
+        for plot, note in self.empty_notes.items():
+            note.setText(NO_POINTS_NOTE if shown_run else NO_RUN_NOTE)
+            note.setVisible(empty)
+            if empty:
+                plot.setXRange(0, planned)  # padded: the end ticks are labelled
+                plot.setYRange(0, 1)
+                note.setPos(planned / 2, 0.5)
+            else:
+                plot.enableAutoRange(axis="x")
+                if plot is self.loss_plot:  # accuracy stays 0 to 1
+                    plot.enableAutoRange(axis="y")
 
     def _on_event(self, event: object) -> None:
         match event:
@@ -581,6 +619,7 @@ class TrainingTab(QWidget):
                 self.step_x.append(event.step / self.steps_per_epoch)
                 self.step_loss.append(event.loss)
                 self.curve_step.setData(self.step_x, self.step_loss)
+                self._mark_empty()
                 self.progress.setValue(round(1000 * event.step / event.total_steps))
                 if not self._cancelling:  # steps still queued after Cancel: no new ETA
                     self.eta.setText(
@@ -624,6 +663,7 @@ class TrainingTab(QWidget):
         self.curve_val.setData(*series("val_loss"))
         self.curve_train_acc.setData(*series("train_acc"))
         self.curve_val_acc.setData(*series("val_acc"))
+        self._mark_empty()
 
     def _add_probe(self, event: ProbeEvent) -> None:
         image = np.asarray(event.image)
@@ -745,6 +785,7 @@ class TrainingTab(QWidget):
         self.step_x = [r["step"] / max(1, r["steps_per_epoch"]) for r in steps]
         self.step_loss = [float(r["loss"]) for r in steps]
         self.curve_step.setData(self.step_x, self.step_loss)
+        self._mark_empty()
         self._probe_follow = True
         for p in read_probes(run_dir):
             self._add_probe(

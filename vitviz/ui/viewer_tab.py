@@ -15,6 +15,7 @@ from vitviz.ui.charts import PredictionsChart
 from vitviz.ui.controls import ATTENTION, MEAN, ViewControls, from_layer_picker
 from vitviz.ui.faithfulness_panel import FaithfulnessPanel
 from vitviz.ui.head_grid_panel import HeadGridPanel
+from vitviz.ui.knockout import knocked_words
 from vitviz.ui.layer_view import LayerView
 from vitviz.ui.lines_label import LinesLabel
 from vitviz.ui.prompt_box import PromptBox
@@ -415,7 +416,7 @@ class ViewerTab(QWidget):
             return
         cmap, opacity = self.controls.colormap_name(), self.controls.opacity_value()
         values, levels = self.current_map()
-        self.map_view.set_title(self._map_title(m))
+        self.map_view.set_title(self._titled_intervention(self._map_title(m)))
         scale = map_scale(values, levels, self._query_cell(m, values))
         self.map_view.set_map(values, scale.levels, cmap, opacity)
         error = m.error if values is None else None
@@ -494,6 +495,17 @@ class ViewerTab(QWidget):
             else:
                 parts.append(f"{p.label.lower()} {value}")
         return " · ".join(parts)
+
+    def _titled_intervention(self, title: str) -> str:
+        """``title`` naming the heads knocked out of the model the map was made on (DESIGN §5),
+        after the method: a title too long for the view loses its last parts first."""
+        knocked = (
+            "" if self.image is None else knocked_words(self.image.knocked_out, self.image.ablation)
+        )
+        if not knocked:
+            return title
+        first, *rest = title.split(" · ", 1)
+        return " · ".join([first, knocked, *rest])
 
     def _update_query_widgets(self) -> None:
         self.input_view.set_query(self.query)

@@ -231,7 +231,7 @@ def analyze_image(
     """Analyse ``source`` (path, bytes or uint8 array) with the current model; ``gradients``
     keeps the top class's attention gradients from the same pass (gradient methods shown)."""
     from vitviz.imaging import ImageLoadError
-    from vitviz.workers.held import renew_means
+    from vitviz.workers.held import knocked_out, renew_means
 
     if state.loaded is None:
         raise UserFacingError("Open a checkpoint first: no model is loaded.", "checkpoint")
@@ -267,6 +267,8 @@ def analyze_image(
         scores=getattr(state.loaded.model.config, "outputs", "logits"),
         mask_path=_mask_path(source),
         cam_blocks=kind.cam_depth(state.loaded.model),
+        knocked_out=knocked_out(state),
+        ablation=state.intervention.ablation if knocked_out(state) else "zero",
         seconds=time.perf_counter() - start,
         **{f.name: getattr(numbers, f.name) for f in fields(numbers)},
     )

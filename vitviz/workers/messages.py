@@ -124,6 +124,9 @@ class ImageResult:
     thumb_grid: tuple[int, int] = (0, 0)  # the head grid's thumbnails: (0, 0) the grid
     thumb_pixels: int = 0  # input pixels per thumbnail cell
     cam_blocks: int | None = None  # blocks the CAM layer picker offers (None: num_layers)
+    # the heads (layer, head) knocked out of the model it was analysed with, and their ablation
+    knocked_out: tuple[tuple[int, int], ...] = ()
+    ablation: str = "zero"
 
     def __post_init__(self) -> None:
         if self.cam_blocks is None:
