@@ -5,6 +5,7 @@ one line."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -31,18 +32,32 @@ def sharpen_(model):
     return model
 
 
-def assert_matches_timm(ref, loaded, x):
-    """Logits (fused and explained paths) within 1e-4 of timm's, each block's attention 1e-5."""
+def attention_differences(ref, model, x):
+    """Each block's max |ours - timm's| attention; asserts the logits on the way."""
     ref_logits, ref_attn = timm_cr_attention(ref, x)
     with torch.no_grad():
-        logits, out = loaded.model(x), loaded.model.forward_explained(x)
+        logits, out = model(x), model.forward_explained(x)
     scale = float(ref_logits.abs().max())
     assert float((logits - ref_logits).abs().max()) / scale < LOGITS_RTOL
     assert float((out.logits - ref_logits).abs().max()) / scale < LOGITS_RTOL
     assert len(ref_attn) == len(out.attentions) == 4
-    for b, (theirs, ours) in enumerate(zip(ref_attn, out.attentions, strict=True)):
-        diff = float((theirs.reshape(ours.shape) - ours).abs().max())
-        assert diff < ATTN_ATOL, f"block {b}: attention {diff:.1e}"
+    return [
+        float((theirs.reshape(ours.shape) - ours).abs().max())
+        for theirs, ours in zip(ref_attn, out.attentions, strict=True)
+    ]
+
+
+def assert_matches_timm(ref, loaded, x):
+    """Logits (fused and explained paths) within 1e-4 of timm's, each block's attention 1e-5.
+    Sharpened cosine attention (logit scale up to 100) magnifies float32's rounding, whose order
+    depends on the CPU and its thread count: where float32 misses 1e-5, both models in float64
+    must agree to 1e-9 (the same function, as benchmarks/timm_walk.py's exact-float64 row)."""
+    diffs = attention_differences(ref, loaded.model, x)
+    if max(diffs) >= ATTN_ATOL:
+        diffs64 = attention_differences(
+            copy.deepcopy(ref).double(), copy.deepcopy(loaded.model).double(), x.double()
+        )
+        assert max(diffs64) < 1e-9, f"float32 attention {diffs}, float64 {diffs64}"
 
 
 @pytest.mark.parametrize(
