@@ -221,12 +221,33 @@ def gradient_method(name: str, formula: CamFormula) -> Callable[..., Tensor]:
         def build() -> Tensor:
             lp = layer_pass(kind, model, x, layer, cls)
             assert lp.gradients is not None
-            cam = formula(lp.activations.double(), lp.gradients.double())
-            return min_max_scale(cam)[0].float().cpu()
+            a, g = lp.activations.double(), lp.gradients.double()
+            cam = formula(a, g)
+            floor = rounding_floor(formula(a.abs(), g.abs()), lp.activations.dtype)
+            return min_max_scale(flat_within(cam, floor))[0].float().cpu()
 
         return cached(analysis, (name, cls, layer), build)
 
     return compute
+
+
+ROUNDING_ULPS = 16  # a map whose span is within 16 ulps of its terms' size is rounding alone
+
+
+def rounding_floor(magnitude: Tensor, dtype: torch.dtype) -> Tensor:
+    """(B,) the span below which a map is rounding, not signal: ``ROUNDING_ULPS`` of the
+    pass's float type times the largest value of the formula on |A|, |G| (B, h, w), the size
+    of the terms it sums."""
+    return ROUNDING_ULPS * torch.finfo(dtype).eps * magnitude.flatten(1).amax(dim=1)
+
+
+def flat_within(cam: Tensor, floor: Tensor) -> Tensor:
+    """(B, h, w) maps, each made all zero where its span is within its ``floor`` (B,): the
+    definition's value there is a constant map (e.g. HiResCAM on tokens that only a LayerNorm
+    reads, Σ_k G_k A_k = 0 at every token up to its ε), which min-max scaling shows as zero,
+    not as float32 rounding stretched to [0, 1]."""
+    span = cam.flatten(1).amax(dim=1) - cam.flatten(1).amin(dim=1)
+    return torch.where((span <= floor)[:, None, None], torch.zeros_like(cam), cam)
 
 
 PassesCam = Callable[[ModelKind, nn.Module, Tensor, str, int], Tensor]  # -> (h, w)
