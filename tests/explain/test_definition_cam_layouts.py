@@ -171,3 +171,18 @@ def test_hirescam_of_tokens_only_a_layernorm_reads_is_zero(pvt) -> None:
     assert float(terms.sum(0).abs().max()) < 1e-6 * float(terms.abs().sum(0).max())
     got = get_method("hirescam")(analysis, None, c, {"layer": "-1.output"})
     assert float(got.abs().max()) == 0.0
+
+
+def test_a_layer_without_the_grid_tokens_is_refused_in_one_line(tmp_path) -> None:
+    """A CaiT's class-attention block's norm2 reads the CLS alone: no map of the patches; the
+    message names the layer and what to pick, and its norm1 gives a map."""
+    args = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, depth_token_only=2,
+                num_heads=4)  # fmt: skip
+    torch.manual_seed(0)
+    model = randomize_(timm.create_model("cait_xxs24_224", num_classes=5, **args), seed=33)
+    torch.save(model.state_dict(), tmp_path / "cait.pth")
+    analysis = analyze(load_checkpoint(tmp_path / "cait.pth"), images(1, 32, 32, seed=2)[0])
+    for method in ("hirescam", "gradcam"):
+        with pytest.raises(ValueError, match=r"^layer 3\.norm2 gives 1 token\(s\), not its"):
+            get_method(method)(analysis, None, None, {"layer": "3.norm2"})
+        assert get_method(method)(analysis, None, None, {"layer": "3.norm1"}).shape == (4, 4)

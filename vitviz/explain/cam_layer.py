@@ -134,6 +134,13 @@ def layer_pass(
             y = logits.gather(1, c[:, None]).sum()
             (grads,) = torch.autograd.grad(y, keep[-1])
     grid = tuple(int(v) for v in inter.block_grids[choice.block].grid)
+    tokens = keep[-1]
+    if tokens.ndim == 3 and tokens.shape[1] < grid[0] * grid[1]:  # (B, N, C) short of the grid
+        raise ValueError(
+            f"layer {layer} gives {tokens.shape[1]} token(s), not its block's {grid[0]} × "
+            f"{grid[1]} grid (a class-attention block's norm2 reads the CLS alone); pick the "
+            "block's norm1 or output"
+        )
     on_grid = site.to_grid
     acts = on_grid(keep[-1].detach(), grid)
     return LayerPass(
