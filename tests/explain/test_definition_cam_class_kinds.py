@@ -1,6 +1,7 @@
 """The CAM family's A and G (DESIGN §5) on the kinds whose CLS joins late, CaiT (self-attention
-blocks over the patches, then class-attention blocks over [CLS, patches]) and XCiT (XCA blocks,
-then class-attention blocks): vitviz's own networks, opened from perturbed timm checkpoints,
+blocks over the patches, then class-attention blocks over [CLS, patches]), XCiT (XCA blocks,
+then class-attention blocks) and ConViT (GPSA blocks over the patches, then self-attention
+over [CLS, patches]): vitviz's own networks, opened from perturbed timm checkpoints,
 against the test's hooks on timm's modules of the same name (the patch tokens, row-major on
 the grid, the CLS left out). Grad-CAM, HiResCAM and LayerCAM are written out here."""
 
@@ -36,18 +37,33 @@ def _xcit() -> nn.Module:
     return model
 
 
+def _convit() -> nn.Module:
+    args = dict(img_size=SIDE, patch_size=8, embed_dim=8, depth=3, local_up_to_layer=2,
+                num_heads=4)  # fmt: skip
+    model = randomize_(timm.create_model("convit_tiny", num_classes=5, **args), seed=43)
+    with torch.no_grad():  # gates spread over both sides: content and position both count
+        for block in model.blocks[:2]:
+            block.attn.gating_param.copy_(torch.tensor([-2.0, -0.5, 0.5, 2.0]))
+    return model
+
+
+BUILD = {"cait": _cait, "xcit": _xcit, "convit": _convit}
+
+
 def _timm_blocks(name: str, model: nn.Module) -> list[nn.Module]:
     """timm's blocks in vitviz's order: the patch blocks, then the class-attention blocks."""
     if name == "cait":
         return [*model.blocks, *model.blocks_token_only]
-    return [*model.blocks, *model.cls_attn_blocks]
+    if name == "xcit":
+        return [*model.blocks, *model.cls_attn_blocks]
+    return list(model.blocks)
 
 
-@pytest.fixture(scope="module", params=["cait", "xcit"])
+@pytest.fixture(scope="module", params=list(BUILD))
 def case(request, tmp_path_factory):
     name = request.param
     torch.manual_seed(0)
-    model = _cait() if name == "cait" else _xcit()
+    model = BUILD[name]()
     path = tmp_path_factory.mktemp(name) / f"{name}.pth"
     torch.save(model.state_dict(), path)
     config = {"image_size": SIDE} if name == "xcit" else None
