@@ -134,10 +134,11 @@ def layer_pass(
             y = logits.gather(1, c[:, None]).sum()
             (grads,) = torch.autograd.grad(y, keep[-1])
     grid = tuple(int(v) for v in inter.block_grids[choice.block].grid)
-    tokens = keep[-1]
-    if tokens.ndim == 3 and tokens.shape[1] < grid[0] * grid[1]:  # (B, N, C) short of the grid
+    tokens = keep[-1]  # channels last; too few values for B images' grids of C channels?
+    if tokens.numel() < len(x) * tokens.shape[-1] * grid[0] * grid[1]:
+        count = tokens.numel() // (len(x) * tokens.shape[-1])
         raise ValueError(
-            f"layer {layer} gives {tokens.shape[1]} token(s), not its block's {grid[0]} × "
+            f"layer {layer} gives {count} token(s), not its block's {grid[0]} × "
             f"{grid[1]} grid (a class-attention block's norm2 reads the CLS alone); pick the "
             "block's norm1 or output"
         )
