@@ -1,8 +1,8 @@
 """What the staged kinds' analyses share (a Swin's, a pyramid ViT's, a PiT's; DESIGN §3): the
 predictions read from their logits and the checkpoint's class names (``StagedAnalysisBase``),
 the ``loaded`` of a bare model (``ModelOnly``), the image decoded and prepared as ``analyze``
-does it (``decode_for_model``), and per-block head values padded to one (layers, most heads)
-array (``padded``)."""
+does it (``decode_for_model``), the fields kept of its pass (``pass_fields``), and per-block
+head values padded to one (layers, most heads) array (``padded``)."""
 
 from __future__ import annotations
 
@@ -151,3 +151,21 @@ def own_model(model_or_loaded: Any, networks: type | tuple[type, ...], refusal: 
     if not isinstance(model, networks):
         raise TypeError(f"{refusal}, got {type(model).__name__}")
     return model
+
+
+def pass_fields(
+    model_or_loaded: Any, model: nn.Module, given: PreparedInput, logits: Tensor, target_class: int
+) -> dict[str, Any]:
+    """The fields every staged analysis keeps of its one pass: ``logits`` and ``probs`` (C,),
+    ``target_class``, the ``input`` (C, H, W) it ran on and what the window draws it over
+    (``pixels``, ``source``, ``geometry``), and ``loaded`` (a bare model: ``ModelOnly``)."""
+    return {
+        "logits": logits.detach(),
+        "probs": logits.detach().softmax(dim=-1),
+        "target_class": target_class,
+        "input": given.x[0].detach(),
+        "pixels": given.pixels,
+        "source": given.source,
+        "geometry": given.geometry,
+        "loaded": model_or_loaded if model_or_loaded is not model else ModelOnly(model),
+    }

@@ -18,10 +18,10 @@ from torch import Tensor
 from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.crossvit.network import CrossViTNet
 from vitviz.kinds.staged_analysis import (
-    ModelOnly,
     StagedAnalysisBase,
     explained_pass,
     own_model,
+    pass_fields,
     prepared_input,
 )
 
@@ -67,13 +67,11 @@ def analyze_crossvit(
     model = own_model(model_or_loaded, CrossViTNet, "analyze_crossvit needs a CrossViT")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.patch_sizes[0], "analyze_crossvit")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     out, logits, c, grads = explained_pass(model, x, gradients, target_class)
     layers = cfg.layers()
     return CrossViTAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0].detach() for a in out.attentions],
         block_stages=[b if how == "self" else 1 - b for _k, how, b in layers],
         layer_kinds=[how for _k, how, _b in layers],
@@ -82,10 +80,5 @@ def analyze_crossvit(
         stage_grids=[cfg.grid(0), cfg.grid(1)],
         stage_pixels=[cfg.token_pixels(0), cfg.token_pixels(1)],
         gradients=grads,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=int(cfg.patch_sizes[0]),
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

@@ -16,11 +16,11 @@ from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.levit.network import LeViTNet
 from vitviz.kinds.levit.rollout import LeViTRollout
 from vitviz.kinds.staged_analysis import (
-    ModelOnly,
     StagedAnalysisBase,
     explained_pass,
     method_matrices,
     own_model,
+    pass_fields,
     prepared_input,
 )
 
@@ -75,7 +75,7 @@ def analyze_levit(
     model = own_model(model_or_loaded, LeViTNet, "analyze_levit needs a LeViT")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.stem_stride, "analyze_levit")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     out, logits, c, grads = explained_pass(
         model, x, gradients, target_class, capture_attention=True
     )
@@ -84,19 +84,12 @@ def analyze_levit(
     firsts = [stages.index(s) for s in subsample_starts]
     keys = [s - 1 if b in firsts else s for b, s in enumerate(stages)]
     return LeViTAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0].detach() for a in out.attentions],
         block_stages=stages,
         key_stages=keys,
         stage_grids=[tuple(g) for g in out.stage_grids],
         stage_pixels=[cfg.stage_stride(s) for s in range(cfg.num_stages)],
         gradients=grads,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=int(cfg.stem_stride),
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

@@ -16,10 +16,10 @@ from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.mobilevit.intermediates import divisible_grids
 from vitviz.kinds.mobilevit.network import MobileViTNet
 from vitviz.kinds.staged_analysis import (
-    ModelOnly,
     StagedAnalysisBase,
     explained_pass,
     own_model,
+    pass_fields,
     prepared_input,
 )
 
@@ -84,19 +84,12 @@ def analyze_mobilevit(
         attentions.append(a.detach().transpose(0, 1).contiguous())
     block_stages = [i for i, s in enumerate(stages) for _ in range(cfg.depths[s])]
     return MobileViTAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=attentions,
         block_stages=block_stages,
         stage_grids=grids,
         patch_grids=[(h // p, w // p) for h, w in grids],
         stage_pixels=[cfg.stage_stride(s) for s in stages],
         patch=p,
-        input=x[0].detach(),
-        pixels=given.pixels,
-        source=given.source,
-        geometry=given.geometry,
         patch_size=first,
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

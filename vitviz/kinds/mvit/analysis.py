@@ -16,7 +16,12 @@ from torch import Tensor
 from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.mvit.config import MViTConfig
 from vitviz.kinds.mvit.network import MViT
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, own_model, prepared_input
+from vitviz.kinds.staged_analysis import (
+    StagedAnalysisBase,
+    own_model,
+    pass_fields,
+    prepared_input,
+)
 
 
 @dataclass
@@ -65,7 +70,7 @@ def analyze_mvit(model_or_loaded: object, image: Any) -> MViTAnalysis:
     model = own_model(model_or_loaded, MViT, "analyze_mvit needs an MViTv2")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.patch_size, "analyze_mvit")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     if tuple(x.shape[-2:]) != tuple(cfg.image_size):
         raise ValueError(
             f"this MViTv2 takes {cfg.image_size[0]}×{cfg.image_size[1]} images (its relative "
@@ -74,12 +79,11 @@ def analyze_mvit(model_or_loaded: object, image: Any) -> MViTAnalysis:
     with torch.no_grad():
         out = model.forward_explained(x)
     logits = out.logits[0] if cfg.num_classes else out.logits[0, :0]
+    top = int(logits.argmax()) if logits.numel() else -1
     plans = cfg.blocks()
     stage_pixels = [cfg.stage_stride(s) for s in range(cfg.num_stages)]
     return MViTAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=int(logits.argmax()) if logits.numel() else -1,
+        **pass_fields(model_or_loaded, model, given, logits, top),
         attentions=[a[0].detach() for a in out.attentions],
         block_stages=[p.stage for p in plans],
         stage_grids=cfg.stage_grids(),
@@ -87,10 +91,5 @@ def analyze_mvit(model_or_loaded: object, image: Any) -> MViTAnalysis:
         key_pixels=key_pixels(cfg),
         stage_pixels=stage_pixels,
         num_prefix_tokens=cfg.num_prefix_tokens,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=cfg.patch_size,
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

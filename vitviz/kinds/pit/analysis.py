@@ -17,11 +17,11 @@ from vitviz.kinds.pit.network import PiTViT
 from vitviz.kinds.pit.rollout import PiTRollout
 from vitviz.kinds.pyramid.reduction import Reduction, intervals_matrix, strided_intervals
 from vitviz.kinds.staged_analysis import (
-    ModelOnly,
     StagedAnalysisBase,
     explained_pass,
     method_matrices,
     own_model,
+    pass_fields,
     prepared_input,
 )
 
@@ -85,7 +85,7 @@ def analyze_pit(
     model = own_model(model_or_loaded, PiTViT, "analyze_pit needs a PiT")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.stride, "analyze_pit")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     out, logits, c, grads = explained_pass(
         model, x, gradients, target_class, capture_attention=True
     )
@@ -99,9 +99,7 @@ def analyze_pit(
             )
         pools.append(red)
     return PiTAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0].detach() for a in out.attentions],
         block_stages=list(out.block_stages),
         stage_grids=grids,
@@ -109,10 +107,5 @@ def analyze_pit(
         stage_pixels=[cfg.stage_stride(s) for s in range(len(grids))],
         num_prefix_tokens=int(cfg.num_tokens),
         gradients=grads,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=int(cfg.stride),
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

@@ -27,7 +27,12 @@ from vitviz.kinds.pyramid.rollout import (
     gradient_blocks,
     relevance_blocks,
 )
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, own_model, prepared_input
+from vitviz.kinds.staged_analysis import (
+    StagedAnalysisBase,
+    own_model,
+    pass_fields,
+    prepared_input,
+)
 
 
 @dataclass
@@ -146,7 +151,7 @@ def analyze_pyramid(
     )
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.patch_size, "analyze_pyramid")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     with torch.set_grad_enabled(gradients):
         if gradients:
             x = x.detach().requires_grad_(True)
@@ -180,9 +185,7 @@ def analyze_pyramid(
         if a.shape[-1] != p + k.coarse[0] * k.coarse[1]:
             raise ValueError(f"attention {tuple(a.shape)} does not have the {k.coarse} keys")
     return PyramidAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0] for a in attentions],
         block_stages=list(out.block_stages),
         stage_grids=grids,
@@ -193,11 +196,6 @@ def analyze_pyramid(
         gradients=grads,
         residuals=residuals,
         windows=windows,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=int(cfg.patch_size),
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
         prefix=prefix,
     )

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from vitviz.imaging.geometry import PatchGeometry
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, prepared_input
+from vitviz.kinds.staged_analysis import StagedAnalysisBase, pass_fields, prepared_input
 from vitviz.kinds.swin.network import SwinTransformer
 from vitviz.kinds.swin.rollout import PreparedSwinRollout, fused_blocks, gradient_blocks
 from vitviz.kinds.swin.windows import WindowLayout
@@ -106,7 +106,7 @@ def analyze_swin(
     """
     model = _model(model_or_loaded)
     given = prepared_input(model_or_loaded, image, model.config.patch_size, "analyze_swin")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     with torch.set_grad_enabled(gradients):
         if gradients:
             x = x.detach().requires_grad_(True)  # attention joins the graph
@@ -119,18 +119,11 @@ def analyze_swin(
         if gradients:
             grads = [g[0] for g in torch.autograd.grad(logits[c], out.attentions)]
     return SwinAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0].detach() for a in out.attentions],
         layouts=out.layouts,
         block_stages=out.block_stages,
         stage_grids=out.stage_grids,
         gradients=grads,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=int(model.config.patch_size),
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

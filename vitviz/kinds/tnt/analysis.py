@@ -14,7 +14,12 @@ import torch
 from torch import Tensor
 
 from vitviz.imaging.geometry import PatchGeometry
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, own_model, prepared_input
+from vitviz.kinds.staged_analysis import (
+    StagedAnalysisBase,
+    own_model,
+    pass_fields,
+    prepared_input,
+)
 from vitviz.kinds.tnt.network import TNT
 
 
@@ -53,7 +58,7 @@ def analyze_tnt(
     model = own_model(model_or_loaded, TNT, "analyze_tnt needs a TNT")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.patch_size, "analyze_tnt")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     if tuple(x.shape[-2:]) != tuple(cfg.image_size):
         raise ValueError(
             f"this TNT takes {cfg.image_size[0]}×{cfg.image_size[1]} images (its patch_pos is of "
@@ -73,13 +78,11 @@ def analyze_tnt(
         with torch.no_grad():
             out = model.forward_explained(x)
     logits = (out.logits[0] if cfg.num_classes else out.logits[0, :0]).detach()
+    top = int(logits.argmax()) if logits.numel() else -1
+    c = top if target_class is None else int(target_class)
     L = cfg.depths[0]
     return TNTAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=(int(logits.argmax()) if logits.numel() else -1)
-        if target_class is None
-        else int(target_class),
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0].detach() for a in out.attentions],
         gradients=grads,
         block_stages=[0] * L,
@@ -88,10 +91,5 @@ def analyze_tnt(
         key_pixels=[cfg.patch_size] * L,
         stage_pixels=[cfg.patch_size],
         pixel_grid=cfg.pixel_grid,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=cfg.patch_size,
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

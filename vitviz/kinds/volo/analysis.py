@@ -17,10 +17,10 @@ from torch import Tensor
 
 from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.staged_analysis import (
-    ModelOnly,
     StagedAnalysisBase,
     explained_pass,
     own_model,
+    pass_fields,
     prepared_input,
 )
 from vitviz.kinds.volo.network import VOLONet
@@ -84,7 +84,7 @@ def analyze_volo(
     model = own_model(model_or_loaded, VOLONet, "analyze_volo needs a VOLO")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, 2 * cfg.patch_size, "analyze_volo")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     out, logits, c, grads = explained_pass(model, x, gradients, target_class)
     kinds, names, grids = layer_layout(model)
     stage_grids = [tuple(g) for g in cfg.stage_grids()]
@@ -92,9 +92,7 @@ def analyze_volo(
         stage_grids[0], cfg.window_grid(), cfg.kernel_size, cfg.outlook_stride, cfg.padding
     )
     return VOLOAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0].detach() for a in out.attentions],
         layer_kinds=kinds,
         layer_names=names,
@@ -103,10 +101,5 @@ def analyze_volo(
         stage_pixels=[cfg.patch_size, 2 * cfg.patch_size],
         window_cells=cells,
         gradients=grads,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=int(cfg.patch_size),
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )
