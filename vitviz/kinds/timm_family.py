@@ -2,7 +2,7 @@
 ConViT, XCiT): refusing model arguments vitviz does not model, taking the stem and head
 tensors, reading the image size, the user's settings over what the weights said, and the
 preprocessing and Conversion; the others' (CrossViT, MobileViT, MViTv2, PiT, TNT, VOLO): their
-Conversion from timm's preprocessing and class names (``finish_timm_kind``).
+Conversion from timm's preprocessing and class names (``finish_timm_kind`` of a ``TimmKind``).
 
 Each family keeps its own blocks, names and words; these say them the same way for all.
 """
@@ -10,6 +10,7 @@ Each family keeps its own blocks, names and words; these say them the same way f
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
@@ -200,37 +201,44 @@ def timm_conversion(
     )
 
 
+@dataclass(frozen=True)
+class TimmKind:
+    """What a timm family of a kind says the same way on every conversion: the kind, its config
+    class, (a model, the model) in words (e.g. ("a PiT", "PiT")), the family's name, the
+    preprocessing where config.json says none, and the fields beyond the config's."""
+
+    kind: str
+    config_cls: type
+    model: tuple[str, str]
+    family: str
+    defaults: Mapping[str, Any]
+    extras: frozenset[str] = KIND_EXTRAS
+
+
 def finish_timm_kind(
     source: Source,
-    *,
-    kind: str,
-    config_cls: type,
-    model: tuple[str, str],
-    extras: frozenset[str],
-    family: str,
+    of: TimmKind,
     inferred: dict[str, Any],
     num_classes: int,
-    defaults: Mapping[str, Any],
     notes: list[str],
     preprocessing: tuple[dict[str, Any], list[str]] | None = None,
 ) -> Conversion:
-    """``finish_kind`` for a timm family: the source's tensors in aligned storage, timm's class
-    names (ImageNet's for 1000 classes) and its preprocessing (``defaults`` where config.json
-    says none; ``preprocessing``: (fields, notes) already read). ``model`` = (a model, the
-    model), e.g. ("a PiT", "PiT")."""
+    """``finish_kind`` for the timm family ``of``: the source's tensors in aligned storage,
+    timm's class names (ImageNet's for 1000 classes) and its preprocessing (``of.defaults``
+    where config.json says none; ``preprocessing``: (fields, notes) already read)."""
     cfg = source.timm_config or {}
     if preprocessing is None:
         pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
-        preprocessing = timm_preprocessing(pretrained, defaults)
+        preprocessing = timm_preprocessing(pretrained, of.defaults)
     prep, prep_notes = preprocessing
-    a_model, word = model
+    a_model, word = of.model
     return finish_kind(
         source,
-        kind=kind,
-        config_cls=config_cls,
+        kind=of.kind,
+        config_cls=of.config_cls,
         words=(a_model, "its config fields", word),
-        extras=extras,
-        family=family,
+        extras=of.extras,
+        family=of.family,
         inferred=inferred,
         state=aligned_state(source.state),
         class_names=names_from_timm(cfg, num_classes),

@@ -32,7 +32,7 @@ from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.core.optional import install_to_open
 from vitviz.kinds.mobilevit.config import MobileViTConfig
-from vitviz.kinds.timm_family import finish_timm_kind
+from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
 
 LOOKS_LIKE = "a timm MobileViT"
 _BLOCK = re.compile(r"stages\.(\d+)\.(\d+)\.")
@@ -326,6 +326,11 @@ def _library_args(config: MobileViTConfig) -> dict[str, Any] | None:
     )  # fmt: skip
 
 
+TIMM = TimmKind(
+    "mobilevit", MobileViTConfig, ("a MobileViT", "MobileViT"), "timm-mobilevit", _DEFAULTS
+)
+
+
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
@@ -337,19 +342,7 @@ def convert(source: Source) -> Conversion:
     prepared = timm_preprocessing(pretrained, _DEFAULTS)
     size = prepared[0].get("image_size") or _DEFAULTS["image_size"]
     inferred["image_size"] = tuple(size)[-2:]
-    conversion = finish_timm_kind(
-        source,
-        kind="mobilevit",
-        config_cls=MobileViTConfig,
-        model=("a MobileViT", "MobileViT"),
-        extras=EXTRAS,
-        family="timm-mobilevit",
-        inferred=inferred,
-        num_classes=shape["num_classes"],
-        defaults=_DEFAULTS,
-        notes=notes,
-        preprocessing=prepared,
-    )
+    conversion = finish_timm_kind(source, TIMM, inferred, shape["num_classes"], notes, prepared)
     config = conversion.config
     words = (
         f"widths {'-'.join(map(str, config.dims))}, transformer widths "

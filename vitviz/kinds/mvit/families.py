@@ -39,7 +39,7 @@ from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
 from vitviz.checkpoints.library_check import Reference
 from vitviz.kinds.mvit.config import MViTConfig
-from vitviz.kinds.timm_family import finish_timm_kind
+from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
 
 LOOKS_LIKE = "a timm MViTv2"
 _BLOCK = re.compile(r"stages\.(\d+)\.blocks\.(\d+)\.norm1\.weight$")
@@ -312,6 +312,9 @@ def _name(source: Source, shape: dict[str, Any]) -> tuple[str | None, bool, list
     return name, user_arch is not None, notes
 
 
+TIMM = TimmKind("mvit", MViTConfig, ("an MViTv2", "MViTv2"), "timm-mvitv2", _DEFAULTS)
+
+
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
@@ -335,18 +338,7 @@ def convert(source: Source) -> Conversion:
         norm_eps=SHARED["norm_eps"],
         global_pool=str(args.get("global_pool") or ("token" if shape["use_cls_token"] else "avg")),
     )
-    conversion = finish_timm_kind(
-        source,
-        kind="mvit",
-        config_cls=MViTConfig,
-        model=("an MViTv2", "MViTv2"),
-        extras=EXTRAS,
-        family="timm-mvitv2",
-        inferred=inferred,
-        num_classes=shape["num_classes"],
-        defaults=_DEFAULTS,
-        notes=notes,
-    )
+    conversion = finish_timm_kind(source, TIMM, inferred, shape["num_classes"], notes)
     config = conversion.config
     differ = name_differences(name, config, given) if isinstance(name, str) else []
     if differ:  # the name's settings the tensors can't show are not the ones read

@@ -30,7 +30,7 @@ from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.library_check import Reference
 from vitviz.core.optional import install_to_open
 from vitviz.kinds.pit.config import PiTConfig
-from vitviz.kinds.timm_family import finish_timm_kind
+from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
 
 LOOKS_LIKE = "a timm PiT"
 _BLOCK = re.compile(r"transformers\.(\d+)\.blocks\.(\d+)\.norm1\.weight$")
@@ -214,6 +214,9 @@ def _library_args(config: PiTConfig) -> dict[str, Any] | None:
     )
 
 
+TIMM = TimmKind("pit", PiTConfig, ("a PiT", "PiT"), "timm-pit", _DEFAULTS)
+
+
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
@@ -225,18 +228,7 @@ def convert(source: Source) -> Conversion:
     patch = int(shape["patch_size"])
     # the size whose stem grid is the position table's (timm's img_size of this table)
     inferred["image_size"] = tuple((g - 1) * stride + patch for g in shape["grid"])
-    conversion = finish_timm_kind(
-        source,
-        kind="pit",
-        config_cls=PiTConfig,
-        model=("a PiT", "PiT"),
-        extras=EXTRAS,
-        family="timm-pit",
-        inferred=inferred,
-        num_classes=shape["num_classes"],
-        defaults=_DEFAULTS,
-        notes=notes,
-    )
+    conversion = finish_timm_kind(source, TIMM, inferred, shape["num_classes"], notes)
     config = conversion.config
     library = _library_args(config)
     why, words = "", ""

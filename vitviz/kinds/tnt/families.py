@@ -43,7 +43,7 @@ from vitviz.checkpoints.families.common import (
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
 from vitviz.checkpoints.library_check import Reference
-from vitviz.kinds.timm_family import finish_timm_kind
+from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
 from vitviz.kinds.tnt.config import TNTConfig
 
 LOOKS_LIKE = "a timm TNT"
@@ -223,6 +223,9 @@ def _heads(source: Source, name: str | None, args: Mapping[str, Any]) -> dict[st
     return out
 
 
+TIMM = TimmKind("tnt", TNTConfig, ("a TNT", "TNT"), "timm-tnt", _DEFAULTS)
+
+
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
@@ -244,18 +247,7 @@ def convert(source: Source) -> Conversion:
         norm_eps=SHARED["norm_eps"],
         global_pool=str(given.get("global_pool") or "token"),
     )
-    conversion = finish_timm_kind(
-        source,
-        kind="tnt",
-        config_cls=TNTConfig,
-        model=("a TNT", "TNT"),
-        extras=EXTRAS,
-        family="timm-tnt",
-        inferred=inferred,
-        num_classes=shape["num_classes"],
-        defaults=_DEFAULTS,
-        notes=notes,
-    )
+    conversion = finish_timm_kind(source, TIMM, inferred, shape["num_classes"], notes)
     config: TNTConfig = conversion.config
     if config.pixel_grid != (shape["pixels"],) * 2:
         raise _fail(
