@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.core.optional import install_to_open
 from vitviz.kinds.mobilevit.config import MobileViTConfig
+from vitviz.kinds.numbered_blocks import numbered_stages
 from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
 
 LOOKS_LIKE = "a timm MobileViT"
@@ -161,16 +163,8 @@ def _shape(source: Source) -> dict[str, Any]:
             f"{source.name}: this is timm's MobileViTV2 (separable self-attention: one score per "
             "token, no query-key map), which vitviz does not model."
         )
-    found: dict[int, set[int]] = {}
-    for key in s:
-        m = _BLOCK.match(key)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    stages = sorted(found)
-    if stages != list(range(len(stages))) or any(
-        sorted(found[i]) != list(range(len(found[i]))) for i in stages
-    ):
-        raise _fail(source, f"its stages and blocks are not numbered 0..n-1 (found {stages})")
+    found = numbered_stages(s, _BLOCK, partial(_fail, source))
+    stages = list(found)
     stem = _weight(source, "stem.conv.weight")
     dims, ir_hidden, depths, tdims, mlps = [], [], [], [], []
     for st in stages:

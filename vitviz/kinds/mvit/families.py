@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
 from vitviz.checkpoints.library_check import Reference
 from vitviz.kinds.mvit.config import MViTConfig
+from vitviz.kinds.numbered_blocks import numbered_stages
 from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
 
 LOOKS_LIKE = "a timm MViTv2"
@@ -90,19 +92,7 @@ def _fail(source: Source, what: str) -> CheckpointError:
 
 def _blocks(source: Source) -> list[list[int]]:
     """Block indices per stage, checked to be numbered 0..n-1."""
-    found: dict[int, set[int]] = {}
-    for key in source.state:
-        m = _BLOCK.match(key)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    stages = sorted(found)
-    if (
-        not stages
-        or stages != list(range(len(stages)))
-        or any(sorted(found[i]) != list(range(len(found[i]))) for i in stages)
-    ):
-        raise _fail(source, f"its stages and blocks are not numbered 0..n-1 (found {stages})")
-    return [sorted(found[i]) for i in stages]
+    return list(numbered_stages(source.state, _BLOCK, partial(_fail, source), some=True).values())
 
 
 def _tensor(source: Source, key: str) -> Tensor:

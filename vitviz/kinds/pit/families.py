@@ -17,6 +17,7 @@ it (and noted); any other needs ``stage_heads`` and ``stride`` in its settings.
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.library_check import Reference
 from vitviz.core.optional import install_to_open
+from vitviz.kinds.numbered_blocks import numbered_stages
 from vitviz.kinds.pit.config import PiTConfig
 from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
 
@@ -66,16 +68,8 @@ def _fail(source: Source, what: str) -> CheckpointError:
 def _shape(source: Source) -> dict[str, Any]:
     """What the weights say: stages, widths, MLP widths, stem, pooling, prefix, classes."""
     s = source.state
-    found: dict[int, set[int]] = {}
-    for key in s:
-        m = _BLOCK.match(key)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    stages = sorted(found)
-    if stages != list(range(len(stages))) or any(
-        sorted(found[i]) != list(range(len(found[i]))) for i in stages
-    ):
-        raise _fail(source, f"its stages and blocks are not numbered 0..n-1 (found {stages})")
+    found = numbered_stages(s, _BLOCK, partial(_fail, source))
+    stages = list(found)
     needed = [
         f"transformers.{i}.blocks.0.{part}.weight" for i in stages for part in ("norm1", "mlp.fc1")
     ]
