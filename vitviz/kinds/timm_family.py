@@ -246,3 +246,27 @@ def finish_timm_kind(
         notes=notes + prep_notes,
         imagenet_if_1000=True,
     )
+
+
+def timm_name(
+    source: Source,
+    shape: Mapping[str, Any],
+    recognised: Callable[[Mapping[str, Any]], str | None],
+    known: Collection[str],
+    model: str,
+) -> tuple[str | None, bool, list[str]]:
+    """(the timm name: the user's ``arch``, the folder's ``architecture`` or the one
+    ``recognised(shape)`` finds; whether the user gave it; notes); CheckpointError in one line
+    for a name whose base is not one of ``known`` (``model``: "MViTv2", "TNT")."""
+    user_arch = source.user.pop("arch", None)
+    name = user_arch or (source.timm_config or {}).get("architecture")
+    notes: list[str] = []
+    if name is None:
+        name = recognised(shape)
+        if name is not None:
+            notes.append(f"recognised as timm's {name} from its tensors")
+    if name is not None and name.split(".")[0] not in known:
+        raise CheckpointError(
+            f"{source.name}: timm's {name} is no {model} vitviz knows (one of {', '.join(known)})."
+        )
+    return name, user_arch is not None, notes

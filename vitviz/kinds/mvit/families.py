@@ -41,7 +41,7 @@ from vitviz.checkpoints.families.timm_library import build_timm, file_state
 from vitviz.checkpoints.library_check import Reference
 from vitviz.kinds.mvit.config import MViTConfig
 from vitviz.kinds.numbered_blocks import numbered_stages
-from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
+from vitviz.kinds.timm_family import TimmKind, finish_timm_kind, timm_name
 
 LOOKS_LIKE = "a timm MViTv2"
 _BLOCK = re.compile(r"stages\.(\d+)\.blocks\.(\d+)\.norm1\.weight$")
@@ -283,23 +283,13 @@ def name_differences(name: str, config: MViTConfig, given: set[str]) -> list[str
 
 def _name(source: Source, shape: dict[str, Any]) -> tuple[str | None, bool, list[str]]:
     """(the timm name, whether the user gave it, notes)."""
-    user_arch = source.user.pop("arch", None)
-    name = user_arch or (source.timm_config or {}).get("architecture")
-    notes: list[str] = []
-    if name is None:
-        name = recognised(shape)
-        if name is not None:
-            notes.append(f"recognised as timm's {name} from its tensors")
-    if name is not None and name.split(".")[0] not in KNOWN:
-        raise CheckpointError(
-            f"{source.name}: timm's {name} is no MViTv2 vitviz knows (one of {', '.join(KNOWN)})."
-        )
+    name, user_given, notes = timm_name(source, shape, recognised, KNOWN, "MViTv2")
     if name is None:
         notes.append(
             "read with the pooling strides, stem and residual pooling every timm mvitv2_* has "
             "(its tensors are none of timm's names)"
         )
-    return name, user_arch is not None, notes
+    return name, user_given, notes
 
 
 TIMM = TimmKind("mvit", MViTConfig, ("an MViTv2", "MViTv2"), "timm-mvitv2", _DEFAULTS)

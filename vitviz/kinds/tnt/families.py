@@ -43,7 +43,7 @@ from vitviz.checkpoints.families.common import (
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
 from vitviz.checkpoints.library_check import Reference
-from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
+from vitviz.kinds.timm_family import TimmKind, finish_timm_kind, timm_name
 from vitviz.kinds.tnt.config import TNTConfig
 
 LOOKS_LIKE = "a timm TNT"
@@ -187,18 +187,7 @@ LIBRARY_MODEL = LibraryReference(build_tnt, read_tnt)
 
 def _name(source: Source, shape: dict[str, Any]) -> tuple[str | None, bool, list[str]]:
     """(the timm name, whether the user gave it, notes)."""
-    user_arch = source.user.pop("arch", None)
-    name = user_arch or (source.timm_config or {}).get("architecture")
-    notes: list[str] = []
-    if name is None:
-        name = recognised(shape)
-        if name is not None:
-            notes.append(f"recognised as timm's {name} from its tensors")
-    if name is not None and name.split(".")[0] not in KNOWN:
-        raise CheckpointError(
-            f"{source.name}: timm's {name} is no TNT vitviz knows (one of {', '.join(KNOWN)})."
-        )
-    return name, user_arch is not None, notes
+    return timm_name(source, shape, recognised, KNOWN, "TNT")
 
 
 def _heads(source: Source, name: str | None, args: Mapping[str, Any]) -> dict[str, Any]:
