@@ -12,11 +12,10 @@ from typing import Any
 
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.levit.network import LeViTNet
 from vitviz.kinds.levit.rollout import LeViTRollout
 from vitviz.kinds.staged_analysis import (
-    StagedAnalysisBase,
+    StagedAnalysis,
     explained_pass,
     method_matrices,
     own_model,
@@ -26,24 +25,14 @@ from vitviz.kinds.staged_analysis import (
 
 
 @dataclass
-class LeViTAnalysis(StagedAnalysisBase):
+class LeViTAnalysis(StagedAnalysis):
     """What one image did in a LeViT (batch of one)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per layer (heads, N_q, N_k), rows = queries
     block_stages: list[int]  # per layer: its queries' stage
     key_stages: list[int]  # per layer: its keys' stage (a subsample's: the stage before)
     stage_grids: list[tuple[int, int]]  # (h_s, w_s) per stage
     stage_pixels: list[int]  # input pixels per side of a token of each stage
-    gradients: list[Tensor] | None = None  # per layer ∂y_c/∂A_b, like ``attentions``
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0  # input pixels per side of a first-stage token (the stem's stride)
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "levit"
 
     _prepared: dict[tuple, LeViTRollout] = field(default_factory=dict, repr=False)

@@ -7,17 +7,16 @@ model has one), the stage grids and each block's key grid with their pixels per 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.mvit.config import MViTConfig
 from vitviz.kinds.mvit.network import MViT
 from vitviz.kinds.staged_analysis import (
-    StagedAnalysisBase,
+    StagedAnalysis,
     own_model,
     pass_fields,
     prepared_input,
@@ -25,12 +24,9 @@ from vitviz.kinds.staged_analysis import (
 
 
 @dataclass
-class MViTAnalysis(StagedAnalysisBase):
+class MViTAnalysis(StagedAnalysis):
     """What one image did in an MViTv2 (batch of one)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per block (heads, P + Nq, P + Nk), rows = queries
     block_stages: list[int]  # per block
     stage_grids: list[tuple[int, int]]  # (h_s, w_s) per stage: its blocks' queries
@@ -38,13 +34,6 @@ class MViTAnalysis(StagedAnalysisBase):
     key_pixels: list[int]  # per block: input pixels per side of a key cell
     stage_pixels: list[int]  # input pixels per side of a token of each stage
     num_prefix_tokens: int  # 1 (CLS) or 0
-    gradients: list[Tensor] | None = None  # not kept: no method of the kind reads them
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0  # input pixels per side of a first-stage token (the stem's stride)
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "mvit"
 
 

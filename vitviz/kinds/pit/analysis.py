@@ -12,12 +12,11 @@ from typing import Any
 
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.pit.network import PiTViT
 from vitviz.kinds.pit.rollout import PiTRollout
 from vitviz.kinds.pyramid.reduction import Reduction, intervals_matrix, strided_intervals
 from vitviz.kinds.staged_analysis import (
-    StagedAnalysisBase,
+    StagedAnalysis,
     explained_pass,
     method_matrices,
     own_model,
@@ -38,25 +37,15 @@ def pool_reduction(grid: tuple[int, int], stride: int) -> Reduction:
 
 
 @dataclass
-class PiTAnalysis(StagedAnalysisBase):
+class PiTAnalysis(StagedAnalysis):
     """What one image did in a PiT (batch of one)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per block (heads, P + N_s, P + N_s), rows = queries
     block_stages: list[int]  # per block
     stage_grids: list[tuple[int, int]]  # (h_s, w_s) per stage
     pools: list[Reduction]  # per stage boundary s -> s + 1
     stage_pixels: list[int]  # input pixels per side of a token of each stage
     num_prefix_tokens: int  # 1 (CLS) or 2 (CLS, distillation)
-    gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0  # input pixels per side of a first-stage token (the stem's stride)
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "pit"
 
     _prepared: dict[tuple, PiTRollout] = field(default_factory=dict, repr=False)

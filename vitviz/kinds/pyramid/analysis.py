@@ -15,7 +15,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.pyramid.hiera_network import HieraViT
 from vitviz.kinds.pyramid.hiera_plan import hiera_plan
 from vitviz.kinds.pyramid.layers import window_ids
@@ -28,7 +27,7 @@ from vitviz.kinds.pyramid.rollout import (
     relevance_blocks,
 )
 from vitviz.kinds.staged_analysis import (
-    StagedAnalysisBase,
+    StagedAnalysis,
     own_model,
     pass_fields,
     prepared_input,
@@ -36,12 +35,9 @@ from vitviz.kinds.staged_analysis import (
 
 
 @dataclass
-class PyramidAnalysis(StagedAnalysisBase):
+class PyramidAnalysis(StagedAnalysis):
     """What one image did in a pyramid ViT (batch of one)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per block (heads, P_b + N_s, P_b + M_b), rows = queries
     block_stages: list[int]  # per block
     stage_grids: list[tuple[int, int]]  # (H_s, W_s) per stage
@@ -49,15 +45,8 @@ class PyramidAnalysis(StagedAnalysisBase):
     stages: list[Reduction]  # per stage boundary s -> s + 1
     stage_pixels: list[int]  # input pixels per side of a token of each stage
     reductions: list[str]  # per block, in words ("keys 2×2 (sr 4)")
-    gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
     residuals: list[Reduction | None] | None = None  # per block: a pooling block's (Hiera)
     windows: list[Any] | None = None  # per block (H_s, W_s) int32 mask unit ids or None (Hiera)
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0  # input pixels per side of a first-stage token
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "pyramid"
     prefix: list[int] = field(default_factory=list)  # per block its CLS tokens (PVT v1's last
     # stage: 1), first in its rows and columns; [] or 0: none

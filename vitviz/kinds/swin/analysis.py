@@ -12,32 +12,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
-from vitviz.kinds.staged_analysis import StagedAnalysisBase, pass_fields, prepared_input
+from vitviz.kinds.staged_analysis import StagedAnalysis, pass_fields, prepared_input
 from vitviz.kinds.swin.network import SwinTransformer
 from vitviz.kinds.swin.rollout import PreparedSwinRollout, fused_blocks, gradient_blocks
 from vitviz.kinds.swin.windows import WindowLayout
 
 
 @dataclass
-class SwinAnalysis(StagedAnalysisBase):
+class SwinAnalysis(StagedAnalysis):
     """What one image did in a Swin (batch of one)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per block (windows, heads, n, n), rows = queries
     layouts: list[WindowLayout]  # per block
     block_stages: list[int]  # per block
     stage_grids: list[tuple[int, int]]  # (H_s, W_s) per stage
-    gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image (PIL, at most OVERLAY_MAX_SIDE on its long side)
-    geometry: PatchGeometry | None = None  # model input <-> source pixels (None: a tensor input)
-    patch_size: int = 0  # input pixels per side of a first-stage token
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel analysed (a bare model:
-    # ModelOnly), None when built by hand
     kind: str = "swin"  # the model kind (vitviz.kinds)
 
     _prepared: dict[tuple, PreparedSwinRollout] = field(default_factory=dict, repr=False)

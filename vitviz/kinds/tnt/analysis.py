@@ -7,15 +7,14 @@ over each other) is not kept: no view of vitviz's draws it (DESIGN §5).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.staged_analysis import (
-    StagedAnalysisBase,
+    StagedAnalysis,
     own_model,
     pass_fields,
     prepared_input,
@@ -24,12 +23,9 @@ from vitviz.kinds.tnt.network import TNT
 
 
 @dataclass
-class TNTAnalysis(StagedAnalysisBase):
+class TNTAnalysis(StagedAnalysis):
     """What one image did in a TNT (batch of one)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per block (heads, 1 + N, 1 + N), rows = queries
     block_stages: list[int]  # per block: 0 (one stage)
     stage_grids: list[tuple[int, int]]  # [(h, w)]: the patch grid
@@ -38,13 +34,6 @@ class TNTAnalysis(StagedAnalysisBase):
     stage_pixels: list[int]  # [patch size]
     pixel_grid: tuple[int, int]  # (n, n) pixel tokens of a patch
     num_prefix_tokens: int = 1  # the CLS token
-    gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b (heads, 1 + N, 1 + N)
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "tnt"
 
 
