@@ -13,10 +13,12 @@ def numbered_stages(
     refuse: Callable[[str], Exception],
     *,
     some: bool = False,
+    found_word: str = "found",
 ) -> dict[int, list[int]]:
     """{stage: its block indices, sorted}, stages in order, from the ``keys`` ``pattern``
     matches (group 1 the stage, group 2 the block); ``refuse(what)`` raised unless the stages
-    and each stage's blocks are numbered 0..n-1 (and, ``some``, there is at least one)."""
+    and each stage's blocks are numbered 0..n-1 (and, ``some``, there is at least one), its
+    words ending "({found_word} [stages])"."""
     found: dict[int, set[int]] = {}
     for key in keys:
         m = pattern.match(key)
@@ -28,5 +30,5 @@ def numbered_stages(
         or stages != list(range(len(stages)))
         or any(sorted(found[i]) != list(range(len(found[i]))) for i in stages)
     ):
-        raise refuse(f"its stages and blocks are not numbered 0..n-1 (found {stages})")
+        raise refuse(f"its stages and blocks are not numbered 0..n-1 ({found_word} {stages})")
     return {i: sorted(found[i]) for i in stages}
