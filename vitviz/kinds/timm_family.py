@@ -161,6 +161,26 @@ def check_table(source: Source, config: Any, patches: int) -> None:
         )
 
 
+def timm_preprocessing_noted(
+    source: Source,
+    pretrained: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    notes: list[str],
+    default_word: str | None,
+) -> dict[str, Any]:
+    """timm's preprocessing of the folder's ``pretrained_cfg`` (``defaults`` where it says
+    none), its notes added to ``notes``; for a bare file (no config.json) and a
+    ``default_word`` (e.g. "Swin"), a note that the preprocessing is timm's default of it."""
+    prep, prep_notes = timm_preprocessing(pretrained, defaults)
+    notes += prep_notes
+    if default_word is not None and not pretrained:
+        notes.append(
+            f"no timm config.json beside the file: preprocessing is timm's {default_word} "
+            f"default (set preprocessing in {source.sidecar_name} to change it)"
+        )
+    return prep
+
+
 def timm_conversion(
     source: Source,
     *,
@@ -182,13 +202,7 @@ def timm_conversion(
     names = resolve_class_names(
         num_classes, user.get("class_names"), names_from_timm(cfg, num_classes), True
     )
-    prep_dict, prep_notes = timm_preprocessing(pretrained, dict(defaults))
-    notes += prep_notes
-    if default_word is not None and not pretrained:
-        notes.append(
-            f"no timm config.json beside the file: preprocessing is timm's {default_word} "
-            f"default (set preprocessing in {source.sidecar_name} to change it)"
-        )
+    prep_dict = timm_preprocessing_noted(source, pretrained, dict(defaults), notes, default_word)
     prepared = prepared_preprocessing(source, config, prep_dict, user, notes)
     return Conversion(
         family=family,

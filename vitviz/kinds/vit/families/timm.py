@@ -30,9 +30,9 @@ from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.preprocessing import (
     TIMM_DEIT_DEFAULTS,
     TIMM_VIT_DEFAULTS,
-    timm_preprocessing,
 )
 from vitviz.checkpoints.unmodelled import unmodelled_timm_vit
+from vitviz.kinds.timm_family import timm_preprocessing_noted
 from vitviz.kinds.vit.families.timm_arch import from_table
 from vitviz.kinds.vit.families.timm_check_args import common_reference, same_settings
 from vitviz.kinds.vit.families.timm_resolve import (
@@ -489,14 +489,9 @@ def convert(source: Source) -> Conversion:
         _named_grid(source, inferred, args, pretrained, pos, p, prefix, notes)
 
     defaults = TIMM_DEIT_DEFAULTS if has_dist else TIMM_VIT_DEFAULTS
-    prep, prep_notes = timm_preprocessing(pretrained, defaults)
-    notes += prep_notes
-    if not pretrained:
-        which = "DeiT" if has_dist else "ViT"
-        notes.append(
-            f"no timm config.json beside the file: preprocessing is timm's {which} "
-            f"default (set preprocessing in {source.sidecar_name} to change it)"
-        )
+    prep = timm_preprocessing_noted(
+        source, pretrained, defaults, notes, "DeiT" if has_dist else "ViT"
+    )
     conversion = finish(
         source,
         family="timm",

@@ -40,8 +40,8 @@ from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import (
     TIMM_DEIT_DEFAULTS,
     TIMM_VIT_DEFAULTS,
-    timm_preprocessing,
 )
+from vitviz.kinds.timm_family import timm_preprocessing_noted
 from vitviz.kinds.vit.families.timm import (
     _pos_layout,
     take_blocks,
@@ -244,15 +244,8 @@ def convert(source: Source) -> Conversion:
     if size is not None:
         inferred["image_size"] = size
     resnet_d = stem.kind == "resnet_d"  # timm's ResNet-D hybrids: ImageNet mean and std
-    prep, prep_notes = timm_preprocessing(
-        pretrained, TIMM_DEIT_DEFAULTS | {"crop_pct": 0.9} if resnet_d else TIMM_VIT_DEFAULTS
-    )
-    notes += prep_notes
-    if not pretrained:
-        notes.append(
-            "no timm config.json beside the file: preprocessing is timm's hybrid default "
-            f"(set preprocessing in {source.sidecar_name} to change it)"
-        )
+    defaults = TIMM_DEIT_DEFAULTS | {"crop_pct": 0.9} if resnet_d else TIMM_VIT_DEFAULTS
+    prep = timm_preprocessing_noted(source, pretrained, defaults, notes, "hybrid")
     conversion = finish(
         source,
         family="timm-hybrid",
