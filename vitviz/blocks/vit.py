@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from vitviz.blocks.attention_pool import AttentionPool
 from vitviz.blocks.branches import BranchedBlock
 from vitviz.blocks.config import ViTConfig
+from vitviz.blocks.fresh_weights import drop_path_rates, init_linears, shapes_only
 from vitviz.blocks.layers import Block, PatchEmbed
 from vitviz.blocks.norms import make_norm
 from vitviz.blocks.parallel import ParallelBlock
@@ -100,7 +101,7 @@ class VisionTransformer(nn.Module):
         self.norm_pre = make_norm(norm, D, config.norm_eps) if config.pre_norm else nn.Identity()
         self.rope = Rotary(config) if config.rope != "none" else None  # rotary q/k positions
         L = config.depth
-        rates = [config.drop_path_rate * i / max(L - 1, 1) for i in range(L)]  # linear
+        rates = drop_path_rates(config.drop_path_rate, L)
         block = ParallelBlock if config.parallel else Block
         block = BranchedBlock if config.branches > 1 else block
         grouped = config.kv_heads is not None  # grouped-query attention: each block's kv heads
@@ -141,13 +142,9 @@ class VisionTransformer(nn.Module):
     # -- initialisation ---------------------------------------------------------------------------
     def init_weights(self) -> None:
         """Truncated-normal (std 0.02) Linear weights and position table, zero biases."""
-        if any(p.is_meta for p in self.parameters()):
-            return  # shapes only (a checkpoint's weights are about to be assigned)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
+        if shapes_only(self):
+            return
+        init_linears(self)
         if self.pos_embed is not None:
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
         for token in (self.cls_token, self.dist_token, self.reg_token):

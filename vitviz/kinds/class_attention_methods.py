@@ -26,10 +26,9 @@ from torch import Tensor, nn
 from vitviz.explain.attribution import AttributionResult, attribution_map
 from vitviz.explain.subject import Explained
 from vitviz.kindapi.protocol import KindMethod
+from vitviz.kinds.late_cls_methods import Query, one_layer_method
 from vitviz.kinds.vit.methods import METHODS as VIT_METHODS
 from vitviz.kinds.vit.methods import cached_result, model_input, target_class
-
-Query = tuple[int, int] | None
 
 NO_DISCARD = (
     "this model's layers are P × P (self-attention over the patches) and 1 × (1 + P) (the "
@@ -64,17 +63,7 @@ def query_problem(self_depth: int, depth: int, layer: int, query: Query) -> str 
 
 
 def _one_layer(name: str, fixed_layer: int | None = None) -> Any:
-    own = VIT_METHODS[name]
-
-    def compute(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-        S, L = class_layers(a)
-        layer = fixed_layer if fixed_layer is not None else int(p["layer"])
-        why = query_problem(S, L, layer, q)
-        if why is not None:
-            raise ValueError(why)
-        return own(a, q, c, p)
-
-    return compute
+    return one_layer_method(VIT_METHODS[name], class_layers, query_problem, fixed_layer)
 
 
 def require_patch_queries(a: Explained, q: Query) -> None:

@@ -1,7 +1,8 @@
 """What a kind's ``methods`` module needs to declare its versions of the table's methods
-(DESIGN §5): the requirement that the model is vitviz's own network (``requires_own``) and the
+(DESIGN §5): the requirement that the model is vitviz's own network (``requires_own``), the
 compute function of each named version through the kind's one method-map function
-(``versions_of``)."""
+(``versions_of``), a query's attention row (``token_query_attention``) and the rollouts
+chained across a staged kind's stages (``chained_map``)."""
 
 from __future__ import annotations
 
@@ -44,12 +45,12 @@ def versions_of(method_map: Callable[..., Tensor]) -> Callable[[str], MethodComp
     return version
 
 
-def block_index(analysis: Any, block: int) -> int:
+def block_index(analysis: Any, block: int, noun: str = "block", nouns: str = "blocks") -> int:
     """``block`` checked against the analysis's attention layers (negative counts from the
-    end); ValueError in one line past them."""
+    end); ValueError in one line past them, naming them ``noun`` / ``nouns``."""
     count = len(analysis.attentions)
     if not -count <= block < count:
-        raise ValueError(f"block {block} out of range: the model has {count} blocks")
+        raise ValueError(f"{noun} {block} out of range: the model has {count} {nouns}")
     return block % count
 
 
@@ -106,6 +107,42 @@ def head_of_rows(
     return out.mean(dim=0) if head == -1 else out[head]
 
 
+def token_query_attention(
+    analysis: Any,
+    block: int,
+    head: int,
+    cell: tuple[int, int] | None,
+    rows: Callable[[Any, int, int | None], Tensor],
+    nouns: tuple[str, str] = ("block", "blocks"),
+) -> Tensor:
+    """(h, w) attention layer ``block``'s row for ``head`` (−1: the heads' mean) of the token
+    of its queries' stage under first-grid cell ``cell`` (None: ``rows``' own choice), from
+    ``rows(analysis, layer, token)`` (heads, h, w); ``nouns``: what the errors call a layer."""
+    b = block_index(analysis, block, *nouns)
+    token = None if cell is None else token_under(analysis, analysis.block_stages[b], cell)
+    return head_of_rows(analysis, b, head, lambda: rows(analysis, b, token), nouns[0])
+
+
+ROLLOUTS = ("rollout", "gradient-rollout", "relevance")
+
+
+def chained_map(
+    analysis: Any,
+    name: str,
+    token: int | None,
+    target_class: int | None,
+    params: Mapping[str, Any],
+    with_gradients: Callable[[Any, int | None], Any],
+) -> Tensor:
+    """(H_0, W_0) float32 map of ``name``, one of ``ROLLOUTS``, chained across the stages by
+    the analysis's ``prepared`` from last-stage token ``token`` (None: the kind's default):
+    rollout with ``params``' fusion, the others with ∂y_c/∂A of ``target_class`` (the
+    analysis's ``with_gradients``)."""
+    if name == "rollout":
+        return analysis.prepared("rollout", str(params.get("fusion", "mean"))).map(token).float()
+    return with_gradients(analysis, target_class).prepared(name).map(token).float()
+
+
 def rollout_methods(
     version: Callable[[str], MethodCompute],
     refusals: Mapping[str, str],
@@ -116,6 +153,5 @@ def rollout_methods(
     from vitviz.kindapi.protocol import KindMethod
 
     return {
-        name: KindMethod(version(name), refusals=refusals, requires=requires)
-        for name in ("rollout", "gradient-rollout", "relevance")
+        name: KindMethod(version(name), refusals=refusals, requires=requires) for name in ROLLOUTS
     }

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vitviz.blocks.fresh_weights import init_linears, shapes_only
 from vitviz.blocks.layers import PatchEmbed
 from vitviz.blocks.posembed import resample_grid_embedding
 from vitviz.blocks.vit import ViTOutput, run_blocks
@@ -47,13 +48,9 @@ class LateClsNetwork(nn.Module):
 
     def init_weights(self) -> None:
         """Truncated-normal (std 0.02) Linear weights, position table and CLS, zero biases."""
-        if any(p.is_meta for p in self.parameters()):
+        if shapes_only(self):
             return
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
+        init_linears(self)
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
 

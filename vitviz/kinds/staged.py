@@ -131,6 +131,13 @@ class StagedKind(DeclaredModules, TableKind):
         take apart."""
         return imported(self.SITES)(model) if isinstance(model, imported(self.NETWORK)) else None
 
+    def own_network(self, model: nn.Module) -> Any:
+        """``model``, vitviz's own ``NETWORK``; ValueError in one line for another network
+        (vitviz can't take it apart into its blocks)."""
+        if not isinstance(model, imported(self.NETWORK)):
+            raise ValueError(f"vitviz can't take a {type(model).__name__} apart into its blocks")
+        return model
+
     def keeping_blocks(self, loaded: Any, run: Callable[[], Any]) -> Any:
         """``run()``'s analysis (one forward pass of ``loaded``'s model) with the block outputs
         that pass computed kept as ``kept_blocks`` (laid out as ``intermediates`` gives them),

@@ -1,17 +1,20 @@
 """What the staged kinds' analyses share (a Swin's, a pyramid ViT's, a PiT's; DESIGN §3): the
 predictions read from their logits and the checkpoint's class names (``StagedAnalysisBase``),
+the fields every one has (``StagedAnalysis``),
 the ``loaded`` of a bare model (``ModelOnly``), the image decoded and prepared as ``analyze``
-does it (``decode_for_model``), and per-block head values padded to one (layers, most heads)
-array (``padded``)."""
+does it (``decode_for_model``), the fields kept of its pass (``pass_fields``), and per-block
+head values padded to one (layers, most heads) array (``padded``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from torch import Tensor, nn
+
+from vitviz.imaging.geometry import PatchGeometry
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,24 @@ class StagedAnalysisBase:
     def class_names(self) -> list[str]:
         """The checkpoint's class names (empty for an analysis of a bare model)."""
         return list(getattr(self.loaded, "class_names", None) or [])
+
+
+@dataclass(kw_only=True)
+class StagedAnalysis(StagedAnalysisBase):
+    """The fields every staged kind's analysis (batch of one) has, keyword-only after its own:
+    the predictions, the attention gradients when taken, the input and what the window draws
+    it over, the clickable cell's size and the model analysed."""
+
+    logits: Tensor  # (C,) (empty without a head)
+    probs: Tensor  # (C,)
+    target_class: int  # the class y_c the gradients are of (-1 without a head)
+    gradients: list[Tensor] | None = None  # per layer ∂y_c/∂A, like the kind's ``attentions``
+    input: Tensor | None = None  # (C, H, W) the normalised model input
+    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
+    source: Any = None  # the decoded source image (at most OVERLAY_MAX_SIDE on its long side)
+    geometry: PatchGeometry | None = None  # model input <-> source pixels (None: a tensor input)
+    patch_size: int = 0  # input pixels per side of a clickable first-grid cell
+    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
 
 
 def padded(rows: Sequence[np.ndarray], heads: int) -> np.ndarray:
@@ -151,3 +172,21 @@ def own_model(model_or_loaded: Any, networks: type | tuple[type, ...], refusal: 
     if not isinstance(model, networks):
         raise TypeError(f"{refusal}, got {type(model).__name__}")
     return model
+
+
+def pass_fields(
+    model_or_loaded: Any, model: nn.Module, given: PreparedInput, logits: Tensor, target_class: int
+) -> dict[str, Any]:
+    """The fields every staged analysis keeps of its one pass: ``logits`` and ``probs`` (C,),
+    ``target_class``, the ``input`` (C, H, W) it ran on and what the window draws it over
+    (``pixels``, ``source``, ``geometry``), and ``loaded`` (a bare model: ``ModelOnly``)."""
+    return {
+        "logits": logits.detach(),
+        "probs": logits.detach().softmax(dim=-1),
+        "target_class": target_class,
+        "input": given.x[0].detach(),
+        "pixels": given.pixels,
+        "source": given.source,
+        "geometry": given.geometry,
+        "loaded": model_or_loaded if model_or_loaded is not model else ModelOnly(model),
+    }

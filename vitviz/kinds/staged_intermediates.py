@@ -436,3 +436,12 @@ def prefixed_intermediates(
         return out
     prefixes = tuple(p for p in sites.prefixes if p is not None)
     return dataclasses.replace(out, block_prefix=prefixes)
+
+
+def require_own_network(model: nn.Module, network: type, noun: str) -> None:
+    """ValueError in one line unless ``model`` is vitviz's own ``network`` (``noun``: how the
+    message names it), the one network the kind's accessor takes apart."""
+    if not isinstance(model, network):
+        raise ValueError(
+            f"the intermediates accessor needs vitviz's {noun}, got {type(model).__name__}"
+        )

@@ -2,7 +2,7 @@
 ConViT, XCiT): refusing model arguments vitviz does not model, taking the stem and head
 tensors, reading the image size, the user's settings over what the weights said, and the
 preprocessing and Conversion; the others' (CrossViT, MobileViT, MViTv2, PiT, TNT, VOLO): their
-Conversion from timm's preprocessing and class names (``finish_timm_kind``).
+Conversion from timm's preprocessing and class names (``finish_timm_kind`` of a ``TimmKind``).
 
 Each family keeps its own blocks, names and words; these say them the same way for all.
 """
@@ -10,6 +10,7 @@ Each family keeps its own blocks, names and words; these say them the same way f
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
@@ -160,6 +161,26 @@ def check_table(source: Source, config: Any, patches: int) -> None:
         )
 
 
+def timm_preprocessing_noted(
+    source: Source,
+    pretrained: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    notes: list[str],
+    default_word: str | None,
+) -> dict[str, Any]:
+    """timm's preprocessing of the folder's ``pretrained_cfg`` (``defaults`` where it says
+    none), its notes added to ``notes``; for a bare file (no config.json) and a
+    ``default_word`` (e.g. "Swin"), a note that the preprocessing is timm's default of it."""
+    prep, prep_notes = timm_preprocessing(pretrained, defaults)
+    notes += prep_notes
+    if default_word is not None and not pretrained:
+        notes.append(
+            f"no timm config.json beside the file: preprocessing is timm's {default_word} "
+            f"default (set preprocessing in {source.sidecar_name} to change it)"
+        )
+    return prep
+
+
 def timm_conversion(
     source: Source,
     *,
@@ -181,13 +202,7 @@ def timm_conversion(
     names = resolve_class_names(
         num_classes, user.get("class_names"), names_from_timm(cfg, num_classes), True
     )
-    prep_dict, prep_notes = timm_preprocessing(pretrained, dict(defaults))
-    notes += prep_notes
-    if default_word is not None and not pretrained:
-        notes.append(
-            f"no timm config.json beside the file: preprocessing is timm's {default_word} "
-            f"default (set preprocessing in {source.sidecar_name} to change it)"
-        )
+    prep_dict = timm_preprocessing_noted(source, pretrained, dict(defaults), notes, default_word)
     prepared = prepared_preprocessing(source, config, prep_dict, user, notes)
     return Conversion(
         family=family,
@@ -200,37 +215,44 @@ def timm_conversion(
     )
 
 
+@dataclass(frozen=True)
+class TimmKind:
+    """What a timm family of a kind says the same way on every conversion: the kind, its config
+    class, (a model, the model) in words (e.g. ("a PiT", "PiT")), the family's name, the
+    preprocessing where config.json says none, and the fields beyond the config's."""
+
+    kind: str
+    config_cls: type
+    model: tuple[str, str]
+    family: str
+    defaults: Mapping[str, Any]
+    extras: frozenset[str] = KIND_EXTRAS
+
+
 def finish_timm_kind(
     source: Source,
-    *,
-    kind: str,
-    config_cls: type,
-    model: tuple[str, str],
-    extras: frozenset[str],
-    family: str,
+    of: TimmKind,
     inferred: dict[str, Any],
     num_classes: int,
-    defaults: Mapping[str, Any],
     notes: list[str],
     preprocessing: tuple[dict[str, Any], list[str]] | None = None,
 ) -> Conversion:
-    """``finish_kind`` for a timm family: the source's tensors in aligned storage, timm's class
-    names (ImageNet's for 1000 classes) and its preprocessing (``defaults`` where config.json
-    says none; ``preprocessing``: (fields, notes) already read). ``model`` = (a model, the
-    model), e.g. ("a PiT", "PiT")."""
+    """``finish_kind`` for the timm family ``of``: the source's tensors in aligned storage,
+    timm's class names (ImageNet's for 1000 classes) and its preprocessing (``of.defaults``
+    where config.json says none; ``preprocessing``: (fields, notes) already read)."""
     cfg = source.timm_config or {}
     if preprocessing is None:
         pretrained: dict[str, Any] = dict(cfg.get("pretrained_cfg") or {})
-        preprocessing = timm_preprocessing(pretrained, defaults)
+        preprocessing = timm_preprocessing(pretrained, of.defaults)
     prep, prep_notes = preprocessing
-    a_model, word = model
+    a_model, word = of.model
     return finish_kind(
         source,
-        kind=kind,
-        config_cls=config_cls,
+        kind=of.kind,
+        config_cls=of.config_cls,
         words=(a_model, "its config fields", word),
-        extras=extras,
-        family=family,
+        extras=of.extras,
+        family=of.family,
         inferred=inferred,
         state=aligned_state(source.state),
         class_names=names_from_timm(cfg, num_classes),
@@ -238,3 +260,27 @@ def finish_timm_kind(
         notes=notes + prep_notes,
         imagenet_if_1000=True,
     )
+
+
+def timm_name(
+    source: Source,
+    shape: Mapping[str, Any],
+    recognised: Callable[[Mapping[str, Any]], str | None],
+    known: Collection[str],
+    model: str,
+) -> tuple[str | None, bool, list[str]]:
+    """(the timm name: the user's ``arch``, the folder's ``architecture`` or the one
+    ``recognised(shape)`` finds; whether the user gave it; notes); CheckpointError in one line
+    for a name whose base is not one of ``known`` (``model``: "MViTv2", "TNT")."""
+    user_arch = source.user.pop("arch", None)
+    name = user_arch or (source.timm_config or {}).get("architecture")
+    notes: list[str] = []
+    if name is None:
+        name = recognised(shape)
+        if name is not None:
+            notes.append(f"recognised as timm's {name} from its tensors")
+    if name is not None and name.split(".")[0] not in known:
+        raise CheckpointError(
+            f"{source.name}: timm's {name} is no {model} vitviz knows (one of {', '.join(known)})."
+        )
+    return name, user_arch is not None, notes

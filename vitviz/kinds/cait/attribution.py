@@ -45,11 +45,11 @@ from vitviz.explain.attribution import (
     fork_rule,
     linear_rule,
     matmul_rule,
-    one_hot_relevance,
     require_classifier_in_eval,
     safe_divide,
 )
 from vitviz.explain.targets import target_classes
+from vitviz.kinds.cls_head_relevance import cls_row_layout, head_relevance
 
 
 @dataclass
@@ -244,14 +244,6 @@ def _embed_self(t: Tensor) -> Tensor:
     return out
 
 
-def _embed_class(t: Tensor) -> Tensor:
-    """(B, H, 1, N) -> (B, H, N, N), the CLS's row, 0 elsewhere."""
-    B, H, _, N = t.shape
-    out = t.new_zeros(B, H, N, N)
-    out[:, :, :1] = t
-    return out
-
-
 def cait_attention_relevance(
     model: nn.Module, x: Tensor, target: int | Tensor | None = None
 ) -> AttributionResult:
@@ -273,22 +265,18 @@ def cait_attention_relevance(
         mats = [t.attn for t in trace.self_blocks] + [t.attn for t in trace.class_blocks]
         grads = torch.autograd.grad(y, mats)
     with torch.no_grad():
-        r_logits = one_hot_relevance(trace.logits, c)
-        tokens = trace.tokens
-        r_head = linear_rule(tokens[:, 0], model.head.weight, r_logits)  # the final norm: unchanged
-        r = torch.zeros_like(tokens)
-        r[:, 0] = tokens[:, 0] * safe_divide(r_head, tokens[:, 0])  # the CLS's pooling: z rule
+        r = head_relevance(trace.tokens, model.head.weight, trace.logits, c)
         class_rel: list[Tensor] = []
         for block, ct in zip(reversed(model.blocks[S:]), reversed(trace.class_blocks), strict=True):
             r, r_attn = _class_relprop(block, ct, r)
-            class_rel.insert(0, _embed_class(r_attn))
+            class_rel.insert(0, cls_row_layout(r_attn))
         r = r[:, 1:]  # the CLS's relevance here is the learnt token's: not passed on
         self_rel: list[Tensor] = []
         for block, st in zip(reversed(model.blocks[:S]), reversed(trace.self_blocks), strict=True):
             r, r_attn = _self_relprop(block, st, r)
             self_rel.insert(0, _embed_self(r_attn))
     gradients = [_embed_self(g.detach()) for g in grads[:S]]
-    gradients += [_embed_class(g.detach()) for g in grads[S:]]
+    gradients += [cls_row_layout(g.detach()) for g in grads[S:]]
     return AttributionResult(
         logits=trace.logits.detach(),
         target=c,

@@ -25,9 +25,9 @@ from torch import Tensor
 
 from vitviz.explain.subject import Explained
 from vitviz.kindapi.protocol import KindMethod
+from vitviz.kinds.late_cls_methods import Query, one_layer_method
 from vitviz.kinds.vit.methods import METHODS as VIT_METHODS
 
-Query = tuple[int, int] | None
 NO_DISCARD = (
     "a ConViT's GPSA layers hold the CLS's identity row and a zero column, which the discard "
     "count ⌊ratio·N²⌋ would count"
@@ -54,17 +54,7 @@ def query_problem(gpsa: int, depth: int, layer: int, query: Query) -> str | None
 
 
 def _one_layer(name: str, fixed_layer: int | None = None) -> Any:
-    own = VIT_METHODS[name].compute
-
-    def compute(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:
-        S, L = gpsa_layers(a)
-        layer = fixed_layer if fixed_layer is not None else int(p["layer"])
-        why = query_problem(S, L, layer, q)
-        if why is not None:
-            raise ValueError(why)
-        return own(a, q, c, p)
-
-    return compute
+    return one_layer_method(VIT_METHODS[name], gpsa_layers, query_problem, fixed_layer)
 
 
 def _rollout(a: Explained, q: Query, c: int | None, p: Mapping[str, Any]) -> Tensor:

@@ -78,11 +78,7 @@ class CrossViTKind(StagedKind):
 
     def cam_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
         """The ViT blocks of both branches, in the order they run (the accessor's ``blocks``)."""
-        from vitviz.kinds.crossvit.network import CrossViTNet
-
-        if not isinstance(model, CrossViTNet):
-            raise ValueError(f"vitviz can't take a {type(model).__name__} apart into its blocks")
-        return [block for _b, block in model.self_blocks()]
+        return [block for _b, block in self.own_network(model).self_blocks()]
 
     def carries_prefix(self, sites: Any) -> bool:
         """The CLS each ViT block carried."""

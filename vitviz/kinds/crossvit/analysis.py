@@ -10,31 +10,27 @@ layer (same shapes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.crossvit.network import CrossViTNet
 from vitviz.kinds.staged_analysis import (
-    ModelOnly,
-    StagedAnalysisBase,
+    StagedAnalysis,
     explained_pass,
     own_model,
+    pass_fields,
     prepared_input,
 )
 
 
 @dataclass
-class CrossViTAnalysis(StagedAnalysisBase):
+class CrossViTAnalysis(StagedAnalysis):
     """What one image did in a CrossViT (batch of one). ``stage_grids`` are the two branches'
     grids and ``block_stages`` each layer's key branch, so the staged kinds' code reads a
     layer's map on its grid."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per layer (heads, Q, 1 + N): Q = 1 + N (self), 1 (cross)
     block_stages: list[int]  # per layer: the branch whose grid its keys are
     layer_kinds: list[str]  # per layer: "self" or "cross"
@@ -42,13 +38,6 @@ class CrossViTAnalysis(StagedAnalysisBase):
     layer_owners: list[int]  # per layer: the branch whose tokens it updates (its CLS's)
     stage_grids: list[tuple[int, int]]  # (h, w) of branch 0 and branch 1
     stage_pixels: list[float]  # input pixels per side of a token of each branch
-    gradients: list[Tensor] | None = None  # per layer ∂y_c/∂A, like ``attentions``
-    input: Tensor | None = None  # (C, S, S) the normalised model input
-    pixels: Any = None  # (S, S, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0  # input pixels per side of a branch-0 token (the clickable cell)
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "crossvit"
 
     num_prefix_tokens: int = 1  # the CLS of each branch
@@ -67,13 +56,11 @@ def analyze_crossvit(
     model = own_model(model_or_loaded, CrossViTNet, "analyze_crossvit needs a CrossViT")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.patch_sizes[0], "analyze_crossvit")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     out, logits, c, grads = explained_pass(model, x, gradients, target_class)
     layers = cfg.layers()
     return CrossViTAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0].detach() for a in out.attentions],
         block_stages=[b if how == "self" else 1 - b for _k, how, b in layers],
         layer_kinds=[how for _k, how, _b in layers],
@@ -82,10 +69,5 @@ def analyze_crossvit(
         stage_grids=[cfg.grid(0), cfg.grid(1)],
         stage_pixels=[cfg.token_pixels(0), cfg.token_pixels(1)],
         gradients=grads,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=int(cfg.patch_sizes[0]),
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

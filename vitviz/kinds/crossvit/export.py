@@ -12,16 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from vitviz.kinds.crossvit.analysis import CrossViTAnalysis
+from vitviz.kinds.staged_export import int_pairs, per_layer_attentions, prediction_arrays
 
 
 def crossvit_arrays(analysis: CrossViTAnalysis) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for i, attn in enumerate(analysis.attentions):
-        out[f"attention_{i}"] = attn.detach().float().cpu().numpy()
-    out["branch_grids"] = np.asarray(analysis.stage_grids, dtype=np.int32).reshape(-1, 2)
+    out = per_layer_attentions(analysis.attentions)
+    out["branch_grids"] = int_pairs(analysis.stage_grids)
     out["layer_branch"] = np.asarray(analysis.block_stages, dtype=np.int32)
     out["layer_cross"] = np.asarray([k == "cross" for k in analysis.layer_kinds], dtype=np.int32)
-    out["logits"] = analysis.logits.detach().float().cpu().numpy()
-    out["probs"] = analysis.probs.detach().float().cpu().numpy()
-    out["target_class"] = np.asarray(analysis.target_class, dtype=np.int64)
-    return out
+    return out | prediction_arrays(analysis)

@@ -31,7 +31,7 @@ from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.library_check import Reference
 from vitviz.core.optional import install_to_open
 from vitviz.kinds.crossvit.config import CrossViTConfig
-from vitviz.kinds.timm_family import finish_timm_kind
+from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
 
 LOOKS_LIKE = "a timm CrossViT"
 _BLOCK = re.compile(r"blocks\.(\d+)\.blocks\.([01])\.(\d+)\.norm1\.weight$")
@@ -219,6 +219,9 @@ def _name(source: Source, shape: dict[str, Any]) -> tuple[str, bool, list[str]]:
     return str(name), user_arch is not None, notes
 
 
+TIMM = TimmKind("crossvit", CrossViTConfig, ("a CrossViT", "CrossViT"), "timm-crossvit", _DEFAULTS)
+
+
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
@@ -242,18 +245,7 @@ def convert(source: Source) -> Conversion:
         inferred["patch_sizes"] = tuple(
             int(source.state[f"patch_embed.{b}.proj.weight"].shape[-1]) for b in (0, 1)
         )
-    conversion = finish_timm_kind(
-        source,
-        kind="crossvit",
-        config_cls=CrossViTConfig,
-        model=("a CrossViT", "CrossViT"),
-        extras=EXTRAS,
-        family="timm-crossvit",
-        inferred=inferred,
-        num_classes=shape["num_classes"],
-        defaults=_DEFAULTS,
-        notes=notes,
-    )
+    conversion = finish_timm_kind(source, TIMM, inferred, shape["num_classes"], notes)
     config = conversion.config
     grids = tuple(config.grid(b)[0] for b in (0, 1))
     if grids != shape["grids"]:

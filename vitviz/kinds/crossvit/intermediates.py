@@ -29,6 +29,7 @@ from vitviz.kinds.crossvit.network import CrossViTNet
 from vitviz.kinds.staged_intermediates import (
     PrefixedSites,
     layer_intermediates,
+    require_own_network,
 )
 
 if TYPE_CHECKING:
@@ -83,10 +84,7 @@ def crossvit_intermediates(
 ) -> Intermediates:
     """``Intermediates`` of vitviz's CrossViTNet on ``x`` (B, C, S, S); ValueError for another
     network and for a replacement that does not fit (the model keeps no hook)."""
-    if not isinstance(model, CrossViTNet):
-        raise ValueError(
-            f"the intermediates accessor needs vitviz's CrossViT, got {type(model).__name__}"
-        )
+    require_own_network(model, CrossViTNet, "CrossViT")
     sites = CrossViTSites(model)
     return layer_intermediates(
         model,

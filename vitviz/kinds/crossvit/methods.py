@@ -21,7 +21,7 @@ from vitviz.explain.masks import dino_masks
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.crossvit.analysis import CrossViTAnalysis
 from vitviz.kinds.crossvit.network import CrossViTNet
-from vitviz.kinds.kind_methods import requires_own, versions_of
+from vitviz.kinds.kind_methods import block_index, requires_own, token_under, versions_of
 
 _TWO_BRANCHES = (
     "a CrossViT's branches meet only through the cross-attention of their CLS tokens, between "
@@ -42,22 +42,11 @@ CANNOT: dict[str, str] = {
 
 
 def layer_index(analysis: CrossViTAnalysis, layer: int) -> int:
-    count = len(analysis.attentions)
-    if not -count <= layer < count:
-        raise ValueError(f"layer {layer} out of range: the model has {count} attention layers")
-    return layer % count
+    return block_index(analysis, layer, "layer", "attention layers")
 
 
-def token_of(analysis: CrossViTAnalysis, branch: int, cell: tuple[int, int]) -> int:
-    """The patch of ``branch`` (row-major, CLS not counted) covering the centre of branch-0
-    cell ``cell``."""
-    p = analysis.patch_size
-    y, x = (cell[0] + 0.5) * p, (cell[1] + 0.5) * p
-    H, W = analysis.stage_grids[branch]
-    px = analysis.stage_pixels[branch]
-    r = min(max(int(y // px), 0), H - 1)
-    c = min(max(int(x // px), 0), W - 1)
-    return r * W + c
+# the patch of a branch (row-major, CLS not counted) covering the centre of branch-0 cell
+token_of = token_under
 
 
 def query_row(analysis: CrossViTAnalysis, layer: int, cell: tuple[int, int] | None) -> int:

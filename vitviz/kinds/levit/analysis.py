@@ -12,38 +12,27 @@ from typing import Any
 
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.levit.network import LeViTNet
 from vitviz.kinds.levit.rollout import LeViTRollout
 from vitviz.kinds.staged_analysis import (
-    ModelOnly,
-    StagedAnalysisBase,
+    StagedAnalysis,
     explained_pass,
     method_matrices,
     own_model,
+    pass_fields,
     prepared_input,
 )
 
 
 @dataclass
-class LeViTAnalysis(StagedAnalysisBase):
+class LeViTAnalysis(StagedAnalysis):
     """What one image did in a LeViT (batch of one)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per layer (heads, N_q, N_k), rows = queries
     block_stages: list[int]  # per layer: its queries' stage
     key_stages: list[int]  # per layer: its keys' stage (a subsample's: the stage before)
     stage_grids: list[tuple[int, int]]  # (h_s, w_s) per stage
     stage_pixels: list[int]  # input pixels per side of a token of each stage
-    gradients: list[Tensor] | None = None  # per layer ∂y_c/∂A_b, like ``attentions``
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0  # input pixels per side of a first-stage token (the stem's stride)
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "levit"
 
     _prepared: dict[tuple, LeViTRollout] = field(default_factory=dict, repr=False)
@@ -75,7 +64,7 @@ def analyze_levit(
     model = own_model(model_or_loaded, LeViTNet, "analyze_levit needs a LeViT")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.stem_stride, "analyze_levit")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     out, logits, c, grads = explained_pass(
         model, x, gradients, target_class, capture_attention=True
     )
@@ -84,19 +73,12 @@ def analyze_levit(
     firsts = [stages.index(s) for s in subsample_starts]
     keys = [s - 1 if b in firsts else s for b, s in enumerate(stages)]
     return LeViTAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0].detach() for a in out.attentions],
         block_stages=stages,
         key_stages=keys,
         stage_grids=[tuple(g) for g in out.stage_grids],
         stage_pixels=[cfg.stage_stride(s) for s in range(cfg.num_stages)],
         gradients=grads,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=int(cfg.stem_stride),
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

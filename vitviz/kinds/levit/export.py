@@ -11,19 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from vitviz.kinds.levit.analysis import LeViTAnalysis
+from vitviz.kinds.staged_export import int_pairs, per_stage_attentions, prediction_arrays
 
 
 def levit_arrays(analysis: LeViTAnalysis) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    counts: dict[int, int] = {}
-    for attn, stage in zip(analysis.attentions, analysis.block_stages, strict=True):
-        j = counts.get(stage, 0)
-        counts[stage] = j + 1
-        out[f"attention_{stage}_{j}"] = attn.detach().float().cpu().numpy()
-    out["stage_grids"] = np.asarray(analysis.stage_grids, dtype=np.int32).reshape(-1, 2)
+    out = per_stage_attentions(analysis.attentions, analysis.block_stages)
+    out["stage_grids"] = int_pairs(analysis.stage_grids)
     out["block_stage"] = np.asarray(analysis.block_stages, dtype=np.int32)
     out["key_stage"] = np.asarray(analysis.key_stages, dtype=np.int32)
-    out["logits"] = analysis.logits.detach().float().cpu().numpy()
-    out["probs"] = analysis.probs.detach().float().cpu().numpy()
-    out["target_class"] = np.asarray(analysis.target_class, dtype=np.int64)
-    return out
+    return out | prediction_arrays(analysis)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import partial
 from typing import Any
 
 import torch
@@ -40,6 +41,7 @@ from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.core.optional import install_to_open
 from vitviz.kinds.levit.config import DOWN_MLP_RATIO, DOWN_VALUE_RATIO, LeViTConfig
+from vitviz.kinds.numbered_blocks import numbered_stages
 
 LOOKS_LIKE = "a timm LeViT"
 _BLOCK = re.compile(r"stages\.(\d+)\.blocks\.(\d+)\.attn\.attention_biases$")
@@ -137,17 +139,8 @@ def _fail(source: Source, what: str) -> CheckpointError:
 
 def _numbered(source: Source) -> dict[int, int]:
     """{stage: blocks}; CheckpointError unless stages and blocks are numbered 0..n-1."""
-    found: dict[int, set[int]] = {}
-    for key in source.state:
-        m = _BLOCK.match(key)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    stages = sorted(found)
-    if stages != list(range(len(stages))) or any(
-        sorted(found[i]) != list(range(len(found[i]))) for i in stages
-    ):
-        raise _fail(source, f"its stages and blocks are not numbered 0..n-1 (found {stages})")
-    return {s: len(found[s]) for s in stages}
+    found = numbered_stages(source.state, _BLOCK, partial(_fail, source))
+    return {s: len(blocks) for s, blocks in found.items()}
 
 
 def _get(source: Source, key: str, ndim: tuple[int, ...] = (2, 4)) -> Tensor:

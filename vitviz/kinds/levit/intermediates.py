@@ -23,6 +23,7 @@ from vitviz.kinds.staged_intermediates import (
     TokenOrder,
     head_logits,
     model_input,
+    require_own_network,
     staged_intermediates,
 )
 
@@ -81,10 +82,7 @@ def levit_intermediates(
 ) -> Intermediates:
     """``Intermediates`` of vitviz's LeViTNet on ``x`` (B, C, H, W); ValueError for another
     network and for a replacement that does not fit."""
-    if not isinstance(model, LeViTNet):
-        raise ValueError(
-            f"the intermediates accessor needs vitviz's LeViTNet, got {type(model).__name__}"
-        )
+    require_own_network(model, LeViTNet, "LeViTNet")
     return staged_intermediates(LeViTSites(model), model_input(model, x), replace, logits_only)
 
 

@@ -21,9 +21,11 @@ from torch import Tensor
 from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.kind_methods import (
-    head_of_rows,
+    ROLLOUTS,
+    chained_map,
     requires_own,
     rollout_methods,
+    token_query_attention,
     token_under,
     versions_of,
     with_gradients_of,
@@ -51,13 +53,6 @@ CANNOT: dict[str, str] = {
 }
 
 
-def block_index(analysis: LeViTAnalysis, block: int) -> int:
-    count = len(analysis.attentions)
-    if not -count <= block < count:
-        raise ValueError(f"layer {block} out of range: the model has {count} attention layers")
-    return block % count
-
-
 token_of = token_under
 
 
@@ -73,9 +68,8 @@ def attention_map(
     analysis: LeViTAnalysis, block: int, head: int, cell: tuple[int, int] | None
 ) -> Tensor:
     """(h_k, w_k) layer ``block``'s attention of the query for ``head`` (−1: their mean)."""
-    b = block_index(analysis, block)
-    token = None if cell is None else token_of(analysis, analysis.block_stages[b], cell)
-    return head_of_rows(analysis, b, head, lambda: block_rows(analysis, b, token), "layer")
+    nouns = ("layer", "attention layers")
+    return token_query_attention(analysis, block, head, cell, block_rows, nouns)
 
 
 with_gradients = with_gradients_of(analyze_levit)
@@ -96,10 +90,8 @@ def levit_method_map(
         return attention_map(
             analysis, int(params.get("layer", -1)), int(params.get("head", -1)), query
         )
-    if name == "rollout":
-        return analysis.prepared("rollout", str(params.get("fusion", "mean"))).map(token).float()
-    if name in ("gradient-rollout", "relevance"):
-        return with_gradients(analysis, target_class).prepared(name).map(token).float()
+    if name in ROLLOUTS:
+        return chained_map(analysis, name, token, target_class, params, with_gradients)
     raise ValueError(f"vitviz has no LeViT version of {name!r} here (see METHODS)")
 
 

@@ -7,44 +7,33 @@ offset), the feature grid and patch grid of each MobileViT block's stage.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.mobilevit.intermediates import divisible_grids
 from vitviz.kinds.mobilevit.network import MobileViTNet
 from vitviz.kinds.staged_analysis import (
-    ModelOnly,
-    StagedAnalysisBase,
+    StagedAnalysis,
     explained_pass,
     own_model,
+    pass_fields,
     prepared_input,
 )
 
 
 @dataclass
-class MobileViTAnalysis(StagedAnalysisBase):
+class MobileViTAnalysis(StagedAnalysis):
     """What one image did in a MobileViT (batch of one). Stages are counted over the MobileViT
     blocks (stage 0: the first block's)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per layer (heads, P, N, N), rows = query patches
     block_stages: list[int]  # per layer, its MobileViT block
     stage_grids: list[tuple[int, int]]  # (H_s, W_s) feature pixels per MobileViT block
     patch_grids: list[tuple[int, int]]  # (H_s / p, W_s / p) patches per MobileViT block
     stage_pixels: list[int]  # input pixels per side of a feature pixel of each block's stage
     patch: int  # p: a patch is p × p feature pixels, P = p² offsets
-    gradients: None = None  # no attention gradients: no method here reads them
-    input: Tensor | None = None  # (C, H, W) the model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0  # input pixels per side of a clickable cell (the first block's pixel)
-    loaded: Any = field(default=None, repr=False)
     kind: str = "mobilevit"
 
     def offset_and_patch(self, layer: int, cell: tuple[int, int]) -> tuple[int, int]:
@@ -84,19 +73,12 @@ def analyze_mobilevit(
         attentions.append(a.detach().transpose(0, 1).contiguous())
     block_stages = [i for i, s in enumerate(stages) for _ in range(cfg.depths[s])]
     return MobileViTAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=attentions,
         block_stages=block_stages,
         stage_grids=grids,
         patch_grids=[(h // p, w // p) for h, w in grids],
         stage_pixels=[cfg.stage_stride(s) for s in stages],
         patch=p,
-        input=x[0].detach(),
-        pixels=given.pixels,
-        source=given.source,
-        geometry=given.geometry,
         patch_size=first,
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,8 @@ from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.core.optional import install_to_open
 from vitviz.kinds.mobilevit.config import MobileViTConfig
-from vitviz.kinds.timm_family import finish_timm_kind
+from vitviz.kinds.numbered_blocks import numbered_stages
+from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
 
 LOOKS_LIKE = "a timm MobileViT"
 _BLOCK = re.compile(r"stages\.(\d+)\.(\d+)\.")
@@ -161,16 +163,8 @@ def _shape(source: Source) -> dict[str, Any]:
             f"{source.name}: this is timm's MobileViTV2 (separable self-attention: one score per "
             "token, no query-key map), which vitviz does not model."
         )
-    found: dict[int, set[int]] = {}
-    for key in s:
-        m = _BLOCK.match(key)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    stages = sorted(found)
-    if stages != list(range(len(stages))) or any(
-        sorted(found[i]) != list(range(len(found[i]))) for i in stages
-    ):
-        raise _fail(source, f"its stages and blocks are not numbered 0..n-1 (found {stages})")
+    found = numbered_stages(s, _BLOCK, partial(_fail, source))
+    stages = list(found)
     stem = _weight(source, "stem.conv.weight")
     dims, ir_hidden, depths, tdims, mlps = [], [], [], [], []
     for st in stages:
@@ -326,6 +320,11 @@ def _library_args(config: MobileViTConfig) -> dict[str, Any] | None:
     )  # fmt: skip
 
 
+TIMM = TimmKind(
+    "mobilevit", MobileViTConfig, ("a MobileViT", "MobileViT"), "timm-mobilevit", _DEFAULTS
+)
+
+
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
@@ -337,19 +336,7 @@ def convert(source: Source) -> Conversion:
     prepared = timm_preprocessing(pretrained, _DEFAULTS)
     size = prepared[0].get("image_size") or _DEFAULTS["image_size"]
     inferred["image_size"] = tuple(size)[-2:]
-    conversion = finish_timm_kind(
-        source,
-        kind="mobilevit",
-        config_cls=MobileViTConfig,
-        model=("a MobileViT", "MobileViT"),
-        extras=EXTRAS,
-        family="timm-mobilevit",
-        inferred=inferred,
-        num_classes=shape["num_classes"],
-        defaults=_DEFAULTS,
-        notes=notes,
-        preprocessing=prepared,
-    )
+    conversion = finish_timm_kind(source, TIMM, inferred, shape["num_classes"], notes, prepared)
     config = conversion.config
     words = (
         f"widths {'-'.join(map(str, config.dims))}, transformer widths "

@@ -23,6 +23,7 @@ from vitviz.kinds.staged_intermediates import (
     TokenOrder,
     head_logits,
     model_input,
+    require_own_network,
     staged_intermediates,
 )
 
@@ -115,10 +116,7 @@ def mobilevit_intermediates(
     """``Intermediates`` of vitviz's MobileViTNet on ``x`` (B, C, H, W); ValueError for another
     network, a replacement that does not fit, or a stage map that is no multiple of the
     patch."""
-    if not isinstance(model, MobileViTNet):
-        raise ValueError(
-            f"the intermediates accessor needs vitviz's MobileViTNet, got {type(model).__name__}"
-        )
+    require_own_network(model, MobileViTNet, "MobileViTNet")
     x = model_input(model, x)
     sites = MobileViTSites(model, (int(x.shape[-2]), int(x.shape[-1])))
     return staged_intermediates(sites, x, replace, logits_only)

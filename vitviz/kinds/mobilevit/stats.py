@@ -13,17 +13,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from vitviz.kinds.staged_analysis import padded
+from vitviz.kinds.staged_head_stats import cell_centres, row_entropy, statistics_table
 
 if TYPE_CHECKING:
     from vitviz.kinds.mobilevit.analysis import MobileViTAnalysis
-
-
-def centres(grid: tuple[int, int], pixels: int) -> torch.Tensor:
-    """(h·w, 2) centre (y, x) in input pixels of each cell of a grid of ``pixels``-wide cells."""
-    ys = (torch.arange(grid[0], dtype=torch.float64) + 0.5) * pixels
-    xs = (torch.arange(grid[1], dtype=torch.float64) + 0.5) * pixels
-    return torch.stack(torch.meshgrid(ys, xs, indexing="ij"), dim=-1).reshape(-1, 2)
 
 
 def head_statistics(analysis: MobileViTAnalysis) -> dict[str, np.ndarray]:
@@ -33,14 +26,8 @@ def head_statistics(analysis: MobileViTAnalysis) -> dict[str, np.ndarray]:
     dist, ent = [], []
     for attn, s in zip(a.attentions, a.block_stages, strict=True):
         rows = attn.double()  # (heads, P, N, N)
-        pos = centres(a.patch_grids[s], a.patch * a.stage_pixels[s]).to(rows.device)
+        pos = cell_centres(a.patch_grids[s], a.patch * a.stage_pixels[s]).to(rows.device)
         d = torch.cdist(pos, pos)  # (N, N)
         dist.append((rows * d).sum(dim=-1).mean(dim=(1, 2)).float().cpu().numpy())
-        e = -(rows * (rows + torch.finfo(rows.dtype).tiny).log()).sum(dim=-1).mean(dim=(1, 2))
-        ent.append(e.float().cpu().numpy())
-    most = max(int(t.shape[0]) for t in a.attentions)
-    return {
-        "distance": padded(dist, most),
-        "entropy": padded(ent, most),
-        "prefix_share": np.full((len(a.attentions), most), np.nan, dtype=np.float32),
-    }
+        ent.append(row_entropy(rows, (1, 2)).float().cpu().numpy())
+    return statistics_table(a.attentions, dist, ent)

@@ -7,25 +7,26 @@ model has one), the stage grids and each block's key grid with their pixels per 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.mvit.config import MViTConfig
 from vitviz.kinds.mvit.network import MViT
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, own_model, prepared_input
+from vitviz.kinds.staged_analysis import (
+    StagedAnalysis,
+    own_model,
+    pass_fields,
+    prepared_input,
+)
 
 
 @dataclass
-class MViTAnalysis(StagedAnalysisBase):
+class MViTAnalysis(StagedAnalysis):
     """What one image did in an MViTv2 (batch of one)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per block (heads, P + Nq, P + Nk), rows = queries
     block_stages: list[int]  # per block
     stage_grids: list[tuple[int, int]]  # (h_s, w_s) per stage: its blocks' queries
@@ -33,13 +34,6 @@ class MViTAnalysis(StagedAnalysisBase):
     key_pixels: list[int]  # per block: input pixels per side of a key cell
     stage_pixels: list[int]  # input pixels per side of a token of each stage
     num_prefix_tokens: int  # 1 (CLS) or 0
-    gradients: list[Tensor] | None = None  # not kept: no method of the kind reads them
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0  # input pixels per side of a first-stage token (the stem's stride)
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "mvit"
 
 
@@ -65,7 +59,7 @@ def analyze_mvit(model_or_loaded: object, image: Any) -> MViTAnalysis:
     model = own_model(model_or_loaded, MViT, "analyze_mvit needs an MViTv2")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.patch_size, "analyze_mvit")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     if tuple(x.shape[-2:]) != tuple(cfg.image_size):
         raise ValueError(
             f"this MViTv2 takes {cfg.image_size[0]}×{cfg.image_size[1]} images (its relative "
@@ -74,12 +68,11 @@ def analyze_mvit(model_or_loaded: object, image: Any) -> MViTAnalysis:
     with torch.no_grad():
         out = model.forward_explained(x)
     logits = out.logits[0] if cfg.num_classes else out.logits[0, :0]
+    top = int(logits.argmax()) if logits.numel() else -1
     plans = cfg.blocks()
     stage_pixels = [cfg.stage_stride(s) for s in range(cfg.num_stages)]
     return MViTAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=int(logits.argmax()) if logits.numel() else -1,
+        **pass_fields(model_or_loaded, model, given, logits, top),
         attentions=[a[0].detach() for a in out.attentions],
         block_stages=[p.stage for p in plans],
         stage_grids=cfg.stage_grids(),
@@ -87,10 +80,5 @@ def analyze_mvit(model_or_loaded: object, image: Any) -> MViTAnalysis:
         key_pixels=key_pixels(cfg),
         stage_pixels=stage_pixels,
         num_prefix_tokens=cfg.num_prefix_tokens,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=cfg.patch_size,
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

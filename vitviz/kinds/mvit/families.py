@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,8 @@ from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
 from vitviz.checkpoints.library_check import Reference
 from vitviz.kinds.mvit.config import MViTConfig
-from vitviz.kinds.timm_family import finish_timm_kind
+from vitviz.kinds.numbered_blocks import numbered_stages
+from vitviz.kinds.timm_family import TimmKind, finish_timm_kind, timm_name
 
 LOOKS_LIKE = "a timm MViTv2"
 _BLOCK = re.compile(r"stages\.(\d+)\.blocks\.(\d+)\.norm1\.weight$")
@@ -90,19 +92,7 @@ def _fail(source: Source, what: str) -> CheckpointError:
 
 def _blocks(source: Source) -> list[list[int]]:
     """Block indices per stage, checked to be numbered 0..n-1."""
-    found: dict[int, set[int]] = {}
-    for key in source.state:
-        m = _BLOCK.match(key)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    stages = sorted(found)
-    if (
-        not stages
-        or stages != list(range(len(stages)))
-        or any(sorted(found[i]) != list(range(len(found[i]))) for i in stages)
-    ):
-        raise _fail(source, f"its stages and blocks are not numbered 0..n-1 (found {stages})")
-    return [sorted(found[i]) for i in stages]
+    return list(numbered_stages(source.state, _BLOCK, partial(_fail, source), some=True).values())
 
 
 def _tensor(source: Source, key: str) -> Tensor:
@@ -293,23 +283,16 @@ def name_differences(name: str, config: MViTConfig, given: set[str]) -> list[str
 
 def _name(source: Source, shape: dict[str, Any]) -> tuple[str | None, bool, list[str]]:
     """(the timm name, whether the user gave it, notes)."""
-    user_arch = source.user.pop("arch", None)
-    name = user_arch or (source.timm_config or {}).get("architecture")
-    notes: list[str] = []
-    if name is None:
-        name = recognised(shape)
-        if name is not None:
-            notes.append(f"recognised as timm's {name} from its tensors")
-    if name is not None and name.split(".")[0] not in KNOWN:
-        raise CheckpointError(
-            f"{source.name}: timm's {name} is no MViTv2 vitviz knows (one of {', '.join(KNOWN)})."
-        )
+    name, user_given, notes = timm_name(source, shape, recognised, KNOWN, "MViTv2")
     if name is None:
         notes.append(
             "read with the pooling strides, stem and residual pooling every timm mvitv2_* has "
             "(its tensors are none of timm's names)"
         )
-    return name, user_arch is not None, notes
+    return name, user_given, notes
+
+
+TIMM = TimmKind("mvit", MViTConfig, ("an MViTv2", "MViTv2"), "timm-mvitv2", _DEFAULTS)
 
 
 def convert(source: Source) -> Conversion:
@@ -335,18 +318,7 @@ def convert(source: Source) -> Conversion:
         norm_eps=SHARED["norm_eps"],
         global_pool=str(args.get("global_pool") or ("token" if shape["use_cls_token"] else "avg")),
     )
-    conversion = finish_timm_kind(
-        source,
-        kind="mvit",
-        config_cls=MViTConfig,
-        model=("an MViTv2", "MViTv2"),
-        extras=EXTRAS,
-        family="timm-mvitv2",
-        inferred=inferred,
-        num_classes=shape["num_classes"],
-        defaults=_DEFAULTS,
-        notes=notes,
-    )
+    conversion = finish_timm_kind(source, TIMM, inferred, shape["num_classes"], notes)
     config = conversion.config
     differ = name_differences(name, config, given) if isinstance(name, str) else []
     if differ:  # the name's settings the tensors can't show are not the ones read

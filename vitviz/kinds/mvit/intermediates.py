@@ -20,6 +20,7 @@ from vitviz.kinds.mvit.network import MViT
 from vitviz.kinds.staged_intermediates import (
     PrefixedSites,
     prefixed_intermediates,
+    require_own_network,
 )
 
 if TYPE_CHECKING:
@@ -59,10 +60,7 @@ def mvit_intermediates(
 ) -> Intermediates:
     """``Intermediates`` of vitviz's MViT on ``x`` (B, C, H, W); ValueError for another network
     and for a replacement that does not fit."""
-    if not isinstance(model, MViT):
-        raise ValueError(
-            f"the intermediates accessor needs vitviz's MViT, got {type(model).__name__}"
-        )
+    require_own_network(model, MViT, "MViT")
     return prefixed_intermediates(model, MViTSites(model), x, replace, logits_only)
 
 

@@ -12,16 +12,15 @@ from typing import Any
 
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.pit.network import PiTViT
 from vitviz.kinds.pit.rollout import PiTRollout
 from vitviz.kinds.pyramid.reduction import Reduction, intervals_matrix, strided_intervals
 from vitviz.kinds.staged_analysis import (
-    ModelOnly,
-    StagedAnalysisBase,
+    StagedAnalysis,
     explained_pass,
     method_matrices,
     own_model,
+    pass_fields,
     prepared_input,
 )
 
@@ -38,25 +37,15 @@ def pool_reduction(grid: tuple[int, int], stride: int) -> Reduction:
 
 
 @dataclass
-class PiTAnalysis(StagedAnalysisBase):
+class PiTAnalysis(StagedAnalysis):
     """What one image did in a PiT (batch of one)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per block (heads, P + N_s, P + N_s), rows = queries
     block_stages: list[int]  # per block
     stage_grids: list[tuple[int, int]]  # (h_s, w_s) per stage
     pools: list[Reduction]  # per stage boundary s -> s + 1
     stage_pixels: list[int]  # input pixels per side of a token of each stage
     num_prefix_tokens: int  # 1 (CLS) or 2 (CLS, distillation)
-    gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0  # input pixels per side of a first-stage token (the stem's stride)
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "pit"
 
     _prepared: dict[tuple, PiTRollout] = field(default_factory=dict, repr=False)
@@ -85,7 +74,7 @@ def analyze_pit(
     model = own_model(model_or_loaded, PiTViT, "analyze_pit needs a PiT")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.stride, "analyze_pit")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     out, logits, c, grads = explained_pass(
         model, x, gradients, target_class, capture_attention=True
     )
@@ -99,9 +88,7 @@ def analyze_pit(
             )
         pools.append(red)
     return PiTAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0].detach() for a in out.attentions],
         block_stages=list(out.block_stages),
         stage_grids=grids,
@@ -109,10 +96,5 @@ def analyze_pit(
         stage_pixels=[cfg.stage_stride(s) for s in range(len(grids))],
         num_prefix_tokens=int(cfg.num_tokens),
         gradients=grads,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=int(cfg.stride),
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

@@ -17,6 +17,7 @@ it (and noted); any other needs ``stage_heads`` and ``stride`` in its settings.
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 import torch
@@ -29,8 +30,9 @@ from vitviz.checkpoints.families.timm_library import timm_reference
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.library_check import Reference
 from vitviz.core.optional import install_to_open
+from vitviz.kinds.numbered_blocks import numbered_stages
 from vitviz.kinds.pit.config import PiTConfig
-from vitviz.kinds.timm_family import finish_timm_kind
+from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
 
 LOOKS_LIKE = "a timm PiT"
 _BLOCK = re.compile(r"transformers\.(\d+)\.blocks\.(\d+)\.norm1\.weight$")
@@ -66,16 +68,8 @@ def _fail(source: Source, what: str) -> CheckpointError:
 def _shape(source: Source) -> dict[str, Any]:
     """What the weights say: stages, widths, MLP widths, stem, pooling, prefix, classes."""
     s = source.state
-    found: dict[int, set[int]] = {}
-    for key in s:
-        m = _BLOCK.match(key)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    stages = sorted(found)
-    if stages != list(range(len(stages))) or any(
-        sorted(found[i]) != list(range(len(found[i]))) for i in stages
-    ):
-        raise _fail(source, f"its stages and blocks are not numbered 0..n-1 (found {stages})")
+    found = numbered_stages(s, _BLOCK, partial(_fail, source))
+    stages = list(found)
     needed = [
         f"transformers.{i}.blocks.0.{part}.weight" for i in stages for part in ("norm1", "mlp.fc1")
     ]
@@ -214,6 +208,9 @@ def _library_args(config: PiTConfig) -> dict[str, Any] | None:
     )
 
 
+TIMM = TimmKind("pit", PiTConfig, ("a PiT", "PiT"), "timm-pit", _DEFAULTS)
+
+
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
@@ -225,18 +222,7 @@ def convert(source: Source) -> Conversion:
     patch = int(shape["patch_size"])
     # the size whose stem grid is the position table's (timm's img_size of this table)
     inferred["image_size"] = tuple((g - 1) * stride + patch for g in shape["grid"])
-    conversion = finish_timm_kind(
-        source,
-        kind="pit",
-        config_cls=PiTConfig,
-        model=("a PiT", "PiT"),
-        extras=EXTRAS,
-        family="timm-pit",
-        inferred=inferred,
-        num_classes=shape["num_classes"],
-        defaults=_DEFAULTS,
-        notes=notes,
-    )
+    conversion = finish_timm_kind(source, TIMM, inferred, shape["num_classes"], notes)
     config = conversion.config
     library = _library_args(config)
     why, words = "", ""

@@ -22,6 +22,7 @@ from vitviz.kinds.pit.network import PiTViT
 from vitviz.kinds.staged_intermediates import (
     PrefixedSites,
     prefixed_intermediates,
+    require_own_network,
 )
 
 if TYPE_CHECKING:
@@ -55,10 +56,7 @@ def pit_intermediates(
     """``Intermediates`` of vitviz's PiTViT on ``x`` (B, C, H, W); ValueError for another
     network and for a replacement that does not fit. ``logits_only``: nothing kept but the
     logits (the staged accessor's)."""
-    if not isinstance(model, PiTViT):
-        raise ValueError(
-            f"the intermediates accessor needs vitviz's PiTViT, got {type(model).__name__}"
-        )
+    require_own_network(model, PiTViT, "PiTViT")
     return prefixed_intermediates(model, PiTSites(model), x, replace, logits_only)
 
 

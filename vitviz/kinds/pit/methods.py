@@ -22,7 +22,9 @@ from vitviz.explain.gradcam import attention_gradcam, gradcam_method
 from vitviz.explain.masks import dino_masks
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.kind_methods import (
+    ROLLOUTS,
     block_index,
+    chained_map,
     head_of_rows,
     requires_own,
     rollout_methods,
@@ -107,10 +109,8 @@ def pit_method_map(
             raise ValueError(f"head {head} out of range: block {b} has {masks.shape[0]} heads")
         return masks.mean(dim=0) if head == -1 else masks[head]
     token = None if query is None else token_of(analysis, last, query)
-    if name == "rollout":
-        return analysis.prepared("rollout", str(params.get("fusion", "mean"))).map(token).float()
-    if name in ("gradient-rollout", "relevance"):
-        return with_gradients(analysis, target_class).prepared(name).map(token).float()
+    if name in ROLLOUTS:
+        return chained_map(analysis, name, token, target_class, params, with_gradients)
     if name == "attention-gradcam":
         g = with_gradients(analysis, target_class)
         b = len(g.attentions) - 1

@@ -12,38 +12,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from vitviz.kinds.staged_analysis import padded
+from vitviz.kinds.staged_head_stats import cell_centres, layer_statistics, statistics_table
 
 if TYPE_CHECKING:
     from vitviz.kinds.pit.analysis import PiTAnalysis
-
-
-def _centres(grid: tuple[int, int], pixels: int) -> torch.Tensor:
-    """(h·w, 2) centre (y, x) of each cell in input pixels."""
-    ys = (torch.arange(grid[0], dtype=torch.float64) + 0.5) * pixels
-    xs = (torch.arange(grid[1], dtype=torch.float64) + 0.5) * pixels
-    return torch.stack(torch.meshgrid(ys, xs, indexing="ij"), dim=-1).reshape(-1, 2)
 
 
 def head_statistics(analysis: PiTAnalysis) -> dict[str, np.ndarray]:
     """``ModelKind.head_statistics``: distance, entropy and prefix share (L, most heads), NaN
     beyond a block's heads."""
     a = analysis
-    P = a.num_prefix_tokens
-    dist, ent, share = [], [], []
+    stats = []
     for attn, s in zip(a.attentions, a.block_stages, strict=True):
-        rows = attn.double()[:, P:]  # patch queries (heads, N, P + N)
-        pos = _centres(a.stage_grids[s], a.stage_pixels[s]).to(rows.device)
-        d = torch.cdist(pos, pos)  # (N, N)
-        dist.append((rows[..., P:] * d).sum(dim=-1).mean(dim=-1).float().cpu().numpy())
-        e = -(rows * (rows + torch.finfo(rows.dtype).tiny).log()).sum(dim=-1).mean(dim=-1)
-        ent.append(e.float().cpu().numpy())
-        share.append(rows[..., :P].sum(dim=-1).mean(dim=-1).float().cpu().numpy())
-    most = max(int(t.shape[0]) for t in a.attentions)
-    return {
-        "distance": padded(dist, most),
-        "entropy": padded(ent, most),
-        "prefix_share": padded(share, most),
-    }
+        pos = cell_centres(a.stage_grids[s], a.stage_pixels[s])
+        stats.append(layer_statistics(attn, a.num_prefix_tokens, pos, pos))
+    return statistics_table(a.attentions, *zip(*stats, strict=True))

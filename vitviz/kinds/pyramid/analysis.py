@@ -15,7 +15,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.pyramid.hiera_network import HieraViT
 from vitviz.kinds.pyramid.hiera_plan import hiera_plan
 from vitviz.kinds.pyramid.layers import window_ids
@@ -27,16 +26,18 @@ from vitviz.kinds.pyramid.rollout import (
     gradient_blocks,
     relevance_blocks,
 )
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, own_model, prepared_input
+from vitviz.kinds.staged_analysis import (
+    StagedAnalysis,
+    own_model,
+    pass_fields,
+    prepared_input,
+)
 
 
 @dataclass
-class PyramidAnalysis(StagedAnalysisBase):
+class PyramidAnalysis(StagedAnalysis):
     """What one image did in a pyramid ViT (batch of one)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per block (heads, P_b + N_s, P_b + M_b), rows = queries
     block_stages: list[int]  # per block
     stage_grids: list[tuple[int, int]]  # (H_s, W_s) per stage
@@ -44,15 +45,8 @@ class PyramidAnalysis(StagedAnalysisBase):
     stages: list[Reduction]  # per stage boundary s -> s + 1
     stage_pixels: list[int]  # input pixels per side of a token of each stage
     reductions: list[str]  # per block, in words ("keys 2×2 (sr 4)")
-    gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
     residuals: list[Reduction | None] | None = None  # per block: a pooling block's (Hiera)
     windows: list[Any] | None = None  # per block (H_s, W_s) int32 mask unit ids or None (Hiera)
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0  # input pixels per side of a first-stage token
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "pyramid"
     prefix: list[int] = field(default_factory=list)  # per block its CLS tokens (PVT v1's last
     # stage: 1), first in its rows and columns; [] or 0: none
@@ -146,7 +140,7 @@ def analyze_pyramid(
     )
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.patch_size, "analyze_pyramid")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     with torch.set_grad_enabled(gradients):
         if gradients:
             x = x.detach().requires_grad_(True)
@@ -180,9 +174,7 @@ def analyze_pyramid(
         if a.shape[-1] != p + k.coarse[0] * k.coarse[1]:
             raise ValueError(f"attention {tuple(a.shape)} does not have the {k.coarse} keys")
     return PyramidAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0] for a in attentions],
         block_stages=list(out.block_stages),
         stage_grids=grids,
@@ -193,11 +185,6 @@ def analyze_pyramid(
         gradients=grads,
         residuals=residuals,
         windows=windows,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=int(cfg.patch_size),
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
         prefix=prefix,
     )

@@ -13,20 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from vitviz.kinds.pyramid.analysis import PyramidAnalysis
-
-
-def attention_key(stage: int, block: int) -> str:
-    return f"attention_{stage}_{block}"
+from vitviz.kinds.staged_export import int_pairs, per_stage_attentions, prediction_arrays
 
 
 def pyramid_arrays(analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    counts: dict[int, int] = {}
-    for attn, stage in zip(analysis.attentions, analysis.block_stages, strict=True):
-        j = counts.get(stage, 0)
-        counts[stage] = j + 1
-        out[attention_key(stage, j)] = attn.detach().float().cpu().numpy()
-    out["stage_grids"] = np.asarray(analysis.stage_grids, dtype=np.int32).reshape(-1, 2)
+    out = per_stage_attentions(analysis.attentions, analysis.block_stages)
+    out["stage_grids"] = int_pairs(analysis.stage_grids)
     out["block_stage"] = np.asarray(analysis.block_stages, dtype=np.int32)
     out["key_grid"] = np.asarray([k.coarse for k in analysis.keys], dtype=np.int32).reshape(-1, 2)
     model = getattr(analysis.loaded, "model", None)
@@ -38,7 +30,4 @@ def pyramid_arrays(analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
     out["sr_ratio"] = np.asarray(srs, dtype=np.int32)
     L = len(analysis.attentions)
     out["block_prefix"] = np.asarray([analysis.prefix_of(b) for b in range(L)], dtype=np.int32)
-    out["logits"] = analysis.logits.detach().float().cpu().numpy()
-    out["probs"] = analysis.probs.detach().float().cpu().numpy()
-    out["target_class"] = np.asarray(analysis.target_class, dtype=np.int64)
-    return out
+    return out | prediction_arrays(analysis)

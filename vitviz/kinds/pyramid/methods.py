@@ -21,10 +21,11 @@ from torch import Tensor
 from vitviz.explain.gradcam import gradcam_method
 from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.kind_methods import (
-    block_index,
-    head_of_rows,
+    ROLLOUTS,
+    chained_map,
     requires_own,
     rollout_methods,
+    token_query_attention,
     token_under,
     versions_of,
     with_gradients_of,
@@ -75,9 +76,7 @@ def attention_map(
     analysis: PyramidAnalysis, block: int, head: int, cell: tuple[int, int] | None
 ) -> Tensor:
     """(H_s, W_s) block ``block``'s attention of the query for ``head`` (−1: their mean)."""
-    b = block_index(analysis, block)
-    token = None if cell is None else token_of(analysis, analysis.block_stages[b], cell)
-    return head_of_rows(analysis, b, head, lambda: block_rows(analysis, b, token), "block")
+    return token_query_attention(analysis, block, head, cell, block_rows)
 
 
 with_gradients = with_gradients_of(analyze_pyramid)
@@ -98,10 +97,8 @@ def pyramid_method_map(
         return attention_map(
             analysis, int(params.get("layer", -1)), int(params.get("head", -1)), query
         )
-    if name == "rollout":
-        return analysis.prepared("rollout", str(params.get("fusion", "mean"))).map(token).float()
-    if name in ("gradient-rollout", "relevance"):
-        return with_gradients(analysis, target_class).prepared(name).map(token).float()
+    if name in ROLLOUTS:
+        return chained_map(analysis, name, token, target_class, params, with_gradients)
     if name == "gradcam":
         model = analysis.loaded.model
         param = next(model.parameters())

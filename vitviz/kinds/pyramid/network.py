@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from vitviz.blocks.fresh_weights import init_linears, shapes_only, stage_drop_path_rates
 from vitviz.kinds.pyramid.config import PyramidConfig
 from vitviz.kinds.pyramid.layers import OverlapPatchEmbed, PosConv, PyramidBlock, windows_to_grid
 
@@ -86,26 +87,17 @@ class PyramidViT(nn.Module):
             config.in_channels, config.dims[0], config.stem_kernel, config.patch_size,
             config.embed_eps, config.embed_overlap,
         )  # fmt: skip
-        total = config.depth
-        rates = [config.drop_path_rate * i / max(total - 1, 1) for i in range(total)]
-        stages = []
-        for s, d in enumerate(config.depths):
-            start = sum(config.depths[:s])
-            stages.append(PyramidStage(config, s, rates[start : start + d]))
-        self.stages = nn.ModuleList(stages)
+        rates = stage_drop_path_rates(config.drop_path_rate, config.depths)
+        self.stages = nn.ModuleList(PyramidStage(config, s, r) for s, r in enumerate(rates))
         C = config.num_classes
         self.head = nn.Linear(config.dims[-1], C) if C else nn.Identity()
         self.init_weights()
 
     def init_weights(self) -> None:
         """Truncated-normal (std 0.02) Linear weights, zero biases (a fresh network's)."""
-        if any(p.is_meta for p in self.parameters()):
+        if shapes_only(self):
             return
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
+        init_linears(self)
 
     @property
     def blocks(self) -> list[PyramidBlock]:

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from vitviz.kinds.pyramid.reduction import Reduction, identity
 from vitviz.kinds.staged_analysis import padded
+from vitviz.kinds.staged_head_stats import row_entropy
 
 if TYPE_CHECKING:
     from vitviz.kinds.pyramid.analysis import PyramidAnalysis
@@ -39,7 +40,7 @@ def block_statistics(
     k_pos = keys.centres(pixels).to(a.device)  # (M, 2)
     dist = torch.cdist(q_pos, k_pos)  # (N, M)
     distance = (a * dist).sum(dim=-1).mean(dim=-1)
-    entropy = -(a * (a + torch.finfo(a.dtype).tiny).log()).sum(dim=-1).mean(dim=-1)
+    entropy = row_entropy(a)
     return distance, entropy
 
 
@@ -56,7 +57,7 @@ def head_statistics(analysis: PyramidAnalysis) -> dict[str, np.ndarray]:
         rows = attn[:, P:]  # the grid's queries
         d, _ = block_statistics(rows[..., P:], keys, key_px, (a.stage_grids[s], a.stage_pixels[s]))
         r = rows.double()
-        e = -(r * (r + torch.finfo(r.dtype).tiny).log()).sum(dim=-1).mean(dim=-1)
+        e = row_entropy(r)
         if P:
             share[b, : attn.shape[0]] = r[..., :P].sum(dim=-1).mean(dim=-1).float().cpu().numpy()
         dist.append(d.float().cpu().numpy())

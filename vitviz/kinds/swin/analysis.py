@@ -12,32 +12,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, prepared_input
+from vitviz.kinds.staged_analysis import StagedAnalysis, pass_fields, prepared_input
 from vitviz.kinds.swin.network import SwinTransformer
 from vitviz.kinds.swin.rollout import PreparedSwinRollout, fused_blocks, gradient_blocks
 from vitviz.kinds.swin.windows import WindowLayout
 
 
 @dataclass
-class SwinAnalysis(StagedAnalysisBase):
+class SwinAnalysis(StagedAnalysis):
     """What one image did in a Swin (batch of one)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per block (windows, heads, n, n), rows = queries
     layouts: list[WindowLayout]  # per block
     block_stages: list[int]  # per block
     stage_grids: list[tuple[int, int]]  # (H_s, W_s) per stage
-    gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b, like ``attentions``
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image (PIL, at most OVERLAY_MAX_SIDE on its long side)
-    geometry: PatchGeometry | None = None  # model input <-> source pixels (None: a tensor input)
-    patch_size: int = 0  # input pixels per side of a first-stage token
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel analysed (a bare model:
-    # ModelOnly), None when built by hand
     kind: str = "swin"  # the model kind (vitviz.kinds)
 
     _prepared: dict[tuple, PreparedSwinRollout] = field(default_factory=dict, repr=False)
@@ -106,7 +94,7 @@ def analyze_swin(
     """
     model = _model(model_or_loaded)
     given = prepared_input(model_or_loaded, image, model.config.patch_size, "analyze_swin")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     with torch.set_grad_enabled(gradients):
         if gradients:
             x = x.detach().requires_grad_(True)  # attention joins the graph
@@ -119,18 +107,11 @@ def analyze_swin(
         if gradients:
             grads = [g[0] for g in torch.autograd.grad(logits[c], out.attentions)]
     return SwinAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0].detach() for a in out.attentions],
         layouts=out.layouts,
         block_stages=out.block_stages,
         stage_grids=out.stage_grids,
         gradients=grads,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=int(model.config.patch_size),
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from vitviz.kinds.staged_export import int_pairs, per_stage_attentions, prediction_arrays
 from vitviz.kinds.swin.analysis import SwinAnalysis
 
 
@@ -20,25 +21,13 @@ def attention_key(stage: int, block: int) -> str:
 
 def swin_arrays(analysis: SwinAnalysis) -> dict[str, np.ndarray]:
     """Every array named as above (float32 attention, int32 geometry)."""
-    out: dict[str, np.ndarray] = {}
-    counts: dict[int, int] = {}
-    for attn, stage in zip(analysis.attentions, analysis.block_stages, strict=True):
-        j = counts.get(stage, 0)
-        counts[stage] = j + 1
-        out[attention_key(stage, j)] = attn.detach().cpu().numpy().astype(np.float32)
+    out = per_stage_attentions(analysis.attentions, analysis.block_stages, attention_key)
     layouts = analysis.layouts
-
-    def pairs(values: list[tuple[int, int]]) -> np.ndarray:
-        return np.asarray(values, dtype=np.int32).reshape(-1, 2)
-
-    out["stage_grids"] = pairs(list(analysis.stage_grids))
+    out["stage_grids"] = int_pairs(list(analysis.stage_grids))
     out["block_stage"] = np.asarray(analysis.block_stages, dtype=np.int32)
-    out["grid"] = pairs([lay.grid for lay in layouts])
-    out["padded"] = pairs([lay.padded for lay in layouts])
-    out["window_size"] = pairs([lay.window for lay in layouts])
-    out["shift"] = pairs([lay.shift for lay in layouts])
+    out["grid"] = int_pairs([lay.grid for lay in layouts])
+    out["padded"] = int_pairs([lay.padded for lay in layouts])
+    out["window_size"] = int_pairs([lay.window for lay in layouts])
+    out["shift"] = int_pairs([lay.shift for lay in layouts])
     out["shift_first"] = np.asarray([lay.shift_first for lay in layouts], dtype=bool)
-    out["logits"] = analysis.logits.detach().cpu().numpy().astype(np.float32)
-    out["probs"] = analysis.probs.detach().cpu().numpy().astype(np.float32)
-    out["target_class"] = np.asarray(analysis.target_class, dtype=np.int64)
-    return out
+    return out | prediction_arrays(analysis)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
+from vitviz.blocks.fresh_weights import init_linears, shapes_only, stage_drop_path_rates
 from vitviz.kinds.swin.config import SwinConfig
 from vitviz.kinds.swin.layers import PatchMerging, SwinBlock, SwinPatchEmbed
 from vitviz.kinds.swin.windows import WindowLayout
@@ -67,13 +68,8 @@ class SwinTransformer(nn.Module):
         config.validate()
         self.config = config
         self.patch_embed = SwinPatchEmbed(config)
-        total = config.depth
-        rates = [config.drop_path_rate * i / max(total - 1, 1) for i in range(total)]
-        stages = []
-        for s, d in enumerate(config.depths):
-            start = sum(config.depths[:s])
-            stages.append(SwinStage(config, s, rates[start : start + d]))
-        self.stages = nn.ModuleList(stages)
+        rates = stage_drop_path_rates(config.drop_path_rate, config.depths)
+        self.stages = nn.ModuleList(SwinStage(config, s, r) for s, r in enumerate(rates))
         self.norm: nn.Module = (
             nn.LayerNorm(config.dims[-1], eps=config.norm_eps)
             if config.final_norm
@@ -85,16 +81,12 @@ class SwinTransformer(nn.Module):
 
     def init_weights(self) -> None:
         """Truncated-normal (std 0.02) Linear weights and bias tables, zero biases."""
-        if any(p.is_meta for p in self.parameters()):
+        if shapes_only(self):
             return
         for name, p in self.named_parameters():
             if name.endswith("relative_position_bias_table"):
                 nn.init.trunc_normal_(p, std=0.02)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
+        init_linears(self)
 
     @property
     def blocks(self) -> list[SwinBlock]:

@@ -7,24 +7,25 @@ over each other) is not kept: no view of vitviz's draws it (DESIGN §5).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
-from vitviz.kinds.staged_analysis import ModelOnly, StagedAnalysisBase, own_model, prepared_input
+from vitviz.kinds.staged_analysis import (
+    StagedAnalysis,
+    own_model,
+    pass_fields,
+    prepared_input,
+)
 from vitviz.kinds.tnt.network import TNT
 
 
 @dataclass
-class TNTAnalysis(StagedAnalysisBase):
+class TNTAnalysis(StagedAnalysis):
     """What one image did in a TNT (batch of one)."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per block (heads, 1 + N, 1 + N), rows = queries
     block_stages: list[int]  # per block: 0 (one stage)
     stage_grids: list[tuple[int, int]]  # [(h, w)]: the patch grid
@@ -33,13 +34,6 @@ class TNTAnalysis(StagedAnalysisBase):
     stage_pixels: list[int]  # [patch size]
     pixel_grid: tuple[int, int]  # (n, n) pixel tokens of a patch
     num_prefix_tokens: int = 1  # the CLS token
-    gradients: list[Tensor] | None = None  # per block ∂y_c/∂A_b (heads, 1 + N, 1 + N)
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "tnt"
 
 
@@ -53,7 +47,7 @@ def analyze_tnt(
     model = own_model(model_or_loaded, TNT, "analyze_tnt needs a TNT")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, cfg.patch_size, "analyze_tnt")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     if tuple(x.shape[-2:]) != tuple(cfg.image_size):
         raise ValueError(
             f"this TNT takes {cfg.image_size[0]}×{cfg.image_size[1]} images (its patch_pos is of "
@@ -73,13 +67,11 @@ def analyze_tnt(
         with torch.no_grad():
             out = model.forward_explained(x)
     logits = (out.logits[0] if cfg.num_classes else out.logits[0, :0]).detach()
+    top = int(logits.argmax()) if logits.numel() else -1
+    c = top if target_class is None else int(target_class)
     L = cfg.depths[0]
     return TNTAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=(int(logits.argmax()) if logits.numel() else -1)
-        if target_class is None
-        else int(target_class),
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0].detach() for a in out.attentions],
         gradients=grads,
         block_stages=[0] * L,
@@ -88,10 +80,5 @@ def analyze_tnt(
         key_pixels=[cfg.patch_size] * L,
         stage_pixels=[cfg.patch_size],
         pixel_grid=cfg.pixel_grid,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=cfg.patch_size,
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

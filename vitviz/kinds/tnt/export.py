@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from vitviz.kinds.staged_export import per_layer_attentions, prediction_arrays
 from vitviz.kinds.tnt.analysis import TNTAnalysis
 
 
 def tnt_arrays(analysis: TNTAnalysis) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for b, attn in enumerate(analysis.attentions):
-        out[f"attention_{b}"] = attn.detach().float().cpu().numpy()
+    out = per_layer_attentions(analysis.attentions)
     out["grid"] = np.asarray(analysis.stage_grids[0], dtype=np.int32)
     out["pixel_grid"] = np.asarray(analysis.pixel_grid, dtype=np.int32)
-    out["logits"] = analysis.logits.detach().float().cpu().numpy()
-    out["probs"] = analysis.probs.detach().float().cpu().numpy()
-    out["target_class"] = np.asarray(analysis.target_class, dtype=np.int64)
-    return out
+    return out | prediction_arrays(analysis)

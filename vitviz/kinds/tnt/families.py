@@ -43,7 +43,7 @@ from vitviz.checkpoints.families.common import (
 from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import build_timm, file_state
 from vitviz.checkpoints.library_check import Reference
-from vitviz.kinds.timm_family import finish_timm_kind
+from vitviz.kinds.timm_family import TimmKind, finish_timm_kind, timm_name
 from vitviz.kinds.tnt.config import TNTConfig
 
 LOOKS_LIKE = "a timm TNT"
@@ -187,18 +187,7 @@ LIBRARY_MODEL = LibraryReference(build_tnt, read_tnt)
 
 def _name(source: Source, shape: dict[str, Any]) -> tuple[str | None, bool, list[str]]:
     """(the timm name, whether the user gave it, notes)."""
-    user_arch = source.user.pop("arch", None)
-    name = user_arch or (source.timm_config or {}).get("architecture")
-    notes: list[str] = []
-    if name is None:
-        name = recognised(shape)
-        if name is not None:
-            notes.append(f"recognised as timm's {name} from its tensors")
-    if name is not None and name.split(".")[0] not in KNOWN:
-        raise CheckpointError(
-            f"{source.name}: timm's {name} is no TNT vitviz knows (one of {', '.join(KNOWN)})."
-        )
-    return name, user_arch is not None, notes
+    return timm_name(source, shape, recognised, KNOWN, "TNT")
 
 
 def _heads(source: Source, name: str | None, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -223,6 +212,9 @@ def _heads(source: Source, name: str | None, args: Mapping[str, Any]) -> dict[st
     return out
 
 
+TIMM = TimmKind("tnt", TNTConfig, ("a TNT", "TNT"), "timm-tnt", _DEFAULTS)
+
+
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
@@ -244,18 +236,7 @@ def convert(source: Source) -> Conversion:
         norm_eps=SHARED["norm_eps"],
         global_pool=str(given.get("global_pool") or "token"),
     )
-    conversion = finish_timm_kind(
-        source,
-        kind="tnt",
-        config_cls=TNTConfig,
-        model=("a TNT", "TNT"),
-        extras=EXTRAS,
-        family="timm-tnt",
-        inferred=inferred,
-        num_classes=shape["num_classes"],
-        defaults=_DEFAULTS,
-        notes=notes,
-    )
+    conversion = finish_timm_kind(source, TIMM, inferred, shape["num_classes"], notes)
     config: TNTConfig = conversion.config
     if config.pixel_grid != (shape["pixels"],) * 2:
         raise _fail(

@@ -19,6 +19,7 @@ from vitviz.kindapi.intermediates import HeadReplacement, Intermediates
 from vitviz.kinds.staged_intermediates import (
     PrefixedSites,
     prefixed_intermediates,
+    require_own_network,
 )
 from vitviz.kinds.tnt.network import TNT
 
@@ -49,10 +50,7 @@ def tnt_intermediates(
 ) -> Intermediates:
     """``Intermediates`` of vitviz's TNT on ``x`` (B, C, H, W); ValueError for another network
     and for a replacement that does not fit."""
-    if not isinstance(model, TNT):
-        raise ValueError(
-            f"the intermediates accessor needs vitviz's TNT, got {type(model).__name__}"
-        )
+    require_own_network(model, TNT, "TNT")
     return prefixed_intermediates(model, TNTSites(model), x, replace, logits_only)
 
 

@@ -58,11 +58,7 @@ class VOLOKind(StagedKind):
 
     def cam_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
         """The outlookers and transformer blocks (the accessor's ``blocks``)."""
-        from vitviz.kinds.volo.network import VOLONet
-
-        if not isinstance(model, VOLONet):
-            raise ValueError(f"vitviz can't take a {type(model).__name__} apart into its blocks")
-        return model.blocks
+        return self.own_network(model).blocks
 
     def layer_prefix(self, analysis: VOLOAnalysis, layer: int) -> int:
         """A class block's CLS."""

@@ -10,17 +10,16 @@ gradient reaches the CLS's path and the one patch token where aux_head's class c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
 
-from vitviz.imaging.geometry import PatchGeometry
 from vitviz.kinds.staged_analysis import (
-    ModelOnly,
-    StagedAnalysisBase,
+    StagedAnalysis,
     explained_pass,
     own_model,
+    pass_fields,
     prepared_input,
 )
 from vitviz.kinds.volo.network import VOLONet
@@ -28,14 +27,11 @@ from vitviz.kinds.volo.outlook import window_cells
 
 
 @dataclass
-class VOLOAnalysis(StagedAnalysisBase):
+class VOLOAnalysis(StagedAnalysis):
     """What one image did in a VOLO (batch of one). ``stage_grids`` are stage 0's grid and the
     half grid, ``block_stages`` each layer's, so the staged kinds' code reads a layer's map on
     its grid."""
 
-    logits: Tensor  # (C,)
-    probs: Tensor  # (C,)
-    target_class: int
     attentions: list[Tensor]  # per layer, see the module's docstring
     layer_kinds: list[str]  # per layer: "outlook", "self" or "class"
     layer_names: list[str]  # per layer: "0.3" (stage.block), "cls.1" (class block)
@@ -43,13 +39,6 @@ class VOLOAnalysis(StagedAnalysisBase):
     stage_grids: list[tuple[int, int]]  # (h, w) of stage 0 and of the half grid
     stage_pixels: list[int]  # input pixels per side of a token of each grid
     window_cells: Tensor  # (windows, k²) each outlook window's cells (H·W: the padding)
-    gradients: list[Tensor] | None = None  # per layer ∂y_c/∂A, like ``attentions``
-    input: Tensor | None = None  # (C, H, W) the normalised model input
-    pixels: Any = None  # (H, W, 3) uint8 of the input when it came from an image
-    source: Any = None  # the decoded source image
-    geometry: PatchGeometry | None = None  # model input <-> source pixels
-    patch_size: int = 0  # input pixels per side of a stage-0 token (the clickable cell)
-    loaded: Any = field(default=None, repr=False)  # the LoadedModel (a bare model: ModelOnly)
     kind: str = "volo"
 
     num_prefix_tokens: int = 0  # the grid blocks carry none; the class blocks' CLS is apart
@@ -84,7 +73,7 @@ def analyze_volo(
     model = own_model(model_or_loaded, VOLONet, "analyze_volo needs a VOLO")
     cfg = model.config
     given = prepared_input(model_or_loaded, image, 2 * cfg.patch_size, "analyze_volo")
-    x, source, pixels, geometry = given.x, given.source, given.pixels, given.geometry
+    x = given.x
     out, logits, c, grads = explained_pass(model, x, gradients, target_class)
     kinds, names, grids = layer_layout(model)
     stage_grids = [tuple(g) for g in cfg.stage_grids()]
@@ -92,9 +81,7 @@ def analyze_volo(
         stage_grids[0], cfg.window_grid(), cfg.kernel_size, cfg.outlook_stride, cfg.padding
     )
     return VOLOAnalysis(
-        logits=logits.detach(),
-        probs=logits.detach().softmax(dim=-1),
-        target_class=c,
+        **pass_fields(model_or_loaded, model, given, logits, c),
         attentions=[a[0].detach() for a in out.attentions],
         layer_kinds=kinds,
         layer_names=names,
@@ -103,10 +90,5 @@ def analyze_volo(
         stage_pixels=[cfg.patch_size, 2 * cfg.patch_size],
         window_cells=cells,
         gradients=grads,
-        input=x[0].detach(),
-        pixels=pixels,
-        source=source,
-        geometry=geometry,
         patch_size=int(cfg.patch_size),
-        loaded=model_or_loaded if model_or_loaded is not model else ModelOnly(model),
     )

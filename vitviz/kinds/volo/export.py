@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from vitviz.kinds.staged_export import int_pairs, per_layer_attentions, prediction_arrays
 from vitviz.kinds.volo.analysis import VOLOAnalysis
 
 KINDS = ("outlook", "self", "class")
 
 
 def volo_arrays(analysis: VOLOAnalysis) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for i, attn in enumerate(analysis.attentions):
-        out[f"attention_{i}"] = attn.detach().float().cpu().numpy()
+    out = per_layer_attentions(analysis.attentions)
     out["window_cells"] = analysis.window_cells.cpu().numpy().astype(np.int64)
-    out["stage_grids"] = np.asarray(analysis.stage_grids, dtype=np.int32).reshape(-1, 2)
+    out["stage_grids"] = int_pairs(analysis.stage_grids)
     out["layer_grid"] = np.asarray(analysis.block_stages, dtype=np.int32)
     out["layer_kind"] = np.asarray([KINDS.index(k) for k in analysis.layer_kinds], dtype=np.int32)
-    out["logits"] = analysis.logits.detach().float().cpu().numpy()
-    out["probs"] = analysis.probs.detach().float().cpu().numpy()
-    out["target_class"] = np.asarray(analysis.target_class, dtype=np.int64)
-    return out
+    return out | prediction_arrays(analysis)

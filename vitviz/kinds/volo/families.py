@@ -38,7 +38,7 @@ from vitviz.checkpoints.families.reference import LibraryReference
 from vitviz.checkpoints.families.timm_library import file_state, read_timm
 from vitviz.checkpoints.families.timm_names import timm_version
 from vitviz.checkpoints.library_check import Reference
-from vitviz.kinds.timm_family import finish_timm_kind
+from vitviz.kinds.timm_family import TimmKind, finish_timm_kind
 from vitviz.kinds.volo.config import VOLOConfig
 
 LOOKS_LIKE = "a timm VOLO"
@@ -258,6 +258,9 @@ def timm_heads(source: Source, name: str, args: dict[str, Any]) -> tuple[int, ..
     return tuple(int(stage[0].attn.num_heads) for stage in stages)
 
 
+TIMM = TimmKind("volo", VOLOConfig, ("a VOLO", "VOLO"), "timm-volo", _DEFAULTS)
+
+
 def convert(source: Source) -> Conversion:
     cfg = source.timm_config or {}
     args: dict[str, Any] = dict(cfg.get("model_args") or {})
@@ -273,18 +276,7 @@ def convert(source: Source) -> Conversion:
                     f"{len(heads)}")  # fmt: skip
     inferred["heads"] = heads
     inferred["kernel_size"] = KERNEL
-    conversion = finish_timm_kind(
-        source,
-        kind="volo",
-        config_cls=VOLOConfig,
-        model=("a VOLO", "VOLO"),
-        extras=EXTRAS,
-        family="timm-volo",
-        inferred=inferred,
-        num_classes=shape["num_classes"],
-        defaults=_DEFAULTS,
-        notes=notes,
-    )
+    conversion = finish_timm_kind(source, TIMM, inferred, shape["num_classes"], notes)
     config = conversion.config
     if config.heads[0] != shape["outlook_heads"]:
         raise _fail(

@@ -29,6 +29,7 @@ from vitviz.kinds.staged_intermediates import (
     TokenOrder,
     head_logits,
     layer_intermediates,
+    require_own_network,
 )
 from vitviz.kinds.volo.network import Outlooker, VOLONet
 
@@ -90,10 +91,7 @@ def volo_intermediates(
 ) -> Intermediates:
     """``Intermediates`` of vitviz's VOLONet on ``x`` (B, C, H, W); ValueError for another
     network and for a replacement that does not fit (the model keeps no hook)."""
-    if not isinstance(model, VOLONet):
-        raise ValueError(
-            f"the intermediates accessor needs vitviz's VOLO, got {type(model).__name__}"
-        )
+    require_own_network(model, VOLONet, "VOLO")
     sites = VOLOSites(model)
     return layer_intermediates(
         model, sites, model.attention_layers, head_grids(model), x, replace, logits_only

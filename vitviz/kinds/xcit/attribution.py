@@ -57,11 +57,11 @@ from vitviz.explain.attribution import (
     fork_rule,
     linear_rule,
     matmul_rule,
-    one_hot_relevance,
     require_classifier_in_eval,
     safe_divide,
 )
 from vitviz.explain.targets import target_classes
+from vitviz.kinds.cls_head_relevance import cls_row_layout, head_relevance
 
 
 @dataclass
@@ -158,14 +158,6 @@ def _class_relprop(block: nn.Module, ct: _ClassTrace, r: Tensor) -> tuple[Tensor
     return fork_rule(ct.tokens, r_x, r_u), r_attn  # norm1: unchanged
 
 
-def _embed_row(t: Tensor) -> Tensor:
-    """(B, H, 1, N) -> (B, H, N, N), the CLS's row, 0 elsewhere."""
-    B, H, _, N = t.shape
-    out = t.new_zeros(B, H, N, N)
-    out[:, :, :1] = t
-    return out
-
-
 def xcit_relevance(
     model: nn.Module, x: Tensor, target: int | Tensor | None = None
 ) -> tuple[AttributionResult, Tensor]:
@@ -188,20 +180,16 @@ def xcit_relevance(
         y = trace.logits.gather(1, c[:, None]).sum()
         grads = torch.autograd.grad(y, [ct.attn for ct in trace.blocks])
     with torch.no_grad():
-        r_logits = one_hot_relevance(trace.logits, c)
-        tokens = trace.tokens
-        r_head = linear_rule(tokens[:, 0], model.head.weight, r_logits)  # the final norm: unchanged
-        r = torch.zeros_like(tokens)
-        r[:, 0] = tokens[:, 0] * safe_divide(r_head, tokens[:, 0])  # the CLS's pick: z rule
+        r = head_relevance(trace.tokens, model.head.weight, trace.logits, c)
         relevances: list[Tensor] = []
         for block, ct in zip(reversed(model.blocks), reversed(trace.blocks), strict=True):
             r, r_attn = _class_relprop(block, ct, r)
-            relevances.insert(0, _embed_row(r_attn))
+            relevances.insert(0, cls_row_layout(r_attn))
     result = AttributionResult(
         logits=trace.logits.detach(),
         target=c,
         relevances=relevances,
-        gradients=[_embed_row(g.detach()) for g in grads],
+        gradients=[cls_row_layout(g.detach()) for g in grads],
         grid=trace.grid,
         num_prefix_tokens=1,
     )

@@ -16,6 +16,7 @@ noted); any other needs ``stage_heads`` in its settings.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor, nn
@@ -29,6 +30,7 @@ from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.core.optional import install_to_open
+from vitviz.kinds.numbered_blocks import numbered_stages
 from vitviz.kinds.pyramid.families.common import (
     finish_pyramid,
     timm_image_size,
@@ -61,6 +63,11 @@ def stage_blocks(model: nn.Module) -> list[nn.Module]:
 LIBRARY_MODEL = timm_reference(blocks=stage_blocks)  # timm's PyramidVisionTransformerV2
 
 
+def _fail(source: Source) -> Callable[[str], CheckpointError]:
+    """A refusal of ``source`` in one line: "... looks like {LOOKS_LIKE}, but {what}."."""
+    return lambda what: CheckpointError(f"{source.name} looks like {LOOKS_LIKE}, but {what}.")
+
+
 def detect(source: Source) -> bool:
     s = source.state
     return "patch_embed.proj.weight" in s and any(
@@ -71,21 +78,8 @@ def detect(source: Source) -> bool:
 def _shape(source: Source) -> dict[str, Any]:
     """What the weights say: depths, dims, MLP widths, reductions, linear, stem, classes."""
     s = source.state
-    found: dict[int, set[int]] = {}
-    for key in s:
-        m = _BLOCK.match(key)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    stages = sorted(found)
-    if (
-        not stages
-        or stages != list(range(len(stages)))
-        or any(sorted(found[i]) != list(range(len(found[i]))) for i in stages)
-    ):
-        raise CheckpointError(
-            f"{source.name} looks like {LOOKS_LIKE}, but its stages and blocks are not numbered "
-            f"0..n-1 (found stages {stages})."
-        )
+    found = numbered_stages(s, _BLOCK, _fail(source), some=True, found_word="found stages")
+    stages = list(found)
     dims, hidden, srs, linear = [], [], [], []
     for i in stages:
         b = f"stages.{i}.blocks.0."

@@ -18,6 +18,7 @@ file whose shapes are one of the six names is recognised as it (noted); any othe
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor, nn
@@ -31,6 +32,7 @@ from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.core.optional import install_to_open
+from vitviz.kinds.numbered_blocks import numbered_stages
 from vitviz.kinds.pyramid.families.common import (
     finish_pyramid,
     timm_image_size,
@@ -68,28 +70,20 @@ def twins_blocks(model: nn.Module) -> list[nn.Module]:
 LIBRARY_MODEL = timm_reference(blocks=twins_blocks)  # timm's Twins
 
 
+def _fail(source: Source) -> Callable[[str], CheckpointError]:
+    """A refusal of ``source`` in one line: "... looks like {LOOKS_LIKE}, but {what}."."""
+    return lambda what: CheckpointError(f"{source.name} looks like {LOOKS_LIKE}, but {what}.")
+
+
 def detect(source: Source) -> bool:
     s = source.state
     return "patch_embeds.0.proj.weight" in s and "pos_block.0.proj.0.weight" in s
 
 
-def _stages(source: Source) -> dict[int, set[int]]:
-    found: dict[int, set[int]] = {}
-    for key in source.state:
-        m = _BLOCK.match(key)
-        if m:
-            found.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    stages = sorted(found)
-    if (
-        not stages
-        or stages != list(range(len(stages)))
-        or any(sorted(found[i]) != list(range(len(found[i]))) for i in stages)
-    ):
-        raise CheckpointError(
-            f"{source.name} looks like {LOOKS_LIKE}, but its stages and blocks are not numbered "
-            f"0..n-1 (found stages {stages})."
-        )
-    return found
+def _stages(source: Source) -> dict[int, list[int]]:
+    return numbered_stages(
+        source.state, _BLOCK, _fail(source), some=True, found_word="found stages"
+    )
 
 
 def _shape(source: Source) -> dict[str, Any]:

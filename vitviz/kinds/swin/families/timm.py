@@ -33,7 +33,6 @@ from vitviz.checkpoints.families.timm_library import no_blocks, timm_reference
 from vitviz.checkpoints.families.timm_names import ArchError, timm_version
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.core.optional import install_to_open
 from vitviz.kinds.swin.families.common import (
     BLOCK_PARTS,
@@ -46,6 +45,7 @@ from vitviz.kinds.swin.families.common import (
     take_block,
 )
 from vitviz.kinds.swin.families.timm_check import swin_args
+from vitviz.kinds.timm_family import timm_preprocessing_noted
 
 LOOKS_LIKE = "a timm Swin Transformer"
 _BLOCK = r"layers\.(\d+)\.blocks\.(\d+)\.norm1\.weight$"
@@ -201,13 +201,7 @@ def convert(source: Source) -> Conversion:
         window_clamp="axis",
         pad_image=False,
     )
-    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    notes += prep_notes
-    if not pretrained:
-        notes.append(
-            "no timm config.json beside the file: preprocessing is timm's Swin default "
-            f"(set preprocessing in {source.sidecar_name} to change it)"
-        )
+    prep = timm_preprocessing_noted(source, pretrained, _DEFAULTS, notes, "Swin")
     user_arch = source.user.pop("arch", None)  # read above: not a Swin config field
     named = user_arch or cfg.get("architecture")
     conversion = finish_swin(

@@ -29,7 +29,6 @@ from vitviz.checkpoints.families.common import (
 )
 from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.library_check import Reference
-from vitviz.checkpoints.preprocessing import timm_preprocessing
 from vitviz.kinds.swin.families.common import (
     check_numbering,
     finish_swin,
@@ -37,6 +36,7 @@ from vitviz.kinds.swin.families.common import (
     stage_blocks,
 )
 from vitviz.kinds.swin.families.timm import LIBRARY_MODEL
+from vitviz.kinds.timm_family import timm_preprocessing_noted
 
 LOOKS_LIKE = "a timm SwinV2-CR"
 _BLOCK = r"stages\.(\d+)\.blocks\.(\d+)\.norm1\.weight$"
@@ -225,13 +225,7 @@ def convert(source: Source) -> Conversion:
         extra_norm_blocks=tuple(extra),
         final_norm=False,
     )
-    prep, prep_notes = timm_preprocessing(pretrained, _DEFAULTS)
-    notes += prep_notes
-    if not pretrained:
-        notes.append(
-            "no timm config.json beside the file: preprocessing is timm's SwinV2-CR default "
-            f"(set preprocessing in {source.sidecar_name} to change it)"
-        )
+    prep = timm_preprocessing_noted(source, pretrained, _DEFAULTS, notes, "SwinV2-CR")
     conversion = finish_swin(
         source,
         family="timm-swinv2-cr",

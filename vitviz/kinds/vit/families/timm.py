@@ -30,9 +30,9 @@ from vitviz.checkpoints.labels import names_from_timm
 from vitviz.checkpoints.preprocessing import (
     TIMM_DEIT_DEFAULTS,
     TIMM_VIT_DEFAULTS,
-    timm_preprocessing,
 )
 from vitviz.checkpoints.unmodelled import unmodelled_timm_vit
+from vitviz.kinds.timm_family import timm_preprocessing_noted
 from vitviz.kinds.vit.families.timm_arch import from_table
 from vitviz.kinds.vit.families.timm_check_args import common_reference, same_settings
 from vitviz.kinds.vit.families.timm_resolve import (
@@ -83,6 +83,30 @@ def _take_norm(t: Taker, theirs: str, ours: str, out: dict[str, Tensor]) -> bool
     if bias is not None:
         out[f"{ours}.bias"] = bias
     return True
+
+
+def take_prefix_and_pos(t: Taker, out: dict[str, Tensor]) -> int:
+    """The prefix tokens (``PREFIX_TOKENS``, each (1, n, D)) and the position table the
+    checkpoint has -> ``out``; how many prefix tokens they are."""
+    prefix = 0
+    for name in PREFIX_TOKENS:
+        token = t.maybe(name)
+        if token is not None:
+            out[name] = token
+            prefix += token.shape[1]
+    pos = t.maybe("pos_embed")
+    if pos is not None:
+        out["pos_embed"] = pos
+    return prefix
+
+
+def take_head(t: Taker, out: dict[str, Tensor]) -> int:
+    """The classifier ``head`` (weight (C, D), bias) -> ``out``; C (0 without one)."""
+    if "head.weight" not in t:
+        return 0
+    out["head.weight"] = t.take("head.weight")
+    out["head.bias"] = t.take("head.bias")
+    return int(out["head.weight"].shape[0])
 
 
 SERIAL_LINEARS = ("attn.proj", "mlp.fc1", "mlp.fc2")
@@ -371,25 +395,14 @@ def convert(source: Source) -> Conversion:
     out: dict[str, Tensor] = {}
     depth = check_depth(source, block_indices(t.state, _BLOCK))
     D, C, p = take_patch_embed(t, out, int(args.get("in_chans", 3)), notes)
-    prefix = 0
-    for name in PREFIX_TOKENS:
-        token = t.maybe(name)
-        if token is not None:
-            out[name] = token
-            prefix += token.shape[1]
-    pos = t.maybe("pos_embed")
-    if pos is not None:
-        out["pos_embed"] = pos
+    prefix = take_prefix_and_pos(t, out)
+    pos = out.get("pos_embed")
     for name in ("norm_pre", "norm", "fc_norm"):
         _take_norm(t, name, name, out)
     block_info = take_blocks(t, depth, out)
     has_pool = take_attention_pool(t, out)
     block_info.update(take_rel_pos(t, depth, out))
-    num_classes = 0
-    if "head.weight" in t:
-        out["head.weight"] = t.take("head.weight")
-        out["head.bias"] = t.take("head.bias")
-        num_classes = out["head.weight"].shape[0]
+    num_classes = take_head(t, out)
     if "head_dist.weight" in t:
         out["head_dist.weight"] = t.take("head_dist.weight")
         out["head_dist.bias"] = t.take("head_dist.bias")
@@ -476,14 +489,9 @@ def convert(source: Source) -> Conversion:
         _named_grid(source, inferred, args, pretrained, pos, p, prefix, notes)
 
     defaults = TIMM_DEIT_DEFAULTS if has_dist else TIMM_VIT_DEFAULTS
-    prep, prep_notes = timm_preprocessing(pretrained, defaults)
-    notes += prep_notes
-    if not pretrained:
-        which = "DeiT" if has_dist else "ViT"
-        notes.append(
-            f"no timm config.json beside the file: preprocessing is timm's {which} "
-            f"default (set preprocessing in {source.sidecar_name} to change it)"
-        )
+    prep = timm_preprocessing_noted(
+        source, pretrained, defaults, notes, "DeiT" if has_dist else "ViT"
+    )
     conversion = finish(
         source,
         family="timm",

@@ -40,9 +40,14 @@ from vitviz.checkpoints.library_check import Reference
 from vitviz.checkpoints.preprocessing import (
     TIMM_DEIT_DEFAULTS,
     TIMM_VIT_DEFAULTS,
-    timm_preprocessing,
 )
-from vitviz.kinds.vit.families.timm import PREFIX_TOKENS, _pos_layout, take_blocks
+from vitviz.kinds.timm_family import timm_preprocessing_noted
+from vitviz.kinds.vit.families.timm import (
+    _pos_layout,
+    take_blocks,
+    take_head,
+    take_prefix_and_pos,
+)
 from vitviz.kinds.vit.families.timm_resolve import (
     Choice,
     applied,
@@ -174,25 +179,14 @@ def convert(source: Source) -> Conversion:
         bias = t.maybe("patch_embed.proj.bias")
         zero = torch.zeros(D, dtype=proj.dtype)
         out["patch_embed.proj.bias"] = bias if bias is not None else zero
-    prefix = 0
-    for name in PREFIX_TOKENS:
-        token = t.maybe(name)
-        if token is not None:
-            out[name] = token
-            prefix += token.shape[1]
-    pos = t.maybe("pos_embed")
-    if pos is not None:
-        out["pos_embed"] = pos
+    prefix = take_prefix_and_pos(t, out)
+    pos = out.get("pos_embed")
     for name in ("norm_pre", "norm", "fc_norm"):
         if f"{name}.weight" in t:
             out[f"{name}.weight"] = t.take(f"{name}.weight")
             out[f"{name}.bias"] = t.take(f"{name}.bias")
     block_info = take_blocks(t, depth, out)
-    num_classes = 0
-    if "head.weight" in t:
-        out["head.weight"] = t.take("head.weight")
-        out["head.bias"] = t.take("head.bias")
-        num_classes = int(out["head.weight"].shape[0])
+    num_classes = take_head(t, out)
     t.refuse_leftovers()
 
     has_cls = "cls_token" in out
@@ -250,15 +244,8 @@ def convert(source: Source) -> Conversion:
     if size is not None:
         inferred["image_size"] = size
     resnet_d = stem.kind == "resnet_d"  # timm's ResNet-D hybrids: ImageNet mean and std
-    prep, prep_notes = timm_preprocessing(
-        pretrained, TIMM_DEIT_DEFAULTS | {"crop_pct": 0.9} if resnet_d else TIMM_VIT_DEFAULTS
-    )
-    notes += prep_notes
-    if not pretrained:
-        notes.append(
-            "no timm config.json beside the file: preprocessing is timm's hybrid default "
-            f"(set preprocessing in {source.sidecar_name} to change it)"
-        )
+    defaults = TIMM_DEIT_DEFAULTS | {"crop_pct": 0.9} if resnet_d else TIMM_VIT_DEFAULTS
+    prep = timm_preprocessing_noted(source, pretrained, defaults, notes, "hybrid")
     conversion = finish(
         source,
         family="timm-hybrid",
