@@ -1,13 +1,11 @@
 """Set-up the `vitviz-cli faithfulness` tests share (the ViT's in tests/cli, the Swin's in
 tests/kinds/swin): the shipped sample scenes copied with their masks, the command run on them,
-the files it writes, and its one-line error."""
+and the files it writes."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-
-import pytest
 
 from vitviz.cli import main
 
@@ -38,12 +36,3 @@ def run_faithfulness(steps: int, ckpt: Path, images: list[Path], out: Path, *ext
     ``out``, with ``extra`` arguments; returns its exit code."""
     argv = ["faithfulness", *map(str, images), "--checkpoint", str(ckpt), "--device", "cpu"]
     return main([*argv, "--out", str(out), "--steps", str(steps), *extra])
-
-
-def one_line_error(capsys: pytest.CaptureFixture) -> str:
-    """The one line the command wrote to stderr (no traceback)."""
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    assert "Traceback" not in captured.err
-    return lines[0]
