@@ -2,7 +2,7 @@
 LeViT, TNT, MobileViT, the pyramids) share: an image and a checkpoint shown in the window, a
 click on a cell of the input view, and File ▸ Export's npz equal to ``vitviz-cli explain``'s.
 Each kind's test keeps its own rows, tokens, maps and methods; the window itself comes from
-``cls_ui_checks.watched_window`` (no bug dialog shown)."""
+``window_watch.watched_window`` (no bug dialog shown)."""
 
 from __future__ import annotations
 

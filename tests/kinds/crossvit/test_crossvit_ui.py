@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cls_ui_checks import watched_window
 from crossvit_helpers import save_folder, tiny_timm_crossvit
 from staged_ui_checks import click_cell, export_equals_cli, show
 from test_ui_window import (
@@ -19,6 +18,7 @@ from test_ui_window import (
     overlay,
     settled,
 )
+from window_watch import watched_window
 
 from vitviz.kinds.crossvit.analysis import analyze_crossvit
 from vitviz.kinds.crossvit.methods import layer_rows

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cls_ui_checks import watched_window
 from levit_helpers import save_folder, tiny_timm_levit
 from staged_ui_checks import click_cell, export_equals_cli, show
 from test_ui_window import (
@@ -19,6 +18,7 @@ from test_ui_window import (
     select_method,
     settled,
 )
+from window_watch import watched_window
 
 from vitviz.explain.methods import get_method
 from vitviz.kinds.levit.analysis import analyze_levit

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cls_ui_checks import watched_window
 from mobilevit_helpers import BARE_SETTINGS, save_bare, tiny_timm_mobilevit
 from staged_ui_checks import click_cell, export_equals_cli, show
 from test_ui_window import overlay
+from window_watch import watched_window
 
 from vitviz.kinds.mobilevit.analysis import analyze_mobilevit
 from vitviz.kinds.mobilevit.methods import layer_rows

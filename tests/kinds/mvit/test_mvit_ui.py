@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cls_ui_checks import watched_window
 from mvit_helpers import save_bare, tiny_timm_mvit
 from staged_ui_checks import click_cell, export_equals_cli, show
 from test_ui_window import (
@@ -17,6 +16,7 @@ from test_ui_window import (
     overlay,
     settled,
 )
+from window_watch import watched_window
 
 from vitviz.kinds.mvit.analysis import analyze_mvit
 from vitviz.kinds.mvit.methods import block_rows

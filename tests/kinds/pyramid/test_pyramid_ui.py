@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cls_ui_checks import watched_window
 from pyramid_helpers import save_bare, tiny_timm_pvt
 from staged_ui_checks import click_cell, export_equals_cli, show
 from test_ui_window import (
@@ -18,6 +17,7 @@ from test_ui_window import (
     select_method,
     settled,
 )
+from window_watch import watched_window
 
 from vitviz.explain.methods import get_method
 from vitviz.kinds.pyramid.analysis import analyze_pyramid

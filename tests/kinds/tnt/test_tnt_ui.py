@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cls_ui_checks import watched_window
 from staged_ui_checks import click_cell, export_equals_cli, show
 from test_ui_window import (
     overlay,
 )
 from tnt_helpers import SETTINGS, save_bare, tiny_timm_tnt
+from window_watch import watched_window
 
 from vitviz.kinds.tnt.analysis import analyze_tnt
 from vitviz.kinds.tnt.methods import block_rows

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cls_ui_checks import watched_window
 from staged_ui_checks import click_cell, export_equals_cli, show
 from test_ui_window import WAIT_MS, overlay, settled
 from volo_helpers import save_folder, tiny_timm_volo
+from window_watch import watched_window
 
 from vitviz.kinds.volo.analysis import analyze_volo
 from vitviz.kinds.volo.methods import layer_rows
