@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from checkpoint_cases import photo, tv_checkpoint
+from cli_checks import one_line_error
 from conftest import CLASS_NAMES
 from PIL import Image
 
@@ -196,19 +197,12 @@ def test_all_bad_images_exit_2(
     assert not list((tmp_path / "out").glob("*.npz"))
 
 
-def _one_line_error(capsys: pytest.CaptureFixture) -> str:
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    return lines[0]
-
-
 def test_missing_checkpoint_exits_2_with_one_line(
     tmp_path: Path, photo_files: dict[str, Path], capsys: pytest.CaptureFixture
 ) -> None:
     code = _explain(tmp_path / "absent.safetensors", [photo_files["chelsea"]], tmp_path / "out")
     assert code == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "absent.safetensors" in line
     assert "no such file" in line.lower()
 
@@ -219,7 +213,7 @@ def test_unreadable_checkpoint_exits_2_with_one_line(
     ckpt = tmp_path / "junk.pth"
     ckpt.write_bytes(os.urandom(2048))
     assert _explain(ckpt, [photo_files["chelsea"]], tmp_path / "out") == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "junk.pth" in line
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
 
@@ -244,7 +238,7 @@ def test_bad_options_exit_2_with_one_line(
 ) -> None:
     out = tmp_path / "out"
     assert _explain(tiny_ckpt, [photo_files["chelsea"]], out, *extra) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     for word in words:
         assert word in line
     assert not out.exists() or not list(out.iterdir())
@@ -265,7 +259,7 @@ def test_an_unknown_option_is_one_line_naming_the_closest(
     """A mistyped option or command: exit 2 in one line (not argparse's usage), with the closest
     option or command and where they are listed; nothing runs."""
     assert main(argv) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     listed = "`vitviz-cli --help`" if argv[0] == "explian" else f"`vitviz-cli {argv[0]} --help`"
     for word in [*words, listed]:
         assert word in line, line
@@ -280,7 +274,7 @@ def test_a_folder_of_sub_folders_names_them_and_the_advice_works(
     (top / "cats").mkdir(parents=True)
     Image.open(photo_files["chelsea"]).save(top / "cats" / "chelsea.png")
     assert _explain(tiny_ckpt, [top], tmp_path / "out") == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "no images directly in it" in line and f"give one of them ({top / 'cats'})" in line
     assert "Accepted: PNG, JPEG" in line
     assert _explain(tiny_ckpt, [top / "cats"], tmp_path / "out") == 0
@@ -298,12 +292,12 @@ def test_a_missing_head_count_names_the_flag_where_the_command_has_it(
     image = photo(tmp_path)
     out = tmp_path / "out"
     assert _explain(ckpt, [image], out) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "the weights don't say: heads" in line and line.endswith("--heads 2."), line
     assert main(["convert", str(ckpt), str(tmp_path / "c.safetensors")]) == 2
-    assert _one_line_error(capsys).endswith("On the command line: --heads 2.")
+    assert one_line_error(capsys).endswith("On the command line: --heads 2.")
     assert main(["stats", str(tmp_path), "--checkpoint", str(ckpt), "--out", str(out)]) == 2
-    assert "--heads" not in _one_line_error(capsys)
+    assert "--heads" not in one_line_error(capsys)
     assert _explain(ckpt, [image], out, "--heads", "2") == 0
     faith = ["faithfulness", str(image), "--checkpoint", str(ckpt), "--method", "random"]
     assert main([*faith, "--steps", "2", "--out", str(tmp_path / "f"), "--heads", "2"]) == 0
@@ -355,7 +349,7 @@ def test_info_on_a_bad_checkpoint_exits_2(tmp_path: Path, capsys: pytest.Capture
     empty = tmp_path / "empty.safetensors"
     empty.touch()
     assert main(["info", str(empty)]) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "empty.safetensors" in line
 
 
@@ -437,9 +431,9 @@ def test_unknown_device_and_unreadable_config_exit_2(
     image = str(photo_files["chelsea"])
     argv = ["explain", image, "--checkpoint", str(tiny_ckpt), "--out", str(tmp_path / "o")]
     assert main([*argv, "--device", "abacus"]) == 2
-    assert "abacus" in _one_line_error(capsys)
+    assert "abacus" in one_line_error(capsys)
     assert main([*argv, "--device", "cpu", "--config", str(tmp_path / "nope.json")]) == 2
-    assert "nope.json" in _one_line_error(capsys)
+    assert "nope.json" in one_line_error(capsys)
 
 
 def test_output_folder_that_is_a_file_exits_2_with_one_line(
@@ -449,7 +443,7 @@ def test_output_folder_that_is_a_file_exits_2_with_one_line(
     not_a_folder = tmp_path / "results"
     not_a_folder.write_text("an ordinary file")
     assert _explain(tiny_ckpt, [photo_files["chelsea"]], not_a_folder) == 2
-    assert "results" in _one_line_error(capsys)
+    assert "results" in one_line_error(capsys)
     assert not_a_folder.read_text() == "an ordinary file"
 
 
@@ -514,14 +508,14 @@ def test_hostile_checkpoints_and_settings_end_in_one_line(
     ckpt = tv_checkpoint(tmp_path, settings=settings, edit=edit)
     out = tmp_path / "out"
     assert _explain(ckpt, [photo(tmp_path)], out) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert line.startswith("vitviz-cli: ") and "Traceback" not in line
     for word in words:
         assert word in line, line
     assert not out.exists() or not list(out.glob("*.npz"))
     code = main(["info", str(ckpt)])
     if info_refuses:
-        assert code == 2 and _one_line_error(capsys) == line
+        assert code == 2 and one_line_error(capsys) == line
     else:
         assert code == 0
         assert "Traceback" not in capsys.readouterr().err
@@ -535,7 +529,7 @@ def test_explain_refuses_an_image_size_over_the_memory_budget(
     monkeypatch.setenv("VITVIZ_MEMORY_BUDGET", "2G")
     ckpt = tv_checkpoint(tmp_path, settings={"preprocessing": {"image_size": 1024}})
     assert _explain(ckpt, [photo(tmp_path)], tmp_path / "out") == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     for word in ("input size 1024×1024", "16,385 tokens", "GB of memory", "2.0 GB is free"):
         assert word in line, line
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_checks import one_line_error
 from conftest import CLASS_NAMES, random_vit
+from faithfulness_cli_helpers import OUTPUTS, copy_samples, run_faithfulness
 from PIL import Image
 
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
@@ -22,7 +24,6 @@ from vitviz.explain.localisation import mask_grid_for
 from vitviz.imaging.curves import GREY, PALETTE
 from vitviz.pipeline.analysis import analyze
 
-SAMPLES = Path(__file__).resolve().parents[2] / "resources" / "samples"
 METHODS = ("rollout", "relevance", "gradcam", "random")
 STEPS = 4
 
@@ -38,17 +39,10 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def samples(tmp_path: Path) -> list[Path]:
     """Two shipped sample scenes with their masks beside them."""
-    folder = tmp_path / "samples"
-    folder.mkdir()
-    for stem in ("star", "ring"):
-        for name in (f"{stem}.png", f"{stem}_mask.png"):
-            shutil.copy(SAMPLES / name, folder / name)
-    return [folder / "star.png", folder / "ring.png"]
+    return copy_samples(tmp_path)
 
 
-def _faithfulness(ckpt: Path, images: list[Path], out: Path, *extra: str) -> int:
-    argv = ["faithfulness", *map(str, images), "--checkpoint", str(ckpt), "--device", "cpu"]
-    return main([*argv, "--out", str(out), "--steps", str(STEPS), *extra])
+_faithfulness = partial(run_faithfulness, STEPS)
 
 
 def _reference(ckpt: Path, images: list[Path], masks: Path | None = None) -> dict:
@@ -62,27 +56,13 @@ def _reference(ckpt: Path, images: list[Path], masks: Path | None = None) -> dic
     return json.loads(json.dumps(report(results)))
 
 
-def _one_line_error(capsys: pytest.CaptureFixture) -> str:
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    assert "Traceback" not in captured.err
-    return lines[0]
-
-
 def test_json_csv_and_png_are_the_measured_numbers(
     tmp_path: Path, ckpt: Path, samples: list[Path], capsys: pytest.CaptureFixture
 ) -> None:
     out = tmp_path / "out"
     assert _faithfulness(ckpt, samples, out, "--method", *METHODS) == 0
     captured = capsys.readouterr()
-    assert sorted(p.name for p in out.iterdir()) == [
-        "faithfulness.csv",
-        "faithfulness.json",
-        "faithfulness.png",
-        "images.parquet",
-        "run.json",
-    ]
+    assert sorted(p.name for p in out.iterdir()) == OUTPUTS
     doc = json.loads((out / "faithfulness.json").read_text())
     ref = _reference(ckpt, samples)
     # the issue's schema, exactly
@@ -226,7 +206,7 @@ def test_a_folder_stands_for_its_images_and_their_masks(
     empty = tmp_path / "empty"
     empty.mkdir()
     assert _faithfulness(ckpt, [empty], tmp_path / "none", "--method", "random") == 2
-    assert "holds no images" in _one_line_error(capsys)
+    assert "holds no images" in one_line_error(capsys)
     assert not (tmp_path / "none").exists()
 
 
@@ -270,9 +250,7 @@ def test_bad_options_exit_2_with_one_line(
 ) -> None:
     out = tmp_path / "out"
     assert _faithfulness(ckpt, samples, out, *extra) == 2
-    line = _one_line_error(capsys)
-    for word in words:
-        assert word in line, line
+    one_line_error(capsys, *words)
     assert not out.exists()
 
 
@@ -283,4 +261,4 @@ def test_a_model_without_a_head_is_refused(
         random_vit(num_classes=0, image_size=64), tmp_path / "nohead.safetensors"
     )
     assert _faithfulness(ckpt, samples, tmp_path / "out", "--method", "random") == 2
-    assert "needs a model with a classification head" in _one_line_error(capsys)
+    assert "needs a model with a classification head" in one_line_error(capsys)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cli_checks import one_line_error
 from conftest import random_vit
 from PIL import Image
 
@@ -29,14 +30,6 @@ from vitviz.pipeline.export import NPZ_KEYS
 
 METHODS_DOC = Path(__file__).resolve().parents[2] / "docs" / "methods.md"
 BUILTIN = tuple(m.name for m in all_methods())  # at import: the table as shipped
-
-
-def _one_line_error(capsys: pytest.CaptureFixture) -> str:
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    assert "Traceback" not in captured.err
-    return lines[0]
 
 
 def _explain(ckpt: Path, image: Path, out: Path, *extra: str) -> int:
@@ -231,10 +224,7 @@ def test_bad_methods_and_parameters_exit_2_with_one_line(
 ) -> None:
     out = tmp_path / "out"
     assert _explain(tiny_ckpt, image, out, *extra) == 2
-    line = _one_line_error(capsys)
-    assert line.startswith("vitviz-cli: ")
-    for word in words:
-        assert word in line, line
+    assert one_line_error(capsys, *words).startswith("vitviz-cli: ")
     assert not out.exists()
 
 
@@ -244,7 +234,7 @@ def test_a_method_that_does_not_apply_names_those_that_do(
     ckpt = _headless(tmp_path)
     out = tmp_path / "out"
     assert _explain(ckpt, image, out, "--method", "grad-sam") == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     usable = [m.name for m in all_methods() if not m.needs_head]
     assert "Grad-SAM needs a classification head" in line
     assert line.endswith("methods for this model: " + ", ".join(usable))

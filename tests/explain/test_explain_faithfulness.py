@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import CLASS_NAMES, random_vit
+from faithfulness_reference import ref_auc, ref_curves
 from PIL import Image
 
 from vitviz.checkpoints import LoadedModel
@@ -34,7 +35,6 @@ from vitviz.imaging import PatchGeometry, Preprocessing
 from vitviz.pipeline.analysis import analyze
 
 GRID = (3, 5)
-P = GRID[0] * GRID[1]
 
 
 def model64(seed=0, **options):
@@ -55,48 +55,6 @@ def sample_maps():
         "flat": torch.zeros(GRID),
         "noise": torch.randn(GRID, generator=g).double(),
     }
-
-
-# -- the reference --------------------------------------------------------------------------------
-
-
-def ref_order(values):
-    flat = [float(v) for row in values for v in row]
-    return sorted(range(len(flat)), key=lambda i: (-flat[i], i))
-
-
-def ref_probability(model, x, target):
-    with torch.no_grad():
-        return float(torch.softmax(model(x[None]), dim=-1)[0, target])
-
-
-def ref_curves(model, x, values, steps):
-    """p_0 … p_S of deletion and insertion, one perturbed image at a time."""
-    patch = model.config.patch_size
-    gw = GRID[1]
-    with torch.no_grad():
-        target = int(model(x[None])[0].argmax())
-    order = ref_order(values.tolist())
-    deletion, insertion = [], []
-    for k in range(steps + 1):
-        m = (k * P + steps // 2) // steps
-        blanked, restored = x.clone(), torch.zeros_like(x)
-        for index in order[:m]:
-            r, c = divmod(index, gw)
-            rows, cols = slice(r * patch, (r + 1) * patch), slice(c * patch, (c + 1) * patch)
-            blanked[:, rows, cols] = 0.0
-            restored[:, rows, cols] = x[:, rows, cols]
-        deletion.append(ref_probability(model, blanked, target))
-        insertion.append(ref_probability(model, restored, target))
-    return target, deletion, insertion
-
-
-def ref_auc(curve):
-    S = len(curve) - 1
-    total = 0.0
-    for k in range(S):
-        total += (curve[k] + curve[k + 1]) / 2
-    return total / S
 
 
 # -- the curves -----------------------------------------------------------------------------------

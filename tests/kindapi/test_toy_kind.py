@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from test_ui_window import WAIT_MS, click, drop, new_window, settled, wait_shown
+from test_ui_window import WAIT_MS, click, drop, settled, wait_shown
 from torch import Tensor, nn
+from window_watch import watched_window
 
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.cli import main
@@ -345,11 +346,7 @@ def test_stats_average_the_toys_head_statistics(toy_ckpt: Path, images, tmp_path
 # -- the window ------------------------------------------------------------------------------
 @pytest.fixture
 def window(qtbot, tmp_path: Path):
-    w = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
-    yield w
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    yield from watched_window(qtbot, tmp_path)
 
 
 def test_the_window_shows_the_toy(qtbot, window, toy_ckpt: Path, images, tmp_path) -> None:

@@ -1,26 +1,16 @@
-"""Steps the window tests of the CLS-token kinds (CaiT, ConViT, XCiT) share: a window that fails
-the test if the bug dialog was shown, opening an image with a checkpoint, clicking a patch, and
-the rollout's disabled discard control. Each kind's test keeps its own rows and expectations."""
+"""Steps the window tests of the CLS-token kinds (CaiT, ConViT, XCiT) share: opening an image
+with a checkpoint, clicking a patch, and the rollout's disabled discard control. Each kind's
+test keeps its own rows and expectations; its window is ``window_watch.watched_window``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-from test_ui_window import WAIT_MS, click, drop, new_window, select_method, settled, wait_shown
+from test_ui_window import WAIT_MS, click, drop, select_method, settled, wait_shown
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.pipeline.analysis import analyze
-
-
-def watched_window(qtbot, tmp_path: Path) -> Iterator:
-    """A new window (settings under ``tmp_path``); after the test, no bug dialog was shown."""
-    w = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
-    yield w
-    assert not bugs, f"the bug dialog was shown: {bugs}"
 
 
 def query_rows(a, token: int, layers: int, heads: int = 4) -> np.ndarray:

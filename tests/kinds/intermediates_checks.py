@@ -5,12 +5,42 @@ so every check still runs, and can fail, for each kind."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 import torch
 from torch import Tensor, nn
+from zoo_helpers import images
+
+
+def opened_case(ref: nn.Module, loaded: Any, size: int) -> tuple[nn.Module, Any, Tensor, Any]:
+    """(timm's ``ref``, vitviz's ``loaded``, two fixed images x (2, 3, size, size), the
+    intermediates of x), as the kinds' ``opened`` fixtures return them."""
+    x = images(2, size, size, seed=3)
+    with torch.no_grad():
+        inter = loaded.kind.intermediates(loaded.model, x)
+    return ref, loaded, x, inter
+
+
+@contextmanager
+def recording(
+    taps: Mapping[str, Iterable[tuple[nn.Module, Callable[[Any], Any]]]],
+) -> Iterator[dict[str, list]]:
+    """While open, each tapped module's output, through its pick, is appended under its name
+    (in call order); the hooks are removed on leaving, however it is left."""
+    got: dict[str, list] = {name: [] for name in taps}
+    handles = []
+    try:
+        for name, pairs in taps.items():
+            for module, pick in pairs:
+                hook = lambda _m, _i, o, name=name, pick=pick: got[name].append(pick(o))  # noqa: E731
+                handles.append(module.register_forward_hook(hook))
+        yield got
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def rel_err(got: Tensor, want: Tensor, scale: Tensor | None = None) -> float:

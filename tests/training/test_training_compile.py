@@ -7,12 +7,14 @@ fail at the forward or at the backward compile.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from safetensors import safe_open
+from tiny_runs import TWO_BY_TWO
 
 from vitviz.checkpoints import save_checkpoint
 from vitviz.training import TrainConfig
@@ -23,21 +25,7 @@ from vitviz.training.loop import run_training
 
 # Two epochs of two steps (the second step a part batch), with every per-step feature on:
 # augmentation, stochastic depth, label smoothing, clipping.
-CFG = TrainConfig(
-    dataset="random",
-    train_size=48,
-    val_size=16,
-    batch_size=32,
-    epochs=2,
-    dim=32,
-    depth=2,
-    heads=2,
-    drop_path_rate=0.2,
-    probe=False,
-    step_report_interval_s=0.0,
-    threads=1,
-    device="cpu",
-)
+CFG = dataclasses.replace(TWO_BY_TWO, device="cpu")
 
 
 @pytest.fixture(autouse=True)

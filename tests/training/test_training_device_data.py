@@ -4,11 +4,13 @@ the same run either way; the step's augmentation, and no host syncs between step
 from __future__ import annotations
 
 import collections
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from tiny_runs import TWO_BY_TWO
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from vitviz.training import TrainConfig
@@ -18,22 +20,7 @@ from vitviz.training.events import Event
 from vitviz.training.loop import _Run, fits_on_device, run_training
 from vitviz.training.runs import prepare_run_dir
 
-CFG = TrainConfig(
-    dataset="random",
-    train_size=48,
-    val_size=16,
-    batch_size=32,
-    epochs=2,
-    dim=32,
-    depth=2,
-    heads=2,
-    drop_path_rate=0.2,
-    fresh_each_epoch=False,
-    probe=False,
-    step_report_interval_s=0.0,
-    threads=1,
-    compile="off",
-)
+CFG = dataclasses.replace(TWO_BY_TWO, fresh_each_epoch=False, compile="off")
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 

@@ -34,15 +34,22 @@ def _settled(window, query) -> bool:
     )  # fmt: skip
 
 
-def test_compare_shows_both_models_in_sync(qtbot, tmp_path: Path, tiny_ckpt: Path, photo_files):
+def _compared(qtbot, tmp_path: Path, a: Path, b: Path, image: Path):
+    """A new window showing ``image`` with checkpoint ``a``, compared with ``b``, settled;
+    returns the window."""
     window = new_window(qtbot, tmp_path / "settings" / "vitviz.ini")
-    image = photo_files["chelsea"]
-    drop(window, [image, tiny_ckpt])
+    drop(window, [image, a])
     wait_shown(qtbot, window, image.name)
+    window.compare_with(b)
+    qtbot.waitUntil(lambda: _settled(window, None), timeout=WAIT_MS)
+    return window
+
+
+def test_compare_shows_both_models_in_sync(qtbot, tmp_path: Path, tiny_ckpt: Path, photo_files):
+    image = photo_files["chelsea"]
     other = save_checkpoint(random_vit(seed=7), tmp_path / "epoch1.safetensors",
                             class_names=CLASS_NAMES)  # fmt: skip
-    window.compare_with(other)
-    qtbot.waitUntil(lambda: _settled(window, None), timeout=WAIT_MS)
+    window = _compared(qtbot, tmp_path, tiny_ckpt, other, image)
     c = window.compare
     assert c.isVisible() and c.method.currentData() == window.viewer.controls.method_name()
     free = c.screen().availableGeometry()  # opened on the screen, never wider or taller
@@ -106,14 +113,9 @@ def test_one_colour_scale_for_both_maps_set_by_either() -> None:
 def test_both_maps_on_one_scale_said_on_both_bars_and_same_maps_said(
     qtbot, tmp_path: Path, tiny_ckpt: Path, photo_files
 ) -> None:
-    window = new_window(qtbot, tmp_path / "settings" / "vitviz.ini")
-    image = photo_files["chelsea"]
-    drop(window, [image, tiny_ckpt])
-    wait_shown(qtbot, window, image.name)
     other = save_checkpoint(random_vit(seed=7), tmp_path / "b.safetensors",
                             class_names=CLASS_NAMES)  # fmt: skip
-    window.compare_with(other)
-    qtbot.waitUntil(lambda: _settled(window, None), timeout=WAIT_MS)
+    window = _compared(qtbot, tmp_path, tiny_ckpt, other, photo_files["chelsea"])
     c = window.compare
     r = c.result
     levels = shared_levels(r.map_a, r.map_b)
@@ -147,15 +149,10 @@ def test_both_maps_on_one_scale_said_on_both_bars_and_same_maps_said(
 def test_a_model_without_a_map_says_why_in_its_view(qtbot, tmp_path: Path, photo_files) -> None:
     """A on an 8 × 8 grid, B on a 4 × 4 one: A's grid lines are not drawn over B's coarser
     map, and a query of A's that B's grid lacks leaves B's view blank with the reason in it."""
-    window = new_window(qtbot, tmp_path / "settings" / "vitviz.ini")
-    image = photo_files["chelsea"]
     a = save_checkpoint(random_vit(seed=2, image_size=64), tmp_path / "a.safetensors",
                         class_names=CLASS_NAMES)  # fmt: skip
     b = save_checkpoint(random_vit(seed=7), tmp_path / "b.safetensors", class_names=CLASS_NAMES)
-    drop(window, [image, a])
-    wait_shown(qtbot, window, image.name)
-    window.compare_with(b)
-    qtbot.waitUntil(lambda: _settled(window, None), timeout=WAIT_MS)
+    window = _compared(qtbot, tmp_path, a, b, photo_files["chelsea"])
     c = window.compare
     assert c.result.map_a.shape == (8, 8) and c.result.map_b.shape == (4, 4)
     assert c.view_a.grid_lines.isVisible() and not c.view_b.grid_lines.isVisible()

@@ -24,7 +24,8 @@ import torch
 from clip_fixtures import CORPUS, learn_bpe, save_openai_files, tiny_clip
 from conftest import CLASS_NAMES, random_vit
 from swin_helpers import tiny_torchvision_swin
-from test_ui_window import WAIT_MS, click, drop, new_window, settled, wait_shown
+from test_ui_window import WAIT_MS, click, drop, settled, wait_shown
+from window_watch import watched_window
 
 from vitviz.checkpoints import save_checkpoint
 from vitviz.core import resources
@@ -69,11 +70,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture
 def window(qtbot, tmp_path: Path) -> MainWindow:
     """The window with its own settings; the bug dialog must not open."""
-    w = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
-    yield w
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    yield from watched_window(qtbot, tmp_path)
 
 
 def fitted(canvas: ImageCanvas) -> bool:

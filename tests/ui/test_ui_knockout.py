@@ -14,7 +14,8 @@ from conftest import random_vit
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QGraphicsLineItem, QGraphicsRectItem
-from test_ui_window import WAIT_MS, click, new_window, settled, wait_shown
+from test_ui_window import WAIT_MS, click, settled, wait_shown
+from window_watch import watched_window
 
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.pipeline.analysis import analyze
@@ -39,11 +40,7 @@ def files(tmp_path: Path, photo_files) -> tuple[Path, Path, Path]:
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path) -> MainWindow:
-    w = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
-    yield w
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    yield from watched_window(qtbot, tmp_path)
 
 
 def _greyed(window: MainWindow) -> set[tuple[int, int]]:

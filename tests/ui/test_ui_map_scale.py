@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import CLASS_NAMES, random_vit
-from test_ui_window import WAIT_MS, click, drop, new_window, overlay, settled, wait_shown
+from test_ui_window import WAIT_MS, click, drop, overlay, settled, wait_shown
+from window_watch import watched_window
 
 from vitviz.checkpoints import save_checkpoint
 from vitviz.imaging.colormaps import tick_text
@@ -21,11 +22,7 @@ from vitviz.ui.view_state import NEARLY_UNIFORM, map_scale
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path):
-    w = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
-    yield w
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    yield from watched_window(qtbot, tmp_path)
 
 
 def show(qtbot, window: MainWindow, model, path: Path, image: Path) -> None:

@@ -20,11 +20,11 @@ from test_ui_window import (
     WAIT_MS,
     click,
     drop,
-    new_window,
     overlay,
     settled,
     wait_shown,
 )
+from window_watch import watched_window
 
 from vitviz.checkpoints import save_checkpoint
 from vitviz.core import resources
@@ -62,11 +62,7 @@ def checkpoints(tmp_path: Path) -> dict[str, Path]:
 @pytest.fixture
 def window(qtbot, tmp_path: Path) -> MainWindow:
     """The window with its own settings; the bug dialog must not open."""
-    w = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
-    yield w
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    yield from watched_window(qtbot, tmp_path)
 
 
 def hover(qtbot, canvas: ImageCanvas, patch: tuple[int, int]) -> None:

@@ -11,7 +11,8 @@ import pytest
 import torch
 from conftest import CLASS_NAMES, random_vit
 from swin_helpers import tiny_torchvision_swin
-from test_ui_window import WAIT_MS, drop, new_window, settled, wait_shown
+from test_ui_window import WAIT_MS, drop, settled, wait_shown
+from window_watch import watched_window
 
 from vitviz.checkpoints import save_checkpoint
 from vitviz.ui.canvas import NOTICE_SHARE, TITLE_HEIGHT, ImageCanvas
@@ -35,11 +36,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture
 def window(qtbot, tmp_path: Path) -> MainWindow:
     """The window with its own settings; the bug dialog must not open."""
-    w = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
-    yield w
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    yield from watched_window(qtbot, tmp_path)
 
 
 def open_model(qtbot, window: MainWindow, checkpoint: Path) -> None:

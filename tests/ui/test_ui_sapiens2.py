@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
-from test_ui_window import WAIT_MS, click, new_window, settled, wait_shown
+from test_ui_window import WAIT_MS, click, settled, wait_shown
 from test_zoo_sapiens2 import SIZE, tiny
+from window_watch import watched_window
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.pipeline.analysis import analyze
@@ -21,11 +22,7 @@ from vitviz.ui.main_window import MainWindow
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path) -> MainWindow:
-    w = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
-    yield w
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    yield from watched_window(qtbot, tmp_path)
 
 
 def test_query_heads_shown_and_knocked_out(qtbot, window, tmp_path: Path, photo_files) -> None:

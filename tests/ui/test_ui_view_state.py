@@ -25,7 +25,8 @@ from clip_fixtures import CORPUS, learn_bpe, save_openai_files, tiny_clip
 from conftest import CLASS_NAMES, random_vit
 from pyramid_helpers import save_bare, tiny_timm_pvt
 from swin_helpers import tiny_torchvision_swin
-from test_ui_window import WAIT_MS, drop, new_window, settled, wait_shown
+from test_ui_window import WAIT_MS, drop, settled, wait_shown
+from window_watch import watched_window
 from zoo_helpers import randomize_
 
 from vitviz.checkpoints import save_checkpoint
@@ -89,11 +90,7 @@ def _clip_folder(folder: Path) -> Path:
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path):
-    w = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    w.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
-    yield w
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    yield from watched_window(qtbot, tmp_path)
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 

@@ -16,9 +16,9 @@ from cls_ui_checks import (
     click_patch,
     open_shown,
     query_rows,
-    watched_window,
 )
 from test_ui_window import WAIT_MS, overlay, settled
+from window_watch import watched_window
 from zoo_helpers import randomize_
 
 ARGS = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, depth_token_only=1, num_heads=4)

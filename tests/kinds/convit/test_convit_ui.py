@@ -15,10 +15,10 @@ from cls_ui_checks import (
     click_patch,
     open_shown,
     query_rows,
-    watched_window,
 )
 from test_ui_window import overlay
 from test_zoo_convit import tiny_convit
+from window_watch import watched_window
 
 
 @pytest.fixture

@@ -19,13 +19,21 @@ from crossvit_helpers import (
     timm_attention,
     tiny_timm_crossvit,
 )
+from timm_zoo_checks import (
+    assert_attentions_close,
+    assert_checked_against_timm,
+    assert_logits_close,
+    assert_opens_as_the_reference,
+    broken,
+    refused_in_one_line,
+    save_state,
+)
 from zoo_helpers import images
 
-from vitviz.checkpoints import CheckpointError, MissingSettingsError, load_checkpoint
+from vitviz.checkpoints import MissingSettingsError, load_checkpoint
 
 timm = pytest.importorskip("timm")
 
-LOGITS_RTOL, ATTENTION_ATOL = 1e-4, 1e-5
 VARIANTS = {
     "plain": dict(name="crossvit_tiny_240"),
     "dagger": dict(name="crossvit_9_dagger_240"),
@@ -44,17 +52,15 @@ def _compare(loaded, ref: torch.nn.Module) -> None:
     with torch.no_grad():
         want = ref(x)
         got = loaded.model(x)
-    scale = float(want.abs().max())
-    assert float((got - want).abs().max()) / scale < LOGITS_RTOL
+    scale = assert_logits_close(got, want)
     want_logits, want_attn = timm_attention(ref, x[:1])
     with torch.no_grad():
         out = loaded.model.forward_explained(x[:1])
-    assert float((out.logits - want_logits).abs().max()) / scale < LOGITS_RTOL
-    assert len(out.attentions) == len(want_attn) == len(LAYERS)
-    for a, b, (how, _branch) in zip(out.attentions, want_attn, LAYERS, strict=True):
-        assert a.shape == b.shape and (a.shape[2] == 1) == (how == "cross")
-        assert float((a - b).abs().max()) < ATTENTION_ATOL
-    assert any("checked against timm" in n for n in loaded.notes), loaded.notes
+    assert_logits_close(out.logits, want_logits, scale)
+    assert_attentions_close(out.attentions, want_attn, len(LAYERS))
+    for a, (how, _branch) in zip(out.attentions, LAYERS, strict=True):
+        assert (a.shape[2] == 1) == (how == "cross")
+    assert_checked_against_timm(loaded)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -78,19 +84,13 @@ def test_a_bare_timm_name_is_recognised_by_its_tensors(tmp_path: Path) -> None:
     cfg = loaded.model.config
     assert cfg.heads == (4, 4) and cfg.branch_sizes == (SIZE, 112) and cfg.dims == (128, 256)
     assert any("recognised as timm's crossvit_9_240" in n for n in loaded.notes)
-    x = images(1, SIZE, SIZE, seed=2)
-    with torch.no_grad():
-        want, got = ref(x), loaded.model(x)
-    assert float((got - want).abs().max()) / float(want.abs().max()) < LOGITS_RTOL
-    assert any("checked against timm" in n for n in loaded.notes), loaded.notes
+    assert_opens_as_the_reference(loaded, ref, SIZE)
+    assert_checked_against_timm(loaded)
 
 
 def test_a_bare_file_of_no_timm_name_asks_for_arch(refs, tmp_path: Path) -> None:
     path = save_bare(refs["plain"], tmp_path / "crossvit.pth")
-    with pytest.raises(MissingSettingsError) as info:
-        load_checkpoint(path)
-    text = str(info.value)
-    assert "\n" not in text and "--arch" in text and "crossvit_*" in text, text
+    refused_in_one_line(path, "--arch", "crossvit_*", error=MissingSettingsError)
 
 
 def test_a_folders_tensors_are_aligned(refs, tmp_path: Path) -> None:
@@ -111,18 +111,9 @@ def test_a_folders_tensors_are_aligned(refs, tmp_path: Path) -> None:
     ],
 )
 def test_a_broken_crossvit_is_refused_in_one_line(refs, tmp_path: Path, change, words) -> None:
-    state = dict(refs["plain"].state_dict())
-    if change[0] == "drop":
-        del state[change[1]]
-    else:
-        state[change[1]] = change[2]
-    path = tmp_path / "crossvit.pth"
-    torch.save(state, path)
-    path.with_name(path.name + ".vitviz.json").write_text('{"arch": "crossvit_tiny_240"}')
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(path)
-    text = str(info.value)
-    assert "\n" not in text and words in text, text
+    state = broken(refs["plain"].state_dict(), change)
+    path = save_state(state, tmp_path / "crossvit.pth", {"arch": "crossvit_tiny_240"})
+    refused_in_one_line(path, words)
 
 
 def test_a_native_file_keeps_it_and_info_describes_it(refs, tmp_path: Path, capsys) -> None:

@@ -12,44 +12,38 @@ from pathlib import Path
 import numpy as np
 import pytest
 from crossvit_helpers import save_folder, tiny_timm_crossvit
+from staged_ui_checks import click_cell, export_equals_cli, show
 from test_ui_window import (
     WAIT_MS,
-    click,
-    drop,
-    new_window,
     overlay,
     settled,
-    wait_shown,
 )
+from window_watch import watched_window
 
-from vitviz.checkpoints import load_checkpoint
 from vitviz.kinds.crossvit.analysis import analyze_crossvit
 from vitviz.kinds.crossvit.methods import layer_rows
-from vitviz.ui.main_window import MainWindow
 
 pytest.importorskip("timm")
 
 
-def test_layers_click_cross_attention_and_export(qtbot, tmp_path: Path, photo_files) -> None:
-    from vitviz import cli
+@pytest.fixture
+def window(qtbot, tmp_path: Path):
+    yield from watched_window(qtbot, tmp_path)
 
+
+def test_layers_click_cross_attention_and_export(
+    qtbot, window, tmp_path: Path, photo_files
+) -> None:
     ckpt = save_folder(tiny_timm_crossvit(seed=5), tmp_path / "crossvit")
-    window: MainWindow = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    window.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
     image = photo_files["chelsea"]
-    drop(window, [image, ckpt])
-    wait_shown(qtbot, window, image.name)
-    ref = analyze_crossvit(load_checkpoint(ckpt), image)
+    ref = show(qtbot, window, ckpt, image, analyze_crossvit)
     v = window.viewer
     rows = ["0.S0", "0.L0", "0.L1", "0.S×L", "0.L×S", "1.S0", "1.L0", "1.S×L", "1.L×S"]
     assert v.head_grid.row_texts() == rows
     assert v.head_grid.row_heads() == [2, 4, 4, 4, 2, 2, 4, 4, 2]
     v.controls.select(layer=2, head=1)  # block 0.L1: branch 1's 7×7 grid
     cell = (4, 1)  # centre y 54, x 18: branch 1's patch (3, 1) (tokens of 17.14 px)
-    view = v.input_view
-    click(view, view.vb.mapViewToScene(view.patch_rect(*cell).center()))
-    qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == cell, timeout=WAIT_MS)
+    click_cell(qtbot, window, cell)
     assert list(v.maps.query_tokens) == [41, 22, 22, -1, -1, 41, 22, -1, -1]
     expected = layer_rows(ref, 2, cell).numpy()[1]
     assert expected.shape == (7, 7)
@@ -68,16 +62,4 @@ def test_layers_click_cross_attention_and_export(qtbot, tmp_path: Path, photo_fi
     model = v.controls.method.model()
     for name, enabled in (("rollout", False), ("relevance", False), ("gradcam", True)):
         assert model.item(v.controls.method.findData(name)).isEnabled() == enabled, name
-    target = tmp_path / "window.npz"
-    window.export_to(target, "npz")
-    qtbot.waitUntil(target.is_file, timeout=WAIT_MS)
-    out = tmp_path / "cli"
-    assert cli.main(["explain", str(image), "--checkpoint", str(ckpt), "--out", str(out)]) == 0
-    with np.load(target) as got, np.load(out / f"{image.stem}.npz") as want:
-        assert set(got.files) == set(want.files) and "attention_3" in got.files
-        for k in want.files:
-            if want[k].dtype.kind in "US":
-                assert got[k].tolist() == want[k].tolist(), k
-            else:
-                np.testing.assert_allclose(got[k], want[k], atol=1e-6, err_msg=k)
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    export_equals_cli(qtbot, window, tmp_path, image, ckpt, "attention_3")

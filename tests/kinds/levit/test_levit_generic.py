@@ -7,9 +7,8 @@ test functions are the shared ones, run here with a LeViT's fixtures."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-import torch
+from kind_input_fixtures import input_fixtures
 from levit_helpers import save_folder, tiny_timm_levit
 from test_features_kinds import (  # noqa: F401 - collected here with this module's fixtures
     test_analyses_keep_the_accessors_block_outputs,
@@ -28,7 +27,6 @@ from test_interventions_kinds import (  # noqa: F401 - collected here with this 
 )
 
 from vitviz.checkpoints import load_checkpoint
-from vitviz.pipeline.analysis import analyze
 
 pytest.importorskip("timm")
 
@@ -41,13 +39,4 @@ def loaded(tmp_path_factory):
     return load_checkpoint(save_folder(model, tmp_path_factory.mktemp("levit") / "levit"))
 
 
-@pytest.fixture(scope="module")
-def opened(loaded):
-    """(loaded model, one input (C, H, W)), as the interventions' tests take it."""
-    return loaded, torch.randn(3, SIZE, SIZE, generator=torch.Generator().manual_seed(9))
-
-
-@pytest.fixture(scope="module")
-def analysis(loaded):
-    image = np.random.default_rng(3).integers(0, 255, (SIZE, SIZE, 3), dtype=np.uint8)
-    return analyze(loaded, image)
+opened, analysis = input_fixtures(SIZE)

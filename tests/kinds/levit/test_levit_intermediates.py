@@ -11,7 +11,6 @@ import intermediates_checks as checks
 import pytest
 import torch
 from levit_helpers import SIZE, save_folder, timm_layers, tiny_timm_levit
-from zoo_helpers import images
 
 from vitviz.checkpoints import load_checkpoint
 
@@ -24,41 +23,34 @@ GRIDS = [(4, 4), (2, 2), (2, 2), (2, 2), (1, 1), (1, 1)]  # per layer: its outpu
 def opened(request, tmp_path_factory):
     ref = tiny_timm_levit(conv=request.param, seed=21)
     loaded = load_checkpoint(save_folder(ref, tmp_path_factory.mktemp("levit") / "levit"))
-    x = images(2, SIZE, SIZE, seed=3)
-    with torch.no_grad():
-        inter = loaded.kind.intermediates(loaded.model, x)
-    return ref, loaded, x, inter
+    return checks.opened_case(ref, loaded, SIZE)
 
 
 def _timm_outputs(ref, x) -> tuple[list, list]:
     """timm's blocks' outputs and attention branches (the attention modules' outputs), each on
     the grid as (B, C, h, w)."""
-    blocks, branches, handles = [], [], []
     modules = []
     for stage in ref.stages:
         if hasattr(stage.downsample, "attn_downsample"):
             modules.append(stage.downsample)
         modules += list(stage.blocks)
 
-    def grid(t, b):
-        if t.ndim == 4:
-            return t
-        return t.transpose(1, 2).reshape(t.shape[0], t.shape[2], *GRIDS[b])
+    def grid(b):
+        def on_grid(t):
+            if t.ndim == 4:
+                return t
+            return t.transpose(1, 2).reshape(t.shape[0], t.shape[2], *GRIDS[b])
 
-    for b, (block, attn) in enumerate(zip(modules, timm_layers(ref), strict=True)):
-        handles.append(
-            block.register_forward_hook(lambda _m, _i, o, b=b: blocks.append(grid(o, b)))
-        )
-        handles.append(
-            attn.register_forward_hook(lambda _m, _i, o, b=b: branches.append(grid(o, b)))
-        )
-    try:
-        with torch.no_grad():
-            ref(x)
-    finally:
-        for h in handles:
-            h.remove()
-    return blocks, branches
+        return on_grid
+
+    layers = list(zip(modules, timm_layers(ref), strict=True))
+    taps = {
+        "block": [(block, grid(b)) for b, (block, _) in enumerate(layers)],
+        "branch": [(attn, grid(b)) for b, (_, attn) in enumerate(layers)],
+    }
+    with checks.recording(taps) as got, torch.no_grad():
+        ref(x)
+    return got["block"], got["branch"]
 
 
 def test_blocks_equal_timms(opened) -> None:

@@ -22,13 +22,22 @@ from levit_helpers import (
     timm_attention_and_gradients,
     tiny_timm_levit,
 )
+from timm_zoo_checks import (
+    assert_attentions_close,
+    assert_checked_against_timm,
+    assert_library_check_names,
+    assert_logits_close,
+    assert_opens_as_the_reference,
+    broken,
+    refused_in_one_line,
+    save_state,
+)
 from zoo_helpers import images
 
 from vitviz.checkpoints import CheckpointError, MissingSettingsError, load_checkpoint
 
 timm = pytest.importorskip("timm")
 
-LOGITS_RTOL, ATTENTION_ATOL = 1e-4, 1e-5
 CASES = {
     "distilled": dict(distilled=True),
     "plain": dict(distilled=False),
@@ -48,20 +57,16 @@ def _compare(loaded, ref: torch.nn.Module) -> None:
     with torch.no_grad():
         want = ref(x)
         got = loaded.model(x)
-    scale = float(want.abs().max())
-    assert float((got - want).abs().max()) / scale < LOGITS_RTOL
+    scale = assert_logits_close(got, want)
     want_logits, want_attn, _, _ = timm_attention_and_gradients(ref, x[:1])
-    assert float((want_logits - want[0]).abs().max()) / scale < LOGITS_RTOL  # the hooks' pass
+    assert_logits_close(want_logits, want[0], scale)  # the hooks' pass
     with torch.no_grad():
         out = loaded.model.forward_explained(x[:1], capture_attention=True)
-    assert float((out.logits[0] - want[0]).abs().max()) / scale < LOGITS_RTOL
-    assert len(out.attentions) == len(want_attn) == 6
-    for a, b in zip(out.attentions, want_attn, strict=True):
-        assert a[0].shape == b.shape
-        assert float((a[0] - b).abs().max()) < ATTENTION_ATOL
+    assert_logits_close(out.logits[0], want[0], scale)
+    assert_attentions_close([a[0] for a in out.attentions], want_attn, 6)
     s8 = loaded.model.config.stem_stride == 8
     assert [tuple(g) for g in out.stage_grids] == ([(8, 8), (4, 4), (2, 2)] if s8 else GRIDS)
-    assert any("checked against timm" in n for n in loaded.notes), loaded.notes
+    assert_checked_against_timm(loaded)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -84,10 +89,7 @@ def test_a_bare_state_dict_with_its_settings_opens_exactly(refs, tmp_path, case)
 def test_a_bare_state_dict_without_settings_asks_for_them(refs, tmp_path: Path) -> None:
     """Its widths are no timm name's: the activation is not in it."""
     path = save_bare(refs["plain"], tmp_path / "levit.pth")
-    with pytest.raises(MissingSettingsError) as info:
-        load_checkpoint(path)
-    text = str(info.value)
-    assert "\n" not in text and "activation" in text and "--arch" in text, text
+    refused_in_one_line(path, "activation", "--arch", error=MissingSettingsError)
 
 
 @pytest.mark.parametrize("name", ["levit_128s", "levit_conv_128s"])
@@ -99,16 +101,12 @@ def test_a_bare_timm_name_is_recognised_by_its_tensors(tmp_path: Path, name: str
     loaded = load_checkpoint(save_bare(ref, tmp_path / "levit.pth"))
     assert loaded.model.config.heads == (4, 6, 8) and loaded.model.config.activation == "hard_swish"
     assert any(f"recognised as timm's {name}" in n for n in loaded.notes), loaded.notes
-    x = images(1, SIZE, SIZE, seed=2)
-    with torch.no_grad():
-        want, got = ref(x), loaded.model(x)
-    assert float((got - want).abs().max()) / float(want.abs().max()) < LOGITS_RTOL
+    assert_opens_as_the_reference(loaded, ref, SIZE)
 
 
 def test_a_tensor_vitviz_has_no_place_for_is_refused(refs, tmp_path: Path) -> None:
-    state = dict(refs["plain"].state_dict())
-    state["stages.0.blocks.0.attn.q_norm.weight"] = torch.ones(8)
-    path = save_bare_state(state, tmp_path / "levit.pth")
+    state = {**refs["plain"].state_dict(), "stages.0.blocks.0.attn.q_norm.weight": torch.ones(8)}
+    path = save_state(state, tmp_path / "levit.pth", BARE_SETTINGS)
     with pytest.raises(CheckpointError, match="q_norm"):
         load_checkpoint(path)
 
@@ -126,21 +124,8 @@ def test_a_tensor_vitviz_has_no_place_for_is_refused(refs, tmp_path: Path) -> No
     ],
 )
 def test_a_broken_levit_is_refused_in_one_line(refs, tmp_path: Path, change, words) -> None:
-    state = dict(refs["plain"].state_dict())
-    if change[0] == "drop":
-        del state[change[1]]
-    else:
-        state[change[1]] = change[2]
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(save_bare_state(state, tmp_path / "levit.pth"))
-    text = str(info.value)
-    assert "\n" not in text and words in text, text
-
-
-def save_bare_state(state: dict, path: Path) -> Path:
-    torch.save(state, path)
-    path.with_name(path.name + ".vitviz.json").write_text('{"activation": "hard_swish"}')
-    return path
+    state = broken(refs["plain"].state_dict(), change)
+    refused_in_one_line(save_state(state, tmp_path / "levit.pth", BARE_SETTINGS), words)
 
 
 def test_the_library_check_builds_the_files_sizes(tmp_path: Path) -> None:
@@ -150,6 +135,6 @@ def test_the_library_check_builds_the_files_sizes(tmp_path: Path) -> None:
     path = tmp_path / "levit.pth"
     torch.save(tiny_timm_levit().state_dict(), path)
     loaded = load_checkpoint(path, {"arch": "levit_128s"})
-    checked = [n for n in loaded.notes if "checked against timm" in n]
-    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
-    assert "levit_128s with widths 16, 24, 32, depths 1, 2, 1, heads 2, 3, 4" in checked[0]
+    assert_library_check_names(
+        loaded, "levit_128s with widths 16, 24, 32, depths 1, 2, 1, heads 2, 3, 4"
+    )

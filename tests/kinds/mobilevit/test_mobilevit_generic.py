@@ -7,9 +7,9 @@ between them and the head): no logit lens or token norms."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from kind_input_fixtures import input_fixtures
 from mobilevit_helpers import BARE_SETTINGS, SIZE, save_bare, tiny_timm_mobilevit
 from test_features_kinds import (  # noqa: F401 - collected here with this module's fixtures
     test_analyses_keep_the_accessors_block_outputs,
@@ -24,7 +24,6 @@ from test_interventions_kinds import (  # noqa: F401 - collected here with this 
 )
 
 from vitviz.checkpoints import load_checkpoint
-from vitviz.pipeline.analysis import analyze
 
 pytest.importorskip("timm")
 
@@ -36,16 +35,7 @@ def loaded(tmp_path_factory):
                                      BARE_SETTINGS))  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def opened(loaded):
-    """(loaded model, one input (C, H, W)), as the interventions' tests take it."""
-    return loaded, torch.randn(3, SIZE, SIZE, generator=torch.Generator().manual_seed(9))
-
-
-@pytest.fixture(scope="module")
-def analysis(loaded):
-    image = np.random.default_rng(3).integers(0, 255, (SIZE, SIZE, 3), dtype=np.uint8)
-    return analyze(loaded, image)
+opened, analysis = input_fixtures(SIZE)
 
 
 def test_the_accessors_blocks_are_the_layers_outputs_on_the_pixel_grid(opened) -> None:

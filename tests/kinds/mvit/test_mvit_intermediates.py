@@ -12,7 +12,6 @@ import intermediates_checks as checks
 import pytest
 import torch
 from mvit_helpers import SIZE, Softmaxes, save_bare, tiny_timm_mvit
-from zoo_helpers import images
 
 from vitviz.checkpoints import load_checkpoint
 
@@ -26,10 +25,7 @@ P = 1
 def opened(tmp_path_factory):
     ref = tiny_timm_mvit(cls=True, seed=21)
     loaded = load_checkpoint(save_bare(ref, tmp_path_factory.mktemp("mvit") / "mvit.pth"))
-    x = images(2, SIZE, SIZE, seed=3)
-    with torch.no_grad():
-        inter = loaded.kind.intermediates(loaded.model, x)
-    return ref, loaded, x, inter
+    return checks.opened_case(ref, loaded, SIZE)
 
 
 def _blocks(ref) -> list:
@@ -38,19 +34,15 @@ def _blocks(ref) -> list:
 
 def _timm_run(ref, x) -> dict[str, list]:
     """timm's blocks' outputs, attention branches, probabilities, pooled q and v."""
-    got: dict[str, list] = {k: [] for k in ("block", "branch", "q", "v")}
-    handles = []
-    for b in _blocks(ref):
-        handles.append(b.register_forward_hook(lambda _m, _i, o: got["block"].append(o[0])))
-        handles.append(b.attn.register_forward_hook(lambda _m, _i, o: got["branch"].append(o[0])))
-        handles.append(b.attn.norm_q.register_forward_hook(lambda _m, _i, o: got["q"].append(o)))
-        handles.append(b.attn.norm_v.register_forward_hook(lambda _m, _i, o: got["v"].append(o)))
-    try:
-        with torch.no_grad(), Softmaxes() as mode:
-            ref(x)
-    finally:
-        for h in handles:
-            h.remove()
+    blocks = _blocks(ref)
+    taps = {
+        "block": [(b, lambda o: o[0]) for b in blocks],
+        "branch": [(b.attn, lambda o: o[0]) for b in blocks],
+        "q": [(b.attn.norm_q, lambda o: o) for b in blocks],
+        "v": [(b.attn.norm_v, lambda o: o) for b in blocks],
+    }
+    with checks.recording(taps) as got, torch.no_grad(), Softmaxes() as mode:
+        ref(x)
     got["attn"] = mode.out
     return got
 

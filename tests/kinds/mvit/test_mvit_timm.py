@@ -20,13 +20,22 @@ from mvit_helpers import (
     timm_logits_and_attention,
     tiny_timm_mvit,
 )
+from timm_zoo_checks import (
+    assert_attentions_close,
+    assert_checked_against_timm,
+    assert_library_check_names,
+    assert_logits_close,
+    assert_own_file_opens_as_it_was,
+    broken,
+    refused_in_one_line,
+    save_state,
+)
 from zoo_helpers import images
 
-from vitviz.checkpoints import CheckpointError, load_checkpoint
+from vitviz.checkpoints import load_checkpoint
 
 timm = pytest.importorskip("timm")
 
-LOGITS_RTOL, ATTENTION_ATOL = 1e-4, 1e-5
 VARIANTS = [(False, True), (True, True), (False, False), (True, False)]
 IDS = ["avg", "cls", "avg-mlp-widens", "cls-mlp-widens"]
 
@@ -43,13 +52,9 @@ def _compare(loaded, ref: torch.nn.Module, size: int, blocks: int) -> None:
     want, want_attn = timm_logits_and_attention(ref, x)
     with torch.no_grad():
         out = loaded.model.forward_explained(x)
-    scale = float(want.abs().max())
-    assert float((out.logits - want).abs().max()) / scale < LOGITS_RTOL
-    assert len(out.attentions) == len(want_attn) == blocks
-    for a, b in zip(out.attentions, want_attn, strict=True):
-        assert a.shape == b.shape
-        assert float((a - b).abs().max()) < ATTENTION_ATOL
-    assert any("checked against timm" in n for n in loaded.notes), loaded.notes
+    assert_logits_close(out.logits, want)
+    assert_attentions_close(out.attentions, want_attn, blocks)
+    assert_checked_against_timm(loaded)
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=IDS)
@@ -96,10 +101,7 @@ def test_a_reading_timm_computes_otherwise_is_refused(refs, tmp_path: Path, monk
 
     monkeypatch.setitem(families.SHARED, "residual_pooling", False)
     monkeypatch.setattr(families, "timm_cfg_args", _with_residual_pooling(families.timm_cfg_args))
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(save_bare(refs[(False, True)], tmp_path / "mvit.pth"))
-    text = str(info.value)
-    assert "\n" not in text and "differs from timm" in text, text
+    refused_in_one_line(save_bare(refs[(False, True)], tmp_path / "mvit.pth"), "differs from timm")
 
 
 def _with_residual_pooling(cfg_args):
@@ -114,10 +116,7 @@ def test_pool_first_is_refused_by_name(tmp_path: Path) -> None:
 
     cfg = MultiScaleVitCfg(depths=(1, 1), embed_dim=8, num_heads=1, pool_first=True)
     model = MultiScaleVit(cfg, img_size=32, num_classes=3)
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(save_bare(model, tmp_path / "mvit.pth"))
-    text = str(info.value)
-    assert "\n" not in text and "pool_first" in text, text
+    refused_in_one_line(save_bare(model, tmp_path / "mvit.pth"), "pool_first")
 
 
 @pytest.mark.parametrize(
@@ -131,33 +130,15 @@ def test_pool_first_is_refused_by_name(tmp_path: Path) -> None:
     ],
 )
 def test_a_broken_mvit_is_refused_in_one_line(refs, tmp_path: Path, change, words) -> None:
-    state = dict(refs[(False, True)].state_dict())
-    if change[0] == "drop":
-        del state[change[1]]
-    else:
-        state[change[1]] = change[2]
-    torch.save(state, tmp_path / "mvit.pth")
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(tmp_path / "mvit.pth")
-    text = str(info.value)
-    assert "\n" not in text and words in text, text
+    state = broken(refs[(False, True)].state_dict(), change)
+    refused_in_one_line(save_state(state, tmp_path / "mvit.pth"), words)
 
 
 def test_vitvizs_own_file_of_an_mvit_opens_as_it_was(refs, tmp_path: Path) -> None:
     """``vitviz-cli convert`` writes the config (its per-stage strides too) beside the weights;
     the file opens to the same network; ``vitviz-cli info`` describes both."""
-    from vitviz.cli import main
-
     ref = refs[(True, False)]
-    bare = save_bare(ref, tmp_path / "mvit.pth")
-    assert main(["info", str(bare)]) == 0
-    assert main(["convert", str(bare), str(tmp_path / "own.safetensors")]) == 0
-    own, first = load_checkpoint(tmp_path / "own.safetensors"), load_checkpoint(bare)
-    assert own.family == "vitviz" and own.model.config == first.model.config
-    x = images(1, SIZE, SIZE, seed=6)
-    with torch.no_grad():
-        got, want = own.model(x), ref(x)
-    assert float((got - want).abs().max()) / float(want.abs().max()) < LOGITS_RTOL
+    assert_own_file_opens_as_it_was(ref, save_bare(ref, tmp_path / "mvit.pth"), tmp_path, SIZE)
 
 
 def test_the_library_check_builds_the_files_sizes(tmp_path: Path) -> None:
@@ -167,9 +148,7 @@ def test_the_library_check_builds_the_files_sizes(tmp_path: Path) -> None:
     path = tmp_path / "mvit.pth"
     torch.save(tiny_timm_mvit().state_dict(), path)
     loaded = load_checkpoint(path, {"arch": "mvitv2_tiny"})
-    checked = [n for n in loaded.notes if "checked against timm" in n]
-    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
-    assert "mvitv2_tiny with widths 8, 16, 32, 64, depths 1, 2, 1, 1" in checked[0], checked[0]
+    assert_library_check_names(loaded, "mvitv2_tiny with widths 8, 16, 32, 64, depths 1, 2, 1, 1")
 
 
 @pytest.mark.parametrize(
@@ -199,8 +178,5 @@ def test_a_named_files_unseen_settings_are_the_names(
     torch.save(tiny_timm_mvit().state_dict(), path)
     named = dataclasses.replace(mvitv2.model_cfgs["mvitv2_tiny"], stride_kv=None, **change)
     monkeypatch.setitem(mvitv2.model_cfgs, "mvitv2_tiny", named)
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(path, {"arch": "mvitv2_tiny"})
-    text = str(info.value)
-    assert "\n" not in text and f"timm's mvitv2_tiny has {words}" in text, text
+    refused_in_one_line(path, f"timm's mvitv2_tiny has {words}", settings={"arch": "mvitv2_tiny"})
     assert any("checked against timm" in n for n in load_checkpoint(path).notes)

@@ -10,44 +10,36 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mvit_helpers import save_bare, tiny_timm_mvit
+from staged_ui_checks import click_cell, export_equals_cli, show
 from test_ui_window import (
     WAIT_MS,
-    click,
-    drop,
-    new_window,
     overlay,
     settled,
-    wait_shown,
 )
+from window_watch import watched_window
 
-from vitviz.checkpoints import load_checkpoint
 from vitviz.kinds.mvit.analysis import analyze_mvit
 from vitviz.kinds.mvit.methods import block_rows
 from vitviz.ui.head_grid import MEAN
-from vitviz.ui.main_window import MainWindow
 
 pytest.importorskip("timm")
 
 
-def test_blocks_click_greyed_methods_and_export(qtbot, tmp_path: Path, photo_files) -> None:
-    from vitviz import cli
+@pytest.fixture
+def window(qtbot, tmp_path: Path):
+    yield from watched_window(qtbot, tmp_path)
 
+
+def test_blocks_click_greyed_methods_and_export(qtbot, window, tmp_path: Path, photo_files) -> None:
     ckpt = save_bare(tiny_timm_mvit(cls=True, seed=5), tmp_path / "mvit.pth")
-    window: MainWindow = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    window.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
     image = photo_files["chelsea"]
-    drop(window, [image, ckpt])
-    wait_shown(qtbot, window, image.name)
-    ref = analyze_mvit(load_checkpoint(ckpt), image)
+    ref = show(qtbot, window, ckpt, image, analyze_mvit)
     v = window.viewer
     assert v.head_grid.row_texts() == ["0.0", "1.0", "1.1", "2.0", "3.0"]
     assert v.head_grid.row_heads() == [1, 2, 2, 4, 8]
     v.controls.select(layer=2, head=1)  # block 1.1: 8×8 queries over 4×4 pooled keys
     cell = (9, 2)
-    view = v.input_view
-    click(view, view.vb.mapViewToScene(view.patch_rect(*cell).center()))
-    qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == cell, timeout=WAIT_MS)
+    click_cell(qtbot, window, cell)
     assert list(v.maps.query_tokens) == [9 * 16 + 2, 4 * 8 + 1, 4 * 8 + 1, 2 * 4 + 0, 1 * 2 + 0]
     expected = block_rows(ref, 2, cell).numpy()[1]
     assert expected.shape == (4, 4)
@@ -60,17 +52,5 @@ def test_blocks_click_greyed_methods_and_export(qtbot, tmp_path: Path, photo_fil
     for name in ("rollout", "relevance", "grad-sam", "dino-masks"):
         assert not model.item(v.controls.method.findData(name)).isEnabled(), name
     assert model.item(v.controls.method.findData("gradcam")).isEnabled()
-    target = tmp_path / "window.npz"
-    window.export_to(target, "npz")
-    qtbot.waitUntil(target.is_file, timeout=WAIT_MS)
-    out = tmp_path / "cli"
-    assert cli.main(["explain", str(image), "--checkpoint", str(ckpt), "--out", str(out)]) == 0
-    with np.load(target) as got, np.load(out / f"{image.stem}.npz") as want:
-        assert set(got.files) == set(want.files) and "attention_1_1" in got.files
-        assert got["key_grids"].tolist() == [[4, 4], [8, 8], [4, 4], [8, 8], [4, 4]]
-        for k in want.files:
-            if want[k].dtype.kind in "US":
-                assert got[k].tolist() == want[k].tolist(), k
-            else:
-                np.testing.assert_allclose(got[k], want[k], atol=1e-6, err_msg=k)
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    got = export_equals_cli(qtbot, window, tmp_path, image, ckpt, "attention_1_1")
+    assert got["key_grids"].tolist() == [[4, 4], [8, 8], [4, 4], [8, 8], [4, 4]]

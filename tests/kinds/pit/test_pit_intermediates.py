@@ -11,7 +11,6 @@ import intermediates_checks as checks
 import pytest
 import torch
 from pit_helpers import SIZE, save_folder, timm_blocks, tiny_timm_pit
-from zoo_helpers import images
 
 from vitviz.checkpoints import load_checkpoint
 
@@ -25,25 +24,19 @@ P = 2
 def opened(tmp_path_factory):
     ref = tiny_timm_pit(distilled=True, seed=21)
     loaded = load_checkpoint(save_folder(ref, tmp_path_factory.mktemp("pit") / "pit"))
-    x = images(2, SIZE, SIZE, seed=3)
-    with torch.no_grad():
-        inter = loaded.kind.intermediates(loaded.model, x)
-    return ref, loaded, x, inter
+    return checks.opened_case(ref, loaded, SIZE)
 
 
 def _timm_outputs(ref, x) -> tuple[list, list]:
     """timm's blocks' outputs (B, P + N, C) and attention branches (B, P + N, C)."""
-    blocks, branches, handles = [], [], []
-    for b in timm_blocks(ref):
-        handles.append(b.register_forward_hook(lambda _m, _i, o: blocks.append(o)))
-        handles.append(b.attn.register_forward_hook(lambda _m, _i, o: branches.append(o)))
-    try:
-        with torch.no_grad():
-            ref(x)
-    finally:
-        for h in handles:
-            h.remove()
-    return blocks, branches
+    blocks = timm_blocks(ref)
+    taps = {
+        "block": [(b, lambda o: o) for b in blocks],
+        "branch": [(b.attn, lambda o: o) for b in blocks],
+    }
+    with checks.recording(taps) as got, torch.no_grad():
+        ref(x)
+    return got["block"], got["branch"]
 
 
 def test_blocks_and_prefixes_equal_timms(opened) -> None:

@@ -19,13 +19,21 @@ from pit_helpers import (
     timm_attention_and_gradients,
     tiny_timm_pit,
 )
+from timm_zoo_checks import (
+    assert_attentions_close,
+    assert_checked_against_timm,
+    assert_library_check_names,
+    assert_logits_close,
+    assert_opens_as_the_reference,
+    broken,
+    refused_in_one_line,
+    save_state,
+)
 from zoo_helpers import images
 
 from vitviz.checkpoints import CheckpointError, MissingSettingsError, load_checkpoint
 
 timm = pytest.importorskip("timm")
-
-LOGITS_RTOL, ATTENTION_ATOL = 1e-4, 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -38,18 +46,14 @@ def _compare(loaded, ref: torch.nn.Module) -> None:
     with torch.no_grad():
         want = ref(x)
         got = loaded.model(x)
-    scale = float(want.abs().max())
-    assert float((got - want).abs().max()) / scale < LOGITS_RTOL
+    scale = assert_logits_close(got, want)
     want_logits, want_attn, _, _ = timm_attention_and_gradients(ref, x[:1])
     with torch.no_grad():
         out = loaded.model.forward_explained(x[:1], capture_attention=True)
-    assert float((out.logits[0] - want_logits).abs().max()) / scale < LOGITS_RTOL
-    assert len(out.attentions) == len(want_attn) == 4
-    for a, b in zip(out.attentions, want_attn, strict=True):
-        assert a[0].shape == b.shape
-        assert float((a[0] - b).abs().max()) < ATTENTION_ATOL
+    assert_logits_close(out.logits[0], want_logits, scale)
+    assert_attentions_close([a[0] for a in out.attentions], want_attn, 4)
     assert [tuple(g) for g in out.stage_grids] == [(5, 5), (3, 3), (2, 2)]
-    assert any("checked against timm" in n for n in loaded.notes), loaded.notes
+    assert_checked_against_timm(loaded)
 
 
 @pytest.mark.parametrize("distilled", [False, True], ids=["plain", "distilled"])
@@ -69,10 +73,7 @@ def test_a_bare_state_dict_with_its_settings_opens_exactly(refs, tmp_path, disti
 def test_a_bare_state_dict_without_settings_asks_for_them(refs, tmp_path: Path) -> None:
     """Its widths are no timm name's: the head counts and the stem's stride are not in it."""
     path = save_bare(refs[False], tmp_path / "pit.pth")
-    with pytest.raises(MissingSettingsError) as info:
-        load_checkpoint(path)
-    text = str(info.value)
-    assert "\n" not in text and "stage_heads" in text and "stride" in text, text
+    refused_in_one_line(path, "stage_heads", "stride", error=MissingSettingsError)
 
 
 def test_a_bare_timm_name_is_recognised_by_its_tensors(tmp_path: Path) -> None:
@@ -85,19 +86,17 @@ def test_a_bare_timm_name_is_recognised_by_its_tensors(tmp_path: Path) -> None:
     loaded = load_checkpoint(save_bare(ref, tmp_path / "pit.pth"))
     assert loaded.model.config.heads == (2, 4, 8) and loaded.model.config.stride == 8
     assert any("recognised as timm's pit_ti_distilled_224" in n for n in loaded.notes)
-    x = images(1, SIZE, SIZE, seed=2)
-    with torch.no_grad():
-        want, got = ref(x), loaded.model(x)
-    assert float((got - want).abs().max()) / float(want.abs().max()) < LOGITS_RTOL
+    assert_opens_as_the_reference(loaded, ref, SIZE)
 
 
 def test_a_tensor_vitviz_has_no_place_for_is_refused(refs, tmp_path: Path) -> None:
-    state = dict(refs[False].state_dict())
-    state["transformers.0.blocks.0.attn.q_norm.weight"] = torch.ones(8)
-    torch.save(state, tmp_path / "pit.pth")
-    (tmp_path / "pit.pth.vitviz.json").write_text('{"stage_heads": [2, 2, 4], "stride": 8}')
+    state = {
+        **refs[False].state_dict(),
+        "transformers.0.blocks.0.attn.q_norm.weight": torch.ones(8),
+    }
+    path = save_state(state, tmp_path / "pit.pth", BARE_SETTINGS)
     with pytest.raises(CheckpointError, match="q_norm"):
-        load_checkpoint(tmp_path / "pit.pth")
+        load_checkpoint(path)
 
 
 def test_a_folders_tensors_are_aligned_as_timms_after_a_load(refs, tmp_path: Path) -> None:
@@ -120,22 +119,8 @@ def test_a_folders_tensors_are_aligned_as_timms_after_a_load(refs, tmp_path: Pat
     ],
 )
 def test_a_broken_pit_is_refused_in_one_line(refs, tmp_path: Path, change, words) -> None:
-    state = dict(refs[False].state_dict())
-    if change[0] == "drop":
-        del state[change[1]]
-    else:
-        state[change[1]] = change[2]
-    path = save_bare_state(state, tmp_path / "pit.pth")
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(path)
-    text = str(info.value)
-    assert "\n" not in text and words in text, text
-
-
-def save_bare_state(state: dict, path: Path) -> Path:
-    torch.save(state, path)
-    path.with_name(path.name + ".vitviz.json").write_text('{"stage_heads": [2, 2, 4], "stride": 8}')
-    return path
+    state = broken(refs[False].state_dict(), change)
+    refused_in_one_line(save_state(state, tmp_path / "pit.pth", BARE_SETTINGS), words)
 
 
 def test_the_library_check_builds_the_files_sizes(refs, tmp_path: Path) -> None:
@@ -144,6 +129,6 @@ def test_the_library_check_builds_the_files_sizes(refs, tmp_path: Path) -> None:
     "checked against timm"), never refuses it."""
     path = save_bare(refs[False], tmp_path / "pit.pth")
     loaded = load_checkpoint(path, {"arch": "pit_ti_224", "stage_heads": list(HEADS)})
-    checked = [n for n in loaded.notes if "checked against timm" in n]
-    assert len(checked) == 1 and checked[0].startswith("checked against timm"), loaded.notes
-    assert "pit_ti_224 with widths 16, 16, 32, depths 1, 2, 1, heads 2, 2, 4" in checked[0]
+    assert_library_check_names(
+        loaded, "pit_ti_224 with widths 16, 16, 32, depths 1, 2, 1, heads 2, 2, 4"
+    )

@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from pyramid_chains import chain_definitions, maps_and_references
 from zoo_helpers import max_diff, randomize_
 
 from vitviz import cli
@@ -189,22 +190,17 @@ def test_rollout_relevance_and_attention_equal_their_definitions(saved) -> None:
     pools = [b > 0 and a.block_stages[b] != a.block_stages[b - 1] for b in range(len(A))]
     last = a.stage_grids[-1][0] * a.stage_grids[-1][1]
     starts = ((None, np.full(last, 1.0 / last)), ((9, 4), np.eye(last)[1 * 2 + 0]))
-    defs = {
-        "rollout": ([t.mean(axis=0) for t in A], "rollout"),
-        "gradient-rollout": (
-            [(t * g).mean(0).clip(0) for t, g in zip(A, G, strict=True)],
-            "rollout",
-        ),
-        "relevance": ([(g * t).clip(0).mean(0) for t, g in zip(A, G, strict=True)], "relevance"),
-    }
-    for name, (mats, mode) in defs.items():
-        for query, start in starts:
-            row = _reference_row(mats, pools, grids_out, mode, start)
-            if mode == "relevance":
-                row = row - row.min()
-            expected = (row / row.max()).reshape(16, 16)
-            got = get_method(name)(a, query, None, {}).numpy()
-            np.testing.assert_allclose(got, expected, atol=1e-5, err_msg=f"{name} {query}")
+    checked = 0
+    for name, query, got, expected in maps_and_references(
+        a,
+        chain_definitions(A, G),
+        starts,
+        lambda mats, mode, start: _reference_row(mats, pools, grids_out, mode, start),
+        (16, 16),
+    ):
+        np.testing.assert_allclose(got, expected, atol=1e-5, err_msg=f"{name} {query}")
+        checked += 1
+    assert checked == 3 * 2
     # the attention map of a pooling block is its query's row over the previous stage's grid
     got = get_method("attention")(a, (9, 4), None, {"layer": 1, "head": 0}).numpy()
     np.testing.assert_allclose(got, A[1][0, (36 // 8) * 8 + 16 // 8].reshape(16, 16), atol=1e-6)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from pyramid_chains import chain_definitions, maps_and_references, reference_row
 from pyramid_helpers import (
     HEADS,
     SIZE,
@@ -137,22 +138,7 @@ def _stage_spread(fine, coarse) -> np.ndarray:
 
 def _reference_row(mats, keys, stages_of, grids, mode, start) -> np.ndarray:
     """start (N_S,) through every block back to the first, full matrices."""
-    r = start
-    current = len(grids) - 1
-    for b in reversed(range(len(mats))):
-        while current > stages_of[b]:
-            r = r @ _stage_spread(grids[current - 1], grids[current])
-            current -= 1
-        mixed = mats[b] @ keys[b]  # (N, N)
-        if mode == "rollout":
-            full = mixed + np.eye(len(r))
-            r = r @ (full / full.sum(axis=1, keepdims=True))
-        else:
-            r = r @ (np.eye(len(r)) + mixed)
-    while current > 0:
-        r = r @ _stage_spread(grids[current - 1], grids[current])
-        current -= 1
-    return r
+    return reference_row(mats, keys, stages_of, grids, mode, start, _stage_spread)
 
 
 def test_maps_equal_their_definitions(pvt) -> None:
@@ -177,25 +163,17 @@ def test_maps_equal_their_definitions(pvt) -> None:
     cell = (9, 4)  # stage 1 cell; its centre (38, 18) px lies in the last stage's token (1, 0)
     q = 1 * wl + 0
     one = np.eye(hl * wl)[q]
-    defs = {
-        "rollout": ([t.mean(axis=0) for t in A], "rollout"),
-        "gradient-rollout": (
-            [(t * g).mean(axis=0).clip(0) for t, g in zip(A, G, strict=True)],
-            "rollout",
-        ),
-        "relevance": (
-            [(g * t).clip(0).mean(axis=0) for t, g in zip(A, G, strict=True)],
-            "relevance",
-        ),
-    }
-    for name, (mats, mode) in defs.items():
-        for query, start in ((None, mean_start), (cell, one)):
-            row = _reference_row(mats, keys, stages_of, grids, mode, start)
-            if mode == "relevance":
-                row = row - row.min()
-            expected = (row / row.max()).reshape(grids[0])
-            got = get_method(name)(a, query, None, {}).numpy()
-            np.testing.assert_allclose(got, expected, atol=1e-5, err_msg=f"{name} {query}")
+    checked = 0
+    for name, query, got, expected in maps_and_references(
+        a,
+        chain_definitions(A, G),
+        ((None, mean_start), (cell, one)),
+        lambda mats, mode, start: _reference_row(mats, keys, stages_of, grids, mode, start),
+        grids[0],
+    ):
+        np.testing.assert_allclose(got, expected, atol=1e-5, err_msg=f"{name} {query}")
+        checked += 1
+    assert checked == 3 * 2
     fused_max = [t.max(axis=0) for t in A]
     row = _reference_row(fused_max, keys, stages_of, grids, "rollout", mean_start)
     got = get_method("rollout")(a, None, None, {"fusion": "max"}).numpy()

@@ -7,9 +7,8 @@ outputs). The test functions are the shared ones, run here with a PVT v1's fixtu
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-import torch
+from kind_input_fixtures import input_fixtures
 from test_features_kinds import (  # noqa: F401 - collected here with this module's fixtures
     test_analyses_keep_the_accessors_block_outputs,
     test_high_norm_flags_and_prefix_norms,
@@ -28,7 +27,6 @@ from test_interventions_kinds import (  # noqa: F401 - collected here with this 
 from test_pyramid_hf_pvt1 import saved_pvt1
 
 from vitviz.checkpoints import load_checkpoint
-from vitviz.pipeline.analysis import analyze
 
 pytest.importorskip("transformers")
 
@@ -41,16 +39,7 @@ def loaded(tmp_path_factory):
     return load_checkpoint(saved_pvt1(folder, "PvtForImageClassification", seed=3)[1])
 
 
-@pytest.fixture(scope="module")
-def opened(loaded):
-    """(loaded model, one input (C, H, W)), as the interventions' tests take it."""
-    return loaded, torch.randn(3, SIZE, SIZE, generator=torch.Generator().manual_seed(9))
-
-
-@pytest.fixture(scope="module")
-def analysis(loaded):
-    image = np.random.default_rng(3).integers(0, 255, (SIZE, SIZE, 3), dtype=np.uint8)
-    return analyze(loaded, image)
+opened, analysis = input_fixtures(SIZE)
 
 
 def test_the_last_stage_carries_its_cls_beside_the_grid(opened) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from pyramid_chains import chain_definitions, maps_and_references, reference_row
 from torch import Tensor, nn
 from zoo_helpers import max_diff, randomize_
 
@@ -226,22 +227,7 @@ def _timm_attention_and_gradients(model: nn.Module, x: Tensor):
 
 def _reference_row(mats, keys, stages_of, grids, mode, start) -> np.ndarray:
     """start (N_S,) back through every block (the PEG as the identity), full matrices."""
-    r = start
-    current = len(grids) - 1
-    for b in reversed(range(len(mats))):
-        while current > stages_of[b]:
-            r = r @ _squares(grids[current - 1], 2)
-            current -= 1
-        mixed = mats[b] @ keys[b]
-        if mode == "rollout":
-            full = mixed + np.eye(len(r))
-            r = r @ (full / full.sum(axis=1, keepdims=True))
-        else:
-            r = r @ (np.eye(len(r)) + mixed)
-    while current > 0:
-        r = r @ _squares(grids[current - 1], 2)
-        current -= 1
-    return r
+    return reference_row(mats, keys, stages_of, grids, mode, start, lambda f, _c: _squares(f, 2))
 
 
 def test_maps_equal_their_definitions(twins) -> None:
@@ -260,26 +246,18 @@ def test_maps_equal_their_definitions(twins) -> None:
     keys = [_squares(grids[s], SRS[s]) for s in stages_of]
     hl, wl = grids[-1]
     mean_start = np.full(hl * wl, 1.0 / (hl * wl))
-    defs = {
-        "rollout": ([t.mean(axis=0) for t in A], "rollout"),
-        "gradient-rollout": (
-            [(t * g).mean(axis=0).clip(0) for t, g in zip(A, G, strict=True)],
-            "rollout",
-        ),
-        "relevance": (
-            [(g * t).clip(0).mean(axis=0) for t, g in zip(A, G, strict=True)],
-            "relevance",
-        ),
-    }
-    for name, (mats, mode) in defs.items():
-        for query, start in ((None, mean_start), ((9, 4), np.eye(hl * wl)[1 * wl + 0])):
-            row = _reference_row(mats, keys, stages_of, grids, mode, start)
-            if mode == "relevance":
-                row = row - row.min()
-            expected = (row / row.max()).reshape(grids[0])
-            got = get_method(name)(a, query, None, {}).numpy()
-            assert np.isfinite(got).all() and abs(got.max() - 1) < 1e-6
-            np.testing.assert_allclose(got, expected, atol=1e-5, err_msg=f"{name} {query}")
+    checked = 0
+    for name, query, got, expected in maps_and_references(
+        a,
+        chain_definitions(A, G),
+        ((None, mean_start), ((9, 4), np.eye(hl * wl)[1 * wl + 0])),
+        lambda mats, mode, start: _reference_row(mats, keys, stages_of, grids, mode, start),
+        grids[0],
+    ):
+        assert np.isfinite(got).all() and abs(got.max() - 1) < 1e-6
+        np.testing.assert_allclose(got, expected, atol=1e-5, err_msg=f"{name} {query}")
+        checked += 1
+    assert checked == 3 * 2
     why = get_method("transformer-attribution").unavailable(a)
     assert why is not None and "position" in why
     assert np.isfinite(get_method("gradcam")(a, None, None, {}).numpy()).all()
@@ -327,19 +305,17 @@ def test_svt_maps_equal_their_definitions(svt) -> None:
     ]
     hl, wl = grids[-1]
     mean_start = np.full(hl * wl, 1.0 / (hl * wl))
-    defs = {
-        "rollout": ([t.mean(axis=0) for t in A], "rollout"),
-        "relevance": (
-            [(g * t).clip(0).mean(axis=0) for t, g in zip(A, G, strict=True)],
-            "relevance",
-        ),
-    }
-    for name, (mats, mode) in defs.items():
-        row = _reference_row(mats, keys, stages_of, grids, mode, mean_start)
-        if mode == "relevance":
-            row = row - row.min()
-        got = get_method(name)(a, None, None, {}).numpy()
-        np.testing.assert_allclose(got, (row / row.max()).reshape(grids[0]), atol=1e-5)
+    checked = 0
+    for _name, _query, got, expected in maps_and_references(
+        a,
+        chain_definitions(A, G, ("rollout", "relevance")),
+        ((None, mean_start),),
+        lambda mats, mode, start: _reference_row(mats, keys, stages_of, grids, mode, start),
+        grids[0],
+    ):
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+        checked += 1
+    assert checked == 2
     rows = kind_of(a).layer_rows(a)
     assert "within 2×2 windows" in rows[0].tooltip, rows[0].tooltip
     geometry = kind_of(a).token_geometry(a)

@@ -10,38 +10,33 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pyramid_helpers import save_bare, tiny_timm_pvt
+from staged_ui_checks import click_cell, export_equals_cli, show
 from test_ui_window import (
     WAIT_MS,
-    click,
-    drop,
-    new_window,
     overlay,
     select_method,
     settled,
-    wait_shown,
 )
+from window_watch import watched_window
 
-from vitviz.checkpoints import load_checkpoint
 from vitviz.explain.methods import get_method
 from vitviz.kinds.pyramid.analysis import analyze_pyramid
 from vitviz.kinds.pyramid.methods import block_rows
 from vitviz.ui.head_grid import MEAN
-from vitviz.ui.main_window import MainWindow
 
 pytest.importorskip("timm")
 
 
 @pytest.fixture
-def pvt_shown(qtbot, tmp_path: Path, photo_files):
+def window(qtbot, tmp_path: Path):
+    yield from watched_window(qtbot, tmp_path)
+
+
+@pytest.fixture
+def pvt_shown(qtbot, window, tmp_path: Path, photo_files):
+    """(the window, the analysis of the photo shown in it, the PVT's checkpoint)."""
     ckpt = save_bare(tiny_timm_pvt(), tmp_path / "pvt.pth")
-    window: MainWindow = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    window.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
-    image = photo_files["chelsea"]
-    drop(window, [image, ckpt])
-    wait_shown(qtbot, window, image.name)
-    yield window, analyze_pyramid(load_checkpoint(ckpt), image), ckpt
-    assert not bugs, f"the bug dialog was shown: {bugs}"
+    return window, show(qtbot, window, ckpt, photo_files["chelsea"], analyze_pyramid), ckpt
 
 
 def test_blocks_click_and_rollout(qtbot, pvt_shown) -> None:
@@ -54,9 +49,7 @@ def test_blocks_click_and_rollout(qtbot, pvt_shown) -> None:
     v.controls.select(layer=2, head=1)  # block 2.2
     assert "1.1" in v.controls.layer.text()
     cell = (9, 4)
-    view = v.input_view
-    click(view, view.vb.mapViewToScene(view.patch_rect(*cell).center()))
-    qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == cell, timeout=WAIT_MS)
+    click_cell(qtbot, window, cell)
     centre = ((cell[0] + 0.5) * 4, (cell[1] + 0.5) * 4)
     for b, s in enumerate(ref.block_stages):
         W = ref.stage_grids[s][1]
@@ -80,27 +73,13 @@ def test_blocks_click_and_rollout(qtbot, pvt_shown) -> None:
 def test_export_npz_from_the_window_equals_the_cli(
     qtbot, pvt_shown, photo_files, tmp_path: Path
 ) -> None:
-    from vitviz import cli
-
     window, _, ckpt = pvt_shown
     select_method(qtbot, window, "rollout")
     qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
-    target = tmp_path / "window.npz"
-    window.export_to(target, "npz")
-    qtbot.waitUntil(target.is_file, timeout=WAIT_MS)
-    image = photo_files["chelsea"]
-    out = tmp_path / "cli"
-    assert cli.main(["explain", str(image), "--checkpoint", str(ckpt), "--out", str(out)]) == 0
-    with np.load(target) as got, np.load(out / f"{image.stem}.npz") as want:
-        assert set(got.files) == set(want.files) and "stage_grids" in got.files
-        for k in want.files:
-            if want[k].dtype.kind in "US":
-                assert got[k].tolist() == want[k].tolist(), k
-            else:
-                np.testing.assert_allclose(got[k], want[k], atol=1e-6, err_msg=k)
+    export_equals_cli(qtbot, window, tmp_path, photo_files["chelsea"], ckpt, "stage_grids")
 
 
-def test_hiera_in_the_window(qtbot, tmp_path: Path, photo_files) -> None:
+def test_hiera_in_the_window(qtbot, window, tmp_path: Path, photo_files) -> None:
     """A Hiera: a stage's first block attends from its pooled queries to the stage before, so
     its big map is drawn at that stage's grid; a click picks each block's query token."""
     import json
@@ -118,23 +97,15 @@ def test_hiera_in_the_window(qtbot, tmp_path: Path, photo_files) -> None:
     torch.save(theirs.state_dict(), ckpt)
     side = {"stage_heads": [1, 2, 4, 8], "preprocessing": {"image_size": [64, 64]}}
     ckpt.with_name("hiera.pth.vitviz.json").write_text(json.dumps(side))
-    window: MainWindow = new_window(qtbot, tmp_path / "settings.ini")
-    bugs: list[str] = []
-    window.notifier.bugReported.connect(lambda summary, details: bugs.append(details))
     image = photo_files["chelsea"]
-    drop(window, [image, ckpt])
-    wait_shown(qtbot, window, image.name)
-    ref = analyze_pyramid(load_checkpoint(ckpt), image)
+    ref = show(qtbot, window, ckpt, image, analyze_pyramid)
     v = window.viewer
     assert v.head_grid.row_texts() == ["0.0", "1.0", "1.1", "2.0", "3.0"]
     assert "mask units" in v.image.layer_rows[0].tooltip
     v.controls.select(layer=1, head=0)  # block 2.1: 8×8 pooled queries over 16×16 keys
     cell = (9, 4)
-    view = v.input_view
-    click(view, view.vb.mapViewToScene(view.patch_rect(*cell).center()))
-    qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == cell, timeout=WAIT_MS)
+    click_cell(qtbot, window, cell)
     assert v.maps.query_tokens[1] == (38 // 8) * 8 + 18 // 8
     expected = block_rows(ref, 1, v.maps.query_tokens[1]).numpy()[0]
     assert expected.shape == (16, 16)
     np.testing.assert_allclose(overlay(window), expected, atol=1e-6)
-    assert not bugs, f"the bug dialog was shown: {bugs}"

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from cli_checks import one_line_error
+from faithfulness_cli_helpers import OUTPUTS, copy_samples, run_faithfulness
 from swin_helpers import tiny_torchvision_swin
-from test_cli_faithfulness import SAMPLES, _one_line_error
 
 from vitviz.checkpoints import load_checkpoint
-from vitviz.cli import main
 from vitviz.explain.faithfulness import report
 from vitviz.explain.localisation import mask_grid_for
 from vitviz.explain.methods import all_methods
@@ -47,17 +47,10 @@ def swin_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def samples(tmp_path: Path) -> list[Path]:
-    folder = tmp_path / "samples"
-    folder.mkdir()
-    for stem in ("star", "ring"):
-        for name in (f"{stem}.png", f"{stem}_mask.png"):
-            shutil.copy(SAMPLES / name, folder / name)
-    return [folder / "star.png", folder / "ring.png"]
+    return copy_samples(tmp_path)
 
 
-def _run(ckpt: Path, images: list[Path], out: Path, *extra: str) -> int:
-    argv = ["faithfulness", *map(str, images), "--checkpoint", str(ckpt), "--device", "cpu"]
-    return main([*argv, "--out", str(out), "--steps", str(STEPS), *extra])
+_run = partial(run_faithfulness, STEPS)
 
 
 def test_every_method_a_swin_takes_is_measured(
@@ -66,13 +59,7 @@ def test_every_method_a_swin_takes_is_measured(
     out = tmp_path / "out"
     assert _run(swin_ckpt, samples, out) == 0  # no --method: every method that applies
     captured = capsys.readouterr()
-    assert sorted(p.name for p in out.iterdir()) == [
-        "faithfulness.csv",
-        "faithfulness.json",
-        "faithfulness.png",
-        "images.parquet",
-        "run.json",
-    ]
+    assert sorted(p.name for p in out.iterdir()) == OUTPUTS
     doc = json.loads((out / "faithfulness.json").read_text())
     loaded = load_checkpoint(swin_ckpt)
     results = []
@@ -138,7 +125,5 @@ def test_what_a_swin_cannot_take_is_refused_in_one_line(
 ) -> None:
     out = tmp_path / "out"
     assert _run(swin_ckpt, samples, out, *extra) == 2
-    line = _one_line_error(capsys)
-    for word in words:
-        assert word in line, line
+    one_line_error(capsys, *words)
     assert not out.exists()

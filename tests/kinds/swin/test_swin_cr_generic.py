@@ -5,9 +5,9 @@ views), run here with a tiny perturbed timm swinv2_cr_tiny_ns_224 on a padded, s
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from kind_input_fixtures import input_fixtures
 from swin_helpers import tiny_timm_swin_cr
 from test_features_kinds import (  # noqa: F401 - collected here with this module's fixtures
     test_analyses_keep_the_accessors_block_outputs,
@@ -28,7 +28,6 @@ from timm.models import save_for_hf
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.kinds.swin.intermediates import window_order
-from vitviz.pipeline.analysis import analyze
 
 SIZE = (60, 52)
 
@@ -46,16 +45,7 @@ def loaded(reference):
     return reference[1]
 
 
-@pytest.fixture(scope="module")
-def opened(loaded):
-    """(loaded model, one input (C, H, W)), as the interventions' tests take it."""
-    return loaded, torch.randn(3, *SIZE, generator=torch.Generator().manual_seed(9))
-
-
-@pytest.fixture(scope="module")
-def analysis(loaded):
-    image = np.random.default_rng(3).integers(0, 255, (*SIZE, 3), dtype=np.uint8)
-    return analyze(loaded, image)
+opened, analysis = input_fixtures(SIZE)
 
 
 def test_blocks_and_heads_are_timms(reference):

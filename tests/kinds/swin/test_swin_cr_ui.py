@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from staged_ui_checks import click_cell
 from swin_helpers import tiny_timm_swin_cr
 from test_ui_window import (
     WAIT_MS,
-    click,
     drop,
     new_window,
     overlay,
@@ -51,9 +51,7 @@ def test_rows_click_rollout_and_greyed_methods(qtbot, cr_shown) -> None:
     assert v.head_grid.row_heads() == [2, 2, 4, 4]
     v.controls.select(layer=3, head=2)  # the last block: SW-MSA on the 8×8 grid
     cell = (9, 5)
-    view = v.input_view
-    click(view, view.vb.mapViewToScene(view.patch_rect(*cell).center()))
-    qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == cell, timeout=WAIT_MS)
+    click_cell(qtbot, window, cell)
     layout = ref.layouts[3]
     token = token_at(layout, 8, ((cell[0] + 0.5) * 4, (cell[1] + 0.5) * 4))
     assert v.maps.query_tokens[3] == token

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from faithfulness_reference import ref_auc, ref_curves
 from swin_helpers import tiny_torchvision_swin
-from test_explain_faithfulness import ref_auc, ref_order, ref_probability
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.explain import localise, random_map
@@ -33,27 +33,6 @@ def swin64(tmp_path_factory: pytest.TempPathFactory):
 def _input(size: tuple[int, int], seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(70 + seed)
     return torch.randn(3, *size, generator=g).double()
-
-
-def ref_curves(model, x, values, steps, patch=PATCH):
-    """p_0 … p_S of deletion and insertion over the (H/p, W/p) patch grid, image by image."""
-    gh, gw = x.shape[1] // patch, x.shape[2] // patch
-    P = gh * gw
-    with torch.no_grad():
-        target = int(model(x[None])[0].argmax())
-    order = ref_order(values.tolist())
-    deletion, insertion = [], []
-    for k in range(steps + 1):
-        m = (k * P + steps // 2) // steps
-        blanked, restored = x.clone(), torch.zeros_like(x)
-        for index in order[:m]:
-            r, c = divmod(index, gw)
-            rows, cols = slice(r * patch, (r + 1) * patch), slice(c * patch, (c + 1) * patch)
-            blanked[:, rows, cols] = 0.0
-            restored[:, rows, cols] = x[:, rows, cols]
-        deletion.append(ref_probability(model, blanked, target))
-        insertion.append(ref_probability(model, restored, target))
-    return target, deletion, insertion
 
 
 def ref_upsample(small: torch.Tensor, grid0: tuple[int, int]) -> torch.Tensor:
@@ -93,7 +72,7 @@ def test_curves_equal_the_loop_float64(swin64, size, steps) -> None:
         "attention": ref_upsample(attention_map(analysis, -1, -1, None), grid0),  # last block
     }
     for name in names:
-        target, deletion, insertion = ref_curves(swin64, x, maps[name], steps)
+        target, deletion, insertion = ref_curves(swin64, x, maps[name], steps, PATCH)
         c = got.methods[name]
         assert target == top
         assert len(c.deletion) == len(c.insertion) == steps + 1

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from staged_ui_checks import click_cell
 from swin_helpers import tiny_torchvision_swin
 from test_ui_window import (
     WAIT_MS,
-    click,
     drop,
     new_window,
     overlay,
@@ -90,9 +90,7 @@ def test_click_picks_token_at_in_every_block(qtbot, swin_shown) -> None:
     v = window.viewer
     v.controls.select(layer=1, head=1)  # an SW-MSA block
     cell = (6, 3)
-    view = v.input_view
-    click(view, view.vb.mapViewToScene(view.patch_rect(*cell).center()))
-    qtbot.waitUntil(lambda: settled(window) and v.maps.params.query == cell, timeout=WAIT_MS)
+    click_cell(qtbot, window, cell)
     point = ((cell[0] + 0.5) * 4, (cell[1] + 0.5) * 4)
     m = v.maps
     for b, layout in enumerate(ref.layouts):

@@ -11,7 +11,6 @@ import intermediates_checks as checks
 import pytest
 import torch
 from tnt_helpers import SETTINGS, SIZE, Softmaxes, save_bare, tiny_timm_tnt
-from zoo_helpers import images
 
 from vitviz.checkpoints import load_checkpoint
 
@@ -25,26 +24,18 @@ def opened(request, tmp_path_factory):
     ref = tiny_timm_tnt(legacy=request.param, seed=21)
     path = tmp_path_factory.mktemp("tnt") / "tnt.pth"
     loaded = load_checkpoint(save_bare(ref, path, SETTINGS))
-    x = images(2, SIZE, SIZE, seed=3)
-    with torch.no_grad():
-        inter = loaded.kind.intermediates(loaded.model, x)
-    return ref, loaded, x, inter
+    return checks.opened_case(ref, loaded, SIZE)
 
 
 def _timm_run(ref, x) -> dict[str, list]:
     """timm's blocks' patch tokens, outer attention branches, outer probabilities and v."""
-    got: dict[str, list] = {k: [] for k in ("block", "branch", "v")}
-    handles = []
-    for b in ref.blocks:
-        handles.append(b.register_forward_hook(lambda _m, _i, o: got["block"].append(o[1])))
-        handles.append(b.attn_out.register_forward_hook(lambda _m, _i, o: got["branch"].append(o)))
-        handles.append(b.attn_out.v.register_forward_hook(lambda _m, _i, o: got["v"].append(o)))
-    try:
-        with torch.no_grad(), Softmaxes() as mode:
-            ref(x)
-    finally:
-        for h in handles:
-            h.remove()
+    taps = {
+        "block": [(b, lambda o: o[1]) for b in ref.blocks],
+        "branch": [(b.attn_out, lambda o: o) for b in ref.blocks],
+        "v": [(b.attn_out.v, lambda o: o) for b in ref.blocks],
+    }
+    with checks.recording(taps) as got, torch.no_grad(), Softmaxes() as mode:
+        ref(x)
     got["attn"] = mode.out[1::2]
     return got
 

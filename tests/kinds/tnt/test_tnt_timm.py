@@ -6,11 +6,19 @@ without its heads, the original release's layout and broken files are refused in
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
+from timm_zoo_checks import (
+    assert_attentions_close,
+    assert_checked_against_timm,
+    assert_logits_close,
+    assert_own_file_opens_as_it_was,
+    broken,
+    refused_in_one_line,
+    save_state,
+)
 from tnt_helpers import (
     SETTINGS,
     SIZE,
@@ -22,11 +30,10 @@ from tnt_helpers import (
 )
 from zoo_helpers import images
 
-from vitviz.checkpoints import CheckpointError, load_checkpoint
+from vitviz.checkpoints import load_checkpoint
 
 timm = pytest.importorskip("timm")
 
-LOGITS_RTOL, ATTENTION_ATOL = 1e-4, 1e-5
 VARIANTS = [(False, False), (True, False), (False, True)]
 IDS = ["current", "legacy", "qkv-bias"]
 
@@ -43,13 +50,10 @@ def _compare(loaded, ref: torch.nn.Module, blocks: int) -> None:
     want, outer, inner = timm_logits_and_attention(ref, x)
     with torch.no_grad():
         out = loaded.model.forward_explained(x)
-    scale = float(want.abs().max())
-    assert float((out.logits - want).abs().max()) / scale < LOGITS_RTOL
-    assert len(out.attentions) == len(outer) == len(out.inner) == len(inner) == blocks
-    for a, b in zip(out.attentions + out.inner, outer + inner, strict=True):
-        assert a.shape == b.shape
-        assert float((a - b).abs().max()) < ATTENTION_ATOL
-    assert any("checked against timm" in n for n in loaded.notes), loaded.notes
+    assert_logits_close(out.logits, want)
+    assert_attentions_close(out.attentions, outer, blocks)
+    assert_attentions_close(out.inner, inner, blocks)
+    assert_checked_against_timm(loaded)
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=IDS)
@@ -102,10 +106,8 @@ def test_a_bare_timm_name_is_recognised_by_its_tensors(tmp_path: Path) -> None:
 
 
 def test_a_bare_file_of_no_name_asks_for_its_heads(refs, tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(save_bare(refs[(False, False)], tmp_path / "tnt.pth", {"patch_size": 8}))
-    text = str(info.value)
-    assert "\n" not in text and "heads and inner_heads" in text and "--arch" in text, text
+    path = save_bare(refs[(False, False)], tmp_path / "tnt.pth", {"patch_size": 8})
+    refused_in_one_line(path, "heads and inner_heads", "--arch")
 
 
 def test_the_heads_given_are_the_ones_read(refs, tmp_path: Path) -> None:
@@ -114,7 +116,7 @@ def test_the_heads_given_are_the_ones_read(refs, tmp_path: Path) -> None:
     loaded = load_checkpoint(save_bare(refs[(False, False)], tmp_path / "tnt.pth", settings))
     out = loaded.model.forward_explained(images(1, SIZE, SIZE, seed=2))
     assert out.attentions[0].shape[1] == 2 and out.inner[0].shape[1] == 4
-    assert any("checked against timm" in n for n in loaded.notes), loaded.notes
+    assert_checked_against_timm(loaded)
 
 
 def test_a_reading_timm_computes_otherwise_is_refused(refs, tmp_path: Path, monkeypatch) -> None:
@@ -127,20 +129,14 @@ def test_a_reading_timm_computes_otherwise_is_refused(refs, tmp_path: Path, monk
         return self.proj(self.norm1_proj(pixels).reshape(B, patches, -1) * 1.01)
 
     monkeypatch.setattr(network.TNTBlock, "pixels_to_patch", per_patch)
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(save_bare(refs[(True, False)], tmp_path / "tnt.pth", SETTINGS))
-    text = str(info.value)
-    assert "\n" not in text and "differs from timm" in text, text
+    path = save_bare(refs[(True, False)], tmp_path / "tnt.pth", SETTINGS)
+    refused_in_one_line(path, "differs from timm")
 
 
 def test_the_original_release_layout_is_refused_by_name(tmp_path: Path) -> None:
     state = {"inner_pos": torch.zeros(1, 16, 24), "outer_pos": torch.zeros(1, 197, 384),
              "outer_tokens": torch.zeros(1, 1, 384)}  # fmt: skip
-    torch.save(state, tmp_path / "tnt.pth")
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(tmp_path / "tnt.pth")
-    text = str(info.value)
-    assert "\n" not in text and "original TNT release" in text, text
+    refused_in_one_line(save_state(state, tmp_path / "tnt.pth"), "original TNT release")
 
 
 @pytest.mark.parametrize(
@@ -155,34 +151,16 @@ def test_the_original_release_layout_is_refused_by_name(tmp_path: Path) -> None:
     ],
 )
 def test_a_broken_tnt_is_refused_in_one_line(refs, tmp_path: Path, change, words) -> None:
-    state = dict(refs[(False, False)].state_dict())
-    if change[0] == "drop":
-        del state[change[1]]
-    else:
-        state[change[1]] = change[2]
-    torch.save(state, tmp_path / "tnt.pth")
-    (tmp_path / "tnt.pth.vitviz.json").write_text(json.dumps(SETTINGS))
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(tmp_path / "tnt.pth")
-    text = str(info.value)
-    assert "\n" not in text and words in text, text
+    state = broken(refs[(False, False)].state_dict(), change)
+    refused_in_one_line(save_state(state, tmp_path / "tnt.pth", SETTINGS), words)
 
 
 def test_vitvizs_own_file_of_a_tnt_opens_as_it_was(refs, tmp_path: Path) -> None:
     """``vitviz-cli convert`` writes the config beside the weights; the file opens to the same
     network; ``vitviz-cli info`` describes both."""
-    from vitviz.cli import main
-
     ref = refs[(True, False)]
     bare = save_bare(ref, tmp_path / "tnt.pth", SETTINGS)
-    assert main(["info", str(bare)]) == 0
-    assert main(["convert", str(bare), str(tmp_path / "own.safetensors")]) == 0
-    own, first = load_checkpoint(tmp_path / "own.safetensors"), load_checkpoint(bare)
-    assert own.family == "vitviz" and own.model.config == first.model.config
-    x = images(1, SIZE, SIZE, seed=6)
-    with torch.no_grad():
-        got, want = own.model(x), ref(x)
-    assert float((got - want).abs().max()) / float(want.abs().max()) < LOGITS_RTOL
+    assert_own_file_opens_as_it_was(ref, bare, tmp_path, SIZE)
 
 
 def test_a_norm_eps_of_the_settings_is_the_one_checked(tmp_path: Path) -> None:

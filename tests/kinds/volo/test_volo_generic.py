@@ -7,9 +7,9 @@ its class blocks make)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from kind_input_fixtures import input_fixtures
 from test_features_kinds import (  # noqa: F401 - collected here with this module's fixtures
     test_analyses_keep_the_accessors_block_outputs,
     test_high_norm_flags_and_prefix_norms,
@@ -27,7 +27,6 @@ from test_interventions_kinds import (  # noqa: F401 - collected here with this 
 from volo_helpers import SIZE, save_folder, tiny_timm_volo
 
 from vitviz.checkpoints import load_checkpoint
-from vitviz.pipeline.analysis import analyze
 
 pytest.importorskip("timm")
 
@@ -38,16 +37,7 @@ def loaded(tmp_path_factory):
     return load_checkpoint(save_folder(model, tmp_path_factory.mktemp("volo") / "volo"))
 
 
-@pytest.fixture(scope="module")
-def opened(loaded):
-    """(loaded model, one input (C, H, W)), as the interventions' tests take it."""
-    return loaded, torch.randn(3, SIZE, SIZE, generator=torch.Generator().manual_seed(9))
-
-
-@pytest.fixture(scope="module")
-def analysis(loaded):
-    image = np.random.default_rng(3).integers(0, 255, (SIZE, SIZE, 3), dtype=np.uint8)
-    return analyze(loaded, image)
+opened, analysis = input_fixtures(SIZE)
 
 
 def test_the_readout_has_no_logit_lens(loaded) -> None:

@@ -14,14 +14,21 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from timm_zoo_checks import (
+    assert_attentions_close,
+    assert_checked_against_timm,
+    assert_logits_close,
+    broken,
+    refused_in_one_line,
+    save_state,
+)
 from volo_helpers import KINDS, SIZE, save_bare, save_folder, timm_attention, tiny_timm_volo
 from zoo_helpers import images
 
-from vitviz.checkpoints import CheckpointError, MissingSettingsError, load_checkpoint
+from vitviz.checkpoints import MissingSettingsError, load_checkpoint
 
 timm = pytest.importorskip("timm")
 
-LOGITS_RTOL, ATTENTION_ATOL = 1e-4, 1e-5
 VARIANTS = {
     "aux": {},
     "no-aux": dict(use_aux_head=False),
@@ -40,18 +47,15 @@ def _compare(loaded, ref: torch.nn.Module) -> None:
     with torch.no_grad():
         want = ref(x)
         got = loaded.model(x)
-    scale = float(want.abs().max())
-    assert float((got - want).abs().max()) / scale < LOGITS_RTOL
+    scale = assert_logits_close(got, want)
     want_logits, want_attn = timm_attention(ref, x[:1])
     with torch.no_grad():
         out = loaded.model.forward_explained(x[:1])
-    assert float((out.logits - want_logits).abs().max()) / scale < LOGITS_RTOL
-    assert len(out.attentions) == len(want_attn) == len(KINDS)
-    for a, b, how in zip(out.attentions, want_attn, KINDS, strict=True):
-        assert a.shape == b.shape and (a.ndim == 5) == (how == "outlook")
-        assert (a.shape[2] == 1) == (how == "class")
-        assert float((a - b).abs().max()) < ATTENTION_ATOL
-    assert any("checked against timm" in n for n in loaded.notes), loaded.notes
+    assert_logits_close(out.logits, want_logits, scale)
+    assert_attentions_close(out.attentions, want_attn, len(KINDS))
+    for a, how in zip(out.attentions, KINDS, strict=True):
+        assert (a.ndim == 5) == (how == "outlook") and (a.shape[2] == 1) == (how == "class")
+    assert_checked_against_timm(loaded)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -73,10 +77,7 @@ def test_a_bare_state_dict_opens_exactly_with_its_name(refs, tmp_path: Path, var
 
 def test_a_bare_file_of_no_timm_name_asks_for_arch_and_opens_with_it(refs, tmp_path: Path):
     path = save_bare(refs["aux"], tmp_path / "volo.pth")
-    with pytest.raises(MissingSettingsError) as info:
-        load_checkpoint(path)
-    text = str(info.value)
-    assert "\n" not in text and "--arch" in text and "heads" in text, text
+    refused_in_one_line(path, "--arch", "heads", error=MissingSettingsError)
     save_bare(refs["aux"], path, {"arch": "volo_d1_224"})
     _compare(load_checkpoint(path), refs["aux"])
 
@@ -89,18 +90,12 @@ def test_a_name_whose_heads_in_timm_differ_from_vitviz_table_is_refused(
     depths, dims, _heads, ratio, stem = families.KNOWN["volo_d1"]
     monkeypatch.setitem(families.KNOWN, "volo_d1", (depths, dims, (6, 12, 12, 8), ratio, stem))
     path = save_bare(refs["aux"], tmp_path / "volo.pth", {"arch": "volo_d1_224"})
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(path)
-    text = str(info.value)
-    assert "\n" not in text and "6-12-12-12" in text and "6-12-12-8" in text, text
+    refused_in_one_line(path, "6-12-12-12", "6-12-12-8")
 
 
 def test_a_name_timm_lacks_is_refused_in_one_line(refs, tmp_path: Path) -> None:
     path = save_bare(refs["aux"], tmp_path / "volo.pth", {"arch": "volo_d1_999"})
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(path)
-    text = str(info.value)
-    assert "\n" not in text and "volo_d1_999" in text and "can't build" in text, text
+    refused_in_one_line(path, "volo_d1_999", "can't build")
 
 
 @pytest.mark.parametrize(
@@ -127,10 +122,7 @@ def test_a_folder_of_mean_pooling_is_refused_in_one_line(refs, tmp_path: Path) -
     config = json.loads((folder / "config.json").read_text())
     config["model_args"]["global_pool"] = "avg"
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(folder)
-    text = str(info.value)
-    assert "\n" not in text and "'avg'" in text and "token" in text, text
+    refused_in_one_line(folder, "'avg'", "token")
 
 
 @pytest.mark.parametrize(
@@ -145,17 +137,6 @@ def test_a_folder_of_mean_pooling_is_refused_in_one_line(refs, tmp_path: Path) -
     ],
 )
 def test_a_broken_volo_is_refused_in_one_line(refs, tmp_path: Path, change, words) -> None:
-    state = dict(refs["aux"].state_dict())
-    if change[0] == "drop":
-        del state[change[1]]
-    elif change[0] == "drop_prefix":
-        state = {k: v for k, v in state.items() if not k.startswith(change[1])}
-    else:
-        state[change[1]] = change[2]
-    path = tmp_path / "volo.pth"
-    torch.save(state, path)
-    path.with_name(path.name + ".vitviz.json").write_text('{"arch": "volo_d1_224"}')
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(path)
-    text = str(info.value)
-    assert "\n" not in text and words in text, text
+    state = broken(refs["aux"].state_dict(), change)
+    path = save_state(state, tmp_path / "volo.pth", {"arch": "volo_d1_224"})
+    refused_in_one_line(path, words)

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cls_ui_checks import click_patch, open_shown, query_rows, watched_window
+from cls_ui_checks import click_patch, open_shown, query_rows
 from test_ui_window import WAIT_MS, settled
 from test_zoo_xcit import tiny_xcit
+from window_watch import watched_window
 
 
 @pytest.fixture
