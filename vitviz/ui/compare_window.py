@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from vitviz.imaging.colormaps import nice_levels
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.colors import make_colorbar, set_colorbar_levels
+from vitviz.ui.knockout import knocked_words
 from vitviz.ui.plot_axes import plain_axes
 from vitviz.ui.view_state import nearest_runnable
 from vitviz.workers import compare_jobs
@@ -275,6 +276,18 @@ class CompareWindow(QWidget):
         )
         self.status.setText(result.error)
 
+    def method_label(self, name: str) -> str:
+        """The label of method ``name`` (the name itself where the table lacks it)."""
+        return next((m.label for m in self.methods if m.name == name), name)
+
+    def view_title(self, who: str, r: CompareResult) -> str:
+        """What one side shows, from its result: "A · model · heads 0.1 knocked out ·
+        Attention rollout · cat.jpg" (the model, what was knocked out of it, method, image)."""
+        name = r.name_a if who == "A" else r.name_b
+        knocked = knocked_words(r.knocked_a, r.ablation_a) if who == "A" else ""
+        parts = [who, name, knocked, self.method_label(r.method), r.image_label]
+        return " · ".join(p for p in parts if p)
+
     def failed(self, message: str) -> None:
         self.status.setText(message)
 
@@ -292,8 +305,9 @@ class CompareWindow(QWidget):
             for view, values, who in ((self.view_a, r.map_a, "A"), (self.view_b, r.map_b, "B")):
                 own = OWN_SCALE.format(who=who)
                 view.set_map(values, shared_levels(values), opacity=0.6, scale_label=own)
-        self.view_a.set_title(f"A · {r.name_a}")
-        self.view_b.set_title(f"B · {r.name_b}")
+        self.view_a.set_title(self.view_title("A", r))
+        self.view_b.set_title(self.view_title("B", r))
+        self.view_diff.set_title(f"A − B · {self.method_label(r.method)} · {r.image_label}")
         grid = None if self.image is None else tuple(self.image.grid)
         for view, values, error, who in ((self.view_a, r.map_a, r.errors[0], "A"),
                                          (self.view_b, r.map_b, r.errors[1], "B")):  # fmt: skip
