@@ -93,3 +93,8 @@ def test_the_prefix_line_says_which_layer_and_head_it_measures(
         f"Prefix tokens in the grid's layer 1, head 2: {share:.1%} of this query's attention "
         f"({over:.1%} over all patch queries)."
     )
+    label = v.controls.prefix_label  # the longer line is whole at 1366 × 768, never cut
+    window.resize(1366, 768)
+    qtbot.waitUntil(lambda: window.width() <= 1366, timeout=WAIT_MS)
+    qtbot.wait(50)
+    assert label.height() >= label.heightForWidth(label.width()) > 0
