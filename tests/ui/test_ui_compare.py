@@ -16,6 +16,7 @@ from vitviz.imaging.colormaps import nice_levels
 from vitviz.pipeline.analysis import analyze
 from vitviz.pipeline.compare import compare_analyses
 from vitviz.ui.compare_window import (
+    DIFF_SCALE,
     MAX_HEAD_TICKS,
     OWN_SCALE,
     SAME_MAPS,
@@ -206,6 +207,8 @@ def test_each_side_is_titled_with_the_model_method_and_image_it_shows(
     assert c.view_b.full_title == f"B · {other.name} · {rollout} · {cat.name}"
     c.diff.setChecked(True)
     assert c.view_diff.full_title == f"A − B · {rollout} · {cat.name}"
+    axis = c.view_diff.colorbar.axis  # its scale says what its colours mean
+    assert axis.label.isVisible() and axis.labelString().find(DIFF_SCALE) >= 0
 
     window.open_image(rocket)  # the viewer's new image: both sides are of it
     qtbot.waitUntil(lambda: _settled(window, None) and c.result.image_label == rocket.name,

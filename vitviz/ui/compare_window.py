@@ -68,6 +68,7 @@ def every(count: int, most: int) -> list[tuple[int, str]]:
 SHARED_SCALE = "A and B: one scale"  # along both maps' colour bars
 OWN_SCALE = "{who}'s own scale"  # … or along each, when each map has its own
 SAME_MAPS = "A − B is 0 on every patch: both models give this map the same values."
+DIFF_SCALE = "A − B (red: A higher, blue: B higher)"  # along the difference's colour bar
 
 
 def shared_levels(*maps: np.ndarray | None) -> tuple[float, float] | None:
@@ -336,5 +337,5 @@ class CompareWindow(QWidget):
                 if self.view_diff.colorbar is not None:
                     self.view_diff.colorbar.setColorMap(DIVERGING)
                     self.view_diff._cmap_name = "diverging"
-                self.view_diff.set_map(d, (-top, top), opacity=0.8)
+                self.view_diff.set_map(d, (-top, top), opacity=0.8, scale_label=DIFF_SCALE)
                 self.view_diff.set_message(None)
