@@ -90,10 +90,11 @@ def test_the_prefix_line_says_which_layer_and_head_it_measures(
     qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "rollout", timeout=WAIT_MS)
     assert v.controls.layer_label.text() == "Grid layer"
     assert v.controls.prefix_label.text() == (
-        f"Prefix tokens in the grid's layer 1, head 2: {share:.1%} of this query's attention "
+        f"Prefix tokens, outlined tile: {share:.1%} of this query's attention "
         f"({over:.1%} over all patch queries)."
     )
-    label = v.controls.prefix_label  # the longer line is whole at 1366 × 768, never cut
+    assert "layer 1, head 2" in v.controls.prefix_label.toolTip()
+    label = v.controls.prefix_label  # the line is whole at 1366 × 768, never cut
     window.resize(1366, 768)
     qtbot.waitUntil(lambda: window.width() <= 1366, timeout=WAIT_MS)
     qtbot.wait(50)

@@ -242,9 +242,10 @@ class ViewControls(QWidget):
         self.opacity = QSlider(Qt.Orientation.Horizontal)
         self.opacity.setRange(0, 100)
         self.opacity.setValue(60)
-        # three steady lines: new text must not re-lay out the panel on every query change;
-        # more only while a narrow panel needs them (the grid's layer and head named)
-        self.prefix_label = LinesLabel("", lines=3)
+        self.prefix_label = QLabel("")
+        # three fixed lines: new text must not re-lay out the panel on every query change
+        self.prefix_label.setWordWrap(True)
+        self.prefix_label.setFixedHeight(3 * self.prefix_label.fontMetrics().lineSpacing() + 4)
 
         what = QGroupBox("Map")
         form = QFormLayout(what)

@@ -525,7 +525,7 @@ class ViewerTab(QWidget):
 
     def _update_prefix_label(self) -> None:
         """The attention the query gives the prefix tokens in the selected layer and head; under
-        a method whose map reads neither, the line names them (the grid's tile, not the map's)."""
+        a method whose map reads neither, the line says it is the head grid's outlined tile's."""
         if self.maps is None or self.image is None or self.image.num_prefix_tokens == 0:
             self.controls.prefix_label.setText("")
             return
@@ -537,7 +537,15 @@ class ViewerTab(QWidget):
         read = all(
             map_reads(c.current_method(), c.param_panel.ignored, n) for n in ("layer", "head")
         )
-        where = "this layer" if read else f"the grid's {c.layer.text()}, {c.head.currentText()}"
+        # the map reads neither: the line measures the head grid's outlined tile, said (its
+        # layer and head in the tooltip; three lines must hold it in a 1366-px window's panel)
+        where = "this layer" if read else "the outlined tile"
+        c.prefix_label.setToolTip(
+            ""
+            if read
+            else f"The head grid's outlined tile: {c.layer.text()}, {c.head.currentText()} "
+            "(the Grid layer and Grid head selectors)"
+        )
         if not np.isfinite(share.sum()):  # NaN: the layer has no prefix token for this query
             c.prefix_label.setText(f"Prefix tokens: none in {where} for this query.")
             return
@@ -554,7 +562,7 @@ class ViewerTab(QWidget):
             )
         else:
             c.prefix_label.setText(
-                f"Prefix tokens in {where}: {share.sum():.1%} of this query's attention "
+                f"Prefix tokens, outlined tile: {share.sum():.1%} of this query's attention "
                 f"({overall})."
             )
 
