@@ -16,6 +16,7 @@ from vitviz.imaging.colormaps import nice_levels
 from vitviz.pipeline.analysis import analyze
 from vitviz.pipeline.compare import compare_analyses
 from vitviz.ui.compare_window import (
+    DIFF_SCALE,
     MAX_HEAD_TICKS,
     OWN_SCALE,
     SAME_MAPS,
@@ -175,3 +176,46 @@ def test_the_compare_window_fits_a_small_screen() -> None:
     width, height = fitted_size(COMPARE_SIZE, (1366, 740))  # a 1366 × 768 laptop's free area
     assert width <= 1366 - FRAME_ROOM[0] and height <= 740 - FRAME_ROOM[1]
     assert fitted_size(COMPARE_SIZE, None) == COMPARE_SIZE
+
+
+def test_each_side_is_titled_with_the_model_method_and_image_it_shows(
+    qtbot, tmp_path: Path, tiny_ckpt: Path, photo_files
+) -> None:
+    """Each view's title names what it shows, from its result: its model (A: with the heads
+    knocked out of it), the method and the image; a new method or image renames both."""
+    window = new_window(qtbot, tmp_path / "settings" / "vitviz.ini")
+    cat, rocket = photo_files["chelsea"], photo_files["rocket"]
+    drop(window, [cat, tiny_ckpt])
+    wait_shown(qtbot, window, cat.name)
+    other = save_checkpoint(random_vit(seed=7), tmp_path / "other.safetensors",
+                            class_names=CLASS_NAMES)  # fmt: skip
+    window.compare_with(other)
+    qtbot.waitUntil(lambda: _settled(window, None), timeout=WAIT_MS)
+    c = window.compare
+    label = c.method.currentText()
+    assert c.view_a.full_title == f"A · {tiny_ckpt.name} · {label} · {cat.name}"
+    assert c.view_b.full_title == f"B · {other.name} · {label} · {cat.name}"
+
+    c.method.setCurrentIndex(c.method.findData("rollout"))
+    qtbot.waitUntil(lambda: _settled(window, None) and c.result.method == "rollout",
+                    timeout=WAIT_MS)  # fmt: skip
+    rollout = c.method.currentText()
+    assert rollout != label
+    assert c.view_b.full_title == f"B · {other.name} · {rollout} · {cat.name}"
+    c.diff.setChecked(True)
+    assert c.view_diff.full_title == f"A − B · {rollout} · {cat.name}"
+    axis = c.view_diff.colorbar.axis  # its scale says what its colours mean
+    assert axis.label.isVisible() and axis.labelString().find(DIFF_SCALE) >= 0
+
+    window.open_image(rocket)  # the viewer's new image: both sides are of it
+    qtbot.waitUntil(lambda: _settled(window, None) and c.result.image_label == rocket.name,
+                    timeout=WAIT_MS)  # fmt: skip
+    assert c.view_a.full_title == f"A · {tiny_ckpt.name} · {rollout} · {rocket.name}"
+
+    window.knockout.toggle(0, 1)  # A is the viewer's model, with its head knocked out
+    qtbot.waitUntil(lambda: _settled(window, None) and c.result.knocked_a == ((0, 1),),
+                    timeout=WAIT_MS)  # fmt: skip
+    assert c.view_a.full_title == (
+        f"A · {tiny_ckpt.name} · head 0.1 knocked out · {rollout} · {rocket.name}"
+    )
+    assert "knocked" not in c.view_b.full_title

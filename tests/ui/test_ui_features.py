@@ -69,6 +69,30 @@ def test_the_views_show_the_feature_maps(qtbot, shown) -> None:
     np.testing.assert_allclose(np.asarray(f.norm_view.overlay.image), norms["norms"], rtol=1e-6)
     assert len(f._outlines) == int(norms["high"].sum())
     assert "(CLS)" in f.prefix_label.text()
+    assert f.query_label.text() == "query: the CLS token"  # the token it took, said
+
+
+def test_the_query_words_name_the_mean_token_of_a_model_without_a_cls(
+    qtbot, tmp_path: Path, photo_files
+) -> None:
+    """A model without prefix tokens: the similarity's query is the mean patch token, and the
+    query line says that one (not "CLS (or the mean token)")."""
+    from conftest import random_vit
+
+    from vitviz.checkpoints import save_checkpoint
+
+    model = random_vit(seed=4, class_token=False, global_pool="avg")
+    ckpt = save_checkpoint(model, tmp_path / "nocls.safetensors", class_names=list("abcde"))
+    window = new_window(qtbot, tmp_path / "settings" / "vitviz.ini")
+    drop(window, [photo_files["chelsea"], ckpt])
+    wait_shown(qtbot, window, photo_files["chelsea"].name)
+    window.tabs.setCurrentWidget(window.features)
+    qtbot.waitUntil(lambda: _features_settled(window), timeout=WAIT_MS)
+    f = window.features
+    assert f.result.prefix_norms.size == 0
+    assert f.query_label.text() == "query: the mean patch token"
+    f.set_query((1, 2))
+    assert f.query_label.text() == "query: patch row 1, col 2"
 
 
 def test_click_and_block_follow(qtbot, shown) -> None:

@@ -29,3 +29,24 @@ def test_no_axis_label_gets_an_automatic_scale(qtbot, tmp_path: Path) -> None:
     heads = compare.heads.getAxis("bottom")  # the compare grid's head axis among them
     assert heads.labelString() in labelled and "head" in heads.labelString()
     assert len(labelled) >= 10, labelled  # predictions, statistics, lens, curves, training
+
+
+def test_the_logit_lens_top_tick_is_whole_in_a_short_chart(qtbot) -> None:
+    """The Features tab's logit lens at 1366 × 768 is about 150 px tall: its "1" on the p axis
+    lies far enough below the chart's top edge to be drawn whole (it was cut in half)."""
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    from vitviz.ui.logit_lens_chart import LogitLensChart
+
+    chart = LogitLensChart()
+    qtbot.addWidget(chart)
+    chart.resize(1340, 150)
+    chart.show()
+    qtbot.waitExposed(chart)
+    vb = chart.getPlotItem().vb
+    qtbot.waitUntil(lambda: vb.height() > 0)
+    top = chart.mapFromScene(vb.mapViewToScene(QPointF(0.0, 1.0))).y()
+    axis = chart.getAxis("left")
+    half = QFontMetrics(axis.style.get("tickFont") or QFont()).height() / 2
+    assert top >= half, (top, half)

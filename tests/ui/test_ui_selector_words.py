@@ -53,3 +53,49 @@ def test_the_words_follow_the_table_and_the_kind(qtbot) -> None:
     controls.set_shape(4, 1)
     assert _words(controls) == ("Layer", "Grid head")
     assert "its layers have one head" in controls.head.toolTip()
+
+
+def test_the_prefix_line_says_which_layer_and_head_it_measures(
+    qtbot, tmp_path, photo_files
+) -> None:
+    """The prefix-token line reads the Layer and Head selectors: both its numbers are the
+    selected head's (the query's share and the share over all patch queries); under a method
+    whose map reads neither, the line names the grid's layer and head it measures."""
+    from conftest import random_vit
+    from test_ui_window import WAIT_MS, new_window, settled, wait_shown
+
+    from vitviz.checkpoints import load_checkpoint, save_checkpoint
+    from vitviz.pipeline.analysis import analyze
+
+    window = new_window(qtbot, tmp_path / "settings.ini")
+    model = random_vit(image_size=64, patch_size=8, dim=48, depth=3, heads=3, seed=2)
+    ckpt = save_checkpoint(model, tmp_path / "a.safetensors", class_names=list("abcde"))
+    photo = photo_files["chelsea"]
+    window.open_checkpoint(ckpt)
+    window.open_image(photo)
+    wait_shown(qtbot, window, photo.name)
+    v = window.viewer
+    a = analyze(load_checkpoint(ckpt), photo)
+    v.controls.select(layer=1, head=2)
+    qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
+    assert v.controls.selected_layer() == 1 and v.controls.selected_head() == 2
+    share = float(a.attention[1, 2, 0, 0])  # the CLS query's attention to itself
+    over = float(a.prefix_share[1, 2])  # head 2's, not the mean of the layer's heads
+    assert abs(over - float(a.prefix_share[1].mean())) > 1e-3  # the two differ: it can fail
+    assert v.controls.prefix_label.text() == (
+        f"Prefix tokens: {share:.1%} of this query's attention in this layer "
+        f"({over:.1%} over all patch queries)."
+    )
+    v.controls.select_method("rollout")  # its map reads no layer or head: the line says which
+    qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "rollout", timeout=WAIT_MS)
+    assert v.controls.layer_label.text() == "Grid layer"
+    assert v.controls.prefix_label.text() == (
+        f"Prefix tokens, outlined tile: {share:.1%} of this query's attention "
+        f"({over:.1%} over all patch queries)."
+    )
+    assert "layer 1, head 2" in v.controls.prefix_label.toolTip()
+    label = v.controls.prefix_label  # the line is whole at 1366 × 768, never cut
+    window.resize(1366, 768)
+    qtbot.waitUntil(lambda: window.width() <= 1366, timeout=WAIT_MS)
+    qtbot.wait(50)
+    assert label.height() >= label.heightForWidth(label.width()) > 0

@@ -26,7 +26,7 @@ from vitviz.imaging.figure import titled_figure
 from vitviz.imaging.overlay import head_grid_image, save_png
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
 from vitviz.kindapi import KindAnalysis
-from vitviz.pipeline.intervention_record import intervention_arrays
+from vitviz.pipeline.intervention_record import intervention_arrays, intervention_line
 
 # the shared keys, then a ViT's own (``ModelKind.npz_arrays``), in the order written
 SHARED_NPZ_KEYS = (
@@ -257,9 +257,9 @@ def heads_figure(
 ) -> Image.Image:
     """The head grid picture of (L, H, gh, gw) ``maps`` and their (L, gh, gw) ``means`` over
     ``analysis``'s pixels: rows ``row_names``, columns mean, H0, …; ``titled``: ``title``, the
-    query and the scale, and the model (``model_line``) above it and a colour bar beside it
-    (per head: 0 to each tile's max; shared: the window's head-grid scale, 0 to a round number
-    above the largest value)."""
+    query and the scale, the model (``model_line``) and what was knocked out of it above it and
+    a colour bar beside it (per head: 0 to each tile's max; shared: the window's head-grid
+    scale, 0 to a round number above the largest value)."""
     from vitviz.imaging.colormaps import maps_levels
 
     levels = None if per_head else maps_levels(maps, means)
@@ -280,6 +280,7 @@ def heads_figure(
         title,
         f"{query} · columns: mean of heads, H0, H1, … · {scale}",
         *model_line(analysis),
+        *intervention_line(analysis),
     ]
     ticks = PER_HEAD_TICKS if per_head else None
     return titled_figure(grid, lines, levels or (0.0, 1.0), colormap, ticks)
@@ -303,7 +304,8 @@ def map_title(
     analysis: KindAnalysis, maps: ExplainedMaps, name: str, settings: MapSettings | None = None
 ) -> list[str]:
     """Title lines of a map's figure: method and class with its probability; then the query
-    and, when ``settings`` are given, the method's parameter values; then the model."""
+    and, when ``settings`` are given, the method's parameter values; then the model and what
+    was knocked out of it."""
     method = get_method(name)
     if maps.target_class < 0 or not _has_head(analysis):
         said = "no classification head"
@@ -316,7 +318,12 @@ def map_title(
     if settings is not None and method.parameters:
         values = method.resolve(settings.params_for(method, analysis), strict=False)
         detail += " · " + ", ".join(f"{k} {v}" for k, v in values.items())
-    return [f"{method.label} · {said}", detail, *model_line(analysis)]
+    return [
+        f"{method.label} · {said}",
+        detail,
+        *model_line(analysis),
+        *intervention_line(analysis),
+    ]
 
 
 def rgb_map_picture(

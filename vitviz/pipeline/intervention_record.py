@@ -54,11 +54,20 @@ class InterventionRecord:
             "ablated_mlp": np.array(self.mlp, dtype=np.int64),
         }
 
-    def words(self) -> str:
-        """What was knocked out, as the CLI names it: "0.1, 1.attn, 2.mlp (zero)"."""
+    def names(self) -> str:
+        """The heads and branches knocked out, as the CLI names them: "0.1, 1.attn, 2.mlp"."""
         names = [f"{layer}.{head}" for layer, head in self.heads]
         names += [f"{b}.attn" for b in self.attention] + [f"{b}.mlp" for b in self.mlp]
-        return f"{', '.join(names)} ({self.mode})"
+        return ", ".join(names)
+
+    def words(self) -> str:
+        """What was knocked out, as the CLI names it: "0.1, 1.attn, 2.mlp (zero)"."""
+        return f"{self.names()} ({self.mode})"
+
+    def title(self) -> str:
+        """A picture's title line: "knocked out (zero ablation): 0.1, 1.attn"; "" for none."""
+        names = self.names()
+        return f"knocked out ({self.mode} ablation): {names}" if names else ""
 
 
 A = TypeVar("A")
@@ -74,3 +83,11 @@ def intervention_arrays(analysis: Any) -> dict[str, np.ndarray]:
     """The npz arrays of the intervention ``analysis`` came from; none for a clean model's."""
     record = getattr(analysis, "intervention", None)
     return record.npz_arrays() if isinstance(record, InterventionRecord) else {}
+
+
+def intervention_line(analysis: Any) -> list[str]:
+    """The title line naming what was knocked out of ``analysis``'s model; none for a clean
+    model's (the window's map title says the same, DESIGN §6)."""
+    record = getattr(analysis, "intervention", None)
+    title = record.title() if isinstance(record, InterventionRecord) else ""
+    return [title] if title else []

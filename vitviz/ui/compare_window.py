@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from vitviz.imaging.colormaps import nice_levels
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.colors import make_colorbar, set_colorbar_levels
+from vitviz.ui.knockout import knocked_words
 from vitviz.ui.plot_axes import plain_axes
 from vitviz.ui.view_state import nearest_runnable
 from vitviz.workers import compare_jobs
@@ -67,6 +68,7 @@ def every(count: int, most: int) -> list[tuple[int, str]]:
 SHARED_SCALE = "A and B: one scale"  # along both maps' colour bars
 OWN_SCALE = "{who}'s own scale"  # … or along each, when each map has its own
 SAME_MAPS = "A − B is 0 on every patch: both models give this map the same values."
+DIFF_SCALE = "A − B (red: A higher, blue: B higher)"  # along the difference's colour bar
 
 
 def shared_levels(*maps: np.ndarray | None) -> tuple[float, float] | None:
@@ -275,6 +277,18 @@ class CompareWindow(QWidget):
         )
         self.status.setText(result.error)
 
+    def method_label(self, name: str) -> str:
+        """The label of method ``name`` (the name itself where the table lacks it)."""
+        return next((m.label for m in self.methods if m.name == name), name)
+
+    def view_title(self, who: str, r: CompareResult) -> str:
+        """What one side shows, from its result: "A · model · heads 0.1 knocked out ·
+        Attention rollout · cat.jpg" (the model, what was knocked out of it, method, image)."""
+        name = r.name_a if who == "A" else r.name_b
+        knocked = knocked_words(r.knocked_a, r.ablation_a) if who == "A" else ""
+        parts = [who, name, knocked, self.method_label(r.method), r.image_label]
+        return " · ".join(p for p in parts if p)
+
     def failed(self, message: str) -> None:
         self.status.setText(message)
 
@@ -292,8 +306,9 @@ class CompareWindow(QWidget):
             for view, values, who in ((self.view_a, r.map_a, "A"), (self.view_b, r.map_b, "B")):
                 own = OWN_SCALE.format(who=who)
                 view.set_map(values, shared_levels(values), opacity=0.6, scale_label=own)
-        self.view_a.set_title(f"A · {r.name_a}")
-        self.view_b.set_title(f"B · {r.name_b}")
+        self.view_a.set_title(self.view_title("A", r))
+        self.view_b.set_title(self.view_title("B", r))
+        self.view_diff.set_title(f"A − B · {self.method_label(r.method)} · {r.image_label}")
         grid = None if self.image is None else tuple(self.image.grid)
         for view, values, error, who in ((self.view_a, r.map_a, r.errors[0], "A"),
                                          (self.view_b, r.map_b, r.errors[1], "B")):  # fmt: skip
@@ -322,5 +337,5 @@ class CompareWindow(QWidget):
                 if self.view_diff.colorbar is not None:
                     self.view_diff.colorbar.setColorMap(DIVERGING)
                     self.view_diff._cmap_name = "diverging"
-                self.view_diff.set_map(d, (-top, top), opacity=0.8)
+                self.view_diff.set_map(d, (-top, top), opacity=0.8, scale_label=DIFF_SCALE)
                 self.view_diff.set_message(None)

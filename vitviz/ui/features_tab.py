@@ -156,10 +156,15 @@ class FeaturesTab(QWidget):
             self.request()
 
     def _say_query(self) -> None:
-        self.query_label.setText(
-            "query: CLS (or the mean token)" if self.query is None
-            else f"query: patch row {self.query[0]}, col {self.query[1]}"
-        )  # fmt: skip
+        """The query in words; without a click, the token the shown block's result took (the
+        CLS where the block has prefix tokens, else the mean patch token)."""
+        if self.query is not None:
+            said = f"patch row {self.query[0]}, col {self.query[1]}"
+        elif self.result is None or self.result.query is not None:  # not known yet
+            said = "CLS (or the mean token)"
+        else:
+            said = "the CLS token" if self.result.prefix_norms.size else "the mean patch token"
+        self.query_label.setText(f"query: {said}")
 
     def request(self) -> int | None:
         """The features for the current block, query and foreground, from the engine; while
@@ -212,6 +217,7 @@ class FeaturesTab(QWidget):
         if old is None or old.high is not result.high:
             self._outline(result.high)
         self.prefix_label.setText(prefix_words(result.prefix_norms))
+        self._say_query()  # the token it took, now known
         if old is None or old.logit_lens is not result.logit_lens:
             self.logit_lens.set_lens(result.logit_lens, result.class_names)
         said = f"{high} high-norm token{'s' if high != 1 else ''} (norm > median + 4 · MAD)"

@@ -23,6 +23,9 @@ def lens_classes(lens: np.ndarray, top: int = TOP) -> list[int]:
     return [int(c) for c in np.argsort(-finite[-1], kind="stable")[:top]]
 
 
+TOP_ROOM_PX = 8  # half a tick label's height, and a little more
+
+
 class LogitLensChart(pg.PlotWidget):
     """Probability (0..1) of the top classes after each block; a gap where a block has no
     readout (an earlier stage of another width)."""
@@ -38,6 +41,8 @@ class LogitLensChart(pg.PlotWidget):
         plain_axes(self)
         self.getAxis("left").setTicks([[(0.0, "0"), (0.5, "0.5"), (1.0, "1")]])  # it is short
         self.setYRange(0.0, 1.0, padding=0.02)
+        # room above the plot for the top tick's "1" (the view's edge would cut it in half)
+        self.getPlotItem().setContentsMargins(0, TOP_ROOM_PX, 0, 0)
         self.legend = LegendBelow(self, columns=3, labelTextSize="8pt")
         self.shown: list[int] = []
         self.empty = pg.TextItem(NO_LENS, color="#555555", anchor=(0.5, 0.5))

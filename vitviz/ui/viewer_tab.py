@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QSplitter, QTabWidget, QVBoxL
 
 from vitviz.ui.canvas import ImageCanvas
 from vitviz.ui.charts import PredictionsChart
-from vitviz.ui.controls import ATTENTION, MEAN, ViewControls, from_layer_picker
+from vitviz.ui.controls import ATTENTION, MEAN, ViewControls, from_layer_picker, map_reads
 from vitviz.ui.faithfulness_panel import FaithfulnessPanel
 from vitviz.ui.head_grid_panel import HeadGridPanel
 from vitviz.ui.knockout import knocked_words
@@ -524,24 +524,47 @@ class ViewerTab(QWidget):
         self._apply_view_state()
 
     def _update_prefix_label(self) -> None:
+        """The attention the query gives the prefix tokens in the selected layer and head; under
+        a method whose map reads neither, the line says it is the head grid's outlined tile's."""
         if self.maps is None or self.image is None or self.image.num_prefix_tokens == 0:
             self.controls.prefix_label.setText("")
             return
-        layer, head = self.controls.selected_layer(), self.controls.selected_head()
+        c = self.controls
+        layer, head = c.selected_layer(), c.selected_head()
         pa = self.maps.prefix_attention[min(layer, self.maps.prefix_attention.shape[0] - 1)]
         heads = np.isfinite(pa).all(axis=1)  # NaN rows: heads a layer lacks (fewer heads)
         share = pa[heads].mean(axis=0) if head == MEAN and heads.any() else pa[head]
+        read = all(
+            map_reads(c.current_method(), c.param_panel.ignored, n) for n in ("layer", "head")
+        )
+        # the map reads neither: the line measures the head grid's outlined tile, said (its
+        # layer and head in the tooltip; three lines must hold it in a 1366-px window's panel)
+        where = "this layer" if read else "the outlined tile"
+        c.prefix_label.setToolTip(
+            ""
+            if read
+            else f"The head grid's outlined tile: {c.layer.text()}, {c.head.currentText()} "
+            "(the Grid layer and Grid head selectors)"
+        )
         if not np.isfinite(share.sum()):  # NaN: the layer has no prefix token for this query
-            self.controls.prefix_label.setText("Prefix tokens: none in this layer for this query.")
+            c.prefix_label.setText(f"Prefix tokens: none in {where} for this query.")
             return
-        over = self.image.prefix_share[layer]
+        over = self.image.prefix_share[layer]  # (H,) each head's share over all patch queries
+        over = over if head == MEAN else over[head : head + 1]
         over = over[np.isfinite(over)]
         overall = (  # a layer whose one query is a prefix token (a cross-attention) has none
             f"{over.mean():.1%} over all patch queries" if over.size else "no patch query here"
         )
-        self.controls.prefix_label.setText(
-            f"Prefix tokens: {share.sum():.1%} of this query's attention in this layer ({overall})."
-        )
+        if read:
+            c.prefix_label.setText(
+                f"Prefix tokens: {share.sum():.1%} of this query's attention in this layer "
+                f"({overall})."
+            )
+        else:
+            c.prefix_label.setText(
+                f"Prefix tokens, outlined tile: {share.sum():.1%} of this query's attention "
+                f"({overall})."
+            )
 
     def _on_hover(self, info: object) -> None:
         """A patch under the pointer (either view): its place and the map's value there."""

@@ -77,6 +77,7 @@ def compare_view(
     the head similarity of their query attention."""
     from vitviz.explain.features import head_similarity
     from vitviz.pipeline.compare import ModelSession, query_attention
+    from vitviz.workers.held import knocked_out
 
     if state.analysis is None or state.loaded is None:
         raise UserFacingError("Open an image and a checkpoint first.", "no_image")
@@ -89,6 +90,7 @@ def compare_view(
     except (ValueError, OSError) as exc:
         raise UserFacingError(str(exc), "compare") from exc
     sim = head_similarity(query_attention(state.loaded, a), query_attention(second, b)).numpy()
+    knocked = knocked_out(state)  # A is the viewer's model, with the heads it holds out
     maps, errors = [], []
     for loaded, analysis in ((state.loaded, a), (second, b)):
         session = ModelSession(loaded, analysis)
@@ -111,4 +113,7 @@ def compare_view(
         error=next((e for e in errors if e), ""),
         refused_b=_refused(state, second, b),
         errors=(errors[0], errors[1]),
+        image_label=state.label,
+        knocked_a=knocked,
+        ablation_a=state.intervention.ablation if knocked else "zero",
     )

@@ -231,6 +231,7 @@ def analyze_image(
     """Analyse ``source`` (path, bytes or uint8 array) with the current model; ``gradients``
     keeps the top class's attention gradients from the same pass (gradient methods shown)."""
     from vitviz.imaging import ImageLoadError
+    from vitviz.pipeline.intervention_record import InterventionRecord
     from vitviz.workers.held import knocked_out, renew_means
 
     if state.loaded is None:
@@ -254,6 +255,9 @@ def analyze_image(
         raise UserFacingError(str(exc), "image") from exc
     except ValueError as exc:  # e.g. an image smaller than one patch after preprocessing
         raise UserFacingError(f"{label}: {exc}", "image") from exc
+    held = knocked_out(state)  # the analysis says what was knocked out (its npz and PNGs)
+    ablation = state.intervention.ablation if held else "zero"
+    analysis.intervention = InterventionRecord.of(held, ablation) if held else None
     state.analysis, state.source, state.label = analysis, source, label
     numbers = kind.image_numbers(state)
     display, scale = display_copy(analysis.source)  # as the model sees it (gray for 1 channel)
@@ -267,8 +271,8 @@ def analyze_image(
         scores=getattr(state.loaded.model.config, "outputs", "logits"),
         mask_path=_mask_path(source),
         cam_blocks=kind.cam_depth(state.loaded.model),
-        knocked_out=knocked_out(state),
-        ablation=state.intervention.ablation if knocked_out(state) else "zero",
+        knocked_out=held,
+        ablation=ablation,
         seconds=time.perf_counter() - start,
         **{f.name: getattr(numbers, f.name) for f in fields(numbers)},
     )

@@ -264,8 +264,9 @@ class CompareResult:
     """Two models on the current image (File ▸ Compare with…, DESIGN §5): each one's map of
     ``method`` for ``query`` (``map_a``, ``map_b``: (h, w), None with its reason in ``errors``
     and the first of them in ``error``), its name and
-    top predictions [(class, probability)], ``head_similarity`` (L, H) or (L, 1), and the
-    methods model B can't run on this image with its reasons (``refused_b``)."""
+    top predictions [(class, probability)], ``head_similarity`` (L, H) or (L, 1), the
+    methods model B can't run on this image with its reasons (``refused_b``), the image's
+    label and the heads knocked out of model A (the viewer's model) when any are."""
 
     method: str
     query: tuple[int, int] | None
@@ -279,3 +280,6 @@ class CompareResult:
     error: str = ""
     refused_b: dict[str, str] = field(default_factory=dict)  # {method: why B can't run it}
     errors: tuple[str, str] = ("", "")  # why map_a, map_b is None ("" where it is not)
+    image_label: str = ""  # the image both maps are of
+    knocked_a: tuple[tuple[int, int], ...] = ()  # heads knocked out of model A (layer, head)
+    ablation_a: str = "zero"  # how they were
