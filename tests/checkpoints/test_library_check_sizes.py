@@ -19,6 +19,9 @@ import timm
 import torch
 from timm.models import save_for_hf
 from transformers import (
+    BeitConfig,
+    BeitForImageClassification,
+    BeitImageProcessor,
     BitImageProcessor,
     Dinov2Config,
     Dinov2Model,
@@ -223,3 +226,43 @@ def test_a_library_that_runs_at_its_own_size_only_leaves_the_size_analysed_unche
     assert result is not None and result.ok and result.sizes == ((56, 56),)
     said = "not checked at 28×28, a size analysed: transformers' model here runs at its own size"
     assert said in result.note(), result.note()
+
+
+def test_a_beit_cropped_below_its_config_size_says_the_crop_is_unchecked(tmp_path: Path) -> None:
+    """A BEiT folder (a relative position bias in every layer) whose processor crops 64 to 32:
+    transformers' model runs at the crop (interpolate_pos_encoding resamples its bias tables),
+    vitviz's network does not resample a relative position bias. So it is checked at its own
+    64×64 only, the note naming the crop and why; an analysis at the crop is refused in one
+    line (not shown wrong)."""
+    config = BeitConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=64,
+        patch_size=16,
+        num_labels=3,
+        use_absolute_position_embeddings=False,
+        use_relative_position_bias=True,
+        use_mean_pooling=True,
+        layer_scale_init_value=0.1,
+        attn_implementation="eager",
+    )
+    model = randomize_(BeitForImageClassification(config), seed=5)
+    model.save_pretrained(tmp_path / "beit")
+    crop = {"height": 32, "width": 32}
+    processor = BeitImageProcessor(
+        size={"height": 40, "width": 40}, crop_size=crop, do_center_crop=True
+    )
+    processor.save_pretrained(tmp_path / "beit")
+    loaded = load_checkpoint(tmp_path / "beit")
+    assert loaded.config.image_size == (64, 64) and loaded.preprocessing.image_size == (32, 32)
+    note = next(n for n in loaded.notes if n.startswith("checked against transformers"))
+    assert "at 64×64: logits" in note, note
+    assert "not checked at 32×32, a size analysed: the probe fails there" in note, note
+    assert "relative position bias learnt on 16 patches" in note and "\n" not in note, note
+    x = images(1, 32, 32, seed=9)
+    with torch.no_grad():  # the library's model runs there: the limit is vitviz's network
+        assert model(pixel_values=x, interpolate_pos_encoding=True).logits.shape == (1, 3)
+        with pytest.raises(ValueError, match="analyse it at the model's own input size"):
+            loaded.model(x)

@@ -7,6 +7,7 @@ torch, its model vitviz's ViT rebuilt from the file's own tensors by the referen
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -128,9 +129,11 @@ def test_a_reference_whose_numbers_differ_is_refused(
 ) -> None:
     toy = ToyLibrary(logit_scale, attention_shift)
     _register(monkeypatch, toy.reference(**limits))
-    with pytest.raises(CheckpointError, match=rf"differs from torch .*{what}"):
+    with pytest.raises(CheckpointError, match=rf"differs from torch .*{what}") as info:
         load_checkpoint(toy_file)
-    assert toy.calls == ["build ToyNet", "read"]
+    # the float32 miss is read again in float64, where the difference (the function's) stays
+    assert toy.calls == ["build ToyNet", "read", "read"]
+    assert re.search(rf"in float64 too: .*{what.split(' .limit')[0]}", str(info.value)), info.value
 
 
 class _UnfitLibrary(ToyLibrary):

@@ -11,6 +11,14 @@ it, runs both models, compares and words the result:
     logits     max |ours - theirs| / max |theirs|        must be <= 1e-4
     attention  max |ours - theirs| over every layer      must be <= 1e-5
 
+Where float32 misses those limits, both models run again in float64 (the library's model and a
+copy of vitviz's, cast; the same probe image) at the sizes that missed, and the checkpoint is
+accepted only if they agree there to 1e-9 (logits relative, attention absolute): float32's
+rounding in another order (a sharpened attention, a deep model's large logits) shrinks by about
+2**29 in float64, a mistake (a wrong weight, eps or rule) does not. The note gives both numbers.
+A retry that would not fit in the memory free (``core.host_memory``) refuses with the float32
+numbers.
+
 The probe runs at the model's own size and at each size vitviz analyses that is not it (an
 image processor's crop, a sidecar's ``preprocessing.image_size``, the sizes of ``resize: "fit"``:
 ``probe_sizes``), where the position table is resampled: the library's model resamples its own
@@ -24,14 +32,15 @@ open costs nothing.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -42,6 +51,7 @@ from vitviz.checkpoints.cache import cache_home
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.folders import folder_weights
 from vitviz.checkpoints.probe_sizes import Size, analysed_sizes, probe_sizes, size_words
+from vitviz.core.host_memory import host_budget
 from vitviz.imaging import Preprocessing
 from vitviz.kindapi import ModelKind
 
@@ -50,10 +60,19 @@ if TYPE_CHECKING:
 
 LOGITS_RTOL = 1e-4
 ATTENTION_ATOL = 1e-5
+# the float64 retry's limits (logits relative, attention absolute): float64 rounds 2**29 times
+# finer than float32, so a float32 miss of 1e-4 that is rounding alone comes back near 1e-13
+# (1e-16 amplified as float32's was); a mistake is the function's, the same in either precision,
+# and was at least 1e-4 to be retried at all: 1e-9 is 5 orders below it and 4 above rounding
+FLOAT64_RTOL = 1e-9
+FLOAT64_ATOL = 1e-9
+USABLE_FRACTION = 0.9  # of the memory free, for the float64 retry: the rest is left to the system
 SKIP_ENV = "VITVIZ_NO_LIBRARY_CHECK"
 # part of every cached result's key: raised whenever what a check decides changes, so no
 # result written by an older rule is trusted (a build failure read as a note, not a refusal)
-CHECK_RULES = 3  # 3: the probe runs at every size analysed, not the model's own alone
+# 3: the probe runs at every size analysed, not the model's own alone; 4: a float32 miss is
+# retried in float64
+CHECK_RULES = 4
 _MIB = 1 << 20
 
 
@@ -101,14 +120,35 @@ class CheckResult:
     sizes: tuple[Size, ...] = ()  # the probe sizes (H, W) compared, the model's own first
     failed_at: Size | None = None  # the first of them whose numbers are beyond the limits
     unchecked: str = ""  # the sizes analysed the probe could not run at, and why
+    # the float64 retry after a float32 miss, at the sizes that missed (None: not run)
+    float64_logits: float | None = None
+    float64_attention: float | None = None
+    float64_problem: str = ""  # why the retry did not run or finish ("" when it ran)
+
+    @property
+    def within_float32(self) -> bool:
+        """The float32 numbers within the limits."""
+        if self.logits is None:
+            return False
+        return self.logits <= self.logits_limit and (
+            self.attention is None or self.attention <= self.attention_limit
+        )
+
+    @property
+    def exact_in_float64(self) -> bool:
+        """Missed in float32, and the same function in float64 (within 1e-9)."""
+        if self.float64_logits is None:
+            return False
+        return self.float64_logits <= min(FLOAT64_RTOL, self.logits_limit) and (
+            self.attention is None
+            or (self.float64_attention is not None and self.float64_attention <= FLOAT64_ATOL)
+        )
 
     @property
     def ok(self) -> bool:
         if self.logits is None:
             return self.problem is not None and not self.unfit
-        return self.logits <= self.logits_limit and (
-            self.attention is None or self.attention <= self.attention_limit
-        )
+        return self.within_float32 or self.exact_in_float64
 
     def note(self) -> str:
         if self.problem is not None:
@@ -121,10 +161,27 @@ class CheckResult:
         if len(self.sizes) > 1 or self.unchecked:
             at = " at " + " and ".join(size_words(s) for s in self.sizes)
         skipped = f"; not checked at {self.unchecked}" if self.unchecked else ""
+        numbers = f"logits {self.logits:.1g}{att}"
+        if not self.within_float32 and self.exact_in_float64:
+            limits = f"limit {self.logits_limit:g}" + (
+                "" if self.attention is None else f", {self.attention_limit:g}"
+            )
+            numbers = (
+                f"in float32 {numbers} (over the {limits}: float32's rounding), "
+                "checked in float64: "
+                f"{self.float64_words()} (limit {FLOAT64_RTOL:g}), the same function"
+            )
         return (
-            f"checked against {self.library}: vitviz's reading of {self.arch}{at}: logits "
-            f"{self.logits:.1g}{att}{skipped}"
+            f"checked against {self.library}: vitviz's reading of {self.arch}{at}: {numbers}"
+            f"{skipped}"
         )
+
+    def float64_words(self) -> str:
+        """ "logits 3e-15, attention 2e-17": the float64 retry's numbers."""
+        if self.float64_logits is None:
+            return ""
+        att = "" if self.float64_attention is None else f", attention {self.float64_attention:.1g}"
+        return f"logits {self.float64_logits:.1g}{att}"
 
 
 def possessive(library: str) -> str:
@@ -234,14 +291,25 @@ def check_or_refuse(
             "(--arch NAME)."
         )
     if not result.ok:
-        att = "" if result.attention is None else f", attention {result.attention:.2g}"
+        att = (
+            ""
+            if result.attention is None
+            else f", attention {result.attention:.2g} (limit {result.attention_limit:g})"
+        )
         at = "" if result.failed_at is None else f" at {size_words(result.failed_at)}"
         if result.failed_at is not None and list(result.failed_at) != list(result.sizes[0]):
             at += " (a size analysed; its own is " + size_words(result.sizes[0]) + ")"
+        retried = (
+            f"; in float64 too: {result.float64_words()} (limit {FLOAT64_RTOL:g})"
+            if result.float64_logits is not None
+            else f"; not retried in float64: {result.float64_problem}"
+            if result.float64_problem
+            else ""
+        )
         raise CheckpointError(
             f"{path.name}: vitviz's reading of {ref.label} differs from {result.library}'s own "
-            f"model{at}: logits {result.logits:.2g} (limit {result.logits_limit:g}){att} (limit "
-            f"{result.attention_limit:g}); refused rather than shown wrong."
+            f"model{at}: logits {result.logits:.2g} (limit {result.logits_limit:g}){att}"
+            f"{retried}; refused rather than shown wrong."
         )
     notes.append(result.note() + (f" ({unsaid})" if unsaid and result.problem is None else ""))
 
@@ -290,7 +358,7 @@ def compare(
         return CheckResult(version, ref.label, None, None, problem, *limits)
     own = (int(cfg.image_size[0]), int(cfg.image_size[1]))
     probes = sizes or [own]
-    rows: list[tuple[Size, float, float | None]] = [(own, *_probe(model, theirs, how, kind, own))]
+    rows = [_Row(own, *_probe(model, theirs, how, kind, own))]
     skipped: list[str] = []
     resized = _any_size_model(ref, cfg, weights, theirs) if len(probes) > 1 else theirs
     if isinstance(resized, str):  # the library's model runs at its own size only
@@ -298,26 +366,89 @@ def compare(
         skipped.append(f"{where}, {'sizes' if len(probes) > 2 else 'a size'} analysed: {resized}")
     for size in [] if isinstance(resized, str) else probes[1:]:
         try:
-            rows.append((size, *_probe(model, resized, how, kind, size)))
+            rows.append(_Row(size, *_probe(model, resized, how, kind, size)))
         except _RUN_ERRORS as exc:
             skipped.append(
                 f"{size_words(size)}, a size analysed: the probe fails there ({_why(exc)})"
             )
-    logits = max(r[1] for r in rows)
-    compared = [r[2] for r in rows if r[2] is not None]
+    logits = max(r.logits for r in rows)
+    compared = [r.attention for r in rows if r.attention is not None]
     attention = max(compared) if len(compared) == len(rows) else None
-    failed = [r[0] for r in rows if r[1] > limits[0] or (r[2] is not None and r[2] > limits[1])]
-    return CheckResult(
+    failed = [
+        r
+        for r in rows
+        if r.logits > limits[0] or (r.attention is not None and r.attention > limits[1])
+    ]
+    result = CheckResult(
         version,
         ref.label,
         logits,
         attention,
         None,
         *limits,
-        sizes=tuple(r[0] for r in rows),
-        failed_at=failed[0] if failed else None,
+        sizes=tuple(r.size for r in rows),
+        failed_at=failed[0].size if failed else None,
         unchecked="; ".join(skipped),
     )
+    if not failed:
+        return result
+    library = {
+        own: theirs,
+        **({} if isinstance(resized, str) else dict.fromkeys(probes[1:], resized)),
+    }
+    return replace(result, **_in_float64(model, library, how, kind, failed))
+
+
+class _Row(NamedTuple):
+    """One probe size's numbers: logits' relative error, attention's absolute error (None: not
+    compared) and the bytes of the attention maps both models kept there."""
+
+    size: Size
+    logits: float
+    attention: float | None
+    held: int
+
+
+def _in_float64(
+    model: nn.Module,
+    library: dict[Size, nn.Module],
+    how: LibraryReference,
+    kind: ModelKind,
+    missed: list[_Row],
+) -> dict[str, Any]:
+    """The float64 retry at the sizes that ``missed`` in float32: the library's models (cast
+    in place: they are the check's own) and a copy of vitviz's ``model``, on the same probe
+    image cast; CheckResult's ``float64_*`` fields. A retry that would not fit in the memory
+    free, or that fails, gives its reason instead."""
+    models = {id(m): m for m in [model, *library.values()]}
+    numbers = sum(
+        t.numel()
+        for m in models.values()
+        for t in [*m.parameters(), *m.buffers()]
+        if t.is_floating_point()
+    )
+    # every model's tensors, and the maps both keep at the largest size, in 8 bytes a number;
+    # float32's maps were 4: doubled (with the allocator's slack)
+    needed = int(1.25 * (8 * numbers + 2 * max(r.held for r in missed))) + (16 << 20)
+    try:
+        free = host_budget()
+    except ValueError as exc:  # VITVIZ_MEMORY_BUDGET that is not a size
+        return {"float64_problem": str(exc)}
+    if free is not None and needed > USABLE_FRACTION * free:
+        need, room = needed / 2**20, USABLE_FRACTION * free / 2**20
+        return {"float64_problem": f"it would need {need:,.0f} MB, {room:,.0f} MB is usable"}
+    try:
+        ours = copy.deepcopy(model).double()
+        for m in library.values():
+            m.double()
+        rows = [_probe(ours, library[r.size], how, kind, r.size, torch.float64) for r in missed]
+    except (*_RUN_ERRORS, MemoryError) as exc:  # a model with no float64 path, or no memory
+        return {"float64_problem": f"its float64 run fails ({_why(exc)})"}
+    compared = [a for _, a, _ in rows if a is not None]
+    return {
+        "float64_logits": max(lg for lg, _, _ in rows),
+        "float64_attention": max(compared) if len(compared) == len(rows) else None,
+    }
 
 
 # what running a model at a size it can't take raises (timm's patch embedding asserts its size)
@@ -325,12 +456,18 @@ _RUN_ERRORS = (RuntimeError, ValueError, TypeError, AssertionError, IndexError)
 
 
 def _probe(
-    model: nn.Module, theirs: nn.Module, how: LibraryReference, kind: ModelKind, size: Size
-) -> tuple[float, float | None]:
-    """Both models on one seeded (1, C, H, W) image: (logits' relative error, attention's
-    absolute error or None where not compared)."""
+    model: nn.Module,
+    theirs: nn.Module,
+    how: LibraryReference,
+    kind: ModelKind,
+    size: Size,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[float, float | None, int]:
+    """Both models on one seeded (1, C, H, W) image, made in float32 and cast to ``dtype``:
+    (logits' relative error, attention's absolute error or None where not compared, the bytes
+    of both models' attention maps)."""
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(1, model.config.in_channels, *size, generator=g)
+    x = torch.randn(1, model.config.in_channels, *size, generator=g).to(dtype)
     ref_logits, ref_attn = how.read(theirs, x)
     with torch.no_grad():  # its kind says which of its outputs the library's are comparable with
         mine, attentions = kind.library_outputs(model, x)
@@ -343,7 +480,8 @@ def _probe(
             if same
             else float("inf")
         )
-    return logits, attention
+    maps = [*(ref_attn or []), *(attentions or [])]
+    return logits, attention, sum(a.numel() * a.element_size() for a in maps)
 
 
 def _any_size_model(ref: Reference, cfg: Any, weights: Path, theirs: nn.Module) -> nn.Module | str:

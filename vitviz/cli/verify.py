@@ -60,8 +60,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
             rows.append((path.name, "—", "—", "—", "—", f"not checked ({why})"))
             continue
         verdict = "exact" if result.ok else "DIFFERS"
+        if result.ok and not result.within_float32 and result.problem is None:
+            verdict = f"exact in float64 ({result.float64_words()})"  # float32's rounding
         if result.ok and assumed:
-            verdict = f"exact, on {len(assumed)} assumption{'s' if len(assumed) > 1 else ''}"
+            verdict += f", on {len(assumed)} assumption{'s' if len(assumed) > 1 else ''}"
         if result.problem is not None:
             verdict = f"{'refused' if result.unfit else 'not checked'} ({result.problem})"
         failed = failed or not result.ok

@@ -5,21 +5,20 @@ the kind that runs it, from its own measured factors.
 
 The budget can be set with the environment variable ``VITVIZ_MEMORY_BUDGET`` (bytes, or a number
 with K/M/G/T, e.g. "2G"); otherwise it is read from the machine (Linux ``MemAvailable`` and the
-cgroup limit) or the CUDA device (``torch.cuda.mem_get_info`` plus torch's cached free blocks).
+cgroup limit, ``core.host_memory``) or the CUDA device (``torch.cuda.mem_get_info`` plus
+torch's cached free blocks).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from vitviz.core.errors import VitvizError
+from vitviz.core.host_memory import BUDGET_ENV, host_available, parse_bytes
 
-BUDGET_ENV = "VITVIZ_MEMORY_BUDGET"
 USABLE_FRACTION = 0.9  # of the free memory: the rest is left to the window and the system
 _ALLOCATOR_SLACK = 1.25  # freed memory the allocator keeps (matters for many small layers)
 _FIXED_OVERHEAD = 16 * 2**20  # bytes whatever the input: the allocator's arenas, torch's own
@@ -67,17 +66,6 @@ class MemoryEstimate:
         return max(self.forward_peak, self.kept + self.maps_peak)
 
 
-def parse_bytes(text: str) -> int:
-    """'2G', '512M', '1.5g', '1000000' -> bytes (K/M/G/T are powers of 1024)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text, re.IGNORECASE)
-    if m is None:
-        raise ValueError(
-            f"{BUDGET_ENV}={text!r} is not a size; use bytes or a number with K, M, G or T"
-        )
-    scale = 1024 ** " kmgt".index(m.group(2).lower() or " ")
-    return int(float(m.group(1)) * scale)
-
-
 def available_memory(device: torch.device | str) -> int | None:
     """Bytes free for an analysis on ``device``; None when it can't be known (no refusal).
 
@@ -94,47 +82,6 @@ def available_memory(device: torch.device | str) -> int | None:
     if dev.type == "cpu":
         return host_available()
     return None  # MPS and others: unified memory the system manages; not planned
-
-
-def host_available() -> int | None:
-    """Free RAM: Linux MemAvailable, capped by the cgroup's limit; sysconf elsewhere."""
-    found = _meminfo_available()
-    if found is None:
-        try:
-            found = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (AttributeError, ValueError, OSError):
-            return None
-    limit = _cgroup_room()
-    return min(found, limit) if limit is not None else found
-
-
-def _meminfo_available() -> int | None:
-    try:
-        text = Path("/proc/meminfo").read_text()
-    except OSError:
-        return None
-    m = re.search(r"^MemAvailable:\s+(\d+)\s*kB", text, re.MULTILINE)
-    return int(m.group(1)) * 1024 if m else None
-
-
-def _cgroup_room() -> int | None:
-    """limit − usage of this process's cgroup (v2, then v1), None when unlimited or unknown."""
-    for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        (
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-        ),
-    ):
-        try:
-            limit_text = Path(limit_file).read_text().strip()
-            usage = int(Path(usage_file).read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if not limit_text.isdigit() or int(limit_text) >= 2**60:
-            return None  # "max" or the v1 "no limit" value
-        return max(0, int(limit_text) - usage)
-    return None
 
 
 def format_bytes(n: float) -> str:

@@ -13,6 +13,8 @@ from mobilevit_helpers import SIZE, hf_attention, tiny_hf_mobilevit
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.checkpoints.errors import CheckpointError
+from vitviz.checkpoints.probe_sizes import analysed_sizes, probe_sizes, size_words
+from vitviz.checkpoints.sidecar import sidecar_path
 from vitviz.kinds.mobilevit.network import MobileViTNet
 
 pytest.importorskip("transformers")
@@ -59,6 +61,29 @@ def test_a_processor_that_keeps_rgb_is_read_as_it(tmp_path) -> None:
     assert loaded.preprocessing.image_size == (64, 64)
     x = torch.randn(1, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(2))
     _exact(loaded.model, model, x, x)
+
+
+@pytest.mark.parametrize("preprocessing", [{"image_size": [48, 48]}, {"resize": "fit"}])
+def test_the_sizes_analysed_are_checked_against_transformers_there(
+    tmp_path, monkeypatch, preprocessing
+) -> None:
+    """transformers' MobileViT runs at any input size as built (the reference's any_size {}):
+    a sidecar's size and resize 'fit''s sizes are probed there, not left unchecked."""
+    monkeypatch.setenv("VITVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    model = tiny_hf_mobilevit(seed=6)
+    model.save_pretrained(tmp_path / "hf")
+    proc = {"do_resize": True, "size": {"shortest_edge": SIZE}, "do_center_crop": True}
+    proc["crop_size"] = {"height": SIZE, "width": SIZE}  # the config's size: vitviz's own
+    (tmp_path / "hf" / "preprocessor_config.json").write_text(json.dumps(proc))
+    sidecar_path(tmp_path / "hf").write_text(json.dumps({"preprocessing": preprocessing}))
+    loaded = load_checkpoint(tmp_path / "hf")
+    analysed, _ = analysed_sizes(loaded.preprocessing, loaded.config.patch_size)
+    sizes = " and ".join(size_words(s) for s in probe_sizes(loaded.config.image_size, analysed))
+    assert len(probe_sizes(loaded.config.image_size, analysed)) > 1, sizes
+    note = next(n for n in loaded.notes if n.startswith("checked against transformers"))
+    assert f"at {sizes}:" in note and "not checked at" not in note, note
+    x = torch.randn(1, 3, 48, 48, generator=torch.Generator().manual_seed(3))
+    _exact(loaded.model, model, x.flip(1), x)  # at 48×48 too, BGR as its processor feeds
 
 
 def test_a_broken_transformers_folder_is_refused_in_one_line(tmp_path) -> None:

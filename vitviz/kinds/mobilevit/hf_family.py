@@ -75,8 +75,10 @@ def _reader(flip: bool) -> Any:
     return read
 
 
-LIBRARY_MODEL = LibraryReference(build_transformers, _reader(False))
-LIBRARY_MODEL_BGR = LibraryReference(build_transformers, _reader(True))
+# transformers' MobileViT is convolutional with unfolded patches: it runs at any input size as
+# built (no position table), so a size analysed that is not the model's own is checked there
+LIBRARY_MODEL = LibraryReference(build_transformers, _reader(False), any_size={})
+LIBRARY_MODEL_BGR = LibraryReference(build_transformers, _reader(True), any_size={})
 
 
 def _base(state: dict[str, Tensor]) -> str | None:
