@@ -247,8 +247,8 @@ def explain_on_ray(args: argparse.Namespace, images: Sequence[Path], settings: M
 
 def stats_on_ray(args: argparse.Namespace, images: Sequence[Path]) -> int:
     """``stats --engine ray``: each checkpoint's statistics reduced in the images' order."""
-    from vitviz.imaging.overlay import save_png
-    from vitviz.pipeline.folder_stats import FolderStatistics, distance_plot, write_csv
+    from vitviz.cli.stats_report import write_stats_report
+    from vitviz.pipeline.folder_stats import FolderStatistics
 
     for path in args.checkpoints:  # each opens here first: a bad one is said before Ray starts
         load(path, args.config, args)
@@ -265,13 +265,7 @@ def stats_on_ray(args: argparse.Namespace, images: Sequence[Path]) -> int:
                 assert o.record is not None
                 stats.add({k: np.asarray(v, np.float64) for k, v in o.record["statistics"].items()})
             results.append(stats)
-    if all(r.images == 0 for r in results):
-        say("vitviz-cli: no image could be analysed")
-        return EXIT_FAILED
-    csv_path = write_csv(results, args.out / "stats.csv")
-    png_path = save_png(distance_plot(results), args.out / "stats.png")
-    say(f"{len(images)} images × {len(results)} checkpoint(s) -> {csv_path}, {png_path}")
-    return EXIT_PARTIAL if any(r.failed for r in results) else EXIT_OK
+    return write_stats_report(args.out, len(images), results)
 
 
 def faithfulness_from_record(record: dict[str, Any]) -> ImageFaithfulness:
