@@ -18,6 +18,7 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from vitviz.core.errors import VitvizError
+from vitviz.workers.folder_images import folder_images
 
 
 class RunCancelledError(Exception):
@@ -58,15 +59,9 @@ def folder_stats_job(
     process, on ``device``."""
     from vitviz.checkpoints import CheckpointError, load_checkpoint
     from vitviz.imaging import Preprocessing
-    from vitviz.imaging.loading import list_images
     from vitviz.pipeline.folder_stats import folder_statistics
 
-    try:
-        images = list_images(folder)
-    except ValueError as exc:
-        raise VitvizError(str(exc)) from exc
-    if not images:
-        raise VitvizError(f"{folder.name} holds no images vitviz can read.")
+    images = folder_images(folder)
     try:
         loaded = load_checkpoint(checkpoint)
     except CheckpointError as exc:
