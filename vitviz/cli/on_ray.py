@@ -16,6 +16,7 @@ import numpy as np
 
 from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, load, load_for, make_out_folder
 from vitviz.cli.engine_options import ray_options
+from vitviz.cli.image_outcomes import image_outcomes
 from vitviz.cluster.job import ImageItem, Outcome
 from vitviz.core.console import say
 
@@ -191,16 +192,11 @@ class FaithfulnessJob:
         return _open(self.args) if self.opener is None else self.opener()
 
     def run(self, loaded: Any, items: list[ImageItem]) -> list[Outcome]:
-        out = []
-        for it in items:
-            try:
-                result, probs = self.measure(loaded, Path(it.path), self.names, self.params,
-                                             self.args)  # fmt: skip
-            except Exception as exc:  # noqa: BLE001  (the command's one-image refusal)
-                out.append(Outcome(it.index, it.path, None, str(exc)))
-                continue
-            out.append(Outcome(it.index, it.path, faithfulness_record(result, probs)))
-        return out
+        return image_outcomes(
+            items,
+            lambda it: self.measure(loaded, Path(it.path), self.names, self.params, self.args),
+            lambda it, measured: faithfulness_record(*measured),
+        )
 
     def complete(self, item: ImageItem, record: dict[str, Any] | None) -> bool:
         return record is not None and "faithfulness" in record
@@ -347,15 +343,11 @@ class AblateJob:
     def run(self, loaded: Any, items: list[ImageItem]) -> list[Outcome]:
         from vitviz.cli.ablate_work import ablate_image
 
-        out = []
-        for it in items:
-            try:
-                effects, labels = ablate_image(loaded, Path(it.path), it.stem, self.args)
-            except Exception as exc:  # noqa: BLE001  (the command's one-image refusal)
-                out.append(Outcome(it.index, it.path, None, str(exc)))
-                continue
-            out.append(Outcome(it.index, it.path, ablate_record(effects, labels)))
-        return out
+        return image_outcomes(
+            items,
+            lambda it: ablate_image(loaded, Path(it.path), it.stem, self.args),
+            lambda it, measured: ablate_record(*measured),
+        )
 
     def complete(self, item: ImageItem, record: dict[str, Any] | None) -> bool:
         done = (self.args.out / f"{item.stem}_ablation.npz").is_file()
@@ -401,17 +393,14 @@ class CompareJob:
     def run(self, models: Any, items: list[ImageItem]) -> list[Outcome]:
         from vitviz.cli.compare_work import compare_base, compare_image
 
-        out = []
-        for it in items:
-            member = it.index in self.members
-            base = None if member else compare_base(self.args.out, it.stem)
-            try:
-                comparison = compare_image(models, Path(it.path), base)
-            except Exception as exc:  # noqa: BLE001  (the command's one-image refusal)
-                out.append(Outcome(it.index, it.path, None, str(exc)))
-                continue
-            out.append(Outcome(it.index, it.path, compare_record(comparison, member)))
-        return out
+        def base(it: ImageItem) -> Path | None:  # a folder's member: nothing written for it
+            return None if it.index in self.members else compare_base(self.args.out, it.stem)
+
+        return image_outcomes(
+            items,
+            lambda it: compare_image(models, Path(it.path), base(it)),
+            lambda it, comparison: compare_record(comparison, it.index in self.members),
+        )
 
     def complete(self, item: ImageItem, record: dict[str, Any] | None) -> bool:
         if item.index in self.members:

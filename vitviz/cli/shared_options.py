@@ -1,5 +1,6 @@
 """The options several sub-commands define alike, each written once: --config, a repeatable
---checkpoint, --out, --device (and reading it) and --batch-size N."""
+--checkpoint, --out, --device (and reading it), --batch-size N and a listing's --json /
+--markdown."""
 
 from __future__ import annotations
 
@@ -63,3 +64,10 @@ def device_of(args: argparse.Namespace) -> Any:
         return resolve_device(args.device)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+
+
+def add_listing_options(p: argparse.ArgumentParser, doc: str) -> None:
+    """A listing's form, one at most: ``--json``, or ``--markdown`` (``doc``'s table)."""
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print JSON instead of text")
+    form.add_argument("--markdown", action="store_true", help=f"print the Markdown table of {doc}")
