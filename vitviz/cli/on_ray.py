@@ -17,6 +17,7 @@ import numpy as np
 from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, load, load_for, make_out_folder
 from vitviz.cli.engine_options import ray_options
 from vitviz.cli.image_outcomes import image_outcomes
+from vitviz.cli.output_stems import output_stems
 from vitviz.cluster.job import ImageItem, Outcome
 from vitviz.core.console import say
 
@@ -26,20 +27,6 @@ if TYPE_CHECKING:
 
 TASK_IMAGES = 8  # images a worker takes at a time without --batch-size
 FAITHFULNESS_TASK_IMAGES = 2  # each image is 2 × (steps + 1) forward passes per method
-
-
-def output_stems(paths: Sequence[Path]) -> list[str]:
-    """Each image's output stem as ``explain`` names it: the file's stem, ``-2``, ``-3`` … for
-    a stem met again."""
-    from vitviz.pipeline.export import output_stem
-
-    seen: dict[str, int] = {}
-    names = []
-    for path in paths:
-        stem = output_stem(path.stem)
-        seen[stem] = seen.get(stem, 0) + 1
-        names.append(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}")
-    return names
 
 
 def image_items(paths: Sequence[Path]) -> list[ImageItem]:
