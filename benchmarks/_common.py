@@ -119,6 +119,22 @@ def apply_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+def read_args(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The parsed arguments, torch's CPU threads set from ``--threads`` (before any timing)."""
+    args = p.parse_args(argv)
+    apply_threads(args.threads)
+    return args
+
+
+def repeats_and_warmup(
+    args: argparse.Namespace, quick: tuple[int, int], full: tuple[int, int]
+) -> tuple[int, int]:
+    """(timed repeats, warm-up turns): ``--repeats`` / ``--warmup`` where given, else the
+    benchmark's (repeats, warmup) for ``--quick`` or for a full run."""
+    repeats, warmup = quick if args.quick else full
+    return args.repeats or repeats, args.warmup if args.warmup is not None else warmup
+
+
 # -- timing ----------------------------------------------------------------------------------------
 def time_once(fn: Callable[[], object]) -> float:
     """Seconds one call of ``fn`` takes (time.perf_counter)."""
@@ -197,6 +213,18 @@ def fmt_seconds(seconds: float) -> str:
     if ms >= 10:
         return f"{ms:.1f} ms"
     return f"{ms:.2f} ms"
+
+
+def timing_cells(label: str, stats: Stats) -> list[str]:
+    """A timed case's first cells: its label, median, p90 and min."""
+    return [label, fmt_seconds(stats.median), fmt_seconds(stats.p90), fmt_seconds(stats.min)]
+
+
+def target_cells(check: Check | None, baseline: bool) -> list[str]:
+    """A case's last cells: its target (``baseline`` or ``info`` when it has none) and verdict."""
+    if check is not None:
+        return [check.target, check.verdict]
+    return ["baseline" if baseline else "info", ""]
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

@@ -47,21 +47,22 @@ from _common import (
     Check,
     Stats,
     add_device_option,
-    apply_threads,
     bench_device,
     device_name,
     finish,
-    fmt_seconds,
     interleaved,
     parser,
     print_table,
     print_timed_report,
+    read_args,
+    repeats_and_warmup,
     synced,
+    target_cells,
+    timing_cells,
 )
+from _models import random_vit
 
-from vitviz.blocks import create_model
 from vitviz.checkpoints.loaded import LoadedModel
-from vitviz.checkpoints.native import default_preprocessing
 from vitviz.pipeline.analysis import analyze
 from vitviz.pipeline.head_effects import full_pass, head_effects, kept_bytes
 from vitviz.pipeline.head_passes import (
@@ -88,17 +89,10 @@ LABELS = {
 
 
 def build(variant: str, quick: bool, device: torch.device) -> LoadedModel:
-    torch.manual_seed(0)
     overrides = dict(image_size=32, patch_size=8, dim=32, depth=2, heads=2) if quick else {}
-    model = create_model("vit-tiny" if quick else variant, **overrides)
-    model = model.eval().to(device)
-    names = [f"class {i}" for i in range(model.config.num_classes)]
-    return LoadedModel(
-        model=model,
-        class_names=names,
-        preprocessing=default_preprocessing(model.config),
-        family="vitviz",
-    )
+    loaded = random_vit("vit-tiny" if quick else variant, 0, **overrides)
+    loaded.model.to(device)
+    return loaded
 
 
 def launches(args) -> list[float]:
@@ -199,8 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=None, help="rows per pass (default: by device)")
     p.add_argument("--launch", default="", help="more multi-layer cases: launch costs, in rows")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    apply_threads(args.threads)
+    args = read_args(p, argv)
     device = bench_device(args.device)
     if args.child:
         child(args.child, args, device)
@@ -208,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     on_gpu = device.type == "cuda"
     own = "g" if on_gpu else "e"  # the plan head_effects picks on this device
     memory = {case: measured(case, args) for case in ("p", "e", "g")}
-    repeats = args.repeats or (2 if args.quick else 5)
-    warmup = args.warmup if args.warmup is not None else 1
+    repeats, warmup = repeats_and_warmup(args, quick=(2, 1), full=(5, 1))
     loaded = build(args.variant, args.quick, device)
     model, kind = loaded.model, loaded.kind
     size = model.config.image_size
@@ -272,9 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ratio_cell = "1.00" if key == "a" else f"{ratio:.2f}"
         rows.append([
-            label(key), fmt_seconds(s.median), fmt_seconds(s.p90), fmt_seconds(s.min),
-            ratio_cell, check.target if check else ("baseline" if key == "a" else "info"),
-            check.verdict if check else "",
+            *timing_cells(label(key), s), ratio_cell, *target_cells(check, baseline=key == "a")
         ])  # fmt: skip
     print_timed_report(
         f"knocking heads out of {'a tiny ViT' if args.quick else args.variant}, "

@@ -27,6 +27,7 @@ analysis made (the window's click: rollout and relevance rows + every raw map of
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 
@@ -36,22 +37,24 @@ from _common import (
     Check,
     Stats,
     add_device_option,
-    apply_threads,
     bench_device,
     device_name,
     finish,
-    fmt_seconds,
     interleaved,
     parser,
     peak_rss_mib,
     print_timed_report,
+    read_args,
+    repeats_and_warmup,
     synced,
+    target_cells,
+    timing_cells,
 )
+from _models import random_vit
 from PIL import Image
 
-from vitviz.blocks import VARIANT_NAMES, create_model
+from vitviz.blocks import VARIANT_NAMES
 from vitviz.checkpoints.loaded import LoadedModel
-from vitviz.checkpoints.native import default_preprocessing
 from vitviz.pipeline.analysis import analyze
 
 TARGET_ANALYSIS = 1.15  # (b) / (a), at most
@@ -88,20 +91,18 @@ def build_timm(arch: str, seed: int = 0) -> LoadedModel:
         return load_checkpoint(Path(tmp) / arch)
 
 
+def size_overrides(args: argparse.Namespace) -> dict[str, int]:
+    """The config fields ``--image-size`` and ``--patch-size`` set (those given)."""
+    given = (("image_size", args.image_size), ("patch_size", args.patch_size))
+    return {k: v for k, v in given if v is not None}
+
+
 def build(variant: str, seed: int = 0, **overrides: object) -> LoadedModel:
     """A randomly initialised model of ``variant`` in eval mode, as the window would hold it;
     ``overrides``: config fields (image_size, patch_size)."""
     if variant in TIMM_MODELS:
         return build_timm(TIMM_MODELS[variant], seed)
-    torch.manual_seed(seed)
-    model = create_model(variant, **overrides).eval()
-    names = [f"class {i}" for i in range(model.config.num_classes)]
-    return LoadedModel(
-        model=model,
-        class_names=names,
-        preprocessing=default_preprocessing(model.config),
-        family="vitviz",
-    )
+    return random_vit(variant, seed, **overrides)
 
 
 def make_cases(
@@ -204,17 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image-size", type=int, default=None, help="input side (the variant's)")
     p.add_argument("--patch-size", type=int, default=None, help="patch side (the variant's)")
     add_device_option(p)
-    args = p.parse_args(argv)
-    apply_threads(args.threads)
+    args = read_args(p, argv)
     device = bench_device(args.device)
     variant = args.model or ("cifar10-tutorial" if args.quick else "vit-base")
-    overrides = {
-        k: v
-        for k, v in (("image_size", args.image_size), ("patch_size", args.patch_size))
-        if v is not None
-    }
-    repeats = args.repeats or (3 if args.quick else 15)
-    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    overrides = size_overrides(args)
+    repeats, warmup = repeats_and_warmup(args, quick=(3, 1), full=(15, 2))
 
     loaded = build(variant, **overrides)
     loaded.model.to(device)
@@ -257,13 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         check = checks.get(key)
         rows.append(
             [
-                LABELS[key].format(w=w, h=h),
-                fmt_seconds(s.median),
-                fmt_seconds(s.p90),
-                fmt_seconds(s.min),
+                *timing_cells(LABELS[key].format(w=w, h=h), s),
                 "1.00" if key == "a" else f"{s.median / base:.2f}",
-                check.target if check else ("baseline" if key == "a" else "info"),
-                check.verdict if check else "",
+                *target_cells(check, baseline=key == "a"),
             ]
         )
 

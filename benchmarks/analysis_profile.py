@@ -18,8 +18,15 @@ import time
 
 import numpy as np
 import torch
-from _common import add_device_option, apply_threads, bench_device, device_name, parser
-from analysis_overhead import LABELS, TIMM_MODELS, build, make_cases
+from _common import (
+    add_device_option,
+    bench_device,
+    device_name,
+    parser,
+    read_args,
+    repeats_and_warmup,
+)
+from analysis_overhead import LABELS, TIMM_MODELS, build, make_cases, size_overrides
 from PIL import Image
 from torch.profiler import ProfilerActivity, profile
 
@@ -71,22 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", default="a,b,c", help="row keys of analysis_overhead (a,b,c,query)")
     p.add_argument("--rows", type=int, default=15, help="rows of each table")
     add_device_option(p)
-    args = p.parse_args(argv)
-    apply_threads(args.threads)
+    args = read_args(p, argv)
     device = bench_device(args.device)
-    overrides = {
-        k: v
-        for k, v in (("image_size", args.image_size), ("patch_size", args.patch_size))
-        if v is not None
-    }
+    overrides = size_overrides(args)
     loaded = build(args.model, **overrides)
     loaded.model.to(device)
     cfg = loaded.config
     x = torch.randn(1, cfg.in_channels, *cfg.image_size, generator=torch.Generator().manual_seed(1))
     photo = Image.fromarray(np.zeros((64, 64, 3), np.uint8), "RGB")
     cases = make_cases(loaded, x, photo)
-    repeats = args.repeats or (2 if args.quick else 10)
-    warmup = args.warmup if args.warmup is not None else 2
+    repeats, warmup = repeats_and_warmup(args, quick=(2, 2), full=(10, 2))
     print(f"# Profile: {args.model} at {cfg.image_size[0]}, patch {cfg.patch_size}, batch 1")
     print(f"device: {device_name(device)}; {repeats} profiled calls after {warmup} warm-ups")
     for key in args.cases.split(","):

@@ -34,7 +34,6 @@ from _common import (
     Check,
     Stats,
     add_device_option,
-    apply_threads,
     bench_device,
     device_name,
     environment,
@@ -43,13 +42,13 @@ from _common import (
     parser,
     peak_rss_mib,
     print_table,
+    read_args,
+    repeats_and_warmup,
     synced,
 )
+from _models import random_vit
 from PIL import Image
 
-from vitviz.blocks import create_model
-from vitviz.checkpoints.loaded import LoadedModel
-from vitviz.checkpoints.native import default_preprocessing
 from vitviz.cli.explain_batch import explain_many
 from vitviz.imaging import prepare_image
 from vitviz.kinds.vit.batch import iter_analyses
@@ -76,19 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=None, help="variant (default vit-base)")
     p.add_argument("--images", type=int, default=None, help="images in the folder (64)")
     p.add_argument("--batch-size", type=int, default=None, help="images per forward (16)")
-    args = p.parse_args(argv)
-    apply_threads(args.threads)
+    args = read_args(p, argv)
     device = bench_device(args.device)
     variant = args.model or ("cifar10-tutorial" if args.quick else "vit-base")
     n = args.images or (6 if args.quick else 64)
     batch = args.batch_size or (3 if args.quick else 16)
-    repeats = args.repeats or (1 if args.quick else 3)
-    warmup = args.warmup if args.warmup is not None else (0 if args.quick else 1)
+    repeats, warmup = repeats_and_warmup(args, quick=(1, 0), full=(3, 1))
 
-    torch.manual_seed(0)
-    model = create_model(variant).eval().to(device)
-    names = [f"class {i}" for i in range(model.config.num_classes)]
-    loaded = LoadedModel(model, names, default_preprocessing(model.config), "vitviz")
+    loaded = random_vit(variant)
+    model = loaded.model.to(device)
     work = Path(tempfile.mkdtemp(prefix="vitviz-batch-bench-"))
     size = (64, 48) if args.quick else PHOTO
     images = write_photos(work, n, size)

@@ -35,16 +35,18 @@ from _common import (
     Check,
     Stats,
     add_device_option,
-    apply_threads,
     bench_device,
     device_name,
     finish,
-    fmt_seconds,
     interleaved,
     parser,
     peak_rss_mib,
     print_timed_report,
+    read_args,
+    repeats_and_warmup,
     synced,
+    target_cells,
+    timing_cells,
 )
 
 from vitviz.blocks import ViTConfig
@@ -179,11 +181,9 @@ def check_results(loaded: LoadedModel, x: torch.Tensor) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     add_device_option(p)
-    args = p.parse_args(argv)
-    apply_threads(args.threads)
+    args = read_args(p, argv)
     device = bench_device(args.device)
-    repeats = args.repeats or (3 if args.quick else 15)
-    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    repeats, warmup = repeats_and_warmup(args, quick=(3, 1), full=(15, 2))
     loaded = build(args.quick)
     loaded.model.to(device)
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
@@ -213,10 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         unit = " × (a')" if per_image else " × (a)"
         check = checks.get(key)
         rows.append([
-            LABELS[key], fmt_seconds(s.median), fmt_seconds(s.p90), fmt_seconds(s.min),
+            *timing_cells(LABELS[key], s),
             f"{s.median * 1e3:.0f} ms" if key == "d" else f"{ratio:.2f}{unit}",
-            check.target if check else ("baseline" if key in ("a", "a-image") else "info"),
-            check.verdict if check else "",
+            *target_cells(check, baseline=key in ("a", "a-image")),
         ])  # fmt: skip
     cfg = loaded.model.config
     print_timed_report(

@@ -28,17 +28,18 @@ import torch
 from _common import (
     Check,
     Stats,
-    apply_threads,
     finish,
-    fmt_seconds,
     interleaved,
     parser,
     print_timed_report,
+    read_args,
+    repeats_and_warmup,
+    timing_cells,
 )
+from _models import random_vit
 
-from vitviz.blocks import VARIANT_NAMES, create_model
+from vitviz.blocks import VARIANT_NAMES
 from vitviz.checkpoints.loaded import LoadedModel
-from vitviz.checkpoints.native import default_preprocessing
 from vitviz.explain.feature_methods import (
     analysis_logit_lens,
     feature_pass,
@@ -55,10 +56,7 @@ TARGET_COMPARE = 2.1  # (c) / (a), at most
 
 
 def build(variant: str, seed: int) -> LoadedModel:
-    torch.manual_seed(seed)
-    model = create_model(variant).eval()
-    names = [f"class {i}" for i in range(model.config.num_classes)]
-    return LoadedModel(model, names, default_preprocessing(model.config), "vitviz")
+    return random_vit(variant, seed)
 
 
 def features_of(analysis: object) -> object:
@@ -127,11 +125,9 @@ def check_results(a: LoadedModel, x: torch.Tensor) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--model", choices=VARIANT_NAMES, default=None, help="default vit-base")
-    args = p.parse_args(argv)
-    apply_threads(args.threads)
+    args = read_args(p, argv)
     variant = args.model or ("cifar10-tutorial" if args.quick else "vit-base")
-    repeats = args.repeats or (3 if args.quick else 11)
-    warmup = args.warmup if args.warmup is not None else 1
+    repeats, warmup = repeats_and_warmup(args, quick=(3, 1), full=(11, 1))
     a, b = build(variant, 0), build(variant, 1)
     cfg = a.model.config
     x = torch.randn(1, cfg.in_channels, *cfg.image_size, generator=torch.Generator().manual_seed(1))
@@ -148,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, s in stats.items():
         check = checks.get(key)
         rows.append([
-            LABELS[key], fmt_seconds(s.median), fmt_seconds(s.p90), fmt_seconds(s.min),
+            *timing_cells(LABELS[key], s),
             "1.00" if key == "a" else f"{s.median / base:.2f}",
             f"{s.median / analysis:.2f}",
             check.target + (" ms" if key == "q" else "") if check else (

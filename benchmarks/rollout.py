@@ -34,7 +34,6 @@ from _common import (
     Check,
     Stats,
     add_device_option,
-    apply_threads,
     bench_device,
     device_name,
     environment,
@@ -44,6 +43,7 @@ from _common import (
     parser,
     peak_rss_mib,
     print_table,
+    read_args,
     synced,
 )
 from torch import Tensor
@@ -167,8 +167,7 @@ def table_row(
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     add_device_option(p)
-    args = p.parse_args(argv)
-    apply_threads(args.threads)
+    args = read_args(p, argv)
     device = bench_device(args.device)
     cases = QUICK if args.quick else FULL
     warmup = args.warmup if args.warmup is not None else 1

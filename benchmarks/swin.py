@@ -29,13 +29,14 @@ import torch
 from _common import (
     Check,
     Stats,
-    apply_threads,
     finish,
-    fmt_seconds,
     interleaved,
     parser,
     peak_rss_mib,
     print_timed_report,
+    read_args,
+    repeats_and_warmup,
+    timing_cells,
 )
 
 from vitviz.kinds.swin.analysis import SwinAnalysis, analyze_swin
@@ -139,12 +140,10 @@ def check_results(model: SwinTransformer, x: torch.Tensor, analysis: SwinAnalysi
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", help="torch device to measure on (cpu, cuda, mps)")
-    args = p.parse_args(argv)
-    apply_threads(args.threads)
+    args = read_args(p, argv)
     device = torch.device(args.device)
     config = QUICK if args.quick else SWIN_T
-    repeats = args.repeats or (3 if args.quick else 15)
-    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    repeats, warmup = repeats_and_warmup(args, quick=(3, 1), full=(15, 3))
 
     def sync() -> None:
         if device.type == "cuda":
@@ -186,10 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             target_cell = f"≤ {TARGET_QUERY_S * 1e3:g} ms"
         rows.append(
             [
-                LABELS[key],
-                fmt_seconds(s.median),
-                fmt_seconds(s.p90),
-                fmt_seconds(s.min),
+                *timing_cells(LABELS[key], s),
                 "1.00" if key == "a" else f"{s.median / base:.2f}",
                 target_cell,
                 check.verdict if check else "",

@@ -26,27 +26,23 @@ import torch
 from _common import (
     Check,
     Stats,
-    apply_threads,
     finish,
-    fmt_seconds,
     interleaved,
     parser,
     print_timed_report,
+    read_args,
+    repeats_and_warmup,
+    timing_cells,
 )
+from swin import QUICK, SWIN_T, build
 
 from vitviz.kindapi import get_kind
 from vitviz.kinds.swin.analysis import analyze_swin
 from vitviz.kinds.swin.attention import query_row, token_at
-from vitviz.kinds.swin.config import SwinConfig
-from vitviz.kinds.swin.network import SwinTransformer
 from vitviz.workers import jobs
 from vitviz.workers.messages import MapParams
 
 TARGET_QUERY_S = 0.020
-SWIN_T = SwinConfig()
-QUICK = SwinConfig(
-    image_size=(64, 64), dims=(24, 48), depths=(2, 2), heads=(2, 4), window_sizes=(4, 4)
-)
 LABELS = {
     "a": "(a) model(x), inference_mode",
     "q": "(q) query change, attention maps of every block and head",
@@ -69,13 +65,10 @@ def check_results(state: jobs.EngineState) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
-    args = p.parse_args(argv)
-    apply_threads(args.threads)
+    args = read_args(p, argv)
     config = QUICK if args.quick else SWIN_T
-    repeats = args.repeats or (3 if args.quick else 30)
-    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
-    torch.manual_seed(0)
-    model = SwinTransformer(config).eval()
+    repeats, warmup = repeats_and_warmup(args, quick=(3, 1), full=(30, 3))
+    model = build(config, torch.device("cpu"))
     x = torch.randn(1, config.in_channels, *config.image_size)
     state = jobs.EngineState(loaded=SimpleNamespace(model=model, kind=get_kind("swin")))
     state.analysis = analyze_swin(model, x[0])
@@ -102,8 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, s in stats.items():
         target = f"≤ {TARGET_QUERY_S * 1e3:g} ms" if key == "q" else "info"
         verdict = check.verdict if key == "q" else ""
-        row = [LABELS[key], fmt_seconds(s.median), fmt_seconds(s.p90), fmt_seconds(s.min)]
-        rows.append([*row, target, verdict])
+        rows.append([*timing_cells(LABELS[key], s), target, verdict])
     print_timed_report(
         f"A Swin's query change in the window: widths {'-'.join(map(str, config.dims))}, "
         f"depths {'-'.join(map(str, config.depths))}, window {config.window_sizes[0]}, at "

@@ -247,11 +247,7 @@ class Rig:
 
     def features_query(self) -> None:
         """A click in the Features tab: the similarity map follows the clicked patch."""
-        f = self.window.features
-        patch = self.next_patch(f.query)
-        f.set_query(patch)
-        self.wait_result("features", lambda: f.result is not None and f.result.query == patch)
-        self.repaint(self.feature_views)
+        self.click(self.window.features, "features", self.feature_views)
 
     # -- File ▸ Compare with… (DESIGN §5) --------------------------------------------------------
     def open_compare(self, variant: str, folder: Path) -> None:
@@ -272,11 +268,15 @@ class Rig:
 
     def compare_query(self) -> None:
         """A click in the compare window: the patch becomes both models' query."""
-        c = self.window.compare
-        patch = self.next_patch(c.query)
-        c.set_query(patch)
-        self.wait_result("compare", lambda: c.result is not None and c.result.query == patch)
-        self.repaint(self.compare_views)
+        self.click(self.window.compare, "compare", self.compare_views)
+
+    def click(self, panel: Any, channel: str, views: list) -> None:
+        """A click on the next patch in ``panel`` (its ``set_query``), ``channel``'s result for
+        that patch awaited, then ``views`` painted."""
+        patch = self.next_patch(panel.query)
+        panel.set_query(patch)
+        self.wait_result(channel, lambda: panel.result is not None and panel.result.query == patch)
+        self.repaint(views)
 
     def close(self) -> None:
         self.window.close()

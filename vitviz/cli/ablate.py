@@ -8,21 +8,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from vitviz.cli.ablate_work import ablate_image, write_summary
-from vitviz.cli.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_PARTIAL,
-    CliError,
-    SubParsers,
-    add_arch_options,
-    add_prompt_options,
-    load_for,
-    make_out_folder,
-)
+from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, SubParsers, make_out_folder
 from vitviz.cli.engine_options import add_engine_options, check_engine_options, engine_inputs
+from vitviz.cli.head_effect_options import add_model_options, add_run_options, open_model
 from vitviz.core.console import say
 
 
@@ -35,46 +25,16 @@ def add_parser(subparsers: SubParsers) -> None:
         "Folders: each image, and the mean and standard deviation over them.",
     )
     p.add_argument("images", nargs="+", type=Path, help="image files or folders of them")
-    p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint file")
-    p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
-    add_arch_options(p)
+    add_model_options(p)
     p.add_argument(
         "--ablation",
         default="zero",
         choices=("zero", "mean"),
         help="a knocked-out head's output becomes 0 (default), or its mean over the image's tokens",
     )
-    p.add_argument(
-        "--class", dest="target_class", type=int, default=None, help="class (default: the top)"
-    )
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=Path("vitviz-ablate"),
-        help="output folder (default: %(default)s)",
-    )
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
-    p.add_argument(
-        "--batch-size", type=int, default=None, metavar="N", help="heads per forward pass"
-    )
-    add_prompt_options(p)
+    add_run_options(p, "vitviz-ablate")
     add_engine_options(p)
     p.set_defaults(func=cmd_ablate, model_code=None, model_args=None)
-
-
-def open_model(args: argparse.Namespace) -> Any:
-    """The checkpoint on --device in eval mode."""
-    from vitviz.core.devices import resolve_device
-
-    if args.batch_size is not None and args.batch_size < 1:
-        raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
-    try:
-        device = resolve_device(args.device)
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
-    loaded = load_for(args)
-    loaded.model.to(device).eval()
-    return loaded
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:

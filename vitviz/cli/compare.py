@@ -12,12 +12,16 @@ from typing import Any
 from vitviz.cli.common import (
     CliError,
     SubParsers,
-    add_hub_options,
     load,
     no_images,
 )
 from vitviz.cli.compare_work import compare_base, compare_image, exit_status, write_mean
 from vitviz.cli.engine_options import add_engine_options, check_engine_options, engine_inputs
+from vitviz.cli.shared_options import (
+    add_checkpoints_options,
+    add_device_option,
+    add_out_option,
+)
 from vitviz.cluster.inputs import LIST_SUFFIXES
 from vitviz.core.console import say
 
@@ -32,23 +36,9 @@ def add_parser(subparsers: SubParsers) -> None:
         "its images.",
     )
     p.add_argument("images", type=Path, nargs="+", help="image files or folders of images")
-    p.add_argument(
-        "--checkpoint",
-        dest="checkpoints",
-        type=Path,
-        action="append",
-        required=True,
-        help="checkpoint file, given twice: model A, then model B",
-    )
-    p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
-    add_hub_options(p)
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=Path("vitviz-compare"),
-        help="output folder (default: %(default)s)",
-    )
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    add_checkpoints_options(p, "checkpoint file, given twice: model A, then model B")
+    add_out_option(p, "vitviz-compare")
+    add_device_option(p)
     add_engine_options(p)
     p.set_defaults(func=cmd_compare)
 

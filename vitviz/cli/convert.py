@@ -15,6 +15,7 @@ from vitviz.cli.common import (
     resolve_checkpoint,
     with_arch_options,
 )
+from vitviz.cli.shared_options import add_config_option
 from vitviz.core.console import say
 
 
@@ -25,7 +26,7 @@ def add_parser(subparsers: SubParsers) -> None:
     )
     conv.add_argument("source", type=Path, help="checkpoint file or model folder")
     conv.add_argument("target", type=Path, help="output .safetensors file")
-    conv.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    add_config_option(conv)
     add_arch_options(conv)
     conv.set_defaults(func=cmd_convert)
 

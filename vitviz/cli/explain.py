@@ -19,6 +19,12 @@ from vitviz.cli.common import (
 from vitviz.cli.engine_options import add_engine_options, check_engine_options, engine_inputs
 from vitviz.cli.explain_batch import add_batch_options, expand_images, explain_many, layers_option
 from vitviz.cli.method_options import add_method_options, map_settings
+from vitviz.cli.shared_options import (
+    add_config_option,
+    add_device_option,
+    add_out_option,
+    device_of,
+)
 from vitviz.core.console import say
 
 if TYPE_CHECKING:
@@ -42,9 +48,9 @@ def add_parser(subparsers: SubParsers) -> None:
         help="checkpoint file (with --model-code: the model's state dict, optional; default: "
         "the model opened last in the window, else the shipped model)",
     )
-    ex.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    add_config_option(ex)
     add_arch_options(ex)
-    ex.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    add_device_option(ex)
     ex.add_argument(
         "--class",
         dest="target_class",
@@ -84,9 +90,7 @@ def add_parser(subparsers: SubParsers) -> None:
         action="store_true",
         help="map PNGs without title and colour bar (the overlay alone, at the image's size)",
     )
-    ex.add_argument(
-        "--out", type=Path, default=Path("vitviz-out"), help="output folder (default: %(default)s)"
-    )
+    add_out_option(ex, "vitviz-out")
     ex.add_argument(
         "--full-size",
         action="store_true",
@@ -104,17 +108,12 @@ def add_parser(subparsers: SubParsers) -> None:
 def cmd_explain(args: argparse.Namespace) -> int:
     """The options read and checked within the CLI in one pass (the images listed), the model
     opened, the options it decides checked against it, then the run."""
-    from vitviz.core.devices import resolve_device
-
     check_explain_options(args)
     check_engine_options(args)
     if args.engine == "ray" and args.ablate:
         raise CliError("--ablate runs on the local engine only: leave out --engine ray")
     images = expand_images(engine_inputs(args, args.images))
-    try:
-        device = resolve_device(args.device)
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
+    device = device_of(args)
     if args.checkpoint is None and args.model_code is None and args.model_args is None:
         args.checkpoint = _default_checkpoint()
     loaded = load_for(args)

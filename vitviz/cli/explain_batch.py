@@ -29,6 +29,7 @@ from vitviz.cli.common import (
     make_out_folder,
     no_images,
 )
+from vitviz.cli.output_stems import output_stems
 from vitviz.cli.pass_progress import passes_shown
 from vitviz.core.console import say
 
@@ -252,7 +253,7 @@ def explain_many(
     from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
     from vitviz.pipeline.attention_dtype import ATTENTION_DTYPES
     from vitviz.pipeline.batch import iter_kind_analyses
-    from vitviz.pipeline.export import compute_maps, output_stem
+    from vitviz.pipeline.export import compute_maps
     from vitviz.pipeline.joint_pca import joined
 
     make_out_folder(args.out)
@@ -269,12 +270,7 @@ def explain_many(
         say(f"vitviz-cli: {kept_layers_text(kept, int(loaded.model.config.depth))}")
     has_head = loaded.model.config.num_classes > 0
     scores = _SCORES.get(getattr(loaded.model.config, "outputs", "logits"), "")
-    stems: dict[str, int] = {}
-    names = []
-    for path in images:
-        stem = output_stem(path.stem)
-        stems[stem] = stems.get(stem, 0) + 1
-        names.append(stem if stems[stem] == 1 else f"{stem}-{stems[stem]}")
+    names = output_stems(images)
     writer = _Writer(
         args.out, args.colormap, max_side, not args.bare, settings, threads=writer_threads()
     )

@@ -39,6 +39,12 @@ from vitviz.cli.method_options import (
     table_for,
 )
 from vitviz.cli.pass_progress import passes_shown
+from vitviz.cli.shared_options import (
+    add_config_option,
+    add_device_option,
+    add_out_option,
+    device_of,
+)
 from vitviz.core.console import say
 
 if TYPE_CHECKING:
@@ -76,9 +82,9 @@ def add_parser(subparsers: SubParsers) -> None:
         type=Path,
         help="checkpoint file (with --model-code: the model's state dict, optional)",
     )
-    p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    add_config_option(p)
     add_arch_options(p)
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    add_device_option(p)
     add_method_options(p, "default: every method that applies to the model")
     p.add_argument(
         "--steps", type=int, default=20, help="steps S of each curve (p_0 … p_S; default 20)"
@@ -89,12 +95,7 @@ def add_parser(subparsers: SubParsers) -> None:
     p.add_argument(
         "--masks", type=Path, help="folder of <stem>_mask.png files (default: beside each image)"
     )
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=Path("vitviz-faithfulness"),
-        help="output folder (default: %(default)s)",
-    )
+    add_out_option(p, "vitviz-faithfulness")
     add_model_code_options(p)
     add_prompt_options(p)
     add_engine_options(p)
@@ -103,7 +104,6 @@ def add_parser(subparsers: SubParsers) -> None:
 
 def cmd_faithfulness(args: argparse.Namespace) -> int:
     from vitviz.cli.explain_batch import expand_images
-    from vitviz.core.devices import resolve_device
 
     if args.steps < 1:
         raise CliError(f"--steps must be a whole number of at least 1, got {args.steps}")
@@ -113,10 +113,7 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
         raise CliError(f"--masks {args.masks}: not a folder (it should hold <stem>_mask.png)")
     check_engine_options(args)
     images = without_masks(expand_images(engine_inputs(args, args.images)), args.masks)
-    try:
-        device = resolve_device(args.device)
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
+    device = device_of(args)
     loaded = load_for(args)
     loaded.model.to(device)
     if not has_head(loaded):

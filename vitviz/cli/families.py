@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from vitviz.cli.common import EXIT_OK, SubParsers
+from vitviz.cli.shared_options import add_listing_options
 
 
 def add_parser(subparsers: SubParsers) -> None:
@@ -18,11 +19,7 @@ def add_parser(subparsers: SubParsers) -> None:
         "them: who made such checkpoints and the names they go by, the forms vitviz reads, the "
         "kind of model each becomes and the parts of it the family uses.",
     )
-    form = p.add_mutually_exclusive_group()
-    form.add_argument("--json", action="store_true", help="print JSON instead of text")
-    form.add_argument(
-        "--markdown", action="store_true", help="print the Markdown table of docs/checkpoints.md"
-    )
+    add_listing_options(p, "docs/checkpoints.md")
     p.set_defaults(func=cmd_families)
 
 

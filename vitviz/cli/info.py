@@ -14,6 +14,7 @@ from vitviz.cli.common import (
     add_model_code_options,
     load_for,
 )
+from vitviz.cli.shared_options import add_config_option
 
 if TYPE_CHECKING:
     from vitviz.imaging.preprocess import Preprocessing
@@ -28,7 +29,7 @@ def add_parser(subparsers: SubParsers) -> None:
         nargs="?",
         help="checkpoint file (with --model-code: the model's state dict, optional)",
     )
-    info.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    add_config_option(info)
     add_arch_options(info)
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     add_model_code_options(info)

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from vitviz.cli.common import EXIT_OK, SubParsers
+from vitviz.cli.shared_options import add_listing_options
 
 if TYPE_CHECKING:  # the table imports torch: only when a command runs, not to parse arguments
     from vitviz.explain.methods import Method
@@ -25,11 +26,7 @@ def add_parser(subparsers: SubParsers) -> None:
         "L and H are the model's layers and heads), what each needs (gradients, a head, the "
         "model), and the models each applies to.",
     )
-    form = p.add_mutually_exclusive_group()
-    form.add_argument("--json", action="store_true", help="print JSON instead of text")
-    form.add_argument(
-        "--markdown", action="store_true", help="print the Markdown table of docs/methods.md"
-    )
+    add_listing_options(p, "docs/methods.md")
     p.set_defaults(func=cmd_methods)
 
 

@@ -16,6 +16,8 @@ import numpy as np
 
 from vitviz.cli.common import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, load, load_for, make_out_folder
 from vitviz.cli.engine_options import ray_options
+from vitviz.cli.image_outcomes import image_outcomes
+from vitviz.cli.output_stems import output_stems
 from vitviz.cluster.job import ImageItem, Outcome
 from vitviz.core.console import say
 
@@ -25,20 +27,6 @@ if TYPE_CHECKING:
 
 TASK_IMAGES = 8  # images a worker takes at a time without --batch-size
 FAITHFULNESS_TASK_IMAGES = 2  # each image is 2 × (steps + 1) forward passes per method
-
-
-def output_stems(paths: Sequence[Path]) -> list[str]:
-    """Each image's output stem as ``explain`` names it: the file's stem, ``-2``, ``-3`` … for
-    a stem met again."""
-    from vitviz.pipeline.export import output_stem
-
-    seen: dict[str, int] = {}
-    names = []
-    for path in paths:
-        stem = output_stem(path.stem)
-        seen[stem] = seen.get(stem, 0) + 1
-        names.append(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}")
-    return names
 
 
 def image_items(paths: Sequence[Path]) -> list[ImageItem]:
@@ -191,16 +179,11 @@ class FaithfulnessJob:
         return _open(self.args) if self.opener is None else self.opener()
 
     def run(self, loaded: Any, items: list[ImageItem]) -> list[Outcome]:
-        out = []
-        for it in items:
-            try:
-                result, probs = self.measure(loaded, Path(it.path), self.names, self.params,
-                                             self.args)  # fmt: skip
-            except Exception as exc:  # noqa: BLE001  (the command's one-image refusal)
-                out.append(Outcome(it.index, it.path, None, str(exc)))
-                continue
-            out.append(Outcome(it.index, it.path, faithfulness_record(result, probs)))
-        return out
+        return image_outcomes(
+            items,
+            lambda it: self.measure(loaded, Path(it.path), self.names, self.params, self.args),
+            lambda it, measured: faithfulness_record(*measured),
+        )
 
     def complete(self, item: ImageItem, record: dict[str, Any] | None) -> bool:
         return record is not None and "faithfulness" in record
@@ -247,8 +230,8 @@ def explain_on_ray(args: argparse.Namespace, images: Sequence[Path], settings: M
 
 def stats_on_ray(args: argparse.Namespace, images: Sequence[Path]) -> int:
     """``stats --engine ray``: each checkpoint's statistics reduced in the images' order."""
-    from vitviz.imaging.overlay import save_png
-    from vitviz.pipeline.folder_stats import FolderStatistics, distance_plot, write_csv
+    from vitviz.cli.stats_report import write_stats_report
+    from vitviz.pipeline.folder_stats import FolderStatistics
 
     for path in args.checkpoints:  # each opens here first: a bad one is said before Ray starts
         load(path, args.config, args)
@@ -265,13 +248,7 @@ def stats_on_ray(args: argparse.Namespace, images: Sequence[Path]) -> int:
                 assert o.record is not None
                 stats.add({k: np.asarray(v, np.float64) for k, v in o.record["statistics"].items()})
             results.append(stats)
-    if all(r.images == 0 for r in results):
-        say("vitviz-cli: no image could be analysed")
-        return EXIT_FAILED
-    csv_path = write_csv(results, args.out / "stats.csv")
-    png_path = save_png(distance_plot(results), args.out / "stats.png")
-    say(f"{len(images)} images × {len(results)} checkpoint(s) -> {csv_path}, {png_path}")
-    return EXIT_PARTIAL if any(r.failed for r in results) else EXIT_OK
+    return write_stats_report(args.out, len(images), results)
 
 
 def faithfulness_from_record(record: dict[str, Any]) -> ImageFaithfulness:
@@ -353,15 +330,11 @@ class AblateJob:
     def run(self, loaded: Any, items: list[ImageItem]) -> list[Outcome]:
         from vitviz.cli.ablate_work import ablate_image
 
-        out = []
-        for it in items:
-            try:
-                effects, labels = ablate_image(loaded, Path(it.path), it.stem, self.args)
-            except Exception as exc:  # noqa: BLE001  (the command's one-image refusal)
-                out.append(Outcome(it.index, it.path, None, str(exc)))
-                continue
-            out.append(Outcome(it.index, it.path, ablate_record(effects, labels)))
-        return out
+        return image_outcomes(
+            items,
+            lambda it: ablate_image(loaded, Path(it.path), it.stem, self.args),
+            lambda it, measured: ablate_record(*measured),
+        )
 
     def complete(self, item: ImageItem, record: dict[str, Any] | None) -> bool:
         done = (self.args.out / f"{item.stem}_ablation.npz").is_file()
@@ -407,17 +380,14 @@ class CompareJob:
     def run(self, models: Any, items: list[ImageItem]) -> list[Outcome]:
         from vitviz.cli.compare_work import compare_base, compare_image
 
-        out = []
-        for it in items:
-            member = it.index in self.members
-            base = None if member else compare_base(self.args.out, it.stem)
-            try:
-                comparison = compare_image(models, Path(it.path), base)
-            except Exception as exc:  # noqa: BLE001  (the command's one-image refusal)
-                out.append(Outcome(it.index, it.path, None, str(exc)))
-                continue
-            out.append(Outcome(it.index, it.path, compare_record(comparison, member)))
-        return out
+        def base(it: ImageItem) -> Path | None:  # a folder's member: nothing written for it
+            return None if it.index in self.members else compare_base(self.args.out, it.stem)
+
+        return image_outcomes(
+            items,
+            lambda it: compare_image(models, Path(it.path), base(it)),
+            lambda it, comparison: compare_record(comparison, it.index in self.members),
+        )
 
     def complete(self, item: ImageItem, record: dict[str, Any] | None) -> bool:
         if item.index in self.members:

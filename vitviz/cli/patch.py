@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vitviz.cli.ablate import open_model
 from vitviz.cli.ablate_work import row_labels
 from vitviz.cli.common import (
     EXIT_FAILED,
@@ -19,10 +18,9 @@ from vitviz.cli.common import (
     EXIT_PARTIAL,
     CliError,
     SubParsers,
-    add_arch_options,
-    add_prompt_options,
     make_out_folder,
 )
+from vitviz.cli.head_effect_options import add_model_options, add_run_options, open_model
 from vitviz.core.console import say
 
 
@@ -36,23 +34,8 @@ def add_parser(subparsers: SubParsers) -> None:
     )
     p.add_argument("clean", type=Path, help="the clean image (or a folder)")
     p.add_argument("corrupted", type=Path, help="the corrupted image (or a folder)")
-    p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint file")
-    p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
-    add_arch_options(p)
-    p.add_argument(
-        "--class", dest="target_class", type=int, default=None, help="class (default: the top)"
-    )
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=Path("vitviz-patch"),
-        help="output folder (default: %(default)s)",
-    )
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
-    p.add_argument(
-        "--batch-size", type=int, default=None, metavar="N", help="heads per forward pass"
-    )
-    add_prompt_options(p)
+    add_model_options(p)
+    add_run_options(p, "vitviz-patch")
     p.set_defaults(func=cmd_patch, model_code=None, model_args=None)
 
 

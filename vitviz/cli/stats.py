@@ -9,16 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.cli.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_PARTIAL,
     CliError,
     SubParsers,
-    add_hub_options,
     load,
     no_images,
 )
 from vitviz.cli.engine_options import add_engine_options, check_engine_options, engine_inputs
+from vitviz.cli.shared_options import (
+    add_batch_size_option,
+    add_checkpoints_options,
+    add_device_option,
+    add_out_option,
+    check_batch_size,
+)
 from vitviz.core.console import say
 
 
@@ -31,39 +34,21 @@ def add_parser(subparsers: SubParsers) -> None:
         "checkpoint; the same per-image definitions as the explain .npz.",
     )
     p.add_argument("folder", type=Path, help="folder of images (not recursive)")
-    p.add_argument(
-        "--checkpoint",
-        dest="checkpoints",
-        type=Path,
-        action="append",
-        required=True,
-        help="checkpoint file, repeatable (e.g. epoch 1 and the best of a run)",
-    )
-    p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
-    add_hub_options(p)
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=Path("vitviz-stats"),
-        help="output folder (default: %(default)s)",
-    )
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
-    p.add_argument(
-        "--batch-size", type=int, default=None, metavar="N", help="images per forward pass"
-    )
+    add_checkpoints_options(p, "checkpoint file, repeatable (e.g. epoch 1 and the best of a run)")
+    add_out_option(p, "vitviz-stats")
+    add_device_option(p)
+    add_batch_size_option(p, "images per forward pass")
     add_engine_options(p)
     p.set_defaults(func=cmd_stats)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from vitviz.cli.stats_report import write_stats_report
     from vitviz.cluster.record import LocalRunFiles
     from vitviz.core.devices import resolve_device
     from vitviz.imaging.loading import ImageLoadError, list_images
-    from vitviz.imaging.overlay import save_png
-    from vitviz.pipeline.folder_stats import distance_plot, write_csv
 
-    if args.batch_size is not None and args.batch_size < 1:
-        raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
+    check_batch_size(args)
     check_engine_options(args)
     try:
         local = args.engine == "local"
@@ -85,13 +70,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     with LocalRunFiles(args.out, "stats", say, len(images) * len(args.checkpoints)) as files:
         for path in args.checkpoints:
             results.append(_statistics_here(args, path, images, device, files))
-    if all(r.images == 0 for r in results):
-        say("vitviz-cli: no image could be analysed")
-        return EXIT_FAILED
-    csv_path = write_csv(results, args.out / "stats.csv")
-    png_path = save_png(distance_plot(results), args.out / "stats.png")
-    say(f"{len(images)} images × {len(results)} checkpoint(s) -> {csv_path}, {png_path}")
-    return EXIT_PARTIAL if any(r.failed for r in results) else EXIT_OK
+    return write_stats_report(args.out, len(images), results)
 
 
 def _statistics_here(

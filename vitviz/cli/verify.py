@@ -15,6 +15,7 @@ from vitviz.cli.common import (
     add_arch_options,
     load,
 )
+from vitviz.cli.shared_options import add_config_option
 from vitviz.core.console import say
 
 
@@ -24,7 +25,7 @@ def add_parser(sub: SubParsers) -> None:
         help="compare vitviz's reading of checkpoints with the library that made them",
     )
     p.add_argument("checkpoints", nargs="+", type=Path, help="checkpoint files or model folders")
-    p.add_argument("--config", type=Path, help="JSON with model settings the weights lack")
+    add_config_option(p)
     add_arch_options(p)
     p.set_defaults(func=cmd_verify)
 

@@ -119,3 +119,17 @@ def fixed_batch_error(
         fixed,
         where,
     )
+
+
+def probe_run_error(
+    exc: BaseException, file: Path, name: str, in_channels: int, size: tuple[int, int]
+) -> ModelCodeError:
+    """What to raise when ``name`` from ``file`` failed on a 1 × ``in_channels`` × H × W input
+    (``size`` = (H, W)): the fixed-batch refusal where that is why, else the failure told back."""
+    refusal = fixed_batch_error(exc, file)
+    if refusal is not None:
+        return refusal
+    h, w = size
+    return ModelCodeError(
+        f"running {name} on a 1×{in_channels}×{h}×{w} input failed: {describe_exception(exc, file)}"
+    )

@@ -22,8 +22,7 @@ from vitviz.modelcode.concat_order import watch_concat
 from vitviz.modelcode.errors import (
     FixedBatchError,
     ModelCodeError,
-    describe_exception,
-    fixed_batch_error,
+    probe_run_error,
     setting_hint,
 )
 from vitviz.modelcode.heads import check_side_by_side, one_per_layer, plan_heads
@@ -91,13 +90,7 @@ def _probe(
     except ModelCodeError:
         raise
     except Exception as exc:
-        refusal = fixed_batch_error(exc, file)
-        if refusal is not None:
-            raise refusal from exc
-        raise ModelCodeError(
-            f"running {name} on a 1×{layout.in_channels}×{h}×{w} input failed: "
-            f"{describe_exception(exc, file)}"
-        ) from exc
+        raise probe_run_error(exc, file, name, layout.in_channels, (h, w)) from exc
 
 
 def _attention_layers(
@@ -481,14 +474,7 @@ def _load_by_kind(
     except ModelCodeError:
         raise
     except Exception as exc:
-        refusal = fixed_batch_error(exc, file)
-        if refusal is not None:
-            raise refusal from exc
-        h, w = layout.image_size
-        raise ModelCodeError(
-            f"running {spec.name} on a 1×{layout.in_channels}×{h}×{w} input failed: "
-            f"{describe_exception(exc, file)}"
-        ) from exc
+        raise probe_run_error(exc, file, spec.name, layout.in_channels, layout.image_size) from exc
     notes.append(note)
     preprocessing = _preprocessing(spec, arguments, layout, notes)
     return _loaded(model, spec, file, preprocessing, notes, weights)

@@ -4,7 +4,6 @@ once the user agrees, the files, with progress and cancel. Signals arrive on the
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from vitviz.core.errors import VitvizError
+from vitviz.workers.cancellable_thread import CancellableThread
 
 
 class DownloadRunner(QObject):
@@ -29,11 +29,10 @@ class DownloadRunner(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._cancel = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = CancellableThread("vitviz-download", "a download is under way already")
 
     def is_running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._worker.is_running()
 
     def plan(self, text: str) -> None:
         """Read what ``text`` (``org/name[@revision]``) needs: ``cached`` or ``planned``."""
@@ -44,20 +43,13 @@ class DownloadRunner(QObject):
         self._start(self._fetch, plan)
 
     def cancel(self) -> None:
-        self._cancel.set()
+        self._worker.cancel()
 
     def wait(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._worker.wait(timeout)
 
     def _start(self, work: Callable[[Any], None], arg: Any) -> None:
-        if self.is_running():
-            raise RuntimeError("a download is under way already")
-        self._cancel.clear()
-        self._thread = threading.Thread(
-            target=self._guarded, args=(work, arg), name="vitviz-download", daemon=True
-        )
-        self._thread.start()
+        self._worker.start(self._guarded, work, arg)
 
     def _guarded(self, work: Callable[[Any], None], arg: Any) -> None:
         from vitviz.checkpoints.hub_fetch import DownloadCancelledError
@@ -102,5 +94,5 @@ class DownloadRunner(QObject):
                 last[0] = now
                 self.progress.emit(done, total)
 
-        path: Path = fetch(plan, progress=report, cancelled=self._cancel.is_set)
+        path: Path = fetch(plan, progress=report, cancelled=self._worker.cancelled)
         self.finished.emit(path)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.core.errors import VitvizError
+from vitviz.workers.folder_images import folder_images
 from vitviz.workers.folder_stats import FolderStatsRunner, RunCancelledError, cluster_errors
 from vitviz.workers.messages import CurvesResult
 
@@ -61,15 +62,9 @@ def folder_faithfulness_job(
     from vitviz.cli.faithfulness import measure_image
     from vitviz.cli.on_ray import FaithfulnessJob, image_items
     from vitviz.explain.faithfulness import DEFAULT_BATCH
-    from vitviz.imaging.loading import list_images
     from vitviz.workers.folder_stats_ray import WindowModel, run_on_cluster
 
-    try:
-        images = list_images(folder)
-    except ValueError as exc:
-        raise VitvizError(str(exc)) from exc
-    if not images:
-        raise VitvizError(f"{folder.name} holds no images vitviz can read.")
+    images = folder_images(folder)
     names = list(dict.fromkeys([method, BASELINE]))
     args = argparse.Namespace(steps=steps, batch_size=DEFAULT_BATCH, masks=None, target_class=None)
     job = FaithfulnessJob(args, names, {method: dict(params or {})}, measure_image,

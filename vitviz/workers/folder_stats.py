@@ -8,7 +8,6 @@ free for the image on screen while a folder is measured.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,8 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from vitviz.core.errors import VitvizError
+from vitviz.workers.cancellable_thread import CancellableThread
+from vitviz.workers.folder_images import folder_images
 
 
 class RunCancelledError(Exception):
@@ -58,15 +59,9 @@ def folder_stats_job(
     process, on ``device``."""
     from vitviz.checkpoints import CheckpointError, load_checkpoint
     from vitviz.imaging import Preprocessing
-    from vitviz.imaging.loading import list_images
     from vitviz.pipeline.folder_stats import folder_statistics
 
-    try:
-        images = list_images(folder)
-    except ValueError as exc:
-        raise VitvizError(str(exc)) from exc
-    if not images:
-        raise VitvizError(f"{folder.name} holds no images vitviz can read.")
+    images = folder_images(folder)
     try:
         loaded = load_checkpoint(checkpoint)
     except CheckpointError as exc:
@@ -134,35 +129,26 @@ class FolderStatsRunner(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._cancel = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = CancellableThread(
+            "vitviz-folder-stats", "a folder is being measured already"
+        )
 
     def is_running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._worker.is_running()
 
     def start(self, checkpoint: Path, folder: Path, **options: Any) -> None:
-        if self.is_running():
-            raise RuntimeError("a folder is being measured already")
-        self._cancel.clear()
-        self._thread = threading.Thread(
-            target=self._run,
-            args=(checkpoint, folder, options),
-            name="vitviz-folder-stats",
-            daemon=True,
-        )
-        self._thread.start()
+        self._worker.start(self._run, checkpoint, folder, options)
 
     def cancel(self) -> None:
-        self._cancel.set()
+        self._worker.cancel()
 
     def wait(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._worker.wait(timeout)
 
     def _run(self, checkpoint: Path, folder: Path, options: dict[str, Any]) -> None:
         try:
             result = self.job(
-                checkpoint, folder, self.progress.emit, self._cancel.is_set, **options
+                checkpoint, folder, self.progress.emit, self._worker.cancelled, **options
             )
         except RunCancelledError:
             self.cancelled.emit()
