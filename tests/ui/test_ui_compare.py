@@ -160,7 +160,7 @@ def test_a_model_without_a_map_says_why_in_its_view(qtbot, tmp_path: Path, photo
     assert c.view_a.notice_text() == c.view_b.notice_text() == ""
     c.diff.setChecked(True)  # no A − B of two grids, and the view says which
     assert (
-        c.view_diff.notice_text() == "No difference: A's map is 8×8 cells, B's 4×4 (other grids)."
+        c.view_diff.notice_text() == "No A − B map: A's map is 8×8 cells, B's 4×4 (other grids)."
     )
     c.set_query((6, 5))
     qtbot.waitUntil(lambda: _settled(window, (6, 5)), timeout=WAIT_MS)
@@ -168,7 +168,7 @@ def test_a_model_without_a_map_says_why_in_its_view(qtbot, tmp_path: Path, photo
     said = c.view_b.notice_text()
     assert said.startswith("No map from B: ") and c.result.errors[1] in said, said
     assert c.view_a.notice_text() == ""
-    assert c.view_diff.notice_text() == "No difference: B made no map here."
+    assert c.view_diff.notice_text() == "No A − B map: B made no map here."
 
 
 def test_the_compare_window_fits_a_small_screen() -> None:

@@ -41,11 +41,11 @@ def no_difference(a: np.ndarray | None, b: np.ndarray | None) -> str:
     """Why there is no A − B for these maps (``difference`` gave None), in words."""
     if a is None or b is None:
         missing = " and ".join(who for who, m in (("A", a), ("B", b)) if m is None)
-        return f"No difference: {missing} made no map here."
+        return f"No A − B map: {missing} made no map here."
     if a.ndim != 2 or b.ndim != 2:
-        return "No difference: the maps are colours, not values."
+        return "No A − B map: the maps are colours, not values."
     cells_a, cells_b = ("×".join(str(n) for n in m.shape) for m in (a, b))
-    return f"No difference: A's map is {cells_a} cells, B's {cells_b} (other grids)."
+    return f"No A − B map: A's map is {cells_a} cells, B's {cells_b} (other grids)."
 
 
 def difference(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
