@@ -159,9 +159,7 @@ def test_a_model_without_a_map_says_why_in_its_view(qtbot, tmp_path: Path, photo
     assert c.view_a.grid_lines.isVisible() and not c.view_b.grid_lines.isVisible()
     assert c.view_a.notice_text() == c.view_b.notice_text() == ""
     c.diff.setChecked(True)  # no A − B of two grids, and the view says which
-    assert (
-        c.view_diff.notice_text() == "No A − B map: A's map is 8×8 cells, B's 4×4 (other grids)."
-    )
+    assert c.view_diff.notice_text() == "No A − B map: A's map is 8×8 cells, B's 4×4 (other grids)."
     c.set_query((6, 5))
     qtbot.waitUntil(lambda: _settled(window, (6, 5)), timeout=WAIT_MS)
     assert c.result.map_b is None and c.result.map_a is not None
