@@ -214,6 +214,6 @@ def test_each_side_is_titled_with_the_model_method_and_image_it_shows(
     qtbot.waitUntil(lambda: _settled(window, None) and c.result.knocked_a == ((0, 1),),
                     timeout=WAIT_MS)  # fmt: skip
     assert c.view_a.full_title == (
-        f"A · {tiny_ckpt.name} · head 0.1 knocked out · {rollout} · {rocket.name}"
+        f"A · {tiny_ckpt.name} · head 0.1 knocked out (zero ablation) · {rollout} · {rocket.name}"
     )
     assert "knocked" not in c.view_b.full_title

@@ -21,7 +21,7 @@ from vitviz.checkpoints import load_checkpoint, save_checkpoint
 from vitviz.pipeline.analysis import analyze
 from vitviz.pipeline.head_effects import head_effects
 from vitviz.pipeline.interventions import knocked_out
-from vitviz.ui.knockout import KNOCKED_FILL
+from vitviz.ui.knockout import KNOCKED_FILL, knocked_words
 from vitviz.ui.main_window import MainWindow
 from vitviz.workers.messages import ImageResult
 
@@ -263,7 +263,7 @@ def test_the_status_bar_keeps_the_model_line_whole_at_1366(qtbot, window) -> Non
 
 
 def test_the_map_title_names_the_heads_knocked_out(qtbot, window, files) -> None:
-    """The large map's title says the model is intervened (which heads, a mean ablation),
+    """The large map's title says the model is intervened (which heads, and how: zero or mean),
     right after the method (a short view drops a title's last parts first); restored: not."""
     ckpt, _, photo = files
     window.open_checkpoint(ckpt)
@@ -277,17 +277,30 @@ def test_the_map_title_names_the_heads_knocked_out(qtbot, window, files) -> None
         lambda: settled(window) and window.viewer.image.knocked_out == ((0, 2), (2, 1)),
         timeout=WAIT_MS,
     )
-    assert view.full_title.startswith("Attention · heads 0.2, 2.1 knocked out · ")
+    # the ablation is always named: zero is said, not left for the reader to guess
+    assert view.full_title.startswith("Attention · heads 0.2, 2.1 knocked out (zero ablation) · ")
     window.viewer.controls.select_method("rollout")  # a method's map too
     qtbot.waitUntil(
         lambda: settled(window) and view.full_title.startswith("Attention rollout · heads"),
         timeout=WAIT_MS,
     )
-    assert "heads 0.2, 2.1 knocked out" in view.full_title
+    assert "heads 0.2, 2.1 knocked out (zero ablation) · " in view.full_title
     ko.ablation.setCurrentText("mean")
-    qtbot.waitUntil(lambda: "(mean ablation)" in view.full_title, timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: "heads 0.2, 2.1 knocked out (mean ablation) · " in view.full_title,
+        timeout=WAIT_MS,
+    )
     ko.act_restore.trigger()
     qtbot.waitUntil(
         lambda: settled(window) and "knocked out" not in view.full_title, timeout=WAIT_MS
     )
     assert view.full_title.startswith("Attention rollout · ")
+
+
+def test_the_knocked_out_words_always_name_the_ablation() -> None:
+    """Zero ablation is named as mean ablation is: a title without it can't be told from one
+    that leaves the ablation unsaid."""
+    assert knocked_words(((0, 2),)) == "head 0.2 knocked out (zero ablation)"
+    assert knocked_words(((2, 1), (0, 2)), "zero") == "heads 0.2, 2.1 knocked out (zero ablation)"
+    assert knocked_words(((0, 2),), "mean") == "head 0.2 knocked out (mean ablation)"
+    assert knocked_words(()) == ""

@@ -282,8 +282,9 @@ class CompareWindow(QWidget):
         return next((m.label for m in self.methods if m.name == name), name)
 
     def view_title(self, who: str, r: CompareResult) -> str:
-        """What one side shows, from its result: "A · model · heads 0.1 knocked out ·
-        Attention rollout · cat.jpg" (the model, what was knocked out of it, method, image)."""
+        """What one side shows, from its result: "A · model · head 0.1 knocked out (zero
+        ablation) · Attention rollout · cat.jpg" (the model, what was knocked out of it and
+        how, method, image)."""
         name = r.name_a if who == "A" else r.name_b
         knocked = knocked_words(r.knocked_a, r.ablation_a) if who == "A" else ""
         parts = [who, name, knocked, self.method_label(r.method), r.image_label]

@@ -58,13 +58,14 @@ def heads_text(heads: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> st
 
 
 def knocked_words(heads: tuple[tuple[int, int], ...], ablation: str = "zero") -> str:
-    """The map title's words for a model with ``heads`` knocked out: "heads 0.2, 2.1 knocked
-    out" ("(mean ablation)" after it for a mean ablation); "" for the model as it is."""
+    """The map title's words for a model with ``heads`` knocked out, the ablation always named
+    (a title without it could not be told from one that leaves it unsaid): "heads 0.2, 2.1
+    knocked out (zero ablation)", "head 1.0 knocked out (mean ablation)"; "" for the model as
+    it is."""
     if not heads:
         return ""
     noun = "heads" if len(heads) > 1 else "head"
-    how = "" if ablation == "zero" else f" ({ablation} ablation)"
-    return f"{noun} {heads_text(heads)} knocked out{how}"
+    return f"{noun} {heads_text(heads)} knocked out ({ablation} ablation)"
 
 
 class KnockoutOverlay:
