@@ -12,9 +12,10 @@ from conftest import CLASS_NAMES, random_vit
 from test_ui_window import WAIT_MS, click, drop, new_window, wait_shown
 
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
+from vitviz.core.resources import DEFAULT_MODEL_NAME, resource_dir
 from vitviz.imaging.colormaps import nice_levels
 from vitviz.pipeline.analysis import analyze
-from vitviz.pipeline.compare import compare_analyses
+from vitviz.pipeline.compare import ModelSession, compare_analyses
 from vitviz.ui.compare_window import (
     DIFF_SCALE,
     MAX_HEAD_TICKS,
@@ -217,3 +218,57 @@ def test_each_side_is_titled_with_the_model_method_and_image_it_shows(
         f"A · {tiny_ckpt.name} · head 0.1 knocked out (zero ablation) · {rollout} · {rocket.name}"
     )
     assert "knocked" not in c.view_b.full_title
+
+
+MODEL = resource_dir() / "models" / DEFAULT_MODEL_NAME  # the shipped ViT: 64 px, a CLS token
+SHAPE = resource_dir() / "samples" / "star.png"
+
+
+def _query_words(path: Path, query: tuple[int, int] | None) -> str:
+    """What ``path``'s own kind calls ``query`` on SHAPE: its query row's words."""
+    loaded = load_checkpoint(path)
+    analysis = loaded.kind.analyze(loaded, SHAPE)
+    numbers = loaded.kind.image_numbers(ModelSession(loaded, analysis))
+    return numbers.words.query_text(query, numbers.token_geometry)
+
+
+def test_the_query_is_said_for_each_side_in_its_own_models_words(qtbot, tmp_path: Path) -> None:
+    """A (the shipped ViT, with a CLS token) beside B, a ViT without one (its query is the
+    mean of patches) and then a Swin (the average pool; a clicked cell a point of its input):
+    the query line says each side's query in its own kind's words, not A's for both."""
+    import json
+
+    import torch
+    from swin_helpers import tiny_torchvision_swin
+
+    no_cls = save_checkpoint(
+        random_vit(seed=7, image_size=64, class_token=False, global_pool="avg"),
+        tmp_path / "no-cls.safetensors",
+        class_names=CLASS_NAMES,
+    )
+    window = _compared(qtbot, tmp_path, MODEL, no_cls, SHAPE)
+    c = window.compare
+    a_words, b_words = _query_words(MODEL, None), _query_words(no_cls, None)
+    assert (a_words, b_words) == ("CLS token", "mean of patches")  # the test can tell them apart
+    assert c.query_label.text() == f"query A: {a_words} · B: {b_words}"
+    c.set_query((2, 3))
+    qtbot.waitUntil(lambda: _settled(window, (2, 3)), timeout=WAIT_MS)
+    both = _query_words(MODEL, (2, 3))
+    assert both == _query_words(no_cls, (2, 3)) == "patch row 2, col 3 (#19)"
+    assert c.query_label.text() == f"query A and B: {both}"  # the same words once
+
+    swin = tmp_path / "swin.pth"
+    torch.save(tiny_torchvision_swin().state_dict(), swin)
+    swin.with_name(swin.name + ".vitviz.json").write_text(
+        json.dumps({"preprocessing": {"image_size": [64, 64]}})
+    )
+    window.compare_with(swin)
+    qtbot.waitUntil(lambda: _settled(window, (2, 3)) and c.result.name_b == swin.name,
+                    timeout=WAIT_MS)  # fmt: skip
+    point = _query_words(swin, (2, 3))
+    assert point.startswith("point y ") and point != both
+    assert c.query_label.text() == f"query A: {both} · B: {point}"
+    c.set_query(None)
+    qtbot.waitUntil(lambda: _settled(window, None), timeout=WAIT_MS)
+    pool = _query_words(swin, None)
+    assert pool != a_words and c.query_label.text() == f"query A: {a_words} · B: {pool}"

@@ -209,6 +209,27 @@ class ViewWords:
     probability: str = ""  # the predictions chart's axis; "": as the model's outputs say
     class_noun: str = "class"  # what a bar of the chart is ("prompt")
 
+    def query_text(self, query: tuple[int, int] | None, geometry: TokenGeometry) -> str:
+        """The query row's words for ``query``: ``query_none`` without a clicked cell (the CLS
+        token, the mean, the average pool), else ``query_cell`` of cell (row, col) of
+        ``geometry``'s clickable grid (its token read in the first layer's grid)."""
+        if query is None:
+            return self.query_none
+        r, c = query
+        p = geometry.cell_pixels
+        th, tw = geometry.layers[0].grid if geometry.layers else geometry.grid
+        return self.query_cell.format(
+            row=r,
+            col=c,
+            index=r * geometry.grid[1] + c,
+            y=(r + 0.5) * p,
+            x=(c + 0.5) * p,
+            trow=r,
+            tcol=c,
+            th=th,
+            tw=tw,
+        )
+
 
 @dataclass(frozen=True)
 class ImageNumbers:

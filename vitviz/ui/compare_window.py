@@ -121,7 +121,7 @@ class CompareWindow(QWidget):
             "On: A and B on one colour scale (a colour is one value in both maps). Off: each map "
             "on its own scale (shows the structure of a map whose values are much smaller)"
         )
-        self.query_label = QLabel("query: CLS")
+        self.query_label = QLabel("")  # each side's query in its own model's words
         reset = QPushButton("Reset query")
         top = QHBoxLayout()
         top.addWidget(QLabel("Method"))
@@ -247,10 +247,6 @@ class CompareWindow(QWidget):
         shown = next((m for m in self.methods if m.name == self.method.currentData()), None)
         self.settings_label.setText(default_words(shown))
         self.settings_label.setVisible(bool(self.settings_label.text()))
-        self.query_label.setText(
-            "query: CLS (or the mean)" if self.query is None
-            else f"query: patch row {self.query[0]}, col {self.query[1]}"
-        )  # fmt: skip
         job = partial(compare_jobs.compare_view, method=self.method.currentData(), query=self.query)
         return self.client.submit("compare", job)
 
@@ -259,6 +255,7 @@ class CompareWindow(QWidget):
         if self._offer():  # model B can't run the method shown: the nearest both run instead
             self.request()
         self._draw()
+        self.query_label.setText(self.query_words(result))
         self.pred_a.setText(top_words(f"A {result.name_a}", result.top_a))
         self.pred_b.setText(top_words(f"B {result.name_b}", result.top_b))
         sim = result.head_similarity
@@ -280,6 +277,23 @@ class CompareWindow(QWidget):
     def method_label(self, name: str) -> str:
         """The label of method ``name`` (the name itself where the table lacks it)."""
         return next((m.label for m in self.methods if m.name == name), name)
+
+    def query_words(self, r: CompareResult) -> str:
+        """The query both maps of ``r`` are of, each side in its own kind's words (a ViT's
+        "CLS token", one without it "mean of patches", a Swin's "average pool …"): "query A:
+        CLS token · B: mean of patches", or "query A and B: …" where they say the same."""
+        sides = (
+            (None, None) if self.image is None else (self.image.words, self.image.token_geometry),
+            (r.words_b, r.geometry_b),
+        )
+        said = [
+            "" if words is None or geometry is None else words.query_text(r.query, geometry)
+            for words, geometry in sides
+        ]
+        if said[0] == said[1]:
+            return f"query A and B: {said[0]}" if said[0] else ""
+        named = zip(("query A", "B"), said, strict=True)
+        return " · ".join(f"{who}: {text}" for who, text in named if text)
 
     def view_title(self, who: str, r: CompareResult) -> str:
         """What one side shows, from its result: "A · model · head 0.1 knocked out (zero

@@ -165,10 +165,7 @@ class LayerView:
 
     def query_text(self, query: tuple[int, int] | None) -> str:
         """The query label: no query (the CLS token, the mean, the average pool) or the cell."""
-        words = self.image.words
-        if query is None:
-            return words.query_none
-        return words.query_cell.format(**self.query_fields(query, None, 0))
+        return self.image.words.query_text(query, self.geometry)
 
     def attention_title(
         self, maps: MapsResult, layer: int, head: int, query: tuple[int, int] | None

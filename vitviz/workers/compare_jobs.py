@@ -13,7 +13,7 @@ from vitviz.workers.messages import CompareResult
 
 _SECOND: dict[int, Any] = {}  # id(engine state) -> the second LoadedModel
 _ANALYSED: dict[int, tuple[Any, Any]] = {}  # id(state) -> (the first's analysis, the second's)
-_REFUSED: dict[int, tuple[Any, dict[str, str]]] = {}  # id(state) -> (B's analysis, its refusals)
+_NUMBERS: dict[int, tuple[Any, Any]] = {}  # id(state) -> (B's analysis, its ImageNumbers)
 TOP = 5
 
 
@@ -29,7 +29,7 @@ def open_second(state: EngineState, path: str | Path) -> str:
     loaded.model.to(resolve_device(state.device)).eval()
     _SECOND[id(state)] = loaded
     _ANALYSED.pop(id(state), None)
-    _REFUSED.pop(id(state), None)
+    _NUMBERS.pop(id(state), None)
     return str(loaded.name)
 
 
@@ -44,19 +44,19 @@ def _second_analysis(state: EngineState) -> Any:
     return analysis
 
 
-def _refused(state: EngineState, loaded: Any, analysis: Any) -> dict[str, str]:
-    """{method: why} model B (``loaded``) can't run on ``analysis``, as its kind says it for
-    the viewer (kept with the analysis)."""
+def _numbers(state: EngineState, loaded: Any, analysis: Any) -> Any:
+    """Model B's (``loaded``) image numbers of ``analysis`` as its kind gives them to the
+    viewer (kept with the analysis): the methods it can't run and its words."""
     from vitviz.pipeline.compare import ModelSession
 
     key = id(state)
-    kept = _REFUSED.get(key)
+    kept = _NUMBERS.get(key)
     if kept is not None and kept[0] is analysis:
         return kept[1]
     session = ModelSession(loaded, analysis)
-    refused = dict(session.kind.image_numbers(session).unavailable)
-    _REFUSED[key] = (analysis, refused)
-    return refused
+    numbers = session.kind.image_numbers(session)
+    _NUMBERS[key] = (analysis, numbers)
+    return numbers
 
 
 def _top(loaded: Any, analysis: Any) -> list[tuple[str, float]]:
@@ -100,6 +100,7 @@ def compare_view(
         except ValueError as exc:
             maps.append(None)
             errors.append(str(exc))
+    numbers_b = _numbers(state, second, b)
     return CompareResult(
         method=method,
         query=query,
@@ -111,9 +112,11 @@ def compare_view(
         top_b=_top(second, b),
         head_similarity=sim,
         error=next((e for e in errors if e), ""),
-        refused_b=_refused(state, second, b),
+        refused_b=dict(numbers_b.unavailable),
         errors=(errors[0], errors[1]),
         image_label=state.label,
         knocked_a=knocked,
         ablation_a=state.intervention.ablation if knocked else "zero",
+        words_b=numbers_b.words,
+        geometry_b=numbers_b.token_geometry,
     )

@@ -266,7 +266,8 @@ class CompareResult:
     and the first of them in ``error``), its name and
     top predictions [(class, probability)], ``head_similarity`` (L, H) or (L, 1), the
     methods model B can't run on this image with its reasons (``refused_b``), the image's
-    label and the heads knocked out of model A (the viewer's model) when any are."""
+    label and the heads knocked out of model A (the viewer's model) when any are; model B's
+    words (``words_b``) and token geometry (``geometry_b``), to say its query in its words."""
 
     method: str
     query: tuple[int, int] | None
@@ -283,3 +284,5 @@ class CompareResult:
     image_label: str = ""  # the image both maps are of
     knocked_a: tuple[tuple[int, int], ...] = ()  # heads knocked out of model A (layer, head)
     ablation_a: str = "zero"  # how they were
+    words_b: ViewWords = field(default_factory=ViewWords)  # as B's kind words its views
+    geometry_b: TokenGeometry | None = None  # B's clickable grid (its query cell's)
