@@ -180,8 +180,9 @@ def test_the_compare_window_fits_a_small_screen() -> None:
 def test_each_side_is_titled_with_the_model_method_and_image_it_shows(
     qtbot, tmp_path: Path, tiny_ckpt: Path, photo_files
 ) -> None:
-    """Each view's title names what it shows, from its result: its model (A: with the heads
-    knocked out of it), the method and the image; a new method or image renames both."""
+    """Each view's title names what it shows, from its result: its model (A: first the heads
+    knocked out of it, and how), the method and the image; a new method or image renames
+    both."""
     window = new_window(qtbot, tmp_path / "settings" / "vitviz.ini")
     cat, rocket = photo_files["chelsea"], photo_files["rocket"]
     drop(window, [cat, tiny_ckpt])
@@ -215,9 +216,15 @@ def test_each_side_is_titled_with_the_model_method_and_image_it_shows(
     qtbot.waitUntil(lambda: _settled(window, None) and c.result.knocked_a == ((0, 1),),
                     timeout=WAIT_MS)  # fmt: skip
     assert c.view_a.full_title == (
-        f"A · {tiny_ckpt.name} · head 0.1 knocked out (zero ablation) · {rollout} · {rocket.name}"
+        f"A · head 0.1 knocked out (zero ablation) · {tiny_ckpt.name} · {rollout} · {rocket.name}"
     )
     assert "knocked" not in c.view_b.full_title
+    # nothing else in this window says A is intervened: on a 1366 px screen its view's title,
+    # shortened from its end, keeps it
+    c.diff.setChecked(False)
+    c.resize(1366 - FRAME_ROOM[0], 740 - FRAME_ROOM[1])
+    qtbot.waitUntil(lambda: c.view_a.title.text() != c.view_a.full_title, timeout=WAIT_MS)
+    assert c.view_a.title.text().startswith("A · head 0.1 knocked out (zero ablation) · ")
 
 
 MODEL = resource_dir() / "models" / DEFAULT_MODEL_NAME  # the shipped ViT: 64 px, a CLS token

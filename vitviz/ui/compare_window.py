@@ -296,12 +296,13 @@ class CompareWindow(QWidget):
         return " · ".join(f"{who}: {text}" for who, text in named if text)
 
     def view_title(self, who: str, r: CompareResult) -> str:
-        """What one side shows, from its result: "A · model · head 0.1 knocked out (zero
-        ablation) · Attention rollout · cat.jpg" (the model, what was knocked out of it and
-        how, method, image)."""
+        """What one side shows, from its result: "A · head 0.1 knocked out (zero ablation) ·
+        model · Attention rollout · cat.jpg" (what was knocked out of the model and how, first:
+        nothing else in this window says it, and a narrow view's title loses its last parts;
+        the model, method, image)."""
         name = r.name_a if who == "A" else r.name_b
         knocked = knocked_words(r.knocked_a, r.ablation_a) if who == "A" else ""
-        parts = [who, name, knocked, self.method_label(r.method), r.image_label]
+        parts = [who, knocked, name, self.method_label(r.method), r.image_label]
         return " · ".join(p for p in parts if p)
 
     def failed(self, message: str) -> None:
