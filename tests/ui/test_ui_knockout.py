@@ -18,11 +18,17 @@ from test_ui_window import WAIT_MS, click, settled, wait_shown
 from window_watch import watched_window
 
 from vitviz.checkpoints import load_checkpoint, save_checkpoint
+from vitviz.core.resources import DEFAULT_MODEL_NAME, resource_dir
+from vitviz.imaging.colormaps import tick_text
+from vitviz.imaging.effect_grid import diverging_colours
 from vitviz.pipeline.analysis import analyze
 from vitviz.pipeline.head_effects import head_effects
 from vitviz.pipeline.interventions import knocked_out
-from vitviz.ui.knockout import KNOCKED_FILL, knocked_words
+from vitviz.ui.effect_tiles import KNOCKED_FILL, NO_MEAN_EFFECT, PATCH_UNIT
+from vitviz.ui.head_grid import MEAN
+from vitviz.ui.knockout import knocked_words
 from vitviz.ui.main_window import MainWindow
+from vitviz.workers.interventions import PatchingResult
 from vitviz.workers.messages import ImageResult
 
 
@@ -109,6 +115,7 @@ def test_knock_out_restore_and_importance(qtbot, window, files) -> None:
         effects = head_effects(loaded, x, target)
     np.testing.assert_allclose(ko.effect, effects.effect.numpy(), atol=1e-5)
     assert ko.scale.isVisible()
+    assert ko.status.text().endswith(" · effects measured on it")  # with 2 heads out
     lo, hi = ko.overlay.levels
     assert lo == -hi and hi >= np.nanmax(np.abs(ko.effect))
     coloured = [
@@ -304,3 +311,140 @@ def test_the_knocked_out_words_always_name_the_ablation() -> None:
     assert knocked_words(((2, 1), (0, 2)), "zero") == "heads 0.2, 2.1 knocked out (zero ablation)"
     assert knocked_words(((0, 2),), "mean") == "head 0.2 knocked out (mean ablation)"
     assert knocked_words(()) == ""
+
+
+SHIPPED = resource_dir() / "models" / DEFAULT_MODEL_NAME  # a 4 × 4-head ViT with 10 classes
+SAMPLES = resource_dir() / "samples"
+
+
+def _effect_rects(grid) -> list[QGraphicsRectItem]:
+    return [
+        i for i in grid.vb.addedItems
+        if isinstance(i, QGraphicsRectItem) and i.zValue() == 20
+        and i.brush().color() != KNOCKED_FILL
+    ]  # fmt: skip
+
+
+def _bars_tell_the_effects(window: MainWindow, unit: str) -> None:
+    """What the effect views draw, and only that: no attention thumbnail, nor their viridis bar
+    or their scale choice; the effect's bar with its range and unit; every tile the bar's
+    colour of its value, opaque; the mean column's hover says it has no effect."""
+    ko, grid, panel = window.knockout, window.viewer.head_grid, window.viewer.head_panel
+    assert not grid.maps.isVisible()  # the mean column's attention too: no bar says its scale
+    assert not grid.colorbar.isVisible() and not panel.scale.isVisibleTo(panel)
+    assert ko.scale.isVisible()
+    lo, hi = ko.overlay.levels
+    assert ko.scale.lo.text() == tick_text(lo) and ko.scale.hi.text().startswith(
+        f"+{tick_text(hi)} {unit}"
+    )
+    colours = diverging_colours(ko.effect, ko.overlay.levels)
+    rects = _effect_rects(grid)
+    assert len(rects) == int(np.isfinite(ko.effect).sum())
+    gh, gw = grid.layout.tile
+    for item in rects:
+        rect = item.rect()
+        layer, head = grid.cell_at(rect.x() + gw / 2, rect.y() + gh / 2)
+        colour = item.brush().color()
+        assert colour.alpha() == 255, "the attention under it would tint the bar's colour"
+        assert (colour.red(), colour.green(), colour.blue()) == tuple(colours[layer, head])
+    ko._on_hover(grid.hover_info(grid.tile_center(1, MEAN)))
+    assert grid.toolTip() == f"layer 1, mean of heads · {NO_MEAN_EFFECT}"
+
+
+def test_the_bars_shown_describe_the_effect_tiles(qtbot, window) -> None:
+    """Head importance and patching colour the heads' tiles by their effect: the attention
+    thumbnails' viridis bar (which would describe only the mean column) and the scale choice
+    go, the diverging bar says the range and the unit; off, the thumbnails come back."""
+    star, heart = SAMPLES / "star.png", SAMPLES / "heart.png"
+    window.open_checkpoint(SHIPPED)
+    window.open_image(star)
+    wait_shown(qtbot, window, star.name)
+    ko, grid, panel = window.knockout, window.viewer.head_grid, window.viewer.head_panel
+    assert grid.maps.isVisible() and grid.colorbar.isVisible() and panel.scale.isVisibleTo(panel)
+    ko.act_importance.setChecked(True)
+    qtbot.waitUntil(lambda: settled(window) and ko.effect is not None, timeout=WAIT_MS)
+    _bars_tell_the_effects(window, "logits")
+
+    ko.patch_from(heart)
+    qtbot.waitUntil(lambda: settled(window) and ko.effect is not None and not
+                    ko.act_importance.isChecked(), timeout=WAIT_MS)  # fmt: skip
+    _bars_tell_the_effects(window, PATCH_UNIT)
+
+    ko.act_patch.trigger()  # off: the thumbnails, their bar and the choice of scale again
+    assert grid.maps.isVisible() and grid.colorbar.isVisible() and panel.scale.isVisibleTo(panel)
+    assert not ko.scale.isVisible() and not _effect_rects(grid)
+
+
+def test_knocking_out_while_patching_measures_again_and_says_so(qtbot, window, monkeypatch) -> None:
+    """The patching grid shown, the toolbar's "Knock out" and a click on a tile: the clean
+    model's effects go at once (no tile keeps a colour of another model; a result of it that
+    comes late is not shown), the grid waits for the intervened model's effects, measured
+    again, and the status bar says they are its, with the heads; every head back: measured on
+    the model as it is, and the line goes."""
+    from vitviz.pipeline.head_effects import patching_effects
+    from vitviz.ui import file_dialogs
+
+    star, heart = SAMPLES / "star.png", SAMPLES / "heart.png"
+    window.open_checkpoint(SHIPPED)
+    window.open_image(star)
+    wait_shown(qtbot, window, star.name)
+    ko, grid = window.knockout, window.viewer.head_grid
+    monkeypatch.setattr(file_dialogs, "open_file", lambda *a, **k: str(heart))  # the dialog
+    ko.act_patch.trigger()
+    qtbot.waitUntil(lambda: settled(window) and ko.effect is not None, timeout=WAIT_MS)
+    clean = ko.effect.copy()
+    assert not ko.status.isVisible() and "intervened" not in ko.scale.title.text()
+
+    ko.act_mode.setChecked(True)  # the toolbar's toggle alone changes nothing shown
+    assert ko.effect is not None and not ko.knocked
+    click(grid, grid.tile_center(3, 0))
+    assert ko.knocked == {(3, 0)} and ko.patch_clean == str(heart) and ko.act_patch.isChecked()
+    ctl = window.viewer.controls  # the tile clicked is shown large, as any click shows it
+    assert (ctl.layer.value(), ctl.head.currentData()) == (3, 0)
+    assert ko.effect is None and not _effect_rects(grid) and not grid.maps.isVisible()
+    assert "measuring" in ko.scale.title.text()
+    assert ko.status.isVisible() and ko.status.text() == (
+        "Intervened model (zero ablation): 1 head knocked out: 3.0 · measuring effects on it…"
+    )
+    late = PatchingResult(clean, 0, "circle", heart.name, knocked_out=())  # the clean model's
+    ko._on_result("interventions", late)
+    assert ko.effect is None  # not shown as the intervened model's
+
+    qtbot.waitUntil(lambda: settled(window) and ko.effect is not None, timeout=WAIT_MS)
+    loaded = load_checkpoint(SHIPPED)
+    with knocked_out(loaded, star, [(3, 0)]):
+        want = patching_effects(loaded, heart, star)
+    np.testing.assert_allclose(ko.effect, want.effect.numpy(), atol=1e-4)
+    assert np.nanmax(np.abs(ko.effect - clean)) > 1e-3  # measured again: the test can tell
+    assert ko.status.text() == (
+        "Intervened model (zero ablation): 1 head knocked out: 3.0 · effects measured on it"
+    )
+    assert "intervened model" in ko.scale.title.text() and "3.0" in ko.scale.toolTip()
+    assert len(_effect_rects(grid)) == 16 and _greyed(window) == {(3, 0)}
+
+    ko.act_restore.trigger()  # every head back: the model as it is, measured again
+    qtbot.waitUntil(
+        lambda: settled(window) and not ko.knocked and ko.effect is not None, timeout=WAIT_MS
+    )
+    np.testing.assert_allclose(ko.effect, clean, atol=1e-4)
+    assert not ko.status.isVisible() and "intervened" not in ko.scale.title.text()
+
+
+def test_a_measure_that_fails_puts_the_attention_grid_back(qtbot, window, tmp_path) -> None:
+    """ "Patch from…" an image that can't be read: the message says why, and the grid shows
+    the attention thumbnails with their bar again, not a view waiting for effects."""
+    star = SAMPLES / "star.png"
+    window.open_checkpoint(SHIPPED)
+    window.open_image(star)
+    wait_shown(qtbot, window, star.name)
+    ko, grid = window.knockout, window.viewer.head_grid
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a picture")
+    said: list[str] = []
+    window.client.userError.connect(lambda channel, error: said.append(error.message))
+    ko.patch_from(broken)
+    assert ko.effect_view() == "patching" and not grid.maps.isVisible()
+    qtbot.waitUntil(lambda: bool(said), timeout=WAIT_MS)
+    assert said[0].startswith("Patch from broken.png: ")
+    assert ko.effect_view() is None and not ko.act_patch.isChecked()
+    assert grid.maps.isVisible() and grid.colorbar.isVisible() and not ko.scale.isVisible()

@@ -301,7 +301,8 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             self._apply_layout(*self.shape, self.grid, force=False)
 
     def _view_px(self) -> tuple[float, float]:
-        bar = self.colorbar.geometry().height() or COLORBAR_PX  # 0 before the first layout
+        # the bar's room (its height is 0 before the first layout); none while it is hidden
+        bar = (self.colorbar.geometry().height() or COLORBAR_PX) if self.colorbar.isVisible() else 0
         return max(1.0, self.width() - 8.0), max(1.0, self.height() - bar - 8.0)
 
     def scale_at_height(self, height_px: float) -> float:
@@ -415,6 +416,16 @@ class HeadGrid(pg.GraphicsLayoutWidget):
             set_colorbar_levels(self.colorbar, levels)
         self.maps.setRect(QRectF(0, 0, cols, rows))
         self.maps.setOpacity(opacity)
+
+    def show_thumbnails(self, on: bool) -> None:
+        """Draw the attention thumbnails over the input with their colour bar, or none of them
+        (``on`` False: a view colouring the tiles by other values, with a scale of its own, is
+        over them; no edge of the input shows round its tiles); the tiles take the bar's room."""
+        if on == self.maps.isVisible() == self.colorbar.isVisible():
+            return
+        for item in (self.base, self.maps, self.colorbar):
+            item.setVisible(on)
+        self._relayout.start()
 
     def set_per_head(self, on: bool) -> None:
         """Each tile on its own colour scale (0 to its max), or all on the shared one."""

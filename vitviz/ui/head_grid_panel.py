@@ -1,5 +1,6 @@
 """The head grid with its colour-scale choice above it: one scale shared by every tile (values
-compare across heads) or each tile its own (every head's pattern shows, whatever its range)."""
+compare across heads) or each tile its own (every head's pattern shows, whatever its range);
+both go, with the thumbnails' colour bar, while another view colours the tiles."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ class HeadGridPanel(QWidget):
         bar.addStretch(1)
         self.extras = QHBoxLayout()  # widgets others add to the bar (the importance scale)
         bar.addLayout(self.extras)
-        bar.addWidget(QLabel("Colours:"))
+        self.scale_label = QLabel("Colours:")
+        bar.addWidget(self.scale_label)
         bar.addWidget(self.scale)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -64,6 +66,13 @@ class HeadGridPanel(QWidget):
         index = self.scale.findData(name)
         if index >= 0:
             self.scale.setCurrentIndex(index)
+
+    def show_thumbnails(self, on: bool) -> None:
+        """The attention thumbnails with their colour bar and the choice of their scale, or
+        none of them (the tiles coloured by another view, its scale among ``extras``)."""
+        self.grid.show_thumbnails(on)
+        self.scale_label.setVisible(on)
+        self.scale.setVisible(on)
 
     def _on_scale(self) -> None:
         self.grid.set_per_head(self.scale_name() == "per-head")

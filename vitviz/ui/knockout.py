@@ -4,51 +4,41 @@
 ``KnockoutController`` adds the toolbar's "Knock out" toggle (then a click on a head tile
 toggles it; Alt+click does at any time) with its ablation (zero or mean) beside it, "Restore
 all" and "Head importance", and a status-bar line naming the knocked-out heads and the
-ablation while the shown results come from the intervened model; "Patch from…" takes a second
-image as the clean run and colours each tile by its patching effect into the shown image. The
-engine does the work (``vitviz.workers.interventions``); this module only draws:
-``KnockoutOverlay`` greys knocked-out tiles with a cross, and paints each tile in the
-importance view on a diverging colour map whose scale sits above the grid.
+ablation while the shown results come from the intervened model (and the effects shown, or
+measured, on it); "Patch from…" takes a second image as the clean run and colours each tile by
+its patching effect into the shown image. The engine does the work
+(``vitviz.workers.interventions``); ``vitviz.ui.effect_tiles`` draws over the tiles, the
+attention thumbnails, their colour bar and their scale's choice hidden meanwhile (no bar shown
+describes colours that are not drawn). Effects are always the held model's: another
+intervention (or image) clears them at once and measures them again; a result measured on
+another model is not shown.
 """
 
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QLineF, QObject, QRectF, Qt
-from PySide6.QtGui import QAction, QBrush, QColor, QImage, QPen, QPixmap
-from PySide6.QtWidgets import (
-    QComboBox,
-    QGraphicsLineItem,
-    QGraphicsRectItem,
-    QHBoxLayout,
-    QLabel,
-    QToolBar,
-    QWidget,
-)
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QComboBox, QToolBar
 
-from vitviz.imaging.colormaps import tick_text
-from vitviz.imaging.effect_grid import diverging_colours, symmetric_levels
+from vitviz.ui.effect_tiles import (
+    NO_MEAN_EFFECT,
+    PATCH_UNIT,
+    SCALE_IMPORTANCE_TIP,
+    SCALE_PATCHING_TIP,
+    ImportanceScale,
+    KnockoutOverlay,
+)
 from vitviz.ui.elided_label import ElidedLabel
 from vitviz.ui.head_grid import MEAN, HeadGrid
 from vitviz.ui.view_state import NO_CLASSES
 from vitviz.workers import interventions as jobs
 from vitviz.workers.messages import ImageResult, ModelSummary
 
-KNOCKED_FILL = QColor(40, 40, 40, 215)
-CROSS_COLOR = QColor(255, 140, 60)
 STATUS_STYLE = "QLabel { color: #1a1a1a; background: #ffb347; padding: 0 6px; }"
-IMPORTANCE_ALPHA = 225
-IMPORTANCE_TIP = (
-    "Each head's effect on the shown class: its logit with every head minus its logit with that "
-    "head knocked out alone (red: the head helps the class, blue: it hurts)"
-)
-PATCHING_TIP = (
-    "Each head's patching effect: the shown image's pass with that head's output taken from the "
-    "clean image's pass, (y(patched) − y(shown)) / (y(clean) − y(shown)) for the clean image's "
-    "top class (1: the head alone carries the difference, 0: it carries none)"
-)
 
 
 def heads_text(heads: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> str:
@@ -66,106 +56,6 @@ def knocked_words(heads: tuple[tuple[int, int], ...], ablation: str = "zero") ->
         return ""
     noun = "heads" if len(heads) > 1 else "head"
     return f"{noun} {heads_text(heads)} knocked out ({ablation} ablation)"
-
-
-class KnockoutOverlay:
-    """Rectangles and crosses over a HeadGrid's tiles (in its view coordinates)."""
-
-    def __init__(self, grid: HeadGrid) -> None:
-        self.grid = grid
-        self.knocked: set[tuple[int, int]] = set()
-        self.effect: np.ndarray | None = None  # (L, H) shown as colours, or None
-        self.levels = (-1.0, 1.0)
-        self._items: list = []
-
-    def show(self, knocked: set[tuple[int, int]], effect: np.ndarray | None) -> None:
-        self.knocked, self.effect = set(knocked), effect
-        if effect is not None:
-            self.levels = symmetric_levels(effect)
-        self.redraw()
-
-    def redraw(self) -> None:
-        vb = self.grid.vb
-        for item in self._items:
-            vb.removeItem(item)
-        self._items = []
-        L, H = self.grid.shape
-        gh, gw = self.grid.layout.tile
-        if self.effect is not None and self.effect.shape[0] == L:
-            colours = diverging_colours(self.effect, self.levels)
-            for layer, head in zip(*np.nonzero(np.isfinite(self.effect)), strict=True):
-                if head >= H:
-                    continue
-                r, g, b = (int(c) for c in colours[layer, head])
-                self._rect(int(layer), int(head), QColor(r, g, b, IMPORTANCE_ALPHA), gh, gw)
-        for layer, head in self.knocked:
-            if layer >= L or head >= H:
-                continue
-            x, y = self._rect(layer, head, KNOCKED_FILL, gh, gw)
-            pen = QPen(CROSS_COLOR)
-            pen.setCosmetic(True)
-            pen.setWidthF(2.0)
-            m = 0.2
-            for line in (
-                QLineF(x + m * gw, y + m * gh, x + (1 - m) * gw, y + (1 - m) * gh),
-                QLineF(x + (1 - m) * gw, y + m * gh, x + m * gw, y + (1 - m) * gh),
-            ):
-                item = QGraphicsLineItem(line)
-                item.setPen(pen)
-                item.setZValue(22)
-                vb.addItem(item)
-                self._items.append(item)
-
-    def _rect(self, layer: int, head: int, colour: QColor, gh: int, gw: int) -> tuple[int, int]:
-        x, y = self.grid.layout.origin(layer, head + 1)
-        item = QGraphicsRectItem(QRectF(x, y, gw, gh))
-        item.setBrush(QBrush(colour))
-        item.setPen(QPen(Qt.PenStyle.NoPen))
-        item.setZValue(20)
-        self.grid.vb.addItem(item)
-        self._items.append(item)
-        return x, y
-
-    def value(self, layer: int, head: int) -> float | None:
-        if self.effect is None or head == MEAN or layer >= self.effect.shape[0]:
-            return None
-        if head >= self.effect.shape[1] or not np.isfinite(self.effect[layer, head]):
-            return None
-        return float(self.effect[layer, head])
-
-
-class ImportanceScale(QWidget):
-    """The importance (or patching) view's colour scale: '−m [diverging bar] +m logits'."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.lo, self.bar, self.hi = QLabel(), QLabel(), QLabel()
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 8, 0)
-        layout.setSpacing(3)
-        self.title = QLabel("Importance:")
-        layout.addWidget(self.title)
-        for w in (self.lo, self.bar, self.hi):
-            layout.addWidget(w)
-        values = np.linspace(-1.0, 1.0, 96)[None].repeat(10, 0)
-        rgb = np.ascontiguousarray(diverging_colours(values, (-1.0, 1.0)))
-        image = QImage(rgb.data, 96, 10, 96 * 3, QImage.Format.Format_RGB888).copy()
-        self.bar.setPixmap(QPixmap.fromImage(image))
-        self.setToolTip(IMPORTANCE_TIP)
-
-    def set_levels(
-        self, levels: tuple[float, float], class_name: str, unit: str = "logits"
-    ) -> None:
-        self.lo.setText(tick_text(levels[0]))
-        self.hi.setText(f"+{tick_text(levels[1])} {unit} ({class_name})".replace("  ", " "))
-
-    def show_importance(self) -> None:
-        self.title.setText("Importance:")
-        self.setToolTip(IMPORTANCE_TIP)
-
-    def show_patching(self, clean: str) -> None:
-        self.title.setText(f"Patched from {clean}:")
-        self.setToolTip(PATCHING_TIP)
 
 
 IMPORTANCE_TIP = (
@@ -188,8 +78,9 @@ class KnockoutController(QObject):
         self.grid: HeadGrid = self.viewer.head_grid
         self.overlay = KnockoutOverlay(self.grid)
         self.knocked: set[tuple[int, int]] = set()
-        self.effect: np.ndarray | None = None
+        self.effect: np.ndarray | None = None  # (L, H) of the model held now, or None
         self.prob: np.ndarray | None = None
+        self.class_name = ""  # the class the effects shown are of
         self.act_mode = QAction("Knock out", self, checkable=True)
         self.act_mode.setToolTip(
             "Knock heads out: click a head tile to remove that head from the model (Alt+click "
@@ -214,7 +105,7 @@ class KnockoutController(QObject):
         self.act_patch.setToolTip(PATCH_TIP)
         self.act_patch.triggered.connect(self._on_patch_action)
         self.patch_clean: str | None = None  # the clean image's path while the view is shown
-        self.patch_label = ""
+        self.patch_label = ""  # its file name
         toolbar = window.findChild(QToolBar, "mainToolbar")
         if toolbar is not None:
             toolbar.addSeparator()
@@ -233,6 +124,8 @@ class KnockoutController(QObject):
         self.grid.cellHovered.connect(self._on_hover)
         self.grid.layoutChanged.connect(self.overlay.redraw)
         self.client.resultReady.connect(self._on_result)
+        self.client.userError.connect(self._on_error)
+        self.client.failed.connect(self._on_error)
 
     # -- knocking out --------------------------------------------------------------------------
     def toggle(self, layer: int, head: int) -> int:
@@ -252,14 +145,24 @@ class KnockoutController(QObject):
         """The ablation chosen beside the toggle: "zero" or "mean"."""
         return self.ablation.currentText()
 
+    def held(self) -> tuple[tuple[tuple[int, int], ...], str]:
+        """The model asked for: its heads knocked out (sorted) and how ("zero" for none)."""
+        heads = tuple(sorted(self.knocked))
+        return heads, (self.mode if heads else "zero")
+
     def _on_ablation(self, _mode: str) -> None:
         if self.knocked:
             self._submit()
+        elif self.effect_view() == "importance":  # it measures each head with this ablation
+            self._forget_effects()
+            self.request_importance()
 
     def _submit(self) -> int:
         """Ask the engine for the current heads knocked out (a mean ablation's values are
-        the shown image's; the engine takes another image's own when it opens one)."""
-        self._show()
+        the shown image's; the engine takes another image's own when it opens one). Effects
+        shown were another model's: they go now, and are measured again on this one when its
+        image arrives."""
+        self._forget_effects()
         heads = tuple(sorted(self.knocked))
         job = partial(
             jobs.knock_out,
@@ -283,14 +186,26 @@ class KnockoutController(QObject):
         if cell is not None and cell[1] != MEAN and cell[1] < heads[cell[0]]:
             self.toggle(*cell)  # a head the layer has (a Swin's early rows have fewer)
 
-    # -- importance -----------------------------------------------------------------------------
+    # -- the effect views ----------------------------------------------------------------------
+    def effect_view(self) -> str | None:
+        """ "patching" or "importance" while the grid shows (or waits for) effects, None while
+        it shows attention (a model without classes greys both views: none)."""
+        if self.patch_clean is not None and self.act_patch.isEnabled():
+            return "patching"
+        if self.act_importance.isChecked() and self.act_importance.isEnabled():
+            return "importance"
+        return None
+
+    def _forget_effects(self) -> None:
+        """The effects shown are no longer the held model's (or image's): gone at once."""
+        self.effect = self.prob = None
+        self._show()
+
     def _on_importance(self, on: bool) -> None:
         if on:
             self._end_patching()
             self.request_importance()
-        else:
-            self.effect = self.prob = None
-            self._show()
+        self._forget_effects()
 
     def request_importance(self) -> int | None:
         if self.viewer.image is None:
@@ -300,7 +215,6 @@ class KnockoutController(QObject):
         )
         return self.client.submit("interventions", job)
 
-    # -- patching -------------------------------------------------------------------------------
     def _on_patch_action(self, checked: bool) -> None:
         if not checked:
             self._end_patching()
@@ -321,12 +235,13 @@ class KnockoutController(QObject):
 
     def patch_from(self, path: str) -> int | None:
         """Show each head's patching effect from the image at ``path`` (the clean run) into
-        the shown one."""
+        the shown one, on the model as it is now (heads knocked out in both runs)."""
         if self.viewer.image is None:
             return None
-        self.patch_clean = str(path)
+        self.patch_clean, self.patch_label = str(path), Path(path).name
         self.act_patch.setChecked(True)
         self.act_importance.setChecked(False)
+        self._forget_effects()
         job = partial(jobs.head_patching, clean=self.patch_clean)
         return self.client.submit("interventions", job)
 
@@ -342,32 +257,41 @@ class KnockoutController(QObject):
         if isinstance(result, ModelSummary) and channel == "model":
             self.knocked.clear()  # the engine restored every head with the model
             self._end_patching()
-            self.effect = self.prob = None
-            self._show()
+            self._forget_effects()
         elif isinstance(result, ImageResult):
             self._offer(bool(result.class_names))
-            self.overlay.redraw()
-            if not result.class_names:
-                return  # nothing to measure: the choice waits for a model with classes
-            if self.act_importance.isChecked():
+            view = self.effect_view()
+            if view is not None:  # the shown image's pass changed: measured again
+                self.effect = self.prob = None
+            self._show()
+            if view == "importance":
                 self.request_importance()
-            elif self.patch_clean is not None:  # the shown image's pass changed: again
+            elif view == "patching" and self.patch_clean is not None:
                 self.patch_from(self.patch_clean)
         elif isinstance(result, jobs.HeadEffectsResult):
-            if not self.act_importance.isChecked():
-                return
+            ours = (result.knocked_out, result.knocked_ablation) == self.held()
+            if self.effect_view() != "importance" or not ours or result.ablation != self.mode:
+                return  # measured on another model, or another way: a newer one is asked for
             self.effect, self.prob = result.effect, result.effect_prob
+            self.class_name = result.class_name
             self._show()
-            self.scale.show_importance()
-            self.scale.set_levels(self.overlay.levels, result.class_name)
         elif isinstance(result, jobs.PatchingResult):
-            if self.patch_clean is None:
+            ours = (result.knocked_out, result.knocked_ablation) == self.held()
+            if self.effect_view() != "patching" or not ours:
+                return  # measured on another model: the held one's is asked for
+            if result.clean_label != self.patch_label:
                 return
             self.effect, self.prob = result.effect, None
-            self.patch_label = result.clean_label
+            self.class_name = result.class_name
             self._show()
-            self.scale.show_patching(result.clean_label)
-            self.scale.set_levels(self.overlay.levels, result.class_name, unit="")
+
+    def _on_error(self, channel: str, _error: object) -> None:
+        """The effects asked for can't come (the window says why): the grid's attention again."""
+        if channel != "interventions" or self.effect is not None:
+            return
+        self.act_importance.setChecked(False)
+        self._end_patching()
+        self._show()
 
     def _offer(self, has_classes: bool) -> None:
         """Importance and patching measure a class: a model without classes (a backbone, a
@@ -376,33 +300,64 @@ class KnockoutController(QObject):
             action.setEnabled(has_classes)
             action.setToolTip(tip if has_classes else f"{action.text()} {NO_CLASSES}")
 
+    def _view_name(self, view: str) -> str:
+        """The scale's name of ``view``: "Importance", "Patched from clean.png"."""
+        return f"Patched from {self.patch_label}" if view == "patching" else "Importance"
+
     def _show(self) -> None:
-        self.overlay.show(self.knocked, self.effect)
-        self.scale.setVisible(self.effect is not None)
+        """The grid, the scale and the status line as the state says: effects (or their wait)
+        in an effect view, else attention; the status line while heads are out, naming them,
+        the ablation and the effects measured on that model."""
+        view = self.effect_view()
+        self.viewer.head_panel.show_thumbnails(view is None)
+        self.overlay.show(self.knocked, self.effect if view else None, blank=view is not None)
+        self.scale.setVisible(view is not None)
         self.act_restore.setEnabled(bool(self.knocked))
-        if self.knocked:
-            n = len(self.knocked)
-            self.status.setText(
-                f"Intervened model ({self.mode} ablation): {n} head{'s' if n > 1 else ''} "
-                f"knocked out: {heads_text(tuple(self.knocked))}"
+        heads, ablation = self.held()
+        knocked = f"heads {heads_text(heads)} knocked out ({ablation} ablation)" if heads else ""
+        if view is not None:
+            name = self._view_name(view)
+            if self.effect is None:
+                self.scale.show_measuring(name, knocked)
+            else:
+                tip, unit = (
+                    (SCALE_PATCHING_TIP, PATCH_UNIT) if view == "patching"
+                    else (SCALE_IMPORTANCE_TIP, "logits")
+                )  # fmt: skip
+                self.scale.show_effects(
+                    name, tip, self.overlay.levels, self.class_name, unit, knocked
+                )
+        if heads:
+            n = len(heads)
+            text = (
+                f"Intervened model ({ablation} ablation): {n} head{'s' if n > 1 else ''} "
+                f"knocked out: {heads_text(heads)}"
             )
-        self.status.setVisible(bool(self.knocked))
+            if view is not None:  # the grid's effects are its too (the scale says which)
+                measured = self.effect is not None
+                text += " · effects measured on it" if measured else " · measuring effects on it…"
+            self.status.setText(text)
+        self.status.setVisible(bool(heads))
 
     def _on_hover(self, info: object) -> None:
         if info is None:
             return
         layer, head, _ = info
+        view = self.effect_view()
         extra = []
-        value = self.overlay.value(layer, head)
-        if value is not None and self.patch_clean is not None:
-            extra.append(f"patching effect {value:+.4g} (from {self.patch_label})")
-        elif value is not None and self.prob is not None:
-            extra.append(
-                f"effect {value:+.4g} logits ({float(self.prob[layer, head]):+.2%} probability)"
-            )
+        if view is not None:  # the tiles' attention is not drawn: not said either
+            info = (layer, head, float("nan"))
+            value = self.overlay.value(layer, head)
+            if head == MEAN:
+                extra.append(NO_MEAN_EFFECT)
+            elif value is not None and view == "patching":
+                extra.append(f"patching effect {value:+.4g} (from {self.patch_label})")
+            elif value is not None and self.prob is not None:
+                change = float(self.prob[layer, head])
+                extra.append(f"effect {value:+.4g} logits ({change:+.2%} probability)")
         if (layer, head) in self.knocked:
             extra.append("knocked out")
-        if extra:
-            text = f"{self.grid.describe(info)} · {' · '.join(extra)}"
+        if extra or view is not None:
+            text = " · ".join([self.grid.describe(info), *extra])
             self.grid.setToolTip(text)
             self.viewer.hoverText.emit(text)

@@ -24,14 +24,22 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class HeadEffectsResult:
     """Every head's effect on ``target_class`` (DESIGN §5) for the window's importance view:
-    ``effect`` (L, H) float32 logits, ``effect_prob`` (L, H), NaN for a head its layer lacks;
-    ``knocked_out`` the heads knocked out of the model it was measured on."""
+    ``effect`` (L, H) float32 logits, ``effect_prob`` (L, H), NaN for a head its layer lacks,
+    each head knocked out alone as ``ablation`` says; ``knocked_out`` the heads knocked out of
+    the model it was measured on, as ``knocked_ablation`` says ("zero" when none are)."""
 
     effect: np.ndarray
     effect_prob: np.ndarray
     target_class: int
     class_name: str
     knocked_out: tuple[tuple[int, int], ...]
+    ablation: str = "zero"
+    knocked_ablation: str = "zero"
+
+
+def held_ablation(state: EngineState) -> str:
+    """How the heads held out of the current model are knocked out ("zero" when none are)."""
+    return state.intervention.ablation if knocked_out(state) else "zero"
 
 
 def knock_out(
@@ -74,6 +82,8 @@ def head_importance(
         target_class=effects.target,
         class_name=names[effects.target] if effects.target < len(names) else str(target),
         knocked_out=knocked_out(state),
+        ablation=ablation,
+        knocked_ablation=held_ablation(state),
     )
 
 
@@ -81,13 +91,15 @@ def head_importance(
 class PatchingResult:
     """Every head's patching effect (DESIGN §5) from the image ``clean_label`` (A, the clean
     run) into the shown image (B) on A's top class: ``effect`` (L, H) float32, NaN for a head
-    its layer lacks; ``knocked_out`` the heads knocked out of the model it was measured on."""
+    its layer lacks; ``knocked_out`` the heads knocked out of the model it was measured on (in
+    both runs), as ``knocked_ablation`` says ("zero" when none are)."""
 
     effect: np.ndarray
     target_class: int
     class_name: str
     clean_label: str
     knocked_out: tuple[tuple[int, int], ...]
+    knocked_ablation: str = "zero"
 
 
 def head_patching(state: EngineState, clean: str) -> PatchingResult:
@@ -114,4 +126,5 @@ def head_patching(state: EngineState, clean: str) -> PatchingResult:
         class_name=names[c] if c < len(names) else str(c),
         clean_label=label,
         knocked_out=knocked_out(state),
+        knocked_ablation=held_ablation(state),
     )
