@@ -87,8 +87,14 @@ class BranchedBlock(nn.Module):
         return [self.drop_path(b.out(c)) for b, c in zip(self.attns, chunks, strict=True)]
 
     def forward(
-        self, x: Tensor, capture: bool = False, rope: tuple[Tensor, Tensor] | None = None
+        self,
+        x: Tensor,
+        capture: bool = False,
+        rope: tuple[Tensor, Tensor] | None = None,
+        grid: tuple[int, int] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
+        """``grid``: the patch grid, unused (blocks of several branches take no relative
+        position bias)."""
         if rope is not None:
             raise ValueError("blocks of several branches take no rotary positions")
         first = self.attns[0].attn

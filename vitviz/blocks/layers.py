@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from vitviz.blocks.config import ViTConfig
 from vitviz.blocks.norms import make_norm
-from vitviz.blocks.position_bias import MlpPositionBias, table_index, table_rows
+from vitviz.blocks.position_bias import MlpPositionBias, resample_table, table_index, table_rows
 from vitviz.blocks.rotary import apply_rotary
 from vitviz.blocks.swiglu import SwiGLU
 
@@ -99,34 +99,41 @@ class Attention(nn.Module):
         elif config.rel_pos_bias:
             rows = table_rows(self.rel_grid, self.rel_cls)
             self.relative_position_bias_table = nn.Parameter(torch.zeros(rows, self.heads))
-        self._rel_index: Tensor | None = None  # made on the table's device when first needed
+        # the table's index (its row per query-key pair) of the last grid run at, made on the
+        # table's device when first needed
+        self._rel_index: tuple[tuple[int, int], Tensor] | None = None
 
     def share_position_bias(self, bias: MlpPositionBias) -> None:
         """Read the bias from ``bias``, the model's one shared by every layer."""
         self._shared = [bias]
 
-    def position_bias(self, n: int) -> Tensor | None:
-        """(heads, n, n) added to the attention scores (a relative position bias), or None.
-        ValueError for a token count other than the grid the bias was learnt on."""
+    def position_bias(self, n: int, grid: tuple[int, int] | None = None) -> Tensor | None:
+        """(heads, n, n) added to the attention scores (a relative position bias) for a
+        ``grid`` (gh, gw) of patches (None: the grid it was learnt on), or None without one.
+        On another grid a table is resampled as transformers' BEiT does
+        (``position_bias.resample_table``) and an MLP is evaluated at that grid's offsets
+        (DESIGN §3). ValueError when ``n`` is not the grid's token count."""
         table = self.relative_position_bias_table
         mlp = self.rel_pos if self.rel_pos is not None else next(iter(self._shared), None)
         if table is None and mlp is None:
             return None
-        gh, gw = self.rel_grid
+        gh, gw = self.rel_grid if grid is None else grid
         expected = gh * gw + (mlp.prefix if mlp is not None else int(self.rel_cls))
         if n != expected:
             raise ValueError(
-                f"a relative position bias learnt on {gh * gw} patches: this input gives "
-                f"another token count ({n}); analyse it at the model's own input size"
+                f"a relative position bias over {gh}×{gw} patches: this input gives another "
+                f"token count ({n})"
             )
         if mlp is not None:
-            return mlp()
+            return mlp((gh, gw))
         assert table is not None
-        index = self._rel_index
+        kept = self._rel_index
+        index = kept[1] if kept is not None and kept[0] == (gh, gw) else None
         if index is None or index.device != table.device:  # not a buffer: a meta-built model
             with torch.inference_mode(False):  # kept: a later backward pass saves it
-                index = table_index(self.rel_grid, self.rel_cls).to(table.device)
-            self._rel_index = index
+                index = table_index((gh, gw), self.rel_cls).to(table.device)
+            self._rel_index = ((gh, gw), index)
+        table = resample_table(table, self.rel_grid, (gh, gw), self.rel_cls)
         return table[index.view(-1)].view(n, n, -1).permute(2, 0, 1)
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -146,14 +153,20 @@ class Attention(nn.Module):
         return t if self.groups == 1 else t.repeat_interleave(self.groups, dim=1)
 
     def forward(
-        self, x: Tensor, capture: bool = False, rope: tuple[Tensor, Tensor] | None = None
+        self,
+        x: Tensor,
+        capture: bool = False,
+        rope: tuple[Tensor, Tensor] | None = None,
+        grid: tuple[int, int] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """``rope``: this layer's rotary (sin, cos) tables for the patch tokens, or None."""
+        """``rope``: this layer's rotary (sin, cos) tables for the patch tokens, or None;
+        ``grid``: the patch grid (gh, gw) of ``x``'s tokens, for a relative position bias (None:
+        the grid it was learnt on)."""
         B, N, _ = x.shape
         q, k, v = self.project(x)
         q, k = apply_rotary(self.q_norm(q), self.k_norm(k), rope, self.prefix, self.rope_half)
         k, v = self.shared(k), self.shared(v)
-        bias = self.position_bias(N)
+        bias = self.position_bias(N, grid)
         attn: Tensor | None = None
         if capture:
             scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, nh, N, N)
@@ -269,18 +282,23 @@ class Block(nn.Module):
         return self.norm1 if self.res_post_norm else None
 
     def forward(
-        self, x: Tensor, capture: bool = False, rope: tuple[Tensor, Tensor] | None = None
+        self,
+        x: Tensor,
+        capture: bool = False,
+        rope: tuple[Tensor, Tensor] | None = None,
+        grid: tuple[int, int] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
+        """``rope`` and ``grid``: as the attention takes them (``Attention.forward``)."""
         if self.res_post_norm:
-            y, attn = self.attn(x, capture=capture, rope=rope)
+            y, attn = self.attn(x, capture=capture, rope=rope, grid=grid)
             x = x + self.drop_path(self.ls1(self.norm1(y)))
             return x + self.drop_path(self.ls2(self.norm2(self.mlp(x)))), attn
         if not self.norm_first:
-            y, attn = self.attn(x, capture=capture, rope=rope)
+            y, attn = self.attn(x, capture=capture, rope=rope, grid=grid)
             x = self.norm1(x + self.drop_path(self.ls1(y)))
             x = self.norm2(x + self.drop_path(self.ls2(self.mlp(x))))
             return x, attn
-        y, attn = self.attn(self.norm1(x), capture=capture, rope=rope)
+        y, attn = self.attn(self.norm1(x), capture=capture, rope=rope, grid=grid)
         x = x + self.drop_path(self.ls1(y))
         x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
         return x, attn

@@ -70,8 +70,13 @@ class ParallelBlock(nn.Module):
         return h, m, q, k, v.view(shape).transpose(1, 2)
 
     def forward(
-        self, x: Tensor, capture: bool = False, rope: tuple[Tensor, Tensor] | None = None
+        self,
+        x: Tensor,
+        capture: bool = False,
+        rope: tuple[Tensor, Tensor] | None = None,
+        grid: tuple[int, int] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
+        """``grid``: the patch grid, unused (parallel blocks take no relative position bias)."""
         if rope is not None:
             raise ValueError("parallel blocks take no rotary positions")
         B, N, D = x.shape

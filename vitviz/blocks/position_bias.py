@@ -6,9 +6,12 @@ Each gives a (heads, N, N) bias for a gh × gw grid of patches after ``prefix`` 
 - a learnt table (BEiT, timm ``RelPosBias``): one row per relative offset (Δrow, Δcol), the
   rows read through ``relative_position_index``; with a CLS token, three more rows (CLS to a
   patch, a patch to CLS, CLS to itself). Held by ``Attention.relative_position_bias_table``.
+  On a grid other than the one it was learnt on, the table is resampled first
+  (``resample_table``: transformers' BEiT rule, DESIGN §3).
 - an MLP (timm ``RelPosMlp``, mode 'cr'): ``MlpPositionBias``, Linear(2, hidden) → ReLU →
   Linear(hidden, heads) on log-spaced offsets (sign(Δ)·ln(1 + |Δ|) per axis); prefix tokens
-  get no bias (zeros). Per layer, or one shared by every layer (timm's ``vit_srelpos_*``).
+  get no bias (zeros). Per layer, or one shared by every layer (timm's ``vit_srelpos_*``). On
+  another grid it is evaluated at that grid's offsets (what timm's ``set_input_size`` does).
 """
 
 from __future__ import annotations
@@ -53,6 +56,34 @@ def table_index(grid: tuple[int, int], cls: bool) -> Tensor:
     return index if cls else index[1:, 1:].contiguous()
 
 
+def resample_table(
+    table: Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int], cls: bool
+) -> Tensor:
+    """A bias table learnt on ``old_grid`` made one for ``new_grid``, as transformers' BEiT and
+    Data2Vec-vision make it at another input size (DESIGN §3): (table_rows(old_grid, cls),
+    heads) -> (table_rows(new_grid, cls), heads).
+
+    The offset rows, (2gh − 1)(2gw − 1) of them with Δrow major, are an image of ``heads``
+    channels over (Δrow, Δcol); it is resized bilinearly (align_corners=False, no antialias) to
+    (2gh' − 1) × (2gw' − 1), in the table's own dtype. The three CLS rows (CLS to a patch, a
+    patch to CLS, CLS to itself) are kept as they are, after the offsets. On ``old_grid``
+    itself the table is returned unchanged (the resize of an image to its own size).
+    transformers reads a table learnt on a non-square grid as (2gw − 1) × (2gh − 1), even at
+    its own size; vitviz reads it as learnt, so the library check refuses such a folder."""
+    if tuple(old_grid) == tuple(new_grid):
+        return table
+    extra = 3 if cls else 0
+    rows, heads = table.shape
+    if rows != table_rows(old_grid, cls):
+        raise ValueError(f"a bias table of {rows} rows is not one of a {old_grid} grid")
+    h0, w0 = 2 * old_grid[0] - 1, 2 * old_grid[1] - 1
+    h1, w1 = 2 * new_grid[0] - 1, 2 * new_grid[1] - 1
+    offsets = table[: rows - extra].reshape(1, h0, w0, heads).permute(0, 3, 1, 2)
+    offsets = F.interpolate(offsets, size=(h1, w1), mode="bilinear", align_corners=False)
+    resized = offsets.permute(0, 2, 3, 1).reshape(h1 * w1, heads)  # (offsets', heads)
+    return torch.cat([resized, table[rows - extra :]]) if extra else resized
+
+
 def log_offsets(grid: tuple[int, int]) -> Tensor:
     """(2gh − 1, 2gw − 1, 2) float32: (f(Δrow), f(Δcol)) for Δ from −(g − 1) to g − 1, with
     f(Δ) = sign(Δ)·ln(1 + |Δ|) (timm's 'cr' log coordinates)."""
@@ -64,8 +95,10 @@ def log_offsets(grid: tuple[int, int]) -> Tensor:
 
 
 class MlpPositionBias(nn.Module):
-    """timm's ``RelPosMlp`` ('cr' mode): the bias (heads, N, N) over ``grid`` after ``prefix``
-    prefix tokens, from an MLP on the log offsets of each query-key pair of patches."""
+    """timm's ``RelPosMlp`` ('cr' mode): the bias (heads, N, N) over a grid of patches after
+    ``prefix`` prefix tokens, from an MLP on the log offsets of each query-key pair of patches.
+    ``grid``: the one it was learnt on; any other is evaluated at its own offsets, as timm's
+    ``set_window_size`` makes it."""
 
     def __init__(self, heads: int, hidden: int, grid: tuple[int, int], prefix: int) -> None:
         super().__init__()
@@ -73,10 +106,12 @@ class MlpPositionBias(nn.Module):
         self.fc2 = nn.Linear(hidden, heads)
         self.grid, self.prefix = grid, prefix
 
-    def forward(self) -> Tensor:
-        offsets = log_offsets(self.grid).to(self.fc1.weight)  # (2gh − 1, 2gw − 1, 2)
+    def forward(self, grid: tuple[int, int] | None = None) -> Tensor:
+        """(heads, N, N), N = prefix + gh·gw, over ``grid`` (None: the grid learnt on)."""
+        grid = self.grid if grid is None else grid
+        offsets = log_offsets(grid).to(self.fc1.weight)  # (2gh − 1, 2gw − 1, 2)
         per_offset = self.fc2(F.relu(self.fc1(offsets))).flatten(0, 1)  # (offsets, heads)
-        index = table_index(self.grid, cls=False).to(per_offset.device)  # (P, P)
+        index = table_index(grid, cls=False).to(per_offset.device)  # (P, P)
         P = index.shape[0]
         bias = per_offset[index.view(-1)].view(P, P, -1).permute(2, 0, 1)  # (heads, P, P)
         k = self.prefix

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -45,21 +46,25 @@ def run_blocks(
     attention_sink: Callable[[int, Tensor], None] | None,
     recompute_blocks: bool,
     ropes: Sequence[tuple[Tensor, Tensor]] | None = None,
+    grid: tuple[int, int] | None = None,
 ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-    """(B, N, D) tokens through ``blocks`` (each ``block(tokens, capture=, [rope=])`` ->
-    (tokens, attention or None)): the last tokens, the captured attentions (each handed to
-    ``attention_sink(layer, attn)`` instead when given) and the block outputs when asked.
-    ``recompute_blocks``: with autograd, each block is run again in the backward pass."""
+    """(B, N, D) tokens through ``blocks`` (each ``block(tokens, capture=, [rope=], [grid=])``
+    -> (tokens, attention or None); ``rope`` and ``grid`` handed on only when given, ``grid``
+    the patch grid a relative position bias is made for): the last tokens, the captured
+    attentions (each handed to ``attention_sink(layer, attn)`` instead when given) and the
+    block outputs when asked. ``recompute_blocks``: with autograd, each block is run again in
+    the backward pass."""
     attentions: list[Tensor] = []
     hidden: list[Tensor] = []
     for i, block in enumerate(blocks):
-        extra = () if ropes is None else (ropes[i],)
+        given: dict[str, object] = {} if ropes is None else {"rope": ropes[i]}
+        if grid is not None:
+            given["grid"] = grid
+        run = partial(block, **given) if given else block
         if recompute_blocks and torch.is_grad_enabled():
-            tokens, attn = recomputed(block, tokens, capture_attention, *extra)
-        elif ropes is None:
-            tokens, attn = block(tokens, capture=capture_attention)
+            tokens, attn = recomputed(run, tokens, capture_attention)
         else:
-            tokens, attn = block(tokens, capture=capture_attention, rope=ropes[i])
+            tokens, attn = run(tokens, capture=capture_attention)
         if attn is not None and attention_sink is not None:
             attention_sink(i, attn)
         elif attn is not None:
@@ -224,6 +229,7 @@ class VisionTransformer(nn.Module):
             attention_sink,
             recompute_blocks,
             ropes,
+            grid,
         )
         return self.norm(tokens), attentions, hidden, grid
 

@@ -22,11 +22,12 @@ numbers.
 The probe runs at the model's own size and at each size vitviz analyses that is not it (an
 image processor's crop, a sidecar's ``preprocessing.image_size``, the sizes of ``resize: "fit"``:
 ``probe_sizes``), where the position table is resampled: the library's model resamples its own
-(the reference's ``any_size``); one that can't run there leaves that size unchecked, said in the
-note. A difference at any size refuses the checkpoint with both numbers and the size. The result
-is kept in vitviz's cache folder under a key of the file (size, mtime, a hash of its first and
-last MiB), the settings, the probe sizes and the library's and vitviz's versions, so the second
-open costs nothing.
+(the reference's ``any_size``; a timm class without a dynamic size is set to each size by its
+own ``set_input_size``, the reference's ``at_size``); one that can't run there leaves that size
+unchecked, said in the note. A difference at any size refuses the checkpoint with both numbers
+and the size. The result is kept in vitviz's cache folder under a key of the file (size, mtime,
+a hash of its first and last MiB), the settings, the probe sizes and the library's and vitviz's
+versions, so the second open costs nothing.
 ``VITVIZ_NO_LIBRARY_CHECK=1`` skips the check (a note says so).
 """
 
@@ -71,8 +72,9 @@ SKIP_ENV = "VITVIZ_NO_LIBRARY_CHECK"
 # part of every cached result's key: raised whenever what a check decides changes, so no
 # result written by an older rule is trusted (a build failure read as a note, not a refusal)
 # 3: the probe runs at every size analysed, not the model's own alone; 4: a float32 miss is
-# retried in float64
-CHECK_RULES = 4
+# retried in float64; 5: a relative position bias is resampled at the sizes analysed, and a
+# timm class without a dynamic size is checked there through its set_input_size
+CHECK_RULES = 5
 _MIB = 1 << 20
 
 
@@ -359,26 +361,33 @@ def compare(
     own = (int(cfg.image_size[0]), int(cfg.image_size[1]))
     probes = sizes or [own]
     rows = [_Row(own, *_probe(model, theirs, how, kind, own))]
+    library = {own: theirs}  # the library's model at each size that missed, for the retry
     skipped: list[str] = []
-    resized = _any_size_model(ref, cfg, weights, theirs) if len(probes) > 1 else theirs
-    if isinstance(resized, str):  # the library's model runs at its own size only
+    anywhere = _any_size_model(ref, cfg, weights, theirs) if len(probes) > 1 else theirs
+    own_only = isinstance(anywhere, str) and how.at_size is None
+    if own_only:  # the library's model runs at its own size only
         where = " and ".join(size_words(s) for s in probes[1:])
-        skipped.append(f"{where}, {'sizes' if len(probes) > 2 else 'a size'} analysed: {resized}")
-    for size in [] if isinstance(resized, str) else probes[1:]:
+        skipped.append(f"{where}, {'sizes' if len(probes) > 2 else 'a size'} analysed: {anywhere}")
+    for size in [] if own_only else probes[1:]:
+        # one model for every size, or a copy set to this one (kept only if it missed)
+        theirs_here = _sized_model(ref, theirs, size) if isinstance(anywhere, str) else anywhere
+        if isinstance(theirs_here, str):
+            skipped.append(f"{size_words(size)}, a size analysed: {theirs_here}")
+            continue
         try:
-            rows.append(_Row(size, *_probe(model, resized, how, kind, size)))
+            row = _Row(size, *_probe(model, theirs_here, how, kind, size))
         except _RUN_ERRORS as exc:
             skipped.append(
                 f"{size_words(size)}, a size analysed: the probe fails there ({_why(exc)})"
             )
+            continue
+        rows.append(row)
+        if _missed(row, limits):
+            library[size] = theirs_here
     logits = max(r.logits for r in rows)
     compared = [r.attention for r in rows if r.attention is not None]
     attention = max(compared) if len(compared) == len(rows) else None
-    failed = [
-        r
-        for r in rows
-        if r.logits > limits[0] or (r.attention is not None and r.attention > limits[1])
-    ]
+    failed = [r for r in rows if _missed(r, limits)]
     result = CheckResult(
         version,
         ref.label,
@@ -392,10 +401,6 @@ def compare(
     )
     if not failed:
         return result
-    library = {
-        own: theirs,
-        **({} if isinstance(resized, str) else dict.fromkeys(probes[1:], resized)),
-    }
     return replace(result, **_in_float64(model, library, how, kind, failed))
 
 
@@ -407,6 +412,11 @@ class _Row(NamedTuple):
     logits: float
     attention: float | None
     held: int
+
+
+def _missed(row: _Row, limits: tuple[float, float]) -> bool:
+    """``row``'s numbers beyond the (logits, attention) ``limits``."""
+    return row.logits > limits[0] or (row.attention is not None and row.attention > limits[1])
 
 
 def _in_float64(
@@ -496,6 +506,16 @@ def _any_size_model(ref: Reference, cfg: Any, weights: Path, theirs: nn.Module) 
         return ref.how.build(ref.arch, {**ref.model_args, **extra}, cfg, weights)
     except (*_RUN_ERRORS, ImportError, KeyError, OSError, CheckpointError) as exc:
         return f"{possessive(ref.library)} model is not built to run at other sizes ({_why(exc)})"
+
+
+def _sized_model(ref: Reference, theirs: nn.Module, size: Size) -> nn.Module | str:
+    """The library's model made for ``size`` by its own rule (``how.at_size``, on a copy of
+    ``theirs``), or why it can't be, in words."""
+    assert ref.how.at_size is not None
+    try:
+        return ref.how.at_size(copy.deepcopy(theirs), size)
+    except (*_RUN_ERRORS, ImportError, KeyError, OSError) as exc:
+        return f"{possessive(ref.library)} model can't be set to that size ({_why(exc)})"
 
 
 def _why(exc: BaseException) -> str:

@@ -170,16 +170,18 @@ class AttributionResult:
 # -- forward pass with the intermediates ----------------------------------------------------------
 
 
-def _attention(module: nn.Module, x: Tensor, rope: Rope) -> tuple[Tensor, ...]:
-    """vitviz's Attention, explicit softmax: q and k before and after the rotary turn, v
-    (B, H, N, hd; k and v with the kv heads under grouped-query attention), attn (B, H, N, N)
-    and the heads' output as proj reads it, ctx (B, N, H·hd)."""
+def _attention(
+    module: nn.Module, x: Tensor, rope: Rope, grid: tuple[int, int]
+) -> tuple[Tensor, ...]:
+    """vitviz's Attention over a ``grid`` of patches, explicit softmax: q and k before and
+    after the rotary turn, v (B, H, N, hd; k and v with the kv heads under grouped-query
+    attention), attn (B, H, N, N) and the heads' output as proj reads it, ctx (B, N, H·hd)."""
     B, N, _ = x.shape
     q_in, k_in, v = module.project(x)  # (B, H, N, hd), k and v (B, H_kv, N, hd)
     q_in, k_in = module.q_norm(q_in), module.k_norm(k_in)  # qk-norm: relevance unchanged
     q, k = apply_rotary(q_in, k_in, rope, module.prefix, module.rope_half)
     scores = (q * module.scale) @ module.shared(k).transpose(-2, -1)  # (B, H, N, N)
-    bias = module.position_bias(N)  # a relative position bias: the rules ignore it
+    bias = module.position_bias(N, grid)  # a relative position bias: the rules ignore it
     attn = (scores if bias is None else scores + bias).softmax(dim=-1)
     ctx = module.norm((attn @ module.shared(v)).transpose(1, 2).reshape(B, N, module.attn_dim))
     return q_in, k_in, q, k, v, attn, ctx
@@ -236,16 +238,18 @@ def _mlp(mlp: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor | None, Tens
     return mlp.fc2(hidden), hidden, None, None
 
 
-def _block(block: nn.Module, x: Tensor, rope: Rope) -> tuple[Tensor, _BlockTrace]:
-    """One encoder block (pre-norm, post-norm, residual post-norm or parallel), eval mode, with
-    its trace."""
+def _block(
+    block: nn.Module, x: Tensor, rope: Rope, grid: tuple[int, int]
+) -> tuple[Tensor, _BlockTrace]:
+    """One encoder block (pre-norm, post-norm, residual post-norm or parallel) over a ``grid``
+    of patches, eval mode, with its trace."""
     if isinstance(block, ParallelBlock):
         return _parallel_block(block, x)
     if isinstance(block, BranchedBlock):
         return _branched_block(block, x)  # type: ignore[return-value]
     pre_norm = block.norm_first and not block.res_post_norm
     attn_in = block.norm1(x) if pre_norm else x
-    q_in, k_in, q, k, v, attn, ctx = _attention(block.attn, attn_in, rope)
+    q_in, k_in, q, k, v, attn, ctx = _attention(block.attn, attn_in, rope, grid)
     y = block.attn.proj(ctx)
     branch1 = block.ls1(block.norm1(y) if block.res_post_norm else y)
     mid = x + branch1
@@ -288,7 +292,7 @@ def _forward(model: nn.Module, x: Tensor) -> _Trace:
     rotary = getattr(model, "rope", None)
     ropes = rotary.tables(grid, tokens) if rotary is not None else [None] * len(model.blocks)
     for block, rope in zip(model.blocks, ropes, strict=True):
-        tokens, bt = _block(block, tokens, rope)
+        tokens, bt = _block(block, tokens, rope, grid)
         trace.blocks.append(bt)
     tokens = model.norm(tokens)
     trace.tokens = tokens

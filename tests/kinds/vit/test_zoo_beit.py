@@ -87,12 +87,14 @@ def test_a_shared_bias_is_refused_by_name(tmp_path: Path) -> None:
         load_checkpoint(path)
 
 
-def test_another_grid_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_another_grid_resamples_the_tables(tmp_path: Path) -> None:
+    """An input of another size (here 48×32, a 6×4 grid) runs: each layer's table resampled as
+    transformers' BEiT resamples it (``blocks/position_bias.resample_table``, DESIGN §3)."""
     path = tmp_path / "beit.pth"
     torch.save(tiny_beit().state_dict(), path)
     loaded = load_checkpoint(path)
-    with pytest.raises(ValueError, match="relative position bias learnt on 16 patches"):
-        analyze(loaded, torch.randn(3, 48, 32))
+    analysis = analyze(loaded, torch.randn(3, 48, 32))
+    assert analysis.grid == (6, 4) and analysis.attention.shape[-1] == 1 + 6 * 4
 
 
 def test_relevance_and_gradient_rollout_through_the_bias(tmp_path: Path, photo_files) -> None:

@@ -22,6 +22,9 @@ Build = Callable[[str, Mapping[str, Any], Any, Path], nn.Module]
 # (the library's model, a (B, C, H, W) image) -> logits (B, classes) and each attention layer's
 # probabilities in vitviz's order (L × (B, heads, N_q, N_k)), or None where not comparable
 Read = Callable[[nn.Module, Tensor], tuple[Tensor, list[Tensor] | None]]
+# (a copy of the library's model, built at its own size, the size (H, W)) -> that model made to
+# run at the size by the library's own rule; raises TypeError, ValueError, ... when it can't be
+Resize = Callable[[nn.Module, tuple[int, int]], nn.Module]
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,17 @@ class LibraryReference:
     its own, its position table resampled by the library's own rule (timm's
     ``{"dynamic_img_size": True}``); ``{}``: the model as built does (``read`` tells it, as
     transformers' ``interpolate_pos_encoding``); None: it runs at its own size only, and a size
-    vitviz analyses that is not the model's own stays unchecked, said in a note (DESIGN §4)."""
+    vitviz analyses that is not the model's own stays unchecked, said in a note (DESIGN §4).
+
+    ``at_size``: where the model ``any_size`` asks for can't be built (the library's class has
+    no such argument), the library's other way to run its model at one other size: a copy of
+    the model built at its own size, changed for that size by the library's own rule (timm's
+    ``set_input_size``, which resamples its position tables and relative position biases);
+    None: no other way."""
 
     build: Build
     read: Read
     logits_rtol: float | None = None
     attention_atol: float | None = None
     any_size: Mapping[str, Any] | None = None
+    at_size: Resize | None = None

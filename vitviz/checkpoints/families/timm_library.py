@@ -5,6 +5,7 @@ makes its own with ``timm_reference``, naming its blocks and how their probabili
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
@@ -14,7 +15,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from vitviz.checkpoints.families.reference import LibraryReference
+from vitviz.checkpoints.families.reference import LibraryReference, Resize
 from vitviz.checkpoints.reading import read_checkpoint, to_float
 
 # (a block, the list its probabilities go to) -> the hook's handle, or None: no attention
@@ -148,19 +149,39 @@ def read_timm(
     return logits, attn or None
 
 
+def set_to_size(model: nn.Module, size: tuple[int, int]) -> nn.Module:
+    """timm's ``model`` (a copy: it is changed) set to take (H, W) ``size`` inputs by timm's own
+    ``set_input_size``: the position table and each relative position bias made for the new
+    grid as timm makes them (a BEiT's or a relpos ViT's bias table resampled by its
+    ``resize_rel_pos_bias_table``, a relpos MLP evaluated at the new offsets). TypeError for a
+    model without it."""
+    resize = getattr(model, "set_input_size", None)
+    if resize is None:
+        raise TypeError(f"{type(model).__name__} has no set_input_size")
+    with warnings.catch_warnings():  # timm's interpolation warns of torch's slow paths
+        warnings.simplefilter("ignore")
+        resize(img_size=tuple(size))
+    return model
+
+
 def timm_reference(
     blocks: Callable[[nn.Module], list[nn.Module]] = own_blocks,
     probabilities: Probabilities = after_dropout,
     prepare: Prepare | None = None,
+    at_size: Resize | None = None,
 ) -> LibraryReference:
     """timm's model read over ``blocks`` with ``probabilities``'s hooks (the file's tensors
-    through ``prepare`` first, when given)."""
+    through ``prepare`` first, when given); ``at_size``: how a model without
+    ``dynamic_img_size`` is set to another size (``LibraryReference.at_size``)."""
     build = build_timm if prepare is None else partial(build_timm, prepare=prepare)
     return LibraryReference(
         build,
         partial(read_timm, blocks=blocks, probabilities=probabilities),
         any_size={"dynamic_img_size": True},  # its position table resampled by timm's own rule
+        at_size=at_size,
     )
 
 
-LIBRARY_MODEL = timm_reference()  # the ViT's: ``blocks``, serial or parallel
+# the ViT's: ``blocks``, serial or parallel; a timm class without ``dynamic_img_size`` (BEiT,
+# the relpos ViTs) set to each other size analysed by its ``set_input_size``
+LIBRARY_MODEL = timm_reference(at_size=set_to_size)

@@ -10,6 +10,10 @@ query/key/value are fused into vitviz's one qkv.
 
 Token layout: DINOv2 with registers puts the registers after CLS *after* adding the position
 embedding (CLS has one, registers none): ``pos_embed_prefix = 1``.
+
+BEiT and Data2Vec-vision: each layer's relative position bias table is read as it is; at a size
+other than the config's (an image processor's crop, ``resize: "fit"``) vitviz's network
+resamples it as transformers' model does (DESIGN §3), and the library check compares both there.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ table``; vitviz's ``rel_pos_bias``), with q and v biases but none on k, LayerSca
 The heads are the bias table's columns; the grid it was learnt on is its rows,
 (2·gh − 1)(2·gw − 1) + 3 (a square grid is assumed unless the settings give the image size).
 A shared bias (``rel_pos_bias.relative_position_bias_table``) is refused by name.
+
+timm's ``Beit`` has no dynamic image size: the library check sets it to each other size
+analysed with its ``set_input_size``, which resizes the tables by timm's own interpolation, not
+transformers' that vitviz's network follows (DESIGN §3), so such a size is refused there.
 """
 
 from __future__ import annotations
