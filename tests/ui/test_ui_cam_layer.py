@@ -51,3 +51,22 @@ def test_the_picker_is_beside_the_method_for_cam_methods_only(qtbot) -> None:
     controls.select_method("scorecam")
     assert picker.layer() == "1.norm1"
     assert picker.count() == 1 + 3 * 5  # auto, the last block's three, four blocks' three
+
+
+def test_the_picker_says_what_auto_reads_and_which_norm1_follows_its_attention(qtbot) -> None:
+    """On a post-norm model (DESIGN §5) ``auto`` names the layer it reads and each post-norm
+    block's norm1 is worded as the norm after its attention; the values stay the layers'."""
+    picker = CamLayerPicker()
+    qtbot.addWidget(picker)
+    picker.set_blocks(3, "2.output", (0, 1, 2))
+    texts = [picker.itemText(i) for i in range(picker.count())]
+    offered = [picker.itemData(i) for i in range(picker.count())]
+    assert texts[:4] == ["auto (2.output)", "-1.norm1 (last block, after its attention)",
+                         "-1.norm2 (last block)", "-1.output (last block)"]  # fmt: skip
+    assert texts[4:7] == ["0.norm1 (after its attention)", "0.norm2", "0.output"]
+    assert offered[:2] == ["auto", "-1.norm1"] and offered[4] == "0.norm1"
+    assert picker.currentText() == "auto (2.output)" and picker.layer() == "auto"
+    picker.set_blocks(3, "2.norm1")  # a pre-norm model: its norm1s are the tokens read
+    texts = [picker.itemText(i) for i in range(picker.count())]
+    assert texts[:2] == ["auto (2.norm1)", "-1.norm1 (last block)"] and texts[4] == "0.norm1"
+    assert picker.words("auto") == "auto (2.norm1)" and picker.words("1.norm1") == "1.norm1"

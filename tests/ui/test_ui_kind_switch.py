@@ -220,8 +220,11 @@ def test_a_cam_target_layer_beyond_the_new_model_is_its_last_block(
     c = v.controls
     drop(window, [photo_files["chelsea"], checkpoints["shipped"]])
     wait_shown(qtbot, window, photo_files["chelsea"].name)
-    assert v.image.cam_blocks == 4
+    assert v.image.cam_blocks == 4 and v.image.cam_auto == "3.norm1"  # pre-norm blocks
     c.select_method("gradcam")
+    qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "gradcam", timeout=WAIT_MS)
+    assert c.cam_layer.currentText() == "auto (3.norm1)"  # the layer auto reads (DESIGN §5)
+    assert "target layer auto (3.norm1)" in v.map_view.full_title
     c.cam_layer._take("3.norm2")  # as typed in the picker and confirmed
     qtbot.waitUntil(lambda: settled(window), timeout=WAIT_MS)
     assert dict(v.maps.params.values)["layer"] == "3.norm2"

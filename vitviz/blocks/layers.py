@@ -281,6 +281,13 @@ class Block(nn.Module):
         post-norm block (None otherwise)."""
         return self.norm1 if self.res_post_norm else None
 
+    @property
+    def norm1_is_pre_norm(self) -> bool:
+        """Whether norm1's output is the block's input normalised, the tokens its attention
+        reads (DESIGN §5: the CAM family's ``auto``): a post-norm block's norm1 follows the
+        attention, normalising x + attn(x) or (residual post-norm) attn(x)."""
+        return self.norm_first and not self.res_post_norm
+
     def forward(
         self,
         x: Tensor,

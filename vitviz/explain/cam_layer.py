@@ -119,9 +119,8 @@ def layer_pass(
 ) -> LayerPass:
     """``layer``'s features of ``model`` for x (B, C, H, W), with ∂y_c/∂features when
     ``gradients`` (``target``: a class, (B,) classes, or None for each image's top class)."""
-    choice = parse_layer(layer)
-    site = kind.feature_site(model, x, choice)
-    choice = choice.resolved(site.depth)
+    site = kind.feature_site(model, x, parse_layer(layer))
+    choice = site.layer  # ``auto`` as the kind reads it (DESIGN §5)
     keep: list[Tensor] = []
     with torch.inference_mode(False), torch.set_grad_enabled(gradients), _edited(site, keep, None):
         inter = kind.intermediates(model, x)
@@ -288,8 +287,9 @@ def cam_from_weights(activations: Tensor, weights: Tensor) -> Tensor:
 
 LAYER_HELP = (
     "BLOCK.PART: a block from 0 (-1 the last) and its norm1, norm2 or output "
-    "(e.g. 1.norm1; a bare block is its output); auto: the last block's norm1 (a kind whose "
-    "last block may pool: its norm2)"
+    "(e.g. 1.norm1; a bare block is its output; a post-norm block's norm1 follows its "
+    "attention); auto: the last block's norm1 where it is a pre-norm (the tokens its attention "
+    "reads), else the block's output (a Swin v2's, a residual post-norm ViT's); a Hiera's norm2"
 )
 
 

@@ -1,6 +1,7 @@
 """Grad-CAM baselines: on the last layer's attention (Chefer et al. 2021) and on tokens (as
-pytorch-grad-cam does it, with the grid taken from the model): ``token_gradcam`` a ViT's last
-block's norm1, ``gradcam_method`` the table's on any layer of any kind (DESIGN §5)."""
+pytorch-grad-cam does it, with the grid taken from the model): ``token_gradcam`` a pre-norm
+ViT's last block's norm1, ``gradcam_method`` the table's on any layer of any kind (its ``auto``
+that norm1, or a post-norm last block's output; DESIGN §5)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from vitviz.explain.cam_layer import gradient_method
 from vitviz.explain.maps import attention_maps
 from vitviz.explain.targets import target_classes
 from vitviz.explain.tokens import min_max_scale, patch_part
+from vitviz.kindapi import kind_of
 
 
 def attention_gradcam(
@@ -38,11 +40,19 @@ def token_gradcam(model: nn.Module, x: Tensor, target: int | Tensor | None = Non
 
     features F = norm1 output over the patch tokens on the model's (gh, gw) grid; weights
     w_d = mean over patches of ∂y_c/∂F[p, d]; map = ReLU(Σ_d w_d F[p, d]), min-max scaled.
-    ``target``: a class, (B,) classes, or None for each image's top class.
+    ``target``: a class, (B,) classes, or None for each image's top class. F is the normalised
+    tokens the last block's attention reads: a model whose last block is post-norm (its norm1
+    follows the attention, ``ModelKind.norm1_is_pre_norm``) is refused (DESIGN §5).
     """
     blocks = getattr(model, "blocks", None)
     if not blocks or not hasattr(blocks[-1], "norm1"):
         raise ValueError("token Grad-CAM needs a ViT whose blocks have a first LayerNorm")
+    if not kind_of(model).norm1_is_pre_norm(model, -1):
+        raise ValueError(
+            "token Grad-CAM reads the last block's norm1 as the tokens its attention reads, and "
+            "this model's last block is post-norm (its norm1 follows the attention); the CAM "
+            "family's auto layer reads that block's output"
+        )
     captured: list[Tensor] = []
 
     def keep(_module: nn.Module, _inputs: tuple, output: Tensor) -> None:

@@ -628,8 +628,8 @@ BUILTIN_METHODS = (
         needs_gradients=True,
         cost=GRADIENT_CAM_COST, queries=False,
         scaling="min-max", nearest=("attention-gradcam", "grad-sam", "rollout"),
-        description="Grad-CAM on a layer's tokens (default the last block's first LayerNorm "
-        "output) over its grid",
+        description="Grad-CAM on a layer's tokens over its grid (default auto: the last block's "
+        "norm1 where it is a pre-norm, else the block's output)",
     ),
     Method(
         "random", "Random (baseline)", random_method,

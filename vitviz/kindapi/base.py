@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from PIL import Image
     from torch import Tensor, nn
 
-    from vitviz.kindapi.feature_sites import FeatureSite, LayerChoice
+    from vitviz.kindapi.feature_sites import CamLayers, FeatureSite, LayerChoice
     from vitviz.kindapi.intermediates import (
         BlockOutputs,
         HeadReplacement,
@@ -103,18 +103,10 @@ class KindBase:
     def feature_site(self, model: nn.Module, x: Tensor, layer: LayerChoice) -> FeatureSite:
         """The CAM family's layer (DESIGN §5): ``layer``'s part of one of ``cam_blocks``,
         put on the grid by ``tokens_on_grid``."""
-        from vitviz.kindapi.feature_sites import (
-            DEFAULT_LAYER,
-            FeatureSite,
-            LayerChoice,
-            first_item,
-            with_first_item,
-        )
+        from vitviz.kindapi.feature_sites import FeatureSite, first_item, with_first_item
 
         blocks = self.cam_blocks(model)
-        if layer.part == DEFAULT_LAYER:
-            layer = LayerChoice(-1, self.default_cam_part(model))
-        choice = layer.resolved(len(blocks))
+        choice = self.resolve_cam_layer(model, layer)
         block = blocks[choice.block]
         module = block if choice.part == "output" else getattr(block, choice.part, None)
         if module is None:
@@ -125,18 +117,52 @@ class KindBase:
             to_grid=self.tokens_on_grid(model, x, choice),
             replace=with_first_item,
             depth=len(blocks),
+            layer=choice,
         )
 
-    def default_cam_part(self, model: nn.Module) -> str:
-        """The part of the last block a CAM reads by default: its norm1 (token Grad-CAM's)."""
-        return "norm1"
+    def resolve_cam_layer(self, model: nn.Module, layer: LayerChoice) -> LayerChoice:
+        """``layer`` with ``auto`` read as ``default_cam_part`` of the last block and a block of
+        −1 as the last one's number; ValueError for a block out of range (DESIGN §5)."""
+        from vitviz.kindapi.feature_sites import DEFAULT_LAYER, LayerChoice
 
-    def cam_depth(self, model: nn.Module) -> int:
-        """How many blocks ``feature_site`` counts: ``cam_blocks``'s (0 without any)."""
+        depth = len(self.cam_blocks(model))
+        if layer.part == DEFAULT_LAYER:
+            layer = LayerChoice(-1, self.default_cam_part(model))
+        return layer.resolved(depth)
+
+    def default_cam_part(self, model: nn.Module) -> str:
+        """The part of the last block ``auto`` reads (DESIGN §5): its norm1 where that is a
+        pre-norm (token Grad-CAM's features, the normalised tokens its attention reads), else
+        its output (the tokens the network's final norm and pooling read)."""
+        return "norm1" if self.norm1_is_pre_norm(model, -1) else "output"
+
+    def norm1_is_pre_norm(self, model: nn.Module, block: int) -> bool:
+        """Whether block ``block`` of ``cam_blocks`` (−1 the last) has a norm1 whose output is
+        its input normalised, the tokens its attention reads (DESIGN §5). A block says so by its
+        own ``norm1_is_pre_norm`` (True where it says nothing); a post-norm block's norm1
+        follows the attention (x + norm1(attn(x)), norm1(x + attn(x))): False, as for a block
+        without one norm1 (a norm per branch, no norms)."""
+        b = self.cam_blocks(model)[block]
+        return getattr(b, "norm1", None) is not None and bool(getattr(b, "norm1_is_pre_norm", True))
+
+    def cam_layers(self, model: nn.Module) -> CamLayers:
+        """The window's layer picker's blocks, what ``auto`` reads and which blocks are
+        post-norm (``CamLayers``, empty for a model it can't take apart)."""
+        from vitviz.kindapi.feature_sites import DEFAULT_LAYER, CamLayers, LayerChoice
+
         try:
-            return len(self.cam_blocks(model))
+            blocks = self.cam_blocks(model)
+            if not blocks:
+                return CamLayers()
+            auto = self.resolve_cam_layer(model, LayerChoice(-1, DEFAULT_LAYER)).text
         except ValueError:
-            return 0
+            return CamLayers()
+        post = tuple(
+            i
+            for i, b in enumerate(blocks)
+            if getattr(b, "norm1", None) is not None and not self.norm1_is_pre_norm(model, i)
+        )
+        return CamLayers(len(blocks), auto, post)
 
     def cam_blocks(self, model: nn.Module) -> Sequence[nn.Module]:
         """The blocks the intermediates accessor's ``blocks`` read, in its order."""

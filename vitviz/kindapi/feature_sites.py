@@ -5,8 +5,10 @@ and where that tensor's tokens sit on the block's grid, as every kind answers it
 A layer is written ``B.part``: block B (counted from 0 over every block of the model, as the
 intermediates accessor's ``blocks`` are; −1 the last) and part ``norm1`` (the block's first
 LayerNorm's output), ``norm2`` (its second) or ``output`` (the block's output); a bare ``B`` is
-the block's output. ``auto`` is the kind's usual layer (``ModelKind.default_cam_part`` of the
-last block: its norm1, where the kind says nothing else).
+the block's output. ``auto`` is the kind's usual layer of the last block: its norm1 where that is
+a pre-norm (``ModelKind.norm1_is_pre_norm``: its output is the normalised tokens the block's
+attention reads, token Grad-CAM's features), else its output (a post-norm block's norm1 follows
+the attention), where the kind says nothing else (``KindBase.default_cam_part``).
 
 Imports no torch at run time (the types are named for checkers only).
 """
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
     from torch import Tensor, nn
 
 PARTS = ("norm1", "norm2", "output")
-DEFAULT_LAYER = "auto"  # the kind's usual layer: token Grad-CAM's (the last block's norm1)
+DEFAULT_LAYER = "auto"  # the kind's usual layer: the last block's norm1 if a pre-norm, else output
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,19 @@ class FeatureSite:
     to_grid: Callable[[Tensor, tuple[int, int]], Tensor]
     replace: Callable[[Any, Tensor], Any]
     depth: int  # the model's blocks
+    layer: LayerChoice  # the layer read: ``auto`` resolved, its block counted from 0
+
+
+@dataclass(frozen=True)
+class CamLayers:
+    """A model's CAM layers as the window offers them (DESIGN §5): ``depth`` blocks (0: none
+    vitviz can read), ``auto`` the layer ``auto`` reads (``B.part``, B from 0; "" without
+    blocks), ``post_norm`` the blocks whose norm1 follows their attention (a post-norm block:
+    its output is not the tokens the attention reads)."""
+
+    depth: int = 0
+    auto: str = ""
+    post_norm: tuple[int, ...] = ()
 
 
 def first_item(output: Any) -> Tensor:

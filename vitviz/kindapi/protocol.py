@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # torch-free at run time: the Training tab reads the kinds be
 
     from vitviz.imaging import Preprocessing
     from vitviz.imaging.loading import ImageSource
-    from vitviz.kindapi.feature_sites import FeatureSite, LayerChoice
+    from vitviz.kindapi.feature_sites import CamLayers, FeatureSite, LayerChoice
     from vitviz.kindapi.intermediates import (
         BlockOutputs,
         HeadReplacement,
@@ -519,10 +519,18 @@ class AnalysingMembers(Protocol):
         read."""
         ...
 
-    def cam_depth(self, model: nn.Module) -> int:
+    def norm1_is_pre_norm(self, model: nn.Module, block: int) -> bool:
+        """Whether block ``block`` (counted as ``feature_site`` counts them, −1 the last) has a
+        norm1 whose output is the block's input normalised, the tokens its attention reads
+        (token Grad-CAM's features); False for a post-norm block (its norm1 follows the
+        attention) or a block without one norm1. ``auto`` reads the last block's norm1 where
+        this holds, else its output (DESIGN §5)."""
+        ...
+
+    def cam_layers(self, model: nn.Module) -> CamLayers:
         """How many blocks ``feature_site``'s ``layer`` counts (the accessor's ``blocks``: an
-        XCiT's XCA and class-attention blocks); the window's layer picker offers each; 0 for a
-        model it can't take apart."""
+        XCiT's XCA and class-attention blocks; the window's layer picker offers each), the layer
+        ``auto`` reads and the post-norm blocks; no blocks for a model it can't take apart."""
         ...
 
 

@@ -120,27 +120,11 @@ class TokenLayoutKind(KindBase):
 
         return vit_analysis_blocks(analysis)
 
-    def default_cam_part(self, model: nn.Module) -> str:
-        """The last block's norm1 (token Grad-CAM's), or its output where the norms don't
-        see the tokens: a residual post-norm block's normalise its branches' outputs, a block
-        of several parallel branches has one first norm per branch (DESIGN §5)."""
-        config = getattr(model, "config", None)
-        if getattr(config, "res_post_norm", False) or getattr(config, "branches", 1) > 1:
-            return "output"
-        return "norm1"
-
     def tokens_on_grid(
         self, model: nn.Module, x: Tensor, layer: LayerChoice
     ) -> Callable[[Tensor, tuple[int, int]], Tensor]:
         """A block's tokens (B, N, C) end with its grid's, row-major (DESIGN §3): the last
-        h·w of them, (B, C, h, w). A residual post-norm block's norm1 normalises the attention's
-        output, not the tokens: refused (DESIGN §5)."""
-        config = getattr(model, "config", None)
-        if layer.part == "norm1" and getattr(config, "res_post_norm", False):
-            raise ValueError(
-                "a residual post-norm block's first LayerNorm normalises the attention's output, "
-                "not the tokens; pick its norm2 or output"
-            )
+        h·w of them, (B, C, h, w)."""
 
         def on_grid(tokens: Tensor, grid: tuple[int, int]) -> Tensor:
             h, w = grid

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -393,14 +394,23 @@ class ViewControls(QWidget):
         self.displayChanged.emit()
 
     # -- model shape -----------------------------------------------------------------------------
-    def set_shape(self, layers: int, heads: int, cam_blocks: int | None = None) -> None:
+    def set_shape(
+        self,
+        layers: int,
+        heads: int,
+        cam_blocks: int | None = None,
+        cam_auto: str = "",
+        cam_post_norm: Sequence[int] = (),
+    ) -> None:
         """Adapt the layer and head choices to a model, keeping the selection where possible;
-        the CAM layer picker offers ``cam_blocks`` blocks (None: ``layers``)."""
+        the CAM layer picker offers ``cam_blocks`` blocks (None: ``layers``), says the layer
+        ``auto`` reads (``cam_auto``) and which blocks are post-norm (``cam_post_norm``)."""
         for w in (self.layer, self.head):
             w.blockSignals(True)
         self.layer.setRange(0, layers - 1)
         self.param_panel.set_shape(layers, heads)
-        self.cam_layer.set_blocks(layers if cam_blocks is None else cam_blocks)
+        blocks = layers if cam_blocks is None else cam_blocks
+        self.cam_layer.set_blocks(blocks, cam_auto, cam_post_norm)
         self._show_cam_layer()  # the method's target layer as this model reads it
         self._word_selectors()  # this model may ignore a layer or head the method takes
         self.layer.setPrefix(f"{self.layer_word} ")

@@ -174,7 +174,13 @@ class ViewerTab(QWidget):
             result.words.layer, [r.selector for r in rows], [r.heads for r in rows]
         )
         self.controls.param_panel.ignored = result.ignored_params
-        self.controls.set_shape(result.num_layers, result.num_heads, result.cam_blocks)
+        self.controls.set_shape(
+            result.num_layers,
+            result.num_heads,
+            result.cam_blocks,
+            result.cam_auto,
+            result.cam_post_norm,
+        )
         self.controls.set_unavailable(result.unavailable)
         self.faithfulness.offer(bool(result.class_names))
         self.faithfulness.clear()
@@ -462,8 +468,8 @@ class ViewerTab(QWidget):
         if kind_words is not None:  # the kind words what the method starts from and spans
             picker = next(filter(from_layer_picker, info.parameters), None)
             if picker is not None:  # a CAM: the layer it read
-                chosen = m.params.params().get(picker.name, picker.default)
-                kind_words += f" · target layer {chosen}"
+                chosen = str(m.params.params().get(picker.name, picker.default))
+                kind_words += f" · target layer {self.controls.cam_layer.words(chosen)}"
             return f"{info.label} · {kind_words}"
         layers = self.image.num_layers
         words = self.image.words
@@ -492,6 +498,8 @@ class ViewerTab(QWidget):
                 parts.append(f"layers {value}–{layers - 1}")
             elif p.type == "float":
                 parts.append(f"{p.label.lower()} {value:.2f}")
+            elif from_layer_picker(p):  # a CAM's layer, ``auto`` with the layer it reads
+                parts.append(f"{p.label.lower()} {self.controls.cam_layer.words(str(value))}")
             else:
                 parts.append(f"{p.label.lower()} {value}")
         return " · ".join(parts)

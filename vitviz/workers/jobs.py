@@ -262,6 +262,7 @@ def analyze_image(
     numbers = kind.image_numbers(state)
     display, scale = display_copy(analysis.source)  # as the model sees it (gray for 1 channel)
     left, top, right, bottom = analysis.geometry.region
+    cams = kind.cam_layers(state.loaded.model)  # the CAM layer picker's blocks and auto
     return ImageResult(
         label=label,
         source_path=Path(source) if isinstance(source, (str, Path)) else None,
@@ -270,7 +271,9 @@ def analyze_image(
         region=(left * scale, top * scale, right * scale, bottom * scale),
         scores=getattr(state.loaded.model.config, "outputs", "logits"),
         mask_path=_mask_path(source),
-        cam_blocks=kind.cam_depth(state.loaded.model),
+        cam_blocks=cams.depth,
+        cam_auto=cams.auto,
+        cam_post_norm=cams.post_norm,
         knocked_out=held,
         ablation=ablation,
         seconds=time.perf_counter() - start,

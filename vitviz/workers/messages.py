@@ -124,6 +124,8 @@ class ImageResult:
     thumb_grid: tuple[int, int] = (0, 0)  # the head grid's thumbnails: (0, 0) the grid
     thumb_pixels: int = 0  # input pixels per thumbnail cell
     cam_blocks: int | None = None  # blocks the CAM layer picker offers (None: num_layers)
+    cam_auto: str = ""  # the layer a CAM's ``auto`` reads, ``B.part`` ("": the picker's words)
+    cam_post_norm: tuple[int, ...] = ()  # blocks whose norm1 follows their attention (DESIGN §5)
     # the heads (layer, head) knocked out of the model it was analysed with, and their ablation
     knocked_out: tuple[tuple[int, int], ...] = ()
     ablation: str = "zero"

@@ -1,7 +1,8 @@
 """Every method the Swin kind claims, on a SwinV2-CR, against its definition (DESIGN §5) with
 timm's own attention, gradients and features as the input, in float64 loops: a block's
 attention map (the query's row of Â_b), Â_b·V is timm's windowed attention on a padded shifted
-map, the windowed rollout and gradient rollout, token Grad-CAM over the last block's norm1."""
+map, the windowed rollout and gradient rollout, Grad-CAM over the last block's output (its ``auto``:
+the block is post-norm) and over its norm1 when named."""
 
 from __future__ import annotations
 
@@ -170,13 +171,11 @@ def test_rollouts_follow_the_definition_over_timms_attention(opened, query):
     assert max_diff(got, want) < 1e-5
 
 
-def test_token_gradcam_is_timms_last_norm1_weighted_by_its_gradients(opened):
-    ref, loaded = opened
-    x = images(1, *SIZE)
-    result = analyze_swin(loaded, x[0])
-    target = int(result.logits.argsort()[-3])  # not the top class
+def _timm_gradcam(ref, x, module, target: int) -> torch.Tensor:
+    """Grad-CAM on ``module``'s output (B, H, W, D) of timm's model, by hand in float64 loops:
+    w_d = the mean over the grid of ∂y/∂F[·, d], ReLU(Σ_d w_d F[·, d]), min-max scaled."""
     kept = []
-    handle = _blocks(ref)[-1].norm1.register_forward_hook(lambda _m, _i, o: kept.append(o))
+    handle = module.register_forward_hook(lambda _m, _i, o: kept.append(o))
     try:
         logits = ref(x)
     finally:
@@ -189,7 +188,20 @@ def test_token_gradcam_is_timms_last_norm1_weighted_by_its_gradients(opened):
            for y in range(H)]  # fmt: skip
     lo, hi = min(map(min, cam)), max(map(max, cam))
     assert hi > lo, "a flat map: nothing to compare"
-    want = torch.tensor([[(v - lo) / (hi - lo) for v in row] for row in cam], dtype=torch.float64)
-    got = swin_method_map(result, loaded.model, "gradcam", None, target)
-    assert got.shape == (H, W)
-    assert max_diff(got, want) < 1e-5
+    return torch.tensor([[(v - lo) / (hi - lo) for v in row] for row in cam], dtype=torch.float64)
+
+
+def test_gradcam_reads_timms_last_block_output_and_its_norm1_when_named(opened):
+    """A SwinV2-CR block is post-norm (its norm1 normalises the attention's output), so
+    Grad-CAM's ``auto`` reads the last block's output (after its extra norm3), and ``-1.norm1``
+    that norm as the user named it (DESIGN §5)."""
+    ref, loaded = opened
+    x = images(1, *SIZE)
+    result = analyze_swin(loaded, x[0])
+    target = int(result.logits.argsort()[-3])  # not the top class
+    last = _blocks(ref)[-1]
+    for layer, module in (("auto", last), ("-1.output", last), ("-1.norm1", last.norm1)):
+        want = _timm_gradcam(ref, x, module, target)
+        got = swin_method_map(result, loaded.model, "gradcam", None, target, {"layer": layer})
+        assert got.shape == want.shape, layer
+        assert max_diff(got, want) < 1e-5, layer

@@ -77,3 +77,32 @@ def test_model_info_calls_it_a_swin_v2_cr(qtbot, cr_shown) -> None:
     assert "architecture: Swin V2-CR, 2 stages, 4 blocks (depths 2-2)" in facts, facts
     assert "MLP bias over log offsets (V2-CR)" in facts
     window.info_dialog.reject()
+
+
+def test_gradcam_says_and_reads_the_layer_auto_resolves_to(qtbot, cr_shown) -> None:
+    """A SwinV2-CR's blocks are post-norm (DESIGN §5): the picker and the map's title say
+    ``auto`` reads the last block's output and that a norm1 follows its attention, and the
+    window's map is the table's on the layer picked (not always the last norm1)."""
+    from vitviz.explain.methods import get_method
+
+    window, ref = cr_shown
+    v = window.viewer
+    picker = v.controls.cam_layer
+    select_method(qtbot, window, "gradcam")
+    qtbot.waitUntil(lambda: settled(window) and v.maps.params.method == "gradcam", timeout=WAIT_MS)
+    assert picker.currentText() == "auto (3.output)"
+    assert picker.itemText(picker.findData("1.norm1")) == "1.norm1 (after its attention)"
+    assert "target layer auto (3.output)" in v.map_view.full_title
+    gradcam = get_method("gradcam")
+    auto = gradcam(ref, None, None, {"layer": "auto"}).numpy()
+    np.testing.assert_allclose(v.maps.method_map, auto, atol=1e-5)
+    picker.lineEdit().setText("-1.norm1")
+    picker.lineEdit().editingFinished.emit()
+    qtbot.waitUntil(
+        lambda: settled(window) and v.maps.params.params().get("layer") == "-1.norm1",
+        timeout=WAIT_MS,
+    )
+    norm1 = gradcam(ref, None, None, {"layer": "-1.norm1"}).numpy()
+    np.testing.assert_allclose(v.maps.method_map, norm1, atol=1e-5)
+    assert not np.allclose(auto, norm1, atol=1e-3)
+    assert "target layer -1.norm1 (last block, after its attention)" in v.map_view.full_title

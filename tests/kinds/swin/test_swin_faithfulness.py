@@ -11,12 +11,12 @@ import pytest
 import torch
 from faithfulness_reference import ref_auc, ref_curves
 from swin_helpers import tiny_torchvision_swin
+from test_cam_post_norm import hand_gradcam
 
 from vitviz.checkpoints import load_checkpoint
 from vitviz.explain import localise, random_map
 from vitviz.kinds.swin.analysis import analyze_swin
 from vitviz.kinds.swin.faithfulness import evaluate_swin_methods, first_stage_map
-from vitviz.kinds.swin.gradcam import swin_token_gradcam
 from vitviz.kinds.swin.methods import attention_map
 
 PATCH = 4
@@ -28,6 +28,13 @@ def swin64(tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp("swin") / "swin_tiny.pth"
     torch.save(tiny_torchvision_swin(seed=3).state_dict(), path)
     return load_checkpoint(path).model.double().eval()
+
+
+def _gradcam(model, x: torch.Tensor, c: int) -> torch.Tensor:
+    """Grad-CAM at ``auto`` by hand: the last block's norm1 (a Swin v1's: a pre-norm),
+    min-max scaled (DESIGN §5)."""
+    cam = hand_gradcam(model, x[None], model.blocks[-1].norm1, c)
+    return (cam - cam.min()) / (cam.max() - cam.min())
 
 
 def _input(size: tuple[int, int], seed: int = 0) -> torch.Tensor:
@@ -62,7 +69,7 @@ def test_curves_equal_the_loop_float64(swin64, size, steps) -> None:
     got = evaluate_swin_methods(analysis, swin64, names, steps=steps, batch_size=16, name="x")
     assert got.image == "x" and got.steps == steps and got.target_class == top
     top_grads = analyze_swin(swin64, x, gradients=True)
-    cam = swin_token_gradcam(swin64, x[None], top)[0].detach()
+    cam = _gradcam(swin64, x, top)
     assert tuple(cam.shape) == tuple(analysis.stage_grids[-1])
     maps = {
         "rollout": analysis.rollout(),
@@ -104,7 +111,7 @@ def test_a_mask_gives_the_localisation_of_the_map_on_the_patches(swin64) -> None
     mask = np.zeros(grid0, dtype=bool)
     mask[2:6, 3:9] = True
     got = evaluate_swin_methods(analysis, swin64, ["gradcam", "rollout"], steps=3, mask=mask)
-    cam = ref_upsample(swin_token_gradcam(swin64, x[None], got.target_class)[0].detach(), grid0)
+    cam = ref_upsample(_gradcam(swin64, x, got.target_class), grid0)
     assert (cam > 0).any()  # a map with mass (ReLU leaves none on some random models)
     for name, values in (("gradcam", cam), ("rollout", analysis.rollout())):
         want = localise(values, mask)

@@ -79,9 +79,10 @@ def _reference_cams(ref, x, classes: int):
     return torch.stack(cams)
 
 
-def test_token_gradcam_on_the_last_stage(tmp_path):
-    """Against the definition computed by hand from torchvision's own model."""
-    from vitviz.kinds.swin.gradcam import swin_token_gradcam
+def test_gradcam_on_the_last_stage(tmp_path):
+    """Grad-CAM at ``auto`` (a Swin v1's last block's norm1: a pre-norm) against the
+    definition computed by hand from torchvision's own model."""
+    from vitviz.explain.methods import get_method
 
     ref = tiny_torchvision_swin(window=4)
     path = tmp_path / "swin.pth"
@@ -96,9 +97,11 @@ def test_token_gradcam_on_the_last_stage(tmp_path):
     hi = cam.flatten(1).amax(1)[:, None, None]
     assert bool((hi > lo).all()), "a flat Grad-CAM map checks nothing"
     want = (cam - lo) / (hi - lo)
-    got = swin_token_gradcam(loaded.model, x, target=classes)
-    assert got.shape == (2, 8, 7)
-    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert loaded.kind.cam_layers(loaded.model).auto == "3.norm1"
+    for i in range(2):
+        got = get_method("gradcam")(analyze_swin(loaded, x[i]), None, int(classes[i]))
+        assert got.shape == (8, 7)
+        torch.testing.assert_close(got, want[i], atol=1e-4, rtol=1e-4)
 
 
 def test_method_table_says_why_its_vit_methods_do_not_apply_to_a_swin(tmp_path):

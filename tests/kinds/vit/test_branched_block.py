@@ -76,12 +76,22 @@ def test_a_zeroed_head_of_the_second_branch_is_its_own_projection_columns_zeroed
         _run(loaded, x, replace={(0, 2 * H): None})
 
 
-def test_the_analysis_shows_every_branchs_heads_and_says_why_token_gradcam_is_not_offered(
+def test_the_analysis_shows_every_branchs_heads_and_gradcam_reads_the_blocks_output(
     opened, photo_files
 ) -> None:
+    """A block of several branches has a norm per branch, no norm1: Grad-CAM's ``auto`` reads
+    the last block's output, a named norm1 is refused in one line (DESIGN §5)."""
     loaded, _ = opened
     analysis = analyze(loaded, photo_files["chelsea"])
     kind = kind_of(loaded)
     assert [r.heads for r in kind.layer_rows(analysis)] == [2 * H, 2 * H]
-    why = get_method("gradcam").unavailable(analysis)
-    assert why is not None and "several parallel branches" in why, why
+    assert get_method("gradcam").unavailable(analysis) is None
+    assert kind.cam_layers(loaded.model).auto == "1.output"
+    torch.testing.assert_close(
+        get_method("gradcam")(analysis),
+        get_method("gradcam")(analysis, params={"layer": "-1.output"}),
+        rtol=0,
+        atol=0,
+    )
+    with pytest.raises(ValueError, match=r"block 1 of this .* has no norm1"):
+        get_method("gradcam")(analysis, params={"layer": "-1.norm1"})

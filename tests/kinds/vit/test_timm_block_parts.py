@@ -134,8 +134,9 @@ def test_every_method_runs_on_the_part(tmp_path: Path, case: str) -> None:
         "relevance",
         "transformer-attribution",
     )
-    if case == "branches":  # one first norm per branch: token Grad-CAM is refused, by name
-        assert "gradcam" not in names
+    if case in ("branches", "rpn"):  # a norm per branch, a norm after the attention:
+        # Grad-CAM's auto reads the last block's output (DESIGN §5)
+        assert "gradcam" in names and loaded.kind.cam_layers(loaded.model).auto == "1.output"
     for method, grid in compute_maps(analysis, names).items():
         assert torch.isfinite(grid).all(), method
         if method in structured:  # (a ReLU'd Grad-CAM or a mask share may be flat on 2 × 2)

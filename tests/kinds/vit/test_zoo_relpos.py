@@ -110,11 +110,14 @@ def test_timm_residual_post_norm_vits_open_exactly(tmp_path: Path, name: str) ->
 
 
 def test_residual_post_norm_blocks_say_what_they_lack(photo_files) -> None:
-    """vitviz's own ViT with residual post-norm blocks: token Grad-CAM (it reads norm1's output
-    as the tokens) and transformer attribution are refused with the reason."""
+    """vitviz's own ViT with residual post-norm blocks: its norm1 normalises the attention's
+    output, so the CAM family's Grad-CAM reads the last block's output at ``auto`` and token
+    Grad-CAM of the fixed definition (norm1's output as the tokens) is refused with the reason
+    (DESIGN §5); transformer attribution is offered."""
     from vitviz.blocks import VisionTransformer, ViTConfig
     from vitviz.checkpoints import LoadedModel
     from vitviz.checkpoints.native import default_preprocessing
+    from vitviz.explain.gradcam import token_gradcam
 
     cfg = ViTConfig(image_size=32, patch_size=8, dim=32, depth=2, heads=4, num_classes=3,
                     res_post_norm=True)  # fmt: skip
@@ -122,8 +125,10 @@ def test_residual_post_norm_blocks_say_what_they_lack(photo_files) -> None:
     model = VisionTransformer(cfg).eval()
     loaded = LoadedModel(model, [f"c{i}" for i in range(3)], default_preprocessing(cfg), "vitviz")
     a = analyze(loaded, photo_files["chelsea"])
-    why = get_method("gradcam").unavailable(a)
-    assert why is not None and "residual post-norm" in why, why
+    assert get_method("gradcam").unavailable(a) is None
+    assert loaded.kind.cam_layers(model).auto == "1.output"
+    with pytest.raises(ValueError, match="last block is post-norm"):
+        token_gradcam(model, a.input[None], 0)
     assert_attribution_offered(a)
 
 

@@ -161,10 +161,11 @@ class PyramidKind(StagedKind):
         return mean_pool_readout(model.stages[-1].norm, model.head, width)
 
     def default_cam_part(self, model: nn.Module) -> str:
-        """A Hiera's last block may pool: its norm2 is on the last grid (a PVT's norm1)."""
+        """A Hiera's last block may pool: its norm2 is on the last grid (a PVT's: the
+        kind's default, its pre-norm norm1)."""
         from vitviz.kinds.pyramid.hiera_network import HieraViT
 
-        return "norm2" if isinstance(model, HieraViT) else "norm1"
+        return "norm2" if isinstance(model, HieraViT) else super().default_cam_part(model)
 
     def layer_rows(self, analysis: PyramidAnalysis) -> tuple[LayerRow, ...]:
         rows = []

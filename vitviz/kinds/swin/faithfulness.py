@@ -7,10 +7,11 @@ pixels square, the grid the rollouts are drawn on), ordered by the map, highest 
 the lower index; the same steps, the same all-zero baseline, the same AUC. The query is the
 average pool the head reads (a Swin has no CLS token) and the class the image's top class.
 
-A map at a coarser stage's resolution (Grad-CAM: the last stage; attention: its block's stage)
-is taken to the first stage's grid nearest, as the window's thumbnails are: each patch takes the
-value of the token that covers it (patch row y lies in token row y // 2^s at stage s). The
-patches of one token then tie, and the stable order deletes them row by row.
+A map at a coarser stage's resolution (a CAM: its layer's stage, the last at ``auto``;
+attention: its block's stage) is taken to the first stage's grid nearest, as the window's
+thumbnails are: each patch takes the value of the token that covers it (patch row y lies in
+token row y // 2^s at stage s). The patches of one token then tie, and the stable order deletes
+them row by row.
 """
 
 from __future__ import annotations

@@ -299,6 +299,12 @@ class SwinBlock(nn.Module):
         the attention's output projection (v2: the norm after the attention; None in v1)."""
         return self.norm1 if self.post_norm else None
 
+    @property
+    def norm1_is_pre_norm(self) -> bool:
+        """Whether norm1's output is the block's input normalised, the tokens its attention
+        reads (v1); a v2 block's norm1 normalises the attention's output (DESIGN §5)."""
+        return not self.post_norm
+
     def layout(self, grid: tuple[int, int]) -> WindowLayout:
         return block_layout(grid, self.window, self.target_shift, self.clamp, self.shift_first)
 

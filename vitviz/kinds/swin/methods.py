@@ -1,6 +1,7 @@
 """The method table's entries that run on a Swin, over a SwinAnalysis (used by the window's engine,
 ``vitviz-cli explain`` and ``faithfulness``): attention (one block and head), the windowed rollout,
-the windowed gradient rollout and token Grad-CAM (the random baseline is the table's own). Every
+the windowed gradient rollout and Grad-CAM on a layer's tokens (the table's, on vitviz's own Swin;
+the random baseline is the table's own). Every
 other method needs a ViT's CLS token or its one grid of patches and says so (``CANNOT``). The
 kind's one declaration of them is ``METHODS`` and ``CANNOT`` at the end (DESIGN §5).
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from vitviz.explain.gradcam import gradcam_method
@@ -18,7 +18,6 @@ from vitviz.kindapi.protocol import KindMethod
 from vitviz.kinds.kind_methods import block_index
 from vitviz.kinds.swin.analysis import SwinAnalysis
 from vitviz.kinds.swin.attention import from_slots, query_row, windowed_attention
-from vitviz.kinds.swin.gradcam import swin_token_gradcam
 from vitviz.kinds.swin.network import SwinTransformer
 
 # why a table parameter means nothing to a Swin's windowed rollouts (``KindMethod.refusals``:
@@ -62,7 +61,8 @@ def swin_method_map(
     """The map of method ``name``: ``query`` (token, stage) picks the query token (None: the
     average pool). ``attention``: block ``params['layer']`` (the table's name; blocks of all
     stages counted from 0, default the last), head ``params['head']`` (−1: mean), at the block's
-    resolution; rollouts over the first stage's grid; Grad-CAM over the last stage's grid."""
+    resolution; rollouts over the first stage's grid; Grad-CAM over its layer's stage grid
+    (``params['layer']``, default ``auto``: a v1's last norm1, a v2's last block's output)."""
     p = dict(params or {})
     token, stage = (None, None) if query is None else query
     if name == "attention":
@@ -76,11 +76,8 @@ def swin_method_map(
         if target_class not in (None, analysis.target_class):
             raise ValueError("the gradient rollout was taken for the top class only")
         return analysis.gradient_rollout(token, stage)
-    if name == "gradcam":
-        param = next(model.parameters())
-        x = analysis.input[None].to(param.device, param.dtype)
-        with torch.inference_mode(False):
-            return swin_token_gradcam(model, x, target_class)[0].detach().cpu()
+    if name == "gradcam":  # the table's, on its layer (``auto``: DESIGN §5)
+        return gradcam_method(analysis, None, target_class, p)
     from vitviz.explain.methods import get_method
     from vitviz.kindapi import get_kind
 
@@ -89,11 +86,11 @@ def swin_method_map(
 
 
 def _requires_own_swin(label: str, model: nn.Module) -> str | None:
-    """Token Grad-CAM reads the last block's first LayerNorm of vitviz's own Swin."""
+    """Grad-CAM on a layer's tokens reads the blocks of vitviz's own Swin."""
     if isinstance(model, SwinTransformer):
         return None
     return (
-        f"{label} needs vitviz's own Swin (it reads the last block's first LayerNorm), "
+        f"{label} needs vitviz's own Swin (it reads its blocks' norms and outputs), "
         "and this model comes from your code"
     )
 

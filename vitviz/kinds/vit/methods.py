@@ -125,19 +125,10 @@ def _lrp_rules(label: str, model: nn.Module) -> str | None:
 
 
 def _gradcam_features(label: str, model: nn.Module) -> str | None:
-    """Token Grad-CAM reads the last block's norm1 output as its input's features."""
-    why = _own_vit("the last block's first LayerNorm")(label, model)
-    if why is None and getattr(model.config, "res_post_norm", False):
-        return (
-            f"{label} reads the last block's first LayerNorm as the tokens' features, and a "
-            "residual post-norm block's normalises the attention's output instead"
-        )
-    if why is None and getattr(model.config, "branches", 1) > 1:
-        return (
-            f"{label} reads the last block's first LayerNorm as the tokens' features, and a "
-            "block of several parallel branches has one for each branch"
-        )
-    return why
+    """Grad-CAM on a layer's tokens reads vitviz's own ViT's blocks: ``auto`` the last block's
+    norm1 where it is a pre-norm, else its output (a post-norm block's norm1 follows the
+    attention, a block of several branches has one per branch; DESIGN §5)."""
+    return _own_vit("its blocks' norms and outputs")(label, model)
 
 
 # The ViT kind's one declaration (DESIGN §5): its versions of the table's methods.
