@@ -150,7 +150,11 @@ def test_both_maps_on_one_scale_said_on_both_bars_and_same_maps_said(
 
 def test_a_model_without_a_map_says_why_in_its_view(qtbot, tmp_path: Path, photo_files) -> None:
     """A on an 8 × 8 grid, B on a 4 × 4 one: A's grid lines are not drawn over B's coarser
-    map, and a query of A's that B's grid lacks leaves B's view blank with the reason in it."""
+    map; a query of A's is B's cell at the same place of the image (A's cell (6, 5) of 8 px
+    cells on 64 px, centre (52, 44) px, is B's (3, 2) of 8 px cells on 32 px); a map B can't
+    make leaves its view blank with the reason in it."""
+    import dataclasses
+
     a = save_checkpoint(random_vit(seed=2, image_size=64), tmp_path / "a.safetensors",
                         class_names=CLASS_NAMES)  # fmt: skip
     b = save_checkpoint(random_vit(seed=7), tmp_path / "b.safetensors", class_names=CLASS_NAMES)
@@ -161,11 +165,16 @@ def test_a_model_without_a_map_says_why_in_its_view(qtbot, tmp_path: Path, photo
     assert c.view_a.notice_text() == c.view_b.notice_text() == ""
     c.diff.setChecked(True)  # no A − B of two grids, and the view says which
     assert c.view_diff.notice_text() == "No A − B map: A's map is 8×8 cells, B's 4×4 (other grids)."
+    no_query = c.result.map_b
     c.set_query((6, 5))
     qtbot.waitUntil(lambda: _settled(window, (6, 5)), timeout=WAIT_MS)
-    assert c.result.map_b is None and c.result.map_a is not None
+    assert c.result.query_b == (3, 2) and c.result.map_b is not None
+    assert not np.array_equal(c.result.map_b, no_query)  # B's map is of its query cell
+    assert c.view_b.notice_text() == ""
+    why = "B's kind can't make this map here"
+    c.apply_compare(dataclasses.replace(c.result, map_b=None, errors=("", why), error=why))
     said = c.view_b.notice_text()
-    assert said.startswith("No map from B: ") and c.result.errors[1] in said, said
+    assert said == f"No map from B: {why}", said
     assert c.view_a.notice_text() == ""
     assert c.view_diff.notice_text() == "No A − B map: B made no map here."
 
@@ -242,7 +251,8 @@ def _query_words(path: Path, query: tuple[int, int] | None) -> str:
 def test_the_query_is_said_for_each_side_in_its_own_models_words(qtbot, tmp_path: Path) -> None:
     """A (the shipped ViT, with a CLS token) beside B, a ViT without one (its query is the
     mean of patches) and then a Swin (the average pool; a clicked cell a point of its input):
-    the query line says each side's query in its own kind's words, not A's for both."""
+    the query line says each side's query in its own kind's words, not A's for both, B's
+    cell the one at the place of A's clicked cell."""
     import json
 
     import torch
@@ -272,7 +282,14 @@ def test_the_query_is_said_for_each_side_in_its_own_models_words(qtbot, tmp_path
     window.compare_with(swin)
     qtbot.waitUntil(lambda: _settled(window, (2, 3)) and c.result.name_b == swin.name,
                     timeout=WAIT_MS)  # fmt: skip
-    point = _query_words(swin, (2, 3))
+    # A's cell (2, 3) of 8 px cells, centre (20, 28) px of the 64 px input both see: B's map
+    # is of its own cell holding that point (its grid is another), and said so
+    loaded = load_checkpoint(swin)
+    cell_b = loaded.kind.image_numbers(
+        ModelSession(loaded, loaded.kind.analyze(loaded, SHAPE))
+    ).token_geometry.cell_pixels
+    assert cell_b != 8 and c.result.query_b == (20 // cell_b, 28 // cell_b)
+    point = _query_words(swin, c.result.query_b)
     assert point.startswith("point y ") and point != both
     assert c.query_label.text() == f"query A: {both} · B: {point}"
     c.set_query(None)

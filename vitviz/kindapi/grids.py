@@ -55,6 +55,16 @@ class TokenGeometry:
             return r, c
         return None
 
+    def cell_from(self, cell: tuple[int, int], other: TokenGeometry) -> tuple[int, int]:
+        """This grid's clickable cell at the place of ``other``'s ``cell`` on the same picture:
+        the cell holding that cell's centre, each axis read as a fraction of its model input
+        (two models of other input sizes or grids see the image scaled); clamped to the grid."""
+        (h, w), (oh, ow) = self.input_size, other.input_size
+        y = (cell[0] + 0.5) * other.cell_pixels / oh * h
+        x = (cell[1] + 0.5) * other.cell_pixels / ow * w
+        p = self.cell_pixels
+        return min(int(y // p), self.grid[0] - 1), min(int(x // p), self.grid[1] - 1)
+
     def cell_region(self, cell: tuple[int, int]) -> tuple[int, int, int, int]:
         """(top, left, bottom, right) input pixels of a clickable cell."""
         p = self.cell_pixels

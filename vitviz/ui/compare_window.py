@@ -283,12 +283,14 @@ class CompareWindow(QWidget):
         "CLS token", one without it "mean of patches", a Swin's "average pool …"): "query A:
         CLS token · B: mean of patches", or "query A and B: …" where they say the same."""
         sides = (
-            (None, None) if self.image is None else (self.image.words, self.image.token_geometry),
-            (r.words_b, r.geometry_b),
+            (None, None, r.query)
+            if self.image is None
+            else (self.image.words, self.image.token_geometry, r.query),
+            (r.words_b, r.geometry_b, r.query_b),
         )
         said = [
-            "" if words is None or geometry is None else words.query_text(r.query, geometry)
-            for words, geometry in sides
+            "" if words is None or geometry is None else words.query_text(query, geometry)
+            for words, geometry, query in sides
         ]
         if said[0] == said[1]:
             return f"query A and B: {said[0]}" if said[0] else ""

@@ -91,19 +91,23 @@ def compare_view(
         raise UserFacingError(str(exc), "compare") from exc
     sim = head_similarity(query_attention(state.loaded, a), query_attention(second, b)).numpy()
     knocked = knocked_out(state)  # A is the viewer's model, with the heads it holds out
+    numbers_b = _numbers(state, second, b)
+    # the query is a cell of A's grid: B's is its cell at the same place of the image
+    geometry_a = ModelSession(state.loaded, a).kind.token_geometry(a)
+    query_b = None if query is None else numbers_b.token_geometry.cell_from(query, geometry_a)
     maps, errors = [], []
-    for loaded, analysis in ((state.loaded, a), (second, b)):
+    for loaded, analysis, cell in ((state.loaded, a, query), (second, b, query_b)):
         session = ModelSession(loaded, analysis)
         try:
-            maps.append(loaded.kind.method_map(session, method, query, None, params or {}))
+            maps.append(loaded.kind.method_map(session, method, cell, None, params or {}))
             errors.append("")
         except ValueError as exc:
             maps.append(None)
             errors.append(str(exc))
-    numbers_b = _numbers(state, second, b)
     return CompareResult(
         method=method,
         query=query,
+        query_b=query_b,
         name_a=str(state.loaded.name),
         name_b=str(second.name),
         map_a=maps[0],

@@ -269,7 +269,9 @@ class CompareResult:
     top predictions [(class, probability)], ``head_similarity`` (L, H) or (L, 1), the
     methods model B can't run on this image with its reasons (``refused_b``), the image's
     label and the heads knocked out of model A (the viewer's model) when any are; model B's
-    words (``words_b``) and token geometry (``geometry_b``), to say its query in its words."""
+    words (``words_b``) and token geometry (``geometry_b``), to say its query in its words.
+    ``query`` is a cell of A's grid; ``query_b`` B's cell at the same place of the image (its
+    grid may be another), the cell B's map is made for."""
 
     method: str
     query: tuple[int, int] | None
@@ -288,3 +290,4 @@ class CompareResult:
     ablation_a: str = "zero"  # how they were
     words_b: ViewWords = field(default_factory=ViewWords)  # as B's kind words its views
     geometry_b: TokenGeometry | None = None  # B's clickable grid (its query cell's)
+    query_b: tuple[int, int] | None = None  # B's cell at the place of ``query``
