@@ -96,6 +96,21 @@ def test_titles_name_method_class_probability_and_parameters(tiny_ckpt: Path, im
     assert score[0] == f"{get_method('scorecam').label} · class '{a.class_names[c]}' ({p_c:.1%})"
 
 
+def test_a_cam_title_names_the_layer_auto_reads(tiny_ckpt: Path, image: Path) -> None:
+    """A CAM's ``layer auto`` is said with the layer it reads (the last block's norm1 of this
+    pre-norm ViT, DESIGN §5), as the window's picker says it; a layer named stays as named."""
+    loaded = load_checkpoint(tiny_ckpt)
+    a = analyze(loaded, image, gradients=True)
+    last = loaded.model.config.depth - 1
+    auto = map_title(
+        a, compute_maps(a, MapSettings(methods=("gradcam",))), "gradcam", MapSettings()
+    )
+    assert auto[1] == f"query CLS · layer auto ({last}.norm1)", auto
+    named = MapSettings(methods=("gradcam",), params={"gradcam": {"layer": "0.norm2"}})
+    title = map_title(a, compute_maps(a, named), "gradcam", named)
+    assert title[1] == "query CLS · layer 0.norm2", title
+
+
 def test_title_of_a_model_without_a_head(tmp_path: Path) -> None:
     loaded = load_checkpoint(save_checkpoint(random_vit(num_classes=0), tmp_path / "n.safetensors"))
     a = analyze(loaded, np.zeros((32, 32, 3), dtype=np.uint8))

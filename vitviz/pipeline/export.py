@@ -26,6 +26,7 @@ from vitviz.imaging.figure import titled_figure
 from vitviz.imaging.overlay import head_grid_image, save_png
 from vitviz.imaging.reduction import OVERLAY_MAX_SIDE
 from vitviz.kindapi import KindAnalysis
+from vitviz.kindapi.feature_sites import DEFAULT_LAYER
 from vitviz.pipeline.intervention_record import intervention_arrays, intervention_line
 
 # the shared keys, then a ViT's own (``ModelKind.npz_arrays``), in the order written
@@ -300,6 +301,16 @@ def map_levels(map_: np.ndarray) -> tuple[float, float]:
     return (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
 
 
+def _value_words(analysis: KindAnalysis, name: str, value: Any) -> str:
+    """A parameter's value in a map's title: a CAM layer ``auto`` with the layer it reads
+    (``auto (3.norm1)``, DESIGN §5), as the window's picker says it."""
+    loaded = analysed_model(analysis)
+    if name != "layer" or value != DEFAULT_LAYER or loaded is None:
+        return str(value)
+    auto = carried_kind(analysis).cam_layers(loaded.model).auto
+    return f"{value} ({auto})" if auto else str(value)
+
+
 def map_title(
     analysis: KindAnalysis, maps: ExplainedMaps, name: str, settings: MapSettings | None = None
 ) -> list[str]:
@@ -317,7 +328,8 @@ def map_title(
     detail = "query CLS"
     if settings is not None and method.parameters:
         values = method.resolve(settings.params_for(method, analysis), strict=False)
-        detail += " · " + ", ".join(f"{k} {v}" for k, v in values.items())
+        said_values = (f"{k} {_value_words(analysis, k, v)}" for k, v in values.items())
+        detail += " · " + ", ".join(said_values)
     return [
         f"{method.label} · {said}",
         detail,
