@@ -23,9 +23,7 @@ RUN_ERRORS = (RuntimeError, ValueError, TypeError, AssertionError, IndexError)
 _GIST = 200  # characters of the network's reason kept in the one-line refusal
 
 
-def cannot_run(
-    model: nn.Module, sizes: Sequence[Size], kind: ModelKind
-) -> tuple[Size, str] | None:
+def cannot_run(model: nn.Module, sizes: Sequence[Size], kind: ModelKind) -> tuple[Size, str] | None:
     """The first of ``sizes`` (H, W) at which ``model`` (vitviz's, of ``kind``, of
     ``config.in_channels`` inputs) fails one forward pass of a seeded (1, C, H, W) probe, with
     the gist of its error; None when it runs at each. A size whose analysis the kind's
