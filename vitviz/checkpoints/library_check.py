@@ -24,8 +24,10 @@ image processor's crop, a sidecar's ``preprocessing.image_size``, the sizes of `
 ``probe_sizes``), where the position table is resampled: the library's model resamples its own
 (the reference's ``any_size``; a timm class without a dynamic size is set to each size by its
 own ``set_input_size``, the reference's ``at_size``); one that can't run there leaves that size
-unchecked, said in the note. A difference at any size refuses the checkpoint with both numbers
-and the size. The result is kept in vitviz's cache folder under a key of the file (size, mtime,
+unchecked, said in the note, and vitviz's own model runs there alone (``size_guard``): where it
+can't, the checkpoint is refused naming the size, never opened to fail every analysis. A
+difference at any size refuses the checkpoint with both numbers and the size. The result is
+kept in vitviz's cache folder under a key of the file (size, mtime,
 a hash of its first and last MiB), the settings, the probe sizes and the library's and vitviz's
 versions, so the second open costs nothing.
 ``VITVIZ_NO_LIBRARY_CHECK=1`` skips the check (a note says so).
@@ -51,7 +53,14 @@ from vitviz.checkpoints.atomic import atomic_path
 from vitviz.checkpoints.cache import cache_home
 from vitviz.checkpoints.errors import CheckpointError
 from vitviz.checkpoints.folders import folder_weights
-from vitviz.checkpoints.probe_sizes import Size, analysed_sizes, probe_sizes, size_words
+from vitviz.checkpoints.probe_sizes import (
+    Size,
+    analysed_sizes,
+    fit_words,
+    probe_sizes,
+    size_words,
+)
+from vitviz.checkpoints.size_guard import RUN_ERRORS, cannot_run
 from vitviz.core.host_memory import host_budget
 from vitviz.imaging import Preprocessing
 from vitviz.kindapi import ModelKind
@@ -73,8 +82,9 @@ SKIP_ENV = "VITVIZ_NO_LIBRARY_CHECK"
 # result written by an older rule is trusted (a build failure read as a note, not a refusal)
 # 3: the probe runs at every size analysed, not the model's own alone; 4: a float32 miss is
 # retried in float64; 5: a relative position bias is resampled at the sizes analysed, and a
-# timm class without a dynamic size is checked there through its set_input_size
-CHECK_RULES = 5
+# timm class without a dynamic size is checked there through its set_input_size; 6: vitviz's
+# own model runs alone at each size analysed the library's can't, refused where it fails
+CHECK_RULES = 6
 _MIB = 1 << 20
 
 
@@ -126,6 +136,9 @@ class CheckResult:
     float64_logits: float | None = None
     float64_attention: float | None = None
     float64_problem: str = ""  # why the retry did not run or finish ("" when it ran)
+    # the first size analysed, unchecked, at which vitviz's own model fails, and its reason
+    cannot_run_at: Size | None = None
+    cannot_run: str = ""
 
     @property
     def within_float32(self) -> bool:
@@ -148,6 +161,8 @@ class CheckResult:
 
     @property
     def ok(self) -> bool:
+        if self.cannot_run_at is not None:
+            return False
         if self.logits is None:
             return self.problem is not None and not self.unfit
         return self.within_float32 or self.exact_in_float64
@@ -273,18 +288,24 @@ def check_or_refuse(
     kind: ModelKind,
     prep: Preprocessing | None = None,
 ) -> None:
-    """Note the check's result, or refuse the checkpoint when the numbers differ (``kind``: the
-    model's, resolved by the loader; ``prep``: its preprocessing, whose input sizes are probed
-    beside the model's own)."""
-    if ref is None:
+    """Note the check's result, or refuse the checkpoint when the numbers differ, or when
+    vitviz's own model can't run at a size analysed that the library's could not check
+    (``kind``: the model's, resolved by the loader; ``prep``: its preprocessing, whose input
+    sizes are probed beside the model's own)."""
+    stride = kind.input_stride(model)
+    analysed = analysed_sizes(prep, stride)
+    others = probe_sizes(model.config.image_size, analysed)[1:]
+    if ref is None:  # nothing to check against: vitviz's model alone at the sizes analysed
+        _runs_or_refuse(model, path, kind, others, prep)
         return
     if os.environ.get(SKIP_ENV) == "1":
         notes.append(f"not checked against {ref.library} ({SKIP_ENV}=1)")
+        _runs_or_refuse(model, path, kind, others, prep)
         return
-    analysed, unsaid = analysed_sizes(prep, model.config.patch_size)
     result = checked(model, path, ref, kind=kind, sizes=analysed)
     if result is None:  # never a silent skip: the note says the library is not there
         notes.append(f"not checked against {ref.library}: it is not installed")
+        _runs_or_refuse(model, path, kind, others, prep)
         return
     if result.unfit:  # the file is not what its reading claims: nothing could vouch for it
         raise CheckpointError(
@@ -292,6 +313,10 @@ def check_or_refuse(
             "refused rather than shown unchecked: give the architecture it was saved from "
             "(--arch NAME)."
         )
+    if result.cannot_run_at is not None:  # the check's own run of vitviz's model, kept
+        _refuse(path, kind, model, result.cannot_run_at, result.cannot_run, prep)
+    if result.problem is not None:  # the library's model was not run at all
+        _runs_or_refuse(model, path, kind, others, prep)
     if not result.ok:
         att = (
             ""
@@ -313,7 +338,42 @@ def check_or_refuse(
             f"model{at}: logits {result.logits:.2g} (limit {result.logits_limit:g}){att}"
             f"{retried}; refused rather than shown wrong."
         )
-    notes.append(result.note() + (f" ({unsaid})" if unsaid and result.problem is None else ""))
+    fit = "" if result.problem is not None else fit_words(prep, stride, result.sizes)
+    notes.append(result.note() + (f" ({fit})" if fit else ""))
+
+
+def _runs_or_refuse(
+    model: nn.Module, path: Path, kind: ModelKind, sizes: list[Size], prep: Preprocessing | None
+) -> None:
+    """vitviz's ``model`` run alone at each of ``sizes`` (those analysed, not its own): refused
+    at the first it can't run at."""
+    stuck = cannot_run(model, sizes, kind)
+    if stuck is not None:
+        _refuse(path, kind, model, *stuck, prep)
+
+
+def _refuse(
+    path: Path,
+    kind: ModelKind,
+    model: nn.Module,
+    size: Size,
+    why: str,
+    prep: Preprocessing | None,
+) -> None:
+    """The one-line refusal of a checkpoint whose network can't run at ``size``, a size
+    analysed (DESIGN §4): the size, the network's reason, what to change."""
+    own = size_words(model.config.image_size)
+    if prep is not None and prep.resize == "fit":
+        change = "give its sidecar's preprocessing resize 'crop' or 'squash'"
+        what = "a size resize 'fit' gives"
+    else:
+        h, w = (int(n) for n in model.config.image_size)
+        change = f"give its sidecar's preprocessing.image_size [{h}, {w}], its own"
+        what = "the size analysed"
+    raise CheckpointError(
+        f"{path.name}: vitviz's {kind.label} can't run at {size_words(size)} ({what}; its own "
+        f"is {own}): {why}; refused rather than opened to fail every analysis: {change}."
+    )
 
 
 def compare(
@@ -363,23 +423,27 @@ def compare(
     rows = [_Row(own, *_probe(model, theirs, how, kind, own))]
     library = {own: theirs}  # the library's model at each size that missed, for the retry
     skipped: list[str] = []
+    unprobed: list[Size] = []  # the sizes analysed vitviz's model did not run at
     anywhere = _any_size_model(ref, cfg, weights, theirs) if len(probes) > 1 else theirs
     own_only = isinstance(anywhere, str) and how.at_size is None
     if own_only:  # the library's model runs at its own size only
         where = " and ".join(size_words(s) for s in probes[1:])
         skipped.append(f"{where}, {'sizes' if len(probes) > 2 else 'a size'} analysed: {anywhere}")
+        unprobed.extend(probes[1:])
     for size in [] if own_only else probes[1:]:
         # one model for every size, or a copy set to this one (kept only if it missed)
         theirs_here = _sized_model(ref, theirs, size) if isinstance(anywhere, str) else anywhere
         if isinstance(theirs_here, str):
             skipped.append(f"{size_words(size)}, a size analysed: {theirs_here}")
+            unprobed.append(size)
             continue
         try:
             row = _Row(size, *_probe(model, theirs_here, how, kind, size))
-        except _RUN_ERRORS as exc:
+        except RUN_ERRORS as exc:
             skipped.append(
                 f"{size_words(size)}, a size analysed: the probe fails there ({_why(exc)})"
             )
+            unprobed.append(size)  # either model may have failed: vitviz's runs alone
             continue
         rows.append(row)
         if _missed(row, limits):
@@ -399,6 +463,9 @@ def compare(
         failed_at=failed[0].size if failed else None,
         unchecked="; ".join(skipped),
     )
+    stuck = cannot_run(model, unprobed, kind)  # one forward a size, kept with the result
+    if stuck is not None:
+        return replace(result, cannot_run_at=stuck[0], cannot_run=stuck[1])
     if not failed:
         return result
     return replace(result, **_in_float64(model, library, how, kind, failed))
@@ -452,17 +519,13 @@ def _in_float64(
         for m in library.values():
             m.double()
         rows = [_probe(ours, library[r.size], how, kind, r.size, torch.float64) for r in missed]
-    except (*_RUN_ERRORS, MemoryError) as exc:  # a model with no float64 path, or no memory
+    except (*RUN_ERRORS, MemoryError) as exc:  # a model with no float64 path, or no memory
         return {"float64_problem": f"its float64 run fails ({_why(exc)})"}
     compared = [a for _, a, _ in rows if a is not None]
     return {
         "float64_logits": max(lg for lg, _, _ in rows),
         "float64_attention": max(compared) if len(compared) == len(rows) else None,
     }
-
-
-# what running a model at a size it can't take raises (timm's patch embedding asserts its size)
-_RUN_ERRORS = (RuntimeError, ValueError, TypeError, AssertionError, IndexError)
 
 
 def _probe(
@@ -504,7 +567,7 @@ def _any_size_model(ref: Reference, cfg: Any, weights: Path, theirs: nn.Module) 
         return theirs
     try:
         return ref.how.build(ref.arch, {**ref.model_args, **extra}, cfg, weights)
-    except (*_RUN_ERRORS, ImportError, KeyError, OSError, CheckpointError) as exc:
+    except (*RUN_ERRORS, ImportError, KeyError, OSError, CheckpointError) as exc:
         return f"{possessive(ref.library)} model is not built to run at other sizes ({_why(exc)})"
 
 
@@ -514,7 +577,7 @@ def _sized_model(ref: Reference, theirs: nn.Module, size: Size) -> nn.Module | s
     assert ref.how.at_size is not None
     try:
         return ref.how.at_size(copy.deepcopy(theirs), size)
-    except (*_RUN_ERRORS, ImportError, KeyError, OSError) as exc:
+    except (*RUN_ERRORS, ImportError, KeyError, OSError) as exc:
         return f"{possessive(ref.library)} model can't be set to that size ({_why(exc)})"
 
 
@@ -528,8 +591,9 @@ def _why(exc: BaseException) -> str:
 def _from_json(data: dict[str, Any]) -> CheckResult:
     """A cached result: JSON's lists made the size tuples again."""
     data["sizes"] = tuple(tuple(s) for s in data.get("sizes") or ())
-    if data.get("failed_at") is not None:
-        data["failed_at"] = tuple(data["failed_at"])
+    for name in ("failed_at", "cannot_run_at"):
+        if data.get(name) is not None:
+            data[name] = tuple(data[name])
     return CheckResult(**data)
 
 

@@ -201,6 +201,9 @@ def _load(p: Path, config: Mapping[str, Any] | None, dtype: torch.dtype) -> Load
         model = kind.build_from_state(conversion.config, conversion.state)
     except CheckpointError as exc:  # it can't name the file
         raise CheckpointError(f"{p.name}: {exc}") from exc
+    problem = preprocessing_problem(conversion.preprocessing, conversion.config.patch_size)
+    if problem is not None:  # before the check runs the model at the sizes it gives
+        raise CheckpointError(f"{p.name}: {problem}.")
     check_or_refuse(
         model, p, conversion.reference, conversion.notes, kind, conversion.preprocessing
     )

@@ -4,7 +4,8 @@ that is not it (DESIGN §4: the size analysed is the size checked).
 A Hugging Face folder is analysed at its image processor's crop (a DINOv2 of config size 518
 cropped to 224), a sidecar's ``preprocessing.image_size`` at that size: the position table is
 then resampled, by vitviz's rule, which must be the library's. ``resize: "fit"`` gives each
-aspect ratio its own size; the check runs at those of a square, a 3:4 and a 4:3 image.
+aspect ratio its own size (in multiples of the kind's ``input_stride``); the check runs at those
+of a square, a 3:4 and a 4:3 image.
 """
 
 from __future__ import annotations
@@ -19,19 +20,38 @@ Size = tuple[int, int]
 FIT_SHAPES: tuple[Size, ...] = ((1, 1), (4, 3), (3, 4))
 
 
-def analysed_sizes(prep: Preprocessing | None, patch_size: int) -> tuple[list[Size], str]:
-    """The input sizes (H, W) ``prep`` gives a model of ``patch_size``, and what stays unchecked
-    in words ("" when every size it gives is in the list)."""
+def analysed_sizes(prep: Preprocessing | None, stride: int) -> list[Size]:
+    """The input sizes (H, W) ``prep`` gives a model whose analysis takes multiples of
+    ``stride`` (its kind's ``input_stride``): one, or for ``resize: "fit"`` those of a square,
+    a 3:4 and a 4:3 image."""
     if prep is None:
-        return [], ""
+        return []
     if prep.resize != "fit":
-        return [(int(prep.image_size[0]), int(prep.image_size[1]))], ""
-    sizes = _unique(fit_size(shape, prep.image_size, patch_size) for shape in FIT_SHAPES)
-    said = (
-        "resize 'fit' gives each aspect ratio its own input size: those of square, 3:4 and 4:3 "
-        "images checked, the others (the same resampling rule) not each"
+        return [(int(prep.image_size[0]), int(prep.image_size[1]))]
+    return _unique(fit_size(shape, prep.image_size, stride) for shape in FIT_SHAPES)
+
+
+def fit_words(prep: Preprocessing | None, stride: int, checked: Sequence[Size]) -> str:
+    """What the check says of ``resize: "fit"`` (DESIGN §4), given the sizes it compared with
+    the library (``checked``): which of the square, 3:4 and 4:3 images' sizes were, and that
+    the other aspect ratios are not each; "" for any other resize."""
+    if prep is None or prep.resize != "fit":
+        return ""
+    said = {(1, 1): "square", (4, 3): "3:4", (3, 4): "4:3"}
+    sizes = {shape: fit_size(shape, prep.image_size, stride) for shape in FIT_SHAPES}
+    done = [said[shape] for shape, size in sizes.items() if size in checked]
+    left = [said[shape] for shape, size in sizes.items() if size not in checked]
+    if not left:
+        which = "those of square, 3:4 and 4:3 images checked"
+    elif done:
+        checked_of, not_of = " or ".join(done), " or ".join(left)
+        which = f"the size of a {checked_of} image checked, of a {not_of} image not"
+    else:
+        which = "none checked (vitviz's model runs at those of square, 3:4 and 4:3 images)"
+    return (
+        f"resize 'fit' gives each aspect ratio its own input size: {which}, the other aspect "
+        "ratios (the same rule) not each"
     )
-    return sizes, said
 
 
 def probe_sizes(native: Sequence[int], analysed: Sequence[Size]) -> list[Size]:

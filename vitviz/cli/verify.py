@@ -52,7 +52,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             say(f"vitviz-cli: {path.name}: {note}")
         result = None
         if loaded.reference is not None:
-            sizes, _ = analysed_sizes(loaded.preprocessing, loaded.config.patch_size)
+            stride = loaded.kind.input_stride(loaded.model)
+            sizes = analysed_sizes(loaded.preprocessing, stride)
             result = checked(
                 loaded.model, path, loaded.reference, force=True, kind=loaded.kind, sizes=sizes
             )
@@ -67,6 +68,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             verdict += f", on {len(assumed)} assumption{'s' if len(assumed) > 1 else ''}"
         if result.problem is not None:
             verdict = f"{'refused' if result.unfit else 'not checked'} ({result.problem})"
+        if result.cannot_run_at is not None:  # vitviz's model can't run at a size analysed
+            h, w = result.cannot_run_at
+            verdict = f"refused (vitviz's model can't run at {h}×{w}: {result.cannot_run})"
         failed = failed or not result.ok
         rows.append(
             (

@@ -60,6 +60,9 @@ class KindBase:
     def parts(self, model: nn.Module) -> tuple[str, ...]:
         return ()
 
+    def input_stride(self, model: nn.Module) -> int:
+        return int(model.config.patch_size)
+
     # -- loading -------------------------------------------------------------------------------
     def probabilities(self, model: nn.Module, logits: Tensor) -> Tensor:
         return logits.softmax(dim=-1)

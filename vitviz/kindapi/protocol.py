@@ -469,6 +469,12 @@ class AnalysingMembers(Protocol):
         """One forward pass of ``loaded``'s model on ``image`` with its attention captured."""
         ...
 
+    def input_stride(self, model: nn.Module) -> int:
+        """The side in input pixels that its analysis makes every input a multiple of (the
+        sizes ``resize: "fit"`` gives, ``vitviz.imaging.input_size_for``): its finest tokens'
+        ``patch_size``, or a stem's stride (a PiT's, a LeViT's) where that is what it takes."""
+        ...
+
     def analyze_images(
         self, loaded: Loaded, images: Sequence[ImageInput], **options: Any
     ) -> Iterator[Any]:

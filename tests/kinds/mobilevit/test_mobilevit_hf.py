@@ -77,7 +77,7 @@ def test_the_sizes_analysed_are_checked_against_transformers_there(
     (tmp_path / "hf" / "preprocessor_config.json").write_text(json.dumps(proc))
     sidecar_path(tmp_path / "hf").write_text(json.dumps({"preprocessing": preprocessing}))
     loaded = load_checkpoint(tmp_path / "hf")
-    analysed, _ = analysed_sizes(loaded.preprocessing, loaded.config.patch_size)
+    analysed = analysed_sizes(loaded.preprocessing, loaded.kind.input_stride(loaded.model))
     sizes = " and ".join(size_words(s) for s in probe_sizes(loaded.config.image_size, analysed))
     assert len(probe_sizes(loaded.config.image_size, analysed)) > 1, sizes
     note = next(n for n in loaded.notes if n.startswith("checked against transformers"))

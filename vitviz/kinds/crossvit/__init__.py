@@ -67,6 +67,11 @@ class CrossViTKind(StagedKind):
     POOL_SOURCE = "the CLS token"
     HEADS_TITLE = "Attention of every layer and head, each on its branch's grid"
 
+    def input_stride(self, model: nn.Module) -> int:
+        """Branch 0's patch, what its analysis prepares inputs in multiples of."""
+        cfg = model.config
+        return int(cfg.patch_sizes[0])
+
     def architecture(self, model: nn.Module) -> str:
         cfg = model.config
         stem = ", conv stem (dagger)" if cfg.multi_conv else ""

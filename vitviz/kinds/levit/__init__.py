@@ -46,6 +46,11 @@ class LeViTKind(StagedKind):
     POOL_SOURCE = "the mean of the last stage's tokens"
     HEADS_TITLE = "Attention of every layer and head (a subsample's over the finer grid)"
 
+    def input_stride(self, model: nn.Module) -> int:
+        """The stem's stride, the grid its analysis prepares inputs in multiples of."""
+        cfg = model.config
+        return int(cfg.stem_stride)
+
     def architecture(self, model: nn.Module) -> str:
         cfg = model.config
         extra = "".join(

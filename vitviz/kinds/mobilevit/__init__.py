@@ -50,6 +50,11 @@ class MobileViTKind(StagedKind):
     POOL_SOURCE = "the mean row"
     HEADS_TITLE = "Attention of every transformer layer and head: a pixel offset's patches"
 
+    def input_stride(self, model: nn.Module) -> int:
+        """The first attention stage's stride, what its analysis prepares inputs in multiples of."""
+        cfg = model.config
+        return int(cfg.stage_stride(cfg.attention_stages[0]))
+
     def architecture(self, model: nn.Module) -> str:
         cfg = model.config
         stages = cfg.attention_stages

@@ -46,6 +46,11 @@ class PiTKind(StagedKind):
     POOL_SOURCE = "the CLS token"
     HEADS_TITLE = "Attention of every block and head, each on its stage's grid"
 
+    def input_stride(self, model: nn.Module) -> int:
+        """The stem's stride, the grid its analysis prepares inputs in multiples of."""
+        cfg = model.config
+        return int(cfg.stride)
+
     def architecture(self, model: nn.Module) -> str:
         cfg = model.config
         tokens = ", distilled" if cfg.num_tokens == 2 else ""

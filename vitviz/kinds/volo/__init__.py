@@ -47,6 +47,11 @@ class VOLOKind(StagedKind):
     POOL_SOURCE = "every cell's row"
     HEADS_TITLE = "Attention of every layer and head, each on its grid"
 
+    def input_stride(self, model: nn.Module) -> int:
+        """The downsampled tokens' side (two patches), its analysis' input multiple."""
+        cfg = model.config
+        return int(2 * cfg.patch_size)
+
     def architecture(self, model: nn.Module) -> str:
         cfg = model.config
         aux = ", aux head" if cfg.aux_head else ""
